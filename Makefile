@@ -1,0 +1,35 @@
+.DEFAULT_GOAL := help
+CARGO ?= cargo
+
+.PHONY: help setup build run test bench fmt lint clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+setup: ## Install redis-server, redis-tools and libclang-dev when missing
+	@scripts/setup
+
+build: setup ## Build the module (release) and lockctl
+	$(CARGO) build --release --workspace
+
+run: build ## Start redis-server with the module on 127.0.0.1:6379 (data in ./data)
+	@scripts/run
+
+test: setup ## Build everything and run every test (unit, integration, client, smoke bench)
+	$(CARGO) build --workspace --all-targets
+	$(CARGO) test --workspace
+
+bench: setup ## Run the benchmark; writes target/bench/results.md and a chart
+	$(CARGO) build --release --workspace
+	@if [ -d bench ]; then $(CARGO) run --release -p relock-bench -- --out target/bench; else echo "no benchmark yet"; fi
+
+fmt: ## Format the code
+	$(CARGO) fmt --all
+
+lint: ## Clippy with warnings as errors, and a format check
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+clean: ## Remove build output and ./data
+	$(CARGO) clean
+	rm -rf data

@@ -1,0 +1,1 @@
+//! relock-client (work in progress)

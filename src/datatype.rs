@@ -1,0 +1,260 @@
+//! The module data type `relock-lk`: one lock per key. Its Redis TTL is the lock's lifetime.
+//!
+//! RDB encoding, version 1: owner (string), token (unsigned), count (unsigned). The absolute
+//! expiry is the key's own expire, which RDB and AOF already store. Aux data (written before the
+//! keyspace) carries the token counter, so tokens never go backwards across a restart even when
+//! no lock is left to remember them. An AOF rewrite emits each lock as
+//! `LOCK.APPLY key owner token count` (Redis appends the key's `PEXPIREAT`).
+
+use std::cell::RefCell;
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use crate::lock::{args, Hold};
+use crate::{fencing, rm};
+
+/// Data type name as `TYPE` shows it (exactly 9 characters).
+pub const TYPE_NAME: &str = "relock-lk";
+/// RDB encoding version of a lock value.
+const ENCODING_VERSION: i32 = 1;
+
+/// Lock values alive in memory (the `locks` INFO field). Atomic because Redis may free values
+/// on a background thread (`FLUSHALL ASYNC`).
+static LIVE: AtomicU64 = AtomicU64::new(0);
+
+/// The registered data type.
+pub static LOCK_TYPE: RedisType = RedisType::new(
+    TYPE_NAME,
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+        free_effort: None,
+        unlink: None,
+        copy: Some(copy),
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: Some(unlink2),
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+/// Number of lock values in memory.
+pub fn live_count() -> u64 {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// Turns a hold into a value owned by Redis.
+pub fn into_value(hold: Hold) -> *mut c_void {
+    LIVE.fetch_add(1, Ordering::Relaxed);
+    Box::into_raw(Box::new(hold)).cast()
+}
+
+/// Borrows the hold behind a value pointer.
+///
+/// # Safety
+/// `value` must come from [`into_value`] and still be owned by Redis.
+pub unsafe fn hold_of<'a>(value: *mut c_void) -> Option<&'a mut Hold> {
+    unsafe { value.cast::<Hold>().as_mut() }
+}
+
+thread_local! {
+    /// The lock key Redis unlinked last (db, name): the `expired` notification that follows an
+    /// expiry names the key but no longer has its value, so this is how we know a lock expired.
+    static LAST_UNLINKED: RefCell<Option<(c_int, Vec<u8>)>> = const { RefCell::new(None) };
+}
+
+/// Whether the key just unlinked was a lock at (db, name); forgets it either way.
+pub fn take_unlinked(db: c_int, name: &[u8]) -> bool {
+    LAST_UNLINKED.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut last) => last.take().is_some_and(|(d, n)| d == db && n == name),
+        Err(_) => false,
+    })
+}
+
+/// Forgets the last unlinked key (cheap when there is none).
+pub fn forget_unlinked() {
+    LAST_UNLINKED.with(|cell| {
+        if let Ok(mut last) = cell.try_borrow_mut() {
+            if last.is_some() {
+                *last = None;
+            }
+        }
+    });
+}
+
+extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    crate::guard(std::ptr::null_mut(), || {
+        if encver != ENCODING_VERSION {
+            log_io(rdb, "unknown relock encoding version");
+            return std::ptr::null_mut();
+        }
+        let mut len: usize = 0;
+        let buf = unsafe { rm!(RedisModule_LoadStringBuffer(rdb, &mut len)) };
+        if buf.is_null() {
+            return std::ptr::null_mut();
+        }
+        let owner = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }.to_vec();
+        unsafe { rm!(RedisModule_Free(buf.cast())) };
+        let token = unsafe { rm!(RedisModule_LoadUnsigned(rdb)) };
+        let count = unsafe { rm!(RedisModule_LoadUnsigned(rdb)) };
+        let valid = args::owner(&owner).is_ok()
+            && (1..=crate::lock::MAX_TOKEN).contains(&token)
+            && count >= 1
+            && count <= u64::from(crate::lock::MAX_COUNT);
+        if !valid {
+            log_io(rdb, "corrupt relock value");
+            return std::ptr::null_mut();
+        }
+        fencing::observe(token);
+        into_value(Hold::new(&owner, token, count as u32))
+    })
+}
+
+extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    crate::guard((), || {
+        let Some(hold) = (unsafe { hold_of(value) }) else {
+            return;
+        };
+        let owner = hold.owner();
+        unsafe {
+            rm!(RedisModule_SaveStringBuffer(
+                rdb,
+                owner.as_ptr().cast(),
+                owner.len()
+            ));
+            rm!(RedisModule_SaveUnsigned(rdb, hold.token()));
+            rm!(RedisModule_SaveUnsigned(rdb, u64::from(hold.count())));
+        }
+    })
+}
+
+extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    crate::guard((), || {
+        let Some(hold) = (unsafe { hold_of(value) }) else {
+            return;
+        };
+        let owner = hold.owner();
+        unsafe {
+            rm!(RedisModule_EmitAOF(
+                aof,
+                c"LOCK.APPLY".as_ptr(),
+                c"sbll".as_ptr(),
+                key,
+                owner.as_ptr(),
+                owner.len(),
+                hold.token() as std::os::raw::c_longlong,
+                std::os::raw::c_longlong::from(hold.count()),
+            ));
+        }
+    })
+}
+
+extern "C" fn mem_usage(value: *const c_void) -> usize {
+    crate::guard(0, || match unsafe { hold_of(value.cast_mut()) } {
+        Some(hold) => std::mem::size_of::<Hold>() + hold.heap_size(),
+        None => 0,
+    })
+}
+
+extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    crate::guard((), || {
+        let Some(hold) = (unsafe { hold_of(value) }) else {
+            return;
+        };
+        let owner = hold.owner();
+        unsafe {
+            rm!(RedisModule_DigestAddStringBuffer(
+                md,
+                owner.as_ptr().cast(),
+                owner.len()
+            ));
+            rm!(RedisModule_DigestAddLongLong(md, hold.token() as i64));
+            rm!(RedisModule_DigestAddLongLong(md, i64::from(hold.count())));
+            rm!(RedisModule_DigestEndSequence(md));
+        }
+    })
+}
+
+extern "C" fn free(value: *mut c_void) {
+    crate::guard((), || {
+        if !value.is_null() {
+            drop(unsafe { Box::from_raw(value.cast::<Hold>()) });
+            LIVE.fetch_sub(1, Ordering::Relaxed);
+        }
+    })
+}
+
+extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    crate::guard(std::ptr::null_mut(), || {
+        match unsafe { hold_of(value.cast_mut()) } {
+            Some(hold) => into_value(hold.clone()),
+            None => std::ptr::null_mut(),
+        }
+    })
+}
+
+extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
+    crate::guard((), || {
+        let db = unsafe { rm!(RedisModule_GetDbIdFromOptCtx(ctx)) };
+        let name = unsafe { rm!(RedisModule_GetKeyNameFromOptCtx(ctx)) };
+        let name = crate::store::string_bytes(name.cast_mut()).to_vec();
+        LAST_UNLINKED.with(|cell| {
+            if let Ok(mut last) = cell.try_borrow_mut() {
+                *last = Some((db, name));
+            }
+        });
+    })
+}
+
+extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
+    crate::guard((), || unsafe {
+        rm!(RedisModule_SaveUnsigned(rdb, fencing::last()));
+    })
+}
+
+extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
+    crate::guard(raw::REDISMODULE_ERR as c_int, || {
+        if encver != ENCODING_VERSION {
+            log_io(rdb, "unknown relock aux encoding version");
+            return raw::REDISMODULE_ERR as c_int;
+        }
+        let last = unsafe { rm!(RedisModule_LoadUnsigned(rdb)) };
+        fencing::observe(last);
+        raw::REDISMODULE_OK as c_int
+    })
+}
+
+fn log_io(rdb: *mut raw::RedisModuleIO, message: &str) {
+    if let Ok(text) = std::ffi::CString::new(message) {
+        unsafe {
+            rm!(RedisModule_LogIOError(
+                rdb,
+                c"warning".as_ptr(),
+                c"%s".as_ptr(),
+                text.as_ptr()
+            ))
+        };
+    }
+}

@@ -1,0 +1,116 @@
+//! What the module learns from Redis about keys changing behind its back: keyspace
+//! notifications (DEL, UNLINK, expiry, eviction, RENAME, MOVE, overwrites) and server events
+//! (FLUSHDB/FLUSHALL, SWAPDB, end of loading, becoming a replica).
+//!
+//! Handlers only look and schedule: on Redis 7.0 a module must not write from inside a keyspace
+//! notification, so waking waiters runs on a 0 ms timer (see `waiters`).
+
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
+
+use redis_module::raw;
+
+use crate::{datatype, rm, stats, store, waiters};
+
+/// Every class of keyspace event that can end or replace a lock (not `d`: our own events; not
+/// key-miss or new-key events, which fire on reads and creations of unrelated keys).
+const WATCHED: c_int = raw::REDISMODULE_NOTIFY_GENERIC
+    | raw::REDISMODULE_NOTIFY_STRING
+    | raw::REDISMODULE_NOTIFY_LIST
+    | raw::REDISMODULE_NOTIFY_SET
+    | raw::REDISMODULE_NOTIFY_HASH
+    | raw::REDISMODULE_NOTIFY_ZSET
+    | raw::REDISMODULE_NOTIFY_EXPIRED
+    | raw::REDISMODULE_NOTIFY_EVICTED
+    | raw::REDISMODULE_NOTIFY_STREAM;
+
+/// Subscribes to keyspace notifications and server events.
+pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
+    let ok = raw::REDISMODULE_OK as c_int;
+    if unsafe {
+        rm!(RedisModule_SubscribeToKeyspaceEvents(
+            ctx,
+            WATCHED,
+            Some(on_keyspace_event)
+        ))
+    } != ok
+    {
+        return Err("cannot subscribe to keyspace events");
+    }
+    let server_events = [
+        raw::REDISMODULE_EVENT_FLUSHDB,
+        raw::REDISMODULE_EVENT_SWAPDB,
+        raw::REDISMODULE_EVENT_LOADING,
+        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+    ];
+    for id in server_events {
+        let event = raw::RedisModuleEvent { id, dataver: 1 };
+        if unsafe {
+            rm!(RedisModule_SubscribeToServerEvent(
+                ctx,
+                event,
+                Some(on_server_event)
+            ))
+        } != ok
+        {
+            return Err("cannot subscribe to server events");
+        }
+    }
+    Ok(())
+}
+
+extern "C" fn on_keyspace_event(
+    ctx: *mut raw::RedisModuleCtx,
+    _class: c_int,
+    event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    crate::guard(raw::REDISMODULE_OK as c_int, || {
+        let name = store::string_bytes(key);
+        let db = store::selected_db(ctx);
+        let expired = !event.is_null() && unsafe { CStr::from_ptr(event) } == c"expired";
+        if expired {
+            if datatype::take_unlinked(db, name) {
+                stats::EXPIRED.bump();
+            }
+        } else {
+            datatype::forget_unlinked();
+        }
+        if waiters::any() {
+            waiters::wake(ctx, db, name);
+        }
+        raw::REDISMODULE_OK as c_int
+    })
+}
+
+extern "C" fn on_server_event(
+    ctx: *mut raw::RedisModuleCtx,
+    event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    crate::guard((), || {
+        let id = event.id;
+        if id == raw::REDISMODULE_EVENT_FLUSHDB {
+            if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END as u64 && !data.is_null() {
+                let info = unsafe { &*data.cast::<raw::RedisModuleFlushInfo>() };
+                let db = (info.dbnum >= 0).then_some(info.dbnum);
+                waiters::wake_db(ctx, db);
+            }
+        } else if id == raw::REDISMODULE_EVENT_SWAPDB {
+            if !data.is_null() {
+                let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
+                waiters::wake_db(ctx, Some(info.dbnum_first));
+                waiters::wake_db(ctx, Some(info.dbnum_second));
+            }
+        } else if id == raw::REDISMODULE_EVENT_LOADING {
+            if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED as u64 {
+                waiters::wake_db(ctx, None);
+            }
+        } else if id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
+            && subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA as u64
+        {
+            waiters::fail_everyone_readonly(ctx);
+        }
+    })
+}

@@ -1,0 +1,147 @@
+//! relock: a distributed lock that lives inside Redis.
+//!
+//! The module declaration only: its name, data type, commands, events and INFO section. The
+//! lock itself is pure Rust in [`lock`]; see README.md for the commands.
+
+pub mod lock;
+
+mod commands;
+mod datatype;
+mod events;
+mod fencing;
+mod registration;
+mod stats;
+mod store;
+mod waiters;
+
+use datatype::LOCK_TYPE;
+use redis_module::{redis_module, Context, RedisString, Status};
+
+/// Calls a Redis module API function. `init` has checked that every function this module uses
+/// exists on the running server, so the `None` arm cannot be reached after a successful load.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! rm {
+    ($name:ident($($arg:expr),* $(,)?)) => {
+        match redis_module::raw::$name {
+            Some(f) => f($($arg),*),
+            None => $crate::missing_api(stringify!($name)),
+        }
+    };
+}
+
+#[doc(hidden)]
+pub fn missing_api(name: &str) -> ! {
+    // Unreachable after `init` succeeded; never unwind into Redis.
+    eprintln!("relock: Redis API {name} is missing");
+    std::process::abort()
+}
+
+/// Runs `f`, turning a panic into `fallback` so that no panic ever crosses into Redis.
+pub(crate) fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(fallback)
+}
+
+fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    if let Some(missing) = missing_apis() {
+        ctx.log_warning(&format!(
+            "relock needs Redis 7.0 or later: {missing} is missing"
+        ));
+        return Status::Err;
+    }
+    if let Err(e) = registration::register(ctx.ctx) {
+        ctx.log_warning(&format!("relock: {e}"));
+        return Status::Err;
+    }
+    if let Err(e) = events::subscribe(ctx.ctx) {
+        ctx.log_warning(&format!("relock: {e}"));
+        return Status::Err;
+    }
+    unsafe { rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(stats::info))) };
+    Status::Ok
+}
+
+/// The first Redis API function this module uses that the server lacks.
+fn missing_apis() -> Option<&'static str> {
+    use redis_module::raw::*;
+    macro_rules! check {
+        ($($name:ident),* $(,)?) => {
+            $(if unsafe { $name }.is_none() { return Some(stringify!($name)); })*
+        };
+    }
+    check!(
+        RedisModule_BlockClient,
+        RedisModule_CloseKey,
+        RedisModule_CreateCommand,
+        RedisModule_CreateString,
+        RedisModule_CreateTimer,
+        RedisModule_DeleteKey,
+        RedisModule_DigestAddLongLong,
+        RedisModule_DigestAddStringBuffer,
+        RedisModule_DigestEndSequence,
+        RedisModule_EmitAOF,
+        RedisModule_Free,
+        RedisModule_FreeString,
+        RedisModule_GetAbsExpire,
+        RedisModule_GetBlockedClientHandle,
+        RedisModule_GetBlockedClientPrivateData,
+        RedisModule_GetCommand,
+        RedisModule_GetContextFlags,
+        RedisModule_GetDbIdFromOptCtx,
+        RedisModule_GetExpire,
+        RedisModule_GetKeyNameFromOptCtx,
+        RedisModule_GetSelectedDb,
+        RedisModule_InfoAddFieldULongLong,
+        RedisModule_InfoAddSection,
+        RedisModule_KeyType,
+        RedisModule_LoadStringBuffer,
+        RedisModule_LoadUnsigned,
+        RedisModule_LogIOError,
+        RedisModule_Milliseconds,
+        RedisModule_ModuleTypeGetType,
+        RedisModule_ModuleTypeGetValue,
+        RedisModule_ModuleTypeSetValue,
+        RedisModule_NotifyKeyspaceEvent,
+        RedisModule_OpenKey,
+        RedisModule_RegisterInfoFunc,
+        RedisModule_Replicate,
+        RedisModule_ReplyWithCString,
+        RedisModule_ReplyWithError,
+        RedisModule_ReplyWithLongLong,
+        RedisModule_ReplyWithMap,
+        RedisModule_ReplyWithNull,
+        RedisModule_ReplyWithSimpleString,
+        RedisModule_ReplyWithStringBuffer,
+        RedisModule_SaveStringBuffer,
+        RedisModule_SaveUnsigned,
+        RedisModule_SelectDb,
+        RedisModule_SetAbsExpire,
+        RedisModule_SetCommandInfo,
+        RedisModule_SetDisconnectCallback,
+        RedisModule_StopTimer,
+        RedisModule_StringPtrLen,
+        RedisModule_SubscribeToKeyspaceEvents,
+        RedisModule_SubscribeToServerEvent,
+        RedisModule_UnblockClient,
+        RedisModule_WrongArity,
+    );
+    None
+}
+
+#[cfg(not(test))]
+type Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(not(test))]
+const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+// Unit tests run without Redis, so they cannot use its allocator.
+#[cfg(test)]
+type Allocator = std::alloc::System;
+#[cfg(test)]
+const ALLOCATOR: Allocator = std::alloc::System;
+
+redis_module! {
+    name: "relock",
+    version: 1,
+    allocator: (Allocator, ALLOCATOR),
+    data_types: [LOCK_TYPE],
+    init: init,
+}

@@ -1,0 +1,268 @@
+//! Test harness: every test starts its own `redis-server` with the relock module, in its own
+//! temporary directory, on a free port, behind a guard whose `Drop` kills it even when the test
+//! panics. Tests never link the module crate; they talk to a real server over the network.
+//!
+//! Other test crates in the workspace include this file with
+//! `#[path = "../../tests/common/mod.rs"] mod common;`.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long a server may take to answer its first `PING`.
+const READY_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Path of the built module (`target/debug/librelock.so` unless `RELOCK_MODULE` says otherwise).
+pub fn module_path() -> PathBuf {
+    if let Ok(p) = std::env::var("RELOCK_MODULE") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| workspace_root().join("target"));
+    let path = target.join("debug").join("librelock.so");
+    assert!(
+        path.exists(),
+        "module not built at {} (run `cargo build -p relock` or `make test`)",
+        path.display()
+    );
+    path
+}
+
+fn workspace_root() -> PathBuf {
+    // CARGO_MANIFEST_DIR is the root crate or a member one level below it.
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    if here.join("client").exists() {
+        here
+    } else {
+        here.parent().map(Path::to_path_buf).unwrap_or(here)
+    }
+}
+
+/// Picks a port that was free a moment ago by binding port 0.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// A running redis-server with the module loaded. Killed on drop.
+pub struct Server {
+    child: Option<Child>,
+    pub port: u16,
+    dir: tempfile::TempDir,
+    args: Vec<String>,
+    load_module: bool,
+}
+
+impl Server {
+    /// A server with the module and no persistence.
+    pub fn start() -> Server {
+        Server::with_args(&[])
+    }
+
+    /// A server with the module and extra `redis-server` arguments, e.g. `["--appendonly", "yes"]`.
+    pub fn with_args(args: &[&str]) -> Server {
+        Server::spawn(args, true)
+    }
+
+    /// A plain redis-server without the module (for baselines and negative tests).
+    pub fn without_module(args: &[&str]) -> Server {
+        Server::spawn(args, false)
+    }
+
+    fn spawn(args: &[&str], load_module: bool) -> Server {
+        let dir = tempfile::Builder::new()
+            .prefix("relock-test-")
+            .tempdir()
+            .expect("temp dir");
+        let mut server = Server {
+            child: None,
+            port: 0,
+            dir,
+            args: args.iter().map(|s| s.to_string()).collect(),
+            load_module,
+        };
+        server.boot(None);
+        server
+    }
+
+    fn boot(&mut self, port: Option<u16>) {
+        let mut last_error = String::new();
+        for _attempt in 0..5 {
+            let port_now = port.unwrap_or_else(free_port);
+            let mut cmd = Command::new(redis_server_bin());
+            cmd.arg("--port")
+                .arg(port_now.to_string())
+                .arg("--bind")
+                .arg("127.0.0.1")
+                .arg("--dir")
+                .arg(self.dir.path())
+                .arg("--save")
+                .arg("")
+                .arg("--appendonly")
+                .arg("no")
+                .arg("--logfile")
+                .arg("redis.log")
+                .arg("--enable-debug-command")
+                .arg("yes");
+            if self.load_module {
+                cmd.arg("--loadmodule").arg(module_path());
+            }
+            cmd.args(&self.args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let child = cmd.spawn().expect("start redis-server (is it installed?)");
+            self.child = Some(child);
+            self.port = port_now;
+            match self.wait_ready() {
+                Ok(()) => return,
+                Err(e) => {
+                    last_error = e;
+                    self.kill();
+                    // Another process took the port between our probe and the start: try another.
+                    if port.is_none() && self.log().contains("Address already in use") {
+                        continue;
+                    }
+                    break;
+                }
+            }
+        }
+        panic!("redis-server did not start: {last_error}\n--- log ---\n{}", self.log());
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + READY_DEADLINE;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(format!("redis-server exited with {status}"));
+                }
+            }
+            if let Ok(mut c) = self.try_conn() {
+                let pong: redis::RedisResult<String> = redis::cmd("PING").query(&mut c);
+                if pong.is_ok() {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                return Err("no PONG before the deadline".into());
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
+        let client = redis::Client::open(self.url())?;
+        client.get_connection_with_timeout(Duration::from_secs(5))
+    }
+
+    /// `redis://127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A new connection (RESP2).
+    pub fn conn(&self) -> redis::Connection {
+        self.try_conn().expect("connect to test server")
+    }
+
+    /// A new connection that speaks RESP3 (`HELLO 3`).
+    pub fn conn_resp3(&self) -> redis::Connection {
+        let client = redis::Client::open(format!("{}?protocol=resp3", self.url()))
+            .expect("resp3 url");
+        client
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .expect("connect resp3")
+    }
+
+    /// The server's working directory (RDB/AOF files live here).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The server log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
+    }
+
+    /// Process id of the running server.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// SIGKILL the server and reap it (no shutdown save).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kill the server and start it again on the same port, dir and arguments, with `extra`
+    /// arguments appended (later ones win in redis-server).
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.kill();
+        self.args.extend(extra.iter().map(|s| s.to_string()));
+        let port = self.port;
+        self.boot(Some(port));
+    }
+
+    /// Kill the server and start it again on the same port, dir and arguments.
+    pub fn restart(&mut self) {
+        self.restart_with(&[]);
+    }
+
+    /// Send a signal (e.g. "STOP", "CONT") to the server process.
+    pub fn signal(&self, sig: &str) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill")
+                .arg(format!("-{sig}"))
+                .arg(pid.to_string())
+                .status();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // A stopped server cannot die from SIGKILL until it is continued on some kernels'
+        // accounting of wait(); continue it first so the reap never hangs.
+        self.signal("CONT");
+        self.kill();
+    }
+}
+
+fn redis_server_bin() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
+}
+
+/// Polls `check` every few milliseconds until it returns true or `within` passes.
+pub fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// One field of `INFO relock` as an integer, e.g. `info_field(&mut c, "locks")` reads
+/// `relock_locks` (Redis prefixes a module's INFO fields with the module name).
+pub fn info_field(conn: &mut redis::Connection, field: &str) -> i64 {
+    let info: String = redis::cmd("INFO").arg("relock").query(conn).expect("INFO relock");
+    let wanted = format!("relock_{field}");
+    info.lines()
+        .find_map(|line| {
+            let (name, value) = line.trim().split_once(':')?;
+            (name == wanted).then(|| value.parse::<i64>().ok()).flatten()
+        })
+        .unwrap_or_else(|| panic!("INFO relock has no integer field {field}:\n{info}"))
+}
