@@ -25,7 +25,7 @@ pub enum Reply {
     WrongArity,
     /// `LOCK.INFO`'s map: owner, token, count, ttl, waiters.
     Info {
-        hold: Hold,
+        hold: Box<Hold>,
         ttl: i64,
         waiters: usize,
     },
@@ -159,7 +159,7 @@ fn info(ctx: Ctx, args: Args<'_>) -> Result<Reply> {
     let key = LockKey::open(ctx, args[1], true)?;
     Ok(match key.hold() {
         Some(hold) => Reply::Info {
-            hold: hold.clone(),
+            hold: hold.to_boxed(),
             ttl: key.ttl_ms(),
             waiters: waiters::queued(store::selected_db(ctx), string_bytes(args[1])),
         },
@@ -236,7 +236,8 @@ fn take(
             key.notify(event::ACQUIRED);
             expiry_moved(ctx, key);
         }
-        _ => stats::CONTENDED.bump(),
+        _ if decision == Decision::Nil => stats::CONTENDED.bump(),
+        _ => {}
     }
     reply(key, decision)
 }

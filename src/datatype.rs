@@ -58,9 +58,9 @@ pub fn live_count() -> u64 {
 }
 
 /// Turns a hold into a value owned by Redis.
-pub fn into_value(hold: Hold) -> *mut c_void {
+pub fn into_value(hold: Box<Hold>) -> *mut c_void {
     LIVE.fetch_add(1, Ordering::Relaxed);
-    Box::into_raw(Box::new(hold)).cast()
+    Hold::into_raw(hold).cast()
 }
 
 /// Borrows the hold behind a value pointer.
@@ -68,7 +68,11 @@ pub fn into_value(hold: Hold) -> *mut c_void {
 /// # Safety
 /// `value` must come from [`into_value`] and still be owned by Redis.
 pub unsafe fn hold_of<'a>(value: *mut c_void) -> Option<&'a mut Hold> {
-    unsafe { value.cast::<Hold>().as_mut() }
+    if value.is_null() {
+        None
+    } else {
+        Some(unsafe { Hold::borrow_raw(value.cast()) })
+    }
 }
 
 thread_local! {
@@ -169,7 +173,7 @@ extern "C" fn aof_rewrite(
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     crate::guard(0, || match unsafe { hold_of(value.cast_mut()) } {
-        Some(hold) => std::mem::size_of::<Hold>() + hold.heap_size(),
+        Some(hold) => hold.heap_size(),
         None => 0,
     })
 }
@@ -196,7 +200,7 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
 extern "C" fn free(value: *mut c_void) {
     crate::guard((), || {
         if !value.is_null() {
-            drop(unsafe { Box::from_raw(value.cast::<Hold>()) });
+            drop(unsafe { Hold::from_raw(value.cast()) });
             LIVE.fetch_sub(1, Ordering::Relaxed);
         }
     })
@@ -209,7 +213,7 @@ extern "C" fn copy(
 ) -> *mut c_void {
     crate::guard(std::ptr::null_mut(), || {
         match unsafe { hold_of(value.cast_mut()) } {
-            Some(hold) => into_value(hold.clone()),
+            Some(hold) => into_value(hold.to_boxed()),
             None => std::ptr::null_mut(),
         }
     })

@@ -201,7 +201,7 @@ impl LockKey {
     }
 
     /// Stores `hold` with absolute expiry `at` (none: no TTL), replacing whatever is here.
-    pub fn put(&mut self, hold: Hold, at: Option<i64>) {
+    pub fn put(&mut self, hold: Box<Hold>, at: Option<i64>) {
         let Some(key) = self.key.map(NonNull::as_ptr) else {
             return;
         };

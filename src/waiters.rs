@@ -14,7 +14,7 @@
 //! across a Redis call that can call back into the module (opening or writing keys).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::raw::{c_int, c_void};
 use std::rc::Rc;
 
@@ -87,6 +87,8 @@ struct Registry {
     next_id: WaiterId,
     live: usize,
     jobs: Vec<Job>,
+    /// Keys already in `jobs` as `Job::Serve`, so a burst of events serves each key once.
+    serving: HashSet<KeyId>,
     jobs_timer: bool,
 }
 
@@ -385,9 +387,11 @@ pub fn wake_db(ctx: *mut raw::RedisModuleCtx, db: Option<c_int>) {
 
 fn schedule(ctx: *mut raw::RedisModuleCtx, job: Job) {
     let start_timer = with(|r| {
-        let duplicate = matches!(&job, Job::Serve(k)
-            if r.jobs.iter().any(|j| matches!(j, Job::Serve(o) if o == k)));
-        if !duplicate {
+        let fresh = match &job {
+            Job::Serve(key) => r.serving.insert(key.clone()),
+            Job::Revoke(..) => true,
+        };
+        if fresh {
             r.jobs.push(job);
         }
         !std::mem::replace(&mut r.jobs_timer, true)
@@ -408,6 +412,7 @@ extern "C" fn run_jobs(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     crate::guard((), || {
         let jobs = with(|r| {
             r.jobs_timer = false;
+            r.serving.clear();
             std::mem::take(&mut r.jobs)
         });
         for job in jobs {

@@ -7,28 +7,43 @@
 /// The highest reentrancy count; one more `LOCK.REENTER` is refused.
 pub const MAX_COUNT: u32 = u32::MAX;
 
-/// Bytes of a hold beyond its owner: token (8) and count (4).
+/// Bytes of a hold beyond its owner: a header word (token and owner length) and the count.
 const FIXED_BYTES: usize = 12;
+/// The token takes the low 53 bits of the header word; `owner length - 1` the 8 above them.
+const TOKEN_BITS: u32 = 53;
+const TOKEN_MASK: u64 = (1 << TOKEN_BITS) - 1;
 
 /// A lock held by one owner: who, with which fencing token, how many times (reentrancy).
 ///
-/// Stored compactly (one allocation: token, count, owner bytes) because a server may hold
-/// millions of locks and each costs this allocation plus Redis's own key overhead.
-#[derive(Clone, PartialEq, Eq)]
+/// One allocation, `[token | (owner_len - 1) << 53 : u64][count : u32][owner]`, so a lock
+/// with a 36-byte UUID owner costs 48 bytes of heap beyond Redis's own key overhead, and a
+/// pointer to it is thin (Redis stores one `void *` per value). Tokens are below 2^53 and
+/// owners 1 to 256 bytes long, which is what lets both share the header word.
+#[repr(transparent)]
+#[derive(PartialEq, Eq)]
 pub struct Hold {
-    bytes: Box<[u8]>,
+    bytes: [u8],
 }
 
 impl Hold {
-    /// A hold of `owner` with `token` and `count`.
-    pub fn new(owner: &[u8], token: u64, count: u32) -> Hold {
+    /// A hold of `owner` (1 to 256 bytes) with `token` (below 2^53) and `count`.
+    pub fn new(owner: &[u8], token: u64, count: u32) -> Box<Hold> {
+        debug_assert!((1..=256).contains(&owner.len()) && token <= TOKEN_MASK);
+        let owner = &owner[..owner.len().clamp(1, 256)];
+        let header = (token & TOKEN_MASK) | ((owner.len() as u64 - 1) << TOKEN_BITS);
         let mut bytes = Vec::with_capacity(FIXED_BYTES + owner.len());
-        bytes.extend_from_slice(&token.to_le_bytes());
+        bytes.extend_from_slice(&header.to_le_bytes());
         bytes.extend_from_slice(&count.to_le_bytes());
         bytes.extend_from_slice(owner);
-        Hold {
-            bytes: bytes.into_boxed_slice(),
-        }
+        let raw = Box::into_raw(bytes.into_boxed_slice()) as *mut Hold;
+        // SAFETY: Hold is a transparent wrapper around [u8].
+        unsafe { Box::from_raw(raw) }
+    }
+
+    fn header(&self) -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.bytes[0..8]);
+        u64::from_le_bytes(b)
     }
 
     /// The owner: an opaque, binary-safe client-chosen string.
@@ -38,9 +53,7 @@ impl Hold {
 
     /// The fencing token of this hold.
     pub fn token(&self) -> u64 {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&self.bytes[0..8]);
-        u64::from_le_bytes(b)
+        self.header() & TOKEN_MASK
     }
 
     /// The reentrancy count, at least 1.
@@ -55,7 +68,7 @@ impl Hold {
         self.bytes[8..12].copy_from_slice(&count.to_le_bytes());
     }
 
-    /// Heap bytes owned by this hold (for `MEMORY USAGE`).
+    /// Heap bytes of this hold (for `MEMORY USAGE`).
     pub fn heap_size(&self) -> usize {
         self.bytes.len()
     }
@@ -63,6 +76,40 @@ impl Hold {
     /// Whether `owner` holds this lock.
     pub fn is_held_by(&self, owner: &[u8]) -> bool {
         self.owner() == owner
+    }
+
+    /// An owned copy.
+    pub fn to_boxed(&self) -> Box<Hold> {
+        Hold::new(self.owner(), self.token(), self.count())
+    }
+
+    /// Gives up ownership as a thin pointer (what Redis stores as a value).
+    pub fn into_raw(hold: Box<Hold>) -> *mut u8 {
+        Box::into_raw(hold).cast::<u8>()
+    }
+
+    /// Borrows the hold behind a pointer from [`Hold::into_raw`].
+    ///
+    /// # Safety
+    /// `ptr` must come from `into_raw`, not yet passed to `from_raw`, and not be aliased
+    /// mutably for `'a`.
+    pub unsafe fn borrow_raw<'a>(ptr: *mut u8) -> &'a mut Hold {
+        // SAFETY: the first 8 bytes are the header; the allocation is FIXED_BYTES + owner_len.
+        unsafe {
+            let mut header = [0u8; 8];
+            std::ptr::copy_nonoverlapping(ptr, header.as_mut_ptr(), 8);
+            let owner_len = (u64::from_le_bytes(header) >> TOKEN_BITS) as usize + 1;
+            let slice = std::ptr::slice_from_raw_parts_mut(ptr, FIXED_BYTES + owner_len);
+            &mut *(slice as *mut Hold)
+        }
+    }
+
+    /// Takes back ownership of a pointer from [`Hold::into_raw`].
+    ///
+    /// # Safety
+    /// As for [`Hold::borrow_raw`]; the pointer must not be used afterwards.
+    pub unsafe fn from_raw(ptr: *mut u8) -> Box<Hold> {
+        unsafe { Box::from_raw(Hold::borrow_raw(ptr) as *mut Hold) }
     }
 }
 
@@ -203,6 +250,24 @@ mod tests {
         assert_eq!(hold.token(), (1 << 53) - 1);
         assert_eq!(hold.heap_size(), 12 + owner.len());
     }
+
+    #[test]
+    fn raw_round_trip_keeps_every_owner_length() {
+        for len in [1usize, 36, 255, 256] {
+            let owner = vec![0xabu8; len];
+            let raw = Hold::into_raw(Hold::new(&owner, MAX_TOKEN_FOR_TEST, 3));
+            let borrowed = unsafe { Hold::borrow_raw(raw) };
+            assert_eq!(
+                (borrowed.owner().len(), borrowed.token(), borrowed.count()),
+                (len, MAX_TOKEN_FOR_TEST, 3)
+            );
+            borrowed.set_count(4);
+            let back = unsafe { Hold::from_raw(raw) };
+            assert_eq!(*back, *Hold::new(&owner, MAX_TOKEN_FOR_TEST, 4));
+        }
+    }
+
+    const MAX_TOKEN_FOR_TEST: u64 = (1 << 53) - 1;
 
     #[test]
     fn decisions_table() {
