@@ -1,0 +1,876 @@
+//! Every reply and every error of the LOCK.* commands, checked against a real server
+//! (spec: /work/shared/spec/commands.md). LOCK.WAIT's blocking behaviour lives in `wait.rs`;
+//! here it is only checked for argument errors.
+mod common;
+
+use std::thread;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::Server;
+use redis::{Connection, RedisError, Value};
+
+/// Builds a command from a name and any number of arguments.
+macro_rules! cmd {
+    ($name:expr $(, $arg:expr)* $(,)?) => {{
+        #[allow(unused_mut)]
+        let mut cmd = redis::cmd($name);
+        $(cmd.arg($arg);)*
+        cmd
+    }};
+}
+
+/// A command as text, for failure messages.
+fn show(cmd: &redis::Cmd) -> String {
+    cmd.args_iter()
+        .map(|a| match a {
+            redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+            redis::Arg::Cursor => "<cursor>".to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The tokens and counts the server hands out, or nil.
+fn int_or_nil(c: &mut Connection, cmd: redis::Cmd) -> Option<i64> {
+    cmd.query(c)
+        .unwrap_or_else(|e| panic!("{} failed: {e}", show(&cmd)))
+}
+
+fn int(c: &mut Connection, cmd: redis::Cmd) -> i64 {
+    cmd.query(c)
+        .unwrap_or_else(|e| panic!("{} failed: {e}", show(&cmd)))
+}
+
+/// The error a command must reply, as `CODE detail` (e.g. `ERR invalid ttl_ms`).
+fn error(c: &mut Connection, cmd: redis::Cmd) -> String {
+    match cmd.query::<Value>(c) {
+        Ok(v) => panic!("{} replied {v:?}, expected an error", show(&cmd)),
+        Err(e) => error_text(&e),
+    }
+}
+
+fn error_text(e: &RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => e.to_string(),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as i64
+}
+
+/// LOCK.INFO's reply, decoded after checking the field names and their order.
+#[derive(Debug, Clone, PartialEq)]
+struct Info {
+    owner: Vec<u8>,
+    token: i64,
+    count: i64,
+    ttl: i64,
+    waiters: i64,
+}
+
+const INFO_FIELDS: [&str; 5] = ["owner", "token", "count", "ttl", "waiters"];
+
+fn decode_info(pairs: Vec<(Value, Value)>) -> Info {
+    let names: Vec<String> = pairs
+        .iter()
+        .map(|(k, _)| match k {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            Value::SimpleString(s) => s.clone(),
+            other => panic!("LOCK.INFO field name {other:?}"),
+        })
+        .collect();
+    assert_eq!(names, INFO_FIELDS, "LOCK.INFO fields and their order");
+    let int_at = |i: usize| match &pairs[i].1 {
+        Value::Int(n) => *n,
+        other => panic!("LOCK.INFO {} is not an integer: {other:?}", INFO_FIELDS[i]),
+    };
+    let owner = match &pairs[0].1 {
+        Value::BulkString(b) => b.clone(),
+        other => panic!("LOCK.INFO owner is not a bulk string: {other:?}"),
+    };
+    Info {
+        owner,
+        token: int_at(1),
+        count: int_at(2),
+        ttl: int_at(3),
+        waiters: int_at(4),
+    }
+}
+
+/// LOCK.INFO over RESP2: nil, or a flat array of ten elements.
+fn info(c: &mut Connection, key: impl redis::ToRedisArgs) -> Option<Info> {
+    let v: Value = cmd!("LOCK.INFO", key).query(c).expect("LOCK.INFO");
+    match v {
+        Value::Nil => None,
+        Value::Array(items) => {
+            assert_eq!(items.len(), 10, "LOCK.INFO flat array: {items:?}");
+            let mut it = items.into_iter();
+            let mut pairs = Vec::new();
+            while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                pairs.push((k, v));
+            }
+            Some(decode_info(pairs))
+        }
+        other => panic!("LOCK.INFO replied {other:?} over RESP2"),
+    }
+}
+
+fn held(c: &mut Connection, key: impl redis::ToRedisArgs) -> Info {
+    info(c, key).expect("a lock at the key")
+}
+
+fn pttl(c: &mut Connection, key: impl redis::ToRedisArgs) -> i64 {
+    int(c, cmd!("PTTL", key))
+}
+
+fn exists(c: &mut Connection, key: impl redis::ToRedisArgs) -> i64 {
+    int(c, cmd!("EXISTS", key))
+}
+
+/// The key's Redis TTL and the lock's own ttl are one and the same.
+fn assert_ttl_matches(c: &mut Connection, key: &[u8]) {
+    let i = held(c, key);
+    let p = pttl(c, key);
+    assert!(
+        (i.ttl - p).abs() <= 20,
+        "LOCK.INFO ttl {} vs PTTL {p} for {key:?}",
+        i.ttl
+    );
+}
+
+const ARITY: &str = "ERR wrong number of arguments";
+
+#[test]
+fn acquire_free_key_grants_a_new_hold() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let before = now_ms();
+    let token = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 10_000)).expect("token");
+    assert!(
+        token >= 1 && token < (1 << 53),
+        "token {token} out of range"
+    );
+    // Tokens are floored by the wall clock (now_ms * 1000).
+    assert!(
+        token >= before * 1000,
+        "token {token} below the clock floor"
+    );
+    let i = held(&mut c, "k");
+    assert_eq!(i.owner, b"o");
+    assert_eq!(i.token, token);
+    assert_eq!(i.count, 1);
+    assert_eq!(i.waiters, 0);
+    assert!(i.ttl > 9_000 && i.ttl <= 10_000, "ttl {}", i.ttl);
+    assert_ttl_matches(&mut c, b"k");
+    let kind: String = cmd!("TYPE", "k").query(&mut c).unwrap();
+    assert_eq!(kind, "relock-lk");
+}
+
+#[test]
+fn acquire_by_holder_is_idempotent_and_resets_ttl() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let token = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 1_000)).unwrap();
+    thread::sleep(Duration::from_millis(300));
+    let low = pttl(&mut c, "k");
+    assert!(
+        low > 0 && low <= 750,
+        "PTTL {low} after 300 ms of a 1000 ms lock"
+    );
+    let again = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 10_000));
+    assert_eq!(again, Some(token), "re-acquire keeps the token");
+    let high = pttl(&mut c, "k");
+    assert!(high > 9_000 && high <= 10_000, "PTTL {high} after reset");
+    let i = held(&mut c, "k");
+    assert_eq!((i.token, i.count), (token, 1));
+    assert_ttl_matches(&mut c, b"k");
+
+    // Re-acquiring a re-entered hold keeps the count as well.
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 10_000)),
+        Some(2)
+    );
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 5_000)),
+        Some(token)
+    );
+    let i = held(&mut c, "k");
+    assert_eq!((i.token, i.count), (token, 2));
+    assert!(i.ttl > 4_000 && i.ttl <= 5_000, "ttl {}", i.ttl);
+}
+
+#[test]
+fn acquire_by_another_owner_gets_nil_and_changes_nothing() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let token = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 2_000)).unwrap();
+    thread::sleep(Duration::from_millis(200));
+    let before = held(&mut c, "k");
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "x", 60_000)),
+        None
+    );
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "x", 60_000)),
+        None
+    );
+    let after = held(&mut c, "k");
+    assert_eq!(after.owner, b"o");
+    assert_eq!((after.token, after.count), (token, 1));
+    assert!(
+        after.ttl <= before.ttl,
+        "ttl must not be reset by another owner"
+    );
+    assert!(after.ttl < 1_900, "ttl {}", after.ttl);
+}
+
+#[test]
+fn tokens_strictly_increase_across_keys_and_releases() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let mut last = 0;
+    for key in ["a", "b", "c"] {
+        let t = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", key, "o", 10_000)).unwrap();
+        assert!(t > last, "token {t} after {last}");
+        last = t;
+    }
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "a", "o")), Some(0));
+    let t = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "a", "o", 10_000)).unwrap();
+    assert!(t > last, "re-acquire after release: {t} after {last}");
+    last = t;
+    assert_eq!(int(&mut c, cmd!("DEL", "a")), 1);
+    let t = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "a", "p", 10_000)).unwrap();
+    assert!(t > last, "acquire after DEL: {t} after {last}");
+    last = t;
+    // A reentrant acquire of a free key is a new hold too.
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "d", "o", 10_000)),
+        Some(1)
+    );
+    assert!(held(&mut c, "d").token > last);
+}
+
+#[test]
+fn reenter_counts_up_and_release_counts_down() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for n in 1..=3 {
+        assert_eq!(
+            int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 10_000)),
+            Some(n)
+        );
+    }
+    let i = held(&mut c, "k");
+    assert_eq!((i.owner.as_slice(), i.count), (&b"o"[..], 3));
+    let token = i.token;
+    for n in [2, 1] {
+        assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "o")), Some(n));
+        let i = held(&mut c, "k");
+        assert_eq!(
+            (i.token, i.count),
+            (token, n),
+            "token kept while re-entered"
+        );
+        assert_ttl_matches(&mut c, b"k");
+    }
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "o")), Some(0));
+    assert_eq!(info(&mut c, "k"), None);
+    assert_eq!(exists(&mut c, "k"), 0);
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "o")), None);
+}
+
+#[test]
+fn reenter_resets_ttl_and_keeps_token() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 1_000)),
+        Some(1)
+    );
+    let token = held(&mut c, "k").token;
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 20_000)),
+        Some(2)
+    );
+    let i = held(&mut c, "k");
+    assert_eq!(i.token, token);
+    assert!(i.ttl > 19_000 && i.ttl <= 20_000, "ttl {}", i.ttl);
+    assert_ttl_matches(&mut c, b"k");
+    // A hold taken with ACQUIRE can be re-entered by its owner.
+    let t = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "j", "o", 10_000)).unwrap();
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "j", "o", 10_000)),
+        Some(2)
+    );
+    assert_eq!(held(&mut c, "j").token, t);
+}
+
+#[test]
+fn release_by_non_owner_is_nil_and_changes_nothing() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 10_000)),
+        Some(1)
+    );
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 10_000)),
+        Some(2)
+    );
+    let before = held(&mut c, "k");
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "x")), None);
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "O")), None);
+    let after = held(&mut c, "k");
+    assert_eq!(after.owner, before.owner);
+    assert_eq!((after.token, after.count), (before.token, 2));
+    // Never held.
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "nokey", "o")), None);
+    assert_eq!(exists(&mut c, "nokey"), 0);
+    // Expired.
+    int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "short", "o", 50)).unwrap();
+    thread::sleep(Duration::from_millis(150));
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "short", "o")), None);
+    assert_eq!(exists(&mut c, "short"), 0);
+}
+
+#[test]
+fn renew_sets_ttl_shorter_or_longer() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let token = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 10_000)).unwrap();
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.RENEW", "k", "o", 60_000)),
+        Some(token)
+    );
+    let p = pttl(&mut c, "k");
+    assert!(p > 59_000 && p <= 60_000, "PTTL {p} after renew to 60 s");
+    assert_ttl_matches(&mut c, b"k");
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.RENEW", "k", "o", 2_000)),
+        Some(token)
+    );
+    let p = pttl(&mut c, "k");
+    assert!(p > 1_000 && p <= 2_000, "PTTL {p} after renew to 2 s");
+    assert_ttl_matches(&mut c, b"k");
+    assert_eq!(held(&mut c, "k").count, 1);
+
+    // A renew keeps a re-entered count.
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 10_000)),
+        Some(2)
+    );
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.RENEW", "k", "o", 30_000)),
+        Some(token)
+    );
+    let i = held(&mut c, "k");
+    assert_eq!((i.token, i.count), (token, 2));
+
+    // Anyone else: nil, nothing changes.
+    let before = pttl(&mut c, "k");
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.RENEW", "k", "x", 90_000)),
+        None
+    );
+    let after = pttl(&mut c, "k");
+    assert!(
+        after <= before && after > 25_000,
+        "PTTL {before} -> {after}"
+    );
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.RENEW", "nokey", "o", 1_000)),
+        None
+    );
+    assert_eq!(exists(&mut c, "nokey"), 0);
+}
+
+#[test]
+fn renew_never_revives_an_expired_lock() {
+    let server = Server::start();
+    let mut c = server.conn();
+    int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 50)).unwrap();
+    thread::sleep(Duration::from_millis(150));
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.RENEW", "k", "o", 10_000)),
+        None
+    );
+    assert_eq!(exists(&mut c, "k"), 0);
+    assert_eq!(info(&mut c, "k"), None);
+    assert_eq!(pttl(&mut c, "k"), -2);
+}
+
+#[test]
+fn forcerelease_removes_any_hold_once() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 10_000)),
+        Some(1)
+    );
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 10_000)),
+        Some(2)
+    );
+    let old = held(&mut c, "k").token;
+    assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "k")), 1);
+    assert_eq!(info(&mut c, "k"), None);
+    assert_eq!(exists(&mut c, "k"), 0);
+    assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "k")), 0);
+    assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "never")), 0);
+    // The former holder no longer holds it; a new owner gets a new token.
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "o")), None);
+    let t = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "x", 10_000)).unwrap();
+    assert!(t > old);
+}
+
+#[test]
+fn info_is_a_map_in_resp2_and_resp3() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(info(&mut c, "k"), None);
+    let token = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "me", 30_000)).unwrap();
+
+    // RESP2: the exact flat array.
+    let raw: Value = cmd!("LOCK.INFO", "k").query(&mut c).unwrap();
+    let Value::Array(items) = raw else {
+        panic!("RESP2 LOCK.INFO: {raw:?}")
+    };
+    assert_eq!(items.len(), 10);
+    assert_eq!(items[0], Value::BulkString(b"owner".to_vec()));
+    assert_eq!(items[1], Value::BulkString(b"me".to_vec()));
+    assert_eq!(items[2], Value::BulkString(b"token".to_vec()));
+    assert_eq!(items[3], Value::Int(token));
+    assert_eq!(items[4], Value::BulkString(b"count".to_vec()));
+    assert_eq!(items[5], Value::Int(1));
+    assert_eq!(items[6], Value::BulkString(b"ttl".to_vec()));
+    assert!(matches!(items[7], Value::Int(t) if t > 29_000 && t <= 30_000));
+    assert_eq!(items[8], Value::BulkString(b"waiters".to_vec()));
+    assert_eq!(items[9], Value::Int(0));
+
+    // RESP3: a native map with the same fields in the same order.
+    let mut c3 = server.conn_resp3();
+    let raw: Value = cmd!("LOCK.INFO", "k").query(&mut c3).unwrap();
+    let Value::Map(pairs) = raw else {
+        panic!("RESP3 LOCK.INFO is not a map: {raw:?}")
+    };
+    let i = decode_info(pairs);
+    assert_eq!(i.owner, b"me");
+    assert_eq!((i.token, i.count, i.waiters), (token, 1, 0));
+    let raw: Value = cmd!("LOCK.INFO", "nokey").query(&mut c3).unwrap();
+    assert_eq!(raw, Value::Nil);
+
+    // No TTL on the key: ttl is -1.
+    assert_eq!(int(&mut c, cmd!("PERSIST", "k")), 1);
+    assert_eq!(held(&mut c, "k").ttl, -1);
+    assert_eq!(pttl(&mut c, "k"), -1);
+}
+
+#[test]
+fn reentrancy_limit_is_an_error_and_keeps_the_count() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let at = now_ms() + 60_000;
+    let ok: String = cmd!("LOCK.APPLY", "k", "owner", 1, 4_294_967_295u64, "PXAT", at)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(ok, "OK");
+    let i = held(&mut c, "k");
+    assert_eq!((i.token, i.count), (1, 4_294_967_295));
+    assert_eq!(
+        error(&mut c, cmd!("LOCK.REENTER", "k", "owner", 1000)),
+        "ERR reentrancy limit reached"
+    );
+    let after = held(&mut c, "k");
+    assert_eq!((after.token, after.count), (1, 4_294_967_295));
+    assert!(after.ttl > 55_000, "ttl {} must not be reset", after.ttl);
+    // The hold can still be released one step.
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "owner")),
+        Some(4_294_967_294)
+    );
+}
+
+#[test]
+fn pttl_always_equals_info_ttl() {
+    let server = Server::start();
+    let mut c = server.conn();
+    int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 5_000)).unwrap();
+    assert_ttl_matches(&mut c, b"k");
+    int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 40_000)).unwrap();
+    assert_ttl_matches(&mut c, b"k");
+    int_or_nil(&mut c, cmd!("LOCK.RENEW", "k", "o", 1_000)).unwrap();
+    assert_ttl_matches(&mut c, b"k");
+    int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 700_000)).unwrap();
+    assert_ttl_matches(&mut c, b"k");
+    int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "o")).unwrap();
+    assert_ttl_matches(&mut c, b"k");
+    // The largest ttl is kept exactly too.
+    int_or_nil(
+        &mut c,
+        cmd!("LOCK.ACQUIRE", "big", "o", 1_000_000_000_000i64),
+    )
+    .unwrap();
+    assert_ttl_matches(&mut c, b"big");
+    assert!(pttl(&mut c, "big") > 999_999_990_000);
+    // A PEXPIRE on the key is the lock's ttl as well.
+    assert_eq!(int(&mut c, cmd!("PEXPIRE", "k", 3_000)), 1);
+    let i = held(&mut c, "k");
+    assert!(i.ttl > 2_900 && i.ttl <= 3_000, "ttl {}", i.ttl);
+}
+
+#[test]
+fn keys_and_owners_are_binary_safe() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let key: &[u8] = b"k\x00\xff\r\nkey";
+    let owner: &[u8] = b"\x00o\xff\r\n\x00";
+    let near: &[u8] = b"\x00o\xff\r\n"; // a prefix of owner
+    let t = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", key, owner, 10_000)).unwrap();
+    let i = held(&mut c, key);
+    assert_eq!(i.owner, owner);
+    assert_eq!(i.token, t);
+    assert_ttl_matches(&mut c, key);
+    assert_eq!(exists(&mut c, key), 1);
+    assert_eq!(
+        exists(&mut c, b"k"),
+        0,
+        "the key is not cut at the NUL byte"
+    );
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", key, near, 10_000)),
+        None
+    );
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", key, near)), None);
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.RENEW", key, near, 10_000)),
+        None
+    );
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", key, owner, 10_000)),
+        Some(t)
+    );
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", key, owner, 10_000)),
+        Some(2)
+    );
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.RENEW", key, owner, 20_000)),
+        Some(t)
+    );
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.RELEASE", key, owner)),
+        Some(1)
+    );
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.RELEASE", key, owner)),
+        Some(0)
+    );
+    assert_eq!(exists(&mut c, key), 0);
+    // Owner of only 0xff bytes.
+    let ff = [0xffu8; 3];
+    int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", &ff[..], &ff[..], 10_000)).unwrap();
+    assert_eq!(held(&mut c, &ff[..]).owner, ff);
+}
+
+#[test]
+fn owner_length_is_checked() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let max = vec![b'a'; 256];
+    let long = vec![b'a'; 257];
+    let empty: &[u8] = b"";
+    let t = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", &max, 10_000)).unwrap();
+    assert_eq!(held(&mut c, "k").owner, max);
+    // A 257-byte owner whose first 256 bytes match the holder must not be taken for it.
+    for bad in [&long[..], empty] {
+        assert_eq!(
+            error(&mut c, cmd!("LOCK.ACQUIRE", "k", bad, 10_000)),
+            "ERR invalid owner"
+        );
+        assert_eq!(
+            error(&mut c, cmd!("LOCK.REENTER", "k", bad, 10_000)),
+            "ERR invalid owner"
+        );
+        assert_eq!(
+            error(&mut c, cmd!("LOCK.RENEW", "k", bad, 10_000)),
+            "ERR invalid owner"
+        );
+        assert_eq!(
+            error(&mut c, cmd!("LOCK.RELEASE", "k", bad)),
+            "ERR invalid owner"
+        );
+        assert_eq!(
+            error(&mut c, cmd!("LOCK.WAIT", "k", bad, 10_000, 100)),
+            "ERR invalid owner"
+        );
+        // On a free key nothing gets created either.
+        assert_eq!(
+            error(&mut c, cmd!("LOCK.ACQUIRE", "free", bad, 10_000)),
+            "ERR invalid owner"
+        );
+        assert_eq!(
+            error(&mut c, cmd!("LOCK.REENTER", "free", bad, 10_000)),
+            "ERR invalid owner"
+        );
+        assert_eq!(
+            error(&mut c, cmd!("LOCK.WAIT", "free", bad, 10_000, 0)),
+            "ERR invalid owner"
+        );
+        assert_eq!(exists(&mut c, "free"), 0);
+    }
+    let i = held(&mut c, "k");
+    assert_eq!((i.owner, i.token, i.count), (max.clone(), t, 1));
+    // The 256-byte owner works with every command.
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", &max, 10_000)),
+        Some(2)
+    );
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.RENEW", "k", &max, 10_000)),
+        Some(t)
+    );
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", &max)), Some(1));
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", &max)), Some(0));
+    assert!(int_or_nil(&mut c, cmd!("LOCK.WAIT", "w", &max, 10_000, 0)).is_some());
+    // A one-byte owner is the shortest valid one.
+    assert!(int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "one", "x", 10_000)).is_some());
+}
+
+const BAD_TTLS: [&str; 11] = [
+    "0",
+    "-1",
+    "-100",
+    "abc",
+    "1.5",
+    "+5",
+    "01",
+    "",
+    " 5",
+    "1000000000001",
+    "99999999999999999999999",
+];
+
+#[test]
+fn ttl_ms_is_checked() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let t = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 10_000)).unwrap();
+    for bad in BAD_TTLS {
+        for (name, key) in [("LOCK.ACQUIRE", "k"), ("LOCK.ACQUIRE", "free")] {
+            assert_eq!(
+                error(&mut c, cmd!(name, key, "o", bad)),
+                "ERR invalid ttl_ms",
+                "{name} {key} o {bad:?}"
+            );
+        }
+        for key in ["k", "free"] {
+            assert_eq!(
+                error(&mut c, cmd!("LOCK.REENTER", key, "o", bad)),
+                "ERR invalid ttl_ms",
+                "LOCK.REENTER {key} o {bad:?}"
+            );
+            assert_eq!(
+                error(&mut c, cmd!("LOCK.RENEW", key, "o", bad)),
+                "ERR invalid ttl_ms",
+                "LOCK.RENEW {key} o {bad:?}"
+            );
+            assert_eq!(
+                error(&mut c, cmd!("LOCK.WAIT", key, "o", bad, 100)),
+                "ERR invalid ttl_ms",
+                "LOCK.WAIT {key} o {bad:?} 100"
+            );
+        }
+    }
+    // Nothing changed.
+    assert_eq!(exists(&mut c, "free"), 0);
+    let i = held(&mut c, "k");
+    assert_eq!((i.token, i.count), (t, 1));
+    assert!(i.ttl > 5_000 && i.ttl <= 10_000, "ttl {}", i.ttl);
+    // The bounds themselves are valid.
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.RENEW", "k", "o", 1_000_000_000_000i64)),
+        Some(t)
+    );
+    assert!(pttl(&mut c, "k") > 999_999_990_000);
+    assert!(int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "one", "o", 1)).is_some());
+    assert!(int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "max", "o", "1000000000000")).is_some());
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "max2", "o", "1000000000000")),
+        Some(1)
+    );
+}
+
+#[test]
+fn wait_timeout_ms_is_checked() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for bad in ["-1", "abc", "1000000000001", "1.5", "+5", "01", ""] {
+        assert_eq!(
+            error(&mut c, cmd!("LOCK.WAIT", "k", "o", 1_000, bad)),
+            "ERR invalid timeout_ms",
+            "LOCK.WAIT k o 1000 {bad:?}"
+        );
+    }
+    assert_eq!(exists(&mut c, "k"), 0);
+    // 0 (no limit) and 10^12 are valid; the key is free so both reply at once.
+    let a = int_or_nil(&mut c, cmd!("LOCK.WAIT", "k", "o", 10_000, 0)).expect("token");
+    let i = held(&mut c, "k");
+    assert_eq!((i.owner.as_slice(), i.token), (&b"o"[..], a));
+    let b = int_or_nil(
+        &mut c,
+        cmd!("LOCK.WAIT", "k2", "o", 10_000, "1000000000000"),
+    )
+    .expect("token");
+    assert!(b > a);
+}
+
+#[test]
+fn every_command_gives_wrongtype_on_a_string_and_leaves_it_alone() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let _: () = cmd!("SET", "s", "value", "PX", 100_000)
+        .query(&mut c)
+        .unwrap();
+    let cmds = [
+        cmd!("LOCK.ACQUIRE", "s", "o", 1_000),
+        cmd!("LOCK.REENTER", "s", "o", 1_000),
+        cmd!("LOCK.RELEASE", "s", "o"),
+        cmd!("LOCK.RENEW", "s", "o", 1_000),
+        cmd!("LOCK.INFO", "s"),
+        cmd!("LOCK.FORCERELEASE", "s"),
+        cmd!("LOCK.WAIT", "s", "o", 1_000, 100),
+    ];
+    for cmd in cmds {
+        let e = error(&mut c, cmd.clone());
+        assert!(e.starts_with("WRONGTYPE"), "{} replied {e}", show(&cmd));
+        let v: String = cmd!("GET", "s").query(&mut c).unwrap();
+        assert_eq!(v, "value", "after {}", show(&cmd));
+        let p = pttl(&mut c, "s");
+        assert!(p > 90_000 && p <= 100_000, "PTTL {p} after {}", show(&cmd));
+    }
+    let kind: String = cmd!("TYPE", "s").query(&mut c).unwrap();
+    assert_eq!(kind, "string");
+    // And another type without a TTL.
+    let _: i64 = cmd!("LPUSH", "l", "x").query(&mut c).unwrap();
+    let e = error(&mut c, cmd!("LOCK.ACQUIRE", "l", "o", 1_000));
+    assert!(e.starts_with("WRONGTYPE"), "{e}");
+    assert_eq!(pttl(&mut c, "l"), -1);
+}
+
+#[test]
+fn wrong_arity_is_the_standard_error() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let cases = [
+        cmd!("LOCK.ACQUIRE"),
+        cmd!("LOCK.ACQUIRE", "k"),
+        cmd!("LOCK.ACQUIRE", "k", "o"),
+        cmd!("LOCK.ACQUIRE", "k", "o", 100, "extra"),
+        cmd!("LOCK.REENTER", "k", "o"),
+        cmd!("LOCK.REENTER", "k", "o", 100, 1),
+        cmd!("LOCK.RELEASE", "k"),
+        cmd!("LOCK.RELEASE", "k", "o", "x"),
+        cmd!("LOCK.RENEW", "k", "o"),
+        cmd!("LOCK.RENEW", "k", "o", 100, 1),
+        cmd!("LOCK.WAIT", "k", "o", 100),
+        cmd!("LOCK.WAIT", "k", "o", 100, 100, 1),
+        cmd!("LOCK.INFO"),
+        cmd!("LOCK.INFO", "k", "x"),
+        cmd!("LOCK.FORCERELEASE"),
+        cmd!("LOCK.FORCERELEASE", "k", "x"),
+    ];
+    for cmd in cases {
+        let e = error(&mut c, cmd.clone());
+        assert!(e.starts_with(ARITY), "{} replied {e}", show(&cmd));
+    }
+    assert_eq!(exists(&mut c, "k"), 0, "no arity error creates the key");
+    let e = error(&mut c, cmd!("LOCK.ACQUIRE", "k", "o"));
+    assert!(e.to_lowercase().contains("'lock.acquire'"), "{e}");
+}
+
+#[test]
+fn lock_keys_behave_like_any_other_type() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let t = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 60_000)).unwrap();
+    let _: () = cmd!("SET", "plain", "v").query(&mut c).unwrap();
+    let kind: String = cmd!("TYPE", "k").query(&mut c).unwrap();
+    assert_eq!(kind, "relock-lk");
+    assert_eq!(exists(&mut c, "k"), 1);
+
+    // SCAN ... TYPE finds only locks.
+    let (_, keys): (String, Vec<String>) = cmd!("SCAN", 0, "TYPE", "relock-lk", "COUNT", 1000)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(keys, vec!["k".to_string()]);
+
+    // OBJECT, MEMORY USAGE.
+    let enc: String = cmd!("OBJECT", "ENCODING", "k").query(&mut c).unwrap();
+    assert!(!enc.is_empty());
+    let idle: i64 = cmd!("OBJECT", "IDLETIME", "k").query(&mut c).unwrap();
+    assert!(idle >= 0);
+    let usage: i64 = cmd!("MEMORY", "USAGE", "k").query(&mut c).unwrap();
+    assert!(usage > 0, "MEMORY USAGE {usage}");
+    let _: () = cmd!("CONFIG", "SET", "maxmemory-policy", "allkeys-lfu")
+        .query(&mut c)
+        .unwrap();
+    let freq: i64 = cmd!("OBJECT", "FREQ", "k").query(&mut c).unwrap();
+    assert!(freq >= 0);
+
+    // COPY duplicates the hold: same owner and token, and its TTL.
+    assert_eq!(int(&mut c, cmd!("COPY", "k", "k2")), 1);
+    let a = held(&mut c, "k");
+    let b = held(&mut c, "k2");
+    assert_eq!((&b.owner, b.token, b.count), (&a.owner, t, a.count));
+    assert!(b.ttl > 50_000, "copy ttl {}", b.ttl);
+    assert_ttl_matches(&mut c, b"k2");
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k2", "o")), Some(0));
+    assert_eq!(held(&mut c, "k").token, t, "the original is independent");
+
+    // RENAME moves the hold.
+    let _: () = cmd!("RENAME", "k", "r").query(&mut c).unwrap();
+    assert_eq!(exists(&mut c, "k"), 0);
+    assert_eq!(info(&mut c, "k"), None);
+    let r = held(&mut c, "r");
+    assert_eq!((r.owner.as_slice(), r.token, r.count), (&b"o"[..], t, 1));
+    assert_ttl_matches(&mut c, b"r");
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "r", "o", 60_000)),
+        Some(t)
+    );
+    let fresh = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "x", 60_000)).unwrap();
+    assert!(fresh > t);
+
+    // DEBUG RELOAD keeps everything.
+    let before = (held(&mut c, "r"), held(&mut c, "k"));
+    let _: () = cmd!("DEBUG", "RELOAD").query(&mut c).unwrap();
+    let after = (held(&mut c, "r"), held(&mut c, "k"));
+    assert_eq!(after.0.owner, before.0.owner);
+    assert_eq!(after.0.token, before.0.token);
+    assert_eq!(after.1.token, before.1.token);
+    assert!(after.0.ttl > 50_000 && after.0.ttl <= before.0.ttl);
+    assert_ttl_matches(&mut c, b"r");
+    let kind: String = cmd!("TYPE", "r").query(&mut c).unwrap();
+    assert_eq!(kind, "relock-lk");
+
+    // DEL and UNLINK remove it; the lock is gone for its owner.
+    assert_eq!(int(&mut c, cmd!("DEL", "r")), 1);
+    assert_eq!(info(&mut c, "r"), None);
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "r", "o")), None);
+    assert_eq!(int(&mut c, cmd!("UNLINK", "k")), 1);
+    assert_eq!(info(&mut c, "k"), None);
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.RENEW", "k", "x", 1_000)),
+        None
+    );
+    assert_eq!(exists(&mut c, "k"), 0);
+    let t2 = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "r", "z", 60_000)).unwrap();
+    assert!(t2 > fresh);
+}
