@@ -131,7 +131,10 @@ impl Server {
                 }
             }
         }
-        panic!("redis-server did not start: {last_error}\n--- log ---\n{}", self.log());
+        panic!(
+            "redis-server did not start: {last_error}\n--- log ---\n{}",
+            self.log()
+        );
     }
 
     fn wait_ready(&mut self) -> Result<(), String> {
@@ -172,8 +175,8 @@ impl Server {
 
     /// A new connection that speaks RESP3 (`HELLO 3`).
     pub fn conn_resp3(&self) -> redis::Connection {
-        let client = redis::Client::open(format!("{}?protocol=resp3", self.url()))
-            .expect("resp3 url");
+        let client =
+            redis::Client::open(format!("{}?protocol=resp3", self.url())).expect("resp3 url");
         client
             .get_connection_with_timeout(Duration::from_secs(5))
             .expect("connect resp3")
@@ -257,12 +260,17 @@ pub fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
 /// One field of `INFO relock` as an integer, e.g. `info_field(&mut c, "locks")` reads
 /// `relock_locks` (Redis prefixes a module's INFO fields with the module name).
 pub fn info_field(conn: &mut redis::Connection, field: &str) -> i64 {
-    let info: String = redis::cmd("INFO").arg("relock").query(conn).expect("INFO relock");
+    let info: String = redis::cmd("INFO")
+        .arg("relock")
+        .query(conn)
+        .expect("INFO relock");
     let wanted = format!("relock_{field}");
     info.lines()
         .find_map(|line| {
             let (name, value) = line.trim().split_once(':')?;
-            (name == wanted).then(|| value.parse::<i64>().ok()).flatten()
+            (name == wanted)
+                .then(|| value.parse::<i64>().ok())
+                .flatten()
         })
         .unwrap_or_else(|| panic!("INFO relock has no integer field {field}:\n{info}"))
 }
