@@ -1,1 +1,115 @@
-//! relock-client (work in progress)
+//! A thin async client for **relock**, the Redis module with native `LOCK.*` commands.
+//!
+//! One API covers a single server (plain locking) and N independent masters (the Redlock
+//! algorithm, with a quorum of N / 2 + 1):
+//!
+//! - every master is asked concurrently, each bounded by [`Options::node_timeout`], and a
+//!   round returns as soon as a quorum is won or lost;
+//! - the validity of a lock is `ttl - elapsed - drift` (drift = 1 % of ttl + 2 ms), computed
+//!   with checked arithmetic and exposed as an instant, [`Lock::valid_until`];
+//! - a failed round is released on every master at once, and retried after a random pause;
+//! - [`Relock::acquire_wait`] waits with `LOCK.WAIT` instead of polling;
+//! - [`Relock::with_lock`] and [`LockGuard`] renew in the background and tell the holder when
+//!   the lock is lost; errors name the master that failed ([`NodeError`]).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use relock_client::Relock;
+//!
+//! # async fn demo() -> Result<(), relock_client::Error> {
+//! let relock = Relock::new(&["redis://127.0.0.1:6379", "redis://127.0.0.1:6380", "redis://127.0.0.1:6381"])?;
+//!
+//! // By hand: acquire, use the fencing token, release.
+//! let lock = relock.acquire("orders:42", Duration::from_secs(10)).await?;
+//! println!("token {:?}, valid until {:?}", lock.token(), lock.valid_until());
+//! lock.release().await?;
+//!
+//! // Scoped: renewed every ttl / 3, released however the body ends.
+//! let total = relock
+//!     .with_lock("orders:42", Duration::from_secs(10), |hold| async move {
+//!         tokio::select! {
+//!             _ = hold.lost.cancelled() => None, // someone broke the lock: stop
+//!             n = async { 6 * 7 } => Some(n),
+//!         }
+//!     })
+//!     .await?;
+//! assert_eq!(total, Some(42));
+//! # Ok(())
+//! # }
+//! ```
+
+mod client;
+mod error;
+mod guard;
+mod lock;
+mod node;
+pub mod validity;
+
+pub use client::{NodeReport, Options, Relock};
+pub use error::{Error, NodeError, NodeErrors, NodeFailure};
+pub use guard::{Hold, LockGuard};
+pub use lock::Lock;
+
+use std::time::Duration;
+
+/// The state of a lock on one master, as `LOCK.INFO` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInfo {
+    /// The holder's owner id (non-UTF-8 bytes shown lossily).
+    pub owner: String,
+    /// The hold's fencing token.
+    pub token: u64,
+    /// The reentrancy count (>= 1).
+    pub count: u64,
+    /// The time left before it expires.
+    pub ttl: Duration,
+    /// How many clients wait in `LOCK.WAIT` for it.
+    pub waiters: u64,
+}
+
+/// Parses a duration such as `500ms`, `10s`, `2m`, `1h` or a bare number of seconds (`30`).
+/// Used by `lockctl`; exposed because callers often read ttls from configuration.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?} (try 500ms, 10s, 2m)"))?;
+    let scale = match unit.trim() {
+        "ms" => 0.001,
+        "" | "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?} (use ms, s, m or h)"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(value * scale)
+        .map_err(|e| format!("invalid duration {text:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_duration("500ms"), Ok(ms(500)));
+        assert_eq!(parse_duration("10s"), Ok(ms(10_000)));
+        assert_eq!(parse_duration("2m"), Ok(ms(120_000)));
+        assert_eq!(parse_duration("1h"), Ok(ms(3_600_000)));
+        assert_eq!(parse_duration("30"), Ok(ms(30_000)));
+        assert_eq!(parse_duration("1.5s"), Ok(ms(1_500)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5d").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+}

@@ -1,0 +1,489 @@
+//! The client: a set of independent masters, the Redlock rounds, and the ways to acquire.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::time::Instant;
+
+use crate::error::{Error, NodeError, NodeErrors, NodeFailure};
+use crate::lock::Lock;
+use crate::node::{parse_info, Node};
+use crate::validity::{ttl_ms, validity};
+use crate::LockInfo;
+
+/// Tuning of a [`Relock`] client. Every field has a default, given in its doc.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// How long one master may take to answer one command (connecting included) before it
+    /// counts as failed for that round. Keep it much smaller than the ttl.
+    /// Default: 100 ms.
+    pub node_timeout: Duration,
+    /// How many more rounds [`Relock::acquire`] tries after a failed one.
+    /// Default: 3 (so 4 rounds at most).
+    pub retry_count: u32,
+    /// The mean pause before a retry; each pause is drawn uniformly from
+    /// `[retry_delay / 2, retry_delay * 3 / 2]` so that contenders do not retry in lock-step.
+    /// Default: 200 ms.
+    pub retry_delay: Duration,
+    /// With several masters, [`Relock::acquire_wait`] keeps the masters that granted it while it
+    /// waits for the rest for at most this long (and never longer than ttl / 4) before it
+    /// releases them and retries; this is what keeps contenders that each hold a minority from
+    /// waiting on one another forever.
+    /// Default: 500 ms.
+    pub max_partial_hold: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            node_timeout: Duration::from_millis(100),
+            retry_count: 3,
+            retry_delay: Duration::from_millis(200),
+            max_partial_hold: Duration::from_millis(500),
+        }
+    }
+}
+
+/// What one master answered to an operator's query.
+#[derive(Debug)]
+pub struct NodeReport<T> {
+    /// The master, as `host:port`.
+    pub node: String,
+    /// Its answer, or why there was none.
+    pub result: Result<T, NodeFailure>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) options: Options,
+}
+
+/// A client of one relock server (plain locking) or of N independent masters (Redlock).
+///
+/// Cheap to clone: clones share connections.
+#[derive(Clone)]
+pub struct Relock {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// The outcome of one round over the masters.
+pub(crate) struct Round {
+    /// Per master, the token it granted (if it did, as far as we saw).
+    pub(crate) tokens: Vec<Option<u64>>,
+    /// The masters that did not grant, and why.
+    pub(crate) failures: Vec<NodeError>,
+    /// When the round started (before the first request was sent).
+    pub(crate) started: Instant,
+    /// How long it took until it was decided.
+    pub(crate) elapsed: Duration,
+}
+
+impl Round {
+    pub(crate) fn granted(&self) -> usize {
+        self.tokens.iter().filter(|t| t.is_some()).count()
+    }
+
+    /// How many masters positively said "not yours".
+    pub(crate) fn refused(&self) -> usize {
+        self.failures
+            .iter()
+            .filter(|e| matches!(e.failure, NodeFailure::NotGranted))
+            .count()
+    }
+}
+
+impl Relock {
+    /// A client of the masters at `urls` (`redis://host:port[/db]`) with default [`Options`].
+    /// One URL gives plain single-server locking; N give Redlock with a quorum of N / 2 + 1.
+    /// No connection is made until the first command.
+    pub fn new<S: AsRef<str>>(urls: &[S]) -> Result<Relock, Error> {
+        Relock::with_options(urls, Options::default())
+    }
+
+    /// Like [`Relock::new`], with the given options.
+    pub fn with_options<S: AsRef<str>>(urls: &[S], options: Options) -> Result<Relock, Error> {
+        if urls.is_empty() {
+            return Err(Error::NoServers);
+        }
+        let nodes = urls
+            .iter()
+            .map(|u| Node::open(u.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Relock {
+            inner: Arc::new(Inner { nodes, options }),
+        })
+    }
+
+    /// The masters' names (`host:port`), in the order they were given.
+    pub fn nodes(&self) -> Vec<&str> {
+        self.inner.nodes.iter().map(|n| n.name.as_str()).collect()
+    }
+
+    /// How many masters must grant a lock: N / 2 + 1.
+    pub fn quorum(&self) -> usize {
+        self.inner.nodes.len() / 2 + 1
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &Options {
+        &self.inner.options
+    }
+
+    /// A fresh owner id (a UUID v4), the only proof of ownership of a lock.
+    pub fn new_owner() -> String {
+        uuid::Uuid::new_v4().to_string()
+    }
+
+    /// One Redlock round with `LOCK.ACQUIRE` under a fresh owner, no retry.
+    pub async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lock, Error> {
+        self.attempt(key, &Relock::new_owner(), ttl, false).await
+    }
+
+    /// Acquires `key` for `ttl` under a fresh owner, retrying up to
+    /// [`Options::retry_count`] times with a random pause around [`Options::retry_delay`].
+    /// Fails with the last round's error (for instance [`Error::NoQuorum`], naming the masters
+    /// that did not grant).
+    pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Lock, Error> {
+        let owner = Relock::new_owner();
+        let mut tries_left = self.inner.options.retry_count;
+        loop {
+            match self.attempt(key, &owner, ttl, false).await {
+                Ok(lock) => return Ok(lock),
+                Err(e @ (Error::InvalidTtl(_) | Error::NoServers)) => return Err(e),
+                Err(e) if tries_left == 0 => return Err(e),
+                Err(e) => {
+                    tracing::debug!(key, error = %e, "acquire round failed, retrying");
+                    tries_left -= 1;
+                    tokio::time::sleep(self.jitter()).await;
+                }
+            }
+        }
+    }
+
+    /// Reentrant acquisition with `LOCK.REENTER`: the first call for `owner` takes the lock, each
+    /// further call by the same owner adds one to its hold count (and resets the ttl); the lock is
+    /// gone after as many releases. One round, no retry. See also [`Lock::reenter`].
+    pub async fn reenter(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lock, Error> {
+        self.attempt(key, owner, ttl, true).await
+    }
+
+    /// Blocking acquisition with `LOCK.WAIT`: waits, without polling, until the lock is granted
+    /// or `timeout` passes (`None`: no limit; `Some(ZERO)`: one non-blocking round).
+    ///
+    /// With one master this is a plain `LOCK.WAIT` in the master's FIFO queue. With several,
+    /// it waits on every master at once, each on a connection of its own; once one master has
+    /// granted, it waits at most [`Options::max_partial_hold`] for a quorum, and otherwise
+    /// releases what it holds and starts again after a random pause, so that contenders holding
+    /// a minority each can never wait on one another forever. The validity of the result is
+    /// measured from a `LOCK.RENEW` round made right after the grant.
+    pub async fn acquire_wait(
+        &self,
+        key: &str,
+        ttl: Duration,
+        timeout: Option<Duration>,
+    ) -> Result<Lock, Error> {
+        let ttl_ms = ttl_ms(ttl).ok_or(Error::InvalidTtl(ttl))?;
+        if timeout == Some(Duration::ZERO) {
+            return self.try_acquire(key, ttl).await;
+        }
+        let owner = Relock::new_owner();
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if remaining == Some(Duration::ZERO) {
+                return Err(Error::WaitTimeout {
+                    key: key.to_string(),
+                    timeout: timeout.unwrap_or_default(),
+                });
+            }
+            let round = self.wait_round(key, &owner, ttl, ttl_ms, remaining).await;
+            if round.granted() >= self.quorum() {
+                let mut lock = Lock::new(self.clone(), key, &owner, ttl, round.tokens, false);
+                // The grant's ttl counts from a moment we cannot see; a renew round gives a
+                // start time we did measure.
+                match lock.renew(ttl, false).await {
+                    Ok(()) => return Ok(lock),
+                    Err(e) => {
+                        tracing::debug!(key, error = %e, "renew after wait failed, retrying");
+                        lock.release_quietly().await;
+                    }
+                }
+            } else {
+                self.release_targets(key, &owner, None).await;
+                let errors_only = round.failures.iter().all(|f| {
+                    !matches!(f.failure, NodeFailure::NotGranted | NodeFailure::Timeout(_))
+                });
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    if errors_only && !round.failures.is_empty() {
+                        return Err(self.no_quorum(key, round));
+                    }
+                    return Err(Error::WaitTimeout {
+                        key: key.to_string(),
+                        timeout: timeout.unwrap_or_default(),
+                    });
+                }
+                if round.refused() < round.failures.len() {
+                    tracing::warn!(key, failures = %NodeErrors(round.failures), "waiting: some masters failed");
+                }
+            }
+            let mut pause = self.jitter();
+            if let Some(d) = deadline {
+                pause = pause.min(d.saturating_duration_since(Instant::now()));
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// `LOCK.INFO key` on every master, concurrently.
+    pub async fn info(&self, key: &str) -> Vec<NodeReport<Option<LockInfo>>> {
+        let mut cmd = redis::cmd("LOCK.INFO");
+        cmd.arg(key);
+        let timeout = self.inner.options.node_timeout;
+        let cmd = &cmd;
+        let replies = futures_util::future::join_all(self.inner.nodes.iter().map(|n| async move {
+            let reply: Result<redis::Value, _> = n.query(cmd, timeout).await;
+            NodeReport {
+                node: n.name.clone(),
+                result: reply.and_then(parse_info),
+            }
+        }));
+        replies.await
+    }
+
+    /// `LOCK.FORCERELEASE key` on every master, concurrently: breaks the lock whoever holds it.
+    /// Each report says whether that master had a lock to remove. For operators only.
+    pub async fn force_release(&self, key: &str) -> Vec<NodeReport<bool>> {
+        let mut cmd = redis::cmd("LOCK.FORCERELEASE");
+        cmd.arg(key);
+        let timeout = self.inner.options.node_timeout;
+        let cmd = &cmd;
+        let replies = futures_util::future::join_all(self.inner.nodes.iter().map(|n| async move {
+            let reply: Result<i64, _> = n.query(cmd, timeout).await;
+            NodeReport {
+                node: n.name.clone(),
+                result: reply.map(|r| r == 1),
+            }
+        }));
+        replies.await
+    }
+
+    /// A random pause in `[retry_delay / 2, retry_delay * 3 / 2]`.
+    pub(crate) fn jitter(&self) -> Duration {
+        let base = self.inner.options.retry_delay;
+        let half = base / 2;
+        let spread = u64::try_from(base.as_micros()).unwrap_or(u64::MAX);
+        half + Duration::from_micros(fastrand::u64(0..=spread))
+    }
+
+    pub(crate) fn no_quorum(&self, key: &str, round: Round) -> Error {
+        Error::NoQuorum {
+            key: key.to_string(),
+            granted: round.granted(),
+            nodes: self.inner.nodes.len(),
+            quorum: self.quorum(),
+            failures: NodeErrors(round.failures),
+        }
+    }
+
+    /// One non-blocking Redlock round with `LOCK.ACQUIRE` (or `LOCK.REENTER`); on failure the
+    /// masters are released at once.
+    async fn attempt(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        reentrant: bool,
+    ) -> Result<Lock, Error> {
+        let ttl_ms = ttl_ms(ttl).ok_or(Error::InvalidTtl(ttl))?;
+        let timeout = self.inner.options.node_timeout;
+        let round = if reentrant {
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .cmd("LOCK.REENTER")
+                .arg(key)
+                .arg(owner)
+                .arg(ttl_ms)
+                .cmd("LOCK.INFO")
+                .arg(key);
+            let pipe = &pipe;
+            // A reentrant round waits for every master, so that the release of a failed round
+            // only undoes the counts it really added.
+            self.round(false, |_, node| async move {
+                let (count, info): (Option<u64>, redis::Value) =
+                    node.query_pipe(pipe, timeout).await?;
+                if count.is_none() {
+                    return Ok(None);
+                }
+                Ok(parse_info(info)?.map(|i| i.token))
+            })
+            .await
+        } else {
+            let mut cmd = redis::cmd("LOCK.ACQUIRE");
+            cmd.arg(key).arg(owner).arg(ttl_ms);
+            let cmd = &cmd;
+            self.round(
+                true,
+                |_, node| async move { node.query(cmd, timeout).await },
+            )
+            .await
+        };
+        let targets: Option<Vec<bool>> =
+            reentrant.then(|| round.tokens.iter().map(Option::is_some).collect());
+        if round.granted() < self.quorum() {
+            self.release_targets(key, owner, targets.as_deref()).await;
+            return Err(self.no_quorum(key, round));
+        }
+        let Some(left) = validity(ttl, round.elapsed) else {
+            self.release_targets(key, owner, targets.as_deref()).await;
+            return Err(Error::ValidityExhausted {
+                key: key.to_string(),
+                elapsed: round.elapsed,
+                ttl,
+            });
+        };
+        let mut lock = Lock::new(self.clone(), key, owner, ttl, round.tokens, reentrant);
+        lock.valid_until = round.started + left;
+        tracing::debug!(key, owner, validity = ?left, "lock acquired");
+        Ok(lock)
+    }
+
+    /// One round of `LOCK.WAIT` on every master at once, each on its own connection.
+    async fn wait_round(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        ttl_ms: u64,
+        remaining: Option<Duration>,
+    ) -> Round {
+        let n = self.inner.nodes.len();
+        let quorum = self.quorum();
+        let node_timeout = self.inner.options.node_timeout;
+        // 0 asks the master to wait without limit.
+        let wait_ms = remaining.map_or(0, |r| (r.as_millis() as u64).max(1));
+        let mut cmd = redis::cmd("LOCK.WAIT");
+        cmd.arg(key).arg(owner).arg(ttl_ms).arg(wait_ms);
+        let cmd = &cmd;
+        let started = Instant::now();
+        let mut pending: FuturesUnordered<_> = self
+            .inner
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| async move {
+                let call = node.blocking_query::<Option<u64>>(cmd, node_timeout);
+                // A master that stops answering (paused, partitioned) must not outlast the wait.
+                let result = match remaining {
+                    None => call.await,
+                    Some(r) => match tokio::time::timeout(r + node_timeout, call).await {
+                        Ok(r) => r,
+                        Err(_) => Err(NodeFailure::Timeout(r + node_timeout)),
+                    },
+                };
+                (i, result)
+            })
+            .collect();
+        let mut tokens = vec![None; n];
+        let mut failures = Vec::new();
+        let partial_limit = self.inner.options.max_partial_hold.min(ttl / 4);
+        let mut partial_deadline: Option<Instant> = None;
+        loop {
+            let granted = tokens.iter().filter(|t| t.is_some()).count();
+            if granted >= quorum || failures.len() > n - quorum || pending.is_empty() {
+                break;
+            }
+            let next = match partial_deadline {
+                None => pending.next().await,
+                Some(d) => tokio::select! {
+                    next = pending.next() => next,
+                    _ = tokio::time::sleep_until(d) => {
+                        tracing::debug!(key, granted, "no quorum within the partial-hold limit");
+                        break;
+                    }
+                },
+            };
+            let Some((i, result)) = next else { break };
+            let node = &self.inner.nodes[i];
+            match result {
+                Ok(Some(token)) => {
+                    tokens[i] = Some(token);
+                    partial_deadline.get_or_insert_with(|| Instant::now() + partial_limit);
+                }
+                Ok(None) => failures.push(node.error(NodeFailure::NotGranted)),
+                Err(f) => failures.push(node.error(f)),
+            }
+        }
+        Round {
+            tokens,
+            failures,
+            started,
+            elapsed: started.elapsed(),
+        }
+    }
+
+    /// Sends one request per master concurrently and collects the answers. With `early`, it
+    /// returns as soon as a quorum is won or lost (requests still in flight are dropped; the
+    /// release and renew paths address every master, so a late grant is never orphaned).
+    pub(crate) async fn round<'a, F, Fut>(&'a self, early: bool, call: F) -> Round
+    where
+        F: Fn(usize, &'a Node) -> Fut,
+        Fut: Future<Output = Result<Option<u64>, NodeFailure>> + 'a,
+    {
+        let n = self.inner.nodes.len();
+        let quorum = self.quorum();
+        let started = Instant::now();
+        let call = &call;
+        let mut pending: FuturesUnordered<_> = self
+            .inner
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| async move { (i, call(i, node).await) })
+            .collect();
+        let mut tokens = vec![None; n];
+        let mut failures = Vec::new();
+        while let Some((i, result)) = pending.next().await {
+            let node = &self.inner.nodes[i];
+            match result {
+                Ok(Some(token)) => tokens[i] = Some(token),
+                Ok(None) => failures.push(node.error(NodeFailure::NotGranted)),
+                Err(f) => failures.push(node.error(f)),
+            }
+            let granted = tokens.iter().filter(|t| t.is_some()).count();
+            if early && (granted >= quorum || failures.len() > n - quorum) {
+                break;
+            }
+        }
+        Round {
+            tokens,
+            failures,
+            started,
+            elapsed: started.elapsed(),
+        }
+    }
+
+    /// `LOCK.RELEASE` on the masters in `targets` (all when `None`), all at once, waiting for
+    /// every answer (each bounded by the node timeout). Returns the round: a "token" here is
+    /// the remaining count + 1, so `granted()` counts the masters where we held the lock.
+    pub(crate) async fn release_targets(
+        &self,
+        key: &str,
+        owner: &str,
+        targets: Option<&[bool]>,
+    ) -> Round {
+        let timeout = self.inner.options.node_timeout;
+        let mut cmd = redis::cmd("LOCK.RELEASE");
+        cmd.arg(key).arg(owner);
+        let cmd = &cmd;
+        self.round(false, |i, node| async move {
+            if targets.is_some_and(|t| !t.get(i).copied().unwrap_or(false)) {
+                return Err(NodeFailure::NotGranted);
+            }
+            let left: Option<u64> = node.query(cmd, timeout).await?;
+            Ok(left.map(|c| c + 1))
+        })
+        .await
+    }
+}

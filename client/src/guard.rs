@@ -1,0 +1,211 @@
+//! Keeping a lock alive: a background renewal task, a loss signal, release on every exit path.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::Relock;
+use crate::error::Error;
+use crate::lock::Lock;
+
+/// What the body of [`Relock::with_lock`] gets to know about its lock.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    /// The locked key.
+    pub key: String,
+    /// The owner id the lock is held under.
+    pub owner: String,
+    /// The fencing token of the first master that granted (see [`Lock::token`]).
+    pub token: Option<u64>,
+    /// Per master, `(master, token)` for each master that granted.
+    pub tokens: Vec<(String, u64)>,
+    /// Cancelled the moment the lock is known lost (a renewal was refused by a quorum, or its
+    /// validity ran out before a renewal succeeded). Await `lost.cancelled()` in a
+    /// `tokio::select!` to stop work that must not go on without the lock.
+    pub lost: CancellationToken,
+}
+
+/// A lock renewed in the background until it is released or dropped.
+///
+/// It renews every ttl / 3 (and retries sooner after a failed renewal while validity is
+/// left); it stops renewing the instant [`LockGuard::release`] is called or the guard is
+/// dropped, and then releases the lock on every master. Dropping it never blocks: the
+/// renewal task, already running on the runtime, does the release.
+pub struct LockGuard {
+    hold: Hold,
+    valid_until: watch::Receiver<Instant>,
+    stop: CancellationToken,
+    done: Option<oneshot::Receiver<Result<(), Error>>>,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("hold", &self.hold)
+            .finish()
+    }
+}
+
+impl Lock {
+    /// Hands the lock to a background renewal task (spawned on the current tokio runtime,
+    /// which this must be called from) and returns its guard.
+    pub fn keep_alive(self) -> LockGuard {
+        let hold = Hold {
+            key: self.key.clone(),
+            owner: self.owner.clone(),
+            token: self.token(),
+            tokens: self
+                .tokens()
+                .into_iter()
+                .map(|(n, t)| (n.to_string(), t))
+                .collect(),
+            lost: CancellationToken::new(),
+        };
+        let (valid_tx, valid_rx) = watch::channel(self.valid_until);
+        let (done_tx, done_rx) = oneshot::channel();
+        let stop = CancellationToken::new();
+        tokio::spawn(renew_until_stopped(
+            self,
+            stop.clone(),
+            hold.lost.clone(),
+            valid_tx,
+            done_tx,
+        ));
+        LockGuard {
+            hold: Hold {
+                lost: hold.lost.child_token(),
+                ..hold
+            },
+            valid_until: valid_rx,
+            stop,
+            done: Some(done_rx),
+        }
+    }
+}
+
+impl LockGuard {
+    /// The lock's key, owner and tokens, and its loss signal.
+    pub fn hold(&self) -> &Hold {
+        &self.hold
+    }
+
+    /// The fencing token of the first master that granted.
+    pub fn token(&self) -> Option<u64> {
+        self.hold.token
+    }
+
+    /// A token cancelled the moment the lock is known lost.
+    pub fn lost(&self) -> CancellationToken {
+        self.hold.lost.clone()
+    }
+
+    /// Whether the lock is known lost.
+    pub fn is_lost(&self) -> bool {
+        self.hold.lost.is_cancelled()
+    }
+
+    /// The validity after the last successful renewal.
+    pub fn valid_until(&self) -> Instant {
+        *self.valid_until.borrow()
+    }
+
+    /// Stops the renewal and releases the lock on every master, waiting for the outcome.
+    /// Fails with [`Error::Lost`] if the lock had been lost before.
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.stop.cancel();
+        match self.done.take() {
+            Some(done) => done.await.unwrap_or_else(|_| {
+                Err(Error::Lost {
+                    key: self.hold.key.clone(),
+                })
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        // The renewal task sees this at once and releases; nothing here waits for it.
+        self.stop.cancel();
+    }
+}
+
+async fn renew_until_stopped(
+    mut lock: Lock,
+    stop: CancellationToken,
+    lost: CancellationToken,
+    valid_tx: watch::Sender<Instant>,
+    done: oneshot::Sender<Result<(), Error>>,
+) {
+    let ttl = lock.ttl();
+    let every = (ttl / 3).max(Duration::from_millis(1));
+    let mut next = Instant::now() + every;
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => {
+                let _ = done.send(lock.release().await);
+                return;
+            }
+            _ = tokio::time::sleep_until(lock.valid_until()) => break,
+            _ = tokio::time::sleep_until(next) => {}
+        }
+        let renewed = tokio::select! {
+            biased;
+            _ = stop.cancelled() => {
+                let _ = done.send(lock.release().await);
+                return;
+            }
+            r = lock.extend(ttl) => r,
+        };
+        match renewed {
+            Ok(()) => {
+                let _ = valid_tx.send(lock.valid_until());
+                next = Instant::now() + every;
+            }
+            Err(Error::Lost { .. }) => break,
+            Err(e) => {
+                // Not refused, only unanswered: try again soon while validity is left.
+                tracing::warn!(key = %lock.key(), error = %e, "lock renewal failed, retrying");
+                let left = lock.valid_until().saturating_duration_since(Instant::now());
+                next = Instant::now() + (every / 4).min(left / 2);
+            }
+        }
+    }
+    tracing::warn!(key = %lock.key(), owner = %lock.owner(), "lock lost");
+    lost.cancel();
+    let key = lock.key().to_string();
+    // Whatever minority of masters still has it should not keep it until the ttl.
+    lock.release_quietly().await;
+    let _ = done.send(Err(Error::Lost { key }));
+}
+
+impl Relock {
+    /// Acquires `key` like [`Relock::acquire`] and keeps it alive (see [`Lock::keep_alive`]).
+    pub async fn guard(&self, key: &str, ttl: Duration) -> Result<LockGuard, Error> {
+        Ok(self.acquire(key, ttl).await?.keep_alive())
+    }
+
+    /// Runs `body` while holding `key`: acquires like [`Relock::acquire`], renews in the
+    /// background every ttl / 3, tells the body through [`Hold::lost`] if the lock is lost,
+    /// and releases on every exit path (return, panic, or the future being dropped).
+    ///
+    /// Returns the body's output, or the acquisition error (the body does not run then).
+    /// A failure to release afterwards is logged, not returned: the lock expires with its ttl.
+    pub async fn with_lock<T, F, Fut>(&self, key: &str, ttl: Duration, body: F) -> Result<T, Error>
+    where
+        F: FnOnce(Hold) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.guard(key, ttl).await?;
+        let output = body(guard.hold().clone()).await;
+        if let Err(e) = guard.release().await {
+            tracing::warn!(key, error = %e, "release after with_lock body failed");
+        }
+        Ok(output)
+    }
+}
