@@ -14,6 +14,9 @@ pub mod hold;
 pub mod queue;
 pub mod tokens;
 
+#[cfg(test)]
+mod model;
+
 pub use args::ArgError;
 pub use hold::{Decision, Found, Hold, Step, MAX_COUNT};
 pub use queue::Queue;
