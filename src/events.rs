@@ -92,7 +92,7 @@ extern "C" fn on_server_event(
     crate::guard((), || {
         let id = event.id;
         if id == raw::REDISMODULE_EVENT_FLUSHDB {
-            if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END as u64 && !data.is_null() {
+            if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END && !data.is_null() {
                 let info = unsafe { &*data.cast::<raw::RedisModuleFlushInfo>() };
                 let db = (info.dbnum >= 0).then_some(info.dbnum);
                 waiters::wake_db(ctx, db);
@@ -104,11 +104,11 @@ extern "C" fn on_server_event(
                 waiters::wake_db(ctx, Some(info.dbnum_second));
             }
         } else if id == raw::REDISMODULE_EVENT_LOADING {
-            if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED as u64 {
+            if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
                 waiters::wake_db(ctx, None);
             }
         } else if id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
-            && subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA as u64
+            && subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA
         {
             waiters::fail_everyone_readonly(ctx);
         }

@@ -133,8 +133,9 @@ mod tests {
 
     #[test]
     fn bounds_table() {
+        type Row = (&'static str, Result<u64, ArgError>, Result<u64, ArgError>);
         #[rustfmt::skip]
-        let rows: &[(&str, Result<u64, ArgError>, Result<u64, ArgError>)] = &[
+        let rows: &[Row] = &[
             // input,            ttl_ms,                  timeout_ms
             ("0",                Err(ArgError::Ttl),      Ok(0)),
             ("1",                Ok(1),                   Ok(1)),
