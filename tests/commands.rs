@@ -152,10 +152,7 @@ fn acquire_free_key_grants_a_new_hold() {
     let mut c = server.conn();
     let before = now_ms();
     let token = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 10_000)).expect("token");
-    assert!(
-        token >= 1 && token < (1 << 53),
-        "token {token} out of range"
-    );
+    assert!((1..1 << 53).contains(&token), "token {token} out of range");
     // Tokens are floored by the wall clock (now_ms * 1000).
     assert!(
         token >= before * 1000,
