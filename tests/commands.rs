@@ -871,3 +871,54 @@ fn lock_keys_behave_like_any_other_type() {
     let t2 = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "r", "z", 60_000)).unwrap();
     assert!(t2 > fresh);
 }
+
+#[test]
+fn holder_keeps_its_hold_while_waiters_are_queued() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let t = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 10_000)).unwrap();
+    let mut w = server.conn();
+    let waiter = thread::spawn(move || {
+        let r: Option<i64> = cmd!("LOCK.WAIT", "k", "w", 10_000, 5_000)
+            .query(&mut w)
+            .expect("LOCK.WAIT");
+        r
+    });
+    assert!(common::eventually(Duration::from_secs(5), || {
+        info(&mut c, "k").is_some_and(|i| i.waiters == 1)
+    }));
+    // The holder may refresh and re-enter; others are refused.
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 10_000)),
+        Some(t)
+    );
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 10_000)),
+        Some(2)
+    );
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.RENEW", "k", "o", 10_000)),
+        Some(t)
+    );
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "x", 10_000)),
+        None
+    );
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "x", 10_000)),
+        None
+    );
+    let i = held(&mut c, "k");
+    assert_eq!((i.token, i.count, i.waiters), (t, 2, 1));
+    // The hand-off happens only when the count reaches 0.
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "o")), Some(1));
+    assert_eq!(held(&mut c, "k").owner, b"o");
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "o")), Some(0));
+    let granted = waiter.join().unwrap().expect("the waiter gets the lock");
+    assert!(granted > t);
+    let i = held(&mut c, "k");
+    assert_eq!(
+        (i.owner.as_slice(), i.token, i.count, i.waiters),
+        (&b"w"[..], granted, 1, 0)
+    );
+}
