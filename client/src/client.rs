@@ -307,27 +307,24 @@ impl Relock {
                 .arg(ttl_ms)
                 .cmd("LOCK.INFO")
                 .arg(key);
-            let pipe = &pipe;
             // A reentrant round waits for every master, so that the release of a failed round
             // only undoes the counts it really added.
-            self.round(false, |_, node| async move {
-                let (count, info): (Option<u64>, redis::Value) =
-                    node.query_pipe(pipe, timeout).await?;
-                if count.is_none() {
-                    return Ok(None);
+            self.round(false, move |inner, i| {
+                let pipe = pipe.clone();
+                async move {
+                    let (count, info): (Option<u64>, redis::Value) =
+                        inner.nodes[i].query_pipe(&pipe, timeout).await?;
+                    if count.is_none() {
+                        return Ok(None);
+                    }
+                    Ok(parse_info(info)?.map(|i| i.token))
                 }
-                Ok(parse_info(info)?.map(|i| i.token))
             })
             .await
         } else {
             let mut cmd = redis::cmd("LOCK.ACQUIRE");
             cmd.arg(key).arg(owner).arg(ttl_ms);
-            let cmd = &cmd;
-            self.round(
-                true,
-                |_, node| async move { node.query(cmd, timeout).await },
-            )
-            .await
+            self.command_round(true, cmd).await
         };
         let targets: Option<Vec<bool>> =
             reentrant.then(|| round.tokens.iter().map(Option::is_some).collect());
@@ -424,23 +421,28 @@ impl Relock {
     }
 
     /// Sends one request per master concurrently and collects the answers. With `early`, it
-    /// returns as soon as a quorum is won or lost (requests still in flight are dropped; the
-    /// release and renew paths address every master, so a late grant is never orphaned).
-    pub(crate) async fn round<'a, F, Fut>(&'a self, early: bool, call: F) -> Round
+    /// returns as soon as a quorum is won or lost. Each request runs in a task of its own, so
+    /// one still in flight when the round is decided goes on to completion (bounded by the node
+    /// timeout) instead of being cut off half-way: a late grant or renewal still lands, and the
+    /// release and renew paths address every master, so a late grant is never orphaned.
+    pub(crate) async fn round<F, Fut>(&self, early: bool, call: F) -> Round
     where
-        F: Fn(usize, &'a Node) -> Fut,
-        Fut: Future<Output = Result<Option<u64>, NodeFailure>> + 'a,
+        F: Fn(Arc<Inner>, usize) -> Fut,
+        Fut: Future<Output = Result<Option<u64>, NodeFailure>> + Send + 'static,
     {
         let n = self.inner.nodes.len();
         let quorum = self.quorum();
         let started = Instant::now();
-        let call = &call;
-        let mut pending: FuturesUnordered<_> = self
-            .inner
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| async move { (i, call(i, node).await) })
+        let mut pending: FuturesUnordered<_> = (0..n)
+            .map(|i| {
+                let task = tokio::spawn(call(self.inner.clone(), i));
+                async move {
+                    let result = task.await.unwrap_or_else(|e| {
+                        Err(NodeFailure::Protocol(format!("request task failed: {e}")))
+                    });
+                    (i, result)
+                }
+            })
             .collect();
         let mut tokens = vec![None; n];
         let mut failures = Vec::new();
@@ -464,6 +466,16 @@ impl Relock {
         }
     }
 
+    /// A round of one command whose reply is a token or nil (`LOCK.ACQUIRE`, `LOCK.RENEW`).
+    pub(crate) async fn command_round(&self, early: bool, cmd: redis::Cmd) -> Round {
+        let timeout = self.inner.options.node_timeout;
+        self.round(early, move |inner, i| {
+            let cmd = cmd.clone();
+            async move { inner.nodes[i].query::<Option<u64>>(&cmd, timeout).await }
+        })
+        .await
+    }
+
     /// `LOCK.RELEASE` on the masters in `targets` (all when `None`), all at once, waiting for
     /// every answer (each bounded by the node timeout). Returns the round: a "token" here is
     /// the remaining count + 1, so `granted()` counts the masters where we held the lock.
@@ -476,13 +488,19 @@ impl Relock {
         let timeout = self.inner.options.node_timeout;
         let mut cmd = redis::cmd("LOCK.RELEASE");
         cmd.arg(key).arg(owner);
-        let cmd = &cmd;
-        self.round(false, |i, node| async move {
-            if targets.is_some_and(|t| !t.get(i).copied().unwrap_or(false)) {
-                return Err(NodeFailure::NotGranted);
+        let targets: Option<Vec<bool>> = targets.map(<[bool]>::to_vec);
+        self.round(false, move |inner, i| {
+            let cmd = cmd.clone();
+            let skip = targets
+                .as_ref()
+                .is_some_and(|t| !t.get(i).copied().unwrap_or(false));
+            async move {
+                if skip {
+                    return Err(NodeFailure::NotGranted);
+                }
+                let left: Option<u64> = inner.nodes[i].query(&cmd, timeout).await?;
+                Ok(left.map(|c| c + 1))
             }
-            let left: Option<u64> = node.query(cmd, timeout).await?;
-            Ok(left.map(|c| c + 1))
         })
         .await
     }

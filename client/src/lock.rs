@@ -125,17 +125,9 @@ impl Lock {
                 key: self.key.clone(),
             });
         }
-        let timeout = self.client.inner.options.node_timeout;
         let mut cmd = redis::cmd("LOCK.RENEW");
         cmd.arg(&self.key).arg(&self.owner).arg(ms);
-        let cmd = &cmd;
-        let round = self
-            .client
-            .round(
-                true,
-                |_, node| async move { node.query(cmd, timeout).await },
-            )
-            .await;
+        let round = self.client.command_round(true, cmd).await;
         let quorum = self.client.quorum();
         let nodes = self.client.inner.nodes.len();
         if round.granted() < quorum {

@@ -27,7 +27,9 @@ pub(crate) fn ttl_ms(ttl: Duration) -> Option<u64> {
 mod tests {
     use super::*;
 
-    const MS: Duration = Duration::from_millis(1);
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
 
     #[test]
     fn validity_table() {
@@ -39,13 +41,14 @@ mod tests {
             (10_000, 9_897, Some(1)),
             (10_000, 10_000, None),
             (10_000, u64::MAX / 2, None),
+            (u64::MAX / 2, u64::MAX / 2, None),
             (1, 0, None),
             (2, 0, None),
             (1_000, 0, Some(988)),
         ];
         for &(ttl, elapsed, want) in cases {
-            let got = validity(ttl * MS, elapsed * MS);
-            assert_eq!(got, want.map(|w| w * MS), "ttl {ttl} elapsed {elapsed}");
+            let got = validity(ms(ttl), ms(elapsed));
+            assert_eq!(got, want.map(ms), "ttl {ttl} elapsed {elapsed}");
         }
     }
 
@@ -53,7 +56,7 @@ mod tests {
     fn ttl_ms_bounds() {
         assert_eq!(ttl_ms(Duration::ZERO), None);
         assert_eq!(ttl_ms(Duration::from_micros(999)), None);
-        assert_eq!(ttl_ms(MS), Some(1));
+        assert_eq!(ttl_ms(ms(1)), Some(1));
         assert_eq!(ttl_ms(Duration::from_secs(30)), Some(30_000));
         assert_eq!(
             ttl_ms(Duration::from_secs(1_000_000_000)),

@@ -1,0 +1,534 @@
+//! relock-client against real servers: one master and five independent masters.
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Server;
+use relock_client::validity::drift;
+use relock_client::{Error, Options, Relock};
+use tokio::time::Instant;
+
+const KEY: &str = "jobs:nightly";
+
+fn masters(n: usize) -> Vec<Server> {
+    (0..n).map(|_| Server::start()).collect()
+}
+
+fn client(servers: &[Server]) -> Relock {
+    client_with(servers, test_options())
+}
+
+/// Defaults, with a per-node timeout that tolerates a busy debug build.
+fn test_options() -> Options {
+    Options {
+        node_timeout: Duration::from_millis(300),
+        ..Options::default()
+    }
+}
+
+fn client_with(servers: &[Server], options: Options) -> Relock {
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    Relock::with_options(&urls, options).expect("client")
+}
+
+/// (owner, count) of the lock at `key` on `server`, from LOCK.INFO.
+fn holder(server: &Server, key: &str) -> Option<(String, u64)> {
+    let mut c = server.conn();
+    let info: Option<HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(&mut c)
+        .expect("LOCK.INFO");
+    let info = info?;
+    let owner: String = redis::from_redis_value(&info["owner"]).expect("owner");
+    let count: u64 = redis::from_redis_value(&info["count"]).expect("count");
+    Some((owner, count))
+}
+
+fn holders(servers: &[Server], key: &str) -> Vec<Option<(String, u64)>> {
+    servers.iter().map(|s| holder(s, key)).collect()
+}
+
+fn force_release(server: &Server, key: &str) {
+    let _: i64 = redis::cmd("LOCK.FORCERELEASE")
+        .arg(key)
+        .query(&mut server.conn())
+        .expect("LOCK.FORCERELEASE");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_extend_release_on_five_masters() {
+    let servers = masters(5);
+    let relock = client(&servers);
+    assert_eq!(relock.quorum(), 3);
+    let ttl = Duration::from_secs(10);
+    let before = Instant::now();
+    let mut lock = relock.acquire(KEY, ttl).await.expect("acquire");
+    eprintln!("5-master acquire took {:?}", before.elapsed());
+    assert!(lock.tokens().len() >= 3, "tokens: {:?}", lock.tokens());
+    assert!(lock.token().is_some_and(|t| t > 0 && t < 1 << 53));
+    assert!(lock.is_valid());
+    // (A retried round may have started after `before`, so bound it by now.)
+    assert!(lock.valid_until() <= Instant::now() + ttl - drift(ttl));
+    let owner = lock.owner().to_string();
+    // Late grants are not waited for, but every master ends up holding for us.
+    assert!(common::eventually(Duration::from_secs(2), || holders(
+        &servers, KEY
+    )
+    .iter()
+    .all(|h| h.as_ref().is_some_and(|(o, _)| *o == owner))));
+
+    let first_validity = lock.valid_until();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    lock.extend(ttl).await.expect("extend");
+    assert!(lock.valid_until() > first_validity);
+    assert!(lock.tokens().len() >= 3);
+
+    // Someone else cannot take it meanwhile.
+    let err = relock.try_acquire(KEY, ttl).await.expect_err("held");
+    assert!(matches!(err, Error::NoQuorum { granted: 0, .. }), "{err}");
+
+    lock.release().await.expect("release");
+    assert!(holders(&servers, KEY).iter().all(Option::is_none));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_master_latency_and_drop_releases() {
+    let servers = masters(1);
+    let relock = client(&servers);
+    let _warm = relock.info(KEY).await;
+    let started = Instant::now();
+    let lock = relock
+        .acquire(KEY, Duration::from_secs(10))
+        .await
+        .expect("acquire");
+    eprintln!("1-master acquire took {:?}", started.elapsed());
+    assert_eq!(lock.tokens().len(), 1);
+    assert!(holder(&servers[0], KEY).is_some());
+    drop(lock); // released by a spawned task, never blocking here
+    assert!(common::eventually(Duration::from_secs(2), || holder(
+        &servers[0],
+        KEY
+    )
+    .is_none()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_contenders_never_both_hold() {
+    let servers = masters(5);
+    let inside = Arc::new(AtomicBool::new(false));
+    let entries = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..2 {
+        let relock = client_with(
+            &servers,
+            Options {
+                retry_count: 50,
+                retry_delay: Duration::from_millis(20),
+                ..test_options()
+            },
+        );
+        let (inside, entries) = (inside.clone(), entries.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                let lock = relock
+                    .acquire(KEY, Duration::from_secs(5))
+                    .await
+                    .expect("acquire eventually");
+                assert!(
+                    !inside.swap(true, Ordering::SeqCst),
+                    "both contenders hold the lock"
+                );
+                entries.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                inside.store(false, Ordering::SeqCst);
+                lock.release().await.expect("release");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("contender");
+    }
+    assert_eq!(entries.load(Ordering::SeqCst), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survives_two_dead_masters_and_fails_fast_with_three() {
+    let mut servers = masters(5);
+    let relock = client(&servers);
+    servers[1].kill();
+    servers[3].kill();
+    let lock = relock
+        .acquire(KEY, Duration::from_secs(10))
+        .await
+        .expect("3 of 5 alive");
+    assert_eq!(lock.tokens().len(), 3);
+    lock.release().await.expect("release");
+
+    servers[4].kill();
+    let dead: Vec<String> = [1, 3, 4]
+        .iter()
+        .map(|&i| format!("127.0.0.1:{}", servers[i].port))
+        .collect();
+    let started = Instant::now();
+    let err = relock
+        .try_acquire(KEY, Duration::from_secs(10))
+        .await
+        .expect_err("2 of 5 alive");
+    let took = started.elapsed();
+    eprintln!("quorum lost after {took:?}: {err}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    match &err {
+        Error::NoQuorum {
+            granted, quorum, ..
+        } => {
+            assert_eq!(*quorum, 3);
+            assert!(*granted <= 2);
+        }
+        other => panic!("expected NoQuorum, got {other}"),
+    }
+    let text = err.to_string();
+    for node in &dead {
+        assert!(text.contains(node.as_str()), "{text} does not name {node}");
+    }
+    // A failed round is released everywhere: the live masters are free again.
+    for i in [0, 2] {
+        assert!(holder(&servers[i], KEY).is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_master_does_not_stall_acquisition() {
+    let servers = masters(5);
+    let node_timeout = Duration::from_millis(300);
+    let relock = client_with(
+        &servers,
+        Options {
+            node_timeout,
+            ..Options::default()
+        },
+    );
+    let _warm = relock.info(KEY).await;
+    servers[2].signal("STOP");
+    let started = Instant::now();
+    let result = relock.acquire(KEY, Duration::from_secs(10)).await;
+    let took = started.elapsed();
+    eprintln!("acquire with a paused master took {took:?}");
+    let lock = result.expect("4 of 5 answer");
+    assert!(
+        took < node_timeout + Duration::from_secs(2),
+        "took {took:?}"
+    );
+    assert!(lock.tokens().len() >= 3);
+
+    // Release waits for every master, each at most the node timeout.
+    let started = Instant::now();
+    lock.release().await.expect("release");
+    let took = started.elapsed();
+    eprintln!("release with a paused master took {took:?}");
+    assert!(
+        took < node_timeout + Duration::from_secs(2),
+        "took {took:?}"
+    );
+
+    // When the round cannot be decided without the paused masters, it ends after the node
+    // timeout instead of hanging: here 2 answer, 1 is paused too and 1 is dead.
+    servers[4].signal("STOP");
+    let mut dead = Server::start();
+    dead.kill();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let relock = Relock::with_options(
+        &[&urls[0], &urls[1], &urls[2], &urls[4], &dead.url()],
+        Options {
+            node_timeout,
+            retry_count: 0,
+            ..Options::default()
+        },
+    )
+    .expect("client");
+    let started = Instant::now();
+    let err = relock
+        .acquire(KEY, Duration::from_secs(10))
+        .await
+        .expect_err("only 2 of 5 answer");
+    let took = started.elapsed();
+    eprintln!("round needing paused masters ended after {took:?}: {err}");
+    assert!(took >= node_timeout, "took {took:?}");
+    assert!(
+        took < node_timeout * 2 + Duration::from_secs(2),
+        "took {took:?}"
+    );
+    let text = err.to_string();
+    for s in [&servers[2], &servers[4]] {
+        assert!(text.contains(&format!("127.0.0.1:{}", s.port)), "{text}");
+    }
+    servers[2].signal("CONT");
+    servers[4].signal("CONT");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validity_never_exceeds_ttl_minus_elapsed_minus_drift() {
+    let servers = masters(5);
+    let relock = client_with(
+        &servers,
+        Options {
+            node_timeout: Duration::from_secs(3),
+            retry_count: 0,
+            ..Options::default()
+        },
+    );
+    let _warm = relock.info(KEY).await;
+
+    // A ttl no larger than the drift leaves nothing, whatever the round took: an error, never
+    // a wrapped-around validity; and the grants are released.
+    for ms in [1, 2] {
+        let err = relock
+            .acquire(KEY, Duration::from_millis(ms))
+            .await
+            .expect_err("no validity");
+        assert!(matches!(err, Error::ValidityExhausted { .. }), "{err}");
+    }
+
+    // Make three masters answer ~400 ms late: the round's time comes off the validity.
+    let mut sleepers = Vec::new();
+    for s in &servers[..3] {
+        let mut c = s.conn();
+        c.send_packed_command(
+            &redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg("0.4")
+                .get_packed_command(),
+        )
+        .expect("send DEBUG SLEEP");
+        sleepers.push(c);
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let ttl = Duration::from_secs(5);
+    let before = Instant::now();
+    let lock = relock.acquire(KEY, ttl).await.expect("slow quorum");
+    let after = Instant::now();
+    eprintln!("slow round took {:?}", after - before);
+    assert!(after - before >= Duration::from_millis(300));
+    assert!(
+        lock.valid_until() <= before + ttl - drift(ttl) - Duration::from_millis(250),
+        "validity {:?} ignores the round's time",
+        lock.valid_until() - before
+    );
+    assert!(lock.valid_until() > after);
+    lock.release().await.expect("release");
+    for mut c in sleepers {
+        let _ = c.recv_response();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_renews_past_the_ttl_and_stops_on_release() {
+    let servers = masters(5);
+    let relock = client(&servers);
+    let ttl = Duration::from_secs(1);
+    let owner = relock
+        .with_lock(KEY, ttl, |hold| async move {
+            tokio::time::sleep(ttl * 3).await;
+            assert!(!hold.lost.is_cancelled());
+            hold.owner
+        })
+        .await
+        .expect("with_lock");
+    // with_lock returned after releasing; check the body's end state via a second run below.
+    assert!(holders(&servers, KEY).iter().all(Option::is_none));
+
+    let guard = relock.guard(KEY, ttl).await.expect("guard");
+    assert_ne!(guard.hold().owner, owner);
+    tokio::time::sleep(ttl * 3).await;
+    let held = holders(&servers, KEY);
+    assert!(
+        held.iter()
+            .all(|h| h.as_ref().is_some_and(|(o, _)| *o == guard.hold().owner)),
+        "after 3 ttl: {held:?}"
+    );
+    assert!(guard.valid_until() > Instant::now());
+    let mut conns: Vec<_> = servers.iter().map(|s| s.conn()).collect();
+    guard.release().await.expect("release");
+    assert!(holders(&servers, KEY).iter().all(Option::is_none));
+    let renewed: Vec<i64> = conns
+        .iter_mut()
+        .map(|c| common::info_field(c, "renewed_total"))
+        .collect();
+    tokio::time::sleep(ttl + ttl / 2).await;
+    assert!(holders(&servers, KEY).iter().all(Option::is_none));
+    let renewed_later: Vec<i64> = conns
+        .iter_mut()
+        .map(|c| common::info_field(c, "renewed_total"))
+        .collect();
+    assert_eq!(renewed, renewed_later, "renewed after release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_lock_is_signalled_to_the_body() {
+    let servers = masters(5);
+    let relock = client(&servers);
+    let ttl = Duration::from_secs(1);
+    let guard = relock.guard(KEY, ttl).await.expect("guard");
+    let lost = guard.lost();
+    for s in &servers[..3] {
+        force_release(s, KEY);
+    }
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), lost.cancelled())
+        .await
+        .expect("loss signalled");
+    eprintln!(
+        "loss signalled {:?} after the force-release",
+        started.elapsed()
+    );
+    assert!(guard.is_lost());
+    assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
+    // What was left on the minority is released too.
+    assert!(common::eventually(Duration::from_secs(2), || holders(
+        &servers, KEY
+    )
+    .iter()
+    .all(Option::is_none)));
+
+    // The same through with_lock: the body learns of it and stops early.
+    let servers_ref = &servers;
+    let outcome = relock
+        .with_lock(KEY, ttl, |hold| async move {
+            for s in servers_ref {
+                force_release(s, &hold.key);
+            }
+            tokio::select! {
+                _ = hold.lost.cancelled() => "lost",
+                _ = tokio::time::sleep(Duration::from_secs(10)) => "not told",
+            }
+        })
+        .await
+        .expect("with_lock");
+    assert_eq!(outcome, "lost");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentrant_holds_count_on_every_master() {
+    let servers = masters(5);
+    let relock = client(&servers);
+    let ttl = Duration::from_secs(10);
+    let owner = Relock::new_owner();
+    let outer = relock.reenter(KEY, &owner, ttl).await.expect("first hold");
+    let inner = outer.reenter(ttl).await.expect("reentered");
+    assert_eq!(inner.owner(), owner);
+    assert_eq!(inner.token(), outer.token(), "reentering keeps the token");
+    assert!(holders(&servers, KEY)
+        .iter()
+        .all(|h| *h == Some((owner.clone(), 2))));
+
+    let other = relock
+        .reenter(KEY, &Relock::new_owner(), ttl)
+        .await
+        .expect_err("another owner");
+    assert!(matches!(other, Error::NoQuorum { .. }));
+
+    inner.release().await.expect("inner release");
+    assert!(holders(&servers, KEY)
+        .iter()
+        .all(|h| *h == Some((owner.clone(), 1))));
+    outer.release().await.expect("outer release");
+    assert!(holders(&servers, KEY).iter().all(Option::is_none));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_acquire_with_one_server() {
+    let servers = masters(1);
+    let relock = client(&servers);
+    let ttl = Duration::from_secs(10);
+    let held = relock.acquire(KEY, ttl).await.expect("first holder");
+
+    let timed_out = relock
+        .acquire_wait(KEY, ttl, Some(Duration::from_millis(200)))
+        .await
+        .expect_err("held");
+    assert!(
+        matches!(timed_out, Error::WaitTimeout { .. }),
+        "{timed_out}"
+    );
+
+    let waiter = {
+        let relock = relock.clone();
+        tokio::spawn(async move {
+            let lock = relock.acquire_wait(KEY, ttl, None).await;
+            (lock, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "got a held lock");
+    let released_at = Instant::now();
+    held.release().await.expect("release");
+    let (lock, got_at) = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("granted")
+        .expect("task");
+    let lock = lock.expect("acquired after release");
+    eprintln!("1-server hand-off after {:?}", got_at - released_at);
+    assert!(got_at - released_at < Duration::from_secs(2));
+    assert!(lock.is_valid());
+    assert_eq!(
+        holder(&servers[0], KEY).map(|h| h.0),
+        Some(lock.owner().to_string())
+    );
+    lock.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_acquire_with_five_masters() {
+    let servers = masters(5);
+    let relock = client(&servers);
+    let ttl = Duration::from_secs(5);
+    let held = relock.acquire(KEY, ttl).await.expect("first holder");
+    let waiter = {
+        let relock = relock.clone();
+        tokio::spawn(async move {
+            let lock = relock
+                .acquire_wait(KEY, ttl, Some(Duration::from_secs(20)))
+                .await;
+            (lock, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished());
+    let released_at = Instant::now();
+    held.release().await.expect("release");
+    let (lock, got_at) = waiter.await.expect("task");
+    let lock = lock.expect("acquired after release");
+    eprintln!("5-master hand-off after {:?}", got_at - released_at);
+    assert!(got_at - released_at < Duration::from_secs(3));
+    assert!(lock.tokens().len() >= 3);
+    lock.release().await.expect("release");
+
+    // Several waiters on several masters: all get it in turn, never two at once, no deadlock.
+    let inside = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let relock = relock.clone();
+        let inside = inside.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..3 {
+                let lock = relock
+                    .acquire_wait(KEY, ttl, Some(Duration::from_secs(30)))
+                    .await
+                    .expect("no deadlock");
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                inside.store(false, Ordering::SeqCst);
+                lock.release().await.expect("release");
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(40), t)
+            .await
+            .expect("waiters finish")
+            .expect("waiter");
+    }
+}
