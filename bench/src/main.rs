@@ -1,1 +1,603 @@
-fn main() { println!("relock-bench: not written yet"); }
+//! `make bench`: relock measured side by side with the Redis lock recipes it replaces, every case
+//! against the same server in the same run. Writes `results.md`, `results.json` and
+//! `results.svg` under `--out` and prints the table with the machine it ran on.
+//!
+//! ```text
+//! cargo run --release -p relock-bench -- --out target/bench            # full run
+//! cargo run -p relock-bench -- --smoke --out target/bench-smoke        # seconds, no goals judged
+//! cargo run --release -p relock-bench -- --cases 2,3 --repeats 5       # some cases only
+//! ```
+
+mod chart;
+mod handoff;
+mod memory;
+mod recipes;
+mod redlock;
+mod report;
+mod resp;
+mod server;
+mod stats;
+mod throughput;
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use chart::ChartData;
+use handoff::Wait;
+use recipes::{Lock, Scripts};
+use report::{num, Row};
+use resp::Conn;
+use server::Server;
+use throughput::{Load, Op};
+
+#[derive(Parser, Debug)]
+#[command(about = "Benchmark relock against the SET NX / Lua / spin / pub-sub lock recipes")]
+struct Args {
+    /// Where results.md, results.json and results.svg go (default: <workspace>/target/bench).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// A tiny run (seconds) that exercises every case; goals are reported but not meaningful.
+    #[arg(long)]
+    smoke: bool,
+    /// Repeats of each measurement; the table shows medians (default 3, smoke 1).
+    #[arg(long)]
+    repeats: Option<usize>,
+    /// The module to load (default: target/release/librelock.so; the smoke run takes the newer
+    /// of the release and debug builds).
+    #[arg(long)]
+    module: Option<PathBuf>,
+    /// Which cases to run (default: all), e.g. `--cases 1,2`.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 3, 4, 5])]
+    cases: Vec<u32>,
+    /// Seconds measured per throughput and hand-off run (default 2, smoke 0.15).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Waiter counts K for case 2 (default 1,10,100,1000; smoke 1,10).
+    #[arg(long, value_delimiter = ',')]
+    waiters: Option<Vec<usize>>,
+    /// Threads of the benchmark's own client runtime (the server uses one core).
+    #[arg(long, default_value_t = 1)]
+    client_threads: usize,
+}
+
+/// How much of everything a run does.
+struct Plan {
+    repeats: usize,
+    warmup: Duration,
+    measure: Duration,
+    waiters: Vec<usize>,
+    expiry_trials: usize,
+    memory_locks: usize,
+    masters: Vec<usize>,
+}
+
+impl Plan {
+    fn from(args: &Args) -> Plan {
+        let smoke = args.smoke;
+        let measure = args.seconds.unwrap_or(if smoke { 0.15 } else { 2.0 });
+        Plan {
+            repeats: args.repeats.unwrap_or(if smoke { 1 } else { 3 }).max(1),
+            warmup: Duration::from_secs_f64(if smoke { 0.05 } else { 0.5 }),
+            measure: Duration::from_secs_f64(measure),
+            waiters: args.waiters.clone().unwrap_or_else(|| {
+                if smoke {
+                    vec![1, 10]
+                } else {
+                    vec![1, 10, 100, 1000]
+                }
+            }),
+            expiry_trials: if smoke { 2 } else { 10 },
+            memory_locks: if smoke { 2_000 } else { 100_000 },
+            masters: if smoke { vec![1, 3] } else { vec![1, 3, 5] },
+        }
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.client_threads.max(1))
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => fail(&format!("tokio runtime: {e}")),
+    };
+    if let Err(e) = runtime.block_on(run(args)) {
+        fail(&e.to_string());
+    }
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("relock-bench: {message}");
+    std::process::exit(1);
+}
+
+async fn run(args: Args) -> io::Result<()> {
+    let plan = Plan::from(&args);
+    let module =
+        server::find_module(args.module.as_deref(), args.smoke).map_err(io::Error::other)?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| server::workspace_root().join("target").join("bench"));
+    std::fs::create_dir_all(&out)?;
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+
+    let main_server = Server::start(&module).map_err(io::Error::other)?;
+    let port = main_server.port;
+    let mut control = Conn::connect(port).await?;
+    let scripts = Scripts::load(&mut control).await?;
+    let redis_version = stats::info_field(&mut control, "server", "redis_version").await?;
+
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    let mut chart = ChartData::default();
+    let want = |c: u32| args.cases.contains(&c);
+
+    if want(1) {
+        eprintln!("case 1: uncontended throughput");
+        case_throughput(port, &mut control, &scripts, &plan, &mut rows, &mut chart).await?;
+        notes.push("Case 1 is driven by the benchmark's own tokio client (50 connections, raw RESP, each connection its own UUID owner, random keys lock:0..1e6, ttl 60000) so that acquire+release pairs of the same key can be measured; a pair with pipeline 16 is 8 acquire/release pairs per batch (16 commands in flight). The same driver runs every approach.".into());
+    }
+    if want(2) {
+        eprintln!("case 2: contended hand-off");
+        case_handoff(port, &mut control, &scripts, &plan, &mut rows, &mut chart).await?;
+        notes.push("Case 2: K waiters + 1 holder, each client with its own connection (D: two, commands and SUBSCRIBE), hold ~0 ms. A client that released rejoins once the next holder is granted, and a holder releases once the previous holder is waiting again, so every hand-off goes to another client. Latency = release sent -> next holder's grant received (same process clock). Server commands per hand-off = INFO commandstats calls deltas over the window (commands run inside Lua count; SUBSCRIBE/UNSUBSCRIBE count) / hand-offs.".into());
+    }
+    if want(3) {
+        eprintln!("case 3: expiry hand-off");
+        case_expiry(port, &mut control, &scripts, &plan, &mut rows, &mut chart).await?;
+        notes.push(format!("Case 3: a holder takes the lock with ttl 100 ms and disconnects without releasing; one waiter waits (relock: LOCK.WAIT; C: back-off; D: wakes after the PTTL its failed attempt returned, as nothing is published on expiry). Delay = grant received - (holder's acquire sent + 100 ms), so it is never understated; {} trials per approach per repeat.", plan.expiry_trials));
+    }
+    if want(4) {
+        eprintln!("case 4: memory per lock");
+        case_memory(&mut control, &scripts, &plan, &mut rows, &mut chart).await?;
+    }
+    if want(5) {
+        eprintln!("case 5: Redlock");
+        case_redlock(&module, port, &plan, &mut rows, &mut chart).await?;
+        notes.push(format!("Case 5: {}. All masters run on this one machine, so with more masters than cores they compete for CPU; on separate hosts the cost is one round trip to the slowest of the quorum.", redlock::IMPLEMENTATION));
+    }
+
+    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let machine = machine_info(
+        &redis_version,
+        &module,
+        &plan,
+        &args,
+        &load_before,
+        &load_after,
+    );
+    if args.smoke {
+        notes.push("SMOKE RUN: tiny budget, numbers are not meaningful.".into());
+    }
+    notes
+        .push("Medians over repeats; ratios are within this run, same server, same driver.".into());
+    let header = machine
+        .iter()
+        .map(|(k, v)| format!("- {k}: {v}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let md = report::markdown(&format!("# relock benchmark\n\n{header}"), &rows, &notes);
+    println!("{md}");
+    std::fs::write(out.join("results.md"), &md)?;
+    std::fs::write(
+        out.join("results.json"),
+        report::json(&machine, &rows, &notes),
+    )?;
+    let title = format!(
+        "relock vs Redis lock recipes — {} ({} cores), redis {}",
+        machine[0].1, machine[1].1, redis_version
+    );
+    chart::write(&out.join("results.svg"), &chart, &title)
+        .map_err(|e| io::Error::other(format!("chart: {e}")))?;
+    eprintln!("wrote {}", out.join("results.md").display());
+    drop(main_server);
+    Ok(())
+}
+
+fn machine_info(
+    redis_version: &str,
+    module: &std::path::Path,
+    plan: &Plan,
+    args: &Args,
+    load_before: &str,
+    load_after: &str,
+) -> Vec<(String, String)> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == "model name").then(|| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get().to_string())
+        .unwrap_or_else(|_| "?".into());
+    let date = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M:%S UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let load = |s: &str| s.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+    vec![
+        ("CPU".into(), cpu),
+        ("cores".into(), cores),
+        ("redis".into(), redis_version.to_string()),
+        ("module".into(), module.display().to_string()),
+        ("date".into(), date),
+        (
+            "load average (1/5/15 min) before / after".into(),
+            format!("{} / {}", load(load_before), load(load_after)),
+        ),
+        (
+            "mode".into(),
+            format!(
+                "{}, {} repeat(s), {:.2} s per measurement, client threads {}",
+                if args.smoke { "smoke" } else { "full" },
+                plan.repeats,
+                plan.measure.as_secs_f64(),
+                args.client_threads
+            ),
+        ),
+    ]
+}
+
+fn ratio_check(ok: bool, what: &str, ratio: f64) -> String {
+    format!("{what} {}× {}", num(ratio), if ok { "✓" } else { "✗" })
+}
+
+async fn case_throughput(
+    port: u16,
+    control: &mut Conn,
+    scripts: &Scripts,
+    plan: &Plan,
+    rows: &mut Vec<Row>,
+    chart: &mut ChartData,
+) -> io::Result<()> {
+    let locks = [Lock::Relock, Lock::SetNx, Lock::Hash];
+    let measures = [
+        (Op::Acquire, 1, "acquire/s, pipeline 1"),
+        (Op::Acquire, 16, "acquire/s, pipeline 16"),
+        (Op::Pair, 1, "acquire+release pairs/s, pipeline 1"),
+        (Op::Pair, 16, "acquire+release pairs/s, pipeline 16"),
+    ];
+    for (op, pipeline, label) in measures {
+        let load = Load {
+            connections: 50,
+            pipeline,
+            warmup: plan.warmup.min(Duration::from_millis(300)),
+            measure: plan.measure,
+        };
+        let mut samples: [Vec<f64>; 3] = Default::default();
+        for r in 0..plan.repeats {
+            // Rotate the order so no approach always runs first (or last) in a repeat.
+            for i in 0..locks.len() {
+                let j = (i + r) % locks.len();
+                let v = throughput::run(port, scripts, locks[j], op, &load).await?;
+                samples[j].push(v);
+                stats::settle(control).await?;
+            }
+        }
+        let m: Vec<f64> = samples.iter().map(|s| stats::median(s)).collect();
+        let (vs_a, vs_b) = (m[0] / m[1], m[0] / m[2]);
+        let (ok_a, ok_b) = (vs_a >= 0.95, vs_b >= 2.5);
+        rows.push(Row {
+            case: "1".into(),
+            measure: label.into(),
+            values: [
+                Some(num(m[0])),
+                Some(num(m[1])),
+                Some(num(m[2])),
+                None,
+                None,
+            ],
+            goal: "relock ≥ 0.95× A, ≥ 2.5× B".into(),
+            pass: Some(ok_a && ok_b),
+            detail: format!(
+                "{}; {}",
+                ratio_check(ok_a, "vs A", vs_a),
+                ratio_check(ok_b, "vs B", vs_b)
+            ),
+        });
+        let short = format!(
+            "{} P{pipeline}",
+            if op == Op::Acquire { "acq" } else { "pair" }
+        );
+        chart.throughput.push((short, [m[0], m[1], m[2]]));
+    }
+    Ok(())
+}
+
+async fn case_handoff(
+    port: u16,
+    control: &mut Conn,
+    scripts: &Scripts,
+    plan: &Plan,
+    rows: &mut Vec<Row>,
+    chart: &mut ChartData,
+) -> io::Result<()> {
+    let waits = [Wait::Relock, Wait::Spin, Wait::PubSub];
+    // [wait][k] -> per-repeat results
+    let mut results: Vec<Vec<Vec<handoff::HandoffResult>>> = waits
+        .iter()
+        .map(|_| plan.waiters.iter().map(|_| Vec::new()).collect())
+        .collect();
+    for r in 0..plan.repeats {
+        for (ki, &k) in plan.waiters.iter().enumerate() {
+            for i in 0..waits.len() {
+                let w = (i + r) % waits.len();
+                let res = handoff::contended(
+                    port,
+                    control,
+                    scripts,
+                    waits[w],
+                    k,
+                    plan.warmup,
+                    plan.measure,
+                )
+                .await?;
+                eprintln!(
+                    "  {} K={k}: {} hand-offs, {:.0}/s, p99 {:.3} ms",
+                    handoff::wait_name(waits[w]),
+                    res.handoffs,
+                    res.per_second,
+                    res.p99_ms
+                );
+                results[w][ki].push(res);
+                stats::settle(control).await?;
+            }
+        }
+    }
+    let med = |w: usize, ki: usize, f: fn(&handoff::HandoffResult) -> f64| {
+        stats::median(&results[w][ki].iter().map(f).collect::<Vec<_>>())
+    };
+    let col = |v: [f64; 3], fmt: &dyn Fn(f64) -> String| -> [Option<String>; 5] {
+        [
+            Some(fmt(v[0])),
+            None,
+            None,
+            Some(fmt(v[1])),
+            Some(fmt(v[2])),
+        ]
+    };
+    for (ki, &k) in plan.waiters.iter().enumerate() {
+        let p50 = [0, 1, 2].map(|w| med(w, ki, |r| r.p50_ms));
+        let p99 = [0, 1, 2].map(|w| med(w, ki, |r| r.p99_ms));
+        let ok_abs = p99[0] <= 1.0;
+        let ok_c = p99[1] / p99[0] >= 10.0;
+        let ok_d = p99[0] < p99[2];
+        let mut values: [Option<String>; 5] = Default::default();
+        for (slot, w) in [(0, 0), (3, 1), (4, 2)] {
+            values[slot] = Some(format!("{} / {}", num(p50[w]), num(p99[w])));
+        }
+        rows.push(Row {
+            case: "2".into(),
+            measure: format!("hand-off latency p50 / p99 ms, K={k}"),
+            values,
+            goal: "relock p99 ≤ 1 ms, ≥ 10× lower than C, < D".into(),
+            pass: Some(ok_abs && ok_c && ok_d),
+            detail: format!(
+                "p99 {} ms {}; {}; {}",
+                num(p99[0]),
+                if ok_abs { "✓" } else { "✗" },
+                ratio_check(ok_c, "C/relock", p99[1] / p99[0]),
+                ratio_check(ok_d, "D/relock", p99[2] / p99[0])
+            ),
+        });
+        let per_s = [0, 1, 2].map(|w| med(w, ki, |r| r.per_second));
+        rows.push(Row {
+            case: "2".into(),
+            measure: format!("hand-offs/s, K={k}"),
+            values: col(per_s, &num),
+            goal: String::new(),
+            pass: None,
+            detail: String::new(),
+        });
+        let cmds = [0, 1, 2].map(|w| med(w, ki, |r| r.commands_per_handoff));
+        rows.push(Row {
+            case: "2".into(),
+            measure: format!("server commands per hand-off, K={k}"),
+            values: col(cmds, &num),
+            goal: String::new(),
+            pass: None,
+            detail: String::new(),
+        });
+    }
+    for (w, wait) in waits.iter().enumerate() {
+        let name = match wait {
+            Wait::Relock => "relock",
+            Wait::Spin => "C",
+            Wait::PubSub => "D",
+        };
+        let pts = plan
+            .waiters
+            .iter()
+            .enumerate()
+            .map(|(ki, &k)| (k, med(w, ki, |r| r.p99_ms), med(w, ki, |r| r.per_second)))
+            .collect();
+        chart.handoff.push((name.to_string(), pts));
+    }
+    if plan.waiters.len() >= 2 {
+        let last = plan.waiters.len() - 1;
+        let (k0, kn) = (plan.waiters[0], plan.waiters[last]);
+        let ratio = med(0, last, |r| r.per_second) / med(0, 0, |r| r.per_second);
+        let per_k = |w: usize| med(w, last, |r| r.per_second) / med(w, 0, |r| r.per_second);
+        rows.push(Row {
+            case: "2".into(),
+            measure: format!("hand-offs/s at K={kn} ÷ at K={k0}"),
+            values: [
+                Some(format!("{}×", num(ratio))),
+                None,
+                None,
+                Some(format!("{}×", num(per_k(1)))),
+                Some(format!("{}×", num(per_k(2)))),
+            ],
+            goal: "relock ≥ 0.8× (O(1) per release)".into(),
+            pass: Some(ratio >= 0.8),
+            detail: format!("{}×", num(ratio)),
+        });
+    }
+    Ok(())
+}
+
+async fn case_expiry(
+    port: u16,
+    control: &mut Conn,
+    scripts: &Scripts,
+    plan: &Plan,
+    rows: &mut Vec<Row>,
+    chart: &mut ChartData,
+) -> io::Result<()> {
+    let waits = [Wait::Relock, Wait::Spin, Wait::PubSub];
+    let mut delays: [Vec<f64>; 3] = Default::default();
+    for r in 0..plan.repeats {
+        for i in 0..waits.len() {
+            let w = (i + r) % waits.len();
+            let d = handoff::expiry(port, scripts, waits[w], 100, plan.expiry_trials).await?;
+            delays[w].extend(d);
+            stats::settle(control).await?;
+        }
+    }
+    let median = delays.clone().map(|d| stats::median(&d));
+    let p90 = delays.clone().map(|mut d| {
+        d.sort_by(|a, b| a.total_cmp(b));
+        d.get(((d.len() as f64 * 0.9).ceil() as usize).saturating_sub(1))
+            .copied()
+            .unwrap_or(f64::NAN)
+    });
+    let cell = |w: usize| Some(format!("{} ({})", num(median[w]), num(p90[w])));
+    let ok = median[0] <= 5.0;
+    rows.push(Row {
+        case: "3".into(),
+        measure: "expiry hand-off: TTL end -> next grant, median (p90) ms".into(),
+        values: [cell(0), None, None, cell(1), cell(2)],
+        goal: "relock median ≤ 5 ms".into(),
+        pass: Some(ok),
+        detail: format!(
+            "{} ms; C {} ms, D {} ms",
+            num(median[0]),
+            num(median[1]),
+            num(median[2])
+        ),
+    });
+    for (w, name) in ["relock", "C", "D"].iter().enumerate() {
+        chart.expiry.push((name.to_string(), median[w]));
+    }
+    Ok(())
+}
+
+async fn case_memory(
+    control: &mut Conn,
+    scripts: &Scripts,
+    plan: &Plan,
+    rows: &mut Vec<Row>,
+    chart: &mut ChartData,
+) -> io::Result<()> {
+    let n = plan.memory_locks;
+    let mut res = Vec::new();
+    for lock in [Lock::Relock, Lock::SetNx, Lock::Hash] {
+        res.push(memory::run(control, scripts, lock, n).await?);
+    }
+    rows.push(Row {
+        case: "4".into(),
+        measure: "MEMORY USAGE of one lock key, bytes".into(),
+        values: [
+            Some(num(res[0].usage_one)),
+            Some(num(res[1].usage_one)),
+            Some(num(res[2].usage_one)),
+            None,
+            None,
+        ],
+        goal: String::new(),
+        pass: None,
+        detail: String::new(),
+    });
+    let ratio = res[0].per_lock / res[1].per_lock;
+    rows.push(Row {
+        case: "4".into(),
+        measure: format!("used_memory per held lock over {n} locks, bytes"),
+        values: [
+            Some(num(res[0].per_lock)),
+            Some(num(res[1].per_lock)),
+            Some(num(res[2].per_lock)),
+            None,
+            None,
+        ],
+        goal: "relock ≤ 1.1× A".into(),
+        pass: Some(ratio <= 1.1),
+        detail: format!(
+            "{}× A, {}× B",
+            num(ratio),
+            num(res[0].per_lock / res[2].per_lock)
+        ),
+    });
+    for (i, name) in ["relock", "A", "B"].iter().enumerate() {
+        chart.memory.push((name.to_string(), res[i].per_lock));
+    }
+    Ok(())
+}
+
+async fn case_redlock(
+    module: &std::path::Path,
+    main_port: u16,
+    plan: &Plan,
+    rows: &mut Vec<Row>,
+    chart: &mut ChartData,
+) -> io::Result<()> {
+    let most = plan.masters.iter().copied().max().unwrap_or(1);
+    let mut extra = Vec::new();
+    for _ in 1..most {
+        extra.push(Server::start(module).map_err(io::Error::other)?);
+    }
+    let ports: Vec<u16> = std::iter::once(main_port)
+        .chain(extra.iter().map(|s| s.port))
+        .collect();
+    let mut p50: Vec<Vec<f64>> = plan.masters.iter().map(|_| Vec::new()).collect();
+    let mut p99: Vec<Vec<f64>> = plan.masters.iter().map(|_| Vec::new()).collect();
+    for r in 0..plan.repeats {
+        for i in 0..plan.masters.len() {
+            let m = (i + r) % plan.masters.len();
+            let n = plan.masters[m];
+            let hist = redlock::latency(&ports[..n], plan.warmup, plan.measure).await?;
+            p50[m].push(stats::quantile_ms(&hist, 0.5));
+            p99[m].push(stats::quantile_ms(&hist, 0.99));
+        }
+    }
+    let p50: Vec<f64> = p50.iter().map(|v| stats::median(v)).collect();
+    let p99: Vec<f64> = p99.iter().map(|v| stats::median(v)).collect();
+    let first = p50.first().copied().unwrap_or(f64::NAN);
+    for (m, &n) in plan.masters.iter().enumerate() {
+        let ratio = p50[m] / first;
+        let judged = n == most && most > 1;
+        rows.push(Row {
+            case: "5".into(),
+            measure: format!("Redlock acquire+release p50 / p99 ms, {n} master(s)"),
+            values: [
+                Some(format!("{} / {}", num(p50[m]), num(p99[m]))),
+                None,
+                None,
+                None,
+                None,
+            ],
+            goal: if judged {
+                format!("p50 ≤ 1.5× {} master", plan.masters[0])
+            } else {
+                String::new()
+            },
+            pass: judged.then_some(ratio <= 1.5),
+            detail: if judged {
+                format!("{}×", num(ratio))
+            } else {
+                String::new()
+            },
+        });
+        chart.redlock.push((n, p50[m], p99[m]));
+    }
+    Ok(())
+}

@@ -1,0 +1,93 @@
+//! Case 5: a Redlock client over N relock masters: acquire + release latency, one client, one
+//! lock at a time.
+//!
+//! `relock-client` (the workspace's Redlock crate) was not usable when this was written, so the
+//! protocol is implemented here: `LOCK.ACQUIRE` sent to all N masters concurrently, won on a
+//! quorum of N / 2 + 1 with validity left, then `LOCK.RELEASE` to all N concurrently. Switching
+//! to the client crate only touches this file.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+
+use crate::resp::{Conn, Reply};
+
+/// Which implementation case 5 measured, for the report.
+pub const IMPLEMENTATION: &str =
+    "Redlock protocol implemented in the bench (relock-client not usable yet): concurrent LOCK.ACQUIRE on N masters, quorum N/2+1, concurrent LOCK.RELEASE";
+
+pub struct Redlock {
+    masters: Vec<Conn>,
+    owner: String,
+}
+
+impl Redlock {
+    pub async fn connect(ports: &[u16]) -> io::Result<Redlock> {
+        let mut masters = Vec::new();
+        for &p in ports {
+            masters.push(Conn::connect(p).await?);
+        }
+        Ok(Redlock {
+            masters,
+            owner: uuid::Uuid::new_v4().to_string(),
+        })
+    }
+
+    /// Tries once to lock `key` for `ttl`; true when a quorum granted it with validity left.
+    pub async fn lock(&mut self, key: &str, ttl: Duration) -> io::Result<bool> {
+        let start = Instant::now();
+        let ttl_ms = ttl.as_millis().to_string();
+        let owner = self.owner.clone();
+        let args = ["LOCK.ACQUIRE", key, &owner, &ttl_ms];
+        let replies = join_all(self.masters.iter_mut().map(|m| m.cmd(&args))).await;
+        let won = replies
+            .iter()
+            .filter(|r| matches!(r, Ok(Reply::Int(_))))
+            .count();
+        // Validity = ttl - elapsed - clock drift (1% + 2 ms), never negative.
+        let drift = ttl / 100 + Duration::from_millis(2);
+        let validity = ttl.saturating_sub(start.elapsed()).saturating_sub(drift);
+        if won > self.masters.len() / 2 && !validity.is_zero() {
+            return Ok(true);
+        }
+        self.unlock(key).await?;
+        Ok(false)
+    }
+
+    pub async fn unlock(&mut self, key: &str) -> io::Result<()> {
+        let owner = self.owner.clone();
+        let args = ["LOCK.RELEASE", key, &owner];
+        let replies = join_all(self.masters.iter_mut().map(|m| m.cmd(&args))).await;
+        for r in replies {
+            r?;
+        }
+        Ok(())
+    }
+}
+
+/// Acquire + release latencies (ns) over `ports`, for `measure` after `warmup`.
+pub async fn latency(
+    ports: &[u16],
+    warmup: Duration,
+    measure: Duration,
+) -> io::Result<hdrhistogram::Histogram<u64>> {
+    let mut client = Redlock::connect(ports).await?;
+    let mut hist = crate::stats::histogram();
+    let ttl = Duration::from_secs(10);
+    let start = Instant::now();
+    let mut i = 0u64;
+    while start.elapsed() < warmup + measure {
+        let key = format!("redlock:{i}");
+        i += 1;
+        let t = Instant::now();
+        if !client.lock(&key, ttl).await? {
+            return Err(io::Error::other("Redlock lost a quorum on a free key"));
+        }
+        client.unlock(&key).await?;
+        if start.elapsed() >= warmup {
+            let _ = hist.record(t.elapsed().as_nanos().max(1) as u64);
+        }
+    }
+    Ok(hist)
+}
