@@ -84,6 +84,7 @@ command_callback!(wait_cmd, wait, |n| n == 5);
 command_callback!(info_cmd, info, |n| n == 2);
 command_callback!(forcerelease_cmd, force_release, |n| n == 2);
 command_callback!(apply_cmd, apply, |n| n == 5 || n == 7);
+command_callback!(counter_cmd, counter, |n| n == 2);
 
 type Result<T> = std::result::Result<T, Reply>;
 
@@ -197,6 +198,16 @@ fn apply(ctx: Ctx, args: Args<'_>) -> Result<Reply> {
     fencing::observe(token);
     key.put(Hold::new(owner, token, count), at);
     expiry_moved(ctx, &key);
+    Ok(Reply::Ok)
+}
+
+/// `LOCK.COUNTER token`: raises the token counter to at least `token`. The module writes it to
+/// the AOF after every rewrite, so the counter survives even an AOF without the RDB preamble
+/// (which has no aux data) when no lock is left to carry it. Not meant for clients.
+fn counter(ctx: Ctx, args: Args<'_>) -> Result<Reply> {
+    let token = args::token(string_bytes(args[1]))?;
+    fencing::observe(token);
+    unsafe { rm!(RedisModule_ReplicateVerbatim(ctx)) };
     Ok(Reply::Ok)
 }
 

@@ -6,11 +6,12 @@
 //! notification, so waking waiters runs on a 0 ms timer (see `waiters`).
 
 use std::ffi::CStr;
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_char, c_int, c_longlong, c_void};
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use redis_module::raw;
 
-use crate::{datatype, rm, stats, store, waiters};
+use crate::{datatype, fencing, rm, stats, store, waiters};
 
 /// Every class of keyspace event that can end or replace a lock (not `d`: our own events; not
 /// key-miss or new-key events, which fire on reads and creations of unrelated keys).
@@ -42,6 +43,7 @@ pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
         raw::REDISMODULE_EVENT_SWAPDB,
         raw::REDISMODULE_EVENT_LOADING,
         raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+        raw::REDISMODULE_EVENT_CRON_LOOP,
     ];
     for id in server_events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
@@ -107,10 +109,53 @@ extern "C" fn on_server_event(
             if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
                 waiters::wake_db(ctx, None);
             }
+        } else if id == raw::REDISMODULE_EVENT_CRON_LOOP {
+            record_counter_after_aof_rewrite(ctx);
         } else if id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
             && subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA
         {
             waiters::fail_everyone_readonly(ctx);
         }
     })
+}
+
+/// `aof_rewrites` when the counter was last written to the AOF (-1: never).
+static COUNTED_AT_REWRITE: AtomicI64 = AtomicI64::new(-1);
+
+/// An AOF rewrite keeps only the locks that exist, and without the RDB preamble it has no aux
+/// data, so the token counter would fall back to the largest live token (or the clock floor).
+/// After each rewrite starts, append `LOCK.COUNTER last_token`: with Redis 7's multi-part AOF it
+/// lands in the incremental file opened for the rewrite, which stays with the new base. Checked
+/// on the server's cron tick (`hz` times a second); costs one INFO read per tick while AOF is on.
+fn record_counter_after_aof_rewrite(ctx: *mut raw::RedisModuleCtx) {
+    let flags = unsafe { rm!(RedisModule_GetContextFlags(ctx)) };
+    let aof_on = flags & raw::REDISMODULE_CTX_FLAGS_AOF as c_int != 0;
+    let master = flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int != 0;
+    let loading = flags & raw::REDISMODULE_CTX_FLAGS_LOADING as c_int != 0;
+    if !aof_on || !master || loading {
+        return;
+    }
+    let info = unsafe { rm!(RedisModule_GetServerInfo(ctx, c"persistence".as_ptr())) };
+    if info.is_null() {
+        return;
+    }
+    let mut err: c_int = 0;
+    let rewrites = unsafe {
+        rm!(RedisModule_ServerInfoGetFieldSigned(info, c"aof_rewrites".as_ptr(), &mut err))
+    };
+    unsafe { rm!(RedisModule_FreeServerInfo(ctx, info)) };
+    if err != 0 || COUNTED_AT_REWRITE.swap(rewrites, Ordering::Relaxed) == rewrites {
+        return;
+    }
+    let last = fencing::last();
+    if last > 0 {
+        unsafe {
+            rm!(RedisModule_Replicate(
+                ctx,
+                c"LOCK.COUNTER".as_ptr(),
+                c"l".as_ptr(),
+                last as c_longlong
+            ))
+        };
+    }
 }

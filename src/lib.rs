@@ -89,6 +89,10 @@ fn missing_apis() -> Option<&'static str> {
         RedisModule_GetContextFlags,
         RedisModule_GetDbIdFromOptCtx,
         RedisModule_GetExpire,
+        RedisModule_GetServerInfo,
+        RedisModule_ServerInfoGetFieldSigned,
+        RedisModule_FreeServerInfo,
+        RedisModule_ReplicateVerbatim,
         RedisModule_GetKeyNameFromOptCtx,
         RedisModule_GetSelectedDb,
         RedisModule_InfoAddFieldULongLong,
@@ -128,14 +132,14 @@ fn missing_apis() -> Option<&'static str> {
     None
 }
 
-#[cfg(not(test))]
+#[cfg(not(any(test, feature = "system-alloc")))]
 type Allocator = redis_module::alloc::RedisAlloc;
-#[cfg(not(test))]
+#[cfg(not(any(test, feature = "system-alloc")))]
 const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
 // Unit tests run without Redis, so they cannot use its allocator.
-#[cfg(test)]
+#[cfg(any(test, feature = "system-alloc"))]
 type Allocator = std::alloc::System;
-#[cfg(test)]
+#[cfg(any(test, feature = "system-alloc"))]
 const ALLOCATOR: Allocator = std::alloc::System;
 
 redis_module! {

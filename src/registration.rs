@@ -66,7 +66,10 @@ struct Command {
     name: &'static CStr,
     callback: Callback,
     flags: &'static CStr,
+    /// ACL categories, set where the server supports it (Redis 7.2+; 7.0 has no API for it).
+    acl: &'static CStr,
     arity: c_int,
+    /// Key-spec flags of the one key at argument 1; 0 for a command without keys.
     key_flags: u32,
     summary: &'static CStr,
     complexity: &'static CStr,
@@ -80,6 +83,7 @@ const COMMANDS: &[Command] = &[
         name: c"LOCK.ACQUIRE",
         callback: commands::acquire_cmd,
         flags: c"write deny-oom fast",
+        acl: c"write fast",
         arity: 4,
         key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
         summary: c"Takes a lock if it is free (non-reentrant; idempotent for its holder). Replies the fencing token or nil.",
@@ -90,6 +94,7 @@ const COMMANDS: &[Command] = &[
         name: c"LOCK.REENTER",
         callback: commands::reenter_cmd,
         flags: c"write deny-oom fast",
+        acl: c"write fast",
         arity: 4,
         key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
         summary: c"Takes a lock or enters it once more (reentrant). Replies the reentrancy count or nil.",
@@ -100,6 +105,7 @@ const COMMANDS: &[Command] = &[
         name: c"LOCK.RELEASE",
         callback: commands::release_cmd,
         flags: c"write fast",
+        acl: c"write fast",
         arity: 3,
         key_flags: RW | raw::REDISMODULE_CMD_KEY_DELETE,
         summary: c"Leaves a lock once; at count 0 the lock passes to the first waiter. Replies the remaining count or nil.",
@@ -110,6 +116,7 @@ const COMMANDS: &[Command] = &[
         name: c"LOCK.RENEW",
         callback: commands::renew_cmd,
         flags: c"write fast",
+        acl: c"write fast",
         arity: 4,
         key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
         summary: c"Sets the remaining lifetime of a lock its owner holds. Replies the fencing token or nil.",
@@ -120,6 +127,7 @@ const COMMANDS: &[Command] = &[
         name: c"LOCK.WAIT",
         callback: commands::wait_cmd,
         flags: c"write deny-oom blocking",
+        acl: c"write blocking",
         arity: 5,
         key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
         summary: c"Takes a lock, waiting in FIFO order until it is handed over or the timeout passes. Replies the fencing token or nil.",
@@ -130,6 +138,7 @@ const COMMANDS: &[Command] = &[
         name: c"LOCK.INFO",
         callback: commands::info_cmd,
         flags: c"readonly fast",
+        acl: c"read fast",
         arity: 2,
         key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
         summary: c"Shows a lock: owner, token, count, ttl, waiters. Replies nil when there is no lock.",
@@ -140,6 +149,7 @@ const COMMANDS: &[Command] = &[
         name: c"LOCK.FORCERELEASE",
         callback: commands::forcerelease_cmd,
         flags: c"write admin",
+        acl: c"write admin dangerous",
         arity: 2,
         key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE,
         summary: c"Breaks a lock whoever holds it, handing it to the first waiter. Replies 1 if a lock was removed, else 0.",
@@ -150,11 +160,23 @@ const COMMANDS: &[Command] = &[
         name: c"LOCK.APPLY",
         callback: commands::apply_cmd,
         flags: c"write deny-oom admin",
+        acl: c"write admin dangerous",
         arity: -5,
         key_flags: raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
         summary: c"Internal: sets a lock exactly as given. Replicas and the AOF receive lock changes in this form.",
         complexity: c"O(1)",
         args: &[KEY, OWNER, TOKEN, COUNT, PXAT],
+    },
+    Command {
+        name: c"LOCK.COUNTER",
+        callback: commands::counter_cmd,
+        flags: c"write admin",
+        acl: c"write admin dangerous",
+        arity: 2,
+        key_flags: 0,
+        summary: c"Internal: raises the fencing-token counter to at least the given token. Written to the AOF after each rewrite.",
+        complexity: c"O(1)",
+        args: &[TOKEN],
     },
 ];
 
@@ -169,15 +191,16 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
 
 fn register_one(ctx: *mut raw::RedisModuleCtx, command: &Command) -> Result<(), &'static str> {
     let ok = raw::REDISMODULE_OK as c_int;
+    let key_at = c_int::from(command.key_flags != 0);
     let created = unsafe {
         rm!(RedisModule_CreateCommand(
             ctx,
             command.name.as_ptr(),
             Some(command.callback),
             command.flags.as_ptr(),
-            1,
-            1,
-            1
+            key_at,
+            key_at,
+            key_at
         ))
     };
     if created != ok {
@@ -194,7 +217,7 @@ fn register_one(ctx: *mut raw::RedisModuleCtx, command: &Command) -> Result<(), 
         sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
         sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
     };
-    // One key, at argument 1; a zeroed spec ends the array.
+    // One key, at argument 1 (none for a keyless command); a zeroed spec ends the array.
     let mut key_specs = [
         raw::RedisModuleCommandKeySpec {
             notes: ptr::null(),
@@ -248,12 +271,23 @@ fn register_one(ctx: *mut raw::RedisModuleCtx, command: &Command) -> Result<(), 
         history: ptr::null_mut(),
         tips: ptr::null(),
         arity: command.arity,
-        key_specs: key_specs.as_mut_ptr(),
+        key_specs: if command.key_flags != 0 {
+            key_specs.as_mut_ptr()
+        } else {
+            ptr::null_mut()
+        },
         args: args.as_mut_ptr(),
     };
     // Redis copies everything it keeps, so the locals may go away after this call.
     if unsafe { rm!(RedisModule_SetCommandInfo(handle, &mut info)) } != ok {
         return Err("cannot set command info (key specs, arity, docs)");
+    }
+    // Checked at run time: this API exists from Redis 7.2 on. On 7.0 module commands belong to
+    // no ACL category, so e.g. `-@admin` does not deny LOCK.FORCERELEASE there (deny it by name).
+    if let Some(set_categories) = unsafe { raw::RedisModule_SetCommandACLCategories } {
+        if unsafe { set_categories(handle, command.acl.as_ptr()) } != ok {
+            return Err("cannot set ACL categories");
+        }
     }
     Ok(())
 }
