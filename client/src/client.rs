@@ -188,9 +188,12 @@ impl Relock {
         if timeout == Some(Duration::ZERO) {
             return self.try_acquire(key, ttl).await;
         }
-        let owner = Relock::new_owner();
         let deadline = timeout.map(|t| Instant::now() + t);
+        let mut failed_rounds = 0u64;
         loop {
+            // A new owner per round, so that the late release below can only ever hit this
+            // round's grants, never a later round's.
+            let owner = Relock::new_owner();
             let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if remaining == Some(Duration::ZERO) {
                 return Err(Error::WaitTimeout {
@@ -212,6 +215,14 @@ impl Relock {
                 }
             } else {
                 self.release_targets(key, &owner, None).await;
+                // A master may grant a waiter whose connection we just closed before it notices
+                // the close; release once more a little later so such a grant cannot linger
+                // until its ttl.
+                let (relock, late_key) = (self.clone(), key.to_string());
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    relock.release_targets(&late_key, &owner, None).await;
+                });
                 let errors_only = round.failures.iter().all(|f| {
                     !matches!(f.failure, NodeFailure::NotGranted | NodeFailure::Timeout(_))
                 });
@@ -225,7 +236,11 @@ impl Relock {
                     });
                 }
                 if round.refused() < round.failures.len() {
-                    tracing::warn!(key, failures = %NodeErrors(round.failures), "waiting: some masters failed");
+                    // Say it once, then now and then: an unlimited wait may go on for long.
+                    failed_rounds += 1;
+                    if failed_rounds % 50 == 1 {
+                        tracing::warn!(key, failures = %NodeErrors(round.failures), "waiting: some masters failed");
+                    }
                 }
             }
             let mut pause = self.jitter();

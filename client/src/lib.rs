@@ -38,6 +38,8 @@
 //! # }
 //! ```
 
+#![deny(missing_docs)]
+
 mod client;
 mod error;
 mod guard;

@@ -18,6 +18,8 @@ use clap::{Parser, Subcommand};
 use relock_client::{parse_duration, Error, Lock, LockInfo, Options, Relock};
 use tokio::signal::unix::{signal, SignalKind};
 
+/// The server used when neither `--servers` nor `RELOCK_SERVERS` names one.
+const DEFAULT_SERVER: &str = "redis://127.0.0.1:6379";
 /// Exit status when the lock could not be acquired (EX_TEMPFAIL).
 const EXIT_NOT_ACQUIRED: u8 = 75;
 /// Exit status when the lock was lost while the command ran.
@@ -36,7 +38,7 @@ struct Cli {
         long,
         global = true,
         env = "RELOCK_SERVERS",
-        default_value = "redis://127.0.0.1:6379",
+        default_value = DEFAULT_SERVER,
         value_delimiter = ','
     )]
     servers: Vec<String>,
@@ -109,12 +111,16 @@ async fn async_main(cli: Cli) -> ExitCode {
         node_timeout: cli.node_timeout,
         ..Options::default()
     };
-    let servers: Vec<&str> = cli
+    let mut servers: Vec<&str> = cli
         .servers
         .iter()
         .map(|s| s.trim())
         .filter(|s| !s.is_empty())
         .collect();
+    if servers.is_empty() {
+        // RELOCK_SERVERS set but empty: same as unset.
+        servers.push(DEFAULT_SERVER);
+    }
     let relock = match Relock::with_options(&servers, options) {
         Ok(r) => r,
         Err(e) => {
