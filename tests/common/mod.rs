@@ -14,6 +14,22 @@ use std::time::{Duration, Instant};
 
 /// How long a server may take to answer its first `PING`.
 const READY_DEADLINE: Duration = Duration::from_secs(20);
+/// The same under `RELOCK_SERVER_WRAPPER` (valgrind makes Redis 20-50 times slower).
+const WRAPPED_READY_DEADLINE: Duration = Duration::from_secs(180);
+/// How long a wrapped server may take to exit after `SHUTDOWN NOSAVE` (valgrind writes its
+/// leak report then).
+const WRAPPED_EXIT_DEADLINE: Duration = Duration::from_secs(120);
+
+/// `RELOCK_SERVER_WRAPPER`, split on whitespace: a program (and its arguments) that runs
+/// redis-server, e.g. `valgrind --leak-check=full --log-file=/tmp/vg.%p.log`.
+fn server_wrapper() -> Option<Vec<String>> {
+    let words: Vec<String> = std::env::var("RELOCK_SERVER_WRAPPER")
+        .ok()?
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    (!words.is_empty()).then_some(words)
+}
 
 /// Path of the built module (`target/debug/librelock.so` unless `RELOCK_MODULE` says otherwise).
 pub fn module_path() -> PathBuf {
@@ -93,7 +109,14 @@ impl Server {
         let mut last_error = String::new();
         for _attempt in 0..5 {
             let port_now = port.unwrap_or_else(free_port);
-            let mut cmd = Command::new(redis_server_bin());
+            let mut cmd = match server_wrapper() {
+                Some(words) => {
+                    let mut cmd = Command::new(&words[0]);
+                    cmd.args(&words[1..]).arg(redis_server_bin());
+                    cmd
+                }
+                None => Command::new(redis_server_bin()),
+            };
             cmd.arg("--port")
                 .arg(port_now.to_string())
                 .arg("--bind")
@@ -138,7 +161,12 @@ impl Server {
     }
 
     fn wait_ready(&mut self) -> Result<(), String> {
-        let deadline = Instant::now() + READY_DEADLINE;
+        let wait = if server_wrapper().is_some() {
+            WRAPPED_READY_DEADLINE
+        } else {
+            READY_DEADLINE
+        };
+        let deadline = Instant::now() + wait;
         loop {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
@@ -197,11 +225,34 @@ impl Server {
         self.child.as_ref().map(|c| c.id())
     }
 
-    /// SIGKILL the server and reap it (no shutdown save).
+    /// SIGKILL the server and reap it (no shutdown save). Under `RELOCK_SERVER_WRAPPER` it is
+    /// asked to `SHUTDOWN NOSAVE` first, so that the wrapper (valgrind) can write its report.
     pub fn kill(&mut self) {
+        if server_wrapper().is_some() {
+            self.shutdown_gracefully();
+        }
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+    }
+
+    fn shutdown_gracefully(&mut self) {
+        if self.child.is_none() {
+            return;
+        }
+        if let Ok(mut c) = self.try_conn() {
+            let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").arg("NOSAVE").query(&mut c);
+        }
+        let Some(child) = self.child.as_mut() else {
+            return;
+        };
+        let deadline = Instant::now() + WRAPPED_EXIT_DEADLINE;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(20));
         }
     }
 

@@ -1,0 +1,288 @@
+//! One run of a scenario: the fenced store, the worker processes (spawned from this very
+//! binary), their history, and the check at the end.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crate::common::Server;
+use crate::history::{self, Verdict};
+use crate::store::FencedStore;
+use crate::worker::{now_us, Mode, WorkerArgs};
+
+/// Whether relock claims mutual exclusion under a scenario's faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Violations must be 0.
+    Safe,
+    /// Violations are reported, not asserted; fencing and token order must still hold.
+    NotClaimed,
+}
+
+/// A scenario's outcome: one row of the results table.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub name: &'static str,
+    pub claim: Claim,
+    pub faults: String,
+    pub verdict: Verdict,
+    pub errors: usize,
+}
+
+impl Outcome {
+    /// Whether the scenario met what relock claims for it.
+    pub fn passed(&self) -> bool {
+        let v = &self.verdict;
+        let fencing = v.backwards == 0 && v.store_errors == 0 && v.stale == v.stale_rejected;
+        let live = v.holds > 0 && v.accepted > 0;
+        match self.claim {
+            Claim::Safe => fencing && live && v.violations == 0,
+            Claim::NotClaimed => fencing && live,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Idle,
+    Holding,
+}
+
+/// The workers of a run and what they report.
+pub struct Run {
+    pub name: &'static str,
+    pub ttl_ms: u64,
+    deadline: Instant,
+    store_server: Server,
+    dir: tempfile::TempDir,
+    urls_file: PathBuf,
+    wait_replicas: u32,
+    procs: HashMap<u32, Child>,
+    next_id: u32,
+    lines: Arc<Mutex<Vec<(u64, String)>>>,
+    phase: Arc<Mutex<HashMap<u32, Phase>>>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl Run {
+    /// A run of `run_ms` against the servers in `urls`.
+    pub fn new(name: &'static str, urls: &[String], ttl_ms: u64, run_ms: u64) -> Run {
+        let dir = tempfile::Builder::new()
+            .prefix("relock-chaos-")
+            .tempdir()
+            .expect("temp dir");
+        let urls_file = dir.path().join("urls");
+        let run = Run {
+            name,
+            ttl_ms,
+            deadline: Instant::now() + Duration::from_millis(run_ms),
+            store_server: Server::without_module(&[]),
+            dir,
+            urls_file,
+            wait_replicas: 0,
+            procs: HashMap::new(),
+            next_id: 1,
+            lines: Arc::default(),
+            phase: Arc::default(),
+            readers: Vec::new(),
+        };
+        run.set_urls(urls);
+        run
+    }
+
+    /// Workers of this run use a hold only after `WAIT n` confirmed it.
+    pub fn wait_replicas(mut self, n: u32) -> Run {
+        self.wait_replicas = n;
+        self
+    }
+
+    /// Tells the workers (on their next error) which servers to use.
+    pub fn set_urls(&self, urls: &[String]) {
+        let tmp = self.dir.path().join("urls.tmp");
+        let _ = std::fs::write(&tmp, urls.join("\n"));
+        let _ = std::fs::rename(&tmp, &self.urls_file);
+    }
+
+    /// Whether the run's time is not up yet.
+    pub fn running(&self) -> bool {
+        Instant::now() < self.deadline
+    }
+
+    /// Sleeps `ms`, but not past the end of the run.
+    pub fn sleep(&self, ms: u64) {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        thread::sleep(left.min(Duration::from_millis(ms)));
+    }
+
+    /// Starts a worker process; its lifetime ends with the run.
+    pub fn spawn(&mut self, mode: Mode) -> u32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let args = WorkerArgs {
+            id,
+            mode,
+            urls_file: self.urls_file.display().to_string(),
+            store: self.store_server.url(),
+            key: "chaos:lock".into(),
+            ttl_ms: self.ttl_ms,
+            run_ms: u64::try_from(left.as_millis()).unwrap_or(0),
+            wait_replicas: self.wait_replicas,
+        };
+        let exe = std::env::current_exe().expect("current exe");
+        let mut child = Command::new(exe)
+            .args(args.to_args())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn worker");
+        let stdout = child.stdout.take().expect("worker stdout");
+        let lines = Arc::clone(&self.lines);
+        let phase = Arc::clone(&self.phase);
+        phase.lock().expect("phase").insert(id, Phase::Idle);
+        self.readers.push(thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let now = now_us();
+                match line.split('\t').next() {
+                    Some("G") => {
+                        phase.lock().expect("phase").insert(id, Phase::Holding);
+                    }
+                    Some("R") => {
+                        phase.lock().expect("phase").insert(id, Phase::Idle);
+                    }
+                    _ => {}
+                }
+                lines.lock().expect("lines").push((now, line));
+            }
+        }));
+        self.procs.insert(id, child);
+        id
+    }
+
+    fn pick(&self, wanted: Phase) -> Option<u32> {
+        let phase = self.phase.lock().expect("phase");
+        let mut ids: Vec<u32> = phase
+            .iter()
+            .filter(|(id, p)| **p == wanted && self.procs.contains_key(id))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        (!ids.is_empty()).then(|| ids[fastrand::usize(..ids.len())])
+    }
+
+    /// A worker that currently holds the lock (as far as its reports say).
+    pub fn holder(&self) -> Option<u32> {
+        self.pick(Phase::Holding)
+    }
+
+    /// A worker that does not hold the lock (so it is waiting for it, or about to).
+    pub fn waiter(&self) -> Option<u32> {
+        self.pick(Phase::Idle)
+    }
+
+    /// Waits up to `ms` for a worker to hold the lock.
+    pub fn wait_for_holder(&self, ms: u64) -> Option<u32> {
+        let until = Instant::now() + Duration::from_millis(ms);
+        while Instant::now() < until && self.running() {
+            if let Some(id) = self.holder() {
+                return Some(id);
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+        None
+    }
+
+    /// Waits up to `ms` for a hold granted (reply received) after `since_us`.
+    pub fn wait_for_grant_after(&self, since_us: u64, ms: u64) -> bool {
+        let until = Instant::now() + Duration::from_millis(ms);
+        while Instant::now() < until && self.running() {
+            let lines = self.lines.lock().expect("lines");
+            let seen = lines.iter().rev().any(|(_, l)| {
+                l.starts_with("G\t")
+                    && l.split('\t')
+                        .nth(6)
+                        .and_then(|t| t.parse::<u64>().ok())
+                        .is_some_and(|t1| t1 > since_us)
+            });
+            drop(lines);
+            if seen {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+        false
+    }
+
+    /// Sends `sig` ("STOP", "CONT", "KILL") to worker `id`.
+    pub fn signal(&self, id: u32, sig: i32) {
+        if let Some(child) = self.procs.get(&id) {
+            if let Ok(pid) = i32::try_from(child.id()) {
+                // SAFETY: kill(2) on a child we spawned and have not reaped.
+                unsafe { libc::kill(pid, sig) };
+            }
+        }
+    }
+
+    /// SIGKILLs worker `id` and reaps it.
+    pub fn kill(&mut self, id: u32) {
+        if let Some(mut child) = self.procs.remove(&id) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.phase.lock().expect("phase").remove(&id);
+    }
+
+    /// Waits for the workers to end, reads the store's log and checks the history.
+    pub fn finish(mut self, claim: Claim, faults: String) -> Outcome {
+        for id in self.procs.keys().copied().collect::<Vec<_>>() {
+            self.signal(id, libc::SIGCONT);
+        }
+        let hard_stop = Instant::now() + Duration::from_millis(self.ttl_ms * 4 + 5_000);
+        for (_, mut child) in self.procs.drain() {
+            loop {
+                match child.try_wait() {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) if Instant::now() > hard_stop => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break;
+                    }
+                    Ok(None) => thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        }
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        let lines: Vec<String> = std::mem::take(&mut *self.lines.lock().expect("lines"))
+            .into_iter()
+            .map(|(_, l)| l)
+            .collect();
+        let (holds, errors) = history::parse(&lines);
+        let log = FencedStore::connect(&self.store_server.url())
+            .and_then(|mut s| s.log())
+            .unwrap_or_default();
+        let verdict = history::check(&holds, &log);
+        Outcome {
+            name: self.name,
+            claim,
+            faults,
+            verdict,
+            errors,
+        }
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        for (_, mut child) in self.procs.drain() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
