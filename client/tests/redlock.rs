@@ -48,6 +48,18 @@ fn holder(server: &Server, key: &str) -> Option<(String, u64)> {
     Some((owner, count))
 }
 
+/// The `waiters` field of LOCK.INFO at KEY (0 when there is no lock).
+fn waiters(server: &Server) -> u64 {
+    let mut c = server.conn();
+    let info: Option<HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
+        .arg(KEY)
+        .query(&mut c)
+        .expect("LOCK.INFO");
+    info.map_or(0, |i| {
+        redis::from_redis_value(&i["waiters"]).expect("waiters")
+    })
+}
+
 fn holders(servers: &[Server], key: &str) -> Vec<Option<(String, u64)>> {
     servers.iter().map(|s| holder(s, key)).collect()
 }
@@ -454,6 +466,18 @@ async fn blocking_acquire_with_one_server() {
         "{timed_out}"
     );
 
+    // A wait that is given up (its future dropped) leaves the queue at once: its connection
+    // closes, so it can never be granted a lock nobody would release.
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(200),
+        relock.acquire_wait(KEY, ttl, None),
+    )
+    .await;
+    assert!(abandoned.is_err());
+    assert!(common::eventually(Duration::from_secs(2), || waiters(
+        &servers[0]
+    ) == 0));
+
     let waiter = {
         let relock = relock.clone();
         tokio::spawn(async move {
@@ -461,7 +485,9 @@ async fn blocking_acquire_with_one_server() {
             (lock, Instant::now())
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(common::eventually(Duration::from_secs(2), || waiters(
+        &servers[0]
+    ) == 1));
     assert!(!waiter.is_finished(), "got a held lock");
     let released_at = Instant::now();
     held.release().await.expect("release");
