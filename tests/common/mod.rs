@@ -58,6 +58,8 @@ fn workspace_root() -> PathBuf {
     }
 }
 
+const PORT_TAKEN: &str = "port taken by another server";
+
 /// Picks a port that was free a moment ago by binding port 0.
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
@@ -147,7 +149,9 @@ impl Server {
                     last_error = e;
                     self.kill();
                     // Another process took the port between our probe and the start: try another.
-                    if port.is_none() && self.log().contains("Address already in use") {
+                    let taken = last_error.starts_with(PORT_TAKEN)
+                        || self.log().contains("Address already in use");
+                    if port.is_none() && taken {
                         continue;
                     }
                     break;
@@ -176,7 +180,16 @@ impl Server {
             if let Ok(mut c) = self.try_conn() {
                 let pong: redis::RedisResult<String> = redis::cmd("PING").query(&mut c);
                 if pong.is_ok() {
-                    return Ok(());
+                    // Another test's server may have taken the port between our probe and our
+                    // server's bind: only our own process counts as ready.
+                    return match self.answering_pid(&mut c) {
+                        Some(pid) if Some(pid) == self.pid() => Ok(()),
+                        other => Err(format!(
+                            "{PORT_TAKEN}: port {} answered by pid {other:?}, ours is {:?}",
+                            self.port,
+                            self.pid()
+                        )),
+                    };
                 }
             }
             if Instant::now() > deadline {
@@ -184,6 +197,13 @@ impl Server {
             }
             thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    fn answering_pid(&self, c: &mut redis::Connection) -> Option<u32> {
+        let info: String = redis::cmd("INFO").arg("server").query(c).ok()?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .and_then(|pid| pid.trim().parse().ok())
     }
 
     fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
