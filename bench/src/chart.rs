@@ -4,13 +4,16 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
+/// (K, p99 ms, hand-offs/s).
+pub type HandoffPoint = (usize, f64, f64);
+
 /// What the chart shows; NaN values are left out.
 #[derive(Default)]
 pub struct ChartData {
     /// (label, [relock, A, B]) in ops/s.
     pub throughput: Vec<(String, [f64; 3])>,
     /// (approach, [(K, p99 ms, hand-offs/s)]).
-    pub handoff: Vec<(String, Vec<(usize, f64, f64)>)>,
+    pub handoff: Vec<(String, Vec<HandoffPoint>)>,
     /// (approach, median ms from TTL end to grant).
     pub expiry: Vec<(String, f64)>,
     /// (masters, p50 ms, p99 ms).
@@ -64,6 +67,7 @@ pub fn write(path: &Path, data: &ChartData, title: &str) -> Res {
     lines(
         &panels[1],
         "2. Hand-off latency p99 vs waiters K",
+        "waiters K (log)",
         "p99 ms (log)",
         &data
             .handoff
@@ -74,6 +78,7 @@ pub fn write(path: &Path, data: &ChartData, title: &str) -> Res {
     lines(
         &panels[2],
         "2. Hand-offs per second vs waiters K",
+        "waiters K (log)",
         "hand-offs/s (log)",
         &data
             .handoff
@@ -108,6 +113,7 @@ pub fn write(path: &Path, data: &ChartData, title: &str) -> Res {
     lines(
         &panels[4],
         "5. Redlock acquire+release vs masters",
+        "masters (log)",
         "ms (log)",
         &redlock,
     )?;
@@ -150,6 +156,7 @@ fn bars(
                 String::new()
             }
         })
+        .y_label_formatter(&|y| crate::report::num(*y))
         .y_desc(y_desc)
         .draw()?;
     let width = 0.8 / series.len().max(1) as f64;
@@ -179,6 +186,7 @@ fn bars(
 fn lines(
     area: &DrawingArea<SVGBackend, plotters::coord::Shift>,
     title: &str,
+    x_desc: &str,
     y_desc: &str,
     series: &[(String, Vec<(f64, f64)>)],
 ) -> Res {
@@ -206,7 +214,24 @@ fn lines(
             (x0 * 0.8..x1 * 1.25).log_scale(),
             (y0 / 2.0..y1 * 2.0).log_scale(),
         )?;
-    chart.configure_mesh().y_desc(y_desc).draw()?;
+    let mut ticks: Vec<f64> = pts.iter().map(|p| p.0).collect();
+    ticks.sort_by(|a, b| a.total_cmp(b));
+    ticks.dedup();
+    chart
+        .configure_mesh()
+        .light_line_style(TRANSPARENT)
+        .x_labels(30)
+        .x_label_formatter(&|x| {
+            if ticks.iter().any(|t| ((t - x) / t).abs() < 1e-6) {
+                format!("{x}")
+            } else {
+                String::new()
+            }
+        })
+        .y_label_formatter(&|y| crate::report::num(*y))
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .draw()?;
     for (i, (name, values)) in series.iter().enumerate() {
         let color = if name.starts_with('p') {
             COLORS[i % COLORS.len()]

@@ -88,15 +88,12 @@ impl Conn {
 
     /// Queues one command (not sent until [`Conn::flush`]).
     pub fn push<A: AsRef<[u8]>>(&mut self, args: &[A]) {
-        self.wbuf.push(b'*');
-        self.wbuf
-            .extend_from_slice(args.len().to_string().as_bytes());
-        self.wbuf.extend_from_slice(b"\r\n");
+        use std::io::Write as _;
+        // Writing into a Vec cannot fail.
+        let _ = write!(self.wbuf, "*{}\r\n", args.len());
         for a in args {
             let a = a.as_ref();
-            self.wbuf.push(b'$');
-            self.wbuf.extend_from_slice(a.len().to_string().as_bytes());
-            self.wbuf.extend_from_slice(b"\r\n");
+            let _ = write!(self.wbuf, "${}\r\n", a.len());
             self.wbuf.extend_from_slice(a);
             self.wbuf.extend_from_slice(b"\r\n");
         }

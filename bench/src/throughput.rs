@@ -67,12 +67,16 @@ async fn drive(
     const TTL: &str = "60000";
     let owner = uuid::Uuid::new_v4().to_string();
     let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut key = String::with_capacity(16);
     let mut next_key = move || {
+        use std::fmt::Write as _;
         // xorshift64: cheap, and the same key sequence shape for every approach.
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        format!("lock:{}", rng % 1_000_000)
+        key.clear();
+        let _ = write!(key, "lock:{}", rng % 1_000_000);
+        key.clone()
     };
     while !stop.load(Ordering::Relaxed) {
         match (op, pipeline) {
@@ -112,4 +116,49 @@ async fn drive(
         }
     }
     Ok(())
+}
+
+/// Acquires per second of `lock` measured by `redis-benchmark` (its command-line form, keys
+/// `lock:__rand_int__` over 1e6, one 36-byte owner), or None when it is not installed.
+pub async fn redis_benchmark(
+    port: u16,
+    scripts: &Scripts,
+    lock: Lock,
+    pipeline: usize,
+    requests: usize,
+) -> io::Result<Option<f64>> {
+    const OWNER: &str = "6f1c2a4e-3b8d-4f5a-9c7e-1d2b3a4c5d6e";
+    const KEY: &str = "lock:__rand_int__";
+    let command: Vec<String> = match lock {
+        Lock::Relock => vec!["LOCK.ACQUIRE", KEY, OWNER, "60000"],
+        Lock::SetNx => vec!["SET", KEY, OWNER, "NX", "PX", "60000"],
+        Lock::Hash => vec!["EVALSHA", &scripts.b_acquire, "1", KEY, "60000", OWNER],
+    }
+    .into_iter()
+    .map(String::from)
+    .collect();
+    let bin = std::env::var("REDIS_BENCHMARK").unwrap_or_else(|_| "redis-benchmark".into());
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(bin)
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-c", "50"])
+            .args(["-P", &pipeline.to_string(), "-n", &requests.to_string()])
+            .args(["-r", "1000000", "--csv"])
+            .args(&command)
+            .output()
+    })
+    .await
+    .map_err(io::Error::other)?;
+    let output = match output {
+        Ok(o) if o.status.success() => o,
+        Ok(_) | Err(_) => return Ok(None),
+    };
+    let text = String::from_utf8_lossy(&output.stdout);
+    // The last CSV line is `"<command>","<rps>",...`.
+    let rps = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .and_then(|l| l.split("\",\"").nth(1))
+        .and_then(|v| v.trim_matches('"').parse::<f64>().ok());
+    Ok(rps)
 }
