@@ -1,40 +1,17 @@
 //! Every reply and every error of the LOCK.* commands, checked against a real server
 //! (spec: /work/shared/spec/commands.md). LOCK.WAIT's blocking behaviour lives in `wait.rs`;
 //! here it is only checked for argument errors.
+#[macro_use]
 mod common;
 
 use std::thread;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use common::Server;
+use common::{
+    decode_lock_info as decode_info, int_or_nil, lock_info as info, now_ms, show, LockInfo as Info,
+    Server,
+};
 use redis::{Connection, RedisError, Value};
-
-/// Builds a command from a name and any number of arguments.
-macro_rules! cmd {
-    ($name:expr $(, $arg:expr)* $(,)?) => {{
-        #[allow(unused_mut)]
-        let mut cmd = redis::cmd($name);
-        $(cmd.arg($arg);)*
-        cmd
-    }};
-}
-
-/// A command as text, for failure messages.
-fn show(cmd: &redis::Cmd) -> String {
-    cmd.args_iter()
-        .map(|a| match a {
-            redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-            redis::Arg::Cursor => "<cursor>".to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// The tokens and counts the server hands out, or nil.
-fn int_or_nil(c: &mut Connection, cmd: redis::Cmd) -> Option<i64> {
-    cmd.query(c)
-        .unwrap_or_else(|e| panic!("{} failed: {e}", show(&cmd)))
-}
 
 fn int(c: &mut Connection, cmd: redis::Cmd) -> i64 {
     cmd.query(c)
@@ -54,70 +31,6 @@ fn error_text(e: &RedisError) -> String {
         (Some(code), Some(detail)) => format!("{code} {detail}"),
         (Some(code), None) => code.to_string(),
         _ => e.to_string(),
-    }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as i64
-}
-
-/// LOCK.INFO's reply, decoded after checking the field names and their order.
-#[derive(Debug, Clone, PartialEq)]
-struct Info {
-    owner: Vec<u8>,
-    token: i64,
-    count: i64,
-    ttl: i64,
-    waiters: i64,
-}
-
-const INFO_FIELDS: [&str; 5] = ["owner", "token", "count", "ttl", "waiters"];
-
-fn decode_info(pairs: Vec<(Value, Value)>) -> Info {
-    let names: Vec<String> = pairs
-        .iter()
-        .map(|(k, _)| match k {
-            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-            Value::SimpleString(s) => s.clone(),
-            other => panic!("LOCK.INFO field name {other:?}"),
-        })
-        .collect();
-    assert_eq!(names, INFO_FIELDS, "LOCK.INFO fields and their order");
-    let int_at = |i: usize| match &pairs[i].1 {
-        Value::Int(n) => *n,
-        other => panic!("LOCK.INFO {} is not an integer: {other:?}", INFO_FIELDS[i]),
-    };
-    let owner = match &pairs[0].1 {
-        Value::BulkString(b) => b.clone(),
-        other => panic!("LOCK.INFO owner is not a bulk string: {other:?}"),
-    };
-    Info {
-        owner,
-        token: int_at(1),
-        count: int_at(2),
-        ttl: int_at(3),
-        waiters: int_at(4),
-    }
-}
-
-/// LOCK.INFO over RESP2: nil, or a flat array of ten elements.
-fn info(c: &mut Connection, key: impl redis::ToRedisArgs) -> Option<Info> {
-    let v: Value = cmd!("LOCK.INFO", key).query(c).expect("LOCK.INFO");
-    match v {
-        Value::Nil => None,
-        Value::Array(items) => {
-            assert_eq!(items.len(), 10, "LOCK.INFO flat array: {items:?}");
-            let mut it = items.into_iter();
-            let mut pairs = Vec::new();
-            while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                pairs.push((k, v));
-            }
-            Some(decode_info(pairs))
-        }
-        other => panic!("LOCK.INFO replied {other:?} over RESP2"),
     }
 }
 

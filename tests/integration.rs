@@ -1,44 +1,14 @@
 //! How the module fits into the server: ACL key patterns and categories, command metadata,
 //! keyspace events, and the `INFO relock` section.
+#[macro_use]
 mod common;
 
 use std::thread;
 use std::time::Duration;
 
-use common::{eventually, info_field, Server};
+use common::{acquire, eventually, info_field, int_or_nil, show, Server};
 use redis::{Connection, Value};
 
-/// Builds a command from a name and any number of arguments.
-macro_rules! cmd {
-    ($name:expr $(, $arg:expr)* $(,)?) => {{
-        #[allow(unused_mut)]
-        let mut cmd = redis::cmd($name);
-        $(cmd.arg($arg);)*
-        cmd
-    }};
-}
-
-fn int_or_nil(c: &mut Connection, cmd: redis::Cmd) -> Option<i64> {
-    cmd.query(c)
-        .unwrap_or_else(|e| panic!("command failed: {e}"))
-}
-
-fn acquire(c: &mut Connection, key: &str, owner: &str, ttl: i64) -> i64 {
-    int_or_nil(c, cmd!("LOCK.ACQUIRE", key, owner, ttl)).expect("lock is free")
-}
-
-/// A command as text, for failure messages.
-fn show(cmd: &redis::Cmd) -> String {
-    cmd.args_iter()
-        .map(|a| match a {
-            redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-            redis::Arg::Cursor => "<cursor>".to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// The error code of a command that must fail (`NOPERM`, `ERR`, ...), with its text.
 fn error(c: &mut Connection, cmd: redis::Cmd) -> (String, String) {
     match cmd.query::<Value>(c) {
         Ok(v) => panic!("{} replied {v:?}, expected an error", show(&cmd)),

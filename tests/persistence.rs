@@ -4,35 +4,18 @@
 //! Tokens are floored by the wall clock (token >= now_ms * 1000), which alone would make a
 //! restarted server issue larger tokens. To see whether the counter itself survives, the
 //! monotonicity tests first push it to 2^52 with LOCK.APPLY, far above the clock floor.
+#[macro_use]
 mod common;
 
 use std::thread;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use common::{eventually, Server};
+use common::{
+    acquire, eventually, int_or_nil, lock_info as info, now_ms, LockInfo as Info, Server,
+};
 use redis::{Connection, Value};
 
-/// Builds a command from a name and any number of arguments.
-macro_rules! cmd {
-    ($name:expr $(, $arg:expr)* $(,)?) => {{
-        #[allow(unused_mut)]
-        let mut cmd = redis::cmd($name);
-        $(cmd.arg($arg);)*
-        cmd
-    }};
-}
-
-/// 2^52: far above any clock floor (now_ms * 1000 is about 1.8 * 10^15 in 2026).
 const SEED: i64 = 1 << 52;
-
-fn int_or_nil(c: &mut Connection, cmd: redis::Cmd) -> Option<i64> {
-    cmd.query(c)
-        .unwrap_or_else(|e| panic!("command failed: {e}"))
-}
-
-fn acquire(c: &mut Connection, key: &[u8], owner: &[u8], ttl: i64) -> i64 {
-    int_or_nil(c, cmd!("LOCK.ACQUIRE", key, owner, ttl)).expect("lock is free")
-}
 
 fn ok(c: &mut Connection, cmd: redis::Cmd) {
     let v: Value = cmd
@@ -42,44 +25,6 @@ fn ok(c: &mut Connection, cmd: redis::Cmd) {
         matches!(v, Value::Okay) || v == Value::SimpleString("OK".into()),
         "expected OK, got {v:?}"
     );
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as i64
-}
-
-#[derive(Debug, Clone, PartialEq)]
-struct Info {
-    owner: Vec<u8>,
-    token: i64,
-    count: i64,
-    ttl: i64,
-}
-
-/// LOCK.INFO over RESP2 (nil or `owner o token t count n ttl ms waiters w`).
-fn info(c: &mut Connection, key: &[u8]) -> Option<Info> {
-    let v: Value = cmd!("LOCK.INFO", key).query(c).expect("LOCK.INFO");
-    let items = match v {
-        Value::Nil => return None,
-        Value::Array(items) if items.len() == 10 => items,
-        other => panic!("LOCK.INFO replied {other:?}"),
-    };
-    let int_at = |i: usize| match items[i] {
-        Value::Int(n) => n,
-        ref other => panic!("LOCK.INFO item {i} is {other:?}"),
-    };
-    let Value::BulkString(owner) = &items[1] else {
-        panic!("LOCK.INFO owner is {:?}", items[1])
-    };
-    Some(Info {
-        owner: owner.clone(),
-        token: int_at(3),
-        count: int_at(5),
-        ttl: int_at(7),
-    })
 }
 
 fn exists(c: &mut Connection, key: &[u8]) -> i64 {

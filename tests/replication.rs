@@ -1,65 +1,14 @@
 //! A replica receives every lock change, answers LOCK.INFO like its master, refuses writes, and
 //! once promoted issues tokens above every token its master issued.
+#[macro_use]
 mod common;
 
 use std::time::Duration;
 
-use common::{eventually, Server};
+use common::{acquire, eventually, int_or_nil, lock_info as info, Server};
 use redis::{Connection, Value};
 
-/// Builds a command from a name and any number of arguments.
-macro_rules! cmd {
-    ($name:expr $(, $arg:expr)* $(,)?) => {{
-        #[allow(unused_mut)]
-        let mut cmd = redis::cmd($name);
-        $(cmd.arg($arg);)*
-        cmd
-    }};
-}
-
-/// 2^52: far above any clock floor, so only a replicated counter explains larger tokens.
 const SEED: i64 = 1 << 52;
-
-fn int_or_nil(c: &mut Connection, cmd: redis::Cmd) -> Option<i64> {
-    cmd.query(c)
-        .unwrap_or_else(|e| panic!("command failed: {e}"))
-}
-
-fn acquire(c: &mut Connection, key: &[u8], owner: &[u8], ttl: i64) -> i64 {
-    int_or_nil(c, cmd!("LOCK.ACQUIRE", key, owner, ttl)).expect("lock is free")
-}
-
-#[derive(Debug, Clone, PartialEq)]
-struct Info {
-    owner: Vec<u8>,
-    token: i64,
-    count: i64,
-    ttl: i64,
-    waiters: i64,
-}
-
-fn info(c: &mut Connection, key: &[u8]) -> Option<Info> {
-    let v: Value = cmd!("LOCK.INFO", key).query(c).expect("LOCK.INFO");
-    let items = match v {
-        Value::Nil => return None,
-        Value::Array(items) if items.len() == 10 => items,
-        other => panic!("LOCK.INFO replied {other:?}"),
-    };
-    let int_at = |i: usize| match items[i] {
-        Value::Int(n) => n,
-        ref other => panic!("LOCK.INFO item {i} is {other:?}"),
-    };
-    let Value::BulkString(owner) = &items[1] else {
-        panic!("LOCK.INFO owner is {:?}", items[1])
-    };
-    Some(Info {
-        owner: owner.clone(),
-        token: int_at(3),
-        count: int_at(5),
-        ttl: int_at(7),
-        waiters: int_at(9),
-    })
-}
 
 struct Pair {
     master: Server,

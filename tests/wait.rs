@@ -183,34 +183,12 @@ struct Info {
 }
 
 fn lock_info(c: &mut redis::Connection, key: &str) -> Option<Info> {
-    let v: Value = redis::cmd("LOCK.INFO")
-        .arg(key)
-        .query(c)
-        .expect("LOCK.INFO");
-    let items = match v {
-        Value::Nil => return None,
-        Value::Array(items) => items,
-        Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
-        other => panic!("LOCK.INFO: unexpected reply {other:?}"),
-    };
-    assert_eq!(items.len(), 10, "LOCK.INFO reply: {items:?}");
-    let name = |v: &Value| match v {
-        Value::BulkString(b) => String::from_utf8(b.clone()).unwrap(),
-        Value::SimpleString(s) => s.clone(),
-        other => panic!("LOCK.INFO field name {other:?}"),
-    };
-    let int = |v: &Value| match v {
-        Value::Int(i) => *i,
-        other => panic!("LOCK.INFO integer field {other:?}"),
-    };
-    let names: Vec<String> = items.iter().step_by(2).map(name).collect();
-    assert_eq!(names, ["owner", "token", "count", "ttl", "waiters"]);
-    Some(Info {
-        owner: name(&items[1]),
-        token: int(&items[3]) as u64,
-        count: int(&items[5]),
-        ttl: int(&items[7]),
-        waiters: int(&items[9]),
+    common::lock_info(c, key).map(|i| Info {
+        owner: String::from_utf8(i.owner).expect("utf-8 owner"),
+        token: i.token as u64,
+        count: i.count,
+        ttl: i.ttl,
+        waiters: i.waiters,
     })
 }
 

@@ -345,3 +345,115 @@ pub fn info_field(conn: &mut redis::Connection, field: &str) -> i64 {
         })
         .unwrap_or_else(|| panic!("INFO relock has no integer field {field}:\n{info}"))
 }
+
+/// Builds a command from a name and any number of arguments: `cmd!("LOCK.ACQUIRE", k, o, 100)`.
+#[macro_export]
+macro_rules! cmd {
+    ($name:expr $(, $arg:expr)* $(,)?) => {{
+        #[allow(unused_mut)]
+        let mut cmd = redis::cmd($name);
+        $(cmd.arg($arg);)*
+        cmd
+    }};
+}
+
+/// A command as text, for failure messages.
+pub fn show(cmd: &redis::Cmd) -> String {
+    cmd.args_iter()
+        .map(|a| match a {
+            redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+            redis::Arg::Cursor => "<cursor>".to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// An integer-or-nil reply (tokens, counts); panics with the command on an error reply.
+pub fn int_or_nil(c: &mut redis::Connection, cmd: redis::Cmd) -> Option<i64> {
+    cmd.query(c)
+        .unwrap_or_else(|e| panic!("{} failed: {e}", show(&cmd)))
+}
+
+/// `LOCK.ACQUIRE` of a lock the test knows is free: the token.
+pub fn acquire(
+    c: &mut redis::Connection,
+    key: impl redis::ToRedisArgs,
+    owner: impl redis::ToRedisArgs,
+    ttl: i64,
+) -> i64 {
+    int_or_nil(c, cmd!("LOCK.ACQUIRE", key, owner, ttl)).expect("the lock should be free")
+}
+
+/// The wall clock in Unix milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as i64
+}
+
+/// `LOCK.INFO`'s reply, decoded after checking its field names and their order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LockInfo {
+    pub owner: Vec<u8>,
+    pub token: i64,
+    pub count: i64,
+    pub ttl: i64,
+    pub waiters: i64,
+}
+
+/// The field names of `LOCK.INFO`, in order.
+pub const LOCK_INFO_FIELDS: [&str; 5] = ["owner", "token", "count", "ttl", "waiters"];
+
+/// Decodes `LOCK.INFO` from its (name, value) pairs.
+pub fn decode_lock_info(pairs: Vec<(redis::Value, redis::Value)>) -> LockInfo {
+    use redis::Value;
+    let names: Vec<String> = pairs
+        .iter()
+        .map(|(k, _)| match k {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            Value::SimpleString(s) => s.clone(),
+            other => panic!("LOCK.INFO field name {other:?}"),
+        })
+        .collect();
+    assert_eq!(names, LOCK_INFO_FIELDS, "LOCK.INFO fields and their order");
+    let int_at = |i: usize| match &pairs[i].1 {
+        Value::Int(n) => *n,
+        other => panic!(
+            "LOCK.INFO {} is not an integer: {other:?}",
+            LOCK_INFO_FIELDS[i]
+        ),
+    };
+    let owner = match &pairs[0].1 {
+        Value::BulkString(b) => b.clone(),
+        other => panic!("LOCK.INFO owner is not a bulk string: {other:?}"),
+    };
+    LockInfo {
+        owner,
+        token: int_at(1),
+        count: int_at(2),
+        ttl: int_at(3),
+        waiters: int_at(4),
+    }
+}
+
+/// `LOCK.INFO key`: nil, or the decoded map (a flat array of ten under RESP2, a map under RESP3).
+pub fn lock_info(c: &mut redis::Connection, key: impl redis::ToRedisArgs) -> Option<LockInfo> {
+    use redis::Value;
+    let v: Value = cmd!("LOCK.INFO", key).query(c).expect("LOCK.INFO");
+    let pairs = match v {
+        Value::Nil => return None,
+        Value::Map(pairs) => pairs,
+        Value::Array(items) => {
+            assert_eq!(items.len(), 10, "LOCK.INFO flat array: {items:?}");
+            let mut it = items.into_iter();
+            let mut pairs = Vec::new();
+            while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                pairs.push((k, v));
+            }
+            pairs
+        }
+        other => panic!("LOCK.INFO replied {other:?}"),
+    };
+    Some(decode_lock_info(pairs))
+}
