@@ -430,52 +430,74 @@ fn serve(ctx: *mut raw::RedisModuleCtx, key: &KeyId) {
     if queued(key.db, &key.name) == 0 {
         return;
     }
-    let flags = unsafe { rm!(RedisModule_GetContextFlags(ctx)) };
-    if flags & raw::REDISMODULE_CTX_FLAGS_LOADING as c_int != 0 {
-        return; // the end of loading wakes every key again
-    }
-    if flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int == 0 {
-        fail_all(ctx, key, outcome::READONLY);
-        return;
-    }
-    if !store::select_db(ctx, key.db) {
-        return;
-    }
-    let Some(name) = OwnedString::new(ctx, &key.name) else {
-        return;
-    };
-    match LockKey::open(ctx, name.as_ptr(), false) {
-        Err(WrongType) => fail_all(ctx, key, outcome::WRONGTYPE),
-        Ok(mut lock) => {
-            if lock.hold().is_some() {
-                if let Some(at) = lock.expires_at() {
-                    arm(ctx, key, at);
+    match server_state(ctx) {
+        ServerState::Loading => {} // the end of loading wakes every key again
+        ServerState::Replica => fail_all(ctx, key, outcome::READONLY),
+        ServerState::Master => with_key(ctx, key, |opened| match opened {
+            Err(WrongType) => fail_all(ctx, key, outcome::WRONGTYPE),
+            Ok(mut lock) => {
+                if lock.hold().is_some() {
+                    if let Some(at) = lock.expires_at() {
+                        arm(ctx, key, at);
+                    }
+                } else {
+                    hand_off_to_head(ctx, &mut lock, key);
                 }
-            } else {
-                hand_off_to_head(ctx, &mut lock, key);
             }
-        }
+        }),
     }
 }
 
 /// Ends a hold granted to a client that disconnected before it learned of it.
 fn revoke(ctx: *mut raw::RedisModuleCtx, key: &KeyId, token: u64) {
-    let flags = unsafe { rm!(RedisModule_GetContextFlags(ctx)) };
-    if flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int == 0 || !store::select_db(ctx, key.db) {
+    if server_state(ctx) != ServerState::Master {
         return;
     }
+    with_key(ctx, key, |opened| {
+        let Ok(mut lock) = opened else {
+            return;
+        };
+        if lock.hold().is_some_and(|h| h.token() == token) {
+            lock.remove();
+            lock.notify(event::RELEASED);
+            stats::RELEASED.bump();
+            hand_off_to_head(ctx, &mut lock, key);
+        }
+    });
+}
+
+#[derive(PartialEq, Eq)]
+enum ServerState {
+    Loading,
+    Replica,
+    Master,
+}
+
+fn server_state(ctx: *mut raw::RedisModuleCtx) -> ServerState {
+    let flags = unsafe { rm!(RedisModule_GetContextFlags(ctx)) };
+    if flags & raw::REDISMODULE_CTX_FLAGS_LOADING as c_int != 0 {
+        ServerState::Loading
+    } else if flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int == 0 {
+        ServerState::Replica
+    } else {
+        ServerState::Master
+    }
+}
+
+/// Opens `key` for writing in its db (from a timer, where no key is open yet) and runs `f`.
+fn with_key(
+    ctx: *mut raw::RedisModuleCtx,
+    key: &KeyId,
+    f: impl FnOnce(Result<LockKey, WrongType>),
+) {
+    if !store::select_db(ctx, key.db) {
+        return;
+    }
+    // The name must outlive the open key, which refers to it.
     let Some(name) = OwnedString::new(ctx, &key.name) else {
         return;
     };
-    let Ok(mut lock) = LockKey::open(ctx, name.as_ptr(), false) else {
-        return;
-    };
-    if lock.hold().is_some_and(|h| h.token() == token) {
-        lock.remove();
-        lock.notify(event::RELEASED);
-        stats::RELEASED.bump();
-        hand_off_to_head(ctx, &mut lock, key);
-    }
+    f(LockKey::open(ctx, name.as_ptr(), false));
 }
 
 extern "C" fn on_reply(
