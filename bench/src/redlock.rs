@@ -1,10 +1,10 @@
 //! Case 5: a Redlock client over N relock masters: acquire + release latency, one client, one
 //! lock at a time.
 //!
-//! `relock-client` (the workspace's Redlock crate) was not usable when this was written, so the
-//! protocol is implemented here: `LOCK.ACQUIRE` sent to all N masters concurrently, won on a
-//! quorum of N / 2 + 1 with validity left, then `LOCK.RELEASE` to all N concurrently. Switching
-//! to the client crate only touches this file.
+//! Two clients are measured: `relock-client` (the workspace's Redlock crate, what users run) and
+//! a minimal one written here over the bench's raw RESP connections (`LOCK.ACQUIRE` to all N
+//! masters concurrently with `join_all`, quorum N / 2 + 1 with validity left, then
+//! `LOCK.RELEASE` to all N concurrently), which shows what the protocol itself costs.
 
 use std::io;
 use std::time::{Duration, Instant};
@@ -13,9 +13,23 @@ use futures_util::future::join_all;
 
 use crate::resp::{Conn, Reply};
 
-/// Which implementation case 5 measured, for the report.
-pub const IMPLEMENTATION: &str =
-    "Redlock protocol implemented in the bench (relock-client not usable yet): concurrent LOCK.ACQUIRE on N masters, quorum N/2+1, concurrent LOCK.RELEASE";
+/// The Redlock clients case 5 measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Implementation {
+    /// `relock_client::Relock::try_acquire` + `Lock::release`.
+    Client,
+    /// [`Redlock`] below.
+    Minimal,
+}
+
+impl Implementation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Implementation::Client => "relock-client",
+            Implementation::Minimal => "minimal bench Redlock",
+        }
+    }
+}
 
 pub struct Redlock {
     masters: Vec<Conn>,
@@ -68,6 +82,48 @@ impl Redlock {
 
 /// Acquire + release latencies (ns) over `ports`, for `measure` after `warmup`.
 pub async fn latency(
+    implementation: Implementation,
+    ports: &[u16],
+    warmup: Duration,
+    measure: Duration,
+) -> io::Result<hdrhistogram::Histogram<u64>> {
+    match implementation {
+        Implementation::Client => client_latency(ports, warmup, measure).await,
+        Implementation::Minimal => minimal_latency(ports, warmup, measure).await,
+    }
+}
+
+async fn client_latency(
+    ports: &[u16],
+    warmup: Duration,
+    measure: Duration,
+) -> io::Result<hdrhistogram::Histogram<u64>> {
+    let urls: Vec<String> = ports
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}/"))
+        .collect();
+    let client = relock_client::Relock::new(&urls).map_err(io::Error::other)?;
+    let mut hist = crate::stats::histogram();
+    let ttl = Duration::from_secs(10);
+    let start = Instant::now();
+    let mut i = 0u64;
+    while start.elapsed() < warmup + measure {
+        let key = format!("redlock:c:{i}");
+        i += 1;
+        let t = Instant::now();
+        let lock = client
+            .try_acquire(&key, ttl)
+            .await
+            .map_err(io::Error::other)?;
+        lock.release().await.map_err(io::Error::other)?;
+        if start.elapsed() >= warmup {
+            let _ = hist.record(t.elapsed().as_nanos().max(1) as u64);
+        }
+    }
+    Ok(hist)
+}
+
+async fn minimal_latency(
     ports: &[u16],
     warmup: Duration,
     measure: Duration,
