@@ -1,7 +1,7 @@
 .DEFAULT_GOAL := help
 CARGO ?= cargo
 
-.PHONY: help setup build run test bench fmt lint clean
+.PHONY: help setup build run test bench fmt lint clean cluster cluster-stop
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -14,6 +14,12 @@ build: setup ## Build the module (release) and lockctl
 
 run: build ## Start redis-server with the module on 127.0.0.1:6379 (data in ./data)
 	@scripts/run
+
+cluster: build ## Start a local 3-master/3-replica cluster with the module on 127.0.0.1:7000-7005 (data in ./data/cluster)
+	@scripts/cluster
+
+cluster-stop: ## Stop the cluster that make cluster started
+	@scripts/cluster stop
 
 test: setup ## Build everything and run every test (unit, integration, client, smoke bench)
 	$(CARGO) build --workspace --all-targets
