@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, NodeError, NodeErrors, NodeFailure};
 use crate::lock::Lock;
-use crate::node::{parse_info, Node};
+use crate::node::{parse_info, Acks, Node};
 use crate::validity::{ttl_ms, validity};
 use crate::LockInfo;
 
@@ -33,6 +33,38 @@ pub struct Options {
     /// waiting on one another forever.
     /// Default: 500 ms.
     pub max_partial_hold: Duration,
+    /// How many replicas of a master must acknowledge an acquire or extend (`WAIT replicas
+    /// timeout`, sent on the same connection right after the write) before it counts. When
+    /// fewer do within [`Options::replica_ack_timeout`], an acquisition is released again on
+    /// that master and that master counts as failed (the error, [`NodeFailure::ReplicaAcks`],
+    /// names it and says how many acknowledged); an extension does not count (the lock stays
+    /// held until its previous validity runs out). Applies per master in Redlock mode and to
+    /// the key's master in cluster mode. It narrows, not closes, the window in which a failover
+    /// loses a lock: replication stays asynchronous.
+    /// Default: 0 (off).
+    pub replica_acks: u32,
+    /// How long a master waits for [`Options::replica_acks`] acknowledgements. It adds to the
+    /// time a round may take (each request is bounded by `node_timeout + replica_ack_timeout`)
+    /// and so to what is taken off the validity.
+    /// Default: 500 ms.
+    pub replica_ack_timeout: Duration,
+}
+
+impl Options {
+    pub(crate) fn acks(&self) -> Option<Acks> {
+        (self.replica_acks > 0).then_some(Acks {
+            replicas: self.replica_acks,
+            timeout: self.replica_ack_timeout,
+        })
+    }
+
+    /// The bound on one write that may wait for replica acknowledgements.
+    pub(crate) fn write_timeout(&self) -> Duration {
+        match self.acks() {
+            Some(a) => self.node_timeout + a.timeout,
+            None => self.node_timeout,
+        }
+    }
 }
 
 impl Default for Options {
@@ -42,6 +74,8 @@ impl Default for Options {
             retry_count: 3,
             retry_delay: Duration::from_millis(200),
             max_partial_hold: Duration::from_millis(500),
+            replica_acks: 0,
+            replica_ack_timeout: Duration::from_millis(500),
         }
     }
 }
@@ -60,7 +94,8 @@ pub(crate) struct Inner {
     pub(crate) options: Options,
 }
 
-/// A client of one relock server (plain locking) or of N independent masters (Redlock).
+/// A client of one relock server (plain locking), of N independent masters (Redlock), or of
+/// one Redis Cluster ([`Relock::cluster`]).
 ///
 /// Cheap to clone: clones share connections.
 #[derive(Clone)]
@@ -116,7 +151,37 @@ impl Relock {
         })
     }
 
-    /// The masters' names (`host:port`), in the order they were given.
+    /// A client of one Redis Cluster, known by some of its nodes (`seeds`, `redis://host:port`;
+    /// one is enough, more help when some are down), with the given options.
+    ///
+    /// Each lock lives on the master of its key's hash slot, so this is single-lock locking
+    /// (quorum 1), not Redlock; use hash tags (`{order:42}:row`) to keep related locks on one
+    /// master. Commands go through the `redis` crate's cluster client, which follows `MOVED` and
+    /// `ASK` during resharding and failover; `LOCK.WAIT` blocks on a connection of its own to
+    /// the key's master (found with `CLUSTER SLOTS`), re-resolved and retried on `MOVED` or a
+    /// failover. Combine with [`Options::replica_acks`] so that a lock survives a failover.
+    /// No connection is made until the first command.
+    pub fn cluster<S: AsRef<str>>(seeds: &[S], options: Options) -> Result<Relock, Error> {
+        if seeds.is_empty() {
+            return Err(Error::NoServers);
+        }
+        let seeds: Vec<&str> = seeds.iter().map(AsRef::as_ref).collect();
+        let node = Node::open_cluster(&seeds, options.node_timeout)?;
+        Ok(Relock {
+            inner: Arc::new(Inner {
+                nodes: vec![node],
+                options,
+            }),
+        })
+    }
+
+    /// Whether this is a cluster client ([`Relock::cluster`]).
+    pub fn is_cluster(&self) -> bool {
+        self.inner.nodes.iter().any(Node::is_cluster)
+    }
+
+    /// The masters' names (`host:port`), in the order they were given. A cluster client has one
+    /// entry, `cluster[seed,...]`.
     pub fn nodes(&self) -> Vec<&str> {
         self.inner.nodes.iter().map(|n| n.name.as_str()).collect()
     }
@@ -260,7 +325,7 @@ impl Relock {
         let replies = futures_util::future::join_all(self.inner.nodes.iter().map(|n| async move {
             let reply: Result<redis::Value, _> = n.query(cmd, timeout).await;
             NodeReport {
-                node: n.name.clone(),
+                node: n.name_for(key, timeout).await,
                 result: reply.and_then(parse_info),
             }
         }));
@@ -277,7 +342,7 @@ impl Relock {
         let replies = futures_util::future::join_all(self.inner.nodes.iter().map(|n| async move {
             let reply: Result<i64, _> = n.query(cmd, timeout).await;
             NodeReport {
-                node: n.name.clone(),
+                node: n.name_for(key, timeout).await,
                 result: reply.map(|r| r == 1),
             }
         }));
@@ -312,35 +377,12 @@ impl Relock {
         reentrant: bool,
     ) -> Result<Lock, Error> {
         let ttl_ms = ttl_ms(ttl).ok_or(Error::InvalidTtl(ttl))?;
-        let timeout = self.inner.options.node_timeout;
-        let round = if reentrant {
-            let mut pipe = redis::pipe();
-            pipe.atomic()
-                .cmd("LOCK.REENTER")
-                .arg(key)
-                .arg(owner)
-                .arg(ttl_ms)
-                .cmd("LOCK.INFO")
-                .arg(key);
-            // A reentrant round waits for every master, so that the release of a failed round
-            // only undoes the counts it really added.
-            self.round(false, move |inner, i| {
-                let pipe = pipe.clone();
-                async move {
-                    let (count, info): (Option<u64>, redis::Value) =
-                        inner.nodes[i].query_pipe(&pipe, timeout).await?;
-                    if count.is_none() {
-                        return Ok(None);
-                    }
-                    Ok(parse_info(info)?.map(|i| i.token))
-                }
-            })
-            .await
+        let write = if reentrant {
+            Write::Reenter
         } else {
-            let mut cmd = redis::cmd("LOCK.ACQUIRE");
-            cmd.arg(key).arg(owner).arg(ttl_ms);
-            self.command_round(true, cmd).await
+            Write::Acquire
         };
+        let round = self.write_round(key, owner, ttl_ms, write).await;
         let targets: Option<Vec<bool>> =
             reentrant.then(|| round.tokens.iter().map(Option::is_some).collect());
         if round.granted() < self.quorum() {
@@ -385,7 +427,7 @@ impl Relock {
             .iter()
             .enumerate()
             .map(|(i, node)| async move {
-                let call = node.blocking_query::<Option<u64>>(cmd, node_timeout);
+                let call = node.blocking_query::<Option<u64>>(key, cmd, node_timeout);
                 // A master that stops answering (paused, partitioned) must not outlast the wait.
                 let result = match remaining {
                     None => call.await,
@@ -481,12 +523,76 @@ impl Relock {
         }
     }
 
-    /// A round of one command whose reply is a token or nil (`LOCK.ACQUIRE`, `LOCK.RENEW`).
-    pub(crate) async fn command_round(&self, early: bool, cmd: redis::Cmd) -> Round {
-        let timeout = self.inner.options.node_timeout;
+    /// A round of one write whose reply is a token or nil, followed on each master by `WAIT`
+    /// when [`Options::replica_acks`] asks for acknowledgements. A master whose replicas did not
+    /// acknowledge counts as failed, and an acquisition there is undone at once (so that a
+    /// reentrant round's release never needs to know about it).
+    pub(crate) async fn write_round(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl_ms: u64,
+        write: Write,
+    ) -> Round {
+        let options = &self.inner.options;
+        let (acks, timeout, node_timeout) = (
+            options.acks(),
+            options.write_timeout(),
+            options.node_timeout,
+        );
+        let mut pipe = redis::pipe();
+        match write {
+            Write::Acquire => {
+                pipe.cmd("LOCK.ACQUIRE").arg(key).arg(owner).arg(ttl_ms);
+            }
+            Write::Renew => {
+                pipe.cmd("LOCK.RENEW").arg(key).arg(owner).arg(ttl_ms);
+            }
+            Write::Reenter => {
+                // The token must be the one of the hold we counted into: read it in the same
+                // transaction.
+                pipe.cmd("MULTI")
+                    .cmd("LOCK.REENTER")
+                    .arg(key)
+                    .arg(owner)
+                    .arg(ttl_ms)
+                    .cmd("LOCK.INFO")
+                    .arg(key)
+                    .cmd("EXEC");
+            }
+        }
+        let mut undo = redis::cmd("LOCK.RELEASE");
+        undo.arg(key).arg(owner);
+        let key = key.to_string();
+        // A reentrant round waits for every master, so that the release of a failed round
+        // only undoes the counts it really added.
+        let early = !matches!(write, Write::Reenter);
         self.round(early, move |inner, i| {
-            let cmd = cmd.clone();
-            async move { inner.nodes[i].query::<Option<u64>>(&cmd, timeout).await }
+            let (pipe, undo, key) = (pipe.clone(), undo.clone(), key.clone());
+            async move {
+                let node = &inner.nodes[i];
+                let (replies, acked) = node.query_acked(&pipe, acks, timeout).await?;
+                let token = write.token(replies)?;
+                match (token, acks) {
+                    (Some(_), Some(a)) if acked < u64::from(a.replicas) => {
+                        if write != Write::Renew {
+                            let _ = node.query::<Option<u64>>(&undo, node_timeout).await;
+                        }
+                        let master = if node.is_cluster() {
+                            Some(node.name_for(&key, node_timeout).await)
+                        } else {
+                            None
+                        };
+                        Err(NodeFailure::ReplicaAcks {
+                            acked,
+                            wanted: a.replicas,
+                            timeout: a.timeout,
+                            master,
+                        })
+                    }
+                    _ => Ok(token),
+                }
+            }
         })
         .await
     }
@@ -518,5 +624,43 @@ impl Relock {
             }
         })
         .await
+    }
+}
+
+/// The writes that may wait for replica acknowledgements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Write {
+    /// `LOCK.ACQUIRE`: the reply is the token or nil.
+    Acquire,
+    /// `MULTI`, `LOCK.REENTER`, `LOCK.INFO`, `EXEC`: the token is read from the info.
+    Reenter,
+    /// `LOCK.RENEW`: the reply is the token or nil.
+    Renew,
+}
+
+impl Write {
+    /// The token granted (or renewed), or `None` for nil, from the pipeline's replies.
+    fn token(self, replies: Vec<redis::Value>) -> Result<Option<u64>, NodeFailure> {
+        use redis::FromRedisValue;
+        let protocol = |what: &str| NodeFailure::Protocol(format!("{what}: {replies:?}"));
+        match self {
+            Write::Acquire | Write::Renew => {
+                let first = replies.first().ok_or_else(|| protocol("no reply"))?;
+                Ok(Option::<u64>::from_redis_value(first)?)
+            }
+            Write::Reenter => {
+                // MULTI -> OK, REENTER -> QUEUED, INFO -> QUEUED, EXEC -> [count, info]
+                let Some(redis::Value::Array(exec)) = replies.get(3) else {
+                    return Err(protocol("EXEC"));
+                };
+                let (Some(count), Some(info)) = (exec.first(), exec.get(1)) else {
+                    return Err(protocol("EXEC"));
+                };
+                if Option::<u64>::from_redis_value(count)?.is_none() {
+                    return Ok(None);
+                }
+                Ok(parse_info(info.clone())?.map(|i| i.token))
+            }
+        }
     }
 }

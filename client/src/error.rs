@@ -16,9 +16,36 @@ pub enum NodeFailure {
     /// The connection failed or the master replied with an error.
     #[error("{0}")]
     Redis(#[from] redis::RedisError),
+    /// The write was done, but fewer replicas than [`Options::replica_acks`] acknowledged it
+    /// within [`Options::replica_ack_timeout`] (`WAIT`); an acquisition was undone on that
+    /// master, an extension does not count.
+    ///
+    /// [`Options::replica_acks`]: crate::Options::replica_acks
+    /// [`Options::replica_ack_timeout`]: crate::Options::replica_ack_timeout
+    #[error("{}", replica_acks_message(*.acked, *.wanted, *.timeout, .master.as_deref()))]
+    ReplicaAcks {
+        /// How many replicas acknowledged.
+        acked: u64,
+        /// How many were required.
+        wanted: u32,
+        /// How long the master waited for them.
+        timeout: Duration,
+        /// In cluster mode, the master (`host:port`) that served the key.
+        master: Option<String>,
+    },
     /// The master replied something the LOCK.* contract does not allow.
     #[error("unexpected reply: {0}")]
     Protocol(String),
+}
+
+fn replica_acks_message(
+    acked: u64,
+    wanted: u32,
+    timeout: Duration,
+    master: Option<&str>,
+) -> String {
+    let on = master.map(|m| format!("master {m}: ")).unwrap_or_default();
+    format!("{on}only {acked} of {wanted} required replica acknowledgements within {timeout:?}")
 }
 
 /// A [`NodeFailure`] together with the master it happened on.

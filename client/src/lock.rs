@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::Relock;
+use crate::client::{Relock, Write};
 use crate::error::{Error, NodeFailure};
 use crate::validity::{ttl_ms, validity};
 
@@ -125,9 +125,10 @@ impl Lock {
                 key: self.key.clone(),
             });
         }
-        let mut cmd = redis::cmd("LOCK.RENEW");
-        cmd.arg(&self.key).arg(&self.owner).arg(ms);
-        let round = self.client.command_round(true, cmd).await;
+        let round = self
+            .client
+            .write_round(&self.key, &self.owner, ms, Write::Renew)
+            .await;
         let quorum = self.client.quorum();
         let nodes = self.client.inner.nodes.len();
         if round.granted() < quorum {

@@ -9,6 +9,9 @@
 //! server its fencing token; with several, the token of the first master in `--servers`
 //! order that granted) and `RELOCK_TOKENS` (every master's token in `--servers` order,
 //! comma-separated, empty where a master did not grant).
+//!
+//! With `--cluster`, `--servers` are seed nodes of one Redis Cluster; `info` and
+//! `force-release` then name the master that serves the key.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -46,6 +49,20 @@ struct Cli {
     /// How long one master may take to answer one command.
     #[arg(long, global = true, default_value = "100ms", value_parser = parse_duration)]
     node_timeout: Duration,
+
+    /// Treat `--servers` as seed nodes of one Redis Cluster: each lock lives on the master of
+    /// its key's hash slot (no Redlock quorum), and redirections are followed.
+    #[arg(long, global = true, env = "RELOCK_CLUSTER")]
+    cluster: bool,
+
+    /// How many replicas of a master must acknowledge each acquire and renewal (WAIT) before
+    /// it counts; if fewer do, the acquisition is released again. 0 turns it off.
+    #[arg(long, global = true, env = "RELOCK_REPLICA_ACKS", default_value_t = 0)]
+    replica_acks: u32,
+
+    /// How long a master waits for those acknowledgements.
+    #[arg(long, global = true, default_value = "500ms", value_parser = parse_duration)]
+    replica_ack_timeout: Duration,
 
     #[command(subcommand)]
     command: Command,
@@ -109,6 +126,8 @@ fn main() -> ExitCode {
 async fn async_main(cli: Cli) -> ExitCode {
     let options = Options {
         node_timeout: cli.node_timeout,
+        replica_acks: cli.replica_acks,
+        replica_ack_timeout: cli.replica_ack_timeout,
         ..Options::default()
     };
     let mut servers: Vec<&str> = cli
@@ -121,7 +140,12 @@ async fn async_main(cli: Cli) -> ExitCode {
         // RELOCK_SERVERS set but empty: same as unset.
         servers.push(DEFAULT_SERVER);
     }
-    let relock = match Relock::with_options(&servers, options) {
+    let relock = if cli.cluster {
+        Relock::cluster(&servers, options)
+    } else {
+        Relock::with_options(&servers, options)
+    };
+    let relock = match relock {
         Ok(r) => r,
         Err(e) => {
             eprintln!("lockctl: {e}");
