@@ -39,3 +39,16 @@ lint: ## Clippy with warnings as errors, and a format check
 clean: ## Remove build output and ./data
 	$(CARGO) clean
 	rm -rf data
+
+.PHONY: chaos fuzz leakcheck
+
+chaos: setup ## Chaos suite, full run (~7 min): faults vs the lock; writes target/chaos/results.md
+	$(CARGO) build -p relock
+	$(CARGO) run --release -p relock-chaos -- --out target/chaos
+
+fuzz: ## cargo-fuzz, 60 s per target (argument parsing, state machine); needs cargo-fuzz
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz
+	cd fuzz && for t in args state_machine; do RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t -- -max_total_time=$${FUZZ_SECONDS:-60} || exit 1; done
+
+leakcheck: setup ## Integration tests with redis-server under valgrind; no leak may be the module's
+	@scripts/leakcheck
