@@ -166,7 +166,7 @@ impl Relock {
             return Err(Error::NoServers);
         }
         let seeds: Vec<&str> = seeds.iter().map(AsRef::as_ref).collect();
-        let node = Node::open_cluster(&seeds, options.node_timeout)?;
+        let node = Node::open_cluster(&seeds, options.node_timeout, options.write_timeout())?;
         Ok(Relock {
             inner: Arc::new(Inner {
                 nodes: vec![node],

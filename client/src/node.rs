@@ -20,6 +20,9 @@ use crate::LockInfo;
 const MAX_REDIRECTS: u32 = 16;
 /// The least time a cluster client gets to connect to the seeds and learn the slot map.
 const CLUSTER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a cluster client may take to start (connect to the nodes, read the slot map); a
+/// paused node costs a connection or response timeout at each of those steps.
+const CLUSTER_START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Replica acknowledgements asked after a write (`WAIT replicas timeout`).
 #[derive(Debug, Clone, Copy)]
@@ -104,7 +107,14 @@ impl Node {
     }
 
     /// One Redis Cluster, known by some of its nodes (`seeds`).
-    pub(crate) fn open_cluster(seeds: &[&str], connect_timeout: Duration) -> Result<Node, Error> {
+    /// `response_timeout` bounds every reply on the cluster client's connections (it must
+    /// cover a `WAIT` for replica acknowledgements); without one a paused node would hold up
+    /// the client's start forever.
+    pub(crate) fn open_cluster(
+        seeds: &[&str],
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<Node, Error> {
         let infos = seeds
             .iter()
             .map(|u| {
@@ -119,6 +129,7 @@ impl Node {
         let names: Vec<String> = infos.iter().map(|i| i.addr.to_string()).collect();
         let client = ClusterClient::builder(infos)
             .connection_timeout(connect_timeout.max(CLUSTER_CONNECT_TIMEOUT))
+            .response_timeout(response_timeout.max(CLUSTER_CONNECT_TIMEOUT))
             .build()
             .map_err(|source| Error::InvalidUrl {
                 url: seeds.join(","),
@@ -232,11 +243,24 @@ impl Node {
         F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        let attempt = async {
-            let conn = self.shared_conn().await?;
-            call(conn).await
+        let result = if self.is_cluster() {
+            // A cluster client connects to every node and reads the slot map first; a node that
+            // is down or paused holds that up to its connection timeout, once, which must not
+            // fail every command of a short per-node timeout.
+            let connect = tokio::time::timeout(CLUSTER_START_TIMEOUT, self.shared_conn());
+            match connect.await {
+                Err(_) => return Err(NodeFailure::Timeout(CLUSTER_START_TIMEOUT)),
+                Ok(Err(e)) => Ok(Err(e)),
+                Ok(Ok(conn)) => tokio::time::timeout(timeout, call(conn)).await,
+            }
+        } else {
+            let attempt = async {
+                let conn = self.shared_conn().await?;
+                call(conn).await
+            };
+            tokio::time::timeout(timeout, attempt).await
         };
-        match tokio::time::timeout(timeout, attempt).await {
+        match result {
             Err(_) => Err(NodeFailure::Timeout(timeout)),
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {

@@ -1,0 +1,388 @@
+//! relock-client and lockctl against a real Redis Cluster (3 masters, 3 replicas on loopback),
+//! and replica acknowledgements in cluster, single-server and Redlock modes.
+#[path = "../../tests/cluster_harness/mod.rs"]
+mod cluster_harness;
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::collections::HashSet;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use cluster_harness::{relock_info, Cluster};
+use common::{eventually, Server};
+use relock_client::{Error, NodeFailure, Options, Relock};
+use tokio::time::Instant;
+
+/// Defaults with a per-node timeout that tolerates a busy debug build, and one replica ack.
+fn acked_options() -> Options {
+    Options {
+        node_timeout: Duration::from_millis(500),
+        replica_acks: 1,
+        replica_ack_timeout: Duration::from_millis(300),
+        ..Options::default()
+    }
+}
+
+/// (owner, token, count) of the lock at `key` on `server`.
+fn holder(server: &Server, key: &str) -> Option<(String, u64, u64)> {
+    let info: Option<Vec<redis::Value>> = redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(&mut server.conn())
+        .expect("LOCK.INFO");
+    info.map(|f| {
+        (
+            redis::from_redis_value(&f[1]).expect("owner"),
+            redis::from_redis_value(&f[3]).expect("token"),
+            redis::from_redis_value(&f[5]).expect("count"),
+        )
+    })
+}
+
+fn waiters(server: &Server) -> i64 {
+    relock_info(server)["waiters"]
+}
+
+/// Continues every node on drop, so a failing assertion never leaves a replica stopped.
+struct Resume<'a>(Vec<&'a Server>);
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        for s in &self.0 {
+            s.signal("CONT");
+        }
+    }
+}
+
+fn lockctl(seed: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockctl"));
+    cmd.env("RELOCK_SERVERS", seed)
+        .env_remove("RELOCK_LOG")
+        .env_remove("RELOCK_CLUSTER")
+        .env_remove("RELOCK_REPLICA_ACKS")
+        .args(["--cluster", "--node-timeout", "500ms"])
+        .stdin(Stdio::null());
+    cmd
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_and_lockctl_on_a_cluster() {
+    let cluster = Cluster::start();
+    // One seed is enough: the client learns the rest.
+    let seed = cluster.nodes[0].url();
+    let relock = Relock::cluster(&[&seed], acked_options()).expect("cluster client");
+    assert!(relock.is_cluster());
+    assert_eq!(relock.quorum(), 1);
+    let ttl = Duration::from_secs(30);
+
+    // Locks spread over every master, each where its slot says, acknowledged by its replica.
+    let mut masters = HashSet::new();
+    let mut locks = Vec::new();
+    let started = Instant::now();
+    for i in 0..30 {
+        let key = format!("c:{i}");
+        let lock = relock.acquire(&key, ttl).await.expect("acquire");
+        let master = cluster.master_of(&key);
+        masters.insert(master.port);
+        assert_eq!(
+            holder(master, &key),
+            Some((lock.owner().to_string(), lock.token().unwrap(), 1))
+        );
+        locks.push(lock);
+    }
+    eprintln!(
+        "cluster mode: mean acquire (with 1 replica ack) {:?}",
+        started.elapsed() / 30
+    );
+    assert_eq!(masters.len(), 3, "locks on every master");
+    for lock in locks {
+        lock.release().await.expect("release");
+    }
+    for p in &masters {
+        assert_eq!(relock_info(cluster.node(*p))["locks"], 0);
+    }
+
+    // Hash tags co-locate.
+    let a = relock.acquire("{cart:9}:a", ttl).await.expect("a");
+    let b = relock.acquire("{cart:9}:b", ttl).await.expect("b");
+    let home = cluster.master_of("{cart:9}:a");
+    assert_eq!(home.port, cluster.master_of("{cart:9}:b").port);
+    assert!(holder(home, "{cart:9}:a").is_some() && holder(home, "{cart:9}:b").is_some());
+    a.release().await.expect("release a");
+    b.release().await.expect("release b");
+
+    // LOCK.WAIT blocks on the key's master and is handed the lock on release.
+    let key = "handoff";
+    let first = relock.acquire(key, ttl).await.expect("first");
+    let master = cluster.master_of(key);
+    let waiter = {
+        let relock = relock.clone();
+        tokio::spawn(async move {
+            relock
+                .acquire_wait(key, Duration::from_secs(10), Some(Duration::from_secs(10)))
+                .await
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || waiters(master) == 1),
+        "waiter queued on the key's master"
+    );
+    let first_token = first.token().unwrap();
+    first.release().await.expect("release first");
+    let second = waiter.await.expect("task").expect("handed over");
+    assert!(second.token().unwrap() > first_token);
+    assert_eq!(holder(master, key).map(|h| h.1), second.token());
+    second.release().await.expect("release second");
+
+    // Reentrant holds are counted on the key's master.
+    let owner = Relock::new_owner();
+    let outer = relock.reenter("re", &owner, ttl).await.expect("reenter 1");
+    let inner = relock.reenter("re", &owner, ttl).await.expect("reenter 2");
+    assert_eq!(outer.token(), inner.token());
+    assert_eq!(holder(cluster.master_of("re"), "re").map(|h| h.2), Some(2));
+    inner.release().await.expect("release inner");
+    outer.release().await.expect("release outer");
+    assert_eq!(holder(cluster.master_of("re"), "re"), None);
+
+    // The guard renews (with acknowledgements) past the ttl.
+    let guard = relock
+        .guard("guarded", Duration::from_millis(600))
+        .await
+        .expect("guard");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!guard.is_lost());
+    assert!(holder(cluster.master_of("guarded"), "guarded").is_some());
+    guard.release().await.expect("release guard");
+
+    // lockctl: run, info, force-release through the cluster.
+    let out = lockctl(&seed)
+        .args(["--replica-acks", "1", "run", "deploy", "--"])
+        .args(["sh", "-c", "echo token=$RELOCK_TOKEN"])
+        .output()
+        .expect("lockctl run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout
+        .trim()
+        .strip_prefix("token=")
+        .unwrap()
+        .parse::<u64>()
+        .is_ok());
+    assert_eq!(holder(cluster.master_of("deploy"), "deploy"), None);
+    let held = relock.acquire("deploy", ttl).await.expect("held");
+    let out = lockctl(&seed)
+        .args(["info", "deploy"])
+        .output()
+        .expect("info");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let master_addr = format!("127.0.0.1:{}", cluster.master_of("deploy").port);
+    assert!(
+        stdout.starts_with(&master_addr) && stdout.contains(held.owner()),
+        "{stdout}"
+    );
+    let out = lockctl(&seed)
+        .args(["run", "--wait", "0", "deploy", "--", "true"])
+        .output()
+        .expect("run while held");
+    assert_eq!(out.status.code(), Some(75), "not acquired");
+    let out = lockctl(&seed)
+        .args(["force-release", "deploy"])
+        .output()
+        .expect("force-release");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("released"));
+    assert_eq!(holder(cluster.master_of("deploy"), "deploy"), None);
+    drop(held);
+
+    // With every replica stopped, no acquire counts, and none is left behind.
+    let replicas = cluster.replicas();
+    let resume = Resume(replicas.clone());
+    for r in &replicas {
+        r.signal("STOP");
+    }
+    let key = "unacked";
+    let started = Instant::now();
+    let err = relock
+        .try_acquire(key, ttl)
+        .await
+        .expect_err("no replica acknowledges");
+    let refused_in = started.elapsed();
+    let master_addr = format!("127.0.0.1:{}", cluster.master_of(key).port);
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&master_addr) && msg.contains("only 0 of 1"),
+        "{msg}"
+    );
+    assert!(matches!(
+        &err,
+        Error::NoQuorum { failures, .. }
+            if matches!(failures.0[0].failure, NodeFailure::ReplicaAcks { acked: 0, wanted: 1, .. })
+    ));
+    assert_eq!(holder(cluster.master_of(key), key), None, "undone");
+    // Some seeds are stopped replicas: give them all.
+    let started = Instant::now();
+    let out = lockctl(&cluster.urls().join(","))
+        .args(["--replica-acks", "1", "--replica-ack-timeout", "200ms"])
+        .args(["run", "--wait", "0", key, "--", "true"])
+        .output()
+        .expect("lockctl with acks");
+    eprintln!(
+        "cluster mode: lockctl (fresh client) refused after {:?} with replicas stopped",
+        started.elapsed()
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{stderr}");
+    assert!(stderr.contains("replica acknowledgements"), "{stderr}");
+    drop(resume);
+    eprintln!("cluster mode: acquire refused after {refused_in:?} with replicas stopped");
+    cluster.wait_healthy();
+    let lock = relock.acquire(key, ttl).await.expect("acks come back");
+    lock.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_and_waiters_follow_a_failover() {
+    let cluster = Cluster::start();
+    let seeds = cluster.urls();
+    let relock = Relock::cluster(&seeds, acked_options()).expect("cluster client");
+    let key = "{shard}:job";
+    let holder_lock = relock
+        .acquire(key, Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    let token = holder_lock.token().unwrap();
+    let old_master = cluster.master_of(key);
+    let replica = cluster.replica_of(key);
+    let waiter = {
+        let relock = relock.clone();
+        tokio::spawn(async move {
+            relock
+                .acquire_wait(key, Duration::from_secs(10), Some(Duration::from_secs(20)))
+                .await
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || waiters(old_master) == 1));
+
+    let took = tokio::task::block_in_place(|| cluster.failover(replica));
+    eprintln!("failover: roles switched and cluster healthy in {took:?}");
+    assert_eq!(cluster.master_of(key).port, replica.port);
+    // The acknowledged lock survived with its token; the waiter re-queued on the new master.
+    assert_eq!(holder(replica, key).map(|h| h.1), Some(token));
+    assert!(
+        eventually(Duration::from_secs(5), || waiters(replica) == 1),
+        "waiter followed the failover to the new master"
+    );
+
+    // The holder's release follows the MOVED to the new master and hands the lock over.
+    let started = Instant::now();
+    holder_lock.release().await.expect("release after failover");
+    let next = waiter
+        .await
+        .expect("task")
+        .expect("granted on the new master");
+    eprintln!(
+        "failover: release + hand-off on the new master in {:?}",
+        started.elapsed()
+    );
+    assert!(next.token().unwrap() > token, "tokens keep rising");
+    assert_eq!(holder(replica, key).map(|h| h.1), next.token());
+    next.release().await.expect("release");
+
+    // New locks land on the new master, acknowledged by its new replica (the old master).
+    let lock = relock
+        .acquire("{shard}:other", Duration::from_secs(5))
+        .await
+        .expect("acquire after failover");
+    assert!(lock.token().unwrap() > token);
+    lock.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_acks_on_single_servers_and_redlock() {
+    // Three masters, each with one replica.
+    let masters: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let replicas: Vec<Server> = masters
+        .iter()
+        .map(|m| Server::with_args(&["--replicaof", "127.0.0.1", &m.port.to_string()]))
+        .collect();
+    for r in &replicas {
+        let up = eventually(Duration::from_secs(10), || {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut r.conn())
+                .unwrap_or_default();
+            info.contains("master_link_status:up")
+        });
+        assert!(up, "replica in sync");
+    }
+    let ttl = Duration::from_secs(30);
+
+    // Single server: acknowledged, then refused with the node and the count named.
+    let single = Relock::with_options(&[masters[0].url()], acked_options()).expect("client");
+    let mut lock = single.acquire("one", ttl).await.expect("acked acquire");
+    lock.extend(ttl).await.expect("acked extend");
+    let resume = Resume(vec![&replicas[0]]);
+    replicas[0].signal("STOP");
+    let before = lock.valid_until();
+    let err = lock.extend(ttl).await.expect_err("extend not acknowledged");
+    assert!(err.to_string().contains("only 0 of 1"), "{err}");
+    assert_eq!(
+        lock.valid_until(),
+        before,
+        "an unacknowledged extend does not count"
+    );
+    let started = Instant::now();
+    let err = single
+        .try_acquire("two", ttl)
+        .await
+        .expect_err("not acknowledged");
+    eprintln!(
+        "single server: acquire refused after {:?} (ack timeout 300 ms)",
+        started.elapsed()
+    );
+    assert_eq!(
+        err.failed_nodes(),
+        vec![format!("127.0.0.1:{}", masters[0].port)]
+    );
+    assert!(err.to_string().contains("only 0 of 1"), "{err}");
+    assert_eq!(holder(&masters[0], "two"), None, "released again");
+    drop(resume);
+    lock.release().await.expect("release");
+
+    // Redlock: a master whose replica is stopped does not count; a quorum still wins.
+    let urls: Vec<String> = masters.iter().map(Server::url).collect();
+    let redlock = Relock::with_options(&urls, acked_options()).expect("redlock");
+    let resume = Resume(vec![&replicas[2]]);
+    replicas[2].signal("STOP");
+    let lock = redlock
+        .acquire("red", ttl)
+        .await
+        .expect("2 of 3 acknowledged");
+    let granted: Vec<String> = lock.tokens().iter().map(|(n, _)| n.to_string()).collect();
+    assert_eq!(granted.len(), 2);
+    assert!(!granted.contains(&format!("127.0.0.1:{}", masters[2].port)));
+    // That master's request outlives the decided round; its undo lands when its WAIT ends.
+    assert!(
+        eventually(Duration::from_secs(2), || holder(&masters[2], "red")
+            .is_none()),
+        "undone where unacknowledged"
+    );
+    lock.release().await.expect("release");
+    // Two replicas stopped: no quorum, nothing left anywhere.
+    replicas[1].signal("STOP");
+    let resume2 = Resume(vec![&replicas[1]]);
+    let err = redlock
+        .try_acquire("red2", ttl)
+        .await
+        .expect_err("no quorum");
+    assert!(matches!(err, Error::NoQuorum { granted: 1, .. }), "{err}");
+    for m in &masters {
+        assert_eq!(holder(m, "red2"), None);
+    }
+    drop(resume2);
+    drop(resume);
+}
