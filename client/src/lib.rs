@@ -10,7 +10,11 @@
 //! - a failed round is released on every master at once, and retried after a random pause;
 //! - [`Relock::acquire_wait`] waits with `LOCK.WAIT` instead of polling;
 //! - [`Relock::with_lock`] and [`LockGuard`] renew in the background and tell the holder when
-//!   the lock is lost; errors name the master that failed ([`NodeError`]).
+//!   the lock is lost; errors name the master that failed ([`NodeError`]);
+//! - [`Relock::cluster`] locks on a Redis Cluster instead (each lock on its key's master,
+//!   redirections followed, `LOCK.WAIT` on a connection to the key's master);
+//! - [`Options::replica_acks`] (default 0, off) makes an acquire or extend count only once that
+//!   many replicas acknowledged it (`WAIT`), per master, in every mode. See `DEPLOYMENT.md`.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -34,6 +38,12 @@
 //!     })
 //!     .await?;
 //! assert_eq!(total, Some(42));
+//!
+//! // A Redis Cluster, with every grant acknowledged by one replica of its master.
+//! let options = relock_client::Options { replica_acks: 1, ..Default::default() };
+//! let cluster = Relock::cluster(&["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"], options)?;
+//! let lock = cluster.acquire("{order:42}:invoice", Duration::from_secs(10)).await?;
+//! lock.release().await?;
 //! # Ok(())
 //! # }
 //! ```
