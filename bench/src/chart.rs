@@ -177,6 +177,7 @@ fn bars(
     }
     chart
         .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
         .border_style(BLACK)
         .background_style(WHITE.mix(0.8))
         .draw()?;
@@ -249,6 +250,7 @@ fn lines(
     }
     chart
         .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
         .border_style(BLACK)
         .background_style(WHITE.mix(0.8))
         .draw()?;
