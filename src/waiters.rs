@@ -31,6 +31,7 @@ mod outcome {
     pub const WRONGTYPE: u64 = u64::MAX;
     pub const READONLY: u64 = u64::MAX - 1;
     pub const NO_TOKENS: u64 = u64::MAX - 2;
+    pub const TIMED_OUT: u64 = u64::MAX - 3;
 }
 
 /// A key in a db.
@@ -44,6 +45,14 @@ struct Waiter {
     client: *mut raw::RedisModuleBlockedClient,
     owner: Box<[u8]>,
     ttl_ms: u64,
+    /// The module timer that ends the wait at timeout_ms (none for timeout 0).
+    timeout: Option<raw::RedisModuleTimerID>,
+}
+
+/// What a wait's timeout timer carries: which client, in which place of which queue.
+struct WaitTimeout {
+    client: usize,
+    id: WaiterId,
 }
 
 /// One key's queue and the timer armed at its lock's expiry.
@@ -153,13 +162,17 @@ pub fn block(
     timeout_ms: u64,
     expires_at: Option<i64>,
 ) {
+    // No Redis timeout: the module times waits out itself. On Redis 7.0 a blocked client whose
+    // Redis timeout passes in the same event-loop turn as its grant is unblocked with no reply
+    // at all (the timeout path skips a client already unblocked, yet unblocks it); one timer per
+    // wait, decided in the same thread as every grant, cannot race a grant.
     let client = unsafe {
         rm!(RedisModule_BlockClient(
             ctx,
             Some(on_reply),
             Some(on_timeout),
             None,
-            timeout_ms as i64
+            0
         ))
     };
     if client.is_null() {
@@ -175,9 +188,25 @@ pub fn block(
         db: store::selected_db(ctx),
         name: Rc::from(name),
     };
-    with(|r| {
+    let id = with(|r| {
         r.next_id += 1;
-        let id = r.next_id;
+        r.next_id
+    });
+    let timeout = (timeout_ms > 0).then(|| {
+        let data = Box::into_raw(Box::new(WaitTimeout {
+            client: client as usize,
+            id,
+        }));
+        unsafe {
+            rm!(RedisModule_CreateTimer(
+                ctx,
+                timeout_ms as i64,
+                Some(on_wait_timeout),
+                data.cast()
+            ))
+        }
+    });
+    with(|r| {
         let line = r
             .dbs
             .entry(key.db)
@@ -190,6 +219,7 @@ pub fn block(
                 client,
                 owner: owner.into(),
                 ttl_ms,
+                timeout,
             },
         );
         r.tickets.insert(
@@ -225,6 +255,7 @@ fn hand_off_to_head(ctx: *mut raw::RedisModuleCtx, key: &mut LockKey, id: &KeyId
         let Some(waiter) = pop_head(ctx, id) else {
             return false;
         };
+        cancel_timer::<WaitTimeout>(ctx, waiter.timeout);
         let Some(token) = key.grant(&waiter.owner, waiter.ttl_ms) else {
             unblock(waiter.client, outcome::NO_TOKENS);
             continue;
@@ -297,6 +328,7 @@ fn fail_all(ctx: *mut raw::RedisModuleCtx, key: &KeyId, outcome: u64) {
     });
     stop_timer(ctx, timer);
     for waiter in waiters {
+        cancel_timer::<WaitTimeout>(ctx, waiter.timeout);
         unblock(waiter.client, outcome);
     }
 }
@@ -340,14 +372,38 @@ fn arm(ctx: *mut raw::RedisModuleCtx, key: &KeyId, at: i64) {
 }
 
 fn stop_timer(ctx: *mut raw::RedisModuleCtx, timer: Option<Armed>) {
+    cancel_timer::<KeyId>(ctx, timer.map(|t| t.id));
+}
+
+/// Stops a timer whose data is a `Box<T>`, and frees the data.
+fn cancel_timer<T>(ctx: *mut raw::RedisModuleCtx, timer: Option<raw::RedisModuleTimerID>) {
     let Some(timer) = timer else {
         return;
     };
     let mut data: *mut c_void = std::ptr::null_mut();
-    let stopped = unsafe { rm!(RedisModule_StopTimer(ctx, timer.id, &mut data)) };
+    let stopped = unsafe { rm!(RedisModule_StopTimer(ctx, timer, &mut data)) };
     if stopped == raw::REDISMODULE_OK as c_int && !data.is_null() {
-        drop(unsafe { Box::from_raw(data.cast::<KeyId>()) });
+        drop(unsafe { Box::from_raw(data.cast::<T>()) });
     }
+}
+
+/// A wait's timeout_ms passed: it leaves the queue and gets nil, unless it was granted first.
+extern "C" fn on_wait_timeout(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    crate::guard((), || {
+        if data.is_null() {
+            return;
+        }
+        let due = unsafe { Box::from_raw(data.cast::<WaitTimeout>()) };
+        let client = due.client as *mut raw::RedisModuleBlockedClient;
+        let still_waiting = with(
+            |r| matches!(r.tickets.get(&due.client), Some(Ticket::Waiting { id, .. }) if *id == due.id),
+        );
+        // The firing timer is gone already; the waiter's copy of its id must not be stopped.
+        if still_waiting && leave_queue(ctx, client).is_some() {
+            stats::WAIT_TIMEOUTS.bump();
+            unblock(client, outcome::TIMED_OUT);
+        }
+    })
 }
 
 extern "C" fn on_deadline(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
@@ -523,6 +579,7 @@ extern "C" fn on_reply(
                     ctx,
                     c"ERR fencing token space exhausted".as_ptr()
                 )),
+                outcome::TIMED_OUT => rm!(RedisModule_ReplyWithNull(ctx)),
                 token => rm!(RedisModule_ReplyWithLongLong(ctx, token as i64)),
             }
         }
@@ -565,26 +622,34 @@ extern "C" fn on_disconnect(
     })
 }
 
-/// Takes a waiting client out of its queue and releases its handle (timeout or disconnect).
-fn leave(ctx: *mut raw::RedisModuleCtx, client: *mut raw::RedisModuleBlockedClient) -> bool {
-    let (left, timer) = with(|r| {
+/// Takes a waiting client out of its queue; the caller unblocks it exactly once.
+fn leave_queue(
+    ctx: *mut raw::RedisModuleCtx,
+    client: *mut raw::RedisModuleBlockedClient,
+) -> Option<Waiter> {
+    let (waiter, timer) = with(|r| {
         let Some(Ticket::Waiting { key, id }) = r.tickets.remove(&(client as usize)) else {
-            return (false, None);
+            return (None, None);
         };
-        let left = r
-            .line(&key)
-            .and_then(|line| line.queue.remove(id))
-            .is_some();
-        if left {
+        let waiter = r.line(&key).and_then(|line| line.queue.remove(id));
+        if waiter.is_some() {
             r.live -= 1;
         }
-        (left, r.drop_line_if_empty(&key))
+        (waiter, r.drop_line_if_empty(&key))
     });
     stop_timer(ctx, timer);
-    if left {
-        // A client blocked with RedisModule_BlockClient must be unblocked by the module exactly
-        // once, also after a timeout or disconnect, or its handle leaks.
-        unblock(client, 0);
-    }
-    left
+    waiter
+}
+
+/// A waiting client disconnected or was unblocked by `CLIENT UNBLOCK`: it leaves its queue and
+/// its handle is released.
+fn leave(ctx: *mut raw::RedisModuleCtx, client: *mut raw::RedisModuleBlockedClient) -> bool {
+    let Some(waiter) = leave_queue(ctx, client) else {
+        return false;
+    };
+    cancel_timer::<WaitTimeout>(ctx, waiter.timeout);
+    // A client blocked with RedisModule_BlockClient must be unblocked by the module exactly
+    // once, also after a timeout or disconnect, or its handle leaks.
+    unblock(client, 0);
+    true
 }

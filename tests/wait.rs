@@ -9,6 +9,7 @@ mod common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{eventually, info_field, Server};
@@ -1308,4 +1309,57 @@ fn waiter_hanging_up_as_it_is_granted_does_not_keep_the_lock() {
         info_field(&mut c, "granted_total"),
         info_field(&mut c, "released_total")
     );
+}
+
+/// A wait whose timeout and the lock's expiry come due in the same event-loop turn gets exactly
+/// one reply, consistent with who holds the lock (the earlier deadline wins). Pausing the server
+/// across both deadlines makes them due together on resume. With Redis's own blocked-client
+/// timeout, 7.0 could run the module's grant first and then its timeout path, which skips a
+/// client already unblocked by the module yet unblocks it: the reply was lost (seen under load
+/// by tests/fuzz.rs). The module now times waits out on its own timers.
+#[test]
+fn wait_timeout_due_with_the_expiry_gets_one_consistent_reply() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    for round in 0..5u64 {
+        let key = format!("race:{round}");
+        assert!(acquire(&mut admin, &key, "holder", 150).is_some());
+        let mut waiter = server.conn();
+        waiter
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let wait = redis::cmd("LOCK.WAIT")
+            .arg(&key)
+            .arg("waiter")
+            .arg(60_000)
+            .arg(100 + round * 20) // due before, at or after the expiry
+            .get_packed_command();
+        waiter.send_packed_command(&wait).unwrap();
+        assert!(eventually(SOON, || key_waiters(&mut admin, &key) == 1));
+        server.signal("STOP");
+        thread::sleep(Duration::from_millis(300));
+        server.signal("CONT");
+        let reply: redis::RedisResult<Option<u64>> = redis::FromRedisValue::from_redis_value(
+            &waiter
+                .recv_response()
+                .unwrap_or_else(|e| panic!("round {round}: no reply: {e}")),
+        );
+        let info = lock_info(&mut admin, &key);
+        let reply = reply.unwrap();
+        eprintln!("round {round}: reply {reply:?}, lock {info:?}");
+        match reply {
+            Some(token) => {
+                let info = info.unwrap_or_else(|| panic!("round {round}: granted but no lock"));
+                assert_eq!(
+                    (info.owner.as_str(), info.token),
+                    ("waiter", token),
+                    "round {round}"
+                );
+            }
+            None => assert!(
+                info.as_ref().is_none_or(|i| i.owner != "waiter"),
+                "round {round}: timed out yet holds the lock: {info:?}"
+            ),
+        }
+    }
 }
