@@ -141,7 +141,11 @@ fn record_counter_after_aof_rewrite(ctx: *mut raw::RedisModuleCtx) {
     }
     let mut err: c_int = 0;
     let rewrites = unsafe {
-        rm!(RedisModule_ServerInfoGetFieldSigned(info, c"aof_rewrites".as_ptr(), &mut err))
+        rm!(RedisModule_ServerInfoGetFieldSigned(
+            info,
+            c"aof_rewrites".as_ptr(),
+            &mut err
+        ))
     };
     unsafe { rm!(RedisModule_FreeServerInfo(ctx, info)) };
     if err != 0 || COUNTED_AT_REWRITE.swap(rewrites, Ordering::Relaxed) == rewrites {
