@@ -124,9 +124,8 @@ const LOCK_COMMANDS: &[(&str, usize)] = &[
 struct Gen {
     rng: Rng,
     in_multi: bool,
-    /// Whether `LOCK.WAIT` may block outside MULTI (`RELOCK_FUZZ_BLOCKING=1`). Off by default
-    /// because of the lost-reply bug that `wait_timing_out_as_the_lock_expires_gets_a_reply`
-    /// reproduces: a blocked LOCK.WAIT then never answers and stalls the pipeline.
+    /// Whether `LOCK.WAIT` may block outside MULTI (on unless `RELOCK_FUZZ_BLOCKING=0`). A
+    /// blocked wait that never answered would stall the pipeline and fail the run.
     blocking: bool,
 }
 
@@ -392,7 +391,7 @@ fn random_and_malformed_commands() {
     let mut warm = Gen {
         rng: Rng(seed ^ 0x5eed),
         in_multi: false,
-        blocking: false,
+        blocking: blocking_waits(),
     };
     drive(
         &server,
@@ -411,7 +410,7 @@ fn random_and_malformed_commands() {
     let mut gen = Gen {
         rng: Rng(seed),
         in_multi: false,
-        blocking: std::env::var("RELOCK_FUZZ_BLOCKING").is_ok_and(|v| v == "1"),
+        blocking: blocking_waits(),
     };
     drive(&server, &mut gen, total, seed, &mut tally, &mut implausible);
     let elapsed = started.elapsed();
@@ -486,13 +485,16 @@ fn random_and_malformed_commands() {
     );
 }
 
-/// Found by this fuzzer: a `LOCK.WAIT` whose timeout falls due just before the lock's TTL runs
-/// out (Redis checks blocked clients' timeouts only every ~100 ms at the default `hz`, so the
-/// expiry hand-off can come first) never gets a reply: the module grants the lock to the waiter
-/// (`relock_granted_total` + 1), then the lock vanishes (`LOCK.INFO` nil), no timeout is counted,
-/// and the client waits forever. Expected: the token (or nil, and the lock passed on).
+fn blocking_waits() -> bool {
+    std::env::var("RELOCK_FUZZ_BLOCKING").map_or(true, |v| v != "0")
+}
+
+/// Found by this fuzzer: a `LOCK.WAIT` whose timeout fell due just before the lock's TTL ran out
+/// (Redis 7.0 checks module-blocked clients' timeouts in its ~100 ms cron, so the expiry hand-off
+/// could come first) never got a reply: the module granted the lock, Redis's timeout path then
+/// unblocked the client without the reply, and the grant was revoked. Waits now time out on the
+/// module's own timers. Expected: the token (or nil, and the lock passed on).
 #[test]
-#[ignore = "module bug: lost reply when a waiter's timeout races the lock's expiry"]
 fn wait_timing_out_as_the_lock_expires_gets_a_reply() {
     let server = Server::start();
     let mut holder = server.conn();
