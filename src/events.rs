@@ -44,6 +44,8 @@ pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
         raw::REDISMODULE_EVENT_LOADING,
         raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
         raw::REDISMODULE_EVENT_CRON_LOOP,
+        raw::REDISMODULE_EVENT_FORK_CHILD,
+        raw::REDISMODULE_EVENT_REPLICA_CHANGE,
     ];
     for id in server_events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
@@ -111,6 +113,13 @@ extern "C" fn on_server_event(
             }
         } else if id == raw::REDISMODULE_EVENT_CRON_LOOP {
             record_counter_after_aof_rewrite(ctx);
+            store::set_effects_needed(effects_needed(ctx));
+        } else if id == raw::REDISMODULE_EVENT_FORK_CHILD
+            || id == raw::REDISMODULE_EVENT_REPLICA_CHANGE
+        {
+            // A fork starts every full sync and every AOF rewrite: from this instant on, what is
+            // propagated reaches someone, so every change must go out as its effect.
+            store::set_effects_needed(true);
         } else if id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
             && subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA
         {
@@ -162,4 +171,38 @@ fn record_counter_after_aof_rewrite(ctx: *mut raw::RedisModuleCtx) {
             ))
         };
     }
+}
+
+/// Whether anything can receive propagated commands: AOF on, a replication backlog or a
+/// replica, or this server being a replica (its AOF). When in doubt, yes.
+fn effects_needed(ctx: *mut raw::RedisModuleCtx) -> bool {
+    let flags = unsafe { rm!(RedisModule_GetContextFlags(ctx)) };
+    let aof_on = flags & raw::REDISMODULE_CTX_FLAGS_AOF as c_int != 0;
+    let master = flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int != 0;
+    let child = flags & raw::REDISMODULE_CTX_FLAGS_ACTIVE_CHILD as c_int != 0;
+    if aof_on || !master || child {
+        return true;
+    }
+    let info = unsafe { rm!(RedisModule_GetServerInfo(ctx, c"replication".as_ptr())) };
+    if info.is_null() {
+        return true;
+    }
+    let field = |name: &CStr| {
+        let mut err: c_int = 0;
+        let value = unsafe {
+            rm!(RedisModule_ServerInfoGetFieldSigned(
+                info,
+                name.as_ptr(),
+                &mut err
+            ))
+        };
+        if err != 0 {
+            1 // unknown: assume someone listens
+        } else {
+            value
+        }
+    };
+    let needed = field(c"connected_slaves") != 0 || field(c"repl_backlog_active") != 0;
+    unsafe { rm!(RedisModule_FreeServerInfo(ctx, info)) };
+    needed
 }

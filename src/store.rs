@@ -7,6 +7,7 @@
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_longlong};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::raw;
 
@@ -22,6 +23,17 @@ pub mod event {
     pub const RENEWED: &CStr = c"lock.renewed";
     pub const GRANTED: &CStr = c"lock.granted";
     pub const FORCERELEASED: &CStr = c"lock.forcereleased";
+}
+
+/// Whether anything can receive propagated commands (AOF on, a replication backlog, replicas).
+/// Conservatively true at load; `events` sets it true the instant a fork child is born (every
+/// full sync and every AOF rewrite starts with one) and clears it on the cron tick only when
+/// none of those exist.
+static EFFECTS_NEEDED: AtomicBool = AtomicBool::new(true);
+
+/// Records whether lock changes must be propagated as effects (see `EFFECTS_NEEDED`).
+pub fn set_effects_needed(needed: bool) {
+    EFFECTS_NEEDED.store(needed, Ordering::Relaxed);
 }
 
 /// The bytes of a Redis string.
@@ -80,18 +92,38 @@ pub struct WrongType;
 /// An open key that is empty or holds a lock.
 pub struct LockKey {
     ctx: *mut raw::RedisModuleCtx,
+    /// Opened by a client's command (not a timer): `RedisModule_ReplicateVerbatim` has a command
+    /// to propagate.
+    from_command: bool,
     /// `None` for a read-only open of a missing key (Redis returns no handle then).
     key: Option<NonNull<raw::RedisModuleKey>>,
     name: *mut raw::RedisModuleString,
 }
 
 impl LockKey {
-    /// Opens `name` in the context's selected db, for writing unless `read_only`.
-    /// Fails with [`WrongType`] if the key holds another type.
+    /// Opens `name` for a client's command in the context's selected db, for writing unless
+    /// `read_only`. Fails with [`WrongType`] if the key holds another type.
     pub fn open(
         ctx: *mut raw::RedisModuleCtx,
         name: *mut raw::RedisModuleString,
         read_only: bool,
+    ) -> Result<LockKey, WrongType> {
+        LockKey::open_as(ctx, name, read_only, true)
+    }
+
+    /// Opens `name` for writing from a timer or event callback (no client command running).
+    pub fn open_from_timer(
+        ctx: *mut raw::RedisModuleCtx,
+        name: *mut raw::RedisModuleString,
+    ) -> Result<LockKey, WrongType> {
+        LockKey::open_as(ctx, name, false, false)
+    }
+
+    fn open_as(
+        ctx: *mut raw::RedisModuleCtx,
+        name: *mut raw::RedisModuleString,
+        read_only: bool,
+        from_command: bool,
     ) -> Result<LockKey, WrongType> {
         let mode = if read_only {
             raw::REDISMODULE_READ
@@ -101,6 +133,7 @@ impl LockKey {
         let key = unsafe { rm!(RedisModule_OpenKey(ctx, name, mode as c_int)) };
         let opened = LockKey {
             ctx,
+            from_command,
             key: NonNull::new(key.cast::<raw::RedisModuleKey>()),
             name,
         };
@@ -222,12 +255,14 @@ impl LockKey {
         };
         unsafe {
             rm!(RedisModule_DeleteKey(key.as_ptr()));
-            rm!(RedisModule_Replicate(
-                self.ctx,
-                c"DEL".as_ptr(),
-                c"s".as_ptr(),
-                self.name
-            ));
+            if !self.propagate_cheaply() {
+                rm!(RedisModule_Replicate(
+                    self.ctx,
+                    c"DEL".as_ptr(),
+                    c"s".as_ptr(),
+                    self.name
+                ));
+            }
         }
         // Our own delete is not followed by an `expired` notification.
         datatype::forget_unlinked();
@@ -245,10 +280,25 @@ impl LockKey {
         };
     }
 
+    /// When nothing can receive propagated commands, skips building the effect (a fifth of a
+    /// `LOCK.ACQUIRE`'s cost) and only marks the change with `RedisModule_ReplicateVerbatim`,
+    /// which then propagates nothing (Redis's own check finds no AOF, backlog or replica) but
+    /// counts the change for `save` rules, as any write must. Returns whether it did so.
+    fn propagate_cheaply(&self) -> bool {
+        if !self.from_command || EFFECTS_NEEDED.load(Ordering::Relaxed) {
+            return false;
+        }
+        unsafe { rm!(RedisModule_ReplicateVerbatim(self.ctx)) };
+        true
+    }
+
     fn replicate_hold(&self, at: Option<i64>) {
         let Some(hold) = self.hold() else {
             return;
         };
+        if self.propagate_cheaply() {
+            return;
+        }
         let owner = hold.owner();
         let (token, count) = (hold.token() as c_longlong, c_longlong::from(hold.count()));
         unsafe {

@@ -553,7 +553,7 @@ fn with_key(
     let Some(name) = OwnedString::new(ctx, &key.name) else {
         return;
     };
-    f(LockKey::open(ctx, name.as_ptr(), false));
+    f(LockKey::open_from_timer(ctx, name.as_ptr()));
 }
 
 extern "C" fn on_reply(
