@@ -250,3 +250,214 @@ fn full_sync_copies_locks_and_the_counter() {
     let t = acquire(&mut r, b"z", b"p", 60_000);
     assert!(t > held.token && t > high, "promoted replica issued {t}");
 }
+
+/// A master alone (no AOF, no replica, no backlog) skips building effects. A replica that
+/// attaches later, including while the master waits out `repl-diskless-sync-delay` before it
+/// forks, must still end up identical: what ran before the fork is in the snapshot, what runs
+/// after it goes out as effects.
+#[test]
+fn replica_attaching_to_a_lone_master_gets_every_change() {
+    for delay in ["0", "1"] {
+        let master = Server::with_args(&["--repl-diskless-sync-delay", delay, "--hz", "100"]);
+        let replica = Server::start();
+        let mut m = master.conn();
+        // Alone long enough for the module's cron check to see nobody listening.
+        acquire(&mut m, b"before", b"a", 60_000);
+        std::thread::sleep(Duration::from_millis(300));
+        acquire(&mut m, b"alone", b"a", 60_000);
+
+        let mut r = replica.conn();
+        let _: () = cmd!("REPLICAOF", "127.0.0.1", master.port)
+            .query(&mut r)
+            .expect("REPLICAOF");
+        // Changes while the sync is being set up (during the diskless delay when it is 1 s)...
+        let mut keys: Vec<Vec<u8>> = vec![b"before".to_vec(), b"alone".to_vec()];
+        for i in 0..20 {
+            let key = format!("during:{i}").into_bytes();
+            acquire(&mut m, &key, b"b", 60_000);
+            if i % 3 == 0 {
+                assert_eq!(
+                    int_or_nil(&mut m, cmd!("LOCK.REENTER", &key, b"b", 30_000)),
+                    Some(2)
+                );
+                let _: Option<i64> = int_or_nil(&mut m, cmd!("LOCK.RENEW", &key, b"b", 45_000));
+            }
+            if i % 4 == 0 {
+                let left = if i % 3 == 0 { 1 } else { 0 };
+                assert_eq!(
+                    int_or_nil(&mut m, cmd!("LOCK.RELEASE", &key, b"b")),
+                    Some(left)
+                );
+            }
+            keys.push(key);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let up = eventually(Duration::from_secs(10), || {
+            let s: String = cmd!("INFO", "replication").query(&mut r).unwrap();
+            s.contains("master_link_status:up")
+        });
+        assert!(up, "replica did not connect:\n{}", replica.log());
+        // ...and after it.
+        for i in 0..5 {
+            let key = format!("after:{i}").into_bytes();
+            acquire(&mut m, &key, b"c", 60_000);
+            keys.push(key);
+        }
+        sync(&mut m);
+        let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        assert_mirrored(&mut m, &mut r, &keys);
+        // The replica's counter followed: promoted, it issues a larger token than any.
+        let last: i64 = keys
+            .iter()
+            .filter_map(|k| info(&mut m, k).map(|i| i.token))
+            .max()
+            .unwrap();
+        let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut r).unwrap();
+        let next = acquire(&mut r, b"promoted", b"d", 60_000);
+        assert!(
+            next > last,
+            "delay {delay}: promoted replica token {next} <= {last}"
+        );
+    }
+}
+
+/// Lock changes count as writes for `save` rules even when nothing receives propagation.
+#[test]
+fn lock_changes_count_for_save_rules_on_a_lone_master() {
+    let master = Server::with_args(&["--hz", "100"]);
+    let mut m = master.conn();
+    std::thread::sleep(Duration::from_millis(300));
+    let changes = |m: &mut Connection| -> i64 {
+        let s: String = cmd!("INFO", "persistence").query(m).unwrap();
+        s.lines()
+            .find_map(|l| l.strip_prefix("rdb_changes_since_last_save:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap()
+    };
+    let before = changes(&mut m);
+    acquire(&mut m, b"k", b"a", 60_000);
+    let _: Option<i64> = int_or_nil(&mut m, cmd!("LOCK.RENEW", b"k", b"a", 30_000));
+    let _: Option<i64> = int_or_nil(&mut m, cmd!("LOCK.RELEASE", b"k", b"a"));
+    assert!(
+        changes(&mut m) >= before + 3,
+        "lock changes not counted as dirty"
+    );
+}
+
+/// Reads a master's replication stream as a replica would (`PSYNC ? -1`, then the RDB, then
+/// commands) and returns the names of the commands that follow, until `quiet` passes without
+/// one.
+struct FakeReplica {
+    stream: std::io::BufReader<std::net::TcpStream>,
+}
+
+impl FakeReplica {
+    /// Sends `PSYNC ? -1`: the master forks for the RDB at once. The RDB is read later, by
+    /// `commands`, so the caller can write in the window right after the fork.
+    fn attach(master: &Server) -> FakeReplica {
+        use std::io::Write;
+        let mut tcp = std::net::TcpStream::connect(("127.0.0.1", master.port)).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        tcp.write_all(b"PSYNC ? -1\r\n").unwrap();
+        let stream = std::io::BufReader::new(tcp);
+        FakeReplica { stream }
+    }
+
+    /// Skips `+FULLRESYNC` and the RDB (disk-based: this replica announced no `capa eof`).
+    fn skip_rdb(&mut self) {
+        use std::io::{BufRead, Read};
+        let mut line = String::new();
+        loop {
+            line.clear();
+            self.stream.read_line(&mut line).unwrap();
+            if line.starts_with("+FULLRESYNC") {
+                break;
+            }
+            assert!(line.trim().is_empty(), "PSYNC: {line:?}");
+        }
+        loop {
+            line.clear();
+            self.stream.read_line(&mut line).unwrap();
+            if let Some(len) = line.trim().strip_prefix('$') {
+                let mut rdb = vec![0u8; len.parse().unwrap()];
+                self.stream.read_exact(&mut rdb).unwrap();
+                return;
+            }
+            assert!(line.trim().is_empty(), "RDB header: {line:?}");
+        }
+    }
+
+    /// The command names received until nothing arrives for `quiet`.
+    fn commands(&mut self, quiet: Duration) -> Vec<String> {
+        use std::io::{BufRead, Read};
+        self.skip_rdb();
+        self.stream.get_ref().set_read_timeout(Some(quiet)).unwrap();
+        let mut names = Vec::new();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match self.stream.read_line(&mut line) {
+                Ok(0) | Err(_) => return names,
+                Ok(_) => {}
+            }
+            let Some(argc) = line.trim().strip_prefix('*') else {
+                continue;
+            };
+            let argc: usize = argc.parse().unwrap();
+            for i in 0..argc {
+                line.clear();
+                self.stream.read_line(&mut line).unwrap();
+                let len: usize = line.trim().trim_start_matches('$').parse().unwrap();
+                let mut arg = vec![0u8; len + 2];
+                self.stream.read_exact(&mut arg).unwrap();
+                if i == 0 {
+                    names.push(String::from_utf8_lossy(&arg[..len]).to_uppercase());
+                }
+            }
+        }
+    }
+}
+
+/// Replicas receive effects, never the timing-dependent commands themselves, also from a master
+/// that was alone (and so skipped building effects) until the replica came.
+#[test]
+fn replication_stream_carries_only_effects() {
+    let master = Server::with_args(&["--repl-diskless-sync", "no"]);
+    let mut m = master.conn();
+    acquire(&mut m, b"alone", b"a", 60_000);
+    std::thread::sleep(Duration::from_millis(400)); // the module's cron sees nobody listening
+                                                    // The writes below land right after the fork for this replica's RDB, before the next cron
+                                                    // tick (hz 10) could notice the replica: only the fork event tells the module.
+    let mut replica = FakeReplica::attach(&master);
+    assert!(eventually(Duration::from_secs(5), || {
+        let s: String = cmd!("INFO", "replication").query(&mut m).unwrap();
+        s.contains("connected_slaves:1")
+    }));
+    acquire(&mut m, b"k", b"a", 60_000);
+    assert_eq!(
+        int_or_nil(&mut m, cmd!("LOCK.REENTER", b"k", b"a", 60_000)),
+        Some(2)
+    );
+    assert!(int_or_nil(&mut m, cmd!("LOCK.RENEW", b"k", b"a", 30_000)).is_some());
+    assert_eq!(
+        int_or_nil(&mut m, cmd!("LOCK.RELEASE", b"k", b"a")),
+        Some(1)
+    );
+    assert_eq!(
+        int_or_nil(&mut m, cmd!("LOCK.RELEASE", b"k", b"a")),
+        Some(0)
+    );
+    assert_eq!(
+        int_or_nil(&mut m, cmd!("LOCK.FORCERELEASE", b"alone")),
+        Some(1)
+    );
+    let names = replica.commands(Duration::from_millis(500));
+    let timing_dependent = ["LOCK.ACQUIRE", "LOCK.REENTER", "LOCK.RENEW", "LOCK.RELEASE"];
+    assert!(
+        !names.iter().any(|n| timing_dependent.contains(&n.as_str())),
+        "the stream carries commands, not effects: {names:?}"
+    );
+    let applies = names.iter().filter(|n| *n == "LOCK.APPLY").count();
+    let dels = names.iter().filter(|n| *n == "DEL").count();
+    assert_eq!((applies, dels), (4, 2), "effects in the stream: {names:?}");
+}

@@ -1314,9 +1314,9 @@ fn waiter_hanging_up_as_it_is_granted_does_not_keep_the_lock() {
 /// A wait whose timeout and the lock's expiry come due in the same event-loop turn gets exactly
 /// one reply, consistent with who holds the lock (the earlier deadline wins). Pausing the server
 /// across both deadlines makes them due together on resume. With Redis's own blocked-client
-/// timeout, 7.0 could run the module's grant first and then its timeout path, which skips a
-/// client already unblocked by the module yet unblocks it: the reply was lost (seen under load
-/// by tests/fuzz.rs). The module now times waits out on its own timers.
+/// timeout, 7.0 ran the module's grant first and then its timeout path, which skips a client
+/// already unblocked by the module yet unblocks it: the reply was lost and this test failed in
+/// its first round. The module now times waits out on its own timers.
 #[test]
 fn wait_timeout_due_with_the_expiry_gets_one_consistent_reply() {
     let server = Server::start();

@@ -45,7 +45,36 @@ pub fn module_path() -> PathBuf {
         "module not built at {} (run `cargo build -p relock` or `make test`)",
         path.display()
     );
+    assert_module_is_fresh(&path);
     path
+}
+
+/// `cargo test` relinks the module crate's rlib but need not rebuild `librelock.so`, which is
+/// what the servers load: refuse to test a module older than its sources.
+fn assert_module_is_fresh(module: &Path) {
+    fn newest(dir: &Path) -> Option<std::time::SystemTime> {
+        std::fs::read_dir(dir)
+            .ok()?
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let path = e.path();
+                if path.is_dir() {
+                    newest(&path)
+                } else {
+                    e.metadata().ok()?.modified().ok()
+                }
+            })
+            .max()
+    }
+    let built = std::fs::metadata(module).and_then(|m| m.modified()).ok();
+    let sources = newest(&workspace_root().join("src"));
+    if let (Some(built), Some(sources)) = (built, sources) {
+        assert!(
+            built >= sources,
+            "{} is older than src/: run `cargo build -p relock` first (`make test` does)",
+            module.display()
+        );
+    }
 }
 
 fn workspace_root() -> PathBuf {
