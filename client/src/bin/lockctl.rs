@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use relock_client::{parse_duration, Error, Lock, LockInfo, Options, Relock};
+use relock_client::{parse_duration, Error, Lock, LockInfo, NodeReport, Options, Relock};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// The server used when neither `--servers` nor `RELOCK_SERVERS` names one.
@@ -323,38 +323,31 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
 }
 
 async fn info(relock: &Relock, key: &str) -> ExitCode {
-    let mut failed = false;
-    for report in relock.info(key).await {
-        match report.result {
-            Ok(Some(i)) => println!(
-                "{}\towner={} token={} count={} ttl_ms={} waiters={}",
-                report.node,
-                i.owner,
-                i.token,
-                i.count,
-                i.ttl.as_millis(),
-                i.waiters
-            ),
-            Ok(None) => println!("{}\tnot locked", report.node),
-            Err(e) => {
-                failed = true;
-                println!("{}\terror: {e}", report.node);
-            }
-        }
-    }
-    if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
+    print_reports(relock.info(key).await, |info| match info {
+        Some(i) => format!(
+            "owner={} token={} count={} ttl_ms={} waiters={}",
+            i.owner,
+            i.token,
+            i.count,
+            i.ttl.as_millis(),
+            i.waiters
+        ),
+        None => "not locked".to_string(),
+    })
 }
 
 async fn force_release(relock: &Relock, key: &str) -> ExitCode {
+    print_reports(relock.force_release(key).await, |released| {
+        if *released { "released" } else { "not locked" }.to_string()
+    })
+}
+
+/// Prints one line per master (`node<TAB>what it said`); fails if any master failed.
+fn print_reports<T>(reports: Vec<NodeReport<T>>, describe: impl Fn(&T) -> String) -> ExitCode {
     let mut failed = false;
-    for report in relock.force_release(key).await {
-        match report.result {
-            Ok(true) => println!("{}\treleased", report.node),
-            Ok(false) => println!("{}\tnot locked", report.node),
+    for report in reports {
+        match &report.result {
+            Ok(answer) => println!("{}\t{}", report.node, describe(answer)),
             Err(e) => {
                 failed = true;
                 println!("{}\terror: {e}", report.node);
