@@ -160,18 +160,22 @@ fn waits_for_the_holder_then_runs() {
 #[test]
 fn exits_76_when_the_lock_is_lost() {
     let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let started = dir.path().join("started");
+    let script = format!("touch {}; exec sleep 30", started.display());
     let mut child = lockctl(&[&server])
         .args([
-            "run", "--ttl", "1s", "--grace", "5s", KEY, "--", "sleep", "30",
+            "run", "--ttl", "1s", "--grace", "5s", KEY, "--", "sh", "-c", &script,
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn lockctl");
-    assert!(common::eventually(Duration::from_secs(10), || lock_owner(
-        &server
-    )
-    .is_some()));
+    // Break the lock only once the command runs under it: broken earlier (between lockctl's
+    // grant and its first renewal), lockctl rightly takes the lock again before starting it.
+    assert!(common::eventually(Duration::from_secs(10), || started
+        .exists()
+        && lock_owner(&server).is_some()));
     let _: i64 = redis::cmd("LOCK.FORCERELEASE")
         .arg(KEY)
         .query(&mut server.conn())
