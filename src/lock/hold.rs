@@ -29,7 +29,12 @@ impl Hold {
     /// A hold of `owner` (1 to 256 bytes) with `token` (below 2^53) and `count`.
     pub fn new(owner: &[u8], token: u64, count: u32) -> Box<Hold> {
         debug_assert!((1..=256).contains(&owner.len()) && token <= TOKEN_MASK);
-        let owner = &owner[..owner.len().clamp(1, 256)];
+        // Callers validate owners (1 to 256 bytes); outside that, degrade instead of panicking,
+        // since this runs inside Redis.
+        let owner: &[u8] = match owner.len() {
+            0 => b"?",
+            n => &owner[..n.min(256)],
+        };
         let header = (token & TOKEN_MASK) | ((owner.len() as u64 - 1) << TOKEN_BITS);
         let mut bytes = Vec::with_capacity(FIXED_BYTES + owner.len());
         bytes.extend_from_slice(&header.to_le_bytes());
