@@ -1,7 +1,7 @@
 .DEFAULT_GOAL := help
 CARGO ?= cargo
 
-.PHONY: help setup build run test bench fmt lint clean cluster cluster-stop
+.PHONY: help setup module build run test bench fmt lint clean chaos fuzz leakcheck cluster cluster-stop
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -12,10 +12,13 @@ setup: ## Install redis-server, redis-tools and libclang-dev when missing
 build: setup ## Build the module (release) and lockctl
 	$(CARGO) build --release --workspace
 
-run: build ## Start redis-server with the module on 127.0.0.1:6379 (data in ./data)
+module: setup ## Build the module alone (release): target/release/librelock.so
+	$(CARGO) build --release -p relock
+
+run: module ## Start redis-server with the module on 127.0.0.1:6379 (data in ./data)
 	@scripts/run
 
-cluster: build ## Start a local 3-master/3-replica cluster with the module on 127.0.0.1:7000-7005 (data in ./data/cluster)
+cluster: module ## Start a local 3-master/3-replica cluster with the module on 127.0.0.1:7000-7005 (data in ./data/cluster)
 	@scripts/cluster
 
 cluster-stop: ## Stop the cluster that make cluster started
