@@ -114,7 +114,7 @@ fn wait(ctx: Ctx, args: Args<'_>) -> Result<Reply> {
     let may_block = flags & raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING as c_int == 0;
     let decision = hold::acquire(found(ctx, &key), owner);
     if decision != Decision::Nil || !may_block {
-        return Ok(take(ctx, &mut key, owner, ttl, hold::acquire));
+        return Ok(apply_take(ctx, &mut key, owner, ttl, decision));
     }
     stats::CONTENDED.bump();
     let expires_at = key.hold().and(key.expires_at());
@@ -234,6 +234,11 @@ fn take(
     decide: fn(Found<'_>, &[u8]) -> Decision,
 ) -> Reply {
     let decision = decide(found(ctx, key), owner);
+    apply_take(ctx, key, owner, ttl, decision)
+}
+
+/// Applies an acquire-like decision already made.
+fn apply_take(ctx: Ctx, key: &mut LockKey, owner: &[u8], ttl: u64, decision: Decision) -> Reply {
     match decision.step() {
         Step::Grant => {
             if key.grant(owner, ttl).is_none() {
@@ -253,18 +258,15 @@ fn take(
     reply(key, decision)
 }
 
-/// The lock's expiry changed: waiters behind it need their timer at the new deadline.
+/// The lock's expiry changed: waiters behind it (if any) need their timer at the new deadline.
 fn expiry_moved(ctx: Ctx, key: &LockKey) {
-    let db = store::selected_db(ctx);
-    let name = string_bytes(key.name());
-    if waiters::queued(db, name) > 0 {
-        waiters::wake(ctx, db, name);
-    }
+    waiters::wake(ctx, store::selected_db(ctx), string_bytes(key.name()));
 }
 
 fn hand_off(ctx: Ctx, key: &mut LockKey) {
-    let name = string_bytes(key.name()).to_vec();
-    waiters::hand_off(ctx, key, store::selected_db(ctx), &name);
+    // The name lives in the command's arguments, not in `key`.
+    let name = string_bytes(key.name());
+    waiters::hand_off(ctx, key, store::selected_db(ctx), name);
 }
 
 fn reply(key: &LockKey, decision: Decision) -> Reply {

@@ -144,20 +144,10 @@ fn record_counter_after_aof_rewrite(ctx: *mut raw::RedisModuleCtx) {
     if !aof_on || !master || loading {
         return;
     }
-    let info = unsafe { rm!(RedisModule_GetServerInfo(ctx, c"persistence".as_ptr())) };
-    if info.is_null() {
+    let [Some(rewrites)] = server_info(ctx, c"persistence", [c"aof_rewrites"]) else {
         return;
-    }
-    let mut err: c_int = 0;
-    let rewrites = unsafe {
-        rm!(RedisModule_ServerInfoGetFieldSigned(
-            info,
-            c"aof_rewrites".as_ptr(),
-            &mut err
-        ))
     };
-    unsafe { rm!(RedisModule_FreeServerInfo(ctx, info)) };
-    if err != 0 || COUNTED_AT_REWRITE.swap(rewrites, Ordering::Relaxed) == rewrites {
+    if COUNTED_AT_REWRITE.swap(rewrites, Ordering::Relaxed) == rewrites {
         return;
     }
     let last = fencing::last();
@@ -183,26 +173,36 @@ fn effects_needed(ctx: *mut raw::RedisModuleCtx) -> bool {
     if aof_on || !master || child {
         return true;
     }
-    let info = unsafe { rm!(RedisModule_GetServerInfo(ctx, c"replication".as_ptr())) };
+    // Unknown fields count as someone listening.
+    let [replicas, backlog] = server_info(
+        ctx,
+        c"replication",
+        [c"connected_slaves", c"repl_backlog_active"],
+    );
+    replicas.is_none_or(|n| n != 0) || backlog.is_none_or(|n| n != 0)
+}
+
+/// Integer fields of one `INFO` section, read once; `None` for a field that cannot be read.
+fn server_info<const N: usize>(
+    ctx: *mut raw::RedisModuleCtx,
+    section: &CStr,
+    fields: [&CStr; N],
+) -> [Option<i64>; N] {
+    let info = unsafe { rm!(RedisModule_GetServerInfo(ctx, section.as_ptr())) };
     if info.is_null() {
-        return true;
+        return [None; N];
     }
-    let field = |name: &CStr| {
+    let values = fields.map(|field| {
         let mut err: c_int = 0;
         let value = unsafe {
             rm!(RedisModule_ServerInfoGetFieldSigned(
                 info,
-                name.as_ptr(),
+                field.as_ptr(),
                 &mut err
             ))
         };
-        if err != 0 {
-            1 // unknown: assume someone listens
-        } else {
-            value
-        }
-    };
-    let needed = field(c"connected_slaves") != 0 || field(c"repl_backlog_active") != 0;
+        (err == 0).then_some(value)
+    });
     unsafe { rm!(RedisModule_FreeServerInfo(ctx, info)) };
-    needed
+    values
 }
