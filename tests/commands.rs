@@ -222,18 +222,23 @@ fn reenter_resets_ttl_and_keeps_token() {
     assert_eq!(held(&mut c, "j").token, t);
 }
 
+/// `owner` takes `key` and enters it again: count 1, then 2.
+fn enter_twice(c: &mut Connection, key: &str, owner: &str) {
+    assert_eq!(
+        int_or_nil(c, cmd!("LOCK.REENTER", key, owner, 10_000)),
+        Some(1)
+    );
+    assert_eq!(
+        int_or_nil(c, cmd!("LOCK.REENTER", key, owner, 10_000)),
+        Some(2)
+    );
+}
+
 #[test]
 fn release_by_non_owner_is_nil_and_changes_nothing() {
     let server = Server::start();
     let mut c = server.conn();
-    assert_eq!(
-        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 10_000)),
-        Some(1)
-    );
-    assert_eq!(
-        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 10_000)),
-        Some(2)
-    );
+    enter_twice(&mut c, "k", "o");
     let before = held(&mut c, "k");
     assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "x")), None);
     assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "O")), None);
@@ -320,14 +325,7 @@ fn renew_never_revives_an_expired_lock() {
 fn forcerelease_removes_any_hold_once() {
     let server = Server::start();
     let mut c = server.conn();
-    assert_eq!(
-        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 10_000)),
-        Some(1)
-    );
-    assert_eq!(
-        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 10_000)),
-        Some(2)
-    );
+    enter_twice(&mut c, "k", "o");
     let old = held(&mut c, "k").token;
     assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "k")), 1);
     assert_eq!(info(&mut c, "k"), None);
