@@ -10,7 +10,7 @@ use redis_module::raw;
 use crate::lock::hold::{self, Decision, Found, Step};
 use crate::lock::{args, ArgError, Hold};
 use crate::store::{self, event, string_bytes, LockKey, WrongType};
-use crate::{fencing, rm, stats, waiters};
+use crate::{fencing, rm, server, stats, waiters};
 
 type Args<'a> = &'a [*mut raw::RedisModuleString];
 type Ctx = *mut raw::RedisModuleCtx;
@@ -49,8 +49,9 @@ const REENTRANCY_LIMIT: &str = "ERR reentrancy limit reached";
 const NO_TOKENS: &str = "ERR fencing token space exhausted";
 
 /// Wraps a command fn as the C callback Redis calls.
+/// `writes`: the command changes locks, so a replica refuses it unless the master sent it.
 macro_rules! command_callback {
-    ($callback:ident, $handler:path, $arity:expr) => {
+    ($callback:ident, $handler:path, $arity:expr, writes: $writes:expr) => {
         pub extern "C" fn $callback(
             ctx: *mut raw::RedisModuleCtx,
             argv: *mut *mut raw::RedisModuleString,
@@ -66,6 +67,9 @@ macro_rules! command_callback {
                     if !$arity(args.len()) {
                         return Reply::WrongArity;
                     }
+                    if $writes && !server::may_write(ctx) {
+                        return Reply::Error(Cow::Borrowed(server::READONLY));
+                    }
                     match $handler(ctx, args) {
                         Ok(reply) | Err(reply) => reply,
                     }
@@ -76,15 +80,15 @@ macro_rules! command_callback {
     };
 }
 
-command_callback!(acquire_cmd, acquire, |n| n == 4);
-command_callback!(reenter_cmd, reenter, |n| n == 4);
-command_callback!(release_cmd, release, |n| n == 3);
-command_callback!(renew_cmd, renew, |n| n == 4);
-command_callback!(wait_cmd, wait, |n| n == 5);
-command_callback!(info_cmd, info, |n| n == 2);
-command_callback!(forcerelease_cmd, force_release, |n| n == 2);
-command_callback!(apply_cmd, apply, |n| n == 5 || n == 7);
-command_callback!(counter_cmd, counter, |n| n == 2);
+command_callback!(acquire_cmd, acquire, |n| n == 4, writes: true);
+command_callback!(reenter_cmd, reenter, |n| n == 4, writes: true);
+command_callback!(release_cmd, release, |n| n == 3, writes: true);
+command_callback!(renew_cmd, renew, |n| n == 4, writes: true);
+command_callback!(wait_cmd, wait, |n| n == 5, writes: true);
+command_callback!(info_cmd, info, |n| n == 2, writes: false);
+command_callback!(forcerelease_cmd, force_release, |n| n == 2, writes: true);
+command_callback!(apply_cmd, apply, |n| n == 5 || n == 7, writes: true);
+command_callback!(counter_cmd, counter, |n| n == 2, writes: true);
 
 type Result<T> = std::result::Result<T, Reply>;
 
@@ -111,14 +115,15 @@ fn wait(ctx: Ctx, args: Args<'_>) -> Result<Reply> {
     let timeout = args::timeout_ms(string_bytes(args[4]))?;
     let mut key = LockKey::open(ctx, args[1], false)?;
     let flags = unsafe { rm!(RedisModule_GetContextFlags(ctx)) };
-    let may_block = flags & raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING as c_int == 0;
+    let may_block = flags & raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING as c_int == 0
+        && !server::from_replication_or_aof(ctx);
     let decision = hold::acquire(found(ctx, &key), owner);
     if decision != Decision::Nil || !may_block {
         return Ok(apply_take(ctx, &mut key, owner, ttl, decision));
     }
     stats::CONTENDED.bump();
     let expires_at = key.hold().and(key.expires_at());
-    waiters::block(ctx, string_bytes(args[1]), owner, ttl, timeout, expires_at);
+    waiters::block(ctx, args, owner, ttl, timeout, expires_at);
     Ok(Reply::Blocked)
 }
 

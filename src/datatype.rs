@@ -100,21 +100,23 @@ pub fn forget_unlinked() {
     });
 }
 
+/// Loads a lock value. Input may be hostile (`RESTORE` takes any payload whose checksum is
+/// right): every read is checked for an IO error (the module runs with
+/// `REDISMODULE_OPTIONS_HANDLE_IO_ERRORS`, so a short or mistyped field fails softly instead of
+/// aborting Redis) and every field for its bounds; a bad value is rejected (`RESTORE` answers
+/// "Bad data format"), nothing is half-built.
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     crate::guard(std::ptr::null_mut(), || {
         if encver != ENCODING_VERSION {
             log_io(rdb, "unknown relock encoding version");
             return std::ptr::null_mut();
         }
-        let mut len: usize = 0;
-        let buf = unsafe { rm!(RedisModule_LoadStringBuffer(rdb, &mut len)) };
-        if buf.is_null() {
+        let Some(owner) = load_string(rdb) else {
             return std::ptr::null_mut();
-        }
-        let owner = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }.to_vec();
-        unsafe { rm!(RedisModule_Free(buf.cast())) };
-        let token = unsafe { rm!(RedisModule_LoadUnsigned(rdb)) };
-        let count = unsafe { rm!(RedisModule_LoadUnsigned(rdb)) };
+        };
+        let (Some(token), Some(count)) = (load_unsigned(rdb), load_unsigned(rdb)) else {
+            return std::ptr::null_mut();
+        };
         let valid = args::owner(&owner).is_ok()
             && (1..=crate::lock::MAX_TOKEN).contains(&token)
             && count >= 1
@@ -126,6 +128,31 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
         fencing::observe(token);
         into_value(Hold::new(&owner, token, count as u32))
     })
+}
+
+fn io_failed(rdb: *mut raw::RedisModuleIO) -> bool {
+    unsafe { rm!(RedisModule_IsIOError(rdb)) != 0 }
+}
+
+/// An unsigned field, or `None` when the input ended or held something else.
+fn load_unsigned(rdb: *mut raw::RedisModuleIO) -> Option<u64> {
+    let value = unsafe { rm!(RedisModule_LoadUnsigned(rdb)) };
+    (!io_failed(rdb)).then_some(value)
+}
+
+/// A string field, or `None` when the input ended or held something else.
+fn load_string(rdb: *mut raw::RedisModuleIO) -> Option<Vec<u8>> {
+    let mut len: usize = 0;
+    let buf = unsafe { rm!(RedisModule_LoadStringBuffer(rdb, &mut len)) };
+    if buf.is_null() {
+        return None;
+    }
+    let bytes = (!io_failed(rdb)).then(|| {
+        // SAFETY: Redis returned a buffer of `len` bytes that we own until we free it below.
+        unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }.to_vec()
+    });
+    unsafe { rm!(RedisModule_Free(buf.cast())) };
+    bytes
 }
 
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
@@ -244,7 +271,9 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int
             log_io(rdb, "unknown relock aux encoding version");
             return raw::REDISMODULE_ERR as c_int;
         }
-        let last = unsafe { rm!(RedisModule_LoadUnsigned(rdb)) };
+        let Some(last) = load_unsigned(rdb) else {
+            return raw::REDISMODULE_ERR as c_int;
+        };
         fencing::observe(last);
         raw::REDISMODULE_OK as c_int
     })

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use redis_module::raw;
 
-use crate::{datatype, fencing, rm, stats, store, waiters};
+use crate::{datatype, fencing, rm, server, stats, store, waiters};
 
 /// Every class of keyspace event that can end or replace a lock (not `d`: our own events; not
 /// key-miss or new-key events, which fire on reads and creations of unrelated keys).
@@ -141,7 +141,9 @@ fn record_counter_after_aof_rewrite(ctx: *mut raw::RedisModuleCtx) {
     let aof_on = flags & raw::REDISMODULE_CTX_FLAGS_AOF as c_int != 0;
     let master = flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int != 0;
     let loading = flags & raw::REDISMODULE_CTX_FLAGS_LOADING as c_int != 0;
-    if !aof_on || !master || loading {
+    // While writes are paused the replication stream must stay still (a failover waits for
+    // the replicas to catch up); the next tick after the pause writes the counter.
+    if !aof_on || !master || loading || server::writes_paused() {
         return;
     }
     let [Some(rewrites)] = server_info(ctx, c"persistence", [c"aof_rewrites"]) else {

@@ -17,17 +17,22 @@
 
 pub mod lock;
 
+mod acl;
+mod cluster;
 mod commands;
 mod datatype;
 mod events;
 mod fencing;
 mod registration;
+mod server;
 mod stats;
 mod store;
 mod waiters;
 
 use datatype::LOCK_TYPE;
-use redis_module::{redis_module, Context, RedisString, Status};
+use std::os::raw::c_int;
+
+use redis_module::{raw, redis_module, Context, RedisString, Status};
 
 /// Calls a Redis module API function. `init` has checked that every function this module uses
 /// exists on the running server, so the `None` arm cannot be reached after a successful load.
@@ -61,6 +66,17 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ));
         return Status::Err;
     }
+    // HANDLE_IO_ERRORS: a truncated or mistyped value (a bad RESTORE payload) makes the load
+    // calls fail softly and `datatype` rejects the value, instead of Redis aborting.
+    // NO_IMPLICIT_SIGNAL_MODIFIED: a command that changes nothing must not abort WATCH or
+    // invalidate client caches; `store` signals each real change itself.
+    unsafe {
+        rm!(RedisModule_SetModuleOptions(
+            ctx.ctx,
+            (raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
+                | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED) as c_int
+        ))
+    };
     if let Err(e) = registration::register(ctx.ctx) {
         ctx.log_warning(&format!("relock: {e}"));
         return Status::Err;
@@ -82,7 +98,20 @@ fn missing_apis() -> Option<&'static str> {
         };
     }
     check!(
+        RedisModule_ACLCheckCommandPermissions,
+        RedisModule_AvoidReplicaTraffic,
         RedisModule_BlockClient,
+        RedisModule_Call,
+        RedisModule_CallReplyStringPtr,
+        RedisModule_FreeCallReply,
+        RedisModule_FreeModuleUser,
+        RedisModule_GetClientId,
+        RedisModule_GetClientUserNameById,
+        RedisModule_GetModuleUserFromUserName,
+        RedisModule_HoldString,
+        RedisModule_IsIOError,
+        RedisModule_SetModuleOptions,
+        RedisModule_SignalModifiedKey,
         RedisModule_CloseKey,
         RedisModule_CreateCommand,
         RedisModule_CreateString,

@@ -222,6 +222,7 @@ impl LockKey {
         if let Some(key) = self.key {
             unsafe { rm!(RedisModule_SetAbsExpire(key.as_ptr(), at)) };
         }
+        self.changed();
         self.replicate_hold(Some(at));
     }
 
@@ -230,6 +231,7 @@ impl LockKey {
         if let Some(hold) = self.hold_mut() {
             hold.set_count(count);
         }
+        self.changed();
         self.replicate_hold(self.expires_at());
     }
 
@@ -245,6 +247,7 @@ impl LockKey {
                 rm!(RedisModule_SetAbsExpire(key, at));
             }
         }
+        self.changed();
         self.replicate_hold(at);
     }
 
@@ -253,8 +256,9 @@ impl LockKey {
         let Some(key) = self.key else {
             return;
         };
+        unsafe { rm!(RedisModule_DeleteKey(key.as_ptr())) };
+        self.changed();
         unsafe {
-            rm!(RedisModule_DeleteKey(key.as_ptr()));
             if !self.propagate_cheaply() {
                 rm!(RedisModule_Replicate(
                     self.ctx,
@@ -266,6 +270,13 @@ impl LockKey {
         }
         // Our own delete is not followed by an `expired` notification.
         datatype::forget_unlinked();
+    }
+
+    /// Tells Redis the key changed (WATCH, client-side caching). The module runs with
+    /// `REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED`, so a key opened for writing that ends up
+    /// unchanged (a refused acquire, a release by a non-owner) signals nothing.
+    fn changed(&self) {
+        unsafe { rm!(RedisModule_SignalModifiedKey(self.ctx, self.name)) };
     }
 
     /// Emits keyspace event `event` (class `d`) for this key.

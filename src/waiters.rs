@@ -13,6 +13,7 @@
 //! Borrowing rule: the registry is borrowed only inside the small functions below and never
 //! across a Redis call that can call back into the module (opening or writing keys).
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::os::raw::{c_int, c_void};
@@ -20,18 +21,31 @@ use std::rc::Rc;
 
 use redis_module::raw;
 
+use crate::acl::{self, Caller};
 use crate::lock::queue::WaiterId;
-use crate::lock::Queue;
-use crate::rm;
-use crate::stats;
+use crate::lock::{args, Queue};
+use crate::server::{self, State};
 use crate::store::{self, event, LockKey, OwnedString, WrongType};
+use crate::{cluster, rm, stats};
 
-/// Why a waiter was unblocked without a token (tokens are 1 .. 2^53, so these never clash).
-mod outcome {
-    pub const WRONGTYPE: u64 = u64::MAX;
-    pub const READONLY: u64 = u64::MAX - 1;
-    pub const NO_TOKENS: u64 = u64::MAX - 2;
-    pub const TIMED_OUT: u64 = u64::MAX - 3;
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+const NO_TOKENS: &str = "ERR fencing token space exhausted";
+
+/// Longest delay of a module timer. `RedisModule_CreateTimer` adds the period to the clock
+/// unchecked, so a lock expiring in the far future (`PEXPIREAT k 2^62`) would overflow into the
+/// past and fire in a loop; a timer at most this far out is re-armed when it fires instead.
+/// Also the longest `LOCK.WAIT` timeout, so wait timers are never cut short.
+const MAX_TIMER_MS: i64 = args::MAX_TIMEOUT_MS as i64;
+
+/// How often deferred work looks again while writes are paused or the server is loading.
+const RETRY_MS: i64 = 10;
+
+/// What a blocked client is answered. Boxed as the blocked client's private data; Redis frees
+/// it (`free_outcome`) after the reply, or when the client is gone before it.
+enum Outcome {
+    Token(u64),
+    TimedOut,
+    Error(Cow<'static, str>),
 }
 
 /// A key in a db.
@@ -45,6 +59,8 @@ struct Waiter {
     client: *mut raw::RedisModuleBlockedClient,
     owner: Box<[u8]>,
     ttl_ms: u64,
+    /// Who asked, to re-check their permissions when the lock is handed over.
+    caller: Option<Caller>,
     /// The module timer that ends the wait at timeout_ms (none for timeout 0).
     timeout: Option<raw::RedisModuleTimerID>,
 }
@@ -64,6 +80,7 @@ struct Line {
 
 struct Armed {
     id: raw::RedisModuleTimerID,
+    /// When the timer fires (Unix ms): the lock's expiry, or earlier for a distant one.
     at: i64,
 }
 
@@ -81,7 +98,7 @@ enum Ticket {
     },
 }
 
-/// Deferred work, run on a 0 ms timer.
+/// Deferred work, run on a 0 ms timer (later while the server may not write).
 enum Job {
     Serve(KeyId),
     Revoke(KeyId, u64),
@@ -99,6 +116,9 @@ struct Registry {
     /// Keys already in `jobs` as `Job::Serve`, so a burst of events serves each key once.
     serving: HashSet<KeyId>,
     jobs_timer: bool,
+    /// Jobs put off because writes were paused or the server was loading, retried every
+    /// `RETRY_MS` until it may write again.
+    deferred: Vec<Job>,
 }
 
 impl Registry {
@@ -156,22 +176,24 @@ pub fn any() -> bool {
 /// `timeout_ms` passes (0: no limit). `expires_at` is the current lock's expiry, if any.
 pub fn block(
     ctx: *mut raw::RedisModuleCtx,
-    name: &[u8],
+    argv: &[*mut raw::RedisModuleString],
     owner: &[u8],
     ttl_ms: u64,
     timeout_ms: u64,
     expires_at: Option<i64>,
 ) {
-    // No Redis timeout: the module times waits out itself. On Redis 7.0 a blocked client whose
-    // Redis timeout passes in the same event-loop turn as its grant is unblocked with no reply
-    // at all (the timeout path skips a client already unblocked, yet unblocks it); one timer per
-    // wait, decided in the same thread as every grant, cannot race a grant.
+    // Neither a Redis timeout nor a timeout callback: the module times waits out itself, on
+    // its own timers, decided in the same thread as every grant. With a timeout callback,
+    // Redis's own paths can reach a client the module already granted (its timeout, or
+    // `CLIENT UNBLOCK id TIMEOUT` in the same event-loop turn as the grant) and then answer it
+    // nothing at all (7.0) or a nil while the lock is held in its name (8.x). Without one,
+    // `CLIENT UNBLOCK` answers 0 for a `LOCK.WAIT` client and leaves it waiting.
     let client = unsafe {
         rm!(RedisModule_BlockClient(
             ctx,
             Some(on_reply),
-            Some(on_timeout),
             None,
+            Some(free_outcome),
             0
         ))
     };
@@ -186,26 +208,20 @@ pub fn block(
     };
     let key = KeyId {
         db: store::selected_db(ctx),
-        name: Rc::from(name),
+        name: Rc::from(argv.get(1).map_or(&[][..], |k| store::string_bytes(*k))),
     };
     let id = with(|r| {
         r.next_id += 1;
         r.next_id
     });
     let timeout = (timeout_ms > 0).then(|| {
-        let data = Box::into_raw(Box::new(WaitTimeout {
+        let data = Box::new(WaitTimeout {
             client: client as usize,
             id,
-        }));
-        unsafe {
-            rm!(RedisModule_CreateTimer(
-                ctx,
-                timeout_ms as i64,
-                Some(on_wait_timeout),
-                data.cast()
-            ))
-        }
+        });
+        start_timer(ctx, timeout_ms as i64, on_wait_timeout, data)
     });
+    let caller = Caller::of_running_command(ctx, argv);
     with(|r| {
         let line = r
             .dbs
@@ -219,6 +235,7 @@ pub fn block(
                 client,
                 owner: owner.into(),
                 ttl_ms,
+                caller,
                 timeout,
             },
         );
@@ -260,8 +277,12 @@ fn hand_off_to_head(ctx: *mut raw::RedisModuleCtx, key: &mut LockKey, id: &KeyId
             return false;
         };
         cancel_timer::<WaitTimeout>(ctx, waiter.timeout);
+        if waiter.caller.as_ref().is_some_and(|c| !c.still_permitted()) {
+            unblock(waiter.client, Outcome::Error(Cow::Borrowed(acl::NOPERM)));
+            continue;
+        }
         let Some(token) = key.grant(&waiter.owner, waiter.ttl_ms) else {
-            unblock(waiter.client, outcome::NO_TOKENS);
+            unblock(waiter.client, Outcome::Error(Cow::Borrowed(NO_TOKENS)));
             continue;
         };
         key.notify(event::GRANTED);
@@ -275,7 +296,7 @@ fn hand_off_to_head(ctx: *mut raw::RedisModuleCtx, key: &mut LockKey, id: &KeyId
                 },
             )
         });
-        unblock(waiter.client, token);
+        unblock(waiter.client, Outcome::Token(token));
         if queued(id.db, &id.name) > 0 {
             if let Some(at) = key.expires_at() {
                 arm(ctx, id, at);
@@ -302,17 +323,14 @@ fn pop_head(ctx: *mut raw::RedisModuleCtx, key: &KeyId) -> Option<Waiter> {
     waiter
 }
 
-fn unblock(client: *mut raw::RedisModuleBlockedClient, outcome: u64) {
-    unsafe {
-        rm!(RedisModule_UnblockClient(
-            client,
-            outcome as usize as *mut c_void
-        ))
-    };
+/// Unblocks `client` with `outcome`, which `on_reply` answers. Exactly once per blocked client.
+fn unblock(client: *mut raw::RedisModuleBlockedClient, outcome: Outcome) {
+    let data = Box::into_raw(Box::new(outcome));
+    unsafe { rm!(RedisModule_UnblockClient(client, data.cast())) };
 }
 
-/// Fails every waiter of `key` with `outcome`.
-fn fail_all(ctx: *mut raw::RedisModuleCtx, key: &KeyId, outcome: u64) {
+/// Fails every waiter of `key` with the error `message`.
+fn fail_all(ctx: *mut raw::RedisModuleCtx, key: &KeyId, message: Cow<'static, str>) {
     let (waiters, timer) = with(|r| {
         let Some(lines) = r.dbs.get_mut(&key.db) else {
             return (Vec::new(), None);
@@ -333,14 +351,14 @@ fn fail_all(ctx: *mut raw::RedisModuleCtx, key: &KeyId, outcome: u64) {
     stop_timer(ctx, timer);
     for waiter in waiters {
         cancel_timer::<WaitTimeout>(ctx, waiter.timeout);
-        unblock(waiter.client, outcome);
+        unblock(waiter.client, Outcome::Error(message.clone()));
     }
 }
 
 /// Fails every waiter on the server with a READONLY error (this server became a replica).
 pub fn fail_everyone_readonly(ctx: *mut raw::RedisModuleCtx) {
     for key in all_keys(None) {
-        fail_all(ctx, &key, outcome::READONLY);
+        fail_all(ctx, &key, Cow::Borrowed(server::READONLY));
     }
 }
 
@@ -359,20 +377,39 @@ fn all_keys(db: Option<c_int>) -> Vec<KeyId> {
     })
 }
 
-/// Arms (or moves earlier) the expiry timer of `key`'s lock to fire just after `at`.
+/// Arms (or moves earlier) the expiry timer of `key`'s lock to fire just after `at`, or after
+/// `MAX_TIMER_MS` for a lock that expires later than that (the timer then re-arms).
 fn arm(ctx: *mut raw::RedisModuleCtx, key: &KeyId, at: i64) {
-    let old = with(|r| {
-        let line = r.line(key)?;
-        if line.timer.as_ref().is_some_and(|t| t.at <= at) {
-            return None;
-        }
-        // Redis considers a key expired once now > at, hence the extra millisecond.
-        let delay = (at + 1 - store::now_ms()).max(0);
-        let data = Box::into_raw(Box::new(key.clone())).cast::<c_void>();
-        let id = unsafe { rm!(RedisModule_CreateTimer(ctx, delay, Some(on_deadline), data)) };
-        line.timer.replace(Armed { id, at })
+    let now = store::now_ms();
+    // Redis considers a key expired once now > at, hence the extra millisecond.
+    let delay = at.saturating_add(1).saturating_sub(now).clamp(0, MAX_TIMER_MS);
+    let fires_at = now.saturating_add(delay);
+    let armed_in_time = with(|r| {
+        r.line(key)
+            .is_none_or(|line| line.timer.as_ref().is_some_and(|t| t.at <= fires_at))
+    });
+    if armed_in_time {
+        return;
+    }
+    let id = start_timer(ctx, delay, on_deadline, Box::new(key.clone()));
+    let old = with(|r| match r.line(key) {
+        Some(line) => line.timer.replace(Armed { id, at: fires_at }),
+        // Unreachable (nothing between the two borrows can drop the line); stop the new timer.
+        None => Some(Armed { id, at: fires_at }),
     });
     stop_timer(ctx, old);
+}
+
+/// Starts a module timer carrying `data`, `delay_ms` from now (clamped to 0..=MAX_TIMER_MS).
+fn start_timer<T>(
+    ctx: *mut raw::RedisModuleCtx,
+    delay_ms: i64,
+    callback: extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void),
+    data: Box<T>,
+) -> raw::RedisModuleTimerID {
+    let data = Box::into_raw(data).cast::<c_void>();
+    let delay = delay_ms.clamp(0, MAX_TIMER_MS);
+    unsafe { rm!(RedisModule_CreateTimer(ctx, delay, Some(callback), data)) }
 }
 
 fn stop_timer(ctx: *mut raw::RedisModuleCtx, timer: Option<Armed>) {
@@ -405,7 +442,7 @@ extern "C" fn on_wait_timeout(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) 
         // The firing timer is gone already; the waiter's copy of its id must not be stopped.
         if still_waiting && leave_queue(ctx, client).is_some() {
             stats::WAIT_TIMEOUTS.bump();
-            unblock(client, outcome::TIMED_OUT);
+            unblock(client, Outcome::TimedOut);
         }
     })
 }
@@ -421,7 +458,7 @@ extern "C" fn on_deadline(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
                 line.timer = None;
             }
         });
-        serve(ctx, &key);
+        run(ctx, Job::Serve(*key));
     })
 }
 
@@ -476,43 +513,80 @@ extern "C" fn run_jobs(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
             std::mem::take(&mut r.jobs)
         });
         for job in jobs {
-            match job {
-                Job::Serve(key) => serve(ctx, &key),
-                Job::Revoke(key, token) => revoke(ctx, &key, token),
+            run(ctx, job);
+        }
+    })
+}
+
+/// Runs a job if the server's state lets the module write now; otherwise defers it (paused,
+/// loading) or drops it (a replica fails its waiters instead).
+fn run(ctx: *mut raw::RedisModuleCtx, job: Job) {
+    match server::state(ctx) {
+        State::Master => match job {
+            Job::Serve(key) => serve(ctx, &key),
+            Job::Revoke(key, token) => revoke(ctx, &key, token),
+        },
+        // While writes are paused Redis does not expire keys either: a key past its expiry is
+        // still there, and writing it would corrupt the db. Hand-offs wait for the pause to end.
+        State::Paused | State::Loading => defer(ctx, job),
+        State::Replica => {
+            if let Job::Serve(key) = job {
+                fail_all(ctx, &key, Cow::Borrowed(server::READONLY));
             }
+        }
+    }
+}
+
+fn defer(ctx: *mut raw::RedisModuleCtx, job: Job) {
+    let start_timer = with(|r| {
+        r.deferred.push(job);
+        r.deferred.len() == 1
+    });
+    if start_timer {
+        unsafe {
+            rm!(RedisModule_CreateTimer(
+                ctx,
+                RETRY_MS,
+                Some(retry_deferred),
+                std::ptr::null_mut()
+            ))
+        };
+    }
+}
+
+extern "C" fn retry_deferred(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    crate::guard((), || {
+        for job in with(|r| std::mem::take(&mut r.deferred)) {
+            run(ctx, job);
         }
     })
 }
 
 /// Looks at a key with waiters and does what its state calls for: a free lock goes to the head
-/// waiter, a held one gets its expiry timer, another type fails the waiters with WRONGTYPE.
+/// waiter, a held one gets its expiry timer, another type fails the waiters with WRONGTYPE, a
+/// key whose slot this node no longer serves redirects them.
 fn serve(ctx: *mut raw::RedisModuleCtx, key: &KeyId) {
     if queued(key.db, &key.name) == 0 {
         return;
     }
-    match server_state(ctx) {
-        ServerState::Loading => {} // the end of loading wakes every key again
-        ServerState::Replica => fail_all(ctx, key, outcome::READONLY),
-        ServerState::Master => with_key(ctx, key, |opened| match opened {
-            Err(WrongType) => fail_all(ctx, key, outcome::WRONGTYPE),
-            Ok(mut lock) => {
-                if lock.hold().is_some() {
-                    if let Some(at) = lock.expires_at() {
-                        arm(ctx, key, at);
-                    }
-                } else {
-                    hand_off_to_head(ctx, &mut lock, key);
+    with_key(ctx, key, |opened| match opened {
+        Err(WrongType) => fail_all(ctx, key, Cow::Borrowed(WRONGTYPE)),
+        Ok(mut lock) => {
+            if lock.hold().is_some() {
+                if let Some(at) = lock.expires_at() {
+                    arm(ctx, key, at);
                 }
+            } else if let Some(redirect) = cluster::redirect(ctx, &key.name) {
+                fail_all(ctx, key, Cow::Owned(redirect));
+            } else {
+                hand_off_to_head(ctx, &mut lock, key);
             }
-        }),
-    }
+        }
+    });
 }
 
 /// Ends a hold granted to a client that disconnected before it learned of it.
 fn revoke(ctx: *mut raw::RedisModuleCtx, key: &KeyId, token: u64) {
-    if server_state(ctx) != ServerState::Master {
-        return;
-    }
     with_key(ctx, key, |opened| {
         let Ok(mut lock) = opened else {
             return;
@@ -524,24 +598,6 @@ fn revoke(ctx: *mut raw::RedisModuleCtx, key: &KeyId, token: u64) {
             hand_off_to_head(ctx, &mut lock, key);
         }
     });
-}
-
-#[derive(PartialEq, Eq)]
-enum ServerState {
-    Loading,
-    Replica,
-    Master,
-}
-
-fn server_state(ctx: *mut raw::RedisModuleCtx) -> ServerState {
-    let flags = unsafe { rm!(RedisModule_GetContextFlags(ctx)) };
-    if flags & raw::REDISMODULE_CTX_FLAGS_LOADING as c_int != 0 {
-        ServerState::Loading
-    } else if flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int == 0 {
-        ServerState::Replica
-    } else {
-        ServerState::Master
-    }
 }
 
 /// Opens `key` for writing in its db (from a timer, where no key is open yet) and runs `f`.
@@ -568,39 +624,31 @@ extern "C" fn on_reply(
     crate::guard(raw::REDISMODULE_OK as c_int, || {
         let client = unsafe { rm!(RedisModule_GetBlockedClientHandle(ctx)) };
         with(|r| r.tickets.remove(&(client as usize)).map(|_| ()));
-        let outcome = unsafe { rm!(RedisModule_GetBlockedClientPrivateData(ctx)) } as usize as u64;
+        let data = unsafe { rm!(RedisModule_GetBlockedClientPrivateData(ctx)) };
+        // SAFETY: the private data is the `Outcome` boxed by `unblock`; Redis frees it with
+        // `free_outcome` after this callback, so it is only borrowed here.
+        let outcome = unsafe { data.cast::<Outcome>().as_ref() };
         unsafe {
             match outcome {
-                outcome::WRONGTYPE => rm!(RedisModule_ReplyWithError(
-                    ctx,
-                    raw::REDISMODULE_ERRORMSG_WRONGTYPE.as_ptr().cast()
-                )),
-                outcome::READONLY => rm!(RedisModule_ReplyWithError(
-                    ctx,
-                    c"READONLY You can't write against a read only replica.".as_ptr()
-                )),
-                outcome::NO_TOKENS => rm!(RedisModule_ReplyWithError(
-                    ctx,
-                    c"ERR fencing token space exhausted".as_ptr()
-                )),
-                outcome::TIMED_OUT => rm!(RedisModule_ReplyWithNull(ctx)),
-                token => rm!(RedisModule_ReplyWithLongLong(ctx, token as i64)),
+                Some(Outcome::Token(token)) => {
+                    rm!(RedisModule_ReplyWithLongLong(ctx, *token as i64))
+                }
+                Some(Outcome::TimedOut) | None => rm!(RedisModule_ReplyWithNull(ctx)),
+                Some(Outcome::Error(message)) => {
+                    let text = cluster::error_text(message);
+                    rm!(RedisModule_ReplyWithError(ctx, text.as_ptr()))
+                }
             }
         }
     })
 }
 
-extern "C" fn on_timeout(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    crate::guard(raw::REDISMODULE_OK as c_int, || {
-        let client = unsafe { rm!(RedisModule_GetBlockedClientHandle(ctx)) };
-        if leave(ctx, client) {
-            stats::WAIT_TIMEOUTS.bump();
+extern "C" fn free_outcome(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    crate::guard((), || {
+        if !data.is_null() {
+            // SAFETY: boxed by `unblock`; Redis calls this once per unblocked client.
+            drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
         }
-        unsafe { rm!(RedisModule_ReplyWithNull(ctx)) }
     })
 }
 
@@ -619,9 +667,7 @@ extern "C" fn on_disconnect(
         });
         match granted {
             Some(job) => schedule(ctx, job),
-            None => {
-                leave(ctx, client);
-            }
+            None => leave(ctx, client),
         }
     })
 }
@@ -645,15 +691,14 @@ fn leave_queue(
     waiter
 }
 
-/// A waiting client disconnected or was unblocked by `CLIENT UNBLOCK`: it leaves its queue and
-/// its handle is released.
-fn leave(ctx: *mut raw::RedisModuleCtx, client: *mut raw::RedisModuleBlockedClient) -> bool {
+/// A waiting client disconnected (or Redis dropped it, e.g. on becoming a replica): it leaves
+/// its queue and its handle is released.
+fn leave(ctx: *mut raw::RedisModuleCtx, client: *mut raw::RedisModuleBlockedClient) {
     let Some(waiter) = leave_queue(ctx, client) else {
-        return false;
+        return;
     };
     cancel_timer::<WaitTimeout>(ctx, waiter.timeout);
     // A client blocked with RedisModule_BlockClient must be unblocked by the module exactly
-    // once, also after a timeout or disconnect, or its handle leaks.
-    unblock(client, 0);
-    true
+    // once, also after a disconnect, or its handle leaks.
+    unblock(client, Outcome::TimedOut);
 }

@@ -1,0 +1,89 @@
+//! Permission checks at grant time. A client waiting in `LOCK.WAIT` was allowed to run the
+//! command when it blocked; by the time the lock is handed to it, `ACL SETUSER` may have taken
+//! the key pattern or the command away (or `ACL DELUSER` the user). Redis 7.2+ re-checks its own
+//! blocked clients when it serves them; the module does the same, on every server version.
+
+use std::ptr::NonNull;
+
+use redis_module::raw;
+
+use crate::rm;
+
+/// A string retained past the command that created it; freed on drop.
+struct Held(NonNull<raw::RedisModuleString>);
+
+impl Held {
+    fn new(ctx: *mut raw::RedisModuleCtx, s: *mut raw::RedisModuleString) -> Option<Held> {
+        // SAFETY: `s` is a valid string of the running command; HoldString returns a string
+        // the caller owns (a new reference or a copy).
+        NonNull::new(unsafe { rm!(RedisModule_HoldString(ctx, s)) }).map(Held)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // SAFETY: we own this reference; a null context is allowed for strings not under
+        // automatic memory management.
+        unsafe { rm!(RedisModule_FreeString(std::ptr::null_mut(), self.0.as_ptr())) };
+    }
+}
+
+/// Who ran a blocking command, and the command itself, to ask again later whether they may.
+pub struct Caller {
+    user: Held,
+    argv: Vec<Held>,
+}
+
+impl Caller {
+    /// Remembers the running command's user and arguments. `None` when the client has no
+    /// user (internal clients, e.g. another module's `RedisModule_Call`): nothing to re-check.
+    pub fn of_running_command(
+        ctx: *mut raw::RedisModuleCtx,
+        argv: &[*mut raw::RedisModuleString],
+    ) -> Option<Caller> {
+        // By client id rather than RedisModule_GetCurrentUserName, which dereferences the
+        // client's user unchecked (null for internal clients).
+        // SAFETY: plain calls on the running command's context.
+        let name = unsafe {
+            let id = rm!(RedisModule_GetClientId(ctx));
+            rm!(RedisModule_GetClientUserNameById(ctx, id))
+        };
+        let user = Held(NonNull::new(name)?);
+        let argv = argv
+            .iter()
+            .map(|&a| Held::new(ctx, a))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Caller { user, argv })
+    }
+
+    /// Whether the user still exists and may still run the command on its key.
+    pub fn still_permitted(&self) -> bool {
+        // SAFETY: the name is a live string; the returned user is freed below and used only
+        // in between (a user may be deleted at any time, so it is looked up each time).
+        let user = unsafe { rm!(RedisModule_GetModuleUserFromUserName(self.user.0.as_ptr())) };
+        if user.is_null() {
+            return false;
+        }
+        let mut argv: Vec<*mut raw::RedisModuleString> =
+            self.argv.iter().map(|a| a.0.as_ptr()).collect();
+        let Ok(argc) = i32::try_from(argv.len()) else {
+            unsafe { rm!(RedisModule_FreeModuleUser(user)) };
+            return false;
+        };
+        // SAFETY: `user` is live until freed; `argv` holds `argc` live strings. The check covers
+        // the command, its ACL categories and its key (through the command's key specs).
+        let allowed = unsafe {
+            rm!(RedisModule_ACLCheckCommandPermissions(
+                user,
+                argv.as_mut_ptr(),
+                argc
+            ))
+        } == raw::REDISMODULE_OK as i32;
+        unsafe { rm!(RedisModule_FreeModuleUser(user)) };
+        allowed
+    }
+}
+
+/// What a waiter that lost its permission is told (Redis's wording for a blocked client).
+pub const NOPERM: &str =
+    "NOPERM No permissions any more to run the 'lock.wait' command or to access its key";

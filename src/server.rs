@@ -1,0 +1,80 @@
+//! What state the server is in, and so what the module may do in it. Asked before every write
+//! the module makes on its own (timers, deferred jobs) and by every command that changes a lock.
+//!
+//! | state | commands that change locks | the module's own writes (hand-offs, revokes) |
+//! |---|---|---|
+//! | master | run | run |
+//! | master, writes paused (`CLIENT PAUSE WRITE`, `FAILOVER`, shutdown waiting for replicas) | held back by Redis | deferred until the pause ends, as Redis defers its own expiry |
+//! | loading | refused by Redis (`LOADING`); AOF replay runs | deferred to the end of loading |
+//! | replica (read-only or not) | `READONLY`, except what the master or the AOF sends | never: waiters fail with `READONLY` |
+
+use std::os::raw::c_int;
+
+use redis_module::raw;
+
+use crate::rm;
+
+/// The server's role and phase, as far as writing locks is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Loading an RDB or AOF: nothing is served until it ends.
+    Loading,
+    /// A replica: only the master's stream (and AOF replay) may change locks.
+    Replica,
+    /// A master whose writes are paused: expiry is paused too, and a key that has logically
+    /// expired is still in the keyspace, so writing it would corrupt the db.
+    Paused,
+    /// A master free to write.
+    Master,
+}
+
+fn flags(ctx: *mut raw::RedisModuleCtx) -> c_int {
+    unsafe { rm!(RedisModule_GetContextFlags(ctx)) }
+}
+
+/// The state, for work the module does on its own (timers, deferred jobs).
+pub fn state(ctx: *mut raw::RedisModuleCtx) -> State {
+    let flags = flags(ctx);
+    if flags & raw::REDISMODULE_CTX_FLAGS_LOADING as c_int != 0 {
+        State::Loading
+    } else if flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int == 0 {
+        State::Replica
+    } else if writes_paused() {
+        State::Paused
+    } else {
+        State::Master
+    }
+}
+
+/// Whether writes (and with them expiry, eviction and replication traffic) are paused. Redis
+/// pauses all of them together, for `CLIENT PAUSE WRITE|ALL`, `FAILOVER`, `CLUSTER FAILOVER`
+/// and a shutdown that waits for lagging replicas.
+pub fn writes_paused() -> bool {
+    unsafe { rm!(RedisModule_AvoidReplicaTraffic()) != 0 }
+}
+
+/// Whether the running command may change locks: on a replica only the master's stream and the
+/// AOF may, whatever `replica-read-only` says, because a lock granted on a replica is one the
+/// master never hears of.
+pub fn may_write(ctx: *mut raw::RedisModuleCtx) -> bool {
+    let flags = flags(ctx);
+    let master = flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int != 0;
+    let from_master = flags & raw::REDISMODULE_CTX_FLAGS_REPLICATED as c_int != 0;
+    let loading = flags & raw::REDISMODULE_CTX_FLAGS_LOADING as c_int != 0;
+    master || from_master || loading
+}
+
+/// Whether the running command comes from the master's stream or the AOF (no client to block).
+pub fn from_replication_or_aof(ctx: *mut raw::RedisModuleCtx) -> bool {
+    let flags = flags(ctx);
+    flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) as c_int
+        != 0
+}
+
+/// Whether the server runs in cluster mode.
+pub fn cluster_enabled(ctx: *mut raw::RedisModuleCtx) -> bool {
+    flags(ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0
+}
+
+/// The error a replica answers to a command that would change a lock (Redis's own wording).
+pub const READONLY: &str = "READONLY You can't write against a read only replica.";
