@@ -24,7 +24,12 @@ impl Drop for Held {
     fn drop(&mut self) {
         // SAFETY: we own this reference; a null context is allowed for strings not under
         // automatic memory management.
-        unsafe { rm!(RedisModule_FreeString(std::ptr::null_mut(), self.0.as_ptr())) };
+        unsafe {
+            rm!(RedisModule_FreeString(
+                std::ptr::null_mut(),
+                self.0.as_ptr()
+            ))
+        };
     }
 }
 

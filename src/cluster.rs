@@ -60,9 +60,9 @@ impl Route {
             Route::Here => None,
             Route::Migrating(addr) => Some(format!("ASK {slot} {addr}")),
             Route::Elsewhere(addr) => Some(format!("MOVED {slot} {addr}")),
-            Route::Unknown => Some(
-                "TRYAGAIN the key's slot is not served by this node; retry the command".into(),
-            ),
+            Route::Unknown => {
+                Some("TRYAGAIN the key's slot is not served by this node; retry the command".into())
+            }
         }
     }
 }

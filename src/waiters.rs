@@ -382,7 +382,10 @@ fn all_keys(db: Option<c_int>) -> Vec<KeyId> {
 fn arm(ctx: *mut raw::RedisModuleCtx, key: &KeyId, at: i64) {
     let now = store::now_ms();
     // Redis considers a key expired once now > at, hence the extra millisecond.
-    let delay = at.saturating_add(1).saturating_sub(now).clamp(0, MAX_TIMER_MS);
+    let delay = at
+        .saturating_add(1)
+        .saturating_sub(now)
+        .clamp(0, MAX_TIMER_MS);
     let fires_at = now.saturating_add(delay);
     let armed_in_time = with(|r| {
         r.line(key)

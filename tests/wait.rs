@@ -7,168 +7,18 @@
 //! deadline, so a test never needs a thread per waiter and never hangs on a missing reply.
 mod common;
 
-use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::raw::{Raw, Reply};
 use common::{eventually, info_field, Server};
 use redis::Value;
 
 /// Generous bound for anything that should happen "soon".
 const SOON: Duration = Duration::from_secs(2);
-/// How long we watch a waiter to conclude it was not (yet) answered.
-const QUIET: Duration = Duration::from_millis(300);
 /// A TTL no test outlives.
 const LONG_TTL: u64 = 100_000;
-
-// ---------------------------------------------------------------------------------------------
-// Raw RESP client
-// ---------------------------------------------------------------------------------------------
-
-#[derive(Debug, Clone, PartialEq)]
-enum Reply {
-    Int(i64),
-    Nil,
-    Bulk(Vec<u8>),
-    Status(String),
-    Error(String),
-    Array(Vec<Reply>),
-}
-
-impl Reply {
-    fn token(&self) -> u64 {
-        match self {
-            Reply::Int(t) if *t > 0 => *t as u64,
-            other => panic!("expected a token, got {other:?}"),
-        }
-    }
-}
-
-/// One connection speaking RESP2 by hand.
-struct Raw {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Raw {
-    fn connect(server: &Server) -> Raw {
-        let stream = TcpStream::connect(("127.0.0.1", server.port)).expect("connect raw");
-        stream.set_nodelay(true).unwrap();
-        Raw {
-            stream,
-            buf: Vec::new(),
-        }
-    }
-
-    fn send(&mut self, args: &[&[u8]]) {
-        self.stream.write_all(&encode(args)).expect("write command");
-    }
-
-    /// Sends `LOCK.WAIT key owner ttl timeout`.
-    fn send_wait(&mut self, key: &str, owner: &str, ttl_ms: u64, timeout_ms: u64) {
-        let ttl = ttl_ms.to_string();
-        let timeout = timeout_ms.to_string();
-        self.send(&[
-            b"LOCK.WAIT",
-            key.as_bytes(),
-            owner.as_bytes(),
-            ttl.as_bytes(),
-            timeout.as_bytes(),
-        ]);
-    }
-
-    /// The next reply, or `None` if none arrived within `within`.
-    fn read_within(&mut self, within: Duration) -> Option<Reply> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some((reply, used)) = parse(&self.buf) {
-                self.buf.drain(..used);
-                return Some(reply);
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return None;
-            }
-            self.stream
-                .set_read_timeout(Some((deadline - now).max(Duration::from_millis(1))))
-                .unwrap();
-            let mut chunk = [0u8; 4096];
-            match self.stream.read(&mut chunk) {
-                Ok(0) => panic!("server closed the connection"),
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    return None
-                }
-                Err(e) => panic!("read: {e}"),
-            }
-        }
-    }
-
-    /// The next reply; panics if none arrives within `within`.
-    fn read(&mut self, within: Duration) -> Reply {
-        self.read_within(within)
-            .unwrap_or_else(|| panic!("no reply within {within:?}"))
-    }
-
-    /// Asserts that no reply arrives for a while.
-    fn assert_silent(&mut self, what: &str) {
-        if let Some(r) = self.read_within(QUIET) {
-            panic!("{what}: expected no reply yet, got {r:?}");
-        }
-    }
-}
-
-fn encode(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
-/// Parses one RESP2 reply from the front of `buf`; `None` if it is incomplete.
-fn parse(buf: &[u8]) -> Option<(Reply, usize)> {
-    let end = buf.windows(2).position(|w| w == b"\r\n")?;
-    let line = std::str::from_utf8(&buf[1..end]).expect("utf8 header");
-    let after = end + 2;
-    match *buf.first()? {
-        b':' => Some((Reply::Int(line.parse().unwrap()), after)),
-        b'+' => Some((Reply::Status(line.to_string()), after)),
-        b'-' => Some((Reply::Error(line.to_string()), after)),
-        b'$' => {
-            let len: i64 = line.parse().unwrap();
-            if len < 0 {
-                return Some((Reply::Nil, after));
-            }
-            let len = len as usize;
-            if buf.len() < after + len + 2 {
-                return None;
-            }
-            Some((
-                Reply::Bulk(buf[after..after + len].to_vec()),
-                after + len + 2,
-            ))
-        }
-        b'*' => {
-            let n: i64 = line.parse().unwrap();
-            if n < 0 {
-                return Some((Reply::Nil, after));
-            }
-            let mut items = Vec::new();
-            let mut at = after;
-            for _ in 0..n {
-                let (item, used) = parse(&buf[at..])?;
-                items.push(item);
-                at += used;
-            }
-            Some((Reply::Array(items), at))
-        }
-        other => panic!("unexpected RESP type byte {other:?}"),
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Helpers over the redis crate

@@ -6,6 +6,8 @@
 //! `#[path = "../../tests/common/mod.rs"] mod common;`.
 #![allow(dead_code)]
 
+pub mod raw;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
