@@ -208,3 +208,87 @@ fn failover_after_wait_keeps_locks_and_tokens_keep_rising() {
         .expect("LOCK.RELEASE");
     assert_eq!(left, Some(0));
 }
+
+fn myid(node: &common::Server) -> String {
+    redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query(&mut node.conn())
+        .expect("CLUSTER MYID")
+}
+
+fn setslot(node: &common::Server, slot: u16, state: &str, id: &str) {
+    let _: () = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg(state)
+        .arg(id)
+        .query(&mut node.conn())
+        .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {state} on {}: {e}", node.port));
+}
+
+#[test]
+fn waiters_of_a_key_migrated_away_are_redirected_not_granted() {
+    use common::raw::{Raw, Reply};
+    let cluster = Cluster::start();
+    let masters: Vec<u16> = cluster.masters().iter().map(|m| m.port).collect();
+    let (from, to) = (cluster.node(masters[0]), cluster.node(masters[1]));
+    let key = cluster.key_on(from.port, "moving:");
+    let slot = cluster_harness::key_slot(&key);
+    let mut src = from.conn();
+    let token = acquire(&mut src, &key, "a", 60_000).expect("free");
+    let mut waiter = Raw::connect(from);
+    waiter.send_wait(&key, "b", 60_000, 0);
+    assert!(
+        common::eventually(Duration::from_secs(5), || {
+            common::lock_info(&mut src, &key).is_some_and(|i| i.waiters == 1)
+        }),
+        "the waiter queued on the source"
+    );
+
+    // Resharding moves the slot, and MIGRATE moves the key (and deletes it on the source).
+    let (from_id, to_id) = (myid(from), myid(to));
+    setslot(to, slot, "IMPORTING", &from_id);
+    setslot(from, slot, "MIGRATING", &to_id);
+    let _: () = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(to.port)
+        .arg(&key)
+        .arg(0)
+        .arg(5000)
+        .query(&mut src)
+        .expect("MIGRATE");
+
+    // The source must not grant: the lock lives on at the target. The waiter is told where.
+    match waiter.read(Duration::from_secs(5)) {
+        Reply::Error(e) => assert!(
+            e.starts_with(&format!("ASK {slot} ")) && e.ends_with(&format!(":{}", to.port)),
+            "redirect to the target: {e}"
+        ),
+        other => panic!("waiter on the source was answered {other:?} instead of a redirect"),
+    }
+    let left: i64 = redis::cmd("CLUSTER")
+        .arg("COUNTKEYSINSLOT")
+        .arg(slot)
+        .query(&mut src)
+        .unwrap();
+    assert_eq!(left, 0, "no lock granted on the source");
+    let mut dst = to.conn();
+    let _: () = redis::cmd("ASKING").query(&mut dst).unwrap();
+    assert_eq!(
+        holder(&mut dst, &key),
+        Some(("a".to_string(), token)),
+        "the hold moved intact"
+    );
+
+    // Once the slot belongs to the target, a waiter left on the source hears MOVED.
+    for node in cluster.masters() {
+        setslot(node, slot, "NODE", &to_id);
+    }
+    let waited: redis::RedisResult<Option<u64>> = redis::cmd("LOCK.WAIT")
+        .arg(&key)
+        .arg("c")
+        .arg(1000)
+        .arg(100)
+        .query(&mut src);
+    assert_eq!(waited.expect_err("redirect").code(), Some("MOVED"));
+}
