@@ -1,18 +1,21 @@
 .DEFAULT_GOAL := help
 CARGO ?= cargo
 
-.PHONY: help setup module build run test bench fmt lint clean chaos fuzz leakcheck cluster cluster-stop
+.PHONY: help setup setup-base module build run test bench fmt lint clean chaos fuzz leakcheck cluster cluster-stop
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
-setup: ## Install redis-server, redis-tools and libclang-dev when missing
+setup: ## Install what is missing: redis-server, redis-tools, libclang; the server matrix into .servers/
 	@scripts/setup
 
-build: setup ## Build the module (release) and lockctl
+setup-base:
+	@scripts/setup --base
+
+build: setup-base ## Build the module (release) and lockctl
 	$(CARGO) build --release --workspace
 
-module: setup ## Build the module alone (release): target/release/librelock.so
+module: setup-base ## Build the module alone (release): target/release/librelock.so
 	$(CARGO) build --release -p relock
 
 run: module ## Start redis-server with the module on 127.0.0.1:6379 (data in ./data)
@@ -24,11 +27,12 @@ cluster: module ## Start a local 3-master/3-replica cluster with the module on 1
 cluster-stop: ## Stop the cluster that make cluster started
 	@scripts/cluster stop
 
-test: setup ## Build everything and run every test (unit, integration, client, smoke bench)
+test: setup ## Build everything, run every test on Redis 7.0, then the module's suites on Redis 8.2, Valkey 8.1 and 9.1
 	$(CARGO) build --workspace --all-targets
 	$(CARGO) test --workspace
+	@scripts/test-matrix
 
-bench: setup ## Run the benchmark; writes target/bench/results.md and a chart
+bench: setup-base ## Run the benchmark; writes target/bench/results.md and a chart
 	$(CARGO) build --release --workspace
 	@if [ -d bench ]; then $(CARGO) run --release -p relock-bench -- --out target/bench; else echo "no benchmark yet"; fi
 
@@ -39,13 +43,13 @@ lint: ## Clippy with warnings as errors, and a format check
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-clean: ## Remove build output and ./data
+clean: ## Remove build output, ./data and the project-local servers (.servers/)
 	$(CARGO) clean
-	rm -rf data
+	rm -rf data .servers
 
 .PHONY: chaos fuzz leakcheck
 
-chaos: setup ## Chaos suite, full run (~7 min): faults vs the lock; writes target/chaos/results.md
+chaos: setup-base ## Chaos suite, full run (~7 min): faults vs the lock; writes target/chaos/results.md
 	$(CARGO) build -p relock
 	$(CARGO) run --release -p relock-chaos -- --out target/chaos
 
@@ -53,5 +57,5 @@ fuzz: ## cargo-fuzz, 60 s per target (argument parsing, state machine); needs ca
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz
 	cd fuzz && for t in args state_machine; do RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run $$t -- -max_total_time=$${FUZZ_SECONDS:-60} || exit 1; done
 
-leakcheck: setup ## Integration tests with redis-server under valgrind; no leak may be the module's
+leakcheck: setup-base ## Integration tests with redis-server under valgrind; no leak may be the module's
 	@scripts/leakcheck
