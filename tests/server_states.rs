@@ -90,6 +90,10 @@ fn expiry_during_pause(mode: &str) {
         panic!("{mode} pause: waiter answered during the pause: {reply:?}");
     }
     alive(&server);
+    if mode == "WRITE" {
+        // Reads still run (under ALL they wait too), and already see the lock as gone.
+        assert_eq!(lock_info(&mut c, "k"), None, "{mode} pause");
+    }
     // Once the pause ends, the hand-off happens, as Redis's own expiry resumes then.
     let token = w.read(Duration::from_secs(5)).token();
     assert!(token > holder as u64);
@@ -133,6 +137,84 @@ fn a_revoke_during_a_write_pause_waits_for_the_pause() {
         eventually(SOON, || lock_info(&mut c, "k").is_none()),
         "lock still there after the pause: {:?}",
         lock_info(&mut c, "k")
+    );
+    alive(&server);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Out of memory: new holds are refused (deny-oom), what frees or keeps memory runs, and a
+// hand-off (which replaces the hold that ended) still happens.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn out_of_memory_refuses_new_holds_but_releases_and_hands_off() {
+    let server = Server::start();
+    let mut c = connect(&server);
+    let holder = acquire(&mut c, "k", "a", LONG_TTL);
+    let mut w = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
+    let _: () = cmd!("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        .query(&mut c)
+        .unwrap();
+    let _: () = cmd!("CONFIG", "SET", "maxmemory", 1).query(&mut c).unwrap();
+    for command in [
+        cmd!("LOCK.ACQUIRE", "new", "x", 1000),
+        cmd!("LOCK.REENTER", "new", "x", 1000),
+        cmd!("LOCK.WAIT", "new", "x", 1000, 10),
+    ] {
+        let result: redis::RedisResult<Option<i64>> = command.query(&mut c);
+        match result {
+            Err(e) if e.to_string().contains("OOM") => {}
+            other => panic!("{} out of memory: {other:?}", common::show(&command)),
+        }
+    }
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.RENEW", "k", "a", LONG_TTL)),
+        Some(holder)
+    );
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "a")), Some(0));
+    let token = w.read(SOON).token();
+    assert_eq!(
+        lock_info(&mut c, "k").expect("handed off").token as u64,
+        token
+    );
+    let _: () = cmd!("CONFIG", "SET", "maxmemory", 0).query(&mut c).unwrap();
+    acquire(&mut c, "new", "x", 1000);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A busy script: the module's timers wait for the event loop; the hand-off comes right after.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_busy_script_delays_an_expiry_hand_off_until_it_ends() {
+    let server = Server::with_args(&["--busy-reply-threshold", "100"]);
+    let mut c = connect(&server);
+    acquire(&mut c, "k", "a", 200);
+    let mut w = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
+    let url = server.url();
+    let script = std::thread::spawn(move || {
+        let mut s = redis::Client::open(url).unwrap().get_connection().unwrap();
+        // Busy for about 1.5 s, past the lock's expiry.
+        let _: redis::RedisResult<()> = cmd!(
+            "EVAL",
+            "local s = redis.call('TIME') local t = tonumber(s[1]) * 1000000 + tonumber(s[2]) \
+             while true do local n = redis.call('TIME') \
+             if tonumber(n[1]) * 1000000 + tonumber(n[2]) - t > 1500000 then break end end",
+            0
+        )
+        .query(&mut s);
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let busy: redis::RedisResult<String> = cmd!("PING").query(&mut c);
+    assert!(
+        busy.as_ref().is_err_and(|e| e.to_string().contains("BUSY")),
+        "the script should be busy: {busy:?}"
+    );
+    script.join().unwrap();
+    let token = w.read(SOON).token();
+    assert_eq!(
+        lock_info(&mut c, "k").expect("handed off").token as u64,
+        token
     );
     alive(&server);
 }
