@@ -19,7 +19,7 @@ impl Pair {
     fn start() -> Pair {
         let master = master();
         let replica = Server::start();
-        attach(&master, &replica);
+        common::attach_replica(&master, &replica);
         Pair { master, replica }
     }
 }
@@ -27,18 +27,6 @@ impl Pair {
 /// A master that starts a full sync at once (the default waits 5 s for more replicas).
 fn master() -> Server {
     Server::with_args(&["--repl-diskless-sync-delay", "0"])
-}
-
-fn attach(master: &Server, replica: &Server) {
-    let mut r = replica.conn();
-    let _: () = cmd!("REPLICAOF", "127.0.0.1", master.port)
-        .query(&mut r)
-        .expect("REPLICAOF");
-    let up = eventually(Duration::from_secs(10), || {
-        let s: String = cmd!("INFO", "replication").query(&mut r).unwrap();
-        s.contains("master_link_status:up")
-    });
-    assert!(up, "replica did not connect:\n{}", replica.log());
 }
 
 /// Waits until the replica acknowledged everything the master wrote.
@@ -240,7 +228,7 @@ fn full_sync_copies_locks_and_the_counter() {
         Some(2)
     );
     // The replica attaches after the fact: it gets everything through the RDB transfer.
-    attach(&master, &replica);
+    common::attach_replica(&master, &replica);
     sync(&mut m);
     let mut r = replica.conn();
     assert_mirrored(&mut m, &mut r, &[b"held", b"x", b"seed"]);

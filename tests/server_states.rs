@@ -394,23 +394,11 @@ fn commands_that_change_nothing_do_not_abort_watch() {
 // Writable replicas: a replica never grants, whatever `replica-read-only` says.
 // ---------------------------------------------------------------------------------------------
 
-fn attach(master: &Server, replica: &Server) {
-    let mut r = replica.conn();
-    let _: () = cmd!("REPLICAOF", "127.0.0.1", master.port)
-        .query(&mut r)
-        .expect("REPLICAOF");
-    let up = eventually(Duration::from_secs(10), || {
-        let s: String = cmd!("INFO", "replication").query(&mut r).unwrap();
-        s.contains("master_link_status:up")
-    });
-    assert!(up, "replica did not connect:\n{}", replica.log());
-}
-
 #[test]
 fn a_writable_replica_refuses_every_lock_change() {
     let master = Server::with_args(&["--repl-diskless-sync-delay", "0"]);
     let replica = Server::with_args(&["--replica-read-only", "no"]);
-    attach(&master, &replica);
+    common::attach_replica(&master, &replica);
     let mut m = connect(&master);
     let mut r = connect(&replica);
     acquire(&mut m, "held", "a", LONG_TTL);

@@ -345,6 +345,24 @@ fn redis_server_bin() -> String {
     std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
 }
 
+/// Makes `replica` a replica of `master` and waits until its link is up.
+pub fn attach_replica(master: &Server, replica: &Server) {
+    let mut r = replica.conn();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(master.port)
+        .query(&mut r)
+        .expect("REPLICAOF");
+    let up = eventually(Duration::from_secs(10), || {
+        let s: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut r)
+            .unwrap_or_default();
+        s.contains("master_link_status:up")
+    });
+    assert!(up, "replica did not connect:\n{}", replica.log());
+}
+
 /// Polls `check` every few milliseconds until it returns true or `within` passes.
 pub fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;
