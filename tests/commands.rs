@@ -1,5 +1,5 @@
 //! Every reply and every error of the LOCK.* commands, checked against a real server
-//! (spec: /work/shared/spec/commands.md). LOCK.WAIT's blocking behaviour lives in `wait.rs`;
+//! (spec: the project's command contract, `shared/spec/commands.md`). LOCK.WAIT's blocking behaviour lives in `wait.rs`;
 //! here it is only checked for argument errors.
 #[macro_use]
 mod common;

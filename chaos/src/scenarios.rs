@@ -258,7 +258,7 @@ fn redlock_delayed_restart(len: Length) -> Outcome {
 
 /// A forward clock jump on one master, simulated: every key's remaining TTL on that master
 /// shrinks by the jump, which is exactly what a jump does to Redis's absolute expiries
-/// (libfaketime cannot be preloaded into Debian's jemalloc redis-server: see SAFETY.md). The
+/// (libfaketime cannot be preloaded into Debian's jemalloc redis-server: see the Safety section of the README). The
 /// jump comes while two other masters are SIGSTOPped (a minority partition), so the current
 /// hold sits on a bare quorum that includes the jumping master.
 fn redlock_clock_jump(len: Length) -> Outcome {
