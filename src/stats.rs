@@ -43,9 +43,10 @@ pub static FORCERELEASED: Counter = Counter::new();
 /// The `INFO` callback: one section, `relock` (Redis prefixes each field with `relock_`).
 pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
     crate::guard((), || {
-        let fields: [(&std::ffi::CStr, u64); 11] = [
+        let fields: [(&std::ffi::CStr, u64); 12] = [
             (c"locks", datatype::live_count()),
             (c"waiters", waiters::live_total() as u64),
+            (c"timers", waiters::armed_timers() as u64),
             (c"acquired_total", ACQUIRED.get()),
             (c"released_total", RELEASED.get()),
             (c"renewed_total", RENEWED.get()),

@@ -119,6 +119,9 @@ struct Registry {
     /// Jobs put off because writes were paused or the server was loading, retried every
     /// `RETRY_MS` until it may write again.
     deferred: Vec<Job>,
+    /// Wait-timeout and expiry timers armed and not yet fired or stopped (`INFO`: a number that
+    /// must come back to 0 when nobody waits, or timers leak).
+    timers: usize,
 }
 
 impl Registry {
@@ -155,6 +158,11 @@ fn with<T: Default>(f: impl FnOnce(&mut Registry) -> T) -> T {
 /// Live waiters over all keys.
 pub fn live_total() -> usize {
     with(|r| r.live)
+}
+
+/// Wait-timeout and expiry timers currently armed.
+pub fn armed_timers() -> usize {
+    with(|r| r.timers)
 }
 
 /// Live waiters queued for `name` in `db`.
@@ -412,7 +420,13 @@ fn start_timer<T>(
 ) -> raw::RedisModuleTimerID {
     let data = Box::into_raw(data).cast::<c_void>();
     let delay = delay_ms.clamp(0, MAX_TIMER_MS);
+    with(|r| r.timers += 1);
     unsafe { rm!(RedisModule_CreateTimer(ctx, delay, Some(callback), data)) }
+}
+
+/// A timer from `start_timer` fired (Redis forgets it by itself).
+fn timer_fired() {
+    with(|r| r.timers = r.timers.saturating_sub(1));
 }
 
 fn stop_timer(ctx: *mut raw::RedisModuleCtx, timer: Option<Armed>) {
@@ -426,8 +440,11 @@ fn cancel_timer<T>(ctx: *mut raw::RedisModuleCtx, timer: Option<raw::RedisModule
     };
     let mut data: *mut c_void = std::ptr::null_mut();
     let stopped = unsafe { rm!(RedisModule_StopTimer(ctx, timer, &mut data)) };
-    if stopped == raw::REDISMODULE_OK as c_int && !data.is_null() {
-        drop(unsafe { Box::from_raw(data.cast::<T>()) });
+    if stopped == raw::REDISMODULE_OK as c_int {
+        timer_fired();
+        if !data.is_null() {
+            drop(unsafe { Box::from_raw(data.cast::<T>()) });
+        }
     }
 }
 
@@ -437,6 +454,7 @@ extern "C" fn on_wait_timeout(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) 
         if data.is_null() {
             return;
         }
+        timer_fired();
         let due = unsafe { Box::from_raw(data.cast::<WaitTimeout>()) };
         let client = due.client as *mut raw::RedisModuleBlockedClient;
         let still_waiting = with(
@@ -455,6 +473,7 @@ extern "C" fn on_deadline(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
         if data.is_null() {
             return;
         }
+        timer_fired();
         let key = unsafe { Box::from_raw(data.cast::<KeyId>()) };
         with(|r| {
             if let Some(line) = r.line(&key) {

@@ -412,6 +412,7 @@ fn info_relock_counts_every_outcome() {
     let fields = [
         "locks",
         "waiters",
+        "timers",
         "acquired_total",
         "released_total",
         "renewed_total",

@@ -595,39 +595,56 @@ fn wake_on_eviction() {
 // 7. Prompt expiry hand-off
 // ---------------------------------------------------------------------------------------------
 
+/// The module's own expiry timer hands the lock over within milliseconds of the TTL. Redis's
+/// active expiry is switched off, so nothing but that timer can end the lock: without it the
+/// waiter would never be served (and with Redis's cycle alone, at 10 Hz, half the trials would
+/// take over 50 ms).
 #[test]
 fn expiry_hand_off_is_prompt() {
     let server = Server::start();
     let mut c = server.conn();
-    let ttl = Duration::from_millis(200);
-    // The server's expiry lies between sending and receiving ACQUIRE, plus the ttl: measuring
-    // from the send time overestimates the latency, never underestimates it.
-    let sent = Instant::now();
-    let t0 = acquire(&mut c, "k", "a", ttl.as_millis() as u64).unwrap();
-    let answered = Instant::now();
-    let mut b = queue_waiter(&server, &mut c, "k", "b", LONG_TTL, 1);
-    let reply = b.read(SOON);
-    let at = Instant::now();
-    let token = reply.token();
-    assert!(token > t0);
-    // Not granted before the holder's TTL ran out (1 ms of clock granularity allowed).
+    let _: () = redis::cmd("DEBUG")
+        .arg("SET-ACTIVE-EXPIRE")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    let ttl = Duration::from_millis(150);
+    let mut latencies = Vec::new();
+    for trial in 0..7 {
+        let key = format!("k{trial}");
+        // The server's expiry lies between sending and receiving ACQUIRE, plus the ttl:
+        // measuring from the send time overestimates the latency, never underestimates it.
+        let sent = Instant::now();
+        let t0 = acquire(&mut c, &key, "a", ttl.as_millis() as u64).unwrap();
+        let answered = Instant::now();
+        let mut b = queue_waiter(&server, &mut c, &key, "b", LONG_TTL, 1);
+        let reply = b.read(SOON);
+        let at = Instant::now();
+        assert!(reply.token() > t0);
+        // Not granted before the holder's TTL ran out (1 ms of clock granularity allowed).
+        assert!(
+            at + Duration::from_millis(1) >= answered + ttl,
+            "granted {:?} after the acquire reply, before the {ttl:?} TTL ran out",
+            at - answered
+        );
+        latencies.push(at.saturating_duration_since(sent + ttl));
+        let info = held(&mut c, &key);
+        assert_eq!((info.owner.as_str(), info.token), ("b", reply.token()));
+    }
+    latencies.sort();
+    let (median, max) = (
+        latencies[latencies.len() / 2],
+        latencies[latencies.len() - 1],
+    );
+    eprintln!("expiry hand-off latency over 7 trials: median {median:?}, max {max:?}");
     assert!(
-        at + Duration::from_millis(1) >= answered + ttl,
-        "granted {:?} after the acquire reply, before the {ttl:?} TTL ran out",
-        at - answered
-    );
-    let latency = at.saturating_duration_since(sent + ttl);
-    eprintln!(
-        "expiry hand-off latency: {:.2} ms after the holder's expiry (upper bound; ACQUIRE round trip {:.2} ms)",
-        latency.as_secs_f64() * 1000.0,
-        (answered - sent).as_secs_f64() * 1000.0
+        median < Duration::from_millis(15),
+        "median {median:?}: {latencies:?}"
     );
     assert!(
-        latency < Duration::from_millis(50),
-        "expiry hand-off took {latency:?}"
+        max < Duration::from_millis(60),
+        "max {max:?}: {latencies:?}"
     );
-    let info = held(&mut c, "k");
-    assert_eq!((info.owner.as_str(), info.token), ("b", token));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1132,36 +1149,92 @@ fn wait_argument_errors() {
     assert_eq!(info_field(&mut c, "waiters"), 0);
 }
 
+/// Every timer the module arms for a wait (its timeout) or a lock with waiters (its expiry) is
+/// stopped or fires once the wait ends, however it ends: `relock_timers` comes back to 0.
+#[test]
+fn timers_are_stopped_when_waits_end() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(info_field(&mut c, "timers"), 0);
+    // Granted by a release before its timeout: the timeout timer and the expiry timer stop.
+    acquire(&mut c, "g", "a", LONG_TTL).unwrap();
+    let mut granted = Raw::connect(&server);
+    granted.send_wait("g", "b", LONG_TTL, 60_000);
+    await_waiters(&mut c, "g", 1);
+    assert_eq!(
+        info_field(&mut c, "timers"),
+        2,
+        "a timeout and an expiry timer"
+    );
+    assert_eq!(release(&mut c, "g", "a"), Some(0));
+    granted.read(SOON).token();
+    // Gone before its timeout: both stop.
+    acquire(&mut c, "d", "a", LONG_TTL).unwrap();
+    let mut gone = Raw::connect(&server);
+    gone.send_wait("d", "b", LONG_TTL, 60_000);
+    await_waiters(&mut c, "d", 1);
+    gone.stream.shutdown(Shutdown::Both).unwrap();
+    drop(gone);
+    await_waiters(&mut c, "d", 0);
+    // Timed out: its timer fires, the expiry timer stops.
+    acquire(&mut c, "t", "a", LONG_TTL).unwrap();
+    let mut timed_out = Raw::connect(&server);
+    timed_out.send_wait("t", "b", LONG_TTL, 50);
+    assert_eq!(timed_out.read(SOON), Reply::Nil);
+    assert!(
+        eventually(SOON, || info_field(&mut c, "timers") == 0),
+        "timers left armed: {}",
+        info_field(&mut c, "timers")
+    );
+}
+
 /// The head waiter hangs up in the same event-loop turn as the release that grants it the lock
 /// (the server is paused with SIGSTOP while both happen, so on SIGCONT it sees the RELEASE and
 /// then the hang-up together). Whichever order Redis handles them in, the waiter that hung up
-/// must not keep the lock: the next waiter ends up owning it.
+/// must not keep the lock: the next waiter ends up owning it. The rounds are repeated until the
+/// revoke path (granted, then gone before the reply) has run at least once, which the counters
+/// show: two holds ended (the release and the revoke) and two grants.
 #[test]
 fn waiter_hanging_up_as_it_is_granted_does_not_keep_the_lock() {
     let server = Server::start();
     let mut c = server.conn();
-    let t0 = acquire(&mut c, "k", "a", LONG_TTL).unwrap();
-    let b = queue_waiter(&server, &mut c, "k", "b", LONG_TTL, 1);
-    let mut d = queue_waiter(&server, &mut c, "k", "d", LONG_TTL, 2);
-    let mut rel = Raw::connect(&server);
+    let mut revoked_rounds = 0;
+    for round in 0..10 {
+        let key = format!("k{round}");
+        let (released, granted) = (
+            info_field(&mut c, "released_total"),
+            info_field(&mut c, "granted_total"),
+        );
+        let t0 = acquire(&mut c, &key, "a", LONG_TTL).unwrap();
+        let b = queue_waiter(&server, &mut c, &key, "b", LONG_TTL, 1);
+        let mut d = queue_waiter(&server, &mut c, &key, "d", LONG_TTL, 2);
+        let mut rel = Raw::connect(&server);
 
-    server.signal("STOP");
-    std::thread::sleep(Duration::from_millis(50));
-    rel.send(&[b"LOCK.RELEASE", b"k", b"a"]);
-    std::thread::sleep(Duration::from_millis(20));
-    b.stream.shutdown(Shutdown::Both).unwrap();
-    drop(b);
-    std::thread::sleep(Duration::from_millis(20));
-    server.signal("CONT");
+        server.signal("STOP");
+        std::thread::sleep(Duration::from_millis(50));
+        rel.send(&[b"LOCK.RELEASE", key.as_bytes(), b"a"]);
+        std::thread::sleep(Duration::from_millis(20));
+        b.stream.shutdown(Shutdown::Both).unwrap();
+        drop(b);
+        std::thread::sleep(Duration::from_millis(20));
+        server.signal("CONT");
 
-    assert_eq!(rel.read(Duration::from_secs(5)), Reply::Int(0));
-    assert_granted(&mut c, &mut d, "k", "d", t0);
-    assert_eq!(info_field(&mut c, "waiters"), 0);
-    eprintln!(
-        "hang-up race: granted_total {} released_total {}",
-        info_field(&mut c, "granted_total"),
-        info_field(&mut c, "released_total")
-    );
+        assert_eq!(rel.read(Duration::from_secs(5)), Reply::Int(0));
+        assert_granted(&mut c, &mut d, &key, "d", t0);
+        assert_eq!(info_field(&mut c, "waiters"), 0);
+        let released = info_field(&mut c, "released_total") - released;
+        let granted = info_field(&mut c, "granted_total") - granted;
+        match (released, granted) {
+            (2, 2) => revoked_rounds += 1, // granted to b, revoked, granted to d
+            (1, 1) => {}                   // b left the queue first, d granted
+            other => panic!("round {round}: released/granted {other:?}"),
+        }
+        let _: i64 = redis::cmd("DEL").arg(&key).query(&mut c).unwrap();
+        if revoked_rounds > 0 && round >= 2 {
+            break;
+        }
+    }
+    assert!(revoked_rounds > 0, "the revoke path never ran");
 }
 
 /// A wait whose timeout and the lock's expiry come due in the same event-loop turn gets exactly
@@ -1200,6 +1273,14 @@ fn wait_timeout_due_with_the_expiry_gets_one_consistent_reply() {
         let info = lock_info(&mut admin, &key);
         let reply = reply.unwrap();
         eprintln!("round {round}: reply {reply:?}, lock {info:?}");
+        // The expiry is due at 150 ms after the acquire, the timeout at 100 + 20 * round ms
+        // after the wait (a few ms later): rounds 0 and 1 must time out, rounds 3 and 4 must be
+        // granted; round 2 (140 ms) is too close to call.
+        match round {
+            0 | 1 => assert_eq!(reply, None, "round {round}: the timeout came first"),
+            3 | 4 => assert!(reply.is_some(), "round {round}: the expiry came first"),
+            _ => {}
+        }
         match reply {
             Some(token) => {
                 let info = info.unwrap_or_else(|| panic!("round {round}: granted but no lock"));
