@@ -1183,7 +1183,7 @@ fn every_documented_redis_cli_session_replays() {
     }
     say(&format!(
         "transcripts: replayed {replayed_blocks} blocks ({replayed_commands} commands) from \
-         {files_with_transcripts} files; skipped {}",
+         {files_with_transcripts} file(s); skipped {}",
         skipped.len()
     ));
     for s in &skipped {
