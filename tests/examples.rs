@@ -14,7 +14,7 @@
 //! `scripts/setup`); the first test to need them runs it too, so `cargo test` alone works.
 mod common;
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -77,7 +77,8 @@ fn dependencies() {
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
-        eprint!("{said}");
+        // What it installed shows even when the tests pass (cargo captures eprint!, not this).
+        let _ = std::io::stderr().lock().write_all(said.as_bytes());
         if output.status.success() {
             Ok(())
         } else {
