@@ -45,13 +45,15 @@
 //!
 //! # Several terminals
 //! A block whose first line names terminals in columns (`# terminal 1` ... `# terminal 2` ...)
-//! has one redis-cli session per column. Lines are replayed from top to bottom, each column's
-//! text going to its terminal. A command whose first reply line is `(blocks ...)` must block:
-//! the test waits until the server counts it as a blocked client, checks that nothing was
-//! answered, and goes on with the other terminals; its reply is read where the block shows it.
+//! has one redis-cli session per column. Lines are replayed from top to bottom, each going to the
+//! terminal in whose column its text starts (so a line holds one terminal's text). A command
+//! whose first reply line is `(blocks ...)` must block: the test waits until the server counts it
+//! as a blocked client, checks that nothing was answered, and goes on with the other terminals;
+//! its reply is read where the block shows it.
 //!
 //! The test prints how many blocks and commands it replayed and which it skipped, and fails if it
-//! replayed none.
+//! replayed none. A failure names the file and line, and shows what redis-cli printed next to
+//! what the doc shows. `REDIS_CLI` picks the redis-cli binary (`REDIS_SERVER`, the server).
 mod common;
 
 use std::collections::BTreeMap;
