@@ -229,7 +229,16 @@ fn machine_info(
         ("CPU".into(), cpu),
         ("cores".into(), cores),
         ("redis".into(), redis_version.to_string()),
-        ("module".into(), module.display().to_string()),
+        // Relative to the workspace, so results pasted into the docs name no machine's folders.
+        (
+            "module".into(),
+            std::env::current_dir()
+                .ok()
+                .and_then(|cwd| module.strip_prefix(cwd).ok())
+                .unwrap_or(module)
+                .display()
+                .to_string(),
+        ),
         ("date".into(), date),
         (
             "load average (1/5/15 min) before / after".into(),
