@@ -70,6 +70,9 @@ macro_rules! command_callback {
                     if $writes && !server::may_write(ctx) {
                         return Reply::Error(Cow::Borrowed(server::READONLY));
                     }
+                    if $writes && server::paused_for(ctx) {
+                        return Reply::Error(Cow::Borrowed(server::PAUSED));
+                    }
                     match $handler(ctx, args) {
                         Ok(reply) | Err(reply) => reply,
                     }

@@ -184,6 +184,41 @@ fn effects_needed(ctx: *mut raw::RedisModuleCtx) -> bool {
     replicas.is_none_or(|n| n != 0) || backlog.is_none_or(|n| n != 0)
 }
 
+/// Warns in the server log when Redis may evict locks: every lock has a TTL, so every policy but
+/// `noeviction` can evict a held lock when memory runs out, and its waiters are then granted
+/// while the holder still believes it holds it. Checked at load (the policy can change later;
+/// the deployment docs say the same).
+pub fn warn_if_locks_may_be_evicted(ctx: *mut raw::RedisModuleCtx) {
+    let info = unsafe { rm!(RedisModule_GetServerInfo(ctx, c"memory".as_ptr())) };
+    if info.is_null() {
+        return;
+    }
+    let policy = unsafe {
+        let value = rm!(RedisModule_ServerInfoGetFieldC(
+            info,
+            c"maxmemory_policy".as_ptr()
+        ));
+        (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned())
+    };
+    unsafe { rm!(RedisModule_FreeServerInfo(ctx, info)) };
+    if let Some(policy) = policy.filter(|p| p != "noeviction") {
+        let message = format!(
+            "maxmemory-policy is {policy}: when memory runs out Redis may evict a held \
+             lock and relock then hands it to a waiter. Use noeviction where locks live."
+        );
+        if let Ok(text) = std::ffi::CString::new(message) {
+            unsafe {
+                rm!(RedisModule_Log(
+                    ctx,
+                    c"warning".as_ptr(),
+                    c"%s".as_ptr(),
+                    text.as_ptr()
+                ))
+            };
+        }
+    }
+}
+
 /// Integer fields of one `INFO` section, read once; `None` for a field that cannot be read.
 fn server_info<const N: usize>(
     ctx: *mut raw::RedisModuleCtx,

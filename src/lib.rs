@@ -86,6 +86,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         return Status::Err;
     }
     unsafe { rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(stats::info))) };
+    events::warn_if_locks_may_be_evicted(ctx.ctx);
     Status::Ok
 }
 
@@ -132,6 +133,8 @@ fn missing_apis() -> Option<&'static str> {
         RedisModule_GetExpire,
         RedisModule_GetServerInfo,
         RedisModule_ServerInfoGetFieldSigned,
+        RedisModule_ServerInfoGetFieldC,
+        RedisModule_Log,
         RedisModule_FreeServerInfo,
         RedisModule_ReplicateVerbatim,
         RedisModule_GetKeyNameFromOptCtx,

@@ -4,7 +4,7 @@
 //! | state | commands that change locks | the module's own writes (hand-offs, revokes) |
 //! |---|---|---|
 //! | master | run | run |
-//! | master, writes paused (`CLIENT PAUSE WRITE`, `FAILOVER`, shutdown waiting for replicas) | held back by Redis | deferred until the pause ends, as Redis defers its own expiry |
+//! | master, writes paused (`CLIENT PAUSE WRITE`, `FAILOVER`, shutdown waiting for replicas) | held back by Redis; `TRYAGAIN` for one that runs anyway (after `CLIENT PAUSE` in the same `EXEC`) | deferred until the pause ends, as Redis defers its own expiry |
 //! | loading | refused by Redis (`LOADING`); AOF replay runs | deferred to the end of loading |
 //! | replica (read-only or not) | `READONLY`, except what the master or the AOF sends | never: waiters fail with `READONLY` |
 
@@ -64,6 +64,16 @@ pub fn may_write(ctx: *mut raw::RedisModuleCtx) -> bool {
     master || from_master || loading
 }
 
+/// Whether a client's command that changes locks must be refused because writes are paused.
+/// Redis holds such commands back during a pause, except in one place: a `CLIENT PAUSE` (or
+/// `FAILOVER`) queued in `MULTI` pauses writes for the rest of that very `EXEC`. A lock past its
+/// TTL is then still in the keyspace while lookups call it missing, and writing it would abort
+/// Redis (or, on Valkey, revive the old hold under the new owner). The master's stream and the
+/// AOF are never paused.
+pub fn paused_for(ctx: *mut raw::RedisModuleCtx) -> bool {
+    writes_paused() && !from_replication_or_aof(ctx)
+}
+
 /// Whether the running command comes from the master's stream or the AOF (no client to block).
 pub fn from_replication_or_aof(ctx: *mut raw::RedisModuleCtx) -> bool {
     let flags = flags(ctx);
@@ -78,3 +88,7 @@ pub fn cluster_enabled(ctx: *mut raw::RedisModuleCtx) -> bool {
 
 /// The error a replica answers to a command that would change a lock (Redis's own wording).
 pub const READONLY: &str = "READONLY You can't write against a read only replica.";
+
+/// The error a command that would change a lock gets while writes are paused.
+pub const PAUSED: &str =
+    "TRYAGAIN writes are paused (CLIENT PAUSE or a failover); retry when they resume";

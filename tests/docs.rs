@@ -178,8 +178,5 @@ fn anchors_follow_github() {
             "a-b-1"
         ]
     );
-    assert_eq!(
-        links("see [x](a.md#b) and `[no](c.md)`"),
-        ["a.md#b"]
-    );
+    assert_eq!(links("see [x](a.md#b) and `[no](c.md)`"), ["a.md#b"]);
 }

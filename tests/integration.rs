@@ -179,14 +179,61 @@ fn command_info(c: &mut Connection, name: &str) -> (i64, Vec<String>, i64, i64, 
 fn command_info_has_arity_flags_and_keys() {
     let server = Server::start();
     let mut c = server.conn();
-    let expected: [(&str, i64, &[&str], &[&str]); 7] = [
-        ("lock.acquire", 4, &["write"], &["readonly", "admin"]),
-        ("lock.reenter", 4, &["write"], &["readonly", "admin"]),
-        ("lock.release", 3, &["write"], &["readonly", "admin"]),
-        ("lock.renew", 4, &["write"], &["readonly", "admin"]),
-        ("lock.wait", 5, &["write"], &["readonly", "admin"]),
-        ("lock.info", 2, &["readonly", "fast"], &["write", "admin"]),
-        ("lock.forcerelease", 2, &["write", "admin"], &["readonly"]),
+    let expected: [(&str, i64, &[&str], &[&str]); 9] = [
+        (
+            "lock.acquire",
+            4,
+            &["write", "denyoom", "fast"],
+            &["readonly", "admin", "blocking"],
+        ),
+        (
+            "lock.reenter",
+            4,
+            &["write", "denyoom", "fast"],
+            &["readonly", "admin", "blocking"],
+        ),
+        (
+            "lock.release",
+            3,
+            &["write", "fast"],
+            &["readonly", "admin", "denyoom"],
+        ),
+        (
+            "lock.renew",
+            4,
+            &["write", "fast"],
+            &["readonly", "admin", "denyoom"],
+        ),
+        (
+            "lock.wait",
+            5,
+            &["write", "denyoom", "blocking"],
+            &["readonly", "admin", "fast"],
+        ),
+        (
+            "lock.info",
+            2,
+            &["readonly", "fast"],
+            &["write", "admin", "denyoom"],
+        ),
+        (
+            "lock.forcerelease",
+            2,
+            &["write", "admin"],
+            &["readonly", "denyoom", "fast"],
+        ),
+        (
+            "lock.apply",
+            -5,
+            &["write", "denyoom", "admin"],
+            &["readonly"],
+        ),
+        (
+            "lock.counter",
+            2,
+            &["write", "admin"],
+            &["readonly", "denyoom"],
+        ),
     ];
     for (name, arity, has, lacks) in expected {
         let (a, flags, first, last, step) = command_info(&mut c, name);
@@ -196,6 +243,10 @@ fn command_info_has_arity_flags_and_keys() {
         }
         for f in lacks {
             assert!(!flags.iter().any(|x| x == f), "{name} has {f}: {flags:?}");
+        }
+        if name == "lock.counter" {
+            assert_eq!((first, last, step), (0, 0, 0), "{name} has no key");
+            continue;
         }
         assert_eq!((first, last, step), (1, 1, 1), "{name} key positions");
     }
@@ -530,4 +581,54 @@ fn info_relock_counts_every_outcome() {
     assert_eq!(info_field(&mut c, "last_token"), g);
     assert_eq!(info_field(&mut c, "locks"), 1);
     assert_eq!(info_field(&mut c, "wait_timeouts_total"), 1);
+}
+
+/// ACL categories of a command, from `COMMAND INFO` (item 7).
+fn acl_categories(c: &mut Connection, name: &str) -> Vec<String> {
+    let v: Value = cmd!("COMMAND", "INFO", name).query(c).unwrap();
+    let Value::Array(mut outer) = v else {
+        panic!("COMMAND INFO {name}: {v:?}")
+    };
+    let Value::Array(entry) = outer.remove(0) else {
+        panic!("COMMAND INFO {name}: no entry")
+    };
+    match entry.get(6) {
+        Some(Value::Array(cats)) => cats.iter().map(text).collect(),
+        other => panic!("COMMAND INFO {name} categories: {other:?}"),
+    }
+}
+
+/// Servers with `RedisModule_SetCommandACLCategories` (Redis 7.2+, Valkey) put the commands in
+/// categories, checked at run time; Redis 7.0 has no such API and shows none.
+#[test]
+fn acl_categories_where_the_server_has_them() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let info: String = cmd!("INFO", "server").query(&mut c).unwrap();
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("0.0.0")
+        .trim()
+        .to_string();
+    let expected: [(&str, &[&str]); 5] = [
+        ("lock.acquire", &["@write", "@fast"]),
+        ("lock.wait", &["@write", "@blocking"]),
+        ("lock.info", &["@read", "@fast"]),
+        ("lock.forcerelease", &["@write", "@admin", "@dangerous"]),
+        ("lock.apply", &["@write", "@admin", "@dangerous"]),
+    ];
+    for (name, wanted) in expected {
+        let cats = acl_categories(&mut c, name);
+        if version.as_str() >= "7.2" {
+            for w in wanted {
+                assert!(
+                    cats.iter().any(|x| x == w),
+                    "{name} on {version}: {w} missing from {cats:?}"
+                );
+            }
+        } else {
+            assert!(cats.is_empty(), "{name} on {version}: {cats:?}");
+        }
+    }
 }

@@ -141,6 +141,61 @@ fn a_revoke_during_a_write_pause_waits_for_the_pause() {
     alive(&server);
 }
 
+/// A pause that starts inside `EXEC` (`MULTI; CLIENT PAUSE ms WRITE; LOCK.ACQUIRE ...; EXEC`)
+/// applies to the rest of that `EXEC`: the lock command runs while a lock past its TTL is still
+/// in the keyspace. Writing it once aborted Redis 7.0/8.2 (`de != NULL` in setKey) and, on
+/// Valkey, answered the old holder's token and leaked the new hold. Lock changes are refused
+/// with TRYAGAIN while writes are paused.
+fn lock_write_after_a_pause_in_the_same_exec(command: redis::Cmd) {
+    let server = Server::start();
+    let mut c = connect(&server);
+    let _: () = cmd!("DEBUG", "SET-ACTIVE-EXPIRE", 0).query(&mut c).unwrap();
+    acquire(&mut c, "k", "a", 50);
+    std::thread::sleep(Duration::from_millis(200)); // expired, not deleted
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(500)
+        .arg("WRITE")
+        .add_command(command.clone());
+    let replies: redis::RedisResult<Vec<redis::Value>> = pipe.query(&mut c);
+    alive(&server);
+    let what = common::show(&command);
+    match replies {
+        Err(e) if e.code() == Some("TRYAGAIN") => {}
+        other => panic!("{what} after CLIENT PAUSE in EXEC: {other:?}"),
+    }
+    std::thread::sleep(Duration::from_millis(600)); // the pause is over
+    assert_eq!(
+        lock_info(&mut c, "k"),
+        None,
+        "{what}: the expired lock stays ended"
+    );
+    acquire(&mut c, "k", "b", 1000);
+    // SYNC: Valkey flushes lazily by default, and frees values on a background thread.
+    let _: () = cmd!("FLUSHALL", "SYNC").query(&mut c).unwrap();
+    assert_eq!(
+        common::info_field(&mut c, "locks"),
+        0,
+        "{what}: a hold leaked"
+    );
+}
+
+#[test]
+fn lock_changes_after_a_pause_in_the_same_exec_are_refused() {
+    for command in [
+        cmd!("LOCK.ACQUIRE", "k", "b", 100_000),
+        cmd!("LOCK.REENTER", "k", "b", 100_000),
+        cmd!("LOCK.WAIT", "k", "b", 100_000, 100),
+        cmd!("LOCK.APPLY", "k", "b", 1, 1),
+        cmd!("LOCK.RELEASE", "k", "a"),
+        cmd!("LOCK.FORCERELEASE", "k"),
+    ] {
+        lock_write_after_a_pause_in_the_same_exec(command);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Out of memory: new holds are refused (deny-oom), what frees or keeps memory runs, and a
 // hand-off (which replaces the hold that ended) still happens.
@@ -179,6 +234,27 @@ fn out_of_memory_refuses_new_holds_but_releases_and_hands_off() {
     );
     let _: () = cmd!("CONFIG", "SET", "maxmemory", 0).query(&mut c).unwrap();
     acquire(&mut c, "new", "x", 1000);
+}
+
+/// Every lock has a TTL, so any policy but noeviction can evict a held lock when memory runs out
+/// (and its waiter is then granted while the holder still works). The module says so in the log
+/// when it loads into such a server.
+#[test]
+fn an_evicting_policy_is_warned_about_at_load() {
+    let evicting = Server::with_args(&["--maxmemory-policy", "volatile-lru"]);
+    assert!(
+        evicting
+            .log()
+            .contains("maxmemory-policy is volatile-lru: when memory runs out Redis may evict"),
+        "no warning in the log:\n{}",
+        evicting.log()
+    );
+    let safe = Server::start();
+    assert!(
+        !safe.log().contains("maxmemory-policy is"),
+        "{}",
+        safe.log()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
