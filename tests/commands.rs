@@ -672,6 +672,51 @@ fn every_command_gives_wrongtype_on_a_string_and_leaves_it_alone() {
     assert_eq!(pttl(&mut c, "l"), -1);
 }
 
+/// Arguments are checked before the key is looked at: a bad argument on a key of another type
+/// is an argument error, not WRONGTYPE (and the key is untouched either way).
+#[test]
+fn arguments_are_checked_before_the_key() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let _: () = cmd!("SET", "s", "value").query(&mut c).unwrap();
+    let cases = [
+        (cmd!("LOCK.ACQUIRE", "s", "o", 0), "ERR invalid ttl_ms"),
+        (cmd!("LOCK.REENTER", "s", "", 1000), "ERR invalid owner"),
+        (cmd!("LOCK.RELEASE", "s", ""), "ERR invalid owner"),
+        (cmd!("LOCK.RENEW", "s", "o", "x"), "ERR invalid ttl_ms"),
+        (
+            cmd!("LOCK.WAIT", "s", "o", 1000, -1),
+            "ERR invalid timeout_ms",
+        ),
+        (cmd!("LOCK.APPLY", "s", "o", 0, 1), "ERR invalid token"),
+    ];
+    for (command, expected) in cases {
+        let e = error(&mut c, command.clone());
+        assert_eq!(e, expected, "{}", show(&command));
+    }
+    let v: String = cmd!("GET", "s").query(&mut c).unwrap();
+    assert_eq!(v, "value");
+}
+
+/// `LOCK.COUNTER token` raises the token counter (never lowers it): the next token is above it.
+#[test]
+fn counter_raises_the_token_counter_only() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let seed: i64 = 1 << 52;
+    let _: () = cmd!("LOCK.COUNTER", seed).query(&mut c).unwrap();
+    let t = int(&mut c, cmd!("LOCK.ACQUIRE", "a", "o", 1000));
+    assert_eq!(t, seed + 1);
+    let _: () = cmd!("LOCK.COUNTER", 5).query(&mut c).unwrap();
+    let u = int(&mut c, cmd!("LOCK.ACQUIRE", "b", "o", 1000));
+    assert_eq!(u, seed + 2, "a lower counter is ignored");
+    for bad in ["0", "-1", "x", "9007199254740992"] {
+        let e = error(&mut c, cmd!("LOCK.COUNTER", bad));
+        assert_eq!(e, "ERR invalid token", "LOCK.COUNTER {bad}");
+    }
+    assert_eq!(int(&mut c, cmd!("LOCK.ACQUIRE", "c", "o", 1000)), seed + 3);
+}
+
 #[test]
 fn wrong_arity_is_the_standard_error() {
     let server = Server::start();

@@ -169,6 +169,9 @@ fn replica_sees_an_expired_lock_as_gone() {
     let pair = Pair::start();
     let mut m = pair.master.conn();
     let mut r = pair.replica.conn();
+    // With the master's active expiry off, nothing deletes the key on the master (so no DEL
+    // reaches the replica): the replica hides the expired lock on its own.
+    let _: () = cmd!("DEBUG", "SET-ACTIVE-EXPIRE", 0).query(&mut m).unwrap();
     acquire(&mut m, b"short", b"o", 2_000);
     sync(&mut m);
     assert!(info(&mut r, b"short").is_some());
@@ -176,6 +179,11 @@ fn replica_sees_an_expired_lock_as_gone() {
     assert!(
         eventually(Duration::from_secs(5), || info(&mut r, b"short").is_none()),
         "replica shows an expired lock"
+    );
+    let exists: i64 = cmd!("DBSIZE").query(&mut r).unwrap();
+    assert_eq!(
+        exists, 1,
+        "the key is still there on the replica, only hidden"
     );
     assert_eq!(info(&mut m, b"short"), None);
 }
@@ -376,7 +384,9 @@ impl FakeReplica {
     }
 
     /// The command names received until nothing arrives for `quiet`.
-    fn commands(&mut self, quiet: Duration) -> Vec<String> {
+    /// Every command received until the stream is quiet for `quiet`, as its arguments (the
+    /// name upper-cased).
+    fn commands(&mut self, quiet: Duration) -> Vec<Vec<String>> {
         use std::io::{BufRead, Read};
         self.skip_rdb();
         self.stream.get_ref().set_read_timeout(Some(quiet)).unwrap();
@@ -392,16 +402,17 @@ impl FakeReplica {
                 continue;
             };
             let argc: usize = argc.parse().unwrap();
+            let mut command = Vec::new();
             for i in 0..argc {
                 line.clear();
                 self.stream.read_line(&mut line).unwrap();
                 let len: usize = line.trim().trim_start_matches('$').parse().unwrap();
                 let mut arg = vec![0u8; len + 2];
                 self.stream.read_exact(&mut arg).unwrap();
-                if i == 0 {
-                    names.push(String::from_utf8_lossy(&arg[..len]).to_uppercase());
-                }
+                let text = String::from_utf8_lossy(&arg[..len]).into_owned();
+                command.push(if i == 0 { text.to_uppercase() } else { text });
             }
+            names.push(command);
         }
     }
 }
@@ -439,7 +450,8 @@ fn replication_stream_carries_only_effects() {
         int_or_nil(&mut m, cmd!("LOCK.FORCERELEASE", b"alone")),
         Some(1)
     );
-    let names = replica.commands(Duration::from_millis(500));
+    let commands = replica.commands(Duration::from_millis(500));
+    let names: Vec<String> = commands.iter().map(|c| c[0].clone()).collect();
     let timing_dependent = ["LOCK.ACQUIRE", "LOCK.REENTER", "LOCK.RENEW", "LOCK.RELEASE"];
     assert!(
         !names.iter().any(|n| timing_dependent.contains(&n.as_str())),
@@ -448,4 +460,44 @@ fn replication_stream_carries_only_effects() {
     let applies = names.iter().filter(|n| *n == "LOCK.APPLY").count();
     let dels = names.iter().filter(|n| *n == "DEL").count();
     assert_eq!((applies, dels), (4, 2), "effects in the stream: {names:?}");
+    // Each effect is the hold after the change: owner, token, count, absolute expiry.
+    let effects: Vec<&Vec<String>> = commands
+        .iter()
+        .filter(|c| c[0] == "LOCK.APPLY" || c[0] == "DEL")
+        .collect();
+    let token = effects[0][3].clone();
+    let at = |c: &Vec<String>| -> i64 {
+        assert_eq!(c[5], "PXAT", "{c:?}");
+        c[6].parse().unwrap()
+    };
+    let now = common::now_ms();
+    for (i, (want, count, ttl)) in [
+        ("acquire", "1", 60_000),
+        ("reenter", "2", 60_000),
+        ("renew", "2", 30_000),
+        ("release", "1", 30_000),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let c = effects[i];
+        assert_eq!(
+            (
+                c[0].as_str(),
+                c[1].as_str(),
+                c[2].as_str(),
+                c[3].as_str(),
+                c[4].as_str()
+            ),
+            ("LOCK.APPLY", "k", "a", token.as_str(), count),
+            "{want}: {c:?}"
+        );
+        let left = at(c) - now;
+        assert!(
+            left > ttl - 10_000 && left <= ttl,
+            "{want}: expiry {left} ms away, ttl {ttl}: {c:?}"
+        );
+    }
+    assert_eq!(effects[4].as_slice(), ["DEL", "k"]);
+    assert_eq!(effects[5].as_slice(), ["DEL", "alone"]);
 }

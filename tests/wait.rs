@@ -383,6 +383,32 @@ fn no_barging_past_queued_waiters() {
     assert!(acquire(&mut c, "k", "x", LONG_TTL).is_some_and(|t| t > td));
 }
 
+/// Between a `DEL` (or an expiry) and the deferred wake-up that serves the head waiter, the queue
+/// still holds off newcomers: in one transaction, `DEL k` and then `LOCK.ACQUIRE k x` is refused,
+/// and the waiter gets the lock right after.
+#[test]
+fn the_queue_holds_off_newcomers_until_the_deferred_wake_up() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let (t0, mut b) = held_with_one_waiter(&server, &mut c);
+    let (deleted, acq): (i64, Option<u64>) = redis::pipe()
+        .atomic()
+        .cmd("DEL")
+        .arg("k")
+        .cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("x")
+        .arg(LONG_TTL)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        (deleted, acq),
+        (1, None),
+        "a newcomer barged past the queue"
+    );
+    assert_granted(&mut c, &mut b, "k", "b", t0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 6. Every wake-up path
 // ---------------------------------------------------------------------------------------------
