@@ -308,17 +308,93 @@ impl Tally {
     }
 }
 
-/// Whether `reply` is something `command` may answer (outside MULTI).
-fn plausible(command: &[u8], reply: &Reply) -> bool {
-    let upper = String::from_utf8_lossy(command).to_ascii_uppercase();
-    let err_ok = |e: &str| {
-        e.starts_with("ERR")
-            || e.starts_with("WRONGTYPE")
-            || e.starts_with("EXECABORT")
-            || e.starts_with("NOPERM")
+/// Parses an integer the way Redis does (`string2ll`): an optional `-`, digits, no `+`, no
+/// spaces, no leading zeros, no overflow.
+fn redis_integer(bytes: &[u8]) -> Option<i64> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    let canonical = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'))
+        && text != "-0";
+    if canonical {
+        text.parse().ok()
+    } else {
+        None
+    }
+}
+
+fn in_range(bytes: &[u8], min: i64, max: i64) -> bool {
+    redis_integer(bytes).is_some_and(|v| (min..=max).contains(&v))
+}
+
+/// The error a LOCK.* command must answer for its arguments, checked in the module's order
+/// (arity, then each argument left to right), or `None` when the arguments are valid.
+fn expected_arg_error(cmd: &[Vec<u8>]) -> Option<&'static str> {
+    const ARITY: &str = "ERR wrong number of arguments";
+    let name = String::from_utf8_lossy(&cmd[0]).to_ascii_uppercase();
+    let owner_ok = |i: usize| (1..=256).contains(&cmd[i].len());
+    let ttl_ok = |i: usize| in_range(&cmd[i], 1, 1_000_000_000_000);
+    let n = cmd.len();
+    let checks: Vec<(bool, &'static str)> = match name.as_str() {
+        "LOCK.ACQUIRE" | "LOCK.REENTER" | "LOCK.RENEW" if n == 4 => {
+            vec![
+                (owner_ok(2), "ERR invalid owner"),
+                (ttl_ok(3), "ERR invalid ttl_ms"),
+            ]
+        }
+        "LOCK.RELEASE" if n == 3 => vec![(owner_ok(2), "ERR invalid owner")],
+        "LOCK.WAIT" if n == 5 => vec![
+            (owner_ok(2), "ERR invalid owner"),
+            (ttl_ok(3), "ERR invalid ttl_ms"),
+            (
+                in_range(&cmd[4], 0, 1_000_000_000_000),
+                "ERR invalid timeout_ms",
+            ),
+        ],
+        "LOCK.INFO" | "LOCK.FORCERELEASE" if n == 2 => vec![],
+        "LOCK.APPLY" if n == 5 || n == 7 => {
+            let mut c = vec![
+                (owner_ok(2), "ERR invalid owner"),
+                (in_range(&cmd[3], 1, (1 << 53) - 1), "ERR invalid token"),
+                (in_range(&cmd[4], 1, u32::MAX as i64), "ERR invalid count"),
+            ];
+            if n == 7 {
+                c.push((cmd[5].eq_ignore_ascii_case(b"PXAT"), "ERR syntax error"));
+                c.push((in_range(&cmd[6], 1, 1 << 62), "ERR invalid expiry"));
+            }
+            c
+        }
+        "LOCK.COUNTER" if n == 2 => {
+            vec![(in_range(&cmd[1], 1, (1 << 53) - 1), "ERR invalid token")]
+        }
+        "LOCK.ACQUIRE" | "LOCK.REENTER" | "LOCK.RENEW" | "LOCK.RELEASE" | "LOCK.WAIT"
+        | "LOCK.INFO" | "LOCK.FORCERELEASE" | "LOCK.APPLY" | "LOCK.COUNTER" => return Some(ARITY),
+        _ => return None,
     };
+    checks.into_iter().find(|(ok, _)| !ok).map(|(_, e)| e)
+}
+
+/// Whether `reply` is exactly what `cmd` may answer: the argument error its arguments call
+/// for, or, for valid arguments, a reply of the command's kind (or an error that depends on the
+/// key's state, never on the arguments).
+fn plausible(cmd: &[Vec<u8>], reply: &Reply) -> bool {
+    let upper = String::from_utf8_lossy(&cmd[0]).to_ascii_uppercase();
+    if !upper.starts_with("LOCK.") {
+        return true;
+    }
+    match (expected_arg_error(cmd), reply) {
+        (Some(expected), Reply::Error(e)) => return e.starts_with(expected),
+        (Some(_), _) => return false,
+        (None, Reply::Error(e)) => {
+            let state_error = e.starts_with("WRONGTYPE")
+                || (upper == "LOCK.REENTER" && e == "ERR reentrancy limit reached")
+                || e == "ERR fencing token space exhausted";
+            return state_error;
+        }
+        (None, _) => {}
+    }
     match (upper.as_str(), reply) {
-        (_, Reply::Error(e)) => err_ok(e),
         ("LOCK.ACQUIRE" | "LOCK.RENEW" | "LOCK.WAIT", r) => {
             matches!(r, Reply::Nil) || matches!(r, Reply::Integer(t) if (1..1 << 53).contains(t))
         }
@@ -332,10 +408,51 @@ fn plausible(command: &[u8], reply: &Reply) -> bool {
                 && matches!(&fields[3], Reply::Integer(t) if *t >= 1)
                 && matches!(&fields[5], Reply::Integer(c) if *c >= 1)
         }
-        ("LOCK.INFO", _) => false,
-        ("LOCK.APPLY", r) => matches!(r, Reply::Simple(s) if s == "OK"),
-        _ => true,
+        ("LOCK.APPLY" | "LOCK.COUNTER", r) => matches!(r, Reply::Simple(s) if s == "OK"),
+        _ => false,
     }
+}
+
+#[test]
+fn the_reply_oracle_knows_the_argument_rules() {
+    let c =
+        |args: &[&str]| -> Vec<Vec<u8>> { args.iter().map(|a| a.as_bytes().to_vec()).collect() };
+    assert_eq!(
+        expected_arg_error(&c(&["LOCK.ACQUIRE", "k", "o", "1"])),
+        None
+    );
+    assert_eq!(
+        expected_arg_error(&c(&["LOCK.ACQUIRE", "k", "", "0"])),
+        Some("ERR invalid owner")
+    );
+    assert_eq!(
+        expected_arg_error(&c(&["LOCK.ACQUIRE", "k", "o", "01"])),
+        Some("ERR invalid ttl_ms")
+    );
+    assert_eq!(
+        expected_arg_error(&c(&["LOCK.WAIT", "k", "o", "5", "-0"])),
+        Some("ERR invalid timeout_ms")
+    );
+    assert_eq!(
+        expected_arg_error(&c(&["LOCK.APPLY", "k", "o", "1", "1", "EX", "5"])),
+        Some("ERR syntax error")
+    );
+    assert_eq!(
+        expected_arg_error(&c(&["LOCK.RELEASE", "k"])),
+        Some("ERR wrong number of arguments")
+    );
+    assert!(plausible(
+        &c(&["LOCK.RELEASE", "k", "o"]),
+        &Reply::Integer(0)
+    ));
+    assert!(!plausible(
+        &c(&["LOCK.RELEASE", "k", "o"]),
+        &Reply::Error("ERR invalid owner".into())
+    ));
+    assert!(!plausible(
+        &c(&["LOCK.ACQUIRE", "k", "o", "0"]),
+        &Reply::Nil
+    ));
 }
 
 fn used_memory(conn: &mut redis::Connection) -> i64 {
@@ -514,7 +631,23 @@ fn wait_timing_out_as_the_lock_expires_gets_a_reply() {
         .arg(60_000)
         .arg(40)
         .query(&mut waiter);
-    assert!(reply.is_ok(), "no reply within 5 s: {reply:?}");
+    // The wait (40 ms) is due before the lock's expiry (50 ms, armed first): a nil, and the
+    // lock is not the waiter's. Either way exactly one reply, consistent with who holds it.
+    let reply = reply.unwrap_or_else(|e| panic!("no reply within 5 s: {e}"));
+    let info = common::lock_info(&mut holder, "k");
+    match reply {
+        None => assert!(
+            info.as_ref().is_none_or(|i| i.owner != b"o2"),
+            "timed out yet holds the lock: {info:?}"
+        ),
+        Some(token) => {
+            let info = info.expect("granted, so the lock is there");
+            assert_eq!(
+                (info.owner.as_slice(), info.token as u64),
+                (&b"o2"[..], token)
+            );
+        }
+    }
 }
 
 /// Sends `total` commands from `gen` in pipelined batches, checking and tallying every reply.
@@ -534,6 +667,8 @@ fn drive(
     let mut reader = BufReader::with_capacity(1 << 16, stream);
     let mut sent = 0;
     let mut in_multi = false;
+    // Commands queued since MULTI (possibly in an earlier batch): EXEC's array answers them.
+    let mut queued: Vec<Vec<Vec<u8>>> = Vec::new();
     while sent < total {
         let batch = (total - sent).min(if std::env::var("RELOCK_FUZZ_DEBUG").is_ok() {
             1
@@ -541,7 +676,6 @@ fn drive(
             500
         });
         let mut buf = Vec::new();
-        let mut names = Vec::with_capacity(batch);
         let mut multi_flags = Vec::with_capacity(batch);
         let mut cmds = Vec::with_capacity(batch + 2);
         while cmds.len() < batch {
@@ -554,11 +688,11 @@ fn drive(
             if cmd[0] == b"EXEC" || cmd[0] == b"DISCARD" {
                 in_multi = false;
             }
-            names.push(cmd[0].clone());
         }
         let batch = cmds.len();
         writer.write_all(&buf).expect("write batch");
-        for (name, in_multi) in names.iter().zip(&multi_flags) {
+        for (cmd, in_multi) in cmds.iter().zip(&multi_flags) {
+            let name = &cmd[0];
             let reply = read_reply(&mut reader).unwrap_or_else(|e| {
                 let mut c = server.conn();
                 let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut c).unwrap_or_default();
@@ -566,10 +700,31 @@ fn drive(
                 panic!("seed {seed}: no or malformed reply to {} (command {sent}): {e}\n{clients}\n{info}\n{:?}", String::from_utf8_lossy(name), String::from_utf8_lossy(&buf[..buf.len().min(300)]))
             });
             tally.add(&reply);
-            // Inside MULTI commands answer QUEUED (or an error); EXEC's array is not
-            // attributed to its commands.
-            if !in_multi && !plausible(name, &reply) && implausible.len() < 20 {
-                implausible.push(format!("{} -> {reply:?}", String::from_utf8_lossy(name)));
+            let shown = |cmd: &[Vec<u8>]| {
+                cmd.iter()
+                    .map(|a| String::from_utf8_lossy(&a[..a.len().min(40)]).into_owned())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            if cmd[0].eq_ignore_ascii_case(b"EXEC") {
+                // EXEC answers each queued command in order (nil or EXECABORT: none ran).
+                if let Reply::Array(items) = &reply {
+                    for (queued_cmd, item) in queued.iter().zip(items) {
+                        if !plausible(queued_cmd, item) && implausible.len() < 20 {
+                            implausible.push(format!("in EXEC: {} -> {item:?}", shown(queued_cmd)));
+                        }
+                    }
+                }
+                queued.clear();
+            } else if cmd[0].eq_ignore_ascii_case(b"DISCARD") {
+                queued.clear();
+            } else if *in_multi {
+                // Queued (or refused at queue time): judged when EXEC answers.
+                if matches!(&reply, Reply::Simple(s) if s == "QUEUED") {
+                    queued.push(cmd.clone());
+                }
+            } else if !plausible(cmd, &reply) && implausible.len() < 20 {
+                implausible.push(format!("{} -> {reply:?}", shown(cmd)));
             }
         }
         sent += batch;
