@@ -145,7 +145,7 @@ fn table(outcomes: &[Outcome]) -> String {
             v.late,
             v.late_rejected,
             o.errors,
-            if o.passed() { "ok" } else { "FAILED" },
+            o.verdict_text(),
         ));
     }
     s

@@ -28,17 +28,45 @@ pub enum Claim {
 pub struct Outcome {
     pub name: &'static str,
     pub claim: Claim,
+    /// How many faults the nemesis injected: a run with none proves nothing.
+    pub injected: usize,
     pub faults: String,
+    /// The scenario's faults make holders write after their validity (paused holders): the
+    /// fenced store must have been put to use, not just never asked.
+    pub expects_late_writes: bool,
     pub verdict: Verdict,
     pub errors: usize,
 }
 
 impl Outcome {
+    /// Marks a scenario whose faults must produce late writes (see `expects_late_writes`).
+    pub fn expecting_late_writes(mut self) -> Outcome {
+        self.expects_late_writes = true;
+        self
+    }
+
+    /// The verdict column: ok, or why not.
+    pub fn verdict_text(&self) -> &'static str {
+        if self.injected == 0 {
+            "FAILED (no fault injected)"
+        } else if self.expects_late_writes && self.verdict.late == 0 {
+            "FAILED (no late write: fencing not exercised)"
+        } else if self.passed() {
+            "ok"
+        } else {
+            "FAILED"
+        }
+    }
+
     /// Whether the scenario met what relock claims for it.
     pub fn passed(&self) -> bool {
         let v = &self.verdict;
         let fencing = v.backwards == 0 && v.store_errors == 0 && v.stale == v.stale_rejected;
         let live = v.holds > 0 && v.accepted > 0;
+        let exercised = self.injected > 0 && (!self.expects_late_writes || v.late > 0);
+        if !exercised {
+            return false;
+        }
         match self.claim {
             Claim::Safe => fencing && live && v.violations == 0,
             Claim::NotClaimed => fencing && live,
@@ -238,7 +266,7 @@ impl Run {
     }
 
     /// Waits for the workers to end, reads the store's log and checks the history.
-    pub fn finish(mut self, claim: Claim, faults: String) -> Outcome {
+    pub fn finish(mut self, claim: Claim, injected: usize, faults: String) -> Outcome {
         for id in self.procs.keys().copied().collect::<Vec<_>>() {
             self.signal(id, libc::SIGCONT);
         }
@@ -271,7 +299,9 @@ impl Run {
         Outcome {
             name: self.name,
             claim,
+            injected,
             faults,
+            expects_late_writes: false,
             verdict,
             errors,
         }
@@ -284,5 +314,44 @@ impl Drop for Run {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(injected: usize, late: usize, expects_late_writes: bool) -> Outcome {
+        Outcome {
+            name: "t",
+            claim: Claim::Safe,
+            injected,
+            faults: String::new(),
+            expects_late_writes,
+            verdict: Verdict {
+                holds: 10,
+                used: 10,
+                writes: 10,
+                accepted: 10 - late,
+                late,
+                late_rejected: late,
+                stale: late,
+                stale_rejected: late,
+                ..Verdict::default()
+            },
+            errors: 0,
+        }
+    }
+
+    #[test]
+    fn a_run_without_faults_or_without_the_writes_it_exists_for_fails() {
+        assert!(outcome(3, 0, false).passed());
+        assert!(!outcome(0, 0, false).passed(), "no fault injected");
+        assert!(!outcome(2, 0, true).passed(), "fencing never exercised");
+        assert!(outcome(2, 1, true).passed());
+        assert_eq!(
+            outcome(0, 0, false).verdict_text(),
+            "FAILED (no fault injected)"
+        );
     }
 }

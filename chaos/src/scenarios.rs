@@ -53,7 +53,12 @@ fn pause(len: Length) -> Outcome {
             pauses += 1;
         }
     }
-    run.finish(Claim::Safe, format!("{pauses} holders paused 2×ttl"))
+    run.finish(
+        Claim::Safe,
+        pauses,
+        format!("{pauses} holders paused 2×ttl"),
+    )
+    .expecting_late_writes()
 }
 
 /// Clients SIGKILLed while holding (the lock expires) and while waiting (they leave the queue).
@@ -82,6 +87,7 @@ fn kill_client(len: Length) -> Outcome {
     }
     run.finish(
         Claim::Safe,
+        holders + waiters,
         format!("{holders} holders + {waiters} waiters SIGKILLed"),
     )
 }
@@ -101,6 +107,7 @@ fn restart_aof(len: Length) -> Outcome {
     }
     run.finish(
         Claim::Safe,
+        restarts,
         format!("{restarts} SIGKILL+restarts (appendfsync always)"),
     )
 }
@@ -120,6 +127,7 @@ fn restart_nopersist(len: Length) -> Outcome {
     }
     run.finish(
         Claim::NotClaimed,
+        restarts,
         format!("{restarts} SIGKILL+restarts (no persistence)"),
     )
 }
@@ -181,6 +189,7 @@ fn failover(name: &'static str, len: Length, wait_replicas: u32) -> Outcome {
         } else {
             Claim::NotClaimed
         },
+        failovers,
         format!("{failovers} failovers to a lagging replica ({what})"),
     )
 }
@@ -225,6 +234,7 @@ fn redlock_restart(len: Length) -> Outcome {
     }
     run.finish(
         Claim::NotClaimed,
+        restarts,
         format!("{restarts} master restarts, 2 at a time, immediate, no persistence"),
     )
 }
@@ -252,6 +262,7 @@ fn redlock_delayed_restart(len: Length) -> Outcome {
     }
     run.finish(
         Claim::Safe,
+        restarts,
         format!("{restarts} master restarts, 2 at a time, each after 1.5×ttl down"),
     )
 }
@@ -300,6 +311,7 @@ fn redlock_clock_jump(len: Length) -> Outcome {
     }
     run.finish(
         Claim::NotClaimed,
+        jumps,
         format!("{jumps} jumps of +10×ttl on 1 master, 2 others SIGSTOPped"),
     )
 }
