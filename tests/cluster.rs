@@ -3,6 +3,7 @@
 //! acknowledged lock with its token while the promoted replica keeps tokens rising.
 #[path = "cluster_harness/mod.rs"]
 mod cluster_harness;
+#[macro_use]
 mod common;
 
 use std::collections::HashSet;
@@ -291,4 +292,75 @@ fn waiters_of_a_key_migrated_away_are_redirected_not_granted() {
         .arg(100)
         .query(&mut src);
     assert_eq!(waited.expect_err("redirect").code(), Some("MOVED"));
+}
+
+/// Waiters queued on a master whose lock expires while `CLUSTER FAILOVER` pauses it (found by
+/// an attack round; FORCE and TAKEOVER behave the same): every waiter is answered (no hang),
+/// at most one is granted, the new master agrees on that grant, and no node keeps a blocked
+/// client.
+#[test]
+fn cluster_failover_with_waiters_and_an_expiring_lock_answers_every_waiter_once() {
+    use common::raw::{Raw, Reply};
+    let mode: Option<&str> = None;
+    let cluster = Cluster::start();
+    let master = cluster.masters()[0];
+    let key = cluster.key_on(master.port, "fo:");
+    let mut m = master.conn();
+    let _: Option<i64> = cmd!("LOCK.ACQUIRE", &key, "a", 400).query(&mut m).unwrap();
+    let mut waiters: Vec<Raw> = (0..5)
+        .map(|i| {
+            let mut w = Raw::connect(master);
+            w.send_wait(&key, &format!("w{i}"), 30_000, 0);
+            w
+        })
+        .collect();
+    assert!(common::eventually(Duration::from_secs(5), || {
+        common::lock_info(&mut master.conn(), &key).is_some_and(|i| i.waiters == 5)
+    }));
+    let _: i64 = cmd!("WAIT", 1, 2000).query(&mut m).unwrap();
+    let replica = cluster.replica_of(&key);
+    let mut r = replica.conn();
+    let mut c = cmd!("CLUSTER", "FAILOVER");
+    if let Some(mode) = mode {
+        c.arg(mode);
+    }
+    let _: String = c.query(&mut r).unwrap();
+    let started = Instant::now();
+    let mut answers = Vec::new();
+    for w in waiters.iter_mut() {
+        answers.push(w.read_within(Duration::from_secs(15)));
+    }
+    eprintln!("answers after {:?}: {answers:?}", started.elapsed());
+    assert!(
+        answers.iter().all(|a| a.is_some()),
+        "a waiter was never answered: {answers:?}"
+    );
+    let granted: Vec<_> = answers
+        .iter()
+        .filter(|a| matches!(a, Some(Reply::Int(_))))
+        .collect();
+    assert!(granted.len() <= 1, "two waiters granted: {answers:?}");
+    cluster.wait_healthy();
+    // Whatever was granted, the new master must agree on it.
+    let new_master = cluster.master_of(&key);
+    let info = common::lock_info(&mut new_master.conn(), &key);
+    eprintln!("new master {} holds {info:?}", new_master.port);
+    if let Some(Some(Reply::Int(t))) = granted.first().map(|a| (*a).clone()) {
+        let info = info.expect("a granted lock exists on the new master");
+        assert_eq!(
+            info.token, t,
+            "the granted token is the one on the new master"
+        );
+    }
+    for n in &cluster.nodes {
+        let i = cluster_harness::relock_info(n);
+        assert_eq!(i["waiters"], 0, "node {} waiters", n.port);
+        let mut c = n.conn();
+        let blocked: String = cmd!("INFO", "clients").query(&mut c).unwrap();
+        assert!(
+            blocked.contains("blocked_clients:0"),
+            "node {} still has blocked clients:\n{blocked}",
+            n.port
+        );
+    }
 }
