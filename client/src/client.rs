@@ -8,9 +8,10 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use crate::error::{Error, NodeError, NodeErrors, NodeFailure};
+use crate::limits::{check_options, check_ttl, clamp_wait, wait_ms};
 use crate::lock::Lock;
 use crate::node::{parse_info, Acks, Node};
-use crate::validity::{ttl_ms, validity};
+use crate::validity::validity;
 use crate::LockInfo;
 
 /// Tuning of a [`Relock`] client. Every field has a default, given in its doc.
@@ -142,6 +143,7 @@ impl Relock {
         if urls.is_empty() {
             return Err(Error::NoServers);
         }
+        check_options(&options)?;
         let nodes = urls
             .iter()
             .map(|u| Node::open(u.as_ref()))
@@ -165,6 +167,7 @@ impl Relock {
         if seeds.is_empty() {
             return Err(Error::NoServers);
         }
+        check_options(&options)?;
         let seeds: Vec<&str> = seeds.iter().map(AsRef::as_ref).collect();
         let node = Node::open_cluster(&seeds, options.node_timeout, options.write_timeout())?;
         Ok(Relock {
@@ -235,7 +238,8 @@ impl Relock {
     }
 
     /// Blocking acquisition with `LOCK.WAIT`: waits, without polling, until the lock is granted
-    /// or `timeout` passes (`None`: no limit; `Some(ZERO)`: one non-blocking round).
+    /// or `timeout` passes (`None`: no limit; `Some(ZERO)`: one non-blocking round; a limit
+    /// above 10^12 ms, the most `LOCK.WAIT` accepts, counts as 10^12 ms).
     ///
     /// With one master this is a plain `LOCK.WAIT` in the master's FIFO queue. With several,
     /// it waits on every master at once, each on a connection of its own; once one master has
@@ -249,7 +253,8 @@ impl Relock {
         ttl: Duration,
         timeout: Option<Duration>,
     ) -> Result<Lock, Error> {
-        let ttl_ms = ttl_ms(ttl).ok_or(Error::InvalidTtl(ttl))?;
+        let ttl = check_ttl(ttl)?;
+        let timeout = timeout.map(clamp_wait);
         if timeout == Some(Duration::ZERO) {
             return self.try_acquire(key, ttl).await;
         }
@@ -266,7 +271,7 @@ impl Relock {
                     timeout: timeout.unwrap_or_default(),
                 });
             }
-            let round = self.wait_round(key, &owner, ttl, ttl_ms, remaining).await;
+            let round = self.wait_round(key, &owner, ttl, remaining).await;
             if round.granted() >= self.quorum() {
                 let mut lock = Lock::new(self.clone(), key, &owner, ttl, round.tokens, false);
                 // The grant's ttl counts from a moment we cannot see; a renew round gives a
@@ -376,7 +381,8 @@ impl Relock {
         ttl: Duration,
         reentrant: bool,
     ) -> Result<Lock, Error> {
-        let ttl_ms = ttl_ms(ttl).ok_or(Error::InvalidTtl(ttl))?;
+        let ttl = check_ttl(ttl)?;
+        let ttl_ms = ttl.as_millis() as u64;
         let write = if reentrant {
             Write::Reenter
         } else {
@@ -409,16 +415,16 @@ impl Relock {
         key: &str,
         owner: &str,
         ttl: Duration,
-        ttl_ms: u64,
         remaining: Option<Duration>,
     ) -> Round {
         let n = self.inner.nodes.len();
         let quorum = self.quorum();
         let node_timeout = self.inner.options.node_timeout;
-        // 0 asks the master to wait without limit.
-        let wait_ms = remaining.map_or(0, |r| (r.as_millis() as u64).max(1));
         let mut cmd = redis::cmd("LOCK.WAIT");
-        cmd.arg(key).arg(owner).arg(ttl_ms).arg(wait_ms);
+        cmd.arg(key)
+            .arg(owner)
+            .arg(ttl.as_millis() as u64)
+            .arg(wait_ms(remaining));
         let cmd = &cmd;
         let started = Instant::now();
         let mut pending: FuturesUnordered<_> = self

@@ -53,6 +53,7 @@
 mod client;
 mod error;
 mod guard;
+pub mod limits;
 mod lock;
 mod node;
 pub mod validity;

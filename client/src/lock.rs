@@ -6,7 +6,8 @@ use tokio::time::Instant;
 
 use crate::client::{Relock, Write};
 use crate::error::{Error, NodeFailure};
-use crate::validity::{ttl_ms, validity};
+use crate::limits::check_ttl;
+use crate::validity::validity;
 
 /// A held lock: its key, owner, the fencing token each master granted, and the instant until
 /// which it is safe to act as the holder.
@@ -119,7 +120,8 @@ impl Lock {
         ttl: Duration,
         within_validity: bool,
     ) -> Result<(), Error> {
-        let ms = ttl_ms(ttl).ok_or(Error::InvalidTtl(ttl))?;
+        let ttl = check_ttl(ttl)?;
+        let ms = ttl.as_millis() as u64;
         if within_validity && Instant::now() >= self.valid_until {
             return Err(Error::Lost {
                 key: self.key.clone(),
