@@ -128,6 +128,14 @@ impl Round {
             .filter(|e| matches!(e.failure, NodeFailure::NotGranted))
             .count()
     }
+
+    /// How many masters failed in a way retrying cannot fix ([`NodeFailure::is_permanent`]).
+    pub(crate) fn permanent(&self) -> usize {
+        self.failures
+            .iter()
+            .filter(|e| e.failure.is_permanent())
+            .count()
+    }
 }
 
 impl Relock {
@@ -212,14 +220,15 @@ impl Relock {
     /// Acquires `key` for `ttl` under a fresh owner, retrying up to
     /// [`Options::retry_count`] times with a random pause around [`Options::retry_delay`].
     /// Fails with the last round's error (for instance [`Error::NoQuorum`], naming the masters
-    /// that did not grant).
+    /// that did not grant), or at once with an error retrying cannot fix
+    /// ([`Error::is_permanent`]: an invalid ttl, the module missing, a refused login...).
     pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Lock, Error> {
         let owner = Relock::new_owner();
         let mut tries_left = self.inner.options.retry_count;
         loop {
             match self.attempt(key, &owner, ttl, false).await {
                 Ok(lock) => return Ok(lock),
-                Err(e @ (Error::InvalidTtl(_) | Error::NoServers)) => return Err(e),
+                Err(e) if e.is_permanent() => return Err(e),
                 Err(e) if tries_left == 0 => return Err(e),
                 Err(e) => {
                     tracing::debug!(key, error = %e, "acquire round failed, retrying");
@@ -247,6 +256,9 @@ impl Relock {
     /// releases what it holds and starts again after a random pause, so that contenders holding
     /// a minority each can never wait on one another forever. The validity of the result is
     /// measured from a `LOCK.RENEW` round made right after the grant.
+    ///
+    /// Fails at once, whatever the limit, with an error retrying cannot fix
+    /// ([`Error::is_permanent`]).
     pub async fn acquire_wait(
         &self,
         key: &str,
@@ -293,6 +305,7 @@ impl Relock {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     relock.release_targets(&late_key, &owner, None).await;
                 });
+                let round = self.permanent_failure(key, round)?;
                 let errors_only = round.failures.iter().all(|f| {
                     !matches!(f.failure, NodeFailure::NotGranted | NodeFailure::Timeout(_))
                 });
@@ -319,6 +332,24 @@ impl Relock {
             }
             tokio::time::sleep(pause).await;
         }
+    }
+
+    /// `Err(`[`Error::Permanent`]`)` when the round's permanent failures leave too few masters
+    /// for a quorum; otherwise the round, for the caller to judge.
+    pub(crate) fn permanent_failure(&self, key: &str, round: Round) -> Result<Round, Error> {
+        let nodes = self.inner.nodes.len();
+        if nodes - round.permanent() >= self.quorum() {
+            return Ok(round);
+        }
+        let failures = round
+            .failures
+            .into_iter()
+            .filter(|f| f.failure.is_permanent())
+            .collect();
+        Err(Error::Permanent {
+            key: key.to_string(),
+            failures: NodeErrors(failures),
+        })
     }
 
     /// `LOCK.INFO key` on every master, concurrently.
@@ -393,6 +424,7 @@ impl Relock {
             reentrant.then(|| round.tokens.iter().map(Option::is_some).collect());
         if round.granted() < self.quorum() {
             self.release_targets(key, owner, targets.as_deref()).await;
+            let round = self.permanent_failure(key, round)?;
             return Err(self.no_quorum(key, round));
         }
         let Some(left) = validity(ttl, round.elapsed) else {

@@ -168,6 +168,7 @@ async fn renew_until_stopped(
                 next = Instant::now() + every;
             }
             Err(Error::Lost { .. }) => break,
+            Err(e) if e.is_permanent() => break,
             Err(e) => {
                 // Not refused, only unanswered: try again soon while validity is left.
                 tracing::warn!(key = %lock.key(), error = %e, "lock renewal failed, retrying");

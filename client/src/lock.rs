@@ -107,8 +107,14 @@ impl Lock {
 
     /// Resets the lock's ttl to `ttl` on every master with `LOCK.RENEW`. Succeeds only when it
     /// starts within the validity and a quorum renews, and moves [`Lock::valid_until`].
-    /// Fails with [`Error::Lost`] when the validity is over or a quorum of masters says the
-    /// lock is no longer ours, with [`Error::NoQuorum`] when too many masters failed otherwise.
+    /// Fails with [`Error::Lost`] when the validity is over or too many masters say the lock
+    /// is no longer ours (or answer with an error retrying cannot fix, such as `WRONGTYPE`
+    /// for a key overwritten with another type) for a quorum to renew, with
+    /// [`Error::Permanent`] when such errors alone leave no quorum (the module was unloaded,
+    /// the password changed), with [`Error::NoQuorum`] when too many masters failed otherwise.
+    ///
+    /// It waits for the round however long it takes (each master at most the node timeout);
+    /// the renewal of a [`LockGuard`](crate::LockGuard) gives up at the validity's end.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
         self.renew(ttl, true).await
     }
@@ -134,11 +140,12 @@ impl Lock {
         let quorum = self.client.quorum();
         let nodes = self.client.inner.nodes.len();
         if round.granted() < quorum {
-            if round.refused() > nodes - quorum {
+            if round.refused() > 0 && round.refused() + round.permanent() > nodes - quorum {
                 return Err(Error::Lost {
                     key: self.key.clone(),
                 });
             }
+            let round = self.client.permanent_failure(&self.key, round)?;
             return Err(self.client.no_quorum(&self.key, round));
         }
         let Some(left) = validity(ttl, round.elapsed) else {

@@ -4,6 +4,7 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use common::Server;
@@ -27,6 +28,149 @@ fn patient() -> Options {
 
 fn client_with(servers: &[&Server], options: Options) -> Relock {
     Relock::with_options(&urls(servers), options).expect("client")
+}
+
+/// Owner of the lock at `key` on `server`, from LOCK.INFO.
+fn owner_on(server: &Server, key: &str) -> Option<String> {
+    let info: Option<HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(&mut server.conn())
+        .expect("LOCK.INFO");
+    info.map(|i| redis::from_redis_value(&i["owner"]).expect("owner"))
+}
+
+/// A server without the module, one that refuses the login, and a key of another type are
+/// not going to change by retrying: fail at once, and say what is wrong (problem 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permanent_errors_fail_at_once() {
+    let ttl = Duration::from_secs(10);
+    // A retry would first pause for at least 5 s (retry_delay / 2): an answer well within
+    // that came without one.
+    let options = Options {
+        retry_count: 3,
+        retry_delay: Duration::from_secs(10),
+        ..patient()
+    };
+    let no_retry = Duration::from_secs(4);
+    let at_once = |started: Instant, what: &str| {
+        let took = started.elapsed();
+        assert!(
+            took < no_retry,
+            "{what}: failed only after {took:?}: retried"
+        );
+    };
+
+    // No module: unknown command.
+    let bare = Server::without_module(&[]);
+    let relock = client_with(&[&bare], options.clone());
+    let started = Instant::now();
+    let err = relock.acquire(KEY, ttl).await.expect_err("no module");
+    at_once(started, "no module");
+    assert!(err.is_permanent(), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("unknown command"), "{text}");
+    assert!(
+        text.contains("module"),
+        "says the module is missing: {text}"
+    );
+    let waited = tokio::time::timeout(Duration::from_secs(10), relock.acquire_wait(KEY, ttl, None))
+        .await
+        .expect("an unlimited wait on a server without the module must fail, not retry forever");
+    let text = waited.expect_err("no module").to_string();
+    assert!(text.contains("unknown command"), "{text}");
+
+    // Login refused: no password, and a wrong one.
+    let locked = Server::start();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("s3cret")
+        .query(&mut locked.conn())
+        .expect("CONFIG SET requirepass");
+    let relock = client_with(&[&locked], options.clone());
+    let started = Instant::now();
+    let err = relock.acquire(KEY, ttl).await.expect_err("no password");
+    at_once(started, "no password");
+    assert!(err.to_string().contains("NOAUTH"), "{err}");
+    let wrong = format!("redis://:nope@127.0.0.1:{}/", locked.port);
+    let relock = Relock::with_options(&[wrong], options.clone()).expect("client");
+    let started = Instant::now();
+    let err = relock.acquire(KEY, ttl).await.expect_err("wrong password");
+    at_once(started, "wrong password");
+    assert!(err.to_string().contains("password"), "{err}");
+    let waited = tokio::time::timeout(Duration::from_secs(10), relock.acquire_wait(KEY, ttl, None))
+        .await
+        .expect("a refused login must fail, not retry forever");
+    assert!(waited.expect_err("wrong password").is_permanent());
+
+    // The key holds a string: one LOCK.ACQUIRE, answered WRONGTYPE, and nothing more.
+    let server = Server::start();
+    let _: () = redis::cmd("SET")
+        .arg(KEY)
+        .arg("not a lock")
+        .query(&mut server.conn())
+        .expect("SET");
+    let relock = client_with(&[&server], options.clone());
+    let err = relock.acquire(KEY, ttl).await.expect_err("WRONGTYPE");
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    let waited = tokio::time::timeout(Duration::from_secs(10), relock.acquire_wait(KEY, ttl, None))
+        .await
+        .expect("WRONGTYPE must fail, not wait forever");
+    assert!(waited
+        .expect_err("WRONGTYPE")
+        .to_string()
+        .contains("WRONGTYPE"));
+
+    // Redlock: two of three masters without the module can never make a quorum...
+    let good = Server::start();
+    let bare2 = Server::without_module(&[]);
+    let relock = client_with(&[&good, &bare, &bare2], options.clone());
+    let waited = tokio::time::timeout(Duration::from_secs(10), relock.acquire_wait(KEY, ttl, None))
+        .await
+        .expect("no quorum is possible: fail at once");
+    let text = waited.expect_err("2 of 3 without the module").to_string();
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", bare2.port)),
+        "{text}"
+    );
+    assert_eq!(owner_on(&good, KEY), None, "released again");
+    // ...but one of three is only a minority: the lock is still taken.
+    let good2 = Server::start();
+    let relock = client_with(&[&good, &bare, &good2], options);
+    let lock = relock.acquire(KEY, ttl).await.expect("2 of 3 grant");
+    assert_eq!(lock.tokens().len(), 2);
+    lock.release().await.expect("release");
+}
+
+/// A renewal that a quorum answers with a permanent error (the key was overwritten with
+/// another type) ends the hold at once, not when the validity runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overwritten_key_is_a_loss_at_the_next_renewal() {
+    let server = Server::start();
+    let relock = client_with(&[&server], patient());
+    let ttl = Duration::from_secs(12);
+    let guard = relock.guard(KEY, ttl).await.expect("guard");
+    let _: () = redis::cmd("SET")
+        .arg(KEY)
+        .arg("overwritten")
+        .query(&mut server.conn())
+        .expect("SET");
+    let started = Instant::now();
+    tokio::time::timeout(ttl * 2, guard.lost().cancelled())
+        .await
+        .expect("loss signalled");
+    let told_at = Instant::now();
+    eprintln!(
+        "overwritten key: loss signalled after {:?}",
+        told_at - started
+    );
+    // The next renewal (ttl / 3 after the grant) finds a string: that is the loss, not the
+    // end of the validity some 8 seconds later.
+    assert!(
+        told_at + ttl / 3 < guard.valid_until(),
+        "loss signalled only {:?} before the validity ended",
+        guard.valid_until() - told_at
+    );
 }
 
 /// A wait longer than the server accepts (10^12 ms) or than an `Instant` can hold is clamped,
