@@ -22,9 +22,13 @@ pub struct Hold {
     pub token: Option<u64>,
     /// Per master, `(master, token)` for each master that granted.
     pub tokens: Vec<(String, u64)>,
-    /// Cancelled the moment the lock is known lost (a renewal was refused by a quorum, or its
-    /// validity ran out before a renewal succeeded). Await `lost.cancelled()` in a
-    /// `tokio::select!` to stop work that must not go on without the lock.
+    /// Cancelled the moment the lock is known lost (a renewal was refused by a quorum, or
+    /// failed there with an error retrying cannot fix), and at the latest when its validity
+    /// ([`LockGuard::valid_until`]) runs out before a renewal succeeded, even while that
+    /// renewal still waits for masters that do not answer. It is cancelled a little ahead of
+    /// the validity's end ([`loss_lead`]: 1/20 of the ttl, at most 20 ms) so that a body woken
+    /// by it is still within the validity. Await `lost.cancelled()` in a `tokio::select!` to
+    /// stop work that must not go on without the lock.
     pub lost: CancellationToken,
 }
 
@@ -69,10 +73,12 @@ impl Lock {
         let stop = CancellationToken::new();
         tokio::spawn(renew_until_stopped(
             self,
-            stop.clone(),
-            hold.lost.clone(),
-            valid_tx,
-            done_tx,
+            Signals {
+                stop: stop.clone(),
+                lost: hold.lost.clone(),
+                valid_until: valid_tx,
+                done: done_tx,
+            },
         ));
         LockGuard {
             hold: Hold {
@@ -134,41 +140,56 @@ impl Drop for LockGuard {
     }
 }
 
-async fn renew_until_stopped(
-    mut lock: Lock,
+/// How long before the end of its validity a guard reports its lock lost: 1/20 of the ttl,
+/// at most 20 ms. It covers the timer's resolution (1 ms) and the time a woken body takes to
+/// run on a busy machine, so that the body hears of the loss while the lock is still valid.
+pub fn loss_lead(ttl: Duration) -> Duration {
+    (ttl / 20).min(Duration::from_millis(20))
+}
+
+/// How the renewal task talks to its guard.
+struct Signals {
     stop: CancellationToken,
     lost: CancellationToken,
-    valid_tx: watch::Sender<Instant>,
+    valid_until: watch::Sender<Instant>,
     done: oneshot::Sender<Result<(), Error>>,
-) {
+}
+
+async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
     let ttl = lock.ttl();
     let every = (ttl / 3).max(Duration::from_millis(1));
+    let lead = loss_lead(ttl);
+    // Every wait below, the renewal included, ends at this instant: the lock is reported lost
+    // no later than its validity's end, whatever the masters do.
+    let lost_at = |lock: &Lock| {
+        let end = lock.valid_until();
+        end.checked_sub(lead).unwrap_or(end)
+    };
+    let stop = &signals.stop;
     let mut next = Instant::now() + every;
-    loop {
+    let why = loop {
         tokio::select! {
             biased;
-            _ = stop.cancelled() => {
-                let _ = done.send(lock.release().await);
-                return;
-            }
-            _ = tokio::time::sleep_until(lock.valid_until()) => break,
+            _ = stop.cancelled() => break None,
+            _ = tokio::time::sleep_until(lost_at(&lock)) => break Some("its validity ran out".to_string()),
             _ = tokio::time::sleep_until(next) => {}
         }
+        let deadline = lost_at(&lock);
         let renewed = tokio::select! {
             biased;
-            _ = stop.cancelled() => {
-                let _ = done.send(lock.release().await);
-                return;
+            _ = stop.cancelled() => break None,
+            _ = tokio::time::sleep_until(deadline) => {
+                break Some("its validity ran out during a renewal".to_string())
             }
             r = lock.extend(ttl) => r,
         };
         match renewed {
             Ok(()) => {
-                let _ = valid_tx.send(lock.valid_until());
+                let _ = signals.valid_until.send(lock.valid_until());
                 next = Instant::now() + every;
             }
-            Err(Error::Lost { .. }) => break,
-            Err(e) if e.is_permanent() => break,
+            Err(e @ Error::Lost { .. }) => break Some(e.to_string()),
+            Err(e) if e.is_permanent() => break Some(e.to_string()),
             Err(e) => {
                 // Not refused, only unanswered: try again soon while validity is left.
                 tracing::warn!(key = %lock.key(), error = %e, "lock renewal failed, retrying");
@@ -176,13 +197,17 @@ async fn renew_until_stopped(
                 next = Instant::now() + (every / 4).min(left / 2);
             }
         }
-    }
-    tracing::warn!(key = %lock.key(), owner = %lock.owner(), "lock lost");
-    lost.cancel();
+    };
+    let Some(why) = why else {
+        let _ = signals.done.send(lock.release().await);
+        return;
+    };
+    signals.lost.cancel();
+    tracing::warn!(key = %lock.key(), owner = %lock.owner(), reason = %why, "lock lost");
     let key = lock.key().to_string();
     // Whatever minority of masters still has it should not keep it until the ttl.
     lock.release_quietly().await;
-    let _ = done.send(Err(Error::Lost { key }));
+    let _ = signals.done.send(Err(Error::Lost { key }));
 }
 
 impl Relock {
@@ -208,5 +233,19 @@ impl Relock {
             tracing::warn!(key, error = %e, "release after with_lock body failed");
         }
         Ok(output)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_lead_is_a_twentieth_of_the_ttl_up_to_20_ms() {
+        let ms = Duration::from_millis;
+        assert_eq!(loss_lead(ms(300)), ms(15));
+        assert_eq!(loss_lead(Duration::from_secs(2)), ms(20));
+        assert_eq!(loss_lead(Duration::from_secs(30)), ms(20));
+        assert_eq!(loss_lead(ms(1)), Duration::from_micros(50));
     }
 }

@@ -10,7 +10,8 @@
 //! - a failed round is released on every master at once, and retried after a random pause;
 //! - [`Relock::acquire_wait`] waits with `LOCK.WAIT` instead of polling;
 //! - [`Relock::with_lock`] and [`LockGuard`] renew in the background and tell the holder when
-//!   the lock is lost; errors name the master that failed ([`NodeError`]);
+//!   the lock is lost, no later than its validity's end; errors name the master that failed
+//!   ([`NodeError`]);
 //! - [`Relock::cluster`] locks on a Redis Cluster instead (each lock on its key's master,
 //!   redirections followed, `LOCK.WAIT` on a connection to the key's master);
 //! - [`Options::replica_acks`] (default 0, off) makes an acquire or extend count only once that
@@ -60,7 +61,7 @@ pub mod validity;
 
 pub use client::{NodeReport, Options, Relock};
 pub use error::{Error, NodeError, NodeErrors, NodeFailure};
-pub use guard::{Hold, LockGuard};
+pub use guard::{loss_lead, Hold, LockGuard};
 pub use lock::Lock;
 
 use std::time::Duration;

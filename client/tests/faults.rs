@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::Server;
+use common::{eventually, Server};
 use relock_client::{Error, Options, Relock};
 use tokio::time::Instant;
 
@@ -37,6 +37,67 @@ fn owner_on(server: &Server, key: &str) -> Option<String> {
         .query(&mut server.conn())
         .expect("LOCK.INFO");
     info.map(|i| redis::from_redis_value(&i["owner"]).expect("owner"))
+}
+
+/// Continues the stopped servers on drop, so that a failing assertion never leaves one stopped.
+struct Resume<'a>(Vec<&'a Server>);
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        for s in &self.0 {
+            s.signal("CONT");
+        }
+    }
+}
+
+/// The guard must tell the body that its lock is gone no later than `valid_until`, even while
+/// a renewal is still waiting for masters that stopped answering (issue 11, problem 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loss_is_signalled_no_later_than_valid_until() {
+    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let refs: Vec<&Server> = servers.iter().collect();
+    let mut leads = Vec::new();
+    for ttl in [2000, 300, 2000, 300].map(Duration::from_millis) {
+        let relock = client_with(&refs, Options::default());
+        let guard = relock.guard(KEY, ttl).await.expect("guard");
+        let owner = guard.hold().owner.clone();
+        assert!(eventually(Duration::from_secs(2), || servers
+            .iter()
+            .all(|s| owner_on(s, KEY).as_deref() == Some(owner.as_str()))));
+        // A majority stops answering: every renewal from now on waits out the node timeout.
+        let resume = Resume(vec![&servers[1], &servers[2]]);
+        servers[1].signal("STOP");
+        servers[2].signal("STOP");
+        let lost = guard.lost();
+        tokio::time::timeout(ttl * 3, lost.cancelled())
+            .await
+            .expect("loss signalled");
+        let told_at = Instant::now();
+        let valid_until = guard.valid_until();
+        drop(resume);
+        let lead = valid_until.checked_duration_since(told_at);
+        eprintln!(
+            "ttl {ttl:?}: loss signalled {}",
+            match lead {
+                Some(d) => format!("{d:?} before valid_until"),
+                None => format!("{:?} AFTER valid_until", told_at - valid_until),
+            }
+        );
+        assert!(
+            told_at <= valid_until,
+            "ttl {ttl:?}: loss signalled {:?} after the validity ended",
+            told_at - valid_until
+        );
+        leads.push(lead);
+        assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
+        for s in &servers {
+            let _: i64 = redis::cmd("LOCK.FORCERELEASE")
+                .arg(KEY)
+                .query(&mut s.conn())
+                .expect("force release");
+        }
+    }
+    eprintln!("leads: {leads:?}");
 }
 
 /// A server without the module, one that refuses the login, and a key of another type are
@@ -251,4 +312,77 @@ fn documented_defaults() {
     assert_eq!(o.max_partial_hold, Duration::from_millis(500));
     assert_eq!(o.replica_acks, 0);
     assert_eq!(o.replica_ack_timeout, Duration::from_millis(500));
+}
+
+/// Dropping a guard releases the lock (in the background) long before its ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_guard_releases() {
+    let server = Server::start();
+    let relock = client_with(&[&server], patient());
+    let guard = relock
+        .guard(KEY, Duration::from_secs(30))
+        .await
+        .expect("guard");
+    assert!(owner_on(&server, KEY).is_some());
+    drop(guard);
+    assert!(
+        eventually(Duration::from_secs(3), || owner_on(&server, KEY).is_none()),
+        "a dropped guard left its lock behind"
+    );
+}
+
+/// The guard renews every ttl / 3: the server sees one `lock.renewed` event per third.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_renews_every_third_of_the_ttl() {
+    let server = Server::start();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("Ed")
+        .query(&mut server.conn())
+        .expect("CONFIG SET");
+    let mut events = server.conn();
+    events
+        .send_packed_command(
+            &redis::cmd("SUBSCRIBE")
+                .arg("__keyevent@0__:lock.renewed")
+                .get_packed_command(),
+        )
+        .expect("SUBSCRIBE");
+    let _ = events.recv_response().expect("subscribed");
+    // Read events on a thread of its own; it ends when the server goes away.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        while events.recv_response().is_ok() {
+            if tx.send(std::time::Instant::now()).is_err() {
+                break;
+            }
+        }
+    });
+
+    let relock = client_with(&[&server], patient());
+    let ttl = Duration::from_secs(3);
+    let guard = relock.guard(KEY, ttl).await.expect("guard");
+    let granted = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    let renewals: Vec<Duration> = rx.try_iter().map(|at| at - granted).collect();
+    guard.release().await.expect("release");
+    eprintln!("renewals at {renewals:?} (ttl {ttl:?})");
+    // Every second: at about 1, 2, 3 and 4 s (never sooner; later only on a busy machine).
+    assert!(
+        (3..=4).contains(&renewals.len()),
+        "{} renewals in 4.5 s: {renewals:?}",
+        renewals.len()
+    );
+    assert!(
+        renewals[0] >= ttl / 3 - Duration::from_millis(50),
+        "{renewals:?}"
+    );
+    for pair in renewals.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= ttl / 3 - Duration::from_millis(50) && gap <= ttl / 3 * 2,
+            "renewals {gap:?} apart: {renewals:?}"
+        );
+    }
 }
