@@ -166,18 +166,24 @@ impl Relock {
     ///
     /// Each lock lives on the master of its key's hash slot, so this is single-lock locking
     /// (quorum 1), not Redlock; use hash tags (`{order:42}:row`) to keep related locks on one
-    /// master. Commands go through the `redis` crate's cluster client, which follows `MOVED` and
-    /// `ASK` during resharding and failover; `LOCK.WAIT` blocks on a connection of its own to
-    /// the key's master (found with `CLUSTER SLOTS`), re-resolved and retried on `MOVED` or a
-    /// failover. Combine with [`Options::replica_acks`] so that a lock survives a failover.
+    /// master. Combine with [`Options::replica_acks`] so that a lock survives a failover.
     /// No connection is made until the first command.
+    ///
+    /// The client routes by a slot map of its own (`CLUSTER SLOTS`, asked of every known node
+    /// at once; the first answer wins) over one shared connection per node, and follows `MOVED`
+    /// and `ASK`. A master that does not answer within the request's timeout, or answers that it
+    /// is a replica now, makes it read the map again and, if the key has a new master, send the
+    /// request there once more: renewals and releases follow an automatic failover instead of
+    /// going to a stopped master. `LOCK.WAIT` blocks on a connection of its own to the key's
+    /// master, re-resolved and retried on `MOVED` or a failover, and moved to the new master
+    /// when the one it waits on stops answering pings while another master serves the key.
     pub fn cluster<S: AsRef<str>>(seeds: &[S], options: Options) -> Result<Relock, Error> {
         if seeds.is_empty() {
             return Err(Error::NoServers);
         }
         check_options(&options)?;
         let seeds: Vec<&str> = seeds.iter().map(AsRef::as_ref).collect();
-        let node = Node::open_cluster(&seeds, options.node_timeout, options.write_timeout())?;
+        let node = Node::open_cluster(&seeds)?;
         Ok(Relock {
             inner: Arc::new(Inner {
                 nodes: vec![node],
@@ -359,7 +365,7 @@ impl Relock {
         let timeout = self.inner.options.node_timeout;
         let cmd = &cmd;
         let replies = futures_util::future::join_all(self.inner.nodes.iter().map(|n| async move {
-            let reply: Result<redis::Value, _> = n.query(cmd, timeout).await;
+            let reply: Result<redis::Value, _> = n.query(key, cmd, timeout).await;
             NodeReport {
                 node: n.name_for(key, timeout).await,
                 result: reply.and_then(parse_info),
@@ -376,7 +382,7 @@ impl Relock {
         let timeout = self.inner.options.node_timeout;
         let cmd = &cmd;
         let replies = futures_util::future::join_all(self.inner.nodes.iter().map(|n| async move {
-            let reply: Result<i64, _> = n.query(cmd, timeout).await;
+            let reply: Result<i64, _> = n.query(key, cmd, timeout).await;
             NodeReport {
                 node: n.name_for(key, timeout).await,
                 result: reply.map(|r| r == 1),
@@ -609,12 +615,12 @@ impl Relock {
             let (pipe, undo, key) = (pipe.clone(), undo.clone(), key.clone());
             async move {
                 let node = &inner.nodes[i];
-                let (replies, acked) = node.query_acked(&pipe, acks, timeout).await?;
+                let (replies, acked) = node.query_acked(&key, &pipe, acks, timeout).await?;
                 let token = write.token(replies)?;
                 match (token, acks) {
                     (Some(_), Some(a)) if acked < u64::from(a.replicas) => {
                         if write != Write::Renew {
-                            let _ = node.query::<Option<u64>>(&undo, node_timeout).await;
+                            let _ = node.query::<Option<u64>>(&key, &undo, timeout).await;
                         }
                         let master = if node.is_cluster() {
                             Some(node.name_for(&key, node_timeout).await)
@@ -636,20 +642,23 @@ impl Relock {
     }
 
     /// `LOCK.RELEASE` on the masters in `targets` (all when `None`), all at once, waiting for
-    /// every answer (each bounded by the node timeout). Returns the round: a "token" here is
-    /// the remaining count + 1, so `granted()` counts the masters where we held the lock.
+    /// every answer (each bounded by the node timeout, plus the replica-ack timeout when
+    /// acknowledgements are on: a release queues behind a `WAIT` of ours on the shared
+    /// connection). Returns the round: a "token" here is the remaining count + 1, so
+    /// `granted()` counts the masters where we held the lock.
     pub(crate) async fn release_targets(
         &self,
         key: &str,
         owner: &str,
         targets: Option<&[bool]>,
     ) -> Round {
-        let timeout = self.inner.options.node_timeout;
+        let timeout = self.inner.options.write_timeout();
         let mut cmd = redis::cmd("LOCK.RELEASE");
         cmd.arg(key).arg(owner);
         let targets: Option<Vec<bool>> = targets.map(<[bool]>::to_vec);
+        let key = key.to_string();
         self.round(false, move |inner, i| {
-            let cmd = cmd.clone();
+            let (cmd, key) = (cmd.clone(), key.clone());
             let skip = targets
                 .as_ref()
                 .is_some_and(|t| !t.get(i).copied().unwrap_or(false));
@@ -657,7 +666,7 @@ impl Relock {
                 if skip {
                     return Err(NodeFailure::NotGranted);
                 }
-                let left: Option<u64> = inner.nodes[i].query(&cmd, timeout).await?;
+                let left: Option<u64> = inner.nodes[i].query(&key, &cmd, timeout).await?;
                 Ok(left.map(|c| c + 1))
             }
         })
