@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 use crate::error::{Error, NodeError, NodeErrors, NodeFailure};
 use crate::limits::{check_options, check_ttl, clamp_wait, wait_ms};
@@ -93,6 +94,9 @@ pub struct NodeReport<T> {
 pub(crate) struct Inner {
     pub(crate) nodes: Vec<Node>,
     pub(crate) options: Options,
+    /// Releases running in the background (dropped locks and guards, abandoned or failed
+    /// acquisitions), so that [`Relock::settle`] can wait for them.
+    pub(crate) background: TaskTracker,
 }
 
 /// A client of one relock server (plain locking), of N independent masters (Redlock), or of
@@ -129,6 +133,20 @@ impl Round {
             .count()
     }
 
+    /// Per master, whether it may hold a grant of this round: all but those that failed
+    /// permanently (they never granted, and releasing there would fail the same way).
+    pub(crate) fn may_hold(&self, nodes: &[Node]) -> Vec<bool> {
+        nodes
+            .iter()
+            .map(|n| {
+                !self
+                    .failures
+                    .iter()
+                    .any(|f| f.node == n.name && f.failure.is_permanent())
+            })
+            .collect()
+    }
+
     /// How many masters failed in a way retrying cannot fix ([`NodeFailure::is_permanent`]).
     pub(crate) fn permanent(&self) -> usize {
         self.failures
@@ -157,7 +175,11 @@ impl Relock {
             .map(|u| Node::open(u.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Relock {
-            inner: Arc::new(Inner { nodes, options }),
+            inner: Arc::new(Inner {
+                nodes,
+                options,
+                background: TaskTracker::new(),
+            }),
         })
     }
 
@@ -188,6 +210,7 @@ impl Relock {
             inner: Arc::new(Inner {
                 nodes: vec![node],
                 options,
+                background: TaskTracker::new(),
             }),
         })
     }
@@ -229,10 +252,11 @@ impl Relock {
     /// that did not grant), or at once with an error retrying cannot fix
     /// ([`Error::is_permanent`]: an invalid ttl, the module missing, a refused login...).
     pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Lock, Error> {
-        let owner = Relock::new_owner();
         let mut tries_left = self.inner.options.retry_count;
         loop {
-            match self.attempt(key, &owner, ttl, false).await {
+            // A new owner per round: the background release of a failed round can then never
+            // hit a later round's grants.
+            match self.attempt(key, &Relock::new_owner(), ttl, false).await {
                 Ok(lock) => return Ok(lock),
                 Err(e) if e.is_permanent() => return Err(e),
                 Err(e) if tries_left == 0 => return Err(e),
@@ -264,7 +288,8 @@ impl Relock {
     /// measured from a `LOCK.RENEW` round made right after the grant.
     ///
     /// Fails at once, whatever the limit, with an error retrying cannot fix
-    /// ([`Error::is_permanent`]).
+    /// ([`Error::is_permanent`]). Dropping the future while it waits leaves nothing behind:
+    /// grants that land anyway are released in the background (see [`Relock::settle`]).
     pub async fn acquire_wait(
         &self,
         key: &str,
@@ -289,28 +314,27 @@ impl Relock {
                     timeout: timeout.unwrap_or_default(),
                 });
             }
+            // Released in the background if this future is dropped before the round is decided.
+            let abandoned = Abandoned::new(self, key, &owner);
             let round = self.wait_round(key, &owner, ttl, remaining).await;
             if round.granted() >= self.quorum() {
+                abandoned.disarm();
                 let mut lock = Lock::new(self.clone(), key, &owner, ttl, round.tokens, false);
                 // The grant's ttl counts from a moment we cannot see; a renew round gives a
                 // start time we did measure.
                 match lock.renew(ttl, false).await {
-                    Ok(()) => return Ok(lock),
+                    Ok(()) => {
+                        tracing::debug!(key, owner, valid_until = ?lock.valid_until, "lock acquired");
+                        return Ok(lock);
+                    }
                     Err(e) => {
                         tracing::debug!(key, error = %e, "renew after wait failed, retrying");
                         lock.release_quietly().await;
                     }
                 }
             } else {
-                self.release_targets(key, &owner, None).await;
-                // A master may grant a waiter whose connection we just closed before it notices
-                // the close; release once more a little later so such a grant cannot linger
-                // until its ttl.
-                let (relock, late_key) = (self.clone(), key.to_string());
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    relock.release_targets(&late_key, &owner, None).await;
-                });
+                abandoned.disarm();
+                self.release_failed(key, &owner, &round).await;
                 let round = self.permanent_failure(key, round)?;
                 let errors_only = round.failures.iter().all(|f| {
                     !matches!(f.failure, NodeFailure::NotGranted | NodeFailure::Timeout(_))
@@ -338,6 +362,60 @@ impl Relock {
             }
             tokio::time::sleep(pause).await;
         }
+    }
+
+    /// Waits until every release this client started in the background has finished: those
+    /// of dropped [`Lock`]s and [`LockGuard`](crate::LockGuard)s, of failed acquisition rounds,
+    /// and of acquisitions abandoned by dropping their future. Each is bounded by the node
+    /// timeout. Call it before a process exits right after such a drop or failure, so that
+    /// the releases are not cut off (the locks would stay held until their ttl).
+    pub async fn settle(&self) {
+        let background = &self.inner.background;
+        background.close();
+        background.wait().await;
+        background.reopen();
+    }
+
+    /// Runs `release` in the background (on the current runtime, if any), counted by
+    /// [`Relock::settle`].
+    pub(crate) fn in_background<F>(&self, release: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(self.inner.background.track_future(release));
+        }
+    }
+
+    /// Undoes a failed round of a fresh `owner`: the masters that granted are released before
+    /// this returns (they just answered, so they answer at once), so that the caller's next
+    /// round finds them free; every other master that may hold a grant (one still to answer,
+    /// one that timed out) is released in the background, so that a stopped master does not
+    /// hold the caller up a second time.
+    async fn release_failed(&self, key: &str, owner: &str, round: &Round) {
+        let granted: Vec<bool> = round.tokens.iter().map(Option::is_some).collect();
+        if granted.contains(&true) {
+            self.release_targets(key, owner, Some(&granted)).await;
+        }
+        self.release_late(key, owner, Some(round.may_hold(&self.inner.nodes)));
+    }
+
+    /// Releases `owner`'s grants of `key` now, and once more a little later, in the
+    /// background: a master may still grant a request whose connection we closed (or whose
+    /// round we stopped waiting for) before it notices.
+    ///
+    /// `targets` limits it to some masters (all when `None`).
+    pub(crate) fn release_late(&self, key: &str, owner: &str, targets: Option<Vec<bool>>) {
+        let (relock, key, owner) = (self.clone(), key.to_string(), owner.to_string());
+        self.in_background(async move {
+            relock
+                .release_targets(&key, &owner, targets.as_deref())
+                .await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            relock
+                .release_targets(&key, &owner, targets.as_deref())
+                .await;
+        });
     }
 
     /// `Err(`[`Error::Permanent`]`)` when the round's permanent failures leave too few masters
@@ -410,7 +488,8 @@ impl Relock {
     }
 
     /// One non-blocking Redlock round with `LOCK.ACQUIRE` (or `LOCK.REENTER`); on failure the
-    /// masters are released at once.
+    /// masters are released at once (in the background for `LOCK.ACQUIRE`, whose owner is
+    /// never used again, so that a stopped master does not hold up the caller twice).
     async fn attempt(
         &self,
         key: &str,
@@ -425,16 +504,29 @@ impl Relock {
         } else {
             Write::Acquire
         };
+        // A reentrant hold cannot be undone blindly: only the counts it added are released.
+        let abandoned = (!reentrant).then(|| Abandoned::new(self, key, owner));
         let round = self.write_round(key, owner, ttl_ms, write).await;
+        if let Some(abandoned) = abandoned {
+            abandoned.disarm();
+        }
         let targets: Option<Vec<bool>> =
             reentrant.then(|| round.tokens.iter().map(Option::is_some).collect());
-        if round.granted() < self.quorum() {
-            self.release_targets(key, owner, targets.as_deref()).await;
-            let round = self.permanent_failure(key, round)?;
-            return Err(self.no_quorum(key, round));
-        }
-        let Some(left) = validity(ttl, round.elapsed) else {
-            self.release_targets(key, owner, targets.as_deref()).await;
+        let left = if round.granted() < self.quorum() {
+            None
+        } else {
+            validity(ttl, round.elapsed)
+        };
+        let Some(left) = left else {
+            if reentrant {
+                self.release_targets(key, owner, targets.as_deref()).await;
+            } else {
+                self.release_failed(key, owner, &round).await;
+            }
+            if round.granted() < self.quorum() {
+                let round = self.permanent_failure(key, round)?;
+                return Err(self.no_quorum(key, round));
+            }
             return Err(Error::ValidityExhausted {
                 key: key.to_string(),
                 elapsed: round.elapsed,
@@ -671,6 +763,41 @@ impl Relock {
             }
         })
         .await
+    }
+}
+
+/// An acquisition round under way: if its future is dropped before the round is decided (a
+/// `select!`, a timeout, a signal), the grants that land anyway are released in the
+/// background instead of being held until their ttl.
+struct Abandoned {
+    relock: Relock,
+    key: String,
+    owner: String,
+    armed: bool,
+}
+
+impl Abandoned {
+    fn new(relock: &Relock, key: &str, owner: &str) -> Abandoned {
+        Abandoned {
+            relock: relock.clone(),
+            key: key.to_string(),
+            owner: owner.to_string(),
+            armed: true,
+        }
+    }
+
+    /// The round was decided: its outcome is handled by the caller.
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::debug!(key = %self.key, "acquisition abandoned; releasing what it got");
+            self.relock.release_late(&self.key, &self.owner, None);
+        }
     }
 }
 

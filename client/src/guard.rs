@@ -1,11 +1,13 @@
 //! Keeping a lock alive: a background renewal task, a loss signal, release on every exit path.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use crate::client::Relock;
 use crate::error::Error;
@@ -43,6 +45,10 @@ pub struct LockGuard {
     valid_until: watch::Receiver<Instant>,
     stop: CancellationToken,
     done: Option<oneshot::Receiver<Result<(), Error>>>,
+    /// Handed to the renewal task on drop, so that [`Relock::settle`] waits for the release
+    /// from the moment the guard is dropped.
+    releasing: Arc<Mutex<Option<TaskTrackerToken>>>,
+    client: Relock,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -71,6 +77,8 @@ impl Lock {
         let (valid_tx, valid_rx) = watch::channel(self.valid_until);
         let (done_tx, done_rx) = oneshot::channel();
         let stop = CancellationToken::new();
+        let releasing = Arc::new(Mutex::new(None));
+        let client = self.client.clone();
         tokio::spawn(renew_until_stopped(
             self,
             Signals {
@@ -78,6 +86,7 @@ impl Lock {
                 lost: hold.lost.clone(),
                 valid_until: valid_tx,
                 done: done_tx,
+                releasing: releasing.clone(),
             },
         ));
         LockGuard {
@@ -88,6 +97,8 @@ impl Lock {
             valid_until: valid_rx,
             stop,
             done: Some(done_rx),
+            releasing,
+            client,
         }
     }
 }
@@ -136,6 +147,10 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         // The renewal task sees this at once and releases; nothing here waits for it.
+        if self.done.is_some() {
+            let token = self.client.inner.background.token();
+            *self.releasing.lock().unwrap_or_else(|p| p.into_inner()) = Some(token);
+        }
         self.stop.cancel();
     }
 }
@@ -153,6 +168,7 @@ struct Signals {
     lost: CancellationToken,
     valid_until: watch::Sender<Instant>,
     done: oneshot::Sender<Result<(), Error>>,
+    releasing: Arc<Mutex<Option<TaskTrackerToken>>>,
 }
 
 async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
@@ -199,6 +215,12 @@ async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
         }
     };
     let Some(why) = why else {
+        // Stopped: release, counted by Relock::settle while it runs.
+        let _releasing = signals
+            .releasing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         let _ = signals.done.send(lock.release().await);
         return;
     };

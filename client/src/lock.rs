@@ -14,7 +14,8 @@ use crate::validity::validity;
 ///
 /// Release it with [`Lock::release`]. A `Lock` dropped unreleased is released in the
 /// background (a task spawned on the current tokio runtime, if there is one; `Drop` never
-/// blocks); without a runtime it simply expires after its ttl. For automatic renewal use
+/// blocks; [`Relock::settle`] waits for it); without a runtime it simply expires after its
+/// ttl. For automatic renewal use
 /// [`Lock::keep_alive`] or [`Relock::with_lock`].
 pub struct Lock {
     pub(crate) client: Relock,
@@ -223,9 +224,6 @@ impl Drop for Lock {
         if self.released {
             return;
         }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let lock = Lock {
             client: self.client.clone(),
             key: std::mem::take(&mut self.key),
@@ -236,7 +234,8 @@ impl Drop for Lock {
             reentrant: self.reentrant,
             released: true,
         };
-        handle.spawn(async move {
+        let client = lock.client.clone();
+        client.in_background(async move {
             if let Err(e) = lock.release_inner().await {
                 tracing::debug!(key = %lock.key, error = %e, "release of a dropped lock");
             }

@@ -39,6 +39,25 @@ fn owner_on(server: &Server, key: &str) -> Option<String> {
     info.map(|i| redis::from_redis_value(&i["owner"]).expect("owner"))
 }
 
+/// How many error replies of `code` (`ERR`, `NOAUTH`, `WRONGTYPE`...) the server sent.
+fn error_replies(server: &Server, code: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("errorstats")
+        .query(&mut server.conn())
+        .expect("INFO errorstats");
+    let prefix = format!("errorstat_{code}:count=");
+    info.lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(&prefix)?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
 /// Continues the stopped servers on drop, so that a failing assertion never leaves one stopped.
 struct Resume<'a>(Vec<&'a Server>);
 
@@ -181,6 +200,8 @@ async fn permanent_errors_fail_at_once() {
         .expect_err("WRONGTYPE")
         .to_string()
         .contains("WRONGTYPE"));
+    relock.settle().await;
+    assert_eq!(error_replies(&server, "WRONGTYPE"), 2, "one per call");
 
     // Redlock: two of three masters without the module can never make a quorum...
     let good = Server::start();
@@ -194,6 +215,7 @@ async fn permanent_errors_fail_at_once() {
         text.contains(&format!("127.0.0.1:{}", bare2.port)),
         "{text}"
     );
+    relock.settle().await;
     assert_eq!(owner_on(&good, KEY), None, "released again");
     // ...but one of three is only a minority: the lock is still taken.
     let good2 = Server::start();
@@ -385,4 +407,62 @@ async fn guard_renews_every_third_of_the_ttl() {
             "renewals {gap:?} apart: {renewals:?}"
         );
     }
+}
+
+/// With several masters, a waiter granted by a minority gives that grant back after
+/// `max_partial_hold` instead of sitting on it (so two waiters can never block each other).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partial_grants_are_given_back_after_max_partial_hold() {
+    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let refs: Vec<&Server> = servers.iter().collect();
+    // Another owner holds masters 1 and 2; master 0 is free, so a waiter gets only it.
+    for s in &servers[1..] {
+        let _: Option<u64> = redis::cmd("LOCK.ACQUIRE")
+            .arg(KEY)
+            .arg("other")
+            .arg(60_000)
+            .query(&mut s.conn())
+            .expect("LOCK.ACQUIRE");
+    }
+    let partial = Duration::from_millis(300);
+    let relock = client_with(
+        &refs,
+        Options {
+            max_partial_hold: partial,
+            retry_delay: Duration::from_millis(400),
+            ..patient()
+        },
+    );
+    let waiter = {
+        let relock = relock.clone();
+        tokio::spawn(async move {
+            relock
+                .acquire_wait(KEY, Duration::from_secs(10), Some(Duration::from_secs(4)))
+                .await
+        })
+    };
+    // The waiter takes master 0 and then lets it go again, over and over.
+    let mut seen_held = false;
+    let mut seen_free_after = false;
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        match owner_on(&servers[0], KEY) {
+            Some(_) => seen_held = true,
+            None if seen_held => seen_free_after = true,
+            None => {}
+        }
+        if seen_free_after {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(seen_held, "the waiter never took the free master");
+    assert!(seen_free_after, "the waiter kept its minority grant");
+    let err = waiter.await.expect("task").expect_err("no quorum in 4 s");
+    assert!(matches!(err, Error::WaitTimeout { .. }), "{err}");
+    assert!(
+        eventually(Duration::from_secs(2), || owner_on(&servers[0], KEY)
+            .is_none()),
+        "nothing left on the free master"
+    );
 }
