@@ -1,17 +1,19 @@
 //! The client: a set of independent masters, the Redlock rounds, and the ways to acquire.
 
 use std::future::Future;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use redis::ConnectionAddr;
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use crate::error::{Error, NodeError, NodeErrors, NodeFailure};
 use crate::limits::{check_options, check_ttl, clamp_wait, wait_ms};
 use crate::lock::Lock;
-use crate::node::{parse_info, Acks, Node};
+use crate::node::{display_addr, parse_info, Acks, Node};
 use crate::validity::validity;
 use crate::LockInfo;
 
@@ -165,6 +167,11 @@ impl Relock {
     }
 
     /// Like [`Relock::new`], with the given options.
+    ///
+    /// Fails with [`Error::DuplicateServer`] when two URLs name the same server (their host
+    /// names are resolved here, once, to compare addresses; `127.0.0.1` and `localhost` are one
+    /// server, and so are two databases of it), and with [`Error::InvalidOption`] when an
+    /// option is out of range (see [`crate::limits::check_options`]).
     pub fn with_options<S: AsRef<str>>(urls: &[S], options: Options) -> Result<Relock, Error> {
         if urls.is_empty() {
             return Err(Error::NoServers);
@@ -174,6 +181,9 @@ impl Relock {
             .iter()
             .map(|u| Node::open(u.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
+        if nodes.len() > 1 {
+            check_distinct(urls, &nodes)?;
+        }
         Ok(Relock {
             inner: Arc::new(Inner {
                 nodes,
@@ -798,6 +808,59 @@ impl Drop for Abandoned {
             tracing::debug!(key = %self.key, "acquisition abandoned; releasing what it got");
             self.relock.release_late(&self.key, &self.owner, None);
         }
+    }
+}
+
+/// Fails when two of `nodes` are one server: their resolved addresses (or unix socket paths)
+/// overlap. A host name that does not resolve is compared by name.
+fn check_distinct<S: AsRef<str>>(urls: &[S], nodes: &[Node]) -> Result<(), Error> {
+    let identities: Vec<Vec<String>> = nodes
+        .iter()
+        .map(|n| server_identity(&n.connection_info().addr))
+        .collect();
+    for (i, mine) in identities.iter().enumerate() {
+        for (j, earlier) in identities[..i].iter().enumerate() {
+            if let Some(address) = mine.iter().find(|a| earlier.contains(a)) {
+                return Err(Error::DuplicateServer {
+                    first: urls[j].as_ref().to_string(),
+                    second: urls[i].as_ref().to_string(),
+                    address: address.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The addresses a server URL reaches, in a comparable form.
+fn server_identity(addr: &ConnectionAddr) -> Vec<String> {
+    match addr {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            let resolved: Vec<String> = (host.as_str(), *port)
+                .to_socket_addrs()
+                .map(|addrs| addrs.map(|a| canonical(a).to_string()).collect())
+                .unwrap_or_default();
+            if resolved.is_empty() {
+                vec![display_addr(addr).to_lowercase()]
+            } else {
+                resolved
+            }
+        }
+        ConnectionAddr::Unix(path) => vec![std::fs::canonicalize(path)
+            .unwrap_or_else(|_| path.clone())
+            .display()
+            .to_string()],
+    }
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+fn canonical(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
+            None => addr,
+        },
+        SocketAddr::V4(_) => addr,
     }
 }
 

@@ -124,6 +124,14 @@ impl Node {
         matches!(self.backend, Backend::Cluster(_))
     }
 
+    /// How this master is reached (for a cluster, the first seed).
+    pub(crate) fn connection_info(&self) -> &ConnectionInfo {
+        match &self.backend {
+            Backend::Server { client, .. } => client.get_connection_info(),
+            Backend::Cluster(c) => &c.template,
+        }
+    }
+
     pub(crate) fn error(&self, failure: NodeFailure) -> NodeError {
         NodeError {
             node: self.name.clone(),

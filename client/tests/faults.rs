@@ -324,6 +324,48 @@ async fn invalid_ttls_are_refused_before_any_request() {
     assert!(!after.to_lowercase().contains("cmdstat_lock."), "{after}");
 }
 
+/// `127.0.0.1:P` and `localhost:P` are one server: it must not count twice toward a quorum
+/// (problem 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_named_twice_is_refused() {
+    let a = Server::start();
+    let b = Server::start();
+    let list = [
+        format!("redis://127.0.0.1:{}", a.port),
+        format!("redis://localhost:{}/", a.port),
+        b.url(),
+    ];
+    match Relock::new(&list) {
+        Ok(relock) => {
+            let lock = relock.acquire(KEY, Duration::from_secs(10)).await;
+            panic!(
+                "one server named twice was accepted as two masters (acquire: {:?})",
+                lock.map(|l| l.tokens().len())
+            );
+        }
+        Err(e) => {
+            let text = e.to_string();
+            assert!(
+                text.contains(&a.port.to_string()),
+                "names the server: {text}"
+            );
+        }
+    }
+    // The same server under another database number is still the same server.
+    let list = [format!("{}0", a.url()), format!("{}1", a.url()), b.url()];
+    assert!(Relock::new(&list).is_err(), "db 0 and db 1 of one server");
+    // Distinct servers are fine, and a cluster's seeds may repeat.
+    assert!(Relock::new(&[a.url(), b.url()]).is_ok());
+    assert!(Relock::cluster(&[a.url(), a.url()], Options::default()).is_ok());
+}
+
+/// IPv6 masters are named `[addr]:port`, as in a URL.
+#[test]
+fn ipv6_masters_print_in_brackets() {
+    let relock = Relock::new(&["redis://[::1]:6390", "redis://127.0.0.1:6391"]).expect("client");
+    assert_eq!(relock.nodes(), vec!["[::1]:6390", "127.0.0.1:6391"]);
+}
+
 /// `Options::default()` is what the docs say it is.
 #[test]
 fn documented_defaults() {
