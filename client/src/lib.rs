@@ -8,12 +8,17 @@
 //! - the validity of a lock is `ttl - elapsed - drift` (drift = 1 % of ttl + 2 ms), computed
 //!   with checked arithmetic and exposed as an instant, [`Lock::valid_until`];
 //! - a failed round is released on every master at once, and retried after a random pause;
+//!   an error that retrying cannot fix (the module missing, a refused login, a key of another
+//!   type: [`NodeFailure::is_permanent`]) fails at once instead ([`Error::Permanent`]);
 //! - [`Relock::acquire_wait`] waits with `LOCK.WAIT` instead of polling;
 //! - [`Relock::with_lock`] and [`LockGuard`] renew in the background and tell the holder when
 //!   the lock is lost, no later than its validity's end; errors name the master that failed
 //!   ([`NodeError`]);
 //! - [`Relock::cluster`] locks on a Redis Cluster instead (each lock on its key's master,
-//!   redirections followed, `LOCK.WAIT` on a connection to the key's master);
+//!   redirections followed, renewals and releases following an automatic failover to the
+//!   promoted replica, `LOCK.WAIT` on a connection to the key's master);
+//! - ttls, wait limits and option timeouts are checked or clamped in one place, [`limits`];
+//!   one server named twice in a Redlock list is refused ([`Error::DuplicateServer`]);
 //! - [`Options::replica_acks`] (default 0, off) makes an acquire or extend count only once that
 //!   many replicas acknowledged it (`WAIT`), per master, in every mode. See `DEPLOYMENT.md`.
 //!
