@@ -86,13 +86,25 @@ pub struct LockInfo {
     pub waiters: u64,
 }
 
-/// Parses a duration such as `500ms`, `10s`, `2m`, `1h` or a bare number of seconds (`30`).
-/// Used by `lockctl`; exposed because callers often read ttls from configuration.
+/// Parses a duration such as `500ms`, `10s`, `2m`, `1h`, `1e3s` or a bare number of seconds
+/// (`30`). Used by `lockctl`; exposed because callers often read ttls from configuration.
+/// It only parses: what a duration may be used for is checked by [`limits`].
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
+    let mut split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());
+    // An exponent (`1e3s`) belongs to the number, not the unit.
+    if let Some(rest) = text[split..].strip_prefix(['e', 'E']) {
+        let sign = usize::from(rest.starts_with(['+', '-']));
+        let digits = rest[sign..].len()
+            - rest[sign..]
+                .trim_start_matches(|c: char| c.is_ascii_digit())
+                .len();
+        if digits > 0 {
+            split += 1 + sign + digits;
+        }
+    }
     let (number, unit) = text.split_at(split);
     let value: f64 = number
         .parse()
@@ -126,6 +138,15 @@ mod tests {
         assert_eq!(parse_duration("30"), Ok(ms(30_000)));
         assert_eq!(parse_duration("1.5s"), Ok(ms(1_500)));
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1e3ms"), Ok(ms(1_000)));
+        assert_eq!(parse_duration("2.5E-3s"), Ok(Duration::from_micros(2_500)));
+        assert_eq!(
+            parse_duration("1e19s"),
+            Ok(Duration::from_secs(10_000_000_000_000_000_000))
+        );
+        assert!(parse_duration("1e400s").is_err());
+        assert!(parse_duration("1e").is_err());
+        assert!(parse_duration("1es").is_err());
         assert!(parse_duration("").is_err());
         assert!(parse_duration("ten").is_err());
         assert!(parse_duration("5d").is_err());

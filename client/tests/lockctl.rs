@@ -614,7 +614,7 @@ fn usage_errors_exit_2_before_any_server_is_asked() {
 #[test]
 fn huge_wait_is_clamped() {
     let server = Server::start();
-    for wait in ["20000000000s", "10000000000000000000s"] {
+    for wait in ["20000000000s", "10000000000000000000s", "1e19s"] {
         let mut child = Spawned::new(
             lockctl(&[&server])
                 .args(["run", "--wait", wait, KEY, "--", "true"])
