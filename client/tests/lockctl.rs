@@ -867,3 +867,36 @@ fn a_signal_during_start_never_strands_the_lock() {
     );
     assert_eq!(info_stat(&server, "relock", "relock_waiters"), 0);
 }
+
+/// Whether `pid` still runs (a zombie waiting to be reaped does not).
+fn is_running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // pid (comm) STATE ...: the state follows the last ')'.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+/// If lockctl itself is killed, nothing renews the lock any more: the command must not run
+/// on without it.
+#[test]
+fn the_command_dies_with_lockctl() {
+    let server = Server::start();
+    let counter = Counter::new();
+    let mut child = Spawned::new(
+        lockctl(&[&server])
+            .args(["run", KEY, "--"])
+            .args(counter.command())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let pid = counter.wait_ready();
+    assert!(is_running(pid));
+    send(child.pid(), libc::SIGKILL);
+    child.wait_within(Duration::from_secs(10));
+    assert!(
+        eventually(Duration::from_secs(5), || !is_running(pid)),
+        "the command outlived lockctl"
+    );
+}

@@ -551,7 +551,7 @@ mod signals {
     /// Starts the command: in lockctl's process group when it `shares_terminal` (so that it
     /// reads the terminal and gets its Ctrl-C like any foreground program), else in a group of
     /// its own (so that a signal to lockctl's group reaches it only through lockctl). Either
-    /// way it is killed if lockctl dies.
+    /// way, on Linux, it is killed if lockctl dies.
     pub fn spawn(
         command: &[OsString],
         shares_terminal: bool,
@@ -563,20 +563,23 @@ mod signals {
         if !shares_terminal {
             cmd.process_group(0);
         }
-        // SAFETY: getpid before the fork; between fork and exec the closure only makes
-        // async-signal-safe calls (prctl, getppid, kill).
-        let parent = unsafe { libc::getpid() };
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // lockctl died before the line above took effect.
-                if libc::getppid() != parent {
-                    libc::kill(libc::getpid(), libc::SIGKILL);
-                }
-                Ok(())
-            });
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: getpid before the fork; between fork and exec the closure only makes
+            // async-signal-safe calls (prctl, getppid, kill).
+            let parent = unsafe { libc::getpid() };
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    // lockctl died before the line above took effect.
+                    if libc::getppid() != parent {
+                        libc::kill(libc::getpid(), libc::SIGKILL);
+                    }
+                    Ok(())
+                });
+            }
         }
         cmd.spawn()
     }
