@@ -900,3 +900,45 @@ fn the_command_dies_with_lockctl() {
         "the command outlived lockctl"
     );
 }
+
+/// Without `--servers` (and with `RELOCK_SERVERS` empty) lockctl asks 127.0.0.1:6379.
+#[test]
+fn default_server_is_local_6379() {
+    // `info` only reads, whatever runs on that port (or nothing does).
+    let out = run(lockctl_at("").args(["info", "relock-test-default-server"]));
+    assert!(
+        stdout(&out).starts_with("127.0.0.1:6379\t"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
+
+/// Without `--grace`, a command that ignores SIGTERM after a loss gets SIGKILL 10 s later.
+#[test]
+fn default_grace_is_10s() {
+    let server = Server::start();
+    let counter = Counter::new();
+    let mut child = Spawned::new(
+        lockctl(&[&server])
+            .args(["run", "--ttl", "1s", KEY, "--"])
+            .args(counter.command())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let pid = counter.wait_ready();
+    let _: i64 = redis::cmd("LOCK.FORCERELEASE")
+        .arg(KEY)
+        .query(&mut server.conn())
+        .expect("force release");
+    assert!(eventually(Duration::from_secs(5), || counter.count("TERM") == 1));
+    let termed = Instant::now();
+    let status = child.wait_within(Duration::from_secs(30));
+    let grace = termed.elapsed();
+    assert_eq!(status.code(), Some(76));
+    assert!(!is_running(pid), "the command survived");
+    assert!(
+        grace >= Duration::from_millis(9_700),
+        "SIGKILL {grace:?} after SIGTERM"
+    );
+}
