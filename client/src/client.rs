@@ -403,11 +403,12 @@ impl Relock {
     /// one that timed out) is released in the background, so that a stopped master does not
     /// hold the caller up a second time.
     async fn release_failed(&self, key: &str, owner: &str, round: &Round) {
+        // The background part first: it still runs if this future is dropped while waiting.
+        self.release_late(key, owner, Some(round.may_hold(&self.inner.nodes)));
         let granted: Vec<bool> = round.tokens.iter().map(Option::is_some).collect();
         if granted.contains(&true) {
             self.release_targets(key, owner, Some(&granted)).await;
         }
-        self.release_late(key, owner, Some(round.may_hold(&self.inner.nodes)));
     }
 
     /// Releases `owner`'s grants of `key` now, and once more a little later, in the

@@ -154,7 +154,7 @@ impl Node {
                     let mut c = shared_conn(client, conn).await?;
                     cmd.query_async::<T>(&mut c).await
                 };
-                self.settle_server(tokio::time::timeout(timeout, attempt).await, timeout)
+                self.server_reply(tokio::time::timeout(timeout, attempt).await, timeout)
                     .await
             }
             Backend::Cluster(cluster) => {
@@ -194,7 +194,7 @@ impl Node {
                     let mut c = shared_conn(client, conn).await?;
                     pipe.query_async::<Vec<Value>>(&mut c).await
                 };
-                self.settle_server(tokio::time::timeout(timeout, attempt).await, timeout)
+                self.server_reply(tokio::time::timeout(timeout, attempt).await, timeout)
                     .await?
             }
             Backend::Cluster(cluster) => cluster.call(key, &pipe, timeout).await?,
@@ -210,7 +210,7 @@ impl Node {
     }
 
     /// A single server's reply, with its shared connection dropped after an I/O error.
-    async fn settle_server<T>(
+    async fn server_reply<T>(
         &self,
         result: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
         timeout: Duration,
