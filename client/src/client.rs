@@ -1,16 +1,20 @@
 //! The client: a set of independent masters, the Redlock rounds, and the ways to acquire.
 
 use std::future::Future;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use redis::ConnectionAddr;
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 use crate::error::{Error, NodeError, NodeErrors, NodeFailure};
+use crate::limits::{check_options, check_ttl, clamp_wait, wait_ms};
 use crate::lock::Lock;
-use crate::node::{parse_info, Acks, Node};
-use crate::validity::{ttl_ms, validity};
+use crate::node::{display_addr, parse_info, Acks, Node};
+use crate::validity::validity;
 use crate::LockInfo;
 
 /// Tuning of a [`Relock`] client. Every field has a default, given in its doc.
@@ -92,6 +96,9 @@ pub struct NodeReport<T> {
 pub(crate) struct Inner {
     pub(crate) nodes: Vec<Node>,
     pub(crate) options: Options,
+    /// Releases running in the background (dropped locks and guards, abandoned or failed
+    /// acquisitions), so that [`Relock::settle`] can wait for them.
+    pub(crate) background: TaskTracker,
 }
 
 /// A client of one relock server (plain locking), of N independent masters (Redlock), or of
@@ -127,6 +134,28 @@ impl Round {
             .filter(|e| matches!(e.failure, NodeFailure::NotGranted))
             .count()
     }
+
+    /// Per master, whether it may hold a grant of this round: all but those that failed
+    /// permanently (they never granted, and releasing there would fail the same way).
+    pub(crate) fn may_hold(&self, nodes: &[Node]) -> Vec<bool> {
+        nodes
+            .iter()
+            .map(|n| {
+                !self
+                    .failures
+                    .iter()
+                    .any(|f| f.node == n.name && f.failure.is_permanent())
+            })
+            .collect()
+    }
+
+    /// How many masters failed in a way retrying cannot fix ([`NodeFailure::is_permanent`]).
+    pub(crate) fn permanent(&self) -> usize {
+        self.failures
+            .iter()
+            .filter(|e| e.failure.is_permanent())
+            .count()
+    }
 }
 
 impl Relock {
@@ -138,16 +167,29 @@ impl Relock {
     }
 
     /// Like [`Relock::new`], with the given options.
+    ///
+    /// Fails with [`Error::DuplicateServer`] when two URLs name the same server (their host
+    /// names are resolved here, once, to compare addresses; `127.0.0.1` and `localhost` are one
+    /// server, and so are two databases of it), and with [`Error::InvalidOption`] when an
+    /// option is out of range (see [`crate::limits::check_options`]).
     pub fn with_options<S: AsRef<str>>(urls: &[S], options: Options) -> Result<Relock, Error> {
         if urls.is_empty() {
             return Err(Error::NoServers);
         }
+        check_options(&options)?;
         let nodes = urls
             .iter()
             .map(|u| Node::open(u.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
+        if nodes.len() > 1 {
+            check_distinct(urls, &nodes)?;
+        }
         Ok(Relock {
-            inner: Arc::new(Inner { nodes, options }),
+            inner: Arc::new(Inner {
+                nodes,
+                options,
+                background: TaskTracker::new(),
+            }),
         })
     }
 
@@ -156,21 +198,29 @@ impl Relock {
     ///
     /// Each lock lives on the master of its key's hash slot, so this is single-lock locking
     /// (quorum 1), not Redlock; use hash tags (`{order:42}:row`) to keep related locks on one
-    /// master. Commands go through the `redis` crate's cluster client, which follows `MOVED` and
-    /// `ASK` during resharding and failover; `LOCK.WAIT` blocks on a connection of its own to
-    /// the key's master (found with `CLUSTER SLOTS`), re-resolved and retried on `MOVED` or a
-    /// failover. Combine with [`Options::replica_acks`] so that a lock survives a failover.
+    /// master. Combine with [`Options::replica_acks`] so that a lock survives a failover.
     /// No connection is made until the first command.
+    ///
+    /// The client routes by a slot map of its own (`CLUSTER SLOTS`, asked of every known node
+    /// at once; the first answer wins) over one shared connection per node, and follows `MOVED`
+    /// and `ASK`. A master that does not answer within the request's timeout, or answers that it
+    /// is a replica now, makes it read the map again and, if the key has a new master, send the
+    /// request there once more: renewals and releases follow an automatic failover instead of
+    /// going to a stopped master. `LOCK.WAIT` blocks on a connection of its own to the key's
+    /// master, re-resolved and retried on `MOVED` or a failover, and moved to the new master
+    /// when the one it waits on stops answering pings while another master serves the key.
     pub fn cluster<S: AsRef<str>>(seeds: &[S], options: Options) -> Result<Relock, Error> {
         if seeds.is_empty() {
             return Err(Error::NoServers);
         }
+        check_options(&options)?;
         let seeds: Vec<&str> = seeds.iter().map(AsRef::as_ref).collect();
-        let node = Node::open_cluster(&seeds, options.node_timeout, options.write_timeout())?;
+        let node = Node::open_cluster(&seeds)?;
         Ok(Relock {
             inner: Arc::new(Inner {
                 nodes: vec![node],
                 options,
+                background: TaskTracker::new(),
             }),
         })
     }
@@ -209,14 +259,16 @@ impl Relock {
     /// Acquires `key` for `ttl` under a fresh owner, retrying up to
     /// [`Options::retry_count`] times with a random pause around [`Options::retry_delay`].
     /// Fails with the last round's error (for instance [`Error::NoQuorum`], naming the masters
-    /// that did not grant).
+    /// that did not grant), or at once with an error retrying cannot fix
+    /// ([`Error::is_permanent`]: an invalid ttl, the module missing, a refused login...).
     pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Lock, Error> {
-        let owner = Relock::new_owner();
         let mut tries_left = self.inner.options.retry_count;
         loop {
-            match self.attempt(key, &owner, ttl, false).await {
+            // A new owner per round: the background release of a failed round can then never
+            // hit a later round's grants.
+            match self.attempt(key, &Relock::new_owner(), ttl, false).await {
                 Ok(lock) => return Ok(lock),
-                Err(e @ (Error::InvalidTtl(_) | Error::NoServers)) => return Err(e),
+                Err(e) if e.is_permanent() => return Err(e),
                 Err(e) if tries_left == 0 => return Err(e),
                 Err(e) => {
                     tracing::debug!(key, error = %e, "acquire round failed, retrying");
@@ -235,7 +287,8 @@ impl Relock {
     }
 
     /// Blocking acquisition with `LOCK.WAIT`: waits, without polling, until the lock is granted
-    /// or `timeout` passes (`None`: no limit; `Some(ZERO)`: one non-blocking round).
+    /// or `timeout` passes (`None`: no limit; `Some(ZERO)`: one non-blocking round; a limit
+    /// above 10^12 ms, the most `LOCK.WAIT` accepts, counts as 10^12 ms).
     ///
     /// With one master this is a plain `LOCK.WAIT` in the master's FIFO queue. With several,
     /// it waits on every master at once, each on a connection of its own; once one master has
@@ -243,13 +296,18 @@ impl Relock {
     /// releases what it holds and starts again after a random pause, so that contenders holding
     /// a minority each can never wait on one another forever. The validity of the result is
     /// measured from a `LOCK.RENEW` round made right after the grant.
+    ///
+    /// Fails at once, whatever the limit, with an error retrying cannot fix
+    /// ([`Error::is_permanent`]). Dropping the future while it waits leaves nothing behind:
+    /// grants that land anyway are released in the background (see [`Relock::settle`]).
     pub async fn acquire_wait(
         &self,
         key: &str,
         ttl: Duration,
         timeout: Option<Duration>,
     ) -> Result<Lock, Error> {
-        let ttl_ms = ttl_ms(ttl).ok_or(Error::InvalidTtl(ttl))?;
+        let ttl = check_ttl(ttl)?;
+        let timeout = timeout.map(clamp_wait);
         if timeout == Some(Duration::ZERO) {
             return self.try_acquire(key, ttl).await;
         }
@@ -266,28 +324,28 @@ impl Relock {
                     timeout: timeout.unwrap_or_default(),
                 });
             }
-            let round = self.wait_round(key, &owner, ttl, ttl_ms, remaining).await;
+            // Released in the background if this future is dropped before the round is decided.
+            let abandoned = Abandoned::new(self, key, &owner);
+            let round = self.wait_round(key, &owner, ttl, remaining).await;
             if round.granted() >= self.quorum() {
+                abandoned.disarm();
                 let mut lock = Lock::new(self.clone(), key, &owner, ttl, round.tokens, false);
                 // The grant's ttl counts from a moment we cannot see; a renew round gives a
                 // start time we did measure.
                 match lock.renew(ttl, false).await {
-                    Ok(()) => return Ok(lock),
+                    Ok(()) => {
+                        tracing::debug!(key, owner, valid_until = ?lock.valid_until, "lock acquired");
+                        return Ok(lock);
+                    }
                     Err(e) => {
                         tracing::debug!(key, error = %e, "renew after wait failed, retrying");
                         lock.release_quietly().await;
                     }
                 }
             } else {
-                self.release_targets(key, &owner, None).await;
-                // A master may grant a waiter whose connection we just closed before it notices
-                // the close; release once more a little later so such a grant cannot linger
-                // until its ttl.
-                let (relock, late_key) = (self.clone(), key.to_string());
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    relock.release_targets(&late_key, &owner, None).await;
-                });
+                abandoned.disarm();
+                self.release_failed(key, &owner, &round).await;
+                let round = self.permanent_failure(key, round)?;
                 let errors_only = round.failures.iter().all(|f| {
                     !matches!(f.failure, NodeFailure::NotGranted | NodeFailure::Timeout(_))
                 });
@@ -316,6 +374,79 @@ impl Relock {
         }
     }
 
+    /// Waits until every release this client started in the background has finished: those
+    /// of dropped [`Lock`]s and [`LockGuard`](crate::LockGuard)s, of failed acquisition rounds,
+    /// and of acquisitions abandoned by dropping their future. Each is bounded by the node
+    /// timeout. Call it before a process exits right after such a drop or failure, so that
+    /// the releases are not cut off (the locks would stay held until their ttl).
+    pub async fn settle(&self) {
+        let background = &self.inner.background;
+        background.close();
+        background.wait().await;
+        background.reopen();
+    }
+
+    /// Runs `release` in the background (on the current runtime, if any), counted by
+    /// [`Relock::settle`].
+    pub(crate) fn in_background<F>(&self, release: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(self.inner.background.track_future(release));
+        }
+    }
+
+    /// Undoes a failed round of a fresh `owner`: the masters that granted are released before
+    /// this returns (they just answered, so they answer at once), so that the caller's next
+    /// round finds them free; every other master that may hold a grant (one still to answer,
+    /// one that timed out) is released in the background, so that a stopped master does not
+    /// hold the caller up a second time.
+    async fn release_failed(&self, key: &str, owner: &str, round: &Round) {
+        // The background part first: it still runs if this future is dropped while waiting.
+        self.release_late(key, owner, Some(round.may_hold(&self.inner.nodes)));
+        let granted: Vec<bool> = round.tokens.iter().map(Option::is_some).collect();
+        if granted.contains(&true) {
+            self.release_targets(key, owner, Some(&granted)).await;
+        }
+    }
+
+    /// Releases `owner`'s grants of `key` now, and once more a little later, in the
+    /// background: a master may still grant a request whose connection we closed (or whose
+    /// round we stopped waiting for) before it notices.
+    ///
+    /// `targets` limits it to some masters (all when `None`).
+    pub(crate) fn release_late(&self, key: &str, owner: &str, targets: Option<Vec<bool>>) {
+        let (relock, key, owner) = (self.clone(), key.to_string(), owner.to_string());
+        self.in_background(async move {
+            relock
+                .release_targets(&key, &owner, targets.as_deref())
+                .await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            relock
+                .release_targets(&key, &owner, targets.as_deref())
+                .await;
+        });
+    }
+
+    /// `Err(`[`Error::Permanent`]`)` when the round's permanent failures leave too few masters
+    /// for a quorum; otherwise the round, for the caller to judge.
+    pub(crate) fn permanent_failure(&self, key: &str, round: Round) -> Result<Round, Error> {
+        let nodes = self.inner.nodes.len();
+        if nodes - round.permanent() >= self.quorum() {
+            return Ok(round);
+        }
+        let failures = round
+            .failures
+            .into_iter()
+            .filter(|f| f.failure.is_permanent())
+            .collect();
+        Err(Error::Permanent {
+            key: key.to_string(),
+            failures: NodeErrors(failures),
+        })
+    }
+
     /// `LOCK.INFO key` on every master, concurrently.
     pub async fn info(&self, key: &str) -> Vec<NodeReport<Option<LockInfo>>> {
         let mut cmd = redis::cmd("LOCK.INFO");
@@ -323,7 +454,7 @@ impl Relock {
         let timeout = self.inner.options.node_timeout;
         let cmd = &cmd;
         let replies = futures_util::future::join_all(self.inner.nodes.iter().map(|n| async move {
-            let reply: Result<redis::Value, _> = n.query(cmd, timeout).await;
+            let reply: Result<redis::Value, _> = n.query(key, cmd, timeout).await;
             NodeReport {
                 node: n.name_for(key, timeout).await,
                 result: reply.and_then(parse_info),
@@ -340,7 +471,7 @@ impl Relock {
         let timeout = self.inner.options.node_timeout;
         let cmd = &cmd;
         let replies = futures_util::future::join_all(self.inner.nodes.iter().map(|n| async move {
-            let reply: Result<i64, _> = n.query(cmd, timeout).await;
+            let reply: Result<i64, _> = n.query(key, cmd, timeout).await;
             NodeReport {
                 node: n.name_for(key, timeout).await,
                 result: reply.map(|r| r == 1),
@@ -368,7 +499,8 @@ impl Relock {
     }
 
     /// One non-blocking Redlock round with `LOCK.ACQUIRE` (or `LOCK.REENTER`); on failure the
-    /// masters are released at once.
+    /// masters are released at once (in the background for `LOCK.ACQUIRE`, whose owner is
+    /// never used again, so that a stopped master does not hold up the caller twice).
     async fn attempt(
         &self,
         key: &str,
@@ -376,21 +508,36 @@ impl Relock {
         ttl: Duration,
         reentrant: bool,
     ) -> Result<Lock, Error> {
-        let ttl_ms = ttl_ms(ttl).ok_or(Error::InvalidTtl(ttl))?;
+        let ttl = check_ttl(ttl)?;
+        let ttl_ms = ttl.as_millis() as u64;
         let write = if reentrant {
             Write::Reenter
         } else {
             Write::Acquire
         };
+        // A reentrant hold cannot be undone blindly: only the counts it added are released.
+        let abandoned = (!reentrant).then(|| Abandoned::new(self, key, owner));
         let round = self.write_round(key, owner, ttl_ms, write).await;
+        if let Some(abandoned) = abandoned {
+            abandoned.disarm();
+        }
         let targets: Option<Vec<bool>> =
             reentrant.then(|| round.tokens.iter().map(Option::is_some).collect());
-        if round.granted() < self.quorum() {
-            self.release_targets(key, owner, targets.as_deref()).await;
-            return Err(self.no_quorum(key, round));
-        }
-        let Some(left) = validity(ttl, round.elapsed) else {
-            self.release_targets(key, owner, targets.as_deref()).await;
+        let left = if round.granted() < self.quorum() {
+            None
+        } else {
+            validity(ttl, round.elapsed)
+        };
+        let Some(left) = left else {
+            if reentrant {
+                self.release_targets(key, owner, targets.as_deref()).await;
+            } else {
+                self.release_failed(key, owner, &round).await;
+            }
+            if round.granted() < self.quorum() {
+                let round = self.permanent_failure(key, round)?;
+                return Err(self.no_quorum(key, round));
+            }
             return Err(Error::ValidityExhausted {
                 key: key.to_string(),
                 elapsed: round.elapsed,
@@ -409,16 +556,16 @@ impl Relock {
         key: &str,
         owner: &str,
         ttl: Duration,
-        ttl_ms: u64,
         remaining: Option<Duration>,
     ) -> Round {
         let n = self.inner.nodes.len();
         let quorum = self.quorum();
         let node_timeout = self.inner.options.node_timeout;
-        // 0 asks the master to wait without limit.
-        let wait_ms = remaining.map_or(0, |r| (r.as_millis() as u64).max(1));
         let mut cmd = redis::cmd("LOCK.WAIT");
-        cmd.arg(key).arg(owner).arg(ttl_ms).arg(wait_ms);
+        cmd.arg(key)
+            .arg(owner)
+            .arg(ttl.as_millis() as u64)
+            .arg(wait_ms(remaining));
         let cmd = &cmd;
         let started = Instant::now();
         let mut pending: FuturesUnordered<_> = self
@@ -571,12 +718,12 @@ impl Relock {
             let (pipe, undo, key) = (pipe.clone(), undo.clone(), key.clone());
             async move {
                 let node = &inner.nodes[i];
-                let (replies, acked) = node.query_acked(&pipe, acks, timeout).await?;
+                let (replies, acked) = node.query_acked(&key, &pipe, acks, timeout).await?;
                 let token = write.token(replies)?;
                 match (token, acks) {
                     (Some(_), Some(a)) if acked < u64::from(a.replicas) => {
                         if write != Write::Renew {
-                            let _ = node.query::<Option<u64>>(&undo, node_timeout).await;
+                            let _ = node.query::<Option<u64>>(&key, &undo, timeout).await;
                         }
                         let master = if node.is_cluster() {
                             Some(node.name_for(&key, node_timeout).await)
@@ -598,20 +745,23 @@ impl Relock {
     }
 
     /// `LOCK.RELEASE` on the masters in `targets` (all when `None`), all at once, waiting for
-    /// every answer (each bounded by the node timeout). Returns the round: a "token" here is
-    /// the remaining count + 1, so `granted()` counts the masters where we held the lock.
+    /// every answer (each bounded by the node timeout, plus the replica-ack timeout when
+    /// acknowledgements are on: a release queues behind a `WAIT` of ours on the shared
+    /// connection). Returns the round: a "token" here is the remaining count + 1, so
+    /// `granted()` counts the masters where we held the lock.
     pub(crate) async fn release_targets(
         &self,
         key: &str,
         owner: &str,
         targets: Option<&[bool]>,
     ) -> Round {
-        let timeout = self.inner.options.node_timeout;
+        let timeout = self.inner.options.write_timeout();
         let mut cmd = redis::cmd("LOCK.RELEASE");
         cmd.arg(key).arg(owner);
         let targets: Option<Vec<bool>> = targets.map(<[bool]>::to_vec);
+        let key = key.to_string();
         self.round(false, move |inner, i| {
-            let cmd = cmd.clone();
+            let (cmd, key) = (cmd.clone(), key.clone());
             let skip = targets
                 .as_ref()
                 .is_some_and(|t| !t.get(i).copied().unwrap_or(false));
@@ -619,11 +769,99 @@ impl Relock {
                 if skip {
                     return Err(NodeFailure::NotGranted);
                 }
-                let left: Option<u64> = inner.nodes[i].query(&cmd, timeout).await?;
+                let left: Option<u64> = inner.nodes[i].query(&key, &cmd, timeout).await?;
                 Ok(left.map(|c| c + 1))
             }
         })
         .await
+    }
+}
+
+/// An acquisition round under way: if its future is dropped before the round is decided (a
+/// `select!`, a timeout, a signal), the grants that land anyway are released in the
+/// background instead of being held until their ttl.
+struct Abandoned {
+    relock: Relock,
+    key: String,
+    owner: String,
+    armed: bool,
+}
+
+impl Abandoned {
+    fn new(relock: &Relock, key: &str, owner: &str) -> Abandoned {
+        Abandoned {
+            relock: relock.clone(),
+            key: key.to_string(),
+            owner: owner.to_string(),
+            armed: true,
+        }
+    }
+
+    /// The round was decided: its outcome is handled by the caller.
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::debug!(key = %self.key, "acquisition abandoned; releasing what it got");
+            self.relock.release_late(&self.key, &self.owner, None);
+        }
+    }
+}
+
+/// Fails when two of `nodes` are one server: their resolved addresses (or unix socket paths)
+/// overlap. A host name that does not resolve is compared by name.
+fn check_distinct<S: AsRef<str>>(urls: &[S], nodes: &[Node]) -> Result<(), Error> {
+    let identities: Vec<Vec<String>> = nodes
+        .iter()
+        .map(|n| server_identity(&n.connection_info().addr))
+        .collect();
+    for (i, mine) in identities.iter().enumerate() {
+        for (j, earlier) in identities[..i].iter().enumerate() {
+            if let Some(address) = mine.iter().find(|a| earlier.contains(a)) {
+                return Err(Error::DuplicateServer {
+                    first: urls[j].as_ref().to_string(),
+                    second: urls[i].as_ref().to_string(),
+                    address: address.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The addresses a server URL reaches, in a comparable form.
+fn server_identity(addr: &ConnectionAddr) -> Vec<String> {
+    match addr {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            let resolved: Vec<String> = (host.as_str(), *port)
+                .to_socket_addrs()
+                .map(|addrs| addrs.map(|a| canonical(a).to_string()).collect())
+                .unwrap_or_default();
+            if resolved.is_empty() {
+                vec![display_addr(addr).to_lowercase()]
+            } else {
+                resolved
+            }
+        }
+        ConnectionAddr::Unix(path) => vec![std::fs::canonicalize(path)
+            .unwrap_or_else(|_| path.clone())
+            .display()
+            .to_string()],
+    }
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+fn canonical(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
+            None => addr,
+        },
+        SocketAddr::V4(_) => addr,
     }
 }
 

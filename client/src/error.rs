@@ -14,7 +14,7 @@ pub enum NodeFailure {
     #[error("no reply within {0:?}")]
     Timeout(Duration),
     /// The connection failed or the master replied with an error.
-    #[error("{0}")]
+    #[error("{}", describe_redis_error(.0))]
     Redis(#[from] redis::RedisError),
     /// The write was done, but fewer replicas than [`Options::replica_acks`] acknowledged it
     /// within [`Options::replica_ack_timeout`] (`WAIT`); an acquisition was undone on that
@@ -33,9 +33,77 @@ pub enum NodeFailure {
         /// In cluster mode, the master (`host:port`) that served the key.
         master: Option<String>,
     },
-    /// The master replied something the LOCK.* contract does not allow.
+    /// The master (or cluster) replied something the client cannot use: a reply the LOCK.*
+    /// contract does not allow, no master for the key's slot, too many redirections.
     #[error("unexpected reply: {0}")]
     Protocol(String),
+}
+
+impl NodeFailure {
+    /// Whether asking again cannot help: the master answered with an error that stays true
+    /// until someone changes its configuration or the key (the module is not loaded, the login
+    /// was refused, the key holds another type, an argument was refused, a reply made no
+    /// sense to the client). Refusals, timeouts, lost connections, missing acknowledgements, a
+    /// cluster without a master for the key, and the errors of a master that is loading, busy,
+    /// out of memory or changing roles are not permanent.
+    ///
+    /// This is the one place where relock-client tells the two apart; a round whose permanent
+    /// failures leave too few masters for a quorum fails at once with [`Error::Permanent`].
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            NodeFailure::NotGranted
+            | NodeFailure::Timeout(_)
+            | NodeFailure::ReplicaAcks { .. }
+            | NodeFailure::Protocol(_) => false,
+            NodeFailure::Redis(e) => is_permanent_redis_error(e),
+        }
+    }
+}
+
+/// The classification behind [`NodeFailure::is_permanent`] for errors from redis-rs.
+fn is_permanent_redis_error(e: &redis::RedisError) -> bool {
+    use redis::ErrorKind as K;
+    match e.kind() {
+        // Unknown command, syntax, invalid ttl_ms, DB index out of range, reentrancy limit...
+        // except the few ERR replies of an overloaded server.
+        K::ResponseError => !e
+            .detail()
+            .is_some_and(|d| d.starts_with("max number of clients reached")),
+        K::AuthenticationFailed
+        | K::TypeError
+        | K::InvalidClientConfig
+        | K::CrossSlot
+        | K::ClientError
+        | K::NoScriptError
+        | K::ExecAbortError
+        | K::RESP3NotSupported => true,
+        // WRONGTYPE, NOAUTH, WRONGPASS, NOPERM and other codes Redis may add are permanent;
+        // these are the transient ones.
+        K::ExtensionError => !matches!(
+            e.code(),
+            Some("OOM" | "BUSY" | "UNBLOCKED" | "NOREPLICAS" | "MISCONF" | "NOTREADY")
+        ),
+        _ => false,
+    }
+}
+
+/// A redis-rs error as the server said it (`WRONGTYPE Operation against a key...`), with a
+/// hint where the cause is a classic one.
+fn describe_redis_error(e: &redis::RedisError) -> String {
+    let text = match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {}", detail.trim_end()),
+        _ => e.to_string(),
+    };
+    let detail = e.detail().unwrap_or_default();
+    if detail.starts_with("unknown command") && detail.contains("'LOCK.") {
+        format!("{text} (is the relock module loaded on this server?)")
+    } else if e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+    {
+        format!("{text} (check the user and password in the server URL)")
+    } else {
+        text
+    }
 }
 
 fn replica_acks_message(
@@ -103,6 +171,38 @@ pub enum Error {
     /// The ttl is outside 1 ms ..= 10^12 ms.
     #[error("invalid ttl {0:?} (must be 1 ms to 10^12 ms)")]
     InvalidTtl(Duration),
+    /// An [`Options`](crate::Options) field is out of range (see [`crate::limits`]).
+    #[error("invalid option {name}: {reason}")]
+    InvalidOption {
+        /// The field.
+        name: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
+    /// Two URLs of one Redlock client name the same server (after resolving host names):
+    /// it would count twice toward the quorum.
+    #[error(
+        "{first:?} and {second:?} are the same server ({address}): \
+         Redlock needs independent masters"
+    )]
+    DuplicateServer {
+        /// The first URL naming it.
+        first: String,
+        /// The second one.
+        second: String,
+        /// The address both resolve to.
+        address: String,
+    },
+    /// Masters answered with errors that retrying cannot fix (see
+    /// [`NodeFailure::is_permanent`]), and too few are left for a quorum. Returned at once,
+    /// whatever the retry count or wait limit.
+    #[error("lock {key:?}: {failures} (retrying cannot help)")]
+    Permanent {
+        /// The lock's key.
+        key: String,
+        /// The masters that failed permanently, and why.
+        failures: NodeErrors,
+    },
     /// Fewer than a quorum of masters granted (or renewed) the lock.
     #[error("lock {key:?}: no quorum, {granted} of {nodes} masters granted, {quorum} needed ({failures})")]
     NoQuorum {
@@ -152,9 +252,29 @@ impl Error {
     /// The masters named in this error (empty when none is to blame).
     pub fn failed_nodes(&self) -> Vec<&str> {
         match self {
-            Error::NoQuorum { failures, .. } => failures.nodes(),
+            Error::NoQuorum { failures, .. } | Error::Permanent { failures, .. } => {
+                failures.nodes()
+            }
             Error::Node(e) => vec![e.node.as_str()],
             _ => Vec::new(),
+        }
+    }
+
+    /// Whether the same call cannot succeed by being retried: a usage error (no servers, a bad
+    /// URL, ttl or option, one server named twice) or [`Error::Permanent`].
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Error::NoServers
+            | Error::InvalidUrl { .. }
+            | Error::InvalidTtl(_)
+            | Error::InvalidOption { .. }
+            | Error::DuplicateServer { .. }
+            | Error::Permanent { .. } => true,
+            Error::Node(e) => e.failure.is_permanent(),
+            Error::NoQuorum { .. }
+            | Error::ValidityExhausted { .. }
+            | Error::WaitTimeout { .. }
+            | Error::Lost { .. } => false,
         }
     }
 }

@@ -1,11 +1,13 @@
 //! Keeping a lock alive: a background renewal task, a loss signal, release on every exit path.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use crate::client::Relock;
 use crate::error::Error;
@@ -22,9 +24,13 @@ pub struct Hold {
     pub token: Option<u64>,
     /// Per master, `(master, token)` for each master that granted.
     pub tokens: Vec<(String, u64)>,
-    /// Cancelled the moment the lock is known lost (a renewal was refused by a quorum, or its
-    /// validity ran out before a renewal succeeded). Await `lost.cancelled()` in a
-    /// `tokio::select!` to stop work that must not go on without the lock.
+    /// Cancelled the moment the lock is known lost (a renewal was refused by a quorum, or
+    /// failed there with an error retrying cannot fix), and at the latest when its validity
+    /// ([`LockGuard::valid_until`]) runs out before a renewal succeeded, even while that
+    /// renewal still waits for masters that do not answer. It is cancelled a little ahead of
+    /// the validity's end ([`loss_lead`]: 1/20 of the ttl, at most 20 ms) so that a body woken
+    /// by it is still within the validity. Await `lost.cancelled()` in a `tokio::select!` to
+    /// stop work that must not go on without the lock.
     pub lost: CancellationToken,
 }
 
@@ -39,6 +45,10 @@ pub struct LockGuard {
     valid_until: watch::Receiver<Instant>,
     stop: CancellationToken,
     done: Option<oneshot::Receiver<Result<(), Error>>>,
+    /// Handed to the renewal task on drop, so that [`Relock::settle`] waits for the release
+    /// from the moment the guard is dropped.
+    releasing: Arc<Mutex<Option<TaskTrackerToken>>>,
+    client: Relock,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -67,12 +77,17 @@ impl Lock {
         let (valid_tx, valid_rx) = watch::channel(self.valid_until);
         let (done_tx, done_rx) = oneshot::channel();
         let stop = CancellationToken::new();
+        let releasing = Arc::new(Mutex::new(None));
+        let client = self.client.clone();
         tokio::spawn(renew_until_stopped(
             self,
-            stop.clone(),
-            hold.lost.clone(),
-            valid_tx,
-            done_tx,
+            Signals {
+                stop: stop.clone(),
+                lost: hold.lost.clone(),
+                valid_until: valid_tx,
+                done: done_tx,
+                releasing: releasing.clone(),
+            },
         ));
         LockGuard {
             hold: Hold {
@@ -82,6 +97,8 @@ impl Lock {
             valid_until: valid_rx,
             stop,
             done: Some(done_rx),
+            releasing,
+            client,
         }
     }
 }
@@ -130,44 +147,65 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         // The renewal task sees this at once and releases; nothing here waits for it.
+        if self.done.is_some() {
+            let token = self.client.inner.background.token();
+            *self.releasing.lock().unwrap_or_else(|p| p.into_inner()) = Some(token);
+        }
         self.stop.cancel();
     }
 }
 
-async fn renew_until_stopped(
-    mut lock: Lock,
+/// How long before the end of its validity a guard reports its lock lost: 1/20 of the ttl,
+/// at most 20 ms. It covers the timer's resolution (1 ms) and the time a woken body takes to
+/// run on a busy machine, so that the body hears of the loss while the lock is still valid.
+pub fn loss_lead(ttl: Duration) -> Duration {
+    (ttl / 20).min(Duration::from_millis(20))
+}
+
+/// How the renewal task talks to its guard.
+struct Signals {
     stop: CancellationToken,
     lost: CancellationToken,
-    valid_tx: watch::Sender<Instant>,
+    valid_until: watch::Sender<Instant>,
     done: oneshot::Sender<Result<(), Error>>,
-) {
+    releasing: Arc<Mutex<Option<TaskTrackerToken>>>,
+}
+
+async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
     let ttl = lock.ttl();
     let every = (ttl / 3).max(Duration::from_millis(1));
+    let lead = loss_lead(ttl);
+    // Every wait below, the renewal included, ends at this instant: the lock is reported lost
+    // no later than its validity's end, whatever the masters do.
+    let lost_at = |lock: &Lock| {
+        let end = lock.valid_until();
+        end.checked_sub(lead).unwrap_or(end)
+    };
+    let stop = &signals.stop;
     let mut next = Instant::now() + every;
-    loop {
+    let why = loop {
         tokio::select! {
             biased;
-            _ = stop.cancelled() => {
-                let _ = done.send(lock.release().await);
-                return;
-            }
-            _ = tokio::time::sleep_until(lock.valid_until()) => break,
+            _ = stop.cancelled() => break None,
+            _ = tokio::time::sleep_until(lost_at(&lock)) => break Some("its validity ran out".to_string()),
             _ = tokio::time::sleep_until(next) => {}
         }
+        let deadline = lost_at(&lock);
         let renewed = tokio::select! {
             biased;
-            _ = stop.cancelled() => {
-                let _ = done.send(lock.release().await);
-                return;
+            _ = stop.cancelled() => break None,
+            _ = tokio::time::sleep_until(deadline) => {
+                break Some("its validity ran out during a renewal".to_string())
             }
             r = lock.extend(ttl) => r,
         };
         match renewed {
             Ok(()) => {
-                let _ = valid_tx.send(lock.valid_until());
+                let _ = signals.valid_until.send(lock.valid_until());
                 next = Instant::now() + every;
             }
-            Err(Error::Lost { .. }) => break,
+            Err(e @ Error::Lost { .. }) => break Some(e.to_string()),
+            Err(e) if e.is_permanent() => break Some(e.to_string()),
             Err(e) => {
                 // Not refused, only unanswered: try again soon while validity is left.
                 tracing::warn!(key = %lock.key(), error = %e, "lock renewal failed, retrying");
@@ -175,13 +213,23 @@ async fn renew_until_stopped(
                 next = Instant::now() + (every / 4).min(left / 2);
             }
         }
-    }
-    tracing::warn!(key = %lock.key(), owner = %lock.owner(), "lock lost");
-    lost.cancel();
+    };
+    let Some(why) = why else {
+        // Stopped: release, counted by Relock::settle while it runs.
+        let _releasing = signals
+            .releasing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let _ = signals.done.send(lock.release().await);
+        return;
+    };
+    signals.lost.cancel();
+    tracing::warn!(key = %lock.key(), owner = %lock.owner(), reason = %why, "lock lost");
     let key = lock.key().to_string();
     // Whatever minority of masters still has it should not keep it until the ttl.
     lock.release_quietly().await;
-    let _ = done.send(Err(Error::Lost { key }));
+    let _ = signals.done.send(Err(Error::Lost { key }));
 }
 
 impl Relock {
@@ -207,5 +255,19 @@ impl Relock {
             tracing::warn!(key, error = %e, "release after with_lock body failed");
         }
         Ok(output)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_lead_is_a_twentieth_of_the_ttl_up_to_20_ms() {
+        let ms = Duration::from_millis;
+        assert_eq!(loss_lead(ms(300)), ms(15));
+        assert_eq!(loss_lead(Duration::from_secs(2)), ms(20));
+        assert_eq!(loss_lead(Duration::from_secs(30)), ms(20));
+        assert_eq!(loss_lead(ms(1)), Duration::from_micros(50));
     }
 }

@@ -8,11 +8,17 @@
 //! - the validity of a lock is `ttl - elapsed - drift` (drift = 1 % of ttl + 2 ms), computed
 //!   with checked arithmetic and exposed as an instant, [`Lock::valid_until`];
 //! - a failed round is released on every master at once, and retried after a random pause;
+//!   an error that retrying cannot fix (the module missing, a refused login, a key of another
+//!   type: [`NodeFailure::is_permanent`]) fails at once instead ([`Error::Permanent`]);
 //! - [`Relock::acquire_wait`] waits with `LOCK.WAIT` instead of polling;
 //! - [`Relock::with_lock`] and [`LockGuard`] renew in the background and tell the holder when
-//!   the lock is lost; errors name the master that failed ([`NodeError`]);
+//!   the lock is lost, no later than its validity's end; errors name the master that failed
+//!   ([`NodeError`]);
 //! - [`Relock::cluster`] locks on a Redis Cluster instead (each lock on its key's master,
-//!   redirections followed, `LOCK.WAIT` on a connection to the key's master);
+//!   redirections followed, renewals and releases following an automatic failover to the
+//!   promoted replica, `LOCK.WAIT` on a connection to the key's master);
+//! - ttls, wait limits and option timeouts are checked or clamped in one place, [`limits`];
+//!   one server named twice in a Redlock list is refused ([`Error::DuplicateServer`]);
 //! - [`Options::replica_acks`] (default 0, off) makes an acquire or extend count only once that
 //!   many replicas acknowledged it (`WAIT`), per master, in every mode. See `DEPLOYMENT.md`.
 //!
@@ -53,13 +59,14 @@
 mod client;
 mod error;
 mod guard;
+pub mod limits;
 mod lock;
 mod node;
 pub mod validity;
 
 pub use client::{NodeReport, Options, Relock};
 pub use error::{Error, NodeError, NodeErrors, NodeFailure};
-pub use guard::{Hold, LockGuard};
+pub use guard::{loss_lead, Hold, LockGuard};
 pub use lock::Lock;
 
 use std::time::Duration;
@@ -79,13 +86,25 @@ pub struct LockInfo {
     pub waiters: u64,
 }
 
-/// Parses a duration such as `500ms`, `10s`, `2m`, `1h` or a bare number of seconds (`30`).
-/// Used by `lockctl`; exposed because callers often read ttls from configuration.
+/// Parses a duration such as `500ms`, `10s`, `2m`, `1h`, `1e3s` or a bare number of seconds
+/// (`30`). Used by `lockctl`; exposed because callers often read ttls from configuration.
+/// It only parses: what a duration may be used for is checked by [`limits`].
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
+    let mut split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());
+    // An exponent (`1e3s`) belongs to the number, not the unit.
+    if let Some(rest) = text[split..].strip_prefix(['e', 'E']) {
+        let sign = usize::from(rest.starts_with(['+', '-']));
+        let digits = rest[sign..].len()
+            - rest[sign..]
+                .trim_start_matches(|c: char| c.is_ascii_digit())
+                .len();
+        if digits > 0 {
+            split += 1 + sign + digits;
+        }
+    }
     let (number, unit) = text.split_at(split);
     let value: f64 = number
         .parse()
@@ -119,6 +138,15 @@ mod tests {
         assert_eq!(parse_duration("30"), Ok(ms(30_000)));
         assert_eq!(parse_duration("1.5s"), Ok(ms(1_500)));
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1e3ms"), Ok(ms(1_000)));
+        assert_eq!(parse_duration("2.5E-3s"), Ok(Duration::from_micros(2_500)));
+        assert_eq!(
+            parse_duration("1e19s"),
+            Ok(Duration::from_secs(10_000_000_000_000_000_000))
+        );
+        assert!(parse_duration("1e400s").is_err());
+        assert!(parse_duration("1e").is_err());
+        assert!(parse_duration("1es").is_err());
         assert!(parse_duration("").is_err());
         assert!(parse_duration("ten").is_err());
         assert!(parse_duration("5d").is_err());

@@ -6,14 +6,16 @@ use tokio::time::Instant;
 
 use crate::client::{Relock, Write};
 use crate::error::{Error, NodeFailure};
-use crate::validity::{ttl_ms, validity};
+use crate::limits::check_ttl;
+use crate::validity::validity;
 
 /// A held lock: its key, owner, the fencing token each master granted, and the instant until
 /// which it is safe to act as the holder.
 ///
 /// Release it with [`Lock::release`]. A `Lock` dropped unreleased is released in the
 /// background (a task spawned on the current tokio runtime, if there is one; `Drop` never
-/// blocks); without a runtime it simply expires after its ttl. For automatic renewal use
+/// blocks; [`Relock::settle`] waits for it); without a runtime it simply expires after its
+/// ttl. For automatic renewal use
 /// [`Lock::keep_alive`] or [`Relock::with_lock`].
 pub struct Lock {
     pub(crate) client: Relock,
@@ -106,8 +108,14 @@ impl Lock {
 
     /// Resets the lock's ttl to `ttl` on every master with `LOCK.RENEW`. Succeeds only when it
     /// starts within the validity and a quorum renews, and moves [`Lock::valid_until`].
-    /// Fails with [`Error::Lost`] when the validity is over or a quorum of masters says the
-    /// lock is no longer ours, with [`Error::NoQuorum`] when too many masters failed otherwise.
+    /// Fails with [`Error::Lost`] when the validity is over or too many masters say the lock
+    /// is no longer ours (or answer with an error retrying cannot fix, such as `WRONGTYPE`
+    /// for a key overwritten with another type) for a quorum to renew, with
+    /// [`Error::Permanent`] when such errors alone leave no quorum (the module was unloaded,
+    /// the password changed), with [`Error::NoQuorum`] when too many masters failed otherwise.
+    ///
+    /// It waits for the round however long it takes (each master at most the node timeout);
+    /// the renewal of a [`LockGuard`](crate::LockGuard) gives up at the validity's end.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
         self.renew(ttl, true).await
     }
@@ -119,7 +127,8 @@ impl Lock {
         ttl: Duration,
         within_validity: bool,
     ) -> Result<(), Error> {
-        let ms = ttl_ms(ttl).ok_or(Error::InvalidTtl(ttl))?;
+        let ttl = check_ttl(ttl)?;
+        let ms = ttl.as_millis() as u64;
         if within_validity && Instant::now() >= self.valid_until {
             return Err(Error::Lost {
                 key: self.key.clone(),
@@ -132,11 +141,12 @@ impl Lock {
         let quorum = self.client.quorum();
         let nodes = self.client.inner.nodes.len();
         if round.granted() < quorum {
-            if round.refused() > nodes - quorum {
+            if round.refused() > 0 && round.refused() + round.permanent() > nodes - quorum {
                 return Err(Error::Lost {
                     key: self.key.clone(),
                 });
             }
+            let round = self.client.permanent_failure(&self.key, round)?;
             return Err(self.client.no_quorum(&self.key, round));
         }
         let Some(left) = validity(ttl, round.elapsed) else {
@@ -214,9 +224,6 @@ impl Drop for Lock {
         if self.released {
             return;
         }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let lock = Lock {
             client: self.client.clone(),
             key: std::mem::take(&mut self.key),
@@ -227,7 +234,8 @@ impl Drop for Lock {
             reentrant: self.reentrant,
             released: true,
         };
-        handle.spawn(async move {
+        let client = lock.client.clone();
+        client.in_background(async move {
             if let Err(e) = lock.release_inner().await {
                 tracing::debug!(key = %lock.key, error = %e, "release of a dropped lock");
             }

@@ -1,28 +1,33 @@
 //! One master (or one Redis Cluster): its name, a cached multiplexed connection, and the
 //! per-node timeout.
+//!
+//! A cluster is routed here, not by redis-rs's cluster client: every request is bounded by
+//! the caller's timeout, and a master that times out or answers as a replica makes the client
+//! re-read the slot map from the other nodes and try the key's (new) master once more, so a
+//! lock follows an automatic failover instead of being renewed on a stopped master.
 
-use std::future::Future;
+use std::collections::HashMap;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use redis::aio::MultiplexedConnection;
 use redis::{
     AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue,
-    IntoConnectionInfo, Pipeline, RedisFuture, Value,
+    IntoConnectionInfo, Pipeline, Value,
 };
 use tokio::sync::Mutex;
 
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::LockInfo;
 
-/// How many redirections (MOVED, ASK) or topology changes a blocking command follows.
+/// How many redirections (MOVED, ASK) or topology changes one command follows.
 const MAX_REDIRECTS: u32 = 16;
-/// The least time a cluster client gets to connect to the seeds and learn the slot map.
-const CLUSTER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// How long a cluster client may take to start (connect to the nodes, read the slot map); a
-/// paused node costs a connection or response timeout at each of those steps.
-const CLUSTER_START_TIMEOUT: Duration = Duration::from_secs(10);
+/// The least time a slot-map refresh gets (connecting to a node and `CLUSTER SLOTS`), however
+/// short the caller's timeout.
+const MIN_TOPOLOGY_TIMEOUT: Duration = Duration::from_millis(500);
+/// How often a client blocked in a cluster `LOCK.WAIT` checks that the master it waits on
+/// still answers (a stopped master never unblocks it; its replica may have taken over).
+const WATCH_MASTER_EVERY: Duration = Duration::from_secs(1);
 
 /// Replica acknowledgements asked after a write (`WAIT replicas timeout`).
 #[derive(Debug, Clone, Copy)]
@@ -33,7 +38,8 @@ pub(crate) struct Acks {
 
 /// A master of the lock, or a whole Redis Cluster acting as one, reached through redis-rs.
 pub(crate) struct Node {
-    /// `host:port` (for a cluster, `cluster[seed,...]`), used in every error and log line.
+    /// `host:port` (`[v6]:port`; for a cluster, `cluster[seed,...]`), used in every error and
+    /// log line.
     pub(crate) name: String,
     backend: Backend,
 }
@@ -44,50 +50,27 @@ enum Backend {
         /// Shared by every non-blocking command; re-established after an I/O error.
         conn: Mutex<Option<MultiplexedConnection>>,
     },
-    Cluster {
-        client: ClusterClient,
-        /// How to reach any one node: the first seed's settings (auth, db, protocol).
-        template: ConnectionInfo,
-        /// The cluster client's connection (it follows MOVED/ASK and refreshes its slot map).
-        conn: Mutex<Option<ClusterConnection>>,
-        /// Slot ranges and their masters from the last `CLUSTER SLOTS`, for blocking commands.
-        slots: Mutex<Vec<(u16, u16, String)>>,
-    },
+    Cluster(Cluster),
 }
 
-/// Either kind of shared connection, used through one interface.
-#[derive(Clone)]
-enum Conn {
-    Server(MultiplexedConnection),
-    Cluster(ClusterConnection),
+/// A Redis Cluster, routed by our own slot map.
+struct Cluster {
+    /// How to reach any one node: the first seed's settings (auth, db, protocol).
+    template: ConnectionInfo,
+    /// The nodes we were given, as `host:port`.
+    seeds: Vec<String>,
+    /// The slot map from the last `CLUSTER SLOTS` (empty: to be read again), and every node
+    /// seen in any map, to ask for the next one.
+    topology: Mutex<Topology>,
+    /// One multiplexed connection per node, shared by the non-blocking commands.
+    conns: std::sync::Mutex<HashMap<String, MultiplexedConnection>>,
 }
 
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Server(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Server(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Conn::Server(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
-        }
-    }
+#[derive(Default)]
+struct Topology {
+    /// (first slot, last slot, master `host:port`).
+    ranges: Vec<(u16, u16, String)>,
+    known: Vec<String>,
 }
 
 impl Node {
@@ -96,7 +79,7 @@ impl Node {
             url: url.to_string(),
             source,
         })?;
-        let name = client.get_connection_info().addr.to_string();
+        let name = display_addr(&client.get_connection_info().addr);
         Ok(Node {
             name,
             backend: Backend::Server {
@@ -106,15 +89,8 @@ impl Node {
         })
     }
 
-    /// One Redis Cluster, known by some of its nodes (`seeds`).
-    /// `response_timeout` bounds every reply on the cluster client's connections (it must
-    /// cover a `WAIT` for replica acknowledgements); without one a paused node would hold up
-    /// the client's start forever.
-    pub(crate) fn open_cluster(
-        seeds: &[&str],
-        connect_timeout: Duration,
-        response_timeout: Duration,
-    ) -> Result<Node, Error> {
+    /// One Redis Cluster, known by some of its nodes (`seeds`). No connection is made here.
+    pub(crate) fn open_cluster(seeds: &[&str]) -> Result<Node, Error> {
         let infos = seeds
             .iter()
             .map(|u| {
@@ -126,28 +102,34 @@ impl Node {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let template = infos.first().cloned().ok_or(Error::NoServers)?;
-        let names: Vec<String> = infos.iter().map(|i| i.addr.to_string()).collect();
-        let client = ClusterClient::builder(infos)
-            .connection_timeout(connect_timeout.max(CLUSTER_CONNECT_TIMEOUT))
-            .response_timeout(response_timeout.max(CLUSTER_CONNECT_TIMEOUT))
-            .build()
-            .map_err(|source| Error::InvalidUrl {
-                url: seeds.join(","),
-                source,
-            })?;
+        let mut names: Vec<String> = Vec::new();
+        for info in &infos {
+            let name = display_addr(&info.addr);
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
         Ok(Node {
             name: format!("cluster[{}]", names.join(",")),
-            backend: Backend::Cluster {
-                client,
+            backend: Backend::Cluster(Cluster {
                 template,
-                conn: Mutex::new(None),
-                slots: Mutex::new(Vec::new()),
-            },
+                seeds: names,
+                topology: Mutex::new(Topology::default()),
+                conns: std::sync::Mutex::new(HashMap::new()),
+            }),
         })
     }
 
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.backend, Backend::Cluster { .. })
+        matches!(self.backend, Backend::Cluster(_))
+    }
+
+    /// How this master is reached (for a cluster, the first seed).
+    pub(crate) fn connection_info(&self) -> &ConnectionInfo {
+        match &self.backend {
+            Backend::Server { client, .. } => client.get_connection_info(),
+            Backend::Cluster(c) => &c.template,
+        }
     }
 
     pub(crate) fn error(&self, failure: NodeFailure) -> NodeError {
@@ -157,59 +139,43 @@ impl Node {
         }
     }
 
-    async fn shared_conn(&self) -> redis::RedisResult<Conn> {
-        match &self.backend {
-            Backend::Server { client, conn } => {
-                let mut slot = conn.lock().await;
-                if let Some(c) = slot.as_ref() {
-                    return Ok(Conn::Server(c.clone()));
-                }
-                let c = client.get_multiplexed_async_connection().await?;
-                *slot = Some(c.clone());
-                Ok(Conn::Server(c))
-            }
-            Backend::Cluster { client, conn, .. } => {
-                let mut slot = conn.lock().await;
-                if let Some(c) = slot.as_ref() {
-                    return Ok(Conn::Cluster(c.clone()));
-                }
-                let c = client.get_async_connection().await?;
-                *slot = Some(c.clone());
-                Ok(Conn::Cluster(c))
-            }
-        }
-    }
-
-    async fn forget_conn(&self) {
-        match &self.backend {
-            Backend::Server { conn, .. } => *conn.lock().await = None,
-            Backend::Cluster { conn, slots, .. } => {
-                *conn.lock().await = None;
-                slots.lock().await.clear();
-            }
-        }
-    }
-
-    /// Runs a non-blocking command on the shared connection; connecting counts against
-    /// `timeout` too, so a dead or paused master costs at most `timeout`.
+    /// Runs a non-blocking command about `key` on the shared connection; connecting counts
+    /// against `timeout` too, so a dead or paused master costs at most `timeout` (in a
+    /// cluster, at most twice that and a slot-map refresh when the key's master changed).
     pub(crate) async fn query<T: FromRedisValue>(
         &self,
+        key: &str,
         cmd: &Cmd,
         timeout: Duration,
     ) -> Result<T, NodeFailure> {
-        self.run(timeout, |mut conn| async move {
-            cmd.query_async::<T>(&mut conn).await
-        })
-        .await
+        match &self.backend {
+            Backend::Server { client, conn } => {
+                let attempt = async {
+                    let mut c = shared_conn(client, conn).await?;
+                    cmd.query_async::<T>(&mut c).await
+                };
+                self.server_reply(tokio::time::timeout(timeout, attempt).await, timeout)
+                    .await
+            }
+            Backend::Cluster(cluster) => {
+                let mut pipe = redis::pipe();
+                pipe.add_command(cmd.clone());
+                let mut values = cluster.call(key, &pipe, timeout).await?;
+                match values.pop() {
+                    Some(v) => Ok(T::from_redis_value(&v)?),
+                    None => Err(NodeFailure::Protocol("no reply".into())),
+                }
+            }
+        }
     }
 
-    /// Runs the commands of `pipe` (not wrapped in `MULTI`; put `MULTI`/`EXEC` in it for a
-    /// transaction) and then, when `acks` asks for it, `WAIT replicas timeout_ms` on the same
-    /// connection, so that the count covers these writes. Returns `pipe`'s replies and how many
-    /// replicas acknowledged (0 when not asked). In a cluster the whole pipeline goes to the
-    /// master of the key of its first keyed command.
+    /// Runs the commands of `pipe` about `key` (not wrapped in `MULTI`; put `MULTI`/`EXEC` in
+    /// it for a transaction) and then, when `acks` asks for it, `WAIT replicas timeout_ms` on
+    /// the same connection, so that the count covers these writes. Returns `pipe`'s replies and
+    /// how many replicas acknowledged (0 when not asked).
     pub(crate) async fn query_acked(
         &self,
+        key: &str,
         pipe: &Pipeline,
         acks: Option<Acks>,
         timeout: Duration,
@@ -222,12 +188,17 @@ impl Node {
                 .max(1);
             pipe.cmd("WAIT").arg(a.replicas).arg(ms);
         }
-        let pipe = &pipe;
-        let mut values: Vec<Value> = self
-            .run(timeout, |mut conn| async move {
-                pipe.query_async::<Vec<Value>>(&mut conn).await
-            })
-            .await?;
+        let mut values: Vec<Value> = match &self.backend {
+            Backend::Server { client, conn } => {
+                let attempt = async {
+                    let mut c = shared_conn(client, conn).await?;
+                    pipe.query_async::<Vec<Value>>(&mut c).await
+                };
+                self.server_reply(tokio::time::timeout(timeout, attempt).await, timeout)
+                    .await?
+            }
+            Backend::Cluster(cluster) => cluster.call(key, &pipe, timeout).await?,
+        };
         let acked = match acks {
             None => 0,
             Some(_) => match values.pop() {
@@ -238,34 +209,20 @@ impl Node {
         Ok((values, acked))
     }
 
-    async fn run<T, F, Fut>(&self, timeout: Duration, call: F) -> Result<T, NodeFailure>
-    where
-        F: FnOnce(Conn) -> Fut,
-        Fut: Future<Output = redis::RedisResult<T>>,
-    {
-        let result = if self.is_cluster() {
-            // A cluster client connects to every node and reads the slot map first; a node that
-            // is down or paused holds that up to its connection timeout, once, which must not
-            // fail every command of a short per-node timeout.
-            let connect = tokio::time::timeout(CLUSTER_START_TIMEOUT, self.shared_conn());
-            match connect.await {
-                Err(_) => return Err(NodeFailure::Timeout(CLUSTER_START_TIMEOUT)),
-                Ok(Err(e)) => Ok(Err(e)),
-                Ok(Ok(conn)) => tokio::time::timeout(timeout, call(conn)).await,
-            }
-        } else {
-            let attempt = async {
-                let conn = self.shared_conn().await?;
-                call(conn).await
-            };
-            tokio::time::timeout(timeout, attempt).await
-        };
+    /// A single server's reply, with its shared connection dropped after an I/O error.
+    async fn server_reply<T>(
+        &self,
+        result: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
+        timeout: Duration,
+    ) -> Result<T, NodeFailure> {
         match result {
             Err(_) => Err(NodeFailure::Timeout(timeout)),
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
                 if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
-                    self.forget_conn().await;
+                    if let Backend::Server { conn, .. } = &self.backend {
+                        *conn.lock().await = None;
+                    }
                 }
                 Err(NodeFailure::Redis(e))
             }
@@ -276,33 +233,36 @@ impl Node {
     /// the shared one; dropping the future closes that connection, which takes us out of the
     /// master's wait queue.
     ///
-    /// In a cluster the connection goes to the master of `key`'s slot (from `CLUSTER SLOTS`);
-    /// a `MOVED` is followed to the new master, an `ASK` with `ASKING`, and a topology change
-    /// under way (`TRYAGAIN`, `CLUSTERDOWN`, `READONLY`, a waiter unblocked because its master
-    /// became a replica, a refused connection) re-reads the slot map after a short pause.
+    /// In a cluster the connection goes to the master of `key`'s slot; a `MOVED` is followed to
+    /// the new master, an `ASK` with `ASKING`, and a topology change under way (`TRYAGAIN`,
+    /// `CLUSTERDOWN`, `READONLY`, a waiter unblocked because its master became a replica, a
+    /// refused connection) re-reads the slot map after a short pause. While it waits, the master
+    /// is pinged every second; one that stops answering while the slot map names another
+    /// master for the key is left for that one.
     pub(crate) async fn blocking_query<T: FromRedisValue>(
         &self,
         key: &str,
         cmd: &Cmd,
         connect_timeout: Duration,
     ) -> Result<T, NodeFailure> {
-        let template = match &self.backend {
+        let cluster = match &self.backend {
             Backend::Server { client, .. } => {
                 let mut conn =
                     connect(client.get_connection_info().clone(), connect_timeout).await?;
                 return Ok(cmd.query_async::<T>(&mut conn).await?);
             }
-            Backend::Cluster { template, .. } => template,
+            Backend::Cluster(cluster) => cluster,
         };
         let mut redirect: Option<(String, bool)> = None;
         let mut last = None;
         for attempt in 0..MAX_REDIRECTS {
             let (addr, asking) = match redirect.take() {
                 Some(r) => r,
-                None => (self.master_of(key, connect_timeout).await?, false),
+                None => (cluster.master_of(key, connect_timeout).await?, false),
             };
-            let result = async {
-                let mut conn = connect(with_addr(template, &addr)?, connect_timeout).await?;
+            let wait = async {
+                let mut conn =
+                    connect(with_addr(&cluster.template, &addr)?, connect_timeout).await?;
                 if asking {
                     redis::cmd("ASKING")
                         .query_async::<()>(&mut conn)
@@ -312,22 +272,35 @@ impl Node {
                 cmd.query_async::<T>(&mut conn)
                     .await
                     .map_err(NodeFailure::Redis)
-            }
-            .await;
+            };
+            let result = tokio::select! {
+                result = wait => result,
+                () = cluster.watch_master(key, &addr, connect_timeout) => {
+                    tracing::debug!(key, node = %addr, "master stopped answering; waiting on the new one");
+                    continue;
+                }
+            };
             let e = match result {
                 Err(NodeFailure::Redis(e)) => e,
+                Err(NodeFailure::Timeout(t)) if attempt + 1 < MAX_REDIRECTS => {
+                    // The master did not even take the connection in time: stopped, or gone.
+                    tracing::debug!(key, node = %addr, "no connection within {t:?}; re-resolving");
+                    cluster.forget_conn(&addr);
+                    cluster.forget_slots().await;
+                    continue;
+                }
                 other => return other,
             };
             match (e.kind(), e.redirect_node()) {
                 (ErrorKind::Moved, Some((to, _))) => {
                     tracing::debug!(key, from = %addr, to, "blocking command moved");
-                    redirect = Some((to.to_string(), false));
-                    self.forget_slots().await;
+                    redirect = Some((normalize_addr(to), false));
+                    cluster.forget_slots().await;
                 }
-                (ErrorKind::Ask, Some((to, _))) => redirect = Some((to.to_string(), true)),
+                (ErrorKind::Ask, Some((to, _))) => redirect = Some((normalize_addr(to), true)),
                 _ if is_topology_change(&e) => {
                     tracing::debug!(key, node = %addr, error = %e, "cluster changing; re-resolving");
-                    self.forget_slots().await;
+                    cluster.forget_slots().await;
                     tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt + 1))).await;
                 }
                 _ => return Err(NodeFailure::Redis(e)),
@@ -347,44 +320,224 @@ impl Node {
         key: &str,
         timeout: Duration,
     ) -> Result<String, NodeFailure> {
-        let Backend::Cluster { slots, .. } = &self.backend else {
-            return Ok(self.name.clone());
-        };
-        let slot = redis::cluster_routing::get_slot(key.as_bytes());
-        let find = |map: &[(u16, u16, String)]| {
-            map.iter()
-                .find(|(s, e, _)| (*s..=*e).contains(&slot))
-                .map(|(_, _, a)| a.clone())
-        };
-        if let Some(addr) = find(&slots.lock().await) {
-            return Ok(addr);
+        match &self.backend {
+            Backend::Server { .. } => Ok(self.name.clone()),
+            Backend::Cluster(cluster) => cluster.master_of(key, timeout).await,
         }
-        let reply: Value = self
-            .query(
-                redis::cmd("CLUSTER").arg("SLOTS"),
-                timeout.max(CLUSTER_CONNECT_TIMEOUT),
-            )
-            .await?;
-        let map = parse_slots(&reply)?;
-        let addr = find(&map);
-        *slots.lock().await = map;
-        addr.ok_or_else(|| NodeFailure::Protocol(format!("no master serves slot {slot}")))
     }
 
     /// The name to report for `key`: in a cluster its master's `host:port` (best effort).
     pub(crate) async fn name_for(&self, key: &str, timeout: Duration) -> String {
-        if !self.is_cluster() {
-            return self.name.clone();
-        }
         match self.master_of(key, timeout).await {
             Ok(addr) => addr,
             Err(_) => self.name.clone(),
         }
     }
+}
+
+async fn shared_conn(
+    client: &Client,
+    slot: &Mutex<Option<MultiplexedConnection>>,
+) -> redis::RedisResult<MultiplexedConnection> {
+    let mut slot = slot.lock().await;
+    if let Some(c) = slot.as_ref() {
+        return Ok(c.clone());
+    }
+    let c = client.get_multiplexed_async_connection().await?;
+    *slot = Some(c.clone());
+    Ok(c)
+}
+
+impl Cluster {
+    /// Sends `pipe` to the master of `key`, each attempt bounded by `timeout`. Follows `MOVED`
+    /// and `ASK`. When the master does not answer in time, or answers that it is changing
+    /// role, the slot map is read again and, if it names another master for the key, the
+    /// pipeline is sent there once more.
+    async fn call(
+        &self,
+        key: &str,
+        pipe: &Pipeline,
+        timeout: Duration,
+    ) -> Result<Vec<Value>, NodeFailure> {
+        let mut redirect: Option<(String, bool)> = None;
+        let mut rerouted = false;
+        for _ in 0..MAX_REDIRECTS {
+            let (addr, asking) = match redirect.take() {
+                Some(r) => r,
+                None => (self.master_of(key, timeout).await?, false),
+            };
+            let attempt = async {
+                let mut conn = self.conn(&addr, timeout).await?;
+                let result = if asking {
+                    let mut asked = redis::pipe();
+                    asked.cmd("ASKING").ignore();
+                    for cmd in pipe.cmd_iter() {
+                        asked.add_command(cmd.clone());
+                    }
+                    asked.query_async::<Vec<Value>>(&mut conn).await
+                } else {
+                    pipe.query_async::<Vec<Value>>(&mut conn).await
+                };
+                result.map_err(NodeFailure::Redis)
+            };
+            let failure = match tokio::time::timeout(timeout, attempt).await {
+                Ok(Ok(values)) => return Ok(values),
+                Err(_) => NodeFailure::Timeout(timeout),
+                Ok(Err(NodeFailure::Redis(e))) => match (e.kind(), e.redirect_node()) {
+                    (ErrorKind::Moved, Some((to, _))) => {
+                        tracing::debug!(key, from = %addr, to, "moved");
+                        self.forget_slots().await;
+                        redirect = Some((normalize_addr(to), false));
+                        continue;
+                    }
+                    (ErrorKind::Ask, Some((to, _))) => {
+                        redirect = Some((normalize_addr(to), true));
+                        continue;
+                    }
+                    _ if is_topology_change(&e) => NodeFailure::Redis(e),
+                    _ => return Err(NodeFailure::Redis(e)),
+                },
+                Ok(Err(failure @ NodeFailure::Timeout(_))) => failure,
+                Ok(Err(other)) => return Err(other),
+            };
+            // The master did not answer, or is changing role: its slot may have a new master.
+            self.forget_conn(&addr);
+            self.forget_slots().await;
+            if rerouted {
+                return Err(failure);
+            }
+            rerouted = true;
+            match self.master_of(key, timeout).await {
+                Ok(next) if next != addr => {
+                    tracing::debug!(key, from = %addr, to = %next, error = %failure, "master changed");
+                }
+                _ => return Err(failure),
+            }
+        }
+        Err(NodeFailure::Protocol("too many redirections".into()))
+    }
+
+    /// The shared connection to `addr`, made (within `timeout`) if there is none.
+    async fn conn(
+        &self,
+        addr: &str,
+        timeout: Duration,
+    ) -> Result<MultiplexedConnection, NodeFailure> {
+        if let Some(c) = self.cached(addr) {
+            return Ok(c);
+        }
+        let c = connect(with_addr(&self.template, addr)?, timeout).await?;
+        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(conns.entry(addr.to_string()).or_insert(c).clone())
+    }
+
+    fn cached(&self, addr: &str) -> Option<MultiplexedConnection> {
+        let conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        conns.get(addr).cloned()
+    }
+
+    fn forget_conn(&self, addr: &str) {
+        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        conns.remove(addr);
+    }
 
     async fn forget_slots(&self) {
-        if let Backend::Cluster { slots, .. } = &self.backend {
-            slots.lock().await.clear();
+        self.topology.lock().await.ranges.clear();
+    }
+
+    /// The master of `key`'s slot, from the slot map, read first if there is none.
+    async fn master_of(&self, key: &str, timeout: Duration) -> Result<String, NodeFailure> {
+        let slot = redis::cluster_routing::get_slot(key.as_bytes());
+        let find = |ranges: &[(u16, u16, String)]| {
+            ranges
+                .iter()
+                .find(|(first, last, _)| (*first..=*last).contains(&slot))
+                .map(|(_, _, addr)| addr.clone())
+        };
+        // Held while refreshing, so that concurrent callers wait for one refresh.
+        let mut topology = self.topology.lock().await;
+        if topology.ranges.is_empty() {
+            self.refresh(&mut topology, timeout.max(MIN_TOPOLOGY_TIMEOUT))
+                .await?;
+        }
+        find(&topology.ranges)
+            .ok_or_else(|| NodeFailure::Protocol(format!("no master serves slot {slot}")))
+    }
+
+    /// Asks every node we know (seeds and every node of earlier maps) for `CLUSTER SLOTS` at
+    /// once and takes the first complete answer: a stopped node cannot hold it up.
+    async fn refresh(&self, topology: &mut Topology, timeout: Duration) -> Result<(), NodeFailure> {
+        let mut candidates = self.seeds.clone();
+        for addr in &topology.known {
+            if !candidates.contains(addr) {
+                candidates.push(addr.clone());
+            }
+        }
+        let mut asks: FuturesUnordered<_> = candidates
+            .iter()
+            .map(|addr| async move {
+                let ask = async {
+                    let mut conn = self.conn(addr, timeout).await?;
+                    let reply: Value = redis::cmd("CLUSTER")
+                        .arg("SLOTS")
+                        .query_async(&mut conn)
+                        .await?;
+                    parse_slots(&reply, addr)
+                };
+                let result = match tokio::time::timeout(timeout, ask).await {
+                    Ok(r) => r,
+                    Err(_) => Err(NodeFailure::Timeout(timeout)),
+                };
+                if result.is_err() {
+                    self.forget_conn(addr);
+                }
+                result
+            })
+            .collect();
+        let mut last = NodeFailure::Protocol("no node to ask for the slot map".into());
+        while let Some(result) = asks.next().await {
+            match result {
+                Ok(map) if !map.ranges.is_empty() => {
+                    topology.ranges = map.ranges;
+                    for addr in map.nodes {
+                        if !topology.known.contains(&addr) {
+                            topology.known.push(addr);
+                        }
+                    }
+                    return Ok(());
+                }
+                Ok(_) => last = NodeFailure::Protocol("CLUSTER SLOTS: no slots".into()),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Returns once the master at `addr` stops answering `PING` while the slot map names
+    /// another master for `key`; never otherwise.
+    async fn watch_master(&self, key: &str, addr: &str, timeout: Duration) {
+        loop {
+            tokio::time::sleep(WATCH_MASTER_EVERY).await;
+            let ping = tokio::time::timeout(timeout, async {
+                let mut conn = self.conn(addr, timeout).await?;
+                redis::cmd("PING")
+                    .query_async::<()>(&mut conn)
+                    .await
+                    .map_err(NodeFailure::Redis)
+            })
+            .await;
+            if matches!(ping, Ok(Ok(()))) {
+                continue;
+            }
+            self.forget_conn(addr);
+            self.forget_slots().await;
+            if self
+                .master_of(key, timeout)
+                .await
+                .is_ok_and(|now| now != addr)
+            {
+                return;
+            }
         }
     }
 }
@@ -405,11 +558,45 @@ async fn connect(
     }
 }
 
+/// `host:port`, with an IPv6 host in brackets (`[::1]:6379`); a unix socket's path.
+pub(crate) fn display_addr(addr: &ConnectionAddr) -> String {
+    match addr {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            host_port(host, *port)
+        }
+        ConnectionAddr::Unix(path) => path.display().to_string(),
+    }
+}
+
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// A node address from a `MOVED`/`ASK` (`::1:7000` for IPv6) in our form (`[::1]:7000`).
+fn normalize_addr(addr: &str) -> String {
+    match split_addr(addr) {
+        Some((host, port)) => host_port(host, port),
+        None => addr.to_string(),
+    }
+}
+
+/// `host:port` or `[v6]:port` (or a bare `v6:port`) as host and port.
+fn split_addr(addr: &str) -> Option<(&str, u16)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    Some((host, port.parse().ok()?))
+}
+
 /// `template` (auth, db, protocol) pointed at `addr` (`host:port`).
 fn with_addr(template: &ConnectionInfo, addr: &str) -> Result<ConnectionInfo, NodeFailure> {
-    let (host, port) = addr
-        .rsplit_once(':')
-        .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
+    let (host, port) = split_addr(addr)
         .ok_or_else(|| NodeFailure::Protocol(format!("bad node address {addr:?}")))?;
     let mut info = template.clone();
     info.addr = match &template.addr {
@@ -439,31 +626,59 @@ fn is_topology_change(e: &redis::RedisError) -> bool {
         || e.is_connection_dropped()
 }
 
-/// `CLUSTER SLOTS` as (first slot, last slot, master `host:port`).
-fn parse_slots(reply: &Value) -> Result<Vec<(u16, u16, String)>, NodeFailure> {
+/// A parsed `CLUSTER SLOTS`: the ranges and every node it names (masters and replicas).
+struct SlotMap {
+    ranges: Vec<(u16, u16, String)>,
+    nodes: Vec<String>,
+}
+
+/// `CLUSTER SLOTS`, asked of `from` (whose host stands in for an empty or `?` one).
+fn parse_slots(reply: &Value, from: &str) -> Result<SlotMap, NodeFailure> {
     let bad = || NodeFailure::Protocol(format!("CLUSTER SLOTS: {reply:?}"));
     let Value::Array(ranges) = reply else {
         return Err(bad());
     };
-    let mut map = Vec::with_capacity(ranges.len());
+    let from_host = split_addr(from).map_or("", |(h, _)| h);
+    let mut map = SlotMap {
+        ranges: Vec::with_capacity(ranges.len()),
+        nodes: Vec::new(),
+    };
     for range in ranges {
         let Value::Array(fields) = range else {
             return Err(bad());
         };
-        let (Some(start), Some(end), Some(Value::Array(master))) =
-            (fields.first(), fields.get(1), fields.get(2))
-        else {
+        let (Some(start), Some(end)) = (fields.first(), fields.get(1)) else {
             return Err(bad());
         };
-        let (Some(host), Some(port)) = (master.first(), master.get(1)) else {
+        let mut addrs = Vec::new();
+        for node in &fields[2..] {
+            let Value::Array(node) = node else {
+                return Err(bad());
+            };
+            let (Some(host), Some(port)) = (node.first(), node.get(1)) else {
+                return Err(bad());
+            };
+            let host = String::from_redis_value(host)?;
+            let host = if host.is_empty() || host == "?" {
+                from_host
+            } else {
+                host.as_str()
+            };
+            addrs.push(host_port(host, u16::from_redis_value(port)?));
+        }
+        let Some(master) = addrs.first().cloned() else {
             return Err(bad());
         };
-        let host = String::from_redis_value(host)?;
-        map.push((
+        map.ranges.push((
             u16::from_redis_value(start)?,
             u16::from_redis_value(end)?,
-            format!("{host}:{}", u16::from_redis_value(port)?),
+            master,
         ));
+        for addr in addrs {
+            if !map.nodes.contains(&addr) {
+                map.nodes.push(addr);
+            }
+        }
     }
     Ok(map)
 }
@@ -558,14 +773,19 @@ mod tests {
             ]),
             Value::Array(vec![Value::Int(5461), Value::Int(16383), node(7001)]),
         ]);
+        let map = parse_slots(&v, "127.0.0.1:7000").unwrap();
         assert_eq!(
-            parse_slots(&v).unwrap(),
+            map.ranges,
             vec![
                 (0, 5460, "127.0.0.1:7000".to_string()),
                 (5461, 16383, "127.0.0.1:7001".to_string())
             ]
         );
-        assert!(parse_slots(&Value::Int(1)).is_err());
+        assert_eq!(
+            map.nodes,
+            ["127.0.0.1:7000", "127.0.0.1:7003", "127.0.0.1:7001"]
+        );
+        assert!(parse_slots(&Value::Int(1), "127.0.0.1:7000").is_err());
     }
 
     #[test]
@@ -577,6 +797,25 @@ mod tests {
         assert_eq!(info.addr.to_string(), "127.0.0.1:7005");
         assert_eq!(info.redis.password.as_deref(), Some("pw"));
         assert!(with_addr(&t, "nope").is_err());
+        let v6 = with_addr(&t, "[::1]:7001").unwrap();
+        assert_eq!(v6.addr, ConnectionAddr::Tcp("::1".into(), 7001));
+        assert_eq!(display_addr(&v6.addr), "[::1]:7001");
+        assert_eq!(normalize_addr("::1:7002"), "[::1]:7002");
+        assert_eq!(normalize_addr("10.0.0.1:7002"), "10.0.0.1:7002");
+    }
+
+    #[test]
+    fn ipv6_slot_maps_and_empty_hosts() {
+        let node = |host: &str, port: i64| Value::Array(vec![bulk(host), Value::Int(port)]);
+        let v = Value::Array(vec![Value::Array(vec![
+            Value::Int(0),
+            Value::Int(16383),
+            node("::1", 7000),
+            node("", 7001),
+        ])]);
+        let map = parse_slots(&v, "[fe80::2]:7005").unwrap();
+        assert_eq!(map.ranges, vec![(0, 16383, "[::1]:7000".to_string())]);
+        assert_eq!(map.nodes, ["[::1]:7000", "[fe80::2]:7001"]);
     }
 
     #[test]

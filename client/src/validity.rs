@@ -17,12 +17,6 @@ pub fn validity(ttl: Duration, elapsed: Duration) -> Option<Duration> {
         .filter(|left| !left.is_zero())
 }
 
-/// A ttl as the `ttl_ms` argument of the LOCK.* commands, if it is in 1 ..= 10^12 ms.
-pub(crate) fn ttl_ms(ttl: Duration) -> Option<u64> {
-    let ms = u64::try_from(ttl.as_millis()).ok()?;
-    (1..=1_000_000_000_000).contains(&ms).then_some(ms)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,19 +44,5 @@ mod tests {
             let got = validity(ms(ttl), ms(elapsed));
             assert_eq!(got, want.map(ms), "ttl {ttl} elapsed {elapsed}");
         }
-    }
-
-    #[test]
-    fn ttl_ms_bounds() {
-        assert_eq!(ttl_ms(Duration::ZERO), None);
-        assert_eq!(ttl_ms(Duration::from_micros(999)), None);
-        assert_eq!(ttl_ms(ms(1)), Some(1));
-        assert_eq!(ttl_ms(Duration::from_secs(30)), Some(30_000));
-        assert_eq!(
-            ttl_ms(Duration::from_secs(1_000_000_000)),
-            Some(1_000_000_000_000)
-        );
-        assert_eq!(ttl_ms(Duration::from_secs(1_000_000_001)), None);
-        assert_eq!(ttl_ms(Duration::MAX), None);
     }
 }

@@ -386,3 +386,236 @@ async fn replica_acks_on_single_servers_and_redlock() {
     drop(resume2);
     drop(resume);
 }
+
+/// `LOCK.INFO` on a replica (after `READONLY`): (owner, token, ttl ms).
+fn holder_anywhere(server: &Server, key: &str) -> Option<(String, u64, i64)> {
+    let mut c = server.conn();
+    let _: () = redis::cmd("READONLY").query(&mut c).expect("READONLY");
+    let info: Option<Vec<redis::Value>> = redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(&mut c)
+        .expect("LOCK.INFO");
+    info.map(|f| {
+        (
+            redis::from_redis_value(&f[1]).expect("owner"),
+            redis::from_redis_value(&f[3]).expect("token"),
+            redis::from_redis_value(&f[7]).expect("ttl"),
+        )
+    })
+}
+
+/// How a failover test ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OldMaster {
+    /// Continued once its replica is promoted: it comes back as the new master's replica.
+    Returns,
+    /// Stopped until the end of the test.
+    StaysDown,
+}
+
+/// The key's master stops (SIGSTOP) under a running `lockctl --cluster --replica-acks <acks>`;
+/// the cluster promotes its replica, which holds our lock with our owner (issue 11, problem 2).
+///
+/// lockctl must follow the lock to the new master: renew it there and release it there,
+/// instead of renewing the stopped master until the validity runs out and releasing into the
+/// void while waiters sit out a ttl. When renewals can count there (no acknowledgements
+/// asked, or the old master back as a replica to give them), the command runs for a full ttl
+/// after the promotion and lockctl exits 0: only renewals made on the new master can have kept
+/// it valid that long. When they cannot (acknowledgements asked and no replica left), lockctl
+/// gives the lock up when its validity runs out (exit 76), and its release still reaches the
+/// new master at once. Either way a waiter queued on the stopped master before the stop gets
+/// the lock from the new master.
+async fn lockctl_follows_an_automatic_failover(acks: u32, old: OldMaster) {
+    let cluster = Cluster::start();
+    // A replica that comes back after a failover needs a full sync (the stopped master had
+    // taken writes its replica never saw); start it at once rather than after the default
+    // 5 s diskless delay, which would leave no replica to acknowledge for that long.
+    for n in &cluster.nodes {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("repl-diskless-sync-delay")
+            .arg("0")
+            .query(&mut n.conn())
+            .expect("CONFIG SET");
+    }
+    let keeps_lock = acks == 0 || old == OldMaster::Returns;
+    let key = "{failover}:job";
+    let ttl = Duration::from_secs(10);
+    let old_master = cluster.master_of(key);
+    let replica = cluster.replica_of(key);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = dir.path().join("env");
+    let stop = dir.path().join("stop");
+    let script = format!(
+        "echo $RELOCK_OWNER > {0}.tmp && mv {0}.tmp {0}; while [ ! -e {1} ]; do sleep 0.05; done",
+        env.display(),
+        stop.display()
+    );
+    let seeds = cluster.urls().join(",");
+    let mut child = lockctl(&seeds)
+        .args([
+            "--replica-acks",
+            &acks.to_string(),
+            "run",
+            "--ttl",
+            "10s",
+            key,
+        ])
+        .args(["--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("lockctl");
+    let reap = Reap(&mut child);
+    assert!(eventually(Duration::from_secs(20), || env.exists()));
+    let owner = std::fs::read_to_string(&env)
+        .expect("owner")
+        .trim()
+        .to_string();
+    assert_eq!(
+        holder(old_master, key).map(|h| h.0).as_deref(),
+        Some(owner.as_str())
+    );
+    // (Without acknowledgements, make sure the grant reached the replica before the stop.)
+    assert!(eventually(Duration::from_secs(5), || holder_anywhere(
+        replica, key
+    )
+    .is_some_and(|h| h.0 == owner)));
+
+    // A waiter queued on the master before it stops must not stay stuck there.
+    let options = Options {
+        replica_acks: if keeps_lock { acks } else { 0 },
+        ..acked_options()
+    };
+    let relock = Relock::cluster(&[replica.url()], options).expect("client");
+    let waiter = {
+        let relock = relock.clone();
+        tokio::spawn(async move {
+            relock
+                .acquire_wait(key, ttl, Some(Duration::from_secs(60)))
+                .await
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), || waiters(old_master) == 1));
+
+    let resume = Resume(vec![old_master]);
+    old_master.signal("STOP");
+    let stopped = Instant::now();
+    let promoted = eventually(Duration::from_secs(30), || {
+        cluster_harness::role(replica) == "master"
+    });
+    assert!(promoted, "the replica was not promoted");
+    let promoted_at = Instant::now();
+    eprintln!(
+        "automatic failover (acks {acks}, old master {old:?}): replica promoted {:?} after the stop",
+        promoted_at - stopped
+    );
+    let (held_by, token, _) = holder(replica, key).expect("the lock survived the failover");
+    assert_eq!(held_by, owner);
+    if old == OldMaster::Returns {
+        drop(resume);
+    }
+    // lockctl moves to the new master: the lock's ttl there goes back up.
+    let low = holder_anywhere(replica, key).map_or(0, |h| h.2);
+    assert!(
+        eventually(Duration::from_secs(8), || holder_anywhere(replica, key)
+            .is_some_and(|h| h.0 == owner && h.2 > low + 1_000)),
+        "lockctl does not renew on the new master"
+    );
+    eprintln!(
+        "automatic failover (acks {acks}, old master {old:?}): lockctl renewing on the new \
+         master {:?} after the stop",
+        stopped.elapsed()
+    );
+
+    let wait_exit = |reap: &mut Reap, within: Duration| {
+        tokio::task::block_in_place(|| {
+            let deadline = std::time::Instant::now() + within;
+            loop {
+                if let Some(s) = reap.0.try_wait().expect("try_wait") {
+                    break s;
+                }
+                assert!(std::time::Instant::now() < deadline, "lockctl did not exit");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let mut reap = reap;
+    let status = if keeps_lock {
+        // A full ttl later the command still runs under the lock.
+        tokio::time::sleep_until(promoted_at + ttl).await;
+        assert!(
+            reap.0.try_wait().expect("try_wait").is_none(),
+            "lockctl ended during the failover"
+        );
+        assert_eq!(
+            holder(replica, key).map(|h| (h.0, h.1)),
+            Some((owner.clone(), token))
+        );
+        std::fs::write(&stop, b"").expect("stop");
+        wait_exit(&mut reap, Duration::from_secs(20))
+    } else {
+        // Nothing can acknowledge a renewal: the lock is given up when its validity ends,
+        // which no renewal made before the stop can push past stop + ttl.
+        let status = wait_exit(&mut reap, ttl + Duration::from_secs(10));
+        assert!(stopped.elapsed() < ttl + Duration::from_secs(2));
+        status
+    };
+    let exited = Instant::now();
+    // The release reached the new master: the lock is gone there at once, not after a ttl.
+    let released = tokio::task::block_in_place(|| {
+        eventually(Duration::from_secs(3), || {
+            holder(replica, key).is_none_or(|h| h.0 != owner)
+        })
+    });
+    let released_after = exited.elapsed();
+    drop(reap);
+    let out = child.wait_with_output().expect("output");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let expected = if keeps_lock { 0 } else { 76 };
+    assert_eq!(status.code(), Some(expected), "{err}");
+    assert!(released, "the release did not reach the new master: {err}");
+    eprintln!(
+        "automatic failover (acks {acks}, old master {old:?}): lockctl exited {expected}, lock \
+         gone on the new master {released_after:?} later"
+    );
+    let next = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the waiter is still stuck")
+        .expect("task")
+        .expect("the waiter gets the lock from the new master");
+    eprintln!(
+        "automatic failover (acks {acks}, old master {old:?}): the waiter got the lock {:?} \
+         after lockctl exited",
+        exited.elapsed()
+    );
+    assert!(next.token().unwrap() > token);
+    next.release().await.expect("release");
+}
+
+/// Kills the child on drop (a failing assertion must not leave lockctl running).
+struct Reap<'a>(&'a mut std::process::Child);
+
+impl Drop for Reap<'_> {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockctl_keeps_its_lock_through_an_automatic_failover() {
+    lockctl_follows_an_automatic_failover(0, OldMaster::StaysDown).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockctl_keeps_an_acknowledged_lock_when_the_old_master_returns() {
+    lockctl_follows_an_automatic_failover(1, OldMaster::Returns).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockctl_hands_an_unrenewable_lock_over_on_the_new_master() {
+    lockctl_follows_an_automatic_failover(1, OldMaster::StaysDown).await;
+}

@@ -2,18 +2,28 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
-use std::process::{Command, Output, Stdio};
+use std::collections::HashMap;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Server;
+use common::{eventually, Server};
 
 const KEY: &str = "deploy";
 
 fn lockctl(servers: &[&Server]) -> Command {
     let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    lockctl_at(&urls.join(","))
+}
+
+fn lockctl_at(servers: &str) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockctl"));
-    cmd.env("RELOCK_SERVERS", urls.join(","))
+    cmd.env("RELOCK_SERVERS", servers)
         .env_remove("RELOCK_LOG")
+        .env_remove("RELOCK_CLUSTER")
+        .env_remove("RELOCK_REPLICA_ACKS")
+        .env_remove("NO_COLOR")
         .stdin(Stdio::null());
     cmd
 }
@@ -26,6 +36,10 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn acquire_as(server: &Server, owner: &str, ttl_ms: u64) -> u64 {
     let token: Option<u64> = redis::cmd("LOCK.ACQUIRE")
         .arg(KEY)
@@ -36,12 +50,227 @@ fn acquire_as(server: &Server, owner: &str, ttl_ms: u64) -> u64 {
     token.expect("granted")
 }
 
-fn lock_owner(server: &Server) -> Option<String> {
-    let info: Option<Vec<redis::Value>> = redis::cmd("LOCK.INFO")
+/// LOCK.INFO at KEY as a map (owner as text, the rest as integers).
+fn lock_info(server: &Server) -> Option<HashMap<String, String>> {
+    let info: Option<HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
         .arg(KEY)
         .query(&mut server.conn())
         .expect("LOCK.INFO");
-    info.map(|fields| redis::from_redis_value(&fields[1]).expect("owner"))
+    info.map(|fields| {
+        fields
+            .into_iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    redis::Value::Int(n) => n.to_string(),
+                    other => redis::from_redis_value(&other).expect("text"),
+                };
+                (k, text)
+            })
+            .collect()
+    })
+}
+
+fn lock_owner(server: &Server) -> Option<String> {
+    lock_info(server).map(|i| i["owner"].clone())
+}
+
+fn info_stat(server: &Server, section: &str, field: &str) -> i64 {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query(&mut server.conn())
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{field}:"))?.parse().ok())
+        .unwrap_or_else(|| panic!("INFO {section} has no {field}"))
+}
+
+/// A child process killed (and reaped) when dropped, so that a failing test leaves nothing
+/// running (lockctl's command dies with it).
+struct Spawned(Option<Child>);
+
+impl Spawned {
+    fn new(cmd: &mut Command) -> Spawned {
+        Spawned(Some(cmd.spawn().expect("spawn")))
+    }
+
+    fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("running")
+    }
+
+    fn pid(&self) -> i32 {
+        self.0.as_ref().expect("running").id() as i32
+    }
+
+    fn wait_within(&mut self, within: Duration) -> ExitStatus {
+        wait_within(self.child(), within)
+    }
+
+    /// Its output, once it has exited.
+    fn output(mut self) -> Output {
+        self.0
+            .take()
+            .expect("running")
+            .wait_with_output()
+            .expect("output")
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits for `child` to exit, killing it (and failing) after `within`.
+fn wait_within(child: &mut Child, within: Duration) -> ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("lockctl still running after {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn send(pid: i32, sig: i32) {
+    // SAFETY: kill(2) has no memory effects; a stale pid only makes it fail.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert_eq!(
+        rc,
+        0,
+        "kill({pid}, {sig}): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+fn is_alive(pid: i32) -> bool {
+    // SAFETY: as above; signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+/// The command for the signal tests: this test binary, re-run as [`signal_counter`].
+struct Counter {
+    dir: tempfile::TempDir,
+}
+
+impl Counter {
+    fn new() -> Counter {
+        Counter {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    fn command(&self) -> Vec<String> {
+        let exe = std::env::current_exe().expect("test binary");
+        vec![
+            "env".into(),
+            format!("RELOCK_TEST_SIGNAL_COUNTER={}", self.dir.path().display()),
+            exe.display().to_string(),
+            "signal_counter".into(),
+            "--exact".into(),
+            "--test-threads=1".into(),
+            "-q".into(),
+        ]
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn wait_ready(&self) -> i32 {
+        assert!(
+            eventually(Duration::from_secs(20), || self.path("pid").exists()),
+            "the command did not start"
+        );
+        std::fs::read_to_string(self.path("pid"))
+            .expect("pid")
+            .trim()
+            .parse()
+            .expect("pid number")
+    }
+
+    /// Signals seen so far, by name (INT, TERM, HUP).
+    fn counts(&self) -> HashMap<String, u32> {
+        std::fs::read_to_string(self.path("counts"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|kv| {
+                let (k, v) = kv.split_once('=')?;
+                Some((k.to_string(), v.parse().ok()?))
+            })
+            .collect()
+    }
+
+    fn count(&self, name: &str) -> u32 {
+        self.counts().get(name).copied().unwrap_or(0)
+    }
+
+    fn stop(&self) {
+        std::fs::write(self.path("stop"), b"").expect("stop file");
+    }
+}
+
+/// Not a test of its own: when `RELOCK_TEST_SIGNAL_COUNTER` names a directory, this is the
+/// command lockctl runs in the signal tests. It counts every SIGINT, SIGTERM and SIGHUP it
+/// receives (a C handler, so none is merged into another as shell traps would), writes the
+/// counts to `counts` every few milliseconds, and exits 0 once the file `stop` appears.
+#[test]
+fn signal_counter() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static COUNTS: [AtomicU32; 3] = [AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)];
+    const SIGNALS: [(i32, &str); 3] = [
+        (libc::SIGINT, "INT"),
+        (libc::SIGTERM, "TERM"),
+        (libc::SIGHUP, "HUP"),
+    ];
+    extern "C" fn on_signal(sig: libc::c_int) {
+        if let Some(i) = SIGNALS.iter().position(|(s, _)| *s == sig) {
+            COUNTS[i].fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let Some(dir) = std::env::var_os("RELOCK_TEST_SIGNAL_COUNTER") else {
+        return;
+    };
+    let dir = Path::new(&dir);
+    for (sig, _) in SIGNALS {
+        // SAFETY: the handler only touches atomics, which is async-signal-safe.
+        unsafe {
+            libc::signal(
+                sig,
+                on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
+        }
+    }
+    let write = |name: &str, text: String| {
+        let tmp = dir.join(format!("{name}.tmp"));
+        std::fs::write(&tmp, text).expect("write");
+        std::fs::rename(&tmp, dir.join(name)).expect("rename");
+    };
+    let counts = || {
+        SIGNALS
+            .iter()
+            .zip(&COUNTS)
+            .map(|((_, name), n)| format!("{name}={}", n.load(Ordering::SeqCst)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    write("counts", counts());
+    write("pid", std::process::id().to_string());
+    let started = Instant::now();
+    while !dir.join("stop").exists() && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(5));
+        write("counts", counts());
+    }
+    write("counts", counts());
+    std::process::exit(0);
 }
 
 #[test]
@@ -57,51 +286,88 @@ fn passes_the_exit_code_through_and_releases() {
 #[test]
 fn gives_the_command_key_owner_and_token() {
     let server = Server::start();
-    let out = run(lockctl(&[&server]).args([
-        "run",
-        KEY,
-        "--",
-        "sh",
-        "-c",
-        "echo $RELOCK_KEY $RELOCK_OWNER $RELOCK_TOKEN; redis-cli -p $PORT LOCK.INFO $RELOCK_KEY || true",
-    ])
-    .env("PORT", server.port.to_string()));
+    // The command asks the server itself; a failing redis-cli fails the command.
+    let out = run(lockctl(&[&server])
+        .args(["run", KEY, "--", "sh", "-c"])
+        .arg("echo $RELOCK_KEY $RELOCK_OWNER $RELOCK_TOKEN && redis-cli -p $PORT LOCK.INFO $RELOCK_KEY")
+        .env("PORT", server.port.to_string()));
     assert!(out.status.success(), "{}", stderr(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let mut lines = stdout.lines();
+    let text = stdout(&out);
+    let mut lines = text.lines();
     let first: Vec<&str> = lines.next().expect("env line").split(' ').collect();
-    assert_eq!(first.len(), 3, "{stdout}");
+    assert_eq!(first.len(), 3, "{text}");
     assert_eq!(first[0], KEY);
-    assert_eq!(first[1].len(), 36, "owner is a UUID: {stdout}");
+    assert_eq!(first[1].len(), 36, "owner is a UUID: {text}");
     let token: u64 = first[2].parse().expect("numeric token");
     assert!(token > 0);
-    // While the command ran, the server saw that owner and token.
-    let rest: Vec<&str> = lines.collect();
-    if rest.len() >= 4 {
-        assert_eq!(rest[1], first[1], "{stdout}");
-        assert_eq!(rest[3], first[2], "{stdout}");
-    }
+    // While the command ran, the server saw that owner and that token.
+    let info: Vec<&str> = lines.collect();
+    assert!(info.len() >= 4, "LOCK.INFO printed nothing: {text}");
+    assert_eq!(info[0], "owner", "{text}");
+    assert_eq!(info[1], first[1], "owner on the server: {text}");
+    assert_eq!(info[2], "token", "{text}");
+    assert_eq!(info[3], first[2], "token on the server: {text}");
 }
 
 #[test]
 fn several_masters_give_per_master_tokens() {
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     let refs: Vec<&Server> = servers.iter().collect();
-    let out = run(lockctl(&refs).args([
-        "run",
-        KEY,
-        "--",
-        "sh",
-        "-c",
-        "echo $RELOCK_TOKEN; echo $RELOCK_TOKENS",
-    ]));
-    assert!(out.status.success(), "{}", stderr(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<&str> = stdout.lines().collect();
-    let tokens: Vec<&str> = lines[1].split(',').collect();
-    assert_eq!(tokens.len(), 3, "{stdout}");
-    let first_granted = tokens.iter().find(|t| !t.is_empty()).expect("a token");
-    assert_eq!(lines[0], *first_granted);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = dir.path().join("env");
+    let stop = dir.path().join("stop");
+    let script = format!(
+        "echo \"$RELOCK_OWNER $RELOCK_TOKEN $RELOCK_TOKENS\" > {0}.tmp && mv {0}.tmp {0}; \
+         while [ ! -e {1} ]; do sleep 0.02; done",
+        env.display(),
+        stop.display()
+    );
+    let mut child = Spawned::new(
+        lockctl(&refs)
+            .args(["run", KEY, "--", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    assert!(eventually(Duration::from_secs(20), || env.exists()));
+    let text = std::fs::read_to_string(&env).expect("env");
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(fields.len(), 3, "{text}");
+    let (owner, token, tokens) = (fields[0], fields[1], fields[2]);
+    let tokens: Vec<&str> = tokens.split(',').collect();
+    assert_eq!(tokens.len(), 3, "{text}");
+    // Each master that lockctl says granted holds the lock for that owner, with that token
+    // (asked of the masters themselves); one it did not count may hold it only for that owner.
+    let mut first_granted = None;
+    for (server, from_env) in servers.iter().zip(&tokens) {
+        let info = lock_info(server);
+        if from_env.is_empty() {
+            if let Some(info) = info {
+                assert_eq!(
+                    info["owner"], owner,
+                    "master {} holds it for another",
+                    server.port
+                );
+            }
+            continue;
+        }
+        let info = info.unwrap_or_else(|| panic!("master {} does not hold it", server.port));
+        assert_eq!(info["owner"], owner, "owner on master {}", server.port);
+        assert_eq!(info["token"], *from_env, "token of master {}", server.port);
+        first_granted.get_or_insert(*from_env);
+    }
+    assert!(
+        tokens.iter().filter(|t| !t.is_empty()).count() >= 2,
+        "a quorum granted: {text}"
+    );
+    assert_eq!(
+        Some(token),
+        first_granted,
+        "RELOCK_TOKEN is the first master's"
+    );
+    std::fs::write(&stop, b"").expect("stop");
+    let status = child.wait_within(Duration::from_secs(20));
+    assert!(status.success(), "{}", stderr(&child.output()));
+    assert!(servers.iter().all(|s| lock_info(s).is_none()), "released");
 }
 
 #[test]
@@ -109,7 +375,6 @@ fn exits_75_when_the_lock_is_held() {
     let server = Server::start();
     acquire_as(&server, "someone-else", 30_000);
 
-    let started = Instant::now();
     let out = run(lockctl(&[&server]).args(["run", "--wait", "0", KEY, "--", "true"]));
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
     assert!(
@@ -117,11 +382,15 @@ fn exits_75_when_the_lock_is_held() {
         "says who holds it: {}",
         stderr(&out)
     );
-    assert!(started.elapsed() < Duration::from_secs(5));
 
     let out = run(lockctl(&[&server]).args(["run", "--wait", "200ms", KEY, "--", "true"]));
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
     assert!(stderr(&out).contains("someone-else"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not acquired within 200ms"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(lock_owner(&server).as_deref(), Some("someone-else"));
 }
 
@@ -145,11 +414,25 @@ fn exits_75_without_a_quorum_and_names_the_dead_masters() {
 #[test]
 fn waits_for_the_holder_then_runs() {
     let server = Server::start();
+    let held_from = Instant::now();
     acquire_as(&server, "batch-job", 1_500);
-    let started = Instant::now();
-    let out = run(lockctl(&[&server]).args(["run", "--wait", "20s", KEY, "--", "true"]));
+    let out = run(lockctl(&[&server])
+        .args(["run", "--wait", "20s", KEY, "--", "sh", "-c"])
+        .arg("redis-cli -p $PORT LOCK.INFO $RELOCK_KEY | sed -n 2p")
+        .env("PORT", server.port.to_string()));
+    let waited = held_from.elapsed();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(started.elapsed() < Duration::from_secs(10));
+    // It ran only once the holder's 1.5 s were over, and then as the holder.
+    assert!(
+        waited >= Duration::from_millis(1_400),
+        "ran after {waited:?}"
+    );
+    assert_ne!(
+        stdout(&out).trim(),
+        "batch-job",
+        "ran under the other holder"
+    );
+    assert_eq!(stdout(&out).trim().len(), 36, "{}", stdout(&out));
     assert!(
         stderr(&out).contains("batch-job"),
         "says who it waits for: {}",
@@ -157,43 +440,51 @@ fn waits_for_the_holder_then_runs() {
     );
 }
 
+/// Lost lock: the command gets SIGTERM, then SIGKILL once `--grace` is over, and lockctl
+/// exits 76; a signal to lockctl during the grace period still reaches the command.
 #[test]
 fn exits_76_when_the_lock_is_lost() {
     let server = Server::start();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let started = dir.path().join("started");
-    let script = format!("touch {}; exec sleep 30", started.display());
-    let mut child = lockctl(&[&server])
-        .args([
-            "run", "--ttl", "1s", "--grace", "5s", KEY, "--", "sh", "-c", &script,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn lockctl");
-    // Break the lock only once the command runs under it: broken earlier (between lockctl's
-    // grant and its first renewal), lockctl rightly takes the lock again before starting it.
-    assert!(common::eventually(Duration::from_secs(10), || started
-        .exists()
-        && lock_owner(&server).is_some()));
+    let counter = Counter::new();
+    let grace = Duration::from_secs(3);
+    let mut child = Spawned::new(
+        lockctl(&[&server])
+            .args(["run", "--ttl", "1s", "--grace", "3s", KEY, "--"])
+            .args(counter.command())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    let pid = counter.wait_ready();
+    assert!(lock_owner(&server).is_some());
     let _: i64 = redis::cmd("LOCK.FORCERELEASE")
         .arg(KEY)
         .query(&mut server.conn())
         .expect("force release");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("lockctl did not stop after the lock was lost");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = child.wait_with_output().expect("output");
+    assert!(
+        eventually(Duration::from_secs(5), || counter.count("TERM") == 1),
+        "SIGTERM did not reach the command: {:?}",
+        counter.counts()
+    );
+    let termed = Instant::now();
+    // The command ignores SIGTERM; a Ctrl-C meant for lockctl during the grace period is
+    // still passed on.
+    send(child.pid(), libc::SIGINT);
+    assert!(
+        eventually(Duration::from_secs(2), || counter.count("INT") == 1),
+        "SIGINT during the grace period was swallowed: {:?}",
+        counter.counts()
+    );
+    let status = child.wait_within(Duration::from_secs(15));
+    let out = child.output();
     assert_eq!(status.code(), Some(76), "{}", stderr(&out));
     assert!(stderr(&out).contains("lost"), "{}", stderr(&out));
+    assert!(
+        termed.elapsed() >= grace - Duration::from_millis(300),
+        "SIGKILL came {:?} after SIGTERM, before the {grace:?} grace",
+        termed.elapsed()
+    );
+    assert!(!is_alive(pid), "the command survived SIGKILL");
+    assert_eq!(counter.count("TERM"), 1, "{:?}", counter.counts());
 }
 
 #[test]
@@ -235,20 +526,419 @@ fn info_and_force_release_for_operators() {
 
     let out = run(lockctl(&[&server]).args(["info", KEY]));
     assert!(out.status.success(), "{}", stderr(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("owner=stuck-worker"), "{stdout}");
-    assert!(stdout.contains(&format!("token={token}")), "{stdout}");
+    let text = stdout(&out);
+    assert!(text.contains("owner=stuck-worker"), "{text}");
+    assert!(text.contains(&format!("token={token}")), "{text}");
     assert!(
-        stdout.contains(&format!("127.0.0.1:{}", server.port)),
-        "{stdout}"
+        text.contains(&format!("127.0.0.1:{}", server.port)),
+        "{text}"
     );
 
     let out = run(lockctl(&[&server]).args(["force-release", KEY]));
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("released"));
+    assert!(stdout(&out).contains("released"));
     assert_eq!(lock_owner(&server), None);
 
     let out = run(lockctl(&[&server]).args(["info", KEY]));
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("not locked"));
+    assert!(stdout(&out).contains("not locked"));
+}
+
+/// A command that outlives `--ttl` keeps the lock, renewed every ttl / 3, with nobody else
+/// interfering.
+#[test]
+fn renews_while_the_command_outlives_the_ttl() {
+    let server = Server::start();
+    let mut child = Spawned::new(
+        lockctl(&[&server])
+            .args(["run", "--ttl", "1s", KEY, "--", "sleep", "3"])
+            .stderr(Stdio::piped()),
+    );
+    assert!(eventually(Duration::from_secs(20), || lock_owner(&server).is_some()));
+    let owner = lock_owner(&server).expect("held");
+    let watch = Instant::now();
+    while watch.elapsed() < Duration::from_millis(2_500) {
+        let info = lock_info(&server).expect("still held");
+        assert_eq!(info["owner"], owner, "owner changed");
+        let ttl: i64 = info["ttl"].parse().expect("ttl");
+        assert!(ttl > 0 && ttl <= 1_000, "ttl {ttl}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = child.wait_within(Duration::from_secs(20));
+    let out = child.output();
+    assert_eq!(status.code(), Some(0), "{}", stderr(&out));
+    assert!(info_stat(&server, "relock", "relock_renewed_total") >= 6);
+    assert_eq!(lock_owner(&server), None);
+}
+
+/// Without `--ttl` the lock's ttl is 30 s, as documented.
+#[test]
+fn default_ttl_is_30s() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stop = dir.path().join("stop");
+    let script = format!("while [ ! -e {} ]; do sleep 0.02; done", stop.display());
+    let mut child = Spawned::new(lockctl(&[&server]).args(["run", KEY, "--", "sh", "-c", &script]));
+    assert!(eventually(Duration::from_secs(20), || lock_info(&server).is_some()));
+    let ttl: i64 = lock_info(&server).expect("held")["ttl"]
+        .parse()
+        .expect("ttl");
+    assert!((25_000..=30_000).contains(&ttl), "ttl {ttl}");
+    std::fs::write(&stop, b"").expect("stop");
+    assert!(child.wait_within(Duration::from_secs(20)).success());
+}
+
+/// Usage errors exit 2, before any server is contacted (problem 5).
+#[test]
+fn usage_errors_exit_2_before_any_server_is_asked() {
+    let server = Server::start();
+    let connections = || info_stat(&server, "stats", "total_connections_received");
+    let before = connections();
+    for args in [
+        &["run", "--ttl", "0", KEY, "--", "true"][..],
+        &["run", "--ttl", "0.5ms", KEY, "--", "true"],
+        &["run", "--ttl", "2000000000s", KEY, "--", "true"],
+        &["run", "--ttl", "ten", KEY, "--", "true"],
+        &["--node-timeout", "0", "run", KEY, "--", "true"],
+    ] {
+        let out = run(lockctl(&[&server]).args(args));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(!stderr(&out).is_empty(), "{args:?}: says why");
+    }
+    // (`connections` itself opens one per call.)
+    assert_eq!(connections(), before + 1, "a server was contacted");
+}
+
+/// A wait beyond what LOCK.WAIT accepts, or beyond what an `Instant` holds, is clamped
+/// (problem 4): a free lock is acquired at once.
+#[test]
+fn huge_wait_is_clamped() {
+    let server = Server::start();
+    for wait in ["20000000000s", "10000000000000000000s", "1e19s"] {
+        let mut child = Spawned::new(
+            lockctl(&[&server])
+                .args(["run", "--wait", wait, KEY, "--", "true"])
+                .stderr(Stdio::piped()),
+        );
+        let status = child.wait_within(Duration::from_secs(15));
+        let out = child.output();
+        assert_eq!(status.code(), Some(0), "--wait {wait}: {}", stderr(&out));
+    }
+}
+
+/// Errors that retrying cannot fix end lockctl at once, saying what is wrong (problem 3).
+#[test]
+fn permanent_errors_fail_at_once() {
+    let bare = Server::without_module(&[]);
+    for wait in [None, Some("1s")] {
+        let mut cmd = lockctl(&[&bare]);
+        cmd.arg("run");
+        if let Some(w) = wait {
+            cmd.args(["--wait", w]);
+        }
+        let mut child = Spawned::new(cmd.args([KEY, "--", "true"]).stderr(Stdio::piped()));
+        let status = child.wait_within(Duration::from_secs(10));
+        let out = child.output();
+        let err = stderr(&out);
+        assert_eq!(status.code(), Some(78), "{err}");
+        assert!(err.contains("unknown command"), "{err}");
+        assert!(err.contains("module"), "{err}");
+        assert!(!err.contains("not acquired within"), "{err}");
+    }
+    let locked = Server::start();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("s3cret")
+        .query(&mut locked.conn())
+        .expect("CONFIG SET requirepass");
+    for url in [
+        locked.url(),
+        format!("redis://:wrong@127.0.0.1:{}/", locked.port),
+    ] {
+        let mut child = Spawned::new(
+            lockctl_at(&url)
+                .args(["run", KEY, "--", "true"])
+                .stderr(Stdio::piped()),
+        );
+        let status = child.wait_within(Duration::from_secs(10));
+        let out = child.output();
+        assert_eq!(status.code(), Some(78), "{url}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("NOAUTH") || err.contains("WRONGPASS") || err.contains("auth"),
+            "{err}"
+        );
+    }
+}
+
+/// One server under two names is one master, not two (problem 6).
+#[test]
+fn one_server_named_twice_is_a_usage_error() {
+    let a = Server::start();
+    let b = Server::start();
+    let servers = format!(
+        "redis://127.0.0.1:{0},redis://localhost:{0},{1}",
+        a.port,
+        b.url()
+    );
+    let out = run(lockctl_at(&servers).args(["run", KEY, "--", "true"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&a.port.to_string()),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(lock_owner(&a), None);
+}
+
+/// A ttl too short to be renewed in time is worth a warning.
+#[test]
+fn warns_about_a_ttl_too_short_to_renew() {
+    let server = Server::start();
+    let out = run(lockctl(&[&server]).args(["run", "--ttl", "5ms", KEY, "--", "true"]));
+    assert!(
+        stderr(&out).contains("warning") && stderr(&out).contains("--ttl"),
+        "exit {:?}, no warning: {}",
+        out.status.code(),
+        stderr(&out)
+    );
+    let out = run(lockctl(&[&server]).args(["run", "--ttl", "2s", KEY, "--", "true"]));
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+}
+
+/// IPv6 masters are named `[addr]:port`.
+#[test]
+fn names_ipv6_masters_in_brackets() {
+    let out = run(lockctl_at("redis://[::1]:1").args(["run", "--wait", "0", KEY, "--", "true"]));
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    assert!(stderr(&out).contains("[::1]:1"), "{}", stderr(&out));
+}
+
+/// Log lines carry no colour codes when stderr is not a terminal (problem 8).
+#[test]
+fn no_colour_codes_off_a_terminal() {
+    let server = Server::start();
+    let out = run(lockctl(&[&server])
+        .env("RELOCK_LOG", "debug")
+        .args(["run", KEY, "--", "true"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("lock acquired"), "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains('\u{1b}'),
+        "colour codes in a pipe: {:?}",
+        stderr(&out)
+    );
+}
+
+/// On a terminal, colour unless `NO_COLOR` is set.
+#[test]
+fn colour_on_a_terminal_unless_no_color() {
+    let server = Server::start();
+    for (no_color, want_colour) in [(None, true), (Some("1"), false)] {
+        let line = format!("{} run {KEY} -- true", env!("CARGO_BIN_EXE_lockctl"));
+        let mut cmd = Command::new("script");
+        cmd.args(["-qec", &line, "/dev/null"])
+            .env("RELOCK_SERVERS", server.url())
+            .env("RELOCK_LOG", "debug")
+            .env_remove("NO_COLOR")
+            .stdin(Stdio::null());
+        if let Some(v) = no_color {
+            cmd.env("NO_COLOR", v);
+        }
+        let out = cmd.output().expect("script");
+        let text = stdout(&out);
+        assert!(text.contains("lock acquired"), "{text}");
+        assert_eq!(
+            text.contains('\u{1b}'),
+            want_colour,
+            "NO_COLOR={no_color:?}: {text:?}"
+        );
+    }
+}
+
+/// A Ctrl-C (SIGINT to the whole foreground process group) and a hang-up reach the command
+/// exactly once; a signal sent to lockctl alone is passed on once (problem 7).
+#[test]
+fn group_signals_reach_the_command_once() {
+    let server = Server::start();
+    let counter = Counter::new();
+    let mut child = Spawned::new(
+        lockctl(&[&server])
+            .args(["run", KEY, "--"])
+            .args(counter.command())
+            .process_group(0)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    counter.wait_ready();
+    let group = -child.pid();
+    // Apart, so that no two signals can merge into one delivery.
+    let settle = || std::thread::sleep(Duration::from_millis(300));
+    for sig in [
+        libc::SIGINT,
+        libc::SIGHUP,
+        libc::SIGINT,
+        libc::SIGHUP,
+        libc::SIGINT,
+    ] {
+        send(group, sig);
+        settle();
+    }
+    send(child.pid(), libc::SIGTERM);
+    settle();
+    let counts = counter.counts();
+    counter.stop();
+    let status = child.wait_within(Duration::from_secs(20));
+    let out = child.output();
+    assert_eq!(status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(counts.get("INT"), Some(&3), "{counts:?}");
+    assert_eq!(counts.get("HUP"), Some(&2), "{counts:?}");
+    assert_eq!(counts.get("TERM"), Some(&1), "{counts:?}");
+    assert_eq!(lock_owner(&server), None, "released");
+}
+
+/// The same through a real terminal: Ctrl-C typed once reaches the command once.
+#[test]
+fn ctrl_c_on_a_terminal_reaches_the_command_once() {
+    let server = Server::start();
+    let counter = Counter::new();
+    let line = format!(
+        "{} run {KEY} -- {}",
+        env!("CARGO_BIN_EXE_lockctl"),
+        counter.command().join(" ")
+    );
+    let mut script = Spawned::new(
+        Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .env("RELOCK_SERVERS", server.url())
+            .env_remove("RELOCK_LOG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null()),
+    );
+    counter.wait_ready();
+    {
+        use std::io::Write;
+        let stdin = script.child().stdin.as_mut().expect("stdin");
+        stdin.write_all(b"\x03").expect("Ctrl-C");
+        stdin.flush().expect("flush");
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || counter.count("INT") >= 1),
+        "Ctrl-C did not reach the command"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let counts = counter.counts();
+    counter.stop();
+    drop(script.child().stdin.take());
+    let status = script.wait_within(Duration::from_secs(20));
+    assert!(status.success());
+    assert_eq!(counts.get("INT"), Some(&1), "{counts:?}");
+    assert_eq!(lock_owner(&server), None, "released");
+}
+
+/// A SIGTERM at any moment of lockctl's start (before, during or right after the grant)
+/// never leaves the lock held until its ttl.
+#[test]
+fn a_signal_during_start_never_strands_the_lock() {
+    let server = Server::start();
+    let mut stranded = Vec::new();
+    for delay_ms in (0..40).map(|i| i * 2) {
+        let mut child = Spawned::new(
+            lockctl(&[&server])
+                .args(["run", "--ttl", "60s", KEY, "--", "sleep", "30"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        );
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        send(child.pid(), libc::SIGTERM);
+        child.wait_within(Duration::from_secs(15));
+        if !eventually(Duration::from_secs(2), || lock_info(&server).is_none()) {
+            stranded.push(delay_ms);
+            let _: i64 = redis::cmd("LOCK.FORCERELEASE")
+                .arg(KEY)
+                .query(&mut server.conn())
+                .expect("force release");
+        }
+    }
+    assert!(
+        stranded.is_empty(),
+        "SIGTERM after {stranded:?} ms left the lock held"
+    );
+    assert_eq!(info_stat(&server, "relock", "relock_waiters"), 0);
+}
+
+/// Whether `pid` still runs (a zombie waiting to be reaped does not).
+fn is_running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // pid (comm) STATE ...: the state follows the last ')'.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+/// If lockctl itself is killed, nothing renews the lock any more: the command must not run
+/// on without it.
+#[test]
+fn the_command_dies_with_lockctl() {
+    let server = Server::start();
+    let counter = Counter::new();
+    let mut child = Spawned::new(
+        lockctl(&[&server])
+            .args(["run", KEY, "--"])
+            .args(counter.command())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let pid = counter.wait_ready();
+    assert!(is_running(pid));
+    send(child.pid(), libc::SIGKILL);
+    child.wait_within(Duration::from_secs(10));
+    assert!(
+        eventually(Duration::from_secs(5), || !is_running(pid)),
+        "the command outlived lockctl"
+    );
+}
+
+/// Without `--servers` (and with `RELOCK_SERVERS` empty) lockctl asks 127.0.0.1:6379.
+#[test]
+fn default_server_is_local_6379() {
+    // `info` only reads, whatever runs on that port (or nothing does).
+    let out = run(lockctl_at("").args(["info", "relock-test-default-server"]));
+    assert!(
+        stdout(&out).starts_with("127.0.0.1:6379\t"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
+
+/// Without `--grace`, a command that ignores SIGTERM after a loss gets SIGKILL 10 s later.
+#[test]
+fn default_grace_is_10s() {
+    let server = Server::start();
+    let counter = Counter::new();
+    let mut child = Spawned::new(
+        lockctl(&[&server])
+            .args(["run", "--ttl", "1s", KEY, "--"])
+            .args(counter.command())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let pid = counter.wait_ready();
+    let _: i64 = redis::cmd("LOCK.FORCERELEASE")
+        .arg(KEY)
+        .query(&mut server.conn())
+        .expect("force release");
+    assert!(eventually(Duration::from_secs(5), || counter.count("TERM") == 1));
+    let termed = Instant::now();
+    let status = child.wait_within(Duration::from_secs(30));
+    let grace = termed.elapsed();
+    assert_eq!(status.code(), Some(76));
+    assert!(!is_running(pid), "the command survived");
+    assert!(
+        grace >= Duration::from_millis(9_700),
+        "SIGKILL {grace:?} after SIGTERM"
+    );
 }

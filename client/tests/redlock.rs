@@ -107,8 +107,28 @@ async fn acquire_extend_release_on_five_masters() {
     assert!(holders(&servers, KEY).iter().all(Option::is_none));
 }
 
+/// `calls` of `INFO commandstats` for `command` (lower case, e.g. `lock.acquire`).
+fn command_calls(server: &Server, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.to_lowercase()
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(&prefix)?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn single_master_latency_and_drop_releases() {
+async fn single_master_acquires_in_one_request_and_drop_releases() {
     let servers = masters(1);
     let relock = client(&servers);
     let _warm = relock.info(KEY).await;
@@ -118,6 +138,8 @@ async fn single_master_latency_and_drop_releases() {
         .await
         .expect("acquire");
     eprintln!("1-master acquire took {:?}", started.elapsed());
+    // One round, one request: no retry, no extra round trip.
+    assert_eq!(command_calls(&servers[0], "lock.acquire"), 1);
     assert_eq!(lock.tokens().len(), 1);
     assert!(holder(&servers[0], KEY).is_some());
     drop(lock); // released by a spawned task, never blocking here
@@ -126,6 +148,7 @@ async fn single_master_latency_and_drop_releases() {
         KEY
     )
     .is_none()));
+    assert_eq!(command_calls(&servers[0], "lock.release"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,7 +238,8 @@ async fn survives_two_dead_masters_and_fails_fast_with_three() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_master_does_not_stall_acquisition() {
     let servers = masters(5);
-    let node_timeout = Duration::from_millis(300);
+    // Long enough that any wait for the paused master shows.
+    let node_timeout = Duration::from_secs(1);
     let relock = client_with(
         &servers,
         Options {
@@ -230,23 +254,19 @@ async fn paused_master_does_not_stall_acquisition() {
     let took = started.elapsed();
     eprintln!("acquire with a paused master took {took:?}");
     let lock = result.expect("4 of 5 answer");
-    assert!(
-        took < node_timeout + Duration::from_secs(2),
-        "took {took:?}"
-    );
+    // Decided by the quorum that answered: the paused master was not waited for.
+    assert!(took < node_timeout, "took {took:?}");
     assert!(lock.tokens().len() >= 3);
 
-    // Release waits for every master, each at most the node timeout.
+    // Release waits for every master, the paused one for exactly one node timeout.
     let started = Instant::now();
     lock.release().await.expect("release");
     let took = started.elapsed();
     eprintln!("release with a paused master took {took:?}");
-    assert!(
-        took < node_timeout + Duration::from_secs(2),
-        "took {took:?}"
-    );
+    assert!(took >= node_timeout, "took {took:?}");
+    assert!(took < node_timeout * 2, "took {took:?}");
 
-    // When the round cannot be decided without the paused masters, it ends after the node
+    // When the round cannot be decided without the paused masters, it ends after one node
     // timeout instead of hanging: here 2 answer, 1 is paused too and 1 is dead.
     servers[4].signal("STOP");
     let mut dead = Server::start();
@@ -269,10 +289,7 @@ async fn paused_master_does_not_stall_acquisition() {
     let took = started.elapsed();
     eprintln!("round needing paused masters ended after {took:?}: {err}");
     assert!(took >= node_timeout, "took {took:?}");
-    assert!(
-        took < node_timeout * 2 + Duration::from_secs(2),
-        "took {took:?}"
-    );
+    assert!(took < node_timeout * 2, "took {took:?}");
     let text = err.to_string();
     for s in [&servers[2], &servers[4]] {
         assert!(text.contains(&format!("127.0.0.1:{}", s.port)), "{text}");

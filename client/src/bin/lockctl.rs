@@ -1,32 +1,51 @@
 //! `lockctl`: run a command while holding a relock lock, and inspect or break locks.
 //!
 //! Exit codes of `lockctl run`: the command's own (128 + signal when it was killed by one);
-//! 75 when the lock could not be acquired; 76 when the lock was lost while the command ran
-//! (the command then gets SIGTERM, and SIGKILL after `--grace`); 127/126 when the command
-//! could not be started; 2 for usage errors.
+//! 75 when the lock could not be acquired for now (held, no quorum, wait limit reached);
+//! 76 when the lock was lost while the command ran (the command then gets SIGTERM, and SIGKILL
+//! after `--grace`); 78 when a server's answer shows that retrying cannot help (the module is
+//! not loaded, the login was refused, the key holds another type); 127/126 when the command
+//! could not be started; 2 for usage errors (an invalid option or duration, one server named
+//! twice), found before any server is contacted. A SIGINT, SIGTERM or SIGHUP before the
+//! command starts makes lockctl give up (releasing whatever it was granted) and die of that
+//! signal.
 //!
 //! The command's environment gets `RELOCK_KEY`, `RELOCK_OWNER`, `RELOCK_TOKEN` (with one
 //! server its fencing token; with several, the token of the first master in `--servers`
 //! order that granted) and `RELOCK_TOKENS` (every master's token in `--servers` order,
 //! comma-separated, empty where a master did not grant).
 //!
+//! Signals: when lockctl runs in the foreground of a terminal, the command shares its process
+//! group (and so the terminal): a Ctrl-C or hang-up reaches the command from the terminal, and
+//! lockctl passes on only the signals sent to lockctl alone. Otherwise the command runs in a
+//! process group of its own, and lockctl passes every SIGINT, SIGTERM and SIGHUP it gets to
+//! that group. Either way the command gets each signal once. If lockctl itself dies, the
+//! command is killed (SIGKILL): nothing would renew the lock any more.
+//!
 //! With `--cluster`, `--servers` are seed nodes of one Redis Cluster; `info` and
 //! `force-release` then name the master that serves the key.
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use relock_client::limits::parse_ttl;
 use relock_client::{parse_duration, Error, Lock, LockInfo, NodeReport, Options, Relock};
-use tokio::signal::unix::{signal, SignalKind};
 
 /// The server used when neither `--servers` nor `RELOCK_SERVERS` names one.
 const DEFAULT_SERVER: &str = "redis://127.0.0.1:6379";
-/// Exit status when the lock could not be acquired (EX_TEMPFAIL).
+/// Exit status when the lock could not be acquired for now (EX_TEMPFAIL).
 const EXIT_NOT_ACQUIRED: u8 = 75;
 /// Exit status when the lock was lost while the command ran.
 const EXIT_LOST: u8 = 76;
+/// Exit status when a server's answer shows that retrying cannot help (EX_CONFIG).
+const EXIT_PERMANENT: u8 = 78;
+/// Exit status for usage errors.
+const EXIT_USAGE: u8 = 2;
+/// The most lockctl waits, before exiting, for releases still under way in the background.
+const SETTLE_WITHIN: Duration = Duration::from_secs(5);
 
 #[derive(Parser)]
 #[command(
@@ -36,7 +55,7 @@ const EXIT_LOST: u8 = 76;
 )]
 struct Cli {
     /// Comma-separated redis:// URLs of the relock masters (one for plain locking, N for
-    /// Redlock with a quorum of N/2+1).
+    /// Redlock with a quorum of N/2+1; each server at most once).
     #[arg(
         long,
         global = true,
@@ -46,12 +65,12 @@ struct Cli {
     )]
     servers: Vec<String>,
 
-    /// How long one master may take to answer one command.
+    /// How long one master may take to answer one command (at least 1ms).
     #[arg(long, global = true, default_value = "100ms", value_parser = parse_duration)]
     node_timeout: Duration,
 
     /// Treat `--servers` as seed nodes of one Redis Cluster: each lock lives on the master of
-    /// its key's hash slot (no Redlock quorum), and redirections are followed.
+    /// its key's hash slot (no Redlock quorum), and redirections and failovers are followed.
     #[arg(long, global = true, env = "RELOCK_CLUSTER")]
     cluster: bool,
 
@@ -71,12 +90,15 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Acquire KEY, run COMMAND with the lock kept alive, release it when COMMAND exits, and
-    /// exit with COMMAND's status (75: not acquired, 76: lock lost while running).
+    /// exit with COMMAND's status (75: not acquired, 76: lock lost while running, 78: a
+    /// server refused for good).
     Run {
-        /// Lock lifetime; the lock is renewed every ttl/3 while the command runs.
-        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        /// Lock lifetime (1ms to 1000000000s); the lock is renewed every ttl/3 while the
+        /// command runs.
+        #[arg(long, default_value = "30s", value_parser = parse_ttl)]
         ttl: Duration,
-        /// How long to wait for the lock (default: without limit; 0: try once).
+        /// How long to wait for the lock (default: without limit; 0: try once; above
+        /// 1000000000s: 1000000000s).
         #[arg(long, value_parser = parse_duration)]
         wait: Option<Duration>,
         /// After the lock is lost, how long the command has between SIGTERM and SIGKILL.
@@ -101,8 +123,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Colour only for a person at a terminal, and not for one who asked for none
+    // (https://no-color.org: NO_COLOR set and not empty).
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RELOCK_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -149,7 +176,7 @@ async fn async_main(cli: Cli) -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             eprintln!("lockctl: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_USAGE);
         }
     };
     match cli.command {
@@ -159,7 +186,12 @@ async fn async_main(cli: Cli) -> ExitCode {
             grace,
             key,
             command,
-        } => run(&relock, &key, ttl, wait, grace, &command).await,
+        } => {
+            let code = run(&relock, &key, ttl, wait, grace, &command).await;
+            // Releases of failed or abandoned rounds must not be cut off by the exit.
+            let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
+            code
+        }
         Command::Info { key } => info(&relock, &key).await,
         Command::ForceRelease { key } => force_release(&relock, &key).await,
     }
@@ -191,19 +223,34 @@ async fn report_holders(relock: &Relock, key: &str, prefix: &str) {
     }
 }
 
+/// How the acquisition ended.
+enum Acquired {
+    Lock(Lock),
+    Failed(Error),
+    /// A signal came first; the acquisition was dropped (its grants are released in the
+    /// background).
+    Interrupted(i32),
+}
+
 async fn acquire(
     relock: &Relock,
     key: &str,
     ttl: Duration,
     wait: Option<Duration>,
-) -> Result<Lock, Error> {
+    signals: &mut signals::Pipe,
+) -> Acquired {
     let acquisition = relock.acquire_wait(key, ttl, wait);
     tokio::pin!(acquisition);
     // Only say something when the lock is not free at once.
     let mut next_report = tokio::time::Instant::now() + Duration::from_millis(150);
     loop {
         tokio::select! {
-            result = &mut acquisition => return result,
+            biased;
+            received = signals.recv() => return Acquired::Interrupted(received.signal),
+            result = &mut acquisition => return match result {
+                Ok(lock) => Acquired::Lock(lock),
+                Err(e) => Acquired::Failed(e),
+            },
             _ = tokio::time::sleep_until(next_report) => {
                 report_holders(relock, key, "waiting for ").await;
                 next_report += Duration::from_secs(5);
@@ -220,14 +267,53 @@ async fn run(
     grace: Duration,
     command: &[OsString],
 ) -> ExitCode {
-    let lock = match acquire(relock, key, ttl, wait).await {
-        Ok(lock) => lock,
+    // Before anything is acquired: a signal from now on is ours to handle, so none can leave
+    // the lock held until its ttl.
+    let mut signals = match signals::Pipe::install() {
+        Ok(s) => s,
         Err(e) => {
+            eprintln!("lockctl: cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let options = relock.options();
+    let renewal_bound = if options.replica_acks > 0 {
+        options.node_timeout + options.replica_ack_timeout
+    } else {
+        options.node_timeout
+    };
+    if ttl < renewal_bound * 3 {
+        eprintln!(
+            "lockctl: warning: --ttl {ttl:?} is less than 3 x {renewal_bound:?}, the time one \
+             renewal may take (--node-timeout{}); the lock is renewed every ttl/3 and will \
+             likely be lost (exit 76) before the command ends",
+            if options.replica_acks > 0 {
+                " + --replica-ack-timeout"
+            } else {
+                ""
+            }
+        );
+    }
+    let lock = match acquire(relock, key, ttl, wait, &mut signals).await {
+        Acquired::Lock(lock) => lock,
+        Acquired::Failed(e) => {
             eprintln!("lockctl: could not acquire {key}: {e}");
             if matches!(e, Error::NoQuorum { .. } | Error::WaitTimeout { .. }) {
                 report_holders(relock, key, "").await;
             }
-            return ExitCode::from(EXIT_NOT_ACQUIRED);
+            return ExitCode::from(if e.is_permanent() {
+                EXIT_PERMANENT
+            } else {
+                EXIT_NOT_ACQUIRED
+            });
+        }
+        Acquired::Interrupted(sig) => {
+            eprintln!(
+                "lockctl: {} while acquiring {key}; giving up",
+                signals::name(sig)
+            );
+            let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
+            signals::die_of(sig);
         }
     };
     let token = lock.token().map(|t| t.to_string()).unwrap_or_default();
@@ -237,18 +323,30 @@ async fn run(
             per_node[i] = t.to_string();
         }
     }
-    let mut child = match tokio::process::Command::new(&command[0])
-        .args(&command[1..])
-        .env("RELOCK_KEY", key)
-        .env("RELOCK_OWNER", lock.owner())
-        .env("RELOCK_TOKEN", &token)
-        .env("RELOCK_TOKENS", per_node.join(","))
-        .spawn()
-    {
+    let owner = lock.owner().to_string();
+    // Renewed from the grant on, however long starting the command takes.
+    let guard = lock.keep_alive();
+    let lost = guard.lost();
+    if let Some(received) = signals.try_recv() {
+        eprintln!(
+            "lockctl: {} before {key}'s command started; releasing",
+            signals::name(received.signal)
+        );
+        let _ = guard.release().await;
+        let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
+        signals::die_of(received.signal);
+    }
+    let shares_terminal = signals::in_terminal_foreground();
+    let mut child = match signals::spawn(command, shares_terminal, |cmd| {
+        cmd.env("RELOCK_KEY", key)
+            .env("RELOCK_OWNER", &owner)
+            .env("RELOCK_TOKEN", &token)
+            .env("RELOCK_TOKENS", per_node.join(","));
+    }) {
         Ok(child) => child,
         Err(e) => {
             eprintln!("lockctl: cannot run {:?}: {e}", command[0]);
-            let _ = lock.release().await;
+            let _ = guard.release().await;
             return ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {
@@ -256,38 +354,12 @@ async fn run(
             });
         }
     };
-    let guard = lock.keep_alive();
-    let lost = guard.lost();
-    let (Ok(mut sigterm), Ok(mut sigint), Ok(mut sighup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
-        eprintln!("lockctl: cannot install signal handlers");
-        let _ = child.start_kill();
-        let _ = child.wait().await;
-        let _ = guard.release().await;
-        return ExitCode::FAILURE;
-    };
-    let forward = |child: &tokio::process::Child, sig: i32| {
-        if let Some(pid) = child.id() {
-            // SAFETY: kill(2) with a pid we spawned and have not reaped yet.
-            unsafe {
-                libc::kill(pid as libc::pid_t, sig);
-            }
-        }
-    };
+    let target = signals::Target::new(&child, shares_terminal);
     loop {
         tokio::select! {
             biased;
             status = child.wait() => {
-                let code = match status {
-                    Ok(status) => exit_code(status),
-                    Err(e) => {
-                        eprintln!("lockctl: waiting for the command failed: {e}");
-                        1
-                    }
-                };
+                let code = exit_code(status);
                 match guard.release().await {
                     Ok(()) => {}
                     Err(Error::Lost { .. }) => eprintln!("lockctl: lock {key} was lost as the command ended"),
@@ -296,25 +368,41 @@ async fn run(
                 return ExitCode::from(code);
             }
             _ = lost.cancelled() => break,
-            _ = sigterm.recv() => forward(&child, libc::SIGTERM),
-            _ = sigint.recv() => forward(&child, libc::SIGINT),
-            _ = sighup.recv() => forward(&child, libc::SIGHUP),
+            received = signals.recv() => target.pass_on(received),
         }
     }
     eprintln!(
         "lockctl: lock {key} was lost; stopping the command (SIGTERM, SIGKILL after {grace:?})"
     );
-    forward(&child, libc::SIGTERM);
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        let _ = child.start_kill();
-        let _ = child.wait().await;
+    target.send(libc::SIGTERM);
+    let kill_at = tokio::time::sleep(grace);
+    tokio::pin!(kill_at);
+    loop {
+        tokio::select! {
+            biased;
+            _ = child.wait() => break,
+            // Signals meant for the command during the grace period still reach it.
+            received = signals.recv() => target.pass_on(received),
+            _ = &mut kill_at => {
+                target.send(libc::SIGKILL);
+                let _ = child.wait().await;
+                break;
+            }
+        }
     }
     let _ = guard.release().await;
     ExitCode::from(EXIT_LOST)
 }
 
-fn exit_code(status: std::process::ExitStatus) -> u8 {
+fn exit_code(status: std::io::Result<std::process::ExitStatus>) -> u8 {
     use std::os::unix::process::ExitStatusExt;
+    let status = match status {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("lockctl: waiting for the command failed: {e}");
+            return 1;
+        }
+    };
     match (status.code(), status.signal()) {
         (Some(code), _) => code as u8,
         (None, Some(sig)) => 128u8.saturating_add(sig as u8),
@@ -358,5 +446,196 @@ fn print_reports<T>(reports: Vec<NodeReport<T>>, describe: impl Fn(&T) -> String
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// Signals: who sent them, who else got them, and passing each on to the command once.
+mod signals {
+    use std::ffi::OsString;
+    use std::io;
+    use std::os::fd::IntoRawFd;
+
+    use tokio::process::{Child, Command};
+
+    /// The signals lockctl handles (and passes on to the command).
+    const HANDLED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+    /// Marks a signal the kernel sent (a terminal's Ctrl-C or hang-up), not a process.
+    const FROM_KERNEL: u8 = 0x80;
+
+    /// One signal lockctl received.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Received {
+        pub signal: libc::c_int,
+        /// Sent by the kernel (`si_code > 0`, e.g. `SI_KERNEL` for a terminal's Ctrl-C, which
+        /// goes to the whole foreground process group), not by a process with kill(2).
+        pub from_kernel: bool,
+    }
+
+    /// Signals as they arrive: the handler writes one byte per signal to a socket pair (the
+    /// only thing it does, and async-signal-safe), read here.
+    pub struct Pipe {
+        rx: tokio::net::UnixStream,
+    }
+
+    impl Pipe {
+        /// Installs the handlers; from now on SIGINT, SIGTERM and SIGHUP no longer end
+        /// lockctl by themselves.
+        pub fn install() -> io::Result<Pipe> {
+            let (rx, tx) = std::os::unix::net::UnixStream::pair()?;
+            rx.set_nonblocking(true)?;
+            tx.set_nonblocking(true)?;
+            // Kept open for the life of the process: the handlers write to it.
+            let fd = tx.into_raw_fd();
+            for sig in HANDLED {
+                let action = move |info: &libc::siginfo_t| {
+                    let from_kernel = if info.si_code > 0 { FROM_KERNEL } else { 0 };
+                    let byte = (sig as u8) | from_kernel;
+                    // SAFETY: write(2) on a non-blocking socket is async-signal-safe; a full
+                    // buffer (thousands of pending signals) drops the byte, nothing worse.
+                    unsafe {
+                        libc::write(fd, (&byte as *const u8).cast(), 1);
+                    }
+                };
+                // SAFETY: the action only calls write(2) (see above), as a signal handler must.
+                unsafe { signal_hook_registry::register_sigaction(sig, action) }?;
+            }
+            Ok(Pipe {
+                rx: tokio::net::UnixStream::from_std(rx)?,
+            })
+        }
+
+        /// The next signal.
+        pub async fn recv(&mut self) -> Received {
+            loop {
+                if self.rx.readable().await.is_err() {
+                    // Cannot happen with a socket we own; never report a signal we did not get.
+                    std::future::pending::<()>().await;
+                }
+                if let Some(r) = self.try_recv() {
+                    return r;
+                }
+            }
+        }
+
+        /// A signal received already, if any.
+        pub fn try_recv(&mut self) -> Option<Received> {
+            let mut byte = [0u8; 1];
+            match self.rx.try_read(&mut byte) {
+                Ok(1) => Some(Received {
+                    signal: libc::c_int::from(byte[0] & !FROM_KERNEL),
+                    from_kernel: byte[0] & FROM_KERNEL != 0,
+                }),
+                _ => None,
+            }
+        }
+    }
+
+    /// Whether lockctl runs in the foreground process group of its controlling terminal
+    /// (where a Ctrl-C goes).
+    pub fn in_terminal_foreground() -> bool {
+        // SAFETY: plain syscalls on a descriptor we open and close here.
+        unsafe {
+            let fd = libc::open(
+                c"/dev/tty".as_ptr(),
+                libc::O_RDONLY | libc::O_NOCTTY | libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                return false;
+            }
+            let foreground = libc::tcgetpgrp(fd);
+            libc::close(fd);
+            foreground > 0 && foreground == libc::getpgrp()
+        }
+    }
+
+    /// Starts the command: in lockctl's process group when it `shares_terminal` (so that it
+    /// reads the terminal and gets its Ctrl-C like any foreground program), else in a group of
+    /// its own (so that a signal to lockctl's group reaches it only through lockctl). Either
+    /// way, on Linux, it is killed if lockctl dies.
+    pub fn spawn(
+        command: &[OsString],
+        shares_terminal: bool,
+        env: impl FnOnce(&mut Command),
+    ) -> io::Result<Child> {
+        let mut cmd = Command::new(&command[0]);
+        cmd.args(&command[1..]);
+        env(&mut cmd);
+        if !shares_terminal {
+            cmd.process_group(0);
+        }
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: getpid before the fork; between fork and exec the closure only makes
+            // async-signal-safe calls (prctl, getppid, kill).
+            let parent = unsafe { libc::getpid() };
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    // lockctl died before the line above took effect.
+                    if libc::getppid() != parent {
+                        libc::kill(libc::getpid(), libc::SIGKILL);
+                    }
+                    Ok(())
+                });
+            }
+        }
+        cmd.spawn()
+    }
+
+    /// Where signals for the command go.
+    pub struct Target {
+        pid: Option<libc::pid_t>,
+        shares_terminal: bool,
+    }
+
+    impl Target {
+        pub fn new(child: &Child, shares_terminal: bool) -> Target {
+            Target {
+                pid: child.id().and_then(|p| libc::pid_t::try_from(p).ok()),
+                shares_terminal,
+            }
+        }
+
+        /// Passes a signal lockctl received on to the command, unless the command got it
+        /// already: a signal from the kernel (a terminal's Ctrl-C, hang-up) went to the whole
+        /// foreground group, which the command shares with lockctl at a terminal.
+        pub fn pass_on(&self, received: Received) {
+            if self.shares_terminal && received.from_kernel {
+                return;
+            }
+            self.send(received.signal);
+        }
+
+        /// Sends `sig` to the command (to its whole process group when it has its own).
+        pub fn send(&self, sig: libc::c_int) {
+            let Some(pid) = self.pid else { return };
+            let to = if self.shares_terminal { pid } else { -pid };
+            // SAFETY: kill(2) on a child we have not reaped (or its process group).
+            unsafe {
+                libc::kill(to, sig);
+            }
+        }
+    }
+
+    /// Ends lockctl the way `sig` would have without a handler, so that whoever started it
+    /// sees "killed by SIGINT" and acts on it (a shell script stops, for instance).
+    pub fn die_of(sig: libc::c_int) -> ! {
+        // SAFETY: restoring the default action and raising the signal; nothing runs after.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+        std::process::exit(128 + sig)
+    }
+
+    pub fn name(sig: libc::c_int) -> &'static str {
+        match sig {
+            libc::SIGINT => "SIGINT",
+            libc::SIGTERM => "SIGTERM",
+            libc::SIGHUP => "SIGHUP",
+            _ => "a signal",
+        }
     }
 }

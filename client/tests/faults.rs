@@ -1,0 +1,510 @@
+//! relock-client under faults and misuse, against real servers: loss signalled in time,
+//! permanent errors failing at once, durations out of range, one server named twice, and the
+//! guard's renewal schedule.
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::{eventually, Server};
+use relock_client::{Error, Options, Relock};
+use tokio::time::Instant;
+
+const KEY: &str = "jobs:faults";
+
+fn urls(servers: &[&Server]) -> Vec<String> {
+    servers.iter().map(|s| s.url()).collect()
+}
+
+/// Defaults with a node timeout that a busy machine cannot mistake for a failure, for the tests
+/// whose subject is not timing.
+fn patient() -> Options {
+    Options {
+        node_timeout: Duration::from_secs(1),
+        ..Options::default()
+    }
+}
+
+fn client_with(servers: &[&Server], options: Options) -> Relock {
+    Relock::with_options(&urls(servers), options).expect("client")
+}
+
+/// Owner of the lock at `key` on `server`, from LOCK.INFO.
+fn owner_on(server: &Server, key: &str) -> Option<String> {
+    let info: Option<HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(&mut server.conn())
+        .expect("LOCK.INFO");
+    info.map(|i| redis::from_redis_value(&i["owner"]).expect("owner"))
+}
+
+/// How many error replies of `code` (`ERR`, `NOAUTH`, `WRONGTYPE`...) the server sent.
+fn error_replies(server: &Server, code: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("errorstats")
+        .query(&mut server.conn())
+        .expect("INFO errorstats");
+    let prefix = format!("errorstat_{code}:count=");
+    info.lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(&prefix)?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Continues the stopped servers on drop, so that a failing assertion never leaves one stopped.
+struct Resume<'a>(Vec<&'a Server>);
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        for s in &self.0 {
+            s.signal("CONT");
+        }
+    }
+}
+
+/// The guard must tell the body that its lock is gone no later than `valid_until`, even while
+/// a renewal is still waiting for masters that stopped answering (issue 11, problem 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loss_is_signalled_no_later_than_valid_until() {
+    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let refs: Vec<&Server> = servers.iter().collect();
+    let mut leads = Vec::new();
+    for ttl in [2000, 300, 2000, 300].map(Duration::from_millis) {
+        let relock = client_with(&refs, Options::default());
+        let guard = relock.guard(KEY, ttl).await.expect("guard");
+        let owner = guard.hold().owner.clone();
+        assert!(eventually(Duration::from_secs(2), || servers
+            .iter()
+            .all(|s| owner_on(s, KEY).as_deref() == Some(owner.as_str()))));
+        // A majority stops answering: every renewal from now on waits out the node timeout.
+        let resume = Resume(vec![&servers[1], &servers[2]]);
+        servers[1].signal("STOP");
+        servers[2].signal("STOP");
+        let lost = guard.lost();
+        tokio::time::timeout(ttl * 3, lost.cancelled())
+            .await
+            .expect("loss signalled");
+        let told_at = Instant::now();
+        let valid_until = guard.valid_until();
+        drop(resume);
+        let lead = valid_until.checked_duration_since(told_at);
+        eprintln!(
+            "ttl {ttl:?}: loss signalled {}",
+            match lead {
+                Some(d) => format!("{d:?} before valid_until"),
+                None => format!("{:?} AFTER valid_until", told_at - valid_until),
+            }
+        );
+        assert!(
+            told_at <= valid_until,
+            "ttl {ttl:?}: loss signalled {:?} after the validity ended",
+            told_at - valid_until
+        );
+        leads.push(lead);
+        assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
+        for s in &servers {
+            let _: i64 = redis::cmd("LOCK.FORCERELEASE")
+                .arg(KEY)
+                .query(&mut s.conn())
+                .expect("force release");
+        }
+    }
+    eprintln!("leads: {leads:?}");
+}
+
+/// A server without the module, one that refuses the login, and a key of another type are
+/// not going to change by retrying: fail at once, and say what is wrong (problem 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permanent_errors_fail_at_once() {
+    let ttl = Duration::from_secs(10);
+    // A retry would first pause for at least 5 s (retry_delay / 2): an answer well within
+    // that came without one.
+    let options = Options {
+        retry_count: 3,
+        retry_delay: Duration::from_secs(10),
+        ..patient()
+    };
+    let no_retry = Duration::from_secs(4);
+    let at_once = |started: Instant, what: &str| {
+        let took = started.elapsed();
+        assert!(
+            took < no_retry,
+            "{what}: failed only after {took:?}: retried"
+        );
+    };
+
+    // No module: unknown command.
+    let bare = Server::without_module(&[]);
+    let relock = client_with(&[&bare], options.clone());
+    let started = Instant::now();
+    let err = relock.acquire(KEY, ttl).await.expect_err("no module");
+    at_once(started, "no module");
+    assert!(err.is_permanent(), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("unknown command"), "{text}");
+    assert!(
+        text.contains("module"),
+        "says the module is missing: {text}"
+    );
+    let waited = tokio::time::timeout(Duration::from_secs(10), relock.acquire_wait(KEY, ttl, None))
+        .await
+        .expect("an unlimited wait on a server without the module must fail, not retry forever");
+    let text = waited.expect_err("no module").to_string();
+    assert!(text.contains("unknown command"), "{text}");
+
+    // Login refused: no password, and a wrong one.
+    let locked = Server::start();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("s3cret")
+        .query(&mut locked.conn())
+        .expect("CONFIG SET requirepass");
+    let relock = client_with(&[&locked], options.clone());
+    let started = Instant::now();
+    let err = relock.acquire(KEY, ttl).await.expect_err("no password");
+    at_once(started, "no password");
+    assert!(err.to_string().contains("NOAUTH"), "{err}");
+    let wrong = format!("redis://:nope@127.0.0.1:{}/", locked.port);
+    let relock = Relock::with_options(&[wrong], options.clone()).expect("client");
+    let started = Instant::now();
+    let err = relock.acquire(KEY, ttl).await.expect_err("wrong password");
+    at_once(started, "wrong password");
+    assert!(err.to_string().contains("password"), "{err}");
+    let waited = tokio::time::timeout(Duration::from_secs(10), relock.acquire_wait(KEY, ttl, None))
+        .await
+        .expect("a refused login must fail, not retry forever");
+    assert!(waited.expect_err("wrong password").is_permanent());
+
+    // The key holds a string: one LOCK.ACQUIRE, answered WRONGTYPE, and nothing more.
+    let server = Server::start();
+    let _: () = redis::cmd("SET")
+        .arg(KEY)
+        .arg("not a lock")
+        .query(&mut server.conn())
+        .expect("SET");
+    let relock = client_with(&[&server], options.clone());
+    let err = relock.acquire(KEY, ttl).await.expect_err("WRONGTYPE");
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    let waited = tokio::time::timeout(Duration::from_secs(10), relock.acquire_wait(KEY, ttl, None))
+        .await
+        .expect("WRONGTYPE must fail, not wait forever");
+    assert!(waited
+        .expect_err("WRONGTYPE")
+        .to_string()
+        .contains("WRONGTYPE"));
+    relock.settle().await;
+    assert_eq!(error_replies(&server, "WRONGTYPE"), 2, "one per call");
+
+    // Redlock: two of three masters without the module can never make a quorum...
+    let good = Server::start();
+    let bare2 = Server::without_module(&[]);
+    let relock = client_with(&[&good, &bare, &bare2], options.clone());
+    let waited = tokio::time::timeout(Duration::from_secs(10), relock.acquire_wait(KEY, ttl, None))
+        .await
+        .expect("no quorum is possible: fail at once");
+    let text = waited.expect_err("2 of 3 without the module").to_string();
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", bare2.port)),
+        "{text}"
+    );
+    relock.settle().await;
+    assert_eq!(owner_on(&good, KEY), None, "released again");
+    // ...but one of three is only a minority: the lock is still taken.
+    let good2 = Server::start();
+    let relock = client_with(&[&good, &bare, &good2], options);
+    let lock = relock.acquire(KEY, ttl).await.expect("2 of 3 grant");
+    assert_eq!(lock.tokens().len(), 2);
+    lock.release().await.expect("release");
+}
+
+/// A renewal that a quorum answers with a permanent error (the key was overwritten with
+/// another type) ends the hold at once, not when the validity runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overwritten_key_is_a_loss_at_the_next_renewal() {
+    let server = Server::start();
+    let relock = client_with(&[&server], patient());
+    let ttl = Duration::from_secs(12);
+    let guard = relock.guard(KEY, ttl).await.expect("guard");
+    let _: () = redis::cmd("SET")
+        .arg(KEY)
+        .arg("overwritten")
+        .query(&mut server.conn())
+        .expect("SET");
+    let started = Instant::now();
+    tokio::time::timeout(ttl * 2, guard.lost().cancelled())
+        .await
+        .expect("loss signalled");
+    let told_at = Instant::now();
+    eprintln!(
+        "overwritten key: loss signalled after {:?}",
+        told_at - started
+    );
+    // The next renewal (ttl / 3 after the grant) finds a string: that is the loss, not the
+    // end of the validity some 8 seconds later.
+    assert!(
+        told_at + ttl / 3 < guard.valid_until(),
+        "loss signalled only {:?} before the validity ended",
+        guard.valid_until() - told_at
+    );
+}
+
+/// A wait longer than the server accepts (10^12 ms) or than an `Instant` can hold is clamped,
+/// not rejected by every master forever or a panic (problem 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_waits_are_clamped() {
+    let server = Server::start();
+    let relock = client_with(&[&server], patient());
+    let ttl = Duration::from_secs(10);
+    for wait in [
+        Duration::from_millis(10_000_000_000_000),
+        Duration::from_secs(10_000_000_000_000_000_000),
+        Duration::MAX,
+    ] {
+        let relock = relock.clone();
+        let attempt = tokio::spawn(async move { relock.acquire_wait(KEY, ttl, Some(wait)).await });
+        let lock = tokio::time::timeout(Duration::from_secs(10), attempt)
+            .await
+            .unwrap_or_else(|_| panic!("a free lock not acquired with wait {wait:?}"))
+            .unwrap_or_else(|e| panic!("wait {wait:?}: {e}"))
+            .expect("acquired");
+        lock.release().await.expect("release");
+    }
+    // And a waiter with a huge limit still waits for a holder, then gets the lock.
+    let held = relock
+        .acquire(KEY, Duration::from_millis(800))
+        .await
+        .expect("held");
+    let started = Instant::now();
+    let lock = relock
+        .acquire_wait(KEY, ttl, Some(Duration::MAX))
+        .await
+        .expect("granted at expiry");
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert!(held.valid_until() <= Instant::now());
+    lock.release().await.expect("release");
+}
+
+/// The ttl is checked once, the same way everywhere: out of range is an error before any
+/// server is asked (problem 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_ttls_are_refused_before_any_request() {
+    let server = Server::start();
+    let relock = client_with(&[&server], patient());
+    let before: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .unwrap();
+    for ttl in [
+        Duration::ZERO,
+        Duration::from_micros(500),
+        Duration::from_secs(2_000_000_000),
+        Duration::MAX,
+    ] {
+        let err = relock.acquire(KEY, ttl).await.expect_err("invalid");
+        assert!(matches!(err, Error::InvalidTtl(_)), "{ttl:?}: {err}");
+        let err = relock
+            .acquire_wait(KEY, ttl, None)
+            .await
+            .expect_err("invalid");
+        assert!(matches!(err, Error::InvalidTtl(_)), "{ttl:?}: {err}");
+    }
+    let after: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(!before.to_lowercase().contains("cmdstat_lock."), "{before}");
+    assert!(!after.to_lowercase().contains("cmdstat_lock."), "{after}");
+}
+
+/// `127.0.0.1:P` and `localhost:P` are one server: it must not count twice toward a quorum
+/// (problem 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_named_twice_is_refused() {
+    let a = Server::start();
+    let b = Server::start();
+    let list = [
+        format!("redis://127.0.0.1:{}", a.port),
+        format!("redis://localhost:{}/", a.port),
+        b.url(),
+    ];
+    match Relock::new(&list) {
+        Ok(relock) => {
+            let lock = relock.acquire(KEY, Duration::from_secs(10)).await;
+            panic!(
+                "one server named twice was accepted as two masters (acquire: {:?})",
+                lock.map(|l| l.tokens().len())
+            );
+        }
+        Err(e) => {
+            let text = e.to_string();
+            assert!(
+                text.contains(&a.port.to_string()),
+                "names the server: {text}"
+            );
+        }
+    }
+    // The same server under another database number is still the same server.
+    let list = [format!("{}0", a.url()), format!("{}1", a.url()), b.url()];
+    assert!(Relock::new(&list).is_err(), "db 0 and db 1 of one server");
+    // Distinct servers are fine, and a cluster's seeds may repeat.
+    assert!(Relock::new(&[a.url(), b.url()]).is_ok());
+    assert!(Relock::cluster(&[a.url(), a.url()], Options::default()).is_ok());
+}
+
+/// IPv6 masters are named `[addr]:port`, as in a URL.
+#[test]
+fn ipv6_masters_print_in_brackets() {
+    let relock = Relock::new(&["redis://[::1]:6390", "redis://127.0.0.1:6391"]).expect("client");
+    assert_eq!(relock.nodes(), vec!["[::1]:6390", "127.0.0.1:6391"]);
+}
+
+/// `Options::default()` is what the docs say it is.
+#[test]
+fn documented_defaults() {
+    let o = Options::default();
+    assert_eq!(o.node_timeout, Duration::from_millis(100));
+    assert_eq!(o.retry_count, 3);
+    assert_eq!(o.retry_delay, Duration::from_millis(200));
+    assert_eq!(o.max_partial_hold, Duration::from_millis(500));
+    assert_eq!(o.replica_acks, 0);
+    assert_eq!(o.replica_ack_timeout, Duration::from_millis(500));
+}
+
+/// Dropping a guard releases the lock (in the background) long before its ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_guard_releases() {
+    let server = Server::start();
+    let relock = client_with(&[&server], patient());
+    let guard = relock
+        .guard(KEY, Duration::from_secs(30))
+        .await
+        .expect("guard");
+    assert!(owner_on(&server, KEY).is_some());
+    drop(guard);
+    assert!(
+        eventually(Duration::from_secs(3), || owner_on(&server, KEY).is_none()),
+        "a dropped guard left its lock behind"
+    );
+}
+
+/// The guard renews every ttl / 3: the server sees one `lock.renewed` event per third.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_renews_every_third_of_the_ttl() {
+    let server = Server::start();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("Ed")
+        .query(&mut server.conn())
+        .expect("CONFIG SET");
+    let mut events = server.conn();
+    events
+        .send_packed_command(
+            &redis::cmd("SUBSCRIBE")
+                .arg("__keyevent@0__:lock.renewed")
+                .get_packed_command(),
+        )
+        .expect("SUBSCRIBE");
+    let _ = events.recv_response().expect("subscribed");
+    // Read events on a thread of its own; it ends when the server goes away.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        while events.recv_response().is_ok() {
+            if tx.send(std::time::Instant::now()).is_err() {
+                break;
+            }
+        }
+    });
+
+    let relock = client_with(&[&server], patient());
+    let ttl = Duration::from_secs(3);
+    let guard = relock.guard(KEY, ttl).await.expect("guard");
+    let granted = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    let renewals: Vec<Duration> = rx.try_iter().map(|at| at - granted).collect();
+    guard.release().await.expect("release");
+    eprintln!("renewals at {renewals:?} (ttl {ttl:?})");
+    // Every second: at about 1, 2, 3 and 4 s (never sooner; later only on a busy machine).
+    assert!(
+        (3..=4).contains(&renewals.len()),
+        "{} renewals in 4.5 s: {renewals:?}",
+        renewals.len()
+    );
+    assert!(
+        renewals[0] >= ttl / 3 - Duration::from_millis(50),
+        "{renewals:?}"
+    );
+    for pair in renewals.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= ttl / 3 - Duration::from_millis(50) && gap <= ttl / 3 * 2,
+            "renewals {gap:?} apart: {renewals:?}"
+        );
+    }
+}
+
+/// With several masters, a waiter granted by a minority gives that grant back after
+/// `max_partial_hold` instead of sitting on it (so two waiters can never block each other).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partial_grants_are_given_back_after_max_partial_hold() {
+    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let refs: Vec<&Server> = servers.iter().collect();
+    // Another owner holds masters 1 and 2; master 0 is free, so a waiter gets only it.
+    for s in &servers[1..] {
+        let _: Option<u64> = redis::cmd("LOCK.ACQUIRE")
+            .arg(KEY)
+            .arg("other")
+            .arg(60_000)
+            .query(&mut s.conn())
+            .expect("LOCK.ACQUIRE");
+    }
+    let partial = Duration::from_millis(300);
+    let relock = client_with(
+        &refs,
+        Options {
+            max_partial_hold: partial,
+            retry_delay: Duration::from_millis(400),
+            ..patient()
+        },
+    );
+    let waiter = {
+        let relock = relock.clone();
+        tokio::spawn(async move {
+            relock
+                .acquire_wait(KEY, Duration::from_secs(10), Some(Duration::from_secs(4)))
+                .await
+        })
+    };
+    // The waiter takes master 0 and then lets it go again, over and over.
+    let mut seen_held = false;
+    let mut seen_free_after = false;
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        match owner_on(&servers[0], KEY) {
+            Some(_) => seen_held = true,
+            None if seen_held => seen_free_after = true,
+            None => {}
+        }
+        if seen_free_after {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(seen_held, "the waiter never took the free master");
+    assert!(seen_free_after, "the waiter kept its minority grant");
+    let err = waiter.await.expect("task").expect_err("no quorum in 4 s");
+    assert!(matches!(err, Error::WaitTimeout { .. }), "{err}");
+    assert!(
+        eventually(Duration::from_secs(2), || owner_on(&servers[0], KEY)
+            .is_none()),
+        "nothing left on the free master"
+    );
+}
