@@ -20,7 +20,7 @@
 //! - ttls, wait limits and option timeouts are checked or clamped in one place, [`limits`];
 //!   one server named twice in a Redlock list is refused ([`Error::DuplicateServer`]);
 //! - [`Options::replica_acks`] (default 0, off) makes an acquire or extend count only once that
-//!   many replicas acknowledged it (`WAIT`), per master, in every mode. See `DEPLOYMENT.md`.
+//!   many replicas acknowledged it (`WAIT`), per master, in every mode. See docs/deployment.md.
 //!
 //! ```no_run
 //! use std::time::Duration;
