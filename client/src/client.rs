@@ -42,7 +42,10 @@ pub struct Options {
     /// fewer do within [`Options::replica_ack_timeout`], an acquisition is released again on
     /// that master and that master counts as failed (the error, [`NodeFailure::ReplicaAcks`],
     /// names it and says how many acknowledged); an extension does not count (the lock stays
-    /// held until its previous validity runs out). Applies per master in Redlock mode and to
+    /// held until its previous validity runs out), except on a master with fewer replicas
+    /// connected than asked (the promoted replica after a failover, its old master down),
+    /// where it counts once every connected replica acknowledged it, with a warning logged.
+    /// Applies per master in Redlock mode and to
     /// the key's master in cluster mode. It narrows, not closes, the window in which a failover
     /// loses a lock: replication stays asynchronous.
     /// Default: 0 (off).
@@ -721,6 +724,30 @@ impl Relock {
                 let (replies, acked) = node.query_acked(&key, &pipe, acks, timeout).await?;
                 let token = write.token(replies)?;
                 match (token, acks) {
+                    // A renewal extends a hold its replicas acknowledged when it was granted.
+                    // On a master left with fewer replicas than asked (the promoted replica
+                    // after a failover, while the old master is down), it counts once every
+                    // replica still there acknowledged it: that master holds the only copy of
+                    // the lock anyway, and refusing would give an acknowledged lock up for
+                    // want of a replica that no longer exists. New grants stay strict.
+                    (Some(t), Some(a))
+                        if write == Write::Renew
+                            && acked < u64::from(a.replicas)
+                            && node.connected_replicas(&key, node_timeout).await.is_ok_and(
+                                |connected| connected < u64::from(a.replicas) && acked >= connected,
+                            ) =>
+                    {
+                        let master = node.name_for(&key, node_timeout).await;
+                        tracing::warn!(
+                            key,
+                            master = %master,
+                            acked,
+                            wanted = a.replicas,
+                            "renewed on a master with fewer replicas than replica_acks asks; \
+                             counted with every connected replica's acknowledgement"
+                        );
+                        Ok(Some(t))
+                    }
                     (Some(_), Some(a)) if acked < u64::from(a.replicas) => {
                         if write != Write::Renew {
                             let _ = node.query::<Option<u64>>(&key, &undo, timeout).await;

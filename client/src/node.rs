@@ -209,6 +209,22 @@ impl Node {
         Ok((values, acked))
     }
 
+    /// How many replicas the master of `key` has connected right now (`ROLE`).
+    pub(crate) async fn connected_replicas(
+        &self,
+        key: &str,
+        timeout: Duration,
+    ) -> Result<u64, NodeFailure> {
+        let role: Value = self.query(key, &redis::cmd("ROLE"), timeout).await?;
+        match role {
+            Value::Array(items) => match items.get(2) {
+                Some(Value::Array(replicas)) => Ok(replicas.len() as u64),
+                _ => Ok(0),
+            },
+            other => Err(NodeFailure::Protocol(format!("ROLE: {other:?}"))),
+        }
+    }
+
     /// A single server's reply, with its shared connection dropped after an I/O error.
     async fn server_reply<T>(
         &self,

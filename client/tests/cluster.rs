@@ -418,13 +418,12 @@ enum OldMaster {
 ///
 /// lockctl must follow the lock to the new master: renew it there and release it there,
 /// instead of renewing the stopped master until the validity runs out and releasing into the
-/// void while waiters sit out a ttl. When renewals can count there (no acknowledgements
-/// asked, or the old master back as a replica to give them), the command runs for a full ttl
-/// after the promotion and lockctl exits 0: only renewals made on the new master can have kept
-/// it valid that long. When they cannot (acknowledgements asked and no replica left), lockctl
-/// gives the lock up when its validity runs out (exit 76), and its release still reaches the
-/// new master at once. Either way a waiter queued on the stopped master before the stop gets
-/// the lock from the new master.
+/// void while waiters sit out a ttl. The command runs for a full ttl after the promotion and
+/// lockctl exits 0: only renewals made on the new master can have kept it valid that long.
+/// With acknowledgements asked and the old master still down, the new master has no replica
+/// left; a renewal there counts once every replica it still has acknowledged (none), since it
+/// holds the only copy of the lock. A waiter queued on the stopped master before the stop gets
+/// the lock from the new master once lockctl releases it there.
 async fn lockctl_follows_an_automatic_failover(acks: u32, old: OldMaster) {
     let cluster = Cluster::start();
     // A replica that comes back after a failover needs a full sync (the stopped master had
@@ -438,7 +437,7 @@ async fn lockctl_follows_an_automatic_failover(acks: u32, old: OldMaster) {
             .query(&mut n.conn())
             .expect("CONFIG SET");
     }
-    let keeps_lock = acks == 0 || old == OldMaster::Returns;
+    let keeps_lock = true;
     let key = "{failover}:job";
     let ttl = Duration::from_secs(10);
     let old_master = cluster.master_of(key);
@@ -484,7 +483,9 @@ async fn lockctl_follows_an_automatic_failover(acks: u32, old: OldMaster) {
 
     // A waiter queued on the master before it stops must not stay stuck there.
     let options = Options {
-        replica_acks: if keeps_lock { acks } else { 0 },
+        // A new grant still needs a replica's acknowledgement: none is left while the old
+        // master stays down.
+        replica_acks: if old == OldMaster::Returns { acks } else { 0 },
         ..acked_options()
     };
     let relock = Relock::cluster(&[replica.url()], options).expect("client");
@@ -616,6 +617,6 @@ async fn lockctl_keeps_an_acknowledged_lock_when_the_old_master_returns() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lockctl_hands_an_unrenewable_lock_over_on_the_new_master() {
+async fn lockctl_keeps_an_acknowledged_lock_while_the_old_master_stays_down() {
     lockctl_follows_an_automatic_failover(1, OldMaster::StaysDown).await;
 }
