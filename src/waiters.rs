@@ -23,7 +23,7 @@ use redis_module::raw;
 
 use crate::acl::{self, Caller};
 use crate::lock::queue::WaiterId;
-use crate::lock::{args, Queue};
+use crate::lock::Queue;
 use crate::server::{self, State};
 use crate::store::{self, event, LockKey, OwnedString, WrongType};
 use crate::{cluster, rm, stats};
@@ -31,11 +31,13 @@ use crate::{cluster, rm, stats};
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 const NO_TOKENS: &str = "ERR fencing token space exhausted";
 
-/// Longest delay of a module timer. `RedisModule_CreateTimer` adds the period to the clock
-/// unchecked, so a lock expiring in the far future (`PEXPIREAT k 2^62`) would overflow into the
-/// past and fire in a loop; a timer at most this far out is re-armed when it fires instead.
-/// Also the longest `LOCK.WAIT` timeout, so wait timers are never cut short.
-const MAX_TIMER_MS: i64 = args::MAX_TIMEOUT_MS as i64;
+/// Longest delay of a module timer: 30 minutes. Redis keeps every module timer behind one
+/// event-loop timer whose handler returns the period to the next module timer in ms, and
+/// Redis 7.0 multiplies that by 1000 in an `int`: a next timer more than about 35 minutes out
+/// wraps into the past, and the event loop spins at 100 % CPU (a lock expiring in the far future,
+/// `PEXPIREAT k 2^62`, or a `LOCK.WAIT` with a timeout of hours). A longer delay is covered by a
+/// chain of timers: each one that fires early re-arms the next.
+const MAX_TIMER_MS: i64 = 30 * 60 * 1000;
 
 /// How often deferred work looks again while writes are paused or the server is loading.
 const RETRY_MS: i64 = 10;
@@ -69,6 +71,8 @@ struct Waiter {
 struct WaitTimeout {
     client: usize,
     id: WaiterId,
+    /// When the wait ends (Unix ms); a timer that fires earlier (capped) re-arms.
+    ends_at: i64,
 }
 
 /// One key's queue and the timer armed at its lock's expiry.
@@ -223,11 +227,13 @@ pub fn block(
         r.next_id
     });
     let timeout = (timeout_ms > 0).then(|| {
+        let timeout_ms = i64::try_from(timeout_ms).unwrap_or(i64::MAX);
         let data = Box::new(WaitTimeout {
             client: client as usize,
             id,
+            ends_at: store::now_ms().saturating_add(timeout_ms),
         });
-        start_timer(ctx, timeout_ms as i64, on_wait_timeout, data)
+        start_timer(ctx, timeout_ms, on_wait_timeout, data)
     });
     let caller = Caller::of_running_command(ctx, argv);
     with(|r| {
@@ -449,6 +455,7 @@ fn cancel_timer<T>(ctx: *mut raw::RedisModuleCtx, timer: Option<raw::RedisModule
 }
 
 /// A wait's timeout_ms passed: it leaves the queue and gets nil, unless it was granted first.
+/// A timer capped short of the wait's end re-arms for the rest.
 extern "C" fn on_wait_timeout(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     crate::guard((), || {
         if data.is_null() {
@@ -457,11 +464,33 @@ extern "C" fn on_wait_timeout(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) 
         timer_fired();
         let due = unsafe { Box::from_raw(data.cast::<WaitTimeout>()) };
         let client = due.client as *mut raw::RedisModuleBlockedClient;
-        let still_waiting = with(
-            |r| matches!(r.tickets.get(&due.client), Some(Ticket::Waiting { id, .. }) if *id == due.id),
-        );
+        let waiting_at = with(|r| match r.tickets.get(&due.client) {
+            Some(Ticket::Waiting { key, id }) if *id == due.id => Some(key.clone()),
+            _ => None,
+        });
+        let Some(key) = waiting_at else {
+            return;
+        };
+        let left = due.ends_at.saturating_sub(store::now_ms());
+        if left > 0 {
+            let id = due.id;
+            let timer = start_timer(ctx, left, on_wait_timeout, due);
+            let stale = with(
+                |r| match r.line(&key).and_then(|line| line.queue.get_mut(id)) {
+                    Some(waiter) => {
+                        waiter.timeout = Some(timer);
+                        false
+                    }
+                    None => true,
+                },
+            );
+            if stale {
+                cancel_timer::<WaitTimeout>(ctx, Some(timer));
+            }
+            return;
+        }
         // The firing timer is gone already; the waiter's copy of its id must not be stopped.
-        if still_waiting && leave_queue(ctx, client).is_some() {
+        if leave_queue(ctx, client).is_some() {
             stats::WAIT_TIMEOUTS.bump();
             unblock(client, Outcome::TimedOut);
         }

@@ -343,6 +343,33 @@ fn a_far_future_applied_lock_with_a_waiter_does_not_spin() {
     assert_eq!(waiters(&mut c, "k"), 1);
 }
 
+#[test]
+fn a_wait_of_hours_does_not_spin_and_still_ends() {
+    // Module timers sit behind one event-loop timer whose handler returns the period to the
+    // next module timer; Redis 7.0 multiplies it by 1000 in an int, so a next timer more than
+    // ~35 minutes out once wrapped into the past and spun. The handler runs when another
+    // module timer fires: here the expiry of a short lock with a waiter.
+    let server = Server::start();
+    let mut c = connect(&server);
+    acquire(&mut c, "k", "a", LONG_TTL);
+    let mut w = Raw::connect(&server);
+    w.send_wait("k", "b", LONG_TTL as u64, 3_600_000); // an hour
+    await_waiters(&mut c, "k", 1);
+    acquire(&mut c, "short", "a", 200);
+    let mut s = queue(&server, &mut c, "short", "b", LONG_TTL as u64);
+    s.read(SOON).token(); // the short lock's timer fired; the wait's timer is the next one
+    assert_idle(&server, &mut c, "LOCK.WAIT with a one-hour timeout");
+    assert_eq!(
+        common::info_field(&mut c, "timers"),
+        2,
+        "the wait's timeout and k's expiry"
+    );
+    // Still served normally.
+    let _: i64 = cmd!("LOCK.RELEASE", "k", "a").query(&mut c).unwrap();
+    w.read(SOON).token();
+    assert!(eventually(SOON, || common::info_field(&mut c, "timers") == 0));
+}
+
 // ---------------------------------------------------------------------------------------------
 // CLIENT UNBLOCK: Redis's own unblock path once reached a waiter the module had just granted
 // and left it with no reply at all (7.0) or a nil while the lock was held in its name (8.x).

@@ -79,6 +79,12 @@ impl<W> Queue<W> {
         Some(waiter)
     }
 
+    /// The waiter `id`, if it is queued.
+    pub fn get_mut(&mut self, id: WaiterId) -> Option<&mut W> {
+        let index = self.entries.binary_search_by_key(&id, |e| e.id).ok()?;
+        self.entries.get_mut(index)?.waiter.as_mut()
+    }
+
     /// Drains every live waiter in queue order.
     pub fn drain(&mut self) -> impl Iterator<Item = (WaiterId, W)> + '_ {
         self.live = 0;
