@@ -120,10 +120,12 @@ extern "C" fn on_server_event(
             // A fork starts every full sync and every AOF rewrite: from this instant on, what is
             // propagated reaches someone, so every change must go out as its effect.
             store::set_effects_needed(true);
-        } else if id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
-            && subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA
-        {
-            waiters::fail_everyone_readonly(ctx);
+        } else if id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED {
+            let replica = subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA;
+            server::set_replica(replica);
+            if replica {
+                waiters::fail_everyone_readonly(ctx);
+            }
         }
     })
 }

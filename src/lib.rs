@@ -87,6 +87,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     }
     unsafe { rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(stats::info))) };
     events::warn_if_locks_may_be_evicted(ctx.ctx);
+    server::learn_role(ctx.ctx);
     Status::Ok
 }
 

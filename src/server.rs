@@ -9,6 +9,7 @@
 //! | replica (read-only or not) | `READONLY`, except what the master or the AOF sends | never: waiters fail with `READONLY` |
 
 use std::os::raw::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::raw;
 
@@ -53,10 +54,28 @@ pub fn writes_paused() -> bool {
     unsafe { rm!(RedisModule_AvoidReplicaTraffic()) != 0 }
 }
 
+/// Whether this server is a replica, kept by `events` from the role-change event (and read at
+/// load), so that a master's write commands pay no `RedisModule_GetContextFlags` call (which
+/// also computes the memory state) on the hot path.
+static REPLICA: AtomicBool = AtomicBool::new(false);
+
+/// Records the server's role (at load and on every role change).
+pub fn set_replica(replica: bool) {
+    REPLICA.store(replica, Ordering::Relaxed);
+}
+
+/// Reads the server's role from `ctx` and records it.
+pub fn learn_role(ctx: *mut raw::RedisModuleCtx) {
+    set_replica(flags(ctx) & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int == 0);
+}
+
 /// Whether the running command may change locks: on a replica only the master's stream and the
 /// AOF may, whatever `replica-read-only` says, because a lock granted on a replica is one the
 /// master never hears of.
 pub fn may_write(ctx: *mut raw::RedisModuleCtx) -> bool {
+    if !REPLICA.load(Ordering::Relaxed) {
+        return true;
+    }
     let flags = flags(ctx);
     let master = flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int != 0;
     let from_master = flags & raw::REDISMODULE_CTX_FLAGS_REPLICATED as c_int != 0;

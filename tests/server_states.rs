@@ -541,6 +541,31 @@ fn a_writable_replica_refuses_every_lock_change() {
     assert_eq!(lock_info(&mut r, "free").expect("mirrored").owner, b"c");
 }
 
+/// A server configured as a replica from the start (no role-change event ever fires) refuses
+/// lock changes too, and grants again once promoted.
+#[test]
+fn a_replica_by_configuration_refuses_until_promoted() {
+    let master = Server::start();
+    let port = master.port.to_string();
+    let replica = Server::with_args(&[
+        "--replicaof",
+        "127.0.0.1",
+        &port,
+        "--replica-read-only",
+        "no",
+    ]);
+    let mut r = connect(&replica);
+    let refused: redis::RedisResult<Option<i64>> =
+        cmd!("LOCK.ACQUIRE", "k", "a", 1000).query(&mut r);
+    assert_eq!(
+        refused.as_ref().err().and_then(|e| e.code()),
+        Some("READONLY"),
+        "{refused:?}"
+    );
+    let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut r).unwrap();
+    acquire(&mut r, "k", "a", 1000);
+}
+
 // ---------------------------------------------------------------------------------------------
 // ACL: a waiter whose permission is taken away while it waits is not granted.
 // ---------------------------------------------------------------------------------------------
