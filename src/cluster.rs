@@ -4,8 +4,6 @@
 //! not be granted there: they get the redirect a fresh command would get (`ASK` while the slot
 //! is migrating, `MOVED` once another node owns it) and retry where the key lives.
 
-use std::ffi::CString;
-
 use redis_module::raw;
 
 use crate::rm;
@@ -152,12 +150,6 @@ fn cluster_nodes(ctx: *mut raw::RedisModuleCtx) -> Option<String> {
         rm!(RedisModule_FreeCallReply(reply));
         text
     }
-}
-
-/// A redirect as an error reply text (no NUL bytes).
-pub fn error_text(redirect: &str) -> CString {
-    CString::new(redirect.replace('\0', ""))
-        .unwrap_or_else(|_| CString::from(c"TRYAGAIN the key moved; retry the command"))
 }
 
 #[cfg(test)]

@@ -117,9 +117,12 @@ fn wait(ctx: Ctx, args: Args<'_>) -> Result<Reply> {
     let ttl = args::ttl_ms(string_bytes(args[3]))?;
     let timeout = args::timeout_ms(string_bytes(args[4]))?;
     let mut key = LockKey::open(ctx, args[1], false)?;
+    // Clients of the master's stream and of the AOF never block; nor do scripts and MULTI.
     let flags = unsafe { rm!(RedisModule_GetContextFlags(ctx)) };
-    let may_block = flags & raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING as c_int == 0
-        && !server::from_replication_or_aof(ctx);
+    let no_block = raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING
+        | raw::REDISMODULE_CTX_FLAGS_REPLICATED
+        | raw::REDISMODULE_CTX_FLAGS_LOADING;
+    let may_block = flags & no_block as c_int == 0;
     let decision = hold::acquire(found(ctx, &key), owner);
     if decision != Decision::Nil || !may_block {
         return Ok(apply_take(ctx, &mut key, owner, ttl, decision));
@@ -289,6 +292,11 @@ fn reply(key: &LockKey, decision: Decision) -> Reply {
     }
 }
 
+/// An error reply's text as a C string (a NUL byte would cut it short).
+pub fn error_text(message: &str) -> CString {
+    CString::new(message.replace('\0', "")).unwrap_or_else(|_| CString::from(c"ERR relock error"))
+}
+
 fn send(ctx: Ctx, reply: Reply) -> c_int {
     let ok = raw::REDISMODULE_OK as c_int;
     unsafe {
@@ -297,9 +305,10 @@ fn send(ctx: Ctx, reply: Reply) -> c_int {
             Reply::Nil => rm!(RedisModule_ReplyWithNull(ctx)),
             Reply::Ok => rm!(RedisModule_ReplyWithSimpleString(ctx, c"OK".as_ptr())),
             Reply::Error(message) => {
-                let text = CString::new(message.replace('\0', ""))
-                    .unwrap_or_else(|_| CString::from(c"ERR relock error"));
-                rm!(RedisModule_ReplyWithError(ctx, text.as_ptr()))
+                rm!(RedisModule_ReplyWithError(
+                    ctx,
+                    error_text(&message).as_ptr()
+                ))
             }
             Reply::WrongType => rm!(RedisModule_ReplyWithError(
                 ctx,

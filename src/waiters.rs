@@ -686,7 +686,7 @@ extern "C" fn on_reply(
                 }
                 Some(Outcome::TimedOut) | None => rm!(RedisModule_ReplyWithNull(ctx)),
                 Some(Outcome::Error(message)) => {
-                    let text = cluster::error_text(message);
+                    let text = crate::commands::error_text(message);
                     rm!(RedisModule_ReplyWithError(ctx, text.as_ptr()))
                 }
             }
