@@ -9,27 +9,14 @@
 //! | replica (read-only or not) | `READONLY`, except what the master or the AOF sends | never: waiters fail with `READONLY` |
 
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::raw;
 
-use crate::rm;
-
-/// The server's role and phase, as far as writing locks is concerned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
-    /// Loading an RDB or AOF: nothing is served until it ends.
-    Loading,
-    /// A replica: only the master's stream (and AOF replay) may change locks.
-    Replica,
-    /// A master whose writes are paused: expiry is paused too, and a key that has logically
-    /// expired is still in the keyspace, so writing it would corrupt the db.
-    Paused,
-    /// A master free to write.
-    Master,
-}
+use super::globals;
+pub use crate::lock::State;
 
 fn flags(ctx: *mut raw::RedisModuleCtx) -> c_int {
+    // SAFETY: `ctx` is the live context of the running callback.
     unsafe { rm!(RedisModule_GetContextFlags(ctx)) }
 }
 
@@ -51,29 +38,20 @@ pub fn state(ctx: *mut raw::RedisModuleCtx) -> State {
 /// pauses all of them together, for `CLIENT PAUSE WRITE|ALL`, `FAILOVER`, `CLUSTER FAILOVER`
 /// and a shutdown that waits for lagging replicas.
 pub fn writes_paused() -> bool {
+    // SAFETY: no arguments; reads a server flag.
     unsafe { rm!(RedisModule_AvoidReplicaTraffic()) != 0 }
-}
-
-/// Whether this server is a replica, kept by `events` from the role-change event (and read at
-/// load), so that a master's write commands pay no `RedisModule_GetContextFlags` call (which
-/// also computes the memory state) on the hot path.
-static REPLICA: AtomicBool = AtomicBool::new(false);
-
-/// Records the server's role (at load and on every role change).
-pub fn set_replica(replica: bool) {
-    REPLICA.store(replica, Ordering::Relaxed);
 }
 
 /// Reads the server's role from `ctx` and records it.
 pub fn learn_role(ctx: *mut raw::RedisModuleCtx) {
-    set_replica(flags(ctx) & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int == 0);
+    globals::set_replica(flags(ctx) & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int == 0);
 }
 
 /// Whether the running command may change locks: on a replica only the master's stream and the
 /// AOF may, whatever `replica-read-only` says, because a lock granted on a replica is one the
 /// master never hears of.
 pub fn may_write(ctx: *mut raw::RedisModuleCtx) -> bool {
-    if !REPLICA.load(Ordering::Relaxed) {
+    if !globals::is_replica() {
         return true;
     }
     let flags = flags(ctx);
@@ -100,13 +78,19 @@ pub fn from_replication_or_aof(ctx: *mut raw::RedisModuleCtx) -> bool {
         != 0
 }
 
+/// Whether the running command may block its client: not from the master's stream, the AOF,
+/// a script or `MULTI`.
+pub fn may_block(ctx: *mut raw::RedisModuleCtx) -> bool {
+    let no_block = raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING
+        | raw::REDISMODULE_CTX_FLAGS_REPLICATED
+        | raw::REDISMODULE_CTX_FLAGS_LOADING;
+    flags(ctx) & no_block as c_int == 0
+}
+
 /// Whether the server runs in cluster mode.
 pub fn cluster_enabled(ctx: *mut raw::RedisModuleCtx) -> bool {
     flags(ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0
 }
-
-/// The error a replica answers to a command that would change a lock (Redis's own wording).
-pub const READONLY: &str = "READONLY You can't write against a read only replica.";
 
 /// The error a command that would change a lock gets while writes are paused.
 pub const PAUSED: &str =

@@ -6,8 +6,6 @@
 
 use redis_module::raw;
 
-use crate::rm;
-
 /// Slots in a cluster.
 const SLOTS: u16 = 16384;
 
@@ -119,7 +117,7 @@ pub fn route_in(nodes: &str, slot: u16) -> Route {
 
 /// The redirect for waiters of `key`, if this node may no longer grant it (cluster mode only).
 pub fn redirect(ctx: *mut raw::RedisModuleCtx, key: &[u8]) -> Option<String> {
-    if !crate::server::cluster_enabled(ctx) {
+    if !super::server::cluster_enabled(ctx) {
         return None;
     }
     let slot = key_slot(key);

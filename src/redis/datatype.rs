@@ -6,24 +6,18 @@
 //! no lock is left to remember them. An AOF rewrite emits each lock as
 //! `LOCK.APPLY key owner token count` (Redis appends the key's `PEXPIREAT`).
 
-use std::cell::RefCell;
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use super::globals;
 use crate::lock::{args, Hold};
-use crate::{fencing, rm};
 
 /// Data type name as `TYPE` shows it (exactly 9 characters).
 pub const TYPE_NAME: &str = "relock-lk";
 /// RDB encoding version of a lock value.
 const ENCODING_VERSION: i32 = 1;
-
-/// Lock values alive in memory (the `locks` INFO field). Atomic because Redis may free values
-/// on a background thread (`FLUSHALL ASYNC`).
-static LIVE: AtomicU64 = AtomicU64::new(0);
 
 /// The registered data type.
 pub static LOCK_TYPE: RedisType = RedisType::new(
@@ -52,14 +46,9 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
     },
 );
 
-/// Number of lock values in memory.
-pub fn live_count() -> u64 {
-    LIVE.load(Ordering::Relaxed)
-}
-
 /// Turns a hold into a value owned by Redis.
 pub fn into_value(hold: Box<Hold>) -> *mut c_void {
-    LIVE.fetch_add(1, Ordering::Relaxed);
+    globals::count_lock_value(true);
     Hold::into_raw(hold).cast()
 }
 
@@ -75,38 +64,13 @@ pub unsafe fn hold_of<'a>(value: *mut c_void) -> Option<&'a mut Hold> {
     }
 }
 
-thread_local! {
-    /// The lock key Redis unlinked last (db, name): the `expired` notification that follows an
-    /// expiry names the key but no longer has its value, so this is how we know a lock expired.
-    static LAST_UNLINKED: RefCell<Option<(c_int, Vec<u8>)>> = const { RefCell::new(None) };
-}
-
-/// Whether the key just unlinked was a lock at (db, name); forgets it either way.
-pub fn take_unlinked(db: c_int, name: &[u8]) -> bool {
-    LAST_UNLINKED.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut last) => last.take().is_some_and(|(d, n)| d == db && n == name),
-        Err(_) => false,
-    })
-}
-
-/// Forgets the last unlinked key (cheap when there is none).
-pub fn forget_unlinked() {
-    LAST_UNLINKED.with(|cell| {
-        if let Ok(mut last) = cell.try_borrow_mut() {
-            if last.is_some() {
-                *last = None;
-            }
-        }
-    });
-}
-
 /// Loads a lock value. Input may be hostile (`RESTORE` takes any payload whose checksum is
 /// right): every read is checked for an IO error (the module runs with
 /// `REDISMODULE_OPTIONS_HANDLE_IO_ERRORS`, so a short or mistyped field fails softly instead of
 /// aborting Redis) and every field for its bounds; a bad value is rejected (`RESTORE` answers
 /// "Bad data format"), nothing is half-built.
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    crate::guard(std::ptr::null_mut(), || {
+    super::guard(std::ptr::null_mut(), || {
         if encver != ENCODING_VERSION {
             log_io(rdb, "unknown relock encoding version");
             return std::ptr::null_mut();
@@ -125,7 +89,7 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
             log_io(rdb, "corrupt relock value");
             return std::ptr::null_mut();
         }
-        fencing::observe(token);
+        globals::observe_token(token);
         into_value(Hold::new(&owner, token, count as u32))
     })
 }
@@ -156,7 +120,7 @@ fn load_string(rdb: *mut raw::RedisModuleIO) -> Option<Vec<u8>> {
 }
 
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    crate::guard((), || {
+    super::guard((), || {
         let Some(hold) = (unsafe { hold_of(value) }) else {
             return;
         };
@@ -178,7 +142,7 @@ extern "C" fn aof_rewrite(
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
-    crate::guard((), || {
+    super::guard((), || {
         let Some(hold) = (unsafe { hold_of(value) }) else {
             return;
         };
@@ -199,14 +163,14 @@ extern "C" fn aof_rewrite(
 }
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {
-    crate::guard(0, || match unsafe { hold_of(value.cast_mut()) } {
+    super::guard(0, || match unsafe { hold_of(value.cast_mut()) } {
         Some(hold) => hold.heap_size(),
         None => 0,
     })
 }
 
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
-    crate::guard((), || {
+    super::guard((), || {
         let Some(hold) = (unsafe { hold_of(value) }) else {
             return;
         };
@@ -225,10 +189,10 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
 }
 
 extern "C" fn free(value: *mut c_void) {
-    crate::guard((), || {
+    super::guard((), || {
         if !value.is_null() {
             drop(unsafe { Hold::from_raw(value.cast()) });
-            LIVE.fetch_sub(1, Ordering::Relaxed);
+            globals::count_lock_value(false);
         }
     })
 }
@@ -238,7 +202,7 @@ extern "C" fn copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    crate::guard(std::ptr::null_mut(), || {
+    super::guard(std::ptr::null_mut(), || {
         match unsafe { hold_of(value.cast_mut()) } {
             Some(hold) => into_value(hold.to_boxed()),
             None => std::ptr::null_mut(),
@@ -247,26 +211,25 @@ extern "C" fn copy(
 }
 
 extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
-    crate::guard((), || {
+    super::guard((), || {
+        // SAFETY: Redis passes the unlink callback's key context.
         let db = unsafe { rm!(RedisModule_GetDbIdFromOptCtx(ctx)) };
-        let name = unsafe { rm!(RedisModule_GetKeyNameFromOptCtx(ctx)) };
-        let name = crate::store::string_bytes(name.cast_mut()).to_vec();
-        LAST_UNLINKED.with(|cell| {
-            if let Ok(mut last) = cell.try_borrow_mut() {
-                *last = Some((db, name));
-            }
-        });
+        // SAFETY: as above; the name lives for the length of the callback, and is copied.
+        let name = unsafe { super::host::string_bytes(rm!(RedisModule_GetKeyNameFromOptCtx(ctx))) };
+        globals::set_unlinked(db, name.to_vec());
     })
 }
 
 extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    crate::guard((), || unsafe {
-        rm!(RedisModule_SaveUnsigned(rdb, fencing::last()));
+    super::guard((), || {
+        let last = globals::read_engine(|engine| engine.last_token()).unwrap_or(0);
+        // SAFETY: `rdb` is the save context Redis passed.
+        unsafe { rm!(RedisModule_SaveUnsigned(rdb, last)) };
     })
 }
 
 extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
-    crate::guard(raw::REDISMODULE_ERR as c_int, || {
+    super::guard(raw::REDISMODULE_ERR as c_int, || {
         if encver != ENCODING_VERSION {
             log_io(rdb, "unknown relock aux encoding version");
             return raw::REDISMODULE_ERR as c_int;
@@ -274,7 +237,7 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int
         let Some(last) = load_unsigned(rdb) else {
             return raw::REDISMODULE_ERR as c_int;
         };
-        fencing::observe(last);
+        globals::observe_token(last);
         raw::REDISMODULE_OK as c_int
     })
 }

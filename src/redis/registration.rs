@@ -8,8 +8,7 @@ use std::ptr;
 
 use redis_module::raw;
 
-use crate::commands;
-use crate::rm;
+use super::commands;
 
 type Callback =
     extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;

@@ -7,11 +7,11 @@
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_longlong, c_void};
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use redis_module::raw;
 
-use crate::{datatype, fencing, rm, server, stats, store, waiters};
+use super::globals::{self, Report};
+use super::{host, server};
 
 /// Every class of keyspace event that can end or replace a lock (not `d`: our own events; not
 /// key-miss or new-key events, which fire on reads and creations of unrelated keys).
@@ -28,6 +28,7 @@ const WATCHED: c_int = raw::REDISMODULE_NOTIFY_GENERIC
 /// Subscribes to keyspace notifications and server events.
 pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
     let ok = raw::REDISMODULE_OK as c_int;
+    // SAFETY: `ctx` is the load context; the callback is an `extern "C"` fn that never unwinds.
     if unsafe {
         rm!(RedisModule_SubscribeToKeyspaceEvents(
             ctx,
@@ -49,6 +50,7 @@ pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
     ];
     for id in server_events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
+        // SAFETY: as above, for a server event Redis 7.0 knows.
         if unsafe {
             rm!(RedisModule_SubscribeToServerEvent(
                 ctx,
@@ -69,20 +71,20 @@ extern "C" fn on_keyspace_event(
     event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
-    crate::guard(raw::REDISMODULE_OK as c_int, || {
-        let name = store::string_bytes(key);
-        let db = store::selected_db(ctx);
+    super::guard(raw::REDISMODULE_OK as c_int, || {
+        // SAFETY: Redis passes the key's name, alive for the length of the notification.
+        let name = unsafe { host::string_bytes(key) };
+        let db = host::selected_db(ctx);
+        // SAFETY: Redis passes the event name as a NUL-terminated C string.
         let expired = !event.is_null() && unsafe { CStr::from_ptr(event) } == c"expired";
-        if expired {
-            if datatype::take_unlinked(db, name) {
-                stats::EXPIRED.bump();
-            }
+        // The `expired` notification of a lock follows its unlink at once.
+        let lock_expired = if expired {
+            globals::take_unlinked(db, name)
         } else {
-            datatype::forget_unlinked();
-        }
-        if waiters::any() {
-            waiters::wake(ctx, db, name);
-        }
+            globals::forget_unlinked();
+            false
+        };
+        globals::key_changed(ctx, db, name, lock_expired);
         raw::REDISMODULE_OK as c_int
     })
 }
@@ -93,45 +95,44 @@ extern "C" fn on_server_event(
     subevent: u64,
     data: *mut c_void,
 ) {
-    crate::guard((), || {
+    super::guard((), || {
         let id = event.id;
         if id == raw::REDISMODULE_EVENT_FLUSHDB {
             if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END && !data.is_null() {
+                // SAFETY: for FLUSHDB events Redis passes a `RedisModuleFlushInfo`.
                 let info = unsafe { &*data.cast::<raw::RedisModuleFlushInfo>() };
                 let db = (info.dbnum >= 0).then_some(info.dbnum);
-                waiters::wake_db(ctx, db);
+                globals::report(ctx, Report::DbChanged(db));
             }
         } else if id == raw::REDISMODULE_EVENT_SWAPDB {
             if !data.is_null() {
+                // SAFETY: for SWAPDB events Redis passes a `RedisModuleSwapDbInfo`.
                 let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
-                waiters::wake_db(ctx, Some(info.dbnum_first));
-                waiters::wake_db(ctx, Some(info.dbnum_second));
+                globals::report(ctx, Report::DbChanged(Some(info.dbnum_first)));
+                globals::report(ctx, Report::DbChanged(Some(info.dbnum_second)));
             }
         } else if id == raw::REDISMODULE_EVENT_LOADING {
             if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
-                waiters::wake_db(ctx, None);
+                globals::report(ctx, Report::DbChanged(None));
             }
         } else if id == raw::REDISMODULE_EVENT_CRON_LOOP {
             record_counter_after_aof_rewrite(ctx);
-            store::set_effects_needed(effects_needed(ctx));
+            globals::set_effects_needed(effects_needed(ctx));
         } else if id == raw::REDISMODULE_EVENT_FORK_CHILD
             || id == raw::REDISMODULE_EVENT_REPLICA_CHANGE
         {
             // A fork starts every full sync and every AOF rewrite: from this instant on, what is
             // propagated reaches someone, so every change must go out as its effect.
-            store::set_effects_needed(true);
+            globals::set_effects_needed(true);
         } else if id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED {
             let replica = subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA;
-            server::set_replica(replica);
+            globals::set_replica(replica);
             if replica {
-                waiters::fail_everyone_readonly(ctx);
+                globals::report(ctx, Report::BecameReplica);
             }
         }
     })
 }
-
-/// `aof_rewrites` when the counter was last written to the AOF (-1: never).
-static COUNTED_AT_REWRITE: AtomicI64 = AtomicI64::new(-1);
 
 /// An AOF rewrite keeps only the locks that exist, and without the RDB preamble it has no aux
 /// data, so the token counter would fall back to the largest live token (or the clock floor).
@@ -139,6 +140,7 @@ static COUNTED_AT_REWRITE: AtomicI64 = AtomicI64::new(-1);
 /// lands in the incremental file opened for the rewrite, which stays with the new base. Checked
 /// on the server's cron tick (`hz` times a second); costs one INFO read per tick while AOF is on.
 fn record_counter_after_aof_rewrite(ctx: *mut raw::RedisModuleCtx) {
+    // SAFETY: `ctx` is the server event's context.
     let flags = unsafe { rm!(RedisModule_GetContextFlags(ctx)) };
     let aof_on = flags & raw::REDISMODULE_CTX_FLAGS_AOF as c_int != 0;
     let master = flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int != 0;
@@ -151,11 +153,12 @@ fn record_counter_after_aof_rewrite(ctx: *mut raw::RedisModuleCtx) {
     let [Some(rewrites)] = server_info(ctx, c"persistence", [c"aof_rewrites"]) else {
         return;
     };
-    if COUNTED_AT_REWRITE.swap(rewrites, Ordering::Relaxed) == rewrites {
+    if !globals::note_aof_rewrite(rewrites) {
         return;
     }
-    let last = fencing::last();
+    let last = globals::read_engine(|engine| engine.last_token()).unwrap_or(0);
     if last > 0 {
+        // SAFETY: format "l" with one long long.
         unsafe {
             rm!(RedisModule_Replicate(
                 ctx,
@@ -170,6 +173,7 @@ fn record_counter_after_aof_rewrite(ctx: *mut raw::RedisModuleCtx) {
 /// Whether anything can receive propagated commands: AOF on, a replication backlog or a
 /// replica, or this server being a replica (its AOF). When in doubt, yes.
 fn effects_needed(ctx: *mut raw::RedisModuleCtx) -> bool {
+    // SAFETY: `ctx` is the server event's context.
     let flags = unsafe { rm!(RedisModule_GetContextFlags(ctx)) };
     let aof_on = flags & raw::REDISMODULE_CTX_FLAGS_AOF as c_int != 0;
     let master = flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int != 0;
@@ -191,10 +195,12 @@ fn effects_needed(ctx: *mut raw::RedisModuleCtx) -> bool {
 /// while the holder still believes it holds it. Checked at load (the policy can change later;
 /// the deployment docs say the same).
 pub fn warn_if_locks_may_be_evicted(ctx: *mut raw::RedisModuleCtx) {
+    // SAFETY: `ctx` is the load context; the section name is a C string.
     let info = unsafe { rm!(RedisModule_GetServerInfo(ctx, c"memory".as_ptr())) };
     if info.is_null() {
         return;
     }
+    // SAFETY: `info` is the live INFO data just read; a field comes back as a C string or null.
     let policy = unsafe {
         let value = rm!(RedisModule_ServerInfoGetFieldC(
             info,
@@ -202,6 +208,7 @@ pub fn warn_if_locks_may_be_evicted(ctx: *mut raw::RedisModuleCtx) {
         ));
         (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned())
     };
+    // SAFETY: `info` was returned by `GetServerInfo` and is freed once, here.
     unsafe { rm!(RedisModule_FreeServerInfo(ctx, info)) };
     if let Some(policy) = policy.filter(|p| p != "noeviction") {
         let message = format!(
@@ -209,6 +216,7 @@ pub fn warn_if_locks_may_be_evicted(ctx: *mut raw::RedisModuleCtx) {
              lock and relock then hands it to a waiter. Use noeviction where locks live."
         );
         if let Ok(text) = std::ffi::CString::new(message) {
+            // SAFETY: format "%s" with one C string.
             unsafe {
                 rm!(RedisModule_Log(
                     ctx,
@@ -227,12 +235,14 @@ fn server_info<const N: usize>(
     section: &CStr,
     fields: [&CStr; N],
 ) -> [Option<i64>; N] {
+    // SAFETY: `ctx` is live; the section name is a C string.
     let info = unsafe { rm!(RedisModule_GetServerInfo(ctx, section.as_ptr())) };
     if info.is_null() {
         return [None; N];
     }
     let values = fields.map(|field| {
         let mut err: c_int = 0;
+        // SAFETY: `info` is live; the field name is a C string; Redis writes `err`.
         let value = unsafe {
             rm!(RedisModule_ServerInfoGetFieldSigned(
                 info,
@@ -242,6 +252,7 @@ fn server_info<const N: usize>(
         };
         (err == 0).then_some(value)
     });
+    // SAFETY: `info` was returned by `GetServerInfo` and is freed once, here.
     unsafe { rm!(RedisModule_FreeServerInfo(ctx, info)) };
     values
 }

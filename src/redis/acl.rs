@@ -7,8 +7,6 @@ use std::ptr::NonNull;
 
 use redis_module::raw;
 
-use crate::rm;
-
 /// A string retained past the command that created it; freed on drop.
 struct Held(NonNull<raw::RedisModuleString>);
 
@@ -88,7 +86,3 @@ impl Caller {
         allowed
     }
 }
-
-/// What a waiter that lost its permission is told (Redis's wording for a blocked client).
-pub const NOPERM: &str =
-    "NOPERM No permissions any more to run the 'lock.wait' command or to access its key";

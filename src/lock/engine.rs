@@ -1,0 +1,893 @@
+//! The lock engine: every decision and its application. Grants, releases, renewals, the FIFO
+//! queue of each key and the hand-off to its head, serving and revoking waiters, lease-expiry
+//! timers, wait timeouts, the fencing-token counter and the counters of `INFO`.
+//!
+//! It talks to the server only through a [`Host`] and the [`Key`]s the host opens, so the same
+//! code runs inside Redis (`src/redis/`) and on the in-memory host of the tests.
+//!
+//! How a lock passes from one holder to the next:
+//! - A hold that ends by a command (`LOCK.RELEASE` of the last level, `LOCK.FORCERELEASE`) goes
+//!   to the head waiter in the same step: one atomic change, replicated as one effect.
+//! - A hold that ends behind the engine's back (DEL, expiry, FLUSHALL, a type change) is noticed
+//!   by the host ([`Engine::key_changed`]) and the key is *served* by a job after the current
+//!   command (Redis 7.0 forbids writes inside keyspace notifications). Until then the key is
+//!   free but queued, and nobody but the head may take it (no barging).
+//! - A held key with waiters has a timer at its lease's end, so the head gets the lock within a
+//!   few ms of the TTL running out rather than whenever Redis gets to the key.
+//! - A waiter granted the lock who hangs up before its reply is delivered never learns of its
+//!   hold: the hold is revoked and passes on.
+//! - While the server may not write (loading, writes paused) the engine's own work waits and is
+//!   retried; on a replica the waiters fail with `READONLY`.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+
+use super::errors::{NOPERM, NO_TOKENS, READONLY, REENTRANCY_LIMIT, WRONGTYPE};
+use super::hold::{self, Decision, Found, Step};
+use super::host::{Event, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
+use super::queue::{Queue, WaiterId};
+use super::stats::Stats;
+use super::tokens::{Clock, Tokens};
+use super::Hold;
+
+/// Longest delay of one timer: 30 minutes. Redis keeps every module timer behind one
+/// event-loop timer whose handler returns the period to the next module timer in ms, and
+/// Redis 7.0 multiplies that by 1000 in an `int`: a next timer more than about 35 minutes out
+/// wraps into the past, and the event loop spins at 100 % CPU (a lock expiring in the far
+/// future, `PEXPIREAT k 2^62`, or a `LOCK.WAIT` with a timeout of hours). A longer delay is a
+/// chain of timers: each one that fires early re-arms the next.
+pub const MAX_TIMER_MS: i64 = 30 * 60 * 1000;
+
+/// How often deferred work looks again while writes are paused or the server is loading.
+pub const RETRY_MS: i64 = 10;
+
+/// What a command answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Integer(u64),
+    Nil,
+    Ok,
+    Error(&'static str),
+    /// `LOCK.INFO`'s map.
+    Info(Info),
+    /// The client is blocked; its answer comes later through [`Host::unblock`].
+    Blocked,
+}
+
+/// What a `LOCK.WAIT` asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct Wait<'a> {
+    pub owner: &'a [u8],
+    /// The lease of the hold it gets.
+    pub ttl_ms: u64,
+    /// How long it waits at most (0: no limit).
+    pub timeout_ms: u64,
+}
+
+/// What `LOCK.INFO` reports about a held lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Info {
+    pub owner: Box<[u8]>,
+    pub token: u64,
+    pub count: u32,
+    /// Remaining lifetime in ms, -1 without an expiry.
+    pub ttl_ms: i64,
+    pub waiters: usize,
+}
+
+struct Waiter<H: Host> {
+    client: H::Client,
+    owner: Box<[u8]>,
+    ttl_ms: u64,
+    /// Who asked, to re-check their permissions when the lock is handed over.
+    caller: Option<H::Caller>,
+    /// The timer that ends the wait (none for timeout 0).
+    timeout: Option<u64>,
+}
+
+/// One key's queue and the timer armed at its lock's expiry.
+struct Line<H: Host> {
+    queue: Queue<Waiter<H>>,
+    deadline: Option<Armed>,
+}
+
+impl<H: Host> Default for Line<H> {
+    fn default() -> Self {
+        Line {
+            queue: Queue::new(),
+            deadline: None,
+        }
+    }
+}
+
+struct Armed {
+    number: u64,
+    /// When the timer fires (Unix ms): the lock's expiry, or earlier for a distant one.
+    at: i64,
+}
+
+/// Where a blocked client stands.
+enum Ticket {
+    Waiting {
+        key: KeyId,
+        id: WaiterId,
+    },
+    /// Granted; the reply is on its way. If the client hangs up before it is delivered, the
+    /// hold it never learned of is revoked.
+    Granted {
+        key: KeyId,
+        token: u64,
+    },
+}
+
+/// What a timer is for.
+enum Due<C> {
+    /// The lock at this key expires: serve it.
+    Deadline(KeyId),
+    /// A wait ends at `ends_at` (Unix ms), unless the waiter was served first.
+    WaitEnds {
+        client: C,
+        id: WaiterId,
+        ends_at: i64,
+    },
+    /// Run the jobs scheduled during the current command or notification.
+    Jobs,
+    /// Retry the jobs put off while the server could not write.
+    Retry,
+}
+
+/// Deferred work.
+enum Job {
+    Serve(KeyId),
+    Revoke(KeyId, u64),
+}
+
+/// The time the host reports, as the token counter's clock.
+struct At(i64);
+
+impl Clock for At {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.0).unwrap_or(0)
+    }
+}
+
+/// The lock engine of one server.
+pub struct Engine<H: Host> {
+    /// db -> key -> line, only for keys with live waiters.
+    lines: HashMap<i32, HashMap<Rc<[u8]>, Line<H>>>,
+    tickets: HashMap<H::Client, Ticket>,
+    next_waiter: WaiterId,
+    live: usize,
+    timers: HashMap<u64, (H::Timer, Due<H::Client>)>,
+    next_timer: u64,
+    jobs: Vec<Job>,
+    /// Keys already in `jobs` as `Job::Serve`, so a burst of events serves each key once.
+    serving: HashSet<KeyId>,
+    jobs_timer: bool,
+    /// Jobs put off because the server could not write, retried every `RETRY_MS`.
+    deferred: Vec<Job>,
+    tokens: Tokens,
+    stats: Stats,
+}
+
+impl<H: Host> Default for Engine<H> {
+    fn default() -> Self {
+        Engine {
+            lines: HashMap::new(),
+            tickets: HashMap::new(),
+            next_waiter: 0,
+            live: 0,
+            timers: HashMap::new(),
+            next_timer: 0,
+            jobs: Vec::new(),
+            serving: HashSet::new(),
+            jobs_timer: false,
+            deferred: Vec::new(),
+            tokens: Tokens::new(),
+            stats: Stats::default(),
+        }
+    }
+}
+
+impl<H: Host> Engine<H> {
+    /// An engine with no locks, waiters or tokens yet.
+    pub fn new() -> Engine<H> {
+        Engine::default()
+    }
+
+    // --- Commands -----------------------------------------------------------------------------
+
+    /// `LOCK.ACQUIRE`: a new hold on a free key nobody waits for; idempotent for the holder.
+    pub fn acquire(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        at: KeyRef<'_>,
+        owner: &[u8],
+        ttl_ms: u64,
+    ) -> Reply {
+        let decision = hold::acquire(self.found(host, key, at), owner);
+        self.apply_take(host, key, at, owner, ttl_ms, decision)
+    }
+
+    /// `LOCK.REENTER`: a reentrant acquire; replies the new count.
+    pub fn reenter(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        at: KeyRef<'_>,
+        owner: &[u8],
+        ttl_ms: u64,
+    ) -> Reply {
+        let decision = hold::reenter(self.found(host, key, at), owner);
+        self.apply_take(host, key, at, owner, ttl_ms, decision)
+    }
+
+    /// `LOCK.WAIT`: acquires, or queues the caller until the lock is handed to it or
+    /// `timeout_ms` passes (0: no limit). `block` blocks the calling client and says who it is;
+    /// `None` when the caller may not block (MULTI, scripts, the master's stream, AOF), which
+    /// then gets nil at once.
+    pub fn wait<B>(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        at: KeyRef<'_>,
+        wait: Wait<'_>,
+        block: Option<B>,
+    ) -> Reply
+    where
+        B: FnOnce(&mut H) -> Option<(H::Client, Option<H::Caller>)>,
+    {
+        let Wait {
+            owner,
+            ttl_ms,
+            timeout_ms,
+        } = wait;
+        let decision = hold::acquire(self.found(host, key, at), owner);
+        let Some(block) = block.filter(|_| decision == Decision::Nil) else {
+            return self.apply_take(host, key, at, owner, ttl_ms, decision);
+        };
+        self.stats.contended += 1;
+        let Some((client, caller)) = block(host) else {
+            // The server would not block this client: it gets nil, as a wait that timed out.
+            return Reply::Nil;
+        };
+        let expires_at = key.hold().and(key.expires_at());
+        let key_id = at.to_id();
+        self.next_waiter += 1;
+        let id = self.next_waiter;
+        let timeout = (timeout_ms > 0).then(|| {
+            let timeout_ms = i64::try_from(timeout_ms).unwrap_or(i64::MAX);
+            let ends_at = host.now_ms().saturating_add(timeout_ms);
+            self.start_timer(
+                host,
+                timeout_ms,
+                Due::WaitEnds {
+                    client,
+                    id,
+                    ends_at,
+                },
+            )
+        });
+        let line = self.line_or_new(&key_id);
+        line.queue.push(
+            id,
+            Waiter {
+                client,
+                owner: owner.into(),
+                ttl_ms,
+                caller,
+                timeout,
+            },
+        );
+        self.tickets.insert(
+            client,
+            Ticket::Waiting {
+                key: key_id.clone(),
+                id,
+            },
+        );
+        self.live += 1;
+        match expires_at {
+            Some(expiry) => self.arm(host, &key_id, expiry),
+            // Free but queued (a wake-up is due), or held without an expiry: look again soon.
+            None => self.schedule(host, Job::Serve(key_id)),
+        }
+        Reply::Blocked
+    }
+
+    /// `LOCK.RELEASE`: one level of the caller's hold; the last level hands the lock on.
+    pub fn release(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        at: KeyRef<'_>,
+        owner: &[u8],
+    ) -> Reply {
+        let decision = hold::release(found_here(key), owner);
+        match decision.step() {
+            Step::Decrement { count } => key.update(count, None),
+            Step::End => {
+                key.remove();
+                key.notify(Event::Released);
+                self.stats.released += 1;
+                self.hand_off(host, key, at);
+            }
+            _ => {}
+        }
+        reply(key, decision)
+    }
+
+    /// `LOCK.RENEW`: resets the caller's lease; never revives a lock that is gone.
+    pub fn renew(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        at: KeyRef<'_>,
+        owner: &[u8],
+        ttl_ms: u64,
+    ) -> Reply {
+        let decision = hold::renew(found_here(key), owner);
+        if let Step::Refresh { count } = decision.step() {
+            key.update(count, Some(expiry(host, ttl_ms)));
+            key.notify(Event::Renewed);
+            self.stats.renewed += 1;
+            self.expiry_moved(host, at);
+        }
+        reply(key, decision)
+    }
+
+    /// `LOCK.FORCERELEASE`: ends any hold (replies 1 if there was one) and hands it on.
+    pub fn force_release(&mut self, host: &mut H, key: &mut H::Key, at: KeyRef<'_>) -> Reply {
+        let decision = hold::force_release(found_here(key));
+        if decision.step() == Step::End {
+            key.remove();
+            key.notify(Event::ForceReleased);
+            self.stats.forcereleased += 1;
+            self.hand_off(host, key, at);
+        }
+        reply(key, decision)
+    }
+
+    /// `LOCK.INFO`: the hold, its remaining lifetime and how many wait for it; nil if free.
+    pub fn info(&self, host: &H, key: &H::Key, at: KeyRef<'_>) -> Reply {
+        let Some(hold) = key.hold() else {
+            return Reply::Nil;
+        };
+        let ttl_ms = key
+            .expires_at()
+            .map_or(-1, |expiry| expiry.saturating_sub(host.now_ms()).max(0));
+        Reply::Info(Info {
+            owner: hold.owner().into(),
+            token: hold.token(),
+            count: hold.count(),
+            ttl_ms,
+            waiters: self.queued(at),
+        })
+    }
+
+    /// `LOCK.APPLY`: sets a hold exactly as given (the effect replicas and the AOF receive).
+    pub fn apply(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        at: KeyRef<'_>,
+        hold: Box<Hold>,
+        expires_at: Option<i64>,
+    ) -> Reply {
+        self.tokens.observe(hold.token());
+        key.put(hold, expires_at);
+        self.expiry_moved(host, at);
+        Reply::Ok
+    }
+
+    /// Records a token that exists elsewhere (RDB, AOF, `LOCK.COUNTER`), so that every later
+    /// token is above it.
+    pub fn observe_token(&mut self, token: u64) {
+        self.tokens.observe(token);
+    }
+
+    // --- What the host reports ---------------------------------------------------------------
+
+    /// A key changed behind the engine's back (DEL, expiry, overwrite, RENAME...): if anyone
+    /// waits for it, it is served after the current command.
+    pub fn key_changed(&mut self, host: &mut H, at: KeyRef<'_>) {
+        if self
+            .lines
+            .get(&at.db)
+            .is_some_and(|keys| keys.contains_key(at.name))
+        {
+            self.schedule(host, Job::Serve(at.to_id()));
+        }
+    }
+
+    /// Every key of `db` (all dbs if `None`) may have changed (FLUSHDB, SWAPDB, end of loading).
+    pub fn db_changed(&mut self, host: &mut H, db: Option<i32>) {
+        for key in self.keys_with_waiters(db) {
+            self.schedule(host, Job::Serve(key));
+        }
+    }
+
+    /// A lock ended because its lease ran out (counted for `INFO`).
+    pub fn count_expired(&mut self) {
+        self.stats.expired += 1;
+    }
+
+    /// This server became a replica: every waiter fails with `READONLY`.
+    pub fn became_replica(&mut self, host: &mut H) {
+        for key in self.keys_with_waiters(None) {
+            self.fail_all(host, &key, Cow::Borrowed(READONLY));
+        }
+    }
+
+    /// A timer the engine armed fired.
+    pub fn on_timer(&mut self, host: &mut H, number: u64) {
+        let Some((_, due)) = self.timers.remove(&number) else {
+            // Stopped after it was already on its way: nothing to do.
+            return;
+        };
+        match due {
+            Due::Deadline(key) => {
+                if let Some(line) = self.line(&key) {
+                    if line.deadline.as_ref().is_some_and(|d| d.number == number) {
+                        line.deadline = None;
+                    }
+                }
+                self.run(host, Job::Serve(key));
+            }
+            Due::WaitEnds {
+                client,
+                id,
+                ends_at,
+            } => self.wait_ends(host, client, id, ends_at),
+            Due::Jobs => {
+                self.jobs_timer = false;
+                self.serving.clear();
+                for job in std::mem::take(&mut self.jobs) {
+                    self.run(host, job);
+                }
+            }
+            Due::Retry => {
+                for job in std::mem::take(&mut self.deferred) {
+                    self.run(host, job);
+                }
+            }
+        }
+    }
+
+    /// A blocked client's answer was delivered.
+    pub fn replied(&mut self, client: H::Client) {
+        self.tickets.remove(&client);
+    }
+
+    /// A blocked client hung up: a waiter leaves its queue (and is unblocked, as the host
+    /// requires of every blocked client); a client granted the lock before its answer reached
+    /// it has the hold revoked.
+    pub fn client_gone(&mut self, host: &mut H, client: H::Client) {
+        match self.tickets.get(&client) {
+            Some(Ticket::Granted { key, token }) => {
+                let job = Job::Revoke(key.clone(), *token);
+                self.tickets.remove(&client);
+                self.schedule(host, job);
+            }
+            Some(Ticket::Waiting { .. }) => {
+                if let Some(waiter) = self.leave_queue(host, client) {
+                    self.stop_timer(host, waiter.timeout);
+                    host.unblock(client, Outcome::TimedOut);
+                }
+            }
+            None => {}
+        }
+    }
+
+    // --- What the host asks ------------------------------------------------------------------
+
+    /// Live waiters over all keys.
+    pub fn waiters(&self) -> usize {
+        self.live
+    }
+
+    /// Live waiters queued for `at`.
+    pub fn queued(&self, at: KeyRef<'_>) -> usize {
+        self.lines
+            .get(&at.db)
+            .and_then(|keys| keys.get(at.name))
+            .map_or(0, |line| line.queue.len())
+    }
+
+    /// Lease-expiry and wait-timeout timers armed and not yet fired or stopped (must come back
+    /// to 0 when nobody waits, or timers leak).
+    pub fn armed_timers(&self) -> usize {
+        self.timers
+            .values()
+            .filter(|(_, due)| matches!(due, Due::Deadline(_) | Due::WaitEnds { .. }))
+            .count()
+    }
+
+    /// The largest token issued or observed.
+    pub fn last_token(&self) -> u64 {
+        self.tokens.last()
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    // --- Applying decisions --------------------------------------------------------------------
+
+    /// What an acquire finds: a free key only counts as free if nobody is queued for it.
+    fn found<'k>(&mut self, host: &mut H, key: &'k H::Key, at: KeyRef<'_>) -> Found<'k> {
+        if let Some(hold) = key.hold() {
+            return Found::Held(hold);
+        }
+        let queued = self.queued(at) > 0;
+        if queued {
+            // A free key with waiters means a wake-up is due; make sure one is scheduled.
+            self.schedule(host, Job::Serve(at.to_id()));
+        }
+        Found::Free { queued }
+    }
+
+    /// Applies an acquire-like decision (`LOCK.ACQUIRE`, `LOCK.REENTER`, immediate `LOCK.WAIT`).
+    fn apply_take(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        at: KeyRef<'_>,
+        owner: &[u8],
+        ttl_ms: u64,
+        decision: Decision,
+    ) -> Reply {
+        match decision.step() {
+            Step::Grant => {
+                if self.grant(host, key, owner, ttl_ms).is_none() {
+                    return Reply::Error(NO_TOKENS);
+                }
+                key.notify(Event::Acquired);
+                self.stats.acquired += 1;
+            }
+            Step::Refresh { count } => {
+                key.update(count, Some(expiry(host, ttl_ms)));
+                key.notify(Event::Acquired);
+                self.expiry_moved(host, at);
+            }
+            _ if decision == Decision::Nil => self.stats.contended += 1,
+            _ => {}
+        }
+        reply(key, decision)
+    }
+
+    /// A new hold for `owner` with a fresh token; `None` (and the key unchanged) once no token
+    /// can be issued.
+    fn grant(&mut self, host: &mut H, key: &mut H::Key, owner: &[u8], ttl_ms: u64) -> Option<u64> {
+        let now = host.now_ms();
+        let token = self.tokens.issue(&At(now))?;
+        key.put(Hold::new(owner, token, 1), Some(expiry(host, ttl_ms)));
+        Some(token)
+    }
+
+    /// The lock's expiry moved: waiters behind it (if any) need their timer at the new time.
+    fn expiry_moved(&mut self, host: &mut H, at: KeyRef<'_>) {
+        self.key_changed(host, at);
+    }
+
+    /// Hands the free lock at `at` to its head waiter, if anyone waits.
+    fn hand_off(&mut self, host: &mut H, key: &mut H::Key, at: KeyRef<'_>) -> bool {
+        // The common case, nobody waiting, costs one lookup and no allocation.
+        if self.queued(at) == 0 {
+            return false;
+        }
+        self.hand_off_to_head(host, key, &at.to_id())
+    }
+
+    /// Grants the free lock to the first waiter still allowed to have it: a new hold with a new
+    /// token and the waiter's ttl, in the same atomic step. Returns whether someone got it.
+    fn hand_off_to_head(&mut self, host: &mut H, key: &mut H::Key, id: &KeyId) -> bool {
+        loop {
+            let Some(waiter) = self.pop_head(host, id) else {
+                return false;
+            };
+            self.stop_timer(host, waiter.timeout);
+            if let Some(caller) = &waiter.caller {
+                if !host.permitted(caller) {
+                    host.unblock(waiter.client, Outcome::Error(Cow::Borrowed(NOPERM)));
+                    continue;
+                }
+            }
+            let Some(token) = self.grant(host, key, &waiter.owner, waiter.ttl_ms) else {
+                host.unblock(waiter.client, Outcome::Error(Cow::Borrowed(NO_TOKENS)));
+                continue;
+            };
+            key.notify(Event::Granted);
+            self.stats.granted += 1;
+            self.tickets.insert(
+                waiter.client,
+                Ticket::Granted {
+                    key: id.clone(),
+                    token,
+                },
+            );
+            host.unblock(waiter.client, Outcome::Token(token));
+            if self.queued(id.as_ref()) > 0 {
+                if let Some(expiry) = key.expires_at() {
+                    self.arm(host, id, expiry);
+                }
+            }
+            return true;
+        }
+    }
+
+    /// Looks at a key with waiters and does what its state calls for: a free lock goes to the
+    /// head waiter, a held one gets its expiry timer, another type fails the waiters with
+    /// WRONGTYPE, a key whose slot this node no longer serves redirects them.
+    fn serve(&mut self, host: &mut H, id: &KeyId) {
+        if self.queued(id.as_ref()) == 0 {
+            return;
+        }
+        match host.open(id) {
+            Err(OpenError::WrongType) => self.fail_all(host, id, Cow::Borrowed(WRONGTYPE)),
+            Err(OpenError::Unavailable) => {}
+            Ok(mut key) => {
+                if key.hold().is_some() {
+                    if let Some(expiry) = key.expires_at() {
+                        self.arm(host, id, expiry);
+                    }
+                } else if let Some(redirect) = host.redirect(&id.name) {
+                    self.fail_all(host, id, Cow::Owned(redirect));
+                } else {
+                    self.hand_off_to_head(host, &mut key, id);
+                }
+            }
+        }
+    }
+
+    /// Ends a hold granted to a client that hung up before it learned of it.
+    fn revoke(&mut self, host: &mut H, id: &KeyId, token: u64) {
+        let Ok(mut key) = host.open(id) else {
+            return;
+        };
+        if key.hold().is_some_and(|h| h.token() == token) {
+            key.remove();
+            key.notify(Event::Released);
+            self.stats.released += 1;
+            self.hand_off_to_head(host, &mut key, id);
+        }
+    }
+
+    /// A wait's timer fired: the waiter leaves with nil, unless it was served first. A timer
+    /// capped short of the wait's end re-arms for the rest.
+    fn wait_ends(&mut self, host: &mut H, client: H::Client, id: WaiterId, ends_at: i64) {
+        let key = match self.tickets.get(&client) {
+            Some(Ticket::Waiting { key, id: waiting }) if *waiting == id => key.clone(),
+            _ => return,
+        };
+        let left = ends_at.saturating_sub(host.now_ms());
+        if left > 0 {
+            let number = self.start_timer(
+                host,
+                left,
+                Due::WaitEnds {
+                    client,
+                    id,
+                    ends_at,
+                },
+            );
+            match self.line(&key).and_then(|line| line.queue.get_mut(id)) {
+                Some(waiter) => waiter.timeout = Some(number),
+                None => self.stop_timer(host, Some(number)),
+            }
+            return;
+        }
+        // The timer that fired is gone already; the waiter's copy of its number is stale.
+        if self.leave_queue(host, client).is_some() {
+            self.stats.wait_timeouts += 1;
+            host.unblock(client, Outcome::TimedOut);
+        }
+    }
+
+    // --- Queues --------------------------------------------------------------------------------
+
+    fn line(&mut self, key: &KeyId) -> Option<&mut Line<H>> {
+        self.lines.get_mut(&key.db)?.get_mut(&key.name)
+    }
+
+    fn line_or_new(&mut self, key: &KeyId) -> &mut Line<H> {
+        self.lines
+            .entry(key.db)
+            .or_default()
+            .entry(key.name.clone())
+            .or_default()
+    }
+
+    /// Removes an empty line and stops its deadline timer.
+    fn drop_line_if_empty(&mut self, host: &mut H, key: &KeyId) {
+        let Some(keys) = self.lines.get_mut(&key.db) else {
+            return;
+        };
+        if !keys
+            .get(&key.name)
+            .is_some_and(|line| line.queue.is_empty())
+        {
+            return;
+        }
+        let line = keys.remove(&key.name);
+        if keys.is_empty() {
+            self.lines.remove(&key.db);
+        }
+        if let Some(deadline) = line.and_then(|line| line.deadline) {
+            self.stop_timer(host, Some(deadline.number));
+        }
+    }
+
+    /// Removes the head waiter of `key`, dropping the line once it is empty.
+    fn pop_head(&mut self, host: &mut H, key: &KeyId) -> Option<Waiter<H>> {
+        let waiter = self
+            .line(key)
+            .and_then(|line| line.queue.pop())
+            .map(|(_, waiter)| waiter);
+        if let Some(waiter) = &waiter {
+            self.tickets.remove(&waiter.client);
+            self.live -= 1;
+        }
+        self.drop_line_if_empty(host, key);
+        waiter
+    }
+
+    /// Takes a waiting client out of its queue; the caller unblocks it exactly once.
+    fn leave_queue(&mut self, host: &mut H, client: H::Client) -> Option<Waiter<H>> {
+        let Some(Ticket::Waiting { key, id }) = self.tickets.remove(&client) else {
+            return None;
+        };
+        let waiter = self.line(&key).and_then(|line| line.queue.remove(id));
+        if waiter.is_some() {
+            self.live -= 1;
+        }
+        self.drop_line_if_empty(host, &key);
+        waiter
+    }
+
+    /// Fails every waiter of `key` with the error `message`.
+    fn fail_all(&mut self, host: &mut H, key: &KeyId, message: Cow<'static, str>) {
+        let Some(keys) = self.lines.get_mut(&key.db) else {
+            return;
+        };
+        let Some(mut line) = keys.remove(&key.name) else {
+            return;
+        };
+        if keys.is_empty() {
+            self.lines.remove(&key.db);
+        }
+        if let Some(deadline) = line.deadline.take() {
+            self.stop_timer(host, Some(deadline.number));
+        }
+        for (_, waiter) in line.queue.drain() {
+            self.tickets.remove(&waiter.client);
+            self.live -= 1;
+            self.stop_timer(host, waiter.timeout);
+            host.unblock(waiter.client, Outcome::Error(message.clone()));
+        }
+    }
+
+    fn keys_with_waiters(&self, db: Option<i32>) -> Vec<KeyId> {
+        self.lines
+            .iter()
+            .filter(|(d, _)| db.is_none_or(|db| db == **d))
+            .flat_map(|(d, keys)| {
+                keys.keys().map(|name| KeyId {
+                    db: *d,
+                    name: name.clone(),
+                })
+            })
+            .collect()
+    }
+
+    // --- Timers and jobs -----------------------------------------------------------------------
+
+    fn start_timer(&mut self, host: &mut H, delay_ms: i64, due: Due<H::Client>) -> u64 {
+        self.next_timer += 1;
+        let number = self.next_timer;
+        let timer = host.start_timer(delay_ms.clamp(0, MAX_TIMER_MS), number);
+        self.timers.insert(number, (timer, due));
+        number
+    }
+
+    fn stop_timer(&mut self, host: &mut H, number: Option<u64>) {
+        if let Some((timer, _)) = number.and_then(|n| self.timers.remove(&n)) {
+            host.stop_timer(timer);
+        }
+    }
+
+    /// Arms (or moves earlier) the expiry timer of `key`'s lock to fire just after `expiry`, or
+    /// after `MAX_TIMER_MS` for a lock that expires later than that (the timer then re-arms).
+    fn arm(&mut self, host: &mut H, key: &KeyId, expiry: i64) {
+        let now = host.now_ms();
+        // A key counts as expired once now > its expiry, hence the extra millisecond.
+        let delay = expiry
+            .saturating_add(1)
+            .saturating_sub(now)
+            .clamp(0, MAX_TIMER_MS);
+        let fires_at = now.saturating_add(delay);
+        let armed_in_time = match self.line(key) {
+            None => return,
+            Some(line) => line.deadline.as_ref().is_some_and(|d| d.at <= fires_at),
+        };
+        if armed_in_time {
+            return;
+        }
+        let number = self.start_timer(host, delay, Due::Deadline(key.clone()));
+        let old = self.line(key).and_then(|line| {
+            line.deadline
+                .replace(Armed {
+                    number,
+                    at: fires_at,
+                })
+                .map(|old| old.number)
+        });
+        self.stop_timer(host, old);
+    }
+
+    /// Schedules `job` to run after the current command or notification.
+    fn schedule(&mut self, host: &mut H, job: Job) {
+        let fresh = match &job {
+            Job::Serve(key) => self.serving.insert(key.clone()),
+            Job::Revoke(..) => true,
+        };
+        if fresh {
+            self.jobs.push(job);
+        }
+        if !std::mem::replace(&mut self.jobs_timer, true) {
+            self.start_timer(host, 0, Due::Jobs);
+        }
+    }
+
+    /// Runs a job if the server's state lets the engine write now; otherwise defers it
+    /// (paused, loading) or drops it (a replica fails its waiters instead).
+    fn run(&mut self, host: &mut H, job: Job) {
+        match host.state() {
+            State::Master => match job {
+                Job::Serve(key) => self.serve(host, &key),
+                Job::Revoke(key, token) => self.revoke(host, &key, token),
+            },
+            // While writes are paused Redis does not expire keys either: a key past its expiry
+            // is still there, and writing it would corrupt the db. Hand-offs wait for the pause.
+            State::Paused | State::Loading => {
+                self.deferred.push(job);
+                if self.deferred.len() == 1 {
+                    self.start_timer(host, RETRY_MS, Due::Retry);
+                }
+            }
+            State::Replica => {
+                if let Job::Serve(key) = job {
+                    self.fail_all(host, &key, Cow::Borrowed(READONLY));
+                }
+            }
+        }
+    }
+}
+
+/// What a command other than an acquire finds (waiters do not matter to it).
+fn found_here<K: Key>(key: &K) -> Found<'_> {
+    match key.hold() {
+        Some(hold) => Found::Held(hold),
+        None => Found::Free { queued: false },
+    }
+}
+
+fn expiry<H: Host>(host: &H, ttl_ms: u64) -> i64 {
+    host.now_ms()
+        .saturating_add(i64::try_from(ttl_ms).unwrap_or(i64::MAX))
+}
+
+fn reply<K: Key>(key: &K, decision: Decision) -> Reply {
+    match decision {
+        Decision::Token(_) => match key.hold() {
+            Some(hold) => Reply::Integer(hold.token()),
+            None => Reply::Nil,
+        },
+        Decision::Integer(_, n) => Reply::Integer(n),
+        Decision::Nil => Reply::Nil,
+        Decision::ReentrancyLimit => Reply::Error(REENTRANCY_LIMIT),
+    }
+}

@@ -1,0 +1,147 @@
+//! What the engine needs from the server it runs in: the [`Host`] trait, an open [`Key`], and
+//! the small types that cross between them.
+//!
+//! The Redis module implements these in `src/redis/host.rs`; [`super::memory`] implements them
+//! in memory for unit tests, the model test and the fuzz targets. The engine never sees a
+//! pointer, a Redis string or a context.
+
+use std::borrow::Cow;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::rc::Rc;
+
+use super::Hold;
+
+/// The server's role and phase, as far as writing locks is concerned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum State {
+    /// Loading an RDB or AOF: nothing is served until it ends.
+    Loading,
+    /// A replica: only the master's stream (and AOF replay) may change locks.
+    Replica,
+    /// A master whose writes are paused: expiry is paused too, and a key that has logically
+    /// expired is still in the keyspace, so writing it would corrupt the db.
+    Paused,
+    /// A master free to write.
+    #[default]
+    Master,
+}
+
+/// Keyspace events the engine emits for a key (Redis: class `d`, named `lock.<event>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A new hold, or the holder re-acquired (`LOCK.ACQUIRE`, `LOCK.REENTER`, `LOCK.WAIT`).
+    Acquired,
+    /// The holder released its last level, or a hold was revoked.
+    Released,
+    /// The holder renewed its lease.
+    Renewed,
+    /// The lock was handed to a waiter.
+    Granted,
+    /// `LOCK.FORCERELEASE` ended a hold.
+    ForceReleased,
+}
+
+/// What a blocked client is finally answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Granted: the token of its new hold.
+    Token(u64),
+    /// Its wait ended without the lock (timeout, or it hung up): nil.
+    TimedOut,
+    /// An error reply (the key changed type, this server became a replica, a redirect...).
+    Error(Cow<'static, str>),
+}
+
+/// A key in a db, as the engine keeps it in its queues and timers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KeyId {
+    pub db: i32,
+    pub name: Rc<[u8]>,
+}
+
+/// A key named by a running command (borrowed from its arguments).
+#[derive(Clone, Copy, Debug)]
+pub struct KeyRef<'a> {
+    pub db: i32,
+    pub name: &'a [u8],
+}
+
+impl KeyRef<'_> {
+    /// An owned id for queues and timers.
+    pub fn to_id(self) -> KeyId {
+        KeyId {
+            db: self.db,
+            name: Rc::from(self.name),
+        }
+    }
+}
+
+impl KeyId {
+    /// A borrowed view.
+    pub fn as_ref(&self) -> KeyRef<'_> {
+        KeyRef {
+            db: self.db,
+            name: &self.name,
+        }
+    }
+}
+
+/// Why a key could not be opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenError {
+    /// It holds a value of another type.
+    WrongType,
+    /// The host could not open it at all (no such db, out of memory); nothing is done.
+    Unavailable,
+}
+
+/// A key opened for writing, empty or holding a lock. Every change is durable and replicated
+/// by the host as its effect (the resulting hold and absolute expiry, or the deletion), and
+/// signalled to watchers; the engine decides and the key applies.
+pub trait Key {
+    /// The hold here, if there is a live lock.
+    fn hold(&self) -> Option<&Hold>;
+    /// Absolute expiry in Unix ms, if the key has one.
+    fn expires_at(&self) -> Option<i64>;
+    /// Stores `hold` with expiry `at` (none: no expiry), replacing whatever is here.
+    fn put(&mut self, hold: Box<Hold>, at: Option<i64>);
+    /// Sets the hold's reentrancy count and, if given, a new expiry `at`.
+    fn update(&mut self, count: u32, at: Option<i64>);
+    /// Deletes the lock.
+    fn remove(&mut self);
+    /// Emits keyspace event `event` for this key.
+    fn notify(&mut self, event: Event);
+}
+
+/// The server the engine runs in.
+///
+/// Handles are plain values the host hands out and takes back: `Client` names a blocked client,
+/// `Timer` a timer the host armed, `Caller` who ran a `LOCK.WAIT` (for a permission re-check at
+/// hand-off). Timers carry only the engine's number; when one fires the host calls
+/// [`super::Engine::on_timer`] with it.
+pub trait Host {
+    type Client: Copy + Eq + Hash + Debug;
+    type Timer: Copy + Debug;
+    type Caller;
+    type Key: Key;
+
+    /// Current Unix time in ms, as the server sees it (what key expiry is measured against).
+    fn now_ms(&self) -> i64;
+    /// The server's state, for work the engine does on its own (timers, deferred jobs).
+    fn state(&self) -> State;
+    /// Opens `key` for writing, from a timer (no command is running).
+    fn open(&mut self, key: &KeyId) -> Result<Self::Key, OpenError>;
+    /// Arms a timer that calls the engine back with `number` after `delay_ms` (0 or more; the
+    /// engine keeps delays at most 30 minutes).
+    fn start_timer(&mut self, delay_ms: i64, number: u64) -> Self::Timer;
+    /// Stops a timer; false if it already fired or was stopped.
+    fn stop_timer(&mut self, timer: Self::Timer) -> bool;
+    /// Answers a blocked client `outcome`. Called exactly once per blocked client.
+    fn unblock(&mut self, client: Self::Client, outcome: Outcome);
+    /// Whether `caller` may still run the `LOCK.WAIT` it queued (ACL rules may have changed).
+    fn permitted(&mut self, caller: &Self::Caller) -> bool;
+    /// In cluster mode, where a waiter for `key` must go instead when this node no longer serves
+    /// its slot (an `ASK`/`MOVED`/`TRYAGAIN` error text); `None` when this node serves it.
+    fn redirect(&mut self, key: &[u8]) -> Option<String>;
+}

@@ -1,0 +1,134 @@
+//! The packed layout of a [`Hold`]: the only `unsafe` of the engine, all of it here.
+//!
+//! Invariants every `unsafe` block below relies on:
+//! - A `Hold` is a `#[repr(transparent)]` wrapper of `[u8]`, so a `Box<[u8]>` and a `Box<Hold>`
+//!   have the same layout and the same (fat) pointer metadata.
+//! - Its bytes are `[header: u64 LE][count: u32 LE][owner]`, where the header's top 11 bits hold
+//!   `owner length - 1` (owners are 1 to 256 bytes), so the length of the allocation can be read
+//!   back from its first 8 bytes. That is what lets Redis keep a hold behind a thin `void *`
+//!   ([`Hold::into_raw`]) and the host turn it back into a `Hold` ([`Hold::borrow_raw`]).
+//! - No function here makes a `Hold` of any other length.
+
+/// The highest reentrancy count; one more `LOCK.REENTER` is refused.
+pub const MAX_COUNT: u32 = u32::MAX;
+
+/// Bytes of a hold beyond its owner: a header word (token and owner length) and the count.
+const FIXED_BYTES: usize = 12;
+/// The token takes the low 53 bits of the header word; `owner length - 1` the 8 above them.
+const TOKEN_BITS: u32 = 53;
+const TOKEN_MASK: u64 = (1 << TOKEN_BITS) - 1;
+
+/// A lock held by one owner: who, with which fencing token, how many times (reentrancy).
+///
+/// One allocation, `[token | (owner_len - 1) << 53 : u64][count : u32][owner]`, so a lock
+/// with a 36-byte UUID owner costs 48 bytes of heap beyond Redis's own key overhead, and a
+/// pointer to it is thin (Redis stores one `void *` per value). Tokens are below 2^53 and
+/// owners 1 to 256 bytes long, which is what lets both share the header word.
+#[repr(transparent)]
+#[derive(PartialEq, Eq)]
+pub struct Hold {
+    bytes: [u8],
+}
+
+impl Hold {
+    /// A hold of `owner` (1 to 256 bytes) with `token` (below 2^53) and `count`.
+    pub fn new(owner: &[u8], token: u64, count: u32) -> Box<Hold> {
+        debug_assert!((1..=256).contains(&owner.len()) && token <= TOKEN_MASK);
+        // Callers validate owners (1 to 256 bytes); outside that, degrade instead of panicking,
+        // since this runs inside Redis.
+        let owner: &[u8] = match owner.len() {
+            0 => b"?",
+            n => &owner[..n.min(256)],
+        };
+        let header = (token & TOKEN_MASK) | ((owner.len() as u64 - 1) << TOKEN_BITS);
+        let mut bytes = Vec::with_capacity(FIXED_BYTES + owner.len());
+        bytes.extend_from_slice(&header.to_le_bytes());
+        bytes.extend_from_slice(&count.to_le_bytes());
+        bytes.extend_from_slice(owner);
+        let raw = Box::into_raw(bytes.into_boxed_slice()) as *mut Hold;
+        // SAFETY: Hold is a transparent wrapper around [u8].
+        unsafe { Box::from_raw(raw) }
+    }
+
+    fn header(&self) -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.bytes[0..8]);
+        u64::from_le_bytes(b)
+    }
+
+    /// The owner: an opaque, binary-safe client-chosen string.
+    pub fn owner(&self) -> &[u8] {
+        &self.bytes[FIXED_BYTES..]
+    }
+
+    /// The fencing token of this hold.
+    pub fn token(&self) -> u64 {
+        self.header() & TOKEN_MASK
+    }
+
+    /// The reentrancy count, at least 1.
+    pub fn count(&self) -> u32 {
+        let mut b = [0u8; 4];
+        b.copy_from_slice(&self.bytes[8..12]);
+        u32::from_le_bytes(b)
+    }
+
+    /// Changes the reentrancy count (the caller keeps it >= 1).
+    pub fn set_count(&mut self, count: u32) {
+        self.bytes[8..12].copy_from_slice(&count.to_le_bytes());
+    }
+
+    /// Heap bytes of this hold (for `MEMORY USAGE`).
+    pub fn heap_size(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether `owner` holds this lock.
+    pub fn is_held_by(&self, owner: &[u8]) -> bool {
+        self.owner() == owner
+    }
+
+    /// An owned copy.
+    pub fn to_boxed(&self) -> Box<Hold> {
+        Hold::new(self.owner(), self.token(), self.count())
+    }
+
+    /// Gives up ownership as a thin pointer (what Redis stores as a value).
+    pub fn into_raw(hold: Box<Hold>) -> *mut u8 {
+        Box::into_raw(hold).cast::<u8>()
+    }
+
+    /// Borrows the hold behind a pointer from [`Hold::into_raw`].
+    ///
+    /// # Safety
+    /// `ptr` must come from `into_raw`, not yet passed to `from_raw`, and not be aliased
+    /// mutably for `'a`.
+    pub unsafe fn borrow_raw<'a>(ptr: *mut u8) -> &'a mut Hold {
+        // SAFETY: the first 8 bytes are the header; the allocation is FIXED_BYTES + owner_len.
+        unsafe {
+            let mut header = [0u8; 8];
+            std::ptr::copy_nonoverlapping(ptr, header.as_mut_ptr(), 8);
+            let owner_len = (u64::from_le_bytes(header) >> TOKEN_BITS) as usize + 1;
+            let slice = std::ptr::slice_from_raw_parts_mut(ptr, FIXED_BYTES + owner_len);
+            &mut *(slice as *mut Hold)
+        }
+    }
+
+    /// Takes back ownership of a pointer from [`Hold::into_raw`].
+    ///
+    /// # Safety
+    /// As for [`Hold::borrow_raw`]; the pointer must not be used afterwards.
+    pub unsafe fn from_raw(ptr: *mut u8) -> Box<Hold> {
+        unsafe { Box::from_raw(Hold::borrow_raw(ptr) as *mut Hold) }
+    }
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold")
+            .field("owner", &String::from_utf8_lossy(self.owner()))
+            .field("token", &self.token())
+            .field("count", &self.count())
+            .finish()
+    }
+}

@@ -1,0 +1,112 @@
+//! Clients blocked in `LOCK.WAIT`, and the engine's timers: the one place that uses Redis's
+//! blocked-client and timer callbacks. The engine decides who waits, who is granted and when;
+//! this file only blocks, answers and reports back.
+//!
+//! Why `RedisModule_BlockClient` and not `RedisModule_BlockClientOnKeys`: on Redis 7.0 the
+//! latter does not wake clients when the key is deleted, and every signal re-runs every waiter's
+//! callback (O(N) per release). The engine keeps each key's FIFO queue itself and grants the
+//! head in the same atomic step as the release (O(1)).
+//!
+//! Neither a Redis timeout nor a timeout callback: the engine times waits out itself, on its own
+//! timers, decided in the same thread as every grant. With a timeout callback, Redis's own paths
+//! can reach a client the module already granted (its timeout, or `CLIENT UNBLOCK id TIMEOUT` in
+//! the same event-loop turn as the grant) and then answer it nothing at all (7.0) or a nil while
+//! the lock is held in its name (8.x). Without one, `CLIENT UNBLOCK` answers 0 for a `LOCK.WAIT`
+//! client and leaves it waiting.
+
+use std::os::raw::{c_int, c_void};
+
+use redis_module::raw;
+
+use super::acl::Caller;
+use super::globals::{self, Report};
+use super::host::Client;
+use crate::lock::Outcome;
+
+/// Blocks the client running the command in `ctx` (with arguments `argv`, kept for the ACL
+/// re-check at hand-off). `None` if Redis would not block it.
+pub fn block(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: &[*mut raw::RedisModuleString],
+) -> Option<(Client, Option<Caller>)> {
+    // SAFETY: `ctx` is the running command's context; the callbacks are `extern "C"` fns that
+    // never unwind; no Redis timeout (0).
+    let client = unsafe {
+        rm!(RedisModule_BlockClient(
+            ctx,
+            Some(on_reply),
+            None,
+            Some(free_outcome),
+            0
+        ))
+    };
+    if client.is_null() {
+        return None;
+    }
+    // SAFETY: `client` is the handle just returned, not yet unblocked.
+    unsafe {
+        rm!(RedisModule_SetDisconnectCallback(
+            client,
+            Some(on_disconnect)
+        ))
+    };
+    Some((client, Caller::of_running_command(ctx, argv)))
+}
+
+/// Unblocks `client` with `outcome`, which `on_reply` answers. Exactly once per blocked client.
+pub fn unblock(client: Client, outcome: Outcome) {
+    let data = Box::into_raw(Box::new(outcome));
+    // SAFETY: `client` is a blocked client the engine has not unblocked before; Redis owns
+    // `data` from here and frees it with `free_outcome`.
+    unsafe { rm!(RedisModule_UnblockClient(client, data.cast())) };
+}
+
+/// A timer the engine armed fired; its data is the engine's number for it.
+pub extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    super::guard((), || {
+        globals::report(ctx, Report::Timer(data as usize as u64))
+    })
+}
+
+extern "C" fn on_reply(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    super::guard(raw::REDISMODULE_OK as c_int, || {
+        // SAFETY: called by Redis in a blocked client's reply context.
+        let client = unsafe { rm!(RedisModule_GetBlockedClientHandle(ctx)) };
+        globals::report(ctx, Report::Replied(client));
+        // SAFETY: as above.
+        let data = unsafe { rm!(RedisModule_GetBlockedClientPrivateData(ctx)) };
+        // SAFETY: the private data is the `Outcome` boxed by `unblock`; Redis frees it with
+        // `free_outcome` after this callback, so it is only borrowed here.
+        let outcome = unsafe { data.cast::<Outcome>().as_ref() };
+        // SAFETY: replies in the reply context; `error_text` is a NUL-terminated C string.
+        unsafe {
+            match outcome {
+                Some(Outcome::Token(token)) => {
+                    rm!(RedisModule_ReplyWithLongLong(ctx, *token as i64))
+                }
+                Some(Outcome::TimedOut) | None => rm!(RedisModule_ReplyWithNull(ctx)),
+                Some(Outcome::Error(message)) => {
+                    let text = super::commands::error_text(message);
+                    rm!(RedisModule_ReplyWithError(ctx, text.as_ptr()))
+                }
+            }
+        }
+    })
+}
+
+extern "C" fn free_outcome(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    super::guard((), || {
+        if !data.is_null() {
+            // SAFETY: boxed by `unblock`; Redis calls this once per unblocked client.
+            drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
+        }
+    })
+}
+
+extern "C" fn on_disconnect(ctx: *mut raw::RedisModuleCtx, client: Client) {
+    super::guard((), || globals::report(ctx, Report::Gone(client)))
+}

@@ -1,0 +1,242 @@
+//! The module's global state: all of it is here, each item with who changes it, who reads it
+//! and why it cannot live anywhere narrower.
+//!
+//! Redis runs every module callback on its main thread (commands, timers, notifications, server
+//! events, RDB/AOF callbacks; a fork child runs `rdb_save`/`aux_save` on its copy of that
+//! thread), so the state is thread-local and needs no lock, with one exception: `LIVE`, which
+//! the data type's `free` callback may change from a background thread (`FLUSHALL ASYNC`,
+//! lazy-free), and the flags read on every write command, which are atomics so that reading
+//! them costs one load.
+//!
+//! **The engine is borrowed by one callback at a time.** A Redis call the engine makes can call
+//! back into the module before it returns: opening a key can expire it, and Redis then sends the
+//! `expired` notification at once. Such a nested callback finds the engine busy; it queues its
+//! [`Report`] in `LATE`, and the outer call hands the queue to the engine before it lets go.
+//! Nothing reported is lost, nothing panics on a double borrow.
+
+use std::cell::RefCell;
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+
+use redis_module::raw;
+
+use super::host::{Client, RedisHost};
+use crate::lock::{Engine, KeyRef};
+
+thread_local! {
+    /// Every lock decision, queue, timer, the token counter and the counters of `INFO`.
+    static ENGINE: RefCell<Engine<RedisHost>> = RefCell::new(Engine::new());
+
+    /// Reports that arrived while the engine was busy; drained by the call that holds it.
+    static LATE: RefCell<Vec<Report>> = const { RefCell::new(Vec::new()) };
+
+    /// The lock key Redis unlinked last (db, name). Set by the data type's `unlink2` callback,
+    /// read and cleared by the next keyspace notification: the `expired` notification that
+    /// follows an expiry names the key but no longer has its value, so this is how a lock's
+    /// expiry is told apart from the expiry of any other key. Cleared too when the module
+    /// deletes a lock itself (no notification follows that).
+    static LAST_UNLINKED: RefCell<Option<(c_int, Vec<u8>)>> = const { RefCell::new(None) };
+}
+
+/// Lock values alive in memory (the `locks` INFO field). Changed by the data type's
+/// constructors and `free` callback, which Redis may call from a background thread.
+static LIVE: AtomicU64 = AtomicU64::new(0);
+
+/// Whether anything can receive propagated commands (AOF on, a replication backlog, replicas).
+/// Conservatively true at load; set true the instant a fork child is born (every full sync and
+/// every AOF rewrite starts with one) and recomputed on the cron tick, which clears it only when
+/// none of those exist. Read by every lock change to skip building its effect when nobody can
+/// receive it.
+static EFFECTS_NEEDED: AtomicBool = AtomicBool::new(true);
+
+/// Whether this server is a replica: learned at load and kept from the role-change event, so a
+/// master's write commands pay no `RedisModule_GetContextFlags` call on the hot path.
+static REPLICA: AtomicBool = AtomicBool::new(false);
+
+/// `aof_rewrites` when the token counter was last written to the AOF (-1: never). Only the cron
+/// tick reads and writes it.
+static COUNTED_AT_REWRITE: AtomicI64 = AtomicI64::new(-1);
+
+/// Something the host tells the engine.
+pub enum Report {
+    /// A key changed behind the engine's back; `expired` if a lock ran out of time.
+    KeyChanged {
+        db: c_int,
+        name: Vec<u8>,
+        expired: bool,
+    },
+    /// Every key of a db (all dbs if `None`) may have changed.
+    DbChanged(Option<c_int>),
+    /// This server became a replica.
+    BecameReplica,
+    /// A timer the engine armed fired.
+    Timer(u64),
+    /// A blocked client's answer was delivered.
+    Replied(Client),
+    /// A blocked client hung up.
+    Gone(Client),
+    /// A token seen in persisted or replicated data.
+    Token(u64),
+}
+
+impl Report {
+    fn apply(self, engine: &mut Engine<RedisHost>, host: &mut RedisHost) {
+        match self {
+            Report::KeyChanged { db, name, expired } => {
+                if expired {
+                    engine.count_expired();
+                }
+                engine.key_changed(host, KeyRef { db, name: &name });
+            }
+            Report::DbChanged(db) => engine.db_changed(host, db),
+            Report::BecameReplica => engine.became_replica(host),
+            Report::Timer(number) => engine.on_timer(host, number),
+            Report::Replied(client) => engine.replied(client),
+            Report::Gone(client) => engine.client_gone(host, client),
+            Report::Token(token) => engine.observe_token(token),
+        }
+    }
+}
+
+/// Runs `f` on the engine with a host for `ctx`, then applies what was reported meanwhile.
+/// `None` only if the engine is already borrowed further up this call stack.
+pub fn with_engine<T>(
+    ctx: *mut raw::RedisModuleCtx,
+    f: impl FnOnce(&mut Engine<RedisHost>, &mut RedisHost) -> T,
+) -> Option<T> {
+    ENGINE.with(|cell| {
+        let mut engine = cell.try_borrow_mut().ok()?;
+        let mut host = RedisHost::new(ctx);
+        let out = f(&mut engine, &mut host);
+        loop {
+            let late = LATE.with(|late| std::mem::take(&mut *late.borrow_mut()));
+            if late.is_empty() {
+                break;
+            }
+            for report in late {
+                report.apply(&mut engine, &mut host);
+            }
+        }
+        Some(out)
+    })
+}
+
+/// Reads the engine (INFO, RDB aux data); `None` only while it is borrowed mutably.
+pub fn read_engine<T>(f: impl FnOnce(&Engine<RedisHost>) -> T) -> Option<T> {
+    ENGINE.with(|cell| cell.try_borrow().ok().map(|engine| f(&engine)))
+}
+
+/// Tells the engine `report` now, or as soon as the call that holds it is done.
+pub fn report(ctx: *mut raw::RedisModuleCtx, report: Report) {
+    let mut pending = Some(report);
+    let _ = with_engine(ctx, |engine, host| {
+        if let Some(report) = pending.take() {
+            report.apply(engine, host);
+        }
+    });
+    if let Some(report) = pending {
+        LATE.with(|late| late.borrow_mut().push(report));
+    }
+}
+
+/// A keyspace notification for `name`: the fast path (nobody waits for anything) costs no
+/// allocation.
+pub fn key_changed(ctx: *mut raw::RedisModuleCtx, db: c_int, name: &[u8], expired: bool) {
+    let done = with_engine(ctx, |engine, host| {
+        if expired {
+            engine.count_expired();
+        }
+        if engine.waiters() > 0 {
+            engine.key_changed(host, KeyRef { db, name });
+        }
+    });
+    if done.is_none() {
+        let name = name.to_vec();
+        LATE.with(|late| {
+            late.borrow_mut()
+                .push(Report::KeyChanged { db, name, expired })
+        });
+    }
+}
+
+/// A token seen where no context is at hand (RDB load): observed at once, or queued.
+pub fn observe_token(token: u64) {
+    let done = ENGINE.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut engine) => {
+            engine.observe_token(token);
+            true
+        }
+        Err(_) => false,
+    });
+    if !done {
+        LATE.with(|late| late.borrow_mut().push(Report::Token(token)));
+    }
+}
+
+/// Counts a lock value created (`true`) or freed (`false`).
+pub fn count_lock_value(created: bool) {
+    if created {
+        LIVE.fetch_add(1, Ordering::Relaxed);
+    } else {
+        LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Lock values in memory.
+pub fn lock_values() -> u64 {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// Records that the lock at (db, name) was just unlinked.
+pub fn set_unlinked(db: c_int, name: Vec<u8>) {
+    LAST_UNLINKED.with(|cell| {
+        if let Ok(mut last) = cell.try_borrow_mut() {
+            *last = Some((db, name));
+        }
+    });
+}
+
+/// Whether the key just unlinked was a lock at (db, name); forgets it either way.
+pub fn take_unlinked(db: c_int, name: &[u8]) -> bool {
+    LAST_UNLINKED.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut last) => last.take().is_some_and(|(d, n)| d == db && n == name),
+        Err(_) => false,
+    })
+}
+
+/// Forgets the last unlinked key (cheap when there is none).
+pub fn forget_unlinked() {
+    LAST_UNLINKED.with(|cell| {
+        if let Ok(mut last) = cell.try_borrow_mut() {
+            if last.is_some() {
+                *last = None;
+            }
+        }
+    });
+}
+
+/// Records whether lock changes must be propagated as effects.
+pub fn set_effects_needed(needed: bool) {
+    EFFECTS_NEEDED.store(needed, Ordering::Relaxed);
+}
+
+/// Whether lock changes must be propagated as effects.
+pub fn effects_needed() -> bool {
+    EFFECTS_NEEDED.load(Ordering::Relaxed)
+}
+
+/// Records the server's role (at load and on every role change).
+pub fn set_replica(replica: bool) {
+    REPLICA.store(replica, Ordering::Relaxed);
+}
+
+/// Whether this server is a replica, as last learned.
+pub fn is_replica() -> bool {
+    REPLICA.load(Ordering::Relaxed)
+}
+
+/// Records `rewrites` as the AOF rewrite the counter was written after; returns whether it is
+/// a new one.
+pub fn note_aof_rewrite(rewrites: i64) -> bool {
+    COUNTED_AT_REWRITE.swap(rewrites, Ordering::Relaxed) != rewrites
+}

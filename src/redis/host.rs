@@ -1,0 +1,416 @@
+//! The engine's host on Redis: [`RedisHost`] (the clock, the server's state, timers, blocked
+//! clients, ACL and cluster checks) and [`RedisKey`] (a key opened for the engine).
+//!
+//! Every change to a lock is replicated (and written to the AOF) as its *effect*: `LOCK.APPLY
+//! key owner token count PXAT unix_ms` for a hold that exists after the change, `DEL key` for one
+//! that ended. Replicas and AOF replays therefore never re-run a decision that depends on time.
+
+use std::ffi::CStr;
+use std::os::raw::{c_int, c_longlong, c_void};
+use std::ptr::NonNull;
+
+use redis_module::raw;
+
+use super::acl::Caller;
+use super::datatype::{self, LOCK_TYPE};
+use super::{clients, cluster, globals, server};
+use crate::lock::{Event, Hold, Host, Key, KeyId, OpenError, Outcome, State};
+
+/// A blocked client, as the engine names it.
+pub type Client = *mut raw::RedisModuleBlockedClient;
+
+/// The bytes of a Redis string.
+///
+/// # Safety
+/// `s` must be null or a valid Redis string that outlives `'a` and is not changed meanwhile
+/// (a command's argument for the length of the command, say).
+pub unsafe fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
+    if s.is_null() {
+        return &[];
+    }
+    let mut len: usize = 0;
+    // SAFETY: `s` is a valid string (the caller's promise); Redis writes its length to `len`.
+    let ptr = unsafe { rm!(RedisModule_StringPtrLen(s, &mut len)) };
+    if ptr.is_null() {
+        return &[];
+    }
+    // SAFETY: Redis returned the string's buffer of `len` bytes, alive as long as the string.
+    unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
+}
+
+/// Current Unix time in milliseconds, as Redis sees it.
+pub fn now_ms() -> i64 {
+    // SAFETY: no arguments; reads the clock.
+    unsafe { rm!(RedisModule_Milliseconds()) }
+}
+
+/// The db selected in `ctx`.
+pub fn selected_db(ctx: *mut raw::RedisModuleCtx) -> c_int {
+    // SAFETY: `ctx` is the live context of the running callback.
+    unsafe { rm!(RedisModule_GetSelectedDb(ctx)) }
+}
+
+/// Selects `db` in `ctx` (for timer and event contexts).
+fn select_db(ctx: *mut raw::RedisModuleCtx, db: c_int) -> bool {
+    // SAFETY: `ctx` is the live context of the running callback; a bad db number fails softly.
+    unsafe { rm!(RedisModule_SelectDb(ctx, db)) == raw::REDISMODULE_OK as c_int }
+}
+
+/// A Redis string this module created and frees.
+pub struct OwnedString {
+    ctx: *mut raw::RedisModuleCtx,
+    ptr: NonNull<raw::RedisModuleString>,
+}
+
+impl OwnedString {
+    /// A new Redis string holding `bytes`.
+    pub fn new(ctx: *mut raw::RedisModuleCtx, bytes: &[u8]) -> Option<OwnedString> {
+        // SAFETY: Redis copies `bytes.len()` bytes from a live slice into a new string.
+        let ptr = unsafe {
+            rm!(RedisModule_CreateString(
+                ctx,
+                bytes.as_ptr().cast(),
+                bytes.len()
+            ))
+        };
+        NonNull::new(ptr).map(|ptr| OwnedString { ctx, ptr })
+    }
+
+    /// The raw string, valid while `self` lives.
+    pub fn as_ptr(&self) -> *mut raw::RedisModuleString {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for OwnedString {
+    fn drop(&mut self) {
+        // SAFETY: created by `new` in the same context and freed exactly once, here.
+        unsafe { rm!(RedisModule_FreeString(self.ctx, self.ptr.as_ptr())) };
+    }
+}
+
+/// The engine's host inside one Redis callback.
+pub struct RedisHost {
+    ctx: *mut raw::RedisModuleCtx,
+}
+
+impl RedisHost {
+    /// The host for the callback running with `ctx`.
+    pub fn new(ctx: *mut raw::RedisModuleCtx) -> RedisHost {
+        RedisHost { ctx }
+    }
+}
+
+impl Host for RedisHost {
+    type Client = Client;
+    type Timer = raw::RedisModuleTimerID;
+    type Caller = Caller;
+    type Key = RedisKey;
+
+    fn now_ms(&self) -> i64 {
+        now_ms()
+    }
+
+    fn state(&self) -> State {
+        server::state(self.ctx)
+    }
+
+    fn open(&mut self, key: &KeyId) -> Result<RedisKey, OpenError> {
+        if !select_db(self.ctx, key.db) {
+            return Err(OpenError::Unavailable);
+        }
+        let name = OwnedString::new(self.ctx, &key.name).ok_or(OpenError::Unavailable)?;
+        RedisKey::open_as(self.ctx, Name::Owned(name), false, false)
+    }
+
+    fn start_timer(&mut self, delay_ms: i64, number: u64) -> raw::RedisModuleTimerID {
+        // The timer carries the engine's number in its data pointer: nothing to allocate or free.
+        let data = number as usize as *mut c_void;
+        // SAFETY: `ctx` is live; the callback is a plain `extern "C"` fn that never unwinds.
+        unsafe {
+            rm!(RedisModule_CreateTimer(
+                self.ctx,
+                delay_ms,
+                Some(clients::on_timer),
+                data
+            ))
+        }
+    }
+
+    fn stop_timer(&mut self, timer: raw::RedisModuleTimerID) -> bool {
+        // SAFETY: a null `data` out-pointer is allowed; an unknown id fails softly.
+        unsafe {
+            rm!(RedisModule_StopTimer(self.ctx, timer, std::ptr::null_mut()))
+                == raw::REDISMODULE_OK as c_int
+        }
+    }
+
+    fn unblock(&mut self, client: Client, outcome: Outcome) {
+        clients::unblock(client, outcome);
+    }
+
+    fn permitted(&mut self, caller: &Caller) -> bool {
+        caller.still_permitted()
+    }
+
+    fn redirect(&mut self, key: &[u8]) -> Option<String> {
+        cluster::redirect(self.ctx, key)
+    }
+}
+
+/// A key's name: a command's argument, or a string the host made for a timer.
+enum Name {
+    Argument(*mut raw::RedisModuleString),
+    Owned(OwnedString),
+}
+
+impl Name {
+    fn as_ptr(&self) -> *mut raw::RedisModuleString {
+        match self {
+            Name::Argument(ptr) => *ptr,
+            Name::Owned(owned) => owned.as_ptr(),
+        }
+    }
+}
+
+/// An open key that is empty or holds a lock.
+pub struct RedisKey {
+    ctx: *mut raw::RedisModuleCtx,
+    /// Opened by a client's command (not a timer): `RedisModule_ReplicateVerbatim` has a command
+    /// to propagate.
+    from_command: bool,
+    /// `None` for a read-only open of a missing key (Redis returns no handle then).
+    key: Option<NonNull<raw::RedisModuleKey>>,
+    /// Declared after `key`: the open key refers to its name, so the name is freed after it.
+    name: Name,
+}
+
+impl RedisKey {
+    /// Opens the key named by a command's argument `name`, for writing unless `read_only`.
+    pub fn open(
+        ctx: *mut raw::RedisModuleCtx,
+        name: *mut raw::RedisModuleString,
+        read_only: bool,
+    ) -> Result<RedisKey, OpenError> {
+        RedisKey::open_as(ctx, Name::Argument(name), read_only, true)
+    }
+
+    fn open_as(
+        ctx: *mut raw::RedisModuleCtx,
+        name: Name,
+        read_only: bool,
+        from_command: bool,
+    ) -> Result<RedisKey, OpenError> {
+        let mode = if read_only {
+            raw::REDISMODULE_READ
+        } else {
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+        };
+        // SAFETY: `ctx` is live and `name` a valid string that outlives the open key (it is
+        // dropped after it, see the field order).
+        let key = unsafe { rm!(RedisModule_OpenKey(ctx, name.as_ptr(), mode as c_int)) };
+        let opened = RedisKey {
+            ctx,
+            from_command,
+            key: NonNull::new(key.cast::<raw::RedisModuleKey>()),
+            name,
+        };
+        let Some(key) = opened.key else {
+            return Ok(opened);
+        };
+        // SAFETY: `key` is the handle just opened.
+        let kind = unsafe { rm!(RedisModule_KeyType(key.as_ptr())) };
+        if kind == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
+            return Ok(opened);
+        }
+        // SAFETY: as above; the key holds a module value, so asking its type is valid.
+        let ours = kind == raw::REDISMODULE_KEYTYPE_MODULE as c_int
+            && unsafe { rm!(RedisModule_ModuleTypeGetType(key.as_ptr())) } == lock_type();
+        if ours {
+            Ok(opened)
+        } else {
+            Err(OpenError::WrongType)
+        }
+    }
+
+    /// The raw key handle, or null for a missing key opened read-only.
+    fn raw(&self) -> *mut raw::RedisModuleKey {
+        self.key.map_or(std::ptr::null_mut(), NonNull::as_ptr)
+    }
+
+    fn value(&self) -> *mut c_void {
+        match self.key {
+            // SAFETY: an open handle of a key that `open_as` checked is empty or ours; an empty
+            // key's value is null.
+            Some(key) => unsafe { rm!(RedisModule_ModuleTypeGetValue(key.as_ptr())) },
+            None => std::ptr::null_mut(),
+        }
+    }
+
+    fn hold_mut(&mut self) -> Option<&mut Hold> {
+        // SAFETY: the value is one of ours (checked at open), owned by Redis while the key is
+        // open, and borrowed only through `&mut self`.
+        unsafe { datatype::hold_of(self.value()) }
+    }
+
+    /// Tells Redis the key changed (WATCH, client-side caching). The module runs with
+    /// `REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED`, so a key opened for writing that ends up
+    /// unchanged (a refused acquire, a release by a non-owner) signals nothing.
+    fn changed(&self) {
+        // SAFETY: `ctx` and the name are live.
+        unsafe { rm!(RedisModule_SignalModifiedKey(self.ctx, self.name.as_ptr())) };
+    }
+
+    /// When nothing can receive propagated commands, skips building the effect (a fifth of a
+    /// `LOCK.ACQUIRE`'s cost) and only marks the change with `RedisModule_ReplicateVerbatim`,
+    /// which then propagates nothing (Redis's own check finds no AOF, backlog or replica) but
+    /// counts the change for `save` rules, as any write must. Returns whether it did so.
+    fn propagate_cheaply(&self) -> bool {
+        if !self.from_command || globals::effects_needed() {
+            return false;
+        }
+        // SAFETY: `ctx` is the context of the running command.
+        unsafe { rm!(RedisModule_ReplicateVerbatim(self.ctx)) };
+        true
+    }
+
+    fn replicate_hold(&self, at: Option<i64>) {
+        let Some(hold) = self.hold() else {
+            return;
+        };
+        if self.propagate_cheaply() {
+            return;
+        }
+        let owner = hold.owner();
+        let (token, count) = (hold.token() as c_longlong, c_longlong::from(hold.count()));
+        // SAFETY: each format letter matches its argument: s = the key's name (a live Redis
+        // string), b = the owner's pointer and length, l = long longs, c = a C string.
+        unsafe {
+            match at {
+                Some(at) => rm!(RedisModule_Replicate(
+                    self.ctx,
+                    c"LOCK.APPLY".as_ptr(),
+                    c"sbllcl".as_ptr(),
+                    self.name.as_ptr(),
+                    owner.as_ptr(),
+                    owner.len(),
+                    token,
+                    count,
+                    c"PXAT".as_ptr(),
+                    at as c_longlong,
+                )),
+                None => rm!(RedisModule_Replicate(
+                    self.ctx,
+                    c"LOCK.APPLY".as_ptr(),
+                    c"sbll".as_ptr(),
+                    self.name.as_ptr(),
+                    owner.as_ptr(),
+                    owner.len(),
+                    token,
+                    count,
+                )),
+            };
+        }
+    }
+
+    fn set_expiry(&mut self, at: i64) {
+        if let Some(key) = self.key {
+            // SAFETY: an open key handle, opened for writing (only writers change expiry).
+            unsafe { rm!(RedisModule_SetAbsExpire(key.as_ptr(), at)) };
+        }
+    }
+}
+
+impl Key for RedisKey {
+    fn hold(&self) -> Option<&Hold> {
+        // SAFETY: as in `hold_mut`; the shared borrow is tied to `&self`.
+        unsafe { datatype::hold_of(self.value()) }.map(|hold| &*hold)
+    }
+
+    fn expires_at(&self) -> Option<i64> {
+        let key = self.key?;
+        // SAFETY: an open key handle.
+        let at = unsafe { rm!(RedisModule_GetAbsExpire(key.as_ptr())) };
+        (at != raw::REDISMODULE_NO_EXPIRE as i64).then_some(at)
+    }
+
+    fn put(&mut self, hold: Box<Hold>, at: Option<i64>) {
+        let Some(key) = self.key.map(NonNull::as_ptr) else {
+            return;
+        };
+        let value = datatype::into_value(hold);
+        // SAFETY: an open key handle, opened for writing; Redis takes ownership of `value`,
+        // a value of our type.
+        unsafe { rm!(RedisModule_ModuleTypeSetValue(key, lock_type(), value)) };
+        if let Some(at) = at {
+            self.set_expiry(at);
+        }
+        self.changed();
+        self.replicate_hold(at);
+    }
+
+    fn update(&mut self, count: u32, at: Option<i64>) {
+        if let Some(hold) = self.hold_mut() {
+            hold.set_count(count);
+        }
+        if let Some(at) = at {
+            self.set_expiry(at);
+        }
+        self.changed();
+        self.replicate_hold(at.or_else(|| self.expires_at()));
+    }
+
+    fn remove(&mut self) {
+        let Some(key) = self.key else {
+            return;
+        };
+        // SAFETY: an open key handle, opened for writing.
+        unsafe { rm!(RedisModule_DeleteKey(key.as_ptr())) };
+        self.changed();
+        if !self.propagate_cheaply() {
+            // SAFETY: format "s" with the key's name, a live Redis string.
+            unsafe {
+                rm!(RedisModule_Replicate(
+                    self.ctx,
+                    c"DEL".as_ptr(),
+                    c"s".as_ptr(),
+                    self.name.as_ptr()
+                ))
+            };
+        }
+        // Our own delete is not followed by an `expired` notification.
+        globals::forget_unlinked();
+    }
+
+    fn notify(&mut self, event: Event) {
+        let name: &CStr = match event {
+            Event::Acquired => c"lock.acquired",
+            Event::Released => c"lock.released",
+            Event::Renewed => c"lock.renewed",
+            Event::Granted => c"lock.granted",
+            Event::ForceReleased => c"lock.forcereleased",
+        };
+        // SAFETY: `ctx` and the key's name are live; the event name is a static C string.
+        unsafe {
+            rm!(RedisModule_NotifyKeyspaceEvent(
+                self.ctx,
+                raw::REDISMODULE_NOTIFY_MODULE as c_int,
+                name.as_ptr(),
+                self.name.as_ptr()
+            ))
+        };
+    }
+}
+
+impl Drop for RedisKey {
+    fn drop(&mut self) {
+        if !self.raw().is_null() {
+            // SAFETY: the handle opened in `open_as`, closed exactly once, here.
+            unsafe { rm!(RedisModule_CloseKey(self.raw())) };
+        }
+    }
+}
+
+fn lock_type() -> *mut raw::RedisModuleType {
+    *LOCK_TYPE.raw_type.borrow()
+}

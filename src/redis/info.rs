@@ -1,0 +1,38 @@
+//! The `INFO relock` section.
+
+use std::os::raw::c_int;
+
+use redis_module::raw;
+
+use super::globals;
+
+/// The `INFO` callback: one section, `relock` (Redis prefixes each field with `relock_`).
+pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+    super::guard((), || {
+        // While the engine is busy (only in a crash report from inside it) its fields read 0.
+        let (waiters, timers, stats, last_token) =
+            globals::read_engine(|e| (e.waiters(), e.armed_timers(), e.stats(), e.last_token()))
+                .unwrap_or_default();
+        let fields: [(&std::ffi::CStr, u64); 12] = [
+            (c"locks", globals::lock_values()),
+            (c"waiters", waiters as u64),
+            (c"timers", timers as u64),
+            (c"acquired_total", stats.acquired),
+            (c"released_total", stats.released),
+            (c"renewed_total", stats.renewed),
+            (c"contended_total", stats.contended),
+            (c"granted_total", stats.granted),
+            (c"expired_total", stats.expired),
+            (c"wait_timeouts_total", stats.wait_timeouts),
+            (c"forcereleased_total", stats.forcereleased),
+            (c"last_token", last_token),
+        ];
+        // SAFETY: `ctx` is the INFO context Redis passed; names are static C strings.
+        unsafe {
+            rm!(RedisModule_InfoAddSection(ctx, c"".as_ptr()));
+            for (name, value) in fields {
+                rm!(RedisModule_InfoAddFieldULongLong(ctx, name.as_ptr(), value));
+            }
+        }
+    })
+}
