@@ -22,7 +22,7 @@ mod redis;
 use redis_module::redis_module;
 
 use crate::redis::datatype::LOCK_TYPE;
-use crate::redis::init;
+use crate::redis::init::init;
 
 #[cfg(not(any(test, feature = "system-alloc")))]
 type Allocator = redis_module::alloc::RedisAlloc;

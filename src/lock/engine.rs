@@ -25,11 +25,11 @@ use std::rc::Rc;
 
 use super::errors::{NOPERM, NO_TOKENS, READONLY, REENTRANCY_LIMIT, WRONGTYPE};
 use super::hold::{self, Decision, Found, Step};
-use super::host::{Event, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
+use super::host::{Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
+use super::packed::Hold;
 use super::queue::{Queue, WaiterId};
 use super::stats::Stats;
 use super::tokens::{Clock, Tokens};
-use super::Hold;
 
 /// Longest delay of one timer: 30 minutes. Redis keeps every module timer behind one
 /// event-loop timer whose handler returns the period to the next module timer in ms, and
@@ -76,23 +76,23 @@ pub struct Info {
     pub waiters: usize,
 }
 
-struct Waiter<H: Host> {
-    client: H::Client,
+struct Waiter<T: Handles> {
+    client: T::Client,
     owner: Box<[u8]>,
     ttl_ms: u64,
     /// Who asked, to re-check their permissions when the lock is handed over.
-    caller: Option<H::Caller>,
+    caller: Option<T::Caller>,
     /// The timer that ends the wait (none for timeout 0).
     timeout: Option<u64>,
 }
 
 /// One key's queue and the timer armed at its lock's expiry.
-struct Line<H: Host> {
-    queue: Queue<Waiter<H>>,
+struct Line<T: Handles> {
+    queue: Queue<Waiter<T>>,
     deadline: Option<Armed>,
 }
 
-impl<H: Host> Default for Line<H> {
+impl<T: Handles> Default for Line<T> {
     fn default() -> Self {
         Line {
             queue: Queue::new(),
@@ -153,13 +153,13 @@ impl Clock for At {
 }
 
 /// The lock engine of one server.
-pub struct Engine<H: Host> {
+pub struct Engine<T: Handles> {
     /// db -> key -> line, only for keys with live waiters.
-    lines: HashMap<i32, HashMap<Rc<[u8]>, Line<H>>>,
-    tickets: HashMap<H::Client, Ticket>,
+    lines: HashMap<i32, HashMap<Rc<[u8]>, Line<T>>>,
+    tickets: HashMap<T::Client, Ticket>,
     next_waiter: WaiterId,
     live: usize,
-    timers: HashMap<u64, (H::Timer, Due<H::Client>)>,
+    timers: HashMap<u64, (T::Timer, Due<T::Client>)>,
     next_timer: u64,
     jobs: Vec<Job>,
     /// Keys already in `jobs` as `Job::Serve`, so a burst of events serves each key once.
@@ -171,7 +171,7 @@ pub struct Engine<H: Host> {
     stats: Stats,
 }
 
-impl<H: Host> Default for Engine<H> {
+impl<T: Handles> Default for Engine<T> {
     fn default() -> Self {
         Engine {
             lines: HashMap::new(),
@@ -190,16 +190,16 @@ impl<H: Host> Default for Engine<H> {
     }
 }
 
-impl<H: Host> Engine<H> {
+impl<T: Handles> Engine<T> {
     /// An engine with no locks, waiters or tokens yet.
-    pub fn new() -> Engine<H> {
+    pub fn new() -> Engine<T> {
         Engine::default()
     }
 
     // --- Commands -----------------------------------------------------------------------------
 
     /// `LOCK.ACQUIRE`: a new hold on a free key nobody waits for; idempotent for the holder.
-    pub fn acquire(
+    pub fn acquire<H: Host<T>>(
         &mut self,
         host: &mut H,
         key: &mut H::Key,
@@ -212,7 +212,7 @@ impl<H: Host> Engine<H> {
     }
 
     /// `LOCK.REENTER`: a reentrant acquire; replies the new count.
-    pub fn reenter(
+    pub fn reenter<H: Host<T>>(
         &mut self,
         host: &mut H,
         key: &mut H::Key,
@@ -228,7 +228,7 @@ impl<H: Host> Engine<H> {
     /// `timeout_ms` passes (0: no limit). `block` blocks the calling client and says who it is;
     /// `None` when the caller may not block (MULTI, scripts, the master's stream, AOF), which
     /// then gets nil at once.
-    pub fn wait<B>(
+    pub fn wait<H: Host<T>, B>(
         &mut self,
         host: &mut H,
         key: &mut H::Key,
@@ -237,7 +237,7 @@ impl<H: Host> Engine<H> {
         block: Option<B>,
     ) -> Reply
     where
-        B: FnOnce(&mut H) -> Option<(H::Client, Option<H::Caller>)>,
+        B: FnOnce(&mut H) -> Option<(T::Client, Option<T::Caller>)>,
     {
         let Wait {
             owner,
@@ -298,7 +298,7 @@ impl<H: Host> Engine<H> {
     }
 
     /// `LOCK.RELEASE`: one level of the caller's hold; the last level hands the lock on.
-    pub fn release(
+    pub fn release<H: Host<T>>(
         &mut self,
         host: &mut H,
         key: &mut H::Key,
@@ -320,7 +320,7 @@ impl<H: Host> Engine<H> {
     }
 
     /// `LOCK.RENEW`: resets the caller's lease; never revives a lock that is gone.
-    pub fn renew(
+    pub fn renew<H: Host<T>>(
         &mut self,
         host: &mut H,
         key: &mut H::Key,
@@ -330,7 +330,7 @@ impl<H: Host> Engine<H> {
     ) -> Reply {
         let decision = hold::renew(found_here(key), owner);
         if let Step::Refresh { count } = decision.step() {
-            key.update(count, Some(expiry(host, ttl_ms)));
+            key.update(count, Some(expiry(host.now_ms(), ttl_ms)));
             key.notify(Event::Renewed);
             self.stats.renewed += 1;
             self.expiry_moved(host, at);
@@ -339,7 +339,12 @@ impl<H: Host> Engine<H> {
     }
 
     /// `LOCK.FORCERELEASE`: ends any hold (replies 1 if there was one) and hands it on.
-    pub fn force_release(&mut self, host: &mut H, key: &mut H::Key, at: KeyRef<'_>) -> Reply {
+    pub fn force_release<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        at: KeyRef<'_>,
+    ) -> Reply {
         let decision = hold::force_release(found_here(key));
         if decision.step() == Step::End {
             key.remove();
@@ -351,7 +356,7 @@ impl<H: Host> Engine<H> {
     }
 
     /// `LOCK.INFO`: the hold, its remaining lifetime and how many wait for it; nil if free.
-    pub fn info(&self, host: &H, key: &H::Key, at: KeyRef<'_>) -> Reply {
+    pub fn info<H: Host<T>>(&self, host: &H, key: &H::Key, at: KeyRef<'_>) -> Reply {
         let Some(hold) = key.hold() else {
             return Reply::Nil;
         };
@@ -368,7 +373,7 @@ impl<H: Host> Engine<H> {
     }
 
     /// `LOCK.APPLY`: sets a hold exactly as given (the effect replicas and the AOF receive).
-    pub fn apply(
+    pub fn apply<H: Host<T>>(
         &mut self,
         host: &mut H,
         key: &mut H::Key,
@@ -392,7 +397,7 @@ impl<H: Host> Engine<H> {
 
     /// A key changed behind the engine's back (DEL, expiry, overwrite, RENAME...): if anyone
     /// waits for it, it is served after the current command.
-    pub fn key_changed(&mut self, host: &mut H, at: KeyRef<'_>) {
+    pub fn key_changed<H: Host<T>>(&mut self, host: &mut H, at: KeyRef<'_>) {
         if self
             .lines
             .get(&at.db)
@@ -403,7 +408,7 @@ impl<H: Host> Engine<H> {
     }
 
     /// Every key of `db` (all dbs if `None`) may have changed (FLUSHDB, SWAPDB, end of loading).
-    pub fn db_changed(&mut self, host: &mut H, db: Option<i32>) {
+    pub fn db_changed<H: Host<T>>(&mut self, host: &mut H, db: Option<i32>) {
         for key in self.keys_with_waiters(db) {
             self.schedule(host, Job::Serve(key));
         }
@@ -415,14 +420,14 @@ impl<H: Host> Engine<H> {
     }
 
     /// This server became a replica: every waiter fails with `READONLY`.
-    pub fn became_replica(&mut self, host: &mut H) {
+    pub fn became_replica<H: Host<T>>(&mut self, host: &mut H) {
         for key in self.keys_with_waiters(None) {
             self.fail_all(host, &key, Cow::Borrowed(READONLY));
         }
     }
 
     /// A timer the engine armed fired.
-    pub fn on_timer(&mut self, host: &mut H, number: u64) {
+    pub fn on_timer<H: Host<T>>(&mut self, host: &mut H, number: u64) {
         let Some((_, due)) = self.timers.remove(&number) else {
             // Stopped after it was already on its way: nothing to do.
             return;
@@ -457,14 +462,14 @@ impl<H: Host> Engine<H> {
     }
 
     /// A blocked client's answer was delivered.
-    pub fn replied(&mut self, client: H::Client) {
+    pub fn replied(&mut self, client: T::Client) {
         self.tickets.remove(&client);
     }
 
     /// A blocked client hung up: a waiter leaves its queue (and is unblocked, as the host
     /// requires of every blocked client); a client granted the lock before its answer reached
     /// it has the hold revoked.
-    pub fn client_gone(&mut self, host: &mut H, client: H::Client) {
+    pub fn client_gone<H: Host<T>>(&mut self, host: &mut H, client: T::Client) {
         match self.tickets.get(&client) {
             Some(Ticket::Granted { key, token }) => {
                 let job = Job::Revoke(key.clone(), *token);
@@ -518,7 +523,12 @@ impl<H: Host> Engine<H> {
     // --- Applying decisions --------------------------------------------------------------------
 
     /// What an acquire finds: a free key only counts as free if nobody is queued for it.
-    fn found<'k>(&mut self, host: &mut H, key: &'k H::Key, at: KeyRef<'_>) -> Found<'k> {
+    fn found<'k, H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        key: &'k H::Key,
+        at: KeyRef<'_>,
+    ) -> Found<'k> {
         if let Some(hold) = key.hold() {
             return Found::Held(hold);
         }
@@ -531,7 +541,7 @@ impl<H: Host> Engine<H> {
     }
 
     /// Applies an acquire-like decision (`LOCK.ACQUIRE`, `LOCK.REENTER`, immediate `LOCK.WAIT`).
-    fn apply_take(
+    fn apply_take<H: Host<T>>(
         &mut self,
         host: &mut H,
         key: &mut H::Key,
@@ -549,7 +559,7 @@ impl<H: Host> Engine<H> {
                 self.stats.acquired += 1;
             }
             Step::Refresh { count } => {
-                key.update(count, Some(expiry(host, ttl_ms)));
+                key.update(count, Some(expiry(host.now_ms(), ttl_ms)));
                 key.notify(Event::Acquired);
                 self.expiry_moved(host, at);
             }
@@ -561,20 +571,29 @@ impl<H: Host> Engine<H> {
 
     /// A new hold for `owner` with a fresh token; `None` (and the key unchanged) once no token
     /// can be issued.
-    fn grant(&mut self, host: &mut H, key: &mut H::Key, owner: &[u8], ttl_ms: u64) -> Option<u64> {
+    fn grant<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        owner: &[u8],
+        ttl_ms: u64,
+    ) -> Option<u64> {
         let now = host.now_ms();
         let token = self.tokens.issue(&At(now))?;
-        key.put(Hold::new(owner, token, 1), Some(expiry(host, ttl_ms)));
+        key.put(
+            Hold::new(owner, token, 1),
+            Some(expiry(host.now_ms(), ttl_ms)),
+        );
         Some(token)
     }
 
     /// The lock's expiry moved: waiters behind it (if any) need their timer at the new time.
-    fn expiry_moved(&mut self, host: &mut H, at: KeyRef<'_>) {
+    fn expiry_moved<H: Host<T>>(&mut self, host: &mut H, at: KeyRef<'_>) {
         self.key_changed(host, at);
     }
 
     /// Hands the free lock at `at` to its head waiter, if anyone waits.
-    fn hand_off(&mut self, host: &mut H, key: &mut H::Key, at: KeyRef<'_>) -> bool {
+    fn hand_off<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, at: KeyRef<'_>) -> bool {
         // The common case, nobody waiting, costs one lookup and no allocation.
         if self.queued(at) == 0 {
             return false;
@@ -584,7 +603,7 @@ impl<H: Host> Engine<H> {
 
     /// Grants the free lock to the first waiter still allowed to have it: a new hold with a new
     /// token and the waiter's ttl, in the same atomic step. Returns whether someone got it.
-    fn hand_off_to_head(&mut self, host: &mut H, key: &mut H::Key, id: &KeyId) -> bool {
+    fn hand_off_to_head<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, id: &KeyId) -> bool {
         loop {
             let Some(waiter) = self.pop_head(host, id) else {
                 return false;
@@ -622,7 +641,7 @@ impl<H: Host> Engine<H> {
     /// Looks at a key with waiters and does what its state calls for: a free lock goes to the
     /// head waiter, a held one gets its expiry timer, another type fails the waiters with
     /// WRONGTYPE, a key whose slot this node no longer serves redirects them.
-    fn serve(&mut self, host: &mut H, id: &KeyId) {
+    fn serve<H: Host<T>>(&mut self, host: &mut H, id: &KeyId) {
         if self.queued(id.as_ref()) == 0 {
             return;
         }
@@ -644,7 +663,7 @@ impl<H: Host> Engine<H> {
     }
 
     /// Ends a hold granted to a client that hung up before it learned of it.
-    fn revoke(&mut self, host: &mut H, id: &KeyId, token: u64) {
+    fn revoke<H: Host<T>>(&mut self, host: &mut H, id: &KeyId, token: u64) {
         let Ok(mut key) = host.open(id) else {
             return;
         };
@@ -658,7 +677,13 @@ impl<H: Host> Engine<H> {
 
     /// A wait's timer fired: the waiter leaves with nil, unless it was served first. A timer
     /// capped short of the wait's end re-arms for the rest.
-    fn wait_ends(&mut self, host: &mut H, client: H::Client, id: WaiterId, ends_at: i64) {
+    fn wait_ends<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        client: T::Client,
+        id: WaiterId,
+        ends_at: i64,
+    ) {
         let key = match self.tickets.get(&client) {
             Some(Ticket::Waiting { key, id: waiting }) if *waiting == id => key.clone(),
             _ => return,
@@ -689,11 +714,11 @@ impl<H: Host> Engine<H> {
 
     // --- Queues --------------------------------------------------------------------------------
 
-    fn line(&mut self, key: &KeyId) -> Option<&mut Line<H>> {
+    fn line(&mut self, key: &KeyId) -> Option<&mut Line<T>> {
         self.lines.get_mut(&key.db)?.get_mut(&key.name)
     }
 
-    fn line_or_new(&mut self, key: &KeyId) -> &mut Line<H> {
+    fn line_or_new(&mut self, key: &KeyId) -> &mut Line<T> {
         self.lines
             .entry(key.db)
             .or_default()
@@ -702,7 +727,7 @@ impl<H: Host> Engine<H> {
     }
 
     /// Removes an empty line and stops its deadline timer.
-    fn drop_line_if_empty(&mut self, host: &mut H, key: &KeyId) {
+    fn drop_line_if_empty<H: Host<T>>(&mut self, host: &mut H, key: &KeyId) {
         let Some(keys) = self.lines.get_mut(&key.db) else {
             return;
         };
@@ -722,7 +747,7 @@ impl<H: Host> Engine<H> {
     }
 
     /// Removes the head waiter of `key`, dropping the line once it is empty.
-    fn pop_head(&mut self, host: &mut H, key: &KeyId) -> Option<Waiter<H>> {
+    fn pop_head<H: Host<T>>(&mut self, host: &mut H, key: &KeyId) -> Option<Waiter<T>> {
         let waiter = self
             .line(key)
             .and_then(|line| line.queue.pop())
@@ -736,7 +761,7 @@ impl<H: Host> Engine<H> {
     }
 
     /// Takes a waiting client out of its queue; the caller unblocks it exactly once.
-    fn leave_queue(&mut self, host: &mut H, client: H::Client) -> Option<Waiter<H>> {
+    fn leave_queue<H: Host<T>>(&mut self, host: &mut H, client: T::Client) -> Option<Waiter<T>> {
         let Some(Ticket::Waiting { key, id }) = self.tickets.remove(&client) else {
             return None;
         };
@@ -749,7 +774,7 @@ impl<H: Host> Engine<H> {
     }
 
     /// Fails every waiter of `key` with the error `message`.
-    fn fail_all(&mut self, host: &mut H, key: &KeyId, message: Cow<'static, str>) {
+    fn fail_all<H: Host<T>>(&mut self, host: &mut H, key: &KeyId, message: Cow<'static, str>) {
         let Some(keys) = self.lines.get_mut(&key.db) else {
             return;
         };
@@ -785,7 +810,7 @@ impl<H: Host> Engine<H> {
 
     // --- Timers and jobs -----------------------------------------------------------------------
 
-    fn start_timer(&mut self, host: &mut H, delay_ms: i64, due: Due<H::Client>) -> u64 {
+    fn start_timer<H: Host<T>>(&mut self, host: &mut H, delay_ms: i64, due: Due<T::Client>) -> u64 {
         self.next_timer += 1;
         let number = self.next_timer;
         let timer = host.start_timer(delay_ms.clamp(0, MAX_TIMER_MS), number);
@@ -793,7 +818,7 @@ impl<H: Host> Engine<H> {
         number
     }
 
-    fn stop_timer(&mut self, host: &mut H, number: Option<u64>) {
+    fn stop_timer<H: Host<T>>(&mut self, host: &mut H, number: Option<u64>) {
         if let Some((timer, _)) = number.and_then(|n| self.timers.remove(&n)) {
             host.stop_timer(timer);
         }
@@ -801,7 +826,7 @@ impl<H: Host> Engine<H> {
 
     /// Arms (or moves earlier) the expiry timer of `key`'s lock to fire just after `expiry`, or
     /// after `MAX_TIMER_MS` for a lock that expires later than that (the timer then re-arms).
-    fn arm(&mut self, host: &mut H, key: &KeyId, expiry: i64) {
+    fn arm<H: Host<T>>(&mut self, host: &mut H, key: &KeyId, expiry: i64) {
         let now = host.now_ms();
         // A key counts as expired once now > its expiry, hence the extra millisecond.
         let delay = expiry
@@ -829,7 +854,7 @@ impl<H: Host> Engine<H> {
     }
 
     /// Schedules `job` to run after the current command or notification.
-    fn schedule(&mut self, host: &mut H, job: Job) {
+    fn schedule<H: Host<T>>(&mut self, host: &mut H, job: Job) {
         let fresh = match &job {
             Job::Serve(key) => self.serving.insert(key.clone()),
             Job::Revoke(..) => true,
@@ -844,7 +869,7 @@ impl<H: Host> Engine<H> {
 
     /// Runs a job if the server's state lets the engine write now; otherwise defers it
     /// (paused, loading) or drops it (a replica fails its waiters instead).
-    fn run(&mut self, host: &mut H, job: Job) {
+    fn run<H: Host<T>>(&mut self, host: &mut H, job: Job) {
         match host.state() {
             State::Master => match job {
                 Job::Serve(key) => self.serve(host, &key),
@@ -875,9 +900,8 @@ fn found_here<K: Key>(key: &K) -> Found<'_> {
     }
 }
 
-fn expiry<H: Host>(host: &H, ttl_ms: u64) -> i64 {
-    host.now_ms()
-        .saturating_add(i64::try_from(ttl_ms).unwrap_or(i64::MAX))
+fn expiry(now: i64, ttl_ms: u64) -> i64 {
+    now.saturating_add(i64::try_from(ttl_ms).unwrap_or(i64::MAX))
 }
 
 fn reply<K: Key>(key: &K, decision: Decision) -> Reply {

@@ -10,7 +10,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::rc::Rc;
 
-use super::Hold;
+use super::packed::Hold;
 
 /// The server's role and phase, as far as writing locks is concerned.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -114,16 +114,20 @@ pub trait Key {
     fn notify(&mut self, event: Event);
 }
 
-/// The server the engine runs in.
-///
-/// Handles are plain values the host hands out and takes back: `Client` names a blocked client,
-/// `Timer` a timer the host armed, `Caller` who ran a `LOCK.WAIT` (for a permission re-check at
-/// hand-off). Timers carry only the engine's number; when one fires the host calls
-/// [`super::Engine::on_timer`] with it.
-pub trait Host {
+/// The kinds of handle a host hands out and takes back, which the engine keeps: `Client` names
+/// a blocked client, `Timer` a timer the host armed, `Caller` who ran a `LOCK.WAIT` (for a
+/// permission re-check at hand-off).
+pub trait Handles {
     type Client: Copy + Eq + Hash + Debug;
     type Timer: Copy + Debug;
     type Caller;
+}
+
+/// The server the engine runs in, handing out the handles of `T`.
+///
+/// Timers carry only the engine's number; when one fires the host calls
+/// [`super::Engine::on_timer`] with it.
+pub trait Host<T: Handles> {
     type Key: Key;
 
     /// Current Unix time in ms, as the server sees it (what key expiry is measured against).
@@ -134,13 +138,13 @@ pub trait Host {
     fn open(&mut self, key: &KeyId) -> Result<Self::Key, OpenError>;
     /// Arms a timer that calls the engine back with `number` after `delay_ms` (0 or more; the
     /// engine keeps delays at most 30 minutes).
-    fn start_timer(&mut self, delay_ms: i64, number: u64) -> Self::Timer;
+    fn start_timer(&mut self, delay_ms: i64, number: u64) -> T::Timer;
     /// Stops a timer; false if it already fired or was stopped.
-    fn stop_timer(&mut self, timer: Self::Timer) -> bool;
+    fn stop_timer(&mut self, timer: T::Timer) -> bool;
     /// Answers a blocked client `outcome`. Called exactly once per blocked client.
-    fn unblock(&mut self, client: Self::Client, outcome: Outcome);
+    fn unblock(&mut self, client: T::Client, outcome: Outcome);
     /// Whether `caller` may still run the `LOCK.WAIT` it queued (ACL rules may have changed).
-    fn permitted(&mut self, caller: &Self::Caller) -> bool;
+    fn permitted(&mut self, caller: &T::Caller) -> bool;
     /// In cluster mode, where a waiter for `key` must go instead when this node no longer serves
     /// its slot (an `ASK`/`MOVED`/`TRYAGAIN` error text); `None` when this node serves it.
     fn redirect(&mut self, key: &[u8]) -> Option<String>;

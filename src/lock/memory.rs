@@ -12,8 +12,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 
 use super::engine::{Engine, Reply, Wait};
-use super::host::{Event, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
-use super::Hold;
+use super::host::{Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
+use super::packed::Hold;
 
 /// A value in the simulated keyspace.
 #[derive(Debug)]
@@ -173,10 +173,13 @@ pub struct MemHost {
     pub redirect: Option<String>,
 }
 
-impl Host for MemHost {
+impl Handles for MemHost {
     type Client = u64;
     type Timer = u64;
     type Caller = u64;
+}
+
+impl Host<MemHost> for MemHost {
     type Key = MemKey;
 
     fn now_ms(&self) -> i64 {

@@ -32,7 +32,7 @@ mod model;
 pub use args::ArgError;
 pub use engine::{Engine, Info, Reply};
 pub use hold::{Decision, Found, Step};
-pub use host::{Event, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
+pub use host::{Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
 pub use packed::{Hold, MAX_COUNT};
 pub use queue::Queue;
 pub use stats::Stats;

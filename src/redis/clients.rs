@@ -19,8 +19,9 @@ use std::os::raw::{c_int, c_void};
 use redis_module::raw;
 
 use super::acl::Caller;
-use super::globals::{self, Report};
-use super::host::Client;
+use super::ffi;
+use super::globals::{self, Client, Report};
+use super::host::RedisHost;
 use crate::lock::Outcome;
 
 /// Blocks the client running the command in `ctx` (with arguments `argv`, kept for the ACL
@@ -53,30 +54,15 @@ pub fn block(
     Some((client, Caller::of_running_command(ctx, argv)))
 }
 
-/// Unblocks `client` with `outcome`, which `on_reply` answers. Exactly once per blocked client.
-pub fn unblock(client: Client, outcome: Outcome) {
-    let data = Box::into_raw(Box::new(outcome));
-    // SAFETY: `client` is a blocked client the engine has not unblocked before; Redis owns
-    // `data` from here and frees it with `free_outcome`.
-    unsafe { rm!(RedisModule_UnblockClient(client, data.cast())) };
-}
-
-/// A timer the engine armed fired; its data is the engine's number for it.
-pub extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    super::guard((), || {
-        globals::report(ctx, Report::Timer(data as usize as u64))
-    })
-}
-
 extern "C" fn on_reply(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
-    super::guard(raw::REDISMODULE_OK as c_int, || {
+    ffi::guard(raw::REDISMODULE_OK as c_int, || {
         // SAFETY: called by Redis in a blocked client's reply context.
         let client = unsafe { rm!(RedisModule_GetBlockedClientHandle(ctx)) };
-        globals::report(ctx, Report::Replied(client));
+        globals::report(&mut RedisHost::new(ctx), Report::Replied(client));
         // SAFETY: as above.
         let data = unsafe { rm!(RedisModule_GetBlockedClientPrivateData(ctx)) };
         // SAFETY: the private data is the `Outcome` boxed by `unblock`; Redis frees it with
@@ -90,7 +76,7 @@ extern "C" fn on_reply(
                 }
                 Some(Outcome::TimedOut) | None => rm!(RedisModule_ReplyWithNull(ctx)),
                 Some(Outcome::Error(message)) => {
-                    let text = super::commands::error_text(message);
+                    let text = ffi::error_text(message);
                     rm!(RedisModule_ReplyWithError(ctx, text.as_ptr()))
                 }
             }
@@ -98,8 +84,10 @@ extern "C" fn on_reply(
     })
 }
 
+/// Frees an `Outcome` that `RedisHost::unblock` handed to Redis, once its answer is sent or
+/// its client gone.
 extern "C" fn free_outcome(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    super::guard((), || {
+    ffi::guard((), || {
         if !data.is_null() {
             // SAFETY: boxed by `unblock`; Redis calls this once per unblocked client.
             drop(unsafe { Box::from_raw(data.cast::<Outcome>()) });
@@ -108,5 +96,7 @@ extern "C" fn free_outcome(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
 }
 
 extern "C" fn on_disconnect(ctx: *mut raw::RedisModuleCtx, client: Client) {
-    super::guard((), || globals::report(ctx, Report::Gone(client)))
+    ffi::guard((), || {
+        globals::report(&mut RedisHost::new(ctx), Report::Gone(client))
+    })
 }

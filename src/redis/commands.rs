@@ -2,13 +2,13 @@
 //! command decides and does to the lock is the engine's (`crate::lock::engine`).
 
 use std::borrow::Cow;
-use std::ffi::CString;
 use std::os::raw::c_int;
 
 use redis_module::raw;
 
-use super::globals;
-use super::host::{self, RedisHost, RedisKey};
+use super::ffi::{self, error_text};
+use super::globals::{self, RedisHandles};
+use super::host::{RedisHost, RedisKey};
 use super::{clients, server};
 use crate::lock::engine::Wait;
 use crate::lock::{args, errors, ArgError, Engine, Hold, Info, KeyRef, OpenError, Reply};
@@ -25,7 +25,7 @@ impl<'a> Args<'a> {
         match self.0.get(i) {
             // SAFETY: Redis keeps a command's arguments alive and unchanged until it returns,
             // which outlives `'a`.
-            Some(&arg) => unsafe { host::string_bytes(arg) },
+            Some(&arg) => unsafe { ffi::string_bytes(arg) },
             None => &[],
         }
     }
@@ -38,7 +38,7 @@ impl<'a> Args<'a> {
     /// The key (argument 1) in the db the command runs in.
     fn key(self, ctx: Ctx) -> KeyRef<'a> {
         KeyRef {
-            db: host::selected_db(ctx),
+            db: ffi::selected_db(ctx),
             name: self.bytes(1),
         }
     }
@@ -80,7 +80,7 @@ macro_rules! command_callback {
             argv: *mut *mut raw::RedisModuleString,
             argc: c_int,
         ) -> c_int {
-            let answer = super::guard(Answer::Error(Cow::Borrowed(INTERNAL)), || {
+            let answer = ffi::guard(Answer::Error(Cow::Borrowed(INTERNAL)), || {
                 let args = match usize::try_from(argc) {
                     // SAFETY: Redis passes `argc` valid arguments at `argv`.
                     Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
@@ -115,8 +115,8 @@ command_callback!(apply_cmd, apply, |n| n == 5 || n == 7, writes: true);
 command_callback!(counter_cmd, counter, |n| n == 2, writes: true);
 
 /// Runs `f` on the engine; the answer is the engine's reply.
-fn engine(ctx: Ctx, f: impl FnOnce(&mut Engine<RedisHost>, &mut RedisHost) -> Reply) -> Answer {
-    match globals::with_engine(ctx, f) {
+fn engine(ctx: Ctx, f: impl FnOnce(&mut Engine<RedisHandles>, &mut RedisHost) -> Reply) -> Answer {
+    match globals::with_engine(&mut RedisHost::new(ctx), f) {
         Some(reply) => Answer::Engine(reply),
         // Only if a command ran inside another module callback of ours; never expected.
         None => Answer::Error(Cow::Borrowed(INTERNAL)),
@@ -222,11 +222,6 @@ fn counter(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     // SAFETY: `ctx` is the running command's context.
     unsafe { rm!(RedisModule_ReplicateVerbatim(ctx)) };
     Ok(answer)
-}
-
-/// An error reply's text as a C string (a NUL byte would cut it short).
-pub fn error_text(message: &str) -> CString {
-    CString::new(message.replace('\0', "")).unwrap_or_else(|_| CString::from(c"ERR relock error"))
 }
 
 fn send(ctx: Ctx, answer: Answer) -> c_int {

@@ -11,6 +11,7 @@ use std::os::raw::{c_int, c_void};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use super::ffi;
 use super::globals;
 use crate::lock::{args, Hold};
 
@@ -70,7 +71,7 @@ pub unsafe fn hold_of<'a>(value: *mut c_void) -> Option<&'a mut Hold> {
 /// aborting Redis) and every field for its bounds; a bad value is rejected (`RESTORE` answers
 /// "Bad data format"), nothing is half-built.
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    super::guard(std::ptr::null_mut(), || {
+    ffi::guard(std::ptr::null_mut(), || {
         if encver != ENCODING_VERSION {
             log_io(rdb, "unknown relock encoding version");
             return std::ptr::null_mut();
@@ -120,7 +121,7 @@ fn load_string(rdb: *mut raw::RedisModuleIO) -> Option<Vec<u8>> {
 }
 
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    super::guard((), || {
+    ffi::guard((), || {
         let Some(hold) = (unsafe { hold_of(value) }) else {
             return;
         };
@@ -142,7 +143,7 @@ extern "C" fn aof_rewrite(
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
-    super::guard((), || {
+    ffi::guard((), || {
         let Some(hold) = (unsafe { hold_of(value) }) else {
             return;
         };
@@ -163,14 +164,14 @@ extern "C" fn aof_rewrite(
 }
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {
-    super::guard(0, || match unsafe { hold_of(value.cast_mut()) } {
+    ffi::guard(0, || match unsafe { hold_of(value.cast_mut()) } {
         Some(hold) => hold.heap_size(),
         None => 0,
     })
 }
 
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
-    super::guard((), || {
+    ffi::guard((), || {
         let Some(hold) = (unsafe { hold_of(value) }) else {
             return;
         };
@@ -189,7 +190,7 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
 }
 
 extern "C" fn free(value: *mut c_void) {
-    super::guard((), || {
+    ffi::guard((), || {
         if !value.is_null() {
             drop(unsafe { Hold::from_raw(value.cast()) });
             globals::count_lock_value(false);
@@ -202,7 +203,7 @@ extern "C" fn copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    super::guard(std::ptr::null_mut(), || {
+    ffi::guard(std::ptr::null_mut(), || {
         match unsafe { hold_of(value.cast_mut()) } {
             Some(hold) => into_value(hold.to_boxed()),
             None => std::ptr::null_mut(),
@@ -211,17 +212,17 @@ extern "C" fn copy(
 }
 
 extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
-    super::guard((), || {
+    ffi::guard((), || {
         // SAFETY: Redis passes the unlink callback's key context.
         let db = unsafe { rm!(RedisModule_GetDbIdFromOptCtx(ctx)) };
         // SAFETY: as above; the name lives for the length of the callback, and is copied.
-        let name = unsafe { super::host::string_bytes(rm!(RedisModule_GetKeyNameFromOptCtx(ctx))) };
+        let name = unsafe { ffi::string_bytes(rm!(RedisModule_GetKeyNameFromOptCtx(ctx))) };
         globals::set_unlinked(db, name.to_vec());
     })
 }
 
 extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    super::guard((), || {
+    ffi::guard((), || {
         let last = globals::read_engine(|engine| engine.last_token()).unwrap_or(0);
         // SAFETY: `rdb` is the save context Redis passed.
         unsafe { rm!(RedisModule_SaveUnsigned(rdb, last)) };
@@ -229,7 +230,7 @@ extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
 }
 
 extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
-    super::guard(raw::REDISMODULE_ERR as c_int, || {
+    ffi::guard(raw::REDISMODULE_ERR as c_int, || {
         if encver != ENCODING_VERSION {
             log_io(rdb, "unknown relock aux encoding version");
             return raw::REDISMODULE_ERR as c_int;

@@ -10,8 +10,10 @@ use std::os::raw::{c_char, c_int, c_longlong, c_void};
 
 use redis_module::raw;
 
+use super::ffi;
 use super::globals::{self, Report};
-use super::{host, server};
+use super::host::RedisHost;
+use super::server;
 
 /// Every class of keyspace event that can end or replace a lock (not `d`: our own events; not
 /// key-miss or new-key events, which fire on reads and creations of unrelated keys).
@@ -71,10 +73,10 @@ extern "C" fn on_keyspace_event(
     event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
-    super::guard(raw::REDISMODULE_OK as c_int, || {
+    ffi::guard(raw::REDISMODULE_OK as c_int, || {
         // SAFETY: Redis passes the key's name, alive for the length of the notification.
-        let name = unsafe { host::string_bytes(key) };
-        let db = host::selected_db(ctx);
+        let name = unsafe { ffi::string_bytes(key) };
+        let db = ffi::selected_db(ctx);
         // SAFETY: Redis passes the event name as a NUL-terminated C string.
         let expired = !event.is_null() && unsafe { CStr::from_ptr(event) } == c"expired";
         // The `expired` notification of a lock follows its unlink at once.
@@ -84,7 +86,7 @@ extern "C" fn on_keyspace_event(
             globals::forget_unlinked();
             false
         };
-        globals::key_changed(ctx, db, name, lock_expired);
+        globals::key_changed(&mut RedisHost::new(ctx), db, name, lock_expired);
         raw::REDISMODULE_OK as c_int
     })
 }
@@ -95,25 +97,26 @@ extern "C" fn on_server_event(
     subevent: u64,
     data: *mut c_void,
 ) {
-    super::guard((), || {
+    ffi::guard((), || {
         let id = event.id;
         if id == raw::REDISMODULE_EVENT_FLUSHDB {
             if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END && !data.is_null() {
                 // SAFETY: for FLUSHDB events Redis passes a `RedisModuleFlushInfo`.
                 let info = unsafe { &*data.cast::<raw::RedisModuleFlushInfo>() };
                 let db = (info.dbnum >= 0).then_some(info.dbnum);
-                globals::report(ctx, Report::DbChanged(db));
+                globals::report(&mut RedisHost::new(ctx), Report::DbChanged(db));
             }
         } else if id == raw::REDISMODULE_EVENT_SWAPDB {
             if !data.is_null() {
                 // SAFETY: for SWAPDB events Redis passes a `RedisModuleSwapDbInfo`.
                 let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
-                globals::report(ctx, Report::DbChanged(Some(info.dbnum_first)));
-                globals::report(ctx, Report::DbChanged(Some(info.dbnum_second)));
+                let host = &mut RedisHost::new(ctx);
+                globals::report(host, Report::DbChanged(Some(info.dbnum_first)));
+                globals::report(host, Report::DbChanged(Some(info.dbnum_second)));
             }
         } else if id == raw::REDISMODULE_EVENT_LOADING {
             if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
-                globals::report(ctx, Report::DbChanged(None));
+                globals::report(&mut RedisHost::new(ctx), Report::DbChanged(None));
             }
         } else if id == raw::REDISMODULE_EVENT_CRON_LOOP {
             record_counter_after_aof_rewrite(ctx);
@@ -128,7 +131,7 @@ extern "C" fn on_server_event(
             let replica = subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA;
             globals::set_replica(replica);
             if replica {
-                globals::report(ctx, Report::BecameReplica);
+                globals::report(&mut RedisHost::new(ctx), Report::BecameReplica);
             }
         }
     })

@@ -20,12 +20,25 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use redis_module::raw;
 
-use super::host::{Client, RedisHost};
-use crate::lock::{Engine, KeyRef};
+use super::acl::Caller;
+use crate::lock::{Engine, Handles, Host, KeyRef};
+
+/// A blocked client, as the engine names it.
+pub type Client = *mut raw::RedisModuleBlockedClient;
+
+/// The handles the Redis host gives the engine: blocked clients, module timers, and the user
+/// and arguments of a `LOCK.WAIT` for its ACL re-check.
+pub struct RedisHandles;
+
+impl Handles for RedisHandles {
+    type Client = Client;
+    type Timer = raw::RedisModuleTimerID;
+    type Caller = Caller;
+}
 
 thread_local! {
     /// Every lock decision, queue, timer, the token counter and the counters of `INFO`.
-    static ENGINE: RefCell<Engine<RedisHost>> = RefCell::new(Engine::new());
+    static ENGINE: RefCell<Engine<RedisHandles>> = RefCell::new(Engine::new());
 
     /// Reports that arrived while the engine was busy; drained by the call that holds it.
     static LATE: RefCell<Vec<Report>> = const { RefCell::new(Vec::new()) };
@@ -80,7 +93,7 @@ pub enum Report {
 }
 
 impl Report {
-    fn apply(self, engine: &mut Engine<RedisHost>, host: &mut RedisHost) {
+    fn apply(self, engine: &mut Engine<RedisHandles>, host: &mut impl Host<RedisHandles>) {
         match self {
             Report::KeyChanged { db, name, expired } => {
                 if expired {
@@ -98,23 +111,22 @@ impl Report {
     }
 }
 
-/// Runs `f` on the engine with a host for `ctx`, then applies what was reported meanwhile.
-/// `None` only if the engine is already borrowed further up this call stack.
-pub fn with_engine<T>(
-    ctx: *mut raw::RedisModuleCtx,
-    f: impl FnOnce(&mut Engine<RedisHost>, &mut RedisHost) -> T,
+/// Runs `f` on the engine with `host`, then applies what was reported meanwhile. `None` only
+/// if the engine is already borrowed further up this call stack.
+pub fn with_engine<H: Host<RedisHandles>, T>(
+    host: &mut H,
+    f: impl FnOnce(&mut Engine<RedisHandles>, &mut H) -> T,
 ) -> Option<T> {
     ENGINE.with(|cell| {
         let mut engine = cell.try_borrow_mut().ok()?;
-        let mut host = RedisHost::new(ctx);
-        let out = f(&mut engine, &mut host);
+        let out = f(&mut engine, host);
         loop {
             let late = LATE.with(|late| std::mem::take(&mut *late.borrow_mut()));
             if late.is_empty() {
                 break;
             }
             for report in late {
-                report.apply(&mut engine, &mut host);
+                report.apply(&mut engine, host);
             }
         }
         Some(out)
@@ -122,14 +134,14 @@ pub fn with_engine<T>(
 }
 
 /// Reads the engine (INFO, RDB aux data); `None` only while it is borrowed mutably.
-pub fn read_engine<T>(f: impl FnOnce(&Engine<RedisHost>) -> T) -> Option<T> {
+pub fn read_engine<T>(f: impl FnOnce(&Engine<RedisHandles>) -> T) -> Option<T> {
     ENGINE.with(|cell| cell.try_borrow().ok().map(|engine| f(&engine)))
 }
 
 /// Tells the engine `report` now, or as soon as the call that holds it is done.
-pub fn report(ctx: *mut raw::RedisModuleCtx, report: Report) {
+pub fn report(host: &mut impl Host<RedisHandles>, report: Report) {
     let mut pending = Some(report);
-    let _ = with_engine(ctx, |engine, host| {
+    let _ = with_engine(host, |engine, host| {
         if let Some(report) = pending.take() {
             report.apply(engine, host);
         }
@@ -141,8 +153,8 @@ pub fn report(ctx: *mut raw::RedisModuleCtx, report: Report) {
 
 /// A keyspace notification for `name`: the fast path (nobody waits for anything) costs no
 /// allocation.
-pub fn key_changed(ctx: *mut raw::RedisModuleCtx, db: c_int, name: &[u8], expired: bool) {
-    let done = with_engine(ctx, |engine, host| {
+pub fn key_changed(host: &mut impl Host<RedisHandles>, db: c_int, name: &[u8], expired: bool) {
+    let done = with_engine(host, |engine, host| {
         if expired {
             engine.count_expired();
         }

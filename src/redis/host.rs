@@ -13,81 +13,10 @@ use redis_module::raw;
 
 use super::acl::Caller;
 use super::datatype::{self, LOCK_TYPE};
-use super::{clients, cluster, globals, server};
+use super::ffi::{self, OwnedString};
+use super::globals::{self, Client, RedisHandles, Report};
+use super::{cluster, server};
 use crate::lock::{Event, Hold, Host, Key, KeyId, OpenError, Outcome, State};
-
-/// A blocked client, as the engine names it.
-pub type Client = *mut raw::RedisModuleBlockedClient;
-
-/// The bytes of a Redis string.
-///
-/// # Safety
-/// `s` must be null or a valid Redis string that outlives `'a` and is not changed meanwhile
-/// (a command's argument for the length of the command, say).
-pub unsafe fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
-    if s.is_null() {
-        return &[];
-    }
-    let mut len: usize = 0;
-    // SAFETY: `s` is a valid string (the caller's promise); Redis writes its length to `len`.
-    let ptr = unsafe { rm!(RedisModule_StringPtrLen(s, &mut len)) };
-    if ptr.is_null() {
-        return &[];
-    }
-    // SAFETY: Redis returned the string's buffer of `len` bytes, alive as long as the string.
-    unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
-}
-
-/// Current Unix time in milliseconds, as Redis sees it.
-pub fn now_ms() -> i64 {
-    // SAFETY: no arguments; reads the clock.
-    unsafe { rm!(RedisModule_Milliseconds()) }
-}
-
-/// The db selected in `ctx`.
-pub fn selected_db(ctx: *mut raw::RedisModuleCtx) -> c_int {
-    // SAFETY: `ctx` is the live context of the running callback.
-    unsafe { rm!(RedisModule_GetSelectedDb(ctx)) }
-}
-
-/// Selects `db` in `ctx` (for timer and event contexts).
-fn select_db(ctx: *mut raw::RedisModuleCtx, db: c_int) -> bool {
-    // SAFETY: `ctx` is the live context of the running callback; a bad db number fails softly.
-    unsafe { rm!(RedisModule_SelectDb(ctx, db)) == raw::REDISMODULE_OK as c_int }
-}
-
-/// A Redis string this module created and frees.
-pub struct OwnedString {
-    ctx: *mut raw::RedisModuleCtx,
-    ptr: NonNull<raw::RedisModuleString>,
-}
-
-impl OwnedString {
-    /// A new Redis string holding `bytes`.
-    pub fn new(ctx: *mut raw::RedisModuleCtx, bytes: &[u8]) -> Option<OwnedString> {
-        // SAFETY: Redis copies `bytes.len()` bytes from a live slice into a new string.
-        let ptr = unsafe {
-            rm!(RedisModule_CreateString(
-                ctx,
-                bytes.as_ptr().cast(),
-                bytes.len()
-            ))
-        };
-        NonNull::new(ptr).map(|ptr| OwnedString { ctx, ptr })
-    }
-
-    /// The raw string, valid while `self` lives.
-    pub fn as_ptr(&self) -> *mut raw::RedisModuleString {
-        self.ptr.as_ptr()
-    }
-}
-
-impl Drop for OwnedString {
-    fn drop(&mut self) {
-        // SAFETY: created by `new` in the same context and freed exactly once, here.
-        unsafe { rm!(RedisModule_FreeString(self.ctx, self.ptr.as_ptr())) };
-    }
-}
 
 /// The engine's host inside one Redis callback.
 pub struct RedisHost {
@@ -101,14 +30,11 @@ impl RedisHost {
     }
 }
 
-impl Host for RedisHost {
-    type Client = Client;
-    type Timer = raw::RedisModuleTimerID;
-    type Caller = Caller;
+impl Host<RedisHandles> for RedisHost {
     type Key = RedisKey;
 
     fn now_ms(&self) -> i64 {
-        now_ms()
+        ffi::now_ms()
     }
 
     fn state(&self) -> State {
@@ -116,7 +42,7 @@ impl Host for RedisHost {
     }
 
     fn open(&mut self, key: &KeyId) -> Result<RedisKey, OpenError> {
-        if !select_db(self.ctx, key.db) {
+        if !ffi::select_db(self.ctx, key.db) {
             return Err(OpenError::Unavailable);
         }
         let name = OwnedString::new(self.ctx, &key.name).ok_or(OpenError::Unavailable)?;
@@ -131,7 +57,7 @@ impl Host for RedisHost {
             rm!(RedisModule_CreateTimer(
                 self.ctx,
                 delay_ms,
-                Some(clients::on_timer),
+                Some(on_timer),
                 data
             ))
         }
@@ -146,7 +72,11 @@ impl Host for RedisHost {
     }
 
     fn unblock(&mut self, client: Client, outcome: Outcome) {
-        clients::unblock(client, outcome);
+        let data = Box::into_raw(Box::new(outcome));
+        // SAFETY: `client` is a blocked client the engine has not unblocked before (it answers
+        // each exactly once); Redis owns `data` from here and frees it with the blocked
+        // client's free callback (`clients::free_outcome`).
+        unsafe { rm!(RedisModule_UnblockClient(client, data.cast())) };
     }
 
     fn permitted(&mut self, caller: &Caller) -> bool {
@@ -156,6 +86,16 @@ impl Host for RedisHost {
     fn redirect(&mut self, key: &[u8]) -> Option<String> {
         cluster::redirect(self.ctx, key)
     }
+}
+
+/// A timer the engine armed fired; its data is the engine's number for it.
+extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    ffi::guard((), || {
+        globals::report(
+            &mut RedisHost::new(ctx),
+            Report::Timer(data as usize as u64),
+        )
+    })
 }
 
 /// A key's name: a command's argument, or a string the host made for a timer.

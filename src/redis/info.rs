@@ -4,11 +4,12 @@ use std::os::raw::c_int;
 
 use redis_module::raw;
 
+use super::ffi;
 use super::globals;
 
 /// The `INFO` callback: one section, `relock` (Redis prefixes each field with `relock_`).
 pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
-    super::guard((), || {
+    ffi::guard((), || {
         // While the engine is busy (only in a crash report from inside it) its fields read 0.
         let (waiters, timers, stats, last_token) =
             globals::read_engine(|e| (e.waiters(), e.armed_timers(), e.stats(), e.last_token()))

@@ -1,0 +1,95 @@
+//! Small helpers over the Redis module API that every other file of the host uses: panics kept
+//! out of Redis, strings, the clock, the selected db.
+
+use std::ffi::CString;
+use std::os::raw::c_int;
+use std::ptr::NonNull;
+
+use redis_module::raw;
+
+/// Called by `rm!` for an API function the server lacks. Unreachable after `init` checked
+/// every function the module uses; never unwinds into Redis.
+pub fn missing_api(name: &str) -> ! {
+    eprintln!("relock: Redis API {name} is missing");
+    std::process::abort()
+}
+
+/// Runs `f`, turning a panic into `fallback` so that no panic ever crosses into Redis.
+pub fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(fallback)
+}
+
+/// The bytes of a Redis string.
+///
+/// # Safety
+/// `s` must be null or a valid Redis string that outlives `'a` and is not changed meanwhile
+/// (a command's argument for the length of the command, say).
+pub unsafe fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
+    if s.is_null() {
+        return &[];
+    }
+    let mut len: usize = 0;
+    // SAFETY: `s` is a valid string (the caller's promise); Redis writes its length to `len`.
+    let ptr = unsafe { rm!(RedisModule_StringPtrLen(s, &mut len)) };
+    if ptr.is_null() {
+        return &[];
+    }
+    // SAFETY: Redis returned the string's buffer of `len` bytes, alive as long as the string.
+    unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
+}
+
+/// An error reply's text as a C string (a NUL byte would cut it short).
+pub fn error_text(message: &str) -> CString {
+    CString::new(message.replace('\0', "")).unwrap_or_else(|_| CString::from(c"ERR relock error"))
+}
+
+/// Current Unix time in milliseconds, as Redis sees it.
+pub fn now_ms() -> i64 {
+    // SAFETY: no arguments; reads the clock.
+    unsafe { rm!(RedisModule_Milliseconds()) }
+}
+
+/// The db selected in `ctx`.
+pub fn selected_db(ctx: *mut raw::RedisModuleCtx) -> c_int {
+    // SAFETY: `ctx` is the live context of the running callback.
+    unsafe { rm!(RedisModule_GetSelectedDb(ctx)) }
+}
+
+/// Selects `db` in `ctx` (for timer and event contexts).
+pub fn select_db(ctx: *mut raw::RedisModuleCtx, db: c_int) -> bool {
+    // SAFETY: `ctx` is the live context of the running callback; a bad db number fails softly.
+    unsafe { rm!(RedisModule_SelectDb(ctx, db)) == raw::REDISMODULE_OK as c_int }
+}
+
+/// A Redis string this module created and frees.
+pub struct OwnedString {
+    ctx: *mut raw::RedisModuleCtx,
+    ptr: NonNull<raw::RedisModuleString>,
+}
+
+impl OwnedString {
+    /// A new Redis string holding `bytes`.
+    pub fn new(ctx: *mut raw::RedisModuleCtx, bytes: &[u8]) -> Option<OwnedString> {
+        // SAFETY: Redis copies `bytes.len()` bytes from a live slice into a new string.
+        let ptr = unsafe {
+            rm!(RedisModule_CreateString(
+                ctx,
+                bytes.as_ptr().cast(),
+                bytes.len()
+            ))
+        };
+        NonNull::new(ptr).map(|ptr| OwnedString { ctx, ptr })
+    }
+
+    /// The raw string, valid while `self` lives.
+    pub fn as_ptr(&self) -> *mut raw::RedisModuleString {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for OwnedString {
+    fn drop(&mut self) {
+        // SAFETY: created by `new` in the same context and freed exactly once, here.
+        unsafe { rm!(RedisModule_FreeString(self.ctx, self.ptr.as_ptr())) };
+    }
+}

@@ -1,0 +1,126 @@
+//! Loading the module: check the server, set options, register commands and events.
+
+use std::os::raw::c_int;
+
+use redis_module::{raw, Context, RedisString, Status};
+
+use super::{events, info, registration, server};
+
+/// The module's `OnLoad`, after `redis_module!` has registered the data type.
+pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    if let Some(missing) = missing_apis() {
+        ctx.log_warning(&format!(
+            "relock needs Redis 7.0 or later: {missing} is missing"
+        ));
+        return Status::Err;
+    }
+    // HANDLE_IO_ERRORS: a truncated or mistyped value (a bad RESTORE payload) makes the load
+    // calls fail softly and `datatype` rejects the value, instead of Redis aborting.
+    // NO_IMPLICIT_SIGNAL_MODIFIED: a command that changes nothing must not abort WATCH or
+    // invalidate client caches; `host` signals each real change itself.
+    unsafe {
+        rm!(RedisModule_SetModuleOptions(
+            ctx.ctx,
+            (raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
+                | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED) as c_int
+        ))
+    };
+    if let Err(e) = registration::register(ctx.ctx) {
+        ctx.log_warning(&format!("relock: {e}"));
+        return Status::Err;
+    }
+    if let Err(e) = events::subscribe(ctx.ctx) {
+        ctx.log_warning(&format!("relock: {e}"));
+        return Status::Err;
+    }
+    unsafe { rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info::info))) };
+    events::warn_if_locks_may_be_evicted(ctx.ctx);
+    server::learn_role(ctx.ctx);
+    Status::Ok
+}
+
+/// The first Redis API function this module uses that the server lacks.
+fn missing_apis() -> Option<&'static str> {
+    use redis_module::raw::*;
+    macro_rules! check {
+        ($($name:ident),* $(,)?) => {
+            $(if unsafe { $name }.is_none() { return Some(stringify!($name)); })*
+        };
+    }
+    check!(
+        RedisModule_ACLCheckCommandPermissions,
+        RedisModule_AvoidReplicaTraffic,
+        RedisModule_BlockClient,
+        RedisModule_Call,
+        RedisModule_CallReplyStringPtr,
+        RedisModule_FreeCallReply,
+        RedisModule_FreeModuleUser,
+        RedisModule_GetClientId,
+        RedisModule_GetClientUserNameById,
+        RedisModule_GetModuleUserFromUserName,
+        RedisModule_HoldString,
+        RedisModule_IsIOError,
+        RedisModule_SetModuleOptions,
+        RedisModule_SignalModifiedKey,
+        RedisModule_CloseKey,
+        RedisModule_CreateCommand,
+        RedisModule_CreateString,
+        RedisModule_CreateTimer,
+        RedisModule_DeleteKey,
+        RedisModule_DigestAddLongLong,
+        RedisModule_DigestAddStringBuffer,
+        RedisModule_DigestEndSequence,
+        RedisModule_EmitAOF,
+        RedisModule_Free,
+        RedisModule_FreeString,
+        RedisModule_GetAbsExpire,
+        RedisModule_GetBlockedClientHandle,
+        RedisModule_GetBlockedClientPrivateData,
+        RedisModule_GetCommand,
+        RedisModule_GetContextFlags,
+        RedisModule_GetDbIdFromOptCtx,
+        RedisModule_GetExpire,
+        RedisModule_GetServerInfo,
+        RedisModule_ServerInfoGetFieldSigned,
+        RedisModule_ServerInfoGetFieldC,
+        RedisModule_Log,
+        RedisModule_FreeServerInfo,
+        RedisModule_ReplicateVerbatim,
+        RedisModule_GetKeyNameFromOptCtx,
+        RedisModule_GetSelectedDb,
+        RedisModule_InfoAddFieldULongLong,
+        RedisModule_InfoAddSection,
+        RedisModule_KeyType,
+        RedisModule_LoadStringBuffer,
+        RedisModule_LoadUnsigned,
+        RedisModule_LogIOError,
+        RedisModule_Milliseconds,
+        RedisModule_ModuleTypeGetType,
+        RedisModule_ModuleTypeGetValue,
+        RedisModule_ModuleTypeSetValue,
+        RedisModule_NotifyKeyspaceEvent,
+        RedisModule_OpenKey,
+        RedisModule_RegisterInfoFunc,
+        RedisModule_Replicate,
+        RedisModule_ReplyWithCString,
+        RedisModule_ReplyWithError,
+        RedisModule_ReplyWithLongLong,
+        RedisModule_ReplyWithMap,
+        RedisModule_ReplyWithNull,
+        RedisModule_ReplyWithSimpleString,
+        RedisModule_ReplyWithStringBuffer,
+        RedisModule_SaveStringBuffer,
+        RedisModule_SaveUnsigned,
+        RedisModule_SelectDb,
+        RedisModule_SetAbsExpire,
+        RedisModule_SetCommandInfo,
+        RedisModule_SetDisconnectCallback,
+        RedisModule_StopTimer,
+        RedisModule_StringPtrLen,
+        RedisModule_SubscribeToKeyspaceEvents,
+        RedisModule_SubscribeToServerEvent,
+        RedisModule_UnblockClient,
+        RedisModule_WrongArity,
+    );
+    None
+}
