@@ -132,3 +132,39 @@ impl std::fmt::Debug for Hold {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hold_round_trips_its_fields() {
+        let owner = b"\x00binary\xffowner";
+        let mut hold = Hold::new(owner, (1 << 53) - 1, 7);
+        assert_eq!(hold.owner(), owner);
+        assert_eq!(hold.token(), (1 << 53) - 1);
+        assert_eq!(hold.count(), 7);
+        hold.set_count(MAX_COUNT);
+        assert_eq!(hold.count(), MAX_COUNT);
+        assert_eq!(hold.token(), (1 << 53) - 1);
+        assert_eq!(hold.heap_size(), 12 + owner.len());
+    }
+
+    #[test]
+    fn raw_round_trip_keeps_every_owner_length() {
+        for len in [1usize, 36, 255, 256] {
+            let owner = vec![0xabu8; len];
+            let raw = Hold::into_raw(Hold::new(&owner, MAX_TOKEN_FOR_TEST, 3));
+            let borrowed = unsafe { Hold::borrow_raw(raw) };
+            assert_eq!(
+                (borrowed.owner().len(), borrowed.token(), borrowed.count()),
+                (len, MAX_TOKEN_FOR_TEST, 3)
+            );
+            borrowed.set_count(4);
+            let back = unsafe { Hold::from_raw(raw) };
+            assert_eq!(*back, *Hold::new(&owner, MAX_TOKEN_FOR_TEST, 4));
+        }
+    }
+
+    const MAX_TOKEN_FOR_TEST: u64 = (1 << 53) - 1;
+}

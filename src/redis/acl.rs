@@ -70,6 +70,7 @@ impl Caller {
         let mut argv: Vec<*mut raw::RedisModuleString> =
             self.argv.iter().map(|a| a.0.as_ptr()).collect();
         let Ok(argc) = i32::try_from(argv.len()) else {
+            // SAFETY: `user` came from `GetModuleUserFromUserName` above and is freed once.
             unsafe { rm!(RedisModule_FreeModuleUser(user)) };
             return false;
         };
@@ -82,6 +83,7 @@ impl Caller {
                 argc
             ))
         } == raw::REDISMODULE_OK as i32;
+        // SAFETY: `user` came from `GetModuleUserFromUserName` above and is freed once.
         unsafe { rm!(RedisModule_FreeModuleUser(user)) };
         allowed
     }

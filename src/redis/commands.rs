@@ -233,6 +233,7 @@ fn send(ctx: Ctx, answer: Answer) -> c_int {
     };
     // SAFETY (every call below): `ctx` is the running command's context, each reply call gets
     // arguments of the types it takes, and buffers are passed with their lengths.
+    // SAFETY: see the comment above: replies in the command's own context.
     unsafe {
         match answer {
             Answer::Engine(Reply::Integer(n)) => {

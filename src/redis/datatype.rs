@@ -61,6 +61,7 @@ pub unsafe fn hold_of<'a>(value: *mut c_void) -> Option<&'a mut Hold> {
     if value.is_null() {
         None
     } else {
+        // SAFETY: `value` is non-null and came from `into_value` (the caller's promise).
         Some(unsafe { Hold::borrow_raw(value.cast()) })
     }
 }
@@ -96,11 +97,13 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
 }
 
 fn io_failed(rdb: *mut raw::RedisModuleIO) -> bool {
+    // SAFETY: `rdb` is the load context Redis passed to the callback running.
     unsafe { rm!(RedisModule_IsIOError(rdb)) != 0 }
 }
 
 /// An unsigned field, or `None` when the input ended or held something else.
 fn load_unsigned(rdb: *mut raw::RedisModuleIO) -> Option<u64> {
+    // SAFETY: as above; with HANDLE_IO_ERRORS a bad read sets the error flag, checked next.
     let value = unsafe { rm!(RedisModule_LoadUnsigned(rdb)) };
     (!io_failed(rdb)).then_some(value)
 }
@@ -108,6 +111,7 @@ fn load_unsigned(rdb: *mut raw::RedisModuleIO) -> Option<u64> {
 /// A string field, or `None` when the input ended or held something else.
 fn load_string(rdb: *mut raw::RedisModuleIO) -> Option<Vec<u8>> {
     let mut len: usize = 0;
+    // SAFETY: as above; Redis writes the length and returns a buffer we own (or null).
     let buf = unsafe { rm!(RedisModule_LoadStringBuffer(rdb, &mut len)) };
     if buf.is_null() {
         return None;
@@ -122,10 +126,12 @@ fn load_string(rdb: *mut raw::RedisModuleIO) -> Option<Vec<u8>> {
 
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     ffi::guard((), || {
+        // SAFETY: Redis passes a value of our type, owned by Redis for the length of the call.
         let Some(hold) = (unsafe { hold_of(value) }) else {
             return;
         };
         let owner = hold.owner();
+        // SAFETY: `rdb` is the save context; the owner buffer is passed with its length.
         unsafe {
             rm!(RedisModule_SaveStringBuffer(
                 rdb,
@@ -144,10 +150,12 @@ extern "C" fn aof_rewrite(
     value: *mut c_void,
 ) {
     ffi::guard((), || {
+        // SAFETY: Redis passes a value of our type, owned by Redis for the length of the call.
         let Some(hold) = (unsafe { hold_of(value) }) else {
             return;
         };
         let owner = hold.owner();
+        // SAFETY: format "sbll": the key's name, the owner's pointer and length, two long longs.
         unsafe {
             rm!(RedisModule_EmitAOF(
                 aof,
@@ -164,6 +172,7 @@ extern "C" fn aof_rewrite(
 }
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {
+    // SAFETY: Redis passes a value of our type, owned by Redis for the length of the call.
     ffi::guard(0, || match unsafe { hold_of(value.cast_mut()) } {
         Some(hold) => hold.heap_size(),
         None => 0,
@@ -172,10 +181,12 @@ extern "C" fn mem_usage(value: *const c_void) -> usize {
 
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     ffi::guard((), || {
+        // SAFETY: Redis passes a value of our type, owned by Redis for the length of the call.
         let Some(hold) = (unsafe { hold_of(value) }) else {
             return;
         };
         let owner = hold.owner();
+        // SAFETY: `md` is the digest context; the owner buffer is passed with its length.
         unsafe {
             rm!(RedisModule_DigestAddStringBuffer(
                 md,
@@ -192,6 +203,7 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
 extern "C" fn free(value: *mut c_void) {
     ffi::guard((), || {
         if !value.is_null() {
+            // SAFETY: Redis frees each value once, here; it came from `into_value`.
             drop(unsafe { Hold::from_raw(value.cast()) });
             globals::count_lock_value(false);
         }
@@ -204,6 +216,7 @@ extern "C" fn copy(
     value: *const c_void,
 ) -> *mut c_void {
     ffi::guard(std::ptr::null_mut(), || {
+        // SAFETY: Redis passes a value of our type, owned by Redis for the length of the call.
         match unsafe { hold_of(value.cast_mut()) } {
             Some(hold) => into_value(hold.to_boxed()),
             None => std::ptr::null_mut(),
@@ -245,6 +258,7 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int
 
 fn log_io(rdb: *mut raw::RedisModuleIO, message: &str) {
     if let Ok(text) = std::ffi::CString::new(message) {
+        // SAFETY: format "%s" with one C string; `rdb` is the load context.
         unsafe {
             rm!(RedisModule_LogIOError(
                 rdb,

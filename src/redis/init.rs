@@ -18,6 +18,7 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // calls fail softly and `datatype` rejects the value, instead of Redis aborting.
     // NO_IMPLICIT_SIGNAL_MODIFIED: a command that changes nothing must not abort WATCH or
     // invalidate client caches; `host` signals each real change itself.
+    // SAFETY: `ctx` is the load context; the options are flags Redis 7.0 knows.
     unsafe {
         rm!(RedisModule_SetModuleOptions(
             ctx.ctx,
@@ -33,6 +34,7 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ctx.log_warning(&format!("relock: {e}"));
         return Status::Err;
     }
+    // SAFETY: `ctx` is the load context; `info` is an `extern "C"` fn that never unwinds.
     unsafe { rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info::info))) };
     events::warn_if_locks_may_be_evicted(ctx.ctx);
     server::learn_role(ctx.ctx);
@@ -44,6 +46,7 @@ fn missing_apis() -> Option<&'static str> {
     use redis_module::raw::*;
     macro_rules! check {
         ($($name:ident),* $(,)?) => {
+            // SAFETY: reads a function pointer the module API table filled in at load.
             $(if unsafe { $name }.is_none() { return Some(stringify!($name)); })*
         };
     }

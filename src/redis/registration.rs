@@ -191,6 +191,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
 fn register_one(ctx: *mut raw::RedisModuleCtx, command: &Command) -> Result<(), &'static str> {
     let ok = raw::REDISMODULE_OK as c_int;
     let key_at = c_int::from(command.key_flags != 0);
+    // SAFETY: `ctx` is the load context; the name, flags and callback are static.
     let created = unsafe {
         rm!(RedisModule_CreateCommand(
             ctx,
@@ -205,6 +206,7 @@ fn register_one(ctx: *mut raw::RedisModuleCtx, command: &Command) -> Result<(), 
     if created != ok {
         return Err("cannot create command");
     }
+    // SAFETY: the command was just created under this name.
     let handle = unsafe { rm!(RedisModule_GetCommand(ctx, command.name.as_ptr())) };
     if handle.is_null() {
         return Err("cannot find the command just created");
@@ -234,6 +236,7 @@ fn register_one(ctx: *mut raw::RedisModuleCtx, command: &Command) -> Result<(), 
                 },
             },
         },
+        // SAFETY: an all-zero key spec ends the list, as Redis expects (plain C data).
         unsafe { std::mem::zeroed() },
     ];
     let mut args: Vec<raw::RedisModuleCommandArg> = command
@@ -260,6 +263,7 @@ fn register_one(ctx: *mut raw::RedisModuleCtx, command: &Command) -> Result<(), 
             display_text: ptr::null(),
         })
         .collect();
+    // SAFETY: an all-zero argument ends the list, as Redis expects (plain C data).
     args.push(unsafe { std::mem::zeroed() });
 
     let mut info = raw::RedisModuleCommandInfo {
@@ -278,11 +282,13 @@ fn register_one(ctx: *mut raw::RedisModuleCtx, command: &Command) -> Result<(), 
         args: args.as_mut_ptr(),
     };
     // Redis copies everything it keeps, so the locals may go away after this call.
+    // SAFETY: `handle` is the command's; `info` and everything it points to live until the call returns.
     if unsafe { rm!(RedisModule_SetCommandInfo(handle, &mut info)) } != ok {
         return Err("cannot set command info (key specs, arity, docs)");
     }
     // Checked at run time: this API exists from Redis 7.2 on. On 7.0 module commands belong to
     // no ACL category, so e.g. `-@admin` does not deny LOCK.FORCERELEASE there (deny it by name).
+    // SAFETY: reads a function pointer the module API table filled in at load (null on 7.0).
     if let Some(set_categories) = unsafe { raw::RedisModule_SetCommandACLCategories } {
         if unsafe { set_categories(handle, command.acl.as_ptr()) } != ok {
             return Err("cannot set ACL categories");
