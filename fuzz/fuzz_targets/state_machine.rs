@@ -1,112 +1,134 @@
-//! The pure lock state machine driven by arbitrary operation sequences: one key, a FIFO queue
-//! of waiters, the token counter on a clock that only moves forward. Checks the contract's
-//! invariants after every step: counts >= 1, every new hold's token above every token before,
-//! holders refreshing keep their token, nobody barges past the queue, hand-off goes to the head.
+//! The lock engine itself (the code that runs inside Redis), on the in-memory host, driven by
+//! arbitrary sequences of commands, waits, hang-ups, deletes, time steps and server states.
+//! Checks after every step: tokens only rise, counts stay >= 1, nobody barges past a queue,
+//! each key serves its waiters first come first served, a granted waiter holds the lock, every
+//! blocked client is answered at most once (the host asserts it), and once everyone has left
+//! nothing is left waiting and no timer is left armed.
 #![no_main]
 
+use std::collections::HashMap;
+
 use libfuzzer_sys::fuzz_target;
-use relock::lock::hold::{acquire, reenter, release, renew, force_release};
-use relock::lock::{Clock, Decision, Found, Hold, Queue, Step, Tokens};
-
-struct FakeClock(u64);
-
-impl Clock for FakeClock {
-    fn now_ms(&self) -> u64 {
-        self.0
-    }
-}
+use relock::lock::memory::Sim;
+use relock::lock::{KeyRef, Outcome, Reply, State};
 
 const OWNERS: [&[u8]; 4] = [b"a", b"b", b"\x00\xff", b"dddddddddddddddddddddddddddddddddddd"];
+const KEYS: [&[u8]; 2] = [b"k0", b"k1"];
 
 fuzz_target!(|data: &[u8]| {
-    let mut clock = FakeClock(1_700_000_000_000);
-    let mut tokens = Tokens::new();
-    let mut hold: Option<Box<Hold>> = None;
-    let mut queue: Queue<&'static [u8]> = Queue::new();
-    let mut next_waiter = 0u64;
+    let mut sim = Sim::new(1_800_000_000_000);
     let mut last_token = 0u64;
+    // Blocked client -> (key, owner).
+    let mut waiting: HashMap<u64, (usize, &'static [u8])> = HashMap::new();
+    // Per key, the last client granted (clients are numbered in the order they waited).
+    let mut last_granted: [u64; 2] = [0, 0];
+    let mut order: Vec<u64> = Vec::new();
 
-    for pair in data.chunks(2) {
-        let op = pair[0];
-        let who = OWNERS[usize::from(pair.get(1).copied().unwrap_or(0)) % OWNERS.len()];
-        let found = match hold.as_deref() {
-            Some(h) => Found::Held(h),
-            None => Found::Free { queued: !queue.is_empty() },
-        };
-        let before = hold.as_ref().map(|h| (h.token(), h.count()));
-        let decision = match op % 9 {
-            0 => acquire(found, who),
-            1 => reenter(found, who),
-            2 => release(found, who),
-            3 => renew(found, who),
-            4 => force_release(found),
-            5 => {
-                // A waiter queues (LOCK.WAIT that could not take the lock at once).
-                next_waiter += 1;
-                queue.push(next_waiter, who);
-                continue;
-            }
-            6 => {
-                // A waiter leaves (timeout or disconnect).
-                let _ = queue.remove(u64::from(pair.get(1).copied().unwrap_or(0)) % (next_waiter + 1));
-                continue;
+    for chunk in data.chunks(3) {
+        let op = chunk[0];
+        let arg = chunk.get(1).copied().unwrap_or(0);
+        let more = chunk.get(2).copied().unwrap_or(0);
+        let k = usize::from(arg & 1);
+        let key = KEYS[k];
+        let who = OWNERS[usize::from(arg >> 1) % OWNERS.len()];
+        let ttl = u64::from(more) * 4 + 1;
+        let queued = sim.engine.queued(KeyRef { db: 0, name: key });
+        let held_by = sim.lock(key).map(|l| l.0);
+        let reply = match op % 14 {
+            0 => Some(sim.acquire(key, who, ttl)),
+            1 => Some(sim.reenter(key, who, ttl)),
+            2 => Some(sim.release(key, who)),
+            3 => Some(sim.renew(key, who, ttl)),
+            4 => Some(sim.force_release(key)),
+            5 | 6 => {
+                let timeout = if op % 14 == 5 { 0 } else { u64::from(more) * 3 };
+                let (reply, client) = sim.wait(key, who, ttl, timeout);
+                if reply == Reply::Blocked {
+                    waiting.insert(client, (k, who));
+                    order.push(client);
+                }
+                Some(reply)
             }
             7 => {
-                // The hold expires: it ends like a release.
-                if hold.take().is_some() {
-                    hand_off(&mut hold, &mut queue, &mut tokens, &clock, &mut last_token);
+                // A waiter (or a client granted but not yet answered) hangs up.
+                if let Some(&client) = order.get(usize::from(more) % order.len().max(1)) {
+                    waiting.remove(&client);
+                    sim.hang_up(client);
                 }
-                continue;
+                None
+            }
+            8 => {
+                sim.delete(key);
+                None
+            }
+            9 => {
+                sim.settle();
+                None
+            }
+            10 => {
+                sim.advance(i64::from(more));
+                None
+            }
+            11 => {
+                let state = match more % 4 {
+                    0 => State::Paused,
+                    1 => State::Loading,
+                    _ => State::Master,
+                };
+                sim.set_state(state);
+                None
+            }
+            12 => {
+                // A waiter loses its permission.
+                if let Some(&client) = order.get(usize::from(more) % order.len().max(1)) {
+                    sim.host.denied.insert(client);
+                }
+                None
             }
             _ => {
-                clock.0 += u64::from(pair.get(1).copied().unwrap_or(1));
-                continue;
+                sim.expire_all();
+                None
             }
         };
-        if let (Found::Free { queued: true }, Decision::Token(_) | Decision::Integer(Step::Grant, _)) =
-            (found, decision)
-        {
-            panic!("barged past the queue: {decision:?}");
-        }
-        match decision.step() {
-            Step::Nothing => assert_eq!(hold.as_ref().map(|h| (h.token(), h.count())), before),
-            Step::Grant => {
-                assert!(hold.is_none());
-                let token = tokens.issue(&clock).expect("token space");
-                assert!(token > last_token, "token {token} after {last_token}");
-                last_token = token;
-                hold = Some(Hold::new(who, token, 1));
-            }
-            Step::Refresh { count } | Step::Decrement { count } => {
-                let h = hold.as_mut().expect("refresh of a hold");
-                assert!(h.is_held_by(who) && count >= 1);
-                let token = h.token();
-                h.set_count(count);
-                assert_eq!(h.token(), token, "a refresh keeps the token");
-            }
-            Step::End => {
-                assert!(hold.take().is_some());
-                hand_off(&mut hold, &mut queue, &mut tokens, &clock, &mut last_token);
-            }
-        }
-        if let Some(h) = hold.as_ref() {
-            assert!(h.count() >= 1);
-        }
-    }
-});
 
-/// The lock ended: the head waiter, if any, gets a new hold with a new token.
-fn hand_off(
-    hold: &mut Option<Box<Hold>>,
-    queue: &mut Queue<&'static [u8]>,
-    tokens: &mut Tokens,
-    clock: &FakeClock,
-    last_token: &mut u64,
-) {
-    if let Some((_, waiter)) = queue.pop() {
-        let token = tokens.issue(clock).expect("token space");
-        assert!(token > *last_token);
-        *last_token = token;
-        *hold = Some(Hold::new(waiter, token, 1));
+        // Nobody barges past a queue.
+        if let Some(Reply::Integer(_)) = &reply {
+            if matches!(op % 14, 0 | 1 | 5 | 6) && queued > 0 && held_by.is_none() {
+                panic!("op {op}: took a free key past {queued} waiters");
+            }
+        }
+        // Tokens only rise.
+        let last = sim.engine.last_token();
+        assert!(last >= last_token, "token counter went back: {last} < {last_token}");
+        last_token = last;
+        if let Some((_, token, count, _)) = sim.lock(key) {
+            assert!(count >= 1);
+            assert!(token <= last);
+        }
+        // Answers: grants go first come first served per key, to a waiter that holds the lock.
+        for (client, outcome) in sim.deliver() {
+            let Some((k, owner)) = waiting.remove(&client) else {
+                continue;
+            };
+            if let Outcome::Token(token) = outcome {
+                assert!(client > last_granted[k], "key {k}: {client} after {}", last_granted[k]);
+                last_granted[k] = client;
+                // Within one step of time a granted hold may already have expired and passed on.
+                if op % 14 != 10 {
+                    let lock = sim.lock(KEYS[k]).expect("a granted lock is held");
+                    assert_eq!((lock.0.as_slice(), lock.1), (owner, token));
+                }
+            }
+        }
     }
-}
+
+    // Everyone leaves: nothing waits, and no timer is left behind.
+    sim.set_state(State::Master);
+    for client in order {
+        sim.hang_up(client);
+    }
+    sim.advance(60_000);
+    assert_eq!(sim.engine.waiters(), 0);
+    assert_eq!(sim.engine.armed_timers(), 0);
+    assert_eq!(sim.host_timers(), 0);
+});
