@@ -825,12 +825,7 @@ fn ctrl_c_on_a_terminal_reaches_the_command_once() {
         };
         assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
         // SAFETY: both fds were just opened and are owned by nobody else.
-        unsafe {
-            (
-                std::fs::File::from_raw_fd(m),
-                OwnedFd::from_raw_fd(s),
-            )
-        }
+        unsafe { (std::fs::File::from_raw_fd(m), OwnedFd::from_raw_fd(s)) }
     };
     let mut cmd = lockctl(&[&server]);
     cmd.arg("run")
@@ -879,8 +874,16 @@ fn ctrl_c_on_a_terminal_reaches_the_command_once() {
     let status = child.wait_within(Duration::from_secs(20));
     drop(master);
     let printed = printed.join().expect("reader");
-    assert_eq!(status.code(), Some(0), "{status:?}; lockctl printed: {printed}");
-    assert_eq!(counts.get("INT"), Some(&1), "{counts:?}; lockctl printed: {printed}");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "{status:?}; lockctl printed: {printed}"
+    );
+    assert_eq!(
+        counts.get("INT"),
+        Some(&1),
+        "{counts:?}; lockctl printed: {printed}"
+    );
     assert_eq!(lock_owner(&server), None, "released");
 }
 
