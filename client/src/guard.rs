@@ -1,6 +1,5 @@
 //! Keeping a lock alive: a background renewal task, a loss signal, release on every exit path.
 
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,11 +8,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
-use crate::client::Relock;
 use crate::error::Error;
 use crate::lock::Lock;
+use crate::masters::BackgroundReleases;
 
-/// What the body of [`Relock::with_lock`] gets to know about its lock.
+/// What the body of [`Relock::with_lock`](crate::Relock::with_lock) gets to know about its lock.
 #[derive(Debug, Clone)]
 pub struct Hold {
     /// The locked key.
@@ -45,10 +44,10 @@ pub struct LockGuard {
     valid_until: watch::Receiver<Instant>,
     stop: CancellationToken,
     done: Option<oneshot::Receiver<Result<(), Error>>>,
-    /// Handed to the renewal task on drop, so that [`Relock::settle`] waits for the release
-    /// from the moment the guard is dropped.
+    /// Handed to the renewal task on drop, so that [`Relock::settle`](crate::Relock::settle)
+    /// waits for the release from the moment the guard is dropped.
     releasing: Arc<Mutex<Option<TaskTrackerToken>>>,
-    client: Relock,
+    background: BackgroundReleases,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -59,13 +58,15 @@ impl std::fmt::Debug for LockGuard {
     }
 }
 
+// Here rather than in lock.rs: a guard is built on a lock's public API, and the lock need not
+// know about guards.
 impl Lock {
     /// Hands the lock to a background renewal task (spawned on the current tokio runtime,
     /// which this must be called from) and returns its guard.
     pub fn keep_alive(self) -> LockGuard {
         let hold = Hold {
-            key: self.key.clone(),
-            owner: self.owner.clone(),
+            key: self.key().to_string(),
+            owner: self.owner().to_string(),
             token: self.token(),
             tokens: self
                 .tokens()
@@ -74,11 +75,11 @@ impl Lock {
                 .collect(),
             lost: CancellationToken::new(),
         };
-        let (valid_tx, valid_rx) = watch::channel(self.valid_until);
+        let (valid_tx, valid_rx) = watch::channel(self.valid_until());
         let (done_tx, done_rx) = oneshot::channel();
         let stop = CancellationToken::new();
         let releasing = Arc::new(Mutex::new(None));
-        let client = self.client.clone();
+        let background = self.background();
         tokio::spawn(renew_until_stopped(
             self,
             Signals {
@@ -98,7 +99,7 @@ impl Lock {
             stop,
             done: Some(done_rx),
             releasing,
-            client,
+            background,
         }
     }
 }
@@ -148,7 +149,7 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         // The renewal task sees this at once and releases; nothing here waits for it.
         if self.done.is_some() {
-            let token = self.client.inner.background.token();
+            let token = self.background.token();
             *self.releasing.lock().unwrap_or_else(|p| p.into_inner()) = Some(token);
         }
         self.stop.cancel();
@@ -230,32 +231,6 @@ async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
     // Whatever minority of masters still has it should not keep it until the ttl.
     lock.release_quietly().await;
     let _ = signals.done.send(Err(Error::Lost { key }));
-}
-
-impl Relock {
-    /// Acquires `key` like [`Relock::acquire`] and keeps it alive (see [`Lock::keep_alive`]).
-    pub async fn guard(&self, key: &str, ttl: Duration) -> Result<LockGuard, Error> {
-        Ok(self.acquire(key, ttl).await?.keep_alive())
-    }
-
-    /// Runs `body` while holding `key`: acquires like [`Relock::acquire`], renews in the
-    /// background every ttl / 3, tells the body through [`Hold::lost`] if the lock is lost,
-    /// and releases on every exit path (return, panic, or the future being dropped).
-    ///
-    /// Returns the body's output, or the acquisition error (the body does not run then).
-    /// A failure to release afterwards is logged, not returned: the lock expires with its ttl.
-    pub async fn with_lock<T, F, Fut>(&self, key: &str, ttl: Duration, body: F) -> Result<T, Error>
-    where
-        F: FnOnce(Hold) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let guard = self.guard(key, ttl).await?;
-        let output = body(guard.hold().clone()).await;
-        if let Err(e) = guard.release().await {
-            tracing::warn!(key, error = %e, "release after with_lock body failed");
-        }
-        Ok(output)
-    }
 }
 
 #[cfg(test)]

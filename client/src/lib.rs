@@ -59,18 +59,22 @@
 mod client;
 mod duration;
 mod error;
+mod fanout;
 mod guard;
 mod info;
 pub mod limits;
 mod lock;
+mod masters;
 mod node;
 mod options;
+mod round;
 pub mod validity;
 
-pub use client::{NodeReport, Relock};
+pub use client::Relock;
 pub use duration::parse_duration;
 pub use error::{Error, NodeError, NodeErrors, NodeFailure};
 pub use guard::{loss_lead, Hold, LockGuard};
 pub use info::LockInfo;
 pub use lock::Lock;
+pub use masters::NodeReport;
 pub use options::Options;

@@ -17,7 +17,7 @@ use redis::{
 };
 use tokio::sync::Mutex;
 
-use crate::error::{Error, NodeError, NodeFailure};
+use crate::error::{Error, NodeFailure};
 
 /// How many redirections (MOVED, ASK) or topology changes one command follows.
 const MAX_REDIRECTS: u32 = 16;
@@ -128,13 +128,6 @@ impl Node {
         match &self.backend {
             Backend::Server { client, .. } => client.get_connection_info(),
             Backend::Cluster(c) => &c.template,
-        }
-    }
-
-    pub(crate) fn error(&self, failure: NodeFailure) -> NodeError {
-        NodeError {
-            node: self.name.clone(),
-            failure,
         }
     }
 
