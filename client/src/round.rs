@@ -361,18 +361,16 @@ impl Round<Released> {
     }
 }
 
+/// Fake masters' answers, for the tests of the round and of its fan-out.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::validity::drift;
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+pub(crate) mod fake {
+    use super::Reply;
+    use crate::error::NodeFailure;
+    use std::time::Duration;
 
     /// What a fake master answers.
     #[derive(Debug, Clone, Copy)]
-    enum Fake {
+    pub(crate) enum Fake {
         /// Granted (renewed) with this token.
         Grant(u64),
         /// Nil: another owner's, or no longer ours.
@@ -399,11 +397,11 @@ mod tests {
         }
     }
 
-    fn reply(fake: Fake) -> Reply<u64> {
+    pub(crate) fn reply(fake: Fake) -> Reply<u64> {
         match fake {
             Grant(token) => Ok(Some(token)),
             Refuse => Ok(None),
-            Timeout => Err(NodeFailure::Timeout(ms(100))),
+            Timeout => Err(NodeFailure::Timeout(Duration::from_millis(100))),
             Down => Err(NodeFailure::Redis(
                 std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into(),
             )),
@@ -413,6 +411,17 @@ mod tests {
             )),
             NoModule => Err(server_error("ERR unknown command 'LOCK.ACQUIRE'")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fake::{reply, Fake, Fake::*};
+    use super::*;
+    use crate::validity::drift;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
     }
 
     #[test]
