@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::Error;
-use crate::guard::{Hold, LockGuard};
+use crate::guard::{GuardedLock, LockGuard};
 use crate::info::{parse_info, LockInfo};
 use crate::limits::{check_ttl, clamp_wait};
 use crate::lock::Lock;
@@ -209,14 +209,14 @@ impl Relock {
     }
 
     /// Runs `body` while holding `key`: acquires like [`Relock::acquire`], renews in the
-    /// background every ttl / 3, tells the body through [`Hold::lost`] if the lock is lost,
+    /// background every ttl / 3, tells the body through [`GuardedLock::lost`] if the lock is lost,
     /// and releases on every exit path (return, panic, or the future being dropped).
     ///
     /// Returns the body's output, or the acquisition error (the body does not run then).
     /// A failure to release afterwards is logged, not returned: the lock expires with its ttl.
     pub async fn with_lock<T, F, Fut>(&self, key: &str, ttl: Duration, body: F) -> Result<T, Error>
     where
-        F: FnOnce(Hold) -> Fut,
+        F: FnOnce(GuardedLock) -> Fut,
         Fut: Future<Output = T>,
     {
         let guard = self.guard(key, ttl).await?;

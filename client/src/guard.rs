@@ -12,9 +12,11 @@ use crate::error::Error;
 use crate::lock::Lock;
 use crate::masters::BackgroundReleases;
 
-/// What the body of [`Relock::with_lock`](crate::Relock::with_lock) gets to know about its lock.
+/// A lock kept alive by a [`LockGuard`], as the body of
+/// [`Relock::with_lock`](crate::Relock::with_lock) sees it: its key, owner and tokens, and the
+/// signal that it was lost.
 #[derive(Debug, Clone)]
-pub struct Hold {
+pub struct GuardedLock {
     /// The locked key.
     pub key: String,
     /// The owner id the lock is held under.
@@ -33,6 +35,10 @@ pub struct Hold {
     pub lost: CancellationToken,
 }
 
+/// The former name of [`GuardedLock`], kept so that code naming it still compiles (it was
+/// easy to confuse with the module's own `Hold`, the record of a lock on a server).
+pub type Hold = GuardedLock;
+
 /// A lock renewed in the background until it is released or dropped.
 ///
 /// It renews every ttl / 3 (and retries sooner after a failed renewal while validity is
@@ -40,7 +46,7 @@ pub struct Hold {
 /// dropped, and then releases the lock on every master. Dropping it never blocks: the
 /// renewal task, already running on the runtime, does the release.
 pub struct LockGuard {
-    hold: Hold,
+    lock: GuardedLock,
     valid_until: watch::Receiver<Instant>,
     stop: CancellationToken,
     done: Option<oneshot::Receiver<Result<(), Error>>>,
@@ -53,7 +59,7 @@ pub struct LockGuard {
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("hold", &self.hold)
+            .field("hold", &self.lock)
             .finish()
     }
 }
@@ -64,7 +70,7 @@ impl Lock {
     /// Hands the lock to a background renewal task (spawned on the current tokio runtime,
     /// which this must be called from) and returns its guard.
     pub fn keep_alive(self) -> LockGuard {
-        let hold = Hold {
+        let lock = GuardedLock {
             key: self.key().to_string(),
             owner: self.owner().to_string(),
             token: self.token(),
@@ -84,16 +90,16 @@ impl Lock {
             self,
             Signals {
                 stop: stop.clone(),
-                lost: hold.lost.clone(),
+                lost: lock.lost.clone(),
                 valid_until: valid_tx,
                 done: done_tx,
                 releasing: releasing.clone(),
             },
         ));
         LockGuard {
-            hold: Hold {
-                lost: hold.lost.child_token(),
-                ..hold
+            lock: GuardedLock {
+                lost: lock.lost.child_token(),
+                ..lock
             },
             valid_until: valid_rx,
             stop,
@@ -106,23 +112,23 @@ impl Lock {
 
 impl LockGuard {
     /// The lock's key, owner and tokens, and its loss signal.
-    pub fn hold(&self) -> &Hold {
-        &self.hold
+    pub fn hold(&self) -> &GuardedLock {
+        &self.lock
     }
 
     /// The fencing token of the first master that granted.
     pub fn token(&self) -> Option<u64> {
-        self.hold.token
+        self.lock.token
     }
 
     /// A token cancelled the moment the lock is known lost.
     pub fn lost(&self) -> CancellationToken {
-        self.hold.lost.clone()
+        self.lock.lost.clone()
     }
 
     /// Whether the lock is known lost.
     pub fn is_lost(&self) -> bool {
-        self.hold.lost.is_cancelled()
+        self.lock.lost.is_cancelled()
     }
 
     /// The validity after the last successful renewal.
@@ -137,7 +143,7 @@ impl LockGuard {
         match self.done.take() {
             Some(done) => done.await.unwrap_or_else(|_| {
                 Err(Error::Lost {
-                    key: self.hold.key.clone(),
+                    key: self.lock.key.clone(),
                 })
             }),
             None => Ok(()),

@@ -73,7 +73,7 @@ pub mod validity;
 pub use client::Relock;
 pub use duration::parse_duration;
 pub use error::{Error, NodeError, NodeErrors, NodeFailure};
-pub use guard::{loss_lead, Hold, LockGuard};
+pub use guard::{loss_lead, GuardedLock, Hold, LockGuard};
 pub use info::LockInfo;
 pub use lock::Lock;
 pub use masters::NodeReport;
