@@ -88,12 +88,19 @@ impl<T> RoundState<T> {
     /// not know is ignored.
     pub(crate) fn on_reply(&mut self, master: usize, reply: Reply<T>) -> Progress {
         let progress = self.progress();
-        if progress != Progress::Pending || self.answered.get(master) != Some(&false) {
+        if progress != Progress::Pending {
             return progress;
         }
-        self.answered[master] = true;
+        match self.answered.get_mut(master) {
+            Some(answered) if !*answered => *answered = true,
+            _ => return progress,
+        }
         match reply {
-            Ok(Some(value)) => self.agreed[master] = Some(value),
+            Ok(Some(value)) => {
+                if let Some(agreed) = self.agreed.get_mut(master) {
+                    *agreed = Some(value);
+                }
+            }
             Ok(None) => self.failures.push((master, NodeFailure::NotGranted)),
             Err(failure) => self.failures.push((master, failure)),
         }
