@@ -1,6 +1,5 @@
 //! Keeping a lock alive: a background renewal task, a loss signal, release on every exit path.
 
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,13 +8,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
-use crate::client::Relock;
 use crate::error::Error;
 use crate::lock::Lock;
+use crate::masters::BackgroundReleases;
 
-/// What the body of [`Relock::with_lock`] gets to know about its lock.
+/// A lock kept alive by a [`LockGuard`], as the body of
+/// [`Relock::with_lock`](crate::Relock::with_lock) sees it: its key, owner and tokens, and the
+/// signal that it was lost.
 #[derive(Debug, Clone)]
-pub struct Hold {
+pub struct GuardedLock {
     /// The locked key.
     pub key: String,
     /// The owner id the lock is held under.
@@ -34,6 +35,10 @@ pub struct Hold {
     pub lost: CancellationToken,
 }
 
+/// The former name of [`GuardedLock`], kept so that code naming it still compiles (it was
+/// easy to confuse with the module's own `Hold`, the record of a lock on a server).
+pub type Hold = GuardedLock;
+
 /// A lock renewed in the background until it is released or dropped.
 ///
 /// It renews every ttl / 3 (and retries sooner after a failed renewal while validity is
@@ -41,31 +46,33 @@ pub struct Hold {
 /// dropped, and then releases the lock on every master. Dropping it never blocks: the
 /// renewal task, already running on the runtime, does the release.
 pub struct LockGuard {
-    hold: Hold,
+    lock: GuardedLock,
     valid_until: watch::Receiver<Instant>,
     stop: CancellationToken,
     done: Option<oneshot::Receiver<Result<(), Error>>>,
-    /// Handed to the renewal task on drop, so that [`Relock::settle`] waits for the release
-    /// from the moment the guard is dropped.
+    /// Handed to the renewal task on drop, so that [`Relock::settle`](crate::Relock::settle)
+    /// waits for the release from the moment the guard is dropped.
     releasing: Arc<Mutex<Option<TaskTrackerToken>>>,
-    client: Relock,
+    background: BackgroundReleases,
 }
 
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("hold", &self.hold)
+            .field("hold", &self.lock)
             .finish()
     }
 }
 
+// Here rather than in lock.rs: a guard is built on a lock's public API, and the lock need not
+// know about guards.
 impl Lock {
     /// Hands the lock to a background renewal task (spawned on the current tokio runtime,
     /// which this must be called from) and returns its guard.
     pub fn keep_alive(self) -> LockGuard {
-        let hold = Hold {
-            key: self.key.clone(),
-            owner: self.owner.clone(),
+        let lock = GuardedLock {
+            key: self.key().to_string(),
+            owner: self.owner().to_string(),
             token: self.token(),
             tokens: self
                 .tokens()
@@ -74,54 +81,54 @@ impl Lock {
                 .collect(),
             lost: CancellationToken::new(),
         };
-        let (valid_tx, valid_rx) = watch::channel(self.valid_until);
+        let (valid_tx, valid_rx) = watch::channel(self.valid_until());
         let (done_tx, done_rx) = oneshot::channel();
         let stop = CancellationToken::new();
         let releasing = Arc::new(Mutex::new(None));
-        let client = self.client.clone();
+        let background = self.background();
         tokio::spawn(renew_until_stopped(
             self,
             Signals {
                 stop: stop.clone(),
-                lost: hold.lost.clone(),
+                lost: lock.lost.clone(),
                 valid_until: valid_tx,
                 done: done_tx,
                 releasing: releasing.clone(),
             },
         ));
         LockGuard {
-            hold: Hold {
-                lost: hold.lost.child_token(),
-                ..hold
+            lock: GuardedLock {
+                lost: lock.lost.child_token(),
+                ..lock
             },
             valid_until: valid_rx,
             stop,
             done: Some(done_rx),
             releasing,
-            client,
+            background,
         }
     }
 }
 
 impl LockGuard {
     /// The lock's key, owner and tokens, and its loss signal.
-    pub fn hold(&self) -> &Hold {
-        &self.hold
+    pub fn hold(&self) -> &GuardedLock {
+        &self.lock
     }
 
     /// The fencing token of the first master that granted.
     pub fn token(&self) -> Option<u64> {
-        self.hold.token
+        self.lock.token
     }
 
     /// A token cancelled the moment the lock is known lost.
     pub fn lost(&self) -> CancellationToken {
-        self.hold.lost.clone()
+        self.lock.lost.clone()
     }
 
     /// Whether the lock is known lost.
     pub fn is_lost(&self) -> bool {
-        self.hold.lost.is_cancelled()
+        self.lock.lost.is_cancelled()
     }
 
     /// The validity after the last successful renewal.
@@ -136,7 +143,7 @@ impl LockGuard {
         match self.done.take() {
             Some(done) => done.await.unwrap_or_else(|_| {
                 Err(Error::Lost {
-                    key: self.hold.key.clone(),
+                    key: self.lock.key.clone(),
                 })
             }),
             None => Ok(()),
@@ -148,7 +155,7 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         // The renewal task sees this at once and releases; nothing here waits for it.
         if self.done.is_some() {
-            let token = self.client.inner.background.token();
+            let token = self.background.token();
             *self.releasing.lock().unwrap_or_else(|p| p.into_inner()) = Some(token);
         }
         self.stop.cancel();
@@ -230,32 +237,6 @@ async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
     // Whatever minority of masters still has it should not keep it until the ttl.
     lock.release_quietly().await;
     let _ = signals.done.send(Err(Error::Lost { key }));
-}
-
-impl Relock {
-    /// Acquires `key` like [`Relock::acquire`] and keeps it alive (see [`Lock::keep_alive`]).
-    pub async fn guard(&self, key: &str, ttl: Duration) -> Result<LockGuard, Error> {
-        Ok(self.acquire(key, ttl).await?.keep_alive())
-    }
-
-    /// Runs `body` while holding `key`: acquires like [`Relock::acquire`], renews in the
-    /// background every ttl / 3, tells the body through [`Hold::lost`] if the lock is lost,
-    /// and releases on every exit path (return, panic, or the future being dropped).
-    ///
-    /// Returns the body's output, or the acquisition error (the body does not run then).
-    /// A failure to release afterwards is logged, not returned: the lock expires with its ttl.
-    pub async fn with_lock<T, F, Fut>(&self, key: &str, ttl: Duration, body: F) -> Result<T, Error>
-    where
-        F: FnOnce(Hold) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let guard = self.guard(key, ttl).await?;
-        let output = body(guard.hold().clone()).await;
-        if let Err(e) = guard.release().await {
-            tracing::warn!(key, error = %e, "release after with_lock body failed");
-        }
-        Ok(output)
-    }
 }
 
 #[cfg(test)]

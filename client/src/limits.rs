@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
-use crate::client::Options;
+use crate::duration::parse_duration;
 use crate::error::Error;
+use crate::options::Options;
 
 /// The largest `ttl_ms` and `timeout_ms` the `LOCK.*` commands accept: 10^12 ms (31.7 years).
 pub const MAX_MS: u64 = 1_000_000_000_000;
@@ -26,7 +27,7 @@ pub fn check_ttl(ttl: Duration) -> Result<Duration, Error> {
 ///
 /// [`parse_duration`]: crate::parse_duration
 pub fn parse_ttl(text: &str) -> Result<Duration, String> {
-    let ttl = crate::parse_duration(text)?;
+    let ttl = parse_duration(text)?;
     check_ttl(ttl).map_err(|_| {
         format!(
             "{text:?} is out of range (a ttl is 1ms to {}s)",

@@ -1,33 +1,33 @@
 //! The lock handle: what was granted, until when, and how to extend or release it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::{Relock, Write};
-use crate::error::{Error, NodeFailure};
+use crate::error::Error;
 use crate::limits::check_ttl;
-use crate::validity::validity;
+use crate::masters::{Abandoned, BackgroundReleases, Masters, Write};
 
 /// A held lock: its key, owner, the fencing token each master granted, and the instant until
 /// which it is safe to act as the holder.
 ///
 /// Release it with [`Lock::release`]. A `Lock` dropped unreleased is released in the
 /// background (a task spawned on the current tokio runtime, if there is one; `Drop` never
-/// blocks; [`Relock::settle`] waits for it); without a runtime it simply expires after its
-/// ttl. For automatic renewal use
-/// [`Lock::keep_alive`] or [`Relock::with_lock`].
+/// blocks; [`Relock::settle`](crate::Relock::settle) waits for it); without a runtime it
+/// simply expires after its ttl. For automatic renewal use [`Lock::keep_alive`] or
+/// [`Relock::with_lock`](crate::Relock::with_lock).
 pub struct Lock {
-    pub(crate) client: Relock,
-    pub(crate) key: String,
-    pub(crate) owner: String,
-    pub(crate) ttl: Duration,
+    masters: Arc<Masters>,
+    key: String,
+    owner: String,
+    ttl: Duration,
     /// Per master (in the client's order), the token it granted, if it did.
-    pub(crate) tokens: Vec<Option<u64>>,
-    pub(crate) valid_until: Instant,
+    tokens: Vec<Option<u64>>,
+    valid_until: Instant,
     /// Reentrant holds are released only where they were counted.
-    pub(crate) reentrant: bool,
-    pub(crate) released: bool,
+    reentrant: bool,
+    released: bool,
 }
 
 impl std::fmt::Debug for Lock {
@@ -42,24 +42,77 @@ impl std::fmt::Debug for Lock {
 }
 
 impl Lock {
-    pub(crate) fn new(
-        client: Relock,
+    /// One Redlock round of `LOCK.ACQUIRE` (or, `reentrant`, `LOCK.REENTER`) under `owner`, no
+    /// retry. On failure the masters are released at once (in the background for
+    /// `LOCK.ACQUIRE`, whose owner is never used again, so that a stopped master does not hold
+    /// up the caller twice; only where a count was added for `LOCK.REENTER`).
+    pub(crate) async fn attempt(
+        masters: &Arc<Masters>,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        reentrant: bool,
+    ) -> Result<Lock, Error> {
+        let ttl = check_ttl(ttl)?;
+        let ttl_ms = ttl.as_millis() as u64;
+        let write = if reentrant {
+            Write::Reenter
+        } else {
+            Write::Acquire
+        };
+        // A reentrant hold cannot be undone blindly: only the counts it added are released.
+        let abandoned = (!reentrant).then(|| Abandoned::new(masters, key, owner));
+        let round = masters.write_round(key, owner, ttl_ms, write).await;
+        if let Some(abandoned) = abandoned {
+            abandoned.disarm();
+        }
+        let Some(valid_until) = round.valid_until(ttl) else {
+            if reentrant {
+                masters
+                    .release_round(key, owner, Some(&round.agreed_by()))
+                    .await;
+            } else {
+                masters.release_failed(key, owner, &round).await;
+            }
+            return Err(round.into_acquire_error(key, ttl));
+        };
+        tracing::debug!(key, owner, ?valid_until, "lock acquired");
+        Ok(Lock {
+            masters: masters.clone(),
+            key: key.to_string(),
+            owner: owner.to_string(),
+            ttl,
+            tokens: round.into_answers(),
+            valid_until,
+            reentrant,
+            released: false,
+        })
+    }
+
+    /// A lock that a quorum of masters granted to `owner` through `LOCK.WAIT`, whose validity
+    /// is still to be measured (with [`Lock::renew`]): until then it is not valid.
+    pub(crate) fn waited_for(
+        masters: &Arc<Masters>,
         key: &str,
         owner: &str,
         ttl: Duration,
         tokens: Vec<Option<u64>>,
-        reentrant: bool,
     ) -> Lock {
         Lock {
-            client,
+            masters: masters.clone(),
             key: key.to_string(),
             owner: owner.to_string(),
             ttl,
             tokens,
             valid_until: Instant::now(),
-            reentrant,
+            reentrant: false,
             released: false,
         }
+    }
+
+    /// The releases this lock's client runs in the background.
+    pub(crate) fn background(&self) -> BackgroundReleases {
+        self.masters.background().clone()
     }
 
     /// The locked key.
@@ -80,12 +133,11 @@ impl Lock {
     /// The fencing token of each master that granted, as `(master, token)`, in the client's
     /// order of masters. Tokens of different masters are unrelated numbers.
     pub fn tokens(&self) -> Vec<(&str, u64)> {
-        self.client
-            .inner
-            .nodes
+        self.masters
+            .names()
             .iter()
             .zip(&self.tokens)
-            .filter_map(|(n, t)| t.map(|t| (n.name.as_str(), t)))
+            .filter_map(|(name, t)| t.map(|t| (name.as_str(), t)))
             .collect()
     }
 
@@ -117,59 +169,42 @@ impl Lock {
     /// It waits for the round however long it takes (each master at most the node timeout);
     /// the renewal of a [`LockGuard`](crate::LockGuard) gives up at the validity's end.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
-        self.renew(ttl, true).await
-    }
-
-    /// The renew round; `within_validity: false` is for a grant from `LOCK.WAIT`, whose
-    /// validity has not been measured yet.
-    pub(crate) async fn renew(
-        &mut self,
-        ttl: Duration,
-        within_validity: bool,
-    ) -> Result<(), Error> {
         let ttl = check_ttl(ttl)?;
-        let ms = ttl.as_millis() as u64;
-        if within_validity && Instant::now() >= self.valid_until {
+        if Instant::now() >= self.valid_until {
             return Err(Error::Lost {
                 key: self.key.clone(),
             });
         }
+        self.renew(ttl).await
+    }
+
+    /// The renew round of [`Lock::extend`], for a `ttl` already checked, whether the validity
+    /// is over or not: a grant from `LOCK.WAIT` has no measured validity yet.
+    pub(crate) async fn renew(&mut self, ttl: Duration) -> Result<(), Error> {
+        let ms = ttl.as_millis() as u64;
         let round = self
-            .client
+            .masters
             .write_round(&self.key, &self.owner, ms, Write::Renew)
             .await;
-        let quorum = self.client.quorum();
-        let nodes = self.client.inner.nodes.len();
-        if round.granted() < quorum {
-            if round.refused() > 0 && round.refused() + round.permanent() > nodes - quorum {
-                return Err(Error::Lost {
-                    key: self.key.clone(),
-                });
-            }
-            let round = self.client.permanent_failure(&self.key, round)?;
-            return Err(self.client.no_quorum(&self.key, round));
-        }
-        let Some(left) = validity(ttl, round.elapsed) else {
-            return Err(Error::ValidityExhausted {
-                key: self.key.clone(),
-                elapsed: round.elapsed,
-                ttl,
-            });
+        let Some(valid_until) = round.valid_until(ttl) else {
+            return Err(round.into_renew_error(&self.key, ttl));
         };
-        for (slot, token) in self.tokens.iter_mut().zip(&round.tokens) {
-            if token.is_some() && !self.reentrant {
-                *slot = *token;
+        if !self.reentrant {
+            for (slot, token) in self.tokens.iter_mut().zip(round.answers()) {
+                if token.is_some() {
+                    *slot = *token;
+                }
             }
         }
         self.ttl = ttl;
-        self.valid_until = round.started + left;
+        self.valid_until = valid_until;
         Ok(())
     }
 
     /// Adds one to the hold count with `LOCK.REENTER` (same key, same owner) and returns a
     /// handle for that extra hold; releasing it takes the count back down by one.
     pub async fn reenter(&self, ttl: Duration) -> Result<Lock, Error> {
-        self.client.reenter(&self.key, &self.owner, ttl).await
+        Lock::attempt(&self.masters, &self.key, &self.owner, ttl, true).await
     }
 
     /// Releases the lock with `LOCK.RELEASE` on every master at once. Fails with
@@ -185,31 +220,11 @@ impl Lock {
             .reentrant
             .then(|| self.tokens.iter().map(Option::is_some).collect());
         let round = self
-            .client
-            .release_targets(&self.key, &self.owner, targets.as_deref())
+            .masters
+            .release_round(&self.key, &self.owner, targets.as_deref())
             .await;
-        let nodes = self.client.inner.nodes.len();
-        let quorum = self.client.quorum();
-        tracing::debug!(key = %self.key, released = round.granted(), "lock released");
-        if round.granted() >= quorum {
-            return Ok(());
-        }
-        if round.granted() == 0 && round.refused() == nodes {
-            return Err(Error::Lost {
-                key: self.key.clone(),
-            });
-        }
-        // Masters that failed could still hold it until the ttl runs out.
-        if round
-            .failures
-            .iter()
-            .all(|f| matches!(f.failure, NodeFailure::NotGranted))
-        {
-            return Err(Error::Lost {
-                key: self.key.clone(),
-            });
-        }
-        Err(self.client.no_quorum(&self.key, round))
+        tracing::debug!(key = %self.key, released = round.agreed(), "lock released");
+        round.into_release_result(&self.key)
     }
 
     /// Releases, ignoring the outcome (used when an acquisition is abandoned).
@@ -225,7 +240,7 @@ impl Drop for Lock {
             return;
         }
         let lock = Lock {
-            client: self.client.clone(),
+            masters: self.masters.clone(),
             key: std::mem::take(&mut self.key),
             owner: std::mem::take(&mut self.owner),
             ttl: self.ttl,
@@ -234,8 +249,8 @@ impl Drop for Lock {
             reentrant: self.reentrant,
             released: true,
         };
-        let client = lock.client.clone();
-        client.in_background(async move {
+        let background = lock.background();
+        background.spawn(async move {
             if let Err(e) = lock.release_inner().await {
                 tracing::debug!(key = %lock.key, error = %e, "release of a dropped lock");
             }

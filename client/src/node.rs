@@ -17,8 +17,7 @@ use redis::{
 };
 use tokio::sync::Mutex;
 
-use crate::error::{Error, NodeError, NodeFailure};
-use crate::LockInfo;
+use crate::error::{Error, NodeFailure};
 
 /// How many redirections (MOVED, ASK) or topology changes one command follows.
 const MAX_REDIRECTS: u32 = 16;
@@ -129,13 +128,6 @@ impl Node {
         match &self.backend {
             Backend::Server { client, .. } => client.get_connection_info(),
             Backend::Cluster(c) => &c.template,
-        }
-    }
-
-    pub(crate) fn error(&self, failure: NodeFailure) -> NodeError {
-        NodeError {
-            node: self.name.clone(),
-            failure,
         }
     }
 
@@ -699,82 +691,12 @@ fn parse_slots(reply: &Value, from: &str) -> Result<SlotMap, NodeFailure> {
     Ok(map)
 }
 
-/// `LOCK.INFO`'s reply (flat array under RESP2, map under RESP3) as a [`LockInfo`].
-pub(crate) fn parse_info(value: Value) -> Result<Option<LockInfo>, NodeFailure> {
-    let pairs: Vec<(Value, Value)> = match value {
-        Value::Nil => return Ok(None),
-        Value::Map(m) => m,
-        Value::Array(items) => {
-            let mut pairs = Vec::with_capacity(items.len() / 2);
-            let mut it = items.into_iter();
-            while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                pairs.push((k, v));
-            }
-            pairs
-        }
-        other => return Err(NodeFailure::Protocol(format!("LOCK.INFO: {other:?}"))),
-    };
-    let mut owner = None;
-    let (mut token, mut count, mut ttl, mut waiters) = (None, None, None, None);
-    for (k, v) in pairs {
-        let field: String = FromRedisValue::from_redis_value(&k)?;
-        match field.as_str() {
-            "owner" => {
-                let raw: Vec<u8> = FromRedisValue::from_redis_value(&v)?;
-                owner = Some(String::from_utf8_lossy(&raw).into_owned());
-            }
-            "token" => token = Some(u64::from_redis_value(&v)?),
-            "count" => count = Some(u64::from_redis_value(&v)?),
-            "ttl" => ttl = Some(i64::from_redis_value(&v)?),
-            "waiters" => waiters = Some(u64::from_redis_value(&v)?),
-            _ => {}
-        }
-    }
-    match (owner, token, count, ttl, waiters) {
-        (Some(owner), Some(token), Some(count), Some(ttl), Some(waiters)) => Ok(Some(LockInfo {
-            owner,
-            token,
-            count,
-            ttl: Duration::from_millis(ttl.max(0) as u64),
-            waiters,
-        })),
-        _ => Err(NodeFailure::Protocol("LOCK.INFO: missing fields".into())),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
-    }
-
-    #[test]
-    fn parses_resp2_info() {
-        let v = Value::Array(vec![
-            bulk("owner"),
-            bulk("me"),
-            bulk("token"),
-            Value::Int(1_800_000_000_000_001),
-            bulk("count"),
-            Value::Int(2),
-            bulk("ttl"),
-            Value::Int(1500),
-            bulk("waiters"),
-            Value::Int(3),
-        ]);
-        let info = parse_info(v).unwrap().unwrap();
-        assert_eq!(info.owner, "me");
-        assert_eq!(info.token, 1_800_000_000_000_001);
-        assert_eq!(info.count, 2);
-        assert_eq!(info.ttl, Duration::from_millis(1500));
-        assert_eq!(info.waiters, 3);
-    }
-
-    #[test]
-    fn nil_info_is_none() {
-        assert!(parse_info(Value::Nil).unwrap().is_none());
     }
 
     #[test]
@@ -832,11 +754,5 @@ mod tests {
         let map = parse_slots(&v, "[fe80::2]:7005").unwrap();
         assert_eq!(map.ranges, vec![(0, 16383, "[::1]:7000".to_string())]);
         assert_eq!(map.nodes, ["[::1]:7000", "[fe80::2]:7001"]);
-    }
-
-    #[test]
-    fn incomplete_info_is_an_error() {
-        let v = Value::Array(vec![bulk("owner"), bulk("me")]);
-        assert!(parse_info(v).is_err());
     }
 }

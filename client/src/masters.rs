@@ -1,0 +1,517 @@
+//! The masters a client locks on, and the rounds of commands sent to all of them at once:
+//! the writes (acquire, reenter, renew, each with its replica acknowledgements), the releases
+//! and the waits. Each request goes to one [`Node`]; the replies are judged by the pure
+//! [`RoundState`], fed by [`fanout::collect`].
+
+use std::future::Future;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{ConnectionAddr, FromRedisValue};
+use tokio::time::Instant;
+use tokio_util::task::task_tracker::TaskTrackerToken;
+use tokio_util::task::TaskTracker;
+
+use crate::error::{Error, NodeFailure};
+use crate::fanout::{self, spawned};
+use crate::info::parse_info;
+use crate::limits::{check_options, wait_ms};
+use crate::node::{display_addr, Node};
+use crate::options::Options;
+use crate::round::{quorum, Released, Reply, Round, RoundState, Until};
+
+/// What one master answered to an operator's query.
+#[derive(Debug)]
+pub struct NodeReport<T> {
+    /// The master, as `host:port`.
+    pub node: String,
+    /// Its answer, or why there was none.
+    pub result: Result<T, NodeFailure>,
+}
+
+/// The masters of one client (one server, N independent masters, or one Redis Cluster acting
+/// as one master), its options, and the releases it runs in the background.
+pub(crate) struct Masters {
+    nodes: Vec<Node>,
+    /// The nodes' names, in their order, shared with every round.
+    names: Arc<[String]>,
+    options: Options,
+    background: BackgroundReleases,
+}
+
+impl Masters {
+    /// The masters at `urls`, refusing one server named twice.
+    pub(crate) fn open<S: AsRef<str>>(urls: &[S], options: Options) -> Result<Masters, Error> {
+        if urls.is_empty() {
+            return Err(Error::NoServers);
+        }
+        check_options(&options)?;
+        let nodes = urls
+            .iter()
+            .map(|u| Node::open(u.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        if nodes.len() > 1 {
+            check_distinct(urls, &nodes)?;
+        }
+        Ok(Masters::of(nodes, options))
+    }
+
+    /// One Redis Cluster, known by some of its nodes, as a single master.
+    pub(crate) fn open_cluster<S: AsRef<str>>(
+        seeds: &[S],
+        options: Options,
+    ) -> Result<Masters, Error> {
+        if seeds.is_empty() {
+            return Err(Error::NoServers);
+        }
+        check_options(&options)?;
+        let seeds: Vec<&str> = seeds.iter().map(AsRef::as_ref).collect();
+        let node = Node::open_cluster(&seeds)?;
+        Ok(Masters::of(vec![node], options))
+    }
+
+    fn of(nodes: Vec<Node>, options: Options) -> Masters {
+        Masters {
+            names: nodes.iter().map(|n| n.name.clone()).collect(),
+            nodes,
+            options,
+            background: BackgroundReleases::default(),
+        }
+    }
+
+    /// The masters' names (`host:port`), in the order they were given.
+    pub(crate) fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// How many masters must agree: N / 2 + 1.
+    pub(crate) fn quorum(&self) -> usize {
+        quorum(self.nodes.len())
+    }
+
+    pub(crate) fn options(&self) -> &Options {
+        &self.options
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.nodes.iter().any(Node::is_cluster)
+    }
+
+    pub(crate) fn background(&self) -> &BackgroundReleases {
+        &self.background
+    }
+
+    fn new_round<T>(&self, until: Until) -> RoundState<T> {
+        RoundState::new(self.names.clone(), until, Instant::now())
+    }
+
+    /// `cmd` about `key` on every master, concurrently, each answer read by `parse`.
+    pub(crate) async fn ask_each<R, T>(
+        &self,
+        key: &str,
+        cmd: &redis::Cmd,
+        parse: impl Fn(R) -> Result<T, NodeFailure>,
+    ) -> Vec<NodeReport<T>>
+    where
+        R: FromRedisValue,
+    {
+        let timeout = self.options.node_timeout;
+        let parse = &parse;
+        let replies = futures_util::future::join_all(self.nodes.iter().map(|n| async move {
+            let reply: Result<R, _> = n.query(key, cmd, timeout).await;
+            NodeReport {
+                node: n.name_for(key, timeout).await,
+                result: reply.and_then(parse),
+            }
+        }));
+        replies.await
+    }
+
+    /// A round of one write whose reply is a token or nil, followed on each master by `WAIT`
+    /// when [`Options::replica_acks`] asks for acknowledgements. A master whose replicas did not
+    /// acknowledge counts as failed, and an acquisition there is undone at once (so that a
+    /// reentrant round's release never needs to know about it).
+    ///
+    /// Each request runs in a task of its own, so one still in flight when the round is
+    /// decided goes on to completion (bounded by the node timeout) instead of being cut off
+    /// half-way: a late grant or renewal still lands, and the release and renew paths address
+    /// every master, so a late grant is never orphaned.
+    pub(crate) async fn write_round(
+        self: &Arc<Self>,
+        key: &str,
+        owner: &str,
+        ttl_ms: u64,
+        write: Write,
+    ) -> Round<u64> {
+        let mut pipe = redis::pipe();
+        match write {
+            Write::Acquire => {
+                pipe.cmd("LOCK.ACQUIRE").arg(key).arg(owner).arg(ttl_ms);
+            }
+            Write::Renew => {
+                pipe.cmd("LOCK.RENEW").arg(key).arg(owner).arg(ttl_ms);
+            }
+            Write::Reenter => {
+                // The token must be the one of the hold we counted into: read it in the same
+                // transaction.
+                pipe.cmd("MULTI")
+                    .cmd("LOCK.REENTER")
+                    .arg(key)
+                    .arg(owner)
+                    .arg(ttl_ms)
+                    .cmd("LOCK.INFO")
+                    .arg(key)
+                    .cmd("EXEC");
+            }
+        }
+        let mut undo = redis::cmd("LOCK.RELEASE");
+        undo.arg(key).arg(owner);
+        // A reentrant round waits for every master, so that the release of a failed round
+        // only undoes the counts it really added.
+        let until = match write {
+            Write::Reenter => Until::AllAnswered,
+            Write::Acquire | Write::Renew => Until::Decided,
+        };
+        let round = self.new_round(until);
+        let requests: Vec<_> = (0..self.nodes.len())
+            .map(|i| {
+                let (masters, pipe, undo, key) =
+                    (self.clone(), pipe.clone(), undo.clone(), key.to_string());
+                spawned(async move { masters.write_on(i, &key, &pipe, &undo, write).await })
+            })
+            .collect();
+        fanout::collect(round, requests, None).await
+    }
+
+    /// The write of [`Masters::write_round`] on master `i`.
+    async fn write_on(
+        &self,
+        i: usize,
+        key: &str,
+        pipe: &redis::Pipeline,
+        undo: &redis::Cmd,
+        write: Write,
+    ) -> Reply<u64> {
+        let node = self.nodes.get(i).ok_or_else(|| no_master(i))?;
+        let (acks, timeout, node_timeout) = (
+            self.options.acks(),
+            self.options.write_timeout(),
+            self.options.node_timeout,
+        );
+        let (replies, acked) = node.query_acked(key, pipe, acks, timeout).await?;
+        let token = write.token(replies)?;
+        match (token, acks) {
+            // A renewal extends a hold its replicas acknowledged when it was granted. On a
+            // master left with fewer replicas than asked (the promoted replica after a
+            // failover, while the old master is down), it counts once every replica still
+            // there acknowledged it: that master holds the only copy of the lock anyway, and
+            // refusing would give an acknowledged lock up for want of a replica that no longer
+            // exists. New grants stay strict.
+            (Some(t), Some(a))
+                if write == Write::Renew
+                    && acked < u64::from(a.replicas)
+                    && node.connected_replicas(key, node_timeout).await.is_ok_and(
+                        |connected| connected < u64::from(a.replicas) && acked >= connected,
+                    ) =>
+            {
+                let master = node.name_for(key, node_timeout).await;
+                tracing::warn!(
+                    key,
+                    master = %master,
+                    acked,
+                    wanted = a.replicas,
+                    "renewed on a master with fewer replicas than replica_acks asks; \
+                     counted with every connected replica's acknowledgement"
+                );
+                Ok(Some(t))
+            }
+            (Some(_), Some(a)) if acked < u64::from(a.replicas) => {
+                if write != Write::Renew {
+                    let _ = node.query::<Option<u64>>(key, undo, timeout).await;
+                }
+                let master = if node.is_cluster() {
+                    Some(node.name_for(key, node_timeout).await)
+                } else {
+                    None
+                };
+                Err(NodeFailure::ReplicaAcks {
+                    acked,
+                    wanted: a.replicas,
+                    timeout: a.timeout,
+                    master,
+                })
+            }
+            _ => Ok(token),
+        }
+    }
+
+    /// `LOCK.RELEASE` on the masters in `targets` (all when `None`), all at once, waiting for
+    /// every answer (each bounded by the node timeout, plus the replica-ack timeout when
+    /// acknowledgements are on: a release queues behind a `WAIT` of ours on the shared
+    /// connection). A master left out counts as one that did not have the lock.
+    pub(crate) async fn release_round(
+        self: &Arc<Self>,
+        key: &str,
+        owner: &str,
+        targets: Option<&[bool]>,
+    ) -> Round<Released> {
+        let timeout = self.options.write_timeout();
+        let mut cmd = redis::cmd("LOCK.RELEASE");
+        cmd.arg(key).arg(owner);
+        let round = self.new_round(Until::AllAnswered);
+        let requests: Vec<_> = (0..self.nodes.len())
+            .map(|i| {
+                let (masters, cmd, key) = (self.clone(), cmd.clone(), key.to_string());
+                let skip = targets.is_some_and(|t| !t.get(i).copied().unwrap_or(false));
+                spawned(async move {
+                    if skip {
+                        return Ok(None);
+                    }
+                    let node = masters.nodes.get(i).ok_or_else(|| no_master(i))?;
+                    let left: Option<u64> = node.query(&key, &cmd, timeout).await?;
+                    Ok(left.map(|holds_left| Released { holds_left }))
+                })
+            })
+            .collect();
+        fanout::collect(round, requests, None).await
+    }
+
+    /// One round of `LOCK.WAIT` on every master at once, each on its own connection. Once a
+    /// master granted, the others get at most [`Options::max_partial_hold`] (and never more
+    /// than ttl / 4) to make a quorum. The requests still waiting when the round ends are
+    /// dropped, which closes their connections and so takes us out of those masters' queues.
+    pub(crate) async fn wait_round(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        remaining: Option<Duration>,
+    ) -> Round<u64> {
+        let node_timeout = self.options.node_timeout;
+        let mut cmd = redis::cmd("LOCK.WAIT");
+        cmd.arg(key)
+            .arg(owner)
+            .arg(ttl.as_millis() as u64)
+            .arg(wait_ms(remaining));
+        let cmd = &cmd;
+        let round = self.new_round(Until::Decided);
+        let requests: Vec<_> = self
+            .nodes
+            .iter()
+            .map(|node| async move {
+                let call = node.blocking_query::<Option<u64>>(key, cmd, node_timeout);
+                // A master that stops answering (paused, partitioned) must not outlast the wait.
+                match remaining {
+                    None => call.await,
+                    Some(r) => match tokio::time::timeout(r + node_timeout, call).await {
+                        Ok(r) => r,
+                        Err(_) => Err(NodeFailure::Timeout(r + node_timeout)),
+                    },
+                }
+            })
+            .collect();
+        let partial_hold = self.options.max_partial_hold.min(ttl / 4);
+        fanout::collect(round, requests, Some(partial_hold)).await
+    }
+
+    /// Undoes a failed round of a fresh `owner`: the masters that granted are released before
+    /// this returns (they just answered, so they answer at once), so that the caller's next
+    /// round finds them free; every other master that may hold a grant (one still to answer,
+    /// one that timed out) is released in the background, so that a stopped master does not
+    /// hold the caller up a second time.
+    pub(crate) async fn release_failed(
+        self: &Arc<Self>,
+        key: &str,
+        owner: &str,
+        round: &Round<u64>,
+    ) {
+        // The background part first: it still runs if this future is dropped while waiting.
+        self.release_late(key, owner, Some(round.may_hold()));
+        let granted = round.agreed_by();
+        if granted.contains(&true) {
+            self.release_round(key, owner, Some(&granted)).await;
+        }
+    }
+
+    /// Releases `owner`'s grants of `key` now, and once more a little later, in the
+    /// background: a master may still grant a request whose connection we closed (or whose
+    /// round we stopped waiting for) before it notices.
+    ///
+    /// `targets` limits it to some masters (all when `None`).
+    pub(crate) fn release_late(
+        self: &Arc<Self>,
+        key: &str,
+        owner: &str,
+        targets: Option<Vec<bool>>,
+    ) {
+        let (masters, key, owner) = (self.clone(), key.to_string(), owner.to_string());
+        self.background.spawn(async move {
+            masters
+                .release_round(&key, &owner, targets.as_deref())
+                .await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            masters
+                .release_round(&key, &owner, targets.as_deref())
+                .await;
+        });
+    }
+}
+
+fn no_master(i: usize) -> NodeFailure {
+    NodeFailure::Protocol(format!("no master number {i}"))
+}
+
+/// Releases running in the background (of dropped locks and guards, of abandoned or failed
+/// acquisitions), so that [`Relock::settle`](crate::Relock::settle) can wait for them.
+#[derive(Clone, Default)]
+pub(crate) struct BackgroundReleases(TaskTracker);
+
+impl BackgroundReleases {
+    /// Runs `release` in the background (on the current runtime, if any).
+    pub(crate) fn spawn<F>(&self, release: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(self.0.track_future(release));
+        }
+    }
+
+    /// Counts a release that is about to start elsewhere, until the token is dropped.
+    pub(crate) fn token(&self) -> TaskTrackerToken {
+        self.0.token()
+    }
+
+    /// Waits until every release counted here has finished.
+    pub(crate) async fn settle(&self) {
+        self.0.close();
+        self.0.wait().await;
+        self.0.reopen();
+    }
+}
+
+/// An acquisition round under way: if its future is dropped before the round is decided (a
+/// `select!`, a timeout, a signal), the grants that land anyway are released in the
+/// background instead of being held until their ttl.
+pub(crate) struct Abandoned {
+    masters: Arc<Masters>,
+    key: String,
+    owner: String,
+    armed: bool,
+}
+
+impl Abandoned {
+    pub(crate) fn new(masters: &Arc<Masters>, key: &str, owner: &str) -> Abandoned {
+        Abandoned {
+            masters: masters.clone(),
+            key: key.to_string(),
+            owner: owner.to_string(),
+            armed: true,
+        }
+    }
+
+    /// The round was decided: its outcome is handled by the caller.
+    pub(crate) fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::debug!(key = %self.key, "acquisition abandoned; releasing what it got");
+            self.masters.release_late(&self.key, &self.owner, None);
+        }
+    }
+}
+
+/// Fails when two of `nodes` are one server: their resolved addresses (or unix socket paths)
+/// overlap. A host name that does not resolve is compared by name.
+fn check_distinct<S: AsRef<str>>(urls: &[S], nodes: &[Node]) -> Result<(), Error> {
+    let identities: Vec<Vec<String>> = nodes
+        .iter()
+        .map(|n| server_identity(&n.connection_info().addr))
+        .collect();
+    for (i, mine) in identities.iter().enumerate() {
+        for (j, earlier) in identities[..i].iter().enumerate() {
+            if let Some(address) = mine.iter().find(|a| earlier.contains(a)) {
+                return Err(Error::DuplicateServer {
+                    first: urls[j].as_ref().to_string(),
+                    second: urls[i].as_ref().to_string(),
+                    address: address.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The addresses a server URL reaches, in a comparable form.
+fn server_identity(addr: &ConnectionAddr) -> Vec<String> {
+    match addr {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            let resolved: Vec<String> = (host.as_str(), *port)
+                .to_socket_addrs()
+                .map(|addrs| addrs.map(|a| canonical(a).to_string()).collect())
+                .unwrap_or_default();
+            if resolved.is_empty() {
+                vec![display_addr(addr).to_lowercase()]
+            } else {
+                resolved
+            }
+        }
+        ConnectionAddr::Unix(path) => vec![std::fs::canonicalize(path)
+            .unwrap_or_else(|_| path.clone())
+            .display()
+            .to_string()],
+    }
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+fn canonical(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
+            None => addr,
+        },
+        SocketAddr::V4(_) => addr,
+    }
+}
+
+/// The writes that may wait for replica acknowledgements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Write {
+    /// `LOCK.ACQUIRE`: the reply is the token or nil.
+    Acquire,
+    /// `MULTI`, `LOCK.REENTER`, `LOCK.INFO`, `EXEC`: the token is read from the info.
+    Reenter,
+    /// `LOCK.RENEW`: the reply is the token or nil.
+    Renew,
+}
+
+impl Write {
+    /// The token granted (or renewed), or `None` for nil, from the pipeline's replies.
+    fn token(self, replies: Vec<redis::Value>) -> Result<Option<u64>, NodeFailure> {
+        let protocol = |what: &str| NodeFailure::Protocol(format!("{what}: {replies:?}"));
+        match self {
+            Write::Acquire | Write::Renew => {
+                let first = replies.first().ok_or_else(|| protocol("no reply"))?;
+                Ok(Option::<u64>::from_redis_value(first)?)
+            }
+            Write::Reenter => {
+                // MULTI -> OK, REENTER -> QUEUED, INFO -> QUEUED, EXEC -> [count, info]
+                let Some(redis::Value::Array(exec)) = replies.get(3) else {
+                    return Err(protocol("EXEC"));
+                };
+                let (Some(count), Some(info)) = (exec.first(), exec.get(1)) else {
+                    return Err(protocol("EXEC"));
+                };
+                if Option::<u64>::from_redis_value(count)?.is_none() {
+                    return Ok(None);
+                }
+                Ok(parse_info(info.clone())?.map(|i| i.token))
+            }
+        }
+    }
+}
