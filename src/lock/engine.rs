@@ -167,6 +167,10 @@ pub struct Engine<T: Handles> {
     jobs_timer: bool,
     /// Jobs put off because the server could not write, retried every `RETRY_MS`.
     deferred: Vec<Job>,
+    /// Holds whose revoke is scheduled (token -> key): granted to a client that hung up before
+    /// its answer reached it. A command by the owner on the hold before the revoke runs (the
+    /// retry after a lost reply that the docs call safe) confirms it and cancels the revoke.
+    revoking: HashMap<u64, KeyId>,
     tokens: Tokens,
     stats: Stats,
 }
@@ -184,6 +188,7 @@ impl<T: Handles> Default for Engine<T> {
             serving: HashSet::new(),
             jobs_timer: false,
             deferred: Vec::new(),
+            revoking: HashMap::new(),
             tokens: Tokens::new(),
             stats: Stats::default(),
         }
@@ -253,7 +258,7 @@ impl<T: Handles> Engine<T> {
             // The server would not block this client: it gets nil, as a wait that timed out.
             return Reply::Nil;
         };
-        let expires_at = key.hold().and(key.expires_at());
+        let expires_at = key.hold().and_then(|_| key.expires_at());
         let key_id = at.to_id();
         self.next_waiter += 1;
         let id = self.next_waiter;
@@ -306,6 +311,7 @@ impl<T: Handles> Engine<T> {
         owner: &[u8],
     ) -> Reply {
         let decision = hold::release(found_here(key), owner);
+        self.confirm(key, decision);
         match decision.step() {
             Step::Decrement { count } => key.update(count, None),
             Step::End => {
@@ -329,6 +335,7 @@ impl<T: Handles> Engine<T> {
         ttl_ms: u64,
     ) -> Reply {
         let decision = hold::renew(found_here(key), owner);
+        self.confirm(key, decision);
         if let Step::Refresh { count } = decision.step() {
             key.update(count, Some(expiry(host.now_ms(), ttl_ms)));
             key.notify(Event::Renewed);
@@ -472,6 +479,7 @@ impl<T: Handles> Engine<T> {
     pub fn client_gone<H: Host<T>>(&mut self, host: &mut H, client: T::Client) {
         match self.tickets.get(&client) {
             Some(Ticket::Granted { key, token }) => {
+                self.revoking.insert(*token, key.clone());
                 let job = Job::Revoke(key.clone(), *token);
                 self.tickets.remove(&client);
                 self.schedule(host, job);
@@ -550,6 +558,7 @@ impl<T: Handles> Engine<T> {
         ttl_ms: u64,
         decision: Decision,
     ) -> Reply {
+        self.confirm(key, decision);
         match decision.step() {
             Step::Grant => {
                 if self.grant(host, key, owner, ttl_ms).is_none() {
@@ -585,6 +594,17 @@ impl<T: Handles> Engine<T> {
             Some(expiry(host.now_ms(), ttl_ms)),
         );
         Some(token)
+    }
+
+    /// The owner acts on its hold (re-acquires, re-enters, renews, releases): it knows of it,
+    /// so a revoke scheduled for it must not run.
+    fn confirm<K: Key>(&mut self, key: &K, decision: Decision) {
+        if self.revoking.is_empty() || decision.step() == Step::Nothing {
+            return;
+        }
+        if let Some(hold) = key.hold() {
+            self.revoking.remove(&hold.token());
+        }
     }
 
     /// The lock's expiry moved: waiters behind it (if any) need their timer at the new time.
@@ -662,8 +682,12 @@ impl<T: Handles> Engine<T> {
         }
     }
 
-    /// Ends a hold granted to a client that hung up before it learned of it.
+    /// Ends a hold granted to a client that hung up before it learned of it, unless its owner
+    /// has acted on it since.
     fn revoke<H: Host<T>>(&mut self, host: &mut H, id: &KeyId, token: u64) {
+        if self.revoking.remove(&token).is_none() {
+            return;
+        }
         let Ok(mut key) = host.open(id) else {
             return;
         };

@@ -541,3 +541,57 @@ fn a_thousand_waiters_are_served_in_order_with_constant_work_per_hand_off() {
     );
     assert_idle(&mut sim);
 }
+
+#[test]
+fn a_grant_its_owner_confirmed_before_the_revoke_ran_is_kept() {
+    // The owner's retry after the lost reply (or a renewal, a re-entry, a release of one level)
+    // confirms the hold: the revoke scheduled by the hang-up must not take it away afterwards.
+    type Confirm = fn(&mut Sim) -> Reply;
+    let confirmations: [(&str, Confirm); 4] = [
+        ("acquire", |s| s.acquire(K, b"w1", 60_000)),
+        ("renew", |s| s.renew(K, b"w1", 60_000)),
+        ("reenter", |s| s.reenter(K, b"w1", 60_000)),
+        ("wait", |s| s.wait(K, b"w1", 60_000, 0).0),
+    ];
+    for (name, confirm) in confirmations {
+        let mut sim = Sim::new(START);
+        sim.acquire(K, b"a", 10_000);
+        let (_, c1) = sim.wait(K, b"w1", 60_000, 0);
+        let (_, c2) = sim.wait(K, b"w2", 60_000, 0);
+        sim.release(K, b"a");
+        sim.hang_up(c1);
+        let t = sim.lock(K).expect("granted to w1").1;
+        let reply = confirm(&mut sim);
+        assert!(matches!(reply, Reply::Integer(_)), "{name}: {reply:?}");
+        sim.settle();
+        assert_eq!(
+            sim.lock(K).map(|l| (l.0, l.1)),
+            Some((b"w1".to_vec(), t)),
+            "{name}"
+        );
+        assert!(
+            granted(&mut sim).iter().all(|g| g.0 != c2),
+            "{name}: w2 still waits"
+        );
+    }
+}
+
+#[test]
+fn a_wait_on_a_free_key_behind_a_queue_queues() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"a", 10_000);
+    let (_, c1) = sim.wait(K, b"w1", 1000, 0);
+    sim.delete(K);
+    let (reply, c2) = sim.wait(K, b"w2", 1000, 0);
+    assert_eq!(reply, Reply::Blocked);
+    sim.settle();
+    assert_eq!(
+        granted(&mut sim).iter().map(|g| g.0).collect::<Vec<_>>(),
+        [c1]
+    );
+    sim.release(K, b"w1");
+    assert_eq!(
+        granted(&mut sim).iter().map(|g| g.0).collect::<Vec<_>>(),
+        [c1, c2]
+    );
+}

@@ -269,6 +269,10 @@ impl Key for RedisKey {
 
     fn expires_at(&self) -> Option<i64> {
         let key = self.key?;
+        // An empty key has no expiry; Redis 8.2's `GetAbsExpire` would read through null.
+        if self.value().is_null() {
+            return None;
+        }
         // SAFETY: an open key handle.
         let at = unsafe { rm!(RedisModule_GetAbsExpire(key.as_ptr())) };
         (at != raw::REDISMODULE_NO_EXPIRE as i64).then_some(at)
