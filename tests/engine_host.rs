@@ -274,7 +274,7 @@ fn scripts_that_delete_expire_and_lock_a_queued_key() {
     assert_eq!(v, vec![Some(0), None]);
     let td = d.read(SOON).token();
     let te = e.read(SOON).token();
-    assert!(tb < td as u64 && td < te, "{tb} {td} {te}");
+    assert!(tb < td && td < te, "{tb} {td} {te}");
     assert_eq!(owner_of(&mut c, "k"), Some(("e".into(), te as i64)));
 
     // PEXPIRE to 1 ms in a script: the script's frozen clock keeps the lock for the script;
