@@ -6,6 +6,7 @@
 //! cargo run --release -p relock-bench -- --out target/bench            # full run
 //! cargo run -p relock-bench -- --smoke --out target/bench-smoke        # seconds, no goals judged
 //! cargo run --release -p relock-bench -- --cases 2,3 --repeats 5       # some cases only
+//! cargo run --release -p relock-bench -- --cases 1 --only refused       # some case 1 rows only
 //! ```
 
 mod chart;
@@ -52,6 +53,10 @@ struct Args {
     /// Which cases to run (default: all), e.g. `--cases 1,2`.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 3, 4, 5])]
     cases: Vec<u32>,
+    /// Case 1 rows to run, by a word of their label (default: all), e.g. `--only refused` or
+    /// `--only pairs`; with `--cases 1` a quick look at one path.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
     /// Seconds measured per throughput and hand-off run (default 2, smoke 0.15).
     #[arg(long)]
     seconds: Option<f64>,
@@ -143,9 +148,20 @@ async fn run(args: Args) -> io::Result<()> {
 
     if want(1) {
         eprintln!("case 1: uncontended throughput");
-        case_throughput(port, &mut control, &scripts, &plan, &mut rows, &mut chart).await?;
+        case_throughput(
+            port,
+            &mut control,
+            &scripts,
+            &plan,
+            &args.only,
+            &mut rows,
+            &mut chart,
+        )
+        .await?;
         notes.push("Case 1: acquire-only rows are driven by redis-benchmark when installed (`-c 50 -P p -r 1000000 --csv`, keys lock:__rand_int__, one 36-byte owner, ttl 60000; B as EVALSHA); acquire+release pair rows by the benchmark's own tokio client (50 connections, raw RESP, each its own UUID owner, random keys lock:0..1e6), since a pair must release the key it acquired; with pipeline 16 a batch is 8 acquire/release pairs (16 commands in flight). Each row runs all approaches with the same driver.".into());
-        notes.push(format!("Case 1, refused rows: before each measurement {} keys (lock:000000000000..) are taken by another owner with each approach's own acquire (ttl 600000) and a probe checks that one more acquire is refused; then the same acquire command as the acquire rows, with the keyspace narrowed to those keys (redis-benchmark `-r {}`), so every request is refused (relock and A reply nil, B the PTTL); the db must still hold exactly those keys afterwards. Judged against A only: B is for information.", plan.refused_keys, plan.refused_keys));
+        if rows.iter().any(|r: &Row| r.measure.starts_with("refused")) {
+            notes.push(format!("Case 1, refused rows: before each measurement {} keys (lock:000000000000..) are taken by another owner with each approach's own acquire (ttl 600000) and a probe checks that one more acquire is refused; then the same acquire command as the acquire rows, with the keyspace narrowed to those keys (redis-benchmark `-r {}`), so every request is refused (relock and A reply nil, B the PTTL); the db must still hold exactly those keys afterwards. Judged against A only: B is for information.", plan.refused_keys, plan.refused_keys));
+        }
     }
     if want(2) {
         eprintln!("case 2: contended hand-off");
@@ -270,6 +286,7 @@ async fn case_throughput(
     control: &mut Conn,
     scripts: &Scripts,
     plan: &Plan,
+    only: &[String],
     rows: &mut Vec<Row>,
     chart: &mut ChartData,
 ) -> io::Result<()> {
@@ -285,6 +302,16 @@ async fn case_throughput(
         (refused, 1, "refused acquire/s, pipeline 1"),
         (refused, 16, "refused acquire/s, pipeline 16"),
     ];
+    let measures: Vec<_> = measures
+        .into_iter()
+        .filter(|(_, _, label)| only.is_empty() || only.iter().any(|w| label.contains(w.as_str())))
+        .collect();
+    if measures.is_empty() {
+        return Err(io::Error::other(format!(
+            "--only {}: no case 1 row has that word in its label",
+            only.join(",")
+        )));
+    }
     // Each approach's acquire must work before its speed means anything.
     for lock in locks {
         let key = format!("bench:probe:{lock:?}");
