@@ -362,6 +362,7 @@ async fn case_throughput(
                 if let Op::Refused { keys } = op {
                     throughput::check_all_refused(control, locks[j], keys).await?;
                 }
+                eprintln!("  {label}, {:?}: {v:.0}/s", locks[j]);
                 samples[j].push(v);
                 stats::settle(control).await?;
             }
