@@ -13,7 +13,9 @@ use crate::recipes::{Lock, Scripts};
 use crate::resp::{ok, Conn, Reply};
 
 /// The owner of every lock [`hold_all`] takes; no measured client uses it, so theirs are refused.
-const HOLDER: &str = "bench-holder-of-every-refused-key";
+/// A 36-byte UUID like the clients' own, so a refusal compares owner bytes as it does in use
+/// (owners of different lengths would be told apart by their length alone).
+const HOLDER: &str = "0b7e5a9c-2d4f-4e81-a3c6-9f1b2d3e4c5a";
 /// The refused keys' lifetime: far longer than one measurement, so none frees up during it.
 const HOLDER_TTL: &str = "600000";
 /// The owner of redis-benchmark's acquires.
