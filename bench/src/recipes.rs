@@ -90,4 +90,13 @@ impl Lock {
             Lock::Hash => reply.is_nil(),
         }
     }
+
+    /// Whether an acquire reply means the lock is held by another owner: nil for relock and
+    /// `SET NX`, the holder's PTTL for Redisson's script.
+    pub fn refused(self, reply: &Reply) -> bool {
+        match self {
+            Lock::Relock | Lock::SetNx => reply.is_nil(),
+            Lock::Hash => matches!(reply, Reply::Int(_)),
+        }
+    }
 }

@@ -65,6 +65,23 @@ pub fn calls_between(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u6
         .sum()
 }
 
+/// The server's CPU time so far (`used_cpu_sys` + `used_cpu_user`), in seconds.
+pub async fn server_cpu_seconds(conn: &mut Conn) -> io::Result<f64> {
+    let info = conn.ok(&["INFO", "cpu"]).await?.text();
+    let field = |name: &str| {
+        info.lines().find_map(|l| {
+            let (k, v) = l.trim().split_once(':')?;
+            (k == name).then(|| v.parse::<f64>().ok()).flatten()
+        })
+    };
+    match (field("used_cpu_sys"), field("used_cpu_user")) {
+        (Some(sys), Some(user)) => Ok(sys + user),
+        _ => Err(io::Error::other(
+            "INFO cpu lacks used_cpu_sys/used_cpu_user",
+        )),
+    }
+}
+
 /// One field of an `INFO` section as text.
 pub async fn info_field(conn: &mut Conn, section: &str, field: &str) -> io::Result<String> {
     let info = conn.ok(&["INFO", section]).await?.text();

@@ -1,5 +1,8 @@
 //! Case 1: uncontended throughput. 50 connections, each with its own owner, lock random keys
 //! (`lock:<0..1e6>`) as fast as the server answers, `pipeline` commands in flight per connection.
+//! The refused rows instead try keys that [`hold_all`] gave to another owner beforehand
+//! (`lock:<12-digit 0..keys>`, the names redis-benchmark's `__rand_int__` makes), so every
+//! acquire is turned away.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -7,7 +10,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::recipes::{Lock, Scripts};
-use crate::resp::{ok, Conn};
+use crate::resp::{ok, Conn, Reply};
+
+/// The owner of every lock [`hold_all`] takes; no measured client uses it, so theirs are refused.
+/// A 36-byte UUID like the clients' own, so a refusal compares owner bytes as it does in use
+/// (owners of different lengths would be told apart by their length alone).
+const HOLDER: &str = "0b7e5a9c-2d4f-4e81-a3c6-9f1b2d3e4c5a";
+/// The refused keys' lifetime: far longer than one measurement, so none frees up during it.
+const HOLDER_TTL: &str = "600000";
+/// The owner of redis-benchmark's acquires.
+const OWNER: &str = "6f1c2a4e-3b8d-4f5a-9c7e-1d2b3a4c5d6e";
 
 /// What one operation is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,6 +29,63 @@ pub enum Op {
     /// One acquire and one release of the same key. With pipeline P > 1 a batch holds P / 2
     /// such pairs, acquire then release adjacent, so P commands are in flight.
     Pair,
+    /// One acquire of a key another owner holds, out of `keys` held by [`hold_all`]: relock
+    /// and `SET NX` answer nil, Redisson's script the holder's PTTL.
+    Refused { keys: usize },
+}
+
+/// The name of refused key `i`: what redis-benchmark makes of `lock:__rand_int__` (`%012`).
+pub fn refused_key(i: usize) -> String {
+    format!("lock:{i:012}")
+}
+
+/// Gives keys `0..keys` (see [`refused_key`]) to [`HOLDER`] with `lock`, on an empty db, and
+/// checks that an acquire by another owner is then refused, so a refused-acquire run measures
+/// nothing but refusals.
+pub async fn hold_all(
+    conn: &mut Conn,
+    scripts: &Scripts,
+    lock: Lock,
+    keys: usize,
+) -> io::Result<()> {
+    const BATCH: usize = 1000;
+    conn.ok(&["FLUSHALL", "SYNC"]).await?;
+    for start in (0..keys).step_by(BATCH) {
+        let end = (start + BATCH).min(keys);
+        for i in start..end {
+            lock.push_acquire(conn, scripts, &refused_key(i), HOLDER, HOLDER_TTL);
+        }
+        conn.flush().await?;
+        for _ in start..end {
+            if !lock.won(&ok(conn.read().await?)?) {
+                return Err(io::Error::other(format!(
+                    "refused rows, {lock:?}: taking a free key for the holder failed"
+                )));
+            }
+        }
+    }
+    lock.push_acquire(conn, scripts, &refused_key(0), OWNER, "60000");
+    conn.flush().await?;
+    let probe = ok(conn.read().await?)?;
+    if !lock.refused(&probe) {
+        return Err(io::Error::other(format!(
+            "refused rows, {lock:?}: an acquire of a held key answered {probe:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks after a refused-acquire run that the db still holds exactly the `keys` locks
+/// [`hold_all`] took: an acquire that was not refused (a key outside the held range) would have
+/// added one.
+pub async fn check_all_refused(conn: &mut Conn, lock: Lock, keys: usize) -> io::Result<()> {
+    let n = conn.ok(&["DBSIZE"]).await?.int();
+    if n != Some(keys as i64) {
+        return Err(io::Error::other(format!(
+            "refused rows, {lock:?}: {n:?} keys after the run, expected the {keys} held ones"
+        )));
+    }
+    Ok(())
 }
 
 pub struct Load {
@@ -67,7 +136,7 @@ async fn drive(
     const TTL: &str = "60000";
     let owner = uuid::Uuid::new_v4().to_string();
     let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut key = String::with_capacity(16);
+    let mut key = String::with_capacity(20);
     let mut next_key = move || {
         use std::fmt::Write as _;
         // xorshift64: cheap, and the same key sequence shape for every approach.
@@ -75,7 +144,10 @@ async fn drive(
         rng ^= rng >> 7;
         rng ^= rng << 17;
         key.clear();
-        let _ = write!(key, "lock:{}", rng % 1_000_000);
+        let _ = match op {
+            Op::Refused { keys } => write!(key, "lock:{:012}", rng % keys.max(1) as u64),
+            _ => write!(key, "lock:{}", rng % 1_000_000),
+        };
         key.clone()
     };
     while !stop.load(Ordering::Relaxed) {
@@ -87,6 +159,19 @@ async fn drive(
                 conn.flush().await?;
                 for _ in 0..p {
                     ok(conn.read().await?)?;
+                }
+                done.fetch_add(p as u64, Ordering::Relaxed);
+            }
+            (Op::Refused { .. }, p) => {
+                for _ in 0..p {
+                    lock.push_acquire(&mut conn, scripts, &next_key(), &owner, TTL);
+                }
+                conn.flush().await?;
+                for _ in 0..p {
+                    let reply = ok(conn.read().await?)?;
+                    if !lock.refused(&reply) {
+                        return Err(not_refused(lock, &reply));
+                    }
                 }
                 done.fetch_add(p as u64, Ordering::Relaxed);
             }
@@ -118,16 +203,22 @@ async fn drive(
     Ok(())
 }
 
+fn not_refused(lock: Lock, reply: &Reply) -> io::Error {
+    io::Error::other(format!(
+        "refused rows, {lock:?}: an acquire of a held key answered {reply:?}"
+    ))
+}
+
 /// Acquires per second of `lock` measured by `redis-benchmark` (its command-line form, keys
-/// `lock:__rand_int__` over 1e6, one 36-byte owner), or None when it is not installed.
+/// `lock:__rand_int__` over `keyspace`, one 36-byte owner), or None when it is not installed.
 pub async fn redis_benchmark(
     port: u16,
     scripts: &Scripts,
     lock: Lock,
     pipeline: usize,
     requests: usize,
+    keyspace: usize,
 ) -> io::Result<Option<f64>> {
-    const OWNER: &str = "6f1c2a4e-3b8d-4f5a-9c7e-1d2b3a4c5d6e";
     const KEY: &str = "lock:__rand_int__";
     let command: Vec<String> = match lock {
         Lock::Relock => vec!["LOCK.ACQUIRE", KEY, OWNER, "60000"],
@@ -142,7 +233,7 @@ pub async fn redis_benchmark(
         std::process::Command::new(bin)
             .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-c", "50"])
             .args(["-P", &pipeline.to_string(), "-n", &requests.to_string()])
-            .args(["-r", "1000000", "--csv"])
+            .args(["-r", &keyspace.to_string(), "--csv"])
             .args(&command)
             .output()
     })

@@ -36,6 +36,13 @@ fn smoke_run_writes_table_json_and_chart() {
     for case in ["| 1 |", "| 2 |", "| 3 |", "| 4 |", "| 5 |"] {
         assert!(md.contains(case), "no row for case {case} in:\n{md}");
     }
+    // The refused rows pre-fill their keys and check every reply; they ran if they are listed.
+    for row in [
+        "refused acquire/s, pipeline 1 ",
+        "refused acquire/s, pipeline 16 ",
+    ] {
+        assert!(md.contains(row), "no row {row:?} in:\n{md}");
+    }
     assert!(md.contains("SMOKE RUN"), "{md}");
     assert!(
         stdout.contains("| Case | Measure | relock |"),
