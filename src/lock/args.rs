@@ -170,6 +170,16 @@ mod tests {
     }
 
     #[test]
+    fn expiry_bounds() {
+        assert_eq!(expiry_at_ms(b"0"), Err(ArgError::Expiry));
+        assert_eq!(expiry_at_ms(b"1"), Ok(1));
+        assert_eq!(expiry_at_ms(b"1800000000000"), Ok(1_800_000_000_000));
+        assert_eq!(expiry_at_ms(b"4611686018427387904"), Ok(1 << 62));
+        assert_eq!(expiry_at_ms(b"4611686018427387905"), Err(ArgError::Expiry));
+        assert_eq!(expiry_at_ms(b"-5"), Err(ArgError::Expiry));
+    }
+
+    #[test]
     fn errors_read_as_redis_errors() {
         assert_eq!(ArgError::Ttl.to_string(), "ERR invalid ttl_ms");
         assert_eq!(ArgError::Timeout.to_string(), "ERR invalid timeout_ms");

@@ -84,7 +84,8 @@ fn release_hands_off_to_waiters_first_come_first_served() {
     let g = granted(&mut sim);
     assert_eq!(g.iter().map(|g| g.0).collect::<Vec<_>>(), [c1, c2, c3]);
     assert!(g.windows(2).all(|w| w[0].1 < w[1].1), "tokens rise: {g:?}");
-    assert_eq!(sim.engine.stats().granted, 3);
+    let stats = sim.engine.stats();
+    assert_eq!((stats.granted, stats.contended, stats.acquired), (3, 3, 1));
     sim.release(K, b"w3");
     assert_idle(&mut sim);
 }
@@ -157,6 +158,8 @@ fn renewal_moves_the_hand_off_later() {
     let (_, c) = sim.wait(K, b"w", 1000, 0);
     sim.advance(50);
     sim.renew(K, b"a", 300);
+    sim.renew(K, b"a", 300);
+    assert_eq!(sim.engine.stats().renewed, 2);
     sim.advance(200);
     assert!(granted(&mut sim).is_empty(), "renewed to START+350");
     sim.advance(101);
