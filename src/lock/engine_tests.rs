@@ -598,3 +598,22 @@ fn a_wait_on_a_free_key_behind_a_queue_queues() {
         [c1, c2]
     );
 }
+
+#[test]
+fn info_of_a_lock_without_expiry_reports_ttl_minus_one() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"a", 1000);
+    sim.set_expiry(K, None);
+    assert!(matches!(sim.info(K), Reply::Info(Info { ttl_ms: -1, .. })));
+}
+
+#[test]
+fn force_release_counts_what_it_broke() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"a", 1000);
+    assert_eq!(sim.force_release(K), Reply::Integer(1));
+    assert_eq!(sim.force_release(K), Reply::Integer(0));
+    sim.acquire(K, b"b", 1000);
+    sim.force_release(K);
+    assert_eq!(sim.engine.stats().forcereleased, 2);
+}
