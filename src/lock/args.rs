@@ -1,5 +1,6 @@
 //! Command arguments: parsing and bounds, with the exact error each violation gets.
 
+use super::shared::{Mode, MAX_LIMIT};
 use super::tokens::MAX_TOKEN;
 
 /// Longest owner, in bytes.
@@ -18,6 +19,7 @@ pub enum ArgError {
     Token,
     Count,
     Expiry,
+    Limit,
     Syntax,
 }
 
@@ -30,6 +32,7 @@ impl std::fmt::Display for ArgError {
             ArgError::Token => "ERR invalid token",
             ArgError::Count => "ERR invalid count",
             ArgError::Expiry => "ERR invalid expiry",
+            ArgError::Limit => "ERR invalid limit",
             ArgError::Syntax => "ERR syntax error",
         })
     }
@@ -100,6 +103,43 @@ pub fn token(bytes: &[u8]) -> Result<u64, ArgError> {
 pub fn count(bytes: &[u8]) -> Result<u32, ArgError> {
     in_range(bytes, 1, u64::from(super::hold::MAX_COUNT), ArgError::Count)
         .map(|c| u32::try_from(c).unwrap_or(super::hold::MAX_COUNT))
+}
+
+/// The optional mode after an acquiring command's fixed arguments: nothing (exclusive),
+/// `SHARED`, or `SHARED LIMIT n` with 1 <= n <= 10^6. Keywords are case-insensitive.
+pub fn mode(words: &[&[u8]]) -> Result<Mode, ArgError> {
+    match words {
+        [] => Ok(Mode::Exclusive),
+        [shared] if shared.eq_ignore_ascii_case(b"SHARED") => Ok(Mode::Shared { limit: 0 }),
+        [shared, limit, n]
+            if shared.eq_ignore_ascii_case(b"SHARED") && limit.eq_ignore_ascii_case(b"LIMIT") =>
+        {
+            let n = in_range(n, 1, u64::from(MAX_LIMIT), ArgError::Limit)?;
+            Ok(Mode::Shared { limit: n as u32 })
+        }
+        _ => Err(ArgError::Syntax),
+    }
+}
+
+/// `LOCK.HOLDERS`' options after the key: `[OWNER owner] [COUNT n]`, each at most once, in
+/// any order. `COUNT` defaults to 100; 0 means all.
+pub fn holders_options(words: &[&[u8]]) -> Result<(Option<Vec<u8>>, usize), ArgError> {
+    let (mut owner_arg, mut count_arg) = (None, None);
+    let mut rest = words;
+    while let [word, value, tail @ ..] = rest {
+        if word.eq_ignore_ascii_case(b"OWNER") && owner_arg.is_none() {
+            owner_arg = Some(owner(value)?.to_vec());
+        } else if word.eq_ignore_ascii_case(b"COUNT") && count_arg.is_none() {
+            count_arg = Some(in_range(value, 0, u64::from(u32::MAX), ArgError::Count)? as usize);
+        } else {
+            return Err(ArgError::Syntax);
+        }
+        rest = tail;
+    }
+    if !rest.is_empty() {
+        return Err(ArgError::Syntax);
+    }
+    Ok((owner_arg, count_arg.unwrap_or(100)))
 }
 
 /// An absolute expiry in Unix milliseconds: 1 <= at <= 2^62.
@@ -177,6 +217,48 @@ mod tests {
         assert_eq!(expiry_at_ms(b"4611686018427387904"), Ok(1 << 62));
         assert_eq!(expiry_at_ms(b"4611686018427387905"), Err(ArgError::Expiry));
         assert_eq!(expiry_at_ms(b"-5"), Err(ArgError::Expiry));
+    }
+
+    #[test]
+    fn modes() {
+        let m = |words: &[&[u8]]| mode(words);
+        assert_eq!(m(&[]), Ok(Mode::Exclusive));
+        assert_eq!(m(&[b"shared"]), Ok(Mode::Shared { limit: 0 }));
+        assert_eq!(
+            m(&[b"SHARED", b"limit", b"3"]),
+            Ok(Mode::Shared { limit: 3 })
+        );
+        assert_eq!(
+            m(&[b"SHARED", b"LIMIT", b"1000000"]),
+            Ok(Mode::Shared { limit: 1_000_000 })
+        );
+        assert_eq!(m(&[b"SHARED", b"LIMIT", b"1000001"]), Err(ArgError::Limit));
+        assert_eq!(m(&[b"SHARED", b"LIMIT", b"0"]), Err(ArgError::Limit));
+        assert_eq!(m(&[b"SHARED", b"LIMIT", b"x"]), Err(ArgError::Limit));
+        assert_eq!(m(&[b"LIMIT", b"3"]), Err(ArgError::Syntax));
+        assert_eq!(m(&[b"SHARED", b"SHARED"]), Err(ArgError::Syntax));
+        assert_eq!(m(&[b"EXCLUSIVE"]), Err(ArgError::Syntax));
+        assert_eq!(m(&[b"SHARED", b"LIMIT"]), Err(ArgError::Syntax));
+        assert_eq!(ArgError::Limit.to_string(), "ERR invalid limit");
+    }
+
+    #[test]
+    fn holders_option_words() {
+        let h = |words: &[&[u8]]| holders_options(words);
+        assert_eq!(h(&[]), Ok((None, 100)));
+        assert_eq!(h(&[b"count", b"0"]), Ok((None, 0)));
+        assert_eq!(
+            h(&[b"OWNER", b"a", b"COUNT", b"5"]),
+            Ok((Some(b"a".to_vec()), 5))
+        );
+        assert_eq!(
+            h(&[b"COUNT", b"5", b"OWNER", b"a"]),
+            Ok((Some(b"a".to_vec()), 5))
+        );
+        assert_eq!(h(&[b"COUNT", b"5", b"COUNT", b"6"]), Err(ArgError::Syntax));
+        assert_eq!(h(&[b"COUNT"]), Err(ArgError::Syntax));
+        assert_eq!(h(&[b"COUNT", b"-1"]), Err(ArgError::Count));
+        assert_eq!(h(&[b"NAME", b"x"]), Err(ArgError::Syntax));
     }
 
     #[test]

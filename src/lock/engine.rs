@@ -23,11 +23,14 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
-use super::errors::{NOPERM, NO_TOKENS, READONLY, REENTRANCY_LIMIT, WRONGTYPE};
+use super::errors::{
+    other_limit, NOPERM, NO_TOKENS, OTHER_MODE, READONLY, REENTRANCY_LIMIT, WRONGTYPE,
+};
 use super::hold::{self, Decision, Found, Step};
 use super::host::{Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
-use super::packed::Hold;
+use super::packed::{Hold, LockRef};
 use super::queue::{Queue, WaiterId};
+use super::shared::{Holder, Mode};
 use super::stats::Stats;
 use super::tokens::{Clock, Tokens};
 
@@ -48,9 +51,11 @@ pub enum Reply {
     Integer(u64),
     Nil,
     Ok,
-    Error(&'static str),
+    Error(Cow<'static, str>),
     /// `LOCK.INFO`'s map.
     Info(Info),
+    /// `LOCK.HOLDERS`: one entry per holder, in grant order.
+    Holders(Vec<HolderInfo>),
     /// The client is blocked; its answer comes later through [`Host::unblock`].
     Blocked,
 }
@@ -59,26 +64,69 @@ pub enum Reply {
 #[derive(Clone, Copy, Debug)]
 pub struct Wait<'a> {
     pub owner: &'a [u8],
+    /// Exclusive, or shared (with a limit).
+    pub mode: Mode,
     /// The lease of the hold it gets.
     pub ttl_ms: u64,
     /// How long it waits at most (0: no limit).
     pub timeout_ms: u64,
 }
 
-/// What `LOCK.INFO` reports about a held lock.
+/// What `LOCK.INFO` reports about a lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Info {
+    /// The holder of an exclusive lock (none for a shared key).
+    pub owner: Option<Box<[u8]>>,
+    pub token: Option<u64>,
+    pub count: Option<u32>,
+    /// Remaining lifetime in ms (of the latest lease of a shared key), -1 without an expiry.
+    pub ttl_ms: i64,
+    pub waiters: usize,
+    pub mode: Mode,
+    /// Live holds.
+    pub holders: usize,
+}
+
+/// One entry of `LOCK.HOLDERS`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HolderInfo {
     pub owner: Box<[u8]>,
     pub token: u64,
     pub count: u32,
-    /// Remaining lifetime in ms, -1 without an expiry.
+    /// Remaining lease in ms, -1 without an expiry.
     pub ttl_ms: i64,
-    pub waiters: usize,
+}
+
+/// Which acquiring command asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// `LOCK.ACQUIRE` and `LOCK.WAIT`: replies the token; idempotent for the holder.
+    Acquire,
+    /// `LOCK.REENTER`: replies the count; the holder's count goes up.
+    Reenter,
+}
+
+/// What a shared-aware acquire comes to.
+enum Taken {
+    Reply(Reply),
+    /// Not now: the caller answers nil or queues.
+    MustWait,
+}
+
+/// What the grant pass does with the head waiter.
+enum Next {
+    Stop,
+    GrantExclusive,
+    GrantShared(u32),
+    /// Its owner holds the key already: a re-acquire, answered with the existing token.
+    Reacquire,
+    Fail(Cow<'static, str>),
 }
 
 struct Waiter<T: Handles> {
     client: T::Client,
     owner: Box<[u8]>,
+    mode: Mode,
     ttl_ms: u64,
     /// Who asked, to re-check their permissions when the lock is handed over.
     caller: Option<T::Caller>,
@@ -90,6 +138,10 @@ struct Waiter<T: Handles> {
 struct Line<T: Handles> {
     queue: Queue<Waiter<T>>,
     deadline: Option<Armed>,
+    /// Shared waiters queued, and the limit they all asked for (a key's limit lasts while any
+    /// shared hold or shared waiter remains).
+    shared_waiters: usize,
+    limit: u32,
 }
 
 impl<T: Handles> Default for Line<T> {
@@ -97,6 +149,8 @@ impl<T: Handles> Default for Line<T> {
         Line {
             queue: Queue::new(),
             deadline: None,
+            shared_waiters: 0,
+            limit: 0,
         }
     }
 }
@@ -211,9 +265,19 @@ impl<T: Handles> Engine<T> {
         at: KeyRef<'_>,
         owner: &[u8],
         ttl_ms: u64,
+        mode: Mode,
     ) -> Reply {
-        let decision = hold::acquire(self.found(host, key, at), owner);
-        self.apply_take(host, key, at, owner, ttl_ms, decision)
+        if mode == Mode::Exclusive && key.shared().is_none() {
+            let decision = hold::acquire(self.found(host, key, at), owner);
+            return self.apply_take(host, key, at, owner, ttl_ms, decision);
+        }
+        match self.take_shared(host, key, at, owner, ttl_ms, mode, Kind::Acquire) {
+            Taken::Reply(reply) => reply,
+            Taken::MustWait => {
+                self.stats.contended += 1;
+                Reply::Nil
+            }
+        }
     }
 
     /// `LOCK.REENTER`: a reentrant acquire; replies the new count.
@@ -224,9 +288,19 @@ impl<T: Handles> Engine<T> {
         at: KeyRef<'_>,
         owner: &[u8],
         ttl_ms: u64,
+        mode: Mode,
     ) -> Reply {
-        let decision = hold::reenter(self.found(host, key, at), owner);
-        self.apply_take(host, key, at, owner, ttl_ms, decision)
+        if mode == Mode::Exclusive && key.shared().is_none() {
+            let decision = hold::reenter(self.found(host, key, at), owner);
+            return self.apply_take(host, key, at, owner, ttl_ms, decision);
+        }
+        match self.take_shared(host, key, at, owner, ttl_ms, mode, Kind::Reenter) {
+            Taken::Reply(reply) => reply,
+            Taken::MustWait => {
+                self.stats.contended += 1;
+                Reply::Nil
+            }
+        }
     }
 
     /// `LOCK.WAIT`: acquires, or queues the caller until the lock is handed to it or
@@ -246,19 +320,29 @@ impl<T: Handles> Engine<T> {
     {
         let Wait {
             owner,
+            mode,
             ttl_ms,
             timeout_ms,
         } = wait;
-        let decision = hold::acquire(self.found(host, key, at), owner);
-        let Some(block) = block.filter(|_| decision == Decision::Nil) else {
-            return self.apply_take(host, key, at, owner, ttl_ms, decision);
-        };
+        if mode == Mode::Exclusive && key.shared().is_none() {
+            let decision = hold::acquire(self.found(host, key, at), owner);
+            if decision != Decision::Nil || block.is_none() {
+                return self.apply_take(host, key, at, owner, ttl_ms, decision);
+            }
+        } else if let Taken::Reply(reply) =
+            self.take_shared(host, key, at, owner, ttl_ms, mode, Kind::Acquire)
+        {
+            return reply;
+        }
         self.stats.contended += 1;
+        let Some(block) = block else {
+            return Reply::Nil;
+        };
         let Some((client, caller)) = block(host) else {
             // The server would not block this client: it gets nil, as a wait that timed out.
             return Reply::Nil;
         };
-        let expires_at = key.hold().and_then(|_| key.expires_at());
+        let expires_at = next_deadline(key);
         let key_id = at.to_id();
         self.next_waiter += 1;
         let id = self.next_waiter;
@@ -276,11 +360,16 @@ impl<T: Handles> Engine<T> {
             )
         });
         let line = self.line_or_new(&key_id);
+        if let Mode::Shared { limit } = mode {
+            line.shared_waiters += 1;
+            line.limit = limit;
+        }
         line.queue.push(
             id,
             Waiter {
                 client,
                 owner: owner.into(),
+                mode,
                 ttl_ms,
                 caller,
                 timeout,
@@ -310,6 +399,9 @@ impl<T: Handles> Engine<T> {
         at: KeyRef<'_>,
         owner: &[u8],
     ) -> Reply {
+        if key.shared().is_some() {
+            return self.release_shared(host, key, at, owner);
+        }
         let decision = hold::release(found_here(key), owner);
         self.confirm(key, decision);
         match decision.step() {
@@ -334,6 +426,9 @@ impl<T: Handles> Engine<T> {
         owner: &[u8],
         ttl_ms: u64,
     ) -> Reply {
+        if key.shared().is_some() {
+            return self.renew_shared(host, key, at, owner, ttl_ms);
+        }
         let decision = hold::renew(found_here(key), owner);
         self.confirm(key, decision);
         if let Step::Refresh { count } = decision.step() {
@@ -345,38 +440,132 @@ impl<T: Handles> Engine<T> {
         reply(key, decision)
     }
 
-    /// `LOCK.FORCERELEASE`: ends any hold (replies 1 if there was one) and hands it on.
+    /// `LOCK.FORCERELEASE key [owner]`: ends every hold of the key (replies how many), or only
+    /// `owner`'s (replies 1 or 0), and hands the lock on.
     pub fn force_release<H: Host<T>>(
         &mut self,
         host: &mut H,
         key: &mut H::Key,
         at: KeyRef<'_>,
+        owner: Option<&[u8]>,
     ) -> Reply {
-        let decision = hold::force_release(found_here(key));
-        if decision.step() == Step::End {
-            key.remove();
+        if key.shared().is_some() {
+            self.prune(host, key);
+        }
+        let ended = match (key.lock(), owner) {
+            (None, _) => 0,
+            (Some(LockRef::Exclusive(hold)), Some(owner)) if !hold.is_held_by(owner) => 0,
+            (Some(LockRef::Exclusive(_)), _) => {
+                key.remove();
+                1
+            }
+            (Some(LockRef::Shared(shared)), None) => {
+                let holders = shared.len();
+                key.remove();
+                holders
+            }
+            (Some(LockRef::Shared(shared)), Some(owner)) => match shared.get(owner) {
+                Some(_) => {
+                    key.remove_holder(owner);
+                    1
+                }
+                None => 0,
+            },
+        };
+        if ended > 0 {
             key.notify(Event::ForceReleased);
-            self.stats.forcereleased += 1;
+            self.stats.forcereleased += ended as u64;
             self.hand_off(host, key, at);
         }
-        reply(key, decision)
+        Reply::Integer(ended as u64)
     }
 
-    /// `LOCK.INFO`: the hold, its remaining lifetime and how many wait for it; nil if free.
+    /// `LOCK.INFO`: the hold (or how many share the key), the remaining lifetime, how many wait
+    /// for it, its mode and limit; nil if free.
     pub fn info<H: Host<T>>(&self, host: &H, key: &H::Key, at: KeyRef<'_>) -> Reply {
-        let Some(hold) = key.hold() else {
-            return Reply::Nil;
+        let now = host.now_ms();
+        let ttl = |end: Option<i64>| end.map_or(-1, |end| end.saturating_sub(now).max(0));
+        let info = match key.lock() {
+            None => return Reply::Nil,
+            Some(LockRef::Exclusive(hold)) => Info {
+                owner: Some(hold.owner().into()),
+                token: Some(hold.token()),
+                count: Some(hold.count()),
+                ttl_ms: ttl(key.expires_at()),
+                waiters: self.queued(at),
+                mode: Mode::Exclusive,
+                holders: 1,
+            },
+            Some(LockRef::Shared(shared)) => {
+                // Lapsed leases are gone for every command, even before the engine ends them.
+                let Some(last) = shared.live_last_lease_end(now) else {
+                    return Reply::Nil;
+                };
+                Info {
+                    owner: None,
+                    token: None,
+                    count: None,
+                    ttl_ms: ttl(Some(last)),
+                    waiters: self.queued(at),
+                    mode: Mode::Shared {
+                        limit: shared.limit(),
+                    },
+                    holders: shared.live(now),
+                }
+            }
         };
-        let ttl_ms = key
-            .expires_at()
-            .map_or(-1, |expiry| expiry.saturating_sub(host.now_ms()).max(0));
-        Reply::Info(Info {
-            owner: hold.owner().into(),
-            token: hold.token(),
-            count: hold.count(),
+        Reply::Info(info)
+    }
+
+    /// `LOCK.HOLDERS key [OWNER owner] [COUNT n]`: the live holds in grant order (at most
+    /// `count`, 0: all), or only `owner`'s; nil if the key has no lock.
+    pub fn holders<H: Host<T>>(
+        &self,
+        host: &H,
+        key: &H::Key,
+        owner: Option<&[u8]>,
+        count: usize,
+    ) -> Reply {
+        let now = host.now_ms();
+        let ttl = |end: Option<i64>| end.map_or(-1, |end| end.saturating_sub(now).max(0));
+        let entry = |owner: &[u8], token, count, ttl_ms| HolderInfo {
+            owner: owner.into(),
+            token,
+            count,
             ttl_ms,
-            waiters: self.queued(at),
-        })
+        };
+        let list = match key.lock() {
+            None => return Reply::Nil,
+            Some(LockRef::Exclusive(hold)) => {
+                if owner.is_some_and(|o| !hold.is_held_by(o)) {
+                    Vec::new()
+                } else {
+                    let ttl_ms = ttl(key.expires_at());
+                    vec![entry(hold.owner(), hold.token(), hold.count(), ttl_ms)]
+                }
+            }
+            Some(LockRef::Shared(shared)) => {
+                if shared.live(now) == 0 {
+                    return Reply::Nil;
+                }
+                let alive = |h: &Holder| h.lease_end >= now;
+                match owner {
+                    Some(owner) => shared
+                        .get(owner)
+                        .filter(|h| alive(h))
+                        .map(|h| entry(owner, h.token, h.count, ttl(Some(h.lease_end))))
+                        .into_iter()
+                        .collect(),
+                    None => shared
+                        .iter()
+                        .filter(|(_, h)| alive(h))
+                        .take(if count == 0 { usize::MAX } else { count })
+                        .map(|(o, h)| entry(o, h.token, h.count, ttl(Some(h.lease_end))))
+                        .collect(),
+                }
+            }
+        };
+        Reply::Holders(list)
     }
 
     /// `LOCK.APPLY`: sets a hold exactly as given (the effect replicas and the AOF receive).
@@ -391,6 +580,42 @@ impl<T: Handles> Engine<T> {
         self.tokens.observe(hold.token());
         key.put(hold, expires_at);
         self.expiry_moved(host, at);
+        Reply::Ok
+    }
+
+    /// `LOCK.APPLY ... SHARED [LIMIT n]`: sets one shared holder exactly as given (the effect
+    /// replicas and the AOF receive for a shared key).
+    pub fn apply_holder<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        at: KeyRef<'_>,
+        limit: u32,
+        owner: &[u8],
+        holder: Holder,
+    ) -> Reply {
+        self.tokens.observe(holder.token);
+        if key.hold().is_some() {
+            key.remove();
+        }
+        key.put_holder(limit, owner, holder);
+        self.expiry_moved(host, at);
+        Reply::Ok
+    }
+
+    /// `LOCK.DROP key owner`: removes one shared holder exactly (the effect of a release, an
+    /// expiry or a force-release of one shared hold).
+    pub fn drop_holder<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        at: KeyRef<'_>,
+        owner: &[u8],
+    ) -> Reply {
+        if key.shared().is_some_and(|s| s.get(owner).is_some()) {
+            key.remove_holder(owner);
+            self.expiry_moved(host, at);
+        }
         Reply::Ok
     }
 
@@ -562,7 +787,7 @@ impl<T: Handles> Engine<T> {
         match decision.step() {
             Step::Grant => {
                 if self.grant(host, key, owner, ttl_ms).is_none() {
-                    return Reply::Error(NO_TOKENS);
+                    return Reply::Error(NO_TOKENS.into());
                 }
                 key.notify(Event::Acquired);
                 self.stats.acquired += 1;
@@ -618,24 +843,48 @@ impl<T: Handles> Engine<T> {
         if self.queued(at) == 0 {
             return false;
         }
-        self.hand_off_to_head(host, key, &at.to_id())
+        self.grant_pass(host, key, &at.to_id())
     }
 
-    /// Grants the free lock to the first waiter still allowed to have it: a new hold with a new
-    /// token and the waiter's ttl, in the same atomic step. Returns whether someone got it.
-    fn hand_off_to_head<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, id: &KeyId) -> bool {
+    /// The grant pass: grants waiters strictly in queue order while the key allows, in the same
+    /// atomic step. An exclusive head only when no hold remains; a shared head, and then every
+    /// following shared waiter, while the limit allows. A head whose owner holds the key already
+    /// is answered as a re-acquire; one that can never be granted as asked gets the error. A head
+    /// that cannot be granted yet blocks everyone behind it. Returns whether anyone was granted.
+    fn grant_pass<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, id: &KeyId) -> bool {
+        let mut granted = false;
         loop {
+            let next = match self.line(id).and_then(|line| line.queue.front()) {
+                None => break,
+                Some((_, head)) => next_for(head.mode, &head.owner, key.lock()),
+            };
+            if matches!(next, Next::Stop) {
+                break;
+            }
             let Some(waiter) = self.pop_head(host, id) else {
-                return false;
+                break;
             };
             self.stop_timer(host, waiter.timeout);
+            if let Next::Fail(message) = next {
+                host.unblock(waiter.client, Outcome::Error(message));
+                continue;
+            }
             if let Some(caller) = &waiter.caller {
                 if !host.permitted(caller) {
                     host.unblock(waiter.client, Outcome::Error(Cow::Borrowed(NOPERM)));
                     continue;
                 }
             }
-            let Some(token) = self.grant(host, key, &waiter.owner, waiter.ttl_ms) else {
+            let now = host.now_ms();
+            let token = match next {
+                Next::GrantExclusive => self.grant(host, key, &waiter.owner, waiter.ttl_ms),
+                Next::GrantShared(limit) => {
+                    self.grant_holder(host, key, limit, &waiter.owner, waiter.ttl_ms)
+                }
+                Next::Reacquire => Some(refresh(key, &waiter.owner, expiry(now, waiter.ttl_ms))),
+                Next::Stop | Next::Fail(_) => None,
+            };
+            let Some(token) = token else {
                 host.unblock(waiter.client, Outcome::Error(Cow::Borrowed(NO_TOKENS)));
                 continue;
             };
@@ -649,13 +898,14 @@ impl<T: Handles> Engine<T> {
                 },
             );
             host.unblock(waiter.client, Outcome::Token(token));
-            if self.queued(id.as_ref()) > 0 {
-                if let Some(expiry) = key.expires_at() {
-                    self.arm(host, id, expiry);
-                }
-            }
-            return true;
+            granted = true;
         }
+        if self.queued(id.as_ref()) > 0 {
+            if let Some(deadline) = next_deadline(key) {
+                self.arm(host, id, deadline);
+            }
+        }
+        granted
     }
 
     /// Looks at a key with waiters and does what its state calls for: a free lock goes to the
@@ -669,15 +919,16 @@ impl<T: Handles> Engine<T> {
             Err(OpenError::WrongType) => self.fail_all(host, id, Cow::Borrowed(WRONGTYPE)),
             Err(OpenError::Unavailable) => {}
             Ok(mut key) => {
-                if key.hold().is_some() {
-                    if let Some(expiry) = key.expires_at() {
-                        self.arm(host, id, expiry);
-                    }
-                } else if let Some(redirect) = host.redirect(&id.name) {
-                    self.fail_all(host, id, Cow::Owned(redirect));
-                } else {
-                    self.hand_off_to_head(host, &mut key, id);
+                if key.shared().is_some() {
+                    self.prune(host, &mut key);
                 }
+                if key.lock().is_none() {
+                    if let Some(redirect) = host.redirect(&id.name) {
+                        self.fail_all(host, id, Cow::Owned(redirect));
+                        return;
+                    }
+                }
+                self.grant_pass(host, &mut key, id);
             }
         }
     }
@@ -691,12 +942,21 @@ impl<T: Handles> Engine<T> {
         let Ok(mut key) = host.open(id) else {
             return;
         };
-        if key.hold().is_some_and(|h| h.token() == token) {
-            key.remove();
-            key.notify(Event::Released);
-            self.stats.released += 1;
-            self.hand_off_to_head(host, &mut key, id);
+        let owner = match key.lock() {
+            Some(LockRef::Exclusive(hold)) if hold.token() == token => None,
+            Some(LockRef::Shared(shared)) => match shared.owner_of(token) {
+                Some(owner) => Some(owner.to_vec()),
+                None => return,
+            },
+            _ => return,
+        };
+        match owner {
+            None => key.remove(),
+            Some(owner) => key.remove_holder(&owner),
         }
+        key.notify(Event::Released);
+        self.stats.released += 1;
+        self.grant_pass(host, &mut key, id);
     }
 
     /// A wait's timer fired: the waiter leaves with nil, unless it was served first. A timer
@@ -736,6 +996,251 @@ impl<T: Handles> Engine<T> {
         }
     }
 
+    // --- Shared holds --------------------------------------------------------------------------
+
+    /// An acquire that involves a shared key or a shared request: mode and limit errors, the
+    /// holder's re-acquire or re-entry, a grant when the key allows it and nobody waits.
+    #[allow(clippy::too_many_arguments)]
+    fn take_shared<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        at: KeyRef<'_>,
+        owner: &[u8],
+        ttl_ms: u64,
+        mode: Mode,
+        kind: Kind,
+    ) -> Taken {
+        if self.prune(host, key) {
+            self.hand_off(host, key, at);
+        }
+        if let Some(error) = self.conflict(key, at, owner, mode) {
+            return Taken::Reply(Reply::Error(error));
+        }
+        let lease_end = expiry(host.now_ms(), ttl_ms);
+        match key.lock() {
+            Some(LockRef::Shared(shared)) => {
+                let limit = shared.limit();
+                if let Some(&held) = shared.get(owner) {
+                    let count = match kind {
+                        Kind::Acquire => held.count,
+                        Kind::Reenter => match held.count.checked_add(1) {
+                            Some(count) => count,
+                            None => return Taken::Reply(Reply::Error(REENTRANCY_LIMIT.into())),
+                        },
+                    };
+                    self.confirm_token(held.token);
+                    key.put_holder(
+                        limit,
+                        owner,
+                        Holder {
+                            count,
+                            lease_end,
+                            ..held
+                        },
+                    );
+                    key.notify(Event::Acquired);
+                    self.expiry_moved(host, at);
+                    return Taken::Reply(Reply::Integer(match kind {
+                        Kind::Acquire => held.token,
+                        Kind::Reenter => u64::from(count),
+                    }));
+                }
+                let room = limit == 0 || shared.len() < limit as usize;
+                if mode == Mode::Exclusive || !room || self.queued(at) > 0 {
+                    return Taken::MustWait;
+                }
+                self.take_holder(host, key, limit, owner, ttl_ms, kind)
+            }
+            Some(LockRef::Exclusive(_)) => Taken::MustWait,
+            None => {
+                if self.queued(at) > 0 {
+                    // A free key with waiters means a wake-up is due; make sure one is scheduled.
+                    self.schedule(host, Job::Serve(at.to_id()));
+                    return Taken::MustWait;
+                }
+                match mode {
+                    Mode::Exclusive => {
+                        let decision = match kind {
+                            Kind::Acquire => Decision::Token(Step::Grant),
+                            Kind::Reenter => Decision::Integer(Step::Grant, 1),
+                        };
+                        Taken::Reply(self.apply_take(host, key, at, owner, ttl_ms, decision))
+                    }
+                    Mode::Shared { limit } => {
+                        self.take_holder(host, key, limit, owner, ttl_ms, kind)
+                    }
+                }
+            }
+        }
+    }
+
+    /// A new shared hold for a command.
+    fn take_holder<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        limit: u32,
+        owner: &[u8],
+        ttl_ms: u64,
+        kind: Kind,
+    ) -> Taken {
+        let Some(token) = self.grant_holder(host, key, limit, owner, ttl_ms) else {
+            return Taken::Reply(Reply::Error(NO_TOKENS.into()));
+        };
+        key.notify(Event::Acquired);
+        self.stats.acquired += 1;
+        Taken::Reply(Reply::Integer(match kind {
+            Kind::Acquire => token,
+            Kind::Reenter => 1,
+        }))
+    }
+
+    /// A new shared hold for `owner` with a fresh token; `None` once no token can be issued.
+    fn grant_holder<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        limit: u32,
+        owner: &[u8],
+        ttl_ms: u64,
+    ) -> Option<u64> {
+        let now = host.now_ms();
+        let token = self.tokens.issue(&At(now))?;
+        let holder = Holder {
+            token,
+            count: 1,
+            lease_end: expiry(now, ttl_ms),
+        };
+        key.put_holder(limit, owner, holder);
+        Some(token)
+    }
+
+    /// Why a request can never be granted as asked: its owner holds the key in the other mode,
+    /// or it is shared with a limit other than the key's.
+    fn conflict<K: Key>(
+        &self,
+        key: &K,
+        at: KeyRef<'_>,
+        owner: &[u8],
+        mode: Mode,
+    ) -> Option<Cow<'static, str>> {
+        let other_mode = match key.lock() {
+            Some(LockRef::Exclusive(hold)) => hold.is_held_by(owner) && mode != Mode::Exclusive,
+            Some(LockRef::Shared(shared)) => shared.get(owner).is_some() && mode == Mode::Exclusive,
+            None => false,
+        };
+        if other_mode {
+            return Some(Cow::Borrowed(OTHER_MODE));
+        }
+        let Mode::Shared { limit } = mode else {
+            return None;
+        };
+        let key_limit = match key.shared() {
+            Some(shared) => Some(shared.limit()),
+            None => self
+                .lines
+                .get(&at.db)
+                .and_then(|keys| keys.get(at.name))
+                .filter(|line| line.shared_waiters > 0)
+                .map(|line| line.limit),
+        };
+        key_limit
+            .filter(|l| *l != limit)
+            .map(|l| Cow::Owned(other_limit(l)))
+    }
+
+    /// `LOCK.RELEASE` of a shared hold.
+    fn release_shared<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        at: KeyRef<'_>,
+        owner: &[u8],
+    ) -> Reply {
+        let pruned = self.prune(host, key);
+        let held = key.shared().and_then(|s| Some((s.limit(), *s.get(owner)?)));
+        let reply = match held {
+            None => Reply::Nil,
+            Some((limit, held)) => {
+                self.confirm_token(held.token);
+                if held.count > 1 {
+                    let count = held.count - 1;
+                    key.put_holder(limit, owner, Holder { count, ..held });
+                    Reply::Integer(u64::from(count))
+                } else {
+                    key.remove_holder(owner);
+                    key.notify(Event::Released);
+                    self.stats.released += 1;
+                    self.hand_off(host, key, at);
+                    return Reply::Integer(0);
+                }
+            }
+        };
+        if pruned {
+            self.hand_off(host, key, at);
+        }
+        reply
+    }
+
+    /// `LOCK.RENEW` of a shared hold.
+    fn renew_shared<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        at: KeyRef<'_>,
+        owner: &[u8],
+        ttl_ms: u64,
+    ) -> Reply {
+        if self.prune(host, key) {
+            self.hand_off(host, key, at);
+        }
+        let Some((limit, held)) = key.shared().and_then(|s| Some((s.limit(), *s.get(owner)?)))
+        else {
+            return Reply::Nil;
+        };
+        self.confirm_token(held.token);
+        let lease_end = expiry(host.now_ms(), ttl_ms);
+        key.put_holder(limit, owner, Holder { lease_end, ..held });
+        key.notify(Event::Renewed);
+        self.stats.renewed += 1;
+        self.expiry_moved(host, at);
+        Reply::Integer(held.token)
+    }
+
+    /// Ends every shared lease that has lapsed (they count for nothing already); returns
+    /// whether any did, so that the queue is served.
+    fn prune<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key) -> bool {
+        let now = host.now_ms();
+        let mut ended = 0u64;
+        loop {
+            let lapsed = key
+                .shared()
+                .and_then(|s| s.first_lease_end())
+                .filter(|(end, _)| *end < now)
+                .map(|(_, owner)| owner.to_vec());
+            let Some(owner) = lapsed else {
+                break;
+            };
+            key.remove_holder(&owner);
+            ended += 1;
+        }
+        if ended > 0 {
+            if key.lock().is_some() {
+                key.notify(Event::Expired);
+            }
+            self.stats.expired += ended;
+        }
+        ended > 0
+    }
+
+    /// A revoke scheduled for the hold with `token` must not run: its owner acted on it.
+    fn confirm_token(&mut self, token: u64) {
+        if !self.revoking.is_empty() {
+            self.revoking.remove(&token);
+        }
+    }
+
     // --- Queues --------------------------------------------------------------------------------
 
     fn line(&mut self, key: &KeyId) -> Option<&mut Line<T>> {
@@ -772,10 +1277,13 @@ impl<T: Handles> Engine<T> {
 
     /// Removes the head waiter of `key`, dropping the line once it is empty.
     fn pop_head<H: Host<T>>(&mut self, host: &mut H, key: &KeyId) -> Option<Waiter<T>> {
-        let waiter = self
-            .line(key)
-            .and_then(|line| line.queue.pop())
-            .map(|(_, waiter)| waiter);
+        let waiter = self.line(key).and_then(|line| {
+            let (_, waiter) = line.queue.pop()?;
+            if matches!(waiter.mode, Mode::Shared { .. }) {
+                line.shared_waiters -= 1;
+            }
+            Some(waiter)
+        });
         if let Some(waiter) = &waiter {
             self.tickets.remove(&waiter.client);
             self.live -= 1;
@@ -789,11 +1297,23 @@ impl<T: Handles> Engine<T> {
         let Some(Ticket::Waiting { key, id }) = self.tickets.remove(&client) else {
             return None;
         };
-        let waiter = self.line(&key).and_then(|line| line.queue.remove(id));
+        let mut was_head = false;
+        let waiter = self.line(&key).and_then(|line| {
+            was_head = line.queue.front().is_some_and(|(head, _)| head == id);
+            let waiter = line.queue.remove(id)?;
+            if matches!(waiter.mode, Mode::Shared { .. }) {
+                line.shared_waiters -= 1;
+            }
+            Some(waiter)
+        });
         if waiter.is_some() {
             self.live -= 1;
         }
         self.drop_line_if_empty(host, &key);
+        // The head leaving may let those behind it in (readers behind a writer that gave up).
+        if was_head && self.queued(key.as_ref()) > 0 {
+            self.schedule(host, Job::Serve(key));
+        }
         waiter
     }
 
@@ -916,6 +1436,67 @@ impl<T: Handles> Engine<T> {
     }
 }
 
+/// What the grant pass does with a head waiter of `mode` and `owner`, given the key's lock.
+fn next_for(mode: Mode, owner: &[u8], lock: Option<LockRef<'_>>) -> Next {
+    match (mode, lock) {
+        (Mode::Exclusive, None) => Next::GrantExclusive,
+        (Mode::Exclusive, Some(LockRef::Exclusive(hold))) if hold.is_held_by(owner) => {
+            Next::Reacquire
+        }
+        (Mode::Exclusive, Some(LockRef::Shared(shared))) if shared.get(owner).is_some() => {
+            Next::Fail(Cow::Borrowed(OTHER_MODE))
+        }
+        (Mode::Exclusive, Some(_)) => Next::Stop,
+        (Mode::Shared { .. }, Some(LockRef::Exclusive(hold))) if hold.is_held_by(owner) => {
+            Next::Fail(Cow::Borrowed(OTHER_MODE))
+        }
+        (Mode::Shared { .. }, Some(LockRef::Exclusive(_))) => Next::Stop,
+        (Mode::Shared { limit }, Some(LockRef::Shared(shared))) if shared.limit() != limit => {
+            Next::Fail(Cow::Owned(other_limit(shared.limit())))
+        }
+        (Mode::Shared { .. }, Some(LockRef::Shared(shared))) if shared.get(owner).is_some() => {
+            Next::Reacquire
+        }
+        (Mode::Shared { limit }, Some(LockRef::Shared(shared))) => {
+            if limit == 0 || shared.len() < limit as usize {
+                Next::GrantShared(limit)
+            } else {
+                Next::Stop
+            }
+        }
+        (Mode::Shared { limit }, None) => Next::GrantShared(limit),
+    }
+}
+
+/// Refreshes `owner`'s existing hold to end at `lease_end` (a waiter whose owner holds the key
+/// when its turn comes); returns its token.
+fn refresh<K: Key>(key: &mut K, owner: &[u8], lease_end: i64) -> u64 {
+    match key.lock() {
+        Some(LockRef::Exclusive(hold)) => {
+            let (token, count) = (hold.token(), hold.count());
+            key.update(count, Some(lease_end));
+            token
+        }
+        Some(LockRef::Shared(shared)) => match shared.get(owner) {
+            Some(&held) => {
+                let limit = shared.limit();
+                key.put_holder(limit, owner, Holder { lease_end, ..held });
+                held.token
+            }
+            None => 0,
+        },
+        None => 0,
+    }
+}
+
+/// When the key's next hold ends (the lock's expiry, or a shared key's first lease end).
+fn next_deadline<K: Key>(key: &K) -> Option<i64> {
+    match key.lock()? {
+        LockRef::Exclusive(_) => key.expires_at(),
+        LockRef::Shared(shared) => shared.first_lease_end().map(|(end, _)| end),
+    }
+}
+
 /// What a command other than an acquire finds (waiters do not matter to it).
 fn found_here<K: Key>(key: &K) -> Found<'_> {
     match key.hold() {
@@ -936,6 +1517,6 @@ fn reply<K: Key>(key: &K, decision: Decision) -> Reply {
         },
         Decision::Integer(_, n) => Reply::Integer(n),
         Decision::Nil => Reply::Nil,
-        Decision::ReentrancyLimit => Reply::Error(REENTRANCY_LIMIT),
+        Decision::ReentrancyLimit => Reply::Error(REENTRANCY_LIMIT.into()),
     }
 }

@@ -11,3 +11,10 @@ pub const READONLY: &str = "READONLY You can't write against a read only replica
 /// A waiter's user lost the right to run `LOCK.WAIT` on its key while it waited.
 pub const NOPERM: &str =
     "NOPERM No permissions any more to run the 'lock.wait' command or to access its key";
+/// An owner that holds a key asks for it in the other mode (no upgrade or downgrade).
+pub const OTHER_MODE: &str = "ERR lock is held in another mode";
+
+/// A shared request whose limit is not the key's (`limit`).
+pub fn other_limit(limit: u32) -> String {
+    format!("ERR lock has another limit ({limit})")
+}

@@ -10,7 +10,8 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::rc::Rc;
 
-use super::packed::Hold;
+use super::packed::{Hold, LockRef};
+use super::shared::{Holder, Shared};
 
 /// The server's role and phase, as far as writing locks is concerned.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -34,6 +35,8 @@ pub enum Event {
     Acquired,
     /// The holder released its last level, or a hold was revoked.
     Released,
+    /// The module ended one shared holder's lapsed lease while the key lives on.
+    Expired,
     /// The holder renewed its lease.
     Renewed,
     /// The lock was handed to a waiter.
@@ -100,15 +103,36 @@ pub enum OpenError {
 /// by the host as its effect (the resulting hold and absolute expiry, or the deletion), and
 /// signalled to watchers; the engine decides and the key applies.
 pub trait Key {
-    /// The hold here, if there is a live lock.
-    fn hold(&self) -> Option<&Hold>;
+    /// The lock here, if there is one (a shared key's lapsed leases included: the engine ends
+    /// them).
+    fn lock(&self) -> Option<LockRef<'_>>;
+    /// The hold here, if the key is held exclusively.
+    fn hold(&self) -> Option<&Hold> {
+        match self.lock()? {
+            LockRef::Exclusive(hold) => Some(hold),
+            LockRef::Shared(_) => None,
+        }
+    }
+    /// The holders here, if the key is shared.
+    fn shared(&self) -> Option<&Shared> {
+        match self.lock()? {
+            LockRef::Shared(shared) => Some(shared),
+            LockRef::Exclusive(_) => None,
+        }
+    }
     /// Absolute expiry in Unix ms, if the key has one.
     fn expires_at(&self) -> Option<i64>;
     /// Stores `hold` with expiry `at` (none: no expiry), replacing whatever is here.
     fn put(&mut self, hold: Box<Hold>, at: Option<i64>);
     /// Sets the hold's reentrancy count and, if given, a new expiry `at`.
     fn update(&mut self, count: u32, at: Option<i64>);
-    /// Deletes the lock.
+    /// Adds or replaces `owner`'s hold in a shared key with `limit` (0: none), making an empty
+    /// key shared; the key's expiry becomes the latest lease end. Replicated as this one holder.
+    fn put_holder(&mut self, limit: u32, owner: &[u8], holder: Holder);
+    /// Removes `owner`'s hold from a shared key, and the key with its last holder; the key's
+    /// expiry becomes the latest lease end left. Replicated as this one removal.
+    fn remove_holder(&mut self, owner: &[u8]);
+    /// Deletes the lock (every hold of a shared key).
     fn remove(&mut self);
     /// Emits keyspace event `event` for this key.
     fn notify(&mut self, event: Event);

@@ -13,12 +13,13 @@ use std::rc::Rc;
 
 use super::engine::{Engine, Reply, Wait};
 use super::host::{Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
-use super::packed::Hold;
+use super::packed::{Hold, LockRef, LockValue};
+use super::shared::{Holder, Mode, Shared};
 
 /// A value in the simulated keyspace.
 #[derive(Debug)]
 enum Value {
-    Lock(Box<Hold>),
+    Lock(LockValue),
     /// Any other type (a string, say).
     Other,
 }
@@ -40,6 +41,15 @@ pub enum Effect {
         count: u32,
         at: Option<i64>,
     },
+    /// `LOCK.APPLY key owner token count PXAT lease_end SHARED [LIMIT n]`: one shared holder.
+    ApplyHolder {
+        key: Vec<u8>,
+        owner: Vec<u8>,
+        holder: Holder,
+        limit: u32,
+    },
+    /// `LOCK.DROP key owner`: one shared holder removed.
+    Drop { key: Vec<u8>, owner: Vec<u8> },
     /// `DEL key`.
     Del { key: Vec<u8> },
 }
@@ -75,50 +85,69 @@ impl Keyspace {
     }
 }
 
-/// A key opened for the engine. It keeps a copy of the hold (the engine borrows it) and writes
+fn copy_of(value: &LockValue) -> LockValue {
+    match value {
+        LockValue::Exclusive(hold) => LockValue::Exclusive(hold.to_boxed()),
+        LockValue::Shared(shared) => LockValue::Shared(shared.clone()),
+    }
+}
+
+/// A key opened for the engine. It keeps a copy of the lock (the engine borrows it) and writes
 /// every change through to the keyspace at once.
 pub struct MemKey {
     space: Rc<RefCell<Keyspace>>,
     db: i32,
     name: Vec<u8>,
-    hold: Option<Box<Hold>>,
+    value: Option<LockValue>,
     expires_at: Option<i64>,
 }
 
 impl MemKey {
-    fn write(&mut self) {
+    /// Stores the copy in the keyspace, replicating `effect`.
+    fn write(&mut self, effect: Effect) {
         let mut space = self.space.borrow_mut();
         let id = (self.db, self.name.clone());
-        match &self.hold {
-            Some(hold) => {
+        match &self.value {
+            Some(value) => {
                 space.keys.insert(
                     id,
                     Entry {
-                        value: Value::Lock(hold.to_boxed()),
+                        value: Value::Lock(copy_of(value)),
                         expires_at: self.expires_at,
                     },
                 );
-                space.effects.push(Effect::Apply {
-                    key: self.name.clone(),
-                    owner: hold.owner().to_vec(),
-                    token: hold.token(),
-                    count: hold.count(),
-                    at: self.expires_at,
-                });
             }
             None => {
                 space.keys.remove(&id);
-                space.effects.push(Effect::Del {
-                    key: self.name.clone(),
-                });
             }
         }
+        space.effects.push(effect);
+    }
+
+    /// The exclusive hold's effect.
+    fn write_hold(&mut self) {
+        let effect = match &self.value {
+            Some(LockValue::Exclusive(hold)) => Effect::Apply {
+                key: self.name.clone(),
+                owner: hold.owner().to_vec(),
+                token: hold.token(),
+                count: hold.count(),
+                at: self.expires_at,
+            },
+            _ => Effect::Del {
+                key: self.name.clone(),
+            },
+        };
+        self.write(effect);
     }
 }
 
 impl Key for MemKey {
-    fn hold(&self) -> Option<&Hold> {
-        self.hold.as_deref()
+    fn lock(&self) -> Option<LockRef<'_>> {
+        match self.value.as_ref()? {
+            LockValue::Exclusive(hold) => Some(LockRef::Exclusive(hold)),
+            LockValue::Shared(shared) => Some(LockRef::Shared(shared)),
+        }
     }
 
     fn expires_at(&self) -> Option<i64> {
@@ -126,25 +155,60 @@ impl Key for MemKey {
     }
 
     fn put(&mut self, hold: Box<Hold>, at: Option<i64>) {
-        self.hold = Some(hold);
+        self.value = Some(LockValue::Exclusive(hold));
         self.expires_at = at;
-        self.write();
+        self.write_hold();
     }
 
     fn update(&mut self, count: u32, at: Option<i64>) {
-        if let Some(hold) = self.hold.as_mut() {
+        if let Some(LockValue::Exclusive(hold)) = self.value.as_mut() {
             hold.set_count(count);
         }
         if at.is_some() {
             self.expires_at = at;
         }
-        self.write();
+        self.write_hold();
+    }
+
+    fn put_holder(&mut self, limit: u32, owner: &[u8], holder: Holder) {
+        if !matches!(self.value, Some(LockValue::Shared(_))) {
+            self.value = Some(LockValue::Shared(Shared::new(limit)));
+        }
+        if let Some(LockValue::Shared(shared)) = self.value.as_mut() {
+            shared.insert(owner, holder);
+            self.expires_at = shared.last_lease_end();
+        }
+        let effect = Effect::ApplyHolder {
+            key: self.name.clone(),
+            owner: owner.to_vec(),
+            holder,
+            limit,
+        };
+        self.write(effect);
+    }
+
+    fn remove_holder(&mut self, owner: &[u8]) {
+        if let Some(LockValue::Shared(shared)) = self.value.as_mut() {
+            shared.remove(owner);
+            self.expires_at = shared.last_lease_end();
+            if shared.is_empty() {
+                self.value = None;
+            }
+        }
+        let effect = Effect::Drop {
+            key: self.name.clone(),
+            owner: owner.to_vec(),
+        };
+        self.write(effect);
     }
 
     fn remove(&mut self) {
-        self.hold = None;
+        self.value = None;
         self.expires_at = None;
-        self.write();
+        let effect = Effect::Del {
+            key: self.name.clone(),
+        };
+        self.write(effect);
     }
 
     fn notify(&mut self, event: Event) {
@@ -233,12 +297,12 @@ impl Host<MemHost> for MemHost {
 impl MemHost {
     fn open_key(&mut self, at: KeyRef<'_>) -> Result<MemKey, OpenError> {
         let mut space = self.space.borrow_mut();
-        let (hold, expires_at) = match space.lookup(at.db, at.name) {
+        let (value, expires_at) = match space.lookup(at.db, at.name) {
             None => (None, None),
             Some(Entry {
-                value: Value::Lock(hold),
+                value: Value::Lock(value),
                 expires_at,
-            }) => (Some(hold.to_boxed()), *expires_at),
+            }) => (Some(copy_of(value)), *expires_at),
             Some(Entry {
                 value: Value::Other,
                 ..
@@ -248,7 +312,7 @@ impl MemHost {
             space: self.space.clone(),
             db: at.db,
             name: at.name.to_vec(),
-            hold,
+            value,
             expires_at,
         })
     }
@@ -307,7 +371,7 @@ impl Sim {
         self.report_changes();
         let mut key = match opened {
             Ok(key) => key,
-            Err(_) => return Reply::Error(super::errors::WRONGTYPE),
+            Err(_) => return Reply::Error(super::errors::WRONGTYPE.into()),
         };
         let reply = run(&mut self.engine, &mut self.host, &mut key, at);
         self.report_changes();
@@ -316,12 +380,22 @@ impl Sim {
 
     /// `LOCK.ACQUIRE key owner ttl`.
     pub fn acquire(&mut self, key: &[u8], owner: &[u8], ttl: u64) -> Reply {
-        self.command(key, |e, h, k, at| e.acquire(h, k, at, owner, ttl))
+        self.acquire_as(key, owner, ttl, Mode::Exclusive)
+    }
+
+    /// `LOCK.ACQUIRE key owner ttl [SHARED [LIMIT n]]`.
+    pub fn acquire_as(&mut self, key: &[u8], owner: &[u8], ttl: u64, mode: Mode) -> Reply {
+        self.command(key, |e, h, k, at| e.acquire(h, k, at, owner, ttl, mode))
     }
 
     /// `LOCK.REENTER key owner ttl`.
     pub fn reenter(&mut self, key: &[u8], owner: &[u8], ttl: u64) -> Reply {
-        self.command(key, |e, h, k, at| e.reenter(h, k, at, owner, ttl))
+        self.reenter_as(key, owner, ttl, Mode::Exclusive)
+    }
+
+    /// `LOCK.REENTER key owner ttl [SHARED [LIMIT n]]`.
+    pub fn reenter_as(&mut self, key: &[u8], owner: &[u8], ttl: u64, mode: Mode) -> Reply {
+        self.command(key, |e, h, k, at| e.reenter(h, k, at, owner, ttl, mode))
     }
 
     /// `LOCK.RELEASE key owner`.
@@ -336,7 +410,17 @@ impl Sim {
 
     /// `LOCK.FORCERELEASE key`.
     pub fn force_release(&mut self, key: &[u8]) -> Reply {
-        self.command(key, |e, h, k, at| e.force_release(h, k, at))
+        self.command(key, |e, h, k, at| e.force_release(h, k, at, None))
+    }
+
+    /// `LOCK.FORCERELEASE key owner`.
+    pub fn force_release_of(&mut self, key: &[u8], owner: &[u8]) -> Reply {
+        self.command(key, |e, h, k, at| e.force_release(h, k, at, Some(owner)))
+    }
+
+    /// `LOCK.HOLDERS key [OWNER owner] [COUNT n]`.
+    pub fn holders(&mut self, key: &[u8], owner: Option<&[u8]>, count: usize) -> Reply {
+        self.command(key, |e, h, k, _| e.holders(h, k, owner, count))
     }
 
     /// `LOCK.INFO key`.
@@ -347,11 +431,24 @@ impl Sim {
     /// `LOCK.WAIT key owner ttl timeout` from a new client. Returns the reply and the client
     /// (blocked when the reply is [`Reply::Blocked`]).
     pub fn wait(&mut self, key: &[u8], owner: &[u8], ttl: u64, timeout: u64) -> (Reply, Client) {
+        self.wait_as(key, owner, ttl, timeout, Mode::Exclusive)
+    }
+
+    /// `LOCK.WAIT key owner ttl timeout [SHARED [LIMIT n]]` from a new client.
+    pub fn wait_as(
+        &mut self,
+        key: &[u8],
+        owner: &[u8],
+        ttl: u64,
+        timeout: u64,
+        mode: Mode,
+    ) -> (Reply, Client) {
         self.next_client += 1;
         let client = self.next_client;
         let reply = self.command(key, |e, h, k, at| {
             let wait = Wait {
                 owner,
+                mode,
                 ttl_ms: ttl,
                 timeout_ms: timeout,
             };
@@ -375,6 +472,7 @@ impl Sim {
         self.command(key, |e, h, k, at| {
             let wait = Wait {
                 owner,
+                mode: Mode::Exclusive,
                 ttl_ms: ttl,
                 timeout_ms: 0,
             };
@@ -494,7 +592,7 @@ impl Sim {
         let now = space.now;
         match space.keys.get(&(DB, key.to_vec())) {
             Some(Entry {
-                value: Value::Lock(hold),
+                value: Value::Lock(LockValue::Exclusive(hold)),
                 expires_at,
             }) if expires_at.is_none_or(|at| now <= at) => Some((
                 hold.owner().to_vec(),
@@ -502,6 +600,19 @@ impl Sim {
                 hold.count(),
                 *expires_at,
             )),
+            _ => None,
+        }
+    }
+
+    /// The holders of a shared `key` and its expiry, lapsed leases included.
+    pub fn shared(&self, key: &[u8]) -> Option<(Shared, Option<i64>)> {
+        let space = self.host.space.borrow();
+        let now = space.now;
+        match space.keys.get(&(DB, key.to_vec())) {
+            Some(Entry {
+                value: Value::Lock(LockValue::Shared(shared)),
+                expires_at,
+            }) if expires_at.is_none_or(|at| now <= at) => Some((shared.clone(), *expires_at)),
             _ => None,
         }
     }

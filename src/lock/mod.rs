@@ -21,6 +21,7 @@ pub mod host;
 pub mod memory;
 pub mod packed;
 pub mod queue;
+pub mod shared;
 pub mod stats;
 pub mod tokens;
 
@@ -30,10 +31,11 @@ mod engine_tests;
 mod model;
 
 pub use args::ArgError;
-pub use engine::{Engine, Info, Reply};
+pub use engine::{Engine, HolderInfo, Info, Reply};
 pub use hold::{Decision, Found, Step};
 pub use host::{Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
-pub use packed::{Hold, MAX_COUNT};
+pub use packed::{Hold, LockMut, LockRef, LockValue, MAX_COUNT};
 pub use queue::Queue;
+pub use shared::{Holder, Mode, Shared, MAX_LIMIT};
 pub use stats::Stats;
 pub use tokens::{Clock, SystemClock, Tokens, MAX_TOKEN};

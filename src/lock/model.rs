@@ -271,17 +271,34 @@ impl Reference {
         if entry.holder.as_ref().is_some_and(|h| h.expires < now) {
             entry.holder = None;
         }
-        if give && entry.holder.is_none() {
+        if give {
             self.give_to_next(key);
         }
     }
 
+    /// The grant pass: a free key goes to its first waiter; a waiter at the head whose owner
+    /// holds the key is answered as a re-acquire; anyone else waits.
     fn give_to_next(&mut self, key: u8) {
-        let Some((id, owner, ttl)) = self.keys.entry(key).or_default().queue.pop_front() else {
-            return;
-        };
-        let name = self.new_hold(key, owner, ttl);
-        self.grants.push((self.step, key, id, name));
+        loop {
+            let now = self.now;
+            let entry = self.keys.entry(key).or_default();
+            let Some(&(id, owner, ttl)) = entry.queue.front() else {
+                return;
+            };
+            let name = match &mut entry.holder {
+                None => {
+                    entry.queue.pop_front();
+                    self.new_hold(key, owner, ttl)
+                }
+                Some(h) if h.owner == owner => {
+                    entry.queue.pop_front();
+                    h.expires = now + ttl;
+                    h.name
+                }
+                Some(_) => return,
+            };
+            self.grants.push((self.step, key, id, name));
+        }
     }
 
     /// Every free key with waiters goes to its first waiter (a wake-up is due for each).

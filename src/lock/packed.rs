@@ -8,6 +8,11 @@
 //!   back from its first 8 bytes. That is what lets Redis keep a hold behind a thin `void *`
 //!   ([`Hold::into_raw`]) and the host turn it back into a `Hold` ([`Hold::borrow_raw`]).
 //! - No function here makes a `Hold` of any other length.
+//! - A shared key's value is a [`SharedCell`]: `#[repr(C)]`, its first field a `u64` with the top
+//!   bit set, which no hold's header has (a header uses bits 0 to 60). So the first 8 bytes
+//!   behind a value pointer tell which of the two it is ([`LockValue::borrow_raw`]).
+
+use super::shared::Shared;
 
 /// The highest reentrancy count; one more `LOCK.REENTER` is refused.
 pub const MAX_COUNT: u32 = u32::MAX;
@@ -124,6 +129,108 @@ impl Hold {
     pub unsafe fn from_raw(ptr: *mut u8) -> Box<Hold> {
         unsafe { Box::from_raw(Hold::borrow_raw(ptr) as *mut Hold) }
     }
+}
+
+/// The top bit of a value's first word: set for a shared key's value, clear for a hold.
+const SHARED_MARKER: u64 = 1 << 63;
+
+/// A shared key's value as Redis stores it: a marker word first, so that it can be told apart
+/// from a packed hold behind the same thin pointer.
+#[repr(C)]
+struct SharedCell {
+    /// `SHARED_MARKER` as little-endian bytes, as a hold's header is stored.
+    marker: [u8; 8],
+    shared: Shared,
+}
+
+/// A lock value as Redis stores it, behind one thin pointer.
+#[derive(Debug)]
+pub enum LockValue {
+    Exclusive(Box<Hold>),
+    Shared(Shared),
+}
+
+/// A borrowed lock value.
+#[derive(Clone, Copy, Debug)]
+pub enum LockRef<'a> {
+    Exclusive(&'a Hold),
+    Shared(&'a Shared),
+}
+
+/// A mutably borrowed lock value.
+#[derive(Debug)]
+pub enum LockMut<'a> {
+    Exclusive(&'a mut Hold),
+    Shared(&'a mut Shared),
+}
+
+impl LockMut<'_> {
+    /// A shared borrow of the same value.
+    pub fn as_ref(&self) -> LockRef<'_> {
+        match self {
+            LockMut::Exclusive(hold) => LockRef::Exclusive(hold),
+            LockMut::Shared(shared) => LockRef::Shared(shared),
+        }
+    }
+}
+
+impl LockValue {
+    /// Gives up ownership as a thin pointer (what Redis stores as a value).
+    pub fn into_raw(self) -> *mut u8 {
+        match self {
+            LockValue::Exclusive(hold) => Hold::into_raw(hold),
+            LockValue::Shared(shared) => Box::into_raw(Box::new(SharedCell {
+                marker: SHARED_MARKER.to_le_bytes(),
+                shared,
+            }))
+            .cast::<u8>(),
+        }
+    }
+
+    /// Borrows the value behind a pointer from [`LockValue::into_raw`].
+    ///
+    /// # Safety
+    /// `ptr` must come from `into_raw`, not yet passed to `from_raw`, and not be aliased
+    /// mutably for `'a`.
+    pub unsafe fn borrow_raw<'a>(ptr: *mut u8) -> LockMut<'a> {
+        // SAFETY: both kinds of value start with 8 readable bytes (see the module's invariants).
+        let first = unsafe { first_word(ptr) };
+        if first & SHARED_MARKER != 0 {
+            // SAFETY: the marker says this is a `SharedCell` made by `into_raw`.
+            LockMut::Shared(unsafe { &mut (*ptr.cast::<SharedCell>()).shared })
+        } else {
+            // SAFETY: no marker: a hold made by `Hold::into_raw`.
+            LockMut::Exclusive(unsafe { Hold::borrow_raw(ptr) })
+        }
+    }
+
+    /// Takes back ownership of a pointer from [`LockValue::into_raw`].
+    ///
+    /// # Safety
+    /// As for [`LockValue::borrow_raw`]; the pointer must not be used afterwards.
+    pub unsafe fn from_raw(ptr: *mut u8) -> LockValue {
+        // SAFETY: as in `borrow_raw`.
+        let first = unsafe { first_word(ptr) };
+        if first & SHARED_MARKER != 0 {
+            // SAFETY: a `SharedCell` boxed by `into_raw`, given back exactly once.
+            let cell = unsafe { Box::from_raw(ptr.cast::<SharedCell>()) };
+            LockValue::Shared(cell.shared)
+        } else {
+            // SAFETY: a hold boxed by `Hold::into_raw`, given back exactly once.
+            LockValue::Exclusive(unsafe { Hold::from_raw(ptr) })
+        }
+    }
+}
+
+/// The first 8 bytes behind `ptr`, read unaligned (a hold's bytes have alignment 1).
+///
+/// # Safety
+/// `ptr` must point to at least 8 readable bytes.
+unsafe fn first_word(ptr: *const u8) -> u64 {
+    let mut word = [0u8; 8];
+    // SAFETY: the caller's promise.
+    unsafe { std::ptr::copy_nonoverlapping(ptr, word.as_mut_ptr(), 8) };
+    u64::from_le_bytes(word)
 }
 
 impl std::fmt::Debug for Hold {

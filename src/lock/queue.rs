@@ -79,6 +79,15 @@ impl<W> Queue<W> {
         Some(waiter)
     }
 
+    /// The first live waiter, without removing it.
+    pub fn front(&mut self) -> Option<(WaiterId, &W)> {
+        while self.entries.front().is_some_and(|e| e.waiter.is_none()) {
+            self.entries.pop_front();
+        }
+        let entry = self.entries.front()?;
+        entry.waiter.as_ref().map(|w| (entry.id, w))
+    }
+
     /// The waiter `id`, if it is queued.
     pub fn get_mut(&mut self, id: WaiterId) -> Option<&mut W> {
         let index = self.entries.binary_search_by_key(&id, |e| e.id).ok()?;
@@ -122,6 +131,21 @@ impl<W> Queue<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn front_is_the_next_pop() {
+        let mut q = Queue::new();
+        assert!(q.front().is_none());
+        for id in 1..=4 {
+            q.push(id, id * 10);
+        }
+        q.remove(1);
+        q.remove(2);
+        assert_eq!(q.front(), Some((3, &30)));
+        assert_eq!(q.pop(), Some((3, 30)));
+        q.remove(4);
+        assert!(q.front().is_none());
+    }
 
     #[test]
     fn first_in_first_out() {

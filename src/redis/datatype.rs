@@ -1,24 +1,34 @@
-//! The module data type `relock-lk`: one lock per key. Its Redis TTL is the lock's lifetime.
+//! The module data type `relock-lk`: one lock per key. Its Redis TTL is the lock's lifetime
+//! (for a shared key, the latest lease end; each holder's own lease end is in the value).
 //!
-//! RDB encoding, version 1: owner (string), token (unsigned), count (unsigned). The absolute
-//! expiry is the key's own expire, which RDB and AOF already store. Aux data (written before the
-//! keyspace) carries the token counter, so tokens never go backwards across a restart even when
-//! no lock is left to remember them. An AOF rewrite emits each lock as
-//! `LOCK.APPLY key owner token count` (Redis appends the key's `PEXPIREAT`).
+//! RDB encoding, version 2: a kind (unsigned), then for an exclusive lock (0) owner (string),
+//! token (unsigned), count (unsigned); for a shared key (1) its limit (unsigned, 0: none), the
+//! number of holders (unsigned), and per holder owner, token, count and lease end (signed, Unix
+//! ms). Version 1 (exclusive locks written before shared holds existed) is owner, token, count,
+//! and still loads. The absolute expiry is the key's own expire, which RDB and AOF already store.
+//! Aux data (written before the keyspace) carries the token counter, so tokens never go backwards
+//! across a restart even when no lock is left to remember them. An AOF rewrite emits an exclusive
+//! lock as `LOCK.APPLY key owner token count` and each shared holder as `LOCK.APPLY key owner
+//! token count PXAT lease_end SHARED [LIMIT n]` (Redis appends the key's `PEXPIREAT`).
 
-use std::os::raw::{c_int, c_void};
+use std::os::raw::{c_int, c_longlong, c_void};
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::ffi;
 use super::globals;
-use crate::lock::{args, Hold};
+use crate::lock::{args, Hold, Holder, LockMut, LockRef, LockValue, Shared, MAX_LIMIT};
 
 /// Data type name as `TYPE` shows it (exactly 9 characters).
 pub const TYPE_NAME: &str = "relock-lk";
 /// RDB encoding version of a lock value.
-const ENCODING_VERSION: i32 = 1;
+const ENCODING_VERSION: i32 = 2;
+/// Kinds of value in encoding version 2.
+const KIND_EXCLUSIVE: u64 = 0;
+const KIND_SHARED: u64 = 1;
+/// The most holders a loaded shared value may claim (more is a corrupt payload).
+const MAX_LOADED_HOLDERS: u64 = 100_000_000;
 
 /// The registered data type.
 pub static LOCK_TYPE: RedisType = RedisType::new(
@@ -35,7 +45,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         aux_load: Some(aux_load),
         aux_save: Some(aux_save),
         aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
-        free_effort: None,
+        free_effort: Some(free_effort),
         unlink: None,
         copy: Some(copy),
         defrag: None,
@@ -47,22 +57,34 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
     },
 );
 
-/// Turns a hold into a value owned by Redis.
-pub fn into_value(hold: Box<Hold>) -> *mut c_void {
-    globals::count_lock_value(true);
-    Hold::into_raw(hold).cast()
+/// Holds in a value.
+fn holds_in(value: LockRef<'_>) -> u64 {
+    match value {
+        LockRef::Exclusive(_) => 1,
+        LockRef::Shared(shared) => shared.len() as u64,
+    }
 }
 
-/// Borrows the hold behind a value pointer.
+/// Turns a lock into a value owned by Redis.
+pub fn into_value(value: LockValue) -> *mut c_void {
+    let holds = match &value {
+        LockValue::Exclusive(_) => 1,
+        LockValue::Shared(shared) => shared.len() as u64,
+    };
+    globals::count_lock_value(true, holds);
+    value.into_raw().cast()
+}
+
+/// Borrows the lock behind a value pointer.
 ///
 /// # Safety
 /// `value` must come from [`into_value`] and still be owned by Redis.
-pub unsafe fn hold_of<'a>(value: *mut c_void) -> Option<&'a mut Hold> {
+pub unsafe fn lock_of<'a>(value: *mut c_void) -> Option<LockMut<'a>> {
     if value.is_null() {
         None
     } else {
         // SAFETY: `value` is non-null and came from `into_value` (the caller's promise).
-        Some(unsafe { Hold::borrow_raw(value.cast()) })
+        Some(unsafe { LockValue::borrow_raw(value.cast()) })
     }
 }
 
@@ -73,27 +95,78 @@ pub unsafe fn hold_of<'a>(value: *mut c_void) -> Option<&'a mut Hold> {
 /// "Bad data format"), nothing is half-built.
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     ffi::guard(std::ptr::null_mut(), || {
-        if encver != ENCODING_VERSION {
-            log_io(rdb, "unknown relock encoding version");
-            return std::ptr::null_mut();
-        }
-        let Some(owner) = load_string(rdb) else {
-            return std::ptr::null_mut();
+        let value = match encver {
+            1 => load_hold(rdb).map(LockValue::Exclusive),
+            2 => match load_unsigned(rdb) {
+                Some(KIND_EXCLUSIVE) => load_hold(rdb).map(LockValue::Exclusive),
+                Some(KIND_SHARED) => load_shared(rdb).map(LockValue::Shared),
+                Some(_) => {
+                    log_io(rdb, "corrupt relock value");
+                    None
+                }
+                None => None,
+            },
+            _ => {
+                log_io(rdb, "unknown relock encoding version");
+                None
+            }
         };
-        let (Some(token), Some(count)) = (load_unsigned(rdb), load_unsigned(rdb)) else {
-            return std::ptr::null_mut();
-        };
-        let valid = args::owner(&owner).is_ok()
-            && (1..=crate::lock::MAX_TOKEN).contains(&token)
-            && count >= 1
-            && count <= u64::from(crate::lock::MAX_COUNT);
-        if !valid {
-            log_io(rdb, "corrupt relock value");
-            return std::ptr::null_mut();
-        }
-        globals::observe_token(token);
-        into_value(Hold::new(&owner, token, count as u32))
+        value.map_or(std::ptr::null_mut(), into_value)
     })
+}
+
+/// An exclusive hold: owner, token, count.
+fn load_hold(rdb: *mut raw::RedisModuleIO) -> Option<Box<Hold>> {
+    let owner = load_string(rdb)?;
+    let (token, count) = (load_unsigned(rdb)?, load_unsigned(rdb)?);
+    let Some(count) = valid_hold(&owner, token, count) else {
+        log_io(rdb, "corrupt relock value");
+        return None;
+    };
+    globals::observe_token(token);
+    Some(Hold::new(&owner, token, count))
+}
+
+/// A shared key: limit, holders, and per holder owner, token, count, lease end.
+fn load_shared(rdb: *mut raw::RedisModuleIO) -> Option<Shared> {
+    let (limit, holders) = (load_unsigned(rdb)?, load_unsigned(rdb)?);
+    let limit_ok = limit <= u64::from(MAX_LIMIT) && (limit == 0 || holders <= limit);
+    if !limit_ok || holders == 0 || holders > MAX_LOADED_HOLDERS {
+        log_io(rdb, "corrupt relock value");
+        return None;
+    }
+    let mut shared = Shared::new(limit as u32);
+    for _ in 0..holders {
+        let owner = load_string(rdb)?;
+        let (token, count, lease_end) =
+            (load_unsigned(rdb)?, load_unsigned(rdb)?, load_signed(rdb)?);
+        let count = valid_hold(&owner, token, count)
+            .filter(|_| (1..=1 << 62).contains(&lease_end))
+            .filter(|_| shared.get(&owner).is_none() && shared.owner_of(token).is_none());
+        let Some(count) = count else {
+            log_io(rdb, "corrupt relock value");
+            return None;
+        };
+        globals::observe_token(token);
+        shared.insert(
+            &owner,
+            Holder {
+                token,
+                count,
+                lease_end,
+            },
+        );
+    }
+    Some(shared)
+}
+
+/// The count of a hold whose fields are within bounds.
+fn valid_hold(owner: &[u8], token: u64, count: u64) -> Option<u32> {
+    let valid = args::owner(owner).is_ok()
+        && (1..=crate::lock::MAX_TOKEN).contains(&token)
+        && count >= 1
+        && count <= u64::from(crate::lock::MAX_COUNT);
+    valid.then_some(count as u32)
 }
 
 fn io_failed(rdb: *mut raw::RedisModuleIO) -> bool {
@@ -105,6 +178,13 @@ fn io_failed(rdb: *mut raw::RedisModuleIO) -> bool {
 fn load_unsigned(rdb: *mut raw::RedisModuleIO) -> Option<u64> {
     // SAFETY: as above; with HANDLE_IO_ERRORS a bad read sets the error flag, checked next.
     let value = unsafe { rm!(RedisModule_LoadUnsigned(rdb)) };
+    (!io_failed(rdb)).then_some(value)
+}
+
+/// A signed field, or `None` when the input ended or held something else.
+fn load_signed(rdb: *mut raw::RedisModuleIO) -> Option<i64> {
+    // SAFETY: as above; with HANDLE_IO_ERRORS a bad read sets the error flag, checked next.
+    let value = unsafe { rm!(RedisModule_LoadSigned(rdb)) };
     (!io_failed(rdb)).then_some(value)
 }
 
@@ -120,26 +200,52 @@ fn load_string(rdb: *mut raw::RedisModuleIO) -> Option<Vec<u8>> {
         // SAFETY: Redis returned a buffer of `len` bytes that we own until we free it below.
         unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }.to_vec()
     });
+    // SAFETY: the buffer came from `LoadStringBuffer` and is freed once, here.
     unsafe { rm!(RedisModule_Free(buf.cast())) };
     bytes
+}
+
+fn save_string(rdb: *mut raw::RedisModuleIO, bytes: &[u8]) {
+    // SAFETY: `rdb` is the save context; the buffer is passed with its length.
+    unsafe {
+        rm!(RedisModule_SaveStringBuffer(
+            rdb,
+            bytes.as_ptr().cast(),
+            bytes.len()
+        ))
+    };
+}
+
+fn save_unsigned(rdb: *mut raw::RedisModuleIO, value: u64) {
+    // SAFETY: `rdb` is the save context Redis passed.
+    unsafe { rm!(RedisModule_SaveUnsigned(rdb, value)) };
 }
 
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     ffi::guard((), || {
         // SAFETY: Redis passes a value of our type, owned by Redis for the length of the call.
-        let Some(hold) = (unsafe { hold_of(value) }) else {
+        let Some(lock) = (unsafe { lock_of(value) }) else {
             return;
         };
-        let owner = hold.owner();
-        // SAFETY: `rdb` is the save context; the owner buffer is passed with its length.
-        unsafe {
-            rm!(RedisModule_SaveStringBuffer(
-                rdb,
-                owner.as_ptr().cast(),
-                owner.len()
-            ));
-            rm!(RedisModule_SaveUnsigned(rdb, hold.token()));
-            rm!(RedisModule_SaveUnsigned(rdb, u64::from(hold.count())));
+        match lock.as_ref() {
+            LockRef::Exclusive(hold) => {
+                save_unsigned(rdb, KIND_EXCLUSIVE);
+                save_string(rdb, hold.owner());
+                save_unsigned(rdb, hold.token());
+                save_unsigned(rdb, u64::from(hold.count()));
+            }
+            LockRef::Shared(shared) => {
+                save_unsigned(rdb, KIND_SHARED);
+                save_unsigned(rdb, u64::from(shared.limit()));
+                save_unsigned(rdb, shared.len() as u64);
+                for (owner, holder) in shared.iter() {
+                    save_string(rdb, owner);
+                    save_unsigned(rdb, holder.token);
+                    save_unsigned(rdb, u64::from(holder.count));
+                    // SAFETY: `rdb` is the save context Redis passed.
+                    unsafe { rm!(RedisModule_SaveSigned(rdb, holder.lease_end)) };
+                }
+            }
         }
     })
 }
@@ -151,52 +257,133 @@ extern "C" fn aof_rewrite(
 ) {
     ffi::guard((), || {
         // SAFETY: Redis passes a value of our type, owned by Redis for the length of the call.
-        let Some(hold) = (unsafe { hold_of(value) }) else {
+        let Some(lock) = (unsafe { lock_of(value) }) else {
             return;
         };
-        let owner = hold.owner();
-        // SAFETY: format "sbll": the key's name, the owner's pointer and length, two long longs.
-        unsafe {
-            rm!(RedisModule_EmitAOF(
-                aof,
-                c"LOCK.APPLY".as_ptr(),
-                c"sbll".as_ptr(),
-                key,
-                owner.as_ptr(),
-                owner.len(),
-                hold.token() as std::os::raw::c_longlong,
-                std::os::raw::c_longlong::from(hold.count()),
-            ));
+        match lock.as_ref() {
+            LockRef::Exclusive(hold) => {
+                let owner = hold.owner();
+                // SAFETY: format "sbll": the key's name, the owner's pointer and length, two
+                // long longs.
+                unsafe {
+                    rm!(RedisModule_EmitAOF(
+                        aof,
+                        c"LOCK.APPLY".as_ptr(),
+                        c"sbll".as_ptr(),
+                        key,
+                        owner.as_ptr(),
+                        owner.len(),
+                        hold.token() as c_longlong,
+                        c_longlong::from(hold.count()),
+                    ))
+                };
+            }
+            LockRef::Shared(shared) => {
+                for (owner, holder) in shared.iter() {
+                    emit_holder(aof, key, shared.limit(), owner, holder);
+                }
+            }
         }
     })
 }
 
+/// `LOCK.APPLY key owner token count PXAT lease_end SHARED [LIMIT n]` into the AOF.
+fn emit_holder(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    limit: u32,
+    owner: &[u8],
+    holder: &Holder,
+) {
+    let (token, count) = (holder.token as c_longlong, c_longlong::from(holder.count));
+    let lease_end = holder.lease_end as c_longlong;
+    // SAFETY (both calls): each format letter matches its argument: s = the key's name, b = the
+    // owner's pointer and length, l = long longs, c = C strings.
+    unsafe {
+        if limit == 0 {
+            rm!(RedisModule_EmitAOF(
+                aof,
+                c"LOCK.APPLY".as_ptr(),
+                c"sbllclc".as_ptr(),
+                key,
+                owner.as_ptr(),
+                owner.len(),
+                token,
+                count,
+                c"PXAT".as_ptr(),
+                lease_end,
+                c"SHARED".as_ptr(),
+            ));
+        } else {
+            rm!(RedisModule_EmitAOF(
+                aof,
+                c"LOCK.APPLY".as_ptr(),
+                c"sbllclccl".as_ptr(),
+                key,
+                owner.as_ptr(),
+                owner.len(),
+                token,
+                count,
+                c"PXAT".as_ptr(),
+                lease_end,
+                c"SHARED".as_ptr(),
+                c"LIMIT".as_ptr(),
+                c_longlong::from(limit),
+            ));
+        }
+    }
+}
+
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     // SAFETY: Redis passes a value of our type, owned by Redis for the length of the call.
-    ffi::guard(0, || match unsafe { hold_of(value.cast_mut()) } {
-        Some(hold) => hold.heap_size(),
+    ffi::guard(0, || match unsafe { lock_of(value.cast_mut()) } {
+        Some(LockMut::Exclusive(hold)) => hold.heap_size(),
+        Some(LockMut::Shared(shared)) => shared.heap_size(),
         None => 0,
+    })
+}
+
+/// How much work freeing a value is: its holders (Redis frees large ones in the background).
+extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
+    // SAFETY: Redis passes a value of our type, owned by Redis for the length of the call.
+    ffi::guard(1, || match unsafe { lock_of(value.cast_mut()) } {
+        Some(lock) => holds_in(lock.as_ref()) as usize,
+        None => 1,
     })
 }
 
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     ffi::guard((), || {
         // SAFETY: Redis passes a value of our type, owned by Redis for the length of the call.
-        let Some(hold) = (unsafe { hold_of(value) }) else {
+        let Some(lock) = (unsafe { lock_of(value) }) else {
             return;
         };
-        let owner = hold.owner();
-        // SAFETY: `md` is the digest context; the owner buffer is passed with its length.
-        unsafe {
-            rm!(RedisModule_DigestAddStringBuffer(
-                md,
-                owner.as_ptr().cast(),
-                owner.len()
-            ));
-            rm!(RedisModule_DigestAddLongLong(md, hold.token() as i64));
-            rm!(RedisModule_DigestAddLongLong(md, i64::from(hold.count())));
-            rm!(RedisModule_DigestEndSequence(md));
+        let add_hold = |owner: &[u8], token: u64, count: u32| {
+            // SAFETY: `md` is the digest context; the owner buffer is passed with its length.
+            unsafe {
+                rm!(RedisModule_DigestAddStringBuffer(
+                    md,
+                    owner.as_ptr().cast(),
+                    owner.len()
+                ));
+                rm!(RedisModule_DigestAddLongLong(md, token as i64));
+                rm!(RedisModule_DigestAddLongLong(md, i64::from(count)));
+            }
+        };
+        match lock.as_ref() {
+            LockRef::Exclusive(hold) => add_hold(hold.owner(), hold.token(), hold.count()),
+            LockRef::Shared(shared) => {
+                // SAFETY: `md` is the digest context.
+                unsafe { rm!(RedisModule_DigestAddLongLong(md, i64::from(shared.limit()))) };
+                for (owner, holder) in shared.iter() {
+                    add_hold(owner, holder.token, holder.count);
+                    // SAFETY: `md` is the digest context.
+                    unsafe { rm!(RedisModule_DigestAddLongLong(md, holder.lease_end)) };
+                }
+            }
         }
+        // SAFETY: `md` is the digest context.
+        unsafe { rm!(RedisModule_DigestEndSequence(md)) };
     })
 }
 
@@ -204,8 +391,13 @@ extern "C" fn free(value: *mut c_void) {
     ffi::guard((), || {
         if !value.is_null() {
             // SAFETY: Redis frees each value once, here; it came from `into_value`.
-            drop(unsafe { Hold::from_raw(value.cast()) });
-            globals::count_lock_value(false);
+            let lock = unsafe { LockValue::from_raw(value.cast()) };
+            let holds = match &lock {
+                LockValue::Exclusive(_) => 1,
+                LockValue::Shared(shared) => shared.len() as u64,
+            };
+            drop(lock);
+            globals::count_lock_value(false, holds);
         }
     })
 }
@@ -217,8 +409,9 @@ extern "C" fn copy(
 ) -> *mut c_void {
     ffi::guard(std::ptr::null_mut(), || {
         // SAFETY: Redis passes a value of our type, owned by Redis for the length of the call.
-        match unsafe { hold_of(value.cast_mut()) } {
-            Some(hold) => into_value(hold.to_boxed()),
+        match unsafe { lock_of(value.cast_mut()) } {
+            Some(LockMut::Exclusive(hold)) => into_value(LockValue::Exclusive(hold.to_boxed())),
+            Some(LockMut::Shared(shared)) => into_value(LockValue::Shared(shared.clone())),
             None => std::ptr::null_mut(),
         }
     })
@@ -244,7 +437,7 @@ extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
 
 extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
     ffi::guard(raw::REDISMODULE_ERR as c_int, || {
-        if encver != ENCODING_VERSION {
+        if !(1..=ENCODING_VERSION).contains(&encver) {
             log_io(rdb, "unknown relock aux encoding version");
             return raw::REDISMODULE_ERR as c_int;
         }

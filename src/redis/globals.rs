@@ -55,6 +55,10 @@ thread_local! {
 /// constructors and `free` callback, which Redis may call from a background thread.
 static LIVE: AtomicU64 = AtomicU64::new(0);
 
+/// Holds in lock values alive in memory (the `holds` INFO field): 1 per exclusive lock, one per
+/// holder of a shared key. Changed as `LIVE` is, and when a holder joins or leaves a shared key.
+static HOLDS: AtomicU64 = AtomicU64::new(0);
+
 /// Whether anything can receive propagated commands (AOF on, a replication backlog, replicas).
 /// Conservatively true at load; set true the instant a fork child is born (every full sync and
 /// every AOF rewrite starts with one) and recomputed on the cron tick, which clears it only when
@@ -185,13 +189,29 @@ pub fn observe_token(token: u64) {
     }
 }
 
-/// Counts a lock value created (`true`) or freed (`false`).
-pub fn count_lock_value(created: bool) {
+/// Counts a lock value created (`true`) or freed (`false`) with `holds` holds in it.
+pub fn count_lock_value(created: bool, holds: u64) {
     if created {
         LIVE.fetch_add(1, Ordering::Relaxed);
+        HOLDS.fetch_add(holds, Ordering::Relaxed);
     } else {
         LIVE.fetch_sub(1, Ordering::Relaxed);
+        HOLDS.fetch_sub(holds, Ordering::Relaxed);
     }
+}
+
+/// Counts a holder joining (`true`) or leaving (`false`) a shared key in place.
+pub fn count_holder(joined: bool) {
+    if joined {
+        HOLDS.fetch_add(1, Ordering::Relaxed);
+    } else {
+        HOLDS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Holds in memory.
+pub fn holds() -> u64 {
+    HOLDS.load(Ordering::Relaxed)
 }
 
 /// Lock values in memory.

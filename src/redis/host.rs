@@ -16,7 +16,10 @@ use super::datatype::{self, LOCK_TYPE};
 use super::ffi::{self, OwnedString};
 use super::globals::{self, Client, RedisHandles, Report};
 use super::{cluster, server};
-use crate::lock::{Event, Hold, Host, Key, KeyId, OpenError, Outcome, State};
+use crate::lock::{
+    Event, Hold, Holder, Host, Key, KeyId, LockMut, LockRef, LockValue, OpenError, Outcome, Shared,
+    State,
+};
 
 /// The engine's host inside one Redis callback.
 pub struct RedisHost {
@@ -187,10 +190,89 @@ impl RedisKey {
         }
     }
 
-    fn hold_mut(&mut self) -> Option<&mut Hold> {
+    fn lock_mut(&mut self) -> Option<LockMut<'_>> {
         // SAFETY: the value is one of ours (checked at open), owned by Redis while the key is
         // open, and borrowed only through `&mut self`.
-        unsafe { datatype::hold_of(self.value()) }
+        unsafe { datatype::lock_of(self.value()) }
+    }
+
+    fn hold_mut(&mut self) -> Option<&mut Hold> {
+        match self.lock_mut()? {
+            LockMut::Exclusive(hold) => Some(hold),
+            LockMut::Shared(_) => None,
+        }
+    }
+
+    /// Stores a new value, replacing whatever is here.
+    fn set_value(&mut self, value: LockValue) {
+        let Some(key) = self.key.map(NonNull::as_ptr) else {
+            return;
+        };
+        let value = datatype::into_value(value);
+        // SAFETY: an open key handle, opened for writing; Redis takes ownership of `value`,
+        // a value of our type.
+        unsafe { rm!(RedisModule_ModuleTypeSetValue(key, lock_type(), value)) };
+    }
+
+    /// Deletes the key (the engine has decided the lock is gone).
+    fn delete(&mut self) {
+        let Some(key) = self.key else {
+            return;
+        };
+        // SAFETY: an open key handle, opened for writing.
+        unsafe { rm!(RedisModule_DeleteKey(key.as_ptr())) };
+        // Our own delete is not followed by an `expired` notification.
+        globals::forget_unlinked();
+    }
+
+    /// Replicates one shared holder's state (or its removal, for `None`).
+    fn replicate_holder(&self, limit: u32, owner: &[u8], holder: Option<Holder>) {
+        if self.propagate_cheaply() {
+            return;
+        }
+        let name = self.name.as_ptr();
+        // SAFETY (every call): each format letter matches its argument: s = the key's name (a
+        // live Redis string), b = the owner's pointer and length, l = long longs, c = C strings.
+        unsafe {
+            match holder {
+                None => rm!(RedisModule_Replicate(
+                    self.ctx,
+                    c"LOCK.DROP".as_ptr(),
+                    c"sb".as_ptr(),
+                    name,
+                    owner.as_ptr(),
+                    owner.len(),
+                )),
+                Some(h) if limit == 0 => rm!(RedisModule_Replicate(
+                    self.ctx,
+                    c"LOCK.APPLY".as_ptr(),
+                    c"sbllclc".as_ptr(),
+                    name,
+                    owner.as_ptr(),
+                    owner.len(),
+                    h.token as c_longlong,
+                    c_longlong::from(h.count),
+                    c"PXAT".as_ptr(),
+                    h.lease_end as c_longlong,
+                    c"SHARED".as_ptr(),
+                )),
+                Some(h) => rm!(RedisModule_Replicate(
+                    self.ctx,
+                    c"LOCK.APPLY".as_ptr(),
+                    c"sbllclccl".as_ptr(),
+                    name,
+                    owner.as_ptr(),
+                    owner.len(),
+                    h.token as c_longlong,
+                    c_longlong::from(h.count),
+                    c"PXAT".as_ptr(),
+                    h.lease_end as c_longlong,
+                    c"SHARED".as_ptr(),
+                    c"LIMIT".as_ptr(),
+                    c_longlong::from(limit),
+                )),
+            };
+        }
     }
 
     /// Tells Redis the key changed (WATCH, client-side caching). The module runs with
@@ -262,9 +344,13 @@ impl RedisKey {
 }
 
 impl Key for RedisKey {
-    fn hold(&self) -> Option<&Hold> {
-        // SAFETY: as in `hold_mut`; the shared borrow is tied to `&self`.
-        unsafe { datatype::hold_of(self.value()) }.map(|hold| &*hold)
+    fn lock(&self) -> Option<LockRef<'_>> {
+        // SAFETY: as in `lock_mut`; the shared borrow is tied to `&self`.
+        let lock = unsafe { datatype::lock_of(self.value()) }?;
+        Some(match lock {
+            LockMut::Exclusive(hold) => LockRef::Exclusive(hold),
+            LockMut::Shared(shared) => LockRef::Shared(shared),
+        })
     }
 
     fn expires_at(&self) -> Option<i64> {
@@ -279,13 +365,10 @@ impl Key for RedisKey {
     }
 
     fn put(&mut self, hold: Box<Hold>, at: Option<i64>) {
-        let Some(key) = self.key.map(NonNull::as_ptr) else {
+        if self.key.is_none() {
             return;
-        };
-        let value = datatype::into_value(hold);
-        // SAFETY: an open key handle, opened for writing; Redis takes ownership of `value`,
-        // a value of our type.
-        unsafe { rm!(RedisModule_ModuleTypeSetValue(key, lock_type(), value)) };
+        }
+        self.set_value(LockValue::Exclusive(hold));
         if let Some(at) = at {
             self.set_expiry(at);
         }
@@ -304,12 +387,54 @@ impl Key for RedisKey {
         self.replicate_hold(at.or_else(|| self.expires_at()));
     }
 
-    fn remove(&mut self) {
-        let Some(key) = self.key else {
+    fn put_holder(&mut self, limit: u32, owner: &[u8], holder: Holder) {
+        if self.key.is_none() {
             return;
+        }
+        if !matches!(self.lock(), Some(LockRef::Shared(_))) {
+            self.set_value(LockValue::Shared(Shared::new(limit)));
+        }
+        let last = match self.lock_mut() {
+            Some(LockMut::Shared(shared)) => {
+                let joined = shared.get(owner).is_none();
+                shared.insert(owner, holder);
+                if joined {
+                    globals::count_holder(true);
+                }
+                shared.last_lease_end()
+            }
+            _ => None,
         };
-        // SAFETY: an open key handle, opened for writing.
-        unsafe { rm!(RedisModule_DeleteKey(key.as_ptr())) };
+        if let Some(last) = last {
+            self.set_expiry(last);
+        }
+        self.changed();
+        self.replicate_holder(limit, owner, Some(holder));
+    }
+
+    fn remove_holder(&mut self, owner: &[u8]) {
+        let (limit, left) = match self.lock_mut() {
+            Some(LockMut::Shared(shared)) => {
+                if shared.remove(owner).is_some() {
+                    globals::count_holder(false);
+                }
+                (shared.limit(), shared.last_lease_end())
+            }
+            _ => return,
+        };
+        match left {
+            Some(last) => self.set_expiry(last),
+            None => self.delete(),
+        }
+        self.changed();
+        self.replicate_holder(limit, owner, None);
+    }
+
+    fn remove(&mut self) {
+        if self.key.is_none() {
+            return;
+        }
+        self.delete();
         self.changed();
         if !self.propagate_cheaply() {
             // SAFETY: format "s" with the key's name, a live Redis string.
@@ -322,14 +447,13 @@ impl Key for RedisKey {
                 ))
             };
         }
-        // Our own delete is not followed by an `expired` notification.
-        globals::forget_unlinked();
     }
 
     fn notify(&mut self, event: Event) {
         let name: &CStr = match event {
             Event::Acquired => c"lock.acquired",
             Event::Released => c"lock.released",
+            Event::Expired => c"lock.expired",
             Event::Renewed => c"lock.renewed",
             Event::Granted => c"lock.granted",
             Event::ForceReleased => c"lock.forcereleased",

@@ -14,8 +14,9 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
         let (waiters, timers, stats, last_token) =
             globals::read_engine(|e| (e.waiters(), e.armed_timers(), e.stats(), e.last_token()))
                 .unwrap_or_default();
-        let fields: [(&std::ffi::CStr, u64); 12] = [
+        let fields: [(&std::ffi::CStr, u64); 13] = [
             (c"locks", globals::lock_values()),
+            (c"holds", globals::holds()),
             (c"waiters", waiters as u64),
             (c"timers", timers as u64),
             (c"acquired_total", stats.acquired),
