@@ -29,6 +29,8 @@ pub mod tokens;
 mod engine_tests;
 #[cfg(test)]
 mod model;
+#[cfg(test)]
+mod shared_tests;
 
 pub use args::ArgError;
 pub use engine::{Engine, HolderInfo, Info, Reply};

@@ -1,0 +1,387 @@
+//! Shared holds on the engine, rule by rule (spec: "Shared holds: read-write locks and counting
+//! semaphores"), on the in-memory host.
+
+use super::engine::{HolderInfo, Info, Reply};
+use super::errors::{other_limit, OTHER_MODE};
+use super::host::{Event, Outcome};
+use super::memory::{Effect, Sim};
+use super::Mode;
+
+const START: i64 = 1_800_000_000_000;
+const K: &[u8] = b"k";
+const READ: Mode = Mode::Shared { limit: 0 };
+
+fn sem(limit: u32) -> Mode {
+    Mode::Shared { limit }
+}
+
+fn token(reply: Reply) -> u64 {
+    match reply {
+        Reply::Integer(t) => t,
+        other => panic!("expected a token, got {other:?}"),
+    }
+}
+
+fn granted(sim: &mut Sim) -> Vec<u64> {
+    sim.deliver();
+    sim.answers
+        .iter()
+        .filter_map(|(c, o)| matches!(o, Outcome::Token(_)).then_some(*c))
+        .collect()
+}
+
+fn owners(sim: &mut Sim) -> Vec<Vec<u8>> {
+    match sim.holders(K, None, 0) {
+        Reply::Holders(list) => list.into_iter().map(|h| h.owner.to_vec()).collect(),
+        Reply::Nil => Vec::new(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn readers_share_and_writers_wait_for_them() {
+    let mut sim = Sim::new(START);
+    let r1 = token(sim.acquire_as(K, b"r1", 1000, READ));
+    let r2 = token(sim.acquire_as(K, b"r2", 1000, READ));
+    assert!(r2 > r1);
+    assert_eq!(
+        sim.acquire(K, b"w", 1000),
+        Reply::Nil,
+        "a writer is excluded"
+    );
+    let (reply, w) = sim.wait(K, b"w", 1000, 0);
+    assert_eq!(reply, Reply::Blocked);
+    // No writer starvation: a reader arriving behind the queued writer waits too.
+    assert_eq!(sim.acquire_as(K, b"r3", 1000, READ), Reply::Nil);
+    assert_eq!(sim.release(K, b"r1"), Reply::Integer(0));
+    assert!(granted(&mut sim).is_empty(), "r2 still reads");
+    assert_eq!(sim.release(K, b"r2"), Reply::Integer(0));
+    assert_eq!(granted(&mut sim), [w]);
+    assert_eq!(sim.lock(K).map(|l| l.0), Some(b"w".to_vec()));
+    // Readers are excluded by the writer.
+    assert_eq!(sim.acquire_as(K, b"r1", 1000, READ), Reply::Nil);
+}
+
+#[test]
+fn a_limit_admits_exactly_n_owners_not_counts() {
+    let mut sim = Sim::new(START);
+    for owner in [&b"a"[..], b"b", b"c"] {
+        assert!(matches!(
+            sim.acquire_as(K, owner, 1000, sem(3)),
+            Reply::Integer(_)
+        ));
+    }
+    assert_eq!(sim.acquire_as(K, b"d", 1000, sem(3)), Reply::Nil);
+    // Re-entry of a holder ignores the limit; it counts owners.
+    assert_eq!(sim.reenter_as(K, b"a", 1000, sem(3)), Reply::Integer(2));
+    assert_eq!(sim.release(K, b"a"), Reply::Integer(1));
+    assert_eq!(sim.acquire_as(K, b"d", 1000, sem(3)), Reply::Nil);
+    assert_eq!(sim.release(K, b"a"), Reply::Integer(0));
+    assert!(matches!(
+        sim.acquire_as(K, b"d", 1000, sem(3)),
+        Reply::Integer(_)
+    ));
+    assert!(matches!(
+        sim.info(K),
+        Reply::Info(Info {
+            holders: 3,
+            mode: Mode::Shared { limit: 3 },
+            ..
+        })
+    ));
+}
+
+#[test]
+fn mode_and_limit_errors_change_nothing() {
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"a", 1000, sem(2));
+    sim.take_effects();
+    assert_eq!(
+        sim.acquire_as(K, b"b", 1000, sem(3)),
+        Reply::Error(other_limit(2).into())
+    );
+    assert_eq!(
+        sim.acquire_as(K, b"b", 1000, READ),
+        Reply::Error(other_limit(2).into())
+    );
+    assert_eq!(sim.acquire(K, b"a", 1000), Reply::Error(OTHER_MODE.into()));
+    assert_eq!(sim.reenter(K, b"a", 1000), Reply::Error(OTHER_MODE.into()));
+    let (reply, _) = sim.wait_as(K, b"c", 1000, 0, sem(5));
+    assert_eq!(reply, Reply::Error(other_limit(2).into()), "never queued");
+    assert!(sim.take_effects().is_empty());
+    assert_eq!(sim.engine.waiters(), 0);
+    // The other way round: an exclusive holder asking for a shared hold.
+    sim.force_release(K);
+    sim.acquire(K, b"x", 1000);
+    assert_eq!(
+        sim.acquire_as(K, b"x", 1000, READ),
+        Reply::Error(OTHER_MODE.into())
+    );
+}
+
+#[test]
+fn a_queued_shared_waiter_sets_the_limit_of_a_free_key() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"w", 1000);
+    let (_, _) = sim.wait_as(K, b"r", 1000, 0, sem(4));
+    let (reply, _) = sim.wait_as(K, b"s", 1000, 0, sem(5));
+    assert_eq!(reply, Reply::Error(other_limit(4).into()));
+}
+
+#[test]
+fn a_batch_of_consecutive_readers_is_granted_in_queue_order_up_to_the_limit() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"w0", 1000);
+    let (_, r1) = sim.wait_as(K, b"r1", 1000, 0, sem(2));
+    let (_, r2) = sim.wait_as(K, b"r2", 1000, 0, sem(2));
+    let (_, r3) = sim.wait_as(K, b"r3", 1000, 0, sem(2));
+    let (_, w1) = sim.wait(K, b"w1", 1000, 0);
+    let (_, r4) = sim.wait_as(K, b"r4", 1000, 0, sem(2));
+    sim.release(K, b"w0");
+    assert_eq!(granted(&mut sim), [r1, r2], "two permits");
+    let tokens: Vec<u64> = match sim.holders(K, None, 0) {
+        Reply::Holders(list) => list.iter().map(|h| h.token).collect(),
+        other => panic!("{other:?}"),
+    };
+    assert!(tokens[0] < tokens[1], "tokens rise along a batch");
+    sim.release(K, b"r1");
+    assert_eq!(granted(&mut sim), [r1, r2, r3]);
+    sim.release(K, b"r2");
+    sim.release(K, b"r3");
+    assert_eq!(granted(&mut sim), [r1, r2, r3, w1], "the writer, then");
+    sim.release(K, b"w1");
+    assert_eq!(granted(&mut sim), [r1, r2, r3, w1, r4]);
+}
+
+#[test]
+fn the_head_leaving_lets_the_readers_behind_it_in() {
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"r0", 10_000, READ);
+    let (_, w) = sim.wait(K, b"w", 1000, 500);
+    let (_, r1) = sim.wait_as(K, b"r1", 1000, 0, READ);
+    let (_, r2) = sim.wait_as(K, b"r2", 1000, 0, READ);
+    assert!(
+        granted(&mut sim).is_empty(),
+        "the writer at the head holds them back"
+    );
+    sim.advance(500);
+    assert_eq!(granted(&mut sim), [r1, r2]);
+    assert!(sim.answers.contains(&(w, Outcome::TimedOut)));
+    assert_eq!(
+        owners(&mut sim),
+        [b"r0".to_vec(), b"r1".to_vec(), b"r2".to_vec()]
+    );
+}
+
+#[test]
+fn each_lease_ends_on_its_own_and_the_queue_is_served_at_once() {
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"short", 100, sem(2));
+    sim.acquire_as(K, b"long", 1000, sem(2));
+    assert_eq!(
+        sim.shared(K).map(|s| s.1),
+        Some(Some(START + 1000)),
+        "key TTL = latest lease"
+    );
+    let (_, c) = sim.wait_as(K, b"next", 1000, 0, sem(2));
+    sim.advance(100);
+    assert!(granted(&mut sim).is_empty());
+    sim.advance(1);
+    assert_eq!(
+        granted(&mut sim),
+        [c],
+        "within a millisecond of the lease's end"
+    );
+    assert_eq!(owners(&mut sim), [b"long".to_vec(), b"next".to_vec()]);
+    assert!(sim.take_events().iter().any(|e| e.1 == Event::Expired));
+    assert_eq!(sim.engine.stats().expired, 1);
+}
+
+#[test]
+fn a_lapsed_lease_is_gone_for_every_command_before_it_is_removed() {
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"a", 100, READ);
+    sim.acquire_as(K, b"b", 1000, READ);
+    sim.advance(200);
+    // No waiters: nothing removed it yet.
+    assert_eq!(sim.shared(K).map(|s| s.0.len()), Some(2));
+    assert!(matches!(
+        sim.info(K),
+        Reply::Info(Info {
+            holders: 1,
+            ttl_ms: 800,
+            ..
+        })
+    ));
+    assert_eq!(owners(&mut sim), [b"b".to_vec()]);
+    assert_eq!(sim.holders(K, Some(b"a"), 0), Reply::Holders(Vec::new()));
+    assert_eq!(sim.renew(K, b"a", 1000), Reply::Nil);
+    assert_eq!(sim.release(K, b"a"), Reply::Nil);
+    assert_eq!(
+        sim.shared(K).map(|s| s.0.len()),
+        Some(1),
+        "removed by the first write"
+    );
+}
+
+#[test]
+fn one_hold_per_owner_a_waiting_holder_gets_its_own_token() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"w", 1000);
+    let (_, c1) = sim.wait_as(K, b"r", 5000, 0, READ);
+    let (_, c2) = sim.wait_as(K, b"r", 5000, 0, READ);
+    sim.release(K, b"w");
+    sim.deliver();
+    let tokens: Vec<u64> = sim
+        .answers
+        .iter()
+        .filter_map(|(_, o)| match o {
+            Outcome::Token(t) => Some(*t),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tokens.len(), 2);
+    assert_eq!(tokens[0], tokens[1]);
+    assert_eq!(granted(&mut sim), [c1, c2]);
+    assert_eq!(owners(&mut sim), [b"r".to_vec()]);
+}
+
+#[test]
+fn force_release_of_one_owner_or_of_all() {
+    let mut sim = Sim::new(START);
+    for o in [&b"a"[..], b"b", b"c"] {
+        sim.acquire_as(K, o, 1000, READ);
+    }
+    let (_, w) = sim.wait(K, b"w", 1000, 0);
+    assert_eq!(sim.force_release_of(K, b"b"), Reply::Integer(1));
+    assert_eq!(sim.force_release_of(K, b"b"), Reply::Integer(0));
+    assert_eq!(sim.force_release(K), Reply::Integer(2));
+    assert_eq!(granted(&mut sim), [w]);
+    assert_eq!(sim.force_release_of(K, b"nobody"), Reply::Integer(0));
+    assert_eq!(sim.force_release_of(K, b"w"), Reply::Integer(1));
+    assert_eq!(sim.engine.stats().forcereleased, 4);
+}
+
+#[test]
+fn holders_lists_in_grant_order_with_count_and_owner() {
+    let mut sim = Sim::new(START);
+    assert_eq!(sim.holders(K, None, 100), Reply::Nil);
+    let t: Vec<u64> = [&b"c"[..], b"a", b"b"]
+        .iter()
+        .map(|o| token(sim.acquire_as(K, o, 1000, READ)))
+        .collect();
+    sim.reenter_as(K, b"a", 2000, READ);
+    match sim.holders(K, None, 2) {
+        Reply::Holders(list) => assert_eq!(
+            list,
+            [
+                HolderInfo {
+                    owner: b"c"[..].into(),
+                    token: t[0],
+                    count: 1,
+                    ttl_ms: 1000
+                },
+                HolderInfo {
+                    owner: b"a"[..].into(),
+                    token: t[1],
+                    count: 2,
+                    ttl_ms: 2000
+                },
+            ]
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        sim.holders(K, Some(b"b"), 100),
+        Reply::Holders(vec![HolderInfo {
+            owner: b"b"[..].into(),
+            token: t[2],
+            count: 1,
+            ttl_ms: 1000
+        }])
+    );
+}
+
+#[test]
+fn info_of_a_shared_key() {
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"a", 500, sem(5));
+    sim.acquire_as(K, b"b", 900, sem(5));
+    sim.acquire(b"x", b"a", 100);
+    assert_eq!(
+        sim.info(K),
+        Reply::Info(Info {
+            owner: None,
+            token: None,
+            count: None,
+            ttl_ms: 900,
+            waiters: 0,
+            mode: sem(5),
+            holders: 2,
+        })
+    );
+    assert!(matches!(
+        sim.info(b"x"),
+        Reply::Info(Info {
+            mode: Mode::Exclusive,
+            holders: 1,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn every_change_is_one_effect_per_changed_holder() {
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"a", 1000, sem(2));
+    sim.acquire_as(K, b"b", 1000, sem(2));
+    sim.take_effects();
+    sim.renew(K, b"a", 5000);
+    let effects = sim.take_effects();
+    assert_eq!(effects.len(), 1);
+    assert!(
+        matches!(&effects[0], Effect::ApplyHolder { owner, limit: 2, holder, .. } if owner == b"a" && holder.lease_end == START + 5000)
+    );
+    sim.release(K, b"b");
+    assert_eq!(
+        sim.take_effects(),
+        [Effect::Drop {
+            key: K.to_vec(),
+            owner: b"b".to_vec()
+        }]
+    );
+    sim.release(K, b"a");
+    assert_eq!(
+        sim.take_effects(),
+        [Effect::Drop {
+            key: K.to_vec(),
+            owner: b"a".to_vec()
+        }]
+    );
+    assert_eq!(sim.shared(K), None, "the key goes with its last holder");
+}
+
+#[test]
+fn a_revoked_shared_grant_passes_on() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"w", 1000);
+    let (_, r1) = sim.wait_as(K, b"r1", 5000, 0, sem(1));
+    let (_, r2) = sim.wait_as(K, b"r2", 5000, 0, sem(1));
+    sim.release(K, b"w");
+    sim.hang_up(r1);
+    sim.settle();
+    assert_eq!(granted(&mut sim), [r2]);
+    assert_eq!(owners(&mut sim), [b"r2".to_vec()]);
+}
+
+#[test]
+fn a_writer_waits_for_the_last_reader_lease_not_the_first() {
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"r1", 100, READ);
+    sim.acquire_as(K, b"r2", 300, READ);
+    let (_, w) = sim.wait(K, b"w", 1000, 0);
+    sim.advance(101);
+    assert!(granted(&mut sim).is_empty(), "r2 still reads");
+    sim.advance(200);
+    assert_eq!(granted(&mut sim), [w]);
+}
