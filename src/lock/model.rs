@@ -10,6 +10,7 @@ use proptest::prelude::*;
 use super::engine::Reply;
 use super::host::Outcome;
 use super::memory::{Client, Sim};
+use super::Mode;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -17,11 +18,15 @@ enum Op {
         key: u8,
         owner: u8,
         ttl: u64,
+        /// 0: exclusive, 1: shared without a limit, 2: shared with limit 2.
+        mode: u8,
     },
     Reenter {
         key: u8,
         owner: u8,
         ttl: u64,
+        /// 0: exclusive, 1: shared without a limit, 2: shared with limit 2.
+        mode: u8,
     },
     Release {
         key: u8,
@@ -39,6 +44,8 @@ enum Op {
         key: u8,
         owner: u8,
         ttl: u64,
+        /// 0: exclusive, 1: shared without a limit, 2: shared with limit 2.
+        mode: u8,
     },
     /// The `nth` queued waiter (over all keys, in id order) times out or disconnects.
     Leave {
@@ -65,6 +72,16 @@ enum Out {
     Nil,
     Limit,
     Queued(u64),
+    /// An error that changes nothing (another mode, another limit).
+    Error(String),
+}
+
+fn mode_of(mode: u8) -> Mode {
+    match mode {
+        0 => Mode::Exclusive,
+        1 => Mode::Shared { limit: 0 },
+        _ => Mode::Shared { limit: 2 },
+    }
 }
 
 /// A hold, named by its key and the how-manieth hold of that key it is. Tokens are compared
@@ -149,16 +166,30 @@ impl Machine {
                 }
                 None
             }
-            Op::Acquire { key, owner, ttl } => {
-                let reply = self.sim.acquire(&key_bytes(key), &owner_bytes(owner), ttl);
+            Op::Acquire {
+                key,
+                owner,
+                ttl,
+                mode,
+            } => {
+                let reply =
+                    self.sim
+                        .acquire_as(&key_bytes(key), &owner_bytes(owner), ttl, mode_of(mode));
                 Some(self.token_reply(key, reply))
             }
             Op::Renew { key, owner, ttl } => {
                 let reply = self.sim.renew(&key_bytes(key), &owner_bytes(owner), ttl);
                 Some(self.token_reply(key, reply))
             }
-            Op::Wait { key, owner, ttl } => {
-                let (reply, client) = self.sim.wait(&key_bytes(key), &owner_bytes(owner), ttl, 0);
+            Op::Wait {
+                key,
+                owner,
+                ttl,
+                mode,
+            } => {
+                let (reply, client) =
+                    self.sim
+                        .wait_as(&key_bytes(key), &owner_bytes(owner), ttl, 0, mode_of(mode));
                 if reply == Reply::Blocked {
                     self.next_waiter += 1;
                     self.waiting.insert(client, (self.next_waiter, key));
@@ -167,12 +198,25 @@ impl Machine {
                     Some(self.token_reply(key, reply))
                 }
             }
-            Op::Reenter { key, owner, ttl } => {
-                let reply = self.sim.reenter(&key_bytes(key), &owner_bytes(owner), ttl);
-                if let (Reply::Integer(1), Some((_, token, 1, _))) =
-                    (&reply, self.sim.lock(&key_bytes(key)))
-                {
-                    self.name(key, token);
+            Op::Reenter {
+                key,
+                owner,
+                ttl,
+                mode,
+            } => {
+                let reply =
+                    self.sim
+                        .reenter_as(&key_bytes(key), &owner_bytes(owner), ttl, mode_of(mode));
+                if reply == Reply::Integer(1) {
+                    // A new hold: name it by its token.
+                    if let Reply::Holders(list) =
+                        self.sim
+                            .holders(&key_bytes(key), Some(&owner_bytes(owner)), 0)
+                    {
+                        if let Some(h) = list.first() {
+                            self.name(key, h.token);
+                        }
+                    }
                 }
                 Some(count_reply(reply))
             }
@@ -206,6 +250,7 @@ fn count_reply(reply: Reply) -> Out {
         Reply::Integer(n) => Out::Integer(n),
         Reply::Nil => Out::Nil,
         Reply::Error(e) if e == super::errors::REENTRANCY_LIMIT => Out::Limit,
+        Reply::Error(e) => Out::Error(e.into_owned()),
         other => panic!("unexpected reply {other:?}"),
     }
 }
@@ -224,10 +269,50 @@ struct RefHold {
 
 #[derive(Default)]
 struct RefKey {
-    holder: Option<RefHold>,
-    /// (waiter, owner, ttl), first come first served.
-    queue: VecDeque<(u64, u8, u64)>,
+    /// Its holds in grant order: one for an exclusive lock, any number for a shared key.
+    holders: Vec<RefHold>,
+    /// The mode of the holds.
+    shared: bool,
+    limit: u32,
+    /// (waiter, owner, ttl, mode), first come first served.
+    queue: VecDeque<(u64, u8, u64, Mode)>,
     holds: u32,
+}
+
+impl RefKey {
+    fn held_by(&mut self, owner: u8) -> Option<&mut RefHold> {
+        self.holders.iter_mut().find(|h| h.owner == owner)
+    }
+
+    /// The limit a shared request must have: the shared holders', else the shared waiters'.
+    fn limit(&self) -> Option<u32> {
+        if self.shared && !self.holders.is_empty() {
+            return Some(self.limit);
+        }
+        self.queue.iter().find_map(|(_, _, _, m)| match m {
+            Mode::Shared { limit } => Some(*limit),
+            Mode::Exclusive => None,
+        })
+    }
+
+    /// Whether a request in `mode` would be granted now if nobody waited.
+    fn room(&self, mode: Mode) -> bool {
+        match mode {
+            Mode::Exclusive => self.holders.is_empty(),
+            Mode::Shared { limit } => {
+                self.holders.is_empty()
+                    || (self.shared
+                        && self.limit == limit
+                        && (limit == 0 || self.holders.len() < limit as usize))
+            }
+        }
+    }
+}
+
+const OTHER_MODE: &str = "ERR lock is held in another mode";
+
+fn other_limit(limit: u32) -> String {
+    format!("ERR lock has another limit ({limit})")
 }
 
 struct Reference {
@@ -250,12 +335,19 @@ impl Reference {
     }
 
     /// A new hold of `owner` at `key` for `ttl` ms from now.
-    fn new_hold(&mut self, key: u8, owner: u8, ttl: u64) -> HoldName {
+    fn new_hold(&mut self, key: u8, owner: u8, ttl: u64, mode: Mode) -> HoldName {
         let now = self.now;
         let entry = self.keys.entry(key).or_default();
         entry.holds += 1;
         let name = (key, entry.holds);
-        entry.holder = Some(RefHold {
+        if entry.holders.is_empty() {
+            entry.shared = mode != Mode::Exclusive;
+            entry.limit = match mode {
+                Mode::Shared { limit } => limit,
+                Mode::Exclusive => 1,
+            };
+        }
+        entry.holders.push(RefHold {
             owner,
             count: 1,
             name,
@@ -264,44 +356,68 @@ impl Reference {
         name
     }
 
-    /// An expired holder is gone; with `give`, a free key goes to the first waiter in line.
+    /// Expired holds are gone; with `give`, the grant pass runs.
     fn settle(&mut self, key: u8, give: bool) {
         let now = self.now;
         let entry = self.keys.entry(key).or_default();
-        if entry.holder.as_ref().is_some_and(|h| h.expires < now) {
-            entry.holder = None;
-        }
+        entry.holders.retain(|h| h.expires >= now);
         if give {
             self.give_to_next(key);
         }
     }
 
-    /// The grant pass: a free key goes to its first waiter; a waiter at the head whose owner
-    /// holds the key is answered as a re-acquire; anyone else waits.
+    /// What a command does first: expired holds are gone; a shared key that lost some passes
+    /// its queue on at once (an exclusive one is served by the wake-up after the command).
+    fn settle_for_command(&mut self, key: u8) {
+        let now = self.now;
+        let entry = self.keys.entry(key).or_default();
+        let before = entry.holders.len();
+        entry.holders.retain(|h| h.expires >= now);
+        if entry.shared && entry.holders.len() < before {
+            self.give_to_next(key);
+        }
+    }
+
+    /// The grant pass: strictly in queue order while the key allows; a head whose owner holds
+    /// the key is a re-acquire; one that can never be granted as asked is failed.
     fn give_to_next(&mut self, key: u8) {
         loop {
             let now = self.now;
             let entry = self.keys.entry(key).or_default();
-            let Some(&(id, owner, ttl)) = entry.queue.front() else {
+            let Some(&(id, owner, ttl, mode)) = entry.queue.front() else {
                 return;
             };
-            let name = match &mut entry.holder {
-                None => {
+            let holds_it = entry.holders.iter().any(|h| h.owner == owner);
+            let same_mode = entry.holders.is_empty() || entry.shared == (mode != Mode::Exclusive);
+            if holds_it && !same_mode {
+                entry.queue.pop_front();
+                continue;
+            }
+            if let (Mode::Shared { limit }, true) =
+                (mode, entry.shared && !entry.holders.is_empty())
+            {
+                if entry.limit != limit {
                     entry.queue.pop_front();
-                    self.new_hold(key, owner, ttl)
+                    continue;
                 }
-                Some(h) if h.owner == owner => {
-                    entry.queue.pop_front();
-                    h.expires = now + ttl;
-                    h.name
-                }
-                Some(_) => return,
+            }
+            let name = if holds_it {
+                let h = entry.held_by(owner).expect("held");
+                h.expires = now + ttl;
+                let name = h.name;
+                entry.queue.pop_front();
+                name
+            } else if entry.room(mode) {
+                entry.queue.pop_front();
+                self.new_hold(key, owner, ttl, mode)
+            } else {
+                return;
             };
             self.grants.push((self.step, key, id, name));
         }
     }
 
-    /// Every free key with waiters goes to its first waiter (a wake-up is due for each).
+    /// Every key with waiters gets a grant pass (a wake-up is due for each).
     fn serve_all(&mut self) {
         let mut keys: Vec<u8> = self.keys.keys().copied().collect();
         keys.sort_unstable();
@@ -310,21 +426,42 @@ impl Reference {
         }
     }
 
+    /// Mode and limit errors: a request that can never be granted as asked.
+    fn conflict(&mut self, key: u8, owner: u8, mode: Mode) -> Option<Out> {
+        let entry = self.keys.entry(key).or_default();
+        let holds_it = entry.holders.iter().any(|h| h.owner == owner);
+        if holds_it && entry.shared != (mode != Mode::Exclusive) {
+            return Some(Out::Error(OTHER_MODE.into()));
+        }
+        if let Mode::Shared { limit } = mode {
+            if let Some(l) = entry.limit().filter(|l| *l != limit) {
+                return Some(Out::Error(other_limit(l)));
+            }
+        }
+        None
+    }
+
     fn apply(&mut self, op: &Op) -> Option<Out> {
         self.step += 1;
         let now = self.now;
         match *op {
             Op::Advance { ms } => {
                 self.serve_all();
-                // Each lock with waiters passes on the millisecond after it expires, in time
-                // order, and the new holder's lease starts then.
+                // Each lock with waiters passes on the millisecond after its first hold
+                // expires, in time order, and the new holders' leases start then.
                 let until = self.now + ms;
                 loop {
                     let next = self
                         .keys
                         .iter()
                         .filter(|(_, e)| !e.queue.is_empty())
-                        .filter_map(|(k, e)| e.holder.as_ref().map(|h| (h.expires + 1, *k)))
+                        .filter_map(|(k, e)| {
+                            e.holders
+                                .iter()
+                                .map(|h| h.expires + 1)
+                                .min()
+                                .map(|at| (at, *k))
+                        })
                         .filter(|(at, _)| *at <= until)
                         .min();
                     let Some((at, key)) = next else { break };
@@ -335,7 +472,7 @@ impl Reference {
                 None
             }
             Op::Delete { key } => {
-                self.keys.entry(key).or_default().holder = None;
+                self.keys.entry(key).or_default().holders.clear();
                 None
             }
             Op::Serve => {
@@ -346,7 +483,7 @@ impl Reference {
                 let mut ids: Vec<(u64, u8)> = self
                     .keys
                     .iter()
-                    .flat_map(|(k, e)| e.queue.iter().map(move |(id, _, _)| (*id, *k)))
+                    .flat_map(|(k, e)| e.queue.iter().map(move |(id, ..)| (*id, *k)))
                     .collect();
                 ids.sort_unstable();
                 if let Some(&(id, key)) = ids.get(nth % ids.len().max(1)) {
@@ -354,85 +491,99 @@ impl Reference {
                         .entry(key)
                         .or_default()
                         .queue
-                        .retain(|(w, _, _)| *w != id);
+                        .retain(|(w, ..)| *w != id);
                 }
                 None
             }
-            Op::Acquire { key, owner, ttl } | Op::Wait { key, owner, ttl } => {
-                self.settle(key, false);
-                let entry = self.keys.entry(key).or_default();
-                match &mut entry.holder {
-                    Some(h) if h.owner == owner => {
-                        h.expires = now + ttl;
-                        Some(Out::Hold(h.name))
-                    }
-                    None if entry.queue.is_empty() => {
-                        Some(Out::Hold(self.new_hold(key, owner, ttl)))
-                    }
-                    _ if matches!(op, Op::Wait { .. }) => {
-                        self.next_waiter += 1;
-                        let id = self.next_waiter;
-                        entry.queue.push_back((id, owner, ttl));
-                        Some(Out::Queued(id))
-                    }
-                    _ => Some(Out::Nil),
-                }
+            Op::Acquire {
+                key,
+                owner,
+                ttl,
+                mode,
             }
-            Op::Reenter { key, owner, ttl } => {
-                self.settle(key, false);
+            | Op::Wait {
+                key,
+                owner,
+                ttl,
+                mode,
+            }
+            | Op::Reenter {
+                key,
+                owner,
+                ttl,
+                mode,
+            } => {
+                let mode = mode_of(mode);
+                let reenter = matches!(op, Op::Reenter { .. });
+                self.settle_for_command(key);
+                if let Some(error) = self.conflict(key, owner, mode) {
+                    return Some(error);
+                }
                 let entry = self.keys.entry(key).or_default();
-                match &mut entry.holder {
-                    Some(h) if h.owner == owner => {
+                if let Some(h) = entry.held_by(owner) {
+                    if reenter {
                         if h.count == u64::from(u32::MAX) {
                             return Some(Out::Limit);
                         }
                         h.count += 1;
-                        h.expires = now + ttl;
-                        Some(Out::Integer(h.count))
                     }
-                    None if entry.queue.is_empty() => {
-                        self.new_hold(key, owner, ttl);
-                        Some(Out::Integer(1))
-                    }
-                    _ => Some(Out::Nil),
+                    h.expires = now + ttl;
+                    return Some(if reenter {
+                        Out::Integer(h.count)
+                    } else {
+                        Out::Hold(h.name)
+                    });
                 }
+                if entry.queue.is_empty() && entry.room(mode) {
+                    let name = self.new_hold(key, owner, ttl, mode);
+                    return Some(if reenter {
+                        Out::Integer(1)
+                    } else {
+                        Out::Hold(name)
+                    });
+                }
+                if matches!(op, Op::Wait { .. }) {
+                    self.next_waiter += 1;
+                    let id = self.next_waiter;
+                    entry.queue.push_back((id, owner, ttl, mode));
+                    return Some(Out::Queued(id));
+                }
+                Some(Out::Nil)
             }
             Op::Release { key, owner } => {
-                self.settle(key, false);
+                self.settle_for_command(key);
                 let entry = self.keys.entry(key).or_default();
-                match &mut entry.holder {
-                    Some(h) if h.owner == owner => {
-                        h.count -= 1;
-                        let left = h.count;
-                        if left == 0 {
-                            entry.holder = None;
-                            self.give_to_next(key);
-                        }
-                        Some(Out::Integer(left))
-                    }
-                    _ => Some(Out::Nil),
+                let Some(h) = entry.held_by(owner) else {
+                    return Some(Out::Nil);
+                };
+                h.count -= 1;
+                let left = h.count;
+                if left == 0 {
+                    entry.holders.retain(|h| h.owner != owner);
+                    self.give_to_next(key);
                 }
+                Some(Out::Integer(left))
             }
             Op::Renew { key, owner, ttl } => {
-                self.settle(key, false);
+                self.settle_for_command(key);
                 let entry = self.keys.entry(key).or_default();
-                match &mut entry.holder {
-                    Some(h) if h.owner == owner => {
+                match entry.held_by(owner) {
+                    Some(h) => {
                         h.expires = now + ttl;
                         Some(Out::Hold(h.name))
                     }
-                    _ => Some(Out::Nil),
+                    None => Some(Out::Nil),
                 }
             }
             Op::Force { key } => {
-                self.settle(key, false);
+                self.settle_for_command(key);
                 let entry = self.keys.entry(key).or_default();
-                if entry.holder.take().is_some() {
+                let ended = entry.holders.len() as u64;
+                entry.holders.clear();
+                if ended > 0 {
                     self.give_to_next(key);
-                    Some(Out::Integer(1))
-                } else {
-                    Some(Out::Integer(0))
                 }
+                Some(Out::Integer(ended))
             }
         }
     }
@@ -445,15 +596,21 @@ fn op() -> impl Strategy<Value = Op> {
     let owner = 0u8..4;
     let ttl = 1u64..200;
     prop_oneof![
-        (key.clone(), owner.clone(), ttl.clone()).prop_map(|(key, owner, ttl)| Op::Acquire {
-            key,
-            owner,
-            ttl
+        (key.clone(), owner.clone(), ttl.clone(), 0u8..3).prop_map(|(key, owner, ttl, mode)| {
+            Op::Acquire {
+                key,
+                owner,
+                ttl,
+                mode,
+            }
         }),
-        (key.clone(), owner.clone(), ttl.clone()).prop_map(|(key, owner, ttl)| Op::Reenter {
-            key,
-            owner,
-            ttl
+        (key.clone(), owner.clone(), ttl.clone(), 0u8..3).prop_map(|(key, owner, ttl, mode)| {
+            Op::Reenter {
+                key,
+                owner,
+                ttl,
+                mode,
+            }
         }),
         (key.clone(), owner.clone()).prop_map(|(key, owner)| Op::Release { key, owner }),
         (key.clone(), owner.clone(), ttl.clone()).prop_map(|(key, owner, ttl)| Op::Renew {
@@ -462,7 +619,12 @@ fn op() -> impl Strategy<Value = Op> {
             ttl
         }),
         key.clone().prop_map(|key| Op::Force { key }),
-        (key, owner, ttl).prop_map(|(key, owner, ttl)| Op::Wait { key, owner, ttl }),
+        (key, owner, ttl, 0u8..3).prop_map(|(key, owner, ttl, mode)| Op::Wait {
+            key,
+            owner,
+            ttl,
+            mode
+        }),
         (0usize..8).prop_map(|nth| Op::Leave { nth }),
         (0u8..3).prop_map(|key| Op::Delete { key }),
         Just(Op::Serve),
