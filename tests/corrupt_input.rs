@@ -11,122 +11,45 @@ mod common;
 
 use std::time::Duration;
 
+use common::payload::{crc64, len, shared_fields, Field, Format, OP_EOF};
 use common::{acquire, lock_info, Server};
 use redis::Connection;
 
-/// RDB value type of a module value (`RDB_TYPE_MODULE_2`).
-const TYPE_MODULE_2: u8 = 7;
-/// Opcodes inside a module value.
-const OP_EOF: u64 = 0;
-const OP_UINT: u64 = 2;
-const OP_STRING: u64 = 5;
-
-#[derive(Clone, Debug)]
-enum Field {
-    Uint(u64),
-    Str(Vec<u8>),
-    /// A string whose length says `len` but whose bytes are missing.
-    ShortStr(u64),
-}
-
-/// RDB length encoding.
-fn len(out: &mut Vec<u8>, n: u64) {
-    if n < 1 << 6 {
-        out.push(n as u8);
-    } else if n < 1 << 14 {
-        out.push(0x40 | (n >> 8) as u8);
-        out.push(n as u8);
-    } else if n <= u64::from(u32::MAX) {
-        out.push(0x80);
-        out.extend_from_slice(&(n as u32).to_be_bytes());
-    } else {
-        out.push(0x81);
-        out.extend_from_slice(&n.to_be_bytes());
-    }
-}
-
-/// CRC-64/Jones, reflected, as Redis computes DUMP checksums.
-fn crc64(data: &[u8]) -> u64 {
-    let mut crc: u64 = 0;
-    for &b in data {
-        crc ^= u64::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0x95ac_9329_ac4b_c9b5
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
-}
-
-/// What a real DUMP of a lock says about the server: the module id and the RDB version.
-struct Format {
-    module_id: u64,
-    rdb_version: [u8; 2],
-}
-
-impl Format {
-    fn of(c: &mut Connection) -> (Format, Vec<u8>) {
-        acquire(c, "sample", "owner", 100_000);
-        let dump: Vec<u8> = cmd!("DUMP", "sample").query(c).expect("DUMP");
-        let _: i64 = cmd!("DEL", "sample").query(c).unwrap();
-        assert_eq!(dump[0], TYPE_MODULE_2, "DUMP of a lock: {dump:?}");
-        assert_eq!(dump[1], 0x81, "module ids are 64-bit lengths");
-        let module_id = u64::from_be_bytes(dump[2..10].try_into().unwrap());
-        let n = dump.len();
-        let rdb_version = [dump[n - 10], dump[n - 9]];
-        (
-            Format {
-                module_id,
-                rdb_version,
-            },
-            dump,
-        )
-    }
-
-    /// A payload with `fields`, for encoding version `encver` (the low 10 bits of the id).
-    fn payload(&self, encver: u64, fields: &[Field]) -> Vec<u8> {
-        let mut out = vec![TYPE_MODULE_2];
-        len(&mut out, (self.module_id & !1023) | encver);
-        for field in fields {
-            match field {
-                Field::Uint(v) => {
-                    len(&mut out, OP_UINT);
-                    len(&mut out, *v);
-                }
-                Field::Str(bytes) => {
-                    len(&mut out, OP_STRING);
-                    len(&mut out, bytes.len() as u64);
-                    out.extend_from_slice(bytes);
-                }
-                Field::ShortStr(n) => {
-                    len(&mut out, OP_STRING);
-                    len(&mut out, *n);
-                }
-            }
-        }
-        len(&mut out, OP_EOF);
-        self.seal(out)
-    }
-
-    /// Appends the RDB version and the checksum.
-    fn seal(&self, mut body: Vec<u8>) -> Vec<u8> {
-        body.extend_from_slice(&self.rdb_version);
-        let crc = crc64(&body);
-        body.extend_from_slice(&crc.to_le_bytes());
-        body
-    }
-}
-
-fn good() -> Vec<Field> {
+/// A good exclusive lock in encoding version 1 (before shared holds): owner, token, count.
+fn good_v1() -> Vec<Field> {
     vec![
         Field::Str(b"owner".to_vec()),
         Field::Uint(1 << 52),
         Field::Uint(1),
     ]
 }
+
+/// The same lock in encoding version 2: the kind word (0, exclusive) first.
+fn good() -> Vec<Field> {
+    let mut f = vec![Field::Uint(0)];
+    f.extend(good_v1());
+    f
+}
+
+/// A good shared value in encoding version 2: limit 3, two holders.
+fn good_shared() -> Vec<Field> {
+    shared_fields(
+        3,
+        &[(b"r1", 1 << 50, 1, FAR), (b"r2", (1 << 50) + 1, 2, FAR)],
+    )
+}
+
+/// A good shared value whose last field (the second holder's lease end, long lapsed) takes
+/// two bytes.
+fn good_shared_ending_short() -> Vec<Field> {
+    shared_fields(
+        3,
+        &[(b"r1", 1 << 50, 1, FAR), (b"r2", (1 << 50) + 1, 2, 1000)],
+    )
+}
+
+/// A lease end far in the future (Unix ms, year 2100).
+const FAR: i64 = 4_102_444_800_000;
 
 /// Payloads that must be refused, each with what is wrong with it.
 fn bad_payloads(format: &Format) -> Vec<(String, Vec<u8>)> {
@@ -155,7 +78,7 @@ fn bad_payloads(format: &Format) -> Vec<(String, Vec<u8>)> {
         ("owner of 2^40 bytes", 1, vec![ShortStr(1 << 40)]),
         ("owner of 2^62 bytes", 1, vec![ShortStr(1 << 62)]),
         ("an extra field", 1, {
-            let mut f = good();
+            let mut f = good_v1();
             f.push(Uint(9));
             f
         }),
@@ -170,22 +93,177 @@ fn bad_payloads(format: &Format) -> Vec<(String, Vec<u8>)> {
             1,
             vec![Str(vec![b'x'; 257]), Uint(1 << 52), Uint(1)],
         ),
-        ("unknown encoding version 2", 2, good()),
+        ("unknown encoding version 3", 3, good()),
         ("unknown encoding version 1023", 1023, good()),
         ("encoding version 0", 0, good()),
+        ("encoding version 0 with v1 fields", 0, good_v1()),
     ];
+    // The same faults in encoding version 2 (kind word 0 first), and what only version 2 has:
+    // the kind word, and shared values.
+    let v2 = |fields: Vec<Field>| {
+        let mut f = vec![Uint(0)];
+        f.extend(fields);
+        f
+    };
+    let v2_exclusive: Vec<(String, u64, Vec<Field>)> = cases
+        .iter()
+        .filter(|(_, encver, _)| *encver == 1)
+        .map(|(what, _, fields)| (format!("v2 {what}"), 2, v2(fields.clone())))
+        .collect();
+    let holder = |o: &[u8], t: u64, c: u64, l: i64| (o.to_vec(), t, c, l);
+    let shared = |limit: u64, hs: Vec<(Vec<u8>, u64, u64, i64)>| {
+        let refs: Vec<(&[u8], u64, u64, i64)> = hs
+            .iter()
+            .map(|(o, t, c, l)| (o.as_slice(), *t, *c, *l))
+            .collect();
+        shared_fields(limit, &refs)
+    };
+    let t = 1u64 << 50;
+    let shared_cases: Vec<(&str, Vec<Field>)> = vec![
+        ("kind 2", vec![Uint(2), Uint(0), Uint(1)]),
+        ("kind 2^64-1", vec![Uint(u64::MAX)]),
+        ("kind only", vec![Uint(0)]),
+        ("shared kind only", vec![Uint(1)]),
+        (
+            "kind as a string",
+            vec![Str(b"0".to_vec()), Str(b"owner".to_vec()), Uint(t), Uint(1)],
+        ),
+        ("shared with zero holders", shared(0, vec![])),
+        ("shared with zero holders and a limit", shared(3, vec![])),
+        (
+            "shared with duplicate owners",
+            shared(
+                0,
+                vec![holder(b"a", t, 1, FAR), holder(b"a", t + 1, 1, FAR)],
+            ),
+        ),
+        (
+            "shared with duplicate tokens",
+            shared(0, vec![holder(b"a", t, 1, FAR), holder(b"b", t, 1, FAR)]),
+        ),
+        (
+            "shared with more holders than its limit",
+            shared(
+                1,
+                vec![holder(b"a", t, 1, FAR), holder(b"b", t + 1, 1, FAR)],
+            ),
+        ),
+        (
+            "shared with limit 10^6+1",
+            shared(1_000_001, vec![holder(b"a", t, 1, FAR)]),
+        ),
+        (
+            "shared with limit 2^64-1",
+            shared(u64::MAX, vec![holder(b"a", t, 1, FAR)]),
+        ),
+        (
+            "shared with lease end 0",
+            shared(0, vec![holder(b"a", t, 1, 0)]),
+        ),
+        (
+            "shared with lease end -1",
+            shared(0, vec![holder(b"a", t, 1, -1)]),
+        ),
+        (
+            "shared with lease end 2^62+1",
+            shared(0, vec![holder(b"a", t, 1, (1 << 62) + 1)]),
+        ),
+        (
+            "shared with token 0",
+            shared(0, vec![holder(b"a", 0, 1, FAR)]),
+        ),
+        (
+            "shared with token 2^53",
+            shared(0, vec![holder(b"a", 1 << 53, 1, FAR)]),
+        ),
+        (
+            "shared with count 0",
+            shared(0, vec![holder(b"a", t, 0, FAR)]),
+        ),
+        (
+            "shared with count 2^32",
+            shared(0, vec![holder(b"a", t, 1 << 32, FAR)]),
+        ),
+        (
+            "shared with an empty owner",
+            shared(0, vec![holder(b"", t, 1, FAR)]),
+        ),
+        (
+            "shared with an owner of 257 bytes",
+            shared(0, vec![holder(&[b'x'; 257], t, 1, FAR)]),
+        ),
+        ("shared claiming 2 holders, giving 1", {
+            let mut f = shared(0, vec![holder(b"a", t, 1, FAR)]);
+            f[2] = Uint(2);
+            f
+        }),
+        ("shared claiming 2^40 holders", {
+            let mut f = shared(0, vec![holder(b"a", t, 1, FAR)]);
+            f[2] = Uint(1 << 40);
+            f
+        }),
+        ("shared with an extra field", {
+            let mut f = shared(0, vec![holder(b"a", t, 1, FAR)]);
+            f.push(Uint(9));
+            f
+        }),
+        ("shared lease end as a string", {
+            let mut f = shared(0, vec![holder(b"a", t, 1, FAR)]);
+            f[6] = Str(FAR.to_string().into_bytes());
+            f
+        }),
+        ("shared lease end dropped", {
+            let mut f = shared(0, vec![holder(b"a", t, 1, FAR)]);
+            f.pop();
+            f
+        }),
+        (
+            "shared owner cut short",
+            vec![Uint(1), Uint(0), Uint(1), ShortStr(5)],
+        ),
+        (
+            "shared owner of 2^62 bytes",
+            vec![Uint(1), Uint(0), Uint(1), ShortStr(1 << 62)],
+        ),
+        ("shared value in encoding version 1", {
+            let mut f = shared(0, vec![holder(b"a", t, 1, FAR)]);
+            f.insert(0, Uint(1)); // version 1 has no kind word: whatever follows is wrong
+            f
+        }),
+    ];
+
     let mut payloads: Vec<(String, Vec<u8>)> = cases
         .into_iter()
         .map(|(what, encver, fields)| (what.to_string(), format.payload(encver, &fields)))
         .collect();
-    // A good payload cut at every length, EOF and checksum redone: every short read.
-    let whole = format.payload(1, &good());
-    let body = &whole[..whole.len() - 11]; // without EOF, version, checksum
-    for cut in 10..body.len() {
-        let mut b = body[..cut].to_vec();
-        len(&mut b, OP_EOF);
-        payloads.push((format!("cut after {cut} bytes"), format.seal(b)));
+    payloads.extend(
+        v2_exclusive
+            .into_iter()
+            .map(|(what, encver, fields)| (what, format.payload(encver, &fields))),
+    );
+    payloads.extend(
+        shared_cases
+            .into_iter()
+            .map(|(what, fields)| (what.to_string(), format.payload(2, &fields))),
+    );
+    // Good payloads of both versions and kinds cut at every length, EOF and checksum redone:
+    // every short read.
+    for (name, whole) in [
+        ("v1", format.payload(1, &good_v1())),
+        ("v2", format.payload(2, &good())),
+        // Its last field short: a payload cut inside an 8-byte field and sealed again reads
+        // the EOF and the RDB version as the field's last bytes, which can make a valid value.
+        ("v2 shared", format.payload(2, &good_shared_ending_short())),
+    ] {
+        let body = &whole[..whole.len() - 11]; // without EOF, version, checksum
+        for cut in 10..body.len() {
+            let mut b = body[..cut].to_vec();
+            len(&mut b, OP_EOF);
+            payloads.push((format!("{name} cut after {cut} bytes"), format.seal(b)));
+        }
     }
+    let whole = format.payload(2, &good());
+    let body = &whole[..whole.len() - 11];
     // Random bytes in place of the fields (a fixed generator: the same cases every run).
     let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
     for i in 0..200 {
@@ -216,24 +294,20 @@ fn refuses_bad_payloads(sanitize: &str) {
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let (format, dump) = Format::of(&mut c);
     assert_eq!(
-        format.payload(
-            1,
-            &[
-                Field::Str(b"owner".to_vec()),
-                Field::Uint(0),
-                Field::Uint(1)
-            ]
-        )[..2],
-        dump[..2]
+        format.encver(),
+        2,
+        "shared holds brought encoding version 2"
     );
+    assert_eq!(format.payload(2, &good())[..10], dump[..10]);
     // The builder reproduces a real DUMP (same owner, token and count) byte for byte.
     let info_token = {
         acquire(&mut c, "probe", "owner", 100_000);
         let d: Vec<u8> = cmd!("DUMP", "probe").query(&mut c).unwrap();
         let token = lock_info(&mut c, "probe").unwrap().token as u64;
         let rebuilt = format.payload(
-            1,
+            2,
             &[
+                Field::Uint(0),
                 Field::Str(b"owner".to_vec()),
                 Field::Uint(token),
                 Field::Uint(1),
@@ -242,9 +316,27 @@ fn refuses_bad_payloads(sanitize: &str) {
         assert_eq!(rebuilt, d, "the payload builder drifted from DUMP");
         token
     };
-    // And a payload it builds is accepted when it is right.
-    restore(&mut c, "restored", &format.payload(1, &good()), false).expect("a good payload");
+    // And a payload it builds is accepted when it is right: version 2 of both kinds, and
+    // version 1 (exclusive locks written before shared holds) still loads.
+    restore(&mut c, "restored", &format.payload(2, &good()), false).expect("a good payload");
     assert_eq!(lock_info(&mut c, "restored").unwrap().owner, b"owner");
+    restore(&mut c, "restored-v1", &format.payload(1, &good_v1()), false)
+        .expect("a good version-1 payload");
+    assert_eq!(lock_info(&mut c, "restored-v1").unwrap().owner, b"owner");
+    restore(
+        &mut c,
+        "restored-shared",
+        &format.payload(2, &good_shared()),
+        false,
+    )
+    .expect("a good shared payload");
+    let holders: redis::Value = cmd!("LOCK.HOLDERS", "restored-shared")
+        .query(&mut c)
+        .unwrap();
+    assert!(
+        matches!(&holders, redis::Value::Array(h) if h.len() == 2),
+        "restored shared holders: {holders:?}"
+    );
     assert!(info_token > 0);
 
     let held = lock_info(&mut c, "probe").unwrap();
@@ -275,11 +367,13 @@ fn refuses_bad_payloads(sanitize: &str) {
         );
         refused += 1;
     }
-    assert!(refused >= 230, "only {refused} payloads tried");
+    assert!(refused >= 350, "only {refused} payloads tried");
     let pong: String = cmd!("PING").query(&mut c).unwrap();
     assert_eq!(pong, "PONG");
     // Nothing leaked into the module's view of the keyspace.
-    assert_eq!(common::info_field(&mut c, "locks"), 2); // probe and restored
+    // probe and the three restored
+    assert_eq!(common::info_field(&mut c, "locks"), 4);
+    assert_eq!(common::info_field(&mut c, "holds"), 5);
 }
 
 #[test]

@@ -6,6 +6,7 @@
 //! `#[path = "../../tests/common/mod.rs"] mod common;`.
 #![allow(dead_code)]
 
+pub mod payload;
 pub mod raw;
 
 use std::net::TcpListener;
@@ -441,7 +442,8 @@ pub fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-/// `LOCK.INFO`'s reply, decoded after checking its field names and their order.
+/// `LOCK.INFO`'s reply for an exclusive lock, decoded after checking its field names and their
+/// order (a shared key has no single owner: read it with `lock_info_fields`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LockInfo {
     pub owner: Vec<u8>,
@@ -451,11 +453,14 @@ pub struct LockInfo {
     pub waiters: i64,
 }
 
-/// The field names of `LOCK.INFO`, in order.
-pub const LOCK_INFO_FIELDS: [&str; 5] = ["owner", "token", "count", "ttl", "waiters"];
+/// The field names of `LOCK.INFO`, in order: the five of an exclusive lock, then the three every
+/// key has since shared holds (spec: "Introspection").
+pub const LOCK_INFO_FIELDS: [&str; 8] = [
+    "owner", "token", "count", "ttl", "waiters", "mode", "holders", "limit",
+];
 
-/// Decodes `LOCK.INFO` from its (name, value) pairs.
-pub fn decode_lock_info(pairs: Vec<(redis::Value, redis::Value)>) -> LockInfo {
+/// `LOCK.INFO`'s (name, value) pairs after checking the names and their order.
+pub fn checked_info_pairs(pairs: Vec<(redis::Value, redis::Value)>) -> Vec<redis::Value> {
     use redis::Value;
     let names: Vec<String> = pairs
         .iter()
@@ -466,14 +471,32 @@ pub fn decode_lock_info(pairs: Vec<(redis::Value, redis::Value)>) -> LockInfo {
         })
         .collect();
     assert_eq!(names, LOCK_INFO_FIELDS, "LOCK.INFO fields and their order");
-    let int_at = |i: usize| match &pairs[i].1 {
+    pairs.into_iter().map(|(_, v)| v).collect()
+}
+
+/// Decodes `LOCK.INFO` of an exclusive lock from its (name, value) pairs; checks the three
+/// trailing fields say so (mode exclusive, one holder, limit 1).
+pub fn decode_lock_info(pairs: Vec<(redis::Value, redis::Value)>) -> LockInfo {
+    use redis::Value;
+    let values = checked_info_pairs(pairs);
+    let int_at = |i: usize| match &values[i] {
         Value::Int(n) => *n,
         other => panic!(
             "LOCK.INFO {} is not an integer: {other:?}",
             LOCK_INFO_FIELDS[i]
         ),
     };
-    let owner = match &pairs[0].1 {
+    let mode = match &values[5] {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        other => panic!("LOCK.INFO mode is not a string: {other:?}"),
+    };
+    assert_eq!(
+        (mode.as_str(), int_at(6), int_at(7)),
+        ("exclusive", 1, 1),
+        "LOCK.INFO of an exclusive lock: mode, holders, limit"
+    );
+    let owner = match &values[0] {
         Value::BulkString(b) => b.clone(),
         other => panic!("LOCK.INFO owner is not a bulk string: {other:?}"),
     };
@@ -486,23 +509,31 @@ pub fn decode_lock_info(pairs: Vec<(redis::Value, redis::Value)>) -> LockInfo {
     }
 }
 
-/// `LOCK.INFO key`: nil, or the decoded map (a flat array of ten under RESP2, a map under RESP3).
-pub fn lock_info(c: &mut redis::Connection, key: impl redis::ToRedisArgs) -> Option<LockInfo> {
+/// `LOCK.INFO key` as (name, value) pairs, or `None` for nil (a flat array of sixteen under
+/// RESP2, a map under RESP3).
+pub fn lock_info_pairs(
+    c: &mut redis::Connection,
+    key: impl redis::ToRedisArgs,
+) -> Option<Vec<(redis::Value, redis::Value)>> {
     use redis::Value;
     let v: Value = cmd!("LOCK.INFO", key).query(c).expect("LOCK.INFO");
-    let pairs = match v {
-        Value::Nil => return None,
-        Value::Map(pairs) => pairs,
+    match v {
+        Value::Nil => None,
+        Value::Map(pairs) => Some(pairs),
         Value::Array(items) => {
-            assert_eq!(items.len(), 10, "LOCK.INFO flat array: {items:?}");
+            assert_eq!(items.len(), 16, "LOCK.INFO flat array: {items:?}");
             let mut it = items.into_iter();
             let mut pairs = Vec::new();
             while let (Some(k), Some(v)) = (it.next(), it.next()) {
                 pairs.push((k, v));
             }
-            pairs
+            Some(pairs)
         }
         other => panic!("LOCK.INFO replied {other:?}"),
-    };
-    Some(decode_lock_info(pairs))
+    }
+}
+
+/// `LOCK.INFO key` of an exclusive lock: nil, or the decoded map.
+pub fn lock_info(c: &mut redis::Connection, key: impl redis::ToRedisArgs) -> Option<LockInfo> {
+    lock_info_pairs(c, key).map(decode_lock_info)
 }
