@@ -8,19 +8,24 @@ use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::guard::{GuardedLock, LockGuard};
-use crate::info::{parse_info, LockInfo};
+use crate::info::{parse_holders, parse_info, HolderInfo, LockInfo};
 use crate::limits::{check_ttl, clamp_wait};
 use crate::lock::Lock;
 use crate::masters::{Abandoned, Masters, NodeReport};
+use crate::mode::{check_mode, Mode};
 use crate::options::Options;
 
 /// A client of one relock server (plain locking), of N independent masters (Redlock), or of
 /// one Redis Cluster ([`Relock::cluster`]).
 ///
+/// Every acquisition holds its key in the client's [`Mode`]: exclusively unless
+/// [`Relock::with_mode`] says otherwise.
+///
 /// Cheap to clone: clones share connections.
 #[derive(Clone)]
 pub struct Relock {
     masters: Arc<Masters>,
+    mode: Mode,
 }
 
 impl Relock {
@@ -40,6 +45,7 @@ impl Relock {
     pub fn with_options<S: AsRef<str>>(urls: &[S], options: Options) -> Result<Relock, Error> {
         Ok(Relock {
             masters: Arc::new(Masters::open(urls, options)?),
+            mode: Mode::Exclusive,
         })
     }
 
@@ -62,7 +68,51 @@ impl Relock {
     pub fn cluster<S: AsRef<str>>(seeds: &[S], options: Options) -> Result<Relock, Error> {
         Ok(Relock {
             masters: Arc::new(Masters::open_cluster(seeds, options)?),
+            mode: Mode::Exclusive,
         })
+    }
+
+    /// A client of the same masters, sharing this one's connections, whose acquisitions
+    /// (`acquire`, `try_acquire`, `reenter`, `acquire_wait`, `guard`, `with_lock`) hold their
+    /// key in `mode`. Renewals and releases act on each holder's own hold, whatever the mode.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use relock_client::{Mode, Relock};
+    /// # async fn demo(relock: Relock) -> Result<(), relock_client::Error> {
+    /// // A read-write lock: readers share the key, a writer (the exclusive default) waits for
+    /// // them, and readers that come after a waiting writer wait for it.
+    /// let readers = relock.with_mode(Mode::shared())?;
+    /// let read = readers.acquire("catalog", Duration::from_secs(10)).await?;
+    /// read.release().await?;
+    /// // A counting semaphore: at most 3 holders at once (one server or a Redis Cluster only).
+    /// let slots = relock.with_mode(Mode::limited(3))?;
+    /// slots.with_lock("encoders", Duration::from_secs(30), |_| async { /* encode */ }).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// Fails, before any server is asked, with [`Error::InvalidLimit`] for a limit outside
+    /// 1 ..= [`MAX_LIMIT`](crate::MAX_LIMIT), and with [`Error::UnsoundSemaphore`] for a limit
+    /// on a client of several independent masters: a quorum read-write lock is sound (any two
+    /// majorities share a master), a quorum semaphore is not (with limit 2 on masters A, B
+    /// and C, three clients can hold {A,B}, {B,C} and {A,C}).
+    ///
+    /// Everyone using one key must ask for it with one limit: a shared request with another
+    /// limit than the key's fails with [`Error::OtherLimit`]; an owner holding the key asking
+    /// for it in the other mode (only possible with [`Relock::reenter`]) fails with
+    /// [`Error::OtherMode`].
+    pub fn with_mode(&self, mode: Mode) -> Result<Relock, Error> {
+        check_mode(mode, self.masters.names().len())?;
+        Ok(Relock {
+            masters: self.masters.clone(),
+            mode,
+        })
+    }
+
+    /// The mode this client's acquisitions hold their key in. Default: [`Mode::Exclusive`].
+    pub fn mode(&self) -> Mode {
+        self.mode
     }
 
     /// Whether this is a cluster client ([`Relock::cluster`]).
@@ -93,7 +143,15 @@ impl Relock {
 
     /// One Redlock round with `LOCK.ACQUIRE` under a fresh owner, no retry.
     pub async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Lock, Error> {
-        Lock::attempt(&self.masters, key, &Relock::new_owner(), ttl, false).await
+        Lock::attempt(
+            &self.masters,
+            key,
+            &Relock::new_owner(),
+            ttl,
+            false,
+            self.mode,
+        )
+        .await
     }
 
     /// Acquires `key` for `ttl` under a fresh owner, retrying up to
@@ -106,7 +164,8 @@ impl Relock {
         loop {
             // A new owner per round: the background release of a failed round can then never
             // hit a later round's grants.
-            match Lock::attempt(&self.masters, key, &Relock::new_owner(), ttl, false).await {
+            let owner = Relock::new_owner();
+            match Lock::attempt(&self.masters, key, &owner, ttl, false, self.mode).await {
                 Ok(lock) => return Ok(lock),
                 Err(e) if e.is_permanent() => return Err(e),
                 Err(e) if tries_left == 0 => return Err(e),
@@ -123,7 +182,7 @@ impl Relock {
     /// further call by the same owner adds one to its hold count (and resets the ttl); the lock is
     /// gone after as many releases. One round, no retry. See also [`Lock::reenter`].
     pub async fn reenter(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lock, Error> {
-        Lock::attempt(&self.masters, key, owner, ttl, true).await
+        Lock::attempt(&self.masters, key, owner, ttl, true, self.mode).await
     }
 
     /// Blocking acquisition with `LOCK.WAIT`: waits, without polling, until the lock is granted
@@ -166,11 +225,14 @@ impl Relock {
             }
             // Released in the background if this future is dropped before the round is decided.
             let abandoned = Abandoned::new(&self.masters, key, &owner);
-            let round = self.masters.wait_round(key, &owner, ttl, remaining).await;
+            let round = self
+                .masters
+                .wait_round(key, &owner, ttl, remaining, self.mode)
+                .await;
             abandoned.disarm();
             if round.won() {
                 let tokens = round.into_answers();
-                let mut lock = Lock::waited_for(&self.masters, key, &owner, ttl, tokens);
+                let mut lock = Lock::waited_for(&self.masters, key, &owner, ttl, tokens, self.mode);
                 // The grant's ttl counts from a moment we cannot see; a renew round gives a
                 // start time we did measure.
                 match lock.renew(ttl).await {
@@ -243,13 +305,56 @@ impl Relock {
         self.masters.ask_each(key, &cmd, parse_info).await
     }
 
-    /// `LOCK.FORCERELEASE key` on every master, concurrently: breaks the lock whoever holds it.
-    /// Each report says whether that master had a lock to remove. For operators only.
+    /// `LOCK.HOLDERS key COUNT count` on every master, concurrently: the holders of `key`
+    /// there in token (grant) order, at most `count` of them (0: all), or `None` where there is
+    /// no lock. An exclusive lock has one holder; a shared one, every owner that shares it.
+    pub async fn holders(&self, key: &str, count: u32) -> Vec<NodeReport<Option<Vec<HolderInfo>>>> {
+        let mut cmd = redis::cmd("LOCK.HOLDERS");
+        cmd.arg(key).arg("COUNT").arg(count);
+        self.masters.ask_each(key, &cmd, parse_holders).await
+    }
+
+    /// `LOCK.HOLDERS key OWNER owner` on every master, concurrently: `owner`'s hold of `key`
+    /// there (its token, count and time left), or `None` where it holds nothing.
+    pub async fn holder(&self, key: &str, owner: &str) -> Vec<NodeReport<Option<HolderInfo>>> {
+        let mut cmd = redis::cmd("LOCK.HOLDERS");
+        cmd.arg(key).arg("OWNER").arg(owner);
+        self.masters
+            .ask_each(key, &cmd, |reply| {
+                Ok(parse_holders(reply)?.and_then(|h| h.into_iter().next()))
+            })
+            .await
+    }
+
+    /// `LOCK.FORCERELEASE key` on every master, concurrently: breaks the lock whoever holds it
+    /// (every holder of a shared lock). Each report says whether that master had a lock to
+    /// remove. For operators only.
     pub async fn force_release(&self, key: &str) -> Vec<NodeReport<bool>> {
+        let reports = self.force_release_holds(key, None).await;
+        reports
+            .into_iter()
+            .map(|r| NodeReport {
+                node: r.node,
+                result: r.result.map(|removed| removed > 0),
+            })
+            .collect()
+    }
+
+    /// `LOCK.FORCERELEASE key [owner]` on every master, concurrently: removes every hold of
+    /// `key` (`owner` `None`), or only `owner`'s; the queue is served as after a release. Each
+    /// report says how many holds that master removed. For operators only.
+    pub async fn force_release_holds(
+        &self,
+        key: &str,
+        owner: Option<&str>,
+    ) -> Vec<NodeReport<u64>> {
         let mut cmd = redis::cmd("LOCK.FORCERELEASE");
         cmd.arg(key);
+        if let Some(owner) = owner {
+            cmd.arg(owner);
+        }
         self.masters
-            .ask_each(key, &cmd, |removed: i64| Ok(removed == 1))
+            .ask_each(key, &cmd, |removed: u64| Ok(removed))
             .await
     }
 

@@ -37,6 +37,17 @@ pub enum NodeFailure {
     /// contract does not allow, no master for the key's slot, too many redirections.
     #[error("unexpected reply: {0}")]
     Protocol(String),
+    /// A shared request whose limit is not the one the key has there (`ERR lock has another
+    /// limit (n)`): the key is a semaphore of `limit` holders (0: a read lock without limit).
+    #[error("the lock has another limit there ({limit}; 0 means none)")]
+    OtherLimit {
+        /// The key's limit on that master.
+        limit: u32,
+    },
+    /// The owner holds the key in the other mode there (`ERR lock is held in another mode`):
+    /// there is no upgrade from shared to exclusive, nor downgrade.
+    #[error("the owner holds the lock in the other mode there (no upgrade or downgrade)")]
+    OtherMode,
 }
 
 impl NodeFailure {
@@ -56,6 +67,30 @@ impl NodeFailure {
             | NodeFailure::ReplicaAcks { .. }
             | NodeFailure::Protocol(_) => false,
             NodeFailure::Redis(e) => is_permanent_redis_error(e),
+            NodeFailure::OtherLimit { .. } | NodeFailure::OtherMode => true,
+        }
+    }
+
+    /// The failure with the module's mode and limit refusals told apart from other error
+    /// replies ([`NodeFailure::OtherLimit`], [`NodeFailure::OtherMode`]).
+    pub(crate) fn classified(self) -> NodeFailure {
+        let NodeFailure::Redis(e) = &self else {
+            return self;
+        };
+        if e.kind() != redis::ErrorKind::ResponseError {
+            return self;
+        }
+        let detail = e.detail().unwrap_or_default().trim_end();
+        if detail == "lock is held in another mode" {
+            return NodeFailure::OtherMode;
+        }
+        let limit = detail
+            .strip_prefix("lock has another limit (")
+            .and_then(|rest| rest.strip_suffix(')'))
+            .and_then(|n| n.parse().ok());
+        match limit {
+            Some(limit) => NodeFailure::OtherLimit { limit },
+            None => self,
         }
     }
 }
@@ -246,6 +281,46 @@ pub enum Error {
     /// A single-master operation (such as `info`) failed.
     #[error(transparent)]
     Node(#[from] NodeError),
+    /// A [`Mode::Shared`](crate::Mode::Shared) limit outside 1 ..= [`MAX_LIMIT`](crate::MAX_LIMIT).
+    #[error("invalid limit {0} (must be 1 to 1000000)")]
+    InvalidLimit(u32),
+    /// A semaphore ([`Mode::Shared`](crate::Mode::Shared) with a limit) was asked of several
+    /// independent masters. Refused before any server is asked: a quorum cannot bound the
+    /// number of holders.
+    #[error(
+        "a limit ({limit}) needs one server or a Redis Cluster, not {masters} independent \
+         masters: a quorum cannot count permits (with limit 2 on masters A, B and C, three \
+         clients can hold {{A,B}}, {{B,C}} and {{A,C}}); a shared lock without a limit is sound \
+         over a quorum"
+    )]
+    UnsoundSemaphore {
+        /// The limit asked for.
+        limit: u32,
+        /// How many masters the client has.
+        masters: usize,
+    },
+    /// A shared request named a limit other than the one the key has on `node`
+    /// (`ERR lock has another limit (n)`). Every user of one semaphore must ask with one limit.
+    #[error("lock {key:?} on {node}: it has another limit there ({limit}; 0 means none)")]
+    OtherLimit {
+        /// The lock's key.
+        key: String,
+        /// The (first) master that refused, as `host:port`.
+        node: String,
+        /// The key's limit there (0: shared without limit).
+        limit: u32,
+    },
+    /// The owner already holds the key in the other mode on `node` (`ERR lock is held in
+    /// another mode`): holds are neither upgraded nor downgraded.
+    #[error(
+        "lock {key:?} on {node}: the owner holds it in the other mode (no upgrade or downgrade)"
+    )]
+    OtherMode {
+        /// The lock's key.
+        key: String,
+        /// The (first) master that refused, as `host:port`.
+        node: String,
+    },
 }
 
 impl Error {
@@ -256,12 +331,15 @@ impl Error {
                 failures.nodes()
             }
             Error::Node(e) => vec![e.node.as_str()],
+            Error::OtherLimit { node, .. } | Error::OtherMode { node, .. } => vec![node.as_str()],
             _ => Vec::new(),
         }
     }
 
     /// Whether the same call cannot succeed by being retried: a usage error (no servers, a bad
-    /// URL, ttl or option, one server named twice) or [`Error::Permanent`].
+    /// URL, ttl, option or limit, one server named twice, a limit over several masters),
+    /// [`Error::Permanent`], or a mode or limit conflict ([`Error::OtherLimit`],
+    /// [`Error::OtherMode`]).
     pub fn is_permanent(&self) -> bool {
         match self {
             Error::NoServers
@@ -269,7 +347,11 @@ impl Error {
             | Error::InvalidTtl(_)
             | Error::InvalidOption { .. }
             | Error::DuplicateServer { .. }
-            | Error::Permanent { .. } => true,
+            | Error::Permanent { .. }
+            | Error::InvalidLimit(_)
+            | Error::UnsoundSemaphore { .. }
+            | Error::OtherLimit { .. }
+            | Error::OtherMode { .. } => true,
             Error::Node(e) => e.failure.is_permanent(),
             Error::NoQuorum { .. }
             | Error::ValidityExhausted { .. }

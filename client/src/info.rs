@@ -1,67 +1,154 @@
-//! What `LOCK.INFO` says about a lock on one master.
+//! What `LOCK.INFO` and `LOCK.HOLDERS` say about a lock on one master.
 
 use std::time::Duration;
 
 use redis::{FromRedisValue, Value};
 
 use crate::error::NodeFailure;
+use crate::mode::Mode;
 
 /// The state of a lock on one master, as `LOCK.INFO` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockInfo {
-    /// The holder's owner id (non-UTF-8 bytes shown lossily).
-    pub owner: String,
-    /// The hold's fencing token.
-    pub token: u64,
-    /// The reentrancy count (>= 1).
-    pub count: u64,
-    /// The time left before it expires.
+    /// The holder's owner id (non-UTF-8 bytes shown lossily); `None` for a shared lock, whose
+    /// holders [`Relock::holders`](crate::Relock::holders) lists.
+    pub owner: Option<String>,
+    /// The hold's fencing token; `None` for a shared lock.
+    pub token: Option<u64>,
+    /// The reentrancy count (>= 1); `None` for a shared lock.
+    pub count: Option<u64>,
+    /// The time left before it expires (for a shared lock, before its latest lease ends).
     pub ttl: Duration,
     /// How many clients wait in `LOCK.WAIT` for it.
     pub waiters: u64,
+    /// How it is held (a module without shared holds reports no mode: exclusive).
+    pub mode: Mode,
+    /// How many holds it has (1 for an exclusive lock).
+    pub holders: u64,
 }
 
-/// `LOCK.INFO`'s reply (flat array under RESP2, map under RESP3) as a [`LockInfo`].
-pub(crate) fn parse_info(value: Value) -> Result<Option<LockInfo>, NodeFailure> {
-    let pairs: Vec<(Value, Value)> = match value {
-        Value::Nil => return Ok(None),
-        Value::Map(m) => m,
+/// One holder of a lock on one master, as `LOCK.HOLDERS` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HolderInfo {
+    /// Its owner id (non-UTF-8 bytes shown lossily).
+    pub owner: String,
+    /// Its fencing token.
+    pub token: u64,
+    /// Its reentrancy count (>= 1).
+    pub count: u64,
+    /// The time left before its hold (its lease, for a shared one) ends.
+    pub ttl: Duration,
+}
+
+/// A reply's field/value pairs: a map under RESP3, a flat array under RESP2.
+fn pairs(value: Value, what: &str) -> Result<Vec<(Value, Value)>, NodeFailure> {
+    match value {
+        Value::Map(m) => Ok(m),
         Value::Array(items) => {
             let mut pairs = Vec::with_capacity(items.len() / 2);
             let mut it = items.into_iter();
             while let (Some(k), Some(v)) = (it.next(), it.next()) {
                 pairs.push((k, v));
             }
-            pairs
+            Ok(pairs)
         }
-        other => return Err(NodeFailure::Protocol(format!("LOCK.INFO: {other:?}"))),
-    };
+        other => Err(NodeFailure::Protocol(format!("{what}: {other:?}"))),
+    }
+}
+
+fn text(v: &Value) -> Result<String, NodeFailure> {
+    let raw: Vec<u8> = FromRedisValue::from_redis_value(v)?;
+    Ok(String::from_utf8_lossy(&raw).into_owned())
+}
+
+fn ms(ttl: i64) -> Duration {
+    Duration::from_millis(ttl.max(0) as u64)
+}
+
+/// `LOCK.INFO`'s reply as a [`LockInfo`]; `None` when there is no lock.
+pub(crate) fn parse_info(value: Value) -> Result<Option<LockInfo>, NodeFailure> {
+    if value == Value::Nil {
+        return Ok(None);
+    }
     let mut owner = None;
     let (mut token, mut count, mut ttl, mut waiters) = (None, None, None, None);
-    for (k, v) in pairs {
+    let (mut mode, mut holders, mut limit) = (None, None, None);
+    for (k, v) in pairs(value, "LOCK.INFO")? {
         let field: String = FromRedisValue::from_redis_value(&k)?;
         match field.as_str() {
-            "owner" => {
-                let raw: Vec<u8> = FromRedisValue::from_redis_value(&v)?;
-                owner = Some(String::from_utf8_lossy(&raw).into_owned());
-            }
-            "token" => token = Some(u64::from_redis_value(&v)?),
-            "count" => count = Some(u64::from_redis_value(&v)?),
+            "owner" => owner = Some(Option::<Vec<u8>>::from_redis_value(&v)?),
+            "token" => token = Some(Option::<u64>::from_redis_value(&v)?),
+            "count" => count = Some(Option::<u64>::from_redis_value(&v)?),
             "ttl" => ttl = Some(i64::from_redis_value(&v)?),
             "waiters" => waiters = Some(u64::from_redis_value(&v)?),
+            "mode" => mode = Some(String::from_redis_value(&v)?),
+            "holders" => holders = Some(u64::from_redis_value(&v)?),
+            "limit" => limit = Some(u32::from_redis_value(&v)?),
             _ => {}
         }
     }
-    match (owner, token, count, ttl, waiters) {
-        (Some(owner), Some(token), Some(count), Some(ttl), Some(waiters)) => Ok(Some(LockInfo {
+    let (Some(owner), Some(token), Some(count), Some(ttl), Some(waiters)) =
+        (owner, token, count, ttl, waiters)
+    else {
+        return Err(NodeFailure::Protocol("LOCK.INFO: missing fields".into()));
+    };
+    let mode = match (mode.as_deref(), limit) {
+        (None | Some("exclusive"), _) => Mode::Exclusive,
+        (Some("shared"), Some(0) | None) => Mode::Shared { limit: None },
+        (Some("shared"), Some(n)) => Mode::Shared { limit: Some(n) },
+        (Some(other), _) => {
+            return Err(NodeFailure::Protocol(format!("LOCK.INFO: mode {other:?}")));
+        }
+    };
+    let owner = owner.map(|raw| String::from_utf8_lossy(&raw).into_owned());
+    // An exclusive lock has its holder in the first fields; a shared one has none there.
+    if mode == Mode::Exclusive && (owner.is_none() || token.is_none() || count.is_none()) {
+        return Err(NodeFailure::Protocol(
+            "LOCK.INFO: an exclusive lock without owner, token or count".into(),
+        ));
+    }
+    Ok(Some(LockInfo {
+        owner,
+        token,
+        count,
+        ttl: ms(ttl),
+        waiters,
+        mode,
+        holders: holders.unwrap_or(1),
+    }))
+}
+
+/// `LOCK.HOLDERS`'s reply as the holders in token order; `None` when there is no lock.
+pub(crate) fn parse_holders(value: Value) -> Result<Option<Vec<HolderInfo>>, NodeFailure> {
+    let entries = match value {
+        Value::Nil => return Ok(None),
+        Value::Array(entries) => entries,
+        other => return Err(NodeFailure::Protocol(format!("LOCK.HOLDERS: {other:?}"))),
+    };
+    let mut holders = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let (mut owner, mut token, mut count, mut ttl) = (None, None, None, None);
+        for (k, v) in pairs(entry, "LOCK.HOLDERS")? {
+            let field: String = FromRedisValue::from_redis_value(&k)?;
+            match field.as_str() {
+                "owner" => owner = Some(text(&v)?),
+                "token" => token = Some(u64::from_redis_value(&v)?),
+                "count" => count = Some(u64::from_redis_value(&v)?),
+                "ttl" => ttl = Some(i64::from_redis_value(&v)?),
+                _ => {}
+            }
+        }
+        let (Some(owner), Some(token), Some(count), Some(ttl)) = (owner, token, count, ttl) else {
+            return Err(NodeFailure::Protocol("LOCK.HOLDERS: missing fields".into()));
+        };
+        holders.push(HolderInfo {
             owner,
             token,
             count,
-            ttl: Duration::from_millis(ttl.max(0) as u64),
-            waiters,
-        })),
-        _ => Err(NodeFailure::Protocol("LOCK.INFO: missing fields".into())),
+            ttl: ms(ttl),
+        });
     }
+    Ok(Some(holders))
 }
 
 #[cfg(test)]
@@ -87,11 +174,115 @@ mod tests {
             Value::Int(3),
         ]);
         let info = parse_info(v).unwrap().unwrap();
-        assert_eq!(info.owner, "me");
-        assert_eq!(info.token, 1_800_000_000_000_001);
-        assert_eq!(info.count, 2);
+        assert_eq!(info.owner.as_deref(), Some("me"));
+        assert_eq!(info.token, Some(1_800_000_000_000_001));
+        assert_eq!(info.count, Some(2));
         assert_eq!(info.ttl, Duration::from_millis(1500));
         assert_eq!(info.waiters, 3);
+        // Five fields: a module from before shared holds.
+        assert_eq!((info.mode, info.holders), (Mode::Exclusive, 1));
+    }
+
+    fn info_of(
+        owner: Value,
+        token: Value,
+        count: Value,
+        mode: &str,
+        holders: i64,
+        limit: i64,
+    ) -> Value {
+        Value::Array(vec![
+            bulk("owner"),
+            owner,
+            bulk("token"),
+            token,
+            bulk("count"),
+            count,
+            bulk("ttl"),
+            Value::Int(900),
+            bulk("waiters"),
+            Value::Int(1),
+            bulk("mode"),
+            bulk(mode),
+            bulk("holders"),
+            Value::Int(holders),
+            bulk("limit"),
+            Value::Int(limit),
+        ])
+    }
+
+    #[test]
+    fn parses_the_mode_fields() {
+        let shared = info_of(Value::Nil, Value::Nil, Value::Nil, "shared", 3, 5);
+        let info = parse_info(shared).unwrap().unwrap();
+        assert_eq!((info.owner, info.token, info.count), (None, None, None));
+        assert_eq!((info.mode, info.holders), (Mode::limited(5), 3));
+        assert_eq!(info.ttl, Duration::from_millis(900));
+        let read = info_of(Value::Nil, Value::Nil, Value::Nil, "shared", 2, 0);
+        assert_eq!(parse_info(read).unwrap().unwrap().mode, Mode::shared());
+        let exclusive = info_of(bulk("w"), Value::Int(9), Value::Int(1), "exclusive", 1, 1);
+        let info = parse_info(exclusive).unwrap().unwrap();
+        assert_eq!((info.mode, info.token), (Mode::Exclusive, Some(9)));
+        // RESP3: a map.
+        let Value::Array(items) = info_of(Value::Nil, Value::Nil, Value::Nil, "shared", 1, 0)
+        else {
+            unreachable!()
+        };
+        let mut it = items.into_iter();
+        let mut map = Vec::new();
+        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+            map.push((k, v));
+        }
+        assert_eq!(parse_info(Value::Map(map)).unwrap().unwrap().holders, 1);
+        // Nonsense is an error, not a guess.
+        let odd = info_of(Value::Nil, Value::Nil, Value::Nil, "both", 1, 0);
+        assert!(parse_info(odd).is_err());
+        let ownerless = info_of(Value::Nil, Value::Nil, Value::Nil, "exclusive", 1, 1);
+        assert!(parse_info(ownerless).is_err());
+    }
+
+    #[test]
+    fn parses_holders_in_both_protocols() {
+        let flat = Value::Array(vec![
+            bulk("owner"),
+            bulk("a"),
+            bulk("token"),
+            Value::Int(7),
+            bulk("count"),
+            Value::Int(1),
+            bulk("ttl"),
+            Value::Int(500),
+        ]);
+        let map = Value::Map(vec![
+            (bulk("owner"), bulk("b")),
+            (bulk("token"), Value::Int(8)),
+            (bulk("count"), Value::Int(2)),
+            (bulk("ttl"), Value::Int(-3)),
+        ]);
+        let holders = parse_holders(Value::Array(vec![flat, map]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            holders,
+            [
+                HolderInfo {
+                    owner: "a".into(),
+                    token: 7,
+                    count: 1,
+                    ttl: Duration::from_millis(500)
+                },
+                HolderInfo {
+                    owner: "b".into(),
+                    token: 8,
+                    count: 2,
+                    ttl: Duration::ZERO
+                },
+            ]
+        );
+        assert_eq!(parse_holders(Value::Nil).unwrap(), None);
+        assert_eq!(parse_holders(Value::Array(vec![])).unwrap(), Some(vec![]));
+        assert!(parse_holders(Value::Int(1)).is_err());
+        assert!(parse_holders(Value::Array(vec![Value::Array(vec![bulk("owner")])])).is_err());
     }
 
     #[test]

@@ -21,6 +21,11 @@
 //!   one server named twice in a Redlock list is refused ([`Error::DuplicateServer`]);
 //! - [`Options::replica_acks`] (default 0, off) makes an acquire or extend count only once that
 //!   many replicas acknowledged it (`WAIT`), per master, in every mode. See docs/deployment.md.
+//! - [`Relock::with_mode`] shares a key instead of holding it alone ([`Mode`], default
+//!   [`Mode::Exclusive`]): [`Mode::shared`] is the read side of a read-write lock (sound over a
+//!   quorum too), [`Mode::limited`] a counting semaphore (one server or a Redis Cluster only:
+//!   over independent masters it is refused, [`Error::UnsoundSemaphore`]). Each holder renews
+//!   and releases its own hold; [`Relock::holders`] lists them.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -65,6 +70,7 @@ mod info;
 pub mod limits;
 mod lock;
 mod masters;
+mod mode;
 mod node;
 mod options;
 mod round;
@@ -74,7 +80,8 @@ pub use client::Relock;
 pub use duration::parse_duration;
 pub use error::{Error, NodeError, NodeErrors, NodeFailure};
 pub use guard::{loss_lead, GuardedLock, Hold, LockGuard};
-pub use info::LockInfo;
+pub use info::{HolderInfo, LockInfo};
 pub use lock::Lock;
 pub use masters::NodeReport;
+pub use mode::{Mode, MAX_LIMIT};
 pub use options::Options;

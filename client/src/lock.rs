@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use crate::error::Error;
 use crate::limits::check_ttl;
 use crate::masters::{Abandoned, BackgroundReleases, Masters, Write};
+use crate::mode::Mode;
 
 /// A held lock: its key, owner, the fencing token each master granted, and the instant until
 /// which it is safe to act as the holder.
@@ -27,6 +28,8 @@ pub struct Lock {
     valid_until: Instant,
     /// Reentrant holds are released only where they were counted.
     reentrant: bool,
+    /// How it is held; a re-entry asks for the same.
+    mode: Mode,
     released: bool,
 }
 
@@ -35,6 +38,7 @@ impl std::fmt::Debug for Lock {
         f.debug_struct("Lock")
             .field("key", &self.key)
             .field("owner", &self.owner)
+            .field("mode", &self.mode)
             .field("tokens", &self.tokens)
             .field("valid_until", &self.valid_until)
             .finish()
@@ -42,8 +46,8 @@ impl std::fmt::Debug for Lock {
 }
 
 impl Lock {
-    /// One Redlock round of `LOCK.ACQUIRE` (or, `reentrant`, `LOCK.REENTER`) under `owner`, no
-    /// retry. On failure the masters are released at once (in the background for
+    /// One Redlock round of `LOCK.ACQUIRE` (or, `reentrant`, `LOCK.REENTER`) in `mode` under
+    /// `owner`, no retry. On failure the masters are released at once (in the background for
     /// `LOCK.ACQUIRE`, whose owner is never used again, so that a stopped master does not hold
     /// up the caller twice; only where a count was added for `LOCK.REENTER`).
     pub(crate) async fn attempt(
@@ -52,13 +56,14 @@ impl Lock {
         owner: &str,
         ttl: Duration,
         reentrant: bool,
+        mode: Mode,
     ) -> Result<Lock, Error> {
         let ttl = check_ttl(ttl)?;
         let ttl_ms = ttl.as_millis() as u64;
         let write = if reentrant {
-            Write::Reenter
+            Write::Reenter(mode)
         } else {
-            Write::Acquire
+            Write::Acquire(mode)
         };
         // A reentrant hold cannot be undone blindly: only the counts it added are released.
         let abandoned = (!reentrant).then(|| Abandoned::new(masters, key, owner));
@@ -85,6 +90,7 @@ impl Lock {
             tokens: round.into_answers(),
             valid_until,
             reentrant,
+            mode,
             released: false,
         })
     }
@@ -97,6 +103,7 @@ impl Lock {
         owner: &str,
         ttl: Duration,
         tokens: Vec<Option<u64>>,
+        mode: Mode,
     ) -> Lock {
         Lock {
             masters: masters.clone(),
@@ -106,6 +113,7 @@ impl Lock {
             tokens,
             valid_until: Instant::now(),
             reentrant: false,
+            mode,
             released: false,
         }
     }
@@ -123,6 +131,11 @@ impl Lock {
     /// The owner id this lock is held under.
     pub fn owner(&self) -> &str {
         &self.owner
+    }
+
+    /// How it is held: exclusively, or as one of several shared holders.
+    pub fn mode(&self) -> Mode {
+        self.mode
     }
 
     /// The ttl last asked for (at acquisition or the last extend).
@@ -201,10 +214,10 @@ impl Lock {
         Ok(())
     }
 
-    /// Adds one to the hold count with `LOCK.REENTER` (same key, same owner) and returns a
-    /// handle for that extra hold; releasing it takes the count back down by one.
+    /// Adds one to the hold count with `LOCK.REENTER` (same key, same owner, same mode) and
+    /// returns a handle for that extra hold; releasing it takes the count back down by one.
     pub async fn reenter(&self, ttl: Duration) -> Result<Lock, Error> {
-        Lock::attempt(&self.masters, &self.key, &self.owner, ttl, true).await
+        Lock::attempt(&self.masters, &self.key, &self.owner, ttl, true, self.mode).await
     }
 
     /// Releases the lock with `LOCK.RELEASE` on every master at once. Fails with
@@ -247,6 +260,7 @@ impl Drop for Lock {
             tokens: std::mem::take(&mut self.tokens),
             valid_until: self.valid_until,
             reentrant: self.reentrant,
+            mode: self.mode,
             released: true,
         };
         let background = lock.background();

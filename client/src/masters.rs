@@ -15,8 +15,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::error::{Error, NodeFailure};
 use crate::fanout::{self, spawned};
-use crate::info::parse_info;
+use crate::info::{parse_holders, parse_info};
 use crate::limits::{check_options, wait_ms};
+use crate::mode::Mode;
 use crate::node::{display_addr, Node};
 use crate::options::Options;
 use crate::round::{quorum, Released, Reply, Round, RoundState, Until};
@@ -146,23 +147,31 @@ impl Masters {
     ) -> Round<u64> {
         let mut pipe = redis::pipe();
         match write {
-            Write::Acquire => {
-                pipe.cmd("LOCK.ACQUIRE").arg(key).arg(owner).arg(ttl_ms);
+            Write::Acquire(mode) => {
+                pipe.cmd("LOCK.ACQUIRE")
+                    .arg(key)
+                    .arg(owner)
+                    .arg(ttl_ms)
+                    .arg(mode.args());
             }
             Write::Renew => {
                 pipe.cmd("LOCK.RENEW").arg(key).arg(owner).arg(ttl_ms);
             }
-            Write::Reenter => {
+            Write::Reenter(mode) => {
                 // The token must be the one of the hold we counted into: read it in the same
-                // transaction.
+                // transaction (a shared key's LOCK.INFO names no holder: ask for ours).
                 pipe.cmd("MULTI")
                     .cmd("LOCK.REENTER")
                     .arg(key)
                     .arg(owner)
                     .arg(ttl_ms)
-                    .cmd("LOCK.INFO")
-                    .arg(key)
-                    .cmd("EXEC");
+                    .arg(mode.args());
+                if mode.is_shared() {
+                    pipe.cmd("LOCK.HOLDERS").arg(key).arg("OWNER").arg(owner);
+                } else {
+                    pipe.cmd("LOCK.INFO").arg(key);
+                }
+                pipe.cmd("EXEC");
             }
         }
         let mut undo = redis::cmd("LOCK.RELEASE");
@@ -170,8 +179,8 @@ impl Masters {
         // A reentrant round waits for every master, so that the release of a failed round
         // only undoes the counts it really added.
         let until = match write {
-            Write::Reenter => Until::AllAnswered,
-            Write::Acquire | Write::Renew => Until::Decided,
+            Write::Reenter(_) => Until::AllAnswered,
+            Write::Acquire(_) | Write::Renew => Until::Decided,
         };
         let round = self.new_round(until);
         let requests: Vec<_> = (0..self.nodes.len())
@@ -277,7 +286,7 @@ impl Masters {
         fanout::collect(round, requests, None).await
     }
 
-    /// One round of `LOCK.WAIT` on every master at once, each on its own connection. Once a
+    /// One round of `LOCK.WAIT` (in `mode`) on every master at once, each on its own connection. Once a
     /// master granted, the others get at most [`Options::max_partial_hold`] (and never more
     /// than ttl / 4) to make a quorum. The requests still waiting when the round ends are
     /// dropped, which closes their connections and so takes us out of those masters' queues.
@@ -287,13 +296,15 @@ impl Masters {
         owner: &str,
         ttl: Duration,
         remaining: Option<Duration>,
+        mode: Mode,
     ) -> Round<u64> {
         let node_timeout = self.options.node_timeout;
         let mut cmd = redis::cmd("LOCK.WAIT");
         cmd.arg(key)
             .arg(owner)
             .arg(ttl.as_millis() as u64)
-            .arg(wait_ms(remaining));
+            .arg(wait_ms(remaining))
+            .arg(mode.args());
         let cmd = &cmd;
         let round = self.new_round(Until::Decided);
         let requests: Vec<_> = self
@@ -482,10 +493,11 @@ fn canonical(addr: SocketAddr) -> SocketAddr {
 /// The writes that may wait for replica acknowledgements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Write {
-    /// `LOCK.ACQUIRE`: the reply is the token or nil.
-    Acquire,
-    /// `MULTI`, `LOCK.REENTER`, `LOCK.INFO`, `EXEC`: the token is read from the info.
-    Reenter,
+    /// `LOCK.ACQUIRE` in a mode: the reply is the token or nil.
+    Acquire(Mode),
+    /// `MULTI`, `LOCK.REENTER` in a mode, `LOCK.INFO` (shared: `LOCK.HOLDERS key OWNER
+    /// owner`), `EXEC`: the token is read from the info (the holder).
+    Reenter(Mode),
     /// `LOCK.RENEW`: the reply is the token or nil.
     Renew,
 }
@@ -495,11 +507,11 @@ impl Write {
     fn token(self, replies: Vec<redis::Value>) -> Result<Option<u64>, NodeFailure> {
         let protocol = |what: &str| NodeFailure::Protocol(format!("{what}: {replies:?}"));
         match self {
-            Write::Acquire | Write::Renew => {
+            Write::Acquire(_) | Write::Renew => {
                 let first = replies.first().ok_or_else(|| protocol("no reply"))?;
                 Ok(Option::<u64>::from_redis_value(first)?)
             }
-            Write::Reenter => {
+            Write::Reenter(mode) => {
                 // MULTI -> OK, REENTER -> QUEUED, INFO -> QUEUED, EXEC -> [count, info]
                 let Some(redis::Value::Array(exec)) = replies.get(3) else {
                     return Err(protocol("EXEC"));
@@ -507,10 +519,18 @@ impl Write {
                 let (Some(count), Some(info)) = (exec.first(), exec.get(1)) else {
                     return Err(protocol("EXEC"));
                 };
+                // An error inside the transaction (a mode or limit refused) is the reply.
+                if let redis::Value::ServerError(e) = count {
+                    return Err(NodeFailure::Redis(e.clone().into()));
+                }
                 if Option::<u64>::from_redis_value(count)?.is_none() {
                     return Ok(None);
                 }
-                Ok(parse_info(info.clone())?.map(|i| i.token))
+                if mode.is_shared() {
+                    let ours = parse_holders(info.clone())?.unwrap_or_default();
+                    return Ok(ours.first().map(|h| h.token));
+                }
+                Ok(parse_info(info.clone())?.and_then(|i| i.token))
             }
         }
     }

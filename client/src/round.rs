@@ -102,7 +102,7 @@ impl<T> RoundState<T> {
                 }
             }
             Ok(None) => self.failures.push((master, NodeFailure::NotGranted)),
-            Err(failure) => self.failures.push((master, failure)),
+            Err(failure) => self.failures.push((master, failure.classified())),
         }
         self.progress()
     }
@@ -246,8 +246,29 @@ impl<T> Round<T> {
         self.node_errors(|_| true)
     }
 
-    /// [`Error::Permanent`] with the permanent failures.
+    /// [`Error::Permanent`] with the permanent failures; or, when a master refused the mode
+    /// or limit asked for, the error that says so ([`Error::OtherLimit`], [`Error::OtherMode`]),
+    /// naming the first master that did: asking again the same way cannot help, and a caller
+    /// may want to tell these apart.
     fn into_permanent(self, key: &str) -> Error {
+        let conflict = self.failures.iter().find_map(|(master, f)| {
+            let node = self.masters.get(*master).cloned().unwrap_or_default();
+            match f {
+                NodeFailure::OtherLimit { limit } => Some(Error::OtherLimit {
+                    key: key.to_string(),
+                    node,
+                    limit: *limit,
+                }),
+                NodeFailure::OtherMode => Some(Error::OtherMode {
+                    key: key.to_string(),
+                    node,
+                }),
+                _ => None,
+            }
+        });
+        if let Some(conflict) = conflict {
+            return conflict;
+        }
         Error::Permanent {
             key: key.to_string(),
             failures: self.node_errors(NodeFailure::is_permanent),
@@ -392,6 +413,10 @@ pub(crate) mod fake {
         WrongType,
         /// The module is not loaded: permanent.
         NoModule,
+        /// `ERR lock has another limit (n)`: permanent.
+        OtherLimit(u32),
+        /// `ERR lock is held in another mode`: permanent.
+        OtherMode,
     }
     use Fake::*;
 
@@ -417,6 +442,8 @@ pub(crate) mod fake {
                 "WRONGTYPE Operation against a key holding the wrong kind of value",
             )),
             NoModule => Err(server_error("ERR unknown command 'LOCK.ACQUIRE'")),
+            OtherLimit(n) => Err(server_error(&format!("ERR lock has another limit ({n})"))),
+            OtherMode => Err(server_error("ERR lock is held in another mode")),
         }
     }
 }
@@ -439,6 +466,8 @@ mod tests {
             (Busy, false),
             (WrongType, true),
             (NoModule, true),
+            (OtherLimit(3), true),
+            (OtherMode, true),
         ] {
             let failure = reply(fake).expect_err("a failure");
             assert_eq!(failure.is_permanent(), permanent, "{fake:?}: {failure}");
@@ -1261,6 +1290,41 @@ mod tests {
             assert_eq!(round.agreed_by(), granted, "{replies:?}");
             assert_eq!(round.may_hold(), may_hold, "{replies:?}");
         }
+    }
+
+    /// A master that refuses the mode or limit asked for is named in an error that says so,
+    /// once such refusals leave no quorum; a minority of them is only a minority.
+    #[test]
+    fn mode_and_limit_refusals_name_the_master() {
+        let ttl = ms(10_000);
+        let (round, _, _) = run(1, Until::Decided, &[(0, OtherLimit(3))], ms(5));
+        match round.into_acquire_error("k", ttl) {
+            Error::OtherLimit { key, node, limit } => {
+                assert_eq!((key.as_str(), node.as_str(), limit), ("k", "m0", 3));
+            }
+            other => panic!("unexpected {other}"),
+        }
+        let replies = [(1, OtherMode), (0, WrongType), (2, OtherMode)];
+        let (round, _, _) = run(3, Until::Decided, &replies, ms(5));
+        let err = round.into_acquire_error("k", ttl);
+        assert!(
+            matches!(&err, Error::OtherMode { node, .. } if node == "m1"),
+            "{err}"
+        );
+        assert!(err.is_permanent());
+        assert_eq!(err.failed_nodes(), ["m1"]);
+        let replies = [(0, OtherLimit(0)), (1, Grant(1)), (2, Grant(2))];
+        let (round, _, started) = run(3, Until::Decided, &replies, ms(5));
+        assert_eq!(
+            acquired(round, started, ttl),
+            Want::ValidFor(ms(10_000 - 5 - 102))
+        );
+        // Other error replies stay what they were.
+        let (round, _, _) = run(1, Until::Decided, &[(0, NoModule)], ms(5));
+        assert_eq!(
+            want(round.into_acquire_error("k", ttl)),
+            Want::Permanent(vec![0])
+        );
     }
 
     #[test]
