@@ -24,6 +24,11 @@
 //!
 //! With `--cluster`, `--servers` are seed nodes of one Redis Cluster; `info` and
 //! `force-release` then name the master that serves the key.
+//!
+//! `run --shared` takes a shared hold (the read side of a read-write lock: shared runs go on
+//! together, an exclusive `run` waits for them); `run --limit N` a permit of a counting
+//! semaphore: at most N commands run at once, on every machine, like `consul lock -n`. A limit
+//! needs one server or `--cluster`: over several independent masters it is a usage error.
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
@@ -32,7 +37,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use relock_client::limits::parse_ttl;
-use relock_client::{parse_duration, Error, Lock, LockInfo, NodeReport, Options, Relock};
+use relock_client::{
+    parse_duration, Error, HolderInfo, Lock, LockInfo, Mode, NodeReport, Options, Relock, MAX_LIMIT,
+};
 
 /// The server used when neither `--servers` nor `RELOCK_SERVERS` names one.
 const DEFAULT_SERVER: &str = "redis://127.0.0.1:6379";
@@ -104,22 +111,54 @@ enum Command {
         /// After the lock is lost, how long the command has between SIGTERM and SIGKILL.
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         grace: Duration,
+        /// Share KEY with other shared runs (a read lock): they run together, while an
+        /// exclusive run (the default) waits for all of them, and shared runs that come after
+        /// a waiting exclusive one wait for it.
+        #[arg(long)]
+        shared: bool,
+        /// At most N commands hold KEY at once (a counting semaphore, 1 to 1000000; implies
+        /// --shared). Every run on KEY must give the same N. Needs one server or --cluster.
+        #[arg(long, value_name = "N", value_parser = parse_limit)]
+        limit: Option<u32>,
         /// The lock's key.
         key: String,
         /// The command and its arguments (after `--`).
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<OsString>,
     },
-    /// Show who holds KEY on each master (LOCK.INFO).
+    /// Show who holds KEY on each master: its mode and limit, and every holder of a shared
+    /// lock (LOCK.INFO, LOCK.HOLDERS).
     Info {
         /// The lock's key.
         key: String,
     },
-    /// Break the lock at KEY on every master, whoever holds it (LOCK.FORCERELEASE).
+    /// Break the lock at KEY on every master, whoever holds it, or only OWNER's hold
+    /// (LOCK.FORCERELEASE).
     ForceRelease {
         /// The lock's key.
         key: String,
+        /// Remove only this holder's hold (one of a shared lock's holders).
+        owner: Option<String>,
     },
+}
+
+/// A `--limit`: an integer in 1 ..= MAX_LIMIT.
+fn parse_limit(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a limit (an integer from 1 to {MAX_LIMIT})"
+        )),
+    }
+}
+
+/// The mode of `run --shared` / `run --limit N` (a limit implies shared).
+fn run_mode(shared: bool, limit: Option<u32>) -> Mode {
+    match (shared, limit) {
+        (_, Some(n)) => Mode::limited(n),
+        (true, None) => Mode::shared(),
+        (false, None) => Mode::Exclusive,
+    }
 }
 
 fn main() -> ExitCode {
@@ -184,28 +223,56 @@ async fn async_main(cli: Cli) -> ExitCode {
             ttl,
             wait,
             grace,
+            shared,
+            limit,
             key,
             command,
         } => {
+            let relock = match relock.with_mode(run_mode(shared, limit)) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("lockctl: {e}");
+                    return ExitCode::from(EXIT_USAGE);
+                }
+            };
             let code = run(&relock, &key, ttl, wait, grace, &command).await;
             // Releases of failed or abandoned rounds must not be cut off by the exit.
             let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
             code
         }
         Command::Info { key } => info(&relock, &key).await,
-        Command::ForceRelease { key } => force_release(&relock, &key).await,
+        Command::ForceRelease { key, owner } => {
+            force_release(&relock, &key, owner.as_deref()).await
+        }
     }
 }
 
 fn describe(info: &LockInfo) -> String {
-    format!(
-        "held by {} (token {}, count {}, expires in {:.1}s, {} waiting)",
-        info.owner,
-        info.token,
-        info.count,
-        info.ttl.as_secs_f64(),
-        info.waiters
-    )
+    match info.mode {
+        Mode::Shared { limit } => format!(
+            "shared by {} holder{}{} (the last lease ends in {:.1}s, {} waiting)",
+            info.holders,
+            if info.holders == 1 { "" } else { "s" },
+            limit
+                .map(|n| format!(" of at most {n}"))
+                .unwrap_or_default(),
+            info.ttl.as_secs_f64(),
+            info.waiters
+        ),
+        Mode::Exclusive => format!(
+            "held by {} (token {}, count {}, expires in {:.1}s, {} waiting)",
+            info.owner.as_deref().unwrap_or("?"),
+            known(info.token),
+            known(info.count),
+            info.ttl.as_secs_f64(),
+            info.waiters
+        ),
+    }
+}
+
+/// A number a reply may leave out, as text.
+fn known(n: Option<u64>) -> String {
+    n.map_or_else(|| "?".to_string(), |n| n.to_string())
 }
 
 /// Says on stderr who holds `key`, master by master.
@@ -410,23 +477,100 @@ fn exit_code(status: std::io::Result<std::process::ExitStatus>) -> u8 {
     }
 }
 
+/// One line per master (`node<TAB>what LOCK.INFO said`), and below a shared lock's line one
+/// line per holder (`node<TAB>holder owner=... token=... count=... ttl_ms=...`).
 async fn info(relock: &Relock, key: &str) -> ExitCode {
-    print_reports(relock.info(key).await, |info| match info {
-        Some(i) => format!(
-            "owner={} token={} count={} ttl_ms={} waiters={}",
-            i.owner,
-            i.token,
-            i.count,
+    let reports = relock.info(key).await;
+    let shared = reports
+        .iter()
+        .any(|r| matches!(&r.result, Ok(Some(i)) if i.mode.is_shared()));
+    let holders = if shared {
+        relock.holders(key, 0).await
+    } else {
+        Vec::new()
+    };
+    let mut failed = false;
+    for report in reports {
+        let info = match report.result {
+            Ok(info) => info,
+            Err(e) => {
+                failed = true;
+                println!("{}\terror: {e}", report.node);
+                continue;
+            }
+        };
+        println!("{}\t{}", report.node, info_line(info.as_ref()));
+        if !info.is_some_and(|i| i.mode.is_shared()) {
+            continue;
+        }
+        // The holders the same master listed (a cluster names the key's master in both).
+        let listed = holders.iter().find(|h| h.node == report.node);
+        match listed.map(|h| &h.result) {
+            Some(Ok(Some(holders))) => {
+                for h in holders {
+                    println!("{}\t{}", report.node, holder_line(h));
+                }
+            }
+            Some(Ok(None)) => {}
+            Some(Err(e)) => {
+                failed = true;
+                println!("{}\terror: {e}", report.node);
+            }
+            None => {
+                failed = true;
+                println!("{}\terror: no list of holders", report.node);
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// What `lockctl info` prints for a lock on one master.
+fn info_line(info: Option<&LockInfo>) -> String {
+    let Some(i) = info else {
+        return "not locked".to_string();
+    };
+    match i.mode {
+        Mode::Exclusive => format!(
+            "owner={} token={} count={} ttl_ms={} waiters={} mode=exclusive",
+            i.owner.as_deref().unwrap_or("?"),
+            known(i.token),
+            known(i.count),
             i.ttl.as_millis(),
             i.waiters
         ),
-        None => "not locked".to_string(),
-    })
+        Mode::Shared { limit } => format!(
+            "mode=shared limit={} holders={} ttl_ms={} waiters={}",
+            limit.map_or_else(|| "none".to_string(), |n| n.to_string()),
+            i.holders,
+            i.ttl.as_millis(),
+            i.waiters
+        ),
+    }
 }
 
-async fn force_release(relock: &Relock, key: &str) -> ExitCode {
-    print_reports(relock.force_release(key).await, |released| {
-        if *released { "released" } else { "not locked" }.to_string()
+fn holder_line(h: &HolderInfo) -> String {
+    format!(
+        "holder owner={} token={} count={} ttl_ms={}",
+        h.owner,
+        h.token,
+        h.count,
+        h.ttl.as_millis()
+    )
+}
+
+async fn force_release(relock: &Relock, key: &str, owner: Option<&str>) -> ExitCode {
+    let reports = relock.force_release_holds(key, owner).await;
+    print_reports(reports, |removed| match (owner, *removed) {
+        (None, 0) => "not locked".to_string(),
+        (None, 1) => "released".to_string(),
+        (None, n) => format!("released {n} holds"),
+        (Some(o), 0) => format!("{o} holds nothing"),
+        (Some(o), _) => format!("released {o}'s hold"),
     })
 }
 
@@ -637,5 +781,127 @@ mod signals {
             libc::SIGHUP => "SIGHUP",
             _ => "a signal",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("lockctl").chain(args.iter().copied()))
+    }
+
+    /// The mode `run` was asked for, or the parse error's kind.
+    fn run_mode_of(args: &[&str]) -> Result<Mode, clap::error::ErrorKind> {
+        match parse(args).map_err(|e| e.kind())?.command {
+            Command::Run { shared, limit, .. } => Ok(run_mode(shared, limit)),
+            _ => panic!("not run: {args:?}"),
+        }
+    }
+
+    #[test]
+    fn the_cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_modes() {
+        assert_eq!(
+            run_mode_of(&["run", "k", "--", "true"]),
+            Ok(Mode::Exclusive)
+        );
+        assert_eq!(
+            run_mode_of(&["run", "--shared", "k", "--", "true"]),
+            Ok(Mode::shared())
+        );
+        // --limit implies --shared; saying both is the same.
+        assert_eq!(
+            run_mode_of(&["run", "--limit", "3", "k", "--", "true"]),
+            Ok(Mode::limited(3))
+        );
+        assert_eq!(
+            run_mode_of(&["run", "--shared", "--limit=3", "k", "--", "true"]),
+            Ok(Mode::limited(3))
+        );
+        assert_eq!(
+            run_mode_of(&["run", "--limit", "1000000", "k", "--", "true"]),
+            Ok(Mode::limited(MAX_LIMIT))
+        );
+    }
+
+    #[test]
+    fn bad_limits_are_usage_errors() {
+        for bad in ["0", "-1", "1000001", "3.5", "three", ""] {
+            let arg = format!("--limit={bad}");
+            assert_eq!(
+                run_mode_of(&["run", &arg, "k", "--", "true"]),
+                Err(clap::error::ErrorKind::ValueValidation),
+                "--limit {bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn force_release_takes_an_optional_owner() {
+        let owner_of = |args: &[&str]| match parse(args).expect("parses").command {
+            Command::ForceRelease { key, owner } => (key, owner),
+            _ => panic!("not force-release"),
+        };
+        assert_eq!(owner_of(&["force-release", "k"]), ("k".to_string(), None));
+        assert_eq!(
+            owner_of(&["force-release", "k", "worker-7"]),
+            ("k".to_string(), Some("worker-7".to_string()))
+        );
+        assert!(parse(&["force-release", "k", "a", "b"]).is_err());
+    }
+
+    #[test]
+    fn info_lines() {
+        let ms = Duration::from_millis;
+        let exclusive = LockInfo {
+            owner: Some("w".into()),
+            token: Some(9),
+            count: Some(1),
+            ttl: ms(1500),
+            waiters: 2,
+            mode: Mode::Exclusive,
+            holders: 1,
+        };
+        assert_eq!(
+            info_line(Some(&exclusive)),
+            "owner=w token=9 count=1 ttl_ms=1500 waiters=2 mode=exclusive"
+        );
+        let semaphore = LockInfo {
+            owner: None,
+            token: None,
+            count: None,
+            mode: Mode::limited(3),
+            holders: 2,
+            ..exclusive.clone()
+        };
+        assert_eq!(
+            info_line(Some(&semaphore)),
+            "mode=shared limit=3 holders=2 ttl_ms=1500 waiters=2"
+        );
+        let read = LockInfo {
+            mode: Mode::shared(),
+            ..semaphore.clone()
+        };
+        assert!(info_line(Some(&read)).starts_with("mode=shared limit=none "));
+        assert_eq!(info_line(None), "not locked");
+        assert!(describe(&semaphore).starts_with("shared by 2 holders of at most 3 "));
+        let holder = HolderInfo {
+            owner: "r1".into(),
+            token: 7,
+            count: 2,
+            ttl: ms(800),
+        };
+        assert_eq!(
+            holder_line(&holder),
+            "holder owner=r1 token=7 count=2 ttl_ms=800"
+        );
     }
 }
