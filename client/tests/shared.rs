@@ -1,0 +1,592 @@
+//! Shared holds from relock-client and lockctl against real servers: read-write locks and
+//! counting semaphores on one server, over three independent masters, and on a Redis Cluster.
+#[path = "../../tests/cluster_harness/mod.rs"]
+mod cluster_harness;
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::collections::HashMap;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use cluster_harness::Cluster;
+use common::{eventually, Server};
+use relock_client::{Error, Mode, Options, Relock};
+use tokio::time::Instant;
+
+const KEY: &str = "catalog";
+const TTL: Duration = Duration::from_secs(30);
+
+/// Defaults, with a per-node timeout that tolerates a busy debug build.
+fn patient() -> Options {
+    Options {
+        node_timeout: Duration::from_millis(500),
+        ..Options::default()
+    }
+}
+
+fn client(servers: &[&Server]) -> Relock {
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    Relock::with_options(&urls, patient()).expect("client")
+}
+
+/// LOCK.INFO at `key` as text fields (nil as "nil"), or `None` when there is no lock.
+fn info(server: &Server, key: &str) -> Option<HashMap<String, String>> {
+    let info: Option<HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(&mut server.conn())
+        .expect("LOCK.INFO");
+    info.map(|fields| {
+        fields
+            .into_iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    redis::Value::Int(n) => n.to_string(),
+                    redis::Value::Nil => "nil".to_string(),
+                    other => redis::from_redis_value(&other).expect("text"),
+                };
+                (k, text)
+            })
+            .collect()
+    })
+}
+
+/// How many holds `key` has on `server` (0 when there is no lock).
+fn holds(server: &Server, key: &str) -> u64 {
+    info(server, key).map_or(0, |i| i["holders"].parse().expect("holders"))
+}
+
+/// `calls` of `INFO commandstats` for every `lock.*` command together.
+fn lock_calls(server: &Server) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .expect("INFO commandstats");
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_lock."))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_holds_coexist_and_each_is_its_own() {
+    let server = Server::start();
+    let relock = client(&[&server]);
+    assert_eq!(relock.mode(), Mode::Exclusive);
+    let readers = relock.with_mode(Mode::shared()).expect("shared");
+    assert_eq!(readers.mode(), Mode::shared());
+
+    let a = readers.acquire(KEY, TTL).await.expect("first reader");
+    let b = readers.try_acquire(KEY, TTL).await.expect("second reader");
+    assert_eq!((a.mode(), b.mode()), (Mode::shared(), Mode::shared()));
+    let (ta, tb) = (a.token().expect("token"), b.token().expect("token"));
+    assert!(tb > ta, "every shared grant gets a new token: {ta}, {tb}");
+    assert_eq!(holds(&server, KEY), 2);
+
+    // LOCK.INFO names no holder of a shared key; LOCK.HOLDERS lists them in grant order.
+    let reports = relock.info(KEY).await;
+    let lock = reports[0]
+        .result
+        .as_ref()
+        .expect("info")
+        .as_ref()
+        .expect("locked");
+    assert_eq!((lock.mode, lock.holders), (Mode::shared(), 2));
+    assert_eq!(
+        (lock.owner.as_deref(), lock.token, lock.count),
+        (None, None, None)
+    );
+    assert!(lock.ttl > Duration::ZERO && lock.ttl <= TTL);
+    let reports = relock.holders(KEY, 0).await;
+    let listed = reports[0]
+        .result
+        .as_ref()
+        .expect("holders")
+        .as_ref()
+        .expect("locked");
+    let owners: Vec<(&str, u64)> = listed.iter().map(|h| (h.owner.as_str(), h.token)).collect();
+    assert_eq!(owners, [(a.owner(), ta), (b.owner(), tb)]);
+    let mine = relock.holder(KEY, b.owner()).await;
+    let mine = mine[0]
+        .result
+        .as_ref()
+        .expect("holder")
+        .as_ref()
+        .expect("b holds");
+    assert_eq!((mine.token, mine.count), (tb, 1));
+
+    // A re-entry of a shared hold counts into that holder, keeping its token.
+    let again = readers
+        .reenter(KEY, a.owner(), TTL)
+        .await
+        .expect("re-enter");
+    assert_eq!(again.token(), Some(ta));
+    let a_now = relock.holder(KEY, a.owner()).await;
+    assert_eq!(
+        a_now[0]
+            .result
+            .as_ref()
+            .expect("holder")
+            .as_ref()
+            .map(|h| h.count),
+        Some(2)
+    );
+    again.release().await.expect("release the re-entry");
+
+    // Each renews and releases its own hold.
+    let mut a = a;
+    a.extend(TTL).await.expect("extend a");
+    b.release().await.expect("release b");
+    assert_eq!(holds(&server, KEY), 1);
+    // The guard works per holder too.
+    let guard = readers.guard(KEY, TTL).await.expect("guard");
+    assert_eq!(holds(&server, KEY), 2);
+    guard.release().await.expect("release guard");
+    a.release().await.expect("release a");
+    assert_eq!(info(&server, KEY), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_waits_for_the_readers() {
+    let server = Server::start();
+    let writers = client(&[&server]);
+    let readers = writers.with_mode(Mode::shared()).expect("shared");
+    let r1 = readers.acquire(KEY, TTL).await.expect("reader 1");
+    let r2 = readers.acquire(KEY, TTL).await.expect("reader 2");
+
+    // Refused at once while readers hold it...
+    let err = writers
+        .try_acquire(KEY, TTL)
+        .await
+        .expect_err("readers hold it");
+    assert!(matches!(err, Error::NoQuorum { granted: 0, .. }), "{err}");
+    // ...and granted, by LOCK.WAIT, once the last reader is gone.
+    let waiting = {
+        let writers = writers.clone();
+        tokio::spawn(async move {
+            let lock = writers
+                .acquire_wait(KEY, TTL, Some(Duration::from_secs(60)))
+                .await;
+            (lock, Instant::now())
+        })
+    };
+    assert!(eventually(Duration::from_secs(20), || info(&server, KEY)
+        .is_some_and(|i| i["waiters"] == "1")));
+    // A reader that comes after a waiting writer does not barge past it.
+    let err = readers
+        .try_acquire(KEY, TTL)
+        .await
+        .expect_err("a writer waits");
+    assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
+    r1.release().await.expect("release r1");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the writer got in with a reader left"
+    );
+    let last_reader_gone = Instant::now();
+    r2.release().await.expect("release r2");
+    let (lock, granted_at) = waiting.await.expect("writer task");
+    let lock = lock.expect("writer granted");
+    assert!(granted_at >= last_reader_gone);
+    assert_eq!(lock.mode(), Mode::Exclusive);
+    let i = info(&server, KEY).expect("held");
+    assert_eq!(
+        (i["mode"].as_str(), i["owner"].as_str()),
+        ("exclusive", lock.owner())
+    );
+    lock.release().await.expect("release writer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_of_n_admits_n() {
+    let server = Server::start();
+    let relock = client(&[&server]);
+    let slots = relock
+        .with_mode(Mode::limited(3))
+        .expect("semaphore on one server");
+    let mut permits = Vec::new();
+    for _ in 0..3 {
+        permits.push(slots.acquire(KEY, TTL).await.expect("a permit"));
+    }
+    let i = info(&server, KEY).expect("held");
+    assert_eq!(
+        (
+            i["mode"].as_str(),
+            i["limit"].as_str(),
+            i["holders"].as_str()
+        ),
+        ("shared", "3", "3")
+    );
+    let err = slots.try_acquire(KEY, TTL).await.expect_err("a fourth");
+    assert!(matches!(err, Error::NoQuorum { granted: 0, .. }), "{err}");
+
+    // The fourth waits for a permit and gets the one given back.
+    let waiting = {
+        let slots = slots.clone();
+        tokio::spawn(async move {
+            slots
+                .acquire_wait(KEY, TTL, Some(Duration::from_secs(60)))
+                .await
+        })
+    };
+    assert!(eventually(Duration::from_secs(20), || info(&server, KEY)
+        .is_some_and(|i| i["waiters"] == "1")));
+    permits
+        .pop()
+        .expect("a permit")
+        .release()
+        .await
+        .expect("release");
+    let fourth = waiting.await.expect("task").expect("granted");
+    assert_eq!(holds(&server, KEY), 3);
+
+    // Asking with another limit is refused by the server, naming it.
+    let other = relock.with_mode(Mode::limited(5)).expect("mode");
+    let err = other.acquire(KEY, TTL).await.expect_err("another limit");
+    match &err {
+        Error::OtherLimit { key, node, limit } => {
+            assert_eq!((key.as_str(), *limit), (KEY, 3));
+            assert_eq!(node, &format!("127.0.0.1:{}", server.port));
+        }
+        other => panic!("unexpected {other}"),
+    }
+    assert!(err.is_permanent());
+    // And so is an owner asking for the key in the other mode.
+    let exclusive = relock
+        .reenter(KEY, fourth.owner(), TTL)
+        .await
+        .expect_err("other mode");
+    assert!(matches!(exclusive, Error::OtherMode { .. }), "{exclusive}");
+
+    // Force-release counts the holds it removed.
+    let removed = relock.force_release_holds(KEY, Some(fourth.owner())).await;
+    assert_eq!(*removed[0].result.as_ref().expect("removed"), 1);
+    let removed = relock.force_release(KEY).await;
+    assert!(*removed[0].result.as_ref().expect("removed"));
+    assert_eq!(info(&server, KEY), None);
+    drop(permits);
+    drop(fourth);
+    relock.settle().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_over_independent_masters_is_refused_before_any_server_is_asked() {
+    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let relock = client(&servers.iter().collect::<Vec<_>>());
+    let err = relock.with_mode(Mode::limited(2)).err().expect("unsound");
+    assert!(
+        matches!(
+            err,
+            Error::UnsoundSemaphore {
+                limit: 2,
+                masters: 3
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("{A,B}, {B,C} and {A,C}"), "{err}");
+    assert!(matches!(
+        relock.with_mode(Mode::limited(0)),
+        Err(Error::InvalidLimit(0))
+    ));
+    for s in &servers {
+        assert_eq!(lock_calls(s), 0, "a server was asked");
+    }
+    // lockctl says so too, with a usage error.
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let out = lockctl(&urls.join(","))
+        .args(["run", "--limit", "2", KEY, "--", "true"])
+        .output()
+        .expect("lockctl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("Redis Cluster"), "{stderr}");
+    for s in &servers {
+        assert_eq!(lock_calls(s), 0, "lockctl asked a server");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_over_three_masters_is_a_quorum_read_write_lock() {
+    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let refs: Vec<&Server> = servers.iter().collect();
+    let writers = client(&refs);
+    let readers = writers
+        .with_mode(Mode::shared())
+        .expect("SHARED over a quorum is sound");
+    let a = readers.acquire(KEY, TTL).await.expect("reader a");
+    let b = readers.acquire(KEY, TTL).await.expect("reader b");
+    assert!(a.tokens().len() >= 2 && b.tokens().len() >= 2);
+    assert!(eventually(Duration::from_secs(5), || servers
+        .iter()
+        .all(|s| holds(s, KEY) == 2)));
+    let err = writers
+        .try_acquire(KEY, TTL)
+        .await
+        .expect_err("readers hold it");
+    assert!(matches!(err, Error::NoQuorum { granted: 0, .. }), "{err}");
+
+    // A guarded reader renews its own hold on every master.
+    let ttl = Duration::from_millis(900);
+    let renewed = readers
+        .with_lock(KEY, ttl, |hold| async move {
+            tokio::time::sleep(Duration::from_millis(2_000)).await;
+            !hold.lost.is_cancelled()
+        })
+        .await
+        .expect("guarded reader");
+    assert!(renewed, "the guarded reader lost its hold");
+
+    a.release().await.expect("release a");
+    b.release().await.expect("release b");
+    assert!(eventually(Duration::from_secs(5), || servers
+        .iter()
+        .all(|s| info(s, KEY).is_none())));
+    // Now the writer gets it, waiting on every master.
+    let lock = writers
+        .acquire_wait(KEY, TTL, Some(Duration::from_secs(30)))
+        .await
+        .expect("writer");
+    assert_eq!(lock.mode(), Mode::Exclusive);
+    lock.release().await.expect("release writer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_on_a_cluster() {
+    let cluster = Cluster::start();
+    let seed = cluster.nodes[0].url();
+    let relock = Relock::cluster(&[&seed], patient()).expect("cluster client");
+    // A cluster keeps each key on one master: a limit is sound there.
+    let slots = relock
+        .with_mode(Mode::limited(2))
+        .expect("semaphore on a cluster");
+    let key = "{jobs}:encoders";
+    let a = slots.acquire(key, TTL).await.expect("permit a");
+    let b = slots.acquire(key, TTL).await.expect("permit b");
+    let err = slots.try_acquire(key, TTL).await.expect_err("a third");
+    assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
+    let master = cluster.master_of(key);
+    assert_eq!(holds(master, key), 2);
+    let listed = relock.holders(key, 0).await;
+    assert_eq!(listed[0].node, format!("127.0.0.1:{}", master.port));
+    let listed = listed[0]
+        .result
+        .as_ref()
+        .expect("holders")
+        .as_ref()
+        .expect("held");
+    assert_eq!(listed.len(), 2);
+    a.release().await.expect("release a");
+    let c = slots
+        .acquire_wait(key, TTL, Some(Duration::from_secs(30)))
+        .await
+        .expect("permit c");
+    b.release().await.expect("release b");
+    c.release().await.expect("release c");
+    assert_eq!(holds(master, key), 0);
+}
+
+fn lockctl(servers: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockctl"));
+    cmd.env("RELOCK_SERVERS", servers)
+        .env_remove("RELOCK_LOG")
+        .env_remove("RELOCK_CLUSTER")
+        .env_remove("RELOCK_REPLICA_ACKS")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Ten `lockctl run --limit 3` at once: every command runs, never more than three at a time.
+/// Each command writes its start and end times (ns) to a file of its own.
+#[test]
+fn lockctl_limit_runs_at_most_n_commands_at_once() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = format!(
+        "f={}/run-$$; echo start $(date +%s%N) > $f; sleep 0.5; echo end $(date +%s%N) >> $f",
+        dir.path().display()
+    );
+    let children: Vec<_> = (0..10)
+        .map(|_| {
+            lockctl(&server.url())
+                .args([
+                    "run", "--limit", "3", "--wait", "120s", KEY, "--", "sh", "-c", &script,
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn lockctl")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().expect("wait");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // (time, +1 for a start / -1 for an end); an end sorts before a start at the same time.
+    let mut events: Vec<(u128, i32)> = Vec::new();
+    let mut runs = 0;
+    for entry in std::fs::read_dir(dir.path()).expect("read dir") {
+        let text = std::fs::read_to_string(entry.expect("entry").path()).expect("read");
+        let times: HashMap<&str, u128> = text
+            .lines()
+            .filter_map(|l| {
+                let (what, at) = l.split_once(' ')?;
+                Some((what, at.trim().parse().ok()?))
+            })
+            .collect();
+        let (Some(&start), Some(&end)) = (times.get("start"), times.get("end")) else {
+            panic!("a run did not finish: {text:?}");
+        };
+        events.push((start, 1));
+        events.push((end, -1));
+        runs += 1;
+    }
+    assert_eq!(runs, 10, "every command ran");
+    events.sort();
+    let (mut running, mut most) = (0, 0);
+    for (_, change) in events {
+        running += change;
+        most = most.max(running);
+    }
+    assert!(most <= 3, "{most} commands ran at once under --limit 3");
+    assert!(
+        most >= 2,
+        "the runs never overlapped: is --limit shared at all?"
+    );
+    assert_eq!(info(&server, KEY), None);
+}
+
+/// `lockctl info` shows the mode and every holder; `force-release KEY OWNER` removes one.
+#[test]
+fn lockctl_info_lists_every_holder() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let mut tokens = Vec::new();
+    for owner in ["reader-1", "reader-2"] {
+        let token: u64 = redis::cmd("LOCK.ACQUIRE")
+            .arg(KEY)
+            .arg(owner)
+            .arg(60_000)
+            .arg("SHARED")
+            .arg("LIMIT")
+            .arg(4)
+            .query(&mut c)
+            .expect("LOCK.ACQUIRE SHARED");
+        tokens.push(token);
+    }
+    let out = lockctl(&server.url())
+        .args(["info", KEY])
+        .output()
+        .expect("lockctl info");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let node = format!("127.0.0.1:{}\t", server.port);
+    assert!(lines.iter().all(|l| l.starts_with(&node)), "{text}");
+    assert!(
+        lines[0].contains("mode=shared limit=4 holders=2 "),
+        "{text}"
+    );
+    assert!(
+        lines[1].contains(&format!(
+            "holder owner=reader-1 token={} count=1 ttl_ms=",
+            tokens[0]
+        )),
+        "{text}"
+    );
+    assert!(
+        lines[2].contains(&format!(
+            "holder owner=reader-2 token={} count=1 ttl_ms=",
+            tokens[1]
+        )),
+        "{text}"
+    );
+
+    let out = lockctl(&server.url())
+        .args(["force-release", KEY, "reader-1"])
+        .output()
+        .expect("lockctl force-release");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("released reader-1's hold"));
+    assert_eq!(holds(&server, KEY), 1);
+    let out = lockctl(&server.url())
+        .args(["info", KEY])
+        .output()
+        .expect("lockctl info");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains("holders=1") && text.contains("owner=reader-2"),
+        "{text}"
+    );
+    assert!(!text.contains("reader-1"), "{text}");
+}
+
+/// `lockctl run --shared`: shared runs go on together; the command sees its token.
+#[test]
+fn lockctl_shared_runs_overlap() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("both");
+    // The first waits until the second is inside too, which only shared holds allow.
+    let first = lockctl(&server.url())
+        .args(["run", "--shared", "--wait", "60s", KEY, "--", "sh", "-c"])
+        .arg(format!(
+            "i=0; while [ ! -e {0} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; [ -e {0} ]",
+            marker.display()
+        ))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(eventually(Duration::from_secs(30), || holds(&server, KEY) == 1));
+    let second = lockctl(&server.url())
+        .args(["run", "--shared", "--wait", "0", KEY, "--", "sh", "-c"])
+        .arg(format!(
+            "[ -n \"$RELOCK_TOKEN\" ] && touch {}",
+            marker.display()
+        ))
+        .output()
+        .expect("second run");
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let first = first.wait_with_output().expect("first run");
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    // An exclusive run on a shared key it could not wait for: not acquired.
+    let mut c = server.conn();
+    let _: u64 = redis::cmd("LOCK.ACQUIRE")
+        .arg(KEY)
+        .arg("reader")
+        .arg(60_000)
+        .arg("SHARED")
+        .query(&mut c)
+        .expect("LOCK.ACQUIRE SHARED");
+    let out = lockctl(&server.url())
+        .args(["run", "--wait", "0", KEY, "--", "true"])
+        .output()
+        .expect("exclusive run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{stderr}");
+    assert!(stderr.contains("shared by 1 holder"), "{stderr}");
+}
