@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use libfuzzer_sys::fuzz_target;
 use relock::lock::memory::Sim;
-use relock::lock::{KeyRef, Outcome, Reply, State};
+use relock::lock::{KeyRef, Mode, Outcome, Reply, State};
 
 const OWNERS: [&[u8]; 4] = [b"a", b"b", b"\x00\xff", b"dddddddddddddddddddddddddddddddddddd"];
 const KEYS: [&[u8]; 2] = [b"k0", b"k1"];
@@ -32,17 +32,22 @@ fuzz_target!(|data: &[u8]| {
         let key = KEYS[k];
         let who = OWNERS[usize::from(arg >> 1) % OWNERS.len()];
         let ttl = u64::from(more) * 4 + 1;
+        let mode = match more % 3 {
+            0 => Mode::Exclusive,
+            1 => Mode::Shared { limit: 0 },
+            _ => Mode::Shared { limit: 2 },
+        };
         let queued = sim.engine.queued(KeyRef { db: 0, name: key });
-        let held_by = sim.lock(key).map(|l| l.0);
+        let held_before = holds(&mut sim, key, who);
         let reply = match op % 14 {
-            0 => Some(sim.acquire(key, who, ttl)),
-            1 => Some(sim.reenter(key, who, ttl)),
+            0 => Some(sim.acquire_as(key, who, ttl, mode)),
+            1 => Some(sim.reenter_as(key, who, ttl, mode)),
             2 => Some(sim.release(key, who)),
             3 => Some(sim.renew(key, who, ttl)),
             4 => Some(sim.force_release(key)),
             5 | 6 => {
                 let timeout = if op % 14 == 5 { 0 } else { u64::from(more) * 3 };
-                let (reply, client) = sim.wait(key, who, ttl, timeout);
+                let (reply, client) = sim.wait_as(key, who, ttl, timeout, mode);
                 if reply == Reply::Blocked {
                     waiting.insert(client, (k, who));
                     order.push(client);
@@ -91,11 +96,20 @@ fuzz_target!(|data: &[u8]| {
             }
         };
 
-        // Nobody barges past a queue.
+        // Nobody barges past a queue (a holder's re-acquire is not a new hold).
         if let Some(Reply::Integer(_)) = &reply {
-            if matches!(op % 14, 0 | 1 | 5 | 6) && queued > 0 && held_by.is_none() {
-                panic!("op {op}: took a free key past {queued} waiters");
+            if matches!(op % 14, 0 | 1 | 5 | 6) && queued > 0 && held_before.is_none() {
+                panic!("op {op}: took the key past {queued} waiters");
             }
+        }
+        // A semaphore never has more holders than its limit; the holders list is in grant
+        // order.
+        if let Some((shared, _)) = sim.shared(key) {
+            let limit = shared.limit() as usize;
+            assert!(limit == 0 || shared.len() <= limit, "{} holders, limit {limit}", shared.len());
+            let tokens: Vec<u64> = shared.iter().map(|(_, h)| h.token).collect();
+            assert!(tokens.windows(2).all(|w| w[0] < w[1]));
+            assert!(shared.iter().all(|(_, h)| h.count >= 1));
         }
         // Tokens only rise.
         let last = sim.engine.last_token();
@@ -112,11 +126,11 @@ fuzz_target!(|data: &[u8]| {
             };
             if let Outcome::Token(token) = outcome {
                 assert!(client > last_granted[k], "key {k}: {client} after {}", last_granted[k]);
+                assert!(token <= sim.engine.last_token());
                 last_granted[k] = client;
                 // Within one step of time a granted hold may already have expired and passed on.
                 if op % 14 != 10 {
-                    let lock = sim.lock(KEYS[k]).expect("a granted lock is held");
-                    assert_eq!((lock.0.as_slice(), lock.1), (owner, token));
+                    assert_eq!(holds(&mut sim, KEYS[k], owner), Some(token), "granted, held");
                 }
             }
         }
@@ -132,3 +146,11 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(sim.engine.armed_timers(), 0);
     assert_eq!(sim.host_timers(), 0);
 });
+
+/// The token of `owner`'s live hold of `key`, exclusive or shared.
+fn holds(sim: &mut Sim, key: &[u8], owner: &[u8]) -> Option<u64> {
+    match sim.holders(key, Some(owner), 0) {
+        Reply::Holders(list) => list.first().map(|h| h.token),
+        _ => None,
+    }
+}
