@@ -6,6 +6,8 @@
 //!
 //! Blocked waiters use raw connections (tests/common/raw.rs), so a test needs no thread per
 //! waiter and a missing reply fails after a deadline instead of hanging.
+#[path = "cluster_harness/mod.rs"]
+mod cluster_harness;
 #[macro_use]
 mod common;
 
@@ -1455,4 +1457,137 @@ fn a_replica_sees_what_the_master_sees() {
     assert!(
         error_of(&mut r, cmd!("LOCK.ACQUIRE", "rw", "z", LONG, "SHARED")).starts_with("READONLY")
     );
+}
+
+#[test]
+fn whole_key_endings_end_every_hold_and_wake_the_queue() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for ending in ["DEL", "UNLINK", "FLUSHALL", "EXPIRE"] {
+        for o in ["a", "b", "d"] {
+            acquire(&mut c, "k", o, LONG, M::S).unwrap();
+        }
+        let mut w = queue(&server, &mut c, "k", "w", M::X, 1);
+        match ending {
+            "FLUSHALL" => {
+                let _: () = cmd!("FLUSHALL").query(&mut c).unwrap();
+            }
+            "EXPIRE" => {
+                let _: i64 = cmd!("PEXPIRE", "k", 100).query(&mut c).unwrap();
+            }
+            del => {
+                let _: i64 = cmd!(del, "k").query(&mut c).unwrap();
+            }
+        }
+        token_of(w.read(DUE), ending);
+        assert_eq!(owners(&mut c, "k"), ["w"], "{ending}");
+        assert_eq!(info_field(&mut c, "holds"), 1, "{ending}");
+        let _: i64 = cmd!("DEL", "k").query(&mut c).unwrap();
+    }
+}
+
+#[test]
+fn expired_total_counts_the_holds_of_a_key_that_expires_whole() {
+    let server = Server::start();
+    let mut c = server.conn();
+    acquire(&mut c, "k", "a", 200, M::S).unwrap();
+    acquire(&mut c, "k", "b", 200, M::S).unwrap();
+    acquire(&mut c, "k", "d", 200, M::S).unwrap();
+    assert!(eventually(Duration::from_secs(5), || exists(&mut c, "k") == 0));
+    assert_eq!(
+        info_field(&mut c, "expired_total"),
+        3,
+        "three holds expired"
+    );
+    assert_eq!(info_field(&mut c, "holds"), 0);
+}
+
+#[test]
+fn inside_multi_and_scripts_a_shared_wait_does_not_block() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let x = acquire(&mut c, "k", "x", LONG, M::X).unwrap();
+    let (a, b): (Option<i64>, Option<i64>) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.WAIT")
+        .arg("k")
+        .arg("r")
+        .arg(LONG)
+        .arg(0)
+        .arg("SHARED")
+        .cmd("LOCK.WAIT")
+        .arg("free")
+        .arg("r")
+        .arg(LONG)
+        .arg(0)
+        .arg("SHARED")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(a, None, "a held key: nil at once, as LOCK.ACQUIRE");
+    assert!(b.is_some());
+    let script: Option<i64> = cmd!(
+        "EVAL",
+        "return redis.call('LOCK.WAIT', KEYS[1], 'r2', 1000, 0, 'SHARED', 'LIMIT', 2)",
+        1,
+        "k"
+    )
+    .query(&mut c)
+    .unwrap();
+    assert_eq!(script, None);
+    assert_eq!(info(&mut c, "k").unwrap().token, Some(x));
+    assert_eq!(info(&mut c, "k").unwrap().waiters, 0);
+}
+
+#[test]
+fn a_promoted_replica_ends_the_leases_it_replicated() {
+    let master = Server::with_args(&["--repl-diskless-sync-delay", "0"]);
+    let replica = Server::start();
+    common::attach_replica(&master, &replica);
+    let mut m = master.conn();
+    acquire(&mut m, "k", "long", LONG, M::L(2)).unwrap();
+    acquire(&mut m, "k", "short", 1_500, M::L(2)).unwrap();
+    let acked: i64 = cmd!("WAIT", 1, 5000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    let mut r = replica.conn();
+    let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut r).unwrap();
+    drop(master);
+    let _: () = cmd!("DEBUG", "SET-ACTIVE-EXPIRE", 0).query(&mut r).unwrap();
+    let end = now_ms() + holders_with(&mut r, "k", &["OWNER", "short"]).unwrap()[0].ttl;
+    let mut q = queue(&replica, &mut r, "k", "q", M::L(2), 1);
+    token_of(q.read(DUE), "a waiter on the promoted replica");
+    let late = now_ms() - end;
+    assert!(late <= 200, "granted {late} ms after the lease ended");
+    assert_eq!(owners(&mut r, "k"), ["long", "q"]);
+}
+
+#[test]
+fn cluster_routes_shared_commands_by_slot_and_replicas_follow() {
+    let cluster = cluster_harness::Cluster::start();
+    let key = "sem:{cluster}";
+    let master = cluster.master_of(key);
+    let mut m = master.conn();
+    let other = cluster
+        .masters()
+        .into_iter()
+        .find(|n| n.port != master.port)
+        .unwrap();
+    let mut o = other.conn();
+    for cmd in [
+        cmd!("LOCK.ACQUIRE", key, "a", LONG, "SHARED", "LIMIT", 2),
+        cmd!("LOCK.WAIT", key, "a", LONG, 0, "SHARED", "LIMIT", 2),
+        cmd!("LOCK.HOLDERS", key, "OWNER", "a"),
+        cmd!("LOCK.FORCERELEASE", key, "a"),
+    ] {
+        let e = error_of(&mut o, cmd.clone());
+        assert!(e.starts_with("MOVED"), "{}: {e}", common::show(&cmd));
+    }
+    let ta = acquire(&mut m, key, "a", LONG, M::L(2)).unwrap();
+    let tb = acquire(&mut m, "{cluster}:other", "b", LONG, M::S).unwrap();
+    assert!(tb > ta, "hash tags put both keys on one master");
+    let acked: i64 = cmd!("WAIT", 1, 5000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    let mut r = cluster.replica_of(key).conn();
+    let _: () = cmd!("READONLY").query(&mut r).unwrap();
+    assert_eq!(fixed(&mut r, key), [("a".into(), ta, 1)]);
+    assert_eq!(info(&mut r, key).unwrap().limit, 2);
 }
