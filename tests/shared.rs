@@ -1591,3 +1591,39 @@ fn cluster_routes_shared_commands_by_slot_and_replicas_follow() {
     assert_eq!(fixed(&mut r, key), [("a".into(), ta, 1)]);
     assert_eq!(info(&mut r, key).unwrap().limit, 2);
 }
+
+#[test]
+fn a_shared_holder_costs_at_most_64_bytes_beyond_its_owner() {
+    let server = Server::start();
+    let mut c = server.conn();
+    acquire(&mut c, "k", "seed", LONG, M::S).unwrap();
+    let used = |c: &mut Connection| -> i64 {
+        let s: String = cmd!("INFO", "memory").query(c).unwrap();
+        s.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("used_memory")
+    };
+    const HOLDERS: i64 = 20_000;
+    const OWNER_LEN: i64 = 36; // a UUID
+    let before = used(&mut c);
+    let _: i64 = cmd!(
+        "EVAL",
+        "for i = 1, tonumber(ARGV[1]) do \
+           redis.call('LOCK.ACQUIRE', KEYS[1], string.format('%036d', i), ARGV[2], 'SHARED') \
+         end return 1",
+        1,
+        "k",
+        HOLDERS,
+        LONG
+    )
+    .query(&mut c)
+    .unwrap();
+    assert_eq!(info(&mut c, "k").unwrap().holders, HOLDERS + 1);
+    let per_holder = (used(&mut c) - before) / HOLDERS;
+    assert!(
+        per_holder - OWNER_LEN <= 64,
+        "a holder with a {OWNER_LEN}-byte owner takes {per_holder} bytes: {} beyond its owner",
+        per_holder - OWNER_LEN
+    );
+}
