@@ -1627,3 +1627,92 @@ fn a_shared_holder_costs_at_most_64_bytes_beyond_its_owner() {
         per_holder - OWNER_LEN
     );
 }
+
+/// The commands in the server's AOF increment files so far (Redis 7 multi-part AOF).
+fn aof_commands(server: &Server) -> Vec<Vec<String>> {
+    let dir = server.dir().join("appendonlydir");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("appendonlydir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let bytes = std::fs::read(&f).unwrap();
+        let mut at = 0;
+        while let Some((reply, used)) = common::raw::parse(&bytes[at..]) {
+            at += used;
+            if let Reply::Array(items) = reply {
+                out.push(
+                    items
+                        .into_iter()
+                        .map(|i| match i {
+                            Reply::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+                            other => format!("{other:?}"),
+                        })
+                        .collect(),
+                );
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn each_change_reaches_the_aof_as_one_effect_per_changed_holder() {
+    let server = Server::with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut c = server.conn();
+    for o in ["a", "b", "d"] {
+        acquire(&mut c, "k", o, LONG, M::L(3)).unwrap();
+    }
+    let mut seen = aof_commands(&server).len();
+    let mut step = |c: &mut Connection, cmd: redis::Cmd| -> Vec<Vec<String>> {
+        let _: Value = cmd.query(c).unwrap();
+        let all = aof_commands(&server);
+        let new: Vec<Vec<String>> = all[seen..]
+            .iter()
+            .filter(|cmd| cmd[0] != "MULTI" && cmd[0] != "EXEC" && cmd[0] != "SELECT")
+            .cloned()
+            .collect();
+        seen = all.len();
+        new
+    };
+    let effect = |cmd: &[String]| cmd[..3].join(" ");
+    let e = step(
+        &mut c,
+        cmd!("LOCK.REENTER", "k", "b", LONG, "SHARED", "LIMIT", 3),
+    );
+    assert_eq!(
+        e.iter().map(|c| effect(c)).collect::<Vec<_>>(),
+        ["LOCK.APPLY k b"],
+        "{e:?}"
+    );
+    assert_eq!(&e[0][4..5], ["2"], "the new count: {e:?}");
+    assert_eq!(&e[0][7..], ["SHARED", "LIMIT", "3"], "{e:?}");
+    let e = step(&mut c, cmd!("LOCK.RENEW", "k", "d", 5_000));
+    assert_eq!(
+        e.iter().map(|c| effect(c)).collect::<Vec<_>>(),
+        ["LOCK.APPLY k d"],
+        "{e:?}"
+    );
+    let e = step(&mut c, cmd!("LOCK.RELEASE", "k", "a"));
+    assert_eq!(
+        e.iter().map(|c| effect(c)).collect::<Vec<_>>(),
+        ["LOCK.DROP k a"],
+        "{e:?}"
+    );
+    let e = step(&mut c, cmd!("LOCK.FORCERELEASE", "k", "d"));
+    assert_eq!(
+        e.iter().map(|c| effect(c)).collect::<Vec<_>>(),
+        ["LOCK.DROP k d"],
+        "{e:?}"
+    );
+    let e = step(&mut c, cmd!("LOCK.RELEASE", "k", "b"));
+    assert_eq!(
+        e.iter().map(|c| effect(c)).collect::<Vec<_>>(),
+        ["LOCK.APPLY k b"],
+        "{e:?}"
+    );
+}
