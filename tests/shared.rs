@@ -1716,3 +1716,34 @@ fn each_change_reaches_the_aof_as_one_effect_per_changed_holder() {
         "{e:?}"
     );
 }
+
+#[test]
+fn whatever_lock_apply_accepts_survives_debug_reload() {
+    // LOCK.APPLY is the effect replicas and the AOF replay; what it accepts must be a value the
+    // RDB loader accepts too, or the next DEBUG RELOAD or restart loses the whole dataset.
+    let server = Server::start();
+    let mut c = server.conn();
+    let far = (now_ms() + 3_600_000).to_string();
+    let applies = [
+        ("dup-token", "a", "100", ""),
+        ("dup-token", "b", "100", ""),
+        ("over-limit", "a", "200", "1"),
+        ("over-limit", "b", "201", "1"),
+    ];
+    for (key, owner, token, limit) in applies {
+        let mut cmd = cmd!("LOCK.APPLY", key, owner, token, 1, "PXAT", &far, "SHARED");
+        if !limit.is_empty() {
+            cmd.arg("LIMIT").arg(limit);
+        }
+        // Refusing the inconsistent effect is fine; accepting it and then losing the db is not.
+        let _ = cmd.query::<Value>(&mut c);
+    }
+    let _: () = cmd!("SET", "bystander", "v").query(&mut c).unwrap();
+    let reload = cmd!("DEBUG", "RELOAD").query::<Value>(&mut c);
+    assert!(
+        reload.is_ok(),
+        "DEBUG RELOAD failed: {reload:?}\n{}",
+        server.log()
+    );
+    assert_eq!(exists(&mut c, "bystander"), 1, "the dataset survived");
+}
