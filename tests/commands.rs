@@ -350,7 +350,14 @@ fn info_is_a_map_in_resp2_and_resp3() {
     let Value::Array(items) = raw else {
         panic!("RESP2 LOCK.INFO: {raw:?}")
     };
-    assert_eq!(items.len(), 10);
+    // Eight fields since shared holds: the five of old, then mode, holders, limit.
+    assert_eq!(items.len(), 16);
+    assert_eq!(items[10], Value::BulkString(b"mode".to_vec()));
+    assert_eq!(items[11], Value::BulkString(b"exclusive".to_vec()));
+    assert_eq!(items[12], Value::BulkString(b"holders".to_vec()));
+    assert_eq!(items[13], Value::Int(1));
+    assert_eq!(items[14], Value::BulkString(b"limit".to_vec()));
+    assert_eq!(items[15], Value::Int(1));
     assert_eq!(items[0], Value::BulkString(b"owner".to_vec()));
     assert_eq!(items[1], Value::BulkString(b"me".to_vec()));
     assert_eq!(items[2], Value::BulkString(b"token".to_vec()));
@@ -725,23 +732,30 @@ fn wrong_arity_is_the_standard_error() {
         cmd!("LOCK.ACQUIRE"),
         cmd!("LOCK.ACQUIRE", "k"),
         cmd!("LOCK.ACQUIRE", "k", "o"),
-        cmd!("LOCK.ACQUIRE", "k", "o", 100, "extra"),
         cmd!("LOCK.REENTER", "k", "o"),
-        cmd!("LOCK.REENTER", "k", "o", 100, 1),
         cmd!("LOCK.RELEASE", "k"),
         cmd!("LOCK.RELEASE", "k", "o", "x"),
         cmd!("LOCK.RENEW", "k", "o"),
         cmd!("LOCK.RENEW", "k", "o", 100, 1),
         cmd!("LOCK.WAIT", "k", "o", 100),
-        cmd!("LOCK.WAIT", "k", "o", 100, 100, 1),
         cmd!("LOCK.INFO"),
         cmd!("LOCK.INFO", "k", "x"),
         cmd!("LOCK.FORCERELEASE"),
-        cmd!("LOCK.FORCERELEASE", "k", "x"),
+        cmd!("LOCK.FORCERELEASE", "k", "x", "y"),
     ];
     for cmd in cases {
         let e = error(&mut c, cmd.clone());
         assert!(e.starts_with(ARITY), "{} replied {e}", show(&cmd));
+    }
+    // Since shared holds the acquiring commands take optional mode words (arity -4/-5), so a
+    // word past the fixed arguments that is not a mode is a syntax error, not an arity error.
+    for cmd in [
+        cmd!("LOCK.ACQUIRE", "k", "o", 100, "extra"),
+        cmd!("LOCK.REENTER", "k", "o", 100, 1),
+        cmd!("LOCK.WAIT", "k", "o", 100, 100, 1),
+    ] {
+        let e = error(&mut c, cmd.clone());
+        assert_eq!(e, "ERR syntax error", "{}", show(&cmd));
     }
     assert_eq!(exists(&mut c, "k"), 0, "no arity error creates the key");
     let e = error(&mut c, cmd!("LOCK.ACQUIRE", "k", "o"));
