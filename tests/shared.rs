@@ -1747,3 +1747,37 @@ fn whatever_lock_apply_accepts_survives_debug_reload() {
     );
     assert_eq!(exists(&mut c, "bystander"), 1, "the dataset survived");
 }
+
+#[test]
+fn one_event_per_key_per_operation() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let _: () = cmd!("CONFIG", "SET", "notify-keyspace-events", "KEd")
+        .query(&mut c)
+        .unwrap();
+    let mut sub = Raw::connect(&server);
+    sub.send(&[b"PSUBSCRIBE", b"__keyevent@0__:lock.*"]);
+    assert!(matches!(sub.read(DUE), Reply::Array(_)));
+    let mut events = |sub: &mut Raw| {
+        let mut names = Vec::new();
+        while let Some(Reply::Array(items)) = sub.read_within(Duration::from_millis(500)) {
+            if let Some(Reply::Bulk(channel)) = items.get(2) {
+                let channel = String::from_utf8_lossy(channel).into_owned();
+                names.push(channel.trim_start_matches("__keyevent@0__:").to_string());
+            }
+        }
+        names
+    };
+    acquire(&mut c, "k", "w", LONG, M::X).unwrap();
+    let _waiters: Vec<Raw> = (1..=3)
+        .map(|i| queue(&server, &mut c, "k", &format!("r{i}"), M::S, i))
+        .collect();
+    assert_eq!(events(&mut sub), ["lock.acquired"]);
+    // One release that grants a batch of three readers: one lock.granted for the key.
+    assert_eq!(release(&mut c, "k", "w"), Some(0));
+    assert_eq!(owners(&mut c, "k").len(), 3);
+    assert_eq!(events(&mut sub), ["lock.released", "lock.granted"]);
+    // One force-release of three holders: one lock.forcereleased.
+    assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "k")), Some(3));
+    assert_eq!(events(&mut sub), ["lock.forcereleased"]);
+}
