@@ -195,6 +195,9 @@ enum Due<C> {
 enum Job {
     Serve(KeyId),
     Revoke(KeyId, u64),
+    /// A user changed the key's TTL (`PERSIST`, a longer `PEXPIRE`): a shared key's TTL must
+    /// not outlive its latest lease.
+    Leases(KeyId),
 }
 
 /// The time the host reports, as the token counter's clock.
@@ -639,6 +642,13 @@ impl<T: Handles> Engine<T> {
         }
     }
 
+    /// A user removed the key's TTL (`PERSIST`): a shared key is capped at its latest lease end
+    /// after the current command (a longer TTL is capped by the next command on the key).
+    pub fn ttl_changed<H: Host<T>>(&mut self, host: &mut H, at: KeyRef<'_>) {
+        self.schedule(host, Job::Leases(at.to_id()));
+        self.key_changed(host, at);
+    }
+
     /// Every key of `db` (all dbs if `None`) may have changed (FLUSHDB, SWAPDB, end of loading).
     pub fn db_changed<H: Host<T>>(&mut self, host: &mut H, db: Option<i32>) {
         for key in self.keys_with_waiters(db) {
@@ -930,6 +940,19 @@ impl<T: Handles> Engine<T> {
                 }
                 self.grant_pass(host, &mut key, id);
             }
+        }
+    }
+
+    /// Caps a shared key's TTL at its latest lease end (a shorter TTL stays: it ends every hold).
+    fn cap_to_leases<H: Host<T>>(&mut self, host: &mut H, id: &KeyId) {
+        let Ok(mut key) = host.open(id) else {
+            return;
+        };
+        let Some(last) = key.shared().and_then(|s| s.last_lease_end()) else {
+            return;
+        };
+        if key.expires_at().is_none_or(|at| at > last) {
+            key.cap_expiry(last);
         }
     }
 
@@ -1231,6 +1254,12 @@ impl<T: Handles> Engine<T> {
             }
             self.stats.expired += ended;
         }
+        // A user's longer TTL extends no lease.
+        if let Some(last) = key.shared().and_then(|s| s.last_lease_end()) {
+            if key.expires_at().is_none_or(|at| at > last) {
+                key.cap_expiry(last);
+            }
+        }
         ended > 0
     }
 
@@ -1401,7 +1430,7 @@ impl<T: Handles> Engine<T> {
     fn schedule<H: Host<T>>(&mut self, host: &mut H, job: Job) {
         let fresh = match &job {
             Job::Serve(key) => self.serving.insert(key.clone()),
-            Job::Revoke(..) => true,
+            Job::Revoke(..) | Job::Leases(..) => true,
         };
         if fresh {
             self.jobs.push(job);
@@ -1418,6 +1447,7 @@ impl<T: Handles> Engine<T> {
             State::Master => match job {
                 Job::Serve(key) => self.serve(host, &key),
                 Job::Revoke(key, token) => self.revoke(host, &key, token),
+                Job::Leases(key) => self.cap_to_leases(host, &key),
             },
             // While writes are paused Redis does not expire keys either: a key past its expiry
             // is still there, and writing it would corrupt the db. Hand-offs wait for the pause.

@@ -132,6 +132,9 @@ pub trait Key {
     /// Removes `owner`'s hold from a shared key, and the key with its last holder; the key's
     /// expiry becomes the latest lease end left. Replicated as this one removal.
     fn remove_holder(&mut self, owner: &[u8]);
+    /// Sets the key's expiry to `at` (a shared key whose TTL a user extended past its leases);
+    /// replicated as `PEXPIREAT`.
+    fn cap_expiry(&mut self, at: i64);
     /// Deletes the lock (every hold of a shared key).
     fn remove(&mut self);
     /// Emits keyspace event `event` for this key.

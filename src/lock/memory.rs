@@ -50,6 +50,8 @@ pub enum Effect {
     },
     /// `LOCK.DROP key owner`: one shared holder removed.
     Drop { key: Vec<u8>, owner: Vec<u8> },
+    /// `PEXPIREAT key at`.
+    Expire { key: Vec<u8>, at: i64 },
     /// `DEL key`.
     Del { key: Vec<u8> },
 }
@@ -198,6 +200,15 @@ impl Key for MemKey {
         let effect = Effect::Drop {
             key: self.name.clone(),
             owner: owner.to_vec(),
+        };
+        self.write(effect);
+    }
+
+    fn cap_expiry(&mut self, at: i64) {
+        self.expires_at = Some(at);
+        let effect = Effect::Expire {
+            key: self.name.clone(),
+            at,
         };
         self.write(effect);
     }
@@ -517,6 +528,21 @@ impl Sim {
         }
         self.engine
             .key_changed(&mut self.host, KeyRef { db: DB, name: key });
+    }
+
+    /// Sets or removes `key`'s TTL as a user would (`PEXPIREAT`, `PERSIST`); Redis notifies.
+    pub fn user_expiry(&mut self, key: &[u8], at: Option<i64>) {
+        if let Some(entry) = self
+            .host
+            .space
+            .borrow_mut()
+            .keys
+            .get_mut(&(DB, key.to_vec()))
+        {
+            entry.expires_at = at;
+        }
+        self.engine
+            .ttl_changed(&mut self.host, KeyRef { db: DB, name: key });
     }
 
     /// Lets `ms` pass, firing every timer that falls due, in time order, at its time.

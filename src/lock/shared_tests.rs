@@ -385,3 +385,27 @@ fn a_writer_waits_for_the_last_reader_lease_not_the_first() {
     sim.advance(200);
     assert_eq!(granted(&mut sim), [w]);
 }
+
+#[test]
+fn persist_or_a_longer_ttl_extends_no_lease() {
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"a", 1000, READ);
+    sim.user_expiry(K, None);
+    sim.settle();
+    assert_eq!(
+        sim.shared(K).map(|s| s.1),
+        Some(Some(START + 1000)),
+        "PERSIST undone"
+    );
+    sim.user_expiry(K, Some(START + 60_000));
+    sim.acquire_as(K, b"b", 500, READ);
+    assert_eq!(
+        sim.shared(K).map(|s| s.1),
+        Some(Some(START + 1000)),
+        "capped by the next command"
+    );
+    // A shorter TTL ends every hold when it fires.
+    sim.user_expiry(K, Some(START + 100));
+    sim.advance(101);
+    assert_eq!(sim.shared(K), None);
+}

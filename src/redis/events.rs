@@ -86,7 +86,19 @@ extern "C" fn on_keyspace_event(
             globals::forget_unlinked();
             false
         };
-        globals::key_changed(&mut RedisHost::new(ctx), db, name, lock_expired);
+        // SAFETY: as above.
+        let ttl_set = !event.is_null() && {
+            let event = unsafe { CStr::from_ptr(event) };
+            // `PERSIST` is rare; a longer `EXPIRE` (whose event also fires for every `SET EX`
+            // on the server) is capped by the next command on the key instead.
+            event == c"persist"
+        };
+        if ttl_set {
+            let name = name.to_vec();
+            globals::report(&mut RedisHost::new(ctx), Report::TtlChanged { db, name });
+        } else {
+            globals::key_changed(&mut RedisHost::new(ctx), db, name, lock_expired);
+        }
         raw::REDISMODULE_OK as c_int
     })
 }

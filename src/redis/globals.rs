@@ -76,6 +76,8 @@ static COUNTED_AT_REWRITE: AtomicI64 = AtomicI64::new(-1);
 
 /// Something the host tells the engine.
 pub enum Report {
+    /// A user set or removed a key's TTL.
+    TtlChanged { db: c_int, name: Vec<u8> },
     /// A key changed behind the engine's back; `expired` if a lock ran out of time.
     KeyChanged {
         db: c_int,
@@ -105,6 +107,7 @@ impl Report {
                 }
                 engine.key_changed(host, KeyRef { db, name: &name });
             }
+            Report::TtlChanged { db, name } => engine.ttl_changed(host, KeyRef { db, name: &name }),
             Report::DbChanged(db) => engine.db_changed(host, db),
             Report::BecameReplica => engine.became_replica(host),
             Report::Timer(number) => engine.on_timer(host, number),

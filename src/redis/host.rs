@@ -430,6 +430,21 @@ impl Key for RedisKey {
         self.replicate_holder(limit, owner, None);
     }
 
+    fn cap_expiry(&mut self, at: i64) {
+        self.set_expiry(at);
+        self.changed();
+        // SAFETY: format "sl": the key's name (a live Redis string) and a long long.
+        unsafe {
+            rm!(RedisModule_Replicate(
+                self.ctx,
+                c"PEXPIREAT".as_ptr(),
+                c"sl".as_ptr(),
+                self.name.as_ptr(),
+                at as c_longlong
+            ))
+        };
+    }
+
     fn remove(&mut self) {
         if self.key.is_none() {
             return;
