@@ -126,6 +126,7 @@ fn reentrancy_limit_is_an_error_that_changes_nothing() {
         Reply::Error(REENTRANCY_LIMIT.into())
     );
     assert_eq!(sim.lock(K).map(|l| l.2), Some(MAX_COUNT));
+    assert_eq!(sim.engine.stats().contended, 0, "a refusal for the count is no contention");
 }
 
 fn sim_key(sim: &mut Sim) -> super::memory::MemKey {
@@ -626,4 +627,20 @@ fn force_release_counts_what_it_broke() {
     sim.acquire(K, b"b", 1000);
     sim.force_release(K);
     assert_eq!(sim.engine.stats().forcereleased, 2);
+}
+
+#[test]
+fn another_owner_touching_the_key_does_not_cancel_a_revoke() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"a", 10_000);
+    let (_, c1) = sim.wait(K, b"w1", 60_000, 0);
+    let (_, c2) = sim.wait(K, b"w2", 60_000, 0);
+    sim.release(K, b"a");
+    sim.hang_up(c1);
+    // Others are refused; that confirms nothing of w1's.
+    assert_eq!(sim.acquire(K, b"x", 1000), Reply::Nil);
+    assert_eq!(sim.release(K, b"x"), Reply::Nil);
+    assert_eq!(sim.renew(K, b"x", 1000), Reply::Nil);
+    sim.settle();
+    assert_eq!(granted(&mut sim).iter().map(|g| g.0).collect::<Vec<_>>(), [c2]);
 }
