@@ -7,6 +7,7 @@
 //! cargo run -p relock-bench -- --smoke --out target/bench-smoke        # seconds, no goals judged
 //! cargo run --release -p relock-bench -- --cases 2,3 --repeats 5       # some cases only
 //! cargo run --release -p relock-bench -- --cases 1 --only refused       # some case 1 rows only
+//! cargo run --release -p relock-bench -- --cases 6,7,8,9,10             # shared holds only
 //! ```
 
 mod chart;
@@ -17,6 +18,7 @@ mod redlock;
 mod report;
 mod resp;
 mod server;
+mod shared;
 mod stats;
 mod throughput;
 
@@ -50,8 +52,8 @@ struct Args {
     /// of the release and debug builds).
     #[arg(long)]
     module: Option<PathBuf>,
-    /// Which cases to run (default: all), e.g. `--cases 1,2`.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 3, 4, 5])]
+    /// Which cases to run (default: all), e.g. `--cases 1,2`; 6 to 10 are shared holds.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10])]
     cases: Vec<u32>,
     /// Case 1 rows to run, by a word of their label (default: all), e.g. `--only refused` or
     /// `--only pairs`; with `--cases 1` a quick look at one path.
@@ -79,6 +81,14 @@ struct Plan {
     /// Keys held by another owner for case 1's refused rows.
     refused_keys: usize,
     masters: Vec<usize>,
+    /// Shared holders of the many-holders key (case 7).
+    shared_holders: usize,
+    /// Clients of the read-write lock (case 8).
+    rw_clients: usize,
+    /// Clients of the semaphore (case 9).
+    sem_clients: usize,
+    /// Shared holders of the memory case (case 10).
+    memory_holders: usize,
 }
 
 impl Plan {
@@ -100,6 +110,10 @@ impl Plan {
             memory_locks: if smoke { 2_000 } else { 100_000 },
             refused_keys: if smoke { 2_000 } else { 100_000 },
             masters: if smoke { vec![1, 3] } else { vec![1, 3, 5] },
+            shared_holders: if smoke { 1_000 } else { 10_000 },
+            rw_clients: if smoke { 100 } else { 1_000 },
+            sem_clients: 100,
+            memory_holders: if smoke { 2_000 } else { 100_000 },
         }
     }
 }
@@ -181,6 +195,30 @@ async fn run(args: Args) -> io::Result<()> {
         eprintln!("case 5: Redlock");
         case_redlock(&module, port, &plan, &mut rows, &mut chart).await?;
         notes.push("Case 5: one client, one lock at a time, keys never contended: relock-client's `Relock::try_acquire` (one round, returns once a quorum is won or lost) + `Lock::release`, judged; and a minimal Redlock over the bench's raw connections (LOCK.ACQUIRE to all N masters with join_all, quorum N/2+1, LOCK.RELEASE to all N), for comparison. All masters run on this one machine, so with more masters than cores they compete for CPU; on separate hosts the cost is about one round trip to the slowest master of the quorum.".into());
+    }
+    if want(6) {
+        eprintln!("case 6: shared vs exclusive throughput");
+        case_shared_throughput(port, &mut control, &plan, &mut rows).await?;
+        notes.push("Case 6: the benchmark's own client, 50 connections, each its own UUID owner, random keys lock:0..1e6; a pair is `LOCK.ACQUIRE k o 60000 [SHARED]` + `LOCK.RELEASE k o`, pipeline 16 = 8 pairs in flight. Shared and exclusive alternate first within each repeat.".into());
+    }
+    if want(7) {
+        eprintln!("case 7: a key with many shared holders");
+        case_many_holders(port, &mut control, &plan, &mut rows).await?;
+        notes.push(format!("Case 7: one key with H long-lived shared holders (36-byte UUID owners); 8 connections each send 8 triples at a time of `LOCK.ACQUIRE k new-owner 600000 SHARED`, `LOCK.RENEW k new-owner 300000`, `LOCK.RELEASE k new-owner`, so H stays put; cost = the server's own µs per call from `INFO commandstats` (after `CONFIG RESETSTAT`), which a shared machine disturbs less than a rate. Lease expiry: a semaphore with LIMIT H is full with H-1 long leases and one 100 ms lease, a `LOCK.WAIT ... SHARED LIMIT H` queues; delay = grant received - (short lease's acquire sent + 100 ms), {} trials per repeat; H = 1 is the same with only the short lease.", plan.expiry_trials.min(5)));
+    }
+    if want(8) {
+        eprintln!("case 8: read-write hand-off with mixed waiters");
+        case_rw_handoff(port, &mut control, &plan, &mut rows).await?;
+        notes.push("Case 8: N clients on one read-write lock, every 5th a writer (`LOCK.WAIT k o 30000 0`), the rest readers (`... SHARED`); each releases at once and waits again (FIFO, so all but the holders are queued). A reader waits only behind a writer, so its latency is measured from the last writer's release sent; a writer's from the last release sent (the one that left the key without holds); to the grant received.".into());
+    }
+    if want(9) {
+        eprintln!("case 9: semaphore vs Redisson's RPermitExpirableSemaphore recipe");
+        case_semaphore(port, &mut control, &plan, &mut rows).await?;
+        notes.push(format!("Case 9: {} clients, a semaphore of 10 permits, lease 30 s, permits held ~0 ms; a client that released waits again once someone else was granted. relock: `LOCK.WAIT sem o 30000 0 SHARED LIMIT 10` + `LOCK.RELEASE`. The D column of these rows is Redisson's RPermitExpirableSemaphore recipe written in the bench: a permit counter (string) and a zset of leases, acquire and release as Lua (expired leases returned first, release publishes on the semaphore's channel), waiters subscribe and retry on every message or when the earliest lease ends. Latency = grant received - the oldest release not yet matched by a grant.", plan.sem_clients));
+    }
+    if want(10) {
+        eprintln!("case 10: memory per shared holder");
+        case_holder_memory(&mut control, &plan, &mut rows).await?;
     }
 
     let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -739,5 +777,309 @@ async fn case_redlock(
             }
         }
     }
+    Ok(())
+}
+
+async fn case_shared_throughput(
+    port: u16,
+    control: &mut Conn,
+    plan: &Plan,
+    rows: &mut Vec<Row>,
+) -> io::Result<()> {
+    for pipeline in [1, 16] {
+        let load = Load {
+            connections: 50,
+            pipeline,
+            warmup: plan.warmup.min(Duration::from_millis(300)),
+            measure: plan.measure,
+        };
+        let mut samples: [Vec<f64>; 2] = Default::default();
+        for r in 0..plan.repeats {
+            for i in 0..2 {
+                let j = (i + r) % 2;
+                let v = shared::pairs(port, j == 0, &load).await?;
+                eprintln!(
+                    "  pairs/s P{pipeline}, {}: {v:.0}",
+                    ["shared", "exclusive"][j]
+                );
+                samples[j].push(v);
+                stats::settle(control).await?;
+            }
+        }
+        let (s, x) = (stats::median(&samples[0]), stats::median(&samples[1]));
+        let ratio = s / x;
+        rows.push(Row {
+            case: "6".into(),
+            measure: format!("acquire+release pairs/s, pipeline {pipeline}: SHARED / exclusive"),
+            values: [
+                Some(format!("{} / {}", num(s), num(x))),
+                None,
+                None,
+                None,
+                None,
+            ],
+            goal: "shared ≥ 0.9× exclusive".into(),
+            pass: Some(ratio >= 0.9),
+            detail: ratio_check(ratio >= 0.9, "shared/exclusive", ratio),
+        });
+    }
+    Ok(())
+}
+
+/// One figure of a [`shared::HolderCost`].
+type CostOf = fn(&shared::HolderCost) -> f64;
+
+async fn case_many_holders(
+    port: u16,
+    control: &mut Conn,
+    plan: &Plan,
+    rows: &mut Vec<Row>,
+) -> io::Result<()> {
+    let many = plan.shared_holders;
+    let sizes = [1, many];
+    let mut cost: [Vec<shared::HolderCost>; 2] = Default::default();
+    let mut delays: [Vec<f64>; 2] = Default::default();
+    let trials = plan.expiry_trials.min(5);
+    for r in 0..plan.repeats {
+        for i in 0..2 {
+            let j = (i + r) % 2;
+            let c = shared::holder_cost(port, control, sizes[j], plan.measure).await?;
+            eprintln!(
+                "  H={}: acquire {:.2} µs, renew {:.2} µs, release {:.2} µs, {:.0} triples/s",
+                sizes[j], c.acquire_us, c.renew_us, c.release_us, c.triples_per_s
+            );
+            cost[j].push(c);
+            stats::settle(control).await?;
+            let d = shared::lease_expiry(port, control, sizes[j], 100, trials).await?;
+            eprintln!("  H={}: lease expiry -> grant {d:.2?} ms", sizes[j]);
+            delays[j].extend(d);
+            stats::settle(control).await?;
+        }
+    }
+    let med = |j: usize, f: fn(&shared::HolderCost) -> f64| {
+        stats::median(&cost[j].iter().map(f).collect::<Vec<_>>())
+    };
+    let per_op: [(&str, CostOf); 3] = [
+        ("LOCK.ACQUIRE ... SHARED", |c| c.acquire_us),
+        ("LOCK.RENEW", |c| c.renew_us),
+        ("LOCK.RELEASE", |c| c.release_us),
+    ];
+    for (name, f) in per_op {
+        let (one, lots) = (med(0, f), med(1, f));
+        let ratio = lots / one;
+        rows.push(Row {
+            case: "7".into(),
+            measure: format!("server µs per {name}: {many} holders / 1 holder"),
+            values: [
+                Some(format!("{} / {}", num(lots), num(one))),
+                None,
+                None,
+                None,
+                None,
+            ],
+            goal: format!("{many} holders ≤ 1.5× 1 holder"),
+            pass: Some(ratio <= 1.5),
+            detail: ratio_check(ratio <= 1.5, "", ratio)
+                .trim_start()
+                .to_string(),
+        });
+    }
+    let (one, lots) = (med(0, |c| c.triples_per_s), med(1, |c| c.triples_per_s));
+    rows.push(Row {
+        case: "7".into(),
+        measure: format!("acquire+renew+release triples/s: {many} holders / 1 holder"),
+        values: [
+            Some(format!("{} / {}", num(lots), num(one))),
+            None,
+            None,
+            None,
+            None,
+        ],
+        goal: String::new(),
+        pass: None,
+        detail: format!("{}×", num(lots / one)),
+    });
+    let p90 = |d: &[f64]| {
+        let mut d = d.to_vec();
+        d.sort_by(|a, b| a.total_cmp(b));
+        d.get(((d.len() as f64 * 0.9).ceil() as usize).saturating_sub(1))
+            .copied()
+            .unwrap_or(f64::NAN)
+    };
+    let (m1, mn) = (stats::median(&delays[0]), stats::median(&delays[1]));
+    rows.push(Row {
+        case: "7".into(),
+        measure: format!(
+            "one lease's end -> next grant, median (p90) ms: among {many} holders / 1 holder"
+        ),
+        values: [
+            Some(format!(
+                "{} ({}) / {} ({})",
+                num(mn),
+                num(p90(&delays[1])),
+                num(m1),
+                num(p90(&delays[0]))
+            )),
+            None,
+            None,
+            None,
+            None,
+        ],
+        goal: "median ≤ 5 ms (spec: served within 5 ms)".into(),
+        pass: Some(mn <= 5.0),
+        detail: format!("{} ms; {}× 1 holder", num(mn), num(mn / m1)),
+    });
+    Ok(())
+}
+
+async fn case_rw_handoff(
+    port: u16,
+    control: &mut Conn,
+    plan: &Plan,
+    rows: &mut Vec<Row>,
+) -> io::Result<()> {
+    let n = plan.rw_clients;
+    let mut res = Vec::new();
+    for _ in 0..plan.repeats {
+        let r = shared::rw_handoff(port, n, 5, plan.warmup, plan.measure).await?;
+        eprintln!(
+            "  N={n}: {:.0} grants/s, p50 {:.3} ms, p99 {:.3} ms (writers {:.3}, readers {:.3}), {:.1} readers per writer",
+            r.grants_per_s, r.p50_ms, r.p99_ms, r.writer_p99_ms, r.reader_p99_ms, r.readers_per_writer
+        );
+        res.push(r);
+        stats::settle(control).await?;
+    }
+    let med =
+        |f: fn(&shared::RwResult) -> f64| stats::median(&res.iter().map(f).collect::<Vec<_>>());
+    let p99 = med(|r| r.p99_ms);
+    rows.push(Row {
+        case: "8".into(),
+        measure: format!("read-write hand-off latency p50 / p99 ms, {n} waiters (1 in 5 writers)"),
+        values: [
+            Some(format!("{} / {}", num(med(|r| r.p50_ms)), num(p99))),
+            None,
+            None,
+            None,
+            None,
+        ],
+        goal: "p99 ≤ 1 ms".into(),
+        pass: Some(p99 <= 1.0),
+        detail: format!(
+            "p99 {} ms {}; writers {} ms, readers {} ms",
+            num(p99),
+            if p99 <= 1.0 { "✓" } else { "✗" },
+            num(med(|r| r.writer_p99_ms)),
+            num(med(|r| r.reader_p99_ms))
+        ),
+    });
+    rows.push(Row {
+        case: "8".into(),
+        measure: format!("read-write grants/s (readers per writer), {n} waiters"),
+        values: [
+            Some(format!(
+                "{} ({})",
+                num(med(|r| r.grants_per_s)),
+                num(med(|r| r.readers_per_writer))
+            )),
+            None,
+            None,
+            None,
+            None,
+        ],
+        goal: String::new(),
+        pass: None,
+        detail: String::new(),
+    });
+    Ok(())
+}
+
+async fn case_semaphore(
+    port: u16,
+    control: &mut Conn,
+    plan: &Plan,
+    rows: &mut Vec<Row>,
+) -> io::Result<()> {
+    let hows = [shared::Semaphore::Relock, shared::Semaphore::Redisson];
+    let mut res: [Vec<shared::SemResult>; 2] = Default::default();
+    for r in 0..plan.repeats {
+        for i in 0..2 {
+            let j = (i + r) % 2;
+            let s = shared::semaphore(
+                port,
+                control,
+                hows[j],
+                plan.sem_clients,
+                10,
+                plan.warmup,
+                plan.measure,
+            )
+            .await?;
+            eprintln!(
+                "  {:?}: {:.0} grants/s, p50 {:.3} ms, p99 {:.3} ms",
+                hows[j], s.grants_per_s, s.p50_ms, s.p99_ms
+            );
+            res[j].push(s);
+            stats::settle(control).await?;
+        }
+    }
+    let med = |j: usize, f: fn(&shared::SemResult) -> f64| {
+        stats::median(&res[j].iter().map(f).collect::<Vec<_>>())
+    };
+    let clients = plan.sem_clients;
+    let (rate, rate_d) = (med(0, |s| s.grants_per_s), med(1, |s| s.grants_per_s));
+    rows.push(Row {
+        case: "9".into(),
+        measure: format!("semaphore LIMIT 10, {clients} clients: grants/s (D: Redisson RPermitExpirableSemaphore recipe)"),
+        values: [Some(num(rate)), None, None, None, Some(num(rate_d))],
+        goal: "relock > D".into(),
+        pass: Some(rate > rate_d),
+        detail: format!("{}× D", num(rate / rate_d)),
+    });
+    let (p99, p99_d) = (med(0, |s| s.p99_ms), med(1, |s| s.p99_ms));
+    rows.push(Row {
+        case: "9".into(),
+        measure: format!("semaphore LIMIT 10, {clients} clients: hand-off latency p50 / p99 ms (D: Redisson recipe)"),
+        values: [
+            Some(format!("{} / {}", num(med(0, |s| s.p50_ms)), num(p99))),
+            None,
+            None,
+            None,
+            Some(format!("{} / {}", num(med(1, |s| s.p50_ms)), num(p99_d))),
+        ],
+        goal: "relock p99 ≤ 1 ms, < D".into(),
+        pass: Some(p99 <= 1.0 && p99 < p99_d),
+        detail: format!("p99 {} ms; D/relock {}×", num(p99), num(p99_d / p99)),
+    });
+    Ok(())
+}
+
+async fn case_holder_memory(
+    control: &mut Conn,
+    plan: &Plan,
+    rows: &mut Vec<Row>,
+) -> io::Result<()> {
+    let n = plan.memory_holders;
+    let mut res = Vec::new();
+    for _ in 0..plan.repeats {
+        res.push(shared::memory(control, n).await?);
+    }
+    let per = stats::median(&res.iter().map(|m| m.per_holder).collect::<Vec<_>>());
+    let usage = stats::median(&res.iter().map(|m| m.usage_per_holder).collect::<Vec<_>>());
+    // The owners are 36-byte UUIDs: the spec's budget is 64 bytes beyond them.
+    let beyond = per - 36.0;
+    rows.push(Row {
+        case: "10".into(),
+        measure: format!("used_memory per shared holder over {n} holders of one key, bytes (MEMORY USAGE / holders)"),
+        values: [
+            Some(format!("{} ({})", num(per), num(usage))),
+            None,
+            None,
+            None,
+            None,
+        ],
+        goal: "≤ 64 bytes beyond the 36-byte owner".into(),
+        pass: Some(beyond <= 64.0),
+        detail: format!("{} bytes beyond the owner", num(beyond)),
+    });
     Ok(())
 }

@@ -33,7 +33,9 @@ fn smoke_run_writes_table_json_and_chart() {
 
     let md = std::fs::read_to_string(out.path().join("results.md")).expect("results.md");
     assert!(md.contains("| Case | Measure | relock |"), "{md}");
-    for case in ["| 1 |", "| 2 |", "| 3 |", "| 4 |", "| 5 |"] {
+    for case in [
+        "| 1 |", "| 2 |", "| 3 |", "| 4 |", "| 5 |", "| 6 |", "| 7 |", "| 8 |", "| 9 |", "| 10 |",
+    ] {
         assert!(md.contains(case), "no row for case {case} in:\n{md}");
     }
     // The refused rows pre-fill their keys and check every reply; they ran if they are listed.
