@@ -336,29 +336,59 @@ fn expected_arg_error(cmd: &[Vec<u8>]) -> Option<&'static str> {
     let owner_ok = |i: usize| (1..=256).contains(&cmd[i].len());
     let ttl_ok = |i: usize| in_range(&cmd[i], 1, 1_000_000_000_000);
     let n = cmd.len();
+    // Mode words after an acquire's fixed arguments (spec: shared holds): SHARED, or
+    // SHARED LIMIT n with 1 <= n <= 10^6, case-insensitive; anything else is a syntax error.
+    let mode_ok = |from: usize| -> (bool, &'static str) {
+        let w = &cmd[from..];
+        let is = |i: usize, word: &[u8]| w[i].eq_ignore_ascii_case(word);
+        match w.len() {
+            0 => (true, ""),
+            1 if is(0, b"SHARED") => (true, ""),
+            3 if is(0, b"SHARED") && is(1, b"LIMIT") => {
+                (in_range(&w[2], 1, 1_000_000), "ERR invalid limit")
+            }
+            _ => (false, "ERR syntax error"),
+        }
+    };
     let checks: Vec<(bool, &'static str)> = match name.as_str() {
-        "LOCK.ACQUIRE" | "LOCK.REENTER" | "LOCK.RENEW" if n == 4 => {
+        "LOCK.ACQUIRE" | "LOCK.REENTER" if n >= 4 => {
+            vec![
+                (owner_ok(2), "ERR invalid owner"),
+                (ttl_ok(3), "ERR invalid ttl_ms"),
+                mode_ok(4),
+            ]
+        }
+        "LOCK.RENEW" if n == 4 => {
             vec![
                 (owner_ok(2), "ERR invalid owner"),
                 (ttl_ok(3), "ERR invalid ttl_ms"),
             ]
         }
         "LOCK.RELEASE" if n == 3 => vec![(owner_ok(2), "ERR invalid owner")],
-        "LOCK.WAIT" if n == 5 => vec![
+        "LOCK.WAIT" if n >= 5 => vec![
             (owner_ok(2), "ERR invalid owner"),
             (ttl_ok(3), "ERR invalid ttl_ms"),
             (
                 in_range(&cmd[4], 0, 1_000_000_000_000),
                 "ERR invalid timeout_ms",
             ),
+            mode_ok(5),
         ],
         "LOCK.INFO" | "LOCK.FORCERELEASE" if n == 2 => vec![],
-        "LOCK.APPLY" if n == 5 || n == 7 => {
+        "LOCK.FORCERELEASE" if n == 3 => vec![(owner_ok(2), "ERR invalid owner")],
+        // Arity -5 since shared holds: `[PXAT ms] [SHARED [LIMIT n]]` after the count.
+        "LOCK.APPLY" if (5..=7).contains(&n) => {
             let mut c = vec![
                 (owner_ok(2), "ERR invalid owner"),
                 (in_range(&cmd[3], 1, (1 << 53) - 1), "ERR invalid token"),
                 (in_range(&cmd[4], 1, u32::MAX as i64), "ERR invalid count"),
             ];
+            if n == 6 {
+                // One word: PXAT without its time, or a lone mode word (a shared holder needs
+                // PXAT first): never valid.
+                let pxat = cmd[5].eq_ignore_ascii_case(b"PXAT");
+                c.push((false, if pxat { "ERR" } else { "ERR syntax error" }));
+            }
             if n == 7 {
                 c.push((cmd[5].eq_ignore_ascii_case(b"PXAT"), "ERR syntax error"));
                 c.push((in_range(&cmd[6], 1, 1 << 62), "ERR invalid expiry"));
@@ -389,6 +419,8 @@ fn plausible(cmd: &[Vec<u8>], reply: &Reply) -> bool {
         (None, Reply::Error(e)) => {
             let state_error = e.starts_with("WRONGTYPE")
                 || (upper == "LOCK.REENTER" && e == "ERR reentrancy limit reached")
+                || e == "ERR lock is held in another mode"
+                || e.starts_with("ERR lock has another limit (")
                 || e == "ERR fencing token space exhausted";
             return state_error;
         }
@@ -400,10 +432,12 @@ fn plausible(cmd: &[Vec<u8>], reply: &Reply) -> bool {
         }
         ("LOCK.REENTER", r) => matches!(r, Reply::Nil) || matches!(r, Reply::Integer(c) if *c >= 1),
         ("LOCK.RELEASE", r) => matches!(r, Reply::Nil | Reply::Integer(0..)),
-        ("LOCK.FORCERELEASE", r) => matches!(r, Reply::Integer(0 | 1)),
+        ("LOCK.FORCERELEASE", r) => matches!(r, Reply::Integer(0..)),
         ("LOCK.INFO", Reply::Nil) => true,
         ("LOCK.INFO", Reply::Array(fields)) => {
-            fields.len() == 10
+            // Eight fields since shared holds; the fuzz takes no shared holds, so the lock is
+            // exclusive and its owner, token and count are set.
+            fields.len() == 16
                 && matches!(&fields[0], Reply::Bulk(b) if b == b"owner")
                 && matches!(&fields[3], Reply::Integer(t) if *t >= 1)
                 && matches!(&fields[5], Reply::Integer(c) if *c >= 1)

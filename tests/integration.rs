@@ -179,16 +179,18 @@ fn command_info(c: &mut Connection, name: &str) -> (i64, Vec<String>, i64, i64, 
 fn command_info_has_arity_flags_and_keys() {
     let server = Server::start();
     let mut c = server.conn();
-    let expected: [(&str, i64, &[&str], &[&str]); 9] = [
+    // Since shared holds, the acquiring commands take optional mode words (arity -4/-5),
+    // LOCK.FORCERELEASE an optional owner (-2); LOCK.HOLDERS and LOCK.DROP are new.
+    let expected: [(&str, i64, &[&str], &[&str]); 11] = [
         (
             "lock.acquire",
-            4,
+            -4,
             &["write", "denyoom", "fast"],
             &["readonly", "admin", "blocking"],
         ),
         (
             "lock.reenter",
-            4,
+            -4,
             &["write", "denyoom", "fast"],
             &["readonly", "admin", "blocking"],
         ),
@@ -206,7 +208,7 @@ fn command_info_has_arity_flags_and_keys() {
         ),
         (
             "lock.wait",
-            5,
+            -5,
             &["write", "denyoom", "blocking"],
             &["readonly", "admin", "fast"],
         ),
@@ -218,9 +220,21 @@ fn command_info_has_arity_flags_and_keys() {
         ),
         (
             "lock.forcerelease",
-            2,
+            -2,
             &["write", "admin"],
             &["readonly", "denyoom", "fast"],
+        ),
+        (
+            "lock.holders",
+            -2,
+            &["readonly"],
+            &["write", "admin", "denyoom"],
+        ),
+        (
+            "lock.drop",
+            3,
+            &["write", "admin"],
+            &["readonly", "denyoom"],
         ),
         (
             "lock.apply",
