@@ -1032,17 +1032,23 @@ fn a_shorter_pexpire_ends_every_hold_and_wakes_the_queue() {
 fn persist_extends_no_lease_and_the_key_goes_with_its_last_lease() {
     let server = Server::start();
     let mut c = server.conn();
-    acquire(&mut c, "k", "a", 200, M::S).unwrap();
-    acquire(&mut c, "k", "b", 300, M::S).unwrap();
-    let _: i64 = cmd!("PERSIST", "k").query(&mut c).unwrap();
-    thread::sleep(Duration::from_millis(500));
-    assert_eq!(info(&mut c, "k"), None, "no lease was extended");
-    assert!(
-        eventually(Duration::from_secs(3), || exists(&mut c, "k") == 0),
-        "the key outlived its last lease: TYPE {:?}, PTTL {}",
-        cmd!("TYPE", "k").query::<String>(&mut c),
-        pttl(&mut c, "k")
-    );
+    for (key, extend) in [
+        ("persisted", cmd!("PERSIST", "persisted")),
+        ("pexpired", cmd!("PEXPIRE", "pexpired", 3_600_000)),
+    ] {
+        acquire(&mut c, key, "a", 200, M::S).unwrap();
+        acquire(&mut c, key, "b", 300, M::S).unwrap();
+        let _: i64 = extend.query(&mut c).unwrap();
+        thread::sleep(Duration::from_millis(500));
+        assert_eq!(info(&mut c, key), None, "{key}: no lease was extended");
+        assert!(
+            eventually(Duration::from_secs(3), || exists(&mut c, key) == 0),
+            "{key}: the key outlived its last lease: TYPE {:?}, PTTL {}, INFO relock holds {}",
+            cmd!("TYPE", key).query::<String>(&mut c),
+            pttl(&mut c, key),
+            info_field(&mut c, "holds")
+        );
+    }
 }
 
 #[test]
