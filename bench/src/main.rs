@@ -794,20 +794,28 @@ async fn case_shared_throughput(
             measure: plan.measure,
         };
         let mut samples: [Vec<f64>; 2] = Default::default();
+        // Server µs per pair (acquire + release, from INFO commandstats): steadier than the
+        // rate when other work shares the machine.
+        let mut server_us: [Vec<f64>; 2] = Default::default();
         for r in 0..plan.repeats {
             for i in 0..2 {
                 let j = (i + r) % 2;
+                control.ok(&["CONFIG", "RESETSTAT"]).await?;
                 let v = shared::pairs(port, j == 0, &load).await?;
+                let us = shared::usec_per_call(control, "lock.acquire").await?
+                    + shared::usec_per_call(control, "lock.release").await?;
                 eprintln!(
-                    "  pairs/s P{pipeline}, {}: {v:.0}",
+                    "  pairs/s P{pipeline}, {}: {v:.0}, server {us:.2} µs/pair",
                     ["shared", "exclusive"][j]
                 );
                 samples[j].push(v);
+                server_us[j].push(us);
                 stats::settle(control).await?;
             }
         }
         let (s, x) = (stats::median(&samples[0]), stats::median(&samples[1]));
         let ratio = s / x;
+        let (us_s, us_x) = (stats::median(&server_us[0]), stats::median(&server_us[1]));
         rows.push(Row {
             case: "6".into(),
             measure: format!("acquire+release pairs/s, pipeline {pipeline}: SHARED / exclusive"),
@@ -821,6 +829,22 @@ async fn case_shared_throughput(
             goal: "shared ≥ 0.9× exclusive".into(),
             pass: Some(ratio >= 0.9),
             detail: ratio_check(ratio >= 0.9, "shared/exclusive", ratio),
+        });
+        rows.push(Row {
+            case: "6".into(),
+            measure: format!(
+                "server µs per acquire+release pair, pipeline {pipeline}: SHARED / exclusive"
+            ),
+            values: [
+                Some(format!("{} / {}", num(us_s), num(us_x))),
+                None,
+                None,
+                None,
+                None,
+            ],
+            goal: String::new(),
+            pass: None,
+            detail: format!("exclusive/shared {}×", num(us_x / us_s)),
         });
     }
     Ok(())

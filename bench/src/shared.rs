@@ -109,7 +109,7 @@ async fn fill(conn: &mut Conn, key: &str, n: usize, limit: Option<usize>) -> io:
 }
 
 /// The server's time per call (µs) of each command since the last `CONFIG RESETSTAT`.
-async fn usec_per_call(conn: &mut Conn, command: &str) -> io::Result<f64> {
+pub async fn usec_per_call(conn: &mut Conn, command: &str) -> io::Result<f64> {
     let info = conn.ok(&["INFO", "commandstats"]).await?.text();
     // Redis 7.0 names module commands as registered (upper case); later versions may not.
     let want = format!("cmdstat_{command}:").to_lowercase();
