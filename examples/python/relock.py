@@ -55,7 +55,8 @@ def info_from_reply(reply) -> dict | None:
 
 
 def lock_info(client: redis.Redis, key: str) -> dict | None:
-    """LOCK.INFO key: None when there is no lock, else owner, token, count, ttl and waiters."""
+    """LOCK.INFO key: None when there is no lock, else owner, token, count, ttl, waiters, mode,
+    holders and limit."""
     return info_from_reply(client.execute_command("LOCK.INFO", key))
 
 
