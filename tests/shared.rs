@@ -1762,7 +1762,7 @@ fn one_event_per_key_per_operation() {
     let mut sub = Raw::connect(&server);
     sub.send(&[b"PSUBSCRIBE", b"__keyevent@0__:lock.*"]);
     assert!(matches!(sub.read(DUE), Reply::Array(_)));
-    let mut events = |sub: &mut Raw| {
+    let events = |sub: &mut Raw| {
         let mut names = Vec::new();
         while let Some(Reply::Array(items)) = sub.read_within(Duration::from_millis(500)) {
             if let Some(Reply::Bulk(channel)) = items.get(2) {
