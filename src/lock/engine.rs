@@ -24,7 +24,7 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use super::errors::{
-    other_limit, NOPERM, NO_TOKENS, OTHER_MODE, READONLY, REENTRANCY_LIMIT, WRONGTYPE,
+    other_limit, NOPERM, NO_TOKENS, OTHER_MODE, READONLY, REENTRANCY_LIMIT, TOKEN_IN_USE, WRONGTYPE,
 };
 use super::hold::{self, Decision, Found, Step};
 use super::host::{Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
@@ -597,6 +597,19 @@ impl<T: Handles> Engine<T> {
         owner: &[u8],
         holder: Holder,
     ) -> Reply {
+        // Only what a consistent master sends: the key's limit, a token of this owner's, room.
+        if let Some(shared) = key.shared() {
+            if shared.limit() != limit {
+                return Reply::Error(other_limit(shared.limit()).into());
+            }
+            if shared.owner_of(holder.token).is_some_and(|o| o != owner) {
+                return Reply::Error(TOKEN_IN_USE.into());
+            }
+            let joins = shared.get(owner).is_none();
+            if joins && limit != 0 && shared.len() >= limit as usize {
+                return Reply::Error(other_limit(limit).into());
+            }
+        }
         self.tokens.observe(holder.token);
         if key.hold().is_some() {
             key.remove();
@@ -642,8 +655,9 @@ impl<T: Handles> Engine<T> {
         }
     }
 
-    /// A user removed the key's TTL (`PERSIST`): a shared key is capped at its latest lease end
-    /// after the current command (a longer TTL is capped by the next command on the key).
+    /// A user set or removed the key's TTL, or a value arrived (`RESTORE`, `COPY`, `RENAME`,
+    /// `MOVE`): a shared key is capped at its latest lease end after the current command
+    /// (`PERSIST` or a longer TTL extends no lease).
     pub fn ttl_changed<H: Host<T>>(&mut self, host: &mut H, at: KeyRef<'_>) {
         self.schedule(host, Job::Leases(at.to_id()));
         self.key_changed(host, at);
@@ -656,9 +670,9 @@ impl<T: Handles> Engine<T> {
         }
     }
 
-    /// A lock ended because its lease ran out (counted for `INFO`).
-    pub fn count_expired(&mut self) {
-        self.stats.expired += 1;
+    /// `holds` holds ended because their lock's TTL ran out (counted for `INFO`).
+    pub fn count_expired(&mut self, holds: u64) {
+        self.stats.expired += holds;
     }
 
     /// This server became a replica: every waiter fails with `READONLY`.
@@ -898,7 +912,6 @@ impl<T: Handles> Engine<T> {
                 host.unblock(waiter.client, Outcome::Error(Cow::Borrowed(NO_TOKENS)));
                 continue;
             };
-            key.notify(Event::Granted);
             self.stats.granted += 1;
             self.tickets.insert(
                 waiter.client,
@@ -909,6 +922,10 @@ impl<T: Handles> Engine<T> {
             );
             host.unblock(waiter.client, Outcome::Token(token));
             granted = true;
+        }
+        if granted {
+            // One event per key per operation, however many waiters a pass grants.
+            key.notify(Event::Granted);
         }
         if self.queued(id.as_ref()) > 0 {
             if let Some(deadline) = next_deadline(key) {
@@ -1044,7 +1061,7 @@ impl<T: Handles> Engine<T> {
         match key.lock() {
             Some(LockRef::Shared(shared)) => {
                 let limit = shared.limit();
-                if let Some(&held) = shared.get(owner) {
+                if let Some(held) = shared.get(owner) {
                     let count = match kind {
                         Kind::Acquire => held.count,
                         Kind::Reenter => match held.count.checked_add(1) {
@@ -1182,7 +1199,7 @@ impl<T: Handles> Engine<T> {
         owner: &[u8],
     ) -> Reply {
         let pruned = self.prune(host, key);
-        let held = key.shared().and_then(|s| Some((s.limit(), *s.get(owner)?)));
+        let held = key.shared().and_then(|s| Some((s.limit(), s.get(owner)?)));
         let reply = match held {
             None => Reply::Nil,
             Some((limit, held)) => {
@@ -1218,7 +1235,7 @@ impl<T: Handles> Engine<T> {
         if self.prune(host, key) {
             self.hand_off(host, key, at);
         }
-        let Some((limit, held)) = key.shared().and_then(|s| Some((s.limit(), *s.get(owner)?)))
+        let Some((limit, held)) = key.shared().and_then(|s| Some((s.limit(), s.get(owner)?)))
         else {
             return Reply::Nil;
         };
@@ -1508,7 +1525,7 @@ fn refresh<K: Key>(key: &mut K, owner: &[u8], lease_end: i64) -> u64 {
             token
         }
         Some(LockRef::Shared(shared)) => match shared.get(owner) {
-            Some(&held) => {
+            Some(held) => {
                 let limit = shared.limit();
                 key.put_holder(limit, owner, Holder { lease_end, ..held });
                 held.token

@@ -666,7 +666,7 @@ impl Sim {
                 return;
             }
             for key in expired {
-                self.engine.count_expired();
+                self.engine.count_expired(1);
                 self.engine.key_changed(&mut self.host, key.as_ref());
             }
         }

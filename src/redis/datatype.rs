@@ -69,7 +69,10 @@ fn holds_in(value: LockRef<'_>) -> u64 {
 pub fn into_value(value: LockValue) -> *mut c_void {
     let holds = match &value {
         LockValue::Exclusive(_) => 1,
-        LockValue::Shared(shared) => shared.len() as u64,
+        LockValue::Shared(shared) => {
+            globals::count_shared_value(true);
+            shared.len() as u64
+        }
     };
     globals::count_lock_value(true, holds);
     value.into_raw().cast()
@@ -280,7 +283,7 @@ extern "C" fn aof_rewrite(
             }
             LockRef::Shared(shared) => {
                 for (owner, holder) in shared.iter() {
-                    emit_holder(aof, key, shared.limit(), owner, holder);
+                    emit_holder(aof, key, shared.limit(), owner, &holder);
                 }
             }
         }
@@ -394,7 +397,10 @@ extern "C" fn free(value: *mut c_void) {
             let lock = unsafe { LockValue::from_raw(value.cast()) };
             let holds = match &lock {
                 LockValue::Exclusive(_) => 1,
-                LockValue::Shared(shared) => shared.len() as u64,
+                LockValue::Shared(shared) => {
+                    globals::count_shared_value(false);
+                    shared.len() as u64
+                }
             };
             drop(lock);
             globals::count_lock_value(false, holds);
@@ -417,13 +423,15 @@ extern "C" fn copy(
     })
 }
 
-extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
+extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     ffi::guard((), || {
         // SAFETY: Redis passes the unlink callback's key context.
         let db = unsafe { rm!(RedisModule_GetDbIdFromOptCtx(ctx)) };
         // SAFETY: as above; the name lives for the length of the callback, and is copied.
         let name = unsafe { ffi::string_bytes(rm!(RedisModule_GetKeyNameFromOptCtx(ctx))) };
-        globals::set_unlinked(db, name.to_vec());
+        // SAFETY: Redis passes the value being unlinked, one of ours.
+        let holds = unsafe { lock_of(value.cast_mut()) }.map_or(0, |lock| holds_in(lock.as_ref()));
+        globals::set_unlinked(db, name.to_vec(), holds);
     })
 }
 

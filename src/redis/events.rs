@@ -84,14 +84,20 @@ extern "C" fn on_keyspace_event(
             globals::take_unlinked(db, name)
         } else {
             globals::forget_unlinked();
-            false
+            0
         };
         // SAFETY: as above.
         let ttl_set = !event.is_null() && {
             let event = unsafe { CStr::from_ptr(event) };
-            // `PERSIST` is rare; a longer `EXPIRE` (whose event also fires for every `SET EX`
-            // on the server) is capped by the next command on the key instead.
+            // A shared key's TTL must not outlive its leases: watch what sets or removes TTLs
+            // or brings a value in. `expire` also fires for every `SET EX` on the server, so it
+            // is watched only while some shared key exists.
             event == c"persist"
+                || event == c"restore"
+                || event == c"copy_to"
+                || event == c"rename_to"
+                || event == c"move_to"
+                || (event == c"expire" && globals::shared_values_exist())
         };
         if ttl_set {
             let name = name.to_vec();

@@ -48,7 +48,7 @@ thread_local! {
     /// follows an expiry names the key but no longer has its value, so this is how a lock's
     /// expiry is told apart from the expiry of any other key. Cleared too when the module
     /// deletes a lock itself (no notification follows that).
-    static LAST_UNLINKED: RefCell<Option<(c_int, Vec<u8>)>> = const { RefCell::new(None) };
+    static LAST_UNLINKED: RefCell<Option<(c_int, Vec<u8>, u64)>> = const { RefCell::new(None) };
 }
 
 /// Lock values alive in memory (the `locks` INFO field). Changed by the data type's
@@ -58,6 +58,10 @@ static LIVE: AtomicU64 = AtomicU64::new(0);
 /// Holds in lock values alive in memory (the `holds` INFO field): 1 per exclusive lock, one per
 /// holder of a shared key. Changed as `LIVE` is, and when a holder joins or leaves a shared key.
 static HOLDS: AtomicU64 = AtomicU64::new(0);
+
+/// Shared lock values alive in memory. Changed as `LIVE` is. While it is 0 (a server that uses
+/// no shared holds), TTL changes of keys cost the module nothing.
+static SHARED_VALUES: AtomicU64 = AtomicU64::new(0);
 
 /// Whether anything can receive propagated commands (AOF on, a replication backlog, replicas).
 /// Conservatively true at load; set true the instant a fork child is born (every full sync and
@@ -78,11 +82,11 @@ static COUNTED_AT_REWRITE: AtomicI64 = AtomicI64::new(-1);
 pub enum Report {
     /// A user set or removed a key's TTL.
     TtlChanged { db: c_int, name: Vec<u8> },
-    /// A key changed behind the engine's back; `expired` if a lock ran out of time.
+    /// A key changed behind the engine's back; `expired` holds ran out of time with it.
     KeyChanged {
         db: c_int,
         name: Vec<u8>,
-        expired: bool,
+        expired: u64,
     },
     /// Every key of a db (all dbs if `None`) may have changed.
     DbChanged(Option<c_int>),
@@ -102,9 +106,7 @@ impl Report {
     fn apply(self, engine: &mut Engine<RedisHandles>, host: &mut impl Host<RedisHandles>) {
         match self {
             Report::KeyChanged { db, name, expired } => {
-                if expired {
-                    engine.count_expired();
-                }
+                engine.count_expired(expired);
                 engine.key_changed(host, KeyRef { db, name: &name });
             }
             Report::TtlChanged { db, name } => engine.ttl_changed(host, KeyRef { db, name: &name }),
@@ -160,11 +162,9 @@ pub fn report(host: &mut impl Host<RedisHandles>, report: Report) {
 
 /// A keyspace notification for `name`: the fast path (nobody waits for anything) costs no
 /// allocation.
-pub fn key_changed(host: &mut impl Host<RedisHandles>, db: c_int, name: &[u8], expired: bool) {
+pub fn key_changed(host: &mut impl Host<RedisHandles>, db: c_int, name: &[u8], expired: u64) {
     let done = with_engine(host, |engine, host| {
-        if expired {
-            engine.count_expired();
-        }
+        engine.count_expired(expired);
         if engine.waiters() > 0 {
             engine.key_changed(host, KeyRef { db, name });
         }
@@ -217,25 +217,43 @@ pub fn holds() -> u64 {
     HOLDS.load(Ordering::Relaxed)
 }
 
+/// Whether any shared lock value is alive (only then are TTL changes watched).
+pub fn shared_values_exist() -> bool {
+    SHARED_VALUES.load(Ordering::Relaxed) > 0
+}
+
+/// Counts a shared lock value created (`true`) or freed (`false`).
+pub fn count_shared_value(created: bool) {
+    if created {
+        SHARED_VALUES.fetch_add(1, Ordering::Relaxed);
+    } else {
+        SHARED_VALUES.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Lock values in memory.
 pub fn lock_values() -> u64 {
     LIVE.load(Ordering::Relaxed)
 }
 
 /// Records that the lock at (db, name) was just unlinked.
-pub fn set_unlinked(db: c_int, name: Vec<u8>) {
+pub fn set_unlinked(db: c_int, name: Vec<u8>, holds: u64) {
     LAST_UNLINKED.with(|cell| {
         if let Ok(mut last) = cell.try_borrow_mut() {
-            *last = Some((db, name));
+            *last = Some((db, name, holds));
         }
     });
 }
 
-/// Whether the key just unlinked was a lock at (db, name); forgets it either way.
-pub fn take_unlinked(db: c_int, name: &[u8]) -> bool {
+/// How many holds the key just unlinked at (db, name) had (0 if it was no lock); forgets it
+/// either way.
+pub fn take_unlinked(db: c_int, name: &[u8]) -> u64 {
     LAST_UNLINKED.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut last) => last.take().is_some_and(|(d, n)| d == db && n == name),
-        Err(_) => false,
+        Ok(mut last) => match last.take() {
+            Some((d, n, holds)) if d == db && n == name => holds,
+            _ => 0,
+        },
+        Err(_) => 0,
     })
 }
 
