@@ -138,10 +138,6 @@ fn bad_payloads(format: &Format) -> Vec<(String, Vec<u8>)> {
             ),
         ),
         (
-            "shared with duplicate tokens",
-            shared(0, vec![holder(b"a", t, 1, FAR), holder(b"b", t, 1, FAR)]),
-        ),
-        (
             "shared with more holders than its limit",
             shared(
                 1,

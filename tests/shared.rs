@@ -1360,10 +1360,6 @@ fn corrupt_shared_payloads_are_refused_and_the_server_lives() {
             shared_fields(0, &[(b"a", t, 1, far), (b"a", t + 1, 1, far)]),
         ),
         (
-            "duplicate tokens",
-            shared_fields(0, &[(b"a", t, 1, far), (b"b", t, 1, far)]),
-        ),
-        (
             "more holders than the limit",
             shared_fields(1, &[(b"a", t, 1, far), (b"b", t + 1, 1, far)]),
         ),

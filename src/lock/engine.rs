@@ -24,7 +24,7 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use super::errors::{
-    other_limit, NOPERM, NO_TOKENS, OTHER_MODE, READONLY, REENTRANCY_LIMIT, TOKEN_IN_USE, WRONGTYPE,
+    other_limit, NOPERM, NO_TOKENS, OTHER_MODE, READONLY, REENTRANCY_LIMIT, WRONGTYPE,
 };
 use super::hold::{self, Decision, Found, Step};
 use super::host::{Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
@@ -597,13 +597,11 @@ impl<T: Handles> Engine<T> {
         owner: &[u8],
         holder: Holder,
     ) -> Reply {
-        // Only what a consistent master sends: the key's limit, a token of this owner's, room.
+        // Only what a consistent master sends: the key's limit, room for a new holder. (RDB
+        // loading refuses nothing else a holder set can contain.)
         if let Some(shared) = key.shared() {
             if shared.limit() != limit {
                 return Reply::Error(other_limit(shared.limit()).into());
-            }
-            if shared.owner_of(holder.token).is_some_and(|o| o != owner) {
-                return Reply::Error(TOKEN_IN_USE.into());
             }
             let joins = shared.get(owner).is_none();
             if joins && limit != 0 && shared.len() >= limit as usize {

@@ -18,5 +18,3 @@ pub const OTHER_MODE: &str = "ERR lock is held in another mode";
 pub fn other_limit(limit: u32) -> String {
     format!("ERR lock has another limit ({limit})")
 }
-/// A replicated holder whose token another holder of the key has.
-pub const TOKEN_IN_USE: &str = "ERR token belongs to another holder";

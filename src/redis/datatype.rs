@@ -145,7 +145,7 @@ fn load_shared(rdb: *mut raw::RedisModuleIO) -> Option<Shared> {
             (load_unsigned(rdb)?, load_unsigned(rdb)?, load_signed(rdb)?);
         let count = valid_hold(&owner, token, count)
             .filter(|_| (1..=1 << 62).contains(&lease_end))
-            .filter(|_| shared.get(&owner).is_none() && shared.owner_of(token).is_none());
+            .filter(|_| shared.get(&owner).is_none());
         let Some(count) = count else {
             log_io(rdb, "corrupt relock value");
             return None;
