@@ -293,7 +293,7 @@ fn send(ctx: Ctx, answer: Answer) -> c_int {
         // SAFETY: `ctx` is the running command's context; `text` is a C string.
         unsafe { rm!(RedisModule_ReplyWithError(ctx, text.as_ptr())) };
     };
-    // SAFETY (every call below): `ctx` is the running command's context, each reply call gets
+    // SAFETY: for every call below, `ctx` is the running command's context, each reply call gets
     // arguments of the types it takes, and buffers are passed with their lengths.
     // SAFETY: see the comment above: replies in the command's own context.
     unsafe {
@@ -340,7 +340,7 @@ fn reply_info(ctx: Ctx, info: &Info) {
         Mode::Exclusive => (c"exclusive", 1),
         Mode::Shared { limit } => (c"shared", limit),
     };
-    // SAFETY (every call): `ctx` is the running command's context; names are static C strings
+    // SAFETY: for every call, `ctx` is the running command's context; names are static C strings
     // and the owner is passed with its length.
     unsafe {
         rm!(RedisModule_ReplyWithMap(ctx, 8));
@@ -383,7 +383,7 @@ fn reply_optional(ctx: Ctx, value: Option<i64>) {
 
 /// One `LOCK.HOLDERS` entry: a map under RESP3, a flat array under RESP2.
 fn reply_holder(ctx: Ctx, holder: &HolderInfo) {
-    // SAFETY (every call): `ctx` is the running command's context; names are static C strings
+    // SAFETY: for every call, `ctx` is the running command's context; names are static C strings
     // and the owner is passed with its length.
     unsafe {
         rm!(RedisModule_ReplyWithMap(ctx, 4));

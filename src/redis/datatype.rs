@@ -300,7 +300,7 @@ fn emit_holder(
 ) {
     let (token, count) = (holder.token as c_longlong, c_longlong::from(holder.count));
     let lease_end = holder.lease_end as c_longlong;
-    // SAFETY (both calls): each format letter matches its argument: s = the key's name, b = the
+    // SAFETY: for both calls, each format letter matches its argument: s = the key's name, b = the
     // owner's pointer and length, l = long longs, c = C strings.
     unsafe {
         if limit == 0 {

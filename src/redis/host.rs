@@ -231,7 +231,7 @@ impl RedisKey {
             return;
         }
         let name = self.name.as_ptr();
-        // SAFETY (every call): each format letter matches its argument: s = the key's name (a
+        // SAFETY: for every call, each format letter matches its argument: s = the key's name (a
         // live Redis string), b = the owner's pointer and length, l = long longs, c = C strings.
         unsafe {
             match holder {
