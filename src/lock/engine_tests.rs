@@ -123,7 +123,11 @@ fn reentrancy_limit_is_an_error_that_changes_nothing() {
     );
     assert_eq!(sim.reenter(K, b"a", 1000), Reply::Error(REENTRANCY_LIMIT));
     assert_eq!(sim.lock(K).map(|l| l.2), Some(MAX_COUNT));
-    assert_eq!(sim.engine.stats().contended, 0, "a refusal for the count is no contention");
+    assert_eq!(
+        sim.engine.stats().contended,
+        0,
+        "a refusal for the count is no contention"
+    );
 }
 
 fn sim_key(sim: &mut Sim) -> super::memory::MemKey {
@@ -632,5 +636,8 @@ fn another_owner_touching_the_key_does_not_cancel_a_revoke() {
     assert_eq!(sim.release(K, b"x"), Reply::Nil);
     assert_eq!(sim.renew(K, b"x", 1000), Reply::Nil);
     sim.settle();
-    assert_eq!(granted(&mut sim).iter().map(|g| g.0).collect::<Vec<_>>(), [c2]);
+    assert_eq!(
+        granted(&mut sim).iter().map(|g| g.0).collect::<Vec<_>>(),
+        [c2]
+    );
 }
