@@ -1472,11 +1472,13 @@ impl<T: Handles> Engine<T> {
                     self.start_timer(host, RETRY_MS, Due::Retry);
                 }
             }
-            State::Replica => {
-                if let Job::Serve(key) = job {
-                    self.fail_all(host, &key, Cow::Borrowed(READONLY));
+            State::Replica => match job {
+                Job::Serve(key) => self.fail_all(host, &key, Cow::Borrowed(READONLY)),
+                // The master decides now; nothing is revoked here.
+                Job::Revoke(_, token) => {
+                    self.revoking.remove(&token);
                 }
-            }
+            },
         }
     }
 }

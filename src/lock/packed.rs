@@ -248,6 +248,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn debug_shows_the_fields() {
+        let text = format!("{:?}", Hold::new(b"me", 42, 3));
+        assert_eq!(text, r#"Hold { owner: "me", token: 42, count: 3 }"#);
+    }
+
+    #[test]
     fn hold_round_trips_its_fields() {
         let owner = b"\x00binary\xffowner";
         let mut hold = Hold::new(owner, (1 << 53) - 1, 7);

@@ -217,6 +217,34 @@ mod tests {
     }
 
     #[test]
+    fn gone_entries_are_swept_once_they_outnumber_the_live_ones() {
+        let mut q = Queue::new();
+        for id in 1..=100 {
+            q.push(id, ());
+        }
+        // The head stays; 50 leave from the middle: as many gone as live, nothing swept.
+        for id in 2..=51 {
+            q.remove(id);
+        }
+        assert_eq!((q.len(), q.footprint()), (50, 100));
+        // One more: the gone outnumber the live, and go.
+        q.remove(52);
+        assert_eq!((q.len(), q.footprint()), (49, 49));
+        // A short queue keeps up to 16 gone entries before sweeping.
+        let mut q = Queue::new();
+        for id in 1..=18 {
+            q.push(id, ());
+        }
+        for id in 2..=17 {
+            q.remove(id);
+        }
+        assert_eq!((q.len(), q.footprint()), (2, 18));
+        q.push(19, ());
+        q.remove(18);
+        assert_eq!((q.len(), q.footprint()), (2, 2));
+    }
+
+    #[test]
     fn drain_and_iter_yield_live_waiters_in_order() {
         let mut q = Queue::new();
         for id in 1..=4 {
