@@ -1478,6 +1478,8 @@ impl<T: Handles> Engine<T> {
                 Job::Revoke(_, token) => {
                     self.revoking.remove(&token);
                 }
+                // The master caps its keys; the cap reaches replicas as PEXPIREAT.
+                Job::Leases(_) => {}
             },
         }
     }
