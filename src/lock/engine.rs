@@ -221,6 +221,9 @@ pub struct Engine<T: Handles> {
     jobs: Vec<Job>,
     /// Keys already in `jobs` as `Job::Serve`, so a burst of events serves each key once.
     serving: HashSet<KeyId>,
+    /// Keys with waiters whose value changed behind the engine's back since they were last
+    /// served: their whole queue is checked for requests the new value makes impossible.
+    arrived: HashSet<KeyId>,
     jobs_timer: bool,
     /// Jobs put off because the server could not write, retried every `RETRY_MS`.
     deferred: Vec<Job>,
@@ -243,6 +246,7 @@ impl<T: Handles> Default for Engine<T> {
             next_timer: 0,
             jobs: Vec::new(),
             serving: HashSet::new(),
+            arrived: HashSet::new(),
             jobs_timer: false,
             deferred: Vec::new(),
             revoking: HashMap::new(),
@@ -560,9 +564,8 @@ impl<T: Handles> Engine<T> {
                         .into_iter()
                         .collect(),
                     None => shared
-                        .iter()
-                        .filter(|(_, h)| alive(h))
-                        .take(if count == 0 { usize::MAX } else { count })
+                        .first_alive(count, now)
+                        .into_iter()
                         .map(|(o, h)| entry(o, h.token, h.count, ttl(Some(h.lease_end))))
                         .collect(),
                 }
@@ -649,7 +652,9 @@ impl<T: Handles> Engine<T> {
             .get(&at.db)
             .is_some_and(|keys| keys.contains_key(at.name))
         {
-            self.schedule(host, Job::Serve(at.to_id()));
+            let key = at.to_id();
+            self.arrived.insert(key.clone());
+            self.schedule(host, Job::Serve(key));
         }
     }
 
@@ -856,7 +861,9 @@ impl<T: Handles> Engine<T> {
 
     /// The lock's expiry moved: waiters behind it (if any) need their timer at the new time.
     fn expiry_moved<H: Host<T>>(&mut self, host: &mut H, at: KeyRef<'_>) {
-        self.key_changed(host, at);
+        if self.queued(at) > 0 {
+            self.schedule(host, Job::Serve(at.to_id()));
+        }
     }
 
     /// Hands the free lock at `at` to its head waiter, if anyone waits.
@@ -911,13 +918,17 @@ impl<T: Handles> Engine<T> {
                 continue;
             };
             self.stats.granted += 1;
-            self.tickets.insert(
-                waiter.client,
-                Ticket::Granted {
-                    key: id.clone(),
-                    token,
-                },
-            );
+            // A re-acquire hands out a hold its owner already has (through another client): if
+            // this client hangs up before its answer, the hold stays; only a new hold is revoked.
+            if !matches!(next, Next::Reacquire) {
+                self.tickets.insert(
+                    waiter.client,
+                    Ticket::Granted {
+                        key: id.clone(),
+                        token,
+                    },
+                );
+            }
             host.unblock(waiter.client, Outcome::Token(token));
             granted = true;
         }
@@ -953,6 +964,9 @@ impl<T: Handles> Engine<T> {
                         return;
                     }
                 }
+                if self.arrived.remove(id) {
+                    self.fail_conflicting(host, &key, id);
+                }
                 self.grant_pass(host, &mut key, id);
             }
         }
@@ -969,6 +983,56 @@ impl<T: Handles> Engine<T> {
         if key.expires_at().is_none_or(|at| at > last) {
             key.cap_expiry(last);
         }
+    }
+
+    /// A value that arrived behind the engine's back (`RENAME`, `RESTORE`, `SWAPDB`...) may
+    /// conflict with waiters anywhere in the queue, not only at its head: each waiter whose
+    /// request can never be granted as asked (another limit, or its owner holding the key in the
+    /// other mode) gets the error now. Costs a scan of the queue, only when the key is shared
+    /// and its waiters' limit differs, or a waiter's owner holds it.
+    fn fail_conflicting<H: Host<T>>(&mut self, host: &mut H, key: &H::Key, id: &KeyId) {
+        let Some(shared) = key.shared() else {
+            return;
+        };
+        let Some(line) = self.line(id) else {
+            return;
+        };
+        let limit = shared.limit();
+        let failing: Vec<(WaiterId, Cow<'static, str>)> = line
+            .queue
+            .iter()
+            .filter_map(|(wid, w)| {
+                let holds = shared.get(&w.owner).is_some();
+                match w.mode {
+                    Mode::Exclusive if holds => Some((wid, Cow::Borrowed(OTHER_MODE))),
+                    Mode::Shared { limit: asked } if asked != limit => {
+                        Some((wid, Cow::Owned(other_limit(limit))))
+                    }
+                    _ => None,
+                }
+            })
+            .collect();
+        for (wid, message) in failing {
+            let Some(line) = self.line(id) else {
+                break;
+            };
+            let Some(waiter) = line.queue.remove(wid) else {
+                continue;
+            };
+            if matches!(waiter.mode, Mode::Shared { .. }) {
+                line.shared_waiters -= 1;
+            }
+            self.tickets.remove(&waiter.client);
+            self.live -= 1;
+            self.stop_timer(host, waiter.timeout);
+            host.unblock(waiter.client, Outcome::Error(message));
+        }
+        if let Some(line) = self.line(id) {
+            if line.shared_waiters > 0 {
+                line.limit = limit;
+            }
+        }
+        self.drop_line_if_empty(host, id);
     }
 
     /// Ends a hold granted to a client that hung up before it learned of it, unless its owner
@@ -1314,6 +1378,7 @@ impl<T: Handles> Engine<T> {
         if keys.is_empty() {
             self.lines.remove(&key.db);
         }
+        self.arrived.remove(key);
         if let Some(deadline) = line.and_then(|line| line.deadline) {
             self.stop_timer(host, Some(deadline.number));
         }
@@ -1372,6 +1437,7 @@ impl<T: Handles> Engine<T> {
         if keys.is_empty() {
             self.lines.remove(&key.db);
         }
+        self.arrived.remove(key);
         if let Some(deadline) = line.deadline.take() {
             self.stop_timer(host, Some(deadline.number));
         }

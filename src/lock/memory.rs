@@ -515,6 +515,21 @@ impl Sim {
             .key_changed(&mut self.host, KeyRef { db: DB, name: key });
     }
 
+    /// Puts a shared value at `key` behind the engine's back (RENAME, RESTORE), expiring at its
+    /// latest lease end.
+    pub fn bring_shared(&mut self, key: &[u8], shared: Shared) {
+        let expires_at = shared.last_lease_end();
+        self.host.space.borrow_mut().keys.insert(
+            (DB, key.to_vec()),
+            Entry {
+                value: Value::Lock(LockValue::Shared(shared)),
+                expires_at,
+            },
+        );
+        self.engine
+            .key_changed(&mut self.host, KeyRef { db: DB, name: key });
+    }
+
     /// Sets `key`'s expiry behind the engine's back (PEXPIREAT).
     pub fn set_expiry(&mut self, key: &[u8], at: Option<i64>) {
         if let Some(entry) = self

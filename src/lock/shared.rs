@@ -267,6 +267,23 @@ impl Shared {
         list
     }
 
+    /// The first `n` holders in grant order (0: all) among those alive at `now`: O(H), plus
+    /// O(n log n) to order them.
+    pub fn first_alive(&self, n: usize, now: i64) -> Vec<(&[u8], Holder)> {
+        let mut list: Vec<(&[u8], Holder)> = self
+            .slots
+            .iter()
+            .filter(|s| s.lease_end >= now)
+            .map(|s| (self.owner_of_slot(s), s.holder()))
+            .collect();
+        if n > 0 && n < list.len() {
+            list.select_nth_unstable_by_key(n, |(_, h)| h.token);
+            list.truncate(n);
+        }
+        list.sort_unstable_by_key(|(_, h)| h.token);
+        list
+    }
+
     /// Holders in grant order (ascending token), lapsed or not.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], Holder)> {
         self.holders().into_iter()

@@ -409,3 +409,49 @@ fn persist_or_a_longer_ttl_extends_no_lease() {
     sim.advance(101);
     assert_eq!(sim.shared(K), None);
 }
+
+#[test]
+fn a_hang_up_after_a_reacquire_answer_keeps_the_owners_hold() {
+    // Two clients of one owner wait; the first is granted, the second answered as a re-acquire
+    // with the same token. The second hanging up must not take the hold from the first.
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"w", 1000);
+    let (_, c1) = sim.wait_as(K, b"o", 60_000, 0, READ);
+    let (_, c2) = sim.wait_as(K, b"o", 60_000, 0, READ);
+    sim.release(K, b"w");
+    sim.hang_up(c2);
+    sim.settle();
+    assert_eq!(granted(&mut sim), [c1]);
+    assert_eq!(owners(&mut sim), [b"o".to_vec()]);
+}
+
+#[test]
+fn a_value_brought_in_fails_every_waiter_it_conflicts_with_not_only_the_head() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"x", 100_000);
+    let (_, e) = sim.wait(K, b"e", 1000, 0);
+    let (_, q) = sim.wait_as(K, b"q", 1000, 0, sem(2));
+    let mut other = super::Shared::new(3);
+    other.insert(
+        b"y",
+        super::Holder {
+            token: 1,
+            count: 1,
+            lease_end: START + 50_000,
+        },
+    );
+    sim.bring_shared(K, other);
+    sim.settle();
+    let answers = sim.deliver();
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(answers[0].0, q);
+    assert_eq!(
+        super::memory::error_text(&answers[0].1),
+        Some(other_limit(3).as_str())
+    );
+    assert_eq!(
+        sim.engine.waiters(),
+        1,
+        "the exclusive head {e} still waits"
+    );
+}
