@@ -541,6 +541,23 @@ mod tests {
     }
 
     #[test]
+    fn equal_sets_are_the_same_holders_and_limit_in_any_order() {
+        let mut a = Shared::new(2);
+        a.insert(b"x", h(1, 10));
+        a.insert(b"y", h(2, 20));
+        let mut b = Shared::new(2);
+        b.insert(b"y", h(2, 20));
+        b.insert(b"x", h(1, 10));
+        assert_eq!(a, b);
+        assert_ne!(a, Shared::new(2));
+        let mut other_limit = b.clone();
+        other_limit.limit = 3;
+        assert_ne!(a, other_limit);
+        b.insert(b"y", h(2, 21));
+        assert_ne!(a, b);
+    }
+
+    #[test]
     fn a_big_set_stays_small() {
         let mut s = Shared::new(0);
         let owner = |i: u32| format!("{i:036}").into_bytes();
