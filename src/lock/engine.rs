@@ -274,17 +274,7 @@ impl<T: Handles> Engine<T> {
         ttl_ms: u64,
         mode: Mode,
     ) -> Reply {
-        if mode == Mode::Exclusive && key.shared().is_none() {
-            let decision = hold::acquire(self.found(host, key, at), owner);
-            return self.apply_take(host, key, at, owner, ttl_ms, decision);
-        }
-        match self.take_shared(host, key, at, owner, ttl_ms, mode, Kind::Acquire) {
-            Taken::Reply(reply) => reply,
-            Taken::MustWait => {
-                self.stats.contended += 1;
-                Reply::Nil
-            }
-        }
+        self.take(host, key, at, owner, ttl_ms, mode, Kind::Acquire)
     }
 
     /// `LOCK.REENTER`: a reentrant acquire; replies the new count.
@@ -297,11 +287,31 @@ impl<T: Handles> Engine<T> {
         ttl_ms: u64,
         mode: Mode,
     ) -> Reply {
+        self.take(host, key, at, owner, ttl_ms, mode, Kind::Reenter)
+    }
+
+    /// `LOCK.ACQUIRE` or `LOCK.REENTER`: an exclusive request on a key that is not shared takes
+    /// the plain path (the hot one); anything involving shared holds the shared-aware one.
+    #[allow(clippy::too_many_arguments)]
+    fn take<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        at: KeyRef<'_>,
+        owner: &[u8],
+        ttl_ms: u64,
+        mode: Mode,
+        kind: Kind,
+    ) -> Reply {
         if mode == Mode::Exclusive && key.shared().is_none() {
-            let decision = hold::reenter(self.found(host, key, at), owner);
+            let decide = match kind {
+                Kind::Acquire => hold::acquire,
+                Kind::Reenter => hold::reenter,
+            };
+            let decision = decide(self.found(host, key, at), owner);
             return self.apply_take(host, key, at, owner, ttl_ms, decision);
         }
-        match self.take_shared(host, key, at, owner, ttl_ms, mode, Kind::Reenter) {
+        match self.take_shared(host, key, at, owner, ttl_ms, mode, kind) {
             Taken::Reply(reply) => reply,
             Taken::MustWait => {
                 self.stats.contended += 1;
