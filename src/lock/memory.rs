@@ -604,6 +604,11 @@ impl Sim {
         answered
     }
 
+    /// The answers given to blocked clients and not yet delivered, in the order given.
+    pub fn pending(&self) -> &[(Client, Outcome)] {
+        &self.host.unblocked
+    }
+
     /// `client` hangs up. If it was answered but the answer not yet delivered, the answer is
     /// lost with it.
     pub fn hang_up(&mut self, client: Client) {

@@ -455,3 +455,19 @@ fn a_value_brought_in_fails_every_waiter_it_conflicts_with_not_only_the_head() {
         "the exclusive head {e} still waits"
     );
 }
+
+#[test]
+fn a_hang_up_of_the_new_shared_grant_keeps_the_hold_a_reacquire_answer_carries() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"w", 1000);
+    let (_, c1) = sim.wait_as(K, b"o", 60_000, 0, sem(1));
+    let (_, c2) = sim.wait_as(K, b"o", 60_000, 0, sem(1));
+    let (_, c3) = sim.wait_as(K, b"x", 60_000, 0, sem(1));
+    sim.release(K, b"w");
+    sim.hang_up(c1);
+    sim.settle();
+    assert_eq!(granted(&mut sim), [c2]);
+    sim.settle();
+    assert_eq!(owners(&mut sim), [b"o".to_vec()]);
+    assert_eq!(sim.engine.waiters(), 1, "{c3} still waits for the permit");
+}
