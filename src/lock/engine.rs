@@ -672,9 +672,7 @@ impl<T: Handles> Engine<T> {
             .get(&at.db)
             .is_some_and(|keys| keys.contains_key(at.name))
         {
-            let key = at.to_id();
-            self.arrived.insert(key.clone());
-            self.schedule(host, Job::Serve(key));
+            self.value_changed(host, at.to_id());
         }
     }
 
@@ -689,8 +687,15 @@ impl<T: Handles> Engine<T> {
     /// Every key of `db` (all dbs if `None`) may have changed (FLUSHDB, SWAPDB, end of loading).
     pub fn db_changed<H: Host<T>>(&mut self, host: &mut H, db: Option<i32>) {
         for key in self.keys_with_waiters(db) {
-            self.schedule(host, Job::Serve(key));
+            self.value_changed(host, key);
         }
+    }
+
+    /// The value at `key`, which has waiters, may have been replaced by any other: its whole queue
+    /// is checked against it, then it is served. Every way a value arrives comes here.
+    fn value_changed<H: Host<T>>(&mut self, host: &mut H, key: KeyId) {
+        self.arrived.insert(key.clone());
+        self.schedule(host, Job::Serve(key));
     }
 
     /// `holds` holds ended because their lock's TTL ran out (counted for `INFO`).

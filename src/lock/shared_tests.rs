@@ -427,6 +427,17 @@ fn a_hang_up_after_a_reacquire_answer_keeps_the_owners_hold() {
 
 #[test]
 fn a_value_brought_in_fails_every_waiter_it_conflicts_with_not_only_the_head() {
+    a_value_arriving_fails_every_waiter_it_conflicts_with(Sim::bring_shared);
+}
+
+#[test]
+fn a_value_swapped_in_fails_every_waiter_it_conflicts_with_not_only_the_head() {
+    a_value_arriving_fails_every_waiter_it_conflicts_with(Sim::swap_in_shared);
+}
+
+fn a_value_arriving_fails_every_waiter_it_conflicts_with(
+    arrive: fn(&mut Sim, &[u8], super::Shared),
+) {
     let mut sim = Sim::new(START);
     sim.acquire(K, b"x", 100_000);
     let (_, e) = sim.wait(K, b"e", 1000, 0);
@@ -440,7 +451,7 @@ fn a_value_brought_in_fails_every_waiter_it_conflicts_with_not_only_the_head() {
             lease_end: START + 50_000,
         },
     );
-    sim.bring_shared(K, other);
+    arrive(&mut sim, K, other);
     sim.settle();
     let answers = sim.deliver();
     assert_eq!(answers.len(), 1, "{answers:?}");
