@@ -512,7 +512,8 @@ fn a_big_key_stays_fast_and_counted() {
     assert_eq!(holders(&mut c, "big2").len(), 99_998);
     let _: () = cmd!("FLUSHALL", "ASYNC").query(&mut c).unwrap();
     assert!(eventually(DUE, || info_field(&mut c, "holds") == 0));
-    // 50k leases lapse together behind one long one; the next command prunes them all.
+    // 50k leases lapse together behind one long one; the next command queues their removal,
+    // which follows in bounded slices (tests/storms.rs checks the server stays responsive).
     acq(&mut c, "lapse", b"long", 600_000, &["SHARED"]).unwrap();
     let _: i64 = cmd!("EVAL", fill, 1, "lapse", 50_000, 3_000)
         .query(&mut c)
@@ -521,8 +522,8 @@ fn a_big_key_stays_fast_and_counted() {
     assert_eq!(holders(&mut c, "lapse").len(), 1);
     let t = Instant::now();
     acq(&mut c, "lapse", b"y", 1000, &["SHARED"]).unwrap();
+    assert!(eventually(DUE, || info_field(&mut c, "holds") == 2));
     eprintln!("pruning 50k lapsed leases took {:?}", t.elapsed());
-    assert_eq!(info_field(&mut c, "holds"), 2);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -101,8 +101,13 @@ pub fn token(bytes: &[u8]) -> Result<u64, ArgError> {
 
 /// A reentrancy count: 1 <= count <= 2^32 - 1.
 pub fn count(bytes: &[u8]) -> Result<u32, ArgError> {
-    in_range(bytes, 1, u64::from(super::hold::MAX_COUNT), ArgError::Count)
-        .map(|c| u32::try_from(c).unwrap_or(super::hold::MAX_COUNT))
+    in_range(
+        bytes,
+        1,
+        u64::from(super::packed::MAX_COUNT),
+        ArgError::Count,
+    )
+    .map(|c| u32::try_from(c).unwrap_or(super::packed::MAX_COUNT))
 }
 
 /// The optional mode after an acquiring command's fixed arguments: nothing (exclusive),

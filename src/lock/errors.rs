@@ -1,5 +1,7 @@
 //! The error replies the engine gives, in one place (their texts are part of the contract).
 
+use std::borrow::Cow;
+
 /// `LOCK.REENTER` at the highest count.
 pub const REENTRANCY_LIMIT: &str = "ERR reentrancy limit reached";
 /// Every token below 2^53 has been issued.
@@ -13,8 +15,39 @@ pub const NOPERM: &str =
     "NOPERM No permissions any more to run the 'lock.wait' command or to access its key";
 /// An owner that holds a key asks for it in the other mode (no upgrade or downgrade).
 pub const OTHER_MODE: &str = "ERR lock is held in another mode";
+/// A new holder's owner does not fit beside the key's others (owners take 4 GiB in all).
+pub const TOO_MANY_HOLDERS: &str = "ERR lock has too many holders";
 
 /// A shared request whose limit is not the key's (`limit`).
 pub fn other_limit(limit: u32) -> String {
     format!("ERR lock has another limit ({limit})")
+}
+
+/// Why a request is refused: it can never be granted as asked, or no hold can be made. Nothing
+/// changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The holder's count is at its highest.
+    ReentrancyLimit,
+    /// The owner holds the key in the other mode.
+    OtherMode,
+    /// A shared request whose limit is not the key's (this one).
+    OtherLimit(u32),
+    /// Every token has been issued.
+    NoTokens,
+    /// The key's holders take all the room a key has.
+    TooManyHolders,
+}
+
+impl Refusal {
+    /// The error reply.
+    pub fn text(self) -> Cow<'static, str> {
+        match self {
+            Refusal::ReentrancyLimit => Cow::Borrowed(REENTRANCY_LIMIT),
+            Refusal::OtherMode => Cow::Borrowed(OTHER_MODE),
+            Refusal::OtherLimit(limit) => Cow::Owned(other_limit(limit)),
+            Refusal::NoTokens => Cow::Borrowed(NO_TOKENS),
+            Refusal::TooManyHolders => Cow::Borrowed(TOO_MANY_HOLDERS),
+        }
+    }
 }

@@ -128,10 +128,17 @@ pub trait Key {
     fn update(&mut self, count: u32, at: Option<i64>);
     /// Adds or replaces `owner`'s hold in a shared key with `limit` (0: none), making an empty
     /// key shared; the key's expiry becomes the latest lease end. Replicated as this one holder.
-    fn put_holder(&mut self, limit: u32, owner: &[u8], holder: Holder);
+    /// False, and nothing changes, if a new holder does not fit
+    /// ([`super::shared::MAX_OWNER_BYTES`]).
+    fn put_holder(&mut self, limit: u32, owner: &[u8], holder: Holder) -> bool;
     /// Removes `owner`'s hold from a shared key, and the key with its last holder; the key's
     /// expiry becomes the latest lease end left. Replicated as this one removal.
     fn remove_holder(&mut self, owner: &[u8]);
+    /// Removes `owner`'s lapsed hold as [`Key::remove_holder`] does, but compacts nothing: for
+    /// removing many in bounded slices, with [`Key::tidy`] once done.
+    fn end_lapsed(&mut self, owner: &[u8]);
+    /// Compacts a shared key's holder set where much of it is unused.
+    fn tidy(&mut self);
     /// Sets the key's expiry to `at` (a shared key whose TTL a user extended past its leases);
     /// replicated as `PEXPIREAT`.
     fn cap_expiry(&mut self, at: i64);

@@ -144,6 +144,28 @@ impl MemKey {
     }
 }
 
+impl MemKey {
+    /// Removes `owner`'s holder, compacting the set after if `tidy`.
+    fn drop_holder(&mut self, owner: &[u8], tidy: bool) {
+        if let Some(LockValue::Shared(shared)) = self.value.as_mut() {
+            if tidy {
+                shared.remove(owner);
+            } else {
+                shared.remove_keeping_room(owner);
+            }
+            self.expires_at = shared.last_lease_end();
+            if shared.is_empty() {
+                self.value = None;
+            }
+        }
+        let effect = Effect::Drop {
+            key: self.name.clone(),
+            owner: owner.to_vec(),
+        };
+        self.write(effect);
+    }
+}
+
 impl Key for MemKey {
     fn lock(&self) -> Option<LockRef<'_>> {
         match self.value.as_ref()? {
@@ -172,13 +194,23 @@ impl Key for MemKey {
         self.write_hold();
     }
 
-    fn put_holder(&mut self, limit: u32, owner: &[u8], holder: Holder) {
-        if !matches!(self.value, Some(LockValue::Shared(_))) {
-            self.value = Some(LockValue::Shared(Shared::new(limit)));
-        }
-        if let Some(LockValue::Shared(shared)) = self.value.as_mut() {
-            shared.insert(owner, holder);
+    fn put_holder(&mut self, limit: u32, owner: &[u8], holder: Holder) -> bool {
+        let mut shared = match self.value.take() {
+            Some(LockValue::Shared(shared)) => shared,
+            other => {
+                self.value = other;
+                Shared::new(limit)
+            }
+        };
+        let stored = shared.insert(owner, holder).is_ok();
+        if stored {
             self.expires_at = shared.last_lease_end();
+        }
+        if stored || !shared.is_empty() {
+            self.value = Some(LockValue::Shared(shared));
+        }
+        if !stored {
+            return false;
         }
         let effect = Effect::ApplyHolder {
             key: self.name.clone(),
@@ -187,21 +219,21 @@ impl Key for MemKey {
             limit,
         };
         self.write(effect);
+        true
     }
 
     fn remove_holder(&mut self, owner: &[u8]) {
+        self.drop_holder(owner, true);
+    }
+
+    fn end_lapsed(&mut self, owner: &[u8]) {
+        self.drop_holder(owner, false);
+    }
+
+    fn tidy(&mut self) {
         if let Some(LockValue::Shared(shared)) = self.value.as_mut() {
-            shared.remove(owner);
-            self.expires_at = shared.last_lease_end();
-            if shared.is_empty() {
-                self.value = None;
-            }
+            shared.tidy();
         }
-        let effect = Effect::Drop {
-            key: self.name.clone(),
-            owner: owner.to_vec(),
-        };
-        self.write(effect);
     }
 
     fn cap_expiry(&mut self, at: i64) {
@@ -331,6 +363,27 @@ impl MemHost {
     /// Timers armed and not yet fired or stopped.
     pub fn timers(&self) -> usize {
         self.timers.len()
+    }
+
+    /// When the next armed timer is due.
+    pub fn next_timer_due(&self) -> Option<i64> {
+        self.timers.first_key_value().map(|(&(due, _), _)| due)
+    }
+
+    /// Takes the next armed timer, moving the clock to its due time if that is later; returns
+    /// the number it carries.
+    pub fn fire_next_timer(&mut self) -> Option<u64> {
+        let (&(due, seq), &number) = self.timers.first_key_value()?;
+        self.timers.remove(&(due, seq));
+        self.due_of.remove(&seq);
+        let mut space = self.space.borrow_mut();
+        space.now = space.now.max(due);
+        Some(number)
+    }
+
+    /// Sets the clock (Unix ms).
+    pub fn set_now(&mut self, now: i64) {
+        self.space.borrow_mut().now = now;
     }
 }
 

@@ -1,10 +1,14 @@
 //! The lock engine, in pure Rust: no Redis imports, the server behind a [`Host`] trait.
 //!
-//! - [`engine`]: every decision and its application: grants, releases, renewals, the FIFO
-//!   hand-off, serving and revoking waiters, lease-expiry and wait timers, tokens, counters.
+//! - [`decide`]: what each command decides from what it finds at a key and in its queue (pure
+//!   functions, both modes, table-tested).
+//! - [`engine`]: applies the decisions: grants, releases, renewals, the FIFO hand-off, serving
+//!   and revoking waiters, lapsed leases, tokens, counters. It owns the parts below.
+//! - [`waiters`]: every key's queue, every blocked client's ticket, the answers in flight.
+//! - [`schedule`]: every timer and deferred job, behind one host timer, a bounded slice a turn.
 //! - [`host`]: what the engine needs from the server (keys, timers, blocked clients, state).
-//! - [`hold`]: what each command decides from a lock's state.
 //! - [`packed`]: the packed layout of a [`Hold`] (the engine's only `unsafe`).
+//! - [`shared`]: the holders of a shared key, with O(log H) lease and order queries.
 //! - [`queue`]: the FIFO queue of waiters, with O(1) hand-off and cheap departures.
 //! - [`tokens`]: fencing tokens, strictly increasing and floored by the wall clock.
 //! - [`args`]: parsing and bounds of command arguments.
@@ -14,27 +18,30 @@
 //! the engine and turns its replies into Redis replies.
 
 pub mod args;
+pub mod decide;
 pub mod engine;
 pub mod errors;
-pub mod hold;
 pub mod host;
 pub mod memory;
 pub mod packed;
 pub mod queue;
+pub mod schedule;
 pub mod shared;
 pub mod stats;
 pub mod tokens;
+pub mod waiters;
 
 #[cfg(test)]
 mod engine_tests;
 #[cfg(test)]
 mod model;
 #[cfg(test)]
+mod parts_tests;
+#[cfg(test)]
 mod shared_tests;
 
 pub use args::ArgError;
 pub use engine::{Engine, HolderInfo, Info, Reply};
-pub use hold::{Decision, Found, Step};
 pub use host::{Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
 pub use packed::{Hold, LockMut, LockRef, LockValue, MAX_COUNT};
 pub use queue::Queue;

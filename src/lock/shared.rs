@@ -1,25 +1,44 @@
 //! The holders of a shared key (a read lock, or a counting semaphore when it has a limit).
 //!
 //! Every holder is a full hold of its own: owner, fencing token, reentrancy count and lease end.
-//! Finding a holder by owner, adding, renewing or removing one, and finding the first and the
-//! last lease to end are O(log H) at most (amortized); listing in grant order sorts.
+//! Each operation costs what the commands' docs promise, whatever the number H of holders and
+//! however many of their leases have lapsed without being removed yet:
+//! - finding a holder by owner: O(1) expected;
+//! - adding, renewing or removing one: O(log H) expected (amortized for the arrays' growth);
+//! - the first and the last lease to end, the first lease end from a given time, and how many
+//!   leases are alive at a given time: O(log H);
+//! - the first n live holders in grant (token) order: O((n + log H) log(n + log H)).
 //!
-//! Memory is what the spec bounds (at most 64 bytes per holder beyond its owner's bytes), so the
-//! set is a few flat arrays rather than maps of boxes:
-//! - `slots`: one 32-byte record per holder, in no particular order (a removal moves the last
+//! Memory is what the spec bounds (bytes per holder beyond its owner's bytes), so the set is a
+//! few flat arrays rather than maps of boxes:
+//! - `slots`: one 40-byte record per holder, in no particular order (a removal moves the last
 //!   record into the hole);
 //! - `owners`: every owner's bytes back to back, each record pointing at its own; the bytes of
-//!   removed owners are compacted away once they are a quarter of the whole;
-//! - `table`: an open-addressing hash table of slot numbers by owner (4 bytes per entry, at
-//!   most three quarters full);
-//! - `early` and `late`: binary heaps of slot numbers by lease end, the first and the last to
-//!   end on top; each record knows its place in both.
+//!   removed owners are compacted away once they are a quarter of the whole (at most
+//!   [`MAX_OWNER_BYTES`] in all, so that a 32-bit offset addresses every owner);
+//! - `table`: an open-addressing hash table of slot numbers by owner (4 bytes per entry, between
+//!   an eighth and three quarters full; deletion shifts entries back, so it never fills with
+//!   tombstones);
+//! - the records are also the nodes of a treap ordered by (lease end, token, owner), each node
+//!   knowing the size of its subtree and the holder with the smallest token in it: that is what
+//!   answers the time and order questions above without a scan.
 
+use std::cmp::Ordering;
 use std::collections::hash_map::RandomState;
+use std::collections::BinaryHeap;
 use std::hash::BuildHasher;
 
 /// The largest limit a semaphore may have.
 pub const MAX_LIMIT: u32 = 1_000_000;
+
+/// The most bytes the owners of one key may take together (offsets into them are 32-bit). With
+/// 256-byte owners that is 16.7 million holders; RDB loading refuses a value above it. (1 MiB in
+/// the unit tests, which check the bound without allocating gigabytes.)
+pub const MAX_OWNER_BYTES: usize = if cfg!(test) {
+    1 << 20
+} else {
+    u32::MAX as usize
+};
 
 /// How a request wants a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,14 +58,26 @@ pub struct Holder {
     pub lease_end: i64,
 }
 
+impl Holder {
+    /// Whether the lease is alive at `now` (through its last millisecond).
+    pub fn alive_at(&self, now: i64) -> bool {
+        self.lease_end >= now
+    }
+}
+
+/// A new holder would take the owners' bytes past [`MAX_OWNER_BYTES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Full;
+
 /// Tokens take the low 53 bits of a record's first word, `owner length - 1` the 8 above.
 const TOKEN_BITS: u32 = 53;
 const TOKEN_MASK: u64 = (1 << TOKEN_BITS) - 1;
-/// A free place in `table`, and one whose entry was removed.
+/// No node (a missing child); also the most slots a set can have.
+const NIL: u32 = u32::MAX;
+/// A free place in `table` (entries are slot numbers + 1).
 const EMPTY: u32 = 0;
-const GONE: u32 = u32::MAX;
 
-/// One holder's record.
+/// One holder's record, and its node in the treap.
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     /// Token, and `owner length - 1` above it.
@@ -55,9 +86,12 @@ struct Slot {
     /// Where the owner's bytes start in `owners`.
     owner_at: u32,
     count: u32,
-    /// Places in `early` and `late`.
-    early: u32,
-    late: u32,
+    left: u32,
+    right: u32,
+    /// Nodes in this subtree, this one included.
+    size: u32,
+    /// The slot with the smallest token in this subtree.
+    min: u32,
 }
 
 impl Slot {
@@ -76,11 +110,6 @@ impl Slot {
             lease_end: self.lease_end,
         }
     }
-
-    /// The heaps' order: by lease end, then token.
-    fn key(&self) -> (i64, u64) {
-        (self.lease_end, self.token())
-    }
 }
 
 /// The holders of one shared key.
@@ -91,13 +120,13 @@ pub struct Shared {
     owners: Vec<u8>,
     /// Bytes of `owners` that belong to no record any more.
     stale: usize,
-    /// Slot number + 1, `EMPTY` or `GONE`; its length is 0 or a power of two.
+    /// Slot number + 1, or `EMPTY`; its length is 0 or a power of two.
     table: Vec<u32>,
-    /// Entries of `table` that are not `EMPTY` (live and `GONE`).
-    table_used: usize,
-    early: Vec<u32>,
-    late: Vec<u32>,
+    /// The treap's root (`NIL` when empty).
+    root: u32,
     hasher: RandomState,
+    /// Mixed into the treap's priorities, so nobody can choose tokens that unbalance it.
+    seed: u64,
 }
 
 impl Default for Shared {
@@ -118,16 +147,17 @@ impl Eq for Shared {}
 impl Shared {
     /// No holders yet, with `limit` (0: none).
     pub fn new(limit: u32) -> Shared {
+        let hasher = RandomState::new();
+        let seed = hasher.hash_one(0x5eed_u64);
         Shared {
             limit,
             slots: Vec::new(),
             owners: Vec::new(),
             stale: 0,
             table: Vec::new(),
-            table_used: 0,
-            early: Vec::new(),
-            late: Vec::new(),
-            hasher: RandomState::new(),
+            root: NIL,
+            hasher,
+            seed,
         }
     }
 
@@ -151,20 +181,40 @@ impl Shared {
         self.find(owner).map(|(_, slot)| self.slots[slot].holder())
     }
 
+    /// `owner`'s hold if its lease is alive at `now`.
+    pub fn get_alive(&self, owner: &[u8], now: i64) -> Option<Holder> {
+        self.get(owner).filter(|h| h.alive_at(now))
+    }
+
     /// Adds `owner`'s hold, or replaces it. Owners are 1 to 256 bytes long and tokens below
-    /// 2^53 (what the commands accept); others are cut to fit rather than refused.
-    pub fn insert(&mut self, owner: &[u8], holder: Holder) {
+    /// 2^53 (what the commands accept); others are cut to fit rather than refused. A new owner
+    /// whose bytes do not fit ([`MAX_OWNER_BYTES`]) is refused and nothing changes.
+    pub fn insert(&mut self, owner: &[u8], holder: Holder) -> Result<(), Full> {
         let owner = &owner[..owner.len().clamp(1, 256)];
         let token_len = (holder.token & TOKEN_MASK) | ((owner.len() as u64 - 1) << TOKEN_BITS);
         if let Some((_, slot)) = self.find(owner) {
+            let record = self.slots[slot];
+            if record.token_len == token_len && record.lease_end == holder.lease_end {
+                self.slots[slot].count = holder.count;
+                return Ok(());
+            }
+            // Its place in the treap moves with its lease end (and token).
+            self.root = self.remove_node(self.root, slot as u32);
             let record = &mut self.slots[slot];
             record.token_len = token_len;
-            record.count = holder.count;
             record.lease_end = holder.lease_end;
-            let (early, late) = (record.early as usize, record.late as usize);
-            self.sift_early(early);
-            self.sift_late(late);
-            return;
+            record.count = holder.count;
+            self.attach(slot as u32);
+            return Ok(());
+        }
+        if self.owners.len() + owner.len() > MAX_OWNER_BYTES {
+            self.compact_owners();
+            if self.owners.len() + owner.len() > MAX_OWNER_BYTES {
+                return Err(Full);
+            }
+        }
+        if self.slots.len() >= NIL as usize - 1 {
+            return Err(Full);
         }
         let slot = self.slots.len();
         grow_exactly(&mut self.owners, owner.len());
@@ -176,60 +226,86 @@ impl Shared {
             lease_end: holder.lease_end,
             owner_at,
             count: holder.count,
-            early: self.early.len() as u32,
-            late: self.late.len() as u32,
+            left: NIL,
+            right: NIL,
+            size: 1,
+            min: slot as u32,
         });
         self.table_insert(owner, slot);
-        grow_exactly(&mut self.early, 1);
-        grow_exactly(&mut self.late, 1);
-        self.early.push(slot as u32);
-        self.late.push(slot as u32);
-        self.sift_early(self.early.len() - 1);
-        self.sift_late(self.late.len() - 1);
+        self.attach(slot as u32);
+        Ok(())
     }
 
-    /// Removes `owner`'s hold.
+    /// Removes `owner`'s hold, then compacts what much of the arrays no longer uses.
     pub fn remove(&mut self, owner: &[u8]) -> Option<Holder> {
+        let holder = self.remove_keeping_room(owner)?;
+        self.tidy();
+        Some(holder)
+    }
+
+    /// Removes `owner`'s hold without compacting anything (O(log H) however large the set):
+    /// for removing many in bounded steps; [`Shared::tidy`] afterwards.
+    pub fn remove_keeping_room(&mut self, owner: &[u8]) -> Option<Holder> {
         let (at, slot) = self.find(owner)?;
         let record = self.slots[slot];
-        self.table[at] = GONE;
-        self.heap_remove(record.early as usize, true);
-        self.heap_remove(record.late as usize, false);
+        self.root = self.remove_node(self.root, slot as u32);
+        self.table_remove_at(at);
         self.stale += record.owner_len();
         // The last record moves into the hole; whoever points at it follows.
         let last = self.slots.len() - 1;
         self.slots.swap_remove(slot);
         if slot != last {
             let moved = self.slots[slot];
-            if let Some((at, _)) = self.find_at(self.owner_of_slot(&moved), last) {
+            if let Some(at) = self.table_place_of(self.owner_of_slot(&moved), last) {
                 self.table[at] = slot as u32 + 1;
             }
-            self.early[moved.early as usize] = slot as u32;
-            self.late[moved.late as usize] = slot as u32;
+            self.relink(last as u32, slot as u32);
         }
-        self.tidy();
+        if self.slots.is_empty() {
+            *self = Shared::new(self.limit);
+        }
         Some(record.holder())
     }
 
-    /// The owner of the hold with `token` (a scan: only revokes ask).
-    pub fn owner_of(&self, token: u64) -> Option<&[u8]> {
-        self.slots
-            .iter()
-            .find(|s| s.token() == token)
-            .map(|s| self.owner_of_slot(s))
-    }
-
-    /// The lease that ends first: (its last millisecond, the owner).
+    /// The lease that ends first: (its last millisecond, the owner). O(log H).
     pub fn first_lease_end(&self) -> Option<(i64, &[u8])> {
-        let record = &self.slots[*self.early.first()? as usize];
+        let mut t = self.root;
+        if t == NIL {
+            return None;
+        }
+        while self.slots[t as usize].left != NIL {
+            t = self.slots[t as usize].left;
+        }
+        let record = &self.slots[t as usize];
         Some((record.lease_end, self.owner_of_slot(record)))
     }
 
-    /// The latest lease end (what the key's TTL is set to).
+    /// The latest lease end (what the key's TTL is set to). O(log H).
     pub fn last_lease_end(&self) -> Option<i64> {
-        self.late
-            .first()
-            .map(|&slot| self.slots[slot as usize].lease_end)
+        let mut t = self.root;
+        if t == NIL {
+            return None;
+        }
+        while self.slots[t as usize].right != NIL {
+            t = self.slots[t as usize].right;
+        }
+        Some(self.slots[t as usize].lease_end)
+    }
+
+    /// The first lease end at or after `now` (the next lease of those alive to end). O(log H).
+    pub fn next_lease_end(&self, now: i64) -> Option<i64> {
+        let mut t = self.root;
+        let mut best = None;
+        while t != NIL {
+            let record = &self.slots[t as usize];
+            if record.lease_end >= now {
+                best = Some(record.lease_end);
+                t = record.left;
+            } else {
+                t = record.right;
+            }
+        }
+        best
     }
 
     /// The latest end among leases alive at `now`.
@@ -237,26 +313,28 @@ impl Shared {
         self.last_lease_end().filter(|end| *end >= now)
     }
 
-    /// Holders whose lease is alive at `now`; counts the lapsed ones from the top of the heap
-    /// of first ends, so it costs the number of lapsed leases.
+    /// Holders whose lease is alive at `now`. O(log H).
     pub fn live(&self, now: i64) -> usize {
-        let mut lapsed = 0;
-        let mut stack = vec![0usize];
-        while let Some(i) = stack.pop() {
-            let Some(&slot) = self.early.get(i) else {
-                continue;
-            };
-            if self.slots[slot as usize].lease_end >= now {
-                continue;
-            }
-            lapsed += 1;
-            stack.push(2 * i + 1);
-            stack.push(2 * i + 2);
-        }
-        self.len() - lapsed
+        self.len() - self.lapsed(now)
     }
 
-    /// Holders in grant order (ascending token), lapsed or not.
+    /// Holders whose lease has lapsed at `now` (not removed yet). O(log H).
+    pub fn lapsed(&self, now: i64) -> usize {
+        let mut t = self.root;
+        let mut before = 0usize;
+        while t != NIL {
+            let record = &self.slots[t as usize];
+            if record.lease_end < now {
+                before += 1 + self.size(record.left) as usize;
+                t = record.right;
+            } else {
+                t = record.left;
+            }
+        }
+        before
+    }
+
+    /// Holders in grant order (ascending token), lapsed or not. O(H log H).
     pub fn holders(&self) -> Vec<(&[u8], Holder)> {
         let mut list: Vec<(&[u8], Holder)> = self
             .slots
@@ -267,20 +345,54 @@ impl Shared {
         list
     }
 
-    /// The first `n` holders in grant order (0: all) among those alive at `now`: O(H), plus
-    /// O(n log n) to order them.
+    /// The first `n` holders in grant order (0: all) among those alive at `now`. For n > 0 it
+    /// costs O((n + log H) log(n + log H)) whatever H: a best-first walk of the live part of the
+    /// treap by each subtree's smallest token.
     pub fn first_alive(&self, n: usize, now: i64) -> Vec<(&[u8], Holder)> {
-        let mut list: Vec<(&[u8], Holder)> = self
-            .slots
-            .iter()
-            .filter(|s| s.lease_end >= now)
-            .map(|s| (self.owner_of_slot(s), s.holder()))
-            .collect();
-        if n > 0 && n < list.len() {
-            list.select_nth_unstable_by_key(n, |(_, h)| h.token);
-            list.truncate(n);
+        if n == 0 {
+            let mut all: Vec<(&[u8], Holder)> = self
+                .slots
+                .iter()
+                .filter(|s| s.lease_end >= now)
+                .map(|s| (self.owner_of_slot(s), s.holder()))
+                .collect();
+            all.sort_unstable_by_key(|(_, h)| h.token);
+            return all;
         }
-        list.sort_unstable_by_key(|(_, h)| h.token);
+        // Candidates by smallest token: a lone node (false) or a whole subtree (true).
+        let mut next: BinaryHeap<std::cmp::Reverse<(u64, bool, u32)>> = BinaryHeap::new();
+        let push_tree = |next: &mut BinaryHeap<_>, t: u32| {
+            if t != NIL {
+                let min = self.slots[t as usize].min as usize;
+                next.push(std::cmp::Reverse((self.slots[min].token(), true, t)));
+            }
+        };
+        // The live part, leases ending at `now` or later, as O(log H) nodes and subtrees.
+        let mut t = self.root;
+        while t != NIL {
+            let record = &self.slots[t as usize];
+            if record.lease_end >= now {
+                next.push(std::cmp::Reverse((record.token(), false, t)));
+                push_tree(&mut next, record.right);
+                t = record.left;
+            } else {
+                t = record.right;
+            }
+        }
+        let mut list = Vec::with_capacity(n.min(self.len()));
+        while list.len() < n {
+            let Some(std::cmp::Reverse((_, tree, t))) = next.pop() else {
+                break;
+            };
+            let record = &self.slots[t as usize];
+            if tree {
+                next.push(std::cmp::Reverse((record.token(), false, t)));
+                push_tree(&mut next, record.left);
+                push_tree(&mut next, record.right);
+            } else {
+                list.push((self.owner_of_slot(record), record.holder()));
+            }
+        }
         list
     }
 
@@ -294,7 +406,28 @@ impl Shared {
         std::mem::size_of::<Shared>()
             + self.slots.capacity() * std::mem::size_of::<Slot>()
             + self.owners.capacity()
-            + (self.table.capacity() + self.early.capacity() + self.late.capacity()) * 4
+            + self.table.capacity() * 4
+    }
+
+    /// Compacts the owners' bytes, the table and the arrays where much of them is unused (each
+    /// at most once per as many removals as it holds: amortized O(1) per removal).
+    pub fn tidy(&mut self) {
+        if self.slots.is_empty() {
+            *self = Shared::new(self.limit);
+            return;
+        }
+        if self.stale * 4 > self.owners.len() {
+            self.compact_owners();
+        }
+        let live = self.slots.len();
+        if self.table.len() > 8 * live + 8 {
+            self.rebuild_table(table_size_for(live));
+        }
+        if self.slots.capacity() > 2 * live + 4 {
+            self.slots.shrink_to(live + live / 8);
+            self.owners
+                .shrink_to(self.owners.len() + self.owners.len() / 8);
+        }
     }
 
     // --- Owners and the table ---------------------------------------------------------------
@@ -304,17 +437,20 @@ impl Shared {
         &self.owners[at..at + record.owner_len()]
     }
 
+    fn hash(&self, owner: &[u8]) -> usize {
+        self.hasher.hash_one(owner) as usize
+    }
+
     /// (place in `table`, slot) of `owner`.
     fn find(&self, owner: &[u8]) -> Option<(usize, usize)> {
         if self.table.is_empty() {
             return None;
         }
         let mask = self.table.len() - 1;
-        let mut at = self.hasher.hash_one(owner) as usize & mask;
+        let mut at = self.hash(owner) & mask;
         loop {
             match self.table[at] {
                 EMPTY => return None,
-                GONE => {}
                 entry => {
                     let slot = entry as usize - 1;
                     if self.owner_of_slot(&self.slots[slot]) == owner {
@@ -327,168 +463,263 @@ impl Shared {
     }
 
     /// The place in `table` that points at `slot` (whose owner is `owner`).
-    fn find_at(&self, owner: &[u8], slot: usize) -> Option<(usize, usize)> {
+    fn table_place_of(&self, owner: &[u8], slot: usize) -> Option<usize> {
         let mask = self.table.len().checked_sub(1)?;
-        let mut at = self.hasher.hash_one(owner) as usize & mask;
+        let mut at = self.hash(owner) & mask;
         loop {
             match self.table[at] {
                 EMPTY => return None,
-                entry if entry != GONE && entry as usize - 1 == slot => return Some((at, slot)),
+                entry if entry as usize - 1 == slot => return Some(at),
                 _ => {}
             }
             at = (at + 1) & mask;
         }
     }
 
-    /// Puts `slot` (already in `slots`) into the table.
+    /// Puts `slot` (already in `slots`) into the table, growing it to stay at most 3/4 full.
     fn table_insert(&mut self, owner: &[u8], slot: usize) {
-        if (self.table_used + 1) * 4 > self.table.len() * 3 {
+        if self.slots.len() * 4 > self.table.len() * 3 {
             // The rebuilt table holds every slot, this one included.
-            self.rebuild_table((self.slots.len() * 4 / 3 + 1).next_power_of_two().max(8));
+            self.rebuild_table(table_size_for(self.slots.len()));
             return;
         }
         let mask = self.table.len() - 1;
-        let mut at = self.hasher.hash_one(owner) as usize & mask;
-        while self.table[at] != EMPTY && self.table[at] != GONE {
+        let mut at = self.hash(owner) & mask;
+        while self.table[at] != EMPTY {
             at = (at + 1) & mask;
-        }
-        if self.table[at] == EMPTY {
-            self.table_used += 1;
         }
         self.table[at] = slot as u32 + 1;
     }
 
-    /// A fresh table of `size` places holding every slot.
-    fn rebuild_table(&mut self, size: usize) {
-        self.table = vec![EMPTY; size];
-        self.table_used = 0;
-        let mask = size - 1;
-        for (slot, record) in self.slots.iter().enumerate() {
-            let owner = self.owner_of_slot(record);
-            let mut at = self.hasher.hash_one(owner) as usize & mask;
-            while self.table[at] != EMPTY {
-                at = (at + 1) & mask;
-            }
-            self.table[at] = slot as u32 + 1;
-            self.table_used += 1;
-        }
-    }
-
-    /// After a removal: compacts the owners' bytes, the table and the arrays when much of them
-    /// is unused (each at most once per as many removals as it holds: amortized O(1)).
-    fn tidy(&mut self) {
-        if self.slots.is_empty() {
-            *self = Shared::new(self.limit);
-            return;
-        }
-        if self.stale * 4 > self.owners.len() {
-            let mut owners = Vec::with_capacity(self.owners.len() - self.stale);
-            for record in &mut self.slots {
-                let at = record.owner_at as usize;
-                let len = record.owner_len();
-                record.owner_at = owners.len() as u32;
-                owners.extend_from_slice(&self.owners[at..at + len]);
-            }
-            self.owners = owners;
-            self.stale = 0;
-        }
-        let live = self.slots.len();
-        if self.table_used > 2 * live + 8 || self.table.len() > 8 * live + 8 {
-            self.rebuild_table((live * 4 / 3 + 1).next_power_of_two().max(8));
-        }
-        if self.slots.capacity() > 2 * live + 4 {
-            self.slots.shrink_to(live + live / 8);
-            self.early.shrink_to(live + live / 8);
-            self.late.shrink_to(live + live / 8);
-            self.owners
-                .shrink_to(self.owners.len() + self.owners.len() / 8);
-        }
-    }
-
-    // --- Heaps -------------------------------------------------------------------------------
-
-    /// Whether slot `a` belongs above slot `b` in the heap (`early`: ends first; else last).
-    fn above(&self, a: u32, b: u32, early: bool) -> bool {
-        let (a, b) = (self.slots[a as usize].key(), self.slots[b as usize].key());
-        if early {
-            a < b
-        } else {
-            a > b
-        }
-    }
-
-    fn heap(&mut self, early: bool) -> &mut Vec<u32> {
-        if early {
-            &mut self.early
-        } else {
-            &mut self.late
-        }
-    }
-
-    fn place(&mut self, i: usize, early: bool) {
-        let slot = self.heap(early)[i] as usize;
-        if early {
-            self.slots[slot].early = i as u32;
-        } else {
-            self.slots[slot].late = i as u32;
-        }
-    }
-
-    fn swap(&mut self, i: usize, j: usize, early: bool) {
-        self.heap(early).swap(i, j);
-        self.place(i, early);
-        self.place(j, early);
-    }
-
-    /// Moves the entry at `i` up or down to where it belongs.
-    fn sift(&mut self, mut i: usize, early: bool) {
-        while i > 0 {
-            let parent = (i - 1) / 2;
-            let (a, b) = (self.heap(early)[i], self.heap(early)[parent]);
-            if !self.above(a, b, early) {
+    /// Empties place `at`, shifting back the entries after it that probed past it (linear
+    /// probing without tombstones).
+    fn table_remove_at(&mut self, mut at: usize) {
+        let mask = self.table.len() - 1;
+        let mut next = at;
+        loop {
+            next = (next + 1) & mask;
+            let entry = self.table[next];
+            if entry == EMPTY {
                 break;
             }
-            self.swap(i, parent, early);
-            i = parent;
+            let record = &self.slots[entry as usize - 1];
+            let home = self.hash(self.owner_of_slot(record)) & mask;
+            // The entry at `next` may move to `at` if its home is not cyclically in (at, next].
+            let stays = if at <= next {
+                at < home && home <= next
+            } else {
+                at < home || home <= next
+            };
+            if !stays {
+                self.table[at] = entry;
+                at = next;
+            }
         }
-        loop {
-            let len = self.heap(early).len();
-            let mut best = i;
-            for child in [2 * i + 1, 2 * i + 2] {
-                if child < len {
-                    let (a, b) = (self.heap(early)[child], self.heap(early)[best]);
-                    if self.above(a, b, early) {
-                        best = child;
-                    }
+        self.table[at] = EMPTY;
+    }
+
+    /// A fresh table of `size` places holding every slot.
+    fn rebuild_table(&mut self, size: usize) {
+        let mut table = vec![EMPTY; size];
+        let mask = size - 1;
+        for (slot, record) in self.slots.iter().enumerate() {
+            let mut at = self.hash(self.owner_of_slot(record)) & mask;
+            while table[at] != EMPTY {
+                at = (at + 1) & mask;
+            }
+            table[at] = slot as u32 + 1;
+        }
+        self.table = table;
+    }
+
+    /// Copies the live owners' bytes into a fresh buffer.
+    fn compact_owners(&mut self) {
+        let mut owners = Vec::with_capacity(self.owners.len() - self.stale);
+        for record in &mut self.slots {
+            let at = record.owner_at as usize;
+            let len = record.owner_len();
+            record.owner_at = owners.len() as u32;
+            owners.extend_from_slice(&self.owners[at..at + len]);
+        }
+        self.owners = owners;
+        self.stale = 0;
+    }
+
+    // --- The treap ---------------------------------------------------------------------------
+
+    fn size(&self, t: u32) -> u32 {
+        if t == NIL {
+            0
+        } else {
+            self.slots[t as usize].size
+        }
+    }
+
+    /// The order of the treap: lease end, then token, then owner (owners are unique).
+    fn order(&self, a: u32, b: u32) -> Ordering {
+        let (x, y) = (&self.slots[a as usize], &self.slots[b as usize]);
+        x.lease_end
+            .cmp(&y.lease_end)
+            .then(x.token().cmp(&y.token()))
+            .then_with(|| self.owner_of_slot(x).cmp(self.owner_of_slot(y)))
+    }
+
+    /// A node's heap priority: fixed while it is in the treap (its lease end and token do not
+    /// change there), random to anyone who does not know `seed`.
+    fn priority(&self, t: u32) -> u64 {
+        let record = &self.slots[t as usize];
+        mix(record.token_len ^ (record.lease_end as u64).rotate_left(29) ^ self.seed)
+    }
+
+    /// Recomputes a node's size and smallest token from its children.
+    fn update(&mut self, t: u32) {
+        let Slot { left, right, .. } = self.slots[t as usize];
+        let mut min = t;
+        for child in [left, right] {
+            if child != NIL {
+                let candidate = self.slots[child as usize].min;
+                if self.slots[candidate as usize].token() < self.slots[min as usize].token() {
+                    min = candidate;
                 }
             }
-            if best == i {
+        }
+        let size = 1 + self.size(left) + self.size(right);
+        let record = &mut self.slots[t as usize];
+        record.size = size;
+        record.min = min;
+    }
+
+    /// Puts the detached node `x` into the treap.
+    fn attach(&mut self, x: u32) {
+        let record = &mut self.slots[x as usize];
+        record.left = NIL;
+        record.right = NIL;
+        record.size = 1;
+        record.min = x;
+        self.root = self.insert_node(self.root, x);
+    }
+
+    fn insert_node(&mut self, t: u32, x: u32) -> u32 {
+        if t == NIL {
+            return x;
+        }
+        if self.priority(x) > self.priority(t) {
+            let (left, right) = self.split(t, x);
+            let record = &mut self.slots[x as usize];
+            record.left = left;
+            record.right = right;
+            self.update(x);
+            return x;
+        }
+        if self.order(x, t) == Ordering::Less {
+            let child = self.insert_node(self.slots[t as usize].left, x);
+            self.slots[t as usize].left = child;
+        } else {
+            let child = self.insert_node(self.slots[t as usize].right, x);
+            self.slots[t as usize].right = child;
+        }
+        self.update(t);
+        t
+    }
+
+    /// Splits the subtree `t` into the nodes before `x` and those after it (`x` is not in it).
+    fn split(&mut self, t: u32, x: u32) -> (u32, u32) {
+        if t == NIL {
+            return (NIL, NIL);
+        }
+        if self.order(t, x) == Ordering::Less {
+            let (left, right) = self.split(self.slots[t as usize].right, x);
+            self.slots[t as usize].right = left;
+            self.update(t);
+            (t, right)
+        } else {
+            let (left, right) = self.split(self.slots[t as usize].left, x);
+            self.slots[t as usize].left = right;
+            self.update(t);
+            (left, t)
+        }
+    }
+
+    /// Joins two subtrees, every node of `a` before every node of `b`.
+    fn merge(&mut self, a: u32, b: u32) -> u32 {
+        if a == NIL {
+            return b;
+        }
+        if b == NIL {
+            return a;
+        }
+        if self.priority(a) > self.priority(b) {
+            let right = self.merge(self.slots[a as usize].right, b);
+            self.slots[a as usize].right = right;
+            self.update(a);
+            a
+        } else {
+            let left = self.merge(a, self.slots[b as usize].left);
+            self.slots[b as usize].left = left;
+            self.update(b);
+            b
+        }
+    }
+
+    /// Takes node `x` out of the subtree `t`; returns the subtree's new root.
+    fn remove_node(&mut self, t: u32, x: u32) -> u32 {
+        if t == NIL {
+            return NIL;
+        }
+        if t == x {
+            let Slot { left, right, .. } = self.slots[x as usize];
+            return self.merge(left, right);
+        }
+        if self.order(x, t) == Ordering::Less {
+            let child = self.remove_node(self.slots[t as usize].left, x);
+            self.slots[t as usize].left = child;
+        } else {
+            let child = self.remove_node(self.slots[t as usize].right, x);
+            self.slots[t as usize].right = child;
+        }
+        self.update(t);
+        t
+    }
+
+    /// The node that was slot `old` is now slot `new` (its record moved): the links to it, on
+    /// the path from the root, follow.
+    fn relink(&mut self, old: u32, new: u32) {
+        if self.root == old {
+            self.root = new;
+        }
+        let mut t = self.root;
+        while t != NIL {
+            if self.slots[t as usize].min == old {
+                self.slots[t as usize].min = new;
+            }
+            if t == new {
                 return;
             }
-            self.swap(i, best, early);
-            i = best;
+            let before = self.order(new, t) == Ordering::Less;
+            let record = &mut self.slots[t as usize];
+            let child = if before {
+                &mut record.left
+            } else {
+                &mut record.right
+            };
+            if *child == old {
+                *child = new;
+            }
+            t = *child;
         }
     }
+}
 
-    fn sift_early(&mut self, i: usize) {
-        self.sift(i, true);
-    }
+/// The table size for `n` slots: a power of two at most 3/4 full, at least 8.
+fn table_size_for(n: usize) -> usize {
+    (n * 4 / 3 + 1).next_power_of_two().max(8)
+}
 
-    fn sift_late(&mut self, i: usize) {
-        self.sift(i, false);
-    }
-
-    /// Takes the entry at `i` out of a heap.
-    fn heap_remove(&mut self, i: usize, early: bool) {
-        let last = self.heap(early).len() - 1;
-        if i != last {
-            self.swap(i, last, early);
-        }
-        self.heap(early).pop();
-        if i < last {
-            self.sift(i, early);
-        }
-    }
+/// splitmix64's finalizer.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// Makes room for `more` items, growing by a sixteenth at a time rather than doubling, so that a
@@ -499,7 +730,6 @@ fn grow_exactly<T>(v: &mut Vec<T>, more: usize) {
         v.reserve_exact(extra);
     }
 }
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -519,9 +749,9 @@ mod tests {
     #[test]
     fn holders_by_owner_by_lease_and_by_token() {
         let mut s = Shared::new(3);
-        s.insert(b"a", h(10, 500));
-        s.insert(b"b", h(11, 300));
-        s.insert(b"c", h(12, 400));
+        s.insert(b"a", h(10, 500)).unwrap();
+        s.insert(b"b", h(11, 300)).unwrap();
+        s.insert(b"c", h(12, 400)).unwrap();
         assert_eq!((s.len(), s.limit()), (3, 3));
         assert_eq!(s.first_lease_end(), Some((300, &b"b"[..])));
         assert_eq!(s.last_lease_end(), Some(500));
@@ -530,30 +760,29 @@ mod tests {
         let order: Vec<&[u8]> = s.iter().map(|(o, _)| o).collect();
         assert_eq!(order, [&b"a"[..], b"b", b"c"]);
         // Renewing moves the lease, not the grant order.
-        s.insert(b"b", h(11, 900));
+        s.insert(b"b", h(11, 900)).unwrap();
         assert_eq!(s.first_lease_end(), Some((400, &b"c"[..])));
         assert_eq!(s.last_lease_end(), Some(900));
         assert_eq!(s.remove(b"c"), Some(h(12, 400)));
         assert_eq!(s.remove(b"c"), None);
         assert_eq!(s.first_lease_end(), Some((500, &b"a"[..])));
         assert_eq!(s.live_last_lease_end(901), None);
-        assert_eq!(s.owner_of(11), Some(&b"b"[..]));
     }
 
     #[test]
     fn equal_sets_are_the_same_holders_and_limit_in_any_order() {
         let mut a = Shared::new(2);
-        a.insert(b"x", h(1, 10));
-        a.insert(b"y", h(2, 20));
+        a.insert(b"x", h(1, 10)).unwrap();
+        a.insert(b"y", h(2, 20)).unwrap();
         let mut b = Shared::new(2);
-        b.insert(b"y", h(2, 20));
-        b.insert(b"x", h(1, 10));
+        b.insert(b"y", h(2, 20)).unwrap();
+        b.insert(b"x", h(1, 10)).unwrap();
         assert_eq!(a, b);
         assert_ne!(a, Shared::new(2));
         let mut other_limit = b.clone();
         other_limit.limit = 3;
         assert_ne!(a, other_limit);
-        b.insert(b"y", h(2, 21));
+        b.insert(b"y", h(2, 21)).unwrap();
         assert_ne!(a, b);
     }
 
@@ -562,7 +791,8 @@ mod tests {
         let mut s = Shared::new(0);
         let owner = |i: u32| format!("{i:036}").into_bytes();
         for i in 0..20_000u32 {
-            s.insert(&owner(i), h(u64::from(i) + 1, i64::from(i % 997)));
+            s.insert(&owner(i), h(u64::from(i) + 1, i64::from(i % 997)))
+                .unwrap();
         }
         let per_holder = s.heap_size() / s.len() - 36;
         assert!(
@@ -578,6 +808,81 @@ mod tests {
             "{} bytes after removals",
             s.heap_size()
         );
+    }
+
+    #[test]
+    fn lease_questions_cost_log_h_and_see_through_lapsed_leases() {
+        let mut s = Shared::new(0);
+        for i in 0..1000u32 {
+            // 900 leases end at 100, the other 100 at 1000 + i.
+            let end = if i < 900 { 100 } else { 1000 + i64::from(i) };
+            s.insert(format!("o{i}").as_bytes(), h(u64::from(i) + 1, end))
+                .unwrap();
+        }
+        assert_eq!(s.live(101), 100);
+        assert_eq!(s.lapsed(101), 900);
+        assert_eq!(s.live(100), 1000, "alive through its last millisecond");
+        assert_eq!(s.next_lease_end(101), Some(1900));
+        assert_eq!(s.next_lease_end(0), Some(100));
+        assert_eq!(s.first_lease_end().map(|(end, _)| end), Some(100));
+        assert_eq!(s.last_lease_end(), Some(1999));
+        let first: Vec<u64> = s.first_alive(3, 101).iter().map(|(_, h)| h.token).collect();
+        assert_eq!(
+            first,
+            [901, 902, 903],
+            "the first live holders in token order"
+        );
+        assert_eq!(s.first_alive(0, 101).len(), 100);
+        assert_eq!(s.get_alive(b"o0", 101), None);
+        assert_eq!(s.get_alive(b"o950", 101).map(|h| h.token), Some(951));
+    }
+
+    #[test]
+    fn removing_without_compacting_then_tidying() {
+        let mut s = Shared::new(0);
+        for i in 0..2000u32 {
+            s.insert(format!("{i:036}").as_bytes(), h(u64::from(i) + 1, 10))
+                .unwrap();
+        }
+        let before = s.heap_size();
+        for i in 0..1990u32 {
+            s.remove_keeping_room(format!("{i:036}").as_bytes())
+                .unwrap();
+        }
+        assert_eq!(s.len(), 10);
+        assert_eq!(s.heap_size(), before, "nothing compacted while removing");
+        s.tidy();
+        assert!(s.heap_size() < before / 10, "{} after tidy", s.heap_size());
+        let tokens: Vec<u64> = s.iter().map(|(_, h)| h.token).collect();
+        assert_eq!(tokens, (1991..=2000).collect::<Vec<u64>>());
+    }
+
+    #[test]
+    fn owners_never_pass_what_an_offset_addresses() {
+        let mut s = Shared::new(0);
+        let owner = |i: usize| {
+            let mut o = format!("{i:08}").into_bytes();
+            o.resize(256, b'x');
+            o
+        };
+        let fits = MAX_OWNER_BYTES / 256;
+        for i in 0..fits {
+            s.insert(&owner(i), h(i as u64 + 1, 10)).unwrap();
+        }
+        assert_eq!(
+            s.insert(&owner(fits), h(1, 10)),
+            Err(Full),
+            "refused, not wrapped"
+        );
+        assert_eq!(s.len(), fits);
+        // Every owner is still found where it was put.
+        for i in [0, fits / 2, fits - 1] {
+            assert_eq!(s.get(&owner(i)).map(|h| h.token), Some(i as u64 + 1));
+        }
+        // Room made by a removal is used again (compacted when needed).
+        s.remove(&owner(0));
+        assert_eq!(s.insert(&owner(fits), h(9, 10)), Ok(()));
+        assert_eq!(s.get(&owner(fits)).map(|h| h.token), Some(9));
     }
 
     #[derive(Debug, Clone)]
@@ -602,7 +907,7 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Insert(o, t, l) => {
-                        s.insert(&owner(o), h(t, l));
+                        s.insert(&owner(o), h(t, l)).unwrap();
                         map.insert(owner(o), h(t, l));
                     }
                     Op::Remove(o) => {
@@ -619,7 +924,21 @@ mod tests {
                     first
                 );
                 prop_assert_eq!(s.last_lease_end(), map.values().map(|h| h.lease_end).max());
-                prop_assert_eq!(s.live(25), map.values().filter(|h| h.lease_end >= 25).count());
+                for now in [0, 10, 25, 49] {
+                    prop_assert_eq!(s.live(now), map.values().filter(|h| h.lease_end >= now).count());
+                    prop_assert_eq!(
+                        s.next_lease_end(now),
+                        map.values().map(|h| h.lease_end).filter(|e| *e >= now).min()
+                    );
+                    let mut alive: Vec<u64> =
+                        map.values().filter(|h| h.lease_end >= now).map(|h| h.token).collect();
+                    alive.sort_unstable();
+                    for n in [1, 3, 1000] {
+                        let first: Vec<u64> =
+                            s.first_alive(n, now).iter().map(|(_, h)| h.token).collect();
+                        prop_assert_eq!(&first[..], &alive[..n.min(alive.len())]);
+                    }
+                }
                 let mut tokens: Vec<u64> = map.values().map(|h| h.token).collect();
                 tokens.sort_unstable();
                 let listed: Vec<u64> = s.iter().map(|(_, h)| h.token).collect();

@@ -150,15 +150,17 @@ fn load_shared(rdb: *mut raw::RedisModuleIO) -> Option<Shared> {
             log_io(rdb, "corrupt relock value");
             return None;
         };
+        let holder = Holder {
+            token,
+            count,
+            lease_end,
+        };
+        // The owners' bytes must stay addressable (`MAX_OWNER_BYTES`): refuse, never wrap.
+        if shared.insert(&owner, holder).is_err() {
+            log_io(rdb, "relock value too large: its owners exceed 4 GiB");
+            return None;
+        }
         globals::observe_token(token);
-        shared.insert(
-            &owner,
-            Holder {
-                token,
-                count,
-                lease_end,
-            },
-        );
     }
     Some(shared)
 }

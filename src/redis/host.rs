@@ -335,6 +335,30 @@ impl RedisKey {
         }
     }
 
+    /// Removes `owner`'s holder (compacting the set after if `tidy`), and the key with its last.
+    fn drop_holder(&mut self, owner: &[u8], tidy: bool) {
+        let (limit, left) = match self.lock_mut() {
+            Some(LockMut::Shared(shared)) => {
+                let removed = if tidy {
+                    shared.remove(owner)
+                } else {
+                    shared.remove_keeping_room(owner)
+                };
+                if removed.is_some() {
+                    globals::count_holder(false);
+                }
+                (shared.limit(), shared.last_lease_end())
+            }
+            _ => return,
+        };
+        match left {
+            Some(last) => self.set_expiry(last),
+            None => self.delete(),
+        }
+        self.changed();
+        self.replicate_holder(limit, owner, None);
+    }
+
     fn set_expiry(&mut self, at: i64) {
         if let Some(key) = self.key {
             // SAFETY: an open key handle, opened for writing (only writers change expiry).
@@ -387,9 +411,9 @@ impl Key for RedisKey {
         self.replicate_hold(at.or_else(|| self.expires_at()));
     }
 
-    fn put_holder(&mut self, limit: u32, owner: &[u8], holder: Holder) {
+    fn put_holder(&mut self, limit: u32, owner: &[u8], holder: Holder) -> bool {
         if self.key.is_none() {
-            return;
+            return false;
         }
         if !matches!(self.lock(), Some(LockRef::Shared(_))) {
             self.set_value(LockValue::Shared(Shared::new(limit)));
@@ -397,7 +421,9 @@ impl Key for RedisKey {
         let last = match self.lock_mut() {
             Some(LockMut::Shared(shared)) => {
                 let joined = shared.get(owner).is_none();
-                shared.insert(owner, holder);
+                if shared.insert(owner, holder).is_err() {
+                    return false;
+                }
                 if joined {
                     globals::count_holder(true);
                 }
@@ -410,24 +436,21 @@ impl Key for RedisKey {
         }
         self.changed();
         self.replicate_holder(limit, owner, Some(holder));
+        true
     }
 
     fn remove_holder(&mut self, owner: &[u8]) {
-        let (limit, left) = match self.lock_mut() {
-            Some(LockMut::Shared(shared)) => {
-                if shared.remove(owner).is_some() {
-                    globals::count_holder(false);
-                }
-                (shared.limit(), shared.last_lease_end())
-            }
-            _ => return,
-        };
-        match left {
-            Some(last) => self.set_expiry(last),
-            None => self.delete(),
+        self.drop_holder(owner, true);
+    }
+
+    fn end_lapsed(&mut self, owner: &[u8]) {
+        self.drop_holder(owner, false);
+    }
+
+    fn tidy(&mut self) {
+        if let Some(LockMut::Shared(shared)) = self.lock_mut() {
+            shared.tidy();
         }
-        self.changed();
-        self.replicate_holder(limit, owner, None);
     }
 
     fn cap_expiry(&mut self, at: i64) {

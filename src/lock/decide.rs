@@ -1,0 +1,496 @@
+//! What each lock command decides, for exclusive and shared holds alike: pure functions of what
+//! the request finds at its key ([`Seen`]) and in the key's queue ([`Queued`]), table-tested
+//! below. The engine applies the decisions (tokens, leases, effects, the queue).
+//!
+//! A lapsed shared lease is not seen at all: it counts for nothing from the millisecond after
+//! its end, whether or not it has been removed yet. So no decision waits for a removal, and
+//! removals can run in bounded slices after the fact.
+
+use super::errors::Refusal;
+use super::host::Key;
+use super::packed::{Hold, LockRef};
+use super::shared::{Holder, Mode};
+
+/// What a request finds at a key, lapsed leases left out.
+#[derive(Clone, Copy, Debug)]
+pub enum Seen<'a> {
+    /// No lock (no value, or a shared value whose every lease has lapsed).
+    Free,
+    /// A live exclusive hold (an exclusive lock lives exactly as long as its key).
+    Exclusive(&'a Hold),
+    /// A shared key with live holders.
+    Shared(SharedSeen),
+}
+
+/// A shared key as one owner's request sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedSeen {
+    /// The key's limit (0: none).
+    pub limit: u32,
+    /// Holders whose lease is alive (at least 1).
+    pub live: usize,
+    /// The requesting owner's live hold, if it has one.
+    pub mine: Option<Holder>,
+}
+
+impl<'a> Seen<'a> {
+    /// What `owner` finds at `key` at time `now` (read only for a shared key: O(log H)).
+    pub fn at<K: Key>(key: &'a K, owner: &[u8], now: impl FnOnce() -> i64) -> Seen<'a> {
+        match key.lock() {
+            None => Seen::Free,
+            Some(LockRef::Exclusive(hold)) => Seen::Exclusive(hold),
+            Some(LockRef::Shared(shared)) => {
+                let now = now();
+                match shared.live(now) {
+                    0 => Seen::Free,
+                    live => Seen::Shared(SharedSeen {
+                        limit: shared.limit(),
+                        live,
+                        mine: shared.get_alive(owner, now),
+                    }),
+                }
+            }
+        }
+    }
+
+    /// The count of `owner`'s live hold, if it has one.
+    fn held_by(&self, owner: &[u8]) -> Option<u32> {
+        match self {
+            Seen::Exclusive(hold) if hold.is_held_by(owner) => Some(hold.count()),
+            Seen::Shared(SharedSeen { mine: Some(h), .. }) => Some(h.count),
+            _ => None,
+        }
+    }
+
+    /// Whether `owner` holds the key in the other mode than `mode`.
+    fn held_in_other_mode(&self, owner: &[u8], mode: Mode) -> bool {
+        match (self, mode) {
+            (Seen::Exclusive(hold), Mode::Shared { .. }) => hold.is_held_by(owner),
+            (Seen::Shared(seen), Mode::Exclusive) => seen.mine.is_some(),
+            _ => false,
+        }
+    }
+
+    /// Whether a new hold in `mode` fits beside what is held now (the queue aside).
+    fn room_for(&self, mode: Mode) -> bool {
+        match (self, mode) {
+            (Seen::Free, _) => true,
+            (Seen::Shared(seen), Mode::Shared { .. }) => {
+                seen.limit == 0 || seen.live < seen.limit as usize
+            }
+            _ => false,
+        }
+    }
+}
+
+/// What a request finds in the key's queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Queued {
+    /// Someone waits for the key.
+    pub any: bool,
+    /// The limit every queued shared request asked for, if one is queued.
+    pub shared_limit: Option<u32>,
+}
+
+/// Which acquiring command asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `LOCK.ACQUIRE` and `LOCK.WAIT`: replies the token; idempotent for the holder.
+    Acquire,
+    /// `LOCK.REENTER`: replies the count; the holder's count goes up.
+    Reenter,
+}
+
+/// What an acquiring request (`LOCK.ACQUIRE`, `LOCK.REENTER`, `LOCK.WAIT`) comes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Take {
+    /// It can never be granted as asked: an error, and nothing changes.
+    Refuse(Refusal),
+    /// The owner's own hold: same token, a new lease, this count.
+    Refresh { count: u32 },
+    /// A new hold for the owner.
+    Grant,
+    /// Not now: nil, or the queue.
+    Wait,
+}
+
+/// `LOCK.ACQUIRE`, `LOCK.REENTER` or `LOCK.WAIT` by `owner` in `mode`. Mode is checked before
+/// limit; a holder's own re-acquire or re-entry ignores the queue and the limit; nobody else
+/// barges past a queue.
+pub fn take(seen: Seen<'_>, queued: Queued, owner: &[u8], mode: Mode, kind: Kind) -> Take {
+    if seen.held_in_other_mode(owner, mode) {
+        return Take::Refuse(Refusal::OtherMode);
+    }
+    if let Mode::Shared { limit } = mode {
+        let key_limit = match seen {
+            Seen::Shared(shared) => Some(shared.limit),
+            _ => queued.shared_limit,
+        };
+        if let Some(key_limit) = key_limit.filter(|l| *l != limit) {
+            return Take::Refuse(Refusal::OtherLimit(key_limit));
+        }
+    }
+    if let Some(count) = seen.held_by(owner) {
+        return match kind {
+            Kind::Acquire => Take::Refresh { count },
+            Kind::Reenter => match count.checked_add(1) {
+                Some(count) => Take::Refresh { count },
+                None => Take::Refuse(Refusal::ReentrancyLimit),
+            },
+        };
+    }
+    if !queued.any && seen.room_for(mode) {
+        Take::Grant
+    } else {
+        Take::Wait
+    }
+}
+
+/// What `LOCK.RELEASE` comes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// The owner holds nothing here: nil, nothing changes.
+    NotHeld,
+    /// One level less; the hold stays with this count.
+    Decrement { count: u32 },
+    /// The hold ends and the queue moves on.
+    End,
+}
+
+/// `LOCK.RELEASE` by `owner`.
+pub fn release(seen: Seen<'_>, owner: &[u8]) -> Release {
+    match seen.held_by(owner) {
+        None => Release::NotHeld,
+        Some(0 | 1) => Release::End,
+        Some(count) => Release::Decrement { count: count - 1 },
+    }
+}
+
+/// `LOCK.RENEW` by `owner`: whether it holds the key (then its lease is reset); a hold that is
+/// gone is never revived.
+pub fn renew(seen: Seen<'_>, owner: &[u8]) -> bool {
+    seen.held_by(owner).is_some()
+}
+
+/// What the grant pass does with a queued request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// It cannot be granted yet, and blocks everyone behind it.
+    Stop,
+    /// A new hold for it.
+    Grant,
+    /// Its owner holds the key already: a re-acquire, answered with the existing token.
+    Reacquire,
+    /// It can never be granted as asked: it gets the error.
+    Fail(Refusal),
+}
+
+/// The grant pass's decision for a queued request of `owner` in `mode` (the head of the queue;
+/// also asked of every waiter when a value arrives, to fail those it makes impossible).
+pub fn next_for(seen: Seen<'_>, owner: &[u8], mode: Mode) -> Next {
+    if seen.held_in_other_mode(owner, mode) {
+        return Next::Fail(Refusal::OtherMode);
+    }
+    if let (Mode::Shared { limit }, Seen::Shared(shared)) = (mode, seen) {
+        if shared.limit != limit {
+            return Next::Fail(Refusal::OtherLimit(shared.limit));
+        }
+    }
+    if seen.held_by(owner).is_some() {
+        Next::Reacquire
+    } else if seen.room_for(mode) {
+        Next::Grant
+    } else {
+        Next::Stop
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const X: Mode = Mode::Exclusive;
+    const READ: Mode = Mode::Shared { limit: 0 };
+    const SEM2: Mode = Mode::Shared { limit: 2 };
+    const SEM3: Mode = Mode::Shared { limit: 3 };
+
+    fn shared(limit: u32, live: usize, mine: Option<u32>) -> Seen<'static> {
+        Seen::Shared(SharedSeen {
+            limit,
+            live,
+            mine: mine.map(|count| Holder {
+                token: 7,
+                count,
+                lease_end: 100,
+            }),
+        })
+    }
+
+    const NONE: Queued = Queued {
+        any: false,
+        shared_limit: None,
+    };
+    const QUEUE: Queued = Queued {
+        any: true,
+        shared_limit: None,
+    };
+    const QUEUE_SEM2: Queued = Queued {
+        any: true,
+        shared_limit: Some(2),
+    };
+
+    #[test]
+    fn take_table() {
+        let a1 = Hold::new(b"a", 10, 1);
+        let a3 = Hold::new(b"a", 10, 3);
+        let a_max = Hold::new(b"a", 10, u32::MAX);
+        let held = |h| Seen::Exclusive(h);
+        use Kind::{Acquire as Acq, Reenter as Re};
+        use Take::*;
+        let other_limit = |n| Refuse(Refusal::OtherLimit(n));
+        #[rustfmt::skip]
+        type Row<'a> = (&'a str, Seen<'a>, Queued, &'a [u8], Mode, Kind, Take);
+        let rows: Vec<Row<'_>> = vec![
+            // Exclusive requests.
+            ("free", Seen::Free, NONE, b"a", X, Acq, Grant),
+            ("free, queue", Seen::Free, QUEUE, b"a", X, Acq, Wait),
+            ("own", held(&a3), NONE, b"a", X, Acq, Refresh { count: 3 }),
+            (
+                "own, queue (holder ignores)",
+                held(&a3),
+                QUEUE,
+                b"a",
+                X,
+                Acq,
+                Refresh { count: 3 },
+            ),
+            ("other's", held(&a1), NONE, b"b", X, Acq, Wait),
+            ("owner is a prefix", held(&a1), NONE, b"aa", X, Acq, Wait),
+            ("reenter free", Seen::Free, NONE, b"a", X, Re, Grant),
+            (
+                "reenter own",
+                held(&a1),
+                NONE,
+                b"a",
+                X,
+                Re,
+                Refresh { count: 2 },
+            ),
+            (
+                "reenter at the limit",
+                held(&a_max),
+                NONE,
+                b"a",
+                X,
+                Re,
+                Refuse(Refusal::ReentrancyLimit),
+            ),
+            (
+                "exclusive on shared",
+                shared(0, 2, None),
+                NONE,
+                b"a",
+                X,
+                Acq,
+                Wait,
+            ),
+            (
+                "exclusive by a reader",
+                shared(0, 2, Some(1)),
+                NONE,
+                b"a",
+                X,
+                Acq,
+                Refuse(Refusal::OtherMode),
+            ),
+            (
+                "exclusive, queue of sem 2",
+                Seen::Free,
+                QUEUE_SEM2,
+                b"a",
+                X,
+                Acq,
+                Wait,
+            ),
+            // Shared requests.
+            ("read free", Seen::Free, NONE, b"a", READ, Acq, Grant),
+            (
+                "read beside readers",
+                shared(0, 5, None),
+                NONE,
+                b"a",
+                READ,
+                Acq,
+                Grant,
+            ),
+            (
+                "read beside readers, queue",
+                shared(0, 5, None),
+                QUEUE,
+                b"a",
+                READ,
+                Acq,
+                Wait,
+            ),
+            (
+                "read, own",
+                shared(0, 5, Some(2)),
+                QUEUE,
+                b"a",
+                READ,
+                Acq,
+                Refresh { count: 2 },
+            ),
+            (
+                "read, reenter own",
+                shared(0, 5, Some(2)),
+                NONE,
+                b"a",
+                READ,
+                Re,
+                Refresh { count: 3 },
+            ),
+            ("read on exclusive", held(&a1), NONE, b"b", READ, Acq, Wait),
+            (
+                "read by the exclusive holder",
+                held(&a1),
+                NONE,
+                b"a",
+                READ,
+                Acq,
+                Refuse(Refusal::OtherMode),
+            ),
+            (
+                "sem below its limit",
+                shared(2, 1, None),
+                NONE,
+                b"a",
+                SEM2,
+                Acq,
+                Grant,
+            ),
+            (
+                "sem at its limit",
+                shared(2, 2, None),
+                NONE,
+                b"a",
+                SEM2,
+                Acq,
+                Wait,
+            ),
+            (
+                "sem at its limit, own",
+                shared(2, 2, Some(1)),
+                NONE,
+                b"a",
+                SEM2,
+                Acq,
+                Refresh { count: 1 },
+            ),
+            (
+                "sem, another limit",
+                shared(2, 1, None),
+                NONE,
+                b"a",
+                SEM3,
+                Acq,
+                other_limit(2),
+            ),
+            (
+                "sem, another limit, own",
+                shared(2, 1, Some(1)),
+                NONE,
+                b"a",
+                SEM3,
+                Acq,
+                other_limit(2),
+            ),
+            (
+                "sem vs readers",
+                shared(0, 1, None),
+                NONE,
+                b"a",
+                SEM2,
+                Acq,
+                other_limit(0),
+            ),
+            (
+                "sem vs queued sem",
+                Seen::Free,
+                QUEUE_SEM2,
+                b"a",
+                SEM3,
+                Acq,
+                other_limit(2),
+            ),
+            (
+                "sem, same as queued",
+                Seen::Free,
+                QUEUE_SEM2,
+                b"a",
+                SEM2,
+                Acq,
+                Wait,
+            ),
+            (
+                "mode before limit",
+                held(&a1),
+                QUEUE_SEM2,
+                b"a",
+                SEM3,
+                Acq,
+                Refuse(Refusal::OtherMode),
+            ),
+        ];
+        for (name, seen, queued, owner, mode, kind, expected) in rows {
+            assert_eq!(take(seen, queued, owner, mode, kind), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn release_and_renew_table() {
+        let a1 = Hold::new(b"a", 10, 1);
+        let a3 = Hold::new(b"a", 10, 3);
+        #[rustfmt::skip]
+        let rows: Vec<(&str, Seen<'_>, &[u8], Release, bool)> = vec![
+            ("exclusive, last level",  Seen::Exclusive(&a1), b"a", Release::End, true),
+            ("exclusive, one of three",Seen::Exclusive(&a3), b"a", Release::Decrement { count: 2 }, true),
+            ("exclusive, other's",     Seen::Exclusive(&a1), b"b", Release::NotHeld, false),
+            ("free (gone, expired)",   Seen::Free,           b"a", Release::NotHeld, false),
+            ("shared, last level",     shared(0, 3, Some(1)), b"a", Release::End, true),
+            ("shared, one of two",     shared(0, 3, Some(2)), b"a", Release::Decrement { count: 1 }, true),
+            ("shared, not a holder",   shared(0, 3, None),    b"a", Release::NotHeld, false),
+        ];
+        for (name, seen, owner, released, renewed) in rows {
+            assert_eq!(release(seen, owner), released, "release: {name}");
+            assert_eq!(renew(seen, owner), renewed, "renew: {name}");
+        }
+    }
+
+    #[test]
+    fn next_for_table() {
+        let a1 = Hold::new(b"a", 10, 1);
+        use Next::*;
+        #[rustfmt::skip]
+        let rows: Vec<(&str, Seen<'_>, &[u8], Mode, Next)> = vec![
+            ("exclusive head, free",       Seen::Free,            b"b", X, Grant),
+            ("exclusive head, held",       Seen::Exclusive(&a1),  b"b", X, Stop),
+            ("exclusive head, its own",    Seen::Exclusive(&a1),  b"a", X, Reacquire),
+            ("exclusive head, readers",    shared(0, 1, None),    b"b", X, Stop),
+            ("exclusive head, a reader",   shared(0, 1, Some(1)), b"b", X, Fail(Refusal::OtherMode)),
+            ("reader head, free",          Seen::Free,            b"b", READ, Grant),
+            ("reader head, readers",       shared(0, 9, None),    b"b", READ, Grant),
+            ("reader head, a reader",      shared(0, 9, Some(1)), b"b", READ, Reacquire),
+            ("reader head, held",          Seen::Exclusive(&a1),  b"b", READ, Stop),
+            ("reader head, its own excl.", Seen::Exclusive(&a1),  b"a", READ, Fail(Refusal::OtherMode)),
+            ("sem head, room",             shared(2, 1, None),    b"b", SEM2, Grant),
+            ("sem head, full",             shared(2, 2, None),    b"b", SEM2, Stop),
+            ("sem head, full, its own",    shared(2, 2, Some(1)), b"b", SEM2, Reacquire),
+            ("sem head, another limit",    shared(3, 1, None),    b"b", SEM2, Fail(Refusal::OtherLimit(3))),
+            ("sem head, readers",          shared(0, 1, None),    b"b", SEM2, Fail(Refusal::OtherLimit(0))),
+        ];
+        for (name, seen, owner, mode, expected) in rows {
+            assert_eq!(next_for(seen, owner, mode), expected, "{name}");
+        }
+    }
+}
