@@ -42,10 +42,14 @@ pub use super::schedule::{MAX_TIMER_MS, RETRY_MS};
 
 /// Units of work one turn the engine starts by itself may do (a job, a timer, a grant, a lapsed
 /// lease removed: each a unit, from a few hundred ns to a few µs): about a millisecond or two.
-pub const TURN_BUDGET: usize = 1024;
+pub const TURN_BUDGET: usize = 256;
 
 /// Lapsed leases one prune job removes at most (each one effect for replicas and the AOF).
-pub const PRUNE_SLICE: usize = 512;
+pub const PRUNE_SLICE: usize = 128;
+
+/// The most holders a prune compacts in its last turn (copying what is left): well under a
+/// millisecond.
+pub const QUICK_TIDY_HOLDERS: usize = 65_536;
 
 /// What a command answers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1028,7 +1032,7 @@ impl<T: Handles> Engine<T> {
 
     /// Removes a slice of a shared key's lapsed leases (they count for nothing already), at
     /// most [`PRUNE_SLICE`] and what the turn's budget has left; queues itself again for the
-    /// rest, and compacts the set once none is left.
+    /// rest, and compacts the set once none is left (if at most [`QUICK_TIDY_HOLDERS`] remain).
     fn prune<H: Host<T>>(&mut self, host: &mut H, id: &KeyId) {
         let Ok(mut key) = host.open(id) else {
             return;
@@ -1059,7 +1063,8 @@ impl<T: Handles> Engine<T> {
         }
         if first_lapsed(&key).is_some() {
             self.schedule.push(host, Job::Prune(id.clone()));
-        } else {
+        } else if key.shared().is_some_and(|s| s.len() <= QUICK_TIDY_HOLDERS) {
+            // Compacting costs what is left; a large set compacts with a later removal instead.
             key.tidy();
         }
     }

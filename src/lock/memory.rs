@@ -232,7 +232,7 @@ impl Key for MemKey {
 
     fn tidy(&mut self) {
         if let Some(LockValue::Shared(shared)) = self.value.as_mut() {
-            shared.tidy();
+            drop(shared.tidy());
         }
     }
 

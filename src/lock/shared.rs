@@ -32,13 +32,8 @@ use std::hash::BuildHasher;
 pub const MAX_LIMIT: u32 = 1_000_000;
 
 /// The most bytes the owners of one key may take together (offsets into them are 32-bit). With
-/// 256-byte owners that is 16.7 million holders; RDB loading refuses a value above it. (1 MiB in
-/// the unit tests, which check the bound without allocating gigabytes.)
-pub const MAX_OWNER_BYTES: usize = if cfg!(test) {
-    1 << 20
-} else {
-    u32::MAX as usize
-};
+/// 256-byte owners that is 16.7 million holders; RDB loading refuses a value above it.
+pub const MAX_OWNER_BYTES: usize = u32::MAX as usize;
 
 /// How a request wants a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +63,29 @@ impl Holder {
 /// A new holder would take the owners' bytes past [`MAX_OWNER_BYTES`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Full;
+
+/// Arrays a holder set no longer needs ([`Shared::tidy`]): dropping it frees them.
+#[derive(Default)]
+pub struct Garbage {
+    slots: Vec<Slot>,
+    owners: Vec<u8>,
+    table: Vec<u32>,
+}
+
+impl Garbage {
+    fn keep(&mut self, slots: Vec<Slot>, owners: Vec<u8>, table: Vec<u32>) {
+        self.slots = slots;
+        self.owners = owners;
+        self.table = table;
+    }
+
+    /// Bytes it holds.
+    pub fn bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<Slot>()
+            + self.owners.capacity()
+            + self.table.capacity() * 4
+    }
+}
 
 /// Tokens take the low 53 bits of a record's first word, `owner length - 1` the 8 above.
 const TOKEN_BITS: u32 = 53;
@@ -127,6 +145,9 @@ pub struct Shared {
     hasher: RandomState,
     /// Mixed into the treap's priorities, so nobody can choose tokens that unbalance it.
     seed: u64,
+    /// The most bytes the owners may take: [`MAX_OWNER_BYTES`] (less in unit tests, which check
+    /// the bound without allocating gigabytes).
+    owner_room: usize,
 }
 
 impl Default for Shared {
@@ -158,6 +179,16 @@ impl Shared {
             root: NIL,
             hasher,
             seed,
+            owner_room: MAX_OWNER_BYTES,
+        }
+    }
+
+    /// An empty set whose owners may take at most `bytes` (tests of the bound).
+    #[cfg(test)]
+    fn with_owner_room(limit: u32, bytes: usize) -> Shared {
+        Shared {
+            owner_room: bytes,
+            ..Shared::new(limit)
         }
     }
 
@@ -207,9 +238,9 @@ impl Shared {
             self.attach(slot as u32);
             return Ok(());
         }
-        if self.owners.len() + owner.len() > MAX_OWNER_BYTES {
-            self.compact_owners();
-            if self.owners.len() + owner.len() > MAX_OWNER_BYTES {
+        if self.owners.len() + owner.len() > self.owner_room {
+            drop(self.compact_owners());
+            if self.owners.len() + owner.len() > self.owner_room {
                 return Err(Full);
             }
         }
@@ -239,12 +270,12 @@ impl Shared {
     /// Removes `owner`'s hold, then compacts what much of the arrays no longer uses.
     pub fn remove(&mut self, owner: &[u8]) -> Option<Holder> {
         let holder = self.remove_keeping_room(owner)?;
-        self.tidy();
+        drop(self.tidy());
         Some(holder)
     }
 
-    /// Removes `owner`'s hold without compacting anything (O(log H) however large the set):
-    /// for removing many in bounded steps; [`Shared::tidy`] afterwards.
+    /// Removes `owner`'s hold without compacting anything (O(log H) however large the set, but
+    /// for a set left empty): for removing many in bounded steps; [`Shared::tidy`] afterwards.
     pub fn remove_keeping_room(&mut self, owner: &[u8]) -> Option<Holder> {
         let (at, slot) = self.find(owner)?;
         let record = self.slots[slot];
@@ -260,9 +291,6 @@ impl Shared {
                 self.table[at] = slot as u32 + 1;
             }
             self.relink(last as u32, slot as u32);
-        }
-        if self.slots.is_empty() {
-            *self = Shared::new(self.limit);
         }
         Some(record.holder())
     }
@@ -410,24 +438,40 @@ impl Shared {
     }
 
     /// Compacts the owners' bytes, the table and the arrays where much of them is unused (each
-    /// at most once per as many removals as it holds: amortized O(1) per removal).
-    pub fn tidy(&mut self) {
+    /// at most once per as many removals as it holds: amortized O(1) per removal). The arrays it
+    /// replaces are handed back rather than freed: freeing a large one takes the kernel
+    /// milliseconds, which the host may spend off its main thread.
+    #[must_use = "the old arrays: drop them, here or elsewhere"]
+    pub fn tidy(&mut self) -> Garbage {
+        let mut garbage = Garbage::default();
         if self.slots.is_empty() {
-            *self = Shared::new(self.limit);
-            return;
+            let empty = Shared {
+                owner_room: self.owner_room,
+                ..Shared::new(self.limit)
+            };
+            let old = std::mem::replace(self, empty);
+            garbage.keep(old.slots, old.owners, old.table);
+            return garbage;
         }
         if self.stale * 4 > self.owners.len() {
-            self.compact_owners();
+            garbage.owners = self.compact_owners();
         }
         let live = self.slots.len();
         if self.table.len() > 8 * live + 8 {
-            self.rebuild_table(table_size_for(live));
+            garbage.table = self.rebuild_table(table_size_for(live));
         }
         if self.slots.capacity() > 2 * live + 4 {
-            self.slots.shrink_to(live + live / 8);
-            self.owners
-                .shrink_to(self.owners.len() + self.owners.len() / 8);
+            let mut slots = Vec::with_capacity(live + live / 8);
+            slots.extend_from_slice(&self.slots);
+            garbage.slots = std::mem::replace(&mut self.slots, slots);
+            let mut owners = Vec::with_capacity(self.owners.len() + self.owners.len() / 8);
+            owners.extend_from_slice(&self.owners);
+            let old = std::mem::replace(&mut self.owners, owners);
+            if garbage.owners.capacity() < old.capacity() {
+                garbage.owners = old;
+            }
         }
+        garbage
     }
 
     // --- Owners and the table ---------------------------------------------------------------
@@ -480,7 +524,7 @@ impl Shared {
     fn table_insert(&mut self, owner: &[u8], slot: usize) {
         if self.slots.len() * 4 > self.table.len() * 3 {
             // The rebuilt table holds every slot, this one included.
-            self.rebuild_table(table_size_for(self.slots.len()));
+            drop(self.rebuild_table(table_size_for(self.slots.len())));
             return;
         }
         let mask = self.table.len() - 1;
@@ -518,8 +562,8 @@ impl Shared {
         self.table[at] = EMPTY;
     }
 
-    /// A fresh table of `size` places holding every slot.
-    fn rebuild_table(&mut self, size: usize) {
+    /// A fresh table of `size` places holding every slot; returns the old one.
+    fn rebuild_table(&mut self, size: usize) -> Vec<u32> {
         let mut table = vec![EMPTY; size];
         let mask = size - 1;
         for (slot, record) in self.slots.iter().enumerate() {
@@ -529,11 +573,11 @@ impl Shared {
             }
             table[at] = slot as u32 + 1;
         }
-        self.table = table;
+        std::mem::replace(&mut self.table, table)
     }
 
-    /// Copies the live owners' bytes into a fresh buffer.
-    fn compact_owners(&mut self) {
+    /// Copies the live owners' bytes into a fresh buffer; returns the old one.
+    fn compact_owners(&mut self) -> Vec<u8> {
         let mut owners = Vec::with_capacity(self.owners.len() - self.stale);
         for record in &mut self.slots {
             let at = record.owner_at as usize;
@@ -541,8 +585,8 @@ impl Shared {
             record.owner_at = owners.len() as u32;
             owners.extend_from_slice(&self.owners[at..at + len]);
         }
-        self.owners = owners;
         self.stale = 0;
+        std::mem::replace(&mut self.owners, owners)
     }
 
     // --- The treap ---------------------------------------------------------------------------
@@ -851,7 +895,7 @@ mod tests {
         }
         assert_eq!(s.len(), 10);
         assert_eq!(s.heap_size(), before, "nothing compacted while removing");
-        s.tidy();
+        drop(s.tidy());
         assert!(s.heap_size() < before / 10, "{} after tidy", s.heap_size());
         let tokens: Vec<u64> = s.iter().map(|(_, h)| h.token).collect();
         assert_eq!(tokens, (1991..=2000).collect::<Vec<u64>>());
@@ -859,13 +903,14 @@ mod tests {
 
     #[test]
     fn owners_never_pass_what_an_offset_addresses() {
-        let mut s = Shared::new(0);
+        let room = 1 << 20;
+        let mut s = Shared::with_owner_room(0, room);
         let owner = |i: usize| {
             let mut o = format!("{i:08}").into_bytes();
             o.resize(256, b'x');
             o
         };
-        let fits = MAX_OWNER_BYTES / 256;
+        let fits = room / 256;
         for i in 0..fits {
             s.insert(&owner(i), h(i as u64 + 1, 10)).unwrap();
         }

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use redis_module::raw;
 
 use super::acl::Caller;
+use crate::lock::shared::Garbage;
 use crate::lock::{Engine, Handles, Host, KeyRef};
 
 /// A blocked client, as the engine names it.
@@ -62,6 +63,10 @@ static HOLDS: AtomicU64 = AtomicU64::new(0);
 /// Shared lock values alive in memory. Changed as `LIVE` is. While it is 0 (a server that uses
 /// no shared holds), TTL changes of keys cost the module nothing.
 static SHARED_VALUES: AtomicU64 = AtomicU64::new(0);
+
+/// The longest turn the module started by itself (a timer and the jobs it runs), in µs since the
+/// module loaded (the `longest_turn_us` INFO field). Only the timer callback writes it.
+static LONGEST_TURN_US: AtomicU64 = AtomicU64::new(0);
 
 /// Whether anything can receive propagated commands (AOF on, a replication backlog, replicas).
 /// Conservatively true at load; set true the instant a fork child is born (every full sync and
@@ -292,4 +297,53 @@ pub fn is_replica() -> bool {
 /// a new one.
 pub fn note_aof_rewrite(rewrites: i64) -> bool {
     COUNTED_AT_REWRITE.swap(rewrites, Ordering::Relaxed) != rewrites
+}
+
+/// Records a turn the module started by itself that took `took`.
+pub fn record_turn(took: std::time::Duration) {
+    let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+    LONGEST_TURN_US.fetch_max(us, Ordering::Relaxed);
+}
+
+/// The longest turn the module started by itself, in µs.
+pub fn longest_turn_us() -> u64 {
+    LONGEST_TURN_US.load(Ordering::Relaxed)
+}
+
+/// Arrays larger than this are freed off the main thread: returning tens of MB to the kernel
+/// takes milliseconds.
+const FREE_IN_BACKGROUND_BYTES: usize = 1 << 20;
+
+thread_local! {
+    /// The queue of the thread that frees large arrays, started the first time one comes.
+    static RECLAIMER: RefCell<Option<std::sync::mpsc::Sender<Garbage>>> = const { RefCell::new(None) };
+}
+
+/// Frees `garbage`: at once if it is small, else on a thread of its own (as Redis's lazy free
+/// does with large values), so that no turn of the main thread waits for the kernel. The
+/// allocator is Redis's, which may be called from any thread.
+pub fn free(garbage: Garbage) {
+    if garbage.bytes() < FREE_IN_BACKGROUND_BYTES {
+        return;
+    }
+    let garbage = RECLAIMER.with(|cell| {
+        let Ok(mut sender) = cell.try_borrow_mut() else {
+            return Some(garbage);
+        };
+        if sender.is_none() {
+            let (tx, rx) = std::sync::mpsc::channel::<Garbage>();
+            let spawned = std::thread::Builder::new()
+                .name("relock-free".into())
+                .spawn(move || rx.into_iter().for_each(drop));
+            if spawned.is_ok() {
+                *sender = Some(tx);
+            }
+        }
+        match sender.as_ref() {
+            Some(tx) => tx.send(garbage).err().map(|e| e.0),
+            None => Some(garbage),
+        }
+    });
+    // No thread (none could be started): freed here after all.
+    drop(garbage);
 }

@@ -91,13 +91,16 @@ impl Host<RedisHandles> for RedisHost {
     }
 }
 
-/// A timer the engine armed fired; its data is the engine's number for it.
+/// The engine's timer fired; its data is the number the engine gave it. The turn's length is
+/// recorded (`longest_turn_us`): the engine bounds the work of each.
 extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     ffi::guard((), || {
+        let started = std::time::Instant::now();
         globals::report(
             &mut RedisHost::new(ctx),
             Report::Timer(data as usize as u64),
-        )
+        );
+        globals::record_turn(started.elapsed());
     })
 }
 
@@ -449,7 +452,7 @@ impl Key for RedisKey {
 
     fn tidy(&mut self) {
         if let Some(LockMut::Shared(shared)) = self.lock_mut() {
-            shared.tidy();
+            globals::free(shared.tidy());
         }
     }
 

@@ -14,7 +14,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
         let (waiters, timers, stats, last_token) =
             globals::read_engine(|e| (e.waiters(), e.armed_timers(), e.stats(), e.last_token()))
                 .unwrap_or_default();
-        let fields: [(&std::ffi::CStr, u64); 13] = [
+        let fields: [(&std::ffi::CStr, u64); 14] = [
             (c"locks", globals::lock_values()),
             (c"holds", globals::holds()),
             (c"waiters", waiters as u64),
@@ -28,6 +28,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             (c"wait_timeouts_total", stats.wait_timeouts),
             (c"forcereleased_total", stats.forcereleased),
             (c"last_token", last_token),
+            (c"longest_turn_us", globals::longest_turn_us()),
         ];
         // SAFETY: `ctx` is the INFO context Redis passed; names are static C strings.
         unsafe {
