@@ -199,7 +199,8 @@ fn effects_needed(ctx: *mut raw::RedisModuleCtx) -> bool {
     let aof_on = flags & raw::REDISMODULE_CTX_FLAGS_AOF as c_int != 0;
     let master = flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int != 0;
     let child = flags & raw::REDISMODULE_CTX_FLAGS_ACTIVE_CHILD as c_int != 0;
-    if aof_on || !master || child {
+    // A slot being exported atomically (Valkey 9) receives all that is propagated.
+    if aof_on || !master || child || globals::with_migrations(|m| m.exporting()).unwrap_or(true) {
         return true;
     }
     // Unknown fields count as someone listening.
@@ -248,6 +249,29 @@ pub fn warn_if_locks_may_be_evicted(ctx: *mut raw::RedisModuleCtx) {
             };
         }
     }
+}
+
+/// Text fields of one `INFO` section, read once; `None` for a field that cannot be read.
+pub fn server_info_text<const N: usize>(
+    ctx: *mut raw::RedisModuleCtx,
+    section: &CStr,
+    fields: [&CStr; N],
+) -> [Option<String>; N] {
+    // SAFETY: `ctx` is live; the section name is a C string.
+    let info = unsafe { rm!(RedisModule_GetServerInfo(ctx, section.as_ptr())) };
+    if info.is_null() {
+        return [const { None }; N];
+    }
+    let values = fields.map(|field| {
+        // SAFETY: `info` is live; a field comes back as a C string we copy, or null.
+        unsafe {
+            let value = rm!(RedisModule_ServerInfoGetFieldC(info, field.as_ptr()));
+            (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned())
+        }
+    });
+    // SAFETY: `info` was returned by `GetServerInfo` and is freed once, here.
+    unsafe { rm!(RedisModule_FreeServerInfo(ctx, info)) };
+    values
 }
 
 /// Integer fields of one `INFO` section, read once; `None` for a field that cannot be read.

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use redis_module::raw;
 
 use super::acl::Caller;
+use super::migration::Migrations;
 use crate::lock::shared::Garbage;
 use crate::lock::{Engine, Handles, Host, KeyRef};
 
@@ -43,6 +44,10 @@ thread_local! {
 
     /// Reports that arrived while the engine was busy; drained by the call that holds it.
     static LATE: RefCell<Vec<Report>> = const { RefCell::new(Vec::new()) };
+
+    /// The atomic slot migrations under way (Valkey 9): written by their server events, read
+    /// when the module opens a key for its own work and when it decides how to propagate.
+    static MIGRATIONS: RefCell<Migrations> = RefCell::new(Migrations::default());
 
     /// The lock key Redis unlinked last (db, name). Set by the data type's `unlink2` callback,
     /// read and cleared by the next keyspace notification: the `expired` notification that
@@ -346,4 +351,9 @@ pub fn free(garbage: Garbage) {
     });
     // No thread (none could be started): freed here after all.
     drop(garbage);
+}
+
+/// Runs `f` on the slot migrations under way (`None` only if called from inside `f`).
+pub fn with_migrations<T>(f: impl FnOnce(&mut Migrations) -> T) -> Option<T> {
+    MIGRATIONS.with(|cell| cell.try_borrow_mut().ok().map(|mut m| f(&mut m)))
 }

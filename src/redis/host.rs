@@ -45,6 +45,10 @@ impl Host<RedisHandles> for RedisHost {
     }
 
     fn open(&mut self, key: &KeyId) -> Result<RedisKey, OpenError> {
+        // A key of a slot being imported is the import stream's alone until the slot is ours.
+        if globals::with_migrations(|m| m.importing_key(&key.name)).unwrap_or(true) {
+            return Err(OpenError::Unavailable);
+        }
         if !ffi::select_db(self.ctx, key.db) {
             return Err(OpenError::Unavailable);
         }

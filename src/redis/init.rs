@@ -4,7 +4,7 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, Context, RedisString, Status};
 
-use super::{events, info, registration, server};
+use super::{events, info, migration, registration, server};
 
 /// The module's `OnLoad`, after `redis_module!` has registered the data type.
 pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
@@ -18,14 +18,17 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // calls fail softly and `datatype` rejects the value, instead of Redis aborting.
     // NO_IMPLICIT_SIGNAL_MODIFIED: a command that changes nothing must not abort WATCH or
     // invalidate client caches; `host` signals each real change itself.
-    // SAFETY: `ctx` is the load context; the options are flags Redis 7.0 knows.
-    unsafe {
-        rm!(RedisModule_SetModuleOptions(
-            ctx.ctx,
-            (raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
-                | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED) as c_int
-        ))
-    };
+    // HANDLE_ATOMIC_SLOT_MIGRATION (Valkey 9 only; see `migration`): relock can take part in
+    // `CLUSTER MIGRATESLOTS`, which Valkey refuses unless every module declares it.
+    let slot_migration = migration::supported(ctx.ctx);
+    let mut options = (raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
+        | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED) as c_int;
+    if slot_migration {
+        options |= migration::OPTION_HANDLES_SLOT_MIGRATION;
+    }
+    // SAFETY: `ctx` is the load context; the options are flags the running server knows (the
+    // slot-migration one only on Valkey 9+).
+    unsafe { rm!(RedisModule_SetModuleOptions(ctx.ctx, options)) };
     if let Err(e) = registration::register(ctx.ctx) {
         ctx.log_warning(&format!("relock: {e}"));
         return Status::Err;
@@ -33,6 +36,12 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     if let Err(e) = events::subscribe(ctx.ctx) {
         ctx.log_warning(&format!("relock: {e}"));
         return Status::Err;
+    }
+    if slot_migration {
+        if let Err(e) = migration::subscribe(ctx.ctx) {
+            ctx.log_warning(&format!("relock: {e}"));
+            return Status::Err;
+        }
     }
     // SAFETY: `ctx` is the load context; `info` is an `extern "C"` fn that never unwinds.
     unsafe { rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info::info))) };

@@ -9,6 +9,7 @@
 //! - [`datatype`]: the `relock-lk` data type (RDB, AOF rewrite, DUMP/RESTORE, memory).
 //! - [`globals`]: the module's global state, each item with its rules.
 //! - [`server`], [`acl`], [`cluster`]: the server's state, ACL re-checks, cluster redirects.
+//! - [`migration`]: Valkey 9's atomic slot migration (which slots are moving in or out).
 //! - [`registration`], [`info`]: the command table and the `INFO relock` section.
 
 /// Calls a Redis module API function. `init` has checked that every function this module uses
@@ -33,5 +34,6 @@ pub mod globals;
 pub mod host;
 pub mod info;
 pub mod init;
+pub mod migration;
 pub mod registration;
 pub mod server;

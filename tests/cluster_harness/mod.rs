@@ -16,9 +16,11 @@ use crate::common::{eventually, free_port, Server};
 /// How long the cluster may take to agree on its slots and to finish replica syncs.
 const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
 
-/// Six nodes: three masters with one replica each.
+/// Three masters, with one replica each unless started without.
 pub struct Cluster {
     pub nodes: Vec<Server>,
+    /// Replicas per master.
+    replicas: usize,
 }
 
 /// The node that serves a hash slot, as seen in `CLUSTER SLOTS`.
@@ -32,7 +34,13 @@ impl Cluster {
     /// Starts six nodes, joins them into a 3-master / 3-replica cluster and waits until every
     /// node says `cluster_state:ok` and every replica's link to its master is up.
     pub fn start() -> Cluster {
-        let nodes: Vec<Server> = (0..6).map(|_| start_node()).collect();
+        Cluster::start_with(1)
+    }
+
+    /// Starts three masters with `replicas` replicas each, joined into one cluster, and waits
+    /// until it is healthy.
+    pub fn start_with(replicas: usize) -> Cluster {
+        let nodes: Vec<Server> = (0..3 * (1 + replicas)).map(|_| start_node()).collect();
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
@@ -41,7 +49,7 @@ impl Cluster {
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("run redis-cli --cluster create");
         assert!(
@@ -50,7 +58,7 @@ impl Cluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let cluster = Cluster { nodes };
+        let cluster = Cluster { nodes, replicas };
         cluster.wait_healthy();
         cluster
     }
@@ -67,7 +75,8 @@ impl Cluster {
                     Ok(i) => i,
                     Err(_) => return false,
                 };
-                if !info.contains("cluster_state:ok") || !info.contains("cluster_known_nodes:6") {
+                let known = format!("cluster_known_nodes:{}", self.nodes.len());
+                if !info.contains("cluster_state:ok") || !info.contains(&known) {
                     return false;
                 }
                 let repl: String = match redis::cmd("INFO").arg("replication").query(&mut c) {
@@ -78,7 +87,7 @@ impl Cluster {
                     repl.contains("master_link_status:up")
                         && !repl.contains("master_sync_in_progress:1")
                 } else {
-                    repl.contains("connected_slaves:1")
+                    repl.contains(&format!("connected_slaves:{}", self.replicas))
                 }
             }) && self.slot_owners_agree()
         });
