@@ -172,7 +172,7 @@ const COMMANDS: &[Command] = &[
         arity: 2,
         key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
         summary: c"Shows a lock: owner, token, count, ttl, waiters, mode, holders, limit. Replies nil when there is no lock.",
-        complexity: c"O(log H) with H holders",
+        complexity: c"O(1); O(log H) for a shared key with H holders",
         args: &[KEY],
     },
     Command {
@@ -183,7 +183,7 @@ const COMMANDS: &[Command] = &[
         arity: -2,
         key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
         summary: c"Lists a lock's holders in grant order (owner, token, count, ttl); OWNER answers for one. Replies nil when there is no lock.",
-        complexity: c"O(H) for H holders listed; O(1) with OWNER",
+        complexity: c"O((n + log H) log(n + log H)) for n of H holders listed (COUNT 0: O(H log H)); O(1) with OWNER",
         args: &[KEY, OWNER_OPTION, COUNT_OPTION],
     },
     Command {
