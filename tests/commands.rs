@@ -1,6 +1,6 @@
-//! Every reply and every error of the LOCK.* commands, checked against a real server
-//! (spec: the project's command contract, `shared/spec/commands.md`). LOCK.WAIT's blocking behaviour lives in `wait.rs`;
-//! here it is only checked for argument errors.
+//! Every reply and every error of the LOCK.* commands, checked against a real server, as
+//! docs/commands.md states them. LOCK.WAIT's blocking behaviour lives in `wait.rs`; here it is
+//! only checked for argument errors.
 #[macro_use]
 mod common;
 

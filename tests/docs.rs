@@ -10,7 +10,8 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The Markdown pages: README.md, CHANGELOG.md and every .md under docs/ and examples/
+/// The Markdown pages: README.md, CHANGELOG.md, ARCHITECTURE.md and every .md under docs/ and
+/// examples/
 /// (dependency folders left out).
 fn pages() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -30,7 +31,11 @@ fn pages() -> Vec<PathBuf> {
             }
         }
     }
-    let mut out = vec![root().join("README.md"), root().join("CHANGELOG.md")];
+    let mut out = vec![
+        root().join("README.md"),
+        root().join("CHANGELOG.md"),
+        root().join("ARCHITECTURE.md"),
+    ];
     walk(&root().join("docs"), &mut out);
     walk(&root().join("examples"), &mut out);
     out

@@ -25,10 +25,8 @@
 //! - While the server may not write (loading, writes paused) the engine's own work waits and is
 //!   retried; on a replica the waiters fail with `READONLY`.
 
-use std::borrow::Cow;
-
 use super::decide::{self, Kind, Next, Release, Seen, Take};
-use super::errors::{Refusal, NOPERM, READONLY, WRONGTYPE};
+use super::errors::{LockError, Refusal};
 use super::host::{Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
 use super::packed::{Hold, LockRef};
 use super::queue::WaiterId;
@@ -57,7 +55,7 @@ pub enum Reply {
     Integer(u64),
     Nil,
     Ok,
-    Error(Cow<'static, str>),
+    Error(LockError),
     /// `LOCK.INFO`'s map.
     Info(Info),
     /// `LOCK.HOLDERS`: one entry per holder, in grant order.
@@ -66,14 +64,20 @@ pub enum Reply {
     Blocked,
 }
 
-/// What a `LOCK.WAIT` asks for.
+/// An acquiring request: `LOCK.ACQUIRE`, `LOCK.REENTER`, and what `LOCK.WAIT` asks for.
 #[derive(Clone, Copy, Debug)]
-pub struct Wait<'a> {
+pub struct Request<'a> {
     pub owner: &'a [u8],
     /// Exclusive, or shared (with a limit).
     pub mode: Mode,
     /// The lease of the hold it gets.
     pub ttl_ms: u64,
+}
+
+/// What a `LOCK.WAIT` asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct Wait<'a> {
+    pub request: Request<'a>,
     /// How long it waits at most (0: no limit).
     pub timeout_ms: u64,
 }
@@ -103,19 +107,10 @@ pub struct HolderInfo {
     pub ttl_ms: i64,
 }
 
-/// An acquiring request.
-#[derive(Clone, Copy, Debug)]
-struct Request<'a> {
-    owner: &'a [u8],
-    mode: Mode,
-    ttl_ms: u64,
-    kind: Kind,
-}
-
 /// The time the host reports, as the token counter's clock.
-struct At(i64);
+struct Now(i64);
 
-impl Clock for At {
+impl Clock for Now {
     fn now_ms(&self) -> u64 {
         u64::try_from(self.0).unwrap_or(0)
     }
@@ -156,18 +151,9 @@ impl<T: Handles> Engine<T> {
         &mut self,
         host: &mut H,
         key: &mut H::Key,
-        at: KeyRef<'_>,
-        owner: &[u8],
-        ttl_ms: u64,
-        mode: Mode,
+        request: Request<'_>,
     ) -> Reply {
-        let request = Request {
-            owner,
-            mode,
-            ttl_ms,
-            kind: Kind::Acquire,
-        };
-        self.take(host, key, at, request)
+        self.take(host, key, request, Kind::Acquire)
     }
 
     /// `LOCK.REENTER`: a reentrant acquire; replies the new count.
@@ -175,61 +161,36 @@ impl<T: Handles> Engine<T> {
         &mut self,
         host: &mut H,
         key: &mut H::Key,
-        at: KeyRef<'_>,
-        owner: &[u8],
-        ttl_ms: u64,
-        mode: Mode,
+        request: Request<'_>,
     ) -> Reply {
-        let request = Request {
-            owner,
-            mode,
-            ttl_ms,
-            kind: Kind::Reenter,
-        };
-        self.take(host, key, at, request)
+        self.take(host, key, request, Kind::Reenter)
     }
 
     /// `LOCK.WAIT`: acquires, or queues the caller until the lock is handed to it or
-    /// `timeout_ms` passes (0: no limit). `block` blocks the calling client and says who it is;
-    /// `None` when the caller may not block (MULTI, scripts, the master's stream, AOF), which
-    /// then gets nil at once.
-    pub fn wait<H: Host<T>, B>(
-        &mut self,
-        host: &mut H,
-        key: &mut H::Key,
-        at: KeyRef<'_>,
-        wait: Wait<'_>,
-        block: Option<B>,
-    ) -> Reply
-    where
-        B: FnOnce(&mut H) -> Option<(T::Client, Option<T::Caller>)>,
-    {
-        let request = Request {
-            owner: wait.owner,
-            mode: wait.mode,
-            ttl_ms: wait.ttl_ms,
-            kind: Kind::Acquire,
-        };
-        let decision = self.decide_take(host, key, at, &request);
-        let (Take::Wait, Some(block)) = (decision, block) else {
-            let reply = self.apply_take(host, key, at, &request, decision);
-            self.note_lapsed(host, key, at);
+    /// `timeout_ms` passes (0: no limit). A caller the host will not block (MULTI, scripts, the
+    /// master's stream, the AOF) gets nil at once.
+    pub fn wait<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, wait: Wait<'_>) -> Reply {
+        let request = wait.request;
+        let decision = self.decide_take(host, key, &request, Kind::Acquire);
+        if decision != Take::Wait {
+            let reply = self.apply_take(host, key, &request, Kind::Acquire, decision);
+            self.note_lapsed(host, key);
             return reply;
-        };
+        }
         self.stats.contended += 1;
-        let Some((client, caller)) = block(host) else {
-            // The server would not block this client: it gets nil, as a wait that timed out.
+        let Some((client, caller)) = host.block() else {
+            // The server will not block this client: it gets nil, as a wait that timed out.
             return Reply::Nil;
         };
         let now = host.now_ms();
-        let id = at.to_id();
+        let id = key.id().to_id();
         let waiter = self.waiters.join(
             &id,
             Waiter {
                 client,
-                owner: wait.owner.into(),
-                mode: wait.mode,
-                ttl_ms: wait.ttl_ms,
+                owner: request.owner.into(),
+                mode: request.mode,
+                ttl_ms: request.ttl_ms,
                 caller,
                 timeout: None,
                 since: now,
@@ -239,26 +200,20 @@ impl<T: Handles> Engine<T> {
             let ends_at = now.saturating_add(i64::try_from(wait.timeout_ms).unwrap_or(i64::MAX));
             let timer = self
                 .schedule
-                .start(host, ends_at, Due::WaitEnds { client, id: waiter });
+                .start(host, ends_at, Due::WaitEnds { client, waiter });
             self.waiters.set_timeout(&id, waiter, timer);
         }
         if !self.arm_deadline(host, key, &id) {
             // Free but queued (a wake-up is due), or held without an expiry: look again soon.
             self.schedule.push(host, Job::Serve(id));
         }
-        self.note_lapsed(host, key, at);
+        self.note_lapsed(host, key);
         Reply::Blocked
     }
 
     /// `LOCK.RELEASE`: one level of the caller's hold; the last level hands the lock on.
-    pub fn release<H: Host<T>>(
-        &mut self,
-        host: &mut H,
-        key: &mut H::Key,
-        at: KeyRef<'_>,
-        owner: &[u8],
-    ) -> Reply {
-        let seen = Seen::at(key, owner, || host.now_ms());
+    pub fn release<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, owner: &[u8]) -> Reply {
+        let seen = Seen::of(key, owner, || host.now_ms());
         let reply = match decide::release(seen, owner) {
             Release::NotHeld => Reply::Nil,
             Release::Decrement { count } => {
@@ -272,11 +227,11 @@ impl<T: Handles> Engine<T> {
                 }
                 key.notify(Event::Released);
                 self.stats.released += 1;
-                self.hand_off(host, key, at);
+                self.hand_off(host, key);
                 Reply::Integer(0)
             }
         };
-        self.note_lapsed(host, key, at);
+        self.note_lapsed(host, key);
         reply
     }
 
@@ -285,22 +240,21 @@ impl<T: Handles> Engine<T> {
         &mut self,
         host: &mut H,
         key: &mut H::Key,
-        at: KeyRef<'_>,
         owner: &[u8],
         ttl_ms: u64,
     ) -> Reply {
         let now = host.now_ms();
-        let reply = if decide::renew(Seen::at(key, owner, || now), owner) {
+        let reply = if decide::renew(Seen::of(key, owner, || now), owner) {
             let token = refresh(key, owner, None, expiry(now, ttl_ms));
             self.waiters.confirm(token);
             key.notify(Event::Renewed);
             self.stats.renewed += 1;
-            self.expiry_moved(host, at);
+            self.expiry_moved(host, key);
             Reply::Integer(token)
         } else {
             Reply::Nil
         };
-        self.note_lapsed(host, key, at);
+        self.note_lapsed(host, key);
         reply
     }
 
@@ -310,7 +264,6 @@ impl<T: Handles> Engine<T> {
         &mut self,
         host: &mut H,
         key: &mut H::Key,
-        at: KeyRef<'_>,
         owner: Option<&[u8]>,
     ) -> Reply {
         let now = host.now_ms();
@@ -338,15 +291,15 @@ impl<T: Handles> Engine<T> {
         if ended > 0 {
             key.notify(Event::ForceReleased);
             self.stats.forcereleased += ended as u64;
-            self.hand_off(host, key, at);
+            self.hand_off(host, key);
         }
-        self.note_lapsed(host, key, at);
+        self.note_lapsed(host, key);
         Reply::Integer(ended as u64)
     }
 
     /// `LOCK.INFO`: the hold (or how many share the key), the remaining lifetime, how many wait
     /// for it, its mode and limit; nil if free. O(log H).
-    pub fn info<H: Host<T>>(&self, host: &H, key: &H::Key, at: KeyRef<'_>) -> Reply {
+    pub fn info<H: Host<T>>(&self, host: &H, key: &H::Key) -> Reply {
         let now = host.now_ms();
         let ttl = |end: Option<i64>| end.map_or(-1, |end| end.saturating_sub(now).max(0));
         let info = match key.lock() {
@@ -356,7 +309,7 @@ impl<T: Handles> Engine<T> {
                 token: Some(hold.token()),
                 count: Some(hold.count()),
                 ttl_ms: ttl(key.expires_at()),
-                waiters: self.waiters.queued(at),
+                waiters: self.waiters.queued(key.id()),
                 mode: Mode::Exclusive,
                 holders: 1,
             },
@@ -370,7 +323,7 @@ impl<T: Handles> Engine<T> {
                     token: None,
                     count: None,
                     ttl_ms: ttl(Some(last)),
-                    waiters: self.waiters.queued(at),
+                    waiters: self.waiters.queued(key.id()),
                     mode: Mode::Shared {
                         limit: shared.limit(),
                     },
@@ -438,13 +391,12 @@ impl<T: Handles> Engine<T> {
         &mut self,
         host: &mut H,
         key: &mut H::Key,
-        at: KeyRef<'_>,
         hold: Box<Hold>,
         expires_at: Option<i64>,
     ) -> Reply {
         self.tokens.observe(hold.token());
         key.put(hold, expires_at);
-        self.expiry_moved(host, at);
+        self.expiry_moved(host, key);
         Reply::Ok
     }
 
@@ -454,7 +406,6 @@ impl<T: Handles> Engine<T> {
         &mut self,
         host: &mut H,
         key: &mut H::Key,
-        at: KeyRef<'_>,
         limit: u32,
         owner: &[u8],
         holder: Holder,
@@ -463,11 +414,11 @@ impl<T: Handles> Engine<T> {
         // loading refuses nothing else a holder set can contain.)
         if let Some(shared) = key.shared() {
             if shared.limit() != limit {
-                return Reply::Error(Refusal::OtherLimit(shared.limit()).text());
+                return Reply::Error(Refusal::OtherLimit(shared.limit()).into());
             }
             let joins = shared.get(owner).is_none();
             if joins && limit != 0 && shared.len() >= limit as usize {
-                return Reply::Error(Refusal::OtherLimit(limit).text());
+                return Reply::Error(Refusal::OtherLimit(limit).into());
             }
         }
         self.tokens.observe(holder.token);
@@ -475,9 +426,9 @@ impl<T: Handles> Engine<T> {
             key.remove();
         }
         if !key.put_holder(limit, owner, holder) {
-            return Reply::Error(Refusal::TooManyHolders.text());
+            return Reply::Error(Refusal::TooManyHolders.into());
         }
-        self.expiry_moved(host, at);
+        self.expiry_moved(host, key);
         Reply::Ok
     }
 
@@ -487,12 +438,11 @@ impl<T: Handles> Engine<T> {
         &mut self,
         host: &mut H,
         key: &mut H::Key,
-        at: KeyRef<'_>,
         owner: &[u8],
     ) -> Reply {
         if key.shared().is_some_and(|s| s.get(owner).is_some()) {
             key.remove_holder(owner);
-            self.expiry_moved(host, at);
+            self.expiry_moved(host, key);
         }
         Reply::Ok
     }
@@ -507,18 +457,18 @@ impl<T: Handles> Engine<T> {
 
     /// A key changed behind the engine's back (DEL, expiry, overwrite, RENAME...): if anyone
     /// waits for it, it is served after the current command.
-    pub fn key_changed<H: Host<T>>(&mut self, host: &mut H, at: KeyRef<'_>) {
-        if self.waiters.queued(at) > 0 {
-            self.value_changed(host, at.to_id());
+    pub fn key_changed<H: Host<T>>(&mut self, host: &mut H, key: KeyRef<'_>) {
+        if self.waiters.queued(key) > 0 {
+            self.value_changed(host, key.to_id());
         }
     }
 
     /// A user set or removed the key's TTL, or a value arrived (`RESTORE`, `COPY`, `RENAME`,
     /// `MOVE`): a shared key is capped at its latest lease end after the current command
     /// (`PERSIST` or a longer TTL extends no lease).
-    pub fn ttl_changed<H: Host<T>>(&mut self, host: &mut H, at: KeyRef<'_>) {
-        self.schedule.push(host, Job::Leases(at.to_id()));
-        self.key_changed(host, at);
+    pub fn ttl_changed<H: Host<T>>(&mut self, host: &mut H, key: KeyRef<'_>) {
+        self.schedule.push(host, Job::Leases(key.to_id()));
+        self.key_changed(host, key);
     }
 
     /// Every key of `db` (all dbs if `None`) may have changed (FLUSHDB, SWAPDB, end of loading).
@@ -536,7 +486,7 @@ impl<T: Handles> Engine<T> {
     /// This server became a replica: every waiter fails with `READONLY`.
     pub fn became_replica<H: Host<T>>(&mut self, host: &mut H) {
         for key in self.waiters.keys(None) {
-            self.fail_all(host, &key, Cow::Borrowed(READONLY));
+            self.fail_all(host, &key, LockError::ReadOnly);
         }
     }
 
@@ -559,7 +509,7 @@ impl<T: Handles> Engine<T> {
                     self.waiters.deadline_fired(&key);
                     self.schedule.push(host, Job::Serve(key));
                 }
-                Work::Due(Due::WaitEnds { client, id }) => self.wait_ends(host, client, id),
+                Work::Due(Due::WaitEnds { client, waiter }) => self.wait_ends(host, client, waiter),
                 Work::Job(job) => self.run(host, job),
             }
         }
@@ -589,9 +539,9 @@ impl<T: Handles> Engine<T> {
         self.waiters.len()
     }
 
-    /// Live waiters queued for `at`.
-    pub fn queued(&self, at: KeyRef<'_>) -> usize {
-        self.waiters.queued(at)
+    /// Live waiters queued for `key`.
+    pub fn queued(&self, key: KeyRef<'_>) -> usize {
+        self.waiters.queued(key)
     }
 
     /// Lock-deadline and wait-timeout timers armed and not yet fired or stopped (must come back
@@ -617,12 +567,12 @@ impl<T: Handles> Engine<T> {
         &mut self,
         host: &mut H,
         key: &mut H::Key,
-        at: KeyRef<'_>,
         request: Request<'_>,
+        kind: Kind,
     ) -> Reply {
-        let decision = self.decide_take(host, key, at, &request);
-        let reply = self.apply_take(host, key, at, &request, decision);
-        self.note_lapsed(host, key, at);
+        let decision = self.decide_take(host, key, &request, kind);
+        let reply = self.apply_take(host, key, &request, kind, decision);
+        self.note_lapsed(host, key);
         reply
     }
 
@@ -631,16 +581,16 @@ impl<T: Handles> Engine<T> {
         &mut self,
         host: &mut H,
         key: &H::Key,
-        at: KeyRef<'_>,
         request: &Request<'_>,
+        kind: Kind,
     ) -> Take {
-        let queued = self.waiters.facts(at);
-        let seen = Seen::at(key, request.owner, || host.now_ms());
+        let queued = self.waiters.facts(key.id());
+        let seen = Seen::of(key, request.owner, || host.now_ms());
         if queued.any && matches!(seen, Seen::Free) {
             // A free key with waiters means a wake-up is due; make sure one is scheduled.
-            self.schedule.push(host, Job::Serve(at.to_id()));
+            self.schedule.push(host, Job::Serve(key.id().to_id()));
         }
-        decide::take(seen, queued, request.owner, request.mode, request.kind)
+        decide::take(seen, queued, request.owner, request.mode, kind)
     }
 
     /// Applies an acquiring decision; the reply.
@@ -648,16 +598,16 @@ impl<T: Handles> Engine<T> {
         &mut self,
         host: &mut H,
         key: &mut H::Key,
-        at: KeyRef<'_>,
         request: &Request<'_>,
+        kind: Kind,
         decision: Take,
     ) -> Reply {
-        let reply = |token: u64, count: u32| match request.kind {
+        let reply = |token: u64, count: u32| match kind {
             Kind::Acquire => Reply::Integer(token),
             Kind::Reenter => Reply::Integer(u64::from(count)),
         };
         match decision {
-            Take::Refuse(refusal) => Reply::Error(refusal.text()),
+            Take::Refuse(refusal) => Reply::Error(refusal.into()),
             Take::Wait => {
                 self.stats.contended += 1;
                 Reply::Nil
@@ -667,12 +617,12 @@ impl<T: Handles> Engine<T> {
                 let token = refresh(key, request.owner, Some(count), lease_end);
                 self.waiters.confirm(token);
                 key.notify(Event::Acquired);
-                self.expiry_moved(host, at);
+                self.expiry_moved(host, key);
                 reply(token, count)
             }
             Take::Grant => {
                 match self.grant(host, key, request.owner, request.mode, request.ttl_ms) {
-                    Err(refusal) => Reply::Error(refusal.text()),
+                    Err(refusal) => Reply::Error(refusal.into()),
                     Ok(token) => {
                         key.notify(Event::Acquired);
                         self.stats.acquired += 1;
@@ -697,7 +647,7 @@ impl<T: Handles> Engine<T> {
         let lease_end = expiry(now, ttl_ms);
         match mode {
             Mode::Exclusive => {
-                let token = self.tokens.issue(&At(now)).ok_or(Refusal::NoTokens)?;
+                let token = self.tokens.issue(&Now(now)).ok_or(Refusal::NoTokens)?;
                 // A shared value left with lapsed leases only is replaced whole.
                 if let Some(shared) = key.shared() {
                     self.lapsed_ended(key, shared.len() as u64);
@@ -707,7 +657,7 @@ impl<T: Handles> Engine<T> {
             }
             Mode::Shared { limit } => {
                 self.make_room(key, limit, now);
-                let token = self.tokens.issue(&At(now)).ok_or(Refusal::NoTokens)?;
+                let token = self.tokens.issue(&Now(now)).ok_or(Refusal::NoTokens)?;
                 let holder = Holder {
                     token,
                     count: 1,
@@ -785,13 +735,14 @@ impl<T: Handles> Engine<T> {
 
     // --- Queues and hand-off ---------------------------------------------------------------------
 
-    /// Hands the free lock at `at` to its head waiter, if anyone waits.
-    fn hand_off<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, at: KeyRef<'_>) -> bool {
+    /// Hands the free lock at `key` to its head waiter, if anyone waits.
+    fn hand_off<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key) -> bool {
         // The common case, nobody waiting, costs one lookup and no allocation.
-        if self.waiters.queued(at) == 0 {
+        if self.waiters.queued(key.id()) == 0 {
             return false;
         }
-        self.grant_pass(host, key, &at.to_id())
+        let id = key.id().to_id();
+        self.grant_pass(host, key, &id)
     }
 
     /// The grant pass: grants waiters strictly in queue order while the key allows, in the same
@@ -805,7 +756,7 @@ impl<T: Handles> Engine<T> {
             let next = match self.waiters.head(id) {
                 None => break,
                 Some(head) => {
-                    decide::next_for(Seen::at(key, &head.owner, || now), &head.owner, head.mode)
+                    decide::next_for(Seen::of(key, &head.owner, || now), &head.owner, head.mode)
                 }
             };
             if next == Next::Stop {
@@ -817,8 +768,8 @@ impl<T: Handles> Engine<T> {
             self.stop_timers(host, waiter.timeout, deadline);
             let permitted = waiter.caller.as_ref().is_none_or(|c| host.permitted(c));
             let token = match next {
-                Next::Fail(refusal) => Err(refusal.text()),
-                _ if !permitted => Err(Cow::Borrowed(NOPERM)),
+                Next::Fail(refusal) => Err(refusal.into()),
+                _ if !permitted => Err(LockError::NoPerm),
                 Next::Reacquire => Ok(refresh(
                     key,
                     &waiter.owner,
@@ -827,10 +778,10 @@ impl<T: Handles> Engine<T> {
                 )),
                 _ => self
                     .grant(host, key, &waiter.owner, waiter.mode, waiter.ttl_ms)
-                    .map_err(Refusal::text),
+                    .map_err(LockError::from),
             };
             match token {
-                Err(message) => host.unblock(waiter.client, Outcome::Error(message)),
+                Err(error) => host.unblock(waiter.client, Outcome::Error(error)),
                 Ok(token) => {
                     self.stats.granted += 1;
                     self.work += 1;
@@ -856,25 +807,22 @@ impl<T: Handles> Engine<T> {
         if self.waiters.queued(id.as_ref()) == 0 {
             return true;
         }
-        let Some(at) = next_deadline(key, host.now_ms()) else {
+        let Some(ends_at) = next_deadline(key, host.now_ms()) else {
             return false;
         };
         // A key counts as expired once now > its expiry, hence the extra millisecond.
-        let fires_at = at.saturating_add(1);
+        let fires_at = ends_at.saturating_add(1);
         if self
             .waiters
             .deadline(id.as_ref())
-            .is_some_and(|d| d.at <= fires_at)
+            .is_some_and(|d| d.fires_at <= fires_at)
         {
             return true;
         }
         let timer = self
             .schedule
             .start(host, fires_at, Due::Deadline(id.clone()));
-        let deadline = Deadline {
-            timer,
-            at: fires_at,
-        };
+        let deadline = Deadline { timer, fires_at };
         match self.waiters.set_deadline(id, deadline) {
             Ok(old) => self.stop_timers(host, old.map(|d| d.timer), None),
             Err(unused) => self.stop_timers(host, Some(unused.timer), None),
@@ -890,12 +838,12 @@ impl<T: Handles> Engine<T> {
             return;
         }
         match host.open(id) {
-            Err(OpenError::WrongType) => self.fail_all(host, id, Cow::Borrowed(WRONGTYPE)),
+            Err(OpenError::WrongType) => self.fail_all(host, id, LockError::WrongType),
             Err(OpenError::Unavailable) => {}
             Ok(mut key) => {
                 if key.lock().is_none() {
                     if let Some(redirect) = host.redirect(&id.name) {
-                        self.fail_all(host, id, Cow::Owned(redirect));
+                        self.fail_all(host, id, LockError::Redirect(redirect));
                         return;
                     }
                 }
@@ -903,7 +851,7 @@ impl<T: Handles> Engine<T> {
                     self.fail_conflicting(host, &key, id);
                 }
                 self.grant_pass(host, &mut key, id);
-                self.note_lapsed(host, &key, id.as_ref());
+                self.note_lapsed(host, &key);
             }
         }
     }
@@ -918,7 +866,7 @@ impl<T: Handles> Engine<T> {
             .waiters
             .iter(id.as_ref())
             .filter_map(|(wid, w)| {
-                match decide::next_for(Seen::at(key, &w.owner, || now), &w.owner, w.mode) {
+                match decide::next_for(Seen::of(key, &w.owner, || now), &w.owner, w.mode) {
                     Next::Fail(refusal) => Some((wid, refusal)),
                     _ => None,
                 }
@@ -927,7 +875,7 @@ impl<T: Handles> Engine<T> {
         for (wid, refusal) in failing {
             if let Some(Removed { waiter, deadline }) = self.waiters.remove(id, wid) {
                 self.stop_timers(host, waiter.timeout, deadline);
-                host.unblock(waiter.client, Outcome::Error(refusal.text()));
+                host.unblock(waiter.client, Outcome::Error(refusal.into()));
             }
         }
         if let Some(shared) = key.shared().filter(|s| s.live(now) > 0) {
@@ -949,8 +897,11 @@ impl<T: Handles> Engine<T> {
     }
 
     /// A wait's timer fired: the waiter leaves with nil, unless it was served first.
-    fn wait_ends<H: Host<T>>(&mut self, host: &mut H, client: T::Client, id: WaiterId) {
-        if self.waiters.waiting(client).is_some_and(|(_, at)| at == id)
+    fn wait_ends<H: Host<T>>(&mut self, host: &mut H, client: T::Client, waiter: WaiterId) {
+        if self
+            .waiters
+            .waiting(client)
+            .is_some_and(|(_, waiting)| waiting == waiter)
             && self.leave_queue(host, client)
         {
             self.stats.wait_timeouts += 1;
@@ -958,13 +909,13 @@ impl<T: Handles> Engine<T> {
         }
     }
 
-    /// Fails every waiter of `key` with the error `message`.
-    fn fail_all<H: Host<T>>(&mut self, host: &mut H, key: &KeyId, message: Cow<'static, str>) {
+    /// Fails every waiter of `key` with `error`.
+    fn fail_all<H: Host<T>>(&mut self, host: &mut H, key: &KeyId, error: LockError) {
         let (waiters, deadline) = self.waiters.take_all(key);
         self.stop_timers(host, None, deadline);
         for waiter in waiters {
             self.stop_timers(host, waiter.timeout, None);
-            host.unblock(waiter.client, Outcome::Error(message.clone()));
+            host.unblock(waiter.client, Outcome::Error(error.clone()));
         }
     }
 
@@ -976,9 +927,9 @@ impl<T: Handles> Engine<T> {
     }
 
     /// The lock's expiry moved: waiters behind it (if any) need their deadline at the new time.
-    fn expiry_moved<H: Host<T>>(&mut self, host: &mut H, at: KeyRef<'_>) {
-        if self.waiters.queued(at) > 0 {
-            self.schedule.push(host, Job::Serve(at.to_id()));
+    fn expiry_moved<H: Host<T>>(&mut self, host: &mut H, key: &H::Key) {
+        if self.waiters.queued(key.id()) > 0 {
+            self.schedule.push(host, Job::Serve(key.id().to_id()));
         }
     }
 
@@ -998,7 +949,7 @@ impl<T: Handles> Engine<T> {
             // is still there, and writing it would corrupt the db. Hand-offs wait for the pause.
             State::Paused | State::Loading => self.schedule.defer(job),
             State::Replica => match job {
-                Job::Serve(key) => self.fail_all(host, &key, Cow::Borrowed(READONLY)),
+                Job::Serve(key) => self.fail_all(host, &key, LockError::ReadOnly),
                 // The master decides now; nothing is revoked here.
                 Job::Revoke(token) => self.waiters.confirm(token),
                 // The master caps its keys and ends leases; both reach replicas as effects.
@@ -1070,7 +1021,7 @@ impl<T: Handles> Engine<T> {
     }
 
     /// Queues the removal of a shared key's lapsed leases, if it has any.
-    fn note_lapsed<H: Host<T>>(&mut self, host: &mut H, key: &H::Key, at: KeyRef<'_>) {
+    fn note_lapsed<H: Host<T>>(&mut self, host: &mut H, key: &H::Key) {
         let Some(shared) = key.shared() else {
             return;
         };
@@ -1078,7 +1029,7 @@ impl<T: Handles> Engine<T> {
             .first_lease_end()
             .is_some_and(|(end, _)| end < host.now_ms())
         {
-            self.schedule.push(host, Job::Prune(at.to_id()));
+            self.schedule.push(host, Job::Prune(key.id().to_id()));
         }
     }
 
@@ -1090,7 +1041,7 @@ impl<T: Handles> Engine<T> {
         let Some(last) = key.shared().and_then(|s| s.last_lease_end()) else {
             return;
         };
-        if key.expires_at().is_none_or(|at| at > last) {
+        if key.expires_at().is_none_or(|expires_at| expires_at > last) {
             key.cap_expiry(last);
         }
     }

@@ -2,9 +2,9 @@
 //! timers, hang-ups, permissions, the server's states, and what is replicated.
 
 use super::engine::{Info, Reply, MAX_TIMER_MS, RETRY_MS};
-use super::errors::{NOPERM, NO_TOKENS, READONLY, REENTRANCY_LIMIT, WRONGTYPE};
+use super::errors::{LockError, Refusal, NOPERM, NO_TOKENS, READONLY, WRONGTYPE};
 use super::host::{Event, Outcome, State};
-use super::memory::{error_text, Effect, Sim};
+use super::memory::{error_text, Sim};
 use super::{MAX_COUNT, MAX_TOKEN};
 
 const START: i64 = 1_800_000_000_000;
@@ -77,8 +77,22 @@ fn release_hands_off_to_waiters_first_come_first_served() {
     // The release and the grant are one change, replicated as its effects.
     let effects = sim.take_effects();
     assert_eq!(effects.len(), 2, "{effects:?}");
-    assert_eq!(effects[0], Effect::Del { key: K.to_vec() });
-    assert!(matches!(&effects[1], Effect::Apply { owner, count: 1, .. } if owner == b"w1"));
+    let text = |words: &Vec<Vec<u8>>| {
+        words
+            .iter()
+            .map(|w| String::from_utf8_lossy(w).into_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(text(&effects[0]), ["DEL", "k"]);
+    let apply = text(&effects[1]);
+    assert_eq!(
+        (&apply[..3], apply[4].as_str(), apply[5].as_str()),
+        (
+            &["LOCK.APPLY".to_string(), "k".into(), "w1".into()][..],
+            "1",
+            "PXAT"
+        )
+    );
     assert_eq!(sim.release(K, b"w1"), Reply::Integer(0));
     assert_eq!(sim.force_release(K), Reply::Integer(1));
     let g = granted(&mut sim);
@@ -114,16 +128,11 @@ fn reentrancy_limit_is_an_error_that_changes_nothing() {
     sim.take_effects();
     let hold = super::Hold::new(b"a", t, MAX_COUNT);
     let mut key = sim_key(&mut sim);
-    sim.engine.apply(
-        &mut sim.host,
-        &mut key,
-        super::KeyRef { db: 0, name: K },
-        hold,
-        Some(START + 1000),
-    );
+    sim.engine
+        .apply(&mut sim.host, &mut key, hold, Some(START + 1000));
     assert_eq!(
         sim.reenter(K, b"a", 1000),
-        Reply::Error(REENTRANCY_LIMIT.into())
+        Reply::Error(Refusal::ReentrancyLimit.into())
     );
     assert_eq!(sim.lock(K).map(|l| l.2), Some(MAX_COUNT));
     assert_eq!(
@@ -330,7 +339,7 @@ fn a_waiter_that_lost_its_permission_gets_noperm_and_the_next_one_the_lock() {
     let answers = sim.deliver();
     assert_eq!(answers.len(), 2);
     assert_eq!(answers[0].0, c1);
-    assert_eq!(error_text(&answers[0].1), Some(NOPERM));
+    assert_eq!(error_text(&answers[0].1).as_deref(), Some(NOPERM));
     assert!(matches!(answers[1], (c, Outcome::Token(_)) if c == c2));
 }
 
@@ -344,10 +353,13 @@ fn a_key_turned_another_type_fails_its_waiters_with_wrongtype() {
     let answers = sim.deliver();
     assert_eq!(answers.len(), 1);
     assert_eq!(
-        (answers[0].0, error_text(&answers[0].1)),
+        (answers[0].0, error_text(&answers[0].1).as_deref()),
         (c, Some(WRONGTYPE))
     );
-    assert_eq!(sim.acquire(K, b"a", 1000), Reply::Error(WRONGTYPE.into()));
+    assert_eq!(
+        sim.acquire(K, b"a", 1000),
+        Reply::Error(LockError::WrongType)
+    );
     assert_idle(&mut sim);
 }
 
@@ -362,7 +374,7 @@ fn waiters_of_a_slot_that_moved_away_are_redirected() {
     let answers = sim.deliver();
     assert_eq!(answers.len(), 1);
     assert_eq!(
-        (answers[0].0, error_text(&answers[0].1)),
+        (answers[0].0, error_text(&answers[0].1).as_deref()),
         (c, Some("ASK 866 127.0.0.1:7001"))
     );
     assert_eq!(
@@ -384,11 +396,11 @@ fn becoming_a_replica_fails_every_waiter_with_readonly() {
     answers.sort_by_key(|a| a.0);
     assert_eq!(answers.len(), 2);
     assert_eq!(
-        (answers[0].0, error_text(&answers[0].1)),
+        (answers[0].0, error_text(&answers[0].1).as_deref()),
         (c1, Some(READONLY))
     );
     assert_eq!(
-        (answers[1].0, error_text(&answers[1].1)),
+        (answers[1].0, error_text(&answers[1].1).as_deref()),
         (c2, Some(READONLY))
     );
     assert_idle(&mut sim);
@@ -426,18 +438,18 @@ fn an_exhausted_token_space_refuses_grants_and_changes_nothing() {
     sim.engine.observe_token(MAX_TOKEN);
     assert_eq!(
         sim.acquire(b"free", b"x", 1000),
-        Reply::Error(NO_TOKENS.into())
+        Reply::Error(Refusal::NoTokens.into())
     );
     assert_eq!(sim.lock(b"free"), None);
     sim.release(K, b"a");
     let answers = sim.deliver();
     assert_eq!(answers.len(), 2);
     assert_eq!(
-        (answers[0].0, error_text(&answers[0].1)),
+        (answers[0].0, error_text(&answers[0].1).as_deref()),
         (c1, Some(NO_TOKENS))
     );
     assert_eq!(
-        (answers[1].0, error_text(&answers[1].1)),
+        (answers[1].0, error_text(&answers[1].1).as_deref()),
         (c2, Some(NO_TOKENS))
     );
     assert_eq!(sim.lock(K), None);

@@ -1,4 +1,5 @@
-//! The error replies the engine gives, in one place (their texts are part of the contract).
+//! The errors the engine answers, as data ([`LockError`]), and their texts (part of the
+//! contract), rendered in one place ([`LockError::text`]).
 
 use std::borrow::Cow;
 
@@ -49,5 +50,39 @@ impl Refusal {
             Refusal::NoTokens => Cow::Borrowed(NO_TOKENS),
             Refusal::TooManyHolders => Cow::Borrowed(TOO_MANY_HOLDERS),
         }
+    }
+}
+
+/// Every error the engine answers, a command's or a blocked client's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LockError {
+    /// The request can never be granted as asked, or no hold can be made.
+    Refused(Refusal),
+    /// The key holds (or came to hold) another type.
+    WrongType,
+    /// This server is (or became) a replica.
+    ReadOnly,
+    /// A waiter's user lost the right to its wait.
+    NoPerm,
+    /// The key's slot is served elsewhere: the host's `ASK`, `MOVED` or `TRYAGAIN` error.
+    Redirect(String),
+}
+
+impl LockError {
+    /// The error reply.
+    pub fn text(&self) -> Cow<'static, str> {
+        match self {
+            LockError::Refused(refusal) => refusal.text(),
+            LockError::WrongType => Cow::Borrowed(WRONGTYPE),
+            LockError::ReadOnly => Cow::Borrowed(READONLY),
+            LockError::NoPerm => Cow::Borrowed(NOPERM),
+            LockError::Redirect(text) => Cow::Owned(text.clone()),
+        }
+    }
+}
+
+impl From<Refusal> for LockError {
+    fn from(refusal: Refusal) -> LockError {
+        LockError::Refused(refusal)
     }
 }

@@ -5,11 +5,11 @@
 //! in memory for unit tests, the model test and the fuzz targets. The engine never sees a
 //! pointer, a Redis string or a context.
 
-use std::borrow::Cow;
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::rc::Rc;
 
+use super::errors::LockError;
 use super::packed::{Hold, LockRef};
 use super::shared::{Holder, Shared};
 
@@ -53,7 +53,7 @@ pub enum Outcome {
     /// Its wait ended without the lock (timeout, or it hung up): nil.
     TimedOut,
     /// An error reply (the key changed type, this server became a replica, a redirect...).
-    Error(Cow<'static, str>),
+    Error(LockError),
 }
 
 /// A key in a db, as the engine keeps it in its queues and timers.
@@ -103,6 +103,8 @@ pub enum OpenError {
 /// by the host as its effect (the resulting hold and absolute expiry, or the deletion), and
 /// signalled to watchers; the engine decides and the key applies.
 pub trait Key {
+    /// Where the key is: its db and name.
+    fn id(&self) -> KeyRef<'_>;
     /// The lock here, if there is one (a shared key's lapsed leases included: the engine ends
     /// them).
     fn lock(&self) -> Option<LockRef<'_>>;
@@ -175,6 +177,10 @@ pub trait Host<T: Handles> {
     fn start_timer(&mut self, delay_ms: i64, number: u64) -> T::Timer;
     /// Stops a timer; false if it already fired or was stopped.
     fn stop_timer(&mut self, timer: T::Timer) -> bool;
+    /// Blocks the client running the current command (a `LOCK.WAIT` that must queue) and says
+    /// who it is and who asked; `None` when it may not block (MULTI, a script, the master's
+    /// stream, the AOF), or no command is running.
+    fn block(&mut self) -> Option<(T::Client, Option<T::Caller>)>;
     /// Answers a blocked client `outcome`. Called exactly once per blocked client.
     fn unblock(&mut self, client: T::Client, outcome: Outcome);
     /// Whether `caller` may still run the `LOCK.WAIT` it queued (ACL rules may have changed).

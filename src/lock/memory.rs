@@ -6,12 +6,12 @@
 //! them lazily, as Redis does on lookup), reports keys changed behind the engine's back, fires
 //! timers in time order as the clock advances, and delivers answers to blocked clients.
 
-use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 
-use super::engine::{Engine, Reply, Wait};
+use super::effect::Effect;
+use super::engine::{Engine, Reply, Request, Wait};
 use super::host::{Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
 use super::packed::{Hold, LockRef, LockValue};
 use super::shared::{Holder, Mode, Shared};
@@ -30,31 +30,9 @@ struct Entry {
     expires_at: Option<i64>,
 }
 
-/// What a change to a lock key replicates (what Redis sends to replicas and the AOF).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Effect {
-    /// `LOCK.APPLY key owner token count [PXAT at]`.
-    Apply {
-        key: Vec<u8>,
-        owner: Vec<u8>,
-        token: u64,
-        count: u32,
-        at: Option<i64>,
-    },
-    /// `LOCK.APPLY key owner token count PXAT lease_end SHARED [LIMIT n]`: one shared holder.
-    ApplyHolder {
-        key: Vec<u8>,
-        owner: Vec<u8>,
-        holder: Holder,
-        limit: u32,
-    },
-    /// `LOCK.DROP key owner`: one shared holder removed.
-    Drop { key: Vec<u8>, owner: Vec<u8> },
-    /// `PEXPIREAT key at`.
-    Expire { key: Vec<u8>, at: i64 },
-    /// `DEL key`.
-    Del { key: Vec<u8> },
-}
+/// An effect as the in-memory host records it: the command's words, the key's name in place
+/// (what Redis would send replicas and the AOF, spelled by [`Effect::argv`]).
+pub type Replicated = Vec<Vec<u8>>;
 
 #[derive(Default, Debug)]
 struct Keyspace {
@@ -63,7 +41,7 @@ struct Keyspace {
     /// Keys that expired on lookup; reported to the engine once it returns, as Redis's
     /// `expired` notification is.
     expired: Vec<KeyId>,
-    effects: Vec<Effect>,
+    effects: Vec<Replicated>,
     events: Vec<(Vec<u8>, Event)>,
 }
 
@@ -106,7 +84,28 @@ pub struct MemKey {
 
 impl MemKey {
     /// Stores the copy in the keyspace, replicating `effect`.
-    fn write(&mut self, effect: Effect) {
+    fn write(&mut self, effect: Effect<'_>) {
+        let words = effect.words(&self.name);
+        self.record(words);
+    }
+
+    /// The exclusive hold's effect.
+    fn write_hold(&mut self) {
+        let words = match &self.value {
+            Some(LockValue::Exclusive(hold)) => Effect::Hold {
+                owner: hold.owner(),
+                token: hold.token(),
+                count: hold.count(),
+                expires_at: self.expires_at,
+            }
+            .words(&self.name),
+            _ => Effect::Delete.words(&self.name),
+        };
+        self.record(words);
+    }
+
+    /// Stores the copy in the keyspace, replicating the effect spelled as `words`.
+    fn record(&mut self, words: Replicated) {
         let mut space = self.space.borrow_mut();
         let id = (self.db, self.name.clone());
         match &self.value {
@@ -123,24 +122,7 @@ impl MemKey {
                 space.keys.remove(&id);
             }
         }
-        space.effects.push(effect);
-    }
-
-    /// The exclusive hold's effect.
-    fn write_hold(&mut self) {
-        let effect = match &self.value {
-            Some(LockValue::Exclusive(hold)) => Effect::Apply {
-                key: self.name.clone(),
-                owner: hold.owner().to_vec(),
-                token: hold.token(),
-                count: hold.count(),
-                at: self.expires_at,
-            },
-            _ => Effect::Del {
-                key: self.name.clone(),
-            },
-        };
-        self.write(effect);
+        space.effects.push(words);
     }
 }
 
@@ -158,15 +140,18 @@ impl MemKey {
                 self.value = None;
             }
         }
-        let effect = Effect::Drop {
-            key: self.name.clone(),
-            owner: owner.to_vec(),
-        };
-        self.write(effect);
+        self.write(Effect::Drop { owner });
     }
 }
 
 impl Key for MemKey {
+    fn id(&self) -> KeyRef<'_> {
+        KeyRef {
+            db: self.db,
+            name: &self.name,
+        }
+    }
+
     fn lock(&self) -> Option<LockRef<'_>> {
         match self.value.as_ref()? {
             LockValue::Exclusive(hold) => Some(LockRef::Exclusive(hold)),
@@ -212,13 +197,11 @@ impl Key for MemKey {
         if !stored {
             return false;
         }
-        let effect = Effect::ApplyHolder {
-            key: self.name.clone(),
-            owner: owner.to_vec(),
-            holder,
+        self.write(Effect::Holder {
             limit,
-        };
-        self.write(effect);
+            owner,
+            holder,
+        });
         true
     }
 
@@ -238,20 +221,13 @@ impl Key for MemKey {
 
     fn cap_expiry(&mut self, at: i64) {
         self.expires_at = Some(at);
-        let effect = Effect::Expire {
-            key: self.name.clone(),
-            at,
-        };
-        self.write(effect);
+        self.write(Effect::Expire { at });
     }
 
     fn remove(&mut self) {
         self.value = None;
         self.expires_at = None;
-        let effect = Effect::Del {
-            key: self.name.clone(),
-        };
-        self.write(effect);
+        self.write(Effect::Delete);
     }
 
     fn notify(&mut self, event: Event) {
@@ -278,6 +254,9 @@ pub struct MemHost {
     pub denied: HashSet<u64>,
     /// If set, every waiter is redirected with this error (a slot that moved away).
     pub redirect: Option<String>,
+    /// The client the running command may block as (its caller has its number too); `None`
+    /// when no command runs or it may not block.
+    blockable: Option<u64>,
 }
 
 impl Handles for MemHost {
@@ -318,6 +297,10 @@ impl Host<MemHost> for MemHost {
             Some(due) => self.timers.remove(&(due, timer)).is_some(),
             None => false,
         }
+    }
+
+    fn block(&mut self) -> Option<(u64, Option<u64>)> {
+        self.blockable.take().map(|client| (client, Some(client)))
     }
 
     fn unblock(&mut self, client: u64, outcome: Outcome) {
@@ -387,6 +370,15 @@ impl MemHost {
     }
 }
 
+/// An acquiring request.
+fn request(owner: &[u8], ttl_ms: u64, mode: Mode) -> Request<'_> {
+    Request {
+        owner,
+        mode,
+        ttl_ms,
+    }
+}
+
 /// A client of the simulated server.
 pub type Client = u64;
 
@@ -428,16 +420,17 @@ impl Sim {
     fn command(
         &mut self,
         name: &[u8],
-        run: impl FnOnce(&mut Engine<MemHost>, &mut MemHost, &mut MemKey, KeyRef<'_>) -> Reply,
+        run: impl FnOnce(&mut Engine<MemHost>, &mut MemHost, &mut MemKey) -> Reply,
     ) -> Reply {
         let at = KeyRef { db: DB, name };
         let opened = self.host.open_key(at);
         self.report_changes();
         let mut key = match opened {
             Ok(key) => key,
-            Err(_) => return Reply::Error(super::errors::WRONGTYPE.into()),
+            Err(_) => return Reply::Error(super::errors::LockError::WrongType),
         };
-        let reply = run(&mut self.engine, &mut self.host, &mut key, at);
+        let reply = run(&mut self.engine, &mut self.host, &mut key);
+        self.host.blockable = None;
         self.report_changes();
         reply
     }
@@ -449,7 +442,7 @@ impl Sim {
 
     /// `LOCK.ACQUIRE key owner ttl [SHARED [LIMIT n]]`.
     pub fn acquire_as(&mut self, key: &[u8], owner: &[u8], ttl: u64, mode: Mode) -> Reply {
-        self.command(key, |e, h, k, at| e.acquire(h, k, at, owner, ttl, mode))
+        self.command(key, |e, h, k| e.acquire(h, k, request(owner, ttl, mode)))
     }
 
     /// `LOCK.REENTER key owner ttl`.
@@ -459,37 +452,37 @@ impl Sim {
 
     /// `LOCK.REENTER key owner ttl [SHARED [LIMIT n]]`.
     pub fn reenter_as(&mut self, key: &[u8], owner: &[u8], ttl: u64, mode: Mode) -> Reply {
-        self.command(key, |e, h, k, at| e.reenter(h, k, at, owner, ttl, mode))
+        self.command(key, |e, h, k| e.reenter(h, k, request(owner, ttl, mode)))
     }
 
     /// `LOCK.RELEASE key owner`.
     pub fn release(&mut self, key: &[u8], owner: &[u8]) -> Reply {
-        self.command(key, |e, h, k, at| e.release(h, k, at, owner))
+        self.command(key, |e, h, k| e.release(h, k, owner))
     }
 
     /// `LOCK.RENEW key owner ttl`.
     pub fn renew(&mut self, key: &[u8], owner: &[u8], ttl: u64) -> Reply {
-        self.command(key, |e, h, k, at| e.renew(h, k, at, owner, ttl))
+        self.command(key, |e, h, k| e.renew(h, k, owner, ttl))
     }
 
     /// `LOCK.FORCERELEASE key`.
     pub fn force_release(&mut self, key: &[u8]) -> Reply {
-        self.command(key, |e, h, k, at| e.force_release(h, k, at, None))
+        self.command(key, |e, h, k| e.force_release(h, k, None))
     }
 
     /// `LOCK.FORCERELEASE key owner`.
     pub fn force_release_of(&mut self, key: &[u8], owner: &[u8]) -> Reply {
-        self.command(key, |e, h, k, at| e.force_release(h, k, at, Some(owner)))
+        self.command(key, |e, h, k| e.force_release(h, k, Some(owner)))
     }
 
     /// `LOCK.HOLDERS key [OWNER owner] [COUNT n]`.
     pub fn holders(&mut self, key: &[u8], owner: Option<&[u8]>, count: usize) -> Reply {
-        self.command(key, |e, h, k, _| e.holders(h, k, owner, count))
+        self.command(key, |e, h, k| e.holders(h, k, owner, count))
     }
 
     /// `LOCK.INFO key`.
     pub fn info(&mut self, key: &[u8]) -> Reply {
-        self.command(key, |e, h, k, at| e.info(h, k, at))
+        self.command(key, |e, h, k| e.info(h, k))
     }
 
     /// `LOCK.WAIT key owner ttl timeout` from a new client. Returns the reply and the client
@@ -509,21 +502,12 @@ impl Sim {
     ) -> (Reply, Client) {
         self.next_client += 1;
         let client = self.next_client;
-        let reply = self.command(key, |e, h, k, at| {
-            let wait = Wait {
-                owner,
-                mode,
-                ttl_ms: ttl,
-                timeout_ms: timeout,
-            };
-            e.wait(
-                h,
-                k,
-                at,
-                wait,
-                Some(|_: &mut MemHost| Some((client, Some(client)))),
-            )
-        });
+        self.host.blockable = Some(client);
+        let wait = Wait {
+            request: request(owner, ttl, mode),
+            timeout_ms: timeout,
+        };
+        let reply = self.command(key, |e, h, k| e.wait(h, k, wait));
         if reply == Reply::Blocked {
             self.blocked.insert(client);
         }
@@ -532,16 +516,11 @@ impl Sim {
 
     /// `LOCK.WAIT` where blocking is not allowed (MULTI, a script): answers at once.
     pub fn wait_unblockable(&mut self, key: &[u8], owner: &[u8], ttl: u64) -> Reply {
-        type Never = fn(&mut MemHost) -> Option<(u64, Option<u64>)>;
-        self.command(key, |e, h, k, at| {
-            let wait = Wait {
-                owner,
-                mode: Mode::Exclusive,
-                ttl_ms: ttl,
-                timeout_ms: 0,
-            };
-            e.wait(h, k, at, wait, None::<Never>)
-        })
+        let wait = Wait {
+            request: request(owner, ttl, Mode::Exclusive),
+            timeout_ms: 0,
+        };
+        self.command(key, |e, h, k| e.wait(h, k, wait))
     }
 
     /// Deletes `key` behind the engine's back (DEL, FLUSHALL...); Redis then notifies.
@@ -727,7 +706,7 @@ impl Sim {
     }
 
     /// Effects replicated so far (and forgets them).
-    pub fn take_effects(&mut self) -> Vec<Effect> {
+    pub fn take_effects(&mut self) -> Vec<Replicated> {
         std::mem::take(&mut self.host.space.borrow_mut().effects)
     }
 
@@ -757,10 +736,9 @@ impl Sim {
 }
 
 /// An error answer's text, for assertions.
-pub fn error_text(outcome: &Outcome) -> Option<&str> {
+pub fn error_text(outcome: &Outcome) -> Option<String> {
     match outcome {
-        Outcome::Error(Cow::Borrowed(text)) => Some(text),
-        Outcome::Error(Cow::Owned(text)) => Some(text),
+        Outcome::Error(error) => Some(error.text().into_owned()),
         _ => None,
     }
 }

@@ -7,6 +7,7 @@
 //! - [`waiters`]: every key's queue, every blocked client's ticket, the answers in flight.
 //! - [`schedule`]: every timer and deferred job, behind one host timer, a bounded slice a turn.
 //! - [`host`]: what the engine needs from the server (keys, timers, blocked clients, state).
+//! - [`effect`]: what replicas and the AOF receive for each change, and how it is spelled.
 //! - [`packed`]: the packed layout of a [`Hold`] (the engine's only `unsafe`).
 //! - [`shared`]: the holders of a shared key, with O(log H) lease and order queries.
 //! - [`queue`]: the FIFO queue of waiters, with O(1) hand-off and cheap departures.
@@ -19,9 +20,11 @@
 
 pub mod args;
 pub mod decide;
+pub mod effect;
 pub mod engine;
 pub mod errors;
 pub mod host;
+#[cfg(any(test, feature = "sim"))]
 pub mod memory;
 pub mod packed;
 pub mod queue;
@@ -41,7 +44,9 @@ mod parts_tests;
 mod shared_tests;
 
 pub use args::ArgError;
-pub use engine::{Engine, HolderInfo, Info, Reply};
+pub use effect::{Effect, Word};
+pub use engine::{Engine, HolderInfo, Info, Reply, Request, Wait};
+pub use errors::{LockError, Refusal};
 pub use host::{Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
 pub use packed::{Hold, LockMut, LockRef, LockValue, MAX_COUNT};
 pub use queue::Queue;

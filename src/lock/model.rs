@@ -166,11 +166,7 @@ impl Machine {
                 None
             }
             Op::Leave { nth } => {
-                let clients: Vec<Client> = self.waiting.keys().copied().collect();
-                if let Some(&client) = clients.get(nth % clients.len().max(1)) {
-                    self.waiting.remove(&client);
-                    self.sim.hang_up(client);
-                }
+                self.hang_up_nth(nth);
                 None
             }
             Op::Acquire {
@@ -193,67 +189,27 @@ impl Machine {
                 owner,
                 ttl,
                 mode,
-            } => {
-                let (reply, client) =
-                    self.sim
-                        .wait_as(&key_bytes(key), &owner_bytes(owner), ttl, 0, mode_of(mode));
-                if reply == Reply::Blocked {
-                    self.next_waiter += 1;
-                    self.waiting.insert(client, (self.next_waiter, key));
-                    Some(Out::Queued(self.next_waiter))
-                } else {
-                    Some(self.token_reply(key, reply))
-                }
-            }
+            } => Some(self.wait(key, owner, ttl, mode)),
             Op::Reenter {
                 key,
                 owner,
                 ttl,
                 mode,
-            } => {
-                let reply =
-                    self.sim
-                        .reenter_as(&key_bytes(key), &owner_bytes(owner), ttl, mode_of(mode));
-                if reply == Reply::Integer(1) {
-                    // A new hold: name it by its token.
-                    if let Reply::Holders(list) =
-                        self.sim
-                            .holders(&key_bytes(key), Some(&owner_bytes(owner)), 0)
-                    {
-                        if let Some(h) = list.first() {
-                            self.name(key, h.token);
-                        }
-                    }
-                }
-                Some(count_reply(reply))
-            }
+            } => Some(self.reenter(key, owner, ttl, mode)),
             Op::Release { key, owner } => Some(count_reply(
                 self.sim.release(&key_bytes(key), &owner_bytes(owner)),
             )),
             Op::ReleaseAndHangUp { key, owner, nth } => {
-                let clients: Vec<Client> = self.waiting.keys().copied().collect();
-                let reply = self.sim.release(&key_bytes(key), &owner_bytes(owner));
-                // Holds are named in the order they were granted, the lost answer's included.
-                let given: Vec<(u8, u64)> = self
-                    .sim
-                    .pending()
-                    .iter()
-                    .filter_map(|(client, outcome)| match outcome {
-                        Outcome::Token(token) => Some((self.waiting.get(client)?.1, *token)),
-                        _ => None,
-                    })
-                    .collect();
-                for (key, token) in given {
-                    self.name(key, token);
-                }
-                if let Some(&client) = clients.get(nth % clients.len().max(1)) {
-                    self.waiting.remove(&client);
-                    self.sim.hang_up(client);
-                }
-                Some(count_reply(reply))
+                Some(self.release_and_hang_up(key, owner, nth))
             }
             Op::Force { key } => Some(count_reply(self.sim.force_release(&key_bytes(key)))),
         };
+        self.deliver();
+        out
+    }
+
+    /// The answers of this step reach their clients.
+    fn deliver(&mut self) {
         for (client, outcome) in self.sim.deliver() {
             let Some((waiter, key)) = self.waiting.remove(&client) else {
                 continue;
@@ -263,7 +219,65 @@ impl Machine {
                 self.grants.push((self.step, key, waiter, name));
             }
         }
-        out
+    }
+
+    /// The `nth` client that waited (or was answered and not yet told) hangs up.
+    fn hang_up_nth(&mut self, nth: usize) {
+        let clients: Vec<Client> = self.waiting.keys().copied().collect();
+        if let Some(&client) = clients.get(nth % clients.len().max(1)) {
+            self.waiting.remove(&client);
+            self.sim.hang_up(client);
+        }
+    }
+
+    fn wait(&mut self, key: u8, owner: u8, ttl: u64, mode: u8) -> Out {
+        let (reply, client) =
+            self.sim
+                .wait_as(&key_bytes(key), &owner_bytes(owner), ttl, 0, mode_of(mode));
+        if reply == Reply::Blocked {
+            self.next_waiter += 1;
+            self.waiting.insert(client, (self.next_waiter, key));
+            Out::Queued(self.next_waiter)
+        } else {
+            self.token_reply(key, reply)
+        }
+    }
+
+    fn reenter(&mut self, key: u8, owner: u8, ttl: u64, mode: u8) -> Out {
+        let reply = self
+            .sim
+            .reenter_as(&key_bytes(key), &owner_bytes(owner), ttl, mode_of(mode));
+        if reply == Reply::Integer(1) {
+            // A new hold: name it by its token.
+            if let Reply::Holders(list) =
+                self.sim
+                    .holders(&key_bytes(key), Some(&owner_bytes(owner)), 0)
+            {
+                if let Some(h) = list.first() {
+                    self.name(key, h.token);
+                }
+            }
+        }
+        count_reply(reply)
+    }
+
+    fn release_and_hang_up(&mut self, key: u8, owner: u8, nth: usize) -> Out {
+        let reply = self.sim.release(&key_bytes(key), &owner_bytes(owner));
+        // Holds are named in the order they were granted, the lost answer's included.
+        let given: Vec<(u8, u64)> = self
+            .sim
+            .pending()
+            .iter()
+            .filter_map(|(client, outcome)| match outcome {
+                Outcome::Token(token) => Some((self.waiting.get(client)?.1, *token)),
+                _ => None,
+            })
+            .collect();
+        for (key, token) in given {
+            self.name(key, token);
+        }
+        self.hang_up_nth(nth);
+        count_reply(reply)
     }
 
     fn token_reply(&mut self, key: u8, reply: Reply) -> Out {
@@ -278,8 +292,10 @@ fn count_reply(reply: Reply) -> Out {
     match reply {
         Reply::Integer(n) => Out::Integer(n),
         Reply::Nil => Out::Nil,
-        Reply::Error(e) if e == super::errors::REENTRANCY_LIMIT => Out::Limit,
-        Reply::Error(e) => Out::Error(e.into_owned()),
+        Reply::Error(super::errors::LockError::Refused(
+            super::errors::Refusal::ReentrancyLimit,
+        )) => Out::Limit,
+        Reply::Error(e) => Out::Error(e.text().into_owned()),
         other => panic!("unexpected reply {other:?}"),
     }
 }
@@ -552,33 +568,7 @@ impl Reference {
     fn apply_op(&mut self, op: &Op) -> Option<Out> {
         let now = self.now;
         match *op {
-            Op::Advance { ms } => {
-                self.run_revokes();
-                self.serve_all();
-                // Each lock with waiters passes on the millisecond after its first hold
-                // expires, in time order, and the new holders' leases start then.
-                let until = self.now + ms;
-                loop {
-                    let next = self
-                        .keys
-                        .iter()
-                        .filter(|(_, e)| !e.queue.is_empty())
-                        .filter_map(|(k, e)| {
-                            e.holders
-                                .iter()
-                                .map(|h| h.expires + 1)
-                                .min()
-                                .map(|at| (at, *k))
-                        })
-                        .filter(|(at, _)| *at <= until)
-                        .min();
-                    let Some((at, key)) = next else { break };
-                    self.now = self.now.max(at);
-                    self.settle(key, true);
-                }
-                self.now = until;
-                None
-            }
+            Op::Advance { ms } => self.advance(ms),
             Op::Delete { key } => {
                 self.keys.entry(key).or_default().holders.clear();
                 None
@@ -588,38 +578,8 @@ impl Reference {
                 self.serve_all();
                 None
             }
-            Op::ReleaseAndHangUp { key, owner, nth } => {
-                let mut ids: Vec<u64> = self
-                    .keys
-                    .values()
-                    .flat_map(|e| e.queue.iter().map(|(id, ..)| *id))
-                    .collect();
-                ids.sort_unstable();
-                let out = self.apply_op(&Op::Release { key, owner });
-                if let Some(&id) = ids.get(nth % ids.len().max(1)) {
-                    self.hung_up = Some(id);
-                    for entry in self.keys.values_mut() {
-                        entry.queue.retain(|(w, ..)| *w != id);
-                    }
-                }
-                out
-            }
-            Op::Leave { nth } => {
-                let mut ids: Vec<(u64, u8)> = self
-                    .keys
-                    .iter()
-                    .flat_map(|(k, e)| e.queue.iter().map(move |(id, ..)| (*id, *k)))
-                    .collect();
-                ids.sort_unstable();
-                if let Some(&(id, key)) = ids.get(nth % ids.len().max(1)) {
-                    self.keys
-                        .entry(key)
-                        .or_default()
-                        .queue
-                        .retain(|(w, ..)| *w != id);
-                }
-                None
-            }
+            Op::ReleaseAndHangUp { key, owner, nth } => self.release_and_hang_up(key, owner, nth),
+            Op::Leave { nth } => self.leave(nth),
             Op::Acquire {
                 key,
                 owner,
@@ -637,86 +597,160 @@ impl Reference {
                 owner,
                 ttl,
                 mode,
-            } => {
-                let mode = mode_of(mode);
-                let reenter = matches!(op, Op::Reenter { .. });
-                self.settle_for_command(key);
-                if let Some(error) = self.conflict(key, owner, mode) {
-                    return Some(error);
-                }
-                let entry = self.keys.entry(key).or_default();
-                if let Some(h) = entry.held_by(owner) {
-                    if reenter {
-                        if h.count == u64::from(u32::MAX) {
-                            return Some(Out::Limit);
-                        }
-                        h.count += 1;
-                    }
-                    h.expires = now + ttl;
-                    let (count, name) = (h.count, h.name);
-                    self.confirm(name);
-                    return Some(if reenter {
-                        Out::Integer(count)
-                    } else {
-                        Out::Hold(name)
-                    });
-                }
-                if entry.queue.is_empty() && entry.room(mode) {
-                    let name = self.new_hold(key, owner, ttl, mode);
-                    return Some(if reenter {
-                        Out::Integer(1)
-                    } else {
-                        Out::Hold(name)
-                    });
-                }
-                if matches!(op, Op::Wait { .. }) {
-                    self.next_waiter += 1;
-                    let id = self.next_waiter;
-                    entry.queue.push_back((id, owner, ttl, mode));
-                    return Some(Out::Queued(id));
-                }
-                Some(Out::Nil)
-            }
-            Op::Release { key, owner } => {
-                self.settle_for_command(key);
-                let entry = self.keys.entry(key).or_default();
-                let Some(h) = entry.held_by(owner) else {
-                    return Some(Out::Nil);
-                };
-                h.count -= 1;
-                let (left, name) = (h.count, h.name);
-                self.confirm(name);
-                let entry = self.keys.entry(key).or_default();
-                if left == 0 {
-                    entry.holders.retain(|h| h.owner != owner);
-                    self.give_to_next(key);
-                }
-                Some(Out::Integer(left))
-            }
-            Op::Renew { key, owner, ttl } => {
-                self.settle_for_command(key);
-                let entry = self.keys.entry(key).or_default();
-                match entry.held_by(owner) {
-                    Some(h) => {
-                        h.expires = now + ttl;
-                        let name = h.name;
-                        self.confirm(name);
-                        Some(Out::Hold(name))
-                    }
-                    None => Some(Out::Nil),
-                }
-            }
-            Op::Force { key } => {
-                self.settle_for_command(key);
-                let entry = self.keys.entry(key).or_default();
-                let ended = entry.holders.len() as u64;
-                entry.holders.clear();
-                if ended > 0 {
-                    self.give_to_next(key);
-                }
-                Some(Out::Integer(ended))
+            } => self.take(op, key, owner, ttl, mode),
+            Op::Release { key, owner } => self.release(key, owner),
+            Op::Renew { key, owner, ttl } => self.renew(key, owner, ttl, now),
+            Op::Force { key } => self.force(key),
+        }
+    }
+
+    /// Time passes: every key with waiters is served, then each lock with waiters passes on the
+    /// millisecond after its first hold expires, in time order.
+    fn advance(&mut self, ms: u64) -> Option<Out> {
+        self.run_revokes();
+        self.serve_all();
+        // Each lock with waiters passes on the millisecond after its first hold
+        // expires, in time order, and the new holders' leases start then.
+        let until = self.now + ms;
+        loop {
+            let next = self
+                .keys
+                .iter()
+                .filter(|(_, e)| !e.queue.is_empty())
+                .filter_map(|(k, e)| {
+                    e.holders
+                        .iter()
+                        .map(|h| h.expires + 1)
+                        .min()
+                        .map(|at| (at, *k))
+                })
+                .filter(|(at, _)| *at <= until)
+                .min();
+            let Some((at, key)) = next else { break };
+            self.now = self.now.max(at);
+            self.settle(key, true);
+        }
+        self.now = until;
+        None
+    }
+
+    fn release_and_hang_up(&mut self, key: u8, owner: u8, nth: usize) -> Option<Out> {
+        let mut ids: Vec<u64> = self
+            .keys
+            .values()
+            .flat_map(|e| e.queue.iter().map(|(id, ..)| *id))
+            .collect();
+        ids.sort_unstable();
+        let out = self.apply_op(&Op::Release { key, owner });
+        if let Some(&id) = ids.get(nth % ids.len().max(1)) {
+            self.hung_up = Some(id);
+            for entry in self.keys.values_mut() {
+                entry.queue.retain(|(w, ..)| *w != id);
             }
         }
+        out
+    }
+
+    fn leave(&mut self, nth: usize) -> Option<Out> {
+        let mut ids: Vec<(u64, u8)> = self
+            .keys
+            .iter()
+            .flat_map(|(k, e)| e.queue.iter().map(move |(id, ..)| (*id, *k)))
+            .collect();
+        ids.sort_unstable();
+        if let Some(&(id, key)) = ids.get(nth % ids.len().max(1)) {
+            self.keys
+                .entry(key)
+                .or_default()
+                .queue
+                .retain(|(w, ..)| *w != id);
+        }
+        None
+    }
+
+    /// `LOCK.ACQUIRE`, `LOCK.WAIT` or `LOCK.REENTER`.
+    fn take(&mut self, op: &Op, key: u8, owner: u8, ttl: u64, mode: u8) -> Option<Out> {
+        let now = self.now;
+        let mode = mode_of(mode);
+        let reenter = matches!(op, Op::Reenter { .. });
+        self.settle_for_command(key);
+        if let Some(error) = self.conflict(key, owner, mode) {
+            return Some(error);
+        }
+        let entry = self.keys.entry(key).or_default();
+        if let Some(h) = entry.held_by(owner) {
+            if reenter {
+                if h.count == u64::from(u32::MAX) {
+                    return Some(Out::Limit);
+                }
+                h.count += 1;
+            }
+            h.expires = now + ttl;
+            let (count, name) = (h.count, h.name);
+            self.confirm(name);
+            return Some(if reenter {
+                Out::Integer(count)
+            } else {
+                Out::Hold(name)
+            });
+        }
+        if entry.queue.is_empty() && entry.room(mode) {
+            let name = self.new_hold(key, owner, ttl, mode);
+            return Some(if reenter {
+                Out::Integer(1)
+            } else {
+                Out::Hold(name)
+            });
+        }
+        if matches!(op, Op::Wait { .. }) {
+            self.next_waiter += 1;
+            let id = self.next_waiter;
+            entry.queue.push_back((id, owner, ttl, mode));
+            return Some(Out::Queued(id));
+        }
+        Some(Out::Nil)
+    }
+
+    fn release(&mut self, key: u8, owner: u8) -> Option<Out> {
+        self.settle_for_command(key);
+        let entry = self.keys.entry(key).or_default();
+        let Some(h) = entry.held_by(owner) else {
+            return Some(Out::Nil);
+        };
+        h.count -= 1;
+        let (left, name) = (h.count, h.name);
+        self.confirm(name);
+        let entry = self.keys.entry(key).or_default();
+        if left == 0 {
+            entry.holders.retain(|h| h.owner != owner);
+            self.give_to_next(key);
+        }
+        Some(Out::Integer(left))
+    }
+
+    fn renew(&mut self, key: u8, owner: u8, ttl: u64, now: u64) -> Option<Out> {
+        self.settle_for_command(key);
+        let entry = self.keys.entry(key).or_default();
+        match entry.held_by(owner) {
+            Some(h) => {
+                h.expires = now + ttl;
+                let name = h.name;
+                self.confirm(name);
+                Some(Out::Hold(name))
+            }
+            None => Some(Out::Nil),
+        }
+    }
+
+    fn force(&mut self, key: u8) -> Option<Out> {
+        self.settle_for_command(key);
+        let entry = self.keys.entry(key).or_default();
+        let ended = entry.holders.len() as u64;
+        entry.holders.clear();
+        if ended > 0 {
+            self.give_to_next(key);
+        }
+        Some(Out::Integer(ended))
     }
 }
 

@@ -13,15 +13,13 @@
 //!   behind a value pointer tell which of the two it is ([`LockValue::borrow_raw`]).
 
 use super::shared::Shared;
+use super::tokens::{MAX_TOKEN as TOKEN_MASK, TOKEN_BITS};
 
 /// The highest reentrancy count; one more `LOCK.REENTER` is refused.
 pub const MAX_COUNT: u32 = u32::MAX;
 
 /// Bytes of a hold beyond its owner: a header word (token and owner length) and the count.
 const FIXED_BYTES: usize = 12;
-/// The token takes the low 53 bits of the header word; `owner length - 1` the 8 above them.
-const TOKEN_BITS: u32 = 53;
-const TOKEN_MASK: u64 = (1 << TOKEN_BITS) - 1;
 
 /// A lock held by one owner: who, with which fencing token, how many times (reentrancy).
 ///
@@ -127,6 +125,7 @@ impl Hold {
     /// # Safety
     /// As for [`Hold::borrow_raw`]; the pointer must not be used afterwards.
     pub unsafe fn from_raw(ptr: *mut u8) -> Box<Hold> {
+        // SAFETY: the caller's promise: `ptr` is the box `into_raw` leaked, given back once.
         unsafe { Box::from_raw(Hold::borrow_raw(ptr) as *mut Hold) }
     }
 }
@@ -256,13 +255,13 @@ mod tests {
     #[test]
     fn hold_round_trips_its_fields() {
         let owner = b"\x00binary\xffowner";
-        let mut hold = Hold::new(owner, (1 << 53) - 1, 7);
+        let mut hold = Hold::new(owner, MAX_TOKEN_FOR_TEST, 7);
         assert_eq!(hold.owner(), owner);
-        assert_eq!(hold.token(), (1 << 53) - 1);
+        assert_eq!(hold.token(), MAX_TOKEN_FOR_TEST);
         assert_eq!(hold.count(), 7);
         hold.set_count(MAX_COUNT);
         assert_eq!(hold.count(), MAX_COUNT);
-        assert_eq!(hold.token(), (1 << 53) - 1);
+        assert_eq!(hold.token(), MAX_TOKEN_FOR_TEST);
         assert_eq!(hold.heap_size(), 12 + owner.len());
     }
 
@@ -271,16 +270,18 @@ mod tests {
         for len in [1usize, 36, 255, 256] {
             let owner = vec![0xabu8; len];
             let raw = Hold::into_raw(Hold::new(&owner, MAX_TOKEN_FOR_TEST, 3));
+            // SAFETY: `raw` was just made by `into_raw` and is not aliased.
             let borrowed = unsafe { Hold::borrow_raw(raw) };
             assert_eq!(
                 (borrowed.owner().len(), borrowed.token(), borrowed.count()),
                 (len, MAX_TOKEN_FOR_TEST, 3)
             );
             borrowed.set_count(4);
+            // SAFETY: given back once, and not used after.
             let back = unsafe { Hold::from_raw(raw) };
             assert_eq!(*back, *Hold::new(&owner, MAX_TOKEN_FOR_TEST, 4));
         }
     }
 
-    const MAX_TOKEN_FOR_TEST: u64 = (1 << 53) - 1;
+    const MAX_TOKEN_FOR_TEST: u64 = crate::lock::MAX_TOKEN;
 }

@@ -36,7 +36,14 @@ fn one_host_timer_at_the_earliest_due_time() {
     let mut s: Schedule<MemHost> = Schedule::default();
     let late = s.start(&mut host, 500, Due::Deadline(key("a")));
     s.start(&mut host, 100, Due::Deadline(key("b")));
-    s.start(&mut host, 300, Due::WaitEnds { client: 1, id: 1 });
+    s.start(
+        &mut host,
+        300,
+        Due::WaitEnds {
+            client: 1,
+            waiter: 1,
+        },
+    );
     assert_eq!(
         host.timers(),
         1,
@@ -202,7 +209,10 @@ fn the_last_waiter_out_takes_the_deadline_with_it() {
     let k = key("k");
     w.join(&k, waiter(1, Mode::Exclusive));
     w.join(&k, waiter(2, Mode::Exclusive));
-    let deadline = Deadline { timer: 9, at: 100 };
+    let deadline = Deadline {
+        timer: 9,
+        fires_at: 100,
+    };
     assert_eq!(w.set_deadline(&k, deadline), Ok(None));
     assert_eq!(
         w.pop_head(&k).and_then(|r| r.deadline),

@@ -37,7 +37,7 @@ pub enum Due<C> {
     /// The lock at this key may let its head waiter in now: serve it.
     Deadline(KeyId),
     /// A wait ends, unless the waiter was served first.
-    WaitEnds { client: C, id: WaiterId },
+    WaitEnds { client: C, waiter: WaiterId },
 }
 
 /// Work for after the current command (Redis 7.0 forbids writes inside keyspace

@@ -28,6 +28,8 @@ use std::collections::hash_map::RandomState;
 use std::collections::BinaryHeap;
 use std::hash::BuildHasher;
 
+use super::tokens::{MAX_TOKEN as TOKEN_MASK, TOKEN_BITS};
+
 /// The largest limit a semaphore may have.
 pub const MAX_LIMIT: u32 = 1_000_000;
 
@@ -87,9 +89,6 @@ impl Garbage {
     }
 }
 
-/// Tokens take the low 53 bits of a record's first word, `owner length - 1` the 8 above.
-const TOKEN_BITS: u32 = 53;
-const TOKEN_MASK: u64 = (1 << TOKEN_BITS) - 1;
 /// No node (a missing child); also the most slots a set can have.
 const NIL: u32 = u32::MAX;
 /// A free place in `table` (entries are slot numbers + 1).
@@ -98,7 +97,7 @@ const EMPTY: u32 = 0;
 /// One holder's record, and its node in the treap.
 #[derive(Clone, Copy, Debug)]
 struct Slot {
-    /// Token, and `owner length - 1` above it.
+    /// Token (the low `TOKEN_BITS`), and `owner length - 1` in the 8 bits above.
     token_len: u64,
     lease_end: i64,
     /// Where the owner's bytes start in `owners`.

@@ -2,9 +2,9 @@
 //! semaphores"), on the in-memory host.
 
 use super::engine::{HolderInfo, Info, Reply};
-use super::errors::{other_limit, OTHER_MODE};
+use super::errors::{other_limit, Refusal};
 use super::host::{Event, Outcome};
-use super::memory::{Effect, Sim};
+use super::memory::Sim;
 use super::Mode;
 
 const START: i64 = 1_800_000_000_000;
@@ -98,16 +98,26 @@ fn mode_and_limit_errors_change_nothing() {
     sim.take_effects();
     assert_eq!(
         sim.acquire_as(K, b"b", 1000, sem(3)),
-        Reply::Error(other_limit(2).into())
+        Reply::Error(Refusal::OtherLimit(2).into())
     );
     assert_eq!(
         sim.acquire_as(K, b"b", 1000, READ),
-        Reply::Error(other_limit(2).into())
+        Reply::Error(Refusal::OtherLimit(2).into())
     );
-    assert_eq!(sim.acquire(K, b"a", 1000), Reply::Error(OTHER_MODE.into()));
-    assert_eq!(sim.reenter(K, b"a", 1000), Reply::Error(OTHER_MODE.into()));
+    assert_eq!(
+        sim.acquire(K, b"a", 1000),
+        Reply::Error(Refusal::OtherMode.into())
+    );
+    assert_eq!(
+        sim.reenter(K, b"a", 1000),
+        Reply::Error(Refusal::OtherMode.into())
+    );
     let (reply, _) = sim.wait_as(K, b"c", 1000, 0, sem(5));
-    assert_eq!(reply, Reply::Error(other_limit(2).into()), "never queued");
+    assert_eq!(
+        reply,
+        Reply::Error(Refusal::OtherLimit(2).into()),
+        "never queued"
+    );
     assert!(sim.take_effects().is_empty());
     assert_eq!(sim.engine.waiters(), 0);
     // The other way round: an exclusive holder asking for a shared hold.
@@ -115,7 +125,7 @@ fn mode_and_limit_errors_change_nothing() {
     sim.acquire(K, b"x", 1000);
     assert_eq!(
         sim.acquire_as(K, b"x", 1000, READ),
-        Reply::Error(OTHER_MODE.into())
+        Reply::Error(Refusal::OtherMode.into())
     );
 }
 
@@ -125,7 +135,7 @@ fn a_queued_shared_waiter_sets_the_limit_of_a_free_key() {
     sim.acquire(K, b"w", 1000);
     let (_, _) = sim.wait_as(K, b"r", 1000, 0, sem(4));
     let (reply, _) = sim.wait_as(K, b"s", 1000, 0, sem(5));
-    assert_eq!(reply, Reply::Error(other_limit(4).into()));
+    assert_eq!(reply, Reply::Error(Refusal::OtherLimit(4).into()));
 }
 
 #[test]
@@ -342,24 +352,40 @@ fn every_change_is_one_effect_per_changed_holder() {
     sim.renew(K, b"a", 5000);
     let effects = sim.take_effects();
     assert_eq!(effects.len(), 1);
-    assert!(
-        matches!(&effects[0], Effect::ApplyHolder { owner, limit: 2, holder, .. } if owner == b"a" && holder.lease_end == START + 5000)
+    let lease_end = (START + 5000).to_string();
+    let expected: [&[u8]; 7] = [
+        b"LOCK.APPLY",
+        K,
+        b"a",
+        b"PXAT",
+        lease_end.as_bytes(),
+        b"SHARED",
+        b"LIMIT",
+    ];
+    let got = &effects[0];
+    assert_eq!(
+        [
+            &got[0][..],
+            &got[1],
+            &got[2],
+            &got[5],
+            &got[6],
+            &got[7],
+            &got[8]
+        ],
+        expected,
+        "one holder's effect"
     );
+    assert_eq!(got[9], b"2");
     sim.release(K, b"b");
     assert_eq!(
         sim.take_effects(),
-        [Effect::Drop {
-            key: K.to_vec(),
-            owner: b"b".to_vec()
-        }]
+        [vec![b"LOCK.DROP".to_vec(), K.to_vec(), b"b".to_vec()]]
     );
     sim.release(K, b"a");
     assert_eq!(
         sim.take_effects(),
-        [Effect::Drop {
-            key: K.to_vec(),
-            owner: b"a".to_vec()
-        }]
+        [vec![b"LOCK.DROP".to_vec(), K.to_vec(), b"a".to_vec()]]
     );
     assert_eq!(sim.shared(K), None, "the key goes with its last holder");
 }
@@ -462,7 +488,7 @@ fn a_value_arriving_fails_every_waiter_it_conflicts_with(
     assert_eq!(answers.len(), 1, "{answers:?}");
     assert_eq!(answers[0].0, q);
     assert_eq!(
-        super::memory::error_text(&answers[0].1),
+        super::memory::error_text(&answers[0].1).as_deref(),
         Some(other_limit(3).as_str())
     );
     assert_eq!(

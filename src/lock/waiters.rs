@@ -40,7 +40,7 @@ pub struct Waiter<T: Handles> {
 pub struct Deadline {
     pub timer: TimerId,
     /// When it fires (Unix ms).
-    pub at: i64,
+    pub fires_at: i64,
 }
 
 /// A waiter taken out of its line.

@@ -76,7 +76,7 @@ extern "C" fn on_reply(
                 }
                 Some(Outcome::TimedOut) | None => rm!(RedisModule_ReplyWithNull(ctx)),
                 Some(Outcome::Error(message)) => {
-                    let text = ffi::error_text(message);
+                    let text = ffi::error_text(&message.text());
                     rm!(RedisModule_ReplyWithError(ctx, text.as_ptr()))
                 }
             }

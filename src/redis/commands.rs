@@ -1,7 +1,9 @@
 //! The `LOCK.*` commands: argument parsing, one call into the engine, and the reply. What a
-//! command decides and does to the lock is the engine's (`crate::lock::engine`).
+//! command decides and does to the lock is the engine's (`crate::lock::engine`); its name,
+//! arity, flags and docs are in the command table (`registration`), which [`dispatch`] reads.
 
 use std::borrow::Cow;
+use std::ffi::CStr;
 use std::os::raw::c_int;
 
 use redis_module::raw;
@@ -10,16 +12,16 @@ use super::ffi::{self, error_text};
 use super::globals::{self, RedisHandles};
 use super::host::{RedisHost, RedisKey};
 use super::{clients, server};
-use crate::lock::engine::Wait;
 use crate::lock::{
-    args, errors, ArgError, Engine, Hold, Holder, HolderInfo, Info, KeyRef, Mode, OpenError, Reply,
+    args, errors, ArgError, Engine, Hold, Holder, HolderInfo, Info, Mode, OpenError, Reply,
+    Request, Wait,
 };
 
 type Ctx = *mut raw::RedisModuleCtx;
 
 /// A command's arguments, borrowed for the length of the command.
 #[derive(Clone, Copy)]
-struct Args<'a>(&'a [*mut raw::RedisModuleString]);
+pub struct Args<'a>(&'a [*mut raw::RedisModuleString]);
 
 impl<'a> Args<'a> {
     /// The bytes of argument `i` (empty if there is none).
@@ -41,18 +43,58 @@ impl<'a> Args<'a> {
     fn raw(self, i: usize) -> *mut raw::RedisModuleString {
         self.0.get(i).copied().unwrap_or(std::ptr::null_mut())
     }
+}
 
-    /// The key (argument 1) in the db the command runs in.
-    fn key(self, ctx: Ctx) -> KeyRef<'a> {
-        KeyRef {
-            db: ffi::selected_db(ctx),
-            name: self.bytes(1),
+/// The C callback Redis calls for a command (made by `registration`'s `callback!`).
+pub type Callback =
+    extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
+
+/// An argument as `COMMAND DOCS` shows it.
+pub struct Arg {
+    pub name: &'static CStr,
+    pub kind: raw::RedisModuleCommandArgType,
+    pub token: Option<&'static CStr>,
+    pub optional: bool,
+}
+
+/// A command: everything Redis and the module need to know of it.
+pub struct Command {
+    pub name: &'static CStr,
+    /// Parses and runs it.
+    pub handler: Handler,
+    pub callback: Callback,
+    /// Redis command flags; a command whose flags start with `write` changes locks.
+    pub flags: &'static CStr,
+    /// ACL categories, set where the server supports it (Redis 7.2+; 7.0 has no API for it).
+    pub acl: &'static CStr,
+    /// As Redis counts it: n arguments exactly (name included), or -n for at least n.
+    pub arity: c_int,
+    /// Key-spec flags of the one key at argument 1; 0 for a command without keys.
+    pub key_flags: u32,
+    pub summary: &'static CStr,
+    pub complexity: &'static CStr,
+    pub args: &'static [Arg],
+}
+
+impl Command {
+    /// Whether it changes locks (a replica refuses it unless the master sent it).
+    pub fn writes(&self) -> bool {
+        self.flags.to_bytes().starts_with(b"write")
+    }
+
+    /// Whether its arity allows `n` arguments (its name included).
+    pub fn takes(&self, n: usize) -> bool {
+        let arity = self.arity.unsigned_abs() as usize;
+        if self.arity >= 0 {
+            n == arity
+        } else {
+            n >= arity
         }
     }
 }
 
 /// What a command answers.
-enum Answer {
+pub enum Answer {
     Engine(Reply),
     Error(Cow<'static, str>),
     WrongType,
@@ -78,54 +120,47 @@ const INTERNAL: &str = "ERR relock internal error";
 
 type Result<T> = std::result::Result<T, Answer>;
 
-/// Wraps a command fn as the C callback Redis calls.
-/// `writes`: the command changes locks, so a replica refuses it unless the master sent it.
-macro_rules! command_callback {
-    ($callback:ident, $handler:path, $arity:expr, writes: $writes:expr) => {
-        pub extern "C" fn $callback(
-            ctx: *mut raw::RedisModuleCtx,
-            argv: *mut *mut raw::RedisModuleString,
-            argc: c_int,
-        ) -> c_int {
-            let answer = ffi::guard(Answer::Error(Cow::Borrowed(INTERNAL)), || {
-                let args = match usize::try_from(argc) {
-                    // SAFETY: Redis passes `argc` valid arguments at `argv`.
-                    Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
-                    _ => &[],
-                };
-                if !$arity(args.len()) {
-                    return Answer::WrongArity;
-                }
-                if $writes && !server::may_write(ctx) {
-                    return Answer::Error(Cow::Borrowed(errors::READONLY));
-                }
-                if $writes && server::paused_for(ctx) {
-                    return Answer::Error(Cow::Borrowed(server::PAUSED));
-                }
-                match $handler(ctx, Args(args)) {
-                    Ok(answer) | Err(answer) => answer,
-                }
-            });
-            send(ctx, answer)
+/// A command's handler: parses the arguments, runs the command, answers.
+pub type Handler = fn(Ctx, Args<'_>) -> Result<Answer>;
+
+/// Runs `command` from its C callback: its arity and flags (from the table), then its handler,
+/// then the reply. A write command is refused on a replica unless the master sent it, and while
+/// writes are paused.
+pub fn dispatch(
+    command: &Command,
+    ctx: Ctx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    let answer = ffi::guard(Answer::Error(Cow::Borrowed(INTERNAL)), || {
+        let args = match usize::try_from(argc) {
+            // SAFETY: Redis passes `argc` valid arguments at `argv`.
+            Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
+            _ => &[],
+        };
+        if !command.takes(args.len()) {
+            return Answer::WrongArity;
         }
-    };
+        if command.writes() && !server::may_write(ctx) {
+            return Answer::Error(Cow::Borrowed(errors::READONLY));
+        }
+        if command.writes() && server::paused_for(ctx) {
+            return Answer::Error(Cow::Borrowed(server::PAUSED));
+        }
+        match (command.handler)(ctx, Args(args)) {
+            Ok(answer) | Err(answer) => answer,
+        }
+    });
+    send(ctx, answer)
 }
 
-command_callback!(acquire_cmd, acquire, |n| n >= 4, writes: true);
-command_callback!(reenter_cmd, reenter, |n| n >= 4, writes: true);
-command_callback!(release_cmd, release, |n| n == 3, writes: true);
-command_callback!(renew_cmd, renew, |n| n == 4, writes: true);
-command_callback!(wait_cmd, wait, |n| n >= 5, writes: true);
-command_callback!(info_cmd, info, |n| n == 2, writes: false);
-command_callback!(holders_cmd, holders, |n| n >= 2, writes: false);
-command_callback!(forcerelease_cmd, force_release, |n| n == 2 || n == 3, writes: true);
-command_callback!(apply_cmd, apply, |n| n >= 5, writes: true);
-command_callback!(drop_cmd, drop_holder, |n| n == 3, writes: true);
-command_callback!(counter_cmd, counter, |n| n == 2, writes: true);
-
-/// Runs `f` on the engine; the answer is the engine's reply.
-fn engine(ctx: Ctx, f: impl FnOnce(&mut Engine<RedisHandles>, &mut RedisHost) -> Reply) -> Answer {
-    match globals::with_engine(&mut RedisHost::new(ctx), f) {
+/// Runs `f` on the engine with the command's host; the answer is the engine's reply.
+fn engine(
+    ctx: Ctx,
+    args: Args<'_>,
+    f: impl FnOnce(&mut Engine<RedisHandles>, &mut RedisHost) -> Reply,
+) -> Answer {
+    match globals::with_engine(&mut RedisHost::for_command(ctx, args.0, clients::block), f) {
         Some(reply) => Answer::Engine(reply),
         // Only if a command ran inside another module callback of ours; never expected.
         None => Answer::Error(Cow::Borrowed(INTERNAL)),
@@ -140,105 +175,105 @@ fn mode(args: Args<'_>, from: usize) -> std::result::Result<Mode, ArgError> {
     args::mode(&args.rest(from))
 }
 
-/// `LOCK.ACQUIRE key owner ttl_ms [SHARED [LIMIT n]]`
-fn acquire(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+/// `key owner ttl_ms [timeout_ms] [mode]` of an acquiring command, checked in that order (the
+/// first bad argument is the one the error names); `timeout_ms` only for `LOCK.WAIT`.
+fn request(args: Args<'_>, with_timeout: bool) -> Result<(Request<'_>, u64)> {
     let owner = args::owner(args.bytes(2))?;
-    let ttl = args::ttl_ms(args.bytes(3))?;
-    let mode = mode(args, 4)?;
+    let ttl_ms = args::ttl_ms(args.bytes(3))?;
+    let timeout_ms = match with_timeout {
+        true => args::timeout_ms(args.bytes(4))?,
+        false => 0,
+    };
+    let mode = mode(args, 4 + usize::from(with_timeout))?;
+    Ok((
+        Request {
+            owner,
+            ttl_ms,
+            mode,
+        },
+        timeout_ms,
+    ))
+}
+
+/// `LOCK.ACQUIRE key owner ttl_ms [SHARED [LIMIT n]]`
+pub fn acquire(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    let (request, _) = request(args, false)?;
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
-    let at = args.key(ctx);
-    Ok(engine(ctx, |e, h| {
-        e.acquire(h, &mut key, at, owner, ttl, mode)
-    }))
+    Ok(engine(ctx, args, |e, h| e.acquire(h, &mut key, request)))
 }
 
 /// `LOCK.REENTER key owner ttl_ms [SHARED [LIMIT n]]`
-fn reenter(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let owner = args::owner(args.bytes(2))?;
-    let ttl = args::ttl_ms(args.bytes(3))?;
-    let mode = mode(args, 4)?;
+pub fn reenter(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    let (request, _) = request(args, false)?;
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
-    let at = args.key(ctx);
-    Ok(engine(ctx, |e, h| {
-        e.reenter(h, &mut key, at, owner, ttl, mode)
-    }))
+    Ok(engine(ctx, args, |e, h| e.reenter(h, &mut key, request)))
 }
 
 /// `LOCK.WAIT key owner ttl_ms timeout_ms [SHARED [LIMIT n]]`
-fn wait(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let owner = args::owner(args.bytes(2))?;
-    let ttl = args::ttl_ms(args.bytes(3))?;
-    let timeout = args::timeout_ms(args.bytes(4))?;
-    let mode = mode(args, 5)?;
-    let mut key = RedisKey::open(ctx, args.raw(1), false)?;
-    let at = args.key(ctx);
-    // Clients of the master's stream and of the AOF never block; nor do scripts and MULTI.
-    let block = server::may_block(ctx).then_some(|_: &mut RedisHost| clients::block(ctx, args.0));
+pub fn wait(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    let (request, timeout_ms) = request(args, true)?;
     let wait = Wait {
-        owner,
-        mode,
-        ttl_ms: ttl,
-        timeout_ms: timeout,
+        request,
+        timeout_ms,
     };
-    Ok(engine(ctx, |e, h| e.wait(h, &mut key, at, wait, block)))
+    let mut key = RedisKey::open(ctx, args.raw(1), false)?;
+    Ok(engine(ctx, args, |e, h| e.wait(h, &mut key, wait)))
 }
 
 /// `LOCK.RELEASE key owner`
-fn release(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+pub fn release(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     let owner = args::owner(args.bytes(2))?;
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
-    let at = args.key(ctx);
-    Ok(engine(ctx, |e, h| e.release(h, &mut key, at, owner)))
+    Ok(engine(ctx, args, |e, h| e.release(h, &mut key, owner)))
 }
 
 /// `LOCK.RENEW key owner ttl_ms`
-fn renew(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+pub fn renew(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     let owner = args::owner(args.bytes(2))?;
     let ttl = args::ttl_ms(args.bytes(3))?;
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
-    let at = args.key(ctx);
-    Ok(engine(ctx, |e, h| e.renew(h, &mut key, at, owner, ttl)))
+    Ok(engine(ctx, args, |e, h| e.renew(h, &mut key, owner, ttl)))
 }
 
 /// `LOCK.INFO key`
-fn info(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+pub fn info(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     let key = RedisKey::open(ctx, args.raw(1), true)?;
-    let at = args.key(ctx);
-    Ok(engine(ctx, |e, h| e.info(h, &key, at)))
+    Ok(engine(ctx, args, |e, h| e.info(h, &key)))
 }
 
 /// `LOCK.HOLDERS key [OWNER owner] [COUNT n]`
-fn holders(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+pub fn holders(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     let (owner, count) = args::holders_options(&args.rest(2))?;
     let key = RedisKey::open(ctx, args.raw(1), true)?;
-    Ok(engine(ctx, |e, h| {
+    Ok(engine(ctx, args, |e, h| {
         e.holders(h, &key, owner.as_deref(), count)
     }))
 }
 
 /// `LOCK.FORCERELEASE key [owner]`
-fn force_release(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+pub fn force_release(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     let owner = match args.0.len() {
+        2 => None,
         3 => Some(args::owner(args.bytes(2))?),
-        _ => None,
+        _ => return Err(Answer::WrongArity),
     };
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
-    let at = args.key(ctx);
-    Ok(engine(ctx, |e, h| e.force_release(h, &mut key, at, owner)))
+    Ok(engine(ctx, args, |e, h| {
+        e.force_release(h, &mut key, owner)
+    }))
 }
 
 /// `LOCK.DROP key owner`: removes one shared holder exactly. The effect replicas and the AOF
 /// receive when a shared hold ends; it is not meant for clients.
-fn drop_holder(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+pub fn drop_holder(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     let owner = args::owner(args.bytes(2))?;
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
-    let at = args.key(ctx);
-    Ok(engine(ctx, |e, h| e.drop_holder(h, &mut key, at, owner)))
+    Ok(engine(ctx, args, |e, h| e.drop_holder(h, &mut key, owner)))
 }
 
 /// `LOCK.APPLY key owner token count [PXAT unix_ms]`: sets a hold exactly as given. This is the
 /// effect that replicas and the AOF receive; it is not meant for clients.
-fn apply(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+pub fn apply(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     let owner = args::owner(args.bytes(2))?;
     let token = args::token(args.bytes(3))?;
     let count = args::count(args.bytes(4))?;
@@ -249,12 +284,11 @@ fn apply(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     };
     let mode = mode(args, mode_from)?;
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
-    let at = args.key(ctx);
     match mode {
         Mode::Exclusive => {
             let hold = Hold::new(owner, token, count);
-            Ok(engine(ctx, |e, h| {
-                e.apply(h, &mut key, at, hold, expires_at)
+            Ok(engine(ctx, args, |e, h| {
+                e.apply(h, &mut key, hold, expires_at)
             }))
         }
         Mode::Shared { limit } => {
@@ -265,8 +299,8 @@ fn apply(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
                 count,
                 lease_end,
             };
-            Ok(engine(ctx, |e, h| {
-                e.apply_holder(h, &mut key, at, limit, owner, holder)
+            Ok(engine(ctx, args, |e, h| {
+                e.apply_holder(h, &mut key, limit, owner, holder)
             }))
         }
     }
@@ -275,9 +309,9 @@ fn apply(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
 /// `LOCK.COUNTER token`: raises the token counter to at least `token`. The module writes it to
 /// the AOF after every rewrite, so the counter survives even an AOF without the RDB preamble
 /// (which has no aux data) when no lock is left to carry it. Not meant for clients.
-fn counter(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+pub fn counter(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     let token = args::token(args.bytes(1))?;
-    let answer = engine(ctx, |e, _| {
+    let answer = engine(ctx, args, |e, _| {
         e.observe_token(token);
         Reply::Ok
     });
@@ -307,7 +341,7 @@ fn send(ctx: Ctx, answer: Answer) -> c_int {
             Answer::Engine(Reply::Ok) => {
                 rm!(RedisModule_ReplyWithSimpleString(ctx, c"OK".as_ptr()));
             }
-            Answer::Engine(Reply::Error(message)) => error(&message),
+            Answer::Engine(Reply::Error(lock_error)) => error(&lock_error.text()),
             Answer::Error(message) => error(&message),
             Answer::WrongType => {
                 rm!(RedisModule_ReplyWithError(

@@ -11,14 +11,14 @@
 //! lock as `LOCK.APPLY key owner token count` and each shared holder as `LOCK.APPLY key owner
 //! token count PXAT lease_end SHARED [LIMIT n]` (Redis appends the key's `PEXPIREAT`).
 
-use std::os::raw::{c_int, c_longlong, c_void};
+use std::os::raw::{c_int, c_void};
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use super::ffi;
 use super::globals;
-use crate::lock::{args, Hold, Holder, LockMut, LockRef, LockValue, Shared, MAX_LIMIT};
+use super::{effects, ffi};
+use crate::lock::{args, Effect, Hold, Holder, LockMut, LockRef, LockValue, Shared, MAX_LIMIT};
 
 /// Data type name as `TYPE` shows it (exactly 9 characters).
 pub const TYPE_NAME: &str = "relock-lk";
@@ -265,78 +265,33 @@ extern "C" fn aof_rewrite(
         let Some(lock) = (unsafe { lock_of(value) }) else {
             return;
         };
+        // The same effects replicas receive (Redis appends the key's PEXPIREAT).
         match lock.as_ref() {
             LockRef::Exclusive(hold) => {
-                let owner = hold.owner();
-                // SAFETY: format "sbll": the key's name, the owner's pointer and length, two
-                // long longs.
-                unsafe {
-                    rm!(RedisModule_EmitAOF(
-                        aof,
-                        c"LOCK.APPLY".as_ptr(),
-                        c"sbll".as_ptr(),
-                        key,
-                        owner.as_ptr(),
-                        owner.len(),
-                        hold.token() as c_longlong,
-                        c_longlong::from(hold.count()),
-                    ))
+                let effect = Effect::Hold {
+                    owner: hold.owner(),
+                    token: hold.token(),
+                    count: hold.count(),
+                    expires_at: None,
                 };
+                effects::emit(aof, key, &effect);
             }
             LockRef::Shared(shared) => {
                 for (owner, holder) in shared.iter() {
-                    emit_holder(aof, key, shared.limit(), owner, &holder);
+                    let limit = shared.limit();
+                    effects::emit(
+                        aof,
+                        key,
+                        &Effect::Holder {
+                            limit,
+                            owner,
+                            holder,
+                        },
+                    );
                 }
             }
         }
     })
-}
-
-/// `LOCK.APPLY key owner token count PXAT lease_end SHARED [LIMIT n]` into the AOF.
-fn emit_holder(
-    aof: *mut raw::RedisModuleIO,
-    key: *mut raw::RedisModuleString,
-    limit: u32,
-    owner: &[u8],
-    holder: &Holder,
-) {
-    let (token, count) = (holder.token as c_longlong, c_longlong::from(holder.count));
-    let lease_end = holder.lease_end as c_longlong;
-    // SAFETY: for both calls, each format letter matches its argument: s = the key's name, b = the
-    // owner's pointer and length, l = long longs, c = C strings.
-    unsafe {
-        if limit == 0 {
-            rm!(RedisModule_EmitAOF(
-                aof,
-                c"LOCK.APPLY".as_ptr(),
-                c"sbllclc".as_ptr(),
-                key,
-                owner.as_ptr(),
-                owner.len(),
-                token,
-                count,
-                c"PXAT".as_ptr(),
-                lease_end,
-                c"SHARED".as_ptr(),
-            ));
-        } else {
-            rm!(RedisModule_EmitAOF(
-                aof,
-                c"LOCK.APPLY".as_ptr(),
-                c"sbllclccl".as_ptr(),
-                key,
-                owner.as_ptr(),
-                owner.len(),
-                token,
-                count,
-                c"PXAT".as_ptr(),
-                lease_end,
-                c"SHARED".as_ptr(),
-                c"LIMIT".as_ptr(),
-                c_longlong::from(limit),
-            ));
-        }
-    }
 }
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {

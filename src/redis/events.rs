@@ -3,17 +3,19 @@
 //! (FLUSHDB/FLUSHALL, SWAPDB, end of loading, becoming a replica).
 //!
 //! Handlers only look and schedule: on Redis 7.0 a module must not write from inside a keyspace
-//! notification, so waking waiters runs on a 0 ms timer (see `waiters`).
+//! notification, so waking waiters runs as a job after it (see the engine's `schedule`).
 
 use std::ffi::CStr;
-use std::os::raw::{c_char, c_int, c_longlong, c_void};
+use std::os::raw::{c_char, c_int, c_void};
 
 use redis_module::raw;
 
-use super::ffi;
 use super::globals::{self, Report};
 use super::host::RedisHost;
+use super::migration::{self, EXPORT_COMPLETED, EXPORT_STARTED};
 use super::server;
+use super::{effects, ffi};
+use crate::lock::Effect;
 
 /// Every class of keyspace event that can end or replace a lock (not `d`: our own events; not
 /// key-miss or new-key events, which fire on reads and creations of unrelated keys).
@@ -179,15 +181,7 @@ fn record_counter_after_aof_rewrite(ctx: *mut raw::RedisModuleCtx) {
     }
     let last = globals::read_engine(|engine| engine.last_token()).unwrap_or(0);
     if last > 0 {
-        // SAFETY: format "l" with one long long.
-        unsafe {
-            rm!(RedisModule_Replicate(
-                ctx,
-                c"LOCK.COUNTER".as_ptr(),
-                c"l".as_ptr(),
-                last as c_longlong
-            ))
-        };
+        effects::replicate(ctx, std::ptr::null_mut(), &Effect::Counter { token: last });
     }
 }
 
@@ -300,4 +294,62 @@ fn server_info<const N: usize>(
     // SAFETY: `info` was returned by `GetServerInfo` and is freed once, here.
     unsafe { rm!(RedisModule_FreeServerInfo(ctx, info)) };
     values
+}
+
+/// Whether this server is Valkey 9 or later, the only one with atomic slot migration (see
+/// `migration`).
+pub fn slot_migration_supported(ctx: *mut raw::RedisModuleCtx) -> bool {
+    let [name, version] = server_info_text(ctx, c"server", [c"server_name", c"valkey_version"]);
+    let major = version
+        .as_deref()
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse::<u32>().ok());
+    name.as_deref() == Some("valkey") && major.is_some_and(|m| m >= 9)
+}
+
+/// Subscribes to the atomic slot migration events (Valkey 9 and later only: elsewhere the
+/// event's number may mean something else).
+pub fn subscribe_slot_migration(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
+    let event = raw::RedisModuleEvent {
+        id: migration::EVENT,
+        dataver: 1,
+    };
+    // SAFETY: `ctx` is the load context; the callback is an `extern "C"` fn that never unwinds;
+    // the server is Valkey 9+, which knows this event.
+    let ok = unsafe {
+        rm!(RedisModule_SubscribeToServerEvent(
+            ctx,
+            event,
+            Some(on_slot_migration)
+        ))
+    };
+    if ok == raw::REDISMODULE_OK as c_int {
+        Ok(())
+    } else {
+        Err("cannot subscribe to atomic slot migration events")
+    }
+}
+
+extern "C" fn on_slot_migration(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    ffi::guard((), || {
+        // SAFETY: for this event Valkey passes its migration info (dataver 1), alive for the
+        // length of the callback.
+        let Some((job, ranges)) = (unsafe { migration::event_data(data) }) else {
+            return;
+        };
+        globals::with_migrations(|m| m.apply(subevent, job, ranges));
+        if subevent == EXPORT_STARTED {
+            // From now on what is propagated reaches the target.
+            globals::set_effects_needed(true);
+        }
+        if subevent == EXPORT_COMPLETED {
+            // The slots are owned elsewhere now: the waiters there are redirected.
+            globals::report(&mut RedisHost::new(ctx), Report::DbChanged(None));
+        }
+    })
 }

@@ -1,39 +1,61 @@
 //! The engine's host on Redis: [`RedisHost`] (the clock, the server's state, timers, blocked
 //! clients, ACL and cluster checks) and [`RedisKey`] (a key opened for the engine).
 //!
-//! Every change to a lock is replicated (and written to the AOF) as its *effect*: `LOCK.APPLY
-//! key owner token count PXAT unix_ms` for a hold that exists after the change, `DEL key` for one
-//! that ended. Replicas and AOF replays therefore never re-run a decision that depends on time.
+//! Every change to a lock is replicated (and written to the AOF) as its [`Effect`]: the hold as it
+//! is after the change (`LOCK.APPLY`), or its end (`LOCK.DROP`, `DEL`). Replicas and AOF replays
+//! therefore never re-run a decision that depends on time.
 
 use std::ffi::CStr;
-use std::os::raw::{c_int, c_longlong, c_void};
+use std::os::raw::{c_int, c_void};
 use std::ptr::NonNull;
 
 use redis_module::raw;
 
 use super::acl::Caller;
 use super::datatype::{self, LOCK_TYPE};
+use super::effects;
 use super::ffi::{self, OwnedString};
 use super::globals::{self, Client, RedisHandles, Report};
 use super::{cluster, server};
 use crate::lock::{
-    Event, Hold, Holder, Host, Key, KeyId, LockMut, LockRef, LockValue, OpenError, Outcome, Shared,
-    State,
+    Effect, Event, Hold, Holder, Host, Key, KeyId, KeyRef, LockMut, LockRef, LockValue, OpenError,
+    Outcome, Shared, State,
 };
 
+/// Blocks the client of the command running with a context and arguments (`clients::block`).
+pub type Blocker = fn(
+    *mut raw::RedisModuleCtx,
+    &[*mut raw::RedisModuleString],
+) -> Option<(Client, Option<Caller>)>;
+
 /// The engine's host inside one Redis callback.
-pub struct RedisHost {
+pub struct RedisHost<'a> {
     ctx: *mut raw::RedisModuleCtx,
+    /// The running command's arguments, when the callback is a command (a `LOCK.WAIT` may block
+    /// its client, and keeps them for the permission check at hand-off), and how to block it.
+    command: Option<(&'a [*mut raw::RedisModuleString], Blocker)>,
 }
 
-impl RedisHost {
-    /// The host for the callback running with `ctx`.
-    pub fn new(ctx: *mut raw::RedisModuleCtx) -> RedisHost {
-        RedisHost { ctx }
+impl<'a> RedisHost<'a> {
+    /// The host for a callback that is no command (a timer, an event).
+    pub fn new(ctx: *mut raw::RedisModuleCtx) -> RedisHost<'a> {
+        RedisHost { ctx, command: None }
+    }
+
+    /// The host for the command running with `ctx` and `argv`, whose client `block` blocks.
+    pub fn for_command(
+        ctx: *mut raw::RedisModuleCtx,
+        argv: &'a [*mut raw::RedisModuleString],
+        block: Blocker,
+    ) -> RedisHost<'a> {
+        RedisHost {
+            ctx,
+            command: Some((argv, block)),
+        }
     }
 }
 
-impl Host<RedisHandles> for RedisHost {
+impl Host<RedisHandles> for RedisHost<'_> {
     type Key = RedisKey;
 
     fn now_ms(&self) -> i64 {
@@ -44,16 +66,28 @@ impl Host<RedisHandles> for RedisHost {
         server::state(self.ctx)
     }
 
+    fn block(&mut self) -> Option<(Client, Option<Caller>)> {
+        // Clients of the master's stream and of the AOF never block; nor do scripts and MULTI.
+        let (argv, block) = self.command?;
+        if !server::may_block(self.ctx) {
+            return None;
+        }
+        block(self.ctx, argv)
+    }
+
     fn open(&mut self, key: &KeyId) -> Result<RedisKey, OpenError> {
         // A key of a slot being imported is the import stream's alone until the slot is ours.
-        if globals::with_migrations(|m| m.importing_key(&key.name)).unwrap_or(true) {
+        let importing = |m: &mut crate::redis::migration::Migrations| {
+            m.importing_any() && m.importing(cluster::key_slot(&key.name))
+        };
+        if globals::with_migrations(importing).unwrap_or(true) {
             return Err(OpenError::Unavailable);
         }
         if !ffi::select_db(self.ctx, key.db) {
             return Err(OpenError::Unavailable);
         }
         let name = OwnedString::new(self.ctx, &key.name).ok_or(OpenError::Unavailable)?;
-        RedisKey::open_as(self.ctx, Name::Owned(name), false, false)
+        RedisKey::open_as(self.ctx, key.db, Name::Owned(name), false, false)
     }
 
     fn start_timer(&mut self, delay_ms: i64, number: u64) -> raw::RedisModuleTimerID {
@@ -126,6 +160,8 @@ impl Name {
 /// An open key that is empty or holds a lock.
 pub struct RedisKey {
     ctx: *mut raw::RedisModuleCtx,
+    /// The db it was opened in.
+    db: c_int,
     /// Opened by a client's command (not a timer): `RedisModule_ReplicateVerbatim` has a command
     /// to propagate.
     from_command: bool,
@@ -142,11 +178,18 @@ impl RedisKey {
         name: *mut raw::RedisModuleString,
         read_only: bool,
     ) -> Result<RedisKey, OpenError> {
-        RedisKey::open_as(ctx, Name::Argument(name), read_only, true)
+        RedisKey::open_as(
+            ctx,
+            ffi::selected_db(ctx),
+            Name::Argument(name),
+            read_only,
+            true,
+        )
     }
 
     fn open_as(
         ctx: *mut raw::RedisModuleCtx,
+        db: c_int,
         name: Name,
         read_only: bool,
         from_command: bool,
@@ -161,6 +204,7 @@ impl RedisKey {
         let key = unsafe { rm!(RedisModule_OpenKey(ctx, name.as_ptr(), mode as c_int)) };
         let opened = RedisKey {
             ctx,
+            db,
             from_command,
             key: NonNull::new(key.cast::<raw::RedisModuleKey>()),
             name,
@@ -232,53 +276,10 @@ impl RedisKey {
         globals::forget_unlinked();
     }
 
-    /// Replicates one shared holder's state (or its removal, for `None`).
-    fn replicate_holder(&self, limit: u32, owner: &[u8], holder: Option<Holder>) {
-        if self.propagate_cheaply() {
-            return;
-        }
-        let name = self.name.as_ptr();
-        // SAFETY: for every call, each format letter matches its argument: s = the key's name (a
-        // live Redis string), b = the owner's pointer and length, l = long longs, c = C strings.
-        unsafe {
-            match holder {
-                None => rm!(RedisModule_Replicate(
-                    self.ctx,
-                    c"LOCK.DROP".as_ptr(),
-                    c"sb".as_ptr(),
-                    name,
-                    owner.as_ptr(),
-                    owner.len(),
-                )),
-                Some(h) if limit == 0 => rm!(RedisModule_Replicate(
-                    self.ctx,
-                    c"LOCK.APPLY".as_ptr(),
-                    c"sbllclc".as_ptr(),
-                    name,
-                    owner.as_ptr(),
-                    owner.len(),
-                    h.token as c_longlong,
-                    c_longlong::from(h.count),
-                    c"PXAT".as_ptr(),
-                    h.lease_end as c_longlong,
-                    c"SHARED".as_ptr(),
-                )),
-                Some(h) => rm!(RedisModule_Replicate(
-                    self.ctx,
-                    c"LOCK.APPLY".as_ptr(),
-                    c"sbllclccl".as_ptr(),
-                    name,
-                    owner.as_ptr(),
-                    owner.len(),
-                    h.token as c_longlong,
-                    c_longlong::from(h.count),
-                    c"PXAT".as_ptr(),
-                    h.lease_end as c_longlong,
-                    c"SHARED".as_ptr(),
-                    c"LIMIT".as_ptr(),
-                    c_longlong::from(limit),
-                )),
-            };
+    /// Replicates `effect` (unless nothing can receive it: see `propagate_cheaply`).
+    fn replicate(&self, effect: Effect<'_>) {
+        if !self.propagate_cheaply() {
+            effects::replicate(self.ctx, self.name.as_ptr(), &effect);
         }
     }
 
@@ -303,48 +304,21 @@ impl RedisKey {
         true
     }
 
-    fn replicate_hold(&self, at: Option<i64>) {
-        let Some(hold) = self.hold() else {
-            return;
-        };
-        if self.propagate_cheaply() {
-            return;
-        }
-        let owner = hold.owner();
-        let (token, count) = (hold.token() as c_longlong, c_longlong::from(hold.count()));
-        // SAFETY: each format letter matches its argument: s = the key's name (a live Redis
-        // string), b = the owner's pointer and length, l = long longs, c = a C string.
-        unsafe {
-            match at {
-                Some(at) => rm!(RedisModule_Replicate(
-                    self.ctx,
-                    c"LOCK.APPLY".as_ptr(),
-                    c"sbllcl".as_ptr(),
-                    self.name.as_ptr(),
-                    owner.as_ptr(),
-                    owner.len(),
-                    token,
-                    count,
-                    c"PXAT".as_ptr(),
-                    at as c_longlong,
-                )),
-                None => rm!(RedisModule_Replicate(
-                    self.ctx,
-                    c"LOCK.APPLY".as_ptr(),
-                    c"sbll".as_ptr(),
-                    self.name.as_ptr(),
-                    owner.as_ptr(),
-                    owner.len(),
-                    token,
-                    count,
-                )),
-            };
+    /// Replicates the exclusive hold as it is now, with `expires_at`.
+    fn replicate_hold(&self, expires_at: Option<i64>) {
+        if let Some(hold) = self.hold() {
+            self.replicate(Effect::Hold {
+                owner: hold.owner(),
+                token: hold.token(),
+                count: hold.count(),
+                expires_at,
+            });
         }
     }
 
     /// Removes `owner`'s holder (compacting the set after if `tidy`), and the key with its last.
     fn drop_holder(&mut self, owner: &[u8], tidy: bool) {
-        let (limit, left) = match self.lock_mut() {
+        let left = match self.lock_mut() {
             Some(LockMut::Shared(shared)) => {
                 let removed = if tidy {
                     shared.remove(owner)
@@ -354,7 +328,7 @@ impl RedisKey {
                 if removed.is_some() {
                     globals::count_holder(false);
                 }
-                (shared.limit(), shared.last_lease_end())
+                shared.last_lease_end()
             }
             _ => return,
         };
@@ -363,7 +337,7 @@ impl RedisKey {
             None => self.delete(),
         }
         self.changed();
-        self.replicate_holder(limit, owner, None);
+        self.replicate(Effect::Drop { owner });
     }
 
     fn set_expiry(&mut self, at: i64) {
@@ -375,6 +349,15 @@ impl RedisKey {
 }
 
 impl Key for RedisKey {
+    fn id(&self) -> KeyRef<'_> {
+        KeyRef {
+            db: self.db,
+            // SAFETY: the name is a live Redis string (an argument of the running command, or
+            // owned by this key) that outlives the borrow of `self`.
+            name: unsafe { ffi::string_bytes(self.name.as_ptr()) },
+        }
+    }
+
     fn lock(&self) -> Option<LockRef<'_>> {
         // SAFETY: as in `lock_mut`; the shared borrow is tied to `&self`.
         let lock = unsafe { datatype::lock_of(self.value()) }?;
@@ -442,7 +425,11 @@ impl Key for RedisKey {
             self.set_expiry(last);
         }
         self.changed();
-        self.replicate_holder(limit, owner, Some(holder));
+        self.replicate(Effect::Holder {
+            limit,
+            owner,
+            holder,
+        });
         true
     }
 
@@ -463,16 +450,8 @@ impl Key for RedisKey {
     fn cap_expiry(&mut self, at: i64) {
         self.set_expiry(at);
         self.changed();
-        // SAFETY: format "sl": the key's name (a live Redis string) and a long long.
-        unsafe {
-            rm!(RedisModule_Replicate(
-                self.ctx,
-                c"PEXPIREAT".as_ptr(),
-                c"sl".as_ptr(),
-                self.name.as_ptr(),
-                at as c_longlong
-            ))
-        };
+        // Not `propagate_cheaply`: runs in a job, where there is no command to propagate.
+        effects::replicate(self.ctx, self.name.as_ptr(), &Effect::Expire { at });
     }
 
     fn remove(&mut self) {
@@ -481,17 +460,7 @@ impl Key for RedisKey {
         }
         self.delete();
         self.changed();
-        if !self.propagate_cheaply() {
-            // SAFETY: format "s" with the key's name, a live Redis string.
-            unsafe {
-                rm!(RedisModule_Replicate(
-                    self.ctx,
-                    c"DEL".as_ptr(),
-                    c"s".as_ptr(),
-                    self.name.as_ptr()
-                ))
-            };
-        }
+        self.replicate(Effect::Delete);
     }
 
     fn notify(&mut self, event: Event) {

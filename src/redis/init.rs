@@ -20,7 +20,7 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // invalidate client caches; `host` signals each real change itself.
     // HANDLE_ATOMIC_SLOT_MIGRATION (Valkey 9 only; see `migration`): relock can take part in
     // `CLUSTER MIGRATESLOTS`, which Valkey refuses unless every module declares it.
-    let slot_migration = migration::supported(ctx.ctx);
+    let slot_migration = events::slot_migration_supported(ctx.ctx);
     let mut options = (raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
         | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED) as c_int;
     if slot_migration {
@@ -38,7 +38,7 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         return Status::Err;
     }
     if slot_migration {
-        if let Err(e) = migration::subscribe(ctx.ctx) {
+        if let Err(e) = events::subscribe_slot_migration(ctx.ctx) {
             ctx.log_warning(&format!("relock: {e}"));
             return Status::Err;
         }
@@ -52,13 +52,20 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
 
 /// The first Redis API function this module uses that the server lacks.
 fn missing_apis() -> Option<&'static str> {
+    missing_apis_of_commands().or_else(missing_apis_of_keys_and_events)
+}
+
+/// Returns the name of the first function in the list that the API table lacks.
+macro_rules! check {
+    ($($name:ident),* $(,)?) => {
+        // SAFETY: reads a function pointer the module API table filled in at load.
+        $(if unsafe { $name }.is_none() { return Some(stringify!($name)); })*
+    };
+}
+
+/// Those of commands, clients, replies and the server.
+fn missing_apis_of_commands() -> Option<&'static str> {
     use redis_module::raw::*;
-    macro_rules! check {
-        ($($name:ident),* $(,)?) => {
-            // SAFETY: reads a function pointer the module API table filled in at load.
-            $(if unsafe { $name }.is_none() { return Some(stringify!($name)); })*
-        };
-    }
     check!(
         RedisModule_ACLCheckCommandPermissions,
         RedisModule_AvoidReplicaTraffic,
@@ -96,6 +103,14 @@ fn missing_apis() -> Option<&'static str> {
         RedisModule_ServerInfoGetFieldSigned,
         RedisModule_ServerInfoGetFieldC,
         RedisModule_Log,
+    );
+    None
+}
+
+/// Those of keys, values, persistence, timers and events.
+fn missing_apis_of_keys_and_events() -> Option<&'static str> {
+    use redis_module::raw::*;
+    check!(
         RedisModule_FreeServerInfo,
         RedisModule_ReplicateVerbatim,
         RedisModule_GetKeyNameFromOptCtx,

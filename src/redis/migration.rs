@@ -2,15 +2,15 @@
 //! to the target as commands (each lock through the type's `aof_rewrite`, then every later
 //! change), pauses writes for the handover, and deletes its copy once the target owns the slot.
 //! Valkey refuses to start one unless every module declares it can take part, so relock does,
-//! after seeing to what would make it unsafe:
+//! after seeing to what would make it unsafe (the events are followed in `events`):
 //!
 //! - **While exporting**, everything the module propagates goes to the target too, even on a
 //!   node with no replica and no AOF: lock changes must go out as their effects, never as the
 //!   client's command replayed there (whose decision depends on time and state), so
-//!   [`exporting`] makes `effects_needed` true.
+//!   [`Migrations::exporting`] makes `effects_needed` true.
 //! - **While importing**, the target holds keys of slots it does not own yet; only the import
 //!   stream may touch them. The module opens none of them for its own work (timers, deferred
-//!   jobs): [`importing`] makes the host refuse to open them, so no lapsed lease is pruned, no
+//!   jobs): [`Migrations::importing`] makes the host refuse to open them, so no lapsed lease is pruned, no
 //!   TTL capped, no lazy expiry propagated into a slot the target does not own.
 //! - **When the export completes**, the source deletes the keys (one `del` notification each)
 //!   with the slot already owned elsewhere: every waiter is served again, and gets `MOVED`.
@@ -23,22 +23,17 @@
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
 
-use redis_module::raw;
-
-use super::globals::{self, Report};
-use super::host::RedisHost;
-
 /// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (Valkey 9.0).
 pub const OPTION_HANDLES_SLOT_MIGRATION: c_int = 1 << 5;
 
 /// `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION` (Valkey 9.0) and its subevents.
-const EVENT: u64 = 19;
+pub const EVENT: u64 = 19;
 const IMPORT_STARTED: u64 = 0;
-const EXPORT_STARTED: u64 = 1;
+pub const EXPORT_STARTED: u64 = 1;
 const IMPORT_ABORTED: u64 = 2;
 const EXPORT_ABORTED: u64 = 3;
 const IMPORT_COMPLETED: u64 = 4;
-const EXPORT_COMPLETED: u64 = 5;
+pub const EXPORT_COMPLETED: u64 = 5;
 
 /// `ValkeyModuleSlotRange`.
 #[repr(C)]
@@ -65,7 +60,7 @@ pub struct Migrations {
 
 impl Migrations {
     /// Applies one event: a job starts (its ranges are added) or ends (removed).
-    fn apply(&mut self, subevent: u64, job: String, ranges: Vec<(u16, u16)>) {
+    pub fn apply(&mut self, subevent: u64, job: String, ranges: Vec<(u16, u16)>) {
         match subevent {
             IMPORT_STARTED => self.importing.push((job, ranges)),
             EXPORT_STARTED => self.exporting.push((job, ranges)),
@@ -82,9 +77,9 @@ impl Migrations {
             .any(|(_, ranges)| ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&slot)))
     }
 
-    /// Whether `key`'s slot is being imported (free when nothing is).
-    pub fn importing_key(&self, key: &[u8]) -> bool {
-        !self.importing.is_empty() && self.importing(super::cluster::key_slot(key))
+    /// Whether any slot is being imported.
+    pub fn importing_any(&self) -> bool {
+        !self.importing.is_empty()
     }
 
     /// Whether any slot is being exported.
@@ -93,79 +88,31 @@ impl Migrations {
     }
 }
 
-/// Whether this server is Valkey 9 or later (the only one with atomic slot migration).
-pub fn supported(ctx: *mut raw::RedisModuleCtx) -> bool {
-    let [name, version] =
-        super::events::server_info_text(ctx, c"server", [c"server_name", c"valkey_version"]);
-    let major = version
-        .as_deref()
-        .and_then(|v| v.split('.').next())
-        .and_then(|m| m.parse::<u32>().ok());
-    name.as_deref() == Some("valkey") && major.is_some_and(|m| m >= 9)
-}
-
-/// Subscribes to the migration events (Valkey 9 and later only; elsewhere the event's number
-/// may mean something else).
-pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
-    let event = raw::RedisModuleEvent {
-        id: EVENT,
-        dataver: 1,
-    };
-    // SAFETY: `ctx` is the load context; the callback is an `extern "C"` fn that never unwinds;
-    // the server is Valkey 9+, which knows this event.
-    let ok = unsafe {
-        rm!(RedisModule_SubscribeToServerEvent(
-            ctx,
-            event,
-            Some(on_event)
-        ))
-    };
-    if ok == raw::REDISMODULE_OK as c_int {
-        Ok(())
-    } else {
-        Err("cannot subscribe to atomic slot migration events")
+/// The job name and slot ranges of a migration event's data.
+///
+/// # Safety
+/// `data` must be the `ValkeyModuleAtomicSlotMigrationInfoV1` Valkey passes with the event
+/// (dataver 1), valid for the length of the callback.
+pub unsafe fn event_data(data: *mut c_void) -> Option<(String, Vec<(u16, u16)>)> {
+    if data.is_null() {
+        return None;
     }
-}
-
-extern "C" fn on_event(
-    ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    subevent: u64,
-    data: *mut c_void,
-) {
-    super::ffi::guard((), || {
-        if data.is_null() {
-            return;
-        }
-        // SAFETY: for this event Valkey passes a `ValkeyModuleAtomicSlotMigrationInfoV1`
-        // (dataver 1), valid for the length of the callback; its ranges are copied out here.
-        let (job, ranges) = unsafe {
-            let info = &*data.cast::<MigrationInfo>();
-            let job = CStr::from_ptr(info.job_name.as_ptr())
-                .to_string_lossy()
-                .into_owned();
-            let ranges = if info.slot_ranges.is_null() {
-                Vec::new()
-            } else {
-                std::slice::from_raw_parts(info.slot_ranges, info.num_slot_ranges as usize)
-                    .iter()
-                    .filter_map(|r| {
-                        Some((u16::try_from(r.start).ok()?, u16::try_from(r.end).ok()?))
-                    })
-                    .collect()
-            };
-            (job, ranges)
+    // SAFETY: the caller's promise; the ranges are copied out here.
+    unsafe {
+        let info = &*data.cast::<MigrationInfo>();
+        let job = CStr::from_ptr(info.job_name.as_ptr())
+            .to_string_lossy()
+            .into_owned();
+        let ranges = if info.slot_ranges.is_null() {
+            Vec::new()
+        } else {
+            std::slice::from_raw_parts(info.slot_ranges, info.num_slot_ranges as usize)
+                .iter()
+                .filter_map(|r| Some((u16::try_from(r.start).ok()?, u16::try_from(r.end).ok()?)))
+                .collect()
         };
-        globals::with_migrations(|m| m.apply(subevent, job, ranges));
-        if subevent == EXPORT_STARTED {
-            // From now on what is propagated reaches the target.
-            globals::set_effects_needed(true);
-        }
-        if subevent == EXPORT_COMPLETED {
-            // The slots are owned elsewhere now: the waiters there are redirected.
-            globals::report(&mut RedisHost::new(ctx), Report::DbChanged(None));
-        }
-    })
+        Some((job, ranges))
+    }
 }
 
 #[cfg(test)]

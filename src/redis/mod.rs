@@ -7,6 +7,7 @@
 //! - [`clients`]: blocked clients (`LOCK.WAIT`) and the timer callback.
 //! - [`events`]: keyspace notifications and server events reported to the engine.
 //! - [`datatype`]: the `relock-lk` data type (RDB, AOF rewrite, DUMP/RESTORE, memory).
+//! - [`effects`]: lock changes carried out to replicas and the AOF (and into AOF rewrites).
 //! - [`globals`]: the module's global state, each item with its rules.
 //! - [`server`], [`acl`], [`cluster`]: the server's state, ACL re-checks, cluster redirects.
 //! - [`migration`]: Valkey 9's atomic slot migration (which slots are moving in or out).
@@ -28,6 +29,7 @@ pub mod clients;
 pub mod cluster;
 pub mod commands;
 pub mod datatype;
+pub mod effects;
 pub mod events;
 pub mod ffi;
 pub mod globals;

@@ -1,0 +1,136 @@
+//! What replicas and the AOF receive for each change to a lock: its *effect* (the hold as it is
+//! now, with its owner, token, count and absolute expiry; or its removal), never the command that
+//! decided it, whose result depends on time and state. One type for every effect, and one
+//! spelling of each as a command ([`Effect::argv`]); the hosts only carry the words out
+//! (`src/redis/effects.rs` for replication and AOF rewrite alike).
+
+use super::shared::Holder;
+
+/// One change, as a command replicas and the AOF replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect<'a> {
+    /// `LOCK.APPLY key owner token count [PXAT unix_ms]`: the exclusive hold as it is now.
+    Hold {
+        owner: &'a [u8],
+        token: u64,
+        count: u32,
+        expires_at: Option<i64>,
+    },
+    /// `LOCK.APPLY key owner token count PXAT lease_end SHARED [LIMIT n]`: one shared holder.
+    Holder {
+        limit: u32,
+        owner: &'a [u8],
+        holder: Holder,
+    },
+    /// `LOCK.DROP key owner`: one shared holder removed.
+    Drop { owner: &'a [u8] },
+    /// `PEXPIREAT key unix_ms`: a shared key capped at its latest lease.
+    Expire { at: i64 },
+    /// `DEL key`: the lock is gone.
+    Delete,
+    /// `LOCK.COUNTER token`: the token counter (no key).
+    Counter { token: u64 },
+}
+
+/// One word of an effect's command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Word<'a> {
+    /// The key's name.
+    Key,
+    Bytes(&'a [u8]),
+    Int(i64),
+}
+
+impl<'a> Effect<'a> {
+    /// The command's name and its arguments.
+    pub fn argv(&self) -> (&'static str, Vec<Word<'a>>) {
+        use Word::{Bytes, Int, Key};
+        let int = |n: u64| Int(i64::try_from(n).unwrap_or(i64::MAX));
+        match *self {
+            Effect::Hold {
+                owner,
+                token,
+                count,
+                expires_at,
+            } => {
+                let mut words = vec![Key, Bytes(owner), int(token), Int(i64::from(count))];
+                if let Some(at) = expires_at {
+                    words.extend([Bytes(b"PXAT"), Int(at)]);
+                }
+                ("LOCK.APPLY", words)
+            }
+            Effect::Holder {
+                limit,
+                owner,
+                holder,
+            } => {
+                let mut words = vec![
+                    Key,
+                    Bytes(owner),
+                    int(holder.token),
+                    Int(i64::from(holder.count)),
+                    Bytes(b"PXAT"),
+                    Int(holder.lease_end),
+                    Bytes(b"SHARED"),
+                ];
+                if limit > 0 {
+                    words.extend([Bytes(b"LIMIT"), Int(i64::from(limit))]);
+                }
+                ("LOCK.APPLY", words)
+            }
+            Effect::Drop { owner } => ("LOCK.DROP", vec![Key, Bytes(owner)]),
+            Effect::Expire { at } => ("PEXPIREAT", vec![Key, Int(at)]),
+            Effect::Delete => ("DEL", vec![Key]),
+            Effect::Counter { token } => ("LOCK.COUNTER", vec![int(token)]),
+        }
+    }
+
+    /// The whole command as text words with `key` in place: what the in-memory host records.
+    pub fn words(&self, key: &[u8]) -> Vec<Vec<u8>> {
+        let (name, argv) = self.argv();
+        std::iter::once(name.as_bytes().to_vec())
+            .chain(argv.into_iter().map(|word| match word {
+                Word::Key => key.to_vec(),
+                Word::Bytes(bytes) => bytes.to_vec(),
+                Word::Int(n) => n.to_string().into_bytes(),
+            }))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(effect: Effect<'_>) -> String {
+        effect
+            .words(b"k")
+            .iter()
+            .map(|w| String::from_utf8_lossy(w).into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn each_effect_is_spelled_as_the_command_replicas_replay() {
+        let holder = Holder {
+            token: 7,
+            count: 2,
+            lease_end: 1_000,
+        };
+        #[rustfmt::skip]
+        let rows = [
+            (Effect::Hold { owner: b"o", token: 7, count: 1, expires_at: Some(99) }, "LOCK.APPLY k o 7 1 PXAT 99"),
+            (Effect::Hold { owner: b"o", token: 7, count: 1, expires_at: None },     "LOCK.APPLY k o 7 1"),
+            (Effect::Holder { limit: 0, owner: b"o", holder },                        "LOCK.APPLY k o 7 2 PXAT 1000 SHARED"),
+            (Effect::Holder { limit: 3, owner: b"o", holder },                        "LOCK.APPLY k o 7 2 PXAT 1000 SHARED LIMIT 3"),
+            (Effect::Drop { owner: b"o" },                                            "LOCK.DROP k o"),
+            (Effect::Expire { at: 5 },                                                "PEXPIREAT k 5"),
+            (Effect::Delete,                                                          "DEL k"),
+            (Effect::Counter { token: 9 },                                            "LOCK.COUNTER 9"),
+        ];
+        for (effect, expected) in rows {
+            assert_eq!(text(effect), expected);
+        }
+    }
+}
