@@ -319,6 +319,10 @@ impl RedisKey {
     /// Removes `owner`'s holder (compacting the set after if `tidy`), and the key with its last.
     fn drop_holder(&mut self, owner: &[u8], tidy: bool) {
         let left = match self.lock_mut() {
+            // The last holder: the key goes, its value freed whole (counted by `free`).
+            Some(LockMut::Shared(shared)) if shared.len() == 1 && shared.get(owner).is_some() => {
+                None
+            }
             Some(LockMut::Shared(shared)) => {
                 let removed = if tidy {
                     shared.remove(owner)
