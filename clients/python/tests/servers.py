@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[3]
 READY_WITHIN = 20.0
@@ -129,3 +129,79 @@ class Server:
     def close(self) -> None:
         self.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Cluster:
+    """Six nodes with the module, three masters and three replicas (`redis-cli --cluster
+    create`), healthy before it is handed out."""
+
+    def __init__(self) -> None:
+        import redis
+
+        self.nodes: list[Server] = []
+        try:
+            for _ in range(6):
+                bus = str(free_port())
+                self.nodes.append(Server("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                         "--cluster-node-timeout", "2000", "--cluster-port", bus))
+            addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
+            out = subprocess.run(["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "1",
+                                  "--cluster-yes"], capture_output=True, text=True, timeout=120)
+            if out.returncode != 0:
+                raise RuntimeError(f"redis-cli --cluster create failed:\n{out.stdout}\n{out.stderr}")
+            self.redis = redis
+            if not eventually(self.healthy, 60, 0.1):
+                raise RuntimeError("cluster not healthy in time")
+        except BaseException:
+            self.close()
+            raise
+
+    def conn(self, n: Server) -> "Any":
+        return self.redis.Redis(port=n.port, socket_timeout=2, decode_responses=True)
+
+    def role(self, n: Server) -> str:
+        try:
+            return str(self.conn(n).info("replication")["role"])
+        except Exception:  # noqa: BLE001
+            return ""
+
+    def healthy(self) -> bool:
+        for n in self.nodes:
+            try:
+                c = self.conn(n)
+                info = c.cluster("info")
+                if info.get("cluster_state") != "ok" or int(info.get("cluster_known_nodes", 0)) != 6:
+                    return False
+                repl = c.info("replication")
+                if repl["role"] == "slave" and repl.get("master_link_status") != "up":
+                    return False
+                if repl["role"] == "master" and int(repl.get("connected_slaves", 0)) != 1:
+                    return False
+            except Exception:  # noqa: BLE001
+                return False
+        return True
+
+    def master_of(self, key: str) -> Server:
+        c = self.conn(self.nodes[0])
+        slot = int(c.cluster("keyslot", key))
+        for s, e, master, *_ in c.execute_command("CLUSTER", "SLOTS"):
+            if s <= slot <= e:
+                return next(n for n in self.nodes if n.port == int(master[1]))
+        raise KeyError(key)
+
+    def replica_of(self, master: Server) -> Server:
+        for n in self.nodes:
+            repl = self.conn(n).info("replication")
+            if repl["role"] == "slave" and int(repl["master_port"]) == master.port:
+                return n
+        raise KeyError(master.port)
+
+    def failover(self, replica: Server, old_master: Server) -> None:
+        self.conn(replica).execute_command("CLUSTER", "FAILOVER")
+        if not eventually(lambda: self.role(replica) == "master" and self.role(old_master) == "slave", 60, 0.05):
+            raise RuntimeError("failover did not happen in time")
+        eventually(self.healthy, 60, 0.1)
+
+    def close(self) -> None:
+        for n in self.nodes:
+            n.close()

@@ -360,8 +360,6 @@ class Relock:
                     conn.disconnect()
             if rnd.progress() == "pending":
                 rnd.on_reply(i, None, Failure("no quorum within the partial-hold limit", timeout=True))
-        if pending:
-            self._release_late(key, owner, None)
         return rnd.finish(time.monotonic())
 
     def _release_failed(self, key: str, owner: str, rnd: Round[Any]) -> None:
@@ -462,7 +460,11 @@ class _LossEvent(threading.Event):
         if super().is_set():
             return True
         h = self._hold()
-        return h is not None and h._expired()
+        if h is None or not h._expired():
+            return False
+        if h._pid == os.getpid():
+            h._lose(h._expiry_reason())
+        return True
 
     isSet = is_set
 
@@ -519,6 +521,7 @@ class Hold:
         self._state = threading.Lock()
         self._released = False
         self._renewing = False
+        self._last_failure: str | None = None
         self._next = time.monotonic() + max(ttl / 3, 0.001)
         self.lost: threading.Event = _LossEvent(self)
         client._renewer.add(self)
@@ -573,10 +576,17 @@ class Hold:
             raise core.lost_error(self.key, f"the process forked: this hold belongs to process {self._pid}", None)
         if self.lost.is_set():
             if self.reason is None and time.monotonic() >= self._lost_at():
-                self._lose(self._stall_reason())
+                self._lose(self._expiry_reason())
             raise core.lost_error(self.key, self.reason or "its validity ran out", self.cause, self._client.servers)
         if self._released:
             raise core.lost_error(self.key, "it was released", None)
+
+    def _expiry_reason(self) -> str:
+        if self._renewing:
+            return "its validity ran out during a renewal that no quorum answered"
+        if self._last_failure:
+            return f"its validity ran out: renewals failed ({self._last_failure})"
+        return self._stall_reason()
 
     def _stall_reason(self) -> str:
         return (
@@ -592,8 +602,7 @@ class Hold:
             self._client._renewer.remove(self)
             return
         if now >= self._lost_at():
-            why = "its validity ran out during a renewal" if self._renewing else self._stall_reason()
-            self._lose(why)
+            self._lose(self._expiry_reason())
             return
         if self._renewing:
             return
@@ -632,11 +641,13 @@ class Hold:
                 self.ttl = ttl_s
                 self.valid_until = until
                 self._next = now + max(ttl_s / 3, 0.001)
+                self._last_failure = None
             return
         if rnd.renew_verdict() == "lost":
             self._lose_with_history(rnd)
             self.check()
         # Only unanswered: try again soon while validity is left.
+        self._last_failure = rnd.describe()
         left = max(0.0, self.valid_until - now)
         self._next = now + min(every / 4, left / 2)
         if not background:

@@ -253,10 +253,7 @@ class Relock:
         bound = None if remaining is None else remaining + WAIT_GRACE + self.node_timeout
         if len(self._servers) == 1:
             return await self._round(args, timeout=bound)
-        rnd = await self._round(args, timeout=bound, partial_hold=min(self.max_partial_hold, ttl_ms / 4000))
-        if len(rnd.answered) < len(self._servers):
-            self._release_late(key, owner, None)
-        return rnd
+        return await self._round(args, timeout=bound, partial_hold=min(self.max_partial_hold, ttl_ms / 4000))
 
     async def _release_failed(self, key: str, owner: str, rnd: Round[Any]) -> None:
         granted = rnd.agreed_by()
