@@ -353,7 +353,9 @@ def classify(e: BaseException) -> Failure:
             return Failure(msg)
         if msg.startswith("max number of clients reached"):
             return Failure(msg)
-        if msg.startswith("unknown command") and "LOCK." in msg.upper():
+        if msg.startswith("unknown command") and any(c in msg.upper() for c in ("LOCK.WAITERS", "LOCK.HISTORY", "LOCK.LOG")):
+            msg += " (this relock module is older than that command)"
+        elif msg.startswith("unknown command") and "LOCK." in msg.upper():
             msg += " (is the relock module loaded on this server?)"
         return Failure(msg, permanent=True)
     if isinstance(e, rex.RedisError):
