@@ -136,7 +136,7 @@ function watchExit(): void {
   // The loop is about to go idle with holds still held: release them (a process that is
   // killed or calls process.exit() cannot; their leases end with their ttl).
   process.on("beforeExit", () => {
-    for (const h of [...live]) void h.release().catch(() => undefined);
+    for (const h of [...live]) if (h.client.connected()) void h.release().catch(() => undefined);
   });
 }
 
@@ -173,6 +173,11 @@ export class Relock {
     if (!(this.nodeTimeout >= 1)) throw new InvalidArgumentError(`nodeTimeout ${this.nodeTimeout} is below 1 ms`);
     this.retryDelay = options.retryDelay ?? core.DEFAULT_RETRY_DELAY;
     this.maxPartialHold = options.maxPartialHold ?? core.DEFAULT_MAX_PARTIAL_HOLD;
+  }
+
+  /** @internal Whether every server's connection is open (nothing is sent on a closed one at exit). */
+  connected(): boolean {
+    return this.nodes.every((n) => n.client.status === "ready");
   }
 
   /** How many servers must agree: N/2 + 1. */
