@@ -233,10 +233,10 @@ export class Relock {
     for (;;) {
       const owner = this.newOwner();
       const remaining = deadline === null ? null : Math.max(0, deadline - core.now());
-      let rnd =
-        remaining === 0
-          ? await this.round(["LOCK.ACQUIRE", key, owner, ttl, ...mode])
-          : await this.waitRound(key, owner, ttl, remaining, mode);
+      // One server: try on the shared connection first (a free lock costs one round trip
+      // and no connection of its own); LOCK.WAIT then queues, first in, first out.
+      let rnd = await this.round(["LOCK.ACQUIRE", key, owner, ttl, ...mode], { skipIf: remaining !== 0 && this.nodes.length > 1 });
+      if (!rnd.won() && remaining !== 0 && !rnd.permanentlyFailed()) rnd = await this.waitRound(key, owner, ttl, remaining, mode);
       let until = rnd.validUntil(ttl);
       if (rnd.won() && (until === null || until - rnd.started < (ttl * 2) / 3)) {
         // Granted after a long wait: the ttl counts from a grant we did not see.
@@ -276,9 +276,10 @@ export class Relock {
   /** @internal `args` on every server (those `targets` selects), until a quorum is won or lost. */
   async round(
     args: ReadonlyArray<string | number>,
-    opts: { targets?: boolean[]; untilAll?: boolean; timeout?: number | null; partialHold?: number; blocking?: boolean } = {},
+    opts: { targets?: boolean[]; untilAll?: boolean; timeout?: number | null; partialHold?: number; blocking?: boolean; skipIf?: boolean } = {},
   ): Promise<Round<unknown>> {
     const rnd = new Round<unknown>(this.servers, core.now(), opts.untilAll ?? false);
+    if (opts.skipIf) return rnd;
     const timeout = opts.timeout === undefined ? this.nodeTimeout : opts.timeout;
     if (this.nodes.length === 1 && !opts.blocking) {
       if (opts.targets && !opts.targets[0]) rnd.onReply(0, null);
@@ -433,7 +434,11 @@ export class Hold {
   reason: string | undefined;
   /** The server's word for the loss (LOCK.HISTORY), when it keeps a journal. */
   lossCause: string | undefined;
-  private readonly controller = new AbortController();
+  private abort: AbortController | undefined;
+  private get controller(): AbortController {
+    this.abort ??= new AbortController();
+    return this.abort;
+  }
   private released = false;
   private timer: NodeJS.Timeout | undefined;
   private renewing: Promise<void> | undefined;
