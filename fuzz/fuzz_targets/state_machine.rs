@@ -1,9 +1,11 @@
 //! The lock engine itself (the code that runs inside Redis), on the in-memory host, driven by
 //! arbitrary sequences of commands, waits, hang-ups, deletes, time steps and server states.
 //! Checks after every step: tokens only rise, counts stay >= 1, nobody barges past a queue,
-//! each key serves its waiters first come first served, a granted waiter holds the lock, every
-//! blocked client is answered at most once (the host asserts it), and once everyone has left
-//! nothing is left waiting and no timer is left armed.
+//! each key serves its waiters first come first served, a granted waiter holds the lock, a hold
+//! some client was told of is never lost before its lease ends unless a command ended it (a
+//! hang-up may revoke only a hold no answer reached), every blocked client is answered at most
+//! once (the host asserts it), and once everyone has left nothing is left waiting and no timer is
+//! left armed.
 #![no_main]
 
 use std::collections::HashMap;
@@ -18,8 +20,10 @@ const KEYS: [&[u8]; 2] = [b"k0", b"k1"];
 fuzz_target!(|data: &[u8]| {
     let mut sim = Sim::new(1_800_000_000_000);
     let mut last_token = 0u64;
-    // Blocked client -> (key, owner).
-    let mut waiting: HashMap<u64, (usize, &'static [u8])> = HashMap::new();
+    // Blocked client -> (key, owner, ttl).
+    let mut waiting: HashMap<u64, (usize, &'static [u8], u64)> = HashMap::new();
+    // (key, owner) -> (token, earliest possible lease end) of holds a client was told of.
+    let mut told: HashMap<(usize, &'static [u8]), (u64, i64)> = HashMap::new();
     // Per key, the last client granted (clients are numbered in the order they waited).
     let mut last_granted: [u64; 2] = [0, 0];
     let mut order: Vec<u64> = Vec::new();
@@ -39,18 +43,39 @@ fuzz_target!(|data: &[u8]| {
         };
         let queued = sim.engine.queued(KeyRef { db: 0, name: key });
         let held_before = holds(&mut sim, key, who);
-        let reply = match op % 14 {
+        let before = sim.now();
+        // Answers lost with their client in this step: (key, owner, earliest lease end).
+        let mut lost: Vec<(usize, &'static [u8], i64)> = Vec::new();
+        let reply = match op % 15 {
             0 => Some(sim.acquire_as(key, who, ttl, mode)),
             1 => Some(sim.reenter_as(key, who, ttl, mode)),
             2 => Some(sim.release(key, who)),
             3 => Some(sim.renew(key, who, ttl)),
             4 => Some(sim.force_release(key)),
             5 | 6 => {
-                let timeout = if op % 14 == 5 { 0 } else { u64::from(more) * 3 };
+                let timeout = if op % 15 == 5 { 0 } else { u64::from(more) * 3 };
                 let (reply, client) = sim.wait_as(key, who, ttl, timeout, mode);
                 if reply == Reply::Blocked {
-                    waiting.insert(client, (k, who));
+                    waiting.insert(client, (k, who, ttl));
                     order.push(client);
+                }
+                Some(reply)
+            }
+            14 => {
+                // A release, and in the same step (before answers are delivered) a client that
+                // waited hangs up: if the release granted it, its answer is lost.
+                let reply = sim.release(key, who);
+                if let Some(&client) = order.get(usize::from(more) % order.len().max(1)) {
+                    if let Some((k, owner, ttl)) = waiting.remove(&client) {
+                        // A lost re-acquire answer still refreshed its owner's lease.
+                        let answered = sim.pending().iter().any(|(c, o)| {
+                            *c == client && matches!(o, Outcome::Token(_))
+                        });
+                        if answered {
+                            lost.push((k, owner, before + ttl as i64));
+                        }
+                    }
+                    sim.hang_up(client);
                 }
                 Some(reply)
             }
@@ -116,16 +141,18 @@ fuzz_target!(|data: &[u8]| {
         // Answers: grants go first come first served per key, to a waiter that holds the lock.
         let mut granted_now = Vec::new();
         for (client, outcome) in sim.deliver() {
-            let Some((k, owner)) = waiting.remove(&client) else {
+            let Some((k, owner, ttl)) = waiting.remove(&client) else {
                 continue;
             };
             if let Outcome::Token(token) = outcome {
+                // Granted at some time within this step.
+                told.insert((k, owner), (token, before + ttl as i64));
                 granted_now.push(token);
                 assert!(client > last_granted[k], "key {k}: {client} after {}", last_granted[k]);
                 assert!(token <= sim.engine.last_token());
                 last_granted[k] = client;
                 // Within one step of time a granted hold may already have expired and passed on.
-                if op % 14 != 10 {
+                if op % 15 != 10 {
                     assert_eq!(holds(&mut sim, KEYS[k], owner), Some(token), "granted, held");
                 }
             }
@@ -133,11 +160,43 @@ fuzz_target!(|data: &[u8]| {
         // Nobody barges past a queue: a command that got a hold while waiters were queued got
         // it as a holder already, or through its own waiter served first in this very step.
         if let Some(Reply::Integer(_)) = &reply {
-            if matches!(op % 14, 0 | 1 | 5 | 6) && queued > 0 && held_before.is_none() {
+            if matches!(op % 15, 0 | 1 | 5 | 6) && queued > 0 && held_before.is_none() {
                 let now_held = holds(&mut sim, key, who);
                 assert!(
                     now_held.is_some_and(|t| granted_now.contains(&t)),
                     "op {op}: took the key past {queued} waiters"
+                );
+            }
+        }
+
+        for (k, owner, end) in lost {
+            if let Some(told) = told.get_mut(&(k, owner)) {
+                told.1 = told.1.min(end);
+            }
+        }
+        // What the command did to holds clients were told of.
+        match (op % 15, &reply) {
+            // Its own command ends or may end the hold.
+            (2 | 14, _) => {
+                told.remove(&(k, who));
+            }
+            (4 | 8, _) => told.retain(|(key, _), _| *key != k),
+            (13, _) => told.clear(),
+            // A re-acquire or renewal sets the lease from now.
+            (0 | 1 | 3 | 5 | 6, Some(Reply::Integer(_))) => {
+                if let Some(token) = holds(&mut sim, key, who) {
+                    told.insert((k, who), (token, sim.now() + ttl as i64));
+                }
+            }
+            _ => {}
+        }
+        // A hold a client was told of lasts until its lease ends, unless a command ended it.
+        for (&(k, owner), &(token, lease_end)) in &told {
+            if sim.now() < lease_end {
+                assert_eq!(
+                    holds(&mut sim, KEYS[k], owner),
+                    Some(token),
+                    "op {op}: key {k}, owner {owner:?} lost hold {token} before its lease ended"
                 );
             }
         }

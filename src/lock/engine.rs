@@ -167,10 +167,9 @@ enum Ticket {
         key: KeyId,
         id: WaiterId,
     },
-    /// Granted; the reply is on its way. If the client hangs up before it is delivered, the
-    /// hold it never learned of is revoked.
+    /// Answered with the token of a hold nobody knows of yet (see `Unconfirmed`); the reply is
+    /// on its way.
     Granted {
-        key: KeyId,
         token: u64,
     },
 }
@@ -194,10 +193,20 @@ enum Due<C> {
 /// Deferred work.
 enum Job {
     Serve(KeyId),
-    Revoke(KeyId, u64),
+    /// Revoke the unconfirmed hold with this token.
+    Revoke(u64),
     /// A user changed the key's TTL (`PERSIST`, a longer `PEXPIRE`): a shared key's TTL must
     /// not outlive its latest lease.
     Leases(KeyId),
+}
+
+/// A hold granted through a waiter's answer that has not reached any client yet.
+struct Unconfirmed {
+    key: KeyId,
+    owner: Box<[u8]>,
+    /// Answers carrying this hold's token that are on their way (a new grant, and re-acquires
+    /// answered to other connections of the same owner).
+    answers: u32,
 }
 
 /// The time the host reports, as the token counter's clock.
@@ -227,10 +236,11 @@ pub struct Engine<T: Handles> {
     jobs_timer: bool,
     /// Jobs put off because the server could not write, retried every `RETRY_MS`.
     deferred: Vec<Job>,
-    /// Holds whose revoke is scheduled (token -> key): granted to a client that hung up before
-    /// its answer reached it. A command by the owner on the hold before the revoke runs (the
-    /// retry after a lost reply that the docs call safe) confirms it and cancels the revoke.
-    revoking: HashMap<u64, KeyId>,
+    /// Holds granted to waiters whose answers are not delivered yet (token -> where and how many
+    /// answers are in flight). A revoke runs only for a hold every answer of which was lost:
+    /// one delivered answer, or a command by the owner on the hold (the retry after a lost
+    /// reply that the docs call safe), confirms it for good.
+    unconfirmed: HashMap<u64, Unconfirmed>,
     tokens: Tokens,
     stats: Stats,
 }
@@ -249,7 +259,7 @@ impl<T: Handles> Default for Engine<T> {
             arrived: HashSet::new(),
             jobs_timer: false,
             deferred: Vec::new(),
-            revoking: HashMap::new(),
+            unconfirmed: HashMap::new(),
             tokens: Tokens::new(),
             stats: Stats::default(),
         }
@@ -662,9 +672,7 @@ impl<T: Handles> Engine<T> {
             .get(&at.db)
             .is_some_and(|keys| keys.contains_key(at.name))
         {
-            let key = at.to_id();
-            self.arrived.insert(key.clone());
-            self.schedule(host, Job::Serve(key));
+            self.value_changed(host, at.to_id());
         }
     }
 
@@ -679,8 +687,15 @@ impl<T: Handles> Engine<T> {
     /// Every key of `db` (all dbs if `None`) may have changed (FLUSHDB, SWAPDB, end of loading).
     pub fn db_changed<H: Host<T>>(&mut self, host: &mut H, db: Option<i32>) {
         for key in self.keys_with_waiters(db) {
-            self.schedule(host, Job::Serve(key));
+            self.value_changed(host, key);
         }
+    }
+
+    /// The value at `key`, which has waiters, may have been replaced by any other: its whole queue
+    /// is checked against it, then it is served. Every way a value arrives comes here.
+    fn value_changed<H: Host<T>>(&mut self, host: &mut H, key: KeyId) {
+        self.arrived.insert(key.clone());
+        self.schedule(host, Job::Serve(key));
     }
 
     /// `holds` holds ended because their lock's TTL ran out (counted for `INFO`).
@@ -730,9 +745,11 @@ impl<T: Handles> Engine<T> {
         }
     }
 
-    /// A blocked client's answer was delivered.
+    /// A blocked client's answer was delivered: a hold it carried is known to its owner now.
     pub fn replied(&mut self, client: T::Client) {
-        self.tickets.remove(&client);
+        if let Some(Ticket::Granted { token, .. }) = self.tickets.remove(&client) {
+            self.unconfirmed.remove(&token);
+        }
     }
 
     /// A blocked client hung up: a waiter leaves its queue (and is unblocked, as the host
@@ -740,11 +757,15 @@ impl<T: Handles> Engine<T> {
     /// it has the hold revoked.
     pub fn client_gone<H: Host<T>>(&mut self, host: &mut H, client: T::Client) {
         match self.tickets.get(&client) {
-            Some(Ticket::Granted { key, token }) => {
-                self.revoking.insert(*token, key.clone());
-                let job = Job::Revoke(key.clone(), *token);
+            Some(&Ticket::Granted { token, .. }) => {
                 self.tickets.remove(&client);
-                self.schedule(host, job);
+                let lost_all = self.unconfirmed.get_mut(&token).is_some_and(|hold| {
+                    hold.answers -= 1;
+                    hold.answers == 0
+                });
+                if lost_all {
+                    self.schedule(host, Job::Revoke(token));
+                }
             }
             Some(Ticket::Waiting { .. }) => {
                 if let Some(waiter) = self.leave_queue(host, client) {
@@ -861,11 +882,11 @@ impl<T: Handles> Engine<T> {
     /// The owner acts on its hold (re-acquires, re-enters, renews, releases): it knows of it,
     /// so a revoke scheduled for it must not run.
     fn confirm<K: Key>(&mut self, key: &K, decision: Decision) {
-        if self.revoking.is_empty() || decision.step() == Step::Nothing {
+        if self.unconfirmed.is_empty() || decision.step() == Step::Nothing {
             return;
         }
         if let Some(hold) = key.hold() {
-            self.revoking.remove(&hold.token());
+            self.unconfirmed.remove(&hold.token());
         }
     }
 
@@ -928,16 +949,26 @@ impl<T: Handles> Engine<T> {
                 continue;
             };
             self.stats.granted += 1;
-            // A re-acquire hands out a hold its owner already has (through another client): if
-            // this client hangs up before its answer, the hold stays; only a new hold is revoked.
-            if !matches!(next, Next::Reacquire) {
-                self.tickets.insert(
-                    waiter.client,
-                    Ticket::Granted {
+            // A new hold is unconfirmed until an answer carrying it is delivered. A re-acquire
+            // hands out a hold its owner has already: known if no answer of it is in flight,
+            // else one more answer that confirms it if it arrives.
+            let in_flight = match next {
+                Next::Reacquire => self.unconfirmed.get_mut(&token).map(|hold| {
+                    hold.answers += 1;
+                }),
+                _ => {
+                    let hold = Unconfirmed {
                         key: id.clone(),
-                        token,
-                    },
-                );
+                        owner: waiter.owner.clone(),
+                        answers: 1,
+                    };
+                    self.unconfirmed.insert(token, hold);
+                    Some(())
+                }
+            };
+            if in_flight.is_some() {
+                self.tickets
+                    .insert(waiter.client, Ticket::Granted { token });
             }
             host.unblock(waiter.client, Outcome::Token(token));
             granted = true;
@@ -1045,30 +1076,37 @@ impl<T: Handles> Engine<T> {
         self.drop_line_if_empty(host, id);
     }
 
-    /// Ends a hold granted to a client that hung up before it learned of it, unless its owner
-    /// has acted on it since.
-    fn revoke<H: Host<T>>(&mut self, host: &mut H, id: &KeyId, token: u64) {
-        if self.revoking.remove(&token).is_none() {
+    /// Ends a hold granted through answers that were all lost (their clients hung up before
+    /// delivery), unless an answer or a command of its owner confirmed it since.
+    fn revoke<H: Host<T>>(&mut self, host: &mut H, token: u64) {
+        if self
+            .unconfirmed
+            .get(&token)
+            .is_none_or(|hold| hold.answers > 0)
+        {
             return;
         }
-        let Ok(mut key) = host.open(id) else {
+        let Some(Unconfirmed { key: id, owner, .. }) = self.unconfirmed.remove(&token) else {
             return;
         };
-        let owner = match key.lock() {
-            Some(LockRef::Exclusive(hold)) if hold.token() == token => None,
-            Some(LockRef::Shared(shared)) => match shared.owner_of(token) {
-                Some(owner) => Some(owner.to_vec()),
-                None => return,
-            },
-            _ => return,
+        let Ok(mut key) = host.open(&id) else {
+            return;
         };
-        match owner {
-            None => key.remove(),
-            Some(owner) => key.remove_holder(&owner),
+        let held = match key.lock() {
+            Some(LockRef::Exclusive(hold)) => hold.token() == token,
+            Some(LockRef::Shared(shared)) => shared.get(&owner).is_some_and(|h| h.token == token),
+            None => false,
+        };
+        if !held {
+            return;
+        }
+        match key.hold() {
+            Some(_) => key.remove(),
+            None => key.remove_holder(&owner),
         }
         key.notify(Event::Released);
         self.stats.released += 1;
-        self.grant_pass(host, &mut key, id);
+        self.grant_pass(host, &mut key, &id);
     }
 
     /// A wait's timer fired: the waiter leaves with nil, unless it was served first. A timer
@@ -1354,8 +1392,8 @@ impl<T: Handles> Engine<T> {
 
     /// A revoke scheduled for the hold with `token` must not run: its owner acted on it.
     fn confirm_token(&mut self, token: u64) {
-        if !self.revoking.is_empty() {
-            self.revoking.remove(&token);
+        if !self.unconfirmed.is_empty() {
+            self.unconfirmed.remove(&token);
         }
     }
 
@@ -1537,7 +1575,7 @@ impl<T: Handles> Engine<T> {
         match host.state() {
             State::Master => match job {
                 Job::Serve(key) => self.serve(host, &key),
-                Job::Revoke(key, token) => self.revoke(host, &key, token),
+                Job::Revoke(token) => self.revoke(host, token),
                 Job::Leases(key) => self.cap_to_leases(host, &key),
             },
             // While writes are paused Redis does not expire keys either: a key past its expiry
@@ -1551,8 +1589,8 @@ impl<T: Handles> Engine<T> {
             State::Replica => match job {
                 Job::Serve(key) => self.fail_all(host, &key, Cow::Borrowed(READONLY)),
                 // The master decides now; nothing is revoked here.
-                Job::Revoke(_, token) => {
-                    self.revoking.remove(&token);
+                Job::Revoke(token) => {
+                    self.unconfirmed.remove(&token);
                 }
                 // The master caps its keys; the cap reaches replicas as PEXPIREAT.
                 Job::Leases(_) => {}

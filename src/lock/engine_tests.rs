@@ -651,3 +651,48 @@ fn another_owner_touching_the_key_does_not_cancel_a_revoke() {
         [c2]
     );
 }
+
+#[test]
+fn a_hang_up_of_the_new_grant_keeps_the_hold_a_reacquire_answer_carries() {
+    // Two clients of one owner wait; the first is granted a new hold, the second answered as a
+    // re-acquire with the same token. The first hangs up before its answer: the second was told
+    // it holds the key, so nothing is revoked.
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"w", 10_000);
+    let (_, c1) = sim.wait(K, b"o", 60_000, 0);
+    let (_, c2) = sim.wait(K, b"o", 60_000, 0);
+    sim.release(K, b"w");
+    sim.hang_up(c1);
+    sim.settle();
+    assert_eq!(
+        granted(&mut sim).iter().map(|g| g.0).collect::<Vec<_>>(),
+        [c2]
+    );
+    sim.settle();
+    assert_eq!(sim.lock(K).map(|l| l.0), Some(b"o".to_vec()));
+    assert_eq!(sim.engine.stats().released, 1, "only w's release");
+}
+
+#[test]
+fn a_hold_is_revoked_only_once_every_answer_carrying_it_is_lost() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"w", 10_000);
+    let (_, c1) = sim.wait(K, b"o", 60_000, 0);
+    let (_, c2) = sim.wait(K, b"o", 60_000, 0);
+    let (_, c3) = sim.wait(K, b"next", 60_000, 0);
+    sim.release(K, b"w");
+    sim.hang_up(c1);
+    sim.settle();
+    assert_eq!(
+        sim.lock(K).map(|l| l.0),
+        Some(b"o".to_vec()),
+        "c2's answer is on its way"
+    );
+    sim.hang_up(c2);
+    sim.settle();
+    assert_eq!(
+        granted(&mut sim).iter().map(|g| g.0).collect::<Vec<_>>(),
+        [c3]
+    );
+    assert_eq!(sim.lock(K).map(|l| l.0), Some(b"next".to_vec()));
+}

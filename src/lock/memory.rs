@@ -518,6 +518,18 @@ impl Sim {
     /// Puts a shared value at `key` behind the engine's back (RENAME, RESTORE), expiring at its
     /// latest lease end.
     pub fn bring_shared(&mut self, key: &[u8], shared: Shared) {
+        self.place_shared(key, shared);
+        self.engine
+            .key_changed(&mut self.host, KeyRef { db: DB, name: key });
+    }
+
+    /// `SWAPDB` brings `shared` to `key`: the server reports the whole db changed, not the key.
+    pub fn swap_in_shared(&mut self, key: &[u8], shared: Shared) {
+        self.place_shared(key, shared);
+        self.engine.db_changed(&mut self.host, Some(DB));
+    }
+
+    fn place_shared(&mut self, key: &[u8], shared: Shared) {
         let expires_at = shared.last_lease_end();
         self.host.space.borrow_mut().keys.insert(
             (DB, key.to_vec()),
@@ -526,8 +538,6 @@ impl Sim {
                 expires_at,
             },
         );
-        self.engine
-            .key_changed(&mut self.host, KeyRef { db: DB, name: key });
     }
 
     /// Sets `key`'s expiry behind the engine's back (PEXPIREAT).
@@ -602,6 +612,11 @@ impl Sim {
             self.answers.push((*client, outcome.clone()));
         }
         answered
+    }
+
+    /// The answers given to blocked clients and not yet delivered, in the order given.
+    pub fn pending(&self) -> &[(Client, Outcome)] {
+        &self.host.unblocked
     }
 
     /// `client` hangs up. If it was answered but the answer not yet delivered, the answer is

@@ -427,6 +427,17 @@ fn a_hang_up_after_a_reacquire_answer_keeps_the_owners_hold() {
 
 #[test]
 fn a_value_brought_in_fails_every_waiter_it_conflicts_with_not_only_the_head() {
+    a_value_arriving_fails_every_waiter_it_conflicts_with(Sim::bring_shared);
+}
+
+#[test]
+fn a_value_swapped_in_fails_every_waiter_it_conflicts_with_not_only_the_head() {
+    a_value_arriving_fails_every_waiter_it_conflicts_with(Sim::swap_in_shared);
+}
+
+fn a_value_arriving_fails_every_waiter_it_conflicts_with(
+    arrive: fn(&mut Sim, &[u8], super::Shared),
+) {
     let mut sim = Sim::new(START);
     sim.acquire(K, b"x", 100_000);
     let (_, e) = sim.wait(K, b"e", 1000, 0);
@@ -440,7 +451,7 @@ fn a_value_brought_in_fails_every_waiter_it_conflicts_with_not_only_the_head() {
             lease_end: START + 50_000,
         },
     );
-    sim.bring_shared(K, other);
+    arrive(&mut sim, K, other);
     sim.settle();
     let answers = sim.deliver();
     assert_eq!(answers.len(), 1, "{answers:?}");
@@ -454,4 +465,20 @@ fn a_value_brought_in_fails_every_waiter_it_conflicts_with_not_only_the_head() {
         1,
         "the exclusive head {e} still waits"
     );
+}
+
+#[test]
+fn a_hang_up_of_the_new_shared_grant_keeps_the_hold_a_reacquire_answer_carries() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"w", 1000);
+    let (_, c1) = sim.wait_as(K, b"o", 60_000, 0, sem(1));
+    let (_, c2) = sim.wait_as(K, b"o", 60_000, 0, sem(1));
+    let (_, c3) = sim.wait_as(K, b"x", 60_000, 0, sem(1));
+    sim.release(K, b"w");
+    sim.hang_up(c1);
+    sim.settle();
+    assert_eq!(granted(&mut sim), [c2]);
+    sim.settle();
+    assert_eq!(owners(&mut sim), [b"o".to_vec()]);
+    assert_eq!(sim.engine.waiters(), 1, "{c3} still waits for the permit");
 }
