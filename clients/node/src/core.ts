@@ -392,6 +392,44 @@ export class Round<T> {
     return v === null ? null : this.started + v;
   }
 
+  /**
+   * A quorum granted, but the round took so long (a wait) that what it leaves of the ttl is
+   * under two thirds: the ttl ran from grants the client did not see, so the validity is
+   * measured again with a renewal round.
+   */
+  grantedLate(ttl: number): boolean {
+    const until = this.validUntil(ttl);
+    return this.won() && (until === null || until - this.started < (ttl * 2) / 3);
+  }
+
+  /**
+   * Where a failed acquisition is released: `now`, the servers that granted; `later` (in the
+   * background, now and once more a little after), those where a grant may still land: every
+   * server that neither granted, refused, nor failed permanently (a request still under way
+   * when the round was decided, or one that timed out).
+   */
+  giveBack(): { now: boolean[]; later: boolean[] } {
+    const now = this.agreedBy();
+    const refused = new Set(this.failures.filter(([, f]) => f.refused).map(([i]) => i));
+    const later = this.mayHold().map((m, i) => m && !now[i] && !refused.has(i));
+    return { now, later };
+  }
+
+  /**
+   * What an acquisition round without validity means, once its grants are given back: the
+   * error to throw, or null to try again after a pause. Permanent failures that leave no
+   * quorum end it at once; so does the deadline; so does a single server that only refused a
+   * bounded request (`bounded`: a try or a wait with a limit, which the server itself timed
+   * out). A wait without a limit, or a round some server failed, goes on.
+   */
+  afterFailed(key: string, ttl: number, wait: number | null, deadlinePassed: boolean, bounded: boolean): RelockError | null {
+    if (this.permanentlyFailed()) return this.permanentError(key);
+    const failure = this.acquireError(key, ttl, wait);
+    if (deadlinePassed) return failure;
+    if (this.n === 1 && bounded && !this.someFailed()) return failure;
+    return null;
+  }
+
   describe(keep?: (f: Failure) => boolean): string {
     const parts = this.failures.filter(([, f]) => !keep || keep(f)).map(([i, f]) => `${this.names[i]}: ${f.message}`);
     return parts.length ? parts.join("; ") : "no server failed";

@@ -238,7 +238,7 @@ export class Relock {
       let rnd = await this.round(["LOCK.ACQUIRE", key, owner, ttl, ...mode], { skipIf: remaining !== 0 && this.nodes.length > 1 });
       if (!rnd.won() && remaining !== 0 && !rnd.permanentlyFailed()) rnd = await this.waitRound(key, owner, ttl, remaining, mode);
       let until = rnd.validUntil(ttl);
-      if (rnd.won() && (until === null || until - rnd.started < (ttl * 2) / 3)) {
+      if (rnd.grantedLate(ttl)) {
         // Granted after a long wait: the ttl counts from a grant we did not see.
         const renewal = await this.round(["LOCK.RENEW", key, owner, ttl]);
         until = renewal.validUntil(ttl);
@@ -250,10 +250,8 @@ export class Relock {
         return new Hold(this, key, owner, ttl, tokens, until, mode);
       }
       await this.releaseFailed(key, owner, rnd);
-      if (rnd.permanentlyFailed()) throw rnd.permanentError(key);
-      const failure = rnd.acquireError(key, ttl, wait);
-      if (deadline !== null && core.now() >= deadline) throw failure;
-      if (this.nodes.length === 1 && !rnd.someFailed() && remaining !== null) throw failure;
+      const failure = rnd.afterFailed(key, ttl, wait, deadline !== null && core.now() >= deadline, remaining !== null);
+      if (failure) throw failure;
       let pause = core.jitter(this.retryDelay);
       if (deadline !== null) pause = Math.min(pause, Math.max(0, deadline - core.now()));
       await new Promise((r) => setTimeout(r, pause));
@@ -333,11 +331,9 @@ export class Relock {
   }
 
   private async releaseFailed(key: string, owner: string, rnd: Round<unknown>): Promise<void> {
-    const granted = rnd.agreedBy();
-    if (granted.some(Boolean)) await this.round(["LOCK.RELEASE", key, owner], { targets: granted, untilAll: true });
-    const refused = new Set(rnd.failures.filter(([, f]) => f.refused).map(([i]) => i));
-    const maybe = rnd.mayHold().map((m, i) => (m && !granted[i] && !refused.has(i)) || !rnd.answered.has(i));
-    if (maybe.some(Boolean)) this.releaseLate(key, owner, maybe);
+    const { now, later } = rnd.giveBack();
+    if (now.some(Boolean)) await this.round(["LOCK.RELEASE", key, owner], { targets: now, untilAll: true });
+    if (later.some(Boolean)) this.releaseLate(key, owner, later);
   }
 
   /** @internal Releases `owner`'s grants now and once more a little later, in the background. */

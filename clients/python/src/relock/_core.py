@@ -94,6 +94,9 @@ def check_mode(shared: bool, limit: int | None, masters: int) -> None:
         )
 
 
+_NS = 1_000_000_000
+
+
 def drift(ttl: float) -> float:
     """The clock drift allowed for a lock of ``ttl`` seconds: 1 % plus 2 ms."""
     return ttl / 100 + 0.002
@@ -101,9 +104,11 @@ def drift(ttl: float) -> float:
 
 def validity(ttl: float, elapsed: float) -> float | None:
     """What is left of ``ttl`` after a round that took ``elapsed``: ttl - elapsed - drift,
-    or None when nothing is left."""
-    left = ttl - max(0.0, elapsed) - drift(ttl)
-    return left if left > 0 else None
+    or None when nothing is left. Counted in whole nanoseconds, so that a round that used up
+    exactly the ttl less the drift leaves nothing, not a rounding error's worth."""
+    ttl_ns = round(ttl * _NS)
+    left = ttl_ns - round(max(0.0, elapsed) * _NS) - (ttl_ns // 100 + 2_000_000)
+    return left / _NS if left > 0 else None
 
 
 def loss_lead(ttl: float) -> float:
@@ -292,6 +297,20 @@ _TRANSIENT_CODES = {
 }
 
 
+# The transient replies redis-py raises as classes of their own (older versions do not give
+# the error code as ``status_code``).
+_TRANSIENT_ERRORS = (
+    rex.BusyLoadingError,
+    rex.ReadOnlyError,
+    rex.OutOfMemoryError,
+    rex.TryAgainError,
+    rex.ClusterDownError,
+    rex.MasterDownError,
+    rex.MovedError,
+    rex.AskError,
+)
+
+
 @dataclass
 class Failure:
     """Why one server did not do what was asked: ``refused`` (nil: another owner's, or no
@@ -327,7 +346,7 @@ def classify(e: BaseException) -> Failure:
         return Failure(f"{msg} (check the user and password)", permanent=True)
     if isinstance(e, rex.ConnectionError):
         return Failure(msg or type(e).__name__)
-    if isinstance(e, (rex.BusyLoadingError, rex.ReadOnlyError, rex.OutOfMemoryError)):
+    if isinstance(e, _TRANSIENT_ERRORS):
         return Failure(msg)
     if isinstance(e, rex.ResponseError):
         if msg == "lock is held in another mode":
@@ -458,6 +477,40 @@ class Round(Generic[T]):
             return None
         v = validity(ttl, self.elapsed)
         return None if v is None else self.started + v
+
+    def granted_late(self, ttl: float) -> bool:
+        """A quorum granted, but the round took so long (a wait) that what it leaves of the
+        ttl is under two thirds: the ttl ran from grants the client did not see, so the
+        validity is measured again with a renewal round."""
+        until = self.valid_until(ttl)
+        return self.won() and (until is None or until - self.started < ttl * 2 / 3)
+
+    def give_back(self) -> tuple[list[bool], list[bool]]:
+        """Where a failed acquisition is released: now, the servers that granted; later (in
+        the background, now and once more a little after), those where a grant may still
+        land: every server that neither granted, refused, nor failed permanently (a request
+        still under way when the round was decided, or one that timed out)."""
+        now = self.agreed_by()
+        refused = {i for i, f in self.failures if f.refused}
+        later = [m and not g and i not in refused for i, (m, g) in enumerate(zip(self.may_hold(), now))]
+        return now, later
+
+    def after_failed(
+        self, key: str, ttl: float, wait: float | None, deadline_passed: bool, bounded: bool
+    ) -> RelockError | None:
+        """What an acquisition round without validity means, once its grants are given back:
+        the error to raise, or None to try again after a pause. Permanent failures that leave
+        no quorum end it at once; so does the deadline; so does a single server that only
+        refused a bounded request (``bounded``: a try or a wait with a limit, which the server
+        itself timed out). A wait without a limit, or a round some server failed, goes on."""
+        if self.permanently_failed():
+            return self.permanent_error(key)
+        failure = self.acquire_error(key, ttl, wait)
+        if deadline_passed:
+            return failure
+        if self.n == 1 and bounded and not self.some_failed():
+            return failure
+        return None
 
     def describe(self, keep: Any = None) -> str:
         parts = [

@@ -235,7 +235,6 @@ class Relock:
         core.check_mode(shared, limit, 1 if self._servers[0].cluster else len(self._servers))
         mode = core.mode_args(shared, limit)
         deadline = None if limit_wait is None else time.monotonic() + limit_wait
-        failure: RelockError | None = None
         while True:
             owner = self.new_owner()
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -244,7 +243,7 @@ class Relock:
             else:
                 rnd = self._wait_round(key, owner, ttl_ms, remaining, mode)
             until = rnd.valid_until(ttl_s)
-            if rnd.won() and (until is None or until - rnd.started < ttl_s * 2 / 3):
+            if rnd.granted_late(ttl_s):
                 # Granted after a long wait: the ttl counts from a grant we did not see, so
                 # measure the validity with a renewal.
                 renewal = self._round(["LOCK.RENEW", key, owner, ttl_ms])
@@ -255,20 +254,16 @@ class Relock:
                 tokens = {self._names[i]: int(t) for i, t in sorted(rnd.agreed.items())}
                 return Hold(self, key, owner, ttl_s, tokens, until, mode)
             self._release_failed(key, owner, rnd)
-            if rnd.permanently_failed():
-                raise rnd.permanent_error(key)
-            failure = rnd.acquire_error(key, ttl_s, limit_wait)
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            if len(self._servers) == 1 and not rnd.some_failed() and remaining is not None:
-                break  # the server's own wait ran out
+            passed = deadline is not None and time.monotonic() >= deadline
+            failure = rnd.after_failed(key, ttl_s, limit_wait, passed, bounded=remaining is not None)
+            if failure is not None:
+                if raise_busy or not isinstance(failure, NotAcquired):
+                    raise failure
+                return None
             pause = core.jitter(self.retry_delay)
             if deadline is not None:
                 pause = min(pause, max(0.0, deadline - time.monotonic()))
             time.sleep(pause)
-        if raise_busy:
-            raise failure
-        return None
 
     # --- rounds ---------------------------------------------------------------------------
 
@@ -363,14 +358,11 @@ class Relock:
         return rnd.finish(time.monotonic())
 
     def _release_failed(self, key: str, owner: str, rnd: Round[Any]) -> None:
-        granted = rnd.agreed_by()
-        if any(granted):
-            self._round(["LOCK.RELEASE", key, owner], targets=granted, until_all=True)
-        maybe = [m and not g for m, g in zip(rnd.may_hold(), granted)]
-        refused = {i for i, f in rnd.failures if f.refused}
-        maybe = [m and i not in refused for i, m in enumerate(maybe)]
-        if any(maybe) or len(rnd.answered) < len(self._servers):
-            self._release_late(key, owner, [m or i not in rnd.answered for i, m in enumerate(maybe)])
+        now, later = rnd.give_back()
+        if any(now):
+            self._round(["LOCK.RELEASE", key, owner], targets=now, until_all=True)
+        if any(later):
+            self._release_late(key, owner, later)
 
     def _release_late(self, key: str, owner: str, targets: list[bool] | None) -> None:
         """Releases ``owner``'s grants now and once more a little later, in the background:

@@ -149,7 +149,6 @@ class Relock:
         core.check_mode(shared, limit, 1 if self._servers[0].cluster else len(self._servers))
         mode = core.mode_args(shared, limit)
         deadline = None if limit_wait is None else time.monotonic() + limit_wait
-        failure: RelockError | None = None
         while True:
             owner = self.new_owner()
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -163,7 +162,7 @@ class Relock:
                 self._release_late(key, owner, None)
                 raise
             until = rnd.valid_until(ttl_s)
-            if rnd.won() and (until is None or until - rnd.started < ttl_s * 2 / 3):
+            if rnd.granted_late(ttl_s):
                 renewal = await self._round(["LOCK.RENEW", key, owner, ttl_ms])
                 until = renewal.valid_until(ttl_s)
                 if until is None:
@@ -174,20 +173,16 @@ class Relock:
                 self._holds.add(hold)
                 return hold
             await self._release_failed(key, owner, rnd)
-            if rnd.permanently_failed():
-                raise rnd.permanent_error(key)
-            failure = rnd.acquire_error(key, ttl_s, limit_wait)
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            if len(self._servers) == 1 and not rnd.some_failed() and remaining is not None:
-                break
+            passed = deadline is not None and time.monotonic() >= deadline
+            failure = rnd.after_failed(key, ttl_s, limit_wait, passed, bounded=remaining is not None)
+            if failure is not None:
+                if raise_busy or not isinstance(failure, NotAcquired):
+                    raise failure
+                return None
             pause = core.jitter(self.retry_delay)
             if deadline is not None:
                 pause = min(pause, max(0.0, deadline - time.monotonic()))
             await asyncio.sleep(pause)
-        if raise_busy:
-            raise failure
-        return None
 
     # --- rounds ---------------------------------------------------------------------------
 
@@ -256,13 +251,11 @@ class Relock:
         return await self._round(args, timeout=bound, partial_hold=min(self.max_partial_hold, ttl_ms / 4000))
 
     async def _release_failed(self, key: str, owner: str, rnd: Round[Any]) -> None:
-        granted = rnd.agreed_by()
-        if any(granted):
-            await self._round(["LOCK.RELEASE", key, owner], targets=granted, until_all=True)
-        refused = {i for i, f in rnd.failures if f.refused}
-        maybe = [m and not g and i not in refused for i, (m, g) in enumerate(zip(rnd.may_hold(), granted))]
-        if any(maybe) or len(rnd.answered) < len(self._servers):
-            self._release_late(key, owner, [m or i not in rnd.answered for i, m in enumerate(maybe)])
+        now, later = rnd.give_back()
+        if any(now):
+            await self._round(["LOCK.RELEASE", key, owner], targets=now, until_all=True)
+        if any(later):
+            self._release_late(key, owner, later)
 
     def _release_late(self, key: str, owner: str, targets: list[bool] | None) -> None:
         async def later() -> None:
