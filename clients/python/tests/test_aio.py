@@ -104,3 +104,26 @@ def test_shared_semaphore_and_redlock(servers3: list[Server]) -> None:
         await one.settle()
 
     asyncio.run(main())
+
+
+def test_a_wait_without_limit_queues_once(server: Server) -> None:
+    async def main() -> None:
+        r = connect(server)
+        locks = relock.aio.Relock(r)
+        first = await locks.acquire("q", ttl=10, wait=0)
+        assert first is not None
+        waiter = asyncio.create_task(locks.acquire("q", ttl=10))
+        for _ in range(1000):
+            if (await r.info("relock"))["relock_waiters"] == 1:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(1.0)  # ten node timeouts
+        assert (await r.info("relock"))["relock_contended_total"] == 1, "queued once"
+        await first.release()
+        second = await asyncio.wait_for(waiter, 10)
+        assert second is not None and second.token > first.token
+        await second.release()
+        await locks.settle()
+        await r.aclose()
+
+    asyncio.run(main())

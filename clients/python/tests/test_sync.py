@@ -243,6 +243,26 @@ def test_redlock_with_a_paused_master(servers3: list[Server]) -> None:
             s.resume()
 
 
+def test_a_wait_without_limit_queues_once(server: Server) -> None:
+    """wait=None is one LOCK.WAIT without a timeout, first in first out, not a series of short
+    ones (each would leave the queue and join it again at its end)."""
+    r = connect(server)
+    locks = relock.Relock(r)
+    first = locks.acquire("q", ttl=10, wait=0)
+    assert first is not None
+    got: list[relock.Hold | None] = []
+    waiter = threading.Thread(target=lambda: got.append(locks.acquire("q", ttl=10)))
+    waiter.start()
+    assert eventually(lambda: info_field(r, "waiters") == 1)
+    time.sleep(1.0)  # ten node timeouts
+    assert info_field(r, "contended_total") == 1, "queued once"
+    first.release()
+    waiter.join(10)
+    assert got and got[0] is not None and got[0].token > first.token
+    assert info_field(r, "granted_total") == 1
+    got[0].release()
+
+
 def test_redlock_wait_hands_over(servers3: list[Server]) -> None:
     locks = relock.Relock([connect(s) for s in servers3])
     first = locks.acquire("rl", ttl=10, wait=0)

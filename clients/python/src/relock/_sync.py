@@ -9,7 +9,7 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Literal, Callable, Iterator, Sequence, TypeVar
 
 import redis
 import redis.cluster
@@ -284,7 +284,7 @@ class Relock:
         args: Sequence[Any],
         targets: Sequence[bool] | None = None,
         until_all: bool = False,
-        timeout: float | None = None,
+        timeout: float | None | Literal["node"] = "node",
         cancel_late: bool = False,
     ) -> Round[Any]:
         """``args`` on every server (those ``targets`` selects) at once, each bounded by the
@@ -293,7 +293,8 @@ class Relock:
         lands, to be released by the paths that address every server) unless
         ``cancel_late``, which closes its connection."""
         rnd: Round[Any] = Round(self._names, time.monotonic(), until_all)
-        t = self.node_timeout if timeout is None else timeout
+        # A wait without limit has no bound; everything else is bounded by the node timeout.
+        t = self.node_timeout if isinstance(timeout, str) else timeout
         if len(self._servers) == 1:
             if targets is not None and not targets[0]:
                 rnd.on_reply(0, None)

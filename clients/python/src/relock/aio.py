@@ -15,7 +15,7 @@ import contextlib
 import os
 import time
 import weakref
-from typing import Any, AsyncIterator, Callable, Sequence, TypeVar
+from typing import Any, Literal, AsyncIterator, Callable, Sequence, TypeVar
 
 import redis.asyncio as aredis
 import redis.asyncio.cluster as acluster
@@ -205,11 +205,12 @@ class Relock:
         args: Sequence[Any],
         targets: Sequence[bool] | None = None,
         until_all: bool = False,
-        timeout: float | None = None,
+        timeout: float | None | Literal["node"] = "node",
         partial_hold: float | None = None,
     ) -> Round[Any]:
         rnd: Round[Any] = Round(self._names, time.monotonic(), until_all)
-        t = self.node_timeout if timeout is None else timeout
+        # A wait without limit has no bound; everything else is bounded by the node timeout.
+        t = self.node_timeout if isinstance(timeout, str) else timeout
         if len(self._servers) == 1:
             if targets is not None and not targets[0]:
                 rnd.on_reply(0, None)
