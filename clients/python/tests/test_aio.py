@@ -106,6 +106,33 @@ def test_shared_semaphore_and_redlock(servers3: list[Server]) -> None:
     asyncio.run(main())
 
 
+def test_a_paused_master_costs_a_round_its_deadline_and_no_more(servers3: list[Server]) -> None:
+    """Clients without a socket_timeout: a stopped master accepts connections but never
+    answers; every call to it is bounded by node_timeout (connecting included), so round
+    after round the two others carry on."""
+
+    async def main() -> None:
+        clients = [connect(s) for s in servers3]
+        locks = relock.aio.Relock(clients)
+        warm = await locks.acquire("warm", wait=0)
+        assert warm is not None and await warm.release()
+        servers3[2].pause()
+        try:
+            for i in range(30):
+                started = time.monotonic()
+                h = await asyncio.wait_for(locks.acquire(f"k{i}", ttl=5, wait=0), 10)
+                assert h is not None and set(h.tokens) == set(locks.servers[:2]), i
+                assert await asyncio.wait_for(h.release(), 10)
+                assert time.monotonic() - started < 2.0, (i, time.monotonic() - started)
+        finally:
+            servers3[2].resume()
+        await locks.settle()
+        for c in clients:
+            await c.aclose()
+
+    asyncio.run(main())
+
+
 def test_a_wait_without_limit_queues_once(server: Server) -> None:
     async def main() -> None:
         r = connect(server)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import os
 import threading
 import time
+from typing import Callable, TypeVar
 
 import pytest
 import redis
 
 import relock
 from servers import Server, eventually
+
+T = TypeVar("T")
 
 
 def connect(server: Server, protocol: str = "3", **kw: object) -> redis.Redis:
@@ -241,6 +245,69 @@ def test_redlock_with_a_paused_master(servers3: list[Server]) -> None:
     finally:
         for s in servers3:
             s.resume()
+
+
+def within(seconds: float, fn: Callable[[], T]) -> T:
+    """``fn()``, failing the test (instead of hanging it) if it takes longer than ``seconds``:
+    it runs on a daemon thread, left behind if it never returns."""
+    future: cf.Future[T] = cf.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            future.set_exception(e)
+
+    threading.Thread(target=run, daemon=True).start()
+    try:
+        return future.result(timeout=seconds)
+    except cf.TimeoutError:
+        pytest.fail(f"still running after {seconds} s")
+
+
+def test_a_paused_master_costs_a_round_its_deadline_and_no_more(servers3: list[Server]) -> None:
+    """Clients without a socket_timeout (redis-py's default): a stopped master still accepts
+    connections (its kernel does) but never answers the handshake. Each round gives it
+    node_timeout, connecting included, and no thread of the client stays stuck on it, so
+    round after round the two others carry on."""
+    locks = relock.Relock([connect(s) for s in servers3])
+    warm = locks.acquire("warm", wait=0)  # connections open to every master
+    assert warm is not None and warm.release()
+    servers3[2].pause()
+    try:
+        for i in range(30):  # more rounds than the client has threads (24)
+            started = time.monotonic()
+            h = within(10, lambda: locks.acquire(f"k{i}", ttl=5, wait=0))
+            assert h is not None and set(h.tokens) == set(locks.servers[:2]), i
+            assert within(10, h.release)
+            # A release waits for every master: the paused one costs it node_timeout.
+            assert time.monotonic() - started < 2.0, (i, time.monotonic() - started)
+        stuck = [t.name for t in threading.enumerate() if t.name.startswith("relock") and "renewals" not in t.name]
+        assert len(stuck) <= max(16, 8 * 3)
+    finally:
+        servers3[2].resume()
+
+
+def test_a_paused_server_costs_a_call_its_deadline(server: Server) -> None:
+    locks = relock.Relock(connect(server))  # no socket_timeout
+    assert locks.info("k") is None  # a connection is open
+    server.pause()
+    try:
+        for _ in range(3):  # the first on the open connection, the others on new ones
+            started = time.monotonic()
+            assert within(10, lambda: locks.acquire("k", wait=0)) is None
+            assert time.monotonic() - started < 1.0
+        started = time.monotonic()
+        with pytest.raises(relock.ServerError) as e:
+            within(10, lambda: locks.info("k"))
+        assert e.value.retryable and e.value.servers == locks.servers
+        assert time.monotonic() - started < 2.5  # info() allows a server 1 s
+    finally:
+        server.resume()
+    # It serves again once the server is back. (Not "k" yet: the server still executes the
+    # requests that reached it while it was stopped, and those late grants last their ttl.)
+    with locks.lock("k2", wait=0) as h:
+        assert h.token > 0
 
 
 def test_a_wait_without_limit_queues_once(server: Server) -> None:

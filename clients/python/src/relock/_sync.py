@@ -13,6 +13,9 @@ from typing import Any, Literal, Callable, Iterator, Sequence, TypeVar
 
 import redis
 import redis.cluster
+import redis.exceptions as rex
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from . import _core as core
 from ._core import Failure, Holder, LockInfo, Round, Waiter
@@ -25,8 +28,43 @@ T = TypeVar("T")
 WAIT_GRACE = 1.0
 
 
+class _Cancel:
+    """Lets another thread cut a blocking call short: closes its connection, or keeps it from
+    sending at all when the call is still connecting."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._conn: Any = None
+
+    def attach(self, conn: Any) -> bool:
+        """Whether ``conn`` may go on (False once cancelled)."""
+        with self._lock:
+            self._conn = conn
+            return not self._cancelled
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.disconnect()
+
+
 class _Server:
-    """One master: a redis-py client (one server, or a Redis Cluster acting as one)."""
+    """One master: a redis-py client (one server, or a Redis Cluster acting as one).
+
+    For one server, relock keeps connections of its own, made like the client's pool makes
+    them (same class and options: host, password, TLS, protocol, ...), so that it decides their
+    timeouts: connecting, the handshake (HELLO, AUTH, SELECT, ...) and the reply all count
+    against the call's deadline, and a failed connection is not retried within it. A stopped
+    server that still accepts connections (its kernel does) then costs a call its deadline, no
+    more, whatever ``socket_timeout`` the client has (none by default). A cluster client keeps
+    its own timeouts."""
+
+    #: Idle connections kept for the next calls; a burst opens more and closes the rest.
+    KEEP_IDLE = 16
 
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -34,27 +72,94 @@ class _Server:
         if self.cluster:
             nodes = [f"{n.host}:{n.port}" for n in client.get_nodes()[:3]]
             self.name = f"cluster[{','.join(nodes)}]"
-        else:
-            kw = client.connection_pool.connection_kwargs
-            self.name = core.server_name(kw.get("host", "localhost"), kw.get("port", 6379), kw.get("path"))
+            return
+        pool = client.connection_pool
+        kw = pool.connection_kwargs
+        self.name = core.server_name(kw.get("host", "localhost"), kw.get("port", 6379), kw.get("path"))
+        self._connection_class = pool.connection_class
+        # No retries inside a call: a round has its own deadline and tries again on its own.
+        self._kwargs = {**kw, "retry": Retry(NoBackoff(), 0), "retry_on_timeout": False, "health_check_interval": 0}
+        self._idle: list[Any] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
 
-    def call(self, args: Sequence[Any], timeout: float | None, cancel: list[Any] | None = None) -> Any:
-        """Runs one command, its reply bounded by ``timeout`` (None: no bound). ``cancel``
-        collects the connection, so that another thread can cut a blocked call short."""
-        if self.cluster:
-            return self.client.execute_command(*args)
-        pool = self.client.connection_pool
-        conn = pool.get_connection()
+    def _checkout(self, connect_by: float | None) -> Any:
+        """An idle connection, or a new one connected by ``connect_by`` (a monotonic instant;
+        None: no bound)."""
+        while True:
+            with self._lock:
+                if self._pid != os.getpid():  # forked: the parent's sockets are not this process's
+                    self._idle, self._pid = [], os.getpid()
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                break
+            # An idle connection with something to read was closed by the server (a restart,
+            # CLIENT KILL, an idle timeout): not worth a failed call.
+            with contextlib.suppress(Exception):
+                if not conn.can_read():
+                    return conn
+            conn.disconnect()
+        left = None if connect_by is None else max(0.001, connect_by - time.monotonic())
+        conn = self._connection_class(**{**self._kwargs, "socket_timeout": left, "socket_connect_timeout": left})
         try:
-            if cancel is not None:
-                cancel.append(conn)
-            conn.send_command(*args)
-            return conn.read_response(timeout=timeout)
+            conn.connect()
         except BaseException:
             conn.disconnect()
             raise
-        finally:
-            pool.release(conn)
+        if connect_by is not None and time.monotonic() > connect_by:
+            # Each step of the handshake was bounded, not their sum: this one was too slow.
+            self._checkin(conn)
+            raise rex.TimeoutError(f"Timeout connecting to {self.name} (the handshake took longer than the call may)")
+        return conn
+
+    def _checkin(self, conn: Any) -> None:
+        with self._lock:
+            if self._pid == os.getpid() and len(self._idle) < self.KEEP_IDLE:
+                self._idle.append(conn)
+                return
+        conn.disconnect()
+
+    def call(
+        self,
+        args: Sequence[Any],
+        timeout: float | None,
+        cancel: _Cancel | None = None,
+        connect_within: float | None = None,
+    ) -> Any:
+        """Runs one command. ``timeout`` (None: no bound) bounds all of it, connecting
+        included; ``connect_within`` bounds connecting alone (a blocking wait connects within
+        the node timeout, then may wait long). ``cancel`` lets another thread cut it short."""
+        if self.cluster:
+            return self.client.execute_command(*args)
+        now = time.monotonic()
+        deadline = None if timeout is None else now + timeout
+        bounds = [d for d in (deadline, None if connect_within is None else now + connect_within) if d is not None]
+        conn = self._checkout(min(bounds) if bounds else None)
+        if cancel is not None and not cancel.attach(conn):
+            self._checkin(conn)
+            raise rex.ConnectionError(f"{self.name}: cancelled")
+        try:
+            conn.send_command(*args, check_health=False)
+            left = None if deadline is None else max(0.001, deadline - time.monotonic())
+            reply = conn.read_response(timeout=left)
+        except BaseException:
+            conn.disconnect()
+            raise
+        if cancel is not None and not cancel.attach(None):
+            conn.disconnect()  # cut short while the reply came: its socket may be closed
+        else:
+            self._checkin(conn)
+        return reply
+
+    def close(self) -> None:
+        """Closes the idle connections."""
+        if self.cluster:
+            return
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                conn.disconnect()
 
 
 class _Renewer:
@@ -273,9 +378,16 @@ class Relock:
                 self._pool = cf.ThreadPoolExecutor(max_workers=max(16, 8 * len(self._servers)), thread_name_prefix="relock")
             return self._pool
 
-    def _ask(self, i: int, args: Sequence[Any], timeout: float | None, cancel: list[Any] | None = None) -> tuple[Any, Failure | None]:
+    def _ask(
+        self,
+        i: int,
+        args: Sequence[Any],
+        timeout: float | None,
+        cancel: _Cancel | None = None,
+        connect_within: float | None = None,
+    ) -> tuple[Any, Failure | None]:
         try:
-            return self._servers[i].call(args, timeout, cancel), None
+            return self._servers[i].call(args, timeout, cancel, connect_within), None
         except Exception as e:  # noqa: BLE001 - every failure is a failed server
             return None, core.classify(e)
 
@@ -285,13 +397,13 @@ class Relock:
         targets: Sequence[bool] | None = None,
         until_all: bool = False,
         timeout: float | None | Literal["node"] = "node",
-        cancel_late: bool = False,
+        connect_within: float | None = None,
     ) -> Round[Any]:
         """``args`` on every server (those ``targets`` selects) at once, each bounded by the
-        node timeout, until a quorum is won or lost (or, ``until_all``, every server
-        answered). A request still under way then goes on to its end (a late grant still
-        lands, to be released by the paths that address every server) unless
-        ``cancel_late``, which closes its connection."""
+        node timeout (or ``timeout``; None: no bound), connecting included, until a quorum is
+        won or lost (or, ``until_all``, every server answered). A request still under way then
+        goes on to its end, within its own bound (a late grant still lands, to be released by
+        the paths that address every server)."""
         rnd: Round[Any] = Round(self._names, time.monotonic(), until_all)
         # A wait without limit has no bound; everything else is bounded by the node timeout.
         t = self.node_timeout if isinstance(timeout, str) else timeout
@@ -299,16 +411,15 @@ class Relock:
             if targets is not None and not targets[0]:
                 rnd.on_reply(0, None)
             else:
-                value, failure = self._ask(0, args, t)
+                value, failure = self._ask(0, args, t, None, connect_within)
                 rnd.on_reply(0, value, failure)
             return rnd.finish(time.monotonic())
-        cancels: list[list[Any]] = [[] for _ in self._servers]
         pending: dict[cf.Future[tuple[Any, Failure | None]], int] = {}
         for i in range(len(self._servers)):
             if targets is not None and not targets[i]:
                 rnd.on_reply(i, None)
                 continue
-            pending[self._executor().submit(self._ask, i, args, t, cancels[i])] = i
+            pending[self._executor().submit(self._ask, i, args, t, None, connect_within)] = i
         bound = None if t is None else time.monotonic() + t + 0.05
         while pending and rnd.progress() == "pending":
             left = None if bound is None else max(0.0, bound - time.monotonic())
@@ -320,24 +431,23 @@ class Relock:
             for f in done:
                 value, failure = f.result()
                 rnd.on_reply(pending.pop(f), value, failure)
-        if cancel_late:
-            for f, i in pending.items():
-                for conn in cancels[i]:
-                    with contextlib.suppress(Exception):
-                        conn.disconnect()
         return rnd.finish(time.monotonic())
 
     def _wait_round(self, key: str, owner: str, ttl_ms: int, remaining: float | None, mode: list[str]) -> Round[Any]:
         args = ["LOCK.WAIT", key, owner, ttl_ms, core.wait_ms(remaining), *mode]
         bound = None if remaining is None else remaining + WAIT_GRACE + self.node_timeout
+        # A wait may block long; connecting may not (a stopped master still accepts).
+        within = self.node_timeout
         if len(self._servers) == 1:
-            return self._round(args, timeout=bound)
+            return self._round(args, timeout=bound, connect_within=within)
         # Several masters: once one granted, the others get max_partial_hold (at most ttl/4)
         # to make a quorum; the waits still under way then are cut off (their connections
         # closed, which takes us out of those queues) and whatever landed is released.
         rnd: Round[Any] = Round(self._names, time.monotonic())
-        cancels: list[list[Any]] = [[] for _ in self._servers]
-        pending = {self._executor().submit(self._ask, i, args, bound, cancels[i]): i for i in range(len(self._servers))}
+        cancels = [_Cancel() for _ in self._servers]
+        pending = {
+            self._executor().submit(self._ask, i, args, bound, cancels[i], within): i for i in range(len(self._servers))
+        }
         partial = min(self.max_partial_hold, ttl_ms / 4000)
         cut_at: float | None = None
         while pending and rnd.progress() == "pending":
@@ -351,9 +461,7 @@ class Relock:
             if rnd.agreed and cut_at is None:
                 cut_at = time.monotonic() + partial
         for f, i in pending.items():
-            for conn in cancels[i]:
-                with contextlib.suppress(Exception):
-                    conn.disconnect()
+            cancels[i].cancel()
             if rnd.progress() == "pending":
                 rnd.on_reply(i, None, Failure("no quorum within the partial-hold limit", timeout=True))
         return rnd.finish(time.monotonic())
@@ -433,11 +541,14 @@ class Relock:
         return None, known
 
     def close(self) -> None:
-        """Stops the background threads (releases nothing: release your holds first)."""
+        """Stops the background threads and closes relock's own connections (releases
+        nothing: release your holds first). The clients passed in stay open."""
         with self._pool_lock:
             if self._pool is not None:
                 self._pool.shutdown(wait=False)
                 self._pool = None
+        for s in self._servers:
+            s.close()
 
 
 class _LossEvent(threading.Event):
