@@ -147,6 +147,26 @@ test("waiters are served first in, first out", () =>
     await locks.close();
   }));
 
+// Without a limit, a wait is one LOCK.WAIT without a timeout, not a series of short ones
+// (each would leave the queue and join it again at its end).
+test("a wait without limit queues once", () =>
+  withServer(async (s) => {
+    const r = connect(s);
+    const locks = new Relock(r);
+    const first = await locks.acquire("q", { ttl: 10_000, wait: 0 });
+    const waiting = locks.acquire("q", { ttl: 10_000 });
+    assert.ok(await eventually(async () => (await locks.info("q"))?.waiters === 1));
+    await sleep(1000); // ten node timeouts
+    assert.equal(await infoField(r, "waiters"), 1);
+    // The first try (LOCK.ACQUIRE, refused) and the one wait.
+    assert.equal(await infoField(r, "contended_total"), 2);
+    await first.release();
+    const second = await waiting;
+    assert.ok(second.token > first.token);
+    await second.release();
+    await locks.close();
+  }));
+
 test("renewal keeps a hold past its ttl and stops at release", () =>
   withServer(async (s) => {
     const r = connect(s);
@@ -231,19 +251,76 @@ test("Redlock with a paused master, and a limit refused over masters", () =>
     await locks.close();
   }));
 
+// Renewals go through the application's client, so they resume when ioredis has reconnected:
+// its default waits 50 ms plus up to 200 ms of jitter after a drop. The connection is dropped
+// every 250 ms for 3 s, down most of the time, and the 1.2 s hold must be renewed across it.
 test("adversarial: a connection dropped mid-renewal", () =>
   withServer(async (s) => {
     const r = connect(s);
     const admin = connect(s);
     const locks = new Relock(r);
-    await locks.using("k", { ttl: 600 }, async (h) => {
-      for (let i = 0; i < 5; i++) {
+    await locks.using("k", { ttl: 1200 }, async (h) => {
+      const first = h.validUntil;
+      for (let i = 0; i < 12; i++) {
         await admin.call("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes");
         await sleep(250);
       }
       h.check();
+      assert.ok(h.validUntil > first + 1500, "renewed across the drops");
       assert.equal((await locks.info("k")).owner, h.owner);
     });
+    await locks.close();
+  }));
+
+// A stopped master still accepts connections (its kernel does) and never answers. Every call
+// to it is bounded by nodeTimeout whatever state its connection is in (connected, or
+// reconnecting with the command in ioredis's offline queue), so round after round the two
+// others carry on.
+test("adversarial: a paused master costs a round its deadline and no more", () =>
+  withServers(3, async (servers) => {
+    const locks = new Relock(servers.map((s) => connect(s)));
+    const warm = await locks.acquire("warm", { wait: 0 });
+    assert.ok(warm && (await warm.release()));
+    servers[2].pause();
+    try {
+      for (let i = 0; i < 30; i++) {
+        const started = performance.now();
+        const h = await locks.acquire(`k${i}`, { ttl: 5000, wait: 0 });
+        assert.ok(h, `round ${i}`);
+        assert.deepEqual(Object.keys(h.tokens).sort(), locks.servers.slice(0, 2).sort());
+        assert.ok(await h.release());
+        // A release waits for every master: the paused one costs it nodeTimeout.
+        assert.ok(performance.now() - started < 2000, `round ${i} took ${performance.now() - started} ms`);
+      }
+      // A client that must first connect to the paused master: connecting counts too.
+      const fresh = new Relock(servers.map((s) => connect(s)));
+      const started = performance.now();
+      await fresh.using("fresh", { wait: 0 }, (h) => assert.equal(Object.keys(h.tokens).length, 2));
+      assert.ok(performance.now() - started < 2000);
+      await fresh.settle();
+    } finally {
+      servers[2].resume();
+    }
+    await locks.close();
+  }));
+
+test("adversarial: a paused server costs a call its deadline", () =>
+  withServer(async (s) => {
+    const locks = new Relock(connect(s));
+    assert.equal(await locks.info("k"), null);
+    s.pause();
+    try {
+      for (const client of [locks, new Relock(connect(s))]) { // connected, then connecting
+        for (let i = 0; i < 3; i++) {
+          const started = performance.now();
+          assert.equal(await client.acquire("k", { wait: 0 }), null);
+          assert.ok(performance.now() - started < 1000);
+        }
+      }
+      await assert.rejects(locks.info("k"), (e) => e instanceof ServerError && e.retryable && /no reply within/.test(e.message));
+    } finally {
+      s.resume();
+    }
     await locks.close();
   }));
 
