@@ -30,6 +30,7 @@ cluster-stop: ## Stop the cluster that make cluster started
 test: setup ## Build everything, run every test on Redis 7.0, then the module's suites on Redis 8.2, Valkey 8.1 and 9.1
 	$(CARGO) build --workspace --all-targets
 	$(CARGO) test --workspace
+	@$(MAKE) --no-print-directory test-clients
 	@scripts/test-matrix
 
 bench: setup-base ## Run the benchmark; writes target/bench/results.md and a chart
@@ -59,3 +60,15 @@ fuzz: ## cargo-fuzz, 60 s per target (argument parsing, state machine); needs ca
 
 leakcheck: setup-base ## Integration tests with redis-server under valgrind; no leak may be the module's
 	@scripts/leakcheck
+
+.PHONY: test-clients bench-clients
+
+test-clients: ## The Python and Node client packages: install their pinned deps, type checks, suites
+	$(CARGO) build -p relock
+	@scripts/setup-clients
+	@scripts/test-clients
+
+bench-clients: ## The client packages against the locks their users run today; writes target/bench/clients.md
+	$(CARGO) build --release -p relock
+	@scripts/setup-clients
+	@bench/clients/run

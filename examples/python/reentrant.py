@@ -1,42 +1,49 @@
 """Reentrancy: code that holds a lock can call code that takes the same lock again.
 
-save_order() holds the order's lock and calls update_stock(), which takes it too: LOCK.REENTER
-counts the entries (1, 2), each exit releases one (1, 0), and the hold keeps one token throughout.
-Meanwhile another owner is refused, and a bad argument comes back as an error reply.
+save_order() holds the order's lock and calls update_stock(), which enters it again through the
+hold (`hold.reenter()`): the server counts the entries (1, 2), each exit gives one back (1, 0),
+and the hold keeps one token throughout. Reentrancy is only ever asked for this way: any other
+acquisition, even from the same thread, is another owner and is refused. A bad argument is
+refused before any server is asked.
 
     python3 examples/python/reentrant.py    # against $REDIS_URL (default redis://127.0.0.1:6379)
 """
 
+import os
+import sys
 import uuid
 
-from relock import Lock, ResponseError, connect, error_text, lock_info
+# scripts/setup-examples installs relock and redis-py into .deps/ beside this file.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".deps"))
+
+import redis  # noqa: E402
+import relock  # noqa: E402
 
 
-def update_stock(lock: Lock) -> None:
-    with lock.reentered() as count:
-        info = lock_info(lock.client, lock.key)
-        print(f"update_stock: count {count}, token {info['token']}")
-        other = Lock(lock.client, lock.key)
-        print(f"another owner: LOCK.REENTER -> {other.reenter()}")
+def update_stock(locks: relock.Relock, hold: relock.Hold) -> None:
+    with hold.reenter() as count:
+        print(f"update_stock: count {count}, token {locks.info(hold.key).token}")
+        print(f"another owner: locks.acquire(wait=0) -> {locks.acquire(hold.key, wait=0)}")
 
 
-def save_order(lock: Lock) -> None:
-    with lock.reentered() as count:
-        print(f"save_order: count {count}, token {lock.token}")
-        update_stock(lock)
-        print(f"save_order: back to count {lock_info(lock.client, lock.key)['count']}")
-    print(f"save_order: done, LOCK.INFO -> {lock_info(lock.client, lock.key)}")
+def save_order(locks: relock.Relock, key: str) -> None:
+    with locks.lock(key, ttl=10) as hold:
+        print(f"save_order: count {locks.info(key).count}, token {hold.token}")
+        update_stock(locks, hold)
+        print(f"save_order: back to count {locks.info(key).count}")
+    print(f"save_order: done, locks.info() -> {locks.info(key)}")
 
 
 def main() -> None:
-    client = connect()
-    lock = Lock(client, f"orders:42:{uuid.uuid4().hex[:8]}", ttl_ms=10_000)
-    save_order(lock)
+    url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379"
+    locks = relock.Relock(redis.Redis.from_url(url))
+    key = f"orders:42:{uuid.uuid4().hex[:8]}"
+    save_order(locks, key)
     try:
-        client.execute_command("LOCK.REENTER", lock.key, lock.owner, 0)
-        raise SystemExit("LOCK.REENTER with ttl 0 was accepted")
-    except ResponseError as e:
-        print(f"ttl 0: error {error_text(e)}")
+        locks.acquire(key, ttl=0)
+        raise SystemExit("a ttl of 0 was accepted")
+    except relock.InvalidArgument as e:
+        print(f"ttl 0: {type(e).__name__}: {e} (retryable: {e.retryable})")
 
 
 if __name__ == "__main__":

@@ -1,55 +1,61 @@
-"""Waiting without polling: LOCK.WAIT queues until the holder lets go, or gives up after a timeout.
+"""Waiting without polling: a lock's waiters queue in the server, first in, first out.
 
-A holder keeps the lock for 200 ms; a waiter queues with LOCK.WAIT and is handed the lock (with a
-new, larger token) the moment it is released. A third client that will only wait 300 ms gives up.
+A holder keeps the lock for 200 ms; a waiter asks for it with `wait=5` and is handed the lock
+(with a new, larger token) the moment it is released, without polling (LOCK.WAIT). A third
+worker that will wait only 300 ms gives up with NotAcquired.
 
     python3 examples/python/wait.py         # against $REDIS_URL (default redis://127.0.0.1:6379)
 """
 
+import os
+import sys
 import threading
 import time
 import uuid
 
-from relock import Lock, connect, lock_info
+# scripts/setup-examples installs relock and redis-py into .deps/ beside this file.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".deps"))
+
+import redis  # noqa: E402
+import relock  # noqa: E402
 
 
 def main() -> None:
-    redis = connect()
+    url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379"
+    locks = relock.Relock(redis.Redis.from_url(url))
     key = f"report:daily:{uuid.uuid4().hex[:8]}"
 
-    holder = Lock(redis, key, ttl_ms=10_000)
-    print(f"holder: token {holder.acquire()}")
+    holder = locks.acquire(key, ttl=10, wait=0)
+    if holder is None:
+        raise SystemExit("holder: the lock was not free")
+    print(f"holder: token {holder.token}")
 
     def finish_work() -> None:
         time.sleep(0.2)  # the holder's work
         deadline = time.monotonic() + 10
-        while lock_info(redis, key)["waiters"] == 0 and time.monotonic() < deadline:
+        while locks.info(key).waiters == 0 and time.monotonic() < deadline:
             time.sleep(0.005)  # for the demo: let go only once the waiter is queued
-        print(f"holder: release -> {holder.release()} (someone is waiting: handed over)")
+        print(f"holder: release() -> {holder.release()} (someone is waiting: handed over)")
 
     finisher = threading.Thread(target=finish_work)
     finisher.start()
 
-    # LOCK.WAIT blocks this connection until the lock is handed over; the holder's release goes
-    # through another connection of the pool.
-    waiter = Lock(redis, key, ttl_ms=10_000)
+    # The wait takes a connection of the client's pool until the lock is handed over; the
+    # holder's release goes through another one.
     started = time.monotonic()
-    token = waiter.wait(5_000)
-    waited_ms = round((time.monotonic() - started) * 1000)
-    finisher.join()
-    if token is None:
-        raise SystemExit(f"waiter: not granted within 5000 ms (waited {waited_ms} ms)")
-    print(f"waiter: waited {waited_ms} ms then got token {token}")
+    with locks.lock(key, ttl=10, wait=5) as hold:
+        waited_ms = round((time.monotonic() - started) * 1000)
+        finisher.join()
+        print(f"waiter: waited {waited_ms} ms then got token {hold.token}")
 
-    impatient = Lock(redis, key, ttl_ms=10_000)
-    started = time.monotonic()
-    if impatient.wait(300) is not None:
-        raise SystemExit("impatient: granted a lock that the waiter holds")
-    gave_up_ms = round((time.monotonic() - started) * 1000)
-    print(f"impatient: gave up after {gave_up_ms} ms (LOCK.WAIT answered nil)")
-
-    print(f"waiter: release -> {waiter.release()}")
-    print(f"LOCK.INFO -> {lock_info(redis, key)}")
+        started = time.monotonic()
+        try:
+            with locks.lock(key, ttl=10, wait=0.3):
+                raise SystemExit("impatient: granted a lock that the waiter holds")
+        except relock.NotAcquired as e:
+            gave_up_ms = round((time.monotonic() - started) * 1000)
+            print(f"impatient: gave up after {gave_up_ms} ms: {e} (retryable: {e.retryable})")
+    print(f"waiter: released; locks.info() -> {locks.info(key)}")
 
 
 if __name__ == "__main__":

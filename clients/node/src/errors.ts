@@ -1,0 +1,90 @@
+/**
+ * The errors of relock. Every one says whether retrying the same call can help
+ * (`retryable`) and names the servers that failed (`servers`, as `host:port`).
+ */
+
+export interface RelockErrorOptions {
+  key?: string;
+  servers?: string[];
+  retryable?: boolean;
+  cause?: unknown;
+}
+
+/** Base of every error relock throws. */
+export class RelockError extends Error {
+  /** The lock's key, when the error is about one. */
+  readonly key: string | undefined;
+  /** The servers to blame (`host:port`); empty when none is. */
+  readonly servers: string[];
+  /**
+   * Whether the same call can succeed if tried again: false for a usage error or an answer
+   * that stays true until someone changes the server or the key (the module is not loaded,
+   * the login was refused, the key holds another type, another limit).
+   */
+  readonly retryable: boolean;
+
+  constructor(message: string, options: RelockErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.key = options.key;
+    this.servers = options.servers ?? [];
+    this.retryable = options.retryable ?? true;
+  }
+}
+
+/**
+ * The lock was not acquired: another owner held it for the whole wait (or at the one try,
+ * with `wait: 0`), or too few Redlock masters granted it. Retrying can help.
+ */
+export class NotAcquiredError extends RelockError {
+  constructor(message: string, options: RelockErrorOptions = {}) {
+    super(message, { ...options, retryable: true });
+  }
+}
+
+/**
+ * A hold ended while its holder still counted on it. `reason` says what the client saw;
+ * `lossCause` is the server's word for it from `LOCK.HISTORY` (`expired`, `forcereleased`,
+ * `deleted`, ...) when the server keeps one, else undefined. Not retryable: acquire again.
+ */
+export class LockLostError extends RelockError {
+  readonly reason: string;
+  readonly lossCause: string | undefined;
+
+  constructor(message: string, reason: string, lossCause?: string, options: RelockErrorOptions = {}) {
+    super(message, { ...options, retryable: false });
+    this.reason = reason;
+    this.lossCause = lossCause;
+  }
+}
+
+/**
+ * A server answered with an error, or did not answer in time. `retryable` tells a passing
+ * failure (a timeout, a lost connection, LOADING, BUSY, OOM, READONLY, TRYAGAIN) from one
+ * that stays (the module is not loaded, WRONGTYPE, NOPERM, a refused login or argument).
+ */
+export class ServerError extends RelockError {}
+
+/** A shared request with another limit than the key's (`limit`; 0 = a read lock). */
+export class OtherLimitError extends ServerError {
+  readonly limit: number;
+
+  constructor(message: string, limit: number, options: RelockErrorOptions = {}) {
+    super(message, { ...options, retryable: false });
+    this.limit = limit;
+  }
+}
+
+/** The owner holds the key in the other mode: holds are neither upgraded nor downgraded. */
+export class OtherModeError extends ServerError {
+  constructor(message: string, options: RelockErrorOptions = {}) {
+    super(message, { ...options, retryable: false });
+  }
+}
+
+/** A usage error found before any server was asked (a ttl, wait or limit out of range). */
+export class InvalidArgumentError extends RelockError {
+  constructor(message: string) {
+    super(message, { retryable: false });
+  }
+}

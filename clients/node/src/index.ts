@@ -1,0 +1,603 @@
+/**
+ * relock for Node.js: distributed locks for ioredis on Redis with the relock module.
+ *
+ * ```ts
+ * import Redis from "ioredis";
+ * import { Relock } from "relock";
+ *
+ * const locks = new Relock(new Redis());
+ * await locks.using("orders:42", { ttl: 30_000, wait: 5_000 }, async (hold) => {
+ *   await store.write(data, { fence: hold.token, signal: hold.signal });
+ * });
+ * ```
+ *
+ * `new Relock(redis)` takes one ioredis `Redis`, a `Cluster`, or an array of `Redis`
+ * (Redlock over independent masters, quorum N/2+1). Durations are milliseconds.
+ */
+import type { Cluster, Redis } from "ioredis";
+
+import * as core from "./core";
+import { Failure, Holder, LockInfo, Round, TimeoutFailure, Waiter } from "./core";
+import { InvalidArgumentError, LockLostError, NotAcquiredError, RelockError, ServerError } from "./errors";
+
+export * from "./errors";
+export type { Holder, LockInfo, Waiter } from "./core";
+export { DEFAULT_MAX_PARTIAL_HOLD, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_DELAY, DEFAULT_TTL } from "./core";
+
+/** Extra time a blocked LOCK.WAIT's reply may take beyond its own timeout (a busy server). */
+const WAIT_GRACE = 1000;
+
+type Client = Redis | Cluster;
+
+/** Options of a client; every one has relock-client's default. */
+export interface RelockOptions {
+  /** What comes before the random part of every owner. Default `<host>/<pid>`; `""` for none. */
+  ownerPrefix?: string;
+  /** How long one server may take to answer one command, in ms. Default 100. */
+  nodeTimeout?: number;
+  /** The mean pause between two Redlock rounds of a wait, in ms. Default 200. */
+  retryDelay?: number;
+  /** How long a Redlock wait keeps a minority of grants while it waits for a quorum (at most ttl/4), in ms. Default 500. */
+  maxPartialHold?: number;
+}
+
+/** How to hold a key. */
+export interface LockOptions {
+  /** The lease in ms, renewed every ttl/3 while held. Default 30000. */
+  ttl?: number;
+  /** How long to wait for the lock in ms: undefined (default) waits without limit, 0 tries once. */
+  wait?: number;
+  /** A shared hold (a read lock). Default false. */
+  shared?: boolean;
+  /** A permit of a semaphore of `limit` (implies shared; one server or a cluster only). */
+  limit?: number;
+}
+
+function isCluster(c: Client): c is Cluster {
+  return (c as { isCluster?: boolean }).isCluster === true;
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number | null, what: string): Promise<T> {
+  if (ms === null) return p;
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new TimeoutFailure(`no reply within ${ms} ms (${what})`)), ms);
+    p.then(
+      (v) => {
+        clearTimeout(timer);
+        resolve(v);
+      },
+      (e: unknown) => {
+        clearTimeout(timer);
+        reject(e);
+      },
+    );
+  });
+}
+
+/** One master: a client for one server, or a Redis Cluster acting as one. */
+class Server {
+  readonly name: string;
+  readonly cluster: boolean;
+  /** Connections of their own for LOCK.WAIT, which blocks its connection. */
+  private idle: Client[] = [];
+
+  constructor(readonly client: Client) {
+    this.cluster = isCluster(client);
+    if (isCluster(client)) {
+      const nodes = client.nodes("master").map((n) => `${n.options.host}:${n.options.port}`);
+      this.name = `cluster[${nodes.slice(0, 3).join(",")}]`;
+    } else {
+      const o = client.options;
+      this.name = o.path ? o.path : `${o.host?.includes(":") ? `[${o.host}]` : o.host}:${o.port}`;
+    }
+  }
+
+  call(args: ReadonlyArray<string | number>, timeout: number | null): Promise<unknown> {
+    const [cmd, ...rest] = args;
+    const p = this.client.call(String(cmd), ...rest.map(String));
+    p.catch(() => undefined); // a late failure after a timeout is nobody's business
+    return withTimeout(p, timeout, String(cmd));
+  }
+
+  /** A blocking call on a connection of its own; `cancel` gets a function that cuts it short. */
+  async blocking(args: ReadonlyArray<string | number>, timeout: number | null, cancel: Array<() => void>): Promise<unknown> {
+    const conn: Client = this.idle.pop() ?? (isCluster(this.client) ? this.client.duplicate() : this.client.duplicate());
+    let cut = false;
+    cancel.push(() => {
+      cut = true;
+      conn.disconnect();
+    });
+    const [cmd, ...rest] = args;
+    try {
+      const p = conn.call(String(cmd), ...rest.map(String));
+      p.catch(() => undefined);
+      const reply = await withTimeout(p, timeout, String(cmd));
+      if (!cut && this.idle.length < 16) this.idle.push(conn);
+      else conn.disconnect();
+      return reply;
+    } catch (e) {
+      conn.disconnect();
+      throw e;
+    }
+  }
+
+  close(): void {
+    for (const c of this.idle) c.disconnect();
+    this.idle = [];
+  }
+}
+
+const live = new Set<Hold>();
+let exitHook = false;
+
+function watchExit(): void {
+  if (exitHook) return;
+  exitHook = true;
+  // The loop is about to go idle with holds still held: release them (a process that is
+  // killed or calls process.exit() cannot; their leases end with their ttl).
+  process.on("beforeExit", () => {
+    for (const h of [...live]) if (h.client.connected()) void h.release().catch(() => undefined);
+  });
+}
+
+/**
+ * Locks on one Redis server with the relock module, on a Redis Cluster, or with Redlock over
+ * an array of independent masters. Every hold has an owner of its own, so concurrent tasks
+ * sharing one `Relock` exclude each other.
+ */
+export class Relock {
+  /** The servers, as `host:port` (a cluster: `cluster[...]`). */
+  readonly servers: string[];
+  readonly nodeTimeout: number;
+  readonly retryDelay: number;
+  readonly maxPartialHold: number;
+  private readonly nodes: Server[];
+  private readonly prefix: string | undefined;
+  private readonly background = new Set<Promise<unknown>>();
+
+  constructor(client: Client | Client[], options: RelockOptions = {}) {
+    const clients = Array.isArray(client) ? client : [client];
+    if (clients.length === 0) throw new InvalidArgumentError("no servers given");
+    if (clients.length > 1 && clients.some(isCluster)) {
+      throw new InvalidArgumentError("Redlock takes independent masters; pass a Cluster alone");
+    }
+    this.nodes = clients.map((c) => new Server(c));
+    this.servers = this.nodes.map((n) => n.name);
+    this.servers.forEach((name, i) => {
+      if (this.servers.indexOf(name) !== i) {
+        throw new InvalidArgumentError(`${name} is named twice: Redlock needs independent masters`);
+      }
+    });
+    this.prefix = options.ownerPrefix;
+    this.nodeTimeout = options.nodeTimeout ?? core.DEFAULT_NODE_TIMEOUT;
+    if (!(this.nodeTimeout >= 1)) throw new InvalidArgumentError(`nodeTimeout ${this.nodeTimeout} is below 1 ms`);
+    this.retryDelay = options.retryDelay ?? core.DEFAULT_RETRY_DELAY;
+    this.maxPartialHold = options.maxPartialHold ?? core.DEFAULT_MAX_PARTIAL_HOLD;
+  }
+
+  /** @internal Whether every server's connection is open (nothing is sent on a closed one at exit). */
+  connected(): boolean {
+    return this.nodes.every((n) => n.client.status === "ready");
+  }
+
+  /** How many servers must agree: N/2 + 1. */
+  get quorum(): number {
+    return core.quorum(this.nodes.length);
+  }
+
+  /** A fresh owner, `<prefix>/<random>`. */
+  newOwner(): string {
+    return core.makeOwner(this.prefix);
+  }
+
+  /**
+   * Runs `fn` while holding `key`: acquires it (waiting up to `wait` ms; undefined: no
+   * limit; 0: try once; else throws `NotAcquiredError`), renews it every ttl/3, aborts
+   * `hold.signal` the moment it is lost (at the latest a little before its validity ends),
+   * and releases it however `fn` ends. Returns what `fn` returns.
+   */
+  async using<T>(key: string, options: LockOptions, fn: (hold: Hold) => Promise<T> | T): Promise<T>;
+  async using<T>(key: string, fn: (hold: Hold) => Promise<T> | T): Promise<T>;
+  async using<T>(
+    key: string,
+    a: LockOptions | ((hold: Hold) => Promise<T> | T),
+    b?: (hold: Hold) => Promise<T> | T,
+  ): Promise<T> {
+    const [options, fn] = typeof a === "function" ? [{}, a] : [a, b];
+    if (!fn) throw new InvalidArgumentError("using(key, options, fn) needs a function");
+    const hold = await this.acquireOrThrow(key, options);
+    try {
+      return await fn(hold);
+    } finally {
+      await hold.release().catch(() => false);
+    }
+  }
+
+  /** Acquires `key` like `using`, without a scope: the `Hold`, or null when not granted in time. */
+  async acquire(key: string, options: LockOptions = {}): Promise<Hold | null> {
+    try {
+      return await this.acquireOrThrow(key, options);
+    } catch (e) {
+      if (e instanceof NotAcquiredError) return null;
+      throw e;
+    }
+  }
+
+  /** Like `acquire`, throwing `NotAcquiredError` (which says why) instead of returning null. */
+  async acquireOrThrow(key: string, options: LockOptions = {}): Promise<Hold> {
+    const ttl = core.checkTtl(options.ttl ?? core.DEFAULT_TTL);
+    const wait = core.checkWait(options.wait);
+    core.checkMode(options.limit, this.nodes[0]?.cluster ? 1 : this.nodes.length);
+    const mode = core.modeArgs(options.shared ?? false, options.limit);
+    const deadline = wait === null ? null : core.now() + wait;
+    for (;;) {
+      const owner = this.newOwner();
+      const remaining = deadline === null ? null : Math.max(0, deadline - core.now());
+      // One server: try on the shared connection first (a free lock costs one round trip
+      // and no connection of its own); LOCK.WAIT then queues, first in, first out.
+      let rnd = await this.round(["LOCK.ACQUIRE", key, owner, ttl, ...mode], { skipIf: remaining !== 0 && this.nodes.length > 1 });
+      if (!rnd.won() && remaining !== 0 && !rnd.permanentlyFailed()) rnd = await this.waitRound(key, owner, ttl, remaining, mode);
+      let until = rnd.validUntil(ttl);
+      if (rnd.grantedLate(ttl)) {
+        // Granted after a long wait: the ttl counts from a grant we did not see.
+        const renewal = await this.round(["LOCK.RENEW", key, owner, ttl]);
+        until = renewal.validUntil(ttl);
+        if (until === null) rnd = renewal;
+      }
+      if (until !== null) {
+        const tokens: Record<string, number> = {};
+        for (const [i, t] of [...rnd.agreed.entries()].sort((x, y) => x[0] - y[0])) tokens[this.servers[i] ?? ""] = Number(t);
+        return new Hold(this, key, owner, ttl, tokens, until, mode);
+      }
+      await this.releaseFailed(key, owner, rnd);
+      const failure = rnd.afterFailed(key, ttl, wait, deadline !== null && core.now() >= deadline, remaining !== null);
+      if (failure) throw failure;
+      let pause = core.jitter(this.retryDelay);
+      if (deadline !== null) pause = Math.min(pause, Math.max(0, deadline - core.now()));
+      await new Promise((r) => setTimeout(r, pause));
+    }
+  }
+
+  // --- rounds -----------------------------------------------------------------------------
+
+  private async ask(i: number, args: ReadonlyArray<string | number>, timeout: number | null, cancel?: Array<() => void>): Promise<[unknown, Failure | undefined]> {
+    const node = this.nodes[i];
+    if (!node) return [null, { message: `no server number ${i}` }];
+    try {
+      const reply = cancel ? await node.blocking(args, timeout, cancel) : await node.call(args, timeout);
+      return [reply, undefined];
+    } catch (e) {
+      return [null, core.classify(e)];
+    }
+  }
+
+  /** @internal `args` on every server (those `targets` selects), until a quorum is won or lost. */
+  async round(
+    args: ReadonlyArray<string | number>,
+    opts: { targets?: boolean[]; untilAll?: boolean; timeout?: number | null; partialHold?: number; blocking?: boolean; skipIf?: boolean } = {},
+  ): Promise<Round<unknown>> {
+    const rnd = new Round<unknown>(this.servers, core.now(), opts.untilAll ?? false);
+    if (opts.skipIf) return rnd;
+    const timeout = opts.timeout === undefined ? this.nodeTimeout : opts.timeout;
+    if (this.nodes.length === 1 && !opts.blocking) {
+      if (opts.targets && !opts.targets[0]) rnd.onReply(0, null);
+      else {
+        const [v, f] = await this.ask(0, args, timeout);
+        rnd.onReply(0, v, f);
+      }
+      return rnd.finish(core.now());
+    }
+    const cancels: Array<Array<() => void>> = this.nodes.map(() => []);
+    await new Promise<void>((resolve) => {
+      let open = 0;
+      let cut: NodeJS.Timeout | undefined;
+      const done = (): void => {
+        if (cut) clearTimeout(cut);
+        resolve();
+      };
+      this.nodes.forEach((_, i) => {
+        if (opts.targets && !opts.targets[i]) {
+          rnd.onReply(i, null);
+          return;
+        }
+        open += 1;
+        void this.ask(i, args, timeout, opts.blocking ? cancels[i] : undefined).then(([v, f]) => {
+          open -= 1;
+          if (rnd.onReply(i, v, f) !== "pending" || open === 0) done();
+          else if (opts.partialHold !== undefined && rnd.agreed.size > 0 && !cut) cut = setTimeout(done, opts.partialHold);
+        });
+      });
+      if (open === 0 || rnd.progress() !== "pending") done();
+    });
+    if (opts.blocking) {
+      this.nodes.forEach((_, i) => {
+        if (!rnd.answered.has(i)) {
+          for (const c of cancels[i] ?? []) c();
+          if (rnd.progress() === "pending") rnd.onReply(i, null, { message: "no quorum within the partial-hold limit", timeout: true });
+        }
+      });
+    }
+    return rnd.finish(core.now());
+  }
+
+  private waitRound(key: string, owner: string, ttl: number, remaining: number | null, mode: string[]): Promise<Round<unknown>> {
+    const args = ["LOCK.WAIT", key, owner, ttl, core.waitMs(remaining), ...mode];
+    const bound = remaining === null ? null : remaining + WAIT_GRACE + this.nodeTimeout;
+    return this.round(args, {
+      timeout: bound,
+      blocking: true,
+      partialHold: this.nodes.length > 1 ? Math.min(this.maxPartialHold, ttl / 4) : undefined,
+    });
+  }
+
+  private async releaseFailed(key: string, owner: string, rnd: Round<unknown>): Promise<void> {
+    const { now, later } = rnd.giveBack();
+    if (now.some(Boolean)) await this.round(["LOCK.RELEASE", key, owner], { targets: now, untilAll: true });
+    if (later.some(Boolean)) this.releaseLate(key, owner, later);
+  }
+
+  /** @internal Releases `owner`'s grants now and once more a little later, in the background. */
+  releaseLate(key: string, owner: string, targets?: boolean[]): void {
+    const job = (async () => {
+      await this.round(["LOCK.RELEASE", key, owner], { targets, untilAll: true });
+      await new Promise((r) => setTimeout(r, 100).unref());
+      await this.round(["LOCK.RELEASE", key, owner], { targets, untilAll: true });
+    })().catch(() => undefined);
+    this.background.add(job);
+    void job.finally(() => this.background.delete(job));
+  }
+
+  /** Waits for the releases running in the background (call it before a process exits). */
+  async settle(): Promise<void> {
+    while (this.background.size) await Promise.all([...this.background]);
+  }
+
+  /** Releases every hold of this client still held, waits for background releases, and closes the connections it opened for waits. */
+  async close(): Promise<void> {
+    await Promise.all([...live].filter((h) => h.client === this).map((h) => h.release().catch(() => false)));
+    await this.settle();
+    for (const n of this.nodes) n.close();
+  }
+
+  // --- looking at locks -------------------------------------------------------------------
+
+  private async queryEach<T>(key: string, args: Array<string | number>, parse: (server: string, reply: unknown) => T): Promise<T[]> {
+    const out: T[] = [];
+    for (const n of this.nodes) {
+      try {
+        out.push(parse(n.name, await n.call(args, Math.max(this.nodeTimeout, 1000))));
+      } catch (e) {
+        throw core.serverError(key, n.name, e);
+      }
+    }
+    return out;
+  }
+
+  /** LOCK.INFO: the lock at `key`, or null (with Redlock, the first server's that has one). */
+  async info(key: string): Promise<LockInfo | null> {
+    return (await this.infoEach(key)).find((i) => i !== null) ?? null;
+  }
+
+  /** LOCK.INFO on every server, in the client's order. */
+  infoEach(key: string): Promise<Array<LockInfo | null>> {
+    return this.queryEach(key, ["LOCK.INFO", key], core.parseInfo);
+  }
+
+  /** LOCK.HOLDERS: who holds `key`, in grant order, on every server (`count` 0: all). */
+  async holders(key: string, count = 0): Promise<Holder[]> {
+    return (await this.queryEach(key, ["LOCK.HOLDERS", key, "COUNT", count], core.parseHolders)).flat();
+  }
+
+  /** LOCK.WAITERS: who waits for `key`, in queue order, on every server; a module without it throws a ServerError. */
+  async waiters(key: string, count = 0): Promise<Waiter[]> {
+    return (await this.queryEach(key, ["LOCK.WAITERS", key, "COUNT", count], core.parseWaiters)).flat();
+  }
+
+  /** LOCK.FORCERELEASE on every server: every hold of `key` (or only `owner`'s); returns how many were removed. For operators. */
+  async forceRelease(key: string, owner?: string): Promise<number> {
+    const args = owner === undefined ? ["LOCK.FORCERELEASE", key] : ["LOCK.FORCERELEASE", key, owner];
+    return (await this.queryEach(key, args, (_s, r) => Number(r))).reduce((a, b) => a + b, 0);
+  }
+
+  /** @internal The server's reason for the end of `owner`'s hold, and whether any server keeps a journal. */
+  async history(key: string, owner: string): Promise<[string | null, boolean]> {
+    let known = false;
+    for (const n of this.nodes) {
+      try {
+        const reply = await n.call(["LOCK.HISTORY", key, 100], this.nodeTimeout);
+        known = true;
+        const cause = core.parseHistory(reply, owner);
+        if (cause) return [cause, true];
+      } catch {
+        // unknown command (a module without a journal) or no answer: nothing to say
+      }
+    }
+    return [null, known];
+  }
+}
+
+/**
+ * A lock held by this process, renewed in the background until released.
+ *
+ * `token` is the fencing token (with Redlock, the first granting server's; `tokens` has
+ * each server's). `signal` is aborted the moment the hold is known lost, and at the latest
+ * a little before its validity ends; its `reason` is a `LockLostError`.
+ */
+export class Hold {
+  readonly token: number;
+  readonly shared: boolean;
+  /** Why the hold was lost, once it is. */
+  reason: string | undefined;
+  /** The server's word for the loss (LOCK.HISTORY), when it keeps a journal. */
+  lossCause: string | undefined;
+  private abort: AbortController | undefined;
+  private get controller(): AbortController {
+    this.abort ??= new AbortController();
+    return this.abort;
+  }
+  private released = false;
+  private timer: NodeJS.Timeout | undefined;
+  private renewing: Promise<void> | undefined;
+  private lastFailure: string | undefined;
+
+  /** @internal */
+  constructor(
+    /** @internal */ readonly client: Relock,
+    readonly key: string,
+    readonly owner: string,
+    /** The lease in ms (the last one asked for). */
+    public ttl: number,
+    readonly tokens: Readonly<Record<string, number>>,
+    /** Until when (`performance.now()` ms) the hold is ours for sure. */
+    public validUntil: number,
+    private readonly mode: string[],
+  ) {
+    this.token = Object.values(tokens)[0] ?? 0;
+    this.shared = mode.length > 0;
+    live.add(this);
+    watchExit();
+    this.schedule(core.now() + Math.max(ttl / 3, 1));
+  }
+
+  /** Aborted when the hold is lost; `signal.reason` is the `LockLostError`. */
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  /**
+   * Whether the hold is known lost, reading the clock too: after the event loop was blocked
+   * past the validity, this is true before any timer had a chance to run.
+   */
+  get lost(): boolean {
+    if (this.controller.signal.aborted) return true;
+    if (!this.released && core.now() >= this.lostAt()) {
+      this.lose(this.expiryReason());
+      return true;
+    }
+    return false;
+  }
+
+  /** Throws the `LockLostError` if the hold is lost, released, or past its validity. */
+  check(): void {
+    if (this.lost) throw this.controller.signal.reason as LockLostError;
+    if (this.released) throw core.lostError(this.key, "it was released");
+  }
+
+  private lostAt(): number {
+    return this.validUntil - core.lossLead(this.ttl);
+  }
+
+  private expiryReason(): string {
+    if (this.renewing) return "its validity ran out during a renewal that no quorum answered";
+    if (this.lastFailure) return `its validity ran out: renewals failed (${this.lastFailure})`;
+    return `its validity ran out before it could be renewed (the event loop did not run the renewal in time: blocked longer than the ${this.ttl} ms ttl?)`;
+  }
+
+  private lose(reason: string, cause?: string | null): void {
+    if (this.released || this.controller.signal.aborted) return;
+    this.reason = reason;
+    this.lossCause = cause ?? undefined;
+    if (this.timer) clearTimeout(this.timer);
+    live.delete(this);
+    this.controller.abort(core.lostError(this.key, reason, cause, this.client.servers));
+    // Whatever servers still have it should not keep it until the ttl.
+    this.client.releaseLate(this.key, this.owner);
+  }
+
+  private schedule(at: number): void {
+    if (this.timer) clearTimeout(this.timer);
+    const wake = Math.min(at, this.lostAt());
+    this.timer = setTimeout(() => this.onTimer(), Math.max(0, wake - core.now()));
+    this.timer.unref();
+  }
+
+  private onTimer(): void {
+    if (this.released || this.controller.signal.aborted) return;
+    if (core.now() >= this.lostAt()) {
+      this.lose(this.expiryReason());
+      return;
+    }
+    if (this.renewing) return;
+    this.renewing = this.renewRound(this.ttl)
+      .then((ok) => {
+        const every = Math.max(this.ttl / 3, 1);
+        if (ok) this.schedule(core.now() + every);
+        else this.schedule(core.now() + Math.min(every / 4, Math.max(0, this.validUntil - core.now()) / 2));
+      })
+      .catch(() => undefined)
+      .finally(() => {
+        this.renewing = undefined;
+      });
+    // The loss deadline still counts while the renewal is under way.
+    this.schedule(this.lostAt());
+  }
+
+  /** One renewal round: true when renewed, false when only unanswered; throws when lost. */
+  private async renewRound(ttl: number): Promise<boolean> {
+    const ms = core.checkTtl(ttl);
+    this.check();
+    const rnd = await this.client.round(["LOCK.RENEW", this.key, this.owner, ms]);
+    const until = rnd.validUntil(ms);
+    if (until !== null) {
+      if (this.released || this.controller.signal.aborted) return true;
+      if (core.now() >= this.lostAt()) return false;
+      this.ttl = ms;
+      this.validUntil = until;
+      this.lastFailure = undefined;
+      return true;
+    }
+    if (rnd.renewVerdict() === "lost") {
+      const refused = rnd.servers((f) => !!f.refused);
+      let what = refused.length
+        ? `LOCK.RENEW answered nil on ${refused.join(", ")}: the lock expired or was taken away`
+        : `renewal failed: ${rnd.describe((f) => !!f.permanent)}`;
+      const [cause, known] = await this.client.history(this.key, this.owner);
+      if (cause) what += ` (${core.describeCause(cause)}; LOCK.HISTORY says ${cause})`;
+      else if (!known) what += " (the server keeps no LOCK.HISTORY, so it cannot say why)";
+      this.lose(what, cause);
+      this.check();
+    }
+    this.lastFailure = rnd.describe();
+    return false;
+  }
+
+  /**
+   * Renews now (`ttl` ms from now, default the hold's ttl, which it becomes). Throws
+   * `LockLostError` when the hold is gone, `NotAcquiredError` when servers did not answer
+   * (the hold stays valid until its validity ends; the background renewal goes on).
+   */
+  async renew(ttl?: number): Promise<void> {
+    if (!(await this.renewRound(ttl ?? this.ttl))) {
+      throw new NotAcquiredError(`lock ${JSON.stringify(this.key)}: renewal failed (${this.lastFailure})`, { key: this.key });
+    }
+  }
+
+  /** Stops the renewal and releases the hold: true when released, false when it was no longer held. */
+  async release(): Promise<boolean> {
+    if (this.released) return false;
+    this.released = true;
+    live.delete(this);
+    if (this.timer) clearTimeout(this.timer);
+    const rnd = await this.client.round(["LOCK.RELEASE", this.key, this.owner], { untilAll: Object.keys(this.tokens).length > 1 });
+    return rnd.won();
+  }
+
+  /** Runs `fn` in a nested section under the same owner (LOCK.REENTER), with the hold count. */
+  async reenter<T>(fn: (count: number) => Promise<T> | T): Promise<T> {
+    this.check();
+    const rnd = await this.client.round(["LOCK.REENTER", this.key, this.owner, core.checkTtl(this.ttl), ...this.mode], { untilAll: true });
+    const release = () => this.client.round(["LOCK.RELEASE", this.key, this.owner], { targets: rnd.agreedBy(), untilAll: true });
+    if (!rnd.won()) {
+      await release();
+      if (rnd.permanentlyFailed()) throw rnd.permanentError(this.key);
+      throw new LockLostError(`lock ${JSON.stringify(this.key)}: re-entry refused (${rnd.describe()})`, "re-entry refused", undefined, { key: this.key });
+    }
+    try {
+      return await fn(Math.max(...[...rnd.agreed.values()].map(Number)));
+    } finally {
+      await release();
+    }
+  }
+}
+
+export { RelockError, ServerError };

@@ -1,0 +1,192 @@
+// Real redis-servers with the relock module for the tests: each on a free port (bound to
+// port 0 first), in its own directory, ready within a deadline, killed on teardown.
+import { spawn, execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, existsSync } from "node:fs";
+import { createServer, connect } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+
+const REPO = resolve(import.meta.dirname, "../../..");
+
+export function modulePath() {
+  if (process.env.RELOCK_MODULE) return process.env.RELOCK_MODULE;
+  for (const p of ["debug", "release"]) {
+    const f = join(REPO, "target", p, "librelock.so");
+    if (existsSync(f)) return f;
+  }
+  throw new Error("module not built: run `cargo build -p relock` (make test does)");
+}
+
+export function freePort() {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.on("error", rej);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => res(port));
+    });
+  });
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Whether `check` comes true within `within` ms (a generous bound, never a fixed sleep). */
+export async function eventually(check, within = 20_000, every = 10) {
+  const end = performance.now() + within;
+  while (performance.now() < end) {
+    if (await check()) return true;
+    await sleep(every);
+  }
+  return !!(await check());
+}
+
+function infoPid(port) {
+  return new Promise((res) => {
+    const sock = connect(port, "127.0.0.1");
+    let data = "";
+    sock.setTimeout(2000, () => { sock.destroy(); res(null); });
+    sock.on("error", () => res(null));
+    sock.on("connect", () => sock.write("INFO server\r\n"));
+    sock.on("data", (d) => {
+      data += d;
+      const m = /process_id:(\d+)/.exec(data);
+      if (m) { sock.destroy(); res(Number(m[1])); }
+    });
+  });
+}
+
+export class Server {
+  static async start(args = [], { module = true } = {}) {
+    const s = new Server();
+    s.dir = mkdtempSync(join(tmpdir(), "relock-node-test-"));
+    s.args = args;
+    s.module = module;
+    await s.boot();
+    return s;
+  }
+
+  async boot() {
+    for (let attempt = 0; attempt < 5; attempt++) {
+      this.port = await freePort();
+      const cmd = ["--port", String(this.port), "--bind", "127.0.0.1", "--dir", this.dir, "--save", "",
+        "--appendonly", "no", "--logfile", "redis.log", "--enable-debug-command", "yes"];
+      if (this.module) cmd.push("--loadmodule", modulePath());
+      this.proc = spawn(process.env.REDIS_SERVER ?? "redis-server", [...cmd, ...this.args], { stdio: "ignore" });
+      this.exited = false;
+      this.proc.on("exit", () => { this.exited = true; });
+      const end = performance.now() + 20_000;
+      while (performance.now() < end && !this.exited) {
+        const pid = await infoPid(this.port);
+        if (pid === this.proc.pid) return;
+        if (pid !== null) break; // another server took the port
+        await sleep(20);
+      }
+      this.kill();
+      if (!this.log().includes("Address already in use")) break;
+    }
+    throw new Error(`redis-server did not start:\n${this.log()}`);
+  }
+
+  log() {
+    try { return readFileSync(join(this.dir, "redis.log"), "utf8").slice(-4000); } catch { return ""; }
+  }
+
+  pause() { this.proc.kill("SIGSTOP"); }
+  resume() { this.proc.kill("SIGCONT"); }
+
+  kill() {
+    if (this.proc && !this.exited) {
+      this.proc.kill("SIGCONT");
+      this.proc.kill("SIGKILL");
+    }
+  }
+
+  close() {
+    this.kill();
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** Six nodes with the module, three masters and three replicas, healthy before use. */
+export class TestCluster {
+  static async start(Redis) {
+    const c = new TestCluster();
+    c.Redis = Redis;
+    c.nodes = [];
+    try {
+      for (let i = 0; i < 6; i++) {
+        const bus = String(await freePort());
+        c.nodes.push(await Server.start(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+          "--cluster-node-timeout", "2000", "--cluster-port", bus]));
+      }
+      execFileSync("redis-cli", ["--cluster", "create", ...c.nodes.map((n) => `127.0.0.1:${n.port}`),
+        "--cluster-replicas", "1", "--cluster-yes"], { stdio: "pipe", timeout: 120_000 });
+      if (!(await eventually(() => c.healthy(), 60_000, 100))) throw new Error("cluster not healthy in time");
+      return c;
+    } catch (e) {
+      c.close();
+      throw e;
+    }
+  }
+
+  async ask(n, ...args) {
+    const r = new this.Redis(n.port, { lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => null });
+    try {
+      await r.connect();
+      return await r.call(...args);
+    } finally {
+      r.disconnect();
+    }
+  }
+
+  async info(n, section) {
+    const text = String(await this.ask(n, "INFO", section));
+    return Object.fromEntries(text.split("\r\n").filter((l) => l.includes(":")).map((l) => l.split(":", 2)));
+  }
+
+  async role(n) {
+    try { return (await this.info(n, "replication")).role; } catch { return ""; }
+  }
+
+  async healthy() {
+    try {
+      for (const n of this.nodes) {
+        const ci = String(await this.ask(n, "CLUSTER", "INFO"));
+        if (!ci.includes("cluster_state:ok") || !ci.includes("cluster_known_nodes:6")) return false;
+        const r = await this.info(n, "replication");
+        if (r.role === "slave" && r.master_link_status !== "up") return false;
+        if (r.role === "master" && r.connected_slaves !== "1") return false;
+      }
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  async masterOf(key) {
+    const slot = Number(await this.ask(this.nodes[0], "CLUSTER", "KEYSLOT", key));
+    for (const [s, e, master] of await this.ask(this.nodes[0], "CLUSTER", "SLOTS")) {
+      if (s <= slot && slot <= e) return this.nodes.find((n) => n.port === Number(master[1]));
+    }
+    throw new Error(key);
+  }
+
+  async replicaOf(master) {
+    for (const n of this.nodes) {
+      const r = await this.info(n, "replication");
+      if (r.role === "slave" && Number(r.master_port) === master.port) return n;
+    }
+    throw new Error(String(master.port));
+  }
+
+  async failover(replica, oldMaster) {
+    await this.ask(replica, "CLUSTER", "FAILOVER");
+    const ok = await eventually(async () => (await this.role(replica)) === "master" && (await this.role(oldMaster)) === "slave", 60_000, 50);
+    if (!ok) throw new Error("failover did not happen in time");
+    await eventually(() => this.healthy(), 60_000, 100);
+  }
+
+  close() {
+    for (const n of this.nodes) n.close();
+  }
+}

@@ -1,0 +1,53 @@
+"""relock: distributed locks for redis-py, on Redis with the relock module.
+
+    import redis, relock
+
+    locks = relock.Relock(redis.Redis())
+    with locks.lock("orders:42", ttl=30, wait=5) as hold:
+        store.write(data, fence=hold.token)     # the fencing token
+        hold.check()                            # raises relock.LockLost if it was lost
+
+``relock.Relock`` takes one ``redis.Redis``, a ``redis.cluster.RedisCluster``, or a list of
+``redis.Redis`` for Redlock; ``relock.aio.Relock`` does the same for ``redis.asyncio``.
+"""
+
+from ._core import (
+    DEFAULT_MAX_PARTIAL_HOLD,
+    DEFAULT_NODE_TIMEOUT,
+    DEFAULT_RETRY_DELAY,
+    DEFAULT_TTL,
+    Holder,
+    LockInfo,
+    Waiter,
+)
+from ._sync import Hold, Relock
+from .errors import (
+    InvalidArgument,
+    LockLost,
+    NotAcquired,
+    OtherLimit,
+    OtherMode,
+    RelockError,
+    ServerError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_MAX_PARTIAL_HOLD",
+    "DEFAULT_NODE_TIMEOUT",
+    "DEFAULT_RETRY_DELAY",
+    "DEFAULT_TTL",
+    "Hold",
+    "Holder",
+    "InvalidArgument",
+    "LockInfo",
+    "LockLost",
+    "NotAcquired",
+    "OtherLimit",
+    "OtherMode",
+    "Relock",
+    "RelockError",
+    "ServerError",
+    "Waiter",
+]

@@ -1,0 +1,819 @@
+"""The client for redis-py's synchronous clients: ``relock.Relock`` and its ``Hold``."""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures as cf
+import contextlib
+import os
+import threading
+import time
+import weakref
+from typing import Any, Literal, Callable, Iterator, Sequence, TypeVar
+
+import redis
+import redis.cluster
+import redis.exceptions as rex
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from . import _core as core
+from ._core import Failure, Holder, LockInfo, Round, Waiter
+from .errors import InvalidArgument, LockLost, NotAcquired, RelockError
+
+T = TypeVar("T")
+
+#: Extra time a blocked LOCK.WAIT's reply may take beyond its own timeout before the
+#: connection is given up (a busy server answers late; a stopped one never does).
+WAIT_GRACE = 1.0
+
+
+class _Cancel:
+    """Lets another thread cut a blocking call short: closes its connection, or keeps it from
+    sending at all when the call is still connecting."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._conn: Any = None
+
+    def attach(self, conn: Any) -> bool:
+        """Whether ``conn`` may go on (False once cancelled)."""
+        with self._lock:
+            self._conn = conn
+            return not self._cancelled
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.disconnect()
+
+
+class _Server:
+    """One master: a redis-py client (one server, or a Redis Cluster acting as one).
+
+    For one server, relock keeps connections of its own, made like the client's pool makes
+    them (same class and options: host, password, TLS, protocol, ...), so that it decides their
+    timeouts: connecting, the handshake (HELLO, AUTH, SELECT, ...) and the reply all count
+    against the call's deadline, and a failed connection is not retried within it. A stopped
+    server that still accepts connections (its kernel does) then costs a call its deadline, no
+    more, whatever ``socket_timeout`` the client has (none by default). A cluster client keeps
+    its own timeouts."""
+
+    #: Idle connections kept for the next calls; a burst opens more and closes the rest.
+    KEEP_IDLE = 16
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.cluster = isinstance(client, redis.cluster.RedisCluster)
+        if self.cluster:
+            nodes = [f"{n.host}:{n.port}" for n in client.get_nodes()[:3]]
+            self.name = f"cluster[{','.join(nodes)}]"
+            return
+        pool = client.connection_pool
+        kw = pool.connection_kwargs
+        self.name = core.server_name(kw.get("host", "localhost"), kw.get("port", 6379), kw.get("path"))
+        self._connection_class = pool.connection_class
+        # No retries inside a call: a round has its own deadline and tries again on its own.
+        self._kwargs = {**kw, "retry": Retry(NoBackoff(), 0), "retry_on_timeout": False, "health_check_interval": 0}
+        self._idle: list[Any] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _checkout(self, connect_by: float | None) -> Any:
+        """An idle connection, or a new one connected by ``connect_by`` (a monotonic instant;
+        None: no bound)."""
+        while True:
+            with self._lock:
+                if self._pid != os.getpid():  # forked: the parent's sockets are not this process's
+                    self._idle, self._pid = [], os.getpid()
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                break
+            # An idle connection with something to read was closed by the server (a restart,
+            # CLIENT KILL, an idle timeout): not worth a failed call.
+            with contextlib.suppress(Exception):
+                if not conn.can_read():
+                    return conn
+            conn.disconnect()
+        left = None if connect_by is None else max(0.001, connect_by - time.monotonic())
+        conn = self._connection_class(**{**self._kwargs, "socket_timeout": left, "socket_connect_timeout": left})
+        try:
+            conn.connect()
+        except BaseException:
+            conn.disconnect()
+            raise
+        if connect_by is not None and time.monotonic() > connect_by:
+            # Each step of the handshake was bounded, not their sum: this one was too slow.
+            self._checkin(conn)
+            raise rex.TimeoutError(f"Timeout connecting to {self.name} (the handshake took longer than the call may)")
+        return conn
+
+    def _checkin(self, conn: Any) -> None:
+        with self._lock:
+            if self._pid == os.getpid() and len(self._idle) < self.KEEP_IDLE:
+                self._idle.append(conn)
+                return
+        conn.disconnect()
+
+    def call(
+        self,
+        args: Sequence[Any],
+        timeout: float | None,
+        cancel: _Cancel | None = None,
+        connect_within: float | None = None,
+    ) -> Any:
+        """Runs one command. ``timeout`` (None: no bound) bounds all of it, connecting
+        included; ``connect_within`` bounds connecting alone (a blocking wait connects within
+        the node timeout, then may wait long). ``cancel`` lets another thread cut it short."""
+        if self.cluster:
+            return self.client.execute_command(*args)
+        now = time.monotonic()
+        deadline = None if timeout is None else now + timeout
+        bounds = [d for d in (deadline, None if connect_within is None else now + connect_within) if d is not None]
+        conn = self._checkout(min(bounds) if bounds else None)
+        if cancel is not None and not cancel.attach(conn):
+            self._checkin(conn)
+            raise rex.ConnectionError(f"{self.name}: cancelled")
+        try:
+            conn.send_command(*args, check_health=False)
+            left = None if deadline is None else max(0.001, deadline - time.monotonic())
+            reply = conn.read_response(timeout=left)
+        except BaseException:
+            conn.disconnect()
+            raise
+        if cancel is not None and not cancel.attach(None):
+            conn.disconnect()  # cut short while the reply came: its socket may be closed
+        else:
+            self._checkin(conn)
+        return reply
+
+    def close(self) -> None:
+        """Closes the idle connections."""
+        if self.cluster:
+            return
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                conn.disconnect()
+
+
+class _Renewer:
+    """One thread per client that renews every live hold at ttl/3 and reports each loss at
+    its validity's end at the latest; the renewal rounds run on the client's executor, so a
+    stopped server never holds up another hold's loss signal."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.holds: dict[int, Hold] = {}
+        self.wake_at = float("inf")
+        self.thread: threading.Thread | None = None
+
+    def add(self, hold: Hold) -> None:
+        with self.cond:
+            self.holds[id(hold)] = hold
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="relock renewals", daemon=True)
+                self.thread.start()
+            if hold._next_due() < self.wake_at:
+                self.cond.notify()
+
+    def remove(self, hold: Hold) -> None:
+        with self.cond:
+            self.holds.pop(id(hold), None)
+
+    def poke(self, at: float) -> None:
+        with self.cond:
+            if at < self.wake_at:
+                self.cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                now = time.monotonic()
+                due = [h for h in self.holds.values() if h._next_due() <= now]
+                later = [h._next_due() for h in self.holds.values()]
+                self.wake_at = min([t for t in later if t > now], default=now + 60.0)
+                if not due:
+                    self.cond.wait(max(0.0, self.wake_at - now))
+                    continue
+            for h in due:
+                h._on_due(now)
+
+
+_clients: weakref.WeakSet[Relock] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # The child has none of the parent's threads; its holds are the parent's and are never
+    # renewed or released here (Hold checks the pid on every use).
+    for c in list(_clients):
+        c._renewer = _Renewer()
+        c._pool = None
+        c._pool_lock = threading.Lock()
+
+
+def _release_at_exit() -> None:
+    for c in list(_clients):
+        for h in list(c._renewer.holds.values()):
+            if h._pid == os.getpid():
+                with contextlib.suppress(Exception):
+                    h.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_release_at_exit)
+
+
+class Relock:
+    """Locks on one Redis server with the relock module, on a Redis Cluster
+    (``redis.cluster.RedisCluster``), or with Redlock over a list of independent masters.
+
+    ``client``: a ``redis.Redis``, a ``redis.cluster.RedisCluster``, or a list of
+    ``redis.Redis`` (Redlock, quorum N/2+1). Options, each with relock-client's default:
+
+    - ``owner_prefix``: what comes before the random part of every owner; default
+      ``<host>/<pid>``, ``""`` for none.
+    - ``node_timeout``: how long one server may take to answer one command, 0.1 s (a
+      Redis Cluster client keeps its own timeouts).
+    - ``retry_delay``: the mean pause between two Redlock rounds of a wait, 0.2 s.
+    - ``max_partial_hold``: how long a Redlock wait keeps a minority of grants while it waits
+      for a quorum (never more than ttl/4), 0.5 s.
+
+    Every hold has an owner of its own, so threads sharing one ``Relock`` exclude each other.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        owner_prefix: str | None = None,
+        node_timeout: float = core.DEFAULT_NODE_TIMEOUT,
+        retry_delay: float = core.DEFAULT_RETRY_DELAY,
+        max_partial_hold: float = core.DEFAULT_MAX_PARTIAL_HOLD,
+    ) -> None:
+        clients = list(client) if isinstance(client, (list, tuple)) else [client]
+        if not clients:
+            raise InvalidArgument("no servers given")
+        if len(clients) > 1 and any(isinstance(c, redis.cluster.RedisCluster) for c in clients):
+            raise InvalidArgument("Redlock takes independent masters; pass a RedisCluster alone")
+        self._servers = [_Server(c) for c in clients]
+        names = [s.name for s in self._servers]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise InvalidArgument(f"{name} is named twice: Redlock needs independent masters")
+        self._names = names
+        self._prefix: object = core.HOST_PID if owner_prefix is None else owner_prefix
+        core.make_owner(self._prefix)
+        if not node_timeout >= 0.001:
+            raise InvalidArgument(f"node_timeout {node_timeout!r} is below 1 ms: every request would time out")
+        self.node_timeout = float(node_timeout)
+        self.retry_delay = float(retry_delay)
+        self.max_partial_hold = float(max_partial_hold)
+        self._renewer = _Renewer()
+        self._pool: cf.ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        _clients.add(self)
+
+    # --- what the client is ---------------------------------------------------------------
+
+    @property
+    def servers(self) -> list[str]:
+        """The servers, as ``host:port`` (a cluster: ``cluster[seed,...]``)."""
+        return list(self._names)
+
+    @property
+    def quorum(self) -> int:
+        return core.quorum(len(self._servers))
+
+    def new_owner(self) -> str:
+        """A fresh owner, ``<prefix>/<random>``."""
+        return core.make_owner(self._prefix)
+
+    # --- acquiring ------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lock(
+        self,
+        key: str,
+        ttl: float = core.DEFAULT_TTL,
+        wait: float | None = None,
+        shared: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[Hold]:
+        """Holds ``key`` for the ``with`` block: acquires it, waiting up to ``wait`` seconds
+        (None: no limit; 0: try once), renews it every ttl/3 in the background, and releases
+        it on exit. ``shared=True`` takes a shared hold (a read lock), ``limit=n`` a permit of
+        an n-permit semaphore (one server or a cluster only). Raises ``NotAcquired`` when the
+        lock was not granted in time; check ``hold.lost`` (or call ``hold.check()``) in long
+        work."""
+        hold = self._acquire(key, ttl, wait, shared, limit, raise_busy=True)
+        assert hold is not None
+        try:
+            yield hold
+        finally:
+            hold._close()
+
+    def acquire(
+        self,
+        key: str,
+        ttl: float = core.DEFAULT_TTL,
+        wait: float | None = None,
+        shared: bool = False,
+        limit: int | None = None,
+    ) -> Hold | None:
+        """Like ``lock()`` without the ``with``: the ``Hold`` (renewed in the background until
+        ``hold.release()``), or None when the lock was not granted within ``wait``."""
+        return self._acquire(key, ttl, wait, shared, limit, raise_busy=False)
+
+    def _acquire(
+        self, key: str, ttl: float, wait: float | None, shared: bool, limit: int | None, raise_busy: bool
+    ) -> Hold | None:
+        ttl_ms = core.check_ttl(ttl)
+        ttl_s = ttl_ms / 1000
+        limit_wait = core.check_wait(wait)
+        core.check_mode(shared, limit, 1 if self._servers[0].cluster else len(self._servers))
+        mode = core.mode_args(shared, limit)
+        deadline = None if limit_wait is None else time.monotonic() + limit_wait
+        while True:
+            owner = self.new_owner()
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if remaining == 0.0:
+                rnd = self._round(["LOCK.ACQUIRE", key, owner, ttl_ms, *mode])
+            else:
+                rnd = self._wait_round(key, owner, ttl_ms, remaining, mode)
+            until = rnd.valid_until(ttl_s)
+            if rnd.granted_late(ttl_s):
+                # Granted after a long wait: the ttl counts from a grant we did not see, so
+                # measure the validity with a renewal.
+                renewal = self._round(["LOCK.RENEW", key, owner, ttl_ms])
+                until = renewal.valid_until(ttl_s)
+                if until is None:
+                    rnd = renewal
+            if until is not None:
+                tokens = {self._names[i]: int(t) for i, t in sorted(rnd.agreed.items())}
+                return Hold(self, key, owner, ttl_s, tokens, until, mode)
+            self._release_failed(key, owner, rnd)
+            passed = deadline is not None and time.monotonic() >= deadline
+            failure = rnd.after_failed(key, ttl_s, limit_wait, passed, bounded=remaining is not None)
+            if failure is not None:
+                if raise_busy or not isinstance(failure, NotAcquired):
+                    raise failure
+                return None
+            pause = core.jitter(self.retry_delay)
+            if deadline is not None:
+                pause = min(pause, max(0.0, deadline - time.monotonic()))
+            time.sleep(pause)
+
+    # --- rounds ---------------------------------------------------------------------------
+
+    def _executor(self) -> cf.ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = cf.ThreadPoolExecutor(max_workers=max(16, 8 * len(self._servers)), thread_name_prefix="relock")
+            return self._pool
+
+    def _ask(
+        self,
+        i: int,
+        args: Sequence[Any],
+        timeout: float | None,
+        cancel: _Cancel | None = None,
+        connect_within: float | None = None,
+    ) -> tuple[Any, Failure | None]:
+        try:
+            return self._servers[i].call(args, timeout, cancel, connect_within), None
+        except Exception as e:  # noqa: BLE001 - every failure is a failed server
+            return None, core.classify(e)
+
+    def _round(
+        self,
+        args: Sequence[Any],
+        targets: Sequence[bool] | None = None,
+        until_all: bool = False,
+        timeout: float | None | Literal["node"] = "node",
+        connect_within: float | None = None,
+    ) -> Round[Any]:
+        """``args`` on every server (those ``targets`` selects) at once, each bounded by the
+        node timeout (or ``timeout``; None: no bound), connecting included, until a quorum is
+        won or lost (or, ``until_all``, every server answered). A request still under way then
+        goes on to its end, within its own bound (a late grant still lands, to be released by
+        the paths that address every server)."""
+        rnd: Round[Any] = Round(self._names, time.monotonic(), until_all)
+        # A wait without limit has no bound; everything else is bounded by the node timeout.
+        t = self.node_timeout if isinstance(timeout, str) else timeout
+        if len(self._servers) == 1:
+            if targets is not None and not targets[0]:
+                rnd.on_reply(0, None)
+            else:
+                value, failure = self._ask(0, args, t, None, connect_within)
+                rnd.on_reply(0, value, failure)
+            return rnd.finish(time.monotonic())
+        pending: dict[cf.Future[tuple[Any, Failure | None]], int] = {}
+        for i in range(len(self._servers)):
+            if targets is not None and not targets[i]:
+                rnd.on_reply(i, None)
+                continue
+            pending[self._executor().submit(self._ask, i, args, t, None, connect_within)] = i
+        bound = None if t is None else time.monotonic() + t + 0.05
+        while pending and rnd.progress() == "pending":
+            left = None if bound is None else max(0.0, bound - time.monotonic())
+            done, _ = cf.wait(list(pending), timeout=left, return_when=cf.FIRST_COMPLETED)
+            if not done:
+                for f, i in pending.items():
+                    rnd.on_reply(i, None, Failure(f"no reply within {t} s", timeout=True))
+                break
+            for f in done:
+                value, failure = f.result()
+                rnd.on_reply(pending.pop(f), value, failure)
+        return rnd.finish(time.monotonic())
+
+    def _wait_round(self, key: str, owner: str, ttl_ms: int, remaining: float | None, mode: list[str]) -> Round[Any]:
+        args = ["LOCK.WAIT", key, owner, ttl_ms, core.wait_ms(remaining), *mode]
+        bound = None if remaining is None else remaining + WAIT_GRACE + self.node_timeout
+        # A wait may block long; connecting may not (a stopped master still accepts).
+        within = self.node_timeout
+        if len(self._servers) == 1:
+            return self._round(args, timeout=bound, connect_within=within)
+        # Several masters: once one granted, the others get max_partial_hold (at most ttl/4)
+        # to make a quorum; the waits still under way then are cut off (their connections
+        # closed, which takes us out of those queues) and whatever landed is released.
+        rnd: Round[Any] = Round(self._names, time.monotonic())
+        cancels = [_Cancel() for _ in self._servers]
+        pending = {
+            self._executor().submit(self._ask, i, args, bound, cancels[i], within): i for i in range(len(self._servers))
+        }
+        partial = min(self.max_partial_hold, ttl_ms / 4000)
+        cut_at: float | None = None
+        while pending and rnd.progress() == "pending":
+            left = None if cut_at is None else max(0.0, cut_at - time.monotonic())
+            done, _ = cf.wait(list(pending), timeout=left, return_when=cf.FIRST_COMPLETED)
+            if not done:
+                break
+            for f in done:
+                value, failure = f.result()
+                rnd.on_reply(pending.pop(f), value, failure)
+            if rnd.agreed and cut_at is None:
+                cut_at = time.monotonic() + partial
+        for f, i in pending.items():
+            cancels[i].cancel()
+            if rnd.progress() == "pending":
+                rnd.on_reply(i, None, Failure("no quorum within the partial-hold limit", timeout=True))
+        return rnd.finish(time.monotonic())
+
+    def _release_failed(self, key: str, owner: str, rnd: Round[Any]) -> None:
+        now, later = rnd.give_back()
+        if any(now):
+            self._round(["LOCK.RELEASE", key, owner], targets=now, until_all=True)
+        if any(later):
+            self._release_late(key, owner, later)
+
+    def _release_late(self, key: str, owner: str, targets: list[bool] | None) -> None:
+        """Releases ``owner``'s grants now and once more a little later, in the background:
+        a server may still grant a request whose round we stopped waiting for."""
+
+        def later() -> None:
+            self._round(["LOCK.RELEASE", key, owner], targets=targets, until_all=True)
+            time.sleep(0.1)
+            self._round(["LOCK.RELEASE", key, owner], targets=targets, until_all=True)
+
+        with contextlib.suppress(RuntimeError):  # interpreter shutting down
+            self._executor().submit(later)
+
+    # --- looking at locks -----------------------------------------------------------------
+
+    def _query_each(self, key: str, args: Sequence[Any], parse: Callable[[str, Any], T]) -> list[T]:
+        out = []
+        for i, s in enumerate(self._servers):
+            try:
+                reply = s.call(args, max(self.node_timeout, 1.0))
+            except Exception as e:  # noqa: BLE001
+                raise core.server_error(key, s.name, e) from e
+            out.append(parse(s.name, reply))
+        return out
+
+    def info(self, key: str) -> LockInfo | None:
+        """LOCK.INFO: the lock at ``key``, or None. With Redlock, the first server's that has
+        one (``info_each`` gives every server's)."""
+        return next((i for i in self.info_each(key) if i is not None), None)
+
+    def info_each(self, key: str) -> list[LockInfo | None]:
+        """LOCK.INFO on every server, in the client's order."""
+        return self._query_each(key, ["LOCK.INFO", key], core.parse_info)
+
+    def holders(self, key: str, count: int = 0) -> list[Holder]:
+        """LOCK.HOLDERS: who holds ``key``, in grant order (``count`` 0: all), on every server."""
+        lists = self._query_each(key, ["LOCK.HOLDERS", key, "COUNT", count], core.parse_holders)
+        return [h for hs in lists for h in hs]
+
+    def waiters(self, key: str, count: int = 0) -> list[Waiter]:
+        """LOCK.WAITERS: who waits for ``key``, in queue order, on every server. A server
+        without LOCK.WAITERS (a module older than it) raises ``ServerError``."""
+        lists = self._query_each(key, ["LOCK.WAITERS", key, "COUNT", count], core.parse_waiters)
+        return [w for ws in lists for w in ws]
+
+    def force_release(self, key: str, owner: str | None = None) -> int:
+        """LOCK.FORCERELEASE on every server: removes every hold of ``key`` (or only
+        ``owner``'s) and returns how many were removed in all. For operators."""
+        args = ["LOCK.FORCERELEASE", key] + ([owner] if owner is not None else [])
+        return sum(self._query_each(key, args, lambda _s, r: int(r)))
+
+    def _history(self, key: str, owner: str) -> tuple[str | None, bool]:
+        """The server's reason for the end of ``owner``'s hold (LOCK.HISTORY), and whether
+        the servers keep a journal at all."""
+        known = False
+        for s in self._servers:
+            try:
+                reply = s.call(["LOCK.HISTORY", key, 100], self.node_timeout)
+            except Exception as e:  # noqa: BLE001
+                if core.is_unknown_command(e):
+                    continue
+                continue
+            known = True
+            cause = core.parse_history(reply, owner)
+            if cause:
+                return cause, True
+        return None, known
+
+    def close(self) -> None:
+        """Stops the background threads and closes relock's own connections (releases
+        nothing: release your holds first). The clients passed in stay open."""
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+                self._pool = None
+        for s in self._servers:
+            s.close()
+
+
+class _LossEvent(threading.Event):
+    """``hold.lost``: set when the hold is known lost, and reads as set from the moment its
+    validity ended (a process stalled past it, by GIL-holding work or a suspended VM, sees it
+    at once, before the renewal thread runs) and in a forked child."""
+
+    def __init__(self, hold: Hold) -> None:
+        super().__init__()
+        self._hold = weakref.ref(hold)
+
+    def is_set(self) -> bool:
+        if super().is_set():
+            return True
+        h = self._hold()
+        if h is None or not h._expired():
+            return False
+        if h._pid == os.getpid():
+            h._lose(h._expiry_reason())
+        return True
+
+    isSet = is_set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        h = self._hold()
+        if h is None:
+            return super().wait(timeout)
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self.is_set():
+                return True
+            left = h._lost_at() - time.monotonic()
+            if end is not None:
+                left = min(left, end - time.monotonic())
+                if left <= 0:
+                    return self.is_set()
+            if super().wait(max(0.0, left)):
+                return True
+
+
+class Hold:
+    """A lock held by this process: its key, owner and fencing token, renewed in the
+    background until released.
+
+    - ``token``: the fencing token (with Redlock, the first granting server's; ``tokens``
+      has every server's). Send it with every write to what the lock protects.
+    - ``lost``: a ``threading.Event`` set the moment the hold is known lost, and at the
+      latest a little before its validity ends; ``reason`` then says why.
+    - ``check()`` raises ``LockLost`` once it is lost; ``renew()`` and ``release()`` act now.
+    """
+
+    def __init__(
+        self,
+        client: Relock,
+        key: str,
+        owner: str,
+        ttl: float,
+        tokens: dict[str, int],
+        valid_until: float,
+        mode: list[str],
+    ) -> None:
+        self._client = client
+        self.key = key
+        self.owner = owner
+        self.ttl = ttl
+        self.tokens = tokens
+        self.token: int = next(iter(tokens.values()))
+        self.valid_until = valid_until
+        self.reason: str | None = None
+        self.cause: str | None = None
+        self.shared = bool(mode)
+        self._mode = mode
+        self._pid = os.getpid()
+        self._state = threading.Lock()
+        self._released = False
+        self._renewing = False
+        self._last_failure: str | None = None
+        self._next = time.monotonic() + max(ttl / 3, 0.001)
+        self.lost: threading.Event = _LossEvent(self)
+        client._renewer.add(self)
+
+    def __repr__(self) -> str:
+        return f"Hold(key={self.key!r}, owner={self.owner!r}, token={self.token})"
+
+    def __enter__(self) -> Hold:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close()
+
+    # --- state ----------------------------------------------------------------------------
+
+    def _lead(self) -> float:
+        return core.loss_lead(self.ttl)
+
+    def _lost_at(self) -> float:
+        return self.valid_until - self._lead()
+
+    def _expired(self) -> bool:
+        if self._pid != os.getpid():
+            return True
+        return not self._released and time.monotonic() >= self._lost_at()
+
+    def _next_due(self) -> float:
+        if self._renewing:
+            return self._lost_at()
+        return min(self._next, self._lost_at())
+
+    @property
+    def is_valid(self) -> bool:
+        """Whether the hold is still ours for sure: not lost, not released, within validity."""
+        return not self._released and not self.lost.is_set()
+
+    def _lose(self, reason: str, cause: str | None = None) -> None:
+        with self._state:
+            if self._released or threading.Event.is_set(self.lost):
+                return
+            self.reason = reason
+            self.cause = cause
+            threading.Event.set(self.lost)
+        self._client._renewer.remove(self)
+        # Whatever servers still have it should not keep it until the ttl.
+        self._client._release_late(self.key, self.owner, None)
+
+    def check(self) -> None:
+        """Raises ``LockLost`` (with the reason) if the hold is lost, released, or past its
+        validity; returns otherwise."""
+        if self._pid != os.getpid():
+            raise core.lost_error(self.key, f"the process forked: this hold belongs to process {self._pid}", None)
+        if self.lost.is_set():
+            if self.reason is None and time.monotonic() >= self._lost_at():
+                self._lose(self._expiry_reason())
+            raise core.lost_error(self.key, self.reason or "its validity ran out", self.cause, self._client.servers)
+        if self._released:
+            raise core.lost_error(self.key, "it was released", None)
+
+    def _expiry_reason(self) -> str:
+        if self._renewing:
+            return "its validity ran out during a renewal that no quorum answered"
+        if self._last_failure:
+            return f"its validity ran out: renewals failed ({self._last_failure})"
+        return self._stall_reason()
+
+    def _stall_reason(self) -> str:
+        return (
+            f"its validity ran out before it could be renewed (the process did not run its "
+            f"renewal in time: a stall longer than the {self.ttl:g} s ttl?)"
+        )
+
+    # --- renewal --------------------------------------------------------------------------
+
+    def _on_due(self, now: float) -> None:
+        """Called by the renewal thread when this hold's next renewal or loss deadline came."""
+        if self._released or self._pid != os.getpid():
+            self._client._renewer.remove(self)
+            return
+        if now >= self._lost_at():
+            self._lose(self._expiry_reason())
+            return
+        if self._renewing:
+            return
+        self._renewing = True
+        try:
+            self._client._executor().submit(self._renew_in_background)
+        except RuntimeError:
+            self._renewing = False
+
+    def _renew_in_background(self) -> None:
+        try:
+            self._renew_round(self.ttl, background=True)
+        except Exception:  # noqa: BLE001 - a loss is reported through .lost
+            pass
+        finally:
+            self._renewing = False
+            self._client._renewer.poke(self._next_due())
+
+    def _renew_round(self, ttl: float, background: bool) -> None:
+        ttl_ms = core.check_ttl(ttl)
+        ttl_s = ttl_ms / 1000
+        if self._pid != os.getpid() or self._released:
+            self.check()
+        if time.monotonic() >= self.valid_until:
+            # An expired validity is never extended: someone else may hold it now.
+            self._lose(self._stall_reason())
+            self.check()
+        rnd = self._client._round(["LOCK.RENEW", self.key, self.owner, ttl_ms])
+        until = rnd.valid_until(ttl_s)
+        now = time.monotonic()
+        every = max(self.ttl / 3, 0.001)
+        if until is not None:
+            with self._state:
+                if self._released:
+                    return
+                self.ttl = ttl_s
+                self.valid_until = until
+                self._next = now + max(ttl_s / 3, 0.001)
+                self._last_failure = None
+            return
+        if rnd.renew_verdict() == "lost":
+            self._lose_with_history(rnd)
+            self.check()
+        # Only unanswered: try again soon while validity is left.
+        self._last_failure = rnd.describe()
+        left = max(0.0, self.valid_until - now)
+        self._next = now + min(every / 4, left / 2)
+        if not background:
+            raise NotAcquired(
+                f"lock {self.key!r}: renewal failed ({rnd.describe()}); the hold stays valid until its validity ends",
+                key=self.key,
+                servers=rnd.servers(lambda f: not f.refused),
+            )
+
+    def _lose_with_history(self, rnd: Round[Any]) -> None:
+        refused = rnd.servers(lambda f: f.refused)
+        if refused:
+            what = f"LOCK.RENEW answered nil on {', '.join(refused)}: the lock expired or was taken away"
+        else:
+            what = f"renewal failed: {rnd.describe(lambda f: f.permanent)}"
+        cause, known = self._client._history(self.key, self.owner)
+        if cause:
+            what += f" ({core.describe_cause(cause)}; LOCK.HISTORY says {cause})"
+        elif not known:
+            what += " (the server keeps no LOCK.HISTORY, so it cannot say why)"
+        self._lose(what, cause)
+
+    def renew(self, ttl: float | None = None) -> None:
+        """Renews now (``ttl`` seconds from now, default the hold's ttl; it becomes the
+        hold's ttl). Raises ``LockLost`` when the hold is gone, ``NotAcquired`` (retryable)
+        when servers did not answer; the background renewal goes on either way."""
+        self._renew_round(self.ttl if ttl is None else ttl, background=False)
+
+    # --- release --------------------------------------------------------------------------
+
+    def release(self) -> bool:
+        """Stops the renewal and releases the hold on every server. Returns True when a
+        quorum released it, False when it was no longer held (lost, or released before).
+        In a forked child it does nothing and returns False: the hold is the parent's."""
+        if self._pid != os.getpid():
+            return False
+        with self._state:
+            if self._released:
+                return False
+            self._released = True
+        self._client._renewer.remove(self)
+        rnd = self._client._round(["LOCK.RELEASE", self.key, self.owner], until_all=len(self.tokens) > 1)
+        return rnd.won()
+
+    def _close(self) -> None:
+        with contextlib.suppress(RelockError):
+            self.release()
+
+    @contextlib.contextmanager
+    def reenter(self) -> Iterator[int]:
+        """A nested section under the same owner (LOCK.REENTER): yields the hold count, and
+        takes it back down by one on exit. The outer hold keeps renewing."""
+        self.check()
+        ttl_ms = core.check_ttl(self.ttl)
+        rnd = self._client._round(["LOCK.REENTER", self.key, self.owner, ttl_ms, *self._mode], until_all=True)
+        if not rnd.won():
+            self._client._round(["LOCK.RELEASE", self.key, self.owner], targets=rnd.agreed_by(), until_all=True)
+            if rnd.permanently_failed():
+                raise rnd.permanent_error(self.key)
+            raise LockLost(f"lock {self.key!r}: re-entry refused ({rnd.describe()})", key=self.key, reason="re-entry refused")
+        try:
+            yield int(max(rnd.agreed.values()))
+        finally:
+            if self._pid == os.getpid():
+                self._client._round(["LOCK.RELEASE", self.key, self.owner], targets=rnd.agreed_by(), until_all=True)

@@ -1,0 +1,98 @@
+"""The errors of relock. Every one says whether retrying the same call can help
+(``retryable``) and names the servers that failed (``servers``, as ``host:port``)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+class RelockError(Exception):
+    """Base of every error relock raises.
+
+    ``key`` is the lock's key (``None`` when the error is not about one), ``servers`` the
+    servers to blame (``host:port``; empty when none is), and ``retryable`` whether the same
+    call can succeed if tried again: False for a usage error or an answer that stays true
+    until someone changes the server or the key (the module is not loaded, the login was
+    refused, the key holds another type, another limit).
+    """
+
+    retryable: bool = True
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        servers: Sequence[str] = (),
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.key = key
+        self.servers: list[str] = list(servers)
+        if retryable is not None:
+            self.retryable = retryable
+
+
+class NotAcquired(RelockError):
+    """The lock was not acquired: another owner held it for the whole wait (or, with
+    ``wait=0``, at the one try), or too few Redlock masters granted it. Retrying can help."""
+
+    retryable = True
+
+
+class LockLost(RelockError):
+    """A hold ended while its holder still counted on it.
+
+    ``reason`` says what the client saw (a renewal refused, the validity run out, the
+    process forked); ``cause`` is the server's word for it from ``LOCK.HISTORY`` when the
+    server keeps one (``expired``, ``forcereleased``, ``deleted``, ``evicted``, ...), else
+    ``None``. Retrying the work needs a new acquisition: ``retryable`` is False for the hold.
+    """
+
+    retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        servers: Sequence[str] = (),
+        reason: str = "",
+        cause: str | None = None,
+    ) -> None:
+        super().__init__(message, key=key, servers=servers, retryable=False)
+        self.reason = reason
+        self.cause = cause
+
+
+class ServerError(RelockError):
+    """A server answered with an error, or did not answer. ``retryable`` says whether it may
+    pass (a timeout, a lost connection, ``LOADING``, ``BUSY``, ``OOM``, ``READONLY``,
+    ``TRYAGAIN``) or not (the module is not loaded, ``WRONGTYPE``, ``NOPERM``, a refused
+    login, an argument the server refuses)."""
+
+
+class OtherLimit(ServerError):
+    """A shared request named another limit than the one the key has on ``servers[0]``
+    (``ERR lock has another limit (n)``); ``limit`` is the key's (0: a read lock). Every
+    user of one semaphore must ask with one limit. Not retryable."""
+
+    retryable = False
+
+    def __init__(self, message: str, *, key: str, servers: Sequence[str], limit: int) -> None:
+        super().__init__(message, key=key, servers=servers, retryable=False)
+        self.limit = limit
+
+
+class OtherMode(ServerError):
+    """The owner already holds the key in the other mode (``ERR lock is held in another
+    mode``): holds are neither upgraded nor downgraded. Not retryable."""
+
+    retryable = False
+
+
+class InvalidArgument(RelockError, ValueError):
+    """A usage error found before any server was asked: a ttl outside 1 ms to 10^12 ms, a
+    limit outside 1 to 10^6, a limit over several independent masters. Not retryable."""
+
+    retryable = False

@@ -1,0 +1,207 @@
+"""Real redis-servers with the relock module for the tests: each on a free port (bound to
+port 0 first), in its own directory, ready within a deadline, killed on teardown."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[3]
+READY_WITHIN = 20.0
+
+
+def module_path() -> str:
+    env = os.environ.get("RELOCK_MODULE")
+    if env:
+        return env
+    for profile in ("debug", "release"):
+        p = REPO / "target" / profile / "librelock.so"
+        if p.exists():
+            return str(p)
+    raise RuntimeError("module not built: run `cargo build -p relock` (make test does)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def eventually(check: Callable[[], bool], within: float = 20.0, every: float = 0.01) -> bool:
+    """Whether ``check`` comes true within ``within`` seconds (a generous bound, never a
+    fixed sleep)."""
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(every)
+    return check()
+
+
+class Server:
+    def __init__(self, *args: str, module: bool = True) -> None:
+        self.dir = tempfile.mkdtemp(prefix="relock-py-test-")
+        self.args = list(args)
+        self.module = module
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.start()
+
+    def start(self, port: int | None = None) -> None:
+        last = ""
+        for _ in range(5):
+            self.port = port or free_port()
+            cmd = [
+                os.environ.get("REDIS_SERVER", "redis-server"),
+                "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+                "--save", "", "--appendonly", "no", "--logfile", "redis.log",
+                "--enable-debug-command", "yes",
+            ]
+            if self.module:
+                cmd += ["--loadmodule", module_path()]
+            self.proc = subprocess.Popen(cmd + self.args, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if self._ready():
+                return
+            last = self.log()
+            self.kill()
+            if port is not None or "Address already in use" not in last:
+                break
+        raise RuntimeError(f"redis-server did not start:\n{last}")
+
+    def _ready(self) -> bool:
+        end = time.monotonic() + READY_WITHIN
+        while time.monotonic() < end:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                return False
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+                    s.sendall(b"INFO server\r\n")
+                    data = b""
+                    while b"process_id:" not in data or not data.rstrip().endswith(b""):
+                        chunk = s.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                        if b"\r\n\r\n" in data[-8:] or len(data) > 200 and b"process_id:" in data:
+                            break
+                    if f"process_id:{self.proc.pid}\r".encode() in data:
+                        return True
+                    if b"LOADING" not in data and b"process_id:" in data:
+                        return False  # another server on our port
+            except OSError:
+                pass
+            time.sleep(0.02)
+        return False
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/"
+
+    def log(self) -> str:
+        try:
+            return (Path(self.dir) / "redis.log").read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def pause(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def close(self) -> None:
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Cluster:
+    """Six nodes with the module, three masters and three replicas (`redis-cli --cluster
+    create`), healthy before it is handed out."""
+
+    def __init__(self) -> None:
+        import redis
+
+        self.nodes: list[Server] = []
+        try:
+            for _ in range(6):
+                bus = str(free_port())
+                self.nodes.append(Server("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                         "--cluster-node-timeout", "2000", "--cluster-port", bus))
+            addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
+            out = subprocess.run(["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "1",
+                                  "--cluster-yes"], capture_output=True, text=True, timeout=120)
+            if out.returncode != 0:
+                raise RuntimeError(f"redis-cli --cluster create failed:\n{out.stdout}\n{out.stderr}")
+            self.redis = redis
+            if not eventually(self.healthy, 60, 0.1):
+                raise RuntimeError("cluster not healthy in time")
+        except BaseException:
+            self.close()
+            raise
+
+    def conn(self, n: Server) -> "Any":
+        return self.redis.Redis(port=n.port, socket_timeout=2, decode_responses=True)
+
+    def role(self, n: Server) -> str:
+        try:
+            return str(self.conn(n).info("replication")["role"])
+        except Exception:  # noqa: BLE001
+            return ""
+
+    def healthy(self) -> bool:
+        for n in self.nodes:
+            try:
+                c = self.conn(n)
+                info = c.cluster("info")
+                if info.get("cluster_state") != "ok" or int(info.get("cluster_known_nodes", 0)) != 6:
+                    return False
+                repl = c.info("replication")
+                if repl["role"] == "slave" and repl.get("master_link_status") != "up":
+                    return False
+                if repl["role"] == "master" and int(repl.get("connected_slaves", 0)) != 1:
+                    return False
+            except Exception:  # noqa: BLE001
+                return False
+        return True
+
+    def master_of(self, key: str) -> Server:
+        c = self.conn(self.nodes[0])
+        slot = int(c.cluster("keyslot", key))
+        for s, e, master, *_ in c.execute_command("CLUSTER", "SLOTS"):
+            if s <= slot <= e:
+                return next(n for n in self.nodes if n.port == int(master[1]))
+        raise KeyError(key)
+
+    def replica_of(self, master: Server) -> Server:
+        for n in self.nodes:
+            repl = self.conn(n).info("replication")
+            if repl["role"] == "slave" and int(repl["master_port"]) == master.port:
+                return n
+        raise KeyError(master.port)
+
+    def failover(self, replica: Server, old_master: Server) -> None:
+        self.conn(replica).execute_command("CLUSTER", "FAILOVER")
+        if not eventually(lambda: self.role(replica) == "master" and self.role(old_master) == "slave", 60, 0.05):
+            raise RuntimeError("failover did not happen in time")
+        eventually(self.healthy, 60, 0.1)
+
+    def close(self) -> None:
+        for n in self.nodes:
+            n.close()

@@ -1,0 +1,49 @@
+"""A Redis Cluster (3 masters, 3 replicas) and a failover under a held lock."""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import pytest
+import redis.cluster
+
+import relock
+from servers import Cluster
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    c = Cluster()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_cluster_lock_survives_a_failover(cluster: Cluster) -> None:
+    rc = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port, decode_responses=True)
+    locks = relock.Relock(rc)
+    with locks.lock("{orders}:1", ttl=3.0) as h, locks.lock("{orders}:2", limit=2) as p:
+        assert p.token > 0  # a semaphore is fine on a cluster: one master per key
+        master = cluster.master_of("{orders}:1")
+        replica = cluster.replica_of(master)
+        cluster.conn(master).execute_command("WAIT", 1, 5000)
+        cluster.failover(replica, master)
+        # Renewals now reach the promoted replica, which has the lock.
+        end = time.monotonic() + 4.0
+        while time.monotonic() < end:
+            h.check()
+            time.sleep(0.1)
+        info = locks.info("{orders}:1")
+        assert info is not None and info.owner == h.owner and info.token == h.token
+        assert cluster.master_of("{orders}:1").port == replica.port
+    assert locks.info("{orders}:1") is None
+    # Waiting on a cluster: handed over by the key's master.
+    first = locks.acquire("{jobs}:x", ttl=10)
+    assert first is not None
+    import threading
+
+    threading.Timer(0.3, first.release).start()
+    with locks.lock("{jobs}:x", wait=10) as second:
+        assert second.token > first.token
