@@ -20,6 +20,7 @@ pub enum ArgError {
     Count,
     Expiry,
     Limit,
+    Permits,
     Syntax,
 }
 
@@ -33,6 +34,7 @@ impl std::fmt::Display for ArgError {
             ArgError::Count => "ERR invalid count",
             ArgError::Expiry => "ERR invalid expiry",
             ArgError::Limit => "ERR invalid limit",
+            ArgError::Permits => "ERR invalid permits",
             ArgError::Syntax => "ERR syntax error",
         })
     }
@@ -147,6 +149,53 @@ pub fn holders_options(words: &[&[u8]]) -> Result<(Option<Vec<u8>>, usize), ArgE
     Ok((owner_arg, count_arg.unwrap_or(100)))
 }
 
+/// What `LOCK.APPLY` says after `key owner token count` (an effect, written by the module):
+/// `[PXAT unix_ms] [GRANTED unix_ms] [SHARED [LIMIT n [PERMITS p]]]`, in that order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ApplyTail {
+    pub expires_at: Option<i64>,
+    /// When the hold was granted (0: not said, an effect from an older module).
+    pub granted_at: i64,
+    /// A shared holder: the key's limit (0: none) and the permits it holds.
+    pub shared: Option<(u32, u32)>,
+}
+
+/// `LOCK.APPLY`'s words after `count`.
+pub fn apply_tail(words: &[&[u8]]) -> Result<ApplyTail, ArgError> {
+    let mut tail = ApplyTail::default();
+    let mut rest = words;
+    let is = |word: &[u8], name: &[u8]| word.eq_ignore_ascii_case(name);
+    if let [word, at, more @ ..] = rest {
+        if is(word, b"PXAT") {
+            tail.expires_at = Some(expiry_at_ms(at)? as i64);
+            rest = more;
+        }
+    }
+    if let [word, at, more @ ..] = rest {
+        if is(word, b"GRANTED") {
+            tail.granted_at = in_range(at, 0, 1 << 44, ArgError::Expiry)? as i64;
+            rest = more;
+        }
+    }
+    tail.shared = match rest {
+        [] => None,
+        [shared] if is(shared, b"SHARED") => Some((0, 1)),
+        [shared, limit, n] if is(shared, b"SHARED") && is(limit, b"LIMIT") => Some((
+            in_range(n, 1, u64::from(MAX_LIMIT), ArgError::Limit)? as u32,
+            1,
+        )),
+        [shared, limit, n, permits, p]
+            if is(shared, b"SHARED") && is(limit, b"LIMIT") && is(permits, b"PERMITS") =>
+        {
+            let n = in_range(n, 1, u64::from(MAX_LIMIT), ArgError::Limit)?;
+            let p = in_range(p, 1, n, ArgError::Permits)?;
+            Some((n as u32, p as u32))
+        }
+        _ => return Err(ArgError::Syntax),
+    };
+    Ok(tail)
+}
+
 /// An absolute expiry in Unix milliseconds: 1 <= at <= 2^62.
 pub fn expiry_at_ms(bytes: &[u8]) -> Result<u64, ArgError> {
     in_range(bytes, 1, 1 << 62, ArgError::Expiry)
@@ -155,6 +204,36 @@ pub fn expiry_at_ms(bytes: &[u8]) -> Result<u64, ArgError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn apply_tail_table() {
+        let tail = |words: &[&str]| {
+            let words: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+            apply_tail(&words)
+        };
+        let ok = |expires_at, granted_at, shared| {
+            Ok(ApplyTail {
+                expires_at,
+                granted_at,
+                shared,
+            })
+        };
+        assert_eq!(tail(&[]), ok(None, 0, None));
+        assert_eq!(tail(&["PXAT", "9"]), ok(Some(9), 0, None));
+        assert_eq!(tail(&["pxat", "9", "GRANTED", "5"]), ok(Some(9), 5, None));
+        assert_eq!(tail(&["PXAT", "9", "SHARED"]), ok(Some(9), 0, Some((0, 1))));
+        assert_eq!(
+            tail(&["PXAT", "9", "GRANTED", "5", "SHARED", "LIMIT", "3", "PERMITS", "2"]),
+            ok(Some(9), 5, Some((3, 2)))
+        );
+        assert_eq!(
+            tail(&["SHARED", "LIMIT", "3", "PERMITS", "4"]),
+            Err(ArgError::Permits)
+        );
+        assert_eq!(tail(&["GRANTED", "5", "PXAT", "9"]), Err(ArgError::Syntax));
+        assert_eq!(tail(&["SHARED", "PERMITS", "2"]), Err(ArgError::Syntax));
+        assert_eq!(tail(&["GRANTED", "-1"]), Err(ArgError::Expiry));
+    }
 
     #[test]
     fn integers_parse_like_redis() {

@@ -219,9 +219,8 @@ mod tests {
             limit,
             live,
             mine: mine.map(|count| Holder {
-                token: 7,
                 count,
-                lease_end: 100,
+                ..Holder::new(7, 100, 0)
             }),
         })
     }
@@ -241,9 +240,9 @@ mod tests {
 
     #[test]
     fn take_table() {
-        let a1 = Hold::new(b"a", 10, 1);
-        let a3 = Hold::new(b"a", 10, 3);
-        let a_max = Hold::new(b"a", 10, u32::MAX);
+        let a1 = Hold::new(b"a", 10, 1, 0);
+        let a3 = Hold::new(b"a", 10, 3, 0);
+        let a_max = Hold::new(b"a", 10, u32::MAX, 0);
         let held = |h| Seen::Exclusive(h);
         use Kind::{Acquire as Acq, Reenter as Re};
         use Take::*;
@@ -290,8 +289,8 @@ mod tests {
 
     #[test]
     fn release_and_renew_table() {
-        let a1 = Hold::new(b"a", 10, 1);
-        let a3 = Hold::new(b"a", 10, 3);
+        let a1 = Hold::new(b"a", 10, 1, 0);
+        let a3 = Hold::new(b"a", 10, 3, 0);
         #[rustfmt::skip]
         let rows: Vec<(&str, Seen<'_>, &[u8], Release, bool)> = vec![
             ("exclusive, last level",  Seen::Exclusive(&a1), b"a", Release::End, true),
@@ -310,7 +309,7 @@ mod tests {
 
     #[test]
     fn next_for_table() {
-        let a1 = Hold::new(b"a", 10, 1);
+        let a1 = Hold::new(b"a", 10, 1, 0);
         use Next::*;
         #[rustfmt::skip]
         let rows: Vec<(&str, Seen<'_>, &[u8], Mode, Next)> = vec![

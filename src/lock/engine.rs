@@ -652,17 +652,13 @@ impl<T: Handles> Engine<T> {
                 if let Some(shared) = key.shared() {
                     self.lapsed_ended(key, shared.len() as u64);
                 }
-                key.put(Hold::new(owner, token, 1), Some(lease_end));
+                key.put(Hold::new(owner, token, 1, now), Some(lease_end));
                 Ok(token)
             }
             Mode::Shared { limit } => {
                 self.make_room(key, limit, now);
                 let token = self.tokens.issue(&Now(now)).ok_or(Refusal::NoTokens)?;
-                let holder = Holder {
-                    token,
-                    count: 1,
-                    lease_end,
-                };
+                let holder = Holder::new(token, lease_end, now);
                 if key.put_holder(limit, owner, holder) {
                     Ok(token)
                 } else {

@@ -126,7 +126,7 @@ fn reentrancy_limit_is_an_error_that_changes_nothing() {
     // Raise the count to the limit through the replication effect.
     let t = sim.lock(K).expect("held").1;
     sim.take_effects();
-    let hold = super::Hold::new(b"a", t, MAX_COUNT);
+    let hold = super::Hold::new(b"a", t, MAX_COUNT, 0);
     let mut key = sim_key(&mut sim);
     sim.engine
         .apply(&mut sim.host, &mut key, hold, Some(START + 1000));

@@ -97,6 +97,7 @@ impl MemKey {
                 token: hold.token(),
                 count: hold.count(),
                 expires_at: self.expires_at,
+                granted_at: hold.granted_at(),
             }
             .words(&self.name),
             _ => Effect::Delete.words(&self.name),

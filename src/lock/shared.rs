@@ -11,7 +11,7 @@
 //!
 //! Memory is what the spec bounds (bytes per holder beyond its owner's bytes), so the set is a
 //! few flat arrays rather than maps of boxes:
-//! - `slots`: one 40-byte record per holder, in no particular order (a removal moves the last
+//! - `slots`: one 48-byte record per holder, in no particular order (a removal moves the last
 //!   record into the hole);
 //! - `owners`: every owner's bytes back to back, each record pointing at its own; the bytes of
 //!   removed owners are compacted away once they are a quarter of the whole (at most
@@ -53,9 +53,24 @@ pub struct Holder {
     pub count: u32,
     /// The last millisecond of its lease (Unix ms); it has lapsed once the clock is past it.
     pub lease_end: i64,
+    /// The semaphore's permits it holds (1 unless it asked for more; 1 for a reader).
+    pub permits: u32,
+    /// When it was granted (Unix ms); 0 if unknown (loaded from an older RDB encoding).
+    pub granted_at: i64,
 }
 
 impl Holder {
+    /// A hold of one permit, count 1, granted at `granted_at` (Unix ms, 0: unknown).
+    pub fn new(token: u64, lease_end: i64, granted_at: i64) -> Holder {
+        Holder {
+            token,
+            count: 1,
+            lease_end,
+            permits: 1,
+            granted_at,
+        }
+    }
+
     /// Whether the lease is alive at `now` (through its last millisecond).
     pub fn alive_at(&self, now: i64) -> bool {
         self.lease_end >= now
@@ -94,12 +109,19 @@ const NIL: u32 = u32::MAX;
 /// A free place in `table` (entries are slot numbers + 1).
 const EMPTY: u32 = 0;
 
-/// One holder's record, and its node in the treap.
+/// Bits of a record's `granted_permits` word that hold the grant time (Unix ms, until the year
+/// 2527); the permits (at most 10^6) take the 20 above.
+const GRANTED_BITS: u32 = 44;
+const GRANTED_MASK: u64 = (1 << GRANTED_BITS) - 1;
+
+/// One holder's record, and its node in the treap: 48 bytes.
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     /// Token (the low `TOKEN_BITS`), and `owner length - 1` in the 8 bits above.
     token_len: u64,
     lease_end: i64,
+    /// Grant time (the low `GRANTED_BITS`) and permits (above).
+    granted_permits: u64,
     /// Where the owner's bytes start in `owners`.
     owner_at: u32,
     count: u32,
@@ -125,6 +147,8 @@ impl Slot {
             token: self.token(),
             count: self.count,
             lease_end: self.lease_end,
+            permits: (self.granted_permits >> GRANTED_BITS) as u32,
+            granted_at: (self.granted_permits & GRANTED_MASK) as i64,
         }
     }
 }
@@ -222,10 +246,13 @@ impl Shared {
     pub fn insert(&mut self, owner: &[u8], holder: Holder) -> Result<(), Full> {
         let owner = &owner[..owner.len().clamp(1, 256)];
         let token_len = (holder.token & TOKEN_MASK) | ((owner.len() as u64 - 1) << TOKEN_BITS);
+        let granted_permits = (holder.granted_at.max(0) as u64 & GRANTED_MASK)
+            | (u64::from(holder.permits.min(MAX_LIMIT)) << GRANTED_BITS);
         if let Some((_, slot)) = self.find(owner) {
             let record = self.slots[slot];
             if record.token_len == token_len && record.lease_end == holder.lease_end {
                 self.slots[slot].count = holder.count;
+                self.slots[slot].granted_permits = granted_permits;
                 return Ok(());
             }
             // Its place in the treap moves with its lease end (and token).
@@ -234,6 +261,7 @@ impl Shared {
             record.token_len = token_len;
             record.lease_end = holder.lease_end;
             record.count = holder.count;
+            record.granted_permits = granted_permits;
             self.attach(slot as u32);
             return Ok(());
         }
@@ -254,6 +282,7 @@ impl Shared {
         self.slots.push(Slot {
             token_len,
             lease_end: holder.lease_end,
+            granted_permits,
             owner_at,
             count: holder.count,
             left: NIL,
@@ -782,11 +811,7 @@ mod tests {
     use super::*;
 
     fn h(token: u64, lease_end: i64) -> Holder {
-        Holder {
-            token,
-            count: 1,
-            lease_end,
-        }
+        Holder::new(token, lease_end, 1_800_000_000_000 + token as i64)
     }
 
     #[test]
@@ -838,8 +863,9 @@ mod tests {
                 .unwrap();
         }
         let per_holder = s.heap_size() / s.len() - 36;
+        // The spec allows 72 bytes beyond the owner with permits and grant times.
         assert!(
-            per_holder <= 56,
+            per_holder <= 64,
             "{per_holder} bytes per holder beyond its owner"
         );
         for i in 0..19_000u32 {

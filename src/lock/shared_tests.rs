@@ -352,31 +352,26 @@ fn every_change_is_one_effect_per_changed_holder() {
     sim.renew(K, b"a", 5000);
     let effects = sim.take_effects();
     assert_eq!(effects.len(), 1);
-    let lease_end = (START + 5000).to_string();
-    let expected: [&[u8]; 7] = [
+    let (lease_end, granted) = ((START + 5000).to_string(), START.to_string());
+    let got: Vec<&[u8]> = effects[0].iter().map(|w| w.as_slice()).collect();
+    let expected: [&[u8]; 10] = [
         b"LOCK.APPLY",
         K,
         b"a",
         b"PXAT",
         lease_end.as_bytes(),
+        b"GRANTED",
+        granted.as_bytes(),
         b"SHARED",
         b"LIMIT",
+        b"2",
     ];
-    let got = &effects[0];
+    // Every word but the token (3) and the count (4).
     assert_eq!(
-        [
-            &got[0][..],
-            &got[1],
-            &got[2],
-            &got[5],
-            &got[6],
-            &got[7],
-            &got[8]
-        ],
+        [&got[..3], &got[5..]].concat(),
         expected,
         "one holder's effect"
     );
-    assert_eq!(got[9], b"2");
     sim.release(K, b"b");
     assert_eq!(
         sim.take_effects(),
@@ -473,14 +468,7 @@ fn a_value_arriving_fails_every_waiter_it_conflicts_with(
     let (_, q) = sim.wait_as(K, b"q", 1000, 0, sem(2));
     let mut other = super::Shared::new(3);
     other
-        .insert(
-            b"y",
-            super::Holder {
-                token: 1,
-                count: 1,
-                lease_end: START + 50_000,
-            },
-        )
+        .insert(b"y", super::Holder::new(1, START + 50_000, 0))
         .unwrap();
     arrive(&mut sim, K, other);
     sim.settle();

@@ -271,33 +271,31 @@ pub fn drop_holder(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     Ok(engine(ctx, args, |e, h| e.drop_holder(h, &mut key, owner)))
 }
 
-/// `LOCK.APPLY key owner token count [PXAT unix_ms]`: sets a hold exactly as given. This is the
-/// effect that replicas and the AOF receive; it is not meant for clients.
+/// `LOCK.APPLY key owner token count [PXAT unix_ms] [GRANTED unix_ms] [SHARED [LIMIT n
+/// [PERMITS p]]]`: sets a hold exactly as given. This is the effect that replicas and the AOF
+/// receive; it is not meant for clients.
 pub fn apply(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     let owner = args::owner(args.bytes(2))?;
     let token = args::token(args.bytes(3))?;
     let count = args::count(args.bytes(4))?;
-    let (expires_at, mode_from) = if args.bytes(5).eq_ignore_ascii_case(b"PXAT") {
-        (Some(args::expiry_at_ms(args.bytes(6))? as i64), 7)
-    } else {
-        (None, 5)
-    };
-    let mode = mode(args, mode_from)?;
+    let tail = args::apply_tail(&args.rest(5))?;
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
-    match mode {
-        Mode::Exclusive => {
-            let hold = Hold::new(owner, token, count);
+    match tail.shared {
+        None => {
+            let hold = Hold::new(owner, token, count, tail.granted_at);
             Ok(engine(ctx, args, |e, h| {
-                e.apply(h, &mut key, hold, expires_at)
+                e.apply(h, &mut key, hold, tail.expires_at)
             }))
         }
-        Mode::Shared { limit } => {
+        Some((limit, permits)) => {
             // A shared holder's lease end is part of it.
-            let lease_end = expires_at.ok_or(ArgError::Syntax)?;
+            let lease_end = tail.expires_at.ok_or(ArgError::Syntax)?;
             let holder = Holder {
                 token,
                 count,
                 lease_end,
+                permits,
+                granted_at: tail.granted_at,
             };
             Ok(engine(ctx, args, |e, h| {
                 e.apply_holder(h, &mut key, limit, owner, holder)

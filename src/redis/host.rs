@@ -312,6 +312,7 @@ impl RedisKey {
                 token: hold.token(),
                 count: hold.count(),
                 expires_at,
+                granted_at: hold.granted_at(),
             });
         }
     }
