@@ -12,7 +12,7 @@ mod common;
 use std::time::Duration;
 
 use common::payload::{crc64, len, shared_fields, Field, Format, OP_EOF};
-use common::{acquire, lock_info, Server};
+use common::{lock_info, Server};
 use redis::Connection;
 
 /// A good exclusive lock in encoding version 1 (before shared holds): owner, token, count.
@@ -74,7 +74,10 @@ fn good_shared_v3() -> Vec<Field> {
 
 /// A shared value in encoding version 3: kind, limit, holders, and per holder owner, token,
 /// count, lease end, permits, grant time.
-fn shared_v3_fields(limit: u64, holders: &[(&[u8], u64, u64, i64, u64, i64)]) -> Vec<Field> {
+/// One holder of a version-3 value: owner, token, count, lease end, permits, grant time.
+type HolderV3<'a> = (&'a [u8], u64, u64, i64, u64, i64);
+
+fn shared_v3_fields(limit: u64, holders: &[HolderV3<'_>]) -> Vec<Field> {
     let mut f = vec![
         Field::Uint(1),
         Field::Uint(limit),
