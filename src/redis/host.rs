@@ -18,8 +18,8 @@ use super::ffi::{self, OwnedString};
 use super::globals::{self, Client, RedisHandles, Report};
 use super::{cluster, server};
 use crate::lock::{
-    Effect, Event, Hold, Holder, Host, Key, KeyId, KeyRef, LockMut, LockRef, LockValue, OpenError,
-    Outcome, Shared, State,
+    Blocked, Effect, Event, Hold, Holder, Host, Key, KeyId, KeyRef, LockMut, LockRef, LockValue,
+    OpenError, Outcome, Shared, State,
 };
 
 /// Blocks the client of the command running with a context and arguments (`clients::block`).
@@ -66,13 +66,32 @@ impl Host<RedisHandles> for RedisHost<'_> {
         server::state(self.ctx)
     }
 
-    fn block(&mut self) -> Option<(Client, Option<Caller>)> {
+    fn now_us(&self) -> u64 {
+        ffi::monotonic_us()
+    }
+
+    fn block(&mut self) -> Option<Blocked<RedisHandles>> {
         // Clients of the master's stream and of the AOF never block; nor do scripts and MULTI.
         let (argv, block) = self.command?;
         if !server::may_block(self.ctx) {
             return None;
         }
-        block(self.ctx, argv)
+        // SAFETY: `ctx` is the running command's context.
+        let id = unsafe { rm!(RedisModule_GetClientId(self.ctx)) };
+        let (client, caller) = block(self.ctx, argv)?;
+        Some(Blocked { client, caller, id })
+    }
+
+    fn caller_info(&mut self) -> String {
+        if self.command.is_none() {
+            return String::new();
+        }
+        // SAFETY: `ctx` is the running command's context.
+        let id = unsafe { rm!(RedisModule_GetClientId(self.ctx)) };
+        if id == 0 {
+            return String::new();
+        }
+        server::client_info(self.ctx, id)
     }
 
     fn open(&mut self, key: &KeyId) -> Result<RedisKey, OpenError> {
@@ -83,11 +102,26 @@ impl Host<RedisHandles> for RedisHost<'_> {
         if globals::with_migrations(importing).unwrap_or(true) {
             return Err(OpenError::Unavailable);
         }
+        // The context's selection is put back when the key closes: a context may share its
+        // client with a user's connection (Valkey 8.1 runs keyspace notifications on the
+        // executing client), which must never find itself in another db.
+        let before = ffi::selected_db(self.ctx);
         if !ffi::select_db(self.ctx, key.db) {
             return Err(OpenError::Unavailable);
         }
-        let name = OwnedString::new(self.ctx, &key.name).ok_or(OpenError::Unavailable)?;
-        RedisKey::open_as(self.ctx, key.db, Name::Owned(name), false, false)
+        let name = OwnedString::new(self.ctx, &key.name).ok_or(OpenError::Unavailable);
+        let opened = name
+            .and_then(|name| RedisKey::open_as(self.ctx, key.db, Name::Owned(name), false, false));
+        match opened {
+            Ok(mut opened) => {
+                opened.restore_db = (before != key.db).then_some(before);
+                Ok(opened)
+            }
+            Err(e) => {
+                ffi::select_db(self.ctx, before);
+                Err(e)
+            }
+        }
     }
 
     fn start_timer(&mut self, delay_ms: i64, number: u64) -> raw::RedisModuleTimerID {
@@ -167,6 +201,9 @@ pub struct RedisKey {
     from_command: bool,
     /// `None` for a read-only open of a missing key (Redis returns no handle then).
     key: Option<NonNull<raw::RedisModuleKey>>,
+    /// The db to select again in `ctx` once the key is closed (opened by the module for its
+    /// own work in another db than the context's).
+    restore_db: Option<c_int>,
     /// Declared after `key`: the open key refers to its name, so the name is freed after it.
     name: Name,
 }
@@ -207,6 +244,7 @@ impl RedisKey {
             db,
             from_command,
             key: NonNull::new(key.cast::<raw::RedisModuleKey>()),
+            restore_db: None,
             name,
         };
         let Some(key) = opened.key else {
@@ -263,6 +301,8 @@ impl RedisKey {
         // SAFETY: an open key handle, opened for writing; Redis takes ownership of `value`,
         // a value of our type.
         unsafe { rm!(RedisModule_ModuleTypeSetValue(key, lock_type(), value)) };
+        // Replacing a value unlinks the old one; no notification follows.
+        globals::forget_unlinked();
     }
 
     /// Deletes the key (the engine has decided the lock is gone).
@@ -494,6 +534,9 @@ impl Drop for RedisKey {
         if !self.raw().is_null() {
             // SAFETY: the handle opened in `open_as`, closed exactly once, here.
             unsafe { rm!(RedisModule_CloseKey(self.raw())) };
+        }
+        if let Some(db) = self.restore_db {
+            ffi::select_db(self.ctx, db);
         }
     }
 }
