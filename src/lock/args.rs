@@ -149,6 +149,56 @@ pub fn holders_options(words: &[&[u8]]) -> Result<(Option<Vec<u8>>, usize), ArgE
     Ok((owner_arg, count_arg.unwrap_or(100)))
 }
 
+/// A count of entries to list (0..=2^32-1).
+fn list_count(bytes: &[u8]) -> Result<usize, ArgError> {
+    Ok(in_range(bytes, 0, u64::from(u32::MAX), ArgError::Count)? as usize)
+}
+
+/// `LOCK.WAITERS`' options after the key: `[COUNT n]` (default 100; 0 means all).
+pub fn waiters_options(words: &[&[u8]]) -> Result<usize, ArgError> {
+    match words {
+        [] => Ok(100),
+        [word, n] if word.eq_ignore_ascii_case(b"COUNT") => list_count(n),
+        _ => Err(ArgError::Syntax),
+    }
+}
+
+/// What `LOCK.LOG` and `LOCK.STATS` are asked for: the first `n` entries, or to forget them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listing {
+    First(usize),
+    Reset,
+}
+
+/// `LOCK.LOG [count | RESET]` (default 10).
+pub fn log_options(words: &[&[u8]]) -> Result<Listing, ArgError> {
+    match words {
+        [] => Ok(Listing::First(10)),
+        [word] if word.eq_ignore_ascii_case(b"RESET") => Ok(Listing::Reset),
+        [n] => Ok(Listing::First(list_count(n)?)),
+        _ => Err(ArgError::Syntax),
+    }
+}
+
+/// `LOCK.HISTORY key [count]` after the key (default 10).
+pub fn history_count(words: &[&[u8]]) -> Result<usize, ArgError> {
+    match words {
+        [] => Ok(10),
+        [n] => list_count(n),
+        _ => Err(ArgError::Syntax),
+    }
+}
+
+/// `LOCK.STATS [COUNT n | RESET]` (default 10).
+pub fn stats_options(words: &[&[u8]]) -> Result<Listing, ArgError> {
+    match words {
+        [] => Ok(Listing::First(10)),
+        [word] if word.eq_ignore_ascii_case(b"RESET") => Ok(Listing::Reset),
+        [word, n] if word.eq_ignore_ascii_case(b"COUNT") => Ok(Listing::First(list_count(n)?)),
+        _ => Err(ArgError::Syntax),
+    }
+}
+
 /// What `LOCK.APPLY` says after `key owner token count` (an effect, written by the module):
 /// `[PXAT unix_ms] [GRANTED unix_ms] [SHARED [LIMIT n [PERMITS p]]]`, in that order.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -203,6 +253,28 @@ pub fn expiry_at_ms(bytes: &[u8]) -> Result<u64, ArgError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn listing_options() {
+        use super::Listing::*;
+        assert_eq!(waiters_options(&[]), Ok(100));
+        assert_eq!(waiters_options(&[b"count", b"0"]), Ok(0));
+        assert_eq!(waiters_options(&[b"COUNT", b"-1"]), Err(ArgError::Count));
+        assert_eq!(waiters_options(&[b"COUNT"]), Err(ArgError::Syntax));
+        assert_eq!(waiters_options(&[b"LIMIT", b"1"]), Err(ArgError::Syntax));
+        assert_eq!(log_options(&[]), Ok(First(10)));
+        assert_eq!(log_options(&[b"reset"]), Ok(Reset));
+        assert_eq!(log_options(&[b"5"]), Ok(First(5)));
+        assert_eq!(log_options(&[b"5x"]), Err(ArgError::Count));
+        assert_eq!(log_options(&[b"5", b"6"]), Err(ArgError::Syntax));
+        assert_eq!(history_count(&[]), Ok(10));
+        assert_eq!(history_count(&[b"4294967295"]), Ok(u32::MAX as usize));
+        assert_eq!(history_count(&[b"4294967296"]), Err(ArgError::Count));
+        assert_eq!(stats_options(&[]), Ok(First(10)));
+        assert_eq!(stats_options(&[b"RESET"]), Ok(Reset));
+        assert_eq!(stats_options(&[b"COUNT", b"3"]), Ok(First(3)));
+        assert_eq!(stats_options(&[b"3"]), Err(ArgError::Syntax));
+    }
+
     use super::*;
 
     #[test]

@@ -27,7 +27,8 @@
 
 use super::decide::{self, Kind, Next, Release, Seen, Take};
 use super::errors::{LockError, Refusal};
-use super::host::{Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
+use super::host::{Blocked, Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
+use super::journal::Reason;
 use super::packed::{Hold, LockRef};
 use super::queue::WaiterId;
 use super::schedule::{Due, Job, Schedule, TimerId, Work};
@@ -35,6 +36,7 @@ use super::shared::{Holder, Mode};
 use super::stats::Stats;
 use super::tokens::{Clock, Tokens};
 use super::waiters::{Deadline, Removed, Waiter, Waiters};
+use super::watch::{At, EndedHold, Watch};
 
 pub use super::schedule::{MAX_TIMER_MS, RETRY_MS};
 
@@ -60,8 +62,25 @@ pub enum Reply {
     Info(Info),
     /// `LOCK.HOLDERS`: one entry per holder, in grant order.
     Holders(Vec<HolderInfo>),
+    /// `LOCK.WAITERS`: one entry per waiter, in queue order.
+    Waiters(Vec<WaiterInfo>),
     /// The client is blocked; its answer comes later through [`Host::unblock`].
     Blocked,
+}
+
+/// One entry of `LOCK.WAITERS`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaiterInfo {
+    pub owner: Box<[u8]>,
+    pub mode: Mode,
+    /// The waiting connection's id.
+    pub client: u64,
+    /// Ms since it queued.
+    pub waited_ms: u64,
+    /// Ms left before it times out, -1 without a timeout.
+    pub timeout_ms: i64,
+    /// The ttl it asked for.
+    pub ttl_ms: u64,
 }
 
 /// An acquiring request: `LOCK.ACQUIRE`, `LOCK.REENTER`, and what `LOCK.WAIT` asks for.
@@ -122,6 +141,7 @@ pub struct Engine<T: Handles> {
     schedule: Schedule<T>,
     tokens: Tokens,
     stats: Stats,
+    watch: Watch,
     /// Units of work done in the current turn the engine started by itself.
     work: usize,
 }
@@ -133,6 +153,7 @@ impl<T: Handles> Default for Engine<T> {
             schedule: Schedule::default(),
             tokens: Tokens::new(),
             stats: Stats::default(),
+            watch: Watch::default(),
             work: 0,
         }
     }
@@ -178,12 +199,21 @@ impl<T: Handles> Engine<T> {
             return reply;
         }
         self.stats.contended += 1;
-        let Some((client, caller)) = host.block() else {
+        let Some(Blocked {
+            client,
+            caller,
+            id: connection,
+        }) = host.block()
+        else {
             // The server will not block this client: it gets nil, as a wait that timed out.
+            self.watch.contended(key.id());
             return Reply::Nil;
         };
+        self.watch.queued(key.id());
         let now = host.now_ms();
         let id = key.id().to_id();
+        let times_out_at = (wait.timeout_ms > 0)
+            .then(|| now.saturating_add(i64::try_from(wait.timeout_ms).unwrap_or(i64::MAX)));
         let waiter = self.waiters.join(
             &id,
             Waiter {
@@ -193,11 +223,12 @@ impl<T: Handles> Engine<T> {
                 ttl_ms: request.ttl_ms,
                 caller,
                 timeout: None,
-                since: now,
+                since_us: host.now_us(),
+                connection,
+                times_out_at,
             },
         );
-        if wait.timeout_ms > 0 {
-            let ends_at = now.saturating_add(i64::try_from(wait.timeout_ms).unwrap_or(i64::MAX));
+        if let Some(ends_at) = times_out_at {
             let timer = self
                 .schedule
                 .start(host, ends_at, Due::WaitEnds { client, waiter });
@@ -215,15 +246,19 @@ impl<T: Handles> Engine<T> {
     pub fn release<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, owner: &[u8]) -> Reply {
         let seen = Seen::of(key, owner, || host.now_ms());
         let reply = match decide::release(seen, owner) {
-            Release::NotHeld => Reply::Nil,
+            Release::NotHeld => {
+                self.end_own_lapsed(key, owner, host.now_ms());
+                Reply::Nil
+            }
             Release::Decrement { count } => {
                 let token = self.set_count(key, owner, count);
                 self.waiters.confirm(token);
                 Reply::Integer(u64::from(count))
             }
             Release::End => {
-                if let Some(token) = end_hold(key, owner) {
-                    self.waiters.confirm(token);
+                if let Some(hold) = end_hold(key, owner) {
+                    self.waiters.confirm(hold.token);
+                    self.watch.held(host.now_ms(), hold.granted_at);
                 }
                 key.notify(Event::Released);
                 self.stats.released += 1;
@@ -252,6 +287,7 @@ impl<T: Handles> Engine<T> {
             self.expiry_moved(host, key);
             Reply::Integer(token)
         } else {
+            self.end_own_lapsed(key, owner, now);
             Reply::Nil
         };
         self.note_lapsed(host, key);
@@ -259,7 +295,7 @@ impl<T: Handles> Engine<T> {
     }
 
     /// `LOCK.FORCERELEASE key [owner]`: ends every live hold of the key (replies how many), or
-    /// only `owner`'s (replies 1 or 0), and hands the lock on.
+    /// only `owner`'s (replies 1 or 0), and hands the lock on. The journal learns who did it.
     pub fn force_release<H: Host<T>>(
         &mut self,
         host: &mut H,
@@ -267,21 +303,32 @@ impl<T: Handles> Engine<T> {
         owner: Option<&[u8]>,
     ) -> Reply {
         let now = host.now_ms();
+        let mut ended_holds = Vec::new();
         let ended = match (key.lock(), owner) {
             (None, _) => 0,
             (Some(LockRef::Exclusive(hold)), Some(owner)) if !hold.is_held_by(owner) => 0,
-            (Some(LockRef::Exclusive(_)), _) => {
+            (Some(LockRef::Exclusive(hold)), _) => {
+                ended_holds.push(ended_hold(hold));
                 key.remove();
                 1
             }
             (Some(LockRef::Shared(shared)), None) => {
                 let live = shared.live(now);
                 self.stats.expired += (shared.len() - live) as u64;
+                // Described in part when many end at once: what the journal and the hold
+                // distribution can use.
+                ended_holds.extend(
+                    shared
+                        .first_alive(self.watch.bulk(), now)
+                        .into_iter()
+                        .map(|(o, h)| ended_holder(o, h)),
+                );
                 key.remove();
                 live
             }
             (Some(LockRef::Shared(shared)), Some(owner)) => match shared.get_alive(owner, now) {
-                Some(_) => {
+                Some(holder) => {
+                    ended_holds.push(ended_holder(owner, holder));
                     key.remove_holder(owner);
                     1
                 }
@@ -289,6 +336,19 @@ impl<T: Handles> Engine<T> {
             },
         };
         if ended > 0 {
+            let client = if self.watch.records(Reason::ForceReleased) {
+                host.caller_info()
+            } else {
+                String::new()
+            };
+            let at = At {
+                key: key.id(),
+                now,
+                waiters: self.waiters.queued(key.id()),
+            };
+            for hold in &ended_holds {
+                self.watch.lost(at, hold, Reason::ForceReleased, &client);
+            }
             key.notify(Event::ForceReleased);
             self.stats.forcereleased += ended as u64;
             self.hand_off(host, key);
@@ -478,6 +538,25 @@ impl<T: Handles> Engine<T> {
         }
     }
 
+    /// Holds ended behind the engine's back, for `reason` (their key expired, was deleted,
+    /// evicted, overwritten, moved...): the journal and the hold distribution learn of them.
+    /// `holds` describes them, at most [`Engine::describes`] of them.
+    pub fn holds_lost(&mut self, key: KeyRef<'_>, now: i64, reason: Reason, holds: &[EndedHold]) {
+        let at = At {
+            key,
+            now,
+            waiters: self.waiters.queued(key),
+        };
+        for hold in holds {
+            self.watch.lost(at, hold, reason, "");
+        }
+    }
+
+    /// Every hold of `dbs` (all if `None`) ended at once (`flushed`, `swapped`): one entry.
+    pub fn all_lost(&mut self, now: i64, dbs: Option<(i32, i32)>, reason: Reason) {
+        self.watch.all_ended(now, dbs, reason);
+    }
+
     /// `holds` holds ended because their lock's TTL ran out (counted for `INFO`).
     pub fn count_expired(&mut self, holds: u64) {
         self.stats.expired += holds;
@@ -527,7 +606,7 @@ impl<T: Handles> Engine<T> {
     pub fn client_gone<H: Host<T>>(&mut self, host: &mut H, client: T::Client) {
         if let Some(token) = self.waiters.answer_lost(client) {
             self.schedule.push(host, Job::Revoke(token));
-        } else if self.leave_queue(host, client) {
+        } else if self.leave_queue(host, client).is_some() {
             host.unblock(client, Outcome::TimedOut);
         }
     }
@@ -553,6 +632,50 @@ impl<T: Handles> Engine<T> {
     /// The largest token issued or observed.
     pub fn last_token(&self) -> u64 {
         self.tokens.last()
+    }
+
+    /// How many of the holds of a key ending behind its back (deleted, expired...) the engine
+    /// wants described to [`Engine::holds_lost`]: 0 when neither the journal nor the
+    /// statistics keep anything of them.
+    pub fn describes(&self) -> usize {
+        if self.watch.wants_any() {
+            self.watch.bulk()
+        } else {
+            0
+        }
+    }
+
+    /// The journal and the statistics.
+    pub fn watch(&self) -> &Watch {
+        &self.watch
+    }
+
+    /// The journal and the statistics, to configure or reset.
+    pub fn watch_mut(&mut self) -> &mut Watch {
+        &mut self.watch
+    }
+
+    /// `LOCK.WAITERS key [COUNT n]`: the first `count` waiters of `key` (0: all), in queue
+    /// order. O(min(count, N)).
+    pub fn waiters_of<H: Host<T>>(&self, host: &H, key: KeyRef<'_>, count: usize) -> Reply {
+        let (now, now_us) = (host.now_ms(), host.now_us());
+        let count = if count == 0 { usize::MAX } else { count };
+        let list = self
+            .waiters
+            .iter(key)
+            .take(count)
+            .map(|(_, w)| WaiterInfo {
+                owner: w.owner.clone(),
+                mode: w.mode,
+                client: w.connection,
+                waited_ms: now_us.saturating_sub(w.since_us) / 1000,
+                timeout_ms: w
+                    .times_out_at
+                    .map_or(-1, |at| at.saturating_sub(now).max(0)),
+                ttl_ms: w.ttl_ms,
+            })
+            .collect();
+        Reply::Waiters(list)
     }
 
     /// The counters.
@@ -610,6 +733,7 @@ impl<T: Handles> Engine<T> {
             Take::Refuse(refusal) => Reply::Error(refusal.into()),
             Take::Wait => {
                 self.stats.contended += 1;
+                self.watch.contended(key.id());
                 Reply::Nil
             }
             Take::Refresh { count } => {
@@ -650,7 +774,9 @@ impl<T: Handles> Engine<T> {
                 let token = self.tokens.issue(&Now(now)).ok_or(Refusal::NoTokens)?;
                 // A shared value left with lapsed leases only is replaced whole.
                 if let Some(shared) = key.shared() {
-                    self.lapsed_ended(key, shared.len() as u64);
+                    let holders = shared.len() as u64;
+                    self.journal_lapsed(key);
+                    self.lapsed_ended(key, holders);
                 }
                 key.put(Hold::new(owner, token, 1, now), Some(lease_end));
                 Ok(token)
@@ -678,6 +804,7 @@ impl<T: Handles> Engine<T> {
         };
         if shared.live(now) == 0 {
             let holders = shared.len() as u64;
+            self.journal_lapsed(key);
             key.remove();
             self.lapsed_ended(key, holders);
             return;
@@ -694,10 +821,69 @@ impl<T: Handles> Engine<T> {
         };
         let mut ended = 0;
         while let Some(owner) = first_lapsed_in_the_way(key) {
+            self.journal_one_lapsed(key, &owner);
             key.end_lapsed(&owner);
             ended += 1;
         }
         self.lapsed_ended(key, ended);
+    }
+
+    /// The caller's own shared lease lapsed: it is removed now, in its command, so that the
+    /// caller who learns its hold is gone (a nil from `LOCK.RENEW` or `LOCK.RELEASE`) finds why
+    /// in `LOCK.HISTORY` at once.
+    fn end_own_lapsed<K: Key>(&mut self, key: &mut K, owner: &[u8], now: i64) {
+        let lapsed = key
+            .shared()
+            .and_then(|s| s.get(owner))
+            .is_some_and(|h| !h.alive_at(now));
+        if !lapsed {
+            return;
+        }
+        self.journal_one_lapsed(key, owner);
+        key.end_lapsed(owner);
+        if key.lock().is_some() {
+            self.lapsed_ended(key, 1);
+        } else {
+            self.stats.expired += 1;
+        }
+    }
+
+    /// The journal learns of the lapsed leases of a shared key about to be replaced whole (as
+    /// many as it and the hold distribution can use).
+    fn journal_lapsed<K: Key>(&mut self, key: &K) {
+        if !self.watch.wants(Reason::Expired) {
+            return;
+        }
+        let Some(shared) = key.shared() else {
+            return;
+        };
+        let waiters = self.waiters.queued(key.id());
+        for (owner, holder) in shared.sample(self.watch.bulk()) {
+            let at = At {
+                key: key.id(),
+                now: holder.lease_end,
+                waiters,
+            };
+            self.watch
+                .lost(at, &ended_holder(owner, holder), Reason::Expired, "");
+        }
+    }
+
+    /// The journal learns of one lapsed lease about to be removed.
+    fn journal_one_lapsed<K: Key>(&mut self, key: &K, owner: &[u8]) {
+        if !self.watch.wants(Reason::Expired) {
+            return;
+        }
+        let Some(holder) = key.shared().and_then(|s| s.get(owner)) else {
+            return;
+        };
+        let at = At {
+            key: key.id(),
+            now: holder.lease_end,
+            waiters: self.waiters.queued(key.id()),
+        };
+        self.watch
+            .lost(at, &ended_holder(owner, holder), Reason::Expired, "");
     }
 
     /// `holds` lapsed leases were ended by the engine: counted, and signalled while the key
@@ -781,6 +967,8 @@ impl<T: Handles> Engine<T> {
                 Ok(token) => {
                     self.stats.granted += 1;
                     self.work += 1;
+                    let waited = host.now_us().saturating_sub(waiter.since_us);
+                    self.watch.waited(id.as_ref(), waited, true);
                     let new = next == Next::Grant;
                     self.waiters
                         .answered(waiter.client, token, id, &waiter.owner, new);
@@ -880,16 +1068,14 @@ impl<T: Handles> Engine<T> {
     }
 
     /// Takes a waiting client out of its queue (the caller unblocks it); the head leaving may let
-    /// those behind it in. False if it was not waiting.
-    fn leave_queue<H: Host<T>>(&mut self, host: &mut H, client: T::Client) -> bool {
-        let Some((key, was_head, removed)) = self.waiters.leave(client) else {
-            return false;
-        };
+    /// those behind it in. Returns its key and when it queued; none if it was not waiting.
+    fn leave_queue<H: Host<T>>(&mut self, host: &mut H, client: T::Client) -> Option<(KeyId, u64)> {
+        let (key, was_head, removed) = self.waiters.leave(client)?;
         self.stop_timers(host, removed.waiter.timeout, removed.deadline);
         if was_head && self.waiters.queued(key.as_ref()) > 0 {
-            self.schedule.push(host, Job::Serve(key));
+            self.schedule.push(host, Job::Serve(key.clone()));
         }
-        true
+        Some((key, removed.waiter.since_us))
     }
 
     /// A wait's timer fired: the waiter leaves with nil, unless it was served first.
@@ -897,10 +1083,14 @@ impl<T: Handles> Engine<T> {
         if self
             .waiters
             .waiting(client)
-            .is_some_and(|(_, waiting)| waiting == waiter)
-            && self.leave_queue(host, client)
+            .is_none_or(|(_, waiting)| waiting != waiter)
         {
+            return;
+        }
+        if let Some((key, since_us)) = self.leave_queue(host, client) {
             self.stats.wait_timeouts += 1;
+            let waited = host.now_us().saturating_sub(since_us);
+            self.watch.waited(key.as_ref(), waited, false);
             host.unblock(client, Outcome::TimedOut);
         }
     }
@@ -971,7 +1161,14 @@ impl<T: Handles> Engine<T> {
         if !held {
             return;
         }
-        end_hold(&mut key, &owner);
+        if let Some(hold) = end_hold(&mut key, &owner) {
+            let at = At {
+                key: id.as_ref(),
+                now: host.now_ms(),
+                waiters: self.waiters.queued(id.as_ref()),
+            };
+            self.watch.lost(at, &hold, Reason::Revoked, "");
+        }
         key.notify(Event::Released);
         self.stats.released += 1;
         self.grant_pass(host, &mut key, &id);
@@ -999,6 +1196,7 @@ impl<T: Handles> Engine<T> {
             let Some(owner) = first_lapsed(&key) else {
                 break;
             };
+            self.journal_one_lapsed(&key, &owner);
             key.end_lapsed(&owner);
             ended += 1;
         }
@@ -1084,18 +1282,39 @@ fn refresh<K: Key>(key: &mut K, owner: &[u8], count: Option<u32>, lease_end: i64
     }
 }
 
-/// Ends `owner`'s hold (the whole lock if exclusive); returns its token.
-fn end_hold<K: Key>(key: &mut K, owner: &[u8]) -> Option<u64> {
-    let token = match key.lock()? {
+/// Ends `owner`'s hold (the whole lock if exclusive); returns what it was.
+fn end_hold<K: Key>(key: &mut K, owner: &[u8]) -> Option<EndedHold> {
+    let ended = match key.lock()? {
         LockRef::Exclusive(hold) => {
-            let token = hold.token();
+            let ended = ended_hold(hold);
             key.remove();
-            return Some(token);
+            return Some(ended);
         }
-        LockRef::Shared(shared) => shared.get(owner)?.token,
+        LockRef::Shared(shared) => {
+            let h = shared.get(owner)?;
+            ended_holder(owner, h)
+        }
     };
     key.remove_holder(owner);
-    Some(token)
+    Some(ended)
+}
+
+/// An exclusive hold, as the journal describes it.
+fn ended_hold(hold: &Hold) -> EndedHold {
+    EndedHold {
+        owner: hold.owner().into(),
+        token: hold.token(),
+        granted_at: hold.granted_at(),
+    }
+}
+
+/// A shared holder, as the journal describes it.
+fn ended_holder(owner: &[u8], holder: Holder) -> EndedHold {
+    EndedHold {
+        owner: owner.into(),
+        token: holder.token,
+        granted_at: holder.granted_at,
+    }
 }
 
 /// When a hold of the key next ends: the lock's expiry, or a shared key's next live lease end

@@ -12,7 +12,7 @@ use std::rc::Rc;
 
 use super::effect::Effect;
 use super::engine::{Engine, Reply, Request, Wait};
-use super::host::{Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
+use super::host::{Blocked, Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
 use super::packed::{Hold, LockRef, LockValue};
 use super::shared::{Holder, Mode, Shared};
 
@@ -258,6 +258,8 @@ pub struct MemHost {
     /// The client the running command may block as (its caller has its number too); `None`
     /// when no command runs or it may not block.
     blockable: Option<u64>,
+    /// What [`Host::caller_info`] answers.
+    pub caller_info: String,
 }
 
 impl Handles for MemHost {
@@ -300,8 +302,23 @@ impl Host<MemHost> for MemHost {
         }
     }
 
-    fn block(&mut self) -> Option<(u64, Option<u64>)> {
-        self.blockable.take().map(|client| (client, Some(client)))
+    fn now_us(&self) -> u64 {
+        // The simulated clock is the only clock: waits are measured in its ms.
+        u64::try_from(self.now_ms())
+            .unwrap_or(0)
+            .saturating_mul(1000)
+    }
+
+    fn block(&mut self) -> Option<Blocked<MemHost>> {
+        self.blockable.take().map(|client| Blocked {
+            client,
+            caller: Some(client),
+            id: client,
+        })
+    }
+
+    fn caller_info(&mut self) -> String {
+        self.caller_info.clone()
     }
 
     fn unblock(&mut self, client: u64, outcome: Outcome) {

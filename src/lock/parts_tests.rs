@@ -167,7 +167,9 @@ fn waiter(client: u64, mode: Mode) -> Waiter<MemHost> {
         ttl_ms: 1000,
         caller: None,
         timeout: None,
-        since: 0,
+        since_us: 0,
+        connection: client,
+        times_out_at: None,
     }
 }
 

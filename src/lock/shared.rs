@@ -452,6 +452,14 @@ impl Shared {
         list
     }
 
+    /// At most `n` holders, lapsed or not, in no particular order. O(n).
+    pub fn sample(&self, n: usize) -> impl Iterator<Item = (&[u8], Holder)> {
+        self.slots
+            .iter()
+            .take(n)
+            .map(|s| (self.owner_of_slot(s), s.holder()))
+    }
+
     /// Holders in grant order (ascending token), lapsed or not.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], Holder)> {
         self.holders().into_iter()

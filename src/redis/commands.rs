@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 use std::ffi::CStr;
-use std::os::raw::c_int;
+use std::os::raw::{c_int, c_long};
 
 use redis_module::raw;
 
@@ -12,9 +12,10 @@ use super::ffi::{self, error_text};
 use super::globals::{self, RedisHandles};
 use super::host::{RedisHost, RedisKey};
 use super::{clients, server};
+use crate::lock::args::Listing;
 use crate::lock::{
-    args, errors, ArgError, Engine, Hold, Holder, HolderInfo, Info, Mode, OpenError, Reply,
-    Request, Wait,
+    args, errors, ArgError, Engine, Entry, Hold, Holder, HolderInfo, HotKey, Info, Key, KeyStats,
+    Mode, OpenError, Reply, Request, Wait, WaiterInfo, Watch,
 };
 
 type Ctx = *mut raw::RedisModuleCtx;
@@ -96,6 +97,8 @@ impl Command {
 /// What a command answers.
 pub enum Answer {
     Engine(Reply),
+    /// Already replied (a listing written straight from the engine's state).
+    Sent,
     Error(Cow<'static, str>),
     WrongType,
     WrongArity,
@@ -263,6 +266,75 @@ pub fn force_release(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     }))
 }
 
+/// `LOCK.WAITERS key [COUNT n]`
+pub fn waiters(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    let count = args::waiters_options(&args.rest(2))?;
+    let key = RedisKey::open(ctx, args.raw(1), true)?;
+    Ok(engine(ctx, args, |e, h| e.waiters_of(h, key.id(), count)))
+}
+
+/// `LOCK.LOG [count | RESET]`
+pub fn log(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    let listing = args::log_options(&args.rest(1))?;
+    globals::journal_pending_flush();
+    Ok(match listing {
+        Listing::Reset => watch(|w| {
+            w.journal.reset();
+            Reply::Ok
+        }),
+        Listing::First(n) => send_from_watch(|w| reply_entries(ctx, &w.journal.latest(n))),
+    })
+}
+
+/// `LOCK.HISTORY key [count]`
+pub fn history(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    let count = args::history_count(&args.rest(2))?;
+    // The key's value now does not matter: a lock overwritten by a string has a history.
+    let (db, name) = (ffi::selected_db(ctx), args.bytes(1));
+    globals::journal_pending_flush();
+    Ok(send_from_watch(|w| {
+        reply_entries(ctx, &w.journal.of_key(db, name, count))
+    }))
+}
+
+/// `LOCK.STATS [COUNT n | RESET]`
+pub fn stats(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    Ok(match args::stats_options(&args.rest(1))? {
+        Listing::Reset => watch(|w| {
+            w.contention.reset();
+            Reply::Ok
+        }),
+        Listing::First(n) => send_from_watch(|w| {
+            let hottest = w.contention.keys.hottest(n);
+            // SAFETY: `ctx` is the running command's context.
+            unsafe { rm!(RedisModule_ReplyWithArray(ctx, hottest.len() as c_long)) };
+            for (key, stats) in hottest {
+                reply_key_stats(ctx, key, stats);
+            }
+        }),
+    })
+}
+
+/// Changes the journal or the statistics; the reply.
+fn watch(f: impl FnOnce(&mut Watch) -> Reply) -> Answer {
+    let mut f = Some(f);
+    let mut reply = None;
+    let done = globals::configure(|w| reply = f.take().map(|f| f(w)));
+    match reply {
+        Some(reply) if done => Answer::Engine(reply),
+        _ => Answer::Error(Cow::Borrowed(INTERNAL)),
+    }
+}
+
+/// Replies with `send`, reading the journal and the statistics in place (a long listing is
+/// not copied first).
+fn send_from_watch(send: impl FnOnce(&Watch)) -> Answer {
+    match globals::read_engine(|e| send(e.watch())) {
+        Some(()) => Answer::Sent,
+        None => Answer::Error(Cow::Borrowed(INTERNAL)),
+    }
+}
+
 /// `LOCK.DROP key owner`: removes one shared holder exactly. The effect replicas and the AOF
 /// receive when a shared hold ends; it is not meant for clients.
 pub fn drop_holder(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
@@ -360,7 +432,13 @@ fn send(ctx: Ctx, answer: Answer) -> c_int {
                     reply_holder(ctx, holder);
                 }
             }
-            Answer::Engine(Reply::Blocked) => {}
+            Answer::Engine(Reply::Waiters(waiters)) => {
+                rm!(RedisModule_ReplyWithArray(ctx, waiters.len() as c_long));
+                for waiter in &waiters {
+                    reply_waiter(ctx, waiter);
+                }
+            }
+            Answer::Engine(Reply::Blocked) | Answer::Sent => {}
         }
     }
     ok
@@ -432,4 +510,111 @@ fn reply_holder(ctx: Ctx, holder: &HolderInfo) {
         rm!(RedisModule_ReplyWithCString(ctx, c"ttl".as_ptr()));
         rm!(RedisModule_ReplyWithLongLong(ctx, holder.ttl_ms));
     }
+}
+
+/// A map of `fields` pairs under RESP3, a flat array under RESP2; each value written by the
+/// caller after its name.
+struct Fields(Ctx);
+
+impl Fields {
+    fn start(ctx: Ctx, fields: usize) -> Fields {
+        // SAFETY: `ctx` is the running command's context.
+        unsafe { rm!(RedisModule_ReplyWithMap(ctx, fields as c_long)) };
+        Fields(ctx)
+    }
+
+    fn name(&self, name: &CStr) -> &Self {
+        // SAFETY: as in `start`; `name` is a C string.
+        unsafe { rm!(RedisModule_ReplyWithCString(self.0, name.as_ptr())) };
+        self
+    }
+
+    fn int(&self, name: &CStr, value: i64) -> &Self {
+        self.name(name);
+        // SAFETY: as in `start`.
+        unsafe { rm!(RedisModule_ReplyWithLongLong(self.0, value)) };
+        self
+    }
+
+    fn bytes(&self, name: &CStr, value: &[u8]) -> &Self {
+        self.name(name);
+        // SAFETY: as in `start`; the buffer is passed with its length.
+        unsafe {
+            rm!(RedisModule_ReplyWithStringBuffer(
+                self.0,
+                value.as_ptr().cast(),
+                value.len()
+            ))
+        };
+        self
+    }
+
+    fn word(&self, name: &CStr, value: &CStr) -> &Self {
+        self.name(name);
+        // SAFETY: as in `start`; `value` is a C string.
+        unsafe { rm!(RedisModule_ReplyWithCString(self.0, value.as_ptr())) };
+        self
+    }
+
+    fn optional(&self, name: &CStr, value: Option<i64>) -> &Self {
+        self.name(name);
+        reply_optional(self.0, value);
+        self
+    }
+}
+
+/// The mode words of `mode`: its name, limit and permits.
+fn mode_fields(mode: Mode) -> (&'static CStr, i64, i64) {
+    match mode {
+        Mode::Exclusive => (c"exclusive", 0, 1),
+        Mode::Shared { limit } => (c"shared", i64::from(limit), 1),
+    }
+}
+
+/// One `LOCK.WAITERS` entry.
+fn reply_waiter(ctx: Ctx, waiter: &WaiterInfo) {
+    let (mode, limit, permits) = mode_fields(waiter.mode);
+    Fields::start(ctx, 8)
+        .bytes(c"owner", &waiter.owner)
+        .word(c"mode", mode)
+        .int(c"limit", limit)
+        .int(c"permits", permits)
+        .int(c"client", waiter.client as i64)
+        .int(c"waited", waiter.waited_ms as i64)
+        .int(c"timeout", waiter.timeout_ms)
+        .int(c"ttl", waiter.ttl_ms as i64);
+}
+
+/// Journal entries (`LOCK.LOG`, `LOCK.HISTORY`), as an array.
+fn reply_entries(ctx: Ctx, entries: &[&Entry]) {
+    // SAFETY: `ctx` is the running command's context.
+    unsafe { rm!(RedisModule_ReplyWithArray(ctx, entries.len() as c_long)) };
+    for entry in entries {
+        let reason = std::ffi::CString::new(entry.reason.name()).unwrap_or_default();
+        Fields::start(ctx, 10)
+            .int(c"id", entry.id as i64)
+            .int(c"time", entry.time)
+            .int(c"db", i64::from(entry.db))
+            .bytes(c"key", &entry.key)
+            .bytes(c"owner", &entry.owner)
+            .int(c"token", entry.token as i64)
+            .word(c"reason", &reason)
+            .optional(c"held", entry.held)
+            .bytes(c"client-info", entry.client_info.as_bytes())
+            .int(c"waiters", entry.waiters as i64);
+    }
+}
+
+/// One `LOCK.STATS` entry.
+fn reply_key_stats(ctx: Ctx, key: &HotKey, stats: &KeyStats) {
+    Fields::start(ctx, 9)
+        .bytes(c"key", &key.name)
+        .int(c"db", i64::from(key.db))
+        .int(c"waits", stats.waits as i64)
+        .int(c"granted", stats.granted as i64)
+        .int(c"timeouts", stats.timeouts as i64)
+        .int(c"contended", stats.contended as i64)
+        .int(c"wait_ms_total", stats.wait_ms_total as i64)
+        .int(c"error", stats.error as i64)
+        .int(c"wait_ms_max", stats.wait_ms_max as i64);
 }

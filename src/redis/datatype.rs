@@ -19,8 +19,11 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::globals;
+use super::unlinked::Gone;
 use super::{effects, ffi};
-use crate::lock::{args, Effect, Hold, Holder, LockMut, LockRef, LockValue, Shared, MAX_LIMIT};
+use crate::lock::{
+    args, Effect, EndedHold, Hold, Holder, LockMut, LockRef, LockValue, Shared, MAX_LIMIT,
+};
 
 /// Data type name as `TYPE` shows it (exactly 9 characters).
 pub const TYPE_NAME: &str = "relock-lk";
@@ -424,9 +427,39 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
         // SAFETY: as above; the name lives for the length of the callback, and is copied.
         let name = unsafe { ffi::string_bytes(rm!(RedisModule_GetKeyNameFromOptCtx(ctx))) };
         // SAFETY: Redis passes the value being unlinked, one of ours.
-        let holds = unsafe { lock_of(value.cast_mut()) }.map_or(0, |lock| holds_in(lock.as_ref()));
-        globals::set_unlinked(db, name.to_vec(), holds);
+        let Some(lock) = (unsafe { lock_of(value.cast_mut()) }) else {
+            return;
+        };
+        let lock = lock.as_ref();
+        let gone = Gone {
+            db,
+            name: name.to_vec(),
+            holds: holds_in(lock),
+            described: describe(lock, globals::describes()),
+        };
+        globals::push_unlinked(gone);
     })
+}
+
+/// At most `n` holds of a lock, as the journal describes them (a shared key's in no particular
+/// order: which ones matters only when there are more than the journal keeps).
+fn describe(lock: LockRef<'_>, n: usize) -> Vec<EndedHold> {
+    match lock {
+        _ if n == 0 => Vec::new(),
+        LockRef::Exclusive(hold) => vec![EndedHold {
+            owner: hold.owner().into(),
+            token: hold.token(),
+            granted_at: hold.granted_at(),
+        }],
+        LockRef::Shared(shared) => shared
+            .sample(n)
+            .map(|(owner, h)| EndedHold {
+                owner: owner.into(),
+                token: h.token,
+                granted_at: h.granted_at,
+            })
+            .collect(),
+    }
 }
 
 extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {

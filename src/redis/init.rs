@@ -4,7 +4,7 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, Context, RedisString, Status};
 
-use super::{events, info, migration, registration, server};
+use super::{config, events, globals, info, migration, registration, server};
 
 /// The module's `OnLoad`, after `redis_module!` has registered the data type.
 pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
@@ -43,6 +43,11 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             return Status::Err;
         }
     }
+    if let Err(e) = config::register(ctx.ctx) {
+        ctx.log_warning(&format!("relock: {e}"));
+        return Status::Err;
+    }
+    globals::configure(|_| ());
     // SAFETY: `ctx` is the load context; `info` is an `extern "C"` fn that never unwinds.
     unsafe { rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info::info))) };
     events::warn_if_locks_may_be_evicted(ctx.ctx);
@@ -103,6 +108,13 @@ fn missing_apis_of_commands() -> Option<&'static str> {
         RedisModule_ServerInfoGetFieldSigned,
         RedisModule_ServerInfoGetFieldC,
         RedisModule_Log,
+        RedisModule_RegisterNumericConfig,
+        RedisModule_GetCurrentUserName,
+        RedisModule_RegisterBoolConfig,
+        RedisModule_RegisterEnumConfig,
+        RedisModule_LoadConfigs,
+        RedisModule_InfoAddFieldCString,
+        RedisModule_ReplyWithArray,
     );
     None
 }

@@ -253,8 +253,85 @@ const COUNTER: Command = Command {
 };
 callback!(counter_callback, COUNTER);
 
+const WAITERS: Command = Command {
+    name: c"LOCK.WAITERS",
+    handler: commands::waiters,
+    callback: waiters_callback,
+    flags: c"readonly",
+    acl: c"read",
+    arity: -2,
+    key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    summary: c"Lists a lock's queue in order: owner, mode, limit, permits, client, waited, timeout, ttl. An empty array when nobody waits.",
+    complexity: c"O(min(n, N)) for n of N waiters listed",
+    args: &[KEY, COUNT_OPTION],
+};
+callback!(waiters_callback, WAITERS);
+
+const LOG_ARG: Arg = Arg {
+    name: c"count-or-reset",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+    token: None,
+    optional: true,
+};
+
+const LOG: Command = Command {
+    name: c"LOCK.LOG",
+    handler: commands::log,
+    callback: log_callback,
+    flags: c"admin allow-loading allow-stale",
+    acl: c"admin slow dangerous",
+    arity: -1,
+    key_flags: 0,
+    summary: c"Shows the journal of holds that ended other than by their owner, newest first (count, default 10), or empties it (RESET).",
+    complexity: c"O(n) for n entries listed",
+    args: &[LOG_ARG],
+};
+callback!(log_callback, LOG);
+
+const HISTORY_COUNT: Arg = Arg {
+    name: c"count",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+    token: None,
+    optional: true,
+};
+
+const HISTORY: Command = Command {
+    name: c"LOCK.HISTORY",
+    handler: commands::history,
+    callback: history_callback,
+    flags: c"readonly",
+    acl: c"read",
+    arity: -2,
+    key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    summary: c"Shows the journal's entries for one key, newest first (count, default 10): why its holds ended.",
+    complexity: c"O(L) for a journal of L entries",
+    args: &[KEY, HISTORY_COUNT],
+};
+callback!(history_callback, HISTORY);
+
+const STATS_ARG: Arg = Arg {
+    name: c"count-or-reset",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+    token: None,
+    optional: true,
+};
+
+const STATS: Command = Command {
+    name: c"LOCK.STATS",
+    handler: commands::stats,
+    callback: stats_callback,
+    flags: c"admin allow-loading allow-stale",
+    acl: c"admin slow dangerous",
+    arity: -1,
+    key_flags: 0,
+    summary: c"Shows the hottest keys by total wait (COUNT n, default 10): waits, granted, timeouts, contended, wait_ms_total with its error bound, wait_ms_max; or clears the statistics (RESET).",
+    complexity: c"O(k + n log n) for a table of k keys",
+    args: &[STATS_ARG],
+};
+callback!(stats_callback, STATS);
+
 /// Every command, in registration order.
-const COMMANDS: [&Command; 11] = [
+const COMMANDS: [&Command; 15] = [
     &ACQUIRE,
     &REENTER,
     &RELEASE,
@@ -266,6 +343,10 @@ const COMMANDS: [&Command; 11] = [
     &APPLY,
     &DROP,
     &COUNTER,
+    &WAITERS,
+    &LOG,
+    &HISTORY,
+    &STATS,
 ];
 
 /// Registers every command with its metadata.
