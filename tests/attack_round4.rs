@@ -66,8 +66,12 @@ fn hand_off_delay_after_expiry(server: &Server, c: &mut Connection, key: &str, t
 /// after one script that set a TTL a million times while any shared lock exists on the server
 /// (measured: 4.6 s with the release module; under a pipelined `SET k v EX` load the hand-off
 /// waited for the whole load, 18.6 s, and `used_memory` grew by 67 MB of queued jobs, never
-/// given back). Expected: TTL events are deduplicated per key (or bounded) and never delay a
-/// hand-off.
+/// given back). The queue's memory counts against `maxmemory`: with `maxmemory 40mb`, 600 000
+/// `EXPIRE`s of one key took `used_memory` from 1 MB to 54 MB and every write (`LOCK.ACQUIRE`,
+/// `SET`) was refused with `OOM` until the queue drained; 33 MB stayed allocated afterwards
+/// (the queue's capacity is never given back). A pause (`CLIENT PAUSE WRITE`) with such a
+/// backlog cycles it through `deferred` a slice per event-loop turn. Expected: TTL events are
+/// deduplicated per key (or bounded), and never delay a hand-off.
 #[test]
 fn lease_storms_ttl_events_on_other_keys_starve_an_expiry_hand_off() {
     let server = Server::start();
