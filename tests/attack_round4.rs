@@ -69,8 +69,7 @@ fn hand_off_delay_after_expiry(server: &Server, c: &mut Connection, key: &str, t
 /// given back). The queue's memory counts against `maxmemory`: with `maxmemory 40mb`, 600 000
 /// `EXPIRE`s of one key took `used_memory` from 1 MB to 54 MB and every write (`LOCK.ACQUIRE`,
 /// `SET`) was refused with `OOM` until the queue drained; 33 MB stayed allocated afterwards
-/// (the queue's capacity is never given back). A pause (`CLIENT PAUSE WRITE`) with such a
-/// backlog cycles it through `deferred` a slice per event-loop turn. Expected: TTL events are
+/// (the queue's capacity is never given back). Expected: TTL events are
 /// deduplicated per key (or bounded), and never delay a hand-off.
 #[test]
 fn lease_storms_ttl_events_on_other_keys_starve_an_expiry_hand_off() {
