@@ -299,3 +299,186 @@ fn lease_storms_a_replica_applying_lease_ends_compacts_in_one_long_command() {
         info_field(&mut m, "longest_turn_us")
     );
 }
+
+/// A small deterministic generator (xorshift), so that a failure replays.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// (owner, token) of every live holder of `key`.
+fn holders(c: &mut Connection, key: &str) -> Vec<(Vec<u8>, i64)> {
+    let v: Value = cmd!("LOCK.HOLDERS", key, "COUNT", 0).query(c).unwrap();
+    let Value::Array(items) = v else {
+        return vec![];
+    };
+    items
+        .into_iter()
+        .map(|entry| {
+            let Value::Array(f) = entry else {
+                panic!("entry {entry:?}")
+            };
+            let (Value::BulkString(owner), Value::Int(token)) = (&f[1], &f[3]) else {
+                panic!("entry {f:?}")
+            };
+            (owner.clone(), *token)
+        })
+        .collect()
+}
+
+/// Connection churn around grants (held): rounds of two to eight connections of three owners
+/// waiting on one key (exclusive, shared, `SHARED LIMIT 2`) behind an exclusive holder, whose
+/// release runs in one `MULTI` with `CLIENT KILL`s of a random half of them, in random order.
+/// Whatever a surviving connection was told, its owner holds with that token after any revoke
+/// had its time; one token per owner; never two exclusive owners, never more than two permits.
+#[test]
+fn connection_churn_same_owner_connections_killed_with_the_release_keep_what_they_were_told() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let modes: [&[&str]; 3] = [&[], &["SHARED"], &["SHARED", "LIMIT", "2"]];
+    for round in 0..45 {
+        let words = modes[round % 3];
+        let key = format!("k{round}");
+        let _: i64 = cmd!("LOCK.ACQUIRE", &key, "holder", 60_000).query(&mut c).unwrap();
+        let mut conns: Vec<(String, Raw, i64)> = Vec::new();
+        for _ in 0..2 + rng.below(7) {
+            let owner = format!("X{}", rng.below(3));
+            let mut r = Raw::connect(&server);
+            r.send(&[b"CLIENT", b"ID"]);
+            let Reply::Int(id) = r.read(DUE) else {
+                panic!("CLIENT ID")
+            };
+            let mut args: Vec<&[u8]> =
+                vec![b"LOCK.WAIT", key.as_bytes(), owner.as_bytes(), b"60000", b"0"];
+            args.extend(words.iter().map(|w| w.as_bytes()));
+            r.send(&args);
+            conns.push((owner, r, id));
+        }
+        let queued = conns.len() as i64;
+        assert!(eventually(DUE, || waiters(&mut c, &key) == queued));
+        let killed: Vec<bool> = conns.iter().map(|_| rng.below(2) == 0).collect();
+        let mut steps: Vec<redis::Cmd> = vec![cmd!("LOCK.RELEASE", &key, "holder")];
+        for ((_, _, id), kill) in conns.iter().zip(&killed) {
+            if *kill {
+                steps.push(cmd!("CLIENT", "KILL", "ID", *id));
+            }
+        }
+        for i in (1..steps.len()).rev() {
+            steps.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let mut p = redis::pipe();
+        p.atomic();
+        for step in steps {
+            p.add_command(step);
+        }
+        let _: Value = p.query(&mut c).unwrap();
+        let mut told: Vec<(String, i64)> = Vec::new();
+        for ((owner, r, _), kill) in conns.iter_mut().zip(&killed) {
+            if *kill {
+                continue;
+            }
+            if let Some(Reply::Int(token)) = r.read_within(Duration::from_millis(300)) {
+                told.push((owner.clone(), token));
+            }
+        }
+        // A revoke runs a moment after the hang-up: give it ample time.
+        std::thread::sleep(Duration::from_millis(400));
+        let held = holders(&mut c, &key);
+        for (owner, token) in &told {
+            assert!(
+                held.contains(&(owner.clone().into_bytes(), *token)),
+                "round {round} ({words:?}): {owner} was told {token}, the key holds {held:?}"
+            );
+            assert!(
+                told.iter().all(|(o, t)| o != owner || t == token),
+                "round {round}: two tokens for {owner}: {told:?}"
+            );
+        }
+        let most = match words {
+            [] => 1,
+            ["SHARED"] => usize::MAX,
+            _ => 2,
+        };
+        assert!(held.len() <= most, "round {round} ({words:?}): {held:?}");
+        drop(conns);
+        let _: i64 = cmd!("DEL", &key).query(&mut c).unwrap();
+    }
+    assert!(eventually(DUE, || info_field(&mut c, "waiters") == 0));
+}
+
+/// Lease storms with a replica and AOF (held): 100 000 leases end together on a master with a
+/// replica, both with `appendonly yes`, while a writer waits behind one lease that lives on.
+/// The module removes them in slices; pings to either server never wait long; the replica's
+/// keyspace (`DEBUG DIGEST`), holders and counts equal the master's after `WAIT`; the writer is
+/// granted when the last lease is released; and the master restarted from its AOF has the same
+/// keyspace as the replica.
+#[test]
+fn lease_storms_with_a_replica_and_aof_leave_equal_keyspaces() {
+    let mut master = Server::with_args(&["--appendonly", "yes"]);
+    let replica = Server::with_args(&["--appendonly", "yes"]);
+    common::attach_replica(&master, &replica);
+    let (mut m, mut r) = (master.conn(), replica.conn());
+    let n = 100_000;
+    let end = now_ms() + 4_000 + n as i64 / 20;
+    fill(&mut m, "storm", n, end);
+    let mut writer = Raw::connect(&master);
+    writer.send_wait("storm", "writer", 60_000, 0);
+    assert!(eventually(DUE, || waiters(&mut m, "storm") == 1));
+    let pingers: Vec<_> = [master.port, replica.port]
+        .into_iter()
+        .map(|port| {
+            let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            std::thread::spawn(move || {
+                let mut worst = Duration::ZERO;
+                let until = Instant::now() + Duration::from_secs(6);
+                while Instant::now() < until {
+                    let t = Instant::now();
+                    let _: String = redis::cmd("PING").query(&mut c).unwrap();
+                    worst = worst.max(t.elapsed());
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                worst
+            })
+        })
+        .collect();
+    let left = end - now_ms();
+    assert!(left > 0, "the value took too long to build");
+    std::thread::sleep(Duration::from_millis(left as u64));
+    let settle = Duration::from_secs(300);
+    assert!(eventually(settle, || info_field(&mut m, "holds") == 1));
+    let acked: i64 = cmd!("WAIT", 1, 60_000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    for p in pingers {
+        let worst = p.join().unwrap();
+        assert!(worst < Duration::from_millis(500), "a ping waited {worst:?}");
+    }
+    assert_eq!(info_field(&mut r, "holds"), 1);
+    assert_eq!(info_field(&mut m, "expired_total"), n as i64);
+    assert_eq!(holders(&mut m, "storm"), holders(&mut r, "storm"));
+    let digest = |c: &mut Connection| -> String { cmd!("DEBUG", "DIGEST").query(c).unwrap() };
+    assert_eq!(digest(&mut m), digest(&mut r), "replica differs after WAIT");
+    let _: i64 = cmd!("LOCK.RELEASE", "storm", "long").query(&mut m).unwrap();
+    let token = writer.read(DUE);
+    assert!(matches!(token, Reply::Int(_)), "writer: {token:?}");
+    let _: i64 = cmd!("WAIT", 1, 60_000).query(&mut m).unwrap();
+    assert_eq!(digest(&mut m), digest(&mut r), "replica differs after the hand-off");
+    // The master's AOF replays to the same keyspace.
+    let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut r).unwrap();
+    master.restart();
+    let mut m = master.conn();
+    assert_eq!(digest(&mut m), digest(&mut r), "AOF replay differs");
+}
