@@ -46,8 +46,15 @@ fn script(c: &mut Connection, body: &str, n: u64) {
 
 /// A lock at `key` with a `ttl_ms` lease and a waiter behind it; returns how long after the
 /// lease ran out the waiter was granted.
-fn hand_off_delay_after_expiry(server: &Server, c: &mut Connection, key: &str, ttl_ms: u64) -> Duration {
-    let _: i64 = cmd!("LOCK.ACQUIRE", key, "holder", ttl_ms).query(c).unwrap();
+fn hand_off_delay_after_expiry(
+    server: &Server,
+    c: &mut Connection,
+    key: &str,
+    ttl_ms: u64,
+) -> Duration {
+    let _: i64 = cmd!("LOCK.ACQUIRE", key, "holder", ttl_ms)
+        .query(c)
+        .unwrap();
     let expires = Instant::now() + Duration::from_millis(ttl_ms);
     let mut waiter = Raw::connect(server);
     waiter.send_wait(key, "waiter", 60_000, 0);
@@ -115,8 +122,10 @@ fn lease_storms_renames_of_other_keys_starve_an_expiry_hand_off() {
 /// `n` holders `h0000000`, `h0000001`... (ascending), all with `token` and lease end `end`.
 fn same_token_payload(c: &mut Connection, n: usize, token: u64, end: i64) -> Vec<u8> {
     let owners: Vec<Vec<u8>> = (0..n).map(|i| format!("h{i:07}").into_bytes()).collect();
-    let holders: Vec<(&[u8], u64, u64, i64)> =
-        owners.iter().map(|o| (o.as_slice(), token, 1, end)).collect();
+    let holders: Vec<(&[u8], u64, u64, i64)> = owners
+        .iter()
+        .map(|o| (o.as_slice(), token, 1, end))
+        .collect();
     let (format, _) = Format::of(c);
     format.payload(2, &shared_fields(0, &holders))
 }
@@ -182,12 +191,21 @@ fn connection_churn_a_batch_of_readers_granted_at_an_expiry_is_one_unbounded_tur
     let n = 5_000;
     let server = Server::with_args(&["--maxclients", "10000"]);
     let mut c = server.conn();
-    let _: i64 = cmd!("LOCK.ACQUIRE", "k", "writer", 600_000).query(&mut c).unwrap();
+    let _: i64 = cmd!("LOCK.ACQUIRE", "k", "writer", 600_000)
+        .query(&mut c)
+        .unwrap();
     let mut readers: Vec<Raw> = (0..n)
         .map(|i| {
             let mut r = Raw::connect(&server);
             let owner = format!("reader-{i}");
-            r.send(&[b"LOCK.WAIT", b"k", owner.as_bytes(), b"60000", b"0", b"SHARED"]);
+            r.send(&[
+                b"LOCK.WAIT",
+                b"k",
+                owner.as_bytes(),
+                b"60000",
+                b"0",
+                b"SHARED",
+            ]);
             r
         })
         .collect();
@@ -200,9 +218,14 @@ fn connection_churn_a_batch_of_readers_granted_at_an_expiry_is_one_unbounded_tur
         "a turn was already long before the expiry"
     );
     // The writer's lease now runs out in 100 ms, in a timer turn of the module's own.
-    let _: i64 = cmd!("LOCK.RENEW", "k", "writer", 100).query(&mut c).unwrap();
+    let _: i64 = cmd!("LOCK.RENEW", "k", "writer", 100)
+        .query(&mut c)
+        .unwrap();
     for r in &mut readers {
-        assert!(matches!(r.read(DUE), Reply::Int(_)), "a reader was not granted");
+        assert!(
+            matches!(r.read(DUE), Reply::Int(_)),
+            "a reader was not granted"
+        );
     }
     // Four times the 5 ms, so that a busy machine does not fail a bounded turn.
     let turn = info_field(&mut c, "longest_turn_us");
@@ -280,12 +303,18 @@ fn lease_storms_a_replica_applying_lease_ends_compacts_in_one_long_command() {
         .unwrap();
     let _: () = cmd!("SLOWLOG", "RESET").query(&mut r).unwrap();
     let left = end + 50 - now_ms();
-    assert!(left > 0, "the value took too long to build: the leases lapsed already");
+    assert!(
+        left > 0,
+        "the value took too long to build: the leases lapsed already"
+    );
     std::thread::sleep(Duration::from_millis(left as u64));
     // A command on the key sets off the removal of its lapsed leases.
-    let _: i64 = cmd!("LOCK.RENEW", "storm", "long", 600_000).query(&mut m).unwrap();
+    let _: i64 = cmd!("LOCK.RENEW", "storm", "long", 600_000)
+        .query(&mut m)
+        .unwrap();
     assert!(
-        eventually(Duration::from_secs(300), || info_field(&mut r, "holds") == 1),
+        eventually(Duration::from_secs(300), || info_field(&mut r, "holds")
+            == 1),
         "the replica did not apply every lease end"
     );
     let slow: Vec<(i64, String)> = slow_commands(&mut r)
@@ -350,7 +379,9 @@ fn connection_churn_same_owner_connections_killed_with_the_release_keep_what_the
     for round in 0..45 {
         let words = modes[round % 3];
         let key = format!("k{round}");
-        let _: i64 = cmd!("LOCK.ACQUIRE", &key, "holder", 60_000).query(&mut c).unwrap();
+        let _: i64 = cmd!("LOCK.ACQUIRE", &key, "holder", 60_000)
+            .query(&mut c)
+            .unwrap();
         let mut conns: Vec<(String, Raw, i64)> = Vec::new();
         for _ in 0..2 + rng.below(7) {
             let owner = format!("X{}", rng.below(3));
@@ -359,8 +390,13 @@ fn connection_churn_same_owner_connections_killed_with_the_release_keep_what_the
             let Reply::Int(id) = r.read(DUE) else {
                 panic!("CLIENT ID")
             };
-            let mut args: Vec<&[u8]> =
-                vec![b"LOCK.WAIT", key.as_bytes(), owner.as_bytes(), b"60000", b"0"];
+            let mut args: Vec<&[u8]> = vec![
+                b"LOCK.WAIT",
+                key.as_bytes(),
+                owner.as_bytes(),
+                b"60000",
+                b"0",
+            ];
             args.extend(words.iter().map(|w| w.as_bytes()));
             r.send(&args);
             conns.push((owner, r, id));
@@ -464,7 +500,10 @@ fn lease_storms_with_a_replica_and_aof_leave_equal_keyspaces() {
     assert_eq!(acked, 1);
     for p in pingers {
         let worst = p.join().unwrap();
-        assert!(worst < Duration::from_millis(500), "a ping waited {worst:?}");
+        assert!(
+            worst < Duration::from_millis(500),
+            "a ping waited {worst:?}"
+        );
     }
     assert_eq!(info_field(&mut r, "holds"), 1);
     assert_eq!(info_field(&mut m, "expired_total"), n as i64);
@@ -475,7 +514,11 @@ fn lease_storms_with_a_replica_and_aof_leave_equal_keyspaces() {
     let token = writer.read(DUE);
     assert!(matches!(token, Reply::Int(_)), "writer: {token:?}");
     let _: i64 = cmd!("WAIT", 1, 60_000).query(&mut m).unwrap();
-    assert_eq!(digest(&mut m), digest(&mut r), "replica differs after the hand-off");
+    assert_eq!(
+        digest(&mut m),
+        digest(&mut r),
+        "replica differs after the hand-off"
+    );
     // The master's AOF replays to the same keyspace.
     let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut r).unwrap();
     master.restart();
