@@ -44,12 +44,14 @@ pub use super::schedule::{MAX_TIMER_MS, RETRY_MS};
 /// lease removed: each a unit, from a few hundred ns to a few µs): about a millisecond or two.
 pub const TURN_BUDGET: usize = 256;
 
+/// Waiters one grant pass hands the lock to at most (a batch of readers at a writer's end):
+/// the rest are served by the next turn.
+pub const GRANT_BATCH: usize = TURN_BUDGET;
+
 /// Lapsed leases one prune job removes at most (each one effect for replicas and the AOF).
 pub const PRUNE_SLICE: usize = 128;
 
-/// The most holders a prune compacts in its last turn (copying what is left): well under a
-/// millisecond.
-pub const QUICK_TIDY_HOLDERS: usize = 65_536;
+pub use super::shared::QUICK_TIDY_HOLDERS;
 
 /// What a command answers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -933,7 +935,14 @@ impl<T: Handles> Engine<T> {
     /// everyone behind it. Returns whether anyone was granted.
     fn grant_pass<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, id: &KeyId) -> bool {
         let mut granted = false;
+        let mut grants = 0;
         loop {
+            if grants >= GRANT_BATCH {
+                // A long batch of readers goes on in the next turn, in queue order: no other
+                // request passes them meanwhile (they are queued), and no turn grows with it.
+                self.schedule.push(host, Job::Serve(id.clone()));
+                break;
+            }
             let now = host.now_ms();
             let next = match self.waiters.head(id) {
                 None => break,
@@ -967,6 +976,7 @@ impl<T: Handles> Engine<T> {
                 Ok(token) => {
                     self.stats.granted += 1;
                     self.work += 1;
+                    grants += 1;
                     let waited = host.now_us().saturating_sub(waiter.since_us);
                     self.watch.waited(id.as_ref(), waited, true);
                     let new = next == Next::Grant;

@@ -104,6 +104,10 @@ impl Garbage {
     }
 }
 
+/// The most holders a set may have for a removal to compact it whole: copying 65,536 records
+/// (3 MB) takes about a millisecond.
+pub const QUICK_TIDY_HOLDERS: usize = 65_536;
+
 /// No node (a missing child); also the most slots a set can have.
 const NIL: u32 = u32::MAX;
 /// A free place in `table` (entries are slot numbers + 1).
@@ -295,11 +299,27 @@ impl Shared {
         Ok(())
     }
 
-    /// Removes `owner`'s hold, then compacts what much of the arrays no longer uses.
+    /// Removes `owner`'s hold, then compacts what it cheaply can ([`Shared::tidy_cheaply`]).
     pub fn remove(&mut self, owner: &[u8]) -> Option<Holder> {
         let holder = self.remove_keeping_room(owner)?;
-        drop(self.tidy());
+        drop(self.tidy_cheaply());
         Some(holder)
+    }
+
+    /// After a removal: a set of at most [`QUICK_TIDY_HOLDERS`] is compacted ([`Shared::tidy`],
+    /// a copy of at most a few MB); a larger one only has its owners' bytes compacted, when
+    /// three quarters of them belong to no holder (one copy per that many removals: the bytes
+    /// never grow past four times what the holders need, and no single removal copies the
+    /// whole set each time). Its other arrays keep their room until it shrinks.
+    pub fn tidy_cheaply(&mut self) -> Garbage {
+        if self.len() <= QUICK_TIDY_HOLDERS {
+            return self.tidy();
+        }
+        let mut garbage = Garbage::default();
+        if self.stale > 3 * (self.owners.len() - self.stale) {
+            garbage.owners = self.compact_owners();
+        }
+        garbage
     }
 
     /// Removes `owner`'s hold without compacting anything (O(log H) however large the set, but
@@ -644,11 +664,18 @@ impl Shared {
             .then_with(|| self.owner_of_slot(x).cmp(self.owner_of_slot(y)))
     }
 
-    /// A node's heap priority: fixed while it is in the treap (its lease end and token do not
-    /// change there), random to anyone who does not know `seed`.
-    fn priority(&self, t: u32) -> u64 {
-        let record = &self.slots[t as usize];
-        mix(record.token_len ^ (record.lease_end as u64).rotate_left(29) ^ self.seed)
+    /// Whether node `a` goes above node `b` in the treap. Priorities are a bijection of the
+    /// token under a secret seed, so distinct tokens never tie and nobody who does not know the
+    /// seed can order them; holders with the same token (only crafted data has them) are told
+    /// apart by a keyed hash of their owners, which are unique. Fixed while a node is in the
+    /// treap (its token and owner do not change there).
+    fn above(&self, a: u32, b: u32) -> bool {
+        let (x, y) = (&self.slots[a as usize], &self.slots[b as usize]);
+        let (px, py) = (mix(x.token() ^ self.seed), mix(y.token() ^ self.seed));
+        if px != py {
+            return px > py;
+        }
+        self.hasher.hash_one(self.owner_of_slot(x)) > self.hasher.hash_one(self.owner_of_slot(y))
     }
 
     /// Recomputes a node's size and smallest token from its children.
@@ -683,7 +710,7 @@ impl Shared {
         if t == NIL {
             return x;
         }
-        if self.priority(x) > self.priority(t) {
+        if self.above(x, t) {
             let (left, right) = self.split(t, x);
             let record = &mut self.slots[x as usize];
             record.left = left;
@@ -728,7 +755,7 @@ impl Shared {
         if b == NIL {
             return a;
         }
-        if self.priority(a) > self.priority(b) {
+        if self.above(a, b) {
             let right = self.merge(self.slots[a as usize].right, b);
             self.slots[a as usize].right = right;
             self.update(a);
@@ -843,6 +870,39 @@ mod tests {
         assert_eq!(s.remove(b"c"), None);
         assert_eq!(s.first_lease_end(), Some((500, &b"a"[..])));
         assert_eq!(s.live_last_lease_end(901), None);
+    }
+
+    impl Shared {
+        fn depth(&self, t: u32) -> usize {
+            if t == NIL {
+                return 0;
+            }
+            let Slot { left, right, .. } = self.slots[t as usize];
+            1 + self.depth(left).max(self.depth(right))
+        }
+    }
+
+    #[test]
+    fn crafted_holders_cannot_unbalance_the_treap() {
+        // All one token and one lease end, in owner order: once a chain 20,000 deep.
+        let mut same = Shared::new(0);
+        for i in 0..20_000u32 {
+            same.insert(format!("{i:08}").as_bytes(), h(7, 1_000))
+                .unwrap();
+        }
+        // Distinct tokens whose lease ends cancelled them out of the old priority.
+        let mut crafted = Shared::new(0);
+        for i in 1..=20_000u64 {
+            let lease_end = ((i | 7 << 53).rotate_right(29)) as i64 & i64::MAX;
+            crafted
+                .insert(format!("{i:08}").as_bytes(), h(i, lease_end))
+                .unwrap();
+        }
+        for s in [&same, &crafted] {
+            let depth = s.depth(s.root);
+            // A random treap of 20,000 nodes is about 30 deep; 100 leaves a wide margin.
+            assert!(depth < 100, "depth {depth}");
+        }
     }
 
     #[test]

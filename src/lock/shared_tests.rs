@@ -139,6 +139,29 @@ fn a_queued_shared_waiter_sets_the_limit_of_a_free_key() {
 }
 
 #[test]
+fn a_long_batch_of_readers_is_granted_a_bounded_slice_per_turn_in_queue_order() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"w0", 1000);
+    let readers: Vec<_> = (0..600)
+        .map(|i| sim.wait_as(K, format!("r{i}").as_bytes(), 1000, 0, READ).1)
+        .collect();
+    sim.release(K, b"w0");
+    assert_eq!(
+        sim.pending().len(),
+        super::engine::GRANT_BATCH,
+        "the release grants one slice"
+    );
+    // A newcomer does not pass the readers still queued.
+    assert_eq!(sim.acquire_as(K, b"late", 1000, READ), Reply::Nil);
+    sim.settle();
+    assert_eq!(
+        granted(&mut sim),
+        readers,
+        "the rest in the next turns, in queue order"
+    );
+}
+
+#[test]
 fn a_batch_of_consecutive_readers_is_granted_in_queue_order_up_to_the_limit() {
     let mut sim = Sim::new(START);
     sim.acquire(K, b"w0", 1000);

@@ -399,7 +399,7 @@ extern "C" fn free(value: *mut c_void) {
                     shared.len() as u64
                 }
             };
-            drop(lock);
+            globals::free_value(lock);
             globals::count_lock_value(false, holds);
         }
     })

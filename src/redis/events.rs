@@ -11,7 +11,7 @@ use std::os::raw::{c_char, c_int, c_void};
 use redis_module::raw;
 
 use super::globals::{self, Report};
-use super::host::RedisHost;
+use super::host::{self, RedisHost};
 use super::migration::{self, EXPORT_COMPLETED, EXPORT_STARTED};
 use super::server;
 use super::{effects, ffi, unlinked};
@@ -90,17 +90,17 @@ extern "C" fn on_keyspace_event(
             let reason = unlinked::reason(event);
             globals::report(&mut RedisHost::new(ctx), Report::Lost { reason, gone });
         }
-        let ttl_set = {
-            // A shared key's TTL must not outlive its leases: watch what sets or removes TTLs
-            // or brings a value in. `expire` also fires for every `SET EX` on the server, so it
-            // is watched only while some shared key exists.
-            event == c"persist"
-                || event == c"restore"
-                || event == c"copy_to"
-                || event == c"rename_to"
-                || event == c"move_to"
-                || (event == c"expire" && globals::shared_values_exist())
-        };
+        // A shared key's TTL must not outlive its leases: watch what sets or removes TTLs or
+        // brings a value in, while shared keys exist, and only for a key that is one (a look
+        // per event, no job: `expire` fires for every `SET EX` on the server).
+        let ttl_set = (event == c"expire"
+            || event == c"persist"
+            || event == c"restore"
+            || event == c"copy_to"
+            || event == c"rename_to"
+            || event == c"move_to")
+            && globals::shared_values_exist()
+            && host::is_shared_lock(ctx, key);
         if ttl_set {
             let name = name.to_vec();
             globals::report(&mut RedisHost::new(ctx), Report::TtlChanged { db, name });

@@ -24,7 +24,7 @@ use super::acl::Caller;
 use super::migration::Migrations;
 use super::unlinked::{Gone, Unlinked};
 use crate::lock::shared::Garbage;
-use crate::lock::{Engine, Handles, Host, KeyRef, Reason, Watch};
+use crate::lock::{Engine, Handles, Host, KeyRef, LockValue, Reason, Watch};
 
 /// A blocked client, as the engine names it.
 pub type Client = *mut raw::RedisModuleBlockedClient;
@@ -382,22 +382,49 @@ const FREE_IN_BACKGROUND_BYTES: usize = 1 << 20;
 
 thread_local! {
     /// The queue of the thread that frees large arrays, started the first time one comes.
-    static RECLAIMER: RefCell<Option<std::sync::mpsc::Sender<Garbage>>> = const { RefCell::new(None) };
+    static RECLAIMER: RefCell<Option<std::sync::mpsc::Sender<Box<dyn Send>>>> = const { RefCell::new(None) };
+}
+
+/// The thread Redis runs commands on (set at load).
+static MAIN_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::OnceLock::new();
+
+/// Records the thread the module was loaded on: the one Redis runs commands on.
+pub fn note_main_thread() {
+    let _ = MAIN_THREAD.set(std::thread::current().id());
 }
 
 /// Frees `garbage`: at once if it is small, else on a thread of its own (as Redis's lazy free
 /// does with large values), so that no turn of the main thread waits for the kernel. The
 /// allocator is Redis's, which may be called from any thread.
 pub fn free(garbage: Garbage) {
-    if garbage.bytes() < FREE_IN_BACKGROUND_BYTES {
+    let bytes = garbage.bytes();
+    free_sized(garbage, bytes);
+}
+
+/// Frees a lock value (Redis's `free` callback): a large one off the main thread. (Redis may
+/// call the callback from its own background thread already; then it is freed there.)
+pub fn free_value(value: LockValue) {
+    let bytes = match &value {
+        LockValue::Shared(shared) => shared.heap_size(),
+        LockValue::Exclusive(_) => 0,
+    };
+    free_sized(value, bytes);
+}
+
+fn free_sized<T: Send + 'static>(garbage: T, bytes: usize) {
+    let main = MAIN_THREAD
+        .get()
+        .is_some_and(|t| *t == std::thread::current().id());
+    if bytes < FREE_IN_BACKGROUND_BYTES || !main {
         return;
     }
+    let garbage: Box<dyn Send> = Box::new(garbage);
     let garbage = RECLAIMER.with(|cell| {
         let Ok(mut sender) = cell.try_borrow_mut() else {
             return Some(garbage);
         };
         if sender.is_none() {
-            let (tx, rx) = std::sync::mpsc::channel::<Garbage>();
+            let (tx, rx) = std::sync::mpsc::channel::<Box<dyn Send>>();
             let spawned = std::thread::Builder::new()
                 .name("relock-free".into())
                 .spawn(move || rx.into_iter().for_each(drop));

@@ -163,6 +163,40 @@ impl Host<RedisHandles> for RedisHost<'_> {
     }
 }
 
+/// Whether `name`, in the db selected in `ctx`, holds a shared lock: a look that changes nothing
+/// (no access time, no expiry, no notification, no stats where the server lets a module ask
+/// for that), for keyspace notifications, which must not write on Redis 7.0.
+pub fn is_shared_lock(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString) -> bool {
+    let wanted = raw::REDISMODULE_OPEN_KEY_NOTOUCH
+        | raw::REDISMODULE_OPEN_KEY_NONOTIFY
+        | raw::REDISMODULE_OPEN_KEY_NOSTATS
+        | raw::REDISMODULE_OPEN_KEY_NOEXPIRE
+        | raw::REDISMODULE_OPEN_KEY_NOEFFECTS;
+    // SAFETY: reads a function pointer the module API table filled in (null before 7.2).
+    let supported = match unsafe { raw::RedisModule_GetOpenKeyModesAll } {
+        // SAFETY: no arguments.
+        Some(all) => (unsafe { all() }) as u32,
+        None => raw::REDISMODULE_OPEN_KEY_NOTOUCH,
+    };
+    let mode = raw::REDISMODULE_READ | (wanted & supported);
+    // SAFETY: `ctx` is the notification's context and `name` the key it names, both alive for
+    // the callback; the key is closed below.
+    unsafe {
+        let key = rm!(RedisModule_OpenKey(ctx, name, mode as c_int)).cast::<raw::RedisModuleKey>();
+        if key.is_null() {
+            return false;
+        }
+        let shared = rm!(RedisModule_KeyType(key)) == raw::REDISMODULE_KEYTYPE_MODULE as c_int
+            && rm!(RedisModule_ModuleTypeGetType(key)) == lock_type()
+            && matches!(
+                datatype::lock_of(rm!(RedisModule_ModuleTypeGetValue(key))),
+                Some(LockMut::Shared(_))
+            );
+        rm!(RedisModule_CloseKey(key));
+        shared
+    }
+}
+
 /// The engine's timer fired; its data is the number the engine gave it. The turn's length is
 /// recorded (`longest_turn_us`): the engine bounds the work of each.
 extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
@@ -365,13 +399,12 @@ impl RedisKey {
                 None
             }
             Some(LockMut::Shared(shared)) => {
-                let removed = if tidy {
-                    shared.remove(owner)
-                } else {
-                    shared.remove_keeping_room(owner)
-                };
-                if removed.is_some() {
+                if shared.remove_keeping_room(owner).is_some() {
                     globals::count_holder(false);
+                }
+                if tidy {
+                    // What is copied is bounded; what is freed may be large: off this thread.
+                    globals::free(shared.tidy_cheaply());
                 }
                 shared.last_lease_end()
             }

@@ -8,6 +8,7 @@ use super::{config, events, globals, info, migration, registration, server};
 
 /// The module's `OnLoad`, after `redis_module!` has registered the data type.
 pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    globals::note_main_thread();
     if let Some(missing) = missing_apis() {
         ctx.log_warning(&format!(
             "relock needs Redis 7.0 or later: {missing} is missing"
