@@ -271,19 +271,31 @@ def test_a_paused_master_costs_a_round_its_deadline_and_no_more(servers3: list[S
     node_timeout, connecting included, and no thread of the client stays stuck on it, so
     round after round the two others carry on."""
     locks = relock.Relock([connect(s) for s in servers3])
-    warm = locks.acquire("warm", wait=0)  # connections open to every master
-    assert warm is not None and warm.release()
+
+    def connected() -> bool:  # a connection open to every master (a loaded machine may take a while)
+        try:
+            return locks.info_each("warm") == [None] * 3
+        except relock.ServerError:
+            return False
+
+    assert eventually(connected)
     servers3[2].pause()
     try:
+        granted = 0
         for i in range(30):  # more rounds than the client has threads (24)
             started = time.monotonic()
             h = within(10, lambda: locks.acquire(f"k{i}", ttl=5, wait=0))
-            assert h is not None and set(h.tokens) == set(locks.servers[:2]), i
-            assert within(10, h.release)
+            if h is not None:
+                granted += 1
+                assert set(h.tokens) == set(locks.servers[:2]), i
+                assert within(10, h.release)
             # A release waits for every master: the paused one costs it node_timeout.
             assert time.monotonic() - started < 2.0, (i, time.monotonic() - started)
-        stuck = [t.name for t in threading.enumerate() if t.name.startswith("relock") and "renewals" not in t.name]
-        assert len(stuck) <= max(16, 8 * 3)
+        # Each round needs both others within 0.1 s, which a loaded machine sometimes misses;
+        # a client with threads stuck on the paused master would grant none after round 13.
+        assert granted >= 20, granted
+        opening = [t for t in threading.enumerate() if t.name == f"relock connect {locks.servers[2]}"]
+        assert len(opening) <= 4, "a paused master holds at most four threads, opening connections"
     finally:
         servers3[2].resume()
 
