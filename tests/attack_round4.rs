@@ -6,7 +6,7 @@
 //! Five of them failed when written and pass since their fixes: TTL events of other keys no
 //! longer queue a job each (only a shared lock's do, once per key) and housekeeping waits for
 //! hand-offs; treap priorities are a secret bijection of the token, ties broken by a keyed hash
-//! of the owner; a removal compacts a set whole only up to 65,536 holders and frees off the
+//! of the owner; a removal compacts a set whole only up to 16,384 holders and frees off the
 //! main thread; a grant pass hands out at most 256 grants per turn. The others are regression
 //! tests for attacks that held. All with generous bounds (a busy two-core machine must not
 //! make them flaky).

@@ -1299,7 +1299,7 @@ fn a_version_1_payload_loads_as_an_exclusive_lock() {
     let server = Server::start();
     let mut c = server.conn();
     let (format, _) = Format::of(&mut c);
-    assert_eq!(format.encver(), 2);
+    assert_eq!(format.encver(), 3);
     let token = 1u64 << 51;
     let v1 = format.payload(
         1,
@@ -1337,10 +1337,10 @@ fn a_version_1_payload_loads_as_an_exclusive_lock() {
     assert_eq!(release(&mut c, "k", "old"), Some(2));
     // Tokens keep rising above the loaded one.
     assert!(acquire(&mut c, "n", "n", LONG, M::S).unwrap() > token as i64);
-    // Re-dumped, it is written in version 2.
+    // Re-dumped, it is written in the current version, 3.
     let d: Vec<u8> = cmd!("DUMP", "k").query(&mut c).unwrap();
     let id = u64::from_be_bytes(d[2..10].try_into().unwrap());
-    assert_eq!(id & 1023, 2, "DUMP writes encoding version 2");
+    assert_eq!(id & 1023, 3, "DUMP writes encoding version 3");
 }
 
 #[test]
@@ -1690,7 +1690,8 @@ fn each_change_reaches_the_aof_as_one_effect_per_changed_holder() {
         "{e:?}"
     );
     assert_eq!(&e[0][4..5], ["2"], "the new count: {e:?}");
-    assert_eq!(&e[0][7..], ["SHARED", "LIMIT", "3"], "{e:?}");
+    assert_eq!(e[0][7], "GRANTED", "when the hold was granted: {e:?}");
+    assert_eq!(&e[0][9..], ["SHARED", "LIMIT", "3"], "{e:?}");
     let e = step(&mut c, cmd!("LOCK.RENEW", "k", "d", 5_000));
     assert_eq!(
         e.iter().map(|c| effect(c)).collect::<Vec<_>>(),

@@ -52,8 +52,9 @@ struct Args {
     /// of the release and debug builds).
     #[arg(long)]
     module: Option<PathBuf>,
-    /// Which cases to run (default: all), e.g. `--cases 1,2`; 6 to 10 are shared holds.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10])]
+    /// Which cases to run (default: all), e.g. `--cases 1,2`; 6 to 10 are shared holds, 11 the
+    /// cost of the contention statistics.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])]
     cases: Vec<u32>,
     /// Case 1 rows to run, by a word of their label (default: all), e.g. `--only refused` or
     /// `--only pairs`; with `--cases 1` a quick look at one path.
@@ -219,6 +220,11 @@ async fn run(args: Args) -> io::Result<()> {
     if want(10) {
         eprintln!("case 10: memory per shared holder");
         case_holder_memory(&mut control, &plan, &mut rows).await?;
+    }
+    if want(11) {
+        eprintln!("case 11: contention statistics on vs off");
+        case_stats_cost(port, &mut control, &plan, &mut rows).await?;
+        notes.push("Case 11: exclusive acquire+release pairs as in case 6 (pipeline 16), with `relock.stats` yes and no alternating first within each repeat; on 1,000 keys some acquires are refused (a contended nil updates the hot-keys table) and every release records a hold time. Judged on the server's own µs per pair (`INFO commandstats` after `CONFIG RESETSTAT`), which other work on the machine disturbs less than the rate.".into());
     }
 
     let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -845,6 +851,70 @@ async fn case_shared_throughput(
             goal: String::new(),
             pass: None,
             detail: format!("exclusive/shared {}×", num(us_x / us_s)),
+        });
+    }
+    Ok(())
+}
+
+/// Case 11: what the contention statistics (`relock.stats`) cost the acquire/release path.
+async fn case_stats_cost(
+    port: u16,
+    control: &mut Conn,
+    plan: &Plan,
+    rows: &mut Vec<Row>,
+) -> io::Result<()> {
+    let load = Load {
+        connections: 50,
+        pipeline: 16,
+        warmup: plan.warmup.min(Duration::from_millis(300)),
+        measure: plan.measure,
+    };
+    for (keys, label) in [
+        (1_000_000, "random keys of 1e6"),
+        (1_000, "1,000 keys, some acquires refused"),
+    ] {
+        let mut rate: [Vec<f64>; 2] = Default::default();
+        let mut server_us: [Vec<f64>; 2] = Default::default();
+        for r in 0..plan.repeats {
+            for i in 0..2 {
+                let j = (i + r) % 2;
+                let setting = ["yes", "no"][j];
+                control
+                    .ok(&["CONFIG", "SET", "relock.stats", setting])
+                    .await?;
+                control.ok(&["CONFIG", "RESETSTAT"]).await?;
+                let v = shared::pairs_on(port, false, keys, &load).await?;
+                let us = shared::usec_per_call(control, "lock.acquire").await?
+                    + shared::usec_per_call(control, "lock.release").await?;
+                eprintln!("  {label}, stats {setting}: {v:.0} pairs/s, server {us:.3} µs/pair");
+                rate[j].push(v);
+                server_us[j].push(us);
+                stats::settle(control).await?;
+            }
+        }
+        control.ok(&["CONFIG", "SET", "relock.stats", "yes"]).await?;
+        let (on, off) = (stats::median(&rate[0]), stats::median(&rate[1]));
+        let (us_on, us_off) = (stats::median(&server_us[0]), stats::median(&server_us[1]));
+        let ratio = us_off / us_on;
+        rows.push(Row {
+            case: "11".into(),
+            measure: format!(
+                "acquire+release pairs, pipeline 16, {label}: stats on / off (pairs/s; server µs per pair)"
+            ),
+            values: [
+                Some(format!("{} / {}", num(on), num(off))),
+                Some(format!("{} / {}", num(us_on), num(us_off))),
+                None,
+                None,
+                None,
+            ],
+            goal: "server µs with stats ≤ 1.03× without".into(),
+            pass: Some(ratio >= 1.0 / 1.03),
+            detail: format!(
+                "{}; rate on/off {}×",
+                ratio_check(ratio >= 1.0 / 1.03, "server µs off/on", ratio),
+                num(on / off)
+            ),
         });
     }
     Ok(())

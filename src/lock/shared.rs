@@ -104,9 +104,9 @@ impl Garbage {
     }
 }
 
-/// The most holders a set may have for a removal to compact it whole: copying 65,536 records
-/// (3 MB) takes about a millisecond.
-pub const QUICK_TIDY_HOLDERS: usize = 65_536;
+/// The most holders a set may have for a removal to compact it whole: copying 16,384 records
+/// (0.8 MB) and rehashing their owners takes well under a millisecond.
+pub const QUICK_TIDY_HOLDERS: usize = 16_384;
 
 /// No node (a missing child); also the most slots a set can have.
 const NIL: u32 = u32::MAX;

@@ -22,8 +22,8 @@ use crate::lock::{contention, journal, Reason, Reasons, Watch};
 pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
     let ok = raw::REDISMODULE_OK as c_int;
     let flags = raw::REDISMODULE_CONFIG_DEFAULT;
-    // SAFETY (all four calls): `ctx` is the load context; names are static C strings; the
-    // callbacks are `extern "C"` fns that never unwind; no private data.
+    // SAFETY: `ctx` is the load context; names are static C strings; the callbacks are
+    // `extern "C"` fns that never unwind; no private data. (The same for the three below.)
     let log_len = unsafe {
         rm!(RedisModule_RegisterNumericConfig(
             ctx,
@@ -38,6 +38,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
             std::ptr::null_mut()
         ))
     };
+    // SAFETY: as for `log_len`.
     let stats_keys = unsafe {
         rm!(RedisModule_RegisterNumericConfig(
             ctx,
@@ -52,6 +53,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
             std::ptr::null_mut()
         ))
     };
+    // SAFETY: as for `log_len`.
     let stats = unsafe {
         rm!(RedisModule_RegisterBoolConfig(
             ctx,
@@ -65,6 +67,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
         ))
     };
     let (mut names, values) = reason_names();
+    // SAFETY: as for `log_len`.
     let reasons = unsafe {
         rm!(RedisModule_RegisterEnumConfig(
             ctx,
