@@ -4,7 +4,7 @@
 //! distributions, O(log k) for the top-k.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 
 use super::host::KeyRef;
 
@@ -131,6 +131,26 @@ struct Tag {
     hash: u64,
 }
 
+/// Hashes a [`Tag`] by the keyed hash it carries already (no second SipHash per event).
+#[derive(Default)]
+struct TagHasher(u64);
+
+impl Hasher for TagHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 ^= n;
+    }
+}
+
 /// The hottest keys by total wait, at most `capacity` of them: Space-Saving over weighted
 /// counts. A key that arrives when the table is full replaces the one with the least total
 /// wait, and starts from that total, which it records as its error bound: every key's true
@@ -141,7 +161,7 @@ struct Tag {
 pub struct HotKeys {
     capacity: usize,
     keys: Vec<(HotKey, KeyStats)>,
-    index: HashMap<Tag, usize>,
+    index: HashMap<Tag, usize, BuildHasherDefault<TagHasher>>,
     hasher: RandomState,
     /// A min-heap of places in `keys` by total wait, and each place's position in it.
     heap: Vec<usize>,
@@ -154,7 +174,7 @@ impl HotKeys {
         HotKeys {
             capacity,
             keys: Vec::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
             hasher: RandomState::new(),
             heap: Vec::new(),
             position: Vec::new(),
@@ -216,7 +236,9 @@ impl HotKeys {
         let stats = &mut self.keys[place].1;
         stats.wait_ms_total += wait_ms;
         change(stats);
-        self.sift_down(self.position[place]);
+        if wait_ms > 0 {
+            self.sift_down(self.position[place]);
+        }
     }
 
     /// The hottest `count` keys, hottest first. O(k + count log count) for k keys in the table.
