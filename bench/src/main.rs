@@ -875,7 +875,12 @@ async fn case_stats_cost(
     ] {
         let mut rate: [Vec<f64>; 2] = Default::default();
         let mut server_us: [Vec<f64>; 2] = Default::default();
-        for r in 0..plan.repeats {
+        // The cost looked for (a few %) is below what other work on the machine changes from
+        // one second to the next: on and off run back to back many times, and each pair gives
+        // one ratio; the median of those ratios cancels slow drifts.
+        let mut ratios = Vec::new();
+        for r in 0..plan.repeats * 3 {
+            let mut pair = [0.0; 2];
             for i in 0..2 {
                 let j = (i + r) % 2;
                 let setting = ["yes", "no"][j];
@@ -889,13 +894,16 @@ async fn case_stats_cost(
                 eprintln!("  {label}, stats {setting}: {v:.0} pairs/s, server {us:.3} µs/pair");
                 rate[j].push(v);
                 server_us[j].push(us);
-                stats::settle(control).await?;
+                pair[j] = us;
             }
+            ratios.push(pair[0] / pair[1]);
+            stats::settle(control).await?;
         }
         control.ok(&["CONFIG", "SET", "relock.stats", "yes"]).await?;
         let (on, off) = (stats::median(&rate[0]), stats::median(&rate[1]));
         let (us_on, us_off) = (stats::median(&server_us[0]), stats::median(&server_us[1]));
-        let ratio = us_off / us_on;
+        let ratio = stats::median(&ratios);
+        let ok = ratio <= 1.03;
         rows.push(Row {
             case: "11".into(),
             measure: format!(
@@ -908,11 +916,11 @@ async fn case_stats_cost(
                 None,
                 None,
             ],
-            goal: "server µs with stats ≤ 1.03× without".into(),
-            pass: Some(ratio >= 1.0 / 1.03),
+            goal: "server µs with stats ≤ 1.03× without (median of back-to-back ratios)".into(),
+            pass: Some(ok),
             detail: format!(
                 "{}; rate on/off {}×",
-                ratio_check(ratio >= 1.0 / 1.03, "server µs off/on", ratio),
+                ratio_check(ok, "server µs on/off", ratio),
                 num(on / off)
             ),
         });
