@@ -899,7 +899,9 @@ async fn case_stats_cost(
             ratios.push(pair[0] / pair[1]);
             stats::settle(control).await?;
         }
-        control.ok(&["CONFIG", "SET", "relock.stats", "yes"]).await?;
+        control
+            .ok(&["CONFIG", "SET", "relock.stats", "yes"])
+            .await?;
         let (on, off) = (stats::median(&rate[0]), stats::median(&rate[1]));
         let (us_on, us_off) = (stats::median(&server_us[0]), stats::median(&server_us[1]));
         let ratio = stats::median(&ratios);

@@ -38,8 +38,8 @@ fuzz_target!(|data: &[u8]| {
         let ttl = u64::from(more) * 4 + 1;
         let mode = match more % 3 {
             0 => Mode::Exclusive,
-            1 => Mode::Shared { limit: 0 },
-            _ => Mode::Shared { limit: 2 },
+            1 => Mode::shared(0),
+            _ => Mode::shared(2),
         };
         let queued = sim.engine.queued(KeyRef { db: 0, name: key });
         let held_before = holds(&mut sim, key, who);

@@ -113,16 +113,26 @@ pub fn count(bytes: &[u8]) -> Result<u32, ArgError> {
 }
 
 /// The optional mode after an acquiring command's fixed arguments: nothing (exclusive),
-/// `SHARED`, or `SHARED LIMIT n` with 1 <= n <= 10^6. Keywords are case-insensitive.
+/// `SHARED`, `SHARED LIMIT n` with 1 <= n <= 10^6, or `SHARED LIMIT n PERMITS p` with
+/// 1 <= p <= n. Keywords are case-insensitive; the limit is checked before the permits.
 pub fn mode(words: &[&[u8]]) -> Result<Mode, ArgError> {
+    let is = |word: &[u8], keyword: &[u8]| word.eq_ignore_ascii_case(keyword);
     match words {
         [] => Ok(Mode::Exclusive),
-        [shared] if shared.eq_ignore_ascii_case(b"SHARED") => Ok(Mode::Shared { limit: 0 }),
-        [shared, limit, n]
-            if shared.eq_ignore_ascii_case(b"SHARED") && limit.eq_ignore_ascii_case(b"LIMIT") =>
+        [shared] if is(shared, b"SHARED") => Ok(Mode::shared(0)),
+        [shared, limit, n] if is(shared, b"SHARED") && is(limit, b"LIMIT") => {
+            let n = in_range(n, 1, u64::from(MAX_LIMIT), ArgError::Limit)?;
+            Ok(Mode::shared(n as u32))
+        }
+        [shared, limit, n, permits, p]
+            if is(shared, b"SHARED") && is(limit, b"LIMIT") && is(permits, b"PERMITS") =>
         {
             let n = in_range(n, 1, u64::from(MAX_LIMIT), ArgError::Limit)?;
-            Ok(Mode::Shared { limit: n as u32 })
+            let p = in_range(p, 1, n, ArgError::Permits)?;
+            Ok(Mode::Shared {
+                limit: n as u32,
+                permits: p as u32,
+            })
         }
         _ => Err(ArgError::Syntax),
     }
@@ -379,14 +389,11 @@ mod tests {
     fn modes() {
         let m = |words: &[&[u8]]| mode(words);
         assert_eq!(m(&[]), Ok(Mode::Exclusive));
-        assert_eq!(m(&[b"shared"]), Ok(Mode::Shared { limit: 0 }));
-        assert_eq!(
-            m(&[b"SHARED", b"limit", b"3"]),
-            Ok(Mode::Shared { limit: 3 })
-        );
+        assert_eq!(m(&[b"shared"]), Ok(Mode::shared(0)));
+        assert_eq!(m(&[b"SHARED", b"limit", b"3"]), Ok(Mode::shared(3)));
         assert_eq!(
             m(&[b"SHARED", b"LIMIT", b"1000000"]),
-            Ok(Mode::Shared { limit: 1_000_000 })
+            Ok(Mode::shared(1_000_000))
         );
         assert_eq!(m(&[b"SHARED", b"LIMIT", b"1000001"]), Err(ArgError::Limit));
         assert_eq!(m(&[b"SHARED", b"LIMIT", b"0"]), Err(ArgError::Limit));
@@ -396,6 +403,29 @@ mod tests {
         assert_eq!(m(&[b"EXCLUSIVE"]), Err(ArgError::Syntax));
         assert_eq!(m(&[b"SHARED", b"LIMIT"]), Err(ArgError::Syntax));
         assert_eq!(ArgError::Limit.to_string(), "ERR invalid limit");
+        let p = |limit, permits| Ok(Mode::Shared { limit, permits });
+        assert_eq!(m(&[b"SHARED", b"LIMIT", b"10", b"permits", b"3"]), p(10, 3));
+        assert_eq!(
+            m(&[b"SHARED", b"LIMIT", b"10", b"PERMITS", b"10"]),
+            p(10, 10)
+        );
+        assert_eq!(
+            m(&[b"SHARED", b"LIMIT", b"10", b"PERMITS", b"11"]),
+            Err(ArgError::Permits)
+        );
+        assert_eq!(
+            m(&[b"SHARED", b"LIMIT", b"10", b"PERMITS", b"0"]),
+            Err(ArgError::Permits)
+        );
+        assert_eq!(
+            m(&[b"SHARED", b"LIMIT", b"0", b"PERMITS", b"x"]),
+            Err(ArgError::Limit)
+        );
+        assert_eq!(m(&[b"SHARED", b"PERMITS", b"2"]), Err(ArgError::Syntax));
+        assert_eq!(
+            m(&[b"SHARED", b"LIMIT", b"3", b"PERMITS"]),
+            Err(ArgError::Syntax)
+        );
     }
 
     #[test]

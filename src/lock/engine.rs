@@ -116,6 +116,8 @@ pub struct Info {
     pub mode: Mode,
     /// Live holds.
     pub holders: usize,
+    /// A semaphore's free permits; 0 for an exclusive lock, -1 for a shared key without limit.
+    pub permits_free: i64,
 }
 
 /// One entry of `LOCK.HOLDERS`.
@@ -126,6 +128,8 @@ pub struct HolderInfo {
     pub count: u32,
     /// Remaining lease in ms, -1 without an expiry.
     pub ttl_ms: i64,
+    /// The permits it holds (1 for an exclusive hold and a reader).
+    pub permits: u32,
 }
 
 /// The time the host reports, as the token counter's clock.
@@ -374,6 +378,7 @@ impl<T: Handles> Engine<T> {
                 waiters: self.waiters.queued(key.id()),
                 mode: Mode::Exclusive,
                 holders: 1,
+                permits_free: 0,
             },
             Some(LockRef::Shared(shared)) => {
                 // Lapsed leases are gone for every command, even before the engine ends them.
@@ -386,10 +391,12 @@ impl<T: Handles> Engine<T> {
                     count: None,
                     ttl_ms: ttl(Some(last)),
                     waiters: self.waiters.queued(key.id()),
-                    mode: Mode::Shared {
-                        limit: shared.limit(),
-                    },
+                    mode: Mode::shared(shared.limit()),
                     holders: shared.live(now),
+                    permits_free: match shared.limit() {
+                        0 => -1,
+                        limit => i64::from(limit).saturating_sub(shared.live_permits(now) as i64),
+                    },
                 }
             }
         };
@@ -412,6 +419,7 @@ impl<T: Handles> Engine<T> {
             token: h.token,
             count: h.count,
             ttl_ms: ttl(Some(h.lease_end)),
+            permits: h.permits,
         };
         let list = match key.lock() {
             None => return Reply::Nil,
@@ -424,6 +432,7 @@ impl<T: Handles> Engine<T> {
                         token: hold.token(),
                         count: hold.count(),
                         ttl_ms: ttl(key.expires_at()),
+                        permits: 1,
                     }]
                 }
             }
@@ -478,8 +487,9 @@ impl<T: Handles> Engine<T> {
             if shared.limit() != limit {
                 return Reply::Error(Refusal::OtherLimit(shared.limit()).into());
             }
-            let joins = shared.get(owner).is_none();
-            if joins && limit != 0 && shared.len() >= limit as usize {
+            let before = shared.get(owner).map_or(0, |h| u64::from(h.permits));
+            let after = shared.permits_total() - before + u64::from(holder.permits);
+            if limit != 0 && after > u64::from(limit) {
                 return Reply::Error(Refusal::OtherLimit(limit).into());
             }
         }
@@ -783,10 +793,13 @@ impl<T: Handles> Engine<T> {
                 key.put(Hold::new(owner, token, 1, now), Some(lease_end));
                 Ok(token)
             }
-            Mode::Shared { limit } => {
-                self.make_room(key, limit, now);
+            Mode::Shared { limit, permits } => {
+                self.make_room(key, limit, permits, now);
                 let token = self.tokens.issue(&Now(now)).ok_or(Refusal::NoTokens)?;
-                let holder = Holder::new(token, lease_end, now);
+                let holder = Holder {
+                    permits,
+                    ..Holder::new(token, lease_end, now)
+                };
                 if key.put_holder(limit, owner, holder) {
                     Ok(token)
                 } else {
@@ -796,11 +809,12 @@ impl<T: Handles> Engine<T> {
         }
     }
 
-    /// Before a new shared hold with `limit`: a key whose every lease lapsed starts afresh (one
-    /// removal, whatever its old limit); a semaphore whose lapsed leases still fill it drops the
-    /// first of them until the new one fits (so that replicas, which count every holder they
-    /// were sent, find room too). At most one removal per permit asked for.
-    fn make_room<K: Key>(&mut self, key: &mut K, limit: u32, now: i64) {
+    /// Before a new shared hold of `permits` with `limit`: a key whose every lease lapsed starts
+    /// afresh (one removal, whatever its old limit); a semaphore whose lapsed leases still take
+    /// the room drops the first of them until the new one fits (so that replicas, which count
+    /// every holder they were sent, find room too, and a semaphore's holders, lapsed or not,
+    /// never hold more than its limit).
+    fn make_room<K: Key>(&mut self, key: &mut K, limit: u32, permits: u32, now: i64) {
         let Some(shared) = key.shared() else {
             return;
         };
@@ -816,7 +830,7 @@ impl<T: Handles> Engine<T> {
         }
         let first_lapsed_in_the_way = |key: &K| {
             key.shared()
-                .filter(|s| s.len() >= limit as usize)
+                .filter(|s| s.permits_total() + u64::from(permits) > u64::from(limit))
                 .and_then(|s| s.first_lease_end())
                 .filter(|(end, _)| *end < now)
                 .map(|(_, owner)| owner.to_vec())

@@ -504,6 +504,7 @@ fn info_reports_the_hold_its_ttl_and_its_waiters() {
             waiters: 1,
             mode: super::Mode::Exclusive,
             holders: 1,
+            permits_free: 0,
         })
     );
 }

@@ -86,8 +86,8 @@ enum Out {
 fn mode_of(mode: u8) -> Mode {
     match mode {
         0 => Mode::Exclusive,
-        1 => Mode::Shared { limit: 0 },
-        _ => Mode::Shared { limit: 2 },
+        1 => Mode::shared(0),
+        _ => Mode::shared(2),
     }
 }
 
@@ -335,7 +335,7 @@ impl RefKey {
             return Some(self.limit);
         }
         self.queue.iter().find_map(|(_, _, _, m)| match m {
-            Mode::Shared { limit } => Some(*limit),
+            Mode::Shared { limit, .. } => Some(*limit),
             Mode::Exclusive => None,
         })
     }
@@ -344,7 +344,7 @@ impl RefKey {
     fn room(&self, mode: Mode) -> bool {
         match mode {
             Mode::Exclusive => self.holders.is_empty(),
-            Mode::Shared { limit } => {
+            Mode::Shared { limit, .. } => {
                 self.holders.is_empty()
                     || (self.shared
                         && self.limit == limit
@@ -354,7 +354,8 @@ impl RefKey {
     }
 }
 
-const OTHER_MODE: &str = "ERR lock is held in another mode";
+const OTHER_MODE: &str =
+    "ERR lock is held in another mode (to go from exclusive to shared, use LOCK.DOWNGRADE)";
 
 fn other_limit(limit: u32) -> String {
     format!("ERR lock has another limit ({limit})")
@@ -439,7 +440,7 @@ impl Reference {
         if entry.holders.is_empty() {
             entry.shared = mode != Mode::Exclusive;
             entry.limit = match mode {
-                Mode::Shared { limit } => limit,
+                Mode::Shared { limit, .. } => limit,
                 Mode::Exclusive => 1,
             };
         }
@@ -489,7 +490,7 @@ impl Reference {
                 entry.queue.pop_front();
                 continue;
             }
-            if let (Mode::Shared { limit }, true) =
+            if let (Mode::Shared { limit, .. }, true) =
                 (mode, entry.shared && !entry.holders.is_empty())
             {
                 if entry.limit != limit {
@@ -531,7 +532,7 @@ impl Reference {
         if holds_it && entry.shared != (mode != Mode::Exclusive) {
             return Some(Out::Error(OTHER_MODE.into()));
         }
-        if let Mode::Shared { limit } = mode {
+        if let Mode::Shared { limit, .. } = mode {
             if let Some(l) = entry.limit().filter(|l| *l != limit) {
                 return Some(Out::Error(other_limit(l)));
             }

@@ -203,8 +203,8 @@ fn counts_stay_in_step_through_joins_pops_leaves_and_removals() {
     let mut w: Waiters<MemHost> = Waiters::default();
     let k = key("k");
     w.join(&k, waiter(1, Mode::Exclusive));
-    let shared = w.join(&k, waiter(2, Mode::Shared { limit: 3 }));
-    w.join(&k, waiter(3, Mode::Shared { limit: 3 }));
+    let shared = w.join(&k, waiter(2, Mode::shared(3)));
+    w.join(&k, waiter(3, Mode::shared(3)));
     w.join(&key("other"), waiter(4, Mode::Exclusive));
     w.check();
     assert_eq!(w.len(), 4);

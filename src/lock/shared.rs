@@ -11,7 +11,7 @@
 //!
 //! Memory is what the spec bounds (bytes per holder beyond its owner's bytes), so the set is a
 //! few flat arrays rather than maps of boxes:
-//! - `slots`: one 48-byte record per holder, in no particular order (a removal moves the last
+//! - `slots`: one 56-byte record per holder, in no particular order (a removal moves the last
 //!   record into the hole);
 //! - `owners`: every owner's bytes back to back, each record pointing at its own; the bytes of
 //!   removed owners are compacted away once they are a quarter of the whole (at most
@@ -20,8 +20,9 @@
 //!   an eighth and three quarters full; deletion shifts entries back, so it never fills with
 //!   tombstones);
 //! - the records are also the nodes of a treap ordered by (lease end, token, owner), each node
-//!   knowing the size of its subtree and the holder with the smallest token in it: that is what
-//!   answers the time and order questions above without a scan.
+//!   knowing the size of its subtree, the permits held in it and the holder with the smallest
+//!   token in it: that is what answers the time, permit and order questions above without a
+//!   scan.
 
 use std::cmp::Ordering;
 use std::collections::hash_map::RandomState;
@@ -42,8 +43,16 @@ pub const MAX_OWNER_BYTES: usize = u32::MAX as usize;
 pub enum Mode {
     /// One owner at a time (the default).
     Exclusive,
-    /// Several owners at once; at most `limit` of them unless it is 0 (no limit).
-    Shared { limit: u32 },
+    /// Several owners at once, each with `permits` (1 unless it asks for more, only with a
+    /// limit): their permits sum to at most `limit` unless it is 0 (no limit).
+    Shared { limit: u32, permits: u32 },
+}
+
+impl Mode {
+    /// A shared request of one permit with `limit` (0: none).
+    pub const fn shared(limit: u32) -> Mode {
+        Mode::Shared { limit, permits: 1 }
+    }
 }
 
 /// One holder of a shared key.
@@ -105,8 +114,13 @@ impl Garbage {
 }
 
 /// The most holders a set may have for a removal to compact it whole: copying 16,384 records
-/// (0.8 MB) and rehashing their owners takes well under a millisecond.
+/// (0.9 MB) and rehashing their owners takes well under a millisecond.
 pub const QUICK_TIDY_HOLDERS: usize = 16_384;
+
+const _: () = assert!(
+    std::mem::size_of::<Slot>() == 56,
+    "a holder's record is 56 bytes"
+);
 
 /// No node (a missing child); also the most slots a set can have.
 const NIL: u32 = u32::MAX;
@@ -118,7 +132,7 @@ const EMPTY: u32 = 0;
 const GRANTED_BITS: u32 = 44;
 const GRANTED_MASK: u64 = (1 << GRANTED_BITS) - 1;
 
-/// One holder's record, and its node in the treap: 48 bytes.
+/// One holder's record, and its node in the treap: 56 bytes.
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     /// Token (the low `TOKEN_BITS`), and `owner length - 1` in the 8 bits above.
@@ -135,6 +149,9 @@ struct Slot {
     size: u32,
     /// The slot with the smallest token in this subtree.
     min: u32,
+    /// The permits of this subtree's holders (saturating; a semaphore's never exceed its limit,
+    /// a reader's are 1 each).
+    permits_sum: u32,
 }
 
 impl Slot {
@@ -144,6 +161,10 @@ impl Slot {
 
     fn owner_len(&self) -> usize {
         (self.token_len >> TOKEN_BITS) as usize + 1
+    }
+
+    fn permits(&self) -> u32 {
+        (self.granted_permits >> GRANTED_BITS) as u32
     }
 
     fn holder(&self) -> Holder {
@@ -254,7 +275,11 @@ impl Shared {
             | (u64::from(holder.permits.min(MAX_LIMIT)) << GRANTED_BITS);
         if let Some((_, slot)) = self.find(owner) {
             let record = self.slots[slot];
-            if record.token_len == token_len && record.lease_end == holder.lease_end {
+            // In place only when its treap node and its subtree's permits stay as they are.
+            if record.token_len == token_len
+                && record.lease_end == holder.lease_end
+                && record.granted_permits >> GRANTED_BITS == granted_permits >> GRANTED_BITS
+            {
                 self.slots[slot].count = holder.count;
                 self.slots[slot].granted_permits = granted_permits;
                 return Ok(());
@@ -293,6 +318,7 @@ impl Shared {
             right: NIL,
             size: 1,
             min: slot as u32,
+            permits_sum: holder.permits,
         });
         self.table_insert(owner, slot);
         self.attach(slot as u32);
@@ -392,6 +418,27 @@ impl Shared {
     /// Holders whose lease is alive at `now`. O(log H).
     pub fn live(&self, now: i64) -> usize {
         self.len() - self.lapsed(now)
+    }
+
+    /// The permits of the holders whose lease is alive at `now`. O(log H).
+    pub fn live_permits(&self, now: i64) -> u64 {
+        let mut t = self.root;
+        let mut lapsed = 0u64;
+        while t != NIL {
+            let record = &self.slots[t as usize];
+            if record.lease_end < now {
+                lapsed += u64::from(record.permits()) + u64::from(self.permits_in(record.left));
+                t = record.right;
+            } else {
+                t = record.left;
+            }
+        }
+        self.permits_total().saturating_sub(lapsed)
+    }
+
+    /// The permits of every holder, lapsed or not. O(1).
+    pub fn permits_total(&self) -> u64 {
+        u64::from(self.permits_in(self.root))
     }
 
     /// Holders whose lease has lapsed at `now` (not removed yet). O(log H).
@@ -655,6 +702,14 @@ impl Shared {
         }
     }
 
+    fn permits_in(&self, t: u32) -> u32 {
+        if t == NIL {
+            0
+        } else {
+            self.slots[t as usize].permits_sum
+        }
+    }
+
     /// The order of the treap: lease end, then token, then owner (owners are unique).
     fn order(&self, a: u32, b: u32) -> Ordering {
         let (x, y) = (&self.slots[a as usize], &self.slots[b as usize]);
@@ -691,9 +746,14 @@ impl Shared {
             }
         }
         let size = 1 + self.size(left) + self.size(right);
+        let permits = self
+            .permits_in(left)
+            .saturating_add(self.permits_in(right))
+            .saturating_add(self.slots[t as usize].permits());
         let record = &mut self.slots[t as usize];
         record.size = size;
         record.min = min;
+        record.permits_sum = permits;
     }
 
     /// Puts the detached node `x` into the treap.
@@ -703,6 +763,7 @@ impl Shared {
         record.right = NIL;
         record.size = 1;
         record.min = x;
+        record.permits_sum = record.permits();
         self.root = self.insert_node(self.root, x);
     }
 
@@ -931,9 +992,10 @@ mod tests {
                 .unwrap();
         }
         let per_holder = s.heap_size() / s.len() - 36;
-        // The spec allows 72 bytes beyond the owner with permits and grant times.
+        // The spec allows 72 bytes beyond the owner with permits and grant times: a 56-byte
+        // record and the table's share.
         assert!(
-            per_holder <= 64,
+            per_holder <= 72,
             "{per_holder} bytes per holder beyond its owner"
         );
         for i in 0..19_000u32 {

@@ -9,10 +9,10 @@ use super::Mode;
 
 const START: i64 = 1_800_000_000_000;
 const K: &[u8] = b"k";
-const READ: Mode = Mode::Shared { limit: 0 };
+const READ: Mode = Mode::shared(0);
 
 fn sem(limit: u32) -> Mode {
-    Mode::Shared { limit }
+    Mode::shared(limit)
 }
 
 fn token(reply: Reply) -> u64 {
@@ -85,7 +85,11 @@ fn a_limit_admits_exactly_n_owners_not_counts() {
         sim.info(K),
         Reply::Info(Info {
             holders: 3,
-            mode: Mode::Shared { limit: 3 },
+            mode: Mode::Shared {
+                limit: 3,
+                permits: 1
+            },
+            permits_free: 0,
             ..
         })
     ));
@@ -315,13 +319,15 @@ fn holders_lists_in_grant_order_with_count_and_owner() {
                     owner: b"c"[..].into(),
                     token: t[0],
                     count: 1,
-                    ttl_ms: 1000
+                    ttl_ms: 1000,
+                    permits: 1,
                 },
                 HolderInfo {
                     owner: b"a"[..].into(),
                     token: t[1],
                     count: 2,
-                    ttl_ms: 2000
+                    ttl_ms: 2000,
+                    permits: 1,
                 },
             ]
         ),
@@ -333,7 +339,8 @@ fn holders_lists_in_grant_order_with_count_and_owner() {
             owner: b"b"[..].into(),
             token: t[2],
             count: 1,
-            ttl_ms: 1000
+            ttl_ms: 1000,
+            permits: 1,
         }])
     );
 }
@@ -354,6 +361,7 @@ fn info_of_a_shared_key() {
             waiters: 0,
             mode: sem(5),
             holders: 2,
+            permits_free: 3,
         })
     );
     assert!(matches!(

@@ -155,7 +155,7 @@ impl<T: Handles> Waiters<T> {
                 shared: 0,
                 limit: 0,
             });
-        if let Mode::Shared { limit } = waiter.mode {
+        if let Mode::Shared { limit, .. } = waiter.mode {
             line.shared += 1;
             line.limit = limit;
         }
@@ -418,7 +418,7 @@ impl<T: Handles> Waiters<T> {
                     .queue
                     .iter()
                     .filter_map(|(_, w)| match w.mode {
-                        Mode::Shared { limit } => Some(limit),
+                        Mode::Shared { limit, .. } => Some(limit),
                         Mode::Exclusive => None,
                     })
                     .collect();

@@ -444,40 +444,34 @@ fn send(ctx: Ctx, answer: Answer) -> c_int {
     ok
 }
 
-/// `LOCK.INFO`'s map: the five fields of old, then mode, holders and limit.
+/// `LOCK.INFO`'s map: the five fields of old, then mode, holders, limit and permits_free.
 fn reply_info(ctx: Ctx, info: &Info) {
-    let (mode, limit): (&std::ffi::CStr, u32) = match info.mode {
+    let (mode, limit) = match info.mode {
         Mode::Exclusive => (c"exclusive", 1),
-        Mode::Shared { limit } => (c"shared", limit),
+        Mode::Shared { limit, .. } => (c"shared", limit),
     };
-    // SAFETY: for every call, `ctx` is the running command's context; names are static C strings
-    // and the owner is passed with its length.
-    unsafe {
-        rm!(RedisModule_ReplyWithMap(ctx, 8));
-        rm!(RedisModule_ReplyWithCString(ctx, c"owner".as_ptr()));
-        match &info.owner {
-            Some(owner) => rm!(RedisModule_ReplyWithStringBuffer(
+    let fields = Fields::start(ctx, 9);
+    fields.name(c"owner");
+    match &info.owner {
+        // SAFETY: `ctx` is the running command's context; the owner is passed with its length.
+        Some(owner) => unsafe {
+            rm!(RedisModule_ReplyWithStringBuffer(
                 ctx,
                 owner.as_ptr().cast(),
                 owner.len()
-            )),
-            None => rm!(RedisModule_ReplyWithNull(ctx)),
-        };
-        rm!(RedisModule_ReplyWithCString(ctx, c"token".as_ptr()));
-        reply_optional(ctx, info.token.map(|t| t as i64));
-        rm!(RedisModule_ReplyWithCString(ctx, c"count".as_ptr()));
-        reply_optional(ctx, info.count.map(i64::from));
-        rm!(RedisModule_ReplyWithCString(ctx, c"ttl".as_ptr()));
-        rm!(RedisModule_ReplyWithLongLong(ctx, info.ttl_ms));
-        rm!(RedisModule_ReplyWithCString(ctx, c"waiters".as_ptr()));
-        rm!(RedisModule_ReplyWithLongLong(ctx, info.waiters as i64));
-        rm!(RedisModule_ReplyWithCString(ctx, c"mode".as_ptr()));
-        rm!(RedisModule_ReplyWithCString(ctx, mode.as_ptr()));
-        rm!(RedisModule_ReplyWithCString(ctx, c"holders".as_ptr()));
-        rm!(RedisModule_ReplyWithLongLong(ctx, info.holders as i64));
-        rm!(RedisModule_ReplyWithCString(ctx, c"limit".as_ptr()));
-        rm!(RedisModule_ReplyWithLongLong(ctx, i64::from(limit)));
+            ));
+        },
+        None => reply_optional(ctx, None),
     }
+    fields
+        .optional(c"token", info.token.map(|t| t as i64))
+        .optional(c"count", info.count.map(i64::from))
+        .int(c"ttl", info.ttl_ms)
+        .int(c"waiters", info.waiters as i64)
+        .word(c"mode", mode)
+        .int(c"holders", info.holders as i64)
+        .int(c"limit", i64::from(limit))
+        .int(c"permits_free", info.permits_free);
 }
 
 /// An integer, or nil.
@@ -493,23 +487,12 @@ fn reply_optional(ctx: Ctx, value: Option<i64>) {
 
 /// One `LOCK.HOLDERS` entry: a map under RESP3, a flat array under RESP2.
 fn reply_holder(ctx: Ctx, holder: &HolderInfo) {
-    // SAFETY: for every call, `ctx` is the running command's context; names are static C strings
-    // and the owner is passed with its length.
-    unsafe {
-        rm!(RedisModule_ReplyWithMap(ctx, 4));
-        rm!(RedisModule_ReplyWithCString(ctx, c"owner".as_ptr()));
-        rm!(RedisModule_ReplyWithStringBuffer(
-            ctx,
-            holder.owner.as_ptr().cast(),
-            holder.owner.len()
-        ));
-        rm!(RedisModule_ReplyWithCString(ctx, c"token".as_ptr()));
-        rm!(RedisModule_ReplyWithLongLong(ctx, holder.token as i64));
-        rm!(RedisModule_ReplyWithCString(ctx, c"count".as_ptr()));
-        rm!(RedisModule_ReplyWithLongLong(ctx, i64::from(holder.count)));
-        rm!(RedisModule_ReplyWithCString(ctx, c"ttl".as_ptr()));
-        rm!(RedisModule_ReplyWithLongLong(ctx, holder.ttl_ms));
-    }
+    Fields::start(ctx, 5)
+        .bytes(c"owner", &holder.owner)
+        .int(c"token", holder.token as i64)
+        .int(c"count", i64::from(holder.count))
+        .int(c"ttl", holder.ttl_ms)
+        .int(c"permits", i64::from(holder.permits));
 }
 
 /// A map of `fields` pairs under RESP3, a flat array under RESP2; each value written by the
@@ -567,7 +550,7 @@ impl Fields {
 fn mode_fields(mode: Mode) -> (&'static CStr, i64, i64) {
     match mode {
         Mode::Exclusive => (c"exclusive", 0, 1),
-        Mode::Shared { limit } => (c"shared", i64::from(limit), 1),
+        Mode::Shared { limit, permits } => (c"shared", i64::from(limit), i64::from(permits)),
     }
 }
 
