@@ -192,6 +192,37 @@ pub fn renew(seen: Seen<'_>, owner: &[u8]) -> bool {
     seen.held_by(owner).is_some()
 }
 
+/// What `LOCK.DOWNGRADE` comes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Downgrade {
+    /// The owner holds nothing here: nil.
+    NotHeld,
+    /// The owner's exclusive hold becomes shared.
+    Go,
+    /// The owner holds the key shared already: its token (safe to retry).
+    Already { token: u64 },
+    /// The owner holds a semaphore, which a downgrade never makes.
+    Refuse(Refusal),
+}
+
+/// `LOCK.DOWNGRADE` by `owner`.
+pub fn downgrade(seen: Seen<'_>, owner: &[u8]) -> Downgrade {
+    match seen {
+        Seen::Exclusive(hold) if hold.is_held_by(owner) => Downgrade::Go,
+        Seen::Shared(SharedSeen {
+            limit: 0,
+            mine: Some(h),
+            ..
+        }) => Downgrade::Already { token: h.token },
+        Seen::Shared(SharedSeen {
+            limit,
+            mine: Some(_),
+            ..
+        }) => Downgrade::Refuse(Refusal::OtherLimit(limit)),
+        _ => Downgrade::NotHeld,
+    }
+}
+
 /// What the grant pass does with a queued request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Next {
@@ -354,6 +385,23 @@ mod tests {
         for (name, seen, owner, released, renewed) in rows {
             assert_eq!(release(seen, owner), released, "release: {name}");
             assert_eq!(renew(seen, owner), renewed, "renew: {name}");
+        }
+    }
+
+    #[test]
+    fn downgrade_table() {
+        let a2 = Hold::new(b"a", 10, 2, 0);
+        #[rustfmt::skip]
+        let rows: Vec<(&str, Seen<'_>, &[u8], Downgrade)> = vec![
+            ("its exclusive hold",   Seen::Exclusive(&a2),  b"a", Downgrade::Go),
+            ("another's",            Seen::Exclusive(&a2),  b"b", Downgrade::NotHeld),
+            ("free",                 Seen::Free,            b"a", Downgrade::NotHeld),
+            ("a reader already",     shared(0, 3, Some(1)), b"a", Downgrade::Already { token: 7 }),
+            ("not among readers",    shared(0, 3, None),    b"a", Downgrade::NotHeld),
+            ("a semaphore's holder", shared(4, 3, Some(1)), b"a", Downgrade::Refuse(Refusal::OtherLimit(4))),
+        ];
+        for (name, seen, owner, expected) in rows {
+            assert_eq!(downgrade(seen, owner), expected, "{name}");
         }
     }
 

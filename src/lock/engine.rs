@@ -25,7 +25,7 @@
 //! - While the server may not write (loading, writes paused) the engine's own work waits and is
 //!   retried; on a replica the waiters fail with `READONLY`.
 
-use super::decide::{self, Kind, Next, Release, Seen, Take};
+use super::decide::{self, Downgrade, Kind, Next, Release, Seen, Take};
 use super::errors::{LockError, Refusal};
 use super::host::{Blocked, Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
 use super::journal::Reason;
@@ -295,6 +295,45 @@ impl<T: Handles> Engine<T> {
         } else {
             self.end_own_lapsed(key, owner, now);
             Reply::Nil
+        };
+        self.note_lapsed(host, key);
+        reply
+    }
+
+    /// `LOCK.DOWNGRADE key owner`: the owner's exclusive hold becomes a shared hold of the same
+    /// key (same token, lease, count and grant time; no limit), and the shared waiters at the
+    /// head of the queue are granted with it, in the same step. Replies the token; nil if the
+    /// owner holds nothing.
+    pub fn downgrade<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, owner: &[u8]) -> Reply {
+        let now = host.now_ms();
+        let reply = match decide::downgrade(Seen::of(key, owner, || now), owner) {
+            Downgrade::NotHeld => Reply::Nil,
+            Downgrade::Already { token } => Reply::Integer(token),
+            Downgrade::Refuse(refusal) => Reply::Error(refusal.into()),
+            Downgrade::Go => {
+                let Some(hold) = key.hold() else {
+                    return Reply::Nil;
+                };
+                // A lock whose TTL a user removed keeps the longest lease a ttl can give.
+                let lease_end = key
+                    .expires_at()
+                    .unwrap_or_else(|| expiry(now, super::args::MAX_TTL_MS));
+                let holder = Holder {
+                    token: hold.token(),
+                    count: hold.count(),
+                    lease_end,
+                    permits: 1,
+                    granted_at: hold.granted_at(),
+                };
+                if !key.put_holder(0, owner, holder) {
+                    return Reply::Error(Refusal::TooManyHolders.into());
+                }
+                self.waiters.confirm(holder.token);
+                key.notify(Event::Downgraded);
+                self.stats.downgraded += 1;
+                self.hand_off(host, key);
+                Reply::Integer(holder.token)
+            }
         };
         self.note_lapsed(host, key);
         reply

@@ -43,6 +43,8 @@ pub enum Event {
     Granted,
     /// `LOCK.FORCERELEASE` ended a hold.
     ForceReleased,
+    /// `LOCK.DOWNGRADE` made the exclusive hold a shared one.
+    Downgraded,
 }
 
 /// What a blocked client is finally answered.

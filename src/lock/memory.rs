@@ -483,6 +483,11 @@ impl Sim {
         self.command(key, |e, h, k| e.renew(h, k, owner, ttl))
     }
 
+    /// `LOCK.DOWNGRADE key owner`.
+    pub fn downgrade(&mut self, key: &[u8], owner: &[u8]) -> Reply {
+        self.command(key, |e, h, k| e.downgrade(h, k, owner))
+    }
+
     /// `LOCK.FORCERELEASE key`.
     pub fn force_release(&mut self, key: &[u8]) -> Reply {
         self.command(key, |e, h, k| e.force_release(h, k, None))

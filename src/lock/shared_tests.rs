@@ -532,3 +532,67 @@ fn a_hang_up_of_the_new_shared_grant_keeps_the_hold_a_reacquire_answer_carries()
     assert_eq!(owners(&mut sim), [b"o".to_vec()]);
     assert_eq!(sim.engine.waiters(), 1, "{c3} still waits for the permit");
 }
+
+#[test]
+fn a_downgrade_keeps_the_hold_and_lets_the_readers_at_the_head_in_with_it() {
+    let mut sim = Sim::new(START);
+    let t = token(sim.acquire(K, b"w", 1000));
+    sim.reenter(K, b"w", 1000);
+    let (_, r1) = sim.wait_as(K, b"r1", 1000, 0, READ);
+    let (_, r2) = sim.wait_as(K, b"r2", 1000, 0, READ);
+    let (_, w2) = sim.wait(K, b"w2", 1000, 0);
+    let (_, r3) = sim.wait_as(K, b"r3", 1000, 0, READ);
+    sim.take_events();
+    sim.advance(100);
+    assert_eq!(sim.downgrade(K, b"w"), Reply::Integer(t));
+    assert_eq!(granted(&mut sim), [r1, r2], "the readers at the head, in the same step");
+    let holders = match sim.holders(K, Some(b"w"), 0) {
+        Reply::Holders(list) => list,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        holders,
+        [HolderInfo {
+            owner: b"w"[..].into(),
+            token: t,
+            count: 2,
+            ttl_ms: 900,
+            permits: 1,
+        }],
+        "same token, lease and count"
+    );
+    assert!(sim
+        .take_events()
+        .iter()
+        .any(|(_, e)| *e == Event::Downgraded));
+    // Safe to retry; the writer behind still waits for every reader, and r3 behind it.
+    assert_eq!(sim.downgrade(K, b"w"), Reply::Integer(t));
+    assert_eq!(sim.downgrade(K, b"nobody"), Reply::Nil);
+    for owner in [&b"w"[..], b"w", b"r1"] {
+        sim.release(K, owner);
+    }
+    assert_eq!(granted(&mut sim), [r1, r2]);
+    sim.release(K, b"r2");
+    assert_eq!(granted(&mut sim), [r1, r2, w2]);
+    sim.release(K, b"w2");
+    assert_eq!(granted(&mut sim), [r1, r2, w2, r3]);
+}
+
+#[test]
+fn a_downgrade_never_makes_a_semaphore_and_fails_semaphore_waiters_at_the_head() {
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"s", 1000, sem(3));
+    assert_eq!(
+        sim.downgrade(K, b"s"),
+        Reply::Error(Refusal::OtherLimit(3).into())
+    );
+    sim.acquire(b"x", b"w", 1000);
+    let (_, waiter) = sim.wait_as(b"x", b"p", 1000, 0, sem(2));
+    assert!(matches!(sim.downgrade(b"x", b"w"), Reply::Integer(_)));
+    sim.deliver();
+    let answer = sim.answers.iter().find(|(c, _)| *c == waiter).map(|(_, o)| o);
+    assert_eq!(
+        answer.and_then(super::memory::error_text).as_deref(),
+        Some(other_limit(0).as_str())
+    );
+}

@@ -238,6 +238,13 @@ pub fn renew(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     Ok(engine(ctx, args, |e, h| e.renew(h, &mut key, owner, ttl)))
 }
 
+/// `LOCK.DOWNGRADE key owner`
+pub fn downgrade(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    let owner = args::owner(args.bytes(2))?;
+    let mut key = RedisKey::open(ctx, args.raw(1), false)?;
+    Ok(engine(ctx, args, |e, h| e.downgrade(h, &mut key, owner)))
+}
+
 /// `LOCK.INFO key`
 pub fn info(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     let key = RedisKey::open(ctx, args.raw(1), true)?;

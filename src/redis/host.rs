@@ -549,6 +549,7 @@ impl Key for RedisKey {
             Event::Renewed => c"lock.renewed",
             Event::Granted => c"lock.granted",
             Event::ForceReleased => c"lock.forcereleased",
+            Event::Downgraded => c"lock.downgraded",
         };
         // SAFETY: `ctx` and the key's name are live; the event name is a static C string.
         unsafe {

@@ -25,7 +25,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             )
         })
         .unwrap_or_default();
-        let fields: [(&std::ffi::CStr, u64); 15] = [
+        let fields: [(&std::ffi::CStr, u64); 16] = [
             (c"locks", globals::lock_values()),
             (c"holds", globals::holds()),
             (c"waiters", waiters as u64),
@@ -38,6 +38,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             (c"expired_total", stats.expired),
             (c"wait_timeouts_total", stats.wait_timeouts),
             (c"forcereleased_total", stats.forcereleased),
+            (c"downgraded_total", stats.downgraded),
             (c"last_token", last_token),
             (c"longest_turn_us", globals::longest_turn_us()),
             (c"log_len", log_len),

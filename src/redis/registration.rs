@@ -169,6 +169,20 @@ const WAIT: Command = Command {
 };
 callback!(wait_callback, WAIT);
 
+const DOWNGRADE: Command = Command {
+    name: c"LOCK.DOWNGRADE",
+    handler: commands::downgrade,
+    callback: downgrade_callback,
+    flags: c"write fast",
+    acl: c"write fast",
+    arity: 3,
+    key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
+    summary: c"Makes the owner's exclusive hold a shared one (same token, lease and count) and grants the shared waiters at the head of the queue with it. Replies the token or nil.",
+    complexity: c"O(1) plus O(k log H) for k waiters granted",
+    args: &[KEY, OWNER],
+};
+callback!(downgrade_callback, DOWNGRADE);
+
 const INFO: Command = Command {
     name: c"LOCK.INFO",
     handler: commands::info,
@@ -331,7 +345,7 @@ const STATS: Command = Command {
 callback!(stats_callback, STATS);
 
 /// Every command, in registration order.
-const COMMANDS: [&Command; 15] = [
+const COMMANDS: [&Command; 16] = [
     &ACQUIRE,
     &REENTER,
     &RELEASE,
@@ -347,6 +361,7 @@ const COMMANDS: [&Command; 15] = [
     &LOG,
     &HISTORY,
     &STATS,
+    &DOWNGRADE,
 ];
 
 /// Registers every command with its metadata.
