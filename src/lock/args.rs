@@ -22,6 +22,10 @@ pub enum ArgError {
     Limit,
     Permits,
     Syntax,
+    NumKeys,
+    TooManyKeys,
+    KeysBeyondArgs,
+    DuplicateKey,
 }
 
 impl std::fmt::Display for ArgError {
@@ -36,6 +40,10 @@ impl std::fmt::Display for ArgError {
             ArgError::Limit => "ERR invalid limit",
             ArgError::Permits => "ERR invalid permits",
             ArgError::Syntax => "ERR syntax error",
+            ArgError::NumKeys => "ERR numkeys should be greater than 0",
+            ArgError::TooManyKeys => "ERR numkeys can't be greater than 256",
+            ArgError::KeysBeyondArgs => "ERR Number of keys can't be greater than number of args",
+            ArgError::DuplicateKey => "ERR duplicate key",
         })
     }
 }
@@ -159,6 +167,37 @@ pub fn holders_options(words: &[&[u8]]) -> Result<(Option<Vec<u8>>, usize), ArgE
     Ok((owner_arg, count_arg.unwrap_or(100)))
 }
 
+/// The most keys of one `LOCK.MACQUIRE`, `LOCK.MRELEASE` or `LOCK.MRENEW`.
+pub const MAX_KEYS: usize = 256;
+
+/// The keys of a numkeys command (`numkeys key [key ...]` then `tail` more arguments), given
+/// its arguments after the command name: their range in `args`, checked as Redis checks its own
+/// numkeys commands; no key twice.
+pub fn keys_of(args: &[&[u8]], tail: usize) -> Result<std::ops::Range<usize>, ArgError> {
+    let n = args
+        .first()
+        .and_then(|n| parse_integer(n))
+        .filter(|n| *n > 0)
+        .ok_or(ArgError::NumKeys)? as u64;
+    if n > MAX_KEYS as u64 {
+        return Err(ArgError::TooManyKeys);
+    }
+    let n = n as usize;
+    if 1 + n > args.len() {
+        return Err(ArgError::KeysBeyondArgs);
+    }
+    if 1 + n + tail != args.len() {
+        return Err(ArgError::Syntax);
+    }
+    let keys = 1..1 + n;
+    let mut seen: Vec<&[u8]> = args[keys.clone()].to_vec();
+    seen.sort_unstable();
+    if seen.windows(2).any(|w| w[0] == w[1]) {
+        return Err(ArgError::DuplicateKey);
+    }
+    Ok(keys)
+}
+
 /// A count of entries to list (0..=2^32-1).
 fn list_count(bytes: &[u8]) -> Result<usize, ArgError> {
     Ok(in_range(bytes, 0, u64::from(u32::MAX), ArgError::Count)? as usize)
@@ -263,6 +302,41 @@ pub fn expiry_at_ms(bytes: &[u8]) -> Result<u64, ArgError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn numkeys() {
+        let a = |words: &[&str]| -> Vec<Vec<u8>> {
+            words.iter().map(|w| w.as_bytes().to_vec()).collect()
+        };
+        let k = |words: &[&str], tail| {
+            let owned = a(words);
+            let args: Vec<&[u8]> = owned.iter().map(|w| w.as_slice()).collect();
+            keys_of(&args, tail)
+        };
+        assert_eq!(k(&["2", "a", "b", "o", "1000"], 2), Ok(1..3));
+        assert_eq!(k(&["1", "a", "o"], 1), Ok(1..2));
+        assert_eq!(k(&["0", "o", "1"], 2), Err(ArgError::NumKeys));
+        assert_eq!(k(&["-1", "o", "1"], 2), Err(ArgError::NumKeys));
+        assert_eq!(k(&["x", "o", "1"], 2), Err(ArgError::NumKeys));
+        assert_eq!(k(&["257", "o", "1"], 2), Err(ArgError::TooManyKeys));
+        assert_eq!(k(&["5", "a", "o", "1"], 2), Err(ArgError::KeysBeyondArgs));
+        assert_eq!(k(&["1", "a", "o", "1", "extra"], 2), Err(ArgError::Syntax));
+        assert_eq!(
+            k(&["2", "a", "o", "1"], 2),
+            Err(ArgError::Syntax),
+            "o taken as a key"
+        );
+        assert_eq!(
+            k(&["2", "a", "a", "o", "1"], 2),
+            Err(ArgError::DuplicateKey)
+        );
+        let many: Vec<String> = (0..256).map(|i| format!("k{i}")).collect();
+        let mut words = vec!["256".to_string()];
+        words.extend(many);
+        words.extend(["o".into(), "1".into()]);
+        let refs: Vec<&str> = words.iter().map(|w| w.as_str()).collect();
+        assert_eq!(k(&refs, 2), Ok(1..257));
+    }
+
     #[test]
     fn listing_options() {
         use super::Listing::*;

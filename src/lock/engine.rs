@@ -66,6 +66,8 @@ pub enum Reply {
     Holders(Vec<HolderInfo>),
     /// `LOCK.WAITERS`: one entry per waiter, in queue order.
     Waiters(Vec<WaiterInfo>),
+    /// `LOCK.MACQUIRE`: each key's token, in argument order.
+    Tokens(Vec<u64>),
     /// The client is blocked; its answer comes later through [`Host::unblock`].
     Blocked,
 }
@@ -298,6 +300,107 @@ impl<T: Handles> Engine<T> {
         };
         self.note_lapsed(host, key);
         reply
+    }
+
+    /// `LOCK.MACQUIRE numkeys key... owner ttl_ms`: exclusive holds on every key or on none. A
+    /// key the owner holds already counts as granted (a new lease, its own token); the new holds
+    /// share one new token. Replies each key's token in argument order; nil if any key is taken
+    /// or has waiters (nothing changes); the first refusal if any key can never be granted.
+    /// O(numkeys).
+    pub fn macquire<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        keys: &mut [H::Key],
+        owner: &[u8],
+        ttl_ms: u64,
+    ) -> Reply {
+        let request = Request {
+            owner,
+            ttl_ms,
+            mode: Mode::Exclusive,
+        };
+        let mut decisions = Vec::with_capacity(keys.len());
+        let mut taken = false;
+        for key in keys.iter() {
+            match self.decide_take(host, key, &request, Kind::Acquire) {
+                Take::Refuse(refusal) => return Reply::Error(refusal.into()),
+                Take::Wait => taken = true,
+                decision => decisions.push(decision),
+            }
+        }
+        if taken {
+            self.stats.contended += 1;
+            for key in keys.iter() {
+                self.watch.contended(key.id());
+            }
+            return Reply::Nil;
+        }
+        let now = host.now_ms();
+        let lease_end = expiry(now, ttl_ms);
+        let group_token = if decisions.contains(&Take::Grant) {
+            match self.tokens.issue(&Now(now)) {
+                Some(token) => Some(token),
+                None => return Reply::Error(Refusal::NoTokens.into()),
+            }
+        } else {
+            None
+        };
+        let mut tokens = Vec::with_capacity(keys.len());
+        for (key, decision) in keys.iter_mut().zip(decisions) {
+            let token = match (decision, group_token) {
+                (Take::Grant, Some(token)) => {
+                    self.put_exclusive(key, owner, token, now, lease_end);
+                    self.stats.acquired += 1;
+                    token
+                }
+                (Take::Refresh { count }, _) => {
+                    let token = refresh(key, owner, Some(count), lease_end);
+                    self.waiters.confirm(token);
+                    token
+                }
+                _ => unreachable!("a grant has the group's token"),
+            };
+            key.notify(Event::Acquired);
+            self.expiry_moved(host, key);
+            self.note_lapsed(host, key);
+            tokens.push(token);
+        }
+        Reply::Tokens(tokens)
+    }
+
+    /// `LOCK.MRELEASE numkeys key... owner`: `LOCK.RELEASE` of each key; replies how many the
+    /// owner held.
+    pub fn mrelease<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        keys: &mut [H::Key],
+        owner: &[u8],
+    ) -> Reply {
+        let mut held = 0;
+        for key in keys.iter_mut() {
+            if self.release(host, key, owner) != Reply::Nil {
+                held += 1;
+            }
+        }
+        Reply::Integer(held)
+    }
+
+    /// `LOCK.MRENEW numkeys key... owner ttl_ms`: `LOCK.RENEW` of each key; replies how many the
+    /// owner held.
+    pub fn mrenew<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        keys: &mut [H::Key],
+        owner: &[u8],
+        ttl_ms: u64,
+    ) -> Reply {
+        let mut held = 0;
+        for key in keys.iter_mut() {
+            if self.renew(host, key, owner, ttl_ms) != Reply::Nil {
+                held += 1;
+            }
+        }
+        Reply::Integer(held)
     }
 
     /// `LOCK.DOWNGRADE key owner`: the owner's exclusive hold becomes a shared hold of the same
@@ -823,13 +926,7 @@ impl<T: Handles> Engine<T> {
         match mode {
             Mode::Exclusive => {
                 let token = self.tokens.issue(&Now(now)).ok_or(Refusal::NoTokens)?;
-                // A shared value left with lapsed leases only is replaced whole.
-                if let Some(shared) = key.shared() {
-                    let holders = shared.len() as u64;
-                    self.journal_lapsed(key);
-                    self.lapsed_ended(key, holders);
-                }
-                key.put(Hold::new(owner, token, 1, now), Some(lease_end));
+                self.put_exclusive(key, owner, token, now, lease_end);
                 Ok(token)
             }
             Mode::Shared { limit, permits } => {
@@ -846,6 +943,17 @@ impl<T: Handles> Engine<T> {
                 }
             }
         }
+    }
+
+    /// A new exclusive hold with `token` on a key free for it (a shared value left with lapsed
+    /// leases only is replaced whole).
+    fn put_exclusive<K: Key>(&mut self, key: &mut K, owner: &[u8], token: u64, now: i64, end: i64) {
+        if let Some(shared) = key.shared() {
+            let holders = shared.len() as u64;
+            self.journal_lapsed(key);
+            self.lapsed_ended(key, holders);
+        }
+        key.put(Hold::new(owner, token, 1, now), Some(end));
     }
 
     /// Before a new shared hold of `permits` with `limit`: a key whose every lease lapsed starts

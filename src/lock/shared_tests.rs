@@ -545,7 +545,11 @@ fn a_downgrade_keeps_the_hold_and_lets_the_readers_at_the_head_in_with_it() {
     sim.take_events();
     sim.advance(100);
     assert_eq!(sim.downgrade(K, b"w"), Reply::Integer(t));
-    assert_eq!(granted(&mut sim), [r1, r2], "the readers at the head, in the same step");
+    assert_eq!(
+        granted(&mut sim),
+        [r1, r2],
+        "the readers at the head, in the same step"
+    );
     let holders = match sim.holders(K, Some(b"w"), 0) {
         Reply::Holders(list) => list,
         other => panic!("{other:?}"),
@@ -590,7 +594,11 @@ fn a_downgrade_never_makes_a_semaphore_and_fails_semaphore_waiters_at_the_head()
     let (_, waiter) = sim.wait_as(b"x", b"p", 1000, 0, sem(2));
     assert!(matches!(sim.downgrade(b"x", b"w"), Reply::Integer(_)));
     sim.deliver();
-    let answer = sim.answers.iter().find(|(c, _)| *c == waiter).map(|(_, o)| o);
+    let answer = sim
+        .answers
+        .iter()
+        .find(|(c, _)| *c == waiter)
+        .map(|(_, o)| o);
     assert_eq!(
         answer.and_then(super::memory::error_text).as_deref(),
         Some(other_limit(0).as_str())

@@ -56,6 +56,8 @@ pub struct Arg {
     pub kind: raw::RedisModuleCommandArgType,
     pub token: Option<&'static CStr>,
     pub optional: bool,
+    /// Repeated (`key [key ...]`).
+    pub multiple: bool,
 }
 
 /// A command: everything Redis and the module need to know of it.
@@ -70,8 +72,11 @@ pub struct Command {
     pub acl: &'static CStr,
     /// As Redis counts it: n arguments exactly (name included), or -n for at least n.
     pub arity: c_int,
-    /// Key-spec flags of the one key at argument 1; 0 for a command without keys.
+    /// Key-spec flags of the one key at argument 1 (of every key, for a numkeys command); 0
+    /// for a command without keys.
     pub key_flags: u32,
+    /// Whether its keys follow a `numkeys` at argument 1.
+    pub numkeys: bool,
     pub summary: &'static CStr,
     pub complexity: &'static CStr,
     pub args: &'static [Arg],
@@ -236,6 +241,49 @@ pub fn renew(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     let ttl = args::ttl_ms(args.bytes(3))?;
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
     Ok(engine(ctx, args, |e, h| e.renew(h, &mut key, owner, ttl)))
+}
+
+/// The keys of a numkeys command, opened for writing, and the argument after them.
+fn group(ctx: Ctx, args: Args<'_>, tail: usize) -> Result<(Vec<RedisKey>, usize)> {
+    let keys = args::keys_of(&args.rest(1), tail)?;
+    let after = keys.end + 1;
+    // Arguments are checked before any key is opened (the first bad one is the error).
+    let opened = keys
+        .map(|i| RedisKey::open(ctx, args.raw(i + 1), false))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok((opened, after))
+}
+
+/// `LOCK.MACQUIRE numkeys key [key ...] owner ttl_ms`
+pub fn macquire(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    args::keys_of(&args.rest(1), 2)?;
+    let n = args.0.len();
+    let owner = args::owner(args.bytes(n - 2))?;
+    let ttl_ms = args::ttl_ms(args.bytes(n - 1))?;
+    let (mut keys, _) = group(ctx, args, 2)?;
+    Ok(engine(ctx, args, |e, h| {
+        e.macquire(h, &mut keys, owner, ttl_ms)
+    }))
+}
+
+/// `LOCK.MRELEASE numkeys key [key ...] owner`
+pub fn mrelease(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    args::keys_of(&args.rest(1), 1)?;
+    let owner = args::owner(args.bytes(args.0.len() - 1))?;
+    let (mut keys, _) = group(ctx, args, 1)?;
+    Ok(engine(ctx, args, |e, h| e.mrelease(h, &mut keys, owner)))
+}
+
+/// `LOCK.MRENEW numkeys key [key ...] owner ttl_ms`
+pub fn mrenew(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    args::keys_of(&args.rest(1), 2)?;
+    let n = args.0.len();
+    let owner = args::owner(args.bytes(n - 2))?;
+    let ttl_ms = args::ttl_ms(args.bytes(n - 1))?;
+    let (mut keys, _) = group(ctx, args, 2)?;
+    Ok(engine(ctx, args, |e, h| {
+        e.mrenew(h, &mut keys, owner, ttl_ms)
+    }))
 }
 
 /// `LOCK.DOWNGRADE key owner`
@@ -437,6 +485,12 @@ fn send(ctx: Ctx, answer: Answer) -> c_int {
                 ));
                 for holder in &holders {
                     reply_holder(ctx, holder);
+                }
+            }
+            Answer::Engine(Reply::Tokens(tokens)) => {
+                rm!(RedisModule_ReplyWithArray(ctx, tokens.len() as c_long));
+                for token in tokens {
+                    rm!(RedisModule_ReplyWithLongLong(ctx, token as i64));
                 }
             }
             Answer::Engine(Reply::Waiters(waiters)) => {
