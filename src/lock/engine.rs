@@ -27,6 +27,7 @@
 
 use super::decide::{self, Downgrade, Kind, Next, Release, Seen, Take};
 use super::errors::{LockError, Refusal};
+use super::grace::Grace;
 use super::host::{Blocked, Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
 use super::journal::Reason;
 use super::packed::{Hold, LockRef};
@@ -150,6 +151,7 @@ pub struct Engine<T: Handles> {
     tokens: Tokens,
     stats: Stats,
     watch: Watch,
+    grace: Grace,
     /// Units of work done in the current turn the engine started by itself.
     work: usize,
 }
@@ -162,6 +164,7 @@ impl<T: Handles> Default for Engine<T> {
             tokens: Tokens::new(),
             stats: Stats::default(),
             watch: Watch::default(),
+            grace: Grace::default(),
             work: 0,
         }
     }
@@ -200,7 +203,14 @@ impl<T: Handles> Engine<T> {
     /// master's stream, the AOF) gets nil at once.
     pub fn wait<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, wait: Wait<'_>) -> Reply {
         let request = wait.request;
-        let decision = self.decide_take(host, key, &request, Kind::Acquire);
+        if !self.grace.allows_ttl(request.ttl_ms) {
+            return Reply::Error(Refusal::TtlAboveGrace.into());
+        }
+        let mut decision = self.decide_take(host, key, &request, Kind::Acquire);
+        if decision == Take::Grant && self.grace.left_ms(host.now_us()).is_some() {
+            // The grace's end serves the queue.
+            decision = Take::Wait;
+        }
         if decision != Take::Wait {
             let reply = self.apply_take(host, key, &request, Kind::Acquire, decision);
             self.note_lapsed(host, key);
@@ -286,6 +296,9 @@ impl<T: Handles> Engine<T> {
         owner: &[u8],
         ttl_ms: u64,
     ) -> Reply {
+        if !self.grace.allows_ttl(ttl_ms) {
+            return Reply::Error(Refusal::TtlAboveGrace.into());
+        }
         let now = host.now_ms();
         let reply = if decide::renew(Seen::of(key, owner, || now), owner) {
             let token = refresh(key, owner, None, expiry(now, ttl_ms));
@@ -314,6 +327,9 @@ impl<T: Handles> Engine<T> {
         owner: &[u8],
         ttl_ms: u64,
     ) -> Reply {
+        if !self.grace.allows_ttl(ttl_ms) {
+            return Reply::Error(Refusal::TtlAboveGrace.into());
+        }
         let request = Request {
             owner,
             ttl_ms,
@@ -338,6 +354,9 @@ impl<T: Handles> Engine<T> {
         let now = host.now_ms();
         let lease_end = expiry(now, ttl_ms);
         let group_token = if decisions.contains(&Take::Grant) {
+            if let Some(ms) = self.grace.left_ms(host.now_us()) {
+                return Reply::Error(Refusal::Grace(ms).into());
+            }
             match self.tokens.issue(&Now(now)) {
                 Some(token) => Some(token),
                 None => return Reply::Error(Refusal::NoTokens.into()),
@@ -394,6 +413,9 @@ impl<T: Handles> Engine<T> {
         owner: &[u8],
         ttl_ms: u64,
     ) -> Reply {
+        if !self.grace.allows_ttl(ttl_ms) {
+            return Reply::Error(Refusal::TtlAboveGrace.into());
+        }
         let mut held = 0;
         for key in keys.iter_mut() {
             if self.renew(host, key, owner, ttl_ms) != Reply::Nil {
@@ -716,6 +738,37 @@ impl<T: Handles> Engine<T> {
         self.stats.expired += holds;
     }
 
+    /// Sets `relock.restart-grace-ms`.
+    pub fn configure_grace(&mut self, ms: u64) {
+        self.grace.configure(ms);
+    }
+
+    /// The server started as a master, or was promoted: the restart grace starts, if one is
+    /// configured; when it ends, every queue is served in order.
+    pub fn start_grace<H: Host<T>>(&mut self, host: &mut H) {
+        if let Some(ms) = self.grace.start(host.now_us()) {
+            let ends_at = host.now_ms().saturating_add(ms as i64).saturating_add(1);
+            self.schedule.start(host, ends_at, Due::GraceEnds);
+        }
+    }
+
+    /// The restart grace at `now_us` (the host's monotonic clock): its setting, and the ms left
+    /// of the one under way (0 outside one).
+    pub fn grace_ms(&self, now_us: u64) -> (u64, u64) {
+        let left = self.grace.left_ms(now_us).unwrap_or(0);
+        (self.grace.configured_ms(), left)
+    }
+
+    /// `relock.restart-grace-ms`.
+    pub fn grace_configured_ms(&self) -> u64 {
+        self.grace.configured_ms()
+    }
+
+    /// Whether a hold of `ttl_ms` may be asked for: not longer than a configured restart grace.
+    pub fn allows_ttl(&self, ttl_ms: u64) -> bool {
+        self.grace.allows_ttl(ttl_ms)
+    }
+
     /// This server became a replica: every waiter fails with `READONLY`.
     pub fn became_replica<H: Host<T>>(&mut self, host: &mut H) {
         for key in self.waiters.keys(None) {
@@ -743,6 +796,18 @@ impl<T: Handles> Engine<T> {
                     self.schedule.push(host, Job::Serve(key));
                 }
                 Work::Due(Due::WaitEnds { client, waiter }) => self.wait_ends(host, client, waiter),
+                Work::Due(Due::GraceEnds) => match self.grace.left_ms(host.now_us()) {
+                    // The wall clock the timer runs on was ahead of the monotonic one.
+                    Some(ms) => {
+                        let at = now.saturating_add(ms as i64).saturating_add(1);
+                        self.schedule.start(host, at, Due::GraceEnds);
+                    }
+                    None => {
+                        for key in self.waiters.keys(None) {
+                            self.schedule.push(host, Job::Serve(key));
+                        }
+                    }
+                },
                 Work::Job(job) => self.run(host, job),
             }
         }
@@ -847,7 +912,15 @@ impl<T: Handles> Engine<T> {
         request: Request<'_>,
         kind: Kind,
     ) -> Reply {
-        let decision = self.decide_take(host, key, &request, kind);
+        if !self.grace.allows_ttl(request.ttl_ms) {
+            return Reply::Error(Refusal::TtlAboveGrace.into());
+        }
+        let mut decision = self.decide_take(host, key, &request, kind);
+        if decision == Take::Grant {
+            if let Some(ms) = self.grace.left_ms(host.now_us()) {
+                decision = Take::Refuse(Refusal::Grace(ms));
+            }
+        }
         let reply = self.apply_take(host, key, &request, kind, decision);
         self.note_lapsed(host, key);
         reply
@@ -1097,7 +1170,12 @@ impl<T: Handles> Engine<T> {
     fn grant_pass<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, id: &KeyId) -> bool {
         let mut granted = false;
         let mut grants = 0;
+        // No new hold in the restart grace; its end serves every queue.
+        let in_grace = self.grace.left_ms(host.now_us()).is_some();
         loop {
+            if in_grace {
+                break;
+            }
             if grants >= GRANT_BATCH {
                 // A long batch of readers goes on in the next turn, in queue order: no other
                 // request passes them meanwhile (they are queued), and no turn grows with it.

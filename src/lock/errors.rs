@@ -23,6 +23,14 @@ pub const OTHER_PERMITS: &str = "ERR lock is held with other permits";
 /// A new holder's owner does not fit beside the key's others (owners take 4 GiB in all).
 pub const TOO_MANY_HOLDERS: &str = "ERR lock has too many holders";
 
+/// A ttl longer than the restart grace, while one is configured.
+pub const TTL_ABOVE_GRACE: &str = "ERR ttl_ms exceeds relock.restart-grace-ms";
+
+/// A request for a new hold during the restart grace (`ms` left).
+pub fn grace(ms: u64) -> String {
+    format!("TRYAGAIN relock restart grace, {ms} ms left")
+}
+
 /// A shared request whose limit is not the key's (`limit`).
 pub fn other_limit(limit: u32) -> String {
     format!("ERR lock has another limit ({limit})")
@@ -44,6 +52,10 @@ pub enum Refusal {
     NoTokens,
     /// The key's holders take all the room a key has.
     TooManyHolders,
+    /// The restart grace is under way: no new hold for this many more ms.
+    Grace(u64),
+    /// A ttl longer than the configured restart grace.
+    TtlAboveGrace,
 }
 
 impl Refusal {
@@ -56,6 +68,8 @@ impl Refusal {
             Refusal::OtherPermits => Cow::Borrowed(OTHER_PERMITS),
             Refusal::NoTokens => Cow::Borrowed(NO_TOKENS),
             Refusal::TooManyHolders => Cow::Borrowed(TOO_MANY_HOLDERS),
+            Refusal::Grace(ms) => Cow::Owned(grace(ms)),
+            Refusal::TtlAboveGrace => Cow::Borrowed(TTL_ABOVE_GRACE),
         }
     }
 }

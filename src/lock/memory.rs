@@ -483,6 +483,12 @@ impl Sim {
         self.command(key, |e, h, k| e.renew(h, k, owner, ttl))
     }
 
+    /// `relock.restart-grace-ms` is `ms` and the server starts now.
+    pub fn start_grace(&mut self, ms: u64) {
+        self.engine.configure_grace(ms);
+        self.engine.start_grace(&mut self.host);
+    }
+
     /// `LOCK.DOWNGRADE key owner`.
     pub fn downgrade(&mut self, key: &[u8], owner: &[u8]) -> Reply {
         self.command(key, |e, h, k| e.downgrade(h, k, owner))

@@ -15,6 +15,7 @@
 //! - [`contention`]: wait and hold distributions, and the hottest keys (`LOCK.STATS`).
 //! - [`watch`]: the journal and the statistics together, as the engine tells them what happened.
 //! - [`tokens`]: fencing tokens, strictly increasing and floored by the wall clock.
+//! - [`grace`]: the restart grace (`relock.restart-grace-ms`): no new hold until it ends.
 //! - [`args`]: parsing and bounds of command arguments.
 //! - [`memory`]: an in-memory host, on which the unit, model and fuzz tests run the engine.
 //!
@@ -27,6 +28,7 @@ pub mod decide;
 pub mod effect;
 pub mod engine;
 pub mod errors;
+pub mod grace;
 pub mod host;
 pub mod journal;
 #[cfg(any(test, feature = "sim"))]

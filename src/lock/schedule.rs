@@ -40,6 +40,8 @@ pub enum Due<C> {
     Deadline(KeyId),
     /// A wait ends, unless the waiter was served first.
     WaitEnds { client: C, waiter: WaiterId },
+    /// The restart grace ends: every queue is served.
+    GraceEnds,
 }
 
 /// Work for after the current command (Redis 7.0 forbids writes inside keyspace

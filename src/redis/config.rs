@@ -4,7 +4,8 @@
 //! - `relock.log-max-len` (default 1024, 0 turns the journal off, at most 100000);
 //! - `relock.log-reasons` (default `all`; any of the reasons, space-separated, or `none`);
 //! - `relock.stats` (`yes` | `no`, default yes);
-//! - `relock.stats-keys` (default 1000, at most 100000): the size of `LOCK.STATS`'s table.
+//! - `relock.stats-keys` (default 1000, at most 100000): the size of `LOCK.STATS`'s table;
+//! - `relock.restart-grace-ms` (default 0, at most 10^12): the restart grace.
 //!
 //! The values live in the engine's `Watch`, which keeps its own bounds; these callbacks only
 //! read and set them.
@@ -16,7 +17,7 @@ use redis_module::raw;
 
 use super::ffi;
 use super::globals;
-use crate::lock::{contention, journal, Reason, Reasons, Watch};
+use crate::lock::{args, contention, journal, Reason, Reasons, Watch};
 
 /// Registers the configs and applies what the server was given for them at load.
 pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
@@ -54,6 +55,21 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
         ))
     };
     // SAFETY: as for `log_len`.
+    let grace = unsafe {
+        rm!(RedisModule_RegisterNumericConfig(
+            ctx,
+            c"restart-grace-ms".as_ptr(),
+            0,
+            flags,
+            0,
+            args::MAX_TTL_MS as c_longlong,
+            Some(get_number),
+            Some(set_number),
+            None,
+            std::ptr::null_mut()
+        ))
+    };
+    // SAFETY: as for `log_len`.
     let stats = unsafe {
         rm!(RedisModule_RegisterBoolConfig(
             ctx,
@@ -83,7 +99,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
             std::ptr::null_mut()
         ))
     };
-    if [log_len, stats_keys, stats, reasons]
+    if [log_len, stats_keys, grace, stats, reasons]
         .iter()
         .any(|&r| r != ok)
     {
@@ -163,8 +179,9 @@ extern "C" fn get_number(name: *const c_char, _data: *mut c_void) -> c_longlong 
     ffi::guard(0, || {
         // SAFETY: Redis passes the config's name.
         let value = match unsafe { short_name(name) } {
-            b"log-max-len" => read(|w| w.journal.max_len()),
-            _ => read(|w| w.contention.keys.capacity()),
+            b"log-max-len" => read(|w| w.journal.max_len() as u64),
+            b"restart-grace-ms" => globals::read_engine(|e| e.grace_configured_ms()).unwrap_or(0),
+            _ => read(|w| w.contention.keys.capacity() as u64),
         };
         value as c_longlong
     })
@@ -185,6 +202,13 @@ extern "C" fn set_number(
                 let reasons = w.journal.reasons();
                 w.journal.configure(value, reasons);
             }),
+            b"restart-grace-ms" => {
+                if globals::configure_engine(|e| e.configure_grace(value as u64)) {
+                    raw::REDISMODULE_OK as c_int
+                } else {
+                    write(err, |_| ())
+                }
+            }
             _ => write(err, |w| w.contention.set_capacity(value)),
         }
     })

@@ -197,9 +197,12 @@ extern "C" fn on_server_event(
         } else if id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED {
             let replica = subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA;
             globals::set_replica(replica);
-            if replica {
-                globals::report(&mut RedisHost::new(ctx), Report::BecameReplica);
-            }
+            let report = if replica {
+                Report::BecameReplica
+            } else {
+                Report::Promoted
+            };
+            globals::report(&mut RedisHost::new(ctx), report);
         }
     })
 }

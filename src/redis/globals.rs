@@ -113,6 +113,8 @@ pub enum Report {
     DbChanged(Option<c_int>),
     /// This server became a replica.
     BecameReplica,
+    /// This server started as a master, or was promoted: the restart grace starts.
+    Promoted,
     /// A timer the engine armed fired.
     Timer(u64),
     /// A blocked client's answer was delivered.
@@ -148,6 +150,7 @@ impl Report {
             Report::TtlChanged { db, name } => engine.ttl_changed(host, KeyRef { db, name: &name }),
             Report::DbChanged(db) => engine.db_changed(host, db),
             Report::BecameReplica => engine.became_replica(host),
+            Report::Promoted => engine.start_grace(host),
             Report::Timer(number) => engine.on_timer(host, number),
             Report::Replied(client) => engine.replied(client),
             Report::Gone(client) => engine.client_gone(host, client),
@@ -298,11 +301,16 @@ pub fn describes() -> usize {
 
 /// Changes the journal's or the statistics' settings; false if the engine is busy.
 pub fn configure(f: impl FnOnce(&mut Watch)) -> bool {
+    configure_engine(|engine| f(engine.watch_mut()))
+}
+
+/// Changes an engine setting (the configs); false if the engine is busy.
+pub fn configure_engine(f: impl FnOnce(&mut Engine<RedisHandles>)) -> bool {
     ENGINE.with(|cell| {
         let Ok(mut engine) = cell.try_borrow_mut() else {
             return false;
         };
-        f(engine.watch_mut());
+        f(&mut engine);
         DESCRIBES.store(engine.describes(), Ordering::Relaxed);
         true
     })

@@ -16,6 +16,8 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
         let (waiters, timers, stats, last_token) =
             globals::read_engine(|e| (e.waiters(), e.armed_timers(), e.stats(), e.last_token()))
                 .unwrap_or_default();
+        let (grace_ms, grace_left_ms) =
+            globals::read_engine(|e| e.grace_ms(ffi::monotonic_us())).unwrap_or_default();
         let (waits, holds, log_len) = globals::read_engine(|e| {
             let w = e.watch();
             (
@@ -25,7 +27,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             )
         })
         .unwrap_or_default();
-        let fields: [(&std::ffi::CStr, u64); 16] = [
+        let fields: [(&std::ffi::CStr, u64); 18] = [
             (c"locks", globals::lock_values()),
             (c"holds", globals::holds()),
             (c"waiters", waiters as u64),
@@ -42,6 +44,8 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             (c"last_token", last_token),
             (c"longest_turn_us", globals::longest_turn_us()),
             (c"log_len", log_len),
+            (c"restart_grace_ms", grace_ms),
+            (c"grace_left_ms", grace_left_ms),
         ];
         // SAFETY: `ctx` is the INFO context Redis passed; names are static C strings.
         unsafe {

@@ -4,6 +4,8 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, Context, RedisString, Status};
 
+use super::globals::Report;
+use super::host::RedisHost;
 use super::{config, events, globals, info, migration, registration, server};
 
 /// The module's `OnLoad`, after `redis_module!` has registered the data type.
@@ -49,6 +51,11 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         return Status::Err;
     }
     globals::configure(|_| ());
+    server::learn_role(ctx.ctx);
+    if !globals::is_replica() {
+        // Started as a master: the restart grace (if configured) starts now.
+        globals::report(&mut RedisHost::new(ctx.ctx), Report::Promoted);
+    }
     // SAFETY: `ctx` is the load context; `info` is an `extern "C"` fn that never unwinds.
     unsafe { rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info::info))) };
     events::warn_if_locks_may_be_evicted(ctx.ctx);
