@@ -11,6 +11,7 @@
 //! ```
 
 mod chart;
+mod group;
 mod handoff;
 mod memory;
 mod recipes;
@@ -53,8 +54,8 @@ struct Args {
     #[arg(long)]
     module: Option<PathBuf>,
     /// Which cases to run (default: all), e.g. `--cases 1,2`; 6 to 10 are shared holds, 11 the
-    /// cost of the contention statistics.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])]
+    /// cost of the contention statistics, 12 groups of locks.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12])]
     cases: Vec<u32>,
     /// Case 1 rows to run, by a word of their label (default: all), e.g. `--only refused` or
     /// `--only pairs`; with `--cases 1` a quick look at one path.
@@ -220,6 +221,11 @@ async fn run(args: Args) -> io::Result<()> {
     if want(10) {
         eprintln!("case 10: memory per shared holder");
         case_holder_memory(&mut control, &plan, &mut rows).await?;
+    }
+    if want(12) {
+        eprintln!("case 12: eight locks together");
+        case_groups(port, &mut control, &scripts, &plan, &mut rows).await?;
+        notes.push("Case 12: 50 connections, each its own owner, one group at a time of 8 keys sharing a hash tag (`{gN}:lock:0..7`, N random in 0..1e6, so uncontended); a group is taken and given back: relock `LOCK.MACQUIRE 8 ... o 60000` + `LOCK.MRELEASE 8 ... o` pipelined (all or nothing); 8 pipelined `LOCK.ACQUIRE` then 8 pipelined `LOCK.RELEASE` (not atomic: a partial group must be given back by the client); a Redisson-style MultiLock: Redisson's lock script on each key in turn, then its unlock script on each (16 round trips).".into());
     }
     if want(11) {
         eprintln!("case 11: contention statistics on vs off");
@@ -853,6 +859,56 @@ async fn case_shared_throughput(
             detail: format!("exclusive/shared {}×", num(us_x / us_s)),
         });
     }
+    Ok(())
+}
+
+/// Case 12: 8 locks taken together.
+async fn case_groups(
+    port: u16,
+    control: &mut Conn,
+    scripts: &Scripts,
+    plan: &Plan,
+    rows: &mut Vec<Row>,
+) -> io::Result<()> {
+    use group::Way;
+    let load = Load {
+        connections: 50,
+        pipeline: 1,
+        warmup: plan.warmup.min(Duration::from_millis(300)),
+        measure: plan.measure,
+    };
+    let ways = [Way::Macquire, Way::Pipelined, Way::MultiLock];
+    let mut samples: [Vec<f64>; 3] = Default::default();
+    for r in 0..plan.repeats {
+        for i in 0..ways.len() {
+            let j = (i + r) % ways.len();
+            let v = group::groups(port, ways[j], scripts, &load).await?;
+            eprintln!("  groups of 8/s, {:?}: {v:.0}", ways[j]);
+            samples[j].push(v);
+            stats::settle(control).await?;
+        }
+    }
+    let m: Vec<f64> = samples.iter().map(|s| stats::median(s)).collect();
+    let (vs_pipe, vs_multi) = (m[0] / m[1], m[0] / m[2]);
+    let ok = vs_pipe >= 0.9 && vs_multi >= 2.0;
+    rows.push(Row {
+        case: "12".into(),
+        measure: "groups of 8 locks taken and given back per second: MACQUIRE / 8 pipelined ACQUIREs / MultiLock (8 sequential Lua)".into(),
+        values: [
+            Some(num(m[0])),
+            Some(num(m[1])),
+            Some(num(m[2])),
+            None,
+            None,
+        ],
+        goal: "MACQUIRE ≥ 0.9× pipelined (and atomic), ≥ 2× MultiLock".into(),
+        pass: Some(ok),
+        detail: format!(
+            "{}; {}",
+            ratio_check(vs_pipe >= 0.9, "vs pipelined", vs_pipe),
+            ratio_check(vs_multi >= 2.0, "vs MultiLock", vs_multi)
+        ),
+    });
     Ok(())
 }
 

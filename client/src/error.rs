@@ -81,7 +81,8 @@ impl NodeFailure {
             return self;
         }
         let detail = e.detail().unwrap_or_default().trim_end();
-        if detail == "lock is held in another mode" {
+        // The text goes on to name LOCK.DOWNGRADE since the module has one.
+        if detail.starts_with("lock is held in another mode") {
             return NodeFailure::OtherMode;
         }
         let limit = detail

@@ -771,6 +771,7 @@ impl<T: Handles> Engine<T> {
 
     /// This server became a replica: every waiter fails with `READONLY`.
     pub fn became_replica<H: Host<T>>(&mut self, host: &mut H) {
+        self.grace.end();
         for key in self.waiters.keys(None) {
             self.fail_all(host, &key, LockError::ReadOnly);
         }

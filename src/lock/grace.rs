@@ -35,6 +35,11 @@ impl Grace {
         Some(self.ms)
     }
 
+    /// The server became a replica: a grace under way ends (a replica grants nothing anyway).
+    pub fn end(&mut self) {
+        self.until_us = None;
+    }
+
     /// Ms left of the grace at `now_us` (at least 1), or `None` outside one.
     pub fn left_ms(&self, now_us: u64) -> Option<u64> {
         self.until_us

@@ -11,7 +11,7 @@
 //!
 //! Memory is what the spec bounds (bytes per holder beyond its owner's bytes), so the set is a
 //! few flat arrays rather than maps of boxes:
-//! - `slots`: one 56-byte record per holder, in no particular order (a removal moves the last
+//! - `slots`: one 48-byte record per holder, in no particular order (a removal moves the last
 //!   record into the hole);
 //! - `owners`: every owner's bytes back to back, each record pointing at its own; the bytes of
 //!   removed owners are compacted away once they are a quarter of the whole (at most
@@ -114,12 +114,12 @@ impl Garbage {
 }
 
 /// The most holders a set may have for a removal to compact it whole: copying 16,384 records
-/// (0.9 MB) and rehashing their owners takes well under a millisecond.
+/// (0.8 MB) and rehashing their owners takes well under a millisecond.
 pub const QUICK_TIDY_HOLDERS: usize = 16_384;
 
 const _: () = assert!(
-    std::mem::size_of::<Slot>() == 56,
-    "a holder's record is 56 bytes"
+    std::mem::size_of::<Slot>() == 48,
+    "a holder's record is 48 bytes"
 );
 
 /// No node (a missing child); also the most slots a set can have.
@@ -127,19 +127,27 @@ const NIL: u32 = u32::MAX;
 /// A free place in `table` (entries are slot numbers + 1).
 const EMPTY: u32 = 0;
 
-/// Bits of a record's `granted_permits` word that hold the grant time (Unix ms, until the year
-/// 2527); the permits (at most 10^6) take the 20 above.
-const GRANTED_BITS: u32 = 44;
-const GRANTED_MASK: u64 = (1 << GRANTED_BITS) - 1;
+/// Bits of a record's two packed words that hold a time (Unix ms, until the year 2527): the
+/// lease end and the grant time; the 20 above hold the permits (at most 10^6) and the
+/// subtree's permits.
+const TIME_BITS: u32 = 44;
+const TIME_MASK: u64 = (1 << TIME_BITS) - 1;
+/// The latest lease end a holder can have (the year 2527): a later one is kept as this.
+pub const MAX_LEASE_END: i64 = TIME_MASK as i64;
+/// The most a 20-bit permit field holds.
+const PERMITS_MASK: u64 = (1 << (64 - TIME_BITS)) - 1;
 
-/// One holder's record, and its node in the treap: 56 bytes.
+/// One holder's record, and its node in the treap: 48 bytes.
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     /// Token (the low `TOKEN_BITS`), and `owner length - 1` in the 8 bits above.
     token_len: u64,
-    lease_end: i64,
-    /// Grant time (the low `GRANTED_BITS`) and permits (above).
-    granted_permits: u64,
+    /// Lease end (the low `TIME_BITS`) and permits (above).
+    lease_permits: u64,
+    /// Grant time (the low `TIME_BITS`) and the permits of this subtree's holders (above,
+    /// saturating: a semaphore's sum never exceeds its limit, 10^6; a reader's subtree may
+    /// saturate, and is never asked).
+    granted_sum: u64,
     /// Where the owner's bytes start in `owners`.
     owner_at: u32,
     count: u32,
@@ -149,9 +157,11 @@ struct Slot {
     size: u32,
     /// The slot with the smallest token in this subtree.
     min: u32,
-    /// The permits of this subtree's holders (saturating; a semaphore's never exceed its limit,
-    /// a reader's are 1 each).
-    permits_sum: u32,
+}
+
+/// A time and a 20-bit number in one word.
+fn pack(time: i64, n: u64) -> u64 {
+    (time.clamp(0, MAX_LEASE_END) as u64) | (n.min(PERMITS_MASK) << TIME_BITS)
 }
 
 impl Slot {
@@ -163,17 +173,33 @@ impl Slot {
         (self.token_len >> TOKEN_BITS) as usize + 1
     }
 
+    fn lease_end(&self) -> i64 {
+        (self.lease_permits & TIME_MASK) as i64
+    }
+
     fn permits(&self) -> u32 {
-        (self.granted_permits >> GRANTED_BITS) as u32
+        (self.lease_permits >> TIME_BITS) as u32
+    }
+
+    fn granted_at(&self) -> i64 {
+        (self.granted_sum & TIME_MASK) as i64
+    }
+
+    fn permits_sum(&self) -> u32 {
+        (self.granted_sum >> TIME_BITS) as u32
+    }
+
+    fn set_permits_sum(&mut self, sum: u32) {
+        self.granted_sum = pack(self.granted_at(), u64::from(sum));
     }
 
     fn holder(&self) -> Holder {
         Holder {
             token: self.token(),
             count: self.count,
-            lease_end: self.lease_end,
-            permits: (self.granted_permits >> GRANTED_BITS) as u32,
-            granted_at: (self.granted_permits & GRANTED_MASK) as i64,
+            lease_end: self.lease_end(),
+            permits: self.permits(),
+            granted_at: self.granted_at(),
         }
     }
 }
@@ -271,26 +297,22 @@ impl Shared {
     pub fn insert(&mut self, owner: &[u8], holder: Holder) -> Result<(), Full> {
         let owner = &owner[..owner.len().clamp(1, 256)];
         let token_len = (holder.token & TOKEN_MASK) | ((owner.len() as u64 - 1) << TOKEN_BITS);
-        let granted_permits = (holder.granted_at.max(0) as u64 & GRANTED_MASK)
-            | (u64::from(holder.permits.min(MAX_LIMIT)) << GRANTED_BITS);
+        let lease_permits = pack(holder.lease_end, u64::from(holder.permits.min(MAX_LIMIT)));
         if let Some((_, slot)) = self.find(owner) {
             let record = self.slots[slot];
             // In place only when its treap node and its subtree's permits stay as they are.
-            if record.token_len == token_len
-                && record.lease_end == holder.lease_end
-                && record.granted_permits >> GRANTED_BITS == granted_permits >> GRANTED_BITS
-            {
+            if record.token_len == token_len && record.lease_permits == lease_permits {
                 self.slots[slot].count = holder.count;
-                self.slots[slot].granted_permits = granted_permits;
+                self.slots[slot].granted_sum = pack(holder.granted_at, record.permits_sum().into());
                 return Ok(());
             }
             // Its place in the treap moves with its lease end (and token).
             self.root = self.remove_node(self.root, slot as u32);
             let record = &mut self.slots[slot];
             record.token_len = token_len;
-            record.lease_end = holder.lease_end;
+            record.lease_permits = lease_permits;
             record.count = holder.count;
-            record.granted_permits = granted_permits;
+            record.granted_sum = pack(holder.granted_at, 0);
             self.attach(slot as u32);
             return Ok(());
         }
@@ -310,15 +332,14 @@ impl Shared {
         grow_exactly(&mut self.slots, 1);
         self.slots.push(Slot {
             token_len,
-            lease_end: holder.lease_end,
-            granted_permits,
+            lease_permits,
+            granted_sum: pack(holder.granted_at, 0),
             owner_at,
             count: holder.count,
             left: NIL,
             right: NIL,
             size: 1,
             min: slot as u32,
-            permits_sum: holder.permits,
         });
         self.table_insert(owner, slot);
         self.attach(slot as u32);
@@ -379,7 +400,7 @@ impl Shared {
             t = self.slots[t as usize].left;
         }
         let record = &self.slots[t as usize];
-        Some((record.lease_end, self.owner_of_slot(record)))
+        Some((record.lease_end(), self.owner_of_slot(record)))
     }
 
     /// The latest lease end (what the key's TTL is set to). O(log H).
@@ -391,7 +412,7 @@ impl Shared {
         while self.slots[t as usize].right != NIL {
             t = self.slots[t as usize].right;
         }
-        Some(self.slots[t as usize].lease_end)
+        Some(self.slots[t as usize].lease_end())
     }
 
     /// The first lease end at or after `now` (the next lease of those alive to end). O(log H).
@@ -400,8 +421,8 @@ impl Shared {
         let mut best = None;
         while t != NIL {
             let record = &self.slots[t as usize];
-            if record.lease_end >= now {
-                best = Some(record.lease_end);
+            if record.lease_end() >= now {
+                best = Some(record.lease_end());
                 t = record.left;
             } else {
                 t = record.right;
@@ -426,7 +447,7 @@ impl Shared {
         let mut lapsed = 0u64;
         while t != NIL {
             let record = &self.slots[t as usize];
-            if record.lease_end < now {
+            if record.lease_end() < now {
                 lapsed += u64::from(record.permits()) + u64::from(self.permits_in(record.left));
                 t = record.right;
             } else {
@@ -447,7 +468,7 @@ impl Shared {
         let mut before = 0usize;
         while t != NIL {
             let record = &self.slots[t as usize];
-            if record.lease_end < now {
+            if record.lease_end() < now {
                 before += 1 + self.size(record.left) as usize;
                 t = record.right;
             } else {
@@ -476,7 +497,7 @@ impl Shared {
             let mut all: Vec<(&[u8], Holder)> = self
                 .slots
                 .iter()
-                .filter(|s| s.lease_end >= now)
+                .filter(|s| s.lease_end() >= now)
                 .map(|s| (self.owner_of_slot(s), s.holder()))
                 .collect();
             all.sort_unstable_by_key(|(_, h)| h.token);
@@ -494,7 +515,7 @@ impl Shared {
         let mut t = self.root;
         while t != NIL {
             let record = &self.slots[t as usize];
-            if record.lease_end >= now {
+            if record.lease_end() >= now {
                 next.push(std::cmp::Reverse((record.token(), false, t)));
                 push_tree(&mut next, record.right);
                 t = record.left;
@@ -706,15 +727,15 @@ impl Shared {
         if t == NIL {
             0
         } else {
-            self.slots[t as usize].permits_sum
+            self.slots[t as usize].permits_sum()
         }
     }
 
     /// The order of the treap: lease end, then token, then owner (owners are unique).
     fn order(&self, a: u32, b: u32) -> Ordering {
         let (x, y) = (&self.slots[a as usize], &self.slots[b as usize]);
-        x.lease_end
-            .cmp(&y.lease_end)
+        x.lease_end()
+            .cmp(&y.lease_end())
             .then(x.token().cmp(&y.token()))
             .then_with(|| self.owner_of_slot(x).cmp(self.owner_of_slot(y)))
     }
@@ -753,7 +774,7 @@ impl Shared {
         let record = &mut self.slots[t as usize];
         record.size = size;
         record.min = min;
-        record.permits_sum = permits;
+        record.set_permits_sum(permits);
     }
 
     /// Puts the detached node `x` into the treap.
@@ -763,7 +784,7 @@ impl Shared {
         record.right = NIL;
         record.size = 1;
         record.min = x;
-        record.permits_sum = record.permits();
+        record.set_permits_sum(record.permits());
         self.root = self.insert_node(self.root, x);
     }
 
@@ -992,10 +1013,10 @@ mod tests {
                 .unwrap();
         }
         let per_holder = s.heap_size() / s.len() - 36;
-        // The spec allows 72 bytes beyond the owner with permits and grant times: a 56-byte
+        // The spec allows 72 bytes beyond the owner with permits and grant times: a 48-byte
         // record and the table's share.
         assert!(
-            per_holder <= 72,
+            per_holder <= 64,
             "{per_holder} bytes per holder beyond its owner"
         );
         for i in 0..19_000u32 {
