@@ -453,6 +453,36 @@ impl Sim {
         reply
     }
 
+    /// Runs a command on several keys, as [`Sim::command`] does on one.
+    fn command_on_keys(
+        &mut self,
+        names: &[&[u8]],
+        run: impl FnOnce(&mut Engine<MemHost>, &mut MemHost, &mut [MemKey]) -> Reply,
+    ) -> Reply {
+        let mut keys = Vec::with_capacity(names.len());
+        for name in names {
+            let opened = self.host.open_key(KeyRef { db: DB, name });
+            self.report_changes();
+            match opened {
+                Ok(key) => keys.push(key),
+                Err(_) => return Reply::Error(super::errors::LockError::WrongType),
+            }
+        }
+        let reply = run(&mut self.engine, &mut self.host, &mut keys);
+        self.report_changes();
+        reply
+    }
+
+    /// `LOCK.MACQUIRE numkeys key... owner ttl`.
+    pub fn macquire(&mut self, keys: &[&[u8]], owner: &[u8], ttl: u64) -> Reply {
+        self.command_on_keys(keys, |e, h, k| e.macquire(h, k, owner, ttl))
+    }
+
+    /// `LOCK.MRELEASE numkeys key... owner`.
+    pub fn mrelease(&mut self, keys: &[&[u8]], owner: &[u8]) -> Reply {
+        self.command_on_keys(keys, |e, h, k| e.mrelease(h, k, owner))
+    }
+
     /// `LOCK.ACQUIRE key owner ttl`.
     pub fn acquire(&mut self, key: &[u8], owner: &[u8], ttl: u64) -> Reply {
         self.acquire_as(key, owner, ttl, Mode::Exclusive)
