@@ -748,7 +748,8 @@ impl Reference {
             }
             let entry = self.keys.entry(key).or_default();
             let mine = entry.held_by(owner).is_some();
-            if !mine && !(entry.queue.is_empty() && entry.room(Mode::Exclusive)) {
+            let free = entry.queue.is_empty() && entry.room(Mode::Exclusive);
+            if !mine && !free {
                 taken = true;
             }
         }

@@ -140,6 +140,12 @@ pub fn dispatch(
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
 ) -> c_int {
+    // SAFETY: `ctx` is the command's context.
+    if command.numkeys && unsafe { rm!(RedisModule_IsKeysPositionRequest(ctx)) } != 0 {
+        return ffi::guard(raw::REDISMODULE_OK as c_int, || {
+            key_positions(ctx, argv, argc)
+        });
+    }
     let answer = ffi::guard(Answer::Error(Cow::Borrowed(INTERNAL)), || {
         let args = match usize::try_from(argc) {
             // SAFETY: Redis passes `argc` valid arguments at `argv`.
@@ -160,6 +166,27 @@ pub fn dispatch(
         }
     });
     send(ctx, answer)
+}
+
+/// Where a numkeys command's keys are (Redis asks a `getkeys-api` command this for cluster
+/// routing where it does not read key specs, Redis 7.0): after the numkeys at argument 1; none
+/// if numkeys is bad (the command then fails on its own).
+fn key_positions(ctx: Ctx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
+    let args = match usize::try_from(argc) {
+        // SAFETY: Redis passes `argc` valid arguments at `argv`.
+        Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
+        _ => &[],
+    };
+    let args = Args(args);
+    let n = args::parse_integer(args.bytes(1))
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| (1..=args::MAX_KEYS).contains(n))
+        .unwrap_or(0);
+    for i in (2..2 + n).take_while(|i| *i < args.0.len()) {
+        // SAFETY: `ctx` is the key-position request's context; `i` is an argument index.
+        unsafe { rm!(RedisModule_KeyAtPos(ctx, i as c_int)) };
+    }
+    raw::REDISMODULE_OK as c_int
 }
 
 /// Runs `f` on the engine with the command's host; the answer is the engine's reply.

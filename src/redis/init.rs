@@ -118,6 +118,8 @@ fn missing_apis_of_commands() -> Option<&'static str> {
         RedisModule_Log,
         RedisModule_RegisterNumericConfig,
         RedisModule_GetCurrentUserName,
+        RedisModule_IsKeysPositionRequest,
+        RedisModule_KeyAtPos,
         RedisModule_RegisterBoolConfig,
         RedisModule_RegisterEnumConfig,
         RedisModule_LoadConfigs,
