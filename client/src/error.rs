@@ -203,8 +203,13 @@ pub enum Error {
         #[source]
         source: redis::RedisError,
     },
-    /// The ttl is outside 1 ms ..= 10^12 ms.
-    #[error("invalid ttl {0:?} (must be 1 ms to 10^12 ms)")]
+    /// The ttl is outside 5 ms ..= 10^12 ms: below [`MIN_TTL`](crate::limits::MIN_TTL) the
+    /// drift allowance leaves less than half of it valid (1 and 2 ms nothing at all), above
+    /// 10^12 ms the servers refuse it.
+    #[error(
+        "invalid ttl {0:?} (must be 5 ms to 10^12 ms; the smallest usable ttl is 5 ms, since \
+         the drift allowance of 1 % + 2 ms leaves less than half of a shorter one valid)"
+    )]
     InvalidTtl(Duration),
     /// An [`Options`](crate::Options) field is out of range (see [`crate::limits`]).
     #[error("invalid option {name}: {reason}")]
