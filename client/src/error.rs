@@ -112,6 +112,10 @@ fn is_permanent_redis_error(e: &redis::RedisError) -> bool {
         | K::NoScriptError
         | K::ExecAbortError
         | K::RESP3NotSupported => true,
+        // A Redis Cluster node answering a client that does not route by slot: every key of
+        // another node's slots gets this answer, however often it is asked. (A cluster client
+        // follows redirections and never reports one as a failure.)
+        K::Moved | K::Ask => true,
         // WRONGTYPE, NOAUTH, WRONGPASS, NOPERM and other codes Redis may add are permanent;
         // these are the transient ones.
         K::ExtensionError => !matches!(
@@ -132,6 +136,11 @@ fn describe_redis_error(e: &redis::RedisError) -> String {
     let detail = e.detail().unwrap_or_default();
     if detail.starts_with("unknown command") && detail.contains("'LOCK.") {
         format!("{text} (is the relock module loaded on this server?)")
+    } else if matches!(e.kind(), redis::ErrorKind::Moved | redis::ErrorKind::Ask) {
+        format!(
+            "{text} (this server is a Redis Cluster node: use a cluster client, \
+             Relock::cluster, or lockctl --cluster)"
+        )
     } else if e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
     {

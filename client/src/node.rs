@@ -315,10 +315,12 @@ impl Node {
             }
             last = Some(e);
         }
-        Err(last.map_or_else(
-            || NodeFailure::Protocol("too many redirections".into()),
-            NodeFailure::Redis,
-        ))
+        // Not the last redirection itself: for a cluster client a redirection is the cluster
+        // moving, worth another try later, while a bare MOVED is a permanent failure.
+        Err(NodeFailure::Protocol(match last {
+            Some(e) => format!("too many redirections or topology changes (last: {e})"),
+            None => "too many redirections".into(),
+        }))
     }
 
     /// The `host:port` of the master serving `key`: for a cluster from its slot map, for a

@@ -417,6 +417,10 @@ pub(crate) mod fake {
         OtherLimit(u32),
         /// `ERR lock is held in another mode`: permanent.
         OtherMode,
+        /// `MOVED`: a Redis Cluster node asked as a plain server, permanent.
+        Moved,
+        /// `NOPERM`: an ACL forbids the command, permanent.
+        NoPerm,
     }
     use Fake::*;
 
@@ -444,6 +448,10 @@ pub(crate) mod fake {
             NoModule => Err(server_error("ERR unknown command 'LOCK.ACQUIRE'")),
             OtherLimit(n) => Err(server_error(&format!("ERR lock has another limit ({n})"))),
             OtherMode => Err(server_error("ERR lock is held in another mode")),
+            Moved => Err(server_error("MOVED 3999 127.0.0.1:7002")),
+            NoPerm => Err(server_error(
+                "NOPERM User app has no permissions to run the 'lock.renew' command",
+            )),
         }
     }
 }
@@ -468,6 +476,8 @@ mod tests {
             (NoModule, true),
             (OtherLimit(3), true),
             (OtherMode, true),
+            (Moved, true),
+            (NoPerm, true),
         ] {
             let failure = reply(fake).expect_err("a failure");
             assert_eq!(failure.is_permanent(), permanent, "{fake:?}: {failure}");
