@@ -150,6 +150,21 @@ fn describe_redis_error(e: &redis::RedisError) -> String {
     }
 }
 
+fn no_quorum_message(
+    key: &str,
+    granted: usize,
+    nodes: usize,
+    quorum: usize,
+    failures: &NodeErrors,
+) -> String {
+    if nodes == 1 {
+        // One server, one vote: "0 of 1 masters granted, 1 needed" says nothing the server's
+        // own answer does not say better.
+        return format!("lock {key:?}: {failures}");
+    }
+    format!("lock {key:?}: no quorum, {granted} of {nodes} masters granted, {quorum} needed ({failures})")
+}
+
 fn replica_acks_message(
     acked: u64,
     wanted: u32,
@@ -252,8 +267,10 @@ pub enum Error {
         /// The masters that failed permanently, and why.
         failures: NodeErrors,
     },
-    /// Fewer than a quorum of masters granted (or renewed) the lock.
-    #[error("lock {key:?}: no quorum, {granted} of {nodes} masters granted, {quorum} needed ({failures})")]
+    /// Fewer than a quorum of masters granted (or renewed) the lock. With one server, the
+    /// message says only what that server did (`lock "k": 10.0.0.1:6379: no reply within
+    /// 100ms`); with several, how many granted of how many, and what each other one did.
+    #[error("{}", no_quorum_message(key, *granted, *nodes, *quorum, failures))]
     NoQuorum {
         /// The lock's key.
         key: String,

@@ -1337,6 +1337,35 @@ mod tests {
         );
     }
 
+    /// With one server an error says what that server did, not "0 of 1 masters granted";
+    /// with several the count stays. A cluster node asked as a plain server says so.
+    #[test]
+    fn errors_say_what_happened() {
+        let ttl = ms(10_000);
+        for (fake, says) in [
+            (Refuse, "m0: not granted"),
+            (Timeout, "m0: no reply within 100ms"),
+            (Busy, "m0: BUSY"),
+        ] {
+            let (round, _, _) = run(1, Until::Decided, &[(0, fake)], ms(5));
+            let text = round.into_acquire_error("k", ttl).to_string();
+            assert!(text.starts_with(&format!("lock \"k\": {says}")), "{text}");
+            assert!(!text.contains("quorum") && !text.contains("of 1"), "{text}");
+        }
+        let replies = [(0, Refuse), (1, Timeout)];
+        let (round, _, _) = run(3, Until::Decided, &replies, ms(5));
+        let text = round.into_acquire_error("k", ttl).to_string();
+        assert!(
+            text.contains("no quorum, 0 of 3 masters granted, 2 needed"),
+            "{text}"
+        );
+        let (round, _, _) = run(1, Until::Decided, &[(0, Moved)], ms(5));
+        let err = round.into_acquire_error("k", ttl);
+        assert!(err.is_permanent(), "{err}");
+        assert!(err.to_string().contains("Redis Cluster node"), "{err}");
+        assert!(err.to_string().contains("--cluster"), "{err}");
+    }
+
     #[test]
     fn a_round_without_masters_is_lost_not_a_panic() {
         let mut state = RoundState::new(names(0), Until::Decided, Instant::now());
