@@ -375,7 +375,9 @@ impl Round<u64> {
 impl Round<Released> {
     /// What a release round means: done when a quorum released; [`Error::Lost`] when every
     /// master that did not release said the lock was not ours (it expired or was taken);
-    /// [`Error::NoQuorum`] when some failed (they may hold it until its ttl runs out).
+    /// [`Error::Permanent`] when errors retrying cannot fix (an ACL that forbids
+    /// `LOCK.RELEASE`...) alone leave no quorum, judged as for every other round;
+    /// [`Error::NoQuorum`] when some failed otherwise (they may hold it until its ttl runs out).
     pub(crate) fn into_release_result(self, key: &str) -> Result<(), Error> {
         if self.won() {
             return Ok(());
@@ -384,6 +386,9 @@ impl Round<Released> {
             return Err(Error::Lost {
                 key: key.to_string(),
             });
+        }
+        if self.permanently_failed() {
+            return Err(self.into_permanent(key));
         }
         Err(self.into_no_quorum(key))
     }
@@ -1086,7 +1091,25 @@ mod tests {
                 "1: permanent error",
                 1,
                 vec![(0, WrongType)],
-                no_quorum(0, &[0]),
+                Want::Permanent(vec![0]),
+            ),
+            (
+                "1: not allowed",
+                1,
+                vec![(0, NoPerm)],
+                Want::Permanent(vec![0]),
+            ),
+            (
+                "3: one released, two not allowed",
+                3,
+                vec![(0, Grant(0)), (1, NoPerm), (2, NoPerm)],
+                Want::Permanent(vec![1, 2]),
+            ),
+            (
+                "3: one released, one not allowed, one timeout",
+                3,
+                vec![(0, Grant(0)), (1, NoPerm), (2, Timeout)],
+                no_quorum(1, &[1, 2]),
             ),
             (
                 "3: all released",
