@@ -201,20 +201,16 @@ impl Node {
         Ok((values, acked))
     }
 
-    /// How many replicas the master of `key` has connected right now (`ROLE`).
+    /// How many replicas the master of `key` has connected right now (`ROLE`). Fails when the
+    /// node that answers is not a master (any more): a write it just took was not made on the
+    /// key's master, whatever its replicas say.
     pub(crate) async fn connected_replicas(
         &self,
         key: &str,
         timeout: Duration,
     ) -> Result<u64, NodeFailure> {
         let role: Value = self.query(key, &redis::cmd("ROLE"), timeout).await?;
-        match role {
-            Value::Array(items) => match items.get(2) {
-                Some(Value::Array(replicas)) => Ok(replicas.len() as u64),
-                _ => Ok(0),
-            },
-            other => Err(NodeFailure::Protocol(format!("ROLE: {other:?}"))),
-        }
+        parse_role_replicas(&role)
     }
 
     /// A single server's reply, with its shared connection dropped after an I/O error.
@@ -391,7 +387,10 @@ impl Cluster {
                 result.map_err(NodeFailure::Redis)
             };
             let failure = match tokio::time::timeout(timeout, attempt).await {
-                Ok(Ok(values)) => return Ok(values),
+                Ok(Ok(values)) => {
+                    tracing::trace!(key, node = %addr, "answered");
+                    return Ok(values);
+                }
                 Err(_) => NodeFailure::Timeout(timeout),
                 Ok(Err(NodeFailure::Redis(e))) => match (e.kind(), e.redirect_node()) {
                     (ErrorKind::Moved, Some((to, _))) => {
@@ -568,6 +567,27 @@ async fn connect(
     }
 }
 
+/// The replicas a `ROLE` reply lists, if it is a master's (`["master", offset, [replica...]]`).
+fn parse_role_replicas(role: &Value) -> Result<u64, NodeFailure> {
+    let bad = || NodeFailure::Protocol(format!("ROLE: {role:?}"));
+    let Value::Array(items) = role else {
+        return Err(bad());
+    };
+    let name = items
+        .first()
+        .and_then(|v| String::from_redis_value(v).ok())
+        .ok_or_else(bad)?;
+    if name != "master" {
+        return Err(NodeFailure::Protocol(format!(
+            "the node is a {name} now, not a master"
+        )));
+    }
+    match items.get(2) {
+        Some(Value::Array(replicas)) => Ok(replicas.len() as u64),
+        _ => Ok(0),
+    }
+}
+
 /// `host:port`, with an IPv6 host in brackets (`[::1]:6379`); a unix socket's path.
 pub(crate) fn display_addr(addr: &ConnectionAddr) -> String {
     match addr {
@@ -726,6 +746,34 @@ mod tests {
             ["127.0.0.1:7000", "127.0.0.1:7003", "127.0.0.1:7001"]
         );
         assert!(parse_slots(&Value::Int(1), "127.0.0.1:7000").is_err());
+    }
+
+    /// A renewal counts with fewer acknowledgements only on a node that is still a master:
+    /// an old master that just became a replica has no replicas either.
+    #[test]
+    fn role_replicas_only_of_a_master() {
+        let master = Value::Array(vec![
+            bulk("master"),
+            Value::Int(100),
+            Value::Array(vec![Value::Array(vec![
+                bulk("127.0.0.1"),
+                bulk("7003"),
+                bulk("100"),
+            ])]),
+        ]);
+        assert_eq!(parse_role_replicas(&master).ok(), Some(1));
+        let alone = Value::Array(vec![bulk("master"), Value::Int(0), Value::Array(vec![])]);
+        assert_eq!(parse_role_replicas(&alone).ok(), Some(0));
+        let replica = Value::Array(vec![
+            bulk("slave"),
+            bulk("127.0.0.1"),
+            Value::Int(7001),
+            bulk("connected"),
+            Value::Int(100),
+        ]);
+        let err = parse_role_replicas(&replica).expect_err("a replica");
+        assert!(err.to_string().contains("slave now"), "{err}");
+        assert!(parse_role_replicas(&Value::Nil).is_err());
     }
 
     #[test]
