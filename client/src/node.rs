@@ -27,6 +27,14 @@ const MIN_TOPOLOGY_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often a client blocked in a cluster `LOCK.WAIT` checks that the master it waits on
 /// still answers (a stopped master never unblocks it; its replica may have taken over).
 const WATCH_MASTER_EVERY: Duration = Duration::from_secs(1);
+/// How often a client blocked in `LOCK.WAIT` asks the server, over another connection,
+/// whether its waiting connection is still blocked there: a connection that died silently
+/// (half-open TCP: a crashed host, a dropped NAT entry, a stuck middlebox) never delivers the
+/// grant, nor an error.
+const WATCH_WAIT_EVERY: Duration = Duration::from_secs(1);
+/// How many checks in a row without an answer make a waiting connection count as dead (the
+/// server, or the way to it, is gone or stuck).
+const UNANSWERED_CHECKS: u32 = 3;
 
 /// Replica acknowledgements asked after a write (`WAIT replicas timeout`).
 #[derive(Debug, Clone, Copy)]
@@ -220,7 +228,14 @@ impl Node {
         timeout: Duration,
     ) -> Result<T, NodeFailure> {
         match result {
-            Err(_) => Err(NodeFailure::Timeout(timeout)),
+            Err(_) => {
+                // A connection that went silent (half-open) would time out every request from
+                // now on: the next one connects again.
+                if let Backend::Server { conn, .. } = &self.backend {
+                    *conn.lock().await = None;
+                }
+                Err(NodeFailure::Timeout(timeout))
+            }
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
                 if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
@@ -237,6 +252,17 @@ impl Node {
     /// the shared one; dropping the future closes that connection, which takes us out of the
     /// master's wait queue.
     ///
+    /// While it waits, the server is asked every second over another connection whether the
+    /// waiting connection is still blocked there (`CLIENT LIST ID`). One the server no longer
+    /// knows, one it answered (the grant) without the answer arriving within the node timeout,
+    /// or no answer to [`UNANSWERED_CHECKS`] checks in a row, means the connection died
+    /// silently: it is closed there (`CLIENT KILL`, best effort) and the same command is sent
+    /// again on a new connection. That is safe because the owner is the same: a grant the
+    /// dead connection never delivered is answered again at once, as a re-acquire. A wait
+    /// notices such a death within about 1 s + 2 × `timeout` once the server answered (and
+    /// 3 s + 3 × `timeout` when the server stops answering). Where an ACL forbids `CLIENT`, the
+    /// check is a `PING` of the server, which notices only a server that stopped answering.
+    ///
     /// In a cluster the connection goes to the master of `key`'s slot; a `MOVED` is followed to
     /// the new master, an `ASK` with `ASKING`, and a topology change under way (`TRYAGAIN`,
     /// `CLUSTERDOWN`, `READONLY`, a waiter unblocked because its master became a replica, a
@@ -250,10 +276,31 @@ impl Node {
         connect_timeout: Duration,
     ) -> Result<T, NodeFailure> {
         let cluster = match &self.backend {
-            Backend::Server { client, .. } => {
-                let mut conn =
-                    connect(client.get_connection_info().clone(), connect_timeout).await?;
-                return Ok(cmd.query_async::<T>(&mut conn).await?);
+            Backend::Server { client, conn } => {
+                let via = Via::Server(client, conn);
+                // Once a wait went silent, its grant may be on its way to nobody: the same
+                // owner must ask again, however long the server takes to answer again.
+                let mut went_silent = false;
+                loop {
+                    let info = client.get_connection_info().clone();
+                    let (mut waiting, id) = match start_waiting(info, connect_timeout).await {
+                        Ok(started) => started,
+                        Err(e) if went_silent && !e.is_permanent() => {
+                            tracing::debug!(node = %self.name, key, error = %e, "cannot wait again yet");
+                            tokio::time::sleep(WATCH_WAIT_EVERY).await;
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    tokio::select! {
+                        result = cmd.query_async::<T>(&mut waiting) => return Ok(result?),
+                        () = watch_wait(id, &via, connect_timeout) => {
+                            tracing::warn!(node = %self.name, key, "a waiting connection went silent; waiting again on a new one");
+                            kill_waiting(id, &via, connect_timeout).await;
+                            went_silent = true;
+                        }
+                    }
+                }
             }
             Backend::Cluster(cluster) => cluster,
         };
@@ -264,25 +311,40 @@ impl Node {
                 Some(r) => r,
                 None => (cluster.master_of(key, connect_timeout).await?, false),
             };
+            let via = Via::Cluster(cluster, &addr);
             let wait = async {
-                let mut conn =
-                    connect(with_addr(&cluster.template, &addr)?, connect_timeout).await?;
+                let (mut conn, id) =
+                    start_waiting(with_addr(&cluster.template, &addr)?, connect_timeout).await?;
                 if asking {
                     redis::cmd("ASKING")
                         .query_async::<()>(&mut conn)
                         .await
                         .map_err(NodeFailure::Redis)?;
                 }
-                cmd.query_async::<T>(&mut conn)
-                    .await
-                    .map_err(NodeFailure::Redis)
+                tokio::select! {
+                    result = cmd.query_async::<T>(&mut conn) => Ok(Some(result.map_err(NodeFailure::Redis))),
+                    () = watch_wait(id, &via, connect_timeout) => {
+                        tracing::warn!(node = %addr, key, "a waiting connection went silent; waiting again on a new one");
+                        kill_waiting(id, &via, connect_timeout).await;
+                        Ok(None)
+                    }
+                }
             };
-            let result = tokio::select! {
+            let outcome: Result<Option<Result<T, NodeFailure>>, NodeFailure> = tokio::select! {
                 result = wait => result,
                 () = cluster.watch_master(key, &addr, connect_timeout) => {
                     tracing::debug!(key, node = %addr, "master stopped answering; waiting on the new one");
                     continue;
                 }
+            };
+            let result = match outcome {
+                Ok(Some(result)) => result,
+                // Silent: the same node again, on a new connection.
+                Ok(None) => {
+                    redirect = Some((addr.clone(), asking));
+                    continue;
+                }
+                Err(e) => Err(e),
             };
             let e = match result {
                 Err(NodeFailure::Redis(e)) => e,
@@ -338,6 +400,156 @@ impl Node {
             Ok(addr) => addr,
             Err(_) => self.name.clone(),
         }
+    }
+}
+
+/// How a waiting connection is watched: over the shared connection to the same server.
+enum Via<'a> {
+    Server(&'a Client, &'a Mutex<Option<MultiplexedConnection>>),
+    Cluster(&'a Cluster, &'a str),
+}
+
+impl Via<'_> {
+    /// `cmd` over the shared connection, within `timeout`; a connection that does not answer
+    /// in time is dropped, so that the next check connects again.
+    async fn ask<T: FromRedisValue>(&self, cmd: &Cmd, timeout: Duration) -> Result<T, NodeFailure> {
+        let attempt = async {
+            let mut conn = match self {
+                Via::Server(client, slot) => shared_conn(client, slot).await?,
+                Via::Cluster(cluster, addr) => cluster.conn(addr, timeout).await?,
+            };
+            Ok::<T, NodeFailure>(cmd.query_async::<T>(&mut conn).await?)
+        };
+        let result = match tokio::time::timeout(timeout, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(NodeFailure::Timeout(timeout)),
+        };
+        if let Err(e) = &result {
+            if !matches!(e, NodeFailure::Redis(r) if is_error_reply(r)) {
+                match self {
+                    Via::Server(_, slot) => *slot.lock().await = None,
+                    Via::Cluster(cluster, addr) => cluster.forget_conn(addr),
+                }
+            }
+        }
+        result
+    }
+}
+
+/// What the server says of a waiting connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// Blocked in its wait (or, without its id, the server answers).
+    Blocked,
+    /// Connected, not blocked: its answer was sent (or its command never arrived).
+    Answered,
+    /// Not connected any more.
+    Gone,
+    /// No answer.
+    Unknown,
+}
+
+/// A new connection for `LOCK.WAIT`, and how the server knows it (`CLIENT ID`; `None` where
+/// an ACL forbids `CLIENT`: then only the server's answers are checked).
+async fn start_waiting(
+    info: ConnectionInfo,
+    timeout: Duration,
+) -> Result<(MultiplexedConnection, Option<i64>), NodeFailure> {
+    let mut conn = connect(info, timeout).await?;
+    let id = match tokio::time::timeout(
+        timeout,
+        redis::cmd("CLIENT").arg("ID").query_async::<i64>(&mut conn),
+    )
+    .await
+    {
+        Ok(Ok(id)) => Some(id),
+        // NOPERM and the like: watch without it.
+        Ok(Err(e)) if is_error_reply(&e) => None,
+        Ok(Err(e)) => return Err(NodeFailure::Redis(e)),
+        Err(_) => return Err(NodeFailure::Timeout(timeout)),
+    };
+    Ok((conn, id))
+}
+
+/// Whether the server answered with an error (rather than the connection failing).
+fn is_error_reply(e: &redis::RedisError) -> bool {
+    e.kind() == ErrorKind::ResponseError || e.code().is_some()
+}
+
+/// Returns once the waiting connection known as `id` counts as dead (see
+/// [`Node::blocking_query`]); never while it is fine.
+async fn watch_wait(mut id: Option<i64>, via: &Via<'_>, timeout: Duration) {
+    let (mut answered, mut unanswered) = (0u32, 0u32);
+    loop {
+        // A connection seen answered gets `timeout` for the answer to arrive.
+        let pause = if answered > 0 {
+            timeout
+        } else {
+            WATCH_WAIT_EVERY
+        };
+        tokio::time::sleep(pause).await;
+        let seen = match id {
+            Some(client) => {
+                let mut list = redis::cmd("CLIENT");
+                list.arg("LIST").arg("ID").arg(client);
+                match via.ask::<String>(&list, timeout).await {
+                    Ok(text) => parse_client_list(&text),
+                    Err(NodeFailure::Redis(e)) if is_error_reply(&e) => {
+                        // CLIENT LIST forbidden: check the server only.
+                        id = None;
+                        continue;
+                    }
+                    Err(_) => Seen::Unknown,
+                }
+            }
+            None => match via.ask::<Value>(&redis::cmd("PING"), timeout).await {
+                Ok(_) => Seen::Blocked,
+                Err(_) => Seen::Unknown,
+            },
+        };
+        match seen {
+            Seen::Blocked => (answered, unanswered) = (0, 0),
+            Seen::Gone => return,
+            Seen::Answered => {
+                answered += 1;
+                if answered >= 2 {
+                    return;
+                }
+            }
+            Seen::Unknown => {
+                answered = 0;
+                unanswered += 1;
+                if unanswered >= UNANSWERED_CHECKS {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Closes a dead waiting connection on the server's side too, if the server still has it
+/// (so that it leaves the queue), best effort.
+async fn kill_waiting(id: Option<i64>, via: &Via<'_>, timeout: Duration) {
+    if let Some(id) = id {
+        let mut kill = redis::cmd("CLIENT");
+        kill.arg("KILL").arg("ID").arg(id);
+        let _ = via.ask::<Value>(&kill, timeout).await;
+    }
+}
+
+/// `CLIENT LIST ID n`: one line (`id=n addr=... flags=b ...`) while the client is connected,
+/// `flags` holding `b` while it is blocked; nothing once it is gone.
+fn parse_client_list(text: &str) -> Seen {
+    let Some(line) = text.lines().find(|l| !l.trim().is_empty()) else {
+        return Seen::Gone;
+    };
+    let flags = line
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("flags="));
+    match flags {
+        Some(flags) if flags.contains('b') => Seen::Blocked,
+        Some(_) => Seen::Answered,
+        None => Seen::Unknown,
     }
 }
 
@@ -774,6 +986,19 @@ mod tests {
         let err = parse_role_replicas(&replica).expect_err("a replica");
         assert!(err.to_string().contains("slave now"), "{err}");
         assert!(parse_role_replicas(&Value::Nil).is_err());
+    }
+
+    #[test]
+    fn client_list_lines() {
+        let line = "id=7 addr=127.0.0.1:5 laddr=127.0.0.1:6 fd=9 name= age=3 idle=3 flags=b db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=20 multi-mem=0 rbs=1024 rbp=0 obl=0 oll=0 omem=0 tot-mem=1800 events=r cmd=lock.wait user=default redir=-1 resp=2\n";
+        assert_eq!(parse_client_list(line), Seen::Blocked);
+        assert_eq!(
+            parse_client_list(&line.replace("flags=b", "flags=N")),
+            Seen::Answered
+        );
+        assert_eq!(parse_client_list(""), Seen::Gone);
+        assert_eq!(parse_client_list("\n"), Seen::Gone);
+        assert_eq!(parse_client_list("garbage"), Seen::Unknown);
     }
 
     #[test]
