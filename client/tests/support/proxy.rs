@@ -123,6 +123,13 @@ fn forward(n: u64, mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
         match from.read(&mut buf) {
             Ok(0) => break,
             Ok(len) => {
+                // Silenced while this read waited: what it got is lost, as on a dead link.
+                if n < shared.silent_below.load(Ordering::SeqCst)
+                    || shared.all_silent.load(Ordering::SeqCst)
+                {
+                    silent = true;
+                    continue;
+                }
                 let delay = shared.delay_us.load(Ordering::SeqCst);
                 if delay > 0 {
                     thread::sleep(Duration::from_micros(delay));
