@@ -98,6 +98,9 @@ impl NodeFailure {
 /// The classification behind [`NodeFailure::is_permanent`] for errors from redis-rs.
 fn is_permanent_redis_error(e: &redis::RedisError) -> bool {
     use redis::ErrorKind as K;
+    if crate::tls::is_tls_failure(e) {
+        return true;
+    }
     match e.kind() {
         // Unknown command, syntax, invalid ttl_ms, DB index out of range, reentrancy limit...
         // except the few ERR replies of an overloaded server.
@@ -136,6 +139,11 @@ fn describe_redis_error(e: &redis::RedisError) -> String {
     let detail = e.detail().unwrap_or_default();
     if detail.starts_with("unknown command") && detail.contains("'LOCK.") {
         format!("{text} (is the relock module loaded on this server?)")
+    } else if crate::tls::is_tls_failure(e) {
+        format!(
+            "TLS: {text} (check the CA that signed the server's certificate, lockctl --tls-ca, \
+             and the client certificate if the server asks for one, --tls-cert and --tls-key)"
+        )
     } else if matches!(e.kind(), redis::ErrorKind::Moved | redis::ErrorKind::Ask) {
         format!(
             "{text} (this server is a Redis Cluster node: use a cluster client, \

@@ -74,6 +74,7 @@ mod mode;
 mod node;
 mod options;
 mod round;
+mod tls;
 pub mod validity;
 
 pub use client::Relock;
@@ -85,3 +86,4 @@ pub use lock::Lock;
 pub use masters::NodeReport;
 pub use mode::{Mode, MAX_LIMIT};
 pub use options::Options;
+pub use tls::Tls;

@@ -50,7 +50,7 @@ impl Masters {
         check_options(&options)?;
         let nodes = urls
             .iter()
-            .map(|u| Node::open(u.as_ref()))
+            .map(|u| Node::open(u.as_ref(), &options.tls))
             .collect::<Result<Vec<_>, _>>()?;
         if nodes.len() > 1 {
             check_distinct(urls, &nodes)?;
@@ -68,7 +68,7 @@ impl Masters {
         }
         check_options(&options)?;
         let seeds: Vec<&str> = seeds.iter().map(AsRef::as_ref).collect();
-        let node = Node::open_cluster(&seeds)?;
+        let node = Node::open_cluster(&seeds, &options.tls)?;
         Ok(Masters::of(vec![node], options))
     }
 

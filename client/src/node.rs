@@ -18,6 +18,7 @@ use redis::{
 use tokio::sync::Mutex;
 
 use crate::error::{Error, NodeFailure};
+use crate::tls::Tls;
 
 /// How many redirections (MOVED, ASK) or topology changes one command follows.
 const MAX_REDIRECTS: u32 = 16;
@@ -81,11 +82,15 @@ struct Topology {
 }
 
 impl Node {
-    pub(crate) fn open(url: &str) -> Result<Node, Error> {
-        let client = Client::open(url).map_err(|source| Error::InvalidUrl {
-            url: url.to_string(),
-            source,
-        })?;
+    /// The server at `url` (`redis://` or `rediss://`, with `tls` for the latter).
+    pub(crate) fn open(url: &str, tls: &Tls) -> Result<Node, Error> {
+        let info = url
+            .into_connection_info()
+            .map_err(|source| Error::InvalidUrl {
+                url: url.to_string(),
+                source,
+            })?;
+        let client = tls.client(info, url)?;
         let name = display_addr(&client.get_connection_info().addr);
         Ok(Node {
             name,
@@ -96,8 +101,9 @@ impl Node {
         })
     }
 
-    /// One Redis Cluster, known by some of its nodes (`seeds`). No connection is made here.
-    pub(crate) fn open_cluster(seeds: &[&str]) -> Result<Node, Error> {
+    /// One Redis Cluster, known by some of its nodes (`seeds`; every node is reached the way
+    /// the first seed is, with `tls` for `rediss://`). No connection is made here.
+    pub(crate) fn open_cluster(seeds: &[&str], tls: &Tls) -> Result<Node, Error> {
         let infos = seeds
             .iter()
             .map(|u| {
@@ -108,7 +114,12 @@ impl Node {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let template = infos.first().cloned().ok_or(Error::NoServers)?;
+        let first = infos.first().cloned().ok_or(Error::NoServers)?;
+        // With the certificates in it, for every node.
+        let template = tls
+            .client(first, seeds.first().copied().unwrap_or_default())?
+            .get_connection_info()
+            .clone();
         let mut names: Vec<String> = Vec::new();
         for info in &infos {
             let name = display_addr(&info.addr);
