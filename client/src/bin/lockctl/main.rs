@@ -43,6 +43,7 @@ mod watchdog;
 
 use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -50,7 +51,7 @@ use clap::{Parser, Subcommand};
 use relock_client::limits::parse_ttl;
 use relock_client::{
     parse_duration, Error, HolderInfo, Lock, LockGuard, LockInfo, Mode, NodeReport, Options,
-    Relock, MAX_LIMIT,
+    Relock, Tls, MAX_LIMIT,
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -79,8 +80,9 @@ const SETTLE_WITHIN: Duration = Duration::from_secs(5);
     about = "Run a command under a relock lock; inspect and break locks"
 )]
 struct Cli {
-    /// Comma-separated redis:// URLs of the relock masters (one for plain locking, N for
-    /// Redlock with a quorum of N/2+1; each server at most once).
+    /// Comma-separated URLs of the relock masters (one for plain locking, N for Redlock with
+    /// a quorum of N/2+1; each server at most once): redis://[user:password@]host:port[/db],
+    /// rediss:// for TLS.
     #[arg(
         long,
         global = true,
@@ -107,6 +109,32 @@ struct Cli {
     /// How long a master waits for those acknowledgements.
     #[arg(long, global = true, default_value = "500ms", value_parser = parse_duration)]
     replica_ack_timeout: Duration,
+
+    /// For rediss:// servers: a PEM file of the CA certificates to trust instead of the
+    /// system's.
+    #[arg(long, global = true, env = "RELOCK_TLS_CA", value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+
+    /// For rediss:// servers that ask for a client certificate: a PEM file of it (with
+    /// --tls-key).
+    #[arg(
+        long,
+        global = true,
+        env = "RELOCK_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    tls_cert: Option<PathBuf>,
+
+    /// The client certificate's private key, a PEM file (with --tls-cert).
+    #[arg(
+        long,
+        global = true,
+        env = "RELOCK_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    tls_key: Option<PathBuf>,
 
     #[command(subcommand)]
     command: Command,
@@ -219,11 +247,35 @@ fn main() -> ExitCode {
     runtime.block_on(async_main(cli))
 }
 
+/// The PEM files `--tls-ca`, `--tls-cert` and `--tls-key` name, read.
+fn read_tls(cli: &Cli) -> Result<Tls, String> {
+    let read = |flag: &str, path: &Option<PathBuf>| {
+        path.as_ref()
+            .map(|p| {
+                std::fs::read(p).map_err(|e| format!("cannot read {flag} {}: {e}", p.display()))
+            })
+            .transpose()
+    };
+    Ok(Tls {
+        ca: read("--tls-ca", &cli.tls_ca)?,
+        client_cert: read("--tls-cert", &cli.tls_cert)?,
+        client_key: read("--tls-key", &cli.tls_key)?,
+    })
+}
+
 async fn async_main(cli: Cli) -> ExitCode {
+    let tls = match read_tls(&cli) {
+        Ok(tls) => tls,
+        Err(why) => {
+            say!("{why}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     let options = Options {
         node_timeout: cli.node_timeout,
         replica_acks: cli.replica_acks,
         replica_ack_timeout: cli.replica_ack_timeout,
+        tls,
         ..Options::default()
     };
     let mut servers: Vec<&str> = cli
@@ -265,7 +317,8 @@ async fn async_main(cli: Cli) -> ExitCode {
                     return ExitCode::from(EXIT_USAGE);
                 }
             };
-            let code = run(&relock, &key, ttl, wait, grace, &command).await;
+            let tls = servers.iter().any(|s| s.starts_with("rediss"));
+            let code = run(&relock, tls, &key, ttl, wait, grace, &command).await;
             // Releases of failed or abandoned rounds must not be cut off by the exit.
             let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
             code
@@ -359,6 +412,14 @@ async fn acquire(
     }
 }
 
+/// Whether `e`, from `tls` servers, may be a server refusing the client's certificate (or its
+/// absence). With TLS 1.3 that happens after the handshake, and what the client then sees is
+/// only a closed connection: possible, not certain, so it is not judged permanent.
+fn tls_refused(tls: bool, e: &Error) -> bool {
+    let text = e.to_string();
+    tls && (text.contains("unexpectedly terminated") || text.contains("reset by peer"))
+}
+
 /// The exit status for an error that ended a hold or an acquisition: [`EXIT_PERMANENT`] when
 /// retrying cannot help, `otherwise` else.
 fn status_of(e: &Error, otherwise: u8) -> u8 {
@@ -369,8 +430,10 @@ fn status_of(e: &Error, otherwise: u8) -> u8 {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run(
     relock: &Relock,
+    tls: bool,
     key: &str,
     ttl: Duration,
     wait: Option<Duration>,
@@ -413,6 +476,12 @@ async fn run(
         Acquired::Lock(lock) => lock,
         Acquired::Failed(e) => {
             say!("could not acquire {key}: {e}");
+            if tls_refused(tls, &e) {
+                say!(
+                    "a TLS server that closes the connection as soon as it is made usually \
+                     wants a client certificate, or refuses ours: see --tls-cert and --tls-key"
+                );
+            }
             if matches!(e, Error::NoQuorum { .. } | Error::WaitTimeout { .. }) {
                 report_holders(relock, key, "").await;
             }
