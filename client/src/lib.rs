@@ -74,6 +74,7 @@ mod mode;
 mod node;
 mod options;
 mod round;
+mod sentinel;
 mod tls;
 pub mod validity;
 

@@ -437,13 +437,11 @@ impl Drop for Abandoned {
     }
 }
 
-/// Fails when two of `nodes` are one server: their resolved addresses (or unix socket paths)
-/// overlap. A host name that does not resolve is compared by name.
+/// Fails when two of `nodes` are one server: their resolved addresses (or unix socket paths,
+/// or for Sentinel-managed masters their name at a shared sentinel) overlap. A host name that
+/// does not resolve is compared by name.
 fn check_distinct<S: AsRef<str>>(urls: &[S], nodes: &[Node]) -> Result<(), Error> {
-    let identities: Vec<Vec<String>> = nodes
-        .iter()
-        .map(|n| server_identity(&n.connection_info().addr))
-        .collect();
+    let identities: Vec<Vec<String>> = nodes.iter().map(Node::identity).collect();
     for (i, mine) in identities.iter().enumerate() {
         for (j, earlier) in identities[..i].iter().enumerate() {
             if let Some(address) = mine.iter().find(|a| earlier.contains(a)) {
@@ -459,7 +457,7 @@ fn check_distinct<S: AsRef<str>>(urls: &[S], nodes: &[Node]) -> Result<(), Error
 }
 
 /// The addresses a server URL reaches, in a comparable form.
-fn server_identity(addr: &ConnectionAddr) -> Vec<String> {
+pub(crate) fn server_identity(addr: &ConnectionAddr) -> Vec<String> {
     match addr {
         ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
             let resolved: Vec<String> = (host.as_str(), *port)

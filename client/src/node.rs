@@ -18,6 +18,8 @@ use redis::{
 use tokio::sync::Mutex;
 
 use crate::error::{Error, NodeFailure};
+use crate::masters::server_identity;
+use crate::sentinel::{is_sentinel_url, Sentinel};
 use crate::tls::Tls;
 
 /// How many redirections (MOVED, ASK) or topology changes one command follows.
@@ -59,6 +61,7 @@ enum Backend {
         conn: Mutex<Option<MultiplexedConnection>>,
     },
     Cluster(Cluster),
+    Sentinel(Sentinel),
 }
 
 /// A Redis Cluster, routed by our own slot map.
@@ -82,8 +85,20 @@ struct Topology {
 }
 
 impl Node {
-    /// The server at `url` (`redis://` or `rediss://`, with `tls` for the latter).
+    /// The server at `url` (`redis://` or `rediss://`, with `tls` for the latter), or the
+    /// master a Sentinel names (`redis+sentinel://`, see [`Sentinel`]).
     pub(crate) fn open(url: &str, tls: &Tls) -> Result<Node, Error> {
+        if is_sentinel_url(url) {
+            let sentinel = Sentinel::open(url, tls)?;
+            return Ok(Node {
+                name: format!(
+                    "{}@sentinel[{}]",
+                    sentinel.master_name,
+                    sentinel.sentinel_names.join(",")
+                ),
+                backend: Backend::Sentinel(sentinel),
+            });
+        }
         let info = url
             .into_connection_info()
             .map_err(|source| Error::InvalidUrl {
@@ -142,11 +157,24 @@ impl Node {
         matches!(self.backend, Backend::Cluster(_))
     }
 
-    /// How this master is reached (for a cluster, the first seed).
-    pub(crate) fn connection_info(&self) -> &ConnectionInfo {
+    /// What tells this master from another in one client's list: the addresses it is reached
+    /// at (for a cluster, the first seed's; for a Sentinel-managed master, its name at each
+    /// sentinel). Two masters that share one are one.
+    pub(crate) fn identity(&self) -> Vec<String> {
         match &self.backend {
-            Backend::Server { client, .. } => client.get_connection_info(),
-            Backend::Cluster(c) => &c.template,
+            Backend::Server { client, .. } => server_identity(&client.get_connection_info().addr),
+            Backend::Cluster(c) => server_identity(&c.template.addr),
+            Backend::Sentinel(s) => s
+                .sentinel_names
+                .iter()
+                .flat_map(|addr| match split_addr(addr) {
+                    Some((host, port)) => {
+                        server_identity(&ConnectionAddr::Tcp(host.to_string(), port))
+                    }
+                    None => vec![addr.clone()],
+                })
+                .map(|addr| format!("{} at sentinel {addr}", s.master_name))
+                .collect(),
         }
     }
 
@@ -168,10 +196,13 @@ impl Node {
                 self.server_reply(tokio::time::timeout(timeout, attempt).await, timeout)
                     .await
             }
-            Backend::Cluster(cluster) => {
+            Backend::Cluster(_) | Backend::Sentinel(_) => {
                 let mut pipe = redis::pipe();
                 pipe.add_command(cmd.clone());
-                let mut values = cluster.call(key, &pipe, timeout).await?;
+                let mut values = match &self.backend {
+                    Backend::Cluster(cluster) => cluster.call(key, &pipe, timeout).await?,
+                    _ => self.routed(key, &pipe, timeout).await?,
+                };
                 match values.pop() {
                     Some(v) => Ok(T::from_redis_value(&v)?),
                     None => Err(NodeFailure::Protocol("no reply".into())),
@@ -209,6 +240,7 @@ impl Node {
                     .await?
             }
             Backend::Cluster(cluster) => cluster.call(key, &pipe, timeout).await?,
+            Backend::Sentinel(sentinel) => sentinel.call(&pipe, timeout).await?,
         };
         let acked = match acks {
             None => 0,
@@ -218,6 +250,19 @@ impl Node {
             },
         };
         Ok((values, acked))
+    }
+
+    /// `pipe` through a routed backend (a Sentinel-managed master).
+    async fn routed(
+        &self,
+        _key: &str,
+        pipe: &Pipeline,
+        timeout: Duration,
+    ) -> Result<Vec<Value>, NodeFailure> {
+        match &self.backend {
+            Backend::Sentinel(sentinel) => sentinel.call(pipe, timeout).await,
+            _ => Err(NodeFailure::Protocol("not a routed master".into())),
+        }
     }
 
     /// How many replicas the master of `key` has connected right now (`ROLE`). Fails when the
@@ -313,6 +358,11 @@ impl Node {
                     }
                 }
             }
+            Backend::Sentinel(sentinel) => {
+                return self
+                    .blocking_sentinel(sentinel, key, cmd, connect_timeout)
+                    .await
+            }
             Backend::Cluster(cluster) => cluster,
         };
         let mut redirect: Option<(String, bool)> = None;
@@ -392,8 +442,74 @@ impl Node {
         }))
     }
 
+    /// [`Node::blocking_query`] on a Sentinel-managed master: on a connection of its own to
+    /// the master the sentinels name, watched as every wait is, and moved (the same command,
+    /// the same owner) to the master they name after a failover, or after an error that says
+    /// this one no longer is one (`READONLY`, a waiter unblocked by a role change, a lost
+    /// connection).
+    async fn blocking_sentinel<T: FromRedisValue>(
+        &self,
+        sentinel: &Sentinel,
+        key: &str,
+        cmd: &Cmd,
+        connect_timeout: Duration,
+    ) -> Result<T, NodeFailure> {
+        let via = Via::Sentinel(sentinel);
+        let mut last = None;
+        for attempt in 0..MAX_REDIRECTS {
+            let addr = match sentinel.master(connect_timeout).await {
+                Ok(addr) => addr,
+                Err(e) if attempt > 0 && !e.is_permanent() => {
+                    tokio::time::sleep(WATCH_WAIT_EVERY).await;
+                    last = Some(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let wait = async {
+                let (mut conn, id) =
+                    start_waiting(sentinel.master_info(&addr)?, connect_timeout).await?;
+                tokio::select! {
+                    result = cmd.query_async::<T>(&mut conn) => Ok(Some(result.map_err(NodeFailure::Redis))),
+                    () = watch_wait(id, &via, connect_timeout) => {
+                        tracing::warn!(node = %addr, key, "a waiting connection went silent; waiting again on a new one");
+                        kill_waiting(id, &via, connect_timeout).await;
+                        Ok(None)
+                    }
+                }
+            };
+            let outcome: Result<Option<Result<T, NodeFailure>>, NodeFailure> = tokio::select! {
+                outcome = wait => outcome,
+                () = sentinel.watch_failover(&addr, connect_timeout) => {
+                    tracing::debug!(key, node = %addr, "the sentinels name a new master; waiting there");
+                    continue;
+                }
+            };
+            let failure = match outcome {
+                Ok(Some(Ok(value))) => return Ok(value),
+                Ok(None) => continue,
+                Ok(Some(Err(NodeFailure::Redis(e)))) | Err(NodeFailure::Redis(e))
+                    if is_topology_change(&e) =>
+                {
+                    NodeFailure::Redis(e)
+                }
+                Ok(Some(Err(failure @ NodeFailure::Timeout(_))))
+                | Err(failure @ NodeFailure::Timeout(_)) => failure,
+                Ok(Some(Err(other))) | Err(other) => return Err(other),
+            };
+            tracing::debug!(key, node = %addr, error = %failure, "master changing; asking the sentinels again");
+            sentinel.forget().await;
+            tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt + 1))).await;
+            last = Some(failure);
+        }
+        Err(NodeFailure::Protocol(match last {
+            Some(e) => format!("too many master changes (last: {e})"),
+            None => "too many master changes".into(),
+        }))
+    }
+
     /// The `host:port` of the master serving `key`: for a cluster from its slot map, for a
-    /// single server the server itself.
+    /// Sentinel-managed master what the sentinels say, for a single server the server itself.
     pub(crate) async fn master_of(
         &self,
         key: &str,
@@ -402,6 +518,7 @@ impl Node {
         match &self.backend {
             Backend::Server { .. } => Ok(self.name.clone()),
             Backend::Cluster(cluster) => cluster.master_of(key, timeout).await,
+            Backend::Sentinel(sentinel) => sentinel.master(timeout).await,
         }
     }
 
@@ -418,6 +535,7 @@ impl Node {
 enum Via<'a> {
     Server(&'a Client, &'a Mutex<Option<MultiplexedConnection>>),
     Cluster(&'a Cluster, &'a str),
+    Sentinel(&'a Sentinel),
 }
 
 impl Via<'_> {
@@ -428,6 +546,7 @@ impl Via<'_> {
             let mut conn = match self {
                 Via::Server(client, slot) => shared_conn(client, slot).await?,
                 Via::Cluster(cluster, addr) => cluster.conn(addr, timeout).await?,
+                Via::Sentinel(sentinel) => sentinel.shared(timeout).await?,
             };
             Ok::<T, NodeFailure>(cmd.query_async::<T>(&mut conn).await?)
         };
@@ -440,6 +559,7 @@ impl Via<'_> {
                 match self {
                     Via::Server(_, slot) => *slot.lock().await = None,
                     Via::Cluster(cluster, addr) => cluster.forget_conn(addr),
+                    Via::Sentinel(sentinel) => sentinel.forget().await,
                 }
             }
         }
@@ -774,7 +894,7 @@ impl Cluster {
     }
 }
 
-async fn connect(
+pub(crate) async fn connect(
     info: ConnectionInfo,
     timeout: Duration,
 ) -> Result<MultiplexedConnection, NodeFailure> {
@@ -821,7 +941,7 @@ pub(crate) fn display_addr(addr: &ConnectionAddr) -> String {
     }
 }
 
-fn host_port(host: &str, port: u16) -> String {
+pub(crate) fn host_port(host: &str, port: u16) -> String {
     if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
@@ -838,7 +958,7 @@ fn normalize_addr(addr: &str) -> String {
 }
 
 /// `host:port` or `[v6]:port` (or a bare `v6:port`) as host and port.
-fn split_addr(addr: &str) -> Option<(&str, u16)> {
+pub(crate) fn split_addr(addr: &str) -> Option<(&str, u16)> {
     let (host, port) = addr.rsplit_once(':')?;
     let host = host
         .strip_prefix('[')
@@ -848,7 +968,10 @@ fn split_addr(addr: &str) -> Option<(&str, u16)> {
 }
 
 /// `template` (auth, db, protocol) pointed at `addr` (`host:port`).
-fn with_addr(template: &ConnectionInfo, addr: &str) -> Result<ConnectionInfo, NodeFailure> {
+pub(crate) fn with_addr(
+    template: &ConnectionInfo,
+    addr: &str,
+) -> Result<ConnectionInfo, NodeFailure> {
     let (host, port) = split_addr(addr)
         .ok_or_else(|| NodeFailure::Protocol(format!("bad node address {addr:?}")))?;
     let mut info = template.clone();
@@ -869,7 +992,7 @@ fn with_addr(template: &ConnectionInfo, addr: &str) -> Result<ConnectionInfo, No
 }
 
 /// Errors that mean the cluster's topology is changing under us: worth re-resolving.
-fn is_topology_change(e: &redis::RedisError) -> bool {
+pub(crate) fn is_topology_change(e: &redis::RedisError) -> bool {
     matches!(
         e.kind(),
         ErrorKind::TryAgain | ErrorKind::ClusterDown | ErrorKind::ReadOnly | ErrorKind::MasterDown
