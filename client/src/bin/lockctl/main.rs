@@ -82,15 +82,10 @@ const SETTLE_WITHIN: Duration = Duration::from_secs(5);
 struct Cli {
     /// Comma-separated URLs of the relock masters (one for plain locking, N for Redlock with
     /// a quorum of N/2+1; each server at most once): redis://[user:password@]host:port[/db],
-    /// rediss:// for TLS.
-    #[arg(
-        long,
-        global = true,
-        env = "RELOCK_SERVERS",
-        default_value = DEFAULT_SERVER,
-        value_delimiter = ','
-    )]
-    servers: Vec<String>,
+    /// rediss:// for TLS, redis+sentinel://[user:password@]host:port[,host:port...]/master-name
+    /// for a master Redis Sentinel manages.
+    #[arg(long, global = true, env = "RELOCK_SERVERS", default_value = DEFAULT_SERVER)]
+    servers: String,
 
     /// How long one master may take to answer one command (at least 1ms).
     #[arg(long, global = true, default_value = "100ms", value_parser = parse_duration)]
@@ -247,6 +242,22 @@ fn main() -> ExitCode {
     runtime.block_on(async_main(cli))
 }
 
+/// The URLs of `--servers`: split at commas, except those within a URL (the sentinels of a
+/// `redis+sentinel://` URL): a part without `://` continues the URL before it.
+fn split_servers(list: &str) -> Vec<String> {
+    let mut urls: Vec<String> = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match urls.last_mut() {
+            Some(last) if !part.contains("://") => {
+                last.push(',');
+                last.push_str(part);
+            }
+            _ => urls.push(part.to_string()),
+        }
+    }
+    urls
+}
+
 /// The PEM files `--tls-ca`, `--tls-cert` and `--tls-key` name, read.
 fn read_tls(cli: &Cli) -> Result<Tls, String> {
     let read = |flag: &str, path: &Option<PathBuf>| {
@@ -278,15 +289,10 @@ async fn async_main(cli: Cli) -> ExitCode {
         tls,
         ..Options::default()
     };
-    let mut servers: Vec<&str> = cli
-        .servers
-        .iter()
-        .map(|s| s.trim())
-        .filter(|s| !s.is_empty())
-        .collect();
+    let mut servers = split_servers(&cli.servers);
     if servers.is_empty() {
         // RELOCK_SERVERS set but empty: same as unset.
-        servers.push(DEFAULT_SERVER);
+        servers.push(DEFAULT_SERVER.to_string());
     }
     let relock = if cli.cluster {
         Relock::cluster(&servers, options)
@@ -869,6 +875,19 @@ mod tests {
             Command::Run { shared, limit, .. } => Ok(run_mode(shared, limit)),
             _ => panic!("not run: {args:?}"),
         }
+    }
+
+    #[test]
+    fn server_lists() {
+        assert_eq!(
+            split_servers("redis://a:1, redis://b:2,,rediss://c:3"),
+            ["redis://a:1", "redis://b:2", "rediss://c:3"]
+        );
+        assert_eq!(
+            split_servers("redis+sentinel://s1:26379,s2,s3:5000/orders,redis://d"),
+            ["redis+sentinel://s1:26379,s2,s3:5000/orders", "redis://d"]
+        );
+        assert!(split_servers(" , ").is_empty());
     }
 
     #[test]
