@@ -141,8 +141,8 @@ enum Command {
     /// exit with COMMAND's status (75: not acquired, 76: lock lost while running, 78: a
     /// server refused for good).
     Run {
-        /// Lock lifetime (5ms, the smallest usable, to 1000000000s); the lock is renewed every ttl/3 while the
-        /// command runs.
+        /// Lock lifetime (5ms, the smallest usable, to 1000000000s); the lock is renewed every
+        /// ttl/3 while the command runs.
         #[arg(long, default_value = "30s", value_parser = parse_ttl)]
         ttl: Duration,
         /// How long to wait for the lock (default: without limit; 0: try once; above
