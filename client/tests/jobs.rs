@@ -465,3 +465,42 @@ fn kill_tstp_to_a_background_job_stops_its_command() {
     sh.expect("status=0", Duration::from_secs(20));
     assert_eq!(holder(&server, KEY), None, "released");
 }
+
+/// In an orphaned process group (a new session: what a service manager starts), the kernel
+/// would not stop lockctl on SIGTSTP; lockctl stops anyway (with SIGSTOP), since its command is
+/// stopped and it must not renew for it unseen, and goes on with it on SIGCONT.
+#[test]
+fn sigtstp_stops_lockctl_in_an_orphaned_group_too() {
+    let server = Server::start();
+    let counter = Counter::new();
+    let mut cmd = lockctl(&[&server]);
+    cmd.args(["run", "--ttl", "3s", KEY, "--"])
+        .args(counter.command())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: setsid is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut lockctl = Spawned::new(&mut cmd);
+    let pid = counter.wait_ready();
+    assert!(counter.runs_within(Duration::from_secs(5)));
+    send(lockctl.pid(), libc::SIGTSTP);
+    assert!(
+        eventually(Duration::from_secs(10), || is_stopped(lockctl.pid())
+            && is_stopped(pid)),
+        "lockctl stopped: {}, its command stopped: {}",
+        is_stopped(lockctl.pid()),
+        is_stopped(pid)
+    );
+    send(lockctl.pid(), libc::SIGCONT);
+    assert!(counter.runs_within(Duration::from_secs(10)));
+    counter.stop();
+    let status = lockctl.wait_within(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{}", stderr(&lockctl.output()));
+}

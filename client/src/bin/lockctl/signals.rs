@@ -195,24 +195,53 @@ fn handle(sig: libc::c_int) -> io::Result<()> {
 
 /// Stops lockctl the way `sig` (SIGTSTP, SIGTTIN or SIGTTOU) stops a process, with the rest of
 /// its process group when `whole_group` (the job a shell started: lockctl and whatever shares
-/// its pipeline), and returns once lockctl is continued. Like any process of an orphaned
-/// process group (no shell left to continue it), lockctl is then not stopped at all, and this
-/// returns at once.
+/// its pipeline), and returns once lockctl is continued.
+///
+/// The kernel does not stop a process of an orphaned process group (no parent in another group
+/// of its session, so no job-control shell to continue it) on these signals. lockctl must stop
+/// all the same, since its command is stopped and nothing may renew for it unseen: there it
+/// stops with SIGSTOP, which always does, and whoever stopped it continues it with SIGCONT.
 pub fn stop_self(sig: libc::c_int, whole_group: bool) {
+    let sig = if group_is_orphaned() {
+        libc::SIGSTOP
+    } else {
+        sig
+    };
     // SAFETY: signal dispositions and signals to our own process and group; the handler is
     // put back before this returns.
     unsafe {
         if whole_group {
             // The others stop; our own copy is discarded, to be raised on this thread below.
-            libc::signal(sig, libc::SIG_IGN);
+            if sig != libc::SIGSTOP {
+                libc::signal(sig, libc::SIG_IGN);
+            }
             libc::killpg(libc::getpgrp(), sig);
         }
-        libc::signal(sig, libc::SIG_DFL);
+        if sig != libc::SIGSTOP {
+            libc::signal(sig, libc::SIG_DFL);
+        }
         // Directed at this thread, so that it stops (with every other thread) before raise
         // returns, not some time after another thread took the signal.
         libc::raise(sig);
     }
-    let _ = handle(sig);
+    if sig != libc::SIGSTOP {
+        let _ = handle(sig);
+    }
+}
+
+/// Whether lockctl's process group is orphaned, as far as lockctl can tell: its parent is not
+/// in another group of its session (another member of the group might be; lockctl cannot
+/// see them all cheaply, and stopping with SIGSTOP then only changes how a shell reports it).
+fn group_is_orphaned() -> bool {
+    // SAFETY: these calls only read process attributes.
+    unsafe {
+        let parent = libc::getppid();
+        let (parent_group, parent_session) = (libc::getpgid(parent), libc::getsid(parent));
+        parent_group < 0
+            || parent_session < 0
+            || parent_group == libc::getpgrp()
+            || parent_session != libc::getsid(0)
+    }
 }
 
 /// Ends lockctl the way `sig` would have without a handler, so that whoever started it
