@@ -316,7 +316,8 @@ impl Node {
     /// again on a new connection. That is safe because the owner is the same: a grant the
     /// dead connection never delivered is answered again at once, as a re-acquire. A wait
     /// notices such a death within about 1 s + 2 × `timeout` once the server answered (and
-    /// 3 s + 3 × `timeout` when the server stops answering). Where an ACL forbids `CLIENT`, the
+    /// within 3 × (1 s + max(`timeout`, 1 s)) when the server stops answering: a slow link
+    /// must not cost a waiter its place in the queue). Where an ACL forbids `CLIENT`, the
     /// check is a `PING` of the server, which notices only a server that stopped answering.
     ///
     /// In a cluster the connection goes to the master of `key`'s slot; a `MOVED` is followed to
@@ -611,6 +612,9 @@ fn is_error_reply(e: &redis::RedisError) -> bool {
 /// [`Node::blocking_query`]); never while it is fine.
 async fn watch_wait(mut id: Option<i64>, via: &Via<'_>, timeout: Duration) {
     let (mut answered, mut unanswered) = (0u32, 0u32);
+    // A check that goes unanswered may only mean a slow link, and taking a waiting
+    // connection for dead costs its place in the queue: a check gets at least a second.
+    let check_within = timeout.max(WATCH_WAIT_EVERY);
     loop {
         // A connection seen answered gets `timeout` for the answer to arrive.
         let pause = if answered > 0 {
@@ -623,7 +627,7 @@ async fn watch_wait(mut id: Option<i64>, via: &Via<'_>, timeout: Duration) {
             Some(client) => {
                 let mut list = redis::cmd("CLIENT");
                 list.arg("LIST").arg("ID").arg(client);
-                match via.ask::<String>(&list, timeout).await {
+                match via.ask::<String>(&list, check_within).await {
                     Ok(text) => parse_client_list(&text),
                     Err(NodeFailure::Redis(e)) if is_error_reply(&e) => {
                         // CLIENT LIST forbidden: check the server only.
@@ -633,7 +637,7 @@ async fn watch_wait(mut id: Option<i64>, via: &Via<'_>, timeout: Duration) {
                     Err(_) => Seen::Unknown,
                 }
             }
-            None => match via.ask::<Value>(&redis::cmd("PING"), timeout).await {
+            None => match via.ask::<Value>(&redis::cmd("PING"), check_within).await {
                 Ok(_) => Seen::Blocked,
                 Err(_) => Seen::Unknown,
             },
