@@ -147,3 +147,57 @@ async fn a_redlock_wait_survives_silent_connections_on_every_master() {
     }
     lock.release().await.expect("release");
 }
+
+/// The connection lockctl renews on goes silent while its command runs (the server still
+/// reachable on new connections): a renewal that times out drops it, the next one connects
+/// again, and the lock is kept (before, every renewal after that went to the silent
+/// connection and timed out until the lock was lost).
+#[test]
+fn lockctl_renews_through_a_connection_that_went_silent() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (started, stop) = (dir.path().join("started"), dir.path().join("stop"));
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        started.display(),
+        stop.display()
+    );
+    let mut lockctl = Spawned::new(
+        lockctl_at(&proxy.url())
+            .args([
+                "--node-timeout",
+                "300ms",
+                "run",
+                "--ttl",
+                "2s",
+                KEY,
+                "--",
+                "sh",
+                "-c",
+            ])
+            .arg(&script)
+            .stderr(Stdio::piped()),
+    );
+    assert!(eventually(Duration::from_secs(20), || started.exists()));
+    let (owner, token) = holder(&server, KEY).expect("held");
+    proxy.silence_open_connections();
+    let renewed = relock_stat(&server, "renewed_total");
+    // Two ttls: only renewals on new connections can keep the lock that long.
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(lockctl.try_status().is_none(), "lockctl ended");
+    assert_eq!(
+        holder(&server, KEY),
+        Some((owner, token)),
+        "the lock was lost"
+    );
+    assert!(relock_stat(&server, "renewed_total") > renewed);
+    std::fs::write(&stop, b"").expect("stop");
+    let status = lockctl.wait_within(Duration::from_secs(20));
+    let out = lockctl.output();
+    assert_eq!(status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        eventually(Duration::from_secs(5), || holder(&server, KEY).is_none()),
+        "released"
+    );
+}
