@@ -55,7 +55,9 @@ impl Watchdog {
             .arg(ARG)
             .arg(pgid.to_string())
             .stdin(Stdio::from(OwnedFd::from(theirs)))
+            // It says nothing, and must not keep lockctl's output open after lockctl exits.
             .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .process_group(0)
             .spawn()?;
         ours.set_read_timeout(Some(ANSWER_WITHIN))?;
