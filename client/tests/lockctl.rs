@@ -414,8 +414,14 @@ fn usage_errors_exit_2_before_any_server_is_asked() {
     // waited forever on a free key and 3 ms ran the command only to lose the lock (issue 19,
     // problem 5).
     for ttl in ["1ms", "2ms", "3ms", "4ms", "4.9ms"] {
-        let out = run(lockctl(&[&server]).args(["run", "--ttl", ttl, KEY, "--", "true"]));
-        assert_eq!(out.status.code(), Some(2), "--ttl {ttl}: {}", stderr(&out));
+        let mut child = Spawned::new(
+            lockctl(&[&server])
+                .args(["run", "--ttl", ttl, KEY, "--", "true"])
+                .stderr(Stdio::piped()),
+        );
+        let status = child.wait_within(Duration::from_secs(15));
+        let out = child.output();
+        assert_eq!(status.code(), Some(2), "--ttl {ttl}: {}", stderr(&out));
         assert!(
             stderr(&out).contains("smallest usable ttl is 5ms"),
             "--ttl {ttl}: {}",
