@@ -98,7 +98,7 @@ impl NodeFailure {
 /// The classification behind [`NodeFailure::is_permanent`] for errors from redis-rs.
 fn is_permanent_redis_error(e: &redis::RedisError) -> bool {
     use redis::ErrorKind as K;
-    if crate::tls::is_tls_failure(e) {
+    if is_tls_failure(e) {
         return true;
     }
     match e.kind() {
@@ -129,6 +129,29 @@ fn is_permanent_redis_error(e: &redis::RedisError) -> bool {
     }
 }
 
+/// Whether a connection failed in its TLS handshake or session (an untrusted or expired
+/// certificate, a name that does not match, a client certificate refused or missing, a
+/// plain-text server behind a `rediss://` URL): no retry changes that. redis-rs keeps the
+/// rustls error only as text, in the I/O error it reports.
+fn is_tls_failure(e: &redis::RedisError) -> bool {
+    if !e.is_io_error() {
+        return false;
+    }
+    const RUSTLS: [&str; 9] = [
+        "invalid peer certificate",
+        "received fatal alert",
+        "peer sent no certificates",
+        "peer is incompatible",
+        "peer misbehaved",
+        "received corrupt message",
+        "received unexpected message",
+        "received unexpected handshake message",
+        "presented server name type wasn't supported",
+    ];
+    let text = e.to_string();
+    RUSTLS.iter().any(|t| text.contains(t))
+}
+
 /// A redis-rs error as the server said it (`WRONGTYPE Operation against a key...`), with a
 /// hint where the cause is a classic one.
 fn describe_redis_error(e: &redis::RedisError) -> String {
@@ -139,7 +162,7 @@ fn describe_redis_error(e: &redis::RedisError) -> String {
     let detail = e.detail().unwrap_or_default();
     if detail.starts_with("unknown command") && detail.contains("'LOCK.") {
         format!("{text} (is the relock module loaded on this server?)")
-    } else if crate::tls::is_tls_failure(e) {
+    } else if is_tls_failure(e) {
         format!(
             "TLS: {text} (check the CA that signed the server's certificate, lockctl --tls-ca, \
              and the client certificate if the server asks for one, --tls-cert and --tls-key)"

@@ -62,6 +62,7 @@
 #![deny(missing_docs)]
 
 mod client;
+mod conn;
 mod duration;
 mod error;
 mod fanout;

@@ -4,11 +4,10 @@
 //! [`RoundState`], fed by [`fanout::collect`].
 
 use std::future::Future;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{ConnectionAddr, FromRedisValue};
+use redis::FromRedisValue;
 use tokio::time::Instant;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
@@ -18,7 +17,7 @@ use crate::fanout::{self, spawned};
 use crate::info::{parse_holders, parse_info};
 use crate::limits::{check_options, wait_ms};
 use crate::mode::Mode;
-use crate::node::{display_addr, Node};
+use crate::node::Node;
 use crate::options::Options;
 use crate::round::{quorum, Released, Reply, Round, RoundState, Until};
 
@@ -454,38 +453,6 @@ fn check_distinct<S: AsRef<str>>(urls: &[S], nodes: &[Node]) -> Result<(), Error
         }
     }
     Ok(())
-}
-
-/// The addresses a server URL reaches, in a comparable form.
-pub(crate) fn server_identity(addr: &ConnectionAddr) -> Vec<String> {
-    match addr {
-        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-            let resolved: Vec<String> = (host.as_str(), *port)
-                .to_socket_addrs()
-                .map(|addrs| addrs.map(|a| canonical(a).to_string()).collect())
-                .unwrap_or_default();
-            if resolved.is_empty() {
-                vec![display_addr(addr).to_lowercase()]
-            } else {
-                resolved
-            }
-        }
-        ConnectionAddr::Unix(path) => vec![std::fs::canonicalize(path)
-            .unwrap_or_else(|_| path.clone())
-            .display()
-            .to_string()],
-    }
-}
-
-/// An IPv4-mapped IPv6 address as the IPv4 address it is.
-fn canonical(addr: SocketAddr) -> SocketAddr {
-    match addr {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
-            None => addr,
-        },
-        SocketAddr::V4(_) => addr,
-    }
 }
 
 /// The writes that may wait for replica acknowledgements.

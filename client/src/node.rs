@@ -12,13 +12,16 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::MultiplexedConnection;
 use redis::{
-    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue,
-    IntoConnectionInfo, Pipeline, Value,
+    Client, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, IntoConnectionInfo,
+    Pipeline, Value,
 };
 use tokio::sync::Mutex;
 
+use crate::conn::{
+    connect, display_addr, host_port, is_topology_change, normalize_addr, server_identity,
+    split_addr, with_addr,
+};
 use crate::error::{Error, NodeFailure};
-use crate::masters::server_identity;
 use crate::sentinel::{is_sentinel_url, Sentinel};
 use crate::tls::Tls;
 
@@ -617,12 +620,12 @@ async fn watch_wait(mut id: Option<i64>, via: &Via<'_>, timeout: Duration) {
     let check_within = timeout.max(WATCH_WAIT_EVERY);
     loop {
         // A connection seen answered gets `timeout` for the answer to arrive.
-        let pause = if answered > 0 {
+        let next_check = if answered > 0 {
             timeout
         } else {
             WATCH_WAIT_EVERY
         };
-        tokio::time::sleep(pause).await;
+        tokio::time::sleep(next_check).await;
         let seen = match id {
             Some(client) => {
                 let mut list = redis::cmd("CLIENT");
@@ -898,22 +901,6 @@ impl Cluster {
     }
 }
 
-pub(crate) async fn connect(
-    info: ConnectionInfo,
-    timeout: Duration,
-) -> Result<MultiplexedConnection, NodeFailure> {
-    let client = Client::open(info)?;
-    let config = AsyncConnectionConfig::new().set_connection_timeout(timeout);
-    match client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-    {
-        Ok(c) => Ok(c),
-        Err(e) if e.is_timeout() => Err(NodeFailure::Timeout(timeout)),
-        Err(e) => Err(NodeFailure::Redis(e)),
-    }
-}
-
 /// The replicas a `ROLE` reply lists, if it is a master's (`["master", offset, [replica...]]`).
 fn parse_role_replicas(role: &Value) -> Result<u64, NodeFailure> {
     let bad = || NodeFailure::Protocol(format!("ROLE: {role:?}"));
@@ -933,77 +920,6 @@ fn parse_role_replicas(role: &Value) -> Result<u64, NodeFailure> {
         Some(Value::Array(replicas)) => Ok(replicas.len() as u64),
         _ => Ok(0),
     }
-}
-
-/// `host:port`, with an IPv6 host in brackets (`[::1]:6379`); a unix socket's path.
-pub(crate) fn display_addr(addr: &ConnectionAddr) -> String {
-    match addr {
-        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-            host_port(host, *port)
-        }
-        ConnectionAddr::Unix(path) => path.display().to_string(),
-    }
-}
-
-pub(crate) fn host_port(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
-
-/// A node address from a `MOVED`/`ASK` (`::1:7000` for IPv6) in our form (`[::1]:7000`).
-fn normalize_addr(addr: &str) -> String {
-    match split_addr(addr) {
-        Some((host, port)) => host_port(host, port),
-        None => addr.to_string(),
-    }
-}
-
-/// `host:port` or `[v6]:port` (or a bare `v6:port`) as host and port.
-pub(crate) fn split_addr(addr: &str) -> Option<(&str, u16)> {
-    let (host, port) = addr.rsplit_once(':')?;
-    let host = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    Some((host, port.parse().ok()?))
-}
-
-/// `template` (auth, db, protocol) pointed at `addr` (`host:port`).
-pub(crate) fn with_addr(
-    template: &ConnectionInfo,
-    addr: &str,
-) -> Result<ConnectionInfo, NodeFailure> {
-    let (host, port) = split_addr(addr)
-        .ok_or_else(|| NodeFailure::Protocol(format!("bad node address {addr:?}")))?;
-    let mut info = template.clone();
-    info.addr = match &template.addr {
-        ConnectionAddr::TcpTls {
-            insecure,
-            tls_params,
-            ..
-        } => ConnectionAddr::TcpTls {
-            host: host.to_string(),
-            port,
-            insecure: *insecure,
-            tls_params: tls_params.clone(),
-        },
-        _ => ConnectionAddr::Tcp(host.to_string(), port),
-    };
-    Ok(info)
-}
-
-/// Errors that mean the cluster's topology is changing under us: worth re-resolving.
-pub(crate) fn is_topology_change(e: &redis::RedisError) -> bool {
-    matches!(
-        e.kind(),
-        ErrorKind::TryAgain | ErrorKind::ClusterDown | ErrorKind::ReadOnly | ErrorKind::MasterDown
-    ) || e.code() == Some("UNBLOCKED")
-        || e.is_io_error()
-        || e.is_connection_refusal()
-        || e.is_connection_dropped()
 }
 
 /// A parsed `CLUSTER SLOTS`: the ranges and every node it names (masters and replicas).

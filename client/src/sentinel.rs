@@ -19,8 +19,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{ConnectionInfo, IntoConnectionInfo, Pipeline, Value};
 use tokio::sync::Mutex;
 
+use crate::conn::{connect, host_port, is_topology_change, split_addr, with_addr};
 use crate::error::{Error, NodeFailure};
-use crate::node::{connect, host_port, is_topology_change, split_addr, with_addr};
 use crate::tls::Tls;
 
 /// How long an answer of the sentinels is used before they are asked again.

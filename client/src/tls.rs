@@ -99,26 +99,3 @@ impl Tls {
         }
     }
 }
-
-/// Whether a connection failed in its TLS handshake or session (an untrusted or expired
-/// certificate, a name that does not match, a client certificate refused or missing, a
-/// plain-text server behind a `rediss://` URL): no retry changes that. redis-rs keeps the
-/// rustls error only as text, in the I/O error it reports.
-pub(crate) fn is_tls_failure(e: &redis::RedisError) -> bool {
-    if !e.is_io_error() {
-        return false;
-    }
-    const RUSTLS: [&str; 9] = [
-        "invalid peer certificate",
-        "received fatal alert",
-        "peer sent no certificates",
-        "peer is incompatible",
-        "peer misbehaved",
-        "received corrupt message",
-        "received unexpected message",
-        "received unexpected handshake message",
-        "presented server name type wasn't supported",
-    ];
-    let text = e.to_string();
-    RUSTLS.iter().any(|t| text.contains(t))
-}

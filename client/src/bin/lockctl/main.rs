@@ -38,6 +38,7 @@
 
 mod job;
 mod output;
+mod procs;
 mod signals;
 mod watchdog;
 

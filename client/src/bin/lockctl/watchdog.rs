@@ -136,7 +136,7 @@ pub fn main(args: &[String]) -> ExitCode {
         }
         // (kill(2) alone, cheap enough for every tick: a group of zombies only waits for
         // lockctl's exit, and the SIGKILL then is harmless.)
-        if !crate::job::group_exists(pgid) {
+        if !crate::procs::group_exists(pgid) {
             return ExitCode::SUCCESS;
         }
         // SAFETY: getppid has no memory effects.
@@ -162,6 +162,6 @@ pub fn main(args: &[String]) -> ExitCode {
 fn stopped(pid: libc::pid_t) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|stat| crate::job::parse_stat(&stat))
+        .and_then(|stat| crate::procs::parse_stat(&stat))
         .is_some_and(|(state, _)| state == 'T' || state == 't')
 }
