@@ -71,13 +71,20 @@ impl Drop for Resume<'_> {
 
 /// The guard must tell the body that its lock is gone no later than `valid_until`, even while
 /// a renewal is still waiting for masters that stopped answering (issue 11, problem 1).
+///
+/// The guard cancels `lost` `loss_lead` (at most 20 ms) ahead of the validity's end; the test
+/// sees it when its own task is next scheduled, which on a busy machine (one core kept busy,
+/// other builds on the other) can be tens of milliseconds later (issue 19: 23 ms was seen).
+/// So the node timeout is 1 s: a guard that waited for the renewal round, the bug this is
+/// about, would tell the body about a second late, far beyond the scheduling slack allowed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loss_is_signalled_no_later_than_valid_until() {
+    const SCHEDULING_SLACK: Duration = Duration::from_millis(250);
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     let refs: Vec<&Server> = servers.iter().collect();
     let mut leads = Vec::new();
     for ttl in [2000, 300, 2000, 300].map(Duration::from_millis) {
-        let relock = client_with(&refs, Options::default());
+        let relock = client_with(&refs, patient());
         let guard = relock.guard(KEY, ttl).await.expect("guard");
         let owner = guard.hold().owner.clone();
         assert!(eventually(Duration::from_secs(2), || servers
@@ -103,7 +110,7 @@ async fn loss_is_signalled_no_later_than_valid_until() {
             }
         );
         assert!(
-            told_at <= valid_until,
+            told_at <= valid_until + SCHEDULING_SLACK,
             "ttl {ttl:?}: loss signalled {:?} after the validity ended",
             told_at - valid_until
         );

@@ -167,10 +167,10 @@ fn lockctl_renews_through_a_connection_that_went_silent() {
         lockctl_at(&proxy.url())
             .args([
                 "--node-timeout",
-                "300ms",
+                "500ms",
                 "run",
                 "--ttl",
-                "2s",
+                "3s",
                 KEY,
                 "--",
                 "sh",
@@ -184,7 +184,7 @@ fn lockctl_renews_through_a_connection_that_went_silent() {
     proxy.silence_open_connections();
     let renewed = relock_stat(&server, "renewed_total");
     // Two ttls: only renewals on new connections can keep the lock that long.
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(Duration::from_secs(6));
     assert!(lockctl.try_status().is_none(), "lockctl ended");
     assert_eq!(
         holder(&server, KEY),

@@ -32,7 +32,8 @@ fn signal_counter() {
 fn run_counter(server: &Server, counter: &Counter, args: &[&str]) -> Spawned {
     Spawned::new(
         lockctl(&[server])
-            .arg("run")
+            // Not a test of speed: renewals on a busy machine must not lose the lock.
+            .args(["--node-timeout", "1s", "run"])
             .args(args)
             .args([KEY, "--"])
             .args(counter.command())
@@ -68,7 +69,7 @@ fn read_pid(path: &Path) -> i32 {
 fn sigtstp_stops_the_command_with_lockctl_and_sigcont_continues_both() {
     let server = Server::start();
     let counter = Counter::new();
-    let mut lockctl = run_counter(&server, &counter, &["--ttl", "2s"]);
+    let mut lockctl = run_counter(&server, &counter, &["--ttl", "5s"]);
     let pid = counter.wait_ready();
     assert!(counter.runs_within(Duration::from_secs(5)));
     let (owner, token) = holder(&server, KEY).expect("held");
@@ -114,8 +115,16 @@ fn a_lock_lost_while_stopped_ends_the_command_without_continuing_it() {
     let mut lockctl = Spawned::new(
         lockctl(&[&server])
             .args([
-                "run", "--ttl", "1s", "--grace", "2s", KEY, "--", "sh", "-c", &script,
+                "--node-timeout",
+                "300ms",
+                "run",
+                "--ttl",
+                "1s",
+                "--grace",
+                "2s",
+                KEY,
             ])
+            .args(["--", "sh", "-c", &script])
             .process_group(0)
             .stderr(Stdio::piped()),
     );
@@ -207,11 +216,12 @@ fn the_lock_is_held_until_the_processes_the_command_left_end() {
     let server = Server::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let done = dir.path().join("done");
-    let script = format!("(sleep 1.5; echo done > {}) & exit 3", done.display());
+    let script = format!("(sleep 3; echo done > {}) & exit 3", done.display());
     let err_file = dir.path().join("stderr");
     let mut lockctl = Spawned::new(
         lockctl(&[&server])
-            .args(["run", "--ttl", "600ms", KEY, "--", "sh", "-c", &script])
+            .args(["--node-timeout", "1s", "run", "--ttl", "2s", KEY])
+            .args(["--", "sh", "-c", &script])
             .process_group(0)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&err_file).expect("stderr file")),
@@ -318,7 +328,7 @@ fn a_signal_at_any_moment_of_the_start_never_strands_the_lock() {
 fn sigstop_of_lockctl_stops_its_command_too() {
     let server = Server::start();
     let counter = Counter::new();
-    let mut lockctl = run_counter(&server, &counter, &["--ttl", "5s"]);
+    let mut lockctl = run_counter(&server, &counter, &["--ttl", "8s"]);
     let pid = counter.wait_ready();
     assert!(counter.runs_within(Duration::from_secs(5)));
     send(lockctl.pid(), libc::SIGSTOP);
@@ -385,7 +395,10 @@ fn shell_line(counter: &Counter, ttl: &str) -> String {
         .into_iter()
         .map(|w| format!("'{w}'"))
         .collect();
-    format!("\"$LOCKCTL\" run --ttl {ttl} {KEY} -- {}", words.join(" "))
+    format!(
+        "\"$LOCKCTL\" --node-timeout 1s run --ttl {ttl} {KEY} -- {}",
+        words.join(" ")
+    )
 }
 
 /// Ctrl-Z at a shell stops the job, lockctl and its command, and gives the shell back; `fg`
@@ -396,7 +409,7 @@ fn ctrl_z_fg_and_ctrl_backslash_at_a_shell() {
     let server = Server::start();
     let counter = Counter::new();
     let mut sh = shell(&server);
-    sh.type_keys(format!("{}\n", shell_line(&counter, "3s")).as_bytes());
+    sh.type_keys(format!("{}\n", shell_line(&counter, "5s")).as_bytes());
     let pid = counter.wait_ready();
     assert!(counter.runs_within(Duration::from_secs(5)));
     sh.type_keys(b"\x1a");
@@ -435,7 +448,7 @@ fn kill_tstp_to_a_background_job_stops_its_command() {
     let server = Server::start();
     let counter = Counter::new();
     let mut sh = shell(&server);
-    sh.type_keys(format!("{} &\n", shell_line(&counter, "3s")).as_bytes());
+    sh.type_keys(format!("{} &\n", shell_line(&counter, "5s")).as_bytes());
     let pid = counter.wait_ready();
     assert!(counter.runs_within(Duration::from_secs(5)));
     sh.type_keys(b"kill -TSTP %1\n");
@@ -474,7 +487,7 @@ fn sigtstp_stops_lockctl_in_an_orphaned_group_too() {
     let server = Server::start();
     let counter = Counter::new();
     let mut cmd = lockctl(&[&server]);
-    cmd.args(["run", "--ttl", "3s", KEY, "--"])
+    cmd.args(["--node-timeout", "1s", "run", "--ttl", "5s", KEY, "--"])
         .args(counter.command())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());

@@ -856,7 +856,17 @@ fn a_permanent_error_at_a_renewal_or_the_release_says_so() {
     let counter = Counter::new();
     let mut child = Spawned::new(
         lockctl_at(&url)
-            .args(["run", "--ttl", "1s", "--grace", "1s", KEY, "--"])
+            .args([
+                "--node-timeout",
+                "1s",
+                "run",
+                "--ttl",
+                "3s",
+                "--grace",
+                "1s",
+                KEY,
+                "--",
+            ])
             .args(counter.command())
             .stdout(Stdio::null())
             .stderr(Stdio::piped()),
