@@ -62,6 +62,7 @@
 #![deny(missing_docs)]
 
 mod client;
+mod conn;
 mod duration;
 mod error;
 mod fanout;
@@ -74,6 +75,8 @@ mod mode;
 mod node;
 mod options;
 mod round;
+mod sentinel;
+mod tls;
 pub mod validity;
 
 pub use client::Relock;
@@ -85,3 +88,4 @@ pub use lock::Lock;
 pub use masters::NodeReport;
 pub use mode::{Mode, MAX_LIMIT};
 pub use options::Options;
+pub use tls::Tls;
