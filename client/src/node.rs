@@ -533,6 +533,29 @@ impl Node {
             Err(_) => self.name.clone(),
         }
     }
+
+    /// The masters this node stands for: itself (a server, or the master the sentinels
+    /// name), or every master of a cluster's slot map, by `host:port`.
+    pub(crate) async fn masters(&self, timeout: Duration) -> Result<Vec<String>, NodeFailure> {
+        match &self.backend {
+            Backend::Cluster(cluster) => cluster.masters(timeout).await,
+            Backend::Server { .. } | Backend::Sentinel(_) => Ok(vec![self.name.clone()]),
+        }
+    }
+
+    /// `cmd` on `master`, one of [`Node::masters`], routed by no key: for what a whole server
+    /// answers (`INFO`, `LOCK.STATS`, `LOCK.LOG`), and for a key that master named.
+    pub(crate) async fn query_master<T: FromRedisValue>(
+        &self,
+        master: &str,
+        cmd: &Cmd,
+        timeout: Duration,
+    ) -> Result<T, NodeFailure> {
+        match &self.backend {
+            Backend::Cluster(cluster) => cluster.query_at(master, cmd, timeout).await,
+            Backend::Server { .. } | Backend::Sentinel(_) => self.query("", cmd, timeout).await,
+        }
+    }
 }
 
 /// How a waiting connection is watched: over the shared connection to the same server.
@@ -774,6 +797,50 @@ impl Cluster {
             }
         }
         Err(NodeFailure::Protocol("too many redirections".into()))
+    }
+
+    /// Every master of the slot map (read first if there is none), in slot order.
+    async fn masters(&self, timeout: Duration) -> Result<Vec<String>, NodeFailure> {
+        let mut topology = self.topology.lock().await;
+        if topology.ranges.is_empty() {
+            self.refresh(&mut topology, timeout.max(MIN_TOPOLOGY_TIMEOUT))
+                .await?;
+        }
+        let mut masters: Vec<String> = Vec::new();
+        for (_, _, addr) in &topology.ranges {
+            if !masters.contains(addr) {
+                masters.push(addr.clone());
+            }
+        }
+        Ok(masters)
+    }
+
+    /// `cmd` on the node at `addr`, within `timeout`, following no redirection. A node that
+    /// does not answer makes the next call read the slot map again (a failover may be under
+    /// way).
+    async fn query_at<T: FromRedisValue>(
+        &self,
+        addr: &str,
+        cmd: &Cmd,
+        timeout: Duration,
+    ) -> Result<T, NodeFailure> {
+        let attempt = async {
+            let mut conn = self.conn(addr, timeout).await?;
+            cmd.query_async::<T>(&mut conn)
+                .await
+                .map_err(NodeFailure::Redis)
+        };
+        let result = match tokio::time::timeout(timeout, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(NodeFailure::Timeout(timeout)),
+        };
+        if let Err(e) = &result {
+            if !matches!(e, NodeFailure::Redis(r) if is_error_reply(r)) {
+                self.forget_conn(addr);
+                self.forget_slots().await;
+            }
+        }
+        result
     }
 
     /// The shared connection to `addr`, made (within `timeout`) if there is none.
