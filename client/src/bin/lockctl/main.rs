@@ -37,9 +37,15 @@
 //! needs one server or `--cluster`: over several independent masters it is a usage error.
 
 mod job;
+mod log;
+mod metrics;
+mod ops;
 mod output;
 mod procs;
+mod sample;
 mod signals;
+mod top;
+mod waiters;
 mod watchdog;
 
 use std::ffi::{OsStr, OsString};
@@ -182,6 +188,8 @@ enum Command {
         /// Remove only this holder's hold (one of a shared lock's holders).
         owner: Option<String>,
     },
+    #[command(flatten)]
+    Ops(ops::Ops),
 }
 
 /// A `--limit`: an integer in 1 ..= MAX_LIMIT.
@@ -334,6 +342,7 @@ async fn async_main(cli: Cli) -> ExitCode {
         Command::ForceRelease { key, owner } => {
             force_release(&relock, &key, owner.as_deref()).await
         }
+        Command::Ops(command) => ops::run(relock, cli.cluster, ops::db_of(&servers), command).await,
     }
 }
 

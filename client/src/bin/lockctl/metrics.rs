@@ -1,0 +1,389 @@
+//! `lockctl metrics --listen ADDR`: `/metrics` for Prometheus. Each scrape reads every master
+//! once ([`sample`]: `INFO relock`, `LOCK.STATS` and `LOCK.INFO` of the hottest keys), bounded
+//! by `--scrape-timeout`, and encodes the answers with prometheus-client (OpenMetrics text).
+//! Nothing is kept between scrapes: a master or key that is gone leaves the output, and
+//! Prometheus marks its series stale.
+
+use std::hash::{Hash, Hasher};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::{CounterVec, Encoder, GaugeVec, Opts, Registry, TextEncoder};
+use relock_client::Relock;
+use tokio::sync::Semaphore;
+
+use crate::output::say;
+use crate::sample::{sample, Ask, MasterSample, RelockInfo};
+
+/// What a scrape answers with.
+/// Scrapes read the masters at most this many at once; more wait their turn.
+const CONCURRENT_SCRAPES: usize = 4;
+/// The longest key label, in bytes; a longer key is cut and given a hash of the whole, so
+/// that two keys never share a series.
+const KEY_LABEL_BYTES: usize = 200;
+
+/// How an `INFO relock` field becomes a metric.
+struct Field {
+    /// In `INFO relock`, without the `relock_` prefix.
+    info: &'static str,
+    /// The metric's name, without the prefix and without `_total` or the unit.
+    name: &'static str,
+    help: &'static str,
+    counter: bool,
+    /// What one unit of the field is in seconds (1 for a count).
+    scale: f64,
+}
+
+const fn gauge(info: &'static str, name: &'static str, help: &'static str) -> Field {
+    Field {
+        info,
+        name,
+        help,
+        counter: false,
+        scale: 1.0,
+    }
+}
+
+const fn counter(info: &'static str, name: &'static str, help: &'static str) -> Field {
+    Field {
+        info,
+        name,
+        help,
+        counter: true,
+        scale: 1.0,
+    }
+}
+
+const fn seconds(info: &'static str, name: &'static str, help: &'static str, scale: f64) -> Field {
+    Field {
+        info,
+        name,
+        help,
+        counter: false,
+        scale,
+    }
+}
+
+/// Every field of `INFO relock` (docs/operating.md lists the same names).
+const FIELDS: &[Field] = &[
+    gauge("locks", "locks", "Lock values (keys of the relock type)."),
+    gauge("holds", "holds", "Live holds, exclusive and shared."),
+    gauge("waiters", "waiters", "Clients queued in LOCK.WAIT."),
+    gauge("timers", "timers", "Armed lease and wait timers."),
+    gauge("last_token", "last_token", "The last fencing token issued."),
+    gauge(
+        "log_len",
+        "log_entries",
+        "Entries in the journal (LOCK.LOG).",
+    ),
+    counter(
+        "acquired_total",
+        "acquired",
+        "Holds granted by LOCK.ACQUIRE and LOCK.REENTER.",
+    ),
+    counter("released_total", "released", "Holds ended by their owner."),
+    counter("renewed_total", "renewed", "Renewals."),
+    counter(
+        "contended_total",
+        "contended",
+        "Acquisitions answered nil (held by another).",
+    ),
+    counter("granted_total", "granted", "Grants to waiters (hand-offs)."),
+    counter(
+        "expired_total",
+        "expired",
+        "Holds whose ttl or lease ran out.",
+    ),
+    counter(
+        "wait_timeouts_total",
+        "wait_timeouts",
+        "Waits that timed out.",
+    ),
+    counter(
+        "forcereleased_total",
+        "forcereleased",
+        "Holds ended by LOCK.FORCERELEASE.",
+    ),
+    counter(
+        "downgraded_total",
+        "downgraded",
+        "Exclusive holds downgraded to shared.",
+    ),
+    seconds(
+        "longest_turn_us",
+        "longest_turn",
+        "The longest the module's own work took in one event-loop turn.",
+        1e-6,
+    ),
+    seconds(
+        "restart_grace_ms",
+        "restart_grace",
+        "relock.restart-grace-ms, the configured restart grace.",
+        1e-3,
+    ),
+    seconds(
+        "grace_left_ms",
+        "grace_left",
+        "What is left of the restart grace (0: over).",
+        1e-3,
+    ),
+];
+
+/// Serves `/metrics` on `listen` until killed.
+pub async fn serve(relock: Relock, listen: SocketAddr, keys: usize, timeout: Duration) -> ExitCode {
+    let server = match tiny_http::Server::http(listen) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            say!("cannot listen on {listen}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let bound = server
+        .server_addr()
+        .to_ip()
+        .map_or_else(|| listen.to_string(), |a| a.to_string());
+    say!("serving metrics on http://{bound}/metrics");
+    let scrapes = Arc::new(Semaphore::new(CONCURRENT_SCRAPES));
+    loop {
+        let waiting = Arc::clone(&server);
+        let request = match tokio::task::spawn_blocking(move || waiting.recv()).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                say!("cannot accept a request: {e}");
+                continue;
+            }
+            Err(e) => {
+                say!("{e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let relock = relock.clone();
+        let scrapes = Arc::clone(&scrapes);
+        tokio::spawn(async move {
+            let is_get = matches!(
+                request.method(),
+                tiny_http::Method::Get | tiny_http::Method::Head
+            );
+            let path = request.url().split('?').next().unwrap_or("").to_string();
+            let response = answer(&relock, is_get, &path, keys, timeout, &scrapes).await;
+            // Writing may block on a slow reader: not on the runtime's threads.
+            let _ = tokio::task::spawn_blocking(move || request.respond(response)).await;
+        });
+    }
+}
+
+async fn answer(
+    relock: &Relock,
+    is_get: bool,
+    path: &str,
+    keys: usize,
+    timeout: Duration,
+    scrapes: &Semaphore,
+) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    let text =
+        |status: u16, body: &str| tiny_http::Response::from_string(body).with_status_code(status);
+    if !is_get {
+        return text(405, "only GET\n");
+    }
+    match path {
+        "/metrics" => {}
+        "/" => return text(200, "relock metrics: /metrics\n"),
+        _ => return text(404, "not found: relock metrics are at /metrics\n"),
+    }
+    let Ok(_turn) = scrapes.acquire().await else {
+        return text(503, "shutting down\n");
+    };
+    let ask = Ask {
+        keys,
+        queue: 0,
+        db: 0,
+    };
+    let readings = match tokio::time::timeout(timeout, sample(relock, ask)).await {
+        Ok(r) => r,
+        // Every master took too long (each command is bounded by --node-timeout, so only a
+        // timeout shorter than a few of those gets here): every master is down this time.
+        Err(_) => relock
+            .nodes()
+            .iter()
+            .map(|n| MasterSample {
+                master: n.to_string(),
+                at: tokio::time::Instant::now(),
+                took: timeout,
+                info: Err("scrape timeout".into()),
+                hot: Err("scrape timeout".into()),
+            })
+            .collect(),
+    };
+    match exposition(&readings) {
+        Ok(body) => {
+            let header =
+                tiny_http::Header::from_bytes("Content-Type", TextEncoder::new().format_type())
+                    .expect("a valid header");
+            tiny_http::Response::from_string(body).with_header(header)
+        }
+        Err(e) => text(500, &format!("cannot encode: {e}\n")),
+    }
+}
+
+/// A key as a label: as it is when it is UTF-8 of at most [`KEY_LABEL_BYTES`]; otherwise
+/// its start (lossy) and `…#` and a hash of every byte, so two keys never share a series.
+pub fn key_label(key: &[u8]) -> String {
+    match std::str::from_utf8(key) {
+        Ok(text) if key.len() <= KEY_LABEL_BYTES => text.to_string(),
+        _ => {
+            let end = key.len().min(KEY_LABEL_BYTES);
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            key.hash(&mut hasher);
+            let start = String::from_utf8_lossy(&key[..end]);
+            format!("{start}…#{:016x}", hasher.finish())
+        }
+    }
+}
+
+/// One scrape's text.
+pub fn exposition(readings: &[MasterSample]) -> prometheus::Result<String> {
+    let registry = Registry::new_custom(Some("relock".into()), None)?;
+    let family = |name: &str, help: &str, labels: &[&str]| -> prometheus::Result<GaugeVec> {
+        let g = GaugeVec::new(Opts::new(name, help), labels)?;
+        registry.register(Box::new(g.clone()))?;
+        Ok(g)
+    };
+    let counter_family =
+        |name: &str, help: &str, labels: &[&str]| -> prometheus::Result<CounterVec> {
+            let c = CounterVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok(c)
+        };
+    let master = ["master"];
+    let up = family("up", "1 if the master answered this scrape", &master)?;
+    let took = family(
+        "scrape_duration_seconds",
+        "How long reading the master took in this scrape",
+        &master,
+    )?;
+    let mut gauges = Vec::new();
+    let mut counters = Vec::new();
+    for field in FIELDS {
+        let unit = if field.scale != 1.0 { "_seconds" } else { "" };
+        if field.counter {
+            let name = format!("{}{unit}_total", field.name);
+            counters.push((field, counter_family(&name, field.help, &master)?));
+        } else {
+            let name = format!("{}{unit}", field.name);
+            gauges.push((field, family(&name, field.help, &master)?));
+        }
+    }
+    let percentiles = [(0.5, "50"), (0.9, "90"), (0.99, "99"), (0.999, "99.9")];
+    let wait = family(
+        "wait_percentile_seconds",
+        "Server-wide time from queueing to grant (timed-out waits with their wait), by percentile",
+        &["master", "percentile"],
+    )?;
+    let hold = family(
+        "hold_percentile_seconds",
+        "Server-wide time from grant to the end of a hold, by percentile",
+        &["master", "percentile"],
+    )?;
+    let key = ["master", "db", "key"];
+    let key_wait = counter_family(
+        "key_wait_seconds_total",
+        "Time waited for the key (LOCK.STATS wait_ms_total; may overstate by its error)",
+        &key,
+    )?;
+    let key_wait_max = family("key_wait_max_seconds", "The longest wait for the key", &key)?;
+    let key_counts = [
+        counter_family("key_waits_total", "Waits queued for the key", &key)?,
+        counter_family(
+            "key_granted_total",
+            "Waits for the key that were granted",
+            &key,
+        )?,
+        counter_family(
+            "key_timeouts_total",
+            "Waits for the key that timed out",
+            &key,
+        )?,
+        counter_family(
+            "key_contended_total",
+            "Acquisitions of the key answered nil",
+            &key,
+        )?,
+    ];
+    let key_waiters = family("key_waiters", "Clients queued for the key now", &key)?;
+    let key_holders = family("key_holders", "Holders of the key now", &key)?;
+
+    for reading in readings {
+        let m = [reading.master.as_str()];
+        took.with_label_values(&m).set(reading.took.as_secs_f64());
+        let Ok(info) = &reading.info else {
+            up.with_label_values(&m).set(0.0);
+            continue;
+        };
+        up.with_label_values(&m).set(1.0);
+        for (field, family) in &gauges {
+            if let Some(v) = info.get(field.info) {
+                family.with_label_values(&m).set(v * field.scale);
+            }
+        }
+        for (field, family) in &counters {
+            if let Some(v) = info.get(field.info) {
+                family
+                    .with_label_values(&m)
+                    .inc_by((v * field.scale).max(0.0));
+            }
+        }
+        for (points, family) in [(&info.wait, &wait), (&info.hold, &hold)] {
+            for (q, name) in percentiles {
+                if let Some(ms) = RelockInfo::quantile(points, q) {
+                    family
+                        .with_label_values(&[reading.master.as_str(), name])
+                        .set(ms / 1000.0);
+                }
+            }
+        }
+        let Ok(hot) = &reading.hot else { continue };
+        for k in hot {
+            let s = &k.stats;
+            let db = s.db.to_string();
+            let name = key_label(&s.key);
+            let labels = [reading.master.as_str(), db.as_str(), name.as_str()];
+            key_wait
+                .with_label_values(&labels)
+                .inc_by(s.wait_ms_total.max(0) as f64 / 1000.0);
+            key_wait_max
+                .with_label_values(&labels)
+                .set(s.wait_ms_max.max(0) as f64 / 1000.0);
+            for (family, v) in key_counts
+                .iter()
+                .zip([s.waits, s.granted, s.timeouts, s.contended])
+            {
+                family.with_label_values(&labels).inc_by(v.max(0) as f64);
+            }
+            if let Ok(lock) = &k.lock {
+                let (holders, waiters) = lock.as_ref().map_or((0, 0), |l| (l.holders, l.waiters));
+                key_holders.with_label_values(&labels).set(holders as f64);
+                key_waiters.with_label_values(&labels).set(waiters as f64);
+            }
+        }
+    }
+    TextEncoder::new().encode_to_string(&registry.gather())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_cannot_break_out() {
+        let long = vec![b'k'; 1 << 20];
+        let label = key_label(&long);
+        assert!(label.len() < KEY_LABEL_BYTES + 40, "{}", label.len());
+        let mut other = long.clone();
+        *other.last_mut().expect("bytes") = b'j';
+        assert_ne!(label, key_label(&other));
+        assert_ne!(key_label(b"\xff"), key_label(b"\xfe"));
+        assert_eq!(key_label(b"orders:7"), "orders:7");
+    }
+}

@@ -1,0 +1,402 @@
+//! lockctl for operators: `waiters`, `log`, `top` and `metrics`, which read what the servers
+//! know about their locks (`LOCK.WAITERS`, `LOCK.LOG`, `LOCK.HISTORY`, `LOCK.STATS`,
+//! `INFO relock`) and show it to a person, a script (`--json`) or Prometheus.
+//!
+//! Everything a reply carries that a client chose (keys, owners, client names) is shown with
+//! its control characters escaped and, in tables, cut to a width: an owner of 1 MB or one
+//! with terminal escape sequences must not take over an operator's screen. `--json` keeps
+//! them whole.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Subcommand;
+use redis::Value;
+use relock_client::{parse_duration, Relock};
+
+use crate::output::{out, say};
+
+/// The operators' subcommands, flattened into lockctl's own.
+#[derive(Subcommand)]
+pub enum Ops {
+    /// Show who waits for KEY on each master, in queue order: owner, mode, limit, permits,
+    /// the waiting connection's client id, how long it has waited, its timeout left and the
+    /// ttl it asked for (LOCK.WAITERS).
+    Waiters {
+        /// The lock's key.
+        key: String,
+        /// At most this many waiters per master (0: all).
+        #[arg(long, default_value_t = 100)]
+        count: u64,
+        /// One JSON document instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show holds that ended other than by their owner (expired, force-released, deleted...),
+    /// newest first, with the reason and who ended them: of KEY (LOCK.HISTORY), or of every
+    /// key (LOCK.LOG, which needs the admin ACL category).
+    Log {
+        /// Only this key's holds.
+        key: Option<String>,
+        /// At most this many entries per master.
+        #[arg(long, default_value_t = 10)]
+        count: u64,
+        /// One JSON document instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A live view of every master (rates, wait and hold percentiles) and of the hottest keys
+    /// (LOCK.STATS) with their holders and queues; q quits, the arrows select a key.
+    Top {
+        /// How often to read the masters again.
+        #[arg(long, default_value = "1s", value_parser = parse_interval)]
+        interval: Duration,
+        /// How many of the hottest keys to show, per master.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        keys: u64,
+        /// Print one plain snapshot (two readings `--interval` apart, for the rates) and exit.
+        #[arg(long)]
+        once: bool,
+        /// Print one snapshot as JSON and exit (implies --once).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve /metrics in the Prometheus (OpenMetrics) text format: every scrape reads
+    /// INFO relock and LOCK.STATS of every master, each metric labelled `master`.
+    Metrics {
+        /// Where to listen, host:port (port 0: any free port; the address is said on stderr).
+        #[arg(long, default_value = "127.0.0.1:9411")]
+        listen: SocketAddr,
+        /// How many of the hottest keys to export, per master (label `key`; 0: none).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=1000))]
+        keys: u64,
+        /// The most one scrape may take; a master that has not answered by then is down
+        /// for that scrape.
+        #[arg(long, default_value = "5s", value_parser = parse_interval)]
+        scrape_timeout: Duration,
+    },
+}
+
+/// A duration of at least 10ms.
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d < Duration::from_millis(10) {
+        return Err(format!("{text:?} is too short (at least 10ms)"));
+    }
+    Ok(d)
+}
+
+/// Runs an operators' subcommand.
+pub async fn run(relock: Relock, cluster: bool, db: i64, command: Ops) -> ExitCode {
+    match command {
+        Ops::Waiters { key, count, json } => crate::waiters::show(&relock, &key, count, json).await,
+        Ops::Log { key, count, json } => {
+            crate::log::show(&relock, key.as_deref(), count, json).await
+        }
+        Ops::Top {
+            interval,
+            keys,
+            once,
+            json,
+        } => {
+            let view = crate::top::View {
+                interval,
+                keys: keys as usize,
+                cluster,
+                db,
+            };
+            if once || json {
+                crate::top::once(&relock, &view, json).await
+            } else {
+                crate::top::live(relock, view).await
+            }
+        }
+        Ops::Metrics {
+            listen,
+            keys,
+            scrape_timeout,
+        } => crate::metrics::serve(relock, listen, keys as usize, scrape_timeout).await,
+    }
+}
+
+/// The db of the first server URL (`redis://host:port/3`): the db lockctl's connections use.
+pub fn db_of(servers: &[String]) -> i64 {
+    use redis::IntoConnectionInfo;
+    servers
+        .first()
+        .and_then(|url| url.as_str().into_connection_info().ok())
+        .map_or(0, |info| info.redis.db)
+}
+
+/// The exit status of a listing: failure when any master failed.
+pub fn status(failed: bool) -> ExitCode {
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Prints a JSON document on stdout.
+pub fn print_json(doc: &serde_json::Value) {
+    out!("{doc}");
+}
+
+/// Says why a reply could not be read.
+pub fn bad_reply(what: &str, why: &str) -> String {
+    format!("unexpected {what} reply: {why}")
+}
+
+/// The fields of one reply entry: a map under RESP3, a flat array of names and values under
+/// RESP2.
+pub struct Fields(Vec<(String, Value)>);
+
+impl Fields {
+    pub fn of(value: &Value) -> Result<Fields, String> {
+        let pairs: Vec<(String, Value)> = match value {
+            Value::Map(pairs) => pairs
+                .iter()
+                .map(|(k, v)| Ok((name(k)?, v.clone())))
+                .collect::<Result<_, String>>()?,
+            Value::Array(items) if items.len() % 2 == 0 => items
+                .chunks(2)
+                .map(|kv| Ok((name(&kv[0])?, kv[1].clone())))
+                .collect::<Result<_, String>>()?,
+            other => return Err(format!("not a map: {other:?}")),
+        };
+        Ok(Fields(pairs))
+    }
+
+    fn get(&self, field: &str) -> Option<&Value> {
+        self.0.iter().find(|(k, _)| k == field).map(|(_, v)| v)
+    }
+
+    /// An integer field; nil or missing is `None`.
+    pub fn int(&self, field: &str) -> Result<Option<i64>, String> {
+        match self.get(field) {
+            None | Some(Value::Nil) => Ok(None),
+            Some(Value::Int(n)) => Ok(Some(*n)),
+            Some(Value::BulkString(b)) => std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .map(Some)
+                .ok_or_else(|| format!("{field} is not an integer")),
+            Some(other) => Err(format!("{field} is not an integer: {other:?}")),
+        }
+    }
+
+    /// An integer field that must be there.
+    pub fn need(&self, field: &str) -> Result<i64, String> {
+        self.int(field)?.ok_or_else(|| format!("no {field}"))
+    }
+
+    /// A string field's bytes (empty when nil or missing).
+    pub fn bytes(&self, field: &str) -> Vec<u8> {
+        match self.get(field) {
+            Some(Value::BulkString(b)) => b.clone(),
+            Some(Value::SimpleString(s)) => s.clone().into_bytes(),
+            Some(Value::VerbatimString { text, .. }) => text.clone().into_bytes(),
+            Some(Value::Int(n)) => n.to_string().into_bytes(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A string field as text (lossy).
+    pub fn text(&self, field: &str) -> String {
+        String::from_utf8_lossy(&self.bytes(field)).into_owned()
+    }
+}
+
+fn name(v: &Value) -> Result<String, String> {
+    match v {
+        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Ok(s.clone()),
+        other => Err(format!("not a field name: {other:?}")),
+    }
+}
+
+/// The entries of an array reply, each read by [`Fields::of`].
+pub fn entries(value: &Value) -> Result<Vec<Fields>, String> {
+    match value {
+        Value::Array(items) | Value::Set(items) => items.iter().map(Fields::of).collect(),
+        Value::Nil => Ok(Vec::new()),
+        other => Err(format!("not an array: {other:?}")),
+    }
+}
+
+/// Bytes a client chose, for a person: lossy UTF-8, control characters escaped (`\x1b`,
+/// `\n`), cut to `width` characters with `…` when longer (0: whole).
+pub fn printable(bytes: &[u8], width: usize) -> String {
+    // Past this many characters nothing more is shown: no need to escape a megabyte.
+    let enough = if width == 0 { usize::MAX } else { width + 1 };
+    let pieces: Vec<String> = String::from_utf8_lossy(bytes)
+        .chars()
+        .take(enough)
+        .map(|c| match c {
+            '\n' => "\\n".to_string(),
+            '\t' => "\\t".to_string(),
+            '\r' => "\\r".to_string(),
+            c if c.is_control() && (c as u32) < 0x100 => format!("\\x{:02x}", c as u32),
+            c if c.is_control() => format!("\\u{{{:x}}}", c as u32),
+            c => c.to_string(),
+        })
+        .collect();
+    let total: usize = pieces.iter().map(|p| p.chars().count()).sum();
+    if width == 0 || total <= width {
+        return pieces.concat();
+    }
+    // An escape is never cut in half; one column is left for the ellipsis.
+    let mut shown = String::new();
+    let mut used = 0;
+    for piece in pieces {
+        let n = piece.chars().count();
+        if used + n > width - 1 {
+            break;
+        }
+        shown.push_str(&piece);
+        used += n;
+    }
+    shown.push('…');
+    shown
+}
+
+/// Bytes as a JSON string (lossy UTF-8; JSON escapes the control characters).
+pub fn json_text(bytes: &[u8]) -> serde_json::Value {
+    serde_json::Value::String(String::from_utf8_lossy(bytes).into_owned())
+}
+
+/// Milliseconds for a person: `850ms`, `12.3s`, `4m05s`, `2h10m`; `-` for none.
+pub fn ms(ms: Option<i64>) -> String {
+    let Some(ms) = ms.filter(|m| *m >= 0) else {
+        return "-".to_string();
+    };
+    match ms {
+        0..1_000 => format!("{ms}ms"),
+        1_000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
+        60_000..3_600_000 => format!("{}m{:02}s", ms / 60_000, ms % 60_000 / 1000),
+        _ => format!("{}h{:02}m", ms / 3_600_000, ms % 3_600_000 / 60_000),
+    }
+}
+
+/// A Unix time in ms as `2026-11-25 03:40:12.345Z` (UTC).
+pub fn utc(unix_ms: i64) -> String {
+    let secs = unix_ms.div_euclid(1000);
+    let milli = unix_ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Howard Hinnant's days_from_civil, inverted.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{milli:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// A plain text table: a header row and rows, columns padded to their widest cell and two
+/// spaces apart, no trailing blanks.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let mut text = String::new();
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            let pad = widths.get(i).copied().unwrap_or(0);
+            let _ = write!(line, "{cell:<pad$}  ");
+        }
+        text.push_str(line.trim_end());
+        text.push('\n');
+    }
+    text.pop();
+    text
+}
+
+/// Says an error that ends a subcommand, with status 1.
+pub fn fail(why: impl std::fmt::Display) -> ExitCode {
+    say!("{why}");
+    ExitCode::FAILURE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printable_escapes_and_cuts() {
+        assert_eq!(printable(b"web-3/42/abc", 0), "web-3/42/abc");
+        assert_eq!(printable(b"a\x1b[2Jb\n", 0), "a\\x1b[2Jb\\n");
+        assert_eq!(printable(b"abcdef", 4), "abc…");
+        assert_eq!(printable(b"abcd", 4), "abcd");
+        assert_eq!(printable(&vec![b'x'; 1 << 20], 40).chars().count(), 40);
+        assert_eq!(printable(b"\xff\xfe", 0), "\u{fffd}\u{fffd}");
+        // An escape is never cut in half.
+        assert_eq!(printable(b"abc\x1b", 5), "abc…");
+    }
+
+    #[test]
+    fn times_read_well() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00.000Z");
+        assert_eq!(utc(1_795_262_129_362), "2026-11-21 09:15:29.362Z");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00.000Z");
+        assert_eq!(ms(Some(850)), "850ms");
+        assert_eq!(ms(Some(12_345)), "12.3s");
+        assert_eq!(ms(Some(245_000)), "4m05s");
+        assert_eq!(ms(Some(7_800_000)), "2h10m");
+        assert_eq!(ms(Some(-1)), "-");
+        assert_eq!(ms(None), "-");
+    }
+
+    #[test]
+    fn tables_align() {
+        let t = table(
+            &["A", "LONG HEADER"],
+            &[
+                vec!["xyz".into(), "1".into()],
+                vec!["q".into(), "22".into()],
+            ],
+        );
+        assert_eq!(t, "A    LONG HEADER\nxyz  1\nq    22");
+    }
+
+    #[test]
+    fn fields_of_both_protocols() {
+        let resp2 = Value::Array(vec![
+            Value::BulkString(b"owner".to_vec()),
+            Value::BulkString(b"w".to_vec()),
+            Value::BulkString(b"ttl".to_vec()),
+            Value::Int(5),
+        ]);
+        let resp3 = Value::Map(vec![
+            (
+                Value::SimpleString("owner".into()),
+                Value::BulkString(b"w".to_vec()),
+            ),
+            (Value::SimpleString("ttl".into()), Value::Int(5)),
+        ]);
+        for v in [resp2, resp3] {
+            let f = Fields::of(&v).expect("fields");
+            assert_eq!(f.text("owner"), "w");
+            assert_eq!(f.need("ttl"), Ok(5));
+            assert_eq!(f.int("held"), Ok(None));
+        }
+    }
+}
