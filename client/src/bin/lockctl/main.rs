@@ -69,6 +69,8 @@ use crate::signals::Kind;
 
 /// The server used when neither `--servers` nor `RELOCK_SERVERS` names one.
 const DEFAULT_SERVER: &str = "redis://127.0.0.1:6379";
+/// How long one master may take to answer one command, unless `--node-timeout` says.
+const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
 /// Exit status when the lock could not be acquired for now (EX_TEMPFAIL).
 const EXIT_NOT_ACQUIRED: u8 = 75;
 /// Exit status when the lock was lost while the command ran.
@@ -94,9 +96,10 @@ struct Cli {
     #[arg(long, global = true, env = "RELOCK_SERVERS", default_value = DEFAULT_SERVER)]
     servers: String,
 
-    /// How long one master may take to answer one command (at least 1ms).
-    #[arg(long, global = true, default_value = "100ms", value_parser = parse_duration)]
-    node_timeout: Duration,
+    /// How long one master may take to answer one command (at least 1ms; default 100ms, and
+    /// 2s for waiters, log, top and metrics, whose answers may be long).
+    #[arg(long, global = true, value_parser = parse_duration)]
+    node_timeout: Option<Duration>,
 
     /// Treat `--servers` as seed nodes of one Redis Cluster: each lock lives on the master of
     /// its key's hash slot (no Redlock quorum), and redirections and failovers are followed.
@@ -292,7 +295,10 @@ async fn async_main(cli: Cli) -> ExitCode {
         }
     };
     let options = Options {
-        node_timeout: cli.node_timeout,
+        node_timeout: cli.node_timeout.unwrap_or(match cli.command {
+            Command::Ops(_) => ops::NODE_TIMEOUT,
+            _ => DEFAULT_NODE_TIMEOUT,
+        }),
         replica_acks: cli.replica_acks,
         replica_ack_timeout: cli.replica_ack_timeout,
         tls,

@@ -435,8 +435,9 @@ impl App {
         let [title, masters_area, keys_area, queue_area] = Layout::vertical([
             Constraint::Length(1),
             Constraint::Length(s.masters.len().max(1) as u16 + 3),
-            Constraint::Min(6),
-            Constraint::Min(6),
+            // The keys as many lines as they need (the queue below gets the rest).
+            Constraint::Length(s.keys.len().max(3) as u16 + 3),
+            Constraint::Min(5),
         ])
         .areas(frame.area());
         let status = if self.cur.is_empty() {

@@ -1,0 +1,921 @@
+//! lockctl for operators against real servers: `waiters`, `log`, `top` (in a terminal, through
+//! tmux, as a person sees it) and `metrics` (scraped by a real Prometheus, checked by
+//! promtool). Every wait is bounded by an event (a queue length, a line on a screen, a
+//! Prometheus answer) with a generous deadline, never a fixed sleep.
+#[path = "../../tests/cluster_harness/mod.rs"]
+mod cluster_harness;
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cluster_harness::Cluster;
+use common::{eventually, Server};
+use serde_json::Value as Json;
+use support::{lockctl, lockctl_at, stdout, Spawned};
+
+/// Generous: a debug build on a machine with one core kept busy.
+const WITHIN: Duration = Duration::from_secs(30);
+
+/// The number of clients queued for `key`.
+fn queued(server: &Server, key: &[u8]) -> i64 {
+    common::lock_info(&mut server.conn(), key).map_or(0, |i| i.waiters)
+}
+
+/// `LOCK.WAIT key owner ttl_ms timeout_ms [extra...]` on a connection of its own, in a thread;
+/// returns once the waiter is queued (the queue of `key` is one longer), with its client id.
+fn wait_in_queue(
+    server: &Server,
+    key: &[u8],
+    owner: &[u8],
+    ttl_ms: u64,
+    timeout_ms: u64,
+    extra: &[&str],
+) -> (JoinHandle<()>, i64) {
+    let before = queued(server, key);
+    let mut conn = server.conn();
+    let id: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query(&mut conn)
+        .expect("CLIENT ID");
+    let mut cmd = redis::cmd("LOCK.WAIT");
+    cmd.arg(key).arg(owner).arg(ttl_ms).arg(timeout_ms);
+    for a in extra {
+        cmd.arg(*a);
+    }
+    let handle = std::thread::spawn(move || {
+        // Ends with a grant, a timeout, or the server's end.
+        let _: redis::RedisResult<redis::Value> = cmd.query(&mut conn);
+    });
+    assert!(
+        eventually(WITHIN, || queued(server, key) == before + 1),
+        "the waiter was not queued"
+    );
+    (handle, id)
+}
+
+fn acquire(server: &Server, key: &[u8], owner: &[u8], ttl_ms: u64) {
+    let token: Option<i64> = redis::cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg(owner)
+        .arg(ttl_ms)
+        .query(&mut server.conn())
+        .expect("LOCK.ACQUIRE");
+    assert!(token.is_some(), "acquired");
+}
+
+/// One wait that ends (times out) on `key`, so that `LOCK.STATS` names the key.
+fn one_timed_out_wait(server: &Server, key: &[u8]) {
+    let reply: Option<i64> = redis::cmd("LOCK.WAIT")
+        .arg(key)
+        .arg("impatient")
+        .arg(10_000)
+        .arg(20)
+        .query(&mut server.conn())
+        .expect("LOCK.WAIT");
+    assert_eq!(reply, None, "the wait timed out");
+}
+
+fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("lockctl runs");
+    assert!(
+        out.status.success(),
+        "{:?}: {}\n{}",
+        out.status,
+        stdout(&out),
+        support::stderr(&out)
+    );
+    stdout(&out)
+}
+
+fn json_of(cmd: &mut Command) -> Json {
+    let text = run_ok(cmd);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+#[test]
+fn waiters_lists_the_queue_in_order() {
+    let server = Server::start();
+    let key = b"orders:7";
+    acquire(&server, key, b"web-1/100/holder", 60_000);
+    let (_a, id_a) = wait_in_queue(&server, key, b"web-2/200/first", 15_000, 60_000, &[]);
+    let (_b, id_b) = wait_in_queue(&server, key, b"web-3/300/second", 20_000, 0, &[]);
+    let (_c, id_c) = wait_in_queue(
+        &server,
+        key,
+        b"web-4/400/third",
+        25_000,
+        60_000,
+        &["SHARED", "LIMIT", "5", "PERMITS", "2"],
+    );
+
+    let table = run_ok(lockctl(&[&server]).args(["waiters", "orders:7"]));
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].ends_with(": 3 waiting for orders:7"), "{table}");
+    assert!(lines[1].starts_with("#  OWNER"), "{table}");
+    let row = |i: usize| lines[i + 1].split_whitespace().collect::<Vec<_>>();
+    assert_eq!(
+        row(1)[..4],
+        ["1", "web-2/200/first", "exclusive", &id_a.to_string()]
+    );
+    assert_eq!(
+        row(2)[..4],
+        ["2", "web-3/300/second", "exclusive", &id_b.to_string()]
+    );
+    assert_eq!(row(2)[5], "none", "no timeout: {table}");
+    assert_eq!(
+        row(3)[..7],
+        [
+            "3",
+            "web-4/400/third",
+            "shared",
+            "limit",
+            "5",
+            "permits",
+            "2"
+        ]
+    );
+
+    let doc = json_of(lockctl(&[&server]).args(["waiters", "orders:7", "--json"]));
+    let queue = &doc["masters"][0]["waiters"];
+    let owners: Vec<&str> = (0..3)
+        .map(|i| queue[i]["owner"].as_str().expect("owner"))
+        .collect();
+    assert_eq!(
+        owners,
+        ["web-2/200/first", "web-3/300/second", "web-4/400/third"]
+    );
+    let clients: Vec<i64> = (0..3)
+        .map(|i| queue[i]["client"].as_i64().expect("id"))
+        .collect();
+    assert_eq!(clients, [id_a, id_b, id_c]);
+    assert_eq!(queue[0]["ttl_ms"], 15_000);
+    assert_eq!(queue[1]["timeout_ms"], -1);
+    let left = queue[0]["timeout_ms"].as_i64().expect("timeout");
+    assert!((1..=60_000).contains(&left), "{left}");
+    assert!(queue[0]["waited_ms"].as_i64().expect("waited") >= 0);
+    assert_eq!(
+        (queue[2]["limit"].as_i64(), queue[2]["permits"].as_i64()),
+        (Some(5), Some(2))
+    );
+
+    // --count cuts the listing and says so.
+    let first = run_ok(lockctl(&[&server]).args(["waiters", "orders:7", "--count", "1"]));
+    assert!(first.contains("the first of them"), "{first}");
+    assert_eq!(first.lines().count(), 3, "{first}");
+
+    let none = run_ok(lockctl(&[&server]).args(["waiters", "free"]));
+    assert!(none.ends_with(": nobody waits for free\n"), "{none}");
+}
+
+#[test]
+fn log_says_why_holds_ended_and_who_ended_them() {
+    let server = Server::start();
+    acquire(&server, b"job:expired", b"web-1/1/a", 30);
+    assert!(eventually(WITHIN, || common::lock_info(
+        &mut server.conn(),
+        "job:expired"
+    )
+    .is_none()));
+    acquire(&server, b"job:forced", b"web-2/2/b", 60_000);
+    let mut ops = server.conn();
+    let _: () = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg("ops")
+        .query(&mut ops)
+        .expect("name");
+    let removed: i64 = redis::cmd("LOCK.FORCERELEASE")
+        .arg("job:forced")
+        .query(&mut ops)
+        .expect("force");
+    assert_eq!(removed, 1);
+
+    let table = run_ok(lockctl(&[&server]).arg("log"));
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(
+        lines[0].starts_with("TIME (UTC)") && lines[0].contains("ENDED BY"),
+        "{table}"
+    );
+    // Newest first.
+    assert!(
+        lines[1].contains("job:forced") && lines[1].contains("forcereleased"),
+        "{table}"
+    );
+    assert!(lines[1].contains("name=ops user=default"), "{table}");
+    assert!(
+        lines[2].contains("job:expired") && lines[2].contains(" expired "),
+        "{table}"
+    );
+
+    let doc = json_of(lockctl(&[&server]).args(["log", "job:forced", "--json"]));
+    let entries = doc["entries"].as_array().expect("entries");
+    assert_eq!(entries.len(), 1, "{doc}");
+    assert_eq!(entries[0]["reason"], "forcereleased");
+    assert_eq!(entries[0]["owner"], "web-2/2/b");
+    assert!(entries[0]["client_info"]
+        .as_str()
+        .expect("who")
+        .contains("name=ops"));
+    assert!(entries[0]["held_ms"].as_i64().is_some());
+
+    let quiet = run_ok(lockctl(&[&server]).args(["log", "job:never"]));
+    assert!(quiet.starts_with("no hold of job:never ended"), "{quiet}");
+}
+
+/// Keys of 1 MB and owners of the most the server takes (256 bytes), with terminal escapes, and a journal of thousands: tables stay
+/// narrow and free of escapes, JSON keeps every byte, and listing stays quick.
+#[test]
+fn log_and_waiters_survive_huge_and_hostile_names() {
+    let server = Server::with_args(&["--proto-max-bulk-len", "8mb"]);
+    let mut key = b"\x1b[2J\x1b[31mhuge:".to_vec();
+    key.resize(1 << 20, b'k');
+    let mut owner = b"owner\x1b]0;pwned\x07".to_vec();
+    owner.resize(256, b'o');
+    acquire(&server, &key, &owner, 60_000);
+    let (_w, _) = wait_in_queue(&server, &key, &owner[..200], 10_000, 60_000, &[]);
+    let removed: i64 = redis::cmd("LOCK.FORCERELEASE")
+        .arg(&key)
+        .arg(&owner)
+        .query(&mut server.conn())
+        .expect("force");
+    assert_eq!(removed, 1);
+    // A journal of thousands of entries.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("relock.log-max-len")
+        .arg(10_000)
+        .query(&mut server.conn())
+        .expect("CONFIG SET");
+    let mut pipe = redis::pipe();
+    for i in 0..3000 {
+        pipe.cmd("LOCK.ACQUIRE")
+            .arg(format!("many:{i}"))
+            .arg("o")
+            .arg(60_000)
+            .ignore();
+        pipe.cmd("LOCK.FORCERELEASE")
+            .arg(format!("many:{i}"))
+            .ignore();
+    }
+    let () = pipe.query(&mut server.conn()).expect("pipeline");
+
+    let started = Instant::now();
+    let table = run_ok(lockctl(&[&server]).args(["log", "--count", "5000"]));
+    let took = started.elapsed();
+    assert!(table.lines().count() > 3000, "{}", table.lines().count());
+    assert!(
+        !table.contains('\x1b') && !table.contains('\x07'),
+        "escapes reach the terminal"
+    );
+    assert!(
+        table.lines().all(|l| l.chars().count() < 400),
+        "a table line is too wide"
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+
+    let doc = json_of(lockctl(&[&server]).args(["log", "--count", "5000", "--json"]));
+    let entries = doc["entries"].as_array().expect("entries");
+    let huge = entries
+        .iter()
+        .find(|e| e["key"].as_str().is_some_and(|k| k.starts_with("\x1b[2J")))
+        .expect("the huge key's entry");
+    // The journal keeps a key's first 1024 bytes; JSON shows every one of them.
+    assert_eq!(huge["key"].as_str().map(str::len), Some(1024));
+    assert_eq!(huge["owner"].as_str().map(str::len), Some(256));
+
+    // A hostile owner in a queue.
+    acquire(&server, b"plain", b"someone", 60_000);
+    let (_v, _) = wait_in_queue(&server, b"plain", &owner, 10_000, 60_000, &[]);
+    let queue = run_ok(lockctl(&[&server]).args(["waiters", "plain"]));
+    assert!(
+        !queue.contains('\x1b') && !queue.contains('\x07'),
+        "{queue}"
+    );
+    assert!(queue.contains("owner\\x1b]0;pwned\\x07oo"), "{queue}");
+    assert!(queue.lines().all(|l| l.chars().count() < 200), "{queue}");
+    let doc = json_of(lockctl(&[&server]).args(["waiters", "plain", "--json"]));
+    let shown = doc["masters"][0]["waiters"][0]["owner"]
+        .as_str()
+        .map(str::as_bytes);
+    assert_eq!(shown, Some(owner.as_slice()));
+}
+
+/// A tmux server of its own (its own socket), killed on drop.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(width: u16, height: u16, command: &str) -> Tmux {
+        assert!(
+            Command::new("tmux")
+                .arg("-V")
+                .output()
+                .is_ok_and(|o| o.status.success()),
+            "tmux is not installed: scripts/setup (make test) installs it"
+        );
+        let socket = format!("relock-test-{}-{}", std::process::id(), fastrand::u64(..));
+        let tmux = Tmux { socket };
+        let ok = tmux
+            .cmd()
+            .args(["new-session", "-d", "-s", "top", "-x", &width.to_string()])
+            .args(["-y", &height.to_string(), command])
+            .status()
+            .expect("tmux");
+        assert!(ok.success());
+        tmux
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::new("tmux");
+        c.args(["-L", &self.socket, "-f", "/dev/null"])
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// What the pane shows now.
+    fn screen(&self) -> String {
+        let out = self
+            .cmd()
+            .args(["capture-pane", "-p", "-t", "top"])
+            .output()
+            .expect("capture");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &str) {
+        assert!(self
+            .cmd()
+            .args(["send-keys", "-t", "top", keys])
+            .status()
+            .expect("send")
+            .success());
+    }
+
+    fn format(&self, format: &str) -> String {
+        let out = self
+            .cmd()
+            .args(["display-message", "-p", "-t", "top", format])
+            .output()
+            .expect("display");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Waits until the screen satisfies `check`; the last screen.
+    fn until(&self, what: &str, check: impl Fn(&str) -> bool) -> String {
+        let mut last = String::new();
+        let seen = eventually(WITHIN, || {
+            last = self.screen();
+            check(&last)
+        });
+        assert!(seen, "the screen never showed {what}:\n{last}");
+        last
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd().arg("kill-server").status();
+    }
+}
+
+/// A key with a holder, two queued waiters and one wait that timed out (so LOCK.STATS
+/// names it).
+fn contended(server: &Server, key: &str) -> Vec<JoinHandle<()>> {
+    acquire(server, key.as_bytes(), b"web-1/100/holder", 600_000);
+    one_timed_out_wait(server, key.as_bytes());
+    let (a, _) = wait_in_queue(
+        server,
+        key.as_bytes(),
+        b"web-2/200/next",
+        30_000,
+        600_000,
+        &[],
+    );
+    let (b, _) = wait_in_queue(
+        server,
+        key.as_bytes(),
+        b"web-3/300/after",
+        30_000,
+        600_000,
+        &[],
+    );
+    vec![a, b]
+}
+
+#[test]
+fn top_in_a_terminal_shows_the_hot_key_and_its_queue_and_q_restores_the_terminal() {
+    let server = Server::start();
+    let _waiters = contended(&server, "orders:hot");
+    let lockctl = env!("CARGO_BIN_EXE_lockctl");
+    // After lockctl exits, the shell says its status and the terminal's settings.
+    let command = format!(
+        "env -u NO_COLOR RELOCK_SERVERS={} {lockctl} top --interval 200ms; \
+         echo EXITED $?; stty -a | tr ';' '\\n' | grep -Eo -- '-?(icanon|echo)\\b' | tr '\\n' ' '; \
+         echo; sleep 600",
+        server.url()
+    );
+    let tmux = Tmux::start(160, 40, &command);
+    let screen = tmux.until("the hot key and its queue", |s| {
+        s.contains("queue of orders:hot")
+            && s.contains("web-2/200/next")
+            && s.contains("web-3/300/after")
+    });
+    // The key's line: holder and queue length.
+    let key_line = screen
+        .lines()
+        .find(|l| l.starts_with("orders:hot "))
+        .unwrap_or_else(|| panic!("no line for the key:\n{screen}"));
+    let cells: Vec<&str> = key_line.split_whitespace().collect();
+    assert_eq!(cells[2..4], ["web-1/100/holder", "2"], "{screen}");
+    // The queue in order.
+    let next = screen.find("web-2/200/next").expect("next");
+    let after = screen.find("web-3/300/after").expect("after");
+    assert!(next < after, "{screen}");
+    assert_eq!(
+        tmux.format("#{alternate_on}"),
+        "1",
+        "top uses the alternate screen"
+    );
+
+    // It keeps up: a new waiter shows within a few refreshes.
+    let (_c, _) = wait_in_queue(
+        &server,
+        b"orders:hot",
+        b"web-4/400/late",
+        30_000,
+        600_000,
+        &[],
+    );
+    tmux.until("the new waiter", |s| s.contains("web-4/400/late"));
+
+    tmux.keys("q");
+    let screen = tmux.until("lockctl's exit and the terminal's settings", |s| {
+        s.contains("EXITED") && s.contains("icanon")
+    });
+    assert!(screen.contains("EXITED 0"), "{screen}");
+    let settings = screen
+        .lines()
+        .skip_while(|l| !l.contains("EXITED"))
+        .nth(1)
+        .unwrap_or("");
+    assert!(
+        settings.contains("icanon") && !settings.contains("-icanon") && !settings.contains("-echo"),
+        "the terminal is left in raw mode: {settings:?}"
+    );
+    assert_eq!(
+        tmux.format("#{alternate_on}"),
+        "0",
+        "the alternate screen is left"
+    );
+    assert!(
+        !screen.contains("hottest keys"),
+        "the view is cleared:\n{screen}"
+    );
+}
+
+#[test]
+fn top_once_prints_a_snapshot_and_json() {
+    let server = Server::start();
+    let _waiters = contended(&server, "orders:hot");
+    let text = run_ok(lockctl(&[&server]).args(["top", "--once", "--interval", "50ms"]));
+    assert!(text.starts_with("relock top, "), "{text}");
+    assert!(text.contains("ACQUIRES/S"), "{text}");
+    let key_line = text
+        .lines()
+        .find(|l| l.starts_with("orders:hot "))
+        .expect("the key");
+    assert!(key_line.contains("web-1/100/holder"), "{text}");
+    assert!(text.contains("queue of orders:hot"), "{text}");
+    assert!(!text.contains('\x1b'), "no colour when not a terminal");
+
+    let doc = json_of(lockctl(&[&server]).args(["top", "--json", "--interval", "50ms"]));
+    let master = &doc["masters"][0];
+    assert_eq!(master["up"], true);
+    assert_eq!(master["info"]["waiters"], 2.0);
+    assert!(master["per_second"]["acquired"].as_f64().is_some());
+    assert!(master["wait_percentiles_ms"]["p99"].as_f64().is_some());
+    let key = &doc["keys"][0];
+    assert_eq!(key["stats"]["key"], "orders:hot");
+    assert_eq!(key["stats"]["timeouts"], 1);
+    assert_eq!(key["lock"]["owner"], "web-1/100/holder");
+    assert_eq!(key["lock"]["waiters"], 2);
+    let queue: Vec<&str> = key["queue"]
+        .as_array()
+        .expect("queue")
+        .iter()
+        .map(|w| w["owner"].as_str().expect("owner"))
+        .collect();
+    assert_eq!(queue, ["web-2/200/next", "web-3/300/after"]);
+}
+
+/// A port below 55535 that was free a moment ago (the ephemeral range reaches past it).
+fn low_free_port() -> u16 {
+    loop {
+        let port = fastrand::u16(20_000..55_000);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// `lockctl metrics` on a free port below 55535, once it says it serves; its address.
+fn serve_metrics(lockctl: impl Fn() -> Command) -> (Spawned, String) {
+    for _ in 0..10 {
+        let listen = format!("127.0.0.1:{}", low_free_port());
+        let mut cmd = lockctl();
+        cmd.args(["metrics", "--listen", &listen])
+            .stderr(Stdio::piped());
+        let mut child = Spawned::new(&mut cmd);
+        let stderr = child.child().stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        match rx.recv_timeout(WITHIN) {
+            Ok(line) if line.contains("serving metrics on") => return (child, listen),
+            Ok(line) if line.contains("cannot listen") => continue,
+            other => panic!("lockctl metrics said {other:?}"),
+        }
+    }
+    panic!("no free port for lockctl metrics");
+}
+
+/// A GET over HTTP/1.0: (status, body).
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(WITHIN)).expect("timeout");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("request");
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).expect("reply");
+    let status = reply
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = reply
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The value of the sample `name{labels}` in a scrape, labels given as `a="b"` pairs.
+fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines().find_map(|l| {
+        let (series, value) = l.rsplit_once(' ')?;
+        let rest = series.strip_prefix(name)?;
+        (rest.starts_with('{') && labels.iter().all(|p| rest.contains(p)))
+            .then(|| value.parse().ok())?
+    })
+}
+
+fn info_fields(server: &Server) -> std::collections::HashMap<String, i64> {
+    cluster_harness::relock_info(server)
+}
+
+/// Percent-encodes a PromQL query for a URL.
+fn encode(query: &str) -> String {
+    query
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
+            b => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A Prometheus of its own, scraping `target` every second; killed on drop.
+struct Prometheus {
+    _child: Spawned,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    /// `None` (said loudly) when Prometheus is not installed.
+    fn start(target: &str) -> Option<Prometheus> {
+        if Command::new("prometheus")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            eprintln!(
+                "\n*** SKIPPED: prometheus is not installed. scripts/setup (make test) installs it \
+                 with apt-get; it could not reach apt. ***\n"
+            );
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("dir");
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  \
+                 - job_name: relock\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .expect("config");
+        for _ in 0..10 {
+            let addr = format!("127.0.0.1:{}", low_free_port());
+            let mut child = Spawned::new(
+                Command::new("prometheus")
+                    .arg(format!("--config.file={}", config.display()))
+                    .arg(format!(
+                        "--storage.tsdb.path={}",
+                        dir.path().join("data").display()
+                    ))
+                    .arg(format!("--web.listen-address={addr}"))
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(std::fs::File::create(dir.path().join("log")).expect("log")),
+            );
+            let ready = eventually(WITHIN, || {
+                child.try_status().is_some()
+                    || TcpStream::connect(&addr).is_ok_and(|_| http_get(&addr, "/-/ready").0 == 200)
+            });
+            if ready && child.try_status().is_none() {
+                return Some(Prometheus {
+                    _child: child,
+                    addr,
+                    _dir: dir,
+                });
+            }
+        }
+        panic!(
+            "prometheus did not start: {}",
+            std::fs::read_to_string(Path::new(&dir.path().join("log"))).unwrap_or_default()
+        );
+    }
+
+    /// The value of an instant query with one result, once there is one.
+    fn value(&self, query: &str) -> Option<f64> {
+        let (_, body) = http_get(
+            &self.addr,
+            &format!("/api/v1/query?query={}", encode(query)),
+        );
+        let doc: Json = serde_json::from_str(&body).ok()?;
+        let result = doc["data"]["result"].as_array()?;
+        (result.len() == 1).then_some(())?;
+        result[0]["value"][1].as_str()?.parse().ok()
+    }
+}
+
+#[test]
+fn metrics_scraped_by_prometheus_match_info_relock() {
+    let server = Server::start();
+    let _waiters = contended(&server, "orders:hot");
+    acquire(&server, b"job:forced", b"o", 60_000);
+    let _: i64 = redis::cmd("LOCK.FORCERELEASE")
+        .arg("job:forced")
+        .query(&mut server.conn())
+        .expect("force");
+    // A contended key whose name would end a label and add a series of its own.
+    let hostile = "evil\"} 1\nrelock_up{master=\"forged\"} 1\n\\";
+    acquire(&server, hostile.as_bytes(), b"h", 600_000);
+    one_timed_out_wait(&server, hostile.as_bytes());
+    let master = format!("127.0.0.1:{}", server.port);
+
+    let (_metrics, listen) = serve_metrics(|| lockctl(&[&server]));
+    let (status, text) = http_get(&listen, "/metrics");
+    assert_eq!(status, 200, "{text}");
+    let info = info_fields(&server);
+    let m = format!("master=\"{master}\"");
+    for (metric, field) in [
+        ("relock_acquired_total", "acquired_total"),
+        ("relock_forcereleased_total", "forcereleased_total"),
+        ("relock_wait_timeouts_total", "wait_timeouts_total"),
+        ("relock_contended_total", "contended_total"),
+        ("relock_waiters", "waiters"),
+        ("relock_holds", "holds"),
+        ("relock_locks", "locks"),
+        ("relock_log_entries", "log_len"),
+    ] {
+        assert_eq!(
+            sample(&text, metric, &[&m]),
+            Some(info[field] as f64),
+            "{metric}\n{text}"
+        );
+    }
+    assert_eq!(sample(&text, "relock_up", &[&m]), Some(1.0));
+    assert!(
+        !text.contains("master=\"forged\""),
+        "a key forged a series:\n{text}"
+    );
+    let hot = [m.as_str(), "key=\"orders:hot\""];
+    assert_eq!(
+        sample(&text, "relock_key_waiters", &hot),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "relock_key_holders", &hot),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "relock_key_timeouts_total", &hot),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(sample(
+        &text,
+        "relock_wait_percentile_seconds",
+        &[&m, "percentile=\"99\""]
+    )
+    .is_some());
+
+    // promtool reads the scrape as Prometheus does, and lints it.
+    match Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Err(_) => eprintln!("\n*** SKIPPED promtool: prometheus is not installed ***\n"),
+        Ok(mut promtool) => {
+            promtool
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(text.as_bytes())
+                .expect("write");
+            let out = promtool.wait_with_output().expect("promtool");
+            assert!(
+                out.status.success(),
+                "promtool check metrics: {}{}",
+                stdout(&out),
+                support::stderr(&out)
+            );
+        }
+    }
+
+    let Some(prometheus) = Prometheus::start(&listen) else {
+        return;
+    };
+    let query = format!("relock_acquired_total{{{m}}}");
+    assert!(
+        eventually(Duration::from_secs(60), || prometheus
+            .value(&query)
+            .is_some()),
+        "Prometheus never scraped lockctl metrics"
+    );
+    // Nothing changes on the server any more: every scrape reads the same.
+    let info = info_fields(&server);
+    for (metric, field) in [
+        ("relock_acquired_total", "acquired_total"),
+        ("relock_forcereleased_total", "forcereleased_total"),
+        ("relock_wait_timeouts_total", "wait_timeouts_total"),
+        ("relock_waiters", "waiters"),
+        ("relock_holds", "holds"),
+        ("relock_last_token", "last_token"),
+    ] {
+        assert_eq!(
+            prometheus.value(&format!("{metric}{{{m}}}")),
+            Some(info[field] as f64),
+            "{metric}"
+        );
+    }
+    assert_eq!(prometheus.value(&format!("relock_up{{{m}}}")), Some(1.0));
+    assert_eq!(
+        prometheus.value("up{job=\"relock\"}"),
+        Some(1.0),
+        "the scrape itself failed"
+    );
+    assert_eq!(
+        prometheus.value(&format!("relock_key_waiters{{{m},key=\"orders:hot\"}}")),
+        Some(2.0)
+    );
+    assert_eq!(
+        prometheus.value("count(relock_up{master=\"forged\"})"),
+        None
+    );
+}
+
+#[test]
+fn metrics_when_masters_die_or_hang_mid_scrape() {
+    let a = Server::start();
+    let mut b = Server::start();
+    let c = Server::start();
+    let (_metrics, listen) = serve_metrics(|| {
+        let mut cmd = lockctl(&[&a, &b, &c]);
+        cmd.args(["--node-timeout", "300ms"]);
+        cmd
+    });
+    let up = |text: &str, s: &Server| {
+        sample(
+            text,
+            "relock_up",
+            &[&format!("master=\"127.0.0.1:{}\"", s.port)],
+        )
+    };
+    let (_, text) = http_get(&listen, "/metrics");
+    assert_eq!(
+        (up(&text, &a), up(&text, &b), up(&text, &c)),
+        (Some(1.0), Some(1.0), Some(1.0)),
+        "{text}"
+    );
+
+    b.kill();
+    c.signal("STOP");
+    struct Resume<'a>(&'a Server);
+    impl Drop for Resume<'_> {
+        fn drop(&mut self) {
+            self.0.signal("CONT");
+        }
+    }
+    let _resume = Resume(&c);
+    let started = Instant::now();
+    let (status, text) = http_get(&listen, "/metrics");
+    let took = started.elapsed();
+    assert_eq!(status, 200);
+    assert_eq!(
+        (up(&text, &a), up(&text, &b), up(&text, &c)),
+        (Some(1.0), Some(0.0), Some(0.0)),
+        "{text}"
+    );
+    // One bounded round: a node timeout or two, not a hang.
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(sample(
+        &text,
+        "relock_acquired_total",
+        &[&format!("127.0.0.1:{}", a.port)]
+    )
+    .is_some());
+
+    // Other paths.
+    assert_eq!(http_get(&listen, "/nope").0, 404);
+    assert_eq!(http_get(&listen, "/").0, 200);
+}
+
+#[test]
+fn lockctl_ops_over_a_cluster() {
+    let cluster = Cluster::start();
+    let seed = cluster.urls()[0].clone();
+    let with = |args: &[&str]| {
+        let mut cmd = lockctl_at(&seed);
+        cmd.args(["--cluster", "--node-timeout", "1s"]).args(args);
+        cmd
+    };
+    let key = "{orders}:hot";
+    let owner = cluster.master_of(key);
+    let _waiters = contended(owner, key);
+
+    let table = run_ok(&mut with(&["waiters", key]));
+    assert!(
+        table.contains(&format!("127.0.0.1:{}: 2 waiting", owner.port)),
+        "{table}"
+    );
+    assert!(table.contains("web-2/200/next"), "{table}");
+
+    let doc = json_of(&mut with(&["top", "--json", "--interval", "50ms"]));
+    let masters = doc["masters"].as_array().expect("masters");
+    assert_eq!(masters.len(), 3, "every master of the cluster: {doc}");
+    assert!(masters.iter().all(|m| m["up"] == true), "{doc}");
+    let hot = &doc["keys"][0];
+    assert_eq!(hot["stats"]["key"], key);
+    assert_eq!(hot["master"], format!("127.0.0.1:{}", owner.port));
+    assert_eq!(hot["lock"]["waiters"], 2);
+    assert_eq!(hot["queue"][0]["owner"], "web-2/200/next");
+
+    let (_metrics, listen) = serve_metrics(|| with(&[]));
+    let (_, text) = http_get(&listen, "/metrics");
+    for m in cluster.masters() {
+        assert_eq!(
+            sample(
+                &text,
+                "relock_up",
+                &[&format!("master=\"127.0.0.1:{}\"", m.port)]
+            ),
+            Some(1.0),
+            "{text}"
+        );
+    }
+    let keyed = [
+        format!("master=\"127.0.0.1:{}\"", owner.port),
+        format!("key=\"{key}\""),
+    ];
+    let keyed: Vec<&str> = keyed.iter().map(String::as_str).collect();
+    assert_eq!(
+        sample(&text, "relock_key_waiters", &keyed),
+        Some(2.0),
+        "{text}"
+    );
+
+    let log = run_ok(&mut with(&["log"]));
+    assert!(
+        log.contains("no hold ended") || log.contains("TIME (UTC)"),
+        "{log}"
+    );
+}
