@@ -104,7 +104,7 @@ fn screen<'a>(prev: Option<&[MasterSample]>, cur: &'a [MasterSample], keys: usiz
             })
         })
         .collect();
-    rows.sort_by(|a, b| b.hot.stats.wait_ms_total.cmp(&a.hot.stats.wait_ms_total));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.hot.stats.wait_ms_total));
     rows.truncate(keys.max(1) * cur.len().max(1));
     Screen {
         masters,
