@@ -534,3 +534,59 @@ fn widths(header: &[&str], want: &[u16]) -> Vec<Constraint> {
         .map(|(h, w)| Constraint::Length((*w).max(h.chars().count() as u16)))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::{HotKey, KeyStats};
+
+    fn reading(master: &str, at: Instant, acquired: f64, hot: &[(&str, i64)]) -> MasterSample {
+        let mut info = RelockInfo::default();
+        info.fields.insert("acquired_total".into(), acquired);
+        info.fields.insert("granted_total".into(), 0.0);
+        MasterSample {
+            master: master.into(),
+            at,
+            took: Duration::ZERO,
+            info: Ok(info),
+            hot: Ok(hot
+                .iter()
+                .map(|(key, wait)| HotKey {
+                    stats: KeyStats {
+                        key: key.as_bytes().to_vec(),
+                        db: 0,
+                        waits: 1,
+                        granted: 1,
+                        timeouts: 0,
+                        contended: 0,
+                        wait_ms_total: *wait,
+                        error: 0,
+                        wait_ms_max: *wait,
+                    },
+                    lock: Ok(None),
+                    queue: Vec::new(),
+                })
+                .collect()),
+        }
+    }
+
+    #[test]
+    fn rates_and_the_hottest_keys_over_masters() {
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(2);
+        let before = [reading("a", t0, 100.0, &[]), reading("b", t0, 50.0, &[])];
+        let now = [
+            reading("a", t1, 300.0, &[("k1", 10), ("k2", 500)]),
+            // A restarted master: its counters went back, no negative rate.
+            reading("b", t1, 10.0, &[("k3", 200)]),
+        ];
+        let s = screen(Some(&before), &now, 10);
+        assert_eq!(s.masters[0].rates.map(|r| r[0]), Some(100.0));
+        assert_eq!(s.masters[1].rates.map(|r| r[0]), Some(0.0));
+        let keys: Vec<&[u8]> = s.keys.iter().map(|k| k.hot.stats.key.as_slice()).collect();
+        assert_eq!(keys, [b"k2".as_slice(), b"k3", b"k1"]);
+        assert_eq!(screen(None, &now, 10).masters[0].rates, None);
+        let cells = master_cells(&s.masters[0]);
+        assert_eq!(cells[4], "100.0");
+    }
+}
