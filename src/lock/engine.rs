@@ -433,7 +433,11 @@ impl<T: Handles> Engine<T> {
         let now = host.now_ms();
         let reply = match decide::downgrade(Seen::of(key, owner, || now), owner) {
             Downgrade::NotHeld => Reply::Nil,
-            Downgrade::Already { token } => Reply::Integer(token),
+            Downgrade::Already { token } => {
+                // The owner acted on its hold: it knows of it, a lost answer revokes nothing.
+                self.waiters.confirm(token);
+                Reply::Integer(token)
+            }
             Downgrade::Refuse(refusal) => Reply::Error(refusal.into()),
             Downgrade::Go => {
                 let Some(hold) = key.hold() else {
@@ -694,6 +698,18 @@ impl<T: Handles> Engine<T> {
     /// A key changed behind the engine's back (DEL, expiry, overwrite, RENAME...): if anyone
     /// waits for it, it is served after the current command.
     pub fn key_changed<H: Host<T>>(&mut self, host: &mut H, key: KeyRef<'_>) {
+        if self.waiters.queued(key) > 0 {
+            self.schedule.push(host, Job::Serve(key.to_id()));
+        }
+    }
+
+    /// A value arrived at `key` behind the engine's back (`RESTORE`, `COPY`, `RENAME`,
+    /// `MOVE`): if anyone waits for it, its whole queue is checked against the new value after
+    /// the current command. Only arrivals: a key that was deleted or expired brings no value
+    /// that could refuse a waiter, and by the time the check ran the key could hold what the
+    /// engine itself granted since (a waiter behind the head would be failed for a hold its own
+    /// owner was just granted on another connection).
+    pub fn value_arrived<H: Host<T>>(&mut self, host: &mut H, key: KeyRef<'_>) {
         if self.waiters.queued(key) > 0 {
             self.value_changed(host, key.to_id());
         }
