@@ -12,6 +12,7 @@ import pytest
 import redis
 
 import relock
+from relock import _core as core
 from servers import Server, SlowProxy, eventually
 
 T = TypeVar("T")
@@ -127,8 +128,13 @@ def test_loss_is_signalled_with_a_reason_within_validity(server: Server, protoco
         assert h.lost.wait(10)
         assert time.monotonic() < max(h.valid_until, broken_at + 1.5)
         assert h.reason is not None and "LOCK.RENEW answered nil" in h.reason
-        # The module has no LOCK.HISTORY yet: the reason says that it cannot know why.
-        assert h.cause is None and "cannot say why" in h.reason
+        # The module keeps LOCK.HISTORY: the reason is the server's, not a guess.
+        assert h.cause == "forcereleased", h.reason
+        assert "LOCK.FORCERELEASE" in h.reason and "cannot say why" not in h.reason
+        # Who broke it: the journal names the connection that sent LOCK.FORCERELEASE.
+        entry = core.as_map(r.execute_command("LOCK.HISTORY", "k", 1)[0])
+        assert core.text(entry.get("owner")) == h.owner
+        assert f"id={r.client_id()} " in (core.text(entry.get("client-info")) or "")
         with pytest.raises(relock.LockLost) as e:
             h.check()
         assert not e.value.retryable and e.value.reason == h.reason
