@@ -83,7 +83,14 @@ for (const protocol of [3, 2]) {
         assert.ok(performance.now() < hold.validUntil);
         assert.ok(hold.signal.reason instanceof LockLostError);
         assert.match(hold.reason, /LOCK.RENEW answered nil/);
-        assert.match(hold.reason, /cannot say why/); // no LOCK.HISTORY in this module yet
+        // The module keeps LOCK.HISTORY: the reason is the server's, not a guess.
+        assert.equal(hold.lossCause, "forcereleased", hold.reason);
+        assert.match(hold.reason, /LOCK\.FORCERELEASE/);
+        assert.doesNotMatch(hold.reason, /cannot say why/);
+        // Who broke it: the journal names the connection that sent LOCK.FORCERELEASE.
+        const [entry] = await r.call("LOCK.HISTORY", "k", "1");
+        const info = Array.isArray(entry) ? entry[entry.indexOf("client-info") + 1] : entry["client-info"];
+        assert.match(String(info), new RegExp(`\\bid=${await r.client("ID")} `));
         assert.equal(hold.signal.reason.retryable, false);
         assert.throws(() => hold.check(), LockLostError);
       });
