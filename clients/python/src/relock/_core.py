@@ -184,7 +184,7 @@ class Who:
     user: str | None
     addr: str | None
     command: str | None
-    """The command it ran (``cmd=``), lower case as Redis shows it."""
+    """The command it ran (``cmd=``), as Redis shows it."""
 
     def __str__(self) -> str:
         parts = [f"{k} {v}" for k, v in (("name", self.name), ("user", self.user), ("addr", self.addr)) if v]
