@@ -138,7 +138,11 @@ export function asMap(reply: unknown): Map<string, unknown> {
   return out;
 }
 
-const int = (v: unknown, dflt = 0): number => (v === null || v === undefined ? dflt : Number(v));
+const int = (v: unknown, dflt = 0): number => {
+  if (v === null || v === undefined) return dflt;
+  const n = Number(v);
+  return Number.isFinite(n) ? n : dflt;
+};
 
 /**
  * Who ended a hold, as LOCK.HISTORY's `client-info` shows it (the fields of CLIENT LIST):
@@ -224,7 +228,7 @@ export function parseLog(server: string, reply: unknown): LogEntry[] {
       owner: text(m.get("owner")) ?? "",
       token: int(m.get("token")),
       reason: text(m.get("reason")) ?? "",
-      held: held === null || held === undefined || text(held) === "" ? null : Number(held),
+      held: held === null || held === undefined || text(held) === "" ? null : int(held),
       who: parseWho(m.get("client-info")),
       waiters: int(m.get("waiters")),
     };
@@ -359,7 +363,7 @@ export function waitOrder(keys: readonly string[]): string[] {
 export function groupTokens(keys: readonly string[], reply: unknown): Record<string, number> | null {
   if (reply === null || reply === undefined) return null;
   if (!Array.isArray(reply) || reply.length !== keys.length) {
-    throw new Error(`LOCK.MACQUIRE answered ${Array.isArray(reply) ? reply.length : typeof reply} for ${keys.length} keys`);
+    throw new BadReply(`LOCK.MACQUIRE answered ${Array.isArray(reply) ? reply.length : typeof reply} for ${keys.length} keys`);
   }
   const out: Record<string, number> = {};
   keys.forEach((k, i) => (out[k] = Number(reply[i])));
@@ -488,6 +492,9 @@ export const refusal = (): Failure => ({
 
 export class TimeoutFailure extends Error {}
 
+/** A reply relock cannot read (a server that is not what it seems): permanent, never retried. */
+export class BadReply extends Error {}
+
 export function errorText(e: unknown): string {
   const msg = e instanceof Error ? e.message : String(e);
   return msg.startsWith("ERR ") ? msg.slice(4) : msg;
@@ -500,6 +507,7 @@ export function errorText(e: unknown): string {
  */
 export function classify(e: unknown): Failure {
   if (e instanceof TimeoutFailure) return { message: e.message, timeout: true };
+  if (e instanceof BadReply) return { message: `a reply relock cannot read: ${e.message}`, permanent: true };
   const isReply = e instanceof Error && e.name === "ReplyError";
   let msg = errorText(e);
   if (isReply && msg.startsWith("TRYAGAIN") && msg.includes("restart grace")) {

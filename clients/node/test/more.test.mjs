@@ -308,3 +308,21 @@ test("Redlock counts a master in grace as a no-vote", async () => {
     [...plain, grace].forEach((x) => x.close());
   }
 });
+
+test("bad replies are read as nothing, and a bad group reply is permanent", () => {
+  assert.deepEqual(core.parseLog("s", 42), []);
+  assert.deepEqual(core.parseStats("s", "oops"), []);
+  const [e] = core.parseLog("s", [7]);
+  assert.equal(e.reason, "");
+  assert.equal(e.who, null);
+  const [f] = core.parseLog("s", [["time", "soon", "held", "long"]]);
+  assert.equal(f.time, 0);
+  assert.equal(f.held, 0);
+  let bad;
+  try {
+    core.groupTokens(["a", "b"], "x");
+  } catch (err) {
+    bad = err;
+  }
+  assert.ok(core.classify(bad).permanent);
+});

@@ -431,3 +431,17 @@ def test_aio_grace_is_not_granting() -> None:
         asyncio.run(main())
     finally:
         s.close()
+
+
+def test_bad_replies_are_read_as_nothing_not_a_crash() -> None:
+    assert core.parse_log("s", 42) == [] and core.parse_log("s", None) == []
+    (e,) = core.parse_log("s", [7])
+    assert e.reason == "" and e.who is None
+    (e,) = core.parse_log("s", [["time", "soon", "held", "long", "token", [1]]])
+    assert e.time == 0 and e.held == 0 and e.token == 0
+    assert core.parse_stats("s", b"oops") == []
+    assert core.as_map(3) == {}
+    with pytest.raises(ValueError):
+        core.group_tokens(["a", "b"], [1])
+    f = core.classify(ValueError("LOCK.MACQUIRE answered 1 tokens for 2 keys"))
+    assert f.permanent  # a reply relock cannot read is not retried forever

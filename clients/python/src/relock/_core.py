@@ -165,9 +165,11 @@ def as_map(reply: Any) -> dict[str, Any]:
     [name, value, ...] list under RESP2."""
     if isinstance(reply, Mapping):
         items = list(reply.items())
-    else:
+    elif isinstance(reply, (list, tuple)):
         seq = list(reply)
         items = list(zip(seq[0::2], seq[1::2]))
+    else:  # not a map at all (a bad reply): no fields
+        items = []
     return {text(k) or "": v for k, v in items}
 
 
@@ -236,11 +238,13 @@ class LogEntry:
 
 
 def parse_log(server: str, reply: Any) -> list[LogEntry]:
-    out = []
-    for entry in reply or []:
+    out: list[LogEntry] = []
+    if not isinstance(reply, (list, tuple)):
+        return out
+    for entry in reply:
         m = as_map(entry)
         held = m.get("held")
-        held_s = None if held in (None, b"", "") else int(held) / 1000
+        held_s = None if held in (None, b"", "") else _int(held) / 1000
         out.append(
             LogEntry(
                 server=server,
@@ -332,8 +336,10 @@ class KeyStats:
 
 
 def parse_stats(server: str, reply: Any) -> list[KeyStats]:
-    out = []
-    for entry in reply or []:
+    out: list[KeyStats] = []
+    if not isinstance(reply, (list, tuple)):
+        return out
+    for entry in reply:
         m = as_map(entry)
         out.append(
             KeyStats(
@@ -400,7 +406,10 @@ class Waiter:
 def _int(v: Any, default: int = 0) -> int:
     if v is None:
         return default
-    return int(v)
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default
 
 
 def parse_info(server: str, reply: Any) -> LockInfo | None:

@@ -382,7 +382,10 @@ class Relock:
                 replies = await s.call_many([["LOCK.HISTORY", k, 100] for k in keys], self.node_timeout)
             except Exception:  # noqa: BLE001 - no answer: the next server may know
                 continue
-            entries = [e for r in replies if not isinstance(r, Exception) for e in core.parse_log(s.name, r)]
+            try:
+                entries = [e for r in replies if not isinstance(r, Exception) for e in core.parse_log(s.name, r)]
+            except Exception:  # noqa: BLE001 - a reply relock cannot read says nothing
+                continue
             asked = asked or any(not isinstance(r, Exception) for r in replies)
             entries.sort(key=lambda e: e.time, reverse=True)
             loss = core.loss_reason(entries, owner, since, time.time())
