@@ -707,7 +707,7 @@ export class Hold {
   ) {
     this.token = Object.values(tokens)[0] ?? 0;
     this.shared = mode.length > 0;
-    this.since = Date.now() - ttl;
+    this.since = Date.now(); // granted just before: an older flush is not its end (1 s slack for clocks)
     live.add(this);
     watchExit();
     this.schedule(core.now() + Math.max(ttl / 3, 1));

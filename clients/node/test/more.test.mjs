@@ -326,3 +326,34 @@ test("bad replies are read as nothing, and a bad group reply is permanent", () =
   }
   assert.ok(core.classify(bad).permanent);
 });
+
+test("a vanished server ends a group within its validity", () =>
+  withServer(async (s) => {
+    const locks = new Relock(connect(s, 3, { maxRetriesPerRequest: 0, enableOfflineQueue: false }));
+    const g = await locks.acquireAll(["a", "b"], { ttl: 900 });
+    s.kill();
+    await lost(g);
+    assert.ok(performance.now() < g.validUntil);
+    assert.equal(g.lossCause, undefined);
+    assert.match(g.reason, /validity ran out/);
+    assert.equal(await g.release(), false);
+  }));
+
+test("an old flush is not blamed, a new one is", () =>
+  withServer(async (s) => {
+    const r = connect(s);
+    await r.config("SET", "relock.log-reasons", "flushed");
+    await r.flushall();
+    const locks = new Relock(r);
+    const h = await locks.acquire("k", { ttl: 2000 });
+    Object.defineProperty(h, "since", { value: Date.now() + 2000 }); // granted long after the flush
+    await r.call("LOCK.FORCERELEASE", "k");
+    await lost(h);
+    assert.equal(h.lossCause, undefined);
+    assert.match(h.reason, /cannot say why/);
+    const h2 = await locks.acquire("k", { ttl: 2000 });
+    await r.flushall();
+    await lost(h2);
+    assert.equal(h2.lossCause, "flushed");
+    await locks.close();
+  }));

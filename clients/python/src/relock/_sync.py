@@ -904,7 +904,7 @@ class Hold:
         self.loss: LossReason | None = None
         self.shared = bool(mode)
         self._mode = mode
-        self._since = time.time() - ttl  # no journal entry of this hold is older
+        self._since = time.time()  # granted just before: an older flush is not its end (1 s slack for clocks)
         self._pid = os.getpid()
         self._state = threading.Lock()
         self._released = False
