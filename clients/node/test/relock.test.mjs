@@ -465,4 +465,30 @@ describe("cluster", () => {
     await locks.using("{jobs}:x", { wait: 10_000 }, async (second) => assert.ok(second.token > first.token));
     await locks.close();
   });
+
+  test("groups, loss reasons and the journal on a cluster", async () => {
+    const rc = new Cluster([{ host: "127.0.0.1", port: cluster.nodes[0].port }]);
+    opened.push(rc);
+    await new Promise((res) => rc.once("ready", res));
+    const locks = new Relock(rc, { nodeTimeout: 2000 });
+    await locks.usingAll(["{acct}:1", "{acct}:2"], { ttl: 5000 }, async (g) => {
+      assert.equal(new Set(Object.values(g.keyTokens)).size, 1);
+      assert.equal(await locks.acquireAll(["{acct}:2", "{acct}:3"], { wait: 0 }), null);
+      await g.renew();
+    });
+    assert.equal(await locks.info("{acct}:1"), null);
+    await assert.rejects(locks.acquireAll(["a", "b"]), /hash slot/);
+    const blocker = await locks.acquire("{acct}:2", { ttl: 10_000 });
+    setTimeout(() => void blocker.release(), 300);
+    const g = await locks.acquireAll(["{acct}:1", "{acct}:2"], { ttl: 5000, wait: 10_000 });
+    assert.ok(g.keyTokens["{acct}:2"] > blocker.token);
+    await rc.call("LOCK.FORCERELEASE", "{acct}:2");
+    await new Promise((res) => (g.signal.aborted ? res() : g.signal.addEventListener("abort", res, { once: true })));
+    assert.equal(g.lossCause, "forcereleased");
+    assert.ok(g.who);
+    assert.ok((await locks.log(100)).some((e) => e.key === "{acct}:2"));
+    assert.ok((await locks.stats(100)).some((s) => s.key === "{acct}:2"));
+    assert.equal((await locks.history("{acct}:2"))[0].reason, "forcereleased");
+    await locks.close();
+  });
 });
