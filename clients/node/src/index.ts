@@ -745,7 +745,7 @@ export class Hold {
 
   /** @internal */
   protected refusedWords(servers: string[]): string {
-    return `LOCK.RENEW answered nil on ${servers.join(", ")}: it is no longer held there`;
+    return `LOCK.RENEW answered nil on ${servers.join(", ")}: the lock expired or was taken away`;
   }
 
   /** Aborted when the hold is lost; `signal.reason` is the `LockLostError`. */

@@ -973,7 +973,7 @@ class Hold:
         return reply
 
     def _refused_words(self, servers: list[str]) -> str:
-        return f"LOCK.RENEW answered nil on {', '.join(servers)}: it is no longer held there"
+        return f"LOCK.RENEW answered nil on {', '.join(servers)}: the lock expired or was taken away"
 
     def _lose(self, reason: str, loss: LossReason | None = None) -> None:
         with self._state:

@@ -630,7 +630,7 @@ class Hold:
         return reply
 
     def _refused_words(self, servers: list[str]) -> str:
-        return f"LOCK.RENEW answered nil on {', '.join(servers)}: it is no longer held there"
+        return f"LOCK.RENEW answered nil on {', '.join(servers)}: the lock expired or was taken away"
 
     def _lose(self, reason: str, loss: LossReason | None = None) -> None:
         if self._released or asyncio.Event.is_set(self.lost):
