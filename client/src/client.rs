@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{Error, NodeFailure};
+use crate::error::Error;
 use crate::guard::{GuardedLock, LockGuard};
 use crate::info::{parse_holders, parse_info, HolderInfo, LockInfo};
 use crate::limits::{check_ttl, clamp_wait};
@@ -366,31 +366,6 @@ impl Relock {
             .await
     }
 
-    /// `cmd`, a command about `key` (`LOCK.WAITERS key`, `LOCK.HISTORY key`), on every master
-    /// (in a cluster, the key's master), concurrently, with each master's reply as it came:
-    /// for operators' tools that read what the client has no type for.
-    pub async fn query_about(&self, key: &str, cmd: &redis::Cmd) -> Vec<NodeReport<redis::Value>> {
-        self.masters.ask_each(key, cmd, Ok).await
-    }
-
-    /// `cmd`, a command about a whole server (`INFO relock`, `LOCK.STATS`, `LOCK.LOG`), on
-    /// every master concurrently (every master of a cluster, from its slot map), with each
-    /// master's reply as it came. Reports name the masters `host:port`; a cluster whose slot
-    /// map cannot be read is one failed report.
-    pub async fn query_masters(&self, cmd: &redis::Cmd) -> Vec<NodeReport<redis::Value>> {
-        self.masters.ask_every_master(cmd, Ok).await
-    }
-
-    /// `cmd` on one master, named as [`Relock::query_masters`] reports it (in a cluster, not
-    /// routed by any key: a key that master's `LOCK.STATS` named, for instance).
-    pub async fn query_master(
-        &self,
-        master: &str,
-        cmd: &redis::Cmd,
-    ) -> Result<redis::Value, NodeFailure> {
-        self.masters.ask_master(master, cmd, Ok).await
-    }
-
     /// A random pause in `[retry_delay / 2, retry_delay * 3 / 2]`.
     fn jitter(&self) -> Duration {
         let base = self.masters.options().retry_delay;
@@ -399,3 +374,6 @@ impl Relock {
         half + Duration::from_micros(fastrand::u64(0..=spread))
     }
 }
+
+// What operators' tools ask (lockctl waiters, log, top, metrics): a file of its own.
+mod operators;
