@@ -256,7 +256,9 @@ pub async fn once(relock: &Relock, view: &View, json: bool) -> ExitCode {
     out!("{}", table(&MASTER_HEADER, &masters));
     out!("");
     if s.keys.is_empty() {
-        out!("no contended key (LOCK.STATS is empty)");
+        if second.iter().any(|r| r.hot.is_ok()) {
+            out!("no contended key (LOCK.STATS is empty)");
+        }
     } else {
         out!("hottest keys, by total wait:");
         let keys: Vec<Vec<String>> = s.keys.iter().map(key_cells).collect();
@@ -498,7 +500,7 @@ impl App {
             .block(
                 Block::default()
                     .borders(Borders::TOP)
-                    .title("hottest keys, by total wait"),
+                    .title(keys_title(&self.cur)),
             ),
             keys_area,
             &mut state,
@@ -523,6 +525,24 @@ impl App {
             ),
             queue_area,
         );
+    }
+}
+
+/// The hot keys' title, with why some masters' are unknown (LOCK.STATS needs the admin ACL
+/// category).
+fn keys_title(readings: &[MasterSample]) -> String {
+    let unknown: Vec<&String> = readings
+        .iter()
+        .filter_map(|r| r.hot.as_ref().err())
+        .collect();
+    match unknown.first() {
+        None => "hottest keys, by total wait".to_string(),
+        Some(why) => format!(
+            "hottest keys, by total wait (unknown on {} master{}: {})",
+            unknown.len(),
+            if unknown.len() == 1 { "" } else { "s" },
+            printable(why.as_bytes(), 80)
+        ),
     }
 }
 
