@@ -913,6 +913,44 @@ fn lockctl_ops_over_a_cluster() {
         "{text}"
     );
 
+    // A master that hangs mid-scrape: down in that scrape and the next, the others up, each
+    // scrape bounded.
+    // (The harness asks nodes their role to list masters: list them before one stops.)
+    let masters: Vec<u16> = cluster.masters().iter().map(|m| m.port).collect();
+    let stopped = cluster
+        .masters()
+        .into_iter()
+        .find(|m| m.port != owner.port)
+        .expect("another master");
+    stopped.signal("STOP");
+    struct Resume<'a>(&'a Server);
+    impl Drop for Resume<'_> {
+        fn drop(&mut self) {
+            self.0.signal("CONT");
+        }
+    }
+    let _resume = Resume(stopped);
+    for _ in 0..2 {
+        let started = Instant::now();
+        let (status, text) = http_get(&listen, "/metrics");
+        let took = started.elapsed();
+        assert_eq!(status, 200);
+        assert!(took < Duration::from_secs(8), "{took:?}");
+        for port in &masters {
+            let want = if *port == stopped.port { 0.0 } else { 1.0 };
+            assert_eq!(
+                sample(
+                    &text,
+                    "relock_up",
+                    &[&format!("master=\"127.0.0.1:{port}\"")]
+                ),
+                Some(want),
+                "{text}"
+            );
+        }
+    }
+    drop(_resume);
+
     let log = run_ok(&mut with(&["log"]));
     assert!(
         log.contains("no hold ended") || log.contains("TIME (UTC)"),
