@@ -136,9 +136,16 @@ impl Relock {
         self.masters.options()
     }
 
-    /// A fresh owner id (a UUID v4), the only proof of ownership of a lock.
+    /// A fresh owner id with the default prefix, `<host>/<pid>/<32 hex random>`: the only
+    /// proof of ownership of a lock. See [`Relock::make_owner`] for this client's prefix.
     pub fn new_owner() -> String {
-        uuid::Uuid::new_v4().to_string()
+        crate::owner::make_owner(None)
+    }
+
+    /// A fresh owner id as this client makes them: `<prefix>/<32 hex random>`, the prefix
+    /// being [`Options::owner_prefix`] (default `<host>/<pid>`).
+    pub fn make_owner(&self) -> String {
+        crate::owner::make_owner(self.masters.options().owner_prefix.as_deref())
     }
 
     /// One Redlock round with `LOCK.ACQUIRE` under a fresh owner, no retry.
@@ -146,7 +153,7 @@ impl Relock {
         Lock::attempt(
             &self.masters,
             key,
-            &Relock::new_owner(),
+            &self.make_owner(),
             ttl,
             false,
             self.mode,
@@ -164,7 +171,7 @@ impl Relock {
         loop {
             // A new owner per round: the background release of a failed round can then never
             // hit a later round's grants.
-            let owner = Relock::new_owner();
+            let owner = self.make_owner();
             match Lock::attempt(&self.masters, key, &owner, ttl, false, self.mode).await {
                 Ok(lock) => return Ok(lock),
                 Err(e) if e.is_permanent() => return Err(e),
@@ -216,7 +223,7 @@ impl Relock {
         loop {
             // A new owner per round, so that the late release below can only ever hit this
             // round's grants, never a later round's.
-            let owner = Relock::new_owner();
+            let owner = self.make_owner();
             let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if remaining == Some(Duration::ZERO) {
                 return Err(Error::WaitTimeout {

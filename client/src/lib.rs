@@ -74,6 +74,7 @@ mod masters;
 mod mode;
 mod node;
 mod options;
+mod owner;
 mod round;
 mod sentinel;
 mod tls;

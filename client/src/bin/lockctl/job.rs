@@ -354,10 +354,10 @@ pub fn check_exec_size(command: &[OsString], key_len: usize, masters: usize) -> 
     // Each string with its NUL and its pointer in argv or envp.
     let pointer = std::mem::size_of::<usize>();
     let string = |len: usize| len + 1 + pointer;
-    // RELOCK_OWNER (a UUID), RELOCK_TOKEN and RELOCK_TOKENS (up to 16 digits and a comma
+    // RELOCK_OWNER (at most 256 bytes), RELOCK_TOKEN and RELOCK_TOKENS (up to 16 digits and a comma
     // per master), with their names.
     let ours = string(KEY.len() + 1 + key_len)
-        + string(13 + 36)
+        + string(13 + 256)
         + string(13 + 16)
         + string(14 + 17 * masters.max(1));
     let args: usize = command.iter().map(|a| string(a.as_bytes().len())).sum();
