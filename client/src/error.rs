@@ -182,6 +182,13 @@ fn describe_redis_error(e: &redis::RedisError) -> String {
     }
 }
 
+fn lost_message(key: &str, cause: Option<&crate::Loss>) -> String {
+    match cause {
+        Some(loss) => loss.to_string(),
+        None => format!("lock {key:?} was lost"),
+    }
+}
+
 fn no_quorum_message(
     key: &str,
     granted: usize,
@@ -336,10 +343,13 @@ pub enum Error {
         timeout: Duration,
     },
     /// The lock was lost: it expired or was taken away (for example by `LOCK.FORCERELEASE`).
-    #[error("lock {key:?} was lost")]
+    #[error("{}", lost_message(key, cause.as_deref()))]
     Lost {
         /// The lock's key.
         key: String,
+        /// Why, when a guard asked the masters' journals (`LOCK.HISTORY`); `None` where
+        /// nobody asked (a plain [`Lock::extend`](crate::Lock::extend) or release).
+        cause: Option<Box<crate::Loss>>,
     },
     /// A single-master operation (such as `info`) failed.
     #[error(transparent)]

@@ -10,6 +10,7 @@ use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use crate::error::Error;
 use crate::lock::Lock;
+use crate::loss::{Loss, LossWatch};
 use crate::masters::BackgroundReleases;
 
 /// A lock kept alive by a [`LockGuard`], as the body of
@@ -33,6 +34,10 @@ pub struct GuardedLock {
     /// by it is still within the validity. Await `lost.cancelled()` in a `tokio::select!` to
     /// stop work that must not go on without the lock.
     pub lost: CancellationToken,
+    /// Why it was lost: once `lost` is cancelled, the guard asks the masters' journals
+    /// (`LOCK.HISTORY`, one round trip bounded by the node timeout) and publishes the answer
+    /// here ([`LossWatch::explained`]); `lost` never waits for it.
+    pub loss: LossWatch,
 }
 
 /// The former name of [`GuardedLock`], kept so that code naming it still compiles (it was
@@ -72,6 +77,7 @@ impl Lock {
     /// Hands the lock to a background renewal task (spawned on the current tokio runtime,
     /// which this must be called from) and returns its guard.
     pub fn keep_alive(self) -> LockGuard {
+        let (loss_tx, loss_rx) = watch::channel(None);
         let lock = GuardedLock {
             key: self.key().to_string(),
             owner: self.owner().to_string(),
@@ -82,6 +88,7 @@ impl Lock {
                 .map(|(n, t)| (n.to_string(), t))
                 .collect(),
             lost: CancellationToken::new(),
+            loss: LossWatch(loss_rx),
         };
         let (valid_tx, valid_rx) = watch::channel(Renewed {
             count: 0,
@@ -101,6 +108,7 @@ impl Lock {
                 nudge: nudge.clone(),
                 done: done_tx,
                 releasing: releasing.clone(),
+                loss: loss_tx,
             },
         ));
         LockGuard {
@@ -171,9 +179,20 @@ impl LockGuard {
                 }
             }
         }
-        Err(Error::Lost {
+        Err(self.lost_error())
+    }
+
+    /// Why the lock was lost, once the guard has asked the masters' journals: see
+    /// [`GuardedLock::loss`].
+    pub fn loss(&self) -> Option<Arc<Loss>> {
+        self.lock.loss.get()
+    }
+
+    fn lost_error(&self) -> Error {
+        Error::Lost {
             key: self.lock.key.clone(),
-        })
+            cause: self.loss().map(|l| Box::new((*l).clone())),
+        }
     }
 
     /// Stops the renewal and releases the lock on every master, waiting for the outcome.
@@ -186,6 +205,7 @@ impl LockGuard {
             Some(done) => done.await.unwrap_or_else(|_| {
                 Err(Error::Lost {
                     key: self.lock.key.clone(),
+                    cause: None,
                 })
             }),
             None => Ok(()),
@@ -226,6 +246,7 @@ struct Signals {
     nudge: Arc<Notify>,
     done: oneshot::Sender<Result<(), Error>>,
     releasing: Arc<Mutex<Option<TaskTrackerToken>>>,
+    loss: watch::Sender<Option<Arc<Loss>>>,
 }
 
 async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
@@ -239,6 +260,11 @@ async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
         end.checked_sub(lead).unwrap_or(end)
     };
     let stop = &signals.stop;
+    // When the hold was last shown to exist (a round's start): what "not renewed for" counts.
+    let mut proved_at = lock
+        .valid_until()
+        .checked_sub(ttl.saturating_sub(crate::validity::drift(ttl)))
+        .unwrap_or_else(Instant::now);
     let mut next = Instant::now() + every;
     let mut count = 0;
     let ended = loop {
@@ -246,22 +272,24 @@ async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
             biased;
             _ = stop.cancelled() => break None,
             _ = tokio::time::sleep_until(lost_at(&lock)) => {
-                break Some(("its validity ran out".to_string(), None))
+                break Some(("its validity ran out before a renewal succeeded".to_string(), None))
             }
             _ = tokio::time::sleep_until(next) => {}
             _ = signals.nudge.notified() => {}
         }
         let deadline = lost_at(&lock);
+        let round_start = Instant::now();
         let renewed = tokio::select! {
             biased;
             _ = stop.cancelled() => break None,
             _ = tokio::time::sleep_until(deadline) => {
-                break Some(("its validity ran out during a renewal".to_string(), None))
+                break Some(("its validity ran out while a renewal waited for masters".to_string(), None))
             }
             r = lock.extend(ttl) => r,
         };
         match renewed {
             Ok(()) => {
+                proved_at = round_start;
                 count += 1;
                 let _ = signals.renewed.send(Renewed {
                     count,
@@ -269,7 +297,12 @@ async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
                 });
                 next = Instant::now() + every;
             }
-            Err(e @ Error::Lost { .. }) => break Some((e.to_string(), None)),
+            Err(Error::Lost { .. }) => {
+                break Some((
+                    "LOCK.RENEW answered nil: the masters no longer have it".to_string(),
+                    None,
+                ))
+            }
             Err(e) if e.is_permanent() => break Some((e.to_string(), Some(e))),
             Err(e) => {
                 // Not refused, only unanswered: try again soon while validity is left.
@@ -290,13 +323,24 @@ async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
         return;
     };
     signals.lost.cancel();
-    tracing::warn!(key = %lock.key(), owner = %lock.owner(), reason = %why, "lock lost");
+    // The body is told at once; why comes after, from the masters' journals.
+    let unrenewed = proved_at.elapsed();
+    let loss = Arc::new(lock.explain_loss(unrenewed, &why).await);
+    tracing::warn!(
+        key = %lock.key(),
+        owner = %lock.owner(),
+        reason = %loss.reason,
+        seen = %why,
+        "lock lost: {loss}"
+    );
+    let _ = signals.loss.send(Some(loss.clone()));
     let key = lock.key().to_string();
     // Whatever minority of masters still has it should not keep it until the ttl.
     lock.release_quietly().await;
-    let _ = signals
-        .done
-        .send(Err(permanent.unwrap_or(Error::Lost { key })));
+    let _ = signals.done.send(Err(permanent.unwrap_or(Error::Lost {
+        key,
+        cause: Some(Box::new((*loss).clone())),
+    })));
 }
 
 #[cfg(test)]

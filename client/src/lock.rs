@@ -186,6 +186,7 @@ impl Lock {
         if Instant::now() >= self.valid_until {
             return Err(Error::Lost {
                 key: self.key.clone(),
+                cause: None,
             });
         }
         self.renew(ttl).await
@@ -219,6 +220,19 @@ impl Lock {
     /// returns a handle for that extra hold; releasing it takes the count back down by one.
     pub async fn reenter(&self, ttl: Duration) -> Result<Lock, Error> {
         Lock::attempt(&self.masters, &self.key, &self.owner, ttl, true, self.mode).await
+    }
+
+    /// Asks the masters' journals why this hold was lost (see [`crate::loss::explain`]).
+    pub(crate) async fn explain_loss(&self, unrenewed: Duration, seen: &str) -> crate::Loss {
+        crate::loss::explain(
+            &self.masters,
+            std::slice::from_ref(&self.key),
+            &self.owner,
+            &self.tokens,
+            unrenewed,
+            seen,
+        )
+        .await
     }
 
     /// Releases the lock with `LOCK.RELEASE` on every master at once. Fails with

@@ -128,6 +128,25 @@ impl Masters {
         replies.await
     }
 
+    /// The commands of `pipe` about `key` on every master, concurrently, each bounded by the
+    /// node timeout: per master (in the client's order) its name and replies, or why there are
+    /// none.
+    pub(crate) async fn ask_each_pipeline(
+        &self,
+        key: &str,
+        pipe: &redis::Pipeline,
+    ) -> Vec<NodeReport<Vec<redis::Value>>> {
+        let timeout = self.options.node_timeout;
+        let replies = futures_util::future::join_all(self.nodes.iter().map(|n| async move {
+            let reply = n.query_acked(key, pipe, None, timeout).await;
+            NodeReport {
+                node: n.name_for(key, timeout).await,
+                result: reply.map(|(values, _)| values),
+            }
+        }));
+        replies.await
+    }
+
     /// A round of one write whose reply is a token or nil, followed on each master by `WAIT`
     /// when [`Options::replica_acks`] asks for acknowledgements. A master whose replicas did not
     /// acknowledge counts as failed, and an acquisition there is undone at once (so that a

@@ -327,6 +327,7 @@ impl Round<u64> {
         if !self.won() && self.refused() > 0 && self.refused() + self.permanent() + quorum(n) > n {
             return Error::Lost {
                 key: key.to_string(),
+                cause: None,
             };
         }
         self.into_acquire_error(key, ttl)
@@ -385,6 +386,7 @@ impl Round<Released> {
         if !self.some_failed() {
             return Err(Error::Lost {
                 key: key.to_string(),
+                cause: None,
             });
         }
         if self.permanently_failed() {
@@ -795,7 +797,7 @@ mod tests {
 
     fn want(error: Error) -> Want {
         match error {
-            Error::Lost { key } => {
+            Error::Lost { key, .. } => {
                 assert_eq!(key, "k");
                 Want::Lost
             }

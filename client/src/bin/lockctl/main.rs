@@ -132,6 +132,13 @@ struct Cli {
     )]
     tls_key: Option<PathBuf>,
 
+    /// What comes before the random part of the owners lockctl makes
+    /// (`<prefix>/<32 hex digits>`), so that LOCK.INFO, LOCK.HOLDERS, LOCK.WAITERS and
+    /// LOCK.LOG name the holder in your words; an empty prefix gives the random part alone.
+    /// Default: `<host>/<pid>` of lockctl. Cut to fit 256 bytes, never the random part.
+    #[arg(long, global = true, env = "RELOCK_OWNER_PREFIX", value_name = "PREFIX")]
+    owner_prefix: Option<String>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -288,6 +295,7 @@ async fn async_main(cli: Cli) -> ExitCode {
         replica_acks: cli.replica_acks,
         replica_ack_timeout: cli.replica_ack_timeout,
         tls,
+        owner_prefix: cli.owner_prefix.clone(),
         ..Options::default()
     };
     let mut servers = split_servers(&cli.servers);
@@ -564,10 +572,21 @@ async fn run(
         }
         return ExitCode::from(code);
     }
-    say!(
-        "lock {key} was lost; stopping the command's process group (SIGTERM, SIGKILL after \
-         {grace:?})"
-    );
+    // Stop the command first; why it was lost comes from the masters' journals, one round
+    // trip later.
+    supervisor.job.terminate();
+    let explained = tokio::time::timeout(
+        relock.options().node_timeout * 2 + Duration::from_millis(100),
+        guard.hold().loss.explained(),
+    )
+    .await
+    .ok()
+    .flatten();
+    let why = match &explained {
+        Some(loss) => loss.to_string(),
+        None => format!("lock {key:?} was lost"),
+    };
+    say!("{why}; stopping the command's process group (SIGTERM, SIGKILL after {grace:?})");
     supervisor.end_the_group(grace).await;
     let code = match guard.release().await {
         Err(e) if e.is_permanent() => {
@@ -576,6 +595,10 @@ async fn run(
         }
         _ => EXIT_LOST,
     };
+    let reason = explained
+        .as_ref()
+        .map_or("unknown".to_string(), |l| l.reason.to_string());
+    say!("exit {code}: lock {key:?} lost, reason={reason}");
     ExitCode::from(code)
 }
 
@@ -706,11 +729,10 @@ impl Supervisor<'_> {
         Ok(())
     }
 
-    /// After a loss: SIGTERM (and SIGCONT) to the whole group, SIGKILL after `grace`, and
+    /// After a loss and the group's SIGTERM ([`Job::terminate`]): SIGKILL after `grace`, and
     /// returns once no process of it is left (or [`KILLED_WITHIN`] after SIGKILL). Signals
     /// meant for the command still reach it meanwhile; job control no longer stops it.
     async fn end_the_group(&mut self, grace: Duration) {
-        self.job.terminate();
         let kill_at = Instant::now() + grace;
         let mut give_up_at = None;
         loop {
