@@ -12,7 +12,7 @@ use crate::info::{parse_holders, parse_info, HolderInfo, LockInfo};
 use crate::limits::{check_ttl, clamp_wait};
 use crate::lock::Lock;
 use crate::masters::{Abandoned, Masters, NodeReport};
-use crate::mode::{check_mode, Mode};
+use crate::mode::{check_mode, check_permits, Ask, Mode};
 use crate::options::Options;
 
 /// A client of one relock server (plain locking), of N independent masters (Redlock), or of
@@ -25,7 +25,7 @@ use crate::options::Options;
 #[derive(Clone)]
 pub struct Relock {
     masters: Arc<Masters>,
-    mode: Mode,
+    mode: Ask,
 }
 
 impl Relock {
@@ -45,7 +45,7 @@ impl Relock {
     pub fn with_options<S: AsRef<str>>(urls: &[S], options: Options) -> Result<Relock, Error> {
         Ok(Relock {
             masters: Arc::new(Masters::open(urls, options)?),
-            mode: Mode::Exclusive,
+            mode: Mode::Exclusive.into(),
         })
     }
 
@@ -68,7 +68,7 @@ impl Relock {
     pub fn cluster<S: AsRef<str>>(seeds: &[S], options: Options) -> Result<Relock, Error> {
         Ok(Relock {
             masters: Arc::new(Masters::open_cluster(seeds, options)?),
-            mode: Mode::Exclusive,
+            mode: Mode::Exclusive.into(),
         })
     }
 
@@ -106,13 +106,51 @@ impl Relock {
         check_mode(mode, self.masters.names().len())?;
         Ok(Relock {
             masters: self.masters.clone(),
-            mode,
+            mode: mode.into(),
+        })
+    }
+
+    /// A client of the same masters, sharing this one's connections, whose acquisitions take
+    /// `permits` permits of the semaphore its mode names at once (`SHARED LIMIT n PERMITS p`:
+    /// Redisson's `acquire(n)`, Curator's `acquire(qty)`). The permits of a semaphore's holds
+    /// sum to at most its limit; a request for more than are free waits its turn in the queue
+    /// and blocks the requests behind it until they are (a large request never starves).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use relock_client::{Mode, Relock};
+    /// # async fn demo(relock: Relock) -> Result<(), relock_client::Error> {
+    /// let pool = relock.with_mode(Mode::limited(10))?.with_permits(3)?;
+    /// let three = pool.acquire_wait("gpu-slots", Duration::from_secs(60), None).await?;
+    /// assert_eq!(three.permits(), 3);
+    /// three.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// Fails, before any server is asked, with [`Error::InvalidPermits`] unless the mode is a
+    /// semaphore ([`Mode::limited`]) and `permits` is 1 ..= its limit. One owner holds one
+    /// hold: a re-entry asks with the same permits (another count is
+    /// [`Error::OtherPermits`]). [`Relock::with_mode`] sets the permits back to 1.
+    pub fn with_permits(&self, permits: u32) -> Result<Relock, Error> {
+        check_permits(self.mode.mode, permits)?;
+        Ok(Relock {
+            masters: self.masters.clone(),
+            mode: Ask {
+                mode: self.mode.mode,
+                permits,
+            },
         })
     }
 
     /// The mode this client's acquisitions hold their key in. Default: [`Mode::Exclusive`].
     pub fn mode(&self) -> Mode {
-        self.mode
+        self.mode.mode
+    }
+
+    /// How many permits each acquisition takes ([`Relock::with_permits`]). Default: 1.
+    pub fn permits(&self) -> u32 {
+        self.mode.permits
     }
 
     /// Whether this is a cluster client ([`Relock::cluster`]).

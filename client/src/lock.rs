@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use crate::error::Error;
 use crate::limits::check_ttl;
 use crate::masters::{Abandoned, BackgroundReleases, Masters, Write};
-use crate::mode::Mode;
+use crate::mode::{Ask, Mode};
 
 /// A held lock: its key, owner, the fencing token each master granted, and the instant until
 /// which it is safe to act as the holder.
@@ -28,8 +28,8 @@ pub struct Lock {
     valid_until: Instant,
     /// Reentrant holds are released only where they were counted.
     reentrant: bool,
-    /// How it is held; a re-entry asks for the same.
-    mode: Mode,
+    /// How it is held (and with how many permits); a re-entry asks for the same.
+    mode: Ask,
     released: bool,
 }
 
@@ -56,7 +56,7 @@ impl Lock {
         owner: &str,
         ttl: Duration,
         reentrant: bool,
-        mode: Mode,
+        mode: Ask,
     ) -> Result<Lock, Error> {
         let ttl = check_ttl(ttl)?;
         let ttl_ms = ttl.as_millis() as u64;
@@ -103,7 +103,7 @@ impl Lock {
         owner: &str,
         ttl: Duration,
         tokens: Vec<Option<u64>>,
-        mode: Mode,
+        mode: Ask,
     ) -> Lock {
         Lock {
             masters: masters.clone(),
@@ -135,7 +135,13 @@ impl Lock {
 
     /// How it is held: exclusively, or as one of several shared holders.
     pub fn mode(&self) -> Mode {
-        self.mode
+        self.mode.mode
+    }
+
+    /// How many permits of its semaphore it holds (1 unless
+    /// [`Relock::with_permits`](crate::Relock::with_permits) asked for more).
+    pub fn permits(&self) -> u32 {
+        self.mode.permits
     }
 
     /// The ttl last asked for (at acquisition or the last extend).

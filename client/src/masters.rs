@@ -16,7 +16,7 @@ use crate::error::{Error, NodeFailure};
 use crate::fanout::{self, spawned};
 use crate::info::{parse_holders, parse_info};
 use crate::limits::{check_options, wait_ms};
-use crate::mode::Mode;
+use crate::mode::Ask;
 use crate::node::Node;
 use crate::options::Options;
 use crate::round::{quorum, Released, Reply, Round, RoundState, Until};
@@ -314,7 +314,7 @@ impl Masters {
         owner: &str,
         ttl: Duration,
         remaining: Option<Duration>,
-        mode: Mode,
+        mode: Ask,
     ) -> Round<u64> {
         let node_timeout = self.options.node_timeout;
         let mut cmd = redis::cmd("LOCK.WAIT");
@@ -478,10 +478,10 @@ fn check_distinct<S: AsRef<str>>(urls: &[S], nodes: &[Node]) -> Result<(), Error
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Write {
     /// `LOCK.ACQUIRE` in a mode: the reply is the token or nil.
-    Acquire(Mode),
+    Acquire(Ask),
     /// `MULTI`, `LOCK.REENTER` in a mode, `LOCK.INFO` (shared: `LOCK.HOLDERS key OWNER
     /// owner`), `EXEC`: the token is read from the info (the holder).
-    Reenter(Mode),
+    Reenter(Ask),
     /// `LOCK.RENEW`: the reply is the token or nil.
     Renew,
 }

@@ -263,6 +263,10 @@ impl<T> Round<T> {
                     key: key.to_string(),
                     node,
                 }),
+                NodeFailure::OtherPermits => Some(Error::OtherPermits {
+                    key: key.to_string(),
+                    node,
+                }),
                 _ => None,
             }
         });
@@ -428,6 +432,10 @@ pub(crate) mod fake {
         Moved,
         /// `NOPERM`: an ACL forbids the command, permanent.
         NoPerm,
+        /// `TRYAGAIN relock restart grace, 900 ms left`: transient, a master that did not grant.
+        Grace,
+        /// `ERR lock is held with other permits`: permanent.
+        OtherPermits,
     }
     use Fake::*;
 
@@ -459,6 +467,8 @@ pub(crate) mod fake {
             NoPerm => Err(server_error(
                 "NOPERM User app has no permissions to run the 'lock.renew' command",
             )),
+            Grace => Err(server_error("TRYAGAIN relock restart grace, 900 ms left")),
+            OtherPermits => Err(server_error("ERR lock is held with other permits")),
         }
     }
 }
@@ -485,10 +495,44 @@ mod tests {
             (OtherMode, true),
             (Moved, true),
             (NoPerm, true),
+            (Grace, false),
+            (OtherPermits, true),
         ] {
             let failure = reply(fake).expect_err("a failure");
             assert_eq!(failure.is_permanent(), permanent, "{fake:?}: {failure}");
+            assert_eq!(
+                failure.classified().is_permanent(),
+                permanent,
+                "{fake:?} classified"
+            );
         }
+        assert!(matches!(
+            reply(Grace).expect_err("grace").classified(),
+            NodeFailure::RestartGrace { left_ms: 900 }
+        ));
+        assert!(matches!(
+            reply(OtherPermits).expect_err("permits").classified(),
+            NodeFailure::OtherPermits
+        ));
+    }
+
+    /// A master in its restart grace is a no-vote, like a refusal: two of three grant, the
+    /// round is won; two in grace, it is lost and retryable, never a hard error.
+    #[test]
+    fn a_master_in_its_restart_grace_does_not_grant() {
+        let (won, _, _) = run(
+            3,
+            Until::Decided,
+            &[(0, Grace), (1, Grant(1)), (2, Grant(2))],
+            ms(5),
+        );
+        assert!(won.won());
+        let (lost, progress, _) = run(3, Until::Decided, &[(0, Grace), (1, Grace)], ms(5));
+        assert_eq!(progress, [Progress::Pending, Progress::Lost]);
+        let err = lost.into_acquire_error("k", ms(1000));
+        assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
+        assert!(!err.is_permanent());
+        assert!(err.to_string().contains("restart grace"), "{err}");
     }
 
     fn names(n: usize) -> Arc<[String]> {
