@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch, Notify};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::task_tracker::TaskTrackerToken;
@@ -55,6 +55,8 @@ pub struct LockGuard {
     renewed: watch::Receiver<Renewed>,
     /// Wakes the renewal task for a renewal now ([`LockGuard::renew_now`]).
     nudge: Arc<Notify>,
+    /// What the holder asks of the hold the renewal task keeps ([`LockGuard::downgrade`]).
+    requests: mpsc::UnboundedSender<Request>,
     stop: CancellationToken,
     done: Option<oneshot::Receiver<Result<(), Error>>>,
     /// Handed to the renewal task on drop, so that [`Relock::settle`](crate::Relock::settle)
@@ -98,6 +100,7 @@ impl Lock {
         let stop = CancellationToken::new();
         let nudge = Arc::new(Notify::new());
         let releasing = Arc::new(Mutex::new(None));
+        let (requests_tx, requests_rx) = mpsc::unbounded_channel();
         let background = self.background();
         tokio::spawn(renew_until_stopped(
             self,
@@ -109,6 +112,7 @@ impl Lock {
                 done: done_tx,
                 releasing: releasing.clone(),
                 loss: loss_tx,
+                requests: requests_rx,
             },
         ));
         LockGuard {
@@ -118,6 +122,7 @@ impl Lock {
             },
             renewed: valid_rx,
             nudge,
+            requests: requests_tx,
             stop,
             done: Some(done_rx),
             releasing,
@@ -195,6 +200,18 @@ impl LockGuard {
         }
     }
 
+    /// Turns the exclusive hold into a shared one (see [`Lock::downgrade`]): same token and
+    /// lease, the shared waiters at the head of the queue are granted with it, and the guard
+    /// goes on renewing the shared hold. A quorum that no longer has the hold makes the guard
+    /// lose it ([`GuardedLock::lost`]) and this fail with [`Error::Lost`].
+    pub async fn downgrade(&self) -> Result<(), Error> {
+        let (reply, answer) = oneshot::channel();
+        if self.requests.send(Request::Downgrade(reply)).is_err() {
+            return Err(self.lost_error());
+        }
+        answer.await.unwrap_or_else(|_| Err(self.lost_error()))
+    }
+
     /// Stops the renewal and releases the lock on every master, waiting for the outcome.
     /// Fails with [`Error::Lost`] if the lock had been lost before, or, when an error that
     /// retrying cannot fix ended the renewal ([`Error::is_permanent`]: an ACL that forbids
@@ -238,6 +255,11 @@ struct Renewed {
     valid_until: Instant,
 }
 
+/// What a guard asks of the renewal task, which owns the lock.
+enum Request {
+    Downgrade(oneshot::Sender<Result<(), Error>>),
+}
+
 /// How the renewal task talks to its guard.
 struct Signals {
     stop: CancellationToken,
@@ -247,9 +269,10 @@ struct Signals {
     done: oneshot::Sender<Result<(), Error>>,
     releasing: Arc<Mutex<Option<TaskTrackerToken>>>,
     loss: watch::Sender<Option<Arc<Loss>>>,
+    requests: mpsc::UnboundedReceiver<Request>,
 }
 
-async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
+async fn renew_until_stopped(mut lock: Lock, mut signals: Signals) {
     let ttl = lock.ttl();
     let every = (ttl / 3).max(Duration::from_millis(1));
     let lead = loss_lead(ttl);
@@ -276,6 +299,26 @@ async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
             }
             _ = tokio::time::sleep_until(next) => {}
             _ = signals.nudge.notified() => {}
+            Some(Request::Downgrade(reply)) = signals.requests.recv() => {
+                let done = tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => break None,
+                    _ = tokio::time::sleep_until(lost_at(&lock)) => {
+                        let _ = reply.send(Err(Error::Lost { key: lock.key().to_string(), cause: None }));
+                        break Some(("its validity ran out during a downgrade".to_string(), None))
+                    }
+                    r = lock.downgrade() => r,
+                };
+                let lost = matches!(done, Err(Error::Lost { .. }));
+                let _ = reply.send(done);
+                if lost {
+                    break Some((
+                        "LOCK.DOWNGRADE answered nil: the masters no longer have it".to_string(),
+                        None,
+                    ));
+                }
+                continue;
+            }
         }
         let deadline = lost_at(&lock);
         let round_start = Instant::now();

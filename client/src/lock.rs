@@ -222,6 +222,38 @@ impl Lock {
         Ok(())
     }
 
+    /// Turns this exclusive hold into a shared one with `LOCK.DOWNGRADE` on every master, in
+    /// one step on each: same token, lease and count, the key becomes shared without a limit,
+    /// and the shared waiters at the head of its queue are granted with it, so no writer gets
+    /// in between (the write-to-read downgrade of Curator and Java's `ReentrantReadWriteLock`).
+    /// There is no upgrade: two readers waiting to upgrade would deadlock; release and
+    /// acquire instead.
+    ///
+    /// Safe to retry (a hold already shared answers its token). Succeeds when a quorum
+    /// downgraded within the validity (which it does not change); then [`Lock::mode`] is
+    /// [`Mode::shared`]. Fails with [`Error::Lost`] when the validity is over or too many masters
+    /// no longer have the hold, with [`Error::OtherLimit`] on a semaphore (which is never
+    /// downgraded), with [`Error::NoQuorum`] when too many failed otherwise (some masters may
+    /// then hold it shared, the others exclusively: retry, or release).
+    pub async fn downgrade(&mut self) -> Result<(), Error> {
+        if Instant::now() >= self.valid_until {
+            return Err(Error::Lost {
+                key: self.key.clone(),
+                cause: None,
+            });
+        }
+        let round = self
+            .masters
+            .write_round(&self.key, &self.owner, 0, Write::Downgrade)
+            .await;
+        if !round.won() {
+            return Err(round.into_renew_error(&self.key, self.ttl));
+        }
+        self.mode = Mode::shared().into();
+        tracing::debug!(key = %self.key, "lock downgraded");
+        Ok(())
+    }
+
     /// Adds one to the hold count with `LOCK.REENTER` (same key, same owner, same mode) and
     /// returns a handle for that extra hold; releasing it takes the count back down by one.
     pub async fn reenter(&self, ttl: Duration) -> Result<Lock, Error> {

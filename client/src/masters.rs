@@ -175,6 +175,9 @@ impl Masters {
             Write::Renew => {
                 pipe.cmd("LOCK.RENEW").arg(key).arg(owner).arg(ttl_ms);
             }
+            Write::Downgrade => {
+                pipe.cmd("LOCK.DOWNGRADE").arg(key).arg(owner);
+            }
             Write::Reenter(mode) => {
                 // The token must be the one of the hold we counted into: read it in the same
                 // transaction (a shared key's LOCK.INFO names no holder: ask for ours).
@@ -198,7 +201,7 @@ impl Masters {
         // only undoes the counts it really added.
         let until = match write {
             Write::Reenter(_) => Until::AllAnswered,
-            Write::Acquire(_) | Write::Renew => Until::Decided,
+            Write::Acquire(_) | Write::Renew | Write::Downgrade => Until::Decided,
         };
         let round = self.new_round(until);
         let requests: Vec<_> = (0..self.nodes.len())
@@ -254,7 +257,8 @@ impl Masters {
                 Ok(Some(t))
             }
             (Some(_), Some(a)) if acked < u64::from(a.replicas) => {
-                if write != Write::Renew {
+                // Only a new grant is undone: a renewal or a downgrade changed a hold we keep.
+                if !matches!(write, Write::Renew | Write::Downgrade) {
                     let _ = node.query::<Option<u64>>(key, undo, timeout).await;
                 }
                 let master = if node.is_cluster() {
@@ -484,6 +488,8 @@ pub(crate) enum Write {
     Reenter(Ask),
     /// `LOCK.RENEW`: the reply is the token or nil.
     Renew,
+    /// `LOCK.DOWNGRADE`: the reply is the token or nil.
+    Downgrade,
 }
 
 impl Write {
@@ -491,7 +497,7 @@ impl Write {
     fn token(self, replies: Vec<redis::Value>) -> Result<Option<u64>, NodeFailure> {
         let protocol = |what: &str| NodeFailure::Protocol(format!("{what}: {replies:?}"));
         match self {
-            Write::Acquire(_) | Write::Renew => {
+            Write::Acquire(_) | Write::Renew | Write::Downgrade => {
                 let first = replies.first().ok_or_else(|| protocol("no reply"))?;
                 Ok(Option::<u64>::from_redis_value(first)?)
             }
