@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::Error;
+use crate::group::{check_keys, LockGroup};
 use crate::guard::{GuardedLock, LockGuard};
 use crate::info::{parse_holders, parse_info, HolderInfo, LockInfo};
 use crate::limits::{check_ttl, clamp_wait};
@@ -316,6 +317,69 @@ impl Relock {
             }
             tokio::time::sleep(pause).await;
         }
+    }
+
+    /// Takes every one of `keys` exclusively, or none, under one owner: one `LOCK.MACQUIRE`
+    /// per master (on a Redis Cluster, one per hash slot, slot by slot in key order, releasing
+    /// what was taken if a later slot fails), and over independent masters a quorum of masters
+    /// holding the whole group. The keys of one `LOCK.MACQUIRE` share one new fencing token
+    /// ([`LockGroup::token`]). Retries like [`Relock::acquire`], each round under a fresh owner;
+    /// a round that fails leaves nothing behind.
+    ///
+    /// Fails before any server is asked with [`Error::InvalidKeys`] for no keys, more than
+    /// [`MAX_KEYS`](crate::MAX_KEYS), a key given twice, or a client whose mode is not
+    /// exclusive; with [`Error::NoQuorum`] when a key is held (or has waiters) everywhere
+    /// after the retries. To wait for the keys instead, see [`Relock::wait_all`].
+    pub async fn acquire_all<S: AsRef<str>>(
+        &self,
+        keys: &[S],
+        ttl: Duration,
+    ) -> Result<LockGroup, Error> {
+        let keys = check_keys(keys, self.mode.mode)?;
+        let ttl = check_ttl(ttl)?;
+        let mut tries_left = self.masters.options().retry_count;
+        loop {
+            let owner = self.make_owner();
+            match LockGroup::attempt(&self.masters, &keys, &owner, ttl).await {
+                Ok(group) => return Ok(group),
+                Err(e) if e.is_permanent() || tries_left == 0 => return Err(e),
+                Err(e) => {
+                    tracing::debug!(keys = keys.len(), error = %e, "group round failed, retrying");
+                    tries_left -= 1;
+                    tokio::time::sleep(self.jitter()).await;
+                }
+            }
+        }
+    }
+
+    /// Waits, without polling, until every one of `keys` is held under one owner, or
+    /// `timeout` passes (`None`: no limit; `Some(ZERO)`: one round of
+    /// [`Relock::acquire_all`] without retries).
+    ///
+    /// It first asks for all of them at once (`LOCK.MACQUIRE`: one token for the group). If
+    /// that is refused, it waits for the keys one by one in sorted order (`LOCK.WAIT` in each
+    /// key's FIFO queue, over several masters as [`Relock::acquire_wait`] does), renewing the
+    /// keys it holds every ttl / 3 meanwhile. Every waiter takes the keys in one order, so two
+    /// waiters for overlapping key sets, given in any order, never deadlock, and FIFO queues
+    /// keep every waiter from starving. Once it has them all, one renewal of the whole group
+    /// (`LOCK.MRENEW`) measures the validity. A key lost while waiting for the next (its hold
+    /// broken by an operator) starts it again under a new owner. On a timeout or an error it
+    /// releases what it took; dropping the future does too, in the background.
+    ///
+    /// Keys waited for one by one have tokens of their own ([`LockGroup::token_of`]).
+    pub async fn wait_all<S: AsRef<str>>(
+        &self,
+        keys: &[S],
+        ttl: Duration,
+        timeout: Option<Duration>,
+    ) -> Result<LockGroup, Error> {
+        let keys = check_keys(keys, self.mode.mode)?;
+        let ttl = check_ttl(ttl)?;
+        let timeout = timeout.map(clamp_wait);
+        if timeout == Some(Duration::ZERO) {
+            return LockGroup::attempt(&self.masters, &keys, &self.make_owner(), ttl).await;
+        }
+        crate::group::wait_all(&self.masters, &keys, ttl, timeout, || self.make_owner()).await
     }
 
     /// Acquires `key` like [`Relock::acquire`] and keeps it alive (see [`Lock::keep_alive`]).

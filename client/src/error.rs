@@ -436,6 +436,10 @@ pub enum Error {
         /// The (first) master that refused, as `host:port`.
         node: String,
     },
+    /// A group of keys that cannot be asked for: none, more than 256 (the most one
+    /// `LOCK.MACQUIRE` takes), a key given twice, or a mode other than exclusive.
+    #[error("invalid keys: {0}")]
+    InvalidKeys(String),
     /// Permits asked of a mode that is not a semaphore, or outside 1 ..= its limit
     /// ([`Relock::with_permits`](crate::Relock::with_permits)).
     #[error("invalid permits {permits}: {}", match limit {
@@ -482,7 +486,8 @@ impl Error {
             | Error::OtherLimit { .. }
             | Error::OtherMode { .. }
             | Error::OtherPermits { .. }
-            | Error::InvalidPermits { .. } => true,
+            | Error::InvalidPermits { .. }
+            | Error::InvalidKeys(_) => true,
             Error::Node(e) => e.failure.is_permanent(),
             Error::NoQuorum { .. }
             | Error::ValidityExhausted { .. }

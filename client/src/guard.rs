@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use crate::error::Error;
+use crate::group::LockGroup;
 use crate::lock::Lock;
 use crate::loss::{Loss, LossWatch};
 use crate::masters::BackgroundReleases;
@@ -18,8 +19,10 @@ use crate::masters::BackgroundReleases;
 /// signal that it was lost.
 #[derive(Debug, Clone)]
 pub struct GuardedLock {
-    /// The locked key.
+    /// The locked key (for a [`LockGroup`], its first key in sorted order).
     pub key: String,
+    /// Every locked key: the one key, or a group's keys in sorted order.
+    pub keys: Vec<String>,
     /// The owner id the lock is held under.
     pub owner: String,
     /// The fencing token of the first master that granted (see [`Lock::token`]).
@@ -79,9 +82,9 @@ impl Lock {
     /// Hands the lock to a background renewal task (spawned on the current tokio runtime,
     /// which this must be called from) and returns its guard.
     pub fn keep_alive(self) -> LockGuard {
-        let (loss_tx, loss_rx) = watch::channel(None);
         let lock = GuardedLock {
             key: self.key().to_string(),
+            keys: vec![self.key().to_string()],
             owner: self.owner().to_string(),
             token: self.token(),
             tokens: self
@@ -90,43 +93,146 @@ impl Lock {
                 .map(|(n, t)| (n.to_string(), t))
                 .collect(),
             lost: CancellationToken::new(),
-            loss: LossWatch(loss_rx),
+            loss: LossWatch(watch::channel(None).1),
         };
-        let (valid_tx, valid_rx) = watch::channel(Renewed {
-            count: 0,
-            valid_until: self.valid_until(),
-        });
-        let (done_tx, done_rx) = oneshot::channel();
-        let stop = CancellationToken::new();
-        let nudge = Arc::new(Notify::new());
-        let releasing = Arc::new(Mutex::new(None));
-        let (requests_tx, requests_rx) = mpsc::unbounded_channel();
         let background = self.background();
-        tokio::spawn(renew_until_stopped(
-            self,
-            Signals {
-                stop: stop.clone(),
-                lost: lock.lost.clone(),
-                renewed: valid_tx,
-                nudge: nudge.clone(),
-                done: done_tx,
-                releasing: releasing.clone(),
-                loss: loss_tx,
-                requests: requests_rx,
-            },
-        ));
-        LockGuard {
-            lock: GuardedLock {
-                lost: lock.lost.child_token(),
-                ..lock
-            },
-            renewed: valid_rx,
-            nudge,
-            requests: requests_tx,
-            stop,
-            done: Some(done_rx),
-            releasing,
-            background,
+        guard(Held::One(self), lock, background)
+    }
+}
+
+impl LockGroup {
+    /// Hands the group to a background renewal task (spawned on the current tokio runtime,
+    /// which this must be called from) that renews every key at once (`LOCK.MRENEW`) every
+    /// ttl / 3, and returns its guard. The group is lost, and the guard says so, when any of
+    /// its keys is.
+    pub fn keep_alive(self) -> LockGuard {
+        let lock = GuardedLock {
+            key: self.keys().first().cloned().unwrap_or_default(),
+            keys: self.keys().to_vec(),
+            owner: self.owner().to_string(),
+            token: self.token(),
+            tokens: Vec::new(),
+            lost: CancellationToken::new(),
+            loss: LossWatch(watch::channel(None).1),
+        };
+        let background = self.background();
+        guard(Held::Group(self), lock, background)
+    }
+}
+
+/// Starts the renewal task of `held` and returns its guard.
+fn guard(held: Held, lock: GuardedLock, background: BackgroundReleases) -> LockGuard {
+    let (loss_tx, loss_rx) = watch::channel(None);
+    let lock = GuardedLock {
+        loss: LossWatch(loss_rx),
+        ..lock
+    };
+    let (valid_tx, valid_rx) = watch::channel(Renewed {
+        count: 0,
+        valid_until: held.valid_until(),
+    });
+    let (done_tx, done_rx) = oneshot::channel();
+    let stop = CancellationToken::new();
+    let nudge = Arc::new(Notify::new());
+    let releasing = Arc::new(Mutex::new(None));
+    let (requests_tx, requests_rx) = mpsc::unbounded_channel();
+    tokio::spawn(renew_until_stopped(
+        held,
+        Signals {
+            stop: stop.clone(),
+            lost: lock.lost.clone(),
+            renewed: valid_tx,
+            nudge: nudge.clone(),
+            done: done_tx,
+            releasing: releasing.clone(),
+            loss: loss_tx,
+            requests: requests_rx,
+        },
+    ));
+    LockGuard {
+        lock: GuardedLock {
+            lost: lock.lost.child_token(),
+            ..lock
+        },
+        renewed: valid_rx,
+        nudge,
+        requests: requests_tx,
+        stop,
+        done: Some(done_rx),
+        releasing,
+        background,
+    }
+}
+
+/// What a guard keeps alive: one lock, or a group of keys.
+enum Held {
+    One(Lock),
+    Group(LockGroup),
+}
+
+impl Held {
+    fn ttl(&self) -> Duration {
+        match self {
+            Held::One(l) => l.ttl(),
+            Held::Group(g) => g.ttl(),
+        }
+    }
+
+    fn valid_until(&self) -> Instant {
+        match self {
+            Held::One(l) => l.valid_until(),
+            Held::Group(g) => g.valid_until(),
+        }
+    }
+
+    fn key(&self) -> String {
+        match self {
+            Held::One(l) => l.key().to_string(),
+            Held::Group(g) => crate::group::group_name(g.keys()),
+        }
+    }
+
+    fn owner(&self) -> &str {
+        match self {
+            Held::One(l) => l.owner(),
+            Held::Group(g) => g.owner(),
+        }
+    }
+
+    async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
+        match self {
+            Held::One(l) => l.extend(ttl).await,
+            Held::Group(g) => g.extend(ttl).await,
+        }
+    }
+
+    async fn downgrade(&mut self) -> Result<(), Error> {
+        match self {
+            Held::One(l) => l.downgrade().await,
+            Held::Group(_) => Err(Error::InvalidKeys(
+                "a group of keys is held exclusively: there is no LOCK.MDOWNGRADE".into(),
+            )),
+        }
+    }
+
+    async fn release(self) -> Result<(), Error> {
+        match self {
+            Held::One(l) => l.release().await,
+            Held::Group(g) => g.release().await,
+        }
+    }
+
+    async fn release_quietly(self) {
+        match self {
+            Held::One(l) => l.release_quietly().await,
+            Held::Group(g) => g.release_quietly().await,
+        }
+    }
+
+    async fn explain_loss(&self, unrenewed: Duration, seen: &str) -> Loss {
+        match self {
+            Held::One(l) => l.explain_loss(unrenewed, seen).await,
+            Held::Group(g) => g.explain_loss(unrenewed, seen).await,
         }
     }
 }
@@ -272,13 +378,13 @@ struct Signals {
     requests: mpsc::UnboundedReceiver<Request>,
 }
 
-async fn renew_until_stopped(mut lock: Lock, mut signals: Signals) {
+async fn renew_until_stopped(mut lock: Held, mut signals: Signals) {
     let ttl = lock.ttl();
     let every = (ttl / 3).max(Duration::from_millis(1));
     let lead = loss_lead(ttl);
     // Every wait below, the renewal included, ends at this instant: the lock is reported lost
     // no later than its validity's end, whatever the masters do.
-    let lost_at = |lock: &Lock| {
+    let lost_at = |lock: &Held| {
         let end = lock.valid_until();
         end.checked_sub(lead).unwrap_or(end)
     };
@@ -304,7 +410,7 @@ async fn renew_until_stopped(mut lock: Lock, mut signals: Signals) {
                     biased;
                     _ = stop.cancelled() => break None,
                     _ = tokio::time::sleep_until(lost_at(&lock)) => {
-                        let _ = reply.send(Err(Error::Lost { key: lock.key().to_string(), cause: None }));
+                        let _ = reply.send(Err(Error::Lost { key: lock.key(), cause: None }));
                         break Some(("its validity ran out during a downgrade".to_string(), None))
                     }
                     r = lock.downgrade() => r,
@@ -377,7 +483,7 @@ async fn renew_until_stopped(mut lock: Lock, mut signals: Signals) {
         "lock lost: {loss}"
     );
     let _ = signals.loss.send(Some(loss.clone()));
-    let key = lock.key().to_string();
+    let key = lock.key();
     // Whatever minority of masters still has it should not keep it until the ttl.
     lock.release_quietly().await;
     let _ = signals.done.send(Err(permanent.unwrap_or(Error::Lost {

@@ -214,6 +214,59 @@ impl Masters {
         fanout::collect(round, requests, None).await
     }
 
+    /// A round of `pipe` (a group's `LOCK.MACQUIRE`, `LOCK.MRENEW` or `LOCK.MRELEASE`, routed by
+    /// `route`, a key of the group's slot) on every master, each reply read by `parse`, each
+    /// request in a task of its own (see [`Masters::write_round`]). With
+    /// [`Options::replica_acks`], a master whose replicas did not acknowledge counts as failed,
+    /// and `undo` (the group's release, for an acquisition) is sent there at once.
+    pub(crate) async fn group_round<T, P>(
+        self: &Arc<Self>,
+        route: &str,
+        pipe: redis::Pipeline,
+        until: Until,
+        parse: P,
+        undo: Option<redis::Cmd>,
+    ) -> Round<T>
+    where
+        T: Send + 'static,
+        P: Fn(Vec<redis::Value>) -> Reply<T> + Clone + Send + 'static,
+    {
+        let round = self.new_round(until);
+        let requests: Vec<_> = (0..self.nodes.len())
+            .map(|i| {
+                let (masters, pipe, undo, route, parse) = (
+                    self.clone(),
+                    pipe.clone(),
+                    undo.clone(),
+                    route.to_string(),
+                    parse.clone(),
+                );
+                spawned(async move {
+                    let node = masters.nodes.get(i).ok_or_else(|| no_master(i))?;
+                    let acks = masters.options.acks();
+                    let timeout = masters.options.write_timeout();
+                    let (replies, acked) = node.query_acked(&route, &pipe, acks, timeout).await?;
+                    let value = parse(replies)?;
+                    match (value, acks) {
+                        (Some(_), Some(a)) if acked < u64::from(a.replicas) => {
+                            if let Some(undo) = &undo {
+                                let _ = node.query::<redis::Value>(&route, undo, timeout).await;
+                            }
+                            Err(NodeFailure::ReplicaAcks {
+                                acked,
+                                wanted: a.replicas,
+                                timeout: a.timeout,
+                                master: None,
+                            })
+                        }
+                        (value, _) => Ok(value),
+                    }
+                })
+            })
+            .collect();
+        fanout::collect(round, requests, None).await
+    }
+
     /// The write of [`Masters::write_round`] on master `i`.
     async fn write_on(
         &self,

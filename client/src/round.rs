@@ -292,8 +292,9 @@ impl<T> Round<T> {
     }
 }
 
-/// The rounds whose masters answer with a fencing token: acquire, reenter, renew and wait.
-impl Round<u64> {
+/// The rounds whose masters answer with a fencing token (acquire, reenter, renew and wait) or
+/// a group's tokens or count (`LOCK.MACQUIRE`, `LOCK.MRENEW`).
+impl<T> Round<T> {
     /// The validity a quorum granted for `ttl` in this round: `ttl - elapsed - drift`, or
     /// `None` when no quorum granted or none is left.
     pub(crate) fn validity(&self, ttl: Duration) -> Option<Duration> {

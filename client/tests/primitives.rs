@@ -187,3 +187,264 @@ async fn a_guard_downgrades_and_renews_the_shared_hold() {
         assert!(info(s, "catalog").is_none());
     }
 }
+
+/// `LOCK.INFO` owner of `key` on `server`, if it is held.
+fn owner_of(server: &Server, key: &str) -> Option<String> {
+    support::holder(server, key).map(|(owner, _)| owner)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_all_takes_every_key_or_none_with_one_token() {
+    let server = Server::start();
+    let relock = client(&[&server]);
+    let group = relock
+        .acquire_all(&["acct:2", "acct:1", "ledger"], TTL)
+        .await
+        .expect("group");
+    assert_eq!(group.keys(), ["acct:1", "acct:2", "ledger"]);
+    let token = group.token().expect("token");
+    for key in group.keys() {
+        assert_eq!(group.token_of(key), Some(token), "one token for the group");
+        assert_eq!(owner_of(&server, key).as_deref(), Some(group.owner()));
+    }
+    // Overlapping: nothing of it is taken, not even the free key.
+    let other = Relock::with_options(
+        &[server.url()],
+        Options {
+            retry_count: 0,
+            ..patient()
+        },
+    )
+    .expect("client");
+    let err = other
+        .acquire_all(&["acct:3", "ledger"], TTL)
+        .await
+        .expect_err("ledger is held");
+    assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
+    assert!(owner_of(&server, "acct:3").is_none(), "all or nothing");
+    let mut group = group;
+    group.extend(TTL).await.expect("MRENEW");
+    group.release().await.expect("MRELEASE");
+    for key in ["acct:1", "acct:2", "ledger"] {
+        assert!(owner_of(&server, key).is_none());
+    }
+    // Checked before any server is asked.
+    for keys in [vec![], vec!["a", "a"]] {
+        let err = relock.acquire_all(&keys, TTL).await.expect_err("refused");
+        assert!(matches!(err, Error::InvalidKeys(_)), "{err}");
+    }
+    let readers = relock.with_mode(Mode::shared()).expect("shared");
+    let err = readers.wait_all(&["a", "b"], TTL, None).await.expect_err("shared");
+    assert!(matches!(err, Error::InvalidKeys(_)), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_most_keys_a_group_may_have() {
+    let server = Server::start();
+    let relock = client(&[&server]);
+    let keys: Vec<String> = (0..relock_client::MAX_KEYS)
+        .map(|i| format!("k:{i:03}"))
+        .collect();
+    let group = relock.acquire_all(&keys, TTL).await.expect("256 keys");
+    assert_eq!(group.keys().len(), 256);
+    let guard = group.keep_alive();
+    guard.renew_now().await.expect("renewed as one");
+    guard.release().await.expect("released");
+    assert!(owner_of(&server, "k:255").is_none());
+    let mut more = keys.clone();
+    more.push("k:256".into());
+    let err = relock.acquire_all(&more, TTL).await.expect_err("257");
+    assert!(matches!(err, Error::InvalidKeys(_)), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_all_waits_for_each_key_in_order_and_renews_what_it_holds() {
+    let server = Server::start();
+    let relock = client(&[&server]);
+    // b is held by someone else: the group waits for it, holding a meanwhile.
+    let b = relock.acquire("b", TTL).await.expect("b");
+    let ttl = Duration::from_millis(600);
+    let waiting = {
+        let relock = relock.clone();
+        tokio::spawn(async move { relock.wait_all(&["c", "b", "a"], ttl, Some(WITHIN)).await })
+    };
+    assert!(eventually(WITHIN, || waiters(&server, "b") == 1));
+    let a_owner = owner_of(&server, "a").expect("a is held while b is waited for");
+    // Longer than the ttl: a is renewed meanwhile.
+    tokio::time::sleep(ttl * 2).await;
+    assert_eq!(owner_of(&server, "a"), Some(a_owner.clone()), "a renewed");
+    assert!(owner_of(&server, "c").is_none(), "c only after b");
+    b.release().await.expect("release b");
+    let group = tokio::time::timeout(WITHIN, waiting)
+        .await
+        .expect("granted")
+        .expect("task")
+        .expect("group");
+    assert_eq!(group.owner(), a_owner);
+    assert!(group.is_valid());
+    for key in ["a", "b", "c"] {
+        assert_eq!(owner_of(&server, key).as_deref(), Some(group.owner()));
+        assert!(group.token_of(key).is_some());
+    }
+    group.release().await.expect("release");
+    // A wait that runs out gives back what it took.
+    let c = relock.acquire("c", TTL).await.expect("c");
+    let err = relock
+        .wait_all(&["a", "b", "c"], TTL, Some(Duration::from_millis(300)))
+        .await
+        .expect_err("c is held");
+    assert!(matches!(err, Error::WaitTimeout { .. }), "{err}");
+    assert!(owner_of(&server, "a").is_none() && owner_of(&server, "b").is_none());
+    c.release().await.expect("release");
+}
+
+/// Two clients wait for overlapping key sets given in opposite orders, many times over:
+/// never two holders of one key, never a deadlock (every wait ends well within its limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn opposite_orders_never_deadlock() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    const ROUNDS: usize = 150;
+    let server = Server::start();
+    let held: Arc<Vec<AtomicU32>> = Arc::new((0..4).map(|_| AtomicU32::new(0)).collect());
+    let sets: [&[&str]; 3] = [&["k0", "k1", "k2"], &["k2", "k1", "k0"], &["k3", "k1"]];
+    let mut tasks = Vec::new();
+    for (who, keys) in sets.into_iter().enumerate() {
+        let relock = client(&[&server]);
+        let held = held.clone();
+        let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        tasks.push(tokio::spawn(async move {
+            let mut slow_path = 0;
+            for round in 0..ROUNDS {
+                let group = relock
+                    .wait_all(&keys, Duration::from_secs(10), Some(WITHIN))
+                    .await
+                    .unwrap_or_else(|e| panic!("client {who}, round {round}: {e}"));
+                if group.keys().iter().any(|k| group.token_of(k) != group.token()) {
+                    slow_path += 1;
+                }
+                for key in group.keys() {
+                    let i: usize = key[1..].parse().expect("index");
+                    assert_eq!(held[i].fetch_add(1, Ordering::SeqCst), 0, "{key} held twice");
+                }
+                tokio::task::yield_now().await;
+                for key in group.keys() {
+                    let i: usize = key[1..].parse().expect("index");
+                    held[i].fetch_sub(1, Ordering::SeqCst);
+                }
+                group.release().await.expect("release");
+            }
+            slow_path
+        }));
+    }
+    let mut slow = 0;
+    for task in tasks {
+        slow += tokio::time::timeout(WITHIN * 6, task)
+            .await
+            .expect("no deadlock")
+            .expect("task");
+    }
+    eprintln!("{} groups, {slow} waited for key by key", ROUNDS * 3);
+}
+
+/// Two lockctl processes take overlapping keys given in opposite orders, many times: each run
+/// holds all its keys at once (one token), and none waits forever.
+#[test]
+fn two_lockctl_processes_in_opposite_orders() {
+    const RUNS: usize = 25;
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("dir");
+    // mkdir is atomic: a second holder of a key would find its directory there.
+    let body = format!(
+        "set -e; for k in $RELOCK_KEYS; do mkdir {d}/$k; done; \
+         for k in $RELOCK_KEYS; do rmdir {d}/$k; done",
+        d = dir.path().display()
+    );
+    let script = |keys: &[&str]| {
+        let flags: Vec<String> = keys.iter().map(|k| format!("--key {k}")).collect();
+        format!(
+            "for i in $(seq {RUNS}); do \"$LOCKCTL\" run --wait 20s {} -- sh -c '{body}' || exit $?; done",
+            flags.join(" ")
+        )
+    };
+    let start = |keys: &[&str]| {
+        let mut cmd = support::lockctl(&[&server]);
+        cmd.env("LOCKCTL", env!("CARGO_BIN_EXE_lockctl"))
+            .env("RELOCK_SERVERS", server.url());
+        let mut sh = std::process::Command::new("sh");
+        sh.arg("-c").arg(script(keys));
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => sh.env(k, v),
+                None => sh.env_remove(k),
+            };
+        }
+        support::Spawned::new(&mut sh)
+    };
+    let mut one = start(&["x", "y", "z"]);
+    let mut two = start(&["z", "y", "x"]);
+    let a = one.wait_within(Duration::from_secs(120));
+    let b = two.wait_within(Duration::from_secs(120));
+    assert!(a.success() && b.success(), "{a:?} {b:?}");
+}
+
+/// Redlock with the restart grace: a majority of masters restarts without its locks during a
+/// hold; while the grace lasts they grant nothing (TRYAGAIN counts as a master that did not
+/// grant), so nobody else holds the key before the holder's validity has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_restart_grace_keeps_a_second_owner_out() {
+    const GRACE_MS: u64 = 2500;
+    let mut servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let options = Options {
+        node_timeout: Duration::from_secs(1),
+        retry_count: 0,
+        ..Options::default()
+    };
+    let holder = Relock::with_options(&urls, options.clone()).expect("holder");
+    let rival = Relock::with_options(&urls, options).expect("rival");
+    let ttl = Duration::from_millis(2000);
+    let guard = holder.guard("job", ttl).await.expect("guard");
+    // Two of three forget the lock (no persistence) and come back in their grace.
+    let grace = GRACE_MS.to_string();
+    for s in &mut servers[1..] {
+        s.restart_with(&["--relock.restart-grace-ms", &grace]);
+    }
+    let restarted = tokio::time::Instant::now();
+    let mut refused_in_grace = 0;
+    let won_at = loop {
+        match rival.try_acquire("job", ttl).await {
+            Ok(lock) => break (tokio::time::Instant::now(), lock),
+            Err(e) => {
+                assert!(!e.is_permanent(), "a grace is never a hard error: {e}");
+                if e.to_string().contains("restart grace") {
+                    refused_in_grace += 1;
+                }
+            }
+        }
+        assert!(restarted.elapsed() < WITHIN, "the rival never got it");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (won_at, lock) = won_at;
+    // The holder learns of the loss at its next renewal, and its validity had ended before the
+    // rival could win.
+    tokio::time::timeout(WITHIN, guard.lost().cancelled())
+        .await
+        .expect("the holder is told");
+    let holder_valid_until = guard.valid_until();
+    eprintln!(
+        "rival won {:?} after the restart, {:?} after the holder's validity; {refused_in_grace} \
+         rounds refused in grace",
+        won_at - restarted,
+        won_at.saturating_duration_since(holder_valid_until)
+    );
+    assert!(refused_in_grace > 0);
+    assert!(
+        won_at >= holder_valid_until,
+        "two owners: the rival won {:?} before the holder's validity ended",
+        holder_valid_until - won_at
+    );
+    assert!(won_at - restarted >= Duration::from_millis(GRACE_MS) - Duration::from_millis(100));
+    lock.release().await.expect("release");
+    let _ = guard.release().await;
+}
