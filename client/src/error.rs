@@ -80,9 +80,9 @@ impl NodeFailure {
             | NodeFailure::ReplicaAcks { .. }
             | NodeFailure::Protocol(_) => false,
             NodeFailure::Redis(e) => is_permanent_redis_error(e),
-            NodeFailure::OtherLimit { .. }
-            | NodeFailure::OtherMode
-            | NodeFailure::OtherPermits => true,
+            NodeFailure::OtherLimit { .. } | NodeFailure::OtherMode | NodeFailure::OtherPermits => {
+                true
+            }
             NodeFailure::RestartGrace { .. } => false,
         }
     }

@@ -265,7 +265,10 @@ impl Abandoned {
 impl Drop for Abandoned {
     fn drop(&mut self) {
         if self.armed {
-            tracing::debug!(keys = self.keys.len(), "group acquisition abandoned; releasing");
+            tracing::debug!(
+                keys = self.keys.len(),
+                "group acquisition abandoned; releasing"
+            );
             release_keys_late(&self.masters, &self.keys, &self.owner);
         }
     }
@@ -335,7 +338,14 @@ impl LockGroup {
         abandoned.disarm();
         let valid_until = valid_until.ok_or_else(|| Error::InvalidKeys("no keys".into()))?;
         tracing::debug!(keys = keys.len(), owner, ?valid_until, "group acquired");
-        Ok(LockGroup::held(masters, keys, owner, ttl, tokens, valid_until))
+        Ok(LockGroup::held(
+            masters,
+            keys,
+            owner,
+            ttl,
+            tokens,
+            valid_until,
+        ))
     }
 
     pub(crate) fn held(
@@ -452,7 +462,10 @@ impl LockGroup {
         // A key's tokens are per master; the journal of each key is asked in turn.
         let tokens: Vec<Option<u64>> = (0..per_master)
             .map(|m| {
-                let mut t = self.tokens.iter().filter_map(|k| k.get(m).copied().flatten());
+                let mut t = self
+                    .tokens
+                    .iter()
+                    .filter_map(|k| k.get(m).copied().flatten());
                 let first = t.next();
                 first.filter(|f| t.all(|o| o == *f))
             })
@@ -626,7 +639,14 @@ async fn wait_in_order(
     match renew_keys(masters, keys, owner, ttl).await {
         Ok(valid_until) => {
             abandoned.disarm();
-            Ok(LockGroup::held(masters, keys, owner, ttl, tokens, valid_until))
+            Ok(LockGroup::held(
+                masters,
+                keys,
+                owner,
+                ttl,
+                tokens,
+                valid_until,
+            ))
         }
         Err(e) if e.is_permanent() => Err(give_up(e).await),
         Err(_) => {
@@ -657,7 +677,9 @@ mod tests {
         let many: Vec<String> = (0..=MAX_KEYS).map(|i| format!("k{i}")).collect();
         assert!(check_keys(&many, Mode::Exclusive).is_err());
         assert_eq!(
-            check_keys(&many[..MAX_KEYS], Mode::Exclusive).unwrap().len(),
+            check_keys(&many[..MAX_KEYS], Mode::Exclusive)
+                .unwrap()
+                .len(),
             MAX_KEYS
         );
         assert!(check_keys(&["a"], Mode::shared()).is_err());
@@ -691,7 +713,11 @@ mod tests {
         assert!(tokens(vec![]).is_err());
         let all = parse_all_held(3);
         assert_eq!(all(vec![int(3)]).unwrap(), Some(3));
-        assert_eq!(all(vec![int(2)]).unwrap(), None, "part of the group is gone");
+        assert_eq!(
+            all(vec![int(2)]).unwrap(),
+            None,
+            "part of the group is gone"
+        );
         assert_eq!(
             parse_released(vec![int(1)]).unwrap(),
             Some(Released { holds_left: 0 })

@@ -502,7 +502,10 @@ mod tests {
             "user=app via=script",
             "no id: as it is"
         );
-        assert_eq!(describe_client("id=3 name= user=default"), "client 3 (user default)");
+        assert_eq!(
+            describe_client("id=3 name= user=default"),
+            "client 3 (user default)"
+        );
     }
 
     #[test]

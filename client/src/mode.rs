@@ -191,7 +191,10 @@ mod tests {
             permits: 3,
         };
         assert_eq!(ask.args(), ["SHARED", "LIMIT", "10", "PERMITS", "3"]);
-        assert_eq!(Ask::from(Mode::limited(10)).args(), ["SHARED", "LIMIT", "10"]);
+        assert_eq!(
+            Ask::from(Mode::limited(10)).args(),
+            ["SHARED", "LIMIT", "10"]
+        );
     }
 
     #[test]

@@ -65,7 +65,10 @@ async fn lost_to(reason: LossReason, end: impl FnOnce(&Server)) -> Loss {
     assert_eq!(loss.reason, reason, "{loss}");
     assert_eq!(loss.key, KEY);
     assert_eq!(loss.node.as_deref(), Some(relock.nodes()[0]), "{loss}");
-    assert!(loss.to_string().starts_with(&format!("lock {KEY:?} ")), "{loss}");
+    assert!(
+        loss.to_string().starts_with(&format!("lock {KEY:?} ")),
+        "{loss}"
+    );
     // The guard's own end says it too.
     match guard.release().await {
         Err(Error::Lost { cause, .. }) => {
@@ -96,10 +99,16 @@ async fn a_force_release_names_who_did_it() {
     .await;
     let by = loss.by_whom().expect("who");
     assert!(by.starts_with("client "), "{by}");
-    assert!(by.contains("name ops") && by.contains("user default"), "{by}");
+    assert!(
+        by.contains("name ops") && by.contains("user default"),
+        "{by}"
+    );
     let text = loss.to_string();
     assert!(text.contains("was force-released on "), "{text}");
-    assert!(text.contains(" by client ") && text.contains(" ago"), "{text}");
+    assert!(
+        text.contains(" by client ") && text.contains(" ago"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,7 +228,9 @@ async fn redlock_asks_the_masters_that_refused() {
     let relock = client(&refs);
     let guard = relock.guard(KEY, TTL).await.expect("guard");
     let owner = guard.hold().owner.clone();
-    assert!(eventually(WITHIN, || servers.iter().all(|s| exists(s, KEY))));
+    assert!(eventually(WITHIN, || servers
+        .iter()
+        .all(|s| exists(s, KEY))));
     // A majority loses it (one of them to a force-release), the third still has it.
     run(&servers[1], redis::cmd("DEL").arg(KEY));
     run(&servers[2], redis::cmd("LOCK.FORCERELEASE").arg(KEY));
@@ -278,7 +289,10 @@ fn lockctl_says_why_it_lost_the_lock() {
         err.contains(&format!("lock {KEY:?} was force-released on ")),
         "{err}"
     );
-    assert!(err.contains("by client ") && err.contains("name ops"), "{err}");
+    assert!(
+        err.contains("by client ") && err.contains("name ops"),
+        "{err}"
+    );
     assert!(err.contains("reason=forcereleased"), "{err}");
 }
 

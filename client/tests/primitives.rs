@@ -234,7 +234,10 @@ async fn acquire_all_takes_every_key_or_none_with_one_token() {
         assert!(matches!(err, Error::InvalidKeys(_)), "{err}");
     }
     let readers = relock.with_mode(Mode::shared()).expect("shared");
-    let err = readers.wait_all(&["a", "b"], TTL, None).await.expect_err("shared");
+    let err = readers
+        .wait_all(&["a", "b"], TTL, None)
+        .await
+        .expect_err("shared");
     assert!(matches!(err, Error::InvalidKeys(_)), "{err}");
 }
 
@@ -320,12 +323,20 @@ async fn opposite_orders_never_deadlock() {
                     .wait_all(&keys, Duration::from_secs(10), Some(WITHIN))
                     .await
                     .unwrap_or_else(|e| panic!("client {who}, round {round}: {e}"));
-                if group.keys().iter().any(|k| group.token_of(k) != group.token()) {
+                if group
+                    .keys()
+                    .iter()
+                    .any(|k| group.token_of(k) != group.token())
+                {
                     slow_path += 1;
                 }
                 for key in group.keys() {
                     let i: usize = key[1..].parse().expect("index");
-                    assert_eq!(held[i].fetch_add(1, Ordering::SeqCst), 0, "{key} held twice");
+                    assert_eq!(
+                        held[i].fetch_add(1, Ordering::SeqCst),
+                        0,
+                        "{key} held twice"
+                    );
                 }
                 tokio::task::yield_now().await;
                 for key in group.keys() {
@@ -447,4 +458,126 @@ async fn redlock_restart_grace_keeps_a_second_owner_out() {
     assert!(won_at - restarted >= Duration::from_millis(GRACE_MS) - Duration::from_millis(100));
     lock.release().await.expect("release");
     let _ = guard.release().await;
+}
+
+/// `lockctl run` with its output, bounded.
+fn lockctl_run(server: &Server, args: &[&str]) -> std::process::Output {
+    let mut cmd = support::lockctl(&[server]);
+    cmd.args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = support::Spawned::new(&mut cmd);
+    child.wait_within(WITHIN);
+    child.output()
+}
+
+#[test]
+fn lockctl_runs_with_several_keys_and_several_permits() {
+    let server = Server::start();
+    // Several keys: one owner, one token, every key in RELOCK_KEYS (sorted, one per line).
+    let out = lockctl_run(
+        &server,
+        &[
+            "run",
+            "--key",
+            "acct:2",
+            "--key",
+            "acct:1",
+            "--",
+            "sh",
+            "-c",
+            "printf '%s|%s|%s' \"$RELOCK_KEYS\" \"$RELOCK_KEY\" \"$RELOCK_TOKEN\"",
+        ],
+    );
+    let text = support::stdout(&out);
+    assert!(out.status.success(), "{}", support::stderr(&out));
+    let fields: Vec<&str> = text.split('|').collect();
+    assert_eq!(fields[0], "acct:1\nacct:2");
+    assert_eq!(fields[1], "acct:1");
+    assert!(fields[2].parse::<u64>().is_ok(), "{text}");
+    assert!(owner_of(&server, "acct:1").is_none(), "released");
+    // A key held elsewhere: nothing is taken, exit 75 with --wait 0.
+    let held = support::acquire_as(&server, "acct:2", "someone", 60_000);
+    assert!(held.is_some());
+    let out = lockctl_run(
+        &server,
+        &[
+            "run", "--wait", "0", "--key", "acct:1", "--key", "acct:2", "--", "true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(75), "{}", support::stderr(&out));
+    assert!(owner_of(&server, "acct:1").is_none(), "all or nothing");
+    // Usage errors before any server is asked.
+    for args in [
+        vec!["run", "--key", "a", "--key", "a", "--", "true"],
+        vec!["run", "--shared", "--key", "a", "--key", "b", "--", "true"],
+        vec!["run", "--", "true"],
+        vec![
+            "run",
+            "--limit",
+            "10",
+            "--permits",
+            "11",
+            "pool",
+            "--",
+            "true",
+        ],
+        vec!["run", "--permits", "2", "pool", "--", "true"],
+    ] {
+        let out = lockctl_run(&server, &args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            support::stderr(&out)
+        );
+    }
+    // Several permits: 7 of 10 held, 4 more do not fit, 3 do.
+    let mut seven = support::lockctl(&[&server]);
+    seven.args([
+        "run",
+        "--limit",
+        "10",
+        "--permits",
+        "7",
+        "pool",
+        "--",
+        "sleep",
+        "30",
+    ]);
+    let _seven = support::Spawned::new(&mut seven);
+    assert!(eventually(WITHIN, || info(&server, "pool")
+        .is_some_and(|i| i["permits_free"] == "3")));
+    let out = lockctl_run(
+        &server,
+        &[
+            "run",
+            "--wait",
+            "0",
+            "--limit",
+            "10",
+            "--permits",
+            "4",
+            "pool",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(75), "{}", support::stderr(&out));
+    let out = lockctl_run(
+        &server,
+        &[
+            "run",
+            "--wait",
+            "0",
+            "--limit",
+            "10",
+            "--permits",
+            "3",
+            "pool",
+            "--",
+            "true",
+        ],
+    );
+    assert!(out.status.success(), "{}", support::stderr(&out));
 }
