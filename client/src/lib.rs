@@ -25,7 +25,17 @@
 //!   [`Mode::Exclusive`]): [`Mode::shared`] is the read side of a read-write lock (sound over a
 //!   quorum too), [`Mode::limited`] a counting semaphore (one server or a Redis Cluster only:
 //!   over independent masters it is refused, [`Error::UnsoundSemaphore`]). Each holder renews
-//!   and releases its own hold; [`Relock::holders`] lists them.
+//!   and releases its own hold; [`Relock::holders`] lists them. [`Relock::with_permits`] takes
+//!   several permits of a semaphore at once; [`Lock::downgrade`] turns a write lock into a
+//!   read lock without letting a writer in between.
+//! - [`Relock::acquire_all`] takes several keys all or nothing with one token
+//!   (`LOCK.MACQUIRE`); [`Relock::wait_all`] waits for them in sorted order, which never
+//!   deadlocks; a [`LockGroup`] is renewed and released as one.
+//! - owners name their process, `<host>/<pid>/<32 hex random>` ([`Options::owner_prefix`]);
+//!   a guard that loses its hold says why, from the masters' journals
+//!   ([`GuardedLock::loss`], [`LossReason`]);
+//! - a master in its restart grace (`relock.restart-grace-ms`) counts as one that did not
+//!   grant ([`NodeFailure::RestartGrace`]).
 //!
 //! ```no_run
 //! use std::time::Duration;

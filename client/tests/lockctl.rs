@@ -101,7 +101,10 @@ fn gives_the_command_key_owner_and_token() {
     let first: Vec<&str> = lines.next().expect("env line").split(' ').collect();
     assert_eq!(first.len(), 3, "{text}");
     assert_eq!(first[0], KEY);
-    assert!(is_default_owner(first[1]), "owner is <host>/<pid>/<32 hex>: {text}");
+    assert!(
+        is_default_owner(first[1]),
+        "owner is <host>/<pid>/<32 hex>: {text}"
+    );
     let token: u64 = first[2].parse().expect("numeric token");
     assert!(token > 0);
     // While the command ran, the server saw that owner and that token.
