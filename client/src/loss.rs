@@ -339,10 +339,11 @@ pub(crate) fn unexplained(key: &str, unrenewed: Duration, seen: &str) -> Loss {
     }
 }
 
-/// Asks every master's journal (`LOCK.HISTORY key 16` and `TIME`, one round trip each, all at
-/// once, each bounded by the node timeout) why `owner`'s hold of one of `keys` ended, and
-/// explains the loss the client saw (`seen`) after `unrenewed` without a successful renewal.
-/// `tokens` are the hold's tokens per master (in the client's order), where known.
+/// Asks every master's journal why `owner`'s hold of `keys` ended, and explains the loss the
+/// client saw (`seen`) after `unrenewed` without a successful renewal. One round trip per
+/// master (per hash slot on a cluster, those concurrently): `LOCK.HISTORY key 16` for every
+/// key and `TIME` in one pipeline, each bounded by the node timeout. `tokens` are the hold's
+/// tokens per master (in the client's order), where known.
 pub(crate) async fn explain(
     masters: &crate::masters::Masters,
     keys: &[String],
@@ -352,29 +353,41 @@ pub(crate) async fn explain(
     seen: &str,
 ) -> Loss {
     let first = keys.first().map(String::as_str).unwrap_or_default();
-    for key in keys {
+    let parts = crate::group::parts_of(masters.is_cluster(), keys);
+    let asked = futures_util::future::join_all(parts.iter().map(|part| async move {
         let mut pipe = redis::pipe();
-        pipe.cmd("LOCK.HISTORY").arg(key).arg(HISTORY_COUNT);
+        for key in part {
+            pipe.cmd("LOCK.HISTORY").arg(key).arg(HISTORY_COUNT);
+        }
         pipe.cmd("TIME");
-        let reports = masters.ask_each_pipeline(key, &pipe).await;
+        let route = part.first().map(String::as_str).unwrap_or_default();
+        (part, masters.ask_each_pipeline(route, &pipe).await)
+    }))
+    .await;
+    for (part, reports) in asked {
         for (i, report) in reports.into_iter().enumerate() {
-            let values = match report.result {
-                Ok(values) => values,
+            let mut values = match report.result {
+                Ok(values) if values.len() == part.len() + 1 => values,
+                Ok(values) => {
+                    tracing::debug!(node = %report.node, ?values, "LOCK.HISTORY: odd reply");
+                    continue;
+                }
                 Err(e) => {
-                    tracing::debug!(key, node = %report.node, error = %e, "no LOCK.HISTORY");
+                    tracing::debug!(node = %report.node, error = %e, "no LOCK.HISTORY");
                     continue;
                 }
             };
-            let (Some(history), Some(time)) = (values.first(), values.get(1)) else {
-                continue;
-            };
-            let (Ok(entries), Ok(now_ms)) = (parse_history(history.clone()), parse_time(time))
-            else {
+            let Some(Ok(now_ms)) = values.pop().as_ref().map(parse_time) else {
                 continue;
             };
             let token = tokens.get(i).copied().flatten();
-            if let Some(entry) = find_entry(&entries, owner, token, now_ms, unrenewed) {
-                return explained(key, &report.node, entry, now_ms, unrenewed, seen);
+            for (key, history) in part.iter().zip(values) {
+                let Ok(entries) = parse_history(history) else {
+                    continue;
+                };
+                if let Some(entry) = find_entry(&entries, owner, token, now_ms, unrenewed) {
+                    return explained(key, &report.node, entry, now_ms, unrenewed, seen);
+                }
             }
         }
     }

@@ -583,3 +583,115 @@ fn lockctl_runs_with_several_keys_and_several_permits() {
     );
     assert!(out.status.success(), "{}", support::stderr(&out));
 }
+
+/// A group's guard loses the whole group when one key goes, and says which and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_guard_says_which_key_went_and_why() {
+    let server = Server::start();
+    let relock = client(&[&server]);
+    let keys: Vec<String> = (0..200).map(|i| format!("g:{i:03}")).collect();
+    let guard = relock
+        .acquire_all(&keys, TTL)
+        .await
+        .expect("group")
+        .keep_alive();
+    assert_eq!(guard.hold().keys.len(), 200);
+    let _: i64 = redis::cmd("DEL")
+        .arg("g:150")
+        .query(&mut server.conn())
+        .expect("DEL");
+    assert!(
+        guard.renew_now().await.is_err(),
+        "part of the group is gone"
+    );
+    let asked = tokio::time::Instant::now();
+    let loss = tokio::time::timeout(WITHIN, guard.hold().loss.explained())
+        .await
+        .expect("explained")
+        .expect("a loss");
+    eprintln!("{loss} (explained {:?} after the loss)", asked.elapsed());
+    assert_eq!(loss.reason, relock_client::LossReason::Deleted);
+    assert_eq!(loss.key, "g:150");
+    assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
+    // The rest of the group was released after the loss.
+    assert!(owner_of(&server, "g:000").is_none());
+}
+
+/// A wait for a group dropped half-way leaves nothing held behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_wait_all_leaves_nothing_behind() {
+    let server = Server::start();
+    let relock = client(&[&server]);
+    let c = relock.acquire("c", TTL).await.expect("c");
+    let waiting = {
+        let relock = relock.clone();
+        tokio::spawn(async move { relock.wait_all(&["a", "b", "c"], TTL, None).await })
+    };
+    assert!(eventually(WITHIN, || waiters(&server, "c") == 1));
+    assert!(owner_of(&server, "a").is_some() && owner_of(&server, "b").is_some());
+    waiting.abort();
+    let _ = waiting.await;
+    relock.settle().await;
+    assert!(eventually(WITHIN, || owner_of(&server, "a").is_none()
+        && owner_of(&server, "b").is_none()
+        && waiters(&server, "c") == 0));
+    c.release().await.expect("release");
+}
+
+/// A master that vanishes during a hold: the loss is told by the validity's end and explained
+/// (it cannot know why) within a node timeout more, not left hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_master_cannot_say_why() {
+    let mut server = Server::start();
+    let node_timeout = Duration::from_millis(300);
+    let relock = Relock::with_options(
+        &[server.url()],
+        Options {
+            node_timeout,
+            ..Options::default()
+        },
+    )
+    .expect("client");
+    let guard = relock
+        .guard("gone", Duration::from_millis(1500))
+        .await
+        .expect("guard");
+    server.kill();
+    tokio::time::timeout(WITHIN, guard.lost().cancelled())
+        .await
+        .expect("lost");
+    let told = tokio::time::Instant::now();
+    let loss = guard.hold().loss.explained().await.expect("a loss");
+    let took = told.elapsed();
+    eprintln!("{loss} ({took:?} after the loss signal)");
+    assert_eq!(loss.reason, relock_client::LossReason::Unknown);
+    assert!(took < node_timeout * 3, "{took:?}");
+    assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
+}
+
+/// Over three masters, waiters for overlapping keys in opposite orders never deadlock either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn opposite_orders_never_deadlock_over_three_masters() {
+    const ROUNDS: usize = 40;
+    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let refs: Vec<&Server> = servers.iter().collect();
+    let mut tasks = Vec::new();
+    for keys in [["r0", "r1", "r2"], ["r2", "r1", "r0"]] {
+        let relock = client(&refs);
+        tasks.push(tokio::spawn(async move {
+            for round in 0..ROUNDS {
+                let group = relock
+                    .wait_all(&keys, Duration::from_secs(10), Some(WITHIN))
+                    .await
+                    .unwrap_or_else(|e| panic!("round {round}: {e}"));
+                group.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(WITHIN * 4, task)
+            .await
+            .expect("no deadlock")
+            .expect("task");
+    }
+}
