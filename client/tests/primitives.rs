@@ -248,12 +248,32 @@ async fn the_most_keys_a_group_may_have() {
     let keys: Vec<String> = (0..relock_client::MAX_KEYS)
         .map(|i| format!("k:{i:03}"))
         .collect();
+    let started = tokio::time::Instant::now();
     let group = relock.acquire_all(&keys, TTL).await.expect("256 keys");
+    eprintln!("acquire_all of 256 keys: {:?}", started.elapsed());
     assert_eq!(group.keys().len(), 256);
     let guard = group.keep_alive();
     guard.renew_now().await.expect("renewed as one");
     guard.release().await.expect("released");
     assert!(owner_of(&server, "k:255").is_none());
+    // 256 keys the slow way: the first is held, so every key is waited for one by one.
+    let first = relock.acquire("k:000", TTL).await.expect("k:000");
+    let waiting = {
+        let (relock, keys) = (relock.clone(), keys.clone());
+        tokio::spawn(async move { relock.wait_all(&keys, TTL, Some(WITHIN)).await })
+    };
+    assert!(eventually(WITHIN, || waiters(&server, "k:000") == 1));
+    let started = tokio::time::Instant::now();
+    first.release().await.expect("release");
+    let group = tokio::time::timeout(WITHIN, waiting)
+        .await
+        .expect("granted")
+        .expect("task")
+        .expect("256 keys, one by one");
+    eprintln!("wait_all of 256 keys, one by one: {:?}", started.elapsed());
+    assert!(group.keys().iter().all(|k| group.token_of(k).is_some()));
+    group.release().await.expect("release");
+    assert!(owner_of(&server, "k:128").is_none());
     let mut more = keys.clone();
     more.push("k:256".into());
     let err = relock.acquire_all(&more, TTL).await.expect_err("257");
