@@ -38,7 +38,7 @@ use super::shared::{Holder, Mode};
 use super::stats::Stats;
 use super::tokens::{Clock, Tokens};
 use super::waiters::{Deadline, Removed, Waiter, Waiters};
-use super::watch::{At, EndedHold, Watch};
+use super::watch::{EndedHold, Watch};
 
 mod group;
 mod lapsed;
@@ -330,11 +330,7 @@ impl<T: Handles> Engine<T> {
             } else {
                 String::new()
             };
-            let at = At {
-                key: key.id(),
-                now,
-                waiters: self.waiters.queued(key.id()),
-            };
+            let at = self.watch.at(key.id(), now, self.waiters.queued(key.id()));
             for hold in &ended_holds {
                 self.watch.lost(at, hold, Reason::ForceReleased, &client);
             }
@@ -455,11 +451,7 @@ impl<T: Handles> Engine<T> {
     /// evicted, overwritten, moved...): the journal and the hold distribution learn of them.
     /// `holds` describes them, at most [`Engine::describes`] of them.
     pub fn holds_lost(&mut self, key: KeyRef<'_>, now: i64, reason: Reason, holds: &[EndedHold]) {
-        let at = At {
-            key,
-            now,
-            waiters: self.waiters.queued(key),
-        };
+        let at = self.watch.at(key, now, self.waiters.queued(key));
         for hold in holds {
             self.watch.lost(at, hold, reason, "");
         }
@@ -1039,11 +1031,8 @@ impl<T: Handles> Engine<T> {
             return;
         }
         if let Some(hold) = end_hold(&mut key, &owner) {
-            let at = At {
-                key: id.as_ref(),
-                now: host.now_ms(),
-                waiters: self.waiters.queued(id.as_ref()),
-            };
+            let waiters = self.waiters.queued(id.as_ref());
+            let at = self.watch.at(id.as_ref(), host.now_ms(), waiters);
             self.watch.lost(at, &hold, Reason::Revoked, "");
         }
         key.notify(Event::Released);
