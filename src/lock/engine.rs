@@ -26,6 +26,7 @@
 //!   retried; on a replica the waiters fail with `READONLY`.
 
 use super::decide::{self, Downgrade, Kind, Next, Release, Seen, Take};
+use super::edit::{self, end_hold, ended_hold, ended_holder, expiry, next_deadline, refresh};
 use super::errors::{LockError, Refusal};
 use super::grace::Grace;
 use super::host::{Blocked, Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
@@ -37,7 +38,11 @@ use super::shared::{Holder, Mode};
 use super::stats::Stats;
 use super::tokens::{Clock, Tokens};
 use super::waiters::{Deadline, Removed, Waiter, Waiters};
-use super::watch::{At, EndedHold, Watch};
+use super::watch::{EndedHold, Watch};
+
+mod group;
+mod lapsed;
+mod reads;
 
 pub use super::schedule::{MAX_TIMER_MS, RETRY_MS};
 
@@ -52,88 +57,8 @@ pub const GRANT_BATCH: usize = TURN_BUDGET;
 /// Lapsed leases one prune job removes at most (each one effect for replicas and the AOF).
 pub const PRUNE_SLICE: usize = 128;
 
+pub use super::reply::{HolderInfo, Info, Reply, Request, Wait, WaiterInfo};
 pub use super::shared::QUICK_TIDY_HOLDERS;
-
-/// What a command answers.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reply {
-    Integer(u64),
-    Nil,
-    Ok,
-    Error(LockError),
-    /// `LOCK.INFO`'s map.
-    Info(Info),
-    /// `LOCK.HOLDERS`: one entry per holder, in grant order.
-    Holders(Vec<HolderInfo>),
-    /// `LOCK.WAITERS`: one entry per waiter, in queue order.
-    Waiters(Vec<WaiterInfo>),
-    /// `LOCK.MACQUIRE`: each key's token, in argument order.
-    Tokens(Vec<u64>),
-    /// The client is blocked; its answer comes later through [`Host::unblock`].
-    Blocked,
-}
-
-/// One entry of `LOCK.WAITERS`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WaiterInfo {
-    pub owner: Box<[u8]>,
-    pub mode: Mode,
-    /// The waiting connection's id.
-    pub client: u64,
-    /// Ms since it queued.
-    pub waited_ms: u64,
-    /// Ms left before it times out, -1 without a timeout.
-    pub timeout_ms: i64,
-    /// The ttl it asked for.
-    pub ttl_ms: u64,
-}
-
-/// An acquiring request: `LOCK.ACQUIRE`, `LOCK.REENTER`, and what `LOCK.WAIT` asks for.
-#[derive(Clone, Copy, Debug)]
-pub struct Request<'a> {
-    pub owner: &'a [u8],
-    /// Exclusive, or shared (with a limit).
-    pub mode: Mode,
-    /// The lease of the hold it gets.
-    pub ttl_ms: u64,
-}
-
-/// What a `LOCK.WAIT` asks for.
-#[derive(Clone, Copy, Debug)]
-pub struct Wait<'a> {
-    pub request: Request<'a>,
-    /// How long it waits at most (0: no limit).
-    pub timeout_ms: u64,
-}
-
-/// What `LOCK.INFO` reports about a lock.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Info {
-    /// The holder of an exclusive lock (none for a shared key).
-    pub owner: Option<Box<[u8]>>,
-    pub token: Option<u64>,
-    pub count: Option<u32>,
-    /// Remaining lifetime in ms (of the latest lease of a shared key), -1 without an expiry.
-    pub ttl_ms: i64,
-    pub waiters: usize,
-    pub mode: Mode,
-    /// Live holds.
-    pub holders: usize,
-    /// A semaphore's free permits; 0 for an exclusive lock, -1 for a shared key without limit.
-    pub permits_free: i64,
-}
-
-/// One entry of `LOCK.HOLDERS`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HolderInfo {
-    pub owner: Box<[u8]>,
-    pub token: u64,
-    pub count: u32,
-    /// Remaining lease in ms, -1 without an expiry.
-    pub ttl_ms: i64,
-    /// The permits it holds (1 for an exclusive hold and a reader).
-    pub permits: u32,
-}
 
 /// The time the host reports, as the token counter's clock.
 struct Now(i64);
@@ -269,7 +194,7 @@ impl<T: Handles> Engine<T> {
                 Reply::Nil
             }
             Release::Decrement { count } => {
-                let token = self.set_count(key, owner, count);
+                let token = edit::set_count(key, owner, count);
                 self.waiters.confirm(token);
                 Reply::Integer(u64::from(count))
             }
@@ -315,116 +240,6 @@ impl<T: Handles> Engine<T> {
         reply
     }
 
-    /// `LOCK.MACQUIRE numkeys key... owner ttl_ms`: exclusive holds on every key or on none. A
-    /// key the owner holds already counts as granted (a new lease, its own token); the new holds
-    /// share one new token. Replies each key's token in argument order; nil if any key is taken
-    /// or has waiters (nothing changes); the first refusal if any key can never be granted.
-    /// O(numkeys).
-    pub fn macquire<H: Host<T>>(
-        &mut self,
-        host: &mut H,
-        keys: &mut [H::Key],
-        owner: &[u8],
-        ttl_ms: u64,
-    ) -> Reply {
-        if !self.grace.allows_ttl(ttl_ms) {
-            return Reply::Error(Refusal::TtlAboveGrace.into());
-        }
-        let request = Request {
-            owner,
-            ttl_ms,
-            mode: Mode::Exclusive,
-        };
-        let mut decisions = Vec::with_capacity(keys.len());
-        let mut taken = false;
-        for key in keys.iter() {
-            match self.decide_take(host, key, &request, Kind::Acquire) {
-                Take::Refuse(refusal) => return Reply::Error(refusal.into()),
-                Take::Wait => taken = true,
-                decision => decisions.push(decision),
-            }
-        }
-        if taken {
-            self.stats.contended += 1;
-            for key in keys.iter() {
-                self.watch.contended(key.id());
-            }
-            return Reply::Nil;
-        }
-        let now = host.now_ms();
-        let lease_end = expiry(now, ttl_ms);
-        let group_token = if decisions.contains(&Take::Grant) {
-            if let Some(ms) = self.grace.left_ms(host.now_us()) {
-                return Reply::Error(Refusal::Grace(ms).into());
-            }
-            match self.tokens.issue(&Now(now)) {
-                Some(token) => Some(token),
-                None => return Reply::Error(Refusal::NoTokens.into()),
-            }
-        } else {
-            None
-        };
-        let mut tokens = Vec::with_capacity(keys.len());
-        for (key, decision) in keys.iter_mut().zip(decisions) {
-            let token = match (decision, group_token) {
-                (Take::Grant, Some(token)) => {
-                    self.put_exclusive(key, owner, token, now, lease_end);
-                    self.stats.acquired += 1;
-                    token
-                }
-                (Take::Refresh { count }, _) => {
-                    let token = refresh(key, owner, Some(count), lease_end);
-                    self.waiters.confirm(token);
-                    token
-                }
-                _ => unreachable!("a grant has the group's token"),
-            };
-            key.notify(Event::Acquired);
-            self.expiry_moved(host, key);
-            self.note_lapsed(host, key);
-            tokens.push(token);
-        }
-        Reply::Tokens(tokens)
-    }
-
-    /// `LOCK.MRELEASE numkeys key... owner`: `LOCK.RELEASE` of each key; replies how many the
-    /// owner held.
-    pub fn mrelease<H: Host<T>>(
-        &mut self,
-        host: &mut H,
-        keys: &mut [H::Key],
-        owner: &[u8],
-    ) -> Reply {
-        let mut held = 0;
-        for key in keys.iter_mut() {
-            if self.release(host, key, owner) != Reply::Nil {
-                held += 1;
-            }
-        }
-        Reply::Integer(held)
-    }
-
-    /// `LOCK.MRENEW numkeys key... owner ttl_ms`: `LOCK.RENEW` of each key; replies how many the
-    /// owner held.
-    pub fn mrenew<H: Host<T>>(
-        &mut self,
-        host: &mut H,
-        keys: &mut [H::Key],
-        owner: &[u8],
-        ttl_ms: u64,
-    ) -> Reply {
-        if !self.grace.allows_ttl(ttl_ms) {
-            return Reply::Error(Refusal::TtlAboveGrace.into());
-        }
-        let mut held = 0;
-        for key in keys.iter_mut() {
-            if self.renew(host, key, owner, ttl_ms) != Reply::Nil {
-                held += 1;
-            }
-        }
-        Reply::Integer(held)
-    }
-
     /// `LOCK.DOWNGRADE key owner`: the owner's exclusive hold becomes a shared hold of the same
     /// key (same token, lease, count and grant time; no limit), and the shared waiters at the
     /// head of the queue are granted with it, in the same step. Replies the token; nil if the
@@ -433,7 +248,11 @@ impl<T: Handles> Engine<T> {
         let now = host.now_ms();
         let reply = match decide::downgrade(Seen::of(key, owner, || now), owner) {
             Downgrade::NotHeld => Reply::Nil,
-            Downgrade::Already { token } => Reply::Integer(token),
+            Downgrade::Already { token } => {
+                // The owner acted on its hold: it knows of it, a lost answer revokes nothing.
+                self.waiters.confirm(token);
+                Reply::Integer(token)
+            }
             Downgrade::Refuse(refusal) => Reply::Error(refusal.into()),
             Downgrade::Go => {
                 let Some(hold) = key.hold() else {
@@ -511,11 +330,7 @@ impl<T: Handles> Engine<T> {
             } else {
                 String::new()
             };
-            let at = At {
-                key: key.id(),
-                now,
-                waiters: self.waiters.queued(key.id()),
-            };
+            let at = self.watch.at(key.id(), now, self.waiters.queued(key.id()));
             for hold in &ended_holds {
                 self.watch.lost(at, hold, Reason::ForceReleased, &client);
             }
@@ -525,100 +340,6 @@ impl<T: Handles> Engine<T> {
         }
         self.note_lapsed(host, key);
         Reply::Integer(ended as u64)
-    }
-
-    /// `LOCK.INFO`: the hold (or how many share the key), the remaining lifetime, how many wait
-    /// for it, its mode and limit; nil if free. O(log H).
-    pub fn info<H: Host<T>>(&self, host: &H, key: &H::Key) -> Reply {
-        let now = host.now_ms();
-        let ttl = |end: Option<i64>| end.map_or(-1, |end| end.saturating_sub(now).max(0));
-        let info = match key.lock() {
-            None => return Reply::Nil,
-            Some(LockRef::Exclusive(hold)) => Info {
-                owner: Some(hold.owner().into()),
-                token: Some(hold.token()),
-                count: Some(hold.count()),
-                ttl_ms: ttl(key.expires_at()),
-                waiters: self.waiters.queued(key.id()),
-                mode: Mode::Exclusive,
-                holders: 1,
-                permits_free: 0,
-            },
-            Some(LockRef::Shared(shared)) => {
-                // Lapsed leases are gone for every command, even before the engine ends them.
-                let Some(last) = shared.live_last_lease_end(now) else {
-                    return Reply::Nil;
-                };
-                Info {
-                    owner: None,
-                    token: None,
-                    count: None,
-                    ttl_ms: ttl(Some(last)),
-                    waiters: self.waiters.queued(key.id()),
-                    mode: Mode::shared(shared.limit()),
-                    holders: shared.live(now),
-                    permits_free: match shared.limit() {
-                        0 => -1,
-                        limit => i64::from(limit).saturating_sub(shared.live_permits(now) as i64),
-                    },
-                }
-            }
-        };
-        Reply::Info(info)
-    }
-
-    /// `LOCK.HOLDERS key [OWNER owner] [COUNT n]`: the live holds in grant order (at most
-    /// `count`, 0: all), or only `owner`'s; nil if the key has no lock.
-    pub fn holders<H: Host<T>>(
-        &self,
-        host: &H,
-        key: &H::Key,
-        owner: Option<&[u8]>,
-        count: usize,
-    ) -> Reply {
-        let now = host.now_ms();
-        let ttl = |end: Option<i64>| end.map_or(-1, |end| end.saturating_sub(now).max(0));
-        let entry = |owner: &[u8], h: Holder| HolderInfo {
-            owner: owner.into(),
-            token: h.token,
-            count: h.count,
-            ttl_ms: ttl(Some(h.lease_end)),
-            permits: h.permits,
-        };
-        let list = match key.lock() {
-            None => return Reply::Nil,
-            Some(LockRef::Exclusive(hold)) => {
-                if owner.is_some_and(|o| !hold.is_held_by(o)) {
-                    Vec::new()
-                } else {
-                    vec![HolderInfo {
-                        owner: hold.owner().into(),
-                        token: hold.token(),
-                        count: hold.count(),
-                        ttl_ms: ttl(key.expires_at()),
-                        permits: 1,
-                    }]
-                }
-            }
-            Some(LockRef::Shared(shared)) => {
-                if shared.live_last_lease_end(now).is_none() {
-                    return Reply::Nil;
-                }
-                match owner {
-                    Some(owner) => shared
-                        .get_alive(owner, now)
-                        .map(|h| entry(owner, h))
-                        .into_iter()
-                        .collect(),
-                    None => shared
-                        .first_alive(count, now)
-                        .into_iter()
-                        .map(|(o, h)| entry(o, h))
-                        .collect(),
-                }
-            }
-        };
-        Reply::Holders(list)
     }
 
     /// `LOCK.APPLY`: sets a hold exactly as given (the effect replicas and the AOF receive).
@@ -695,6 +416,18 @@ impl<T: Handles> Engine<T> {
     /// waits for it, it is served after the current command.
     pub fn key_changed<H: Host<T>>(&mut self, host: &mut H, key: KeyRef<'_>) {
         if self.waiters.queued(key) > 0 {
+            self.schedule.push(host, Job::Serve(key.to_id()));
+        }
+    }
+
+    /// A value arrived at `key` behind the engine's back (`RESTORE`, `COPY`, `RENAME`,
+    /// `MOVE`): if anyone waits for it, its whole queue is checked against the new value after
+    /// the current command. Only arrivals: a key that was deleted or expired brings no value
+    /// that could refuse a waiter, and by the time the check ran the key could hold what the
+    /// engine itself granted since (a waiter behind the head would be failed for a hold its own
+    /// owner was just granted on another connection).
+    pub fn value_arrived<H: Host<T>>(&mut self, host: &mut H, key: KeyRef<'_>) {
+        if self.waiters.queued(key) > 0 {
             self.value_changed(host, key.to_id());
         }
     }
@@ -718,11 +451,7 @@ impl<T: Handles> Engine<T> {
     /// evicted, overwritten, moved...): the journal and the hold distribution learn of them.
     /// `holds` describes them, at most [`Engine::describes`] of them.
     pub fn holds_lost(&mut self, key: KeyRef<'_>, now: i64, reason: Reason, holds: &[EndedHold]) {
-        let at = At {
-            key,
-            now,
-            waiters: self.waiters.queued(key),
-        };
+        let at = self.watch.at(key, now, self.waiters.queued(key));
         for hold in holds {
             self.watch.lost(at, hold, reason, "");
         }
@@ -873,29 +602,6 @@ impl<T: Handles> Engine<T> {
     /// The journal and the statistics, to configure or reset.
     pub fn watch_mut(&mut self) -> &mut Watch {
         &mut self.watch
-    }
-
-    /// `LOCK.WAITERS key [COUNT n]`: the first `count` waiters of `key` (0: all), in queue
-    /// order. O(min(count, N)).
-    pub fn waiters_of<H: Host<T>>(&self, host: &H, key: KeyRef<'_>, count: usize) -> Reply {
-        let (now, now_us) = (host.now_ms(), host.now_us());
-        let count = if count == 0 { usize::MAX } else { count };
-        let list = self
-            .waiters
-            .iter(key)
-            .take(count)
-            .map(|(_, w)| WaiterInfo {
-                owner: w.owner.clone(),
-                mode: w.mode,
-                client: w.connection,
-                waited_ms: now_us.saturating_sub(w.since_us) / 1000,
-                timeout_ms: w
-                    .times_out_at
-                    .map_or(-1, |at| at.saturating_sub(now).max(0)),
-                ttl_ms: w.ttl_ms,
-            })
-            .collect();
-        Reply::Waiters(list)
     }
 
     /// The counters.
@@ -1063,93 +769,6 @@ impl<T: Handles> Engine<T> {
             ended += 1;
         }
         self.lapsed_ended(key, ended);
-    }
-
-    /// The caller's own shared lease lapsed: it is removed now, in its command, so that the
-    /// caller who learns its hold is gone (a nil from `LOCK.RENEW` or `LOCK.RELEASE`) finds why
-    /// in `LOCK.HISTORY` at once.
-    fn end_own_lapsed<K: Key>(&mut self, key: &mut K, owner: &[u8], now: i64) {
-        let lapsed = key
-            .shared()
-            .and_then(|s| s.get(owner))
-            .is_some_and(|h| !h.alive_at(now));
-        if !lapsed {
-            return;
-        }
-        self.journal_one_lapsed(key, owner);
-        key.end_lapsed(owner);
-        if key.lock().is_some() {
-            self.lapsed_ended(key, 1);
-        } else {
-            self.stats.expired += 1;
-        }
-    }
-
-    /// The journal learns of the lapsed leases of a shared key about to be replaced whole (as
-    /// many as it and the hold distribution can use).
-    fn journal_lapsed<K: Key>(&mut self, key: &K) {
-        if !self.watch.wants(Reason::Expired) {
-            return;
-        }
-        let Some(shared) = key.shared() else {
-            return;
-        };
-        let waiters = self.waiters.queued(key.id());
-        for (owner, holder) in shared.sample(self.watch.bulk()) {
-            let at = At {
-                key: key.id(),
-                now: holder.lease_end,
-                waiters,
-            };
-            self.watch
-                .lost(at, &ended_holder(owner, holder), Reason::Expired, "");
-        }
-    }
-
-    /// The journal learns of one lapsed lease about to be removed.
-    fn journal_one_lapsed<K: Key>(&mut self, key: &K, owner: &[u8]) {
-        if !self.watch.wants(Reason::Expired) {
-            return;
-        }
-        let Some(holder) = key.shared().and_then(|s| s.get(owner)) else {
-            return;
-        };
-        let at = At {
-            key: key.id(),
-            now: holder.lease_end,
-            waiters: self.waiters.queued(key.id()),
-        };
-        self.watch
-            .lost(at, &ended_holder(owner, holder), Reason::Expired, "");
-    }
-
-    /// `holds` lapsed leases were ended by the engine: counted, and signalled while the key
-    /// lives on.
-    fn lapsed_ended<K: Key>(&mut self, key: &mut K, holds: u64) {
-        if holds > 0 {
-            self.stats.expired += holds;
-            key.notify(Event::Expired);
-        }
-    }
-
-    /// The owner's count goes down to `count` (its lease unchanged); returns its token.
-    fn set_count<K: Key>(&mut self, key: &mut K, owner: &[u8], count: u32) -> u64 {
-        match key.lock() {
-            Some(LockRef::Exclusive(hold)) => {
-                let token = hold.token();
-                key.update(count, None);
-                token
-            }
-            Some(LockRef::Shared(shared)) => {
-                let limit = shared.limit();
-                let Some(held) = shared.get(owner) else {
-                    return 0;
-                };
-                key.put_holder(limit, owner, Holder { count, ..held });
-                held.token
-            }
-            None => 0,
-        }
     }
 
     // --- Queues and hand-off ---------------------------------------------------------------------
@@ -1412,82 +1031,13 @@ impl<T: Handles> Engine<T> {
             return;
         }
         if let Some(hold) = end_hold(&mut key, &owner) {
-            let at = At {
-                key: id.as_ref(),
-                now: host.now_ms(),
-                waiters: self.waiters.queued(id.as_ref()),
-            };
+            let waiters = self.waiters.queued(id.as_ref());
+            let at = self.watch.at(id.as_ref(), host.now_ms(), waiters);
             self.watch.lost(at, &hold, Reason::Revoked, "");
         }
         key.notify(Event::Released);
         self.stats.released += 1;
         self.grant_pass(host, &mut key, &id);
-    }
-
-    /// Removes a slice of a shared key's lapsed leases (they count for nothing already), at
-    /// most [`PRUNE_SLICE`] and what the turn's budget has left; queues itself again for the
-    /// rest, and compacts the set once none is left (if at most [`QUICK_TIDY_HOLDERS`] remain).
-    fn prune<H: Host<T>>(&mut self, host: &mut H, id: &KeyId) {
-        let Ok(mut key) = host.open(id) else {
-            return;
-        };
-        let now = host.now_ms();
-        let slice = PRUNE_SLICE
-            .min(TURN_BUDGET.saturating_sub(self.work))
-            .max(1);
-        let first_lapsed = |key: &H::Key| {
-            key.shared()
-                .and_then(|s| s.first_lease_end())
-                .filter(|(end, _)| *end < now)
-                .map(|(_, owner)| owner.to_vec())
-        };
-        let mut ended = 0;
-        while ended < slice {
-            let Some(owner) = first_lapsed(&key) else {
-                break;
-            };
-            self.journal_one_lapsed(&key, &owner);
-            key.end_lapsed(&owner);
-            ended += 1;
-        }
-        self.work += ended;
-        if key.lock().is_some() {
-            self.lapsed_ended(&mut key, ended as u64);
-        } else {
-            self.stats.expired += ended as u64;
-        }
-        if first_lapsed(&key).is_some() {
-            self.schedule.push(host, Job::Prune(id.clone()));
-        } else if key.shared().is_some_and(|s| s.len() <= QUICK_TIDY_HOLDERS) {
-            // Compacting costs what is left; a large set compacts with a later removal instead.
-            key.tidy();
-        }
-    }
-
-    /// Queues the removal of a shared key's lapsed leases, if it has any.
-    fn note_lapsed<H: Host<T>>(&mut self, host: &mut H, key: &H::Key) {
-        let Some(shared) = key.shared() else {
-            return;
-        };
-        if shared
-            .first_lease_end()
-            .is_some_and(|(end, _)| end < host.now_ms())
-        {
-            self.schedule.push(host, Job::Prune(key.id().to_id()));
-        }
-    }
-
-    /// Caps a shared key's TTL at its latest lease end (a shorter TTL stays: it ends every hold).
-    fn cap_to_leases<H: Host<T>>(&mut self, host: &mut H, id: &KeyId) {
-        let Ok(mut key) = host.open(id) else {
-            return;
-        };
-        let Some(last) = key.shared().and_then(|s| s.last_lease_end()) else {
-            return;
-        };
-        if key.expires_at().is_none_or(|expires_at| expires_at > last) {
-            key.cap_expiry(last);
-        }
     }
 
     fn stop_timers<H: Host<T>>(
@@ -1500,82 +1050,4 @@ impl<T: Handles> Engine<T> {
             self.schedule.stop(host, timer);
         }
     }
-}
-
-/// Sets `owner`'s hold to end at `lease_end` (and its count to `count`, if given); returns its
-/// token (0 if it holds nothing).
-fn refresh<K: Key>(key: &mut K, owner: &[u8], count: Option<u32>, lease_end: i64) -> u64 {
-    match key.lock() {
-        Some(LockRef::Exclusive(hold)) => {
-            let (token, held) = (hold.token(), hold.count());
-            key.update(count.unwrap_or(held), Some(lease_end));
-            token
-        }
-        Some(LockRef::Shared(shared)) => {
-            let limit = shared.limit();
-            let Some(held) = shared.get(owner) else {
-                return 0;
-            };
-            let count = count.unwrap_or(held.count);
-            key.put_holder(
-                limit,
-                owner,
-                Holder {
-                    count,
-                    lease_end,
-                    ..held
-                },
-            );
-            held.token
-        }
-        None => 0,
-    }
-}
-
-/// Ends `owner`'s hold (the whole lock if exclusive); returns what it was.
-fn end_hold<K: Key>(key: &mut K, owner: &[u8]) -> Option<EndedHold> {
-    let ended = match key.lock()? {
-        LockRef::Exclusive(hold) => {
-            let ended = ended_hold(hold);
-            key.remove();
-            return Some(ended);
-        }
-        LockRef::Shared(shared) => {
-            let h = shared.get(owner)?;
-            ended_holder(owner, h)
-        }
-    };
-    key.remove_holder(owner);
-    Some(ended)
-}
-
-/// An exclusive hold, as the journal describes it.
-fn ended_hold(hold: &Hold) -> EndedHold {
-    EndedHold {
-        owner: hold.owner().into(),
-        token: hold.token(),
-        granted_at: hold.granted_at(),
-    }
-}
-
-/// A shared holder, as the journal describes it.
-fn ended_holder(owner: &[u8], holder: Holder) -> EndedHold {
-    EndedHold {
-        owner: owner.into(),
-        token: holder.token,
-        granted_at: holder.granted_at,
-    }
-}
-
-/// When a hold of the key next ends: the lock's expiry, or a shared key's next live lease end
-/// (each one may make room for the head; the lapsed one is then removed by a prune job).
-fn next_deadline<K: Key>(key: &K, now: i64) -> Option<i64> {
-    match key.lock()? {
-        LockRef::Exclusive(_) => key.expires_at(),
-        LockRef::Shared(shared) => shared.next_lease_end(now),
-    }
-}
-
-fn expiry(now: i64, ttl_ms: u64) -> i64 {
-    now.saturating_add(i64::try_from(ttl_ms).unwrap_or(i64::MAX))
 }

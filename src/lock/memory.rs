@@ -611,7 +611,7 @@ impl Sim {
     pub fn bring_shared(&mut self, key: &[u8], shared: Shared) {
         self.place_shared(key, shared);
         self.engine
-            .key_changed(&mut self.host, KeyRef { db: DB, name: key });
+            .value_arrived(&mut self.host, KeyRef { db: DB, name: key });
     }
 
     /// `SWAPDB` brings `shared` to `key`: the server reports the whole db changed, not the key.

@@ -7,6 +7,8 @@
 //! - [`waiters`]: every key's queue, every blocked client's ticket, the answers in flight.
 //! - [`schedule`]: every timer and deferred job, behind one host timer, a bounded slice a turn.
 //! - [`host`]: what the engine needs from the server (keys, timers, blocked clients, state).
+//! - [`reply`]: what the engine answers and what it is asked, as plain data.
+//! - [`edit`]: what commands do to one key's holds (refresh, end, describe), as functions.
 //! - [`effect`]: what replicas and the AOF receive for each change, and how it is spelled.
 //! - [`packed`]: the packed layout of a [`Hold`] (the engine's only `unsafe`).
 //! - [`shared`]: the holders of a shared key, with O(log H) lease and order queries.
@@ -25,6 +27,7 @@
 pub mod args;
 pub mod contention;
 pub mod decide;
+pub mod edit;
 pub mod effect;
 pub mod engine;
 pub mod errors;
@@ -35,6 +38,7 @@ pub mod journal;
 pub mod memory;
 pub mod packed;
 pub mod queue;
+pub mod reply;
 pub mod schedule;
 pub mod shared;
 pub mod stats;

@@ -86,27 +86,27 @@ extern "C" fn on_keyspace_event(
             unsafe { CStr::from_ptr(event) }
         };
         // A lock Redis just unlinked: this notification says why.
-        if let Some(gone) = globals::take_unlinked(db, name) {
+        if let Some(gone) = globals::take_unlinked(db, name, event) {
             let reason = unlinked::reason(event);
             globals::report(&mut RedisHost::new(ctx), Report::Lost { reason, gone });
         }
         // A shared key's TTL must not outlive its leases: watch what sets or removes TTLs or
         // brings a value in, while shared keys exist, and only for a key that is one (a look
         // per event, no job: `expire` fires for every `SET EX` on the server).
-        let ttl_set = (event == c"expire"
-            || event == c"persist"
-            || event == c"restore"
+        let arrived = event == c"restore"
             || event == c"copy_to"
             || event == c"rename_to"
-            || event == c"move_to")
+            || event == c"move_to";
+        let ttl_set = (arrived || event == c"expire" || event == c"persist")
             && globals::shared_values_exist()
             && host::is_shared_lock(ctx, key);
         if ttl_set {
             let name = name.to_vec();
             globals::report(&mut RedisHost::new(ctx), Report::TtlChanged { db, name });
-        } else {
-            globals::key_changed(&mut RedisHost::new(ctx), db, name);
         }
+        // A value that arrived is checked against every waiter of its key (see
+        // `Engine::value_arrived`); any other change only serves the key.
+        globals::key_changed(&mut RedisHost::new(ctx), db, name, arrived);
         keep_the_callers_db(ctx, event, db);
         raw::REDISMODULE_OK as c_int
     })
@@ -152,7 +152,7 @@ extern "C" fn on_server_event(
                 // SAFETY: `ctx` is the server event's context.
                 let flags = unsafe { rm!(RedisModule_GetContextFlags(ctx)) };
                 if flags & raw::REDISMODULE_CTX_FLAGS_LOADING as c_int == 0 {
-                    globals::note_flush(info.dbnum);
+                    globals::note_flush(info.dbnum, commands_processed(ctx));
                 }
                 globals::forget_unlinked();
             }
@@ -178,8 +178,8 @@ extern "C" fn on_server_event(
             if subevent != raw::REDISMODULE_SUBEVENT_LOADING_ENDED
                 && subevent != raw::REDISMODULE_SUBEVENT_LOADING_FAILED
             {
-                // The flush before a load (`DEBUG RELOAD`, a full sync) loses no lock.
-                globals::cancel_flush();
+                // The flush before a load in the same command (`DEBUG RELOAD`) loses no lock.
+                globals::cancel_flush(commands_processed(ctx));
             }
             if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
                 globals::report(&mut RedisHost::new(ctx), Report::DbChanged(None));
@@ -316,6 +316,13 @@ pub fn server_info_text<const N: usize>(
     // SAFETY: `info` was returned by `GetServerInfo` and is freed once, here.
     unsafe { rm!(RedisModule_FreeServerInfo(ctx, info)) };
     values
+}
+
+/// The server's `total_commands_processed`: it counts a command once it is done, so two
+/// events of one command see the same number (read on flushes and loads only).
+fn commands_processed(ctx: *mut raw::RedisModuleCtx) -> Option<i64> {
+    let [processed] = server_info(ctx, c"stats", [c"total_commands_processed"]);
+    processed
 }
 
 /// Integer fields of one `INFO` section, read once; `None` for a field that cannot be read.

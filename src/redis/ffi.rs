@@ -56,6 +56,22 @@ pub fn monotonic_us() -> u64 {
     u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// The CPU time the calling thread has used, in µs: a turn's own work, whatever else the
+/// machine ran meanwhile (a busy machine preempts the server; that is not the module's work).
+pub fn thread_cpu_us() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec the call writes; the clock id is a constant.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } != 0 {
+        return 0;
+    }
+    let secs = u64::try_from(t.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(t.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000).saturating_add(nanos / 1_000)
+}
+
 /// The db selected in `ctx`.
 pub fn selected_db(ctx: *mut raw::RedisModuleCtx) -> c_int {
     // SAFETY: `ctx` is the live context of the running callback.

@@ -14,7 +14,8 @@
 //! [`Report`] in `LATE`, and the outer call hands the queue to the engine before it lets go.
 //! Nothing reported is lost, nothing panics on a double borrow.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
+use std::ffi::CStr;
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
@@ -56,11 +57,11 @@ thread_local! {
     /// notification follows that).
     static UNLINKED: RefCell<Unlinked> = RefCell::new(Unlinked::default());
 
-    /// A flush seen and not yet written to the journal (Unix ms, the db or -1): `DEBUG RELOAD`
-    /// and a replica's full sync flush before loading, and then no lock was lost; a load that
-    /// starts cancels it. Written to the journal by the next cron tick, or before the journal
-    /// is read.
-    static PENDING_FLUSH: Cell<Option<(i64, c_int)>> = const { Cell::new(None) };
+    /// The flushes seen and not yet written to the journal, oldest first: `DEBUG RELOAD`
+    /// flushes before loading, and then no lock was lost; a load that starts in the same
+    /// command cancels the flush right before it. Written to the journal by the next cron tick,
+    /// or before the journal is read.
+    static PENDING_FLUSHES: RefCell<Vec<PendingFlush>> = const { RefCell::new(Vec::new()) };
 }
 
 /// How many holds of a lock Redis unlinks the engine wants described (`Engine::describes`),
@@ -80,8 +81,8 @@ static HOLDS: AtomicU64 = AtomicU64::new(0);
 /// no shared holds), TTL changes of keys cost the module nothing.
 static SHARED_VALUES: AtomicU64 = AtomicU64::new(0);
 
-/// The longest turn the module started by itself (a timer and the jobs it runs), in µs since the
-/// module loaded (the `longest_turn_us` INFO field). Only the timer callback writes it.
+/// The longest turn the module started by itself (a timer and the jobs it runs), in µs of the
+/// main thread's CPU time, since the module loaded (the `longest_turn_us` INFO field). Only the timer callback writes it.
 static LONGEST_TURN_US: AtomicU64 = AtomicU64::new(0);
 
 /// Whether anything can receive propagated commands (AOF on, a replication backlog, replicas).
@@ -103,8 +104,12 @@ static COUNTED_AT_REWRITE: AtomicI64 = AtomicI64::new(-1);
 pub enum Report {
     /// A user set or removed a key's TTL.
     TtlChanged { db: c_int, name: Vec<u8> },
-    /// A key changed behind the engine's back.
-    KeyChanged { db: c_int, name: Vec<u8> },
+    /// A key changed behind the engine's back; `arrived`: a value was brought to it.
+    KeyChanged {
+        db: c_int,
+        name: Vec<u8>,
+        arrived: bool,
+    },
     /// A lock Redis unlinked is gone, for `reason`.
     Lost { reason: Reason, gone: Gone },
     /// Two dbs were swapped while locks existed.
@@ -128,7 +133,14 @@ pub enum Report {
 impl Report {
     fn apply(self, engine: &mut Engine<RedisHandles>, host: &mut impl Host<RedisHandles>) {
         match self {
-            Report::KeyChanged { db, name } => engine.key_changed(host, KeyRef { db, name: &name }),
+            Report::KeyChanged { db, name, arrived } => {
+                let key = KeyRef { db, name: &name };
+                if arrived {
+                    engine.value_arrived(host, key);
+                } else {
+                    engine.key_changed(host, key);
+                }
+            }
             Report::Lost { reason, gone } => {
                 if reason == Reason::Expired {
                     engine.count_expired(gone.holds);
@@ -201,15 +213,21 @@ pub fn report(host: &mut impl Host<RedisHandles>, report: Report) {
 
 /// A keyspace notification for `name`: the fast path (nobody waits for anything) costs no
 /// allocation.
-pub fn key_changed(host: &mut impl Host<RedisHandles>, db: c_int, name: &[u8]) {
+pub fn key_changed(host: &mut impl Host<RedisHandles>, db: c_int, name: &[u8], arrived: bool) {
     let done = with_engine(host, |engine, host| {
         if engine.waiters() > 0 {
-            engine.key_changed(host, KeyRef { db, name });
+            let key = KeyRef { db, name };
+            if arrived {
+                engine.value_arrived(host, key);
+            } else {
+                engine.key_changed(host, key);
+            }
         }
     });
     if done.is_none() {
         let name = name.to_vec();
-        LATE.with(|late| late.borrow_mut().push(Report::KeyChanged { db, name }));
+        let report = Report::KeyChanged { db, name, arrived };
+        LATE.with(|late| late.borrow_mut().push(report));
     }
 }
 
@@ -281,8 +299,8 @@ pub fn push_unlinked(gone: Gone) {
 }
 
 /// The lock just unlinked at (db, name), if a notification of that key explains it now.
-pub fn take_unlinked(db: c_int, name: &[u8]) -> Option<Gone> {
-    UNLINKED.with(|cell| cell.try_borrow_mut().ok()?.take(db, name))
+pub fn take_unlinked(db: c_int, name: &[u8], event: &CStr) -> Option<Gone> {
+    UNLINKED.with(|cell| cell.try_borrow_mut().ok()?.take(db, name, event))
 }
 
 /// Forgets the unlinked locks (cheap when there is none).
@@ -316,21 +334,54 @@ pub fn configure_engine(f: impl FnOnce(&mut Engine<RedisHandles>)) -> bool {
     })
 }
 
-/// A flush began (db, or -1 for all): noted if any lock may be lost with it.
-pub fn note_flush(db: c_int) {
+/// A flush not yet in the journal.
+struct PendingFlush {
+    /// When, in Unix ms.
+    at: i64,
+    /// The db, or -1 for all.
+    db: c_int,
+    /// The server's `total_commands_processed` then: the command that flushed is not counted
+    /// yet, so a load that starts while it still runs (`DEBUG RELOAD`) sees the same number.
+    command: Option<i64>,
+}
+
+/// At most this many flushes wait for the cron tick; beyond, they are written at once.
+const PENDING_FLUSHES_MAX: usize = 64;
+
+/// A flush began (db, or -1 for all) while `command` commands had been processed: noted if any
+/// lock may be lost with it.
+pub fn note_flush(db: c_int, command: Option<i64>) {
     if lock_values() > 0 && !is_replica() {
-        PENDING_FLUSH.with(|p| p.set(Some((crate::redis::ffi::now_ms(), db))));
+        let at = crate::redis::ffi::now_ms();
+        let full = PENDING_FLUSHES.with(|p| {
+            let mut pending = p.borrow_mut();
+            pending.push(PendingFlush { at, db, command });
+            pending.len() > PENDING_FLUSHES_MAX
+        });
+        if full {
+            journal_pending_flush();
+        }
     }
 }
 
-/// A load began: the flush before it lost no lock (`DEBUG RELOAD`, a full sync).
-pub fn cancel_flush() {
-    PENDING_FLUSH.with(|p| p.set(None));
+/// A load began while `command` commands had been processed: a flush noted in the same
+/// command (`DEBUG RELOAD` flushes, then loads) lost no lock. A flush of an earlier command
+/// did, and stays.
+pub fn cancel_flush(command: Option<i64>) {
+    PENDING_FLUSHES.with(|p| {
+        let mut pending = p.borrow_mut();
+        if pending
+            .last()
+            .is_some_and(|f| f.command.is_some() && f.command == command)
+        {
+            pending.pop();
+        }
+    });
 }
 
-/// Writes a noted flush to the journal now (the cron tick).
+/// Writes the noted flushes to the journal now (the cron tick).
 pub fn journal_pending_flush() {
-    if PENDING_FLUSH.with(Cell::get).is_some() {
+    if PENDING_FLUSHES.with(|p| !p.borrow().is_empty()) {
         ENGINE.with(|cell| {
             if let Ok(mut engine) = cell.try_borrow_mut() {
                 journal_flush(&mut engine);
@@ -339,11 +390,11 @@ pub fn journal_pending_flush() {
     }
 }
 
-/// Writes a noted flush to the journal.
+/// Writes the noted flushes to the journal, oldest first.
 fn journal_flush(engine: &mut Engine<RedisHandles>) {
-    if let Some((at, db)) = PENDING_FLUSH.with(Cell::take) {
-        let dbs = (db >= 0).then_some((db, db));
-        engine.all_lost(at, dbs, Reason::Flushed);
+    for flush in PENDING_FLUSHES.with(|p| std::mem::take(&mut *p.borrow_mut())) {
+        let dbs = (flush.db >= 0).then_some((flush.db, flush.db));
+        engine.all_lost(flush.at, dbs, Reason::Flushed);
     }
 }
 
@@ -373,9 +424,8 @@ pub fn note_aof_rewrite(rewrites: i64) -> bool {
     COUNTED_AT_REWRITE.swap(rewrites, Ordering::Relaxed) != rewrites
 }
 
-/// Records a turn the module started by itself that took `took`.
-pub fn record_turn(took: std::time::Duration) {
-    let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+/// Records a turn the module started by itself that took `us` µs of CPU time.
+pub fn record_turn(us: u64) {
     LONGEST_TURN_US.fetch_max(us, Ordering::Relaxed);
 }
 

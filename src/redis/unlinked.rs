@@ -44,10 +44,12 @@ impl Unlinked {
         self.recent.push(gone);
     }
 
-    /// The lock unlinked at (db, name), which a notification names now. A notification that
-    /// names none of them means the command that unlinked them has moved on: they are
-    /// forgotten (their cause is unknown, so nothing is said of them).
-    pub fn take(&mut self, db: c_int, name: &[u8]) -> Option<Gone> {
+    /// The lock unlinked at (db, name), which a notification of `event` names now. A
+    /// notification that names none of them means the command that unlinked them has moved on:
+    /// they are forgotten (their cause is unknown, so nothing is said of them). Except
+    /// `rename_from`: `RENAME plain lock` unlinks the lock, then notifies `rename_from` for the
+    /// source and `rename_to` for the lock.
+    pub fn take(&mut self, db: c_int, name: &[u8], event: &CStr) -> Option<Gone> {
         if self.recent.is_empty() {
             return None;
         }
@@ -57,6 +59,7 @@ impl Unlinked {
             .position(|g| g.db == db && g.name == name)
         {
             Some(i) => Some(self.recent.remove(i)),
+            None if event == c"rename_from" => None,
             None => {
                 self.recent.clear();
                 None
@@ -105,21 +108,38 @@ mod tests {
         let mut u = Unlinked::default();
         u.push(gone(b"dst"));
         u.push(gone(b"src"));
-        assert_eq!(u.take(0, b"src").map(|g| g.name), Some(b"src".to_vec()));
-        assert_eq!(u.take(0, b"dst").map(|g| g.name), Some(b"dst".to_vec()));
-        assert!(u.take(0, b"dst").is_none());
+        assert_eq!(
+            u.take(0, b"src", c"rename_from").map(|g| g.name),
+            Some(b"src".to_vec())
+        );
+        assert_eq!(
+            u.take(0, b"dst", c"rename_to").map(|g| g.name),
+            Some(b"dst".to_vec())
+        );
+        assert!(u.take(0, b"dst", c"rename_to").is_none());
     }
 
     #[test]
     fn a_notification_of_another_key_forgets_what_was_not_explained() {
         let mut u = Unlinked::default();
         u.push(gone(b"a"));
-        assert!(u.take(0, b"b").is_none());
+        assert!(u.take(0, b"b", c"del").is_none());
         assert!(
-            u.take(0, b"a").is_none(),
+            u.take(0, b"a", c"del").is_none(),
             "a stale unlink never explains a later event"
         );
-        assert!(u.take(1, b"a").is_none());
+        assert!(u.take(1, b"a", c"del").is_none());
+    }
+
+    #[test]
+    fn a_rename_of_another_type_onto_a_lock_explains_the_lock() {
+        let mut u = Unlinked::default();
+        u.push(gone(b"lock"));
+        assert!(u.take(0, b"plain", c"rename_from").is_none());
+        assert_eq!(
+            u.take(0, b"lock", c"rename_to").map(|g| g.name),
+            Some(b"lock".to_vec())
+        );
     }
 
     #[test]
@@ -130,7 +150,7 @@ mod tests {
             u.push(gone(&[i]));
         }
         assert_eq!(u.recent.len(), RECENT);
-        assert!(u.take(0, &[9]).is_some());
+        assert!(u.take(0, &[9], c"del").is_some());
     }
 
     #[test]

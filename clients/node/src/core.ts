@@ -13,6 +13,7 @@ import {
   NotAcquiredError,
   OtherLimitError,
   OtherModeError,
+  OtherPermitsError,
   RelockError,
   ServerError,
 } from "./errors";
@@ -55,12 +56,19 @@ export function waitMs(remaining: number | null): number {
   return Math.max(1, Math.min(MAX_MS, Math.floor(remaining)));
 }
 
-export function modeArgs(shared: boolean, limit: number | undefined): string[] {
-  if (limit !== undefined) return ["SHARED", "LIMIT", String(limit)];
+export function modeArgs(shared: boolean, limit: number | undefined, permits?: number): string[] {
+  if (limit !== undefined) return ["SHARED", "LIMIT", String(limit), ...(permits === undefined ? [] : ["PERMITS", String(permits)])];
   return shared ? ["SHARED"] : [];
 }
 
-export function checkMode(limit: number | undefined, masters: number): void {
+/** A limit in 1 .. 10^6, never over several independent masters; permits (1 to the limit) only with a limit. */
+export function checkMode(limit: number | undefined, masters: number, permits?: number): void {
+  if (permits !== undefined) {
+    if (limit === undefined) throw new InvalidArgumentError(`permits ${permits} needs a limit: several permits are taken of a semaphore`);
+    if (!Number.isInteger(permits) || permits < 1 || permits > limit) {
+      throw new InvalidArgumentError(`invalid permits ${permits} (must be 1 to the limit, ${limit})`);
+    }
+  }
   if (limit === undefined) return;
   if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT) {
     throw new InvalidArgumentError(`invalid limit ${limit} (must be 1 to ${MAX_LIMIT})`);
@@ -130,7 +138,237 @@ export function asMap(reply: unknown): Map<string, unknown> {
   return out;
 }
 
-const int = (v: unknown, dflt = 0): number => (v === null || v === undefined ? dflt : Number(v));
+const int = (v: unknown, dflt = 0): number => {
+  if (v === null || v === undefined) return dflt;
+  const n = Number(v);
+  return Number.isFinite(n) ? n : dflt;
+};
+
+/**
+ * Who ended a hold, as LOCK.HISTORY's `client-info` shows it (the fields of CLIENT LIST):
+ * always known for LOCK.FORCERELEASE, for other commands where the server lets the module
+ * see the caller.
+ */
+export interface Who {
+  /** The connection's id (CLIENT ID). */
+  client: number | null;
+  /** Its CLIENT SETNAME name, null when it has none. */
+  name: string | null;
+  user: string | null;
+  addr: string | null;
+  /** The command it ran (`cmd=`). */
+  command: string | null;
+}
+
+export function describeWho(w: Who): string {
+  const parts = (
+    [
+      ["name", w.name],
+      ["user", w.user],
+      ["addr", w.addr],
+    ] as const
+  )
+    .filter(([, v]) => v)
+    .map(([k, v]) => `${k} ${v}`);
+  const who = w.client === null ? "a client" : `client ${w.client}`;
+  return parts.length ? `${who} (${parts.join(", ")})` : who;
+}
+
+/** `client-info` (`id=7 addr=... name=ops ... user=admin ...`), null when empty. */
+export function parseWho(info: unknown): Who | null {
+  const raw = text(info) ?? "";
+  if (!raw.trim()) return null;
+  const f = new Map<string, string>();
+  for (const part of raw.split(" ")) {
+    const eq = part.indexOf("=");
+    if (eq > 0) f.set(part.slice(0, eq), part.slice(eq + 1));
+  }
+  const id = f.get("id");
+  return {
+    client: id && /^\d+$/.test(id) ? Number(id) : null,
+    name: f.get("name") || null,
+    user: f.get("user") || null,
+    addr: f.get("addr") || null,
+    command: f.get("cmd") || null,
+  };
+}
+
+/**
+ * One entry of the server's journal of holds that ended other than by their owner
+ * (LOCK.LOG, LOCK.HISTORY). A flush or a swap is one entry with an empty `key` and `owner`.
+ */
+export interface LogEntry {
+  server: string;
+  id: number;
+  /** When it ended, Unix ms (the server's clock). */
+  time: number;
+  db: number;
+  key: string;
+  owner: string;
+  token: number;
+  /** `expired`, `forcereleased`, `deleted`, `evicted`, `revoked`, `restored`, `moved`, `flushed`, `swapped`. */
+  reason: string;
+  /** ms from grant to end; null for holds granted before the server started. */
+  held: number | null;
+  who: Who | null;
+  waiters: number;
+}
+
+export function parseLog(server: string, reply: unknown): LogEntry[] {
+  if (!Array.isArray(reply)) return [];
+  return reply.map((e) => {
+    const m = asMap(e);
+    const held = m.get("held");
+    return {
+      server,
+      id: int(m.get("id")),
+      time: int(m.get("time")),
+      db: int(m.get("db")),
+      key: text(m.get("key")) ?? "",
+      owner: text(m.get("owner")) ?? "",
+      token: int(m.get("token")),
+      reason: text(m.get("reason")) ?? "",
+      held: held === null || held === undefined || text(held) === "" ? null : int(held),
+      who: parseWho(m.get("client-info")),
+      waiters: int(m.get("waiters")),
+    };
+  });
+}
+
+/**
+ * Why a hold was lost, from the server's journal (LOCK.HISTORY): `cause` is its word
+ * (`expired`, `forcereleased`, `deleted`, `flushed`, ...), `who` the client that ended it
+ * where the server could tell, `message` both in words. `cause` is null when the journal
+ * had nothing on it (a failover, a restart, a journal that is off): then nobody can say why.
+ */
+export interface LossReason {
+  cause: string | null;
+  who: Who | null;
+  message: string;
+  entry: LogEntry | null;
+}
+
+/** Said when LOCK.HISTORY has no entry for a lost hold. */
+export const UNKNOWN_LOSS =
+  "the server's journal (LOCK.HISTORY) has nothing on it, so it cannot say why " +
+  "(a failover or restart empties it; relock.log-max-len 0 turns it off)";
+
+/**
+ * The reason of `owner`'s loss from LOCK.HISTORY entries (newest first): its newest entry,
+ * or a flush or swap (entries without a key, which end every hold) at or after `since`
+ * (Unix ms, when the hold was granted).
+ */
+export function lossReason(entries: LogEntry[], owner: string, since: number, now?: number): LossReason {
+  for (const e of entries) {
+    if (e.owner === owner || (!e.key && !e.owner && e.time >= since - 1000)) {
+      return { cause: e.reason, who: e.who, message: describeLoss(e, now), entry: e };
+    }
+  }
+  return { cause: null, who: null, message: UNKNOWN_LOSS, entry: null };
+}
+
+/** An entry in words: `force-released (LOCK.FORCERELEASE) by client 17 (name ops, user admin) 1.2 s ago`. */
+export function describeLoss(e: LogEntry, now?: number): string {
+  const words: Record<string, string> = {
+    expired: "expired on the server",
+    forcereleased: "force-released (LOCK.FORCERELEASE)",
+    deleted: "deleted (DEL, UNLINK, GETDEL, or the key overwritten by another value)",
+    evicted: "evicted by the server (maxmemory)",
+    revoked: "revoked (its waiter hung up before the grant reached it)",
+    restored: "replaced by RESTORE or COPY ... REPLACE",
+    moved: "moved away (RENAME, MOVE or MIGRATE)",
+    flushed: "flushed with its database (FLUSHDB or FLUSHALL)",
+    swapped: "swapped out with its database (SWAPDB)",
+  };
+  let what = words[e.reason] ?? (e.reason || "ended");
+  if (e.reason === "expired" && e.held !== null) what += `: not renewed in time, after ${e.held / 1000} s held`;
+  if (e.who) what += ` by ${describeWho(e.who)}`;
+  if (now !== undefined && e.time > 0) what += ` ${(Math.max(0, now - e.time) / 1000).toFixed(1)} s ago`;
+  return what;
+}
+
+/** One of the hottest keys by total wait time on one server (LOCK.STATS), from an approximate top-k: `waitMsTotal` may be over by up to `error` ms. */
+export interface KeyStats {
+  server: string;
+  key: string;
+  waits: number;
+  granted: number;
+  timeouts: number;
+  contended: number;
+  waitMsTotal: number;
+  error: number;
+  waitMsMax: number;
+}
+
+export function parseStats(server: string, reply: unknown): KeyStats[] {
+  if (!Array.isArray(reply)) return [];
+  return reply.map((e) => {
+    const m = asMap(e);
+    return {
+      server,
+      key: text(m.get("key")) ?? "",
+      waits: int(m.get("waits")),
+      granted: int(m.get("granted")),
+      timeouts: int(m.get("timeouts")),
+      contended: int(m.get("contended")),
+      waitMsTotal: int(m.get("wait_ms_total")),
+      error: int(m.get("error")),
+      waitMsMax: int(m.get("wait_ms_max")),
+    };
+  });
+}
+
+/** A key's Redis Cluster hash slot: CRC16 (XMODEM) of its hash tag, or of the whole key, mod 16384. */
+export function keySlot(key: string): number {
+  let bytes = Buffer.from(key, "utf8");
+  const open = bytes.indexOf(0x7b); // {
+  if (open >= 0) {
+    const close = bytes.indexOf(0x7d, open + 1); // }
+    if (close > open + 1) bytes = bytes.subarray(open + 1, close);
+  }
+  let crc = 0;
+  for (const b of bytes) {
+    crc ^= b << 8;
+    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc % 16384;
+}
+
+/** The most keys one LOCK.MACQUIRE takes. */
+export const MAX_KEYS = 256;
+
+/** The keys of a group: 1 to 256 distinct strings, in the caller's order. */
+export function checkKeys(keys: unknown): string[] {
+  if (!Array.isArray(keys)) throw new InvalidArgumentError("keys must be an array of keys (use acquire() for one)");
+  if (keys.length < 1 || keys.length > MAX_KEYS) throw new InvalidArgumentError(`a group takes 1 to ${MAX_KEYS} keys, not ${keys.length}`);
+  if (!keys.every((k) => typeof k === "string")) throw new InvalidArgumentError("every key of a group must be a string");
+  const seen = new Set<string>();
+  for (const k of keys as string[]) {
+    if (seen.has(k)) throw new InvalidArgumentError(`key ${JSON.stringify(k)} is named twice in the group`);
+    seen.add(k);
+  }
+  return [...(keys as string[])];
+}
+
+/**
+ * The order in which a group's keys are waited for, one by one: by their UTF-8 bytes, the
+ * same in every relock client, so that overlapping groups never wait for each other in a
+ * circle (no deadlock).
+ */
+export function waitOrder(keys: readonly string[]): string[] {
+  return [...keys].sort((a, b) => Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8")));
+}
+
+/** LOCK.MACQUIRE's reply as each key's token, null when it granted nothing. */
+export function groupTokens(keys: readonly string[], reply: unknown): Record<string, number> | null {
+  if (reply === null || reply === undefined) return null;
+  if (!Array.isArray(reply) || reply.length !== keys.length) {
+    throw new BadReply(`LOCK.MACQUIRE answered ${Array.isArray(reply) ? reply.length : typeof reply} for ${keys.length} keys`);
+  }
+  const out: Record<string, number> = {};
+  keys.forEach((k, i) => (out[k] = Number(reply[i])));
+  return out;
+}
 
 /** LOCK.INFO on one server. For a shared key `owner`, `token` and `count` are null. */
 export interface LockInfo {
@@ -145,6 +383,8 @@ export interface LockInfo {
   holders: number;
   /** 1 for exclusive, n for a semaphore, 0 for a read lock. */
   limit: number;
+  /** Permits a semaphore has free (0 for an exclusive key and a read lock). */
+  permitsFree: number;
 }
 
 /** One holder of a key on one server (LOCK.HOLDERS). */
@@ -154,6 +394,7 @@ export interface Holder {
   token: number;
   count: number;
   ttl: number;
+  permits: number;
 }
 
 /** One client queued for a key on one server (LOCK.WAITERS), in queue order. */
@@ -183,6 +424,7 @@ export function parseInfo(server: string, reply: unknown): LockInfo | null {
     mode: text(m.get("mode")) ?? "exclusive",
     holders: int(m.get("holders"), 1),
     limit: int(m.get("limit"), 1),
+    permitsFree: int(m.get("permits_free")),
   };
 }
 
@@ -196,6 +438,7 @@ export function parseHolders(server: string, reply: unknown): Holder[] {
       token: int(m.get("token")),
       count: int(m.get("count"), 1),
       ttl: int(m.get("ttl")),
+      permits: int(m.get("permits"), 1),
     };
   });
 }
@@ -219,31 +462,6 @@ export function parseWaiters(server: string, reply: unknown): Waiter[] {
   });
 }
 
-/** The reason of `owner`'s newest entry in a LOCK.HISTORY reply. */
-export function parseHistory(reply: unknown, owner: string): string | null {
-  if (!Array.isArray(reply)) return null;
-  for (const e of reply) {
-    const m = asMap(e);
-    if (text(m.get("owner")) === owner) return text(m.get("reason"));
-  }
-  return null;
-}
-
-export function describeCause(cause: string): string {
-  const words: Record<string, string> = {
-    expired: "its lease ran out on the server",
-    forcereleased: "an operator broke it (LOCK.FORCERELEASE)",
-    deleted: "its key was deleted or overwritten",
-    evicted: "the server evicted its key (maxmemory)",
-    revoked: "the grant was revoked",
-    restored: "its key was replaced by RESTORE or COPY",
-    moved: "its key was renamed or moved",
-    flushed: "the database was flushed",
-    swapped: "the database was swapped",
-  };
-  return words[cause] ?? cause;
-}
-
 // --- failures -----------------------------------------------------------------------------
 
 const TRANSIENT_CODES = new Set([
@@ -259,6 +477,12 @@ export interface Failure {
   timeout?: boolean;
   otherLimit?: number;
   otherMode?: boolean;
+  otherPermits?: boolean;
+  /**
+   * The server is in its restart grace (TRYAGAIN): it grants nothing new yet. Neither a
+   * refusal nor an error: the request is retried, and in a Redlock round it is a no-vote.
+   */
+  grace?: boolean;
 }
 
 export const refusal = (): Failure => ({
@@ -267,6 +491,9 @@ export const refusal = (): Failure => ({
 });
 
 export class TimeoutFailure extends Error {}
+
+/** A reply relock cannot read (a server that is not what it seems): permanent, never retried. */
+export class BadReply extends Error {}
 
 export function errorText(e: unknown): string {
   const msg = e instanceof Error ? e.message : String(e);
@@ -280,9 +507,16 @@ export function errorText(e: unknown): string {
  */
 export function classify(e: unknown): Failure {
   if (e instanceof TimeoutFailure) return { message: e.message, timeout: true };
+  if (e instanceof BadReply) return { message: `a reply relock cannot read: ${e.message}`, permanent: true };
   const isReply = e instanceof Error && e.name === "ReplyError";
   let msg = errorText(e);
+  if (isReply && msg.startsWith("TRYAGAIN") && msg.includes("restart grace")) {
+    return { message: `in its restart grace, granting nothing new yet (${msg.slice("TRYAGAIN ".length)})`, grace: true };
+  }
   if (!isReply) return { message: msg };
+  if (msg.startsWith("lock is held with other permits")) {
+    return { message: "the owner holds the lock there with another number of permits", permanent: true, otherPermits: true };
+  }
   // The text goes on to name LOCK.DOWNGRADE since the module has one.
   if (msg.startsWith("lock is held in another mode")) {
     return {
@@ -359,6 +593,10 @@ export class Round<T> {
 
   won(): boolean {
     return this.agreed.size >= quorum(this.n);
+  }
+
+  inGrace(): number {
+    return this.failures.filter(([, f]) => f.grace).length;
   }
 
   refused(): number {
@@ -450,6 +688,12 @@ export class Round<T> {
           { key, servers: [server] },
         );
       }
+      if (f.otherPermits) {
+        return new OtherPermitsError(
+          `lock ${JSON.stringify(key)} on ${server}: the owner holds it with another number of permits (a hold keeps the permits it was granted)`,
+          { key, servers: [server] },
+        );
+      }
       if (f.otherMode) {
         return new OtherModeError(
           `lock ${JSON.stringify(key)} on ${server}: the owner holds it in the other mode (no upgrade or downgrade)`,
@@ -471,6 +715,12 @@ export class Round<T> {
       return new NotAcquiredError(`lock ${k}: quorum reached after ${this.elapsed.toFixed(1)} ms, leaving no validity of the ${ttl} ms ttl`, { key });
     }
     if (this.permanentlyFailed()) return this.permanentError(key);
+    if (this.inGrace() > 0 && this.agreed.size === 0 && this.inGrace() + this.refused() === this.failures.length) {
+      return new NotAcquiredError(`lock ${k}: not granted, ${this.describe((f) => !!f.grace)} (retry: the grace ends by itself)`, {
+        key,
+        servers: this.servers((f) => !!f.grace),
+      });
+    }
     if (this.n === 1 && !this.someFailed()) {
       const within = waited ? ` within ${waited} ms` : "";
       return new NotAcquiredError(`lock ${k} is held by another owner${within}`, { key });
@@ -491,8 +741,8 @@ export class Round<T> {
   }
 }
 
-export function lostError(key: string, reason: string, cause?: string | null, servers: string[] = []): LockLostError {
-  return new LockLostError(`lock ${JSON.stringify(key)} was lost: ${reason}`, reason, cause ?? undefined, { key, servers });
+export function lostError(key: string, reason: string, loss?: LossReason | null, servers: string[] = []): LockLostError {
+  return new LockLostError(`lock ${JSON.stringify(key)} was lost: ${reason}`, reason, loss ?? undefined, { key, servers });
 }
 
 export function serverError(key: string | undefined, server: string, e: unknown): ServerError {

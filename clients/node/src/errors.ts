@@ -2,6 +2,7 @@
  * The errors of relock. Every one says whether retrying the same call can help
  * (`retryable`) and names the servers that failed (`servers`, as `host:port`).
  */
+import type { LossReason, Who } from "./core";
 
 export interface RelockErrorOptions {
   key?: string;
@@ -43,18 +44,29 @@ export class NotAcquiredError extends RelockError {
 }
 
 /**
- * A hold ended while its holder still counted on it. `reason` says what the client saw;
- * `lossCause` is the server's word for it from `LOCK.HISTORY` (`expired`, `forcereleased`,
- * `deleted`, ...) when the server keeps one, else undefined. Not retryable: acquire again.
+ * A hold ended while its holder still counted on it. `reason` says what the client saw and,
+ * when the server was asked, why; `loss` is the server's account from LOCK.HISTORY
+ * (`cause`: `expired`, `forcereleased`, `deleted`, `flushed`, ...; `who` ended it), undefined
+ * when the client did not ask (a blocked event loop). Not retryable: acquire again.
  */
 export class LockLostError extends RelockError {
   readonly reason: string;
-  readonly lossCause: string | undefined;
+  readonly loss: LossReason | undefined;
 
-  constructor(message: string, reason: string, lossCause?: string, options: RelockErrorOptions = {}) {
+  constructor(message: string, reason: string, loss?: LossReason, options: RelockErrorOptions = {}) {
     super(message, { ...options, retryable: false });
     this.reason = reason;
-    this.lossCause = lossCause;
+    this.loss = loss;
+  }
+
+  /** The server's word for the loss, undefined when it could not say. */
+  get lossCause(): string | undefined {
+    return this.loss?.cause ?? undefined;
+  }
+
+  /** The client that ended the hold, where the server could tell. */
+  get who(): Who | undefined {
+    return this.loss?.who ?? undefined;
   }
 }
 
@@ -75,8 +87,15 @@ export class OtherLimitError extends ServerError {
   }
 }
 
-/** The owner holds the key in the other mode: holds are neither upgraded nor downgraded. */
+/** The owner holds the key in the other mode: a shared hold is never upgraded; an exclusive one becomes shared only with `hold.downgrade()`. */
 export class OtherModeError extends ServerError {
+  constructor(message: string, options: RelockErrorOptions = {}) {
+    super(message, { ...options, retryable: false });
+  }
+}
+
+/** The owner holds the key with another number of permits: a hold keeps the permits it was granted. */
+export class OtherPermitsError extends ServerError {
   constructor(message: string, options: RelockErrorOptions = {}) {
     super(message, { ...options, retryable: false });
   }

@@ -17,11 +17,11 @@
 import type { Cluster, Redis } from "ioredis";
 
 import * as core from "./core";
-import { Failure, Holder, LockInfo, Round, TimeoutFailure, Waiter } from "./core";
+import { Failure, Holder, KeyStats, LockInfo, LogEntry, LossReason, Round, TimeoutFailure, Waiter, Who } from "./core";
 import { InvalidArgumentError, LockLostError, NotAcquiredError, RelockError, ServerError } from "./errors";
 
 export * from "./errors";
-export type { Holder, LockInfo, Waiter } from "./core";
+export type { Holder, KeyStats, LockInfo, LogEntry, LossReason, Waiter, Who } from "./core";
 export { DEFAULT_MAX_PARTIAL_HOLD, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_DELAY, DEFAULT_TTL } from "./core";
 
 /** Extra time a blocked LOCK.WAIT's reply may take beyond its own timeout (a busy server). */
@@ -57,6 +57,16 @@ export interface LockOptions {
   shared?: boolean;
   /** A permit of a semaphore of `limit` (implies shared; one server or a cluster only). */
   limit?: number;
+  /** How many permits of the semaphore to take at once (with `limit`; 1 to the limit). Default 1. */
+  permits?: number;
+}
+
+/** How to hold several keys together. */
+export interface GroupOptions {
+  /** The lease in ms, renewed every ttl/3 while held. Default 30000. */
+  ttl?: number;
+  /** How long to wait for all the keys in ms: undefined (default) waits without limit, 0 tries once. */
+  wait?: number;
 }
 
 function isCluster(c: Client): c is Cluster {
@@ -152,6 +162,30 @@ class Server {
       conn.disconnect();
       throw e;
     }
+  }
+
+  /** Several commands in one round trip (a pipeline): each reply, or the error in its place. */
+  async callMany(commands: ReadonlyArray<ReadonlyArray<string | number>>, timeout: number): Promise<unknown[]> {
+    if (this.firstGrace && !this.readyOnce) await untilReady(this.client, Math.max(timeout, FIRST_CONNECT));
+    const pipe = this.client.pipeline();
+    for (const [cmd, ...rest] of commands) pipe.call(String(cmd), ...rest.map(String));
+    const p = pipe.exec();
+    p.catch(() => undefined);
+    const out = (await withTimeout(p, timeout, "pipeline")) ?? [];
+    return out.map(([err, reply]) => err ?? reply);
+  }
+
+  /** A command without a key on every master: each cluster primary, or the one server. */
+  async callNodes(args: ReadonlyArray<string | number>, timeout: number): Promise<Array<[string, unknown]>> {
+    if (!isCluster(this.client)) return [[this.name, await this.call(args, timeout)]];
+    const [cmd, ...rest] = args;
+    return Promise.all(
+      this.client.nodes("master").map(async (n): Promise<[string, unknown]> => {
+        const p = n.call(String(cmd), ...rest.map(String));
+        p.catch(() => undefined);
+        return [`${n.options.host}:${n.options.port}`, await withTimeout(p, timeout, String(cmd))];
+      }),
+    );
   }
 
   close(): void {
@@ -260,8 +294,8 @@ export class Relock {
   async acquireOrThrow(key: string, options: LockOptions = {}): Promise<Hold> {
     const ttl = core.checkTtl(options.ttl ?? core.DEFAULT_TTL);
     const wait = core.checkWait(options.wait);
-    core.checkMode(options.limit, this.nodes[0]?.cluster ? 1 : this.nodes.length);
-    const mode = core.modeArgs(options.shared ?? false, options.limit);
+    core.checkMode(options.limit, this.nodes[0]?.cluster ? 1 : this.nodes.length, options.permits);
+    const mode = core.modeArgs(options.shared ?? false, options.limit, options.permits);
     const deadline = wait === null ? null : core.now() + wait;
     for (;;) {
       const owner = this.newOwner();
@@ -293,12 +327,18 @@ export class Relock {
 
   // --- rounds -----------------------------------------------------------------------------
 
-  private async ask(i: number, args: ReadonlyArray<string | number>, timeout: number | null, cancel?: Array<() => void>): Promise<[unknown, Failure | undefined]> {
+  private async ask(
+    i: number,
+    args: ReadonlyArray<string | number>,
+    timeout: number | null,
+    cancel?: Array<() => void>,
+    accept?: (reply: unknown) => unknown,
+  ): Promise<[unknown, Failure | undefined]> {
     const node = this.nodes[i];
     if (!node) return [null, { message: `no server number ${i}` }];
     try {
       const reply = cancel ? await node.blocking(args, timeout, cancel) : await node.call(args, timeout);
-      return [reply, undefined];
+      return [accept ? accept(reply) : reply, undefined];
     } catch (e) {
       return [null, core.classify(e)];
     }
@@ -307,7 +347,16 @@ export class Relock {
   /** @internal `args` on every server (those `targets` selects), until a quorum is won or lost. */
   async round(
     args: ReadonlyArray<string | number>,
-    opts: { targets?: boolean[]; untilAll?: boolean; timeout?: number | null; partialHold?: number; blocking?: boolean; skipIf?: boolean } = {},
+    opts: {
+      targets?: boolean[];
+      untilAll?: boolean;
+      timeout?: number | null;
+      partialHold?: number;
+      blocking?: boolean;
+      skipIf?: boolean;
+      /** Turns a reply into the value agreed (null: refused). */
+      accept?: (reply: unknown) => unknown;
+    } = {},
   ): Promise<Round<unknown>> {
     const rnd = new Round<unknown>(this.servers, core.now(), opts.untilAll ?? false);
     if (opts.skipIf) return rnd;
@@ -315,7 +364,7 @@ export class Relock {
     if (this.nodes.length === 1 && !opts.blocking) {
       if (opts.targets && !opts.targets[0]) rnd.onReply(0, null);
       else {
-        const [v, f] = await this.ask(0, args, timeout);
+        const [v, f] = await this.ask(0, args, timeout, undefined, opts.accept);
         rnd.onReply(0, v, f);
       }
       return rnd.finish(core.now());
@@ -334,7 +383,7 @@ export class Relock {
           return;
         }
         open += 1;
-        void this.ask(i, args, timeout, opts.blocking ? cancels[i] : undefined).then(([v, f]) => {
+        void this.ask(i, args, timeout, opts.blocking ? cancels[i] : undefined, opts.accept).then(([v, f]) => {
           open -= 1;
           if (rnd.onReply(i, v, f) !== "pending" || open === 0) done();
           else if (opts.partialHold !== undefined && rnd.agreed.size > 0 && !cut) cut = setTimeout(done, opts.partialHold);
@@ -370,11 +419,12 @@ export class Relock {
   }
 
   /** @internal Releases `owner`'s grants now and once more a little later, in the background. */
-  releaseLate(key: string, owner: string, targets?: boolean[]): void {
+  releaseLate(key: string, owner: string, targets?: boolean[], args?: Array<string | number>): void {
+    const release = args ?? ["LOCK.RELEASE", key, owner];
     const job = (async () => {
-      await this.round(["LOCK.RELEASE", key, owner], { targets, untilAll: true });
+      await this.round(release, { targets, untilAll: true });
       await new Promise((r) => setTimeout(r, 100).unref());
-      await this.round(["LOCK.RELEASE", key, owner], { targets, untilAll: true });
+      await this.round(release, { targets, untilAll: true });
     })().catch(() => undefined);
     this.background.add(job);
     void job.finally(() => this.background.delete(job));
@@ -432,20 +482,187 @@ export class Relock {
     return (await this.queryEach(key, args, (_s, r) => Number(r))).reduce((a, b) => a + b, 0);
   }
 
-  /** @internal The server's reason for the end of `owner`'s hold, and whether any server keeps a journal. */
-  async history(key: string, owner: string): Promise<[string | null, boolean]> {
-    let known = false;
+  /** LOCK.HISTORY: the journal's entries for `key` (holds that ended other than by their owner, and flushes), newest first, on every server. */
+  async history(key: string, count = 10): Promise<LogEntry[]> {
+    return (await this.queryEach(key, ["LOCK.HISTORY", key, count], core.parseLog)).flat();
+  }
+
+  /** LOCK.LOG (an admin command): the journal of every key, newest first, on every server (every primary of a cluster). */
+  async log(count = 10): Promise<LogEntry[]> {
+    return (await this.eachNode(["LOCK.LOG", count])).flatMap(([name, r]) => core.parseLog(name, r));
+  }
+
+  /** LOCK.LOG RESET on every server: empties the journals. */
+  async resetLog(): Promise<void> {
+    await this.eachNode(["LOCK.LOG", "RESET"]);
+  }
+
+  /** LOCK.STATS (an admin command): the hottest keys by total wait time on every server, hottest first on each. */
+  async stats(count = 10): Promise<KeyStats[]> {
+    return (await this.eachNode(["LOCK.STATS", "COUNT", count])).flatMap(([name, r]) => core.parseStats(name, r));
+  }
+
+  private async eachNode(args: Array<string | number>): Promise<Array<[string, unknown]>> {
+    const out: Array<[string, unknown]> = [];
     for (const n of this.nodes) {
       try {
-        const reply = await n.call(["LOCK.HISTORY", key, 100], this.nodeTimeout);
-        known = true;
-        const cause = core.parseHistory(reply, owner);
-        if (cause) return [cause, true];
-      } catch {
-        // unknown command (a module without a journal) or no answer: nothing to say
+        out.push(...(await n.callNodes(args, Math.max(this.nodeTimeout, 1000))));
+      } catch (e) {
+        throw core.serverError(undefined, n.name, e);
       }
     }
-    return [null, known];
+    return out;
+  }
+
+  /** @internal Why `owner`'s hold of `keys` ended, from LOCK.HISTORY: one pipelined round trip per server, bounded by the node timeout. */
+  async explainLoss(keys: readonly string[], owner: string, since: number): Promise<LossReason> {
+    let asked = false;
+    for (const n of this.nodes) {
+      let replies: unknown[];
+      try {
+        replies = await n.callMany(keys.map((k) => ["LOCK.HISTORY", k, 100]), this.nodeTimeout);
+      } catch {
+        continue; // no answer: the next server may know
+      }
+      const ok = replies.filter((r) => !(r instanceof Error));
+      asked ||= ok.length > 0;
+      const entries = ok.flatMap((r) => core.parseLog(n.name, r)).sort((a, b) => b.time - a.time);
+      const loss = core.lossReason(entries, owner, since, Date.now());
+      if (loss.cause !== null) return loss;
+    }
+    if (!asked) return { cause: null, who: null, message: "no server answered LOCK.HISTORY, so relock cannot say why", entry: null };
+    return { cause: null, who: null, message: core.UNKNOWN_LOSS, entry: null };
+  }
+
+  // --- several keys -----------------------------------------------------------------------
+
+  /**
+   * Runs `fn` while holding every key of `keys` exclusively, all or none, under one owner:
+   * LOCK.MACQUIRE takes free keys in one step with one token; when some are taken and `wait`
+   * allows, the keys are waited for one by one in one global order (their UTF-8 bytes, as
+   * every relock client orders them), so overlapping groups never deadlock, and what was
+   * taken is given back on failure. Renewed together every ttl/3, released together however
+   * `fn` ends. In a Redis Cluster the keys must share a hash slot (a `{hash tag}`).
+   */
+  async usingAll<T>(keys: string[], options: GroupOptions, fn: (hold: GroupHold) => Promise<T> | T): Promise<T> {
+    const hold = await this.acquireAllOrThrow(keys, options);
+    try {
+      return await fn(hold);
+    } finally {
+      await hold.release().catch(() => false);
+    }
+  }
+
+  /** Like `usingAll` without a scope: the `GroupHold`, or null when not all granted in time. */
+  async acquireAll(keys: string[], options: GroupOptions = {}): Promise<GroupHold | null> {
+    try {
+      return await this.acquireAllOrThrow(keys, options);
+    } catch (e) {
+      if (e instanceof NotAcquiredError) return null;
+      throw e;
+    }
+  }
+
+  /** Like `acquireAll`, throwing `NotAcquiredError` (which says why) instead of returning null. */
+  async acquireAllOrThrow(keys: string[], options: GroupOptions = {}): Promise<GroupHold> {
+    const group = core.checkKeys(keys);
+    const first = this.nodes[0];
+    if (first?.cluster && group.length > 1) {
+      const slots = new Set(group.map((k) => core.keySlot(k)));
+      if (slots.size > 1) {
+        throw new InvalidArgumentError(`the keys of a group must share a hash slot in a Redis Cluster (${slots.size} slots): give them one {hash tag}`);
+      }
+    }
+    const ttl = core.checkTtl(options.ttl ?? core.DEFAULT_TTL);
+    const wait = core.checkWait(options.wait);
+    const deadline = wait === null ? null : core.now() + wait;
+    const n = group.length;
+    const name = group.join(",");
+    for (;;) {
+      const owner = this.newOwner();
+      const release = ["LOCK.MRELEASE", n, ...group, owner];
+      const rnd = await this.round(["LOCK.MACQUIRE", n, ...group, owner, ttl], { accept: (r) => core.groupTokens(group, r) });
+      const until = rnd.validUntil(ttl);
+      if (until !== null) return new GroupHold(this, group, owner, ttl, [...rnd.agreed.values()][0] as Record<string, number>, until);
+      const { now, later } = rnd.giveBack();
+      if (now.some(Boolean)) await this.round(release, { targets: now, untilAll: true });
+      if (later.some(Boolean)) this.releaseLate(group[0] ?? "", owner, later, release);
+      if (rnd.permanentlyFailed()) throw rnd.permanentError(group[0] ?? "");
+      if (deadline !== null && core.now() >= deadline) throw rnd.acquireError(name, ttl, wait);
+      if (this.nodes.length === 1 && !rnd.someFailed()) {
+        // Some key is taken or has a queue: wait for the keys one by one, in order.
+        const got = await this.waitEach(group, owner, ttl, deadline);
+        if (got instanceof GroupHold) return got;
+        if (got === "timeout") throw new NotAcquiredError(`locks ${JSON.stringify(group)}: not all acquired within ${wait} ms`, { key: group[0] });
+        continue; // a key taken early was lost while waiting: start again
+      }
+      // Redlock, a server in its restart grace, or one that did not answer: try again.
+      let pause = core.jitter(this.retryDelay);
+      if (deadline !== null) pause = Math.min(pause, Math.max(0, deadline - core.now()));
+      await new Promise((r) => setTimeout(r, pause));
+    }
+  }
+
+  /**
+   * Waits for `group`'s keys one by one in wait order under `owner`, keeping the keys already
+   * taken alive (a wait is cut into ttl/3 pieces with a renewal between). The group,
+   * "timeout" or "again" (a key taken early was lost: start over); what was taken is given
+   * back unless the group is returned.
+   */
+  private async waitEach(group: string[], owner: string, ttl: number, deadline: number | null): Promise<GroupHold | "timeout" | "again"> {
+    const taken: string[] = [];
+    const tokens: Record<string, number> = {};
+    const allOf = (want: number) => (r: unknown) => (r !== null && r !== undefined && Number(r) === want ? r : null);
+    const giveBack = (): void => {
+      if (taken.length) this.releaseLate(taken[0] ?? "", owner, undefined, ["LOCK.MRELEASE", taken.length, ...taken, owner]);
+    };
+    try {
+      for (const key of core.waitOrder(group)) {
+        for (;;) {
+          const remaining = deadline === null ? null : Math.max(0, deadline - core.now());
+          if (remaining === 0) {
+            giveBack();
+            return "timeout";
+          }
+          let piece = remaining;
+          if (taken.length) piece = remaining === null ? ttl / 3 : Math.min(remaining, ttl / 3);
+          const rnd = await this.waitRound(key, owner, ttl, piece, []);
+          if (rnd.won()) {
+            taken.push(key);
+            tokens[key] = Number([...rnd.agreed.values()][0]);
+            break;
+          }
+          if (rnd.permanentlyFailed()) {
+            giveBack();
+            throw rnd.permanentError(key);
+          }
+          if (rnd.someFailed()) {
+            this.releaseLate(key, owner);
+            await new Promise((r) => setTimeout(r, Math.min(core.jitter(this.retryDelay), remaining ?? Infinity)));
+          }
+          if (taken.length) {
+            const renewal = await this.round(["LOCK.MRENEW", taken.length, ...taken, owner, ttl], { accept: allOf(taken.length) });
+            if (renewal.renewVerdict() === "lost") {
+              giveBack();
+              return "again";
+            }
+          }
+        }
+      }
+      // The first keys' ttl ran while later ones were waited for: measure the validity.
+      const renewal = await this.round(["LOCK.MRENEW", group.length, ...group, owner, ttl], { accept: allOf(group.length) });
+      const until = renewal.validUntil(ttl);
+      if (until === null) {
+        giveBack();
+        return "again";
+      }
+      const ordered: Record<string, number> = {};
+      for (const k of group) ordered[k] = tokens[k] ?? 0;
+      return new GroupHold(this, group, owner, ttl, ordered, until);
+    } catch (e) {
+      this.releaseLate(group[0] ?? "", owner, undefined, ["LOCK.MRELEASE", group.length, ...group, owner]);
+      throw e;
+    }
   }
 }
 
@@ -457,12 +674,15 @@ export class Relock {
  * a little before its validity ends; its `reason` is a `LockLostError`.
  */
 export class Hold {
-  readonly token: number;
-  readonly shared: boolean;
+  token: number;
+  /** Whether the hold is shared (a read lock or a permit); true after `downgrade()`. */
+  shared: boolean;
   /** Why the hold was lost, once it is. */
   reason: string | undefined;
-  /** The server's word for the loss (LOCK.HISTORY), when it keeps a journal. */
-  lossCause: string | undefined;
+  /** The server's account of the loss (LOCK.HISTORY): `cause`, `who`, `message`; undefined while held, or when the client did not ask (a blocked event loop). */
+  loss: LossReason | undefined;
+  /** @internal No journal entry of this hold is older (Unix ms). */
+  readonly since: number;
   private abort: AbortController | undefined;
   private get controller(): AbortController {
     this.abort ??= new AbortController();
@@ -483,13 +703,49 @@ export class Hold {
     readonly tokens: Readonly<Record<string, number>>,
     /** Until when (`performance.now()` ms) the hold is ours for sure. */
     public validUntil: number,
-    private readonly mode: string[],
+    private mode: string[],
   ) {
     this.token = Object.values(tokens)[0] ?? 0;
     this.shared = mode.length > 0;
+    this.since = Date.now(); // granted just before: an older flush is not its end (1 s slack for clocks)
     live.add(this);
     watchExit();
     this.schedule(core.now() + Math.max(ttl / 3, 1));
+  }
+
+  /** The server's word for the loss (`loss.cause`: `expired`, `forcereleased`, `deleted`, `flushed`, ...), undefined while held or when nobody can say. */
+  get lossCause(): string | undefined {
+    return this.loss?.cause ?? undefined;
+  }
+
+  /** The client that ended the hold (`loss.who`), where the server could tell. */
+  get who(): Who | undefined {
+    return this.loss?.who ?? undefined;
+  }
+
+  /** The keys held: `[key]`, or a group's keys in the order given. */
+  get keys(): string[] {
+    return [this.key];
+  }
+
+  /** @internal */
+  protected renewArgs(ttl: number): Array<string | number> {
+    return ["LOCK.RENEW", this.key, this.owner, ttl];
+  }
+
+  /** @internal */
+  protected releaseArgs(): Array<string | number> {
+    return ["LOCK.RELEASE", this.key, this.owner];
+  }
+
+  /** @internal A renewal's or release's reply as agreed (the reply) or refused (null). */
+  protected allHeld(reply: unknown): unknown {
+    return reply;
+  }
+
+  /** @internal */
+  protected refusedWords(servers: string[]): string {
+    return `LOCK.RENEW answered nil on ${servers.join(", ")}: the lock expired or was taken away`;
   }
 
   /** Aborted when the hold is lost; `signal.reason` is the `LockLostError`. */
@@ -526,15 +782,24 @@ export class Hold {
     return `its validity ran out before it could be renewed (the event loop did not run the renewal in time: blocked longer than the ${this.ttl} ms ttl?)`;
   }
 
-  private lose(reason: string, cause?: string | null): void {
+  private lose(reason: string, loss?: LossReason): void {
     if (this.released || this.controller.signal.aborted) return;
     this.reason = reason;
-    this.lossCause = cause ?? undefined;
+    this.loss = loss;
     if (this.timer) clearTimeout(this.timer);
     live.delete(this);
-    this.controller.abort(core.lostError(this.key, reason, cause, this.client.servers));
+    this.controller.abort(core.lostError(this.key, reason, loss, this.client.servers));
     // Whatever servers still have it should not keep it until the ttl.
-    this.client.releaseLate(this.key, this.owner);
+    this.client.releaseLate(this.key, this.owner, undefined, this.releaseArgs());
+  }
+
+  /** The hold is gone: asks the journal why (one bounded round trip) and says it. */
+  private async loseWithHistory(rnd: Round<unknown>): Promise<void> {
+    const refused = rnd.servers((f) => !!f.refused);
+    const what = refused.length ? this.refusedWords(refused) : `renewal failed: ${rnd.describe((f) => !!f.permanent)}`;
+    const loss = await this.client.explainLoss(this.keys, this.owner, this.since);
+    const where = loss.entry && this.keys.length > 1 && loss.entry.key ? `key ${JSON.stringify(loss.entry.key)} ` : "";
+    this.lose(`${what}: ${where}${loss.message}`, loss);
   }
 
   private schedule(at: number): void {
@@ -569,7 +834,7 @@ export class Hold {
   private async renewRound(ttl: number): Promise<boolean> {
     const ms = core.checkTtl(ttl);
     this.check();
-    const rnd = await this.client.round(["LOCK.RENEW", this.key, this.owner, ms]);
+    const rnd = await this.client.round(this.renewArgs(ms), { accept: (r) => this.allHeld(r) });
     const until = rnd.validUntil(ms);
     if (until !== null) {
       if (this.released || this.controller.signal.aborted) return true;
@@ -580,14 +845,7 @@ export class Hold {
       return true;
     }
     if (rnd.renewVerdict() === "lost") {
-      const refused = rnd.servers((f) => !!f.refused);
-      let what = refused.length
-        ? `LOCK.RENEW answered nil on ${refused.join(", ")}: the lock expired or was taken away`
-        : `renewal failed: ${rnd.describe((f) => !!f.permanent)}`;
-      const [cause, known] = await this.client.history(this.key, this.owner);
-      if (cause) what += ` (${core.describeCause(cause)}; LOCK.HISTORY says ${cause})`;
-      else if (!known) what += " (the server keeps no LOCK.HISTORY, so it cannot say why)";
-      this.lose(what, cause);
+      await this.loseWithHistory(rnd);
       this.check();
     }
     this.lastFailure = rnd.describe();
@@ -611,8 +869,35 @@ export class Hold {
     this.released = true;
     live.delete(this);
     if (this.timer) clearTimeout(this.timer);
-    const rnd = await this.client.round(["LOCK.RELEASE", this.key, this.owner], { untilAll: Object.keys(this.tokens).length > 1 });
+    const rnd = await this.client.round(this.releaseArgs(), { untilAll: this.client.servers.length > 1, accept: (r) => this.allHeld(r) });
     return rnd.won();
+  }
+
+  /**
+   * Turns this exclusive hold into a shared one (LOCK.DOWNGRADE) in one atomic step, keeping
+   * its token, ttl and count; the readers at the head of the queue are let in with it.
+   * Allowed on a key without a limit (`OtherLimitError` otherwise); a shared hold stays as it
+   * is. No upgrade: release and acquire exclusively again. Throws `LockLostError` when the
+   * hold is gone, `NotAcquiredError` (retryable: downgrading twice is safe) when servers did
+   * not answer.
+   */
+  async downgrade(): Promise<void> {
+    this.check();
+    const rnd = await this.client.round(["LOCK.DOWNGRADE", this.key, this.owner], { untilAll: true });
+    if (rnd.won()) {
+      this.shared = true;
+      this.mode = ["SHARED"];
+      return;
+    }
+    if (rnd.permanentlyFailed()) throw rnd.permanentError(this.key);
+    if (rnd.renewVerdict() === "lost") {
+      await this.loseWithHistory(rnd);
+      this.check();
+    }
+    throw new NotAcquiredError(`lock ${JSON.stringify(this.key)}: downgrade not answered by a quorum (${rnd.describe()}); retry`, {
+      key: this.key,
+      servers: rnd.servers((f) => !f.refused),
+    });
   }
 
   /** Runs `fn` in a nested section under the same owner (LOCK.REENTER), with the hold count. */
@@ -630,6 +915,55 @@ export class Hold {
     } finally {
       await release();
     }
+  }
+}
+
+/**
+ * Several keys held together by one owner (`usingAll`/`acquireAll`), renewed together
+ * (LOCK.MRENEW) and released together (LOCK.MRELEASE). `key` is the first key, `keys` all of
+ * them; `keyTokens` each key's fencing token: one token for every key when they were granted
+ * in one step, each key its own after a wait; `token` is the largest. A group is lost as soon
+ * as one of its keys is.
+ */
+export class GroupHold extends Hold {
+  readonly keyTokens: Readonly<Record<string, number>>;
+  private readonly group: string[];
+
+  /** @internal */
+  constructor(client: Relock, keys: string[], owner: string, ttl: number, keyTokens: Record<string, number>, validUntil: number) {
+    const token = Math.max(...Object.values(keyTokens));
+    super(client, keys[0] ?? "", owner, ttl, { [client.servers[0] ?? ""]: token }, validUntil, []);
+    this.group = [...keys];
+    this.keyTokens = { ...keyTokens };
+    this.token = token;
+  }
+
+  override get keys(): string[] {
+    return [...this.group];
+  }
+
+  protected override renewArgs(ttl: number): Array<string | number> {
+    return ["LOCK.MRENEW", this.group.length, ...this.group, this.owner, ttl];
+  }
+
+  protected override releaseArgs(): Array<string | number> {
+    return ["LOCK.MRELEASE", this.group.length, ...this.group, this.owner];
+  }
+
+  protected override allHeld(reply: unknown): unknown {
+    return reply !== null && reply !== undefined && Number(reply) === this.group.length ? reply : null;
+  }
+
+  protected override refusedWords(servers: string[]): string {
+    return `LOCK.MRENEW found part of the group no longer held on ${servers.join(", ")}`;
+  }
+
+  override downgrade(): Promise<void> {
+    return Promise.reject(new InvalidArgumentError("a group of keys is held exclusively: downgrade is for one key"));
+  }
+
+  override reenter<T>(_fn: (count: number) => Promise<T> | T): Promise<T> {
+    return Promise.reject(new InvalidArgumentError("a group of keys is not reentrant: hold the group once"));
   }
 }
 

@@ -83,7 +83,14 @@ for (const protocol of [3, 2]) {
         assert.ok(performance.now() < hold.validUntil);
         assert.ok(hold.signal.reason instanceof LockLostError);
         assert.match(hold.reason, /LOCK.RENEW answered nil/);
-        assert.match(hold.reason, /cannot say why/); // no LOCK.HISTORY in this module yet
+        // The module keeps LOCK.HISTORY: the reason is the server's, not a guess.
+        assert.equal(hold.lossCause, "forcereleased", hold.reason);
+        assert.match(hold.reason, /LOCK\.FORCERELEASE/);
+        assert.doesNotMatch(hold.reason, /cannot say why/);
+        // Who broke it: the journal names the connection that sent LOCK.FORCERELEASE.
+        const [entry] = await r.call("LOCK.HISTORY", "k", "1");
+        const info = Array.isArray(entry) ? entry[entry.indexOf("client-info") + 1] : entry["client-info"];
+        assert.match(String(info), new RegExp(`\\bid=${await r.client("ID")} `));
         assert.equal(hold.signal.reason.retryable, false);
         assert.throws(() => hold.check(), LockLostError);
       });
@@ -209,7 +216,7 @@ test("semaphore, limits and errors", () =>
       });
       assert.equal((await locks.info("re")).count, 1);
     });
-    await assert.rejects(locks.waiters("k"), (e) => e instanceof ServerError && /LOCK.WAITERS/.test(e.message) && !e.retryable);
+    assert.deepEqual(await locks.waiters("k"), []); // the module has LOCK.WAITERS: nobody waits
     await locks.close();
     const plain = await Server.start([], { module: false });
     try {
@@ -456,6 +463,32 @@ describe("cluster", () => {
     const first = await locks.acquire("{jobs}:x", { ttl: 10_000 });
     setTimeout(() => void first.release(), 300);
     await locks.using("{jobs}:x", { wait: 10_000 }, async (second) => assert.ok(second.token > first.token));
+    await locks.close();
+  });
+
+  test("groups, loss reasons and the journal on a cluster", async () => {
+    const rc = new Cluster([{ host: "127.0.0.1", port: cluster.nodes[0].port }]);
+    opened.push(rc);
+    await new Promise((res) => rc.once("ready", res));
+    const locks = new Relock(rc, { nodeTimeout: 2000 });
+    await locks.usingAll(["{acct}:1", "{acct}:2"], { ttl: 5000 }, async (g) => {
+      assert.equal(new Set(Object.values(g.keyTokens)).size, 1);
+      assert.equal(await locks.acquireAll(["{acct}:2", "{acct}:3"], { wait: 0 }), null);
+      await g.renew();
+    });
+    assert.equal(await locks.info("{acct}:1"), null);
+    await assert.rejects(locks.acquireAll(["a", "b"]), /hash slot/);
+    const blocker = await locks.acquire("{acct}:2", { ttl: 10_000 });
+    setTimeout(() => void blocker.release(), 300);
+    const g = await locks.acquireAll(["{acct}:1", "{acct}:2"], { ttl: 5000, wait: 10_000 });
+    assert.ok(g.keyTokens["{acct}:2"] > blocker.token);
+    await rc.call("LOCK.FORCERELEASE", "{acct}:2");
+    await new Promise((res) => (g.signal.aborted ? res() : g.signal.addEventListener("abort", res, { once: true })));
+    assert.equal(g.lossCause, "forcereleased");
+    assert.ok(g.who);
+    assert.ok((await locks.log(100)).some((e) => e.key === "{acct}:2"));
+    assert.ok((await locks.stats(100)).some((s) => s.key === "{acct}:2"));
+    assert.equal((await locks.history("{acct}:2"))[0].reason, "forcereleased");
     await locks.close();
   });
 });

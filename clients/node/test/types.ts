@@ -1,7 +1,19 @@
 // Type-checked (tsc --noEmit), never run: the public API as a TypeScript user writes it,
 // against the declarations the package ships.
 import Redis, { Cluster } from "ioredis";
-import { Hold, LockLostError, NotAcquiredError, Relock, RelockError, type LockInfo } from "../dist/index";
+import {
+  GroupHold,
+  Hold,
+  LockLostError,
+  NotAcquiredError,
+  Relock,
+  RelockError,
+  type KeyStats,
+  type LockInfo,
+  type LogEntry,
+  type LossReason,
+  type Who,
+} from "../dist/index";
 
 async function usage(): Promise<void> {
   const one = new Relock(new Redis(), { ownerPrefix: "billing", nodeTimeout: 100 });
@@ -26,5 +38,30 @@ async function usage(): Promise<void> {
   if (e instanceof NotAcquiredError) void e.key;
   void n;
   void info;
+  // What the module added: permits, downgrade, groups, loss reasons, the journal, statistics.
+  const permits: Hold | null = await one.acquire("pool", { shared: true, limit: 10, permits: 3 });
+  await permits?.release();
+  await one.using("doc", {}, async (w: Hold) => {
+    await w.downgrade();
+    const shared: boolean = w.shared;
+    void shared;
+  });
+  const total: number = await one.usingAll(["a", "b"], { ttl: 10_000, wait: 1_000 }, async (g: GroupHold) => {
+    const perKey: Readonly<Record<string, number>> = g.keyTokens;
+    const keys: string[] = g.keys;
+    return g.token + keys.length + (perKey["a"] ?? 0);
+  });
+  const group: GroupHold | null = await one.acquireAll(["a", "b"]);
+  if (group) {
+    const loss: LossReason | undefined = group.loss;
+    const cause: string | null | undefined = loss?.cause;
+    const who: Who | undefined = group.who;
+    void [cause, who?.client, who?.name, who?.user, who?.addr, loss?.message];
+  }
+  const log: LogEntry[] = await one.log(10);
+  const hist: LogEntry[] = await one.history("k");
+  const stats: KeyStats[] = await one.stats();
+  if (e instanceof LockLostError) void [e.loss?.cause, e.lossCause, e.who?.client];
+  void [total, log[0]?.reason, hist[0]?.who?.client, stats[0]?.waitMsTotal];
 }
 void usage;

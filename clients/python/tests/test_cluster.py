@@ -47,3 +47,29 @@ def test_cluster_lock_survives_a_failover(cluster: Cluster) -> None:
     threading.Timer(0.3, first.release).start()
     with locks.lock("{jobs}:x", wait=10) as second:
         assert second.token > first.token
+
+
+def test_cluster_groups_reasons_and_reads(cluster: Cluster) -> None:
+    rc = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port, decode_responses=True)
+    locks = relock.Relock(rc)
+    with locks.lock_all(["{acct}:1", "{acct}:2"], ttl=5) as g:
+        assert len(set(g.key_tokens.values())) == 1
+        assert locks.acquire_all(["{acct}:2", "{acct}:3"], wait=0) is None
+        g.renew()
+    assert locks.info("{acct}:1") is None
+    with pytest.raises(relock.InvalidArgument, match="hash slot"):
+        locks.acquire_all(["a", "b"])  # different slots
+    blocker = locks.acquire("{acct}:2", ttl=10)
+    assert blocker is not None
+    import threading
+
+    threading.Timer(0.3, blocker.release).start()
+    with locks.lock_all(["{acct}:1", "{acct}:2"], ttl=5, wait=10) as g:
+        assert g.key_tokens["{acct}:2"] > blocker.token
+        rc.execute_command("LOCK.FORCERELEASE", "{acct}:2")
+        assert g.lost.wait(10)
+        assert g.cause == "forcereleased" and g.who is not None
+    # LOCK.LOG and LOCK.STATS from every primary.
+    assert any(e.key == "{acct}:2" for e in locks.log(100))
+    assert any(s.key == "{acct}:2" for s in locks.stats(100))
+    assert [e.reason for e in locks.history("{acct}:2")][:1] == ["forcereleased"]

@@ -12,6 +12,7 @@ import pytest
 import redis
 
 import relock
+from relock import _core as core
 from servers import Server, SlowProxy, eventually
 
 T = TypeVar("T")
@@ -127,8 +128,13 @@ def test_loss_is_signalled_with_a_reason_within_validity(server: Server, protoco
         assert h.lost.wait(10)
         assert time.monotonic() < max(h.valid_until, broken_at + 1.5)
         assert h.reason is not None and "LOCK.RENEW answered nil" in h.reason
-        # The module has no LOCK.HISTORY yet: the reason says that it cannot know why.
-        assert h.cause is None and "cannot say why" in h.reason
+        # The module keeps LOCK.HISTORY: the reason is the server's, not a guess.
+        assert h.cause == "forcereleased", h.reason
+        assert "LOCK.FORCERELEASE" in h.reason and "cannot say why" not in h.reason
+        # Who broke it: the journal names the connection that sent LOCK.FORCERELEASE.
+        entry = core.as_map(r.execute_command("LOCK.HISTORY", "k", 1)[0])
+        assert core.text(entry.get("owner")) == h.owner
+        assert f"id={r.client_id()} " in (core.text(entry.get("client-info")) or "")
         with pytest.raises(relock.LockLost) as e:
             h.check()
         assert not e.value.retryable and e.value.reason == h.reason
@@ -209,12 +215,9 @@ def test_errors_name_the_server_and_say_whether_to_retry(server: Server) -> None
         plain.close()
 
 
-def test_waiters_needs_a_module_that_has_it(server: Server) -> None:
-    locks = relock.Relock(connect(server))
-    try:
-        assert locks.waiters("k") == []
-    except relock.ServerError as e:
-        assert "LOCK.WAITERS" in str(e) and not e.retryable
+def test_waiters_of_a_key_nobody_waits_for(server: Server) -> None:
+    # The module has LOCK.WAITERS: an empty queue (also for a missing key), not an error.
+    assert relock.Relock(connect(server)).waiters("k") == []
 
 
 def test_limit_is_refused_over_independent_masters(servers3: list[Server]) -> None:

@@ -21,6 +21,7 @@ from .errors import (
     NotAcquired,
     OtherLimit,
     OtherMode,
+    OtherPermits,
     RelockError,
     ServerError,
 )
@@ -72,15 +73,22 @@ def wait_ms(remaining: float | None) -> int:
     return max(1, min(MAX_MS, int(remaining * 1000)))
 
 
-def mode_args(shared: bool, limit: int | None) -> list[str]:
-    """The words after an acquiring command's arguments: none, SHARED, SHARED LIMIT n."""
+def mode_args(shared: bool, limit: int | None, permits: int | None = None) -> list[str]:
+    """The words after an acquiring command's arguments: none, SHARED, SHARED LIMIT n,
+    SHARED LIMIT n PERMITS p."""
     if limit is not None:
-        return ["SHARED", "LIMIT", str(limit)]
+        return ["SHARED", "LIMIT", str(limit)] + ([] if permits is None else ["PERMITS", str(permits)])
     return ["SHARED"] if shared else []
 
 
-def check_mode(shared: bool, limit: int | None, masters: int) -> None:
-    """A limit in 1 .. 10^6, and never over several independent masters."""
+def check_mode(shared: bool, limit: int | None, masters: int, permits: int | None = None) -> None:
+    """A limit in 1 .. 10^6, never over several independent masters, and permits (1 to the
+    limit) only with a limit."""
+    if permits is not None:
+        if limit is None:
+            raise InvalidArgument(f"permits={permits!r} needs a limit: several permits are taken of a semaphore")
+        if isinstance(permits, bool) or not isinstance(permits, int) or not 1 <= permits <= limit:
+            raise InvalidArgument(f"invalid permits {permits!r} (must be 1 to the limit, {limit})")
     if limit is None:
         return
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
@@ -157,10 +165,196 @@ def as_map(reply: Any) -> dict[str, Any]:
     [name, value, ...] list under RESP2."""
     if isinstance(reply, Mapping):
         items = list(reply.items())
-    else:
+    elif isinstance(reply, (list, tuple)):
         seq = list(reply)
         items = list(zip(seq[0::2], seq[1::2]))
+    else:  # not a map at all (a bad reply): no fields
+        items = []
     return {text(k) or "": v for k, v in items}
+
+
+@dataclass(frozen=True)
+class Who:
+    """Who ended a hold, as ``LOCK.HISTORY``'s ``client-info`` shows it (the fields of
+    ``CLIENT LIST``): known for ``LOCK.FORCERELEASE`` always, for other commands where the
+    server lets the module see the caller."""
+
+    client: int | None
+    """The connection's id (``CLIENT ID``)."""
+    name: str | None
+    """Its ``CLIENT SETNAME`` name, None when it has none."""
+    user: str | None
+    addr: str | None
+    command: str | None
+    """The command it ran (``cmd=``), as Redis shows it."""
+
+    def __str__(self) -> str:
+        parts = [f"{k} {v}" for k, v in (("name", self.name), ("user", self.user), ("addr", self.addr)) if v]
+        who = "a client" if self.client is None else f"client {self.client}"
+        return f"{who} ({', '.join(parts)})" if parts else who
+
+
+def parse_who(info: Any) -> Who | None:
+    """``client-info`` (``id=7 addr=... name=ops ... user=admin ...``), None when empty."""
+    raw = text(info) or ""
+    if not raw.strip():
+        return None
+    fields: dict[str, str] = {}
+    for part in raw.split(" "):
+        k, sep, v = part.partition("=")
+        if sep:
+            fields[k] = v
+    client = fields.get("id")
+    return Who(
+        client=int(client) if client and client.isdigit() else None,
+        name=fields.get("name") or None,
+        user=fields.get("user") or None,
+        addr=fields.get("addr") or None,
+        command=fields.get("cmd") or None,
+    )
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One entry of the server's journal of holds that ended other than by their owner
+    (``LOCK.LOG``, ``LOCK.HISTORY``). A flush or a swap is one entry with an empty ``key``
+    and ``owner``."""
+
+    server: str
+    id: int
+    time: float
+    """When it ended, Unix seconds (the server's clock)."""
+    db: int
+    key: str
+    owner: str
+    token: int
+    reason: str
+    """``expired``, ``forcereleased``, ``deleted``, ``evicted``, ``revoked``, ``restored``,
+    ``moved``, ``flushed``, ``swapped`` (or a newer module's word)."""
+    held: float | None
+    """Seconds from grant to end; None for holds granted before the server started."""
+    who: Who | None
+    waiters: int
+
+
+def parse_log(server: str, reply: Any) -> list[LogEntry]:
+    out: list[LogEntry] = []
+    if not isinstance(reply, (list, tuple)):
+        return out
+    for entry in reply:
+        m = as_map(entry)
+        held = m.get("held")
+        held_s = None if held in (None, b"", "") else _int(held) / 1000
+        out.append(
+            LogEntry(
+                server=server,
+                id=_int(m.get("id")),
+                time=_int(m.get("time")) / 1000,
+                db=_int(m.get("db")),
+                key=text(m.get("key")) or "",
+                owner=text(m.get("owner")) or "",
+                token=_int(m.get("token")),
+                reason=text(m.get("reason")) or "",
+                held=held_s,
+                who=parse_who(m.get("client-info")),
+                waiters=_int(m.get("waiters")),
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class LossReason:
+    """Why a hold was lost, from the server's journal (``LOCK.HISTORY``): ``cause`` is its
+    word (``expired``, ``forcereleased``, ``deleted``, ``flushed``, ...), ``who`` the client
+    that ended it where the server could tell, ``entry`` the journal entry; ``message`` says
+    it in words. ``cause`` is None when the journal had nothing on it (a failover, a restart,
+    a journal that is off or full): then nobody can say why."""
+
+    cause: str | None
+    who: Who | None
+    message: str
+    entry: LogEntry | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+
+#: Said when LOCK.HISTORY has no entry for a lost hold.
+UNKNOWN_LOSS = (
+    "the server's journal (LOCK.HISTORY) has nothing on it, so it cannot say why "
+    "(a failover or restart empties it; relock.log-max-len 0 turns it off)"
+)
+
+
+def loss_reason(entries: Sequence[LogEntry], owner: str, since: float, now: float | None = None) -> LossReason:
+    """The reason of ``owner``'s loss from LOCK.HISTORY entries (newest first): its newest
+    entry, or a flush or swap (entries without a key, which end every hold) at or after
+    ``since`` (Unix seconds, when the hold was granted)."""
+    for e in entries:
+        if e.owner == owner or (not e.key and not e.owner and e.time >= since - 1.0):
+            return LossReason(e.reason, e.who, describe_loss(e, now), e)
+    return LossReason(None, None, UNKNOWN_LOSS)
+
+
+def describe_loss(e: LogEntry, now: float | None = None) -> str:
+    """An entry in words: ``force-released by client 17 (name ops, user admin) 1.2 s ago``."""
+    what = {
+        "expired": "expired on the server",
+        "forcereleased": "force-released (LOCK.FORCERELEASE)",
+        "deleted": "deleted (DEL, UNLINK, GETDEL, or the key overwritten by another value)",
+        "evicted": "evicted by the server (maxmemory)",
+        "revoked": "revoked (its waiter hung up before the grant reached it)",
+        "restored": "replaced by RESTORE or COPY ... REPLACE",
+        "moved": "moved away (RENAME, MOVE or MIGRATE)",
+        "flushed": "flushed with its database (FLUSHDB or FLUSHALL)",
+        "swapped": "swapped out with its database (SWAPDB)",
+    }.get(e.reason, e.reason or "ended")
+    if e.reason == "expired" and e.held is not None:
+        what += f": not renewed in time, after {e.held:g} s held"
+    if e.who is not None:
+        what += f" by {e.who}"
+    if now is not None and e.time > 0:
+        what += f" {max(0.0, now - e.time):.1f} s ago"
+    return what
+
+
+@dataclass(frozen=True)
+class KeyStats:
+    """One of the hottest keys by total wait time on one server (``LOCK.STATS``), from an
+    approximate top-k: ``wait_ms_total`` may be over by up to ``error`` ms."""
+
+    server: str
+    key: str
+    waits: int
+    granted: int
+    timeouts: int
+    contended: int
+    wait_ms_total: int
+    error: int
+    wait_ms_max: int
+
+
+def parse_stats(server: str, reply: Any) -> list[KeyStats]:
+    out: list[KeyStats] = []
+    if not isinstance(reply, (list, tuple)):
+        return out
+    for entry in reply:
+        m = as_map(entry)
+        out.append(
+            KeyStats(
+                server=server,
+                key=text(m.get("key")) or "",
+                waits=_int(m.get("waits")),
+                granted=_int(m.get("granted")),
+                timeouts=_int(m.get("timeouts")),
+                contended=_int(m.get("contended")),
+                wait_ms_total=_int(m.get("wait_ms_total")),
+                error=_int(m.get("error")),
+                wait_ms_max=_int(m.get("wait_ms_max")),
+            )
+        )
+    return out
 
 
 @dataclass(frozen=True)
@@ -178,6 +372,8 @@ class LockInfo:
     holders: int
     limit: int
     """1 for exclusive, n for a semaphore, 0 for a read lock without limit."""
+    permits_free: int = 0
+    """Permits a semaphore has free (0 for an exclusive key and a read lock)."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +385,7 @@ class Holder:
     token: int
     count: int
     ttl: float
+    permits: int = 1
 
 
 @dataclass(frozen=True)
@@ -209,7 +406,10 @@ class Waiter:
 def _int(v: Any, default: int = 0) -> int:
     if v is None:
         return default
-    return int(v)
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default
 
 
 def parse_info(server: str, reply: Any) -> LockInfo | None:
@@ -226,6 +426,7 @@ def parse_info(server: str, reply: Any) -> LockInfo | None:
         mode=text(m.get("mode")) or "exclusive",
         holders=_int(m.get("holders"), 1),
         limit=_int(m.get("limit"), 1),
+        permits_free=_int(m.get("permits_free")),
     )
 
 
@@ -242,6 +443,7 @@ def parse_holders(server: str, reply: Any) -> list[Holder]:
                 token=_int(m.get("token")),
                 count=_int(m.get("count"), 1),
                 ttl=_int(m.get("ttl")) / 1000,
+                permits=_int(m.get("permits"), 1),
             )
         )
     return out
@@ -266,16 +468,6 @@ def parse_waiters(server: str, reply: Any) -> list[Waiter]:
             )
         )
     return out
-
-
-def parse_history(reply: Any, owner: str) -> str | None:
-    """The reason (``expired``, ``forcereleased``, ...) of ``owner``'s newest entry in a
-    LOCK.HISTORY reply, if it has one."""
-    for entry in reply or []:
-        m = as_map(entry)
-        if text(m.get("owner")) == owner:
-            return text(m.get("reason"))
-    return None
 
 
 # --- failures --------------------------------------------------------------------------------
@@ -322,6 +514,11 @@ class Failure:
     timeout: bool = False
     other_limit: int | None = None
     other_mode: bool = False
+    other_permits: bool = False
+    grace: bool = False
+    """The server is in its restart grace (TRYAGAIN): it grants nothing new yet. Not a
+    refusal and not an error: the request is retried, and in a Redlock round it is a
+    no-vote."""
 
     @staticmethod
     def refusal() -> Failure:
@@ -340,6 +537,9 @@ def classify(e: BaseException) -> Failure:
     arguments are; timeouts, lost connections and a busy, loading or failing-over server
     are not."""
     msg = error_text(e)
+    if "restart grace" in msg and (isinstance(e, rex.TryAgainError) or msg.startswith("TRYAGAIN")):
+        left = msg[len("TRYAGAIN ") :] if msg.startswith("TRYAGAIN ") else msg
+        return Failure(f"in its restart grace, granting nothing new yet ({left})", grace=True)
     if isinstance(e, rex.TimeoutError):
         return Failure(f"no reply in time ({msg})" if msg else "no reply in time", timeout=True)
     if isinstance(e, (rex.AuthenticationError, rex.NoPermissionError)):
@@ -355,6 +555,12 @@ def classify(e: BaseException) -> Failure:
                 "the owner holds the lock in the other mode there (no upgrade or downgrade)",
                 permanent=True,
                 other_mode=True,
+            )
+        if msg.startswith("lock is held with other permits"):
+            return Failure(
+                "the owner holds the lock there with another number of permits",
+                permanent=True,
+                other_permits=True,
             )
         if msg.startswith("lock has another limit (") and msg.endswith(")"):
             try:
@@ -448,6 +654,9 @@ class Round(Generic[T]):
     def won(self) -> bool:
         return len(self.agreed) >= quorum(self.n)
 
+    def in_grace(self) -> int:
+        return sum(1 for _, f in self.failures if f.grace)
+
     def refused(self) -> int:
         return sum(1 for _, f in self.failures if f.refused)
 
@@ -534,6 +743,14 @@ class Round(Generic[T]):
                     servers=[self.names[i]],
                     limit=f.other_limit,
                 )
+            if f.other_permits:
+                return OtherPermits(
+                    f"lock {key!r} on {self.names[i]}: the owner holds it with another number of "
+                    "permits (a hold keeps the permits it was granted)",
+                    key=key,
+                    servers=[self.names[i]],
+                    retryable=False,
+                )
             if f.other_mode:
                 return OtherMode(
                     f"lock {key!r} on {self.names[i]}: the owner holds it in the other mode "
@@ -560,6 +777,12 @@ class Round(Generic[T]):
             )
         if self.permanently_failed():
             return self.permanent_error(key)
+        if self.in_grace() and not self.agreed and self.in_grace() + self.refused() == len(self.failures):
+            return NotAcquired(
+                f"lock {key!r}: not granted, {self.describe(lambda f: f.grace)} (retry: the grace ends by itself)",
+                key=key,
+                servers=self.servers(lambda f: f.grace),
+            )
         if self.n == 1 and not self.some_failed():
             within = "" if not waited else f" within {waited:g} s"
             return NotAcquired(f"lock {key!r} is held by another owner{within}", key=key)
@@ -584,8 +807,8 @@ class Round(Generic[T]):
         return "retry"
 
 
-def lost_error(key: str, reason: str, cause: str | None, servers: Sequence[str] = ()) -> LockLost:
-    return LockLost(f"lock {key!r} was lost: {reason}", key=key, servers=servers, reason=reason, cause=cause)
+def lost_error(key: str, reason: str, loss: LossReason | None, servers: Sequence[str] = ()) -> LockLost:
+    return LockLost(f"lock {key!r} was lost: {reason}", key=key, servers=servers, reason=reason, loss=loss)
 
 
 def server_error(key: str | None, server: str, e: BaseException) -> ServerError:
@@ -596,21 +819,6 @@ def server_error(key: str | None, server: str, e: BaseException) -> ServerError:
     return ServerError(f"{about}: {f.message}{hint}", key=key, servers=[server], retryable=not f.permanent)
 
 
-def describe_cause(cause: str | None) -> str:
-    """What LOCK.HISTORY's reason means, for a loss message."""
-    return {
-        "expired": "its lease ran out on the server",
-        "forcereleased": "an operator broke it (LOCK.FORCERELEASE)",
-        "deleted": "its key was deleted or overwritten",
-        "evicted": "the server evicted its key (maxmemory)",
-        "revoked": "the grant was revoked",
-        "restored": "its key was replaced by RESTORE or COPY",
-        "moved": "its key was renamed or moved",
-        "flushed": "the database was flushed",
-        "swapped": "the database was swapped",
-    }.get(cause or "", cause or "")
-
-
 def server_name(host: Any, port: Any, path: Any = None) -> str:
     if path:
         return str(path)
@@ -618,3 +826,39 @@ def server_name(host: Any, port: Any, path: Any = None) -> str:
     if ":" in h and not h.startswith("["):
         h = f"[{h}]"
     return f"{h}:{port}"
+
+
+#: The most keys one LOCK.MACQUIRE takes.
+MAX_KEYS = 256
+
+
+def check_keys(keys: Any) -> list[str]:
+    """The keys of a group: 1 to 256 distinct strings, in the caller's order."""
+    if isinstance(keys, (str, bytes)):
+        raise InvalidArgument("keys must be a list of keys, not one key (use lock() for one)")
+    out = list(keys)
+    if not 1 <= len(out) <= MAX_KEYS:
+        raise InvalidArgument(f"a group takes 1 to {MAX_KEYS} keys, not {len(out)}")
+    if not all(isinstance(k, str) for k in out):
+        raise InvalidArgument("every key of a group must be a str")
+    if len(set(out)) != len(out):
+        dup = next(k for i, k in enumerate(out) if k in out[:i])
+        raise InvalidArgument(f"key {dup!r} is named twice in the group")
+    return out
+
+
+def wait_order(keys: Sequence[str]) -> list[str]:
+    """The order in which a group's keys are waited for, one by one: by their UTF-8 bytes,
+    the same in every relock client, so that two groups that overlap never wait for each
+    other in a circle (no deadlock), and FIFO queues keep each wait starvation-free."""
+    return sorted(keys, key=lambda k: k.encode("utf-8"))
+
+
+def group_tokens(keys: Sequence[str], reply: Any) -> dict[str, int] | None:
+    """LOCK.MACQUIRE's reply as each key's token, None when it granted nothing."""
+    if reply is None:
+        return None
+    tokens = [int(t) for t in reply]
+    if len(tokens) != len(keys):
+        raise ValueError(f"LOCK.MACQUIRE answered {len(tokens)} tokens for {len(keys)} keys")
+    return dict(zip(keys, tokens))

@@ -19,8 +19,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from . import _core as core
-from ._core import Failure, Holder, LockInfo, Round, Waiter
-from .errors import InvalidArgument, LockLost, NotAcquired, RelockError
+from ._core import Failure, Holder, KeyStats, LockInfo, LogEntry, LossReason, Round, Waiter, Who
+from .errors import InvalidArgument, LockLost, NotAcquired, RelockError, ServerError
 
 T = TypeVar("T")
 
@@ -213,6 +213,39 @@ class _Server:
             self._checkin(conn)
         return reply
 
+    def call_many(self, commands: Sequence[Sequence[Any]], timeout: float) -> list[Any]:
+        """Several commands in one round trip (pipelined), each reply or the error it raised
+        in its place; the whole bounded by ``timeout``."""
+        if self.cluster:
+            pipe = self.client.pipeline(transaction=False)
+            for args in commands:
+                pipe.execute_command(*args)
+            return list(pipe.execute(raise_on_error=False))
+        deadline = time.monotonic() + timeout
+        conn = self._checkout(deadline if self._connected_once else max(deadline, time.monotonic() + self._connect_timeout))
+        out: list[Any] = []
+        try:
+            conn.send_packed_command(conn.pack_commands([list(a) for a in commands]), check_health=False)
+            for _ in commands:
+                try:
+                    out.append(conn.read_response(timeout=max(0.001, deadline - time.monotonic())))
+                except rex.ResponseError as e:
+                    out.append(e)
+        except BaseException:
+            conn.disconnect()
+            raise
+        self._checkin(conn)
+        return out
+
+    def call_nodes(self, args: Sequence[Any], timeout: float) -> list[tuple[str, Any]]:
+        """A command without a key on every master: each cluster primary, or the one server."""
+        if not self.cluster:
+            return [(self.name, self.call(args, timeout))]
+        reply = self.client.execute_command(*args, target_nodes=self.client.get_primaries())
+        if isinstance(reply, dict):
+            return [(str(k), v) for k, v in reply.items()]
+        return [(self.name, reply)]
+
     def close(self) -> None:
         """Closes the idle connections."""
         if self.cluster:
@@ -368,14 +401,16 @@ class Relock:
         wait: float | None = None,
         shared: bool = False,
         limit: int | None = None,
+        permits: int | None = None,
     ) -> Iterator[Hold]:
         """Holds ``key`` for the ``with`` block: acquires it, waiting up to ``wait`` seconds
         (None: no limit; 0: try once), renews it every ttl/3 in the background, and releases
         it on exit. ``shared=True`` takes a shared hold (a read lock), ``limit=n`` a permit of
-        an n-permit semaphore (one server or a cluster only). Raises ``NotAcquired`` when the
+        an n-permit semaphore (one server or a cluster only), ``permits=p`` (with a limit) p
+        of them at once. Raises ``NotAcquired`` when the
         lock was not granted in time; check ``hold.lost`` (or call ``hold.check()``) in long
         work."""
-        hold = self._acquire(key, ttl, wait, shared, limit, raise_busy=True)
+        hold = self._acquire(key, ttl, wait, shared, limit, permits, raise_busy=True)
         assert hold is not None
         try:
             yield hold
@@ -389,19 +424,27 @@ class Relock:
         wait: float | None = None,
         shared: bool = False,
         limit: int | None = None,
+        permits: int | None = None,
     ) -> Hold | None:
         """Like ``lock()`` without the ``with``: the ``Hold`` (renewed in the background until
         ``hold.release()``), or None when the lock was not granted within ``wait``."""
-        return self._acquire(key, ttl, wait, shared, limit, raise_busy=False)
+        return self._acquire(key, ttl, wait, shared, limit, permits, raise_busy=False)
 
     def _acquire(
-        self, key: str, ttl: float, wait: float | None, shared: bool, limit: int | None, raise_busy: bool
+        self,
+        key: str,
+        ttl: float,
+        wait: float | None,
+        shared: bool,
+        limit: int | None,
+        permits: int | None,
+        raise_busy: bool,
     ) -> Hold | None:
         ttl_ms = core.check_ttl(ttl)
         ttl_s = ttl_ms / 1000
         limit_wait = core.check_wait(wait)
-        core.check_mode(shared, limit, 1 if self._servers[0].cluster else len(self._servers))
-        mode = core.mode_args(shared, limit)
+        core.check_mode(shared, limit, 1 if self._servers[0].cluster else len(self._servers), permits)
+        mode = core.mode_args(shared, limit, permits)
         deadline = None if limit_wait is None else time.monotonic() + limit_wait
         while True:
             owner = self.new_owner()
@@ -433,6 +476,143 @@ class Relock:
                 pause = min(pause, max(0.0, deadline - time.monotonic()))
             time.sleep(pause)
 
+    # --- several keys ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lock_all(self, keys: Sequence[str], ttl: float = core.DEFAULT_TTL, wait: float | None = None) -> Iterator[GroupHold]:
+        """Holds every key of ``keys`` exclusively for the ``with`` block, all or none, under
+        one owner: ``LOCK.MACQUIRE`` takes free keys in one step with one token; when some
+        are taken and ``wait`` allows, the keys are waited for one by one in one global order
+        (their UTF-8 bytes, as every relock client orders them), so two groups that overlap
+        never deadlock, and what was taken is given back on failure. Renewed together every
+        ttl/3, released together on exit; raises ``NotAcquired`` when not granted in time.
+        In a Redis Cluster the keys must share a hash slot (a ``{hash tag}``)."""
+        hold = self._acquire_all(keys, ttl, wait, raise_busy=True)
+        assert hold is not None
+        try:
+            yield hold
+        finally:
+            hold._close()
+
+    def acquire_all(self, keys: Sequence[str], ttl: float = core.DEFAULT_TTL, wait: float | None = None) -> GroupHold | None:
+        """Like ``lock_all()`` without the ``with``: the ``GroupHold``, or None when the keys
+        were not all granted within ``wait``."""
+        return self._acquire_all(keys, ttl, wait, raise_busy=False)
+
+    def _check_slot(self, keys: list[str]) -> None:
+        if not self._servers[0].cluster or len(keys) < 2:
+            return
+        from redis.crc import key_slot
+
+        slots = {key_slot(k.encode("utf-8")) for k in keys}
+        if len(slots) > 1:
+            raise InvalidArgument(
+                f"the keys of a group must share a hash slot in a Redis Cluster ({len(slots)} slots): "
+                "give them one {hash tag}"
+            )
+
+    def _acquire_all(self, keys: Sequence[str], ttl: float, wait: float | None, raise_busy: bool) -> GroupHold | None:
+        group = core.check_keys(keys)
+        self._check_slot(group)
+        ttl_ms = core.check_ttl(ttl)
+        ttl_s = ttl_ms / 1000
+        limit_wait = core.check_wait(wait)
+        deadline = None if limit_wait is None else time.monotonic() + limit_wait
+        n = len(group)
+
+        def tokens_of(reply: Any) -> Any:
+            return core.group_tokens(group, reply)
+
+        while True:
+            owner = self.new_owner()
+            rnd = self._round(["LOCK.MACQUIRE", n, *group, owner, ttl_ms], accept=tokens_of)
+            until = rnd.valid_until(ttl_s)
+            if until is not None:
+                return GroupHold(self, group, owner, ttl_s, next(iter(rnd.agreed.values())), until)
+            release = ["LOCK.MRELEASE", n, *group, owner]
+            now_, later = rnd.give_back()
+            if any(now_):
+                self._round(release, targets=now_, until_all=True)
+            if any(later):
+                self._release_late(group[0], owner, later, release)
+            if rnd.permanently_failed():
+                raise rnd.permanent_error(group[0])
+            passed = deadline is not None and time.monotonic() >= deadline
+            if passed:
+                if raise_busy:
+                    raise rnd.acquire_error(",".join(group), ttl_s, limit_wait)
+                return None
+            if len(self._servers) == 1 and not rnd.some_failed():
+                # Some key is taken or has a queue: wait for the keys one by one, in order.
+                got = self._wait_each(group, owner, ttl_ms, deadline)
+                if isinstance(got, GroupHold):
+                    return got
+                if got == "timeout":
+                    if raise_busy:
+                        raise NotAcquired(f"locks {group!r}: not all acquired within {limit_wait:g} s", key=group[0])
+                    return None
+                continue  # a key taken early was lost while waiting: start again
+            # Redlock, a server in its restart grace, or one that did not answer: try again.
+            pause = core.jitter(self.retry_delay)
+            if deadline is not None:
+                pause = min(pause, max(0.0, deadline - time.monotonic()))
+            time.sleep(pause)
+
+    def _wait_each(self, group: list[str], owner: str, ttl_ms: int, deadline: float | None) -> GroupHold | str:
+        """Waits for ``group``'s keys one by one in wait order under ``owner``, keeping the
+        keys already taken alive (a wait is cut into ttl/3 pieces with a renewal between).
+        The group, ``"timeout"`` or ``"again"`` (a key taken early was lost: start over);
+        what was taken is given back unless the group is returned."""
+        ttl_s = ttl_ms / 1000
+        taken: list[str] = []
+        tokens: dict[str, int] = {}
+
+        def give_back() -> None:
+            if taken:
+                release = ["LOCK.MRELEASE", len(taken), *taken, owner]
+                self._round(release, until_all=True)
+                self._release_late(taken[0], owner, None, release)
+
+        def all_of(want: int) -> Callable[[Any], Any]:
+            return lambda r: r if r is not None and int(r) == want else None
+
+        try:
+            for key in core.wait_order(group):
+                while True:
+                    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    if remaining == 0.0:
+                        give_back()
+                        return "timeout"
+                    piece = remaining
+                    if taken:
+                        piece = ttl_s / 3 if remaining is None else min(remaining, ttl_s / 3)
+                    rnd = self._wait_round(key, owner, ttl_ms, piece, [])
+                    if rnd.won():
+                        taken.append(key)
+                        tokens[key] = int(next(iter(rnd.agreed.values())))
+                        break
+                    if rnd.permanently_failed():
+                        give_back()
+                        raise rnd.permanent_error(key)
+                    if rnd.some_failed():
+                        self._release_late(key, owner, None)
+                        time.sleep(min(core.jitter(self.retry_delay), remaining if remaining is not None else 1e9))
+                    if taken:
+                        renewal = self._round(["LOCK.MRENEW", len(taken), *taken, owner, ttl_ms], accept=all_of(len(taken)))
+                        if renewal.renew_verdict() == "lost":
+                            give_back()
+                            return "again"
+            # The first keys' ttl ran while later ones were waited for: measure the validity.
+            renewal = self._round(["LOCK.MRENEW", len(group), *group, owner, ttl_ms], accept=all_of(len(group)))
+            until = renewal.valid_until(ttl_s)
+            if until is None:
+                give_back()
+                return "again"
+            return GroupHold(self, group, owner, ttl_s, {k: tokens[k] for k in group}, until)
+        except BaseException:
+            give_back()
+            raise
+
     # --- rounds ---------------------------------------------------------------------------
 
     def _executor(self) -> cf.ThreadPoolExecutor:
@@ -448,9 +628,11 @@ class Relock:
         timeout: float | None,
         cancel: _Cancel | None = None,
         connect_within: float | None = None,
+        accept: Callable[[Any], Any] | None = None,
     ) -> tuple[Any, Failure | None]:
         try:
-            return self._servers[i].call(args, timeout, cancel, connect_within), None
+            reply = self._servers[i].call(args, timeout, cancel, connect_within)
+            return (reply if accept is None else accept(reply)), None
         except Exception as e:  # noqa: BLE001 - every failure is a failed server
             return None, core.classify(e)
 
@@ -461,12 +643,14 @@ class Relock:
         until_all: bool = False,
         timeout: float | None | Literal["node"] = "node",
         connect_within: float | None = None,
+        accept: Callable[[Any], Any] | None = None,
     ) -> Round[Any]:
         """``args`` on every server (those ``targets`` selects) at once, each bounded by the
         node timeout (or ``timeout``; None: no bound), connecting included, until a quorum is
         won or lost (or, ``until_all``, every server answered). A request still under way then
         goes on to its end, within its own bound (a late grant still lands, to be released by
-        the paths that address every server)."""
+        the paths that address every server). ``accept`` turns a reply into the value agreed
+        (None: refused)."""
         rnd: Round[Any] = Round(self._names, time.monotonic(), until_all)
         # A wait without limit has no bound; everything else is bounded by the node timeout.
         t = self.node_timeout if isinstance(timeout, str) else timeout
@@ -474,7 +658,7 @@ class Relock:
             if targets is not None and not targets[0]:
                 rnd.on_reply(0, None)
             else:
-                value, failure = self._ask(0, args, t, None, connect_within)
+                value, failure = self._ask(0, args, t, None, connect_within, accept)
                 rnd.on_reply(0, value, failure)
             return rnd.finish(time.monotonic())
         pending: dict[cf.Future[tuple[Any, Failure | None]], int] = {}
@@ -482,7 +666,7 @@ class Relock:
             if targets is not None and not targets[i]:
                 rnd.on_reply(i, None)
                 continue
-            pending[self._executor().submit(self._ask, i, args, t, None, connect_within)] = i
+            pending[self._executor().submit(self._ask, i, args, t, None, connect_within, accept)] = i
         bound = None if t is None else time.monotonic() + t + 0.05
         while pending and rnd.progress() == "pending":
             left = None if bound is None else max(0.0, bound - time.monotonic())
@@ -536,14 +720,16 @@ class Relock:
         if any(later):
             self._release_late(key, owner, later)
 
-    def _release_late(self, key: str, owner: str, targets: list[bool] | None) -> None:
+    def _release_late(self, key: str, owner: str, targets: list[bool] | None, args: list[Any] | None = None) -> None:
         """Releases ``owner``'s grants now and once more a little later, in the background:
-        a server may still grant a request whose round we stopped waiting for."""
+        a server may still grant a request whose round we stopped waiting for. ``args``: the
+        release command, when not ``LOCK.RELEASE key owner`` (a group's LOCK.MRELEASE)."""
+        release = args or ["LOCK.RELEASE", key, owner]
 
         def later() -> None:
-            self._round(["LOCK.RELEASE", key, owner], targets=targets, until_all=True)
+            self._round(release, targets=targets, until_all=True)
             time.sleep(0.1)
-            self._round(["LOCK.RELEASE", key, owner], targets=targets, until_all=True)
+            self._round(release, targets=targets, until_all=True)
 
         with contextlib.suppress(RuntimeError):  # interpreter shutting down
             self._executor().submit(later)
@@ -586,22 +772,56 @@ class Relock:
         args = ["LOCK.FORCERELEASE", key] + ([owner] if owner is not None else [])
         return sum(self._query_each(key, args, lambda _s, r: int(r)))
 
-    def _history(self, key: str, owner: str) -> tuple[str | None, bool]:
-        """The server's reason for the end of ``owner``'s hold (LOCK.HISTORY), and whether
-        the servers keep a journal at all."""
-        known = False
+    def history(self, key: str, count: int = 10) -> list[LogEntry]:
+        """LOCK.HISTORY: the journal's entries for ``key`` (holds that ended other than by
+        their owner, and flushes), newest first, on every server."""
+        lists = self._query_each(key, ["LOCK.HISTORY", key, count], core.parse_log)
+        return [e for es in lists for e in es]
+
+    def log(self, count: int = 10) -> list[LogEntry]:
+        """LOCK.LOG (an admin command): the journal of every key, newest first, on every
+        server (every primary of a cluster)."""
+        return [e for name, r in self._each_node(["LOCK.LOG", count]) for e in core.parse_log(name, r)]
+
+    def reset_log(self) -> None:
+        """LOCK.LOG RESET on every server: empties the journals."""
+        self._each_node(["LOCK.LOG", "RESET"])
+
+    def stats(self, count: int = 10) -> list[KeyStats]:
+        """LOCK.STATS (an admin command): the hottest keys by total wait time on every server,
+        hottest first on each."""
+        return [k for name, r in self._each_node(["LOCK.STATS", "COUNT", count]) for k in core.parse_stats(name, r)]
+
+    def _each_node(self, args: Sequence[Any]) -> list[tuple[str, Any]]:
+        out: list[tuple[str, Any]] = []
         for s in self._servers:
             try:
-                reply = s.call(["LOCK.HISTORY", key, 100], self.node_timeout)
+                out += s.call_nodes(args, max(self.node_timeout, 1.0))
             except Exception as e:  # noqa: BLE001
-                if core.is_unknown_command(e):
-                    continue
+                raise core.server_error(None, s.name, e) from e
+        return out
+
+    def _history(self, keys: Sequence[str], owner: str, since: float) -> LossReason:
+        """Why ``owner``'s hold of ``keys`` ended, from LOCK.HISTORY: one pipelined round trip
+        per server (at most the node timeout each), stopping at the first that knows."""
+        asked = False
+        for s in self._servers:
+            try:
+                replies = s.call_many([["LOCK.HISTORY", k, 100] for k in keys], self.node_timeout)
+            except Exception:  # noqa: BLE001 - no answer: the next server may know
                 continue
-            known = True
-            cause = core.parse_history(reply, owner)
-            if cause:
-                return cause, True
-        return None, known
+            try:
+                entries = [e for r in replies if not isinstance(r, Exception) for e in core.parse_log(s.name, r)]
+            except Exception:  # noqa: BLE001 - a reply relock cannot read says nothing
+                continue
+            asked = asked or any(not isinstance(r, Exception) for r in replies)
+            entries.sort(key=lambda e: e.time, reverse=True)
+            loss = core.loss_reason(entries, owner, since, time.time())
+            if loss.cause is not None:
+                return loss
+        if not asked:
+            return LossReason(None, None, "no server answered LOCK.HISTORY, so relock cannot say why")
+        return LossReason(None, None, core.UNKNOWN_LOSS)
 
     def close(self) -> None:
         """Stops the background threads and closes relock's own connections (releases
@@ -681,9 +901,10 @@ class Hold:
         self.token: int = next(iter(tokens.values()))
         self.valid_until = valid_until
         self.reason: str | None = None
-        self.cause: str | None = None
+        self.loss: LossReason | None = None
         self.shared = bool(mode)
         self._mode = mode
+        self._since = time.time()  # granted just before: an older flush is not its end (1 s slack for clocks)
         self._pid = os.getpid()
         self._state = threading.Lock()
         self._released = False
@@ -725,16 +946,45 @@ class Hold:
         """Whether the hold is still ours for sure: not lost, not released, within validity."""
         return not self._released and not self.lost.is_set()
 
-    def _lose(self, reason: str, cause: str | None = None) -> None:
+    @property
+    def cause(self) -> str | None:
+        """The server's word for the loss (``loss.cause``): ``expired``, ``forcereleased``,
+        ``deleted``, ``flushed``, ...; None while held, or when nobody can say."""
+        return None if self.loss is None else self.loss.cause
+
+    @property
+    def who(self) -> Who | None:
+        """The client that ended the hold (``loss.who``), where the server could tell."""
+        return None if self.loss is None else self.loss.who
+
+    @property
+    def keys(self) -> list[str]:
+        """The keys held: ``[key]``, or a group's keys in the order given."""
+        return [self.key]
+
+    def _renew_args(self, ttl_ms: int) -> list[Any]:
+        return ["LOCK.RENEW", self.key, self.owner, ttl_ms]
+
+    def _release_args(self) -> list[Any]:
+        return ["LOCK.RELEASE", self.key, self.owner]
+
+    def _all_held(self, reply: Any) -> Any:
+        """A renewal's or release's reply as agreed (the reply) or refused (None)."""
+        return reply
+
+    def _refused_words(self, servers: list[str]) -> str:
+        return f"LOCK.RENEW answered nil on {', '.join(servers)}: the lock expired or was taken away"
+
+    def _lose(self, reason: str, loss: LossReason | None = None) -> None:
         with self._state:
             if self._released or threading.Event.is_set(self.lost):
                 return
             self.reason = reason
-            self.cause = cause
+            self.loss = loss
             threading.Event.set(self.lost)
         self._client._renewer.remove(self)
         # Whatever servers still have it should not keep it until the ttl.
-        self._client._release_late(self.key, self.owner, None)
+        self._client._release_late(self.key, self.owner, None, self._release_args())
 
     def check(self) -> None:
         """Raises ``LockLost`` (with the reason) if the hold is lost, released, or past its
@@ -744,7 +994,7 @@ class Hold:
         if self.lost.is_set():
             if self.reason is None and time.monotonic() >= self._lost_at():
                 self._lose(self._expiry_reason())
-            raise core.lost_error(self.key, self.reason or "its validity ran out", self.cause, self._client.servers)
+            raise core.lost_error(self.key, self.reason or "its validity ran out", self.loss, self._client.servers)
         if self._released:
             raise core.lost_error(self.key, "it was released", None)
 
@@ -797,7 +1047,7 @@ class Hold:
             # An expired validity is never extended: someone else may hold it now.
             self._lose(self._stall_reason())
             self.check()
-        rnd = self._client._round(["LOCK.RENEW", self.key, self.owner, ttl_ms])
+        rnd = self._client._round(self._renew_args(ttl_ms), accept=self._all_held)
         until = rnd.valid_until(ttl_s)
         now = time.monotonic()
         every = max(self.ttl / 3, 0.001)
@@ -825,17 +1075,15 @@ class Hold:
             )
 
     def _lose_with_history(self, rnd: Round[Any]) -> None:
+        """The hold is gone: asks the journal why (one bounded round trip) and says it."""
         refused = rnd.servers(lambda f: f.refused)
         if refused:
-            what = f"LOCK.RENEW answered nil on {', '.join(refused)}: the lock expired or was taken away"
+            what = self._refused_words(refused)
         else:
             what = f"renewal failed: {rnd.describe(lambda f: f.permanent)}"
-        cause, known = self._client._history(self.key, self.owner)
-        if cause:
-            what += f" ({core.describe_cause(cause)}; LOCK.HISTORY says {cause})"
-        elif not known:
-            what += " (the server keeps no LOCK.HISTORY, so it cannot say why)"
-        self._lose(what, cause)
+        loss = self._client._history(self.keys, self.owner, self._since)
+        where = f"key {loss.entry.key!r} " if loss.entry is not None and len(self.keys) > 1 and loss.entry.key else ""
+        self._lose(f"{what}: {where}{loss.message}", loss)
 
     def renew(self, ttl: float | None = None) -> None:
         """Renews now (``ttl`` seconds from now, default the hold's ttl; it becomes the
@@ -856,12 +1104,37 @@ class Hold:
                 return False
             self._released = True
         self._client._renewer.remove(self)
-        rnd = self._client._round(["LOCK.RELEASE", self.key, self.owner], until_all=len(self.tokens) > 1)
+        rnd = self._client._round(self._release_args(), until_all=len(self._client.servers) > 1, accept=self._all_held)
         return rnd.won()
 
     def _close(self) -> None:
         with contextlib.suppress(RelockError):
             self.release()
+
+    def downgrade(self) -> None:
+        """Turns this exclusive hold into a shared one (LOCK.DOWNGRADE) in one atomic step,
+        keeping its token, ttl and count; the readers at the head of the queue are let in
+        with it. Allowed on a key without a limit (``OtherLimit`` otherwise); a shared hold
+        stays as it is. There is no upgrade: release and acquire exclusively again. Raises
+        ``LockLost`` when the hold is gone, ``NotAcquired`` (retryable: downgrading twice is
+        safe) when servers did not answer."""
+        self.check()
+        rnd = self._client._round(["LOCK.DOWNGRADE", self.key, self.owner], until_all=True)
+        if rnd.won():
+            with self._state:
+                self.shared = True
+                self._mode = ["SHARED"]
+            return
+        if rnd.permanently_failed():
+            raise rnd.permanent_error(self.key)
+        if rnd.renew_verdict() == "lost":
+            self._lose_with_history(rnd)
+            self.check()
+        raise NotAcquired(
+            f"lock {self.key!r}: downgrade not answered by a quorum ({rnd.describe()}); retry",
+            key=self.key,
+            servers=rnd.servers(lambda f: not f.refused),
+        )
 
     @contextlib.contextmanager
     def reenter(self) -> Iterator[int]:
@@ -880,3 +1153,55 @@ class Hold:
         finally:
             if self._pid == os.getpid():
                 self._client._round(["LOCK.RELEASE", self.key, self.owner], targets=rnd.agreed_by(), until_all=True)
+
+
+class GroupHold(Hold):
+    """Several keys held together by one owner (``Relock.lock_all``/``acquire_all``),
+    renewed together (LOCK.MRENEW) and released together (LOCK.MRELEASE). ``key`` is the
+    first key, ``keys`` all of them; ``key_tokens`` each key's fencing token: one token for
+    every key when they were granted in one step, each key its own after a wait. ``token``
+    is the largest. A group is lost as soon as one of its keys is."""
+
+    def __init__(
+        self,
+        client: Relock,
+        keys: list[str],
+        owner: str,
+        ttl: float,
+        key_tokens: dict[str, int],
+        valid_until: float,
+    ) -> None:
+        self._keys = list(keys)
+        self.key_tokens = dict(key_tokens)
+        super().__init__(client, keys[0], owner, ttl, {client.servers[0]: max(key_tokens.values())}, valid_until, [])
+        self.token = max(key_tokens.values())
+
+    def __repr__(self) -> str:
+        return f"GroupHold(keys={self._keys!r}, owner={self.owner!r}, token={self.token})"
+
+    def __enter__(self) -> GroupHold:
+        return self
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self._keys)
+
+    def _renew_args(self, ttl_ms: int) -> list[Any]:
+        return ["LOCK.MRENEW", len(self._keys), *self._keys, self.owner, ttl_ms]
+
+    def _release_args(self) -> list[Any]:
+        return ["LOCK.MRELEASE", len(self._keys), *self._keys, self.owner]
+
+    def _all_held(self, reply: Any) -> Any:
+        return reply if reply is not None and int(reply) == len(self._keys) else None
+
+    def _refused_words(self, servers: list[str]) -> str:
+        return f"LOCK.MRENEW found part of the group no longer held on {', '.join(servers)}"
+
+    def downgrade(self) -> None:
+        raise InvalidArgument("a group of keys is held exclusively: downgrade is for one key")
+
+    @contextlib.contextmanager
+    def reenter(self) -> Iterator[int]:
+        raise InvalidArgument("a group of keys is not reentrant: hold the group once")
+        yield 0  # pragma: no cover

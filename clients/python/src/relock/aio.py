@@ -21,7 +21,7 @@ import redis.asyncio as aredis
 import redis.asyncio.cluster as acluster
 
 from . import _core as core
-from ._core import Failure, Holder, LockInfo, Round, Waiter
+from ._core import Failure, Holder, KeyStats, LockInfo, LogEntry, LossReason, Round, Waiter, Who
 from .errors import (
     InvalidArgument,
     LockLost,
@@ -33,6 +33,7 @@ from .errors import (
 )
 
 __all__ = [
+    "GroupHold",
     "Hold",
     "InvalidArgument",
     "LockLost",
@@ -63,6 +64,24 @@ class _Server:
             return await self.client.execute_command(*args)
         # A cancelled command closes its connection (redis-py), so nothing is left queued.
         return await asyncio.wait_for(self.client.execute_command(*args), timeout)
+
+    async def call_many(self, commands: Sequence[Sequence[Any]], timeout: float) -> list[Any]:
+        """Several commands in one round trip (a pipeline), each reply or its error."""
+        pipe = self.client.pipeline(transaction=False)
+        for args in commands:
+            pipe.execute_command(*args)
+        return list(await asyncio.wait_for(pipe.execute(raise_on_error=False), timeout))
+
+    async def call_nodes(self, args: Sequence[Any], timeout: float) -> list[tuple[str, Any]]:
+        """A command without a key on every master: each cluster primary, or the server."""
+        if not self.cluster:
+            return [(self.name, await self.call(args, timeout))]
+        reply = await asyncio.wait_for(
+            self.client.execute_command(*args, target_nodes=self.client.get_primaries()), timeout
+        )
+        if isinstance(reply, dict):
+            return [(str(k), v) for k, v in reply.items()]
+        return [(self.name, reply)]
 
 
 class Relock:
@@ -119,9 +138,10 @@ class Relock:
         wait: float | None = None,
         shared: bool = False,
         limit: int | None = None,
+        permits: int | None = None,
     ) -> AsyncIterator[Hold]:
         """``async with locks.lock(key, ...) as hold``: see ``relock.Relock.lock``."""
-        hold = await self._acquire(key, ttl, wait, shared, limit, raise_busy=True)
+        hold = await self._acquire(key, ttl, wait, shared, limit, permits, raise_busy=True)
         assert hold is not None
         try:
             yield hold
@@ -135,19 +155,27 @@ class Relock:
         wait: float | None = None,
         shared: bool = False,
         limit: int | None = None,
+        permits: int | None = None,
     ) -> Hold | None:
         """The ``Hold`` (renewed in the background until ``await hold.release()``), or None
         when the lock was not granted within ``wait``."""
-        return await self._acquire(key, ttl, wait, shared, limit, raise_busy=False)
+        return await self._acquire(key, ttl, wait, shared, limit, permits, raise_busy=False)
 
     async def _acquire(
-        self, key: str, ttl: float, wait: float | None, shared: bool, limit: int | None, raise_busy: bool
+        self,
+        key: str,
+        ttl: float,
+        wait: float | None,
+        shared: bool,
+        limit: int | None,
+        permits: int | None,
+        raise_busy: bool,
     ) -> Hold | None:
         ttl_ms = core.check_ttl(ttl)
         ttl_s = ttl_ms / 1000
         limit_wait = core.check_wait(wait)
-        core.check_mode(shared, limit, 1 if self._servers[0].cluster else len(self._servers))
-        mode = core.mode_args(shared, limit)
+        core.check_mode(shared, limit, 1 if self._servers[0].cluster else len(self._servers), permits)
+        mode = core.mode_args(shared, limit, permits)
         deadline = None if limit_wait is None else time.monotonic() + limit_wait
         while True:
             owner = self.new_owner()
@@ -192,9 +220,12 @@ class Relock:
         task.add_done_callback(self._background.discard)
         return task
 
-    async def _ask(self, i: int, args: Sequence[Any], timeout: float | None) -> tuple[Any, Failure | None]:
+    async def _ask(
+        self, i: int, args: Sequence[Any], timeout: float | None, accept: Callable[[Any], Any] | None = None
+    ) -> tuple[Any, Failure | None]:
         try:
-            return await self._servers[i].call(args, timeout), None
+            reply = await self._servers[i].call(args, timeout)
+            return (reply if accept is None else accept(reply)), None
         except asyncio.TimeoutError:
             return None, Failure(f"no reply within {timeout} s", timeout=True)
         except Exception as e:  # noqa: BLE001
@@ -207,6 +238,7 @@ class Relock:
         until_all: bool = False,
         timeout: float | None | Literal["node"] = "node",
         partial_hold: float | None = None,
+        accept: Callable[[Any], Any] | None = None,
     ) -> Round[Any]:
         rnd: Round[Any] = Round(self._names, time.monotonic(), until_all)
         # A wait without limit has no bound; everything else is bounded by the node timeout.
@@ -215,7 +247,7 @@ class Relock:
             if targets is not None and not targets[0]:
                 rnd.on_reply(0, None)
             else:
-                value, failure = await self._ask(0, args, t)
+                value, failure = await self._ask(0, args, t, accept)
                 rnd.on_reply(0, value, failure)
             return rnd.finish(time.monotonic())
         pending: dict[asyncio.Task[tuple[Any, Failure | None]], int] = {}
@@ -225,7 +257,7 @@ class Relock:
                 continue
             # Tasks of their own: a request under way when the round is decided goes on to
             # its end (a late grant lands, to be released), unless it is a wait (cut off).
-            pending[self._spawn(self._ask(i, args, t))] = i
+            pending[self._spawn(self._ask(i, args, t, accept))] = i
         cut_at: float | None = None
         while pending and rnd.progress() == "pending":
             left = None if cut_at is None else max(0.0, cut_at - time.monotonic())
@@ -258,11 +290,13 @@ class Relock:
         if any(later):
             self._release_late(key, owner, later)
 
-    def _release_late(self, key: str, owner: str, targets: list[bool] | None) -> None:
+    def _release_late(self, key: str, owner: str, targets: list[bool] | None, args: list[Any] | None = None) -> None:
+        release = args or ["LOCK.RELEASE", key, owner]
+
         async def later() -> None:
-            await self._round(["LOCK.RELEASE", key, owner], targets=targets, until_all=True)
+            await self._round(release, targets=targets, until_all=True)
             await asyncio.sleep(0.1)
-            await self._round(["LOCK.RELEASE", key, owner], targets=targets, until_all=True)
+            await self._round(release, targets=targets, until_all=True)
 
         with contextlib.suppress(RuntimeError):
             self._spawn(later())
@@ -311,18 +345,191 @@ class Relock:
         args = ["LOCK.FORCERELEASE", key] + ([owner] if owner is not None else [])
         return sum(await self._query_each(key, args, lambda _s, r: int(r)))
 
-    async def _history(self, key: str, owner: str) -> tuple[str | None, bool]:
-        known = False
+    async def history(self, key: str, count: int = 10) -> list[LogEntry]:
+        """LOCK.HISTORY: the journal's entries for ``key``, newest first, on every server."""
+        lists = await self._query_each(key, ["LOCK.HISTORY", key, count], core.parse_log)
+        return [e for es in lists for e in es]
+
+    async def log(self, count: int = 10) -> list[LogEntry]:
+        """LOCK.LOG (admin): the journal of every key on every server (cluster: primary)."""
+        return [e for name, r in await self._each_node(["LOCK.LOG", count]) for e in core.parse_log(name, r)]
+
+    async def reset_log(self) -> None:
+        """LOCK.LOG RESET on every server."""
+        await self._each_node(["LOCK.LOG", "RESET"])
+
+    async def stats(self, count: int = 10) -> list[KeyStats]:
+        """LOCK.STATS (admin): the hottest keys by total wait time on every server."""
+        return [k for name, r in await self._each_node(["LOCK.STATS", "COUNT", count]) for k in core.parse_stats(name, r)]
+
+    async def _each_node(self, args: Sequence[Any]) -> list[tuple[str, Any]]:
+        out: list[tuple[str, Any]] = []
         for s in self._servers:
             try:
-                reply = await s.call(["LOCK.HISTORY", key, 100], self.node_timeout)
-            except Exception:  # noqa: BLE001
+                out += await s.call_nodes(args, max(self.node_timeout, 1.0))
+            except asyncio.TimeoutError as e:
+                raise ServerError(f"{s.name}: no reply in time", servers=[s.name]) from e
+            except Exception as e:  # noqa: BLE001
+                raise core.server_error(None, s.name, e) from e
+        return out
+
+    async def _history(self, keys: Sequence[str], owner: str, since: float) -> LossReason:
+        """Why ``owner``'s hold of ``keys`` ended, from LOCK.HISTORY (one pipelined round
+        trip per server, bounded by the node timeout)."""
+        asked = False
+        for s in self._servers:
+            try:
+                replies = await s.call_many([["LOCK.HISTORY", k, 100] for k in keys], self.node_timeout)
+            except Exception:  # noqa: BLE001 - no answer: the next server may know
                 continue
-            known = True
-            cause = core.parse_history(reply, owner)
-            if cause:
-                return cause, True
-        return None, known
+            try:
+                entries = [e for r in replies if not isinstance(r, Exception) for e in core.parse_log(s.name, r)]
+            except Exception:  # noqa: BLE001 - a reply relock cannot read says nothing
+                continue
+            asked = asked or any(not isinstance(r, Exception) for r in replies)
+            entries.sort(key=lambda e: e.time, reverse=True)
+            loss = core.loss_reason(entries, owner, since, time.time())
+            if loss.cause is not None:
+                return loss
+        if not asked:
+            return LossReason(None, None, "no server answered LOCK.HISTORY, so relock cannot say why")
+        return LossReason(None, None, core.UNKNOWN_LOSS)
+
+    # --- several keys ---------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def lock_all(
+        self, keys: Sequence[str], ttl: float = core.DEFAULT_TTL, wait: float | None = None
+    ) -> AsyncIterator[GroupHold]:
+        """``async with locks.lock_all(keys, ...) as group``: see ``relock.Relock.lock_all``."""
+        hold = await self._acquire_all(keys, ttl, wait, raise_busy=True)
+        assert hold is not None
+        try:
+            yield hold
+        finally:
+            await hold._close()
+
+    async def acquire_all(
+        self, keys: Sequence[str], ttl: float = core.DEFAULT_TTL, wait: float | None = None
+    ) -> GroupHold | None:
+        """The ``GroupHold``, or None when the keys were not all granted within ``wait``."""
+        return await self._acquire_all(keys, ttl, wait, raise_busy=False)
+
+    def _check_slot(self, keys: list[str]) -> None:
+        if not self._servers[0].cluster or len(keys) < 2:
+            return
+        from redis.crc import key_slot
+
+        if len({key_slot(k.encode("utf-8")) for k in keys}) > 1:
+            raise InvalidArgument("the keys of a group must share a hash slot in a Redis Cluster: give them one {hash tag}")
+
+    async def _acquire_all(
+        self, keys: Sequence[str], ttl: float, wait: float | None, raise_busy: bool
+    ) -> GroupHold | None:
+        group = core.check_keys(keys)
+        self._check_slot(group)
+        ttl_ms = core.check_ttl(ttl)
+        ttl_s = ttl_ms / 1000
+        limit_wait = core.check_wait(wait)
+        deadline = None if limit_wait is None else time.monotonic() + limit_wait
+        n = len(group)
+
+        def tokens_of(reply: Any) -> Any:
+            return core.group_tokens(group, reply)
+
+        while True:
+            owner = self.new_owner()
+            release = ["LOCK.MRELEASE", n, *group, owner]
+            try:
+                rnd = await self._round(["LOCK.MACQUIRE", n, *group, owner, ttl_ms], accept=tokens_of)
+            except asyncio.CancelledError:
+                self._release_late(group[0], owner, None, release)
+                raise
+            until = rnd.valid_until(ttl_s)
+            if until is not None:
+                hold = GroupHold(self, group, owner, ttl_s, next(iter(rnd.agreed.values())), until)
+                self._holds.add(hold)
+                return hold
+            now_, later = rnd.give_back()
+            if any(now_):
+                await self._round(release, targets=now_, until_all=True)
+            if any(later):
+                self._release_late(group[0], owner, later, release)
+            if rnd.permanently_failed():
+                raise rnd.permanent_error(group[0])
+            if deadline is not None and time.monotonic() >= deadline:
+                if raise_busy:
+                    raise rnd.acquire_error(",".join(group), ttl_s, limit_wait)
+                return None
+            if len(self._servers) == 1 and not rnd.some_failed():
+                got = await self._wait_each(group, owner, ttl_ms, deadline)
+                if isinstance(got, GroupHold):
+                    self._holds.add(got)
+                    return got
+                if got == "timeout":
+                    if raise_busy:
+                        raise NotAcquired(f"locks {group!r}: not all acquired within {limit_wait:g} s", key=group[0])
+                    return None
+                continue
+            pause = core.jitter(self.retry_delay)
+            if deadline is not None:
+                pause = min(pause, max(0.0, deadline - time.monotonic()))
+            await asyncio.sleep(pause)
+
+    async def _wait_each(
+        self, group: list[str], owner: str, ttl_ms: int, deadline: float | None
+    ) -> GroupHold | str:
+        """``relock.Relock._wait_each`` for asyncio: the keys one by one in wait order."""
+        ttl_s = ttl_ms / 1000
+        taken: list[str] = []
+        tokens: dict[str, int] = {}
+
+        async def give_back() -> None:
+            if taken:
+                release = ["LOCK.MRELEASE", len(taken), *taken, owner]
+                self._release_late(taken[0], owner, None, release)
+
+        def all_of(want: int) -> Callable[[Any], Any]:
+            return lambda r: r if r is not None and int(r) == want else None
+
+        try:
+            for key in core.wait_order(group):
+                while True:
+                    remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    if remaining == 0.0:
+                        await give_back()
+                        return "timeout"
+                    piece = remaining
+                    if taken:
+                        piece = ttl_s / 3 if remaining is None else min(remaining, ttl_s / 3)
+                    rnd = await self._wait_round(key, owner, ttl_ms, piece, [])
+                    if rnd.won():
+                        taken.append(key)
+                        tokens[key] = int(next(iter(rnd.agreed.values())))
+                        break
+                    if rnd.permanently_failed():
+                        await give_back()
+                        raise rnd.permanent_error(key)
+                    if rnd.some_failed():
+                        self._release_late(key, owner, None)
+                        await asyncio.sleep(min(core.jitter(self.retry_delay), remaining if remaining is not None else 1e9))
+                    if taken:
+                        renewal = await self._round(
+                            ["LOCK.MRENEW", len(taken), *taken, owner, ttl_ms], accept=all_of(len(taken))
+                        )
+                        if renewal.renew_verdict() == "lost":
+                            await give_back()
+                            return "again"
+            renewal = await self._round(["LOCK.MRENEW", len(group), *group, owner, ttl_ms], accept=all_of(len(group)))
+            until = renewal.valid_until(ttl_s)
+            if until is None:
+                await give_back()
+                return "again"
+            return GroupHold(self, group, owner, ttl_s, {k: tokens[k] for k in group}, until)
+        except BaseException:
+            # Cancelled or failed: whatever was taken, or lands, is given back in the background.
+            self._release_late(group[0], owner, None, ["LOCK.MRELEASE", len(group), *group, owner])
+            raise
 
 
 class _LossEvent(asyncio.Event):
@@ -362,9 +569,10 @@ class Hold:
         self.token: int = next(iter(tokens.values()))
         self.valid_until = valid_until
         self.reason: str | None = None
-        self.cause: str | None = None
+        self.loss: LossReason | None = None
         self.shared = bool(mode)
         self._mode = mode
+        self._since = time.time()  # granted just before: an older flush is not its end (1 s slack for clocks)
         self._pid = os.getpid()
         self._released = False
         self._wake = asyncio.Event()
@@ -398,13 +606,39 @@ class Hold:
             f"renewal in time: blocked longer than the {self.ttl:g} s ttl?)"
         )
 
-    def _lose(self, reason: str, cause: str | None = None) -> None:
+    @property
+    def cause(self) -> str | None:
+        """The server's word for the loss (``loss.cause``); None while held or unknown."""
+        return None if self.loss is None else self.loss.cause
+
+    @property
+    def who(self) -> Who | None:
+        """The client that ended the hold (``loss.who``), where the server could tell."""
+        return None if self.loss is None else self.loss.who
+
+    @property
+    def keys(self) -> list[str]:
+        return [self.key]
+
+    def _renew_args(self, ttl_ms: int) -> list[Any]:
+        return ["LOCK.RENEW", self.key, self.owner, ttl_ms]
+
+    def _release_args(self) -> list[Any]:
+        return ["LOCK.RELEASE", self.key, self.owner]
+
+    def _all_held(self, reply: Any) -> Any:
+        return reply
+
+    def _refused_words(self, servers: list[str]) -> str:
+        return f"LOCK.RENEW answered nil on {', '.join(servers)}: the lock expired or was taken away"
+
+    def _lose(self, reason: str, loss: LossReason | None = None) -> None:
         if self._released or asyncio.Event.is_set(self.lost):
             return
         self.reason = reason
-        self.cause = cause
+        self.loss = loss
         asyncio.Event.set(self.lost)
-        self._client._release_late(self.key, self.owner, None)
+        self._client._release_late(self.key, self.owner, None, self._release_args())
 
     def check(self) -> None:
         if self._pid != os.getpid():
@@ -412,7 +646,7 @@ class Hold:
         if self.lost.is_set():
             if self.reason is None:
                 self._lose(self._stall_reason())
-            raise core.lost_error(self.key, self.reason or "its validity ran out", self.cause, self._client.servers)
+            raise core.lost_error(self.key, self.reason or "its validity ran out", self.loss, self._client.servers)
         if self._released:
             raise core.lost_error(self.key, "it was released", None)
 
@@ -459,7 +693,7 @@ class Hold:
         if time.monotonic() >= self.valid_until:
             self._lose(self._stall_reason())
             self.check()
-        rnd = await self._client._round(["LOCK.RENEW", self.key, self.owner, ttl_ms])
+        rnd = await self._client._round(self._renew_args(ttl_ms), accept=self._all_held)
         until = rnd.valid_until(ttl_s)
         if until is not None:
             if not self._released:
@@ -467,20 +701,37 @@ class Hold:
                 self.valid_until = until
             return True
         if rnd.renew_verdict() == "lost":
-            refused = rnd.servers(lambda f: f.refused)
-            if refused:
-                what = f"LOCK.RENEW answered nil on {', '.join(refused)}: the lock expired or was taken away"
-            else:
-                what = f"renewal failed: {rnd.describe(lambda f: f.permanent)}"
-            cause, known = await self._client._history(self.key, self.owner)
-            if cause:
-                what += f" ({core.describe_cause(cause)}; LOCK.HISTORY says {cause})"
-            elif not known:
-                what += " (the server keeps no LOCK.HISTORY, so it cannot say why)"
-            self._lose(what, cause)
+            await self._lose_with_history(rnd)
             self.check()
         self._last_failure = rnd.describe()
         return False
+
+    async def _lose_with_history(self, rnd: Round[Any]) -> None:
+        """The hold is gone: asks the journal why (one bounded round trip) and says it."""
+        refused = rnd.servers(lambda f: f.refused)
+        what = self._refused_words(refused) if refused else f"renewal failed: {rnd.describe(lambda f: f.permanent)}"
+        loss = await self._client._history(self.keys, self.owner, self._since)
+        where = f"key {loss.entry.key!r} " if loss.entry is not None and len(self.keys) > 1 and loss.entry.key else ""
+        self._lose(f"{what}: {where}{loss.message}", loss)
+
+    async def downgrade(self) -> None:
+        """``relock.Hold.downgrade`` for asyncio: this exclusive hold becomes shared."""
+        self.check()
+        rnd = await self._client._round(["LOCK.DOWNGRADE", self.key, self.owner], until_all=True)
+        if rnd.won():
+            self.shared = True
+            self._mode = ["SHARED"]
+            return
+        if rnd.permanently_failed():
+            raise rnd.permanent_error(self.key)
+        if rnd.renew_verdict() == "lost":
+            await self._lose_with_history(rnd)
+            self.check()
+        raise NotAcquired(
+            f"lock {self.key!r}: downgrade not answered by a quorum ({rnd.describe()}); retry",
+            key=self.key,
+            servers=rnd.servers(lambda f: not f.refused),
+        )
 
     async def renew(self, ttl: float | None = None) -> None:
         """Renews now; raises ``LockLost`` when gone, ``NotAcquired`` when servers did not
@@ -495,7 +746,9 @@ class Hold:
             return False
         self._released = True
         self._wake.set()
-        rnd = await self._client._round(["LOCK.RELEASE", self.key, self.owner], until_all=len(self.tokens) > 1)
+        rnd = await self._client._round(
+            self._release_args(), until_all=len(self._client.servers) > 1, accept=self._all_held
+        )
         return rnd.won()
 
     async def _close(self) -> None:
@@ -521,3 +774,52 @@ class Hold:
         finally:
             if self._pid == os.getpid():
                 await c._round(["LOCK.RELEASE", self.key, self.owner], targets=rnd.agreed_by(), until_all=True)
+
+
+class GroupHold(Hold):
+    """``relock.GroupHold`` for asyncio: several keys held together by one owner, renewed
+    with LOCK.MRENEW and released with LOCK.MRELEASE; ``keys``, ``key_tokens``, ``token``."""
+
+    def __init__(
+        self,
+        client: Relock,
+        keys: list[str],
+        owner: str,
+        ttl: float,
+        key_tokens: dict[str, int],
+        valid_until: float,
+    ) -> None:
+        self._keys = list(keys)
+        self.key_tokens = dict(key_tokens)
+        super().__init__(client, keys[0], owner, ttl, {client.servers[0]: max(key_tokens.values())}, valid_until, [])
+        self.token = max(key_tokens.values())
+
+    def __repr__(self) -> str:
+        return f"GroupHold(keys={self._keys!r}, owner={self.owner!r}, token={self.token})"
+
+    async def __aenter__(self) -> GroupHold:
+        return self
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self._keys)
+
+    def _renew_args(self, ttl_ms: int) -> list[Any]:
+        return ["LOCK.MRENEW", len(self._keys), *self._keys, self.owner, ttl_ms]
+
+    def _release_args(self) -> list[Any]:
+        return ["LOCK.MRELEASE", len(self._keys), *self._keys, self.owner]
+
+    def _all_held(self, reply: Any) -> Any:
+        return reply if reply is not None and int(reply) == len(self._keys) else None
+
+    def _refused_words(self, servers: list[str]) -> str:
+        return f"LOCK.MRENEW found part of the group no longer held on {', '.join(servers)}"
+
+    async def downgrade(self) -> None:
+        raise InvalidArgument("a group of keys is held exclusively: downgrade is for one key")
+
+    @contextlib.asynccontextmanager
+    async def reenter(self) -> AsyncIterator[int]:
+        raise InvalidArgument("a group of keys is not reentrant: hold the group once")
+        yield 0  # pragma: no cover

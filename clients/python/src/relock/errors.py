@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from ._core import LossReason, Who
 
 
 class RelockError(Exception):
@@ -44,9 +47,10 @@ class LockLost(RelockError):
     """A hold ended while its holder still counted on it.
 
     ``reason`` says what the client saw (a renewal refused, the validity run out, the
-    process forked); ``cause`` is the server's word for it from ``LOCK.HISTORY`` when the
-    server keeps one (``expired``, ``forcereleased``, ``deleted``, ``evicted``, ...), else
-    ``None``. Retrying the work needs a new acquisition: ``retryable`` is False for the hold.
+    process forked) and, when the server was asked, why; ``loss`` is the server's account
+    from ``LOCK.HISTORY`` (a ``relock.LossReason``: ``cause``, ``who``, ``message``), None
+    when the client did not ask (a stall, a fork). ``cause`` and ``who`` are ``loss``'s.
+    Retrying the work needs a new acquisition: ``retryable`` is False for the hold.
     """
 
     retryable = False
@@ -58,11 +62,22 @@ class LockLost(RelockError):
         key: str | None = None,
         servers: Sequence[str] = (),
         reason: str = "",
-        cause: str | None = None,
+        loss: LossReason | None = None,
     ) -> None:
         super().__init__(message, key=key, servers=servers, retryable=False)
         self.reason = reason
-        self.cause = cause
+        self.loss = loss
+
+    @property
+    def cause(self) -> str | None:
+        """The server's word for the loss (``expired``, ``forcereleased``, ``deleted``,
+        ``flushed``, ...), None when it could not say."""
+        return None if self.loss is None else self.loss.cause
+
+    @property
+    def who(self) -> Who | None:
+        """The client that ended the hold, where the server could tell."""
+        return None if self.loss is None else self.loss.who
 
 
 class ServerError(RelockError):
@@ -86,7 +101,15 @@ class OtherLimit(ServerError):
 
 class OtherMode(ServerError):
     """The owner already holds the key in the other mode (``ERR lock is held in another
-    mode``): holds are neither upgraded nor downgraded. Not retryable."""
+    mode``): a shared hold is never upgraded; an exclusive one becomes shared only with
+    ``hold.downgrade()``. Not retryable."""
+
+    retryable = False
+
+
+class OtherPermits(ServerError):
+    """The owner already holds the key with another number of permits (``ERR lock is held
+    with other permits``): a hold keeps the permits it was granted. Not retryable."""
 
     retryable = False
 

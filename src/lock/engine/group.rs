@@ -1,0 +1,116 @@
+//! Several keys at once: `LOCK.MACQUIRE`, `LOCK.MRELEASE`, `LOCK.MRENEW`. All or nothing, one
+//! token for the holds a group takes together.
+
+use super::*;
+
+impl<T: Handles> Engine<T> {
+    /// `LOCK.MACQUIRE numkeys key... owner ttl_ms`: exclusive holds on every key or on none. A
+    /// key the owner holds already counts as granted (a new lease, its own token); the new holds
+    /// share one new token. Replies each key's token in argument order; nil if any key is taken
+    /// or has waiters (nothing changes); the first refusal if any key can never be granted.
+    /// O(numkeys).
+    pub fn macquire<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        keys: &mut [H::Key],
+        owner: &[u8],
+        ttl_ms: u64,
+    ) -> Reply {
+        if !self.grace.allows_ttl(ttl_ms) {
+            return Reply::Error(Refusal::TtlAboveGrace.into());
+        }
+        let request = Request {
+            owner,
+            ttl_ms,
+            mode: Mode::Exclusive,
+        };
+        let mut decisions = Vec::with_capacity(keys.len());
+        let mut taken = false;
+        for key in keys.iter() {
+            match self.decide_take(host, key, &request, Kind::Acquire) {
+                Take::Refuse(refusal) => return Reply::Error(refusal.into()),
+                Take::Wait => taken = true,
+                decision => decisions.push(decision),
+            }
+        }
+        if taken {
+            self.stats.contended += 1;
+            for key in keys.iter() {
+                self.watch.contended(key.id());
+            }
+            return Reply::Nil;
+        }
+        let now = host.now_ms();
+        let lease_end = expiry(now, ttl_ms);
+        let group_token = if decisions.contains(&Take::Grant) {
+            if let Some(ms) = self.grace.left_ms(host.now_us()) {
+                return Reply::Error(Refusal::Grace(ms).into());
+            }
+            match self.tokens.issue(&Now(now)) {
+                Some(token) => Some(token),
+                None => return Reply::Error(Refusal::NoTokens.into()),
+            }
+        } else {
+            None
+        };
+        let mut tokens = Vec::with_capacity(keys.len());
+        for (key, decision) in keys.iter_mut().zip(decisions) {
+            let token = match (decision, group_token) {
+                (Take::Grant, Some(token)) => {
+                    self.put_exclusive(key, owner, token, now, lease_end);
+                    self.stats.acquired += 1;
+                    token
+                }
+                (Take::Refresh { count }, _) => {
+                    let token = refresh(key, owner, Some(count), lease_end);
+                    self.waiters.confirm(token);
+                    token
+                }
+                _ => unreachable!("a grant has the group's token"),
+            };
+            key.notify(Event::Acquired);
+            self.expiry_moved(host, key);
+            self.note_lapsed(host, key);
+            tokens.push(token);
+        }
+        Reply::Tokens(tokens)
+    }
+
+    /// `LOCK.MRELEASE numkeys key... owner`: `LOCK.RELEASE` of each key; replies how many the
+    /// owner held.
+    pub fn mrelease<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        keys: &mut [H::Key],
+        owner: &[u8],
+    ) -> Reply {
+        let mut held = 0;
+        for key in keys.iter_mut() {
+            if self.release(host, key, owner) != Reply::Nil {
+                held += 1;
+            }
+        }
+        Reply::Integer(held)
+    }
+
+    /// `LOCK.MRENEW numkeys key... owner ttl_ms`: `LOCK.RENEW` of each key; replies how many the
+    /// owner held.
+    pub fn mrenew<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        keys: &mut [H::Key],
+        owner: &[u8],
+        ttl_ms: u64,
+    ) -> Reply {
+        if !self.grace.allows_ttl(ttl_ms) {
+            return Reply::Error(Refusal::TtlAboveGrace.into());
+        }
+        let mut held = 0;
+        for key in keys.iter_mut() {
+            if self.renew(host, key, owner, ttl_ms) != Reply::Nil {
+                held += 1;
+            }
+        }
+        Reply::Integer(held)
+    }
+}

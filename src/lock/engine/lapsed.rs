@@ -1,0 +1,133 @@
+//! Lapsed leases of shared keys: they count for nothing from the moment they lapse, and are
+//! removed later in bounded slices (or by their owner's next command), each told to the journal
+//! and the statistics.
+
+use super::*;
+
+impl<T: Handles> Engine<T> {
+    /// The caller's own shared lease lapsed: it is removed now, in its command, so that the
+    /// caller who learns its hold is gone (a nil from `LOCK.RENEW` or `LOCK.RELEASE`) finds why
+    /// in `LOCK.HISTORY` at once.
+    pub(super) fn end_own_lapsed<K: Key>(&mut self, key: &mut K, owner: &[u8], now: i64) {
+        let lapsed = key
+            .shared()
+            .and_then(|s| s.get(owner))
+            .is_some_and(|h| !h.alive_at(now));
+        if !lapsed {
+            return;
+        }
+        self.journal_one_lapsed(key, owner);
+        key.end_lapsed(owner);
+        if key.lock().is_some() {
+            self.lapsed_ended(key, 1);
+        } else {
+            self.stats.expired += 1;
+        }
+    }
+
+    /// The journal learns of the lapsed leases of a shared key about to be replaced whole (as
+    /// many as it and the hold distribution can use).
+    pub(super) fn journal_lapsed<K: Key>(&mut self, key: &K) {
+        if !self.watch.wants(Reason::Expired) {
+            return;
+        }
+        let Some(shared) = key.shared() else {
+            return;
+        };
+        let at = self.watch.at(key.id(), 0, self.waiters.queued(key.id()));
+        for (owner, holder) in shared.sample(self.watch.bulk()) {
+            let at = at.when(holder.lease_end);
+            self.watch
+                .lost(at, &ended_holder(owner, holder), Reason::Expired, "");
+        }
+    }
+
+    /// The journal learns of one lapsed lease about to be removed.
+    pub(super) fn journal_one_lapsed<K: Key>(&mut self, key: &K, owner: &[u8]) {
+        if !self.watch.wants(Reason::Expired) {
+            return;
+        }
+        let Some(holder) = key.shared().and_then(|s| s.get(owner)) else {
+            return;
+        };
+        let waiters = self.waiters.queued(key.id());
+        let at = self.watch.at(key.id(), holder.lease_end, waiters);
+        self.watch
+            .lost(at, &ended_holder(owner, holder), Reason::Expired, "");
+    }
+
+    /// `holds` lapsed leases were ended by the engine: counted, and signalled while the key
+    /// lives on.
+    pub(super) fn lapsed_ended<K: Key>(&mut self, key: &mut K, holds: u64) {
+        if holds > 0 {
+            self.stats.expired += holds;
+            key.notify(Event::Expired);
+        }
+    }
+
+    /// Removes a slice of a shared key's lapsed leases (they count for nothing already), at
+    /// most [`PRUNE_SLICE`] and what the turn's budget has left; queues itself again for the
+    /// rest, and compacts the set once none is left (if at most [`QUICK_TIDY_HOLDERS`] remain).
+    pub(super) fn prune<H: Host<T>>(&mut self, host: &mut H, id: &KeyId) {
+        let Ok(mut key) = host.open(id) else {
+            return;
+        };
+        let now = host.now_ms();
+        let slice = PRUNE_SLICE
+            .min(TURN_BUDGET.saturating_sub(self.work))
+            .max(1);
+        let first_lapsed = |key: &H::Key| {
+            key.shared()
+                .and_then(|s| s.first_lease_end())
+                .filter(|(end, _)| *end < now)
+                .map(|(_, owner)| owner.to_vec())
+        };
+        let mut ended = 0;
+        while ended < slice {
+            let Some(owner) = first_lapsed(&key) else {
+                break;
+            };
+            self.journal_one_lapsed(&key, &owner);
+            key.end_lapsed(&owner);
+            ended += 1;
+        }
+        self.work += ended;
+        if key.lock().is_some() {
+            self.lapsed_ended(&mut key, ended as u64);
+        } else {
+            self.stats.expired += ended as u64;
+        }
+        if first_lapsed(&key).is_some() {
+            self.schedule.push(host, Job::Prune(id.clone()));
+        } else if key.shared().is_some_and(|s| s.len() <= QUICK_TIDY_HOLDERS) {
+            // Compacting costs what is left; a large set compacts with a later removal instead.
+            key.tidy();
+        }
+    }
+
+    /// Queues the removal of a shared key's lapsed leases, if it has any.
+    pub(super) fn note_lapsed<H: Host<T>>(&mut self, host: &mut H, key: &H::Key) {
+        let Some(shared) = key.shared() else {
+            return;
+        };
+        if shared
+            .first_lease_end()
+            .is_some_and(|(end, _)| end < host.now_ms())
+        {
+            self.schedule.push(host, Job::Prune(key.id().to_id()));
+        }
+    }
+
+    /// Caps a shared key's TTL at its latest lease end (a shorter TTL stays: it ends every hold).
+    pub(super) fn cap_to_leases<H: Host<T>>(&mut self, host: &mut H, id: &KeyId) {
+        let Ok(mut key) = host.open(id) else {
+            return;
+        };
+        let Some(last) = key.shared().and_then(|s| s.last_lease_end()) else {
+            return;
+        };
+        if key.expires_at().is_none_or(|expires_at| expires_at > last) {
+            key.cap_expiry(last);
+        }
+    }
+}
