@@ -285,6 +285,15 @@ impl Lock {
         let targets: Option<Vec<bool>> = self
             .reentrant
             .then(|| self.tokens.iter().map(Option::is_some).collect());
+        // A master that had not granted when the round was decided may still take its request
+        // after this release has passed it (the request's task not yet run on a busy
+        // runtime): release there once more a little later, or the grant would stay until its
+        // ttl. A reentrant hold is released only where it was counted.
+        let not_granted: Vec<bool> = self.tokens.iter().map(Option::is_none).collect();
+        if !self.reentrant && not_granted.contains(&true) {
+            self.masters
+                .release_late(&self.key, &self.owner, Some(not_granted));
+        }
         let round = self
             .masters
             .release_round(&self.key, &self.owner, targets.as_deref())

@@ -173,9 +173,12 @@ async fn a_guard_downgrades_and_renews_the_shared_hold() {
         .await
         .expect("guard");
     guard.downgrade().await.expect("downgrade");
-    for s in &servers {
-        assert_eq!(info(s, "catalog").expect("held")["mode"], "shared");
-    }
+    // A quorum downgraded (the third may not even have the grant yet).
+    let shared = servers
+        .iter()
+        .filter(|s| info(s, "catalog").is_some_and(|i| i["mode"] == "shared"))
+        .count();
+    assert!(shared >= 2, "{shared} of 3 shared");
     // A reader joins at once; the guard keeps its own shared hold alive past its ttl.
     let readers = relock.with_mode(Mode::shared()).expect("shared");
     let read = readers.acquire("catalog", TTL).await.expect("read");
@@ -183,8 +186,9 @@ async fn a_guard_downgrades_and_renews_the_shared_hold() {
     assert!(renewed > tokio::time::Instant::now());
     read.release().await.expect("release");
     guard.release().await.expect("release");
+    relock.settle().await;
     for s in &servers {
-        assert!(info(s, "catalog").is_none());
+        assert!(eventually(WITHIN, || info(s, "catalog").is_none()));
     }
 }
 
