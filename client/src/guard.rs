@@ -27,7 +27,8 @@ pub struct GuardedLock {
     pub owner: String,
     /// The fencing token of the first master that granted (see [`Lock::token`]).
     pub token: Option<u64>,
-    /// Per master, `(master, token)` for each master that granted.
+    /// Per master, `(master, token)` for each master that granted (for a group, the largest
+    /// token of its keys there).
     pub tokens: Vec<(String, u64)>,
     /// Cancelled the moment the lock is known lost (a renewal was refused by a quorum, or
     /// failed there with an error retrying cannot fix), and at the latest when its validity
@@ -111,7 +112,17 @@ impl LockGroup {
             keys: self.keys().to_vec(),
             owner: self.owner().to_string(),
             token: self.token(),
-            tokens: Vec::new(),
+            // Per master, the largest token of the group there.
+            tokens: {
+                let mut per: Vec<(String, u64)> = Vec::new();
+                for (master, t) in self.tokens().into_iter().flat_map(|(_, per)| per) {
+                    match per.iter_mut().find(|(m, _)| m == master) {
+                        Some((_, top)) => *top = (*top).max(t),
+                        None => per.push((master.to_string(), t)),
+                    }
+                }
+                per
+            },
             lost: CancellationToken::new(),
             loss: LossWatch(watch::channel(None).1),
         };
