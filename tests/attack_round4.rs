@@ -240,6 +240,24 @@ fn connection_churn_a_batch_of_readers_granted_at_an_expiry_comes_in_bounded_tur
     );
 }
 
+/// [`fill`] with leases that end `budget` ms from now, once the replica has the value:
+/// returns when they end. The leases must still be live then, with 2 s to spare: a busy
+/// machine that took longer than the budget to build and replicate the value tries again with
+/// twice the time.
+fn fill_in_time(m: &mut Connection, key: &str, n: usize, mut budget: i64) -> i64 {
+    loop {
+        let end = now_ms() + budget;
+        fill(m, key, n, end);
+        let _: i64 = cmd!("WAIT", 1, 120_000).query(m).unwrap();
+        if end - now_ms() > 2_000 {
+            return end;
+        }
+        assert!(budget < 200_000, "the value took too long to build, {budget} ms");
+        let _: i64 = cmd!("DEL", key).query(m).unwrap();
+        budget *= 2;
+    }
+}
+
 /// Puts at `key` a shared value of `n` holders `o0000000`... whose leases end at `end`, and one
 /// more (`long`) whose lease ends ten minutes later. One `RESTORE`.
 fn fill(c: &mut Connection, key: &str, n: usize, end: i64) {
@@ -298,24 +316,7 @@ fn lease_storms_a_replica_applies_lease_ends_in_short_commands() {
     common::attach_replica(&master, &replica);
     let (mut m, mut r) = (master.conn(), replica.conn());
     let n = 400_000;
-    // The leases must still be live once both servers have the value: a busy machine that
-    // takes longer than the budget to build and replicate it tries again with twice the time.
-    let mut budget = 5_000 + n as i64 / 20;
-    let end = loop {
-        let end = now_ms() + budget;
-        fill(&mut m, "storm", n, end);
-        let acked: i64 = cmd!("WAIT", 1, 120_000).query(&mut m).unwrap();
-        assert_eq!(acked, 1, "the replica has the value");
-        if end - now_ms() > 2_000 {
-            break end;
-        }
-        assert!(
-            budget < 200_000,
-            "the value took too long to build, {budget} ms"
-        );
-        let _: i64 = cmd!("DEL", "storm").query(&mut m).unwrap();
-        budget *= 2;
-    };
+    let end = fill_in_time(&mut m, "storm", n, 5_000 + n as i64 / 20);
     // Generous: a busy machine preempts single commands for milliseconds.
     let _: () = cmd!("CONFIG", "SET", "slowlog-log-slower-than", 40_000)
         .query(&mut r)
@@ -485,8 +486,7 @@ fn lease_storms_with_a_replica_and_aof_leave_equal_keyspaces() {
     common::attach_replica(&master, &replica);
     let (mut m, mut r) = (master.conn(), replica.conn());
     let n = 100_000;
-    let end = now_ms() + 4_000 + n as i64 / 20;
-    fill(&mut m, "storm", n, end);
+    let end = fill_in_time(&mut m, "storm", n, 4_000 + n as i64 / 20);
     let mut writer = Raw::connect(&master);
     writer.send_wait("storm", "writer", 60_000, 0);
     assert!(eventually(DUE, || waiters(&mut m, "storm") == 1));
