@@ -13,7 +13,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::payload::{Field, Format};
-use common::{acquire, info_field, now_ms, Server};
+use common::raw::{Raw, Reply, QUIET};
+use common::{acquire, eventually, info_field, now_ms, Server};
 use redis::{Connection, Value};
 
 const LONG: i64 = 60_000;
@@ -80,6 +81,14 @@ fn used_memory(c: &mut Connection) -> i64 {
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
         .expect("used_memory")
+}
+
+/// The error a command answers (panics on a success).
+fn error(c: &mut Connection, cmd: redis::Cmd) -> String {
+    match cmd.query::<Value>(c) {
+        Err(e) => e.to_string(),
+        Ok(v) => panic!("{} answered {v:?}", common::show(&cmd)),
+    }
 }
 
 fn config_set(c: &mut Connection, name: &str, value: impl redis::ToRedisArgs) {
@@ -297,4 +306,50 @@ fn journal_a_full_journal_of_the_largest_entries_is_bounded_and_read_in_reasonab
         after < 8 << 20,
         "{after} bytes left after turning the journal off"
     );
+}
+
+// --- Downgrade --------------------------------------------------------------------------------
+
+/// Downgrade / limits of waiters: the key's limit "is set by the first shared request (hold or
+/// waiter) and lasts while any shared hold or shared waiter remains, exclusive phases
+/// included", and `LOCK.DOWNGRADE` is "allowed only on a key with no limit (`ERR lock has
+/// another limit (n)` otherwise)". An exclusive holder with a `SHARED LIMIT 2` waiter queued is
+/// on a key whose limit is 2: the downgrade must be refused and change nothing.
+///
+/// Measured: `LOCK.DOWNGRADE` answered the token, the key became a read lock without a limit,
+/// and the queued semaphore waiter (which asked with the key's own limit) was thrown out with
+/// `ERR lock has another limit (0)`. `decide::downgrade` looks at the holds only, never at the
+/// queue. Failed when written on every server (Redis 7.0, 8.2, Valkey 8.1, 9.1).
+#[test]
+fn downgrade_refused_while_a_semaphore_waiter_sets_the_limit() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let token = acquire(&mut c, "d", "writer", LONG);
+    let mut waiter = Raw::connect(&server);
+    waiter.send(&[
+        b"LOCK.WAIT", b"d", b"sem-1", b"60000", b"0", b"SHARED", b"LIMIT", b"2",
+    ]);
+    assert!(
+        eventually(Duration::from_secs(10), || info_field(&mut c, "waiters") == 1),
+        "the semaphore waiter queued"
+    );
+    // The key's limit is 2 now: another shared request without it is refused.
+    let e = error(&mut c, cmd!("LOCK.ACQUIRE", "d", "other", LONG, "SHARED"));
+    assert!(e.contains("lock has another limit (2)"), "{e}");
+    let downgrade: redis::RedisResult<Value> = cmd!("LOCK.DOWNGRADE", "d", "writer").query(&mut c);
+    let waiter_got = waiter.read_within(QUIET);
+    let info = fields(&cmd!("LOCK.INFO", "d").query::<Value>(&mut c).unwrap());
+    let (mode, waiters) = (text(&info["mode"]), int(&info["waiters"]));
+    assert!(
+        matches!(&downgrade, Err(e) if e.to_string().contains("lock has another limit (2)")),
+        "LOCK.DOWNGRADE with a LIMIT 2 waiter queued answered {downgrade:?}; the waiter got \
+         {waiter_got:?}"
+    );
+    assert_eq!(waiter_got, None, "the waiter stays queued");
+    assert_eq!(
+        (mode.as_str(), waiters),
+        ("exclusive", 1),
+        "nothing changed"
+    );
+    assert_eq!(common::lock_info(&mut c, "d").map(|i| i.token), Some(token));
 }
