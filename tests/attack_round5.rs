@@ -637,9 +637,11 @@ struct Worker {
     blocked: bool,
 }
 
+/// The tokens in a reply: integers above any count or ttl (ttls reach 10^12 ms: a downgraded
+/// lock whose TTL was removed keeps a lease of 10^12 ms); tokens are Unix µs, about 1.8 * 10^15.
 fn reply_tokens(r: &Reply) -> Vec<i64> {
     match r {
-        Reply::Int(t) if *t > 1_000_000 => vec![*t],
+        Reply::Int(t) if *t > 100_000_000_000_000 => vec![*t],
         Reply::Array(items) => items.iter().flat_map(reply_tokens).collect(),
         _ => vec![],
     }
