@@ -97,7 +97,10 @@ fn fill_before_storm(c: &mut Connection, key: &str, n: usize, limit: usize) -> i
         if end - now_ms() > 2_000 {
             return end;
         }
-        assert!(budget < 300_000, "the value took too long to build, {budget} ms");
+        assert!(
+            budget < 300_000,
+            "the value took too long to build, {budget} ms"
+        );
         let _: i64 = cmd!("DEL", key).query(c).unwrap();
         budget *= 2;
     }

@@ -132,26 +132,37 @@ impl<T: Handles> Engine<T> {
             return Reply::Error(Refusal::TtlAboveGrace.into());
         }
         let mut decision = self.decide_take(host, key, &request, Kind::Acquire);
-        if decision == Take::Grant && self.grace.left_ms(host.now_us()).is_some() {
-            // The grace's end serves the queue.
-            decision = Take::Wait;
+        // In the restart grace a grantable request waits: the grace's end serves the queue.
+        let mut grace = None;
+        if decision == Take::Grant {
+            grace = self.grace.left_ms(host.now_us());
+            if grace.is_some() {
+                decision = Take::Wait;
+            }
         }
         if decision != Take::Wait {
             let reply = self.apply_take(host, key, &request, Kind::Acquire, decision);
             self.note_lapsed(host, key);
             return reply;
         }
-        self.stats.contended += 1;
         let Some(Blocked {
             client,
             caller,
             id: connection,
         }) = host.block()
         else {
-            // The server will not block this client: it gets nil, as a wait that timed out.
+            // The server will not block this client: it gets what `LOCK.ACQUIRE` answers, nil
+            // for a taken lock (as a wait that timed out), TRYAGAIN in the grace.
+            if let Some(ms) = grace {
+                return Reply::Error(Refusal::Grace(ms).into());
+            }
+            self.stats.contended += 1;
             self.watch.contended(key.id());
             return Reply::Nil;
         };
+        if grace.is_none() {
+            self.stats.contended += 1;
+        }
         self.watch.queued(key.id());
         let now = host.now_ms();
         let id = key.id().to_id();
@@ -246,7 +257,8 @@ impl<T: Handles> Engine<T> {
     /// owner holds nothing.
     pub fn downgrade<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, owner: &[u8]) -> Reply {
         let now = host.now_ms();
-        let reply = match decide::downgrade(Seen::of(key, owner, || now), owner) {
+        let queued = self.waiters.facts(key.id());
+        let reply = match decide::downgrade(Seen::of(key, owner, || now), queued, owner) {
             Downgrade::NotHeld => Reply::Nil,
             Downgrade::Already { token } => {
                 // The owner acted on its hold: it knows of it, a lost answer revokes nothing.

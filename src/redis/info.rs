@@ -27,7 +27,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             )
         })
         .unwrap_or_default();
-        let fields: [(&std::ffi::CStr, u64); 18] = [
+        let fields: [(&std::ffi::CStr, u64); 19] = [
             (c"locks", globals::lock_values()),
             (c"holds", globals::holds()),
             (c"waiters", waiters as u64),
@@ -43,6 +43,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             (c"downgraded_total", stats.downgraded),
             (c"last_token", last_token),
             (c"longest_turn_us", globals::longest_turn_us()),
+            (c"longest_apply_us", globals::longest_apply_us()),
             (c"log_len", log_len),
             (c"restart_grace_ms", grace_ms),
             (c"grace_left_ms", grace_left_ms),
