@@ -16,7 +16,7 @@ use redis::{FromRedisValue, Value};
 use tokio::time::Instant;
 
 use crate::error::{Error, NodeFailure};
-use crate::masters::{BackgroundReleases, Masters};
+use crate::masters::{parts_of, BackgroundReleases, Masters};
 use crate::mode::Mode;
 use crate::round::{Released, Reply, Round, Until};
 
@@ -61,23 +61,6 @@ pub(crate) fn group_name(keys: &[String]) -> String {
         [one] => one.clone(),
         [first, rest @ ..] => format!("{first} (+{} more)", rest.len()),
     }
-}
-
-/// `keys` (sorted) in the parts one command can take: one part, except on a Redis Cluster,
-/// where each hash slot is a part; parts in the order of their first key.
-pub(crate) fn parts_of(cluster: bool, keys: &[String]) -> Vec<Vec<String>> {
-    if !cluster {
-        return vec![keys.to_vec()];
-    }
-    let mut parts: Vec<(u16, Vec<String>)> = Vec::new();
-    for key in keys {
-        let slot = redis::cluster_routing::get_slot(key.as_bytes());
-        match parts.iter_mut().find(|(s, _)| *s == slot) {
-            Some((_, part)) => part.push(key.clone()),
-            None => parts.push((slot, vec![key.clone()])),
-        }
-    }
-    parts.into_iter().map(|(_, part)| part).collect()
 }
 
 fn numkeys(cmd: &mut redis::Cmd, keys: &[String]) {

@@ -353,7 +353,7 @@ pub(crate) async fn explain(
     seen: &str,
 ) -> Loss {
     let first = keys.first().map(String::as_str).unwrap_or_default();
-    let parts = crate::group::parts_of(masters.is_cluster(), keys);
+    let parts = crate::masters::parts_of(masters.is_cluster(), keys);
     let asked = futures_util::future::join_all(parts.iter().map(|part| async move {
         let mut pipe = redis::pipe();
         for key in part {

@@ -578,3 +578,20 @@ impl Write {
         }
     }
 }
+
+/// `keys` (sorted) in the parts one command can take: one part, except on a Redis Cluster,
+/// where each hash slot is a part; parts in the order of their first key.
+pub(crate) fn parts_of(cluster: bool, keys: &[String]) -> Vec<Vec<String>> {
+    if !cluster {
+        return vec![keys.to_vec()];
+    }
+    let mut parts: Vec<(u16, Vec<String>)> = Vec::new();
+    for key in keys {
+        let slot = redis::cluster_routing::get_slot(key.as_bytes());
+        match parts.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, part)) => part.push(key.clone()),
+            None => parts.push((slot, vec![key.clone()])),
+        }
+    }
+    parts.into_iter().map(|(_, part)| part).collect()
+}
