@@ -1,7 +1,7 @@
 .DEFAULT_GOAL := help
 CARGO ?= cargo
 
-.PHONY: help setup setup-base module build run test bench fmt lint clean chaos fuzz leakcheck cluster cluster-stop
+.PHONY: help setup setup-base module build run test bench fmt lint clean chaos fuzz leakcheck cluster cluster-stop dist setup-dist
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -44,9 +44,9 @@ lint: ## Clippy with warnings as errors, and a format check
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-clean: ## Remove build output, ./data and the project-local servers (.servers/)
+clean: ## Remove build output (target/, dist/), ./data and the project-local servers (.servers/)
 	$(CARGO) clean
-	rm -rf data .servers
+	rm -rf data .servers dist
 
 .PHONY: chaos fuzz leakcheck
 
@@ -72,3 +72,9 @@ bench-clients: ## The client packages against the locks their users run today; w
 	$(CARGO) build --release -p relock
 	@scripts/setup-clients
 	@bench/clients/run
+
+dist: setup-base setup-dist ## Release artifacts into dist/: tarball, .deb, wheel and sdist, npm tarball, crate, SHA256SUMS
+	@scripts/dist
+
+setup-dist:
+	@scripts/setup-dist
