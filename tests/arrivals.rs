@@ -104,3 +104,23 @@ fn swapdb() {
         let _: () = cmd!("SWAPDB", 0, 1).query(c).unwrap();
     });
 }
+
+/// Valkey 8.1 runs keyspace notifications on the client running the command and leaves it in
+/// the notified key's db (valkey-io/valkey#4024): with relock loaded, a `MOVE` must still leave
+/// the connection in its own db.
+#[test]
+fn move_leaves_the_connection_in_its_db() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let _: () = cmd!("SELECT", 2).query(&mut c).unwrap();
+    let _: i64 = cmd!("LOCK.ACQUIRE", "m", "o", 60_000)
+        .query(&mut c)
+        .unwrap();
+    let _: () = cmd!("SET", "plain", "v", "EX", 100).query(&mut c).unwrap();
+    for key in ["m", "plain"] {
+        let moved: i64 = cmd!("MOVE", key, 5).query(&mut c).unwrap();
+        assert_eq!(moved, 1);
+        let info: String = cmd!("CLIENT", "INFO").query(&mut c).unwrap();
+        assert!(info.contains(" db=2 "), "after MOVE {key}: {info}");
+    }
+}

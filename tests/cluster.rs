@@ -364,3 +364,50 @@ fn cluster_failover_with_waiters_and_an_expiring_lock_answers_every_waiter_once(
         );
     }
 }
+
+/// `LOCK.MACQUIRE`'s keys share a slot: the keynum key spec lets Redis answer `CROSSSLOT` for
+/// keys of different slots, route a group of one hash tag to its master, and `MOVED` elsewhere.
+#[test]
+fn a_group_of_keys_lives_in_one_slot() {
+    let cluster = Cluster::start_with(0);
+    let group = ["{acct:9}:from", "{acct:9}:to", "{acct:9}:ledger"];
+    let home = cluster.master_of(group[0]);
+    let tokens: Vec<u64> = redis::cmd("LOCK.MACQUIRE")
+        .arg(group.len())
+        .arg(&group)
+        .arg("tx")
+        .arg(30_000)
+        .query(&mut home.conn())
+        .expect("a group of one slot");
+    assert!(tokens.iter().all(|t| *t == tokens[0]), "{tokens:?}");
+    let other = cluster
+        .masters()
+        .into_iter()
+        .find(|m| m.port != home.port)
+        .expect("another master");
+    let err = redis::cmd("LOCK.MRELEASE")
+        .arg(group.len())
+        .arg(&group)
+        .arg("tx")
+        .query::<i64>(&mut other.conn())
+        .expect_err("another master redirects");
+    assert_eq!(err.code(), Some("MOVED"), "{err:?}");
+    let (a, b) = ("spread:1", "spread:2");
+    assert_ne!(cluster_harness::key_slot(a), cluster_harness::key_slot(b));
+    let err = redis::cmd("LOCK.MACQUIRE")
+        .arg(2)
+        .arg(a)
+        .arg(b)
+        .arg("tx")
+        .arg(30_000)
+        .query::<Option<Vec<u64>>>(&mut cluster.master_of(a).conn())
+        .expect_err("keys of two slots");
+    assert_eq!(err.code(), Some("CROSSSLOT"), "{err:?}");
+    let released: i64 = redis::cmd("LOCK.MRELEASE")
+        .arg(group.len())
+        .arg(&group)
+        .arg("tx")
+        .query(&mut home.conn())
+        .unwrap();
+    assert_eq!(released, 3);
+}

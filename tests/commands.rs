@@ -350,8 +350,8 @@ fn info_is_a_map_in_resp2_and_resp3() {
     let Value::Array(items) = raw else {
         panic!("RESP2 LOCK.INFO: {raw:?}")
     };
-    // Eight fields since shared holds: the five of old, then mode, holders, limit.
-    assert_eq!(items.len(), 16);
+    // Nine fields since permits: the five of old, then mode, holders, limit, permits_free.
+    assert_eq!(items.len(), 18);
     assert_eq!(items[10], Value::BulkString(b"mode".to_vec()));
     assert_eq!(items[11], Value::BulkString(b"exclusive".to_vec()));
     assert_eq!(items[12], Value::BulkString(b"holders".to_vec()));

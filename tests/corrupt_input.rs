@@ -12,7 +12,7 @@ mod common;
 use std::time::Duration;
 
 use common::payload::{crc64, len, shared_fields, Field, Format, OP_EOF};
-use common::{acquire, lock_info, Server};
+use common::{lock_info, Server};
 use redis::Connection;
 
 /// A good exclusive lock in encoding version 1 (before shared holds): owner, token, count.
@@ -50,6 +50,51 @@ fn good_shared_ending_short() -> Vec<Field> {
 
 /// A lease end far in the future (Unix ms, year 2100).
 const FAR: i64 = 4_102_444_800_000;
+
+/// A grant time (Unix ms).
+const GRANTED: i64 = 1_800_000_000_000;
+
+/// The exclusive lock in encoding version 3: kind, owner, token, count, grant time.
+fn good_v3() -> Vec<Field> {
+    let mut f = good();
+    f.push(Field::Sint(GRANTED));
+    f
+}
+
+/// A shared value in encoding version 3: limit 5, holders with 1 and 3 permits.
+fn good_shared_v3() -> Vec<Field> {
+    shared_v3_fields(
+        5,
+        &[
+            (b"r1", 1 << 50, 1, FAR, 1, GRANTED),
+            (b"r2", (1 << 50) + 1, 2, FAR, 3, 0),
+        ],
+    )
+}
+
+/// A shared value in encoding version 3: kind, limit, holders, and per holder owner, token,
+/// count, lease end, permits, grant time.
+/// One holder of a version-3 value: owner, token, count, lease end, permits, grant time.
+type HolderV3<'a> = (&'a [u8], u64, u64, i64, u64, i64);
+
+fn shared_v3_fields(limit: u64, holders: &[HolderV3<'_>]) -> Vec<Field> {
+    let mut f = vec![
+        Field::Uint(1),
+        Field::Uint(limit),
+        Field::Uint(holders.len() as u64),
+    ];
+    for &(owner, token, count, lease_end, permits, granted) in holders {
+        f.extend([
+            Field::Str(owner.to_vec()),
+            Field::Uint(token),
+            Field::Uint(count),
+            Field::Sint(lease_end),
+            Field::Uint(permits),
+            Field::Sint(granted),
+        ]);
+    }
+    f
+}
 
 /// Payloads that must be refused, each with what is wrong with it.
 fn bad_payloads(format: &Format) -> Vec<(String, Vec<u8>)> {
@@ -93,7 +138,7 @@ fn bad_payloads(format: &Format) -> Vec<(String, Vec<u8>)> {
             1,
             vec![Str(vec![b'x'; 257]), Uint(1 << 52), Uint(1)],
         ),
-        ("unknown encoding version 3", 3, good()),
+        ("unknown encoding version 4", 4, good_v3()),
         ("unknown encoding version 1023", 1023, good()),
         ("encoding version 0", 0, good()),
         ("encoding version 0 with v1 fields", 0, good_v1()),
@@ -228,6 +273,49 @@ fn bad_payloads(format: &Format) -> Vec<(String, Vec<u8>)> {
         }),
     ];
 
+    let r = |o: &'static [u8], permits: u64, granted: i64| (o, t, 1u64, FAR, permits, granted);
+    let v3_cases: Vec<(&str, Vec<Field>)> = vec![
+        ("v3 exclusive without its grant time", good()),
+        ("v3 exclusive grant time -1", {
+            let mut f = good();
+            f.push(Sint(-1));
+            f
+        }),
+        ("v3 exclusive grant time 2^44", {
+            let mut f = good();
+            f.push(Sint(1 << 44));
+            f
+        }),
+        ("v3 exclusive grant time as a string", {
+            let mut f = good();
+            f.push(Str(b"5".to_vec()));
+            f
+        }),
+        ("v3 shared permits 0", shared_v3_fields(5, &[r(b"a", 0, 0)])),
+        (
+            "v3 shared permits above the limit",
+            shared_v3_fields(5, &[r(b"a", 6, 0)]),
+        ),
+        (
+            "v3 shared permits summing above the limit",
+            shared_v3_fields(5, &[r(b"a", 3, 0), r(b"b", 3, 0)]),
+        ),
+        (
+            "v3 reader with 2 permits",
+            shared_v3_fields(0, &[r(b"a", 2, 0)]),
+        ),
+        (
+            "v3 shared grant time -1",
+            shared_v3_fields(5, &[r(b"a", 1, -1)]),
+        ),
+        ("v3 shared without permits and grant time", good_shared()),
+        ("v3 shared grant time dropped", {
+            let mut f = shared_v3_fields(5, &[r(b"a", 1, 0)]);
+            f.pop();
+            f
+        }),
+    ];
+
     let mut payloads: Vec<(String, Vec<u8>)> = cases
         .into_iter()
         .map(|(what, encver, fields)| (what.to_string(), format.payload(encver, &fields)))
@@ -242,6 +330,11 @@ fn bad_payloads(format: &Format) -> Vec<(String, Vec<u8>)> {
             .into_iter()
             .map(|(what, fields)| (what.to_string(), format.payload(2, &fields))),
     );
+    payloads.extend(
+        v3_cases
+            .into_iter()
+            .map(|(what, fields)| (what.to_string(), format.payload(3, &fields))),
+    );
     // Good payloads of both versions and kinds cut at every length, EOF and checksum redone:
     // every short read.
     for (name, whole) in [
@@ -250,6 +343,15 @@ fn bad_payloads(format: &Format) -> Vec<(String, Vec<u8>)> {
         // Its last field short: a payload cut inside an 8-byte field and sealed again reads
         // the EOF and the RDB version as the field's last bytes, which can make a valid value.
         ("v2 shared", format.payload(2, &good_shared_ending_short())),
+        (
+            "v3",
+            format.payload(3, &{
+                let mut f = good();
+                f.push(Field::Sint(1000)); // a short last field, as for "v2 shared"
+                f
+            }),
+        ),
+        ("v3 shared", format.payload(3, &good_shared_v3())),
     ] {
         let body = &whole[..whole.len() - 11]; // without EOF, version, checksum
         for cut in 10..body.len() {
@@ -291,29 +393,53 @@ fn refuses_bad_payloads(sanitize: &str) {
     let (format, dump) = Format::of(&mut c);
     assert_eq!(
         format.encver(),
-        2,
-        "shared holds brought encoding version 2"
+        3,
+        "permits and grant times brought encoding version 3"
     );
-    assert_eq!(format.payload(2, &good())[..10], dump[..10]);
-    // The builder reproduces a real DUMP (same owner, token and count) byte for byte.
+    assert_eq!(format.payload(3, &good_v3())[..10], dump[..10]);
+    // The builder reproduces a real DUMP (same owner, token, count and grant time) byte for byte.
     let info_token = {
-        acquire(&mut c, "probe", "owner", 100_000);
+        let token = 1u64 << 51;
+        let _: String = cmd!(
+            "LOCK.APPLY",
+            "probe",
+            "owner",
+            token,
+            1,
+            "PXAT",
+            FAR,
+            "GRANTED",
+            GRANTED
+        )
+        .query(&mut c)
+        .unwrap();
+        let _: i64 = cmd!("PERSIST", "probe").query(&mut c).unwrap();
         let d: Vec<u8> = cmd!("DUMP", "probe").query(&mut c).unwrap();
-        let token = lock_info(&mut c, "probe").unwrap().token as u64;
         let rebuilt = format.payload(
-            2,
+            3,
             &[
                 Field::Uint(0),
                 Field::Str(b"owner".to_vec()),
                 Field::Uint(token),
                 Field::Uint(1),
+                Field::Sint(GRANTED),
             ],
         );
         assert_eq!(rebuilt, d, "the payload builder drifted from DUMP");
         token
     };
-    // And a payload it builds is accepted when it is right: version 2 of both kinds, and
-    // version 1 (exclusive locks written before shared holds) still loads.
+    // And a payload it builds is accepted when it is right: version 3 of both kinds, and
+    // versions 2 and 1 (written before permits and grant times, and before shared holds)
+    // still load.
+    restore(&mut c, "restored-v3", &format.payload(3, &good_v3()), false)
+        .expect("a good version-3 payload");
+    restore(
+        &mut c,
+        "restored-shared-v3",
+        &format.payload(3, &good_shared_v3()),
+        false,
+    )
+    .expect("a good version-3 shared payload");
     restore(&mut c, "restored", &format.payload(2, &good()), false).expect("a good payload");
     assert_eq!(lock_info(&mut c, "restored").unwrap().owner, b"owner");
     restore(&mut c, "restored-v1", &format.payload(1, &good_v1()), false)
@@ -367,9 +493,9 @@ fn refuses_bad_payloads(sanitize: &str) {
     let pong: String = cmd!("PING").query(&mut c).unwrap();
     assert_eq!(pong, "PONG");
     // Nothing leaked into the module's view of the keyspace.
-    // probe and the three restored
-    assert_eq!(common::info_field(&mut c, "locks"), 4);
-    assert_eq!(common::info_field(&mut c, "holds"), 5);
+    // probe and the five restored
+    assert_eq!(common::info_field(&mut c, "locks"), 6);
+    assert_eq!(common::info_field(&mut c, "holds"), 8);
 }
 
 #[test]

@@ -213,8 +213,8 @@ fn decode_holder(entry: Value) -> Holder {
         Value::Array(items) => {
             assert_eq!(
                 items.len(),
-                8,
-                "a RESP2 holder is a flat array of 8: {items:?}"
+                10,
+                "a RESP2 holder is a flat array of 10: {items:?}"
             );
             let mut it = items.into_iter();
             let mut pairs = Vec::new();
@@ -226,7 +226,11 @@ fn decode_holder(entry: Value) -> Holder {
         other => panic!("LOCK.HOLDERS entry: {other:?}"),
     };
     let names: Vec<String> = pairs.iter().map(|(k, _)| text(k, "field name")).collect();
-    assert_eq!(names, ["owner", "token", "count", "ttl"], "holder fields");
+    assert_eq!(
+        names,
+        ["owner", "token", "count", "ttl", "permits"],
+        "holder fields"
+    );
     Holder {
         owner: text(&pairs[0].1, "owner"),
         token: opt_int(&pairs[1].1, "token").expect("token"),
@@ -544,7 +548,8 @@ fn mode_and_limit_errors_change_nothing_and_are_never_queued() {
         fixed(&mut c, "ex"),
     );
 
-    let other_mode = "ERR lock is held in another mode";
+    let other_mode =
+        "ERR lock is held in another mode (to go from exclusive to shared, use LOCK.DOWNGRADE)";
     let other_limit = "ERR lock has another limit (2)";
     // A holder asking for the other mode, whatever the limit (mode is checked before limit).
     for cmd in [
@@ -835,19 +840,19 @@ fn holders_are_maps_under_resp3_and_flat_arrays_under_resp2() {
         panic!("RESP3: {raw3:?}")
     };
     assert!(
-        matches!(&entries[0], Value::Map(m) if m.len() == 4),
+        matches!(&entries[0], Value::Map(m) if m.len() == 5),
         "RESP3 entry: {entries:?}"
     );
     assert_eq!(
         holders(&mut c3, "k").unwrap()[0].fixed(),
         ("a".into(), t, 1)
     );
-    // LOCK.INFO of a shared key under RESP3: a map of eight with nil owner, token, count.
+    // LOCK.INFO of a shared key under RESP3: a map of nine with nil owner, token, count.
     let v: Value = cmd!("LOCK.INFO", "k").query(&mut c3).unwrap();
     let Value::Map(pairs) = v else {
         panic!("RESP3 LOCK.INFO: {v:?}")
     };
-    assert_eq!(pairs.len(), 8);
+    assert_eq!(pairs.len(), 9);
     assert_eq!(pairs[0].1, Value::Nil);
     // The same fields under both protocols (the ttl moves between the two reads).
     let without_ttl = |i: Info| Info { ttl: 0, ..i };
@@ -1299,7 +1304,7 @@ fn a_version_1_payload_loads_as_an_exclusive_lock() {
     let server = Server::start();
     let mut c = server.conn();
     let (format, _) = Format::of(&mut c);
-    assert_eq!(format.encver(), 2);
+    assert_eq!(format.encver(), 3);
     let token = 1u64 << 51;
     let v1 = format.payload(
         1,
@@ -1337,10 +1342,10 @@ fn a_version_1_payload_loads_as_an_exclusive_lock() {
     assert_eq!(release(&mut c, "k", "old"), Some(2));
     // Tokens keep rising above the loaded one.
     assert!(acquire(&mut c, "n", "n", LONG, M::S).unwrap() > token as i64);
-    // Re-dumped, it is written in version 2.
+    // Re-dumped, it is written in the current version, 3.
     let d: Vec<u8> = cmd!("DUMP", "k").query(&mut c).unwrap();
     let id = u64::from_be_bytes(d[2..10].try_into().unwrap());
-    assert_eq!(id & 1023, 2, "DUMP writes encoding version 2");
+    assert_eq!(id & 1023, 3, "DUMP writes encoding version 3");
 }
 
 #[test]
@@ -1690,7 +1695,8 @@ fn each_change_reaches_the_aof_as_one_effect_per_changed_holder() {
         "{e:?}"
     );
     assert_eq!(&e[0][4..5], ["2"], "the new count: {e:?}");
-    assert_eq!(&e[0][7..], ["SHARED", "LIMIT", "3"], "{e:?}");
+    assert_eq!(e[0][7], "GRANTED", "when the hold was granted: {e:?}");
+    assert_eq!(&e[0][9..], ["SHARED", "LIMIT", "3"], "{e:?}");
     let e = step(&mut c, cmd!("LOCK.RENEW", "k", "d", 5_000));
     assert_eq!(
         e.iter().map(|c| effect(c)).collect::<Vec<_>>(),

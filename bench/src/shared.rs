@@ -33,6 +33,12 @@ fn uuid() -> String {
 /// Acquire+release pairs per second, `SHARED` or exclusive, on random keys (`lock:0..1e6`), each
 /// connection its own owner. With pipeline P a batch holds P / 2 pairs.
 pub async fn pairs(port: u16, shared: bool, load: &Load) -> io::Result<f64> {
+    pairs_on(port, shared, 1_000_000, load).await
+}
+
+/// [`pairs`] on `keys` random keys (`lock:0..keys`): with few keys, some acquires find the key
+/// taken by another connection's pair and are refused (its release then answers nil).
+pub async fn pairs_on(port: u16, shared: bool, keys: u64, load: &Load) -> io::Result<f64> {
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
@@ -48,7 +54,7 @@ pub async fn pairs(port: u16, shared: bool, load: &Load) -> io::Result<f64> {
                     rng ^= rng << 13;
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
-                    let key = format!("lock:{}", rng % 1_000_000);
+                    let key = format!("lock:{}", rng % keys);
                     if shared {
                         conn.push(&["LOCK.ACQUIRE", &key, &owner, "60000", "SHARED"]);
                     } else {

@@ -197,7 +197,8 @@ impl Relock {
     /// measured from a `LOCK.RENEW` round made right after the grant.
     ///
     /// Fails at once, whatever the limit, with an error retrying cannot fix
-    /// ([`Error::is_permanent`]). Dropping the future while it waits leaves nothing behind:
+    /// ([`Error::is_permanent`]), from the wait or from the renew round after it (an ACL
+    /// that allows `LOCK.WAIT` but not `LOCK.RENEW`). Dropping the future while it waits leaves nothing behind:
     /// grants that land anyway are released in the background (see [`Relock::settle`]).
     pub async fn acquire_wait(
         &self,
@@ -239,6 +240,13 @@ impl Relock {
                     Ok(()) => {
                         tracing::debug!(key, owner, valid_until = ?lock.valid_until(), "lock acquired");
                         return Ok(lock);
+                    }
+                    Err(e) if e.is_permanent() => {
+                        // Judged as every other round: an ACL that forbids LOCK.RENEW (or a
+                        // key overwritten with another type) will answer the same next time.
+                        tracing::debug!(key, error = %e, "renew after wait failed for good");
+                        lock.release_quietly().await;
+                        return Err(e);
                     }
                     Err(e) => {
                         tracing::debug!(key, error = %e, "renew after wait failed, retrying");

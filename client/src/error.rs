@@ -81,7 +81,8 @@ impl NodeFailure {
             return self;
         }
         let detail = e.detail().unwrap_or_default().trim_end();
-        if detail == "lock is held in another mode" {
+        // The text goes on to name LOCK.DOWNGRADE since the module has one.
+        if detail.starts_with("lock is held in another mode") {
             return NodeFailure::OtherMode;
         }
         let limit = detail
@@ -98,6 +99,9 @@ impl NodeFailure {
 /// The classification behind [`NodeFailure::is_permanent`] for errors from redis-rs.
 fn is_permanent_redis_error(e: &redis::RedisError) -> bool {
     use redis::ErrorKind as K;
+    if is_tls_failure(e) {
+        return true;
+    }
     match e.kind() {
         // Unknown command, syntax, invalid ttl_ms, DB index out of range, reentrancy limit...
         // except the few ERR replies of an overloaded server.
@@ -112,6 +116,10 @@ fn is_permanent_redis_error(e: &redis::RedisError) -> bool {
         | K::NoScriptError
         | K::ExecAbortError
         | K::RESP3NotSupported => true,
+        // A Redis Cluster node answering a client that does not route by slot: every key of
+        // another node's slots gets this answer, however often it is asked. (A cluster client
+        // follows redirections and never reports one as a failure.)
+        K::Moved | K::Ask => true,
         // WRONGTYPE, NOAUTH, WRONGPASS, NOPERM and other codes Redis may add are permanent;
         // these are the transient ones.
         K::ExtensionError => !matches!(
@@ -120,6 +128,29 @@ fn is_permanent_redis_error(e: &redis::RedisError) -> bool {
         ),
         _ => false,
     }
+}
+
+/// Whether a connection failed in its TLS handshake or session (an untrusted or expired
+/// certificate, a name that does not match, a client certificate refused or missing, a
+/// plain-text server behind a `rediss://` URL): no retry changes that. redis-rs keeps the
+/// rustls error only as text, in the I/O error it reports.
+fn is_tls_failure(e: &redis::RedisError) -> bool {
+    if !e.is_io_error() {
+        return false;
+    }
+    const RUSTLS: [&str; 9] = [
+        "invalid peer certificate",
+        "received fatal alert",
+        "peer sent no certificates",
+        "peer is incompatible",
+        "peer misbehaved",
+        "received corrupt message",
+        "received unexpected message",
+        "received unexpected handshake message",
+        "presented server name type wasn't supported",
+    ];
+    let text = e.to_string();
+    RUSTLS.iter().any(|t| text.contains(t))
 }
 
 /// A redis-rs error as the server said it (`WRONGTYPE Operation against a key...`), with a
@@ -132,6 +163,16 @@ fn describe_redis_error(e: &redis::RedisError) -> String {
     let detail = e.detail().unwrap_or_default();
     if detail.starts_with("unknown command") && detail.contains("'LOCK.") {
         format!("{text} (is the relock module loaded on this server?)")
+    } else if is_tls_failure(e) {
+        format!(
+            "TLS: {text} (check the CA that signed the server's certificate, lockctl --tls-ca, \
+             and the client certificate if the server asks for one, --tls-cert and --tls-key)"
+        )
+    } else if matches!(e.kind(), redis::ErrorKind::Moved | redis::ErrorKind::Ask) {
+        format!(
+            "{text} (this server is a Redis Cluster node: use a cluster client, \
+             Relock::cluster, or lockctl --cluster)"
+        )
     } else if e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
     {
@@ -139,6 +180,21 @@ fn describe_redis_error(e: &redis::RedisError) -> String {
     } else {
         text
     }
+}
+
+fn no_quorum_message(
+    key: &str,
+    granted: usize,
+    nodes: usize,
+    quorum: usize,
+    failures: &NodeErrors,
+) -> String {
+    if nodes == 1 {
+        // One server, one vote: "0 of 1 masters granted, 1 needed" says nothing the server's
+        // own answer does not say better.
+        return format!("lock {key:?}: {failures}");
+    }
+    format!("lock {key:?}: no quorum, {granted} of {nodes} masters granted, {quorum} needed ({failures})")
 }
 
 fn replica_acks_message(
@@ -203,8 +259,13 @@ pub enum Error {
         #[source]
         source: redis::RedisError,
     },
-    /// The ttl is outside 1 ms ..= 10^12 ms.
-    #[error("invalid ttl {0:?} (must be 1 ms to 10^12 ms)")]
+    /// The ttl is outside 5 ms ..= 10^12 ms: below [`MIN_TTL`](crate::limits::MIN_TTL) the
+    /// drift allowance leaves less than half of it valid (1 and 2 ms nothing at all), above
+    /// 10^12 ms the servers refuse it.
+    #[error(
+        "invalid ttl {0:?} (must be 5 ms to 10^12 ms; the smallest usable ttl is 5 ms, since \
+         the drift allowance of 1 % + 2 ms leaves less than half of a shorter one valid)"
+    )]
     InvalidTtl(Duration),
     /// An [`Options`](crate::Options) field is out of range (see [`crate::limits`]).
     #[error("invalid option {name}: {reason}")]
@@ -238,8 +299,10 @@ pub enum Error {
         /// The masters that failed permanently, and why.
         failures: NodeErrors,
     },
-    /// Fewer than a quorum of masters granted (or renewed) the lock.
-    #[error("lock {key:?}: no quorum, {granted} of {nodes} masters granted, {quorum} needed ({failures})")]
+    /// Fewer than a quorum of masters granted (or renewed) the lock. With one server, the
+    /// message says only what that server did (`lock "k": 10.0.0.1:6379: no reply within
+    /// 100ms`); with several, how many granted of how many, and what each other one did.
+    #[error("{}", no_quorum_message(key, *granted, *nodes, *quorum, failures))]
     NoQuorum {
         /// The lock's key.
         key: String,

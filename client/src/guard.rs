@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{oneshot, watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::task_tracker::TaskTrackerToken;
@@ -47,7 +47,9 @@ pub type Hold = GuardedLock;
 /// renewal task, already running on the runtime, does the release.
 pub struct LockGuard {
     lock: GuardedLock,
-    valid_until: watch::Receiver<Instant>,
+    renewed: watch::Receiver<Renewed>,
+    /// Wakes the renewal task for a renewal now ([`LockGuard::renew_now`]).
+    nudge: Arc<Notify>,
     stop: CancellationToken,
     done: Option<oneshot::Receiver<Result<(), Error>>>,
     /// Handed to the renewal task on drop, so that [`Relock::settle`](crate::Relock::settle)
@@ -81,9 +83,13 @@ impl Lock {
                 .collect(),
             lost: CancellationToken::new(),
         };
-        let (valid_tx, valid_rx) = watch::channel(self.valid_until());
+        let (valid_tx, valid_rx) = watch::channel(Renewed {
+            count: 0,
+            valid_until: self.valid_until(),
+        });
         let (done_tx, done_rx) = oneshot::channel();
         let stop = CancellationToken::new();
+        let nudge = Arc::new(Notify::new());
         let releasing = Arc::new(Mutex::new(None));
         let background = self.background();
         tokio::spawn(renew_until_stopped(
@@ -91,7 +97,8 @@ impl Lock {
             Signals {
                 stop: stop.clone(),
                 lost: lock.lost.clone(),
-                valid_until: valid_tx,
+                renewed: valid_tx,
+                nudge: nudge.clone(),
                 done: done_tx,
                 releasing: releasing.clone(),
             },
@@ -101,7 +108,8 @@ impl Lock {
                 lost: lock.lost.child_token(),
                 ..lock
             },
-            valid_until: valid_rx,
+            renewed: valid_rx,
+            nudge,
             stop,
             done: Some(done_rx),
             releasing,
@@ -133,11 +141,45 @@ impl LockGuard {
 
     /// The validity after the last successful renewal.
     pub fn valid_until(&self) -> Instant {
-        *self.valid_until.borrow()
+        self.renewed.borrow().valid_until
+    }
+
+    /// Renews now rather than at the next ttl / 3, and returns the new validity once a
+    /// renewal that was under way or started by this call succeeded. A renewal that fails
+    /// without a verdict (no reply) is retried as usual, so this waits until one succeeds or
+    /// the lock is lost: then it fails with [`Error::Lost`] (or the error that ended the
+    /// renewal, as [`LockGuard::release`] reports it).
+    ///
+    /// For a holder that could not act for a while (a process stopped by job control) and
+    /// must know the lock is still held before it goes on.
+    pub async fn renew_now(&self) -> Result<Instant, Error> {
+        let mut renewed = self.renewed.clone();
+        let seen = renewed.borrow_and_update().count;
+        self.nudge.notify_one();
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.lock.lost.cancelled() => break,
+                changed = renewed.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    let now = *renewed.borrow_and_update();
+                    if now.count > seen {
+                        return Ok(now.valid_until);
+                    }
+                }
+            }
+        }
+        Err(Error::Lost {
+            key: self.lock.key.clone(),
+        })
     }
 
     /// Stops the renewal and releases the lock on every master, waiting for the outcome.
-    /// Fails with [`Error::Lost`] if the lock had been lost before.
+    /// Fails with [`Error::Lost`] if the lock had been lost before, or, when an error that
+    /// retrying cannot fix ended the renewal ([`Error::is_permanent`]: an ACL that forbids
+    /// `LOCK.RENEW`, the key overwritten with another type...), with that error.
     pub async fn release(mut self) -> Result<(), Error> {
         self.stop.cancel();
         match self.done.take() {
@@ -169,11 +211,19 @@ pub fn loss_lead(ttl: Duration) -> Duration {
     (ttl / 20).min(Duration::from_millis(20))
 }
 
+/// A successful renewal, as the guard sees it: how many so far, and the validity it gave.
+#[derive(Debug, Clone, Copy)]
+struct Renewed {
+    count: u64,
+    valid_until: Instant,
+}
+
 /// How the renewal task talks to its guard.
 struct Signals {
     stop: CancellationToken,
     lost: CancellationToken,
-    valid_until: watch::Sender<Instant>,
+    renewed: watch::Sender<Renewed>,
+    nudge: Arc<Notify>,
     done: oneshot::Sender<Result<(), Error>>,
     releasing: Arc<Mutex<Option<TaskTrackerToken>>>,
 }
@@ -190,29 +240,37 @@ async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
     };
     let stop = &signals.stop;
     let mut next = Instant::now() + every;
-    let why = loop {
+    let mut count = 0;
+    let ended = loop {
         tokio::select! {
             biased;
             _ = stop.cancelled() => break None,
-            _ = tokio::time::sleep_until(lost_at(&lock)) => break Some("its validity ran out".to_string()),
+            _ = tokio::time::sleep_until(lost_at(&lock)) => {
+                break Some(("its validity ran out".to_string(), None))
+            }
             _ = tokio::time::sleep_until(next) => {}
+            _ = signals.nudge.notified() => {}
         }
         let deadline = lost_at(&lock);
         let renewed = tokio::select! {
             biased;
             _ = stop.cancelled() => break None,
             _ = tokio::time::sleep_until(deadline) => {
-                break Some("its validity ran out during a renewal".to_string())
+                break Some(("its validity ran out during a renewal".to_string(), None))
             }
             r = lock.extend(ttl) => r,
         };
         match renewed {
             Ok(()) => {
-                let _ = signals.valid_until.send(lock.valid_until());
+                count += 1;
+                let _ = signals.renewed.send(Renewed {
+                    count,
+                    valid_until: lock.valid_until(),
+                });
                 next = Instant::now() + every;
             }
-            Err(e @ Error::Lost { .. }) => break Some(e.to_string()),
-            Err(e) if e.is_permanent() => break Some(e.to_string()),
+            Err(e @ Error::Lost { .. }) => break Some((e.to_string(), None)),
+            Err(e) if e.is_permanent() => break Some((e.to_string(), Some(e))),
             Err(e) => {
                 // Not refused, only unanswered: try again soon while validity is left.
                 tracing::warn!(key = %lock.key(), error = %e, "lock renewal failed, retrying");
@@ -221,7 +279,7 @@ async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
             }
         }
     };
-    let Some(why) = why else {
+    let Some((why, permanent)) = ended else {
         // Stopped: release, counted by Relock::settle while it runs.
         let _releasing = signals
             .releasing
@@ -236,7 +294,9 @@ async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
     let key = lock.key().to_string();
     // Whatever minority of masters still has it should not keep it until the ttl.
     lock.release_quietly().await;
-    let _ = signals.done.send(Err(Error::Lost { key }));
+    let _ = signals
+        .done
+        .send(Err(permanent.unwrap_or(Error::Lost { key })));
 }
 
 #[cfg(test)]

@@ -73,6 +73,7 @@
 #![deny(missing_docs)]
 
 mod client;
+mod conn;
 mod duration;
 mod error;
 mod fanout;
@@ -85,6 +86,8 @@ mod mode;
 mod node;
 mod options;
 mod round;
+mod sentinel;
+mod tls;
 pub mod validity;
 
 pub use client::Relock;
@@ -96,3 +99,4 @@ pub use lock::Lock;
 pub use masters::NodeReport;
 pub use mode::{Mode, MAX_LIMIT};
 pub use options::Options;
+pub use tls::Tls;

@@ -14,10 +14,28 @@ pub const MAX_MS: u64 = 1_000_000_000_000;
 /// [`MAX_MS`] as a `Duration`.
 pub const MAX: Duration = Duration::from_millis(MAX_MS);
 
-/// Checks a lock ttl: 1 ms to 10^12 ms, the range of `ttl_ms`. Returns it cut to whole
-/// milliseconds, which is what the servers are sent and so what validity is computed from.
+/// The smallest usable ttl in milliseconds: 5 ms, the least ttl whose validity after the
+/// drift allowance ([`drift`](crate::validity::drift): 1 % of the ttl + 2 ms) is at least
+/// half the ttl even for a round that took no time at all.
+///
+/// Below it the lock is worthless: 1 and 2 ms never leave any validity (every acquisition
+/// fails, and a wait starts again forever), 3 and 4 ms leave less than 2 ms, less than one
+/// renewal (every ttl / 3) and its round can fit in, so the lock is lost as soon as it is
+/// granted. 5 ms leaves 2.95 ms, room for a renewal at 1.67 ms on a fast local link: the
+/// bound is what the arithmetic allows, not a ttl to use (see [`Options::node_timeout`]).
+///
+/// [`Options::node_timeout`]: crate::Options::node_timeout
+pub const MIN_TTL_MS: u64 = 5;
+
+/// [`MIN_TTL_MS`] as a `Duration`.
+pub const MIN_TTL: Duration = Duration::from_millis(MIN_TTL_MS);
+
+/// Checks a lock ttl: [`MIN_TTL`] (5 ms) to 10^12 ms (the most `ttl_ms` accepts). Returns it
+/// cut to whole milliseconds, which is what the servers are sent and so what validity is
+/// computed from. Fails with [`Error::InvalidTtl`] before any server is asked.
 pub fn check_ttl(ttl: Duration) -> Result<Duration, Error> {
     ttl_ms(ttl)
+        .filter(|ms| *ms >= MIN_TTL_MS)
         .map(Duration::from_millis)
         .ok_or(Error::InvalidTtl(ttl))
 }
@@ -29,10 +47,17 @@ pub fn check_ttl(ttl: Duration) -> Result<Duration, Error> {
 pub fn parse_ttl(text: &str) -> Result<Duration, String> {
     let ttl = parse_duration(text)?;
     check_ttl(ttl).map_err(|_| {
-        format!(
-            "{text:?} is out of range (a ttl is 1ms to {}s)",
-            MAX.as_secs()
-        )
+        if ttl < MIN_TTL {
+            format!(
+                "{text:?} is too short: the smallest usable ttl is {MIN_TTL_MS}ms (the drift \
+                 allowance, 1% + 2ms, would leave less than half of it valid)"
+            )
+        } else {
+            format!(
+                "{text:?} is out of range (a ttl is {MIN_TTL_MS}ms to {}s)",
+                MAX.as_secs()
+            )
+        }
     })
 }
 
@@ -108,20 +133,52 @@ mod tests {
         );
         assert_eq!(ttl_ms(Duration::from_secs(1_000_000_001)), None);
         assert_eq!(ttl_ms(Duration::MAX), None);
-        assert_eq!(check_ttl(Duration::from_micros(1_500)).ok(), Some(ms(1)));
-        assert!(matches!(
-            check_ttl(Duration::ZERO),
-            Err(Error::InvalidTtl(_))
-        ));
+        assert_eq!(check_ttl(Duration::from_micros(5_500)).ok(), Some(ms(5)));
+        for unusable in [0, 1, 2, 3, 4] {
+            assert!(
+                matches!(check_ttl(ms(unusable)), Err(Error::InvalidTtl(_))),
+                "{unusable} ms"
+            );
+        }
+        assert_eq!(check_ttl(MIN_TTL).ok(), Some(MIN_TTL));
+        assert_eq!(check_ttl(MAX).ok(), Some(MAX));
+    }
+
+    /// The smallest usable ttl is the first whose validity for an instant round is at least
+    /// half of it; every shorter one leaves less (1 and 2 ms nothing at all).
+    #[test]
+    fn the_smallest_usable_ttl_keeps_half_of_itself_valid() {
+        use crate::validity::validity;
+        let half_valid =
+            |ttl: Duration| validity(ttl, Duration::ZERO).is_some_and(|v| v >= ttl / 2);
+        assert!(half_valid(MIN_TTL));
+        for shorter in 1..MIN_TTL_MS {
+            assert!(!half_valid(ms(shorter)), "{shorter} ms");
+        }
+        assert_eq!(validity(ms(1), Duration::ZERO), None);
+        assert_eq!(validity(ms(2), Duration::ZERO), None);
     }
 
     #[test]
     fn ttl_text() {
         assert_eq!(parse_ttl("30s"), Ok(ms(30_000)));
-        assert_eq!(parse_ttl("1ms"), Ok(ms(1)));
-        for bad in ["0", "0.5ms", "2000000000s", "ten", "-1s"] {
+        assert_eq!(parse_ttl("5ms"), Ok(ms(5)));
+        for bad in [
+            "0",
+            "0.5ms",
+            "1ms",
+            "2ms",
+            "3ms",
+            "4ms",
+            "4.9ms",
+            "2000000000s",
+            "ten",
+            "-1s",
+        ] {
             assert!(parse_ttl(bad).is_err(), "{bad}");
         }
+        let short = parse_ttl("3ms").unwrap_err();
+        assert!(short.contains("smallest usable ttl is 5ms"), "{short}");
     }
 
     #[test]

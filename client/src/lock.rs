@@ -211,6 +211,7 @@ impl Lock {
         }
         self.ttl = ttl;
         self.valid_until = valid_until;
+        tracing::debug!(key = %self.key, ?valid_until, "lock renewed");
         Ok(())
     }
 

@@ -4,11 +4,10 @@
 //! [`RoundState`], fed by [`fanout::collect`].
 
 use std::future::Future;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{ConnectionAddr, FromRedisValue};
+use redis::FromRedisValue;
 use tokio::time::Instant;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
@@ -18,7 +17,7 @@ use crate::fanout::{self, spawned};
 use crate::info::{parse_holders, parse_info};
 use crate::limits::{check_options, wait_ms};
 use crate::mode::Mode;
-use crate::node::{display_addr, Node};
+use crate::node::Node;
 use crate::options::Options;
 use crate::round::{quorum, Released, Reply, Round, RoundState, Until};
 
@@ -50,7 +49,7 @@ impl Masters {
         check_options(&options)?;
         let nodes = urls
             .iter()
-            .map(|u| Node::open(u.as_ref()))
+            .map(|u| Node::open(u.as_ref(), &options.tls))
             .collect::<Result<Vec<_>, _>>()?;
         if nodes.len() > 1 {
             check_distinct(urls, &nodes)?;
@@ -68,7 +67,7 @@ impl Masters {
         }
         check_options(&options)?;
         let seeds: Vec<&str> = seeds.iter().map(AsRef::as_ref).collect();
-        let node = Node::open_cluster(&seeds)?;
+        let node = Node::open_cluster(&seeds, &options.tls)?;
         Ok(Masters::of(vec![node], options))
     }
 
@@ -437,13 +436,11 @@ impl Drop for Abandoned {
     }
 }
 
-/// Fails when two of `nodes` are one server: their resolved addresses (or unix socket paths)
-/// overlap. A host name that does not resolve is compared by name.
+/// Fails when two of `nodes` are one server: their resolved addresses (or unix socket paths,
+/// or for Sentinel-managed masters their name at a shared sentinel) overlap. A host name that
+/// does not resolve is compared by name.
 fn check_distinct<S: AsRef<str>>(urls: &[S], nodes: &[Node]) -> Result<(), Error> {
-    let identities: Vec<Vec<String>> = nodes
-        .iter()
-        .map(|n| server_identity(&n.connection_info().addr))
-        .collect();
+    let identities: Vec<Vec<String>> = nodes.iter().map(Node::identity).collect();
     for (i, mine) in identities.iter().enumerate() {
         for (j, earlier) in identities[..i].iter().enumerate() {
             if let Some(address) = mine.iter().find(|a| earlier.contains(a)) {
@@ -456,38 +453,6 @@ fn check_distinct<S: AsRef<str>>(urls: &[S], nodes: &[Node]) -> Result<(), Error
         }
     }
     Ok(())
-}
-
-/// The addresses a server URL reaches, in a comparable form.
-fn server_identity(addr: &ConnectionAddr) -> Vec<String> {
-    match addr {
-        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-            let resolved: Vec<String> = (host.as_str(), *port)
-                .to_socket_addrs()
-                .map(|addrs| addrs.map(|a| canonical(a).to_string()).collect())
-                .unwrap_or_default();
-            if resolved.is_empty() {
-                vec![display_addr(addr).to_lowercase()]
-            } else {
-                resolved
-            }
-        }
-        ConnectionAddr::Unix(path) => vec![std::fs::canonicalize(path)
-            .unwrap_or_else(|_| path.clone())
-            .display()
-            .to_string()],
-    }
-}
-
-/// An IPv4-mapped IPv6 address as the IPv4 address it is.
-fn canonical(addr: SocketAddr) -> SocketAddr {
-    match addr {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
-            None => addr,
-        },
-        SocketAddr::V4(_) => addr,
-    }
 }
 
 /// The writes that may wait for replica acknowledgements.

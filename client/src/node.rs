@@ -12,12 +12,18 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::MultiplexedConnection;
 use redis::{
-    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue,
-    IntoConnectionInfo, Pipeline, Value,
+    Client, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, IntoConnectionInfo,
+    Pipeline, Value,
 };
 use tokio::sync::Mutex;
 
+use crate::conn::{
+    connect, display_addr, host_port, is_topology_change, normalize_addr, server_identity,
+    split_addr, with_addr,
+};
 use crate::error::{Error, NodeFailure};
+use crate::sentinel::{is_sentinel_url, Sentinel};
+use crate::tls::Tls;
 
 /// How many redirections (MOVED, ASK) or topology changes one command follows.
 const MAX_REDIRECTS: u32 = 16;
@@ -27,6 +33,14 @@ const MIN_TOPOLOGY_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often a client blocked in a cluster `LOCK.WAIT` checks that the master it waits on
 /// still answers (a stopped master never unblocks it; its replica may have taken over).
 const WATCH_MASTER_EVERY: Duration = Duration::from_secs(1);
+/// How often a client blocked in `LOCK.WAIT` asks the server, over another connection,
+/// whether its waiting connection is still blocked there: a connection that died silently
+/// (half-open TCP: a crashed host, a dropped NAT entry, a stuck middlebox) never delivers the
+/// grant, nor an error.
+const WATCH_WAIT_EVERY: Duration = Duration::from_secs(1);
+/// How many checks in a row without an answer make a waiting connection count as dead (the
+/// server, or the way to it, is gone or stuck).
+const UNANSWERED_CHECKS: u32 = 3;
 
 /// Replica acknowledgements asked after a write (`WAIT replicas timeout`).
 #[derive(Debug, Clone, Copy)]
@@ -50,6 +64,7 @@ enum Backend {
         conn: Mutex<Option<MultiplexedConnection>>,
     },
     Cluster(Cluster),
+    Sentinel(Sentinel),
 }
 
 /// A Redis Cluster, routed by our own slot map.
@@ -73,11 +88,27 @@ struct Topology {
 }
 
 impl Node {
-    pub(crate) fn open(url: &str) -> Result<Node, Error> {
-        let client = Client::open(url).map_err(|source| Error::InvalidUrl {
-            url: url.to_string(),
-            source,
-        })?;
+    /// The server at `url` (`redis://` or `rediss://`, with `tls` for the latter), or the
+    /// master a Sentinel names (`redis+sentinel://`, see [`Sentinel`]).
+    pub(crate) fn open(url: &str, tls: &Tls) -> Result<Node, Error> {
+        if is_sentinel_url(url) {
+            let sentinel = Sentinel::open(url, tls)?;
+            return Ok(Node {
+                name: format!(
+                    "{}@sentinel[{}]",
+                    sentinel.master_name,
+                    sentinel.sentinel_names.join(",")
+                ),
+                backend: Backend::Sentinel(sentinel),
+            });
+        }
+        let info = url
+            .into_connection_info()
+            .map_err(|source| Error::InvalidUrl {
+                url: url.to_string(),
+                source,
+            })?;
+        let client = tls.client(info, url)?;
         let name = display_addr(&client.get_connection_info().addr);
         Ok(Node {
             name,
@@ -88,8 +119,9 @@ impl Node {
         })
     }
 
-    /// One Redis Cluster, known by some of its nodes (`seeds`). No connection is made here.
-    pub(crate) fn open_cluster(seeds: &[&str]) -> Result<Node, Error> {
+    /// One Redis Cluster, known by some of its nodes (`seeds`; every node is reached the way
+    /// the first seed is, with `tls` for `rediss://`). No connection is made here.
+    pub(crate) fn open_cluster(seeds: &[&str], tls: &Tls) -> Result<Node, Error> {
         let infos = seeds
             .iter()
             .map(|u| {
@@ -100,7 +132,12 @@ impl Node {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let template = infos.first().cloned().ok_or(Error::NoServers)?;
+        let first = infos.first().cloned().ok_or(Error::NoServers)?;
+        // With the certificates in it, for every node.
+        let template = tls
+            .client(first, seeds.first().copied().unwrap_or_default())?
+            .get_connection_info()
+            .clone();
         let mut names: Vec<String> = Vec::new();
         for info in &infos {
             let name = display_addr(&info.addr);
@@ -123,11 +160,24 @@ impl Node {
         matches!(self.backend, Backend::Cluster(_))
     }
 
-    /// How this master is reached (for a cluster, the first seed).
-    pub(crate) fn connection_info(&self) -> &ConnectionInfo {
+    /// What tells this master from another in one client's list: the addresses it is reached
+    /// at (for a cluster, the first seed's; for a Sentinel-managed master, its name at each
+    /// sentinel). Two masters that share one are one.
+    pub(crate) fn identity(&self) -> Vec<String> {
         match &self.backend {
-            Backend::Server { client, .. } => client.get_connection_info(),
-            Backend::Cluster(c) => &c.template,
+            Backend::Server { client, .. } => server_identity(&client.get_connection_info().addr),
+            Backend::Cluster(c) => server_identity(&c.template.addr),
+            Backend::Sentinel(s) => s
+                .sentinel_names
+                .iter()
+                .flat_map(|addr| match split_addr(addr) {
+                    Some((host, port)) => {
+                        server_identity(&ConnectionAddr::Tcp(host.to_string(), port))
+                    }
+                    None => vec![addr.clone()],
+                })
+                .map(|addr| format!("{} at sentinel {addr}", s.master_name))
+                .collect(),
         }
     }
 
@@ -149,10 +199,13 @@ impl Node {
                 self.server_reply(tokio::time::timeout(timeout, attempt).await, timeout)
                     .await
             }
-            Backend::Cluster(cluster) => {
+            Backend::Cluster(_) | Backend::Sentinel(_) => {
                 let mut pipe = redis::pipe();
                 pipe.add_command(cmd.clone());
-                let mut values = cluster.call(key, &pipe, timeout).await?;
+                let mut values = match &self.backend {
+                    Backend::Cluster(cluster) => cluster.call(key, &pipe, timeout).await?,
+                    _ => self.routed(key, &pipe, timeout).await?,
+                };
                 match values.pop() {
                     Some(v) => Ok(T::from_redis_value(&v)?),
                     None => Err(NodeFailure::Protocol("no reply".into())),
@@ -190,6 +243,7 @@ impl Node {
                     .await?
             }
             Backend::Cluster(cluster) => cluster.call(key, &pipe, timeout).await?,
+            Backend::Sentinel(sentinel) => sentinel.call(&pipe, timeout).await?,
         };
         let acked = match acks {
             None => 0,
@@ -201,20 +255,29 @@ impl Node {
         Ok((values, acked))
     }
 
-    /// How many replicas the master of `key` has connected right now (`ROLE`).
+    /// `pipe` through a routed backend (a Sentinel-managed master).
+    async fn routed(
+        &self,
+        _key: &str,
+        pipe: &Pipeline,
+        timeout: Duration,
+    ) -> Result<Vec<Value>, NodeFailure> {
+        match &self.backend {
+            Backend::Sentinel(sentinel) => sentinel.call(pipe, timeout).await,
+            _ => Err(NodeFailure::Protocol("not a routed master".into())),
+        }
+    }
+
+    /// How many replicas the master of `key` has connected right now (`ROLE`). Fails when the
+    /// node that answers is not a master (any more): a write it just took was not made on the
+    /// key's master, whatever its replicas say.
     pub(crate) async fn connected_replicas(
         &self,
         key: &str,
         timeout: Duration,
     ) -> Result<u64, NodeFailure> {
         let role: Value = self.query(key, &redis::cmd("ROLE"), timeout).await?;
-        match role {
-            Value::Array(items) => match items.get(2) {
-                Some(Value::Array(replicas)) => Ok(replicas.len() as u64),
-                _ => Ok(0),
-            },
-            other => Err(NodeFailure::Protocol(format!("ROLE: {other:?}"))),
-        }
+        parse_role_replicas(&role)
     }
 
     /// A single server's reply, with its shared connection dropped after an I/O error.
@@ -224,7 +287,14 @@ impl Node {
         timeout: Duration,
     ) -> Result<T, NodeFailure> {
         match result {
-            Err(_) => Err(NodeFailure::Timeout(timeout)),
+            Err(_) => {
+                // A connection that went silent (half-open) would time out every request from
+                // now on: the next one connects again.
+                if let Backend::Server { conn, .. } = &self.backend {
+                    *conn.lock().await = None;
+                }
+                Err(NodeFailure::Timeout(timeout))
+            }
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
                 if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
@@ -241,6 +311,18 @@ impl Node {
     /// the shared one; dropping the future closes that connection, which takes us out of the
     /// master's wait queue.
     ///
+    /// While it waits, the server is asked every second over another connection whether the
+    /// waiting connection is still blocked there (`CLIENT LIST ID`). One the server no longer
+    /// knows, one it answered (the grant) without the answer arriving within the node timeout,
+    /// or no answer to [`UNANSWERED_CHECKS`] checks in a row, means the connection died
+    /// silently: it is closed there (`CLIENT KILL`, best effort) and the same command is sent
+    /// again on a new connection. That is safe because the owner is the same: a grant the
+    /// dead connection never delivered is answered again at once, as a re-acquire. A wait
+    /// notices such a death within about 1 s + 2 × `timeout` once the server answered (and
+    /// within 3 × (1 s + max(`timeout`, 1 s)) when the server stops answering: a slow link
+    /// must not cost a waiter its place in the queue). Where an ACL forbids `CLIENT`, the
+    /// check is a `PING` of the server, which notices only a server that stopped answering.
+    ///
     /// In a cluster the connection goes to the master of `key`'s slot; a `MOVED` is followed to
     /// the new master, an `ASK` with `ASKING`, and a topology change under way (`TRYAGAIN`,
     /// `CLUSTERDOWN`, `READONLY`, a waiter unblocked because its master became a replica, a
@@ -254,10 +336,36 @@ impl Node {
         connect_timeout: Duration,
     ) -> Result<T, NodeFailure> {
         let cluster = match &self.backend {
-            Backend::Server { client, .. } => {
-                let mut conn =
-                    connect(client.get_connection_info().clone(), connect_timeout).await?;
-                return Ok(cmd.query_async::<T>(&mut conn).await?);
+            Backend::Server { client, conn } => {
+                let via = Via::Server(client, conn);
+                // Once a wait went silent, its grant may be on its way to nobody: the same
+                // owner must ask again, however long the server takes to answer again.
+                let mut went_silent = false;
+                loop {
+                    let info = client.get_connection_info().clone();
+                    let (mut waiting, id) = match start_waiting(info, connect_timeout).await {
+                        Ok(started) => started,
+                        Err(e) if went_silent && !e.is_permanent() => {
+                            tracing::debug!(node = %self.name, key, error = %e, "cannot wait again yet");
+                            tokio::time::sleep(WATCH_WAIT_EVERY).await;
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    tokio::select! {
+                        result = cmd.query_async::<T>(&mut waiting) => return Ok(result?),
+                        () = watch_wait(id, &via, connect_timeout) => {
+                            tracing::warn!(node = %self.name, key, "a waiting connection went silent; waiting again on a new one");
+                            kill_waiting(id, &via, connect_timeout).await;
+                            went_silent = true;
+                        }
+                    }
+                }
+            }
+            Backend::Sentinel(sentinel) => {
+                return self
+                    .blocking_sentinel(sentinel, key, cmd, connect_timeout)
+                    .await
             }
             Backend::Cluster(cluster) => cluster,
         };
@@ -268,25 +376,40 @@ impl Node {
                 Some(r) => r,
                 None => (cluster.master_of(key, connect_timeout).await?, false),
             };
+            let via = Via::Cluster(cluster, &addr);
             let wait = async {
-                let mut conn =
-                    connect(with_addr(&cluster.template, &addr)?, connect_timeout).await?;
+                let (mut conn, id) =
+                    start_waiting(with_addr(&cluster.template, &addr)?, connect_timeout).await?;
                 if asking {
                     redis::cmd("ASKING")
                         .query_async::<()>(&mut conn)
                         .await
                         .map_err(NodeFailure::Redis)?;
                 }
-                cmd.query_async::<T>(&mut conn)
-                    .await
-                    .map_err(NodeFailure::Redis)
+                tokio::select! {
+                    result = cmd.query_async::<T>(&mut conn) => Ok(Some(result.map_err(NodeFailure::Redis))),
+                    () = watch_wait(id, &via, connect_timeout) => {
+                        tracing::warn!(node = %addr, key, "a waiting connection went silent; waiting again on a new one");
+                        kill_waiting(id, &via, connect_timeout).await;
+                        Ok(None)
+                    }
+                }
             };
-            let result = tokio::select! {
+            let outcome: Result<Option<Result<T, NodeFailure>>, NodeFailure> = tokio::select! {
                 result = wait => result,
                 () = cluster.watch_master(key, &addr, connect_timeout) => {
                     tracing::debug!(key, node = %addr, "master stopped answering; waiting on the new one");
                     continue;
                 }
+            };
+            let result = match outcome {
+                Ok(Some(result)) => result,
+                // Silent: the same node again, on a new connection.
+                Ok(None) => {
+                    redirect = Some((addr.clone(), asking));
+                    continue;
+                }
+                Err(e) => Err(e),
             };
             let e = match result {
                 Err(NodeFailure::Redis(e)) => e,
@@ -315,14 +438,82 @@ impl Node {
             }
             last = Some(e);
         }
-        Err(last.map_or_else(
-            || NodeFailure::Protocol("too many redirections".into()),
-            NodeFailure::Redis,
-        ))
+        // Not the last redirection itself: for a cluster client a redirection is the cluster
+        // moving, worth another try later, while a bare MOVED is a permanent failure.
+        Err(NodeFailure::Protocol(match last {
+            Some(e) => format!("too many redirections or topology changes (last: {e})"),
+            None => "too many redirections".into(),
+        }))
+    }
+
+    /// [`Node::blocking_query`] on a Sentinel-managed master: on a connection of its own to
+    /// the master the sentinels name, watched as every wait is, and moved (the same command,
+    /// the same owner) to the master they name after a failover, or after an error that says
+    /// this one no longer is one (`READONLY`, a waiter unblocked by a role change, a lost
+    /// connection).
+    async fn blocking_sentinel<T: FromRedisValue>(
+        &self,
+        sentinel: &Sentinel,
+        key: &str,
+        cmd: &Cmd,
+        connect_timeout: Duration,
+    ) -> Result<T, NodeFailure> {
+        let via = Via::Sentinel(sentinel);
+        let mut last = None;
+        for attempt in 0..MAX_REDIRECTS {
+            let addr = match sentinel.master(connect_timeout).await {
+                Ok(addr) => addr,
+                Err(e) if attempt > 0 && !e.is_permanent() => {
+                    tokio::time::sleep(WATCH_WAIT_EVERY).await;
+                    last = Some(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let wait = async {
+                let (mut conn, id) =
+                    start_waiting(sentinel.master_info(&addr)?, connect_timeout).await?;
+                tokio::select! {
+                    result = cmd.query_async::<T>(&mut conn) => Ok(Some(result.map_err(NodeFailure::Redis))),
+                    () = watch_wait(id, &via, connect_timeout) => {
+                        tracing::warn!(node = %addr, key, "a waiting connection went silent; waiting again on a new one");
+                        kill_waiting(id, &via, connect_timeout).await;
+                        Ok(None)
+                    }
+                }
+            };
+            let outcome: Result<Option<Result<T, NodeFailure>>, NodeFailure> = tokio::select! {
+                outcome = wait => outcome,
+                () = sentinel.watch_failover(&addr, connect_timeout) => {
+                    tracing::debug!(key, node = %addr, "the sentinels name a new master; waiting there");
+                    continue;
+                }
+            };
+            let failure = match outcome {
+                Ok(Some(Ok(value))) => return Ok(value),
+                Ok(None) => continue,
+                Ok(Some(Err(NodeFailure::Redis(e)))) | Err(NodeFailure::Redis(e))
+                    if is_topology_change(&e) =>
+                {
+                    NodeFailure::Redis(e)
+                }
+                Ok(Some(Err(failure @ NodeFailure::Timeout(_))))
+                | Err(failure @ NodeFailure::Timeout(_)) => failure,
+                Ok(Some(Err(other))) | Err(other) => return Err(other),
+            };
+            tracing::debug!(key, node = %addr, error = %failure, "master changing; asking the sentinels again");
+            sentinel.forget().await;
+            tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt + 1))).await;
+            last = Some(failure);
+        }
+        Err(NodeFailure::Protocol(match last {
+            Some(e) => format!("too many master changes (last: {e})"),
+            None => "too many master changes".into(),
+        }))
     }
 
     /// The `host:port` of the master serving `key`: for a cluster from its slot map, for a
-    /// single server the server itself.
+    /// Sentinel-managed master what the sentinels say, for a single server the server itself.
     pub(crate) async fn master_of(
         &self,
         key: &str,
@@ -331,6 +522,7 @@ impl Node {
         match &self.backend {
             Backend::Server { .. } => Ok(self.name.clone()),
             Backend::Cluster(cluster) => cluster.master_of(key, timeout).await,
+            Backend::Sentinel(sentinel) => sentinel.master(timeout).await,
         }
     }
 
@@ -340,6 +532,162 @@ impl Node {
             Ok(addr) => addr,
             Err(_) => self.name.clone(),
         }
+    }
+}
+
+/// How a waiting connection is watched: over the shared connection to the same server.
+enum Via<'a> {
+    Server(&'a Client, &'a Mutex<Option<MultiplexedConnection>>),
+    Cluster(&'a Cluster, &'a str),
+    Sentinel(&'a Sentinel),
+}
+
+impl Via<'_> {
+    /// `cmd` over the shared connection, within `timeout`; a connection that does not answer
+    /// in time is dropped, so that the next check connects again.
+    async fn ask<T: FromRedisValue>(&self, cmd: &Cmd, timeout: Duration) -> Result<T, NodeFailure> {
+        let attempt = async {
+            let mut conn = match self {
+                Via::Server(client, slot) => shared_conn(client, slot).await?,
+                Via::Cluster(cluster, addr) => cluster.conn(addr, timeout).await?,
+                Via::Sentinel(sentinel) => sentinel.shared(timeout).await?,
+            };
+            Ok::<T, NodeFailure>(cmd.query_async::<T>(&mut conn).await?)
+        };
+        let result = match tokio::time::timeout(timeout, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(NodeFailure::Timeout(timeout)),
+        };
+        if let Err(e) = &result {
+            if !matches!(e, NodeFailure::Redis(r) if is_error_reply(r)) {
+                match self {
+                    Via::Server(_, slot) => *slot.lock().await = None,
+                    Via::Cluster(cluster, addr) => cluster.forget_conn(addr),
+                    Via::Sentinel(sentinel) => sentinel.forget().await,
+                }
+            }
+        }
+        result
+    }
+}
+
+/// What the server says of a waiting connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// Blocked in its wait (or, without its id, the server answers).
+    Blocked,
+    /// Connected, not blocked: its answer was sent (or its command never arrived).
+    Answered,
+    /// Not connected any more.
+    Gone,
+    /// No answer.
+    Unknown,
+}
+
+/// A new connection for `LOCK.WAIT`, and how the server knows it (`CLIENT ID`; `None` where
+/// an ACL forbids `CLIENT`: then only the server's answers are checked).
+async fn start_waiting(
+    info: ConnectionInfo,
+    timeout: Duration,
+) -> Result<(MultiplexedConnection, Option<i64>), NodeFailure> {
+    let mut conn = connect(info, timeout).await?;
+    let id = match tokio::time::timeout(
+        timeout,
+        redis::cmd("CLIENT").arg("ID").query_async::<i64>(&mut conn),
+    )
+    .await
+    {
+        Ok(Ok(id)) => Some(id),
+        // NOPERM and the like: watch without it.
+        Ok(Err(e)) if is_error_reply(&e) => None,
+        Ok(Err(e)) => return Err(NodeFailure::Redis(e)),
+        Err(_) => return Err(NodeFailure::Timeout(timeout)),
+    };
+    Ok((conn, id))
+}
+
+/// Whether the server answered with an error (rather than the connection failing).
+fn is_error_reply(e: &redis::RedisError) -> bool {
+    e.kind() == ErrorKind::ResponseError || e.code().is_some()
+}
+
+/// Returns once the waiting connection known as `id` counts as dead (see
+/// [`Node::blocking_query`]); never while it is fine.
+async fn watch_wait(mut id: Option<i64>, via: &Via<'_>, timeout: Duration) {
+    let (mut answered, mut unanswered) = (0u32, 0u32);
+    // A check that goes unanswered may only mean a slow link, and taking a waiting
+    // connection for dead costs its place in the queue: a check gets at least a second.
+    let check_within = timeout.max(WATCH_WAIT_EVERY);
+    loop {
+        // A connection seen answered gets `timeout` for the answer to arrive.
+        let next_check = if answered > 0 {
+            timeout
+        } else {
+            WATCH_WAIT_EVERY
+        };
+        tokio::time::sleep(next_check).await;
+        let seen = match id {
+            Some(client) => {
+                let mut list = redis::cmd("CLIENT");
+                list.arg("LIST").arg("ID").arg(client);
+                match via.ask::<String>(&list, check_within).await {
+                    Ok(text) => parse_client_list(&text),
+                    Err(NodeFailure::Redis(e)) if is_error_reply(&e) => {
+                        // CLIENT LIST forbidden: check the server only.
+                        id = None;
+                        continue;
+                    }
+                    Err(_) => Seen::Unknown,
+                }
+            }
+            None => match via.ask::<Value>(&redis::cmd("PING"), check_within).await {
+                Ok(_) => Seen::Blocked,
+                Err(_) => Seen::Unknown,
+            },
+        };
+        match seen {
+            Seen::Blocked => (answered, unanswered) = (0, 0),
+            Seen::Gone => return,
+            Seen::Answered => {
+                answered += 1;
+                if answered >= 2 {
+                    return;
+                }
+            }
+            Seen::Unknown => {
+                answered = 0;
+                unanswered += 1;
+                if unanswered >= UNANSWERED_CHECKS {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Closes a dead waiting connection on the server's side too, if the server still has it
+/// (so that it leaves the queue), best effort.
+async fn kill_waiting(id: Option<i64>, via: &Via<'_>, timeout: Duration) {
+    if let Some(id) = id {
+        let mut kill = redis::cmd("CLIENT");
+        kill.arg("KILL").arg("ID").arg(id);
+        let _ = via.ask::<Value>(&kill, timeout).await;
+    }
+}
+
+/// `CLIENT LIST ID n`: one line (`id=n addr=... flags=b ...`) while the client is connected,
+/// `flags` holding `b` while it is blocked; nothing once it is gone.
+fn parse_client_list(text: &str) -> Seen {
+    let Some(line) = text.lines().find(|l| !l.trim().is_empty()) else {
+        return Seen::Gone;
+    };
+    let flags = line
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("flags="));
+    match flags {
+        Some(flags) if flags.contains('b') => Seen::Blocked,
+        Some(_) => Seen::Answered,
+        None => Seen::Unknown,
     }
 }
 
@@ -389,7 +737,10 @@ impl Cluster {
                 result.map_err(NodeFailure::Redis)
             };
             let failure = match tokio::time::timeout(timeout, attempt).await {
-                Ok(Ok(values)) => return Ok(values),
+                Ok(Ok(values)) => {
+                    tracing::trace!(key, node = %addr, "answered");
+                    return Ok(values);
+                }
                 Err(_) => NodeFailure::Timeout(timeout),
                 Ok(Err(NodeFailure::Redis(e))) => match (e.kind(), e.redirect_node()) {
                     (ErrorKind::Moved, Some((to, _))) => {
@@ -550,88 +901,25 @@ impl Cluster {
     }
 }
 
-async fn connect(
-    info: ConnectionInfo,
-    timeout: Duration,
-) -> Result<MultiplexedConnection, NodeFailure> {
-    let client = Client::open(info)?;
-    let config = AsyncConnectionConfig::new().set_connection_timeout(timeout);
-    match client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-    {
-        Ok(c) => Ok(c),
-        Err(e) if e.is_timeout() => Err(NodeFailure::Timeout(timeout)),
-        Err(e) => Err(NodeFailure::Redis(e)),
-    }
-}
-
-/// `host:port`, with an IPv6 host in brackets (`[::1]:6379`); a unix socket's path.
-pub(crate) fn display_addr(addr: &ConnectionAddr) -> String {
-    match addr {
-        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-            host_port(host, *port)
-        }
-        ConnectionAddr::Unix(path) => path.display().to_string(),
-    }
-}
-
-fn host_port(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
-
-/// A node address from a `MOVED`/`ASK` (`::1:7000` for IPv6) in our form (`[::1]:7000`).
-fn normalize_addr(addr: &str) -> String {
-    match split_addr(addr) {
-        Some((host, port)) => host_port(host, port),
-        None => addr.to_string(),
-    }
-}
-
-/// `host:port` or `[v6]:port` (or a bare `v6:port`) as host and port.
-fn split_addr(addr: &str) -> Option<(&str, u16)> {
-    let (host, port) = addr.rsplit_once(':')?;
-    let host = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    Some((host, port.parse().ok()?))
-}
-
-/// `template` (auth, db, protocol) pointed at `addr` (`host:port`).
-fn with_addr(template: &ConnectionInfo, addr: &str) -> Result<ConnectionInfo, NodeFailure> {
-    let (host, port) = split_addr(addr)
-        .ok_or_else(|| NodeFailure::Protocol(format!("bad node address {addr:?}")))?;
-    let mut info = template.clone();
-    info.addr = match &template.addr {
-        ConnectionAddr::TcpTls {
-            insecure,
-            tls_params,
-            ..
-        } => ConnectionAddr::TcpTls {
-            host: host.to_string(),
-            port,
-            insecure: *insecure,
-            tls_params: tls_params.clone(),
-        },
-        _ => ConnectionAddr::Tcp(host.to_string(), port),
+/// The replicas a `ROLE` reply lists, if it is a master's (`["master", offset, [replica...]]`).
+fn parse_role_replicas(role: &Value) -> Result<u64, NodeFailure> {
+    let bad = || NodeFailure::Protocol(format!("ROLE: {role:?}"));
+    let Value::Array(items) = role else {
+        return Err(bad());
     };
-    Ok(info)
-}
-
-/// Errors that mean the cluster's topology is changing under us: worth re-resolving.
-fn is_topology_change(e: &redis::RedisError) -> bool {
-    matches!(
-        e.kind(),
-        ErrorKind::TryAgain | ErrorKind::ClusterDown | ErrorKind::ReadOnly | ErrorKind::MasterDown
-    ) || e.code() == Some("UNBLOCKED")
-        || e.is_io_error()
-        || e.is_connection_refusal()
-        || e.is_connection_dropped()
+    let name = items
+        .first()
+        .and_then(|v| String::from_redis_value(v).ok())
+        .ok_or_else(bad)?;
+    if name != "master" {
+        return Err(NodeFailure::Protocol(format!(
+            "the node is a {name} now, not a master"
+        )));
+    }
+    match items.get(2) {
+        Some(Value::Array(replicas)) => Ok(replicas.len() as u64),
+        _ => Ok(0),
+    }
 }
 
 /// A parsed `CLUSTER SLOTS`: the ranges and every node it names (masters and replicas).
@@ -724,6 +1012,47 @@ mod tests {
             ["127.0.0.1:7000", "127.0.0.1:7003", "127.0.0.1:7001"]
         );
         assert!(parse_slots(&Value::Int(1), "127.0.0.1:7000").is_err());
+    }
+
+    /// A renewal counts with fewer acknowledgements only on a node that is still a master:
+    /// an old master that just became a replica has no replicas either.
+    #[test]
+    fn role_replicas_only_of_a_master() {
+        let master = Value::Array(vec![
+            bulk("master"),
+            Value::Int(100),
+            Value::Array(vec![Value::Array(vec![
+                bulk("127.0.0.1"),
+                bulk("7003"),
+                bulk("100"),
+            ])]),
+        ]);
+        assert_eq!(parse_role_replicas(&master).ok(), Some(1));
+        let alone = Value::Array(vec![bulk("master"), Value::Int(0), Value::Array(vec![])]);
+        assert_eq!(parse_role_replicas(&alone).ok(), Some(0));
+        let replica = Value::Array(vec![
+            bulk("slave"),
+            bulk("127.0.0.1"),
+            Value::Int(7001),
+            bulk("connected"),
+            Value::Int(100),
+        ]);
+        let err = parse_role_replicas(&replica).expect_err("a replica");
+        assert!(err.to_string().contains("slave now"), "{err}");
+        assert!(parse_role_replicas(&Value::Nil).is_err());
+    }
+
+    #[test]
+    fn client_list_lines() {
+        let line = "id=7 addr=127.0.0.1:5 laddr=127.0.0.1:6 fd=9 name= age=3 idle=3 flags=b db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=20 multi-mem=0 rbs=1024 rbp=0 obl=0 oll=0 omem=0 tot-mem=1800 events=r cmd=lock.wait user=default redir=-1 resp=2\n";
+        assert_eq!(parse_client_list(line), Seen::Blocked);
+        assert_eq!(
+            parse_client_list(&line.replace("flags=b", "flags=N")),
+            Seen::Answered
+        );
+        assert_eq!(parse_client_list(""), Seen::Gone);
+        assert_eq!(parse_client_list("\n"), Seen::Gone);
+        assert_eq!(parse_client_list("garbage"), Seen::Unknown);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::node::Acks;
+use crate::tls::Tls;
 
 /// Tuning of a [`Relock`](crate::Relock) client. Every field has a default, given in its doc.
 #[derive(Debug, Clone)]
@@ -42,6 +43,10 @@ pub struct Options {
     /// and so to what is taken off the validity.
     /// Default: 500 ms.
     pub replica_ack_timeout: Duration,
+    /// The certificates for `rediss://` servers: the CA to trust and a client certificate
+    /// ([`Tls`]). Checked when the client is built.
+    /// Default: the system's certificate store, no client certificate.
+    pub tls: Tls,
 }
 
 impl Options {
@@ -70,6 +75,7 @@ impl Default for Options {
             max_partial_hold: Duration::from_millis(500),
             replica_acks: 0,
             replica_ack_timeout: Duration::from_millis(500),
+            tls: Tls::default(),
         }
     }
 }

@@ -375,7 +375,9 @@ impl Round<u64> {
 impl Round<Released> {
     /// What a release round means: done when a quorum released; [`Error::Lost`] when every
     /// master that did not release said the lock was not ours (it expired or was taken);
-    /// [`Error::NoQuorum`] when some failed (they may hold it until its ttl runs out).
+    /// [`Error::Permanent`] when errors retrying cannot fix (an ACL that forbids
+    /// `LOCK.RELEASE`...) alone leave no quorum, judged as for every other round;
+    /// [`Error::NoQuorum`] when some failed otherwise (they may hold it until its ttl runs out).
     pub(crate) fn into_release_result(self, key: &str) -> Result<(), Error> {
         if self.won() {
             return Ok(());
@@ -384,6 +386,9 @@ impl Round<Released> {
             return Err(Error::Lost {
                 key: key.to_string(),
             });
+        }
+        if self.permanently_failed() {
+            return Err(self.into_permanent(key));
         }
         Err(self.into_no_quorum(key))
     }
@@ -417,6 +422,10 @@ pub(crate) mod fake {
         OtherLimit(u32),
         /// `ERR lock is held in another mode`: permanent.
         OtherMode,
+        /// `MOVED`: a Redis Cluster node asked as a plain server, permanent.
+        Moved,
+        /// `NOPERM`: an ACL forbids the command, permanent.
+        NoPerm,
     }
     use Fake::*;
 
@@ -444,6 +453,10 @@ pub(crate) mod fake {
             NoModule => Err(server_error("ERR unknown command 'LOCK.ACQUIRE'")),
             OtherLimit(n) => Err(server_error(&format!("ERR lock has another limit ({n})"))),
             OtherMode => Err(server_error("ERR lock is held in another mode")),
+            Moved => Err(server_error("MOVED 3999 127.0.0.1:7002")),
+            NoPerm => Err(server_error(
+                "NOPERM User app has no permissions to run the 'lock.renew' command",
+            )),
         }
     }
 }
@@ -468,6 +481,8 @@ mod tests {
             (NoModule, true),
             (OtherLimit(3), true),
             (OtherMode, true),
+            (Moved, true),
+            (NoPerm, true),
         ] {
             let failure = reply(fake).expect_err("a failure");
             assert_eq!(failure.is_permanent(), permanent, "{fake:?}: {failure}");
@@ -1076,7 +1091,25 @@ mod tests {
                 "1: permanent error",
                 1,
                 vec![(0, WrongType)],
-                no_quorum(0, &[0]),
+                Want::Permanent(vec![0]),
+            ),
+            (
+                "1: not allowed",
+                1,
+                vec![(0, NoPerm)],
+                Want::Permanent(vec![0]),
+            ),
+            (
+                "3: one released, two not allowed",
+                3,
+                vec![(0, Grant(0)), (1, NoPerm), (2, NoPerm)],
+                Want::Permanent(vec![1, 2]),
+            ),
+            (
+                "3: one released, one not allowed, one timeout",
+                3,
+                vec![(0, Grant(0)), (1, NoPerm), (2, Timeout)],
+                no_quorum(1, &[1, 2]),
             ),
             (
                 "3: all released",
@@ -1325,6 +1358,35 @@ mod tests {
             want(round.into_acquire_error("k", ttl)),
             Want::Permanent(vec![0])
         );
+    }
+
+    /// With one server an error says what that server did, not "0 of 1 masters granted";
+    /// with several the count stays. A cluster node asked as a plain server says so.
+    #[test]
+    fn errors_say_what_happened() {
+        let ttl = ms(10_000);
+        for (fake, says) in [
+            (Refuse, "m0: not granted"),
+            (Timeout, "m0: no reply within 100ms"),
+            (Busy, "m0: BUSY"),
+        ] {
+            let (round, _, _) = run(1, Until::Decided, &[(0, fake)], ms(5));
+            let text = round.into_acquire_error("k", ttl).to_string();
+            assert!(text.starts_with(&format!("lock \"k\": {says}")), "{text}");
+            assert!(!text.contains("quorum") && !text.contains("of 1"), "{text}");
+        }
+        let replies = [(0, Refuse), (1, Timeout)];
+        let (round, _, _) = run(3, Until::Decided, &replies, ms(5));
+        let text = round.into_acquire_error("k", ttl).to_string();
+        assert!(
+            text.contains("no quorum, 0 of 3 masters granted, 2 needed"),
+            "{text}"
+        );
+        let (round, _, _) = run(1, Until::Decided, &[(0, Moved)], ms(5));
+        let err = round.into_acquire_error("k", ttl);
+        assert!(err.is_permanent(), "{err}");
+        assert!(err.to_string().contains("Redis Cluster node"), "{err}");
+        assert!(err.to_string().contains("--cluster"), "{err}");
     }
 
     #[test]

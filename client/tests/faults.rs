@@ -71,13 +71,20 @@ impl Drop for Resume<'_> {
 
 /// The guard must tell the body that its lock is gone no later than `valid_until`, even while
 /// a renewal is still waiting for masters that stopped answering (issue 11, problem 1).
+///
+/// The guard cancels `lost` `loss_lead` (at most 20 ms) ahead of the validity's end; the test
+/// sees it when its own task is next scheduled, which on a busy machine (one core kept busy,
+/// other builds on the other) can be tens of milliseconds later (issue 19: 23 ms was seen).
+/// So the node timeout is 1 s: a guard that waited for the renewal round, the bug this is
+/// about, would tell the body about a second late, far beyond the scheduling slack allowed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loss_is_signalled_no_later_than_valid_until() {
+    const SCHEDULING_SLACK: Duration = Duration::from_millis(250);
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     let refs: Vec<&Server> = servers.iter().collect();
     let mut leads = Vec::new();
     for ttl in [2000, 300, 2000, 300].map(Duration::from_millis) {
-        let relock = client_with(&refs, Options::default());
+        let relock = client_with(&refs, patient());
         let guard = relock.guard(KEY, ttl).await.expect("guard");
         let owner = guard.hold().owner.clone();
         assert!(eventually(Duration::from_secs(2), || servers
@@ -103,7 +110,7 @@ async fn loss_is_signalled_no_later_than_valid_until() {
             }
         );
         assert!(
-            told_at <= valid_until,
+            told_at <= valid_until + SCHEDULING_SLACK,
             "ttl {ttl:?}: loss signalled {:?} after the validity ended",
             told_at - valid_until
         );
@@ -305,11 +312,22 @@ async fn invalid_ttls_are_refused_before_any_request() {
     for ttl in [
         Duration::ZERO,
         Duration::from_micros(500),
+        // What the drift allowance (2 ms + 1 %) leaves (almost) nothing of: 1 and 2 ms waited
+        // forever on a free key, 3 ms was granted and lost at once (issue 19, problem 5).
+        Duration::from_millis(1),
+        Duration::from_millis(2),
+        Duration::from_millis(3),
+        Duration::from_millis(4),
         Duration::from_secs(2_000_000_000),
         Duration::MAX,
     ] {
         let err = relock.acquire(KEY, ttl).await.expect_err("invalid");
         assert!(matches!(err, Error::InvalidTtl(_)), "{ttl:?}: {err}");
+        assert!(
+            err.to_string().contains("smallest usable ttl is 5 ms"),
+            "{err}"
+        );
+        assert!(err.is_permanent());
         let err = relock
             .acquire_wait(KEY, ttl, None)
             .await
@@ -322,6 +340,51 @@ async fn invalid_ttls_are_refused_before_any_request() {
         .unwrap();
     assert!(!before.to_lowercase().contains("cmdstat_lock."), "{before}");
     assert!(!after.to_lowercase().contains("cmdstat_lock."), "{after}");
+    // The smallest usable ttl works.
+    let lock = relock
+        .acquire(KEY, relock_client::limits::MIN_TTL)
+        .await
+        .expect("5 ms");
+    let _ = lock.release().await;
+}
+
+/// An ACL user (an application's own, as production setups have) that may wait for a lock
+/// but not run LOCK.RENEW: the renewal that measures a waited-for grant fails for good, so
+/// acquire_wait fails at once with that error instead of acquiring and releasing a free lock
+/// forever (issue 19, problem 4); one that may not release gets Error::Permanent from
+/// release, judged like every other round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permanent_errors_are_judged_the_same_at_every_step() {
+    let server = Server::start();
+    let acl = |user: &str, rule: &str| {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(user)
+            .arg(&["on", ">pw", "~*", "&*", "+@all", rule][..])
+            .query(&mut server.conn())
+            .expect("ACL SETUSER");
+    };
+    acl("no-renew", "-lock.renew");
+    acl("no-release", "-lock.release");
+    let url = |user: &str| format!("redis://{user}:pw@127.0.0.1:{}/", server.port);
+    let ttl = Duration::from_secs(10);
+
+    let relock = Relock::with_options(&[url("no-renew")], patient()).expect("client");
+    let err = tokio::time::timeout(Duration::from_secs(10), relock.acquire_wait(KEY, ttl, None))
+        .await
+        .expect("an ACL refusal after the wait must end it, not start it again forever")
+        .expect_err("LOCK.RENEW forbidden");
+    assert!(err.is_permanent(), "{err}");
+    assert!(err.to_string().contains("NOPERM"), "{err}");
+    assert_eq!(err.failed_nodes(), [format!("127.0.0.1:{}", server.port)]);
+    relock.settle().await;
+    assert_eq!(owner_on(&server, KEY), None, "the grant was given back");
+
+    let relock = Relock::with_options(&[url("no-release")], patient()).expect("client");
+    let lock = relock.acquire(KEY, ttl).await.expect("acquire");
+    let err = lock.release().await.expect_err("LOCK.RELEASE forbidden");
+    assert!(matches!(err, Error::Permanent { .. }), "{err}");
+    assert!(err.to_string().contains("NOPERM"), "{err}");
 }
 
 /// `127.0.0.1:P` and `localhost:P` are one server: it must not count twice toward a quorum
@@ -507,4 +570,31 @@ async fn partial_grants_are_given_back_after_max_partial_hold() {
             .is_none()),
         "nothing left on the free master"
     );
+}
+
+/// LockGuard::renew_now renews at once (not at the next ttl / 3) and says so; once the lock
+/// is gone, it says that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_now_renews_at_once_or_reports_the_loss() {
+    let server = Server::start();
+    let relock = client_with(&[&server], patient());
+    let ttl = Duration::from_secs(30);
+    let guard = relock.guard(KEY, ttl).await.expect("guard");
+    let first = guard.valid_until();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    let renewed = guard.renew_now().await.expect("renewed");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "waited for the schedule"
+    );
+    assert!(renewed > first, "{renewed:?} <= {first:?}");
+    assert_eq!(guard.valid_until(), renewed);
+    let _: i64 = redis::cmd("LOCK.FORCERELEASE")
+        .arg(KEY)
+        .query(&mut server.conn())
+        .expect("force release");
+    let err = guard.renew_now().await.expect_err("lost");
+    assert!(matches!(err, Error::Lost { .. }), "{err}");
+    assert!(guard.is_lost());
 }

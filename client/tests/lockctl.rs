@@ -1,43 +1,20 @@
 //! The `lockctl` binary against real servers.
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{eventually, Server};
+use support::{is_running, lockctl, lockctl_at, send, stderr, stdout, Counter, Spawned};
 
 const KEY: &str = "deploy";
 
-fn lockctl(servers: &[&Server]) -> Command {
-    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-    lockctl_at(&urls.join(","))
-}
-
-fn lockctl_at(servers: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockctl"));
-    cmd.env("RELOCK_SERVERS", servers)
-        .env_remove("RELOCK_LOG")
-        .env_remove("RELOCK_CLUSTER")
-        .env_remove("RELOCK_REPLICA_ACKS")
-        .env_remove("NO_COLOR")
-        .stdin(Stdio::null());
-    cmd
-}
-
 fn run(cmd: &mut Command) -> Output {
     cmd.output().expect("run lockctl")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn acquire_as(server: &Server, owner: &str, ttl_ms: u64) -> u64 {
@@ -84,193 +61,10 @@ fn info_stat(server: &Server, section: &str, field: &str) -> i64 {
         .unwrap_or_else(|| panic!("INFO {section} has no {field}"))
 }
 
-/// A child process killed (and reaped) when dropped, so that a failing test leaves nothing
-/// running (lockctl's command dies with it).
-struct Spawned(Option<Child>);
-
-impl Spawned {
-    fn new(cmd: &mut Command) -> Spawned {
-        Spawned(Some(cmd.spawn().expect("spawn")))
-    }
-
-    fn child(&mut self) -> &mut Child {
-        self.0.as_mut().expect("running")
-    }
-
-    fn pid(&self) -> i32 {
-        self.0.as_ref().expect("running").id() as i32
-    }
-
-    fn wait_within(&mut self, within: Duration) -> ExitStatus {
-        wait_within(self.child(), within)
-    }
-
-    /// Its output, once it has exited.
-    fn output(mut self) -> Output {
-        self.0
-            .take()
-            .expect("running")
-            .wait_with_output()
-            .expect("output")
-    }
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        if let Some(child) = self.0.as_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Waits for `child` to exit, killing it (and failing) after `within`.
-fn wait_within(child: &mut Child, within: Duration) -> ExitStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("lockctl still running after {within:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn send(pid: i32, sig: i32) {
-    // SAFETY: kill(2) has no memory effects; a stale pid only makes it fail.
-    let rc = unsafe { libc::kill(pid, sig) };
-    assert_eq!(
-        rc,
-        0,
-        "kill({pid}, {sig}): {}",
-        std::io::Error::last_os_error()
-    );
-}
-
-fn is_alive(pid: i32) -> bool {
-    // SAFETY: as above; signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid, 0) == 0 }
-}
-
-/// The command for the signal tests: this test binary, re-run as [`signal_counter`].
-struct Counter {
-    dir: tempfile::TempDir,
-}
-
-impl Counter {
-    fn new() -> Counter {
-        Counter {
-            dir: tempfile::tempdir().expect("tempdir"),
-        }
-    }
-
-    fn command(&self) -> Vec<String> {
-        let exe = std::env::current_exe().expect("test binary");
-        vec![
-            "env".into(),
-            format!("RELOCK_TEST_SIGNAL_COUNTER={}", self.dir.path().display()),
-            exe.display().to_string(),
-            "signal_counter".into(),
-            "--exact".into(),
-            "--test-threads=1".into(),
-            "-q".into(),
-        ]
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn wait_ready(&self) -> i32 {
-        assert!(
-            eventually(Duration::from_secs(20), || self.path("pid").exists()),
-            "the command did not start"
-        );
-        std::fs::read_to_string(self.path("pid"))
-            .expect("pid")
-            .trim()
-            .parse()
-            .expect("pid number")
-    }
-
-    /// Signals seen so far, by name (INT, TERM, HUP).
-    fn counts(&self) -> HashMap<String, u32> {
-        std::fs::read_to_string(self.path("counts"))
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter_map(|kv| {
-                let (k, v) = kv.split_once('=')?;
-                Some((k.to_string(), v.parse().ok()?))
-            })
-            .collect()
-    }
-
-    fn count(&self, name: &str) -> u32 {
-        self.counts().get(name).copied().unwrap_or(0)
-    }
-
-    fn stop(&self) {
-        std::fs::write(self.path("stop"), b"").expect("stop file");
-    }
-}
-
-/// Not a test of its own: when `RELOCK_TEST_SIGNAL_COUNTER` names a directory, this is the
-/// command lockctl runs in the signal tests. It counts every SIGINT, SIGTERM and SIGHUP it
-/// receives (a C handler, so none is merged into another as shell traps would), writes the
-/// counts to `counts` every few milliseconds, and exits 0 once the file `stop` appears.
+/// Not a test of its own: the command of the signal tests ([`Counter`]).
 #[test]
 fn signal_counter() {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static COUNTS: [AtomicU32; 3] = [AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)];
-    const SIGNALS: [(i32, &str); 3] = [
-        (libc::SIGINT, "INT"),
-        (libc::SIGTERM, "TERM"),
-        (libc::SIGHUP, "HUP"),
-    ];
-    extern "C" fn on_signal(sig: libc::c_int) {
-        if let Some(i) = SIGNALS.iter().position(|(s, _)| *s == sig) {
-            COUNTS[i].fetch_add(1, Ordering::SeqCst);
-        }
-    }
-    let Some(dir) = std::env::var_os("RELOCK_TEST_SIGNAL_COUNTER") else {
-        return;
-    };
-    let dir = Path::new(&dir);
-    for (sig, _) in SIGNALS {
-        // SAFETY: the handler only touches atomics, which is async-signal-safe.
-        unsafe {
-            libc::signal(
-                sig,
-                on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
-            );
-        }
-    }
-    let write = |name: &str, text: String| {
-        let tmp = dir.join(format!("{name}.tmp"));
-        std::fs::write(&tmp, text).expect("write");
-        std::fs::rename(&tmp, dir.join(name)).expect("rename");
-    };
-    let counts = || {
-        SIGNALS
-            .iter()
-            .zip(&COUNTS)
-            .map(|((_, name), n)| format!("{name}={}", n.load(Ordering::SeqCst)))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    write("counts", counts());
-    write("pid", std::process::id().to_string());
-    let started = Instant::now();
-    while !dir.join("stop").exists() && started.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(5));
-        write("counts", counts());
-    }
-    write("counts", counts());
-    std::process::exit(0);
+    support::signal_counter_main();
 }
 
 #[test]
@@ -382,6 +176,17 @@ fn exits_75_when_the_lock_is_held() {
         "says who holds it: {}",
         stderr(&out)
     );
+    // With one server, what that server did, not a quorum count (issue 19, problem 10).
+    let err = stderr(&out);
+    assert!(!err.contains("quorum") && !err.contains("0 of 1"), "{err}");
+    assert!(
+        err.contains(&format!("127.0.0.1:{}: not granted", server.port)),
+        "{err}"
+    );
+    assert!(
+        err.contains("held by someone-else (token ") && err.contains(", 0 waiting)"),
+        "{err}"
+    );
 
     let out = run(lockctl(&[&server]).args(["run", "--wait", "200ms", KEY, "--", "true"]));
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
@@ -483,7 +288,7 @@ fn exits_76_when_the_lock_is_lost() {
         "SIGKILL came {:?} after SIGTERM, before the {grace:?} grace",
         termed.elapsed()
     );
-    assert!(!is_alive(pid), "the command survived SIGKILL");
+    assert!(!is_running(pid), "the command survived SIGKILL");
     assert_eq!(counter.count("TERM"), 1, "{:?}", counter.counts());
 }
 
@@ -604,6 +409,24 @@ fn usage_errors_exit_2_before_any_server_is_asked() {
         let out = run(lockctl(&[&server]).args(args));
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
         assert!(!stderr(&out).is_empty(), "{args:?}: says why");
+    }
+    // A ttl the drift allowance (2 ms + 1 %) leaves (almost) nothing of: before, 1 and 2 ms
+    // waited forever on a free key and 3 ms ran the command only to lose the lock (issue 19,
+    // problem 5).
+    for ttl in ["1ms", "2ms", "3ms", "4ms", "4.9ms"] {
+        let mut child = Spawned::new(
+            lockctl(&[&server])
+                .args(["run", "--ttl", ttl, KEY, "--", "true"])
+                .stderr(Stdio::piped()),
+        );
+        let status = child.wait_within(Duration::from_secs(15));
+        let out = child.output();
+        assert_eq!(status.code(), Some(2), "--ttl {ttl}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("smallest usable ttl is 5ms"),
+            "--ttl {ttl}: {}",
+            stderr(&out)
+        );
     }
     // (`connections` itself opens one per call.)
     assert_eq!(connections(), before + 1, "a server was contacted");
@@ -918,16 +741,6 @@ fn a_signal_during_start_never_strands_the_lock() {
     assert_eq!(info_stat(&server, "relock", "relock_waiters"), 0);
 }
 
-/// Whether `pid` still runs (a zombie waiting to be reaped does not).
-fn is_running(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        // pid (comm) STATE ...: the state follows the last ')'.
-        stat.rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X")
-    })
-}
-
 /// If lockctl itself is killed, nothing renews the lock any more: the command must not run
 /// on without it.
 #[test]
@@ -991,4 +804,169 @@ fn default_grace_is_10s() {
         grace >= Duration::from_millis(9_700),
         "SIGKILL {grace:?} after SIGTERM"
     );
+}
+
+/// Permanent errors end lockctl at every step, not only the first (issue 19, problem 4). An
+/// ACL user that may wait for a lock but not renew it: before, a free lock was acquired and
+/// released again forever, since the renewal that measures a waited-for grant's validity
+/// counted every failure as transient.
+#[test]
+fn a_permanent_error_after_the_wait_ends_lockctl_at_once() {
+    let server = Server::start();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("app")
+        .arg(&["on", ">pw", "~*", "&*", "+@all", "-lock.renew"][..])
+        .query(&mut server.conn())
+        .expect("ACL SETUSER");
+    let url = format!("redis://app:pw@127.0.0.1:{}/", server.port);
+    let mut child = Spawned::new(
+        lockctl_at(&url)
+            .args(["run", KEY, "--", "true"])
+            .stderr(Stdio::piped()),
+    );
+    let status = child.wait_within(Duration::from_secs(15));
+    let out = child.output();
+    let err = stderr(&out);
+    assert_eq!(status.code(), Some(78), "{err}");
+    assert!(err.contains("NOPERM"), "{err}");
+    assert!(err.contains(&format!("127.0.0.1:{}", server.port)), "{err}");
+    assert!(support::calls(&server, "lock.wait") <= 1, "waited again");
+    assert_eq!(lock_owner(&server), None, "released");
+}
+
+/// The same ACL refusal at a renewal while the command runs: the command is stopped as after
+/// a loss, and lockctl exits 78 (not 76) saying why; at the release after the command ended:
+/// one release, the command's status, and why the lock stays until its ttl.
+#[test]
+fn a_permanent_error_at_a_renewal_or_the_release_says_so() {
+    let server = Server::start();
+    let acl = |rule: &str| {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("app")
+            .arg(rule)
+            .query(&mut server.conn())
+            .expect("ACL SETUSER");
+    };
+    for rule in ["on", ">pw", "~*", "&*", "+@all"] {
+        acl(rule);
+    }
+    let url = format!("redis://app:pw@127.0.0.1:{}/", server.port);
+    let counter = Counter::new();
+    let mut child = Spawned::new(
+        lockctl_at(&url)
+            .args([
+                "--node-timeout",
+                "1s",
+                "run",
+                "--ttl",
+                "3s",
+                "--grace",
+                "1s",
+                KEY,
+                "--",
+            ])
+            .args(counter.command())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    counter.wait_ready();
+    acl("-lock.renew");
+    let status = child.wait_within(Duration::from_secs(20));
+    let out = child.output();
+    let err = stderr(&out);
+    assert_eq!(status.code(), Some(78), "{err}");
+    assert!(err.contains("NOPERM") && err.contains("renewing"), "{err}");
+    assert_eq!(counter.count("TERM"), 1, "stopped as after a loss");
+
+    acl("+lock.renew");
+    acl("-lock.release");
+    let out = run(lockctl_at(&url).args(["run", KEY, "--", "sh", "-c", "exit 4"]));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("NOPERM") && err.contains("retrying cannot help"),
+        "{err}"
+    );
+    assert_eq!(
+        support::rejected(&server, "lock.release"),
+        1,
+        "one release: {err}"
+    );
+}
+
+/// `lockctl info K | head -1`: a pipe closed early ends lockctl like any standard tool (killed
+/// by SIGPIPE), with no panic and no exit 101 (issue 19, problem 8); force-release has done
+/// its work by then.
+#[test]
+fn a_closed_stdout_ends_info_and_force_release_like_cat() {
+    use std::os::unix::process::ExitStatusExt;
+    let server = Server::start();
+    acquire_as(&server, "stuck-worker", 60_000);
+    for args in [&["info", KEY][..], &["force-release", KEY]] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = run(lockctl(&[&server]).args(args).stdout(writer));
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGPIPE),
+            "{args:?}: {:?}: {}",
+            out.status,
+            stderr(&out)
+        );
+        assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    }
+    assert_eq!(lock_owner(&server), None, "force-release did its work");
+    // Through a real shell pipeline, with a lock on each of three masters' worth of lines.
+    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let urls: Vec<String> = servers.iter().map(Server::url).collect();
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            "\"$LOCKCTL\" info deploy | head -1; echo \"status ${PIPESTATUS:-?}\"",
+        ])
+        .env("LOCKCTL", env!("CARGO_BIN_EXE_lockctl"))
+        .env("RELOCK_SERVERS", urls.join(","))
+        .output()
+        .expect("sh");
+    assert!(stdout(&out).starts_with("127.0.0.1:"), "{}", stdout(&out));
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+}
+
+/// A key longer than one environment variable may be (MAX_ARG_STRLEN, 32 pages) cannot be
+/// given to the command in RELOCK_KEY: refused before anything is acquired, saying what is
+/// too long (issue 19, problem 9: before, the lock was acquired, and then the command
+/// "could not be started: Argument list too long").
+#[test]
+fn a_key_too_long_for_the_environment_is_refused_before_acquiring() {
+    let server = Server::start();
+    // SAFETY: sysconf has no memory effects.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).expect("page");
+    // Short enough to be lockctl's own argument, too long once "RELOCK_KEY=" is added.
+    let key = "k".repeat(32 * page - 5);
+    let out = run(lockctl(&[&server]).args(["run", &key, "--", "true"]));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("the key is {} bytes long", key.len())) && err.contains("RELOCK_KEY"),
+        "{err}"
+    );
+    assert_eq!(support::calls(&server, "lock.wait"), 0, "acquired anyway");
+    assert_eq!(
+        support::calls(&server, "lock.acquire"),
+        0,
+        "acquired anyway"
+    );
+    // One byte shorter than the limit still works.
+    let fits = "k".repeat(32 * page - 13);
+    let out = run(lockctl(&[&server]).args([
+        "run",
+        &fits,
+        "--",
+        "sh",
+        "-c",
+        "test ${#RELOCK_KEY} -gt 0",
+    ]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }

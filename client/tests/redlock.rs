@@ -311,29 +311,49 @@ async fn validity_never_exceeds_ttl_minus_elapsed_minus_drift() {
     );
     let _warm = relock.info(KEY).await;
 
-    // A ttl no larger than the drift leaves nothing, whatever the round took: an error, never
-    // a wrapped-around validity; and the grants are released.
+    // A ttl no larger than the drift can never leave validity: refused before any server is
+    // asked (issue 19), never a wrapped-around validity.
     for ms in [1, 2] {
         let err = relock
             .acquire(KEY, Duration::from_millis(ms))
             .await
             .expect_err("no validity");
-        assert!(matches!(err, Error::ValidityExhausted { .. }), "{err}");
+        assert!(matches!(err, Error::InvalidTtl(_)), "{err}");
     }
 
-    // Make three masters answer ~400 ms late: the round's time comes off the validity.
-    let mut sleepers = Vec::new();
-    for s in &servers[..3] {
-        let mut c = s.conn();
-        c.send_packed_command(
-            &redis::cmd("DEBUG")
-                .arg("SLEEP")
-                .arg("0.4")
-                .get_packed_command(),
-        )
-        .expect("send DEBUG SLEEP");
-        sleepers.push(c);
+    // Three masters answering ~400 ms late.
+    let sleep = |servers: &[Server]| {
+        servers[..3]
+            .iter()
+            .map(|s| {
+                let mut c = s.conn();
+                c.send_packed_command(
+                    &redis::cmd("DEBUG")
+                        .arg("SLEEP")
+                        .arg("0.4")
+                        .get_packed_command(),
+                )
+                .expect("send DEBUG SLEEP");
+                c
+            })
+            .collect::<Vec<_>>()
+    };
+    // A round that used up the whole ttl leaves nothing: an error, never a wrapped-around
+    // validity; and the grants are released.
+    let sleepers = sleep(&servers);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let err = relock
+        .acquire(KEY, Duration::from_millis(200))
+        .await
+        .expect_err("no validity left");
+    assert!(matches!(err, Error::ValidityExhausted { .. }), "{err}");
+    for mut c in sleepers {
+        let _ = c.recv_response();
     }
+    relock.settle().await;
+
+    // The round's time comes off the validity.
+    let sleepers = sleep(&servers);
     tokio::time::sleep(Duration::from_millis(50)).await;
     let ttl = Duration::from_secs(5);
     let before = Instant::now();

@@ -1,6 +1,8 @@
 //! The lock engine itself (the code that runs inside Redis), on the in-memory host, driven by
-//! arbitrary sequences of commands, waits, hang-ups, deletes, time steps and server states.
-//! Checks after every step: tokens only rise, counts stay >= 1, nobody barges past a queue,
+//! arbitrary sequences of commands (exclusive, shared, several permits, downgrades, groups of
+//! keys), waits, hang-ups, deletes, time steps and server states.
+//! Checks after every step: tokens only rise (a group's new holds share one), counts stay >= 1,
+//! a semaphore's holds never hold more permits than its limit, nobody barges past a queue,
 //! each key serves its waiters first come first served, a granted waiter holds the lock, a hold
 //! some client was told of is never lost before its lease ends unless a command ended it (a
 //! hang-up may revoke only a hold no answer reached), every blocked client is answered at most
@@ -36,24 +38,32 @@ fuzz_target!(|data: &[u8]| {
         let key = KEYS[k];
         let who = OWNERS[usize::from(arg >> 1) % OWNERS.len()];
         let ttl = u64::from(more) * 4 + 1;
-        let mode = match more % 3 {
+        let mode = match more % 5 {
             0 => Mode::Exclusive,
-            1 => Mode::Shared { limit: 0 },
-            _ => Mode::Shared { limit: 2 },
+            1 => Mode::shared(0),
+            n => Mode::Shared {
+                limit: 3,
+                permits: u32::from(n - 1),
+            },
         };
         let queued = sim.engine.queued(KeyRef { db: 0, name: key });
+        let queued_all: Vec<usize> = KEYS
+            .iter()
+            .map(|name| sim.engine.queued(KeyRef { db: 0, name }))
+            .collect();
         let held_before = holds(&mut sim, key, who);
+        let held_before_all: Vec<Option<u64>> = KEYS.iter().map(|k| holds(&mut sim, k, who)).collect();
         let before = sim.now();
         // Answers lost with their client in this step: (key, owner, earliest lease end).
         let mut lost: Vec<(usize, &'static [u8], i64)> = Vec::new();
-        let reply = match op % 15 {
+        let reply = match op % 18 {
             0 => Some(sim.acquire_as(key, who, ttl, mode)),
             1 => Some(sim.reenter_as(key, who, ttl, mode)),
             2 => Some(sim.release(key, who)),
             3 => Some(sim.renew(key, who, ttl)),
             4 => Some(sim.force_release(key)),
             5 | 6 => {
-                let timeout = if op % 15 == 5 { 0 } else { u64::from(more) * 3 };
+                let timeout = if op % 18 == 5 { 0 } else { u64::from(more) * 3 };
                 let (reply, client) = sim.wait_as(key, who, ttl, timeout, mode);
                 if reply == Reply::Blocked {
                     waiting.insert(client, (k, who, ttl));
@@ -115,17 +125,38 @@ fuzz_target!(|data: &[u8]| {
                 }
                 None
             }
+            15 => Some(sim.downgrade(key, who)),
+            16 => Some(sim.macquire(&KEYS, who, ttl)),
+            17 => Some(sim.mrelease(&KEYS, who)),
             _ => {
                 sim.expire_all();
                 None
             }
         };
+        // A group: all or nothing, one new token for its new holds, above every earlier one,
+        // and no key taken past its queue.
+        if let Some(Reply::Tokens(tokens)) = &reply {
+            assert_eq!(tokens.len(), KEYS.len());
+            let fresh: Vec<u64> = tokens
+                .iter()
+                .zip(&held_before_all)
+                .filter(|(t, before)| **before != Some(**t))
+                .map(|(t, _)| *t)
+                .collect();
+            assert!(fresh.windows(2).all(|w| w[0] == w[1]), "one token per group: {tokens:?}");
+            assert!(fresh.iter().all(|t| *t > last_token), "a group's token is new");
+            for (i, name) in KEYS.iter().enumerate() {
+                assert_eq!(holds(&mut sim, name, who), Some(tokens[i]), "the group holds key {i}");
+                assert!(queued_all[i] == 0 || held_before_all[i].is_some(), "group barged past key {i}'s queue");
+            }
+        }
 
-        // A semaphore never has more holders than its limit; the holders list is in grant
-        // order.
+        // A semaphore's holds, lapsed or not, never hold more permits than its limit; the
+        // holders list is in grant order.
         if let Some((shared, _)) = sim.shared(key) {
-            let limit = shared.limit() as usize;
-            assert!(limit == 0 || shared.len() <= limit, "{} holders, limit {limit}", shared.len());
+            let limit = u64::from(shared.limit());
+            let permits = shared.permits_total();
+            assert!(limit == 0 || permits <= limit, "{permits} permits, limit {limit}");
             let tokens: Vec<u64> = shared.iter().map(|(_, h)| h.token).collect();
             assert!(tokens.windows(2).all(|w| w[0] < w[1]));
             assert!(shared.iter().all(|(_, h)| h.count >= 1));
@@ -152,7 +183,7 @@ fuzz_target!(|data: &[u8]| {
                 assert!(token <= sim.engine.last_token());
                 last_granted[k] = client;
                 // Within one step of time a granted hold may already have expired and passed on.
-                if op % 15 != 10 {
+                if op % 18 != 10 {
                     assert_eq!(holds(&mut sim, KEYS[k], owner), Some(token), "granted, held");
                 }
             }
@@ -160,7 +191,7 @@ fuzz_target!(|data: &[u8]| {
         // Nobody barges past a queue: a command that got a hold while waiters were queued got
         // it as a holder already, or through its own waiter served first in this very step.
         if let Some(Reply::Integer(_)) = &reply {
-            if matches!(op % 15, 0 | 1 | 5 | 6) && queued > 0 && held_before.is_none() {
+            if matches!(op % 18, 0 | 1 | 5 | 6) && queued > 0 && held_before.is_none() {
                 let now_held = holds(&mut sim, key, who);
                 assert!(
                     now_held.is_some_and(|t| granted_now.contains(&t)),
@@ -175,10 +206,16 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         // What the command did to holds clients were told of.
-        match (op % 15, &reply) {
+        match (op % 18, &reply) {
             // Its own command ends or may end the hold.
             (2 | 14, _) => {
                 told.remove(&(k, who));
+            }
+            (17, _) => told.retain(|(_, owner), _| *owner != who),
+            (16, Some(Reply::Tokens(tokens))) => {
+                for (i, token) in tokens.iter().enumerate() {
+                    told.insert((i, who), (*token, sim.now() + ttl as i64));
+                }
             }
             (4 | 8, _) => told.retain(|(key, _), _| *key != k),
             (13, _) => told.clear(),

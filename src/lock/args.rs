@@ -20,7 +20,12 @@ pub enum ArgError {
     Count,
     Expiry,
     Limit,
+    Permits,
     Syntax,
+    NumKeys,
+    TooManyKeys,
+    KeysBeyondArgs,
+    DuplicateKey,
 }
 
 impl std::fmt::Display for ArgError {
@@ -33,7 +38,12 @@ impl std::fmt::Display for ArgError {
             ArgError::Count => "ERR invalid count",
             ArgError::Expiry => "ERR invalid expiry",
             ArgError::Limit => "ERR invalid limit",
+            ArgError::Permits => "ERR invalid permits",
             ArgError::Syntax => "ERR syntax error",
+            ArgError::NumKeys => "ERR numkeys should be greater than 0",
+            ArgError::TooManyKeys => "ERR numkeys can't be greater than 256",
+            ArgError::KeysBeyondArgs => "ERR Number of keys can't be greater than number of args",
+            ArgError::DuplicateKey => "ERR duplicate key",
         })
     }
 }
@@ -111,16 +121,26 @@ pub fn count(bytes: &[u8]) -> Result<u32, ArgError> {
 }
 
 /// The optional mode after an acquiring command's fixed arguments: nothing (exclusive),
-/// `SHARED`, or `SHARED LIMIT n` with 1 <= n <= 10^6. Keywords are case-insensitive.
+/// `SHARED`, `SHARED LIMIT n` with 1 <= n <= 10^6, or `SHARED LIMIT n PERMITS p` with
+/// 1 <= p <= n. Keywords are case-insensitive; the limit is checked before the permits.
 pub fn mode(words: &[&[u8]]) -> Result<Mode, ArgError> {
+    let is = |word: &[u8], keyword: &[u8]| word.eq_ignore_ascii_case(keyword);
     match words {
         [] => Ok(Mode::Exclusive),
-        [shared] if shared.eq_ignore_ascii_case(b"SHARED") => Ok(Mode::Shared { limit: 0 }),
-        [shared, limit, n]
-            if shared.eq_ignore_ascii_case(b"SHARED") && limit.eq_ignore_ascii_case(b"LIMIT") =>
+        [shared] if is(shared, b"SHARED") => Ok(Mode::shared(0)),
+        [shared, limit, n] if is(shared, b"SHARED") && is(limit, b"LIMIT") => {
+            let n = in_range(n, 1, u64::from(MAX_LIMIT), ArgError::Limit)?;
+            Ok(Mode::shared(n as u32))
+        }
+        [shared, limit, n, permits, p]
+            if is(shared, b"SHARED") && is(limit, b"LIMIT") && is(permits, b"PERMITS") =>
         {
             let n = in_range(n, 1, u64::from(MAX_LIMIT), ArgError::Limit)?;
-            Ok(Mode::Shared { limit: n as u32 })
+            let p = in_range(p, 1, n, ArgError::Permits)?;
+            Ok(Mode::Shared {
+                limit: n as u32,
+                permits: p as u32,
+            })
         }
         _ => Err(ArgError::Syntax),
     }
@@ -147,6 +167,134 @@ pub fn holders_options(words: &[&[u8]]) -> Result<(Option<Vec<u8>>, usize), ArgE
     Ok((owner_arg, count_arg.unwrap_or(100)))
 }
 
+/// The most keys of one `LOCK.MACQUIRE`, `LOCK.MRELEASE` or `LOCK.MRENEW`.
+pub const MAX_KEYS: usize = 256;
+
+/// The keys of a numkeys command (`numkeys key [key ...]` then `tail` more arguments), given
+/// its arguments after the command name: their range in `args`, checked as Redis checks its own
+/// numkeys commands; no key twice.
+pub fn keys_of(args: &[&[u8]], tail: usize) -> Result<std::ops::Range<usize>, ArgError> {
+    let n = args
+        .first()
+        .and_then(|n| parse_integer(n))
+        .filter(|n| *n > 0)
+        .ok_or(ArgError::NumKeys)? as u64;
+    if n > MAX_KEYS as u64 {
+        return Err(ArgError::TooManyKeys);
+    }
+    let n = n as usize;
+    if 1 + n > args.len() {
+        return Err(ArgError::KeysBeyondArgs);
+    }
+    if 1 + n + tail != args.len() {
+        return Err(ArgError::Syntax);
+    }
+    let keys = 1..1 + n;
+    let mut seen: Vec<&[u8]> = args[keys.clone()].to_vec();
+    seen.sort_unstable();
+    if seen.windows(2).any(|w| w[0] == w[1]) {
+        return Err(ArgError::DuplicateKey);
+    }
+    Ok(keys)
+}
+
+/// A count of entries to list (0..=2^32-1).
+fn list_count(bytes: &[u8]) -> Result<usize, ArgError> {
+    Ok(in_range(bytes, 0, u64::from(u32::MAX), ArgError::Count)? as usize)
+}
+
+/// `LOCK.WAITERS`' options after the key: `[COUNT n]` (default 100; 0 means all).
+pub fn waiters_options(words: &[&[u8]]) -> Result<usize, ArgError> {
+    match words {
+        [] => Ok(100),
+        [word, n] if word.eq_ignore_ascii_case(b"COUNT") => list_count(n),
+        _ => Err(ArgError::Syntax),
+    }
+}
+
+/// What `LOCK.LOG` and `LOCK.STATS` are asked for: the first `n` entries, or to forget them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listing {
+    First(usize),
+    Reset,
+}
+
+/// `LOCK.LOG [count | RESET]` (default 10).
+pub fn log_options(words: &[&[u8]]) -> Result<Listing, ArgError> {
+    match words {
+        [] => Ok(Listing::First(10)),
+        [word] if word.eq_ignore_ascii_case(b"RESET") => Ok(Listing::Reset),
+        [n] => Ok(Listing::First(list_count(n)?)),
+        _ => Err(ArgError::Syntax),
+    }
+}
+
+/// `LOCK.HISTORY key [count]` after the key (default 10).
+pub fn history_count(words: &[&[u8]]) -> Result<usize, ArgError> {
+    match words {
+        [] => Ok(10),
+        [n] => list_count(n),
+        _ => Err(ArgError::Syntax),
+    }
+}
+
+/// `LOCK.STATS [COUNT n | RESET]` (default 10).
+pub fn stats_options(words: &[&[u8]]) -> Result<Listing, ArgError> {
+    match words {
+        [] => Ok(Listing::First(10)),
+        [word] if word.eq_ignore_ascii_case(b"RESET") => Ok(Listing::Reset),
+        [word, n] if word.eq_ignore_ascii_case(b"COUNT") => Ok(Listing::First(list_count(n)?)),
+        _ => Err(ArgError::Syntax),
+    }
+}
+
+/// What `LOCK.APPLY` says after `key owner token count` (an effect, written by the module):
+/// `[PXAT unix_ms] [GRANTED unix_ms] [SHARED [LIMIT n [PERMITS p]]]`, in that order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ApplyTail {
+    pub expires_at: Option<i64>,
+    /// When the hold was granted (0: not said, an effect from an older module).
+    pub granted_at: i64,
+    /// A shared holder: the key's limit (0: none) and the permits it holds.
+    pub shared: Option<(u32, u32)>,
+}
+
+/// `LOCK.APPLY`'s words after `count`.
+pub fn apply_tail(words: &[&[u8]]) -> Result<ApplyTail, ArgError> {
+    let mut tail = ApplyTail::default();
+    let mut rest = words;
+    let is = |word: &[u8], name: &[u8]| word.eq_ignore_ascii_case(name);
+    if let [word, at, more @ ..] = rest {
+        if is(word, b"PXAT") {
+            tail.expires_at = Some(expiry_at_ms(at)? as i64);
+            rest = more;
+        }
+    }
+    if let [word, at, more @ ..] = rest {
+        if is(word, b"GRANTED") {
+            tail.granted_at = in_range(at, 0, 1 << 44, ArgError::Expiry)? as i64;
+            rest = more;
+        }
+    }
+    tail.shared = match rest {
+        [] => None,
+        [shared] if is(shared, b"SHARED") => Some((0, 1)),
+        [shared, limit, n] if is(shared, b"SHARED") && is(limit, b"LIMIT") => Some((
+            in_range(n, 1, u64::from(MAX_LIMIT), ArgError::Limit)? as u32,
+            1,
+        )),
+        [shared, limit, n, permits, p]
+            if is(shared, b"SHARED") && is(limit, b"LIMIT") && is(permits, b"PERMITS") =>
+        {
+            let n = in_range(n, 1, u64::from(MAX_LIMIT), ArgError::Limit)?;
+            let p = in_range(p, 1, n, ArgError::Permits)?;
+            Some((n as u32, p as u32))
+        }
+        _ => return Err(ArgError::Syntax),
+    };
+    Ok(tail)
+}
+
 /// An absolute expiry in Unix milliseconds: 1 <= at <= 2^62.
 pub fn expiry_at_ms(bytes: &[u8]) -> Result<u64, ArgError> {
     in_range(bytes, 1, 1 << 62, ArgError::Expiry)
@@ -154,7 +302,94 @@ pub fn expiry_at_ms(bytes: &[u8]) -> Result<u64, ArgError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn numkeys() {
+        let a = |words: &[&str]| -> Vec<Vec<u8>> {
+            words.iter().map(|w| w.as_bytes().to_vec()).collect()
+        };
+        let k = |words: &[&str], tail| {
+            let owned = a(words);
+            let args: Vec<&[u8]> = owned.iter().map(|w| w.as_slice()).collect();
+            keys_of(&args, tail)
+        };
+        assert_eq!(k(&["2", "a", "b", "o", "1000"], 2), Ok(1..3));
+        assert_eq!(k(&["1", "a", "o"], 1), Ok(1..2));
+        assert_eq!(k(&["0", "o", "1"], 2), Err(ArgError::NumKeys));
+        assert_eq!(k(&["-1", "o", "1"], 2), Err(ArgError::NumKeys));
+        assert_eq!(k(&["x", "o", "1"], 2), Err(ArgError::NumKeys));
+        assert_eq!(k(&["257", "o", "1"], 2), Err(ArgError::TooManyKeys));
+        assert_eq!(k(&["5", "a", "o", "1"], 2), Err(ArgError::KeysBeyondArgs));
+        assert_eq!(k(&["1", "a", "o", "1", "extra"], 2), Err(ArgError::Syntax));
+        assert_eq!(
+            k(&["2", "a", "o", "1"], 2),
+            Err(ArgError::Syntax),
+            "o taken as a key"
+        );
+        assert_eq!(
+            k(&["2", "a", "a", "o", "1"], 2),
+            Err(ArgError::DuplicateKey)
+        );
+        let many: Vec<String> = (0..256).map(|i| format!("k{i}")).collect();
+        let mut words = vec!["256".to_string()];
+        words.extend(many);
+        words.extend(["o".into(), "1".into()]);
+        let refs: Vec<&str> = words.iter().map(|w| w.as_str()).collect();
+        assert_eq!(k(&refs, 2), Ok(1..257));
+    }
+
+    #[test]
+    fn listing_options() {
+        use super::Listing::*;
+        assert_eq!(waiters_options(&[]), Ok(100));
+        assert_eq!(waiters_options(&[b"count", b"0"]), Ok(0));
+        assert_eq!(waiters_options(&[b"COUNT", b"-1"]), Err(ArgError::Count));
+        assert_eq!(waiters_options(&[b"COUNT"]), Err(ArgError::Syntax));
+        assert_eq!(waiters_options(&[b"LIMIT", b"1"]), Err(ArgError::Syntax));
+        assert_eq!(log_options(&[]), Ok(First(10)));
+        assert_eq!(log_options(&[b"reset"]), Ok(Reset));
+        assert_eq!(log_options(&[b"5"]), Ok(First(5)));
+        assert_eq!(log_options(&[b"5x"]), Err(ArgError::Count));
+        assert_eq!(log_options(&[b"5", b"6"]), Err(ArgError::Syntax));
+        assert_eq!(history_count(&[]), Ok(10));
+        assert_eq!(history_count(&[b"4294967295"]), Ok(u32::MAX as usize));
+        assert_eq!(history_count(&[b"4294967296"]), Err(ArgError::Count));
+        assert_eq!(stats_options(&[]), Ok(First(10)));
+        assert_eq!(stats_options(&[b"RESET"]), Ok(Reset));
+        assert_eq!(stats_options(&[b"COUNT", b"3"]), Ok(First(3)));
+        assert_eq!(stats_options(&[b"3"]), Err(ArgError::Syntax));
+    }
+
     use super::*;
+
+    #[test]
+    fn apply_tail_table() {
+        let tail = |words: &[&str]| {
+            let words: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+            apply_tail(&words)
+        };
+        let ok = |expires_at, granted_at, shared| {
+            Ok(ApplyTail {
+                expires_at,
+                granted_at,
+                shared,
+            })
+        };
+        assert_eq!(tail(&[]), ok(None, 0, None));
+        assert_eq!(tail(&["PXAT", "9"]), ok(Some(9), 0, None));
+        assert_eq!(tail(&["pxat", "9", "GRANTED", "5"]), ok(Some(9), 5, None));
+        assert_eq!(tail(&["PXAT", "9", "SHARED"]), ok(Some(9), 0, Some((0, 1))));
+        assert_eq!(
+            tail(&["PXAT", "9", "GRANTED", "5", "SHARED", "LIMIT", "3", "PERMITS", "2"]),
+            ok(Some(9), 5, Some((3, 2)))
+        );
+        assert_eq!(
+            tail(&["SHARED", "LIMIT", "3", "PERMITS", "4"]),
+            Err(ArgError::Permits)
+        );
+        assert_eq!(tail(&["GRANTED", "5", "PXAT", "9"]), Err(ArgError::Syntax));
+        assert_eq!(tail(&["SHARED", "PERMITS", "2"]), Err(ArgError::Syntax));
+        assert_eq!(tail(&["GRANTED", "-1"]), Err(ArgError::Expiry));
+    }
 
     #[test]
     fn integers_parse_like_redis() {
@@ -228,14 +463,11 @@ mod tests {
     fn modes() {
         let m = |words: &[&[u8]]| mode(words);
         assert_eq!(m(&[]), Ok(Mode::Exclusive));
-        assert_eq!(m(&[b"shared"]), Ok(Mode::Shared { limit: 0 }));
-        assert_eq!(
-            m(&[b"SHARED", b"limit", b"3"]),
-            Ok(Mode::Shared { limit: 3 })
-        );
+        assert_eq!(m(&[b"shared"]), Ok(Mode::shared(0)));
+        assert_eq!(m(&[b"SHARED", b"limit", b"3"]), Ok(Mode::shared(3)));
         assert_eq!(
             m(&[b"SHARED", b"LIMIT", b"1000000"]),
-            Ok(Mode::Shared { limit: 1_000_000 })
+            Ok(Mode::shared(1_000_000))
         );
         assert_eq!(m(&[b"SHARED", b"LIMIT", b"1000001"]), Err(ArgError::Limit));
         assert_eq!(m(&[b"SHARED", b"LIMIT", b"0"]), Err(ArgError::Limit));
@@ -245,6 +477,29 @@ mod tests {
         assert_eq!(m(&[b"EXCLUSIVE"]), Err(ArgError::Syntax));
         assert_eq!(m(&[b"SHARED", b"LIMIT"]), Err(ArgError::Syntax));
         assert_eq!(ArgError::Limit.to_string(), "ERR invalid limit");
+        let p = |limit, permits| Ok(Mode::Shared { limit, permits });
+        assert_eq!(m(&[b"SHARED", b"LIMIT", b"10", b"permits", b"3"]), p(10, 3));
+        assert_eq!(
+            m(&[b"SHARED", b"LIMIT", b"10", b"PERMITS", b"10"]),
+            p(10, 10)
+        );
+        assert_eq!(
+            m(&[b"SHARED", b"LIMIT", b"10", b"PERMITS", b"11"]),
+            Err(ArgError::Permits)
+        );
+        assert_eq!(
+            m(&[b"SHARED", b"LIMIT", b"10", b"PERMITS", b"0"]),
+            Err(ArgError::Permits)
+        );
+        assert_eq!(
+            m(&[b"SHARED", b"LIMIT", b"0", b"PERMITS", b"x"]),
+            Err(ArgError::Limit)
+        );
+        assert_eq!(m(&[b"SHARED", b"PERMITS", b"2"]), Err(ArgError::Syntax));
+        assert_eq!(
+            m(&[b"SHARED", b"LIMIT", b"3", b"PERMITS"]),
+            Err(ArgError::Syntax)
+        );
     }
 
     #[test]

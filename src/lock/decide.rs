@@ -29,6 +29,8 @@ pub struct SharedSeen {
     pub limit: u32,
     /// Holders whose lease is alive (at least 1).
     pub live: usize,
+    /// The permits those holders hold (`live` without a limit: a reader holds one).
+    pub live_permits: u64,
     /// The requesting owner's live hold, if it has one.
     pub mine: Option<Holder>,
 }
@@ -46,6 +48,10 @@ impl<'a> Seen<'a> {
                     live => Seen::Shared(SharedSeen {
                         limit: shared.limit(),
                         live,
+                        live_permits: match shared.limit() {
+                            0 => live as u64,
+                            _ => shared.live_permits(now),
+                        },
                         mine: shared.get_alive(owner, now),
                     }),
                 }
@@ -71,12 +77,23 @@ impl<'a> Seen<'a> {
         }
     }
 
+    /// Whether the requesting owner holds the key shared with other permits than `mode` asks
+    /// for.
+    fn held_with_other_permits(&self, mode: Mode) -> bool {
+        match (self, mode) {
+            (Seen::Shared(SharedSeen { mine: Some(h), .. }), Mode::Shared { permits, .. }) => {
+                h.permits != permits
+            }
+            _ => false,
+        }
+    }
+
     /// Whether a new hold in `mode` fits beside what is held now (the queue aside).
     fn room_for(&self, mode: Mode) -> bool {
         match (self, mode) {
             (Seen::Free, _) => true,
-            (Seen::Shared(seen), Mode::Shared { .. }) => {
-                seen.limit == 0 || seen.live < seen.limit as usize
+            (Seen::Shared(seen), Mode::Shared { permits, .. }) => {
+                seen.limit == 0 || seen.live_permits + u64::from(permits) <= u64::from(seen.limit)
             }
             _ => false,
         }
@@ -115,13 +132,13 @@ pub enum Take {
 }
 
 /// `LOCK.ACQUIRE`, `LOCK.REENTER` or `LOCK.WAIT` by `owner` in `mode`. Mode is checked before
-/// limit; a holder's own re-acquire or re-entry ignores the queue and the limit; nobody else
-/// barges past a queue.
+/// limit, limit before permits; a holder's own re-acquire or re-entry ignores the queue and the
+/// limit; nobody else barges past a queue.
 pub fn take(seen: Seen<'_>, queued: Queued, owner: &[u8], mode: Mode, kind: Kind) -> Take {
     if seen.held_in_other_mode(owner, mode) {
         return Take::Refuse(Refusal::OtherMode);
     }
-    if let Mode::Shared { limit } = mode {
+    if let Mode::Shared { limit, .. } = mode {
         let key_limit = match seen {
             Seen::Shared(shared) => Some(shared.limit),
             _ => queued.shared_limit,
@@ -129,6 +146,9 @@ pub fn take(seen: Seen<'_>, queued: Queued, owner: &[u8], mode: Mode, kind: Kind
         if let Some(key_limit) = key_limit.filter(|l| *l != limit) {
             return Take::Refuse(Refusal::OtherLimit(key_limit));
         }
+    }
+    if seen.held_with_other_permits(mode) {
+        return Take::Refuse(Refusal::OtherPermits);
     }
     if let Some(count) = seen.held_by(owner) {
         return match kind {
@@ -172,6 +192,37 @@ pub fn renew(seen: Seen<'_>, owner: &[u8]) -> bool {
     seen.held_by(owner).is_some()
 }
 
+/// What `LOCK.DOWNGRADE` comes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Downgrade {
+    /// The owner holds nothing here: nil.
+    NotHeld,
+    /// The owner's exclusive hold becomes shared.
+    Go,
+    /// The owner holds the key shared already: its token (safe to retry).
+    Already { token: u64 },
+    /// The owner holds a semaphore, which a downgrade never makes.
+    Refuse(Refusal),
+}
+
+/// `LOCK.DOWNGRADE` by `owner`.
+pub fn downgrade(seen: Seen<'_>, owner: &[u8]) -> Downgrade {
+    match seen {
+        Seen::Exclusive(hold) if hold.is_held_by(owner) => Downgrade::Go,
+        Seen::Shared(SharedSeen {
+            limit: 0,
+            mine: Some(h),
+            ..
+        }) => Downgrade::Already { token: h.token },
+        Seen::Shared(SharedSeen {
+            limit,
+            mine: Some(_),
+            ..
+        }) => Downgrade::Refuse(Refusal::OtherLimit(limit)),
+        _ => Downgrade::NotHeld,
+    }
+}
+
 /// What the grant pass does with a queued request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Next {
@@ -191,10 +242,13 @@ pub fn next_for(seen: Seen<'_>, owner: &[u8], mode: Mode) -> Next {
     if seen.held_in_other_mode(owner, mode) {
         return Next::Fail(Refusal::OtherMode);
     }
-    if let (Mode::Shared { limit }, Seen::Shared(shared)) = (mode, seen) {
+    if let (Mode::Shared { limit, .. }, Seen::Shared(shared)) = (mode, seen) {
         if shared.limit != limit {
             return Next::Fail(Refusal::OtherLimit(shared.limit));
         }
+    }
+    if seen.held_with_other_permits(mode) {
+        return Next::Fail(Refusal::OtherPermits);
     }
     if seen.held_by(owner).is_some() {
         Next::Reacquire
@@ -210,20 +264,38 @@ mod tests {
     use super::*;
 
     const X: Mode = Mode::Exclusive;
-    const READ: Mode = Mode::Shared { limit: 0 };
-    const SEM2: Mode = Mode::Shared { limit: 2 };
-    const SEM3: Mode = Mode::Shared { limit: 3 };
+    const READ: Mode = Mode::shared(0);
+    const SEM2: Mode = Mode::shared(2);
+    const SEM3: Mode = Mode::shared(3);
 
     fn shared(limit: u32, live: usize, mine: Option<u32>) -> Seen<'static> {
         Seen::Shared(SharedSeen {
             limit,
             live,
+            live_permits: live as u64,
             mine: mine.map(|count| Holder {
-                token: 7,
                 count,
-                lease_end: 100,
+                ..Holder::new(7, 100, 0)
             }),
         })
+    }
+
+    /// A semaphore of `limit` whose live holds hold `used` permits; the owner's own holds
+    /// `mine` permits (if any).
+    fn sem(limit: u32, used: u64, mine: Option<u32>) -> Seen<'static> {
+        Seen::Shared(SharedSeen {
+            limit,
+            live: 1,
+            live_permits: used,
+            mine: mine.map(|permits| Holder {
+                permits,
+                ..Holder::new(7, 100, 0)
+            }),
+        })
+    }
+
+    const fn permits(limit: u32, permits: u32) -> Mode {
+        Mode::Shared { limit, permits }
     }
 
     const NONE: Queued = Queued {
@@ -241,9 +313,9 @@ mod tests {
 
     #[test]
     fn take_table() {
-        let a1 = Hold::new(b"a", 10, 1);
-        let a3 = Hold::new(b"a", 10, 3);
-        let a_max = Hold::new(b"a", 10, u32::MAX);
+        let a1 = Hold::new(b"a", 10, 1, 0);
+        let a3 = Hold::new(b"a", 10, 3, 0);
+        let a_max = Hold::new(b"a", 10, u32::MAX, 0);
         let held = |h| Seen::Exclusive(h);
         use Kind::{Acquire as Acq, Reenter as Re};
         use Take::*;
@@ -282,6 +354,14 @@ mod tests {
             ("sem vs queued sem",            Seen::Free,            QUEUE_SEM2, b"a",  SEM3, Acq, other_limit(2)),
             ("sem, same as queued",          Seen::Free,            QUEUE_SEM2, b"a",  SEM2, Acq, Wait),
             ("mode before limit",            held(&a1),             QUEUE_SEM2, b"a",  SEM3, Acq, Refuse(Refusal::OtherMode)),
+            // Several permits.
+            ("3 of 10, 7 used",              sem(10, 7, None),      NONE,       b"a",  permits(10, 3), Acq, Grant),
+            ("4 of 10, 7 used",              sem(10, 7, None),      NONE,       b"a",  permits(10, 4), Acq, Wait),
+            ("own 3, asks 3 again",          sem(10, 10, Some(3)),  NONE,       b"a",  permits(10, 3), Acq, refresh(1)),
+            ("own 3, reenters with 3",       sem(10, 10, Some(3)),  NONE,       b"a",  permits(10, 3), Re,  refresh(2)),
+            ("own 3, asks 2",                sem(10, 5, Some(3)),   NONE,       b"a",  permits(10, 2), Acq, Refuse(Refusal::OtherPermits)),
+            ("limit before permits",         sem(10, 5, Some(3)),   NONE,       b"a",  permits(9, 2),  Acq, other_limit(10)),
+            ("mode before permits",          held(&a1),             NONE,       b"a",  permits(10, 2), Acq, Refuse(Refusal::OtherMode)),
         ];
         for (name, seen, queued, owner, mode, kind, expected) in rows {
             assert_eq!(take(seen, queued, owner, mode, kind), expected, "{name}");
@@ -290,8 +370,8 @@ mod tests {
 
     #[test]
     fn release_and_renew_table() {
-        let a1 = Hold::new(b"a", 10, 1);
-        let a3 = Hold::new(b"a", 10, 3);
+        let a1 = Hold::new(b"a", 10, 1, 0);
+        let a3 = Hold::new(b"a", 10, 3, 0);
         #[rustfmt::skip]
         let rows: Vec<(&str, Seen<'_>, &[u8], Release, bool)> = vec![
             ("exclusive, last level",  Seen::Exclusive(&a1), b"a", Release::End, true),
@@ -309,8 +389,25 @@ mod tests {
     }
 
     #[test]
+    fn downgrade_table() {
+        let a2 = Hold::new(b"a", 10, 2, 0);
+        #[rustfmt::skip]
+        let rows: Vec<(&str, Seen<'_>, &[u8], Downgrade)> = vec![
+            ("its exclusive hold",   Seen::Exclusive(&a2),  b"a", Downgrade::Go),
+            ("another's",            Seen::Exclusive(&a2),  b"b", Downgrade::NotHeld),
+            ("free",                 Seen::Free,            b"a", Downgrade::NotHeld),
+            ("a reader already",     shared(0, 3, Some(1)), b"a", Downgrade::Already { token: 7 }),
+            ("not among readers",    shared(0, 3, None),    b"a", Downgrade::NotHeld),
+            ("a semaphore's holder", shared(4, 3, Some(1)), b"a", Downgrade::Refuse(Refusal::OtherLimit(4))),
+        ];
+        for (name, seen, owner, expected) in rows {
+            assert_eq!(downgrade(seen, owner), expected, "{name}");
+        }
+    }
+
+    #[test]
     fn next_for_table() {
-        let a1 = Hold::new(b"a", 10, 1);
+        let a1 = Hold::new(b"a", 10, 1, 0);
         use Next::*;
         #[rustfmt::skip]
         let rows: Vec<(&str, Seen<'_>, &[u8], Mode, Next)> = vec![
@@ -329,6 +426,10 @@ mod tests {
             ("sem head, full, its own",    shared(2, 2, Some(1)), b"b", SEM2, Reacquire),
             ("sem head, another limit",    shared(3, 1, None),    b"b", SEM2, Fail(Refusal::OtherLimit(3))),
             ("sem head, readers",          shared(0, 1, None),    b"b", SEM2, Fail(Refusal::OtherLimit(0))),
+            ("5 permits, 5 free",          sem(10, 5, None),      b"b", permits(10, 5), Grant),
+            ("5 permits, 4 free: blocks",  sem(10, 6, None),      b"b", permits(10, 5), Stop),
+            ("its owner holds 2",          sem(10, 6, Some(2)),   b"b", permits(10, 5), Fail(Refusal::OtherPermits)),
+            ("its owner holds as many",    sem(10, 10, Some(5)),  b"b", permits(10, 5), Reacquire),
         ];
         for (name, seen, owner, mode, expected) in rows {
             assert_eq!(next_for(seen, owner, mode), expected, "{name}");

@@ -9,14 +9,18 @@ use super::shared::Holder;
 /// One change, as a command replicas and the AOF replay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Effect<'a> {
-    /// `LOCK.APPLY key owner token count [PXAT unix_ms]`: the exclusive hold as it is now.
+    /// `LOCK.APPLY key owner token count [PXAT unix_ms] [GRANTED unix_ms]`: the exclusive hold
+    /// as it is now.
     Hold {
         owner: &'a [u8],
         token: u64,
         count: u32,
         expires_at: Option<i64>,
+        /// When it was granted (Unix ms; 0: unknown, not sent).
+        granted_at: i64,
     },
-    /// `LOCK.APPLY key owner token count PXAT lease_end SHARED [LIMIT n]`: one shared holder.
+    /// `LOCK.APPLY key owner token count PXAT lease_end [GRANTED unix_ms] SHARED [LIMIT n
+    /// [PERMITS p]]`: one shared holder.
     Holder {
         limit: u32,
         owner: &'a [u8],
@@ -52,10 +56,14 @@ impl<'a> Effect<'a> {
                 token,
                 count,
                 expires_at,
+                granted_at,
             } => {
                 let mut words = vec![Key, Bytes(owner), int(token), Int(i64::from(count))];
                 if let Some(at) = expires_at {
                     words.extend([Bytes(b"PXAT"), Int(at)]);
+                }
+                if granted_at > 0 {
+                    words.extend([Bytes(b"GRANTED"), Int(granted_at)]);
                 }
                 ("LOCK.APPLY", words)
             }
@@ -71,10 +79,16 @@ impl<'a> Effect<'a> {
                     Int(i64::from(holder.count)),
                     Bytes(b"PXAT"),
                     Int(holder.lease_end),
-                    Bytes(b"SHARED"),
                 ];
+                if holder.granted_at > 0 {
+                    words.extend([Bytes(b"GRANTED"), Int(holder.granted_at)]);
+                }
+                words.push(Bytes(b"SHARED"));
                 if limit > 0 {
                     words.extend([Bytes(b"LIMIT"), Int(i64::from(limit))]);
+                    if holder.permits != 1 {
+                        words.extend([Bytes(b"PERMITS"), Int(i64::from(holder.permits))]);
+                    }
                 }
                 ("LOCK.APPLY", words)
             }
@@ -114,14 +128,19 @@ mod tests {
     #[test]
     fn each_effect_is_spelled_as_the_command_replicas_replay() {
         let holder = Holder {
-            token: 7,
             count: 2,
-            lease_end: 1_000,
+            ..Holder::new(7, 1_000, 0)
+        };
+        let granted = Holder {
+            permits: 2,
+            ..Holder::new(7, 1_000, 500)
         };
         #[rustfmt::skip]
         let rows = [
-            (Effect::Hold { owner: b"o", token: 7, count: 1, expires_at: Some(99) }, "LOCK.APPLY k o 7 1 PXAT 99"),
-            (Effect::Hold { owner: b"o", token: 7, count: 1, expires_at: None },     "LOCK.APPLY k o 7 1"),
+            (Effect::Hold { owner: b"o", token: 7, count: 1, expires_at: Some(99), granted_at: 0 }, "LOCK.APPLY k o 7 1 PXAT 99"),
+            (Effect::Hold { owner: b"o", token: 7, count: 1, expires_at: None, granted_at: 0 },     "LOCK.APPLY k o 7 1"),
+            (Effect::Hold { owner: b"o", token: 7, count: 1, expires_at: Some(99), granted_at: 5 }, "LOCK.APPLY k o 7 1 PXAT 99 GRANTED 5"),
+            (Effect::Holder { limit: 3, owner: b"o", holder: granted },                 "LOCK.APPLY k o 7 1 PXAT 1000 GRANTED 500 SHARED LIMIT 3 PERMITS 2"),
             (Effect::Holder { limit: 0, owner: b"o", holder },                        "LOCK.APPLY k o 7 2 PXAT 1000 SHARED"),
             (Effect::Holder { limit: 3, owner: b"o", holder },                        "LOCK.APPLY k o 7 2 PXAT 1000 SHARED LIMIT 3"),
             (Effect::Drop { owner: b"o" },                                            "LOCK.DROP k o"),

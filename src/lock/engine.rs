@@ -25,9 +25,11 @@
 //! - While the server may not write (loading, writes paused) the engine's own work waits and is
 //!   retried; on a replica the waiters fail with `READONLY`.
 
-use super::decide::{self, Kind, Next, Release, Seen, Take};
+use super::decide::{self, Downgrade, Kind, Next, Release, Seen, Take};
 use super::errors::{LockError, Refusal};
-use super::host::{Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
+use super::grace::Grace;
+use super::host::{Blocked, Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
+use super::journal::Reason;
 use super::packed::{Hold, LockRef};
 use super::queue::WaiterId;
 use super::schedule::{Due, Job, Schedule, TimerId, Work};
@@ -35,6 +37,7 @@ use super::shared::{Holder, Mode};
 use super::stats::Stats;
 use super::tokens::{Clock, Tokens};
 use super::waiters::{Deadline, Removed, Waiter, Waiters};
+use super::watch::{At, EndedHold, Watch};
 
 pub use super::schedule::{MAX_TIMER_MS, RETRY_MS};
 
@@ -42,12 +45,14 @@ pub use super::schedule::{MAX_TIMER_MS, RETRY_MS};
 /// lease removed: each a unit, from a few hundred ns to a few µs): about a millisecond or two.
 pub const TURN_BUDGET: usize = 256;
 
+/// Waiters one grant pass hands the lock to at most (a batch of readers at a writer's end):
+/// the rest are served by the next turn.
+pub const GRANT_BATCH: usize = TURN_BUDGET;
+
 /// Lapsed leases one prune job removes at most (each one effect for replicas and the AOF).
 pub const PRUNE_SLICE: usize = 128;
 
-/// The most holders a prune compacts in its last turn (copying what is left): well under a
-/// millisecond.
-pub const QUICK_TIDY_HOLDERS: usize = 65_536;
+pub use super::shared::QUICK_TIDY_HOLDERS;
 
 /// What a command answers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,8 +65,27 @@ pub enum Reply {
     Info(Info),
     /// `LOCK.HOLDERS`: one entry per holder, in grant order.
     Holders(Vec<HolderInfo>),
+    /// `LOCK.WAITERS`: one entry per waiter, in queue order.
+    Waiters(Vec<WaiterInfo>),
+    /// `LOCK.MACQUIRE`: each key's token, in argument order.
+    Tokens(Vec<u64>),
     /// The client is blocked; its answer comes later through [`Host::unblock`].
     Blocked,
+}
+
+/// One entry of `LOCK.WAITERS`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaiterInfo {
+    pub owner: Box<[u8]>,
+    pub mode: Mode,
+    /// The waiting connection's id.
+    pub client: u64,
+    /// Ms since it queued.
+    pub waited_ms: u64,
+    /// Ms left before it times out, -1 without a timeout.
+    pub timeout_ms: i64,
+    /// The ttl it asked for.
+    pub ttl_ms: u64,
 }
 
 /// An acquiring request: `LOCK.ACQUIRE`, `LOCK.REENTER`, and what `LOCK.WAIT` asks for.
@@ -95,6 +119,8 @@ pub struct Info {
     pub mode: Mode,
     /// Live holds.
     pub holders: usize,
+    /// A semaphore's free permits; 0 for an exclusive lock, -1 for a shared key without limit.
+    pub permits_free: i64,
 }
 
 /// One entry of `LOCK.HOLDERS`.
@@ -105,6 +131,8 @@ pub struct HolderInfo {
     pub count: u32,
     /// Remaining lease in ms, -1 without an expiry.
     pub ttl_ms: i64,
+    /// The permits it holds (1 for an exclusive hold and a reader).
+    pub permits: u32,
 }
 
 /// The time the host reports, as the token counter's clock.
@@ -122,6 +150,8 @@ pub struct Engine<T: Handles> {
     schedule: Schedule<T>,
     tokens: Tokens,
     stats: Stats,
+    watch: Watch,
+    grace: Grace,
     /// Units of work done in the current turn the engine started by itself.
     work: usize,
 }
@@ -133,6 +163,8 @@ impl<T: Handles> Default for Engine<T> {
             schedule: Schedule::default(),
             tokens: Tokens::new(),
             stats: Stats::default(),
+            watch: Watch::default(),
+            grace: Grace::default(),
             work: 0,
         }
     }
@@ -171,19 +203,35 @@ impl<T: Handles> Engine<T> {
     /// master's stream, the AOF) gets nil at once.
     pub fn wait<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, wait: Wait<'_>) -> Reply {
         let request = wait.request;
-        let decision = self.decide_take(host, key, &request, Kind::Acquire);
+        if !self.grace.allows_ttl(request.ttl_ms) {
+            return Reply::Error(Refusal::TtlAboveGrace.into());
+        }
+        let mut decision = self.decide_take(host, key, &request, Kind::Acquire);
+        if decision == Take::Grant && self.grace.left_ms(host.now_us()).is_some() {
+            // The grace's end serves the queue.
+            decision = Take::Wait;
+        }
         if decision != Take::Wait {
             let reply = self.apply_take(host, key, &request, Kind::Acquire, decision);
             self.note_lapsed(host, key);
             return reply;
         }
         self.stats.contended += 1;
-        let Some((client, caller)) = host.block() else {
+        let Some(Blocked {
+            client,
+            caller,
+            id: connection,
+        }) = host.block()
+        else {
             // The server will not block this client: it gets nil, as a wait that timed out.
+            self.watch.contended(key.id());
             return Reply::Nil;
         };
+        self.watch.queued(key.id());
         let now = host.now_ms();
         let id = key.id().to_id();
+        let times_out_at = (wait.timeout_ms > 0)
+            .then(|| now.saturating_add(i64::try_from(wait.timeout_ms).unwrap_or(i64::MAX)));
         let waiter = self.waiters.join(
             &id,
             Waiter {
@@ -193,11 +241,12 @@ impl<T: Handles> Engine<T> {
                 ttl_ms: request.ttl_ms,
                 caller,
                 timeout: None,
-                since: now,
+                since_us: host.now_us(),
+                connection,
+                times_out_at,
             },
         );
-        if wait.timeout_ms > 0 {
-            let ends_at = now.saturating_add(i64::try_from(wait.timeout_ms).unwrap_or(i64::MAX));
+        if let Some(ends_at) = times_out_at {
             let timer = self
                 .schedule
                 .start(host, ends_at, Due::WaitEnds { client, waiter });
@@ -215,15 +264,19 @@ impl<T: Handles> Engine<T> {
     pub fn release<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, owner: &[u8]) -> Reply {
         let seen = Seen::of(key, owner, || host.now_ms());
         let reply = match decide::release(seen, owner) {
-            Release::NotHeld => Reply::Nil,
+            Release::NotHeld => {
+                self.end_own_lapsed(key, owner, host.now_ms());
+                Reply::Nil
+            }
             Release::Decrement { count } => {
                 let token = self.set_count(key, owner, count);
                 self.waiters.confirm(token);
                 Reply::Integer(u64::from(count))
             }
             Release::End => {
-                if let Some(token) = end_hold(key, owner) {
-                    self.waiters.confirm(token);
+                if let Some(hold) = end_hold(key, owner) {
+                    self.waiters.confirm(hold.token);
+                    self.watch.held(host.now_ms(), hold.granted_at);
                 }
                 key.notify(Event::Released);
                 self.stats.released += 1;
@@ -243,6 +296,9 @@ impl<T: Handles> Engine<T> {
         owner: &[u8],
         ttl_ms: u64,
     ) -> Reply {
+        if !self.grace.allows_ttl(ttl_ms) {
+            return Reply::Error(Refusal::TtlAboveGrace.into());
+        }
         let now = host.now_ms();
         let reply = if decide::renew(Seen::of(key, owner, || now), owner) {
             let token = refresh(key, owner, None, expiry(now, ttl_ms));
@@ -252,14 +308,164 @@ impl<T: Handles> Engine<T> {
             self.expiry_moved(host, key);
             Reply::Integer(token)
         } else {
+            self.end_own_lapsed(key, owner, now);
             Reply::Nil
         };
         self.note_lapsed(host, key);
         reply
     }
 
+    /// `LOCK.MACQUIRE numkeys key... owner ttl_ms`: exclusive holds on every key or on none. A
+    /// key the owner holds already counts as granted (a new lease, its own token); the new holds
+    /// share one new token. Replies each key's token in argument order; nil if any key is taken
+    /// or has waiters (nothing changes); the first refusal if any key can never be granted.
+    /// O(numkeys).
+    pub fn macquire<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        keys: &mut [H::Key],
+        owner: &[u8],
+        ttl_ms: u64,
+    ) -> Reply {
+        if !self.grace.allows_ttl(ttl_ms) {
+            return Reply::Error(Refusal::TtlAboveGrace.into());
+        }
+        let request = Request {
+            owner,
+            ttl_ms,
+            mode: Mode::Exclusive,
+        };
+        let mut decisions = Vec::with_capacity(keys.len());
+        let mut taken = false;
+        for key in keys.iter() {
+            match self.decide_take(host, key, &request, Kind::Acquire) {
+                Take::Refuse(refusal) => return Reply::Error(refusal.into()),
+                Take::Wait => taken = true,
+                decision => decisions.push(decision),
+            }
+        }
+        if taken {
+            self.stats.contended += 1;
+            for key in keys.iter() {
+                self.watch.contended(key.id());
+            }
+            return Reply::Nil;
+        }
+        let now = host.now_ms();
+        let lease_end = expiry(now, ttl_ms);
+        let group_token = if decisions.contains(&Take::Grant) {
+            if let Some(ms) = self.grace.left_ms(host.now_us()) {
+                return Reply::Error(Refusal::Grace(ms).into());
+            }
+            match self.tokens.issue(&Now(now)) {
+                Some(token) => Some(token),
+                None => return Reply::Error(Refusal::NoTokens.into()),
+            }
+        } else {
+            None
+        };
+        let mut tokens = Vec::with_capacity(keys.len());
+        for (key, decision) in keys.iter_mut().zip(decisions) {
+            let token = match (decision, group_token) {
+                (Take::Grant, Some(token)) => {
+                    self.put_exclusive(key, owner, token, now, lease_end);
+                    self.stats.acquired += 1;
+                    token
+                }
+                (Take::Refresh { count }, _) => {
+                    let token = refresh(key, owner, Some(count), lease_end);
+                    self.waiters.confirm(token);
+                    token
+                }
+                _ => unreachable!("a grant has the group's token"),
+            };
+            key.notify(Event::Acquired);
+            self.expiry_moved(host, key);
+            self.note_lapsed(host, key);
+            tokens.push(token);
+        }
+        Reply::Tokens(tokens)
+    }
+
+    /// `LOCK.MRELEASE numkeys key... owner`: `LOCK.RELEASE` of each key; replies how many the
+    /// owner held.
+    pub fn mrelease<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        keys: &mut [H::Key],
+        owner: &[u8],
+    ) -> Reply {
+        let mut held = 0;
+        for key in keys.iter_mut() {
+            if self.release(host, key, owner) != Reply::Nil {
+                held += 1;
+            }
+        }
+        Reply::Integer(held)
+    }
+
+    /// `LOCK.MRENEW numkeys key... owner ttl_ms`: `LOCK.RENEW` of each key; replies how many the
+    /// owner held.
+    pub fn mrenew<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        keys: &mut [H::Key],
+        owner: &[u8],
+        ttl_ms: u64,
+    ) -> Reply {
+        if !self.grace.allows_ttl(ttl_ms) {
+            return Reply::Error(Refusal::TtlAboveGrace.into());
+        }
+        let mut held = 0;
+        for key in keys.iter_mut() {
+            if self.renew(host, key, owner, ttl_ms) != Reply::Nil {
+                held += 1;
+            }
+        }
+        Reply::Integer(held)
+    }
+
+    /// `LOCK.DOWNGRADE key owner`: the owner's exclusive hold becomes a shared hold of the same
+    /// key (same token, lease, count and grant time; no limit), and the shared waiters at the
+    /// head of the queue are granted with it, in the same step. Replies the token; nil if the
+    /// owner holds nothing.
+    pub fn downgrade<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, owner: &[u8]) -> Reply {
+        let now = host.now_ms();
+        let reply = match decide::downgrade(Seen::of(key, owner, || now), owner) {
+            Downgrade::NotHeld => Reply::Nil,
+            Downgrade::Already { token } => Reply::Integer(token),
+            Downgrade::Refuse(refusal) => Reply::Error(refusal.into()),
+            Downgrade::Go => {
+                let Some(hold) = key.hold() else {
+                    return Reply::Nil;
+                };
+                // A lock whose TTL a user removed keeps the longest lease a ttl can give.
+                let lease_end = key
+                    .expires_at()
+                    .unwrap_or_else(|| expiry(now, super::args::MAX_TTL_MS));
+                let holder = Holder {
+                    token: hold.token(),
+                    count: hold.count(),
+                    lease_end,
+                    permits: 1,
+                    granted_at: hold.granted_at(),
+                };
+                if !key.put_holder(0, owner, holder) {
+                    return Reply::Error(Refusal::TooManyHolders.into());
+                }
+                self.waiters.confirm(holder.token);
+                key.notify(Event::Downgraded);
+                self.stats.downgraded += 1;
+                self.hand_off(host, key);
+                Reply::Integer(holder.token)
+            }
+        };
+        self.note_lapsed(host, key);
+        reply
+    }
+
     /// `LOCK.FORCERELEASE key [owner]`: ends every live hold of the key (replies how many), or
-    /// only `owner`'s (replies 1 or 0), and hands the lock on.
+    /// only `owner`'s (replies 1 or 0), and hands the lock on. The journal learns who did it.
     pub fn force_release<H: Host<T>>(
         &mut self,
         host: &mut H,
@@ -267,21 +473,32 @@ impl<T: Handles> Engine<T> {
         owner: Option<&[u8]>,
     ) -> Reply {
         let now = host.now_ms();
+        let mut ended_holds = Vec::new();
         let ended = match (key.lock(), owner) {
             (None, _) => 0,
             (Some(LockRef::Exclusive(hold)), Some(owner)) if !hold.is_held_by(owner) => 0,
-            (Some(LockRef::Exclusive(_)), _) => {
+            (Some(LockRef::Exclusive(hold)), _) => {
+                ended_holds.push(ended_hold(hold));
                 key.remove();
                 1
             }
             (Some(LockRef::Shared(shared)), None) => {
                 let live = shared.live(now);
                 self.stats.expired += (shared.len() - live) as u64;
+                // Described in part when many end at once: what the journal and the hold
+                // distribution can use.
+                ended_holds.extend(
+                    shared
+                        .first_alive(self.watch.bulk(), now)
+                        .into_iter()
+                        .map(|(o, h)| ended_holder(o, h)),
+                );
                 key.remove();
                 live
             }
             (Some(LockRef::Shared(shared)), Some(owner)) => match shared.get_alive(owner, now) {
-                Some(_) => {
+                Some(holder) => {
+                    ended_holds.push(ended_holder(owner, holder));
                     key.remove_holder(owner);
                     1
                 }
@@ -289,6 +506,19 @@ impl<T: Handles> Engine<T> {
             },
         };
         if ended > 0 {
+            let client = if self.watch.records(Reason::ForceReleased) {
+                host.caller_info()
+            } else {
+                String::new()
+            };
+            let at = At {
+                key: key.id(),
+                now,
+                waiters: self.waiters.queued(key.id()),
+            };
+            for hold in &ended_holds {
+                self.watch.lost(at, hold, Reason::ForceReleased, &client);
+            }
             key.notify(Event::ForceReleased);
             self.stats.forcereleased += ended as u64;
             self.hand_off(host, key);
@@ -312,6 +542,7 @@ impl<T: Handles> Engine<T> {
                 waiters: self.waiters.queued(key.id()),
                 mode: Mode::Exclusive,
                 holders: 1,
+                permits_free: 0,
             },
             Some(LockRef::Shared(shared)) => {
                 // Lapsed leases are gone for every command, even before the engine ends them.
@@ -324,10 +555,12 @@ impl<T: Handles> Engine<T> {
                     count: None,
                     ttl_ms: ttl(Some(last)),
                     waiters: self.waiters.queued(key.id()),
-                    mode: Mode::Shared {
-                        limit: shared.limit(),
-                    },
+                    mode: Mode::shared(shared.limit()),
                     holders: shared.live(now),
+                    permits_free: match shared.limit() {
+                        0 => -1,
+                        limit => i64::from(limit).saturating_sub(shared.live_permits(now) as i64),
+                    },
                 }
             }
         };
@@ -350,6 +583,7 @@ impl<T: Handles> Engine<T> {
             token: h.token,
             count: h.count,
             ttl_ms: ttl(Some(h.lease_end)),
+            permits: h.permits,
         };
         let list = match key.lock() {
             None => return Reply::Nil,
@@ -362,6 +596,7 @@ impl<T: Handles> Engine<T> {
                         token: hold.token(),
                         count: hold.count(),
                         ttl_ms: ttl(key.expires_at()),
+                        permits: 1,
                     }]
                 }
             }
@@ -416,8 +651,9 @@ impl<T: Handles> Engine<T> {
             if shared.limit() != limit {
                 return Reply::Error(Refusal::OtherLimit(shared.limit()).into());
             }
-            let joins = shared.get(owner).is_none();
-            if joins && limit != 0 && shared.len() >= limit as usize {
+            let before = shared.get(owner).map_or(0, |h| u64::from(h.permits));
+            let after = shared.permits_total() - before + u64::from(holder.permits);
+            if limit != 0 && after > u64::from(limit) {
                 return Reply::Error(Refusal::OtherLimit(limit).into());
             }
         }
@@ -478,13 +714,64 @@ impl<T: Handles> Engine<T> {
         }
     }
 
+    /// Holds ended behind the engine's back, for `reason` (their key expired, was deleted,
+    /// evicted, overwritten, moved...): the journal and the hold distribution learn of them.
+    /// `holds` describes them, at most [`Engine::describes`] of them.
+    pub fn holds_lost(&mut self, key: KeyRef<'_>, now: i64, reason: Reason, holds: &[EndedHold]) {
+        let at = At {
+            key,
+            now,
+            waiters: self.waiters.queued(key),
+        };
+        for hold in holds {
+            self.watch.lost(at, hold, reason, "");
+        }
+    }
+
+    /// Every hold of `dbs` (all if `None`) ended at once (`flushed`, `swapped`): one entry.
+    pub fn all_lost(&mut self, now: i64, dbs: Option<(i32, i32)>, reason: Reason) {
+        self.watch.all_ended(now, dbs, reason);
+    }
+
     /// `holds` holds ended because their lock's TTL ran out (counted for `INFO`).
     pub fn count_expired(&mut self, holds: u64) {
         self.stats.expired += holds;
     }
 
+    /// Sets `relock.restart-grace-ms`.
+    pub fn configure_grace(&mut self, ms: u64) {
+        self.grace.configure(ms);
+    }
+
+    /// The server started as a master, or was promoted: the restart grace starts, if one is
+    /// configured; when it ends, every queue is served in order.
+    pub fn start_grace<H: Host<T>>(&mut self, host: &mut H) {
+        if let Some(ms) = self.grace.start(host.now_us()) {
+            let ends_at = host.now_ms().saturating_add(ms as i64).saturating_add(1);
+            self.schedule.start(host, ends_at, Due::GraceEnds);
+        }
+    }
+
+    /// The restart grace at `now_us` (the host's monotonic clock): its setting, and the ms left
+    /// of the one under way (0 outside one).
+    pub fn grace_ms(&self, now_us: u64) -> (u64, u64) {
+        let left = self.grace.left_ms(now_us).unwrap_or(0);
+        (self.grace.configured_ms(), left)
+    }
+
+    /// `relock.restart-grace-ms`.
+    pub fn grace_configured_ms(&self) -> u64 {
+        self.grace.configured_ms()
+    }
+
+    /// Whether a hold of `ttl_ms` may be asked for: not longer than a configured restart grace.
+    pub fn allows_ttl(&self, ttl_ms: u64) -> bool {
+        self.grace.allows_ttl(ttl_ms)
+    }
+
     /// This server became a replica: every waiter fails with `READONLY`.
     pub fn became_replica<H: Host<T>>(&mut self, host: &mut H) {
+        self.grace.end();
         for key in self.waiters.keys(None) {
             self.fail_all(host, &key, LockError::ReadOnly);
         }
@@ -510,6 +797,18 @@ impl<T: Handles> Engine<T> {
                     self.schedule.push(host, Job::Serve(key));
                 }
                 Work::Due(Due::WaitEnds { client, waiter }) => self.wait_ends(host, client, waiter),
+                Work::Due(Due::GraceEnds) => match self.grace.left_ms(host.now_us()) {
+                    // The wall clock the timer runs on was ahead of the monotonic one.
+                    Some(ms) => {
+                        let at = now.saturating_add(ms as i64).saturating_add(1);
+                        self.schedule.start(host, at, Due::GraceEnds);
+                    }
+                    None => {
+                        for key in self.waiters.keys(None) {
+                            self.schedule.push(host, Job::Serve(key));
+                        }
+                    }
+                },
                 Work::Job(job) => self.run(host, job),
             }
         }
@@ -527,7 +826,7 @@ impl<T: Handles> Engine<T> {
     pub fn client_gone<H: Host<T>>(&mut self, host: &mut H, client: T::Client) {
         if let Some(token) = self.waiters.answer_lost(client) {
             self.schedule.push(host, Job::Revoke(token));
-        } else if self.leave_queue(host, client) {
+        } else if self.leave_queue(host, client).is_some() {
             host.unblock(client, Outcome::TimedOut);
         }
     }
@@ -555,6 +854,50 @@ impl<T: Handles> Engine<T> {
         self.tokens.last()
     }
 
+    /// How many of the holds of a key ending behind its back (deleted, expired...) the engine
+    /// wants described to [`Engine::holds_lost`]: 0 when neither the journal nor the
+    /// statistics keep anything of them.
+    pub fn describes(&self) -> usize {
+        if self.watch.wants_any() {
+            self.watch.bulk()
+        } else {
+            0
+        }
+    }
+
+    /// The journal and the statistics.
+    pub fn watch(&self) -> &Watch {
+        &self.watch
+    }
+
+    /// The journal and the statistics, to configure or reset.
+    pub fn watch_mut(&mut self) -> &mut Watch {
+        &mut self.watch
+    }
+
+    /// `LOCK.WAITERS key [COUNT n]`: the first `count` waiters of `key` (0: all), in queue
+    /// order. O(min(count, N)).
+    pub fn waiters_of<H: Host<T>>(&self, host: &H, key: KeyRef<'_>, count: usize) -> Reply {
+        let (now, now_us) = (host.now_ms(), host.now_us());
+        let count = if count == 0 { usize::MAX } else { count };
+        let list = self
+            .waiters
+            .iter(key)
+            .take(count)
+            .map(|(_, w)| WaiterInfo {
+                owner: w.owner.clone(),
+                mode: w.mode,
+                client: w.connection,
+                waited_ms: now_us.saturating_sub(w.since_us) / 1000,
+                timeout_ms: w
+                    .times_out_at
+                    .map_or(-1, |at| at.saturating_sub(now).max(0)),
+                ttl_ms: w.ttl_ms,
+            })
+            .collect();
+        Reply::Waiters(list)
+    }
+
     /// The counters.
     pub fn stats(&self) -> Stats {
         self.stats
@@ -570,7 +913,15 @@ impl<T: Handles> Engine<T> {
         request: Request<'_>,
         kind: Kind,
     ) -> Reply {
-        let decision = self.decide_take(host, key, &request, kind);
+        if !self.grace.allows_ttl(request.ttl_ms) {
+            return Reply::Error(Refusal::TtlAboveGrace.into());
+        }
+        let mut decision = self.decide_take(host, key, &request, kind);
+        if decision == Take::Grant {
+            if let Some(ms) = self.grace.left_ms(host.now_us()) {
+                decision = Take::Refuse(Refusal::Grace(ms));
+            }
+        }
         let reply = self.apply_take(host, key, &request, kind, decision);
         self.note_lapsed(host, key);
         reply
@@ -610,6 +961,7 @@ impl<T: Handles> Engine<T> {
             Take::Refuse(refusal) => Reply::Error(refusal.into()),
             Take::Wait => {
                 self.stats.contended += 1;
+                self.watch.contended(key.id());
                 Reply::Nil
             }
             Take::Refresh { count } => {
@@ -648,20 +1000,15 @@ impl<T: Handles> Engine<T> {
         match mode {
             Mode::Exclusive => {
                 let token = self.tokens.issue(&Now(now)).ok_or(Refusal::NoTokens)?;
-                // A shared value left with lapsed leases only is replaced whole.
-                if let Some(shared) = key.shared() {
-                    self.lapsed_ended(key, shared.len() as u64);
-                }
-                key.put(Hold::new(owner, token, 1), Some(lease_end));
+                self.put_exclusive(key, owner, token, now, lease_end);
                 Ok(token)
             }
-            Mode::Shared { limit } => {
-                self.make_room(key, limit, now);
+            Mode::Shared { limit, permits } => {
+                self.make_room(key, limit, permits, now);
                 let token = self.tokens.issue(&Now(now)).ok_or(Refusal::NoTokens)?;
                 let holder = Holder {
-                    token,
-                    count: 1,
-                    lease_end,
+                    permits,
+                    ..Holder::new(token, lease_end, now)
                 };
                 if key.put_holder(limit, owner, holder) {
                     Ok(token)
@@ -672,16 +1019,29 @@ impl<T: Handles> Engine<T> {
         }
     }
 
-    /// Before a new shared hold with `limit`: a key whose every lease lapsed starts afresh (one
-    /// removal, whatever its old limit); a semaphore whose lapsed leases still fill it drops the
-    /// first of them until the new one fits (so that replicas, which count every holder they
-    /// were sent, find room too). At most one removal per permit asked for.
-    fn make_room<K: Key>(&mut self, key: &mut K, limit: u32, now: i64) {
+    /// A new exclusive hold with `token` on a key free for it (a shared value left with lapsed
+    /// leases only is replaced whole).
+    fn put_exclusive<K: Key>(&mut self, key: &mut K, owner: &[u8], token: u64, now: i64, end: i64) {
+        if let Some(shared) = key.shared() {
+            let holders = shared.len() as u64;
+            self.journal_lapsed(key);
+            self.lapsed_ended(key, holders);
+        }
+        key.put(Hold::new(owner, token, 1, now), Some(end));
+    }
+
+    /// Before a new shared hold of `permits` with `limit`: a key whose every lease lapsed starts
+    /// afresh (one removal, whatever its old limit); a semaphore whose lapsed leases still take
+    /// the room drops the first of them until the new one fits (so that replicas, which count
+    /// every holder they were sent, find room too, and a semaphore's holders, lapsed or not,
+    /// never hold more than its limit).
+    fn make_room<K: Key>(&mut self, key: &mut K, limit: u32, permits: u32, now: i64) {
         let Some(shared) = key.shared() else {
             return;
         };
         if shared.live(now) == 0 {
             let holders = shared.len() as u64;
+            self.journal_lapsed(key);
             key.remove();
             self.lapsed_ended(key, holders);
             return;
@@ -691,17 +1051,76 @@ impl<T: Handles> Engine<T> {
         }
         let first_lapsed_in_the_way = |key: &K| {
             key.shared()
-                .filter(|s| s.len() >= limit as usize)
+                .filter(|s| s.permits_total() + u64::from(permits) > u64::from(limit))
                 .and_then(|s| s.first_lease_end())
                 .filter(|(end, _)| *end < now)
                 .map(|(_, owner)| owner.to_vec())
         };
         let mut ended = 0;
         while let Some(owner) = first_lapsed_in_the_way(key) {
+            self.journal_one_lapsed(key, &owner);
             key.end_lapsed(&owner);
             ended += 1;
         }
         self.lapsed_ended(key, ended);
+    }
+
+    /// The caller's own shared lease lapsed: it is removed now, in its command, so that the
+    /// caller who learns its hold is gone (a nil from `LOCK.RENEW` or `LOCK.RELEASE`) finds why
+    /// in `LOCK.HISTORY` at once.
+    fn end_own_lapsed<K: Key>(&mut self, key: &mut K, owner: &[u8], now: i64) {
+        let lapsed = key
+            .shared()
+            .and_then(|s| s.get(owner))
+            .is_some_and(|h| !h.alive_at(now));
+        if !lapsed {
+            return;
+        }
+        self.journal_one_lapsed(key, owner);
+        key.end_lapsed(owner);
+        if key.lock().is_some() {
+            self.lapsed_ended(key, 1);
+        } else {
+            self.stats.expired += 1;
+        }
+    }
+
+    /// The journal learns of the lapsed leases of a shared key about to be replaced whole (as
+    /// many as it and the hold distribution can use).
+    fn journal_lapsed<K: Key>(&mut self, key: &K) {
+        if !self.watch.wants(Reason::Expired) {
+            return;
+        }
+        let Some(shared) = key.shared() else {
+            return;
+        };
+        let waiters = self.waiters.queued(key.id());
+        for (owner, holder) in shared.sample(self.watch.bulk()) {
+            let at = At {
+                key: key.id(),
+                now: holder.lease_end,
+                waiters,
+            };
+            self.watch
+                .lost(at, &ended_holder(owner, holder), Reason::Expired, "");
+        }
+    }
+
+    /// The journal learns of one lapsed lease about to be removed.
+    fn journal_one_lapsed<K: Key>(&mut self, key: &K, owner: &[u8]) {
+        if !self.watch.wants(Reason::Expired) {
+            return;
+        }
+        let Some(holder) = key.shared().and_then(|s| s.get(owner)) else {
+            return;
+        };
+        let at = At {
+            key: key.id(),
+            now: holder.lease_end,
+            waiters: self.waiters.queued(key.id()),
+        };
+        self.watch
+            .lost(at, &ended_holder(owner, holder), Reason::Expired, "");
     }
 
     /// `holds` lapsed leases were ended by the engine: counted, and signalled while the key
@@ -751,7 +1170,19 @@ impl<T: Handles> Engine<T> {
     /// everyone behind it. Returns whether anyone was granted.
     fn grant_pass<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, id: &KeyId) -> bool {
         let mut granted = false;
+        let mut grants = 0;
+        // No new hold in the restart grace; its end serves every queue.
+        let in_grace = self.grace.left_ms(host.now_us()).is_some();
         loop {
+            if in_grace {
+                break;
+            }
+            if grants >= GRANT_BATCH {
+                // A long batch of readers goes on in the next turn, in queue order: no other
+                // request passes them meanwhile (they are queued), and no turn grows with it.
+                self.schedule.push(host, Job::Serve(id.clone()));
+                break;
+            }
             let now = host.now_ms();
             let next = match self.waiters.head(id) {
                 None => break,
@@ -785,6 +1216,9 @@ impl<T: Handles> Engine<T> {
                 Ok(token) => {
                     self.stats.granted += 1;
                     self.work += 1;
+                    grants += 1;
+                    let waited = host.now_us().saturating_sub(waiter.since_us);
+                    self.watch.waited(id.as_ref(), waited, true);
                     let new = next == Next::Grant;
                     self.waiters
                         .answered(waiter.client, token, id, &waiter.owner, new);
@@ -884,16 +1318,14 @@ impl<T: Handles> Engine<T> {
     }
 
     /// Takes a waiting client out of its queue (the caller unblocks it); the head leaving may let
-    /// those behind it in. False if it was not waiting.
-    fn leave_queue<H: Host<T>>(&mut self, host: &mut H, client: T::Client) -> bool {
-        let Some((key, was_head, removed)) = self.waiters.leave(client) else {
-            return false;
-        };
+    /// those behind it in. Returns its key and when it queued; none if it was not waiting.
+    fn leave_queue<H: Host<T>>(&mut self, host: &mut H, client: T::Client) -> Option<(KeyId, u64)> {
+        let (key, was_head, removed) = self.waiters.leave(client)?;
         self.stop_timers(host, removed.waiter.timeout, removed.deadline);
         if was_head && self.waiters.queued(key.as_ref()) > 0 {
-            self.schedule.push(host, Job::Serve(key));
+            self.schedule.push(host, Job::Serve(key.clone()));
         }
-        true
+        Some((key, removed.waiter.since_us))
     }
 
     /// A wait's timer fired: the waiter leaves with nil, unless it was served first.
@@ -901,10 +1333,14 @@ impl<T: Handles> Engine<T> {
         if self
             .waiters
             .waiting(client)
-            .is_some_and(|(_, waiting)| waiting == waiter)
-            && self.leave_queue(host, client)
+            .is_none_or(|(_, waiting)| waiting != waiter)
         {
+            return;
+        }
+        if let Some((key, since_us)) = self.leave_queue(host, client) {
             self.stats.wait_timeouts += 1;
+            let waited = host.now_us().saturating_sub(since_us);
+            self.watch.waited(key.as_ref(), waited, false);
             host.unblock(client, Outcome::TimedOut);
         }
     }
@@ -975,7 +1411,14 @@ impl<T: Handles> Engine<T> {
         if !held {
             return;
         }
-        end_hold(&mut key, &owner);
+        if let Some(hold) = end_hold(&mut key, &owner) {
+            let at = At {
+                key: id.as_ref(),
+                now: host.now_ms(),
+                waiters: self.waiters.queued(id.as_ref()),
+            };
+            self.watch.lost(at, &hold, Reason::Revoked, "");
+        }
         key.notify(Event::Released);
         self.stats.released += 1;
         self.grant_pass(host, &mut key, &id);
@@ -1003,6 +1446,7 @@ impl<T: Handles> Engine<T> {
             let Some(owner) = first_lapsed(&key) else {
                 break;
             };
+            self.journal_one_lapsed(&key, &owner);
             key.end_lapsed(&owner);
             ended += 1;
         }
@@ -1088,18 +1532,39 @@ fn refresh<K: Key>(key: &mut K, owner: &[u8], count: Option<u32>, lease_end: i64
     }
 }
 
-/// Ends `owner`'s hold (the whole lock if exclusive); returns its token.
-fn end_hold<K: Key>(key: &mut K, owner: &[u8]) -> Option<u64> {
-    let token = match key.lock()? {
+/// Ends `owner`'s hold (the whole lock if exclusive); returns what it was.
+fn end_hold<K: Key>(key: &mut K, owner: &[u8]) -> Option<EndedHold> {
+    let ended = match key.lock()? {
         LockRef::Exclusive(hold) => {
-            let token = hold.token();
+            let ended = ended_hold(hold);
             key.remove();
-            return Some(token);
+            return Some(ended);
         }
-        LockRef::Shared(shared) => shared.get(owner)?.token,
+        LockRef::Shared(shared) => {
+            let h = shared.get(owner)?;
+            ended_holder(owner, h)
+        }
     };
     key.remove_holder(owner);
-    Some(token)
+    Some(ended)
+}
+
+/// An exclusive hold, as the journal describes it.
+fn ended_hold(hold: &Hold) -> EndedHold {
+    EndedHold {
+        owner: hold.owner().into(),
+        token: hold.token(),
+        granted_at: hold.granted_at(),
+    }
+}
+
+/// A shared holder, as the journal describes it.
+fn ended_holder(owner: &[u8], holder: Holder) -> EndedHold {
+    EndedHold {
+        owner: owner.into(),
+        token: holder.token,
+        granted_at: holder.granted_at,
+    }
 }
 
 /// When a hold of the key next ends: the lock's expiry, or a shared key's next live lease end

@@ -126,7 +126,7 @@ fn reentrancy_limit_is_an_error_that_changes_nothing() {
     // Raise the count to the limit through the replication effect.
     let t = sim.lock(K).expect("held").1;
     sim.take_effects();
-    let hold = super::Hold::new(b"a", t, MAX_COUNT);
+    let hold = super::Hold::new(b"a", t, MAX_COUNT, 0);
     let mut key = sim_key(&mut sim);
     sim.engine
         .apply(&mut sim.host, &mut key, hold, Some(START + 1000));
@@ -504,6 +504,7 @@ fn info_reports_the_hold_its_ttl_and_its_waiters() {
             waiters: 1,
             mode: super::Mode::Exclusive,
             holders: 1,
+            permits_free: 0,
         })
     );
 }
@@ -712,4 +713,68 @@ fn a_hold_is_revoked_only_once_every_answer_carrying_it_is_lost() {
         [c3]
     );
     assert_eq!(sim.lock(K).map(|l| l.0), Some(b"next".to_vec()));
+}
+
+#[test]
+fn the_restart_grace_grants_no_new_hold_then_serves_the_queues_in_order() {
+    let mut sim = Sim::new(START);
+    sim.start_grace(5_000);
+    let grace = |ms| Reply::Error(Refusal::Grace(ms).into());
+    assert_eq!(sim.acquire(K, b"a", 1000), grace(5_000));
+    assert_eq!(sim.reenter(K, b"a", 1000), grace(5_000));
+    assert_eq!(
+        sim.acquire(K, b"a", 5_001),
+        Reply::Error(Refusal::TtlAboveGrace.into()),
+        "no hold may outlive a grace"
+    );
+    let (reply, w1) = sim.wait(K, b"w1", 1000, 0);
+    assert_eq!(reply, Reply::Blocked, "a wait queues");
+    let (_, w2) = sim.wait(K, b"w2", 1000, 0);
+    let (_, w3) = sim.wait(b"other", b"w3", 1000, 0);
+    sim.advance(4_999);
+    assert!(sim.deliver().is_empty(), "nothing before the grace ends");
+    assert_eq!(sim.acquire(b"free", b"x", 1000), grace(1));
+    sim.advance(2);
+    let mut answered: Vec<_> = sim.deliver().into_iter().map(|(c, _)| c).collect();
+    answered.sort_unstable();
+    assert_eq!(answered, [w1, w3], "each key's head, at the grace's end");
+    sim.release(K, b"w1");
+    assert_eq!(
+        sim.deliver()
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect::<Vec<_>>(),
+        [w2]
+    );
+    assert!(matches!(
+        sim.acquire(b"free", b"x", 1000),
+        Reply::Integer(_)
+    ));
+    assert_eq!(sim.host_timers(), 0, "nobody waits: no timer left");
+}
+
+#[test]
+fn holds_the_server_has_work_through_the_grace() {
+    let mut sim = Sim::new(START);
+    let t = token(sim.acquire(K, b"a", 1000));
+    let (_, w) = sim.wait(K, b"w", 1000, 0);
+    sim.start_grace(3_000);
+    assert_eq!(
+        sim.acquire(K, b"a", 1000),
+        Reply::Integer(t),
+        "an idempotent re-acquire"
+    );
+    assert_eq!(sim.reenter(K, b"a", 1000), Reply::Integer(2), "a re-entry");
+    assert_eq!(sim.renew(K, b"a", 2000), Reply::Integer(t));
+    assert_eq!(sim.release(K, b"a"), Reply::Integer(1));
+    assert_eq!(sim.release(K, b"a"), Reply::Integer(0), "a release");
+    assert!(sim.deliver().is_empty(), "no hand-off in the grace");
+    sim.advance(3_001);
+    assert_eq!(
+        sim.deliver()
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect::<Vec<_>>(),
+        [w]
+    );
 }

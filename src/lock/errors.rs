@@ -14,10 +14,22 @@ pub const READONLY: &str = "READONLY You can't write against a read only replica
 /// A waiter's user lost the right to run `LOCK.WAIT` on its key while it waited.
 pub const NOPERM: &str =
     "NOPERM No permissions any more to run the 'lock.wait' command or to access its key";
-/// An owner that holds a key asks for it in the other mode (no upgrade or downgrade).
-pub const OTHER_MODE: &str = "ERR lock is held in another mode";
+/// An owner that holds a key asks for it in the other mode (no upgrade; a downgrade is its own
+/// command).
+pub const OTHER_MODE: &str =
+    "ERR lock is held in another mode (to go from exclusive to shared, use LOCK.DOWNGRADE)";
+/// An owner that holds a semaphore asks for it with other permits.
+pub const OTHER_PERMITS: &str = "ERR lock is held with other permits";
 /// A new holder's owner does not fit beside the key's others (owners take 4 GiB in all).
 pub const TOO_MANY_HOLDERS: &str = "ERR lock has too many holders";
+
+/// A ttl longer than the restart grace, while one is configured.
+pub const TTL_ABOVE_GRACE: &str = "ERR ttl_ms exceeds relock.restart-grace-ms";
+
+/// A request for a new hold during the restart grace (`ms` left).
+pub fn grace(ms: u64) -> String {
+    format!("TRYAGAIN relock restart grace, {ms} ms left")
+}
 
 /// A shared request whose limit is not the key's (`limit`).
 pub fn other_limit(limit: u32) -> String {
@@ -34,10 +46,16 @@ pub enum Refusal {
     OtherMode,
     /// A shared request whose limit is not the key's (this one).
     OtherLimit(u32),
+    /// The owner holds the semaphore with other permits.
+    OtherPermits,
     /// Every token has been issued.
     NoTokens,
     /// The key's holders take all the room a key has.
     TooManyHolders,
+    /// The restart grace is under way: no new hold for this many more ms.
+    Grace(u64),
+    /// A ttl longer than the configured restart grace.
+    TtlAboveGrace,
 }
 
 impl Refusal {
@@ -47,8 +65,11 @@ impl Refusal {
             Refusal::ReentrancyLimit => Cow::Borrowed(REENTRANCY_LIMIT),
             Refusal::OtherMode => Cow::Borrowed(OTHER_MODE),
             Refusal::OtherLimit(limit) => Cow::Owned(other_limit(limit)),
+            Refusal::OtherPermits => Cow::Borrowed(OTHER_PERMITS),
             Refusal::NoTokens => Cow::Borrowed(NO_TOKENS),
             Refusal::TooManyHolders => Cow::Borrowed(TOO_MANY_HOLDERS),
+            Refusal::Grace(ms) => Cow::Owned(grace(ms)),
+            Refusal::TtlAboveGrace => Cow::Borrowed(TTL_ABOVE_GRACE),
         }
     }
 }

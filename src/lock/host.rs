@@ -43,6 +43,8 @@ pub enum Event {
     Granted,
     /// `LOCK.FORCERELEASE` ended a hold.
     ForceReleased,
+    /// `LOCK.DOWNGRADE` made the exclusive hold a shared one.
+    Downgraded,
 }
 
 /// What a blocked client is finally answered.
@@ -150,6 +152,15 @@ pub trait Key {
     fn notify(&mut self, event: Event);
 }
 
+/// A client the host blocked for a `LOCK.WAIT`.
+pub struct Blocked<T: Handles> {
+    pub client: T::Client,
+    /// Who asked, for a permission re-check at hand-off.
+    pub caller: Option<T::Caller>,
+    /// Its connection's id, as `CLIENT LIST` shows it.
+    pub id: u64,
+}
+
 /// The kinds of handle a host hands out and takes back, which the engine keeps: `Client` names
 /// a blocked client, `Timer` a timer the host armed, `Caller` who ran a `LOCK.WAIT` (for a
 /// permission re-check at hand-off).
@@ -177,10 +188,15 @@ pub trait Host<T: Handles> {
     fn start_timer(&mut self, delay_ms: i64, number: u64) -> T::Timer;
     /// Stops a timer; false if it already fired or was stopped.
     fn stop_timer(&mut self, timer: T::Timer) -> bool;
+    /// A monotonic clock in µs (waits are measured with it).
+    fn now_us(&self) -> u64;
     /// Blocks the client running the current command (a `LOCK.WAIT` that must queue) and says
-    /// who it is and who asked; `None` when it may not block (MULTI, a script, the master's
-    /// stream, the AOF), or no command is running.
-    fn block(&mut self) -> Option<(T::Client, Option<T::Caller>)>;
+    /// who it is; `None` when it may not block (MULTI, a script, the master's stream, the AOF),
+    /// or no command is running.
+    fn block(&mut self) -> Option<Blocked<T>>;
+    /// The client running the current command, as `CLIENT LIST` shows it (empty if none): who
+    /// ended a hold, for the journal.
+    fn caller_info(&mut self) -> String;
     /// Answers a blocked client `outcome`. Called exactly once per blocked client.
     fn unblock(&mut self, client: T::Client, outcome: Outcome);
     /// Whether `caller` may still run the `LOCK.WAIT` it queued (ACL rules may have changed).

@@ -12,7 +12,7 @@ use std::rc::Rc;
 
 use super::effect::Effect;
 use super::engine::{Engine, Reply, Request, Wait};
-use super::host::{Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
+use super::host::{Blocked, Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
 use super::packed::{Hold, LockRef, LockValue};
 use super::shared::{Holder, Mode, Shared};
 
@@ -97,6 +97,7 @@ impl MemKey {
                 token: hold.token(),
                 count: hold.count(),
                 expires_at: self.expires_at,
+                granted_at: hold.granted_at(),
             }
             .words(&self.name),
             _ => Effect::Delete.words(&self.name),
@@ -257,6 +258,8 @@ pub struct MemHost {
     /// The client the running command may block as (its caller has its number too); `None`
     /// when no command runs or it may not block.
     blockable: Option<u64>,
+    /// What [`Host::caller_info`] answers.
+    pub caller_info: String,
 }
 
 impl Handles for MemHost {
@@ -299,8 +302,23 @@ impl Host<MemHost> for MemHost {
         }
     }
 
-    fn block(&mut self) -> Option<(u64, Option<u64>)> {
-        self.blockable.take().map(|client| (client, Some(client)))
+    fn now_us(&self) -> u64 {
+        // The simulated clock is the only clock: waits are measured in its ms.
+        u64::try_from(self.now_ms())
+            .unwrap_or(0)
+            .saturating_mul(1000)
+    }
+
+    fn block(&mut self) -> Option<Blocked<MemHost>> {
+        self.blockable.take().map(|client| Blocked {
+            client,
+            caller: Some(client),
+            id: client,
+        })
+    }
+
+    fn caller_info(&mut self) -> String {
+        self.caller_info.clone()
     }
 
     fn unblock(&mut self, client: u64, outcome: Outcome) {
@@ -435,6 +453,36 @@ impl Sim {
         reply
     }
 
+    /// Runs a command on several keys, as [`Sim::command`] does on one.
+    fn command_on_keys(
+        &mut self,
+        names: &[&[u8]],
+        run: impl FnOnce(&mut Engine<MemHost>, &mut MemHost, &mut [MemKey]) -> Reply,
+    ) -> Reply {
+        let mut keys = Vec::with_capacity(names.len());
+        for name in names {
+            let opened = self.host.open_key(KeyRef { db: DB, name });
+            self.report_changes();
+            match opened {
+                Ok(key) => keys.push(key),
+                Err(_) => return Reply::Error(super::errors::LockError::WrongType),
+            }
+        }
+        let reply = run(&mut self.engine, &mut self.host, &mut keys);
+        self.report_changes();
+        reply
+    }
+
+    /// `LOCK.MACQUIRE numkeys key... owner ttl`.
+    pub fn macquire(&mut self, keys: &[&[u8]], owner: &[u8], ttl: u64) -> Reply {
+        self.command_on_keys(keys, |e, h, k| e.macquire(h, k, owner, ttl))
+    }
+
+    /// `LOCK.MRELEASE numkeys key... owner`.
+    pub fn mrelease(&mut self, keys: &[&[u8]], owner: &[u8]) -> Reply {
+        self.command_on_keys(keys, |e, h, k| e.mrelease(h, k, owner))
+    }
+
     /// `LOCK.ACQUIRE key owner ttl`.
     pub fn acquire(&mut self, key: &[u8], owner: &[u8], ttl: u64) -> Reply {
         self.acquire_as(key, owner, ttl, Mode::Exclusive)
@@ -463,6 +511,17 @@ impl Sim {
     /// `LOCK.RENEW key owner ttl`.
     pub fn renew(&mut self, key: &[u8], owner: &[u8], ttl: u64) -> Reply {
         self.command(key, |e, h, k| e.renew(h, k, owner, ttl))
+    }
+
+    /// `relock.restart-grace-ms` is `ms` and the server starts now.
+    pub fn start_grace(&mut self, ms: u64) {
+        self.engine.configure_grace(ms);
+        self.engine.start_grace(&mut self.host);
+    }
+
+    /// `LOCK.DOWNGRADE key owner`.
+    pub fn downgrade(&mut self, key: &[u8], owner: &[u8]) -> Reply {
+        self.command(key, |e, h, k| e.downgrade(h, k, owner))
     }
 
     /// `LOCK.FORCERELEASE key`.

@@ -11,7 +11,11 @@
 //! - [`packed`]: the packed layout of a [`Hold`] (the engine's only `unsafe`).
 //! - [`shared`]: the holders of a shared key, with O(log H) lease and order queries.
 //! - [`queue`]: the FIFO queue of waiters, with O(1) hand-off and cheap departures.
+//! - [`journal`]: the journal of holds that ended other than by their owner (`LOCK.LOG`).
+//! - [`contention`]: wait and hold distributions, and the hottest keys (`LOCK.STATS`).
+//! - [`watch`]: the journal and the statistics together, as the engine tells them what happened.
 //! - [`tokens`]: fencing tokens, strictly increasing and floored by the wall clock.
+//! - [`grace`]: the restart grace (`relock.restart-grace-ms`): no new hold until it ends.
 //! - [`args`]: parsing and bounds of command arguments.
 //! - [`memory`]: an in-memory host, on which the unit, model and fuzz tests run the engine.
 //!
@@ -19,11 +23,14 @@
 //! the engine and turns its replies into Redis replies.
 
 pub mod args;
+pub mod contention;
 pub mod decide;
 pub mod effect;
 pub mod engine;
 pub mod errors;
+pub mod grace;
 pub mod host;
+pub mod journal;
 #[cfg(any(test, feature = "sim"))]
 pub mod memory;
 pub mod packed;
@@ -33,6 +40,7 @@ pub mod shared;
 pub mod stats;
 pub mod tokens;
 pub mod waiters;
+pub mod watch;
 
 #[cfg(test)]
 mod engine_tests;
@@ -44,12 +52,15 @@ mod parts_tests;
 mod shared_tests;
 
 pub use args::ArgError;
+pub use contention::{HotKey, KeyStats};
 pub use effect::{Effect, Word};
-pub use engine::{Engine, HolderInfo, Info, Reply, Request, Wait};
+pub use engine::{Engine, HolderInfo, Info, Reply, Request, Wait, WaiterInfo};
 pub use errors::{LockError, Refusal};
-pub use host::{Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
+pub use host::{Blocked, Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
+pub use journal::{Entry, Reason, Reasons};
 pub use packed::{Hold, LockMut, LockRef, LockValue, MAX_COUNT};
 pub use queue::Queue;
 pub use shared::{Holder, Mode, Shared, MAX_LIMIT};
 pub use stats::Stats;
 pub use tokens::{Clock, SystemClock, Tokens, MAX_TOKEN};
+pub use watch::{EndedHold, Watch};

@@ -18,14 +18,14 @@ enum Op {
         key: u8,
         owner: u8,
         ttl: u64,
-        /// 0: exclusive, 1: shared without a limit, 2: shared with limit 2.
+        /// See [`mode_of`].
         mode: u8,
     },
     Reenter {
         key: u8,
         owner: u8,
         ttl: u64,
-        /// 0: exclusive, 1: shared without a limit, 2: shared with limit 2.
+        /// See [`mode_of`].
         mode: u8,
     },
     Release {
@@ -51,7 +51,7 @@ enum Op {
         key: u8,
         owner: u8,
         ttl: u64,
-        /// 0: exclusive, 1: shared without a limit, 2: shared with limit 2.
+        /// See [`mode_of`].
         mode: u8,
     },
     /// The `nth` queued waiter (over all keys, in id order) times out or disconnects.
@@ -62,6 +62,22 @@ enum Op {
     /// waiters are woken only by the deferred `Serve`.
     Delete {
         key: u8,
+    },
+    /// `LOCK.DOWNGRADE`.
+    Downgrade {
+        key: u8,
+        owner: u8,
+    },
+    /// `LOCK.MACQUIRE 2 a b owner ttl` (two different keys).
+    MAcquire {
+        keys: (u8, u8),
+        owner: u8,
+        ttl: u64,
+    },
+    /// `LOCK.MRELEASE 2 a b owner`.
+    MRelease {
+        keys: (u8, u8),
+        owner: u8,
     },
     /// The deferred wake-ups run (what is due after the current command).
     Serve,
@@ -79,17 +95,27 @@ enum Out {
     Nil,
     Limit,
     Queued(u64),
+    /// `LOCK.MACQUIRE`'s holds, in argument order.
+    Group(Vec<HoldName>),
     /// An error that changes nothing (another mode, another limit).
     Error(String),
 }
 
+/// 0: exclusive; 1: shared without a limit; 2, 3, 4: a semaphore of 3 permits, asked for 1, 2
+/// or 3 of them.
 fn mode_of(mode: u8) -> Mode {
     match mode {
         0 => Mode::Exclusive,
-        1 => Mode::Shared { limit: 0 },
-        _ => Mode::Shared { limit: 2 },
+        1 => Mode::shared(0),
+        n => Mode::Shared {
+            limit: 3,
+            permits: u32::from(n.min(4) - 1),
+        },
     }
 }
+
+/// The kinds of mode [`mode_of`] knows.
+const MODES: u8 = 5;
 
 /// A hold, named by its key and the how-manieth hold of that key it is. Tokens are compared
 /// through these names: when locks on two keys are handed off in the same step, which of them
@@ -115,7 +141,8 @@ struct Machine {
     /// Blocked client -> (waiter number, key).
     waiting: BTreeMap<Client, (u64, u8)>,
     next_waiter: u64,
-    names: HashMap<u64, HoldName>,
+    /// Holds by (key, token): a group's holds share one token.
+    names: HashMap<(u8, u64), HoldName>,
     holds_per_key: HashMap<u8, u32>,
     grants: Vec<Grant>,
     /// Every token issued, in order.
@@ -139,13 +166,13 @@ impl Machine {
 
     /// The name of the hold with `token` at `key`, naming it if it is new.
     fn name(&mut self, key: u8, token: u64) -> HoldName {
-        if let Some(name) = self.names.get(&token) {
+        if let Some(name) = self.names.get(&(key, token)) {
             return *name;
         }
         let n = self.holds_per_key.entry(key).or_default();
         *n += 1;
         let name = (key, *n);
-        self.names.insert(token, name);
+        self.names.insert((key, token), name);
         self.issued.push(token);
         name
     }
@@ -203,9 +230,51 @@ impl Machine {
                 Some(self.release_and_hang_up(key, owner, nth))
             }
             Op::Force { key } => Some(count_reply(self.sim.force_release(&key_bytes(key)))),
+            Op::Downgrade { key, owner } => {
+                let reply = self.sim.downgrade(&key_bytes(key), &owner_bytes(owner));
+                Some(self.token_reply(key, reply))
+            }
+            Op::MAcquire { keys, owner, ttl } => Some(self.macquire(keys, owner, ttl)),
+            Op::MRelease {
+                keys: (a, b),
+                owner,
+            } => {
+                let (a, b) = (key_bytes(a), key_bytes(b));
+                Some(count_reply(
+                    self.sim.mrelease(&[&a, &b], &owner_bytes(owner)),
+                ))
+            }
         };
         self.deliver();
         out
+    }
+
+    /// `LOCK.MACQUIRE`: the new holds of a grant share one token, above every earlier one.
+    fn macquire(&mut self, (a, b): (u8, u8), owner: u8, ttl: u64) -> Out {
+        let (ka, kb) = (key_bytes(a), key_bytes(b));
+        match self.sim.macquire(&[&ka, &kb], &owner_bytes(owner), ttl) {
+            Reply::Tokens(tokens) => {
+                let fresh: Vec<u64> = [a, b]
+                    .iter()
+                    .zip(&tokens)
+                    .filter(|(key, token)| !self.names.contains_key(&(**key, **token)))
+                    .map(|(_, token)| *token)
+                    .collect();
+                assert!(
+                    fresh.windows(2).all(|w| w[0] == w[1]),
+                    "one token per group grant: {tokens:?}"
+                );
+                let before = self.issued.iter().copied().max().unwrap_or(0);
+                assert!(fresh.iter().all(|t| *t > before), "a group's token is new");
+                let names = [a, b]
+                    .iter()
+                    .zip(tokens)
+                    .map(|(key, token)| self.name(*key, token))
+                    .collect();
+                Out::Group(names)
+            }
+            other => count_reply(other),
+        }
     }
 
     /// The answers of this step reach their clients.
@@ -310,6 +379,8 @@ struct RefHold {
     name: HoldName,
     /// The last millisecond the hold is alive (it has expired once the clock is past it).
     expires: u64,
+    /// The semaphore's permits it holds (1 otherwise).
+    permits: u32,
 }
 
 #[derive(Default)]
@@ -335,30 +406,46 @@ impl RefKey {
             return Some(self.limit);
         }
         self.queue.iter().find_map(|(_, _, _, m)| match m {
-            Mode::Shared { limit } => Some(*limit),
+            Mode::Shared { limit, .. } => Some(*limit),
             Mode::Exclusive => None,
         })
     }
 
-    /// Whether a request in `mode` would be granted now if nobody waited.
+    /// Whether a request in `mode` would be granted now if nobody waited: the permits of the
+    /// holds sum to at most the limit.
     fn room(&self, mode: Mode) -> bool {
         match mode {
             Mode::Exclusive => self.holders.is_empty(),
-            Mode::Shared { limit } => {
+            Mode::Shared { limit, permits } => {
+                let used: u32 = self.holders.iter().map(|h| h.permits).sum();
                 self.holders.is_empty()
                     || (self.shared
                         && self.limit == limit
-                        && (limit == 0 || self.holders.len() < limit as usize))
+                        && (limit == 0 || used + permits <= limit))
             }
+        }
+    }
+
+    /// Whether `owner` holds the key with other permits than `mode` asks for.
+    fn other_permits(&self, owner: u8, mode: Mode) -> bool {
+        match mode {
+            Mode::Shared { permits, .. } => self
+                .holders
+                .iter()
+                .any(|h| h.owner == owner && self.shared && h.permits != permits),
+            Mode::Exclusive => false,
         }
     }
 }
 
-const OTHER_MODE: &str = "ERR lock is held in another mode";
+const OTHER_MODE: &str =
+    "ERR lock is held in another mode (to go from exclusive to shared, use LOCK.DOWNGRADE)";
 
 fn other_limit(limit: u32) -> String {
     format!("ERR lock has another limit ({limit})")
 }
+
+const OTHER_PERMITS: &str = "ERR lock is held with other permits";
 
 struct Reference {
     now: u64,
@@ -439,7 +526,7 @@ impl Reference {
         if entry.holders.is_empty() {
             entry.shared = mode != Mode::Exclusive;
             entry.limit = match mode {
-                Mode::Shared { limit } => limit,
+                Mode::Shared { limit, .. } => limit,
                 Mode::Exclusive => 1,
             };
         }
@@ -448,6 +535,10 @@ impl Reference {
             count: 1,
             name,
             expires: now + ttl,
+            permits: match mode {
+                Mode::Shared { permits, .. } => permits,
+                Mode::Exclusive => 1,
+            },
         });
         name
     }
@@ -489,13 +580,17 @@ impl Reference {
                 entry.queue.pop_front();
                 continue;
             }
-            if let (Mode::Shared { limit }, true) =
+            if let (Mode::Shared { limit, .. }, true) =
                 (mode, entry.shared && !entry.holders.is_empty())
             {
                 if entry.limit != limit {
                     entry.queue.pop_front();
                     continue;
                 }
+            }
+            if entry.other_permits(owner, mode) {
+                entry.queue.pop_front();
+                continue;
             }
             let name = if holds_it {
                 let h = entry.held_by(owner).expect("held");
@@ -531,10 +626,13 @@ impl Reference {
         if holds_it && entry.shared != (mode != Mode::Exclusive) {
             return Some(Out::Error(OTHER_MODE.into()));
         }
-        if let Mode::Shared { limit } = mode {
+        if let Mode::Shared { limit, .. } = mode {
             if let Some(l) = entry.limit().filter(|l| *l != limit) {
                 return Some(Out::Error(other_limit(l)));
             }
+        }
+        if entry.other_permits(owner, mode) {
+            return Some(Out::Error(OTHER_PERMITS.into()));
         }
         None
     }
@@ -601,7 +699,78 @@ impl Reference {
             Op::Release { key, owner } => self.release(key, owner),
             Op::Renew { key, owner, ttl } => self.renew(key, owner, ttl, now),
             Op::Force { key } => self.force(key),
+            Op::Downgrade { key, owner } => self.downgrade(key, owner),
+            Op::MAcquire { keys, owner, ttl } => self.macquire(keys, owner, ttl),
+            Op::MRelease {
+                keys: (a, b),
+                owner,
+            } => {
+                let held = [a, b]
+                    .iter()
+                    .filter(|key| self.release(**key, owner) != Some(Out::Nil))
+                    .count();
+                Some(Out::Integer(held as u64))
+            }
         }
+    }
+
+    /// `LOCK.DOWNGRADE`: the exclusive hold becomes a shared one without limit, and the shared
+    /// heads are granted with it.
+    fn downgrade(&mut self, key: u8, owner: u8) -> Option<Out> {
+        self.settle_for_command(key);
+        let entry = self.keys.entry(key).or_default();
+        let (shared, limit) = (entry.shared, entry.limit);
+        let Some(h) = entry.held_by(owner) else {
+            return Some(Out::Nil);
+        };
+        let name = h.name;
+        if shared && limit != 0 {
+            return Some(Out::Error(other_limit(limit)));
+        }
+        self.confirm(name);
+        if !shared {
+            let entry = self.keys.entry(key).or_default();
+            entry.shared = true;
+            entry.limit = 0;
+            self.give_to_next(key);
+        }
+        Some(Out::Hold(name))
+    }
+
+    /// `LOCK.MACQUIRE` of two keys: exclusive holds on both or on neither.
+    fn macquire(&mut self, (a, b): (u8, u8), owner: u8, ttl: u64) -> Option<Out> {
+        let now = self.now;
+        let mut taken = false;
+        for key in [a, b] {
+            self.settle_for_command(key);
+            if let Some(error) = self.conflict(key, owner, Mode::Exclusive) {
+                return Some(error);
+            }
+            let entry = self.keys.entry(key).or_default();
+            let mine = entry.held_by(owner).is_some();
+            let free = entry.queue.is_empty() && entry.room(Mode::Exclusive);
+            if !mine && !free {
+                taken = true;
+            }
+        }
+        if taken {
+            return Some(Out::Nil);
+        }
+        let mut names = Vec::new();
+        for key in [a, b] {
+            let entry = self.keys.entry(key).or_default();
+            let name = match entry.held_by(owner) {
+                Some(h) => {
+                    h.expires = now + ttl;
+                    let name = h.name;
+                    self.confirm(name);
+                    name
+                }
+                None => self.new_hold(key, owner, ttl, Mode::Exclusive),
+            };
+            names.push(name);
+        }
+        Some(Out::Group(names))
     }
 
     /// Time passes: every key with waiters is served, then each lock with waiters passes on the
@@ -763,7 +932,7 @@ fn op(keys: u8, owners: u8, handoffs: u32) -> impl Strategy<Value = Op> {
     let owner = 0u8..owners;
     let ttl = 1u64..200;
     prop_oneof![
-        1 => (key.clone(), owner.clone(), ttl.clone(), 0u8..3).prop_map(|(key, owner, ttl, mode)| {
+        1 => (key.clone(), owner.clone(), ttl.clone(), 0u8..MODES).prop_map(|(key, owner, ttl, mode)| {
             Op::Acquire {
                 key,
                 owner,
@@ -771,7 +940,7 @@ fn op(keys: u8, owners: u8, handoffs: u32) -> impl Strategy<Value = Op> {
                 mode,
             }
         }),
-        1 => (key.clone(), owner.clone(), ttl.clone(), 0u8..3).prop_map(|(key, owner, ttl, mode)| {
+        1 => (key.clone(), owner.clone(), ttl.clone(), 0u8..MODES).prop_map(|(key, owner, ttl, mode)| {
             Op::Reenter {
                 key,
                 owner,
@@ -788,11 +957,18 @@ fn op(keys: u8, owners: u8, handoffs: u32) -> impl Strategy<Value = Op> {
             ttl
         }),
         1 => key.clone().prop_map(|key| Op::Force { key }),
-        handoffs => (key, owner, ttl, 0u8..3).prop_map(|(key, owner, ttl, mode)| Op::Wait {
+        handoffs => (key.clone(), owner.clone(), ttl.clone(), 0u8..MODES).prop_map(|(key, owner, ttl, mode)| Op::Wait {
             key,
             owner,
             ttl,
             mode
+        }),
+        1 => (key.clone(), owner.clone()).prop_map(|(key, owner)| Op::Downgrade { key, owner }),
+        1 => (key.clone(), 1..keys.max(2), owner.clone(), ttl).prop_map(move |(a, step, owner, ttl)| {
+            Op::MAcquire { keys: (a, (a + step) % keys.max(2)), owner, ttl }
+        }),
+        1 => (key, 1..keys.max(2), owner).prop_map(move |(a, step, owner)| {
+            Op::MRelease { keys: (a, (a + step) % keys.max(2)), owner }
         }),
         1 => (0usize..8).prop_map(|nth| Op::Leave { nth }),
         1 => (0u8..keys).prop_map(|key| Op::Delete { key }),
@@ -823,13 +999,30 @@ fn check(ops: &[Op]) -> Result<(), TestCaseError> {
             i,
             op
         );
+        // A semaphore's live holds never hold more permits than its limit.
+        let now = machine.sim.now();
+        for key in 0..3u8 {
+            if let Some((shared, _)) = machine.sim.shared(&key_bytes(key)) {
+                let limit = u64::from(shared.limit());
+                prop_assert!(
+                    limit == 0 || shared.live_permits(now) <= limit,
+                    "key {} holds {} permits of {} after step {} {:?}",
+                    key,
+                    shared.live_permits(now),
+                    limit,
+                    i,
+                    op
+                );
+            }
+        }
     }
 
     // Invariants of the lock itself.
-    // Every new hold's token is larger than every token before it.
+    // Every new hold's token is larger than every token before it (the holds of one group
+    // grant share one: checked where they are granted).
     let issued = &machine.issued;
     prop_assert!(
-        issued.windows(2).all(|w| w[0] < w[1]),
+        issued.windows(2).all(|w| w[0] <= w[1]),
         "tokens {:?}",
         issued
     );

@@ -18,13 +18,14 @@ use super::tokens::{MAX_TOKEN as TOKEN_MASK, TOKEN_BITS};
 /// The highest reentrancy count; one more `LOCK.REENTER` is refused.
 pub const MAX_COUNT: u32 = u32::MAX;
 
-/// Bytes of a hold beyond its owner: a header word (token and owner length) and the count.
-const FIXED_BYTES: usize = 12;
+/// Bytes of a hold beyond its owner: a header word (token and owner length), the count and the
+/// grant time.
+const FIXED_BYTES: usize = 20;
 
 /// A lock held by one owner: who, with which fencing token, how many times (reentrancy).
 ///
-/// One allocation, `[token | (owner_len - 1) << 53 : u64][count : u32][owner]`, so a lock
-/// with a 36-byte UUID owner costs 48 bytes of heap beyond Redis's own key overhead, and a
+/// One allocation, `[token | (owner_len - 1) << 53 : u64][count : u32][granted_at : i64][owner]`,
+/// so a lock with a 36-byte UUID owner costs 56 bytes of heap beyond Redis's own key overhead, and a
 /// pointer to it is thin (Redis stores one `void *` per value). Tokens are below 2^53 and
 /// owners 1 to 256 bytes long, which is what lets both share the header word.
 #[repr(transparent)]
@@ -34,8 +35,9 @@ pub struct Hold {
 }
 
 impl Hold {
-    /// A hold of `owner` (1 to 256 bytes) with `token` (below 2^53) and `count`.
-    pub fn new(owner: &[u8], token: u64, count: u32) -> Box<Hold> {
+    /// A hold of `owner` (1 to 256 bytes) with `token` (below 2^53) and `count`, granted at
+    /// `granted_at` (Unix ms; 0 if unknown).
+    pub fn new(owner: &[u8], token: u64, count: u32, granted_at: i64) -> Box<Hold> {
         debug_assert!((1..=256).contains(&owner.len()) && token <= TOKEN_MASK);
         // Callers validate owners (1 to 256 bytes); outside that, degrade instead of panicking,
         // since this runs inside Redis.
@@ -47,6 +49,7 @@ impl Hold {
         let mut bytes = Vec::with_capacity(FIXED_BYTES + owner.len());
         bytes.extend_from_slice(&header.to_le_bytes());
         bytes.extend_from_slice(&count.to_le_bytes());
+        bytes.extend_from_slice(&granted_at.to_le_bytes());
         bytes.extend_from_slice(owner);
         let raw = Box::into_raw(bytes.into_boxed_slice()) as *mut Hold;
         // SAFETY: Hold is a transparent wrapper around [u8].
@@ -76,6 +79,13 @@ impl Hold {
         u32::from_le_bytes(b)
     }
 
+    /// When the hold was granted (Unix ms), 0 if unknown (loaded from an older RDB encoding).
+    pub fn granted_at(&self) -> i64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.bytes[12..20]);
+        i64::from_le_bytes(b)
+    }
+
     /// Changes the reentrancy count (the caller keeps it >= 1).
     pub fn set_count(&mut self, count: u32) {
         self.bytes[8..12].copy_from_slice(&count.to_le_bytes());
@@ -96,7 +106,7 @@ impl Hold {
 
     /// An owned copy.
     pub fn to_boxed(&self) -> Box<Hold> {
-        Hold::new(self.owner(), self.token(), self.count())
+        Hold::new(self.owner(), self.token(), self.count(), self.granted_at())
     }
 
     /// Gives up ownership as a thin pointer (what Redis stores as a value).
@@ -248,28 +258,30 @@ mod tests {
 
     #[test]
     fn debug_shows_the_fields() {
-        let text = format!("{:?}", Hold::new(b"me", 42, 3));
+        let text = format!("{:?}", Hold::new(b"me", 42, 3, 0));
         assert_eq!(text, r#"Hold { owner: "me", token: 42, count: 3 }"#);
     }
 
     #[test]
     fn hold_round_trips_its_fields() {
         let owner = b"\x00binary\xffowner";
-        let mut hold = Hold::new(owner, MAX_TOKEN_FOR_TEST, 7);
+        let mut hold = Hold::new(owner, MAX_TOKEN_FOR_TEST, 7, 1_800_000_000_000);
         assert_eq!(hold.owner(), owner);
+        assert_eq!(hold.granted_at(), 1_800_000_000_000);
         assert_eq!(hold.token(), MAX_TOKEN_FOR_TEST);
         assert_eq!(hold.count(), 7);
         hold.set_count(MAX_COUNT);
         assert_eq!(hold.count(), MAX_COUNT);
         assert_eq!(hold.token(), MAX_TOKEN_FOR_TEST);
-        assert_eq!(hold.heap_size(), 12 + owner.len());
+        assert_eq!(hold.granted_at(), 1_800_000_000_000);
+        assert_eq!(hold.heap_size(), 20 + owner.len());
     }
 
     #[test]
     fn raw_round_trip_keeps_every_owner_length() {
         for len in [1usize, 36, 255, 256] {
             let owner = vec![0xabu8; len];
-            let raw = Hold::into_raw(Hold::new(&owner, MAX_TOKEN_FOR_TEST, 3));
+            let raw = Hold::into_raw(Hold::new(&owner, MAX_TOKEN_FOR_TEST, 3, 0));
             // SAFETY: `raw` was just made by `into_raw` and is not aliased.
             let borrowed = unsafe { Hold::borrow_raw(raw) };
             assert_eq!(
@@ -279,7 +291,7 @@ mod tests {
             borrowed.set_count(4);
             // SAFETY: given back once, and not used after.
             let back = unsafe { Hold::from_raw(raw) };
-            assert_eq!(*back, *Hold::new(&owner, MAX_TOKEN_FOR_TEST, 4));
+            assert_eq!(*back, *Hold::new(&owner, MAX_TOKEN_FOR_TEST, 4, 0));
         }
     }
 

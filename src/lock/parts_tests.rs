@@ -80,12 +80,37 @@ fn jobs_come_first_once_per_key_and_fire_at_once() {
         .collect();
     assert_eq!(
         jobs,
-        [Job::Serve(key("k")), Job::Prune(key("k")), Job::Revoke(7)]
+        [Job::Serve(key("k")), Job::Revoke(7), Job::Prune(key("k"))],
+        "hand-offs and revokes before housekeeping"
     );
     assert_eq!(host.next_timer_due(), Some(1000), "back to the timer");
     // Once run, a key's job can be queued again.
     s.push(&mut host, Job::Serve(key("k")));
     assert!(s.has_jobs());
+}
+
+#[test]
+fn housekeeping_waits_for_hand_offs_and_due_timers_and_is_queued_once() {
+    let mut host = MemHost::default();
+    let mut s: Schedule<MemHost> = Schedule::default();
+    for i in 0..1000 {
+        s.push(&mut host, Job::Leases(key(&format!("k{i}"))));
+        s.push(&mut host, Job::Leases(key(&format!("k{i}"))));
+    }
+    s.start(&mut host, 0, Due::Deadline(key("due")));
+    s.push(&mut host, Job::Serve(key("hot")));
+    let generation = host.fire_next_timer().unwrap();
+    assert!(s.fired(generation));
+    assert!(matches!(s.next(0), Some(Work::Job(Job::Serve(_)))));
+    assert!(matches!(s.next(0), Some(Work::Due(Due::Deadline(_)))));
+    let mut leases = 0;
+    while let Some(Work::Job(Job::Leases(_))) = s.next(0) {
+        leases += 1;
+    }
+    assert_eq!(leases, 1000, "one job per key");
+    s.rearm(&mut host);
+    assert!(!s.has_jobs());
+    assert_eq!(host.timers(), 0);
 }
 
 #[test]
@@ -167,7 +192,9 @@ fn waiter(client: u64, mode: Mode) -> Waiter<MemHost> {
         ttl_ms: 1000,
         caller: None,
         timeout: None,
-        since: 0,
+        since_us: 0,
+        connection: client,
+        times_out_at: None,
     }
 }
 
@@ -176,8 +203,8 @@ fn counts_stay_in_step_through_joins_pops_leaves_and_removals() {
     let mut w: Waiters<MemHost> = Waiters::default();
     let k = key("k");
     w.join(&k, waiter(1, Mode::Exclusive));
-    let shared = w.join(&k, waiter(2, Mode::Shared { limit: 3 }));
-    w.join(&k, waiter(3, Mode::Shared { limit: 3 }));
+    let shared = w.join(&k, waiter(2, Mode::shared(3)));
+    w.join(&k, waiter(3, Mode::shared(3)));
     w.join(&key("other"), waiter(4, Mode::Exclusive));
     w.check();
     assert_eq!(w.len(), 4);

@@ -11,7 +11,9 @@
 //! - the host timer is armed exactly when there is something to wait for (a timer or a job),
 //!   and fires no later than the earliest of them (a job: at once; a delay longer than
 //!   [`MAX_TIMER_MS`] is cut and the timer armed again when it fires early);
-//! - a key has at most one queued `Serve` and one queued `Prune` job at a time.
+//! - a job is queued at most once (a key has at most one `Serve`, `Prune` and `Leases` job);
+//! - hand-offs and revokes (`Serve`, `Revoke`) and due timers go before housekeeping
+//!   (`Leases`, `Prune`): no flood of TTL changes or lease ends delays a waiter.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
@@ -38,11 +40,13 @@ pub enum Due<C> {
     Deadline(KeyId),
     /// A wait ends, unless the waiter was served first.
     WaitEnds { client: C, waiter: WaiterId },
+    /// The restart grace ends: every queue is served.
+    GraceEnds,
 }
 
 /// Work for after the current command (Redis 7.0 forbids writes inside keyspace
 /// notifications, and a command's own work must not grow with what it set off).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Job {
     /// Look at a key with waiters and do what its state calls for.
     Serve(KeyId),
@@ -52,6 +56,13 @@ pub enum Job {
     Leases(KeyId),
     /// Remove the lapsed leases of a shared key, a slice at a time.
     Prune(KeyId),
+}
+
+impl Job {
+    /// Whether a waiter waits on it (a hand-off, a revoke), rather than housekeeping.
+    fn urgent(&self) -> bool {
+        matches!(self, Job::Serve(_) | Job::Revoke(_))
+    }
 }
 
 /// The next piece of work [`Schedule::next`] hands out.
@@ -74,12 +85,13 @@ pub struct Schedule<T: Handles> {
     timers: BTreeMap<(i64, TimerId), Due<T::Client>>,
     due_at: HashMap<TimerId, i64>,
     next_id: TimerId,
-    jobs: VecDeque<Job>,
+    /// Hand-offs and revokes, then housekeeping.
+    urgent: VecDeque<Job>,
+    background: VecDeque<Job>,
     /// Jobs put off because the server could not write; back in line at the next turn.
     deferred: VecDeque<Job>,
-    /// Keys with a `Serve` (resp. `Prune`) job queued or deferred.
-    serving: HashSet<KeyId>,
-    pruning: HashSet<KeyId>,
+    /// Every job queued or deferred.
+    queued: HashSet<Job>,
     host_timer: Option<HostTimer<T::Timer>>,
     generation: u64,
 }
@@ -90,10 +102,10 @@ impl<T: Handles> Default for Schedule<T> {
             timers: BTreeMap::new(),
             due_at: HashMap::new(),
             next_id: 0,
-            jobs: VecDeque::new(),
+            urgent: VecDeque::new(),
+            background: VecDeque::new(),
             deferred: VecDeque::new(),
-            serving: HashSet::new(),
-            pruning: HashSet::new(),
+            queued: HashSet::new(),
             host_timer: None,
             generation: 0,
         }
@@ -126,16 +138,15 @@ impl<T: Handles> Schedule<T> {
         self.due_at.get(&id).copied()
     }
 
-    /// Queues `job` to run after the current command (once per key for `Serve` and `Prune`).
+    /// Queues `job` to run after the current command, unless it is queued already.
     pub fn push<H: Host<T>>(&mut self, host: &mut H, job: Job) {
-        let fresh = match &job {
-            Job::Serve(key) => self.serving.insert(key.clone()),
-            Job::Prune(key) => self.pruning.insert(key.clone()),
-            Job::Revoke(_) | Job::Leases(_) => true,
-        };
-        // A job of the key already queued is armed for; one put off retries on its own.
-        if fresh {
-            self.jobs.push_back(job);
+        // A job queued already is armed for; one put off retries on its own.
+        if self.queued.insert(job.clone()) {
+            if job.urgent() {
+                self.urgent.push_back(job);
+            } else {
+                self.background.push_back(job);
+            }
             let now = host.now_ms();
             self.arm(host, now);
         }
@@ -144,16 +155,9 @@ impl<T: Handles> Schedule<T> {
     /// Puts off `job` (handed out by [`Schedule::next`]) until the next turn: the server cannot
     /// write now.
     pub fn defer(&mut self, job: Job) {
-        match &job {
-            Job::Serve(key) => {
-                self.serving.insert(key.clone());
-            }
-            Job::Prune(key) => {
-                self.pruning.insert(key.clone());
-            }
-            Job::Revoke(_) | Job::Leases(_) => {}
+        if self.queued.insert(job.clone()) {
+            self.deferred.push_back(job);
         }
-        self.deferred.push_back(job);
     }
 
     /// The host timer carrying `generation` fired; false if it is one the schedule gave up.
@@ -164,9 +168,13 @@ impl<T: Handles> Schedule<T> {
             .is_some_and(|t| t.generation == generation)
         {
             self.host_timer = None;
-            // Jobs put off in an earlier turn get their turn again.
+            // Jobs put off in an earlier turn get their turn again, first in their line.
             while let Some(job) = self.deferred.pop_back() {
-                self.jobs.push_front(job);
+                if job.urgent() {
+                    self.urgent.push_front(job);
+                } else {
+                    self.background.push_front(job);
+                }
             }
             true
         } else {
@@ -174,26 +182,22 @@ impl<T: Handles> Schedule<T> {
         }
     }
 
-    /// The next piece of work due at `now`: queued jobs first, then timers in time order.
+    /// The next piece of work due at `now`: hand-offs and revokes, then timers in time order,
+    /// then housekeeping.
     pub fn next(&mut self, now: i64) -> Option<Work<T::Client>> {
-        if let Some(job) = self.jobs.pop_front() {
-            match &job {
-                Job::Serve(key) => {
-                    self.serving.remove(key);
-                }
-                Job::Prune(key) => {
-                    self.pruning.remove(key);
-                }
-                Job::Revoke(_) | Job::Leases(_) => {}
-            }
+        if let Some(job) = self.urgent.pop_front() {
+            self.queued.remove(&job);
             return Some(Work::Job(job));
         }
-        let (&(at, id), _) = self.timers.first_key_value()?;
-        if at > now {
-            return None;
+        if let Some((&(at, id), _)) = self.timers.first_key_value() {
+            if at <= now {
+                self.due_at.remove(&id);
+                return self.timers.remove(&(at, id)).map(Work::Due);
+            }
         }
-        self.due_at.remove(&id);
-        self.timers.remove(&(at, id)).map(Work::Due)
+        let job = self.background.pop_front()?;
+        self.queued.remove(&job);
+        Some(Work::Job(job))
     }
 
     /// After a turn: arms the host timer for what is left (at once for queued jobs, after
@@ -201,7 +205,7 @@ impl<T: Handles> Schedule<T> {
     pub fn rearm<H: Host<T>>(&mut self, host: &mut H) {
         let now = host.now_ms();
         let mut at = self.timers.first_key_value().map(|(&(at, _), _)| at);
-        if !self.jobs.is_empty() {
+        if self.has_queued() {
             at = Some(now);
         } else if !self.deferred.is_empty() {
             let retry = now.saturating_add(RETRY_MS);
@@ -210,6 +214,12 @@ impl<T: Handles> Schedule<T> {
         match at {
             Some(at) => self.arm(host, at),
             None => self.disarm(host),
+        }
+        // A flood's queues give their memory back once drained.
+        if !self.has_queued() && self.deferred.is_empty() && self.queued.capacity() > 1024 {
+            self.urgent = VecDeque::new();
+            self.background = VecDeque::new();
+            self.queued = HashSet::new();
         }
     }
 
@@ -220,11 +230,16 @@ impl<T: Handles> Schedule<T> {
 
     /// Whether any work is queued or put off.
     pub fn has_jobs(&self) -> bool {
-        !self.jobs.is_empty() || !self.deferred.is_empty()
+        !self.queued.is_empty()
+    }
+
+    /// Whether jobs wait in line (not put off).
+    fn has_queued(&self) -> bool {
+        !self.urgent.is_empty() || !self.background.is_empty()
     }
 
     fn is_idle(&self) -> bool {
-        self.timers.is_empty() && self.jobs.is_empty() && self.deferred.is_empty()
+        self.timers.is_empty() && self.queued.is_empty()
     }
 
     /// Makes the host timer fire no later than `at`.

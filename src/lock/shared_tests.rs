@@ -9,10 +9,10 @@ use super::Mode;
 
 const START: i64 = 1_800_000_000_000;
 const K: &[u8] = b"k";
-const READ: Mode = Mode::Shared { limit: 0 };
+const READ: Mode = Mode::shared(0);
 
 fn sem(limit: u32) -> Mode {
-    Mode::Shared { limit }
+    Mode::shared(limit)
 }
 
 fn token(reply: Reply) -> u64 {
@@ -85,7 +85,11 @@ fn a_limit_admits_exactly_n_owners_not_counts() {
         sim.info(K),
         Reply::Info(Info {
             holders: 3,
-            mode: Mode::Shared { limit: 3 },
+            mode: Mode::Shared {
+                limit: 3,
+                permits: 1
+            },
+            permits_free: 0,
             ..
         })
     ));
@@ -136,6 +140,29 @@ fn a_queued_shared_waiter_sets_the_limit_of_a_free_key() {
     let (_, _) = sim.wait_as(K, b"r", 1000, 0, sem(4));
     let (reply, _) = sim.wait_as(K, b"s", 1000, 0, sem(5));
     assert_eq!(reply, Reply::Error(Refusal::OtherLimit(4).into()));
+}
+
+#[test]
+fn a_long_batch_of_readers_is_granted_a_bounded_slice_per_turn_in_queue_order() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"w0", 1000);
+    let readers: Vec<_> = (0..600)
+        .map(|i| sim.wait_as(K, format!("r{i}").as_bytes(), 1000, 0, READ).1)
+        .collect();
+    sim.release(K, b"w0");
+    assert_eq!(
+        sim.pending().len(),
+        super::engine::GRANT_BATCH,
+        "the release grants one slice"
+    );
+    // A newcomer does not pass the readers still queued.
+    assert_eq!(sim.acquire_as(K, b"late", 1000, READ), Reply::Nil);
+    sim.settle();
+    assert_eq!(
+        granted(&mut sim),
+        readers,
+        "the rest in the next turns, in queue order"
+    );
 }
 
 #[test]
@@ -292,13 +319,15 @@ fn holders_lists_in_grant_order_with_count_and_owner() {
                     owner: b"c"[..].into(),
                     token: t[0],
                     count: 1,
-                    ttl_ms: 1000
+                    ttl_ms: 1000,
+                    permits: 1,
                 },
                 HolderInfo {
                     owner: b"a"[..].into(),
                     token: t[1],
                     count: 2,
-                    ttl_ms: 2000
+                    ttl_ms: 2000,
+                    permits: 1,
                 },
             ]
         ),
@@ -310,7 +339,8 @@ fn holders_lists_in_grant_order_with_count_and_owner() {
             owner: b"b"[..].into(),
             token: t[2],
             count: 1,
-            ttl_ms: 1000
+            ttl_ms: 1000,
+            permits: 1,
         }])
     );
 }
@@ -331,6 +361,7 @@ fn info_of_a_shared_key() {
             waiters: 0,
             mode: sem(5),
             holders: 2,
+            permits_free: 3,
         })
     );
     assert!(matches!(
@@ -352,31 +383,26 @@ fn every_change_is_one_effect_per_changed_holder() {
     sim.renew(K, b"a", 5000);
     let effects = sim.take_effects();
     assert_eq!(effects.len(), 1);
-    let lease_end = (START + 5000).to_string();
-    let expected: [&[u8]; 7] = [
+    let (lease_end, granted) = ((START + 5000).to_string(), START.to_string());
+    let got: Vec<&[u8]> = effects[0].iter().map(|w| w.as_slice()).collect();
+    let expected: [&[u8]; 10] = [
         b"LOCK.APPLY",
         K,
         b"a",
         b"PXAT",
         lease_end.as_bytes(),
+        b"GRANTED",
+        granted.as_bytes(),
         b"SHARED",
         b"LIMIT",
+        b"2",
     ];
-    let got = &effects[0];
+    // Every word but the token (3) and the count (4).
     assert_eq!(
-        [
-            &got[0][..],
-            &got[1],
-            &got[2],
-            &got[5],
-            &got[6],
-            &got[7],
-            &got[8]
-        ],
+        [&got[..3], &got[5..]].concat(),
         expected,
         "one holder's effect"
     );
-    assert_eq!(got[9], b"2");
     sim.release(K, b"b");
     assert_eq!(
         sim.take_effects(),
@@ -473,14 +499,7 @@ fn a_value_arriving_fails_every_waiter_it_conflicts_with(
     let (_, q) = sim.wait_as(K, b"q", 1000, 0, sem(2));
     let mut other = super::Shared::new(3);
     other
-        .insert(
-            b"y",
-            super::Holder {
-                token: 1,
-                count: 1,
-                lease_end: START + 50_000,
-            },
-        )
+        .insert(b"y", super::Holder::new(1, START + 50_000, 0))
         .unwrap();
     arrive(&mut sim, K, other);
     sim.settle();
@@ -512,4 +531,76 @@ fn a_hang_up_of_the_new_shared_grant_keeps_the_hold_a_reacquire_answer_carries()
     sim.settle();
     assert_eq!(owners(&mut sim), [b"o".to_vec()]);
     assert_eq!(sim.engine.waiters(), 1, "{c3} still waits for the permit");
+}
+
+#[test]
+fn a_downgrade_keeps_the_hold_and_lets_the_readers_at_the_head_in_with_it() {
+    let mut sim = Sim::new(START);
+    let t = token(sim.acquire(K, b"w", 1000));
+    sim.reenter(K, b"w", 1000);
+    let (_, r1) = sim.wait_as(K, b"r1", 1000, 0, READ);
+    let (_, r2) = sim.wait_as(K, b"r2", 1000, 0, READ);
+    let (_, w2) = sim.wait(K, b"w2", 1000, 0);
+    let (_, r3) = sim.wait_as(K, b"r3", 1000, 0, READ);
+    sim.take_events();
+    sim.advance(100);
+    assert_eq!(sim.downgrade(K, b"w"), Reply::Integer(t));
+    assert_eq!(
+        granted(&mut sim),
+        [r1, r2],
+        "the readers at the head, in the same step"
+    );
+    let holders = match sim.holders(K, Some(b"w"), 0) {
+        Reply::Holders(list) => list,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        holders,
+        [HolderInfo {
+            owner: b"w"[..].into(),
+            token: t,
+            count: 2,
+            ttl_ms: 900,
+            permits: 1,
+        }],
+        "same token, lease and count"
+    );
+    assert!(sim
+        .take_events()
+        .iter()
+        .any(|(_, e)| *e == Event::Downgraded));
+    // Safe to retry; the writer behind still waits for every reader, and r3 behind it.
+    assert_eq!(sim.downgrade(K, b"w"), Reply::Integer(t));
+    assert_eq!(sim.downgrade(K, b"nobody"), Reply::Nil);
+    for owner in [&b"w"[..], b"w", b"r1"] {
+        sim.release(K, owner);
+    }
+    assert_eq!(granted(&mut sim), [r1, r2]);
+    sim.release(K, b"r2");
+    assert_eq!(granted(&mut sim), [r1, r2, w2]);
+    sim.release(K, b"w2");
+    assert_eq!(granted(&mut sim), [r1, r2, w2, r3]);
+}
+
+#[test]
+fn a_downgrade_never_makes_a_semaphore_and_fails_semaphore_waiters_at_the_head() {
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"s", 1000, sem(3));
+    assert_eq!(
+        sim.downgrade(K, b"s"),
+        Reply::Error(Refusal::OtherLimit(3).into())
+    );
+    sim.acquire(b"x", b"w", 1000);
+    let (_, waiter) = sim.wait_as(b"x", b"p", 1000, 0, sem(2));
+    assert!(matches!(sim.downgrade(b"x", b"w"), Reply::Integer(_)));
+    sim.deliver();
+    let answer = sim
+        .answers
+        .iter()
+        .find(|(c, _)| *c == waiter)
+        .map(|(_, o)| o);
+    assert_eq!(
+        answer.and_then(super::memory::error_text).as_deref(),
+        Some(other_limit(0).as_str())
+    );
 }

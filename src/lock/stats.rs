@@ -19,4 +19,6 @@ pub struct Stats {
     pub wait_timeouts: u64,
     /// Holds broken by `LOCK.FORCERELEASE`.
     pub forcereleased: u64,
+    /// Exclusive holds made shared by `LOCK.DOWNGRADE`.
+    pub downgraded: u64,
 }

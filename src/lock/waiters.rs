@@ -31,8 +31,12 @@ pub struct Waiter<T: Handles> {
     pub caller: Option<T::Caller>,
     /// The timer that ends the wait (none for timeout 0).
     pub timeout: Option<TimerId>,
-    /// When it queued (Unix ms).
-    pub since: i64,
+    /// When it queued (the host's monotonic µs).
+    pub since_us: u64,
+    /// Its connection's id.
+    pub connection: u64,
+    /// When its wait times out (Unix ms; none for timeout 0).
+    pub times_out_at: Option<i64>,
 }
 
 /// A line's deadline: the timer armed for when its head may be let in.
@@ -151,7 +155,7 @@ impl<T: Handles> Waiters<T> {
                 shared: 0,
                 limit: 0,
             });
-        if let Mode::Shared { limit } = waiter.mode {
+        if let Mode::Shared { limit, .. } = waiter.mode {
             line.shared += 1;
             line.limit = limit;
         }
@@ -414,7 +418,7 @@ impl<T: Handles> Waiters<T> {
                     .queue
                     .iter()
                     .filter_map(|(_, w)| match w.mode {
-                        Mode::Shared { limit } => Some(limit),
+                        Mode::Shared { limit, .. } => Some(limit),
                         Mode::Exclusive => None,
                     })
                     .collect();

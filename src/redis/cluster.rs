@@ -127,27 +127,7 @@ pub fn redirect(ctx: *mut raw::RedisModuleCtx, key: &[u8]) -> Option<String> {
 
 /// `CLUSTER NODES`, read through the module API.
 fn cluster_nodes(ctx: *mut raw::RedisModuleCtx) -> Option<String> {
-    let (cmd, fmt, arg) = (c"CLUSTER", c"c", c"NODES");
-    // SAFETY: "c" takes one C string argument; the reply is freed below, after its bytes are
-    // copied out.
-    unsafe {
-        let reply = rm!(RedisModule_Call(
-            ctx,
-            cmd.as_ptr(),
-            fmt.as_ptr(),
-            arg.as_ptr()
-        ));
-        if reply.is_null() {
-            return None;
-        }
-        let mut len = 0usize;
-        let ptr = rm!(RedisModule_CallReplyStringPtr(reply, &mut len));
-        let text = (!ptr.is_null())
-            .then(|| String::from_utf8_lossy(std::slice::from_raw_parts(ptr.cast::<u8>(), len)))
-            .map(|t| t.into_owned());
-        rm!(RedisModule_FreeCallReply(reply));
-        text
-    }
+    super::ffi::call_text(ctx, c"CLUSTER", &[c"NODES"])
 }
 
 #[cfg(test)]

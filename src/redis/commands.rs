@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 use std::ffi::CStr;
-use std::os::raw::c_int;
+use std::os::raw::{c_int, c_long};
 
 use redis_module::raw;
 
@@ -12,9 +12,10 @@ use super::ffi::{self, error_text};
 use super::globals::{self, RedisHandles};
 use super::host::{RedisHost, RedisKey};
 use super::{clients, server};
+use crate::lock::args::Listing;
 use crate::lock::{
-    args, errors, ArgError, Engine, Hold, Holder, HolderInfo, Info, Mode, OpenError, Reply,
-    Request, Wait,
+    args, errors, ArgError, Engine, Entry, Hold, Holder, HolderInfo, HotKey, Info, Key, KeyStats,
+    Mode, OpenError, Reply, Request, Wait, WaiterInfo, Watch,
 };
 
 type Ctx = *mut raw::RedisModuleCtx;
@@ -55,6 +56,8 @@ pub struct Arg {
     pub kind: raw::RedisModuleCommandArgType,
     pub token: Option<&'static CStr>,
     pub optional: bool,
+    /// Repeated (`key [key ...]`).
+    pub multiple: bool,
 }
 
 /// A command: everything Redis and the module need to know of it.
@@ -69,8 +72,11 @@ pub struct Command {
     pub acl: &'static CStr,
     /// As Redis counts it: n arguments exactly (name included), or -n for at least n.
     pub arity: c_int,
-    /// Key-spec flags of the one key at argument 1; 0 for a command without keys.
+    /// Key-spec flags of the one key at argument 1 (of every key, for a numkeys command); 0
+    /// for a command without keys.
     pub key_flags: u32,
+    /// Whether its keys follow a `numkeys` at argument 1.
+    pub numkeys: bool,
     pub summary: &'static CStr,
     pub complexity: &'static CStr,
     pub args: &'static [Arg],
@@ -96,6 +102,8 @@ impl Command {
 /// What a command answers.
 pub enum Answer {
     Engine(Reply),
+    /// Already replied (a listing written straight from the engine's state).
+    Sent,
     Error(Cow<'static, str>),
     WrongType,
     WrongArity,
@@ -132,6 +140,12 @@ pub fn dispatch(
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
 ) -> c_int {
+    // SAFETY: `ctx` is the command's context.
+    if command.numkeys && unsafe { rm!(RedisModule_IsKeysPositionRequest(ctx)) } != 0 {
+        return ffi::guard(raw::REDISMODULE_OK as c_int, || {
+            key_positions(ctx, argv, argc)
+        });
+    }
     let answer = ffi::guard(Answer::Error(Cow::Borrowed(INTERNAL)), || {
         let args = match usize::try_from(argc) {
             // SAFETY: Redis passes `argc` valid arguments at `argv`.
@@ -152,6 +166,27 @@ pub fn dispatch(
         }
     });
     send(ctx, answer)
+}
+
+/// Where a numkeys command's keys are (Redis asks a `getkeys-api` command this for cluster
+/// routing where it does not read key specs, Redis 7.0): after the numkeys at argument 1; none
+/// if numkeys is bad (the command then fails on its own).
+fn key_positions(ctx: Ctx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
+    let args = match usize::try_from(argc) {
+        // SAFETY: Redis passes `argc` valid arguments at `argv`.
+        Ok(n) if !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
+        _ => &[],
+    };
+    let args = Args(args);
+    let n = args::parse_integer(args.bytes(1))
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| (1..=args::MAX_KEYS).contains(n))
+        .unwrap_or(0);
+    for i in (2..2 + n).take_while(|i| *i < args.0.len()) {
+        // SAFETY: `ctx` is the key-position request's context; `i` is an argument index.
+        unsafe { rm!(RedisModule_KeyAtPos(ctx, i as c_int)) };
+    }
+    raw::REDISMODULE_OK as c_int
 }
 
 /// Runs `f` on the engine with the command's host; the answer is the engine's reply.
@@ -235,6 +270,56 @@ pub fn renew(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     Ok(engine(ctx, args, |e, h| e.renew(h, &mut key, owner, ttl)))
 }
 
+/// The keys of a numkeys command, opened for writing, and the argument after them.
+fn group(ctx: Ctx, args: Args<'_>, tail: usize) -> Result<(Vec<RedisKey>, usize)> {
+    let keys = args::keys_of(&args.rest(1), tail)?;
+    let after = keys.end + 1;
+    // Arguments are checked before any key is opened (the first bad one is the error).
+    let opened = keys
+        .map(|i| RedisKey::open(ctx, args.raw(i + 1), false))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok((opened, after))
+}
+
+/// `LOCK.MACQUIRE numkeys key [key ...] owner ttl_ms`
+pub fn macquire(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    args::keys_of(&args.rest(1), 2)?;
+    let n = args.0.len();
+    let owner = args::owner(args.bytes(n - 2))?;
+    let ttl_ms = args::ttl_ms(args.bytes(n - 1))?;
+    let (mut keys, _) = group(ctx, args, 2)?;
+    Ok(engine(ctx, args, |e, h| {
+        e.macquire(h, &mut keys, owner, ttl_ms)
+    }))
+}
+
+/// `LOCK.MRELEASE numkeys key [key ...] owner`
+pub fn mrelease(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    args::keys_of(&args.rest(1), 1)?;
+    let owner = args::owner(args.bytes(args.0.len() - 1))?;
+    let (mut keys, _) = group(ctx, args, 1)?;
+    Ok(engine(ctx, args, |e, h| e.mrelease(h, &mut keys, owner)))
+}
+
+/// `LOCK.MRENEW numkeys key [key ...] owner ttl_ms`
+pub fn mrenew(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    args::keys_of(&args.rest(1), 2)?;
+    let n = args.0.len();
+    let owner = args::owner(args.bytes(n - 2))?;
+    let ttl_ms = args::ttl_ms(args.bytes(n - 1))?;
+    let (mut keys, _) = group(ctx, args, 2)?;
+    Ok(engine(ctx, args, |e, h| {
+        e.mrenew(h, &mut keys, owner, ttl_ms)
+    }))
+}
+
+/// `LOCK.DOWNGRADE key owner`
+pub fn downgrade(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    let owner = args::owner(args.bytes(2))?;
+    let mut key = RedisKey::open(ctx, args.raw(1), false)?;
+    Ok(engine(ctx, args, |e, h| e.downgrade(h, &mut key, owner)))
+}
+
 /// `LOCK.INFO key`
 pub fn info(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     let key = RedisKey::open(ctx, args.raw(1), true)?;
@@ -263,6 +348,75 @@ pub fn force_release(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     }))
 }
 
+/// `LOCK.WAITERS key [COUNT n]`
+pub fn waiters(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    let count = args::waiters_options(&args.rest(2))?;
+    let key = RedisKey::open(ctx, args.raw(1), true)?;
+    Ok(engine(ctx, args, |e, h| e.waiters_of(h, key.id(), count)))
+}
+
+/// `LOCK.LOG [count | RESET]`
+pub fn log(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    let listing = args::log_options(&args.rest(1))?;
+    globals::journal_pending_flush();
+    Ok(match listing {
+        Listing::Reset => watch(|w| {
+            w.journal.reset();
+            Reply::Ok
+        }),
+        Listing::First(n) => send_from_watch(|w| reply_entries(ctx, &w.journal.latest(n))),
+    })
+}
+
+/// `LOCK.HISTORY key [count]`
+pub fn history(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    let count = args::history_count(&args.rest(2))?;
+    // The key's value now does not matter: a lock overwritten by a string has a history.
+    let (db, name) = (ffi::selected_db(ctx), args.bytes(1));
+    globals::journal_pending_flush();
+    Ok(send_from_watch(|w| {
+        reply_entries(ctx, &w.journal.of_key(db, name, count))
+    }))
+}
+
+/// `LOCK.STATS [COUNT n | RESET]`
+pub fn stats(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    Ok(match args::stats_options(&args.rest(1))? {
+        Listing::Reset => watch(|w| {
+            w.contention.reset();
+            Reply::Ok
+        }),
+        Listing::First(n) => send_from_watch(|w| {
+            let hottest = w.contention.keys.hottest(n);
+            // SAFETY: `ctx` is the running command's context.
+            unsafe { rm!(RedisModule_ReplyWithArray(ctx, hottest.len() as c_long)) };
+            for (key, stats) in hottest {
+                reply_key_stats(ctx, key, stats);
+            }
+        }),
+    })
+}
+
+/// Changes the journal or the statistics; the reply.
+fn watch(f: impl FnOnce(&mut Watch) -> Reply) -> Answer {
+    let mut f = Some(f);
+    let mut reply = None;
+    let done = globals::configure(|w| reply = f.take().map(|f| f(w)));
+    match reply {
+        Some(reply) if done => Answer::Engine(reply),
+        _ => Answer::Error(Cow::Borrowed(INTERNAL)),
+    }
+}
+
+/// Replies with `send`, reading the journal and the statistics in place (a long listing is
+/// not copied first).
+fn send_from_watch(send: impl FnOnce(&Watch)) -> Answer {
+    match globals::read_engine(|e| send(e.watch())) {
+        Some(()) => Answer::Sent,
+        None => Answer::Error(Cow::Borrowed(INTERNAL)),
+    }
+}
+
 /// `LOCK.DROP key owner`: removes one shared holder exactly. The effect replicas and the AOF
 /// receive when a shared hold ends; it is not meant for clients.
 pub fn drop_holder(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
@@ -271,33 +425,31 @@ pub fn drop_holder(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     Ok(engine(ctx, args, |e, h| e.drop_holder(h, &mut key, owner)))
 }
 
-/// `LOCK.APPLY key owner token count [PXAT unix_ms]`: sets a hold exactly as given. This is the
-/// effect that replicas and the AOF receive; it is not meant for clients.
+/// `LOCK.APPLY key owner token count [PXAT unix_ms] [GRANTED unix_ms] [SHARED [LIMIT n
+/// [PERMITS p]]]`: sets a hold exactly as given. This is the effect that replicas and the AOF
+/// receive; it is not meant for clients.
 pub fn apply(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     let owner = args::owner(args.bytes(2))?;
     let token = args::token(args.bytes(3))?;
     let count = args::count(args.bytes(4))?;
-    let (expires_at, mode_from) = if args.bytes(5).eq_ignore_ascii_case(b"PXAT") {
-        (Some(args::expiry_at_ms(args.bytes(6))? as i64), 7)
-    } else {
-        (None, 5)
-    };
-    let mode = mode(args, mode_from)?;
+    let tail = args::apply_tail(&args.rest(5))?;
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
-    match mode {
-        Mode::Exclusive => {
-            let hold = Hold::new(owner, token, count);
+    match tail.shared {
+        None => {
+            let hold = Hold::new(owner, token, count, tail.granted_at);
             Ok(engine(ctx, args, |e, h| {
-                e.apply(h, &mut key, hold, expires_at)
+                e.apply(h, &mut key, hold, tail.expires_at)
             }))
         }
-        Mode::Shared { limit } => {
+        Some((limit, permits)) => {
             // A shared holder's lease end is part of it.
-            let lease_end = expires_at.ok_or(ArgError::Syntax)?;
+            let lease_end = tail.expires_at.ok_or(ArgError::Syntax)?;
             let holder = Holder {
                 token,
                 count,
                 lease_end,
+                permits,
+                granted_at: tail.granted_at,
             };
             Ok(engine(ctx, args, |e, h| {
                 e.apply_holder(h, &mut key, limit, owner, holder)
@@ -362,46 +514,52 @@ fn send(ctx: Ctx, answer: Answer) -> c_int {
                     reply_holder(ctx, holder);
                 }
             }
-            Answer::Engine(Reply::Blocked) => {}
+            Answer::Engine(Reply::Tokens(tokens)) => {
+                rm!(RedisModule_ReplyWithArray(ctx, tokens.len() as c_long));
+                for token in tokens {
+                    rm!(RedisModule_ReplyWithLongLong(ctx, token as i64));
+                }
+            }
+            Answer::Engine(Reply::Waiters(waiters)) => {
+                rm!(RedisModule_ReplyWithArray(ctx, waiters.len() as c_long));
+                for waiter in &waiters {
+                    reply_waiter(ctx, waiter);
+                }
+            }
+            Answer::Engine(Reply::Blocked) | Answer::Sent => {}
         }
     }
     ok
 }
 
-/// `LOCK.INFO`'s map: the five fields of old, then mode, holders and limit.
+/// `LOCK.INFO`'s map: the five fields of old, then mode, holders, limit and permits_free.
 fn reply_info(ctx: Ctx, info: &Info) {
-    let (mode, limit): (&std::ffi::CStr, u32) = match info.mode {
+    let (mode, limit) = match info.mode {
         Mode::Exclusive => (c"exclusive", 1),
-        Mode::Shared { limit } => (c"shared", limit),
+        Mode::Shared { limit, .. } => (c"shared", limit),
     };
-    // SAFETY: for every call, `ctx` is the running command's context; names are static C strings
-    // and the owner is passed with its length.
-    unsafe {
-        rm!(RedisModule_ReplyWithMap(ctx, 8));
-        rm!(RedisModule_ReplyWithCString(ctx, c"owner".as_ptr()));
-        match &info.owner {
-            Some(owner) => rm!(RedisModule_ReplyWithStringBuffer(
+    let fields = Fields::start(ctx, 9);
+    fields.name(c"owner");
+    match &info.owner {
+        // SAFETY: `ctx` is the running command's context; the owner is passed with its length.
+        Some(owner) => unsafe {
+            rm!(RedisModule_ReplyWithStringBuffer(
                 ctx,
                 owner.as_ptr().cast(),
                 owner.len()
-            )),
-            None => rm!(RedisModule_ReplyWithNull(ctx)),
-        };
-        rm!(RedisModule_ReplyWithCString(ctx, c"token".as_ptr()));
-        reply_optional(ctx, info.token.map(|t| t as i64));
-        rm!(RedisModule_ReplyWithCString(ctx, c"count".as_ptr()));
-        reply_optional(ctx, info.count.map(i64::from));
-        rm!(RedisModule_ReplyWithCString(ctx, c"ttl".as_ptr()));
-        rm!(RedisModule_ReplyWithLongLong(ctx, info.ttl_ms));
-        rm!(RedisModule_ReplyWithCString(ctx, c"waiters".as_ptr()));
-        rm!(RedisModule_ReplyWithLongLong(ctx, info.waiters as i64));
-        rm!(RedisModule_ReplyWithCString(ctx, c"mode".as_ptr()));
-        rm!(RedisModule_ReplyWithCString(ctx, mode.as_ptr()));
-        rm!(RedisModule_ReplyWithCString(ctx, c"holders".as_ptr()));
-        rm!(RedisModule_ReplyWithLongLong(ctx, info.holders as i64));
-        rm!(RedisModule_ReplyWithCString(ctx, c"limit".as_ptr()));
-        rm!(RedisModule_ReplyWithLongLong(ctx, i64::from(limit)));
+            ));
+        },
+        None => reply_optional(ctx, None),
     }
+    fields
+        .optional(c"token", info.token.map(|t| t as i64))
+        .optional(c"count", info.count.map(i64::from))
+        .int(c"ttl", info.ttl_ms)
+        .int(c"waiters", info.waiters as i64)
+        .word(c"mode", mode)
+        .int(c"holders", info.holders as i64)
+        .int(c"limit", i64::from(limit))
+        .int(c"permits_free", info.permits_free);
 }
 
 /// An integer, or nil.
@@ -417,21 +575,117 @@ fn reply_optional(ctx: Ctx, value: Option<i64>) {
 
 /// One `LOCK.HOLDERS` entry: a map under RESP3, a flat array under RESP2.
 fn reply_holder(ctx: Ctx, holder: &HolderInfo) {
-    // SAFETY: for every call, `ctx` is the running command's context; names are static C strings
-    // and the owner is passed with its length.
-    unsafe {
-        rm!(RedisModule_ReplyWithMap(ctx, 4));
-        rm!(RedisModule_ReplyWithCString(ctx, c"owner".as_ptr()));
-        rm!(RedisModule_ReplyWithStringBuffer(
-            ctx,
-            holder.owner.as_ptr().cast(),
-            holder.owner.len()
-        ));
-        rm!(RedisModule_ReplyWithCString(ctx, c"token".as_ptr()));
-        rm!(RedisModule_ReplyWithLongLong(ctx, holder.token as i64));
-        rm!(RedisModule_ReplyWithCString(ctx, c"count".as_ptr()));
-        rm!(RedisModule_ReplyWithLongLong(ctx, i64::from(holder.count)));
-        rm!(RedisModule_ReplyWithCString(ctx, c"ttl".as_ptr()));
-        rm!(RedisModule_ReplyWithLongLong(ctx, holder.ttl_ms));
+    Fields::start(ctx, 5)
+        .bytes(c"owner", &holder.owner)
+        .int(c"token", holder.token as i64)
+        .int(c"count", i64::from(holder.count))
+        .int(c"ttl", holder.ttl_ms)
+        .int(c"permits", i64::from(holder.permits));
+}
+
+/// A map of `fields` pairs under RESP3, a flat array under RESP2; each value written by the
+/// caller after its name.
+struct Fields(Ctx);
+
+impl Fields {
+    fn start(ctx: Ctx, fields: usize) -> Fields {
+        // SAFETY: `ctx` is the running command's context.
+        unsafe { rm!(RedisModule_ReplyWithMap(ctx, fields as c_long)) };
+        Fields(ctx)
     }
+
+    fn name(&self, name: &CStr) -> &Self {
+        // SAFETY: as in `start`; `name` is a C string.
+        unsafe { rm!(RedisModule_ReplyWithCString(self.0, name.as_ptr())) };
+        self
+    }
+
+    fn int(&self, name: &CStr, value: i64) -> &Self {
+        self.name(name);
+        // SAFETY: as in `start`.
+        unsafe { rm!(RedisModule_ReplyWithLongLong(self.0, value)) };
+        self
+    }
+
+    fn bytes(&self, name: &CStr, value: &[u8]) -> &Self {
+        self.name(name);
+        // SAFETY: as in `start`; the buffer is passed with its length.
+        unsafe {
+            rm!(RedisModule_ReplyWithStringBuffer(
+                self.0,
+                value.as_ptr().cast(),
+                value.len()
+            ))
+        };
+        self
+    }
+
+    fn word(&self, name: &CStr, value: &CStr) -> &Self {
+        self.name(name);
+        // SAFETY: as in `start`; `value` is a C string.
+        unsafe { rm!(RedisModule_ReplyWithCString(self.0, value.as_ptr())) };
+        self
+    }
+
+    fn optional(&self, name: &CStr, value: Option<i64>) -> &Self {
+        self.name(name);
+        reply_optional(self.0, value);
+        self
+    }
+}
+
+/// The mode words of `mode`: its name, limit and permits.
+fn mode_fields(mode: Mode) -> (&'static CStr, i64, i64) {
+    match mode {
+        Mode::Exclusive => (c"exclusive", 0, 1),
+        Mode::Shared { limit, permits } => (c"shared", i64::from(limit), i64::from(permits)),
+    }
+}
+
+/// One `LOCK.WAITERS` entry.
+fn reply_waiter(ctx: Ctx, waiter: &WaiterInfo) {
+    let (mode, limit, permits) = mode_fields(waiter.mode);
+    Fields::start(ctx, 8)
+        .bytes(c"owner", &waiter.owner)
+        .word(c"mode", mode)
+        .int(c"limit", limit)
+        .int(c"permits", permits)
+        .int(c"client", waiter.client as i64)
+        .int(c"waited", waiter.waited_ms as i64)
+        .int(c"timeout", waiter.timeout_ms)
+        .int(c"ttl", waiter.ttl_ms as i64);
+}
+
+/// Journal entries (`LOCK.LOG`, `LOCK.HISTORY`), as an array.
+fn reply_entries(ctx: Ctx, entries: &[&Entry]) {
+    // SAFETY: `ctx` is the running command's context.
+    unsafe { rm!(RedisModule_ReplyWithArray(ctx, entries.len() as c_long)) };
+    for entry in entries {
+        let reason = std::ffi::CString::new(entry.reason.name()).unwrap_or_default();
+        Fields::start(ctx, 10)
+            .int(c"id", entry.id as i64)
+            .int(c"time", entry.time)
+            .int(c"db", i64::from(entry.db))
+            .bytes(c"key", &entry.key)
+            .bytes(c"owner", &entry.owner)
+            .int(c"token", entry.token as i64)
+            .word(c"reason", &reason)
+            .optional(c"held", entry.held)
+            .bytes(c"client-info", entry.client_info.as_bytes())
+            .int(c"waiters", entry.waiters as i64);
+    }
+}
+
+/// One `LOCK.STATS` entry.
+fn reply_key_stats(ctx: Ctx, key: &HotKey, stats: &KeyStats) {
+    Fields::start(ctx, 9)
+        .bytes(c"key", &key.name)
+        .int(c"db", i64::from(key.db))
+        .int(c"waits", stats.waits as i64)
+        .int(c"granted", stats.granted as i64)
+        .int(c"timeouts", stats.timeouts as i64)
+        .int(c"contended", stats.contended as i64)
+        .int(c"wait_ms_total", stats.wait_ms_total as i64)
+        .int(c"error", stats.error as i64)
+        .int(c"wait_ms_max", stats.wait_ms_max as i64);
 }

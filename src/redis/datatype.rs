@@ -1,11 +1,13 @@
 //! The module data type `relock-lk`: one lock per key. Its Redis TTL is the lock's lifetime
 //! (for a shared key, the latest lease end; each holder's own lease end is in the value).
 //!
-//! RDB encoding, version 2: a kind (unsigned), then for an exclusive lock (0) owner (string),
-//! token (unsigned), count (unsigned); for a shared key (1) its limit (unsigned, 0: none), the
-//! number of holders (unsigned), and per holder owner, token, count and lease end (signed, Unix
-//! ms). Version 1 (exclusive locks written before shared holds existed) is owner, token, count,
-//! and still loads. The absolute expiry is the key's own expire, which RDB and AOF already store.
+//! RDB encoding, version 3: a kind (unsigned), then for an exclusive lock (0) owner (string),
+//! token (unsigned), count (unsigned) and grant time (signed, Unix ms); for a shared key (1) its
+//! limit (unsigned, 0: none), the number of holders (unsigned), and per holder owner, token,
+//! count, lease end (signed, Unix ms), permits (unsigned) and grant time (signed). Version 2 is
+//! the same without grant times and permits (one permit each, grant time unknown); version 1
+//! (exclusive locks written before shared holds existed) is owner, token, count. Both still
+//! load. The absolute expiry is the key's own expire, which RDB and AOF already store.
 //! Aux data (written before the keyspace) carries the token counter, so tokens never go backwards
 //! across a restart even when no lock is left to remember them. An AOF rewrite emits an exclusive
 //! lock as `LOCK.APPLY key owner token count` and each shared holder as `LOCK.APPLY key owner
@@ -17,14 +19,17 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::globals;
+use super::unlinked::Gone;
 use super::{effects, ffi};
-use crate::lock::{args, Effect, Hold, Holder, LockMut, LockRef, LockValue, Shared, MAX_LIMIT};
+use crate::lock::{
+    args, Effect, EndedHold, Hold, Holder, LockMut, LockRef, LockValue, Shared, MAX_LIMIT,
+};
 
 /// Data type name as `TYPE` shows it (exactly 9 characters).
 pub const TYPE_NAME: &str = "relock-lk";
 /// RDB encoding version of a lock value.
-const ENCODING_VERSION: i32 = 2;
-/// Kinds of value in encoding version 2.
+const ENCODING_VERSION: i32 = 3;
+/// Kinds of value in encoding versions 2 and 3.
 const KIND_EXCLUSIVE: u64 = 0;
 const KIND_SHARED: u64 = 1;
 /// The most holders a loaded shared value may claim (more is a corrupt payload).
@@ -99,10 +104,10 @@ pub unsafe fn lock_of<'a>(value: *mut c_void) -> Option<LockMut<'a>> {
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     ffi::guard(std::ptr::null_mut(), || {
         let value = match encver {
-            1 => load_hold(rdb).map(LockValue::Exclusive),
-            2 => match load_unsigned(rdb) {
-                Some(KIND_EXCLUSIVE) => load_hold(rdb).map(LockValue::Exclusive),
-                Some(KIND_SHARED) => load_shared(rdb).map(LockValue::Shared),
+            1 => load_hold(rdb, 1).map(LockValue::Exclusive),
+            2 | 3 => match load_unsigned(rdb) {
+                Some(KIND_EXCLUSIVE) => load_hold(rdb, encver).map(LockValue::Exclusive),
+                Some(KIND_SHARED) => load_shared(rdb, encver).map(LockValue::Shared),
                 Some(_) => {
                     log_io(rdb, "corrupt relock value");
                     None
@@ -118,20 +123,22 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
     })
 }
 
-/// An exclusive hold: owner, token, count.
-fn load_hold(rdb: *mut raw::RedisModuleIO) -> Option<Box<Hold>> {
+/// An exclusive hold: owner, token, count (and from version 3 its grant time).
+fn load_hold(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Box<Hold>> {
     let owner = load_string(rdb)?;
     let (token, count) = (load_unsigned(rdb)?, load_unsigned(rdb)?);
-    let Some(count) = valid_hold(&owner, token, count) else {
+    let granted_at = if encver >= 3 { load_signed(rdb)? } else { 0 };
+    let Some(count) = valid_hold(&owner, token, count).filter(|_| valid_grant(granted_at)) else {
         log_io(rdb, "corrupt relock value");
         return None;
     };
     globals::observe_token(token);
-    Some(Hold::new(&owner, token, count))
+    Some(Hold::new(&owner, token, count, granted_at))
 }
 
-/// A shared key: limit, holders, and per holder owner, token, count, lease end.
-fn load_shared(rdb: *mut raw::RedisModuleIO) -> Option<Shared> {
+/// A shared key: limit, holders, and per holder owner, token, count, lease end (and from
+/// version 3 permits and grant time). The permits of its holders never exceed its limit.
+fn load_shared(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Shared> {
     let (limit, holders) = (load_unsigned(rdb)?, load_unsigned(rdb)?);
     let limit_ok = limit <= u64::from(MAX_LIMIT) && (limit == 0 || holders <= limit);
     if !limit_ok || holders == 0 || holders > MAX_LOADED_HOLDERS {
@@ -139,12 +146,22 @@ fn load_shared(rdb: *mut raw::RedisModuleIO) -> Option<Shared> {
         return None;
     }
     let mut shared = Shared::new(limit as u32);
+    let mut permits_held = 0u64;
     for _ in 0..holders {
         let owner = load_string(rdb)?;
         let (token, count, lease_end) =
             (load_unsigned(rdb)?, load_unsigned(rdb)?, load_signed(rdb)?);
+        let (permits, granted_at) = if encver >= 3 {
+            (load_unsigned(rdb)?, load_signed(rdb)?)
+        } else {
+            (1, 0)
+        };
+        permits_held += permits;
+        let permits_ok = (1..=u64::from(MAX_LIMIT)).contains(&permits)
+            && (limit == 0 && permits == 1 || limit > 0 && permits_held <= limit);
         let count = valid_hold(&owner, token, count)
             .filter(|_| (1..=1 << 62).contains(&lease_end))
+            .filter(|_| permits_ok && valid_grant(granted_at))
             .filter(|_| shared.get(&owner).is_none());
         let Some(count) = count else {
             log_io(rdb, "corrupt relock value");
@@ -154,6 +171,8 @@ fn load_shared(rdb: *mut raw::RedisModuleIO) -> Option<Shared> {
             token,
             count,
             lease_end,
+            permits: permits as u32,
+            granted_at,
         };
         // The owners' bytes must stay addressable (`MAX_OWNER_BYTES`): refuse, never wrap.
         if shared.insert(&owner, holder).is_err() {
@@ -163,6 +182,11 @@ fn load_shared(rdb: *mut raw::RedisModuleIO) -> Option<Shared> {
         globals::observe_token(token);
     }
     Some(shared)
+}
+
+/// A grant time: 0 (unknown) or a Unix ms a holder record can keep (below 2^44).
+fn valid_grant(granted_at: i64) -> bool {
+    (0..1 << 44).contains(&granted_at)
 }
 
 /// The count of a hold whose fields are within bounds.
@@ -226,6 +250,11 @@ fn save_unsigned(rdb: *mut raw::RedisModuleIO, value: u64) {
     unsafe { rm!(RedisModule_SaveUnsigned(rdb, value)) };
 }
 
+fn save_signed(rdb: *mut raw::RedisModuleIO, value: i64) {
+    // SAFETY: `rdb` is the save context Redis passed.
+    unsafe { rm!(RedisModule_SaveSigned(rdb, value)) };
+}
+
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     ffi::guard((), || {
         // SAFETY: Redis passes a value of our type, owned by Redis for the length of the call.
@@ -238,6 +267,7 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
                 save_string(rdb, hold.owner());
                 save_unsigned(rdb, hold.token());
                 save_unsigned(rdb, u64::from(hold.count()));
+                save_signed(rdb, hold.granted_at());
             }
             LockRef::Shared(shared) => {
                 save_unsigned(rdb, KIND_SHARED);
@@ -247,8 +277,9 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
                     save_string(rdb, owner);
                     save_unsigned(rdb, holder.token);
                     save_unsigned(rdb, u64::from(holder.count));
-                    // SAFETY: `rdb` is the save context Redis passed.
-                    unsafe { rm!(RedisModule_SaveSigned(rdb, holder.lease_end)) };
+                    save_signed(rdb, holder.lease_end);
+                    save_unsigned(rdb, u64::from(holder.permits));
+                    save_signed(rdb, holder.granted_at);
                 }
             }
         }
@@ -273,6 +304,7 @@ extern "C" fn aof_rewrite(
                     token: hold.token(),
                     count: hold.count(),
                     expires_at: None,
+                    granted_at: hold.granted_at(),
                 };
                 effects::emit(aof, key, &effect);
             }
@@ -331,14 +363,22 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
             }
         };
         match lock.as_ref() {
-            LockRef::Exclusive(hold) => add_hold(hold.owner(), hold.token(), hold.count()),
+            LockRef::Exclusive(hold) => {
+                add_hold(hold.owner(), hold.token(), hold.count());
+                // SAFETY: `md` is the digest context.
+                unsafe { rm!(RedisModule_DigestAddLongLong(md, hold.granted_at())) };
+            }
             LockRef::Shared(shared) => {
                 // SAFETY: `md` is the digest context.
                 unsafe { rm!(RedisModule_DigestAddLongLong(md, i64::from(shared.limit()))) };
                 for (owner, holder) in shared.iter() {
                     add_hold(owner, holder.token, holder.count);
                     // SAFETY: `md` is the digest context.
-                    unsafe { rm!(RedisModule_DigestAddLongLong(md, holder.lease_end)) };
+                    unsafe {
+                        rm!(RedisModule_DigestAddLongLong(md, holder.lease_end));
+                        rm!(RedisModule_DigestAddLongLong(md, i64::from(holder.permits)));
+                        rm!(RedisModule_DigestAddLongLong(md, holder.granted_at));
+                    }
                 }
             }
         }
@@ -359,7 +399,7 @@ extern "C" fn free(value: *mut c_void) {
                     shared.len() as u64
                 }
             };
-            drop(lock);
+            globals::free_value(lock);
             globals::count_lock_value(false, holds);
         }
     })
@@ -387,9 +427,39 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
         // SAFETY: as above; the name lives for the length of the callback, and is copied.
         let name = unsafe { ffi::string_bytes(rm!(RedisModule_GetKeyNameFromOptCtx(ctx))) };
         // SAFETY: Redis passes the value being unlinked, one of ours.
-        let holds = unsafe { lock_of(value.cast_mut()) }.map_or(0, |lock| holds_in(lock.as_ref()));
-        globals::set_unlinked(db, name.to_vec(), holds);
+        let Some(lock) = (unsafe { lock_of(value.cast_mut()) }) else {
+            return;
+        };
+        let lock = lock.as_ref();
+        let gone = Gone {
+            db,
+            name: name.to_vec(),
+            holds: holds_in(lock),
+            described: describe(lock, globals::describes()),
+        };
+        globals::push_unlinked(gone);
     })
+}
+
+/// At most `n` holds of a lock, as the journal describes them (a shared key's in no particular
+/// order: which ones matters only when there are more than the journal keeps).
+fn describe(lock: LockRef<'_>, n: usize) -> Vec<EndedHold> {
+    match lock {
+        _ if n == 0 => Vec::new(),
+        LockRef::Exclusive(hold) => vec![EndedHold {
+            owner: hold.owner().into(),
+            token: hold.token(),
+            granted_at: hold.granted_at(),
+        }],
+        LockRef::Shared(shared) => shared
+            .sample(n)
+            .map(|(owner, h)| EndedHold {
+                owner: owner.into(),
+                token: h.token,
+                granted_at: h.granted_at,
+            })
+            .collect(),
+    }
 }
 
 extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {

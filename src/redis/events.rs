@@ -11,10 +11,10 @@ use std::os::raw::{c_char, c_int, c_void};
 use redis_module::raw;
 
 use super::globals::{self, Report};
-use super::host::RedisHost;
+use super::host::{self, RedisHost};
 use super::migration::{self, EXPORT_COMPLETED, EXPORT_STARTED};
 use super::server;
-use super::{effects, ffi};
+use super::{effects, ffi, unlinked};
 use crate::lock::Effect;
 
 /// Every class of keyspace event that can end or replace a lock (not `d`: our own events; not
@@ -80,35 +80,59 @@ extern "C" fn on_keyspace_event(
         let name = unsafe { ffi::string_bytes(key) };
         let db = ffi::selected_db(ctx);
         // SAFETY: Redis passes the event name as a NUL-terminated C string.
-        let expired = !event.is_null() && unsafe { CStr::from_ptr(event) } == c"expired";
-        // The `expired` notification of a lock follows its unlink at once.
-        let lock_expired = if expired {
-            globals::take_unlinked(db, name)
+        let event = if event.is_null() {
+            c""
         } else {
-            globals::forget_unlinked();
-            0
+            unsafe { CStr::from_ptr(event) }
         };
-        // SAFETY: as above.
-        let ttl_set = !event.is_null() && {
-            let event = unsafe { CStr::from_ptr(event) };
-            // A shared key's TTL must not outlive its leases: watch what sets or removes TTLs
-            // or brings a value in. `expire` also fires for every `SET EX` on the server, so it
-            // is watched only while some shared key exists.
-            event == c"persist"
-                || event == c"restore"
-                || event == c"copy_to"
-                || event == c"rename_to"
-                || event == c"move_to"
-                || (event == c"expire" && globals::shared_values_exist())
-        };
+        // A lock Redis just unlinked: this notification says why.
+        if let Some(gone) = globals::take_unlinked(db, name) {
+            let reason = unlinked::reason(event);
+            globals::report(&mut RedisHost::new(ctx), Report::Lost { reason, gone });
+        }
+        // A shared key's TTL must not outlive its leases: watch what sets or removes TTLs or
+        // brings a value in, while shared keys exist, and only for a key that is one (a look
+        // per event, no job: `expire` fires for every `SET EX` on the server).
+        let ttl_set = (event == c"expire"
+            || event == c"persist"
+            || event == c"restore"
+            || event == c"copy_to"
+            || event == c"rename_to"
+            || event == c"move_to")
+            && globals::shared_values_exist()
+            && host::is_shared_lock(ctx, key);
         if ttl_set {
             let name = name.to_vec();
             globals::report(&mut RedisHost::new(ctx), Report::TtlChanged { db, name });
         } else {
-            globals::key_changed(&mut RedisHost::new(ctx), db, name, lock_expired);
+            globals::key_changed(&mut RedisHost::new(ctx), db, name);
         }
+        keep_the_callers_db(ctx, event, db);
         raw::REDISMODULE_OK as c_int
     })
+}
+
+thread_local! {
+    /// The db of the last `move_from` notification: the db of the client running `MOVE`.
+    static MOVED_FROM: std::cell::Cell<c_int> = const { std::cell::Cell::new(-1) };
+}
+
+/// Valkey 8.1 runs keyspace notifications on the client that runs the command, after selecting
+/// the notified key's db on it, and never selects its db back (valkey-io/valkey#4024): after a
+/// `MOVE`, the user's connection would find itself in the destination db. `move_from` names the
+/// source db, which is the client's; `move_to` follows at once, and the client is put back there.
+/// Elsewhere the notification runs on a client of its own, and selecting its db changes nothing.
+/// (`COPY ... DB n` has the same fault on Valkey 8.1, with no notification of the source db:
+/// the deployment docs say so.)
+fn keep_the_callers_db(ctx: *mut raw::RedisModuleCtx, event: &CStr, db: c_int) {
+    if event == c"move_from" {
+        MOVED_FROM.with(|m| m.set(db));
+    } else if event == c"move_to" {
+        let from = MOVED_FROM.with(|m| m.replace(-1));
+        if from >= 0 && from != db {
+            ffi::select_db(ctx, from);
+        }
+    }
 }
 
 extern "C" fn on_server_event(
@@ -120,6 +144,18 @@ extern "C" fn on_server_event(
     ffi::guard((), || {
         let id = event.id;
         if id == raw::REDISMODULE_EVENT_FLUSHDB {
+            if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_START && !data.is_null() {
+                // SAFETY: for FLUSHDB events Redis passes a `RedisModuleFlushInfo`.
+                let info = unsafe { &*data.cast::<raw::RedisModuleFlushInfo>() };
+                // Valkey 9 flushes inside a load it has started (`DEBUG RELOAD`, a full sync):
+                // no lock is lost then.
+                // SAFETY: `ctx` is the server event's context.
+                let flags = unsafe { rm!(RedisModule_GetContextFlags(ctx)) };
+                if flags & raw::REDISMODULE_CTX_FLAGS_LOADING as c_int == 0 {
+                    globals::note_flush(info.dbnum);
+                }
+                globals::forget_unlinked();
+            }
             if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END && !data.is_null() {
                 // SAFETY: for FLUSHDB events Redis passes a `RedisModuleFlushInfo`.
                 let info = unsafe { &*data.cast::<raw::RedisModuleFlushInfo>() };
@@ -131,14 +167,25 @@ extern "C" fn on_server_event(
                 // SAFETY: for SWAPDB events Redis passes a `RedisModuleSwapDbInfo`.
                 let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
                 let host = &mut RedisHost::new(ctx);
+                if globals::lock_values() > 0 {
+                    let (first, second) = (info.dbnum_first, info.dbnum_second);
+                    globals::report(host, Report::Swapped(first, second));
+                }
                 globals::report(host, Report::DbChanged(Some(info.dbnum_first)));
                 globals::report(host, Report::DbChanged(Some(info.dbnum_second)));
             }
         } else if id == raw::REDISMODULE_EVENT_LOADING {
+            if subevent != raw::REDISMODULE_SUBEVENT_LOADING_ENDED
+                && subevent != raw::REDISMODULE_SUBEVENT_LOADING_FAILED
+            {
+                // The flush before a load (`DEBUG RELOAD`, a full sync) loses no lock.
+                globals::cancel_flush();
+            }
             if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
                 globals::report(&mut RedisHost::new(ctx), Report::DbChanged(None));
             }
         } else if id == raw::REDISMODULE_EVENT_CRON_LOOP {
+            globals::journal_pending_flush();
             record_counter_after_aof_rewrite(ctx);
             globals::set_effects_needed(effects_needed(ctx));
         } else if id == raw::REDISMODULE_EVENT_FORK_CHILD
@@ -150,9 +197,12 @@ extern "C" fn on_server_event(
         } else if id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED {
             let replica = subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA;
             globals::set_replica(replica);
-            if replica {
-                globals::report(&mut RedisHost::new(ctx), Report::BecameReplica);
-            }
+            let report = if replica {
+                Report::BecameReplica
+            } else {
+                Report::Promoted
+            };
+            globals::report(&mut RedisHost::new(ctx), report);
         }
     })
 }

@@ -1,7 +1,7 @@
 //! Small helpers over the Redis module API that every other file of the host uses: panics kept
 //! out of Redis, strings, the clock, the selected db.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
 use std::ptr::NonNull;
 
@@ -49,6 +49,13 @@ pub fn now_ms() -> i64 {
     unsafe { rm!(RedisModule_Milliseconds()) }
 }
 
+/// A monotonic clock in µs since the module first asked (waits are measured with it).
+pub fn monotonic_us() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let elapsed = START.get_or_init(std::time::Instant::now).elapsed();
+    u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)
+}
+
 /// The db selected in `ctx`.
 pub fn selected_db(ctx: *mut raw::RedisModuleCtx) -> c_int {
     // SAFETY: `ctx` is the live context of the running callback.
@@ -91,5 +98,41 @@ impl Drop for OwnedString {
     fn drop(&mut self) {
         // SAFETY: created by `new` in the same context and freed exactly once, here.
         unsafe { rm!(RedisModule_FreeString(self.ctx, self.ptr.as_ptr())) };
+    }
+}
+
+/// Runs a command through the module API with one or three C-string arguments; its reply as
+/// text (a bulk or simple string), `None` for an error or another reply type.
+pub fn call_text(ctx: *mut raw::RedisModuleCtx, command: &CStr, args: &[&CStr]) -> Option<String> {
+    // SAFETY: each format has one "c" per C-string argument passed; the reply is freed below,
+    // after its bytes are copied out.
+    unsafe {
+        let reply = match args {
+            [a] => rm!(RedisModule_Call(
+                ctx,
+                command.as_ptr(),
+                c"c".as_ptr(),
+                a.as_ptr()
+            )),
+            [a, b, c] => rm!(RedisModule_Call(
+                ctx,
+                command.as_ptr(),
+                c"ccc".as_ptr(),
+                a.as_ptr(),
+                b.as_ptr(),
+                c.as_ptr()
+            )),
+            _ => return None,
+        };
+        if reply.is_null() {
+            return None;
+        }
+        let mut len = 0usize;
+        let ptr = rm!(RedisModule_CallReplyStringPtr(reply, &mut len));
+        let text = (!ptr.is_null())
+            .then(|| String::from_utf8_lossy(std::slice::from_raw_parts(ptr.cast::<u8>(), len)))
+            .map(|t| t.into_owned());
+        rm!(RedisModule_FreeCallReply(reply));
+        text
     }
 }

@@ -14,16 +14,17 @@
 //! [`Report`] in `LATE`, and the outer call hands the queue to the engine before it lets go.
 //! Nothing reported is lost, nothing panics on a double borrow.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 use redis_module::raw;
 
 use super::acl::Caller;
 use super::migration::Migrations;
+use super::unlinked::{Gone, Unlinked};
 use crate::lock::shared::Garbage;
-use crate::lock::{Engine, Handles, Host, KeyRef};
+use crate::lock::{Engine, Handles, Host, KeyRef, LockValue, Reason, Watch};
 
 /// A blocked client, as the engine names it.
 pub type Client = *mut raw::RedisModuleBlockedClient;
@@ -49,13 +50,23 @@ thread_local! {
     /// when the module opens a key for its own work and when it decides how to propagate.
     static MIGRATIONS: RefCell<Migrations> = RefCell::new(Migrations::default());
 
-    /// The lock key Redis unlinked last (db, name). Set by the data type's `unlink2` callback,
-    /// read and cleared by the next keyspace notification: the `expired` notification that
-    /// follows an expiry names the key but no longer has its value, so this is how a lock's
-    /// expiry is told apart from the expiry of any other key. Cleared too when the module
-    /// deletes a lock itself (no notification follows that).
-    static LAST_UNLINKED: RefCell<Option<(c_int, Vec<u8>, u64)>> = const { RefCell::new(None) };
+    /// The locks Redis unlinked last, until the keyspace notification that says why (see
+    /// `unlinked`). Written by the data type's `unlink2` callback, read by the notification
+    /// that follows; cleared when the module deletes or replaces a lock itself (no
+    /// notification follows that).
+    static UNLINKED: RefCell<Unlinked> = RefCell::new(Unlinked::default());
+
+    /// A flush seen and not yet written to the journal (Unix ms, the db or -1): `DEBUG RELOAD`
+    /// and a replica's full sync flush before loading, and then no lock was lost; a load that
+    /// starts cancels it. Written to the journal by the next cron tick, or before the journal
+    /// is read.
+    static PENDING_FLUSH: Cell<Option<(i64, c_int)>> = const { Cell::new(None) };
 }
+
+/// How many holds of a lock Redis unlinks the engine wants described (`Engine::describes`),
+/// kept here for the `unlink2` callback, which must not borrow the engine. Set at load and
+/// whenever the settings change.
+static DESCRIBES: AtomicUsize = AtomicUsize::new(0);
 
 /// Lock values alive in memory (the `locks` INFO field). Changed by the data type's
 /// constructors and `free` callback, which Redis may call from a background thread.
@@ -92,16 +103,18 @@ static COUNTED_AT_REWRITE: AtomicI64 = AtomicI64::new(-1);
 pub enum Report {
     /// A user set or removed a key's TTL.
     TtlChanged { db: c_int, name: Vec<u8> },
-    /// A key changed behind the engine's back; `expired` holds ran out of time with it.
-    KeyChanged {
-        db: c_int,
-        name: Vec<u8>,
-        expired: u64,
-    },
+    /// A key changed behind the engine's back.
+    KeyChanged { db: c_int, name: Vec<u8> },
+    /// A lock Redis unlinked is gone, for `reason`.
+    Lost { reason: Reason, gone: Gone },
+    /// Two dbs were swapped while locks existed.
+    Swapped(c_int, c_int),
     /// Every key of a db (all dbs if `None`) may have changed.
     DbChanged(Option<c_int>),
     /// This server became a replica.
     BecameReplica,
+    /// This server started as a master, or was promoted: the restart grace starts.
+    Promoted,
     /// A timer the engine armed fired.
     Timer(u64),
     /// A blocked client's answer was delivered.
@@ -115,13 +128,29 @@ pub enum Report {
 impl Report {
     fn apply(self, engine: &mut Engine<RedisHandles>, host: &mut impl Host<RedisHandles>) {
         match self {
-            Report::KeyChanged { db, name, expired } => {
-                engine.count_expired(expired);
-                engine.key_changed(host, KeyRef { db, name: &name });
+            Report::KeyChanged { db, name } => engine.key_changed(host, KeyRef { db, name: &name }),
+            Report::Lost { reason, gone } => {
+                if reason == Reason::Expired {
+                    engine.count_expired(gone.holds);
+                }
+                // A replica applies what its master decided: its journal stays empty.
+                if !is_replica() {
+                    let key = KeyRef {
+                        db: gone.db,
+                        name: &gone.name,
+                    };
+                    engine.holds_lost(key, host.now_ms(), reason, &gone.described);
+                }
+            }
+            Report::Swapped(first, second) => {
+                if !is_replica() {
+                    engine.all_lost(host.now_ms(), Some((first, second)), Reason::Swapped);
+                }
             }
             Report::TtlChanged { db, name } => engine.ttl_changed(host, KeyRef { db, name: &name }),
             Report::DbChanged(db) => engine.db_changed(host, db),
             Report::BecameReplica => engine.became_replica(host),
+            Report::Promoted => engine.start_grace(host),
             Report::Timer(number) => engine.on_timer(host, number),
             Report::Replied(client) => engine.replied(client),
             Report::Gone(client) => engine.client_gone(host, client),
@@ -172,19 +201,15 @@ pub fn report(host: &mut impl Host<RedisHandles>, report: Report) {
 
 /// A keyspace notification for `name`: the fast path (nobody waits for anything) costs no
 /// allocation.
-pub fn key_changed(host: &mut impl Host<RedisHandles>, db: c_int, name: &[u8], expired: u64) {
+pub fn key_changed(host: &mut impl Host<RedisHandles>, db: c_int, name: &[u8]) {
     let done = with_engine(host, |engine, host| {
-        engine.count_expired(expired);
         if engine.waiters() > 0 {
             engine.key_changed(host, KeyRef { db, name });
         }
     });
     if done.is_none() {
         let name = name.to_vec();
-        LATE.with(|late| {
-            late.borrow_mut()
-                .push(Report::KeyChanged { db, name, expired })
-        });
+        LATE.with(|late| late.borrow_mut().push(Report::KeyChanged { db, name }));
     }
 }
 
@@ -246,36 +271,80 @@ pub fn lock_values() -> u64 {
     LIVE.load(Ordering::Relaxed)
 }
 
-/// Records that the lock at (db, name) was just unlinked.
-pub fn set_unlinked(db: c_int, name: Vec<u8>, holds: u64) {
-    LAST_UNLINKED.with(|cell| {
-        if let Ok(mut last) = cell.try_borrow_mut() {
-            *last = Some((db, name, holds));
+/// Redis unlinked a lock.
+pub fn push_unlinked(gone: Gone) {
+    UNLINKED.with(|cell| {
+        if let Ok(mut unlinked) = cell.try_borrow_mut() {
+            unlinked.push(gone);
         }
     });
 }
 
-/// How many holds the key just unlinked at (db, name) had (0 if it was no lock); forgets it
-/// either way.
-pub fn take_unlinked(db: c_int, name: &[u8]) -> u64 {
-    LAST_UNLINKED.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut last) => match last.take() {
-            Some((d, n, holds)) if d == db && n == name => holds,
-            _ => 0,
-        },
-        Err(_) => 0,
+/// The lock just unlinked at (db, name), if a notification of that key explains it now.
+pub fn take_unlinked(db: c_int, name: &[u8]) -> Option<Gone> {
+    UNLINKED.with(|cell| cell.try_borrow_mut().ok()?.take(db, name))
+}
+
+/// Forgets the unlinked locks (cheap when there is none).
+pub fn forget_unlinked() {
+    UNLINKED.with(|cell| {
+        if let Ok(mut unlinked) = cell.try_borrow_mut() {
+            unlinked.clear();
+        }
+    });
+}
+
+/// How many holds of a lock being unlinked to describe.
+pub fn describes() -> usize {
+    DESCRIBES.load(Ordering::Relaxed)
+}
+
+/// Changes the journal's or the statistics' settings; false if the engine is busy.
+pub fn configure(f: impl FnOnce(&mut Watch)) -> bool {
+    configure_engine(|engine| f(engine.watch_mut()))
+}
+
+/// Changes an engine setting (the configs); false if the engine is busy.
+pub fn configure_engine(f: impl FnOnce(&mut Engine<RedisHandles>)) -> bool {
+    ENGINE.with(|cell| {
+        let Ok(mut engine) = cell.try_borrow_mut() else {
+            return false;
+        };
+        f(&mut engine);
+        DESCRIBES.store(engine.describes(), Ordering::Relaxed);
+        true
     })
 }
 
-/// Forgets the last unlinked key (cheap when there is none).
-pub fn forget_unlinked() {
-    LAST_UNLINKED.with(|cell| {
-        if let Ok(mut last) = cell.try_borrow_mut() {
-            if last.is_some() {
-                *last = None;
+/// A flush began (db, or -1 for all): noted if any lock may be lost with it.
+pub fn note_flush(db: c_int) {
+    if lock_values() > 0 && !is_replica() {
+        PENDING_FLUSH.with(|p| p.set(Some((crate::redis::ffi::now_ms(), db))));
+    }
+}
+
+/// A load began: the flush before it lost no lock (`DEBUG RELOAD`, a full sync).
+pub fn cancel_flush() {
+    PENDING_FLUSH.with(|p| p.set(None));
+}
+
+/// Writes a noted flush to the journal now (the cron tick).
+pub fn journal_pending_flush() {
+    if PENDING_FLUSH.with(Cell::get).is_some() {
+        ENGINE.with(|cell| {
+            if let Ok(mut engine) = cell.try_borrow_mut() {
+                journal_flush(&mut engine);
             }
-        }
-    });
+        });
+    }
+}
+
+/// Writes a noted flush to the journal.
+fn journal_flush(engine: &mut Engine<RedisHandles>) {
+    if let Some((at, db)) = PENDING_FLUSH.with(Cell::take) {
+        let dbs = (db >= 0).then_some((db, db));
+        engine.all_lost(at, dbs, Reason::Flushed);
+    }
 }
 
 /// Records whether lock changes must be propagated as effects.
@@ -321,22 +390,49 @@ const FREE_IN_BACKGROUND_BYTES: usize = 1 << 20;
 
 thread_local! {
     /// The queue of the thread that frees large arrays, started the first time one comes.
-    static RECLAIMER: RefCell<Option<std::sync::mpsc::Sender<Garbage>>> = const { RefCell::new(None) };
+    static RECLAIMER: RefCell<Option<std::sync::mpsc::Sender<Box<dyn Send>>>> = const { RefCell::new(None) };
+}
+
+/// The thread Redis runs commands on (set at load).
+static MAIN_THREAD: std::sync::OnceLock<std::thread::ThreadId> = std::sync::OnceLock::new();
+
+/// Records the thread the module was loaded on: the one Redis runs commands on.
+pub fn note_main_thread() {
+    let _ = MAIN_THREAD.set(std::thread::current().id());
 }
 
 /// Frees `garbage`: at once if it is small, else on a thread of its own (as Redis's lazy free
 /// does with large values), so that no turn of the main thread waits for the kernel. The
 /// allocator is Redis's, which may be called from any thread.
 pub fn free(garbage: Garbage) {
-    if garbage.bytes() < FREE_IN_BACKGROUND_BYTES {
+    let bytes = garbage.bytes();
+    free_sized(garbage, bytes);
+}
+
+/// Frees a lock value (Redis's `free` callback): a large one off the main thread. (Redis may
+/// call the callback from its own background thread already; then it is freed there.)
+pub fn free_value(value: LockValue) {
+    let bytes = match &value {
+        LockValue::Shared(shared) => shared.heap_size(),
+        LockValue::Exclusive(_) => 0,
+    };
+    free_sized(value, bytes);
+}
+
+fn free_sized<T: Send + 'static>(garbage: T, bytes: usize) {
+    let main = MAIN_THREAD
+        .get()
+        .is_some_and(|t| *t == std::thread::current().id());
+    if bytes < FREE_IN_BACKGROUND_BYTES || !main {
         return;
     }
+    let garbage: Box<dyn Send> = Box::new(garbage);
     let garbage = RECLAIMER.with(|cell| {
         let Ok(mut sender) = cell.try_borrow_mut() else {
             return Some(garbage);
         };
         if sender.is_none() {
-            let (tx, rx) = std::sync::mpsc::channel::<Garbage>();
+            let (tx, rx) = std::sync::mpsc::channel::<Box<dyn Send>>();
             let spawned = std::thread::Builder::new()
                 .name("relock-free".into())
                 .spawn(move || rx.into_iter().for_each(drop));

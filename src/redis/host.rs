@@ -18,8 +18,8 @@ use super::ffi::{self, OwnedString};
 use super::globals::{self, Client, RedisHandles, Report};
 use super::{cluster, server};
 use crate::lock::{
-    Effect, Event, Hold, Holder, Host, Key, KeyId, KeyRef, LockMut, LockRef, LockValue, OpenError,
-    Outcome, Shared, State,
+    Blocked, Effect, Event, Hold, Holder, Host, Key, KeyId, KeyRef, LockMut, LockRef, LockValue,
+    OpenError, Outcome, Shared, State,
 };
 
 /// Blocks the client of the command running with a context and arguments (`clients::block`).
@@ -66,13 +66,32 @@ impl Host<RedisHandles> for RedisHost<'_> {
         server::state(self.ctx)
     }
 
-    fn block(&mut self) -> Option<(Client, Option<Caller>)> {
+    fn now_us(&self) -> u64 {
+        ffi::monotonic_us()
+    }
+
+    fn block(&mut self) -> Option<Blocked<RedisHandles>> {
         // Clients of the master's stream and of the AOF never block; nor do scripts and MULTI.
         let (argv, block) = self.command?;
         if !server::may_block(self.ctx) {
             return None;
         }
-        block(self.ctx, argv)
+        // SAFETY: `ctx` is the running command's context.
+        let id = unsafe { rm!(RedisModule_GetClientId(self.ctx)) };
+        let (client, caller) = block(self.ctx, argv)?;
+        Some(Blocked { client, caller, id })
+    }
+
+    fn caller_info(&mut self) -> String {
+        if self.command.is_none() {
+            return String::new();
+        }
+        // SAFETY: `ctx` is the running command's context.
+        let id = unsafe { rm!(RedisModule_GetClientId(self.ctx)) };
+        if id == 0 {
+            return String::new();
+        }
+        server::client_info(self.ctx, id)
     }
 
     fn open(&mut self, key: &KeyId) -> Result<RedisKey, OpenError> {
@@ -83,11 +102,26 @@ impl Host<RedisHandles> for RedisHost<'_> {
         if globals::with_migrations(importing).unwrap_or(true) {
             return Err(OpenError::Unavailable);
         }
+        // The context's selection is put back when the key closes: a context may share its
+        // client with a user's connection (Valkey 8.1 runs keyspace notifications on the
+        // executing client), which must never find itself in another db.
+        let before = ffi::selected_db(self.ctx);
         if !ffi::select_db(self.ctx, key.db) {
             return Err(OpenError::Unavailable);
         }
-        let name = OwnedString::new(self.ctx, &key.name).ok_or(OpenError::Unavailable)?;
-        RedisKey::open_as(self.ctx, key.db, Name::Owned(name), false, false)
+        let name = OwnedString::new(self.ctx, &key.name).ok_or(OpenError::Unavailable);
+        let opened = name
+            .and_then(|name| RedisKey::open_as(self.ctx, key.db, Name::Owned(name), false, false));
+        match opened {
+            Ok(mut opened) => {
+                opened.restore_db = (before != key.db).then_some(before);
+                Ok(opened)
+            }
+            Err(e) => {
+                ffi::select_db(self.ctx, before);
+                Err(e)
+            }
+        }
     }
 
     fn start_timer(&mut self, delay_ms: i64, number: u64) -> raw::RedisModuleTimerID {
@@ -129,6 +163,40 @@ impl Host<RedisHandles> for RedisHost<'_> {
     }
 }
 
+/// Whether `name`, in the db selected in `ctx`, holds a shared lock: a look that changes nothing
+/// (no access time, no expiry, no notification, no stats where the server lets a module ask
+/// for that), for keyspace notifications, which must not write on Redis 7.0.
+pub fn is_shared_lock(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString) -> bool {
+    let wanted = raw::REDISMODULE_OPEN_KEY_NOTOUCH
+        | raw::REDISMODULE_OPEN_KEY_NONOTIFY
+        | raw::REDISMODULE_OPEN_KEY_NOSTATS
+        | raw::REDISMODULE_OPEN_KEY_NOEXPIRE
+        | raw::REDISMODULE_OPEN_KEY_NOEFFECTS;
+    // SAFETY: reads a function pointer the module API table filled in (null before 7.2).
+    let supported = match unsafe { raw::RedisModule_GetOpenKeyModesAll } {
+        // SAFETY: no arguments.
+        Some(all) => (unsafe { all() }) as u32,
+        None => raw::REDISMODULE_OPEN_KEY_NOTOUCH,
+    };
+    let mode = raw::REDISMODULE_READ | (wanted & supported);
+    // SAFETY: `ctx` is the notification's context and `name` the key it names, both alive for
+    // the callback; the key is closed below.
+    unsafe {
+        let key = rm!(RedisModule_OpenKey(ctx, name, mode as c_int)).cast::<raw::RedisModuleKey>();
+        if key.is_null() {
+            return false;
+        }
+        let shared = rm!(RedisModule_KeyType(key)) == raw::REDISMODULE_KEYTYPE_MODULE as c_int
+            && rm!(RedisModule_ModuleTypeGetType(key)) == lock_type()
+            && matches!(
+                datatype::lock_of(rm!(RedisModule_ModuleTypeGetValue(key))),
+                Some(LockMut::Shared(_))
+            );
+        rm!(RedisModule_CloseKey(key));
+        shared
+    }
+}
+
 /// The engine's timer fired; its data is the number the engine gave it. The turn's length is
 /// recorded (`longest_turn_us`): the engine bounds the work of each.
 extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
@@ -167,6 +235,9 @@ pub struct RedisKey {
     from_command: bool,
     /// `None` for a read-only open of a missing key (Redis returns no handle then).
     key: Option<NonNull<raw::RedisModuleKey>>,
+    /// The db to select again in `ctx` once the key is closed (opened by the module for its
+    /// own work in another db than the context's).
+    restore_db: Option<c_int>,
     /// Declared after `key`: the open key refers to its name, so the name is freed after it.
     name: Name,
 }
@@ -207,6 +278,7 @@ impl RedisKey {
             db,
             from_command,
             key: NonNull::new(key.cast::<raw::RedisModuleKey>()),
+            restore_db: None,
             name,
         };
         let Some(key) = opened.key else {
@@ -263,6 +335,8 @@ impl RedisKey {
         // SAFETY: an open key handle, opened for writing; Redis takes ownership of `value`,
         // a value of our type.
         unsafe { rm!(RedisModule_ModuleTypeSetValue(key, lock_type(), value)) };
+        // Replacing a value unlinks the old one; no notification follows.
+        globals::forget_unlinked();
     }
 
     /// Deletes the key (the engine has decided the lock is gone).
@@ -312,6 +386,7 @@ impl RedisKey {
                 token: hold.token(),
                 count: hold.count(),
                 expires_at,
+                granted_at: hold.granted_at(),
             });
         }
     }
@@ -324,13 +399,12 @@ impl RedisKey {
                 None
             }
             Some(LockMut::Shared(shared)) => {
-                let removed = if tidy {
-                    shared.remove(owner)
-                } else {
-                    shared.remove_keeping_room(owner)
-                };
-                if removed.is_some() {
+                if shared.remove_keeping_room(owner).is_some() {
                     globals::count_holder(false);
+                }
+                if tidy {
+                    // What is copied is bounded; what is freed may be large: off this thread.
+                    globals::free(shared.tidy_cheaply());
                 }
                 shared.last_lease_end()
             }
@@ -475,6 +549,7 @@ impl Key for RedisKey {
             Event::Renewed => c"lock.renewed",
             Event::Granted => c"lock.granted",
             Event::ForceReleased => c"lock.forcereleased",
+            Event::Downgraded => c"lock.downgraded",
         };
         // SAFETY: `ctx` and the key's name are live; the event name is a static C string.
         unsafe {
@@ -493,6 +568,9 @@ impl Drop for RedisKey {
         if !self.raw().is_null() {
             // SAFETY: the handle opened in `open_as`, closed exactly once, here.
             unsafe { rm!(RedisModule_CloseKey(self.raw())) };
+        }
+        if let Some(db) = self.restore_db {
+            ffi::select_db(self.ctx, db);
         }
     }
 }

@@ -1,12 +1,13 @@
 //! The `INFO relock` section.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
 
 use redis_module::raw;
 
 use super::ffi;
 use super::globals;
+use crate::lock::contention::Histogram;
 
 /// `relock_version`: the workspace version the module was built from, e.g. `0.2.0` (`MODULE LIST`
 /// shows it encoded, 200).
@@ -23,7 +24,18 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
         let (waiters, timers, stats, last_token) =
             globals::read_engine(|e| (e.waiters(), e.armed_timers(), e.stats(), e.last_token()))
                 .unwrap_or_default();
-        let fields: [(&std::ffi::CStr, u64); 14] = [
+        let (grace_ms, grace_left_ms) =
+            globals::read_engine(|e| e.grace_ms(ffi::monotonic_us())).unwrap_or_default();
+        let (waits, holds, log_len) = globals::read_engine(|e| {
+            let w = e.watch();
+            (
+                percentiles(&w.contention.waits),
+                percentiles(&w.contention.holds),
+                w.journal.len() as u64,
+            )
+        })
+        .unwrap_or_default();
+        let fields: [(&std::ffi::CStr, u64); 18] = [
             (c"locks", globals::lock_values()),
             (c"holds", globals::holds()),
             (c"waiters", waiters as u64),
@@ -36,8 +48,12 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             (c"expired_total", stats.expired),
             (c"wait_timeouts_total", stats.wait_timeouts),
             (c"forcereleased_total", stats.forcereleased),
+            (c"downgraded_total", stats.downgraded),
             (c"last_token", last_token),
             (c"longest_turn_us", globals::longest_turn_us()),
+            (c"log_len", log_len),
+            (c"restart_grace_ms", grace_ms),
+            (c"grace_left_ms", grace_left_ms),
         ];
         // SAFETY: `ctx` is the INFO context Redis passed; names are static C strings.
         unsafe {
@@ -50,6 +66,27 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             for (name, value) in fields {
                 rm!(RedisModule_InfoAddFieldULongLong(ctx, name.as_ptr(), value));
             }
+            for (name, value) in [
+                (c"wait_percentiles_ms", waits),
+                (c"hold_percentiles_ms", holds),
+            ] {
+                let value = CString::new(value).unwrap_or_default();
+                rm!(RedisModule_InfoAddFieldCString(
+                    ctx,
+                    name.as_ptr(),
+                    value.as_ptr()
+                ));
+            }
         }
     })
+}
+
+/// A distribution as `INFO latencystats` shows one: `p50=...,p90=...,p99=...,p99.9=...`, in ms
+/// with three decimals.
+fn percentiles(histogram: &Histogram) -> String {
+    [(50.0, "p50"), (90.0, "p90"), (99.0, "p99"), (99.9, "p99.9")]
+        .iter()
+        .map(|(q, name)| format!("{name}={:.3}", histogram.quantile(q / 100.0) / 1000.0))
+        .collect::<Vec<_>>()
+        .join(",")
 }

@@ -4,10 +4,13 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, Context, RedisString, Status};
 
-use super::{events, info, migration, registration, server};
+use super::globals::Report;
+use super::host::RedisHost;
+use super::{config, events, globals, info, migration, registration, server};
 
 /// The module's `OnLoad`, after `redis_module!` has registered the data type.
 pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    globals::note_main_thread();
     if let Some(missing) = missing_apis() {
         ctx.log_warning(&format!(
             "relock needs Redis 7.0 or later: {missing} is missing"
@@ -42,6 +45,16 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             ctx.log_warning(&format!("relock: {e}"));
             return Status::Err;
         }
+    }
+    if let Err(e) = config::register(ctx.ctx) {
+        ctx.log_warning(&format!("relock: {e}"));
+        return Status::Err;
+    }
+    globals::configure(|_| ());
+    server::learn_role(ctx.ctx);
+    if !globals::is_replica() {
+        // Started as a master: the restart grace (if configured) starts now.
+        globals::report(&mut RedisHost::new(ctx.ctx), Report::Promoted);
     }
     // SAFETY: `ctx` is the load context; `info` is an `extern "C"` fn that never unwinds.
     unsafe { rm!(RedisModule_RegisterInfoFunc(ctx.ctx, Some(info::info))) };
@@ -103,6 +116,15 @@ fn missing_apis_of_commands() -> Option<&'static str> {
         RedisModule_ServerInfoGetFieldSigned,
         RedisModule_ServerInfoGetFieldC,
         RedisModule_Log,
+        RedisModule_RegisterNumericConfig,
+        RedisModule_GetCurrentUserName,
+        RedisModule_IsKeysPositionRequest,
+        RedisModule_KeyAtPos,
+        RedisModule_RegisterBoolConfig,
+        RedisModule_RegisterEnumConfig,
+        RedisModule_LoadConfigs,
+        RedisModule_InfoAddFieldCString,
+        RedisModule_ReplyWithArray,
     );
     None
 }

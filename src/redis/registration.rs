@@ -31,6 +31,7 @@ const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
         kind,
         token: None,
         optional: false,
+        multiple: false,
     }
 }
 
@@ -63,6 +64,7 @@ const PXAT: Arg = Arg {
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
     token: Some(c"PXAT"),
     optional: true,
+    multiple: false,
 };
 
 const SHARED: Arg = Arg {
@@ -70,30 +72,35 @@ const SHARED: Arg = Arg {
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
     token: Some(c"SHARED"),
     optional: true,
+    multiple: false,
 };
 const LIMIT: Arg = Arg {
     name: c"limit",
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
     token: Some(c"LIMIT"),
     optional: true,
+    multiple: false,
 };
 const HOLDER: Arg = Arg {
     name: c"owner",
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
     token: None,
     optional: true,
+    multiple: false,
 };
 const OWNER_OPTION: Arg = Arg {
     name: c"owner",
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
     token: Some(c"OWNER"),
     optional: true,
+    multiple: false,
 };
 const COUNT_OPTION: Arg = Arg {
     name: c"count",
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
     token: Some(c"COUNT"),
     optional: true,
+    multiple: false,
 };
 
 const RW: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS;
@@ -106,6 +113,7 @@ const ACQUIRE: Command = Command {
     acl: c"write fast",
     arity: -4,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
+    numkeys: false,
     summary: c"Takes a lock if it is free (non-reentrant; idempotent for its holder), exclusively or SHARED (LIMIT n: a semaphore). Replies the fencing token or nil.",
     complexity: c"O(log H) with H holders",
     args: &[KEY, OWNER, TTL, SHARED, LIMIT],
@@ -120,6 +128,7 @@ const REENTER: Command = Command {
     acl: c"write fast",
     arity: -4,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
+    numkeys: false,
     summary: c"Takes a lock or enters it once more (reentrant), exclusively or SHARED (LIMIT n). Replies the reentrancy count or nil.",
     complexity: c"O(log H) with H holders",
     args: &[KEY, OWNER, TTL, SHARED, LIMIT],
@@ -134,6 +143,7 @@ const RELEASE: Command = Command {
     acl: c"write fast",
     arity: 3,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_DELETE,
+    numkeys: false,
     summary: c"Leaves a lock once; at count 0 the lock passes to the first waiter. Replies the remaining count or nil.",
     complexity: c"O(log H) with H holders",
     args: &[KEY, OWNER],
@@ -148,6 +158,7 @@ const RENEW: Command = Command {
     acl: c"write fast",
     arity: 4,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
+    numkeys: false,
     summary:
         c"Sets the remaining lifetime of a lock its owner holds. Replies the fencing token or nil.",
     complexity: c"O(log H) with H holders",
@@ -163,11 +174,27 @@ const WAIT: Command = Command {
     acl: c"write blocking",
     arity: -5,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
+    numkeys: false,
     summary: c"Takes a lock, exclusively or SHARED (LIMIT n), waiting in FIFO order until it is handed over or the timeout passes. Replies the fencing token or nil.",
     complexity: c"O(log H) with H holders",
     args: &[KEY, OWNER, TTL, TIMEOUT, SHARED, LIMIT],
 };
 callback!(wait_callback, WAIT);
+
+const DOWNGRADE: Command = Command {
+    name: c"LOCK.DOWNGRADE",
+    handler: commands::downgrade,
+    callback: downgrade_callback,
+    flags: c"write fast",
+    acl: c"write fast",
+    arity: 3,
+    key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
+    numkeys: false,
+    summary: c"Makes the owner's exclusive hold a shared one (same token, lease and count) and grants the shared waiters at the head of the queue with it. Replies the token or nil.",
+    complexity: c"O(1) plus O(k log H) for k waiters granted",
+    args: &[KEY, OWNER],
+};
+callback!(downgrade_callback, DOWNGRADE);
 
 const INFO: Command = Command {
     name: c"LOCK.INFO",
@@ -177,6 +204,7 @@ const INFO: Command = Command {
     acl: c"read fast",
     arity: 2,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    numkeys: false,
     summary: c"Shows a lock: owner, token, count, ttl, waiters, mode, holders, limit. Replies nil when there is no lock.",
     complexity: c"O(1); O(log H) for a shared key with H holders",
     args: &[KEY],
@@ -191,6 +219,7 @@ const HOLDERS: Command = Command {
     acl: c"read",
     arity: -2,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    numkeys: false,
     summary: c"Lists a lock's holders in grant order (owner, token, count, ttl); OWNER answers for one. Replies nil when there is no lock.",
     complexity: c"O((n + log H) log(n + log H)) for n of H holders listed (COUNT 0: O(H log H)); O(1) with OWNER",
     args: &[KEY, OWNER_OPTION, COUNT_OPTION],
@@ -205,6 +234,7 @@ const FORCERELEASE: Command = Command {
     acl: c"write admin dangerous",
     arity: -2,
     key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE,
+    numkeys: false,
     summary: c"Breaks every hold of a lock, or only the given owner's, handing it on to the waiters. Replies the number of holds removed.",
     complexity: c"O(H) for H holders; O(log H) with an owner",
     args: &[KEY, HOLDER],
@@ -219,6 +249,7 @@ const APPLY: Command = Command {
     acl: c"write admin dangerous",
     arity: -5,
     key_flags: raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
+    numkeys: false,
     summary: c"Internal: sets a lock exactly as given. Replicas and the AOF receive lock changes in this form.",
     complexity: c"O(1)",
     args: &[KEY, OWNER, TOKEN, COUNT, PXAT, SHARED, LIMIT],
@@ -233,6 +264,7 @@ const DROP: Command = Command {
     acl: c"write admin dangerous",
     arity: 3,
     key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE,
+    numkeys: false,
     summary: c"Internal: removes one holder of a shared lock exactly. Replicas and the AOF receive shared releases in this form.",
     complexity: c"O(log H) with H holders",
     args: &[KEY, OWNER],
@@ -247,14 +279,156 @@ const COUNTER: Command = Command {
     acl: c"write admin dangerous",
     arity: 2,
     key_flags: 0,
+    numkeys: false,
     summary: c"Internal: raises the fencing-token counter to at least the given token. Written to the AOF after each rewrite.",
     complexity: c"O(1)",
     args: &[TOKEN],
 };
 callback!(counter_callback, COUNTER);
 
+const WAITERS: Command = Command {
+    name: c"LOCK.WAITERS",
+    handler: commands::waiters,
+    callback: waiters_callback,
+    flags: c"readonly",
+    acl: c"read",
+    arity: -2,
+    key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    numkeys: false,
+    summary: c"Lists a lock's queue in order: owner, mode, limit, permits, client, waited, timeout, ttl. An empty array when nobody waits.",
+    complexity: c"O(min(n, N)) for n of N waiters listed",
+    args: &[KEY, COUNT_OPTION],
+};
+callback!(waiters_callback, WAITERS);
+
+const LOG_ARG: Arg = Arg {
+    name: c"count-or-reset",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+    token: None,
+    optional: true,
+    multiple: false,
+};
+
+const LOG: Command = Command {
+    name: c"LOCK.LOG",
+    handler: commands::log,
+    callback: log_callback,
+    flags: c"admin allow-loading allow-stale",
+    acl: c"admin slow dangerous",
+    arity: -1,
+    key_flags: 0,
+    numkeys: false,
+    summary: c"Shows the journal of holds that ended other than by their owner, newest first (count, default 10), or empties it (RESET).",
+    complexity: c"O(n) for n entries listed",
+    args: &[LOG_ARG],
+};
+callback!(log_callback, LOG);
+
+const HISTORY_COUNT: Arg = Arg {
+    name: c"count",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+    token: None,
+    optional: true,
+    multiple: false,
+};
+
+const HISTORY: Command = Command {
+    name: c"LOCK.HISTORY",
+    handler: commands::history,
+    callback: history_callback,
+    flags: c"readonly",
+    acl: c"read",
+    arity: -2,
+    key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    numkeys: false,
+    summary: c"Shows the journal's entries for one key, newest first (count, default 10): why its holds ended.",
+    complexity: c"O(L) for a journal of L entries",
+    args: &[KEY, HISTORY_COUNT],
+};
+callback!(history_callback, HISTORY);
+
+const STATS_ARG: Arg = Arg {
+    name: c"count-or-reset",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+    token: None,
+    optional: true,
+    multiple: false,
+};
+
+const STATS: Command = Command {
+    name: c"LOCK.STATS",
+    handler: commands::stats,
+    callback: stats_callback,
+    flags: c"admin allow-loading allow-stale",
+    acl: c"admin slow dangerous",
+    arity: -1,
+    key_flags: 0,
+    numkeys: false,
+    summary: c"Shows the hottest keys by total wait (COUNT n, default 10): waits, granted, timeouts, contended, wait_ms_total with its error bound, wait_ms_max; or clears the statistics (RESET).",
+    complexity: c"O(k + n log n) for a table of k keys",
+    args: &[STATS_ARG],
+};
+callback!(stats_callback, STATS);
+
+const NUMKEYS: Arg = arg(
+    c"numkeys",
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+);
+const KEYS: Arg = Arg {
+    name: c"key",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
+    token: None,
+    optional: false,
+    multiple: true,
+};
+
+const MACQUIRE: Command = Command {
+    name: c"LOCK.MACQUIRE",
+    handler: commands::macquire,
+    callback: macquire_callback,
+    flags: c"write deny-oom fast getkeys-api",
+    acl: c"write fast",
+    arity: -5,
+    key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
+    numkeys: true,
+    summary: c"Takes exclusive locks on every key or on none (one slot in a cluster); the new holds share one fencing token. Replies each key's token in argument order, or nil.",
+    complexity: c"O(N) for N keys",
+    args: &[NUMKEYS, KEYS, OWNER, TTL],
+};
+callback!(macquire_callback, MACQUIRE);
+
+const MRELEASE: Command = Command {
+    name: c"LOCK.MRELEASE",
+    handler: commands::mrelease,
+    callback: mrelease_callback,
+    flags: c"write fast getkeys-api",
+    acl: c"write fast",
+    arity: -4,
+    key_flags: RW | raw::REDISMODULE_CMD_KEY_DELETE,
+    numkeys: true,
+    summary: c"Releases the owner's hold on each key once, as LOCK.RELEASE. Replies how many of the keys the owner held.",
+    complexity: c"O(N) for N keys, plus the hand-offs",
+    args: &[NUMKEYS, KEYS, OWNER],
+};
+callback!(mrelease_callback, MRELEASE);
+
+const MRENEW: Command = Command {
+    name: c"LOCK.MRENEW",
+    handler: commands::mrenew,
+    callback: mrenew_callback,
+    flags: c"write fast getkeys-api",
+    acl: c"write fast",
+    arity: -5,
+    key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
+    numkeys: true,
+    summary: c"Renews the owner's hold on each key, as LOCK.RENEW. Replies how many of the keys the owner held.",
+    complexity: c"O(N) for N keys",
+    args: &[NUMKEYS, KEYS, OWNER, TTL],
+};
+callback!(mrenew_callback, MRENEW);
+
 /// Every command, in registration order.
-const COMMANDS: [&Command; 11] = [
+const COMMANDS: [&Command; 19] = [
     &ACQUIRE,
     &REENTER,
     &RELEASE,
@@ -266,6 +440,14 @@ const COMMANDS: [&Command; 11] = [
     &APPLY,
     &DROP,
     &COUNTER,
+    &WAITERS,
+    &LOG,
+    &HISTORY,
+    &STATS,
+    &DOWNGRADE,
+    &MACQUIRE,
+    &MRELEASE,
+    &MRENEW,
 ];
 
 /// Registers every command with its metadata.
@@ -288,7 +470,8 @@ fn create(
     ctx: *mut raw::RedisModuleCtx,
     command: &Command,
 ) -> Result<*mut raw::RedisModuleCommand, &'static str> {
-    let key_at = c_int::from(command.key_flags != 0);
+    // A numkeys command's keys are found by its key spec (Redis marks it movablekeys).
+    let key_at = c_int::from(command.key_flags != 0 && !command.numkeys);
     // SAFETY: `ctx` is the load context; the name, flags and callback are static.
     let created = unsafe {
         rm!(RedisModule_CreateCommand(
@@ -312,8 +495,25 @@ fn create(
     Ok(handle)
 }
 
-/// The one key spec of a command with a key: at argument 1.
-fn key_spec(flags: u32) -> raw::RedisModuleCommandKeySpec {
+/// The one key spec of a command with keys: the key at argument 1, or the keys after the
+/// numkeys at argument 1.
+fn key_spec(command: &Command) -> raw::RedisModuleCommandKeySpec {
+    let mut spec = one_key_spec(command.key_flags);
+    if command.numkeys {
+        spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+        spec.fk = raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+            keynum: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_2 {
+                keynumidx: 0,
+                firstkey: 1,
+                keystep: 1,
+            },
+        };
+    }
+    spec
+}
+
+/// The key spec of one key at argument 1.
+fn one_key_spec(flags: u32) -> raw::RedisModuleCommandKeySpec {
     raw::RedisModuleCommandKeySpec {
         notes: ptr::null(),
         flags: u64::from(flags),
@@ -346,6 +546,10 @@ fn doc_arg(a: &Arg) -> raw::RedisModuleCommandArg {
             raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int
         } else {
             0
+        } | if a.multiple {
+            raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int
+        } else {
+            0
         },
         deprecated_since: ptr::null(),
         subargs: ptr::null_mut(),
@@ -363,7 +567,7 @@ fn set_info(handle: *mut raw::RedisModuleCommand, command: &Command) -> Result<(
     };
     // SAFETY: an all-zero key spec (argument) ends its list, as Redis expects (plain C data).
     let (end_spec, end_arg) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-    let mut key_specs = [key_spec(command.key_flags), end_spec];
+    let mut key_specs = [key_spec(command), end_spec];
     let mut args: Vec<raw::RedisModuleCommandArg> = command.args.iter().map(doc_arg).collect();
     args.push(end_arg);
     let mut info = raw::RedisModuleCommandInfo {

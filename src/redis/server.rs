@@ -92,6 +92,31 @@ pub fn cluster_enabled(ctx: *mut raw::RedisModuleCtx) -> bool {
     flags(ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0
 }
 
+/// Client `id` as `CLIENT LIST` (and `ACL LOG`'s `client-info`) shows it. A script's or a
+/// function's commands run on a client `CLIENT LIST` does not show, which carries the caller's
+/// user only: then `user=<name> via=script`. Empty if neither can be read.
+pub fn client_info(ctx: *mut raw::RedisModuleCtx, id: u64) -> String {
+    let Ok(id) = std::ffi::CString::new(id.to_string()) else {
+        return String::new();
+    };
+    let listed = super::ffi::call_text(ctx, c"CLIENT", &[c"LIST", c"ID", &id])
+        .map(|line| line.trim_end().to_string())
+        .unwrap_or_default();
+    if !listed.is_empty() {
+        return listed;
+    }
+    // SAFETY: `ctx` is the running command's context; the name string is freed below.
+    unsafe {
+        let name = rm!(RedisModule_GetCurrentUserName(ctx));
+        if name.is_null() {
+            return String::new();
+        }
+        let user = String::from_utf8_lossy(super::ffi::string_bytes(name)).into_owned();
+        rm!(RedisModule_FreeString(ctx, name));
+        format!("user={user} via=script")
+    }
+}
+
 /// The error a command that would change a lock gets while writes are paused.
 pub const PAUSED: &str =
     "TRYAGAIN writes are paused (CLIENT PAUSE or a failover); retry when they resume";

@@ -454,9 +454,17 @@ pub struct LockInfo {
 }
 
 /// The field names of `LOCK.INFO`, in order: the five of an exclusive lock, then the three every
-/// key has since shared holds (spec: "Introspection").
-pub const LOCK_INFO_FIELDS: [&str; 8] = [
-    "owner", "token", "count", "ttl", "waiters", "mode", "holders", "limit",
+/// key has since shared holds (spec: "Introspection"), then `permits_free` (since permits).
+pub const LOCK_INFO_FIELDS: [&str; 9] = [
+    "owner",
+    "token",
+    "count",
+    "ttl",
+    "waiters",
+    "mode",
+    "holders",
+    "limit",
+    "permits_free",
 ];
 
 /// `LOCK.INFO`'s (name, value) pairs after checking the names and their order.
@@ -509,7 +517,7 @@ pub fn decode_lock_info(pairs: Vec<(redis::Value, redis::Value)>) -> LockInfo {
     }
 }
 
-/// `LOCK.INFO key` as (name, value) pairs, or `None` for nil (a flat array of sixteen under
+/// `LOCK.INFO key` as (name, value) pairs, or `None` for nil (a flat array of eighteen under
 /// RESP2, a map under RESP3).
 pub fn lock_info_pairs(
     c: &mut redis::Connection,
@@ -521,7 +529,7 @@ pub fn lock_info_pairs(
         Value::Nil => None,
         Value::Map(pairs) => Some(pairs),
         Value::Array(items) => {
-            assert_eq!(items.len(), 16, "LOCK.INFO flat array: {items:?}");
+            assert_eq!(items.len(), 18, "LOCK.INFO flat array: {items:?}");
             let mut it = items.into_iter();
             let mut pairs = Vec::new();
             while let (Some(k), Some(v)) = (it.next(), it.next()) {

@@ -283,7 +283,8 @@ export function classify(e: unknown): Failure {
   const isReply = e instanceof Error && e.name === "ReplyError";
   let msg = errorText(e);
   if (!isReply) return { message: msg };
-  if (msg === "lock is held in another mode") {
+  // The text goes on to name LOCK.DOWNGRADE since the module has one.
+  if (msg.startsWith("lock is held in another mode")) {
     return {
       message: "the owner holds the lock in the other mode there (no upgrade or downgrade)",
       permanent: true,

@@ -26,6 +26,12 @@ export { DEFAULT_MAX_PARTIAL_HOLD, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_DELAY, DE
 
 /** Extra time a blocked LOCK.WAIT's reply may take beyond its own timeout (a busy server). */
 const WAIT_GRACE = 1000;
+/**
+ * How long a client of one server waits for its connection to be ready before the first time
+ * it ever was (at most; then the command has its own timeout): a process starting up does not
+ * know yet how far its server is, and ioredis connects in the background.
+ */
+const FIRST_CONNECT = 2000;
 
 type Client = Redis | Cluster;
 
@@ -74,14 +80,40 @@ function withTimeout<T>(p: Promise<T>, ms: number | null, what: string): Promise
   });
 }
 
+/** Resolves once `client` is ready, or rejects with a TimeoutFailure after `ms`. */
+function untilReady(client: Client, ms: number): Promise<void> {
+  if (client.status === "ready") return Promise.resolve();
+  // A lazyConnect client connects on its first command; this waits before sending one.
+  if (client.status === "wait") client.connect().catch(() => undefined);
+  return new Promise<void>((resolve, reject) => {
+    const ready = (): void => {
+      clearTimeout(timer);
+      resolve();
+    };
+    const timer = setTimeout(() => {
+      client.off("ready", ready);
+      reject(new TimeoutFailure(`no connection within ${ms} ms`));
+    }, ms);
+    client.once("ready", ready);
+  });
+}
+
 /** One master: a client for one server, or a Redis Cluster acting as one. */
 class Server {
   readonly name: string;
   readonly cluster: boolean;
   /** Connections of their own for LOCK.WAIT, which blocks its connection. */
   private idle: Client[] = [];
+  /** Whether the client was ever ready (see FIRST_CONNECT). */
+  private readyOnce: boolean;
 
-  constructor(readonly client: Client) {
+  constructor(
+    readonly client: Client,
+    /** Whether calls wait for a first connection (a client of one server, whose answer is the only one). */
+    private readonly firstGrace: boolean,
+  ) {
+    this.readyOnce = client.status === "ready";
+    if (!this.readyOnce) client.once("ready", () => (this.readyOnce = true));
     this.cluster = isCluster(client);
     if (isCluster(client)) {
       const nodes = client.nodes("master").map((n) => `${n.options.host}:${n.options.port}`);
@@ -92,7 +124,8 @@ class Server {
     }
   }
 
-  call(args: ReadonlyArray<string | number>, timeout: number | null): Promise<unknown> {
+  async call(args: ReadonlyArray<string | number>, timeout: number | null): Promise<unknown> {
+    if (this.firstGrace && !this.readyOnce && timeout !== null) await untilReady(this.client, Math.max(timeout, FIRST_CONNECT));
     const [cmd, ...rest] = args;
     const p = this.client.call(String(cmd), ...rest.map(String));
     p.catch(() => undefined); // a late failure after a timeout is nobody's business
@@ -161,7 +194,7 @@ export class Relock {
     if (clients.length > 1 && clients.some(isCluster)) {
       throw new InvalidArgumentError("Redlock takes independent masters; pass a Cluster alone");
     }
-    this.nodes = clients.map((c) => new Server(c));
+    this.nodes = clients.map((c) => new Server(c, clients.length === 1));
     this.servers = this.nodes.map((n) => n.name);
     this.servers.forEach((name, i) => {
       if (this.servers.indexOf(name) !== i) {

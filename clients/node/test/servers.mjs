@@ -190,3 +190,39 @@ export class TestCluster {
     for (const n of this.nodes) n.close();
   }
 }
+
+/**
+ * A TCP proxy to `port` that holds every new connection `delay` ms before it forwards anything:
+ * a server that is slow to connect to (far away, or on a loaded machine), and quick to answer
+ * once connected.
+ */
+export class SlowProxy {
+  static async start(port, delay) {
+    const proxy = new SlowProxy();
+    proxy.sockets = new Set();
+    proxy.server = createServer((client) => {
+      proxy.sockets.add(client);
+      client.pause();
+      client.on("error", () => undefined);
+      setTimeout(() => {
+        const upstream = connect(port, "127.0.0.1", () => {
+          client.pipe(upstream);
+          upstream.pipe(client);
+          client.resume();
+        });
+        proxy.sockets.add(upstream);
+        upstream.on("error", () => client.destroy());
+        client.on("close", () => upstream.destroy());
+        upstream.on("close", () => client.destroy());
+      }, delay);
+    });
+    await new Promise((res) => proxy.server.listen(0, "127.0.0.1", res));
+    proxy.port = proxy.server.address().port;
+    return proxy;
+  }
+
+  close() {
+    this.server.close();
+    for (const s of this.sockets) s.destroy();
+  }
+}

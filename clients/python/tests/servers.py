@@ -3,12 +3,14 @@ port 0 first), in its own directory, ready within a deadline, killed on teardown
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -205,3 +207,53 @@ class Cluster:
     def close(self) -> None:
         for n in self.nodes:
             n.close()
+
+
+class SlowProxy:
+    """A TCP proxy to ``port`` that holds every new connection ``delay`` seconds before it
+    forwards anything: a server that is slow to connect to (far away, or on a loaded
+    machine), and quick to answer once connected."""
+
+    def __init__(self, port: int, delay: float) -> None:
+        self.target = port
+        self.delay = delay
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = int(self.listener.getsockname()[1])
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        time.sleep(self.delay)
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+
+        def pump(src: socket.socket, dst: socket.socket) -> None:
+            try:
+                while data := src.recv(65536):
+                    dst.sendall(data)
+            except OSError:
+                pass
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+        threading.Thread(target=pump, args=(client, upstream), daemon=True).start()
+        pump(upstream, client)
+
+    def close(self) -> None:
+        self.closed = True
+        self.listener.close()

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 import relock
-from servers import Server, eventually
+from servers import Server, SlowProxy, eventually
 
 T = TypeVar("T")
 
@@ -271,19 +271,31 @@ def test_a_paused_master_costs_a_round_its_deadline_and_no_more(servers3: list[S
     node_timeout, connecting included, and no thread of the client stays stuck on it, so
     round after round the two others carry on."""
     locks = relock.Relock([connect(s) for s in servers3])
-    warm = locks.acquire("warm", wait=0)  # connections open to every master
-    assert warm is not None and warm.release()
+
+    def connected() -> bool:  # a connection open to every master (a loaded machine may take a while)
+        try:
+            return locks.info_each("warm") == [None] * 3
+        except relock.ServerError:
+            return False
+
+    assert eventually(connected)
     servers3[2].pause()
     try:
+        granted = 0
         for i in range(30):  # more rounds than the client has threads (24)
             started = time.monotonic()
             h = within(10, lambda: locks.acquire(f"k{i}", ttl=5, wait=0))
-            assert h is not None and set(h.tokens) == set(locks.servers[:2]), i
-            assert within(10, h.release)
+            if h is not None:
+                granted += 1
+                assert set(h.tokens) == set(locks.servers[:2]), i
+                assert within(10, h.release)
             # A release waits for every master: the paused one costs it node_timeout.
             assert time.monotonic() - started < 2.0, (i, time.monotonic() - started)
-        stuck = [t.name for t in threading.enumerate() if t.name.startswith("relock") and "renewals" not in t.name]
-        assert len(stuck) <= max(16, 8 * 3)
+        # Each round needs both others within 0.1 s, which a loaded machine sometimes misses;
+        # a client with threads stuck on the paused master would grant none after round 13.
+        assert granted >= 20, granted
+        opening = [t for t in threading.enumerate() if t.name == f"relock connect {locks.servers[2]}"]
+        assert len(opening) <= 4, "a paused master holds at most four threads, opening connections"
     finally:
         servers3[2].resume()
 
@@ -308,6 +320,44 @@ def test_a_paused_server_costs_a_call_its_deadline(server: Server) -> None:
     # requests that reached it while it was stopped, and those late grants last their ttl.)
     with locks.lock("k2", wait=0) as h:
         assert h.token > 0
+
+
+def test_a_server_slow_to_connect_to_serves_the_next_calls(server: Server) -> None:
+    """Connecting takes 0.3 s (each new connection), a command 0.1 ms, the node timeout is
+    0.1 s. The first connection of a one-server client may take up to 2 s (a process starting
+    up does not know yet how far its server is). Later ones count against each call's
+    deadline: a call gives up while a connection opens in the background, and the next calls
+    use it. (Opening a connection within each call's deadline would never succeed.)"""
+    proxy = SlowProxy(server.port, 0.3)
+    try:
+        locks = relock.Relock(redis.Redis(port=proxy.port), node_timeout=0.1)
+        started = time.monotonic()
+        with locks.lock("k", ttl=5, wait=0) as h:
+            assert h.token > 0 and time.monotonic() - started < 2.0
+        connect(server).execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        started = time.monotonic()
+        assert locks.acquire("k", wait=0) is None  # gave up while connecting
+        assert time.monotonic() - started < 1.0
+        with locks.lock("k", ttl=5, wait=5) as h:  # tries again; a connection is open by then
+            assert time.monotonic() - started < 5
+        started = time.monotonic()
+        with locks.lock("k", wait=0):  # on the open connection: quick
+            assert time.monotonic() - started < 0.5
+    finally:
+        proxy.close()
+
+
+def test_a_server_stopped_before_the_first_call(server: Server) -> None:
+    """No connection was ever opened: a one-server client waits 2 s for one, not forever."""
+    locks = relock.Relock(connect(server))
+    server.pause()
+    try:
+        for _ in range(2):
+            started = time.monotonic()
+            assert within(10, lambda: locks.acquire("k", wait=0)) is None
+            assert time.monotonic() - started < 4.0
+    finally:
+        server.resume()
 
 
 def test_a_wait_without_limit_queues_once(server: Server) -> None:
@@ -340,14 +390,18 @@ def test_redlock_wait_hands_over(servers3: list[Server]) -> None:
 
 
 def test_connection_dropped_mid_renewal(server: Server) -> None:
+    """Every connection is dropped every 250 ms for 3 s; the 1.2 s hold is renewed across the
+    drops (each renewal that finds its connection closed opens another)."""
     r = connect(server)
     admin = connect(server)
     locks = relock.Relock(r)
-    with locks.lock("k", ttl=0.6) as h:
-        for _ in range(5):
+    with locks.lock("k", ttl=1.2) as h:
+        first = h.valid_until
+        for _ in range(12):
             admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
             time.sleep(0.25)
         h.check()  # reconnected and renewed
+        assert h.valid_until > first + 1.5, "renewed across the drops"
         info = locks.info("k")
         assert info is not None and info.owner == h.owner
 

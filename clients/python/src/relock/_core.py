@@ -349,7 +349,8 @@ def classify(e: BaseException) -> Failure:
     if isinstance(e, _TRANSIENT_ERRORS):
         return Failure(msg)
     if isinstance(e, rex.ResponseError):
-        if msg == "lock is held in another mode":
+        # The text goes on to name LOCK.DOWNGRADE since the module has one.
+        if msg.startswith("lock is held in another mode"):
             return Failure(
                 "the owner holds the lock in the other mode there (no upgrade or downgrade)",
                 permanent=True,

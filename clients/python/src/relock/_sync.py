@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import concurrent.futures as cf
 import contextlib
+import copy
 import os
 import threading
 import time
@@ -22,6 +23,10 @@ from ._core import Failure, Holder, LockInfo, Round, Waiter
 from .errors import InvalidArgument, LockLost, NotAcquired, RelockError
 
 T = TypeVar("T")
+
+#: How long a connection may take to open (TCP and the handshake) in the background, at
+#: least: the calls waiting for it give up at their own deadlines, the next ones get it.
+CONNECT_TIMEOUT = 2.0
 
 #: Extra time a blocked LOCK.WAIT's reply may take beyond its own timeout before the
 #: connection is given up (a busy server answers late; a stopped one never does).
@@ -57,16 +62,25 @@ class _Server:
 
     For one server, relock keeps connections of its own, made like the client's pool makes
     them (same class and options: host, password, TLS, protocol, ...), so that it decides their
-    timeouts: connecting, the handshake (HELLO, AUTH, SELECT, ...) and the reply all count
-    against the call's deadline, and a failed connection is not retried within it. A stopped
-    server that still accepts connections (its kernel does) then costs a call its deadline, no
-    more, whatever ``socket_timeout`` the client has (none by default). A cluster client keeps
-    its own timeouts."""
+    timeouts. A call waits for a connection no longer than its own deadline: connections are
+    opened (TCP, then the handshake: HELLO, AUTH, SELECT, ...) by background threads, a few at
+    a time, each bounded by ``connect_timeout``, without redis-py's retries. A stopped server
+    that still accepts connections (its kernel does) so costs a call its deadline and no
+    thread of the caller's, whatever ``socket_timeout`` the client has (none by default); a
+    server that is slow to connect to (far away, or a machine under load) still gets a
+    connection for the next call, and a refused connection fails the waiting calls at once.
+    With ``first_grace`` (a client of one server, whose answer is the only one), calls made
+    before a first connection to it ever opened wait up to ``connect_timeout`` for one (a
+    process starting up does not know yet how far its server is), and then have their own
+    timeout for the command; over several masters a round never waits for one longer than
+    its deadline. A cluster client keeps its own timeouts."""
 
     #: Idle connections kept for the next calls; a burst opens more and closes the rest.
     KEEP_IDLE = 16
+    #: Connections being opened at once, at most.
+    MAX_CONNECTING = 4
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, connect_timeout: float, first_grace: bool) -> None:
         self.client = client
         self.cluster = isinstance(client, redis.cluster.RedisCluster)
         if self.cluster:
@@ -77,45 +91,88 @@ class _Server:
         kw = pool.connection_kwargs
         self.name = core.server_name(kw.get("host", "localhost"), kw.get("port", 6379), kw.get("path"))
         self._connection_class = pool.connection_class
-        # No retries inside a call: a round has its own deadline and tries again on its own.
-        self._kwargs = {**kw, "retry": Retry(NoBackoff(), 0), "retry_on_timeout": False, "health_check_interval": 0}
+        # No retries inside a connection attempt: calls have deadlines and try again on their own.
+        self._kwargs = {
+            **kw,
+            "retry": Retry(NoBackoff(), 0),
+            "retry_on_timeout": False,
+            "health_check_interval": 0,
+            "socket_timeout": connect_timeout,
+            "socket_connect_timeout": connect_timeout,
+        }
+        self._connect_timeout = connect_timeout
+        self._first_grace = first_grace
+        self._connected_once = False
+        self._cond = threading.Condition()
         self._idle: list[Any] = []
-        self._lock = threading.Lock()
+        self._connecting = 0
+        self._waiting = 0
+        self._attempts = 0  # connection attempts finished, so far
+        self._failures: list[tuple[int, BaseException]] = []  # the last few, by attempt
         self._pid = os.getpid()
 
+    def _forked(self) -> None:
+        """In a forked child, under the lock: the parent's sockets and threads are not ours."""
+        if self._pid != os.getpid():
+            self._idle, self._connecting, self._waiting, self._pid = [], 0, 0, os.getpid()
+
     def _checkout(self, connect_by: float | None) -> Any:
-        """An idle connection, or a new one connected by ``connect_by`` (a monotonic instant;
+        """An idle connection, waiting for one until ``connect_by`` (a monotonic instant;
         None: no bound)."""
-        while True:
-            with self._lock:
-                if self._pid != os.getpid():  # forked: the parent's sockets are not this process's
-                    self._idle, self._pid = [], os.getpid()
-                conn = self._idle.pop() if self._idle else None
-            if conn is None:
-                break
-            # An idle connection with something to read was closed by the server (a restart,
-            # CLIENT KILL, an idle timeout): not worth a failed call.
-            with contextlib.suppress(Exception):
-                if not conn.can_read():
-                    return conn
-            conn.disconnect()
-        left = None if connect_by is None else max(0.001, connect_by - time.monotonic())
-        conn = self._connection_class(**{**self._kwargs, "socket_timeout": left, "socket_connect_timeout": left})
+        with self._cond:
+            self._forked()
+            since = self._attempts
+            while True:
+                while self._idle:
+                    conn = self._idle.pop()
+                    # An idle connection with something to read was closed by the server (a
+                    # restart, CLIENT KILL, an idle timeout): not worth a failed call.
+                    with contextlib.suppress(Exception):
+                        if not conn.can_read():
+                            return conn
+                    conn.disconnect()
+                failed = [e for n, e in self._failures if n > since]
+                if failed:  # an attempt made while this call waited failed: say why at once
+                    raise copy.copy(failed[-1])
+                if self._connecting <= self._waiting and self._connecting < self.MAX_CONNECTING:
+                    self._connecting += 1
+                    threading.Thread(target=self._open, name=f"relock connect {self.name}", daemon=True).start()
+                left = None if connect_by is None else connect_by - time.monotonic()
+                if left is not None and left <= 0:
+                    raise rex.TimeoutError(f"Timeout connecting to {self.name}")
+                self._waiting += 1
+                try:
+                    self._cond.wait(left)
+                finally:
+                    self._waiting -= 1
+
+    def _open(self) -> None:
+        """A background thread: opens one connection and hands it to the idle list."""
+        conn = self._connection_class(**self._kwargs)
+        failure: BaseException | None = None
         try:
             conn.connect()
-        except BaseException:
-            conn.disconnect()
-            raise
-        if connect_by is not None and time.monotonic() > connect_by:
-            # Each step of the handshake was bounded, not their sum: this one was too slow.
-            self._checkin(conn)
-            raise rex.TimeoutError(f"Timeout connecting to {self.name} (the handshake took longer than the call may)")
-        return conn
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting calls
+            failure = e
+            with contextlib.suppress(Exception):
+                conn.disconnect()
+        with self._cond:
+            if self._pid != os.getpid():
+                return
+            self._connecting -= 1
+            self._attempts += 1
+            if failure is None:
+                self._idle.append(conn)
+                self._connected_once = True
+            else:
+                self._failures = [*self._failures[-3:], (self._attempts, failure)]
+            self._cond.notify_all()
 
     def _checkin(self, conn: Any) -> None:
-        with self._lock:
+        with self._cond:
             if self._pid == os.getpid() and len(self._idle) < self.KEEP_IDLE:
                 self._idle.append(conn)
+                self._cond.notify()
                 return
         conn.disconnect()
 
@@ -134,7 +191,12 @@ class _Server:
         now = time.monotonic()
         deadline = None if timeout is None else now + timeout
         bounds = [d for d in (deadline, None if connect_within is None else now + connect_within) if d is not None]
-        conn = self._checkout(min(bounds) if bounds else None)
+        first = self._first_grace and not self._connected_once
+        if first and bounds:
+            conn = self._checkout(max(min(bounds), now + self._connect_timeout))
+            deadline = None if timeout is None else time.monotonic() + timeout
+        else:
+            conn = self._checkout(min(bounds) if bounds else None)
         if cancel is not None and not cancel.attach(conn):
             self._checkin(conn)
             raise rex.ConnectionError(f"{self.name}: cancelled")
@@ -155,7 +217,7 @@ class _Server:
         """Closes the idle connections."""
         if self.cluster:
             return
-        with self._lock:
+        with self._cond:
             idle, self._idle = self._idle, []
         for conn in idle:
             with contextlib.suppress(Exception):
@@ -262,7 +324,10 @@ class Relock:
             raise InvalidArgument("no servers given")
         if len(clients) > 1 and any(isinstance(c, redis.cluster.RedisCluster) for c in clients):
             raise InvalidArgument("Redlock takes independent masters; pass a RedisCluster alone")
-        self._servers = [_Server(c) for c in clients]
+        if not node_timeout >= 0.001:
+            raise InvalidArgument(f"node_timeout {node_timeout!r} is below 1 ms: every request would time out")
+        connect_timeout = max(float(node_timeout), CONNECT_TIMEOUT)
+        self._servers = [_Server(c, connect_timeout, first_grace=len(clients) == 1) for c in clients]
         names = [s.name for s in self._servers]
         for i, name in enumerate(names):
             if name in names[:i]:
@@ -270,8 +335,6 @@ class Relock:
         self._names = names
         self._prefix: object = core.HOST_PID if owner_prefix is None else owner_prefix
         core.make_owner(self._prefix)
-        if not node_timeout >= 0.001:
-            raise InvalidArgument(f"node_timeout {node_timeout!r} is below 1 ms: every request would time out")
         self.node_timeout = float(node_timeout)
         self.retry_delay = float(retry_delay)
         self.max_partial_hold = float(max_partial_hold)

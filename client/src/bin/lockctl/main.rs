@@ -2,25 +2,31 @@
 //!
 //! Exit codes of `lockctl run`: the command's own (128 + signal when it was killed by one);
 //! 75 when the lock could not be acquired for now (held, no quorum, wait limit reached);
-//! 76 when the lock was lost while the command ran (the command then gets SIGTERM, and SIGKILL
-//! after `--grace`); 78 when a server's answer shows that retrying cannot help (the module is
-//! not loaded, the login was refused, the key holds another type); 127/126 when the command
-//! could not be started; 2 for usage errors (an invalid option or duration, one server named
-//! twice), found before any server is contacted. A SIGINT, SIGTERM or SIGHUP before the
-//! command starts makes lockctl give up (releasing whatever it was granted) and die of that
-//! signal.
+//! 76 when the lock was lost while the command ran (its process group then gets SIGTERM, and
+//! SIGKILL after `--grace`, and lockctl exits once every process of it is gone); 78 when a
+//! server's answer shows that retrying cannot help (the module is not loaded, the login was
+//! refused, the key holds another type, an ACL forbids a command, the server is a cluster
+//! node), at any step, renewals included; 127/126 when the command could not be started; 2
+//! for usage errors (an invalid option or duration, a ttl below 5ms, one server named twice,
+//! a key too long for the command's environment), found before any server is contacted. A
+//! signal that would end a process, received before the command starts, makes lockctl give
+//! up (releasing whatever it was granted) and die of that signal.
 //!
 //! The command's environment gets `RELOCK_KEY`, `RELOCK_OWNER`, `RELOCK_TOKEN` (with one
 //! server its fencing token; with several, the token of the first master in `--servers`
 //! order that granted) and `RELOCK_TOKENS` (every master's token in `--servers` order,
 //! comma-separated, empty where a master did not grant).
 //!
-//! Signals: when lockctl runs in the foreground of a terminal, the command shares its process
-//! group (and so the terminal): a Ctrl-C or hang-up reaches the command from the terminal, and
-//! lockctl passes on only the signals sent to lockctl alone. Otherwise the command runs in a
-//! process group of its own, and lockctl passes every SIGINT, SIGTERM and SIGHUP it gets to
-//! that group. Either way the command gets each signal once. If lockctl itself dies, the
-//! command is killed (SIGKILL): nothing would renew the lock any more.
+//! The command runs as a shell runs a job (see `job`): in a process group of its own, which
+//! gets the terminal when a person runs lockctl at one. Every signal lockctl gets that is the
+//! command's to decide on (SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM,
+//! SIGWINCH...) is passed on to that group, once (not when the terminal sent it to the
+//! command's group already). Job control stops and continues the command's group with
+//! lockctl: SIGTSTP, SIGTTIN and SIGTTOU stop the group and then lockctl; SIGCONT continues
+//! the group once a renewal showed the lock is still held (if it was lost meanwhile, the group
+//! is ended and lockctl exits 76). The lock stays held until every process of the group has
+//! ended. A watchdog process keeps the group stopped while lockctl is stopped by SIGSTOP, and
+//! kills it if lockctl is killed.
 //!
 //! With `--cluster`, `--servers` are seed nodes of one Redis Cluster; `info` and
 //! `force-release` then name the master that serves the key.
@@ -30,16 +36,30 @@
 //! semaphore: at most N commands run at once, on every machine, like `consul lock -n`. A limit
 //! needs one server or `--cluster`: over several independent masters it is a usage error.
 
-use std::ffi::OsString;
+mod job;
+mod output;
+mod procs;
+mod signals;
+mod watchdog;
+
+use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use relock_client::limits::parse_ttl;
 use relock_client::{
-    parse_duration, Error, HolderInfo, Lock, LockInfo, Mode, NodeReport, Options, Relock, MAX_LIMIT,
+    parse_duration, Error, HolderInfo, Lock, LockGuard, LockInfo, Mode, NodeReport, Options,
+    Relock, Tls, MAX_LIMIT,
 };
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::job::{Event, Job};
+use crate::output::{out, say};
+use crate::signals::Kind;
 
 /// The server used when neither `--servers` nor `RELOCK_SERVERS` names one.
 const DEFAULT_SERVER: &str = "redis://127.0.0.1:6379";
@@ -61,16 +81,12 @@ const SETTLE_WITHIN: Duration = Duration::from_secs(5);
     about = "Run a command under a relock lock; inspect and break locks"
 )]
 struct Cli {
-    /// Comma-separated redis:// URLs of the relock masters (one for plain locking, N for
-    /// Redlock with a quorum of N/2+1; each server at most once).
-    #[arg(
-        long,
-        global = true,
-        env = "RELOCK_SERVERS",
-        default_value = DEFAULT_SERVER,
-        value_delimiter = ','
-    )]
-    servers: Vec<String>,
+    /// Comma-separated URLs of the relock masters (one for plain locking, N for Redlock with
+    /// a quorum of N/2+1; each server at most once): redis://[user:password@]host:port[/db],
+    /// rediss:// for TLS, redis+sentinel://[user:password@]host:port[,host:port...]/master-name
+    /// for a master Redis Sentinel manages.
+    #[arg(long, global = true, env = "RELOCK_SERVERS", default_value = DEFAULT_SERVER)]
+    servers: String,
 
     /// How long one master may take to answer one command (at least 1ms).
     #[arg(long, global = true, default_value = "100ms", value_parser = parse_duration)]
@@ -90,6 +106,32 @@ struct Cli {
     #[arg(long, global = true, default_value = "500ms", value_parser = parse_duration)]
     replica_ack_timeout: Duration,
 
+    /// For rediss:// servers: a PEM file of the CA certificates to trust instead of the
+    /// system's.
+    #[arg(long, global = true, env = "RELOCK_TLS_CA", value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+
+    /// For rediss:// servers that ask for a client certificate: a PEM file of it (with
+    /// --tls-key).
+    #[arg(
+        long,
+        global = true,
+        env = "RELOCK_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    tls_cert: Option<PathBuf>,
+
+    /// The client certificate's private key, a PEM file (with --tls-cert).
+    #[arg(
+        long,
+        global = true,
+        env = "RELOCK_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    tls_key: Option<PathBuf>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -100,8 +142,8 @@ enum Command {
     /// exit with COMMAND's status (75: not acquired, 76: lock lost while running, 78: a
     /// server refused for good).
     Run {
-        /// Lock lifetime (1ms to 1000000000s); the lock is renewed every ttl/3 while the
-        /// command runs.
+        /// Lock lifetime (5ms, the smallest usable, to 1000000000s); the lock is renewed every
+        /// ttl/3 while the command runs.
         #[arg(long, default_value = "30s", value_parser = parse_ttl)]
         ttl: Duration,
         /// How long to wait for the lock (default: without limit; 0: try once; above
@@ -161,13 +203,25 @@ fn run_mode(shared: bool, limit: Option<u32>) -> Mode {
     }
 }
 
+/// How often lockctl looks at the command's process group when no signal woke it (a
+/// SIGCHLD can be lost when thousands of signals fill the handlers' socket).
+const LOOK_EVERY: Duration = Duration::from_millis(100);
+/// How long processes of the command's group may outlive SIGKILL (uninterruptible sleep in
+/// the kernel) before lockctl gives up waiting for them.
+const KILLED_WITHIN: Duration = Duration::from_secs(5);
+
 fn main() -> ExitCode {
+    let mut args = std::env::args_os();
+    if args.nth(1).as_deref() == Some(OsStr::new(watchdog::ARG)) {
+        let rest: Vec<String> = args.filter_map(|a| a.into_string().ok()).collect();
+        return watchdog::main(&rest);
+    }
     // Colour only for a person at a terminal, and not for one who asked for none
     // (https://no-color.org: NO_COLOR set and not empty).
     let colour = std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| output::Stderr)
         .with_ansi(colour)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RELOCK_LOG")
@@ -182,29 +236,64 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("lockctl: cannot start the runtime: {e}");
+            say!("cannot start the runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
     runtime.block_on(async_main(cli))
 }
 
+/// The URLs of `--servers`: split at commas, except those within a URL (the sentinels of a
+/// `redis+sentinel://` URL): a part without `://` continues the URL before it.
+fn split_servers(list: &str) -> Vec<String> {
+    let mut urls: Vec<String> = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match urls.last_mut() {
+            Some(last) if !part.contains("://") => {
+                last.push(',');
+                last.push_str(part);
+            }
+            _ => urls.push(part.to_string()),
+        }
+    }
+    urls
+}
+
+/// The PEM files `--tls-ca`, `--tls-cert` and `--tls-key` name, read.
+fn read_tls(cli: &Cli) -> Result<Tls, String> {
+    let read = |flag: &str, path: &Option<PathBuf>| {
+        path.as_ref()
+            .map(|p| {
+                std::fs::read(p).map_err(|e| format!("cannot read {flag} {}: {e}", p.display()))
+            })
+            .transpose()
+    };
+    Ok(Tls {
+        ca: read("--tls-ca", &cli.tls_ca)?,
+        client_cert: read("--tls-cert", &cli.tls_cert)?,
+        client_key: read("--tls-key", &cli.tls_key)?,
+    })
+}
+
 async fn async_main(cli: Cli) -> ExitCode {
+    let tls = match read_tls(&cli) {
+        Ok(tls) => tls,
+        Err(why) => {
+            say!("{why}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     let options = Options {
         node_timeout: cli.node_timeout,
         replica_acks: cli.replica_acks,
         replica_ack_timeout: cli.replica_ack_timeout,
+        tls,
         ..Options::default()
     };
-    let mut servers: Vec<&str> = cli
-        .servers
-        .iter()
-        .map(|s| s.trim())
-        .filter(|s| !s.is_empty())
-        .collect();
+    let mut servers = split_servers(&cli.servers);
     if servers.is_empty() {
         // RELOCK_SERVERS set but empty: same as unset.
-        servers.push(DEFAULT_SERVER);
+        servers.push(DEFAULT_SERVER.to_string());
     }
     let relock = if cli.cluster {
         Relock::cluster(&servers, options)
@@ -214,7 +303,7 @@ async fn async_main(cli: Cli) -> ExitCode {
     let relock = match relock {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("lockctl: {e}");
+            say!("{e}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -231,11 +320,12 @@ async fn async_main(cli: Cli) -> ExitCode {
             let relock = match relock.with_mode(run_mode(shared, limit)) {
                 Ok(r) => r,
                 Err(e) => {
-                    eprintln!("lockctl: {e}");
+                    say!("{e}");
                     return ExitCode::from(EXIT_USAGE);
                 }
             };
-            let code = run(&relock, &key, ttl, wait, grace, &command).await;
+            let tls = servers.iter().any(|s| s.starts_with("rediss"));
+            let code = run(&relock, tls, &key, ttl, wait, grace, &command).await;
             // Releases of failed or abandoned rounds must not be cut off by the exit.
             let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
             code
@@ -279,13 +369,9 @@ fn known(n: Option<u64>) -> String {
 async fn report_holders(relock: &Relock, key: &str, prefix: &str) {
     for report in relock.info(key).await {
         match report.result {
-            Ok(Some(info)) => eprintln!(
-                "lockctl: {prefix}{key} on {}: {}",
-                report.node,
-                describe(&info)
-            ),
-            Ok(None) => eprintln!("lockctl: {prefix}{key} on {}: not locked", report.node),
-            Err(e) => eprintln!("lockctl: {prefix}{key} on {}: {e}", report.node),
+            Ok(Some(info)) => say!("{prefix}{key} on {}: {}", report.node, describe(&info)),
+            Ok(None) => say!("{prefix}{key} on {}: not locked", report.node),
+            Err(e) => say!("{prefix}{key} on {}: {e}", report.node),
         }
     }
 }
@@ -294,8 +380,8 @@ async fn report_holders(relock: &Relock, key: &str, prefix: &str) {
 enum Acquired {
     Lock(Lock),
     Failed(Error),
-    /// A signal came first; the acquisition was dropped (its grants are released in the
-    /// background).
+    /// A signal that ends a process came first; the acquisition was dropped (its grants are
+    /// released in the background).
     Interrupted(i32),
 }
 
@@ -309,11 +395,18 @@ async fn acquire(
     let acquisition = relock.acquire_wait(key, ttl, wait);
     tokio::pin!(acquisition);
     // Only say something when the lock is not free at once.
-    let mut next_report = tokio::time::Instant::now() + Duration::from_millis(150);
+    let mut next_report = Instant::now() + Duration::from_millis(150);
     loop {
         tokio::select! {
             biased;
-            received = signals.recv() => return Acquired::Interrupted(received.signal),
+            received = signals.recv() => match signals::kind(received.signal) {
+                Kind::ForCommand if signals::ends_a_process(received.signal) => {
+                    return Acquired::Interrupted(received.signal)
+                }
+                // Nothing runs yet: lockctl stops alone, and waits on once continued.
+                Kind::Stop => signals::stop_self(received.signal, false),
+                Kind::ForCommand | Kind::Continue | Kind::Child => {}
+            },
             result = &mut acquisition => return match result {
                 Ok(lock) => Acquired::Lock(lock),
                 Err(e) => Acquired::Failed(e),
@@ -326,20 +419,45 @@ async fn acquire(
     }
 }
 
+/// Whether `e`, from `tls` servers, may be a server refusing the client's certificate (or its
+/// absence). With TLS 1.3 that happens after the handshake, and what the client then sees is
+/// only a closed connection: possible, not certain, so it is not judged permanent.
+fn tls_refused(tls: bool, e: &Error) -> bool {
+    let text = e.to_string();
+    tls && (text.contains("unexpectedly terminated") || text.contains("reset by peer"))
+}
+
+/// The exit status for an error that ended a hold or an acquisition: [`EXIT_PERMANENT`] when
+/// retrying cannot help, `otherwise` else.
+fn status_of(e: &Error, otherwise: u8) -> u8 {
+    if e.is_permanent() {
+        EXIT_PERMANENT
+    } else {
+        otherwise
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn run(
     relock: &Relock,
+    tls: bool,
     key: &str,
     ttl: Duration,
     wait: Option<Duration>,
     grace: Duration,
     command: &[OsString],
 ) -> ExitCode {
+    // exec(2) would refuse a key too long for the environment only once the lock is held.
+    if let Err(why) = job::check_exec_size(command, key.len(), relock.nodes().len()) {
+        say!("{why}");
+        return ExitCode::from(EXIT_USAGE);
+    }
     // Before anything is acquired: a signal from now on is ours to handle, so none can leave
     // the lock held until its ttl.
     let mut signals = match signals::Pipe::install() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("lockctl: cannot install signal handlers: {e}");
+            say!("cannot install signal handlers: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -350,10 +468,10 @@ async fn run(
         options.node_timeout
     };
     if ttl < renewal_bound * 3 {
-        eprintln!(
-            "lockctl: warning: --ttl {ttl:?} is less than 3 x {renewal_bound:?}, the time one \
-             renewal may take (--node-timeout{}); the lock is renewed every ttl/3 and will \
-             likely be lost (exit 76) before the command ends",
+        say!(
+            "warning: --ttl {ttl:?} is less than 3 x {renewal_bound:?}, the time one renewal may \
+             take (--node-timeout{}); the lock is renewed every ttl/3 and will likely be lost \
+             (exit 76) before the command ends",
             if options.replica_acks > 0 {
                 " + --replica-ack-timeout"
             } else {
@@ -364,21 +482,20 @@ async fn run(
     let lock = match acquire(relock, key, ttl, wait, &mut signals).await {
         Acquired::Lock(lock) => lock,
         Acquired::Failed(e) => {
-            eprintln!("lockctl: could not acquire {key}: {e}");
+            say!("could not acquire {key}: {e}");
+            if tls_refused(tls, &e) {
+                say!(
+                    "a TLS server that closes the connection as soon as it is made usually \
+                     wants a client certificate, or refuses ours: see --tls-cert and --tls-key"
+                );
+            }
             if matches!(e, Error::NoQuorum { .. } | Error::WaitTimeout { .. }) {
                 report_holders(relock, key, "").await;
             }
-            return ExitCode::from(if e.is_permanent() {
-                EXIT_PERMANENT
-            } else {
-                EXIT_NOT_ACQUIRED
-            });
+            return ExitCode::from(status_of(&e, EXIT_NOT_ACQUIRED));
         }
         Acquired::Interrupted(sig) => {
-            eprintln!(
-                "lockctl: {} while acquiring {key}; giving up",
-                signals::name(sig)
-            );
+            say!("{} while acquiring {key}; giving up", signals::name(sig));
             let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
             signals::die_of(sig);
         }
@@ -393,26 +510,36 @@ async fn run(
     let owner = lock.owner().to_string();
     // Renewed from the grant on, however long starting the command takes.
     let guard = lock.keep_alive();
-    let lost = guard.lost();
-    if let Some(received) = signals.try_recv() {
-        eprintln!(
-            "lockctl: {} before {key}'s command started; releasing",
-            signals::name(received.signal)
-        );
-        let _ = guard.release().await;
-        let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
-        signals::die_of(received.signal);
+    while let Some(received) = signals.try_recv() {
+        match signals::kind(received.signal) {
+            Kind::ForCommand if signals::ends_a_process(received.signal) => {
+                say!(
+                    "{} before {key}'s command started; releasing",
+                    signals::name(received.signal)
+                );
+                let _ = guard.release().await;
+                let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
+                signals::die_of(received.signal);
+            }
+            Kind::Stop => signals::stop_self(received.signal, false),
+            Kind::ForCommand | Kind::Continue | Kind::Child => {}
+        }
     }
-    let shares_terminal = signals::in_terminal_foreground();
-    let mut child = match signals::spawn(command, shares_terminal, |cmd| {
-        cmd.env("RELOCK_KEY", key)
-            .env("RELOCK_OWNER", &owner)
-            .env("RELOCK_TOKEN", &token)
-            .env("RELOCK_TOKENS", per_node.join(","));
-    }) {
-        Ok(child) => child,
+    if guard.is_lost() || guard.valid_until() <= Instant::now() {
+        say!("lock {key} was lost before the command started");
+        let _ = guard.release().await;
+        return ExitCode::from(EXIT_NOT_ACQUIRED);
+    }
+    let env = [
+        ("RELOCK_KEY", key.to_string()),
+        ("RELOCK_OWNER", owner),
+        ("RELOCK_TOKEN", token),
+        ("RELOCK_TOKENS", per_node.join(",")),
+    ];
+    let job = match Job::start(command, &env) {
+        Ok(job) => job,
         Err(e) => {
-            eprintln!("lockctl: cannot run {:?}: {e}", command[0]);
+            say!("cannot run {:?}: {e}", command[0]);
             let _ = guard.release().await;
             return ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound {
                 127
@@ -421,59 +548,200 @@ async fn run(
             });
         }
     };
-    let target = signals::Target::new(&child, shares_terminal);
-    loop {
-        tokio::select! {
-            biased;
-            status = child.wait() => {
-                let code = exit_code(status);
-                match guard.release().await {
-                    Ok(()) => {}
-                    Err(Error::Lost { .. }) => eprintln!("lockctl: lock {key} was lost as the command ended"),
-                    Err(e) => eprintln!("lockctl: releasing {key}: {e} (it will expire within {ttl:?})"),
-                }
-                return ExitCode::from(code);
-            }
-            _ = lost.cancelled() => break,
-            received = signals.recv() => target.pass_on(received),
+    let mut supervisor = Supervisor {
+        job,
+        lost: guard.lost(),
+        guard: &guard,
+        signals: &mut signals,
+        ttl,
+    };
+    let ending = supervisor.until_the_group_ends().await;
+    if let Ending::Exited(code) = ending {
+        match guard.release().await {
+            Ok(()) => {}
+            Err(Error::Lost { .. }) => say!("lock {key} was lost as the command ended"),
+            Err(e) => say!("releasing {key}: {e} (it will expire within {ttl:?})"),
         }
+        return ExitCode::from(code);
     }
-    eprintln!(
-        "lockctl: lock {key} was lost; stopping the command (SIGTERM, SIGKILL after {grace:?})"
+    say!(
+        "lock {key} was lost; stopping the command's process group (SIGTERM, SIGKILL after \
+         {grace:?})"
     );
-    target.send(libc::SIGTERM);
-    let kill_at = tokio::time::sleep(grace);
-    tokio::pin!(kill_at);
-    loop {
-        tokio::select! {
-            biased;
-            _ = child.wait() => break,
-            // Signals meant for the command during the grace period still reach it.
-            received = signals.recv() => target.pass_on(received),
-            _ = &mut kill_at => {
-                target.send(libc::SIGKILL);
-                let _ = child.wait().await;
-                break;
-            }
+    supervisor.end_the_group(grace).await;
+    let code = match guard.release().await {
+        Err(e) if e.is_permanent() => {
+            say!("renewing {key}: {e}");
+            EXIT_PERMANENT
         }
-    }
-    let _ = guard.release().await;
-    ExitCode::from(EXIT_LOST)
+        _ => EXIT_LOST,
+    };
+    ExitCode::from(code)
 }
 
-fn exit_code(status: std::io::Result<std::process::ExitStatus>) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
-    let status = match status {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("lockctl: waiting for the command failed: {e}");
-            return 1;
+/// How the command's group ended.
+enum Ending {
+    /// Every process of it ended; the leader with this status.
+    Exited(u8),
+    /// The lock was lost while some still ran.
+    Lost,
+}
+
+/// The lock was lost while lockctl stopped or continued the command.
+struct Lost;
+
+/// Runs the command's group under the lock: passes signals on, stops and continues it with
+/// lockctl, and notices when it ends or the lock is lost.
+struct Supervisor<'a> {
+    job: Job,
+    guard: &'a LockGuard,
+    lost: CancellationToken,
+    signals: &'a mut signals::Pipe,
+    ttl: Duration,
+}
+
+impl Supervisor<'_> {
+    /// Until every process of the command's group has ended (the lock is released only then:
+    /// a process the command left behind still works under it), or the lock is lost.
+    async fn until_the_group_ends(&mut self) -> Ending {
+        let mut said = false;
+        loop {
+            if let Some(code) = self.job.exited() {
+                if !self.job.alive() {
+                    return Ending::Exited(code);
+                }
+                if !said {
+                    say!(
+                        "the command exited ({code}), but processes it started in its group \
+                         still run: the lock stays held until they end"
+                    );
+                    said = true;
+                }
+            }
+            let outcome = tokio::select! {
+                biased;
+                _ = self.lost.cancelled() => Err(Lost),
+                received = self.signals.recv() => self.on_signal(received).await,
+                _ = tokio::time::sleep(LOOK_EVERY) => {
+                    let events = self.job.poll();
+                    self.on_events(events).await
+                }
+            };
+            if outcome.is_err() {
+                return Ending::Lost;
+            }
         }
-    };
-    match (status.code(), status.signal()) {
-        (Some(code), _) => code as u8,
-        (None, Some(sig)) => 128u8.saturating_add(sig as u8),
-        _ => 1,
+    }
+
+    async fn on_signal(&mut self, received: signals::Received) -> Result<(), Lost> {
+        let sig = received.signal;
+        // A terminal's signal reached the command's group itself when the group has the
+        // terminal; one the kernel sends lockctl then (SIGTTOU for a write of its own with
+        // `stty tostop`, SIGHUP to a session leader) is not the command's business twice.
+        let from_terminal = received.from_kernel && self.job.has_terminal();
+        match signals::kind(sig) {
+            Kind::Child => {
+                let events = self.job.poll();
+                self.on_events(events).await
+            }
+            Kind::ForCommand => {
+                if !from_terminal {
+                    self.job.send(sig);
+                }
+                Ok(())
+            }
+            Kind::Stop if from_terminal => Ok(()),
+            Kind::Stop => {
+                let events = self.job.suspend(sig, true).await;
+                self.on_events_after_stop(events);
+                self.resume().await
+            }
+            Kind::Continue => self.resume().await,
+        }
+    }
+
+    /// The command's own changes: a job-control stop of it (a terminal's Ctrl-Z, or reading
+    /// the terminal from the background) stops lockctl too, as a shell's job.
+    async fn on_events(&mut self, events: Vec<Event>) -> Result<(), Lost> {
+        for event in events {
+            if let Event::Stopped(sig) = event {
+                if self.job.stops_the_job(sig) {
+                    let more = self.job.suspend(sig, false).await;
+                    self.on_events_after_stop(more);
+                    self.resume().await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Changes seen while stopping: only an end matters, and [`Job`] kept it.
+    fn on_events_after_stop(&self, events: Vec<Event>) {
+        for event in events {
+            tracing::debug!(?event, "while stopping");
+        }
+    }
+
+    /// lockctl goes on (after SIGCONT, or a stop that did not happen): the command goes on too,
+    /// once the lock is known to be still held. A stop that may have outlasted half the ttl
+    /// is followed by a renewal first; a lock lost meanwhile is [`Lost`], and the command is
+    /// not continued.
+    async fn resume(&mut self) -> Result<(), Lost> {
+        let left = self
+            .guard
+            .valid_until()
+            .saturating_duration_since(Instant::now());
+        if left < self.ttl / 2 {
+            tokio::select! {
+                biased;
+                _ = self.lost.cancelled() => return Err(Lost),
+                renewed = self.guard.renew_now() => {
+                    if renewed.is_err() {
+                        return Err(Lost);
+                    }
+                }
+            }
+        }
+        self.job.resume();
+        Ok(())
+    }
+
+    /// After a loss: SIGTERM (and SIGCONT) to the whole group, SIGKILL after `grace`, and
+    /// returns once no process of it is left (or [`KILLED_WITHIN`] after SIGKILL). Signals
+    /// meant for the command still reach it meanwhile; job control no longer stops it.
+    async fn end_the_group(&mut self, grace: Duration) {
+        self.job.terminate();
+        let kill_at = Instant::now() + grace;
+        let mut give_up_at = None;
+        loop {
+            self.job.poll();
+            if self.job.exited().is_some() && !self.job.alive() {
+                return;
+            }
+            tokio::select! {
+                biased;
+                received = self.signals.recv() => {
+                    let sig = received.signal;
+                    match signals::kind(sig) {
+                        Kind::ForCommand if !(received.from_kernel && self.job.has_terminal()) => {
+                            self.job.send(sig);
+                        }
+                        // Keep it going, to its end.
+                        Kind::Continue => self.job.send(libc::SIGCONT),
+                        _ => {}
+                    }
+                }
+                _ = tokio::time::sleep_until(kill_at), if give_up_at.is_none() => {
+                    self.job.send(libc::SIGKILL);
+                    give_up_at = Some(Instant::now() + KILLED_WITHIN);
+                }
+                _ = tokio::time::sleep_until(give_up_at.unwrap_or(kill_at)), if give_up_at.is_some() => {
+                    say!("processes of the command's group outlived SIGKILL by {KILLED_WITHIN:?}; exiting without them");
+                    return;
+                }
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
     }
 }
 
@@ -495,11 +763,11 @@ async fn info(relock: &Relock, key: &str) -> ExitCode {
             Ok(info) => info,
             Err(e) => {
                 failed = true;
-                println!("{}\terror: {e}", report.node);
+                out!("{}\terror: {e}", report.node);
                 continue;
             }
         };
-        println!("{}\t{}", report.node, info_line(info.as_ref()));
+        out!("{}\t{}", report.node, info_line(info.as_ref()));
         if !info.is_some_and(|i| i.mode.is_shared()) {
             continue;
         }
@@ -508,17 +776,17 @@ async fn info(relock: &Relock, key: &str) -> ExitCode {
         match listed.map(|h| &h.result) {
             Some(Ok(Some(holders))) => {
                 for h in holders {
-                    println!("{}\t{}", report.node, holder_line(h));
+                    out!("{}\t{}", report.node, holder_line(h));
                 }
             }
             Some(Ok(None)) => {}
             Some(Err(e)) => {
                 failed = true;
-                println!("{}\terror: {e}", report.node);
+                out!("{}\terror: {e}", report.node);
             }
             None => {
                 failed = true;
-                println!("{}\terror: no list of holders", report.node);
+                out!("{}\terror: no list of holders", report.node);
             }
         }
     }
@@ -579,10 +847,10 @@ fn print_reports<T>(reports: Vec<NodeReport<T>>, describe: impl Fn(&T) -> String
     let mut failed = false;
     for report in reports {
         match &report.result {
-            Ok(answer) => println!("{}\t{}", report.node, describe(answer)),
+            Ok(answer) => out!("{}\t{}", report.node, describe(answer)),
             Err(e) => {
                 failed = true;
-                println!("{}\terror: {e}", report.node);
+                out!("{}\terror: {e}", report.node);
             }
         }
     }
@@ -592,198 +860,6 @@ fn print_reports<T>(reports: Vec<NodeReport<T>>, describe: impl Fn(&T) -> String
         ExitCode::SUCCESS
     }
 }
-
-/// Signals: who sent them, who else got them, and passing each on to the command once.
-mod signals {
-    use std::ffi::OsString;
-    use std::io;
-    use std::os::fd::IntoRawFd;
-
-    use tokio::process::{Child, Command};
-
-    /// The signals lockctl handles (and passes on to the command).
-    const HANDLED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
-    /// Marks a signal the kernel sent (a terminal's Ctrl-C or hang-up), not a process.
-    const FROM_KERNEL: u8 = 0x80;
-
-    /// One signal lockctl received.
-    #[derive(Debug, Clone, Copy)]
-    pub struct Received {
-        pub signal: libc::c_int,
-        /// Sent by the kernel (`si_code > 0`, e.g. `SI_KERNEL` for a terminal's Ctrl-C, which
-        /// goes to the whole foreground process group), not by a process with kill(2).
-        pub from_kernel: bool,
-    }
-
-    /// Signals as they arrive: the handler writes one byte per signal to a socket pair (the
-    /// only thing it does, and async-signal-safe), read here.
-    pub struct Pipe {
-        rx: tokio::net::UnixStream,
-    }
-
-    impl Pipe {
-        /// Installs the handlers; from now on SIGINT, SIGTERM and SIGHUP no longer end
-        /// lockctl by themselves.
-        pub fn install() -> io::Result<Pipe> {
-            let (rx, tx) = std::os::unix::net::UnixStream::pair()?;
-            rx.set_nonblocking(true)?;
-            tx.set_nonblocking(true)?;
-            // Kept open for the life of the process: the handlers write to it.
-            let fd = tx.into_raw_fd();
-            for sig in HANDLED {
-                let action = move |info: &libc::siginfo_t| {
-                    let from_kernel = if info.si_code > 0 { FROM_KERNEL } else { 0 };
-                    let byte = (sig as u8) | from_kernel;
-                    // SAFETY: write(2) on a non-blocking socket is async-signal-safe; a full
-                    // buffer (thousands of pending signals) drops the byte, nothing worse.
-                    unsafe {
-                        libc::write(fd, (&byte as *const u8).cast(), 1);
-                    }
-                };
-                // SAFETY: the action only calls write(2) (see above), as a signal handler must.
-                unsafe { signal_hook_registry::register_sigaction(sig, action) }?;
-            }
-            Ok(Pipe {
-                rx: tokio::net::UnixStream::from_std(rx)?,
-            })
-        }
-
-        /// The next signal.
-        pub async fn recv(&mut self) -> Received {
-            loop {
-                if self.rx.readable().await.is_err() {
-                    // Cannot happen with a socket we own; never report a signal we did not get.
-                    std::future::pending::<()>().await;
-                }
-                if let Some(r) = self.try_recv() {
-                    return r;
-                }
-            }
-        }
-
-        /// A signal received already, if any.
-        pub fn try_recv(&mut self) -> Option<Received> {
-            let mut byte = [0u8; 1];
-            match self.rx.try_read(&mut byte) {
-                Ok(1) => Some(Received {
-                    signal: libc::c_int::from(byte[0] & !FROM_KERNEL),
-                    from_kernel: byte[0] & FROM_KERNEL != 0,
-                }),
-                _ => None,
-            }
-        }
-    }
-
-    /// Whether lockctl runs in the foreground process group of its controlling terminal
-    /// (where a Ctrl-C goes).
-    pub fn in_terminal_foreground() -> bool {
-        // SAFETY: plain syscalls on a descriptor we open and close here.
-        unsafe {
-            let fd = libc::open(
-                c"/dev/tty".as_ptr(),
-                libc::O_RDONLY | libc::O_NOCTTY | libc::O_CLOEXEC,
-            );
-            if fd < 0 {
-                return false;
-            }
-            let foreground = libc::tcgetpgrp(fd);
-            libc::close(fd);
-            foreground > 0 && foreground == libc::getpgrp()
-        }
-    }
-
-    /// Starts the command: in lockctl's process group when it `shares_terminal` (so that it
-    /// reads the terminal and gets its Ctrl-C like any foreground program), else in a group of
-    /// its own (so that a signal to lockctl's group reaches it only through lockctl). Either
-    /// way, on Linux, it is killed if lockctl dies.
-    pub fn spawn(
-        command: &[OsString],
-        shares_terminal: bool,
-        env: impl FnOnce(&mut Command),
-    ) -> io::Result<Child> {
-        let mut cmd = Command::new(&command[0]);
-        cmd.args(&command[1..]);
-        env(&mut cmd);
-        if !shares_terminal {
-            cmd.process_group(0);
-        }
-        #[cfg(target_os = "linux")]
-        {
-            // SAFETY: getpid before the fork; between fork and exec the closure only makes
-            // async-signal-safe calls (prctl, getppid, kill).
-            let parent = unsafe { libc::getpid() };
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    // lockctl died before the line above took effect.
-                    if libc::getppid() != parent {
-                        libc::kill(libc::getpid(), libc::SIGKILL);
-                    }
-                    Ok(())
-                });
-            }
-        }
-        cmd.spawn()
-    }
-
-    /// Where signals for the command go.
-    pub struct Target {
-        pid: Option<libc::pid_t>,
-        shares_terminal: bool,
-    }
-
-    impl Target {
-        pub fn new(child: &Child, shares_terminal: bool) -> Target {
-            Target {
-                pid: child.id().and_then(|p| libc::pid_t::try_from(p).ok()),
-                shares_terminal,
-            }
-        }
-
-        /// Passes a signal lockctl received on to the command, unless the command got it
-        /// already: a signal from the kernel (a terminal's Ctrl-C, hang-up) went to the whole
-        /// foreground group, which the command shares with lockctl at a terminal.
-        pub fn pass_on(&self, received: Received) {
-            if self.shares_terminal && received.from_kernel {
-                return;
-            }
-            self.send(received.signal);
-        }
-
-        /// Sends `sig` to the command (to its whole process group when it has its own).
-        pub fn send(&self, sig: libc::c_int) {
-            let Some(pid) = self.pid else { return };
-            let to = if self.shares_terminal { pid } else { -pid };
-            // SAFETY: kill(2) on a child we have not reaped (or its process group).
-            unsafe {
-                libc::kill(to, sig);
-            }
-        }
-    }
-
-    /// Ends lockctl the way `sig` would have without a handler, so that whoever started it
-    /// sees "killed by SIGINT" and acts on it (a shell script stops, for instance).
-    pub fn die_of(sig: libc::c_int) -> ! {
-        // SAFETY: restoring the default action and raising the signal; nothing runs after.
-        unsafe {
-            libc::signal(sig, libc::SIG_DFL);
-            libc::raise(sig);
-        }
-        std::process::exit(128 + sig)
-    }
-
-    pub fn name(sig: libc::c_int) -> &'static str {
-        match sig {
-            libc::SIGINT => "SIGINT",
-            libc::SIGTERM => "SIGTERM",
-            libc::SIGHUP => "SIGHUP",
-            _ => "a signal",
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
@@ -800,6 +876,19 @@ mod tests {
             Command::Run { shared, limit, .. } => Ok(run_mode(shared, limit)),
             _ => panic!("not run: {args:?}"),
         }
+    }
+
+    #[test]
+    fn server_lists() {
+        assert_eq!(
+            split_servers("redis://a:1, redis://b:2,,rediss://c:3"),
+            ["redis://a:1", "redis://b:2", "rediss://c:3"]
+        );
+        assert_eq!(
+            split_servers("redis+sentinel://s1:26379,s2,s3:5000/orders,redis://d"),
+            ["redis+sentinel://s1:26379,s2,s3:5000/orders", "redis://d"]
+        );
+        assert!(split_servers(" , ").is_empty());
     }
 
     #[test]

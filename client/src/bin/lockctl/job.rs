@@ -1,0 +1,393 @@
+//! The command, run the way a shell runs a job: in a process group of its own, so that every
+//! process it starts can be stopped, continued and ended together; in the foreground of
+//! lockctl's terminal when a person runs lockctl there; stopped whenever lockctl is, so that
+//! it never runs while nothing renews its lock.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::procs;
+use crate::signals;
+use crate::watchdog::Watchdog;
+
+/// How long a command asked to stop (SIGTSTP...) gets to stop by itself, restoring its
+/// terminal for instance, before its whole group is stopped with SIGSTOP.
+const STOP_WITHIN: Duration = Duration::from_secs(1);
+
+/// A change of the command's process (the group's leader), from waitpid(2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// It ended, with this status as lockctl reports it: its exit code, or 128 + the signal
+    /// that killed it.
+    Exited(u8),
+    /// A signal stopped it.
+    Stopped(libc::c_int),
+    /// It was continued.
+    Continued,
+}
+
+/// The command's process group.
+pub struct Job {
+    /// The leader's pid, which is also the group's id.
+    pid: libc::pid_t,
+    /// How the leader ended, once it has.
+    exited: Option<u8>,
+    /// lockctl's controlling terminal, if it has one.
+    terminal: Option<Terminal>,
+    /// The command is a person's at a terminal: it gets the terminal whenever lockctl's
+    /// group has it, and its job-control stops stop lockctl (and lockctl's group: the job the
+    /// shell sees) too. True when lockctl ran in the foreground of its terminal with the
+    /// terminal as stdin, or once the command stopped because it used the terminal from the
+    /// background.
+    interactive: bool,
+    /// Keeps the group stopped while lockctl is stopped, and kills it if lockctl dies.
+    watchdog: Option<Watchdog>,
+}
+
+impl Job {
+    /// Starts `command` with `env` added to lockctl's environment, in a new process group;
+    /// it gets the terminal's foreground when lockctl has it and reads from it.
+    pub fn start(command: &[OsString], env: &[(&str, String)]) -> io::Result<Job> {
+        let terminal = Terminal::open();
+        let interactive = terminal.as_ref().is_some_and(|t| {
+            // SAFETY: isatty and getpgrp have no memory effects.
+            t.foreground() == Some(unsafe { libc::getpgrp() }) && unsafe { libc::isatty(0) } == 1
+        });
+        let (program, args) = command
+            .split_first()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no command"))?;
+        let mut cmd = Command::new(program);
+        cmd.args(args).process_group(0);
+        for (name, value) in env {
+            cmd.env(name, value);
+        }
+        let foreground_fd = terminal
+            .as_ref()
+            .filter(|_| interactive)
+            .map(|t| t.fd.as_raw_fd());
+        // SAFETY: getpid before the fork; between fork and exec the closure makes only
+        // async-signal-safe calls (prctl, getppid, kill, sigprocmask, tcsetpgrp).
+        let parent = unsafe { libc::getpid() };
+        unsafe {
+            cmd.pre_exec(move || {
+                #[cfg(target_os = "linux")]
+                {
+                    // The leader dies with lockctl even before the watchdog is there.
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    if libc::getppid() != parent {
+                        libc::kill(libc::getpid(), libc::SIGKILL);
+                    }
+                }
+                if let Some(fd) = foreground_fd {
+                    // As a shell does in its child: take the terminal before exec, so that
+                    // the command never reads it from the background.
+                    give_terminal(fd, libc::getpid());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn()?;
+        let pid = libc::pid_t::try_from(child.id())
+            .map_err(|_| io::Error::other("the command's pid does not fit a pid_t"))?;
+        // Never waited for through `child`: waitpid below reports stops too.
+        drop(child);
+        if let Some(t) = terminal.as_ref().filter(|_| interactive) {
+            t.give_to(pid);
+        }
+        let watchdog = match Watchdog::spawn(pid) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(error = %e, "no watchdog: if lockctl is stopped with SIGSTOP or killed, its command's group goes on");
+                None
+            }
+        };
+        Ok(Job {
+            pid,
+            exited: None,
+            terminal,
+            interactive,
+            watchdog,
+        })
+    }
+
+    /// How the leader ended, if it has.
+    pub fn exited(&self) -> Option<u8> {
+        self.exited
+    }
+
+    /// What happened to the leader since the last call (reaping it once it ended).
+    pub fn poll(&mut self) -> Vec<Event> {
+        let mut events = Vec::new();
+        while self.exited.is_none() {
+            let mut status = 0;
+            // SAFETY: waitpid on our own child, WNOHANG.
+            let got = unsafe {
+                libc::waitpid(
+                    self.pid,
+                    &mut status,
+                    libc::WNOHANG | libc::WUNTRACED | libc::WCONTINUED,
+                )
+            };
+            if got == 0 {
+                break;
+            }
+            if got < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                // ECHILD: reaped already (cannot happen: only this loop waits for it).
+                crate::output::say!("waiting for the command failed: {e}");
+                self.exited = Some(1);
+                events.push(Event::Exited(1));
+                break;
+            }
+            let event = if libc::WIFEXITED(status) {
+                Event::Exited(libc::WEXITSTATUS(status) as u8)
+            } else if libc::WIFSIGNALED(status) {
+                Event::Exited(128u8.saturating_add(libc::WTERMSIG(status) as u8))
+            } else if libc::WIFSTOPPED(status) {
+                Event::Stopped(libc::WSTOPSIG(status))
+            } else if libc::WIFCONTINUED(status) {
+                Event::Continued
+            } else {
+                continue;
+            };
+            if let Event::Exited(code) = event {
+                self.exited = Some(code);
+                self.take_terminal_back();
+            }
+            events.push(event);
+        }
+        events
+    }
+
+    /// Sends `sig` to every process of the command's group.
+    pub fn send(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) to a process group we created; ESRCH (gone) is fine.
+        unsafe {
+            libc::killpg(self.pid, sig);
+        }
+    }
+
+    /// Whether the command's group has the terminal (so that a terminal's Ctrl-C or hang-up
+    /// reached it already, without lockctl).
+    pub fn has_terminal(&self) -> bool {
+        self.terminal
+            .as_ref()
+            .is_some_and(|t| t.foreground() == Some(self.pid))
+    }
+
+    /// Whether some process of the command's group still runs (a zombie does not).
+    pub fn alive(&self) -> bool {
+        procs::group_alive(self.pid)
+    }
+
+    /// Ends the group: SIGTERM, and SIGCONT so that a stopped process acts on it.
+    pub fn terminate(&self) {
+        self.send(libc::SIGTERM);
+        self.send(libc::SIGCONT);
+    }
+
+    /// Whether a stop of the command by `sig` is a job-control stop lockctl must join (see
+    /// [`Job::suspend`]): the terminal's Ctrl-Z for a person's command, or the command using
+    /// the terminal from the background.
+    pub fn stops_the_job(&mut self, sig: libc::c_int) -> bool {
+        if self.terminal.is_none() {
+            return false;
+        }
+        match sig {
+            libc::SIGTTIN | libc::SIGTTOU => {
+                // It wants the terminal: give it, next time lockctl has it.
+                self.interactive = true;
+                true
+            }
+            libc::SIGTSTP => self.interactive,
+            _ => false,
+        }
+    }
+
+    /// Stops the job as `sig` (SIGTSTP, SIGTTIN, SIGTTOU) stops one in a shell: the command's
+    /// group first (with `sig` when `pass_on`, so that each process can restore its terminal
+    /// or save its work, then, after at most [`STOP_WITHIN`], SIGSTOP for whatever did not
+    /// stop), then lockctl itself (and, for a person's command, lockctl's group, the job the
+    /// shell waits for). Returns once lockctl is continued: the caller then checks the lock
+    /// before it continues the command ([`Job::resume`]).
+    pub async fn suspend(&mut self, sig: libc::c_int, pass_on: bool) -> Vec<Event> {
+        let mut events = Vec::new();
+        if pass_on {
+            self.send(sig);
+            let deadline = tokio::time::Instant::now() + STOP_WITHIN;
+            while tokio::time::Instant::now() < deadline {
+                let now = self.poll();
+                let stopped = now
+                    .iter()
+                    .any(|e| matches!(e, Event::Stopped(_) | Event::Exited(_)));
+                events.extend(now);
+                if stopped {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        self.send(libc::SIGSTOP);
+        self.take_terminal_back();
+        tracing::debug!(signal = %signals::name(sig), "stopping with the command");
+        signals::stop_self(sig, self.interactive);
+        events.extend(self.poll());
+        events
+    }
+
+    /// Continues the command after lockctl was continued and made sure the lock is still
+    /// held: gives it the terminal if it is a person's and lockctl's group has it (`fg`; not
+    /// after `bg`), and sends SIGCONT to its group.
+    pub fn resume(&mut self) {
+        if let Some(w) = self.watchdog.as_mut() {
+            // After this, the watchdog stops nothing it saw lockctl stopped for.
+            w.resumed();
+        }
+        if self.interactive {
+            if let Some(t) = &self.terminal {
+                // SAFETY: getpgrp has no memory effects.
+                if t.foreground() == Some(unsafe { libc::getpgrp() }) {
+                    t.give_to(self.pid);
+                }
+            }
+        }
+        self.send(libc::SIGCONT);
+    }
+
+    /// Gives the terminal back to lockctl's group if the command's group has it.
+    fn take_terminal_back(&self) {
+        if let Some(t) = &self.terminal {
+            if t.foreground() == Some(self.pid) {
+                // SAFETY: getpgrp has no memory effects.
+                t.give_to(unsafe { libc::getpgrp() });
+            }
+        }
+    }
+}
+
+/// lockctl's controlling terminal.
+struct Terminal {
+    fd: OwnedFd,
+}
+
+impl Terminal {
+    fn open() -> Option<Terminal> {
+        // SAFETY: open(2) of a path literal; the fd is owned below.
+        let fd = unsafe {
+            libc::open(
+                c"/dev/tty".as_ptr(),
+                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+            )
+        };
+        // SAFETY: a fresh descriptor nobody else owns.
+        (fd >= 0).then(|| Terminal {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// The terminal's foreground process group.
+    fn foreground(&self) -> Option<libc::pid_t> {
+        // SAFETY: tcgetpgrp on a descriptor we own.
+        let pgrp = unsafe { libc::tcgetpgrp(self.fd.as_raw_fd()) };
+        (pgrp > 0).then_some(pgrp)
+    }
+
+    fn give_to(&self, pgrp: libc::pid_t) {
+        give_terminal(self.fd.as_raw_fd(), pgrp);
+    }
+}
+
+/// tcsetpgrp with SIGTTOU blocked, as shells do: a process of a background group that
+/// changes the foreground would otherwise be stopped by it. Async-signal-safe.
+fn give_terminal(fd: libc::c_int, pgrp: libc::pid_t) {
+    // SAFETY: signal masks of this thread only, restored before returning; tcsetpgrp on a
+    // terminal descriptor (a failure leaves the foreground as it was).
+    unsafe {
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut block);
+        libc::sigaddset(&mut block, libc::SIGTTOU);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
+        libc::tcsetpgrp(fd, pgrp);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+}
+
+/// Checks, before anything is acquired, that the command can be started with lockctl's
+/// variables in its environment (the key in `RELOCK_KEY`, and the owner and tokens of
+/// `masters` masters): exec(2) refuses (E2BIG) a variable longer than MAX_ARG_STRLEN (32
+/// pages, 128 KiB on most Linux systems), and arguments and environment together beyond
+/// ARG_MAX.
+pub fn check_exec_size(command: &[OsString], key_len: usize, masters: usize) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    const KEY: &str = "RELOCK_KEY";
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf has no memory effects.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let max_string = 32 * page;
+        // KEY=value and the terminating NUL.
+        let size = KEY.len() + 1 + key_len + 1;
+        if size > max_string {
+            return Err(format!(
+                "the key is {key_len} bytes long: too long to give the command in {KEY} (one \
+                 environment variable may take at most {max_string} bytes on this system, its \
+                 name included); use a key of at most {} bytes",
+                max_string - KEY.len() - 2
+            ));
+        }
+    }
+    // SAFETY: as above.
+    let arg_max = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
+    let Ok(arg_max) = usize::try_from(arg_max) else {
+        return Ok(());
+    };
+    // Each string with its NUL and its pointer in argv or envp.
+    let pointer = std::mem::size_of::<usize>();
+    let string = |len: usize| len + 1 + pointer;
+    // RELOCK_OWNER (a UUID), RELOCK_TOKEN and RELOCK_TOKENS (up to 16 digits and a comma
+    // per master), with their names.
+    let ours = string(KEY.len() + 1 + key_len)
+        + string(13 + 36)
+        + string(13 + 16)
+        + string(14 + 17 * masters.max(1));
+    let args: usize = command.iter().map(|a| string(a.as_bytes().len())).sum();
+    let inherited: usize = std::env::vars_os()
+        .filter(|(k, _)| !k.as_bytes().starts_with(b"RELOCK_"))
+        .map(|(k, v)| string(k.as_bytes().len() + 1 + v.as_bytes().len()))
+        .sum();
+    let total = args + inherited + ours;
+    if total > arg_max {
+        return Err(format!(
+            "the command's arguments and environment, with the {key_len}-byte key in {KEY}, \
+             would take {total} bytes: more than the {arg_max} bytes the system allows \
+             (ARG_MAX); use a shorter key"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_size() {
+        let cmd = vec![OsString::from("true")];
+        assert!(check_exec_size(&cmd, 100, 3).is_ok());
+        let err = check_exec_size(&cmd, 200_000, 1).unwrap_err();
+        assert!(err.contains("200000 bytes"), "{err}");
+        assert!(err.contains("RELOCK_KEY"), "{err}");
+        let err = check_exec_size(&cmd, 100_000_000, 1).unwrap_err();
+        assert!(err.contains("RELOCK_KEY"), "{err}");
+    }
+}

@@ -1,0 +1,327 @@
+//! Signals lockctl receives while it runs a command: a handler writes one byte per signal to
+//! a socket pair (the only thing it does, and async-signal-safe), the main loop reads them
+//! and decides, with [`kind`], what each one means for the command.
+
+use std::ffi::c_void;
+use std::io;
+use std::os::fd::IntoRawFd;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// What a signal sent to lockctl means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Meant for the command, which decides what to do with it: passed on to its process
+    /// group. Before the command runs, one whose default action ends a process ends lockctl
+    /// (after it releases what it was granted); one that is ignored by default is ignored.
+    ForCommand,
+    /// SIGTSTP, SIGTTIN, SIGTTOU: job control stops the job, the command's group and lockctl
+    /// with it (nothing could renew the lock while lockctl is stopped).
+    Stop,
+    /// SIGCONT: the job goes on, the command once the lock is known to be still held.
+    Continue,
+    /// SIGCHLD: the command (or the watchdog) stopped, continued or ended.
+    Child,
+}
+
+/// Marks a signal the kernel sent (a terminal's Ctrl-C or hang-up, a child's state change),
+/// not a process with kill(2).
+const FROM_KERNEL: u8 = 0x80;
+
+/// The socket the handlers write to; -1 until [`Pipe::install`].
+static WRITE_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// Every signal lockctl handles while it runs a command. Not the faults (SIGSEGV, SIGBUS,
+/// SIGILL, SIGFPE, SIGTRAP, SIGABRT, SIGSYS: they mean lockctl itself is broken), not
+/// SIGPIPE (ignored: a closed stderr must not end lockctl), and not SIGKILL and SIGSTOP,
+/// which no process can handle (see the watchdog).
+pub fn handled() -> Vec<libc::c_int> {
+    let mut all = vec![
+        libc::SIGHUP,
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGALRM,
+        libc::SIGTERM,
+        libc::SIGCHLD,
+        libc::SIGCONT,
+        libc::SIGTSTP,
+        libc::SIGTTIN,
+        libc::SIGTTOU,
+        libc::SIGURG,
+        libc::SIGXCPU,
+        libc::SIGXFSZ,
+        libc::SIGVTALRM,
+        libc::SIGPROF,
+        libc::SIGWINCH,
+        libc::SIGIO,
+    ];
+    #[cfg(target_os = "linux")]
+    {
+        all.extend([libc::SIGSTKFLT, libc::SIGPWR]);
+        all.extend(libc::SIGRTMIN()..=libc::SIGRTMAX());
+    }
+    all
+}
+
+/// What `sig` means to lockctl (see [`Kind`]).
+pub fn kind(sig: libc::c_int) -> Kind {
+    match sig {
+        libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU => Kind::Stop,
+        libc::SIGCONT => Kind::Continue,
+        libc::SIGCHLD => Kind::Child,
+        _ => Kind::ForCommand,
+    }
+}
+
+/// Whether `sig`'s default action ends a process (so that, received before the command
+/// runs, it ends lockctl too).
+pub fn ends_a_process(sig: libc::c_int) -> bool {
+    kind(sig) == Kind::ForCommand && !matches!(sig, libc::SIGWINCH | libc::SIGURG)
+}
+
+/// One signal lockctl received.
+#[derive(Debug, Clone, Copy)]
+pub struct Received {
+    pub signal: libc::c_int,
+    /// Sent by the kernel (`si_code > 0`: `SI_KERNEL` for a terminal's Ctrl-C, Ctrl-Z or
+    /// hang-up, which go to the terminal's whole foreground process group), not by a process
+    /// with kill(2).
+    pub from_kernel: bool,
+}
+
+/// Signals as they arrive.
+pub struct Pipe {
+    rx: tokio::net::UnixStream,
+}
+
+impl Pipe {
+    /// Installs the handlers: from now on no signal in [`handled`] acts on lockctl by itself.
+    pub fn install() -> io::Result<Pipe> {
+        let (rx, tx) = std::os::unix::net::UnixStream::pair()?;
+        rx.set_nonblocking(true)?;
+        tx.set_nonblocking(true)?;
+        // Kept open for the life of the process: the handlers write to it.
+        WRITE_FD.store(tx.into_raw_fd(), Ordering::SeqCst);
+        for sig in handled() {
+            handle(sig)?;
+        }
+        Ok(Pipe {
+            rx: tokio::net::UnixStream::from_std(rx)?,
+        })
+    }
+
+    /// The next signal.
+    pub async fn recv(&mut self) -> Received {
+        loop {
+            if self.rx.readable().await.is_err() {
+                // Cannot happen with a socket we own; never report a signal we did not get.
+                std::future::pending::<()>().await;
+            }
+            if let Some(r) = self.try_recv() {
+                return r;
+            }
+        }
+    }
+
+    /// A signal received already, if any.
+    pub fn try_recv(&mut self) -> Option<Received> {
+        let mut byte = [0u8; 1];
+        match self.rx.try_read(&mut byte) {
+            Ok(1) => Some(Received {
+                signal: libc::c_int::from(byte[0] & !FROM_KERNEL),
+                from_kernel: byte[0] & FROM_KERNEL != 0,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// The handler: one byte, the signal's number with [`FROM_KERNEL`], to the socket.
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut c_void) {
+    // SAFETY: only async-signal-safe calls (write(2)) and reads of the siginfo the kernel
+    // passed; errno is saved and restored so that the interrupted code never sees ours.
+    unsafe {
+        let errno = errno_location();
+        let saved = errno.as_deref().copied();
+        let from_kernel = !info.is_null() && (*info).si_code > 0;
+        // Signal numbers are at most 64, below the FROM_KERNEL bit.
+        let byte = (sig as u8) | if from_kernel { FROM_KERNEL } else { 0 };
+        let fd = WRITE_FD.load(Ordering::Relaxed);
+        if fd >= 0 {
+            // A full buffer (thousands of pending signals) drops the byte, nothing worse.
+            libc::write(fd, (&byte as *const u8).cast(), 1);
+        }
+        if let (Some(e), Some(saved)) = (errno, saved) {
+            *e = saved;
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn errno_location() -> Option<&'static mut libc::c_int> {
+    // SAFETY: glibc's thread-local errno, valid for the life of the thread.
+    unsafe { libc::__errno_location().as_mut() }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn errno_location() -> Option<&'static mut libc::c_int> {
+    None
+}
+
+/// Points `sig` at [`on_signal`]. The job-control signals are not restarted: with
+/// `stty tostop`, a write lockctl makes while its command has the terminal gets SIGTTOU, and a
+/// restarted write would get it again, forever.
+fn handle(sig: libc::c_int) -> io::Result<()> {
+    let restart = if matches!(sig, libc::SIGTTIN | libc::SIGTTOU) {
+        0
+    } else {
+        libc::SA_RESTART
+    };
+    // SAFETY: a zeroed sigaction is valid; the handler only writes to a socket (see above).
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_signal
+            as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void)
+            as libc::sighandler_t;
+        action.sa_flags = libc::SA_SIGINFO | restart;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(sig, &action, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Stops lockctl the way `sig` (SIGTSTP, SIGTTIN or SIGTTOU) stops a process, with the rest of
+/// its process group when `whole_group` (the job a shell started: lockctl and whatever shares
+/// its pipeline), and returns once lockctl is continued.
+///
+/// The kernel does not stop a process of an orphaned process group (no parent in another group
+/// of its session, so no job-control shell to continue it) on these signals. lockctl must stop
+/// all the same, since its command is stopped and nothing may renew for it unseen: there it
+/// stops with SIGSTOP, which always does, and whoever stopped it continues it with SIGCONT.
+pub fn stop_self(sig: libc::c_int, whole_group: bool) {
+    let sig = if group_is_orphaned() {
+        libc::SIGSTOP
+    } else {
+        sig
+    };
+    // SAFETY: signal dispositions and signals to our own process and group; the handler is
+    // put back before this returns.
+    unsafe {
+        if whole_group {
+            // The others stop; our own copy is discarded, to be raised on this thread below.
+            if sig != libc::SIGSTOP {
+                libc::signal(sig, libc::SIG_IGN);
+            }
+            libc::killpg(libc::getpgrp(), sig);
+        }
+        if sig != libc::SIGSTOP {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+        // Directed at this thread, so that it stops (with every other thread) before raise
+        // returns, not some time after another thread took the signal.
+        libc::raise(sig);
+    }
+    if sig != libc::SIGSTOP {
+        let _ = handle(sig);
+    }
+}
+
+/// Whether lockctl's process group is orphaned, as far as lockctl can tell: its parent is not
+/// in another group of its session (another member of the group might be; lockctl cannot
+/// see them all cheaply, and stopping with SIGSTOP then only changes how a shell reports it).
+fn group_is_orphaned() -> bool {
+    // SAFETY: these calls only read process attributes.
+    unsafe {
+        let parent = libc::getppid();
+        let (parent_group, parent_session) = (libc::getpgid(parent), libc::getsid(parent));
+        parent_group < 0
+            || parent_session < 0
+            || parent_group == libc::getpgrp()
+            || parent_session != libc::getsid(0)
+    }
+}
+
+/// Ends lockctl the way `sig` would have without a handler, so that whoever started it
+/// sees "killed by SIGINT" and acts on it (a shell script stops, for instance).
+pub fn die_of(sig: libc::c_int) -> ! {
+    // SAFETY: restoring the default action, unblocking and raising the signal.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+    std::process::exit(128 + sig)
+}
+
+/// The signal's name, `SIGTERM`, or `SIGRTMIN+3` for a real-time one.
+pub fn name(sig: libc::c_int) -> String {
+    let known = [
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGQUIT, "SIGQUIT"),
+        (libc::SIGUSR1, "SIGUSR1"),
+        (libc::SIGUSR2, "SIGUSR2"),
+        (libc::SIGPIPE, "SIGPIPE"),
+        (libc::SIGALRM, "SIGALRM"),
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGCHLD, "SIGCHLD"),
+        (libc::SIGCONT, "SIGCONT"),
+        (libc::SIGSTOP, "SIGSTOP"),
+        (libc::SIGTSTP, "SIGTSTP"),
+        (libc::SIGTTIN, "SIGTTIN"),
+        (libc::SIGTTOU, "SIGTTOU"),
+        (libc::SIGURG, "SIGURG"),
+        (libc::SIGXCPU, "SIGXCPU"),
+        (libc::SIGXFSZ, "SIGXFSZ"),
+        (libc::SIGVTALRM, "SIGVTALRM"),
+        (libc::SIGPROF, "SIGPROF"),
+        (libc::SIGWINCH, "SIGWINCH"),
+        (libc::SIGIO, "SIGIO"),
+        (libc::SIGKILL, "SIGKILL"),
+    ];
+    if let Some((_, name)) = known.iter().find(|(s, _)| *s == sig) {
+        return (*name).to_string();
+    }
+    #[cfg(target_os = "linux")]
+    {
+        if sig == libc::SIGSTKFLT {
+            return "SIGSTKFLT".into();
+        }
+        if sig == libc::SIGPWR {
+            return "SIGPWR".into();
+        }
+        if (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&sig) {
+            return format!("SIGRTMIN+{}", sig - libc::SIGRTMIN());
+        }
+    }
+    format!("signal {sig}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_signal_has_a_meaning() {
+        for sig in handled() {
+            assert!(!name(sig).starts_with("signal "), "{sig}");
+            let k = kind(sig);
+            assert_eq!(
+                ends_a_process(sig),
+                k == Kind::ForCommand && sig != libc::SIGWINCH && sig != libc::SIGURG
+            );
+        }
+        assert_eq!(kind(libc::SIGTSTP), Kind::Stop);
+        assert_eq!(kind(libc::SIGQUIT), Kind::ForCommand);
+        assert!(ends_a_process(libc::SIGUSR1));
+        assert!(!ends_a_process(libc::SIGWINCH));
+        assert!(!handled().contains(&libc::SIGPIPE));
+        assert!(!handled().contains(&libc::SIGSEGV));
+    }
+}

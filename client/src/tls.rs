@@ -1,0 +1,101 @@
+//! TLS for `rediss://` servers (rustls, through redis-rs): which certificates are trusted, and
+//! the client certificate for servers that ask for one.
+
+use std::fmt;
+
+use redis::{Client, ClientTlsConfig, ConnectionAddr, ConnectionInfo, TlsCertificates};
+
+use crate::error::Error;
+
+/// How `rediss://` servers are trusted, and how the client proves itself to those that ask
+/// (`tls-auth-clients yes`). Everything is PEM. It applies to every `rediss://` URL of a
+/// client, to every node of a TLS cluster, and to the masters a Sentinel names for a
+/// `rediss+sentinel://` URL; `redis://` URLs ignore it.
+///
+/// Certificate verification cannot be turned off (a `rediss://...#insecure` URL is refused):
+/// a client that accepts any server could be granted locks by an impostor. Give the CA that
+/// signed a private server's certificate in [`Tls::ca`] instead.
+#[derive(Clone, Default)]
+pub struct Tls {
+    /// CA certificates to trust instead of the system's (one or more, PEM).
+    /// Default: `None`, the system's certificate store.
+    pub ca: Option<Vec<u8>>,
+    /// The client's certificate (PEM, the chain up to its CA), for servers that require one.
+    /// Needs [`Tls::client_key`]. Default: `None`.
+    pub client_cert: Option<Vec<u8>>,
+    /// The client certificate's private key (PEM). Default: `None`.
+    pub client_key: Option<Vec<u8>>,
+}
+
+impl fmt::Debug for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the key.
+        f.debug_struct("Tls")
+            .field(
+                "ca",
+                &self.ca.as_ref().map(|c| format!("{} bytes", c.len())),
+            )
+            .field("client_cert", &self.client_cert.is_some())
+            .field("client_key", &self.client_key.as_ref().map(|_| "<hidden>"))
+            .finish()
+    }
+}
+
+impl Tls {
+    /// What redis-rs is given, or `None` for the defaults.
+    fn certificates(&self) -> Result<Option<TlsCertificates>, Error> {
+        let client_tls = match (&self.client_cert, &self.client_key) {
+            (Some(cert), Some(key)) => Some(ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(Error::InvalidOption {
+                    name: "tls",
+                    reason: "a client certificate needs its key, and a key its certificate".into(),
+                })
+            }
+        };
+        if client_tls.is_none() && self.ca.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(TlsCertificates {
+            client_tls,
+            root_cert: self.ca.clone(),
+        }))
+    }
+
+    /// A redis-rs client for `info` (from `url`): with these certificates for a TLS address
+    /// (read and checked here, so that a bad PEM fails when the client is built), as it is
+    /// otherwise.
+    pub(crate) fn client(&self, info: ConnectionInfo, url: &str) -> Result<Client, Error> {
+        let invalid = |reason: String| Error::InvalidUrl {
+            url: url.to_string(),
+            source: redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "TLS", reason)),
+        };
+        match &info.addr {
+            ConnectionAddr::TcpTls { insecure: true, .. } => Err(invalid(
+                "certificate verification cannot be turned off (#insecure); give the CA that \
+                 signed the server's certificate instead (lockctl --tls-ca, Tls::ca)"
+                    .into(),
+            )),
+            ConnectionAddr::TcpTls { .. } => match self.certificates()? {
+                Some(certificates) => {
+                    Client::build_with_tls(info, certificates).map_err(|e| Error::InvalidOption {
+                        name: "tls",
+                        reason: format!("the certificates or key do not read as PEM: {e}"),
+                    })
+                }
+                None => Client::open(info).map_err(|source| Error::InvalidUrl {
+                    url: url.to_string(),
+                    source,
+                }),
+            },
+            _ => Client::open(info).map_err(|source| Error::InvalidUrl {
+                url: url.to_string(),
+                source,
+            }),
+        }
+    }
+}

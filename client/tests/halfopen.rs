@@ -1,0 +1,203 @@
+//! Connections that die silently (half-open TCP: a crashed host, a dropped NAT entry, a stuck
+//! middlebox) while lockctl or relock-client waits in `LOCK.WAIT`, through a loopback proxy
+//! that stops forwarding without closing anything (issue 19, problem 6: such a wait went on
+//! forever, although the lock was free and the server reachable on a new connection).
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{eventually, Server};
+use relock_client::{Options, Relock};
+use support::proxy::Proxy;
+use support::{acquire_as, holder, lockctl_at, relock_stat, stderr, Spawned};
+use tokio::time::Instant;
+
+const KEY: &str = "silent";
+
+/// LOCK.RELEASE as `owner`, straight to the server.
+fn release_as(server: &Server, owner: &str) {
+    let left: Option<u64> = redis::cmd("LOCK.RELEASE")
+        .arg(KEY)
+        .arg(owner)
+        .query(&mut server.conn())
+        .expect("LOCK.RELEASE");
+    assert_eq!(left, Some(0), "{owner} held {KEY}");
+}
+
+/// lockctl waits on one server; its connections go silent; the lock is freed (and so granted
+/// to the silent waiting connection): lockctl notices within a few seconds, waits again on
+/// a new connection, gets the grant it never received, and runs its command.
+#[test]
+fn lockctl_waiting_on_a_silent_connection_gets_the_lock_once_free() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    acquire_as(&server, KEY, "holder", 60_000).expect("held");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ran = dir.path().join("ran");
+    let mut lockctl = Spawned::new(
+        lockctl_at(&proxy.url())
+            .args(["run", "--wait", "60s", KEY, "--", "sh", "-c"])
+            .arg(format!("echo $RELOCK_OWNER > {}", ran.display()))
+            .stderr(Stdio::piped()),
+    );
+    assert!(eventually(Duration::from_secs(20), || relock_stat(
+        &server, "waiters"
+    ) == 1));
+    proxy.silence_open_connections();
+    release_as(&server, "holder");
+    let freed = std::time::Instant::now();
+    let status = lockctl.wait_within(Duration::from_secs(20));
+    let took = freed.elapsed();
+    let out = lockctl.output();
+    assert_eq!(status.code(), Some(0), "{}", stderr(&out));
+    assert!(ran.exists(), "the command did not run: {}", stderr(&out));
+    eprintln!("half-open wait, one server: the command ran {took:?} after the lock was freed");
+    // 2 x node_timeout + 1 s, and the round trips of a new wait and its renewal.
+    assert!(took < Duration::from_secs(8), "noticed only after {took:?}");
+    assert!(eventually(Duration::from_secs(5), || holder(&server, KEY).is_none()));
+}
+
+/// The server stops answering on every connection, old and new, while lockctl waits; once it
+/// answers again (on new connections only: the old ones stay dead), the wait goes on and gets
+/// the lock.
+#[test]
+fn lockctl_waits_through_a_server_that_stopped_answering() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    acquire_as(&server, KEY, "holder", 60_000).expect("held");
+    let mut lockctl = Spawned::new(
+        lockctl_at(&proxy.url())
+            .args(["run", "--wait", "60s", KEY, "--", "true"])
+            .stderr(Stdio::piped()),
+    );
+    assert!(eventually(Duration::from_secs(20), || relock_stat(
+        &server, "waiters"
+    ) == 1));
+    proxy.silence_all();
+    release_as(&server, "holder");
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(lockctl.try_status().is_none(), "gave up a 60 s wait");
+    proxy.speak();
+    let spoke = std::time::Instant::now();
+    let status = lockctl.wait_within(Duration::from_secs(30));
+    let out = lockctl.output();
+    assert_eq!(status.code(), Some(0), "{}", stderr(&out));
+    eprintln!(
+        "half-open wait, server silent for 3 s: the command ran {:?} after it answered again",
+        spoke.elapsed()
+    );
+}
+
+/// relock-client's Redlock wait on three masters, every connection of which goes silent: each
+/// master's wait notices on its own and waits again; the quorum is won once the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_wait_survives_silent_connections_on_every_master() {
+    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.port)).collect();
+    for s in &servers {
+        acquire_as(s, KEY, "holder", 60_000).expect("held");
+    }
+    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let relock = Relock::with_options(
+        &urls,
+        Options {
+            node_timeout: Duration::from_millis(200),
+            ..Options::default()
+        },
+    )
+    .expect("client");
+    let waiter = {
+        let relock = relock.clone();
+        tokio::spawn(async move {
+            relock
+                .acquire_wait(KEY, Duration::from_secs(10), Some(Duration::from_secs(60)))
+                .await
+        })
+    };
+    let queued = tokio::task::block_in_place(|| {
+        eventually(Duration::from_secs(20), || {
+            servers.iter().all(|s| relock_stat(s, "waiters") == 1)
+        })
+    });
+    assert!(queued, "not queued on every master");
+    for p in &proxies {
+        p.silence_open_connections();
+    }
+    for s in &servers {
+        release_as(s, "holder");
+    }
+    let freed = Instant::now();
+    let lock = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the wait never noticed its connections were dead")
+        .expect("task")
+        .expect("acquired");
+    eprintln!(
+        "half-open wait, Redlock of 3: acquired {:?} after the lock was freed",
+        freed.elapsed()
+    );
+    assert!(lock.tokens().len() >= 2);
+    for s in &servers {
+        if let Some((owner, _)) = tokio::task::block_in_place(|| holder(s, KEY)) {
+            assert_eq!(owner, lock.owner());
+        }
+    }
+    lock.release().await.expect("release");
+}
+
+/// The connection lockctl renews on goes silent while its command runs (the server still
+/// reachable on new connections): a renewal that times out drops it, the next one connects
+/// again, and the lock is kept (before, every renewal after that went to the silent
+/// connection and timed out until the lock was lost).
+#[test]
+fn lockctl_renews_through_a_connection_that_went_silent() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (started, stop) = (dir.path().join("started"), dir.path().join("stop"));
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        started.display(),
+        stop.display()
+    );
+    let mut lockctl = Spawned::new(
+        lockctl_at(&proxy.url())
+            .args([
+                "--node-timeout",
+                "500ms",
+                "run",
+                "--ttl",
+                "3s",
+                KEY,
+                "--",
+                "sh",
+                "-c",
+            ])
+            .arg(&script)
+            .stderr(Stdio::piped()),
+    );
+    assert!(eventually(Duration::from_secs(20), || started.exists()));
+    let (owner, token) = holder(&server, KEY).expect("held");
+    proxy.silence_open_connections();
+    let renewed = relock_stat(&server, "renewed_total");
+    // Two ttls: only renewals on new connections can keep the lock that long.
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(lockctl.try_status().is_none(), "lockctl ended");
+    assert_eq!(
+        holder(&server, KEY),
+        Some((owner, token)),
+        "the lock was lost"
+    );
+    assert!(relock_stat(&server, "renewed_total") > renewed);
+    std::fs::write(&stop, b"").expect("stop");
+    let status = lockctl.wait_within(Duration::from_secs(20));
+    let out = lockctl.output();
+    assert_eq!(status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        eventually(Duration::from_secs(5), || holder(&server, KEY).is_none()),
+        "released"
+    );
+}

@@ -1,0 +1,519 @@
+//! lockctl and its command as a job: job control (SIGTSTP, SIGTTIN, SIGTTOU, SIGCONT, a
+//! shell's Ctrl-Z, `fg`, `bg`), every signal lockctl can get, and the processes a command
+//! starts, against real servers. The rule under test: the command never runs while nothing
+//! renews its lock, and lockctl never exits leaving the lock held or the command's processes
+//! running.
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{eventually, Server};
+use support::pty::Pty;
+use support::{
+    acquire_as, force_release, holder, is_running, is_stopped, lockctl, send, stderr, Counter,
+    Spawned,
+};
+
+const KEY: &str = "job";
+
+/// Not a test of its own: the command of these tests ([`Counter`]).
+#[test]
+fn signal_counter() {
+    support::signal_counter_main();
+}
+
+/// `lockctl run [args] KEY -- <counter>` in a process group of its own (as a shell starts a
+/// job), its stderr kept.
+fn run_counter(server: &Server, counter: &Counter, args: &[&str]) -> Spawned {
+    Spawned::new(
+        lockctl(&[server])
+            // Not a test of speed: renewals on a busy machine must not lose the lock.
+            .args(["--node-timeout", "1s", "run"])
+            .args(args)
+            .args([KEY, "--"])
+            .args(counter.command())
+            .process_group(0)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    )
+}
+
+/// Lines in `path` (0 if it does not exist yet).
+fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
+}
+
+/// The pid written to `path` by the command.
+fn read_pid(path: &Path) -> i32 {
+    assert!(
+        eventually(Duration::from_secs(20), || std::fs::read_to_string(path)
+            .is_ok_and(|t| t.trim().parse::<i32>().is_ok())),
+        "no pid in {}",
+        path.display()
+    );
+    std::fs::read_to_string(path)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("pid")
+}
+
+/// SIGTSTP to lockctl stops its command too (it ran on in a group of its own, unrenewed);
+/// SIGCONT continues both, the lock still held by the same owner (issue 19, problem 1).
+#[test]
+fn sigtstp_stops_the_command_with_lockctl_and_sigcont_continues_both() {
+    let server = Server::start();
+    let counter = Counter::new();
+    let mut lockctl = run_counter(&server, &counter, &["--ttl", "5s"]);
+    let pid = counter.wait_ready();
+    assert!(counter.runs_within(Duration::from_secs(5)));
+    let (owner, token) = holder(&server, KEY).expect("held");
+
+    send(lockctl.pid(), libc::SIGTSTP);
+    assert!(
+        eventually(Duration::from_secs(10), || is_stopped(lockctl.pid())
+            && is_stopped(pid)),
+        "lockctl stopped: {}, its command stopped: {}",
+        is_stopped(lockctl.pid()),
+        is_stopped(pid)
+    );
+    assert!(
+        !counter.runs_during(Duration::from_millis(500)),
+        "the command ran while lockctl was stopped"
+    );
+    // SIGTSTP was passed on first, so that the command could act on it.
+    assert_eq!(counter.count("CONT"), 0);
+
+    send(lockctl.pid(), libc::SIGCONT);
+    assert!(
+        counter.runs_within(Duration::from_secs(10)),
+        "the command was not continued"
+    );
+    assert!(!is_stopped(lockctl.pid()));
+    assert_eq!(holder(&server, KEY), Some((owner, token)), "still held");
+    counter.stop();
+    let status = lockctl.wait_within(Duration::from_secs(20));
+    let out = lockctl.output();
+    assert_eq!(status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(holder(&server, KEY), None, "released");
+}
+
+/// A stop that outlasts the lock: when lockctl is continued it finds the lock lost (someone
+/// else holds it by then) and ends its command without ever continuing it (issue 19,
+/// problem 1: before, the command ran on during the stop and overlapped the next holder).
+#[test]
+fn a_lock_lost_while_stopped_ends_the_command_without_continuing_it() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("log");
+    let script = format!("while :; do echo x >> {}; sleep 0.05; done", log.display());
+    let mut lockctl = Spawned::new(
+        lockctl(&[&server])
+            .args([
+                "--node-timeout",
+                "300ms",
+                "run",
+                "--ttl",
+                "1s",
+                "--grace",
+                "2s",
+                KEY,
+            ])
+            .args(["--", "sh", "-c", &script])
+            .process_group(0)
+            .stderr(Stdio::piped()),
+    );
+    assert!(eventually(Duration::from_secs(20), || lines(&log) >= 3));
+    send(lockctl.pid(), libc::SIGTSTP);
+    assert!(eventually(Duration::from_secs(10), || is_stopped(
+        lockctl.pid()
+    )));
+    let stopped_at = lines(&log);
+    // The lock expires while lockctl is stopped, and another holder takes it.
+    assert!(
+        eventually(Duration::from_secs(10), || acquire_as(
+            &server, KEY, "next", 30_000
+        )
+        .is_some()),
+        "the lock never expired"
+    );
+    assert_eq!(
+        lines(&log),
+        stopped_at,
+        "the command ran while lockctl was stopped"
+    );
+    send(lockctl.pid(), libc::SIGCONT);
+    let status = lockctl.wait_within(Duration::from_secs(20));
+    let out = lockctl.output();
+    assert_eq!(status.code(), Some(76), "{}", stderr(&out));
+    assert_eq!(
+        lines(&log),
+        stopped_at,
+        "the command went on under someone else's lock"
+    );
+    assert_eq!(holder(&server, KEY).map(|h| h.0).as_deref(), Some("next"));
+}
+
+/// After a loss every process of the command's group is gone before lockctl exits 76: one
+/// that ignores SIGTERM gets SIGKILL after `--grace`, even when the group's leader ended at
+/// once (issue 19, problem 2: lockctl stopped waiting when the leader exited).
+#[test]
+fn after_a_loss_every_process_of_the_group_is_gone_before_lockctl_exits() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (log, pid_file) = (dir.path().join("log"), dir.path().join("pid"));
+    // The leader dies of SIGTERM; the loop it started ignores it.
+    let script = format!(
+        "(trap '' TERM; while :; do echo x >> {0}; sleep 0.05; done) & echo $! > {1}; wait",
+        log.display(),
+        pid_file.display()
+    );
+    // Not a pipe: a process that outlives lockctl would keep it open.
+    let err_file = dir.path().join("stderr");
+    let mut lockctl = Spawned::new(
+        lockctl(&[&server])
+            .args([
+                "run", "--ttl", "10s", "--grace", "1s", KEY, "--", "sh", "-c", &script,
+            ])
+            .process_group(0)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&err_file).expect("stderr file")),
+    );
+    let member = read_pid(&pid_file);
+    let _cleanup = support::KillOnDrop(member);
+    assert!(eventually(Duration::from_secs(20), || lines(&log) >= 2));
+    force_release(&server, KEY);
+    let lost = Instant::now();
+    let status = lockctl.wait_within(Duration::from_secs(30));
+    let exited = Instant::now();
+    let member_ran = is_running(member);
+    let err = std::fs::read_to_string(&err_file).unwrap_or_default();
+    assert_eq!(status.code(), Some(76), "{err}");
+    assert!(
+        !member_ran,
+        "a process of the command's group outlived lockctl: {err}"
+    );
+    assert!(
+        exited - lost >= Duration::from_millis(900),
+        "exited {:?} after the loss, before --grace",
+        exited - lost
+    );
+    let after = lines(&log);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(lines(&log), after, "the loop still writes");
+}
+
+/// A process the command leaves behind in its group still works under the lock: lockctl
+/// holds it (renewing) until that process ends too, and only then releases and exits with
+/// the command's status.
+#[test]
+fn the_lock_is_held_until_the_processes_the_command_left_end() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let done = dir.path().join("done");
+    let script = format!("(sleep 3; echo done > {}) & exit 3", done.display());
+    let err_file = dir.path().join("stderr");
+    let mut lockctl = Spawned::new(
+        lockctl(&[&server])
+            .args(["--node-timeout", "1s", "run", "--ttl", "2s", KEY])
+            .args(["--", "sh", "-c", &script])
+            .process_group(0)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&err_file).expect("stderr file")),
+    );
+    assert!(eventually(Duration::from_secs(20), || holder(&server, KEY).is_some()));
+    let owner = holder(&server, KEY).expect("held").0;
+    // Renewed meanwhile (the ttl is shorter than the background process's work).
+    while !done.exists() {
+        assert!(
+            lockctl.try_status().is_none(),
+            "lockctl exited while a process of its command still ran"
+        );
+        assert_eq!(holder(&server, KEY).map(|h| h.0), Some(owner.clone()));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = lockctl.wait_within(Duration::from_secs(20));
+    let err = std::fs::read_to_string(&err_file).unwrap_or_default();
+    assert_eq!(status.code(), Some(3), "{err}");
+    assert!(err.contains("still run"), "{err}");
+    assert_eq!(holder(&server, KEY), None, "released");
+}
+
+/// Every signal that is the command's to decide on reaches it once through lockctl, which
+/// goes on, and releases when the command ends (issue 19, problem 3: SIGQUIT, SIGUSR1 and
+/// SIGUSR2 killed lockctl and left the lock held).
+#[test]
+fn signals_for_the_command_reach_it_once_and_lockctl_goes_on() {
+    let server = Server::start();
+    let counter = Counter::new();
+    let mut lockctl = run_counter(&server, &counter, &[]);
+    counter.wait_ready();
+    let passed = [
+        (libc::SIGQUIT, "QUIT"),
+        (libc::SIGUSR1, "USR1"),
+        (libc::SIGUSR2, "USR2"),
+        (libc::SIGALRM, "ALRM"),
+        (libc::SIGWINCH, "WINCH"),
+        (libc::SIGHUP, "HUP"),
+        (libc::SIGINT, "INT"),
+        (libc::SIGTERM, "TERM"),
+    ];
+    for (sig, name) in passed {
+        send(lockctl.pid(), sig);
+        assert!(
+            eventually(Duration::from_secs(5), || counter.count(name) >= 1),
+            "{name} did not reach the command: {:?}; lockctl {:?}",
+            counter.counts(),
+            lockctl.try_status()
+        );
+    }
+    // Apart, so that no two could merge: each arrived once.
+    std::thread::sleep(Duration::from_millis(300));
+    for (_, name) in passed {
+        assert_eq!(counter.count(name), 1, "{name}: {:?}", counter.counts());
+    }
+    assert!(lockctl.try_status().is_none(), "lockctl died");
+    assert!(holder(&server, KEY).is_some());
+    counter.stop();
+    let status = lockctl.wait_within(Duration::from_secs(20));
+    let out = lockctl.output();
+    assert_eq!(status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(holder(&server, KEY), None, "released");
+}
+
+/// A signal that ends a process, arriving at any moment of lockctl's start (waiting, granted,
+/// starting the command), never leaves the lock held: lockctl releases and dies of it.
+#[test]
+fn a_signal_at_any_moment_of_the_start_never_strands_the_lock() {
+    let server = Server::start();
+    let mut stranded = Vec::new();
+    for sig in [libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2, libc::SIGALRM] {
+        for delay_ms in (0..20).map(|i| i * 4) {
+            let mut lockctl = Spawned::new(
+                lockctl(&[&server])
+                    .args(["run", "--ttl", "60s", KEY, "--", "sleep", "30"])
+                    .process_group(0)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null()),
+            );
+            std::thread::sleep(Duration::from_millis(delay_ms));
+            send(lockctl.pid(), sig);
+            let status = lockctl.wait_within(Duration::from_secs(15));
+            // Before the command ran: dead of the signal; after: the command's status (the
+            // signal passed on killed `sleep`).
+            assert!(
+                status.signal() == Some(sig) || status.code() == Some(128 + sig),
+                "{sig} after {delay_ms} ms: {status:?}"
+            );
+            if !eventually(Duration::from_secs(2), || holder(&server, KEY).is_none()) {
+                stranded.push((sig, delay_ms));
+                force_release(&server, KEY);
+            }
+        }
+    }
+    assert!(
+        stranded.is_empty(),
+        "(signal, ms) left the lock held: {stranded:?}"
+    );
+}
+
+/// SIGSTOP cannot be handled: the watchdog stops the command while lockctl is stopped, and
+/// lockctl continues it once continued itself, after checking the lock.
+#[test]
+fn sigstop_of_lockctl_stops_its_command_too() {
+    let server = Server::start();
+    let counter = Counter::new();
+    let mut lockctl = run_counter(&server, &counter, &["--ttl", "8s"]);
+    let pid = counter.wait_ready();
+    assert!(counter.runs_within(Duration::from_secs(5)));
+    send(lockctl.pid(), libc::SIGSTOP);
+    assert!(
+        eventually(Duration::from_secs(5), || is_stopped(pid)),
+        "the command runs while lockctl is stopped"
+    );
+    // Continued behind lockctl's back, it is stopped again.
+    send(pid, libc::SIGCONT);
+    assert!(eventually(Duration::from_secs(5), || is_stopped(pid)));
+    assert!(!counter.runs_during(Duration::from_millis(300)));
+    send(lockctl.pid(), libc::SIGCONT);
+    assert!(counter.runs_within(Duration::from_secs(10)));
+    counter.stop();
+    let status = lockctl.wait_within(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{}", stderr(&lockctl.output()));
+    assert_eq!(holder(&server, KEY), None);
+}
+
+/// SIGKILL cannot be handled: the parent-death signal ends the command's first process, and
+/// the watchdog every other process of its group.
+#[test]
+fn sigkill_of_lockctl_ends_the_whole_group() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("pid");
+    let script = format!("sleep 300 & echo $! > {}; wait", pid_file.display());
+    let mut lockctl = Spawned::new(
+        lockctl(&[&server])
+            .args(["run", KEY, "--", "sh", "-c", &script])
+            .process_group(0)
+            .stderr(Stdio::null()),
+    );
+    let member = read_pid(&pid_file);
+    let _cleanup = support::KillOnDrop(member);
+    assert!(is_running(member));
+    send(lockctl.pid(), libc::SIGKILL);
+    lockctl.wait_within(Duration::from_secs(10));
+    assert!(
+        eventually(Duration::from_secs(5), || !is_running(member)),
+        "a process of the command outlived lockctl's SIGKILL"
+    );
+}
+
+/// An interactive shell on a terminal: `bash` runs lockctl as a foreground job.
+fn shell(server: &Server) -> Pty {
+    let mut cmd = Command::new("bash");
+    cmd.args(["--norc", "--noprofile", "-i"])
+        .env("PS1", "$ ")
+        .env("RELOCK_SERVERS", server.url())
+        .env("LOCKCTL", env!("CARGO_BIN_EXE_lockctl"))
+        .env_remove("RELOCK_LOG")
+        .env_remove("RELOCK_CLUSTER")
+        .env_remove("RELOCK_REPLICA_ACKS")
+        .env("TERM", "dumb");
+    let pty = Pty::spawn(&mut cmd);
+    pty.expect("$ ", Duration::from_secs(10));
+    pty
+}
+
+fn shell_line(counter: &Counter, ttl: &str) -> String {
+    let words: Vec<String> = counter
+        .command()
+        .into_iter()
+        .map(|w| format!("'{w}'"))
+        .collect();
+    format!(
+        "\"$LOCKCTL\" --node-timeout 1s run --ttl {ttl} {KEY} -- {}",
+        words.join(" ")
+    )
+}
+
+/// Ctrl-Z at a shell stops the job, lockctl and its command, and gives the shell back; `fg`
+/// continues both, the command with the terminal (it gets the next Ctrl-C); Ctrl-\ reaches
+/// only the command, once, and lockctl goes on and releases when it ends.
+#[test]
+fn ctrl_z_fg_and_ctrl_backslash_at_a_shell() {
+    let server = Server::start();
+    let counter = Counter::new();
+    let mut sh = shell(&server);
+    sh.type_keys(format!("{}\n", shell_line(&counter, "5s")).as_bytes());
+    let pid = counter.wait_ready();
+    assert!(counter.runs_within(Duration::from_secs(5)));
+    sh.type_keys(b"\x1a");
+    sh.expect("Stopped", Duration::from_secs(10));
+    assert!(eventually(Duration::from_secs(5), || is_stopped(pid)));
+    assert!(!counter.runs_during(Duration::from_millis(300)));
+    sh.type_keys(b"fg\n");
+    assert!(
+        counter.runs_within(Duration::from_secs(10)),
+        "not continued"
+    );
+    // The command has the terminal again: Ctrl-\ and Ctrl-C reach it, once each, and
+    // lockctl, which does not get them, goes on.
+    sh.type_keys(b"\x1c");
+    assert!(eventually(Duration::from_secs(5), || counter.count("QUIT") == 1));
+    sh.type_keys(b"\x03");
+    assert!(eventually(Duration::from_secs(5), || counter.count("INT") == 1));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!((counter.count("QUIT"), counter.count("INT")), (1, 1));
+    assert!(
+        holder(&server, KEY).is_some(),
+        "lockctl died: {}",
+        sh.printed()
+    );
+    counter.stop();
+    sh.type_keys(b"echo status=$?\n");
+    sh.expect("status=0", Duration::from_secs(20));
+    assert_eq!(holder(&server, KEY), None, "released");
+}
+
+/// A background job stopped with `kill -TSTP %1` (what a shell's Ctrl-Z does to a job):
+/// lockctl and its command stop, and `fg` continues them (issue 19, problem 1: the command,
+/// in a group of its own, ran on).
+#[test]
+fn kill_tstp_to_a_background_job_stops_its_command() {
+    let server = Server::start();
+    let counter = Counter::new();
+    let mut sh = shell(&server);
+    sh.type_keys(format!("{} &\n", shell_line(&counter, "5s")).as_bytes());
+    let pid = counter.wait_ready();
+    assert!(counter.runs_within(Duration::from_secs(5)));
+    sh.type_keys(b"kill -TSTP %1\n");
+    assert!(
+        eventually(Duration::from_secs(10), || is_stopped(pid)),
+        "the command runs on: {}",
+        sh.printed()
+    );
+    assert!(!counter.runs_during(Duration::from_millis(300)));
+    // The shell sees its job, lockctl, stopped.
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            sh.type_keys(b"jobs\n");
+            std::thread::sleep(Duration::from_millis(100));
+            sh.printed().contains("Stopped")
+        }),
+        "{}",
+        sh.printed()
+    );
+    sh.type_keys(b"fg\n");
+    assert!(
+        counter.runs_within(Duration::from_secs(10)),
+        "not continued"
+    );
+    counter.stop();
+    sh.type_keys(b"echo status=$?\n");
+    sh.expect("status=0", Duration::from_secs(20));
+    assert_eq!(holder(&server, KEY), None, "released");
+}
+
+/// In an orphaned process group (a new session: what a service manager starts), the kernel
+/// would not stop lockctl on SIGTSTP; lockctl stops anyway (with SIGSTOP), since its command is
+/// stopped and it must not renew for it unseen, and goes on with it on SIGCONT.
+#[test]
+fn sigtstp_stops_lockctl_in_an_orphaned_group_too() {
+    let server = Server::start();
+    let counter = Counter::new();
+    let mut cmd = lockctl(&[&server]);
+    cmd.args(["--node-timeout", "1s", "run", "--ttl", "5s", KEY, "--"])
+        .args(counter.command())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: setsid is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut lockctl = Spawned::new(&mut cmd);
+    let pid = counter.wait_ready();
+    assert!(counter.runs_within(Duration::from_secs(5)));
+    send(lockctl.pid(), libc::SIGTSTP);
+    assert!(
+        eventually(Duration::from_secs(10), || is_stopped(lockctl.pid())
+            && is_stopped(pid)),
+        "lockctl stopped: {}, its command stopped: {}",
+        is_stopped(lockctl.pid()),
+        is_stopped(pid)
+    );
+    send(lockctl.pid(), libc::SIGCONT);
+    assert!(counter.runs_within(Duration::from_secs(10)));
+    counter.stop();
+    let status = lockctl.wait_within(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{}", stderr(&lockctl.output()));
+}

@@ -1,0 +1,125 @@
+//! What operators watch, kept by the engine as things happen: the journal of holds that ended
+//! other than by their owner, and the contention statistics (wait and hold distributions, the
+//! hottest keys). The engine tells [`Watch`] what happened; it decides what to keep (by
+//! `relock.log-*` and `relock.stats*`), in fixed memory.
+
+use super::contention::Contention;
+use super::host::KeyRef;
+use super::journal::{Ended, Journal, Reason};
+
+/// Hold durations recorded per ending of many holds at once (a whole shared key), so that such
+/// an ending costs no more than this.
+pub const BULK_SAMPLE: usize = 1024;
+
+/// A hold as the journal describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndedHold {
+    pub owner: Box<[u8]>,
+    pub token: u64,
+    /// Unix ms; 0 if unknown.
+    pub granted_at: i64,
+}
+
+/// The journal and the statistics.
+#[derive(Clone, Debug, Default)]
+pub struct Watch {
+    pub journal: Journal,
+    pub contention: Contention,
+}
+
+/// Where and when something happened.
+#[derive(Clone, Copy, Debug)]
+pub struct At<'a> {
+    pub key: KeyRef<'a>,
+    /// Unix ms.
+    pub now: i64,
+    /// Waiters queued for the key.
+    pub waiters: usize,
+}
+
+impl Watch {
+    /// A hold ended other than by its owner, for `reason`, ended by `client` (as `CLIENT LIST`
+    /// shows it; empty if the server does not say).
+    pub fn lost(&mut self, at: At<'_>, hold: &EndedHold, reason: Reason, client: &str) {
+        self.held(at.now, hold.granted_at);
+        self.journal.record(
+            at.now,
+            Ended {
+                db: at.key.db,
+                key: at.key.name,
+                owner: &hold.owner,
+                token: hold.token,
+                granted_at: hold.granted_at,
+                reason,
+                client_info: client,
+                waiters: at.waiters,
+            },
+        );
+    }
+
+    /// Whether the journal records `reason` (a caller may skip gathering holds it would not).
+    pub fn records(&self, reason: Reason) -> bool {
+        self.journal.records(reason)
+    }
+
+    /// How many of many holds ending at once to describe: what the journal keeps, and enough
+    /// for the hold distribution.
+    pub fn bulk(&self) -> usize {
+        self.journal.max_len().max(BULK_SAMPLE)
+    }
+
+    /// Every hold of `dbs` ended at once (`flushed`, `swapped`; `None`: every db): one entry,
+    /// with an empty key.
+    pub fn all_ended(&mut self, now: i64, dbs: Option<(i32, i32)>, reason: Reason) {
+        self.journal.record_all(now, dbs, reason);
+    }
+
+    /// Whether anything is kept of a hold ending for `reason` (journal or statistics).
+    pub fn wants(&self, reason: Reason) -> bool {
+        self.contention.enabled || self.journal.records(reason)
+    }
+
+    /// Whether anything is kept of holds ending behind the engine's back.
+    pub fn wants_any(&self) -> bool {
+        self.contention.enabled || self.journal.max_len() > 0 && self.journal.reasons().0 != 0
+    }
+
+    /// A hold granted at `granted_at` (Unix ms; 0: unknown) ended at `now`.
+    pub fn held(&mut self, now: i64, granted_at: i64) {
+        if self.contention.enabled && granted_at > 0 {
+            let ms = now.saturating_sub(granted_at).max(0) as u64;
+            self.contention.holds.record(ms.saturating_mul(1000));
+        }
+    }
+
+    /// A request for `key` was answered nil: it is taken.
+    pub fn contended(&mut self, key: KeyRef<'_>) {
+        if self.contention.enabled {
+            self.contention.keys.update(key, 0, |s| s.contended += 1);
+        }
+    }
+
+    /// A `LOCK.WAIT` for `key` queued.
+    pub fn queued(&mut self, key: KeyRef<'_>) {
+        if self.contention.enabled {
+            self.contention.keys.update(key, 0, |s| s.waits += 1);
+        }
+    }
+
+    /// A waiter for `key` was granted after `waited_us` µs (`granted`), or timed out.
+    pub fn waited(&mut self, key: KeyRef<'_>, waited_us: u64, granted: bool) {
+        if !self.contention.enabled {
+            return;
+        }
+        self.contention.waits.record(waited_us);
+        let ms = waited_us / 1000;
+        self.contention.keys.update(key, ms, |s| {
+            s.wait_ms_max = s.wait_ms_max.max(ms);
+            if granted {
+                s.granted += 1;
+            } else {
+                s.timeouts += 1;
+            }
+        });
+    }
+}

@@ -1,0 +1,594 @@
+//! "Beyond one key and one permit" (spec): `LOCK.MACQUIRE`/`MRELEASE`/`MRENEW`, `PERMITS p`,
+//! `LOCK.DOWNGRADE` and the restart grace (`relock.restart-grace-ms`), rule by rule, against a
+//! real server. Runs on every server of the matrix.
+#[macro_use]
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::raw::{Raw, Reply};
+use common::{acquire, eventually, info_field, int_or_nil, Server};
+use redis::{Connection, Value};
+
+const LONG: i64 = 60_000;
+const DUE: Duration = Duration::from_secs(10);
+
+fn error(c: &mut Connection, cmd: redis::Cmd) -> String {
+    match cmd.query::<Value>(c) {
+        Err(e) => e.to_string(),
+        Ok(v) => panic!("{} answered {v:?}", common::show(&cmd)),
+    }
+}
+
+fn macquire(c: &mut Connection, keys: &[&str], owner: &str, ttl: i64) -> Option<Vec<i64>> {
+    cmd!("LOCK.MACQUIRE", keys.len())
+        .arg(keys)
+        .arg(owner)
+        .arg(ttl)
+        .query(c)
+        .unwrap()
+}
+
+/// A map entry (RESP3) or flat array (RESP2) as names to values.
+fn fields(v: &Value) -> HashMap<String, Value> {
+    let pairs: Vec<(Value, Value)> = match v {
+        Value::Map(pairs) => pairs.clone(),
+        Value::Array(items) => items
+            .chunks(2)
+            .map(|p| (p[0].clone(), p[1].clone()))
+            .collect(),
+        other => panic!("not an entry: {other:?}"),
+    };
+    pairs
+        .into_iter()
+        .map(|(k, v)| match k {
+            Value::BulkString(b) => (String::from_utf8_lossy(&b).into_owned(), v),
+            Value::SimpleString(s) => (s, v),
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+fn int(v: &Value) -> i64 {
+    match v {
+        Value::Int(n) => *n,
+        other => panic!("not an integer: {other:?}"),
+    }
+}
+
+fn info(c: &mut Connection, key: &str) -> HashMap<String, Value> {
+    fields(&cmd!("LOCK.INFO", key).query::<Value>(c).unwrap())
+}
+
+/// (owner, permits) of every live holder, in grant order.
+fn holders(c: &mut Connection, key: &str) -> Vec<(String, i64)> {
+    let v: Value = cmd!("LOCK.HOLDERS", key, "COUNT", 0).query(c).unwrap();
+    let Value::Array(items) = v else {
+        return vec![];
+    };
+    items
+        .iter()
+        .map(|e| {
+            let f = fields(e);
+            let Value::BulkString(o) = &f["owner"] else {
+                panic!("{f:?}")
+            };
+            (String::from_utf8_lossy(o).into_owned(), int(&f["permits"]))
+        })
+        .collect()
+}
+
+// --- Several keys at once --------------------------------------------------------------------
+
+#[test]
+fn macquire_takes_every_key_or_none_with_one_token() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let tokens = macquire(&mut c, &["a", "b", "c"], "o", LONG).expect("all free");
+    assert_eq!(tokens.len(), 3);
+    assert!(
+        tokens.iter().all(|t| *t == tokens[0]),
+        "one token per group grant: {tokens:?}"
+    );
+    // A key the owner holds already counts as granted and keeps its own token.
+    let d = acquire(&mut c, "d", "o", LONG);
+    let again = macquire(&mut c, &["a", "d", "e"], "o", LONG).expect("idempotent");
+    assert_eq!((again[0], again[1]), (tokens[0], d));
+    assert!(
+        again[2] > d,
+        "the new hold gets a token above every earlier one"
+    );
+    // One key taken: nil, and nothing changed.
+    acquire(&mut c, "x", "other", LONG);
+    assert_eq!(macquire(&mut c, &["f", "x"], "o", LONG), None);
+    assert!(common::lock_info(&mut c, "f").is_none(), "no partial group");
+    // MRELEASE / MRENEW reply how many keys the owner held.
+    let n: i64 = cmd!("LOCK.MRENEW", 4, "a", "b", "zz", "x", "o", 5000)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 2);
+    let n: i64 = cmd!("LOCK.MRELEASE", 3, "a", "b", "c", "o")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 3);
+    assert!(common::lock_info(&mut c, "a").is_none());
+    // A key of a group is released on its own too.
+    macquire(&mut c, &["g1", "g2"], "o", LONG).unwrap();
+    let _: i64 = cmd!("LOCK.RELEASE", "g1", "o").query(&mut c).unwrap();
+    let n: i64 = cmd!("LOCK.MRELEASE", 2, "g1", "g2", "o")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 1, "fewer than numkeys: part of the group is gone");
+}
+
+#[test]
+fn macquire_of_a_key_with_waiters_is_nil() {
+    let server = Server::start();
+    let mut c = server.conn();
+    acquire(&mut c, "q", "holder", LONG);
+    let mut w = Raw::connect(&server);
+    w.send_wait("q", "waiter", LONG as u64, 0);
+    assert!(eventually(DUE, || int(&info(&mut c, "q")["waiters"]) == 1));
+    assert_eq!(macquire(&mut c, &["free", "q"], "o", LONG), None);
+    assert!(common::lock_info(&mut c, "free").is_none());
+}
+
+#[test]
+fn macquire_arguments_and_errors_change_nothing() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let _: () = cmd!("SET", "str", "v").query(&mut c).unwrap();
+    let _: i64 = cmd!("LOCK.ACQUIRE", "sh", "o", LONG, "SHARED")
+        .query(&mut c)
+        .unwrap();
+    for (cmd, wanted) in [
+        (
+            cmd!("LOCK.MACQUIRE", 2, "a", "a", "o", 1000),
+            "duplicate key",
+        ),
+        (
+            cmd!("LOCK.MACQUIRE", 0, "a", "o", 1000),
+            "numkeys should be greater than 0",
+        ),
+        (
+            cmd!("LOCK.MACQUIRE", "x", "a", "o", 1000),
+            "numkeys should be greater than 0",
+        ),
+        (
+            cmd!("LOCK.MACQUIRE", 257, "a", "o", 1000),
+            "greater than 256",
+        ),
+        (
+            cmd!("LOCK.MACQUIRE", 5, "a", "o", 1000),
+            "can't be greater than number of args",
+        ),
+        (
+            cmd!("LOCK.MACQUIRE", 1, "a", "o", 1000, "x"),
+            "syntax error",
+        ),
+        (cmd!("LOCK.MACQUIRE", 1, "a", "o", 0), "invalid ttl_ms"),
+        (cmd!("LOCK.MACQUIRE", 2, "a", "str", "o", 1000), "WRONGTYPE"),
+        (
+            cmd!("LOCK.MACQUIRE", 2, "a", "sh", "o", 1000),
+            "held in another mode",
+        ),
+        (cmd!("LOCK.MRELEASE", 2, "a", "a", "o"), "duplicate key"),
+        (cmd!("LOCK.MRENEW", 1, "a", "o", -1), "invalid ttl_ms"),
+    ] {
+        let e = error(&mut c, cmd);
+        assert!(e.contains(wanted), "{wanted}: {e}");
+    }
+    assert!(
+        common::lock_info(&mut c, "a").is_none(),
+        "nothing was taken"
+    );
+    let keys: Vec<String> = cmd!(
+        "COMMAND",
+        "GETKEYS",
+        "LOCK.MACQUIRE",
+        3,
+        "k1",
+        "k2",
+        "k3",
+        "o",
+        1
+    )
+    .query(&mut c)
+    .unwrap();
+    assert_eq!(keys, ["k1", "k2", "k3"], "a keynum key spec");
+    let keys: Vec<String> = cmd!("COMMAND", "GETKEYS", "LOCK.MRELEASE", 2, "k1", "k2", "o")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(keys, ["k1", "k2"]);
+    // ACL key patterns apply to every key.
+    let _: () = cmd!("ACL", "SETUSER", "app", "on", ">pw", "~app:*", "+@all")
+        .query(&mut c)
+        .unwrap();
+    let mut app = server.conn();
+    let _: () = cmd!("AUTH", "app", "pw").query(&mut app).unwrap();
+    assert!(macquire(&mut app, &["app:1", "app:2"], "o", LONG).is_some());
+    let e = error(
+        &mut app,
+        cmd!("LOCK.MACQUIRE", 2, "app:3", "other:1", "o", LONG),
+    );
+    assert!(e.contains("NOPERM"), "{e}");
+    assert!(common::lock_info(&mut c, "app:3").is_none());
+}
+
+#[test]
+fn a_group_reaches_the_aof_as_one_transaction_and_replicas_get_it() {
+    let server = Server::with_args(&["--appendonly", "yes"]);
+    let replica = Server::start();
+    common::attach_replica(&server, &replica);
+    let mut c = server.conn();
+    let tokens = macquire(&mut c, &["a", "b", "c"], "o", LONG).unwrap();
+    let acked: i64 = cmd!("WAIT", 1, 5000).query(&mut c).unwrap();
+    assert_eq!(acked, 1);
+    let mut r = replica.conn();
+    for key in ["a", "b", "c"] {
+        let held = common::lock_info(&mut r, key).expect("on the replica");
+        assert_eq!((held.owner.as_slice(), held.token), (&b"o"[..], tokens[0]));
+    }
+    let aof = aof_words(&server);
+    let applies: Vec<usize> = aof
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| w.first().is_some_and(|c| c == "LOCK.APPLY"))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(applies.len(), 3, "{aof:?}");
+    assert_eq!(aof[applies[0] - 1][0], "MULTI", "{aof:?}");
+    assert_eq!(aof[applies[2] + 1][0], "EXEC", "{aof:?}");
+}
+
+/// Every command of the incremental AOF files, as words.
+fn aof_words(server: &Server) -> Vec<Vec<String>> {
+    let dir = server.dir().join("appendonlydir");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("appendonlydir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let bytes = std::fs::read(&f).unwrap();
+        let mut at = 0;
+        while let Some((reply, used)) = common::raw::parse(&bytes[at..]) {
+            at += used;
+            if let Reply::Array(items) = reply {
+                out.push(
+                    items
+                        .into_iter()
+                        .map(|i| match i {
+                            Reply::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+                            other => format!("{other:?}"),
+                        })
+                        .collect(),
+                );
+            }
+        }
+    }
+    out
+}
+
+// --- Several permits at once --------------------------------------------------------------------
+
+#[test]
+fn permits_sum_to_at_most_the_limit() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let take = |c: &mut Connection, owner: &str, p: i64| {
+        int_or_nil(
+            c,
+            cmd!(
+                "LOCK.ACQUIRE",
+                "sem",
+                owner,
+                LONG,
+                "SHARED",
+                "LIMIT",
+                10,
+                "PERMITS",
+                p
+            ),
+        )
+    };
+    assert!(take(&mut c, "a", 7).is_some());
+    assert_eq!(take(&mut c, "b", 4), None, "7 + 4 > 10");
+    assert!(take(&mut c, "c", 3).is_some());
+    let i = info(&mut c, "sem");
+    assert_eq!(
+        (
+            int(&i["holders"]),
+            int(&i["limit"]),
+            int(&i["permits_free"])
+        ),
+        (2, 10, 0)
+    );
+    assert_eq!(holders(&mut c, "sem"), [("a".into(), 7), ("c".into(), 3)]);
+    // A hold counts its permits, never its reentrancy count.
+    let n: i64 = cmd!(
+        "LOCK.REENTER",
+        "sem",
+        "a",
+        LONG,
+        "SHARED",
+        "LIMIT",
+        10,
+        "PERMITS",
+        7
+    )
+    .query(&mut c)
+    .unwrap();
+    assert_eq!(n, 2);
+    assert_eq!(int(&info(&mut c, "sem")["permits_free"]), 0);
+    let _: i64 = cmd!("LOCK.RELEASE", "sem", "c").query(&mut c).unwrap();
+    assert_eq!(int(&info(&mut c, "sem")["permits_free"]), 3);
+    // Errors, checked mode, limit, permits; nothing changes.
+    for (cmd, wanted) in [
+        (
+            cmd!(
+                "LOCK.ACQUIRE",
+                "sem",
+                "a",
+                LONG,
+                "SHARED",
+                "LIMIT",
+                10,
+                "PERMITS",
+                2
+            ),
+            "lock is held with other permits",
+        ),
+        (
+            cmd!("LOCK.ACQUIRE", "sem", "z", LONG, "SHARED", "PERMITS", 2),
+            "syntax error",
+        ),
+        (
+            cmd!(
+                "LOCK.ACQUIRE",
+                "sem",
+                "z",
+                LONG,
+                "SHARED",
+                "LIMIT",
+                10,
+                "PERMITS",
+                11
+            ),
+            "invalid permits",
+        ),
+        (
+            cmd!(
+                "LOCK.ACQUIRE",
+                "sem",
+                "z",
+                LONG,
+                "SHARED",
+                "LIMIT",
+                10,
+                "PERMITS",
+                0
+            ),
+            "invalid permits",
+        ),
+        (
+            cmd!(
+                "LOCK.ACQUIRE",
+                "sem",
+                "z",
+                LONG,
+                "SHARED",
+                "LIMIT",
+                9,
+                "PERMITS",
+                1
+            ),
+            "lock has another limit (10)",
+        ),
+    ] {
+        let e = error(&mut c, cmd);
+        assert!(e.contains(wanted), "{wanted}: {e}");
+    }
+    assert_eq!(int(&info(&mut c, "sem")["permits_free"]), 3);
+    // An exclusive key has no free permits; a reader lock no limit.
+    acquire(&mut c, "x", "o", LONG);
+    assert_eq!(int(&info(&mut c, "x")["permits_free"]), 0);
+    let _: i64 = cmd!("LOCK.ACQUIRE", "r", "o", LONG, "SHARED")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(int(&info(&mut c, "r")["permits_free"]), -1);
+}
+
+#[test]
+fn a_large_request_at_the_head_is_never_starved_by_small_ones() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let sem = |p: i64| -> Vec<String> {
+        ["SHARED", "LIMIT", "10", "PERMITS"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([p.to_string()])
+            .collect()
+    };
+    let _: i64 = cmd!("LOCK.ACQUIRE", "s", "a", LONG)
+        .arg(sem(6))
+        .query(&mut c)
+        .unwrap();
+    let mut big = Raw::connect(&server);
+    let big_words = sem(8);
+    let mut args: Vec<&[u8]> = vec![b"LOCK.WAIT", b"s", b"big", b"60000", b"0"];
+    args.extend(big_words.iter().map(|w| w.as_bytes()));
+    big.send(&args);
+    assert!(eventually(DUE, || int(&info(&mut c, "s")["waiters"]) == 1));
+    // 4 permits are free, but the head needs 8: a request for 1 does not pass it.
+    let mut small = cmd!("LOCK.ACQUIRE", "s", "small", LONG);
+    small.arg(sem(1));
+    let small = int_or_nil(&mut c, small);
+    assert_eq!(small, None, "FIFO: no barging past a large head");
+    let list = fields(
+        &cmd!("LOCK.WAITERS", "s")
+            .query::<Vec<Value>>(&mut c)
+            .unwrap()[0],
+    );
+    assert_eq!((int(&list["limit"]), int(&list["permits"])), (10, 8));
+    let _: i64 = cmd!("LOCK.RELEASE", "s", "a").query(&mut c).unwrap();
+    big.read(DUE).token();
+    assert_eq!(holders(&mut c, "s"), [("big".into(), 8)]);
+}
+
+#[test]
+fn permits_survive_a_reload_and_reach_replicas() {
+    let server = Server::start();
+    let replica = Server::start();
+    common::attach_replica(&server, &replica);
+    let mut c = server.conn();
+    let _: i64 = cmd!(
+        "LOCK.ACQUIRE",
+        "s",
+        "a",
+        LONG,
+        "SHARED",
+        "LIMIT",
+        5,
+        "PERMITS",
+        3
+    )
+    .query(&mut c)
+    .unwrap();
+    let _: () = cmd!("DEBUG", "RELOAD").query(&mut c).unwrap();
+    assert_eq!(holders(&mut c, "s"), [("a".into(), 3)]);
+    let acked: i64 = cmd!("WAIT", 1, 5000).query(&mut c).unwrap();
+    assert_eq!(acked, 1);
+    let mut r = replica.conn();
+    assert_eq!(holders(&mut r, "s"), [("a".into(), 3)]);
+    assert_eq!(int(&info(&mut r, "s")["permits_free"]), 2);
+}
+
+// --- Downgrade -------------------------------------------------------------------------------
+
+#[test]
+fn a_downgrade_grants_the_readers_at_the_head_in_the_same_step() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let _: () = cmd!("CONFIG", "SET", "notify-keyspace-events", "KEd")
+        .query(&mut c)
+        .unwrap();
+    let token = acquire(&mut c, "k", "w", LONG);
+    let mut r1 = Raw::connect(&server);
+    r1.send(&[b"LOCK.WAIT", b"k", b"r1", b"60000", b"0", b"SHARED"]);
+    let mut r2 = Raw::connect(&server);
+    r2.send(&[b"LOCK.WAIT", b"k", b"r2", b"60000", b"0", b"SHARED"]);
+    let mut w2 = Raw::connect(&server);
+    w2.send(&[b"LOCK.WAIT", b"k", b"w2", b"60000", b"0"]);
+    assert!(eventually(DUE, || int(&info(&mut c, "k")["waiters"]) == 3));
+    // The downgrade and a check of the holders in one transaction: the readers are in.
+    let (downgraded, list): (i64, Value) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.DOWNGRADE")
+        .arg("k")
+        .arg("w")
+        .cmd("LOCK.HOLDERS")
+        .arg("k")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(downgraded, token, "the same token");
+    let Value::Array(list) = list else { panic!() };
+    assert_eq!(list.len(), 3, "w, r1 and r2 hold it together");
+    r1.read(DUE).token();
+    r2.read(DUE).token();
+    w2.assert_silent("the writer waits for every reader");
+    let i = info(&mut c, "k");
+    assert_eq!(int(&i["limit"]), 0);
+    assert!(int(&i["ttl"]) > 50_000, "the same lease");
+    // Safe to retry; nil for a non-holder; INFO counts it.
+    let again: i64 = cmd!("LOCK.DOWNGRADE", "k", "w").query(&mut c).unwrap();
+    assert_eq!(again, token);
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.DOWNGRADE", "k", "nobody")),
+        None
+    );
+    assert_eq!(info_field(&mut c, "downgraded_total"), 1);
+    let _: i64 = cmd!("LOCK.ACQUIRE", "sem", "o", LONG, "SHARED", "LIMIT", 2)
+        .query(&mut c)
+        .unwrap();
+    let e = error(&mut c, cmd!("LOCK.DOWNGRADE", "sem", "o"));
+    assert!(e.contains("lock has another limit (2)"), "{e}");
+    let e = error(&mut c, cmd!("LOCK.ACQUIRE", "k", "r1", LONG));
+    assert!(
+        e.contains("LOCK.DOWNGRADE"),
+        "the mode error names the way: {e}"
+    );
+}
+
+// --- Restart grace ---------------------------------------------------------------------------
+
+#[test]
+fn a_restarted_master_grants_nothing_for_the_grace_then_serves_its_queue_in_order() {
+    let mut server = Server::start();
+    {
+        let mut c = server.conn();
+        acquire(&mut c, "k", "before", 60_000);
+    }
+    // Restarted without persistence: the lock is gone, and the server cannot know it granted it.
+    server.restart_with(&["--relock.restart-grace-ms", "2000"]);
+    let started = Instant::now();
+    let mut c = server.conn();
+    assert_eq!(info_field(&mut c, "restart_grace_ms"), 2000);
+    assert!(info_field(&mut c, "grace_left_ms") > 0);
+    let e = error(&mut c, cmd!("LOCK.ACQUIRE", "k", "a", 1000));
+    assert!(e.contains("relock restart grace, "), "{e}");
+    let e = error(&mut c, cmd!("LOCK.MACQUIRE", 1, "k", "a", 1000));
+    assert!(e.contains("relock restart grace"), "{e}");
+    let e = error(&mut c, cmd!("LOCK.ACQUIRE", "k", "a", 2001));
+    assert!(e.contains("ttl_ms exceeds relock.restart-grace-ms"), "{e}");
+    let mut first = Raw::connect(&server);
+    first.send_wait("k", "first", 1000, 0);
+    let mut second = Raw::connect(&server);
+    second.send_wait("k", "second", 1000, 0);
+    assert!(eventually(DUE, || waiters(&mut c, "k") == 2));
+    let t = first.read(DUE).token();
+    assert!(
+        started.elapsed() >= Duration::from_millis(1900),
+        "granted {:?} after the restart",
+        started.elapsed()
+    );
+    assert_eq!(info_field(&mut c, "grace_left_ms"), 0);
+    second.assert_silent("in queue order");
+    let _: i64 = cmd!("LOCK.RELEASE", "k", "first").query(&mut c).unwrap();
+    assert!(second.read(DUE).token() > t);
+    assert!(int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "free", "a", 1000)).is_some());
+}
+
+/// How many wait for `key` (a free key has waiters during the grace).
+fn waiters(c: &mut Connection, key: &str) -> usize {
+    cmd!("LOCK.WAITERS", key, "COUNT", 0)
+        .query::<Vec<Value>>(c)
+        .unwrap()
+        .len()
+}
+
+#[test]
+fn a_promoted_replica_starts_a_grace() {
+    let master = Server::start();
+    let replica = Server::with_args(&["--relock.restart-grace-ms", "1500"]);
+    common::attach_replica(&master, &replica);
+    let mut r = replica.conn();
+    assert_eq!(
+        info_field(&mut r, "grace_left_ms"),
+        0,
+        "no grace for a replica"
+    );
+    let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut r).unwrap();
+    let e = error(&mut r, cmd!("LOCK.ACQUIRE", "k", "a", 1000));
+    assert!(e.contains("relock restart grace"), "{e}");
+    let granted = eventually(DUE, || {
+        cmd!("LOCK.ACQUIRE", "k", "a", 1000)
+            .query::<Option<i64>>(&mut r)
+            .is_ok_and(|t| t.is_some())
+    });
+    assert!(granted, "granted once the grace is over");
+}
