@@ -37,6 +37,17 @@
 //! - a master in its restart grace (`relock.restart-grace-ms`) counts as one that did not
 //!   grant ([`NodeFailure::RestartGrace`]).
 //!
+//! The servers need the relock module loaded (`librelock.so`, into Redis 7.0 or later or
+//! Valkey 8 or later; the release ships it as a tarball and a Debian package, and the project's
+//! `docs/install.md` says how to load it). Against a server without it, an acquisition fails at
+//! once with [`Error::Permanent`] (`ERR unknown command 'LOCK.ACQUIRE'`).
+//!
+//! ```toml
+//! [dependencies]
+//! relock-client = "0.2"
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//! ```
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use relock_client::Relock;
