@@ -1,7 +1,7 @@
 .DEFAULT_GOAL := help
 CARGO ?= cargo
 
-.PHONY: help setup setup-base module build run test bench fmt lint clean chaos fuzz leakcheck cluster cluster-stop
+.PHONY: help setup setup-base module build run test bench fmt lint clean chaos fuzz leakcheck cluster cluster-stop dist test-dist setup-dist
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -27,11 +27,12 @@ cluster: module ## Start a local 3-master/3-replica cluster with the module on 1
 cluster-stop: ## Stop the cluster that make cluster started
 	@scripts/cluster stop
 
-test: setup ## Build everything, run every test on Redis 7.0, then the module's suites on Redis 8.2, Valkey 8.1 and 9.1
+test: setup ## Build everything, run every test on Redis 7.0, then the module's suites on Redis 8.2, Valkey 8.1 and 9.1, then test-dist
 	$(CARGO) build --workspace --all-targets
 	$(CARGO) test --workspace
 	@$(MAKE) --no-print-directory test-clients
 	@scripts/test-matrix
+	@$(MAKE) --no-print-directory test-dist
 
 bench: setup-base ## Run the benchmark; writes target/bench/results.md and a chart
 	$(CARGO) build --release --workspace
@@ -44,9 +45,9 @@ lint: ## Clippy with warnings as errors, and a format check
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-clean: ## Remove build output, ./data and the project-local servers (.servers/)
+clean: ## Remove build output (target/, dist/), ./data and the project-local servers (.servers/)
 	$(CARGO) clean
-	rm -rf data .servers
+	rm -rf data .servers dist
 
 .PHONY: chaos fuzz leakcheck
 
@@ -72,3 +73,12 @@ bench-clients: ## The client packages against the locks their users run today; w
 	$(CARGO) build --release -p relock
 	@scripts/setup-clients
 	@bench/clients/run
+
+dist: setup-base setup-dist ## Release artifacts into dist/: tarball, .deb, wheel and sdist, npm tarball, crate, SHA256SUMS
+	@scripts/dist
+
+test-dist: dist ## Install the artifacts as a user would (.deb, tarball, wheel, npm tarball) and run the tour on each
+	@scripts/test-dist
+
+setup-dist:
+	@scripts/setup-dist

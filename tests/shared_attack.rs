@@ -521,8 +521,13 @@ fn a_big_key_stays_fast_and_counted() {
     std::thread::sleep(Duration::from_millis(3_200));
     assert_eq!(holders(&mut c, "lapse").len(), 1);
     let t = Instant::now();
-    acq(&mut c, "lapse", b"y", 1000, &["SHARED"]).unwrap();
-    assert!(eventually(DUE, || info_field(&mut c, "holds") == 2));
+    acq(&mut c, "lapse", b"y", 60_000, &["SHARED"]).unwrap();
+    assert!(
+        eventually(DUE, || info_field(&mut c, "holds") == 2),
+        "holds {}, lapse has {} holders",
+        info_field(&mut c, "holds"),
+        holders(&mut c, "lapse").len()
+    );
     eprintln!("pruning 50k lapsed leases took {:?}", t.elapsed());
 }
 

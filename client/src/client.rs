@@ -7,12 +7,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::Error;
+use crate::group::{check_keys, LockGroup};
 use crate::guard::{GuardedLock, LockGuard};
 use crate::info::{parse_holders, parse_info, HolderInfo, LockInfo};
 use crate::limits::{check_ttl, clamp_wait};
 use crate::lock::Lock;
 use crate::masters::{Abandoned, Masters, NodeReport};
-use crate::mode::{check_mode, Mode};
+use crate::mode::{check_mode, check_permits, Ask, Mode};
 use crate::options::Options;
 
 /// A client of one relock server (plain locking), of N independent masters (Redlock), or of
@@ -25,7 +26,7 @@ use crate::options::Options;
 #[derive(Clone)]
 pub struct Relock {
     masters: Arc<Masters>,
-    mode: Mode,
+    mode: Ask,
 }
 
 impl Relock {
@@ -45,7 +46,7 @@ impl Relock {
     pub fn with_options<S: AsRef<str>>(urls: &[S], options: Options) -> Result<Relock, Error> {
         Ok(Relock {
             masters: Arc::new(Masters::open(urls, options)?),
-            mode: Mode::Exclusive,
+            mode: Mode::Exclusive.into(),
         })
     }
 
@@ -68,7 +69,7 @@ impl Relock {
     pub fn cluster<S: AsRef<str>>(seeds: &[S], options: Options) -> Result<Relock, Error> {
         Ok(Relock {
             masters: Arc::new(Masters::open_cluster(seeds, options)?),
-            mode: Mode::Exclusive,
+            mode: Mode::Exclusive.into(),
         })
     }
 
@@ -106,13 +107,51 @@ impl Relock {
         check_mode(mode, self.masters.names().len())?;
         Ok(Relock {
             masters: self.masters.clone(),
-            mode,
+            mode: mode.into(),
+        })
+    }
+
+    /// A client of the same masters, sharing this one's connections, whose acquisitions take
+    /// `permits` permits of the semaphore its mode names at once (`SHARED LIMIT n PERMITS p`:
+    /// Redisson's `acquire(n)`, Curator's `acquire(qty)`). The permits of a semaphore's holds
+    /// sum to at most its limit; a request for more than are free waits its turn in the queue
+    /// and blocks the requests behind it until they are (a large request never starves).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use relock_client::{Mode, Relock};
+    /// # async fn demo(relock: Relock) -> Result<(), relock_client::Error> {
+    /// let pool = relock.with_mode(Mode::limited(10))?.with_permits(3)?;
+    /// let three = pool.acquire_wait("gpu-slots", Duration::from_secs(60), None).await?;
+    /// assert_eq!(three.permits(), 3);
+    /// three.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// Fails, before any server is asked, with [`Error::InvalidPermits`] unless the mode is a
+    /// semaphore ([`Mode::limited`]) and `permits` is 1 ..= its limit. One owner holds one
+    /// hold: a re-entry asks with the same permits (another count is
+    /// [`Error::OtherPermits`]). [`Relock::with_mode`] sets the permits back to 1.
+    pub fn with_permits(&self, permits: u32) -> Result<Relock, Error> {
+        check_permits(self.mode.mode, permits)?;
+        Ok(Relock {
+            masters: self.masters.clone(),
+            mode: Ask {
+                mode: self.mode.mode,
+                permits,
+            },
         })
     }
 
     /// The mode this client's acquisitions hold their key in. Default: [`Mode::Exclusive`].
     pub fn mode(&self) -> Mode {
-        self.mode
+        self.mode.mode
+    }
+
+    /// How many permits each acquisition takes ([`Relock::with_permits`]). Default: 1.
+    pub fn permits(&self) -> u32 {
+        self.mode.permits
     }
 
     /// Whether this is a cluster client ([`Relock::cluster`]).
@@ -136,9 +175,16 @@ impl Relock {
         self.masters.options()
     }
 
-    /// A fresh owner id (a UUID v4), the only proof of ownership of a lock.
+    /// A fresh owner id with the default prefix, `<host>/<pid>/<32 hex random>`: the only
+    /// proof of ownership of a lock. See [`Relock::make_owner`] for this client's prefix.
     pub fn new_owner() -> String {
-        uuid::Uuid::new_v4().to_string()
+        crate::owner::make_owner(None)
+    }
+
+    /// A fresh owner id as this client makes them: `<prefix>/<32 hex random>`, the prefix
+    /// being [`Options::owner_prefix`] (default `<host>/<pid>`).
+    pub fn make_owner(&self) -> String {
+        crate::owner::make_owner(self.masters.options().owner_prefix.as_deref())
     }
 
     /// One Redlock round with `LOCK.ACQUIRE` under a fresh owner, no retry.
@@ -146,7 +192,7 @@ impl Relock {
         Lock::attempt(
             &self.masters,
             key,
-            &Relock::new_owner(),
+            &self.make_owner(),
             ttl,
             false,
             self.mode,
@@ -164,7 +210,7 @@ impl Relock {
         loop {
             // A new owner per round: the background release of a failed round can then never
             // hit a later round's grants.
-            let owner = Relock::new_owner();
+            let owner = self.make_owner();
             match Lock::attempt(&self.masters, key, &owner, ttl, false, self.mode).await {
                 Ok(lock) => return Ok(lock),
                 Err(e) if e.is_permanent() => return Err(e),
@@ -216,7 +262,7 @@ impl Relock {
         loop {
             // A new owner per round, so that the late release below can only ever hit this
             // round's grants, never a later round's.
-            let owner = Relock::new_owner();
+            let owner = self.make_owner();
             let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if remaining == Some(Duration::ZERO) {
                 return Err(Error::WaitTimeout {
@@ -271,6 +317,69 @@ impl Relock {
             }
             tokio::time::sleep(pause).await;
         }
+    }
+
+    /// Takes every one of `keys` exclusively, or none, under one owner: one `LOCK.MACQUIRE`
+    /// per master (on a Redis Cluster, one per hash slot, slot by slot in key order, releasing
+    /// what was taken if a later slot fails), and over independent masters a quorum of masters
+    /// holding the whole group. The keys of one `LOCK.MACQUIRE` share one new fencing token
+    /// ([`LockGroup::token`]). Retries like [`Relock::acquire`], each round under a fresh owner;
+    /// a round that fails leaves nothing behind.
+    ///
+    /// Fails before any server is asked with [`Error::InvalidKeys`] for no keys, more than
+    /// [`MAX_KEYS`](crate::MAX_KEYS), a key given twice, or a client whose mode is not
+    /// exclusive; with [`Error::NoQuorum`] when a key is held (or has waiters) everywhere
+    /// after the retries. To wait for the keys instead, see [`Relock::wait_all`].
+    pub async fn acquire_all<S: AsRef<str>>(
+        &self,
+        keys: &[S],
+        ttl: Duration,
+    ) -> Result<LockGroup, Error> {
+        let keys = check_keys(keys, self.mode.mode)?;
+        let ttl = check_ttl(ttl)?;
+        let mut tries_left = self.masters.options().retry_count;
+        loop {
+            let owner = self.make_owner();
+            match LockGroup::attempt(&self.masters, &keys, &owner, ttl).await {
+                Ok(group) => return Ok(group),
+                Err(e) if e.is_permanent() || tries_left == 0 => return Err(e),
+                Err(e) => {
+                    tracing::debug!(keys = keys.len(), error = %e, "group round failed, retrying");
+                    tries_left -= 1;
+                    tokio::time::sleep(self.jitter()).await;
+                }
+            }
+        }
+    }
+
+    /// Waits, without polling, until every one of `keys` is held under one owner, or
+    /// `timeout` passes (`None`: no limit; `Some(ZERO)`: one round of
+    /// [`Relock::acquire_all`] without retries).
+    ///
+    /// It first asks for all of them at once (`LOCK.MACQUIRE`: one token for the group). If
+    /// that is refused, it waits for the keys one by one in sorted order (`LOCK.WAIT` in each
+    /// key's FIFO queue, over several masters as [`Relock::acquire_wait`] does), renewing the
+    /// keys it holds every ttl / 3 meanwhile. Every waiter takes the keys in one order, so two
+    /// waiters for overlapping key sets, given in any order, never deadlock, and FIFO queues
+    /// keep every waiter from starving. Once it has them all, one renewal of the whole group
+    /// (`LOCK.MRENEW`) measures the validity. A key lost while waiting for the next (its hold
+    /// broken by an operator) starts it again under a new owner. On a timeout or an error it
+    /// releases what it took; dropping the future does too, in the background.
+    ///
+    /// Keys waited for one by one have tokens of their own ([`LockGroup::token_of`]).
+    pub async fn wait_all<S: AsRef<str>>(
+        &self,
+        keys: &[S],
+        ttl: Duration,
+        timeout: Option<Duration>,
+    ) -> Result<LockGroup, Error> {
+        let keys = check_keys(keys, self.mode.mode)?;
+        let ttl = check_ttl(ttl)?;
+        let timeout = timeout.map(clamp_wait);
+        if timeout == Some(Duration::ZERO) {
+            return LockGroup::attempt(&self.masters, &keys, &self.make_owner(), ttl).await;
+        }
+        crate::group::wait_all(&self.masters, &keys, ttl, timeout, || self.make_owner()).await
     }
 
     /// Acquires `key` like [`Relock::acquire`] and keeps it alive (see [`Lock::keep_alive`]).

@@ -46,8 +46,21 @@ pub enum NodeFailure {
     },
     /// The owner holds the key in the other mode there (`ERR lock is held in another mode`):
     /// there is no upgrade from shared to exclusive, nor downgrade.
-    #[error("the owner holds the lock in the other mode there (no upgrade or downgrade)")]
+    #[error("the owner holds the lock in the other mode there (no upgrade; downgrade with Lock::downgrade)")]
     OtherMode,
+    /// The owner holds the semaphore there with another number of permits (`ERR lock is held
+    /// with other permits`): one owner, one hold, with the permits it was granted.
+    #[error("the owner holds the lock with other permits there")]
+    OtherPermits,
+    /// The master is in its restart grace (`TRYAGAIN relock restart grace, <ms> ms left`):
+    /// after a restart or a promotion it grants no new hold for `relock.restart-grace-ms`, so
+    /// that a hold it may have forgotten has surely ended. It counts as a master that did not
+    /// grant; asking again after the grace can succeed.
+    #[error("in its restart grace for {left_ms} ms more: grants no new hold yet")]
+    RestartGrace {
+        /// What is left of the grace, as the master said.
+        left_ms: u64,
+    },
 }
 
 impl NodeFailure {
@@ -67,7 +80,10 @@ impl NodeFailure {
             | NodeFailure::ReplicaAcks { .. }
             | NodeFailure::Protocol(_) => false,
             NodeFailure::Redis(e) => is_permanent_redis_error(e),
-            NodeFailure::OtherLimit { .. } | NodeFailure::OtherMode => true,
+            NodeFailure::OtherLimit { .. } | NodeFailure::OtherMode | NodeFailure::OtherPermits => {
+                true
+            }
+            NodeFailure::RestartGrace { .. } => false,
         }
     }
 
@@ -77,10 +93,25 @@ impl NodeFailure {
         let NodeFailure::Redis(e) = &self else {
             return self;
         };
+        if e.code() == Some("TRYAGAIN") {
+            let left = e
+                .detail()
+                .unwrap_or_default()
+                .strip_prefix("relock restart grace, ")
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|ms| ms.parse().ok());
+            return match left {
+                Some(left_ms) => NodeFailure::RestartGrace { left_ms },
+                None => self,
+            };
+        }
         if e.kind() != redis::ErrorKind::ResponseError {
             return self;
         }
         let detail = e.detail().unwrap_or_default().trim_end();
+        if detail.starts_with("lock is held with other permits") {
+            return NodeFailure::OtherPermits;
+        }
         // The text goes on to name LOCK.DOWNGRADE since the module has one.
         if detail.starts_with("lock is held in another mode") {
             return NodeFailure::OtherMode;
@@ -179,6 +210,13 @@ fn describe_redis_error(e: &redis::RedisError) -> String {
         format!("{text} (check the user and password in the server URL)")
     } else {
         text
+    }
+}
+
+fn lost_message(key: &str, cause: Option<&crate::Loss>) -> String {
+    match cause {
+        Some(loss) => loss.to_string(),
+        None => format!("lock {key:?} was lost"),
     }
 }
 
@@ -336,10 +374,13 @@ pub enum Error {
         timeout: Duration,
     },
     /// The lock was lost: it expired or was taken away (for example by `LOCK.FORCERELEASE`).
-    #[error("lock {key:?} was lost")]
+    #[error("{}", lost_message(key, cause.as_deref()))]
     Lost {
         /// The lock's key.
         key: String,
+        /// Why, when a guard asked the masters' journals (`LOCK.HISTORY`); `None` where
+        /// nobody asked (a plain [`Lock::extend`](crate::Lock::extend) or release).
+        cause: Option<Box<crate::Loss>>,
     },
     /// A single-master operation (such as `info`) failed.
     #[error(transparent)]
@@ -374,15 +415,42 @@ pub enum Error {
         limit: u32,
     },
     /// The owner already holds the key in the other mode on `node` (`ERR lock is held in
-    /// another mode`): holds are neither upgraded nor downgraded.
+    /// another mode`): holds are never upgraded; an exclusive holder downgrades with
+    /// [`Lock::downgrade`](crate::Lock::downgrade).
     #[error(
-        "lock {key:?} on {node}: the owner holds it in the other mode (no upgrade or downgrade)"
+        "lock {key:?} on {node}: the owner holds it in the other mode (no upgrade; an exclusive \
+         holder downgrades with Lock::downgrade)"
     )]
     OtherMode {
         /// The lock's key.
         key: String,
         /// The (first) master that refused, as `host:port`.
         node: String,
+    },
+    /// The owner already holds the semaphore on `node` with another number of permits
+    /// (`ERR lock is held with other permits`).
+    #[error("lock {key:?} on {node}: the owner holds it with other permits")]
+    OtherPermits {
+        /// The lock's key.
+        key: String,
+        /// The (first) master that refused, as `host:port`.
+        node: String,
+    },
+    /// A group of keys that cannot be asked for: none, more than 256 (the most one
+    /// `LOCK.MACQUIRE` takes), a key given twice, or a mode other than exclusive.
+    #[error("invalid keys: {0}")]
+    InvalidKeys(String),
+    /// Permits asked of a mode that is not a semaphore, or outside 1 ..= its limit
+    /// ([`Relock::with_permits`](crate::Relock::with_permits)).
+    #[error("invalid permits {permits}: {}", match limit {
+        Some(n) => format!("a semaphore of limit {n} takes 1 to {n}"),
+        None => "several permits need a semaphore (Mode::limited)".to_string(),
+    })]
+    InvalidPermits {
+        /// The permits asked for.
+        permits: u32,
+        /// The mode's limit, if it is a semaphore.
+        limit: Option<u32>,
     },
 }
 
@@ -394,7 +462,9 @@ impl Error {
                 failures.nodes()
             }
             Error::Node(e) => vec![e.node.as_str()],
-            Error::OtherLimit { node, .. } | Error::OtherMode { node, .. } => vec![node.as_str()],
+            Error::OtherLimit { node, .. }
+            | Error::OtherMode { node, .. }
+            | Error::OtherPermits { node, .. } => vec![node.as_str()],
             _ => Vec::new(),
         }
     }
@@ -414,7 +484,10 @@ impl Error {
             | Error::InvalidLimit(_)
             | Error::UnsoundSemaphore { .. }
             | Error::OtherLimit { .. }
-            | Error::OtherMode { .. } => true,
+            | Error::OtherMode { .. }
+            | Error::OtherPermits { .. }
+            | Error::InvalidPermits { .. }
+            | Error::InvalidKeys(_) => true,
             Error::Node(e) => e.failure.is_permanent(),
             Error::NoQuorum { .. }
             | Error::ValidityExhausted { .. }

@@ -3,13 +3,15 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch, Notify};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use crate::error::Error;
+use crate::group::LockGroup;
 use crate::lock::Lock;
+use crate::loss::{Loss, LossWatch};
 use crate::masters::BackgroundReleases;
 
 /// A lock kept alive by a [`LockGuard`], as the body of
@@ -17,13 +19,16 @@ use crate::masters::BackgroundReleases;
 /// signal that it was lost.
 #[derive(Debug, Clone)]
 pub struct GuardedLock {
-    /// The locked key.
+    /// The locked key (for a [`LockGroup`], its first key in sorted order).
     pub key: String,
+    /// Every locked key: the one key, or a group's keys in sorted order.
+    pub keys: Vec<String>,
     /// The owner id the lock is held under.
     pub owner: String,
     /// The fencing token of the first master that granted (see [`Lock::token`]).
     pub token: Option<u64>,
-    /// Per master, `(master, token)` for each master that granted.
+    /// Per master, `(master, token)` for each master that granted (for a group, the largest
+    /// token of its keys there).
     pub tokens: Vec<(String, u64)>,
     /// Cancelled the moment the lock is known lost (a renewal was refused by a quorum, or
     /// failed there with an error retrying cannot fix), and at the latest when its validity
@@ -33,6 +38,10 @@ pub struct GuardedLock {
     /// by it is still within the validity. Await `lost.cancelled()` in a `tokio::select!` to
     /// stop work that must not go on without the lock.
     pub lost: CancellationToken,
+    /// Why it was lost: once `lost` is cancelled, the guard asks the masters' journals
+    /// (`LOCK.HISTORY`, one round trip bounded by the node timeout) and publishes the answer
+    /// here ([`LossWatch::explained`]); `lost` never waits for it.
+    pub loss: LossWatch,
 }
 
 /// The former name of [`GuardedLock`], kept so that code naming it still compiles (it was
@@ -50,6 +59,8 @@ pub struct LockGuard {
     renewed: watch::Receiver<Renewed>,
     /// Wakes the renewal task for a renewal now ([`LockGuard::renew_now`]).
     nudge: Arc<Notify>,
+    /// What the holder asks of the hold the renewal task keeps ([`LockGuard::downgrade`]).
+    requests: mpsc::UnboundedSender<Request>,
     stop: CancellationToken,
     done: Option<oneshot::Receiver<Result<(), Error>>>,
     /// Handed to the renewal task on drop, so that [`Relock::settle`](crate::Relock::settle)
@@ -74,6 +85,7 @@ impl Lock {
     pub fn keep_alive(self) -> LockGuard {
         let lock = GuardedLock {
             key: self.key().to_string(),
+            keys: vec![self.key().to_string()],
             owner: self.owner().to_string(),
             token: self.token(),
             tokens: self
@@ -82,38 +94,156 @@ impl Lock {
                 .map(|(n, t)| (n.to_string(), t))
                 .collect(),
             lost: CancellationToken::new(),
+            loss: LossWatch(watch::channel(None).1),
         };
-        let (valid_tx, valid_rx) = watch::channel(Renewed {
-            count: 0,
-            valid_until: self.valid_until(),
-        });
-        let (done_tx, done_rx) = oneshot::channel();
-        let stop = CancellationToken::new();
-        let nudge = Arc::new(Notify::new());
-        let releasing = Arc::new(Mutex::new(None));
         let background = self.background();
-        tokio::spawn(renew_until_stopped(
-            self,
-            Signals {
-                stop: stop.clone(),
-                lost: lock.lost.clone(),
-                renewed: valid_tx,
-                nudge: nudge.clone(),
-                done: done_tx,
-                releasing: releasing.clone(),
+        guard(Held::One(self), lock, background)
+    }
+}
+
+impl LockGroup {
+    /// Hands the group to a background renewal task (spawned on the current tokio runtime,
+    /// which this must be called from) that renews every key at once (`LOCK.MRENEW`) every
+    /// ttl / 3, and returns its guard. The group is lost, and the guard says so, when any of
+    /// its keys is.
+    pub fn keep_alive(self) -> LockGuard {
+        let lock = GuardedLock {
+            key: self.keys().first().cloned().unwrap_or_default(),
+            keys: self.keys().to_vec(),
+            owner: self.owner().to_string(),
+            token: self.token(),
+            // Per master, the largest token of the group there.
+            tokens: {
+                let mut per: Vec<(String, u64)> = Vec::new();
+                for (master, t) in self.tokens().into_iter().flat_map(|(_, per)| per) {
+                    match per.iter_mut().find(|(m, _)| m == master) {
+                        Some((_, top)) => *top = (*top).max(t),
+                        None => per.push((master.to_string(), t)),
+                    }
+                }
+                per
             },
-        ));
-        LockGuard {
-            lock: GuardedLock {
-                lost: lock.lost.child_token(),
-                ..lock
-            },
-            renewed: valid_rx,
-            nudge,
-            stop,
-            done: Some(done_rx),
-            releasing,
-            background,
+            lost: CancellationToken::new(),
+            loss: LossWatch(watch::channel(None).1),
+        };
+        let background = self.background();
+        guard(Held::Group(self), lock, background)
+    }
+}
+
+/// Starts the renewal task of `held` and returns its guard.
+fn guard(held: Held, lock: GuardedLock, background: BackgroundReleases) -> LockGuard {
+    let (loss_tx, loss_rx) = watch::channel(None);
+    let lock = GuardedLock {
+        loss: LossWatch(loss_rx),
+        ..lock
+    };
+    let (valid_tx, valid_rx) = watch::channel(Renewed {
+        count: 0,
+        valid_until: held.valid_until(),
+    });
+    let (done_tx, done_rx) = oneshot::channel();
+    let stop = CancellationToken::new();
+    let nudge = Arc::new(Notify::new());
+    let releasing = Arc::new(Mutex::new(None));
+    let (requests_tx, requests_rx) = mpsc::unbounded_channel();
+    tokio::spawn(renew_until_stopped(
+        held,
+        Signals {
+            stop: stop.clone(),
+            lost: lock.lost.clone(),
+            renewed: valid_tx,
+            nudge: nudge.clone(),
+            done: done_tx,
+            releasing: releasing.clone(),
+            loss: loss_tx,
+            requests: requests_rx,
+        },
+    ));
+    LockGuard {
+        lock: GuardedLock {
+            lost: lock.lost.child_token(),
+            ..lock
+        },
+        renewed: valid_rx,
+        nudge,
+        requests: requests_tx,
+        stop,
+        done: Some(done_rx),
+        releasing,
+        background,
+    }
+}
+
+/// What a guard keeps alive: one lock, or a group of keys.
+enum Held {
+    One(Lock),
+    Group(LockGroup),
+}
+
+impl Held {
+    fn ttl(&self) -> Duration {
+        match self {
+            Held::One(l) => l.ttl(),
+            Held::Group(g) => g.ttl(),
+        }
+    }
+
+    fn valid_until(&self) -> Instant {
+        match self {
+            Held::One(l) => l.valid_until(),
+            Held::Group(g) => g.valid_until(),
+        }
+    }
+
+    fn key(&self) -> String {
+        match self {
+            Held::One(l) => l.key().to_string(),
+            Held::Group(g) => crate::group::group_name(g.keys()),
+        }
+    }
+
+    fn owner(&self) -> &str {
+        match self {
+            Held::One(l) => l.owner(),
+            Held::Group(g) => g.owner(),
+        }
+    }
+
+    async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
+        match self {
+            Held::One(l) => l.extend(ttl).await,
+            Held::Group(g) => g.extend(ttl).await,
+        }
+    }
+
+    async fn downgrade(&mut self) -> Result<(), Error> {
+        match self {
+            Held::One(l) => l.downgrade().await,
+            Held::Group(_) => Err(Error::InvalidKeys(
+                "a group of keys is held exclusively: there is no LOCK.MDOWNGRADE".into(),
+            )),
+        }
+    }
+
+    async fn release(self) -> Result<(), Error> {
+        match self {
+            Held::One(l) => l.release().await,
+            Held::Group(g) => g.release().await,
+        }
+    }
+
+    async fn release_quietly(self) {
+        match self {
+            Held::One(l) => l.release_quietly().await,
+            Held::Group(g) => g.release_quietly().await,
+        }
+    }
+
+    async fn explain_loss(&self, unrenewed: Duration, seen: &str) -> Loss {
+        match self {
+            Held::One(l) => l.explain_loss(unrenewed, seen).await,
+            Held::Group(g) => g.explain_loss(unrenewed, seen).await,
         }
     }
 }
@@ -171,9 +301,32 @@ impl LockGuard {
                 }
             }
         }
-        Err(Error::Lost {
+        Err(self.lost_error())
+    }
+
+    /// Why the lock was lost, once the guard has asked the masters' journals: see
+    /// [`GuardedLock::loss`].
+    pub fn loss(&self) -> Option<Arc<Loss>> {
+        self.lock.loss.get()
+    }
+
+    fn lost_error(&self) -> Error {
+        Error::Lost {
             key: self.lock.key.clone(),
-        })
+            cause: self.loss().map(|l| Box::new((*l).clone())),
+        }
+    }
+
+    /// Turns the exclusive hold into a shared one (see [`Lock::downgrade`]): same token and
+    /// lease, the shared waiters at the head of the queue are granted with it, and the guard
+    /// goes on renewing the shared hold. A quorum that no longer has the hold makes the guard
+    /// lose it ([`GuardedLock::lost`]) and this fail with [`Error::Lost`].
+    pub async fn downgrade(&self) -> Result<(), Error> {
+        let (reply, answer) = oneshot::channel();
+        if self.requests.send(Request::Downgrade(reply)).is_err() {
+            return Err(self.lost_error());
+        }
+        answer.await.unwrap_or_else(|_| Err(self.lost_error()))
     }
 
     /// Stops the renewal and releases the lock on every master, waiting for the outcome.
@@ -186,6 +339,7 @@ impl LockGuard {
             Some(done) => done.await.unwrap_or_else(|_| {
                 Err(Error::Lost {
                     key: self.lock.key.clone(),
+                    cause: None,
                 })
             }),
             None => Ok(()),
@@ -218,6 +372,11 @@ struct Renewed {
     valid_until: Instant,
 }
 
+/// What a guard asks of the renewal task, which owns the lock.
+enum Request {
+    Downgrade(oneshot::Sender<Result<(), Error>>),
+}
+
 /// How the renewal task talks to its guard.
 struct Signals {
     stop: CancellationToken,
@@ -226,19 +385,26 @@ struct Signals {
     nudge: Arc<Notify>,
     done: oneshot::Sender<Result<(), Error>>,
     releasing: Arc<Mutex<Option<TaskTrackerToken>>>,
+    loss: watch::Sender<Option<Arc<Loss>>>,
+    requests: mpsc::UnboundedReceiver<Request>,
 }
 
-async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
+async fn renew_until_stopped(mut lock: Held, mut signals: Signals) {
     let ttl = lock.ttl();
     let every = (ttl / 3).max(Duration::from_millis(1));
     let lead = loss_lead(ttl);
     // Every wait below, the renewal included, ends at this instant: the lock is reported lost
     // no later than its validity's end, whatever the masters do.
-    let lost_at = |lock: &Lock| {
+    let lost_at = |lock: &Held| {
         let end = lock.valid_until();
         end.checked_sub(lead).unwrap_or(end)
     };
     let stop = &signals.stop;
+    // When the hold was last shown to exist (a round's start): what "not renewed for" counts.
+    let mut proved_at = lock
+        .valid_until()
+        .checked_sub(ttl.saturating_sub(crate::validity::drift(ttl)))
+        .unwrap_or_else(Instant::now);
     let mut next = Instant::now() + every;
     let mut count = 0;
     let ended = loop {
@@ -246,22 +412,44 @@ async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
             biased;
             _ = stop.cancelled() => break None,
             _ = tokio::time::sleep_until(lost_at(&lock)) => {
-                break Some(("its validity ran out".to_string(), None))
+                break Some(("its validity ran out before a renewal succeeded".to_string(), None))
             }
             _ = tokio::time::sleep_until(next) => {}
             _ = signals.nudge.notified() => {}
+            Some(Request::Downgrade(reply)) = signals.requests.recv() => {
+                let done = tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => break None,
+                    _ = tokio::time::sleep_until(lost_at(&lock)) => {
+                        let _ = reply.send(Err(Error::Lost { key: lock.key(), cause: None }));
+                        break Some(("its validity ran out during a downgrade".to_string(), None))
+                    }
+                    r = lock.downgrade() => r,
+                };
+                let lost = matches!(done, Err(Error::Lost { .. }));
+                let _ = reply.send(done);
+                if lost {
+                    break Some((
+                        "LOCK.DOWNGRADE answered nil: the masters no longer have it".to_string(),
+                        None,
+                    ));
+                }
+                continue;
+            }
         }
         let deadline = lost_at(&lock);
+        let round_start = Instant::now();
         let renewed = tokio::select! {
             biased;
             _ = stop.cancelled() => break None,
             _ = tokio::time::sleep_until(deadline) => {
-                break Some(("its validity ran out during a renewal".to_string(), None))
+                break Some(("its validity ran out while a renewal waited for masters".to_string(), None))
             }
             r = lock.extend(ttl) => r,
         };
         match renewed {
             Ok(()) => {
+                proved_at = round_start;
                 count += 1;
                 let _ = signals.renewed.send(Renewed {
                     count,
@@ -269,7 +457,12 @@ async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
                 });
                 next = Instant::now() + every;
             }
-            Err(e @ Error::Lost { .. }) => break Some((e.to_string(), None)),
+            Err(Error::Lost { .. }) => {
+                break Some((
+                    "LOCK.RENEW answered nil: the masters no longer have it".to_string(),
+                    None,
+                ))
+            }
             Err(e) if e.is_permanent() => break Some((e.to_string(), Some(e))),
             Err(e) => {
                 // Not refused, only unanswered: try again soon while validity is left.
@@ -290,13 +483,24 @@ async fn renew_until_stopped(mut lock: Lock, signals: Signals) {
         return;
     };
     signals.lost.cancel();
-    tracing::warn!(key = %lock.key(), owner = %lock.owner(), reason = %why, "lock lost");
-    let key = lock.key().to_string();
+    // The body is told at once; why comes after, from the masters' journals.
+    let unrenewed = proved_at.elapsed();
+    let loss = Arc::new(lock.explain_loss(unrenewed, &why).await);
+    tracing::warn!(
+        key = %lock.key(),
+        owner = %lock.owner(),
+        reason = %loss.reason,
+        seen = %why,
+        "lock lost: {loss}"
+    );
+    let _ = signals.loss.send(Some(loss.clone()));
+    let key = lock.key();
     // Whatever minority of masters still has it should not keep it until the ttl.
     lock.release_quietly().await;
-    let _ = signals
-        .done
-        .send(Err(permanent.unwrap_or(Error::Lost { key })));
+    let _ = signals.done.send(Err(permanent.unwrap_or(Error::Lost {
+        key,
+        cause: Some(Box::new((*loss).clone())),
+    })));
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ pub struct HolderInfo {
 }
 
 /// A reply's field/value pairs: a map under RESP3, a flat array under RESP2.
-fn pairs(value: Value, what: &str) -> Result<Vec<(Value, Value)>, NodeFailure> {
+pub(crate) fn pairs(value: Value, what: &str) -> Result<Vec<(Value, Value)>, NodeFailure> {
     match value {
         Value::Map(m) => Ok(m),
         Value::Array(items) => {
@@ -56,7 +56,7 @@ fn pairs(value: Value, what: &str) -> Result<Vec<(Value, Value)>, NodeFailure> {
     }
 }
 
-fn text(v: &Value) -> Result<String, NodeFailure> {
+pub(crate) fn text(v: &Value) -> Result<String, NodeFailure> {
     let raw: Vec<u8> = FromRedisValue::from_redis_value(v)?;
     Ok(String::from_utf8_lossy(&raw).into_owned())
 }

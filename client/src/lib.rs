@@ -25,7 +25,28 @@
 //!   [`Mode::Exclusive`]): [`Mode::shared`] is the read side of a read-write lock (sound over a
 //!   quorum too), [`Mode::limited`] a counting semaphore (one server or a Redis Cluster only:
 //!   over independent masters it is refused, [`Error::UnsoundSemaphore`]). Each holder renews
-//!   and releases its own hold; [`Relock::holders`] lists them.
+//!   and releases its own hold; [`Relock::holders`] lists them. [`Relock::with_permits`] takes
+//!   several permits of a semaphore at once; [`Lock::downgrade`] turns a write lock into a
+//!   read lock without letting a writer in between.
+//! - [`Relock::acquire_all`] takes several keys all or nothing with one token
+//!   (`LOCK.MACQUIRE`); [`Relock::wait_all`] waits for them in sorted order, which never
+//!   deadlocks; a [`LockGroup`] is renewed and released as one.
+//! - owners name their process, `<host>/<pid>/<32 hex random>` ([`Options::owner_prefix`]);
+//!   a guard that loses its hold says why, from the masters' journals
+//!   ([`GuardedLock::loss`], [`LossReason`]);
+//! - a master in its restart grace (`relock.restart-grace-ms`) counts as one that did not
+//!   grant ([`NodeFailure::RestartGrace`]).
+//!
+//! The servers need the relock module loaded (`librelock.so`, into Redis 7.0 or later or
+//! Valkey 8 or later; the release ships it as a tarball and a Debian package, and the project's
+//! `docs/install.md` says how to load it). Against a server without it, an acquisition fails at
+//! once with [`Error::Permanent`] (`ERR unknown command 'LOCK.ACQUIRE'`).
+//!
+//! ```toml
+//! [dependencies]
+//! relock-client = "0.2"
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//! ```
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -66,14 +87,17 @@ mod conn;
 mod duration;
 mod error;
 mod fanout;
+mod group;
 mod guard;
 mod info;
 pub mod limits;
 mod lock;
+mod loss;
 mod masters;
 mod mode;
 mod node;
 mod options;
+mod owner;
 mod round;
 mod sentinel;
 mod tls;
@@ -82,9 +106,11 @@ pub mod validity;
 pub use client::Relock;
 pub use duration::parse_duration;
 pub use error::{Error, NodeError, NodeErrors, NodeFailure};
+pub use group::{LockGroup, MAX_KEYS};
 pub use guard::{loss_lead, GuardedLock, Hold, LockGuard};
 pub use info::{HolderInfo, LockInfo};
 pub use lock::Lock;
+pub use loss::{Loss, LossReason, LossWatch};
 pub use masters::NodeReport;
 pub use mode::{Mode, MAX_LIMIT};
 pub use options::Options;

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use crate::error::Error;
 use crate::limits::check_ttl;
 use crate::masters::{Abandoned, BackgroundReleases, Masters, Write};
-use crate::mode::Mode;
+use crate::mode::{Ask, Mode};
 
 /// A held lock: its key, owner, the fencing token each master granted, and the instant until
 /// which it is safe to act as the holder.
@@ -28,8 +28,8 @@ pub struct Lock {
     valid_until: Instant,
     /// Reentrant holds are released only where they were counted.
     reentrant: bool,
-    /// How it is held; a re-entry asks for the same.
-    mode: Mode,
+    /// How it is held (and with how many permits); a re-entry asks for the same.
+    mode: Ask,
     released: bool,
 }
 
@@ -56,7 +56,7 @@ impl Lock {
         owner: &str,
         ttl: Duration,
         reentrant: bool,
-        mode: Mode,
+        mode: Ask,
     ) -> Result<Lock, Error> {
         let ttl = check_ttl(ttl)?;
         let ttl_ms = ttl.as_millis() as u64;
@@ -103,7 +103,7 @@ impl Lock {
         owner: &str,
         ttl: Duration,
         tokens: Vec<Option<u64>>,
-        mode: Mode,
+        mode: Ask,
     ) -> Lock {
         Lock {
             masters: masters.clone(),
@@ -135,7 +135,13 @@ impl Lock {
 
     /// How it is held: exclusively, or as one of several shared holders.
     pub fn mode(&self) -> Mode {
-        self.mode
+        self.mode.mode
+    }
+
+    /// How many permits of its semaphore it holds (1 unless
+    /// [`Relock::with_permits`](crate::Relock::with_permits) asked for more).
+    pub fn permits(&self) -> u32 {
+        self.mode.permits
     }
 
     /// The ttl last asked for (at acquisition or the last extend).
@@ -186,6 +192,7 @@ impl Lock {
         if Instant::now() >= self.valid_until {
             return Err(Error::Lost {
                 key: self.key.clone(),
+                cause: None,
             });
         }
         self.renew(ttl).await
@@ -215,10 +222,55 @@ impl Lock {
         Ok(())
     }
 
+    /// Turns this exclusive hold into a shared one with `LOCK.DOWNGRADE` on every master, in
+    /// one step on each: same token, lease and count, the key becomes shared without a limit,
+    /// and the shared waiters at the head of its queue are granted with it, so no writer gets
+    /// in between (the write-to-read downgrade of Curator and Java's `ReentrantReadWriteLock`).
+    /// There is no upgrade: two readers waiting to upgrade would deadlock; release and
+    /// acquire instead.
+    ///
+    /// Safe to retry (a hold already shared answers its token). Succeeds when a quorum
+    /// downgraded within the validity (which it does not change); then [`Lock::mode`] is
+    /// [`Mode::shared`]. Fails with [`Error::Lost`] when the validity is over or too many masters
+    /// no longer have the hold, with [`Error::OtherLimit`] on a semaphore (which is never
+    /// downgraded), with [`Error::NoQuorum`] when too many failed otherwise (some masters may
+    /// then hold it shared, the others exclusively: retry, or release).
+    pub async fn downgrade(&mut self) -> Result<(), Error> {
+        if Instant::now() >= self.valid_until {
+            return Err(Error::Lost {
+                key: self.key.clone(),
+                cause: None,
+            });
+        }
+        let round = self
+            .masters
+            .write_round(&self.key, &self.owner, 0, Write::Downgrade)
+            .await;
+        if !round.won() {
+            return Err(round.into_renew_error(&self.key, self.ttl));
+        }
+        self.mode = Mode::shared().into();
+        tracing::debug!(key = %self.key, "lock downgraded");
+        Ok(())
+    }
+
     /// Adds one to the hold count with `LOCK.REENTER` (same key, same owner, same mode) and
     /// returns a handle for that extra hold; releasing it takes the count back down by one.
     pub async fn reenter(&self, ttl: Duration) -> Result<Lock, Error> {
         Lock::attempt(&self.masters, &self.key, &self.owner, ttl, true, self.mode).await
+    }
+
+    /// Asks the masters' journals why this hold was lost (see [`crate::loss::explain`]).
+    pub(crate) async fn explain_loss(&self, unrenewed: Duration, seen: &str) -> crate::Loss {
+        crate::loss::explain(
+            &self.masters,
+            std::slice::from_ref(&self.key),
+            &self.owner,
+            &self.tokens,
+            unrenewed,
+            seen,
+        )
+        .await
     }
 
     /// Releases the lock with `LOCK.RELEASE` on every master at once. Fails with
@@ -233,6 +285,15 @@ impl Lock {
         let targets: Option<Vec<bool>> = self
             .reentrant
             .then(|| self.tokens.iter().map(Option::is_some).collect());
+        // A master that had not granted when the round was decided may still take its request
+        // after this release has passed it (the request's task not yet run on a busy
+        // runtime): release there once more a little later, or the grant would stay until its
+        // ttl. A reentrant hold is released only where it was counted.
+        let not_granted: Vec<bool> = self.tokens.iter().map(Option::is_none).collect();
+        if !self.reentrant && not_granted.contains(&true) {
+            self.masters
+                .release_late(&self.key, &self.owner, Some(not_granted));
+        }
         let round = self
             .masters
             .release_round(&self.key, &self.owner, targets.as_deref())

@@ -16,7 +16,7 @@ use crate::error::{Error, NodeFailure};
 use crate::fanout::{self, spawned};
 use crate::info::{parse_holders, parse_info};
 use crate::limits::{check_options, wait_ms};
-use crate::mode::Mode;
+use crate::mode::Ask;
 use crate::node::Node;
 use crate::options::Options;
 use crate::round::{quorum, Released, Reply, Round, RoundState, Until};
@@ -128,6 +128,25 @@ impl Masters {
         replies.await
     }
 
+    /// The commands of `pipe` about `key` on every master, concurrently, each bounded by the
+    /// node timeout: per master (in the client's order) its name and replies, or why there are
+    /// none.
+    pub(crate) async fn ask_each_pipeline(
+        &self,
+        key: &str,
+        pipe: &redis::Pipeline,
+    ) -> Vec<NodeReport<Vec<redis::Value>>> {
+        let timeout = self.options.node_timeout;
+        let replies = futures_util::future::join_all(self.nodes.iter().map(|n| async move {
+            let reply = n.query_acked(key, pipe, None, timeout).await;
+            NodeReport {
+                node: n.name_for(key, timeout).await,
+                result: reply.map(|(values, _)| values),
+            }
+        }));
+        replies.await
+    }
+
     /// A round of one write whose reply is a token or nil, followed on each master by `WAIT`
     /// when [`Options::replica_acks`] asks for acknowledgements. A master whose replicas did not
     /// acknowledge counts as failed, and an acquisition there is undone at once (so that a
@@ -156,6 +175,9 @@ impl Masters {
             Write::Renew => {
                 pipe.cmd("LOCK.RENEW").arg(key).arg(owner).arg(ttl_ms);
             }
+            Write::Downgrade => {
+                pipe.cmd("LOCK.DOWNGRADE").arg(key).arg(owner);
+            }
             Write::Reenter(mode) => {
                 // The token must be the one of the hold we counted into: read it in the same
                 // transaction (a shared key's LOCK.INFO names no holder: ask for ours).
@@ -179,7 +201,7 @@ impl Masters {
         // only undoes the counts it really added.
         let until = match write {
             Write::Reenter(_) => Until::AllAnswered,
-            Write::Acquire(_) | Write::Renew => Until::Decided,
+            Write::Acquire(_) | Write::Renew | Write::Downgrade => Until::Decided,
         };
         let round = self.new_round(until);
         let requests: Vec<_> = (0..self.nodes.len())
@@ -187,6 +209,59 @@ impl Masters {
                 let (masters, pipe, undo, key) =
                     (self.clone(), pipe.clone(), undo.clone(), key.to_string());
                 spawned(async move { masters.write_on(i, &key, &pipe, &undo, write).await })
+            })
+            .collect();
+        fanout::collect(round, requests, None).await
+    }
+
+    /// A round of `pipe` (a group's `LOCK.MACQUIRE`, `LOCK.MRENEW` or `LOCK.MRELEASE`, routed by
+    /// `route`, a key of the group's slot) on every master, each reply read by `parse`, each
+    /// request in a task of its own (see [`Masters::write_round`]). With
+    /// [`Options::replica_acks`], a master whose replicas did not acknowledge counts as failed,
+    /// and `undo` (the group's release, for an acquisition) is sent there at once.
+    pub(crate) async fn group_round<T, P>(
+        self: &Arc<Self>,
+        route: &str,
+        pipe: redis::Pipeline,
+        until: Until,
+        parse: P,
+        undo: Option<redis::Cmd>,
+    ) -> Round<T>
+    where
+        T: Send + 'static,
+        P: Fn(Vec<redis::Value>) -> Reply<T> + Clone + Send + 'static,
+    {
+        let round = self.new_round(until);
+        let requests: Vec<_> = (0..self.nodes.len())
+            .map(|i| {
+                let (masters, pipe, undo, route, parse) = (
+                    self.clone(),
+                    pipe.clone(),
+                    undo.clone(),
+                    route.to_string(),
+                    parse.clone(),
+                );
+                spawned(async move {
+                    let node = masters.nodes.get(i).ok_or_else(|| no_master(i))?;
+                    let acks = masters.options.acks();
+                    let timeout = masters.options.write_timeout();
+                    let (replies, acked) = node.query_acked(&route, &pipe, acks, timeout).await?;
+                    let value = parse(replies)?;
+                    match (value, acks) {
+                        (Some(_), Some(a)) if acked < u64::from(a.replicas) => {
+                            if let Some(undo) = &undo {
+                                let _ = node.query::<redis::Value>(&route, undo, timeout).await;
+                            }
+                            Err(NodeFailure::ReplicaAcks {
+                                acked,
+                                wanted: a.replicas,
+                                timeout: a.timeout,
+                                master: None,
+                            })
+                        }
+                        (value, _) => Ok(value),
+                    }
+                })
             })
             .collect();
         fanout::collect(round, requests, None).await
@@ -235,7 +310,8 @@ impl Masters {
                 Ok(Some(t))
             }
             (Some(_), Some(a)) if acked < u64::from(a.replicas) => {
-                if write != Write::Renew {
+                // Only a new grant is undone: a renewal or a downgrade changed a hold we keep.
+                if !matches!(write, Write::Renew | Write::Downgrade) {
                     let _ = node.query::<Option<u64>>(key, undo, timeout).await;
                 }
                 let master = if node.is_cluster() {
@@ -295,7 +371,7 @@ impl Masters {
         owner: &str,
         ttl: Duration,
         remaining: Option<Duration>,
-        mode: Mode,
+        mode: Ask,
     ) -> Round<u64> {
         let node_timeout = self.options.node_timeout;
         let mut cmd = redis::cmd("LOCK.WAIT");
@@ -459,12 +535,14 @@ fn check_distinct<S: AsRef<str>>(urls: &[S], nodes: &[Node]) -> Result<(), Error
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Write {
     /// `LOCK.ACQUIRE` in a mode: the reply is the token or nil.
-    Acquire(Mode),
+    Acquire(Ask),
     /// `MULTI`, `LOCK.REENTER` in a mode, `LOCK.INFO` (shared: `LOCK.HOLDERS key OWNER
     /// owner`), `EXEC`: the token is read from the info (the holder).
-    Reenter(Mode),
+    Reenter(Ask),
     /// `LOCK.RENEW`: the reply is the token or nil.
     Renew,
+    /// `LOCK.DOWNGRADE`: the reply is the token or nil.
+    Downgrade,
 }
 
 impl Write {
@@ -472,7 +550,7 @@ impl Write {
     fn token(self, replies: Vec<redis::Value>) -> Result<Option<u64>, NodeFailure> {
         let protocol = |what: &str| NodeFailure::Protocol(format!("{what}: {replies:?}"));
         match self {
-            Write::Acquire(_) | Write::Renew => {
+            Write::Acquire(_) | Write::Renew | Write::Downgrade => {
                 let first = replies.first().ok_or_else(|| protocol("no reply"))?;
                 Ok(Option::<u64>::from_redis_value(first)?)
             }
@@ -499,6 +577,23 @@ impl Write {
             }
         }
     }
+}
+
+/// `keys` (sorted) in the parts one command can take: one part, except on a Redis Cluster,
+/// where each hash slot is a part; parts in the order of their first key.
+pub(crate) fn parts_of(cluster: bool, keys: &[String]) -> Vec<Vec<String>> {
+    if !cluster {
+        return vec![keys.to_vec()];
+    }
+    let mut parts: Vec<(u16, Vec<String>)> = Vec::new();
+    for key in keys {
+        let slot = redis::cluster_routing::get_slot(key.as_bytes());
+        match parts.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, part)) => part.push(key.clone()),
+            None => parts.push((slot, vec![key.clone()])),
+        }
+    }
+    parts.into_iter().map(|(_, part)| part).collect()
 }
 
 // Whole-server questions of operators' tools (every master of a cluster): a file of its own.

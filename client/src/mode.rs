@@ -52,12 +52,58 @@ impl Mode {
 
     /// The words that follow an acquiring command's arguments: none, `SHARED`, or
     /// `SHARED LIMIT n`.
+    #[cfg(test)]
     pub(crate) fn args(self) -> Vec<String> {
+        Ask::from(self).args()
+    }
+
+    fn words(self) -> Vec<String> {
         match self {
             Mode::Exclusive => Vec::new(),
             Mode::Shared { limit: None } => vec!["SHARED".into()],
             Mode::Shared { limit: Some(n) } => vec!["SHARED".into(), "LIMIT".into(), n.to_string()],
         }
+    }
+}
+
+/// What one acquisition asks for: a mode, and for a semaphore how many of its permits
+/// (`SHARED LIMIT n PERMITS p`; 1, the default, is not sent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ask {
+    pub(crate) mode: Mode,
+    pub(crate) permits: u32,
+}
+
+impl From<Mode> for Ask {
+    fn from(mode: Mode) -> Ask {
+        Ask { mode, permits: 1 }
+    }
+}
+
+impl Ask {
+    pub(crate) fn is_shared(self) -> bool {
+        self.mode.is_shared()
+    }
+
+    /// The words that follow an acquiring command's arguments: none, `SHARED`,
+    /// `SHARED LIMIT n`, or `SHARED LIMIT n PERMITS p`.
+    pub(crate) fn args(self) -> Vec<String> {
+        let mut words = self.mode.words();
+        if self.permits > 1 && self.mode.limit().is_some() {
+            words.push("PERMITS".into());
+            words.push(self.permits.to_string());
+        }
+        words
+    }
+}
+
+/// Checks `permits` for `mode`: several permits need a semaphore ([`Mode::limited`]), and at
+/// most its limit.
+pub(crate) fn check_permits(mode: Mode, permits: u32) -> Result<(), Error> {
+    match mode.limit() {
+        Some(n) if (1..=n).contains(&permits) => Ok(()),
+        None if permits == 1 => Ok(()),
+        limit => Err(Error::InvalidPermits { permits, limit }),
     }
 }
 
@@ -122,6 +168,33 @@ mod tests {
         }
         // One server, or one Redis Cluster.
         assert!(check_mode(Mode::limited(2), 1).is_ok());
+    }
+
+    #[test]
+    fn permits_need_a_semaphore_and_fit_its_limit() {
+        assert!(check_permits(Mode::limited(10), 1).is_ok());
+        assert!(check_permits(Mode::limited(10), 10).is_ok());
+        assert!(check_permits(Mode::Exclusive, 1).is_ok());
+        assert!(check_permits(Mode::shared(), 1).is_ok());
+        for (mode, p) in [
+            (Mode::limited(10), 0),
+            (Mode::limited(10), 11),
+            (Mode::Exclusive, 2),
+            (Mode::shared(), 3),
+        ] {
+            let err = check_permits(mode, p).expect_err("refused");
+            assert!(matches!(err, Error::InvalidPermits { permits, .. } if permits == p));
+            assert!(err.is_permanent());
+        }
+        let ask = Ask {
+            mode: Mode::limited(10),
+            permits: 3,
+        };
+        assert_eq!(ask.args(), ["SHARED", "LIMIT", "10", "PERMITS", "3"]);
+        assert_eq!(
+            Ask::from(Mode::limited(10)).args(),
+            ["SHARED", "LIMIT", "10"]
+        );
     }
 
     #[test]

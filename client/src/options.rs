@@ -47,6 +47,14 @@ pub struct Options {
     /// ([`Tls`]). Checked when the client is built.
     /// Default: the system's certificate store, no client certificate.
     pub tls: Tls,
+    /// What comes before the random part of every owner this client makes (`<prefix>/<32 hex
+    /// digits>`): `None` for `<host>/<pid>`, so that `LOCK.INFO`, `LOCK.HOLDERS`,
+    /// `LOCK.WAITERS` and `LOCK.LOG` say which process holds or waits; `Some("")` for the
+    /// random part alone. A prefix is cut to fit the module's 256 bytes, never the random part
+    /// (128 bits, which keeps two holders from ever sharing an owner). Owners are no secret
+    /// from anyone allowed to read the key.
+    /// Default: `None` (`<host>/<pid>`).
+    pub owner_prefix: Option<String>,
 }
 
 impl Options {
@@ -76,6 +84,7 @@ impl Default for Options {
             replica_acks: 0,
             replica_ack_timeout: Duration::from_millis(500),
             tls: Tls::default(),
+            owner_prefix: None,
         }
     }
 }

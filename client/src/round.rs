@@ -263,6 +263,10 @@ impl<T> Round<T> {
                     key: key.to_string(),
                     node,
                 }),
+                NodeFailure::OtherPermits => Some(Error::OtherPermits {
+                    key: key.to_string(),
+                    node,
+                }),
                 _ => None,
             }
         });
@@ -288,8 +292,9 @@ impl<T> Round<T> {
     }
 }
 
-/// The rounds whose masters answer with a fencing token: acquire, reenter, renew and wait.
-impl Round<u64> {
+/// The rounds whose masters answer with a fencing token (acquire, reenter, renew and wait) or
+/// a group's tokens or count (`LOCK.MACQUIRE`, `LOCK.MRENEW`).
+impl<T> Round<T> {
     /// The validity a quorum granted for `ttl` in this round: `ttl - elapsed - drift`, or
     /// `None` when no quorum granted or none is left.
     pub(crate) fn validity(&self, ttl: Duration) -> Option<Duration> {
@@ -327,6 +332,7 @@ impl Round<u64> {
         if !self.won() && self.refused() > 0 && self.refused() + self.permanent() + quorum(n) > n {
             return Error::Lost {
                 key: key.to_string(),
+                cause: None,
             };
         }
         self.into_acquire_error(key, ttl)
@@ -385,6 +391,7 @@ impl Round<Released> {
         if !self.some_failed() {
             return Err(Error::Lost {
                 key: key.to_string(),
+                cause: None,
             });
         }
         if self.permanently_failed() {
@@ -426,6 +433,10 @@ pub(crate) mod fake {
         Moved,
         /// `NOPERM`: an ACL forbids the command, permanent.
         NoPerm,
+        /// `TRYAGAIN relock restart grace, 900 ms left`: transient, a master that did not grant.
+        Grace,
+        /// `ERR lock is held with other permits`: permanent.
+        OtherPermits,
     }
     use Fake::*;
 
@@ -457,6 +468,8 @@ pub(crate) mod fake {
             NoPerm => Err(server_error(
                 "NOPERM User app has no permissions to run the 'lock.renew' command",
             )),
+            Grace => Err(server_error("TRYAGAIN relock restart grace, 900 ms left")),
+            OtherPermits => Err(server_error("ERR lock is held with other permits")),
         }
     }
 }
@@ -483,10 +496,44 @@ mod tests {
             (OtherMode, true),
             (Moved, true),
             (NoPerm, true),
+            (Grace, false),
+            (OtherPermits, true),
         ] {
             let failure = reply(fake).expect_err("a failure");
             assert_eq!(failure.is_permanent(), permanent, "{fake:?}: {failure}");
+            assert_eq!(
+                failure.classified().is_permanent(),
+                permanent,
+                "{fake:?} classified"
+            );
         }
+        assert!(matches!(
+            reply(Grace).expect_err("grace").classified(),
+            NodeFailure::RestartGrace { left_ms: 900 }
+        ));
+        assert!(matches!(
+            reply(OtherPermits).expect_err("permits").classified(),
+            NodeFailure::OtherPermits
+        ));
+    }
+
+    /// A master in its restart grace is a no-vote, like a refusal: two of three grant, the
+    /// round is won; two in grace, it is lost and retryable, never a hard error.
+    #[test]
+    fn a_master_in_its_restart_grace_does_not_grant() {
+        let (won, _, _) = run(
+            3,
+            Until::Decided,
+            &[(0, Grace), (1, Grant(1)), (2, Grant(2))],
+            ms(5),
+        );
+        assert!(won.won());
+        let (lost, progress, _) = run(3, Until::Decided, &[(0, Grace), (1, Grace)], ms(5));
+        assert_eq!(progress, [Progress::Pending, Progress::Lost]);
+        let err = lost.into_acquire_error("k", ms(1000));
+        assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
+        assert!(!err.is_permanent());
+        assert!(err.to_string().contains("restart grace"), "{err}");
     }
 
     fn names(n: usize) -> Arc<[String]> {
@@ -795,7 +842,7 @@ mod tests {
 
     fn want(error: Error) -> Want {
         match error {
-            Error::Lost { key } => {
+            Error::Lost { key, .. } => {
                 assert_eq!(key, "k");
                 Want::Lost
             }

@@ -656,3 +656,83 @@ async fn lockctl_keeps_an_acknowledged_lock_when_the_old_master_returns() {
 async fn lockctl_keeps_an_acknowledged_lock_while_the_old_master_stays_down() {
     lockctl_follows_an_automatic_failover(1, OldMaster::StaysDown).await;
 }
+
+/// Several keys on a cluster: one hash tag is one slot, one `LOCK.MACQUIRE` and one token;
+/// keys of several slots are taken slot by slot (a token per slot), all or nothing, and
+/// waited for in sorted order across slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_on_a_cluster() {
+    let cluster = Cluster::start_with(0);
+    let seed = cluster.nodes[0].url();
+    let options = Options {
+        node_timeout: Duration::from_secs(1),
+        retry_count: 0,
+        ..Options::default()
+    };
+    let relock = Relock::cluster(&[&seed], options).expect("cluster client");
+    let ttl = Duration::from_secs(30);
+    let tagged = ["{acct}:1", "{acct}:2", "{acct}:3"];
+    let group = relock.acquire_all(&tagged, ttl).await.expect("one slot");
+    let token = group.token().expect("token");
+    for key in tagged {
+        assert_eq!(group.token_of(key), Some(token), "one MACQUIRE, one token");
+        let (owner, t, _) = holder(cluster.master_of(key), key).expect("held");
+        assert_eq!((owner.as_str(), t), (group.owner(), token));
+    }
+    group.release().await.expect("release");
+    // Keys on every master (no common slot).
+    let spread: Vec<String> = cluster
+        .masters()
+        .iter()
+        .map(|m| cluster.key_on(m.port, "g"))
+        .collect();
+    let group = relock.acquire_all(&spread, ttl).await.expect("three slots");
+    for key in &spread {
+        let (owner, t, _) = holder(cluster.master_of(key), key).expect("held");
+        assert_eq!(
+            (owner.as_str(), Some(t)),
+            (group.owner(), group.token_of(key))
+        );
+    }
+    let guard = group.keep_alive();
+    guard.renew_now().await.expect("renewed on every master");
+    // All or nothing across slots: with the last key held, none is taken.
+    let mut sorted = spread.clone();
+    sorted.sort();
+    let last = sorted.last().expect("a key").clone();
+    guard.release().await.expect("release");
+    let blocker = relock.acquire(&last, ttl).await.expect("blocker");
+    let err = relock
+        .acquire_all(&spread, ttl)
+        .await
+        .expect_err("last is held");
+    assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
+    for key in &sorted[..sorted.len() - 1] {
+        assert!(
+            holder(cluster.master_of(key), key).is_none(),
+            "{key} left behind"
+        );
+    }
+    // Waiting across slots: granted once the blocker goes.
+    let waiting = {
+        let (relock, spread) = (relock.clone(), spread.clone());
+        tokio::spawn(async move {
+            relock
+                .wait_all(&spread, ttl, Some(Duration::from_secs(20)))
+                .await
+        })
+    };
+    let first = sorted[0].clone();
+    assert!(eventually(Duration::from_secs(20), || holder(
+        cluster.master_of(&first),
+        &first
+    )
+    .is_some()));
+    blocker.release().await.expect("release");
+    let group = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("granted")
+        .expect("task")
+        .expect("group");
+    group.release().await.expect("release");
+}

@@ -211,6 +211,8 @@ impl HotKeys {
                 self.index.insert(tag, place);
                 self.position.push(self.heap.len());
                 self.heap.push(place);
+                // Its total (0) may be below its parent's: the least must stay on top.
+                self.sift_up(self.heap.len() - 1);
                 place
             }
             None => {
@@ -271,6 +273,21 @@ impl HotKeys {
     }
 
     /// Totals only grow, so an updated entry can only move down the min-heap.
+    /// Moves the entry at heap index `i` up while its total is below its parent's.
+    fn sift_up(&mut self, mut i: usize) {
+        while i > 0 {
+            let parent = (i - 1) / 2;
+            let total = |h: &HotKeys, i: usize| h.keys[h.heap[i]].1.wait_ms_total;
+            if total(self, i) >= total(self, parent) {
+                return;
+            }
+            self.heap.swap(i, parent);
+            self.position[self.heap[i]] = i;
+            self.position[self.heap[parent]] = parent;
+            i = parent;
+        }
+    }
+
     fn sift_down(&mut self, mut i: usize) {
         loop {
             let total = |h: &HotKeys, i: usize| h.keys[h.heap[i]].1.wait_ms_total;
@@ -440,6 +457,20 @@ mod tests {
         hot.update(key(b"short2"), 60, |s| s.waits += 1);
         assert_eq!(hot.len(), 2);
         assert_eq!(hot.index.len(), 2, "no stale index entries");
+    }
+
+    #[test]
+    fn a_cold_key_entering_a_table_with_room_is_the_next_replaced() {
+        let mut hot = HotKeys::new(2);
+        hot.update(key(b"hot"), 500, |s| s.waits += 1);
+        hot.update(key(b"cold"), 0, |s| s.contended += 1);
+        hot.update(key(b"new"), 0, |s| s.contended += 1);
+        let names: Vec<&[u8]> = hot.hottest(10).iter().map(|(k, _)| &*k.name).collect();
+        assert_eq!(
+            names,
+            [&b"hot"[..], b"new"],
+            "the coldest went, the hottest stayed"
+        );
     }
 
     #[test]

@@ -205,10 +205,14 @@ pub enum Downgrade {
     Refuse(Refusal),
 }
 
-/// `LOCK.DOWNGRADE` by `owner`.
-pub fn downgrade(seen: Seen<'_>, owner: &[u8]) -> Downgrade {
+/// `LOCK.DOWNGRADE` by `owner`, with `queued` waiting. A downgrade makes a read lock (no
+/// limit): a queued semaphore request has set the key's limit already, and refuses it.
+pub fn downgrade(seen: Seen<'_>, queued: Queued, owner: &[u8]) -> Downgrade {
     match seen {
-        Seen::Exclusive(hold) if hold.is_held_by(owner) => Downgrade::Go,
+        Seen::Exclusive(hold) if hold.is_held_by(owner) => match queued.shared_limit {
+            Some(limit) if limit != 0 => Downgrade::Refuse(Refusal::OtherLimit(limit)),
+            _ => Downgrade::Go,
+        },
         Seen::Shared(SharedSeen {
             limit: 0,
             mine: Some(h),
@@ -392,16 +396,71 @@ mod tests {
     fn downgrade_table() {
         let a2 = Hold::new(b"a", 10, 2, 0);
         #[rustfmt::skip]
-        let rows: Vec<(&str, Seen<'_>, &[u8], Downgrade)> = vec![
-            ("its exclusive hold",   Seen::Exclusive(&a2),  b"a", Downgrade::Go),
-            ("another's",            Seen::Exclusive(&a2),  b"b", Downgrade::NotHeld),
-            ("free",                 Seen::Free,            b"a", Downgrade::NotHeld),
-            ("a reader already",     shared(0, 3, Some(1)), b"a", Downgrade::Already { token: 7 }),
-            ("not among readers",    shared(0, 3, None),    b"a", Downgrade::NotHeld),
-            ("a semaphore's holder", shared(4, 3, Some(1)), b"a", Downgrade::Refuse(Refusal::OtherLimit(4))),
+        let readers = Queued {
+            any: true,
+            shared_limit: Some(0),
+        };
+        let rows: Vec<(&str, Seen<'_>, Queued, &[u8], Downgrade)> = vec![
+            (
+                "its exclusive hold",
+                Seen::Exclusive(&a2),
+                NONE,
+                b"a",
+                Downgrade::Go,
+            ),
+            (
+                "readers queued",
+                Seen::Exclusive(&a2),
+                readers,
+                b"a",
+                Downgrade::Go,
+            ),
+            (
+                "writers queued",
+                Seen::Exclusive(&a2),
+                QUEUE,
+                b"a",
+                Downgrade::Go,
+            ),
+            (
+                "a semaphore queued",
+                Seen::Exclusive(&a2),
+                QUEUE_SEM2,
+                b"a",
+                Downgrade::Refuse(Refusal::OtherLimit(2)),
+            ),
+            (
+                "another's",
+                Seen::Exclusive(&a2),
+                NONE,
+                b"b",
+                Downgrade::NotHeld,
+            ),
+            ("free", Seen::Free, NONE, b"a", Downgrade::NotHeld),
+            (
+                "a reader already",
+                shared(0, 3, Some(1)),
+                NONE,
+                b"a",
+                Downgrade::Already { token: 7 },
+            ),
+            (
+                "not among readers",
+                shared(0, 3, None),
+                NONE,
+                b"a",
+                Downgrade::NotHeld,
+            ),
+            (
+                "a semaphore's holder",
+                shared(4, 3, Some(1)),
+                NONE,
+                b"a",
+                Downgrade::Refuse(Refusal::OtherLimit(4)),
+            ),
         ];
-        for (name, seen, owner, expected) in rows {
-            assert_eq!(downgrade(seen, owner), expected, "{name}");
+        for (name, seen, queued, owner, expected) in rows {
+            assert_eq!(downgrade(seen, queued, owner), expected, "{name}");
         }
     }
 

@@ -38,7 +38,7 @@ use super::shared::{Holder, Mode};
 use super::stats::Stats;
 use super::tokens::{Clock, Tokens};
 use super::waiters::{Deadline, Removed, Waiter, Waiters};
-use super::watch::{At, EndedHold, Watch};
+use super::watch::{EndedHold, Watch};
 
 mod group;
 mod lapsed;
@@ -132,26 +132,37 @@ impl<T: Handles> Engine<T> {
             return Reply::Error(Refusal::TtlAboveGrace.into());
         }
         let mut decision = self.decide_take(host, key, &request, Kind::Acquire);
-        if decision == Take::Grant && self.grace.left_ms(host.now_us()).is_some() {
-            // The grace's end serves the queue.
-            decision = Take::Wait;
+        // In the restart grace a grantable request waits: the grace's end serves the queue.
+        let mut grace = None;
+        if decision == Take::Grant {
+            grace = self.grace.left_ms(host.now_us());
+            if grace.is_some() {
+                decision = Take::Wait;
+            }
         }
         if decision != Take::Wait {
             let reply = self.apply_take(host, key, &request, Kind::Acquire, decision);
             self.note_lapsed(host, key);
             return reply;
         }
-        self.stats.contended += 1;
         let Some(Blocked {
             client,
             caller,
             id: connection,
         }) = host.block()
         else {
-            // The server will not block this client: it gets nil, as a wait that timed out.
+            // The server will not block this client: it gets what `LOCK.ACQUIRE` answers, nil
+            // for a taken lock (as a wait that timed out), TRYAGAIN in the grace.
+            if let Some(ms) = grace {
+                return Reply::Error(Refusal::Grace(ms).into());
+            }
+            self.stats.contended += 1;
             self.watch.contended(key.id());
             return Reply::Nil;
         };
+        if grace.is_none() {
+            self.stats.contended += 1;
+        }
         self.watch.queued(key.id());
         let now = host.now_ms();
         let id = key.id().to_id();
@@ -246,7 +257,8 @@ impl<T: Handles> Engine<T> {
     /// owner holds nothing.
     pub fn downgrade<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, owner: &[u8]) -> Reply {
         let now = host.now_ms();
-        let reply = match decide::downgrade(Seen::of(key, owner, || now), owner) {
+        let queued = self.waiters.facts(key.id());
+        let reply = match decide::downgrade(Seen::of(key, owner, || now), queued, owner) {
             Downgrade::NotHeld => Reply::Nil,
             Downgrade::Already { token } => {
                 // The owner acted on its hold: it knows of it, a lost answer revokes nothing.
@@ -330,11 +342,7 @@ impl<T: Handles> Engine<T> {
             } else {
                 String::new()
             };
-            let at = At {
-                key: key.id(),
-                now,
-                waiters: self.waiters.queued(key.id()),
-            };
+            let at = self.watch.at(key.id(), now, self.waiters.queued(key.id()));
             for hold in &ended_holds {
                 self.watch.lost(at, hold, Reason::ForceReleased, &client);
             }
@@ -455,11 +463,7 @@ impl<T: Handles> Engine<T> {
     /// evicted, overwritten, moved...): the journal and the hold distribution learn of them.
     /// `holds` describes them, at most [`Engine::describes`] of them.
     pub fn holds_lost(&mut self, key: KeyRef<'_>, now: i64, reason: Reason, holds: &[EndedHold]) {
-        let at = At {
-            key,
-            now,
-            waiters: self.waiters.queued(key),
-        };
+        let at = self.watch.at(key, now, self.waiters.queued(key));
         for hold in holds {
             self.watch.lost(at, hold, reason, "");
         }
@@ -1039,11 +1043,8 @@ impl<T: Handles> Engine<T> {
             return;
         }
         if let Some(hold) = end_hold(&mut key, &owner) {
-            let at = At {
-                key: id.as_ref(),
-                now: host.now_ms(),
-                waiters: self.waiters.queued(id.as_ref()),
-            };
+            let waiters = self.waiters.queued(id.as_ref());
+            let at = self.watch.at(id.as_ref(), host.now_ms(), waiters);
             self.watch.lost(at, &hold, Reason::Revoked, "");
         }
         key.notify(Event::Released);

@@ -131,6 +131,8 @@ pub struct Ended<'a> {
     pub reason: Reason,
     pub client_info: &'a str,
     pub waiters: usize,
+    /// [`Journal::key_hash`] of `key`: computed once for the many holds of one key.
+    pub key_hash: u64,
 }
 
 /// The journal.
@@ -191,7 +193,7 @@ impl Journal {
             swapped_with: None,
             key: ended.key[..keep].into(),
             key_len: ended.key.len(),
-            key_hash: self.hasher.hash_one(ended.key),
+            key_hash: ended.key_hash,
             owner: ended.owner[..ended.owner.len().min(256)].into(),
             token: ended.token,
             reason: ended.reason,
@@ -199,6 +201,12 @@ impl Journal {
             client_info: client.into(),
             waiters: ended.waiters,
         });
+    }
+
+    /// The hash entries of `key` are found by: O(len(key)), so computed once per key and
+    /// command, not per hold (a 1 MB key and 100,000 holds would hash 100 GB).
+    pub fn key_hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
     }
 
     /// The newest `count` entries, newest first (`count` 0: none).
@@ -221,6 +229,7 @@ impl Journal {
                 reason,
                 client_info: "",
                 waiters: 0,
+                key_hash: 0,
             },
         );
         if let Some(last) = self
@@ -288,7 +297,7 @@ impl Journal {
 mod tests {
     use super::*;
 
-    fn ended(key: &[u8], reason: Reason) -> Ended<'_> {
+    fn ended<'a>(j: &Journal, key: &'a [u8], reason: Reason) -> Ended<'a> {
         Ended {
             db: 0,
             key,
@@ -298,6 +307,7 @@ mod tests {
             reason,
             client_info: "",
             waiters: 2,
+            key_hash: j.key_hash(key),
         }
     }
 
@@ -306,7 +316,7 @@ mod tests {
         let mut j = Journal::default();
         j.configure(3, Reasons::ALL);
         for i in 0..5u8 {
-            j.record(2_000 + i64::from(i), ended(&[b'k', i], Reason::Expired));
+            j.record(2_000 + i64::from(i), ended(&j, &[b'k', i], Reason::Expired));
         }
         let ids: Vec<u64> = j.latest(10).iter().map(|e| e.id).collect();
         assert_eq!(ids, [5, 4, 3], "the oldest two dropped");
@@ -316,7 +326,7 @@ mod tests {
         assert_eq!(j.len(), 1);
         j.reset();
         assert!(j.is_empty());
-        j.record(3_000, ended(b"x", Reason::Moved));
+        j.record(3_000, ended(&j, b"x", Reason::Moved));
         assert_eq!(j.latest(1)[0].id, 6, "ids keep growing after a reset");
     }
 
@@ -324,12 +334,12 @@ mod tests {
     fn reasons_and_length_zero_decide_what_is_recorded() {
         let mut j = Journal::default();
         j.configure(10, Reasons(Reason::Expired.bit() | Reason::Evicted.bit()));
-        j.record(1, ended(b"k", Reason::Deleted));
-        j.record(1, ended(b"k", Reason::Evicted));
+        j.record(1, ended(&j, b"k", Reason::Deleted));
+        j.record(1, ended(&j, b"k", Reason::Evicted));
         assert_eq!(j.latest(10).len(), 1);
         assert!(!j.records(Reason::Deleted) && j.records(Reason::Expired));
         j.configure(0, Reasons::ALL);
-        j.record(1, ended(b"k", Reason::Evicted));
+        j.record(1, ended(&j, b"k", Reason::Evicted));
         assert!(j.is_empty() && !j.records(Reason::Evicted));
         assert_eq!(
             Reason::ALL
@@ -347,9 +357,9 @@ mod tests {
         let long = vec![b'x'; 100_000];
         let mut other = long.clone();
         other[99_999] = b'y';
-        j.record(1, ended(&long, Reason::Expired));
-        j.record(2, ended(&other, Reason::Expired));
-        j.record(3, ended(b"short", Reason::Expired));
+        j.record(1, ended(&j, &long, Reason::Expired));
+        j.record(2, ended(&j, &other, Reason::Expired));
+        j.record(3, ended(&j, b"short", Reason::Expired));
         let mine = j.of_key(0, &long, 10);
         assert_eq!(
             mine.len(),
@@ -365,7 +375,7 @@ mod tests {
     #[test]
     fn a_flush_or_a_swap_is_one_entry_in_the_history_of_every_key_it_ended() {
         let mut j = Journal::default();
-        j.record(1, ended(b"k", Reason::Expired));
+        j.record(1, ended(&j, b"k", Reason::Expired));
         j.record_all(2, Some((3, 5)), Reason::Swapped);
         j.record_all(3, Some((7, 7)), Reason::Flushed);
         j.record_all(4, None, Reason::Flushed);
@@ -391,7 +401,7 @@ mod tests {
     fn long_client_descriptions_are_cut_on_a_char_boundary() {
         let mut j = Journal::default();
         let client = "é".repeat(400);
-        let mut e = ended(b"k", Reason::ForceReleased);
+        let mut e = ended(&j, b"k", Reason::ForceReleased);
         e.client_info = &client;
         j.record(1, e);
         let kept = &j.latest(1)[0].client_info;

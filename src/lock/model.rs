@@ -727,6 +727,10 @@ impl Reference {
         if shared && limit != 0 {
             return Some(Out::Error(other_limit(limit)));
         }
+        // A queued semaphore request set the key's limit: no read lock can be made.
+        if let Some(queued) = entry.limit().filter(|l| !shared && *l != 0) {
+            return Some(Out::Error(other_limit(queued)));
+        }
         self.confirm(name);
         if !shared {
             let entry = self.keys.entry(key).or_default();

@@ -35,9 +35,29 @@ pub struct At<'a> {
     pub now: i64,
     /// Waiters queued for the key.
     pub waiters: usize,
+    /// The journal's hash of the key's name (see [`Watch::at`]).
+    key_hash: u64,
+}
+
+impl At<'_> {
+    /// The same place at another time.
+    pub fn when(self, now: i64) -> Self {
+        At { now, ..self }
+    }
 }
 
 impl Watch {
+    /// Where and when holds end: `key` with `waiters` queued, at `now` (Unix ms). Hashes the
+    /// key's name once: build it once for the many holds of one key.
+    pub fn at<'a>(&self, key: KeyRef<'a>, now: i64, waiters: usize) -> At<'a> {
+        At {
+            key,
+            now,
+            waiters,
+            key_hash: self.journal.key_hash(key.name),
+        }
+    }
+
     /// A hold ended other than by its owner, for `reason`, ended by `client` (as `CLIENT LIST`
     /// shows it; empty if the server does not say).
     pub fn lost(&mut self, at: At<'_>, hold: &EndedHold, reason: Reason, client: &str) {
@@ -53,6 +73,7 @@ impl Watch {
                 reason,
                 client_info: client,
                 waiters: at.waiters,
+                key_hash: at.key_hash,
             },
         );
     }

@@ -420,15 +420,29 @@ fn send_from_watch(send: impl FnOnce(&Watch)) -> Answer {
 /// `LOCK.DROP key owner`: removes one shared holder exactly. The effect replicas and the AOF
 /// receive when a shared hold ends; it is not meant for clients.
 pub fn drop_holder(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let owner = args::owner(args.bytes(2))?;
-    let mut key = RedisKey::open(ctx, args.raw(1), false)?;
-    Ok(engine(ctx, args, |e, h| e.drop_holder(h, &mut key, owner)))
+    timed_apply(|| {
+        let owner = args::owner(args.bytes(2))?;
+        let mut key = RedisKey::open(ctx, args.raw(1), false)?;
+        Ok(engine(ctx, args, |e, h| e.drop_holder(h, &mut key, owner)))
+    })
+}
+
+/// Runs a replicated change, its CPU time recorded (`longest_apply_us`).
+fn timed_apply(f: impl FnOnce() -> Result<Answer>) -> Result<Answer> {
+    let started = ffi::thread_cpu_us();
+    let answer = f();
+    globals::record_apply(ffi::thread_cpu_us().saturating_sub(started));
+    answer
 }
 
 /// `LOCK.APPLY key owner token count [PXAT unix_ms] [GRANTED unix_ms] [SHARED [LIMIT n
 /// [PERMITS p]]]`: sets a hold exactly as given. This is the effect that replicas and the AOF
 /// receive; it is not meant for clients.
 pub fn apply(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    timed_apply(|| apply_now(ctx, args))
+}
+
+fn apply_now(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     let owner = args::owner(args.bytes(2))?;
     let token = args::token(args.bytes(3))?;
     let count = args::count(args.bytes(4))?;

@@ -23,53 +23,21 @@ use crate::lock::{args, contention, journal, Reason, Reasons, Watch};
 pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
     let ok = raw::REDISMODULE_OK as c_int;
     let flags = raw::REDISMODULE_CONFIG_DEFAULT;
-    // SAFETY: `ctx` is the load context; names are static C strings; the callbacks are
-    // `extern "C"` fns that never unwind; no private data. (The same for the three below.)
-    let log_len = unsafe {
-        rm!(RedisModule_RegisterNumericConfig(
-            ctx,
-            c"log-max-len".as_ptr(),
-            journal::DEFAULT_LEN as c_longlong,
-            flags,
-            0,
-            journal::MAX_LEN as c_longlong,
-            Some(get_number),
-            Some(set_number),
-            None,
-            std::ptr::null_mut()
-        ))
-    };
-    // SAFETY: as for `log_len`.
-    let stats_keys = unsafe {
-        rm!(RedisModule_RegisterNumericConfig(
-            ctx,
-            c"stats-keys".as_ptr(),
-            contention::DEFAULT_KEYS as c_longlong,
-            flags,
-            0,
-            contention::MAX_KEYS as c_longlong,
-            Some(get_number),
-            Some(set_number),
-            None,
-            std::ptr::null_mut()
-        ))
-    };
-    // SAFETY: as for `log_len`.
-    let grace = unsafe {
-        rm!(RedisModule_RegisterNumericConfig(
-            ctx,
-            c"restart-grace-ms".as_ptr(),
-            0,
-            flags,
-            0,
-            args::MAX_TTL_MS as c_longlong,
-            Some(get_number),
-            Some(set_number),
-            None,
-            std::ptr::null_mut()
-        ))
-    };
-    // SAFETY: as for `log_len`.
+    let log_len = register_number(
+        ctx,
+        c"log-max-len",
+        journal::DEFAULT_LEN as c_longlong,
+        journal::MAX_LEN as c_longlong,
+    );
+    let stats_keys = register_number(
+        ctx,
+        c"stats-keys",
+        contention::DEFAULT_KEYS as c_longlong,
+        contention::MAX_KEYS as c_longlong,
+    );
+    let grace = register_number(ctx, c"restart-grace-ms", 0, args::MAX_TTL_MS as c_longlong);
+    // SAFETY: `ctx` is the load context; the name is a static C string; the callbacks are
+    // `extern "C"` fns that never unwind; no private data. (The same for the one below.)
     let stats = unsafe {
         rm!(RedisModule_RegisterBoolConfig(
             ctx,
@@ -83,7 +51,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
         ))
     };
     let (mut names, values) = reason_names();
-    // SAFETY: as for `log_len`.
+    // SAFETY: as for `stats`; `names` and `values` outlive the call (Redis copies them).
     let reasons = unsafe {
         rm!(RedisModule_RegisterEnumConfig(
             ctx,
@@ -110,6 +78,32 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
         return Err("bad value for a relock.* config");
     }
     Ok(())
+}
+
+/// Registers the numeric config `relock.<name>`, from 0 to `max`, `default` unless the
+/// server's configuration says otherwise.
+fn register_number(
+    ctx: *mut raw::RedisModuleCtx,
+    name: &CStr,
+    default: c_longlong,
+    max: c_longlong,
+) -> c_int {
+    // SAFETY: `ctx` is the load context; the name is a static C string; the callbacks are
+    // `extern "C"` fns that never unwind; no private data.
+    unsafe {
+        rm!(RedisModule_RegisterNumericConfig(
+            ctx,
+            name.as_ptr(),
+            default,
+            raw::REDISMODULE_CONFIG_DEFAULT,
+            0,
+            max,
+            Some(get_number),
+            Some(set_number),
+            None,
+            std::ptr::null_mut()
+        ))
+    }
 }
 
 /// The names of `relock.log-reasons` and their bits: `all` first (so that reading back every

@@ -424,6 +424,21 @@ pub fn note_aof_rewrite(rewrites: i64) -> bool {
     COUNTED_AT_REWRITE.swap(rewrites, Ordering::Relaxed) != rewrites
 }
 
+/// The longest replicated change applied (`LOCK.APPLY`, `LOCK.DROP`: what a replica and an AOF
+/// load run), in µs of the main thread's CPU time since the module loaded (the
+/// `longest_apply_us` INFO field): each must be O(log H), never a copy of a whole lock.
+static LONGEST_APPLY_US: AtomicU64 = AtomicU64::new(0);
+
+/// Records a replicated change that took `us` µs of CPU time.
+pub fn record_apply(us: u64) {
+    LONGEST_APPLY_US.fetch_max(us, Ordering::Relaxed);
+}
+
+/// The longest replicated change applied, in µs.
+pub fn longest_apply_us() -> u64 {
+    LONGEST_APPLY_US.load(Ordering::Relaxed)
+}
+
 /// Records a turn the module started by itself that took `us` µs of CPU time.
 pub fn record_turn(us: u64) {
     LONGEST_TURN_US.fetch_max(us, Ordering::Relaxed);

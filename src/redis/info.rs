@@ -1,6 +1,6 @@
 //! The `INFO relock` section.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
 
 use redis_module::raw;
@@ -8,6 +8,14 @@ use redis_module::raw;
 use super::ffi;
 use super::globals;
 use crate::lock::contention::Histogram;
+
+/// `relock_version`: the workspace version the module was built from, e.g. `0.2.0` (`MODULE LIST`
+/// shows it encoded, 200).
+const VERSION: &CStr =
+    match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(version) => version,
+        Err(_) => panic!("the crate version holds a NUL byte"),
+    };
 
 /// The `INFO` callback: one section, `relock` (Redis prefixes each field with `relock_`).
 pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
@@ -27,7 +35,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             )
         })
         .unwrap_or_default();
-        let fields: [(&std::ffi::CStr, u64); 18] = [
+        let fields: [(&std::ffi::CStr, u64); 19] = [
             (c"locks", globals::lock_values()),
             (c"holds", globals::holds()),
             (c"waiters", waiters as u64),
@@ -43,6 +51,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             (c"downgraded_total", stats.downgraded),
             (c"last_token", last_token),
             (c"longest_turn_us", globals::longest_turn_us()),
+            (c"longest_apply_us", globals::longest_apply_us()),
             (c"log_len", log_len),
             (c"restart_grace_ms", grace_ms),
             (c"grace_left_ms", grace_left_ms),
@@ -50,6 +59,11 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
         // SAFETY: `ctx` is the INFO context Redis passed; names are static C strings.
         unsafe {
             rm!(RedisModule_InfoAddSection(ctx, c"".as_ptr()));
+            rm!(RedisModule_InfoAddFieldCString(
+                ctx,
+                c"version".as_ptr(),
+                VERSION.as_ptr()
+            ));
             for (name, value) in fields {
                 rm!(RedisModule_InfoAddFieldULongLong(ctx, name.as_ptr(), value));
             }

@@ -34,13 +34,9 @@ impl<T: Handles> Engine<T> {
         let Some(shared) = key.shared() else {
             return;
         };
-        let waiters = self.waiters.queued(key.id());
+        let at = self.watch.at(key.id(), 0, self.waiters.queued(key.id()));
         for (owner, holder) in shared.sample(self.watch.bulk()) {
-            let at = At {
-                key: key.id(),
-                now: holder.lease_end,
-                waiters,
-            };
+            let at = at.when(holder.lease_end);
             self.watch
                 .lost(at, &ended_holder(owner, holder), Reason::Expired, "");
         }
@@ -54,11 +50,8 @@ impl<T: Handles> Engine<T> {
         let Some(holder) = key.shared().and_then(|s| s.get(owner)) else {
             return;
         };
-        let at = At {
-            key: key.id(),
-            now: holder.lease_end,
-            waiters: self.waiters.queued(key.id()),
-        };
+        let waiters = self.waiters.queued(key.id());
+        let at = self.watch.at(key.id(), holder.lease_end, waiters);
         self.watch
             .lost(at, &ended_holder(owner, holder), Reason::Expired, "");
     }

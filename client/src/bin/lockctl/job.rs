@@ -327,7 +327,13 @@ fn give_terminal(fd: libc::c_int, pgrp: libc::pid_t) {
 /// `masters` masters): exec(2) refuses (E2BIG) a variable longer than MAX_ARG_STRLEN (32
 /// pages, 128 KiB on most Linux systems), and arguments and environment together beyond
 /// ARG_MAX.
-pub fn check_exec_size(command: &[OsString], key_len: usize, masters: usize) -> Result<(), String> {
+/// `keys_len` is the length of `RELOCK_KEYS` (every key, one per line; `key_len` for one key).
+pub fn check_exec_size(
+    command: &[OsString],
+    key_len: usize,
+    keys_len: usize,
+    masters: usize,
+) -> Result<(), String> {
     use std::os::unix::ffi::OsStrExt;
     const KEY: &str = "RELOCK_KEY";
     #[cfg(target_os = "linux")]
@@ -335,14 +341,19 @@ pub fn check_exec_size(command: &[OsString], key_len: usize, masters: usize) -> 
         // SAFETY: sysconf has no memory effects.
         let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
         let max_string = 32 * page;
-        // KEY=value and the terminating NUL.
-        let size = KEY.len() + 1 + key_len + 1;
+        // KEY=value and the terminating NUL; RELOCK_KEYS is one byte longer a name.
+        let size = KEY.len() + 2 + key_len.max(keys_len) + 1;
         if size > max_string {
+            let (what, var, len) = if keys_len > key_len {
+                ("the keys are", "RELOCK_KEYS", keys_len)
+            } else {
+                ("the key is", KEY, key_len)
+            };
             return Err(format!(
-                "the key is {key_len} bytes long: too long to give the command in {KEY} (one \
-                 environment variable may take at most {max_string} bytes on this system, its \
-                 name included); use a key of at most {} bytes",
-                max_string - KEY.len() - 2
+                "{what} {len} bytes long: too long to give the command in {var} (one environment \
+                 variable may take at most {max_string} bytes on this system, its name \
+                 included); use shorter keys (at most {} bytes in all)",
+                max_string - var.len() - 2
             ));
         }
     }
@@ -354,10 +365,11 @@ pub fn check_exec_size(command: &[OsString], key_len: usize, masters: usize) -> 
     // Each string with its NUL and its pointer in argv or envp.
     let pointer = std::mem::size_of::<usize>();
     let string = |len: usize| len + 1 + pointer;
-    // RELOCK_OWNER (a UUID), RELOCK_TOKEN and RELOCK_TOKENS (up to 16 digits and a comma
+    // RELOCK_OWNER (at most 256 bytes), RELOCK_TOKEN and RELOCK_TOKENS (up to 16 digits and a comma
     // per master), with their names.
     let ours = string(KEY.len() + 1 + key_len)
-        + string(13 + 36)
+        + string(KEY.len() + 2 + keys_len)
+        + string(13 + 256)
         + string(13 + 16)
         + string(14 + 17 * masters.max(1));
     let args: usize = command.iter().map(|a| string(a.as_bytes().len())).sum();
@@ -383,11 +395,13 @@ mod tests {
     #[test]
     fn exec_size() {
         let cmd = vec![OsString::from("true")];
-        assert!(check_exec_size(&cmd, 100, 3).is_ok());
-        let err = check_exec_size(&cmd, 200_000, 1).unwrap_err();
+        assert!(check_exec_size(&cmd, 100, 100, 3).is_ok());
+        let err = check_exec_size(&cmd, 200_000, 200_000, 1).unwrap_err();
         assert!(err.contains("200000 bytes"), "{err}");
         assert!(err.contains("RELOCK_KEY"), "{err}");
-        let err = check_exec_size(&cmd, 100_000_000, 1).unwrap_err();
+        // 256 keys of 1000 bytes: RELOCK_KEYS is too long.
+        assert!(check_exec_size(&cmd, 1000, 256 * 1001, 1).is_err());
+        let err = check_exec_size(&cmd, 100_000_000, 100_000_000, 1).unwrap_err();
         assert!(err.contains("RELOCK_KEY"), "{err}");
     }
 }

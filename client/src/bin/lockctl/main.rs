@@ -57,8 +57,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use relock_client::limits::parse_ttl;
 use relock_client::{
-    parse_duration, Error, HolderInfo, Lock, LockGuard, LockInfo, Mode, NodeReport, Options,
-    Relock, Tls, MAX_LIMIT,
+    parse_duration, Error, HolderInfo, Lock, LockGroup, LockGuard, LockInfo, Mode, NodeReport,
+    Options, Relock, Tls, MAX_KEYS, MAX_LIMIT,
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -141,6 +141,18 @@ struct Cli {
     )]
     tls_key: Option<PathBuf>,
 
+    /// What comes before the random part of the owners lockctl makes
+    /// (`<prefix>/<32 hex digits>`), so that LOCK.INFO, LOCK.HOLDERS, LOCK.WAITERS and
+    /// LOCK.LOG name the holder in your words; an empty prefix gives the random part alone.
+    /// Default: `<host>/<pid>` of lockctl. Cut to fit 256 bytes, never the random part.
+    #[arg(
+        long,
+        global = true,
+        env = "RELOCK_OWNER_PREFIX",
+        value_name = "PREFIX"
+    )]
+    owner_prefix: Option<String>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -171,8 +183,18 @@ enum Command {
         /// --shared). Every run on KEY must give the same N. Needs one server or --cluster.
         #[arg(long, value_name = "N", value_parser = parse_limit)]
         limit: Option<u32>,
-        /// The lock's key.
-        key: String,
+        /// Take P of the semaphore's N permits at once (1 to N; needs --limit). The permits of
+        /// the commands holding KEY sum to at most N; a run asking for more than are free waits
+        /// its turn, and runs queued behind it wait for it.
+        #[arg(long, value_name = "P", requires = "limit", value_parser = parse_limit)]
+        permits: Option<u32>,
+        /// One more key to hold (repeat it): the command runs once every key is held, under
+        /// one owner (all at once with one token when they are free, else waited for one by
+        /// one in sorted order, which never deadlocks). Exclusive only; at most 256 keys.
+        #[arg(long = "key", value_name = "KEY")]
+        keys: Vec<String>,
+        /// The lock's key (or give every key with --key).
+        key: Option<String>,
         /// The command and its arguments (after `--`).
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<OsString>,
@@ -212,6 +234,30 @@ fn run_mode(shared: bool, limit: Option<u32>) -> Mode {
         (true, None) => Mode::shared(),
         (false, None) => Mode::Exclusive,
     }
+}
+
+/// The keys of `run`: the positional KEY and every `--key`, at least one, at most
+/// [`MAX_KEYS`], none twice, and several only for an exclusive run.
+fn run_keys(key: Option<String>, more: Vec<String>, shared: bool) -> Result<Vec<String>, String> {
+    let keys: Vec<String> = key.into_iter().chain(more).collect();
+    if keys.is_empty() {
+        return Err("run needs a KEY (or --key KEY, repeated for several)".into());
+    }
+    if keys.len() > MAX_KEYS {
+        return Err(format!(
+            "{} keys: at most {MAX_KEYS} in one run",
+            keys.len()
+        ));
+    }
+    let mut sorted = keys.clone();
+    sorted.sort();
+    if let Some(twice) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!("{:?} is given twice", twice[0]));
+    }
+    if keys.len() > 1 && shared {
+        return Err("several keys are held exclusively: not with --shared or --limit".into());
+    }
+    Ok(keys)
 }
 
 /// How often lockctl looks at the command's process group when no signal woke it (a
@@ -302,6 +348,7 @@ async fn async_main(cli: Cli) -> ExitCode {
         replica_acks: cli.replica_acks,
         replica_ack_timeout: cli.replica_ack_timeout,
         tls,
+        owner_prefix: cli.owner_prefix.clone(),
         ..Options::default()
     };
     let mut servers = split_servers(&cli.servers);
@@ -328,10 +375,22 @@ async fn async_main(cli: Cli) -> ExitCode {
             grace,
             shared,
             limit,
+            permits,
+            keys,
             key,
             command,
         } => {
-            let relock = match relock.with_mode(run_mode(shared, limit)) {
+            let keys = match run_keys(key, keys, shared || limit.is_some()) {
+                Ok(keys) => keys,
+                Err(why) => {
+                    say!("{why}");
+                    return ExitCode::from(EXIT_USAGE);
+                }
+            };
+            let relock = match relock
+                .with_mode(run_mode(shared, limit))
+                .and_then(|r| r.with_permits(permits.unwrap_or(1)))
+            {
                 Ok(r) => r,
                 Err(e) => {
                     say!("{e}");
@@ -339,7 +398,7 @@ async fn async_main(cli: Cli) -> ExitCode {
                 }
             };
             let tls = servers.iter().any(|s| s.starts_with("rediss"));
-            let code = run(&relock, tls, &key, ttl, wait, grace, &command).await;
+            let code = run(&relock, tls, &keys, ttl, wait, grace, &command).await;
             // Releases of failed or abandoned rounds must not be cut off by the exit.
             let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
             code
@@ -391,23 +450,83 @@ async fn report_holders(relock: &Relock, key: &str, prefix: &str) {
     }
 }
 
+/// What was acquired: one lock, or every key of a run with several.
+enum Taken {
+    One(Lock),
+    Group(LockGroup),
+}
+
+impl Taken {
+    fn owner(&self) -> &str {
+        match self {
+            Taken::One(l) => l.owner(),
+            Taken::Group(g) => g.owner(),
+        }
+    }
+
+    fn token(&self) -> Option<u64> {
+        match self {
+            Taken::One(l) => l.token(),
+            Taken::Group(g) => g.token(),
+        }
+    }
+
+    /// Per master (in `--servers` order), its token: for a group, the largest of its keys'
+    /// there.
+    fn tokens(&self, nodes: &[&str]) -> Vec<String> {
+        let mut per_node: Vec<Option<u64>> = vec![None; nodes.len()];
+        let mut note = |node: &str, t: u64| {
+            if let Some(i) = nodes.iter().position(|n| *n == node) {
+                per_node[i] = Some(per_node[i].map_or(t, |p| p.max(t)));
+            }
+        };
+        match self {
+            Taken::One(l) => l.tokens().into_iter().for_each(|(n, t)| note(n, t)),
+            Taken::Group(g) => g
+                .tokens()
+                .into_iter()
+                .flat_map(|(_, per)| per)
+                .for_each(|(n, t)| note(n, t)),
+        }
+        per_node
+            .into_iter()
+            .map(|t| t.map(|t| t.to_string()).unwrap_or_default())
+            .collect()
+    }
+
+    fn keep_alive(self) -> LockGuard {
+        match self {
+            Taken::One(l) => l.keep_alive(),
+            Taken::Group(g) => g.keep_alive(),
+        }
+    }
+}
+
 /// How the acquisition ended.
 enum Acquired {
-    Lock(Lock),
+    Held(Taken),
     Failed(Error),
     /// A signal that ends a process came first; the acquisition was dropped (its grants are
     /// released in the background).
     Interrupted(i32),
 }
 
+/// The keys `report_holders` speaks of while waiting: the first few of a group.
+const REPORTED_KEYS: usize = 4;
+
 async fn acquire(
     relock: &Relock,
-    key: &str,
+    keys: &[String],
     ttl: Duration,
     wait: Option<Duration>,
     signals: &mut signals::Pipe,
 ) -> Acquired {
-    let acquisition = relock.acquire_wait(key, ttl, wait);
+    let acquisition = async {
+        match keys {
+            [key] => relock.acquire_wait(key, ttl, wait).await.map(Taken::One),
+            _ => relock.wait_all(keys, ttl, wait).await.map(Taken::Group),
+        }
+    };
     tokio::pin!(acquisition);
     // Only say something when the lock is not free at once.
     let mut next_report = Instant::now() + Duration::from_millis(150);
@@ -423,11 +542,13 @@ async fn acquire(
                 Kind::ForCommand | Kind::Continue | Kind::Child => {}
             },
             result = &mut acquisition => return match result {
-                Ok(lock) => Acquired::Lock(lock),
+                Ok(taken) => Acquired::Held(taken),
                 Err(e) => Acquired::Failed(e),
             },
             _ = tokio::time::sleep_until(next_report) => {
-                report_holders(relock, key, "waiting for ").await;
+                for key in keys.iter().take(REPORTED_KEYS) {
+                    report_holders(relock, key, "waiting for ").await;
+                }
                 next_report += Duration::from_secs(5);
             }
         }
@@ -456,14 +577,29 @@ fn status_of(e: &Error, otherwise: u8) -> u8 {
 async fn run(
     relock: &Relock,
     tls: bool,
-    key: &str,
+    keys: &[String],
     ttl: Duration,
     wait: Option<Duration>,
     grace: Duration,
     command: &[OsString],
 ) -> ExitCode {
+    // The message's name for what is held: the key, or the group's first key and how many more.
+    let name = match keys {
+        [one] => one.clone(),
+        [first, rest @ ..] => format!("{first} (+{} more keys)", rest.len()),
+        [] => String::new(),
+    };
+    let key = name.as_str();
+    let mut sorted = keys.to_vec();
+    sorted.sort();
+    let keys_var = sorted.join("\n");
     // exec(2) would refuse a key too long for the environment only once the lock is held.
-    if let Err(why) = job::check_exec_size(command, key.len(), relock.nodes().len()) {
+    if let Err(why) = job::check_exec_size(
+        command,
+        sorted.first().map_or(0, String::len),
+        keys_var.len(),
+        relock.nodes().len(),
+    ) {
         say!("{why}");
         return ExitCode::from(EXIT_USAGE);
     }
@@ -494,8 +630,8 @@ async fn run(
             }
         );
     }
-    let lock = match acquire(relock, key, ttl, wait, &mut signals).await {
-        Acquired::Lock(lock) => lock,
+    let lock = match acquire(relock, keys, ttl, wait, &mut signals).await {
+        Acquired::Held(taken) => taken,
         Acquired::Failed(e) => {
             say!("could not acquire {key}: {e}");
             if tls_refused(tls, &e) {
@@ -505,7 +641,9 @@ async fn run(
                 );
             }
             if matches!(e, Error::NoQuorum { .. } | Error::WaitTimeout { .. }) {
-                report_holders(relock, key, "").await;
+                for k in keys.iter().take(REPORTED_KEYS) {
+                    report_holders(relock, k, "").await;
+                }
             }
             return ExitCode::from(status_of(&e, EXIT_NOT_ACQUIRED));
         }
@@ -516,12 +654,7 @@ async fn run(
         }
     };
     let token = lock.token().map(|t| t.to_string()).unwrap_or_default();
-    let mut per_node = vec![String::new(); relock.nodes().len()];
-    for (node, t) in lock.tokens() {
-        if let Some(i) = relock.nodes().iter().position(|n| *n == node) {
-            per_node[i] = t.to_string();
-        }
-    }
+    let per_node = lock.tokens(&relock.nodes());
     let owner = lock.owner().to_string();
     // Renewed from the grant on, however long starting the command takes.
     let guard = lock.keep_alive();
@@ -546,7 +679,8 @@ async fn run(
         return ExitCode::from(EXIT_NOT_ACQUIRED);
     }
     let env = [
-        ("RELOCK_KEY", key.to_string()),
+        ("RELOCK_KEY", sorted.first().cloned().unwrap_or_default()),
+        ("RELOCK_KEYS", keys_var),
         ("RELOCK_OWNER", owner),
         ("RELOCK_TOKEN", token),
         ("RELOCK_TOKENS", per_node.join(",")),
@@ -579,10 +713,21 @@ async fn run(
         }
         return ExitCode::from(code);
     }
-    say!(
-        "lock {key} was lost; stopping the command's process group (SIGTERM, SIGKILL after \
-         {grace:?})"
-    );
+    // Stop the command first; why it was lost comes from the masters' journals, one round
+    // trip later.
+    supervisor.job.terminate();
+    let explained = tokio::time::timeout(
+        relock.options().node_timeout * 2 + Duration::from_millis(100),
+        guard.hold().loss.explained(),
+    )
+    .await
+    .ok()
+    .flatten();
+    let why = match &explained {
+        Some(loss) => loss.to_string(),
+        None => format!("lock {key:?} was lost"),
+    };
+    say!("{why}; stopping the command's process group (SIGTERM, SIGKILL after {grace:?})");
     supervisor.end_the_group(grace).await;
     let code = match guard.release().await {
         Err(e) if e.is_permanent() => {
@@ -591,6 +736,10 @@ async fn run(
         }
         _ => EXIT_LOST,
     };
+    let reason = explained
+        .as_ref()
+        .map_or("unknown".to_string(), |l| l.reason.to_string());
+    say!("exit {code}: lock {key:?} lost, reason={reason}");
     ExitCode::from(code)
 }
 
@@ -721,11 +870,10 @@ impl Supervisor<'_> {
         Ok(())
     }
 
-    /// After a loss: SIGTERM (and SIGCONT) to the whole group, SIGKILL after `grace`, and
+    /// After a loss and the group's SIGTERM ([`Job::terminate`]): SIGKILL after `grace`, and
     /// returns once no process of it is left (or [`KILLED_WITHIN`] after SIGKILL). Signals
     /// meant for the command still reach it meanwhile; job control no longer stops it.
     async fn end_the_group(&mut self, grace: Duration) {
-        self.job.terminate();
         let kill_at = Instant::now() + grace;
         let mut give_up_at = None;
         loop {

@@ -4,6 +4,7 @@
 //! Nothing is kept between scrapes: a master or key that is gone leaves the output, and
 //! Prometheus marks its series stale.
 
+use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -115,6 +116,12 @@ const FIELDS: &[Field] = &[
         "longest_turn_us",
         "longest_turn",
         "The longest the module's own work took in one event-loop turn.",
+        1e-6,
+    ),
+    seconds(
+        "longest_apply_us",
+        "longest_apply",
+        "The longest one replicated change took to apply (LOCK.APPLY, LOCK.DROP).",
         1e-6,
     ),
     seconds(
@@ -314,6 +321,38 @@ pub fn exposition(readings: &[MasterSample]) -> prometheus::Result<String> {
     let key_waiters = family("key_waiters", "Clients queued for the key now", &key)?;
     let key_holders = family("key_holders", "Holders of the key now", &key)?;
 
+    // Fields of a newer module that lockctl does not know yet, by the names they get.
+    let mut others: BTreeMap<String, Other> = BTreeMap::new();
+    for reading in readings {
+        let Ok(info) = &reading.info else { continue };
+        for (field, value) in &info.fields {
+            if FIELDS.iter().any(|f| f.info == field) {
+                continue;
+            }
+            let Some((name, scale, counter)) = other_metric(field) else {
+                continue;
+            };
+            if !others.contains_key(&name) {
+                let help = format!("INFO relock_{field}");
+                let family = if counter {
+                    Other::Counter(counter_family(&name, &help, &master)?)
+                } else {
+                    Other::Gauge(family(&name, &help, &master)?)
+                };
+                others.insert(name.clone(), family);
+            }
+            match others.get(&name) {
+                Some(Other::Counter(c)) => c
+                    .with_label_values(&[reading.master.as_str()])
+                    .inc_by((value * scale).max(0.0)),
+                Some(Other::Gauge(g)) => g
+                    .with_label_values(&[reading.master.as_str()])
+                    .set(value * scale),
+                None => {}
+            }
+        }
+    }
+
     for reading in readings {
         let m = [reading.master.as_str()];
         took.with_label_values(&m).set(reading.took.as_secs_f64());
@@ -369,6 +408,34 @@ pub fn exposition(readings: &[MasterSample]) -> prometheus::Result<String> {
         }
     }
     TextEncoder::new().encode_to_string(&registry.gather())
+}
+
+/// A family made for a field lockctl does not know.
+enum Other {
+    Gauge(GaugeVec),
+    Counter(CounterVec),
+}
+
+/// The metric an unknown `INFO relock` field becomes: its name without the prefix, the scale
+/// to seconds, whether a counter; `None` for a name Prometheus would refuse.
+fn other_metric(field: &str) -> Option<(String, f64, bool)> {
+    if field.is_empty()
+        || !field
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    {
+        return None;
+    }
+    if let Some(base) = field.strip_suffix("_total") {
+        return Some((format!("{base}_total"), 1.0, true));
+    }
+    if let Some(base) = field.strip_suffix("_ms") {
+        return Some((format!("{base}_seconds"), 1e-3, false));
+    }
+    if let Some(base) = field.strip_suffix("_us") {
+        return Some((format!("{base}_seconds"), 1e-6, false));
+    }
+    Some((field.to_string(), 1.0, false))
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ from .errors import (
     ServerError,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "DEFAULT_MAX_PARTIAL_HOLD",
