@@ -453,4 +453,22 @@ mod tests {
         assert_ne!(key_label(b"\xff"), key_label(b"\xfe"));
         assert_eq!(key_label(b"orders:7"), "orders:7");
     }
+
+    #[test]
+    fn fields_of_a_newer_module_are_exported() {
+        assert_eq!(
+            other_metric("queued_total"),
+            Some(("queued_total".into(), 1.0, true))
+        );
+        assert_eq!(
+            other_metric("longest_sweep_us"),
+            Some(("longest_sweep_seconds".into(), 1e-6, false))
+        );
+        assert_eq!(
+            other_metric("lag_ms"),
+            Some(("lag_seconds".into(), 1e-3, false))
+        );
+        assert_eq!(other_metric("shards"), Some(("shards".into(), 1.0, false)));
+        assert_eq!(other_metric("Bad-Name"), None);
+    }
 }
