@@ -524,6 +524,12 @@ impl Sim {
         self.command(key, |e, h, k| e.downgrade(h, k, owner))
     }
 
+    /// `LOCK.APPLY key owner ... SHARED LIMIT limit PERMITS ...`: one shared holder exactly as
+    /// a master sent it.
+    pub fn apply_holder(&mut self, key: &[u8], limit: u32, owner: &[u8], holder: Holder) -> Reply {
+        self.command(key, |e, h, k| e.apply_holder(h, k, limit, owner, holder))
+    }
+
     /// `LOCK.FORCERELEASE key`.
     pub fn force_release(&mut self, key: &[u8]) -> Reply {
         self.command(key, |e, h, k| e.force_release(h, k, None))

@@ -1071,10 +1071,26 @@ mod tests {
         }
         assert_eq!(s.len(), 10);
         assert_eq!(s.heap_size(), before, "nothing compacted while removing");
-        drop(s.tidy());
+        let garbage = s.tidy();
         assert!(s.heap_size() < before / 10, "{} after tidy", s.heap_size());
+        assert!(
+            garbage.bytes() > before / 2,
+            "the old arrays are handed back to be freed elsewhere, not freed inline"
+        );
+        drop(garbage);
         let tokens: Vec<u64> = s.iter().map(|(_, h)| h.token).collect();
         assert_eq!(tokens, (1991..=2000).collect::<Vec<u64>>());
+        // Emptied: every array is handed back.
+        for i in 1990..2000u32 {
+            s.remove_keeping_room(format!("{i:036}").as_bytes())
+                .unwrap();
+        }
+        let size = s.heap_size();
+        let garbage = s.tidy();
+        assert!(
+            garbage.bytes() > 0 && s.heap_size() < size,
+            "an empty set hands its arrays back"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@ use super::engine::{HolderInfo, Info, Reply};
 use super::errors::{other_limit, Refusal};
 use super::host::{Event, Outcome};
 use super::memory::Sim;
+use super::shared::Holder;
 use super::Mode;
 
 const START: i64 = 1_800_000_000_000;
@@ -611,4 +612,24 @@ fn a_downgrade_never_makes_a_semaphore_nor_fails_a_queued_semaphore_request() {
         .find(|(c, _)| *c == waiter)
         .map(|(_, o)| o);
     assert!(matches!(answer, Some(Outcome::Token(_))), "{answer:?}");
+}
+
+/// A replicated holder may fill a semaphore to its limit, never past it.
+#[test]
+fn an_applied_holder_fills_a_semaphore_to_its_limit_and_no_further() {
+    let mut sim = Sim::new(START);
+    let holder = |token, permits| Holder {
+        permits,
+        ..Holder::new(token, START + 10_000, START)
+    };
+    assert_eq!(sim.apply_holder(K, 3, b"a", holder(1, 2)), Reply::Ok);
+    assert_eq!(sim.apply_holder(K, 3, b"b", holder(2, 1)), Reply::Ok);
+    assert_eq!(
+        sim.apply_holder(K, 3, b"c", holder(3, 1)),
+        Reply::Error(Refusal::OtherLimit(3).into())
+    );
+    let Reply::Holders(holders) = sim.holders(K, None, 0) else {
+        panic!("no holders");
+    };
+    assert_eq!(holders.len(), 2);
 }
