@@ -4,8 +4,10 @@
 
 use std::ffi::c_void;
 use std::io;
-use std::os::fd::IntoRawFd;
+use std::os::fd::{AsRawFd, IntoRawFd};
+
 use std::sync::atomic::{AtomicI32, Ordering};
+use tokio::io::Interest;
 
 /// What a signal sent to lockctl means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,22 +120,40 @@ impl Pipe {
                 // Cannot happen with a socket we own; never report a signal we did not get.
                 std::future::pending::<()>().await;
             }
-            if let Some(r) = self.try_recv() {
-                return r;
+            // Through tokio, so that an empty socket clears the readiness it cached.
+            let fd = self.rx.as_raw_fd();
+            if let Ok(byte) = self.rx.try_io(Interest::READABLE, || read_byte(fd)) {
+                return Received::of(byte);
             }
         }
     }
 
-    /// A signal received already, if any.
+    /// A signal received already, if any. Reads the socket itself: tokio's cached readiness
+    /// may not know yet of a byte a handler just wrote (a signal between two awaits, at the
+    /// start of the command, was left unread until the command had run).
     pub fn try_recv(&mut self) -> Option<Received> {
-        let mut byte = [0u8; 1];
-        match self.rx.try_read(&mut byte) {
-            Ok(1) => Some(Received {
-                signal: libc::c_int::from(byte[0] & !FROM_KERNEL),
-                from_kernel: byte[0] & FROM_KERNEL != 0,
-            }),
-            _ => None,
+        read_byte(self.rx.as_raw_fd()).ok().map(Received::of)
+    }
+}
+
+impl Received {
+    fn of(byte: u8) -> Received {
+        Received {
+            signal: libc::c_int::from(byte & !FROM_KERNEL),
+            from_kernel: byte & FROM_KERNEL != 0,
         }
+    }
+}
+
+/// One byte from the non-blocking socket `fd`; `WouldBlock` if there is none.
+fn read_byte(fd: libc::c_int) -> io::Result<u8> {
+    let mut byte = 0u8;
+    // SAFETY: reads at most one byte into a live local; `fd` is the pipe's open socket.
+    let n = unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) };
+    match n {
+        1 => Ok(byte),
+        0 => Err(io::ErrorKind::UnexpectedEof.into()),
+        _ => Err(io::Error::last_os_error()),
     }
 }
 
