@@ -1058,6 +1058,20 @@ mod tests {
     }
 
     #[test]
+    fn heap_size_counts_every_record_owner_byte_and_table_slot() {
+        let mut s = Shared::new(0);
+        for i in 0..100u32 {
+            s.insert(format!("{i:036}").as_bytes(), h(u64::from(i) + 1, 10))
+                .unwrap();
+        }
+        assert!(
+            s.heap_size() >= 100 * (std::mem::size_of::<Slot>() + 36 + 4),
+            "{}",
+            s.heap_size()
+        );
+    }
+
+    #[test]
     fn removing_without_compacting_then_tidying() {
         let mut s = Shared::new(0);
         for i in 0..2000u32 {

@@ -633,3 +633,45 @@ fn an_applied_holder_fills_a_semaphore_to_its_limit_and_no_further() {
     };
     assert_eq!(holders.len(), 2);
 }
+
+/// `LOCK.WAITERS`: a wait without a timeout says -1, one with a timeout the ms it has left.
+#[test]
+fn waiters_say_their_timeout_left_or_none() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"a", 1000);
+    sim.wait(K, b"b", 1000, 0);
+    sim.wait(K, b"c", 1000, 5000);
+    let key = super::host::KeyRef { db: 0, name: K };
+    let Reply::Waiters(list) = sim.engine.waiters_of(&sim.host, key, 0) else {
+        panic!("no waiters");
+    };
+    let timeouts: Vec<i64> = list.iter().map(|w| w.timeout_ms).collect();
+    assert_eq!(timeouts, [-1, 5000]);
+}
+
+/// An owner whose shared lease lapsed learns it from `LOCK.RENEW` (nil), and the journal has
+/// the lease's end already: `LOCK.HISTORY` says why at once.
+#[test]
+fn an_owner_finds_its_own_lapsed_lease_in_the_journal() {
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"long", 10_000, Mode::shared(0));
+    sim.acquire_as(K, b"short", 100, Mode::shared(0));
+    sim.host.set_now(START + 500);
+    assert_eq!(sim.renew(K, b"short", 100), Reply::Nil);
+    let entries = sim.engine.watch().journal.of_key(0, K, 10);
+    assert!(
+        entries
+            .iter()
+            .any(|e| &*e.owner == b"short" && e.reason == super::Reason::Expired),
+        "{entries:?}"
+    );
+}
+
+/// The hold distribution learns of holds whose grant time is known, and only those.
+#[test]
+fn hold_times_count_only_known_grants() {
+    let mut watch = super::Watch::default();
+    watch.held(START + 2_000, START);
+    watch.held(START + 2_000, 0);
+    assert_eq!(watch.contention.holds.count(), 1);
+}
