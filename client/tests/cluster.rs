@@ -468,7 +468,9 @@ async fn lockctl_follows_an_automatic_failover(acks: u32, old: OldMaster) {
     }
     let keeps_lock = true;
     let key = "{failover}:job";
-    let ttl = Duration::from_secs(10);
+    // 20 s: a busy machine took 3.9 s to promote the replica, and the returning old master
+    // must resync before it can acknowledge a renewal; 10 s left too little of the lease.
+    let ttl = Duration::from_secs(20);
     let old_master = cluster.master_of(key);
     let replica = cluster.replica_of(key);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -486,7 +488,7 @@ async fn lockctl_follows_an_automatic_failover(acks: u32, old: OldMaster) {
             &acks.to_string(),
             "run",
             "--ttl",
-            "10s",
+            "20s",
             key,
         ])
         .args(["--", "sh", "-c", &script])
