@@ -174,6 +174,7 @@ impl Peer {
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                     return None
                 }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => self.closed = true,
             }
         }

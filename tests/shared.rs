@@ -1597,8 +1597,12 @@ fn cluster_routes_shared_commands_by_slot_and_replicas_follow() {
     assert_eq!(info(&mut r, key).unwrap().limit, 2);
 }
 
+/// The spec's memory budget: at most 72 bytes per shared holder beyond its owner's bytes
+/// (`used_memory`, so the allocator's rounding counts). The holders come through one pipeline
+/// of plain commands, not a script, so the script engine's own memory (counted in `used_memory`
+/// by some servers) does not blur the figure.
 #[test]
-fn a_shared_holder_costs_at_most_64_bytes_beyond_its_owner() {
+fn a_shared_holder_costs_at_most_72_bytes_beyond_its_owner() {
     let server = Server::start();
     let mut c = server.conn();
     acquire(&mut c, "k", "seed", LONG, M::S).unwrap();
@@ -1612,22 +1616,20 @@ fn a_shared_holder_costs_at_most_64_bytes_beyond_its_owner() {
     const HOLDERS: i64 = 20_000;
     const OWNER_LEN: i64 = 36; // a UUID
     let before = used(&mut c);
-    let _: i64 = cmd!(
-        "EVAL",
-        "for i = 1, tonumber(ARGV[1]) do \
-           redis.call('LOCK.ACQUIRE', KEYS[1], string.format('%036d', i), ARGV[2], 'SHARED') \
-         end return 1",
-        1,
-        "k",
-        HOLDERS,
-        LONG
-    )
-    .query(&mut c)
-    .unwrap();
+    let mut pipe = redis::pipe();
+    for i in 1..=HOLDERS {
+        pipe.cmd("LOCK.ACQUIRE")
+            .arg("k")
+            .arg(format!("{i:036}"))
+            .arg(LONG)
+            .arg("SHARED")
+            .ignore();
+    }
+    let _: () = pipe.query(&mut c).unwrap();
     assert_eq!(info(&mut c, "k").unwrap().holders, HOLDERS + 1);
     let per_holder = (used(&mut c) - before) / HOLDERS;
     assert!(
-        per_holder - OWNER_LEN <= 64,
+        per_holder - OWNER_LEN <= 72,
         "a holder with a {OWNER_LEN}-byte owner takes {per_holder} bytes: {} beyond its owner",
         per_holder - OWNER_LEN
     );
