@@ -81,6 +81,20 @@ const LIMIT: Arg = Arg {
     optional: true,
     multiple: false,
 };
+const PERMITS: Arg = Arg {
+    name: c"permits",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+    token: Some(c"PERMITS"),
+    optional: true,
+    multiple: false,
+};
+const GRANTED: Arg = Arg {
+    name: c"granted-unix-time-milliseconds",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
+    token: Some(c"GRANTED"),
+    optional: true,
+    multiple: false,
+};
 const HOLDER: Arg = Arg {
     name: c"owner",
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
@@ -114,9 +128,9 @@ const ACQUIRE: Command = Command {
     arity: -4,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
     numkeys: false,
-    summary: c"Takes a lock if it is free (non-reentrant; idempotent for its holder), exclusively or SHARED (LIMIT n: a semaphore). Replies the fencing token or nil.",
+    summary: c"Takes a lock if it is free (non-reentrant; idempotent for its holder), exclusively or SHARED (LIMIT n: a semaphore; PERMITS p of it at once). Replies the fencing token or nil.",
     complexity: c"O(log H) with H holders",
-    args: &[KEY, OWNER, TTL, SHARED, LIMIT],
+    args: &[KEY, OWNER, TTL, SHARED, LIMIT, PERMITS],
 };
 callback!(acquire_callback, ACQUIRE);
 
@@ -129,9 +143,9 @@ const REENTER: Command = Command {
     arity: -4,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
     numkeys: false,
-    summary: c"Takes a lock or enters it once more (reentrant), exclusively or SHARED (LIMIT n). Replies the reentrancy count or nil.",
+    summary: c"Takes a lock or enters it once more (reentrant), exclusively or SHARED (LIMIT n, PERMITS p). Replies the reentrancy count or nil.",
     complexity: c"O(log H) with H holders",
-    args: &[KEY, OWNER, TTL, SHARED, LIMIT],
+    args: &[KEY, OWNER, TTL, SHARED, LIMIT, PERMITS],
 };
 callback!(reenter_callback, REENTER);
 
@@ -175,9 +189,9 @@ const WAIT: Command = Command {
     arity: -5,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
     numkeys: false,
-    summary: c"Takes a lock, exclusively or SHARED (LIMIT n), waiting in FIFO order until it is handed over or the timeout passes. Replies the fencing token or nil.",
+    summary: c"Takes a lock, exclusively or SHARED (LIMIT n, PERMITS p), waiting in FIFO order until it is handed over or the timeout passes. Replies the fencing token or nil.",
     complexity: c"O(log H) with H holders",
-    args: &[KEY, OWNER, TTL, TIMEOUT, SHARED, LIMIT],
+    args: &[KEY, OWNER, TTL, TIMEOUT, SHARED, LIMIT, PERMITS],
 };
 callback!(wait_callback, WAIT);
 
@@ -252,7 +266,7 @@ const APPLY: Command = Command {
     numkeys: false,
     summary: c"Internal: sets a lock exactly as given. Replicas and the AOF receive lock changes in this form.",
     complexity: c"O(1)",
-    args: &[KEY, OWNER, TOKEN, COUNT, PXAT, SHARED, LIMIT],
+    args: &[KEY, OWNER, TOKEN, COUNT, PXAT, GRANTED, SHARED, LIMIT, PERMITS],
 };
 callback!(apply_callback, APPLY);
 
