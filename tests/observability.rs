@@ -572,6 +572,140 @@ fn deletes_overwrites_moves_and_restores_say_so() {
     assert!(history(&mut c, "plain").is_empty());
 }
 
+/// Whether the server can tell a module which command runs (`RedisModule_CachedMicroseconds`:
+/// Redis 7.2+ and every Valkey, which says `redis_version:7.2.4`).
+fn knows_the_command(c: &mut Connection) -> bool {
+    let info: String = cmd!("INFO", "server").query(c).unwrap();
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    version.as_str() >= "7.2"
+}
+
+#[test]
+fn migrate_away_is_a_move_where_the_server_lets_the_module_tell() {
+    let source = Server::start();
+    let target = Server::start();
+    let mut c = source.conn();
+    let moved = if knows_the_command(&mut c) {
+        "moved"
+    } else {
+        "deleted" // Redis 7.0: MIGRATE's deletion looks like DEL's (docs/commands.md)
+    };
+    let a = acquire(&mut c, "a", "mover-a", LONG);
+    acquire(&mut c, "b", "mover-b", LONG);
+    for r in ["r1", "r2"] {
+        let _: i64 = cmd!("LOCK.ACQUIRE", "s", r, LONG, "SHARED")
+            .query(&mut c)
+            .unwrap();
+    }
+    let ok: String = cmd!("MIGRATE", "127.0.0.1", target.port, "a", 0, 5000)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(ok, "OK");
+    assert_eq!(
+        history(&mut c, "a"),
+        [(moved.to_string(), "mover-a".into())]
+    );
+    let mut t = target.conn();
+    let there = common::lock_info(&mut t, "a").expect("the hold lives on at the target");
+    assert_eq!((there.owner.as_slice(), there.token), (&b"mover-a"[..], a));
+    assert!(history(&mut t, "a").is_empty(), "nothing ended there");
+    // Several keys at once, a shared one among them: each hold says so.
+    let ok: String = cmd!(
+        "MIGRATE",
+        "127.0.0.1",
+        target.port,
+        "",
+        0,
+        5000,
+        "KEYS",
+        "b",
+        "s"
+    )
+    .query(&mut c)
+    .unwrap();
+    assert_eq!(ok, "OK");
+    assert_eq!(
+        history(&mut c, "b"),
+        [(moved.to_string(), "mover-b".into())]
+    );
+    let mut s = history(&mut c, "s");
+    s.sort();
+    assert_eq!(
+        s,
+        [
+            (moved.to_string(), "r1".to_string()),
+            (moved.to_string(), "r2".to_string())
+        ]
+    );
+    // COPY ends nothing here; REPLACE onto a lock there restores over it.
+    acquire(&mut c, "a", "second", LONG);
+    let ok: String = cmd!(
+        "MIGRATE",
+        "127.0.0.1",
+        target.port,
+        "a",
+        0,
+        5000,
+        "COPY",
+        "REPLACE"
+    )
+    .query(&mut c)
+    .unwrap();
+    assert_eq!(ok, "OK");
+    assert_eq!(
+        history(&mut c, "a").len(),
+        1,
+        "COPY logs nothing at the source"
+    );
+    assert_eq!(
+        history(&mut t, "a"),
+        [("restored".into(), "mover-a".into())]
+    );
+    // A DUMP and a DEL are not a MIGRATE: apart, pipelined (two commands may start in the same
+    // microsecond), or in one transaction.
+    let _: () = cmd!("LOCK.LOG", "RESET").query(&mut c).unwrap();
+    acquire(&mut c, "d1", "o", LONG);
+    let _: Vec<u8> = cmd!("DUMP", "d1").query(&mut c).unwrap();
+    let _: i64 = cmd!("DEL", "d1").query(&mut c).unwrap();
+    for i in 0..20 {
+        let key = format!("p{i}");
+        acquire(&mut c, &key, "o", LONG);
+        let _: (Vec<u8>, i64) = redis::pipe()
+            .cmd("DUMP")
+            .arg(&key)
+            .cmd("DEL")
+            .arg(&key)
+            .query(&mut c)
+            .unwrap();
+    }
+    acquire(&mut c, "t1", "o", LONG);
+    let _: (Vec<u8>, i64) = redis::pipe()
+        .atomic()
+        .cmd("DUMP")
+        .arg("t1")
+        .cmd("DEL")
+        .arg("t1")
+        .query(&mut c)
+        .unwrap();
+    acquire(&mut c, "l1", "o", LONG);
+    let _: i64 = cmd!(
+        "EVAL",
+        "redis.call('DUMP', KEYS[1]); return redis.call('DEL', KEYS[1])",
+        1,
+        "l1"
+    )
+    .query(&mut c)
+    .unwrap();
+    let reasons = log_reasons(&mut c, 100);
+    assert_eq!(reasons.len(), 23);
+    assert!(reasons.iter().all(|r| r == "deleted"), "{reasons:?}");
+}
+
 #[test]
 fn evictions_are_logged() {
     let server = Server::start();
