@@ -483,6 +483,27 @@ fn command_docs_have_a_summary_and_every_argument() {
         assert!(summary.len() > 10, "{name} summary: {summary:?}");
         let complexity = docs.iter().find(|(f, _)| f == "complexity");
         assert!(complexity.is_some(), "{name} has no complexity");
+        let since = docs
+            .iter()
+            .find(|(f, _)| f == "since")
+            .map(|(_, v)| text(v));
+        let first = [
+            "LOCK.ACQUIRE",
+            "LOCK.REENTER",
+            "LOCK.RELEASE",
+            "LOCK.RENEW",
+            "LOCK.WAIT",
+            "LOCK.INFO",
+            "LOCK.FORCERELEASE",
+            "LOCK.APPLY",
+            "LOCK.COUNTER",
+        ];
+        let wanted = if first.contains(&name) {
+            "0.1.0"
+        } else {
+            "0.2.0"
+        };
+        assert_eq!(since.as_deref(), Some(wanted), "{name} since");
     }
     // The mode words of the acquiring commands, PERMITS among them: optional, with their token.
     let arg = |name: &str, kind: &str, token: &str| DocArg {
