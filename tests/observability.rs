@@ -824,6 +824,38 @@ fn a_flush_or_a_swap_is_one_entry_and_a_reload_none() {
     let _: () = cmd!("FLUSHALL").query(&mut c).unwrap();
     let _: () = cmd!("FLUSHALL").query(&mut c).unwrap();
     assert_eq!(log_reasons(&mut c, 10).len(), 5);
+    // Also right after an asynchronous flush (Valkey's default for FLUSHALL), whose locks a
+    // background thread is still freeing: they are no longer in any db.
+    for db in [0, 5] {
+        let mut p = redis::pipe();
+        p.cmd("SELECT").arg(db).ignore();
+        for i in 0..20_000 {
+            p.cmd("LOCK.ACQUIRE")
+                .arg(format!("many{i}"))
+                .arg("o")
+                .arg(LONG)
+                .ignore();
+        }
+        let _: () = p.query(&mut c).unwrap();
+    }
+    let _: () = cmd!("SELECT", 0).query(&mut c).unwrap();
+    let _: ((), (), (), ()) = redis::pipe()
+        .cmd("FLUSHDB")
+        .arg("ASYNC")
+        .cmd("FLUSHDB")
+        .cmd("FLUSHALL")
+        .arg("ASYNC")
+        .cmd("FLUSHALL")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        log_reasons(&mut c, 10),
+        [
+            "flushed", "flushed", // FLUSHALL ASYNC, FLUSHDB ASYNC; not the flushes of nothing
+            "flushed", "swapped", "swapped", "flushed", "flushed"
+        ],
+        "one entry per flush that ended holds"
+    );
 }
 
 /// `held` of the newest journal entry of `key` (`None`: nil, the grant time is unknown).

@@ -154,7 +154,9 @@ extern "C" fn on_server_event(
                 // no lock is lost then.
                 // SAFETY: `ctx` is the server event's context.
                 let flags = unsafe { rm!(RedisModule_GetContextFlags(ctx)) };
-                if flags & raw::REDISMODULE_CTX_FLAGS_LOADING as c_int == 0 {
+                if flags & raw::REDISMODULE_CTX_FLAGS_LOADING as c_int == 0
+                    && flush_empties_keys(ctx, info.dbnum)
+                {
                     globals::note_flush(info.dbnum, server::commands_processed());
                 }
                 globals::forget_unlinked();
@@ -208,6 +210,33 @@ extern "C" fn on_server_event(
             globals::report(&mut RedisHost::new(ctx), report);
         }
     })
+}
+
+/// Whether the flush about to run empties any key: the db `dbnum` (every db for -1) holds one.
+/// Lock values an earlier asynchronous flush (`FLUSHALL ASYNC`, Valkey's default) handed to a
+/// background thread count as alive until that thread frees them, though they are in no db any
+/// more: without this look, a flush of nothing right after one would be logged as ending holds.
+/// O(dbs), on flushes only.
+fn flush_empties_keys(ctx: *mut raw::RedisModuleCtx, dbnum: c_int) -> bool {
+    let selected = ffi::selected_db(ctx);
+    let (first, last) = if dbnum >= 0 {
+        (dbnum, dbnum)
+    } else {
+        (0, c_int::MAX)
+    };
+    let mut found = false;
+    for db in first..=last {
+        // Past the last db (`databases`), selecting fails.
+        if !ffi::select_db(ctx, db) {
+            break;
+        }
+        if ffi::db_size(ctx) > 0 {
+            found = true;
+            break;
+        }
+    }
+    ffi::select_db(ctx, selected);
+    found
 }
 
 /// An AOF rewrite keeps only the locks that exist, and without the RDB preamble it has no aux
