@@ -559,10 +559,12 @@ fn a_restarted_master_grants_nothing_for_the_grace_then_serves_its_queue_in_orde
     assert!(e.contains("relock restart grace"), "{e}");
     let e = error(&mut c, cmd!("LOCK.ACQUIRE", "k", "a", 2001));
     assert!(e.contains("ttl_ms exceeds relock.restart-grace-ms"), "{e}");
+    // Each asks for the longest ttl the grace allows: first's hold must outlive the checks
+    // that second waits behind it, on a busy machine too.
     let mut first = Raw::connect(&server);
-    first.send_wait("k", "first", 1000, 0);
+    first.send_wait("k", "first", 2000, 0);
     let mut second = Raw::connect(&server);
-    second.send_wait("k", "second", 1000, 0);
+    second.send_wait("k", "second", 2000, 0);
     assert!(eventually(DUE, || waiters(&mut c, "k") == 2));
     let t = first.read(DUE).token();
     assert!(
@@ -998,17 +1000,17 @@ fn restart_with_grace(server: &mut Server, grace_ms: u64) -> Instant {
     before
 }
 
-/// A raw connection queued in `LOCK.WAIT key owner 1000 0`, once `key` has `n` waiters.
-fn queued(server: &Server, c: &mut Connection, key: &str, owner: &str, n: usize) -> Raw {
+/// A raw connection queued in `LOCK.WAIT key owner ttl 0`, once `key` has `n` waiters.
+fn queued(server: &Server, c: &mut Connection, key: &str, owner: &str, ttl: u64, n: usize) -> Raw {
     let mut r = Raw::connect(server);
-    r.send_wait(key, owner, 1000, 0);
+    r.send_wait(key, owner, ttl, 0);
     assert!(eventually(DUE, || waiters(c, key) == n), "{owner} queued");
     r
 }
 
 #[test]
 fn in_the_grace_hand_offs_at_release_or_expiry_wait_for_its_end_then_go_in_order() {
-    const GRACE: u64 = 4000;
+    const GRACE: u64 = 5000;
     let mut server = Server::start();
     {
         let mut c = server.conn();
@@ -1019,10 +1021,12 @@ fn in_the_grace_hand_offs_at_release_or_expiry_wait_for_its_end_then_go_in_order
     let before = restart_with_grace(&mut server, GRACE);
     let mut c = server.conn();
     assert_eq!(info_field(&mut c, "restart_grace_ms"), GRACE as i64);
-    let mut first = queued(&server, &mut c, "released", "first", 1);
-    let mut second = queued(&server, &mut c, "released", "second", 2);
-    let mut e1 = queued(&server, &mut c, "expires", "e1", 1);
-    let mut e2 = queued(&server, &mut c, "expires", "e2", 2);
+    // The longest ttl the grace allows: a hold granted at its end must outlive the checks that
+    // the next waiter waits behind it, on a busy machine too.
+    let mut first = queued(&server, &mut c, "released", "first", GRACE, 1);
+    let mut second = queued(&server, &mut c, "released", "second", GRACE, 2);
+    let mut e1 = queued(&server, &mut c, "expires", "e1", GRACE, 1);
+    let mut e2 = queued(&server, &mut c, "expires", "e2", GRACE, 2);
     // A release ends its hold at once; a renewal to 100 ms lets the other expire soon.
     assert_eq!(
         int_or_nil(&mut c, cmd!("LOCK.RELEASE", "released", "holder")),
@@ -1032,9 +1036,8 @@ fn in_the_grace_hand_offs_at_release_or_expiry_wait_for_its_end_then_go_in_order
     assert!(eventually(DUE, || common::lock_info(&mut c, "expires").is_none()));
     let left = info_field(&mut c, "grace_left_ms");
     assert!(left > 0, "both holds ended inside the grace");
-    first.assert_silent("no hand-off at a release in the grace");
-    e1.assert_silent("no hand-off at an expiry in the grace");
-    // At the grace's end each queue is served in order.
+    // No hand-off at a release or an expiry in the grace: at its end each queue is served in
+    // order.
     let t1 = first.read(DUE).token();
     let at_least = Duration::from_millis(GRACE - 50);
     assert!(
