@@ -6,6 +6,7 @@ mod common;
 use std::thread;
 use std::time::Duration;
 
+use common::events::{keyevent, Events};
 use common::{acquire, eventually, info_field, int_or_nil, show, Server};
 use redis::{Connection, Value};
 
@@ -32,7 +33,8 @@ fn conn_as(server: &Server, user: &str) -> Connection {
     c
 }
 
-/// Every LOCK.* command with `key` in its key position.
+/// Every LOCK.* command a client calls, with `key` in its key position (the groups with one
+/// key).
 fn every_command(key: &str) -> Vec<(&'static str, redis::Cmd)> {
     vec![
         ("lock.acquire", cmd!("LOCK.ACQUIRE", key, "o", 100)),
@@ -41,9 +43,19 @@ fn every_command(key: &str) -> Vec<(&'static str, redis::Cmd)> {
         ("lock.renew", cmd!("LOCK.RENEW", key, "o", 100)),
         ("lock.wait", cmd!("LOCK.WAIT", key, "o", 100, 50)),
         ("lock.info", cmd!("LOCK.INFO", key)),
+        ("lock.holders", cmd!("LOCK.HOLDERS", key)),
+        ("lock.waiters", cmd!("LOCK.WAITERS", key)),
+        ("lock.history", cmd!("LOCK.HISTORY", key)),
+        ("lock.macquire", cmd!("LOCK.MACQUIRE", 1, key, "o", 100)),
+        ("lock.mrelease", cmd!("LOCK.MRELEASE", 1, key, "o")),
+        ("lock.mrenew", cmd!("LOCK.MRENEW", 1, key, "o", 100)),
+        ("lock.downgrade", cmd!("LOCK.DOWNGRADE", key, "o")),
         ("lock.forcerelease", cmd!("LOCK.FORCERELEASE", key)),
     ]
 }
+
+/// The commands that only read a key (`readonly`, key spec RO).
+const READS: [&str; 4] = ["lock.info", "lock.holders", "lock.waiters", "lock.history"];
 
 #[test]
 fn acl_key_patterns_apply_to_lock_commands() {
@@ -74,8 +86,8 @@ fn acl_key_patterns_apply_to_lock_commands() {
 }
 
 #[test]
-fn acl_read_only_key_pattern_allows_info_only() {
-    // `%R~` grants read access only: the key specs must mark LOCK.INFO read and the rest write.
+fn acl_read_only_key_pattern_allows_the_reads_only() {
+    // `%R~` grants read access only: the key specs must mark the reads RO and the rest RW.
     let server = Server::start();
     let mut admin = server.conn();
     let _: () = cmd!("ACL", "SETUSER", "reader", "on", ">pw", "%R~ro:*", "+@all")
@@ -86,7 +98,9 @@ fn acl_read_only_key_pattern_allows_info_only() {
     let v: Value = cmd!("LOCK.INFO", "ro:x").query(&mut c).expect("LOCK.INFO");
     assert!(matches!(v, Value::Array(_)), "{v:?}");
     for (name, cmd) in every_command("ro:x") {
-        if name == "lock.info" {
+        if READS.contains(&name) {
+            let r = cmd.query::<Value>(&mut c);
+            assert!(r.is_ok(), "{name} reads a read-only key: {r:?}");
             continue;
         }
         let (code, msg) = error(&mut c, cmd);
@@ -94,62 +108,125 @@ fn acl_read_only_key_pattern_allows_info_only() {
     }
 }
 
-#[test]
-fn forcerelease_is_refused_to_a_user_without_admin() {
-    let server = Server::start();
-    let mut admin = server.conn();
-    // Redis 7.2+ lets the module put its commands in ACL categories, so `-@admin` covers
-    // LOCK.FORCERELEASE there. Redis 7.0 has no such API and module commands belong to no
-    // category: there the README tells operators to deny the command by name, which is what
-    // this test checks on 7.0.
-    let info: String = cmd!("INFO", "server").query(&mut admin).unwrap();
-    let version = info
-        .lines()
+/// The server's version, as `INFO server` says it.
+fn server_version(c: &mut Connection) -> String {
+    let info: String = cmd!("INFO", "server").query(c).unwrap();
+    info.lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
         .unwrap_or("0.0.0")
         .trim()
-        .to_string();
+        .to_string()
+}
+
+/// The administrative commands: `admin`, and in `@admin` where the server has module ACL
+/// categories.
+const ADMIN: [&str; 3] = ["LOCK.FORCERELEASE", "LOCK.LOG", "LOCK.STATS"];
+
+#[test]
+fn admin_commands_are_refused_to_a_user_without_admin() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    // Redis 7.2+ lets the module put its commands in ACL categories, so `-@admin` covers
+    // LOCK.FORCERELEASE, LOCK.LOG and LOCK.STATS there. Redis 7.0 has no such API and module
+    // commands belong to no category: there the README tells operators to deny the commands by
+    // name, which is what this test checks on 7.0.
+    let version = server_version(&mut admin);
     let has_module_acl_categories = version.as_str() >= "7.2";
-    let deny = if has_module_acl_categories {
-        "-@admin"
+    let mut setuser = cmd!("ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all");
+    if has_module_acl_categories {
+        setuser.arg("-@admin");
     } else {
-        "-lock.forcerelease"
-    };
-    let _: () = cmd!("ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all", deny)
-        .query(&mut admin)
-        .unwrap();
+        for name in ADMIN {
+            setuser.arg(format!("-{}", name.to_lowercase()));
+        }
+    }
+    let _: () = setuser.query(&mut admin).unwrap();
     acquire(&mut admin, "k", "o", 10_000);
     let mut c = conn_as(&server, "app");
-    // Ordinary lock commands are allowed.
+    // Ordinary lock commands are allowed, the reads of the journal by key too.
     assert!(int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "j", "o", 10_000)).is_some());
-    let (code, msg) = error(&mut c, cmd!("LOCK.FORCERELEASE", "k"));
-    assert_eq!(
-        code, "NOPERM",
-        "LOCK.FORCERELEASE by a {deny} user on Redis {version}: {msg}"
-    );
+    let _: Value = cmd!("LOCK.HISTORY", "k").query(&mut c).unwrap();
+    for cmd in [
+        cmd!("LOCK.FORCERELEASE", "k"),
+        cmd!("LOCK.LOG"),
+        cmd!("LOCK.LOG", "RESET"),
+        cmd!("LOCK.STATS"),
+        cmd!("LOCK.STATS", "RESET"),
+    ] {
+        let shown = show(&cmd);
+        let (code, msg) = error(&mut c, cmd);
+        assert_eq!(
+            code, "NOPERM",
+            "{shown} by a user without admin on {version}: {msg}"
+        );
+    }
     let v: Value = cmd!("LOCK.INFO", "k").query(&mut admin).unwrap();
     assert_ne!(v, Value::Nil, "the lock must still be held");
 }
 
 #[test]
-fn command_getkeys_finds_the_key_of_every_command() {
+fn command_getkeys_finds_the_keys_of_every_command() {
     let server = Server::start();
     let mut c = server.conn();
     let cases = [
         cmd!("COMMAND", "GETKEYS", "LOCK.ACQUIRE", "k", "o", 100),
+        cmd!(
+            "COMMAND",
+            "GETKEYS",
+            "LOCK.ACQUIRE",
+            "k",
+            "o",
+            100,
+            "SHARED",
+            "LIMIT",
+            4,
+            "PERMITS",
+            2
+        ),
         cmd!("COMMAND", "GETKEYS", "LOCK.REENTER", "k", "o", 100),
         cmd!("COMMAND", "GETKEYS", "LOCK.RELEASE", "k", "o"),
         cmd!("COMMAND", "GETKEYS", "LOCK.RENEW", "k", "o", 100),
         cmd!("COMMAND", "GETKEYS", "LOCK.WAIT", "k", "o", 100, 0),
         cmd!("COMMAND", "GETKEYS", "LOCK.INFO", "k"),
+        cmd!("COMMAND", "GETKEYS", "LOCK.HOLDERS", "k", "COUNT", 0),
+        cmd!("COMMAND", "GETKEYS", "LOCK.WAITERS", "k", "COUNT", 0),
+        cmd!("COMMAND", "GETKEYS", "LOCK.HISTORY", "k", 5),
+        cmd!("COMMAND", "GETKEYS", "LOCK.DOWNGRADE", "k", "o"),
         cmd!("COMMAND", "GETKEYS", "LOCK.FORCERELEASE", "k"),
         cmd!("COMMAND", "GETKEYS", "LOCK.APPLY", "k", "o", 1, 1),
+        cmd!("COMMAND", "GETKEYS", "LOCK.DROP", "k", "o"),
+        cmd!("COMMAND", "GETKEYS", "LOCK.MACQUIRE", 1, "k", "o", 100),
+        cmd!("COMMAND", "GETKEYS", "LOCK.MRELEASE", 1, "k", "o"),
+        cmd!("COMMAND", "GETKEYS", "LOCK.MRENEW", 1, "k", "o", 100),
     ];
-    for (i, cmd) in cases.into_iter().enumerate() {
-        let keys: Vec<String> = cmd
+    for cmd in cases {
+        let shown = show(&cmd);
+        let keys: Vec<String> = cmd.query(&mut c).unwrap_or_else(|e| panic!("{shown}: {e}"));
+        assert_eq!(keys, vec!["k".to_string()], "{shown}");
+    }
+    // A group's keys are all declared (a keynum key spec), and nothing after them.
+    for (name, tail) in [
+        ("LOCK.MACQUIRE", &["o", "100"][..]),
+        ("LOCK.MRELEASE", &["o"]),
+        ("LOCK.MRENEW", &["o", "100"]),
+    ] {
+        let keys: Vec<String> = cmd!("COMMAND", "GETKEYS", name, 3, "a", "b", "c")
+            .arg(tail)
             .query(&mut c)
-            .unwrap_or_else(|e| panic!("case {i}: {e}"));
-        assert_eq!(keys, vec!["k".to_string()], "case {i}");
+            .unwrap();
+        assert_eq!(keys, ["a", "b", "c"], "{name}");
+    }
+    // The commands without keys have none.
+    for cmd in [
+        cmd!("COMMAND", "GETKEYS", "LOCK.LOG"),
+        cmd!("COMMAND", "GETKEYS", "LOCK.STATS"),
+        cmd!("COMMAND", "GETKEYS", "LOCK.COUNTER", 5),
+    ] {
+        let shown = show(&cmd);
+        assert!(
+            cmd.query::<Vec<String>>(&mut c).is_err(),
+            "{shown} has no key"
+        );
     }
 }
 
@@ -180,8 +257,9 @@ fn command_info_has_arity_flags_and_keys() {
     let server = Server::start();
     let mut c = server.conn();
     // Since shared holds, the acquiring commands take optional mode words (arity -4/-5),
-    // LOCK.FORCERELEASE an optional owner (-2); LOCK.HOLDERS and LOCK.DROP are new.
-    let expected: [(&str, i64, &[&str], &[&str]); 11] = [
+    // LOCK.FORCERELEASE an optional owner (-2); LOCK.HOLDERS and LOCK.DROP are new. The groups
+    // find their keys by a keynum key spec: `movablekeys`, no fixed key positions.
+    let expected: [(&str, i64, &[&str], &[&str]); 19] = [
         (
             "lock.acquire",
             -4,
@@ -248,6 +326,54 @@ fn command_info_has_arity_flags_and_keys() {
             &["write", "admin"],
             &["readonly", "denyoom"],
         ),
+        (
+            "lock.waiters",
+            -2,
+            &["readonly"],
+            &["write", "admin", "denyoom", "blocking"],
+        ),
+        (
+            "lock.history",
+            -2,
+            &["readonly"],
+            &["write", "admin", "denyoom"],
+        ),
+        (
+            "lock.log",
+            -1,
+            &["admin", "loading", "stale"],
+            &["write", "readonly", "denyoom"],
+        ),
+        (
+            "lock.stats",
+            -1,
+            &["admin", "loading", "stale"],
+            &["write", "readonly", "denyoom"],
+        ),
+        (
+            "lock.downgrade",
+            3,
+            &["write", "fast"],
+            &["readonly", "admin", "denyoom", "blocking"],
+        ),
+        (
+            "lock.macquire",
+            -5,
+            &["write", "denyoom", "fast", "movablekeys"],
+            &["readonly", "admin", "blocking"],
+        ),
+        (
+            "lock.mrelease",
+            -4,
+            &["write", "fast", "movablekeys"],
+            &["readonly", "admin", "denyoom"],
+        ),
+        (
+            "lock.mrenew",
+            -5,
+            &["write", "fast", "movablekeys"],
+            &["readonly", "admin", "denyoom"],
+        ),
     ];
     for (name, arity, has, lacks) in expected {
         let (a, flags, first, last, step) = command_info(&mut c, name);
@@ -258,91 +384,183 @@ fn command_info_has_arity_flags_and_keys() {
         for f in lacks {
             assert!(!flags.iter().any(|x| x == f), "{name} has {f}: {flags:?}");
         }
-        if name == "lock.counter" {
-            assert_eq!((first, last, step), (0, 0, 0), "{name} has no key");
+        let keyless = ["lock.counter", "lock.log", "lock.stats"].contains(&name);
+        if keyless || has.contains(&"movablekeys") {
+            assert_eq!((first, last, step), (0, 0, 0), "{name} has no fixed key");
             continue;
         }
         assert_eq!((first, last, step), (1, 1, 1), "{name} key positions");
     }
 }
 
+/// Every command the module registers.
+const COMMANDS: [&str; 19] = [
+    "LOCK.ACQUIRE",
+    "LOCK.REENTER",
+    "LOCK.RELEASE",
+    "LOCK.RENEW",
+    "LOCK.WAIT",
+    "LOCK.INFO",
+    "LOCK.HOLDERS",
+    "LOCK.FORCERELEASE",
+    "LOCK.APPLY",
+    "LOCK.DROP",
+    "LOCK.COUNTER",
+    "LOCK.WAITERS",
+    "LOCK.LOG",
+    "LOCK.HISTORY",
+    "LOCK.STATS",
+    "LOCK.DOWNGRADE",
+    "LOCK.MACQUIRE",
+    "LOCK.MRELEASE",
+    "LOCK.MRENEW",
+];
+
+/// `COMMAND DOCS name` as (field, value) pairs (RESP2: [name, [field, value, ...]]).
+fn command_docs(c: &mut Connection, name: &str) -> Vec<(String, Value)> {
+    let v: Value = cmd!("COMMAND", "DOCS", name).query(c).unwrap();
+    let Value::Array(items) = v else {
+        panic!("COMMAND DOCS {name}: {v:?}")
+    };
+    assert_eq!(items.len(), 2, "COMMAND DOCS {name}: {items:?}");
+    assert_eq!(text(&items[0]).to_uppercase(), name);
+    let Value::Array(doc) = &items[1] else {
+        panic!("COMMAND DOCS {name}: {:?}", items[1])
+    };
+    doc.chunks(2)
+        .map(|pair| (text(&pair[0]), pair[1].clone()))
+        .collect()
+}
+
+/// One documented argument: its name, type, token and flags.
+#[derive(Debug, PartialEq)]
+struct DocArg {
+    name: String,
+    kind: String,
+    token: Option<String>,
+    flags: Vec<String>,
+}
+
+fn doc_args(docs: &[(String, Value)]) -> Vec<DocArg> {
+    let Some((_, Value::Array(args))) = docs.iter().find(|(f, _)| f == "arguments") else {
+        panic!("no arguments in {docs:?}")
+    };
+    args.iter()
+        .map(|arg| {
+            let Value::Array(fields) = arg else {
+                panic!("{arg:?}")
+            };
+            let field = |name: &str| {
+                fields
+                    .chunks(2)
+                    .find(|p| text(&p[0]) == name)
+                    .map(|p| p[1].clone())
+            };
+            DocArg {
+                name: text(&field("name").unwrap()),
+                kind: text(&field("type").unwrap()),
+                token: field("token").map(|t| text(&t)),
+                flags: match field("flags") {
+                    Some(Value::Array(f)) => f.iter().map(text).collect(),
+                    _ => vec![],
+                },
+            }
+        })
+        .collect()
+}
+
 #[test]
-fn command_docs_have_a_summary() {
+fn command_docs_have_a_summary_and_every_argument() {
     let server = Server::start();
     let mut c = server.conn();
-    for name in [
-        "LOCK.ACQUIRE",
-        "LOCK.REENTER",
-        "LOCK.RELEASE",
-        "LOCK.RENEW",
-        "LOCK.WAIT",
-        "LOCK.INFO",
-        "LOCK.FORCERELEASE",
-    ] {
-        let v: Value = cmd!("COMMAND", "DOCS", name).query(&mut c).unwrap();
-        // RESP2: [name, [field, value, ...]]
-        let Value::Array(items) = v else {
-            panic!("COMMAND DOCS {name}: {v:?}")
-        };
-        assert_eq!(items.len(), 2, "COMMAND DOCS {name}: {items:?}");
-        assert_eq!(text(&items[0]).to_uppercase(), name);
-        let Value::Array(doc) = &items[1] else {
-            panic!("COMMAND DOCS {name}: {:?}", items[1])
-        };
-        let summary = doc
-            .chunks(2)
-            .find(|pair| text(&pair[0]) == "summary")
-            .map(|pair| text(&pair[1]))
+    for name in COMMANDS {
+        let docs = command_docs(&mut c, name);
+        let summary = docs
+            .iter()
+            .find(|(f, _)| f == "summary")
+            .map(|(_, v)| text(v))
             .unwrap_or_else(|| panic!("COMMAND DOCS {name} has no summary"));
         assert!(summary.len() > 10, "{name} summary: {summary:?}");
-    }
-}
-
-/// A pattern subscription on its own connection; collects (channel, payload) pairs. It speaks
-/// the protocol directly so that the subscription lives as long as the struct.
-struct Events {
-    conn: Connection,
-}
-
-impl Events {
-    fn subscribe(server: &Server, pattern: &str) -> Events {
-        let mut conn = server.conn();
-        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        conn.send_packed_command(&cmd!("PSUBSCRIBE", pattern).get_packed_command())
-            .unwrap();
-        let confirm = conn.recv_response().expect("PSUBSCRIBE confirmation");
-        let Value::Array(items) = &confirm else {
-            panic!("PSUBSCRIBE replied {confirm:?}")
+        let complexity = docs.iter().find(|(f, _)| f == "complexity");
+        assert!(complexity.is_some(), "{name} has no complexity");
+        let since = docs
+            .iter()
+            .find(|(f, _)| f == "since")
+            .map(|(_, v)| text(v));
+        let first = [
+            "LOCK.ACQUIRE",
+            "LOCK.REENTER",
+            "LOCK.RELEASE",
+            "LOCK.RENEW",
+            "LOCK.WAIT",
+            "LOCK.INFO",
+            "LOCK.FORCERELEASE",
+            "LOCK.APPLY",
+            "LOCK.COUNTER",
+        ];
+        let wanted = if first.contains(&name) {
+            "0.1.0"
+        } else {
+            "0.2.0"
         };
-        assert_eq!(text(&items[0]), "psubscribe");
-        Events { conn }
+        assert_eq!(since.as_deref(), Some(wanted), "{name} since");
     }
-
-    /// Messages until (and without) the first one about the key `sentinel`, which the caller
-    /// triggers after the commands under test.
-    fn until_sentinel(&mut self) -> Vec<(String, String)> {
-        let mut got = Vec::new();
-        loop {
-            let msg = self
-                .conn
-                .recv_response()
-                .expect("event before the read timeout");
-            let Value::Array(items) = &msg else {
-                panic!("pub/sub message {msg:?}")
-            };
-            assert_eq!(text(&items[0]), "pmessage", "{msg:?}");
-            let channel = text(&items[2]);
-            let payload = text(&items[3]);
-            if payload == "sentinel" || channel.ends_with(":sentinel") {
-                return got;
-            }
-            got.push((channel, payload));
-        }
+    // The mode words of the acquiring commands, PERMITS among them: optional, with their token.
+    let arg = |name: &str, kind: &str, token: &str| DocArg {
+        name: name.into(),
+        kind: kind.into(),
+        token: Some(token.into()),
+        flags: vec!["optional".into()],
+    };
+    let mode = [
+        arg("shared", "pure-token", "SHARED"),
+        arg("limit", "integer", "LIMIT"),
+        arg("permits", "integer", "PERMITS"),
+    ];
+    for (name, before) in [("LOCK.ACQUIRE", 3), ("LOCK.REENTER", 3), ("LOCK.WAIT", 4)] {
+        let args = doc_args(&command_docs(&mut c, name));
+        let names: Vec<&str> = args.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(args.len(), before + 3, "{name}: {names:?}");
+        assert_eq!(args[before..], mode, "{name}");
     }
-}
-
-fn keyevent(name: &str, key: &str) -> (String, String) {
-    (format!("__keyevent@0__:{name}"), key.to_string())
+    let summary = text(
+        &command_docs(&mut c, "LOCK.ACQUIRE")
+            .into_iter()
+            .find(|(f, _)| f == "summary")
+            .unwrap()
+            .1,
+    );
+    assert!(summary.contains("PERMITS"), "{summary}");
+    // A group: numkeys, then its keys (several), then the rest.
+    for (name, rest) in [
+        ("LOCK.MACQUIRE", &["owner", "ttl_ms"][..]),
+        ("LOCK.MRELEASE", &["owner"]),
+        ("LOCK.MRENEW", &["owner", "ttl_ms"]),
+    ] {
+        let args = doc_args(&command_docs(&mut c, name));
+        assert_eq!(
+            (args[0].name.as_str(), args[0].kind.as_str()),
+            ("numkeys", "integer")
+        );
+        assert_eq!(
+            (args[1].name.as_str(), args[1].kind.as_str()),
+            ("key", "key")
+        );
+        assert_eq!(args[1].flags, ["multiple"], "{name}");
+        let names: Vec<&str> = args[2..].iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, rest, "{name}");
+    }
+    let names = |name: &str, c: &mut Connection| -> Vec<String> {
+        doc_args(&command_docs(c, name))
+            .into_iter()
+            .map(|a| a.name)
+            .collect()
+    };
+    assert_eq!(names("LOCK.DOWNGRADE", &mut c), ["key", "owner"]);
+    assert_eq!(names("LOCK.WAITERS", &mut c), ["key", "count"]);
+    assert_eq!(names("LOCK.HISTORY", &mut c), ["key", "count"]);
+    assert_eq!(names("LOCK.LOG", &mut c), ["count-or-reset"]);
+    assert_eq!(names("LOCK.STATS", &mut c), ["count-or-reset"]);
 }
 
 #[test]
@@ -618,27 +836,61 @@ fn acl_categories(c: &mut Connection, name: &str) -> Vec<String> {
 fn acl_categories_where_the_server_has_them() {
     let server = Server::start();
     let mut c = server.conn();
-    let info: String = cmd!("INFO", "server").query(&mut c).unwrap();
-    let version = info
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap_or("0.0.0")
-        .trim()
-        .to_string();
-    let expected: [(&str, &[&str]); 5] = [
-        ("lock.acquire", &["@write", "@fast"]),
-        ("lock.wait", &["@write", "@blocking"]),
-        ("lock.info", &["@read", "@fast"]),
-        ("lock.forcerelease", &["@write", "@admin", "@dangerous"]),
-        ("lock.apply", &["@write", "@admin", "@dangerous"]),
+    let version = server_version(&mut c);
+    let expected: [(&str, &[&str], &[&str]); 19] = [
+        ("lock.acquire", &["@write", "@fast"], &["@admin", "@read"]),
+        ("lock.reenter", &["@write", "@fast"], &["@admin", "@read"]),
+        ("lock.release", &["@write", "@fast"], &["@admin", "@read"]),
+        ("lock.renew", &["@write", "@fast"], &["@admin", "@read"]),
+        ("lock.wait", &["@write", "@blocking"], &["@admin", "@fast"]),
+        ("lock.info", &["@read", "@fast"], &["@write", "@admin"]),
+        ("lock.holders", &["@read"], &["@write", "@admin"]),
+        (
+            "lock.forcerelease",
+            &["@write", "@admin", "@dangerous"],
+            &["@read"],
+        ),
+        (
+            "lock.apply",
+            &["@write", "@admin", "@dangerous"],
+            &["@read"],
+        ),
+        ("lock.drop", &["@write", "@admin", "@dangerous"], &["@read"]),
+        (
+            "lock.counter",
+            &["@write", "@admin", "@dangerous"],
+            &["@read"],
+        ),
+        ("lock.waiters", &["@read"], &["@write", "@admin"]),
+        ("lock.history", &["@read"], &["@write", "@admin"]),
+        (
+            "lock.log",
+            &["@admin", "@slow", "@dangerous"],
+            &["@write", "@read", "@fast"],
+        ),
+        (
+            "lock.stats",
+            &["@admin", "@slow", "@dangerous"],
+            &["@write", "@read", "@fast"],
+        ),
+        ("lock.downgrade", &["@write", "@fast"], &["@admin", "@read"]),
+        ("lock.macquire", &["@write", "@fast"], &["@admin", "@read"]),
+        ("lock.mrelease", &["@write", "@fast"], &["@admin", "@read"]),
+        ("lock.mrenew", &["@write", "@fast"], &["@admin", "@read"]),
     ];
-    for (name, wanted) in expected {
+    for (name, wanted, unwanted) in expected {
         let cats = acl_categories(&mut c, name);
         if version.as_str() >= "7.2" {
             for w in wanted {
                 assert!(
                     cats.iter().any(|x| x == w),
                     "{name} on {version}: {w} missing from {cats:?}"
+                );
+            }
+            for u in unwanted {
+                assert!(
+                    !cats.iter().any(|x| x == u),
+                    "{name} on {version}: {u} in {cats:?}"
                 );
             }
         } else {

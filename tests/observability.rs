@@ -309,6 +309,56 @@ fn a_release_by_its_owner_is_not_logged() {
 }
 
 #[test]
+fn mrelease_and_downgrade_are_not_logged() {
+    let server = Server::start();
+    let mut c = server.conn();
+    // A group released by its owner, one key re-entered and one handed to a waiter.
+    let _: Vec<i64> = cmd!("LOCK.MACQUIRE", 3, "a", "b", "c", "o", LONG)
+        .query(&mut c)
+        .unwrap();
+    let _: i64 = cmd!("LOCK.REENTER", "a", "o", LONG).query(&mut c).unwrap();
+    let (mut next, _) = queue(&server, &mut c, "b", "next", 0, &[], 1);
+    let n: i64 = cmd!("LOCK.MRELEASE", 3, "a", "b", "c", "o")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 3);
+    next.read(DUE).token();
+    let n: i64 = cmd!("LOCK.MRELEASE", 1, "a", "o").query(&mut c).unwrap();
+    assert_eq!(n, 1);
+    // An exclusive hold made shared, readers let in with it; then released by each owner.
+    acquire(&mut c, "rw", "writer", LONG);
+    let (mut reader, _) = queue(&server, &mut c, "rw", "reader", 0, &["SHARED"], 1);
+    let _: i64 = cmd!("LOCK.DOWNGRADE", "rw", "writer")
+        .query(&mut c)
+        .unwrap();
+    let _: i64 = cmd!("LOCK.DOWNGRADE", "rw", "writer")
+        .query(&mut c)
+        .unwrap();
+    reader.read(DUE).token();
+    let _: i64 = cmd!("LOCK.RELEASE", "rw", "writer").query(&mut c).unwrap();
+    let _: i64 = cmd!("LOCK.RELEASE", "rw", "reader").query(&mut c).unwrap();
+    let n: i64 = cmd!("LOCK.MRENEW", 1, "b", "next", LONG)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 1);
+    assert!(
+        log_reasons(&mut c, 100).is_empty(),
+        "{:?}",
+        log_reasons(&mut c, 100)
+    );
+    for key in ["a", "b", "c", "rw"] {
+        assert!(history(&mut c, key).is_empty(), "{key}");
+    }
+    assert_eq!(info_field(&mut c, "log_len"), 0);
+    // What ends a hold other than by its owner still is logged after them.
+    let _: i64 = cmd!("LOCK.FORCERELEASE", "b").query(&mut c).unwrap();
+    assert_eq!(
+        history(&mut c, "b"),
+        [("forcereleased".into(), "next".into())]
+    );
+}
+
+#[test]
 fn force_release_is_logged_with_who_did_it() {
     let server = Server::start();
     let mut c = server.conn();
@@ -522,6 +572,140 @@ fn deletes_overwrites_moves_and_restores_say_so() {
     assert!(history(&mut c, "plain").is_empty());
 }
 
+/// Whether the server can tell a module which command runs (`RedisModule_CachedMicroseconds`:
+/// Redis 7.2+ and every Valkey, which says `redis_version:7.2.4`).
+fn knows_the_command(c: &mut Connection) -> bool {
+    let info: String = cmd!("INFO", "server").query(c).unwrap();
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    version.as_str() >= "7.2"
+}
+
+#[test]
+fn migrate_away_is_a_move_where_the_server_lets_the_module_tell() {
+    let source = Server::start();
+    let target = Server::start();
+    let mut c = source.conn();
+    let moved = if knows_the_command(&mut c) {
+        "moved"
+    } else {
+        "deleted" // Redis 7.0: MIGRATE's deletion looks like DEL's (docs/commands.md)
+    };
+    let a = acquire(&mut c, "a", "mover-a", LONG);
+    acquire(&mut c, "b", "mover-b", LONG);
+    for r in ["r1", "r2"] {
+        let _: i64 = cmd!("LOCK.ACQUIRE", "s", r, LONG, "SHARED")
+            .query(&mut c)
+            .unwrap();
+    }
+    let ok: String = cmd!("MIGRATE", "127.0.0.1", target.port, "a", 0, 5000)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(ok, "OK");
+    assert_eq!(
+        history(&mut c, "a"),
+        [(moved.to_string(), "mover-a".into())]
+    );
+    let mut t = target.conn();
+    let there = common::lock_info(&mut t, "a").expect("the hold lives on at the target");
+    assert_eq!((there.owner.as_slice(), there.token), (&b"mover-a"[..], a));
+    assert!(history(&mut t, "a").is_empty(), "nothing ended there");
+    // Several keys at once, a shared one among them: each hold says so.
+    let ok: String = cmd!(
+        "MIGRATE",
+        "127.0.0.1",
+        target.port,
+        "",
+        0,
+        5000,
+        "KEYS",
+        "b",
+        "s"
+    )
+    .query(&mut c)
+    .unwrap();
+    assert_eq!(ok, "OK");
+    assert_eq!(
+        history(&mut c, "b"),
+        [(moved.to_string(), "mover-b".into())]
+    );
+    let mut s = history(&mut c, "s");
+    s.sort();
+    assert_eq!(
+        s,
+        [
+            (moved.to_string(), "r1".to_string()),
+            (moved.to_string(), "r2".to_string())
+        ]
+    );
+    // COPY ends nothing here; REPLACE onto a lock there restores over it.
+    acquire(&mut c, "a", "second", LONG);
+    let ok: String = cmd!(
+        "MIGRATE",
+        "127.0.0.1",
+        target.port,
+        "a",
+        0,
+        5000,
+        "COPY",
+        "REPLACE"
+    )
+    .query(&mut c)
+    .unwrap();
+    assert_eq!(ok, "OK");
+    assert_eq!(
+        history(&mut c, "a").len(),
+        1,
+        "COPY logs nothing at the source"
+    );
+    assert_eq!(
+        history(&mut t, "a"),
+        [("restored".into(), "mover-a".into())]
+    );
+    // A DUMP and a DEL are not a MIGRATE: apart, pipelined (two commands may start in the same
+    // microsecond), or in one transaction.
+    let _: () = cmd!("LOCK.LOG", "RESET").query(&mut c).unwrap();
+    acquire(&mut c, "d1", "o", LONG);
+    let _: Vec<u8> = cmd!("DUMP", "d1").query(&mut c).unwrap();
+    let _: i64 = cmd!("DEL", "d1").query(&mut c).unwrap();
+    for i in 0..20 {
+        let key = format!("p{i}");
+        acquire(&mut c, &key, "o", LONG);
+        let _: (Vec<u8>, i64) = redis::pipe()
+            .cmd("DUMP")
+            .arg(&key)
+            .cmd("DEL")
+            .arg(&key)
+            .query(&mut c)
+            .unwrap();
+    }
+    acquire(&mut c, "t1", "o", LONG);
+    let _: (Vec<u8>, i64) = redis::pipe()
+        .atomic()
+        .cmd("DUMP")
+        .arg("t1")
+        .cmd("DEL")
+        .arg("t1")
+        .query(&mut c)
+        .unwrap();
+    acquire(&mut c, "l1", "o", LONG);
+    let _: i64 = cmd!(
+        "EVAL",
+        "redis.call('DUMP', KEYS[1]); return redis.call('DEL', KEYS[1])",
+        1,
+        "l1"
+    )
+    .query(&mut c)
+    .unwrap();
+    let reasons = log_reasons(&mut c, 100);
+    assert_eq!(reasons.len(), 23);
+    assert!(reasons.iter().all(|r| r == "deleted"), "{reasons:?}");
+}
+
 #[test]
 fn evictions_are_logged() {
     let server = Server::start();
@@ -640,6 +824,143 @@ fn a_flush_or_a_swap_is_one_entry_and_a_reload_none() {
     let _: () = cmd!("FLUSHALL").query(&mut c).unwrap();
     let _: () = cmd!("FLUSHALL").query(&mut c).unwrap();
     assert_eq!(log_reasons(&mut c, 10).len(), 5);
+    // Also right after an asynchronous flush (Valkey's default for FLUSHALL), whose locks a
+    // background thread is still freeing: they are no longer in any db.
+    for db in [0, 5] {
+        let mut p = redis::pipe();
+        p.cmd("SELECT").arg(db).ignore();
+        for i in 0..20_000 {
+            p.cmd("LOCK.ACQUIRE")
+                .arg(format!("many{i}"))
+                .arg("o")
+                .arg(LONG)
+                .ignore();
+        }
+        let _: () = p.query(&mut c).unwrap();
+    }
+    let _: () = cmd!("SELECT", 0).query(&mut c).unwrap();
+    let _: ((), (), (), ()) = redis::pipe()
+        .cmd("FLUSHDB")
+        .arg("ASYNC")
+        .cmd("FLUSHDB")
+        .cmd("FLUSHALL")
+        .arg("ASYNC")
+        .cmd("FLUSHALL")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        log_reasons(&mut c, 10),
+        [
+            "flushed", "flushed", // FLUSHALL ASYNC, FLUSHDB ASYNC; not the flushes of nothing
+            "flushed", "swapped", "swapped", "flushed", "flushed"
+        ],
+        "one entry per flush that ended holds"
+    );
+}
+
+/// `held` of the newest journal entry of `key` (`None`: nil, the grant time is unknown).
+fn held_of(c: &mut Connection, key: &str) -> Option<i64> {
+    let e = entries(c, cmd!("LOCK.HISTORY", key, 1));
+    let e = e.first().unwrap_or_else(|| panic!("no entry for {key}"));
+    match &e["held"] {
+        Value::Nil => None,
+        Value::Int(ms) => Some(*ms),
+        other => panic!("held of {key}: {other:?}"),
+    }
+}
+
+/// Force-releases `key` and checks that the journal counts its hold from `granted_ms` (Unix
+/// ms, just before the grant), at least `at_least` ms.
+fn assert_held_since(c: &mut Connection, key: &str, granted_ms: i64, at_least: i64) {
+    let _: i64 = cmd!("LOCK.FORCERELEASE", key).query(c).unwrap();
+    let held = held_of(c, key).unwrap_or_else(|| panic!("{key}: held unknown"));
+    let most = now_ms() - granted_ms + 5;
+    assert!(
+        (at_least..=most).contains(&held),
+        "{key} held {held} ms, expected {at_least}..={most}"
+    );
+}
+
+#[test]
+fn held_counts_from_the_grant_across_reloads_and_restarts() {
+    // The grant time is kept in the value: in the RDB, the AOF (as LOCK.APPLY ... GRANTED) and
+    // what replicas receive, so a hold granted before this server started has a known `held`.
+    let mut server = Server::with_args(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        "no",
+    ]);
+    let mut c = server.conn();
+    let since = now_ms();
+    acquire(&mut c, "reloaded", "o", LONG);
+    acquire(&mut c, "rewritten", "o", LONG);
+    let _: () = cmd!("BGREWRITEAOF").query(&mut c).unwrap();
+    assert!(eventually(DUE, || {
+        let info: String = cmd!("INFO", "persistence").query(&mut c).unwrap();
+        info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
+    }));
+    acquire(&mut c, "appended", "o", LONG);
+    let _: i64 = cmd!("LOCK.ACQUIRE", "shared", "r", LONG, "SHARED")
+        .query(&mut c)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let _: () = cmd!("DEBUG", "RELOAD").query(&mut c).unwrap();
+    assert_held_since(&mut c, "reloaded", since, 200);
+    // Restarted from its AOF: the rewritten base and the commands appended after it.
+    drop(c);
+    server.restart();
+    let mut c = server.conn();
+    for key in ["rewritten", "appended", "shared"] {
+        assert_held_since(&mut c, key, since, 200);
+    }
+    // Restarted from an RDB.
+    let since = now_ms();
+    acquire(&mut c, "saved", "o", LONG);
+    std::thread::sleep(Duration::from_millis(100));
+    let _: () = cmd!("SAVE").query(&mut c).unwrap();
+    drop(c);
+    server.restart_with(&["--appendonly", "no"]);
+    let mut c = server.conn();
+    assert_held_since(&mut c, "saved", since, 100);
+}
+
+#[test]
+fn held_is_empty_only_for_a_hold_whose_grant_time_was_never_recorded() {
+    // An RDB of encoding version 2 (before grant times) has none: its holds say nil.
+    let server = Server::start();
+    let mut c = server.conn();
+    let (format, _) = common::payload::Format::of(&mut c);
+    use common::payload::Field;
+    let v2 = format.payload(
+        2,
+        &[
+            Field::Uint(0),
+            Field::Str(b"old-owner".to_vec()),
+            Field::Uint(1 << 50),
+            Field::Uint(1),
+        ],
+    );
+    let _: () = cmd!("RESTORE", "old", 60_000, v2).query(&mut c).unwrap();
+    let _: i64 = cmd!("LOCK.FORCERELEASE", "old").query(&mut c).unwrap();
+    let e = &entries(&mut c, cmd!("LOCK.HISTORY", "old"))[0];
+    assert_eq!(text(&e["owner"]), "old-owner");
+    assert_eq!(e["held"], Value::Nil, "{e:?}");
+    // A replica promoted after it replicated a grant knows when it was granted.
+    let master = Server::start();
+    let replica = Server::start();
+    common::attach_replica(&master, &replica);
+    let mut m = master.conn();
+    let since = now_ms();
+    acquire(&mut m, "k", "o", LONG);
+    std::thread::sleep(Duration::from_millis(100));
+    let acked: i64 = cmd!("WAIT", 1, 5000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    let mut r = replica.conn();
+    let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut r).unwrap();
+    assert_held_since(&mut r, "k", since, 100);
 }
 
 #[test]
@@ -757,6 +1078,219 @@ fn log_configs_bound_and_filter_the_journal() {
     assert_eq!(config_get(&mut c, "relock.log-reasons"), "all");
 }
 
+/// Ends a hold of `key` by `LOCK.FORCERELEASE` and one of `key:del` by `DEL`.
+fn force_release_and_delete(c: &mut Connection, key: &str) {
+    acquire(c, key, "o", LONG);
+    let _: i64 = cmd!("LOCK.FORCERELEASE", key).query(c).unwrap();
+    let deleted = format!("{key}:del");
+    acquire(c, &deleted, "o", LONG);
+    let _: i64 = cmd!("DEL", &deleted).query(c).unwrap();
+}
+
+#[test]
+fn log_reasons_and_length_are_taken_at_load_from_every_source() {
+    // On the command line.
+    let server = Server::with_args(&["--relock.log-reasons", "deleted expired"]);
+    let mut c = server.conn();
+    let got = config_get(&mut c, "relock.log-reasons");
+    assert!(
+        got == "expired deleted" || got == "deleted expired",
+        "{got}"
+    );
+    force_release_and_delete(&mut c, "k");
+    assert_eq!(log_reasons(&mut c, 10), ["deleted"], "only what was asked");
+    drop(c);
+    drop(server);
+    // In a config file (here one included from the command line).
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("relock.conf");
+    std::fs::write(
+        &conf,
+        "relock.log-reasons forcereleased\nrelock.log-max-len 2\n",
+    )
+    .unwrap();
+    let server = Server::with_args(&["--include", conf.to_str().unwrap()]);
+    let mut c = server.conn();
+    assert_eq!(config_get(&mut c, "relock.log-reasons"), "forcereleased");
+    assert_eq!(config_get(&mut c, "relock.log-max-len"), "2");
+    for key in ["a", "b", "c"] {
+        force_release_and_delete(&mut c, key);
+    }
+    let keys: Vec<String> = entries(&mut c, cmd!("LOCK.LOG", 10))
+        .iter()
+        .map(|e| text(&e["key"]))
+        .collect();
+    assert_eq!(keys, ["c", "b"], "forced releases only, the newest 2");
+    drop(c);
+    drop(server);
+    // With MODULE LOADEX ... CONFIG; a bad value refuses the load.
+    let server = Server::without_module(&["--enable-module-command", "yes"]);
+    let mut c = server.conn();
+    let module = common::module_path().to_string_lossy().into_owned();
+    let e = cmd!(
+        "MODULE",
+        "LOADEX",
+        &module,
+        "CONFIG",
+        "relock.log-reasons",
+        "bogus"
+    )
+    .query::<()>(&mut c)
+    .expect_err("a bad reason at load");
+    assert!(e.to_string().contains("Error loading the extension"), "{e}");
+    let modules: Value = cmd!("MODULE", "LIST").query(&mut c).unwrap();
+    assert!(
+        !format!("{modules:?}").contains("relock"),
+        "not loaded: {modules:?}"
+    );
+    let _: () = cmd!(
+        "MODULE",
+        "LOADEX",
+        &module,
+        "CONFIG",
+        "relock.log-reasons",
+        "none",
+        "CONFIG",
+        "relock.log-max-len",
+        "5"
+    )
+    .query(&mut c)
+    .unwrap();
+    assert_eq!(config_get(&mut c, "relock.log-reasons"), "none");
+    assert_eq!(config_get(&mut c, "relock.log-max-len"), "5");
+    force_release_and_delete(&mut c, "k");
+    assert!(log_reasons(&mut c, 10).is_empty());
+}
+
+#[test]
+fn config_set_while_holds_end_keeps_the_journal_bounded_and_consistent() {
+    // Other connections end holds (expiry, force-release, DEL) while one changes the journal's
+    // length and reasons, in every direction, 0 included; a snapshot in one transaction always
+    // sees a journal within its length, newest first, counted by INFO.
+    let server = Server::start();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for w in 0..3 {
+        let stop = stop.clone();
+        let mut c = server.conn();
+        workers.push(std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let key = format!("w{w}:{}", i % 50);
+                i += 1;
+                let _: Option<i64> = cmd!("LOCK.ACQUIRE", &key, "o", 1 + i % 20)
+                    .query(&mut c)
+                    .unwrap();
+                match i % 4 {
+                    0 => {
+                        let _: i64 = cmd!("LOCK.FORCERELEASE", &key).query(&mut c).unwrap();
+                    }
+                    1 => {
+                        let _: i64 = cmd!("DEL", &key).query(&mut c).unwrap();
+                    }
+                    2 => {
+                        let _: Option<i64> = cmd!("LOCK.ACQUIRE", &key, "r", 5, "SHARED")
+                            .query(&mut c)
+                            .unwrap();
+                    }
+                    _ => {} // left to expire
+                }
+            }
+        }));
+    }
+    let configs = {
+        let stop = stop.clone();
+        let mut c = server.conn();
+        std::thread::spawn(move || {
+            let lens = ["1000", "3", "0", "50", "1", "100000", "0", "7"];
+            let reasons = ["all", "expired", "none", "forcereleased deleted", "all"];
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _: () = cmd!("CONFIG", "SET", "relock.log-max-len", lens[i % lens.len()])
+                    .query(&mut c)
+                    .unwrap();
+                if i % 3 == 0 {
+                    let r = reasons[(i / 3) % reasons.len()];
+                    let _: () = cmd!("CONFIG", "SET", "relock.log-reasons", r)
+                        .query(&mut c)
+                        .unwrap();
+                }
+                i += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            i
+        })
+    };
+    let mut c = server.conn();
+    let known = [
+        "expired",
+        "forcereleased",
+        "deleted",
+        "moved",
+        "restored",
+        "revoked",
+    ];
+    let started = Instant::now();
+    let mut snapshots = 0;
+    let mut seen_entries = 0;
+    while started.elapsed() < Duration::from_secs(2) || snapshots < 50 {
+        let (max, log, info): (Vec<String>, Value, String) = redis::pipe()
+            .atomic()
+            .cmd("CONFIG")
+            .arg("GET")
+            .arg("relock.log-max-len")
+            .cmd("LOCK.LOG")
+            .arg(100_000)
+            .cmd("INFO")
+            .arg("relock")
+            .query(&mut c)
+            .unwrap();
+        let max: usize = max[1].parse().unwrap();
+        let Value::Array(log) = log else {
+            panic!("{log:?}")
+        };
+        let log: Vec<HashMap<String, Value>> = log.iter().map(fields).collect();
+        assert!(log.len() <= max, "{} entries, max {max}", log.len());
+        let len = info
+            .lines()
+            .find_map(|l| l.strip_prefix("relock_log_len:"))
+            .unwrap()
+            .trim()
+            .parse::<usize>()
+            .unwrap();
+        assert_eq!(len, log.len(), "INFO log_len counts the journal");
+        let ids: Vec<i64> = log.iter().map(|e| int(&e["id"])).collect();
+        assert!(ids.windows(2).all(|w| w[0] > w[1]), "newest first: {ids:?}");
+        for e in &log {
+            let reason = text(&e["reason"]);
+            assert!(known.contains(&reason.as_str()), "{reason}");
+        }
+        seen_entries += log.len();
+        snapshots += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in workers {
+        w.join().expect("a worker failed");
+    }
+    let sets = configs.join().expect("CONFIG SET failed");
+    assert!(sets > 10, "the configs changed {sets} times");
+    assert!(seen_entries > 0, "the journal recorded something meanwhile");
+    let pong: String = cmd!("PING").query(&mut c).unwrap();
+    assert_eq!(pong, "PONG");
+    // Settled: the last setting holds.
+    let _: () = cmd!("CONFIG", "SET", "relock.log-max-len", 4)
+        .query(&mut c)
+        .unwrap();
+    let _: () = cmd!("CONFIG", "SET", "relock.log-reasons", "all")
+        .query(&mut c)
+        .unwrap();
+    for i in 0..6 {
+        force_release_and_delete(&mut c, &format!("settled{i}"));
+    }
+    assert_eq!(entries(&mut c, cmd!("LOCK.LOG", 100)).len(), 4);
+    assert_eq!(info_field(&mut c, "log_len"), 4);
+}
+
 #[test]
 fn huge_keys_owners_and_client_names_are_cut_in_the_journal() {
     let server = Server::start();
@@ -820,6 +1354,111 @@ fn the_journal_is_per_node_and_empty_after_a_restart() {
     master.restart();
     let mut m = master.conn();
     assert!(log_reasons(&mut m, 10).is_empty(), "in memory only");
+}
+
+#[test]
+fn a_replica_answers_log_and_stats_and_a_promoted_one_starts_empty() {
+    let master = Server::start();
+    let replica = Server::with_args(&["--replica-serve-stale-data", "no"]);
+    common::attach_replica(&master, &replica);
+    let mut m = master.conn();
+    // Contention and a forced release on the master.
+    acquire(&mut m, "k", "o", LONG);
+    assert_eq!(
+        common::int_or_nil(&mut m, cmd!("LOCK.ACQUIRE", "k", "x", LONG)),
+        None
+    );
+    let _ = queue(&master, &mut m, "k", "w", 50, &[], 1).0.read(DUE);
+    let _: i64 = cmd!("LOCK.FORCERELEASE", "k").query(&mut m).unwrap();
+    acquire(&mut m, "kept", "o", LONG);
+    let acked: i64 = cmd!("WAIT", 1, 5000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    assert_eq!(log_reasons(&mut m, 10), ["forcereleased"]);
+    assert!(!entries(&mut m, cmd!("LOCK.STATS")).is_empty());
+    // The replica answers for itself: nothing, as it only applied what its master decided.
+    let mut r = replica.conn();
+    assert!(log_reasons(&mut r, 10).is_empty());
+    assert!(entries(&mut r, cmd!("LOCK.STATS")).is_empty());
+    assert!(history(&mut r, "k").is_empty());
+    // Promoted by a failover: its journal and statistics start empty (per node, in memory),
+    // and record what happens on it from then on; the old master keeps its own.
+    let _: () = cmd!("FAILOVER").query(&mut m).unwrap();
+    let promoted = eventually(DUE, || {
+        let role: Vec<Value> = cmd!("ROLE").query(&mut r).unwrap();
+        text(&role[0]) == "master"
+    });
+    assert!(promoted, "the replica took over");
+    assert!(
+        log_reasons(&mut r, 10).is_empty(),
+        "a failover: nothing to find"
+    );
+    assert!(entries(&mut r, cmd!("LOCK.STATS")).is_empty());
+    let demoted = eventually(DUE, || {
+        let role: Vec<Value> = cmd!("ROLE").query(&mut m).unwrap();
+        text(&role[0]) == "slave"
+    });
+    assert!(demoted, "the old master follows");
+    assert_eq!(
+        log_reasons(&mut m, 10),
+        ["forcereleased"],
+        "the old master's journal is its own"
+    );
+    let ended = eventually(DUE, || {
+        cmd!("LOCK.FORCERELEASE", "kept")
+            .query::<i64>(&mut r)
+            .is_ok_and(|n| n == 1)
+    });
+    assert!(ended, "the promoted replica writes");
+    assert_eq!(
+        history(&mut r, "kept"),
+        [("forcereleased".into(), "o".into())]
+    );
+    // A replica whose master is gone still answers both (they read memory, not keys).
+    drop(r);
+    let mut old = master.conn();
+    assert!(eventually(DUE, || {
+        let info: String = cmd!("INFO", "replication").query(&mut old).unwrap();
+        info.contains("master_link_status:up")
+    }));
+    let _: () = cmd!("CONFIG", "SET", "replica-serve-stale-data", "no")
+        .query(&mut old)
+        .unwrap();
+    drop(replica);
+    assert!(eventually(DUE, || {
+        let info: String = cmd!("INFO", "replication").query(&mut old).unwrap();
+        info.contains("master_link_status:down")
+    }));
+    let e = cmd!("LOCK.INFO", "kept").query::<Value>(&mut old);
+    assert!(e.is_err(), "stale data is not served: {e:?}");
+    assert_eq!(log_reasons(&mut old, 10), ["forcereleased"]);
+    let _: Value = cmd!("LOCK.STATS").query(&mut old).unwrap();
+}
+
+#[test]
+fn statistics_and_the_journal_live_across_debug_reload() {
+    let server = Server::start();
+    let mut c = server.conn();
+    acquire(&mut c, "hot", "h", LONG);
+    assert_eq!(
+        common::int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "hot", "x", LONG)),
+        None
+    );
+    let _ = queue(&server, &mut c, "hot", "t", 100, &[], 1).0.read(DUE);
+    let (mut w, _) = queue(&server, &mut c, "hot", "w", 0, &[], 1);
+    let _: i64 = cmd!("LOCK.RELEASE", "hot", "h").query(&mut c).unwrap();
+    w.read(DUE).token();
+    let _: i64 = cmd!("LOCK.FORCERELEASE", "hot").query(&mut c).unwrap();
+    let stats = |c: &mut Connection| cmd!("LOCK.STATS").query::<Value>(c).unwrap();
+    let info = |c: &mut Connection| (percentiles(c, "wait"), percentiles(c, "hold"));
+    let before = (stats(&mut c), info(&mut c), log_reasons(&mut c, 10));
+    assert!(before.1 .0[3] > 0.0 && before.1 .1[3] > 0.0, "{before:?}");
+    // DEBUG RELOAD saves, flushes and loads the keyspace; the module stays loaded, and with it
+    // what it measured since it loaded (docs: "since the module loaded").
+    let _: () = cmd!("DEBUG", "RELOAD").query(&mut c).unwrap();
+    std::thread::sleep(Duration::from_millis(250)); // two cron ticks: a pending flush is written
+    let after = (stats(&mut c), info(&mut c), log_reasons(&mut c, 10));
+    assert_eq!(before, after);
+    assert_eq!(info_field(&mut c, "granted_total"), 1);
 }
 
 // --- Contention statistics ------------------------------------------------------------------

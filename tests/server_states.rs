@@ -265,8 +265,12 @@ fn an_evicting_policy_is_warned_about_at_load() {
 fn a_busy_script_delays_an_expiry_hand_off_until_it_ends() {
     let server = Server::with_args(&["--busy-reply-threshold", "100"]);
     let mut c = connect(&server);
-    acquire(&mut c, "k", "a", 200);
+    // The lease is cut to 200 ms only once the waiter queued: on a busy machine a 200 ms lock
+    // could expire before the waiter arrives, which then finds it free.
+    acquire(&mut c, "k", "a", LONG_TTL);
     let mut w = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
+    let renewed: Option<i64> = cmd!("LOCK.RENEW", "k", "a", 200).query(&mut c).unwrap();
+    assert!(renewed.is_some());
     let url = server.url();
     let script = std::thread::spawn(move || {
         let mut s = redis::Client::open(url).unwrap().get_connection().unwrap();

@@ -163,7 +163,7 @@ impl fmt::Display for Loss {
             ),
             LossReason::Moved => write!(
                 f,
-                "lock {key:?} was renamed or moved away{on}{by}{ago} (RENAME, MOVE)"
+                "lock {key:?} was renamed or moved away{on}{by}{ago} (RENAME, MOVE or MIGRATE)"
             ),
             LossReason::Flushed => write!(
                 f,

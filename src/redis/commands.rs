@@ -79,6 +79,8 @@ pub struct Command {
     pub numkeys: bool,
     pub summary: &'static CStr,
     pub complexity: &'static CStr,
+    /// The relock version that added it (`COMMAND DOCS` shows it).
+    pub since: &'static CStr,
     pub args: &'static [Arg],
 }
 

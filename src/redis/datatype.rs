@@ -19,6 +19,7 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::globals;
+use super::server;
 use super::unlinked::Gone;
 use super::{effects, ffi};
 use crate::lock::{
@@ -261,6 +262,10 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
         let Some(lock) = (unsafe { lock_of(value) }) else {
             return;
         };
+        // A MIGRATE serializes, then deletes (`unlinked::Serialized`).
+        if let Some(started_us) = server::command_started_us() {
+            globals::push_serialized(started_us, value as usize, server::commands_processed);
+        }
         match lock.as_ref() {
             LockRef::Exclusive(hold) => {
                 save_unsigned(rdb, KIND_EXCLUSIVE);
@@ -431,11 +436,14 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
             return;
         };
         let lock = lock.as_ref();
+        let serialized_by = server::command_started_us()
+            .and_then(|started_us| globals::serialized_by(started_us, value as usize));
         let gone = Gone {
             db,
             name: name.to_vec(),
             holds: holds_in(lock),
             described: describe(lock, globals::describes()),
+            serialized_by,
         };
         globals::push_unlinked(gone);
     })

@@ -13,7 +13,7 @@ use redis_module::raw;
 use super::globals::{self, Report};
 use super::host::{self, RedisHost};
 use super::migration::{self, EXPORT_COMPLETED, EXPORT_STARTED};
-use super::server;
+use super::server::{self, server_info, server_info_text};
 use super::{effects, ffi, unlinked};
 use crate::lock::Effect;
 
@@ -87,7 +87,10 @@ extern "C" fn on_keyspace_event(
         };
         // A lock Redis just unlinked: this notification says why.
         if let Some(gone) = globals::take_unlinked(db, name, event) {
-            let reason = unlinked::reason(event);
+            // Serialized by this very command (not one that started in the same µs): MIGRATE.
+            let serialized =
+                gone.serialized_by.is_some() && gone.serialized_by == server::commands_processed();
+            let reason = unlinked::reason_for(event, serialized);
             globals::report(&mut RedisHost::new(ctx), Report::Lost { reason, gone });
         }
         // A shared key's TTL must not outlive its leases: watch what sets or removes TTLs or
@@ -151,8 +154,10 @@ extern "C" fn on_server_event(
                 // no lock is lost then.
                 // SAFETY: `ctx` is the server event's context.
                 let flags = unsafe { rm!(RedisModule_GetContextFlags(ctx)) };
-                if flags & raw::REDISMODULE_CTX_FLAGS_LOADING as c_int == 0 {
-                    globals::note_flush(info.dbnum, commands_processed(ctx));
+                if flags & raw::REDISMODULE_CTX_FLAGS_LOADING as c_int == 0
+                    && flush_empties_keys(ctx, info.dbnum)
+                {
+                    globals::note_flush(info.dbnum, server::commands_processed());
                 }
                 globals::forget_unlinked();
             }
@@ -179,7 +184,7 @@ extern "C" fn on_server_event(
                 && subevent != raw::REDISMODULE_SUBEVENT_LOADING_FAILED
             {
                 // The flush before a load in the same command (`DEBUG RELOAD`) loses no lock.
-                globals::cancel_flush(commands_processed(ctx));
+                globals::cancel_flush(server::commands_processed());
             }
             if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
                 globals::report(&mut RedisHost::new(ctx), Report::DbChanged(None));
@@ -205,6 +210,33 @@ extern "C" fn on_server_event(
             globals::report(&mut RedisHost::new(ctx), report);
         }
     })
+}
+
+/// Whether the flush about to run empties any key: the db `dbnum` (every db for -1) holds one.
+/// Lock values an earlier asynchronous flush (`FLUSHALL ASYNC`, Valkey's default) handed to a
+/// background thread count as alive until that thread frees them, though they are in no db any
+/// more: without this look, a flush of nothing right after one would be logged as ending holds.
+/// O(dbs), on flushes only.
+fn flush_empties_keys(ctx: *mut raw::RedisModuleCtx, dbnum: c_int) -> bool {
+    let selected = ffi::selected_db(ctx);
+    let (first, last) = if dbnum >= 0 {
+        (dbnum, dbnum)
+    } else {
+        (0, c_int::MAX)
+    };
+    let mut found = false;
+    for db in first..=last {
+        // Past the last db (`databases`), selecting fails.
+        if !ffi::select_db(ctx, db) {
+            break;
+        }
+        if ffi::db_size(ctx) > 0 {
+            found = true;
+            break;
+        }
+    }
+    ffi::select_db(ctx, selected);
+    found
 }
 
 /// An AOF rewrite keeps only the locks that exist, and without the RDB preamble it has no aux
@@ -293,64 +325,6 @@ pub fn warn_if_locks_may_be_evicted(ctx: *mut raw::RedisModuleCtx) {
             };
         }
     }
-}
-
-/// Text fields of one `INFO` section, read once; `None` for a field that cannot be read.
-pub fn server_info_text<const N: usize>(
-    ctx: *mut raw::RedisModuleCtx,
-    section: &CStr,
-    fields: [&CStr; N],
-) -> [Option<String>; N] {
-    // SAFETY: `ctx` is live; the section name is a C string.
-    let info = unsafe { rm!(RedisModule_GetServerInfo(ctx, section.as_ptr())) };
-    if info.is_null() {
-        return [const { None }; N];
-    }
-    let values = fields.map(|field| {
-        // SAFETY: `info` is live; a field comes back as a C string we copy, or null.
-        unsafe {
-            let value = rm!(RedisModule_ServerInfoGetFieldC(info, field.as_ptr()));
-            (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned())
-        }
-    });
-    // SAFETY: `info` was returned by `GetServerInfo` and is freed once, here.
-    unsafe { rm!(RedisModule_FreeServerInfo(ctx, info)) };
-    values
-}
-
-/// The server's `total_commands_processed`: it counts a command once it is done, so two
-/// events of one command see the same number (read on flushes and loads only).
-fn commands_processed(ctx: *mut raw::RedisModuleCtx) -> Option<i64> {
-    let [processed] = server_info(ctx, c"stats", [c"total_commands_processed"]);
-    processed
-}
-
-/// Integer fields of one `INFO` section, read once; `None` for a field that cannot be read.
-fn server_info<const N: usize>(
-    ctx: *mut raw::RedisModuleCtx,
-    section: &CStr,
-    fields: [&CStr; N],
-) -> [Option<i64>; N] {
-    // SAFETY: `ctx` is live; the section name is a C string.
-    let info = unsafe { rm!(RedisModule_GetServerInfo(ctx, section.as_ptr())) };
-    if info.is_null() {
-        return [None; N];
-    }
-    let values = fields.map(|field| {
-        let mut err: c_int = 0;
-        // SAFETY: `info` is live; the field name is a C string; Redis writes `err`.
-        let value = unsafe {
-            rm!(RedisModule_ServerInfoGetFieldSigned(
-                info,
-                field.as_ptr(),
-                &mut err
-            ))
-        };
-        (err == 0).then_some(value)
-    });
-    // SAFETY: `info` was returned by `GetServerInfo` and is freed once, here.
-    unsafe { rm!(RedisModule_FreeServerInfo(ctx, info)) };
-    values
 }
 
 /// Whether this server is Valkey 9 or later, the only one with atomic slot migration (see

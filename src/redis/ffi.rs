@@ -84,6 +84,12 @@ pub fn select_db(ctx: *mut raw::RedisModuleCtx, db: c_int) -> bool {
     unsafe { rm!(RedisModule_SelectDb(ctx, db)) == raw::REDISMODULE_OK as c_int }
 }
 
+/// How many keys the db selected in `ctx` holds.
+pub fn db_size(ctx: *mut raw::RedisModuleCtx) -> u64 {
+    // SAFETY: `ctx` is the live context of the running callback.
+    unsafe { rm!(RedisModule_DbSize(ctx)) }
+}
+
 /// A Redis string this module created and frees.
 pub struct OwnedString {
     ctx: *mut raw::RedisModuleCtx,

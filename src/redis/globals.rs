@@ -23,7 +23,7 @@ use redis_module::raw;
 
 use super::acl::Caller;
 use super::migration::Migrations;
-use super::unlinked::{Gone, Unlinked};
+use super::unlinked::{Gone, Serialized, Unlinked};
 use crate::lock::shared::Garbage;
 use crate::lock::{Engine, Handles, Host, KeyRef, LockValue, Reason, Watch};
 
@@ -56,6 +56,11 @@ thread_local! {
     /// that follows; cleared when the module deletes or replaces a lock itself (no
     /// notification follows that).
     static UNLINKED: RefCell<Unlinked> = RefCell::new(Unlinked::default());
+
+    /// The lock values the running command serialized (see `unlinked::Serialized`): written by
+    /// the data type's `rdb_save` on the main thread (a fork child changes only its own copy),
+    /// read by its `unlink2`, to tell `MIGRATE`'s deletion of a lock from `DEL`'s.
+    static SERIALIZED: RefCell<Serialized> = RefCell::new(Serialized::default());
 
     /// The flushes seen and not yet written to the journal, oldest first: `DEBUG RELOAD`
     /// flushes before loading, and then no lock was lost; a load that starts in the same
@@ -301,6 +306,21 @@ pub fn push_unlinked(gone: Gone) {
 /// The lock just unlinked at (db, name), if a notification of that key explains it now.
 pub fn take_unlinked(db: c_int, name: &[u8], event: &CStr) -> Option<Gone> {
     UNLINKED.with(|cell| cell.try_borrow_mut().ok()?.take(db, name, event))
+}
+
+/// The running command, which started at `started_us`, serialized `value`.
+pub fn push_serialized(started_us: i64, value: usize, processed: impl FnOnce() -> Option<i64>) {
+    SERIALIZED.with(|cell| {
+        if let Ok(mut serialized) = cell.try_borrow_mut() {
+            serialized.push(started_us, value, processed);
+        }
+    });
+}
+
+/// `total_commands_processed` of the command that serialized `value`, if it started at
+/// `started_us`.
+pub fn serialized_by(started_us: i64, value: usize) -> Option<i64> {
+    SERIALIZED.with(|cell| cell.try_borrow().ok()?.by(started_us, value))
 }
 
 /// Forgets the unlinked locks (cheap when there is none).

@@ -133,6 +133,7 @@ fn missing_apis_of_commands() -> Option<&'static str> {
 fn missing_apis_of_keys_and_events() -> Option<&'static str> {
     use redis_module::raw::*;
     check!(
+        RedisModule_DbSize,
         RedisModule_FreeServerInfo,
         RedisModule_ReplicateVerbatim,
         RedisModule_GetKeyNameFromOptCtx,

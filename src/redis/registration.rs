@@ -81,6 +81,20 @@ const LIMIT: Arg = Arg {
     optional: true,
     multiple: false,
 };
+const PERMITS: Arg = Arg {
+    name: c"permits",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+    token: Some(c"PERMITS"),
+    optional: true,
+    multiple: false,
+};
+const GRANTED: Arg = Arg {
+    name: c"granted-unix-time-milliseconds",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
+    token: Some(c"GRANTED"),
+    optional: true,
+    multiple: false,
+};
 const HOLDER: Arg = Arg {
     name: c"owner",
     kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
@@ -114,9 +128,10 @@ const ACQUIRE: Command = Command {
     arity: -4,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
     numkeys: false,
-    summary: c"Takes a lock if it is free (non-reentrant; idempotent for its holder), exclusively or SHARED (LIMIT n: a semaphore). Replies the fencing token or nil.",
+    summary: c"Takes a lock if it is free (non-reentrant; idempotent for its holder), exclusively or SHARED (LIMIT n: a semaphore; PERMITS p of it at once). Replies the fencing token or nil.",
     complexity: c"O(log H) with H holders",
-    args: &[KEY, OWNER, TTL, SHARED, LIMIT],
+    since: c"0.1.0",
+    args: &[KEY, OWNER, TTL, SHARED, LIMIT, PERMITS],
 };
 callback!(acquire_callback, ACQUIRE);
 
@@ -129,9 +144,10 @@ const REENTER: Command = Command {
     arity: -4,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
     numkeys: false,
-    summary: c"Takes a lock or enters it once more (reentrant), exclusively or SHARED (LIMIT n). Replies the reentrancy count or nil.",
+    summary: c"Takes a lock or enters it once more (reentrant), exclusively or SHARED (LIMIT n, PERMITS p). Replies the reentrancy count or nil.",
     complexity: c"O(log H) with H holders",
-    args: &[KEY, OWNER, TTL, SHARED, LIMIT],
+    since: c"0.1.0",
+    args: &[KEY, OWNER, TTL, SHARED, LIMIT, PERMITS],
 };
 callback!(reenter_callback, REENTER);
 
@@ -146,6 +162,7 @@ const RELEASE: Command = Command {
     numkeys: false,
     summary: c"Leaves a lock once; at count 0 the lock passes to the first waiter. Replies the remaining count or nil.",
     complexity: c"O(log H) with H holders",
+    since: c"0.1.0",
     args: &[KEY, OWNER],
 };
 callback!(release_callback, RELEASE);
@@ -162,6 +179,7 @@ const RENEW: Command = Command {
     summary:
         c"Sets the remaining lifetime of a lock its owner holds. Replies the fencing token or nil.",
     complexity: c"O(log H) with H holders",
+    since: c"0.1.0",
     args: &[KEY, OWNER, TTL],
 };
 callback!(renew_callback, RENEW);
@@ -175,9 +193,10 @@ const WAIT: Command = Command {
     arity: -5,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
     numkeys: false,
-    summary: c"Takes a lock, exclusively or SHARED (LIMIT n), waiting in FIFO order until it is handed over or the timeout passes. Replies the fencing token or nil.",
+    summary: c"Takes a lock, exclusively or SHARED (LIMIT n, PERMITS p), waiting in FIFO order until it is handed over or the timeout passes. Replies the fencing token or nil.",
     complexity: c"O(log H) with H holders",
-    args: &[KEY, OWNER, TTL, TIMEOUT, SHARED, LIMIT],
+    since: c"0.1.0",
+    args: &[KEY, OWNER, TTL, TIMEOUT, SHARED, LIMIT, PERMITS],
 };
 callback!(wait_callback, WAIT);
 
@@ -192,6 +211,7 @@ const DOWNGRADE: Command = Command {
     numkeys: false,
     summary: c"Makes the owner's exclusive hold a shared one (same token, lease and count) and grants the shared waiters at the head of the queue with it. Replies the token or nil.",
     complexity: c"O(1) plus O(k log H) for k waiters granted",
+    since: c"0.2.0",
     args: &[KEY, OWNER],
 };
 callback!(downgrade_callback, DOWNGRADE);
@@ -207,6 +227,7 @@ const INFO: Command = Command {
     numkeys: false,
     summary: c"Shows a lock: owner, token, count, ttl, waiters, mode, holders, limit. Replies nil when there is no lock.",
     complexity: c"O(1); O(log H) for a shared key with H holders",
+    since: c"0.1.0",
     args: &[KEY],
 };
 callback!(info_callback, INFO);
@@ -222,6 +243,7 @@ const HOLDERS: Command = Command {
     numkeys: false,
     summary: c"Lists a lock's holders in grant order (owner, token, count, ttl); OWNER answers for one. Replies nil when there is no lock.",
     complexity: c"O((n + log H) log(n + log H)) for n of H holders listed (COUNT 0: O(H log H)); O(1) with OWNER",
+    since: c"0.2.0",
     args: &[KEY, OWNER_OPTION, COUNT_OPTION],
 };
 callback!(holders_callback, HOLDERS);
@@ -237,6 +259,7 @@ const FORCERELEASE: Command = Command {
     numkeys: false,
     summary: c"Breaks every hold of a lock, or only the given owner's, handing it on to the waiters. Replies the number of holds removed.",
     complexity: c"O(H) for H holders; O(log H) with an owner",
+    since: c"0.1.0",
     args: &[KEY, HOLDER],
 };
 callback!(forcerelease_callback, FORCERELEASE);
@@ -252,7 +275,8 @@ const APPLY: Command = Command {
     numkeys: false,
     summary: c"Internal: sets a lock exactly as given. Replicas and the AOF receive lock changes in this form.",
     complexity: c"O(1)",
-    args: &[KEY, OWNER, TOKEN, COUNT, PXAT, SHARED, LIMIT],
+    since: c"0.1.0",
+    args: &[KEY, OWNER, TOKEN, COUNT, PXAT, GRANTED, SHARED, LIMIT, PERMITS],
 };
 callback!(apply_callback, APPLY);
 
@@ -267,6 +291,7 @@ const DROP: Command = Command {
     numkeys: false,
     summary: c"Internal: removes one holder of a shared lock exactly. Replicas and the AOF receive shared releases in this form.",
     complexity: c"O(log H) with H holders",
+    since: c"0.2.0",
     args: &[KEY, OWNER],
 };
 callback!(drop_callback, DROP);
@@ -282,6 +307,7 @@ const COUNTER: Command = Command {
     numkeys: false,
     summary: c"Internal: raises the fencing-token counter to at least the given token. Written to the AOF after each rewrite.",
     complexity: c"O(1)",
+    since: c"0.1.0",
     args: &[TOKEN],
 };
 callback!(counter_callback, COUNTER);
@@ -297,6 +323,7 @@ const WAITERS: Command = Command {
     numkeys: false,
     summary: c"Lists a lock's queue in order: owner, mode, limit, permits, client, waited, timeout, ttl. An empty array when nobody waits.",
     complexity: c"O(min(n, N)) for n of N waiters listed",
+    since: c"0.2.0",
     args: &[KEY, COUNT_OPTION],
 };
 callback!(waiters_callback, WAITERS);
@@ -320,6 +347,7 @@ const LOG: Command = Command {
     numkeys: false,
     summary: c"Shows the journal of holds that ended other than by their owner, newest first (count, default 10), or empties it (RESET).",
     complexity: c"O(n) for n entries listed",
+    since: c"0.2.0",
     args: &[LOG_ARG],
 };
 callback!(log_callback, LOG);
@@ -343,6 +371,7 @@ const HISTORY: Command = Command {
     numkeys: false,
     summary: c"Shows the journal's entries for one key, newest first (count, default 10): why its holds ended.",
     complexity: c"O(L) for a journal of L entries",
+    since: c"0.2.0",
     args: &[KEY, HISTORY_COUNT],
 };
 callback!(history_callback, HISTORY);
@@ -366,6 +395,7 @@ const STATS: Command = Command {
     numkeys: false,
     summary: c"Shows the hottest keys by total wait (COUNT n, default 10): waits, granted, timeouts, contended, wait_ms_total with its error bound, wait_ms_max; or clears the statistics (RESET).",
     complexity: c"O(k + n log n) for a table of k keys",
+    since: c"0.2.0",
     args: &[STATS_ARG],
 };
 callback!(stats_callback, STATS);
@@ -393,6 +423,7 @@ const MACQUIRE: Command = Command {
     numkeys: true,
     summary: c"Takes exclusive locks on every key or on none (one slot in a cluster); the new holds share one fencing token. Replies each key's token in argument order, or nil.",
     complexity: c"O(N) for N keys",
+    since: c"0.2.0",
     args: &[NUMKEYS, KEYS, OWNER, TTL],
 };
 callback!(macquire_callback, MACQUIRE);
@@ -408,6 +439,7 @@ const MRELEASE: Command = Command {
     numkeys: true,
     summary: c"Releases the owner's hold on each key once, as LOCK.RELEASE. Replies how many of the keys the owner held.",
     complexity: c"O(N) for N keys, plus the hand-offs",
+    since: c"0.2.0",
     args: &[NUMKEYS, KEYS, OWNER],
 };
 callback!(mrelease_callback, MRELEASE);
@@ -423,6 +455,7 @@ const MRENEW: Command = Command {
     numkeys: true,
     summary: c"Renews the owner's hold on each key, as LOCK.RENEW. Replies how many of the keys the owner held.",
     complexity: c"O(N) for N keys",
+    since: c"0.2.0",
     args: &[NUMKEYS, KEYS, OWNER, TTL],
 };
 callback!(mrenew_callback, MRENEW);
@@ -574,7 +607,7 @@ fn set_info(handle: *mut raw::RedisModuleCommand, command: &Command) -> Result<(
         version: &version,
         summary: command.summary.as_ptr(),
         complexity: command.complexity.as_ptr(),
-        since: c"0.1.0".as_ptr(),
+        since: command.since.as_ptr(),
         history: ptr::null_mut(),
         tips: ptr::null(),
         arity: command.arity,

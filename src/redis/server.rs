@@ -1,5 +1,6 @@
 //! What state the server is in, and so what the module may do in it. Asked before every write
 //! the module makes on its own (timers, deferred jobs) and by every command that changes a lock.
+//! Also what the server says of itself: `INFO` fields, and which command is running.
 //!
 //! | state | commands that change locks | the module's own writes (hand-offs, revokes) |
 //! |---|---|---|
@@ -8,6 +9,7 @@
 //! | loading | refused by Redis (`LOADING`); AOF replay runs | deferred to the end of loading |
 //! | replica (read-only or not) | `READONLY`, except what the master or the AOF sends | never: waiters fail with `READONLY` |
 
+use std::ffi::CStr;
 use std::os::raw::c_int;
 
 use redis_module::raw;
@@ -40,6 +42,27 @@ pub fn state(ctx: *mut raw::RedisModuleCtx) -> State {
 pub fn writes_paused() -> bool {
     // SAFETY: no arguments; reads a server flag.
     unsafe { rm!(RedisModule_AvoidReplicaTraffic()) != 0 }
+}
+
+/// When the running command started, as the server cached it (µs): the same for every callback
+/// of one command, nested ones included. `None` on Redis 7.0, which has no API for it.
+pub fn command_started_us() -> Option<i64> {
+    // SAFETY: reads a function pointer the module API table filled in at load (null on 7.0).
+    let cached = unsafe { raw::RedisModule_CachedMicroseconds }?;
+    // SAFETY: no arguments; reads the server's cached time.
+    Some(unsafe { cached() })
+}
+
+/// The server's `total_commands_processed`: every command raises it when it ends, nested ones
+/// (`MULTI`, scripts) included, so it is the same for every callback of one command. One read
+/// of `INFO stats`.
+pub fn commands_processed() -> Option<i64> {
+    let [processed] = server_info(
+        std::ptr::null_mut(),
+        c"stats",
+        [c"total_commands_processed"],
+    );
+    processed
 }
 
 /// Reads the server's role from `ctx` and records it.
@@ -120,3 +143,55 @@ pub fn client_info(ctx: *mut raw::RedisModuleCtx, id: u64) -> String {
 /// The error a command that would change a lock gets while writes are paused.
 pub const PAUSED: &str =
     "TRYAGAIN writes are paused (CLIENT PAUSE or a failover); retry when they resume";
+
+/// Text fields of one `INFO` section, read once; `None` for a field that cannot be read.
+pub fn server_info_text<const N: usize>(
+    ctx: *mut raw::RedisModuleCtx,
+    section: &CStr,
+    fields: [&CStr; N],
+) -> [Option<String>; N] {
+    // SAFETY: `ctx` is live; the section name is a C string.
+    let info = unsafe { rm!(RedisModule_GetServerInfo(ctx, section.as_ptr())) };
+    if info.is_null() {
+        return [const { None }; N];
+    }
+    let values = fields.map(|field| {
+        // SAFETY: `info` is live; a field comes back as a C string we copy, or null.
+        unsafe {
+            let value = rm!(RedisModule_ServerInfoGetFieldC(info, field.as_ptr()));
+            (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned())
+        }
+    });
+    // SAFETY: `info` was returned by `GetServerInfo` and is freed once, here.
+    unsafe { rm!(RedisModule_FreeServerInfo(ctx, info)) };
+    values
+}
+
+/// Integer fields of one `INFO` section, read once; `None` for a field that cannot be read.
+/// `ctx` may be null (Redis then keeps no automatic memory for the reply; it is freed here).
+pub fn server_info<const N: usize>(
+    ctx: *mut raw::RedisModuleCtx,
+    section: &CStr,
+    fields: [&CStr; N],
+) -> [Option<i64>; N] {
+    // SAFETY: `ctx` is live; the section name is a C string.
+    let info = unsafe { rm!(RedisModule_GetServerInfo(ctx, section.as_ptr())) };
+    if info.is_null() {
+        return [None; N];
+    }
+    let values = fields.map(|field| {
+        let mut err: c_int = 0;
+        // SAFETY: `info` is live; the field name is a C string; Redis writes `err`.
+        let value = unsafe {
+            rm!(RedisModule_ServerInfoGetFieldSigned(
+                info,
+                field.as_ptr(),
+                &mut err
+            ))
+        };
+        (err == 0).then_some(value)
+    });
+    // SAFETY: `info` was returned by `GetServerInfo` and is freed once, here.
+    unsafe { rm!(RedisModule_FreeServerInfo(ctx, info)) };
+    values
+}

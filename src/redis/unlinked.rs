@@ -6,6 +6,15 @@
 //!
 //! Neither callback says who ran the command: keyspace notifications run on a fake client on
 //! every server version, so journal entries of these reasons have no client info.
+//!
+//! Nor does either say which command it was, and `MIGRATE` notifies its deletion of the source
+//! key as `del`, like `DEL`. What tells them apart is that `MIGRATE` serialized the value (the
+//! data type's `rdb_save`, on the main thread) earlier in the same command: [`Serialized`] keeps
+//! the values the running command serialized, and a `del` of one of them is a move. A command is
+//! known by the server's cached time of its start (`RedisModule_CachedMicroseconds`, Redis 7.2+
+//! and Valkey; Redis 7.0 has none, and says `deleted`) and, since two commands may start in the
+//! same microsecond, by `total_commands_processed`, which every command, nested ones included
+//! (`MULTI`, scripts), raises when it ends.
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
@@ -25,6 +34,9 @@ pub struct Gone {
     pub holds: u64,
     /// Those of them described for the journal (at most what the engine asked for).
     pub described: Vec<EndedHold>,
+    /// `total_commands_processed` of the running command, if that command serialized the value
+    /// before Redis unlinked it (see [`Serialized`]).
+    pub serialized_by: Option<i64>,
 }
 
 /// The locks unlinked last, at most [`RECENT`], at most one per key.
@@ -75,6 +87,51 @@ impl Unlinked {
     }
 }
 
+/// How many values one command's serializations are remembered for: a `MIGRATE ... KEYS` of
+/// more locks says `deleted` for the rest (and a `SAVE` of many costs nothing more).
+const SERIALIZED_MAX: usize = 1024;
+
+/// The lock values the running command serialized (`DUMP`, `MIGRATE`; `SAVE` and `DEBUG
+/// RELOAD` too, which delete nothing), by address: Redis hands the same address to `unlink2`.
+#[derive(Debug, Default)]
+pub struct Serialized {
+    /// The command that serialized them: its cached start time (µs) and the server's
+    /// `total_commands_processed` while it ran.
+    command: Option<(i64, i64)>,
+    values: Vec<usize>,
+}
+
+impl Serialized {
+    /// The command that started at `started_us` serialized `value`; `processed` reads
+    /// `total_commands_processed` (once per command, not per value).
+    pub fn push(&mut self, started_us: i64, value: usize, processed: impl FnOnce() -> Option<i64>) {
+        if self.command.is_none_or(|(at, _)| at != started_us) {
+            self.values.clear();
+            self.command = processed().map(|n| (started_us, n));
+        }
+        if self.command.is_some() && self.values.len() < SERIALIZED_MAX {
+            self.values.push(value);
+        }
+    }
+
+    /// If a command that started at `started_us` serialized `value`: its
+    /// `total_commands_processed`, which the caller compares with the running command's.
+    pub fn by(&self, started_us: i64, value: usize) -> Option<i64> {
+        let (at, processed) = self.command?;
+        (at == started_us && self.values.contains(&value)).then_some(processed)
+    }
+}
+
+/// The reason a keyspace notification gives for the lock just unlinked at its key;
+/// `serialized`: the running command serialized the value before it unlinked it.
+pub fn reason_for(event: &CStr, serialized: bool) -> Reason {
+    // MIGRATE: the hold lives on at the destination.
+    if serialized && event == c"del" {
+        return Reason::Moved;
+    }
+    reason(event)
+}
+
 /// The reason a keyspace notification gives for the lock just unlinked at its key.
 pub fn reason(event: &CStr) -> Reason {
     match event.to_bytes() {
@@ -84,7 +141,7 @@ pub fn reason(event: &CStr) -> Reason {
         b"rename_from" | b"move_from" => Reason::Moved,
         // RESTORE ... REPLACE, COPY ... REPLACE onto a lock.
         b"restore" | b"copy_to" => Reason::Restored,
-        // DEL, UNLINK, GETDEL, MIGRATE (the source's copy; the server says no more), EXPIRE in
+        // DEL, UNLINK, GETDEL, MIGRATE where the server cannot tell it (Redis 7.0), EXPIRE in
         // the past; and every overwrite: RENAME onto a lock, SET, any other type's write.
         _ => Reason::Deleted,
     }
@@ -100,6 +157,7 @@ mod tests {
             name: name.to_vec(),
             holds: 1,
             described: Vec::new(),
+            serialized_by: None,
         }
     }
 
@@ -151,6 +209,43 @@ mod tests {
         }
         assert_eq!(u.recent.len(), RECENT);
         assert!(u.take(0, &[9], c"del").is_some());
+    }
+
+    #[test]
+    fn a_del_of_a_value_its_command_serialized_is_a_move() {
+        let mut s = Serialized::default();
+        let mut reads = 0;
+        for value in [10, 20] {
+            s.push(1_000, value, || {
+                reads += 1;
+                Some(7)
+            });
+        }
+        assert_eq!(reads, 1, "one read of the counter per command");
+        assert_eq!(s.by(1_000, 20), Some(7));
+        assert_eq!(s.by(1_000, 30), None, "another value");
+        assert_eq!(s.by(1_001, 10), None, "a later command");
+        s.push(1_001, 30, || Some(8));
+        assert_eq!(
+            s.by(1_001, 10),
+            None,
+            "a new command forgets the old values"
+        );
+        assert_eq!(reason_for(c"del", true), Reason::Moved);
+        assert_eq!(reason_for(c"del", false), Reason::Deleted);
+        assert_eq!(reason_for(c"expired", true), Reason::Expired);
+    }
+
+    #[test]
+    fn serializations_are_bounded_and_need_the_counter() {
+        let mut s = Serialized::default();
+        s.push(5, 1, || None);
+        assert_eq!(s.by(5, 1), None, "without the counter nothing is known");
+        for value in 0..2 * SERIALIZED_MAX {
+            s.push(6, value, || Some(1));
+        }
+        assert_eq!(s.values.len(), SERIALIZED_MAX);
+        assert_eq!(s.by(6, SERIALIZED_MAX), None, "past the bound: deleted");
     }
 
     #[test]

@@ -42,31 +42,30 @@ impl<T: Handles> Engine<T> {
         }
         let now = host.now_ms();
         let lease_end = expiry(now, ttl_ms);
+        // The group's one new token, issued only when a key needs a new hold (0: none does, and
+        // nothing reads it).
         let group_token = if decisions.contains(&Take::Grant) {
             if let Some(ms) = self.grace.left_ms(host.now_us()) {
                 return Reply::Error(Refusal::Grace(ms).into());
             }
             match self.tokens.issue(&Now(now)) {
-                Some(token) => Some(token),
+                Some(token) => token,
                 None => return Reply::Error(Refusal::NoTokens.into()),
             }
         } else {
-            None
+            0
         };
         let mut tokens = Vec::with_capacity(keys.len());
         for (key, decision) in keys.iter_mut().zip(decisions) {
-            let token = match (decision, group_token) {
-                (Take::Grant, Some(token)) => {
-                    self.put_exclusive(key, owner, token, now, lease_end);
-                    self.stats.acquired += 1;
-                    token
-                }
-                (Take::Refresh { count }, _) => {
-                    let token = refresh(key, owner, Some(count), lease_end);
-                    self.waiters.confirm(token);
-                    token
-                }
-                _ => unreachable!("a grant has the group's token"),
+            let token = if let Take::Refresh { count } = decision {
+                let token = refresh(key, owner, Some(count), lease_end);
+                self.waiters.confirm(token);
+                token
+            } else {
+                // A grant: refusals and waits returned above, before anything changed.
+                self.put_exclusive(key, owner, group_token, now, lease_end);
+                self.stats.acquired += 1;
+                group_token
             };
             key.notify(Event::Acquired);
             self.expiry_moved(host, key);
