@@ -8,6 +8,7 @@
 //! cargo run --release -p relock-bench -- --cases 2,3 --repeats 5       # some cases only
 //! cargo run --release -p relock-bench -- --cases 1 --only refused       # some case 1 rows only
 //! cargo run --release -p relock-bench -- --cases 6,7,8,9,10             # shared holds only
+//! cargo run --release -p relock-bench -- --cases 13                     # the lease storm only
 //! ```
 
 mod chart;
@@ -21,6 +22,7 @@ mod resp;
 mod server;
 mod shared;
 mod stats;
+mod storm;
 mod throughput;
 
 use std::io;
@@ -54,8 +56,8 @@ struct Args {
     #[arg(long)]
     module: Option<PathBuf>,
     /// Which cases to run (default: all), e.g. `--cases 1,2`; 6 to 10 are shared holds, 11 the
-    /// cost of the contention statistics, 12 groups of locks.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12])]
+    /// cost of the contention statistics, 12 groups of locks, 13 a storm of lease ends.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13])]
     cases: Vec<u32>,
     /// Case 1 rows to run, by a word of their label (default: all), e.g. `--only refused` or
     /// `--only pairs`; with `--cases 1` a quick look at one path.
@@ -91,6 +93,8 @@ struct Plan {
     sem_clients: usize,
     /// Shared holders of the memory case (case 10).
     memory_holders: usize,
+    /// Shared leases ending in the same millisecond (case 13).
+    storm_holders: usize,
 }
 
 impl Plan {
@@ -116,6 +120,7 @@ impl Plan {
             rw_clients: if smoke { 100 } else { 1_000 },
             sem_clients: 100,
             memory_holders: if smoke { 2_000 } else { 100_000 },
+            storm_holders: if smoke { 10_000 } else { storm::MAX_STORM },
         }
     }
 }
@@ -226,6 +231,11 @@ async fn run(args: Args) -> io::Result<()> {
         eprintln!("case 12: eight locks together");
         case_groups(port, &mut control, &scripts, &plan, &mut rows).await?;
         notes.push("Case 12: 50 connections, each its own owner, one group at a time of 8 keys sharing a hash tag (`{gN}:lock:0..7`, N random in 0..1e6, so uncontended); a group is taken and given back: relock `LOCK.MACQUIRE 8 ... o 60000` + `LOCK.MRELEASE 8 ... o` pipelined (all or nothing); 8 pipelined `LOCK.ACQUIRE` then 8 pipelined `LOCK.RELEASE` (not atomic: a partial group must be given back by the client); a Redisson-style MultiLock: Redisson's lock script on each key in turn, then its unlock script on each (16 round trips).".into());
+    }
+    if want(13) {
+        eprintln!("case 13: a storm of lease ends");
+        case_storm(&module, &plan, &mut rows).await?;
+        notes.push(format!("Case 13: on a server of its own, one `RESTORE` puts in place a semaphore (LIMIT H+1) full with H = {} shared leases that end in the same millisecond and one that ends 10 minutes later (a million holders: a limit is at most 10^6); one `LOCK.WAIT storm waiter 600000 0 SHARED LIMIT H+1` is queued. Longest turn = `INFO relock` `longest_turn_us` (the longest turn the module started by itself, timers and their jobs, in CPU time of the server's main thread) once every lapsed lease was removed; grant delay = the waiter's grant received - the leases' end (their last ms; they lapse 1 ms later). One storm per run.", plan.storm_holders));
     }
     if want(11) {
         eprintln!("case 11: contention statistics on vs off");
@@ -907,6 +917,45 @@ async fn case_groups(
             "{}; {}",
             ratio_check(vs_pipe >= 0.9, "vs pipelined", vs_pipe),
             ratio_check(vs_multi >= 2.0, "vs MultiLock", vs_multi)
+        ),
+    });
+    Ok(())
+}
+
+/// Case 13: a storm of lease ends with a waiter queued.
+async fn case_storm(module: &std::path::Path, plan: &Plan, rows: &mut Vec<Row>) -> io::Result<()> {
+    let n = plan.storm_holders;
+    let s = storm::lease_storm(module, n).await?;
+    eprintln!(
+        "  {n} leases: longest turn {:.0} µs, grant {:.2} ms after the end, all removed after \
+         {:.0} ms, longest PING {:.1} ms",
+        s.longest_turn_us, s.grant_delay_ms, s.removed_after_ms, s.worst_ping_ms
+    );
+    let turn_ms = s.longest_turn_us / 1e3;
+    let (turn_ok, grant_ok) = (turn_ms <= 5.0, s.grant_delay_ms <= 5.0);
+    rows.push(Row {
+        case: "13".into(),
+        measure: format!(
+            "lease storm, {} shared leases ending in the same ms (+1 living on), one waiter: longest turn ms / lease end -> waiter's grant ms",
+            num(n as f64)
+        ),
+        values: [
+            Some(format!("{} / {}", num(turn_ms), num(s.grant_delay_ms))),
+            None,
+            None,
+            None,
+            None,
+        ],
+        goal: "both ≤ 5 ms".into(),
+        pass: Some(turn_ok && grant_ok),
+        detail: format!(
+            "turn {} ms {}, grant {} ms {}; all removed {} ms after the end, longest PING meanwhile {} ms",
+            num(turn_ms),
+            if turn_ok { "✓" } else { "✗" },
+            num(s.grant_delay_ms),
+            if grant_ok { "✓" } else { "✗" },
+            num(s.removed_after_ms),
+            num(s.worst_ping_ms)
         ),
     });
     Ok(())

@@ -670,20 +670,28 @@ impl Sim {
     /// Lets `ms` pass, firing every timer that falls due, in time order, at its time.
     pub fn advance(&mut self, ms: i64) {
         let until = self.now().saturating_add(ms);
-        while let Some((&(due, seq), &number)) = self.host.timers.first_key_value() {
-            if due > until {
-                break;
-            }
-            self.host.timers.remove(&(due, seq));
-            self.host.due_of.remove(&seq);
-            {
-                let mut space = self.host.space.borrow_mut();
-                space.now = space.now.max(due);
-            }
-            self.engine.on_timer(&mut self.host, number);
-            self.report_changes();
-        }
+        while self.turn_by(until) {}
         self.host.space.borrow_mut().now = until;
+    }
+
+    /// One event-loop turn of the engine's own work: fires the next host timer if it falls due
+    /// by `until` (Unix ms), at its time. Returns whether one fired.
+    pub fn turn_by(&mut self, until: i64) -> bool {
+        let Some((&(due, seq), &number)) = self.host.timers.first_key_value() else {
+            return false;
+        };
+        if due > until {
+            return false;
+        }
+        self.host.timers.remove(&(due, seq));
+        self.host.due_of.remove(&seq);
+        {
+            let mut space = self.host.space.borrow_mut();
+            space.now = space.now.max(due);
+        }
+        self.engine.on_timer(&mut self.host, number);
+        self.report_changes();
+        true
     }
 
     /// Runs what is due now (the 0 ms jobs after a command).

@@ -166,6 +166,59 @@ fn a_long_batch_of_readers_is_granted_a_bounded_slice_per_turn_in_queue_order() 
     );
 }
 
+/// A storm of lease ends (the "1M leases ending in the same millisecond", scaled down):
+/// every turn the engine starts by itself removes at most [`TURN_BUDGET`] lapsed leases and
+/// replicates at most as many effects, the waiter the storm lets in is granted in the first of
+/// them, and the rest of the removal follows in later turns. Were a turn's work unbounded, the
+/// whole storm would go in one turn.
+#[test]
+fn one_turn_does_at_most_a_turn_budget_of_work_in_a_storm_of_lease_ends() {
+    use super::engine::TURN_BUDGET;
+    // A unit (a grant, a lease removed with its effect) costs up to a few µs: a budget much
+    // larger would no longer keep a turn near a millisecond.
+    const { assert!(TURN_BUDGET <= 512, "TURN_BUDGET grew past 512") };
+    let mut sim = Sim::new(START);
+    let lapsing = 10 * TURN_BUDGET + 7;
+    let limit = lapsing as u32 + 1;
+    for i in 0..lapsing {
+        let owner = format!("o{i}");
+        token(sim.acquire_as(K, owner.as_bytes(), 100, sem(limit)));
+    }
+    token(sim.acquire_as(K, b"long", 60_000, sem(limit)));
+    let (reply, w) = sim.wait_as(K, b"w", 60_000, 0, sem(limit));
+    assert_eq!(reply, Reply::Blocked, "the semaphore is full");
+    sim.take_effects();
+    let holds = |sim: &Sim| sim.shared(K).map_or(0, |(s, _)| s.len());
+    let mut turns = 0;
+    let mut granted_in = None;
+    while holds(&sim) > 2 {
+        let before = sim.engine.stats().expired;
+        assert!(
+            sim.turn_by(START + 60_000),
+            "{} holds left, no turn to come",
+            holds(&sim)
+        );
+        turns += 1;
+        let removed = (sim.engine.stats().expired - before) as usize;
+        let effects = sim.take_effects().len();
+        assert!(
+            removed <= TURN_BUDGET && effects <= TURN_BUDGET,
+            "turn {turns} removed {removed} leases with {effects} effects"
+        );
+        if granted_in.is_none() && !sim.deliver().is_empty() {
+            granted_in = Some(turns);
+        }
+    }
+    assert_eq!(granted_in, Some(1), "the waiter, in the storm's first turn");
+    assert_eq!(sim.answers.first().map(|a| a.0), Some(w));
+    assert!(
+        turns > lapsing / TURN_BUDGET,
+        "{lapsing} leases removed in {turns} turns"
+    );
+    assert_eq!(owners(&mut sim), [b"long".to_vec(), b"w".to_vec()]);
+    assert_eq!(sim.engine.stats().expired, lapsing as u64);
+}
+
 #[test]
 fn a_batch_of_consecutive_readers_is_granted_in_queue_order_up_to_the_limit() {
     let mut sim = Sim::new(START);
