@@ -572,29 +572,13 @@ fn deletes_overwrites_moves_and_restores_say_so() {
     assert!(history(&mut c, "plain").is_empty());
 }
 
-/// Whether the server can tell a module which command runs (`RedisModule_CachedMicroseconds`:
-/// Redis 7.2+ and every Valkey, which says `redis_version:7.2.4`).
-fn knows_the_command(c: &mut Connection) -> bool {
-    let info: String = cmd!("INFO", "server").query(c).unwrap();
-    let version = info
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap()
-        .trim()
-        .to_string();
-    version.as_str() >= "7.2"
-}
-
 #[test]
 fn migrate_away_is_a_move_where_the_server_lets_the_module_tell() {
     let source = Server::start();
     let target = Server::start();
     let mut c = source.conn();
-    let moved = if knows_the_command(&mut c) {
-        "moved"
-    } else {
-        "deleted" // Redis 7.0: MIGRATE's deletion looks like DEL's (docs/commands.md)
-    };
+    // Redis 7.0: MIGRATE's deletion looks like DEL's, `deleted` (docs/commands.md).
+    let moved = common::migrate_reason(&mut c);
     let a = acquire(&mut c, "a", "mover-a", LONG);
     acquire(&mut c, "b", "mover-b", LONG);
     for r in ["r1", "r2"] {

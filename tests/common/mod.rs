@@ -391,6 +391,26 @@ pub fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
 
 /// One field of `INFO relock` as an integer, e.g. `info_field(&mut c, "locks")` reads
 /// `relock_locks` (Redis prefixes a module's INFO fields with the module name).
+/// The journal's reason for a lock `MIGRATE` took away: `moved` where the server lets the
+/// module tell which command runs (`RedisModule_CachedMicroseconds`: Redis 7.2+ and every
+/// Valkey, which says `redis_version:7.2.4`), `deleted` on Redis 7.0 (docs/commands.md).
+pub fn migrate_reason(c: &mut redis::Connection) -> &'static str {
+    let info: String = redis::cmd("INFO").arg("server").query(c).expect("INFO");
+    let version: Vec<u32> = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .expect("redis_version")
+        .trim()
+        .split('.')
+        .map(|part| part.parse().unwrap_or(0))
+        .collect();
+    if version.as_slice() >= [7, 2].as_slice() {
+        "moved"
+    } else {
+        "deleted"
+    }
+}
+
 pub fn info_field(conn: &mut redis::Connection, field: &str) -> i64 {
     let info: String = redis::cmd("INFO")
         .arg("relock")
