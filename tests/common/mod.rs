@@ -8,6 +8,7 @@
 
 pub mod events;
 pub mod payload;
+pub mod probe;
 pub mod raw;
 
 use std::net::TcpListener;
