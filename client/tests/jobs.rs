@@ -67,6 +67,28 @@ fn read_pid(path: &Path) -> i32 {
 /// SIGCONT continues both, the lock still held by the same owner (issue 19, problem 1).
 #[test]
 fn sigtstp_stops_the_command_with_lockctl_and_sigcont_continues_both() {
+    stop_and_continue_with_lockctl(libc::SIGTSTP);
+}
+
+/// SIGTTIN to lockctl (what the kernel sends a background job that reads its terminal) is a
+/// job-control stop like SIGTSTP: the command's group stops with lockctl, and SIGCONT
+/// continues both with the lock still held.
+#[test]
+fn sigttin_stops_the_command_with_lockctl_and_sigcont_continues_both() {
+    stop_and_continue_with_lockctl(libc::SIGTTIN);
+}
+
+/// SIGTTOU to lockctl (a background job's write to a `stty tostop` terminal) stops the
+/// command's group with lockctl too, and SIGCONT continues both.
+#[test]
+fn sigttou_stops_the_command_with_lockctl_and_sigcont_continues_both() {
+    stop_and_continue_with_lockctl(libc::SIGTTOU);
+}
+
+/// `stop` (SIGTSTP, SIGTTIN or SIGTTOU) sent to lockctl stops lockctl and its command; while
+/// they are stopped the command does not run; SIGCONT continues both, the lock still held by
+/// the same owner with the same token, and released when the command ends.
+fn stop_and_continue_with_lockctl(stop: i32) {
     let server = Server::start();
     let counter = Counter::new();
     let mut lockctl = run_counter(&server, &counter, &["--ttl", "5s"]);
@@ -74,7 +96,7 @@ fn sigtstp_stops_the_command_with_lockctl_and_sigcont_continues_both() {
     assert!(counter.runs_within(Duration::from_secs(5)));
     let (owner, token) = holder(&server, KEY).expect("held");
 
-    send(lockctl.pid(), libc::SIGTSTP);
+    send(lockctl.pid(), stop);
     assert!(
         eventually(Duration::from_secs(10), || is_stopped(lockctl.pid())
             && is_stopped(pid)),
@@ -86,7 +108,7 @@ fn sigtstp_stops_the_command_with_lockctl_and_sigcont_continues_both() {
         !counter.runs_during(Duration::from_millis(500)),
         "the command ran while lockctl was stopped"
     );
-    // SIGTSTP was passed on first, so that the command could act on it.
+    // The stop was passed on first, so that the command could act on it.
     assert_eq!(counter.count("CONT"), 0);
 
     send(lockctl.pid(), libc::SIGCONT);
@@ -108,6 +130,20 @@ fn sigtstp_stops_the_command_with_lockctl_and_sigcont_continues_both() {
 /// problem 1: before, the command ran on during the stop and overlapped the next holder).
 #[test]
 fn a_lock_lost_while_stopped_ends_the_command_without_continuing_it() {
+    lost_while_stopped(libc::SIGTSTP);
+}
+
+/// The same for a stop by SIGTTIN and by SIGTTOU: the command never goes on once the lock
+/// lapsed during the stop.
+#[test]
+fn a_lock_lost_while_stopped_by_sigttin_or_sigttou_ends_the_command() {
+    lost_while_stopped(libc::SIGTTIN);
+    lost_while_stopped(libc::SIGTTOU);
+}
+
+/// lockctl and its command stopped by `stop` until the lock expired and another holder took
+/// it: SIGCONT ends the command without continuing it, and lockctl exits 76.
+fn lost_while_stopped(stop: i32) {
     let server = Server::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("log");
@@ -129,7 +165,7 @@ fn a_lock_lost_while_stopped_ends_the_command_without_continuing_it() {
             .stderr(Stdio::piped()),
     );
     assert!(eventually(Duration::from_secs(20), || lines(&log) >= 3));
-    send(lockctl.pid(), libc::SIGTSTP);
+    send(lockctl.pid(), stop);
     assert!(eventually(Duration::from_secs(10), || is_stopped(
         lockctl.pid()
     )));
@@ -477,6 +513,106 @@ fn kill_tstp_to_a_background_job_stops_its_command() {
     sh.type_keys(b"echo status=$?\n");
     sh.expect("status=0", Duration::from_secs(20));
     assert_eq!(holder(&server, KEY), None, "released");
+}
+
+/// `lockctl run ... -- sh -c SCRIPT &` at `sh`, the shell, in the background: SCRIPT gets
+/// the pid of its shell in `$PID_FILE` first.
+fn start_in_the_background(sh: &mut Pty, dir: &Path, script: &str) -> i32 {
+    let pid_file = dir.join("pid");
+    let line = format!(
+        "\"$LOCKCTL\" --node-timeout 1s run --ttl 5s {KEY} -- sh -c 'echo $$ > {}; {script}' &\n",
+        pid_file.display()
+    );
+    sh.type_keys(line.as_bytes());
+    read_pid(&pid_file)
+}
+
+/// Waits until the shell reports its job (lockctl) stopped, asking with `jobs`.
+fn until_the_shell_sees_it_stopped(sh: &mut Pty) {
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            sh.type_keys(b"jobs\n");
+            std::thread::sleep(Duration::from_millis(100));
+            sh.printed().contains("Stopped")
+        }),
+        "{}",
+        sh.printed()
+    );
+}
+
+/// A command that reads the terminal from the background gets SIGTTIN from the kernel and
+/// stops: lockctl stops with it, so the shell sees its job stopped (and nothing renews for a
+/// command that runs unseen); `fg` continues both after a renewal, the command with the
+/// terminal, and it reads what is typed.
+#[test]
+fn a_background_command_reading_the_terminal_stops_the_job_until_fg() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let mut sh = shell(&server);
+    let pid = start_in_the_background(
+        &mut sh,
+        dir.path(),
+        &format!("read line; echo \"got $line\" > {}", out.display()),
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || is_stopped(pid)),
+        "the command was not stopped by its read: {}",
+        sh.printed()
+    );
+    until_the_shell_sees_it_stopped(&mut sh);
+    let held = holder(&server, KEY).expect("held while stopped");
+    sh.type_keys(b"fg\n");
+    assert!(
+        eventually(Duration::from_secs(10), || !is_stopped(pid)),
+        "not continued: {}",
+        sh.printed()
+    );
+    sh.type_keys(b"typed at the terminal\n");
+    assert!(
+        eventually(Duration::from_secs(10), || std::fs::read_to_string(&out)
+            .is_ok_and(|t| t.contains("got typed at the terminal"))),
+        "the command did not get the terminal: {}",
+        sh.printed()
+    );
+    sh.type_keys(b"echo status=$?\n");
+    sh.expect("status=0", Duration::from_secs(20));
+    assert!(!is_running(pid));
+    assert_eq!(holder(&server, KEY), None, "released");
+    // Held by the same owner from the grant to the release: never lapsed and taken again.
+    assert_eq!(
+        support::relock_stat(&server, "acquired_total"),
+        1,
+        "held by {held:?}, then acquired again"
+    );
+}
+
+/// With `stty tostop`, a command that writes to the terminal from the background gets
+/// SIGTTOU and stops: lockctl stops with it, and `fg` continues both; the write then goes
+/// through.
+#[test]
+fn a_background_command_writing_to_a_tostop_terminal_stops_the_job_until_fg() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut sh = shell(&server);
+    sh.type_keys(b"stty tostop\n");
+    // The shell expands it only when it runs: what the terminal echoed as typed is not it.
+    let pid = start_in_the_background(&mut sh, dir.path(), "echo written-$((6 * 7))");
+    assert!(
+        eventually(Duration::from_secs(10), || is_stopped(pid)),
+        "the command was not stopped by its write: {}",
+        sh.printed()
+    );
+    until_the_shell_sees_it_stopped(&mut sh);
+    assert!(!sh.printed().contains("written-42"), "{}", sh.printed());
+    assert!(holder(&server, KEY).is_some(), "held while stopped");
+    sh.type_keys(b"fg\n");
+    sh.expect("written-42", Duration::from_secs(10));
+    sh.type_keys(b"echo status=$?\n");
+    sh.expect("status=0", Duration::from_secs(20));
+    assert!(!is_running(pid));
+    assert_eq!(holder(&server, KEY), None, "released");
+    assert_eq!(support::relock_stat(&server, "acquired_total"), 1);
 }
 
 /// In an orphaned process group (a new session: what a service manager starts), the kernel
