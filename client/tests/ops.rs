@@ -351,6 +351,16 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// What the pane shows now, with the escape sequences of its colours and attributes.
+    fn screen_with_attributes(&self) -> String {
+        let out = self
+            .cmd()
+            .args(["capture-pane", "-p", "-e", "-t", "top"])
+            .output()
+            .expect("capture");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     fn keys(&self, keys: &str) {
         assert!(self
             .cmd()
@@ -480,6 +490,57 @@ fn top_in_a_terminal_shows_the_hot_key_and_its_queue_and_q_restores_the_terminal
         !screen.contains("hottest keys"),
         "the view is cleared:\n{screen}"
     );
+}
+
+/// The SGR sequences of `screen` (a pane captured with `-e`) that set a foreground or a
+/// background colour, their parameters as written (`36`, `1;36`, `38;5;6`).
+fn colours(screen: &str) -> Vec<String> {
+    let is_colour = |p: &str| {
+        matches!(
+            p.parse::<u32>(),
+            Ok(30..=38 | 40..=48 | 90..=97 | 100..=107)
+        )
+    };
+    screen
+        .split("\x1b[")
+        .skip(1)
+        .filter_map(|seq| {
+            let end = seq.find(|c: char| !(c.is_ascii_digit() || c == ';'))?;
+            (seq[end..].starts_with('m') && seq[..end].split(';').any(is_colour))
+                .then(|| seq[..end].to_string())
+        })
+        .collect()
+}
+
+/// On a terminal `top` is coloured, unless `NO_COLOR` is set and not empty
+/// (https://no-color.org); the view is the same either way.
+#[test]
+fn top_on_a_terminal_is_coloured_unless_no_color() {
+    let server = Server::start();
+    let _waiters = contended(&server, "orders:hot");
+    let lockctl = env!("CARGO_BIN_EXE_lockctl");
+    for (setting, coloured) in [
+        ("env -u NO_COLOR", true),
+        ("env NO_COLOR=", true),
+        ("env NO_COLOR=1", false),
+    ] {
+        let command = format!(
+            "{setting} RELOCK_SERVERS={} {lockctl} top --interval 200ms; sleep 600",
+            server.url()
+        );
+        let tmux = Tmux::start(160, 40, &command);
+        tmux.until("the hot key and its queue", |s| {
+            s.contains("queue of orders:hot") && s.contains("web-3/300/after")
+        });
+        let screen = tmux.screen_with_attributes();
+        let found = colours(&screen);
+        assert_eq!(
+            !found.is_empty(),
+            coloured,
+            "{setting}: colour sequences {found:?} on the screen:\n{screen:?}"
+        );
+        tmux.keys("q");
+    }
 }
 
 #[test]
