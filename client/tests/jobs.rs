@@ -370,6 +370,62 @@ fn a_signal_at_any_moment_of_the_start_never_strands_the_lock() {
     );
 }
 
+/// Job control at any moment of the start: while lockctl acquires and starts its command and
+/// its watchdog (a process that, until it moves to a group of its own, is in lockctl's
+/// process group), lockctl's group is stopped and continued over and over, as a shell's
+/// `kill -TSTP %1` / `kill -CONT %1` would. lockctl must come through every time: run the
+/// command, exit with its status, release. (A stop that reached the watchdog between its
+/// fork and its exec stopped it there, and lockctl, which waited for that exec, hung for
+/// good while its guard renewed the lock forever.)
+#[test]
+fn stops_and_continues_at_any_moment_of_the_start_never_wedge_lockctl() {
+    const ROUNDS: usize = 25;
+    let server = Server::start();
+    let mut wedged = Vec::new();
+    for round in 0..ROUNDS {
+        let mut lockctl = Spawned::new(
+            lockctl(&[&server])
+                .args([
+                    "--node-timeout",
+                    "1s",
+                    "run",
+                    "--ttl",
+                    "10s",
+                    KEY,
+                    "--",
+                    "true",
+                ])
+                .process_group(0)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        );
+        let group = lockctl.pid();
+        let hammer_until = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < hammer_until && lockctl.try_status().is_none() {
+            support::send_quietly(-group, libc::SIGTSTP);
+            support::send_quietly(-group, libc::SIGCONT);
+        }
+        // Each stop it got stops it once more: continue it until it ends.
+        let ended = eventually(Duration::from_secs(20), || {
+            support::send_quietly(-group, libc::SIGCONT);
+            std::thread::sleep(Duration::from_millis(20));
+            lockctl.try_status().is_some()
+        });
+        if !ended {
+            wedged.push((round, support::describe_process(group)));
+            support::kill_children(group);
+            continue;
+        }
+        let status = lockctl.try_status().expect("ended");
+        assert_eq!(status.code(), Some(0), "round {round}: {status:?}");
+        assert!(
+            eventually(Duration::from_secs(5), || holder(&server, KEY).is_none()),
+            "round {round}: the lock was left held"
+        );
+    }
+    assert!(wedged.is_empty(), "lockctl hung in rounds {wedged:?}");
+}
+
 /// SIGSTOP cannot be handled: the watchdog stops the command while lockctl is stopped, and
 /// lockctl continues it once continued itself, after checking the lock.
 #[test]

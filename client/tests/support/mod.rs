@@ -387,3 +387,57 @@ impl Drop for KillOnDrop {
         send_quietly(self.0, libc::SIGKILL);
     }
 }
+
+/// What `/proc` says of `pid` and its threads and children, for a failure message: state and
+/// what each waits in (`wchan`).
+pub fn describe_process(pid: i32) -> String {
+    let mut lines = Vec::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    for task in tasks {
+        let wchan = std::fs::read_to_string(task.join("wchan")).unwrap_or_default();
+        let state = std::fs::read_to_string(task.join("stat"))
+            .ok()
+            .and_then(|s| Some(s.rsplit_once(')')?.1.split_whitespace().next()?.to_string()))
+            .unwrap_or_default();
+        lines.push(format!("thread {} {state} in {wchan}", task.display()));
+    }
+    for child in children(pid) {
+        lines.push(format!(
+            "child {child} {:?}: {}",
+            state(child),
+            std::fs::read_to_string(format!("/proc/{child}/cmdline"))
+                .unwrap_or_default()
+                .replace('\0', " ")
+        ));
+    }
+    lines.join("; ")
+}
+
+/// The children of `pid` (of all its threads).
+pub fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+/// Kills `pid`'s children: what a wedged lockctl left (a child stopped before its exec).
+pub fn kill_children(pid: i32) {
+    for child in children(pid) {
+        send_quietly(child, libc::SIGKILL);
+    }
+}

@@ -51,15 +51,22 @@ impl Watchdog {
         } else {
             std::env::current_exe()?
         };
-        let child = Command::new(exe)
-            .arg(ARG)
+        let mut cmd = Command::new(exe);
+        cmd.arg(ARG)
             .arg(pgid.to_string())
             .stdin(Stdio::from(OwnedFd::from(theirs)))
             // It says nothing, and must not keep lockctl's output open after lockctl exits.
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()?;
+            .process_group(0);
+        // SAFETY: the closure does nothing. It is there so that the child is forked, and keeps
+        // lockctl's handlers until its exec (a spawn without one resets them first): a stop
+        // sent to lockctl's group before the child left it then cannot stop the child before
+        // its exec, which this thread waits for (see signals::on_signal).
+        unsafe {
+            cmd.pre_exec(|| Ok(()));
+        }
+        let child = cmd.spawn()?;
         ours.set_read_timeout(Some(ANSWER_WITHIN))?;
         ours.set_write_timeout(Some(ANSWER_WITHIN))?;
         Ok(Watchdog {
