@@ -477,6 +477,53 @@ fn sigkill_of_lockctl_ends_the_whole_group() {
     );
 }
 
+/// SIGKILL of lockctl at any moment of the start leaves no process of its command running:
+/// the watchdog starts before the command, which tells it its group before it runs anything
+/// (before, a SIGKILL between the command's start and the watchdog's left the processes the
+/// command had started running without the lock).
+#[test]
+fn sigkill_at_any_moment_of_the_start_leaves_no_process_of_the_command() {
+    let server = Server::start();
+    let mut survivors = Vec::new();
+    for delay_ms in (0..40).map(|i| i * 3) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let leader_file = dir.path().join("leader");
+        // The leader says who it is before it starts anything.
+        let script = format!(
+            "echo $$ > {}; sleep 300 & sleep 300 & wait",
+            leader_file.display()
+        );
+        let mut lockctl = Spawned::new(
+            lockctl(&[&server])
+                .args(["run", "--ttl", "60s", KEY, "--", "sh", "-c", &script])
+                .process_group(0)
+                .stderr(Stdio::null()),
+        );
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        send(lockctl.pid(), libc::SIGKILL);
+        lockctl.wait_within(Duration::from_secs(10));
+        let leader: Option<i32> = std::fs::read_to_string(&leader_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok());
+        if let Some(leader) = leader {
+            if !eventually(Duration::from_secs(5), || {
+                support::group_members(leader).is_empty()
+            }) {
+                let members = support::group_members(leader);
+                for m in &members {
+                    support::send_quietly(*m, libc::SIGKILL);
+                }
+                survivors.push((delay_ms, members));
+            }
+        }
+        force_release(&server, KEY);
+    }
+    assert!(
+        survivors.is_empty(),
+        "(ms, processes) of the command outlived lockctl's SIGKILL: {survivors:?}"
+    );
+}
+
 /// An interactive shell on a terminal: `bash` runs lockctl as a foreground job.
 fn shell(server: &Server) -> Pty {
     let mut cmd = Command::new("bash");

@@ -441,3 +441,24 @@ pub fn kill_children(pid: i32) {
         send_quietly(child, libc::SIGKILL);
     }
 }
+
+/// The processes whose process group is `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let fields: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+                    // state, ppid, pgrp: a zombie waits for its parent and counts for nothing.
+                    (fields.first()? != &"Z").then(|| fields.get(2)?.parse::<i32>().ok())?
+                })
+                == Some(pgid)
+        })
+        .collect()
+}
