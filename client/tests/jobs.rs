@@ -730,6 +730,43 @@ fn a_background_command_writing_to_a_tostop_terminal_stops_the_job_until_fg() {
     assert_eq!(support::relock_stat(&server, "acquired_total"), 1);
 }
 
+/// A job stopped by its terminal whose shell then goes away: lockctl in the background, its
+/// own output to a `stty tostop` terminal stopping it (SIGTTOU, several times over, from the
+/// kernel), and the shell killed. The kernel continues an orphaned stopped group and hangs it
+/// up; lockctl must then end (of the hang-up, releasing what it was granted), not stop again
+/// for good on a terminal stop it had not read yet: the kernel drops those for an orphaned
+/// group, as nothing is left to continue it.
+#[test]
+fn a_job_stopped_by_its_terminal_ends_when_its_shell_is_gone() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("lockctl");
+    let mut sh = shell(&server);
+    sh.type_keys(b"stty tostop\n");
+    let line = format!(
+        "RELOCK_LOG=debug \"$LOCKCTL\" run --ttl 30s {KEY} -- true & echo $! > {}\n",
+        pid_file.display()
+    );
+    sh.type_keys(line.as_bytes());
+    let pid = read_pid(&pid_file);
+    let _cleanup = support::KillOnDrop(pid);
+    assert!(
+        eventually(Duration::from_secs(10), || is_stopped(pid)),
+        "lockctl was not stopped by its own output: {}",
+        sh.printed()
+    );
+    send(sh.child.pid(), libc::SIGKILL);
+    assert!(
+        eventually(Duration::from_secs(10), || !is_running(pid)),
+        "lockctl lives on without its shell: {}",
+        support::describe_process(pid)
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || holder(&server, KEY).is_none()),
+        "the lock was left held"
+    );
+}
+
 /// In an orphaned process group (a new session: what a service manager starts), the kernel
 /// would not stop lockctl on SIGTSTP; lockctl stops anyway (with SIGSTOP), since its command is
 /// stopped and it must not renew for it unseen, and goes on with it on SIGCONT.

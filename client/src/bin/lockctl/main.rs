@@ -539,7 +539,10 @@ async fn acquire(relock: &Relock, request: &RunRequest, signals: &mut signals::P
                     return Acquired::Interrupted(received.signal)
                 }
                 // Nothing runs yet: lockctl stops alone, and waits on once continued.
-                Kind::Stop => signals::stop_self(received.signal, false),
+                Kind::Stop if !signals::is_stale_stop(received) => {
+                    signals::stop_self(received.signal, false)
+                }
+                Kind::Stop => {}
                 Kind::ForCommand | Kind::Continue | Kind::Child => {}
             },
             result = &mut acquisition => return match result {
@@ -752,8 +755,10 @@ async fn still_held_at_the_start(
                 let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
                 signals::die_of(received.signal);
             }
-            Kind::Stop => signals::stop_self(received.signal, false),
-            Kind::ForCommand | Kind::Continue | Kind::Child => {}
+            Kind::Stop if !signals::is_stale_stop(received) => {
+                signals::stop_self(received.signal, false)
+            }
+            Kind::Stop | Kind::ForCommand | Kind::Continue | Kind::Child => {}
         }
     }
     if guard.is_lost() || guard.valid_until() <= Instant::now() {
@@ -901,7 +906,7 @@ impl Supervisor<'_> {
                 }
                 Ok(())
             }
-            Kind::Stop if from_terminal => Ok(()),
+            Kind::Stop if from_terminal || signals::is_stale_stop(received) => Ok(()),
             Kind::Stop => {
                 let events = self.job.suspend(sig, true).await;
                 self.on_events_after_stop(events);

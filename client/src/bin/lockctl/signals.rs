@@ -262,6 +262,15 @@ pub fn stop_self(sig: libc::c_int, whole_group: bool) {
     }
 }
 
+/// Whether `received`, a stop, is one lockctl drops: the kernel sent it (a terminal's Ctrl-Z,
+/// or lockctl's use of the terminal from the background), and lockctl's process group has been
+/// orphaned since (the shell that ran it is gone). The kernel itself discards such a stop for a
+/// process of an orphaned group, since nothing is left to continue it; lockctl, which reads its
+/// signals a moment after they came, must not stop for good on one either.
+pub fn is_stale_stop(received: Received) -> bool {
+    received.from_kernel && group_is_orphaned()
+}
+
 /// Whether lockctl's process group is orphaned, as far as lockctl can tell: its parent is not
 /// in another group of its session (another member of the group might be; lockctl cannot
 /// see them all cheaply, and stopping with SIGSTOP then only changes how a shell reports it).
