@@ -186,29 +186,7 @@ pub fn main(_args: &[String]) -> ExitCode {
         unsafe {
             libc::poll(&mut poll, 1, TICK.as_millis() as libc::c_int);
         }
-        let mut gone = false;
-        let mut buf = [0u8; 64];
-        loop {
-            match socket.read(&mut buf) {
-                Ok(0) => {
-                    gone = true;
-                    break;
-                }
-                Ok(n) => {
-                    hear(&mut partial, &buf[..n], &mut heard);
-                    if heard.resumed > 0 {
-                        heard.resumed = 0;
-                        let _ = socket.write_all(b"A");
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    gone = true;
-                    break;
-                }
-            }
-        }
+        let gone = read_lockctl(&mut socket, &mut partial, &mut heard);
         // SAFETY: getppid has no memory effects.
         let orphaned = gone || unsafe { libc::getppid() } != lockctl;
         let Some(pgid) = heard.pgid else {
@@ -238,6 +216,27 @@ pub fn main(_args: &[String]) -> ExitCode {
             unsafe {
                 libc::killpg(pgid, libc::SIGSTOP);
             }
+        }
+    }
+}
+
+/// Reads what lockctl (and the command's first process) said on the non-blocking `socket`
+/// into `heard`, answering each continuation (`A`); whether lockctl's end is closed.
+fn read_lockctl(socket: &mut UnixStream, partial: &mut Vec<u8>, heard: &mut Heard) -> bool {
+    let mut buf = [0u8; 64];
+    loop {
+        match socket.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(n) => {
+                hear(partial, &buf[..n], heard);
+                if heard.resumed > 0 {
+                    heard.resumed = 0;
+                    let _ = socket.write_all(b"A");
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return true,
         }
     }
 }
