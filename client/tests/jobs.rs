@@ -750,17 +750,28 @@ fn a_job_stopped_by_its_terminal_ends_when_its_shell_is_gone() {
     sh.type_keys(line.as_bytes());
     let pid = read_pid(&pid_file);
     let _cleanup = support::KillOnDrop(pid);
-    assert!(
-        eventually(Duration::from_secs(10), || is_stopped(pid)),
-        "lockctl was not stopped by its own output: {}",
-        sh.printed()
-    );
+    // Stopped as a whole, as the shell sees it (a shell that dies while the job's threads are
+    // still stopping one by one leaves it stopped for good: the kernel continues only groups
+    // already stopped when they are orphaned).
+    until_the_shell_sees_it_stopped(&mut sh);
+    assert!(is_stopped(pid), "{}", sh.printed());
     send(sh.child.pid(), libc::SIGKILL);
-    assert!(
-        eventually(Duration::from_secs(10), || !is_running(pid)),
-        "lockctl lives on without its shell: {}",
-        support::describe_process(pid)
-    );
+    if !eventually(Duration::from_secs(10), || !is_running(pid)) {
+        let printed = sh.printed();
+        let tail: String = printed
+            .lines()
+            .rev()
+            .take(15)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n");
+        panic!(
+            "lockctl lives on without its shell: {}\nit last printed:\n{tail}",
+            support::describe_process(pid)
+        );
+    }
     assert!(
         eventually(Duration::from_secs(5), || holder(&server, KEY).is_none()),
         "the lock was left held"

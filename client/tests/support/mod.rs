@@ -392,6 +392,22 @@ impl Drop for KillOnDrop {
 /// what each waits in (`wchan`).
 pub fn describe_process(pid: i32) -> String {
     let mut lines = Vec::new();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    if let [state, ppid, pgrp, session, tty, ..] = fields.as_slice() {
+        lines.push(format!(
+            "{pid} {state} ppid {ppid} pgrp {pgrp} session {session} tty {tty}"
+        ));
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    lines.extend(
+        status
+            .lines()
+            .filter(|l| l.starts_with("Sig") || l.starts_with("ShdPnd"))
+            .map(str::to_string),
+    );
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|d| {
             d.filter_map(Result::ok)
