@@ -536,50 +536,30 @@ async fn wait_in_order(
     timeout: Option<Duration>,
 ) -> Result<LockGroup, Waited> {
     let abandoned = Abandoned::new(masters, keys, owner);
-    let give_up = |e: Error| async move {
-        let _ = release_keys(masters, keys, owner).await;
-        Waited::Fail(e)
+    let mut order = InOrder {
+        masters,
+        keys,
+        owner,
+        ttl,
+        held: 0,
+        next_renewal: Instant::now() + renewal_period(ttl),
     };
-    let every = (ttl / 3).max(Duration::from_millis(1));
-    let mut next_renewal = Instant::now() + every;
     let mut tokens = vec![vec![None; masters.names().len()]; keys.len()];
-    let mut held = 0;
     let name = group_name(keys);
-    while held < keys.len() {
-        let key = &keys[held];
+    while order.held < keys.len() {
         let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         if remaining == Some(Duration::ZERO) {
-            return Err(give_up(Error::WaitTimeout {
-                key: name,
-                timeout: timeout.unwrap_or_default(),
-            })
-            .await);
+            let timeout = timeout.unwrap_or_default();
+            return Err(order
+                .give_up(Error::WaitTimeout { key: name, timeout })
+                .await);
         }
-        let wait = masters.wait_round(key, owner, ttl, remaining, Mode::Exclusive.into());
-        tokio::pin!(wait);
-        // The keys already held are renewed while the next one is waited for.
-        let round = loop {
-            tokio::select! {
-                round = &mut wait => break round,
-                _ = tokio::time::sleep_until(next_renewal), if held > 0 => {
-                    match renew_keys(masters, &keys[..held], owner, ttl).await {
-                        Ok(_) => next_renewal = Instant::now() + every,
-                        Err(Error::Lost { .. }) => {
-                            tracing::debug!(keys = held, "held keys lost while waiting; again");
-                            let _ = release_keys(masters, keys, owner).await;
-                            return Err(Waited::Again);
-                        }
-                        Err(e) if e.is_permanent() => return Err(give_up(e).await),
-                        Err(_) => next_renewal = Instant::now() + every / 4,
-                    }
-                }
-            }
-        };
+        let round = order.wait_for_next(remaining).await?;
         if round.won() {
-            for (slot, answer) in tokens[held].iter_mut().zip(round.answers()) {
+            for (slot, answer) in tokens[order.held].iter_mut().zip(round.answers()) {
                 *slot = *answer;
             }
-            held += 1;
+            order.held += 1;
             continue;
         }
         // Not this time: give back what this round got of the key (a master that grants late
@@ -588,34 +568,20 @@ async fn wait_in_order(
         // other.
         let granted = round.agreed_by();
         if granted.contains(&true) {
-            masters.release_round(key, owner, Some(&granted)).await;
+            masters
+                .release_round(&keys[order.held], owner, Some(&granted))
+                .await;
         }
         let deadline_passed = deadline.is_some_and(|d| Instant::now() >= d);
         if let Err(e) = round.after_failed_wait(&name, deadline_passed, timeout.unwrap_or_default())
         {
-            return Err(give_up(e).await);
+            return Err(order.give_up(e).await);
         }
         let mut pause = jitter(masters.options().retry_delay);
         if let Some(d) = deadline {
             pause = pause.min(d.saturating_duration_since(Instant::now()));
         }
-        let resume_at = Instant::now() + pause;
-        while Instant::now() < resume_at {
-            tokio::select! {
-                _ = tokio::time::sleep_until(resume_at) => {}
-                _ = tokio::time::sleep_until(next_renewal), if held > 0 => {
-                    match renew_keys(masters, &keys[..held], owner, ttl).await {
-                        Ok(_) => next_renewal = Instant::now() + every,
-                        Err(Error::Lost { .. }) => {
-                            let _ = release_keys(masters, keys, owner).await;
-                            return Err(Waited::Again);
-                        }
-                        Err(e) if e.is_permanent() => return Err(give_up(e).await),
-                        Err(_) => next_renewal = Instant::now() + every / 4,
-                    }
-                }
-            }
-        }
+        order.pause_until(Instant::now() + pause).await?;
     }
     // Every key is ours: the grants' ttls count from moments we cannot see; a renewal of the
     // whole group gives a start we did measure.
@@ -631,11 +597,86 @@ async fn wait_in_order(
                 valid_until,
             ))
         }
-        Err(e) if e.is_permanent() => Err(give_up(e).await),
+        Err(e) if e.is_permanent() => Err(order.give_up(e).await),
         Err(_) => {
             let _ = release_keys(masters, keys, owner).await;
             Err(Waited::Again)
         }
+    }
+}
+
+/// How often the keys held while waiting for the next are renewed: every ttl / 3.
+fn renewal_period(ttl: Duration) -> Duration {
+    (ttl / 3).max(Duration::from_millis(1))
+}
+
+/// One try of [`wait_in_order`]: the first `held` of `keys` are held under `owner`.
+struct InOrder<'a> {
+    masters: &'a Arc<Masters>,
+    keys: &'a [String],
+    owner: &'a str,
+    ttl: Duration,
+    held: usize,
+    /// When the keys held are renewed next.
+    next_renewal: Instant,
+}
+
+impl<'a> InOrder<'a> {
+    /// Waits (at most `remaining`) for the next key, renewing the keys held meanwhile.
+    async fn wait_for_next(&mut self, remaining: Option<Duration>) -> Result<Round<u64>, Waited> {
+        let (masters, keys): (&'a Arc<Masters>, &'a [String]) = (self.masters, self.keys);
+        let wait = masters.wait_round(
+            &keys[self.held],
+            self.owner,
+            self.ttl,
+            remaining,
+            Mode::Exclusive.into(),
+        );
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                round = &mut wait => return Ok(round),
+                _ = tokio::time::sleep_until(self.next_renewal), if self.held > 0 => {
+                    self.renew_held().await?;
+                }
+            }
+        }
+    }
+
+    /// Sleeps until `until`, renewing the keys held meanwhile.
+    async fn pause_until(&mut self, until: Instant) -> Result<(), Waited> {
+        while Instant::now() < until {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => {}
+                _ = tokio::time::sleep_until(self.next_renewal), if self.held > 0 => {
+                    self.renew_held().await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Renews the keys held: `Err` when they were lost (released, to start again) or
+    /// refused for good (released, to give up).
+    async fn renew_held(&mut self) -> Result<(), Waited> {
+        let every = renewal_period(self.ttl);
+        match renew_keys(self.masters, &self.keys[..self.held], self.owner, self.ttl).await {
+            Ok(_) => self.next_renewal = Instant::now() + every,
+            Err(Error::Lost { .. }) => {
+                tracing::debug!(keys = self.held, "held keys lost while waiting; again");
+                let _ = release_keys(self.masters, self.keys, self.owner).await;
+                return Err(Waited::Again);
+            }
+            Err(e) if e.is_permanent() => return Err(self.give_up(e).await),
+            Err(_) => self.next_renewal = Instant::now() + every / 4,
+        }
+        Ok(())
+    }
+
+    /// Releases every key (those held, and any a late grant gave) and fails with `e`.
+    async fn give_up(&self, e: Error) -> Waited {
+        let _ = release_keys(self.masters, self.keys, self.owner).await;
+        Waited::Fail(e)
     }
 }
 

@@ -389,16 +389,27 @@ struct Signals {
     requests: mpsc::UnboundedReceiver<Request>,
 }
 
+/// Why the renewal task ends.
+enum Ended {
+    /// The guard stopped it (released or dropped): the task releases the lock.
+    Stopped,
+    /// The lock was lost: what the task saw, and the error when a master refused for good.
+    Lost(String, Option<Error>),
+}
+
+/// The instant the renewal task reports `lock` lost at the latest: `lead` before its
+/// validity's end.
+fn lost_at(lock: &Held, lead: Duration) -> Instant {
+    let end = lock.valid_until();
+    end.checked_sub(lead).unwrap_or(end)
+}
+
 async fn renew_until_stopped(mut lock: Held, mut signals: Signals) {
     let ttl = lock.ttl();
     let every = (ttl / 3).max(Duration::from_millis(1));
-    let lead = loss_lead(ttl);
-    // Every wait below, the renewal included, ends at this instant: the lock is reported lost
+    // Every wait below, the renewal included, ends at `lost_at`: the lock is reported lost
     // no later than its validity's end, whatever the masters do.
-    let lost_at = |lock: &Held| {
-        let end = lock.valid_until();
-        end.checked_sub(lead).unwrap_or(end)
-    };
+    let lead = loss_lead(ttl);
     let stop = &signals.stop;
     // When the hold was last shown to exist (a round's start): what "not renewed for" counts.
     let mut proved_at = lock
@@ -410,40 +421,26 @@ async fn renew_until_stopped(mut lock: Held, mut signals: Signals) {
     let ended = loop {
         tokio::select! {
             biased;
-            _ = stop.cancelled() => break None,
-            _ = tokio::time::sleep_until(lost_at(&lock)) => {
-                break Some(("its validity ran out before a renewal succeeded".to_string(), None))
+            _ = stop.cancelled() => break Ended::Stopped,
+            _ = tokio::time::sleep_until(lost_at(&lock, lead)) => {
+                break Ended::Lost("its validity ran out before a renewal succeeded".into(), None)
             }
             _ = tokio::time::sleep_until(next) => {}
             _ = signals.nudge.notified() => {}
             Some(Request::Downgrade(reply)) = signals.requests.recv() => {
-                let done = tokio::select! {
-                    biased;
-                    _ = stop.cancelled() => break None,
-                    _ = tokio::time::sleep_until(lost_at(&lock)) => {
-                        let _ = reply.send(Err(Error::Lost { key: lock.key(), cause: None }));
-                        break Some(("its validity ran out during a downgrade".to_string(), None))
-                    }
-                    r = lock.downgrade() => r,
-                };
-                let lost = matches!(done, Err(Error::Lost { .. }));
-                let _ = reply.send(done);
-                if lost {
-                    break Some((
-                        "LOCK.DOWNGRADE answered nil: the masters no longer have it".to_string(),
-                        None,
-                    ));
+                match downgrade(&mut lock, reply, stop, lead).await {
+                    Some(ended) => break ended,
+                    None => continue,
                 }
-                continue;
             }
         }
-        let deadline = lost_at(&lock);
+        let deadline = lost_at(&lock, lead);
         let round_start = Instant::now();
         let renewed = tokio::select! {
             biased;
-            _ = stop.cancelled() => break None,
+            _ = stop.cancelled() => break Ended::Stopped,
             _ = tokio::time::sleep_until(deadline) => {
-                break Some(("its validity ran out while a renewal waited for masters".to_string(), None))
+                break Ended::Lost("its validity ran out while a renewal waited for masters".into(), None)
             }
             r = lock.extend(ttl) => r,
         };
@@ -458,12 +455,12 @@ async fn renew_until_stopped(mut lock: Held, mut signals: Signals) {
                 next = Instant::now() + every;
             }
             Err(Error::Lost { .. }) => {
-                break Some((
-                    "LOCK.RENEW answered nil: the masters no longer have it".to_string(),
+                break Ended::Lost(
+                    "LOCK.RENEW answered nil: the masters no longer have it".into(),
                     None,
-                ))
+                )
             }
-            Err(e) if e.is_permanent() => break Some((e.to_string(), Some(e))),
+            Err(e) if e.is_permanent() => break Ended::Lost(e.to_string(), Some(e)),
             Err(e) => {
                 // Not refused, only unanswered: try again soon while validity is left.
                 tracing::warn!(key = %lock.key(), error = %e, "lock renewal failed, retrying");
@@ -472,20 +469,64 @@ async fn renew_until_stopped(mut lock: Held, mut signals: Signals) {
             }
         }
     };
-    let Some((why, permanent)) = ended else {
-        // Stopped: release, counted by Relock::settle while it runs.
-        let _releasing = signals
-            .releasing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let _ = signals.done.send(lock.release().await);
-        return;
+    match ended {
+        Ended::Stopped => release_when_stopped(lock, signals).await,
+        Ended::Lost(why, permanent) => {
+            report_loss(lock, signals, proved_at.elapsed(), &why, permanent).await
+        }
+    }
+}
+
+/// Downgrades the hold for its guard, which `reply` tells the outcome. `Some` when the
+/// renewal task must end: the guard stopped it, or the lock turned out lost.
+async fn downgrade(
+    lock: &mut Held,
+    reply: oneshot::Sender<Result<(), Error>>,
+    stop: &CancellationToken,
+    lead: Duration,
+) -> Option<Ended> {
+    let done = tokio::select! {
+        biased;
+        _ = stop.cancelled() => return Some(Ended::Stopped),
+        _ = tokio::time::sleep_until(lost_at(lock, lead)) => {
+            let _ = reply.send(Err(Error::Lost { key: lock.key(), cause: None }));
+            return Some(Ended::Lost("its validity ran out during a downgrade".into(), None));
+        }
+        r = lock.downgrade() => r,
     };
+    let lost = matches!(done, Err(Error::Lost { .. }));
+    let _ = reply.send(done);
+    lost.then(|| {
+        Ended::Lost(
+            "LOCK.DOWNGRADE answered nil: the masters no longer have it".into(),
+            None,
+        )
+    })
+}
+
+/// The guard stopped the renewals: releases, counted by `Relock::settle` while it runs, and
+/// tells the guard how it went.
+async fn release_when_stopped(lock: Held, signals: Signals) {
+    let _releasing = signals
+        .releasing
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    let _ = signals.done.send(lock.release().await);
+}
+
+/// The lock was lost (`why`, as seen, after `unrenewed` without a successful renewal): tells
+/// the body at once, then why from the masters' journals, releases what a minority may
+/// still hold, and tells the guard (`permanent`, the error that ended it, if any).
+async fn report_loss(
+    lock: Held,
+    signals: Signals,
+    unrenewed: Duration,
+    why: &str,
+    permanent: Option<Error>,
+) {
     signals.lost.cancel();
-    // The body is told at once; why comes after, from the masters' journals.
-    let unrenewed = proved_at.elapsed();
-    let loss = Arc::new(lock.explain_loss(unrenewed, &why).await);
+    let loss = Arc::new(lock.explain_loss(unrenewed, why).await);
     tracing::warn!(
         key = %lock.key(),
         owner = %lock.owner(),

@@ -335,40 +335,67 @@ impl Node {
         cmd: &Cmd,
         connect_timeout: Duration,
     ) -> Result<T, NodeFailure> {
-        let cluster = match &self.backend {
+        match &self.backend {
             Backend::Server { client, conn } => {
-                let via = Via::Server(client, conn);
-                // Once a wait went silent, its grant may be on its way to nobody: the same
-                // owner must ask again, however long the server takes to answer again.
-                let mut went_silent = false;
-                loop {
-                    let info = client.get_connection_info().clone();
-                    let (mut waiting, id) = match start_waiting(info, connect_timeout).await {
-                        Ok(started) => started,
-                        Err(e) if went_silent && !e.is_permanent() => {
-                            tracing::debug!(node = %self.name, key, error = %e, "cannot wait again yet");
-                            tokio::time::sleep(WATCH_WAIT_EVERY).await;
-                            continue;
-                        }
-                        Err(e) => return Err(e),
-                    };
-                    tokio::select! {
-                        result = cmd.query_async::<T>(&mut waiting) => return Ok(result?),
-                        () = watch_wait(id, &via, connect_timeout) => {
-                            tracing::warn!(node = %self.name, key, "a waiting connection went silent; waiting again on a new one");
-                            kill_waiting(id, &via, connect_timeout).await;
-                            went_silent = true;
-                        }
-                    }
-                }
-            }
-            Backend::Sentinel(sentinel) => {
-                return self
-                    .blocking_sentinel(sentinel, key, cmd, connect_timeout)
+                self.blocking_server(client, conn, key, cmd, connect_timeout)
                     .await
             }
-            Backend::Cluster(cluster) => cluster,
-        };
+            Backend::Sentinel(sentinel) => {
+                self.blocking_sentinel(sentinel, key, cmd, connect_timeout)
+                    .await
+            }
+            Backend::Cluster(cluster) => {
+                self.blocking_cluster(cluster, key, cmd, connect_timeout)
+                    .await
+            }
+        }
+    }
+
+    /// [`Node::blocking_query`] on one server: waits on a connection of its own, watched, and
+    /// again on a new one when it went silent.
+    async fn blocking_server<T: FromRedisValue>(
+        &self,
+        client: &Client,
+        conn: &Mutex<Option<MultiplexedConnection>>,
+        key: &str,
+        cmd: &Cmd,
+        connect_timeout: Duration,
+    ) -> Result<T, NodeFailure> {
+        let via = Via::Server(client, conn);
+        // Once a wait went silent, its grant may be on its way to nobody: the same owner must
+        // ask again, however long the server takes to answer again.
+        let mut went_silent = false;
+        loop {
+            let info = client.get_connection_info().clone();
+            let (mut waiting, id) = match start_waiting(info, connect_timeout).await {
+                Ok(started) => started,
+                Err(e) if went_silent && !e.is_permanent() => {
+                    tracing::debug!(node = %self.name, key, error = %e, "cannot wait again yet");
+                    tokio::time::sleep(WATCH_WAIT_EVERY).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            tokio::select! {
+                result = cmd.query_async::<T>(&mut waiting) => return Ok(result?),
+                () = watch_wait(id, &via, connect_timeout) => {
+                    tracing::warn!(node = %self.name, key, "a waiting connection went silent; waiting again on a new one");
+                    kill_waiting(id, &via, connect_timeout).await;
+                    went_silent = true;
+                }
+            }
+        }
+    }
+
+    /// [`Node::blocking_query`] on a Redis Cluster: on the master of `key`'s slot, following
+    /// redirections and topology changes, and another master when this one stops answering.
+    async fn blocking_cluster<T: FromRedisValue>(
+        &self,
+        cluster: &Cluster,
+        key: &str,
+        cmd: &Cmd,
+        connect_timeout: Duration,
+    ) -> Result<T, NodeFailure> {
         let mut redirect: Option<(String, bool)> = None;
         let mut last = None;
         for attempt in 0..MAX_REDIRECTS {
@@ -376,25 +403,7 @@ impl Node {
                 Some(r) => r,
                 None => (cluster.master_of(key, connect_timeout).await?, false),
             };
-            let via = Via::Cluster(cluster, &addr);
-            let wait = async {
-                let (mut conn, id) =
-                    start_waiting(with_addr(&cluster.template, &addr)?, connect_timeout).await?;
-                if asking {
-                    redis::cmd("ASKING")
-                        .query_async::<()>(&mut conn)
-                        .await
-                        .map_err(NodeFailure::Redis)?;
-                }
-                tokio::select! {
-                    result = cmd.query_async::<T>(&mut conn) => Ok(Some(result.map_err(NodeFailure::Redis))),
-                    () = watch_wait(id, &via, connect_timeout) => {
-                        tracing::warn!(node = %addr, key, "a waiting connection went silent; waiting again on a new one");
-                        kill_waiting(id, &via, connect_timeout).await;
-                        Ok(None)
-                    }
-                }
-            };
+            let wait = wait_on_cluster_node(cluster, &addr, asking, key, cmd, connect_timeout);
             let outcome: Result<Option<Result<T, NodeFailure>>, NodeFailure> = tokio::select! {
                 result = wait => result,
                 () = cluster.watch_master(key, &addr, connect_timeout) => {
@@ -554,6 +563,36 @@ impl Node {
         match &self.backend {
             Backend::Cluster(cluster) => cluster.query_at(master, cmd, timeout).await,
             Backend::Server { .. } | Backend::Sentinel(_) => self.query("", cmd, timeout).await,
+        }
+    }
+}
+
+/// `cmd` (a blocking one) on the cluster node `addr` (after `ASKING` when `asking`), on a
+/// connection of its own, watched as every wait is: `Ok(None)` when that connection went
+/// silent (it is closed there, and the caller waits again).
+async fn wait_on_cluster_node<T: FromRedisValue>(
+    cluster: &Cluster,
+    addr: &str,
+    asking: bool,
+    key: &str,
+    cmd: &Cmd,
+    connect_timeout: Duration,
+) -> Result<Option<Result<T, NodeFailure>>, NodeFailure> {
+    let via = Via::Cluster(cluster, addr);
+    let (mut conn, id) =
+        start_waiting(with_addr(&cluster.template, addr)?, connect_timeout).await?;
+    if asking {
+        redis::cmd("ASKING")
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(NodeFailure::Redis)?;
+    }
+    tokio::select! {
+        result = cmd.query_async::<T>(&mut conn) => Ok(Some(result.map_err(NodeFailure::Redis))),
+        () = watch_wait(id, &via, connect_timeout) => {
+            tracing::warn!(node = %addr, key, "a waiting connection went silent; waiting again on a new one");
+            kill_waiting(id, &via, connect_timeout).await;
+            Ok(None)
         }
     }
 }

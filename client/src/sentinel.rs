@@ -30,6 +30,25 @@ const MIN_RESOLVE_TIMEOUT: Duration = Duration::from_millis(500);
 /// The sentinels' port when a URL gives none.
 const SENTINEL_PORT: u16 = 26379;
 
+/// The sentinels' own login from a URL's query (`sentinel_username=...&sentinel_password=...`),
+/// as the `user:password@` part of their URLs (empty without a password); why not, for an
+/// unknown parameter.
+fn sentinel_auth(query: &str) -> Result<String, String> {
+    let (mut user, mut password) = (None, None);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("sentinel_username", v)) => user = Some(percent_decode(v)),
+            Some(("sentinel_password", v)) => password = Some(percent_decode(v)),
+            _ => return Err(format!("unknown parameter {pair:?}")),
+        }
+    }
+    Ok(match (&user, &password) {
+        (Some(u), Some(p)) => format!("{}:{}@", percent_encode(u), percent_encode(p)),
+        (None, Some(p)) => format!(":{}@", percent_encode(p)),
+        _ => String::new(),
+    })
+}
+
 /// Whether `url` names a Sentinel-managed master.
 pub(crate) fn is_sentinel_url(url: &str) -> bool {
     let scheme = url.split_once("://").map_or("", |(s, _)| s);
@@ -92,18 +111,7 @@ impl Sentinel {
         if parts.next().is_some() || db.parse::<i64>().is_err() {
             return Err(invalid("the path is /master-name or /master-name/db"));
         }
-        let (mut sentinel_user, mut sentinel_password) = (None, None);
-        for pair in query
-            .unwrap_or_default()
-            .split('&')
-            .filter(|p| !p.is_empty())
-        {
-            match pair.split_once('=') {
-                Some(("sentinel_username", v)) => sentinel_user = Some(percent_decode(v)),
-                Some(("sentinel_password", v)) => sentinel_password = Some(percent_decode(v)),
-                _ => return Err(invalid(&format!("unknown parameter {pair:?}"))),
-            }
-        }
+        let auth = sentinel_auth(query.unwrap_or_default()).map_err(|why| invalid(&why))?;
         let plain = if secure { "rediss" } else { "redis" };
         let mut sentinels = Vec::new();
         let mut sentinel_names = Vec::new();
@@ -112,11 +120,6 @@ impl Sentinel {
                 host.to_string()
             } else {
                 format!("{host}:{SENTINEL_PORT}")
-            };
-            let auth = match (&sentinel_user, &sentinel_password) {
-                (Some(u), Some(p)) => format!("{}:{}@", percent_encode(u), percent_encode(p)),
-                (None, Some(p)) => format!(":{}@", percent_encode(p)),
-                _ => String::new(),
             };
             let info = format!("{plain}://{auth}{addr}/0")
                 .into_connection_info()

@@ -145,13 +145,16 @@ async fn client_and_lockctl_on_a_cluster() {
     outer.release().await.expect("release outer");
     assert_eq!(holder(cluster.master_of("re"), "re"), None);
 
-    // The guard renews (with acknowledgements) past the ttl.
-    let guard = relock
-        .guard("guarded", Duration::from_millis(600))
-        .await
-        .expect("guard");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(!guard.is_lost());
+    // The guard renews (with acknowledgements) past the ttl. The ttl leaves room for three
+    // renewals, each of which may take the node timeout and the acknowledgements' wait.
+    let options = acked_options();
+    let short = (options.node_timeout + options.replica_ack_timeout) * 3;
+    let guard = relock.guard("guarded", short).await.expect("guard");
+    let granted = Instant::now();
+    // Unrenewed, the lock would have expired a third of a ttl ago.
+    tokio::time::sleep_until(granted + short + short / 3).await;
+    assert!(!guard.is_lost(), "{:?}", guard.loss());
+    assert!(guard.valid_until() > Instant::now());
     assert!(holder(cluster.master_of("guarded"), "guarded").is_some());
     guard.release().await.expect("release guard");
 

@@ -67,6 +67,28 @@ fn read_pid(path: &Path) -> i32 {
 /// SIGCONT continues both, the lock still held by the same owner (issue 19, problem 1).
 #[test]
 fn sigtstp_stops_the_command_with_lockctl_and_sigcont_continues_both() {
+    stop_and_continue_with_lockctl(libc::SIGTSTP);
+}
+
+/// SIGTTIN to lockctl (what the kernel sends a background job that reads its terminal) is a
+/// job-control stop like SIGTSTP: the command's group stops with lockctl, and SIGCONT
+/// continues both with the lock still held.
+#[test]
+fn sigttin_stops_the_command_with_lockctl_and_sigcont_continues_both() {
+    stop_and_continue_with_lockctl(libc::SIGTTIN);
+}
+
+/// SIGTTOU to lockctl (a background job's write to a `stty tostop` terminal) stops the
+/// command's group with lockctl too, and SIGCONT continues both.
+#[test]
+fn sigttou_stops_the_command_with_lockctl_and_sigcont_continues_both() {
+    stop_and_continue_with_lockctl(libc::SIGTTOU);
+}
+
+/// `stop` (SIGTSTP, SIGTTIN or SIGTTOU) sent to lockctl stops lockctl and its command; while
+/// they are stopped the command does not run; SIGCONT continues both, the lock still held by
+/// the same owner with the same token, and released when the command ends.
+fn stop_and_continue_with_lockctl(stop: i32) {
     let server = Server::start();
     let counter = Counter::new();
     let mut lockctl = run_counter(&server, &counter, &["--ttl", "5s"]);
@@ -74,7 +96,7 @@ fn sigtstp_stops_the_command_with_lockctl_and_sigcont_continues_both() {
     assert!(counter.runs_within(Duration::from_secs(5)));
     let (owner, token) = holder(&server, KEY).expect("held");
 
-    send(lockctl.pid(), libc::SIGTSTP);
+    send(lockctl.pid(), stop);
     assert!(
         eventually(Duration::from_secs(10), || is_stopped(lockctl.pid())
             && is_stopped(pid)),
@@ -86,7 +108,7 @@ fn sigtstp_stops_the_command_with_lockctl_and_sigcont_continues_both() {
         !counter.runs_during(Duration::from_millis(500)),
         "the command ran while lockctl was stopped"
     );
-    // SIGTSTP was passed on first, so that the command could act on it.
+    // The stop was passed on first, so that the command could act on it.
     assert_eq!(counter.count("CONT"), 0);
 
     send(lockctl.pid(), libc::SIGCONT);
@@ -108,18 +130,34 @@ fn sigtstp_stops_the_command_with_lockctl_and_sigcont_continues_both() {
 /// problem 1: before, the command ran on during the stop and overlapped the next holder).
 #[test]
 fn a_lock_lost_while_stopped_ends_the_command_without_continuing_it() {
+    lost_while_stopped(libc::SIGTSTP);
+}
+
+/// The same for a stop by SIGTTIN and by SIGTTOU: the command never goes on once the lock
+/// lapsed during the stop.
+#[test]
+fn a_lock_lost_while_stopped_by_sigttin_or_sigttou_ends_the_command() {
+    lost_while_stopped(libc::SIGTTIN);
+    lost_while_stopped(libc::SIGTTOU);
+}
+
+/// lockctl and its command stopped by `stop` until the lock expired and another holder took
+/// it: SIGCONT ends the command without continuing it, and lockctl exits 76.
+fn lost_while_stopped(stop: i32) {
     let server = Server::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("log");
     let script = format!("while :; do echo x >> {}; sleep 0.05; done", log.display());
     let mut lockctl = Spawned::new(
         lockctl(&[&server])
+            // Four node timeouts: a renewal delayed by a busy machine does not lose the lock
+            // before the stop (the stop then outlasts the ttl).
             .args([
                 "--node-timeout",
-                "300ms",
+                "500ms",
                 "run",
                 "--ttl",
-                "1s",
+                "2s",
                 "--grace",
                 "2s",
                 KEY,
@@ -129,7 +167,7 @@ fn a_lock_lost_while_stopped_ends_the_command_without_continuing_it() {
             .stderr(Stdio::piped()),
     );
     assert!(eventually(Duration::from_secs(20), || lines(&log) >= 3));
-    send(lockctl.pid(), libc::SIGTSTP);
+    send(lockctl.pid(), stop);
     assert!(eventually(Duration::from_secs(10), || is_stopped(
         lockctl.pid()
     )));
@@ -213,32 +251,42 @@ fn after_a_loss_every_process_of_the_group_is_gone_before_lockctl_exits() {
 /// the command's status.
 #[test]
 fn the_lock_is_held_until_the_processes_the_command_left_end() {
+    const TTL: Duration = Duration::from_secs(3);
     let server = Server::start();
     let dir = tempfile::tempdir().expect("tempdir");
-    let done = dir.path().join("done");
-    let script = format!("(sleep 3; echo done > {}) & exit 3", done.display());
+    let (go, done) = (dir.path().join("go"), dir.path().join("done"));
+    // The process left behind works until the test says so, after the lock outlived its ttl.
+    let script = format!(
+        "(while [ ! -e {} ]; do sleep 0.05; done; echo done > {}) & exit 3",
+        go.display(),
+        done.display()
+    );
     let err_file = dir.path().join("stderr");
     let mut lockctl = Spawned::new(
         lockctl(&[&server])
-            .args(["--node-timeout", "1s", "run", "--ttl", "2s", KEY])
+            .args(["--node-timeout", "1s", "run", "--ttl", "3s", KEY])
             .args(["--", "sh", "-c", &script])
             .process_group(0)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&err_file).expect("stderr file")),
     );
     assert!(eventually(Duration::from_secs(20), || holder(&server, KEY).is_some()));
-    let owner = holder(&server, KEY).expect("held").0;
-    // Renewed meanwhile (the ttl is shorter than the background process's work).
-    while !done.exists() {
+    let owner = holder(&server, KEY).expect("held");
+    let seen = Instant::now();
+    // Renewed meanwhile: held past its ttl, by the same owner, lockctl still there.
+    while seen.elapsed() < TTL + TTL / 3 {
         assert!(
             lockctl.try_status().is_none(),
-            "lockctl exited while a process of its command still ran"
+            "lockctl exited while a process of its command still ran: {}",
+            std::fs::read_to_string(&err_file).unwrap_or_default()
         );
-        assert_eq!(holder(&server, KEY).map(|h| h.0), Some(owner.clone()));
+        assert_eq!(holder(&server, KEY), Some(owner.clone()));
         std::thread::sleep(Duration::from_millis(50));
     }
+    std::fs::write(&go, b"").expect("go");
     let status = lockctl.wait_within(Duration::from_secs(20));
     let err = std::fs::read_to_string(&err_file).unwrap_or_default();
+    assert!(done.exists(), "lockctl exited before the process: {err}");
     assert_eq!(status.code(), Some(3), "{err}");
     assert!(err.contains("still run"), "{err}");
     assert_eq!(holder(&server, KEY), None, "released");
@@ -322,6 +370,62 @@ fn a_signal_at_any_moment_of_the_start_never_strands_the_lock() {
     );
 }
 
+/// Job control at any moment of the start: while lockctl acquires and starts its command and
+/// its watchdog (a process that, until it moves to a group of its own, is in lockctl's
+/// process group), lockctl's group is stopped and continued over and over, as a shell's
+/// `kill -TSTP %1` / `kill -CONT %1` would. lockctl must come through every time: run the
+/// command, exit with its status, release. (A stop that reached the watchdog between its
+/// fork and its exec stopped it there, and lockctl, which waited for that exec, hung for
+/// good while its guard renewed the lock forever.)
+#[test]
+fn stops_and_continues_at_any_moment_of_the_start_never_wedge_lockctl() {
+    const ROUNDS: usize = 25;
+    let server = Server::start();
+    let mut wedged = Vec::new();
+    for round in 0..ROUNDS {
+        let mut lockctl = Spawned::new(
+            lockctl(&[&server])
+                .args([
+                    "--node-timeout",
+                    "1s",
+                    "run",
+                    "--ttl",
+                    "10s",
+                    KEY,
+                    "--",
+                    "true",
+                ])
+                .process_group(0)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        );
+        let group = lockctl.pid();
+        let hammer_until = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < hammer_until && lockctl.try_status().is_none() {
+            support::send_quietly(-group, libc::SIGTSTP);
+            support::send_quietly(-group, libc::SIGCONT);
+        }
+        // Each stop it got stops it once more: continue it until it ends.
+        let ended = eventually(Duration::from_secs(20), || {
+            support::send_quietly(-group, libc::SIGCONT);
+            std::thread::sleep(Duration::from_millis(20));
+            lockctl.try_status().is_some()
+        });
+        if !ended {
+            wedged.push((round, support::describe_process(group)));
+            support::kill_children(group);
+            continue;
+        }
+        let status = lockctl.try_status().expect("ended");
+        assert_eq!(status.code(), Some(0), "round {round}: {status:?}");
+        assert!(
+            eventually(Duration::from_secs(5), || holder(&server, KEY).is_none()),
+            "round {round}: the lock was left held"
+        );
+    }
+    assert!(wedged.is_empty(), "lockctl hung in rounds {wedged:?}");
+}
+
 /// SIGSTOP cannot be handled: the watchdog stops the command while lockctl is stopped, and
 /// lockctl continues it once continued itself, after checking the lock.
 #[test]
@@ -370,6 +474,53 @@ fn sigkill_of_lockctl_ends_the_whole_group() {
     assert!(
         eventually(Duration::from_secs(5), || !is_running(member)),
         "a process of the command outlived lockctl's SIGKILL"
+    );
+}
+
+/// SIGKILL of lockctl at any moment of the start leaves no process of its command running:
+/// the watchdog starts before the command, which tells it its group before it runs anything
+/// (before, a SIGKILL between the command's start and the watchdog's left the processes the
+/// command had started running without the lock).
+#[test]
+fn sigkill_at_any_moment_of_the_start_leaves_no_process_of_the_command() {
+    let server = Server::start();
+    let mut survivors = Vec::new();
+    for delay_ms in (0..40).map(|i| i * 3) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let leader_file = dir.path().join("leader");
+        // The leader says who it is before it starts anything.
+        let script = format!(
+            "echo $$ > {}; sleep 300 & sleep 300 & wait",
+            leader_file.display()
+        );
+        let mut lockctl = Spawned::new(
+            lockctl(&[&server])
+                .args(["run", "--ttl", "60s", KEY, "--", "sh", "-c", &script])
+                .process_group(0)
+                .stderr(Stdio::null()),
+        );
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        send(lockctl.pid(), libc::SIGKILL);
+        lockctl.wait_within(Duration::from_secs(10));
+        let leader: Option<i32> = std::fs::read_to_string(&leader_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok());
+        if let Some(leader) = leader {
+            if !eventually(Duration::from_secs(5), || {
+                support::group_members(leader).is_empty()
+            }) {
+                let members = support::group_members(leader);
+                for m in &members {
+                    support::send_quietly(*m, libc::SIGKILL);
+                }
+                survivors.push((delay_ms, members));
+            }
+        }
+        force_release(&server, KEY);
+    }
+    assert!(
+        survivors.is_empty(),
+        "(ms, processes) of the command outlived lockctl's SIGKILL: {survivors:?}"
     );
 }
 
@@ -477,6 +628,154 @@ fn kill_tstp_to_a_background_job_stops_its_command() {
     sh.type_keys(b"echo status=$?\n");
     sh.expect("status=0", Duration::from_secs(20));
     assert_eq!(holder(&server, KEY), None, "released");
+}
+
+/// `lockctl run ... -- sh -c SCRIPT &` at `sh`, the shell, in the background: SCRIPT gets
+/// the pid of its shell in `$PID_FILE` first.
+fn start_in_the_background(sh: &mut Pty, dir: &Path, script: &str) -> i32 {
+    let pid_file = dir.join("pid");
+    let line = format!(
+        "\"$LOCKCTL\" --node-timeout 1s run --ttl 5s {KEY} -- sh -c 'echo $$ > {}; {script}' &\n",
+        pid_file.display()
+    );
+    sh.type_keys(line.as_bytes());
+    read_pid(&pid_file)
+}
+
+/// Waits until the shell reports its job (lockctl) stopped, asking with `jobs`.
+fn until_the_shell_sees_it_stopped(sh: &mut Pty) {
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            sh.type_keys(b"jobs\n");
+            std::thread::sleep(Duration::from_millis(100));
+            sh.printed().contains("Stopped")
+        }),
+        "{}",
+        sh.printed()
+    );
+}
+
+/// A command that reads the terminal from the background gets SIGTTIN from the kernel and
+/// stops: lockctl stops with it, so the shell sees its job stopped (and nothing renews for a
+/// command that runs unseen); `fg` continues both after a renewal, the command with the
+/// terminal, and it reads what is typed.
+#[test]
+fn a_background_command_reading_the_terminal_stops_the_job_until_fg() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let mut sh = shell(&server);
+    let pid = start_in_the_background(
+        &mut sh,
+        dir.path(),
+        &format!("read line; echo \"got $line\" > {}", out.display()),
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || is_stopped(pid)),
+        "the command was not stopped by its read: {}",
+        sh.printed()
+    );
+    until_the_shell_sees_it_stopped(&mut sh);
+    let held = holder(&server, KEY).expect("held while stopped");
+    sh.type_keys(b"fg\n");
+    assert!(
+        eventually(Duration::from_secs(10), || !is_stopped(pid)),
+        "not continued: {}",
+        sh.printed()
+    );
+    sh.type_keys(b"typed at the terminal\n");
+    assert!(
+        eventually(Duration::from_secs(10), || std::fs::read_to_string(&out)
+            .is_ok_and(|t| t.contains("got typed at the terminal"))),
+        "the command did not get the terminal: {}",
+        sh.printed()
+    );
+    sh.type_keys(b"echo status=$?\n");
+    sh.expect("status=0", Duration::from_secs(20));
+    assert!(!is_running(pid));
+    assert_eq!(holder(&server, KEY), None, "released");
+    // Held by the same owner from the grant to the release: never lapsed and taken again.
+    assert_eq!(
+        support::relock_stat(&server, "acquired_total"),
+        1,
+        "held by {held:?}, then acquired again"
+    );
+}
+
+/// With `stty tostop`, a command that writes to the terminal from the background gets
+/// SIGTTOU and stops: lockctl stops with it, and `fg` continues both; the write then goes
+/// through.
+#[test]
+fn a_background_command_writing_to_a_tostop_terminal_stops_the_job_until_fg() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut sh = shell(&server);
+    sh.type_keys(b"stty tostop\n");
+    // The shell expands it only when it runs: what the terminal echoed as typed is not it.
+    let pid = start_in_the_background(&mut sh, dir.path(), "echo written-$((6 * 7))");
+    assert!(
+        eventually(Duration::from_secs(10), || is_stopped(pid)),
+        "the command was not stopped by its write: {}",
+        sh.printed()
+    );
+    until_the_shell_sees_it_stopped(&mut sh);
+    assert!(!sh.printed().contains("written-42"), "{}", sh.printed());
+    assert!(holder(&server, KEY).is_some(), "held while stopped");
+    sh.type_keys(b"fg\n");
+    sh.expect("written-42", Duration::from_secs(10));
+    sh.type_keys(b"echo status=$?\n");
+    sh.expect("status=0", Duration::from_secs(20));
+    assert!(!is_running(pid));
+    assert_eq!(holder(&server, KEY), None, "released");
+    assert_eq!(support::relock_stat(&server, "acquired_total"), 1);
+}
+
+/// A job stopped by its terminal whose shell then goes away: lockctl in the background, its
+/// own output to a `stty tostop` terminal stopping it (SIGTTOU, several times over, from the
+/// kernel), and the shell killed. The kernel continues an orphaned stopped group and hangs it
+/// up; lockctl must then end (of the hang-up, releasing what it was granted), not stop again
+/// for good on a terminal stop it had not read yet: the kernel drops those for an orphaned
+/// group, as nothing is left to continue it.
+#[test]
+fn a_job_stopped_by_its_terminal_ends_when_its_shell_is_gone() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("lockctl");
+    let mut sh = shell(&server);
+    sh.type_keys(b"stty tostop\n");
+    let line = format!(
+        "RELOCK_LOG=debug \"$LOCKCTL\" run --ttl 30s {KEY} -- true & echo $! > {}\n",
+        pid_file.display()
+    );
+    sh.type_keys(line.as_bytes());
+    let pid = read_pid(&pid_file);
+    let _cleanup = support::KillOnDrop(pid);
+    // Stopped as a whole, as the shell sees it (a shell that dies while the job's threads are
+    // still stopping one by one leaves it stopped for good: the kernel continues only groups
+    // already stopped when they are orphaned).
+    until_the_shell_sees_it_stopped(&mut sh);
+    assert!(is_stopped(pid), "{}", sh.printed());
+    send(sh.child.pid(), libc::SIGKILL);
+    if !eventually(Duration::from_secs(10), || !is_running(pid)) {
+        let printed = sh.printed();
+        let tail: String = printed
+            .lines()
+            .rev()
+            .take(15)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n");
+        panic!(
+            "lockctl lives on without its shell: {}\nit last printed:\n{tail}",
+            support::describe_process(pid)
+        );
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || holder(&server, KEY).is_none()),
+        "the lock was left held"
+    );
 }
 
 /// In an orphaned process group (a new session: what a service manager starts), the kernel

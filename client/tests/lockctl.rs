@@ -364,28 +364,45 @@ fn info_and_force_release_for_operators() {
 
 /// A command that outlives `--ttl` keeps the lock, renewed every ttl / 3, with nobody else
 /// interfering.
+///
+/// The command runs until the lock has been seen held for longer than the ttl and the server
+/// has counted four renewals; the ttl is three node timeouts, as lockctl asks, so that a
+/// renewal delayed by a busy machine still ends within the lock's validity.
 #[test]
 fn renews_while_the_command_outlives_the_ttl() {
+    const RENEWALS: i64 = 4;
+    const TTL: Duration = Duration::from_secs(3);
     let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stop = dir.path().join("stop");
+    let script = format!("while [ ! -e {} ]; do sleep 0.02; done", stop.display());
     let mut child = Spawned::new(
         lockctl(&[&server])
-            .args(["run", "--ttl", "1s", KEY, "--", "sleep", "3"])
+            .args(["--node-timeout", "1s", "run", "--ttl", "3s", KEY])
+            .args(["--", "sh", "-c", &script])
             .stderr(Stdio::piped()),
     );
     assert!(eventually(Duration::from_secs(20), || lock_owner(&server).is_some()));
     let owner = lock_owner(&server).expect("held");
-    let watch = Instant::now();
-    while watch.elapsed() < Duration::from_millis(2_500) {
+    let renewed = || info_stat(&server, "relock", "relock_renewed_total");
+    let started = Instant::now();
+    while renewed() < RENEWALS || started.elapsed() <= TTL {
         let info = lock_info(&server).expect("still held");
         assert_eq!(info["owner"], owner, "owner changed");
         let ttl: i64 = info["ttl"].parse().expect("ttl");
-        assert!(ttl > 0 && ttl <= 1_000, "ttl {ttl}");
+        assert!(ttl > 0 && ttl <= 3_000, "ttl {ttl}");
+        assert!(child.try_status().is_none(), "lockctl ended");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "only {} renewals in a minute",
+            renewed()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
+    std::fs::write(&stop, b"").expect("stop");
     let status = child.wait_within(Duration::from_secs(20));
     let out = child.output();
     assert_eq!(status.code(), Some(0), "{}", stderr(&out));
-    assert!(info_stat(&server, "relock", "relock_renewed_total") >= 6);
     assert_eq!(lock_owner(&server), None);
 }
 
@@ -609,20 +626,32 @@ fn group_signals_reach_the_command_once() {
     );
     counter.wait_ready();
     let group = -child.pid();
-    // Apart, so that no two signals can merge into one delivery.
-    let settle = || std::thread::sleep(Duration::from_millis(300));
-    for sig in [
-        libc::SIGINT,
-        libc::SIGHUP,
-        libc::SIGINT,
-        libc::SIGHUP,
-        libc::SIGINT,
+    // Each signal once it reached the command, so that no two can merge into one delivery.
+    let mut expected: HashMap<&str, u64> = HashMap::new();
+    let mut send_and_see = |to: i32, sig: i32, name: &'static str| {
+        let want = expected.entry(name).or_insert(0);
+        *want += 1;
+        let want = *want;
+        send(to, sig);
+        assert!(
+            eventually(Duration::from_secs(20), || counter.count(name) >= want),
+            "{name} #{want} did not reach the command: {:?}",
+            counter.counts()
+        );
+    };
+    for (sig, name) in [
+        (libc::SIGINT, "INT"),
+        (libc::SIGHUP, "HUP"),
+        (libc::SIGINT, "INT"),
+        (libc::SIGHUP, "HUP"),
+        (libc::SIGINT, "INT"),
     ] {
-        send(group, sig);
-        settle();
+        send_and_see(group, sig, name);
     }
-    send(child.pid(), libc::SIGTERM);
-    settle();
+    send_and_see(child.pid(), libc::SIGTERM, "TERM");
+    // lockctl passes signals on in the order it gets them: once this one arrived, a second
+    // copy of any before it would have too.
+    send_and_see(child.pid(), libc::SIGUSR1, "USR1");
     let counts = counter.counts();
     counter.stop();
     let status = child.wait_within(Duration::from_secs(20));

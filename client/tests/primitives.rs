@@ -325,15 +325,52 @@ async fn wait_all_waits_for_each_key_in_order_and_renews_what_it_holds() {
     c.release().await.expect("release");
 }
 
-/// Two clients wait for overlapping key sets given in opposite orders, many times over:
-/// never two holders of one key, never a deadlock (every wait ends well within its limit).
+/// Clients wait for overlapping key sets given in opposite orders, many times over: never two
+/// holders of one key, never a deadlock (every wait ends well within its limit).
+///
+/// What could deadlock is the wait key by key (`LOCK.MACQUIRE` takes a group at once or not
+/// at all), so a fourth client keeps queueing for k1, the key every set shares, and holding
+/// it: a group's `LOCK.MACQUIRE` then finds k1 taken and the group waits for its keys one by
+/// one. The test checks that most groups did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn opposite_orders_never_deadlock() {
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
     use std::sync::Arc;
     const ROUNDS: usize = 150;
     let server = Server::start();
     let held: Arc<Vec<AtomicU32>> = Arc::new((0..4).map(|_| AtomicU32::new(0)).collect());
+    let take = |held: &[AtomicU32], key: &str| {
+        let i: usize = key[1..].parse().expect("index");
+        assert_eq!(
+            held[i].fetch_add(1, Ordering::SeqCst),
+            0,
+            "{key} held twice"
+        );
+    };
+    let give = |held: &[AtomicU32], key: &str| {
+        let i: usize = key[1..].parse().expect("index");
+        held[i].fetch_sub(1, Ordering::SeqCst);
+    };
+    let done = Arc::new(AtomicBool::new(false));
+    let blocker = {
+        let relock = client(&[&server]);
+        let (held, done) = (held.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut taken = 0;
+            while !done.load(Ordering::SeqCst) {
+                let lock = relock
+                    .acquire_wait("k1", Duration::from_secs(10), Some(WITHIN))
+                    .await
+                    .unwrap_or_else(|e| panic!("k1's own waiter, after {taken}: {e}"));
+                take(&held, "k1");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                give(&held, "k1");
+                lock.release().await.expect("release k1");
+                taken += 1;
+            }
+            taken
+        })
+    };
     let sets: [&[&str]; 3] = [&["k0", "k1", "k2"], &["k2", "k1", "k0"], &["k3", "k1"]];
     let mut tasks = Vec::new();
     for (who, keys) in sets.into_iter().enumerate() {
@@ -347,6 +384,7 @@ async fn opposite_orders_never_deadlock() {
                     .wait_all(&keys, Duration::from_secs(10), Some(WITHIN))
                     .await
                     .unwrap_or_else(|e| panic!("client {who}, round {round}: {e}"));
+                // Keys waited for one by one have tokens of their own.
                 if group
                     .keys()
                     .iter()
@@ -355,17 +393,11 @@ async fn opposite_orders_never_deadlock() {
                     slow_path += 1;
                 }
                 for key in group.keys() {
-                    let i: usize = key[1..].parse().expect("index");
-                    assert_eq!(
-                        held[i].fetch_add(1, Ordering::SeqCst),
-                        0,
-                        "{key} held twice"
-                    );
+                    take(&held, key);
                 }
                 tokio::task::yield_now().await;
                 for key in group.keys() {
-                    let i: usize = key[1..].parse().expect("index");
-                    held[i].fetch_sub(1, Ordering::SeqCst);
+                    give(&held, key);
                 }
                 group.release().await.expect("release");
             }
@@ -379,7 +411,20 @@ async fn opposite_orders_never_deadlock() {
             .expect("no deadlock")
             .expect("task");
     }
-    eprintln!("{} groups, {slow} waited for key by key", ROUNDS * 3);
+    done.store(true, Ordering::SeqCst);
+    let blocked = tokio::time::timeout(WITHIN, blocker)
+        .await
+        .expect("k1's own waiter is stuck")
+        .expect("blocker");
+    eprintln!(
+        "{} groups, {slow} waited for key by key; k1 taken alone {blocked} times",
+        ROUNDS * 3
+    );
+    assert!(
+        slow * 2 > ROUNDS * 3,
+        "only {slow} of {} groups waited key by key: the test did not exercise the ordered wait",
+        ROUNDS * 3
+    );
 }
 
 /// Two lockctl processes take overlapping keys given in opposite orders, many times: each run

@@ -351,11 +351,34 @@ async fn lockctl_keeps_its_lock_across_a_sentinel_failover() {
             && holder_now(&setup.replica, key).is_some_and(|h| h.0 == owner))),
         "lockctl does not renew on the new master"
     );
-    // A whole ttl later it still holds the lock, with its token, and its command still runs.
-    tokio::time::sleep_until(promoted + ttl + Duration::from_secs(1)).await;
+    // It goes on renewing there for more than a whole ttl (a renewal every ttl / 3: four of
+    // them), holding the lock with its token all along, its command running.
+    let mut renewed_here = -1;
+    assert!(tokio::task::block_in_place(|| eventually(
+        Duration::from_secs(10),
+        || {
+            renewed_here = stat_now(&setup.replica, "renewed_total");
+            renewed_here >= 0
+        }
+    )));
+    let kept = tokio::task::block_in_place(|| {
+        eventually(ttl * 4, || {
+            assert!(
+                lockctl.try_status().is_none(),
+                "lockctl ended after the failover"
+            );
+            if let Some(h) = holder_now(&setup.replica, key) {
+                assert_eq!(h, (owner.clone(), token), "the lock changed hands");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            stat_now(&setup.replica, "renewed_total") >= renewed_here + 4
+        })
+    });
     assert!(
-        lockctl.try_status().is_none(),
-        "lockctl ended during the failover"
+        kept,
+        "lockctl stopped renewing on the new master ({} renewals since {:?} after the promotion)",
+        stat_now(&setup.replica, "renewed_total") - renewed_here,
+        promoted.elapsed()
     );
     assert_eq!(
         tokio::task::block_in_place(|| holder_now(&setup.replica, key)),

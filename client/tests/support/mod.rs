@@ -387,3 +387,94 @@ impl Drop for KillOnDrop {
         send_quietly(self.0, libc::SIGKILL);
     }
 }
+
+/// What `/proc` says of `pid` and its threads and children, for a failure message: state and
+/// what each waits in (`wchan`).
+pub fn describe_process(pid: i32) -> String {
+    let mut lines = Vec::new();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    if let [state, ppid, pgrp, session, tty, ..] = fields.as_slice() {
+        lines.push(format!(
+            "{pid} {state} ppid {ppid} pgrp {pgrp} session {session} tty {tty}"
+        ));
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    lines.extend(
+        status
+            .lines()
+            .filter(|l| l.starts_with("Sig") || l.starts_with("ShdPnd"))
+            .map(str::to_string),
+    );
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    for task in tasks {
+        let wchan = std::fs::read_to_string(task.join("wchan")).unwrap_or_default();
+        let state = std::fs::read_to_string(task.join("stat"))
+            .ok()
+            .and_then(|s| Some(s.rsplit_once(')')?.1.split_whitespace().next()?.to_string()))
+            .unwrap_or_default();
+        lines.push(format!("thread {} {state} in {wchan}", task.display()));
+    }
+    for child in children(pid) {
+        lines.push(format!(
+            "child {child} {:?}: {}",
+            state(child),
+            std::fs::read_to_string(format!("/proc/{child}/cmdline"))
+                .unwrap_or_default()
+                .replace('\0', " ")
+        ));
+    }
+    lines.join("; ")
+}
+
+/// The children of `pid` (of all its threads).
+pub fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+/// Kills `pid`'s children: what a wedged lockctl left (a child stopped before its exec).
+pub fn kill_children(pid: i32) {
+    for child in children(pid) {
+        send_quietly(child, libc::SIGKILL);
+    }
+}
+
+/// The processes whose process group is `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let fields: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+                    // state, ppid, pgrp: a zombie waits for its parent and counts for nothing.
+                    (fields.first()? != &"Z").then(|| fields.get(2)?.parse::<i32>().ok())?
+                })
+                == Some(pgid)
+        })
+        .collect()
+}

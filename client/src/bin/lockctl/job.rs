@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::procs;
 use crate::signals;
-use crate::watchdog::Watchdog;
+use crate::watchdog::{self, Watchdog};
 
 /// How long a command asked to stop (SIGTSTP...) gets to stop by itself, restoring its
 /// terminal for instance, before its whole group is stopped with SIGSTOP.
@@ -69,20 +69,34 @@ impl Job {
             .as_ref()
             .filter(|_| interactive)
             .map(|t| t.fd.as_raw_fd());
+        // Before the command: it watches the group from the command's first instant.
+        let watchdog = match Watchdog::spawn() {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(error = %e, "no watchdog: if lockctl is stopped with SIGSTOP or killed, its command's group goes on");
+                None
+            }
+        };
+        let watchdog_fd = watchdog.as_ref().map(Watchdog::announce_fd);
         // SAFETY: getpid before the fork; between fork and exec the closure makes only
-        // async-signal-safe calls (prctl, getppid, kill, sigprocmask, tcsetpgrp).
+        // async-signal-safe calls (prctl, getppid, getpid, kill, write, sigprocmask,
+        // tcsetpgrp).
         let parent = unsafe { libc::getpid() };
         unsafe {
             cmd.pre_exec(move || {
                 #[cfg(target_os = "linux")]
                 {
-                    // The leader dies with lockctl even before the watchdog is there.
+                    // The leader dies with lockctl: from here on, if lockctl is killed before
+                    // the watchdog knows the group, the group has no process yet but this one.
                     if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                         return Err(io::Error::last_os_error());
                     }
                     if libc::getppid() != parent {
                         libc::kill(libc::getpid(), libc::SIGKILL);
                     }
+                }
+                if let Some(fd) = watchdog_fd {
+                    watchdog::announce(fd, libc::getpid());
                 }
                 if let Some(fd) = foreground_fd {
                     // As a shell does in its child: take the terminal before exec, so that
@@ -100,13 +114,6 @@ impl Job {
         if let Some(t) = terminal.as_ref().filter(|_| interactive) {
             t.give_to(pid);
         }
-        let watchdog = match Watchdog::spawn(pid) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!(error = %e, "no watchdog: if lockctl is stopped with SIGSTOP or killed, its command's group goes on");
-                None
-            }
-        };
         Ok(Job {
             pid,
             exited: None,

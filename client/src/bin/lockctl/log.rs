@@ -164,6 +164,13 @@ pub async fn show(relock: &Relock, key: Option<&str>, count: u64, json: bool) ->
         }
         return ops::status(failed);
     }
+    print_table(&found, key, several);
+    ops::status(failed)
+}
+
+/// The entries `found` (with their masters), newest first, as a table: a column for the
+/// master when there are `several`, one for the key when no `key` was asked for.
+fn print_table(found: &[(String, Entry)], key: Option<&str>, several: bool) {
     let mut header = vec!["TIME (UTC)"];
     if several {
         header.push("MASTER");
@@ -198,7 +205,6 @@ pub async fn show(relock: &Relock, key: Option<&str>, count: u64, json: bool) ->
         })
         .collect();
     out!("{}", table(&header, &rows));
-    ops::status(failed)
 }
 
 #[cfg(test)]

@@ -52,13 +52,14 @@ use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use relock_client::limits::parse_ttl;
 use relock_client::{
-    parse_duration, Error, HolderInfo, Lock, LockGroup, LockGuard, LockInfo, Mode, NodeReport,
-    Options, Relock, Tls, MAX_KEYS, MAX_LIMIT,
+    parse_duration, Error, HolderInfo, Lock, LockGroup, LockGuard, LockInfo, Loss, Mode,
+    NodeReport, Options, Relock, Tls, MAX_KEYS, MAX_LIMIT,
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -332,14 +333,8 @@ fn read_tls(cli: &Cli) -> Result<Tls, String> {
     })
 }
 
-async fn async_main(cli: Cli) -> ExitCode {
-    let tls = match read_tls(&cli) {
-        Ok(tls) => tls,
-        Err(why) => {
-            say!("{why}");
-            return ExitCode::from(EXIT_USAGE);
-        }
-    };
+/// The client `cli` asks for, and the URLs of its servers; a usage error says why not.
+fn client_of(cli: &Cli) -> Result<(Relock, Vec<String>), String> {
     let options = Options {
         node_timeout: cli.node_timeout.unwrap_or(match cli.command {
             Command::Ops(_) => ops::NODE_TIMEOUT,
@@ -347,7 +342,7 @@ async fn async_main(cli: Cli) -> ExitCode {
         }),
         replica_acks: cli.replica_acks,
         replica_ack_timeout: cli.replica_ack_timeout,
-        tls,
+        tls: read_tls(cli)?,
         owner_prefix: cli.owner_prefix.clone(),
         ..Options::default()
     };
@@ -361,10 +356,14 @@ async fn async_main(cli: Cli) -> ExitCode {
     } else {
         Relock::with_options(&servers, options)
     };
-    let relock = match relock {
-        Ok(r) => r,
-        Err(e) => {
-            say!("{e}");
+    relock.map(|r| (r, servers)).map_err(|e| e.to_string())
+}
+
+async fn async_main(cli: Cli) -> ExitCode {
+    let (relock, servers) = match client_of(&cli) {
+        Ok(client) => client,
+        Err(why) => {
+            say!("{why}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -397,8 +396,15 @@ async fn async_main(cli: Cli) -> ExitCode {
                     return ExitCode::from(EXIT_USAGE);
                 }
             };
-            let tls = servers.iter().any(|s| s.starts_with("rediss"));
-            let code = run(&relock, tls, &keys, ttl, wait, grace, &command).await;
+            let request = RunRequest {
+                keys,
+                ttl,
+                wait,
+                grace,
+                command,
+                tls: servers.iter().any(|s| s.starts_with("rediss")),
+            };
+            let code = run(&relock, &request).await;
             // Releases of failed or abandoned rounds must not be cut off by the exit.
             let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
             code
@@ -514,15 +520,10 @@ enum Acquired {
 /// The keys `report_holders` speaks of while waiting: the first few of a group.
 const REPORTED_KEYS: usize = 4;
 
-async fn acquire(
-    relock: &Relock,
-    keys: &[String],
-    ttl: Duration,
-    wait: Option<Duration>,
-    signals: &mut signals::Pipe,
-) -> Acquired {
+async fn acquire(relock: &Relock, request: &RunRequest, signals: &mut signals::Pipe) -> Acquired {
+    let (keys, ttl, wait) = (&request.keys, request.ttl, request.wait);
     let acquisition = async {
-        match keys {
+        match keys.as_slice() {
             [key] => relock.acquire_wait(key, ttl, wait).await.map(Taken::One),
             _ => relock.wait_all(keys, ttl, wait).await.map(Taken::Group),
         }
@@ -538,7 +539,10 @@ async fn acquire(
                     return Acquired::Interrupted(received.signal)
                 }
                 // Nothing runs yet: lockctl stops alone, and waits on once continued.
-                Kind::Stop => signals::stop_self(received.signal, false),
+                Kind::Stop if !signals::is_stale_stop(received) => {
+                    signals::stop_self(received.signal, false)
+                }
+                Kind::Stop => {}
                 Kind::ForCommand | Kind::Continue | Kind::Child => {}
             },
             result = &mut acquisition => return match result {
@@ -573,29 +577,47 @@ fn status_of(e: &Error, otherwise: u8) -> u8 {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run(
-    relock: &Relock,
-    tls: bool,
-    keys: &[String],
+/// What `lockctl run` was asked to do.
+struct RunRequest {
+    /// The keys, as given (at least one; several only for an exclusive run).
+    keys: Vec<String>,
     ttl: Duration,
     wait: Option<Duration>,
+    /// After a loss, how long the command's group has between SIGTERM and SIGKILL.
     grace: Duration,
-    command: &[OsString],
-) -> ExitCode {
-    // The message's name for what is held: the key, or the group's first key and how many more.
-    let name = match keys {
-        [one] => one.clone(),
-        [first, rest @ ..] => format!("{first} (+{} more keys)", rest.len()),
-        [] => String::new(),
-    };
-    let key = name.as_str();
-    let mut sorted = keys.to_vec();
-    sorted.sort();
+    /// The command and its arguments (at least the program).
+    command: Vec<OsString>,
+    /// Whether some server is reached over TLS (for the hint when one closes the connection).
+    tls: bool,
+}
+
+impl RunRequest {
+    /// The messages' name for what is held: the key, or the first key and how many more.
+    fn name(&self) -> String {
+        match self.keys.as_slice() {
+            [one] => one.clone(),
+            [first, rest @ ..] => format!("{first} (+{} more keys)", rest.len()),
+            [] => String::new(),
+        }
+    }
+
+    /// The keys in sorted order, as `RELOCK_KEY` and `RELOCK_KEYS` give them.
+    fn sorted_keys(&self) -> Vec<String> {
+        let mut sorted = self.keys.clone();
+        sorted.sort();
+        sorted
+    }
+}
+
+/// `lockctl run`: acquires, starts the command under the lock, supervises it until its group
+/// ends or the lock is lost, and releases; the exit status (see the crate's documentation).
+async fn run(relock: &Relock, request: &RunRequest) -> ExitCode {
+    let key = request.name();
+    let sorted = request.sorted_keys();
     let keys_var = sorted.join("\n");
     // exec(2) would refuse a key too long for the environment only once the lock is held.
     if let Err(why) = job::check_exec_size(
-        command,
+        &request.command,
         sorted.first().map_or(0, String::len),
         keys_var.len(),
         relock.nodes().len(),
@@ -612,7 +634,51 @@ async fn run(
             return ExitCode::FAILURE;
         }
     };
-    let options = relock.options();
+    warn_if_renewals_cannot_keep_up(relock.options(), request.ttl);
+    let taken = match acquire(relock, request, &mut signals).await {
+        Acquired::Held(taken) => taken,
+        Acquired::Failed(e) => return not_acquired(relock, request, &e).await,
+        Acquired::Interrupted(sig) => {
+            say!("{} while acquiring {key}; giving up", signals::name(sig));
+            let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
+            signals::die_of(sig);
+        }
+    };
+    let env = command_env(&taken, relock, &sorted, keys_var);
+    // Renewed from the grant on, however long starting the command takes.
+    let guard = match still_held_at_the_start(relock, taken.keep_alive(), &mut signals, &key).await
+    {
+        Ok(guard) => guard,
+        Err(code) => return code,
+    };
+    let job = match Job::start(&request.command, &env) {
+        Ok(job) => job,
+        Err(e) => return not_started(guard, &request.command[0], &e).await,
+    };
+    let mut supervisor = Supervisor {
+        job,
+        lost: guard.lost(),
+        guard: &guard,
+        signals: &mut signals,
+        ttl: request.ttl,
+    };
+    match supervisor.until_the_group_ends().await {
+        Ending::Exited(code) => {
+            release_after_the_command(guard, &key, request.ttl).await;
+            ExitCode::from(code)
+        }
+        Ending::Lost => {
+            let explained = supervisor
+                .end_after_a_loss(relock, &key, request.grace)
+                .await;
+            ExitCode::from(release_after_a_loss(guard, &key, explained.as_deref()).await)
+        }
+    }
+}
+
+/// Warns when `ttl` leaves less than three renewals' worst time (`--node-timeout`, plus
+/// `--replica-ack-timeout` with acknowledgements): the lock would likely be lost.
+fn warn_if_renewals_cannot_keep_up(options: &Options, ttl: Duration) {
     let renewal_bound = if options.replica_acks > 0 {
         options.node_timeout + options.replica_ack_timeout
     } else {
@@ -630,34 +696,54 @@ async fn run(
             }
         );
     }
-    let lock = match acquire(relock, keys, ttl, wait, &mut signals).await {
-        Acquired::Held(taken) => taken,
-        Acquired::Failed(e) => {
-            say!("could not acquire {key}: {e}");
-            if tls_refused(tls, &e) {
-                say!(
-                    "a TLS server that closes the connection as soon as it is made usually \
-                     wants a client certificate, or refuses ours: see --tls-cert and --tls-key"
-                );
-            }
-            if matches!(e, Error::NoQuorum { .. } | Error::WaitTimeout { .. }) {
-                for k in keys.iter().take(REPORTED_KEYS) {
-                    report_holders(relock, k, "").await;
-                }
-            }
-            return ExitCode::from(status_of(&e, EXIT_NOT_ACQUIRED));
+}
+
+/// Says why the acquisition failed (and who holds the keys, when they are held); the exit
+/// status: [`EXIT_PERMANENT`] or [`EXIT_NOT_ACQUIRED`].
+async fn not_acquired(relock: &Relock, request: &RunRequest, e: &Error) -> ExitCode {
+    say!("could not acquire {}: {e}", request.name());
+    if tls_refused(request.tls, e) {
+        say!(
+            "a TLS server that closes the connection as soon as it is made usually wants a \
+             client certificate, or refuses ours: see --tls-cert and --tls-key"
+        );
+    }
+    if matches!(e, Error::NoQuorum { .. } | Error::WaitTimeout { .. }) {
+        for k in request.keys.iter().take(REPORTED_KEYS) {
+            report_holders(relock, k, "").await;
         }
-        Acquired::Interrupted(sig) => {
-            say!("{} while acquiring {key}; giving up", signals::name(sig));
-            let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
-            signals::die_of(sig);
-        }
-    };
-    let token = lock.token().map(|t| t.to_string()).unwrap_or_default();
-    let per_node = lock.tokens(&relock.nodes());
-    let owner = lock.owner().to_string();
-    // Renewed from the grant on, however long starting the command takes.
-    let guard = lock.keep_alive();
+    }
+    ExitCode::from(status_of(e, EXIT_NOT_ACQUIRED))
+}
+
+/// The variables lockctl adds to the command's environment: the keys (`sorted`, and
+/// `keys_var`, one per line), the owner and the fencing tokens.
+fn command_env(
+    taken: &Taken,
+    relock: &Relock,
+    sorted: &[String],
+    keys_var: String,
+) -> [(&'static str, String); 5] {
+    let token = taken.token().map(|t| t.to_string()).unwrap_or_default();
+    [
+        ("RELOCK_KEY", sorted.first().cloned().unwrap_or_default()),
+        ("RELOCK_KEYS", keys_var),
+        ("RELOCK_OWNER", taken.owner().to_string()),
+        ("RELOCK_TOKEN", token),
+        ("RELOCK_TOKENS", taken.tokens(&relock.nodes()).join(",")),
+    ]
+}
+
+/// Between the grant and the command's start: acts on the signals that came meanwhile (one
+/// that ends a process releases and ends lockctl with it; a stop stops lockctl), and makes
+/// sure the lock is still held. `Err` is lockctl's exit status when the command must not start
+/// (the lock released).
+async fn still_held_at_the_start(
+    relock: &Relock,
+    guard: LockGuard,
+    signals: &mut signals::Pipe,
+    key: &str,
+) -> Result<LockGuard, ExitCode> {
     while let Some(received) = signals.try_recv() {
         match signals::kind(received.signal) {
             Kind::ForCommand if signals::ends_a_process(received.signal) => {
@@ -669,66 +755,47 @@ async fn run(
                 let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
                 signals::die_of(received.signal);
             }
-            Kind::Stop => signals::stop_self(received.signal, false),
-            Kind::ForCommand | Kind::Continue | Kind::Child => {}
+            Kind::Stop if !signals::is_stale_stop(received) => {
+                signals::stop_self(received.signal, false)
+            }
+            Kind::Stop | Kind::ForCommand | Kind::Continue | Kind::Child => {}
         }
     }
     if guard.is_lost() || guard.valid_until() <= Instant::now() {
         say!("lock {key} was lost before the command started");
         let _ = guard.release().await;
-        return ExitCode::from(EXIT_NOT_ACQUIRED);
+        return Err(ExitCode::from(EXIT_NOT_ACQUIRED));
     }
-    let env = [
-        ("RELOCK_KEY", sorted.first().cloned().unwrap_or_default()),
-        ("RELOCK_KEYS", keys_var),
-        ("RELOCK_OWNER", owner),
-        ("RELOCK_TOKEN", token),
-        ("RELOCK_TOKENS", per_node.join(",")),
-    ];
-    let job = match Job::start(command, &env) {
-        Ok(job) => job,
-        Err(e) => {
-            say!("cannot run {:?}: {e}", command[0]);
-            let _ = guard.release().await;
-            return ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            });
-        }
-    };
-    let mut supervisor = Supervisor {
-        job,
-        lost: guard.lost(),
-        guard: &guard,
-        signals: &mut signals,
-        ttl,
-    };
-    let ending = supervisor.until_the_group_ends().await;
-    if let Ending::Exited(code) = ending {
-        match guard.release().await {
-            Ok(()) => {}
-            Err(Error::Lost { .. }) => say!("lock {key} was lost as the command ended"),
-            Err(e) => say!("releasing {key}: {e} (it will expire within {ttl:?})"),
-        }
-        return ExitCode::from(code);
+    Ok(guard)
+}
+
+/// The command could not be started (`e`): releases, and returns 127 when `program` was not
+/// found, 126 else, as a shell does.
+async fn not_started(guard: LockGuard, program: &OsStr, e: &std::io::Error) -> ExitCode {
+    say!("cannot run {program:?}: {e}");
+    let _ = guard.release().await;
+    ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    })
+}
+
+/// Releases once the command's whole group has ended; a release that fails is only said (the
+/// command's status stands).
+async fn release_after_the_command(guard: LockGuard, key: &str, ttl: Duration) {
+    match guard.release().await {
+        Ok(()) => {}
+        Err(Error::Lost { .. }) => say!("lock {key} was lost as the command ended"),
+        Err(e) => say!("releasing {key}: {e} (it will expire within {ttl:?})"),
     }
-    // Stop the command first; why it was lost comes from the masters' journals, one round
-    // trip later.
-    supervisor.job.terminate();
-    let explained = tokio::time::timeout(
-        relock.options().node_timeout * 2 + Duration::from_millis(100),
-        guard.hold().loss.explained(),
-    )
-    .await
-    .ok()
-    .flatten();
-    let why = match &explained {
-        Some(loss) => loss.to_string(),
-        None => format!("lock {key:?} was lost"),
-    };
-    say!("{why}; stopping the command's process group (SIGTERM, SIGKILL after {grace:?})");
-    supervisor.end_the_group(grace).await;
+}
+
+/// After a loss and the end of the command's group: releases what the masters may still
+/// hold, says why the lock was lost (`explained`, from the masters' journals, if they said),
+/// and returns the exit status, [`EXIT_LOST`] or, when a renewal was refused for good,
+/// [`EXIT_PERMANENT`].
+async fn release_after_a_loss(guard: LockGuard, key: &str, explained: Option<&Loss>) -> u8 {
     let code = match guard.release().await {
         Err(e) if e.is_permanent() => {
             say!("renewing {key}: {e}");
@@ -736,11 +803,9 @@ async fn run(
         }
         _ => EXIT_LOST,
     };
-    let reason = explained
-        .as_ref()
-        .map_or("unknown".to_string(), |l| l.reason.to_string());
+    let reason = explained.map_or("unknown".to_string(), |l| l.reason.to_string());
     say!("exit {code}: lock {key:?} lost, reason={reason}");
-    ExitCode::from(code)
+    code
 }
 
 /// How the command's group ended.
@@ -765,6 +830,33 @@ struct Supervisor<'a> {
 }
 
 impl Supervisor<'_> {
+    /// The lock was lost while the command's group ran: SIGTERM to the group at once, then
+    /// why the lock was lost (from the masters' journals, one round trip later), and SIGKILL
+    /// after `grace`. Returns once no process of the group is left, with the loss's
+    /// explanation if the masters gave one in time.
+    async fn end_after_a_loss(
+        &mut self,
+        relock: &Relock,
+        key: &str,
+        grace: Duration,
+    ) -> Option<Arc<Loss>> {
+        self.job.terminate();
+        let explained = tokio::time::timeout(
+            relock.options().node_timeout * 2 + Duration::from_millis(100),
+            self.guard.hold().loss.explained(),
+        )
+        .await
+        .ok()
+        .flatten();
+        let why = match &explained {
+            Some(loss) => loss.to_string(),
+            None => format!("lock {key:?} was lost"),
+        };
+        say!("{why}; stopping the command's process group (SIGTERM, SIGKILL after {grace:?})");
+        self.end_the_group(grace).await;
+        explained
+    }
+
     /// Until every process of the command's group has ended (the lock is released only then:
     /// a process the command left behind still works under it), or the lock is lost.
     async fn until_the_group_ends(&mut self) -> Ending {
@@ -814,7 +906,7 @@ impl Supervisor<'_> {
                 }
                 Ok(())
             }
-            Kind::Stop if from_terminal => Ok(()),
+            Kind::Stop if from_terminal || signals::is_stale_stop(received) => Ok(()),
             Kind::Stop => {
                 let events = self.job.suspend(sig, true).await;
                 self.on_events_after_stop(events);

@@ -16,7 +16,7 @@ use relock_client::Relock;
 use tokio::sync::Semaphore;
 
 use crate::output::say;
-use crate::sample::{sample, Ask, MasterSample, RelockInfo};
+use crate::sample::{sample, Ask, HotKey, MasterSample, RelockInfo};
 
 /// What a scrape answers with.
 /// Scrapes read the masters at most this many at once; more wait their turn.
@@ -251,77 +251,208 @@ pub fn key_label(key: &[u8]) -> String {
 
 /// One scrape's text.
 pub fn exposition(readings: &[MasterSample]) -> prometheus::Result<String> {
-    let registry = Registry::new_custom(Some("relock".into()), None)?;
-    let family = |name: &str, help: &str, labels: &[&str]| -> prometheus::Result<GaugeVec> {
-        let g = GaugeVec::new(Opts::new(name, help), labels)?;
-        registry.register(Box::new(g.clone()))?;
-        Ok(g)
-    };
-    let counter_family =
-        |name: &str, help: &str, labels: &[&str]| -> prometheus::Result<CounterVec> {
-            let c = CounterVec::new(Opts::new(name, help), labels)?;
-            registry.register(Box::new(c.clone()))?;
-            Ok(c)
-        };
-    let master = ["master"];
-    let up = family("up", "1 if the master answered this scrape", &master)?;
-    let took = family(
-        "scrape_duration_seconds",
-        "How long reading the master took in this scrape",
-        &master,
-    )?;
-    let mut gauges = Vec::new();
-    let mut counters = Vec::new();
-    for field in FIELDS {
-        let unit = if field.scale != 1.0 { "_seconds" } else { "" };
-        if field.counter {
-            let name = format!("{}{unit}_total", field.name);
-            counters.push((field, counter_family(&name, field.help, &master)?));
-        } else {
-            let name = format!("{}{unit}", field.name);
-            gauges.push((field, family(&name, field.help, &master)?));
+    let families = Families(Registry::new_custom(Some("relock".into()), None)?);
+    let masters = MasterFamilies::new(&families)?;
+    let keys = KeyFamilies::new(&families)?;
+    record_other_fields(&families, readings)?;
+    for reading in readings {
+        if !masters.record(reading) {
+            continue;
+        }
+        if let Ok(hot) = &reading.hot {
+            keys.record(&reading.master, hot);
         }
     }
-    let percentiles = [(0.5, "50"), (0.9, "90"), (0.99, "99"), (0.999, "99.9")];
-    let wait = family(
-        "wait_percentile_seconds",
-        "Server-wide time from queueing to grant (timed-out waits with their wait), by percentile",
-        &["master", "percentile"],
-    )?;
-    let hold = family(
-        "hold_percentile_seconds",
-        "Server-wide time from grant to the end of a hold, by percentile",
-        &["master", "percentile"],
-    )?;
-    let key = ["master", "db", "key"];
-    let key_wait = counter_family(
-        "key_wait_seconds_total",
-        "Time waited for the key (LOCK.STATS wait_ms_total; may overstate by its error)",
-        &key,
-    )?;
-    let key_wait_max = family("key_wait_max_seconds", "The longest wait for the key", &key)?;
-    let key_counts = [
-        counter_family("key_waits_total", "Waits queued for the key", &key)?,
-        counter_family(
-            "key_granted_total",
-            "Waits for the key that were granted",
-            &key,
-        )?,
-        counter_family(
-            "key_timeouts_total",
-            "Waits for the key that timed out",
-            &key,
-        )?,
-        counter_family(
-            "key_contended_total",
-            "Acquisitions of the key answered nil",
-            &key,
-        )?,
-    ];
-    let key_waiters = family("key_waiters", "Clients queued for the key now", &key)?;
-    let key_holders = family("key_holders", "Holders of the key now", &key)?;
+    TextEncoder::new().encode_to_string(&families.0.gather())
+}
 
-    // Fields of a newer module that lockctl does not know yet, by the names they get.
+/// Makes the families of one scrape, registered in its registry.
+struct Families(Registry);
+
+impl Families {
+    fn gauge(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<GaugeVec> {
+        let g = GaugeVec::new(Opts::new(name, help), labels)?;
+        self.0.register(Box::new(g.clone()))?;
+        Ok(g)
+    }
+
+    fn counter(&self, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<CounterVec> {
+        let c = CounterVec::new(Opts::new(name, help), labels)?;
+        self.0.register(Box::new(c.clone()))?;
+        Ok(c)
+    }
+}
+
+/// The percentiles of the wait and hold times, with their labels.
+const PERCENTILES: [(f64, &str); 4] = [(0.5, "50"), (0.9, "90"), (0.99, "99"), (0.999, "99.9")];
+
+/// The families of each master: whether it answered, how long it took, the `INFO relock`
+/// fields lockctl knows ([`FIELDS`]) and the percentiles of waits and holds.
+struct MasterFamilies {
+    up: GaugeVec,
+    took: GaugeVec,
+    gauges: Vec<(&'static Field, GaugeVec)>,
+    counters: Vec<(&'static Field, CounterVec)>,
+    wait: GaugeVec,
+    hold: GaugeVec,
+}
+
+impl MasterFamilies {
+    fn new(families: &Families) -> prometheus::Result<MasterFamilies> {
+        let master = ["master"];
+        let up = families.gauge("up", "1 if the master answered this scrape", &master)?;
+        let took = families.gauge(
+            "scrape_duration_seconds",
+            "How long reading the master took in this scrape",
+            &master,
+        )?;
+        let mut gauges = Vec::new();
+        let mut counters = Vec::new();
+        for field in FIELDS {
+            let unit = if field.scale != 1.0 { "_seconds" } else { "" };
+            if field.counter {
+                let name = format!("{}{unit}_total", field.name);
+                counters.push((field, families.counter(&name, field.help, &master)?));
+            } else {
+                let name = format!("{}{unit}", field.name);
+                gauges.push((field, families.gauge(&name, field.help, &master)?));
+            }
+        }
+        let wait = families.gauge(
+            "wait_percentile_seconds",
+            "Server-wide time from queueing to grant (timed-out waits with their wait), by percentile",
+            &["master", "percentile"],
+        )?;
+        let hold = families.gauge(
+            "hold_percentile_seconds",
+            "Server-wide time from grant to the end of a hold, by percentile",
+            &["master", "percentile"],
+        )?;
+        Ok(MasterFamilies {
+            up,
+            took,
+            gauges,
+            counters,
+            wait,
+            hold,
+        })
+    }
+
+    /// Records what `reading` says of its master; whether the master answered.
+    fn record(&self, reading: &MasterSample) -> bool {
+        let m = [reading.master.as_str()];
+        self.took
+            .with_label_values(&m)
+            .set(reading.took.as_secs_f64());
+        let Ok(info) = &reading.info else {
+            self.up.with_label_values(&m).set(0.0);
+            return false;
+        };
+        self.up.with_label_values(&m).set(1.0);
+        for (field, family) in &self.gauges {
+            if let Some(v) = info.get(field.info) {
+                family.with_label_values(&m).set(v * field.scale);
+            }
+        }
+        for (field, family) in &self.counters {
+            if let Some(v) = info.get(field.info) {
+                family
+                    .with_label_values(&m)
+                    .inc_by((v * field.scale).max(0.0));
+            }
+        }
+        for (points, family) in [(&info.wait, &self.wait), (&info.hold, &self.hold)] {
+            for (q, name) in PERCENTILES {
+                if let Some(ms) = RelockInfo::quantile(points, q) {
+                    family
+                        .with_label_values(&[reading.master.as_str(), name])
+                        .set(ms / 1000.0);
+                }
+            }
+        }
+        true
+    }
+}
+
+/// The families of the hottest keys (`LOCK.STATS`, `LOCK.INFO`), by master, db and key.
+struct KeyFamilies {
+    wait: CounterVec,
+    wait_max: GaugeVec,
+    /// Waits, grants, timeouts and contended acquisitions.
+    counts: [CounterVec; 4],
+    waiters: GaugeVec,
+    holders: GaugeVec,
+}
+
+impl KeyFamilies {
+    fn new(families: &Families) -> prometheus::Result<KeyFamilies> {
+        let key = ["master", "db", "key"];
+        Ok(KeyFamilies {
+            wait: families.counter(
+                "key_wait_seconds_total",
+                "Time waited for the key (LOCK.STATS wait_ms_total; may overstate by its error)",
+                &key,
+            )?,
+            wait_max: families.gauge(
+                "key_wait_max_seconds",
+                "The longest wait for the key",
+                &key,
+            )?,
+            counts: [
+                families.counter("key_waits_total", "Waits queued for the key", &key)?,
+                families.counter(
+                    "key_granted_total",
+                    "Waits for the key that were granted",
+                    &key,
+                )?,
+                families.counter(
+                    "key_timeouts_total",
+                    "Waits for the key that timed out",
+                    &key,
+                )?,
+                families.counter(
+                    "key_contended_total",
+                    "Acquisitions of the key answered nil",
+                    &key,
+                )?,
+            ],
+            waiters: families.gauge("key_waiters", "Clients queued for the key now", &key)?,
+            holders: families.gauge("key_holders", "Holders of the key now", &key)?,
+        })
+    }
+
+    /// Records the hot keys of `master`.
+    fn record(&self, master: &str, hot: &[HotKey]) {
+        for k in hot {
+            let s = &k.stats;
+            let db = s.db.to_string();
+            let name = key_label(&s.key);
+            let labels = [master, db.as_str(), name.as_str()];
+            self.wait
+                .with_label_values(&labels)
+                .inc_by(s.wait_ms_total.max(0) as f64 / 1000.0);
+            self.wait_max
+                .with_label_values(&labels)
+                .set(s.wait_ms_max.max(0) as f64 / 1000.0);
+            for (family, v) in self
+                .counts
+                .iter()
+                .zip([s.waits, s.granted, s.timeouts, s.contended])
+            {
+                family.with_label_values(&labels).inc_by(v.max(0) as f64);
+            }
+            if let Ok(lock) = &k.lock {
+                let (holders, waiters) = lock.as_ref().map_or((0, 0), |l| (l.holders, l.waiters));
+                self.holders.with_label_values(&labels).set(holders as f64);
+                self.waiters.with_label_values(&labels).set(waiters as f64);
+            }
+        }
+    }
+}
+
+/// Fields of a newer module that lockctl does not know yet, by the names they get
+/// ([`other_metric`]): a family for each, made as they come.
+fn record_other_fields(families: &Families, readings: &[MasterSample]) -> prometheus::Result<()> {
     let mut others: BTreeMap<String, Other> = BTreeMap::new();
     for reading in readings {
         let Ok(info) = &reading.info else { continue };
@@ -335,9 +466,9 @@ pub fn exposition(readings: &[MasterSample]) -> prometheus::Result<String> {
             if !others.contains_key(&name) {
                 let help = format!("INFO relock_{field}");
                 let family = if counter {
-                    Other::Counter(counter_family(&name, &help, &master)?)
+                    Other::Counter(families.counter(&name, &help, &["master"])?)
                 } else {
-                    Other::Gauge(family(&name, &help, &master)?)
+                    Other::Gauge(families.gauge(&name, &help, &["master"])?)
                 };
                 others.insert(name.clone(), family);
             }
@@ -352,62 +483,7 @@ pub fn exposition(readings: &[MasterSample]) -> prometheus::Result<String> {
             }
         }
     }
-
-    for reading in readings {
-        let m = [reading.master.as_str()];
-        took.with_label_values(&m).set(reading.took.as_secs_f64());
-        let Ok(info) = &reading.info else {
-            up.with_label_values(&m).set(0.0);
-            continue;
-        };
-        up.with_label_values(&m).set(1.0);
-        for (field, family) in &gauges {
-            if let Some(v) = info.get(field.info) {
-                family.with_label_values(&m).set(v * field.scale);
-            }
-        }
-        for (field, family) in &counters {
-            if let Some(v) = info.get(field.info) {
-                family
-                    .with_label_values(&m)
-                    .inc_by((v * field.scale).max(0.0));
-            }
-        }
-        for (points, family) in [(&info.wait, &wait), (&info.hold, &hold)] {
-            for (q, name) in percentiles {
-                if let Some(ms) = RelockInfo::quantile(points, q) {
-                    family
-                        .with_label_values(&[reading.master.as_str(), name])
-                        .set(ms / 1000.0);
-                }
-            }
-        }
-        let Ok(hot) = &reading.hot else { continue };
-        for k in hot {
-            let s = &k.stats;
-            let db = s.db.to_string();
-            let name = key_label(&s.key);
-            let labels = [reading.master.as_str(), db.as_str(), name.as_str()];
-            key_wait
-                .with_label_values(&labels)
-                .inc_by(s.wait_ms_total.max(0) as f64 / 1000.0);
-            key_wait_max
-                .with_label_values(&labels)
-                .set(s.wait_ms_max.max(0) as f64 / 1000.0);
-            for (family, v) in key_counts
-                .iter()
-                .zip([s.waits, s.granted, s.timeouts, s.contended])
-            {
-                family.with_label_values(&labels).inc_by(v.max(0) as f64);
-            }
-            if let Ok(lock) = &k.lock {
-                let (holders, waiters) = lock.as_ref().map_or((0, 0), |l| (l.holders, l.waiters));
-                key_holders.with_label_values(&labels).set(holders as f64);
-                key_waiters.with_label_values(&labels).set(waiters as f64);
-            }
-        }
-    }
-    TextEncoder::new().encode_to_string(&registry.gather())
+    Ok(())
 }
 
 /// A family made for a field lockctl does not know.

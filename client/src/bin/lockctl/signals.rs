@@ -32,6 +32,11 @@ const FROM_KERNEL: u8 = 0x80;
 /// The socket the handlers write to; -1 until [`Pipe::install`].
 static WRITE_FD: AtomicI32 = AtomicI32::new(-1);
 
+/// lockctl's pid, from [`Pipe::install`]: a child lockctl forks runs the handlers it inherits
+/// until it execs, and a signal it gets then (one sent to lockctl's process group, which it
+/// is in until it moves to its own) is not lockctl's.
+static LOCKCTL_PID: AtomicI32 = AtomicI32::new(-1);
+
 /// Every signal lockctl handles while it runs a command. Not the faults (SIGSEGV, SIGBUS,
 /// SIGILL, SIGFPE, SIGTRAP, SIGABRT, SIGSYS: they mean lockctl itself is broken), not
 /// SIGPIPE (ignored: a closed stderr must not end lockctl), and not SIGKILL and SIGSTOP,
@@ -105,6 +110,8 @@ impl Pipe {
         tx.set_nonblocking(true)?;
         // Kept open for the life of the process: the handlers write to it.
         WRITE_FD.store(tx.into_raw_fd(), Ordering::SeqCst);
+        // SAFETY: getpid has no memory effects.
+        LOCKCTL_PID.store(unsafe { libc::getpid() }, Ordering::SeqCst);
         for sig in handled() {
             handle(sig)?;
         }
@@ -157,11 +164,17 @@ fn read_byte(fd: libc::c_int) -> io::Result<u8> {
     }
 }
 
-/// The handler: one byte, the signal's number with [`FROM_KERNEL`], to the socket.
+/// The handler: one byte, the signal's number with [`FROM_KERNEL`], to the socket. In a
+/// child between its fork and its exec, nothing: the signal is dropped (lockctl, in the
+/// group it was sent to, gets its own), so that it neither reaches lockctl twice nor, with
+/// its default action, stops the child before its exec, which lockctl waits for.
 extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut c_void) {
-    // SAFETY: only async-signal-safe calls (write(2)) and reads of the siginfo the kernel
-    // passed; errno is saved and restored so that the interrupted code never sees ours.
+    // SAFETY: only async-signal-safe calls (getpid(2), write(2)) and reads of the siginfo the
+    // kernel passed; errno is saved and restored so that the interrupted code never sees ours.
     unsafe {
+        if libc::getpid() != LOCKCTL_PID.load(Ordering::Relaxed) {
+            return;
+        }
         let errno = errno_location();
         let saved = errno.as_deref().copied();
         let from_kernel = !info.is_null() && (*info).si_code > 0;
@@ -247,6 +260,15 @@ pub fn stop_self(sig: libc::c_int, whole_group: bool) {
     if sig != libc::SIGSTOP {
         let _ = handle(sig);
     }
+}
+
+/// Whether `received`, a stop, is one lockctl drops: the kernel sent it (a terminal's Ctrl-Z,
+/// or lockctl's use of the terminal from the background), and lockctl's process group has been
+/// orphaned since (the shell that ran it is gone). The kernel itself discards such a stop for a
+/// process of an orphaned group, since nothing is left to continue it; lockctl, which reads its
+/// signals a moment after they came, must not stop for good on one either.
+pub fn is_stale_stop(received: Received) -> bool {
+    received.from_kernel && group_is_orphaned()
 }
 
 /// Whether lockctl's process group is orphaned, as far as lockctl can tell: its parent is not

@@ -430,6 +430,45 @@ impl App {
         }
     }
 
+    /// The first line: what this is, how often it reads the masters, and when it last did.
+    fn title(&self) -> Paragraph<'static> {
+        let status = if self.cur.is_empty() {
+            format!(
+                "reading the masters… ({:.0}s)",
+                self.started.elapsed().as_secs_f64()
+            )
+        } else {
+            utc(now_ms())
+        };
+        Paragraph::new(Line::from(format!(
+            "relock top{}  every {}  {}  q quits, ↑↓ select a key",
+            if self.view.cluster { " (cluster)" } else { "" },
+            ms(Some(self.view.interval.as_millis() as i64)),
+            status
+        )))
+    }
+
+    /// One line per master, in red when it did not answer.
+    fn masters_table(&self, masters: &[MasterRow], header_style: Style) -> Table<'static> {
+        let rows: Vec<Row> = masters
+            .iter()
+            .map(|m| {
+                let row = Row::new(master_cells(m));
+                if m.error.is_some() {
+                    row.style(self.style(Color::Red))
+                } else {
+                    row
+                }
+            })
+            .collect();
+        Table::new(
+            rows,
+            widths(&MASTER_HEADER, &[21, 7, 7, 8, 10, 11, 10, 9, 9, 9]),
+        )
+        .header(Row::new(MASTER_HEADER).style(header_style))
+        .block(Block::default().borders(Borders::TOP).title("masters"))
+    }
+
     fn draw(&mut self, frame: &mut Frame<'_>) {
         let s = screen(self.prev.as_deref(), &self.cur, self.view.keys);
         self.selected = self.selected.min(s.keys.len().saturating_sub(1));
@@ -442,44 +481,8 @@ impl App {
             Constraint::Min(5),
         ])
         .areas(frame.area());
-        let status = if self.cur.is_empty() {
-            format!(
-                "reading the masters… ({:.0}s)",
-                self.started.elapsed().as_secs_f64()
-            )
-        } else {
-            utc(now_ms())
-        };
-        frame.render_widget(
-            Paragraph::new(Line::from(format!(
-                "relock top{}  every {}  {}  q quits, ↑↓ select a key",
-                if self.view.cluster { " (cluster)" } else { "" },
-                ms(Some(self.view.interval.as_millis() as i64)),
-                status
-            ))),
-            title,
-        );
-        let masters: Vec<Row> = s
-            .masters
-            .iter()
-            .map(|m| {
-                let row = Row::new(master_cells(m));
-                if m.error.is_some() {
-                    row.style(self.style(Color::Red))
-                } else {
-                    row
-                }
-            })
-            .collect();
-        frame.render_widget(
-            Table::new(
-                masters,
-                widths(&MASTER_HEADER, &[21, 7, 7, 8, 10, 11, 10, 9, 9, 9]),
-            )
-            .header(Row::new(MASTER_HEADER).style(header_style))
-            .block(Block::default().borders(Borders::TOP).title("masters")),
-            masters_area,
-        );
+        frame.render_widget(self.title(), title);
+        frame.render_widget(self.masters_table(&s.masters, header_style), masters_area);
         let keys: Vec<Row> = s
             .keys
             .iter()

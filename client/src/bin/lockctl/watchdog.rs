@@ -14,6 +14,10 @@
 //! before it continues the group: a SIGSTOP the watchdog sent for the stop just over can then
 //! no longer arrive after lockctl's SIGCONT.
 //!
+//! The watchdog starts before the command, and the command's first process, between its fork
+//! and its exec, tells it the group it leads (`G<pgid>\n`, [`announce`]): from then on a
+//! SIGKILL of lockctl cannot leave the command running unwatched, however soon it comes.
+//!
 //! The watchdog runs in a process group of its own and ignores every signal it can, so that
 //! nothing meant for lockctl or its command (a terminal's Ctrl-C, a service manager's SIGTERM
 //! to lockctl's group) ends it before it has done its part.
@@ -42,8 +46,9 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
-    /// Starts the watchdog of the process group `pgid`.
-    pub fn spawn(pgid: libc::pid_t) -> io::Result<Watchdog> {
+    /// Starts the watchdog of the command lockctl is about to start, which tells it its
+    /// process group ([`Watchdog::announce_fd`]).
+    pub fn spawn() -> io::Result<Watchdog> {
         let (ours, theirs) = UnixStream::pair()?;
         // Linux can start the running binary even if its file was replaced since.
         let exe = if cfg!(target_os = "linux") {
@@ -51,21 +56,32 @@ impl Watchdog {
         } else {
             std::env::current_exe()?
         };
-        let child = Command::new(exe)
-            .arg(ARG)
-            .arg(pgid.to_string())
+        let mut cmd = Command::new(exe);
+        cmd.arg(ARG)
             .stdin(Stdio::from(OwnedFd::from(theirs)))
             // It says nothing, and must not keep lockctl's output open after lockctl exits.
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()?;
+            .process_group(0);
+        // SAFETY: the closure does nothing. It is there so that the child is forked, and keeps
+        // lockctl's handlers until its exec (a spawn without one resets them first): a stop
+        // sent to lockctl's group before the child left it then cannot stop the child before
+        // its exec, which this thread waits for (see signals::on_signal).
+        unsafe {
+            cmd.pre_exec(|| Ok(()));
+        }
+        let child = cmd.spawn()?;
         ours.set_read_timeout(Some(ANSWER_WITHIN))?;
         ours.set_write_timeout(Some(ANSWER_WITHIN))?;
         Ok(Watchdog {
             socket: ours,
             _child: child,
         })
+    }
+
+    /// The socket the command's first process gives the watchdog its pid on ([`announce`]).
+    pub fn announce_fd(&self) -> libc::c_int {
+        self.socket.as_raw_fd()
     }
 
     /// Tells the watchdog lockctl was continued, and waits (at most [`ANSWER_WITHIN`]) until
@@ -82,11 +98,66 @@ impl Watchdog {
     }
 }
 
-/// The watchdog process: `lockctl __relock_watchdog PGID`, with its socket as stdin.
-pub fn main(args: &[String]) -> ExitCode {
-    let Some(pgid) = args.first().and_then(|a| a.parse::<libc::pid_t>().ok()) else {
-        return ExitCode::from(2);
-    };
+/// Tells the watchdog on `fd` (from [`Watchdog::announce_fd`]) that `pid` leads the command's
+/// process group: `G<pid>\n` in one write. Called by the command's first process between its
+/// fork and its exec, so only async-signal-safe calls; a failure leaves the group unwatched,
+/// as without a watchdog.
+pub fn announce(fd: libc::c_int, pid: libc::pid_t) {
+    let mut message = [0u8; 16];
+    message[0] = b'G';
+    let mut digits = [0u8; 12];
+    let mut count = 0;
+    let mut n = pid.unsigned_abs();
+    loop {
+        digits[count] = b'0' + (n % 10) as u8;
+        count += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for (i, d) in digits[..count].iter().rev().enumerate() {
+        message[1 + i] = *d;
+    }
+    message[1 + count] = b'\n';
+    // SAFETY: write(2) of a local buffer to a descriptor the caller owns.
+    unsafe {
+        libc::write(fd, message.as_ptr().cast(), count + 2);
+    }
+}
+
+/// What the watchdog read from lockctl's socket.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Heard {
+    /// The command's process group, once announced.
+    pgid: Option<libc::pid_t>,
+    /// How many `R` (lockctl was continued) to answer.
+    resumed: usize,
+}
+
+/// Reads `bytes`, which continue what `partial` kept of an unfinished `G` message, into
+/// `heard`.
+fn hear(partial: &mut Vec<u8>, bytes: &[u8], heard: &mut Heard) {
+    for &b in bytes {
+        match (partial.is_empty(), b) {
+            (true, b'R') => heard.resumed += 1,
+            (true, b'G') => partial.push(b),
+            (true, _) => {}
+            (false, b'\n') => {
+                heard.pgid = std::str::from_utf8(&partial[1..])
+                    .ok()
+                    .and_then(|t| t.parse().ok())
+                    .or(heard.pgid);
+                partial.clear();
+            }
+            (false, _) if partial.len() < 16 => partial.push(b),
+            (false, _) => partial.clear(),
+        }
+    }
+}
+
+/// The watchdog process: `lockctl __relock_watchdog`, with its socket as stdin.
+pub fn main(_args: &[String]) -> ExitCode {
     for sig in crate::signals::handled()
         .into_iter()
         .chain([libc::SIGPIPE])
@@ -103,6 +174,8 @@ pub fn main(args: &[String]) -> ExitCode {
     if socket.set_nonblocking(true).is_err() {
         return ExitCode::FAILURE;
     }
+    let mut heard = Heard::default();
+    let mut partial = Vec::new();
     loop {
         let mut poll = libc::pollfd {
             fd: socket.as_raw_fd(),
@@ -113,34 +186,23 @@ pub fn main(args: &[String]) -> ExitCode {
         unsafe {
             libc::poll(&mut poll, 1, TICK.as_millis() as libc::c_int);
         }
-        let mut gone = false;
-        let mut buf = [0u8; 16];
-        loop {
-            match socket.read(&mut buf) {
-                Ok(0) => {
-                    gone = true;
-                    break;
-                }
-                Ok(n) => {
-                    if buf[..n].contains(&b'R') {
-                        let _ = socket.write_all(b"A");
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    gone = true;
-                    break;
-                }
+        let gone = read_lockctl(&mut socket, &mut partial, &mut heard);
+        // SAFETY: getppid has no memory effects.
+        let orphaned = gone || unsafe { libc::getppid() } != lockctl;
+        let Some(pgid) = heard.pgid else {
+            // No command yet: one that lockctl's end outlived before it said who it is died
+            // with lockctl (its parent-death signal).
+            if orphaned {
+                return ExitCode::SUCCESS;
             }
-        }
+            continue;
+        };
         // (kill(2) alone, cheap enough for every tick: a group of zombies only waits for
         // lockctl's exit, and the SIGKILL then is harmless.)
         if !crate::procs::group_exists(pgid) {
             return ExitCode::SUCCESS;
         }
-        // SAFETY: getppid has no memory effects.
-        if gone || unsafe { libc::getppid() } != lockctl {
+        if orphaned {
             // lockctl is gone and left processes of the command running: nothing renews the
             // lock for them.
             // SAFETY: kill(2) to the command's group, which still exists (checked above).
@@ -158,10 +220,66 @@ pub fn main(args: &[String]) -> ExitCode {
     }
 }
 
+/// Reads what lockctl (and the command's first process) said on the non-blocking `socket`
+/// into `heard`, answering each continuation (`A`); whether lockctl's end is closed.
+fn read_lockctl(socket: &mut UnixStream, partial: &mut Vec<u8>, heard: &mut Heard) -> bool {
+    let mut buf = [0u8; 64];
+    loop {
+        match socket.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(n) => {
+                hear(partial, &buf[..n], heard);
+                if heard.resumed > 0 {
+                    heard.resumed = 0;
+                    let _ = socket.write_all(b"A");
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return true,
+        }
+    }
+}
+
 /// Whether process `pid` is stopped (job control, SIGSTOP, or a debugger's stop).
 fn stopped(pid: libc::pid_t) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|stat| crate::procs::parse_stat(&stat))
         .is_some_and(|(state, _)| state == 'T' || state == 't')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watchdog_hears_the_group_and_the_resumes() {
+        let mut heard = Heard::default();
+        let mut partial = Vec::new();
+        hear(&mut partial, b"G12", &mut heard);
+        assert_eq!(heard.pgid, None, "not finished");
+        hear(&mut partial, b"345\nRR", &mut heard);
+        assert_eq!(
+            heard,
+            Heard {
+                pgid: Some(12345),
+                resumed: 2
+            }
+        );
+        hear(&mut partial, b"Gjunk\nR", &mut heard);
+        assert_eq!(heard.pgid, Some(12345), "a bad message changes nothing");
+        assert_eq!(heard.resumed, 3);
+    }
+
+    #[test]
+    fn announce_writes_one_message() {
+        let (a, mut b) = UnixStream::pair().expect("pair");
+        for pid in [1, 7, 4_194_304, libc::pid_t::MAX] {
+            announce(a.as_raw_fd(), pid);
+            let mut buf = [0u8; 16];
+            let n = b.read(&mut buf).expect("read");
+            assert_eq!(&buf[..n], format!("G{pid}\n").as_bytes());
+        }
+    }
 }
