@@ -1,0 +1,727 @@
+//! Attacks on lockctl and relock-client (job control, signals, process trees, half-open and
+//! slow connections, misconfiguration). Each test says what it attacks and what must hold.
+//! Tests marked `#[ignore = "BREAKS: ..."]` found a break that is not fixed yet: run them with
+//! `cargo test -p relock-client --test attack -- --ignored`.
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{eventually, Server};
+use support::proxy::Proxy;
+use support::{
+    acquire_as, force_release, holder, is_running, lockctl, lockctl_at, send, send_quietly, stderr,
+    KillOnDrop, Spawned,
+};
+
+/// Lines in `path` (0 if it does not exist yet).
+fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
+}
+
+/// The pid written to `path` by a command.
+fn read_pid(path: &Path) -> i32 {
+    assert!(
+        eventually(Duration::from_secs(20), || std::fs::read_to_string(path)
+            .is_ok_and(|t| t.trim().parse::<i32>().is_ok())),
+        "no pid in {}",
+        path.display()
+    );
+    std::fs::read_to_string(path)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("pid")
+}
+
+/// Takes `key` on `server` as `owner` as soon as it is free (at most `within`); when.
+fn intrude(server: &Server, key: &str, owner: &str, within: Duration) -> Option<Instant> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if acquire_as(server, key, owner, 60_000).is_some() {
+            return Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
+/// **Job control vs a lost lock: the command runs on after the lock's validity ended.**
+///
+/// SIGTSTP to lockctl while its command ignores SIGTSTP (a program that saves its work first,
+/// or `trap '' TSTP`): lockctl passes the stop on and waits up to a second for the command to
+/// stop before it sends SIGSTOP. Meanwhile the lock's renewals go unanswered (a half-open
+/// connection), its validity runs out, and another client takes the key. What must hold
+/// (docs/client.md, exit 76: "its process group got SIGTERM no later than the lock's validity
+/// ended"): the command never runs once the other client holds the key.
+#[test]
+#[ignore = "BREAKS: during the 1 s lockctl gives a command to obey SIGTSTP it does not watch the lock: the command runs on ~0.4 s after the lock expired and another took it"]
+fn a_stop_ignored_by_the_command_does_not_let_it_outlive_the_lock() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ticks = dir.path().join("ticks");
+    let key = "stop-window";
+    let mut lockctl = Spawned::new(
+        lockctl_at(&proxy.url())
+            .args([
+                "--node-timeout",
+                "100ms",
+                "run",
+                "--ttl",
+                "600ms",
+                "--grace",
+                "1s",
+            ])
+            .args([key, "--", "sh", "-c"])
+            .arg(format!(
+                "trap '' TSTP; while :; do echo x >> {}; sleep 0.01; done",
+                ticks.display()
+            ))
+            .process_group(0)
+            .stderr(Stdio::piped()),
+    );
+    assert!(eventually(Duration::from_secs(20), || lines(&ticks) > 3));
+    assert!(holder(&server, key).is_some());
+    // Renewals from now on go unanswered: the lock expires on the server within its ttl.
+    proxy.silence_all();
+    std::thread::sleep(Duration::from_millis(30));
+    send(lockctl.pid(), libc::SIGTSTP);
+    let taken = intrude(&server, key, "intruder", Duration::from_secs(3)).expect("expired");
+    let at_take = lines(&ticks);
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = lines(&ticks);
+    let ran_for = taken.elapsed();
+    // Whatever happened, end it: continue lockctl, which must now find the lock lost.
+    send_quietly(lockctl.pid(), libc::SIGCONT);
+    let status = lockctl.wait_within(Duration::from_secs(30));
+    let out = lockctl.output();
+    // A line or two may be in flight at the moment of the take.
+    assert!(
+        after <= at_take + 2,
+        "the command wrote {} lines in the {ran_for:?} after another client took {key} \
+         (lockctl status {status:?}): {}",
+        after - at_take,
+        stderr(&out)
+    );
+    assert_eq!(status.code(), Some(76), "{}", stderr(&out));
+}
+
+/// **Process trees: a process the command starts in a process group of its own (GNU
+/// `timeout`, `set -m`, any job-control shell) outlives a lost lock and a killed lockctl.**
+///
+/// `sh -c 'timeout 100 ./job'` is a usual cron line; `timeout` puts itself and `./job` in a
+/// new process group (setpgid, not setsid) of lockctl's session. What must hold (docs/client.md:
+/// "After a loss every process of the command's group is gone before lockctl exits 76", the
+/// watchdog "kills the whole group (SIGKILL) if lockctl dies"; only processes that left "with
+/// setsid" are excluded): once lockctl has exited 76, or was SIGKILLed, no process of the
+/// command still runs.
+#[test]
+#[ignore = "BREAKS: a command's child in its own process group (GNU timeout inside sh -c) keeps running after exit 76 and after SIGKILL of lockctl, with nobody holding the lock"]
+fn processes_the_command_moves_to_another_group_die_with_the_lock() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = "tree";
+    for kill_lockctl in [false, true] {
+        let pidfile = dir.path().join(format!("job-{kill_lockctl}"));
+        let mut lockctl = Spawned::new(
+            lockctl(&[&server])
+                .args([
+                    "run", "--ttl", "3s", "--grace", "500ms", key, "--", "sh", "-c",
+                ])
+                .arg(format!(
+                    "timeout 100 sh -c 'echo $$ > {}; exec sleep 100'; echo done",
+                    pidfile.display()
+                ))
+                .process_group(0)
+                .stderr(Stdio::piped()),
+        );
+        let job = read_pid(&pidfile);
+        let _cleanup = KillOnDrop(job);
+        if kill_lockctl {
+            send(lockctl.pid(), libc::SIGKILL);
+            let _ = lockctl.wait_within(Duration::from_secs(10));
+        } else {
+            force_release(&server, key);
+            acquire_as(&server, key, "intruder", 60_000).expect("free after force-release");
+            let status = lockctl.wait_within(Duration::from_secs(30));
+            assert_eq!(status.code(), Some(76));
+        }
+        // The watchdog ticks every 20 ms; give it plenty.
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            !is_running(job),
+            "kill_lockctl={kill_lockctl}: the command's job ({job}) still runs after lockctl is \
+             gone; the lock is {:?}",
+            holder(&server, key)
+        );
+        force_release(&server, key);
+    }
+}
+
+/// A signal's name, for messages.
+fn sig_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGINT => "INT",
+        libc::SIGTERM => "TERM",
+        libc::SIGHUP => "HUP",
+        libc::SIGQUIT => "QUIT",
+        libc::SIGUSR1 => "USR1",
+        libc::SIGALRM => "ALRM",
+        libc::SIGWINCH => "WINCH",
+        libc::SIGTSTP => "TSTP",
+        libc::SIGTTIN => "TTIN",
+        libc::SIGTTOU => "TTOU",
+        libc::SIGCONT => "CONT",
+        libc::SIGSTOP => "STOP",
+        libc::SIGKILL => "KILL",
+        _ => "other",
+    }
+}
+
+/// **Every catchable signal (and SIGSTOP) at a random moment of a run**: during the wait for
+/// a held lock, at the grant, at the command's start, while it runs, as it ends and during
+/// the release. A stop is followed by SIGCONT 150 ms later.
+///
+/// What must hold, every time: lockctl exits within bounded time (never left stopped or
+/// hanging), never panics (101), leaves the lock free (released, not left to its ttl), and
+/// leaves no process of its command running.
+#[test]
+fn signals_at_random_moments_never_strand_the_lock_or_the_command() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let signals = [
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGUSR1,
+        libc::SIGALRM,
+        libc::SIGWINCH,
+        libc::SIGTSTP,
+        libc::SIGTTIN,
+        libc::SIGTTOU,
+        libc::SIGCONT,
+        libc::SIGSTOP,
+    ];
+    let rounds: usize = std::env::var("ATTACK_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(24);
+    let seed = fastrand::u64(..);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    for round in 0..rounds {
+        let key = format!("sig-{round}");
+        // Half the time someone holds it for a moment, so that lockctl waits first.
+        if rng.bool() {
+            acquire_as(&server, &key, "before", 150).expect("free");
+        }
+        let pidfile = dir.path().join(format!("pid-{round}"));
+        let mut lockctl = Spawned::new(
+            lockctl(&[&server])
+                .args([
+                    "--node-timeout",
+                    "1s",
+                    "run",
+                    "--ttl",
+                    "3s",
+                    "--grace",
+                    "1s",
+                ])
+                .args([&key, "--", "sh", "-c"])
+                .arg(format!("echo $$ > {}; sleep 0.3", pidfile.display()))
+                .process_group(0)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped()),
+        );
+        let sig = signals[rng.usize(..signals.len())];
+        let delay = Duration::from_millis(rng.u64(0..700));
+        std::thread::sleep(delay);
+        send_quietly(lockctl.pid(), sig);
+        let what = format!(
+            "seed {seed} round {round}: SIG{} after {delay:?}",
+            sig_name(sig)
+        );
+        if matches!(
+            sig,
+            libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU | libc::SIGSTOP
+        ) {
+            std::thread::sleep(Duration::from_millis(150));
+            send_quietly(lockctl.pid(), libc::SIGCONT);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = lockctl.try_status() {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let Some(status) = status else {
+            let state = support::describe_process(lockctl.pid());
+            panic!("{what}: lockctl still runs after 20 s: {state}");
+        };
+        let out = lockctl.output();
+        assert_ne!(
+            status.code(),
+            Some(101),
+            "{what}: panicked: {}",
+            stderr(&out)
+        );
+        assert_eq!(
+            holder(&server, &key)
+                .map(|(o, _)| o)
+                .filter(|o| o != "before"),
+            None,
+            "{what}: lockctl exited ({status:?}) with the lock held: {}",
+            stderr(&out)
+        );
+        if let Ok(text) = std::fs::read_to_string(&pidfile) {
+            if let Ok(pid) = text.trim().parse::<i32>() {
+                let _cleanup = KillOnDrop(pid);
+                assert!(
+                    eventually(Duration::from_millis(300), || !is_running(pid)),
+                    "{what}: the command ({pid}) outlived lockctl ({status:?}): {}",
+                    stderr(&out)
+                );
+            }
+        }
+    }
+}
+
+/// **SIGKILL of lockctl at a random moment** (waiting, starting, running, releasing).
+///
+/// What must hold (docs/client.md, "What lockctl cannot handle"): no process of the command
+/// outlives lockctl (the watchdog and the parent-death signal end them), and the lock is free
+/// again within its ttl.
+#[test]
+fn sigkill_at_random_moments_leaves_nothing_running_beyond_the_ttl() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seed = fastrand::u64(..);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    const TTL: Duration = Duration::from_millis(1500);
+    for round in 0..16 {
+        let key = format!("kill-{round}");
+        if rng.bool() {
+            acquire_as(&server, &key, "before", 150).expect("free");
+        }
+        let pidfile = dir.path().join(format!("pid-{round}"));
+        let mut lockctl = Spawned::new(
+            lockctl(&[&server])
+                .args(["--node-timeout", "1s", "run", "--ttl", "1500ms"])
+                .args([&key, "--", "sh", "-c"])
+                .arg(format!(
+                    "sleep 30 & echo $! > {}; sleep 0.3; kill $!",
+                    pidfile.display()
+                ))
+                .process_group(0)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        );
+        let delay = Duration::from_millis(rng.u64(0..700));
+        std::thread::sleep(delay);
+        send_quietly(lockctl.pid(), libc::SIGKILL);
+        let killed = Instant::now();
+        let _ = lockctl.wait_within(Duration::from_secs(10));
+        let what = format!("seed {seed} round {round}: SIGKILL after {delay:?}");
+        if let Ok(text) = std::fs::read_to_string(&pidfile) {
+            if let Ok(pid) = text.trim().parse::<i32>() {
+                let _cleanup = KillOnDrop(pid);
+                assert!(
+                    eventually(Duration::from_secs(1), || !is_running(pid)),
+                    "{what}: the command's background process ({pid}) outlived lockctl"
+                );
+            }
+        }
+        assert!(
+            eventually(TTL * 2, || holder(&server, &key).is_none()),
+            "{what}: {key} still held {:?} after lockctl died",
+            killed.elapsed()
+        );
+    }
+}
+
+/// An interactive shell on a terminal (`bash -i`), with `$LOCKCTL` and `RELOCK_SERVERS`.
+fn shell(server: &Server) -> support::pty::Pty {
+    let mut cmd = std::process::Command::new("bash");
+    cmd.args(["--norc", "--noprofile", "-i"])
+        .env("PS1", "$ ")
+        .env("RELOCK_SERVERS", server.url())
+        .env("LOCKCTL", env!("CARGO_BIN_EXE_lockctl"))
+        .env_remove("RELOCK_LOG")
+        .env_remove("RELOCK_CLUSTER")
+        .env_remove("RELOCK_REPLICA_ACKS")
+        .env("TERM", "dumb");
+    let pty = support::pty::Pty::spawn(&mut cmd);
+    pty.expect("$ ", Duration::from_secs(10));
+    pty
+}
+
+/// **Job control: a foreground command stopped by SIGSTOP** (`kill -STOP` from elsewhere, a
+/// debugger attaching, bash's `suspend` in a subshell). A shell treats any stop of its
+/// foreground job alike: it takes the terminal back and shows the job stopped; `fg`
+/// continues it.
+///
+/// What must hold ("lockctl runs the command as a shell runs a job"): the user gets the
+/// shell's prompt back (the job shows as stopped), and `fg` continues the command, which
+/// then ends normally and the lock is released. Not: a terminal frozen on a stopped process
+/// group while lockctl renews the lock forever.
+#[test]
+#[ignore = "BREAKS: a foreground command stopped by SIGSTOP keeps the terminal and lockctl renews forever: the shell never gets its prompt back (Ctrl-C, Ctrl-Z do nothing)"]
+fn a_foreground_command_stopped_by_sigstop_gives_the_shell_back() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let mut sh = shell(&server);
+    // The baseline: the shell alone shows such a job stopped and gives the prompt back.
+    sh.type_keys(b"sh -c 'kill -STOP $$'\n");
+    sh.expect("Stopped", Duration::from_secs(10));
+    sh.type_keys(b"kill -9 %1\n");
+    std::thread::sleep(Duration::from_millis(300));
+    sh.type_keys(b"jobs\n");
+    sh.expect("Killed", Duration::from_secs(10));
+    let baseline = sh.count("Stopped");
+    sh.type_keys(
+        format!(
+            "\"$LOCKCTL\" run --ttl 3s stopped -- sh -c 'kill -STOP $$; echo resumed > {}'\n",
+            out.display()
+        )
+        .as_bytes(),
+    );
+    assert!(eventually(Duration::from_secs(10), || holder(
+        &server, "stopped"
+    )
+    .is_some()));
+    // A plain shell shows "Stopped" at once; give lockctl a generous while.
+    let shown = eventually(Duration::from_secs(5), || sh.count("Stopped") > baseline);
+    if !shown {
+        // What a person would try next: Ctrl-Z, then Ctrl-C.
+        sh.type_keys(b"\x1a");
+        std::thread::sleep(Duration::from_secs(1));
+        sh.type_keys(b"\x03");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let printed = sh.printed();
+    let held = holder(&server, "stopped");
+    // Unfreeze whatever is stopped before asserting, so that the test leaves nothing behind.
+    if let Some((owner, _)) = &held {
+        if let Some(pid) = owner.split('/').nth(1).and_then(|p| p.parse::<i32>().ok()) {
+            for child in support::children(pid) {
+                send_quietly(-child, libc::SIGKILL);
+            }
+            send_quietly(pid, libc::SIGKILL);
+        }
+    }
+    assert!(
+        shown,
+        "after 7 s (and Ctrl-Z, Ctrl-C) the shell still shows no prompt and no stopped job; the \
+         lock is {held:?}; the terminal shows:\n{printed}"
+    );
+    sh.type_keys(b"fg\n");
+    assert!(eventually(Duration::from_secs(10), || out.exists()));
+}
+
+/// **Job control: lockctl inside lockctl** (`lockctl run a -- lockctl run b -- CMD` at a
+/// terminal), Ctrl-Z and `fg`. What must hold: Ctrl-Z stops the whole job and the shell shows
+/// it stopped; `fg` gives the innermost command the terminal again (it reads what is typed);
+/// both locks are released at the end, and the status is the command's.
+#[test]
+fn nested_lockctl_ctrl_z_and_fg() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let mut sh = shell(&server);
+    sh.type_keys(
+        format!(
+            "\"$LOCKCTL\" run --ttl 3s outer -- \"$LOCKCTL\" run --ttl 3s inner -- sh -c \
+             'read l; echo \"got $l\" > {}; exit 7'\n",
+            out.display()
+        )
+        .as_bytes(),
+    );
+    assert!(eventually(Duration::from_secs(20), || holder(
+        &server, "inner"
+    )
+    .is_some()));
+    std::thread::sleep(Duration::from_millis(300));
+    sh.type_keys(b"\x1a");
+    sh.expect("Stopped", Duration::from_secs(10));
+    // Stopped for longer than half the ttl: both renew before they continue.
+    std::thread::sleep(Duration::from_secs(2));
+    sh.type_keys(b"fg\n");
+    std::thread::sleep(Duration::from_millis(500));
+    sh.type_keys(b"typed\n");
+    assert!(
+        eventually(Duration::from_secs(10), || std::fs::read_to_string(&out)
+            .is_ok_and(|t| t.contains("got typed"))),
+        "the inner command did not get the terminal back: {}",
+        sh.printed()
+    );
+    sh.type_keys(b"echo status=$?\n");
+    sh.expect("status=7", Duration::from_secs(20));
+    assert_eq!(holder(&server, "inner"), None);
+    assert_eq!(holder(&server, "outer"), None);
+}
+
+/// **Job control during the wait**: Ctrl-Z while lockctl waits for a held lock, `bg`, the
+/// lock is freed (the command starts in the background), then `fg`. What must hold: the
+/// command, once in the foreground, gets the terminal (it reads what is typed) after at
+/// most one more `fg`; lockctl is never left stopped with the lock held and nobody able to
+/// continue it.
+#[test]
+fn ctrl_z_and_bg_while_waiting_then_fg() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    acquire_as(&server, "waited", "holder", 60_000).expect("free");
+    let mut sh = shell(&server);
+    sh.type_keys(
+        format!(
+            "\"$LOCKCTL\" run --ttl 3s waited -- sh -c 'read l; echo \"got $l\" > {}'\n",
+            out.display()
+        )
+        .as_bytes(),
+    );
+    sh.expect("waiting for waited", Duration::from_secs(10));
+    sh.type_keys(b"\x1a");
+    sh.expect("Stopped", Duration::from_secs(10));
+    sh.type_keys(b"bg\n");
+    std::thread::sleep(Duration::from_millis(300));
+    force_release(&server, "waited");
+    assert!(eventually(Duration::from_secs(10), || holder(
+        &server, "waited"
+    )
+    .is_some_and(|(o, _)| o != "holder")));
+    std::thread::sleep(Duration::from_millis(500));
+    sh.type_keys(b"fg\n");
+    std::thread::sleep(Duration::from_millis(500));
+    if sh.count("Stopped") > 1 {
+        // The command read the terminal from the background before fg: one more fg.
+        sh.type_keys(b"fg\n");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    sh.type_keys(b"typed\n");
+    assert!(
+        eventually(Duration::from_secs(10), || std::fs::read_to_string(&out)
+            .is_ok_and(|t| t.contains("got typed"))),
+        "the command did not get the terminal: {}",
+        sh.printed()
+    );
+    sh.type_keys(b"echo status=$?\n");
+    sh.expect("status=0", Duration::from_secs(20));
+    assert_eq!(holder(&server, "waited"), None);
+}
+
+/// **Misleading output: owners chosen by other clients printed raw.** An owner is any bytes a
+/// client with access to the key chose. `lockctl waiters`, `log` and `top` escape control
+/// characters ("one with terminal escape sequences must not take over an operator's
+/// screen"); `lockctl info` and `lockctl run`'s "waiting for" / "could not acquire" lines must
+/// too. What must hold: no ESC byte reaches stdout or stderr, `info` prints one line per
+/// master, and no forged `lockctl:` line appears.
+#[test]
+#[ignore = "BREAKS: lockctl info and run print a holder's owner raw: terminal escapes and forged lines (\"lockctl: exit 0: ...\") reach the operator's screen"]
+fn hostile_owners_are_escaped_in_info_and_run() {
+    let server = Server::start();
+    let key = "hostile";
+    let owner = "evil\x1b[2J\x1b]0;pwned\x07\nlockctl: exit 0: lock released";
+    acquire_as(&server, key, owner, 60_000).expect("free");
+    let info = lockctl(&[&server])
+        .args(["info", key])
+        .output()
+        .expect("lockctl info");
+    let run = lockctl(&[&server])
+        .args(["run", "--wait", "0", key, "--", "true"])
+        .output()
+        .expect("lockctl run");
+    assert_eq!(run.status.code(), Some(75));
+    let (out, err) = (support::stdout(&info), stderr(&run));
+    assert!(
+        !out.contains('\x1b'),
+        "info printed an escape sequence: {out:?}"
+    );
+    assert_eq!(out.lines().count(), 1, "info: one line per master: {out:?}");
+    assert!(
+        !err.contains('\x1b'),
+        "run printed an escape sequence: {err:?}"
+    );
+    assert!(
+        !err.lines().any(|l| l.starts_with("lockctl: exit 0")),
+        "run printed a forged line: {err:?}"
+    );
+}
+
+/// **Misconfiguration: a CA file that is not PEM.** docs/client.md: "text that is not PEM, is
+/// `Error::InvalidOption`", and for lockctl "a TLS file that cannot be read or is not PEM" is
+/// a usage error (exit 2, before any server is contacted). What must hold: `--tls-ca` naming
+/// random bytes, or an empty file, exits 2 and says the file is not PEM, rather than
+/// trusting nothing and blaming the server's certificate (or, here, the network).
+#[test]
+#[ignore = "BREAKS: --tls-ca with non-PEM bytes (or an empty file) is accepted as an empty trust store: not exit 2, and every server's certificate is then 'untrusted'"]
+fn a_ca_file_that_is_not_pem_is_a_usage_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Nothing listens there: a usage error must come before any connection.
+    let url = format!("rediss://127.0.0.1:{}/", common::free_port());
+    for (name, bytes) in [
+        (
+            "junk.pem",
+            b"\x8f\x03this is no certificate at all\x00\xff".to_vec(),
+        ),
+        ("empty.pem", Vec::new()),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).expect("write");
+        let out = lockctl_at(&url)
+            .args(["--tls-ca", &path.display().to_string()])
+            .args(["run", "--wait", "0", "k", "--", "true"])
+            .output()
+            .expect("lockctl");
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", stderr(&out));
+        assert!(stderr(&out).contains("PEM"), "{name}: {}", stderr(&out));
+    }
+}
+
+/// **Misconfiguration: one server named twice**, as `127.0.0.1:P` and `0.0.0.0:P` (which
+/// reaches the same listener on Linux). docs/client.md "One server, one vote": such a list is
+/// refused with `Error::DuplicateServer` (lockctl: exit 2). What was seen instead: a Redlock
+/// "quorum" of 2 out of 1 server (both grants carry one token), and at the end "lock ... was
+/// lost as the command ended", although nothing was lost.
+#[test]
+#[ignore = "BREAKS: redis://127.0.0.1:P,redis://0.0.0.0:P is accepted as two masters: a quorum of one server, and a false 'lost as the command ended'"]
+fn one_server_named_by_the_unspecified_address_is_refused() {
+    let server = Server::start();
+    let urls = format!("{},redis://0.0.0.0:{}/", server.url(), server.port);
+    let out = lockctl_at(&urls)
+        .args([
+            "run",
+            "--wait",
+            "0",
+            "dup",
+            "--",
+            "sh",
+            "-c",
+            "echo $RELOCK_TOKENS",
+        ])
+        .output()
+        .expect("lockctl");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "tokens {:?}: {}",
+        support::stdout(&out),
+        stderr(&out)
+    );
+}
+
+/// **Duration extremes: `--grace` and `top --interval` are not bounded.** docs/client.md: "a
+/// timeout above 1000000000s" is a usage error (exit 2). What must hold: lockctl never
+/// panics (exit 101) on a duration it accepted. `--grace 1e19s` is accepted, and the first
+/// loss panics ("overflow when adding duration to instant") instead of waiting for the
+/// command; `lockctl top --once --interval 1e19s` panics at once.
+#[test]
+#[ignore = "BREAKS: run --grace 1e19s panics (101) at a loss; top --once --interval 1e19s panics (101)"]
+fn huge_durations_never_panic() {
+    let server = Server::start();
+    // --ttl 5ms with the default node timeout: the lock is lost at once.
+    let mut run = Spawned::new(
+        lockctl(&[&server])
+            .args([
+                "run", "--ttl", "5ms", "--grace", "1e19s", "huge", "--", "sleep", "2",
+            ])
+            .stderr(Stdio::piped()),
+    );
+    let status = run.wait_within(Duration::from_secs(30));
+    let out = run.output();
+    let top = lockctl(&[&server])
+        .args(["top", "--once", "--interval", "1e19s"])
+        .output()
+        .expect("lockctl top");
+    assert!(
+        matches!(status.code(), Some(2) | Some(76)),
+        "run --grace 1e19s: {status:?}: {}",
+        stderr(&out)
+    );
+    assert_eq!(
+        top.status.code(),
+        Some(2),
+        "top --interval 1e19s: {}",
+        stderr(&top)
+    );
+}
+
+/// Half-open connection mid-release: the command ends, and the server's connections have gone
+/// silent. What must hold: lockctl does not hang (the release is bounded by the node
+/// timeout), exits with the command's status, and says the release failed and that the lock
+/// will expire.
+#[test]
+fn a_silent_server_at_the_release_does_not_hang_lockctl() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let started = dir.path().join("started");
+    let mut run = Spawned::new(
+        lockctl_at(&proxy.url())
+            .args(["run", "--ttl", "5s", "release", "--", "sh", "-c"])
+            .arg(format!("touch {}; sleep 0.5; exit 9", started.display()))
+            .stderr(Stdio::piped()),
+    );
+    assert!(eventually(Duration::from_secs(20), || started.exists()));
+    proxy.silence_all();
+    let status = run.wait_within(Duration::from_secs(20));
+    let out = run.output();
+    assert_eq!(status.code(), Some(9), "{}", stderr(&out));
+    assert!(stderr(&out).contains("expire"), "{}", stderr(&out));
+    assert!(eventually(Duration::from_secs(10), || holder(
+        &server, "release"
+    )
+    .is_none()));
+}
+
+/// Half-open connection while waiting for the second of several keys (`--key a --key b`,
+/// `wait_all`): the connection the wait blocks on goes silent and the key is freed. What
+/// must hold: like a one-key wait (halfopen.rs), lockctl notices, waits again on a new
+/// connection, gets both keys and runs its command.
+#[test]
+fn a_several_key_wait_survives_a_silent_connection() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    acquire_as(&server, "kb", "holder", 60_000).expect("free");
+    let mut run = Spawned::new(
+        lockctl_at(&proxy.url())
+            .args(["--node-timeout", "500ms", "run", "--wait", "60s"])
+            .args(["--key", "ka", "--key", "kb", "--", "true"])
+            .stderr(Stdio::piped()),
+    );
+    assert!(eventually(Duration::from_secs(20), || {
+        support::relock_stat(&server, "waiters") == 1
+    }));
+    proxy.silence_open_connections();
+    force_release(&server, "kb");
+    let status = run.wait_within(Duration::from_secs(30));
+    let out = run.output();
+    assert_eq!(status.code(), Some(0), "{}", stderr(&out));
+    assert!(holder(&server, "ka").is_none() && holder(&server, "kb").is_none());
+}
+
+/// Pipes: `lockctl run K -- yes | head -1`. What must hold: the command dies of SIGPIPE
+/// (lockctl exits 141, as the shell reports `yes` alone), and the lock is released.
+#[test]
+fn a_command_killed_by_sigpipe_exits_141_and_releases() {
+    let server = Server::start();
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "\"{}\" run piped -- yes | head -1 >/dev/null; echo ${{PIPESTATUS[0]}}",
+            env!("CARGO_BIN_EXE_lockctl")
+        ))
+        .env("RELOCK_SERVERS", server.url())
+        .output()
+        .expect("bash");
+    assert_eq!(support::stdout(&out).trim(), "141", "{}", stderr(&out));
+    assert_eq!(holder(&server, "piped"), None);
+}
