@@ -725,3 +725,45 @@ fn a_command_killed_by_sigpipe_exits_141_and_releases() {
     assert_eq!(support::stdout(&out).trim(), "141", "{}", stderr(&out));
     assert_eq!(holder(&server, "piped"), None);
 }
+
+/// **Job control: SIGCONT while lockctl is still stopping its command.** `kill -TSTP` then
+/// `kill -CONT` (a supervisor's pause and resume, Ctrl-Z then a quick `fg`) to lockctl whose
+/// command takes its time to stop (it saves its work, or ignores SIGTSTP). A process stops at
+/// once on SIGTSTP and the SIGCONT continues it; lockctl stops only after its command did (up
+/// to 1 s), so the SIGCONT comes first. What must hold: after the SIGCONT, lockctl and its
+/// command run (or at least are not left stopped for good while the lock lapses).
+#[test]
+#[ignore = "BREAKS: TSTP then CONT 0.2 s later leaves lockctl stopped for good (the CONT came while it waited for the command to stop); the lock lapses"]
+fn a_sigcont_during_the_stop_is_not_lost() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ticks = dir.path().join("ticks");
+    let key = "tstp-cont";
+    let mut lockctl = Spawned::new(
+        lockctl(&[&server])
+            .args(["--node-timeout", "1s", "run", "--ttl", "3s", key, "--", "sh", "-c"])
+            .arg(format!(
+                "trap '' TSTP; while :; do echo x >> {}; sleep 0.02; done",
+                ticks.display()
+            ))
+            .process_group(0)
+            .stderr(Stdio::piped()),
+    );
+    assert!(eventually(Duration::from_secs(20), || lines(&ticks) > 3));
+    send(lockctl.pid(), libc::SIGTSTP);
+    std::thread::sleep(Duration::from_millis(200));
+    send(lockctl.pid(), libc::SIGCONT);
+    std::thread::sleep(Duration::from_secs(2));
+    let stopped = support::is_stopped(lockctl.pid());
+    let before = lines(&ticks);
+    std::thread::sleep(Duration::from_millis(300));
+    let runs = lines(&ticks) > before;
+    let held = holder(&server, key);
+    send_quietly(lockctl.pid(), libc::SIGCONT);
+    send_quietly(lockctl.pid(), libc::SIGTERM);
+    let _ = lockctl.wait_within(Duration::from_secs(20));
+    assert!(
+        !stopped && runs,
+        "2 s after SIGCONT: lockctl stopped: {stopped}, its command runs: {runs}; lock {held:?}"
+    );
+}
