@@ -767,3 +767,98 @@ fn a_sigcont_during_the_stop_is_not_lost() {
         "2 s after SIGCONT: lockctl stopped: {stopped}, its command runs: {runs}; lock {held:?}"
     );
 }
+
+/// **Library calls with hostile arguments** never panic or hang: empty server lists, empty,
+/// NUL-holding and 10 MB keys, `Duration::MAX` ttls and waits, zero permits, empty and
+/// oversized groups, an owner of 1 MB for `reenter`, and every call bounded by a few node
+/// timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn library_calls_with_hostile_arguments_fail_cleanly() {
+    use relock_client::{Mode, Options, Relock};
+    let server = Server::start();
+    let options = Options {
+        node_timeout: Duration::from_millis(500),
+        ..Options::default()
+    };
+    let none: [&str; 0] = [];
+    assert!(Relock::new(&none).is_err(), "no servers");
+    assert!(Relock::cluster(&none, Options::default()).is_err(), "no seeds");
+    for url in ["", "://", "redis://", "redis://:", "redis://[::1", "redis://h:99999", "rediss://#insecure"] {
+        let _ = Relock::new(&[url]);
+        let _ = Relock::cluster(&[url], Options::default());
+    }
+    let relock = Relock::with_options(&[server.url()], options).expect("client");
+    let bound = Duration::from_secs(10);
+    let big = "k".repeat(10 << 20);
+    let ttl = Duration::from_secs(5);
+    for key in ["", "nul\0key", big.as_str()] {
+        let lock = tokio::time::timeout(bound, relock.acquire(key, ttl))
+            .await
+            .expect("bounded");
+        if let Ok(lock) = lock {
+            tokio::time::timeout(bound, lock.release())
+                .await
+                .expect("bounded")
+                .expect("released");
+        }
+    }
+    assert!(relock.acquire("k", Duration::MAX).await.is_err());
+    assert!(relock.acquire("k", Duration::ZERO).await.is_err());
+    let waited = tokio::time::timeout(bound, relock.acquire_wait("k", ttl, Some(Duration::MAX)))
+        .await
+        .expect("bounded")
+        .expect("free");
+    waited.release().await.expect("released");
+    assert!(relock.with_mode(Mode::limited(0)).is_err());
+    assert!(relock.with_mode(Mode::limited(3)).and_then(|r| r.with_permits(0)).is_err());
+    assert!(relock.acquire_all(&none, ttl).await.is_err());
+    let many: Vec<String> = (0..257).map(|i| format!("g{i}")).collect();
+    assert!(relock.acquire_all(&many, ttl).await.is_err());
+    assert!(relock.wait_all(&["a", "a"], ttl, None).await.is_err());
+    let huge_owner = "o".repeat(1 << 20);
+    let _ = tokio::time::timeout(bound, relock.reenter("k", &huge_owner, ttl))
+        .await
+        .expect("bounded");
+    let _ = tokio::time::timeout(bound, relock.holders("k", u32::MAX))
+        .await
+        .expect("bounded");
+    relock.settle().await;
+}
+
+/// **Redlock of 3 with 2 masters paused (SIGSTOP) while the command runs**, then continued
+/// after their copies expired, and another client takes the key there. What must hold: lockctl
+/// ends the command (exit 76) before the other client can hold a quorum: the command's last
+/// write comes before the take.
+#[test]
+fn redlock_with_two_paused_masters_ends_the_command_before_another_takes_the_key() {
+    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let refs: Vec<&Server> = servers.iter().collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ticks = dir.path().join("ticks");
+    let key = "paused";
+    let mut run = Spawned::new(
+        lockctl(&refs)
+            .args(["run", "--ttl", "1s", "--grace", "200ms", key, "--", "sh", "-c"])
+            .arg(format!(
+                "trap '' TERM; while :; do echo x >> {}; sleep 0.01; done",
+                ticks.display()
+            ))
+            .stderr(Stdio::piped()),
+    );
+    assert!(eventually(Duration::from_secs(20), || lines(&ticks) > 3));
+    servers[1].signal("STOP");
+    servers[2].signal("STOP");
+    let status = run.wait_within(Duration::from_secs(20));
+    let ended = lines(&ticks);
+    let out = run.output();
+    assert_eq!(status.code(), Some(76), "{}", stderr(&out));
+    std::thread::sleep(Duration::from_millis(1200));
+    servers[1].signal("CONT");
+    servers[2].signal("CONT");
+    let took = [&servers[1], &servers[2]]
+        .iter()
+        .all(|s| intrude(s, key, "intruder", Duration::from_secs(5)).is_some());
+    assert!(took, "the paused masters' copies never expired");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(lines(&ticks), ended, "the command ran on after lockctl exited");
+}
