@@ -931,3 +931,95 @@ fn a_full_stderr_pipe_does_not_stop_the_lock_from_being_watched() {
         after - at_take
     );
 }
+
+/// A one-node Redis Cluster (every slot on one master) that announces `proxy_port`, so that
+/// clients following the slot map still go through the proxy.
+fn one_node_cluster() -> (Server, Proxy) {
+    let server = Server::with_args(&["--cluster-enabled", "yes"]);
+    let proxy = Proxy::start(server.port);
+    let mut c = server.conn();
+    let _: () = redis::cmd("CLUSTER")
+        .arg("ADDSLOTSRANGE")
+        .arg(0)
+        .arg(16383)
+        .query(&mut c)
+        .expect("ADDSLOTSRANGE");
+    for (name, value) in [
+        ("cluster-announce-ip", "127.0.0.1".to_string()),
+        ("cluster-announce-port", proxy.port.to_string()),
+    ] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query(&mut c)
+            .expect("CONFIG SET");
+    }
+    assert!(eventually(Duration::from_secs(20), || {
+        let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c).expect("INFO");
+        let slots: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut c).expect("SLOTS");
+        info.contains("cluster_state:ok") && format!("{slots:?}").contains(&proxy.port.to_string())
+    }));
+    (server, proxy)
+}
+
+/// **Half-open connection during a cluster wait** (`--cluster`): docs/client.md says a wait
+/// notices a silently dead connection "within about 1 s + 2 x node_timeout ... in every mode
+/// (one server, Redlock, cluster, Sentinel)". The connection the wait blocks on goes silent,
+/// and the lock is freed. What must hold: lockctl waits again on a new connection, gets the
+/// lock and runs its command within a few seconds.
+#[test]
+fn a_cluster_wait_survives_a_silent_connection() {
+    let (server, proxy) = one_node_cluster();
+    let key = "silent-cluster";
+    acquire_as(&server, key, "holder", 60_000).expect("free");
+    let mut run = Spawned::new(
+        lockctl_at(&proxy.url())
+            .args(["--cluster", "--node-timeout", "500ms", "run", "--wait", "60s", key])
+            .args(["--", "true"])
+            .stderr(Stdio::piped()),
+    );
+    assert!(eventually(Duration::from_secs(20), || {
+        support::relock_stat(&server, "waiters") == 1
+    }));
+    proxy.silence_open_connections();
+    force_release(&server, key);
+    let freed = Instant::now();
+    let status = run.wait_within(Duration::from_secs(30));
+    let out = run.output();
+    assert_eq!(status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        freed.elapsed() < Duration::from_secs(10),
+        "noticed only after {:?}: {}",
+        freed.elapsed(),
+        stderr(&out)
+    );
+}
+
+/// **Half-open connections mid-renewal in cluster mode**: every connection open while the
+/// command runs goes silent (new ones work). What must hold: as with one server
+/// (halfopen.rs), the renewals move to new connections within the ttl and the lock is kept:
+/// the command runs to its end (exit 0) under one owner.
+#[test]
+fn cluster_renewals_survive_silent_connections() {
+    let (server, proxy) = one_node_cluster();
+    let key = "renew-cluster";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let started = dir.path().join("started");
+    let mut run = Spawned::new(
+        lockctl_at(&proxy.url())
+            .args(["--cluster", "--node-timeout", "300ms", "run", "--ttl", "3s", key])
+            .args(["--", "sh", "-c"])
+            .arg(format!("touch {}; sleep 4", started.display()))
+            .stderr(Stdio::piped()),
+    );
+    assert!(eventually(Duration::from_secs(20), || started.exists()));
+    let first = holder(&server, key).expect("held");
+    proxy.silence_open_connections();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(holder(&server, key).map(|h| h.0), Some(first.0), "still held by lockctl");
+    let status = run.wait_within(Duration::from_secs(30));
+    let out = run.output();
+    assert_eq!(status.code(), Some(0), "{}", stderr(&out));
+    assert!(eventually(Duration::from_secs(5), || holder(&server, key).is_none()));
+}
