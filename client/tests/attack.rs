@@ -1068,3 +1068,50 @@ fn ctrl_z_stops_the_command_of_lockctl_in_a_script() {
         "the shell shows the job stopped, but the command wrote {during} lines in 0.5 s"
     );
 }
+
+/// **Job control during the wait, for longer than the ttl**: lockctl waits for a held key and
+/// is stopped (SIGTSTP); the key is freed and granted to its queued wait while it is
+/// stopped; the grant expires unrenewed and another client takes the key; lockctl is
+/// continued. What must hold: the command does not run while the other client holds the key
+/// (lockctl waits again, or gives up with 75), and lockctl is not left stopped.
+#[test]
+fn a_grant_that_expired_while_lockctl_was_stopped_is_not_used() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ran = dir.path().join("ran");
+    let key = "stopped-wait";
+    acquire_as(&server, key, "holder", 60_000).expect("free");
+    let mut run = Spawned::new(
+        lockctl(&[&server])
+            .args(["--node-timeout", "500ms", "run", "--ttl", "1s", "--wait", "8s", key])
+            .args(["--", "sh", "-c"])
+            .arg(format!("echo $RELOCK_OWNER >> {}", ran.display()))
+            .process_group(0)
+            .stderr(Stdio::piped()),
+    );
+    assert!(eventually(Duration::from_secs(20), || {
+        support::relock_stat(&server, "waiters") == 1
+    }));
+    send(run.pid(), libc::SIGTSTP);
+    assert!(eventually(Duration::from_secs(5), || support::is_stopped(run.pid())));
+    let _: Option<i64> = redis::cmd("LOCK.RELEASE")
+        .arg(key)
+        .arg("holder")
+        .query(&mut server.conn())
+        .expect("LOCK.RELEASE");
+    let granted = holder(&server, key).map(|h| h.0);
+    assert!(granted.is_some(), "the queued wait was granted");
+    intrude(&server, key, "intruder", Duration::from_secs(5)).expect("the grant expired");
+    send(run.pid(), libc::SIGCONT);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!ran.exists(), "the command ran while the intruder held {key}");
+    assert!(!support::is_stopped(run.pid()), "lockctl left stopped");
+    force_release(&server, key);
+    let status = run.wait_within(Duration::from_secs(20));
+    let out = run.output();
+    assert!(
+        matches!(status.code(), Some(0) | Some(75)),
+        "{status:?}: {}",
+        stderr(&out)
+    );
+}
