@@ -183,7 +183,8 @@ fn sig_name(sig: i32) -> &'static str {
     }
 }
 
-/// **Every catchable signal (and SIGSTOP) at a random moment of a run**: during the wait for
+/// **Every catchable signal (and SIGSTOP) at a random moment of a run** (16 rounds;
+/// `ATTACK_ROUNDS=200` for a longer run): during the wait for
 /// a held lock, at the grant, at the command's start, while it runs, as it ends and during
 /// the release. A stop is followed by SIGCONT 150 ms later.
 ///
@@ -210,7 +211,7 @@ fn signals_at_random_moments_never_strand_the_lock_or_the_command() {
     let rounds: usize = std::env::var("ATTACK_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())
-        .unwrap_or(24);
+        .unwrap_or(16);
     let seed = fastrand::u64(..);
     let mut rng = fastrand::Rng::with_seed(seed);
     for round in 0..rounds {
@@ -294,7 +295,8 @@ fn signals_at_random_moments_never_strand_the_lock_or_the_command() {
     }
 }
 
-/// **SIGKILL of lockctl at a random moment** (waiting, starting, running, releasing).
+/// **SIGKILL of lockctl at a random moment** (waiting, starting, running, releasing; 8
+/// rounds, `ATTACK_ROUNDS` for more).
 ///
 /// What must hold (docs/client.md, "What lockctl cannot handle"): no process of the command
 /// outlives lockctl (the watchdog and the parent-death signal end them), and the lock is free
@@ -306,7 +308,11 @@ fn sigkill_at_random_moments_leaves_nothing_running_beyond_the_ttl() {
     let seed = fastrand::u64(..);
     let mut rng = fastrand::Rng::with_seed(seed);
     const TTL: Duration = Duration::from_millis(1500);
-    for round in 0..16 {
+    let rounds: usize = std::env::var("ATTACK_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(8);
+    for round in 0..rounds {
         let key = format!("kill-{round}");
         if rng.bool() {
             acquire_as(&server, &key, "before", 150).expect("free");
@@ -741,7 +747,17 @@ fn a_sigcont_during_the_stop_is_not_lost() {
     let key = "tstp-cont";
     let mut lockctl = Spawned::new(
         lockctl(&[&server])
-            .args(["--node-timeout", "1s", "run", "--ttl", "3s", key, "--", "sh", "-c"])
+            .args([
+                "--node-timeout",
+                "1s",
+                "run",
+                "--ttl",
+                "3s",
+                key,
+                "--",
+                "sh",
+                "-c",
+            ])
             .arg(format!(
                 "trap '' TSTP; while :; do echo x >> {}; sleep 0.02; done",
                 ticks.display()
@@ -782,8 +798,19 @@ async fn library_calls_with_hostile_arguments_fail_cleanly() {
     };
     let none: [&str; 0] = [];
     assert!(Relock::new(&none).is_err(), "no servers");
-    assert!(Relock::cluster(&none, Options::default()).is_err(), "no seeds");
-    for url in ["", "://", "redis://", "redis://:", "redis://[::1", "redis://h:99999", "rediss://#insecure"] {
+    assert!(
+        Relock::cluster(&none, Options::default()).is_err(),
+        "no seeds"
+    );
+    for url in [
+        "",
+        "://",
+        "redis://",
+        "redis://:",
+        "redis://[::1",
+        "redis://h:99999",
+        "rediss://#insecure",
+    ] {
         let _ = Relock::new(&[url]);
         let _ = Relock::cluster(&[url], Options::default());
     }
@@ -810,7 +837,10 @@ async fn library_calls_with_hostile_arguments_fail_cleanly() {
         .expect("free");
     waited.release().await.expect("released");
     assert!(relock.with_mode(Mode::limited(0)).is_err());
-    assert!(relock.with_mode(Mode::limited(3)).and_then(|r| r.with_permits(0)).is_err());
+    assert!(relock
+        .with_mode(Mode::limited(3))
+        .and_then(|r| r.with_permits(0))
+        .is_err());
     assert!(relock.acquire_all(&none, ttl).await.is_err());
     let many: Vec<String> = (0..257).map(|i| format!("g{i}")).collect();
     assert!(relock.acquire_all(&many, ttl).await.is_err());
@@ -838,7 +868,9 @@ fn redlock_with_two_paused_masters_ends_the_command_before_another_takes_the_key
     let key = "paused";
     let mut run = Spawned::new(
         lockctl(&refs)
-            .args(["run", "--ttl", "1s", "--grace", "200ms", key, "--", "sh", "-c"])
+            .args([
+                "run", "--ttl", "1s", "--grace", "200ms", key, "--", "sh", "-c",
+            ])
             .arg(format!(
                 "trap '' TERM; while :; do echo x >> {}; sleep 0.01; done",
                 ticks.display()
@@ -860,7 +892,11 @@ fn redlock_with_two_paused_masters_ends_the_command_before_another_takes_the_key
         .all(|s| intrude(s, key, "intruder", Duration::from_secs(5)).is_some());
     assert!(took, "the paused masters' copies never expired");
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(lines(&ticks), ended, "the command ran on after lockctl exited");
+    assert_eq!(
+        lines(&ticks),
+        ended,
+        "the command ran on after lockctl exited"
+    );
 }
 
 /// A pipe whose buffer is full and that nobody reads: (read end, write end in blocking
@@ -902,7 +938,17 @@ fn a_full_stderr_pipe_does_not_stop_the_lock_from_being_watched() {
     let (_read, write) = full_pipe();
     let mut run = Spawned::new(
         lockctl(&[&server])
-            .args(["--node-timeout", "100ms", "run", "--ttl", "1s", key, "--", "sh", "-c"])
+            .args([
+                "--node-timeout",
+                "100ms",
+                "run",
+                "--ttl",
+                "1s",
+                key,
+                "--",
+                "sh",
+                "-c",
+            ])
             .arg(format!(
                 "while :; do echo x >> {}; sleep 0.01; done 2>/dev/null",
                 ticks.display()
@@ -923,7 +969,10 @@ fn a_full_stderr_pipe_does_not_stop_the_lock_from_being_watched() {
     // Unblock lockctl (drain the pipe) before anything fails, so that it can end.
     drop(_read);
     send_quietly(-run.pid(), libc::SIGKILL);
-    assert!(taken.is_some(), "the lock never lapsed: lockctl kept renewing");
+    assert!(
+        taken.is_some(),
+        "the lock never lapsed: lockctl kept renewing"
+    );
     assert!(
         after <= at_take + 2,
         "the command wrote {} lines in the second after another client took {key}; lockctl: \
@@ -956,8 +1005,14 @@ fn one_node_cluster() -> (Server, Proxy) {
             .expect("CONFIG SET");
     }
     assert!(eventually(Duration::from_secs(20), || {
-        let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c).expect("INFO");
-        let slots: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut c).expect("SLOTS");
+        let info: String = redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query(&mut c)
+            .expect("INFO");
+        let slots: redis::Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut c)
+            .expect("SLOTS");
         info.contains("cluster_state:ok") && format!("{slots:?}").contains(&proxy.port.to_string())
     }));
     (server, proxy)
@@ -975,7 +1030,15 @@ fn a_cluster_wait_survives_a_silent_connection() {
     acquire_as(&server, key, "holder", 60_000).expect("free");
     let mut run = Spawned::new(
         lockctl_at(&proxy.url())
-            .args(["--cluster", "--node-timeout", "500ms", "run", "--wait", "60s", key])
+            .args([
+                "--cluster",
+                "--node-timeout",
+                "500ms",
+                "run",
+                "--wait",
+                "60s",
+                key,
+            ])
             .args(["--", "true"])
             .stderr(Stdio::piped()),
     );
@@ -1008,7 +1071,15 @@ fn cluster_renewals_survive_silent_connections() {
     let started = dir.path().join("started");
     let mut run = Spawned::new(
         lockctl_at(&proxy.url())
-            .args(["--cluster", "--node-timeout", "300ms", "run", "--ttl", "3s", key])
+            .args([
+                "--cluster",
+                "--node-timeout",
+                "300ms",
+                "run",
+                "--ttl",
+                "3s",
+                key,
+            ])
             .args(["--", "sh", "-c"])
             .arg(format!("touch {}; sleep 4", started.display()))
             .stderr(Stdio::piped()),
@@ -1017,7 +1088,11 @@ fn cluster_renewals_survive_silent_connections() {
     let first = holder(&server, key).expect("held");
     proxy.silence_open_connections();
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(holder(&server, key).map(|h| h.0), Some(first.0), "still held by lockctl");
+    assert_eq!(
+        holder(&server, key).map(|h| h.0),
+        Some(first.0),
+        "still held by lockctl"
+    );
     let status = run.wait_within(Duration::from_secs(30));
     let out = run.output();
     assert_eq!(status.code(), Some(0), "{}", stderr(&out));
@@ -1083,7 +1158,16 @@ fn a_grant_that_expired_while_lockctl_was_stopped_is_not_used() {
     acquire_as(&server, key, "holder", 60_000).expect("free");
     let mut run = Spawned::new(
         lockctl(&[&server])
-            .args(["--node-timeout", "500ms", "run", "--ttl", "1s", "--wait", "8s", key])
+            .args([
+                "--node-timeout",
+                "500ms",
+                "run",
+                "--ttl",
+                "1s",
+                "--wait",
+                "8s",
+                key,
+            ])
             .args(["--", "sh", "-c"])
             .arg(format!("echo $RELOCK_OWNER >> {}", ran.display()))
             .process_group(0)
@@ -1093,7 +1177,9 @@ fn a_grant_that_expired_while_lockctl_was_stopped_is_not_used() {
         support::relock_stat(&server, "waiters") == 1
     }));
     send(run.pid(), libc::SIGTSTP);
-    assert!(eventually(Duration::from_secs(5), || support::is_stopped(run.pid())));
+    assert!(eventually(Duration::from_secs(5), || support::is_stopped(
+        run.pid()
+    )));
     let _: Option<i64> = redis::cmd("LOCK.RELEASE")
         .arg(key)
         .arg("holder")
@@ -1104,7 +1190,10 @@ fn a_grant_that_expired_while_lockctl_was_stopped_is_not_used() {
     intrude(&server, key, "intruder", Duration::from_secs(5)).expect("the grant expired");
     send(run.pid(), libc::SIGCONT);
     std::thread::sleep(Duration::from_secs(2));
-    assert!(!ran.exists(), "the command ran while the intruder held {key}");
+    assert!(
+        !ran.exists(),
+        "the command ran while the intruder held {key}"
+    );
     assert!(!support::is_stopped(run.pid()), "lockctl left stopped");
     force_release(&server, key);
     let status = run.wait_within(Duration::from_secs(20));
