@@ -821,3 +821,134 @@ fn grace_a_downgrade_grants_no_reader_before_the_grace_ends() {
     assert!(t > token);
     assert!(started.elapsed() < Duration::from_secs(8));
 }
+
+// --- (k) CLIENT PAUSE inside the transaction --------------------------------------------------------
+
+/// Server states / the new write commands after `CLIENT PAUSE WRITE` in the same `EXEC`, one of
+/// the group's keys past its TTL (Redis keeps it while writes are paused, lookups call it
+/// missing). docs: "one that runs anyway (queued in the same `EXEC` after `CLIENT PAUSE`) is
+/// refused with `TRYAGAIN`".
+///
+/// Must hold: `LOCK.MACQUIRE`, `LOCK.MRELEASE`, `LOCK.DOWNGRADE` and `LOCK.MRENEW` answer
+/// `TRYAGAIN`; afterwards the live key is as it was and no new key exists.
+#[test]
+fn pause_in_a_transaction_refuses_groups_and_downgrade() {
+    let server = Server::start();
+    let mut c = server.conn();
+    acquire(&mut c, "{g}a", "o", 100);
+    let token = acquire(&mut c, "{g}b", "o", LONG);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut r = Raw::connect(&server);
+    r.send(&[b"MULTI"]);
+    r.read(DUE);
+    for args in [
+        &[&b"CLIENT"[..], b"PAUSE", b"300", b"WRITE"][..],
+        &[b"LOCK.MACQUIRE", b"2", b"{g}a", b"{g}c", b"o", b"1000"],
+        &[b"LOCK.MRELEASE", b"2", b"{g}a", b"{g}b", b"o"],
+        &[b"LOCK.DOWNGRADE", b"{g}b", b"o"],
+        &[b"LOCK.MRENEW", b"2", b"{g}a", b"{g}b", b"o", b"5000"],
+    ] {
+        r.send(args);
+        r.read(DUE);
+    }
+    r.send(&[b"EXEC"]);
+    let Reply::Array(out) = r.read(DUE) else {
+        panic!("EXEC")
+    };
+    for (i, reply) in out.iter().enumerate().skip(1) {
+        match reply {
+            Reply::Error(e) => assert!(e.starts_with("TRYAGAIN"), "command {i}: {e}"),
+            other => panic!("command {i} ran while writes were paused: {other:?}"),
+        }
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    let b = holders(&mut c, "{g}b");
+    assert_eq!(b.len(), 1);
+    assert_eq!((b[0].0.as_str(), b[0].1), ("o", token));
+    assert_eq!(mode_of(&mut c, "{g}b").map(|m| m.0), Some("exclusive".into()));
+    let c_exists: i64 = cmd!("EXISTS", "{g}c").query(&mut c).unwrap();
+    assert_eq!(c_exists, 0);
+}
+
+// --- (l) WATCH sees only what changed -------------------------------------------------------------
+
+/// Keyspace semantics / `WATCH` on a lock key while another client runs the new commands.
+/// docs: a key opened for writing that ends up unchanged (a refused acquire, a release by a
+/// non-owner) signals nothing.
+///
+/// Must hold: a transaction watching the key runs after a nil or refused `LOCK.MACQUIRE`,
+/// `LOCK.DOWNGRADE` of a non-owner, `LOCK.MRELEASE` by a non-owner, a refused semaphore request;
+/// it is aborted after a `LOCK.DOWNGRADE` and a `LOCK.MRENEW` that changed the key.
+#[test]
+fn watch_sees_only_what_changed() {
+    let server = Server::start();
+    let mut a = server.conn();
+    let mut b = server.conn();
+    let cases: Vec<(&str, Vec<&str>, Vec<&str>, bool)> = vec![
+        ("nil group", vec!["LOCK.ACQUIRE", "k", "x", "600000"], vec!["LOCK.MACQUIRE", "2", "j", "k", "y", "1000"], false),
+        ("group of a wrong type", vec!["LOCK.ACQUIRE", "k", "x", "600000"], vec!["LOCK.MACQUIRE", "2", "k", "s", "x", "1000"], false),
+        ("downgrade by another", vec!["LOCK.ACQUIRE", "k", "x", "600000"], vec!["LOCK.DOWNGRADE", "k", "y"], false),
+        ("group release by another", vec!["LOCK.ACQUIRE", "k", "x", "600000"], vec!["LOCK.MRELEASE", "1", "k", "y"], false),
+        ("another limit", vec!["LOCK.ACQUIRE", "k", "x", "600000", "SHARED", "LIMIT", "2"], vec!["LOCK.ACQUIRE", "k", "y", "1000", "SHARED", "LIMIT", "3"], false),
+        ("downgrade", vec!["LOCK.ACQUIRE", "k", "x", "600000"], vec!["LOCK.DOWNGRADE", "k", "x"], true),
+        ("group renew", vec!["LOCK.ACQUIRE", "k", "x", "600000"], vec!["LOCK.MRENEW", "1", "k", "x", "1000"], true),
+    ];
+    for (what, setup, other, aborts) in cases {
+        let _: () = cmd!("FLUSHALL").query(&mut a).unwrap();
+        let _: () = cmd!("SET", "s", "v").query(&mut a).unwrap();
+        let mut s = redis::cmd(setup[0]);
+        s.arg(&setup[1..]);
+        let _: Value = s.query(&mut a).unwrap();
+        let _: () = cmd!("WATCH", "k").query(&mut a).unwrap();
+        let mut o = redis::cmd(other[0]);
+        o.arg(&other[1..]);
+        let _: redis::RedisResult<Value> = o.query(&mut b);
+        let ran: Option<(String,)> = redis::pipe().atomic().cmd("PING").query(&mut a).unwrap();
+        assert_eq!(ran.is_none(), aborts, "{what}: EXEC aborted = {}", ran.is_none());
+    }
+}
+
+// --- (m) a downgrade in front of many readers and one writer ---------------------------------------
+
+/// Downgrade / queues: 300 readers queued with a writer in their middle, behind an exclusive
+/// holder who downgrades. docs: the downgrade grants "the shared waiters at the head of the
+/// queue ... with it"; "a pass hands the lock to at most 256 waiters, and the next event-loop
+/// turn goes on in order"; a queued writer holds back later readers.
+///
+/// Must hold: the readers in front of the writer (150) are granted, none behind it; the writer
+/// and the rest stay queued; no turn the module starts is long.
+#[test]
+fn downgrade_in_front_of_many_readers_stops_at_the_writer() {
+    let server = Server::start();
+    let mut c = server.conn();
+    acquire(&mut c, "d", "w", LONG);
+    let mut queue = Vec::new();
+    for i in 0..300 {
+        if i == 150 {
+            let mut r = Raw::connect(&server);
+            r.send(&[b"LOCK.WAIT", b"d", b"writer", b"600000", b"0"]);
+            queue.push(("writer".to_string(), r));
+        }
+        let owner = format!("r{i}");
+        let mut r = Raw::connect(&server);
+        r.send(&[b"LOCK.WAIT", b"d", owner.as_bytes(), b"600000", b"0", b"SHARED"]);
+        queue.push((owner, r));
+    }
+    assert!(eventually(DUE, || info_field(&mut c, "waiters") == 301));
+    let token: Option<i64> = cmd!("LOCK.DOWNGRADE", "d", "w").query(&mut c).unwrap();
+    assert!(token.is_some());
+    let mut granted = 0;
+    for (i, (owner, r)) in queue.iter_mut().enumerate() {
+        if i < 150 {
+            token_of(r, owner);
+            granted += 1;
+        }
+    }
+    assert_eq!(granted, 150);
+    for (owner, r) in queue.iter_mut().skip(150).take(5) {
+        r.assert_silent(owner);
+    }
+    assert_eq!(info_field(&mut c, "waiters"), 151);
+    assert_eq!(holders(&mut c, "d").len(), 151);
+    assert!(info_field(&mut c, "longest_turn_us") < 40_000);
+}
