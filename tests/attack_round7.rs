@@ -952,3 +952,57 @@ fn downgrade_in_front_of_many_readers_stops_at_the_writer() {
     assert_eq!(holders(&mut c, "d").len(), 151);
     assert!(info_field(&mut c, "longest_turn_us") < 40_000);
 }
+
+// --- (n) resizing the statistics table -------------------------------------------------------------
+
+/// Journal and stats / `CONFIG SET relock.stats-keys` at runtime, up and down, with three
+/// contended keys in the table. docs: the table keeps "`relock.stats-keys` keys at most", "every
+/// key whose true total is above the table's smallest is in the table"; `LOCK.STATS RESET`
+/// clears it (and `CONFIG RESETSTAT` does not). The journal's own size setting says what a
+/// Redis user expects of such a setting: "Shrinking it drops the oldest entries" (as
+/// `slowlog-max-len` does), nothing else.
+///
+/// Must hold: growing the table keeps every key; shrinking it to 2 keeps the 2 hottest.
+///
+/// Measured (every server): any change of the setting, even growing it from 1000 to 2000,
+/// empties the table (`Contention::set_capacity` resets it).
+#[test]
+#[ignore = "BREAKS: any CONFIG SET relock.stats-keys (even growing it) silently empties LOCK.STATS"]
+fn stats_resizing_the_table_keeps_what_fits() {
+    let server = Server::start();
+    let mut c = server.conn();
+    // Contention: k3 three nil acquires, k2 two, k1 one.
+    for (key, times) in [("k1", 1), ("k2", 2), ("k3", 3)] {
+        acquire(&mut c, key, "holder", LONG);
+        for _ in 0..times {
+            let nil: Option<i64> = cmd!("LOCK.ACQUIRE", key, "other", LONG).query(&mut c).unwrap();
+            assert_eq!(nil, None);
+        }
+    }
+    let keys = |c: &mut Connection| -> Vec<String> {
+        let v: Value = cmd!("LOCK.STATS", "COUNT", 100).query(c).unwrap();
+        let Value::Array(items) = v else { return vec![] };
+        let mut k: Vec<String> = items
+            .iter()
+            .map(|e| match e {
+                Value::Array(f) => text(&f[1]),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&mut c), ["k1", "k2", "k3"]);
+    config_set(&mut c, "relock.stats-keys", 2000);
+    let after_growing = keys(&mut c);
+    config_set(&mut c, "relock.stats-keys", 2);
+    let after_shrinking = keys(&mut c);
+    assert_eq!(
+        (after_growing, after_shrinking),
+        (
+            vec!["k1".to_string(), "k2".into(), "k3".into()],
+            vec!["k2".to_string(), "k3".into()]
+        ),
+        "LOCK.STATS after growing the table to 2000, then shrinking it to 2"
+    );
+}
