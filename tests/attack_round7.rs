@@ -224,7 +224,9 @@ fn far_expiry_effects_reach_the_replica_and_the_aof() {
     // (1) A downgrade, then a reader joins.
     let token = acquire(&mut m, "down", "owner", 10_000);
     let _: i64 = cmd!("PEXPIREAT", "down", FAR).query(&mut m).unwrap();
-    let down: Option<i64> = cmd!("LOCK.DOWNGRADE", "down", "owner").query(&mut m).unwrap();
+    let down: Option<i64> = cmd!("LOCK.DOWNGRADE", "down", "owner")
+        .query(&mut m)
+        .unwrap();
     assert_eq!(down, Some(token));
     let _: i64 = cmd!("LOCK.ACQUIRE", "down", "reader", 60_000, "SHARED")
         .query(&mut m)
@@ -239,8 +241,12 @@ fn far_expiry_effects_reach_the_replica_and_the_aof() {
     }
 
     // (2) A partial release of a reentrant hold.
-    let _: i64 = cmd!("LOCK.REENTER", "re", "owner", 10_000).query(&mut m).unwrap();
-    let _: i64 = cmd!("LOCK.REENTER", "re", "owner", 10_000).query(&mut m).unwrap();
+    let _: i64 = cmd!("LOCK.REENTER", "re", "owner", 10_000)
+        .query(&mut m)
+        .unwrap();
+    let _: i64 = cmd!("LOCK.REENTER", "re", "owner", 10_000)
+        .query(&mut m)
+        .unwrap();
     let _: i64 = cmd!("PEXPIREAT", "re", FAR).query(&mut m).unwrap();
     let left: i64 = cmd!("LOCK.RELEASE", "re", "owner").query(&mut m).unwrap();
     assert_eq!(left, 1);
@@ -298,7 +304,10 @@ fn grace_set_at_runtime_under_a_queued_waiter_bounds_its_grant() {
     config_set(&mut c, "relock.restart-grace-ms", 1000);
     let refused: redis::RedisResult<Option<i64>> =
         cmd!("LOCK.ACQUIRE", "other", "x", LONG).query(&mut c);
-    assert!(refused.is_err(), "a new request above the grace: {refused:?}");
+    assert!(
+        refused.is_err(),
+        "a new request above the grace: {refused:?}"
+    );
     let left: i64 = cmd!("LOCK.RELEASE", "g", "first").query(&mut c).unwrap();
     assert_eq!(left, 0);
     let granted = waiter.read(DUE);
@@ -339,14 +348,26 @@ fn journal_migrate_of_more_locks_than_remembered_says_moved_for_each() {
         p.cmd("LOCK.ACQUIRE").arg(k).arg("o").arg(LONG);
     }
     let _: Vec<i64> = p.query(&mut c).unwrap();
-    let ok: String = cmd!("MIGRATE", "127.0.0.1", target.port, "", 0, 10_000, "KEYS", &keys)
-        .query(&mut c)
-        .unwrap();
+    let ok: String = cmd!(
+        "MIGRATE",
+        "127.0.0.1",
+        target.port,
+        "",
+        0,
+        10_000,
+        "KEYS",
+        &keys
+    )
+    .query(&mut c)
+    .unwrap();
     assert_eq!(ok, "OK");
     let reasons = log_reasons(&mut c, 2 * n);
     assert_eq!(reasons.len(), n);
     let deleted = reasons.iter().filter(|r| *r == "deleted").count();
-    assert_eq!(deleted, 0, "{deleted} of {n} holds MIGRATE moved say deleted");
+    assert_eq!(
+        deleted, 0,
+        "{deleted} of {n} holds MIGRATE moved say deleted"
+    );
 }
 
 // --- (d) the cost MIGRATE detection adds ---------------------------------------------------------
@@ -384,10 +405,18 @@ fn stall_migrate_detection_reads_info_once_per_key() {
         config_set(&mut c, "slowlog-log-slower-than", 0);
         let _: () = cmd!("SLOWLOG", "RESET").query(&mut c).unwrap();
         for keys in [&locks, &strings] {
-            let ok: String =
-                cmd!("MIGRATE", "127.0.0.1", target.port, "", 0, 10_000, "KEYS", keys)
-                    .query(&mut c)
-                    .unwrap();
+            let ok: String = cmd!(
+                "MIGRATE",
+                "127.0.0.1",
+                target.port,
+                "",
+                0,
+                10_000,
+                "KEYS",
+                keys
+            )
+            .query(&mut c)
+            .unwrap();
             assert_eq!(ok, "OK");
         }
         let migrates: Vec<i64> = slowlog(&mut c)
@@ -668,10 +697,42 @@ fn permits_one_owner_queued_on_several_connections() {
     let _: i64 = cmd!("LOCK.ACQUIRE", "s", "x", LONG, &sem, "PERMITS", 3)
         .query(&mut c)
         .unwrap();
-    let mut a1 = wait_on(&server, &mut c, "s", "a", LONG, &["SHARED", "LIMIT", "3", "PERMITS", "1"], 1);
-    let mut a2 = wait_on(&server, &mut c, "s", "a", LONG, &["SHARED", "LIMIT", "3", "PERMITS", "2"], 2);
-    let mut a3 = wait_on(&server, &mut c, "s", "a", LONG, &["SHARED", "LIMIT", "3"], 3);
-    let mut b = wait_on(&server, &mut c, "s", "b", LONG, &["SHARED", "LIMIT", "3", "PERMITS", "2"], 4);
+    let mut a1 = wait_on(
+        &server,
+        &mut c,
+        "s",
+        "a",
+        LONG,
+        &["SHARED", "LIMIT", "3", "PERMITS", "1"],
+        1,
+    );
+    let mut a2 = wait_on(
+        &server,
+        &mut c,
+        "s",
+        "a",
+        LONG,
+        &["SHARED", "LIMIT", "3", "PERMITS", "2"],
+        2,
+    );
+    let mut a3 = wait_on(
+        &server,
+        &mut c,
+        "s",
+        "a",
+        LONG,
+        &["SHARED", "LIMIT", "3"],
+        3,
+    );
+    let mut b = wait_on(
+        &server,
+        &mut c,
+        "s",
+        "b",
+        LONG,
+        &["SHARED", "LIMIT", "3", "PERMITS", "2"],
+        4,
+    );
     let left: i64 = cmd!("LOCK.RELEASE", "s", "x").query(&mut c).unwrap();
     assert_eq!(left, 0);
     let t1 = token_of(&mut a1, "a with 1 permit");
@@ -722,7 +783,11 @@ fn errors_change_nothing() {
         let info: String = cmd!("INFO", "relock").query(c).unwrap();
         let counters: Vec<String> = info
             .lines()
-            .filter(|l| l.contains("_total:") || l.starts_with("relock_holds") || l.starts_with("relock_last_token"))
+            .filter(|l| {
+                l.contains("_total:")
+                    || l.starts_with("relock_holds")
+                    || l.starts_with("relock_last_token")
+            })
             .map(str::to_string)
             .collect();
         let stats: Value = cmd!("LOCK.STATS", "COUNT", 100).query(c).unwrap();
@@ -731,8 +796,27 @@ fn errors_change_nothing() {
     let before = snapshot(&mut c);
     let bad: Vec<Vec<&str>> = vec![
         vec!["LOCK.ACQUIRE", "sem", "b", "1000", "SHARED", "LIMIT", "3"],
-        vec!["LOCK.WAIT", "sem", "b", "1000", "10", "SHARED", "LIMIT", "3"],
-        vec!["LOCK.ACQUIRE", "sem", "a", "1000", "SHARED", "LIMIT", "2", "PERMITS", "2"],
+        vec![
+            "LOCK.WAIT",
+            "sem",
+            "b",
+            "1000",
+            "10",
+            "SHARED",
+            "LIMIT",
+            "3",
+        ],
+        vec![
+            "LOCK.ACQUIRE",
+            "sem",
+            "a",
+            "1000",
+            "SHARED",
+            "LIMIT",
+            "2",
+            "PERMITS",
+            "2",
+        ],
         vec!["LOCK.REENTER", "sem", "a", "1000"],
         vec!["LOCK.WAIT", "ex", "x", "1000", "100", "SHARED"],
         vec!["LOCK.DOWNGRADE", "sem", "a"],
@@ -742,7 +826,13 @@ fn errors_change_nothing() {
         vec!["LOCK.MACQUIRE", "2", "free1", "free1", "o", "1000"],
         vec!["LOCK.MACQUIRE", "257", "free1", "o", "1000"],
         vec!["LOCK.MACQUIRE", "9223372036854775808", "free1", "o", "1000"],
-        vec!["LOCK.MACQUIRE", "-9223372036854775808", "free1", "o", "1000"],
+        vec![
+            "LOCK.MACQUIRE",
+            "-9223372036854775808",
+            "free1",
+            "o",
+            "1000",
+        ],
         vec!["LOCK.MACQUIRE", "1", "free1", "o", "0"],
         vec!["LOCK.MACQUIRE", "1", "free1", "o", "1000000000001"],
         vec!["LOCK.MACQUIRE", "1", "free1", "", "1000"],
@@ -752,11 +842,55 @@ fn errors_change_nothing() {
         vec!["LOCK.ACQUIRE", "free1", "o", "9223372036854775808"],
         vec!["LOCK.ACQUIRE", "free1", "o", "-1"],
         vec!["LOCK.ACQUIRE", "free1", "o", "0"],
-        vec!["LOCK.ACQUIRE", "free1", "o", "1000", "SHARED", "LIMIT", "1000001"],
-        vec!["LOCK.ACQUIRE", "free1", "o", "1000", "SHARED", "LIMIT", "4294967297"],
-        vec!["LOCK.ACQUIRE", "free1", "o", "1000", "SHARED", "LIMIT", "5", "PERMITS", "6"],
-        vec!["LOCK.ACQUIRE", "free1", "o", "1000", "SHARED", "LIMIT", "5", "PERMITS", "4294967297"],
-        vec!["LOCK.ACQUIRE", "free1", "o", "1000", "SHARED", "PERMITS", "1"],
+        vec![
+            "LOCK.ACQUIRE",
+            "free1",
+            "o",
+            "1000",
+            "SHARED",
+            "LIMIT",
+            "1000001",
+        ],
+        vec![
+            "LOCK.ACQUIRE",
+            "free1",
+            "o",
+            "1000",
+            "SHARED",
+            "LIMIT",
+            "4294967297",
+        ],
+        vec![
+            "LOCK.ACQUIRE",
+            "free1",
+            "o",
+            "1000",
+            "SHARED",
+            "LIMIT",
+            "5",
+            "PERMITS",
+            "6",
+        ],
+        vec![
+            "LOCK.ACQUIRE",
+            "free1",
+            "o",
+            "1000",
+            "SHARED",
+            "LIMIT",
+            "5",
+            "PERMITS",
+            "4294967297",
+        ],
+        vec![
+            "LOCK.ACQUIRE",
+            "free1",
+            "o",
+            "1000",
+            "SHARED",
+            "PERMITS",
+            "1",
+        ],
         vec!["LOCK.WAIT", "free1", "o", "1000", "-1"],
         vec!["LOCK.WAIT", "free1", "o", "1000", "1000000000001"],
         vec!["LOCK.HOLDERS", "ex", "COUNT", "4294967296"],
@@ -769,7 +903,15 @@ fn errors_change_nothing() {
         vec!["LOCK.FORCERELEASE", "ex", ""],
         vec!["LOCK.APPLY", "ex", "x", "0", "1"],
         vec!["LOCK.APPLY", "ex", "x", "9007199254740992", "1"],
-        vec!["LOCK.APPLY", "ex", "x", "5", "1", "PXAT", "4611686018427387905"],
+        vec![
+            "LOCK.APPLY",
+            "ex",
+            "x",
+            "5",
+            "1",
+            "PXAT",
+            "4611686018427387905",
+        ],
         vec!["LOCK.COUNTER", "9007199254740992"],
     ];
     for args in &bad {
@@ -865,7 +1007,10 @@ fn pause_in_a_transaction_refuses_groups_and_downgrade() {
     let b = holders(&mut c, "{g}b");
     assert_eq!(b.len(), 1);
     assert_eq!((b[0].0.as_str(), b[0].1), ("o", token));
-    assert_eq!(mode_of(&mut c, "{g}b").map(|m| m.0), Some("exclusive".into()));
+    assert_eq!(
+        mode_of(&mut c, "{g}b").map(|m| m.0),
+        Some("exclusive".into())
+    );
     let c_exists: i64 = cmd!("EXISTS", "{g}c").query(&mut c).unwrap();
     assert_eq!(c_exists, 0);
 }
@@ -885,13 +1030,48 @@ fn watch_sees_only_what_changed() {
     let mut a = server.conn();
     let mut b = server.conn();
     let cases: Vec<(&str, Vec<&str>, Vec<&str>, bool)> = vec![
-        ("nil group", vec!["LOCK.ACQUIRE", "k", "x", "600000"], vec!["LOCK.MACQUIRE", "2", "j", "k", "y", "1000"], false),
-        ("group of a wrong type", vec!["LOCK.ACQUIRE", "k", "x", "600000"], vec!["LOCK.MACQUIRE", "2", "k", "s", "x", "1000"], false),
-        ("downgrade by another", vec!["LOCK.ACQUIRE", "k", "x", "600000"], vec!["LOCK.DOWNGRADE", "k", "y"], false),
-        ("group release by another", vec!["LOCK.ACQUIRE", "k", "x", "600000"], vec!["LOCK.MRELEASE", "1", "k", "y"], false),
-        ("another limit", vec!["LOCK.ACQUIRE", "k", "x", "600000", "SHARED", "LIMIT", "2"], vec!["LOCK.ACQUIRE", "k", "y", "1000", "SHARED", "LIMIT", "3"], false),
-        ("downgrade", vec!["LOCK.ACQUIRE", "k", "x", "600000"], vec!["LOCK.DOWNGRADE", "k", "x"], true),
-        ("group renew", vec!["LOCK.ACQUIRE", "k", "x", "600000"], vec!["LOCK.MRENEW", "1", "k", "x", "1000"], true),
+        (
+            "nil group",
+            vec!["LOCK.ACQUIRE", "k", "x", "600000"],
+            vec!["LOCK.MACQUIRE", "2", "j", "k", "y", "1000"],
+            false,
+        ),
+        (
+            "group of a wrong type",
+            vec!["LOCK.ACQUIRE", "k", "x", "600000"],
+            vec!["LOCK.MACQUIRE", "2", "k", "s", "x", "1000"],
+            false,
+        ),
+        (
+            "downgrade by another",
+            vec!["LOCK.ACQUIRE", "k", "x", "600000"],
+            vec!["LOCK.DOWNGRADE", "k", "y"],
+            false,
+        ),
+        (
+            "group release by another",
+            vec!["LOCK.ACQUIRE", "k", "x", "600000"],
+            vec!["LOCK.MRELEASE", "1", "k", "y"],
+            false,
+        ),
+        (
+            "another limit",
+            vec!["LOCK.ACQUIRE", "k", "x", "600000", "SHARED", "LIMIT", "2"],
+            vec!["LOCK.ACQUIRE", "k", "y", "1000", "SHARED", "LIMIT", "3"],
+            false,
+        ),
+        (
+            "downgrade",
+            vec!["LOCK.ACQUIRE", "k", "x", "600000"],
+            vec!["LOCK.DOWNGRADE", "k", "x"],
+            true,
+        ),
+        (
+            "group renew",
+            vec!["LOCK.ACQUIRE", "k", "x", "600000"],
+            vec!["LOCK.MRENEW", "1", "k", "x", "1000"],
+            true,
+        ),
     ];
     for (what, setup, other, aborts) in cases {
         let _: () = cmd!("FLUSHALL").query(&mut a).unwrap();
@@ -904,7 +1084,12 @@ fn watch_sees_only_what_changed() {
         o.arg(&other[1..]);
         let _: redis::RedisResult<Value> = o.query(&mut b);
         let ran: Option<(String,)> = redis::pipe().atomic().cmd("PING").query(&mut a).unwrap();
-        assert_eq!(ran.is_none(), aborts, "{what}: EXEC aborted = {}", ran.is_none());
+        assert_eq!(
+            ran.is_none(),
+            aborts,
+            "{what}: EXEC aborted = {}",
+            ran.is_none()
+        );
     }
 }
 
@@ -931,7 +1116,14 @@ fn downgrade_in_front_of_many_readers_stops_at_the_writer() {
         }
         let owner = format!("r{i}");
         let mut r = Raw::connect(&server);
-        r.send(&[b"LOCK.WAIT", b"d", owner.as_bytes(), b"600000", b"0", b"SHARED"]);
+        r.send(&[
+            b"LOCK.WAIT",
+            b"d",
+            owner.as_bytes(),
+            b"600000",
+            b"0",
+            b"SHARED",
+        ]);
         queue.push((owner, r));
     }
     assert!(eventually(DUE, || info_field(&mut c, "waiters") == 301));
@@ -975,13 +1167,17 @@ fn stats_resizing_the_table_keeps_what_fits() {
     for (key, times) in [("k1", 1), ("k2", 2), ("k3", 3)] {
         acquire(&mut c, key, "holder", LONG);
         for _ in 0..times {
-            let nil: Option<i64> = cmd!("LOCK.ACQUIRE", key, "other", LONG).query(&mut c).unwrap();
+            let nil: Option<i64> = cmd!("LOCK.ACQUIRE", key, "other", LONG)
+                .query(&mut c)
+                .unwrap();
             assert_eq!(nil, None);
         }
     }
     let keys = |c: &mut Connection| -> Vec<String> {
         let v: Value = cmd!("LOCK.STATS", "COUNT", 100).query(c).unwrap();
-        let Value::Array(items) = v else { return vec![] };
+        let Value::Array(items) = v else {
+            return vec![];
+        };
         let mut k: Vec<String> = items
             .iter()
             .map(|e| match e {
@@ -1029,7 +1225,15 @@ fn apply_accepts_only_what_the_rdb_loads() {
     let mut c = server.conn();
     let end = common::now_ms() + LONG;
     let applied: redis::RedisResult<String> = cmd!(
-        "LOCK.APPLY", "g", "o", 5, 1, "PXAT", end, "GRANTED", 1u64 << 44
+        "LOCK.APPLY",
+        "g",
+        "o",
+        5,
+        1,
+        "PXAT",
+        end,
+        "GRANTED",
+        1u64 << 44
     )
     .query(&mut c);
     let _: () = cmd!("SET", "other", "v").query(&mut c).unwrap();
@@ -1075,7 +1279,10 @@ fn groups_of_256_keys_half_held() {
         .unwrap();
     assert_eq!(tokens.len(), 256);
     let fresh = tokens[1];
-    assert!(fresh > before, "the group's token {fresh} not above {before}");
+    assert!(
+        fresh > before,
+        "the group's token {fresh} not above {before}"
+    );
     for (i, t) in tokens.iter().enumerate() {
         if i % 2 == 0 {
             assert_eq!(*t, held[i / 2], "key {i} held already keeps its token");
@@ -1086,11 +1293,15 @@ fn groups_of_256_keys_half_held() {
     }
     wait_replica(&mut m);
     assert_eq!(digest(&mut m), digest(&mut r));
-    let released: i64 = cmd!("LOCK.MRELEASE", 256, &keys, "o").query(&mut m).unwrap();
+    let released: i64 = cmd!("LOCK.MRELEASE", 256, &keys, "o")
+        .query(&mut m)
+        .unwrap();
     assert_eq!(released, 256);
     assert_eq!(mode_of(&mut m, &keys[0]).unwrap().1, 2);
     assert_eq!(mode_of(&mut m, &keys[1]), None);
-    let renewed: i64 = cmd!("LOCK.MRENEW", 256, &keys, "o", LONG).query(&mut m).unwrap();
+    let renewed: i64 = cmd!("LOCK.MRENEW", 256, &keys, "o", LONG)
+        .query(&mut m)
+        .unwrap();
     assert_eq!(renewed, 128);
     let mut more = keys.clone();
     more.push("{grp}x".into());
