@@ -303,6 +303,21 @@ fn force_release_of_one_owner_or_of_all() {
     assert_eq!(sim.engine.stats().forcereleased, 4);
 }
 
+/// A whole-key force-release ends the live holds (its reply and `forcereleased_total`); a lease
+/// that had lapsed before it, not yet removed, counts as expired.
+#[test]
+fn force_release_counts_a_lapsed_lease_as_expired() {
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"a", 100, READ);
+    sim.acquire_as(K, b"b", 1000, READ);
+    sim.acquire_as(K, b"c", 1000, READ);
+    sim.advance(200);
+    assert_eq!(sim.shared(K).map(|s| s.0.len()), Some(3), "not removed yet");
+    assert_eq!(sim.force_release(K), Reply::Integer(2));
+    let stats = sim.engine.stats();
+    assert_eq!((stats.expired, stats.forcereleased), (1, 2));
+}
+
 #[test]
 fn holders_lists_in_grant_order_with_count_and_owner() {
     let mut sim = Sim::new(START);
