@@ -166,6 +166,31 @@ fn a_long_batch_of_readers_is_granted_a_bounded_slice_per_turn_in_queue_order() 
     );
 }
 
+/// A turn the engine starts by itself does at most [`TURN_BUDGET`] units of work, each grant
+/// one: the readers left after a release's slice are served a slice per turn.
+///
+/// [`TURN_BUDGET`]: super::engine::TURN_BUDGET
+#[test]
+fn a_turn_grants_no_more_than_its_budget() {
+    use super::engine::{GRANT_BATCH, TURN_BUDGET};
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"w0", 1000);
+    for i in 0..3 * GRANT_BATCH {
+        sim.wait_as(K, format!("r{i}").as_bytes(), 1000, 0, READ);
+    }
+    sim.release(K, b"w0");
+    assert_eq!(sim.pending().len(), GRANT_BATCH, "the release's slice");
+    let generation = sim.host.fire_next_timer().expect("the rest is due");
+    sim.engine.on_timer(&mut sim.host, generation);
+    let after_one_turn = sim.pending().len() - GRANT_BATCH;
+    assert!(
+        0 < after_one_turn && after_one_turn <= TURN_BUDGET,
+        "{after_one_turn} granted in one turn"
+    );
+    sim.settle();
+    assert_eq!(granted(&mut sim).len(), 3 * GRANT_BATCH, "the rest later");
+}
+
 #[test]
 fn a_batch_of_consecutive_readers_is_granted_in_queue_order_up_to_the_limit() {
     let mut sim = Sim::new(START);
@@ -316,6 +341,26 @@ fn force_release_counts_a_lapsed_lease_as_expired() {
     assert_eq!(sim.force_release(K), Reply::Integer(2));
     let stats = sim.engine.stats();
     assert_eq!((stats.expired, stats.forcereleased), (1, 2));
+}
+
+/// A semaphore's holders, lapsed or not, never hold more than its limit (replicas count every
+/// holder they were sent): a grant that needs the room of a lapsed lease removes it first,
+/// as an expiry.
+#[test]
+fn a_new_permit_takes_the_room_of_a_lapsed_lease_by_removing_it() {
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"a", 100, sem(2));
+    sim.acquire_as(K, b"b", 1000, sem(2));
+    sim.advance(200);
+    assert_eq!(sim.shared(K).map(|s| s.0.len()), Some(2), "not removed yet");
+    assert!(matches!(
+        sim.acquire_as(K, b"c", 1000, sem(2)),
+        Reply::Integer(_)
+    ));
+    let (holders, _) = sim.shared(K).expect("shared");
+    assert_eq!(holders.len(), 2, "the lapsed lease made room");
+    assert!(holders.get(b"a").is_none());
+    assert_eq!(sim.engine.stats().expired, 1);
 }
 
 #[test]
