@@ -795,6 +795,13 @@ fn the_grace_reports_its_setting_and_the_ms_left() {
     assert_eq!(grace(&sim), (5_000, 5_000));
     sim.advance(1_500);
     assert_eq!(grace(&sim), (5_000, 3_500));
+    let Reply::Error(refused) = sim.acquire(K, b"a", 1000) else {
+        panic!("a new hold in the grace");
+    };
+    assert_eq!(
+        refused.text(),
+        "TRYAGAIN relock restart grace, 3500 ms left"
+    );
     sim.advance(3_500);
     assert_eq!(grace(&sim), (5_000, 0), "over: the setting stays");
 }
