@@ -1105,6 +1105,12 @@ mod tests {
             garbage.bytes() > 0 && s.heap_size() < size,
             "an empty set hands its arrays back"
         );
+        assert_eq!(
+            garbage.bytes(),
+            size - std::mem::size_of::<Shared>(),
+            "the garbage's bytes are those of the arrays handed back (what decides where they \
+             are freed)"
+        );
     }
 
     #[test]
