@@ -1030,6 +1030,33 @@ mod tests {
         );
     }
 
+    /// Removals from a set too large to compact whole compact its owners' bytes before they
+    /// pass four times what the holders need (the count makes 3/4 of them stale at no removal
+    /// exactly, so only the "past" counts).
+    #[test]
+    fn a_large_set_keeps_its_owners_bytes_within_four_times_its_holders() {
+        let mut s = Shared::new(0);
+        let owner = |i: usize| format!("{i:036}").into_bytes();
+        let n = 4 * QUICK_TIDY_HOLDERS + 101;
+        for i in 0..n {
+            s.insert(&owner(i), h(i as u64 + 1, 10)).unwrap();
+        }
+        for i in 0..n - QUICK_TIDY_HOLDERS - 1 {
+            s.remove(&owner(i));
+            assert!(
+                s.owners.len() <= 4 * 36 * s.len(),
+                "{} owner bytes for {} holders",
+                s.owners.len(),
+                s.len()
+            );
+        }
+        assert!(s.len() > QUICK_TIDY_HOLDERS, "never compacted whole");
+        assert!(
+            s.owners.capacity() < 36 * n / 2,
+            "the old bytes were given back"
+        );
+    }
+
     #[test]
     fn lease_questions_cost_log_h_and_see_through_lapsed_leases() {
         let mut s = Shared::new(0);
