@@ -1140,6 +1140,67 @@ mod tests {
         );
     }
 
+    /// A tidy copies only arrays much of which is unused: one removal from a thousand copies
+    /// nothing (what keeps a removal amortized O(1)).
+    #[test]
+    fn a_tidy_with_little_unused_room_copies_nothing() {
+        let mut s = Shared::new(0);
+        for i in 0..1000u32 {
+            s.insert(format!("{i:036}").as_bytes(), h(u64::from(i) + 1, 10))
+                .unwrap();
+        }
+        s.remove(format!("{:036}", 0).as_bytes()).unwrap();
+        let size = s.heap_size();
+        let garbage = s.tidy();
+        assert_eq!((garbage.bytes(), s.heap_size()), (0, size));
+    }
+
+    /// When the records shrink but the owners' bytes are mostly live (the removed owners were
+    /// short), the owners are copied along with the records, and every old array is handed
+    /// back to be freed elsewhere, none freed inline.
+    #[test]
+    fn a_tidy_hands_back_every_array_it_replaces() {
+        let mut s = Shared::new(0);
+        let long = |i: u32| format!("{i:0250}").into_bytes();
+        for i in 0..1000u32 {
+            s.insert(format!("s{i:04}").as_bytes(), h(u64::from(i) + 1, 10))
+                .unwrap();
+        }
+        for i in 0..100u32 {
+            s.insert(&long(i), h(u64::from(i) + 5000, 10)).unwrap();
+        }
+        for i in 0..1000u32 {
+            s.remove_keeping_room(format!("s{i:04}").as_bytes())
+                .unwrap();
+        }
+        let size = s.heap_size();
+        let garbage = s.tidy();
+        assert_eq!(garbage.bytes(), size - std::mem::size_of::<Shared>());
+        assert!(s.heap_size() < size / 2);
+        let owners: Vec<Vec<u8>> = s.iter().map(|(o, _)| o.to_vec()).collect();
+        assert_eq!(owners, (0..100).map(long).collect::<Vec<_>>());
+    }
+
+    /// Owners are spread over the table by their hash: finding one probes a few places, not a
+    /// run as long as the set (`LOCK.HOLDERS ... OWNER` is O(1), a release O(log H)).
+    #[test]
+    fn finding_an_owner_probes_a_few_places() {
+        let mut s = Shared::new(0);
+        let owner = |i: u32| format!("{i:08}").into_bytes();
+        for i in 0..20_000u32 {
+            s.insert(&owner(i), h(u64::from(i) + 1, 10)).unwrap();
+        }
+        let mask = s.table.len() - 1;
+        let longest = (0..20_000u32)
+            .map(|i| {
+                let (at, _) = s.find(&owner(i)).expect("found");
+                at.wrapping_sub(s.hash(&owner(i))) & mask
+            })
+            .max();
+        // Linear probing at 61 % load: a few places on average, tens at worst.
+        assert!(longest < Some(1_000), "{longest:?} places probed");
+    }
+
     #[test]
     fn owners_never_pass_what_an_offset_addresses() {
         let room = 1 << 20;
