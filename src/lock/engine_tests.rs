@@ -832,3 +832,63 @@ fn holds_lost_behind_the_engines_back_are_journaled_and_timed() {
     );
     assert_eq!(sim.engine.watch().contention.holds.count(), 1);
 }
+
+/// `LOCK.MRENEW` renews each key the owner holds and replies how many: fewer than asked means
+/// part of the group is gone.
+#[test]
+fn mrenew_renews_and_counts_the_keys_the_owner_holds() {
+    let mut sim = Sim::new(START);
+    assert!(matches!(
+        sim.macquire(&[b"a", b"b"], b"o", 1000),
+        Reply::Tokens(_)
+    ));
+    sim.acquire(b"c", b"x", 1000);
+    sim.advance(500);
+    assert_eq!(
+        sim.mrenew(&[b"a", b"b", b"c"], b"o", 2000),
+        Reply::Integer(2)
+    );
+    assert_eq!(sim.lock(b"a").and_then(|l| l.3), Some(START + 2500));
+    assert_eq!(
+        sim.lock(b"c").and_then(|l| l.3),
+        Some(START + 1000),
+        "not o's"
+    );
+    assert_eq!(sim.mrenew(&[b"a", b"b"], b"x", 2000), Reply::Integer(0));
+}
+
+/// A force-release's journal entry says who did it (`client-info`, always known for
+/// `LOCK.FORCERELEASE`).
+#[test]
+fn a_force_release_is_journaled_with_who_did_it() {
+    let mut sim = Sim::new(START);
+    sim.host.caller_info = "id=7 addr=127.0.0.1:5000 name=admin".into();
+    sim.acquire(K, b"a", 1000);
+    assert_eq!(sim.force_release(K), Reply::Integer(1));
+    let entries = sim.engine.watch().journal.of_key(0, K, 10);
+    let found: Vec<_> = entries
+        .iter()
+        .map(|e| (e.reason, &*e.client_info))
+        .collect();
+    assert_eq!(
+        found,
+        [(Reason::ForceReleased, "id=7 addr=127.0.0.1:5000 name=admin")]
+    );
+}
+
+/// Holds that end behind the engine's back are described to it as long as the journal or the
+/// statistics keep anything of them, and not at all when neither does.
+#[test]
+fn the_engine_asks_for_lost_holds_only_while_something_keeps_them() {
+    use super::journal::Reasons;
+    let mut sim = Sim::new(START);
+    assert!(sim.engine.describes() > 0, "by default");
+    sim.engine.watch_mut().contention.enabled = false;
+    assert!(sim.engine.describes() > 0, "the journal");
+    sim.engine.watch_mut().journal.configure(1024, Reasons(0));
+    assert_eq!(sim.engine.describes(), 0, "no reason recorded");
+    sim.engine.watch_mut().journal.configure(0, Reasons::ALL);
+    assert_eq!(sim.engine.describes(), 0, "no journal");
+    sim.engine.watch_mut().contention.enabled = true;
+    assert!(sim.engine.describes() > 0, "the hold distribution");
+}
