@@ -735,3 +735,49 @@ fn hold_times_count_only_known_grants() {
     watch.held(START + 2_000, 0);
     assert_eq!(watch.contention.holds.count(), 1);
 }
+
+/// A reader key whose every lease lapsed, taken by a writer, is replaced whole: the journal
+/// still learns of each lapsed lease, as expired when its lease ended. (The key outlives its
+/// lease: a `PERSIST`, and the writer's command before the engine's next turn caps the TTL.)
+#[test]
+fn lapsed_leases_replaced_by_a_new_hold_are_journaled_as_expired() {
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"r", 100, READ);
+    sim.user_expiry(K, None);
+    sim.host.set_now(START + 200);
+    assert!(matches!(sim.acquire(K, b"w", 1000), Reply::Integer(_)));
+    let entries = sim.engine.watch().journal.of_key(0, K, 10);
+    let found: Vec<_> = entries
+        .iter()
+        .map(|e| (&*e.owner, e.reason, e.time))
+        .collect();
+    assert_eq!(found, [(&b"r"[..], super::Reason::Expired, START + 100)]);
+    assert_eq!(sim.engine.stats().expired, 1);
+}
+
+/// A command on a key with lapsed leases queues their removal; a turn removes them a slice per
+/// job and at most its budget in all, each job and each removal a unit of work.
+#[test]
+fn lapsed_leases_are_removed_after_a_command_within_the_turns_budget() {
+    use super::engine::{PRUNE_SLICE, TURN_BUDGET};
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"long", 10_000, READ);
+    for i in 0..1000 {
+        sim.acquire_as(K, format!("r{i}").as_bytes(), 100, READ);
+    }
+    sim.advance(200);
+    let held = |sim: &Sim| sim.shared(K).map_or(0, |s| s.0.len());
+    assert_eq!(held(&sim), 1001, "nothing removed without a command");
+    assert!(matches!(sim.renew(K, b"long", 10_000), Reply::Integer(_)));
+    let generation = sim.host.fire_next_timer().expect("removal queued");
+    sim.engine.on_timer(&mut sim.host, generation);
+    let removed = 1001 - held(&sim);
+    let jobs = removed.div_ceil(PRUNE_SLICE);
+    assert!(
+        removed > 0 && removed + jobs <= TURN_BUDGET,
+        "{removed} removed in one turn"
+    );
+    sim.settle();
+    assert_eq!(held(&sim), 1, "the rest in later turns");
+    assert_eq!(sim.engine.stats().expired, 1000);
+}
