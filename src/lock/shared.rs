@@ -1204,6 +1204,27 @@ mod tests {
         assert!(rebuilds <= 16, "{rebuilds} rebuilds");
     }
 
+    /// The records and the owners' bytes grow by a sixteenth at a time: little unused room,
+    /// yet few copies (amortized O(1) per insert).
+    #[test]
+    fn arrays_grow_by_a_sixteenth_with_few_copies() {
+        let mut s = Shared::new(0);
+        let (mut slot_copies, mut owner_copies) = (0, 0);
+        for i in 0..20_000u32 {
+            let before = (s.slots.capacity(), s.owners.capacity());
+            s.insert(format!("{i:08}").as_bytes(), h(u64::from(i) + 1, 10))
+                .unwrap();
+            slot_copies += usize::from(s.slots.capacity() != before.0);
+            owner_copies += usize::from(s.owners.capacity() != before.1);
+            assert!(s.slots.capacity() <= s.len() + s.len() / 16 + 4);
+        }
+        // (17/16)^150 > 20,000 / 4.
+        assert!(
+            slot_copies <= 150 && owner_copies <= 150,
+            "{slot_copies}, {owner_copies}"
+        );
+    }
+
     /// Owners are spread over the table by their hash: finding one probes a few places, not a
     /// run as long as the set (`LOCK.HOLDERS ... OWNER` is O(1), a release O(log H)).
     #[test]
