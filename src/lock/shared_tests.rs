@@ -709,6 +709,23 @@ fn waiters_say_their_timeout_left_or_none() {
     assert_eq!(timeouts, [-1, 5000]);
 }
 
+/// `LOCK.WAITERS`: `waited` is the ms since each waiter queued, oldest first.
+#[test]
+fn waiters_say_how_long_they_waited() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"a", 60_000);
+    sim.wait(K, b"b", 1000, 0);
+    sim.advance(2_500);
+    sim.wait(K, b"c", 1000, 0);
+    sim.advance(1_200);
+    let key = super::host::KeyRef { db: 0, name: K };
+    let Reply::Waiters(list) = sim.engine.waiters_of(&sim.host, key, 0) else {
+        panic!("no waiters");
+    };
+    let waited: Vec<u64> = list.iter().map(|w| w.waited_ms).collect();
+    assert_eq!(waited, [3_700, 1_200]);
+}
+
 /// An owner whose shared lease lapsed learns it from `LOCK.RENEW` (nil), and the journal has
 /// the lease's end already: `LOCK.HISTORY` says why at once.
 #[test]
