@@ -274,6 +274,8 @@ fn main() -> ExitCode {
         let rest: Vec<String> = args.filter_map(|a| a.into_string().ok()).collect();
         return watchdog::main(&rest);
     }
+    // Before anything is said: from here on no message can block the thread that says it.
+    output::start();
     // Colour only for a person at a terminal, and not for one who asked for none
     // (https://no-color.org: NO_COLOR set and not empty).
     let colour = std::io::stderr().is_terminal()
@@ -295,10 +297,13 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             say!("cannot start the runtime: {e}");
+            output::flush();
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(async_main(cli))
+    let code = runtime.block_on(async_main(cli));
+    output::flush();
+    code
 }
 
 /// The URLs of `--servers`: split at commas, except those within a URL (the sentinels of a

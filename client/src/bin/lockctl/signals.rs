@@ -289,6 +289,8 @@ fn group_is_orphaned() -> bool {
 /// Ends lockctl the way `sig` would have without a handler, so that whoever started it
 /// sees "killed by SIGINT" and acts on it (a shell script stops, for instance).
 pub fn die_of(sig: libc::c_int) -> ! {
+    // What lockctl said last (why it gives up) before it goes.
+    crate::output::flush();
     // SAFETY: restoring the default action, unblocking and raising the signal.
     unsafe {
         libc::signal(sig, libc::SIG_DFL);
