@@ -56,7 +56,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use relock_client::limits::parse_ttl;
+use relock_client::limits::{parse_timeout, parse_ttl};
 use relock_client::{
     parse_duration, Error, HolderInfo, Lock, LockGroup, LockGuard, LockInfo, Loss, Mode,
     NodeReport, Options, Relock, Tls, MAX_KEYS, MAX_LIMIT,
@@ -99,7 +99,7 @@ struct Cli {
 
     /// How long one master may take to answer one command (at least 1ms; default 100ms, and
     /// 2s for waiters, log, top and metrics, whose answers may be long).
-    #[arg(long, global = true, value_parser = parse_duration)]
+    #[arg(long, global = true, value_parser = parse_timeout)]
     node_timeout: Option<Duration>,
 
     /// Treat `--servers` as seed nodes of one Redis Cluster: each lock lives on the master of
@@ -113,7 +113,7 @@ struct Cli {
     replica_acks: u32,
 
     /// How long a master waits for those acknowledgements.
-    #[arg(long, global = true, default_value = "500ms", value_parser = parse_duration)]
+    #[arg(long, global = true, default_value = "500ms", value_parser = parse_timeout)]
     replica_ack_timeout: Duration,
 
     /// For rediss:// servers: a PEM file of the CA certificates to trust instead of the
@@ -172,8 +172,9 @@ enum Command {
         /// 1000000000s: 1000000000s).
         #[arg(long, value_parser = parse_duration)]
         wait: Option<Duration>,
-        /// After the lock is lost, how long the command has between SIGTERM and SIGKILL.
-        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        /// After the lock is lost, how long the command has between SIGTERM and SIGKILL (at
+        /// most 1000000000s).
+        #[arg(long, default_value = "10s", value_parser = parse_timeout)]
         grace: Duration,
         /// Share KEY with other shared runs (a read lock): they run together, while an
         /// exclusive run (the default) waits for all of them, and shared runs that come after
@@ -971,7 +972,10 @@ impl Supervisor<'_> {
     /// returns once no process of it is left (or [`KILLED_WITHIN`] after SIGKILL). Signals
     /// meant for the command still reach it meanwhile; job control no longer stops it.
     async fn end_the_group(&mut self, grace: Duration) {
-        let kill_at = Instant::now() + grace;
+        // (`--grace` is at most 10^12 ms; saturate all the same rather than panic.)
+        let kill_at = Instant::now()
+            .checked_add(grace)
+            .unwrap_or_else(|| Instant::now() + relock_client::limits::MAX);
         let mut give_up_at = None;
         loop {
             self.job.poll();
