@@ -437,13 +437,20 @@ fn describe(info: &LockInfo) -> String {
         ),
         Mode::Exclusive => format!(
             "held by {} (token {}, count {}, expires in {:.1}s, {} waiting)",
-            info.owner.as_deref().unwrap_or("?"),
+            shown_owner(info.owner.as_deref()),
             known(info.token),
             known(info.count),
             info.ttl.as_secs_f64(),
             info.waiters
         ),
     }
+}
+
+/// An owner as lockctl shows it: any other client chose its bytes, so its control characters
+/// are escaped ([`ops::printable`], as `waiters`, `log` and `top` show owners): one with
+/// terminal escapes or a newline must not take over the screen or forge a line of lockctl's.
+fn shown_owner(owner: Option<&str>) -> String {
+    owner.map_or_else(|| "?".to_string(), |o| ops::printable(o.as_bytes(), 0))
 }
 
 /// A number a reply may leave out, as text.
@@ -1069,7 +1076,7 @@ fn info_line(info: Option<&LockInfo>) -> String {
     match i.mode {
         Mode::Exclusive => format!(
             "owner={} token={} count={} ttl_ms={} waiters={} mode=exclusive",
-            i.owner.as_deref().unwrap_or("?"),
+            shown_owner(i.owner.as_deref()),
             known(i.token),
             known(i.count),
             i.ttl.as_millis(),
@@ -1088,7 +1095,7 @@ fn info_line(info: Option<&LockInfo>) -> String {
 fn holder_line(h: &HolderInfo) -> String {
     format!(
         "holder owner={} token={} count={} ttl_ms={}",
-        h.owner,
+        shown_owner(Some(&h.owner)),
         h.token,
         h.count,
         h.ttl.as_millis()
@@ -1256,5 +1263,11 @@ mod tests {
             holder_line(&holder),
             "holder owner=r1 token=7 count=2 ttl_ms=800"
         );
+        let hostile = LockInfo {
+            owner: Some("evil\x1b[2J\nlockctl: exit 0".into()),
+            ..exclusive.clone()
+        };
+        assert!(info_line(Some(&hostile)).starts_with("owner=evil\\x1b[2J\\nlockctl: exit 0 "));
+        assert!(describe(&hostile).starts_with("held by evil\\x1b[2J\\nlockctl"));
     }
 }
