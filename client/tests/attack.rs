@@ -567,7 +567,6 @@ fn hostile_owners_are_escaped_in_info_and_run() {
 /// random bytes, or an empty file, exits 2 and says the file is not PEM, rather than
 /// trusting nothing and blaming the server's certificate (or, here, the network).
 #[test]
-#[ignore = "BREAKS: --tls-ca with non-PEM bytes (or an empty file) is accepted as an empty trust store: not exit 2, and every server's certificate is then 'untrusted'"]
 fn a_ca_file_that_is_not_pem_is_a_usage_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Nothing listens there: a usage error must come before any connection.

@@ -323,20 +323,64 @@ fn split_servers(list: &str) -> Vec<String> {
     urls
 }
 
-/// The PEM files `--tls-ca`, `--tls-cert` and `--tls-key` name, read.
+/// The most a PEM file of lockctl's may hold (a system's whole CA bundle is ~200 KiB).
+const MAX_PEM_FILE: u64 = 16 << 20;
+
+/// The PEM files `--tls-ca`, `--tls-cert` and `--tls-key` name, read; `--tls-ca` must hold a
+/// certificate (redis-rs would take a file without one for an empty trust store, and blame
+/// every server's certificate).
 fn read_tls(cli: &Cli) -> Result<Tls, String> {
     let read = |flag: &str, path: &Option<PathBuf>| {
         path.as_ref()
             .map(|p| {
-                std::fs::read(p).map_err(|e| format!("cannot read {flag} {}: {e}", p.display()))
+                read_pem_file(p).map_err(|e| format!("cannot read {flag} {}: {e}", p.display()))
             })
             .transpose()
     };
+    let ca = read("--tls-ca", &cli.tls_ca)?;
+    if let (Some(ca), Some(path)) = (&ca, &cli.tls_ca) {
+        check_ca(ca).map_err(|e| format!("--tls-ca {}: {e}", path.display()))?;
+    }
     Ok(Tls {
-        ca: read("--tls-ca", &cli.tls_ca)?,
+        ca,
         client_cert: read("--tls-cert", &cli.tls_cert)?,
         client_key: read("--tls-key", &cli.tls_key)?,
     })
+}
+
+/// A PEM file's bytes. Only a regular file (or a link to one) is read: a FIFO would block the
+/// open until a writer comes, and a device such as /dev/zero would be read forever.
+fn read_pem_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file (a PEM file is expected)".into());
+    }
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(MAX_PEM_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_PEM_FILE {
+        return Err(format!(
+            "larger than {} MiB: not a PEM file",
+            MAX_PEM_FILE >> 20
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Whether `pem` holds at least one certificate, all of them readable PEM.
+fn check_ca(pem: &[u8]) -> Result<(), String> {
+    let mut count = 0;
+    for cert in rustls_pemfile::certs(&mut &pem[..]) {
+        cert.map_err(|e| format!("not PEM: {e}"))?;
+        count += 1;
+    }
+    if count == 0 {
+        return Err("no PEM certificate in it (-----BEGIN CERTIFICATE----- ...)".into());
+    }
+    Ok(())
 }
 
 /// The client `cli` asks for, and the URLs of its servers; a usage error says why not.
