@@ -682,6 +682,11 @@ async fn run(relock: &Relock, request: &RunRequest) -> ExitCode {
         say!("{why}");
         return ExitCode::from(EXIT_USAGE);
     }
+    // Two names of one server (a LAN address and 127.0.0.1, a proxy) would vote twice.
+    if let Err(e) = relock.check_distinct_servers().await {
+        say!("{e}");
+        return ExitCode::from(EXIT_USAGE);
+    }
     // Before anything is acquired: a signal from now on is ours to handle, so none can leave
     // the lock held until its ttl.
     let mut signals = match signals::Pipe::install() {
