@@ -271,18 +271,23 @@ pub fn is_stale_stop(received: Received) -> bool {
     received.from_kernel && group_is_orphaned()
 }
 
-/// Whether lockctl's process group is orphaned, as far as lockctl can tell: its parent is not
-/// in another group of its session (another member of the group might be; lockctl cannot
-/// see them all cheaply, and stopping with SIGSTOP then only changes how a shell reports it).
+/// Whether lockctl's process group is orphaned: no member of it has a parent in another group
+/// of its session (POSIX; what the kernel checks before it drops a job-control stop). A
+/// script's group (`sh job.sh`, make, xargs: lockctl's parent shares its group, and the
+/// script's parent is the interactive shell) is not. Without /proc, only lockctl's parent is
+/// looked at: in another group of the session, not orphaned; in another session (or gone),
+/// orphaned; in lockctl's own group, not orphaned (a stop then behaves as the kernel decides).
 fn group_is_orphaned() -> bool {
     // SAFETY: these calls only read process attributes.
+    let (group, session) = unsafe { (libc::getpgrp(), libc::getsid(0)) };
+    if let Some(orphaned) = crate::procs::group_is_orphaned(group, session) {
+        return orphaned;
+    }
+    // SAFETY: as above.
     unsafe {
         let parent = libc::getppid();
         let (parent_group, parent_session) = (libc::getpgid(parent), libc::getsid(parent));
-        parent_group < 0
-            || parent_session < 0
-            || parent_group == libc::getpgrp()
-            || parent_session != libc::getsid(0)
+        parent_group < 0 || parent_session < 0 || parent_session != session
     }
 }
 

@@ -243,10 +243,7 @@ fn read_lockctl(socket: &mut UnixStream, partial: &mut Vec<u8>, heard: &mut Hear
 
 /// Whether process `pid` is stopped (job control, SIGSTOP, or a debugger's stop).
 fn stopped(pid: libc::pid_t) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| crate::procs::parse_stat(&stat))
-        .is_some_and(|(state, _)| state == 'T' || state == 't')
+    crate::procs::stat(pid).is_some_and(|s| s.is_stopped())
 }
 
 #[cfg(test)]
