@@ -16,7 +16,7 @@ use crate::watchdog::{self, Watchdog};
 
 /// How long a command asked to stop (SIGTSTP...) gets to stop by itself, restoring its
 /// terminal for instance, before its whole group is stopped with SIGSTOP.
-const STOP_WITHIN: Duration = Duration::from_secs(1);
+pub const STOP_WITHIN: Duration = Duration::from_secs(1);
 
 /// A change of the command's process (the group's leader), from waitpid(2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,8 +203,8 @@ impl Job {
     }
 
     /// Whether a stop of the command by `sig` is a job-control stop lockctl must join (see
-    /// [`Job::suspend`]): the terminal's Ctrl-Z for a person's command, or the command using
-    /// the terminal from the background.
+    /// [`Job::stop_with_lockctl`]): the terminal's Ctrl-Z for a person's command, or the
+    /// command using the terminal from the background.
     pub fn stops_the_job(&mut self, sig: libc::c_int) -> bool {
         if self.terminal.is_none() {
             return false;
@@ -220,35 +220,38 @@ impl Job {
         }
     }
 
-    /// Stops the job as `sig` (SIGTSTP, SIGTTIN, SIGTTOU) stops one in a shell: the command's
-    /// group first (with `sig` when `pass_on`, so that each process can restore its terminal
-    /// or save its work, then, after at most [`STOP_WITHIN`], SIGSTOP for whatever did not
-    /// stop), then lockctl itself (and, for a person's command, lockctl's group, the job the
-    /// shell waits for). Returns once lockctl is continued: the caller then checks the lock
-    /// before it continues the command ([`Job::resume`]).
-    pub async fn suspend(&mut self, sig: libc::c_int, pass_on: bool) -> Vec<Event> {
-        let mut events = Vec::new();
-        if pass_on {
-            self.send(sig);
-            let deadline = tokio::time::Instant::now() + STOP_WITHIN;
-            while tokio::time::Instant::now() < deadline {
-                let now = self.poll();
-                let stopped = now
-                    .iter()
-                    .any(|e| matches!(e, Event::Stopped(_) | Event::Exited(_)));
-                events.extend(now);
-                if stopped {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
+    /// The first step of a stop by `sig` (SIGTSTP, SIGTTIN, SIGTTOU) that lockctl received:
+    /// `sig` to the command's group, so that each process can restore its terminal or save its
+    /// work. The caller then gives it at most [`STOP_WITHIN`] to stop ([`Job::stopped`]),
+    /// watching the lock and signals meanwhile, before [`Job::stop_with_lockctl`].
+    pub fn ask_to_stop(&self, sig: libc::c_int) {
+        self.send(sig);
+    }
+
+    /// Whether the leader stopped (or ended) among `events`.
+    pub fn stopped(events: &[Event]) -> bool {
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Stopped(_) | Event::Exited(_)))
+    }
+
+    /// Stops the job as `sig` stops one in a shell: SIGSTOP for whatever of the command's
+    /// group did not stop, the terminal back to lockctl's group, then lockctl itself (and, for
+    /// a person's command, lockctl's group, the job the shell waits for) with `sig`, SIGTSTP
+    /// for a stop that is not a job-control one (SIGSTOP). Returns once lockctl is continued,
+    /// or at once when a SIGCONT came since [`signals::continued_count`] was
+    /// `continued_before`; the caller then checks the lock before it continues the command
+    /// ([`Job::resume`]).
+    pub fn stop_with_lockctl(&mut self, sig: libc::c_int, continued_before: u64) -> Vec<Event> {
         self.send(libc::SIGSTOP);
         self.take_terminal_back();
-        tracing::debug!(signal = %signals::name(sig), "stopping with the command");
-        signals::stop_self(sig, self.interactive);
-        events.extend(self.poll());
-        events
+        let own = match sig {
+            libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU => sig,
+            _ => libc::SIGTSTP,
+        };
+        tracing::debug!(signal = %signals::name(own), "stopping with the command");
+        signals::stop_self(own, self.interactive, continued_before);
+        self.poll()
     }
 
     /// Continues the command after lockctl was continued and made sure the lock is still

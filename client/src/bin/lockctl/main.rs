@@ -597,7 +597,7 @@ async fn acquire(relock: &Relock, request: &RunRequest, signals: &mut signals::P
                 }
                 // Nothing runs yet: lockctl stops alone, and waits on once continued.
                 Kind::Stop if !signals::is_stale_stop(received) => {
-                    signals::stop_self(received.signal, false)
+                    signals.stop_alone(received.signal)
                 }
                 Kind::Stop => {}
                 Kind::ForCommand | Kind::Continue | Kind::Child => {}
@@ -817,9 +817,7 @@ async fn still_held_at_the_start(
                 let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
                 signals::die_of(received.signal);
             }
-            Kind::Stop if !signals::is_stale_stop(received) => {
-                signals::stop_self(received.signal, false)
-            }
+            Kind::Stop if !signals::is_stale_stop(received) => signals.stop_alone(received.signal),
             Kind::Stop | Kind::ForCommand | Kind::Continue | Kind::Child => {}
         }
     }
@@ -969,12 +967,74 @@ impl Supervisor<'_> {
                 Ok(())
             }
             Kind::Stop if from_terminal || signals::is_stale_stop(received) => Ok(()),
-            Kind::Stop => {
-                let events = self.job.suspend(sig, true).await;
-                self.on_events_after_stop(events);
-                self.resume().await
-            }
+            Kind::Stop => self.stop_the_job(sig, true).await,
             Kind::Continue => self.resume().await,
+        }
+    }
+
+    /// Stops the job with lockctl ([`Job::stop_with_lockctl`]) for `sig`, and continues it once
+    /// lockctl is continued and the lock is known to be held ([`Supervisor::resume`]). A stop
+    /// lockctl received (`pass_on`) goes to the command first, which gets up to
+    /// [`job::STOP_WITHIN`] to obey while the lock is still watched: a loss then ends it at
+    /// once ([`Lost`]), not after the wait. A SIGCONT at any point before lockctl is stopped
+    /// wins: lockctl does not stop, and the command goes on.
+    async fn stop_the_job(&mut self, sig: libc::c_int, pass_on: bool) -> Result<(), Lost> {
+        let continued_before = signals::continued_count();
+        if pass_on {
+            self.job.ask_to_stop(sig);
+            if self.until_the_command_stops().await? {
+                return self.resume().await;
+            }
+        }
+        if self.lost.is_cancelled() {
+            return Err(Lost);
+        }
+        if !self.signals.continue_pending() {
+            let events = self.job.stop_with_lockctl(sig, continued_before);
+            self.on_events_after_stop(events);
+        }
+        self.resume().await
+    }
+
+    /// After a stop was passed on to the command: until its leader stopped (or ended), at
+    /// most [`job::STOP_WITHIN`]. `Ok(true)` when a SIGCONT came first, [`Lost`] when the lock
+    /// was lost meanwhile.
+    async fn until_the_command_stops(&mut self) -> Result<bool, Lost> {
+        let deadline = Instant::now() + job::STOP_WITHIN;
+        loop {
+            let events = self.job.poll();
+            let stopped = Job::stopped(&events);
+            self.on_events_after_stop(events);
+            if stopped {
+                return Ok(false);
+            }
+            tokio::select! {
+                biased;
+                _ = self.lost.cancelled() => return Err(Lost),
+                received = self.signals.recv() => {
+                    if self.while_stopping(received) {
+                        return Ok(true);
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => return Ok(false),
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+        }
+    }
+
+    /// A signal received while the command is asked to stop: a SIGCONT ends the stop (true);
+    /// one meant for the command is passed on; another stop, or a child's change, changes
+    /// nothing (the command itself is looked at).
+    fn while_stopping(&self, received: signals::Received) -> bool {
+        match signals::kind(received.signal) {
+            Kind::Continue => true,
+            Kind::ForCommand => {
+                if !(received.from_kernel && self.job.has_terminal()) {
+                    self.job.send(received.signal);
+                }
+                false
+            }
+            Kind::Stop | Kind::Child => false,
         }
     }
 
@@ -984,9 +1044,7 @@ impl Supervisor<'_> {
         for event in events {
             if let Event::Stopped(sig) = event {
                 if self.job.stops_the_job(sig) {
-                    let more = self.job.suspend(sig, false).await;
-                    self.on_events_after_stop(more);
-                    self.resume().await?;
+                    self.stop_the_job(sig, false).await?;
                 }
             }
         }
