@@ -378,7 +378,7 @@ fn shell(server: &Server) -> support::pty::Pty {
 /// then ends normally and the lock is released. Not: a terminal frozen on a stopped process
 /// group while lockctl renews the lock forever.
 #[test]
-#[ignore = "BREAKS: a foreground command stopped by SIGSTOP keeps the terminal and lockctl renews forever: the shell never gets its prompt back (Ctrl-C, Ctrl-Z do nothing)"]
+#[ignore = "WRONG CLEANUP: before its last assertions it SIGKILLs lockctl and its command whenever the lock is held, and a lockctl that stops with its job rightly still holds the lock then (for up to its 3 s ttl, as with Ctrl-Z), so the fg that follows finds nothing to continue; the same scenario, cleaning up only when the job was not shown stopped, is a_foreground_command_stopped_by_sigstop_stops_the_job"]
 fn a_foreground_command_stopped_by_sigstop_gives_the_shell_back() {
     let server = Server::start();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -430,6 +430,58 @@ fn a_foreground_command_stopped_by_sigstop_gives_the_shell_back() {
     );
     sh.type_keys(b"fg\n");
     assert!(eventually(Duration::from_secs(10), || out.exists()));
+}
+
+/// **Job control: a foreground command stopped by SIGSTOP** (as
+/// `a_foreground_command_stopped_by_sigstop_gives_the_shell_back`, whose cleanup kills the job
+/// whenever the lock is held). What must hold: the shell shows the job stopped and gives its
+/// prompt back while the lock is still held (lockctl stopped with its command, as for Ctrl-Z);
+/// `fg` continues the command, which ends normally (status 0), and the lock is released.
+#[test]
+fn a_foreground_command_stopped_by_sigstop_stops_the_job() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let mut sh = shell(&server);
+    sh.type_keys(
+        format!(
+            "\"$LOCKCTL\" run --ttl 3s stopped -- sh -c 'kill -STOP $$; echo resumed > {}'\n",
+            out.display()
+        )
+        .as_bytes(),
+    );
+    assert!(eventually(Duration::from_secs(10), || holder(
+        &server, "stopped"
+    )
+    .is_some()));
+    let shown = eventually(Duration::from_secs(5), || sh.count("Stopped") > 0);
+    let held = holder(&server, "stopped");
+    if !shown {
+        if let Some(pid) = held
+            .as_ref()
+            .and_then(|(owner, _)| owner.split('/').nth(1)?.parse::<i32>().ok())
+        {
+            for child in support::children(pid) {
+                send_quietly(-child, libc::SIGKILL);
+            }
+            send_quietly(pid, libc::SIGKILL);
+        }
+    }
+    assert!(
+        shown,
+        "after 5 s the shell shows no stopped job; the lock is {held:?}; the terminal shows:\n{}",
+        sh.printed()
+    );
+    assert!(held.is_some(), "the lock is held while the job is stopped");
+    sh.type_keys(b"fg\n");
+    assert!(
+        eventually(Duration::from_secs(10), || out.exists()),
+        "fg did not continue the command: {}",
+        sh.printed()
+    );
+    sh.type_keys(b"echo status=$?\n");
+    sh.expect("status=0", Duration::from_secs(20));
+    assert_eq!(holder(&server, "stopped"), None, "released");
 }
 
 /// **Job control: lockctl inside lockctl** (`lockctl run a -- lockctl run b -- CMD` at a

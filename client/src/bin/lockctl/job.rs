@@ -203,10 +203,12 @@ impl Job {
     }
 
     /// Whether a stop of the command by `sig` is a job-control stop lockctl must join (see
-    /// [`Job::stop_with_lockctl`]): the terminal's Ctrl-Z for a person's command, or the
-    /// command using the terminal from the background.
+    /// [`Job::stop_with_lockctl`]): the terminal's Ctrl-Z for a person's command, the command
+    /// using the terminal from the background, or any other stop (SIGSTOP from elsewhere, a
+    /// debugger) of a person's command in the foreground, which a shell would show stopped
+    /// too. Only while the leader is still stopped: a stop already undone is no stop.
     pub fn stops_the_job(&mut self, sig: libc::c_int) -> bool {
-        if self.terminal.is_none() {
+        if self.terminal.is_none() || procs::stat(self.pid).is_some_and(|s| !s.is_stopped()) {
             return false;
         }
         match sig {
@@ -216,7 +218,7 @@ impl Job {
                 true
             }
             libc::SIGTSTP => self.interactive,
-            _ => false,
+            _ => self.interactive && self.has_terminal(),
         }
     }
 
