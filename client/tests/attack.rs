@@ -120,7 +120,6 @@ fn a_stop_ignored_by_the_command_does_not_let_it_outlive_the_lock() {
 /// setsid" are excluded): once lockctl has exited 76, or was SIGKILLed, no process of the
 /// command still runs.
 #[test]
-#[ignore = "BREAKS: a command's child in its own process group (GNU timeout inside sh -c) keeps running after exit 76 and after SIGKILL of lockctl, with nobody holding the lock"]
 fn processes_the_command_moves_to_another_group_die_with_the_lock() {
     let server = Server::start();
     let dir = tempfile::tempdir().expect("tempdir");

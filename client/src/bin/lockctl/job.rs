@@ -78,6 +78,7 @@ impl Job {
             }
         };
         let watchdog_fd = watchdog.as_ref().map(Watchdog::announce_fd);
+        become_subreaper();
         // SAFETY: getpid before the fork; between fork and exec the closure makes only
         // async-signal-safe calls (prctl, getppid, getpid, kill, write, sigprocmask,
         // tcsetpgrp).
@@ -86,8 +87,8 @@ impl Job {
             cmd.pre_exec(move || {
                 #[cfg(target_os = "linux")]
                 {
-                    // The leader dies with lockctl: from here on, if lockctl is killed before
-                    // the watchdog knows the group, the group has no process yet but this one.
+                    // The leader dies with lockctl until the watchdog knows the group: if
+                    // lockctl is killed before, the group has no process yet but this one.
                     if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                         return Err(io::Error::last_os_error());
                     }
@@ -95,8 +96,16 @@ impl Job {
                         libc::kill(libc::getpid(), libc::SIGKILL);
                     }
                 }
-                if let Some(fd) = watchdog_fd {
-                    watchdog::announce(fd, libc::getpid());
+                #[allow(unused_variables)]
+                let watched = watchdog_fd.is_some_and(|fd| watchdog::announce(fd, libc::getpid()));
+                #[cfg(target_os = "linux")]
+                if watched && libc::prctl(libc::PR_SET_PDEATHSIG, 0) != 0 {
+                    // The watchdog knows the group: if lockctl dies now, the leader lives on
+                    // until the watchdog kills everything (within a tick), so that what it
+                    // started stays its children (a dead leader's go to init) and can be
+                    // found, those in other groups included. (Not a stop: the kernel sends a
+                    // newly orphaned group with a stopped member SIGHUP and SIGCONT.)
+                    return Err(io::Error::last_os_error());
                 }
                 if let Some(fd) = foreground_fd {
                     // As a shell does in its child: take the terminal before exec, so that
@@ -128,8 +137,45 @@ impl Job {
         self.exited
     }
 
-    /// What happened to the leader since the last call (reaping it once it ended).
+    /// What happened to the leader since the last call (reaping it once it ended). Reaps the
+    /// other children that ended too: processes of the command whose parent ended before them
+    /// are given to lockctl (its subreaper), and only lockctl can reap them.
     pub fn poll(&mut self) -> Vec<Event> {
+        let mut events = self.poll_leader();
+        self.reap_orphans(&mut events);
+        events
+    }
+
+    /// Reaps every child of lockctl that ended (waitpid(-1)); the leader's end, should it come
+    /// here first, is recorded as [`Job::poll_leader`] would.
+    fn reap_orphans(&mut self, events: &mut Vec<Event>) {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid for any child of ours that ended, WNOHANG.
+            let got = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if got < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            if got <= 0 {
+                return;
+            }
+            if got == self.pid && self.exited.is_none() {
+                let code = exit_code(status);
+                self.exited = Some(code);
+                self.take_terminal_back();
+                events.push(Event::Exited(code));
+            } else if self.watchdog.as_ref().is_some_and(|w| w.pid() == got) {
+                // It ends only once the command has, or when someone kills it.
+                if self.alive() {
+                    tracing::warn!("the watchdog ended: if lockctl is stopped with SIGSTOP or killed now, its command goes on");
+                }
+                self.watchdog = None;
+            }
+        }
+    }
+
+    /// What happened to the leader since the last call (reaping it once it ended).
+    fn poll_leader(&mut self) -> Vec<Event> {
         let mut events = Vec::new();
         while self.exited.is_none() {
             let mut status = 0;
@@ -155,10 +201,8 @@ impl Job {
                 events.push(Event::Exited(1));
                 break;
             }
-            let event = if libc::WIFEXITED(status) {
-                Event::Exited(libc::WEXITSTATUS(status) as u8)
-            } else if libc::WIFSIGNALED(status) {
-                Event::Exited(128u8.saturating_add(libc::WTERMSIG(status) as u8))
+            let event = if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+                Event::Exited(exit_code(status))
             } else if libc::WIFSTOPPED(status) {
                 Event::Stopped(libc::WSTOPSIG(status))
             } else if libc::WIFCONTINUED(status) {
@@ -191,15 +235,41 @@ impl Job {
             .is_some_and(|t| t.foreground() == Some(self.pid))
     }
 
-    /// Whether some process of the command's group still runs (a zombie does not).
+    /// Whether some process of the command still runs (a zombie does not): one of its process
+    /// group, or one it moved to another group of lockctl's session ([`procs::escaped`]).
     pub fn alive(&self) -> bool {
-        procs::group_alive(self.pid)
+        let Some(procs) = procs::all() else {
+            return procs::group_exists(self.pid);
+        };
+        procs.iter().any(|p| p.pgrp == self.pid && p.is_live()) || !self.escaped(&procs).is_empty()
     }
 
-    /// Ends the group: SIGTERM, and SIGCONT so that a stopped process acts on it.
+    /// The command's processes outside its group (see [`procs::escaped`]).
+    fn escaped(&self, procs: &[procs::Stat]) -> Vec<procs::Stat> {
+        // SAFETY: these calls only read process attributes.
+        let (me, session) = unsafe { (libc::getpid(), libc::getsid(0)) };
+        let watchdog: Vec<libc::pid_t> = self.watchdog.iter().map(Watchdog::pid).collect();
+        procs::escaped(procs, me, self.pid, session, &watchdog)
+    }
+
+    /// Sends `sig` to every process of the command: its group, and each process it moved to
+    /// another group (as a shell's `kill %job` would not: those are the command's all the same,
+    /// and must end with the lock).
+    pub fn send_all(&self, sig: libc::c_int) {
+        self.send(sig);
+        for p in self.escaped(&procs::all().unwrap_or_default()) {
+            // SAFETY: kill(2) to a live descendant of lockctl, just seen in /proc.
+            unsafe {
+                libc::kill(p.pid, sig);
+            }
+        }
+    }
+
+    /// Ends the command: SIGTERM, and SIGCONT so that a stopped process acts on it, to every
+    /// process of it ([`Job::send_all`]).
     pub fn terminate(&self) {
-        self.send(libc::SIGTERM);
-        self.send(libc::SIGCONT);
+        self.send_all(libc::SIGTERM);
+        self.send_all(libc::SIGCONT);
     }
 
     /// Whether a stop of the command by `sig` is a job-control stop lockctl must join (see
@@ -282,6 +352,29 @@ impl Job {
                 // SAFETY: getpgrp has no memory effects.
                 t.give_to(unsafe { libc::getpgrp() });
             }
+        }
+    }
+}
+
+/// The exit status lockctl reports for a child's wait status: its exit code, or 128 + the
+/// signal that killed it.
+fn exit_code(status: libc::c_int) -> u8 {
+    if libc::WIFSIGNALED(status) {
+        128u8.saturating_add(libc::WTERMSIG(status) as u8)
+    } else {
+        libc::WEXITSTATUS(status) as u8
+    }
+}
+
+/// Makes lockctl the child subreaper of what it starts (Linux): a process of the command whose
+/// parent ends goes to lockctl instead of init, so that it stays lockctl's descendant, which
+/// is how lockctl (and its watchdog) find the command's processes that left its group.
+fn become_subreaper() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: prctl with an integer argument.
+        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) } != 0 {
+            tracing::debug!(error = %io::Error::last_os_error(), "not a subreaper");
         }
     }
 }

@@ -25,8 +25,10 @@
 //! lockctl: SIGTSTP, SIGTTIN and SIGTTOU stop the group and then lockctl; SIGCONT continues
 //! the group once a renewal showed the lock is still held (if it was lost meanwhile, the group
 //! is ended and lockctl exits 76). The lock stays held until every process of the group has
-//! ended. A watchdog process keeps the group stopped while lockctl is stopped by SIGSTOP, and
-//! kills it if lockctl is killed.
+//! ended, and every process the command moved to another group of lockctl's session (lockctl
+//! is the command's child subreaper, so they stay its descendants); a loss ends those too. A
+//! watchdog process keeps the group stopped while lockctl is stopped by SIGSTOP, and kills
+//! the command's processes if lockctl is killed.
 //!
 //! With `--cluster`, `--servers` are seed nodes of one Redis Cluster; `info` and
 //! `force-release` then name the master that serves the key.
@@ -928,8 +930,8 @@ impl Supervisor<'_> {
                 }
                 if !said {
                     say!(
-                        "the command exited ({code}), but processes it started in its group \
-                         still run: the lock stays held until they end"
+                        "the command exited ({code}), but processes it started still run: the \
+                         lock stays held until they end"
                     );
                     said = true;
                 }
@@ -1105,12 +1107,12 @@ impl Supervisor<'_> {
                             self.job.send(sig);
                         }
                         // Keep it going, to its end.
-                        Kind::Continue => self.job.send(libc::SIGCONT),
+                        Kind::Continue => self.job.send_all(libc::SIGCONT),
                         _ => {}
                     }
                 }
                 _ = tokio::time::sleep_until(kill_at), if give_up_at.is_none() => {
-                    self.job.send(libc::SIGKILL);
+                    self.job.send_all(libc::SIGKILL);
                     give_up_at = Some(Instant::now() + KILLED_WITHIN);
                 }
                 _ = tokio::time::sleep_until(give_up_at.unwrap_or(kill_at)), if give_up_at.is_some() => {

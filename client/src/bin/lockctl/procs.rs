@@ -1,5 +1,6 @@
 //! Processes and process groups as kill(2) and /proc show them.
 
+use std::collections::HashMap;
 use std::io;
 
 /// What `/proc/PID/stat` says of a process that matters to lockctl.
@@ -34,14 +35,6 @@ pub fn group_exists(pgrp: libc::pid_t) -> bool {
     let found = unsafe { libc::kill(-pgrp, 0) } == 0;
     // EPERM: it exists, with a process we may not signal (a setuid program).
     found || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
-
-/// Whether a process of group `pgrp` is alive: kill(2) finds zombies too (a member whose
-/// parent has not reaped it yet), so on Linux a member counts only if /proc shows it is not
-/// one.
-pub fn group_alive(pgrp: libc::pid_t) -> bool {
-    group_exists(pgrp)
-        && all().is_none_or(|procs| procs.iter().any(|p| p.pgrp == pgrp && p.is_live()))
 }
 
 /// Process `pid`, from /proc.
@@ -90,6 +83,46 @@ pub fn group_is_orphaned(pgrp: libc::pid_t, session: libc::pid_t) -> Option<bool
     Some(!linked)
 }
 
+/// The processes descending from `root` (not `root` itself) among `procs`, zombies included:
+/// its children, their children, and so on, by parent pid.
+pub fn descendants(procs: &[Stat], root: libc::pid_t) -> Vec<Stat> {
+    let mut children: HashMap<libc::pid_t, Vec<&Stat>> = HashMap::new();
+    for p in procs {
+        children.entry(p.ppid).or_default().push(p);
+    }
+    let mut found = Vec::new();
+    let mut next = vec![root];
+    while let Some(parent) = next.pop() {
+        for child in children.get(&parent).into_iter().flatten() {
+            // A pid is its own ancestor only in a scan torn by pid reuse: never loop.
+            if child.pid != root && !found.iter().any(|f: &Stat| f.pid == child.pid) {
+                found.push(**child);
+                next.push(child.pid);
+            }
+        }
+    }
+    found
+}
+
+/// The processes of a command that left its process group: live descendants of lockctl
+/// (`lockctl`, the command's child subreaper, so that they stay its descendants when their
+/// parents end) in lockctl's `session`, outside the command's `group`, other than `except` (the
+/// watchdog). What `setpgid` moved (GNU timeout, a `set -m` shell's jobs); not what `setsid`
+/// moved to a session of its own (a daemon).
+pub fn escaped(
+    procs: &[Stat],
+    lockctl: libc::pid_t,
+    group: libc::pid_t,
+    session: libc::pid_t,
+    except: &[libc::pid_t],
+) -> Vec<Stat> {
+    descendants(procs, lockctl)
+        .into_iter()
+        .filter(|p| p.is_live() && p.pgrp != group && p.session == session)
+        .filter(|p| !except.contains(&p.pid))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,12 +155,45 @@ mod tests {
     }
 
     #[test]
+    fn a_tree_by_parent_pids() {
+        let p = |pid, ppid, pgrp, session, state| Stat {
+            pid,
+            state,
+            ppid,
+            pgrp,
+            session,
+            start_time: 0,
+        };
+        let procs = [
+            p(10, 1, 10, 5, 'S'),   // lockctl
+            p(11, 10, 11, 5, 'S'),  // the command's leader, group 11
+            p(12, 10, 12, 5, 'S'),  // the watchdog
+            p(13, 11, 13, 5, 'S'),  // timeout, its own group
+            p(14, 13, 13, 5, 'S'),  // its child
+            p(15, 10, 15, 5, 'S'),  // an orphan reparented to lockctl, its own group
+            p(16, 11, 16, 16, 'S'), // a daemon: setsid
+            p(17, 16, 16, 16, 'S'), // the daemon's worker
+            p(18, 11, 18, 5, 'Z'),  // a zombie
+            p(19, 11, 11, 5, 'S'),  // in the command's group
+            p(20, 1, 20, 5, 'S'),   // not ours
+        ];
+        let mut all: Vec<_> = descendants(&procs, 10).iter().map(|s| s.pid).collect();
+        all.sort_unstable();
+        assert_eq!(all, [11, 12, 13, 14, 15, 16, 17, 18, 19]);
+        let mut out: Vec<_> = escaped(&procs, 10, 11, 5, &[12])
+            .iter()
+            .map(|s| s.pid)
+            .collect();
+        out.sort_unstable();
+        assert_eq!(out, [13, 14, 15]);
+    }
+
+    #[test]
     fn this_process_is_seen() {
         // SAFETY: these calls only read process attributes.
         let (pid, pgrp, sid) = unsafe { (libc::getpid(), libc::getpgrp(), libc::getsid(0)) };
         let me = stat(pid).expect("/proc");
         assert_eq!((me.pgrp, me.session), (pgrp, sid));
-        assert!(group_alive(pgrp));
         assert!(group_is_orphaned(pgrp, sid).is_some());
     }
 }
