@@ -1,7 +1,6 @@
 //! Attacks on lockctl and relock-client (job control, signals, process trees, half-open and
 //! slow connections, misconfiguration). Each test says what it attacks and what must hold.
-//! Tests marked `#[ignore = "BREAKS: ..."]` found a break that is not fixed yet: run them with
-//! `cargo test -p relock-client --test attack -- --ignored`.
+//! Every break these attacks found is fixed: they stay as regression tests.
 #[path = "../../tests/common/mod.rs"]
 mod common;
 mod support;
@@ -365,70 +364,6 @@ fn shell(server: &Server) -> support::pty::Pty {
     let pty = support::pty::Pty::spawn(&mut cmd);
     pty.expect("$ ", Duration::from_secs(10));
     pty
-}
-
-/// **Job control: a foreground command stopped by SIGSTOP** (`kill -STOP` from elsewhere, a
-/// debugger attaching, bash's `suspend` in a subshell). A shell treats any stop of its
-/// foreground job alike: it takes the terminal back and shows the job stopped; `fg`
-/// continues it.
-///
-/// What must hold ("lockctl runs the command as a shell runs a job"): the user gets the
-/// shell's prompt back (the job shows as stopped), and `fg` continues the command, which
-/// then ends normally and the lock is released. Not: a terminal frozen on a stopped process
-/// group while lockctl renews the lock forever.
-#[test]
-#[ignore = "WRONG CLEANUP: before its last assertions it SIGKILLs lockctl and its command whenever the lock is held, and a lockctl that stops with its job rightly still holds the lock then (for up to its 3 s ttl, as with Ctrl-Z), so the fg that follows finds nothing to continue; the same scenario, cleaning up only when the job was not shown stopped, is a_foreground_command_stopped_by_sigstop_stops_the_job"]
-fn a_foreground_command_stopped_by_sigstop_gives_the_shell_back() {
-    let server = Server::start();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out = dir.path().join("out");
-    let mut sh = shell(&server);
-    // The baseline: the shell alone shows such a job stopped and gives the prompt back.
-    sh.type_keys(b"sh -c 'kill -STOP $$'\n");
-    sh.expect("Stopped", Duration::from_secs(10));
-    sh.type_keys(b"kill -9 %1\n");
-    std::thread::sleep(Duration::from_millis(300));
-    sh.type_keys(b"jobs\n");
-    sh.expect("Killed", Duration::from_secs(10));
-    let baseline = sh.count("Stopped");
-    sh.type_keys(
-        format!(
-            "\"$LOCKCTL\" run --ttl 3s stopped -- sh -c 'kill -STOP $$; echo resumed > {}'\n",
-            out.display()
-        )
-        .as_bytes(),
-    );
-    assert!(eventually(Duration::from_secs(10), || holder(
-        &server, "stopped"
-    )
-    .is_some()));
-    // A plain shell shows "Stopped" at once; give lockctl a generous while.
-    let shown = eventually(Duration::from_secs(5), || sh.count("Stopped") > baseline);
-    if !shown {
-        // What a person would try next: Ctrl-Z, then Ctrl-C.
-        sh.type_keys(b"\x1a");
-        std::thread::sleep(Duration::from_secs(1));
-        sh.type_keys(b"\x03");
-        std::thread::sleep(Duration::from_secs(1));
-    }
-    let printed = sh.printed();
-    let held = holder(&server, "stopped");
-    // Unfreeze whatever is stopped before asserting, so that the test leaves nothing behind.
-    if let Some((owner, _)) = &held {
-        if let Some(pid) = owner.split('/').nth(1).and_then(|p| p.parse::<i32>().ok()) {
-            for child in support::children(pid) {
-                send_quietly(-child, libc::SIGKILL);
-            }
-            send_quietly(pid, libc::SIGKILL);
-        }
-    }
-    assert!(
-        shown,
-        "after 7 s (and Ctrl-Z, Ctrl-C) the shell still shows no prompt and no stopped job; the \
-         lock is {held:?}; the terminal shows:\n{printed}"
-    );
-    sh.type_keys(b"fg\n");
-    assert!(eventually(Duration::from_secs(10), || out.exists()));
 }
 
 /// **Job control: a foreground command stopped by SIGSTOP** (as
@@ -984,65 +919,6 @@ fn full_pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
             std::os::fd::OwnedFd::from_raw_fd(fds[1]),
         )
     }
-}
-
-/// **Pipes: lockctl's stderr is a pipe nobody reads** (full: `lockctl run ... 2>&1 | less`
-/// left on its first screen, a stalled log shipper). output.rs promises that "nothing
-/// lockctl says on stderr can make it panic or hang while it holds a lock". A renewal that
-/// fails once (the server paused for 0.7 s) makes the guard log a warning on stderr. What
-/// must hold: the lock is still watched: when it lapses and another client takes it, the
-/// command is ended (exit 76) rather than running on.
-#[test]
-#[ignore = "WRONG PREMISE: it asserts that the lock lapses after a 0.7 s pause of its only server, but a 1 s ttl outlives that pause whenever the last renewal came less than 0.3 s before it, and a lockctl that keeps renewing (stderr no longer blocks it) then rightly keeps the lock (the intruder never takes it: 'the lock never lapsed'); the mechanism is tested with a pause longer than the ttl by a_full_stderr_pipe_does_not_hide_a_loss"]
-fn a_full_stderr_pipe_does_not_stop_the_lock_from_being_watched() {
-    let server = Server::start();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ticks = dir.path().join("ticks");
-    let key = "full-stderr";
-    let (_read, write) = full_pipe();
-    let mut run = Spawned::new(
-        lockctl(&[&server])
-            .args([
-                "--node-timeout",
-                "100ms",
-                "run",
-                "--ttl",
-                "1s",
-                key,
-                "--",
-                "sh",
-                "-c",
-            ])
-            .arg(format!(
-                "while :; do echo x >> {}; sleep 0.01; done 2>/dev/null",
-                ticks.display()
-            ))
-            .process_group(0)
-            .stderr(Stdio::from(write)),
-    );
-    assert!(eventually(Duration::from_secs(20), || lines(&ticks) > 3));
-    server.signal("STOP");
-    std::thread::sleep(Duration::from_millis(700));
-    server.signal("CONT");
-    let taken = intrude(&server, key, "intruder", Duration::from_secs(5));
-    let threads = support::describe_process(run.pid());
-    let at_take = lines(&ticks);
-    std::thread::sleep(Duration::from_secs(1));
-    let after = lines(&ticks);
-    let status = run.try_status();
-    // Unblock lockctl (drain the pipe) before anything fails, so that it can end.
-    drop(_read);
-    send_quietly(-run.pid(), libc::SIGKILL);
-    assert!(
-        taken.is_some(),
-        "the lock never lapsed: lockctl kept renewing"
-    );
-    assert!(
-        after <= at_take + 2,
-        "the command wrote {} lines in the second after another client took {key}; lockctl: \
-         {status:?}: {threads}",
-        after - at_take
-    );
 }
 
 /// **Pipes: lockctl's stderr is a pipe nobody reads**, and the lock certainly lapses: its only
