@@ -8,6 +8,8 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, ErrorKind};
 
+use tokio::sync::{Mutex, MutexGuard};
+
 use crate::error::NodeFailure;
 
 /// A multiplexed connection to `info`, made within `timeout` (a timeout is
@@ -26,6 +28,18 @@ pub(crate) async fn connect(
         Err(e) if e.is_timeout() => Err(NodeFailure::Timeout(timeout)),
         Err(e) => Err(NodeFailure::Redis(e)),
     }
+}
+
+/// `mutex` locked within `timeout` (a timeout is [`NodeFailure::Timeout`]). A lock held across
+/// a request is held by a future that its task may stop polling for a while (a `select!` busy
+/// in another branch): no other caller may wait for it longer than its own timeout.
+pub(crate) async fn lock_within<T>(
+    mutex: &Mutex<T>,
+    timeout: Duration,
+) -> Result<MutexGuard<'_, T>, NodeFailure> {
+    tokio::time::timeout(timeout, mutex.lock())
+        .await
+        .map_err(|_| NodeFailure::Timeout(timeout))
 }
 
 /// `host:port`, with an IPv6 host in brackets (`[::1]:6379`); a unix socket's path.

@@ -51,8 +51,10 @@ mod waiters;
 mod watchdog;
 
 use std::ffi::{OsStr, OsString};
+use std::future::Future;
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -588,8 +590,11 @@ async fn acquire(relock: &Relock, request: &RunRequest, signals: &mut signals::P
         }
     };
     tokio::pin!(acquisition);
-    // Only say something when the lock is not free at once.
+    // Only say something when the lock is not free at once. A report is polled alongside the
+    // acquisition, never awaited in its place: a starved acquisition holding a connection's
+    // slot would make the report, and lockctl, wait for it forever.
     let mut next_report = Instant::now() + Duration::from_millis(150);
+    let mut report: Option<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = None;
     loop {
         tokio::select! {
             biased;
@@ -608,10 +613,18 @@ async fn acquire(relock: &Relock, request: &RunRequest, signals: &mut signals::P
                 Ok(taken) => Acquired::Held(taken),
                 Err(e) => Acquired::Failed(e),
             },
-            _ = tokio::time::sleep_until(next_report) => {
-                for key in keys.iter().take(REPORTED_KEYS) {
-                    report_holders(relock, key, "waiting for ").await;
+            () = async {
+                match report.as_mut() {
+                    Some(r) => r.await,
+                    None => std::future::pending().await,
                 }
+            } => report = None,
+            _ = tokio::time::sleep_until(next_report), if report.is_none() => {
+                report = Some(Box::pin(async move {
+                    for key in keys.iter().take(REPORTED_KEYS) {
+                        report_holders(relock, key, "waiting for ").await;
+                    }
+                }));
                 next_report += Duration::from_secs(5);
             }
         }
