@@ -212,7 +212,6 @@ fn slowlog(c: &mut Connection) -> Vec<(i64, String)> {
 /// acknowledged by `WAIT 1`, is gone there, so after a failover a writer gets the key while the
 /// owner still holds it shared.
 #[test]
-#[ignore = "BREAKS: a key expiring past 2^62 ms makes DOWNGRADE and a partial RELEASE propagate LOCK.APPLY PXAT the replica/AOF refuse: master and replica differ after WAIT"]
 fn far_expiry_effects_reach_the_replica_and_the_aof() {
     let master = Server::with_args(&["--appendonly", "yes"]);
     let replica = Server::start();
@@ -1219,7 +1218,6 @@ fn stats_resizing_the_table_keeps_what_fits() {
 /// server exits at startup ("The RDB file contains module data for the module type 'relock',
 /// that the responsible module is not able to load"); an AOF with an RDB preamble likewise.
 #[test]
-#[ignore = "BREAKS: LOCK.APPLY accepts GRANTED 2^44 on an exclusive lock; the RDB then cannot be loaded (DEBUG RELOAD loses the data, a restart exits)"]
 fn apply_accepts_only_what_the_rdb_loads() {
     let server = Server::start();
     let mut c = server.conn();

@@ -270,10 +270,13 @@ impl<T: Handles> Engine<T> {
                 let Some(hold) = key.hold() else {
                     return Reply::Nil;
                 };
-                // A lock whose TTL a user removed keeps the longest lease a ttl can give.
+                // A lock whose TTL a user removed keeps the longest lease a ttl can give; one a
+                // user made expire past what a holder record keeps, the latest it keeps (the
+                // key's TTL, and the effect replicas receive, then say the same).
                 let lease_end = key
                     .expires_at()
                     .unwrap_or_else(|| expiry(now, super::args::MAX_TTL_MS));
+                let lease_end = super::bounds::lease_end(lease_end);
                 let holder = Holder {
                     token: hold.token(),
                     count: hold.count(),

@@ -778,3 +778,54 @@ fn holds_the_server_has_work_through_the_grace() {
         [w]
     );
 }
+
+/// Replays on `replica` every effect `master` replicated since the last call: each must be one
+/// a replica takes.
+fn replicate(master: &mut Sim, replica: &mut Sim) {
+    for effect in master.take_effects() {
+        let replayed = replica.replay(&effect);
+        assert!(
+            matches!(replayed, Ok(ref r) if !matches!(r, Reply::Error(_))),
+            "the replica refuses {:?}: {replayed:?}",
+            effect
+                .iter()
+                .map(|w| String::from_utf8_lossy(w).into_owned())
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+/// Effects within bounds: a user makes a lock's key expire past what a holder record keeps
+/// (`PEXPIREAT key 9223372036854775806`, which Redis takes); the owner downgrades it and a
+/// reader joins, and a reentrant lock so set is released one level. Every effect is one the
+/// replica takes, and the replica ends with what the master has (the downgraded holder's lease
+/// end, and so the key's TTL, the latest a record keeps).
+#[test]
+fn far_expiries_reach_the_replica_as_the_master_has_them() {
+    const FAR: i64 = i64::MAX - 1;
+    let (mut master, mut replica) = (Sim::new(START), Sim::new(START));
+    let token_of = token(master.acquire(b"down", b"owner", 10_000));
+    master.reenter(b"re", b"owner", 10_000);
+    master.reenter(b"re", b"owner", 10_000);
+    replicate(&mut master, &mut replica);
+    for key in [&b"down"[..], b"re"] {
+        // The user's PEXPIREAT reaches the replica as itself.
+        master.user_expiry(key, Some(FAR));
+        replica.user_expiry(key, Some(FAR));
+    }
+    assert_eq!(
+        master.downgrade(b"down", b"owner"),
+        Reply::Integer(token_of)
+    );
+    let reader = super::Mode::shared(0);
+    token(master.acquire_as(b"down", b"reader", 60_000, reader));
+    assert_eq!(master.release(b"re", b"owner"), Reply::Integer(1));
+    replicate(&mut master, &mut replica);
+    assert_eq!(master.lock(b"re"), replica.lock(b"re"));
+    assert_eq!(master.lock(b"re").map(|l| (l.2, l.3)), Some((1, Some(FAR))));
+    assert_eq!(master.shared(b"down"), replica.shared(b"down"));
+    let (holders, expiry) = master.shared(b"down").expect("shared");
+    let latest = super::bounds::MAX_TIME_MS;
+    assert_eq!(holders.get(b"owner").map(|h| h.lease_end), Some(latest));
+    assert_eq!(expiry, Some(latest));
+}
