@@ -294,7 +294,6 @@ fn far_expiry_effects_reach_the_replica_and_the_aof() {
 /// server then restarts without its locks, the 1 s grace ends long before the hold does and a
 /// second owner is granted the key: the two owners the grace exists to prevent.
 #[test]
-#[ignore = "BREAKS: a waiter queued before CONFIG SET relock.restart-grace-ms is granted a ttl above the grace"]
 fn grace_set_at_runtime_under_a_queued_waiter_bounds_its_grant() {
     let server = Server::start();
     let mut c = server.conn();

@@ -821,7 +821,12 @@ impl<T: Handles> Engine<T> {
             let next = match self.waiters.head(id) {
                 None => break,
                 Some(head) => {
-                    decide::next_for(Seen::of(key, &head.owner, || now), &head.owner, head.mode)
+                    let next = decide::next_for(
+                        Seen::of(key, &head.owner, || now),
+                        &head.owner,
+                        head.mode,
+                    );
+                    decide::at_turn(next, self.grace.allows_ttl(head.ttl_ms))
                 }
             };
             if next == Next::Stop {

@@ -753,6 +753,26 @@ fn the_restart_grace_grants_no_new_hold_then_serves_the_queues_in_order() {
     assert_eq!(sim.host_timers(), 0, "nobody waits: no timer left");
 }
 
+/// A grace configured at runtime (`CONFIG SET relock.restart-grace-ms 1000`) under waiters
+/// queued before it: at its turn, one whose ttl is above the grace gets the error a new request
+/// gets, and the next is served; no hold is granted longer than the grace.
+#[test]
+fn a_grace_set_at_runtime_bounds_the_waiters_queued_before_it() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"a", 600_000);
+    let (_, long) = sim.wait(K, b"long", 600_000, 0);
+    let (_, short) = sim.wait(K, b"short", 1_000, 0);
+    sim.engine.configure_grace(1_000);
+    assert_eq!(sim.release(K, b"a"), Reply::Integer(0));
+    sim.deliver();
+    let above = Outcome::Error(Refusal::TtlAboveGrace.into());
+    assert_eq!(sim.answers[0], (long, above));
+    assert!(matches!(sim.answers[1], (c, Outcome::Token(_)) if c == short));
+    assert_eq!(sim.lock(K).map(|l| l.3), Some(Some(START + 1_000)));
+    sim.release(K, b"short");
+    assert_idle(&mut sim);
+}
+
 #[test]
 fn holds_the_server_has_work_through_the_grace() {
     let mut sim = Sim::new(START);
