@@ -1157,7 +1157,6 @@ fn downgrade_in_front_of_many_readers_stops_at_the_writer() {
 /// Measured (every server): any change of the setting, even growing it from 1000 to 2000,
 /// empties the table (`Contention::set_capacity` resets it).
 #[test]
-#[ignore = "BREAKS: any CONFIG SET relock.stats-keys (even growing it) silently empties LOCK.STATS"]
 fn stats_resizing_the_table_keeps_what_fits() {
     let server = Server::start();
     let mut c = server.conn();
