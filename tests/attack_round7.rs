@@ -331,7 +331,6 @@ fn grace_set_at_runtime_under_a_queued_waiter_bounds_its_grant() {
 ///
 /// Measured (Redis 8.2, Valkey 9.1): 1,024 `moved`, 76 `deleted`.
 #[test]
-#[ignore = "BREAKS: MIGRATE KEYS of more than 1024 locks journals the rest as deleted, not moved"]
 fn journal_migrate_of_more_locks_than_remembered_says_moved_for_each() {
     let source = Server::with_args(&["--relock.log-max-len", "5000"]);
     let target = Server::start();
@@ -384,7 +383,6 @@ fn journal_migrate_of_more_locks_than_remembered_says_moved_for_each() {
 /// same with the journal off (`relock.log-max-len 0`, `relock.log-reasons none`): the reads
 /// happen whether or not anything will be journaled. (Redis 7.0 reads nothing: 2 ms.)
 #[test]
-#[ignore = "BREAKS: MIGRATE KEYS of 1024 locks reads INFO stats once per key: +30-70 ms in one command (Redis 8.2, Valkey 9.1)"]
 fn stall_migrate_detection_reads_info_once_per_key() {
     let source = Server::start();
     let target = Server::start();

@@ -513,13 +513,24 @@ mod tests {
             hot.update(key(&name(i as u32)), wait, |s| s.contended += contended);
         }
         let names = |hot: &HotKeys| -> Vec<Vec<u8>> {
-            hot.hottest(100).iter().map(|(k, _)| k.name.to_vec()).collect()
+            hot.hottest(100)
+                .iter()
+                .map(|(k, _)| k.name.to_vec())
+                .collect()
         };
         let before = names(&hot);
         hot.resize(2000);
-        assert_eq!((names(&hot), hot.capacity()), (before.clone(), 2000), "growing");
+        assert_eq!(
+            (names(&hot), hot.capacity()),
+            (before.clone(), 2000),
+            "growing"
+        );
         hot.resize(4);
-        assert_eq!(names(&hot), before[..4], "the coldest went: no wait, fewest events");
+        assert_eq!(
+            names(&hot),
+            before[..4],
+            "the coldest went: no wait, fewest events"
+        );
         hot.resize(2);
         assert_eq!(names(&hot), [name(0), name(3)]);
         assert_eq!(hot.index.len(), 2);

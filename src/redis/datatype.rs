@@ -251,9 +251,11 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
         let Some(lock) = (unsafe { lock_of(value) }) else {
             return;
         };
-        // A MIGRATE serializes, then deletes (`unlinked::Serialized`).
-        if let Some(started_us) = server::command_started_us() {
-            globals::push_serialized(started_us, value as usize, server::commands_processed);
+        // A MIGRATE serializes, then deletes (`unlinked::Serialized`); a save deletes nothing.
+        if !globals::saving() {
+            if let Some(started_us) = server::command_started_us() {
+                globals::push_serialized(started_us, value as usize, server::commands_processed);
+            }
         }
         match lock.as_ref() {
             LockRef::Exclusive(hold) => {

@@ -51,6 +51,7 @@ pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
         raw::REDISMODULE_EVENT_CRON_LOOP,
         raw::REDISMODULE_EVENT_FORK_CHILD,
         raw::REDISMODULE_EVENT_REPLICA_CHANGE,
+        raw::REDISMODULE_EVENT_PERSISTENCE,
     ];
     for id in server_events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
@@ -87,9 +88,13 @@ extern "C" fn on_keyspace_event(
         };
         // A lock Redis just unlinked: this notification says why.
         if let Some(gone) = globals::take_unlinked(db, name, event) {
-            // Serialized by this very command (not one that started in the same µs): MIGRATE.
-            let serialized =
-                gone.serialized_by.is_some() && gone.serialized_by == server::commands_processed();
+            // Serialized by this very command (not one that started in the same µs, nor an
+            // earlier one of the same EXEC): MIGRATE. One INFO read for all its deletions.
+            let serialized = gone.serialized_by.is_some()
+                && gone.serialized_by
+                    == server::command_started_us().and_then(|started_us| {
+                        globals::processed_now(started_us, server::commands_processed)
+                    });
             let reason = unlinked::reason_for(event, serialized);
             globals::report(&mut RedisHost::new(ctx), Report::Lost { reason, gone });
         }
@@ -189,7 +194,12 @@ extern "C" fn on_server_event(
             if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
                 globals::report(&mut RedisHost::new(ctx), Report::DbChanged(None));
             }
+        } else if id == raw::REDISMODULE_EVENT_PERSISTENCE {
+            let ended = subevent == raw::REDISMODULE_SUBEVENT_PERSISTENCE_ENDED
+                || subevent == raw::REDISMODULE_SUBEVENT_PERSISTENCE_FAILED;
+            globals::set_saving(!ended);
         } else if id == raw::REDISMODULE_EVENT_CRON_LOOP {
+            globals::forget_serialized(server::command_started_us());
             globals::journal_pending_flush();
             record_counter_after_aof_rewrite(ctx);
             globals::set_effects_needed(effects_needed(ctx));
