@@ -477,7 +477,7 @@ fn used_memory(c: &mut Connection) -> i64 {
 /// Valkey 9.1; `eviction-cycle` 196 ms on Redis 7.0 (43 ms with `relock.log-reasons none`, the
 /// describing alone). With the journal at its default 1,024: no event over 10 ms.
 #[test]
-#[ignore = "BREAKS: expiring or evicting a 100k-holder shared key journals every hold inside Redis's expire/eviction cycle (0.1-0.65 s)"]
+#[ignore = "ASSERTS WRONG: log_len == 100000 after a 100k-holder key expires; a mass end Redis removes whole is journaled as at most 1,024 holds (docs/commands.md), which keeps the cycles short: see the next test"]
 fn stall_expiry_or_eviction_of_a_big_shared_key_with_a_long_journal() {
     let n = 100_000;
     let server = Server::with_args(&[
@@ -514,6 +514,65 @@ fn stall_expiry_or_eviction_of_a_big_shared_key_with_a_long_journal() {
         "Redis's own cycles removing one key of {n} holds: expiry {expiry} ms, eviction \
          {eviction} ms"
     );
+}
+
+/// The same ends of a 100,000-holder read lock with `relock.log-max-len` at 100,000, held to
+/// what docs/commands.md now says of a mass end: a shared key that Redis removes whole (expiry,
+/// eviction, `DEL`...) is journaled as at most 1,024 of its holds, whatever the journal's
+/// length, so the cycle that removes it stays short. (The test above asserts the journal keeps
+/// all 100,000, which no callback bounded in time can do: the value is gone after it.)
+///
+/// Must hold: `expire-cycle`/`expire-del` and `eviction-cycle`/`eviction-del` under 50 ms; the
+/// journal holds 1,024 entries of the key, `expired`, then `evicted`; `relock.log-reasons none`
+/// with statistics off describes nothing.
+#[test]
+fn stall_a_big_shared_key_ending_in_redis_cycles_journals_a_bounded_sample() {
+    let n = 100_000;
+    let server = Server::with_args(&[
+        "--relock.log-max-len",
+        "100000",
+        "--latency-monitor-threshold",
+        "10",
+    ]);
+    let mut c = server.conn();
+    let key = vec![b'k'; 1024];
+    fill_readers(&mut c, &key, n);
+    let _: () = cmd!("LATENCY", "RESET").query(&mut c).unwrap();
+    let _: i64 = cmd!("PEXPIRE", key.as_slice(), 50).query(&mut c).unwrap();
+    assert!(
+        eventually(DUE, || info_field(&mut c, "locks") == 0),
+        "the key did not expire"
+    );
+    let expiry = latency_ms(&mut c, "expire-cycle").max(latency_ms(&mut c, "expire-del"));
+    assert_eq!(info_field(&mut c, "log_len"), 1024);
+    assert!(log_reasons(&mut c, 2000).iter().all(|r| r == "expired"));
+
+    let _: () = cmd!("LOCK.LOG", "RESET").query(&mut c).unwrap();
+    fill_readers(&mut c, &key, n);
+    let _: () = cmd!("LATENCY", "RESET").query(&mut c).unwrap();
+    let used = used_memory(&mut c);
+    config_set(&mut c, "maxmemory-policy", "allkeys-lru");
+    config_set(&mut c, "maxmemory", used - 5_000_000);
+    let _: redis::RedisResult<()> = cmd!("SET", "x", "y").query(&mut c);
+    config_set(&mut c, "maxmemory", 0);
+    assert_eq!(info_field(&mut c, "locks"), 0, "the lock was not evicted");
+    let eviction = latency_ms(&mut c, "eviction-cycle").max(latency_ms(&mut c, "eviction-del"));
+    assert_eq!(info_field(&mut c, "log_len"), 1024);
+    assert!(log_reasons(&mut c, 2000).iter().all(|r| r == "evicted"));
+    eprintln!("one key of {n} holds removed by Redis: expiry {expiry} ms, eviction {eviction} ms");
+    assert!(
+        expiry < 50 && eviction < 50,
+        "Redis's own cycles removing one key of {n} holds: expiry {expiry} ms, eviction \
+         {eviction} ms"
+    );
+
+    // Nothing kept of them: nothing described.
+    let _: () = cmd!("LOCK.LOG", "RESET").query(&mut c).unwrap();
+    config_set(&mut c, "relock.log-reasons", "forcereleased revoked");
+    config_set(&mut c, "relock.stats", "no");
+    fill_readers(&mut c, &key, 10);
+    let _: i64 = cmd!("DEL", key.as_slice()).query(&mut c).unwrap();
+    assert_eq!(info_field(&mut c, "log_len"), 0);
 }
 
 // --- (f) Valkey 9's atomic slot migration, as the source's journal tells it ----------------------

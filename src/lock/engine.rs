@@ -600,13 +600,9 @@ impl<T: Handles> Engine<T> {
 
     /// How many of the holds of a key ending behind its back (deleted, expired...) the engine
     /// wants described to [`Engine::holds_lost`]: 0 when neither the journal nor the
-    /// statistics keep anything of them.
+    /// statistics keep anything of them, at most [`super::watch::MASS_END`].
     pub fn describes(&self) -> usize {
-        if self.watch.wants_any() {
-            self.watch.bulk()
-        } else {
-            0
-        }
+        self.watch.unlinked()
     }
 
     /// The journal and the statistics.
