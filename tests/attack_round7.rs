@@ -590,7 +590,6 @@ fn stall_a_big_shared_key_ending_in_redis_cycles_journals_a_bounded_sample() {
 /// serialization `unlinked::Serialized` looks for happens in the child that streams the slot;
 /// the source's deletion after the handover is a `del`).
 #[test]
-#[ignore = "BREAKS: Valkey 9 CLUSTER MIGRATESLOTS journals the moved holds as deleted at the source"]
 fn journal_atomic_slot_migration_says_moved_at_the_source() {
     let cluster = cluster_harness::Cluster::start_with(0);
     let masters: Vec<&Server> = cluster.masters();

@@ -14,7 +14,7 @@ use super::globals::{self, Report};
 use super::host::{self, RedisHost};
 use super::migration::{self, EXPORT_COMPLETED, EXPORT_STARTED};
 use super::server::{self, server_info, server_info_text};
-use super::{effects, ffi, unlinked};
+use super::{cluster, effects, ffi, unlinked};
 use crate::lock::Effect;
 
 /// Every class of keyspace event that can end or replace a lock (not `d`: our own events; not
@@ -95,7 +95,11 @@ extern "C" fn on_keyspace_event(
                     == server::command_started_us().and_then(|started_us| {
                         globals::processed_now(started_us, server::commands_processed)
                     });
-            let reason = unlinked::reason_for(event, serialized);
+            // Valkey 9 deletes the keys of the slots an atomic slot migration handed over.
+            let handed_over = event == c"del"
+                && globals::with_migrations(|m| m.handed_over(cluster::key_slot(name)))
+                    .unwrap_or(false);
+            let reason = unlinked::reason_for(event, serialized || handed_over);
             globals::report(&mut RedisHost::new(ctx), Report::Lost { reason, gone });
         }
         // A shared key's TTL must not outlive its leases: watch what sets or removes TTLs or
@@ -200,6 +204,7 @@ extern "C" fn on_server_event(
             globals::set_saving(!ended);
         } else if id == raw::REDISMODULE_EVENT_CRON_LOOP {
             globals::forget_serialized(server::command_started_us());
+            globals::with_migrations(|m| m.tick());
             globals::journal_pending_flush();
             record_counter_after_aof_rewrite(ctx);
             globals::set_effects_needed(effects_needed(ctx));

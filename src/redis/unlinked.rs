@@ -169,10 +169,11 @@ impl Serialized {
 }
 
 /// The reason a keyspace notification gives for the lock just unlinked at its key;
-/// `serialized`: the running command serialized the value before it unlinked it.
-pub fn reason_for(event: &CStr, serialized: bool) -> Reason {
-    // MIGRATE: the hold lives on at the destination.
-    if serialized && event == c"del" {
+/// `carried_off`: the hold lives on elsewhere though Redis says `del` (the running command
+/// serialized the value before it unlinked it: `MIGRATE`; or an atomic slot migration handed
+/// its slot over).
+pub fn reason_for(event: &CStr, carried_off: bool) -> Reason {
+    if carried_off && event == c"del" {
         return Reason::Moved;
     }
     reason(event)
