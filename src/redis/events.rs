@@ -203,11 +203,7 @@ extern "C" fn on_server_event(
                 || subevent == raw::REDISMODULE_SUBEVENT_PERSISTENCE_FAILED;
             globals::set_saving(!ended);
         } else if id == raw::REDISMODULE_EVENT_CRON_LOOP {
-            globals::forget_serialized(server::command_started_us());
-            globals::with_migrations(|m| m.tick());
-            globals::journal_pending_flush();
-            record_counter_after_aof_rewrite(ctx);
-            globals::set_effects_needed(effects_needed(ctx));
+            on_cron(ctx);
         } else if id == raw::REDISMODULE_EVENT_FORK_CHILD
             || id == raw::REDISMODULE_EVENT_REPLICA_CHANGE
         {
@@ -225,6 +221,15 @@ extern "C" fn on_server_event(
             globals::report(&mut RedisHost::new(ctx), report);
         }
     })
+}
+
+/// The server's cron tick (`hz` times a second, between commands).
+fn on_cron(ctx: *mut raw::RedisModuleCtx) {
+    globals::forget_serialized(server::command_started_us());
+    globals::with_migrations(|m| m.tick());
+    globals::journal_pending_flush();
+    record_counter_after_aof_rewrite(ctx);
+    globals::set_effects_needed(effects_needed(ctx));
 }
 
 /// Whether the flush about to run empties any key: the db `dbnum` (every db for -1) holds one.
