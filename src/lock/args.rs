@@ -263,9 +263,8 @@ pub struct ApplyTail {
     pub shared: Option<(u32, u32)>,
 }
 
-/// `LOCK.APPLY`'s words after `count`, within the bounds the RDB loader keeps ([`bounds`]):
-/// an expiry or lease end is any Redis takes, a grant time what a holder record keeps. A
-/// shared holder needs its lease end.
+/// `LOCK.APPLY`'s words after `count`, within the bounds the RDB loader and the effect encoder
+/// keep ([`bounds`]). A shared holder needs its lease end.
 pub fn apply_tail(words: &[&[u8]]) -> Result<ApplyTail, ArgError> {
     let mut tail = ApplyTail::default();
     let mut rest = words;
@@ -304,7 +303,7 @@ pub fn apply_tail(words: &[&[u8]]) -> Result<ApplyTail, ArgError> {
     Ok(tail)
 }
 
-/// An absolute expiry in Unix milliseconds: any positive time (as Redis's `PEXPIREAT` takes).
+/// An absolute expiry in Unix milliseconds: 1 <= at <= 2^62 ([`bounds::MAX_EXPIRY_MS`]).
 pub fn expiry_at_ms(bytes: &[u8]) -> Result<i64, ArgError> {
     checked(bytes, bounds::is_expiry, ArgError::Expiry)
 }
@@ -401,12 +400,14 @@ mod tests {
         assert_eq!(tail(&["GRANTED", "-1"]), Err(ArgError::Expiry));
         // The bounds of the RDB loader: any expiry for an exclusive hold; what a holder record
         // keeps for a lease end and a grant time.
-        let far = i64::MAX.to_string();
-        assert_eq!(tail(&["PXAT", &far]), ok(Some(i64::MAX), 0, None));
+        let far = bounds::MAX_EXPIRY_MS.to_string();
+        let too_far = (bounds::MAX_EXPIRY_MS + 1).to_string();
+        assert_eq!(tail(&["PXAT", &far]), ok(Some(1 << 62), 0, None));
         assert_eq!(
             tail(&["PXAT", &far, "SHARED"]),
-            ok(Some(i64::MAX), 0, Some((0, 1)))
+            ok(Some(1 << 62), 0, Some((0, 1)))
         );
+        assert_eq!(tail(&["PXAT", &too_far]), Err(ArgError::Expiry));
         let last = bounds::MAX_TIME_MS.to_string();
         let past = (bounds::MAX_TIME_MS + 1).to_string();
         assert_eq!(
@@ -484,13 +485,9 @@ mod tests {
         assert_eq!(expiry_at_ms(b"0"), Err(ArgError::Expiry));
         assert_eq!(expiry_at_ms(b"1"), Ok(1));
         assert_eq!(expiry_at_ms(b"1800000000000"), Ok(1_800_000_000_000));
-        assert_eq!(expiry_at_ms(b"4611686018427387905"), Ok((1 << 62) + 1));
-        assert_eq!(
-            expiry_at_ms(b"9223372036854775807"),
-            Ok(i64::MAX),
-            "any expiry Redis takes"
-        );
-        assert_eq!(expiry_at_ms(b"9223372036854775808"), Err(ArgError::Expiry));
+        assert_eq!(expiry_at_ms(b"4611686018427387904"), Ok(1 << 62));
+        assert_eq!(expiry_at_ms(b"4611686018427387905"), Err(ArgError::Expiry));
+        assert_eq!(expiry_at_ms(b"9223372036854775807"), Err(ArgError::Expiry));
         assert_eq!(expiry_at_ms(b"-5"), Err(ArgError::Expiry));
     }
 

@@ -11,12 +11,13 @@ use super::tokens::MAX_TOKEN;
 /// Longest owner, in bytes.
 pub const MAX_OWNER_LEN: usize = 256;
 
-/// An absolute expiry (Unix ms): an exclusive lock's is the key's own Redis expiry, and
-/// whatever Redis takes (`PEXPIREAT key 9223372036854775806` included) is carried as it is, so
-/// a replica ends up with exactly the master's. A shared holder's lease end is taken in the
-/// same range and kept as its record keeps it ([`lease_end`]), on the master and the replica
-/// alike.
-pub const MAX_EXPIRY_MS: i64 = i64::MAX;
+/// The latest absolute expiry (Unix ms) an effect carries: 2^62, some 146 million years away.
+/// An exclusive lock's expiry is its key's own, which a user may set later still (Redis takes
+/// `PEXPIREAT key 9223372036854775806`); when the module next writes such a lock it cuts the
+/// key's expiry to this, and the effect says the same ([`expiry`]), so the replica ends with
+/// exactly the master's. A shared holder's lease end is taken in the same range and kept as
+/// its record keeps it ([`lease_end`]), on the master and the replica alike.
+pub const MAX_EXPIRY_MS: i64 = 1 << 62;
 
 /// The latest time a holder record keeps (Unix ms, the year 2527): a shared holder's lease end
 /// (a later one is kept as this) and any hold's grant time (a later one is refused).
@@ -57,7 +58,7 @@ pub fn is_holders(holders: u64) -> bool {
     (1..=MAX_HOLDERS as u64).contains(&holders)
 }
 
-/// An absolute expiry or lease end, Unix ms: any positive time.
+/// An absolute expiry or lease end, Unix ms: 1 to [`MAX_EXPIRY_MS`].
 pub fn is_expiry(at: i64) -> bool {
     (1..=MAX_EXPIRY_MS).contains(&at)
 }
@@ -73,7 +74,7 @@ pub fn lease_end(at: i64) -> i64 {
     at.clamp(1, MAX_TIME_MS)
 }
 
-/// `at` as an expiry `LOCK.APPLY` takes.
+/// `at` as an expiry `LOCK.APPLY` takes (and the key's, when the module writes it).
 pub fn expiry(at: i64) -> i64 {
     at.clamp(1, MAX_EXPIRY_MS)
 }
@@ -94,7 +95,7 @@ mod tests {
             assert!(is_expiry(expiry(at)), "{at}");
             assert!(is_grant_time(grant_time(at)), "{at}");
         }
-        assert!(is_expiry(i64::MAX - 1) && !is_expiry(0));
+        assert!(is_expiry(MAX_EXPIRY_MS) && !is_expiry(MAX_EXPIRY_MS + 1) && !is_expiry(0));
         assert!(is_grant_time(0) && is_grant_time(MAX_TIME_MS) && !is_grant_time(1 << 44));
         assert!(is_permits(1, 0) && !is_permits(2, 0));
         assert!(is_permits(3, 3) && !is_permits(4, 3) && !is_permits(0, 3));
