@@ -415,6 +415,40 @@ impl Relock {
         self.masters.background().settle().await;
     }
 
+    /// Asks every master who it is (`INFO server`, concurrently, each bounded by the node
+    /// timeout) and fails with [`Error::DuplicateServer`] when two of them report one `run_id`:
+    /// one server reached under two names that [`Relock::with_options`] cannot tell apart from
+    /// their addresses (a host's LAN address and `127.0.0.1`, a port forward, a proxy), which
+    /// would vote twice toward the quorum. A master that does not answer (or whose ACL forbids
+    /// `INFO`) is not compared. With one master, or a cluster, there is nothing to compare.
+    /// lockctl calls it before it acquires anything over several masters.
+    pub async fn check_distinct_servers(&self) -> Result<(), Error> {
+        if self.masters.is_cluster() || self.masters.names().len() < 2 {
+            return Ok(());
+        }
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("server");
+        let reports = self
+            .masters
+            .ask_each("", &cmd, |info: String| Ok(run_id_of(&info)))
+            .await;
+        let ids: Vec<Option<String>> = reports
+            .into_iter()
+            .map(|r| r.result.ok().flatten())
+            .collect();
+        match same_server(&ids) {
+            Some((first, second)) => {
+                let names = self.masters.names();
+                Err(Error::DuplicateServer {
+                    first: names[first].clone(),
+                    second: names[second].clone(),
+                    address: format!("run_id {}", ids[second].as_deref().unwrap_or("?")),
+                })
+            }
+            None => Ok(()),
+        }
+    }
+
     /// `LOCK.INFO key` on every master, concurrently.
     pub async fn info(&self, key: &str) -> Vec<NodeReport<Option<LockInfo>>> {
         let mut cmd = redis::cmd("LOCK.INFO");
@@ -484,5 +518,44 @@ impl Relock {
     }
 }
 
+/// The `run_id` an `INFO server` reply gives (40 hex digits, new at every start of a server).
+fn run_id_of(info: &str) -> Option<String> {
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix("run_id:"))
+        .map(str::to_string)
+        .filter(|id| !id.is_empty())
+}
+
+/// The first two masters (their indexes) that reported one run id, if any.
+fn same_server(ids: &[Option<String>]) -> Option<(usize, usize)> {
+    ids.iter().enumerate().find_map(|(i, id)| {
+        let id = id.as_ref()?;
+        ids[..i]
+            .iter()
+            .position(|earlier| earlier.as_ref() == Some(id))
+            .map(|j| (j, i))
+    })
+}
+
 // What operators' tools ask (lockctl waiters, log, top, metrics): a file of its own.
 mod operators;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_run_id_is_one_server() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:ab12\r\ntcp_port:6379\r\n";
+        assert_eq!(run_id_of(info), Some("ab12".to_string()));
+        assert_eq!(run_id_of("# Server\r\nrun_id:\r\n"), None);
+        assert_eq!(run_id_of(""), None);
+        let id = |s: &str| Some(s.to_string());
+        assert_eq!(same_server(&[id("a"), id("b"), id("c")]), None);
+        assert_eq!(
+            same_server(&[id("a"), None, None, id("b"), id("a")]),
+            Some((0, 4))
+        );
+        assert_eq!(same_server(&[None, None]), None, "unknown is not the same");
+    }
+}

@@ -2,11 +2,13 @@
 //! connections made within a timeout, what tells two URLs apart, and the errors that mean a
 //! server's role is changing under us.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, ErrorKind};
+
+use tokio::sync::{Mutex, MutexGuard};
 
 use crate::error::NodeFailure;
 
@@ -26,6 +28,18 @@ pub(crate) async fn connect(
         Err(e) if e.is_timeout() => Err(NodeFailure::Timeout(timeout)),
         Err(e) => Err(NodeFailure::Redis(e)),
     }
+}
+
+/// `mutex` locked within `timeout` (a timeout is [`NodeFailure::Timeout`]). A lock held across
+/// a request is held by a future that its task may stop polling for a while (a `select!` busy
+/// in another branch): no other caller may wait for it longer than its own timeout.
+pub(crate) async fn lock_within<T>(
+    mutex: &Mutex<T>,
+    timeout: Duration,
+) -> Result<MutexGuard<'_, T>, NodeFailure> {
+    tokio::time::timeout(timeout, mutex.lock())
+        .await
+        .map_err(|_| NodeFailure::Timeout(timeout))
 }
 
 /// `host:port`, with an IPv6 host in brackets (`[::1]:6379`); a unix socket's path.
@@ -121,13 +135,45 @@ pub(crate) fn server_identity(addr: &ConnectionAddr) -> Vec<String> {
     }
 }
 
-/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+/// An address as the server it reaches: an IPv4-mapped IPv6 address as the IPv4 address it
+/// is, and the unspecified address (`0.0.0.0`, `::`), which a connection takes for this host's
+/// own, as the loopback address (`127.0.0.1`, `::1`).
 fn canonical(addr: SocketAddr) -> SocketAddr {
+    let port = addr.port();
     match addr {
+        SocketAddr::V4(v4) if v4.ip().is_unspecified() => (Ipv4Addr::LOCALHOST, port).into(),
+        SocketAddr::V6(v6) if v6.ip().is_unspecified() => (Ipv6Addr::LOCALHOST, port).into(),
         SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
+            Some(v4) => canonical((v4, port).into()),
             None => addr,
         },
         SocketAddr::V4(_) => addr,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_compare_as_the_server_they_reach() {
+        let addr = |s: &str| s.parse::<SocketAddr>().expect("address");
+        assert_eq!(canonical(addr("0.0.0.0:6379")), addr("127.0.0.1:6379"));
+        assert_eq!(canonical(addr("[::]:6379")), addr("[::1]:6379"));
+        assert_eq!(
+            canonical(addr("[::ffff:10.0.0.1]:6379")),
+            addr("10.0.0.1:6379")
+        );
+        assert_eq!(
+            canonical(addr("[::ffff:0.0.0.0]:6379")),
+            addr("127.0.0.1:6379")
+        );
+        assert_eq!(canonical(addr("10.0.0.1:6379")), addr("10.0.0.1:6379"));
+        let same = |a: &str, b: &str| {
+            let ident = |u: &str| server_identity(&ConnectionAddr::Tcp(u.to_string(), 6379));
+            ident(a).iter().any(|x| ident(b).contains(x))
+        };
+        assert!(same("127.0.0.1", "0.0.0.0"));
+        assert!(!same("127.0.0.1", "127.0.0.2"));
     }
 }

@@ -61,6 +61,22 @@ pub fn parse_ttl(text: &str) -> Result<Duration, String> {
     })
 }
 
+/// Parses a timeout or a period the way `lockctl` does (`--node-timeout`, `--grace`, `top
+/// --interval`...): a duration ([`parse_duration`]) of at most 10^12 ms, the bound of every
+/// timeout here, so that no deadline computed from it can overflow an `Instant`.
+///
+/// [`parse_duration`]: crate::parse_duration
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = parse_duration(text)?;
+    if timeout > MAX {
+        return Err(format!(
+            "{text:?} is out of range (a timeout is at most {}s)",
+            MAX.as_secs()
+        ));
+    }
+    Ok(timeout)
+}
+
 /// A wait limit as it is used: anything above 10^12 ms (the most `LOCK.WAIT` accepts, 31.7
 /// years) is taken as 10^12 ms, so that it is neither refused by every master nor overflows an
 /// `Instant`.
@@ -179,6 +195,19 @@ mod tests {
         }
         let short = parse_ttl("3ms").unwrap_err();
         assert!(short.contains("smallest usable ttl is 5ms"), "{short}");
+    }
+
+    #[test]
+    fn timeout_text() {
+        assert_eq!(parse_timeout("10s"), Ok(ms(10_000)));
+        assert_eq!(parse_timeout("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_timeout("1000000000s"), Ok(MAX));
+        for bad in ["1000000001s", "1e19s", "1e300s", "ten", "-1s"] {
+            assert!(parse_timeout(bad).is_err(), "{bad}");
+        }
+        assert!(parse_timeout("1e19s")
+            .unwrap_err()
+            .contains("at most 1000000000s"));
     }
 
     #[test]

@@ -18,8 +18,8 @@ use redis::{
 use tokio::sync::Mutex;
 
 use crate::conn::{
-    connect, display_addr, host_port, is_topology_change, normalize_addr, server_identity,
-    split_addr, with_addr,
+    connect, display_addr, host_port, is_topology_change, lock_within, normalize_addr,
+    server_identity, split_addr, with_addr,
 };
 use crate::error::{Error, NodeFailure};
 use crate::sentinel::{is_sentinel_url, Sentinel};
@@ -426,7 +426,7 @@ impl Node {
                     // The master did not even take the connection in time: stopped, or gone.
                     tracing::debug!(key, node = %addr, "no connection within {t:?}; re-resolving");
                     cluster.forget_conn(&addr);
-                    cluster.forget_slots().await;
+                    cluster.forget_slots();
                     continue;
                 }
                 other => return other,
@@ -435,12 +435,12 @@ impl Node {
                 (ErrorKind::Moved, Some((to, _))) => {
                     tracing::debug!(key, from = %addr, to, "blocking command moved");
                     redirect = Some((normalize_addr(to), false));
-                    cluster.forget_slots().await;
+                    cluster.forget_slots();
                 }
                 (ErrorKind::Ask, Some((to, _))) => redirect = Some((normalize_addr(to), true)),
                 _ if is_topology_change(&e) => {
                     tracing::debug!(key, node = %addr, error = %e, "cluster changing; re-resolving");
-                    cluster.forget_slots().await;
+                    cluster.forget_slots();
                     tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt + 1))).await;
                 }
                 _ => return Err(NodeFailure::Redis(e)),
@@ -511,7 +511,7 @@ impl Node {
                 Ok(Some(Err(other))) | Err(other) => return Err(other),
             };
             tracing::debug!(key, node = %addr, error = %failure, "master changing; asking the sentinels again");
-            sentinel.forget().await;
+            sentinel.forget();
             tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt + 1))).await;
             last = Some(failure);
         }
@@ -625,7 +625,7 @@ impl Via<'_> {
                 match self {
                     Via::Server(_, slot) => *slot.lock().await = None,
                     Via::Cluster(cluster, addr) => cluster.forget_conn(addr),
-                    Via::Sentinel(sentinel) => sentinel.forget().await,
+                    Via::Sentinel(sentinel) => sentinel.forget(),
                 }
             }
         }
@@ -757,13 +757,14 @@ async fn shared_conn(
     client: &Client,
     slot: &Mutex<Option<MultiplexedConnection>>,
 ) -> redis::RedisResult<MultiplexedConnection> {
-    let mut slot = slot.lock().await;
-    if let Some(c) = slot.as_ref() {
+    if let Some(c) = slot.lock().await.as_ref() {
         return Ok(c.clone());
     }
+    // Connected without the slot held: a caller whose future is not polled for a while (a
+    // `select!` busy in another branch) must not make every other caller wait for it. Two
+    // callers may both connect; the first connection stored is kept.
     let c = client.get_multiplexed_async_connection().await?;
-    *slot = Some(c.clone());
-    Ok(c)
+    Ok(slot.lock().await.get_or_insert(c).clone())
 }
 
 impl Cluster {
@@ -807,7 +808,7 @@ impl Cluster {
                 Ok(Err(NodeFailure::Redis(e))) => match (e.kind(), e.redirect_node()) {
                     (ErrorKind::Moved, Some((to, _))) => {
                         tracing::debug!(key, from = %addr, to, "moved");
-                        self.forget_slots().await;
+                        self.forget_slots();
                         redirect = Some((normalize_addr(to), false));
                         continue;
                     }
@@ -823,7 +824,7 @@ impl Cluster {
             };
             // The master did not answer, or is changing role: its slot may have a new master.
             self.forget_conn(&addr);
-            self.forget_slots().await;
+            self.forget_slots();
             if rerouted {
                 return Err(failure);
             }
@@ -840,10 +841,10 @@ impl Cluster {
 
     /// Every master of the slot map (read first if there is none), in slot order.
     async fn masters(&self, timeout: Duration) -> Result<Vec<String>, NodeFailure> {
-        let mut topology = self.topology.lock().await;
+        let timeout = timeout.max(MIN_TOPOLOGY_TIMEOUT);
+        let mut topology = lock_within(&self.topology, timeout).await?;
         if topology.ranges.is_empty() {
-            self.refresh(&mut topology, timeout.max(MIN_TOPOLOGY_TIMEOUT))
-                .await?;
+            self.refresh(&mut topology, timeout).await?;
         }
         let mut masters: Vec<String> = Vec::new();
         for (_, _, addr) in &topology.ranges {
@@ -876,7 +877,7 @@ impl Cluster {
         if let Err(e) = &result {
             if !matches!(e, NodeFailure::Redis(r) if is_error_reply(r)) {
                 self.forget_conn(addr);
-                self.forget_slots().await;
+                self.forget_slots();
             }
         }
         result
@@ -906,8 +907,12 @@ impl Cluster {
         conns.remove(addr);
     }
 
-    async fn forget_slots(&self) {
-        self.topology.lock().await.ranges.clear();
+    /// Drops the slot map, so that the next request reads it again. Never waits: a caller
+    /// holding it is reading the map again already, or will find out again on its own.
+    fn forget_slots(&self) {
+        if let Ok(mut topology) = self.topology.try_lock() {
+            topology.ranges.clear();
+        }
     }
 
     /// The master of `key`'s slot, from the slot map, read first if there is none.
@@ -919,11 +924,12 @@ impl Cluster {
                 .find(|(first, last, _)| (*first..=*last).contains(&slot))
                 .map(|(_, _, addr)| addr.clone())
         };
-        // Held while refreshing, so that concurrent callers wait for one refresh.
-        let mut topology = self.topology.lock().await;
+        // Held while refreshing, so that concurrent callers wait for one refresh (within
+        // their timeout).
+        let timeout = timeout.max(MIN_TOPOLOGY_TIMEOUT);
+        let mut topology = lock_within(&self.topology, timeout).await?;
         if topology.ranges.is_empty() {
-            self.refresh(&mut topology, timeout.max(MIN_TOPOLOGY_TIMEOUT))
-                .await?;
+            self.refresh(&mut topology, timeout).await?;
         }
         find(&topology.ranges)
             .ok_or_else(|| NodeFailure::Protocol(format!("no master serves slot {slot}")))
@@ -995,7 +1001,7 @@ impl Cluster {
                 continue;
             }
             self.forget_conn(addr);
-            self.forget_slots().await;
+            self.forget_slots();
             if self
                 .master_of(key, timeout)
                 .await
@@ -1091,6 +1097,30 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    /// A caller whose connect is left pending (its task busy in another branch of a
+    /// `select!`, or stopped) must not hold the shared slot: lockctl waited forever for a slot
+    /// held by its own starved acquisition.
+    #[tokio::test]
+    async fn a_pending_connect_does_not_hold_the_shared_slot() {
+        // Accepts connections (in its backlog) and never answers the connection's setup.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let client = Client::open(format!("redis://{}", silent.local_addr().expect("addr")))
+            .expect("client");
+        let slot = Mutex::new(None);
+        let mut pending = Box::pin(shared_conn(&client, &slot));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), &mut pending)
+                .await
+                .is_err(),
+            "the silent server answered"
+        );
+        assert!(
+            slot.try_lock().is_ok(),
+            "a pending connect holds the shared slot"
+        );
+        drop(pending);
     }
 
     #[test]

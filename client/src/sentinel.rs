@@ -19,7 +19,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{ConnectionInfo, IntoConnectionInfo, Pipeline, Value};
 use tokio::sync::Mutex;
 
-use crate::conn::{connect, host_port, is_topology_change, split_addr, with_addr};
+use crate::conn::{connect, host_port, is_topology_change, lock_within, split_addr, with_addr};
 use crate::error::{Error, NodeFailure};
 use crate::tls::Tls;
 
@@ -148,8 +148,10 @@ impl Sentinel {
     }
 
     /// The master's `host:port` as last resolved, if it has been.
-    pub(crate) async fn last_known(&self) -> Option<String> {
-        self.current.lock().await.as_ref().map(|c| c.addr.clone())
+    /// Never waits: while another caller resolves or connects, that is not known yet.
+    pub(crate) fn last_known(&self) -> Option<String> {
+        let current = self.current.try_lock().ok()?;
+        current.as_ref().map(|c| c.addr.clone())
     }
 
     /// Asks every sentinel at once which server is the master and takes the first answer.
@@ -199,7 +201,7 @@ impl Sentinel {
         &self,
         timeout: Duration,
     ) -> Result<(String, MultiplexedConnection), NodeFailure> {
-        let mut current = self.current.lock().await;
+        let mut current = lock_within(&self.current, timeout).await?;
         let fresh = current
             .as_ref()
             .is_some_and(|c| c.resolved_at.elapsed() < RESOLVED_FOR && c.conn.is_some());
@@ -242,8 +244,11 @@ impl Sentinel {
     }
 
     /// Drops what is known of the master: the next request asks the sentinels first.
-    pub(crate) async fn forget(&self) {
-        *self.current.lock().await = None;
+    /// Never waits: a caller holding it is resolving the master again already.
+    pub(crate) fn forget(&self) {
+        if let Ok(mut current) = self.current.try_lock() {
+            *current = None;
+        }
     }
 
     /// The shared connection to the master (for the checks of a wait).
@@ -275,7 +280,7 @@ impl Sentinel {
     ) -> Result<Vec<Value>, NodeFailure> {
         let mut rerouted = false;
         loop {
-            let before = self.last_known().await;
+            let before = self.last_known();
             let attempt = async {
                 let (_, mut conn) = self.conn(timeout).await?;
                 pipe.query_async::<Vec<Value>>(&mut conn)
@@ -289,7 +294,7 @@ impl Sentinel {
                 Ok(Err(other)) => return Err(other),
                 Err(_) => NodeFailure::Timeout(timeout),
             };
-            self.forget().await;
+            self.forget();
             if rerouted {
                 return Err(failure);
             }
@@ -309,7 +314,7 @@ impl Sentinel {
         loop {
             tokio::time::sleep(RESOLVED_FOR).await;
             if self.resolve(timeout).await.is_ok_and(|now| now != addr) {
-                self.forget().await;
+                self.forget();
                 return;
             }
         }

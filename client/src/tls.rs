@@ -60,6 +60,16 @@ impl Tls {
         if client_tls.is_none() && self.ca.is_none() {
             return Ok(None);
         }
+        if let Some(ca) = &self.ca {
+            // redis-rs skips what is not a certificate: junk, or an empty file, would be an
+            // empty trust store, and every server's certificate then "untrusted".
+            if let Err(why) = pem_certificates(ca) {
+                return Err(Error::InvalidOption {
+                    name: "tls",
+                    reason: format!("the CA certificates (Tls::ca): {why}"),
+                });
+            }
+        }
         Ok(Some(TlsCertificates {
             client_tls,
             root_cert: self.ca.clone(),
@@ -97,5 +107,44 @@ impl Tls {
                 source,
             }),
         }
+    }
+}
+
+/// How many certificates `pem` holds: at least one, every one of them readable PEM, else why
+/// not.
+pub(crate) fn pem_certificates(pem: &[u8]) -> Result<usize, String> {
+    let mut count = 0;
+    for cert in rustls_pemfile::certs(&mut &pem[..]) {
+        cert.map_err(|e| format!("not PEM: {e}"))?;
+        count += 1;
+    }
+    if count == 0 {
+        return Err("no PEM certificate in it (-----BEGIN CERTIFICATE----- ...)".into());
+    }
+    Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ca_must_hold_a_pem_certificate() {
+        assert!(pem_certificates(b"").is_err());
+        assert!(pem_certificates(b"\x8f\x03 no certificate\x00\xff").is_err());
+        assert!(
+            pem_certificates(b"-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n")
+                .is_err()
+        );
+        let one = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        assert_eq!(pem_certificates(one), Ok(1));
+        let no_ca = Tls {
+            ca: Some(b"junk".to_vec()),
+            ..Tls::default()
+        };
+        assert!(matches!(
+            no_ca.certificates(),
+            Err(Error::InvalidOption { .. })
+        ));
     }
 }

@@ -534,6 +534,25 @@ mod tests {
         );
     }
 
+    /// Every keyword of a mode must be the right one, in its place: a misspelt or misplaced
+    /// one is a syntax error, not a shared mode.
+    #[test]
+    fn modes_need_every_keyword_in_its_place() {
+        #[rustfmt::skip]
+        let wrong: &[&[&[u8]]] = &[
+            &[b"SHARED", b"LIMIT", b"3", b"PERMIT", b"1"],
+            &[b"SHARED", b"LIMITS", b"3", b"PERMITS", b"1"],
+            &[b"SHARD", b"LIMIT", b"3", b"PERMITS", b"1"],
+            &[b"SHARED", b"PERMITS", b"3", b"LIMIT", b"1"],
+            &[b"SHARED", b"SHARED", b"3", b"PERMITS", b"1"],
+            &[b"SHARED", b"LIMITS", b"3"],
+            &[b"SHARD", b"LIMIT", b"3"],
+        ];
+        for words in wrong {
+            assert_eq!(mode(words), Err(ArgError::Syntax), "{words:?}");
+        }
+    }
+
     #[test]
     fn holders_option_words() {
         let h = |words: &[&[u8]]| holders_options(words);

@@ -505,6 +505,66 @@ mod tests {
         );
     }
 
+    /// Every key in the table and its stats, by name.
+    fn table(hot: &HotKeys) -> Vec<(Vec<u8>, KeyStats)> {
+        let mut all: Vec<_> = hot
+            .hottest(hot.len())
+            .into_iter()
+            .map(|(k, s)| (k.name.to_vec(), s.clone()))
+            .collect();
+        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    /// Space-Saving as its doc promises it, checked against a plain list on long random streams:
+    /// a key in the table adds its wait; a new key enters while there is room, and otherwise
+    /// replaces a key with the least total, starting from that total, its error bound.
+    #[test]
+    fn a_full_table_replaces_a_least_total_key_and_inherits_its_total() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut below = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for capacity in [1, 2, 3, 6, 7, 8, 13] {
+            let mut hot = HotKeys::new(capacity);
+            let mut model: Vec<(Vec<u8>, KeyStats)> = Vec::new();
+            for step in 0..3_000 {
+                let k = name(below(3 * capacity as u64) as u32);
+                let wait = if below(4) == 0 { 0 } else { below(1_000) };
+                hot.update(key(&k), wait, |s| s.waits += 1);
+                let now = table(&hot);
+                if let Some((_, s)) = model.iter_mut().find(|(n, _)| *n == k) {
+                    s.wait_ms_total += wait;
+                    s.waits += 1;
+                } else {
+                    let mut floor = 0;
+                    if model.len() == capacity {
+                        floor = model.iter().map(|(_, s)| s.wait_ms_total).min().unwrap();
+                        // Which of several least keys goes is the table's choice.
+                        let gone = model
+                            .iter()
+                            .position(|(n, _)| !now.iter().any(|(m, _)| m == n))
+                            .expect("a key was replaced");
+                        let total = model.remove(gone).1.wait_ms_total;
+                        assert_eq!(total, floor, "capacity {capacity}, step {step}");
+                    }
+                    let entered = KeyStats {
+                        waits: 1,
+                        wait_ms_total: floor + wait,
+                        error: floor,
+                        ..KeyStats::default()
+                    };
+                    model.push((k, entered));
+                    model.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                }
+                assert_eq!(now, model, "capacity {capacity}, step {step}");
+            }
+        }
+    }
+
     #[test]
     fn resizing_keeps_the_hottest_that_fit() {
         let mut hot = HotKeys::new(10);

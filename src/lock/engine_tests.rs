@@ -3,8 +3,10 @@
 
 use super::engine::{Info, Reply, MAX_TIMER_MS, RETRY_MS};
 use super::errors::{LockError, Refusal, NOPERM, NO_TOKENS, READONLY, WRONGTYPE};
-use super::host::{Event, Outcome, State};
+use super::host::{Event, Host, KeyRef, Outcome, State};
+use super::journal::Reason;
 use super::memory::{error_text, Sim};
+use super::watch::EndedHold;
 use super::{MAX_COUNT, MAX_TOKEN};
 
 const START: i64 = 1_800_000_000_000;
@@ -463,6 +465,11 @@ fn a_wait_that_may_not_block_answers_at_once() {
     assert_eq!(sim.wait_unblockable(K, b"b", 1000), Reply::Nil);
     assert_eq!(sim.wait_unblockable(K, b"a", 1000), Reply::Integer(t));
     assert_eq!(sim.engine.waiters(), 0);
+    assert_eq!(
+        sim.engine.stats().contended,
+        1,
+        "its nil, as LOCK.ACQUIRE's, counts as contended"
+    );
 }
 
 #[test]
@@ -851,4 +858,111 @@ fn far_expiries_reach_the_replica_as_the_master_has_them() {
     let latest = super::bounds::MAX_TIME_MS;
     assert_eq!(holders.get(b"owner").map(|h| h.lease_end), Some(latest));
     assert_eq!(expiry, Some(latest));
+}
+
+#[test]
+fn the_grace_reports_its_setting_and_the_ms_left() {
+    let mut sim = Sim::new(START);
+    let grace = |sim: &Sim| sim.engine.grace_ms(sim.host.now_us());
+    assert_eq!(grace(&sim), (0, 0), "none configured");
+    sim.start_grace(5_000);
+    assert_eq!(grace(&sim), (5_000, 5_000));
+    sim.advance(1_500);
+    assert_eq!(grace(&sim), (5_000, 3_500));
+    let Reply::Error(refused) = sim.acquire(K, b"a", 1000) else {
+        panic!("a new hold in the grace");
+    };
+    assert_eq!(
+        refused.text(),
+        "TRYAGAIN relock restart grace, 3500 ms left"
+    );
+    sim.advance(3_500);
+    assert_eq!(grace(&sim), (5_000, 0), "over: the setting stays");
+}
+
+/// Holds that ended behind the engine's back (the host reports them: DEL, expiry, eviction...)
+/// reach the journal, with the key's queue at that moment, and the hold distribution.
+#[test]
+fn holds_lost_behind_the_engines_back_are_journaled_and_timed() {
+    let mut sim = Sim::new(START);
+    let t = token(sim.acquire(K, b"a", 10_000));
+    sim.wait(K, b"w", 1000, 0);
+    let hold = EndedHold {
+        owner: b"a"[..].into(),
+        token: t,
+        granted_at: START,
+    };
+    let key = KeyRef { db: 0, name: K };
+    sim.engine
+        .holds_lost(key, START + 250, Reason::Deleted, &[hold]);
+    let entries = sim.engine.watch().journal.of_key(0, K, 10);
+    let found: Vec<_> = entries
+        .iter()
+        .map(|e| (&*e.owner, e.token, e.reason, e.time, e.held, e.waiters))
+        .collect();
+    assert_eq!(
+        found,
+        [(&b"a"[..], t, Reason::Deleted, START + 250, Some(250), 1)]
+    );
+    assert_eq!(sim.engine.watch().contention.holds.count(), 1);
+}
+
+/// `LOCK.MRENEW` renews each key the owner holds and replies how many: fewer than asked means
+/// part of the group is gone.
+#[test]
+fn mrenew_renews_and_counts_the_keys_the_owner_holds() {
+    let mut sim = Sim::new(START);
+    assert!(matches!(
+        sim.macquire(&[b"a", b"b"], b"o", 1000),
+        Reply::Tokens(_)
+    ));
+    sim.acquire(b"c", b"x", 1000);
+    sim.advance(500);
+    assert_eq!(
+        sim.mrenew(&[b"a", b"b", b"c"], b"o", 2000),
+        Reply::Integer(2)
+    );
+    assert_eq!(sim.lock(b"a").and_then(|l| l.3), Some(START + 2500));
+    assert_eq!(
+        sim.lock(b"c").and_then(|l| l.3),
+        Some(START + 1000),
+        "not o's"
+    );
+    assert_eq!(sim.mrenew(&[b"a", b"b"], b"x", 2000), Reply::Integer(0));
+}
+
+/// A force-release's journal entry says who did it (`client-info`, always known for
+/// `LOCK.FORCERELEASE`).
+#[test]
+fn a_force_release_is_journaled_with_who_did_it() {
+    let mut sim = Sim::new(START);
+    sim.host.caller_info = "id=7 addr=127.0.0.1:5000 name=admin".into();
+    sim.acquire(K, b"a", 1000);
+    assert_eq!(sim.force_release(K), Reply::Integer(1));
+    let entries = sim.engine.watch().journal.of_key(0, K, 10);
+    let found: Vec<_> = entries
+        .iter()
+        .map(|e| (e.reason, &*e.client_info))
+        .collect();
+    assert_eq!(
+        found,
+        [(Reason::ForceReleased, "id=7 addr=127.0.0.1:5000 name=admin")]
+    );
+}
+
+/// Holds that end behind the engine's back are described to it as long as the journal or the
+/// statistics keep anything of them, and not at all when neither does.
+#[test]
+fn the_engine_asks_for_lost_holds_only_while_something_keeps_them() {
+    use super::journal::Reasons;
+    let mut sim = Sim::new(START);
+    assert!(sim.engine.describes() > 0, "by default");
+    sim.engine.watch_mut().contention.enabled = false;
+    assert!(sim.engine.describes() > 0, "the journal");
+    sim.engine.watch_mut().journal.configure(1024, Reasons(0));
+    assert_eq!(sim.engine.describes(), 0, "no reason recorded");
+    sim.engine.watch_mut().journal.configure(0, Reasons::ALL);
+    assert_eq!(sim.engine.describes(), 0, "no journal");
+    sim.engine.watch_mut().contention.enabled = true;
+    assert!(sim.engine.describes() > 0, "the hold distribution");
 }

@@ -407,4 +407,24 @@ mod tests {
         let kept = &j.latest(1)[0].client_info;
         assert!(kept.len() <= CLIENT_BYTES && kept.chars().all(|c| c == 'é'));
     }
+
+    /// A cut that falls inside a character backs up to its start: three-byte characters, whose
+    /// boundaries miss [`CLIENT_BYTES`], keep every whole one that fits. (Recorded on another
+    /// thread: a cut that never found its boundary fails the test instead of hanging it.)
+    #[test]
+    fn a_cut_inside_a_character_keeps_the_whole_ones_before_it() {
+        let (done, result) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut j = Journal::default();
+            let client = "€".repeat(400);
+            let mut e = ended(&j, b"k", Reason::ForceReleased);
+            e.client_info = &client;
+            j.record(1, e);
+            let _ = done.send(j.latest(1)[0].client_info.clone());
+        });
+        let kept = result
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("recorded in time");
+        assert_eq!(&*kept, "€".repeat(CLIENT_BYTES / 3));
+    }
 }

@@ -483,6 +483,11 @@ impl Sim {
         self.command_on_keys(keys, |e, h, k| e.mrelease(h, k, owner))
     }
 
+    /// `LOCK.MRENEW numkeys key... owner ttl`.
+    pub fn mrenew(&mut self, keys: &[&[u8]], owner: &[u8], ttl: u64) -> Reply {
+        self.command_on_keys(keys, |e, h, k| e.mrenew(h, k, owner, ttl))
+    }
+
     /// `LOCK.ACQUIRE key owner ttl`.
     pub fn acquire(&mut self, key: &[u8], owner: &[u8], ttl: u64) -> Reply {
         self.acquire_as(key, owner, ttl, Mode::Exclusive)

@@ -134,6 +134,39 @@ fn a_turn_can_stop_early_and_the_rest_comes_in_the_next_turn() {
     assert_eq!(turn(&mut s, &mut host).len(), 6);
 }
 
+/// However large the flood, a turn that stops early leaves all the rest to the next turn.
+#[test]
+fn a_flood_stopped_early_keeps_every_job_for_the_next_turn() {
+    let mut host = MemHost::default();
+    let mut s: Schedule<MemHost> = Schedule::default();
+    for i in 0..2000 {
+        s.push(&mut host, Job::Serve(key(&format!("k{i}"))));
+    }
+    let generation = host.fire_next_timer().unwrap();
+    assert!(s.fired(generation));
+    for _ in 0..256 {
+        assert!(s.next(0).is_some());
+    }
+    s.rearm(&mut host);
+    assert_eq!(turn(&mut s, &mut host).len(), 2000 - 256);
+    assert!(!s.has_jobs());
+    assert_eq!(host.timers(), 0, "drained: no host timer");
+}
+
+#[test]
+fn a_timer_tells_when_it_comes_due_while_it_is_armed() {
+    let mut host = MemHost::default();
+    let mut s: Schedule<MemHost> = Schedule::default();
+    let stopped = s.start(&mut host, 500, Due::Deadline(key("a")));
+    let fired = s.start(&mut host, 100, Due::Deadline(key("b")));
+    assert_eq!((s.due_at(stopped), s.due_at(fired)), (Some(500), Some(100)));
+    s.stop(&mut host, stopped);
+    assert_eq!(s.due_at(stopped), None, "stopped");
+    host.set_now(100);
+    assert_eq!(turn(&mut s, &mut host).len(), 1);
+    assert_eq!(s.due_at(fired), None, "came due");
+}
+
 #[test]
 fn deferred_jobs_retry_later_and_keep_their_place() {
     let mut host = MemHost::default();

@@ -1035,6 +1035,33 @@ mod tests {
         );
     }
 
+    /// Removals from a set too large to compact whole compact its owners' bytes before they
+    /// pass four times what the holders need (the count makes 3/4 of them stale at no removal
+    /// exactly, so only the "past" counts).
+    #[test]
+    fn a_large_set_keeps_its_owners_bytes_within_four_times_its_holders() {
+        let mut s = Shared::new(0);
+        let owner = |i: usize| format!("{i:036}").into_bytes();
+        let n = 4 * QUICK_TIDY_HOLDERS + 101;
+        for i in 0..n {
+            s.insert(&owner(i), h(i as u64 + 1, 10)).unwrap();
+        }
+        for i in 0..n - QUICK_TIDY_HOLDERS - 1 {
+            s.remove(&owner(i));
+            assert!(
+                s.owners.len() <= 4 * 36 * s.len(),
+                "{} owner bytes for {} holders",
+                s.owners.len(),
+                s.len()
+            );
+        }
+        assert!(s.len() > QUICK_TIDY_HOLDERS, "never compacted whole");
+        assert!(
+            s.owners.capacity() < 36 * n / 2,
+            "the old bytes were given back"
+        );
+    }
+
     #[test]
     fn lease_questions_cost_log_h_and_see_through_lapsed_leases() {
         let mut s = Shared::new(0);
@@ -1110,6 +1137,117 @@ mod tests {
             garbage.bytes() > 0 && s.heap_size() < size,
             "an empty set hands its arrays back"
         );
+        assert_eq!(
+            garbage.bytes(),
+            size - std::mem::size_of::<Shared>(),
+            "the garbage's bytes are those of the arrays handed back (what decides where they \
+             are freed)"
+        );
+    }
+
+    /// A tidy copies only arrays much of which is unused: one removal from a thousand copies
+    /// nothing (what keeps a removal amortized O(1)).
+    #[test]
+    fn a_tidy_with_little_unused_room_copies_nothing() {
+        let mut s = Shared::new(0);
+        for i in 0..1000u32 {
+            s.insert(format!("{i:036}").as_bytes(), h(u64::from(i) + 1, 10))
+                .unwrap();
+        }
+        s.remove(format!("{:036}", 0).as_bytes()).unwrap();
+        let size = s.heap_size();
+        let garbage = s.tidy();
+        assert_eq!((garbage.bytes(), s.heap_size()), (0, size));
+    }
+
+    /// When the records shrink but the owners' bytes are mostly live (the removed owners were
+    /// short), the owners are copied along with the records, and every old array is handed
+    /// back to be freed elsewhere, none freed inline.
+    #[test]
+    fn a_tidy_hands_back_every_array_it_replaces() {
+        let mut s = Shared::new(0);
+        let long = |i: u32| format!("{i:0250}").into_bytes();
+        for i in 0..1000u32 {
+            s.insert(format!("s{i:04}").as_bytes(), h(u64::from(i) + 1, 10))
+                .unwrap();
+        }
+        for i in 0..100u32 {
+            s.insert(&long(i), h(u64::from(i) + 5000, 10)).unwrap();
+        }
+        for i in 0..1000u32 {
+            s.remove_keeping_room(format!("s{i:04}").as_bytes())
+                .unwrap();
+        }
+        let size = s.heap_size();
+        let garbage = s.tidy();
+        assert_eq!(garbage.bytes(), size - std::mem::size_of::<Shared>());
+        assert!(s.heap_size() < size / 2);
+        let owners: Vec<Vec<u8>> = s.iter().map(|(o, _)| o.to_vec()).collect();
+        assert_eq!(owners, (0..100).map(long).collect::<Vec<_>>());
+    }
+
+    /// The owners' table is rebuilt only when it would pass 3/4 full, to twice its size: a
+    /// handful of rebuilds for 20,000 inserts (amortized O(1) each), not one per insert.
+    #[test]
+    fn the_table_is_rebuilt_only_when_it_fills() {
+        let mut s = Shared::new(0);
+        let mut rebuilds = 0;
+        for i in 0..20_000u32 {
+            let before = (s.table.as_ptr(), s.table.len());
+            s.insert(format!("{i:08}").as_bytes(), h(u64::from(i) + 1, 10))
+                .unwrap();
+            if (s.table.as_ptr(), s.table.len()) != before {
+                rebuilds += 1;
+                assert!(
+                    s.table.len() >= 2 * before.1,
+                    "{} after {}",
+                    s.table.len(),
+                    before.1
+                );
+            }
+        }
+        assert!(rebuilds <= 16, "{rebuilds} rebuilds");
+    }
+
+    /// The records and the owners' bytes grow by a sixteenth at a time: little unused room,
+    /// yet few copies (amortized O(1) per insert).
+    #[test]
+    fn arrays_grow_by_a_sixteenth_with_few_copies() {
+        let mut s = Shared::new(0);
+        let (mut slot_copies, mut owner_copies) = (0, 0);
+        for i in 0..20_000u32 {
+            let before = (s.slots.capacity(), s.owners.capacity());
+            s.insert(format!("{i:08}").as_bytes(), h(u64::from(i) + 1, 10))
+                .unwrap();
+            slot_copies += usize::from(s.slots.capacity() != before.0);
+            owner_copies += usize::from(s.owners.capacity() != before.1);
+            assert!(s.slots.capacity() <= s.len() + s.len() / 16 + 4);
+        }
+        // (17/16)^150 > 20,000 / 4.
+        assert!(
+            slot_copies <= 150 && owner_copies <= 150,
+            "{slot_copies}, {owner_copies}"
+        );
+    }
+
+    /// Owners are spread over the table by their hash: finding one probes a few places, not a
+    /// run as long as the set (`LOCK.HOLDERS ... OWNER` is O(1), a release O(log H)).
+    #[test]
+    fn finding_an_owner_probes_a_few_places() {
+        let mut s = Shared::new(0);
+        let owner = |i: u32| format!("{i:08}").into_bytes();
+        for i in 0..20_000u32 {
+            s.insert(&owner(i), h(u64::from(i) + 1, 10)).unwrap();
+        }
+        let mask = s.table.len() - 1;
+        let longest = (0..20_000u32)
+            .map(|i| {
+                let (at, _) = s.find(&owner(i)).expect("found");
+                at.wrapping_sub(s.hash(&owner(i))) & mask
+            })
+            .max();
+        // Linear probing at 61 % load: a few places on average, tens at worst.
+        assert!(longest < Some(1_000), "{longest:?} places probed");
     }
 
     #[test]

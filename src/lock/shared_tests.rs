@@ -219,6 +219,31 @@ fn one_turn_does_at_most_a_turn_budget_of_work_in_a_storm_of_lease_ends() {
     assert_eq!(sim.engine.stats().expired, lapsing as u64);
 }
 
+/// A turn the engine starts by itself does at most [`TURN_BUDGET`] units of work, each grant
+/// one: the readers left after a release's slice are served a slice per turn.
+///
+/// [`TURN_BUDGET`]: super::engine::TURN_BUDGET
+#[test]
+fn a_turn_grants_no_more_than_its_budget() {
+    use super::engine::{GRANT_BATCH, TURN_BUDGET};
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"w0", 1000);
+    for i in 0..3 * GRANT_BATCH {
+        sim.wait_as(K, format!("r{i}").as_bytes(), 1000, 0, READ);
+    }
+    sim.release(K, b"w0");
+    assert_eq!(sim.pending().len(), GRANT_BATCH, "the release's slice");
+    let generation = sim.host.fire_next_timer().expect("the rest is due");
+    sim.engine.on_timer(&mut sim.host, generation);
+    let after_one_turn = sim.pending().len() - GRANT_BATCH;
+    assert!(
+        0 < after_one_turn && after_one_turn <= TURN_BUDGET,
+        "{after_one_turn} granted in one turn"
+    );
+    sim.settle();
+    assert_eq!(granted(&mut sim).len(), 3 * GRANT_BATCH, "the rest later");
+}
+
 #[test]
 fn a_batch_of_consecutive_readers_is_granted_in_queue_order_up_to_the_limit() {
     let mut sim = Sim::new(START);
@@ -354,6 +379,41 @@ fn force_release_of_one_owner_or_of_all() {
     assert_eq!(sim.force_release_of(K, b"nobody"), Reply::Integer(0));
     assert_eq!(sim.force_release_of(K, b"w"), Reply::Integer(1));
     assert_eq!(sim.engine.stats().forcereleased, 4);
+}
+
+/// A whole-key force-release ends the live holds (its reply and `forcereleased_total`); a lease
+/// that had lapsed before it, not yet removed, counts as expired.
+#[test]
+fn force_release_counts_a_lapsed_lease_as_expired() {
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"a", 100, READ);
+    sim.acquire_as(K, b"b", 1000, READ);
+    sim.acquire_as(K, b"c", 1000, READ);
+    sim.advance(200);
+    assert_eq!(sim.shared(K).map(|s| s.0.len()), Some(3), "not removed yet");
+    assert_eq!(sim.force_release(K), Reply::Integer(2));
+    let stats = sim.engine.stats();
+    assert_eq!((stats.expired, stats.forcereleased), (1, 2));
+}
+
+/// A semaphore's holders, lapsed or not, never hold more than its limit (replicas count every
+/// holder they were sent): a grant that needs the room of a lapsed lease removes it first,
+/// as an expiry.
+#[test]
+fn a_new_permit_takes_the_room_of_a_lapsed_lease_by_removing_it() {
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"a", 100, sem(2));
+    sim.acquire_as(K, b"b", 1000, sem(2));
+    sim.advance(200);
+    assert_eq!(sim.shared(K).map(|s| s.0.len()), Some(2), "not removed yet");
+    assert!(matches!(
+        sim.acquire_as(K, b"c", 1000, sem(2)),
+        Reply::Integer(_)
+    ));
+    let (holders, _) = sim.shared(K).expect("shared");
+    assert_eq!(holders.len(), 2, "the lapsed lease made room");
+    assert!(holders.get(b"a").is_none());
+    assert_eq!(sim.engine.stats().expired, 1);
 }
 
 #[test]
@@ -702,6 +762,23 @@ fn waiters_say_their_timeout_left_or_none() {
     assert_eq!(timeouts, [-1, 5000]);
 }
 
+/// `LOCK.WAITERS`: `waited` is the ms since each waiter queued, oldest first.
+#[test]
+fn waiters_say_how_long_they_waited() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"a", 60_000);
+    sim.wait(K, b"b", 1000, 0);
+    sim.advance(2_500);
+    sim.wait(K, b"c", 1000, 0);
+    sim.advance(1_200);
+    let key = super::host::KeyRef { db: 0, name: K };
+    let Reply::Waiters(list) = sim.engine.waiters_of(&sim.host, key, 0) else {
+        panic!("no waiters");
+    };
+    let waited: Vec<u64> = list.iter().map(|w| w.waited_ms).collect();
+    assert_eq!(waited, [3_700, 1_200]);
+}
+
 /// An owner whose shared lease lapsed learns it from `LOCK.RENEW` (nil), and the journal has
 /// the lease's end already: `LOCK.HISTORY` says why at once.
 #[test]
@@ -727,4 +804,50 @@ fn hold_times_count_only_known_grants() {
     watch.held(START + 2_000, START);
     watch.held(START + 2_000, 0);
     assert_eq!(watch.contention.holds.count(), 1);
+}
+
+/// A reader key whose every lease lapsed, taken by a writer, is replaced whole: the journal
+/// still learns of each lapsed lease, as expired when its lease ended. (The key outlives its
+/// lease: a `PERSIST`, and the writer's command before the engine's next turn caps the TTL.)
+#[test]
+fn lapsed_leases_replaced_by_a_new_hold_are_journaled_as_expired() {
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"r", 100, READ);
+    sim.user_expiry(K, None);
+    sim.host.set_now(START + 200);
+    assert!(matches!(sim.acquire(K, b"w", 1000), Reply::Integer(_)));
+    let entries = sim.engine.watch().journal.of_key(0, K, 10);
+    let found: Vec<_> = entries
+        .iter()
+        .map(|e| (&*e.owner, e.reason, e.time))
+        .collect();
+    assert_eq!(found, [(&b"r"[..], super::Reason::Expired, START + 100)]);
+    assert_eq!(sim.engine.stats().expired, 1);
+}
+
+/// A command on a key with lapsed leases queues their removal; a turn removes them a slice per
+/// job and at most its budget in all, each job and each removal a unit of work.
+#[test]
+fn lapsed_leases_are_removed_after_a_command_within_the_turns_budget() {
+    use super::engine::{PRUNE_SLICE, TURN_BUDGET};
+    let mut sim = Sim::new(START);
+    sim.acquire_as(K, b"long", 10_000, READ);
+    for i in 0..1000 {
+        sim.acquire_as(K, format!("r{i}").as_bytes(), 100, READ);
+    }
+    sim.advance(200);
+    let held = |sim: &Sim| sim.shared(K).map_or(0, |s| s.0.len());
+    assert_eq!(held(&sim), 1001, "nothing removed without a command");
+    assert!(matches!(sim.renew(K, b"long", 10_000), Reply::Integer(_)));
+    let generation = sim.host.fire_next_timer().expect("removal queued");
+    sim.engine.on_timer(&mut sim.host, generation);
+    let removed = 1001 - held(&sim);
+    let jobs = removed.div_ceil(PRUNE_SLICE);
+    assert!(
+        removed > 0 && removed + jobs <= TURN_BUDGET,
+        "{removed} removed in one turn"
+    );
+    sim.settle();
+    assert_eq!(held(&sim), 1, "the rest in later turns");
+    assert_eq!(sim.engine.stats().expired, 1000);
 }

@@ -16,7 +16,7 @@ use crate::watchdog::{self, Watchdog};
 
 /// How long a command asked to stop (SIGTSTP...) gets to stop by itself, restoring its
 /// terminal for instance, before its whole group is stopped with SIGSTOP.
-const STOP_WITHIN: Duration = Duration::from_secs(1);
+pub const STOP_WITHIN: Duration = Duration::from_secs(1);
 
 /// A change of the command's process (the group's leader), from waitpid(2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +78,7 @@ impl Job {
             }
         };
         let watchdog_fd = watchdog.as_ref().map(Watchdog::announce_fd);
+        become_subreaper();
         // SAFETY: getpid before the fork; between fork and exec the closure makes only
         // async-signal-safe calls (prctl, getppid, getpid, kill, write, sigprocmask,
         // tcsetpgrp).
@@ -86,8 +87,8 @@ impl Job {
             cmd.pre_exec(move || {
                 #[cfg(target_os = "linux")]
                 {
-                    // The leader dies with lockctl: from here on, if lockctl is killed before
-                    // the watchdog knows the group, the group has no process yet but this one.
+                    // The leader dies with lockctl until the watchdog knows the group: if
+                    // lockctl is killed before, the group has no process yet but this one.
                     if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                         return Err(io::Error::last_os_error());
                     }
@@ -95,8 +96,16 @@ impl Job {
                         libc::kill(libc::getpid(), libc::SIGKILL);
                     }
                 }
-                if let Some(fd) = watchdog_fd {
-                    watchdog::announce(fd, libc::getpid());
+                #[allow(unused_variables)]
+                let watched = watchdog_fd.is_some_and(|fd| watchdog::announce(fd, libc::getpid()));
+                #[cfg(target_os = "linux")]
+                if watched && libc::prctl(libc::PR_SET_PDEATHSIG, 0) != 0 {
+                    // The watchdog knows the group: if lockctl dies now, the leader lives on
+                    // until the watchdog kills everything (within a tick), so that what it
+                    // started stays its children (a dead leader's go to init) and can be
+                    // found, those in other groups included. (Not a stop: the kernel sends a
+                    // newly orphaned group with a stopped member SIGHUP and SIGCONT.)
+                    return Err(io::Error::last_os_error());
                 }
                 if let Some(fd) = foreground_fd {
                     // As a shell does in its child: take the terminal before exec, so that
@@ -128,8 +137,45 @@ impl Job {
         self.exited
     }
 
-    /// What happened to the leader since the last call (reaping it once it ended).
+    /// What happened to the leader since the last call (reaping it once it ended). Reaps the
+    /// other children that ended too: processes of the command whose parent ended before them
+    /// are given to lockctl (its subreaper), and only lockctl can reap them.
     pub fn poll(&mut self) -> Vec<Event> {
+        let mut events = self.poll_leader();
+        self.reap_orphans(&mut events);
+        events
+    }
+
+    /// Reaps every child of lockctl that ended (waitpid(-1)); the leader's end, should it come
+    /// here first, is recorded as [`Job::poll_leader`] would.
+    fn reap_orphans(&mut self, events: &mut Vec<Event>) {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid for any child of ours that ended, WNOHANG.
+            let got = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if got < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            if got <= 0 {
+                return;
+            }
+            if got == self.pid && self.exited.is_none() {
+                let code = exit_code(status);
+                self.exited = Some(code);
+                self.take_terminal_back();
+                events.push(Event::Exited(code));
+            } else if self.watchdog.as_ref().is_some_and(|w| w.pid() == got) {
+                // It ends only once the command has, or when someone kills it.
+                if self.alive() {
+                    tracing::warn!("the watchdog ended: if lockctl is stopped with SIGSTOP or killed now, its command goes on");
+                }
+                self.watchdog = None;
+            }
+        }
+    }
+
+    /// What happened to the leader since the last call (reaping it once it ended).
+    fn poll_leader(&mut self) -> Vec<Event> {
         let mut events = Vec::new();
         while self.exited.is_none() {
             let mut status = 0;
@@ -155,10 +201,8 @@ impl Job {
                 events.push(Event::Exited(1));
                 break;
             }
-            let event = if libc::WIFEXITED(status) {
-                Event::Exited(libc::WEXITSTATUS(status) as u8)
-            } else if libc::WIFSIGNALED(status) {
-                Event::Exited(128u8.saturating_add(libc::WTERMSIG(status) as u8))
+            let event = if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+                Event::Exited(exit_code(status))
             } else if libc::WIFSTOPPED(status) {
                 Event::Stopped(libc::WSTOPSIG(status))
             } else if libc::WIFCONTINUED(status) {
@@ -191,22 +235,50 @@ impl Job {
             .is_some_and(|t| t.foreground() == Some(self.pid))
     }
 
-    /// Whether some process of the command's group still runs (a zombie does not).
+    /// Whether some process of the command still runs (a zombie does not): one of its process
+    /// group, or one it moved to another group of lockctl's session ([`procs::escaped`]).
     pub fn alive(&self) -> bool {
-        procs::group_alive(self.pid)
+        let Some(procs) = procs::all() else {
+            return procs::group_exists(self.pid);
+        };
+        procs.iter().any(|p| p.pgrp == self.pid && p.is_live()) || !self.escaped(&procs).is_empty()
     }
 
-    /// Ends the group: SIGTERM, and SIGCONT so that a stopped process acts on it.
+    /// The command's processes outside its group (see [`procs::escaped`]).
+    fn escaped(&self, procs: &[procs::Stat]) -> Vec<procs::Stat> {
+        // SAFETY: these calls only read process attributes.
+        let (me, session) = unsafe { (libc::getpid(), libc::getsid(0)) };
+        let watchdog: Vec<libc::pid_t> = self.watchdog.iter().map(Watchdog::pid).collect();
+        procs::escaped(procs, me, self.pid, session, &watchdog)
+    }
+
+    /// Sends `sig` to every process of the command: its group, and each process it moved to
+    /// another group (as a shell's `kill %job` would not: those are the command's all the same,
+    /// and must end with the lock).
+    pub fn send_all(&self, sig: libc::c_int) {
+        self.send(sig);
+        for p in self.escaped(&procs::all().unwrap_or_default()) {
+            // SAFETY: kill(2) to a live descendant of lockctl, just seen in /proc.
+            unsafe {
+                libc::kill(p.pid, sig);
+            }
+        }
+    }
+
+    /// Ends the command: SIGTERM, and SIGCONT so that a stopped process acts on it, to every
+    /// process of it ([`Job::send_all`]).
     pub fn terminate(&self) {
-        self.send(libc::SIGTERM);
-        self.send(libc::SIGCONT);
+        self.send_all(libc::SIGTERM);
+        self.send_all(libc::SIGCONT);
     }
 
     /// Whether a stop of the command by `sig` is a job-control stop lockctl must join (see
-    /// [`Job::suspend`]): the terminal's Ctrl-Z for a person's command, or the command using
-    /// the terminal from the background.
+    /// [`Job::stop_with_lockctl`]): the terminal's Ctrl-Z for a person's command, the command
+    /// using the terminal from the background, or any other stop (SIGSTOP from elsewhere, a
+    /// debugger) of a person's command in the foreground, which a shell would show stopped
+    /// too. Only while the leader is still stopped: a stop already undone is no stop.
     pub fn stops_the_job(&mut self, sig: libc::c_int) -> bool {
-        if self.terminal.is_none() {
+        if self.terminal.is_none() || procs::stat(self.pid).is_some_and(|s| !s.is_stopped()) {
             return false;
         }
         match sig {
@@ -216,39 +288,42 @@ impl Job {
                 true
             }
             libc::SIGTSTP => self.interactive,
-            _ => false,
+            _ => self.interactive && self.has_terminal(),
         }
     }
 
-    /// Stops the job as `sig` (SIGTSTP, SIGTTIN, SIGTTOU) stops one in a shell: the command's
-    /// group first (with `sig` when `pass_on`, so that each process can restore its terminal
-    /// or save its work, then, after at most [`STOP_WITHIN`], SIGSTOP for whatever did not
-    /// stop), then lockctl itself (and, for a person's command, lockctl's group, the job the
-    /// shell waits for). Returns once lockctl is continued: the caller then checks the lock
-    /// before it continues the command ([`Job::resume`]).
-    pub async fn suspend(&mut self, sig: libc::c_int, pass_on: bool) -> Vec<Event> {
-        let mut events = Vec::new();
-        if pass_on {
-            self.send(sig);
-            let deadline = tokio::time::Instant::now() + STOP_WITHIN;
-            while tokio::time::Instant::now() < deadline {
-                let now = self.poll();
-                let stopped = now
-                    .iter()
-                    .any(|e| matches!(e, Event::Stopped(_) | Event::Exited(_)));
-                events.extend(now);
-                if stopped {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
+    /// The first step of a stop by `sig` (SIGTSTP, SIGTTIN, SIGTTOU) that lockctl received:
+    /// `sig` to the command's group, so that each process can restore its terminal or save its
+    /// work. The caller then gives it at most [`STOP_WITHIN`] to stop ([`Job::stopped`]),
+    /// watching the lock and signals meanwhile, before [`Job::stop_with_lockctl`].
+    pub fn ask_to_stop(&self, sig: libc::c_int) {
+        self.send(sig);
+    }
+
+    /// Whether the leader stopped (or ended) among `events`.
+    pub fn stopped(events: &[Event]) -> bool {
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Stopped(_) | Event::Exited(_)))
+    }
+
+    /// Stops the job as `sig` stops one in a shell: SIGSTOP for whatever of the command's
+    /// group did not stop, the terminal back to lockctl's group, then lockctl itself (and, for
+    /// a person's command, lockctl's group, the job the shell waits for) with `sig`, SIGTSTP
+    /// for a stop that is not a job-control one (SIGSTOP). Returns once lockctl is continued,
+    /// or at once when a SIGCONT came since [`signals::continued_count`] was
+    /// `continued_before`; the caller then checks the lock before it continues the command
+    /// ([`Job::resume`]).
+    pub fn stop_with_lockctl(&mut self, sig: libc::c_int, continued_before: u64) -> Vec<Event> {
         self.send(libc::SIGSTOP);
         self.take_terminal_back();
-        tracing::debug!(signal = %signals::name(sig), "stopping with the command");
-        signals::stop_self(sig, self.interactive);
-        events.extend(self.poll());
-        events
+        let own = match sig {
+            libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU => sig,
+            _ => libc::SIGTSTP,
+        };
+        tracing::debug!(signal = %signals::name(own), "stopping with the command");
+        signals::stop_self(own, self.interactive, continued_before);
+        self.poll()
     }
 
     /// Continues the command after lockctl was continued and made sure the lock is still
@@ -277,6 +352,29 @@ impl Job {
                 // SAFETY: getpgrp has no memory effects.
                 t.give_to(unsafe { libc::getpgrp() });
             }
+        }
+    }
+}
+
+/// The exit status lockctl reports for a child's wait status: its exit code, or 128 + the
+/// signal that killed it.
+fn exit_code(status: libc::c_int) -> u8 {
+    if libc::WIFSIGNALED(status) {
+        128u8.saturating_add(libc::WTERMSIG(status) as u8)
+    } else {
+        libc::WEXITSTATUS(status) as u8
+    }
+}
+
+/// Makes lockctl the child subreaper of what it starts (Linux): a process of the command whose
+/// parent ends goes to lockctl instead of init, so that it stays lockctl's descendant, which
+/// is how lockctl (and its watchdog) find the command's processes that left its group.
+fn become_subreaper() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: prctl with an integer argument.
+        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) } != 0 {
+            tracing::debug!(error = %io::Error::last_os_error(), "not a subreaper");
         }
     }
 }

@@ -25,8 +25,10 @@
 //! lockctl: SIGTSTP, SIGTTIN and SIGTTOU stop the group and then lockctl; SIGCONT continues
 //! the group once a renewal showed the lock is still held (if it was lost meanwhile, the group
 //! is ended and lockctl exits 76). The lock stays held until every process of the group has
-//! ended. A watchdog process keeps the group stopped while lockctl is stopped by SIGSTOP, and
-//! kills it if lockctl is killed.
+//! ended, and every process the command moved to another group of lockctl's session (lockctl
+//! is the command's child subreaper, so they stay its descendants); a loss ends those too. A
+//! watchdog process keeps the group stopped while lockctl is stopped by SIGSTOP, and kills
+//! the command's processes if lockctl is killed.
 //!
 //! With `--cluster`, `--servers` are seed nodes of one Redis Cluster; `info` and
 //! `force-release` then name the master that serves the key.
@@ -49,14 +51,16 @@ mod waiters;
 mod watchdog;
 
 use std::ffi::{OsStr, OsString};
+use std::future::Future;
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use relock_client::limits::parse_ttl;
+use relock_client::limits::{parse_timeout, parse_ttl};
 use relock_client::{
     parse_duration, Error, HolderInfo, Lock, LockGroup, LockGuard, LockInfo, Loss, Mode,
     NodeReport, Options, Relock, Tls, MAX_KEYS, MAX_LIMIT,
@@ -99,7 +103,7 @@ struct Cli {
 
     /// How long one master may take to answer one command (at least 1ms; default 100ms, and
     /// 2s for waiters, log, top and metrics, whose answers may be long).
-    #[arg(long, global = true, value_parser = parse_duration)]
+    #[arg(long, global = true, value_parser = parse_timeout)]
     node_timeout: Option<Duration>,
 
     /// Treat `--servers` as seed nodes of one Redis Cluster: each lock lives on the master of
@@ -113,7 +117,7 @@ struct Cli {
     replica_acks: u32,
 
     /// How long a master waits for those acknowledgements.
-    #[arg(long, global = true, default_value = "500ms", value_parser = parse_duration)]
+    #[arg(long, global = true, default_value = "500ms", value_parser = parse_timeout)]
     replica_ack_timeout: Duration,
 
     /// For rediss:// servers: a PEM file of the CA certificates to trust instead of the
@@ -172,8 +176,9 @@ enum Command {
         /// 1000000000s: 1000000000s).
         #[arg(long, value_parser = parse_duration)]
         wait: Option<Duration>,
-        /// After the lock is lost, how long the command has between SIGTERM and SIGKILL.
-        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        /// After the lock is lost, how long the command has between SIGTERM and SIGKILL (at
+        /// most 1000000000s).
+        #[arg(long, default_value = "10s", value_parser = parse_timeout)]
         grace: Duration,
         /// Share KEY with other shared runs (a read lock): they run together, while an
         /// exclusive run (the default) waits for all of them, and shared runs that come after
@@ -274,6 +279,8 @@ fn main() -> ExitCode {
         let rest: Vec<String> = args.filter_map(|a| a.into_string().ok()).collect();
         return watchdog::main(&rest);
     }
+    // Before anything is said: from here on no message can block the thread that says it.
+    output::start();
     // Colour only for a person at a terminal, and not for one who asked for none
     // (https://no-color.org: NO_COLOR set and not empty).
     let colour = std::io::stderr().is_terminal()
@@ -295,10 +302,13 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             say!("cannot start the runtime: {e}");
+            output::flush();
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(async_main(cli))
+    let code = runtime.block_on(async_main(cli));
+    output::flush();
+    code
 }
 
 /// The URLs of `--servers`: split at commas, except those within a URL (the sentinels of a
@@ -317,20 +327,64 @@ fn split_servers(list: &str) -> Vec<String> {
     urls
 }
 
-/// The PEM files `--tls-ca`, `--tls-cert` and `--tls-key` name, read.
+/// The most a PEM file of lockctl's may hold (a system's whole CA bundle is ~200 KiB).
+const MAX_PEM_FILE: u64 = 16 << 20;
+
+/// The PEM files `--tls-ca`, `--tls-cert` and `--tls-key` name, read; `--tls-ca` must hold a
+/// certificate (redis-rs would take a file without one for an empty trust store, and blame
+/// every server's certificate).
 fn read_tls(cli: &Cli) -> Result<Tls, String> {
     let read = |flag: &str, path: &Option<PathBuf>| {
         path.as_ref()
             .map(|p| {
-                std::fs::read(p).map_err(|e| format!("cannot read {flag} {}: {e}", p.display()))
+                read_pem_file(p).map_err(|e| format!("cannot read {flag} {}: {e}", p.display()))
             })
             .transpose()
     };
+    let ca = read("--tls-ca", &cli.tls_ca)?;
+    if let (Some(ca), Some(path)) = (&ca, &cli.tls_ca) {
+        check_ca(ca).map_err(|e| format!("--tls-ca {}: {e}", path.display()))?;
+    }
     Ok(Tls {
-        ca: read("--tls-ca", &cli.tls_ca)?,
+        ca,
         client_cert: read("--tls-cert", &cli.tls_cert)?,
         client_key: read("--tls-key", &cli.tls_key)?,
     })
+}
+
+/// A PEM file's bytes. Only a regular file (or a link to one) is read: a FIFO would block the
+/// open until a writer comes, and a device such as /dev/zero would be read forever.
+fn read_pem_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file (a PEM file is expected)".into());
+    }
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(MAX_PEM_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_PEM_FILE {
+        return Err(format!(
+            "larger than {} MiB: not a PEM file",
+            MAX_PEM_FILE >> 20
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Whether `pem` holds at least one certificate, all of them readable PEM.
+fn check_ca(pem: &[u8]) -> Result<(), String> {
+    let mut count = 0;
+    for cert in rustls_pemfile::certs(&mut &pem[..]) {
+        cert.map_err(|e| format!("not PEM: {e}"))?;
+        count += 1;
+    }
+    if count == 0 {
+        return Err("no PEM certificate in it (-----BEGIN CERTIFICATE----- ...)".into());
+    }
+    Ok(())
 }
 
 /// The client `cli` asks for, and the URLs of its servers; a usage error says why not.
@@ -431,13 +485,20 @@ fn describe(info: &LockInfo) -> String {
         ),
         Mode::Exclusive => format!(
             "held by {} (token {}, count {}, expires in {:.1}s, {} waiting)",
-            info.owner.as_deref().unwrap_or("?"),
+            shown_owner(info.owner.as_deref()),
             known(info.token),
             known(info.count),
             info.ttl.as_secs_f64(),
             info.waiters
         ),
     }
+}
+
+/// An owner as lockctl shows it: any other client chose its bytes, so its control characters
+/// are escaped ([`ops::printable`], as `waiters`, `log` and `top` show owners): one with
+/// terminal escapes or a newline must not take over the screen or forge a line of lockctl's.
+fn shown_owner(owner: Option<&str>) -> String {
+    owner.map_or_else(|| "?".to_string(), |o| ops::printable(o.as_bytes(), 0))
 }
 
 /// A number a reply may leave out, as text.
@@ -529,8 +590,11 @@ async fn acquire(relock: &Relock, request: &RunRequest, signals: &mut signals::P
         }
     };
     tokio::pin!(acquisition);
-    // Only say something when the lock is not free at once.
+    // Only say something when the lock is not free at once. A report is polled alongside the
+    // acquisition, never awaited in its place: a starved acquisition holding a connection's
+    // slot would make the report, and lockctl, wait for it forever.
     let mut next_report = Instant::now() + Duration::from_millis(150);
+    let mut report: Option<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = None;
     loop {
         tokio::select! {
             biased;
@@ -540,7 +604,7 @@ async fn acquire(relock: &Relock, request: &RunRequest, signals: &mut signals::P
                 }
                 // Nothing runs yet: lockctl stops alone, and waits on once continued.
                 Kind::Stop if !signals::is_stale_stop(received) => {
-                    signals::stop_self(received.signal, false)
+                    signals.stop_alone(received.signal)
                 }
                 Kind::Stop => {}
                 Kind::ForCommand | Kind::Continue | Kind::Child => {}
@@ -549,10 +613,18 @@ async fn acquire(relock: &Relock, request: &RunRequest, signals: &mut signals::P
                 Ok(taken) => Acquired::Held(taken),
                 Err(e) => Acquired::Failed(e),
             },
-            _ = tokio::time::sleep_until(next_report) => {
-                for key in keys.iter().take(REPORTED_KEYS) {
-                    report_holders(relock, key, "waiting for ").await;
+            () = async {
+                match report.as_mut() {
+                    Some(r) => r.await,
+                    None => std::future::pending().await,
                 }
+            } => report = None,
+            _ = tokio::time::sleep_until(next_report), if report.is_none() => {
+                report = Some(Box::pin(async move {
+                    for key in keys.iter().take(REPORTED_KEYS) {
+                        report_holders(relock, key, "waiting for ").await;
+                    }
+                }));
                 next_report += Duration::from_secs(5);
             }
         }
@@ -623,6 +695,11 @@ async fn run(relock: &Relock, request: &RunRequest) -> ExitCode {
         relock.nodes().len(),
     ) {
         say!("{why}");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    // Two names of one server (a LAN address and 127.0.0.1, a proxy) would vote twice.
+    if let Err(e) = relock.check_distinct_servers().await {
+        say!("{e}");
         return ExitCode::from(EXIT_USAGE);
     }
     // Before anything is acquired: a signal from now on is ours to handle, so none can leave
@@ -755,9 +832,7 @@ async fn still_held_at_the_start(
                 let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
                 signals::die_of(received.signal);
             }
-            Kind::Stop if !signals::is_stale_stop(received) => {
-                signals::stop_self(received.signal, false)
-            }
+            Kind::Stop if !signals::is_stale_stop(received) => signals.stop_alone(received.signal),
             Kind::Stop | Kind::ForCommand | Kind::Continue | Kind::Child => {}
         }
     }
@@ -868,8 +943,8 @@ impl Supervisor<'_> {
                 }
                 if !said {
                     say!(
-                        "the command exited ({code}), but processes it started in its group \
-                         still run: the lock stays held until they end"
+                        "the command exited ({code}), but processes it started still run: the \
+                         lock stays held until they end"
                     );
                     said = true;
                 }
@@ -907,12 +982,74 @@ impl Supervisor<'_> {
                 Ok(())
             }
             Kind::Stop if from_terminal || signals::is_stale_stop(received) => Ok(()),
-            Kind::Stop => {
-                let events = self.job.suspend(sig, true).await;
-                self.on_events_after_stop(events);
-                self.resume().await
-            }
+            Kind::Stop => self.stop_the_job(sig, true).await,
             Kind::Continue => self.resume().await,
+        }
+    }
+
+    /// Stops the job with lockctl ([`Job::stop_with_lockctl`]) for `sig`, and continues it once
+    /// lockctl is continued and the lock is known to be held ([`Supervisor::resume`]). A stop
+    /// lockctl received (`pass_on`) goes to the command first, which gets up to
+    /// [`job::STOP_WITHIN`] to obey while the lock is still watched: a loss then ends it at
+    /// once ([`Lost`]), not after the wait. A SIGCONT at any point before lockctl is stopped
+    /// wins: lockctl does not stop, and the command goes on.
+    async fn stop_the_job(&mut self, sig: libc::c_int, pass_on: bool) -> Result<(), Lost> {
+        let continued_before = signals::continued_count();
+        if pass_on {
+            self.job.ask_to_stop(sig);
+            if self.until_the_command_stops().await? {
+                return self.resume().await;
+            }
+        }
+        if self.lost.is_cancelled() {
+            return Err(Lost);
+        }
+        if !self.signals.continue_pending() {
+            let events = self.job.stop_with_lockctl(sig, continued_before);
+            self.on_events_after_stop(events);
+        }
+        self.resume().await
+    }
+
+    /// After a stop was passed on to the command: until its leader stopped (or ended), at
+    /// most [`job::STOP_WITHIN`]. `Ok(true)` when a SIGCONT came first, [`Lost`] when the lock
+    /// was lost meanwhile.
+    async fn until_the_command_stops(&mut self) -> Result<bool, Lost> {
+        let deadline = Instant::now() + job::STOP_WITHIN;
+        loop {
+            let events = self.job.poll();
+            let stopped = Job::stopped(&events);
+            self.on_events_after_stop(events);
+            if stopped {
+                return Ok(false);
+            }
+            tokio::select! {
+                biased;
+                _ = self.lost.cancelled() => return Err(Lost),
+                received = self.signals.recv() => {
+                    if self.while_stopping(received) {
+                        return Ok(true);
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => return Ok(false),
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+        }
+    }
+
+    /// A signal received while the command is asked to stop: a SIGCONT ends the stop (true);
+    /// one meant for the command is passed on; another stop, or a child's change, changes
+    /// nothing (the command itself is looked at).
+    fn while_stopping(&self, received: signals::Received) -> bool {
+        match signals::kind(received.signal) {
+            Kind::Continue => true,
+            Kind::ForCommand => {
+                if !(received.from_kernel && self.job.has_terminal()) {
+                    self.job.send(received.signal);
+                }
+                false
+            }
+            Kind::Stop | Kind::Child => false,
         }
     }
 
@@ -922,9 +1059,7 @@ impl Supervisor<'_> {
         for event in events {
             if let Event::Stopped(sig) = event {
                 if self.job.stops_the_job(sig) {
-                    let more = self.job.suspend(sig, false).await;
-                    self.on_events_after_stop(more);
-                    self.resume().await?;
+                    self.stop_the_job(sig, false).await?;
                 }
             }
         }
@@ -966,7 +1101,10 @@ impl Supervisor<'_> {
     /// returns once no process of it is left (or [`KILLED_WITHIN`] after SIGKILL). Signals
     /// meant for the command still reach it meanwhile; job control no longer stops it.
     async fn end_the_group(&mut self, grace: Duration) {
-        let kill_at = Instant::now() + grace;
+        // (`--grace` is at most 10^12 ms; saturate all the same rather than panic.)
+        let kill_at = Instant::now()
+            .checked_add(grace)
+            .unwrap_or_else(|| Instant::now() + relock_client::limits::MAX);
         let mut give_up_at = None;
         loop {
             self.job.poll();
@@ -982,12 +1120,12 @@ impl Supervisor<'_> {
                             self.job.send(sig);
                         }
                         // Keep it going, to its end.
-                        Kind::Continue => self.job.send(libc::SIGCONT),
+                        Kind::Continue => self.job.send_all(libc::SIGCONT),
                         _ => {}
                     }
                 }
                 _ = tokio::time::sleep_until(kill_at), if give_up_at.is_none() => {
-                    self.job.send(libc::SIGKILL);
+                    self.job.send_all(libc::SIGKILL);
                     give_up_at = Some(Instant::now() + KILLED_WITHIN);
                 }
                 _ = tokio::time::sleep_until(give_up_at.unwrap_or(kill_at)), if give_up_at.is_some() => {
@@ -1060,7 +1198,7 @@ fn info_line(info: Option<&LockInfo>) -> String {
     match i.mode {
         Mode::Exclusive => format!(
             "owner={} token={} count={} ttl_ms={} waiters={} mode=exclusive",
-            i.owner.as_deref().unwrap_or("?"),
+            shown_owner(i.owner.as_deref()),
             known(i.token),
             known(i.count),
             i.ttl.as_millis(),
@@ -1079,7 +1217,7 @@ fn info_line(info: Option<&LockInfo>) -> String {
 fn holder_line(h: &HolderInfo) -> String {
     format!(
         "holder owner={} token={} count={} ttl_ms={}",
-        h.owner,
+        shown_owner(Some(&h.owner)),
         h.token,
         h.count,
         h.ttl.as_millis()
@@ -1247,5 +1385,11 @@ mod tests {
             holder_line(&holder),
             "holder owner=r1 token=7 count=2 ttl_ms=800"
         );
+        let hostile = LockInfo {
+            owner: Some("evil\x1b[2J\nlockctl: exit 0".into()),
+            ..exclusive.clone()
+        };
+        assert!(info_line(Some(&hostile)).starts_with("owner=evil\\x1b[2J\\nlockctl: exit 0 "));
+        assert!(describe(&hostile).starts_with("held by evil\\x1b[2J\\nlockctl"));
     }
 }

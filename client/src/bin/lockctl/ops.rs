@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use clap::Subcommand;
 use redis::Value;
-use relock_client::{parse_duration, Relock};
+use relock_client::limits::parse_timeout;
+use relock_client::Relock;
 
 use crate::output::{out, say};
 
@@ -83,9 +84,10 @@ pub enum Ops {
     },
 }
 
-/// A duration of at least 10ms.
+/// A duration of at least 10ms and at most 1000000000s (no deadline computed from it can
+/// overflow).
 fn parse_interval(text: &str) -> Result<Duration, String> {
-    let d = parse_duration(text)?;
+    let d = parse_timeout(text)?;
     if d < Duration::from_millis(10) {
         return Err(format!("{text:?} is too short (at least 10ms)"));
     }

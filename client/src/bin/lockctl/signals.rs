@@ -2,11 +2,12 @@
 //! a socket pair (the only thing it does, and async-signal-safe), the main loop reads them
 //! and decides, with [`kind`], what each one means for the command.
 
+use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::io;
 use std::os::fd::{AsRawFd, IntoRawFd};
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use tokio::io::Interest;
 
 /// What a signal sent to lockctl means.
@@ -36,6 +37,16 @@ static WRITE_FD: AtomicI32 = AtomicI32::new(-1);
 /// until it execs, and a signal it gets then (one sent to lockctl's process group, which it
 /// is in until it moves to its own) is not lockctl's.
 static LOCKCTL_PID: AtomicI32 = AtomicI32::new(-1);
+
+/// How many SIGCONTs lockctl has received, counted by the handler itself: a stop sequence
+/// compares it before it stops lockctl, so that a SIGCONT that came during the sequence, even
+/// one not read from the socket yet, wins over the stop ([`stop_self`]).
+static CONTINUED: AtomicU64 = AtomicU64::new(0);
+
+/// How many SIGCONTs lockctl has received so far (see [`stop_self`]).
+pub fn continued_count() -> u64 {
+    CONTINUED.load(Ordering::SeqCst)
+}
 
 /// Every signal lockctl handles while it runs a command. Not the faults (SIGSEGV, SIGBUS,
 /// SIGILL, SIGFPE, SIGTRAP, SIGABRT, SIGSYS: they mean lockctl itself is broken), not
@@ -100,6 +111,8 @@ pub struct Received {
 /// Signals as they arrive.
 pub struct Pipe {
     rx: tokio::net::UnixStream,
+    /// Read from the socket already by [`Pipe::continue_pending`], not yet by a receiver.
+    pending: VecDeque<Received>,
 }
 
 impl Pipe {
@@ -117,11 +130,15 @@ impl Pipe {
         }
         Ok(Pipe {
             rx: tokio::net::UnixStream::from_std(rx)?,
+            pending: VecDeque::new(),
         })
     }
 
     /// The next signal.
     pub async fn recv(&mut self) -> Received {
+        if let Some(received) = self.pending.pop_front() {
+            return received;
+        }
         loop {
             if self.rx.readable().await.is_err() {
                 // Cannot happen with a socket we own; never report a signal we did not get.
@@ -139,7 +156,28 @@ impl Pipe {
     /// may not know yet of a byte a handler just wrote (a signal between two awaits, at the
     /// start of the command, was left unread until the command had run).
     pub fn try_recv(&mut self) -> Option<Received> {
-        read_byte(self.rx.as_raw_fd()).ok().map(Received::of)
+        self.pending
+            .pop_front()
+            .or_else(|| read_byte(self.rx.as_raw_fd()).ok().map(Received::of))
+    }
+
+    /// Stops lockctl alone by `sig` ([`stop_self`]), before its command runs, unless a SIGCONT
+    /// came after the stop (read or not yet).
+    pub fn stop_alone(&mut self, sig: libc::c_int) {
+        let before = continued_count();
+        if !self.continue_pending() {
+            stop_self(sig, false, before);
+        }
+    }
+
+    /// Whether a SIGCONT was received and not read yet: a stop sequence that finds one ends
+    /// without stopping lockctl (the continuation came after the stop, and wins). Every signal
+    /// received so far stays to be read, in order.
+    pub fn continue_pending(&mut self) -> bool {
+        while let Ok(byte) = read_byte(self.rx.as_raw_fd()) {
+            self.pending.push_back(Received::of(byte));
+        }
+        self.pending.iter().any(|r| r.signal == libc::SIGCONT)
     }
 }
 
@@ -174,6 +212,9 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut c_
     unsafe {
         if libc::getpid() != LOCKCTL_PID.load(Ordering::Relaxed) {
             return;
+        }
+        if sig == libc::SIGCONT {
+            CONTINUED.fetch_add(1, Ordering::SeqCst);
         }
         let errno = errno_location();
         let saved = errno.as_deref().copied();
@@ -228,20 +269,31 @@ fn handle(sig: libc::c_int) -> io::Result<()> {
 
 /// Stops lockctl the way `sig` (SIGTSTP, SIGTTIN or SIGTTOU) stops a process, with the rest of
 /// its process group when `whole_group` (the job a shell started: lockctl and whatever shares
-/// its pipeline), and returns once lockctl is continued.
+/// its pipeline), and returns once lockctl is continued, or at once if a SIGCONT came since
+/// [`continued_count`] was `continued_before`: a continuation that came during the stop
+/// sequence wins, as the kernel has it (a SIGCONT discards a pending stop).
+///
+/// The stop is raised blocked, so that it is pending while the count is compared: a SIGCONT
+/// after the comparison discards it (the kernel's rule), and one before it is seen, and the
+/// pending stop discarded (by ignoring it for a moment). No SIGCONT is lost in between.
 ///
 /// The kernel does not stop a process of an orphaned process group (no parent in another group
 /// of its session, so no job-control shell to continue it) on these signals. lockctl must stop
 /// all the same, since its command is stopped and nothing may renew for it unseen: there it
 /// stops with SIGSTOP, which always does, and whoever stopped it continues it with SIGCONT.
-pub fn stop_self(sig: libc::c_int, whole_group: bool) {
+/// SIGSTOP cannot be blocked: a SIGCONT in the few instructions between the comparison and the
+/// SIGSTOP would find lockctl still running, and lockctl then stops until the next one.
+pub fn stop_self(sig: libc::c_int, whole_group: bool, continued_before: u64) {
+    if continued_count() != continued_before {
+        return;
+    }
     let sig = if group_is_orphaned() {
         libc::SIGSTOP
     } else {
         sig
     };
-    // SAFETY: signal dispositions and signals to our own process and group; the handler is
-    // put back before this returns.
+    // SAFETY: signal dispositions and masks of this thread, and signals to our own process and
+    // group; the handler and the mask are put back before this returns.
     unsafe {
         if whole_group {
             // The others stop; our own copy is discarded, to be raised on this thread below.
@@ -250,16 +302,28 @@ pub fn stop_self(sig: libc::c_int, whole_group: bool) {
             }
             libc::killpg(libc::getpgrp(), sig);
         }
-        if sig != libc::SIGSTOP {
-            libc::signal(sig, libc::SIG_DFL);
+        if sig == libc::SIGSTOP {
+            if continued_count() == continued_before {
+                libc::raise(sig);
+            }
+            return;
         }
-        // Directed at this thread, so that it stops (with every other thread) before raise
-        // returns, not some time after another thread took the signal.
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut block);
+        libc::sigaddset(&mut block, sig);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
+        libc::signal(sig, libc::SIG_DFL);
+        // Directed at this thread, so that it stops (with every other thread) when the mask
+        // is put back, not some time after another thread took the signal.
         libc::raise(sig);
+        if continued_count() != continued_before {
+            // Ignoring a pending signal discards it.
+            libc::signal(sig, libc::SIG_IGN);
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
     }
-    if sig != libc::SIGSTOP {
-        let _ = handle(sig);
-    }
+    let _ = handle(sig);
 }
 
 /// Whether `received`, a stop, is one lockctl drops: the kernel sent it (a terminal's Ctrl-Z,
@@ -271,24 +335,31 @@ pub fn is_stale_stop(received: Received) -> bool {
     received.from_kernel && group_is_orphaned()
 }
 
-/// Whether lockctl's process group is orphaned, as far as lockctl can tell: its parent is not
-/// in another group of its session (another member of the group might be; lockctl cannot
-/// see them all cheaply, and stopping with SIGSTOP then only changes how a shell reports it).
+/// Whether lockctl's process group is orphaned: no member of it has a parent in another group
+/// of its session (POSIX; what the kernel checks before it drops a job-control stop). A
+/// script's group (`sh job.sh`, make, xargs: lockctl's parent shares its group, and the
+/// script's parent is the interactive shell) is not. Without /proc, only lockctl's parent is
+/// looked at: in another group of the session, not orphaned; in another session (or gone),
+/// orphaned; in lockctl's own group, not orphaned (a stop then behaves as the kernel decides).
 fn group_is_orphaned() -> bool {
     // SAFETY: these calls only read process attributes.
+    let (group, session) = unsafe { (libc::getpgrp(), libc::getsid(0)) };
+    if let Some(orphaned) = crate::procs::group_is_orphaned(group, session) {
+        return orphaned;
+    }
+    // SAFETY: as above.
     unsafe {
         let parent = libc::getppid();
         let (parent_group, parent_session) = (libc::getpgid(parent), libc::getsid(parent));
-        parent_group < 0
-            || parent_session < 0
-            || parent_group == libc::getpgrp()
-            || parent_session != libc::getsid(0)
+        parent_group < 0 || parent_session < 0 || parent_session != session
     }
 }
 
 /// Ends lockctl the way `sig` would have without a handler, so that whoever started it
 /// sees "killed by SIGINT" and acts on it (a shell script stops, for instance).
 pub fn die_of(sig: libc::c_int) -> ! {
+    // What lockctl said last (why it gives up) before it goes.
+    crate::output::flush();
     // SAFETY: restoring the default action, unblocking and raising the signal.
     unsafe {
         libc::signal(sig, libc::SIG_DFL);

@@ -6,9 +6,12 @@
 //!
 //! - while lockctl is stopped, the command's group is stopped too (again, if someone
 //!   continues it behind lockctl's back);
-//! - once lockctl is gone (its end of the socket closed) while the group still has
-//!   processes, they are killed (SIGKILL), and the watchdog exits;
-//! - once the group is gone, the watchdog exits.
+//! - once lockctl is gone (its end of the socket closed) while the command still has
+//!   processes, they are killed (SIGKILL), and the watchdog exits: the group's, and those the
+//!   command moved to other groups of the session (`setpgid`), which the watchdog looks for
+//!   every 100 ms or so while lockctl lives ([`Escaped`]);
+//! - once the group is gone, and no process of the command is left outside it, the watchdog
+//!   exits.
 //!
 //! When lockctl is continued it says so over the socket (`R`) and waits for the answer (`A`)
 //! before it continues the group: a SIGSTOP the watchdog sent for the stop just over can then
@@ -27,7 +30,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The first argument that makes lockctl a watchdog (not a subcommand: never shown).
 pub const ARG: &str = "__relock_watchdog";
@@ -41,8 +44,9 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 /// lockctl's side: the socket to its watchdog.
 pub struct Watchdog {
     socket: UnixStream,
-    /// Never waited for while lockctl runs: it outlives lockctl by design.
-    _child: std::process::Child,
+    /// Never waited for through this handle (lockctl's reaping of ended children may reap
+    /// it): it outlives lockctl by design.
+    child: std::process::Child,
 }
 
 impl Watchdog {
@@ -75,8 +79,13 @@ impl Watchdog {
         ours.set_write_timeout(Some(ANSWER_WITHIN))?;
         Ok(Watchdog {
             socket: ours,
-            _child: child,
+            child,
         })
+    }
+
+    /// The watchdog's pid.
+    pub fn pid(&self) -> libc::pid_t {
+        libc::pid_t::try_from(self.child.id()).unwrap_or(-1)
     }
 
     /// The socket the command's first process gives the watchdog its pid on ([`announce`]).
@@ -99,10 +108,10 @@ impl Watchdog {
 }
 
 /// Tells the watchdog on `fd` (from [`Watchdog::announce_fd`]) that `pid` leads the command's
-/// process group: `G<pid>\n` in one write. Called by the command's first process between its
-/// fork and its exec, so only async-signal-safe calls; a failure leaves the group unwatched,
-/// as without a watchdog.
-pub fn announce(fd: libc::c_int, pid: libc::pid_t) {
+/// process group: `G<pid>\n` in one write; whether it was written. Called by the command's
+/// first process between its fork and its exec, so only async-signal-safe calls; a failure
+/// leaves the group unwatched, as without a watchdog.
+pub fn announce(fd: libc::c_int, pid: libc::pid_t) -> bool {
     let mut message = [0u8; 16];
     message[0] = b'G';
     let mut digits = [0u8; 12];
@@ -121,9 +130,8 @@ pub fn announce(fd: libc::c_int, pid: libc::pid_t) {
     }
     message[1 + count] = b'\n';
     // SAFETY: write(2) of a local buffer to a descriptor the caller owns.
-    unsafe {
-        libc::write(fd, message.as_ptr().cast(), count + 2);
-    }
+    let written = unsafe { libc::write(fd, message.as_ptr().cast(), count + 2) };
+    written == (count + 2) as isize
 }
 
 /// What the watchdog read from lockctl's socket.
@@ -176,6 +184,8 @@ pub fn main(_args: &[String]) -> ExitCode {
     }
     let mut heard = Heard::default();
     let mut partial = Vec::new();
+    let mut escaped = Escaped::new(lockctl);
+    let mut had_group = true;
     loop {
         let mut poll = libc::pollfd {
             fd: socket.as_raw_fd(),
@@ -199,24 +209,122 @@ pub fn main(_args: &[String]) -> ExitCode {
         };
         // (kill(2) alone, cheap enough for every tick: a group of zombies only waits for
         // lockctl's exit, and the SIGKILL then is harmless.)
-        if !crate::procs::group_exists(pgid) {
-            return ExitCode::SUCCESS;
-        }
+        let group = crate::procs::group_exists(pgid);
         if orphaned {
             // lockctl is gone and left processes of the command running: nothing renews the
             // lock for them.
-            // SAFETY: kill(2) to the command's group, which still exists (checked above).
-            unsafe {
-                libc::killpg(pgid, libc::SIGKILL);
-            }
+            escaped.kill_all(pgid, group);
             return ExitCode::SUCCESS;
         }
-        if stopped(lockctl) {
-            // SAFETY: as above.
+        // The moment the group ends, look at once: the watchdog's work ends with the command.
+        escaped.look(pgid, had_group && !group);
+        had_group = group;
+        if !group && escaped.seen.is_empty() {
+            return ExitCode::SUCCESS;
+        }
+        if group && stopped(lockctl) {
+            // SAFETY: kill(2) to the command's group, which exists (checked above).
             unsafe {
                 libc::killpg(pgid, libc::SIGSTOP);
             }
         }
+    }
+}
+
+/// The least time between two looks for the command's processes outside its group.
+const LOOK_EVERY: Duration = Duration::from_millis(100);
+
+/// The command's processes outside its group ([`crate::procs::escaped`]) as last seen, so that
+/// they can be found once lockctl is gone: they are its descendants only while it lives (its
+/// subreaper), and a parent-death signal or an ended parent gives them to init then.
+struct Escaped {
+    lockctl: libc::pid_t,
+    session: libc::pid_t,
+    /// The watchdog itself, a descendant of lockctl too.
+    me: libc::pid_t,
+    /// Each one's pid and start time (the pair survives a pid's reuse).
+    seen: Vec<(libc::pid_t, u64)>,
+    next_look: Instant,
+}
+
+impl Escaped {
+    fn new(lockctl: libc::pid_t) -> Escaped {
+        // SAFETY: these calls only read process attributes.
+        let (session, me) = unsafe { (libc::getsid(0), libc::getpid()) };
+        Escaped {
+            lockctl,
+            session,
+            me,
+            seen: Vec::new(),
+            next_look: Instant::now(),
+        }
+    }
+
+    /// Looks again through /proc if it is time (or `now`). A look reads every process's stat
+    /// line; the next one is at least 50 times as long after, so that a large process table
+    /// costs the watchdog at most about 2 % of a CPU.
+    fn look(&mut self, pgid: libc::pid_t, now: bool) {
+        if !now && Instant::now() < self.next_look {
+            return;
+        }
+        let started = Instant::now();
+        if let Some(procs) = crate::procs::all() {
+            self.seen = crate::procs::escaped(&procs, self.lockctl, pgid, self.session, &[self.me])
+                .iter()
+                .map(|p| (p.pid, p.start_time))
+                .collect();
+        }
+        self.next_look = Instant::now() + LOOK_EVERY.max(started.elapsed() * 50);
+    }
+
+    /// Kills the command's group and every process of the command seen outside it, with
+    /// whatever descends from them now. Everything is stopped first (SIGSTOP), until no new
+    /// descendant shows up, so that none forks after it was looked at (and a stopped parent
+    /// cannot reap a child, whose pid then cannot be reused), then killed.
+    fn kill_all(&self, pgid: libc::pid_t, group: bool) {
+        let signal_group = |sig| {
+            if group {
+                // SAFETY: kill(2) to the command's group, which existed a moment ago.
+                unsafe {
+                    libc::killpg(pgid, sig);
+                }
+            }
+        };
+        signal_group(libc::SIGSTOP);
+        let mut doomed: Vec<libc::pid_t> = Vec::new();
+        while let Some(procs) = crate::procs::all() {
+            let roots = procs.iter().filter(|p| {
+                p.is_live() && (p.pgrp == pgid || self.seen.contains(&(p.pid, p.start_time)))
+            });
+            let mut more: Vec<libc::pid_t> = roots
+                .flat_map(|r| {
+                    let below = crate::procs::descendants(&procs, r.pid);
+                    std::iter::once(*r).chain(below)
+                })
+                .filter(|p| p.is_live() && p.pid != self.me)
+                .map(|p| p.pid)
+                .filter(|pid| !doomed.contains(pid))
+                .collect();
+            more.sort_unstable();
+            more.dedup();
+            if more.is_empty() {
+                break;
+            }
+            for pid in &more {
+                // SAFETY: kill(2) to a live process of the command, just seen.
+                unsafe {
+                    libc::kill(*pid, libc::SIGSTOP);
+                }
+            }
+            doomed.extend(more);
+        }
+        for pid in &doomed {
+            // SAFETY: kill(2) to a stopped process of the command.
+            unsafe {
+                libc::kill(*pid, libc::SIGKILL);
+            }
+        }
+        signal_group(libc::SIGKILL);
     }
 }
 
@@ -243,10 +351,7 @@ fn read_lockctl(socket: &mut UnixStream, partial: &mut Vec<u8>, heard: &mut Hear
 
 /// Whether process `pid` is stopped (job control, SIGSTOP, or a debugger's stop).
 fn stopped(pid: libc::pid_t) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| crate::procs::parse_stat(&stat))
-        .is_some_and(|(state, _)| state == 'T' || state == 't')
+    crate::procs::stat(pid).is_some_and(|s| s.is_stopped())
 }
 
 #[cfg(test)]
@@ -276,7 +381,7 @@ mod tests {
     fn announce_writes_one_message() {
         let (a, mut b) = UnixStream::pair().expect("pair");
         for pid in [1, 7, 4_194_304, libc::pid_t::MAX] {
-            announce(a.as_raw_fd(), pid);
+            assert!(announce(a.as_raw_fd(), pid));
             let mut buf = [0u8; 16];
             let n = b.read(&mut buf).expect("read");
             assert_eq!(&buf[..n], format!("G{pid}\n").as_bytes());
