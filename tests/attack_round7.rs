@@ -503,8 +503,13 @@ fn stall_a_big_shared_key_ending_in_redis_cycles_journals_a_bounded_sample() {
     config_set(&mut c, "maxmemory-policy", "allkeys-lru");
     config_set(&mut c, "maxmemory", used - 5_000_000);
     let _: redis::RedisResult<()> = cmd!("SET", "x", "y").query(&mut c);
+    // An eviction that runs out of its time slice goes on in a timer (Valkey 9 on a busy
+    // machine): the limit stays until the key is gone.
+    assert!(
+        eventually(DUE, || info_field(&mut c, "locks") == 0),
+        "the lock was not evicted"
+    );
     config_set(&mut c, "maxmemory", 0);
-    assert_eq!(info_field(&mut c, "locks"), 0, "the lock was not evicted");
     let eviction = latency_ms(&mut c, "eviction-cycle").max(latency_ms(&mut c, "eviction-del"));
     assert_eq!(info_field(&mut c, "log_len"), 1024);
     assert!(log_reasons(&mut c, 2000).iter().all(|r| r == "evicted"));
