@@ -1,10 +1,8 @@
 //! Command arguments: parsing and bounds, with the exact error each violation gets.
 
+use super::bounds;
+pub use super::bounds::MAX_OWNER_LEN;
 use super::shared::{Mode, MAX_LIMIT};
-use super::tokens::MAX_TOKEN;
-
-/// Longest owner, in bytes.
-pub const MAX_OWNER_LEN: usize = 256;
 /// Longest lock lifetime: 10^12 ms (about 31.7 years).
 pub const MAX_TTL_MS: u64 = 1_000_000_000_000;
 /// Longest wait: the same bound as a lifetime. 0 means no limit.
@@ -85,12 +83,23 @@ fn in_range(bytes: &[u8], min: u64, max: u64, error: ArgError) -> Result<u64, Ar
         .ok_or(error)
 }
 
+/// An integer that `valid` accepts.
+fn checked<T>(bytes: &[u8], valid: impl Fn(T) -> bool, error: ArgError) -> Result<T, ArgError>
+where
+    T: TryFrom<i64> + Copy,
+{
+    parse_integer(bytes)
+        .and_then(|v| T::try_from(v).ok())
+        .filter(|v| valid(*v))
+        .ok_or(error)
+}
+
 /// An owner: 1 to 256 bytes, any bytes.
 pub fn owner(bytes: &[u8]) -> Result<&[u8], ArgError> {
-    if bytes.is_empty() || bytes.len() > MAX_OWNER_LEN {
-        Err(ArgError::Owner)
-    } else {
+    if bounds::is_owner(bytes) {
         Ok(bytes)
+    } else {
+        Err(ArgError::Owner)
     }
 }
 
@@ -106,18 +115,13 @@ pub fn timeout_ms(bytes: &[u8]) -> Result<u64, ArgError> {
 
 /// A fencing token: 1 <= token < 2^53.
 pub fn token(bytes: &[u8]) -> Result<u64, ArgError> {
-    in_range(bytes, 1, MAX_TOKEN, ArgError::Token)
+    checked(bytes, bounds::is_token, ArgError::Token)
 }
 
 /// A reentrancy count: 1 <= count <= 2^32 - 1.
 pub fn count(bytes: &[u8]) -> Result<u32, ArgError> {
-    in_range(
-        bytes,
-        1,
-        u64::from(super::packed::MAX_COUNT),
-        ArgError::Count,
-    )
-    .map(|c| u32::try_from(c).unwrap_or(super::packed::MAX_COUNT))
+    let count: u64 = checked(bytes, bounds::is_count, ArgError::Count)?;
+    u32::try_from(count).map_err(|_| ArgError::Count)
 }
 
 /// The optional mode after an acquiring command's fixed arguments: nothing (exclusive),
@@ -259,20 +263,21 @@ pub struct ApplyTail {
     pub shared: Option<(u32, u32)>,
 }
 
-/// `LOCK.APPLY`'s words after `count`.
+/// `LOCK.APPLY`'s words after `count`, within the bounds the RDB loader and the effect encoder
+/// keep ([`bounds`]). A shared holder needs its lease end.
 pub fn apply_tail(words: &[&[u8]]) -> Result<ApplyTail, ArgError> {
     let mut tail = ApplyTail::default();
     let mut rest = words;
     let is = |word: &[u8], name: &[u8]| word.eq_ignore_ascii_case(name);
     if let [word, at, more @ ..] = rest {
         if is(word, b"PXAT") {
-            tail.expires_at = Some(expiry_at_ms(at)? as i64);
+            tail.expires_at = Some(expiry_at_ms(at)?);
             rest = more;
         }
     }
     if let [word, at, more @ ..] = rest {
         if is(word, b"GRANTED") {
-            tail.granted_at = in_range(at, 0, 1 << 44, ArgError::Expiry)? as i64;
+            tail.granted_at = checked(at, bounds::is_grant_time, ArgError::Expiry)?;
             rest = more;
         }
     }
@@ -292,12 +297,15 @@ pub fn apply_tail(words: &[&[u8]]) -> Result<ApplyTail, ArgError> {
         }
         _ => return Err(ArgError::Syntax),
     };
+    if tail.shared.is_some() && tail.expires_at.is_none() {
+        return Err(ArgError::Syntax);
+    }
     Ok(tail)
 }
 
-/// An absolute expiry in Unix milliseconds: 1 <= at <= 2^62.
-pub fn expiry_at_ms(bytes: &[u8]) -> Result<u64, ArgError> {
-    in_range(bytes, 1, 1 << 62, ArgError::Expiry)
+/// An absolute expiry in Unix milliseconds: 1 <= at <= 2^62 ([`bounds::MAX_EXPIRY_MS`]).
+pub fn expiry_at_ms(bytes: &[u8]) -> Result<i64, ArgError> {
+    checked(bytes, bounds::is_expiry, ArgError::Expiry)
 }
 
 #[cfg(test)]
@@ -360,6 +368,7 @@ mod tests {
     }
 
     use super::*;
+    use crate::lock::MAX_TOKEN;
 
     #[test]
     fn apply_tail_table() {
@@ -389,6 +398,28 @@ mod tests {
         assert_eq!(tail(&["GRANTED", "5", "PXAT", "9"]), Err(ArgError::Syntax));
         assert_eq!(tail(&["SHARED", "PERMITS", "2"]), Err(ArgError::Syntax));
         assert_eq!(tail(&["GRANTED", "-1"]), Err(ArgError::Expiry));
+        // The bounds of the RDB loader: any expiry for an exclusive hold; what a holder record
+        // keeps for a lease end and a grant time.
+        let far = bounds::MAX_EXPIRY_MS.to_string();
+        let too_far = (bounds::MAX_EXPIRY_MS + 1).to_string();
+        assert_eq!(tail(&["PXAT", &far]), ok(Some(1 << 62), 0, None));
+        assert_eq!(
+            tail(&["PXAT", &far, "SHARED"]),
+            ok(Some(1 << 62), 0, Some((0, 1)))
+        );
+        assert_eq!(tail(&["PXAT", &too_far]), Err(ArgError::Expiry));
+        let last = bounds::MAX_TIME_MS.to_string();
+        let past = (bounds::MAX_TIME_MS + 1).to_string();
+        assert_eq!(
+            tail(&["GRANTED", &last]),
+            ok(None, bounds::MAX_TIME_MS, None)
+        );
+        assert_eq!(tail(&["GRANTED", &past]), Err(ArgError::Expiry));
+        assert_eq!(
+            tail(&["SHARED"]),
+            Err(ArgError::Syntax),
+            "a lease end is needed"
+        );
     }
 
     #[test]
@@ -456,6 +487,7 @@ mod tests {
         assert_eq!(expiry_at_ms(b"1800000000000"), Ok(1_800_000_000_000));
         assert_eq!(expiry_at_ms(b"4611686018427387904"), Ok(1 << 62));
         assert_eq!(expiry_at_ms(b"4611686018427387905"), Err(ArgError::Expiry));
+        assert_eq!(expiry_at_ms(b"9223372036854775807"), Err(ArgError::Expiry));
         assert_eq!(expiry_at_ms(b"-5"), Err(ArgError::Expiry));
     }
 

@@ -246,9 +246,7 @@ impl HotKeys {
     /// The hottest `count` keys, hottest first. O(k + count log count) for k keys in the table.
     pub fn hottest(&self, count: usize) -> Vec<(&HotKey, &KeyStats)> {
         let mut all: Vec<(&HotKey, &KeyStats)> = self.keys.iter().map(|(k, s)| (k, s)).collect();
-        let hotter = |a: &(&HotKey, &KeyStats), b: &(&HotKey, &KeyStats)| {
-            b.1.wait_ms_total.cmp(&a.1.wait_ms_total)
-        };
+        let hotter = |a: &(&HotKey, &KeyStats), b: &(&HotKey, &KeyStats)| hotter(a.1, b.1);
         if count < all.len() {
             all.select_nth_unstable_by(count, hotter);
             all.truncate(count);
@@ -270,6 +268,36 @@ impl HotKeys {
     /// Forgets every key, keeping `capacity` (0 turns the table off).
     pub fn reset(&mut self, capacity: usize) {
         *self = HotKeys::new(capacity);
+    }
+
+    /// Takes `capacity` keys at most from now on, keeping the hottest that fit: growing keeps
+    /// every key, shrinking drops the coldest. The table's promise holds on: a dropped key's
+    /// total was at most any kept one's, and the table is then full, so a dropped key that comes
+    /// back starts from the smallest total kept, which covers what it had. O(k log k).
+    pub fn resize(&mut self, capacity: usize) {
+        self.capacity = capacity;
+        if self.keys.len() <= capacity {
+            return;
+        }
+        let mut keys = std::mem::take(&mut self.keys);
+        keys.sort_unstable_by(|a, b| hotter(&a.1, &b.1));
+        keys.truncate(capacity);
+        keys.shrink_to_fit();
+        self.index.clear();
+        self.index.shrink_to(capacity);
+        self.heap.clear();
+        self.position.clear();
+        for (place, (key, _)) in keys.iter().enumerate() {
+            self.index.insert(key.tag, place);
+        }
+        self.keys = keys;
+        for place in 0..self.keys.len() {
+            self.position.push(self.heap.len());
+            self.heap.push(place);
+            self.sift_up(place);
+        }
+        self.heap.shrink_to_fit();
+        self.position.shrink_to_fit();
     }
 
     /// Totals only grow, so an updated entry can only move down the min-heap.
@@ -308,6 +336,13 @@ impl HotKeys {
     }
 }
 
+/// Which of two keys is hotter (`Less` for `a`): the larger total wait, then, between keys
+/// that waited as long (often none: contention answered nil), the more contended events.
+fn hotter(a: &KeyStats, b: &KeyStats) -> std::cmp::Ordering {
+    let events = |s: &KeyStats| s.waits + s.contended + s.timeouts;
+    (b.wait_ms_total, events(b)).cmp(&(a.wait_ms_total, events(a)))
+}
+
 /// The statistics the engine keeps, switched on and off by `relock.stats`.
 #[derive(Clone, Debug)]
 pub struct Contention {
@@ -344,12 +379,9 @@ impl Contention {
         self.keys.reset(capacity);
     }
 
-    /// Sets the table's capacity (forgetting it if it changes).
+    /// Sets the table's capacity, keeping the hottest keys that fit.
     pub fn set_capacity(&mut self, capacity: usize) {
-        let capacity = capacity.min(MAX_KEYS);
-        if capacity != self.keys.capacity {
-            self.keys.reset(capacity);
-        }
+        self.keys.resize(capacity.min(MAX_KEYS));
     }
 }
 
@@ -531,6 +563,47 @@ mod tests {
                 assert_eq!(now, model, "capacity {capacity}, step {step}");
             }
         }
+    }
+
+    #[test]
+    fn resizing_keeps_the_hottest_that_fit() {
+        let mut hot = HotKeys::new(10);
+        for (i, wait) in [30, 10, 0, 20, 0].into_iter().enumerate() {
+            let contended = i as u64;
+            hot.update(key(&name(i as u32)), wait, |s| s.contended += contended);
+        }
+        let names = |hot: &HotKeys| -> Vec<Vec<u8>> {
+            hot.hottest(100)
+                .iter()
+                .map(|(k, _)| k.name.to_vec())
+                .collect()
+        };
+        let before = names(&hot);
+        hot.resize(2000);
+        assert_eq!(
+            (names(&hot), hot.capacity()),
+            (before.clone(), 2000),
+            "growing"
+        );
+        hot.resize(4);
+        assert_eq!(
+            names(&hot),
+            before[..4],
+            "the coldest went: no wait, fewest events"
+        );
+        hot.resize(2);
+        assert_eq!(names(&hot), [name(0), name(3)]);
+        assert_eq!(hot.index.len(), 2);
+        // Full: a newcomer replaces the least total and starts from it.
+        hot.update(key(b"new"), 1, |s| s.waits += 1);
+        let top = hot.hottest(10);
+        assert_eq!(top.len(), 2);
+        assert_eq!((&*top[1].0.name, top[1].1.wait_ms_total), (&b"new"[..], 21));
+        assert_eq!(top[1].1.error, 20);
+        hot.resize(0);
+        assert!(hot.is_empty());
+        hot.update(key(b"k"), 5, |s| s.waits += 1);
+        assert!(hot.is_empty(), "0 turns the table off");
     }
 
     #[test]

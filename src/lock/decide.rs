@@ -263,6 +263,18 @@ pub fn next_for(seen: Seen<'_>, owner: &[u8], mode: Mode) -> Next {
     }
 }
 
+/// The grant pass's decision `next` for a head whose ttl `fits` the restart grace or not
+/// (`relock.restart-grace-ms` may have been set at runtime after it queued). A head that would
+/// get a hold (new, or its own refreshed) for longer than the grace gets the error
+/// `LOCK.ACQUIRE` and `LOCK.RENEW` answer such a ttl, so that no hold outlives the grace that
+/// must cover it; one that must wait still waits (its turn decides), one that fails fails.
+pub fn at_turn(next: Next, fits: bool) -> Next {
+    match next {
+        Next::Grant | Next::Reacquire if !fits => Next::Fail(Refusal::TtlAboveGrace),
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -492,6 +504,24 @@ mod tests {
         ];
         for (name, seen, owner, mode, expected) in rows {
             assert_eq!(next_for(seen, owner, mode), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn at_turn_table() {
+        use Next::*;
+        let above = Fail(Refusal::TtlAboveGrace);
+        #[rustfmt::skip]
+        let rows = [
+            // next,                          ttl fits the grace, ttl above it
+            (Grant,                           Grant,              above),
+            (Reacquire,                       Reacquire,          above),
+            (Stop,                            Stop,               Stop),
+            (Fail(Refusal::OtherMode),        Fail(Refusal::OtherMode), Fail(Refusal::OtherMode)),
+        ];
+        for (next, fits, too_long) in rows {
+            assert_eq!(at_turn(next, true), fits, "{next:?}");
+            assert_eq!(at_turn(next, false), too_long, "{next:?}");
         }
     }
 }

@@ -2,6 +2,7 @@
 //! hold's lease or count, end a hold, describe one for the journal, and when the next hold of a
 //! key ends.
 
+use super::bounds;
 use super::host::Key;
 use super::packed::{Hold, LockRef};
 use super::shared::Holder;
@@ -12,7 +13,13 @@ pub fn set_count<K: Key>(key: &mut K, owner: &[u8], count: u32) -> u64 {
     match key.lock() {
         Some(LockRef::Exclusive(hold)) => {
             let token = hold.token();
-            key.update(count, None);
+            // The effect carries the key's expiry, which a user may have set past what an
+            // effect can say: the key's is cut to it too, so the replica's equals it.
+            let at = key
+                .expires_at()
+                .filter(|at| *at != bounds::expiry(*at))
+                .map(bounds::expiry);
+            key.update(count, at);
             token
         }
         Some(LockRef::Shared(shared)) => {

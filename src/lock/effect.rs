@@ -4,6 +4,7 @@
 //! spelling of each as a command ([`Effect::argv`]); the hosts only carry the words out
 //! (`src/redis/effects.rs` for replication and AOF rewrite alike).
 
+use super::bounds;
 use super::shared::Holder;
 
 /// One change, as a command replicas and the AOF replay.
@@ -46,7 +47,9 @@ pub enum Word<'a> {
 }
 
 impl<'a> Effect<'a> {
-    /// The command's name and its arguments.
+    /// The command's name and its arguments: every number within the bounds `LOCK.APPLY` and
+    /// the RDB loader keep ([`bounds`]), so a replica and an AOF take every effect a master
+    /// sends.
     pub fn argv(&self) -> (&'static str, Vec<Word<'a>>) {
         use Word::{Bytes, Int, Key};
         let int = |n: u64| Int(i64::try_from(n).unwrap_or(i64::MAX));
@@ -60,10 +63,10 @@ impl<'a> Effect<'a> {
             } => {
                 let mut words = vec![Key, Bytes(owner), int(token), Int(i64::from(count))];
                 if let Some(at) = expires_at {
-                    words.extend([Bytes(b"PXAT"), Int(at)]);
+                    words.extend([Bytes(b"PXAT"), Int(bounds::expiry(at))]);
                 }
                 if granted_at > 0 {
-                    words.extend([Bytes(b"GRANTED"), Int(granted_at)]);
+                    words.extend([Bytes(b"GRANTED"), Int(bounds::grant_time(granted_at))]);
                 }
                 ("LOCK.APPLY", words)
             }
@@ -78,10 +81,13 @@ impl<'a> Effect<'a> {
                     int(holder.token),
                     Int(i64::from(holder.count)),
                     Bytes(b"PXAT"),
-                    Int(holder.lease_end),
+                    Int(bounds::lease_end(holder.lease_end)),
                 ];
                 if holder.granted_at > 0 {
-                    words.extend([Bytes(b"GRANTED"), Int(holder.granted_at)]);
+                    words.extend([
+                        Bytes(b"GRANTED"),
+                        Int(bounds::grant_time(holder.granted_at)),
+                    ]);
                 }
                 words.push(Bytes(b"SHARED"));
                 if limit > 0 {
@@ -150,6 +156,49 @@ mod tests {
         ];
         for (effect, expected) in rows {
             assert_eq!(text(effect), expected);
+        }
+    }
+
+    /// What the encoder spells, `LOCK.APPLY`'s parser takes, whatever the value holds.
+    #[test]
+    fn every_hold_is_spelled_within_the_bounds_of_lock_apply() {
+        use crate::lock::args;
+        let far = Holder {
+            permits: 1,
+            ..Holder::new(crate::lock::MAX_TOKEN, i64::MAX, i64::MAX)
+        };
+        let effects = [
+            Effect::Hold {
+                owner: &[0xff; 256],
+                token: crate::lock::MAX_TOKEN,
+                count: u32::MAX,
+                expires_at: Some(i64::MAX),
+                granted_at: i64::MAX,
+            },
+            Effect::Hold {
+                owner: b"o",
+                token: 1,
+                count: 1,
+                expires_at: Some(0),
+                granted_at: 1,
+            },
+            Effect::Holder {
+                limit: 0,
+                owner: b"o",
+                holder: far,
+            },
+        ];
+        for effect in effects {
+            let words = effect.words(b"k");
+            let rest: Vec<&[u8]> = words[5..].iter().map(|w| w.as_slice()).collect();
+            assert!(
+                args::owner(&words[2]).is_ok()
+                    && args::token(&words[3]).is_ok()
+                    && args::count(&words[4]).is_ok()
+                    && args::apply_tail(&rest).is_ok(),
+                "{}",
+                text(effect)
+            );
         }
     }
 }

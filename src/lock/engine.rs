@@ -270,10 +270,13 @@ impl<T: Handles> Engine<T> {
                 let Some(hold) = key.hold() else {
                     return Reply::Nil;
                 };
-                // A lock whose TTL a user removed keeps the longest lease a ttl can give.
+                // A lock whose TTL a user removed keeps the longest lease a ttl can give; one a
+                // user made expire past what a holder record keeps, the latest it keeps (the
+                // key's TTL, and the effect replicas receive, then say the same).
                 let lease_end = key
                     .expires_at()
                     .unwrap_or_else(|| expiry(now, super::args::MAX_TTL_MS));
+                let lease_end = super::bounds::lease_end(lease_end);
                 let holder = Holder {
                     token: hold.token(),
                     count: hold.count(),
@@ -597,13 +600,9 @@ impl<T: Handles> Engine<T> {
 
     /// How many of the holds of a key ending behind its back (deleted, expired...) the engine
     /// wants described to [`Engine::holds_lost`]: 0 when neither the journal nor the
-    /// statistics keep anything of them.
+    /// statistics keep anything of them, at most [`super::watch::MASS_END`].
     pub fn describes(&self) -> usize {
-        if self.watch.wants_any() {
-            self.watch.bulk()
-        } else {
-            0
-        }
+        self.watch.unlinked()
     }
 
     /// The journal and the statistics.
@@ -818,7 +817,12 @@ impl<T: Handles> Engine<T> {
             let next = match self.waiters.head(id) {
                 None => break,
                 Some(head) => {
-                    decide::next_for(Seen::of(key, &head.owner, || now), &head.owner, head.mode)
+                    let next = decide::next_for(
+                        Seen::of(key, &head.owner, || now),
+                        &head.owner,
+                        head.mode,
+                    );
+                    decide::at_turn(next, self.grace.allows_ttl(head.ttl_ms))
                 }
             };
             if next == Next::Stop {

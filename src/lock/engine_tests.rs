@@ -760,6 +760,26 @@ fn the_restart_grace_grants_no_new_hold_then_serves_the_queues_in_order() {
     assert_eq!(sim.host_timers(), 0, "nobody waits: no timer left");
 }
 
+/// A grace configured at runtime (`CONFIG SET relock.restart-grace-ms 1000`) under waiters
+/// queued before it: at its turn, one whose ttl is above the grace gets the error a new request
+/// gets, and the next is served; no hold is granted longer than the grace.
+#[test]
+fn a_grace_set_at_runtime_bounds_the_waiters_queued_before_it() {
+    let mut sim = Sim::new(START);
+    sim.acquire(K, b"a", 600_000);
+    let (_, long) = sim.wait(K, b"long", 600_000, 0);
+    let (_, short) = sim.wait(K, b"short", 1_000, 0);
+    sim.engine.configure_grace(1_000);
+    assert_eq!(sim.release(K, b"a"), Reply::Integer(0));
+    sim.deliver();
+    let above = Outcome::Error(Refusal::TtlAboveGrace.into());
+    assert_eq!(sim.answers[0], (long, above));
+    assert!(matches!(sim.answers[1], (c, Outcome::Token(_)) if c == short));
+    assert_eq!(sim.lock(K).map(|l| l.3), Some(Some(START + 1_000)));
+    sim.release(K, b"short");
+    assert_idle(&mut sim);
+}
+
 #[test]
 fn holds_the_server_has_work_through_the_grace() {
     let mut sim = Sim::new(START);
@@ -784,6 +804,60 @@ fn holds_the_server_has_work_through_the_grace() {
             .collect::<Vec<_>>(),
         [w]
     );
+}
+
+/// Replays on `replica` every effect `master` replicated since the last call: each must be one
+/// a replica takes.
+fn replicate(master: &mut Sim, replica: &mut Sim) {
+    for effect in master.take_effects() {
+        let replayed = replica.replay(&effect);
+        assert!(
+            matches!(replayed, Ok(ref r) if !matches!(r, Reply::Error(_))),
+            "the replica refuses {:?}: {replayed:?}",
+            effect
+                .iter()
+                .map(|w| String::from_utf8_lossy(w).into_owned())
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+/// Effects within bounds: a user makes a lock's key expire past what a holder record keeps
+/// (`PEXPIREAT key 9223372036854775806`, which Redis takes); the owner downgrades it and a
+/// reader joins, and a reentrant lock so set is released one level. Every effect is one the
+/// replica takes, and the replica ends with what the master has (the downgraded holder's lease
+/// end, and so the key's TTL, the latest a record keeps; the reentrant lock's expiry the latest
+/// an effect says).
+#[test]
+fn far_expiries_reach_the_replica_as_the_master_has_them() {
+    const FAR: i64 = i64::MAX - 1;
+    let (mut master, mut replica) = (Sim::new(START), Sim::new(START));
+    let token_of = token(master.acquire(b"down", b"owner", 10_000));
+    master.reenter(b"re", b"owner", 10_000);
+    master.reenter(b"re", b"owner", 10_000);
+    replicate(&mut master, &mut replica);
+    for key in [&b"down"[..], b"re"] {
+        // The user's PEXPIREAT reaches the replica as itself.
+        master.user_expiry(key, Some(FAR));
+        replica.user_expiry(key, Some(FAR));
+    }
+    assert_eq!(
+        master.downgrade(b"down", b"owner"),
+        Reply::Integer(token_of)
+    );
+    let reader = super::Mode::shared(0);
+    token(master.acquire_as(b"down", b"reader", 60_000, reader));
+    assert_eq!(master.release(b"re", b"owner"), Reply::Integer(1));
+    replicate(&mut master, &mut replica);
+    assert_eq!(master.lock(b"re"), replica.lock(b"re"));
+    // The key's expiry as the effect can say it, on both.
+    let cut = super::bounds::MAX_EXPIRY_MS;
+    assert_eq!(master.lock(b"re").map(|l| (l.2, l.3)), Some((1, Some(cut))));
+    assert_eq!(master.shared(b"down"), replica.shared(b"down"));
+    let (holders, expiry) = master.shared(b"down").expect("shared");
+    let latest = super::bounds::MAX_TIME_MS;
+    assert_eq!(holders.get(b"owner").map(|h| h.lease_end), Some(latest));
+    assert_eq!(expiry, Some(latest));
 }
 
 #[test]

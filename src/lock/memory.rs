@@ -535,6 +535,49 @@ impl Sim {
         self.command(key, |e, h, k| e.apply_holder(h, k, limit, owner, holder))
     }
 
+    /// Replays an effect another server replicated (`words`, as [`Sim::take_effects`] gives
+    /// them), parsed as the Redis host parses it: what a replica or an AOF load does with it.
+    pub fn replay(&mut self, words: &[Vec<u8>]) -> Result<Reply, super::ArgError> {
+        use super::args;
+        let word = |i: usize| words.get(i).map_or(&[][..], |w| w.as_slice());
+        let (name, key) = (word(0), word(1));
+        match name {
+            b"LOCK.APPLY" => {
+                let owner = args::owner(word(2))?.to_vec();
+                let (token, count) = (args::token(word(3))?, args::count(word(4))?);
+                let rest: Vec<&[u8]> = words.iter().skip(5).map(|w| w.as_slice()).collect();
+                let tail = args::apply_tail(&rest)?;
+                let Some((limit, permits)) = tail.shared else {
+                    let hold = Hold::new(&owner, token, count, tail.granted_at);
+                    let at = tail.expires_at;
+                    return Ok(self.command(key, |e, h, k| e.apply(h, k, hold, at)));
+                };
+                let holder = Holder {
+                    token,
+                    count,
+                    lease_end: tail.expires_at.ok_or(super::ArgError::Syntax)?,
+                    permits,
+                    granted_at: tail.granted_at,
+                };
+                Ok(self.apply_holder(key, limit, &owner, holder))
+            }
+            b"LOCK.DROP" => {
+                let owner = args::owner(word(2))?.to_vec();
+                Ok(self.command(key, |e, h, k| e.drop_holder(h, k, &owner)))
+            }
+            b"DEL" => {
+                self.delete(key);
+                Ok(Reply::Ok)
+            }
+            b"PEXPIREAT" => {
+                let at = args::parse_integer(word(2)).ok_or(super::ArgError::Expiry)?;
+                self.user_expiry(key, Some(at));
+                Ok(Reply::Ok)
+            }
+            _ => Err(super::ArgError::Syntax),
+        }
+    }
+
     /// `LOCK.FORCERELEASE key`.
     pub fn force_release(&mut self, key: &[u8]) -> Reply {
         self.command(key, |e, h, k| e.force_release(h, k, None))

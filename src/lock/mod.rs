@@ -18,13 +18,16 @@
 //! - [`watch`]: the journal and the statistics together, as the engine tells them what happened.
 //! - [`tokens`]: fencing tokens, strictly increasing and floored by the wall clock.
 //! - [`grace`]: the restart grace (`relock.restart-grace-ms`): no new hold until it ends.
-//! - [`args`]: parsing and bounds of command arguments.
+//! - [`args`]: parsing of command arguments.
+//! - [`bounds`]: the bounds of every field of a lock value, for the parser, the loader and the
+//!   encoder alike.
 //! - [`memory`]: an in-memory host, on which the unit, model and fuzz tests run the engine.
 //!
 //! The Redis module (`src/redis/`) is the other host: it parses arguments, opens keys, calls
 //! the engine and turns its replies into Redis replies.
 
 pub mod args;
+pub mod bounds;
 pub mod contention;
 pub mod decide;
 pub mod edit;

@@ -38,6 +38,10 @@ pub const MAX_LIMIT: u32 = 1_000_000;
 /// 256-byte owners that is 16.7 million holders; RDB loading refuses a value above it.
 pub const MAX_OWNER_BYTES: usize = u32::MAX as usize;
 
+/// The most holders one key may have (with 1-byte owners, about 5 GB): a new holder past it is
+/// refused, as RDB loading refuses a value with more.
+pub const MAX_HOLDERS: usize = 100_000_000;
+
 /// How a request wants a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -86,7 +90,8 @@ impl Holder {
     }
 }
 
-/// A new holder would take the owners' bytes past [`MAX_OWNER_BYTES`].
+/// A new holder would take the owners' bytes past [`MAX_OWNER_BYTES`], or the holders past
+/// [`MAX_HOLDERS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Full;
 
@@ -322,7 +327,7 @@ impl Shared {
                 return Err(Full);
             }
         }
-        if self.slots.len() >= NIL as usize - 1 {
+        if self.len() >= MAX_HOLDERS {
             return Err(Full);
         }
         let slot = self.slots.len();

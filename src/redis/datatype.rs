@@ -22,9 +22,7 @@ use super::globals;
 use super::server;
 use super::unlinked::Gone;
 use super::{effects, ffi};
-use crate::lock::{
-    args, Effect, EndedHold, Hold, Holder, LockMut, LockRef, LockValue, Shared, MAX_LIMIT,
-};
+use crate::lock::{bounds, Effect, EndedHold, Hold, Holder, LockMut, LockRef, LockValue, Shared};
 
 /// Data type name as `TYPE` shows it (exactly 9 characters).
 pub const TYPE_NAME: &str = "relock-lk";
@@ -33,8 +31,6 @@ const ENCODING_VERSION: i32 = 3;
 /// Kinds of value in encoding versions 2 and 3.
 const KIND_EXCLUSIVE: u64 = 0;
 const KIND_SHARED: u64 = 1;
-/// The most holders a loaded shared value may claim (more is a corrupt payload).
-const MAX_LOADED_HOLDERS: u64 = 100_000_000;
 
 /// The registered data type.
 pub static LOCK_TYPE: RedisType = RedisType::new(
@@ -129,7 +125,8 @@ fn load_hold(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Box<Hold>> {
     let owner = load_string(rdb)?;
     let (token, count) = (load_unsigned(rdb)?, load_unsigned(rdb)?);
     let granted_at = if encver >= 3 { load_signed(rdb)? } else { 0 };
-    let Some(count) = valid_hold(&owner, token, count).filter(|_| valid_grant(granted_at)) else {
+    let valid = valid_hold(&owner, token, count).filter(|_| bounds::is_grant_time(granted_at));
+    let Some(count) = valid else {
         log_io(rdb, "corrupt relock value");
         return None;
     };
@@ -141,8 +138,8 @@ fn load_hold(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Box<Hold>> {
 /// version 3 permits and grant time). The permits of its holders never exceed its limit.
 fn load_shared(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Shared> {
     let (limit, holders) = (load_unsigned(rdb)?, load_unsigned(rdb)?);
-    let limit_ok = limit <= u64::from(MAX_LIMIT) && (limit == 0 || holders <= limit);
-    if !limit_ok || holders == 0 || holders > MAX_LOADED_HOLDERS {
+    let limit_ok = bounds::is_limit(limit) && (limit == 0 || holders <= limit);
+    if !limit_ok || !bounds::is_holders(holders) {
         log_io(rdb, "corrupt relock value");
         return None;
     }
@@ -158,11 +155,11 @@ fn load_shared(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Shared> {
             (1, 0)
         };
         permits_held += permits;
-        let permits_ok = (1..=u64::from(MAX_LIMIT)).contains(&permits)
-            && (limit == 0 && permits == 1 || limit > 0 && permits_held <= limit);
+        let permits_ok =
+            bounds::is_permits(permits, limit) && (limit == 0 || permits_held <= limit);
         let count = valid_hold(&owner, token, count)
-            .filter(|_| (1..=1 << 62).contains(&lease_end))
-            .filter(|_| permits_ok && valid_grant(granted_at))
+            .filter(|_| bounds::is_expiry(lease_end))
+            .filter(|_| permits_ok && bounds::is_grant_time(granted_at))
             .filter(|_| shared.get(&owner).is_none());
         let Some(count) = count else {
             log_io(rdb, "corrupt relock value");
@@ -185,18 +182,10 @@ fn load_shared(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Shared> {
     Some(shared)
 }
 
-/// A grant time: 0 (unknown) or a Unix ms a holder record can keep (below 2^44).
-fn valid_grant(granted_at: i64) -> bool {
-    (0..1 << 44).contains(&granted_at)
-}
-
-/// The count of a hold whose fields are within bounds.
+/// The count of a hold whose fields are within the bounds `LOCK.APPLY` keeps too.
 fn valid_hold(owner: &[u8], token: u64, count: u64) -> Option<u32> {
-    let valid = args::owner(owner).is_ok()
-        && (1..=crate::lock::MAX_TOKEN).contains(&token)
-        && count >= 1
-        && count <= u64::from(crate::lock::MAX_COUNT);
-    valid.then_some(count as u32)
+    let valid = bounds::is_owner(owner) && bounds::is_token(token) && bounds::is_count(count);
+    valid.then(|| u32::try_from(count).ok()).flatten()
 }
 
 fn io_failed(rdb: *mut raw::RedisModuleIO) -> bool {
@@ -262,9 +251,11 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
         let Some(lock) = (unsafe { lock_of(value) }) else {
             return;
         };
-        // A MIGRATE serializes, then deletes (`unlinked::Serialized`).
-        if let Some(started_us) = server::command_started_us() {
-            globals::push_serialized(started_us, value as usize, server::commands_processed);
+        // A MIGRATE serializes, then deletes (`unlinked::Serialized`); a save deletes nothing.
+        if !globals::saving() {
+            if let Some(started_us) = server::command_started_us() {
+                globals::push_serialized(started_us, value as usize, server::commands_processed);
+            }
         }
         match lock.as_ref() {
             LockRef::Exclusive(hold) => {

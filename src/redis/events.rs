@@ -14,7 +14,7 @@ use super::globals::{self, Report};
 use super::host::{self, RedisHost};
 use super::migration::{self, EXPORT_COMPLETED, EXPORT_STARTED};
 use super::server::{self, server_info, server_info_text};
-use super::{effects, ffi, unlinked};
+use super::{cluster, effects, ffi, unlinked};
 use crate::lock::Effect;
 
 /// Every class of keyspace event that can end or replace a lock (not `d`: our own events; not
@@ -51,6 +51,7 @@ pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
         raw::REDISMODULE_EVENT_CRON_LOOP,
         raw::REDISMODULE_EVENT_FORK_CHILD,
         raw::REDISMODULE_EVENT_REPLICA_CHANGE,
+        raw::REDISMODULE_EVENT_PERSISTENCE,
     ];
     for id in server_events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
@@ -87,10 +88,18 @@ extern "C" fn on_keyspace_event(
         };
         // A lock Redis just unlinked: this notification says why.
         if let Some(gone) = globals::take_unlinked(db, name, event) {
-            // Serialized by this very command (not one that started in the same µs): MIGRATE.
-            let serialized =
-                gone.serialized_by.is_some() && gone.serialized_by == server::commands_processed();
-            let reason = unlinked::reason_for(event, serialized);
+            // Serialized by this very command (not one that started in the same µs, nor an
+            // earlier one of the same EXEC): MIGRATE. One INFO read for all its deletions.
+            let serialized = gone.serialized_by.is_some()
+                && gone.serialized_by
+                    == server::command_started_us().and_then(|started_us| {
+                        globals::processed_now(started_us, server::commands_processed)
+                    });
+            // Valkey 9 deletes the keys of the slots an atomic slot migration handed over.
+            let handed_over = event == c"del"
+                && globals::with_migrations(|m| m.handed_over(cluster::key_slot(name)))
+                    .unwrap_or(false);
+            let reason = unlinked::reason_for(event, serialized || handed_over);
             globals::report(&mut RedisHost::new(ctx), Report::Lost { reason, gone });
         }
         // A shared key's TTL must not outlive its leases: watch what sets or removes TTLs or
@@ -189,10 +198,12 @@ extern "C" fn on_server_event(
             if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
                 globals::report(&mut RedisHost::new(ctx), Report::DbChanged(None));
             }
+        } else if id == raw::REDISMODULE_EVENT_PERSISTENCE {
+            let ended = subevent == raw::REDISMODULE_SUBEVENT_PERSISTENCE_ENDED
+                || subevent == raw::REDISMODULE_SUBEVENT_PERSISTENCE_FAILED;
+            globals::set_saving(!ended);
         } else if id == raw::REDISMODULE_EVENT_CRON_LOOP {
-            globals::journal_pending_flush();
-            record_counter_after_aof_rewrite(ctx);
-            globals::set_effects_needed(effects_needed(ctx));
+            on_cron(ctx);
         } else if id == raw::REDISMODULE_EVENT_FORK_CHILD
             || id == raw::REDISMODULE_EVENT_REPLICA_CHANGE
         {
@@ -210,6 +221,15 @@ extern "C" fn on_server_event(
             globals::report(&mut RedisHost::new(ctx), report);
         }
     })
+}
+
+/// The server's cron tick (`hz` times a second, between commands).
+fn on_cron(ctx: *mut raw::RedisModuleCtx) {
+    globals::forget_serialized(server::command_started_us());
+    globals::with_migrations(|m| m.tick());
+    globals::journal_pending_flush();
+    record_counter_after_aof_rewrite(ctx);
+    globals::set_effects_needed(effects_needed(ctx));
 }
 
 /// Whether the flush about to run empties any key: the db `dbnum` (every db for -1) holds one.

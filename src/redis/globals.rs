@@ -58,8 +58,9 @@ thread_local! {
     static UNLINKED: RefCell<Unlinked> = RefCell::new(Unlinked::default());
 
     /// The lock values the running command serialized (see `unlinked::Serialized`): written by
-    /// the data type's `rdb_save` on the main thread (a fork child changes only its own copy),
-    /// read by its `unlink2`, to tell `MIGRATE`'s deletion of a lock from `DEL`'s.
+    /// the data type's `rdb_save` on the main thread, outside saves (see `SAVING`), read by
+    /// its `unlink2` and the notification after, to tell `MIGRATE`'s deletion of a lock from
+    /// `DEL`'s; given back by the cron tick after the command.
     static SERIALIZED: RefCell<Serialized> = RefCell::new(Serialized::default());
 
     /// The flushes seen and not yet written to the journal, oldest first: `DEBUG RELOAD`
@@ -100,6 +101,12 @@ static EFFECTS_NEEDED: AtomicBool = AtomicBool::new(true);
 /// Whether this server is a replica: learned at load and kept from the role-change event, so a
 /// master's write commands pay no `RedisModule_GetContextFlags` call on the hot path.
 static REPLICA: AtomicBool = AtomicBool::new(false);
+
+/// Whether the server is saving its dataset (an RDB, an AOF rewrite's preamble, a full sync),
+/// from its persistence event's start to its end: set in a fork child by the child's own event,
+/// and around `SAVE` and `DEBUG RELOAD` on the main thread. What is serialized then is every
+/// lock, deleted by nobody: `rdb_save` does not remember it (see `unlinked::Serialized`).
+static SAVING: AtomicBool = AtomicBool::new(false);
 
 /// `aof_rewrites` when the token counter was last written to the AOF (-1: never). Only the cron
 /// tick reads and writes it.
@@ -321,6 +328,32 @@ pub fn push_serialized(started_us: i64, value: usize, processed: impl FnOnce() -
 /// `started_us`.
 pub fn serialized_by(started_us: i64, value: usize) -> Option<i64> {
     SERIALIZED.with(|cell| cell.try_borrow().ok()?.by(started_us, value))
+}
+
+/// `total_commands_processed` of the running command, which started at `started_us`: `read`
+/// once after each serialization, remembered for the deletions that follow.
+pub fn processed_now(started_us: i64, read: impl FnOnce() -> Option<i64>) -> Option<i64> {
+    SERIALIZED.with(|cell| cell.try_borrow_mut().ok()?.processed(started_us, read))
+}
+
+/// Gives back the values serialized by a command other than the one that started at
+/// `started_us` (none runs on the cron tick).
+pub fn forget_serialized(started_us: Option<i64>) {
+    SERIALIZED.with(|cell| {
+        if let Ok(mut serialized) = cell.try_borrow_mut() {
+            serialized.forget_unless(started_us);
+        }
+    });
+}
+
+/// A save starts (`true`) or ends.
+pub fn set_saving(saving: bool) {
+    SAVING.store(saving, Ordering::Relaxed);
+}
+
+/// Whether the server is saving its dataset.
+pub fn saving() -> bool {
+    SAVING.load(Ordering::Relaxed)
 }
 
 /// Forgets the unlinked locks (cheap when there is none).

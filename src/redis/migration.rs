@@ -14,7 +14,11 @@
 //!   TTL capped, no lazy expiry propagated into a slot the target does not own.
 //! - **When the export completes**, the source deletes the keys (one `del` notification each)
 //!   with the slot already owned elsewhere: every waiter is served again, and gets `MOVED`.
-//!   Writes during the handover's pause are deferred like any other pause.
+//!   Writes during the handover's pause are deferred like any other pause. Those deletions are
+//!   moves, not ends, as a `MIGRATE`'s are: [`Migrations::handed_over`] tells the journal so.
+//!   Valkey sends them right after the export's completion event, where nobody else can delete
+//!   a key of those slots (this node no longer serves them); the slots are remembered until a
+//!   cron tick passes with no deletion in them (or this node imports them again).
 //!
 //! Nothing else changes: the stream carries holds with their tokens (which the target
 //! observes), lease ends are absolute. As with `MIGRATE`, queued waiters do not move: they are
@@ -56,25 +60,57 @@ struct MigrationInfo {
 pub struct Migrations {
     importing: Vec<(String, Vec<(u16, u16)>)>,
     exporting: Vec<(String, Vec<(u16, u16)>)>,
+    /// The slots of exports that just completed, whose keys Valkey deletes next.
+    handed_over: Vec<(u16, u16)>,
+    /// Whether a deletion was in them (or they were handed over) since the last cron tick.
+    handed_over_lately: bool,
 }
 
 impl Migrations {
     /// Applies one event: a job starts (its ranges are added) or ends (removed).
     pub fn apply(&mut self, subevent: u64, job: String, ranges: Vec<(u16, u16)>) {
         match subevent {
-            IMPORT_STARTED => self.importing.push((job, ranges)),
+            IMPORT_STARTED => {
+                // Keys of these slots are this node's again once imported.
+                let overlaps =
+                    |&(lo, hi): &(u16, u16)| ranges.iter().any(|&(l, h)| lo <= h && l <= hi);
+                self.handed_over.retain(|r| !overlaps(r));
+                self.importing.push((job, ranges));
+            }
             EXPORT_STARTED => self.exporting.push((job, ranges)),
             IMPORT_ABORTED | IMPORT_COMPLETED => self.importing.retain(|(j, _)| *j != job),
-            EXPORT_ABORTED | EXPORT_COMPLETED => self.exporting.retain(|(j, _)| *j != job),
+            EXPORT_ABORTED => self.exporting.retain(|(j, _)| *j != job),
+            EXPORT_COMPLETED => {
+                self.exporting.retain(|(j, _)| *j != job);
+                self.handed_over.extend(ranges);
+                self.handed_over_lately = true;
+            }
             _ => {}
         }
+    }
+
+    /// Whether a key of `slot` being deleted now is one an export handed over: its holds live
+    /// on at the target.
+    pub fn handed_over(&mut self, slot: u16) -> bool {
+        let hit = in_ranges(&self.handed_over, slot);
+        self.handed_over_lately |= hit;
+        hit
+    }
+
+    /// The server's cron tick: handed-over slots none of whose keys were deleted since the last
+    /// tick are forgotten (their keys are gone).
+    pub fn tick(&mut self) {
+        if !self.handed_over_lately && !self.handed_over.is_empty() {
+            self.handed_over = Vec::new();
+        }
+        self.handed_over_lately = false;
     }
 
     /// Whether `slot` is being imported.
     pub fn importing(&self, slot: u16) -> bool {
         self.importing
             .iter()
-            .any(|(_, ranges)| ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&slot)))
+            .any(|(_, ranges)| in_ranges(ranges, slot))
     }
 
     /// Whether any slot is being imported.
@@ -86,6 +122,10 @@ impl Migrations {
     pub fn exporting(&self) -> bool {
         !self.exporting.is_empty()
     }
+}
+
+fn in_ranges(ranges: &[(u16, u16)], slot: u16) -> bool {
+    ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&slot))
 }
 
 /// The job name and slot ranges of a migration event's data.
@@ -136,5 +176,24 @@ mod tests {
         assert!(!m.importing(7));
         m.apply(99, "d".into(), vec![(1, 1)]);
         assert!(!m.importing(1), "unknown subevents change nothing");
+    }
+
+    #[test]
+    fn an_exports_deletions_are_moves_until_a_quiet_tick() {
+        let mut m = Migrations::default();
+        m.apply(EXPORT_STARTED, "e".into(), vec![(5, 9)]);
+        assert!(!m.handed_over(5), "still this node's while exporting");
+        m.apply(EXPORT_COMPLETED, "e".into(), Vec::from([(5, 9)]));
+        assert!(m.handed_over(5) && m.handed_over(9) && !m.handed_over(10));
+        m.tick();
+        assert!(m.handed_over(7), "deletions went on: kept a tick more");
+        m.tick();
+        m.tick();
+        assert!(!m.handed_over(7), "a quiet tick forgets them");
+        m.apply(EXPORT_COMPLETED, "f".into(), vec![(1, 3)]);
+        m.tick();
+        assert!(m.handed_over(2), "a whole tick for the deletions to start");
+        m.apply(IMPORT_STARTED, "g".into(), vec![(3, 4)]);
+        assert!(!m.handed_over(2), "imported again: this node's keys");
     }
 }

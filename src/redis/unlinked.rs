@@ -16,6 +16,7 @@
 //! same microsecond, by `total_commands_processed`, which every command, nested ones included
 //! (`MULTI`, scripts), raises when it ends.
 
+use std::collections::HashSet;
 use std::ffi::CStr;
 use std::os::raw::c_int;
 
@@ -87,18 +88,22 @@ impl Unlinked {
     }
 }
 
-/// How many values one command's serializations are remembered for: a `MIGRATE ... KEYS` of
-/// more locks says `deleted` for the rest (and a `SAVE` of many costs nothing more).
-const SERIALIZED_MAX: usize = 1024;
-
-/// The lock values the running command serialized (`DUMP`, `MIGRATE`; `SAVE` and `DEBUG
-/// RELOAD` too, which delete nothing), by address: Redis hands the same address to `unlink2`.
+/// The lock values the running command serialized (`DUMP`, `MIGRATE`, `DEBUG OBJECT`), by
+/// address: Redis hands the same address to `unlink2`. Every one of them, so that a `MIGRATE
+/// ... KEYS` of any number of locks says `moved` for each: memory O(values of that command),
+/// given back at the next command. A save or a load (`SAVE`, `DEBUG RELOAD`, `BGSAVE`'s child,
+/// a full sync) serializes every lock and deletes none: the host does not push its values
+/// (the server's persistence event says when one runs), so it costs no memory here.
 #[derive(Debug, Default)]
 pub struct Serialized {
     /// The command that serialized them: its cached start time (µs) and the server's
     /// `total_commands_processed` while it ran.
     command: Option<(i64, i64)>,
-    values: Vec<usize>,
+    values: HashSet<usize>,
+    /// `total_commands_processed` as read after the last serialization, with the start time of
+    /// the command it was read in: one `INFO` read for all the deletions that follow (a
+    /// `MIGRATE` serializes every key, then deletes them).
+    now: Option<(i64, i64)>,
 }
 
 impl Serialized {
@@ -106,27 +111,69 @@ impl Serialized {
     /// `total_commands_processed` (once per command, not per value).
     pub fn push(&mut self, started_us: i64, value: usize, processed: impl FnOnce() -> Option<i64>) {
         if self.command.is_none_or(|(at, _)| at != started_us) {
-            self.values.clear();
+            self.forget();
             self.command = processed().map(|n| (started_us, n));
         }
-        if self.command.is_some() && self.values.len() < SERIALIZED_MAX {
-            self.values.push(value);
+        // A serialization may start a command nested in the same one (`EXEC`, a script): the
+        // count must be read again before a deletion is compared with it.
+        self.now = None;
+        if self.command.is_some() {
+            self.values.insert(value);
         }
     }
 
     /// If a command that started at `started_us` serialized `value`: its
-    /// `total_commands_processed`, which the caller compares with the running command's.
+    /// `total_commands_processed`, which the caller compares with [`Serialized::processed`].
     pub fn by(&self, started_us: i64, value: usize) -> Option<i64> {
         let (at, processed) = self.command?;
         (at == started_us && self.values.contains(&value)).then_some(processed)
     }
+
+    /// `total_commands_processed` of the command that started at `started_us` and runs now:
+    /// read by `read` once after each serialization, then remembered (every deletion of one
+    /// `MIGRATE` asks, and the count cannot change before the next command, which serializes
+    /// again or is a command that started at another time).
+    pub fn processed(
+        &mut self,
+        started_us: i64,
+        read: impl FnOnce() -> Option<i64>,
+    ) -> Option<i64> {
+        match self.now {
+            Some((at, n)) if at == started_us => Some(n),
+            _ => {
+                let n = read()?;
+                self.now = Some((started_us, n));
+                Some(n)
+            }
+        }
+    }
+
+    /// Gives the values back unless the command that started at `started_us` serialized them
+    /// (the server's cron: no command runs).
+    pub fn forget_unless(&mut self, started_us: Option<i64>) {
+        if self.command.is_some_and(|(at, _)| Some(at) != started_us) {
+            self.forget();
+        }
+    }
+
+    fn forget(&mut self) {
+        self.command = None;
+        self.now = None;
+        // A large set is given back, not kept for the next command.
+        if self.values.capacity() > 1024 {
+            self.values = HashSet::new();
+        } else {
+            self.values.clear();
+        }
+    }
 }
 
 /// The reason a keyspace notification gives for the lock just unlinked at its key;
-/// `serialized`: the running command serialized the value before it unlinked it.
-pub fn reason_for(event: &CStr, serialized: bool) -> Reason {
-    // MIGRATE: the hold lives on at the destination.
-    if serialized && event == c"del" {
+/// `carried_off`: the hold lives on elsewhere though Redis says `del` (the running command
+/// serialized the value before it unlinked it: `MIGRATE`; or an atomic slot migration handed
+/// its slot over).
+pub fn reason_for(event: &CStr, carried_off: bool) -> Reason {
+    if carried_off && event == c"del" {
         return Reason::Moved;
     }
     reason(event)
@@ -237,15 +284,40 @@ mod tests {
     }
 
     #[test]
-    fn serializations_are_bounded_and_need_the_counter() {
+    fn serializations_need_the_counter_and_are_all_kept_until_the_next_command() {
         let mut s = Serialized::default();
         s.push(5, 1, || None);
         assert_eq!(s.by(5, 1), None, "without the counter nothing is known");
-        for value in 0..2 * SERIALIZED_MAX {
+        for value in 0..5000 {
             s.push(6, value, || Some(1));
         }
-        assert_eq!(s.values.len(), SERIALIZED_MAX);
-        assert_eq!(s.by(6, SERIALIZED_MAX), None, "past the bound: deleted");
+        assert_eq!(s.by(6, 4999), Some(1), "every value of the command");
+        s.forget_unless(Some(6));
+        assert_eq!(s.by(6, 0), Some(1), "the command still runs");
+        s.forget_unless(Some(7));
+        assert_eq!(s.by(6, 0), None, "given back after it");
+        assert_eq!(s.values.capacity(), 0);
+    }
+
+    #[test]
+    fn the_counter_is_read_once_per_run_of_deletions() {
+        let mut s = Serialized::default();
+        let mut reads = 0;
+        let mut read = |n| {
+            reads += 1;
+            Some(n)
+        };
+        for value in 0..1024 {
+            s.push(1_000, value, || Some(7));
+        }
+        for _ in 0..1024 {
+            assert_eq!(s.processed(1_000, || read(7)), Some(7));
+        }
+        // The same EXEC, a later command in it: serializes, then a deletion reads again.
+        s.push(1_000, 5000, || Some(0));
+        assert_eq!(s.processed(1_000, || read(9)), Some(9));
+        assert_eq!(s.processed(1_001, || read(10)), Some(10), "another command");
+        assert_eq!(reads, 3);
     }
 
     #[test]

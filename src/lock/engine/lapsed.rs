@@ -35,7 +35,8 @@ impl<T: Handles> Engine<T> {
             return;
         };
         let at = self.watch.at(key.id(), 0, self.waiters.queued(key.id()));
-        for (owner, holder) in shared.sample(self.watch.bulk()) {
+        // Bounded: the command that replaces them did not name them.
+        for (owner, holder) in shared.sample(self.watch.mass_end(&[Reason::Expired])) {
             let at = at.when(holder.lease_end);
             self.watch
                 .lost(at, &ended_holder(owner, holder), Reason::Expired, "");
