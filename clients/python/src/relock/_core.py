@@ -40,19 +40,30 @@ MAX_MS = 1_000_000_000_000
 MAX_LIMIT = 1_000_000
 #: Owners are at most this many bytes.
 MAX_OWNER = 256
+#: The smallest usable ttl in milliseconds (relock-client's MIN_TTL): the least ttl whose
+#: validity after the drift allowance (1 % + 2 ms) is at least half of it. 1 and 2 ms leave
+#: no validity at all (every acquisition would fail, and a wait would start again forever);
+#: 3 and 4 ms leave less than a renewal needs.
+MIN_TTL_MS = 5
 
 #: A sentinel: the default owner prefix, ``<host>/<pid>``.
 HOST_PID = object()
 
 
 def check_ttl(ttl: float) -> int:
-    """A ttl in seconds as the ``ttl_ms`` sent: whole milliseconds, 1 to 10^12."""
+    """A ttl in seconds as the ``ttl_ms`` sent: whole milliseconds, 5 (``MIN_TTL_MS``) to
+    10^12."""
     try:
         ms = int(ttl * 1000)
     except (TypeError, ValueError, OverflowError):
-        raise InvalidArgument(f"invalid ttl {ttl!r} (must be 1 ms to 10^12 ms)") from None
-    if not 1 <= ms <= MAX_MS:
-        raise InvalidArgument(f"invalid ttl {ttl!r} s (must be 0.001 s to 10^9 s)")
+        raise InvalidArgument(f"invalid ttl {ttl!r} (must be 5 ms to 10^12 ms)") from None
+    if ttl > 0 and ms < MIN_TTL_MS:
+        raise InvalidArgument(
+            f"invalid ttl {ttl!r} s: the smallest usable ttl is {MIN_TTL_MS} ms (0.005 s), since "
+            "the drift allowance of 1 % + 2 ms leaves less than half of a shorter one valid"
+        )
+    if not MIN_TTL_MS <= ms <= MAX_MS:
+        raise InvalidArgument(f"invalid ttl {ttl!r} s (must be 0.005 s to 10^9 s)")
     return ms
 
 
