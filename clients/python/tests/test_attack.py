@@ -348,7 +348,6 @@ def test_a_waited_redlock_hold_survives_one_paused_master(servers3: list[Server]
     assert not lost, f"one paused master ended {bare!r}: {bare.reason}"
 
 
-@BREAKS(strict=True, reason="BREAKS: with Redlock, hold.token is the lowest-numbered granting master's token, older than the previous holder's (fencing goes backwards)")
 def test_redlock_fencing_token_grows_from_one_holder_to_the_next(servers3: list[Server]) -> None:
     """Attack: fencing with ``hold.token`` (docs: "store.write(data, fence=hold.token)") over
     masters 0, 1, 2. A holds 1 and 2; C queues on 1 and 2; B (the package) asks all three:

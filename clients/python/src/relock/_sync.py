@@ -876,8 +876,9 @@ class Hold:
     """A lock held by this process: its key, owner and fencing token, renewed in the
     background until released.
 
-    - ``token``: the fencing token (with Redlock, the first granting server's; ``tokens``
-      has every server's). Send it with every write to what the lock protects.
+    - ``token``: the fencing token (with Redlock, the largest of the granting servers'
+      tokens, so that it grows from one holder to the next; ``tokens`` has every server's).
+      Send it with every write to what the lock protects.
     - ``lost``: a ``threading.Event`` set the moment the hold is known lost, and at the
       latest a little before its validity ends; ``reason`` then says why.
     - ``check()`` raises ``LockLost`` once it is lost; ``renew()`` and ``release()`` act now.
@@ -898,7 +899,10 @@ class Hold:
         self.owner = owner
         self.ttl = ttl
         self.tokens = tokens
-        self.token: int = next(iter(tokens.values()))
+        # The largest (docs/safety.md): every master's counter is floored at the wall clock
+        # and a later holder is minted newer tokens where the quorums overlap; the first
+        # master's token alone can be older than the previous holder's.
+        self.token: int = max(tokens.values())
         self.valid_until = valid_until
         self.reason: str | None = None
         self.loss: LossReason | None = None

@@ -566,7 +566,9 @@ class Hold:
         self.owner = owner
         self.ttl = ttl
         self.tokens = tokens
-        self.token: int = next(iter(tokens.values()))
+        # The largest of the masters' tokens (see relock.Hold): it grows from one holder to
+        # the next, where the first master's alone can go backwards.
+        self.token: int = max(tokens.values())
         self.valid_until = valid_until
         self.reason: str | None = None
         self.loss: LossReason | None = None
