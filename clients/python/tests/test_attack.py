@@ -112,7 +112,6 @@ def test_a_huge_ttl_and_a_huge_key_work(server: Server) -> None:
 # --- process exit ----------------------------------------------------------------------------
 
 
-@BREAKS(strict=True, reason="BREAKS: Redlock holds are not released at interpreter exit (the executor is shut down before atexit runs)")
 def test_redlock_holds_are_released_at_interpreter_exit(servers3: list[Server]) -> None:
     """Attack: a Redlock client's process ends normally with a hold still held (docs: "released
     at interpreter exit (atexit)"). Must hold: no master keeps it after the process is gone."""
@@ -169,7 +168,6 @@ def test_a_killed_process_keeps_its_lock_no_longer_than_the_ttl(server: Server) 
             p.wait()
 
 
-@BREAKS(strict=True, reason="BREAKS: once the main thread returns, a non-daemon thread's hold is no longer renewed and is reported lost as a 'stall'")
 def test_a_worker_thread_keeps_its_hold_after_the_main_thread_returns(server: Server) -> None:
     """Attack: the main thread starts a (non-daemon) worker and returns; the worker holds a
     0.6 s lock for 2 s. Must hold: the hold is renewed the whole time (the process is alive,
@@ -188,7 +186,6 @@ def test_a_worker_thread_keeps_its_hold_after_the_main_thread_returns(server: Se
     assert out.stdout.startswith("kept"), out.stdout
 
 
-@BREAKS(strict=True, reason="BREAKS: an interrupted Redlock wait leaves LOCK.WAITs blocking executor threads: exit hangs, and the dead process is granted the lock")
 def test_an_interrupted_redlock_wait_exits_and_leaves_no_waiter(servers3: list[Server]) -> None:
     """Attack: a process waits without limit for a Redlock key that is held, and gets SIGTERM
     (its handler calls sys.exit, as services do). Must hold: it exits promptly, and its waits
@@ -227,7 +224,6 @@ def test_an_interrupted_redlock_wait_exits_and_leaves_no_waiter(servers3: list[S
 # --- fork ----------------------------------------------------------------------------------
 
 
-@BREAKS(strict=True, reason="BREAKS: fork while a relock thread holds a connection pool's lock deadlocks the child's next call")
 def test_a_child_forked_mid_renewal_can_use_the_client(server: Server) -> None:
     """Attack: fork at the instant a relock background thread (renewal, connection opener)
     holds the per-server connection lock, as it does for every checkout; that instant is hit
@@ -290,7 +286,6 @@ def test_a_forked_child_that_exits_leaves_the_parents_hold_alone(server: Server)
 # --- thread pool -----------------------------------------------------------------------------
 
 
-@BREAKS(strict=True, reason="BREAKS: 9+ threads waiting on a Redlock key fill the client's 24-thread pool: the holder can no longer renew or release")
 def test_redlock_waiting_threads_do_not_starve_the_holder(servers3: list[Server]) -> None:
     """Attack: one Relock over 3 healthy masters shared by threads: one holds a key (ttl 1.5 s),
     12 others wait for it (wait=4). Must hold: the holder is renewed (not lost) and its release
