@@ -560,7 +560,6 @@ def test_aio_cancelled_wait_leaves_no_waiter(server: Server) -> None:
     asyncio.run(main())
 
 
-@BREAKS(strict=True, reason="BREAKS: a cancelled asyncio Redlock wait leaves its LOCK.WAITs queued; the dead waiter is then granted the lock")
 def test_aio_cancelled_redlock_wait_leaves_no_waiter(servers3: list[Server]) -> None:
     """Attack: the same over 3 masters (Redlock). Must hold: no master keeps the cancelled wait,
     and once the holder releases, the key is free."""

@@ -259,16 +259,24 @@ class Relock:
             # its end (a late grant lands, to be released), unless it is a wait (cut off).
             pending[self._spawn(self._ask(i, args, t, accept))] = i
         cut_at: float | None = None
-        while pending and rnd.progress() == "pending":
-            left = None if cut_at is None else max(0.0, cut_at - time.monotonic())
-            done, _ = await asyncio.wait(list(pending), timeout=left, return_when=asyncio.FIRST_COMPLETED)
-            if not done:
-                break
-            for f in done:
-                value, failure = f.result()
-                rnd.on_reply(pending.pop(f), value, failure)
-            if partial_hold is not None and rnd.agreed and cut_at is None:
-                cut_at = time.monotonic() + partial_hold
+        try:
+            while pending and rnd.progress() == "pending":
+                left = None if cut_at is None else max(0.0, cut_at - time.monotonic())
+                done, _ = await asyncio.wait(list(pending), timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break
+                for f in done:
+                    value, failure = f.result()
+                    rnd.on_reply(pending.pop(f), value, failure)
+                if partial_hold is not None and rnd.agreed and cut_at is None:
+                    cut_at = time.monotonic() + partial_hold
+        except BaseException:
+            # Cancelled while waiting: the waits still queued are cut too (a cancelled
+            # command closes its connection, which takes us out of that server's queue).
+            if partial_hold is not None:
+                for f in pending:
+                    f.cancel()
+            raise
         if partial_hold is not None:
             for f, i in pending.items():
                 f.cancel()
