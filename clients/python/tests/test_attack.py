@@ -319,7 +319,6 @@ def test_redlock_waiting_threads_do_not_starve_the_holder(servers3: list[Server]
 # --- Redlock ---------------------------------------------------------------------------------
 
 
-@BREAKS(strict=True, reason="BREAKS: a Redlock hold taken with a wait is often on a bare quorum (the 3rd wait is cut), so one paused master ends it")
 def test_a_waited_redlock_hold_survives_one_paused_master(servers3: list[Server]) -> None:
     """Attack: holds taken with ``wait`` over 3 healthy masters (uncontended), then one master
     holding one of them stops (SIGSTOP). Must hold (docs: "a paused Redlock master: the other

@@ -658,6 +658,13 @@ class Round(Generic[T]):
             self.agreed[i] = value
         return self.progress()
 
+    def add_grant(self, i: int, value: T) -> None:
+        """A grant of server ``i`` made after the round was decided (a won wait topped up on
+        the servers whose waits were cut): kept with the others, so that the hold is renewed,
+        released and fenced with every server that granted."""
+        self.answered.add(i)
+        self.agreed[i] = value
+
     def finish(self, now: float) -> Round[T]:
         self.elapsed = max(0.0, now - self.started)
         return self

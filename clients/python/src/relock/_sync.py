@@ -815,7 +815,20 @@ class Relock:
             if rnd.progress() == "pending":
                 rnd.on_reply(i, None, Failure("no quorum within the partial-hold limit", timeout=True))
         rnd.finish(time.monotonic())
+        if rnd.won() and cut:
+            self._top_up(rnd, ["LOCK.ACQUIRE", key, owner, ttl_ms, *mode], cut)
         return rnd
+
+    def _top_up(self, rnd: Round[Any], acquire: list[Any], cut: list[int]) -> None:
+        """A wait won by a quorum cut the waits of the other masters (their connections
+        closed: the server drops those waiters, and revokes a grant whose reply did not reach
+        us). A hold on a bare quorum would end with one more master paused, so the same owner
+        asks those masters once more with ``LOCK.ACQUIRE``, which confirms a grant that landed
+        (same token) or takes the key where it is free and nobody queues: the hold is kept by
+        as many masters as will grant it."""
+        extra = self._round(acquire, targets=[i in cut for i in range(len(self._servers))], until_all=True)
+        for i, token in extra.agreed.items():
+            rnd.add_grant(i, token)
 
     def _give_back(self, key: str, owner: str) -> None:
         """An acquisition cut short (interrupted): whatever ``owner`` was granted, or may yet

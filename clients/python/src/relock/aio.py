@@ -289,7 +289,17 @@ class Relock:
         bound = None if remaining is None else remaining + WAIT_GRACE + self.node_timeout
         if len(self._servers) == 1:
             return await self._round(args, timeout=bound)
-        return await self._round(args, timeout=bound, partial_hold=min(self.max_partial_hold, ttl_ms / 4000))
+        rnd = await self._round(args, timeout=bound, partial_hold=min(self.max_partial_hold, ttl_ms / 4000))
+        cut = [i for i in range(len(self._servers)) if i not in rnd.answered]
+        if rnd.won() and cut:
+            # relock.Relock._top_up: the masters whose waits were cut are asked once more
+            # (LOCK.ACQUIRE, same owner), so the hold is not left on a bare quorum.
+            extra = await self._round(
+                ["LOCK.ACQUIRE", key, owner, ttl_ms, *mode], targets=[i in cut for i in range(len(self._servers))], until_all=True
+            )
+            for i, token in extra.agreed.items():
+                rnd.add_grant(i, token)
+        return rnd
 
     async def _release_failed(self, key: str, owner: str, rnd: Round[Any]) -> None:
         now, later = rnd.give_back()
