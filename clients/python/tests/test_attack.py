@@ -402,7 +402,6 @@ def test_redlock_single_paused_master_before_acquire_keeps_the_hold(servers3: li
 # --- errors ----------------------------------------------------------------------------------
 
 
-@BREAKS(strict=True, reason="BREAKS: renew(ttl) over relock.restart-grace-ms raises LockLost and releases a hold that was fine")
 def test_a_refused_renewal_ttl_is_an_error_and_keeps_the_hold() -> None:
     """Attack: a server with relock.restart-grace-ms 1000 (after the grace) and a valid hold;
     ``hold.renew(5)`` asks for a ttl the server refuses (ERR ttl_ms exceeds
@@ -427,7 +426,6 @@ def test_a_refused_renewal_ttl_is_an_error_and_keeps_the_hold() -> None:
         s.close()
 
 
-@BREAKS(strict=True, reason="BREAKS: release() refused by the server (NOPERM) returns False ('no longer held') while the lock stays held")
 def test_a_release_the_server_refuses_is_not_reported_as_not_held(server: Server) -> None:
     """Attack: an ACL user without LOCK.RELEASE. Must hold: ``release()`` does not say the hold
     was no longer held (False) while the server still holds it: it raises a ServerError that

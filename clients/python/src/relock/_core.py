@@ -530,6 +530,9 @@ class Failure:
     """The server is in its restart grace (TRYAGAIN): it grants nothing new yet. Not a
     refusal and not an error: the request is retried, and in a Redlock round it is a
     no-vote."""
+    bad_ttl: bool = False
+    """The server refused the ttl asked for (``ttl_ms exceeds relock.restart-grace-ms``) and
+    changed nothing: permanent for that ttl, but a hold it was asked to renew is still held."""
 
     @staticmethod
     def refusal() -> Failure:
@@ -584,6 +587,8 @@ def classify(e: BaseException) -> Failure:
                     permanent=True,
                     other_limit=n,
                 )
+        if msg.startswith("ttl_ms exceeds"):
+            return Failure(msg, permanent=True, bad_ttl=True)
         code = msg.split(" ", 1)[0]
         status = getattr(e, "status_code", None)
         if code in _TRANSIENT_CODES or status in _TRANSIENT_CODES:
@@ -684,6 +689,10 @@ class Round(Generic[T]):
     def some_failed(self) -> bool:
         return self.refused() < len(self.failures)
 
+    def bad_ttl(self) -> bool:
+        """Whether a server refused the ttl itself (changing nothing)."""
+        return any(f.bad_ttl for _, f in self.failures)
+
     def permanently_failed(self) -> bool:
         return self.permanent() + quorum(self.n) > self.n
 
@@ -694,6 +703,14 @@ class Round(Generic[T]):
         for i, f in self.failures:
             if f.permanent:
                 out[i] = False
+        return out
+
+    def unanswered(self) -> list[bool]:
+        """Per server, whether it failed in a way that says nothing of what it did (no reply
+        in time, a lost connection): neither a refusal nor a permanent error."""
+        out = [False] * self.n
+        for i, f in self.failures:
+            out[i] = not f.refused and not f.permanent
         return out
 
     def agreed_by(self) -> list[bool]:
@@ -811,6 +828,34 @@ class Round(Generic[T]):
             f"{quorum(self.n)} needed ({self.describe()})",
             key=key,
             servers=self.servers(lambda f: not f.refused),
+        )
+
+    def bad_ttl_error(self, key: str, ttl: float, kept: float) -> ServerError:
+        """A renewal whose ttl servers refused (``ttl_ms exceeds relock.restart-grace-ms``):
+        they changed nothing, so the hold is kept with its ttl; not retryable as asked."""
+        bad = lambda f: f.bad_ttl  # noqa: E731
+        return ServerError(
+            f"lock {key!r}: renewal to a ttl of {ttl:g} s refused ({self.describe(bad)}); the hold "
+            f"is kept, with its ttl of {kept:g} s (retrying cannot help: ask for a shorter ttl)",
+            key=key,
+            servers=self.servers(bad),
+            retryable=False,
+        )
+
+    def release_error(self, key: str) -> ServerError | None:
+        """What a release that no quorum made means when servers answered it with an error
+        retrying cannot fix (``NOPERM``, ``WRONGTYPE``, the module gone): a ``ServerError``
+        naming them, since the lock stays held there until its ttl runs out; None when the
+        servers only said it was no longer held, or did not answer."""
+        if self.won() or not self.permanent():
+            return None
+        perm = lambda f: f.permanent  # noqa: E731
+        return ServerError(
+            f"lock {key!r}: release refused ({self.describe(perm)}); the lock stays held there "
+            "until its ttl runs out (retrying cannot help)",
+            key=key,
+            servers=self.servers(perm),
+            retryable=False,
         )
 
     def renew_verdict(self) -> str:

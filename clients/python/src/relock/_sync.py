@@ -1184,7 +1184,10 @@ class Hold:
                 self._next = now + max(ttl_s / 3, 0.001)
                 self._last_failure = None
             return
-        if rnd.renew_verdict() == "lost":
+        if rnd.bad_ttl() and not background:
+            # The servers refused the ttl and changed nothing: the hold is still ours.
+            raise rnd.bad_ttl_error(self.key, ttl_s, self.ttl)
+        if not rnd.bad_ttl() and rnd.renew_verdict() == "lost":
             self._lose_with_history(rnd)
             self.check()
         # Only unanswered: try again soon while validity is left.
@@ -1212,15 +1215,20 @@ class Hold:
     def renew(self, ttl: float | None = None) -> None:
         """Renews now (``ttl`` seconds from now, default the hold's ttl; it becomes the
         hold's ttl). Raises ``LockLost`` when the hold is gone, ``NotAcquired`` (retryable)
-        when servers did not answer; the background renewal goes on either way."""
+        when servers did not answer, ``ServerError`` (not retryable) when they refused the
+        ttl (longer than ``relock.restart-grace-ms``: the hold is kept, with its ttl); the
+        background renewal goes on either way."""
         self._renew_round(self.ttl if ttl is None else ttl, background=False)
 
     # --- release --------------------------------------------------------------------------
 
     def release(self) -> bool:
         """Stops the renewal and releases the hold on every server. Returns True when a
-        quorum released it, False when it was no longer held (lost, or released before).
-        In a forked child it does nothing and returns False: the hold is the parent's."""
+        quorum released it, False when it was no longer held (lost, or released before) or
+        servers did not answer (released there again in the background). Raises
+        ``ServerError`` (not retryable) when servers refused the release with an error
+        (``NOPERM``...): the lock stays held there until its ttl runs out. In a forked child
+        it does nothing and returns False: the hold is the parent's."""
         if self._pid != os.getpid():
             return False
         with self._state:
@@ -1229,7 +1237,15 @@ class Hold:
             self._released = True
         self._client._renewer.remove(self)
         rnd = self._client._round(self._release_args(), until_all=len(self._client.servers) > 1, accept=self._all_held)
-        return rnd.won()
+        if rnd.won():
+            return True
+        unanswered = rnd.unanswered()
+        if any(unanswered):
+            self._client._release_late(self.key, self.owner, unanswered, self._release_args())
+        error = rnd.release_error(self.key)
+        if error is not None:
+            raise error
+        return False
 
     def _close(self) -> None:
         with contextlib.suppress(RelockError):

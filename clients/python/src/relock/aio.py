@@ -704,9 +704,10 @@ class Hold:
                 left = max(0.0, self.valid_until - time.monotonic())
                 next_at = time.monotonic() + min(every / 4, left / 2)
 
-    async def _renew_round(self, ttl: float) -> bool:
+    async def _renew_round(self, ttl: float, explicit: bool = False) -> bool:
         """One renewal round: True when renewed, False when only unanswered (try again);
-        raises ``LockLost`` when the hold is gone."""
+        raises ``LockLost`` when the hold is gone, and (``explicit``: ``renew(ttl)``)
+        ``ServerError`` when the servers refused the ttl."""
         ttl_ms = core.check_ttl(ttl)
         ttl_s = ttl_ms / 1000
         self.check()
@@ -720,6 +721,12 @@ class Hold:
                 self.ttl = ttl_s
                 self.valid_until = until
             return True
+        if rnd.bad_ttl():
+            # The servers refused the ttl and changed nothing: the hold is still ours.
+            self._last_failure = rnd.describe()
+            if explicit:
+                raise rnd.bad_ttl_error(self.key, ttl_s, self.ttl)
+            return False
         if rnd.renew_verdict() == "lost":
             await self._lose_with_history(rnd)
             self.check()
@@ -755,13 +762,16 @@ class Hold:
 
     async def renew(self, ttl: float | None = None) -> None:
         """Renews now; raises ``LockLost`` when gone, ``NotAcquired`` when servers did not
-        answer (the hold stays valid until its validity ends)."""
-        if not await self._renew_round(self.ttl if ttl is None else ttl):
+        answer (the hold stays valid until its validity ends), ``ServerError`` (not
+        retryable) when they refused the ttl (the hold is kept, with its ttl)."""
+        if not await self._renew_round(self.ttl if ttl is None else ttl, explicit=True):
             raise NotAcquired(f"lock {self.key!r}: renewal failed ({self._last_failure})", key=self.key)
 
     async def release(self) -> bool:
         """Stops the renewal and releases the hold: True when released, False when it was no
-        longer held. In a forked child it does nothing (the hold is the parent's)."""
+        longer held or servers did not answer (released there again in the background);
+        raises ``ServerError`` (not retryable) when servers refused it with an error
+        (``NOPERM``...). In a forked child it does nothing (the hold is the parent's)."""
         if self._pid != os.getpid() or self._released:
             return False
         self._released = True
@@ -769,7 +779,15 @@ class Hold:
         rnd = await self._client._round(
             self._release_args(), until_all=len(self._client.servers) > 1, accept=self._all_held
         )
-        return rnd.won()
+        if rnd.won():
+            return True
+        unanswered = rnd.unanswered()
+        if any(unanswered):
+            self._client._release_late(self.key, self.owner, unanswered, self._release_args())
+        error = rnd.release_error(self.key)
+        if error is not None:
+            raise error
+        return False
 
     async def _close(self) -> None:
         try:
