@@ -28,16 +28,29 @@ export const DEFAULT_RETRY_DELAY = 200;
 export const DEFAULT_MAX_PARTIAL_HOLD = 500;
 /** The largest ttl_ms and timeout_ms the LOCK.* commands accept. */
 export const MAX_MS = 1_000_000_000_000;
+/**
+ * The smallest usable ttl in ms (relock-client's MIN_TTL): the least ttl whose validity after
+ * the drift allowance (1 % + 2 ms) is at least half of it. 1 and 2 ms leave no validity at all
+ * (every acquisition would fail, and a wait would start again forever); 3 and 4 ms leave less
+ * than a renewal needs.
+ */
+export const MIN_TTL = 5;
 /** The largest LIMIT the module accepts. */
 export const MAX_LIMIT = 1_000_000;
 const MAX_OWNER = 256;
 
 export const now = (): number => performance.now();
 
+/** A ttl in ms as the `ttl_ms` sent: whole milliseconds, 5 (`MIN_TTL`) to 10^12. */
 export function checkTtl(ttl: number): number {
   const ms = Math.trunc(ttl);
-  if (!Number.isFinite(ttl) || ms < 1 || ms > MAX_MS) {
-    throw new InvalidArgumentError(`invalid ttl ${ttl} (must be 1 ms to 10^12 ms)`);
+  if (typeof ttl === "number" && ttl > 0 && ms < MIN_TTL) {
+    throw new InvalidArgumentError(
+      `invalid ttl ${ttl}: the smallest usable ttl is ${MIN_TTL} ms, since the drift allowance of 1 % + 2 ms leaves less than half of a shorter one valid`,
+    );
+  }
+  if (!Number.isFinite(ttl) || ms < MIN_TTL || ms > MAX_MS) {
+    throw new InvalidArgumentError(`invalid ttl ${ttl} (must be ${MIN_TTL} ms to 10^12 ms)`);
   }
   return ms;
 }

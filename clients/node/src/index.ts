@@ -22,7 +22,7 @@ import { InvalidArgumentError, LockLostError, NotAcquiredError, RelockError, Ser
 
 export * from "./errors";
 export type { Holder, KeyStats, LockInfo, LogEntry, LossReason, Waiter, Who } from "./core";
-export { DEFAULT_MAX_PARTIAL_HOLD, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_DELAY, DEFAULT_TTL } from "./core";
+export { DEFAULT_MAX_PARTIAL_HOLD, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_DELAY, DEFAULT_TTL, MIN_TTL } from "./core";
 
 /** Extra time a blocked LOCK.WAIT's reply may take beyond its own timeout (a busy server). */
 const WAIT_GRACE = 1000;
@@ -49,7 +49,7 @@ export interface RelockOptions {
 
 /** How to hold a key. */
 export interface LockOptions {
-  /** The lease in ms, renewed every ttl/3 while held. Default 30000. */
+  /** The lease in ms, 5 (`MIN_TTL`) to 10^12, renewed every ttl/3 while held. Default 30000. */
   ttl?: number;
   /** How long to wait for the lock in ms: undefined (default) waits without limit, 0 tries once. */
   wait?: number;
@@ -63,7 +63,7 @@ export interface LockOptions {
 
 /** How to hold several keys together. */
 export interface GroupOptions {
-  /** The lease in ms, renewed every ttl/3 while held. Default 30000. */
+  /** The lease in ms, 5 (`MIN_TTL`) to 10^12, renewed every ttl/3 while held. Default 30000. */
   ttl?: number;
   /** How long to wait for all the keys in ms: undefined (default) waits without limit, 0 tries once. */
   wait?: number;
