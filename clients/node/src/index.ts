@@ -669,11 +669,12 @@ export class Relock {
 /**
  * A lock held by this process, renewed in the background until released.
  *
- * `token` is the fencing token (with Redlock, the first granting server's; `tokens` has
- * each server's). `signal` is aborted the moment the hold is known lost, and at the latest
+ * `token` is the fencing token (with Redlock, the largest of the granting servers' tokens, so
+ * that it grows from one holder to the next; `tokens` has each server's). `signal` is aborted the moment the hold is known lost, and at the latest
  * a little before its validity ends; its `reason` is a `LockLostError`.
  */
 export class Hold {
+  /** The fencing token to send with every write: with Redlock, the largest granting server's. */
   token: number;
   /** Whether the hold is shared (a read lock or a permit); true after `downgrade()`. */
   shared: boolean;
@@ -705,7 +706,10 @@ export class Hold {
     public validUntil: number,
     private mode: string[],
   ) {
-    this.token = Object.values(tokens)[0] ?? 0;
+    // The largest (docs/safety.md): every master's counter is floored at the wall clock and a
+    // later holder is minted newer tokens where the quorums overlap; the first master's token
+    // alone can be older than the previous holder's.
+    this.token = Math.max(0, ...Object.values(tokens));
     this.shared = mode.length > 0;
     this.since = Date.now(); // granted just before: an older flush is not its end (1 s slack for clocks)
     live.add(this);

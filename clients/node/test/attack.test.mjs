@@ -297,7 +297,6 @@ test(
 
 test(
   "attack: Redlock fencing: a hold granted after another must carry a larger hold.token",
-  breaks("with Redlock, hold.token is the lowest-numbered granting master's token, which can be older than the previous holder's (fencing goes backwards)"),
   () =>
     // The docs fence with `hold.token` ("store.write(data, { fence: hold.token })"). Over masters
     // 0, 1, 2: A holds masters 1 and 2; C queues on 1 and 2; B (the package) asks all three:
