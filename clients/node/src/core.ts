@@ -496,6 +496,11 @@ export interface Failure {
    * refusal nor an error: the request is retried, and in a Redlock round it is a no-vote.
    */
   grace?: boolean;
+  /**
+   * The server refused the ttl asked for (`ttl_ms exceeds relock.restart-grace-ms`) and
+   * changed nothing: permanent for that ttl, but a hold it was asked to renew is still held.
+   */
+  badTtl?: boolean;
 }
 
 export const refusal = (): Failure => ({
@@ -543,6 +548,7 @@ export function classify(e: unknown): Failure {
     const n = Number(m[1]);
     return { message: `the lock has another limit there (${n}; 0 means none)`, permanent: true, otherLimit: n };
   }
+  if (msg.startsWith("ttl_ms exceeds")) return { message: msg, permanent: true, badTtl: true };
   const code = msg.split(" ", 1)[0] ?? "";
   if (TRANSIENT_CODES.has(code) || msg.startsWith("max number of clients reached")) return { message: msg };
   if (msg.startsWith("unknown command") && /LOCK\.(WAITERS|HISTORY|LOG)/i.test(msg)) {
@@ -599,6 +605,17 @@ export class Round<T> {
     return this.progress();
   }
 
+  /**
+   * A grant of server `i` made after the round was decided (a won wait topped up on the
+   * servers whose waits were cut): kept with the others, so that the hold is renewed,
+   * released and fenced with every server that granted.
+   */
+  addGrant(i: number, value: T): void {
+    if (i < 0 || i >= this.n) return;
+    this.answered.add(i);
+    this.agreed.set(i, value);
+  }
+
   finish(at: number): this {
     this.elapsed = Math.max(0, at - this.started);
     return this;
@@ -624,8 +641,23 @@ export class Round<T> {
     return this.refused() < this.failures.length;
   }
 
+  /** Whether a server refused the ttl itself (changing nothing). */
+  badTtl(): boolean {
+    return this.failures.some(([, f]) => f.badTtl);
+  }
+
   permanentlyFailed(): boolean {
     return this.permanent() + quorum(this.n) > this.n;
+  }
+
+  /**
+   * Per server, whether it failed in a way that says nothing of what it did (no reply in
+   * time, a lost connection): neither a refusal nor a permanent error.
+   */
+  unanswered(): boolean[] {
+    const out = this.names.map(() => false);
+    for (const [i, f] of this.failures) out[i] = !f.refused && !f.permanent;
+    return out;
   }
 
   agreedBy(): boolean[] {
@@ -742,6 +774,34 @@ export class Round<T> {
     return new NotAcquiredError(
       `lock ${k}: no quorum, ${this.agreed.size} of ${this.n} servers granted, ${quorum(this.n)} needed (${this.describe()})`,
       { key, servers: this.servers((f) => !f.refused) },
+    );
+  }
+
+  /**
+   * A renewal whose ttl servers refused (`ttl_ms exceeds relock.restart-grace-ms`): they
+   * changed nothing, so the hold is kept with its ttl (`kept` ms); not retryable as asked.
+   */
+  badTtlError(key: string, ttl: number, kept: number): ServerError {
+    const bad = (f: Failure): boolean => !!f.badTtl;
+    return new ServerError(
+      `lock ${JSON.stringify(key)}: renewal to a ttl of ${ttl} ms refused (${this.describe(bad)}); the hold is kept, ` +
+        `with its ttl of ${kept} ms (retrying cannot help: ask for a shorter ttl)`,
+      { key, servers: this.servers(bad), retryable: false },
+    );
+  }
+
+  /**
+   * What a release that no quorum made means when servers answered it with an error retrying
+   * cannot fix (`NOPERM`, `WRONGTYPE`, the module gone): a `ServerError` naming them, since the
+   * lock stays held there until its ttl runs out; null when the servers only said it was no
+   * longer held, or did not answer.
+   */
+  releaseError(key: string): ServerError | null {
+    if (this.won() || this.permanent() === 0) return null;
+    const perm = (f: Failure): boolean => !!f.permanent;
+    return new ServerError(
+      `lock ${JSON.stringify(key)}: release refused (${this.describe(perm)}); the lock stays held there until its ttl runs out (retrying cannot help)`,
+      { key, servers: this.servers(perm), retryable: false },
     );
   }
 

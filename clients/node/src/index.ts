@@ -834,8 +834,11 @@ export class Hold {
     this.schedule(this.lostAt());
   }
 
-  /** One renewal round: true when renewed, false when only unanswered; throws when lost. */
-  private async renewRound(ttl: number): Promise<boolean> {
+  /**
+   * One renewal round: true when renewed, false when only unanswered (try again); throws
+   * when lost, and (`explicit`: `renew(ttl)`) a `ServerError` when the servers refused the ttl.
+   */
+  private async renewRound(ttl: number, explicit = false): Promise<boolean> {
     const ms = core.checkTtl(ttl);
     this.check();
     const rnd = await this.client.round(this.renewArgs(ms), { accept: (r) => this.allHeld(r) });
@@ -848,6 +851,12 @@ export class Hold {
       this.lastFailure = undefined;
       return true;
     }
+    if (rnd.badTtl()) {
+      // The servers refused the ttl and changed nothing: the hold is still ours.
+      this.lastFailure = rnd.describe();
+      if (explicit) throw rnd.badTtlError(this.key, ms, this.ttl);
+      return false;
+    }
     if (rnd.renewVerdict() === "lost") {
       await this.loseWithHistory(rnd);
       this.check();
@@ -859,10 +868,12 @@ export class Hold {
   /**
    * Renews now (`ttl` ms from now, default the hold's ttl, which it becomes). Throws
    * `LockLostError` when the hold is gone, `NotAcquiredError` when servers did not answer
-   * (the hold stays valid until its validity ends; the background renewal goes on).
+   * (the hold stays valid until its validity ends; the background renewal goes on), a
+   * `ServerError` (not retryable) when they refused the ttl (longer than
+   * `relock.restart-grace-ms`: the hold is kept, with its ttl).
    */
   async renew(ttl?: number): Promise<void> {
-    if (!(await this.renewRound(ttl ?? this.ttl))) {
+    if (!(await this.renewRound(ttl ?? this.ttl, true))) {
       throw new NotAcquiredError(`lock ${JSON.stringify(this.key)}: renewal failed (${this.lastFailure})`, { key: this.key });
     }
   }

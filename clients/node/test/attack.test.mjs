@@ -359,7 +359,6 @@ test("attack: tasks sharing one client never overlap, on one server and over 3 m
 
 test(
   "attack: renew(ttl) with a ttl over relock.restart-grace-ms",
-  breaks("renew(ttl) the server refuses as an argument throws LockLostError and releases a hold that was fine"),
   () =>
     // Docs: such a ttl is "a ServerError that is not retryable". Must hold: that error, and
     // the hold stays held.
