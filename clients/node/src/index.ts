@@ -878,14 +878,25 @@ export class Hold {
     }
   }
 
-  /** Stops the renewal and releases the hold: true when released, false when it was no longer held. */
+  /**
+   * Stops the renewal and releases the hold: true when a quorum released it, false when it
+   * was no longer held (lost, or released before) or servers did not answer (released there
+   * again in the background). Rejects with a `ServerError` (not retryable) when servers
+   * refused the release with an error (`NOPERM`...): the lock stays held there until its ttl
+   * runs out.
+   */
   async release(): Promise<boolean> {
     if (this.released) return false;
     this.released = true;
     live.delete(this);
     if (this.timer) clearTimeout(this.timer);
     const rnd = await this.client.round(this.releaseArgs(), { untilAll: this.client.servers.length > 1, accept: (r) => this.allHeld(r) });
-    return rnd.won();
+    if (rnd.won()) return true;
+    const unanswered = rnd.unanswered();
+    if (unanswered.some(Boolean)) this.client.releaseLate(this.key, this.owner, unanswered, this.releaseArgs());
+    const error = rnd.releaseError(this.key);
+    if (error) throw error;
+    return false;
   }
 
   /**
