@@ -73,17 +73,55 @@ function isCluster(c: Client): c is Cluster {
   return (c as { isCluster?: boolean }).isCluster === true;
 }
 
+/** The longest delay `setTimeout` keeps (2^31 - 1 ms); it fires a longer one after 1 ms. */
+const MAX_DELAY = 2 ** 31 - 1;
+
+/**
+ * A timer for any delay up to 10^12 ms (ttls and waits go that far): `setTimeout` in steps
+ * of at most `MAX_DELAY`, each one measured again against the end.
+ */
+class Timer {
+  private handle: NodeJS.Timeout | undefined;
+  private refed = true;
+
+  constructor(fn: () => void, ms: number) {
+    const end = core.now() + Math.max(0, ms);
+    const arm = (): void => {
+      const left = end - core.now();
+      this.handle = left > MAX_DELAY ? setTimeout(arm, MAX_DELAY) : setTimeout(fn, Math.max(0, left));
+      if (!this.refed) this.handle.unref();
+    };
+    arm();
+  }
+
+  /** Lets the process exit while the timer is pending, as `Timeout.unref()` does. */
+  unref(): this {
+    this.refed = false;
+    this.handle?.unref();
+    return this;
+  }
+
+  clear(): void {
+    if (this.handle) clearTimeout(this.handle);
+  }
+}
+
+/** Resolves after `ms` (any delay: see Timer). */
+function pause(ms: number): Promise<void> {
+  return new Promise((resolve) => new Timer(resolve, ms));
+}
+
 function withTimeout<T>(p: Promise<T>, ms: number | null, what: string): Promise<T> {
   if (ms === null) return p;
   return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new TimeoutFailure(`no reply within ${ms} ms (${what})`)), ms);
+    const timer = new Timer(() => reject(new TimeoutFailure(`no reply within ${ms} ms (${what})`)), ms);
     p.then(
       (v) => {
-        clearTimeout(timer);
+        timer.clear();
         resolve(v);
       },
       (e: unknown) => {
-        clearTimeout(timer);
+        timer.clear();
         reject(e);
       },
     );
@@ -97,10 +135,10 @@ function untilReady(client: Client, ms: number): Promise<void> {
   if (client.status === "wait") client.connect().catch(() => undefined);
   return new Promise<void>((resolve, reject) => {
     const ready = (): void => {
-      clearTimeout(timer);
+      timer.clear();
       resolve();
     };
-    const timer = setTimeout(() => {
+    const timer = new Timer(() => {
       client.off("ready", ready);
       reject(new TimeoutFailure(`no connection within ${ms} ms`));
     }, ms);
@@ -319,9 +357,9 @@ export class Relock {
       await this.releaseFailed(key, owner, rnd);
       const failure = rnd.afterFailed(key, ttl, wait, deadline !== null && core.now() >= deadline, remaining !== null);
       if (failure) throw failure;
-      let pause = core.jitter(this.retryDelay);
-      if (deadline !== null) pause = Math.min(pause, Math.max(0, deadline - core.now()));
-      await new Promise((r) => setTimeout(r, pause));
+      let delay = core.jitter(this.retryDelay);
+      if (deadline !== null) delay = Math.min(delay, Math.max(0, deadline - core.now()));
+      await pause(delay);
     }
   }
 
@@ -372,9 +410,9 @@ export class Relock {
     const cancels: Array<Array<() => void>> = this.nodes.map(() => []);
     await new Promise<void>((resolve) => {
       let open = 0;
-      let cut: NodeJS.Timeout | undefined;
+      let cut: Timer | undefined;
       const done = (): void => {
-        if (cut) clearTimeout(cut);
+        cut?.clear();
         resolve();
       };
       this.nodes.forEach((_, i) => {
@@ -386,7 +424,7 @@ export class Relock {
         void this.ask(i, args, timeout, opts.blocking ? cancels[i] : undefined, opts.accept).then(([v, f]) => {
           open -= 1;
           if (rnd.onReply(i, v, f) !== "pending" || open === 0) done();
-          else if (opts.partialHold !== undefined && rnd.agreed.size > 0 && !cut) cut = setTimeout(done, opts.partialHold);
+          else if (opts.partialHold !== undefined && rnd.agreed.size > 0 && !cut) cut = new Timer(done, opts.partialHold);
         });
       });
       if (open === 0 || rnd.progress() !== "pending") done();
@@ -597,9 +635,9 @@ export class Relock {
         continue; // a key taken early was lost while waiting: start again
       }
       // Redlock, a server in its restart grace, or one that did not answer: try again.
-      let pause = core.jitter(this.retryDelay);
-      if (deadline !== null) pause = Math.min(pause, Math.max(0, deadline - core.now()));
-      await new Promise((r) => setTimeout(r, pause));
+      let delay = core.jitter(this.retryDelay);
+      if (deadline !== null) delay = Math.min(delay, Math.max(0, deadline - core.now()));
+      await pause(delay);
     }
   }
 
@@ -638,7 +676,7 @@ export class Relock {
           }
           if (rnd.someFailed()) {
             this.releaseLate(key, owner);
-            await new Promise((r) => setTimeout(r, Math.min(core.jitter(this.retryDelay), remaining ?? Infinity)));
+            await pause(Math.min(core.jitter(this.retryDelay), remaining ?? Infinity));
           }
           if (taken.length) {
             const renewal = await this.round(["LOCK.MRENEW", taken.length, ...taken, owner, ttl], { accept: allOf(taken.length) });
@@ -690,7 +728,7 @@ export class Hold {
     return this.abort;
   }
   private released = false;
-  private timer: NodeJS.Timeout | undefined;
+  private timer: Timer | undefined;
   private renewing: Promise<void> | undefined;
   private lastFailure: string | undefined;
 
@@ -790,7 +828,7 @@ export class Hold {
     if (this.released || this.controller.signal.aborted) return;
     this.reason = reason;
     this.loss = loss;
-    if (this.timer) clearTimeout(this.timer);
+    this.timer?.clear();
     live.delete(this);
     this.controller.abort(core.lostError(this.key, reason, loss, this.client.servers));
     // Whatever servers still have it should not keep it until the ttl.
@@ -807,10 +845,9 @@ export class Hold {
   }
 
   private schedule(at: number): void {
-    if (this.timer) clearTimeout(this.timer);
+    this.timer?.clear();
     const wake = Math.min(at, this.lostAt());
-    this.timer = setTimeout(() => this.onTimer(), Math.max(0, wake - core.now()));
-    this.timer.unref();
+    this.timer = new Timer(() => this.onTimer(), wake - core.now()).unref();
   }
 
   private onTimer(): void {
@@ -889,7 +926,7 @@ export class Hold {
     if (this.released) return false;
     this.released = true;
     live.delete(this);
-    if (this.timer) clearTimeout(this.timer);
+    this.timer?.clear();
     const rnd = await this.client.round(this.releaseArgs(), { untilAll: this.client.servers.length > 1, accept: (r) => this.allHeld(r) });
     if (rnd.won()) return true;
     const unanswered = rnd.unanswered();
