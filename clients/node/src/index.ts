@@ -232,6 +232,43 @@ class Server {
   }
 }
 
+const abortedOf = Object.getOwnPropertyDescriptor(AbortSignal.prototype, "aborted")?.get;
+const reasonOf = Object.getOwnPropertyDescriptor(AbortSignal.prototype, "reason")?.get;
+const throwIfAbortedOf = AbortSignal.prototype.throwIfAborted;
+
+/**
+ * Makes `signal.aborted`, `signal.reason` and `signal.throwIfAborted()` call `poll` first (a
+ * hold's clock check), on this signal alone: I/O reads them synchronously, and after the event
+ * loop was blocked past the validity no timer has run yet to abort the signal.
+ */
+function readsTheClock(signal: AbortSignal, poll: () => void): void {
+  if (!abortedOf || !reasonOf) return;
+  Object.defineProperties(signal, {
+    aborted: {
+      configurable: true,
+      get: (): boolean => {
+        poll();
+        return abortedOf.call(signal) as boolean;
+      },
+    },
+    reason: {
+      configurable: true,
+      get: (): unknown => {
+        poll();
+        return reasonOf.call(signal);
+      },
+    },
+    throwIfAborted: {
+      configurable: true,
+      writable: true,
+      value: (): void => {
+        poll();
+        throwIfAbortedOf.call(signal);
+      },
+    },
+  });
+}
+
 const live = new Set<Hold>();
 let exitHook = false;
 
@@ -708,8 +745,11 @@ export class Relock {
  * A lock held by this process, renewed in the background until released.
  *
  * `token` is the fencing token (with Redlock, the largest of the granting servers' tokens, so
- * that it grows from one holder to the next; `tokens` has each server's). `signal` is aborted the moment the hold is known lost, and at the latest
- * a little before its validity ends; its `reason` is a `LockLostError`.
+ * that it grows from one holder to the next; `tokens` has each server's). `signal` is aborted
+ * the moment the hold is known lost, and at the latest a little before its validity ends; its
+ * `reason` is a `LockLostError`. `signal.aborted`, `signal.reason`, `signal.throwIfAborted()`,
+ * `lost` and `check()` read the clock too, so code that runs after the event loop was blocked
+ * past the validity sees the loss before any timer could run.
  */
 export class Hold {
   /** The fencing token to send with every write: with Redlock, the largest granting server's. */
@@ -724,9 +764,14 @@ export class Hold {
   readonly since: number;
   private abort: AbortController | undefined;
   private get controller(): AbortController {
-    this.abort ??= new AbortController();
+    if (!this.abort) {
+      this.abort = new AbortController();
+      readsTheClock(this.abort.signal, () => this.expireIfPast());
+    }
     return this.abort;
   }
+  /** The error the signal was aborted with, once the hold is lost. */
+  private ended: LockLostError | undefined;
   private released = false;
   private timer: Timer | undefined;
   private renewing: Promise<void> | undefined;
@@ -790,8 +835,14 @@ export class Hold {
     return `LOCK.RENEW answered nil on ${servers.join(", ")}: the lock expired or was taken away`;
   }
 
-  /** Aborted when the hold is lost; `signal.reason` is the `LockLostError`. */
+  /**
+   * Aborted when the hold is lost; `signal.reason` is the `LockLostError`. Reading
+   * `signal.aborted` or `signal.reason`, or calling `signal.throwIfAborted()`, reads the clock
+   * too (as `lost` does): past the validity the signal is aborted then and there, even when
+   * a blocked event loop kept the loss timer from running.
+   */
   get signal(): AbortSignal {
+    this.expireIfPast();
     return this.controller.signal;
   }
 
@@ -800,18 +851,20 @@ export class Hold {
    * past the validity, this is true before any timer had a chance to run.
    */
   get lost(): boolean {
-    if (this.controller.signal.aborted) return true;
-    if (!this.released && core.now() >= this.lostAt()) {
-      this.lose(this.expiryReason());
-      return true;
-    }
-    return false;
+    this.expireIfPast();
+    return this.ended !== undefined;
   }
 
   /** Throws the `LockLostError` if the hold is lost, released, or past its validity. */
   check(): void {
-    if (this.lost) throw this.controller.signal.reason as LockLostError;
+    this.expireIfPast();
+    if (this.ended) throw this.ended;
     if (this.released) throw core.lostError(this.key, "it was released");
+  }
+
+  /** Loses the hold when the clock says its validity has passed, whether or not a timer ran. */
+  private expireIfPast(): void {
+    if (!this.released && !this.ended && core.now() >= this.lostAt()) this.lose(this.expiryReason());
   }
 
   private lostAt(): number {
@@ -825,12 +878,13 @@ export class Hold {
   }
 
   private lose(reason: string, loss?: LossReason): void {
-    if (this.released || this.controller.signal.aborted) return;
+    if (this.released || this.ended) return;
     this.reason = reason;
     this.loss = loss;
     this.timer?.clear();
     live.delete(this);
-    this.controller.abort(core.lostError(this.key, reason, loss, this.client.servers));
+    this.ended = core.lostError(this.key, reason, loss, this.client.servers);
+    this.controller.abort(this.ended);
     // Whatever servers still have it should not keep it until the ttl.
     this.client.releaseLate(this.key, this.owner, undefined, this.releaseArgs());
   }
@@ -851,7 +905,7 @@ export class Hold {
   }
 
   private onTimer(): void {
-    if (this.released || this.controller.signal.aborted) return;
+    if (this.released || this.ended) return;
     if (core.now() >= this.lostAt()) {
       this.lose(this.expiryReason());
       return;
@@ -881,7 +935,7 @@ export class Hold {
     const rnd = await this.client.round(this.renewArgs(ms), { accept: (r) => this.allHeld(r) });
     const until = rnd.validUntil(ms);
     if (until !== null) {
-      if (this.released || this.controller.signal.aborted) return true;
+      if (this.released || this.ended) return true;
       if (core.now() >= this.lostAt()) return false;
       this.ttl = ms;
       this.validUntil = until;
