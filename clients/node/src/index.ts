@@ -146,12 +146,34 @@ function untilReady(client: Client, ms: number): Promise<void> {
   });
 }
 
+/**
+ * Whether `conn`'s sockets keep the process alive: yes while a wait is in flight on it, no
+ * while it sits idle (a process whose own clients quit may then exit, as without relock).
+ */
+function keepAlive(conn: Client, on: boolean): void {
+  for (const c of isCluster(conn) ? conn.nodes() : [conn]) {
+    const stream = c.stream as { ref?: () => void; unref?: () => void } | undefined;
+    if (on) stream?.ref?.();
+    else stream?.unref?.();
+  }
+}
+
+/** What an idle wait connection is dropped on: its connection closing (or, for a cluster, changing). */
+const DROP_IDLE_ON = ["close", "end", "+node", "-node"] as const;
+
 /** One master: a client for one server, or a Redis Cluster acting as one. */
 class Server {
   readonly name: string;
   readonly cluster: boolean;
-  /** Connections of their own for LOCK.WAIT, which blocks its connection. */
+  /**
+   * Connections of their own for LOCK.WAIT, which blocks its connection (duplicates of the
+   * client), kept for the next wait: unref'd while idle, dropped when they close (never
+   * reconnected in the background) and when the client itself ends (quit or disconnect).
+   */
   private idle: Client[] = [];
+  private readonly dropIdle = new Map<Client, () => void>();
+  /** The client quit or was disconnected for good: its idle wait connections go with it. */
+  private readonly onEnd = (): void => this.close();
   /** Whether the client was ever ready (see FIRST_CONNECT). */
   private readyOnce: boolean;
 
@@ -182,7 +204,7 @@ class Server {
 
   /** A blocking call on a connection of its own; `cancel` gets a function that cuts it short. */
   async blocking(args: ReadonlyArray<string | number>, timeout: number | null, cancel: Array<() => void>): Promise<unknown> {
-    const conn: Client = this.idle.pop() ?? (isCluster(this.client) ? this.client.duplicate() : this.client.duplicate());
+    const conn: Client = this.takeIdle() ?? (isCluster(this.client) ? this.client.duplicate() : this.client.duplicate());
     let cut = false;
     cancel.push(() => {
       cut = true;
@@ -193,7 +215,7 @@ class Server {
       const p = conn.call(String(cmd), ...rest.map(String));
       p.catch(() => undefined);
       const reply = await withTimeout(p, timeout, String(cmd));
-      if (!cut && this.idle.length < 16) this.idle.push(conn);
+      if (!cut) this.putIdle(conn);
       else conn.disconnect();
       return reply;
     } catch (e) {
@@ -226,9 +248,52 @@ class Server {
     );
   }
 
+  private takeIdle(): Client | undefined {
+    const conn = this.idle.pop();
+    if (!conn) return undefined;
+    this.forget(conn);
+    keepAlive(conn, true);
+    return conn;
+  }
+
+  /** Listens for the client's end only while there are idle connections to close. */
+  private watchEnd(): void {
+    const listening = this.client.listeners("end").includes(this.onEnd);
+    if (this.idle.length > 0 && !listening) this.client.on("end", this.onEnd);
+    else if (this.idle.length === 0 && listening) this.client.off("end", this.onEnd);
+  }
+
+  private putIdle(conn: Client): void {
+    if (this.idle.length >= 16 || conn.status !== "ready") {
+      conn.disconnect();
+      return;
+    }
+    keepAlive(conn, false);
+    const drop = (): void => {
+      this.forget(conn);
+      conn.disconnect();
+    };
+    for (const e of DROP_IDLE_ON) conn.on(e, drop);
+    this.dropIdle.set(conn, drop);
+    this.idle.push(conn);
+    this.watchEnd();
+  }
+
+  private forget(conn: Client): void {
+    const drop = this.dropIdle.get(conn);
+    if (drop) {
+      for (const e of DROP_IDLE_ON) conn.off(e, drop);
+      this.dropIdle.delete(conn);
+    }
+    this.idle = this.idle.filter((c) => c !== conn);
+    this.watchEnd();
+  }
+
   close(): void {
-    for (const c of this.idle) c.disconnect();
-    this.idle = [];
+    for (const c of [...this.idle]) {
+      this.forget(c);
+      c.disconnect();
+    }
   }
 }
 

@@ -226,7 +226,6 @@ test("attack: a 1 MB key and a 10 kB owner prefix", () =>
 
 test(
   "attack: a process that waited for a lock exits once its own client quits",
-  breaks("the connection relock duplicates for LOCK.WAIT stays open: the process never exits unless locks.close() is called"),
   () =>
     // Renewal timers are unref'd and the docs say a process keeps nothing past its lease. Must
     // hold: after `using` (which had to wait) and `redis.quit()`, the process ends.
