@@ -542,14 +542,30 @@ export class Relock {
     return rnd.finish(core.now());
   }
 
-  private waitRound(key: string, owner: string, ttl: number, remaining: number | null, mode: string[]): Promise<Round<unknown>> {
+  private async waitRound(key: string, owner: string, ttl: number, remaining: number | null, mode: string[]): Promise<Round<unknown>> {
     const args = ["LOCK.WAIT", key, owner, ttl, core.waitMs(remaining), ...mode];
     const bound = remaining === null ? null : remaining + WAIT_GRACE + this.nodeTimeout;
-    return this.round(args, {
+    const rnd = await this.round(args, {
       timeout: bound,
       blocking: true,
       partialHold: this.nodes.length > 1 ? Math.min(this.maxPartialHold, ttl / 4) : undefined,
     });
+    const cut = this.nodes.map((_, i) => !rnd.answered.has(i));
+    if (rnd.won() && cut.some(Boolean)) await this.topUp(rnd, ["LOCK.ACQUIRE", key, owner, ttl, ...mode], cut);
+    return rnd;
+  }
+
+  /**
+   * A wait won by a quorum cut the waits of the other masters (their connections closed: the
+   * server drops those waiters, and revokes a grant whose reply did not reach us). A hold on a
+   * bare quorum would end with one more master paused, so the same owner asks those masters
+   * once more with LOCK.ACQUIRE, which confirms a grant that landed (same token) or takes the
+   * key where it is free and nobody queues: the hold is kept by as many masters as will grant
+   * it (renewed, released and fenced with all of them).
+   */
+  private async topUp(rnd: Round<unknown>, acquire: Array<string | number>, cut: boolean[]): Promise<void> {
+    const extra = await this.round(acquire, { targets: cut, untilAll: true });
+    for (const [i, token] of extra.agreed) rnd.addGrant(i, token);
   }
 
   private async releaseFailed(key: string, owner: string, rnd: Round<unknown>): Promise<void> {
