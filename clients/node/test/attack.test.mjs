@@ -1,8 +1,6 @@
-// Attacks on the Node package: each test says what it attacks and what must hold.
-//
-// Tests with `{ skip: "BREAKS: ..." }` are attacks that found a break in the package as it is:
-// they fail today (run one with RELOCK_RUN_BREAKS=1 to see it fail). The others are attacks the
-// package held, kept as cheap regression tests.
+// Attacks on the Node package: each test says what it attacks and what must hold. They are
+// regression tests: some attacks found a break in the package (fixed since), the others are
+// attacks the package held, kept as cheap checks.
 import assert from "node:assert/strict";
 import { createRequire } from "node:module";
 import { spawn } from "node:child_process";
@@ -14,9 +12,6 @@ import { Server, eventually, modulePath, sleep } from "./servers.mjs";
 const require = createRequire(import.meta.url);
 const { Relock, NotAcquiredError, LockLostError, ServerError, InvalidArgumentError } = require("../dist/index.js");
 const Redis = require("ioredis").default;
-
-/** `{ skip: reason }` unless RELOCK_RUN_BREAKS=1 asks to run the attacks that break the package. */
-const breaks = (reason) => (process.env.RELOCK_RUN_BREAKS === "1" ? {} : { skip: `BREAKS: ${reason}` });
 
 const opened = [];
 function connect(server, protocol = 3, extra = {}) {

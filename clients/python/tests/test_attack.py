@@ -1,9 +1,6 @@
-"""Attacks on the Python package: each test says what it attacks and what must hold.
-
-Tests marked ``xfail(strict=True, reason="BREAKS: ...")`` are attacks that found a break in
-the package as it is: they fail today, and turn the suite red (XPASS) once it is fixed, so that
-the mark is taken off with the fix. The others are attacks the package held, kept as cheap
-regression tests."""
+"""Attacks on the Python package: each test says what it attacks and what must hold. They are
+regression tests: some attacks found a break in the package (fixed since), the others are
+attacks the package held, kept as cheap checks."""
 
 from __future__ import annotations
 
@@ -23,8 +20,6 @@ import redis.asyncio as aredis
 import relock
 import relock.aio
 from servers import Server, eventually
-
-BREAKS = pytest.mark.xfail
 
 
 def connect(server: Server, protocol: str = "3", **kw: Any) -> redis.Redis:
