@@ -318,7 +318,12 @@ test(
       assert.ok(await eventually(() => waiters(2), 5000));
       for (const i of [1, 2]) await raw(i).call("LOCK.RELEASE", "f", "A");
       const cTokens = (await Promise.all(c)).map(Number);
-      for (const i of [1, 2]) await raw(i).call("LOCK.RELEASE", "f", "C");
+      // C releases master 2 first: B's next grant is then minted where C's newest token was.
+      // (Released on master 1 first, B could win on 0 and 1 within the millisecond C was
+      // granted on 2, and tokens of separate masters minted in one millisecond are equal:
+      // the wall-clock floor orders tokens across masters only from one millisecond to the
+      // next, which no client can change.)
+      for (const i of [2, 1]) await raw(i).call("LOCK.RELEASE", "f", "C");
       const hold = await b;
       assert.ok(hold, "B was not granted");
       const bTokens = JSON.stringify(hold.tokens);
