@@ -129,20 +129,20 @@ function withTimeout<T>(p: Promise<T>, ms: number | null, what: string): Promise
 }
 
 /** Resolves once `client` is ready, or rejects with a TimeoutFailure after `ms`. */
-function untilReady(client: Client, ms: number): Promise<void> {
+/**
+ * Resolves once `client` is ready (`ready`: its first ready event, one listener however many
+ * calls wait for it), or rejects with a TimeoutFailure after `ms`.
+ */
+function untilReady(client: Client, ready: Promise<void>, ms: number): Promise<void> {
   if (client.status === "ready") return Promise.resolve();
   // A lazyConnect client connects on its first command; this waits before sending one.
   if (client.status === "wait") client.connect().catch(() => undefined);
   return new Promise<void>((resolve, reject) => {
-    const ready = (): void => {
+    const timer = new Timer(() => reject(new TimeoutFailure(`no connection within ${ms} ms`)), ms);
+    void ready.then(() => {
       timer.clear();
       resolve();
-    };
-    const timer = new Timer(() => {
-      client.off("ready", ready);
-      reject(new TimeoutFailure(`no connection within ${ms} ms`));
-    }, ms);
-    client.once("ready", ready);
+    });
   });
 }
 
@@ -176,6 +176,7 @@ class Server {
   private readonly onEnd = (): void => this.close();
   /** Whether the client was ever ready (see FIRST_CONNECT). */
   private readyOnce: boolean;
+  private readonly firstReady: Promise<void>;
 
   constructor(
     readonly client: Client,
@@ -183,7 +184,14 @@ class Server {
     private readonly firstGrace: boolean,
   ) {
     this.readyOnce = client.status === "ready";
-    if (!this.readyOnce) client.once("ready", () => (this.readyOnce = true));
+    this.firstReady = this.readyOnce
+      ? Promise.resolve()
+      : new Promise<void>((resolve) =>
+          client.once("ready", () => {
+            this.readyOnce = true;
+            resolve();
+          }),
+        );
     this.cluster = isCluster(client);
     if (isCluster(client)) {
       const nodes = client.nodes("master").map((n) => `${n.options.host}:${n.options.port}`);
@@ -195,7 +203,7 @@ class Server {
   }
 
   async call(args: ReadonlyArray<string | number>, timeout: number | null): Promise<unknown> {
-    if (this.firstGrace && !this.readyOnce && timeout !== null) await untilReady(this.client, Math.max(timeout, FIRST_CONNECT));
+    if (this.firstGrace && !this.readyOnce && timeout !== null) await untilReady(this.client, this.firstReady, Math.max(timeout, FIRST_CONNECT));
     const [cmd, ...rest] = args;
     const p = this.client.call(String(cmd), ...rest.map(String));
     p.catch(() => undefined); // a late failure after a timeout is nobody's business
@@ -226,7 +234,7 @@ class Server {
 
   /** Several commands in one round trip (a pipeline): each reply, or the error in its place. */
   async callMany(commands: ReadonlyArray<ReadonlyArray<string | number>>, timeout: number): Promise<unknown[]> {
-    if (this.firstGrace && !this.readyOnce) await untilReady(this.client, Math.max(timeout, FIRST_CONNECT));
+    if (this.firstGrace && !this.readyOnce) await untilReady(this.client, this.firstReady, Math.max(timeout, FIRST_CONNECT));
     const pipe = this.client.pipeline();
     for (const [cmd, ...rest] of commands) pipe.call(String(cmd), ...rest.map(String));
     const p = pipe.exec();
