@@ -128,7 +128,6 @@ function withTimeout<T>(p: Promise<T>, ms: number | null, what: string): Promise
   });
 }
 
-/** Resolves once `client` is ready, or rejects with a TimeoutFailure after `ms`. */
 /**
  * Resolves once `client` is ready (`ready`: its first ready event, one listener however many
  * calls wait for it), or rejects with a TimeoutFailure after `ms`.
