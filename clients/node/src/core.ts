@@ -28,16 +28,29 @@ export const DEFAULT_RETRY_DELAY = 200;
 export const DEFAULT_MAX_PARTIAL_HOLD = 500;
 /** The largest ttl_ms and timeout_ms the LOCK.* commands accept. */
 export const MAX_MS = 1_000_000_000_000;
+/**
+ * The smallest usable ttl in ms (relock-client's MIN_TTL): the least ttl whose validity after
+ * the drift allowance (1 % + 2 ms) is at least half of it. 1 and 2 ms leave no validity at all
+ * (every acquisition would fail, and a wait would start again forever); 3 and 4 ms leave less
+ * than a renewal needs.
+ */
+export const MIN_TTL = 5;
 /** The largest LIMIT the module accepts. */
 export const MAX_LIMIT = 1_000_000;
 const MAX_OWNER = 256;
 
 export const now = (): number => performance.now();
 
+/** A ttl in ms as the `ttl_ms` sent: whole milliseconds, 5 (`MIN_TTL`) to 10^12. */
 export function checkTtl(ttl: number): number {
   const ms = Math.trunc(ttl);
-  if (!Number.isFinite(ttl) || ms < 1 || ms > MAX_MS) {
-    throw new InvalidArgumentError(`invalid ttl ${ttl} (must be 1 ms to 10^12 ms)`);
+  if (typeof ttl === "number" && ttl > 0 && ms < MIN_TTL) {
+    throw new InvalidArgumentError(
+      `invalid ttl ${ttl}: the smallest usable ttl is ${MIN_TTL} ms, since the drift allowance of 1 % + 2 ms leaves less than half of a shorter one valid`,
+    );
+  }
+  if (!Number.isFinite(ttl) || ms < MIN_TTL || ms > MAX_MS) {
+    throw new InvalidArgumentError(`invalid ttl ${ttl} (must be ${MIN_TTL} ms to 10^12 ms)`);
   }
   return ms;
 }
@@ -483,6 +496,11 @@ export interface Failure {
    * refusal nor an error: the request is retried, and in a Redlock round it is a no-vote.
    */
   grace?: boolean;
+  /**
+   * The server refused the ttl asked for (`ttl_ms exceeds relock.restart-grace-ms`) and
+   * changed nothing: permanent for that ttl, but a hold it was asked to renew is still held.
+   */
+  badTtl?: boolean;
 }
 
 export const refusal = (): Failure => ({
@@ -530,6 +548,7 @@ export function classify(e: unknown): Failure {
     const n = Number(m[1]);
     return { message: `the lock has another limit there (${n}; 0 means none)`, permanent: true, otherLimit: n };
   }
+  if (msg.startsWith("ttl_ms exceeds")) return { message: msg, permanent: true, badTtl: true };
   const code = msg.split(" ", 1)[0] ?? "";
   if (TRANSIENT_CODES.has(code) || msg.startsWith("max number of clients reached")) return { message: msg };
   if (msg.startsWith("unknown command") && /LOCK\.(WAITERS|HISTORY|LOG)/i.test(msg)) {
@@ -586,6 +605,17 @@ export class Round<T> {
     return this.progress();
   }
 
+  /**
+   * A grant of server `i` made after the round was decided (a won wait topped up on the
+   * servers whose waits were cut): kept with the others, so that the hold is renewed,
+   * released and fenced with every server that granted.
+   */
+  addGrant(i: number, value: T): void {
+    if (i < 0 || i >= this.n) return;
+    this.answered.add(i);
+    this.agreed.set(i, value);
+  }
+
   finish(at: number): this {
     this.elapsed = Math.max(0, at - this.started);
     return this;
@@ -611,8 +641,23 @@ export class Round<T> {
     return this.refused() < this.failures.length;
   }
 
+  /** Whether a server refused the ttl itself (changing nothing). */
+  badTtl(): boolean {
+    return this.failures.some(([, f]) => f.badTtl);
+  }
+
   permanentlyFailed(): boolean {
     return this.permanent() + quorum(this.n) > this.n;
+  }
+
+  /**
+   * Per server, whether it failed in a way that says nothing of what it did (no reply in
+   * time, a lost connection): neither a refusal nor a permanent error.
+   */
+  unanswered(): boolean[] {
+    const out = this.names.map(() => false);
+    for (const [i, f] of this.failures) out[i] = !f.refused && !f.permanent;
+    return out;
   }
 
   agreedBy(): boolean[] {
@@ -729,6 +774,34 @@ export class Round<T> {
     return new NotAcquiredError(
       `lock ${k}: no quorum, ${this.agreed.size} of ${this.n} servers granted, ${quorum(this.n)} needed (${this.describe()})`,
       { key, servers: this.servers((f) => !f.refused) },
+    );
+  }
+
+  /**
+   * A renewal whose ttl servers refused (`ttl_ms exceeds relock.restart-grace-ms`): they
+   * changed nothing, so the hold is kept with its ttl (`kept` ms); not retryable as asked.
+   */
+  badTtlError(key: string, ttl: number, kept: number): ServerError {
+    const bad = (f: Failure): boolean => !!f.badTtl;
+    return new ServerError(
+      `lock ${JSON.stringify(key)}: renewal to a ttl of ${ttl} ms refused (${this.describe(bad)}); the hold is kept, ` +
+        `with its ttl of ${kept} ms (retrying cannot help: ask for a shorter ttl)`,
+      { key, servers: this.servers(bad), retryable: false },
+    );
+  }
+
+  /**
+   * What a release that no quorum made means when servers answered it with an error retrying
+   * cannot fix (`NOPERM`, `WRONGTYPE`, the module gone): a `ServerError` naming them, since the
+   * lock stays held there until its ttl runs out; null when the servers only said it was no
+   * longer held, or did not answer.
+   */
+  releaseError(key: string): ServerError | null {
+    if (this.won() || this.permanent() === 0) return null;
+    const perm = (f: Failure): boolean => !!f.permanent;
+    return new ServerError(
+      `lock ${JSON.stringify(key)}: release refused (${this.describe(perm)}); the lock stays held there until its ttl runs out (retrying cannot help)`,
+      { key, servers: this.servers(perm), retryable: false },
     );
   }
 

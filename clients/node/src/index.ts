@@ -22,7 +22,7 @@ import { InvalidArgumentError, LockLostError, NotAcquiredError, RelockError, Ser
 
 export * from "./errors";
 export type { Holder, KeyStats, LockInfo, LogEntry, LossReason, Waiter, Who } from "./core";
-export { DEFAULT_MAX_PARTIAL_HOLD, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_DELAY, DEFAULT_TTL } from "./core";
+export { DEFAULT_MAX_PARTIAL_HOLD, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_DELAY, DEFAULT_TTL, MIN_TTL } from "./core";
 
 /** Extra time a blocked LOCK.WAIT's reply may take beyond its own timeout (a busy server). */
 const WAIT_GRACE = 1000;
@@ -49,7 +49,7 @@ export interface RelockOptions {
 
 /** How to hold a key. */
 export interface LockOptions {
-  /** The lease in ms, renewed every ttl/3 while held. Default 30000. */
+  /** The lease in ms, 5 (`MIN_TTL`) to 10^12, renewed every ttl/3 while held. Default 30000. */
   ttl?: number;
   /** How long to wait for the lock in ms: undefined (default) waits without limit, 0 tries once. */
   wait?: number;
@@ -63,7 +63,7 @@ export interface LockOptions {
 
 /** How to hold several keys together. */
 export interface GroupOptions {
-  /** The lease in ms, renewed every ttl/3 while held. Default 30000. */
+  /** The lease in ms, 5 (`MIN_TTL`) to 10^12, renewed every ttl/3 while held. Default 30000. */
   ttl?: number;
   /** How long to wait for all the keys in ms: undefined (default) waits without limit, 0 tries once. */
   wait?: number;
@@ -73,49 +73,109 @@ function isCluster(c: Client): c is Cluster {
   return (c as { isCluster?: boolean }).isCluster === true;
 }
 
+/** The longest delay `setTimeout` keeps (2^31 - 1 ms); it fires a longer one after 1 ms. */
+const MAX_DELAY = 2 ** 31 - 1;
+
+/**
+ * A timer for any delay up to 10^12 ms (ttls and waits go that far): `setTimeout` in steps
+ * of at most `MAX_DELAY`, each one measured again against the end.
+ */
+class Timer {
+  private handle: NodeJS.Timeout | undefined;
+  private refed = true;
+
+  constructor(fn: () => void, ms: number) {
+    const end = core.now() + Math.max(0, ms);
+    const arm = (): void => {
+      const left = end - core.now();
+      this.handle = left > MAX_DELAY ? setTimeout(arm, MAX_DELAY) : setTimeout(fn, Math.max(0, left));
+      if (!this.refed) this.handle.unref();
+    };
+    arm();
+  }
+
+  /** Lets the process exit while the timer is pending, as `Timeout.unref()` does. */
+  unref(): this {
+    this.refed = false;
+    this.handle?.unref();
+    return this;
+  }
+
+  clear(): void {
+    if (this.handle) clearTimeout(this.handle);
+  }
+}
+
+/** Resolves after `ms` (any delay: see Timer). */
+function pause(ms: number): Promise<void> {
+  return new Promise((resolve) => new Timer(resolve, ms));
+}
+
 function withTimeout<T>(p: Promise<T>, ms: number | null, what: string): Promise<T> {
   if (ms === null) return p;
   return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new TimeoutFailure(`no reply within ${ms} ms (${what})`)), ms);
+    const timer = new Timer(() => reject(new TimeoutFailure(`no reply within ${ms} ms (${what})`)), ms);
     p.then(
       (v) => {
-        clearTimeout(timer);
+        timer.clear();
         resolve(v);
       },
       (e: unknown) => {
-        clearTimeout(timer);
+        timer.clear();
         reject(e);
       },
     );
   });
 }
 
-/** Resolves once `client` is ready, or rejects with a TimeoutFailure after `ms`. */
-function untilReady(client: Client, ms: number): Promise<void> {
+/**
+ * Resolves once `client` is ready (`ready`: its first ready event, one listener however many
+ * calls wait for it), or rejects with a TimeoutFailure after `ms`.
+ */
+function untilReady(client: Client, ready: Promise<void>, ms: number): Promise<void> {
   if (client.status === "ready") return Promise.resolve();
   // A lazyConnect client connects on its first command; this waits before sending one.
   if (client.status === "wait") client.connect().catch(() => undefined);
   return new Promise<void>((resolve, reject) => {
-    const ready = (): void => {
-      clearTimeout(timer);
+    const timer = new Timer(() => reject(new TimeoutFailure(`no connection within ${ms} ms`)), ms);
+    void ready.then(() => {
+      timer.clear();
       resolve();
-    };
-    const timer = setTimeout(() => {
-      client.off("ready", ready);
-      reject(new TimeoutFailure(`no connection within ${ms} ms`));
-    }, ms);
-    client.once("ready", ready);
+    });
   });
 }
+
+/**
+ * Whether `conn`'s sockets keep the process alive: yes while a wait is in flight on it, no
+ * while it sits idle (a process whose own clients quit may then exit, as without relock).
+ */
+function keepAlive(conn: Client, on: boolean): void {
+  for (const c of isCluster(conn) ? conn.nodes() : [conn]) {
+    const stream = c.stream as { ref?: () => void; unref?: () => void } | undefined;
+    if (on) stream?.ref?.();
+    else stream?.unref?.();
+  }
+}
+
+/** What an idle wait connection is dropped on: its connection closing (or, for a cluster, changing). */
+const DROP_IDLE_ON = ["close", "end", "+node", "-node"] as const;
 
 /** One master: a client for one server, or a Redis Cluster acting as one. */
 class Server {
   readonly name: string;
   readonly cluster: boolean;
-  /** Connections of their own for LOCK.WAIT, which blocks its connection. */
+  /**
+   * Connections of their own for LOCK.WAIT, which blocks its connection (duplicates of the
+   * client), kept for the next wait: unref'd while idle, dropped when they close (never
+   * reconnected in the background) and when the client itself ends (quit or disconnect).
+   */
   private idle: Client[] = [];
+  private readonly dropIdle = new Map<Client, () => void>();
+  /** The client quit or was disconnected for good: its idle wait connections go with it. */
+  private readonly onEnd = (): void => this.close();
   /** Whether the client was ever ready (see FIRST_CONNECT). */
   private readyOnce: boolean;
+  private readonly firstReady: Promise<void>;
 
   constructor(
     readonly client: Client,
@@ -123,7 +183,14 @@ class Server {
     private readonly firstGrace: boolean,
   ) {
     this.readyOnce = client.status === "ready";
-    if (!this.readyOnce) client.once("ready", () => (this.readyOnce = true));
+    this.firstReady = this.readyOnce
+      ? Promise.resolve()
+      : new Promise<void>((resolve) =>
+          client.once("ready", () => {
+            this.readyOnce = true;
+            resolve();
+          }),
+        );
     this.cluster = isCluster(client);
     if (isCluster(client)) {
       const nodes = client.nodes("master").map((n) => `${n.options.host}:${n.options.port}`);
@@ -135,7 +202,7 @@ class Server {
   }
 
   async call(args: ReadonlyArray<string | number>, timeout: number | null): Promise<unknown> {
-    if (this.firstGrace && !this.readyOnce && timeout !== null) await untilReady(this.client, Math.max(timeout, FIRST_CONNECT));
+    if (this.firstGrace && !this.readyOnce && timeout !== null) await untilReady(this.client, this.firstReady, Math.max(timeout, FIRST_CONNECT));
     const [cmd, ...rest] = args;
     const p = this.client.call(String(cmd), ...rest.map(String));
     p.catch(() => undefined); // a late failure after a timeout is nobody's business
@@ -144,7 +211,7 @@ class Server {
 
   /** A blocking call on a connection of its own; `cancel` gets a function that cuts it short. */
   async blocking(args: ReadonlyArray<string | number>, timeout: number | null, cancel: Array<() => void>): Promise<unknown> {
-    const conn: Client = this.idle.pop() ?? (isCluster(this.client) ? this.client.duplicate() : this.client.duplicate());
+    const conn: Client = this.takeIdle() ?? (isCluster(this.client) ? this.client.duplicate() : this.client.duplicate());
     let cut = false;
     cancel.push(() => {
       cut = true;
@@ -155,7 +222,7 @@ class Server {
       const p = conn.call(String(cmd), ...rest.map(String));
       p.catch(() => undefined);
       const reply = await withTimeout(p, timeout, String(cmd));
-      if (!cut && this.idle.length < 16) this.idle.push(conn);
+      if (!cut) this.putIdle(conn);
       else conn.disconnect();
       return reply;
     } catch (e) {
@@ -166,7 +233,7 @@ class Server {
 
   /** Several commands in one round trip (a pipeline): each reply, or the error in its place. */
   async callMany(commands: ReadonlyArray<ReadonlyArray<string | number>>, timeout: number): Promise<unknown[]> {
-    if (this.firstGrace && !this.readyOnce) await untilReady(this.client, Math.max(timeout, FIRST_CONNECT));
+    if (this.firstGrace && !this.readyOnce) await untilReady(this.client, this.firstReady, Math.max(timeout, FIRST_CONNECT));
     const pipe = this.client.pipeline();
     for (const [cmd, ...rest] of commands) pipe.call(String(cmd), ...rest.map(String));
     const p = pipe.exec();
@@ -188,10 +255,90 @@ class Server {
     );
   }
 
-  close(): void {
-    for (const c of this.idle) c.disconnect();
-    this.idle = [];
+  private takeIdle(): Client | undefined {
+    const conn = this.idle.pop();
+    if (!conn) return undefined;
+    this.forget(conn);
+    keepAlive(conn, true);
+    return conn;
   }
+
+  /** Listens for the client's end only while there are idle connections to close. */
+  private watchEnd(): void {
+    const listening = this.client.listeners("end").includes(this.onEnd);
+    if (this.idle.length > 0 && !listening) this.client.on("end", this.onEnd);
+    else if (this.idle.length === 0 && listening) this.client.off("end", this.onEnd);
+  }
+
+  private putIdle(conn: Client): void {
+    if (this.idle.length >= 16 || conn.status !== "ready") {
+      conn.disconnect();
+      return;
+    }
+    keepAlive(conn, false);
+    const drop = (): void => {
+      this.forget(conn);
+      conn.disconnect();
+    };
+    for (const e of DROP_IDLE_ON) conn.on(e, drop);
+    this.dropIdle.set(conn, drop);
+    this.idle.push(conn);
+    this.watchEnd();
+  }
+
+  private forget(conn: Client): void {
+    const drop = this.dropIdle.get(conn);
+    if (drop) {
+      for (const e of DROP_IDLE_ON) conn.off(e, drop);
+      this.dropIdle.delete(conn);
+    }
+    this.idle = this.idle.filter((c) => c !== conn);
+    this.watchEnd();
+  }
+
+  close(): void {
+    for (const c of [...this.idle]) {
+      this.forget(c);
+      c.disconnect();
+    }
+  }
+}
+
+const abortedOf = Object.getOwnPropertyDescriptor(AbortSignal.prototype, "aborted")?.get;
+const reasonOf = Object.getOwnPropertyDescriptor(AbortSignal.prototype, "reason")?.get;
+const throwIfAbortedOf = AbortSignal.prototype.throwIfAborted;
+
+/**
+ * Makes `signal.aborted`, `signal.reason` and `signal.throwIfAborted()` call `poll` first (a
+ * hold's clock check), on this signal alone: I/O reads them synchronously, and after the event
+ * loop was blocked past the validity no timer has run yet to abort the signal.
+ */
+function readsTheClock(signal: AbortSignal, poll: () => void): void {
+  if (!abortedOf || !reasonOf) return;
+  Object.defineProperties(signal, {
+    aborted: {
+      configurable: true,
+      get: (): boolean => {
+        poll();
+        return abortedOf.call(signal) as boolean;
+      },
+    },
+    reason: {
+      configurable: true,
+      get: (): unknown => {
+        poll();
+        return reasonOf.call(signal);
+      },
+    },
+    throwIfAborted: {
+      configurable: true,
+      writable: true,
+      value: (): void => {
+        poll();
+        throwIfAbortedOf.call(signal);
+      },
+    },
+  });
 }
 
 const live = new Set<Hold>();
@@ -319,9 +466,9 @@ export class Relock {
       await this.releaseFailed(key, owner, rnd);
       const failure = rnd.afterFailed(key, ttl, wait, deadline !== null && core.now() >= deadline, remaining !== null);
       if (failure) throw failure;
-      let pause = core.jitter(this.retryDelay);
-      if (deadline !== null) pause = Math.min(pause, Math.max(0, deadline - core.now()));
-      await new Promise((r) => setTimeout(r, pause));
+      let delay = core.jitter(this.retryDelay);
+      if (deadline !== null) delay = Math.min(delay, Math.max(0, deadline - core.now()));
+      await pause(delay);
     }
   }
 
@@ -372,9 +519,9 @@ export class Relock {
     const cancels: Array<Array<() => void>> = this.nodes.map(() => []);
     await new Promise<void>((resolve) => {
       let open = 0;
-      let cut: NodeJS.Timeout | undefined;
+      let cut: Timer | undefined;
       const done = (): void => {
-        if (cut) clearTimeout(cut);
+        cut?.clear();
         resolve();
       };
       this.nodes.forEach((_, i) => {
@@ -386,7 +533,7 @@ export class Relock {
         void this.ask(i, args, timeout, opts.blocking ? cancels[i] : undefined, opts.accept).then(([v, f]) => {
           open -= 1;
           if (rnd.onReply(i, v, f) !== "pending" || open === 0) done();
-          else if (opts.partialHold !== undefined && rnd.agreed.size > 0 && !cut) cut = setTimeout(done, opts.partialHold);
+          else if (opts.partialHold !== undefined && rnd.agreed.size > 0 && !cut) cut = new Timer(done, opts.partialHold);
         });
       });
       if (open === 0 || rnd.progress() !== "pending") done();
@@ -402,14 +549,30 @@ export class Relock {
     return rnd.finish(core.now());
   }
 
-  private waitRound(key: string, owner: string, ttl: number, remaining: number | null, mode: string[]): Promise<Round<unknown>> {
+  private async waitRound(key: string, owner: string, ttl: number, remaining: number | null, mode: string[]): Promise<Round<unknown>> {
     const args = ["LOCK.WAIT", key, owner, ttl, core.waitMs(remaining), ...mode];
     const bound = remaining === null ? null : remaining + WAIT_GRACE + this.nodeTimeout;
-    return this.round(args, {
+    const rnd = await this.round(args, {
       timeout: bound,
       blocking: true,
       partialHold: this.nodes.length > 1 ? Math.min(this.maxPartialHold, ttl / 4) : undefined,
     });
+    const cut = this.nodes.map((_, i) => !rnd.answered.has(i));
+    if (rnd.won() && cut.some(Boolean)) await this.topUp(rnd, ["LOCK.ACQUIRE", key, owner, ttl, ...mode], cut);
+    return rnd;
+  }
+
+  /**
+   * A wait won by a quorum cut the waits of the other masters (their connections closed: the
+   * server drops those waiters, and revokes a grant whose reply did not reach us). A hold on a
+   * bare quorum would end with one more master paused, so the same owner asks those masters
+   * once more with LOCK.ACQUIRE, which confirms a grant that landed (same token) or takes the
+   * key where it is free and nobody queues: the hold is kept by as many masters as will grant
+   * it (renewed, released and fenced with all of them).
+   */
+  private async topUp(rnd: Round<unknown>, acquire: Array<string | number>, cut: boolean[]): Promise<void> {
+    const extra = await this.round(acquire, { targets: cut, untilAll: true });
+    for (const [i, token] of extra.agreed) rnd.addGrant(i, token);
   }
 
   private async releaseFailed(key: string, owner: string, rnd: Round<unknown>): Promise<void> {
@@ -597,9 +760,9 @@ export class Relock {
         continue; // a key taken early was lost while waiting: start again
       }
       // Redlock, a server in its restart grace, or one that did not answer: try again.
-      let pause = core.jitter(this.retryDelay);
-      if (deadline !== null) pause = Math.min(pause, Math.max(0, deadline - core.now()));
-      await new Promise((r) => setTimeout(r, pause));
+      let delay = core.jitter(this.retryDelay);
+      if (deadline !== null) delay = Math.min(delay, Math.max(0, deadline - core.now()));
+      await pause(delay);
     }
   }
 
@@ -638,7 +801,7 @@ export class Relock {
           }
           if (rnd.someFailed()) {
             this.releaseLate(key, owner);
-            await new Promise((r) => setTimeout(r, Math.min(core.jitter(this.retryDelay), remaining ?? Infinity)));
+            await pause(Math.min(core.jitter(this.retryDelay), remaining ?? Infinity));
           }
           if (taken.length) {
             const renewal = await this.round(["LOCK.MRENEW", taken.length, ...taken, owner, ttl], { accept: allOf(taken.length) });
@@ -669,11 +832,15 @@ export class Relock {
 /**
  * A lock held by this process, renewed in the background until released.
  *
- * `token` is the fencing token (with Redlock, the first granting server's; `tokens` has
- * each server's). `signal` is aborted the moment the hold is known lost, and at the latest
- * a little before its validity ends; its `reason` is a `LockLostError`.
+ * `token` is the fencing token (with Redlock, the largest of the granting servers' tokens, so
+ * that it grows from one holder to the next; `tokens` has each server's). `signal` is aborted
+ * the moment the hold is known lost, and at the latest a little before its validity ends; its
+ * `reason` is a `LockLostError`. `signal.aborted`, `signal.reason`, `signal.throwIfAborted()`,
+ * `lost` and `check()` read the clock too, so code that runs after the event loop was blocked
+ * past the validity sees the loss before any timer could run.
  */
 export class Hold {
+  /** The fencing token to send with every write: with Redlock, the largest granting server's. */
   token: number;
   /** Whether the hold is shared (a read lock or a permit); true after `downgrade()`. */
   shared: boolean;
@@ -685,11 +852,16 @@ export class Hold {
   readonly since: number;
   private abort: AbortController | undefined;
   private get controller(): AbortController {
-    this.abort ??= new AbortController();
+    if (!this.abort) {
+      this.abort = new AbortController();
+      readsTheClock(this.abort.signal, () => this.expireIfPast());
+    }
     return this.abort;
   }
+  /** The error the signal was aborted with, once the hold is lost. */
+  private ended: LockLostError | undefined;
   private released = false;
-  private timer: NodeJS.Timeout | undefined;
+  private timer: Timer | undefined;
   private renewing: Promise<void> | undefined;
   private lastFailure: string | undefined;
 
@@ -705,7 +877,10 @@ export class Hold {
     public validUntil: number,
     private mode: string[],
   ) {
-    this.token = Object.values(tokens)[0] ?? 0;
+    // The largest (docs/safety.md): every master's counter is floored at the wall clock and a
+    // later holder is minted newer tokens where the quorums overlap; the first master's token
+    // alone can be older than the previous holder's.
+    this.token = Math.max(0, ...Object.values(tokens));
     this.shared = mode.length > 0;
     this.since = Date.now(); // granted just before: an older flush is not its end (1 s slack for clocks)
     live.add(this);
@@ -748,8 +923,14 @@ export class Hold {
     return `LOCK.RENEW answered nil on ${servers.join(", ")}: the lock expired or was taken away`;
   }
 
-  /** Aborted when the hold is lost; `signal.reason` is the `LockLostError`. */
+  /**
+   * Aborted when the hold is lost; `signal.reason` is the `LockLostError`. Reading
+   * `signal.aborted` or `signal.reason`, or calling `signal.throwIfAborted()`, reads the clock
+   * too (as `lost` does): past the validity the signal is aborted then and there, even when
+   * a blocked event loop kept the loss timer from running.
+   */
   get signal(): AbortSignal {
+    this.expireIfPast();
     return this.controller.signal;
   }
 
@@ -758,18 +939,20 @@ export class Hold {
    * past the validity, this is true before any timer had a chance to run.
    */
   get lost(): boolean {
-    if (this.controller.signal.aborted) return true;
-    if (!this.released && core.now() >= this.lostAt()) {
-      this.lose(this.expiryReason());
-      return true;
-    }
-    return false;
+    this.expireIfPast();
+    return this.ended !== undefined;
   }
 
   /** Throws the `LockLostError` if the hold is lost, released, or past its validity. */
   check(): void {
-    if (this.lost) throw this.controller.signal.reason as LockLostError;
+    this.expireIfPast();
+    if (this.ended) throw this.ended;
     if (this.released) throw core.lostError(this.key, "it was released");
+  }
+
+  /** Loses the hold when the clock says its validity has passed, whether or not a timer ran. */
+  private expireIfPast(): void {
+    if (!this.released && !this.ended && core.now() >= this.lostAt()) this.lose(this.expiryReason());
   }
 
   private lostAt(): number {
@@ -783,12 +966,13 @@ export class Hold {
   }
 
   private lose(reason: string, loss?: LossReason): void {
-    if (this.released || this.controller.signal.aborted) return;
+    if (this.released || this.ended) return;
     this.reason = reason;
     this.loss = loss;
-    if (this.timer) clearTimeout(this.timer);
+    this.timer?.clear();
     live.delete(this);
-    this.controller.abort(core.lostError(this.key, reason, loss, this.client.servers));
+    this.ended = core.lostError(this.key, reason, loss, this.client.servers);
+    this.controller.abort(this.ended);
     // Whatever servers still have it should not keep it until the ttl.
     this.client.releaseLate(this.key, this.owner, undefined, this.releaseArgs());
   }
@@ -803,14 +987,13 @@ export class Hold {
   }
 
   private schedule(at: number): void {
-    if (this.timer) clearTimeout(this.timer);
+    this.timer?.clear();
     const wake = Math.min(at, this.lostAt());
-    this.timer = setTimeout(() => this.onTimer(), Math.max(0, wake - core.now()));
-    this.timer.unref();
+    this.timer = new Timer(() => this.onTimer(), wake - core.now()).unref();
   }
 
   private onTimer(): void {
-    if (this.released || this.controller.signal.aborted) return;
+    if (this.released || this.ended) return;
     if (core.now() >= this.lostAt()) {
       this.lose(this.expiryReason());
       return;
@@ -830,19 +1013,28 @@ export class Hold {
     this.schedule(this.lostAt());
   }
 
-  /** One renewal round: true when renewed, false when only unanswered; throws when lost. */
-  private async renewRound(ttl: number): Promise<boolean> {
+  /**
+   * One renewal round: true when renewed, false when only unanswered (try again); throws
+   * when lost, and (`explicit`: `renew(ttl)`) a `ServerError` when the servers refused the ttl.
+   */
+  private async renewRound(ttl: number, explicit = false): Promise<boolean> {
     const ms = core.checkTtl(ttl);
     this.check();
     const rnd = await this.client.round(this.renewArgs(ms), { accept: (r) => this.allHeld(r) });
     const until = rnd.validUntil(ms);
     if (until !== null) {
-      if (this.released || this.controller.signal.aborted) return true;
+      if (this.released || this.ended) return true;
       if (core.now() >= this.lostAt()) return false;
       this.ttl = ms;
       this.validUntil = until;
       this.lastFailure = undefined;
       return true;
+    }
+    if (rnd.badTtl()) {
+      // The servers refused the ttl and changed nothing: the hold is still ours.
+      this.lastFailure = rnd.describe();
+      if (explicit) throw rnd.badTtlError(this.key, ms, this.ttl);
+      return false;
     }
     if (rnd.renewVerdict() === "lost") {
       await this.loseWithHistory(rnd);
@@ -855,22 +1047,35 @@ export class Hold {
   /**
    * Renews now (`ttl` ms from now, default the hold's ttl, which it becomes). Throws
    * `LockLostError` when the hold is gone, `NotAcquiredError` when servers did not answer
-   * (the hold stays valid until its validity ends; the background renewal goes on).
+   * (the hold stays valid until its validity ends; the background renewal goes on), a
+   * `ServerError` (not retryable) when they refused the ttl (longer than
+   * `relock.restart-grace-ms`: the hold is kept, with its ttl).
    */
   async renew(ttl?: number): Promise<void> {
-    if (!(await this.renewRound(ttl ?? this.ttl))) {
+    if (!(await this.renewRound(ttl ?? this.ttl, true))) {
       throw new NotAcquiredError(`lock ${JSON.stringify(this.key)}: renewal failed (${this.lastFailure})`, { key: this.key });
     }
   }
 
-  /** Stops the renewal and releases the hold: true when released, false when it was no longer held. */
+  /**
+   * Stops the renewal and releases the hold: true when a quorum released it, false when it
+   * was no longer held (lost, or released before) or servers did not answer (released there
+   * again in the background). Rejects with a `ServerError` (not retryable) when servers
+   * refused the release with an error (`NOPERM`...): the lock stays held there until its ttl
+   * runs out.
+   */
   async release(): Promise<boolean> {
     if (this.released) return false;
     this.released = true;
     live.delete(this);
-    if (this.timer) clearTimeout(this.timer);
+    this.timer?.clear();
     const rnd = await this.client.round(this.releaseArgs(), { untilAll: this.client.servers.length > 1, accept: (r) => this.allHeld(r) });
-    return rnd.won();
+    if (rnd.won()) return true;
+    const unanswered = rnd.unanswered();
+    if (unanswered.some(Boolean)) this.client.releaseLate(this.key, this.owner, unanswered, this.releaseArgs());
+    const error = rnd.releaseError(this.key);
+    if (error) throw error;
+    return false;
   }
 
   /**

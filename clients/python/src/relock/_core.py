@@ -40,19 +40,30 @@ MAX_MS = 1_000_000_000_000
 MAX_LIMIT = 1_000_000
 #: Owners are at most this many bytes.
 MAX_OWNER = 256
+#: The smallest usable ttl in milliseconds (relock-client's MIN_TTL): the least ttl whose
+#: validity after the drift allowance (1 % + 2 ms) is at least half of it. 1 and 2 ms leave
+#: no validity at all (every acquisition would fail, and a wait would start again forever);
+#: 3 and 4 ms leave less than a renewal needs.
+MIN_TTL_MS = 5
 
 #: A sentinel: the default owner prefix, ``<host>/<pid>``.
 HOST_PID = object()
 
 
 def check_ttl(ttl: float) -> int:
-    """A ttl in seconds as the ``ttl_ms`` sent: whole milliseconds, 1 to 10^12."""
+    """A ttl in seconds as the ``ttl_ms`` sent: whole milliseconds, 5 (``MIN_TTL_MS``) to
+    10^12."""
     try:
         ms = int(ttl * 1000)
     except (TypeError, ValueError, OverflowError):
-        raise InvalidArgument(f"invalid ttl {ttl!r} (must be 1 ms to 10^12 ms)") from None
-    if not 1 <= ms <= MAX_MS:
-        raise InvalidArgument(f"invalid ttl {ttl!r} s (must be 0.001 s to 10^9 s)")
+        raise InvalidArgument(f"invalid ttl {ttl!r} (must be 5 ms to 10^12 ms)") from None
+    if ttl > 0 and ms < MIN_TTL_MS:
+        raise InvalidArgument(
+            f"invalid ttl {ttl!r} s: the smallest usable ttl is {MIN_TTL_MS} ms (0.005 s), since "
+            "the drift allowance of 1 % + 2 ms leaves less than half of a shorter one valid"
+        )
+    if not MIN_TTL_MS <= ms <= MAX_MS:
+        raise InvalidArgument(f"invalid ttl {ttl!r} s (must be 0.005 s to 10^9 s)")
     return ms
 
 
@@ -519,6 +530,9 @@ class Failure:
     """The server is in its restart grace (TRYAGAIN): it grants nothing new yet. Not a
     refusal and not an error: the request is retried, and in a Redlock round it is a
     no-vote."""
+    bad_ttl: bool = False
+    """The server refused the ttl asked for (``ttl_ms exceeds relock.restart-grace-ms``) and
+    changed nothing: permanent for that ttl, but a hold it was asked to renew is still held."""
 
     @staticmethod
     def refusal() -> Failure:
@@ -573,6 +587,8 @@ def classify(e: BaseException) -> Failure:
                     permanent=True,
                     other_limit=n,
                 )
+        if msg.startswith("ttl_ms exceeds"):
+            return Failure(msg, permanent=True, bad_ttl=True)
         code = msg.split(" ", 1)[0]
         status = getattr(e, "status_code", None)
         if code in _TRANSIENT_CODES or status in _TRANSIENT_CODES:
@@ -647,6 +663,13 @@ class Round(Generic[T]):
             self.agreed[i] = value
         return self.progress()
 
+    def add_grant(self, i: int, value: T) -> None:
+        """A grant of server ``i`` made after the round was decided (a won wait topped up on
+        the servers whose waits were cut): kept with the others, so that the hold is renewed,
+        released and fenced with every server that granted."""
+        self.answered.add(i)
+        self.agreed[i] = value
+
     def finish(self, now: float) -> Round[T]:
         self.elapsed = max(0.0, now - self.started)
         return self
@@ -666,6 +689,10 @@ class Round(Generic[T]):
     def some_failed(self) -> bool:
         return self.refused() < len(self.failures)
 
+    def bad_ttl(self) -> bool:
+        """Whether a server refused the ttl itself (changing nothing)."""
+        return any(f.bad_ttl for _, f in self.failures)
+
     def permanently_failed(self) -> bool:
         return self.permanent() + quorum(self.n) > self.n
 
@@ -676,6 +703,14 @@ class Round(Generic[T]):
         for i, f in self.failures:
             if f.permanent:
                 out[i] = False
+        return out
+
+    def unanswered(self) -> list[bool]:
+        """Per server, whether it failed in a way that says nothing of what it did (no reply
+        in time, a lost connection): neither a refusal nor a permanent error."""
+        out = [False] * self.n
+        for i, f in self.failures:
+            out[i] = not f.refused and not f.permanent
         return out
 
     def agreed_by(self) -> list[bool]:
@@ -793,6 +828,34 @@ class Round(Generic[T]):
             f"{quorum(self.n)} needed ({self.describe()})",
             key=key,
             servers=self.servers(lambda f: not f.refused),
+        )
+
+    def bad_ttl_error(self, key: str, ttl: float, kept: float) -> ServerError:
+        """A renewal whose ttl servers refused (``ttl_ms exceeds relock.restart-grace-ms``):
+        they changed nothing, so the hold is kept with its ttl; not retryable as asked."""
+        bad = lambda f: f.bad_ttl  # noqa: E731
+        return ServerError(
+            f"lock {key!r}: renewal to a ttl of {ttl:g} s refused ({self.describe(bad)}); the hold "
+            f"is kept, with its ttl of {kept:g} s (retrying cannot help: ask for a shorter ttl)",
+            key=key,
+            servers=self.servers(bad),
+            retryable=False,
+        )
+
+    def release_error(self, key: str) -> ServerError | None:
+        """What a release that no quorum made means when servers answered it with an error
+        retrying cannot fix (``NOPERM``, ``WRONGTYPE``, the module gone): a ``ServerError``
+        naming them, since the lock stays held there until its ttl runs out; None when the
+        servers only said it was no longer held, or did not answer."""
+        if self.won() or not self.permanent():
+            return None
+        perm = lambda f: f.permanent  # noqa: E731
+        return ServerError(
+            f"lock {key!r}: release refused ({self.describe(perm)}); the lock stays held there "
+            "until its ttl runs out (retrying cannot help)",
+            key=key,
+            servers=self.servers(perm),
+            retryable=False,
         )
 
     def renew_verdict(self) -> str:

@@ -7,6 +7,7 @@ import concurrent.futures as cf
 import contextlib
 import copy
 import os
+import queue
 import threading
 import time
 import weakref
@@ -31,6 +32,73 @@ CONNECT_TIMEOUT = 2.0
 #: Extra time a blocked LOCK.WAIT's reply may take beyond its own timeout before the
 #: connection is given up (a busy server answers late; a stopped one never does).
 WAIT_GRACE = 1.0
+
+
+class _Workers:
+    """Worker threads for the client's requests, in place of ``concurrent.futures``'s
+    executor, whose threads the interpreter joins (and whose ``submit`` it refuses) once the
+    main thread returns: renewals must go on while any thread of the program holds a lock, a
+    release at exit must still run, and a ``LOCK.WAIT`` blocked in a worker must not keep a
+    dying process alive. These threads are daemons, started on demand up to ``limit`` (None:
+    no limit) and ended after ``linger`` idle seconds."""
+
+    def __init__(self, name: str, limit: int | None, linger: float = 30.0) -> None:
+        self._name = name
+        self._limit = limit
+        self._linger = linger
+        self._queue: queue.SimpleQueue[tuple[cf.Future[Any], Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)  # one per idle worker, taken by a submit that uses it
+        self._lock = threading.Lock()
+        self._threads = 0
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> cf.Future[T]:
+        future: cf.Future[T] = cf.Future()
+        self._queue.put((future, fn, args))
+        if self._idle.acquire(blocking=False):
+            return future  # an idle worker takes it
+        with self._lock:
+            start = self._limit is None or self._threads < self._limit
+            if start:
+                self._threads += 1
+        if start:
+            try:
+                threading.Thread(target=self._work, name=self._name, daemon=True).start()
+            except RuntimeError:  # no new thread (the interpreter is finalizing): run it here
+                with self._lock:
+                    self._threads -= 1
+                while not future.done():
+                    try:
+                        self._run(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+        return future
+
+    @staticmethod
+    def _run(item: tuple[cf.Future[Any], Callable[..., Any], tuple[Any, ...]]) -> None:
+        future, fn, args = item
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            result = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to whoever waits on the future
+            future.set_exception(e)
+        else:
+            future.set_result(result)
+
+    def _work(self) -> None:
+        while True:
+            try:
+                item = self._queue.get(timeout=self._linger)
+            except queue.Empty:
+                # Idle long enough: leave, unless a submit counted on this worker meanwhile.
+                if self._idle.acquire(blocking=False):
+                    with self._lock:
+                        self._threads -= 1
+                    return
+                continue
+            self._run(item)
+            del item
+            self._idle.release()
 
 
 class _Cancel:
@@ -109,6 +177,16 @@ class _Server:
         self._waiting = 0
         self._attempts = 0  # connection attempts finished, so far
         self._failures: list[tuple[int, BaseException]] = []  # the last few, by attempt
+        self._pid = os.getpid()
+
+    def _after_fork(self) -> None:
+        """In a forked child (``os.register_at_fork``): a lock that a thread of the parent
+        held at the fork would stay held for ever here, and the parent's connections are its
+        sockets; all is made anew (the parent's connections are dropped, never used)."""
+        if self.cluster:
+            return
+        self._cond = threading.Condition()
+        self._idle, self._connecting, self._waiting, self._failures = [], 0, 0, []
         self._pid = os.getpid()
 
     def _forked(self) -> None:
@@ -259,8 +337,9 @@ class _Server:
 
 class _Renewer:
     """One thread per client that renews every live hold at ttl/3 and reports each loss at
-    its validity's end at the latest; the renewal rounds run on the client's executor, so a
-    stopped server never holds up another hold's loss signal."""
+    its validity's end at the latest; the renewal rounds run on workers of their own (never
+    behind blocking waits or the callers' rounds), so a stopped server never holds up
+    another hold's loss signal."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
@@ -304,12 +383,15 @@ _clients: weakref.WeakSet[Relock] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
-    # The child has none of the parent's threads; its holds are the parent's and are never
-    # renewed or released here (Hold checks the pid on every use).
+    # The child has none of the parent's threads, and any lock one of them held at the fork
+    # stays held forever in the child: every lock, queue and pool is made anew. Its holds are
+    # the parent's and are never renewed or released here (Hold checks the pid on every use);
+    # the parent's connections (shared sockets) are dropped unused.
     for c in list(_clients):
         c._renewer = _Renewer()
-        c._pool = None
-        c._pool_lock = threading.Lock()
+        c._make_pools()
+        for s in c._servers:
+            s._after_fork()
 
 
 def _release_at_exit() -> None:
@@ -372,9 +454,19 @@ class Relock:
         self.retry_delay = float(retry_delay)
         self.max_partial_hold = float(max_partial_hold)
         self._renewer = _Renewer()
-        self._pool: cf.ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
+        self._make_pools()
         _clients.add(self)
+
+    def _make_pools(self) -> None:
+        n = len(self._servers)
+        # The callers' rounds (acquire, release, queries): each request bounded by the node
+        # timeout, so a bounded number of workers serves them.
+        self._io = _Workers("relock", max(16, 8 * n))
+        # Blocking LOCK.WAITs of Redlock rounds: one worker each for as long as it blocks.
+        self._waits = _Workers("relock wait", None)
+        # Renewals, releases in the background and their requests: never queued behind the
+        # others, so that no number of waiting threads can starve a holder's renewals.
+        self._background = _Workers("relock renewal", None)
 
     # --- what the client is ---------------------------------------------------------------
 
@@ -449,10 +541,17 @@ class Relock:
         while True:
             owner = self.new_owner()
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if remaining == 0.0:
-                rnd = self._round(["LOCK.ACQUIRE", key, owner, ttl_ms, *mode])
-            else:
-                rnd = self._wait_round(key, owner, ttl_ms, remaining, mode)
+            try:
+                if remaining == 0.0:
+                    rnd = self._round(["LOCK.ACQUIRE", key, owner, ttl_ms, *mode])
+                else:
+                    rnd = self._wait_round(key, owner, ttl_ms, remaining, mode)
+            except BaseException:
+                # Interrupted (KeyboardInterrupt, SystemExit from a signal handler): the waits
+                # were cut (their connections closed, so no server keeps this owner queued);
+                # whatever was granted, or lands still, is given back.
+                self._give_back(key, owner)
+                raise
             until = rnd.valid_until(ttl_s)
             if rnd.granted_late(ttl_s):
                 # Granted after a long wait: the ttl counts from a grant we did not see, so
@@ -615,12 +714,6 @@ class Relock:
 
     # --- rounds ---------------------------------------------------------------------------
 
-    def _executor(self) -> cf.ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = cf.ThreadPoolExecutor(max_workers=max(16, 8 * len(self._servers)), thread_name_prefix="relock")
-            return self._pool
-
     def _ask(
         self,
         i: int,
@@ -644,13 +737,15 @@ class Relock:
         timeout: float | None | Literal["node"] = "node",
         connect_within: float | None = None,
         accept: Callable[[Any], Any] | None = None,
+        background: bool = False,
     ) -> Round[Any]:
         """``args`` on every server (those ``targets`` selects) at once, each bounded by the
         node timeout (or ``timeout``; None: no bound), connecting included, until a quorum is
         won or lost (or, ``until_all``, every server answered). A request still under way then
         goes on to its end, within its own bound (a late grant still lands, to be released by
         the paths that address every server). ``accept`` turns a reply into the value agreed
-        (None: refused)."""
+        (None: refused). ``background``: a renewal's or a background release's round, whose
+        requests run on workers of their own, never queued behind the callers'."""
         rnd: Round[Any] = Round(self._names, time.monotonic(), until_all)
         # A wait without limit has no bound; everything else is bounded by the node timeout.
         t = self.node_timeout if isinstance(timeout, str) else timeout
@@ -661,12 +756,13 @@ class Relock:
                 value, failure = self._ask(0, args, t, None, connect_within, accept)
                 rnd.on_reply(0, value, failure)
             return rnd.finish(time.monotonic())
+        workers = self._background if background else self._io
         pending: dict[cf.Future[tuple[Any, Failure | None]], int] = {}
         for i in range(len(self._servers)):
             if targets is not None and not targets[i]:
                 rnd.on_reply(i, None)
                 continue
-            pending[self._executor().submit(self._ask, i, args, t, None, connect_within, accept)] = i
+            pending[workers.submit(self._ask, i, args, t, None, connect_within, accept)] = i
         bound = None if t is None else time.monotonic() + t + 0.05
         while pending and rnd.progress() == "pending":
             left = None if bound is None else max(0.0, bound - time.monotonic())
@@ -689,29 +785,58 @@ class Relock:
             return self._round(args, timeout=bound, connect_within=within)
         # Several masters: once one granted, the others get max_partial_hold (at most ttl/4)
         # to make a quorum; the waits still under way then are cut off (their connections
-        # closed, which takes us out of those queues) and whatever landed is released.
+        # closed, which takes us out of those queues) and whatever landed is released. Each
+        # wait blocks a worker of its own (never one the renewals need).
         rnd: Round[Any] = Round(self._names, time.monotonic())
         cancels = [_Cancel() for _ in self._servers]
-        pending = {
-            self._executor().submit(self._ask, i, args, bound, cancels[i], within): i for i in range(len(self._servers))
-        }
-        partial = min(self.max_partial_hold, ttl_ms / 4000)
-        cut_at: float | None = None
-        while pending and rnd.progress() == "pending":
-            left = None if cut_at is None else max(0.0, cut_at - time.monotonic())
-            done, _ = cf.wait(list(pending), timeout=left, return_when=cf.FIRST_COMPLETED)
-            if not done:
-                break
-            for f in done:
-                value, failure = f.result()
-                rnd.on_reply(pending.pop(f), value, failure)
-            if rnd.agreed and cut_at is None:
-                cut_at = time.monotonic() + partial
-        for f, i in pending.items():
-            cancels[i].cancel()
+        pending: dict[cf.Future[tuple[Any, Failure | None]], int] = {}
+        try:
+            for i in range(len(self._servers)):
+                pending[self._waits.submit(self._ask, i, args, bound, cancels[i], within)] = i
+            partial = min(self.max_partial_hold, ttl_ms / 4000)
+            cut_at: float | None = None
+            while pending and rnd.progress() == "pending":
+                left = None if cut_at is None else max(0.0, cut_at - time.monotonic())
+                done, _ = cf.wait(list(pending), timeout=left, return_when=cf.FIRST_COMPLETED)
+                if not done:
+                    break
+                for f in done:
+                    value, failure = f.result()
+                    rnd.on_reply(pending.pop(f), value, failure)
+                if rnd.agreed and cut_at is None:
+                    cut_at = time.monotonic() + partial
+        finally:
+            # Decided, or this thread interrupted (KeyboardInterrupt, a signal handler's
+            # exception): no wait may stay queued for an owner nobody waits for any more.
+            for i in pending.values():
+                cancels[i].cancel()
+        cut = list(pending.values())
+        for i in cut:
             if rnd.progress() == "pending":
                 rnd.on_reply(i, None, Failure("no quorum within the partial-hold limit", timeout=True))
-        return rnd.finish(time.monotonic())
+        rnd.finish(time.monotonic())
+        if rnd.won() and cut:
+            self._top_up(rnd, ["LOCK.ACQUIRE", key, owner, ttl_ms, *mode], cut)
+        return rnd
+
+    def _top_up(self, rnd: Round[Any], acquire: list[Any], cut: list[int]) -> None:
+        """A wait won by a quorum cut the waits of the other masters (their connections
+        closed: the server drops those waiters, and revokes a grant whose reply did not reach
+        us). A hold on a bare quorum would end with one more master paused, so the same owner
+        asks those masters once more with ``LOCK.ACQUIRE``, which confirms a grant that landed
+        (same token) or takes the key where it is free and nobody queues: the hold is kept by
+        as many masters as will grant it."""
+        extra = self._round(acquire, targets=[i in cut for i in range(len(self._servers))], until_all=True)
+        for i, token in extra.agreed.items():
+            rnd.add_grant(i, token)
+
+    def _give_back(self, key: str, owner: str) -> None:
+        """An acquisition cut short (interrupted): whatever ``owner`` was granted, or may yet
+        be, is released now (bounded by the node timeout) and once more in the background."""
+        with contextlib.suppress(Exception):
+            self._round(["LOCK.RELEASE", key, owner], until_all=True)
+        with contextlib.suppress(Exception):
+            self._release_late(key, owner, None)
 
     def _release_failed(self, key: str, owner: str, rnd: Round[Any]) -> None:
         now, later = rnd.give_back()
@@ -727,12 +852,11 @@ class Relock:
         release = args or ["LOCK.RELEASE", key, owner]
 
         def later() -> None:
-            self._round(release, targets=targets, until_all=True)
+            self._round(release, targets=targets, until_all=True, background=True)
             time.sleep(0.1)
-            self._round(release, targets=targets, until_all=True)
+            self._round(release, targets=targets, until_all=True, background=True)
 
-        with contextlib.suppress(RuntimeError):  # interpreter shutting down
-            self._executor().submit(later)
+        self._background.submit(later)
 
     # --- looking at locks -----------------------------------------------------------------
 
@@ -824,12 +948,8 @@ class Relock:
         return LossReason(None, None, core.UNKNOWN_LOSS)
 
     def close(self) -> None:
-        """Stops the background threads and closes relock's own connections (releases
-        nothing: release your holds first). The clients passed in stay open."""
-        with self._pool_lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False)
-                self._pool = None
+        """Closes relock's own connections (releases nothing: release your holds first). The
+        clients passed in stay open; relock's worker threads end by themselves once idle."""
         for s in self._servers:
             s.close()
 
@@ -876,8 +996,9 @@ class Hold:
     """A lock held by this process: its key, owner and fencing token, renewed in the
     background until released.
 
-    - ``token``: the fencing token (with Redlock, the first granting server's; ``tokens``
-      has every server's). Send it with every write to what the lock protects.
+    - ``token``: the fencing token (with Redlock, the largest of the granting servers'
+      tokens, so that it grows from one holder to the next; ``tokens`` has every server's).
+      Send it with every write to what the lock protects.
     - ``lost``: a ``threading.Event`` set the moment the hold is known lost, and at the
       latest a little before its validity ends; ``reason`` then says why.
     - ``check()`` raises ``LockLost`` once it is lost; ``renew()`` and ``release()`` act now.
@@ -898,7 +1019,10 @@ class Hold:
         self.owner = owner
         self.ttl = ttl
         self.tokens = tokens
-        self.token: int = next(iter(tokens.values()))
+        # The largest (docs/safety.md): every master's counter is floored at the wall clock
+        # and a later holder is minted newer tokens where the quorums overlap; the first
+        # master's token alone can be older than the previous holder's.
+        self.token: int = max(tokens.values())
         self.valid_until = valid_until
         self.reason: str | None = None
         self.loss: LossReason | None = None
@@ -1025,7 +1149,7 @@ class Hold:
             return
         self._renewing = True
         try:
-            self._client._executor().submit(self._renew_in_background)
+            self._client._background.submit(self._renew_in_background)
         except RuntimeError:
             self._renewing = False
 
@@ -1047,7 +1171,7 @@ class Hold:
             # An expired validity is never extended: someone else may hold it now.
             self._lose(self._stall_reason())
             self.check()
-        rnd = self._client._round(self._renew_args(ttl_ms), accept=self._all_held)
+        rnd = self._client._round(self._renew_args(ttl_ms), accept=self._all_held, background=True)
         until = rnd.valid_until(ttl_s)
         now = time.monotonic()
         every = max(self.ttl / 3, 0.001)
@@ -1060,7 +1184,10 @@ class Hold:
                 self._next = now + max(ttl_s / 3, 0.001)
                 self._last_failure = None
             return
-        if rnd.renew_verdict() == "lost":
+        if rnd.bad_ttl() and not background:
+            # The servers refused the ttl and changed nothing: the hold is still ours.
+            raise rnd.bad_ttl_error(self.key, ttl_s, self.ttl)
+        if not rnd.bad_ttl() and rnd.renew_verdict() == "lost":
             self._lose_with_history(rnd)
             self.check()
         # Only unanswered: try again soon while validity is left.
@@ -1088,15 +1215,20 @@ class Hold:
     def renew(self, ttl: float | None = None) -> None:
         """Renews now (``ttl`` seconds from now, default the hold's ttl; it becomes the
         hold's ttl). Raises ``LockLost`` when the hold is gone, ``NotAcquired`` (retryable)
-        when servers did not answer; the background renewal goes on either way."""
+        when servers did not answer, ``ServerError`` (not retryable) when they refused the
+        ttl (longer than ``relock.restart-grace-ms``: the hold is kept, with its ttl); the
+        background renewal goes on either way."""
         self._renew_round(self.ttl if ttl is None else ttl, background=False)
 
     # --- release --------------------------------------------------------------------------
 
     def release(self) -> bool:
         """Stops the renewal and releases the hold on every server. Returns True when a
-        quorum released it, False when it was no longer held (lost, or released before).
-        In a forked child it does nothing and returns False: the hold is the parent's."""
+        quorum released it, False when it was no longer held (lost, or released before) or
+        servers did not answer (released there again in the background). Raises
+        ``ServerError`` (not retryable) when servers refused the release with an error
+        (``NOPERM``...): the lock stays held there until its ttl runs out. In a forked child
+        it does nothing and returns False: the hold is the parent's."""
         if self._pid != os.getpid():
             return False
         with self._state:
@@ -1105,7 +1237,15 @@ class Hold:
             self._released = True
         self._client._renewer.remove(self)
         rnd = self._client._round(self._release_args(), until_all=len(self._client.servers) > 1, accept=self._all_held)
-        return rnd.won()
+        if rnd.won():
+            return True
+        unanswered = rnd.unanswered()
+        if any(unanswered):
+            self._client._release_late(self.key, self.owner, unanswered, self._release_args())
+        error = rnd.release_error(self.key)
+        if error is not None:
+            raise error
+        return False
 
     def _close(self) -> None:
         with contextlib.suppress(RelockError):

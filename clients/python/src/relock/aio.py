@@ -259,16 +259,24 @@ class Relock:
             # its end (a late grant lands, to be released), unless it is a wait (cut off).
             pending[self._spawn(self._ask(i, args, t, accept))] = i
         cut_at: float | None = None
-        while pending and rnd.progress() == "pending":
-            left = None if cut_at is None else max(0.0, cut_at - time.monotonic())
-            done, _ = await asyncio.wait(list(pending), timeout=left, return_when=asyncio.FIRST_COMPLETED)
-            if not done:
-                break
-            for f in done:
-                value, failure = f.result()
-                rnd.on_reply(pending.pop(f), value, failure)
-            if partial_hold is not None and rnd.agreed and cut_at is None:
-                cut_at = time.monotonic() + partial_hold
+        try:
+            while pending and rnd.progress() == "pending":
+                left = None if cut_at is None else max(0.0, cut_at - time.monotonic())
+                done, _ = await asyncio.wait(list(pending), timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break
+                for f in done:
+                    value, failure = f.result()
+                    rnd.on_reply(pending.pop(f), value, failure)
+                if partial_hold is not None and rnd.agreed and cut_at is None:
+                    cut_at = time.monotonic() + partial_hold
+        except BaseException:
+            # Cancelled while waiting: the waits still queued are cut too (a cancelled
+            # command closes its connection, which takes us out of that server's queue).
+            if partial_hold is not None:
+                for f in pending:
+                    f.cancel()
+            raise
         if partial_hold is not None:
             for f, i in pending.items():
                 f.cancel()
@@ -281,7 +289,17 @@ class Relock:
         bound = None if remaining is None else remaining + WAIT_GRACE + self.node_timeout
         if len(self._servers) == 1:
             return await self._round(args, timeout=bound)
-        return await self._round(args, timeout=bound, partial_hold=min(self.max_partial_hold, ttl_ms / 4000))
+        rnd = await self._round(args, timeout=bound, partial_hold=min(self.max_partial_hold, ttl_ms / 4000))
+        cut = [i for i in range(len(self._servers)) if i not in rnd.answered]
+        if rnd.won() and cut:
+            # relock.Relock._top_up: the masters whose waits were cut are asked once more
+            # (LOCK.ACQUIRE, same owner), so the hold is not left on a bare quorum.
+            extra = await self._round(
+                ["LOCK.ACQUIRE", key, owner, ttl_ms, *mode], targets=[i in cut for i in range(len(self._servers))], until_all=True
+            )
+            for i, token in extra.agreed.items():
+                rnd.add_grant(i, token)
+        return rnd
 
     async def _release_failed(self, key: str, owner: str, rnd: Round[Any]) -> None:
         now, later = rnd.give_back()
@@ -566,7 +584,9 @@ class Hold:
         self.owner = owner
         self.ttl = ttl
         self.tokens = tokens
-        self.token: int = next(iter(tokens.values()))
+        # The largest of the masters' tokens (see relock.Hold): it grows from one holder to
+        # the next, where the first master's alone can go backwards.
+        self.token: int = max(tokens.values())
         self.valid_until = valid_until
         self.reason: str | None = None
         self.loss: LossReason | None = None
@@ -684,9 +704,10 @@ class Hold:
                 left = max(0.0, self.valid_until - time.monotonic())
                 next_at = time.monotonic() + min(every / 4, left / 2)
 
-    async def _renew_round(self, ttl: float) -> bool:
+    async def _renew_round(self, ttl: float, explicit: bool = False) -> bool:
         """One renewal round: True when renewed, False when only unanswered (try again);
-        raises ``LockLost`` when the hold is gone."""
+        raises ``LockLost`` when the hold is gone, and (``explicit``: ``renew(ttl)``)
+        ``ServerError`` when the servers refused the ttl."""
         ttl_ms = core.check_ttl(ttl)
         ttl_s = ttl_ms / 1000
         self.check()
@@ -700,6 +721,12 @@ class Hold:
                 self.ttl = ttl_s
                 self.valid_until = until
             return True
+        if rnd.bad_ttl():
+            # The servers refused the ttl and changed nothing: the hold is still ours.
+            self._last_failure = rnd.describe()
+            if explicit:
+                raise rnd.bad_ttl_error(self.key, ttl_s, self.ttl)
+            return False
         if rnd.renew_verdict() == "lost":
             await self._lose_with_history(rnd)
             self.check()
@@ -735,13 +762,16 @@ class Hold:
 
     async def renew(self, ttl: float | None = None) -> None:
         """Renews now; raises ``LockLost`` when gone, ``NotAcquired`` when servers did not
-        answer (the hold stays valid until its validity ends)."""
-        if not await self._renew_round(self.ttl if ttl is None else ttl):
+        answer (the hold stays valid until its validity ends), ``ServerError`` (not
+        retryable) when they refused the ttl (the hold is kept, with its ttl)."""
+        if not await self._renew_round(self.ttl if ttl is None else ttl, explicit=True):
             raise NotAcquired(f"lock {self.key!r}: renewal failed ({self._last_failure})", key=self.key)
 
     async def release(self) -> bool:
         """Stops the renewal and releases the hold: True when released, False when it was no
-        longer held. In a forked child it does nothing (the hold is the parent's)."""
+        longer held or servers did not answer (released there again in the background);
+        raises ``ServerError`` (not retryable) when servers refused it with an error
+        (``NOPERM``...). In a forked child it does nothing (the hold is the parent's)."""
         if self._pid != os.getpid() or self._released:
             return False
         self._released = True
@@ -749,7 +779,15 @@ class Hold:
         rnd = await self._client._round(
             self._release_args(), until_all=len(self._client.servers) > 1, accept=self._all_held
         )
-        return rnd.won()
+        if rnd.won():
+            return True
+        unanswered = rnd.unanswered()
+        if any(unanswered):
+            self._client._release_late(self.key, self.owner, unanswered, self._release_args())
+        error = rnd.release_error(self.key)
+        if error is not None:
+            raise error
+        return False
 
     async def _close(self) -> None:
         try:
