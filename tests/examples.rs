@@ -425,13 +425,13 @@ fn reentrant(lang: Lang) {
             "save_order",
             "update_stock",
             "locks.acquire(wait=0)",
-            "InvalidArgument: invalid ttl 0 s (must be 0.001 s to 10^9 s)",
+            "InvalidArgument: invalid ttl 0 s (must be 0.005 s to 10^9 s)",
         ),
         Lang::Node => (
             "saveOrder",
             "updateStock",
             "locks.acquire({ wait: 0 })",
-            "InvalidArgumentError: invalid ttl 0 (must be 1 ms to 10^12 ms)",
+            "InvalidArgumentError: invalid ttl 0 (must be 5 ms to 10^12 ms)",
         ),
     };
     for protocol in PROTOCOLS {
