@@ -57,7 +57,10 @@ fn turn_bound_us() -> Option<i64> {
 fn assert_turns_bounded(turn: i64, n: usize) {
     // Removing thousands of leases takes some CPU time: a 0 is a clock that measures nothing
     // (and would pass any bound).
-    assert!(turn > 0, "longest_turn_us is {turn} after {n} lapsed leases were removed");
+    assert!(
+        turn > 0,
+        "longest_turn_us is {turn} after {n} lapsed leases were removed"
+    );
     if let Some(bound) = turn_bound_us() {
         assert!(
             turn <= bound,
