@@ -216,6 +216,25 @@ fn journal_a_flush_followed_by_a_reload_in_the_same_tick_is_still_logged() {
     );
 }
 
+/// The same, with a reload whose own flush empties nothing (every other db is empty): the load
+/// finds a pending flush that another command noted, and must leave it. (A cancel that took the
+/// last pending flush whatever command noted it lost this entry: a mutant of `cancel_flush`.)
+#[test]
+fn journal_a_reload_that_flushes_nothing_keeps_the_flush_before_it() {
+    let server = Server::with_args(&["--hz", "1"]);
+    let mut c = server.conn();
+    let mut db1 = server.conn();
+    let _: () = cmd!("SELECT", 1).query(&mut db1).unwrap();
+    acquire(&mut db1, "a", "in-db1", LONG);
+    let _: () = cmd!("FLUSHDB").query(&mut db1).unwrap();
+    let _: () = cmd!("DEBUG", "RELOAD").query(&mut c).unwrap();
+    assert_eq!(
+        history(&mut db1, "a"),
+        [("flushed".to_string(), String::new())],
+        "the FLUSHDB of db 1 ended a hold"
+    );
+}
+
 /// A shared key of `n` holders with 256-byte owners (distinct tokens, one permit each, grant
 /// times known), as a `DUMP` payload of encoding version 3.
 fn big_shared_payload(c: &mut Connection, n: usize, limit: u64, permits: u64) -> Vec<u8> {
