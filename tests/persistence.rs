@@ -176,6 +176,26 @@ fn debug_reload_keeps_locks() {
     );
 }
 
+/// `DEBUG LOADAOF` while writes are paused (`CLIENT PAUSE ... WRITE`, as during a failover):
+/// the commands read back from the AOF are not a client's writes, and relock applies them. (A
+/// mutant that took every command for a client's refused them as paused and lost every lock
+/// of the file, and no suite noticed.)
+#[test]
+fn aof_loaded_during_a_write_pause_keeps_locks() {
+    let server = aof_server("no");
+    let mut c = server.conn();
+    let fixture = Fixture::create(&mut c);
+    let before = fixture.snapshot(&mut c);
+    let start = std::time::Instant::now();
+    let mut pauser = server.conn();
+    ok(&mut pauser, cmd!("CLIENT", "PAUSE", 60_000, "WRITE"));
+    ok(&mut c, cmd!("DEBUG", "LOADAOF"));
+    let after = fixture.snapshot(&mut c);
+    ok(&mut pauser, cmd!("CLIENT", "UNPAUSE"));
+    assert_survived(&before, &after, start.elapsed());
+    assert_eq!(common::info_field(&mut c, "locks"), 5);
+}
+
 #[test]
 fn rdb_restart_keeps_locks() {
     let mut server = Server::start();
