@@ -1486,7 +1486,13 @@ fn whole_key_endings_end_every_hold_and_wake_the_queue() {
         }
         token_of(w.read(DUE), ending);
         assert_eq!(owners(&mut c, "k"), ["w"], "{ending}");
-        assert_eq!(info_field(&mut c, "holds"), 1, "{ending}");
+        // A flushed value may be freed in the background (Valkey 8's lazy user flush): its
+        // holds count until then (docs/commands.md, `relock_holds`).
+        assert!(
+            eventually(DUE, || info_field(&mut c, "holds") == 1),
+            "{ending}: holds {}",
+            info_field(&mut c, "holds")
+        );
         let _: i64 = cmd!("DEL", "k").query(&mut c).unwrap();
     }
 }
