@@ -1795,3 +1795,33 @@ fn one_event_per_key_per_operation() {
     assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "k")), Some(3));
     assert_eq!(events(&mut sub), ["lock.forcereleased"]);
 }
+
+/// Redis frees a big value in the background (`UNLINK`, lazyfree) when its free effort is
+/// above 64: a shared key's effort is its holders, so unlinking a key of 100 holders leaves the
+/// main thread at once, and one of 10 is freed in place. (A mutant that reported an effort of 1
+/// for every value made every free synchronous, and no suite noticed.)
+#[test]
+fn a_big_shared_key_is_freed_in_the_background() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let lazyfreed = |c: &mut Connection| -> i64 {
+        let info: String = cmd!("INFO", "memory").query(c).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("lazyfreed_objects:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("lazyfreed_objects")
+    };
+    for (key, holders) in [("small", 10), ("big", 100)] {
+        for i in 0..holders {
+            acquire(&mut c, key, &format!("o{i}"), LONG, M::S).unwrap();
+        }
+    }
+    let before = lazyfreed(&mut c);
+    let _: i64 = cmd!("UNLINK", "small").query(&mut c).unwrap();
+    let _: i64 = cmd!("UNLINK", "big").query(&mut c).unwrap();
+    assert!(
+        eventually(DUE, || lazyfreed(&mut c) == before + 1),
+        "lazily freed: {} (before {before}): the 100-holder key alone",
+        lazyfreed(&mut c)
+    );
+}
