@@ -499,7 +499,13 @@ fn lease_storms_with_a_replica_and_aof_leave_equal_keyspaces() {
             "a ping waited {worst:?}"
         );
     }
-    assert_eq!(info_field(&mut r, "holds"), 1);
+    // A replaced value of thousands of holders may be freed in the background (Valkey 8's
+    // lazyfree defaults): its holds count until then (docs/commands.md, `relock_holds`).
+    assert!(
+        eventually(DUE, || info_field(&mut r, "holds") == 1),
+        "replica holds: {}",
+        info_field(&mut r, "holds")
+    );
     assert_eq!(info_field(&mut m, "expired_total"), n as i64);
     assert_eq!(holders(&mut m, "storm"), holders(&mut r, "storm"));
     let digest = |c: &mut Connection| -> String { cmd!("DEBUG", "DIGEST").query(c).unwrap() };
