@@ -42,6 +42,13 @@ impl fmt::Debug for Tls {
 }
 
 impl Tls {
+    /// How many certificates a PEM file of CA certificates (for [`Tls::ca`]) holds: at least
+    /// one, every one readable, else why not. The client checks `ca` this way when it connects;
+    /// a program can check a file it read first, to name it in its message.
+    pub fn count_ca_certificates(pem: &[u8]) -> Result<usize, String> {
+        pem_certificates(pem)
+    }
+
     /// What redis-rs is given, or `None` for the defaults.
     fn certificates(&self) -> Result<Option<TlsCertificates>, Error> {
         let client_tls = match (&self.client_cert, &self.client_key) {

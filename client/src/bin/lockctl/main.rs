@@ -343,7 +343,7 @@ fn read_tls(cli: &Cli) -> Result<Tls, String> {
     };
     let ca = read("--tls-ca", &cli.tls_ca)?;
     if let (Some(ca), Some(path)) = (&ca, &cli.tls_ca) {
-        check_ca(ca).map_err(|e| format!("--tls-ca {}: {e}", path.display()))?;
+        Tls::count_ca_certificates(ca).map_err(|e| format!("--tls-ca {}: {e}", path.display()))?;
     }
     Ok(Tls {
         ca,
@@ -372,19 +372,6 @@ fn read_pem_file(path: &std::path::Path) -> Result<Vec<u8>, String> {
         ));
     }
     Ok(bytes)
-}
-
-/// Whether `pem` holds at least one certificate, all of them readable PEM.
-fn check_ca(pem: &[u8]) -> Result<(), String> {
-    let mut count = 0;
-    for cert in rustls_pemfile::certs(&mut &pem[..]) {
-        cert.map_err(|e| format!("not PEM: {e}"))?;
-        count += 1;
-    }
-    if count == 0 {
-        return Err("no PEM certificate in it (-----BEGIN CERTIFICATE----- ...)".into());
-    }
-    Ok(())
 }
 
 /// The client `cli` asks for, and the URLs of its servers; a usage error says why not.
