@@ -456,7 +456,10 @@ fn connection_churn_same_owner_connections_killed_with_the_release_keep_what_the
 /// keyspace as the replica.
 #[test]
 fn lease_storms_with_a_replica_and_aof_leave_equal_keyspaces() {
-    let mut master = Server::with_args(&["--appendonly", "yes"]);
+    // `appendfsync always`: the restart below is a SIGKILL, and with `everysec` Redis holds a
+    // write back for up to 2 s while a background fsync is slow (a busy disk), so the file
+    // could miss the last changes.
+    let mut master = Server::with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
     let replica = Server::with_args(&["--appendonly", "yes"]);
     common::attach_replica(&master, &replica);
     let (mut m, mut r) = (master.conn(), replica.conn());
