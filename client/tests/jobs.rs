@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use common::{eventually, Server};
 use support::pty::Pty;
 use support::{
-    acquire_as, force_release, holder, is_running, is_stopped, lockctl, send, stderr, Counter,
-    Spawned,
+    acquire_as, force_release, holder, is_running, is_stopped, lines, lockctl, read_pid, send,
+    stderr, Counter, Spawned,
 };
 
 const KEY: &str = "job";
@@ -41,26 +41,6 @@ fn run_counter(server: &Server, counter: &Counter, args: &[&str]) -> Spawned {
             .stdout(Stdio::null())
             .stderr(Stdio::piped()),
     )
-}
-
-/// Lines in `path` (0 if it does not exist yet).
-fn lines(path: &Path) -> usize {
-    std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
-}
-
-/// The pid written to `path` by the command.
-fn read_pid(path: &Path) -> i32 {
-    assert!(
-        eventually(Duration::from_secs(20), || std::fs::read_to_string(path)
-            .is_ok_and(|t| t.trim().parse::<i32>().is_ok())),
-        "no pid in {}",
-        path.display()
-    );
-    std::fs::read_to_string(path)
-        .expect("pid file")
-        .trim()
-        .parse()
-        .expect("pid")
 }
 
 /// SIGTSTP to lockctl stops its command too (it ran on in a group of its own, unrenewed);

@@ -478,3 +478,23 @@ pub fn group_members(pgid: i32) -> Vec<i32> {
         })
         .collect()
 }
+
+/// How many lines the file at `path` has (0 when it does not exist yet).
+pub fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |t| t.lines().count())
+}
+
+/// The pid a command wrote to `path`, once it has.
+pub fn read_pid(path: &Path) -> i32 {
+    assert!(
+        eventually(Duration::from_secs(20), || std::fs::read_to_string(path)
+            .is_ok_and(|t| t.trim().parse::<i32>().is_ok())),
+        "no pid in {}",
+        path.display()
+    );
+    std::fs::read_to_string(path)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("pid")
+}
