@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::payload::{shared_fields, Format};
 use common::raw::{Raw, Reply};
+use common::reply::used_memory;
 use common::{eventually, info_field, now_ms, Server};
 use redis::{Connection, Value};
 
@@ -32,15 +33,6 @@ fn waiters(c: &mut Connection, key: &str) -> i64 {
         Value::Nil => 0,
         other => panic!("LOCK.INFO: {other:?}"),
     }
-}
-
-/// `used_memory` of `INFO memory`.
-fn used_memory(c: &mut Connection) -> i64 {
-    let info: String = cmd!("INFO", "memory").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("used_memory")
 }
 
 /// Runs `body` (Lua, with `n` in ARGV[1]) in one `EVAL`: `n` keyspace events in one turn.

@@ -9,54 +9,17 @@
 #[macro_use]
 mod common;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::payload::{Field, Format};
 use common::raw::{Raw, Reply, QUIET};
+use common::reply::{config_set, entries, error, fields, int, text, used_memory};
 use common::{acquire, eventually, info_field, now_ms, Server};
 use redis::{Connection, Value};
 
 const LONG: i64 = 60_000;
 
 // --- helpers ----------------------------------------------------------------------------------
-
-/// A map entry (RESP3) or a flat array of pairs (RESP2) as names to values.
-fn fields(v: &Value) -> HashMap<String, Value> {
-    let pairs: Vec<(Value, Value)> = match v {
-        Value::Map(pairs) => pairs.clone(),
-        Value::Array(items) => items
-            .chunks(2)
-            .map(|p| (p[0].clone(), p[1].clone()))
-            .collect(),
-        other => panic!("not an entry: {other:?}"),
-    };
-    pairs.into_iter().map(|(k, v)| (text(&k), v)).collect()
-}
-
-fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::VerbatimString { text, .. } => text.clone(),
-        other => panic!("not text: {other:?}"),
-    }
-}
-
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(n) => *n,
-        other => panic!("not an integer: {other:?}"),
-    }
-}
-
-/// A listing's entries as field maps.
-fn entries(c: &mut Connection, cmd: redis::Cmd) -> Vec<HashMap<String, Value>> {
-    match cmd.query::<Value>(c) {
-        Ok(Value::Array(items)) => items.iter().map(fields).collect(),
-        other => panic!("{}: {other:?}", common::show(&cmd)),
-    }
-}
 
 /// `LOCK.HISTORY key` as (reason, owner) pairs, newest first.
 fn history(c: &mut Connection, key: &str) -> Vec<(String, String)> {
@@ -72,29 +35,6 @@ fn log_reasons(c: &mut Connection, n: usize) -> Vec<(String, i64)> {
         .iter()
         .map(|e| (text(&e["reason"]), int(&e["db"])))
         .collect()
-}
-
-/// `used_memory` of `INFO memory`.
-fn used_memory(c: &mut Connection) -> i64 {
-    let info: String = cmd!("INFO", "memory").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("used_memory")
-}
-
-/// The error a command answers (panics on a success).
-fn error(c: &mut Connection, cmd: redis::Cmd) -> String {
-    match cmd.query::<Value>(c) {
-        Err(e) => e.to_string(),
-        Ok(v) => panic!("{} answered {v:?}", common::show(&cmd)),
-    }
-}
-
-fn config_set(c: &mut Connection, name: &str, value: impl redis::ToRedisArgs) {
-    let _: () = cmd!("CONFIG", "SET", name, value)
-        .query(c)
-        .unwrap_or_else(|e| panic!("CONFIG SET {name}: {e}"));
 }
 
 /// The slowlog's entries as (µs, command words), after `SLOWLOG RESET` was sent.

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use cluster_harness::Cluster;
 use common::probe::Prober;
 use common::raw::{Raw, Reply};
+use common::reply::{bytes, history_reasons, int};
 use common::{attach_replica, eventually, info_field, Server};
 use redis::{Connection, Value};
 
@@ -60,21 +61,6 @@ fn info(c: &mut Connection, key: &str) -> Option<Vec<Value>> {
     }
 }
 
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(n) => *n,
-        other => panic!("not an integer: {other:?}"),
-    }
-}
-
-fn bytes(v: &Value) -> Vec<u8> {
-    match v {
-        Value::BulkString(b) => b.clone(),
-        Value::SimpleString(s) => s.clone().into_bytes(),
-        other => panic!("not a string: {other:?}"),
-    }
-}
-
 /// (owner, token, permits) of every live holder of `key`, in token order.
 fn holders(c: &mut Connection, key: &str) -> Vec<(Vec<u8>, i64, i64)> {
     let v: Value = cmd!("LOCK.HOLDERS", key, "COUNT", 0).query(c).unwrap();
@@ -105,23 +91,6 @@ fn queued(c: &mut Connection, key: &str) -> Vec<String> {
                 panic!("entry {entry:?}")
             };
             String::from_utf8_lossy(&bytes(&f[1])).into_owned()
-        })
-        .collect()
-}
-
-/// The reasons of `key`'s newest journal entries, newest first.
-fn history(c: &mut Connection, key: &str) -> Vec<String> {
-    let v: Value = cmd!("LOCK.HISTORY", key, 10).query(c).unwrap();
-    let Value::Array(items) = v else {
-        panic!("LOCK.HISTORY {key}: {v:?}")
-    };
-    items
-        .iter()
-        .map(|entry| {
-            let Value::Array(f) = entry else {
-                panic!("entry {entry:?}")
-            };
-            String::from_utf8_lossy(&bytes(&f[13])).into_owned()
         })
         .collect()
 }
@@ -298,7 +267,9 @@ fn migrate_big_shared_values_between_standalone_servers() {
     // The journal (1,024 entries) keeps the newest: holds of `wide`, moved last (`deleted`
     // on Redis 7.0, which cannot tell MIGRATE's deletion from DEL's).
     assert_eq!(
-        history(&mut src, "wide").first().map(String::as_str),
+        history_reasons(&mut src, "wide")
+            .first()
+            .map(String::as_str),
         Some(common::migrate_reason(&mut src))
     );
     assert_eq!(info_field(&mut src, "waiters"), 0);
@@ -846,7 +817,7 @@ fn a_group_waiter_that_hangs_up_midway() {
     );
     assert_eq!(owner_of(&mut c, "{g}a"), Some(("B".into(), b_on_a)));
     assert_eq!(
-        history(&mut c, "{g}a").first().map(String::as_str),
+        history_reasons(&mut c, "{g}a").first().map(String::as_str),
         Some("expired")
     );
 
@@ -911,7 +882,7 @@ fn a_group_waiter_that_hangs_up_midway() {
     assert!(f_on_b > h2);
     assert_eq!(owner_of(&mut c, "{g}b"), Some(("F".into(), f_on_b)));
     assert_eq!(
-        history(&mut c, "{g}b").first().map(String::as_str),
+        history_reasons(&mut c, "{g}b").first().map(String::as_str),
         Some("revoked")
     );
     assert_eq!(info_field(&mut c, "waiters"), 0);
@@ -1033,7 +1004,7 @@ fn macquire_in_a_multi_with_client_kill() {
         owner_of(&mut c, "{m}x")
     );
     assert_eq!(
-        history(&mut c, "{m}x").first().map(String::as_str),
+        history_reasons(&mut c, "{m}x").first().map(String::as_str),
         Some("revoked")
     );
     let retry: Vec<i64> = cmd!("LOCK.MACQUIRE", 2, "{m}x", "{m}y", "K3", 60_000)

@@ -12,6 +12,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::raw::{Raw, Reply};
+use common::reply::{config_set, history_reasons, int, log_reasons, text, used_memory};
 use common::{acquire, attach_replica, eventually, info_field, Server};
 use redis::{Connection, Value};
 
@@ -23,26 +24,6 @@ const DUE: Duration = Duration::from_secs(10);
 const FAR: i64 = i64::MAX - 1;
 
 // --- helpers ----------------------------------------------------------------------------------
-
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(n) => *n,
-        other => panic!("not an integer: {other:?}"),
-    }
-}
-
-fn bytes(v: &Value) -> Vec<u8> {
-    match v {
-        Value::BulkString(b) => b.clone(),
-        Value::SimpleString(s) => s.clone().into_bytes(),
-        Value::Nil => Vec::new(),
-        other => panic!("not a string: {other:?}"),
-    }
-}
-
-fn text(v: &Value) -> String {
-    String::from_utf8_lossy(&bytes(v)).into_owned()
-}
 
 /// `LOCK.INFO key` as (mode, count or -1, holders); `None` for nil.
 fn mode_of(c: &mut Connection, key: &str) -> Option<(String, i64, i64)> {
@@ -85,44 +66,6 @@ fn digest(c: &mut Connection) -> String {
 fn wait_replica(m: &mut Connection) {
     let acked: i64 = cmd!("WAIT", 1, 5000).query(m).unwrap();
     assert_eq!(acked, 1, "the replica did not acknowledge");
-}
-
-/// The reasons of the journal's newest `n` entries, newest first.
-fn log_reasons(c: &mut Connection, n: usize) -> Vec<String> {
-    let v: Value = cmd!("LOCK.LOG", n).query(c).unwrap();
-    let Value::Array(items) = v else {
-        panic!("LOCK.LOG: {v:?}")
-    };
-    items
-        .iter()
-        .map(|entry| {
-            let Value::Array(f) = entry else {
-                panic!("entry {entry:?}")
-            };
-            text(&f[13])
-        })
-        .collect()
-}
-
-/// The reasons of `key`'s newest journal entries, newest first.
-fn history(c: &mut Connection, key: &str) -> Vec<String> {
-    let v: Value = cmd!("LOCK.HISTORY", key, 100).query(c).unwrap();
-    let Value::Array(items) = v else {
-        panic!("LOCK.HISTORY {key}: {v:?}")
-    };
-    items
-        .iter()
-        .map(|entry| {
-            let Value::Array(f) = entry else {
-                panic!("entry {entry:?}")
-            };
-            text(&f[13])
-        })
-        .collect()
-}
-
-fn config_set(c: &mut Connection, name: &str, value: impl redis::ToRedisArgs) {
-    let _: () = cmd!("CONFIG", "SET", name, value).query(c).unwrap();
 }
 
 /// Sends `LOCK.WAIT key owner ttl 0 words...` on a new raw connection and waits until the
@@ -452,14 +395,6 @@ fn fill_readers(c: &mut Connection, key: &[u8], n: usize) {
     }
 }
 
-fn used_memory(c: &mut Connection) -> i64 {
-    let info: String = cmd!("INFO", "memory").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("used_memory")
-}
-
 /// Stall / journal: a read lock of 100,000 holders (256-byte owners, a 1 KB key name) that
 /// Redis removes on its own: its key expires (a `PEXPIRE` shorter than the leases), then it is
 /// evicted (`allkeys-lru`), with `relock.log-max-len` at its documented maximum, 100,000. Neither
@@ -676,13 +611,13 @@ fn journal_serializations_that_move_nothing_are_not_moves() {
     assert_eq!(ok, "OK");
     let mut said = Vec::new();
     for i in 0..20 {
-        said.extend(history(&mut c, &format!("obj{i}")));
+        said.extend(history_reasons(&mut c, &format!("obj{i}")));
     }
-    said.extend(history(&mut c, "copied"));
-    said.extend(history(&mut c, "saved"));
+    said.extend(history_reasons(&mut c, "copied"));
+    said.extend(history_reasons(&mut c, "saved"));
     assert_eq!(said, vec!["deleted"; 22], "holds a DEL ended");
-    assert_eq!(history(&mut c, "dumped"), ["restored"]);
-    assert_eq!(history(&mut c, "scripted"), [moved]);
+    assert_eq!(history_reasons(&mut c, "dumped"), ["restored"]);
+    assert_eq!(history_reasons(&mut c, "scripted"), [moved]);
 }
 
 // --- (h) one owner waiting on several connections ---------------------------------------------------

@@ -17,6 +17,7 @@ use std::net::TcpStream;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::reply::used_memory;
 use common::{eventually, info_field, Server};
 
 /// splitmix64: small, seedable, good enough to pick commands.
@@ -499,13 +500,6 @@ fn empty_bounded_tables(conn: &mut redis::Connection) {
         .arg("RESET")
         .query(conn)
         .expect("LOCK.STATS RESET");
-}
-
-fn used_memory(conn: &mut redis::Connection) -> i64 {
-    let info: String = redis::cmd("INFO").arg("memory").query(conn).expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:")?.trim().parse().ok())
-        .expect("used_memory")
 }
 
 fn clients_field(conn: &mut redis::Connection, field: &str) -> i64 {

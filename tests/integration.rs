@@ -7,6 +7,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::events::{keyevent, Events};
+use common::reply::text;
 use common::{acquire, eventually, info_field, int_or_nil, show, Server};
 use redis::{Connection, Value};
 
@@ -14,15 +15,6 @@ fn error(c: &mut Connection, cmd: redis::Cmd) -> (String, String) {
     match cmd.query::<Value>(c) {
         Ok(v) => panic!("{} replied {v:?}, expected an error", show(&cmd)),
         Err(e) => (e.code().unwrap_or_default().to_string(), e.to_string()),
-    }
-}
-
-fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::Okay => "OK".to_string(),
-        other => panic!("not a string: {other:?}"),
     }
 }
 

@@ -11,18 +11,10 @@ mod common;
 use std::time::Duration;
 
 use common::raw::{Raw, Reply};
+use common::reply::used_memory;
 use common::{eventually, info_field, Server};
-use redis::Connection;
 
 const DUE: Duration = Duration::from_secs(10);
-
-fn used_memory(c: &mut Connection) -> i64 {
-    let info: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("used_memory")
-}
 
 /// `rounds` hand-offs between two connections on one key, and as many waits that time out.
 fn churn(server: &Server, rounds: usize) {

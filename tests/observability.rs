@@ -9,24 +9,12 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::raw::{Raw, Reply};
+use common::reply::{entries, fields, int, log_reasons, text};
 use common::{acquire, eventually, info_field, now_ms, Server};
 use redis::{Connection, Value};
 
 const LONG: i64 = 60_000;
 const DUE: Duration = Duration::from_secs(10);
-
-/// A map entry (RESP3) or a flat array of pairs (RESP2) as names to values.
-fn fields(v: &Value) -> HashMap<String, Value> {
-    let pairs: Vec<(Value, Value)> = match v {
-        Value::Map(pairs) => pairs.clone(),
-        Value::Array(items) => items
-            .chunks(2)
-            .map(|p| (p[0].clone(), p[1].clone()))
-            .collect(),
-        other => panic!("not an entry: {other:?}"),
-    };
-    pairs.into_iter().map(|(k, v)| (text(&k), v)).collect()
-}
 
 /// The names of an entry's fields, in order.
 fn names(v: &Value) -> Vec<String> {
@@ -37,43 +25,11 @@ fn names(v: &Value) -> Vec<String> {
     }
 }
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::VerbatimString { text, .. } => text.clone(),
-        other => panic!("not text: {other:?}"),
-    }
-}
-
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(n) => *n,
-        other => panic!("not an integer: {other:?}"),
-    }
-}
-
-/// A listing's entries as field maps.
-fn entries(c: &mut Connection, cmd: redis::Cmd) -> Vec<HashMap<String, Value>> {
-    match cmd.query::<Value>(c) {
-        Ok(Value::Array(items)) => items.iter().map(fields).collect(),
-        other => panic!("{}: {other:?}", common::show(&cmd)),
-    }
-}
-
 /// `LOCK.HISTORY key` as (reason, owner) pairs, newest first.
 fn history(c: &mut Connection, key: &str) -> Vec<(String, String)> {
     entries(c, cmd!("LOCK.HISTORY", key, 100))
         .iter()
         .map(|e| (text(&e["reason"]), text(&e["owner"])))
-        .collect()
-}
-
-/// The reasons of the newest `n` journal entries, newest first.
-fn log_reasons(c: &mut Connection, n: usize) -> Vec<String> {
-    entries(c, cmd!("LOCK.LOG", n))
-        .iter()
-        .map(|e| text(&e["reason"]))
         .collect()
 }
 

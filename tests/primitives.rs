@@ -8,18 +8,12 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::raw::{Raw, Reply};
+use common::reply::{error, fields, int, text};
 use common::{acquire, eventually, info_field, int_or_nil, Server};
 use redis::{Connection, Value};
 
 const LONG: i64 = 60_000;
 const DUE: Duration = Duration::from_secs(10);
-
-fn error(c: &mut Connection, cmd: redis::Cmd) -> String {
-    match cmd.query::<Value>(c) {
-        Err(e) => e.to_string(),
-        Ok(v) => panic!("{} answered {v:?}", common::show(&cmd)),
-    }
-}
 
 fn macquire(c: &mut Connection, keys: &[&str], owner: &str, ttl: i64) -> Option<Vec<i64>> {
     cmd!("LOCK.MACQUIRE", keys.len())
@@ -28,41 +22,6 @@ fn macquire(c: &mut Connection, keys: &[&str], owner: &str, ttl: i64) -> Option<
         .arg(ttl)
         .query(c)
         .unwrap()
-}
-
-/// A map entry (RESP3) or flat array (RESP2) as names to values.
-fn fields(v: &Value) -> HashMap<String, Value> {
-    let pairs: Vec<(Value, Value)> = match v {
-        Value::Map(pairs) => pairs.clone(),
-        Value::Array(items) => items
-            .chunks(2)
-            .map(|p| (p[0].clone(), p[1].clone()))
-            .collect(),
-        other => panic!("not an entry: {other:?}"),
-    };
-    pairs
-        .into_iter()
-        .map(|(k, v)| match k {
-            Value::BulkString(b) => (String::from_utf8_lossy(&b).into_owned(), v),
-            Value::SimpleString(s) => (s, v),
-            other => panic!("{other:?}"),
-        })
-        .collect()
-}
-
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(n) => *n,
-        other => panic!("not an integer: {other:?}"),
-    }
-}
-
-fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        other => panic!("not text: {other:?}"),
-    }
 }
 
 fn info(c: &mut Connection, key: &str) -> HashMap<String, Value> {

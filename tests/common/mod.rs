@@ -10,6 +10,7 @@ pub mod events;
 pub mod payload;
 pub mod probe;
 pub mod raw;
+pub mod reply;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
