@@ -25,6 +25,7 @@
 //! nothing meant for lockctl or its command (a terminal's Ctrl-C, a service manager's SIGTERM
 //! to lockctl's group) ends it before it has done its part.
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -207,15 +208,16 @@ pub fn main(_args: &[String]) -> ExitCode {
             }
             continue;
         };
-        // (kill(2) alone, cheap enough for every tick: a group of zombies only waits for
-        // lockctl's exit, and the SIGKILL then is harmless.)
-        let group = crate::procs::group_exists(pgid);
         if orphaned {
             // lockctl is gone and left processes of the command running: nothing renews the
             // lock for them.
-            escaped.kill_all(pgid, group);
+            wait_until_reparented(lockctl);
+            escaped.kill_all(pgid, crate::procs::group_exists(pgid));
             return ExitCode::SUCCESS;
         }
+        // (kill(2) alone, cheap enough for every tick: a group of zombies only waits for
+        // lockctl's exit, and the SIGKILL then is harmless.)
+        let group = crate::procs::group_exists(pgid);
         // The moment the group ends, look at once: the watchdog's work ends with the command.
         escaped.look(pgid, had_group && !group);
         had_group = group;
@@ -228,6 +230,27 @@ pub fn main(_args: &[String]) -> ExitCode {
                 libc::killpg(pgid, libc::SIGSTOP);
             }
         }
+    }
+}
+
+/// How long the watchdog waits, once lockctl's end of the socket closed, for the kernel to
+/// finish lockctl's exit.
+const REPARENT_WITHIN: Duration = Duration::from_secs(2);
+
+/// Waits (at most [`REPARENT_WITHIN`]) until the watchdog's parent is no longer `lockctl`.
+///
+/// A killed process's files are closed before the kernel gives its children to another parent,
+/// and in that step it sends SIGHUP and SIGCONT to each child's group that becomes orphaned
+/// with a stopped member. Stopping the command's group in between (the first step of
+/// [`Escaped::kill_all`]) would get its leader killed by that SIGHUP before it is looked at,
+/// and what the leader started in other groups (GNU `timeout`) would go to init unseen: seen
+/// under load, 1 run in 20. Once the watchdog itself has a new parent, lockctl's children all
+/// have (the kernel moves them in one step), and nothing more is sent for lockctl's exit.
+fn wait_until_reparented(lockctl: libc::pid_t) {
+    let until = Instant::now() + REPARENT_WITHIN;
+    // SAFETY: getppid has no memory effects.
+    while unsafe { libc::getppid() } == lockctl && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -292,21 +315,22 @@ impl Escaped {
         };
         signal_group(libc::SIGSTOP);
         let mut doomed: Vec<libc::pid_t> = Vec::new();
+        // Each one found, with its parent.
+        let mut parent: HashMap<libc::pid_t, libc::pid_t> = HashMap::new();
         while let Some(procs) = crate::procs::all() {
             let roots = procs.iter().filter(|p| {
                 p.is_live() && (p.pgrp == pgid || self.seen.contains(&(p.pid, p.start_time)))
             });
-            let mut more: Vec<libc::pid_t> = roots
-                .flat_map(|r| {
-                    let below = crate::procs::descendants(&procs, r.pid);
-                    std::iter::once(*r).chain(below)
-                })
-                .filter(|p| p.is_live() && p.pid != self.me)
-                .map(|p| p.pid)
-                .filter(|pid| !doomed.contains(pid))
-                .collect();
-            more.sort_unstable();
-            more.dedup();
+            let mut more: Vec<libc::pid_t> = Vec::new();
+            let found = roots.flat_map(|r| {
+                let below = crate::procs::descendants(&procs, r.pid);
+                std::iter::once(*r).chain(below)
+            });
+            for p in found {
+                if p.is_live() && p.pid != self.me && parent.insert(p.pid, p.ppid).is_none() {
+                    more.push(p.pid);
+                }
+            }
             if more.is_empty() {
                 break;
             }
@@ -318,6 +342,10 @@ impl Escaped {
             }
             doomed.extend(more);
         }
+        // Children before their parents: a stopped process whose parent dies first may be in a
+        // group that this orphans, which the kernel then continues (SIGHUP, SIGCONT) before
+        // its own SIGKILL.
+        doomed.sort_by_key(|pid| std::cmp::Reverse(depth(&parent, *pid)));
         for pid in &doomed {
             // SAFETY: kill(2) to a stopped process of the command.
             unsafe {
@@ -326,6 +354,21 @@ impl Escaped {
         }
         signal_group(libc::SIGKILL);
     }
+}
+
+/// How many of `pid`'s ancestors are in `parent` (a map of pids to their parents).
+fn depth(parent: &HashMap<libc::pid_t, libc::pid_t>, pid: libc::pid_t) -> usize {
+    let mut depth = 0;
+    let mut at = pid;
+    // Bounded: a scan torn by pid reuse may hold a cycle.
+    while let Some(&up) = parent.get(&at) {
+        if !parent.contains_key(&up) || depth == parent.len() {
+            break;
+        }
+        depth += 1;
+        at = up;
+    }
+    depth
 }
 
 /// Reads what lockctl (and the command's first process) said on the non-blocking `socket`
@@ -357,6 +400,23 @@ fn stopped(pid: libc::pid_t) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn depth_counts_the_ancestors_found_and_ends_on_a_cycle() {
+        // 10 leads the group, 11 (GNU timeout, a group of its own) is its child, 12 is 11's;
+        // 20 was found outside, its parent not.
+        let parent = HashMap::from([(10, 1), (11, 10), (12, 11), (20, 5)]);
+        assert_eq!(depth(&parent, 10), 0);
+        assert_eq!(depth(&parent, 11), 1);
+        assert_eq!(depth(&parent, 12), 2);
+        assert_eq!(depth(&parent, 20), 0);
+        let mut doomed = vec![10, 20, 12, 11];
+        doomed.sort_by_key(|pid| std::cmp::Reverse(depth(&parent, *pid)));
+        assert_eq!(doomed, [12, 11, 10, 20], "children before their parents");
+        // A torn scan: 30 and 31 each other's parent.
+        let torn = HashMap::from([(30, 31), (31, 30)]);
+        assert!(depth(&torn, 30) <= torn.len());
+    }
 
     #[test]
     fn the_watchdog_hears_the_group_and_the_resumes() {
