@@ -88,6 +88,79 @@ fn a_stop_ignored_by_the_command_does_not_let_it_outlive_the_lock() {
     assert_eq!(status.code(), Some(76), "{}", stderr(&out));
 }
 
+/// **Process trees, lockctl SIGKILLed on a busy machine: the kernel's hang-up must not take the
+/// leader first.**
+///
+/// A SIGKILLed lockctl's socket closes before the kernel gives its children to init, and in
+/// that step the kernel sends SIGHUP and SIGCONT to each child's group that becomes orphaned
+/// with a stopped member. A watchdog that stopped the command's group in between got its
+/// leader (`sh`) killed by that SIGHUP before it looked at what the leader had started, and
+/// GNU `timeout` (a group of its own) went to init, running on without the lock. It needs
+/// lockctl to be preempted in its exit: 6 runs in 60 with one core busy (`yes`), none on an
+/// idle machine. So this test keeps a core busy itself and kills lockctl 20 times; every time,
+/// nothing of the command may be left.
+#[test]
+fn processes_in_another_group_die_with_a_killed_lockctl_on_a_busy_machine() {
+    let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let busy = Busy::start();
+    for round in 0..20 {
+        let key = format!("busy-tree-{round}");
+        let pidfile = dir.path().join(format!("job-{round}"));
+        let mut lockctl = Spawned::new(
+            lockctl(&[&server])
+                .args(["run", "--ttl", "5s", &key, "--", "sh", "-c"])
+                .arg(format!(
+                    "timeout 100 sh -c 'echo $$ > {}; exec sleep 100'; echo done",
+                    pidfile.display()
+                ))
+                .process_group(0)
+                .stderr(Stdio::piped()),
+        );
+        let job = read_pid(&pidfile);
+        let _cleanup = KillOnDrop(job);
+        send(lockctl.pid(), libc::SIGKILL);
+        let _ = lockctl.wait_within(Duration::from_secs(10));
+        assert!(
+            eventually(Duration::from_secs(10), || !is_running(job)),
+            "round {round}: the command's job ({job}, under GNU timeout) still runs after \
+             lockctl was killed"
+        );
+    }
+    drop(busy);
+}
+
+/// A thread that keeps one core busy until dropped.
+struct Busy {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Busy {
+    fn start() -> Busy {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        Busy {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// **Process trees: a process the command starts in a process group of its own (GNU
 /// `timeout`, `set -m`, any job-control shell) outlives a lost lock and a killed lockctl.**
 ///
