@@ -413,7 +413,14 @@ pub fn migrate_reason(c: &mut redis::Connection) -> &'static str {
     }
 }
 
+/// `relock_<field>` of `INFO relock`. The counts of what the keyspace holds (`locks`,
+/// `holds`) are read once the server has no background free pending: Valkey 8 and later free a
+/// flushed or reloaded database, and big values, in a background thread (their `lazyfree-lazy-*`
+/// defaults), and a value counts until it is freed (docs/commands.md, `relock_locks`).
 pub fn info_field(conn: &mut redis::Connection, field: &str) -> i64 {
+    if field == "locks" || field == "holds" {
+        wait_for_background_frees(conn);
+    }
     let info: String = redis::cmd("INFO")
         .arg("relock")
         .query(conn)
@@ -427,6 +434,25 @@ pub fn info_field(conn: &mut redis::Connection, field: &str) -> i64 {
                 .flatten()
         })
         .unwrap_or_else(|| panic!("INFO relock has no integer field {field}:\n{info}"))
+}
+
+/// Waits (at most 30 s) until `INFO memory` says `lazyfree_pending_objects:0`.
+pub fn wait_for_background_frees(conn: &mut redis::Connection) {
+    let mut pending = |c: &mut redis::Connection| -> i64 {
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query(c)
+            .expect("INFO memory");
+        info.lines()
+            .find_map(|l| l.strip_prefix("lazyfree_pending_objects:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || pending(conn) == 0),
+        "background frees still pending after 30 s: {}",
+        pending(conn)
+    );
 }
 
 /// Builds a command from a name and any number of arguments: `cmd!("LOCK.ACQUIRE", k, o, 100)`.
