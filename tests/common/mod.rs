@@ -438,7 +438,7 @@ pub fn info_field(conn: &mut redis::Connection, field: &str) -> i64 {
 
 /// Waits (at most 30 s) until `INFO memory` says `lazyfree_pending_objects:0`.
 pub fn wait_for_background_frees(conn: &mut redis::Connection) {
-    let mut pending = |c: &mut redis::Connection| -> i64 {
+    let pending = |c: &mut redis::Connection| -> i64 {
         let info: String = redis::cmd("INFO")
             .arg("memory")
             .query(c)
