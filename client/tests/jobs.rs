@@ -319,19 +319,44 @@ fn signals_for_the_command_reach_it_once_and_lockctl_goes_on() {
 #[test]
 fn a_signal_at_any_moment_of_the_start_never_strands_the_lock() {
     let server = Server::start();
+    let dir = tempfile::tempdir().expect("tempdir");
     let mut stranded = Vec::new();
     for sig in [libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2, libc::SIGALRM] {
         for delay_ms in (0..20).map(|i| i * 4) {
+            // lockctl's debug log, to say what it was doing if it does not end.
+            let log_path = dir.path().join(format!("lockctl-{sig}-{delay_ms}.log"));
+            let log = std::fs::File::create(&log_path).expect("log file");
             let mut lockctl = Spawned::new(
                 lockctl(&[&server])
+                    .env("RELOCK_LOG", "debug")
                     .args(["run", "--ttl", "60s", KEY, "--", "sleep", "30"])
                     .process_group(0)
                     .stdout(Stdio::null())
-                    .stderr(Stdio::null()),
+                    .stderr(log),
             );
             std::thread::sleep(Duration::from_millis(delay_ms));
             send(lockctl.pid(), sig);
-            let status = lockctl.wait_within(Duration::from_secs(15));
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while lockctl.try_status().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if lockctl.try_status().is_none() {
+                let pid = lockctl.pid();
+                let state = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter(|l| {
+                        l.starts_with("State") || l.starts_with("Sig") || l.starts_with("Shd")
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                panic!(
+                    "signal {sig} after {delay_ms} ms: lockctl still runs after 15 s ({state}); \
+                     its log:\n{}",
+                    std::fs::read_to_string(&log_path).unwrap_or_default()
+                );
+            }
+            let status = lockctl.wait_within(Duration::from_secs(1));
             // Before the command ran: dead of the signal; after: the command's status (the
             // signal passed on killed `sleep`).
             assert!(
