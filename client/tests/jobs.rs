@@ -352,7 +352,8 @@ fn a_signal_at_any_moment_of_the_start_never_strands_the_lock() {
                     .join("; ");
                 panic!(
                     "signal {sig} after {delay_ms} ms: lockctl still runs after 15 s ({state}); \
-                     its log:\n{}",
+                     its threads and children: {}; its log:\n{}",
+                    threads_and_children(pid),
                     std::fs::read_to_string(&log_path).unwrap_or_default()
                 );
             }
@@ -373,6 +374,44 @@ fn a_signal_at_any_moment_of_the_start_never_strands_the_lock() {
         stranded.is_empty(),
         "(signal, ms) left the lock held: {stranded:?}"
     );
+}
+
+/// What `pid`'s threads wait in (`wchan`) and which children it has, with theirs: what a
+/// process that does not end is doing.
+fn threads_and_children(pid: i32) -> String {
+    let read = |path: String| std::fs::read_to_string(path).unwrap_or_default();
+    let mut out = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let tid = t.file_name().to_string_lossy().into_owned();
+            out.push(format!(
+                "thread {tid} {} in {}",
+                read(format!("/proc/{pid}/task/{tid}/comm")).trim(),
+                read(format!("/proc/{pid}/task/{tid}/wchan"))
+            ));
+        }
+    }
+    if let Ok(all) = std::fs::read_dir("/proc") {
+        for p in all.flatten() {
+            let name = p.file_name().to_string_lossy().into_owned();
+            let stat = read(format!("/proc/{name}/stat"));
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            if fields.get(1) == Some(&pid.to_string().as_str()) {
+                out.push(format!(
+                    "child {name} [{}] state {} in {}",
+                    read(format!("/proc/{name}/cmdline"))
+                        .replace('\0', " ")
+                        .trim(),
+                    fields[0],
+                    read(format!("/proc/{name}/wchan"))
+                ));
+            }
+        }
+    }
+    out.join("; ")
 }
 
 /// Job control at any moment of the start: while lockctl acquires and starts its command and
