@@ -107,17 +107,7 @@ fn processes_in_another_group_die_with_a_killed_lockctl_on_a_busy_machine() {
     for round in 0..20 {
         let key = format!("busy-tree-{round}");
         let pidfile = dir.path().join(format!("job-{round}"));
-        let mut lockctl = Spawned::new(
-            lockctl(&[&server])
-                .args(["run", "--ttl", "5s", &key, "--", "sh", "-c"])
-                .arg(format!(
-                    "timeout 100 sh -c 'echo $$ > {}; exec sleep 100'; echo done",
-                    pidfile.display()
-                ))
-                .process_group(0)
-                .stderr(Stdio::piped()),
-        );
-        let job = read_pid(&pidfile);
+        let (mut lockctl, job) = run_under_timeout(&server, &["--ttl", "5s"], &key, &pidfile);
         let _cleanup = KillOnDrop(job);
         send(lockctl.pid(), libc::SIGKILL);
         let _ = lockctl.wait_within(Duration::from_secs(10));
@@ -128,6 +118,30 @@ fn processes_in_another_group_die_with_a_killed_lockctl_on_a_busy_machine() {
         );
     }
     drop(busy);
+}
+
+/// `lockctl run OPTIONS key -- sh -c "timeout 100 sh -c '...; exec sleep 100'; echo done"`:
+/// GNU `timeout` puts itself and the job in a process group of their own (a usual cron line).
+/// Returns lockctl and the job's pid, once the job runs (it writes its pid to `pidfile`).
+fn run_under_timeout(
+    server: &Server,
+    options: &[&str],
+    key: &str,
+    pidfile: &std::path::Path,
+) -> (Spawned, i32) {
+    let lockctl = Spawned::new(
+        lockctl(&[server])
+            .arg("run")
+            .args(options)
+            .args([key, "--", "sh", "-c"])
+            .arg(format!(
+                "timeout 100 sh -c 'echo $$ > {}; exec sleep 100'; echo done",
+                pidfile.display()
+            ))
+            .process_group(0)
+            .stderr(Stdio::piped()),
+    );
+    (lockctl, read_pid(pidfile))
 }
 
 /// A thread that keeps one core busy until dropped.
@@ -177,19 +191,8 @@ fn processes_the_command_moves_to_another_group_die_with_the_lock() {
     let key = "tree";
     for kill_lockctl in [false, true] {
         let pidfile = dir.path().join(format!("job-{kill_lockctl}"));
-        let mut lockctl = Spawned::new(
-            lockctl(&[&server])
-                .args([
-                    "run", "--ttl", "3s", "--grace", "500ms", key, "--", "sh", "-c",
-                ])
-                .arg(format!(
-                    "timeout 100 sh -c 'echo $$ > {}; exec sleep 100'; echo done",
-                    pidfile.display()
-                ))
-                .process_group(0)
-                .stderr(Stdio::piped()),
-        );
-        let job = read_pid(&pidfile);
+        let (mut lockctl, job) =
+            run_under_timeout(&server, &["--ttl", "3s", "--grace", "500ms"], key, &pidfile);
         let _cleanup = KillOnDrop(job);
         if kill_lockctl {
             send(lockctl.pid(), libc::SIGKILL);

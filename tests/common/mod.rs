@@ -438,20 +438,11 @@ pub fn info_field(conn: &mut redis::Connection, field: &str) -> i64 {
 
 /// Waits (at most 30 s) until `INFO memory` says `lazyfree_pending_objects:0`.
 pub fn wait_for_background_frees(conn: &mut redis::Connection) {
-    let pending = |c: &mut redis::Connection| -> i64 {
-        let info: String = redis::cmd("INFO")
-            .arg("memory")
-            .query(c)
-            .expect("INFO memory");
-        info.lines()
-            .find_map(|l| l.strip_prefix("lazyfree_pending_objects:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    };
+    let mut none_pending =
+        || reply::memory_field(conn, "lazyfree_pending_objects").unwrap_or(0) == 0;
     assert!(
-        eventually(Duration::from_secs(30), || pending(conn) == 0),
-        "background frees still pending after 30 s: {}",
-        pending(conn)
+        eventually(Duration::from_secs(30), &mut none_pending),
+        "background frees still pending after 30 s"
     );
 }
 

@@ -65,14 +65,18 @@ pub fn error(c: &mut Connection, cmd: redis::Cmd) -> String {
 
 /// `used_memory` of `INFO memory`.
 pub fn used_memory(c: &mut Connection) -> i64 {
+    memory_field(c, "used_memory").expect("used_memory")
+}
+
+/// An integer field of `INFO memory`, if the server has it.
+pub fn memory_field(c: &mut Connection, name: &str) -> Option<i64> {
     let info: String = redis::cmd("INFO")
         .arg("memory")
         .query(c)
         .expect("INFO memory");
     info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .and_then(|v| v.trim().parse().ok())
-        .expect("used_memory")
 }
 
 pub fn config_set(c: &mut Connection, name: &str, value: impl redis::ToRedisArgs) {
