@@ -244,7 +244,7 @@ const REPARENT_WITHIN: Duration = Duration::from_secs(2);
 /// with a stopped member. Stopping the command's group in between (the first step of
 /// [`Escaped::kill_all`]) would get its leader killed by that SIGHUP before it is looked at,
 /// and what the leader started in other groups (GNU `timeout`) would go to init unseen: seen
-/// under load, 1 run in 20. Once the watchdog itself has a new parent, lockctl's children all
+/// under load, 1 kill in 10 to 20. Once the watchdog itself has a new parent, lockctl's children all
 /// have (the kernel moves them in one step), and nothing more is sent for lockctl's exit.
 fn wait_until_reparented(lockctl: libc::pid_t) {
     let until = Instant::now() + REPARENT_WITHIN;
@@ -314,8 +314,7 @@ impl Escaped {
             }
         };
         signal_group(libc::SIGSTOP);
-        let mut doomed: Vec<libc::pid_t> = Vec::new();
-        // Each one found, with its parent.
+        // Each one found (stopped), with its parent.
         let mut parent: HashMap<libc::pid_t, libc::pid_t> = HashMap::new();
         while let Some(procs) = crate::procs::all() {
             let roots = procs.iter().filter(|p| {
@@ -340,11 +339,11 @@ impl Escaped {
                     libc::kill(*pid, libc::SIGSTOP);
                 }
             }
-            doomed.extend(more);
         }
         // Children before their parents: a stopped process whose parent dies first may be in a
         // group that this orphans, which the kernel then continues (SIGHUP, SIGCONT) before
         // its own SIGKILL.
+        let mut doomed: Vec<libc::pid_t> = parent.keys().copied().collect();
         doomed.sort_by_key(|pid| std::cmp::Reverse(depth(&parent, *pid)));
         for pid in &doomed {
             // SAFETY: kill(2) to a stopped process of the command.
