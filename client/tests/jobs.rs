@@ -326,9 +326,19 @@ fn a_signal_at_any_moment_of_the_start_never_strands_the_lock() {
             // lockctl's debug log, to say what it was doing if it does not end.
             let log_path = dir.path().join(format!("lockctl-{sig}-{delay_ms}.log"));
             let log = std::fs::File::create(&log_path).expect("log file");
+            let mut cmd = lockctl(&[&server]);
+            // The signal at its default, whatever this test inherited: a background job of a
+            // non-interactive shell starts with SIGQUIT ignored, and an inherited ignore holds
+            // until lockctl's handler (a SIGQUIT at 0 ms was then dropped).
+            // SAFETY: signal(2) is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::signal(sig, libc::SIG_DFL);
+                    Ok(())
+                });
+            }
             let mut lockctl = Spawned::new(
-                lockctl(&[&server])
-                    .env("RELOCK_LOG", "debug")
+                cmd.env("RELOCK_LOG", "debug")
                     .args(["run", "--ttl", "60s", KEY, "--", "sleep", "30"])
                     .process_group(0)
                     .stdout(Stdio::null())
