@@ -590,10 +590,16 @@ fn low_free_port() -> u16 {
 
 /// `lockctl metrics` on a free port below 55535, once it says it serves; its address.
 fn serve_metrics(lockctl: impl Fn() -> Command) -> (Spawned, String) {
+    serve_metrics_with(lockctl, &[])
+}
+
+/// [`serve_metrics`] with more options of `lockctl metrics`.
+fn serve_metrics_with(lockctl: impl Fn() -> Command, options: &[&str]) -> (Spawned, String) {
     for _ in 0..10 {
         let listen = format!("127.0.0.1:{}", low_free_port());
         let mut cmd = lockctl();
         cmd.args(["metrics", "--listen", &listen])
+            .args(options)
             .stderr(Stdio::piped());
         let mut child = Spawned::new(&mut cmd);
         let stderr = child.child().stderr.take().expect("stderr");
@@ -1033,4 +1039,411 @@ fn lockctl_ops_over_a_cluster() {
         log.contains("no hold ended") || log.contains("TIME (UTC)"),
         "{log}"
     );
+}
+
+// The endpoint under attack: each attack below stopped, grew or confused the tiny_http
+// server lockctl had, and a normal scrape must still be answered while it goes on.
+
+/// What a normal scrape gets within [`SCRAPE_UNDER_ATTACK`]: its status, or why none came.
+fn scrape_under_attack(listen: &str) -> Result<u16, String> {
+    let started = Instant::now();
+    let mut stream = TcpStream::connect(listen).map_err(|e| format!("connect: {e}"))?;
+    stream
+        .set_read_timeout(Some(SCRAPE_UNDER_ATTACK))
+        .expect("timeout");
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: {listen}\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut reply = Vec::new();
+    stream
+        .read_to_end(&mut reply)
+        .map_err(|e| format!("no answer after {:?}: {e}", started.elapsed()))?;
+    eprintln!("a scrape under attack took {:?}", started.elapsed());
+    let text = String::from_utf8_lossy(&reply);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("not HTTP: {text:?}"))
+}
+
+/// Generous for one scrape of one master while the endpoint is attacked (a debug build, one
+/// core kept busy); a stopped endpoint never answers.
+const SCRAPE_UNDER_ATTACK: Duration = Duration::from_secs(10);
+
+/// A few normal scrapes in a row, each answered 200 within [`SCRAPE_UNDER_ATTACK`].
+fn scrapes_still_answered(listen: &str, during: &str) {
+    for i in 0..3 {
+        assert_eq!(
+            scrape_under_attack(listen),
+            Ok(200),
+            "scrape {i} during {during}"
+        );
+    }
+}
+
+/// Whether lockctl ends `stream` within [`WITHIN`]: reading everything it sent reaches the
+/// end or a reset (a read timeout is the connection still open).
+fn ended_by_lockctl(stream: &mut TcpStream) -> bool {
+    let started = Instant::now();
+    let ended = read_to_the_end(stream);
+    eprintln!("ended by lockctl: {ended} after {:?}", started.elapsed());
+    ended
+}
+
+fn read_to_the_end(stream: &mut TcpStream) -> bool {
+    stream.set_read_timeout(Some(WITHIN)).expect("timeout");
+    let mut buf = vec![0; 64 << 10];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                )
+            }
+        }
+    }
+}
+
+/// Bytes waiting to be read on `stream` (what lockctl has answered and the test not read).
+fn unread(stream: &TcpStream) -> usize {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int to the pointer, which is valid for the call.
+    let rc = unsafe { libc::ioctl(stream.as_raw_fd(), libc::FIONREAD, &mut n) };
+    assert_eq!(rc, 0, "FIONREAD");
+    n as usize
+}
+
+/// The resident memory of `pid`, in bytes.
+fn rss(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmRSS")
+        * 1024
+}
+
+#[test]
+fn metrics_answer_while_a_client_pipelines_requests_it_never_reads() {
+    let server = Server::start();
+    let (_metrics, listen) = serve_metrics(|| lockctl(&[&server]));
+    let mut hostile = TcpStream::connect(&listen).expect("connect");
+    let burst = format!("GET /metrics HTTP/1.1\r\nHost: {listen}\r\n\r\n").repeat(1500);
+    let mut writer = hostile.try_clone().expect("clone");
+    // From a thread: once lockctl stops reading, the write blocks (or fails when it closes).
+    let writing = std::thread::spawn(move || {
+        let _ = writer.write_all(burst.as_bytes());
+    });
+    assert!(
+        eventually(WITHIN, || unread(&hostile) > 0),
+        "lockctl never answered the pipelined requests"
+    );
+    scrapes_still_answered(&listen, "1,500 pipelined requests never read");
+    // The hostile connection does not stay: its requests per connection are bounded, and a
+    // reader that does not read is cut by the write timeout.
+    assert!(
+        ended_by_lockctl(&mut hostile),
+        "lockctl keeps a connection that pipelines without end"
+    );
+    writing.join().expect("writer");
+    scrapes_still_answered(&listen, "after the pipelining client");
+}
+
+#[test]
+fn metrics_refuse_an_endless_header_line_without_growing() {
+    let server = Server::start();
+    let (metrics, listen) = serve_metrics(|| lockctl(&[&server]));
+    scrapes_still_answered(&listen, "nothing");
+    let before = rss(metrics.pid());
+
+    // An endless header line: lockctl ends the connection long before 128 MB, and does not
+    // keep what it read.
+    let mut endless = TcpStream::connect(&listen).expect("connect");
+    endless.set_write_timeout(Some(WITHIN)).expect("timeout");
+    write!(
+        endless,
+        "GET /metrics HTTP/1.1\r\nHost: {listen}\r\nX-Endless: "
+    )
+    .expect("request");
+    let chunk = vec![b'a'; 64 << 10];
+    let (mut sent, mut peak) = (0usize, before);
+    let cut = loop {
+        if sent >= 128 << 20 {
+            break false;
+        }
+        if endless.write_all(&chunk).is_err() {
+            break true;
+        }
+        sent += chunk.len();
+        if sent % (1 << 20) == 0 {
+            peak = peak.max(rss(metrics.pid()));
+        }
+    };
+    peak = peak.max(rss(metrics.pid()));
+    let grew = peak.saturating_sub(before);
+    eprintln!(
+        "endless header: cut {cut} after {sent} bytes sent; lockctl grew {grew} bytes ({before} -> {peak})"
+    );
+    assert!(cut, "lockctl read {sent} bytes of one header line");
+    assert!(grew < 32 << 20, "lockctl grew by {grew} bytes");
+    // A head just over the limit, sent whole: answered 431, not served.
+    let mut big = TcpStream::connect(&listen).expect("connect");
+    big.set_read_timeout(Some(WITHIN)).expect("timeout");
+    // One write: lockctl answers once it has read 8 KiB, and a later write would fail.
+    let head = format!(
+        "GET /metrics HTTP/1.1\r\nHost: {listen}\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(10_000)
+    );
+    big.write_all(head.as_bytes()).expect("request");
+    let mut reply = Vec::new();
+    let _ = big.read_to_end(&mut reply);
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 431"), "{reply:?}");
+
+    scrapes_still_answered(&listen, "after an endless header");
+}
+
+/// The `key` label of every `relock_key_waits_total` series, as the text has it (escaped).
+fn key_labels(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.starts_with("relock_key_waits_total{"))
+        .filter_map(|l| {
+            let start = l.find("key=\"")? + 5;
+            let rest = &l[start..];
+            let mut end = 0;
+            let bytes = rest.as_bytes();
+            while end < bytes.len() && bytes[end] != b'"' {
+                end += if bytes[end] == b'\\' { 2 } else { 1 };
+            }
+            Some(rest[..end].to_string())
+        })
+        .collect()
+}
+
+/// Unescapes a label value of the text format (`\\`, `\"`, `\n`).
+fn unescape(label: &str) -> String {
+    let mut out = String::new();
+    let mut chars = label.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some(other) => out.push(other),
+            None => {}
+        }
+    }
+    out
+}
+
+/// `promtool check metrics` on a scrape, when promtool is installed.
+fn promtool_accepts(text: &str) {
+    if !installed("promtool") {
+        return;
+    }
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool");
+    promtool
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    let out = promtool.wait_with_output().expect("promtool");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        stdout(&out),
+        support::stderr(&out)
+    );
+}
+
+#[test]
+fn metrics_give_every_key_a_series_of_its_own() {
+    let server = Server::start();
+    let (_metrics, listen) = serve_metrics(|| {
+        let mut cmd = lockctl(&[&server]);
+        cmd.args(["--node-timeout", "5s"]);
+        cmd
+    });
+    // Keys whose labels cannot be the key itself: not UTF-8, too long.
+    let mut keys: Vec<Vec<u8>> = vec![b"x\xff".to_vec(), vec![b'k'; 300], b"50%".to_vec()];
+    for key in &keys {
+        acquire(&server, key, b"h", 600_000);
+        one_timed_out_wait(&server, key);
+    }
+    let (status, text) = http_get(&listen, "/metrics");
+    assert_eq!(status, 200, "{text}");
+    let labels = key_labels(&text);
+    assert_eq!(labels.len(), keys.len(), "{text}");
+    // Each label, spelled as a key of its own: a series of its own, not a second count on
+    // the key it names.
+    for label in &labels {
+        let forged = unescape(label).into_bytes();
+        if !keys.contains(&forged) {
+            acquire(&server, &forged, b"h", 600_000);
+            one_timed_out_wait(&server, &forged);
+            keys.push(forged);
+        }
+    }
+    let (status, text) = http_get(&listen, "/metrics");
+    assert_eq!(status, 200, "{text}");
+    let labels = key_labels(&text);
+    let distinct: std::collections::BTreeSet<&String> = labels.iter().collect();
+    assert_eq!(
+        (labels.len(), distinct.len()),
+        (keys.len(), keys.len()),
+        "{} keys, one series each:\n{text}",
+        keys.len()
+    );
+    // Every key waited once and timed out once: a shared series would count 2.
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("relock_key_timeouts_total{"))
+    {
+        assert!(line.ends_with(" 1"), "two keys in one series: {line}");
+    }
+    promtool_accepts(&text);
+}
+
+/// `count` connections to `listen` that each sent `head` (maybe nothing), kept open.
+fn connections(listen: &str, count: usize, head: &str) -> Vec<TcpStream> {
+    (0..count)
+        .map(|_| {
+            let mut s = TcpStream::connect(listen).expect("connect");
+            s.write_all(head.as_bytes()).expect("head");
+            s
+        })
+        .collect()
+}
+
+#[test]
+fn metrics_answer_while_slow_clients_hold_connections() {
+    let server = Server::start();
+    let (_metrics, listen) = serve_metrics(|| lockctl(&[&server]));
+
+    // Clients that connect and send nothing.
+    let mut idle = connections(&listen, 300, "");
+    scrapes_still_answered(&listen, "300 idle connections");
+    assert!(
+        ended_by_lockctl(&mut idle[0]),
+        "lockctl keeps a connection that never sends a request"
+    );
+    assert!(ended_by_lockctl(&mut idle[299]), "the newest idle client");
+    drop(idle);
+
+    // Slow loris: heads that never end, one more byte every 100 ms from each.
+    let mut loris = connections(
+        &listen,
+        300,
+        &format!("GET /metrics HTTP/1.1\r\nHost: {listen}\r\n"),
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dribbling = {
+        let mut streams: Vec<TcpStream> = loris
+            .iter()
+            .map(|s| s.try_clone().expect("clone"))
+            .collect();
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for s in &mut streams {
+                    let _ = s.write_all(b"X");
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    scrapes_still_answered(&listen, "300 slow-loris heads");
+    assert!(
+        ended_by_lockctl(&mut loris[299]),
+        "lockctl keeps a head that never ends"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    dribbling.join().expect("dribbler");
+    scrapes_still_answered(&listen, "after the slow clients");
+}
+
+/// Whether lockctl ends `stream` within [`WITHIN`] while the test reads nothing of it (a
+/// reset, or an end once what was sent is read).
+fn ended_unread(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let started = Instant::now();
+    let mut poll = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the call.
+    let n = unsafe { libc::poll(&mut poll, 1, WITHIN.as_millis() as libc::c_int) };
+    let ended = n == 1 && poll.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0;
+    eprintln!("ended unread: {ended} after {:?}", started.elapsed());
+    ended
+}
+
+#[test]
+fn metrics_close_a_connection_that_does_not_read_its_answers() {
+    let server = Server::start();
+    // 300 hot keys with long names: an answer of hundreds of KB, more than the socket
+    // buffers hold after a few.
+    let keys: Vec<String> = (0..300)
+        .map(|i| format!("{i:03}:{}", "k".repeat(190)))
+        .collect();
+    let mut conn = server.conn();
+    let mut pipe = redis::pipe();
+    for k in &keys {
+        pipe.cmd("LOCK.ACQUIRE")
+            .arg(k)
+            .arg("h")
+            .arg(600_000)
+            .ignore();
+    }
+    pipe.query::<()>(&mut conn).expect("acquire");
+    let mut pipe = redis::pipe();
+    for k in &keys {
+        pipe.cmd("LOCK.WAIT")
+            .arg(k)
+            .arg("impatient")
+            .arg(10_000)
+            .arg(1)
+            .ignore();
+    }
+    pipe.query::<()>(&mut conn).expect("waits");
+    let (_metrics, listen) = serve_metrics_with(|| lockctl(&[&server]), &["--keys", "300"]);
+    let (status, text) = http_get(&listen, "/metrics");
+    assert_eq!(status, 200);
+    assert_eq!(key_labels(&text).len(), 300, "every key is hot");
+    eprintln!("one answer: {} bytes", text.len());
+
+    // Asks for the answer 1,500 times and reads none: lockctl's writes stop, and the write
+    // timeout closes the connection.
+    let mut hostile = TcpStream::connect(&listen).expect("connect");
+    hostile
+        .write_all(
+            format!("GET /metrics HTTP/1.1\r\nHost: {listen}\r\n\r\n")
+                .repeat(1500)
+                .as_bytes(),
+        )
+        .expect("requests");
+    assert!(
+        eventually(WITHIN, || unread(&hostile) > 0),
+        "lockctl never answered"
+    );
+    scrapes_still_answered(&listen, "a client that does not read its answers");
+    assert!(
+        ended_unread(&hostile),
+        "lockctl keeps a connection whose answers are never read"
+    );
+    scrapes_still_answered(&listen, "after the client that did not read");
 }

@@ -1,29 +1,342 @@
 //! `lockctl metrics --listen ADDR`: `/metrics` for Prometheus. Each scrape reads every master
 //! once ([`sample`]: `INFO relock`, `LOCK.STATS` and `LOCK.INFO` of the hottest keys), bounded
-//! by `--scrape-timeout`, and encodes the answers with prometheus-client (OpenMetrics text).
+//! by `--scrape-timeout`, and encodes the answers with the `prometheus` crate's text encoder.
 //! Nothing is kept between scrapes: a master or key that is gone leaves the output, and
-//! Prometheus marks its series stale.
+//! Prometheus marks its series stale. Scrapes that arrive while a reading is under way share
+//! it (one reading of the masters at a time, however many clients ask).
+//!
+//! The HTTP server is hyper's HTTP/1 server (on the tokio runtime lockctl already runs) with
+//! its limits set, and the few hyper leaves to its user: a cap on connections (a new one
+//! evicts the oldest), requests per connection, a write timeout, a lifetime per connection.
+//! tiny_http, which lockctl had, has no limit on a request head and answers from a blocking
+//! pool that 1,500 pipelined requests never read filled: the endpoint stopped. hyper is
+//! maintained, already serves heads of bounded size with 431, times out a head that does not
+//! arrive, and serves a connection's pipelined requests one at a time in a task of its own.
 
 use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use prometheus::{CounterVec, Encoder, GaugeVec, Opts, Registry, TextEncoder};
+use futures_util::future::{FutureExt, Shared};
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus::{CounterVec, GaugeVec, Opts, Registry, TextEncoder};
 use relock_client::Relock;
-use tokio::sync::Semaphore;
+use sha2::{Digest, Sha256};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_io_timeout::TimeoutStream;
+use tokio_util::sync::CancellationToken;
 
 use crate::output::say;
 use crate::sample::{sample, Ask, HotKey, MasterSample, RelockInfo};
 
-/// What a scrape answers with.
-/// Scrapes read the masters at most this many at once; more wait their turn.
-const CONCURRENT_SCRAPES: usize = 4;
-/// The longest key label, in bytes; a longer key is cut and given a hash of the whole, so
-/// that two keys never share a series.
+/// The longest key label before the cut, in bytes ([`key_label`]).
 const KEY_LABEL_BYTES: usize = 200;
+
+/// The HTTP server's limits (docs/operating.md lists them). A scrape is one small request
+/// (Prometheus sends about 300 bytes of head) and one answer; everything here is far above
+/// what a scraper needs and far below what would let one client hold the endpoint.
+pub mod limits {
+    use std::time::Duration;
+
+    /// The largest request head (request line and headers), in bytes: past it, 431 and the
+    /// connection is closed.
+    pub const HEAD_BYTES: usize = 8 << 10;
+    /// What hyper reads ahead of the request it serves (pipelined requests included), in
+    /// bytes (hyper's least).
+    pub const READ_BUFFER_BYTES: usize = 8 << 10;
+    /// The most headers in one request (431 past it).
+    pub const HEADERS: usize = 64;
+    /// A request head must have arrived whole this long after the connection was opened or
+    /// its previous answer written (idle keep-alive included); else the connection is closed.
+    pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+    /// An answer whose writing makes no progress this long (a client that does not read)
+    /// closes the connection.
+    pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Requests served on one connection; the last is answered with `Connection: close`.
+    pub const REQUESTS_PER_CONNECTION: usize = 100;
+    /// How long one connection may stay open; then it is closed once its request in
+    /// progress is answered (or after [`WRITE_TIMEOUT`] more).
+    pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(120);
+    /// Connections open at once; one more closes the oldest (a scraper's connection is
+    /// seconds old at most when it asks; a hostile client's are the old ones).
+    pub const CONNECTIONS: usize = 128;
+}
+
+/// Serves `/metrics` on `listen` until killed.
+pub async fn serve(relock: Relock, listen: SocketAddr, keys: usize, timeout: Duration) -> ExitCode {
+    let listener = match TcpListener::bind(listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            say!("cannot listen on {listen}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let bound = listener
+        .local_addr()
+        .map_or_else(|_| listen.to_string(), |a| a.to_string());
+    say!("serving metrics on http://{bound}/metrics");
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits::HEAD_TIMEOUT)
+        .max_header_size(limits::HEAD_BYTES)
+        .max_buf_size(limits::READ_BUFFER_BYTES)
+        .max_headers(limits::HEADERS)
+        .keep_alive(true);
+    let readings = Arc::new(Readings {
+        relock,
+        keys,
+        timeout,
+        current: Mutex::new(None),
+    });
+    let open = Arc::new(Open::default());
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, mostly: they come back as connections end.
+                say!("cannot accept a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let (id, evicted) = open.admit();
+        let open = Arc::clone(&open);
+        let readings = Arc::clone(&readings);
+        let http = http.clone();
+        tokio::spawn(async move {
+            connection(&http, stream, readings, evicted).await;
+            open.leave(id);
+        });
+    }
+}
+
+/// The connections open, oldest first, each with what closes it.
+#[derive(Default)]
+struct Open {
+    next: AtomicU64,
+    tokens: Mutex<BTreeMap<u64, CancellationToken>>,
+}
+
+impl Open {
+    /// Counts a new connection in, closing the oldest beyond [`limits::CONNECTIONS`].
+    fn admit(&self) -> (u64, CancellationToken) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let token = CancellationToken::new();
+        let mut tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        while tokens.len() >= limits::CONNECTIONS {
+            match tokens.pop_first() {
+                Some((_, oldest)) => oldest.cancel(),
+                None => break,
+            }
+        }
+        tokens.insert(id, token.clone());
+        (id, token)
+    }
+
+    fn leave(&self, id: u64) {
+        let mut tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        tokens.remove(&id);
+    }
+}
+
+/// Serves one connection within its limits.
+async fn connection(
+    http: &http1::Builder,
+    stream: TcpStream,
+    readings: Arc<Readings>,
+    evicted: CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    let mut io = TimeoutStream::new(stream);
+    io.set_write_timeout(Some(limits::WRITE_TIMEOUT));
+    let served = Arc::new(AtomicUsize::new(0));
+    let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+        let readings = Arc::clone(&readings);
+        let n = served.fetch_add(1, Ordering::Relaxed) + 1;
+        async move {
+            let mut response = answer(&readings, request.method(), request.uri().path()).await;
+            if n >= limits::REQUESTS_PER_CONNECTION {
+                response
+                    .headers_mut()
+                    .insert(CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let conn = http.serve_connection(TokioIo::new(Box::pin(io)), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = evicted.cancelled() => return,
+        _ = tokio::time::sleep(limits::CONNECTION_LIFETIME) => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    tokio::select! {
+        _ = conn => {}
+        _ = evicted.cancelled() => {}
+        _ = tokio::time::sleep(limits::WRITE_TIMEOUT) => {}
+    }
+}
+
+async fn answer(readings: &Readings, method: &Method, path: &str) -> Response<Full<Bytes>> {
+    let text = |status: StatusCode, body: &'static str| {
+        let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+        *r.status_mut() = status;
+        r
+    };
+    if method != Method::GET && method != Method::HEAD {
+        let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
+        r.headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    match path {
+        "/metrics" => {}
+        "/" => return text(StatusCode::OK, "relock metrics: /metrics\n"),
+        _ => {
+            return text(
+                StatusCode::NOT_FOUND,
+                "not found: relock metrics are at /metrics\n",
+            )
+        }
+    }
+    match readings.read().await {
+        Ok(body) => {
+            let mut r = Response::new(Full::new(body));
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static(prometheus::TEXT_FORMAT),
+            );
+            r
+        }
+        Err(e) => {
+            let mut r = Response::new(Full::new(Bytes::from(format!("cannot encode: {e}\n"))));
+            *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+            r
+        }
+    }
+}
+
+/// One scrape's text, or why it could not be encoded.
+type Scrape = Result<Bytes, Arc<str>>;
+
+/// The reading under way, shared by every scrape that asks while it runs: however many
+/// clients ask at once, the masters are read once at a time.
+struct Readings {
+    relock: Relock,
+    keys: usize,
+    timeout: Duration,
+    current: Mutex<Option<Shared<futures_util::future::BoxFuture<'static, Scrape>>>>,
+}
+
+impl Readings {
+    /// The text of the reading under way, or of a new one.
+    async fn read(&self) -> Scrape {
+        let reading = {
+            let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+            match &*current {
+                Some(r) if r.peek().is_none() => r.clone(),
+                _ => {
+                    // A task of its own: it ends, bounded by the scrape timeout, even when
+                    // every client that asked has gone.
+                    let task =
+                        tokio::spawn(read_masters(self.relock.clone(), self.keys, self.timeout));
+                    let r = async move {
+                        task.await
+                            .unwrap_or_else(|e| Err(Arc::from(e.to_string().as_str())))
+                    }
+                    .boxed()
+                    .shared();
+                    *current = Some(r.clone());
+                    r
+                }
+            }
+        };
+        reading.await
+    }
+}
+
+/// Reads every master once, within `timeout`, and encodes what they said.
+async fn read_masters(relock: Relock, keys: usize, timeout: Duration) -> Scrape {
+    let ask = Ask {
+        keys,
+        queue: 0,
+        db: 0,
+    };
+    let readings = match tokio::time::timeout(timeout, sample(&relock, ask)).await {
+        Ok(r) => r,
+        // Every master took too long (each command is bounded by --node-timeout, so only a
+        // timeout shorter than a few of those gets here): every master is down this time.
+        Err(_) => relock
+            .nodes()
+            .iter()
+            .map(|n| MasterSample {
+                master: n.to_string(),
+                at: tokio::time::Instant::now(),
+                took: timeout,
+                info: Err("scrape timeout".into()),
+                hot: Err("scrape timeout".into()),
+            })
+            .collect(),
+    };
+    exposition(&readings)
+        .map(Bytes::from)
+        .map_err(|e| Arc::from(e.to_string().as_str()))
+}
+
+/// A key as a label, one label per key (no two keys share a series, whatever their bytes):
+/// - a key is percent-encoded where it is not printable text: `%` itself, control characters
+///   and bytes that are not UTF-8 become `%XX` (`50%` is `50%25`, `x\xff` is `x%FF`), every
+///   other character is itself, so distinct keys have distinct encodings;
+/// - an encoding longer than [`KEY_LABEL_BYTES`] is cut there (never inside a `%XX`) and ends
+///   in `…%#` and the SHA-256 of every byte of the key, in hex. No encoding has `%#` (a `%`
+///   is always followed by two hex digits), so a cut label is never another key's whole one,
+///   and two cut labels are equal only if two keys had the same SHA-256.
+pub fn key_label(key: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut label = String::new();
+    let mut cut = false;
+    'chunks: for chunk in key.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            let escaped = c == '%' || c.is_control();
+            let len = c.len_utf8() * if escaped { 3 } else { 1 };
+            if label.len() + len > KEY_LABEL_BYTES {
+                cut = true;
+                break 'chunks;
+            }
+            if escaped {
+                for b in c.encode_utf8(&mut [0; 4]).bytes() {
+                    let _ = write!(label, "%{b:02X}");
+                }
+            } else {
+                label.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            if label.len() + 3 > KEY_LABEL_BYTES {
+                cut = true;
+                break 'chunks;
+            }
+            let _ = write!(label, "%{b:02X}");
+        }
+    }
+    if cut {
+        label.push_str("…%#");
+        for b in Sha256::digest(key) {
+            let _ = write!(label, "{b:02x}");
+        }
+    }
+    label
+}
 
 /// How an `INFO relock` field becomes a metric.
 struct Field {
@@ -137,117 +450,6 @@ const FIELDS: &[Field] = &[
         1e-3,
     ),
 ];
-
-/// Serves `/metrics` on `listen` until killed.
-pub async fn serve(relock: Relock, listen: SocketAddr, keys: usize, timeout: Duration) -> ExitCode {
-    let server = match tiny_http::Server::http(listen) {
-        Ok(s) => Arc::new(s),
-        Err(e) => {
-            say!("cannot listen on {listen}: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let bound = server
-        .server_addr()
-        .to_ip()
-        .map_or_else(|| listen.to_string(), |a| a.to_string());
-    say!("serving metrics on http://{bound}/metrics");
-    let scrapes = Arc::new(Semaphore::new(CONCURRENT_SCRAPES));
-    loop {
-        let waiting = Arc::clone(&server);
-        let request = match tokio::task::spawn_blocking(move || waiting.recv()).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                say!("cannot accept a request: {e}");
-                continue;
-            }
-            Err(e) => {
-                say!("{e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        let relock = relock.clone();
-        let scrapes = Arc::clone(&scrapes);
-        tokio::spawn(async move {
-            let is_get = matches!(
-                request.method(),
-                tiny_http::Method::Get | tiny_http::Method::Head
-            );
-            let path = request.url().split('?').next().unwrap_or("").to_string();
-            let response = answer(&relock, is_get, &path, keys, timeout, &scrapes).await;
-            // Writing may block on a slow reader: not on the runtime's threads.
-            let _ = tokio::task::spawn_blocking(move || request.respond(response)).await;
-        });
-    }
-}
-
-async fn answer(
-    relock: &Relock,
-    is_get: bool,
-    path: &str,
-    keys: usize,
-    timeout: Duration,
-    scrapes: &Semaphore,
-) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
-    let text =
-        |status: u16, body: &str| tiny_http::Response::from_string(body).with_status_code(status);
-    if !is_get {
-        return text(405, "only GET\n");
-    }
-    match path {
-        "/metrics" => {}
-        "/" => return text(200, "relock metrics: /metrics\n"),
-        _ => return text(404, "not found: relock metrics are at /metrics\n"),
-    }
-    let Ok(_turn) = scrapes.acquire().await else {
-        return text(503, "shutting down\n");
-    };
-    let ask = Ask {
-        keys,
-        queue: 0,
-        db: 0,
-    };
-    let readings = match tokio::time::timeout(timeout, sample(relock, ask)).await {
-        Ok(r) => r,
-        // Every master took too long (each command is bounded by --node-timeout, so only a
-        // timeout shorter than a few of those gets here): every master is down this time.
-        Err(_) => relock
-            .nodes()
-            .iter()
-            .map(|n| MasterSample {
-                master: n.to_string(),
-                at: tokio::time::Instant::now(),
-                took: timeout,
-                info: Err("scrape timeout".into()),
-                hot: Err("scrape timeout".into()),
-            })
-            .collect(),
-    };
-    match exposition(&readings) {
-        Ok(body) => {
-            let header =
-                tiny_http::Header::from_bytes("Content-Type", TextEncoder::new().format_type())
-                    .expect("a valid header");
-            tiny_http::Response::from_string(body).with_header(header)
-        }
-        Err(e) => text(500, &format!("cannot encode: {e}\n")),
-    }
-}
-
-/// A key as a label: as it is when it is UTF-8 of at most [`KEY_LABEL_BYTES`]; otherwise
-/// its start (lossy) and `…#` and a hash of every byte, so two keys never share a series.
-pub fn key_label(key: &[u8]) -> String {
-    match std::str::from_utf8(key) {
-        Ok(text) if key.len() <= KEY_LABEL_BYTES => text.to_string(),
-        _ => {
-            let end = key.len().min(KEY_LABEL_BYTES);
-            let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            key.hash(&mut hasher);
-            let start = String::from_utf8_lossy(&key[..end]);
-            format!("{start}…#{:016x}", hasher.finish())
-        }
-    }
-}
 
 /// One scrape's text.
 pub fn exposition(readings: &[MasterSample]) -> prometheus::Result<String> {
@@ -522,12 +724,53 @@ mod tests {
     fn labels_cannot_break_out() {
         let long = vec![b'k'; 1 << 20];
         let label = key_label(&long);
-        assert!(label.len() < KEY_LABEL_BYTES + 40, "{}", label.len());
+        assert!(
+            label.len() <= KEY_LABEL_BYTES + 3 + 2 + 64,
+            "{}",
+            label.len()
+        );
         let mut other = long.clone();
         *other.last_mut().expect("bytes") = b'j';
         assert_ne!(label, key_label(&other));
         assert_ne!(key_label(b"\xff"), key_label(b"\xfe"));
         assert_eq!(key_label(b"orders:7"), "orders:7");
+        assert_eq!(key_label("wait…ü".as_bytes()), "wait…ü");
+    }
+
+    #[test]
+    fn every_key_has_a_label_of_its_own() {
+        assert_eq!(key_label(b"x\xff"), "x%FF");
+        assert_eq!(key_label(b"50%"), "50%25");
+        assert_eq!(key_label(b"a\tb\x1b"), "a%09b%1B");
+        assert_eq!(key_label("\u{85}".as_bytes()), "%C2%85");
+        // A key spelled as another key's label is not that key.
+        let keys: Vec<Vec<u8>> = vec![
+            b"x\xff".to_vec(),
+            vec![b'k'; 300],
+            vec![b'k'; 200],
+            [vec![b'k'; 199], b"%".to_vec()].concat(),
+            [vec![b'k'; 198], "é".as_bytes().to_vec()].concat(),
+            [vec![b'k'; 199], "é".as_bytes().to_vec()].concat(),
+            [vec![b'k'; 199], b"\xff".to_vec()].concat(),
+            b"%".to_vec(),
+            Vec::new(),
+        ];
+        let mut all = keys.clone();
+        for k in &keys {
+            all.push(key_label(k).into_bytes());
+            all.push(key_label(key_label(k).as_bytes()).into_bytes());
+        }
+        all.sort();
+        all.dedup();
+        let mut labels: Vec<String> = all.iter().map(|k| key_label(k)).collect();
+        labels.sort();
+        labels.dedup();
+        assert_eq!(labels.len(), all.len(), "{labels:?}");
+        // Cut at 200 bytes, never inside an escape.
+        let cut = key_label(&[vec![b'k'; 199], b"%".to_vec()].concat());
+        assert!(cut.starts_with(&"k".repeat(199)), "{cut}");
+        assert!(cut[199..].starts_with("…%#"), "{cut}");
+        assert_eq!(key_label(&vec![b'k'; 200]), "k".repeat(200));
     }
 
     #[test]
