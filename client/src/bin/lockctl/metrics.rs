@@ -770,7 +770,7 @@ mod tests {
         let cut = key_label(&[vec![b'k'; 199], b"%".to_vec()].concat());
         assert!(cut.starts_with(&"k".repeat(199)), "{cut}");
         assert!(cut[199..].starts_with("…%#"), "{cut}");
-        assert_eq!(key_label(&vec![b'k'; 200]), "k".repeat(200));
+        assert_eq!(key_label(&[b'k'; 200]), "k".repeat(200));
     }
 
     #[test]
