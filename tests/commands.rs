@@ -1409,3 +1409,61 @@ fn a_command_resent_after_a_lost_reply_applies_once() {
         n(3)
     );
 }
+
+/// The AOF gets what replicas get: each applied step once, nothing for a repeat (the file does
+/// not grow), and a restart from it finds the hold as the steps left it.
+#[test]
+fn the_aof_has_each_step_once() {
+    let mut server = Server::with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut c = server.conn();
+    let aof_size = |c: &mut Connection| -> i64 {
+        let info: String = cmd!("INFO", "persistence").query(c).unwrap();
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix("aof_current_size:")?.parse().ok())
+            .expect("aof_current_size")
+    };
+    let steps = [
+        (
+            cmd!("LOCK.REENTER", "k", "o", 600_000, "FROM", 0),
+            Value::Int(1),
+        ),
+        (
+            cmd!("LOCK.REENTER", "k", "o", 600_000, "FROM", 1),
+            Value::Int(2),
+        ),
+        (
+            cmd!("LOCK.REENTER", "k", "o", 600_000, "FROM", 2),
+            Value::Int(3),
+        ),
+        (cmd!("LOCK.RELEASE", "k", "o", "FROM", 3), Value::Int(2)),
+    ];
+    for (step, answer) in steps {
+        assert_eq!(
+            step.query::<Value>(&mut c).unwrap(),
+            answer,
+            "{}",
+            show(&step)
+        );
+        let size = aof_size(&mut c);
+        assert_eq!(
+            step.query::<Value>(&mut c).unwrap(),
+            answer,
+            "{} again",
+            show(&step)
+        );
+        assert_eq!(
+            aof_size(&mut c),
+            size,
+            "{} again wrote to the AOF",
+            show(&step)
+        );
+    }
+    let before = held(&mut c, "k");
+    server.restart();
+    let mut c = server.conn();
+    let after = held(&mut c, "k");
+    assert_eq!(
+        (after.owner, after.token, after.count),
+        (before.owner, before.token, 2)
+    );
+}
