@@ -734,7 +734,6 @@ fn wrong_arity_is_the_standard_error() {
         cmd!("LOCK.ACQUIRE", "k", "o"),
         cmd!("LOCK.REENTER", "k", "o"),
         cmd!("LOCK.RELEASE", "k"),
-        cmd!("LOCK.RELEASE", "k", "o", "x"),
         cmd!("LOCK.RENEW", "k", "o"),
         cmd!("LOCK.RENEW", "k", "o", 100, 1),
         cmd!("LOCK.WAIT", "k", "o", 100),
@@ -748,10 +747,12 @@ fn wrong_arity_is_the_standard_error() {
         assert!(e.starts_with(ARITY), "{} replied {e}", show(&cmd));
     }
     // Since shared holds the acquiring commands take optional mode words (arity -4/-5), so a
-    // word past the fixed arguments that is not a mode is a syntax error, not an arity error.
+    // word past the fixed arguments that is not a mode is a syntax error, not an arity error;
+    // so is one that is not `FROM c` after a release's owner (arity -3 since `FROM`).
     for cmd in [
         cmd!("LOCK.ACQUIRE", "k", "o", 100, "extra"),
         cmd!("LOCK.REENTER", "k", "o", 100, 1),
+        cmd!("LOCK.RELEASE", "k", "o", "x"),
         cmd!("LOCK.WAIT", "k", "o", 100, 100, 1),
     ] {
         let e = error(&mut c, cmd.clone());
@@ -890,5 +891,579 @@ fn holder_keeps_its_hold_while_waiters_are_queued() {
     assert_eq!(
         (i.owner.as_slice(), i.token, i.count, i.waiters),
         (&b"w"[..], granted, 1, 0)
+    );
+}
+
+// --- Commands a client may send twice: FROM c ---------------------------------------------------
+
+/// Everything a step could change at `keys`, as the master and (after `WAIT`) a replica show
+/// it: the lock (its TTL as the absolute `PEXPIRETIME`, so that a reset lease shows), its
+/// holders, its journal; and the server's counters and replication offset.
+#[derive(Debug, PartialEq)]
+struct Snapshot {
+    keys: Vec<(Value, Value, i64, Value)>,
+    counters: Vec<i64>,
+    repl_offset: i64,
+}
+
+/// A reply without its `ttl` pairs (a flat RESP2 map, or a list of them): what stays the same
+/// while time passes.
+fn without_ttl(v: Value) -> Value {
+    match v {
+        Value::Array(items) if items.iter().all(|i| matches!(i, Value::Array(_))) => {
+            Value::Array(items.into_iter().map(without_ttl).collect())
+        }
+        Value::Array(items) => Value::Array(
+            items
+                .chunks(2)
+                .filter(|p| p[0] != Value::BulkString(b"ttl".to_vec()))
+                .flatten()
+                .cloned()
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+fn lock_state(c: &mut Connection, key: &str) -> (Value, Value, i64, Value) {
+    let info: Value = cmd!("LOCK.INFO", key).query(c).unwrap();
+    let holders: Value = cmd!("LOCK.HOLDERS", key).query(c).unwrap_or(Value::Nil);
+    let history: Value = cmd!("LOCK.HISTORY", key, 100).query(c).unwrap();
+    (
+        without_ttl(info),
+        without_ttl(holders),
+        int(c, cmd!("PEXPIRETIME", key)),
+        history,
+    )
+}
+
+fn repl_offset(c: &mut Connection) -> i64 {
+    let info: String = cmd!("INFO", "replication").query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix("master_repl_offset:")?.parse().ok())
+        .expect("master_repl_offset")
+}
+
+fn snapshot(c: &mut Connection, keys: &[&str]) -> Snapshot {
+    Snapshot {
+        keys: keys.iter().map(|k| lock_state(c, k)).collect(),
+        counters: [
+            "acquired_total",
+            "released_total",
+            "renewed_total",
+            "contended_total",
+            "granted_total",
+            "last_token",
+        ]
+        .iter()
+        .map(|f| common::info_field(c, f))
+        .collect(),
+        repl_offset: repl_offset(c),
+    }
+}
+
+/// A master with a replica attached, for the replication effects of steps and their repeats.
+fn master_and_replica() -> (Server, Server) {
+    let master = Server::start();
+    let replica = Server::start();
+    common::attach_replica(&master, &replica);
+    // No replication ping moves the offset while a test compares it.
+    let _: () = cmd!("CONFIG", "SET", "repl-ping-replica-period", 3600)
+        .query(&mut master.conn())
+        .unwrap();
+    (master, replica)
+}
+
+/// The replica has everything the master wrote, and shows the same locks at `keys`.
+fn assert_replica_agrees(m: &mut Connection, r: &mut Connection, keys: &[&str], what: &str) {
+    assert_eq!(int(m, cmd!("WAIT", 1, 5000)), 1, "{what}: WAIT");
+    for key in keys {
+        let (mi, mh, mx, _) = lock_state(m, key);
+        let (ri, rh, rx, _) = lock_state(r, key);
+        assert_eq!((ri, rh, rx), (mi, mh, mx), "{what}: the replica's {key}");
+    }
+}
+
+/// Runs `step`, which must answer `answer`, then runs it again: the repeat answers the same and
+/// changes nothing, on the master or its replica (nothing replicated: the offset stays).
+fn step_then_repeat(
+    m: &mut Connection,
+    r: &mut Connection,
+    keys: &[&str],
+    step: redis::Cmd,
+    answer: Value,
+) {
+    let what = show(&step);
+    assert_eq!(step.query::<Value>(m).unwrap(), answer, "{what}");
+    assert_replica_agrees(m, r, keys, &what);
+    let before = snapshot(m, keys);
+    // Time passes, so that a lease reset by the repeat would show in PEXPIRETIME.
+    thread::sleep(Duration::from_millis(3));
+    assert_eq!(
+        step.query::<Value>(m).unwrap(),
+        answer,
+        "{what}, sent again"
+    );
+    assert_eq!(
+        snapshot(m, keys),
+        before,
+        "{what}, sent again, changed something"
+    );
+    assert_replica_agrees(m, r, keys, &format!("{what}, sent again"));
+}
+
+#[test]
+fn a_step_sent_twice_changes_the_hold_once() {
+    let (master, replica) = master_and_replica();
+    let (mut m, mut r) = (master.conn(), replica.conn());
+    let n = Value::Int;
+    let k = ["k"];
+    step_then_repeat(
+        &mut m,
+        &mut r,
+        &k,
+        cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 0),
+        n(1),
+    );
+    step_then_repeat(
+        &mut m,
+        &mut r,
+        &k,
+        cmd!("LOCK.REENTER", "k", "o", 60_000, "from", 1),
+        n(2),
+    );
+    step_then_repeat(
+        &mut m,
+        &mut r,
+        &k,
+        cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 2),
+        n(3),
+    );
+    assert_eq!(held(&mut m, "k").count, 3);
+    step_then_repeat(
+        &mut m,
+        &mut r,
+        &k,
+        cmd!("LOCK.RELEASE", "k", "o", "FROM", 3),
+        n(2),
+    );
+    step_then_repeat(
+        &mut m,
+        &mut r,
+        &k,
+        cmd!("LOCK.RELEASE", "k", "o", "FROM", 2),
+        n(1),
+    );
+    // The last level hands the lock to a waiter; its repeat finds the hold gone (nil) and
+    // touches nothing of the waiter's new hold.
+    let mut w = master.conn();
+    let waiter = thread::spawn(move || int(&mut w, cmd!("LOCK.WAIT", "k", "w", 60_000, 10_000)));
+    assert!(
+        common::eventually(Duration::from_secs(10), || held(&mut m, "k").waiters == 1),
+        "the waiter queued"
+    );
+    assert_eq!(int(&mut m, cmd!("LOCK.RELEASE", "k", "o", "FROM", 1)), 0);
+    let token = waiter.join().unwrap();
+    step_then_repeat_nil(
+        &mut m,
+        &mut r,
+        "k",
+        cmd!("LOCK.RELEASE", "k", "o", "FROM", 1),
+    );
+    assert_eq!(
+        (held(&mut m, "k").owner, held(&mut m, "k").token),
+        (b"w".to_vec(), token)
+    );
+
+    // A shared hold: the same rule on the holder's own count.
+    let s = ["s"];
+    let shared = |from: i64| {
+        cmd!(
+            "LOCK.REENTER",
+            "s",
+            "o",
+            60_000,
+            "SHARED",
+            "LIMIT",
+            3,
+            "FROM",
+            from
+        )
+    };
+    int(
+        &mut m,
+        cmd!("LOCK.ACQUIRE", "s", "other", 60_000, "SHARED", "LIMIT", 3),
+    );
+    step_then_repeat(&mut m, &mut r, &s, shared(0), n(1));
+    step_then_repeat(&mut m, &mut r, &s, shared(1), n(2));
+    step_then_repeat(
+        &mut m,
+        &mut r,
+        &s,
+        cmd!("LOCK.RELEASE", "s", "o", "FROM", 2),
+        n(1),
+    );
+
+    // A group: each key by the RELEASE rule.
+    let g = ["{g}a", "{g}b"];
+    for key in g {
+        assert_eq!(
+            int(&mut m, cmd!("LOCK.REENTER", key, "o", 60_000, "FROM", 0)),
+            1
+        );
+        assert_eq!(
+            int(&mut m, cmd!("LOCK.REENTER", key, "o", 60_000, "FROM", 1)),
+            2
+        );
+    }
+    let mrelease = |from: i64| cmd!("LOCK.MRELEASE", 2, g[0], g[1], "o", "FROM", from);
+    step_then_repeat(&mut m, &mut r, &g, mrelease(2), n(2));
+    assert_eq!(int(&mut m, mrelease(1)), 2);
+    // Both holds are gone: the repeat releases nothing and says so.
+    step_then_repeat(&mut m, &mut r, &g, mrelease(1), n(0));
+}
+
+/// `step`, which finds nothing of its owner's left, answers nil and changes nothing.
+fn step_then_repeat_nil(m: &mut Connection, r: &mut Connection, key: &str, step: redis::Cmd) {
+    assert_replica_agrees(m, r, &[key], "before");
+    let before = snapshot(m, &[key]);
+    assert_eq!(
+        step.query::<Value>(m).unwrap(),
+        Value::Nil,
+        "{}",
+        show(&step)
+    );
+    assert_eq!(
+        snapshot(m, &[key]),
+        before,
+        "{} changed something",
+        show(&step)
+    );
+}
+
+#[test]
+fn a_step_from_another_count_is_an_error_that_changes_nothing() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(
+        int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 0)),
+        1
+    );
+    assert_eq!(
+        int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 1)),
+        2
+    );
+    let before = snapshot(&mut c, &["k"]);
+    #[rustfmt::skip]
+    let wrong = [
+        (cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 0), "ERR hold count is 2, not 0"),
+        (cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 3), "ERR hold count is 2, not 3"),
+        (cmd!("LOCK.RELEASE", "k", "o", "FROM", 1),         "ERR hold count is 2, not 1"),
+        (cmd!("LOCK.RELEASE", "k", "o", "FROM", 4),         "ERR hold count is 2, not 4"),
+        // One key of a group off: the whole group is refused before anything changes.
+        (cmd!("LOCK.MRELEASE", 2, "{k}free", "k", "o", "FROM", 1), "ERR hold count is 2, not 1"),
+    ];
+    for (cmd, expected) in wrong {
+        assert_eq!(error(&mut c, cmd.clone()), expected, "{}", show(&cmd));
+    }
+    assert_eq!(
+        snapshot(&mut c, &["k"]),
+        before,
+        "a mismatch changed something"
+    );
+    // MRELEASE on a key in step and one off: nothing released on either.
+    assert_eq!(
+        int(&mut c, cmd!("LOCK.REENTER", "{k}x", "o", 60_000, "FROM", 0)),
+        1
+    );
+    assert_eq!(
+        error(
+            &mut c,
+            cmd!("LOCK.MRELEASE", 2, "{k}x", "k", "o", "FROM", 1)
+        ),
+        "ERR hold count is 2, not 1"
+    );
+    assert_eq!(
+        held(&mut c, "{k}x").count,
+        1,
+        "the key in step was not released"
+    );
+}
+
+#[test]
+fn from_counts_are_checked() {
+    let server = Server::start();
+    let mut c = server.conn();
+    int(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 60_000));
+    let before = snapshot(&mut c, &["k"]);
+    for bad in ["-1", "x", "4294967296", "01", "1.0", ""] {
+        for cmd in [
+            cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", bad),
+            cmd!("LOCK.REENTER", "k", "o", 60_000, "SHARED", "FROM", bad),
+            cmd!("LOCK.RELEASE", "k", "o", "FROM", bad),
+            cmd!("LOCK.MRELEASE", 1, "k", "o", "FROM", bad),
+        ] {
+            assert_eq!(
+                error(&mut c, cmd.clone()),
+                "ERR invalid count",
+                "{}",
+                show(&cmd)
+            );
+        }
+    }
+    // 0 is "I hold nothing yet" for a re-entry, and no step at all for a release.
+    for cmd in [
+        cmd!("LOCK.RELEASE", "k", "o", "FROM", 0),
+        cmd!("LOCK.MRELEASE", 1, "k", "o", "FROM", 0),
+    ] {
+        assert_eq!(
+            error(&mut c, cmd.clone()),
+            "ERR invalid count",
+            "{}",
+            show(&cmd)
+        );
+    }
+    #[rustfmt::skip]
+    let syntax = [
+        cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 1, "FROM", 1),
+        cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM"),
+        cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 1, "SHARED"),
+        cmd!("LOCK.RELEASE", "k", "o", "FROM", 1, "FROM", 1),
+        cmd!("LOCK.RELEASE", "k", "o", "FROM"),
+        cmd!("LOCK.RELEASE", "k", "o", "UNTIL", 1),
+        cmd!("LOCK.MRELEASE", 1, "k", "o", "FROM", 1, "FROM", 1),
+        cmd!("LOCK.MRELEASE", 1, "k", "o", "FROM"),
+        cmd!("LOCK.MRELEASE", 1, "k", "o", "UNTIL", 1),
+    ];
+    for cmd in syntax {
+        assert_eq!(
+            error(&mut c, cmd.clone()),
+            "ERR syntax error",
+            "{}",
+            show(&cmd)
+        );
+    }
+    // The words before FROM are checked first, in their order.
+    assert_eq!(
+        error(&mut c, cmd!("LOCK.REENTER", "k", "o", 0, "FROM", "x")),
+        "ERR invalid ttl_ms"
+    );
+    assert_eq!(
+        error(
+            &mut c,
+            cmd!(
+                "LOCK.REENTER",
+                "k",
+                "o",
+                1,
+                "SHARED",
+                "LIMIT",
+                0,
+                "FROM",
+                "x"
+            )
+        ),
+        "ERR invalid limit"
+    );
+    assert_eq!(
+        error(&mut c, cmd!("LOCK.RELEASE", "k", "", "FROM", "x")),
+        "ERR invalid owner"
+    );
+    assert_eq!(
+        snapshot(&mut c, &["k"]),
+        before,
+        "a refused command changed something"
+    );
+    // The largest count is a count (this hold's is another).
+    assert_eq!(
+        error(
+            &mut c,
+            cmd!("LOCK.RELEASE", "k", "o", "FROM", 4_294_967_295u64)
+        ),
+        "ERR hold count is 1, not 4294967295"
+    );
+}
+
+/// An inner re-entry (FROM c >= 1) whose outer hold is gone (expired, deleted, force-released,
+/// taken by another) answers nil: never a fresh hold the caller would believe nested.
+#[test]
+fn an_inner_reentry_into_a_lost_hold_is_nil() {
+    let server = Server::start();
+    let mut c = server.conn();
+    assert_eq!(
+        int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 0)),
+        1
+    );
+    let _: i64 = cmd!("DEL", "k").query(&mut c).unwrap();
+    let before = snapshot(&mut c, &["k"]);
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 1)),
+        None
+    );
+    assert_eq!(exists(&mut c, "k"), 0, "no fresh hold");
+    assert_eq!(snapshot(&mut c, &["k"]), before);
+    // Another holds it now.
+    let token = int(&mut c, cmd!("LOCK.ACQUIRE", "k", "b", 60_000));
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 2)),
+        None
+    );
+    assert_eq!(
+        (held(&mut c, "k").owner, held(&mut c, "k").token),
+        (b"b".to_vec(), token)
+    );
+    // A shared key where the caller holds nothing any more.
+    assert_eq!(
+        int_or_nil(
+            &mut c,
+            cmd!("LOCK.REENTER", "s", "r", 60_000, "SHARED", "FROM", 0)
+        ),
+        Some(1)
+    );
+    let _: i64 = cmd!("LOCK.FORCERELEASE", "s", "r").query(&mut c).unwrap();
+    assert_eq!(
+        int_or_nil(
+            &mut c,
+            cmd!("LOCK.REENTER", "s", "r", 60_000, "SHARED", "FROM", 1)
+        ),
+        None
+    );
+    assert_eq!(exists(&mut c, "s"), 0);
+    // Without FROM, a re-entry takes a free key as it always did.
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "s", "r", 60_000)),
+        Some(1)
+    );
+}
+
+/// A re-send staged for real: the command reaches the server and runs, its reply is lost with
+/// the connection (reset by a proxy), and the client sends it again on a new connection, as a
+/// driver's retry does. With FROM the hold moves once; without, twice (the hazard it fixes).
+#[test]
+fn a_command_resent_after_a_lost_reply_applies_once() {
+    let server = Server::start();
+    let proxy = common::cut::CutProxy::start(server.port);
+    let mut direct = server.conn();
+    // Sends `cmd` through the proxy losing its reply, then again on a new connection: the
+    // second answer.
+    let lost_then_resent = |cmd: redis::Cmd| -> Value {
+        let mut first = proxy.conn();
+        let _: String = cmd!("PING").query(&mut first).unwrap();
+        let cuts = proxy.cuts();
+        proxy.cut_next_reply();
+        let lost = cmd.query::<Value>(&mut first);
+        assert!(
+            lost.is_err(),
+            "{}: the reply was not lost: {lost:?}",
+            show(&cmd)
+        );
+        assert_eq!(proxy.cuts(), cuts + 1, "{}", show(&cmd));
+        let mut again = proxy.conn();
+        cmd.query::<Value>(&mut again).unwrap()
+    };
+    let n = Value::Int;
+    let reenter = |from: i64| cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", from);
+    assert_eq!(lost_then_resent(reenter(0)), n(1));
+    assert_eq!(held(&mut direct, "k").count, 1);
+    assert_eq!(lost_then_resent(reenter(1)), n(2));
+    assert_eq!(held(&mut direct, "k").count, 2);
+    assert_eq!(
+        lost_then_resent(cmd!("LOCK.RELEASE", "k", "o", "FROM", 2)),
+        n(1)
+    );
+    assert_eq!(held(&mut direct, "k").count, 1);
+    // The last level: the hold ended once; the re-send finds it gone.
+    assert_eq!(
+        lost_then_resent(cmd!("LOCK.RELEASE", "k", "o", "FROM", 1)),
+        Value::Nil
+    );
+    assert_eq!(exists(&mut direct, "k"), 0);
+    // A group.
+    for key in ["{g}a", "{g}b"] {
+        assert_eq!(
+            int(
+                &mut direct,
+                cmd!("LOCK.REENTER", key, "o", 60_000, "FROM", 0)
+            ),
+            1
+        );
+        assert_eq!(
+            int(
+                &mut direct,
+                cmd!("LOCK.REENTER", key, "o", 60_000, "FROM", 1)
+            ),
+            2
+        );
+    }
+    let mrelease = cmd!("LOCK.MRELEASE", 2, "{g}a", "{g}b", "o", "FROM", 2);
+    assert_eq!(lost_then_resent(mrelease), n(2));
+    assert_eq!(held(&mut direct, "{g}a").count, 1);
+    assert_eq!(held(&mut direct, "{g}b").count, 1);
+    // Without FROM a re-sent step counts twice: what a client must not do.
+    assert_eq!(
+        int(&mut direct, cmd!("LOCK.REENTER", "old", "o", 60_000)),
+        1
+    );
+    assert_eq!(
+        lost_then_resent(cmd!("LOCK.REENTER", "old", "o", 60_000)),
+        n(3)
+    );
+}
+
+/// The AOF gets what replicas get: each applied step once, nothing for a repeat (the file does
+/// not grow), and a restart from it finds the hold as the steps left it.
+#[test]
+fn the_aof_has_each_step_once() {
+    let mut server = Server::with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut c = server.conn();
+    let aof_size = |c: &mut Connection| -> i64 {
+        let info: String = cmd!("INFO", "persistence").query(c).unwrap();
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix("aof_current_size:")?.parse().ok())
+            .expect("aof_current_size")
+    };
+    let steps = [
+        (
+            cmd!("LOCK.REENTER", "k", "o", 600_000, "FROM", 0),
+            Value::Int(1),
+        ),
+        (
+            cmd!("LOCK.REENTER", "k", "o", 600_000, "FROM", 1),
+            Value::Int(2),
+        ),
+        (
+            cmd!("LOCK.REENTER", "k", "o", 600_000, "FROM", 2),
+            Value::Int(3),
+        ),
+        (cmd!("LOCK.RELEASE", "k", "o", "FROM", 3), Value::Int(2)),
+    ];
+    for (step, answer) in steps {
+        assert_eq!(
+            step.query::<Value>(&mut c).unwrap(),
+            answer,
+            "{}",
+            show(&step)
+        );
+        let size = aof_size(&mut c);
+        assert_eq!(
+            step.query::<Value>(&mut c).unwrap(),
+            answer,
+            "{} again",
+            show(&step)
+        );
+        assert_eq!(
+            aof_size(&mut c),
+            size,
+            "{} again wrote to the AOF",
+            show(&step)
+        );
+    }
+    let before = held(&mut c, "k");
+    server.restart();
+    let mut c = server.conn();
+    let after = held(&mut c, "k");
+    assert_eq!(
+        (after.owner, after.token, after.count),
+        (before.owner, before.token, 2)
     );
 }

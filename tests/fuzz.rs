@@ -339,8 +339,7 @@ fn expected_arg_error(cmd: &[Vec<u8>]) -> Option<&'static str> {
     let n = cmd.len();
     // Mode words after an acquire's fixed arguments (spec: shared holds): SHARED, or
     // SHARED LIMIT n with 1 <= n <= 10^6, case-insensitive; anything else is a syntax error.
-    let mode_ok = |from: usize| -> (bool, &'static str) {
-        let w = &cmd[from..];
+    let mode_in = |w: &[Vec<u8>]| -> (bool, &'static str) {
         let is = |i: usize, word: &[u8]| w[i].eq_ignore_ascii_case(word);
         match w.len() {
             0 => (true, ""),
@@ -351,8 +350,50 @@ fn expected_arg_error(cmd: &[Vec<u8>]) -> Option<&'static str> {
             _ => (false, "ERR syntax error"),
         }
     };
+    let mode_ok = |from: usize| mode_in(&cmd[from..]);
+    // A trailing `FROM c` (LOCK.REENTER c >= 0, the releases c >= 1) is split off first (a
+    // `FROM` anywhere else is a syntax error), then the words before it are checked, then c.
+    fn split_from(w: &[Vec<u8>]) -> (&[Vec<u8>], Option<&Vec<u8>>) {
+        match w.len() {
+            len if len >= 2 && w[len - 2].eq_ignore_ascii_case(b"FROM") => {
+                (&w[..len - 2], Some(&w[len - 1]))
+            }
+            _ => (w, None),
+        }
+    }
+    let no_other_from = |rest: &[Vec<u8>]| {
+        (
+            !rest.iter().any(|w| w.eq_ignore_ascii_case(b"FROM")),
+            "ERR syntax error",
+        )
+    };
+    let count_ok = |count: Option<&Vec<u8>>, min: i64| {
+        (
+            count.is_none_or(|c| in_range(c, min, u32::MAX as i64)),
+            "ERR invalid count",
+        )
+    };
     let checks: Vec<(bool, &'static str)> = match name.as_str() {
-        "LOCK.ACQUIRE" | "LOCK.REENTER" if n >= 4 => {
+        "LOCK.REENTER" if n >= 4 => {
+            let (rest, count) = split_from(&cmd[4..]);
+            vec![
+                (owner_ok(2), "ERR invalid owner"),
+                (ttl_ok(3), "ERR invalid ttl_ms"),
+                no_other_from(rest),
+                mode_in(rest),
+                count_ok(count, 0),
+            ]
+        }
+        "LOCK.RELEASE" if n >= 3 => {
+            let (rest, count) = split_from(&cmd[3..]);
+            vec![
+                (owner_ok(2), "ERR invalid owner"),
+                no_other_from(rest),
+                (rest.is_empty(), "ERR syntax error"),
+                count_ok(count, 1),
+            ]
+        }
+        "LOCK.ACQUIRE" if n >= 4 => {
             vec![
                 (owner_ok(2), "ERR invalid owner"),
                 (ttl_ok(3), "ERR invalid ttl_ms"),
@@ -365,7 +406,6 @@ fn expected_arg_error(cmd: &[Vec<u8>]) -> Option<&'static str> {
                 (ttl_ok(3), "ERR invalid ttl_ms"),
             ]
         }
-        "LOCK.RELEASE" if n == 3 => vec![(owner_ok(2), "ERR invalid owner")],
         "LOCK.WAIT" if n >= 5 => vec![
             (owner_ok(2), "ERR invalid owner"),
             (ttl_ok(3), "ERR invalid ttl_ms"),
@@ -420,6 +460,7 @@ fn plausible(cmd: &[Vec<u8>], reply: &Reply) -> bool {
         (None, Reply::Error(e)) => {
             let state_error = e.starts_with("WRONGTYPE")
                 || (upper == "LOCK.REENTER" && e == "ERR reentrancy limit reached")
+                || e.starts_with("ERR hold count is ")
                 || e.starts_with("ERR lock is held in another mode")
                 || e.starts_with("ERR lock has another limit (")
                 || e == "ERR fencing token space exhausted";
@@ -487,6 +528,27 @@ fn the_reply_oracle_knows_the_argument_rules() {
     assert!(!plausible(
         &c(&["LOCK.ACQUIRE", "k", "o", "0"]),
         &Reply::Nil
+    ));
+    // `FROM c` (since issue 29): last, once, c >= 0 on a re-entry, >= 1 on a release.
+    #[rustfmt::skip]
+    let from_rows: &[(&[&str], Option<&str>)] = &[
+        (&["LOCK.RELEASE", "k", "o", "FROM", "1"],                 None),
+        (&["LOCK.RELEASE", "k", "o", "from", "0"],                 Some("ERR invalid count")),
+        (&["LOCK.RELEASE", "k", "o", "x"],                         Some("ERR syntax error")),
+        (&["LOCK.RELEASE", "k", "o", "FROM", "1", "FROM", "1"],    Some("ERR syntax error")),
+        (&["LOCK.RELEASE", "k", "", "FROM", "x"],                  Some("ERR invalid owner")),
+        (&["LOCK.REENTER", "k", "o", "1", "FROM", "0"],            None),
+        (&["LOCK.REENTER", "k", "o", "1", "SHARED", "FROM", "-1"], Some("ERR invalid count")),
+        (&["LOCK.REENTER", "k", "o", "1", "SHARED", "LIMIT", "0", "FROM", "x"], Some("ERR invalid limit")),
+        (&["LOCK.REENTER", "k", "o", "1", "FROM", "1", "SHARED"],  Some("ERR syntax error")),
+        (&["LOCK.ACQUIRE", "k", "o", "1", "FROM", "1"],            Some("ERR syntax error")),
+    ];
+    for (cmd, expected) in from_rows {
+        assert_eq!(expected_arg_error(&c(cmd)), *expected, "{cmd:?}");
+    }
+    assert!(plausible(
+        &c(&["LOCK.RELEASE", "k", "o", "FROM", "3"]),
+        &Reply::Error("ERR hold count is 1, not 3".into())
     ));
 }
 

@@ -249,7 +249,8 @@ fn command_info_has_arity_flags_and_keys() {
     let server = Server::start();
     let mut c = server.conn();
     // Since shared holds, the acquiring commands take optional mode words (arity -4/-5),
-    // LOCK.FORCERELEASE an optional owner (-2); LOCK.HOLDERS and LOCK.DROP are new. The groups
+    // LOCK.FORCERELEASE an optional owner (-2), LOCK.RELEASE an optional `FROM c` (-3);
+    // LOCK.HOLDERS and LOCK.DROP are new. The groups
     // find their keys by a keynum key spec: `movablekeys`, no fixed key positions.
     let expected: [(&str, i64, &[&str], &[&str]); 19] = [
         (
@@ -266,7 +267,7 @@ fn command_info_has_arity_flags_and_keys() {
         ),
         (
             "lock.release",
-            3,
+            -3,
             &["write", "fast"],
             &["readonly", "admin", "denyoom"],
         ),
@@ -512,8 +513,20 @@ fn command_docs_have_a_summary_and_every_argument() {
     for (name, before) in [("LOCK.ACQUIRE", 3), ("LOCK.REENTER", 3), ("LOCK.WAIT", 4)] {
         let args = doc_args(&command_docs(&mut c, name));
         let names: Vec<&str> = args.iter().map(|a| a.name.as_str()).collect();
-        assert_eq!(args.len(), before + 3, "{name}: {names:?}");
-        assert_eq!(args[before..], mode, "{name}");
+        assert_eq!(args[before..before + 3], mode, "{name}: {names:?}");
+        let from = usize::from(name == "LOCK.REENTER");
+        assert_eq!(args.len(), before + 3 + from, "{name}: {names:?}");
+    }
+    // The count a step moves from, after everything else: optional, with its token.
+    let from = arg("count", "integer", "FROM");
+    for (name, position) in [
+        ("LOCK.REENTER", 6),
+        ("LOCK.RELEASE", 2),
+        ("LOCK.MRELEASE", 3),
+    ] {
+        let args = doc_args(&command_docs(&mut c, name));
+        assert_eq!(args.len(), position + 1, "{name}: {args:?}");
+        assert_eq!(args[position], from, "{name}");
     }
     let summary = text(
         &command_docs(&mut c, "LOCK.ACQUIRE")
@@ -526,7 +539,7 @@ fn command_docs_have_a_summary_and_every_argument() {
     // A group: numkeys, then its keys (several), then the rest.
     for (name, rest) in [
         ("LOCK.MACQUIRE", &["owner", "ttl_ms"][..]),
-        ("LOCK.MRELEASE", &["owner"]),
+        ("LOCK.MRELEASE", &["owner", "count"]),
         ("LOCK.MRENEW", &["owner", "ttl_ms"]),
     ] {
         let args = doc_args(&command_docs(&mut c, name));

@@ -196,6 +196,7 @@ impl Relock {
             ttl,
             false,
             self.mode,
+            None,
         )
         .await
     }
@@ -211,7 +212,7 @@ impl Relock {
             // A new owner per round: the background release of a failed round can then never
             // hit a later round's grants.
             let owner = self.make_owner();
-            match Lock::attempt(&self.masters, key, &owner, ttl, false, self.mode).await {
+            match Lock::attempt(&self.masters, key, &owner, ttl, false, self.mode, None).await {
                 Ok(lock) => return Ok(lock),
                 Err(e) if e.is_permanent() => return Err(e),
                 Err(e) if tries_left == 0 => return Err(e),
@@ -228,7 +229,7 @@ impl Relock {
     /// further call by the same owner adds one to its hold count (and resets the ttl); the lock is
     /// gone after as many releases. One round, no retry. See also [`Lock::reenter`].
     pub async fn reenter(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lock, Error> {
-        Lock::attempt(&self.masters, key, owner, ttl, true, self.mode).await
+        Lock::attempt(&self.masters, key, owner, ttl, true, self.mode, None).await
     }
 
     /// Blocking acquisition with `LOCK.WAIT`: waits, without polling, until the lock is granted

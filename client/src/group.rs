@@ -101,10 +101,12 @@ fn parse_released(replies: Vec<Value>) -> Reply<Released> {
     Ok((held > 0).then_some(Released { holds_left: 0 }))
 }
 
+/// `LOCK.MRELEASE numkeys key... owner FROM 1`: a group's holds are a fresh owner's grants
+/// (count 1), so a release sent twice releases once.
 fn mrelease(keys: &[String], owner: &str) -> redis::Cmd {
     let mut cmd = redis::cmd("LOCK.MRELEASE");
     numkeys(&mut cmd, keys);
-    cmd.arg(owner);
+    cmd.arg(owner).arg("FROM").arg(1);
     cmd
 }
 

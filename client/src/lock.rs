@@ -30,7 +30,22 @@ pub struct Lock {
     reentrant: bool,
     /// How it is held (and with how many permits); a re-entry asks for the same.
     mode: Ask,
+    /// The hold's count on each master, shared by the handles of one hold (this lock and the
+    /// re-entries made from it): each `LOCK.REENTER` and `LOCK.RELEASE` names the count it
+    /// moves from (`FROM c`), so that a command sent twice changes the hold once.
+    counts: Counts,
     released: bool,
+}
+
+/// Per master, the count of a hold as its handles know it (`None`: not held there, as far as
+/// they know). Locked across each step, so that the steps of one hold go one at a time.
+pub(crate) type Counts = Arc<tokio::sync::Mutex<Vec<Option<u32>>>>;
+
+/// A fresh owner's grants: count 1 where a master granted.
+fn granted_once(tokens: &[Option<u64>]) -> Counts {
+    Arc::new(tokio::sync::Mutex::new(
+        tokens.iter().map(|t| t.map(|_| 1)).collect(),
+    ))
 }
 
 impl std::fmt::Debug for Lock {
@@ -50,6 +65,9 @@ impl Lock {
     /// `owner`, no retry. On failure the masters are released at once (in the background for
     /// `LOCK.ACQUIRE`, whose owner is never used again, so that a stopped master does not hold
     /// up the caller twice; only where a count was added for `LOCK.REENTER`).
+    ///
+    /// A re-entry names the count it moves from: `chain`'s (the hold it re-enters), or, with
+    /// no chain, the count each master reports first.
     pub(crate) async fn attempt(
         masters: &Arc<Masters>,
         key: &str,
@@ -57,6 +75,7 @@ impl Lock {
         ttl: Duration,
         reentrant: bool,
         mode: Ask,
+        chain: Option<&Counts>,
     ) -> Result<Lock, Error> {
         let ttl = check_ttl(ttl)?;
         let ttl_ms = ttl.as_millis() as u64;
@@ -67,14 +86,25 @@ impl Lock {
         };
         // A reentrant hold cannot be undone blindly: only the counts it added are released.
         let abandoned = (!reentrant).then(|| Abandoned::new(masters, key, owner));
-        let round = masters.write_round(key, owner, ttl_ms, write).await;
+        // The steps of one hold go one at a time: its count is locked until this one is done.
+        let mut known = match chain {
+            Some(chain) => Some(chain.lock().await),
+            None => None,
+        };
+        let from: Option<Vec<Option<u32>>> = known
+            .as_ref()
+            .map(|counts| counts.iter().map(|c| Some(c.unwrap_or(0))).collect());
+        let (round, after) = masters
+            .write_round_from(key, owner, ttl_ms, write, from.as_deref())
+            .await;
         if let Some(abandoned) = abandoned {
             abandoned.disarm();
         }
         let Some(valid_until) = round.valid_until(ttl) else {
             if reentrant {
+                // Each count added comes off again, naming the count it added.
                 masters
-                    .release_round(key, owner, Some(&round.agreed_by()))
+                    .release_round_from(key, owner, Some(&round.agreed_by()), Some(&after))
                     .await;
             } else {
                 masters.release_failed(key, owner, &round).await;
@@ -82,15 +112,30 @@ impl Lock {
             return Err(round.into_acquire_error(key, ttl));
         };
         tracing::debug!(key, owner, ?valid_until, "lock acquired");
+        let tokens = round.into_answers();
+        let counts = if !reentrant {
+            granted_once(&tokens)
+        } else if let (Some(chain), Some(known)) = (chain, known.as_mut()) {
+            for (known, after) in known.iter_mut().zip(&after) {
+                if after.is_some() {
+                    *known = *after;
+                }
+            }
+            chain.clone()
+        } else {
+            Arc::new(tokio::sync::Mutex::new(after))
+        };
+        drop(known);
         Ok(Lock {
             masters: masters.clone(),
             key: key.to_string(),
             owner: owner.to_string(),
             ttl,
-            tokens: round.into_answers(),
+            tokens,
             valid_until,
             reentrant,
             mode,
+            counts,
             released: false,
         })
     }
@@ -110,6 +155,7 @@ impl Lock {
             key: key.to_string(),
             owner: owner.to_string(),
             ttl,
+            counts: granted_once(&tokens),
             tokens,
             valid_until: Instant::now(),
             reentrant: false,
@@ -257,7 +303,16 @@ impl Lock {
     /// Adds one to the hold count with `LOCK.REENTER` (same key, same owner, same mode) and
     /// returns a handle for that extra hold; releasing it takes the count back down by one.
     pub async fn reenter(&self, ttl: Duration) -> Result<Lock, Error> {
-        Lock::attempt(&self.masters, &self.key, &self.owner, ttl, true, self.mode).await
+        Lock::attempt(
+            &self.masters,
+            &self.key,
+            &self.owner,
+            ttl,
+            true,
+            self.mode,
+            Some(&self.counts),
+        )
+        .await
     }
 
     /// Asks the masters' journals why this hold was lost (see [`crate::loss::explain`]).
@@ -294,10 +349,21 @@ impl Lock {
             self.masters
                 .release_late(&self.key, &self.owner, Some(not_granted));
         }
+        // Each master's release names the count it moves from: sent twice, it releases once.
+        let mut counts = self.counts.lock().await;
+        let from = counts.clone();
         let round = self
             .masters
-            .release_round(&self.key, &self.owner, targets.as_deref())
+            .release_round_from(&self.key, &self.owner, targets.as_deref(), Some(&from))
             .await;
+        for (i, (count, answer)) in counts.iter_mut().zip(round.answers()).enumerate() {
+            if targets.as_ref().is_none_or(|t| t.get(i) == Some(&true)) {
+                *count = answer
+                    .and_then(|r| u32::try_from(r.holds_left).ok())
+                    .filter(|left| *left > 0);
+            }
+        }
+        drop(counts);
         tracing::debug!(key = %self.key, released = round.agreed(), "lock released");
         round.into_release_result(&self.key)
     }
@@ -323,6 +389,7 @@ impl Drop for Lock {
             valid_until: self.valid_until,
             reentrant: self.reentrant,
             mode: self.mode,
+            counts: self.counts.clone(),
             released: true,
         };
         let background = lock.background();

@@ -163,40 +163,24 @@ impl Masters {
         ttl_ms: u64,
         write: Write,
     ) -> Round<u64> {
-        let mut pipe = redis::pipe();
-        match write {
-            Write::Acquire(mode) => {
-                pipe.cmd("LOCK.ACQUIRE")
-                    .arg(key)
-                    .arg(owner)
-                    .arg(ttl_ms)
-                    .arg(mode.args());
-            }
-            Write::Renew => {
-                pipe.cmd("LOCK.RENEW").arg(key).arg(owner).arg(ttl_ms);
-            }
-            Write::Downgrade => {
-                pipe.cmd("LOCK.DOWNGRADE").arg(key).arg(owner);
-            }
-            Write::Reenter(mode) => {
-                // The token must be the one of the hold we counted into: read it in the same
-                // transaction (a shared key's LOCK.INFO names no holder: ask for ours).
-                pipe.cmd("MULTI")
-                    .cmd("LOCK.REENTER")
-                    .arg(key)
-                    .arg(owner)
-                    .arg(ttl_ms)
-                    .arg(mode.args());
-                if mode.is_shared() {
-                    pipe.cmd("LOCK.HOLDERS").arg(key).arg("OWNER").arg(owner);
-                } else {
-                    pipe.cmd("LOCK.INFO").arg(key);
-                }
-                pipe.cmd("EXEC");
-            }
-        }
-        let mut undo = redis::cmd("LOCK.RELEASE");
-        undo.arg(key).arg(owner);
+        self.write_round_from(key, owner, ttl_ms, write, None)
+            .await
+            .0
+    }
+
+    /// [`Masters::write_round`], and for a re-entry (`LOCK.REENTER ... FROM c`) each master's
+    /// count before the step in `from` (`None`, or a master's entry `None`: read there first,
+    /// `LOCK.HOLDERS key OWNER owner`). Also returns, per master, the count its hold has after
+    /// the step where it granted (c + 1: the step applied, or a repeat of it that did).
+    pub(crate) async fn write_round_from(
+        self: &Arc<Self>,
+        key: &str,
+        owner: &str,
+        ttl_ms: u64,
+        write: Write,
+        from: Option<&[Option<u32>]>,
+    ) -> (Round<u64>, Vec<Option<u32>>) {
+        let after = Arc::new(std::sync::Mutex::new(vec![None; self.nodes.len()]));
         // A reentrant round waits for every master, so that the release of a failed round
         // only undoes the counts it really added.
         let until = match write {
@@ -206,12 +190,27 @@ impl Masters {
         let round = self.new_round(until);
         let requests: Vec<_> = (0..self.nodes.len())
             .map(|i| {
-                let (masters, pipe, undo, key) =
-                    (self.clone(), pipe.clone(), undo.clone(), key.to_string());
-                spawned(async move { masters.write_on(i, &key, &pipe, &undo, write).await })
+                let (masters, key, owner, after) = (
+                    self.clone(),
+                    key.to_string(),
+                    owner.to_string(),
+                    after.clone(),
+                );
+                let from = from.and_then(|f| f.get(i).copied().flatten());
+                spawned(async move {
+                    let step = Step {
+                        key: &key,
+                        owner: &owner,
+                        ttl_ms,
+                        write,
+                    };
+                    masters.write_on(i, step, from, &after).await
+                })
             })
             .collect();
-        fanout::collect(round, requests, None).await
+        let round = fanout::collect(round, requests, None).await;
+        let after = after.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        (round, after)
     }
 
     /// A round of `pipe` (a group's `LOCK.MACQUIRE`, `LOCK.MRENEW` or `LOCK.MRELEASE`, routed by
@@ -267,23 +266,52 @@ impl Masters {
         fanout::collect(round, requests, None).await
     }
 
-    /// The write of [`Masters::write_round`] on master `i`.
+    /// The write of [`Masters::write_round`] on master `i`; a re-entry's count after it goes
+    /// to `after`.
     async fn write_on(
         &self,
         i: usize,
-        key: &str,
-        pipe: &redis::Pipeline,
-        undo: &redis::Cmd,
-        write: Write,
+        step: Step<'_>,
+        from: Option<u32>,
+        after: &std::sync::Mutex<Vec<Option<u32>>>,
     ) -> Reply<u64> {
+        let Step {
+            key,
+            owner,
+            ttl_ms,
+            write,
+        } = step;
         let node = self.nodes.get(i).ok_or_else(|| no_master(i))?;
         let (acks, timeout, node_timeout) = (
             self.options.acks(),
             self.options.write_timeout(),
             self.options.node_timeout,
         );
-        let (replies, acked) = node.query_acked(key, pipe, acks, timeout).await?;
+        // A re-entry names the count it moves from, read first where it is not known.
+        let from = match (write, from) {
+            (Write::Reenter(_), Some(c)) => Some(c),
+            (Write::Reenter(_), None) => Some(own_count(node, key, owner, node_timeout).await?),
+            _ => None,
+        };
+        let pipe = write.pipe(key, owner, ttl_ms, from);
+        // What takes the step back: the count it added, or the grant.
+        let mut undo = redis::cmd("LOCK.RELEASE");
+        undo.arg(key)
+            .arg(owner)
+            .arg("FROM")
+            .arg(from.map_or(1, |c| c.saturating_add(1)));
+        // A re-entry whose answer never came is taken back on its own connection, behind it:
+        // the count it added (if it ran) comes off, and if it never ran, nothing does.
+        let take_back = from.is_some().then_some(&undo);
+        let (replies, acked) = node
+            .query_acked_or_take_back(key, &pipe, acks, timeout, take_back)
+            .await?;
         let token = write.token(replies)?;
+        if let (Some(_), Some(c)) = (token, from) {
+            if let Some(slot) = after.lock().unwrap_or_else(|p| p.into_inner()).get_mut(i) {
+                *slot = c.checked_add(1);
+            }
+        }
         match (token, acks) {
             // A renewal extends a hold its replicas acknowledged when it was granted. On a
             // master left with fewer replicas than asked (the promoted replica after a
@@ -312,7 +340,7 @@ impl Masters {
             (Some(_), Some(a)) if acked < u64::from(a.replicas) => {
                 // Only a new grant is undone: a renewal or a downgrade changed a hold we keep.
                 if !matches!(write, Write::Renew | Write::Downgrade) {
-                    let _ = node.query::<Option<u64>>(key, undo, timeout).await;
+                    let _ = node.query::<Option<u64>>(key, &undo, timeout).await;
                 }
                 let master = if node.is_cluster() {
                     Some(node.name_for(key, node_timeout).await)
@@ -340,13 +368,27 @@ impl Masters {
         owner: &str,
         targets: Option<&[bool]>,
     ) -> Round<Released> {
+        self.release_round_from(key, owner, targets, None).await
+    }
+
+    /// [`Masters::release_round`] naming the step (`LOCK.RELEASE ... FROM c`): `from` has each
+    /// master's count before it (`None`, or a master's entry `None`: 1, a fresh owner's grant),
+    /// so that a release sent twice takes one level off.
+    pub(crate) async fn release_round_from(
+        self: &Arc<Self>,
+        key: &str,
+        owner: &str,
+        targets: Option<&[bool]>,
+        from: Option<&[Option<u32>]>,
+    ) -> Round<Released> {
         let timeout = self.options.write_timeout();
-        let mut cmd = redis::cmd("LOCK.RELEASE");
-        cmd.arg(key).arg(owner);
         let round = self.new_round(Until::AllAnswered);
         let requests: Vec<_> = (0..self.nodes.len())
             .map(|i| {
-                let (masters, cmd, key) = (self.clone(), cmd.clone(), key.to_string());
+                let from = from.and_then(|f| f.get(i).copied().flatten()).unwrap_or(1);
+                let mut cmd = redis::cmd("LOCK.RELEASE");
+                cmd.arg(key).arg(owner).arg("FROM").arg(from);
+                let (masters, key) = (self.clone(), key.to_string());
                 let skip = targets.is_some_and(|t| !t.get(i).copied().unwrap_or(false));
                 spawned(async move {
                     if skip {
@@ -545,7 +587,74 @@ pub(crate) enum Write {
     Downgrade,
 }
 
+/// One write of a round on one master: what [`Masters::write_on`] sends.
+#[derive(Clone, Copy)]
+struct Step<'a> {
+    key: &'a str,
+    owner: &'a str,
+    ttl_ms: u64,
+    write: Write,
+}
+
+/// The count of `owner`'s hold of `key` on `node` (0: none), for a re-entry that must name it.
+async fn own_count(
+    node: &Node,
+    key: &str,
+    owner: &str,
+    timeout: Duration,
+) -> Result<u32, NodeFailure> {
+    let mut cmd = redis::cmd("LOCK.HOLDERS");
+    cmd.arg(key).arg("OWNER").arg(owner);
+    let holders = parse_holders(node.query::<redis::Value>(key, &cmd, timeout).await?)?;
+    let count = holders
+        .unwrap_or_default()
+        .iter()
+        .find(|h| h.owner == owner)
+        .map_or(0, |h| h.count);
+    u32::try_from(count).map_err(|_| NodeFailure::Protocol(format!("LOCK.HOLDERS count {count}")))
+}
+
 impl Write {
+    /// The pipeline of this write of `key` by `owner`; `from` is a re-entry's count before it.
+    fn pipe(self, key: &str, owner: &str, ttl_ms: u64, from: Option<u32>) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        match self {
+            Write::Acquire(mode) => {
+                pipe.cmd("LOCK.ACQUIRE")
+                    .arg(key)
+                    .arg(owner)
+                    .arg(ttl_ms)
+                    .arg(mode.args());
+            }
+            Write::Renew => {
+                pipe.cmd("LOCK.RENEW").arg(key).arg(owner).arg(ttl_ms);
+            }
+            Write::Downgrade => {
+                pipe.cmd("LOCK.DOWNGRADE").arg(key).arg(owner);
+            }
+            Write::Reenter(mode) => {
+                // The token must be the one of the hold we counted into: read it in the same
+                // transaction (a shared key's LOCK.INFO names no holder: ask for ours). The
+                // count it moves from makes a repeat of the step change nothing.
+                pipe.cmd("MULTI")
+                    .cmd("LOCK.REENTER")
+                    .arg(key)
+                    .arg(owner)
+                    .arg(ttl_ms)
+                    .arg(mode.args())
+                    .arg("FROM")
+                    .arg(from.unwrap_or(0));
+                if mode.is_shared() {
+                    pipe.cmd("LOCK.HOLDERS").arg(key).arg("OWNER").arg(owner);
+                } else {
+                    pipe.cmd("LOCK.INFO").arg(key);
+                }
+                pipe.cmd("EXEC");
+            }
+        }
+        pipe
+    }
+
     /// The token granted (or renewed), or `None` for nil, from the pipeline's replies.
     fn token(self, replies: Vec<redis::Value>) -> Result<Option<u64>, NodeFailure> {
         let protocol = |what: &str| NodeFailure::Protocol(format!("{what}: {replies:?}"));

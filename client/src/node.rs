@@ -225,6 +225,23 @@ impl Node {
         acks: Option<Acks>,
         timeout: Duration,
     ) -> Result<(Vec<Value>, u64), NodeFailure> {
+        self.query_acked_or_take_back(key, pipe, acks, timeout, None)
+            .await
+    }
+
+    /// [`Node::query_acked`]; when `pipe`'s answer does not come in time, `take_back` (if
+    /// given) is sent on the same connection, behind it, so that the server runs it after
+    /// `pipe` (if `pipe` reached it at all), before that connection is given up. Only a
+    /// single server's connection offers that order; a cluster or Sentinel-managed master
+    /// sends nothing more.
+    pub(crate) async fn query_acked_or_take_back(
+        &self,
+        key: &str,
+        pipe: &Pipeline,
+        acks: Option<Acks>,
+        timeout: Duration,
+        take_back: Option<&Cmd>,
+    ) -> Result<(Vec<Value>, u64), NodeFailure> {
         let mut pipe = pipe.clone();
         if let Some(a) = acks {
             // WAIT 0 would mean "forever".
@@ -235,12 +252,20 @@ impl Node {
         }
         let mut values: Vec<Value> = match &self.backend {
             Backend::Server { client, conn } => {
+                let sent = std::sync::Mutex::new(None);
                 let attempt = async {
                     let mut c = shared_conn(client, conn).await?;
+                    *sent.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.clone());
                     pipe.query_async::<Vec<Value>>(&mut c).await
                 };
-                self.server_reply(tokio::time::timeout(timeout, attempt).await, timeout)
-                    .await?
+                let result = tokio::time::timeout(timeout, attempt).await;
+                let sent = sent.into_inner().unwrap_or_else(|p| p.into_inner());
+                if let (Err(_), Some(take_back), Some(mut c)) = (&result, take_back, sent) {
+                    let answer =
+                        tokio::time::timeout(timeout, take_back.query_async::<Value>(&mut c)).await;
+                    tracing::debug!(key, ?answer, "a write without an answer, taken back");
+                }
+                self.server_reply(result, timeout).await?
             }
             Backend::Cluster(cluster) => cluster.call(key, &pipe, timeout).await?,
             Backend::Sentinel(sentinel) => sentinel.call(&pipe, timeout).await?,

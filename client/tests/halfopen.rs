@@ -234,3 +234,46 @@ fn lockctl_renews_through_a_connection_that_went_silent() {
         "released"
     );
 }
+
+/// A re-entry whose answer does not come within the node timeout (a slow link: the command is
+/// on its way, and will run) is taken back on its own connection, behind it: the server runs
+/// the `LOCK.REENTER ... FROM 2`, then the `LOCK.RELEASE ... FROM 3`, and the hold's count is
+/// what it was. The handles' own releases, which name the counts they know, then end the hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_without_an_answer_is_taken_back_on_its_connection() {
+    const KEY: &str = "taken-back";
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let relock = Relock::with_options(
+        &[proxy.url()],
+        Options {
+            node_timeout: Duration::from_millis(200),
+            ..Options::default()
+        },
+    )
+    .expect("client");
+    let count = || {
+        tokio::task::block_in_place(|| common::lock_info(&mut server.conn(), KEY).map(|i| i.count))
+    };
+    let ttl = Duration::from_secs(60);
+    let outer = relock.reenter(KEY, "me", ttl).await.expect("outer");
+    let inner = outer.reenter(ttl).await.expect("inner");
+    assert_eq!(count(), Some(2));
+    let released_before = tokio::task::block_in_place(|| calls(&server, "lock.release"));
+    // Every chunk now takes longer than the node timeout, each way.
+    proxy.delay(Duration::from_millis(600));
+    let lost = inner.reenter(ttl).await;
+    assert!(lost.is_err(), "answered in time: {lost:?}");
+    proxy.delay(Duration::ZERO);
+    let ran = tokio::task::block_in_place(|| {
+        eventually(Duration::from_secs(20), || {
+            calls(&server, "lock.release") > released_before
+        })
+    });
+    assert!(ran, "the re-entry was not taken back");
+    assert_eq!(count(), Some(2), "the count the lost re-entry added stayed");
+    inner.release().await.expect("inner release");
+    assert_eq!(count(), Some(1));
+    outer.release().await.expect("outer release");
+    assert_eq!(count(), None);
+}

@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use relock::lock::args::{count, owner, parse_integer, timeout_ms, token, ttl_ms};
+use relock::lock::args::{count, from_count, owner, parse_integer, timeout_ms, token, ttl_ms};
 
 fuzz_target!(|data: &[u8]| {
     // Redis's string2ll accepts exactly the canonical decimal form of an i64.
@@ -24,6 +24,12 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(c) = count(data) {
         assert!(c >= 1);
+    }
+    // `FROM c`: 0 for a re-entry, at least 1 for a release; one parse for both.
+    match (from_count(data, 0), from_count(data, 1)) {
+        (Ok(0), Err(_)) | (Err(_), Err(_)) => {}
+        (Ok(a), Ok(b)) => assert_eq!(a, b),
+        other => panic!("FROM bounds disagree: {other:?}"),
     }
     match owner(data) {
         Ok(o) => assert!(!o.is_empty() && o.len() <= 256 && o == data),

@@ -124,6 +124,30 @@ pub fn count(bytes: &[u8]) -> Result<u32, ArgError> {
     u32::try_from(count).map_err(|_| ArgError::Count)
 }
 
+/// The count a step expects to move from (`FROM c`): `min` <= c <= 2^32 - 1 (0 for
+/// `LOCK.REENTER`, 1 for the releases).
+pub fn from_count(bytes: &[u8], min: u32) -> Result<u32, ArgError> {
+    Ok(in_range(bytes, u64::from(min), u64::from(u32::MAX), ArgError::Count)? as u32)
+}
+
+/// Words, and the unparsed count of a `FROM c` after them.
+pub type WithFrom<'w, 'a> = (&'w [&'a [u8]], Option<&'a [u8]>);
+
+/// Splits a trailing `FROM c` (the keyword case-insensitive) off `words`: the words before it,
+/// and the count's bytes (unparsed, so that the words before it are checked first). `FROM`
+/// anywhere else, or twice, is a syntax error.
+pub fn split_from<'w, 'a>(words: &'w [&'a [u8]]) -> Result<WithFrom<'w, 'a>, ArgError> {
+    let is_from = |word: &[u8]| word.eq_ignore_ascii_case(b"FROM");
+    let (rest, count) = match words {
+        [rest @ .., word, count] if is_from(word) => (rest, Some(*count)),
+        _ => (words, None),
+    };
+    if rest.iter().any(|word| is_from(word)) {
+        return Err(ArgError::Syntax);
+    }
+    Ok((rest, count))
+}
+
 /// The optional mode after an acquiring command's fixed arguments: nothing (exclusive),
 /// `SHARED`, `SHARED LIMIT n` with 1 <= n <= 10^6, or `SHARED LIMIT n PERMITS p` with
 /// 1 <= p <= n. Keywords are case-insensitive; the limit is checked before the permits.
@@ -478,6 +502,41 @@ mod tests {
         assert_eq!(count(b"0"), Err(ArgError::Count));
         assert_eq!(count(b"4294967295"), Ok(u32::MAX));
         assert_eq!(count(b"4294967296"), Err(ArgError::Count));
+    }
+
+    #[test]
+    fn from_words() {
+        let split = |words: &[&'static [u8]]| -> Result<(usize, Option<&'static [u8]>), ArgError> {
+            let words: Vec<&[u8]> = words.to_vec();
+            split_from(&words).map(|(rest, count)| (rest.len(), count))
+        };
+        assert_eq!(split(&[]), Ok((0, None)));
+        assert_eq!(split(&[b"SHARED"]), Ok((1, None)));
+        assert_eq!(split(&[b"from", b"3"]), Ok((0, Some(&b"3"[..]))));
+        assert_eq!(split(&[b"SHARED", b"FROM", b"x"]), Ok((1, Some(&b"x"[..]))));
+        assert_eq!(
+            split(&[b"FROM", b"1", b"FROM", b"2"]),
+            Err(ArgError::Syntax)
+        );
+        assert_eq!(split(&[b"FROM", b"1", b"SHARED"]), Err(ArgError::Syntax));
+        // A FROM without its count.
+        assert_eq!(split(&[b"FROM"]), Err(ArgError::Syntax));
+        type Row = (&'static str, Result<u32, ArgError>, Result<u32, ArgError>);
+        #[rustfmt::skip]
+        let rows: &[Row] = &[
+            // input,        min 0 (REENTER),        min 1 (RELEASE)
+            ("0",            Ok(0),                  Err(ArgError::Count)),
+            ("1",            Ok(1),                  Ok(1)),
+            ("4294967295",   Ok(u32::MAX),           Ok(u32::MAX)),
+            ("4294967296",   Err(ArgError::Count),   Err(ArgError::Count)),
+            ("-1",           Err(ArgError::Count),   Err(ArgError::Count)),
+            ("01",           Err(ArgError::Count),   Err(ArgError::Count)),
+            ("x",            Err(ArgError::Count),   Err(ArgError::Count)),
+        ];
+        for (input, reenter, release) in rows {
+            assert_eq!(from_count(input.as_bytes(), 0), *reenter, "{input}");
+            assert_eq!(from_count(input.as_bytes(), 1), *release, "{input}");
+        }
     }
 
     #[test]

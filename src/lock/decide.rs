@@ -114,8 +114,9 @@ pub struct Queued {
 pub enum Kind {
     /// `LOCK.ACQUIRE` and `LOCK.WAIT`: replies the token; idempotent for the holder.
     Acquire,
-    /// `LOCK.REENTER`: replies the count; the holder's count goes up.
-    Reenter,
+    /// `LOCK.REENTER`: replies the count; the holder's count goes up. With the count the
+    /// caller expects before the step (`FROM c`), a repeat of the step changes nothing.
+    Reenter(Option<u32>),
 }
 
 /// What an acquiring request (`LOCK.ACQUIRE`, `LOCK.REENTER`, `LOCK.WAIT`) comes to.
@@ -129,6 +130,12 @@ pub enum Take {
     Grant,
     /// Not now: nil, or the queue.
     Wait,
+    /// A repeat of a step already applied (`LOCK.REENTER ... FROM c` on a hold at `c + 1`):
+    /// this count, and nothing changes.
+    Repeat { count: u32 },
+    /// `LOCK.REENTER ... FROM c` with c >= 1 on a hold the owner no longer has: nil, nothing
+    /// changes (never a fresh hold: the caller's outer hold is gone).
+    Gone,
 }
 
 /// `LOCK.ACQUIRE`, `LOCK.REENTER` or `LOCK.WAIT` by `owner` in `mode`. Mode is checked before
@@ -150,19 +157,33 @@ pub fn take(seen: Seen<'_>, queued: Queued, owner: &[u8], mode: Mode, kind: Kind
     if seen.held_with_other_permits(mode) {
         return Take::Refuse(Refusal::OtherPermits);
     }
-    if let Some(count) = seen.held_by(owner) {
-        return match kind {
-            Kind::Acquire => Take::Refresh { count },
-            Kind::Reenter => match count.checked_add(1) {
-                Some(count) => Take::Refresh { count },
-                None => Take::Refuse(Refusal::ReentrancyLimit),
-            },
-        };
+    match (seen.held_by(owner), kind) {
+        (Some(count), Kind::Acquire) => return Take::Refresh { count },
+        (Some(count), Kind::Reenter(None)) => return reenter(count),
+        (Some(held), Kind::Reenter(Some(from))) => {
+            return if held == from {
+                reenter(held)
+            } else if from.checked_add(1) == Some(held) {
+                Take::Repeat { count: held }
+            } else {
+                Take::Refuse(Refusal::OtherCount { held, from })
+            };
+        }
+        (None, Kind::Reenter(Some(from))) if from >= 1 => return Take::Gone,
+        (None, _) => {}
     }
     if !queued.any && seen.room_for(mode) {
         Take::Grant
     } else {
         Take::Wait
+    }
+}
+
+/// One level more on a hold at `count`.
+fn reenter(count: u32) -> Take {
+    match count.checked_add(1) {
+        Some(count) => Take::Refresh { count },
+        None => Take::Refuse(Refusal::ReentrancyLimit),
     }
 }
 
@@ -175,14 +196,28 @@ pub enum Release {
     Decrement { count: u32 },
     /// The hold ends and the queue moves on.
     End,
+    /// A repeat of a step already applied (`FROM c` on a hold at `c - 1`): this count, and
+    /// nothing changes.
+    Repeat { count: u32 },
+    /// The hold's count is neither `from` nor `from - 1`: an error, nothing changes.
+    Refuse(Refusal),
 }
 
-/// `LOCK.RELEASE` by `owner`.
-pub fn release(seen: Seen<'_>, owner: &[u8]) -> Release {
-    match seen.held_by(owner) {
-        None => Release::NotHeld,
-        Some(0 | 1) => Release::End,
-        Some(count) => Release::Decrement { count: count - 1 },
+/// `LOCK.RELEASE` by `owner`; `from` the count the caller expects before the step (`FROM c`,
+/// c >= 1), if it says.
+pub fn release(seen: Seen<'_>, owner: &[u8], from: Option<u32>) -> Release {
+    let step = |held: u32| match held {
+        0 | 1 => Release::End,
+        count => Release::Decrement { count: count - 1 },
+    };
+    match (seen.held_by(owner), from) {
+        (None, _) => Release::NotHeld,
+        (Some(held), None) => step(held),
+        (Some(held), Some(from)) if held == from => step(held),
+        (Some(held), Some(from)) if held >= 1 && held.checked_add(1) == Some(from) => {
+            Release::Repeat { count: held }
+        }
+        (Some(held), Some(from)) => Release::Refuse(Refusal::OtherCount { held, from }),
     }
 }
 
@@ -333,7 +368,8 @@ mod tests {
         let a3 = Hold::new(b"a", 10, 3, 0);
         let a_max = Hold::new(b"a", 10, u32::MAX, 0);
         let held = |h| Seen::Exclusive(h);
-        use Kind::{Acquire as Acq, Reenter as Re};
+        use Kind::Acquire as Acq;
+        const RE: Kind = Kind::Reenter(None);
         use Take::*;
         let other_limit = |n| Refuse(Refusal::OtherLimit(n));
         let refresh = |count| Refresh { count };
@@ -347,9 +383,9 @@ mod tests {
             ("own, queue (holder ignores)",  held(&a3),             QUEUE,      b"a",  X,    Acq, refresh(3)),
             ("other's",                      held(&a1),             NONE,       b"b",  X,    Acq, Wait),
             ("owner is a prefix",            held(&a1),             NONE,       b"aa", X,    Acq, Wait),
-            ("reenter free",                 Seen::Free,            NONE,       b"a",  X,    Re,  Grant),
-            ("reenter own",                  held(&a1),             NONE,       b"a",  X,    Re,  refresh(2)),
-            ("reenter at the limit",         held(&a_max),          NONE,       b"a",  X,    Re,  Refuse(Refusal::ReentrancyLimit)),
+            ("reenter free",                 Seen::Free,            NONE,       b"a",  X,    RE,  Grant),
+            ("reenter own",                  held(&a1),             NONE,       b"a",  X,    RE,  refresh(2)),
+            ("reenter at the limit",         held(&a_max),          NONE,       b"a",  X,    RE,  Refuse(Refusal::ReentrancyLimit)),
             ("exclusive on shared",          shared(0, 2, None),    NONE,       b"a",  X,    Acq, Wait),
             ("exclusive by a reader",        shared(0, 2, Some(1)), NONE,       b"a",  X,    Acq, Refuse(Refusal::OtherMode)),
             ("exclusive, queue of sem 2",    Seen::Free,            QUEUE_SEM2, b"a",  X,    Acq, Wait),
@@ -358,7 +394,7 @@ mod tests {
             ("read beside readers",          shared(0, 5, None),    NONE,       b"a",  READ, Acq, Grant),
             ("read beside readers, queue",   shared(0, 5, None),    QUEUE,      b"a",  READ, Acq, Wait),
             ("read, own",                    shared(0, 5, Some(2)), QUEUE,      b"a",  READ, Acq, refresh(2)),
-            ("read, reenter own",            shared(0, 5, Some(2)), NONE,       b"a",  READ, Re,  refresh(3)),
+            ("read, reenter own",            shared(0, 5, Some(2)), NONE,       b"a",  READ, RE,  refresh(3)),
             ("read on exclusive",            held(&a1),             NONE,       b"b",  READ, Acq, Wait),
             ("read by the exclusive holder", held(&a1),             NONE,       b"a",  READ, Acq, Refuse(Refusal::OtherMode)),
             ("sem below its limit",          shared(2, 1, None),    NONE,       b"a",  SEM2, Acq, Grant),
@@ -374,7 +410,7 @@ mod tests {
             ("3 of 10, 7 used",              sem(10, 7, None),      NONE,       b"a",  permits(10, 3), Acq, Grant),
             ("4 of 10, 7 used",              sem(10, 7, None),      NONE,       b"a",  permits(10, 4), Acq, Wait),
             ("own 3, asks 3 again",          sem(10, 10, Some(3)),  NONE,       b"a",  permits(10, 3), Acq, refresh(1)),
-            ("own 3, reenters with 3",       sem(10, 10, Some(3)),  NONE,       b"a",  permits(10, 3), Re,  refresh(2)),
+            ("own 3, reenters with 3",       sem(10, 10, Some(3)),  NONE,       b"a",  permits(10, 3), RE,  refresh(2)),
             ("own 3, asks 2",                sem(10, 5, Some(3)),   NONE,       b"a",  permits(10, 2), Acq, Refuse(Refusal::OtherPermits)),
             ("limit before permits",         sem(10, 5, Some(3)),   NONE,       b"a",  permits(9, 2),  Acq, other_limit(10)),
             ("mode before permits",          held(&a1),             NONE,       b"a",  permits(10, 2), Acq, Refuse(Refusal::OtherMode)),
@@ -399,8 +435,89 @@ mod tests {
             ("shared, not a holder",   shared(0, 3, None),    b"a", Release::NotHeld, false),
         ];
         for (name, seen, owner, released, renewed) in rows {
-            assert_eq!(release(seen, owner), released, "release: {name}");
+            assert_eq!(release(seen, owner, None), released, "release: {name}");
             assert_eq!(renew(seen, owner), renewed, "renew: {name}");
+        }
+    }
+
+    /// `LOCK.REENTER ... FROM c`: the step from c applies, its repeat (the hold at c + 1)
+    /// answers the same and changes nothing, a hold that is gone is never granted afresh
+    /// (c >= 1), any other count is an error.
+    #[test]
+    fn reenter_from_table() {
+        let a1 = Hold::new(b"a", 10, 1, 0);
+        let a2 = Hold::new(b"a", 10, 2, 0);
+        let a3 = Hold::new(b"a", 10, 3, 0);
+        let a_max = Hold::new(b"a", 10, u32::MAX, 0);
+        let held = |h| Seen::Exclusive(h);
+        let from = |c| Kind::Reenter(Some(c));
+        use Take::*;
+        let other = |held, from| Refuse(Refusal::OtherCount { held, from });
+        type Row<'a> = (&'a str, Seen<'a>, Queued, &'a [u8], Mode, Kind, Take);
+        #[rustfmt::skip]
+        let rows: Vec<Row<'_>> = vec![
+            ("0: free",                      Seen::Free,            NONE,  b"a", X,    from(0), Grant),
+            ("0: free, queue",               Seen::Free,            QUEUE, b"a", X,    from(0), Wait),
+            ("0: another's",                 held(&a1),             NONE,  b"b", X,    from(0), Wait),
+            ("0: own at 1 (repeat)",         held(&a1),             NONE,  b"a", X,    from(0), Repeat { count: 1 }),
+            ("0: own at 1, queue (repeat)",  held(&a1),             QUEUE, b"a", X,    from(0), Repeat { count: 1 }),
+            ("0: own at 2",                  held(&a2),             NONE,  b"a", X,    from(0), other(2, 0)),
+            ("1: own at 1",                  held(&a1),             NONE,  b"a", X,    from(1), Refresh { count: 2 }),
+            ("1: own at 1, queue",           held(&a1),             QUEUE, b"a", X,    from(1), Refresh { count: 2 }),
+            ("1: own at 2 (repeat)",         held(&a2),             NONE,  b"a", X,    from(1), Repeat { count: 2 }),
+            ("1: own at 3",                  held(&a3),             NONE,  b"a", X,    from(1), other(3, 1)),
+            ("3: own at 1",                  held(&a1),             NONE,  b"a", X,    from(3), other(1, 3)),
+            ("1: free (gone)",               Seen::Free,            NONE,  b"a", X,    from(1), Gone),
+            ("1: another's (gone)",          held(&a1),             NONE,  b"b", X,    from(1), Gone),
+            ("max-1: own at max (repeat)",   held(&a_max),          NONE,  b"a", X,    from(u32::MAX - 1), Repeat { count: u32::MAX }),
+            ("max: own at max",              held(&a_max),          NONE,  b"a", X,    from(u32::MAX), Refuse(Refusal::ReentrancyLimit)),
+            ("mode first, even if gone",     held(&a1),             NONE,  b"a", READ, from(1), Refuse(Refusal::OtherMode)),
+            // The same rule on a shared holder's own count.
+            ("read 0: free",                 shared(0, 2, None),    NONE,  b"a", READ, from(0), Grant),
+            ("read 0: own at 1 (repeat)",    shared(0, 2, Some(1)), NONE,  b"a", READ, from(0), Repeat { count: 1 }),
+            ("read 2: own at 2",             shared(0, 2, Some(2)), NONE,  b"a", READ, from(2), Refresh { count: 3 }),
+            ("read 2: own at 3 (repeat)",    shared(0, 2, Some(3)), NONE,  b"a", READ, from(2), Repeat { count: 3 }),
+            ("read 1: own at 3",             shared(0, 2, Some(3)), NONE,  b"a", READ, from(1), other(3, 1)),
+            ("read 1: not a holder (gone)",  shared(0, 2, None),    NONE,  b"a", READ, from(1), Gone),
+            ("sem 1: full, not a holder",    shared(2, 2, None),    NONE,  b"a", SEM2, from(1), Gone),
+        ];
+        for (name, seen, queued, owner, mode, kind, expected) in rows {
+            assert_eq!(take(seen, queued, owner, mode, kind), expected, "{name}");
+        }
+    }
+
+    /// `LOCK.RELEASE ... FROM c`: the step from c applies, its repeat (the hold at c - 1 >= 1)
+    /// answers the same and changes nothing, any other count is an error.
+    #[test]
+    fn release_from_table() {
+        let a1 = Hold::new(b"a", 10, 1, 0);
+        let a2 = Hold::new(b"a", 10, 2, 0);
+        let a3 = Hold::new(b"a", 10, 3, 0);
+        let a_max = Hold::new(b"a", 10, u32::MAX, 0);
+        let a_below_max = Hold::new(b"a", 10, u32::MAX - 1, 0);
+        let held = |h| Seen::Exclusive(h);
+        use Release::*;
+        let other = |held, from| Refuse(Refusal::OtherCount { held, from });
+        #[rustfmt::skip]
+        let rows: Vec<(&str, Seen<'_>, &[u8], u32, Release)> = vec![
+            ("1: own at 1",             held(&a1),              b"a", 1, End),
+            ("1: gone (its repeat)",    Seen::Free,             b"a", 1, NotHeld),
+            ("1: another's",            held(&a1),              b"b", 1, NotHeld),
+            ("2: own at 2",             held(&a2),              b"a", 2, Decrement { count: 1 }),
+            ("2: own at 1 (repeat)",    held(&a1),              b"a", 2, Repeat { count: 1 }),
+            ("3: own at 2 (repeat)",    held(&a2),              b"a", 3, Repeat { count: 2 }),
+            ("3: own at 1",             held(&a1),              b"a", 3, other(1, 3)),
+            ("1: own at 2",             held(&a2),              b"a", 1, other(2, 1)),
+            ("2: own at 3",             held(&a3),              b"a", 2, other(3, 2)),
+            ("max: own at max",         held(&a_max),           b"a", u32::MAX, Decrement { count: u32::MAX - 1 }),
+            ("max: own at max-1",       held(&a_below_max),     b"a", u32::MAX, Repeat { count: u32::MAX - 1 }),
+            ("read 1: own at 1",        shared(0, 3, Some(1)),  b"a", 1, End),
+            ("read 2: own at 1",        shared(0, 3, Some(1)),  b"a", 2, Repeat { count: 1 }),
+            ("read 1: own at 2",        shared(0, 3, Some(2)),  b"a", 1, other(2, 1)),
+            ("read 1: not a holder",    shared(0, 3, None),     b"a", 1, NotHeld),
+        ];
+        for (name, seen, owner, from, expected) in rows {
+            assert_eq!(release(seen, owner, Some(from)), expected, "{name}");
         }
     }
 

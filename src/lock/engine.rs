@@ -60,6 +60,14 @@ pub const PRUNE_SLICE: usize = 128;
 pub use super::reply::{HolderInfo, Info, Reply, Request, Wait, WaiterInfo};
 pub use super::shared::QUICK_TIDY_HOLDERS;
 
+/// The token of `owner`'s hold on `key`, if it has one (lapsed or not).
+fn own_token<K: Key>(key: &K, owner: &[u8]) -> Option<u64> {
+    match key.lock()? {
+        LockRef::Exclusive(hold) => hold.is_held_by(owner).then(|| hold.token()),
+        LockRef::Shared(shared) => shared.get(owner).map(|h| h.token),
+    }
+}
+
 /// The time the host reports, as the token counter's clock.
 struct Now(i64);
 
@@ -113,14 +121,17 @@ impl<T: Handles> Engine<T> {
         self.take(host, key, request, Kind::Acquire)
     }
 
-    /// `LOCK.REENTER`: a reentrant acquire; replies the new count.
+    /// `LOCK.REENTER`: a reentrant acquire; replies the new count. With `from` (`FROM c`, the
+    /// count the caller expects before the step), a repeat of the step answers the same and
+    /// changes nothing, and a hold that is gone is not taken afresh (c >= 1).
     pub fn reenter<H: Host<T>>(
         &mut self,
         host: &mut H,
         key: &mut H::Key,
         request: Request<'_>,
+        from: Option<u32>,
     ) -> Reply {
-        self.take(host, key, request, Kind::Reenter)
+        self.take(host, key, request, Kind::Reenter(from))
     }
 
     /// `LOCK.WAIT`: acquires, or queues the caller until the lock is handed to it or
@@ -196,13 +207,29 @@ impl<T: Handles> Engine<T> {
         Reply::Blocked
     }
 
-    /// `LOCK.RELEASE`: one level of the caller's hold; the last level hands the lock on.
-    pub fn release<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, owner: &[u8]) -> Reply {
+    /// `LOCK.RELEASE`: one level of the caller's hold; the last level hands the lock on. With
+    /// `from` (`FROM c`, the count the caller expects before the step), a repeat of the step
+    /// answers the same and changes nothing.
+    pub fn release<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        owner: &[u8],
+        from: Option<u32>,
+    ) -> Reply {
         let seen = Seen::of(key, owner, || host.now_ms());
-        let reply = match decide::release(seen, owner) {
+        let reply = match decide::release(seen, owner, from) {
             Release::NotHeld => {
                 self.end_own_lapsed(key, owner, host.now_ms());
                 Reply::Nil
+            }
+            Release::Refuse(refusal) => Reply::Error(refusal.into()),
+            Release::Repeat { count } => {
+                // The owner acted on its hold: a lost answer that granted it revokes nothing.
+                if let Some(token) = own_token(key, owner) {
+                    self.waiters.confirm(token);
+                }
+                Reply::Integer(u64::from(count))
             }
             Release::Decrement { count } => {
                 let token = edit::set_count(key, owner, count);
@@ -672,7 +699,7 @@ impl<T: Handles> Engine<T> {
     ) -> Reply {
         let reply = |token: u64, count: u32| match kind {
             Kind::Acquire => Reply::Integer(token),
-            Kind::Reenter => Reply::Integer(u64::from(count)),
+            Kind::Reenter(_) => Reply::Integer(u64::from(count)),
         };
         match decision {
             Take::Refuse(refusal) => Reply::Error(refusal.into()),
@@ -680,6 +707,14 @@ impl<T: Handles> Engine<T> {
                 self.stats.contended += 1;
                 self.watch.contended(key.id());
                 Reply::Nil
+            }
+            Take::Gone => Reply::Nil,
+            Take::Repeat { count } => {
+                // The owner acted on its hold: a lost answer that granted it revokes nothing.
+                if let Some(token) = own_token(key, request.owner) {
+                    self.waiters.confirm(token);
+                }
+                reply(0, count)
             }
             Take::Refresh { count } => {
                 let lease_end = expiry(host.now_ms(), request.ttl_ms);

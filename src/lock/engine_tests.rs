@@ -121,6 +121,88 @@ fn reentrant_levels_release_one_at_a_time() {
     );
 }
 
+/// `FROM c`: a repeat of an applied step answers as the step did and changes nothing (no
+/// effect, no event, the lease untouched, no hand-off); a mismatch is an error that changes
+/// nothing; a re-entry into a hold that is gone is nil, never a fresh hold.
+#[test]
+fn repeated_steps_change_nothing() {
+    use super::Mode;
+    let mut sim = Sim::new(START);
+    let x = Mode::Exclusive;
+    assert_eq!(
+        sim.reenter_from(K, b"a", 1000, x, Some(0)),
+        Reply::Integer(1)
+    );
+    let first = sim.lock(K).expect("held");
+    sim.take_effects();
+    sim.take_events();
+    sim.advance(10);
+    let quiet = |sim: &mut Sim, what: &str| {
+        assert!(sim.take_effects().is_empty(), "{what}: no effect");
+        assert!(sim.take_events().is_empty(), "{what}: no event");
+    };
+    assert_eq!(
+        sim.reenter_from(K, b"a", 5000, x, Some(0)),
+        Reply::Integer(1)
+    );
+    assert_eq!(sim.lock(K), Some(first.clone()), "the lease untouched");
+    quiet(&mut sim, "REENTER FROM 0 again");
+    assert_eq!(
+        sim.reenter_from(K, b"a", 1000, x, Some(1)),
+        Reply::Integer(2)
+    );
+    let second = sim.lock(K).expect("held");
+    assert_eq!(second.2, 2);
+    sim.take_effects();
+    sim.take_events();
+    assert_eq!(
+        sim.reenter_from(K, b"a", 1000, x, Some(1)),
+        Reply::Integer(2)
+    );
+    assert_eq!(sim.lock(K), Some(second.clone()));
+    quiet(&mut sim, "REENTER FROM 1 again");
+    assert_eq!(
+        sim.reenter_from(K, b"a", 1000, x, Some(3)),
+        Reply::Error(Refusal::OtherCount { held: 2, from: 3 }.into())
+    );
+    assert_eq!(
+        LockError::from(Refusal::OtherCount { held: 2, from: 3 }).text(),
+        "ERR hold count is 2, not 3"
+    );
+    quiet(&mut sim, "a mismatch");
+    let (_, waiter) = sim.wait(K, b"w", 1000, 0);
+    assert_eq!(sim.release_from(K, b"a", Some(2)), Reply::Integer(1));
+    sim.take_effects();
+    sim.take_events();
+    assert_eq!(sim.release_from(K, b"a", Some(2)), Reply::Integer(1));
+    assert_eq!(sim.lock(K).map(|l| l.2), Some(1));
+    quiet(&mut sim, "RELEASE FROM 2 again");
+    assert_eq!(
+        sim.release_from(K, b"a", Some(3)),
+        Reply::Error(Refusal::OtherCount { held: 1, from: 3 }.into())
+    );
+    assert!(granted(&mut sim).is_empty(), "nothing handed on yet");
+    assert_eq!(sim.release_from(K, b"a", Some(1)), Reply::Integer(0));
+    assert_eq!(
+        granted(&mut sim).iter().map(|g| g.0).collect::<Vec<_>>(),
+        [waiter]
+    );
+    sim.take_effects();
+    assert_eq!(
+        sim.release_from(K, b"a", Some(1)),
+        Reply::Nil,
+        "the hold is gone"
+    );
+    assert!(sim.take_effects().is_empty());
+    // The outer hold is gone: an inner re-entry is not a fresh hold, even on a free key.
+    assert_eq!(
+        sim.reenter_from(b"free", b"a", 1000, x, Some(1)),
+        Reply::Nil
+    );
+    assert_eq!(sim.lock(b"free"), None);
+    assert!(sim.take_effects().is_empty());
+}
+
 #[test]
 fn reentrancy_limit_is_an_error_that_changes_nothing() {
     let mut sim = Sim::new(START);

@@ -31,6 +31,11 @@ pub fn grace(ms: u64) -> String {
     format!("TRYAGAIN relock restart grace, {ms} ms left")
 }
 
+/// A step `FROM from` on a hold whose count is `held`, neither before nor after that step.
+pub fn other_count(held: u32, from: u32) -> String {
+    format!("ERR hold count is {held}, not {from}")
+}
+
 /// A shared request whose limit is not the key's (`limit`).
 pub fn other_limit(limit: u32) -> String {
     format!("ERR lock has another limit ({limit})")
@@ -56,6 +61,9 @@ pub enum Refusal {
     Grace(u64),
     /// A ttl longer than the configured restart grace.
     TtlAboveGrace,
+    /// A step `FROM from` on a hold whose count is `held`: neither the count it moves from nor
+    /// the one it leaves (a repeat).
+    OtherCount { held: u32, from: u32 },
 }
 
 impl Refusal {
@@ -70,6 +78,7 @@ impl Refusal {
             Refusal::TooManyHolders => Cow::Borrowed(TOO_MANY_HOLDERS),
             Refusal::Grace(ms) => Cow::Owned(grace(ms)),
             Refusal::TtlAboveGrace => Cow::Borrowed(TTL_ABOVE_GRACE),
+            Refusal::OtherCount { held, from } => Cow::Owned(other_count(held, from)),
         }
     }
 }

@@ -480,7 +480,12 @@ impl Sim {
 
     /// `LOCK.MRELEASE numkeys key... owner`.
     pub fn mrelease(&mut self, keys: &[&[u8]], owner: &[u8]) -> Reply {
-        self.command_on_keys(keys, |e, h, k| e.mrelease(h, k, owner))
+        self.mrelease_from(keys, owner, None)
+    }
+
+    /// `LOCK.MRELEASE numkeys key... owner [FROM c]`.
+    pub fn mrelease_from(&mut self, keys: &[&[u8]], owner: &[u8], from: Option<u32>) -> Reply {
+        self.command_on_keys(keys, |e, h, k| e.mrelease(h, k, owner, from))
     }
 
     /// `LOCK.MRENEW numkeys key... owner ttl`.
@@ -505,12 +510,31 @@ impl Sim {
 
     /// `LOCK.REENTER key owner ttl [SHARED [LIMIT n]]`.
     pub fn reenter_as(&mut self, key: &[u8], owner: &[u8], ttl: u64, mode: Mode) -> Reply {
-        self.command(key, |e, h, k| e.reenter(h, k, request(owner, ttl, mode)))
+        self.reenter_from(key, owner, ttl, mode, None)
+    }
+
+    /// `LOCK.REENTER key owner ttl [SHARED [LIMIT n]] [FROM c]`.
+    pub fn reenter_from(
+        &mut self,
+        key: &[u8],
+        owner: &[u8],
+        ttl: u64,
+        mode: Mode,
+        from: Option<u32>,
+    ) -> Reply {
+        self.command(key, |e, h, k| {
+            e.reenter(h, k, request(owner, ttl, mode), from)
+        })
     }
 
     /// `LOCK.RELEASE key owner`.
     pub fn release(&mut self, key: &[u8], owner: &[u8]) -> Reply {
-        self.command(key, |e, h, k| e.release(h, k, owner))
+        self.release_from(key, owner, None)
+    }
+
+    /// `LOCK.RELEASE key owner [FROM c]`.
+    pub fn release_from(&mut self, key: &[u8], owner: &[u8], from: Option<u32>) -> Reply {
+        self.command(key, |e, h, k| e.release(h, k, owner, from))
     }
 
     /// `LOCK.RENEW key owner ttl`.

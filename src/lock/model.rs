@@ -27,10 +27,14 @@ enum Op {
         ttl: u64,
         /// See [`mode_of`].
         mode: u8,
+        /// `FROM c`: the count expected before the step.
+        from: Option<u32>,
     },
     Release {
         key: u8,
         owner: u8,
+        /// `FROM c`: the count expected before the step.
+        from: Option<u32>,
     },
     /// A release, then, in the same step (before any answer is delivered), the `nth` client that
     /// was queued before it hangs up: if the release granted it, its answer is lost.
@@ -74,10 +78,11 @@ enum Op {
         owner: u8,
         ttl: u64,
     },
-    /// `LOCK.MRELEASE 2 a b owner`.
+    /// `LOCK.MRELEASE 2 a b owner [FROM c]`.
     MRelease {
         keys: (u8, u8),
         owner: u8,
+        from: Option<u32>,
     },
     /// The deferred wake-ups run (what is due after the current command).
     Serve,
@@ -222,10 +227,13 @@ impl Machine {
                 owner,
                 ttl,
                 mode,
-            } => Some(self.reenter(key, owner, ttl, mode)),
-            Op::Release { key, owner } => Some(count_reply(
-                self.sim.release(&key_bytes(key), &owner_bytes(owner)),
-            )),
+                from,
+            } => Some(self.reenter(key, owner, ttl, mode, from)),
+            Op::Release { key, owner, from } => Some(count_reply(self.sim.release_from(
+                &key_bytes(key),
+                &owner_bytes(owner),
+                from,
+            ))),
             Op::ReleaseAndHangUp { key, owner, nth } => {
                 Some(self.release_and_hang_up(key, owner, nth))
             }
@@ -238,11 +246,14 @@ impl Machine {
             Op::MRelease {
                 keys: (a, b),
                 owner,
+                from,
             } => {
                 let (a, b) = (key_bytes(a), key_bytes(b));
-                Some(count_reply(
-                    self.sim.mrelease(&[&a, &b], &owner_bytes(owner)),
-                ))
+                Some(count_reply(self.sim.mrelease_from(
+                    &[&a, &b],
+                    &owner_bytes(owner),
+                    from,
+                )))
             }
         };
         self.deliver();
@@ -312,10 +323,15 @@ impl Machine {
         }
     }
 
-    fn reenter(&mut self, key: u8, owner: u8, ttl: u64, mode: u8) -> Out {
-        let reply = self
-            .sim
-            .reenter_as(&key_bytes(key), &owner_bytes(owner), ttl, mode_of(mode));
+    fn reenter(&mut self, key: u8, owner: u8, ttl: u64, mode: u8, from: Option<u32>) -> Out {
+        let reply = self.sim.reenter_from(
+            &key_bytes(key),
+            &owner_bytes(owner),
+            ttl,
+            mode_of(mode),
+            from,
+        );
+        // A new hold, or a repeat of the step that made it (named already).
         if reply == Reply::Integer(1) {
             // A new hold: name it by its token.
             if let Reply::Holders(list) =
@@ -695,8 +711,9 @@ impl Reference {
                 owner,
                 ttl,
                 mode,
+                ..
             } => self.take(op, key, owner, ttl, mode),
-            Op::Release { key, owner } => self.release(key, owner),
+            Op::Release { key, owner, from } => self.release(key, owner, from),
             Op::Renew { key, owner, ttl } => self.renew(key, owner, ttl, now),
             Op::Force { key } => self.force(key),
             Op::Downgrade { key, owner } => self.downgrade(key, owner),
@@ -704,10 +721,23 @@ impl Reference {
             Op::MRelease {
                 keys: (a, b),
                 owner,
+                from,
             } => {
+                // A key off the step refuses the whole group before any key changes.
+                if let Some(c) = from {
+                    for key in [a, b] {
+                        self.settle_for_command(key);
+                        let entry = self.keys.entry(key).or_default();
+                        if let Some(h) = entry.held_by(owner) {
+                            if let Some(error) = release_mismatch(h.count, c) {
+                                return Some(error);
+                            }
+                        }
+                    }
+                }
                 let held = [a, b]
                     .iter()
-                    .filter(|key| self.release(**key, owner) != Some(Out::Nil))
+                    .filter(|key| self.release(**key, owner, from) != Some(Out::Nil))
                     .count();
                 Some(Out::Integer(held as u64))
             }
@@ -814,7 +844,11 @@ impl Reference {
             .flat_map(|e| e.queue.iter().map(|(id, ..)| *id))
             .collect();
         ids.sort_unstable();
-        let out = self.apply_op(&Op::Release { key, owner });
+        let out = self.apply_op(&Op::Release {
+            key,
+            owner,
+            from: None,
+        });
         if let Some(&id) = ids.get(nth % ids.len().max(1)) {
             self.hung_up = Some(id);
             for entry in self.keys.values_mut() {
@@ -845,12 +879,35 @@ impl Reference {
     fn take(&mut self, op: &Op, key: u8, owner: u8, ttl: u64, mode: u8) -> Option<Out> {
         let now = self.now;
         let mode = mode_of(mode);
-        let reenter = matches!(op, Op::Reenter { .. });
+        let (reenter, from) = match *op {
+            Op::Reenter { from, .. } => (true, from),
+            _ => (false, None),
+        };
         self.settle_for_command(key);
         if let Some(error) = self.conflict(key, owner, mode) {
             return Some(error);
         }
         let entry = self.keys.entry(key).or_default();
+        if let (Some(h), Some(c)) = (entry.held_by(owner), from) {
+            let c = u64::from(c);
+            if h.count == c + 1 {
+                // A repeat of the step: its answer again, nothing changes.
+                let (count, name) = (h.count, h.name);
+                self.confirm(name);
+                return Some(Out::Integer(count));
+            }
+            if h.count != c {
+                return Some(Out::Error(format!(
+                    "ERR hold count is {}, not {c}",
+                    h.count
+                )));
+            }
+        }
+        let entry = self.keys.entry(key).or_default();
+        if from.is_some_and(|c| c >= 1) && entry.held_by(owner).is_none() {
+            // The outer hold is gone: never a fresh one.
+            return Some(Out::Nil);
+        }
         if let Some(h) = entry.held_by(owner) {
             if reenter {
                 if h.count == u64::from(u32::MAX) {
@@ -884,12 +941,23 @@ impl Reference {
         Some(Out::Nil)
     }
 
-    fn release(&mut self, key: u8, owner: u8) -> Option<Out> {
+    fn release(&mut self, key: u8, owner: u8, from: Option<u32>) -> Option<Out> {
         self.settle_for_command(key);
         let entry = self.keys.entry(key).or_default();
         let Some(h) = entry.held_by(owner) else {
             return Some(Out::Nil);
         };
+        if let Some(c) = from {
+            if h.count + 1 == u64::from(c) {
+                // A repeat of the step: its answer again, nothing changes.
+                let (count, name) = (h.count, h.name);
+                self.confirm(name);
+                return Some(Out::Integer(count));
+            }
+            if let Some(error) = release_mismatch(h.count, c) {
+                return Some(error);
+            }
+        }
         h.count -= 1;
         let (left, name) = (h.count, h.name);
         self.confirm(name);
@@ -927,6 +995,14 @@ impl Reference {
     }
 }
 
+/// The error of a release `FROM c` on a hold at `count`: neither the step (count c) nor its
+/// repeat (count c - 1).
+fn release_mismatch(count: u64, c: u32) -> Option<Out> {
+    let c = u64::from(c);
+    (count != c && count + 1 != c)
+        .then(|| Out::Error(format!("ERR hold count is {count}, not {c}")))
+}
+
 // ---------------------------------------------------------------------------------------------
 
 /// Operations on `keys` keys by `owners` owners; hand-offs (waits, and releases with a hang-up
@@ -944,15 +1020,16 @@ fn op(keys: u8, owners: u8, handoffs: u32) -> impl Strategy<Value = Op> {
                 mode,
             }
         }),
-        1 => (key.clone(), owner.clone(), ttl.clone(), 0u8..MODES).prop_map(|(key, owner, ttl, mode)| {
+        1 => (key.clone(), owner.clone(), ttl.clone(), 0u8..MODES, proptest::option::of(0u32..4)).prop_map(|(key, owner, ttl, mode, from)| {
             Op::Reenter {
                 key,
                 owner,
                 ttl,
                 mode,
+                from,
             }
         }),
-        1 => (key.clone(), owner.clone()).prop_map(|(key, owner)| Op::Release { key, owner }),
+        1 => (key.clone(), owner.clone(), proptest::option::of(1u32..4)).prop_map(|(key, owner, from)| Op::Release { key, owner, from }),
         handoffs => (key.clone(), owner.clone(), 0usize..8)
             .prop_map(|(key, owner, nth)| Op::ReleaseAndHangUp { key, owner, nth }),
         1 => (key.clone(), owner.clone(), ttl.clone()).prop_map(|(key, owner, ttl)| Op::Renew {
@@ -971,8 +1048,8 @@ fn op(keys: u8, owners: u8, handoffs: u32) -> impl Strategy<Value = Op> {
         1 => (key.clone(), 1..keys.max(2), owner.clone(), ttl).prop_map(move |(a, step, owner, ttl)| {
             Op::MAcquire { keys: (a, (a + step) % keys.max(2)), owner, ttl }
         }),
-        1 => (key, 1..keys.max(2), owner).prop_map(move |(a, step, owner)| {
-            Op::MRelease { keys: (a, (a + step) % keys.max(2)), owner }
+        1 => (key, 1..keys.max(2), owner, proptest::option::of(1u32..4)).prop_map(move |(a, step, owner, from)| {
+            Op::MRelease { keys: (a, (a + step) % keys.max(2)), owner, from }
         }),
         1 => (0usize..8).prop_map(|nth| Op::Leave { nth }),
         1 => (0u8..keys).prop_map(|key| Op::Delete { key }),
@@ -1123,7 +1200,11 @@ fn a_lost_new_grant_beside_a_delivered_reacquire_keeps_the_hold() {
             ttl: 100,
             mode: 0,
         },
-        Op::Release { key: 0, owner: 1 },
+        Op::Release {
+            key: 0,
+            owner: 1,
+            from: None,
+        },
     ];
     check(&ops).unwrap();
 }

@@ -239,11 +239,33 @@ pub fn acquire(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     Ok(engine(ctx, args, |e, h| e.acquire(h, &mut key, request)))
 }
 
-/// `LOCK.REENTER key owner ttl_ms [SHARED [LIMIT n]]`
+/// `LOCK.REENTER key owner ttl_ms [SHARED [LIMIT n [PERMITS p]]] [FROM c]`: arguments checked
+/// in that order.
 pub fn reenter(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let (request, _) = request(args, false)?;
+    let owner = args::owner(args.bytes(2))?;
+    let ttl_ms = args::ttl_ms(args.bytes(3))?;
+    let words = args.rest(4);
+    let (mode_words, from) = args::split_from(&words)?;
+    let mode = args::mode(mode_words)?;
+    let from = from.map(|c| args::from_count(c, 0)).transpose()?;
+    let request = Request {
+        owner,
+        ttl_ms,
+        mode,
+    };
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
-    Ok(engine(ctx, args, |e, h| e.reenter(h, &mut key, request)))
+    Ok(engine(ctx, args, |e, h| {
+        e.reenter(h, &mut key, request, from)
+    }))
+}
+
+/// A release's optional `FROM c` (c >= 1), the words after its owner.
+fn release_from(words: &[&[u8]]) -> Result<Option<u32>> {
+    match args::split_from(words)? {
+        ([], None) => Ok(None),
+        ([], Some(c)) => Ok(Some(args::from_count(c, 1)?)),
+        _ => Err(ArgError::Syntax.into()),
+    }
 }
 
 /// `LOCK.WAIT key owner ttl_ms timeout_ms [SHARED [LIMIT n]]`
@@ -257,11 +279,14 @@ pub fn wait(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     Ok(engine(ctx, args, |e, h| e.wait(h, &mut key, wait)))
 }
 
-/// `LOCK.RELEASE key owner`
+/// `LOCK.RELEASE key owner [FROM c]`
 pub fn release(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     let owner = args::owner(args.bytes(2))?;
+    let from = release_from(&args.rest(3))?;
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
-    Ok(engine(ctx, args, |e, h| e.release(h, &mut key, owner)))
+    Ok(engine(ctx, args, |e, h| {
+        e.release(h, &mut key, owner, from)
+    }))
 }
 
 /// `LOCK.RENEW key owner ttl_ms`
@@ -295,12 +320,21 @@ pub fn macquire(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     }))
 }
 
-/// `LOCK.MRELEASE numkeys key [key ...] owner`
+/// `LOCK.MRELEASE numkeys key [key ...] owner [FROM c]`
 pub fn mrelease(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    args::keys_of(&args.rest(1), 1)?;
-    let owner = args::owner(args.bytes(args.0.len() - 1))?;
-    let (mut keys, _) = group(ctx, args, 1)?;
-    Ok(engine(ctx, args, |e, h| e.mrelease(h, &mut keys, owner)))
+    // The words after the keys: `owner`, or `owner FROM c` (numkeys says where the keys end).
+    let n = args.0.len();
+    let tail = match args::parse_integer(args.bytes(1)).and_then(|k| usize::try_from(k).ok()) {
+        Some(k) if k.checked_add(5) == Some(n) => 3,
+        _ => 1,
+    };
+    args::keys_of(&args.rest(1), tail)?;
+    let owner = args::owner(args.bytes(n - tail))?;
+    let from = release_from(&args.rest(n - tail + 1))?;
+    let (mut keys, _) = group(ctx, args, tail)?;
+    Ok(engine(ctx, args, |e, h| {
+        e.mrelease(h, &mut keys, owner, from)
+    }))
 }
 
 /// `LOCK.MRENEW numkeys key [key ...] owner ttl_ms`

@@ -117,6 +117,14 @@ const COUNT_OPTION: Arg = Arg {
     multiple: false,
 };
 
+const FROM: Arg = Arg {
+    name: c"count",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+    token: Some(c"FROM"),
+    optional: true,
+    multiple: false,
+};
+
 const RW: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS;
 
 const ACQUIRE: Command = Command {
@@ -144,10 +152,10 @@ const REENTER: Command = Command {
     arity: -4,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
     numkeys: false,
-    summary: c"Takes a lock or enters it once more (reentrant), exclusively or SHARED (LIMIT n, PERMITS p). Replies the reentrancy count or nil.",
+    summary: c"Takes a lock or enters it once more (reentrant), exclusively or SHARED (LIMIT n, PERMITS p); FROM c names the count before the step, so that a repeat changes nothing. Replies the reentrancy count or nil.",
     complexity: c"O(log H) with H holders",
     since: c"0.1.0",
-    args: &[KEY, OWNER, TTL, SHARED, LIMIT, PERMITS],
+    args: &[KEY, OWNER, TTL, SHARED, LIMIT, PERMITS, FROM],
 };
 callback!(reenter_callback, REENTER);
 
@@ -157,13 +165,13 @@ const RELEASE: Command = Command {
     callback: release_callback,
     flags: c"write fast",
     acl: c"write fast",
-    arity: 3,
+    arity: -3,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_DELETE,
     numkeys: false,
-    summary: c"Leaves a lock once; at count 0 the lock passes to the first waiter. Replies the remaining count or nil.",
+    summary: c"Leaves a lock once; at count 0 the lock passes to the first waiter. FROM c names the count before the step, so that a repeat changes nothing. Replies the remaining count or nil.",
     complexity: c"O(log H) with H holders",
     since: c"0.1.0",
-    args: &[KEY, OWNER],
+    args: &[KEY, OWNER, FROM],
 };
 callback!(release_callback, RELEASE);
 
@@ -437,10 +445,10 @@ const MRELEASE: Command = Command {
     arity: -4,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_DELETE,
     numkeys: true,
-    summary: c"Releases the owner's hold on each key once, as LOCK.RELEASE. Replies how many of the keys the owner held.",
+    summary: c"Releases the owner's hold on each key once, as LOCK.RELEASE (FROM c: on each key). Replies how many of the keys the owner held.",
     complexity: c"O(N) for N keys, plus the hand-offs",
     since: c"0.2.0",
-    args: &[NUMKEYS, KEYS, OWNER],
+    args: &[NUMKEYS, KEYS, OWNER, FROM],
 };
 callback!(mrelease_callback, MRELEASE);
 

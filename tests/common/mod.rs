@@ -6,6 +6,7 @@
 //! `#[path = "../../tests/common/mod.rs"] mod common;`.
 #![allow(dead_code)]
 
+pub mod cut;
 pub mod events;
 pub mod payload;
 pub mod probe;

@@ -75,17 +75,28 @@ impl<T: Handles> Engine<T> {
         Reply::Tokens(tokens)
     }
 
-    /// `LOCK.MRELEASE numkeys key... owner`: `LOCK.RELEASE` of each key; replies how many the
-    /// owner held.
+    /// `LOCK.MRELEASE numkeys key... owner [FROM c]`: `LOCK.RELEASE` of each key; replies how
+    /// many the owner held (with `FROM c`: on how many the step applied or was a repeat). A key
+    /// whose count is neither c nor c - 1 makes the whole command an error, before anything
+    /// changes.
     pub fn mrelease<H: Host<T>>(
         &mut self,
         host: &mut H,
         keys: &mut [H::Key],
         owner: &[u8],
+        from: Option<u32>,
     ) -> Reply {
+        if from.is_some() {
+            for key in keys.iter() {
+                let seen = Seen::of(key, owner, || host.now_ms());
+                if let Release::Refuse(refusal) = decide::release(seen, owner, from) {
+                    return Reply::Error(refusal.into());
+                }
+            }
+        }
         let mut held = 0;
         for key in keys.iter_mut() {
-            if self.release(host, key, owner) != Reply::Nil {
+            if self.release(host, key, owner, from) != Reply::Nil {
                 held += 1;
             }
         }
