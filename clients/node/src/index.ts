@@ -1293,7 +1293,7 @@ export class Hold {
    * One renewal round: true when renewed, false when only unanswered (try again); throws
    * when lost, and (`explicit`: `renew(ttl)`) a `ServerError` when the servers refused the ttl.
    */
-  private renewRound(ttl: number, explicit = false): Promise<boolean> {
+  private async renewRound(ttl: number, explicit = false): Promise<boolean> {
     const ms = core.checkTtl(ttl);
     this.check();
     return this.inOrder("renewals", () => this.renewOnce(ms, explicit));
