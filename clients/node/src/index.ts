@@ -208,7 +208,7 @@ const DROP_IDLE_ON = ["close", "end", "+node", "-node"] as const;
 class DeadWait extends Error {}
 
 /** `CLIENT LIST ID n`'s answer: blocked there, answered (the reply is on its way or lost), gone, or unknown. */
-export function seenWaiting(reply: unknown): "blocked" | "answered" | "gone" | "unknown" {
+function seenWaiting(reply: unknown): "blocked" | "answered" | "gone" | "unknown" {
   const line = (core.text(reply) ?? "").split("\n").find((l) => l.trim() !== "");
   if (line === undefined) return "gone";
   const flags = line
@@ -424,9 +424,9 @@ class Server {
     );
   }
 
-  /** Whether the package can send on this server now (at exit, nothing is sent on a closed one). */
+  /** Whether the package can send on this server now: its client is open (the package's own connection is opened again when needed). */
   connected(): boolean {
-    return this.client.status === "ready" && (this.own === undefined || this.own.status === "ready");
+    return this.client.status === "ready";
   }
 
   private takeIdle(): Client | undefined {
@@ -1414,12 +1414,12 @@ export class Hold {
     const rnd = await this.inOrder("steps", async () => {
       this.check();
       const from = [...this.counts];
-      const entry = (i: number): Array<string | number> => ["LOCK.REENTER", this.key, this.owner, ttl, ...this.mode, "FROM", from[i] ?? 1];
+      const entry = (i: number): Array<string | number> => ["LOCK.REENTER", this.key, this.owner, ttl, ...this.mode, "FROM", Math.max(1, from[i] ?? 1)];
       this.leaseEnd = Math.max(this.leaseEnd, core.now() + ttl + this.client.nodeTimeout);
       const r = await this.client.round(entry(0), { untilAll: true, argsOf: entry });
       for (const [i, v] of r.agreed) this.counts[i] = Number(v);
       const unanswered = r.unanswered();
-      if (unanswered.some(Boolean)) await this.stepBack(unanswered, (i) => (from[i] ?? 1) + 1);
+      if (unanswered.some(Boolean)) await this.stepBack(unanswered, (i) => Math.max(1, from[i] ?? 1) + 1);
       if (!r.won()) await this.stepBack(r.agreedBy());
       return r;
     });

@@ -277,3 +277,22 @@ test("renewals apply in the order the server ran them; a late reply never extend
     }
     await h.release();
   }));
+
+test("NOPERM on LOCK.WAIT is a clear error at once; a user without CLIENT still waits", () =>
+  withServer(async (s) => {
+    const direct = connect(s.port);
+    await direct.call("ACL", "SETUSER", "nowait", "on", ">pw", "~*", "+@all", "-lock.wait");
+    await direct.call("ACL", "SETUSER", "noclient", "on", ">pw", "~*", "+@all", "-client");
+    const h = await relock(direct).acquireOrThrow("k", { ttl: 20_000 });
+    const nowait = relock(connect(s.port, { username: "nowait", password: "pw" }));
+    const outcome = await Promise.race([nowait.acquireOrThrow("k", { ttl: 1000 }).catch((e) => e), sleep(5000).then(() => "still retrying")]);
+    assert.ok(outcome instanceof ServerError && !outcome.retryable, `not a permanent ServerError: ${outcome}`);
+    assert.match(outcome.message, /NOPERM/);
+    const noclient = relock(connect(s.port, { username: "noclient", password: "pw" }));
+    const got = noclient.acquireOrThrow("k", { ttl: 5000, wait: 10_000 });
+    got.catch(() => undefined);
+    assert.ok(await eventually(async () => (await new Relock(direct).waiters("k")).length === 1, 5000));
+    await sleep(1500); // the connection checks run (and are refused) meanwhile
+    await h.release();
+    await (await got).release();
+  }));
