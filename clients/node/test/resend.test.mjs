@@ -296,3 +296,29 @@ test("NOPERM on LOCK.WAIT is a clear error at once; a user without CLIENT still 
     await h.release();
     await (await got).release();
   }));
+
+test("ioredis's commandTimeout and socketTimeout on the client never cut a blocked wait (it keeps its place)", () =>
+  // A client with a 300 ms commandTimeout and socketTimeout waits first, another without them
+  // second. Must hold: the first waiter is served first (its LOCK.WAIT was never cut and sent
+  // again at the back of the queue).
+  withServer(async (s) => {
+    const direct = connect(s.port);
+    const h = await relock(direct).acquireOrThrow("k", { ttl: 20_000 });
+    const short = relock(connect(s.port, { commandTimeout: 300, socketTimeout: 300 }));
+    const plain = relock(connect(s.port));
+    const order = [];
+    const first = short.acquireOrThrow("k", { ttl: 5000 }).then(async (x) => {
+      order.push("short");
+      await x.release();
+    });
+    assert.ok(await eventually(async () => (await new Relock(direct).waiters("k")).length === 1, 5000));
+    const second = plain.acquireOrThrow("k", { ttl: 5000 }).then(async (x) => {
+      order.push("plain");
+      await x.release();
+    });
+    assert.ok(await eventually(async () => (await new Relock(direct).waiters("k")).length === 2, 5000));
+    await sleep(1000); // three times the timeouts
+    await h.release();
+    await Promise.all([first, second]);
+    assert.deepEqual(order, ["short", "plain"], "the wait cut by the client's timeout lost its place");
+  }));
