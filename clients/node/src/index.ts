@@ -1418,6 +1418,10 @@ export class Hold {
       this.leaseEnd = Math.max(this.leaseEnd, core.now() + ttl + this.client.nodeTimeout);
       const r = await this.client.round(entry(0), { untilAll: true, argsOf: entry });
       for (const [i, v] of r.agreed) this.counts[i] = Number(v);
+      for (const [i, f] of r.failures) {
+        const other = /hold count is (\d+)/.exec(f.message);
+        if (other) this.counts[i] = Number(other[1]);
+      }
       const unanswered = r.unanswered();
       if (unanswered.some(Boolean)) await this.stepBack(unanswered, (i) => Math.max(1, from[i] ?? 1) + 1);
       if (!r.won()) await this.stepBack(r.agreedBy());
@@ -1447,16 +1451,17 @@ export class Hold {
    */
   private async stepBack(targets: boolean[], from?: (i: number) => number): Promise<void> {
     const args = (i: number): Array<string | number> => ["LOCK.RELEASE", this.key, this.owner, "FROM", Math.max(1, from ? from(i) : (this.counts[i] ?? 1))];
-    const fixed = from ? args : undefined;
-    const argsOf = fixed ?? ((i: number) => args(i));
     const onReply = (i: number, reply: unknown, failure: Failure | undefined): void => {
+      // `ERR hold count is n, not c`: the server's count is the one to go on from.
+      const other = failure && /hold count is (\d+)/.exec(failure.message);
+      if (other) this.counts[i] = Number(other[1]);
       if (failure) return;
       this.counts[i] = reply === null || reply === undefined ? 0 : Number(reply);
     };
     // While the hold lasts: the body after it must see the count the server has.
     const until = (): number => (this.ended || this.released ? core.now() : this.leaseEnd);
-    const left = await this.client.giveBack(args(0), targets, Math.min(until(), core.now() + Math.max(this.ttl / 3, this.client.nodeTimeout * 4)), argsOf, onReply);
-    if (left.some(Boolean)) this.client.track(this.client.giveBack(args(0), left, this.leaseEnd, argsOf, onReply));
+    const left = await this.client.giveBack(args(0), targets, Math.min(until(), core.now() + Math.max(this.ttl / 3, this.client.nodeTimeout * 4)), args, onReply);
+    if (left.some(Boolean)) this.client.track(this.client.giveBack(args(0), left, this.leaseEnd, args, onReply));
   }
 }
 

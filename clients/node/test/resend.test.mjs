@@ -322,3 +322,34 @@ test("ioredis's commandTimeout and socketTimeout on the client never cut a block
     await Promise.all([first, second]);
     assert.deepEqual(order, ["short", "plain"], "the wait cut by the client's timeout lost its place");
   }));
+
+test("concurrent re-entries of one hold, on one server and over 3 masters, leave the count where it was", async () => {
+  const servers = [];
+  try {
+    for (let i = 0; i < 3; i++) servers.push(await Server.start());
+    const direct = servers.map((s) => connect(s.port));
+    for (const locks of [relock(connect(servers[0].port)), relock(servers.map((s) => connect(s.port)))]) {
+      const h = await locks.acquireOrThrow("k", { ttl: 10_000 });
+      const seen = [];
+      await Promise.all([
+        h.reenter(async (n) => {
+          seen.push(n);
+          await sleep(50);
+        }),
+        h.reenter(async (n) => {
+          seen.push(n);
+          await h.reenter(async (m) => seen.push(m));
+        }),
+        h.reenter((n) => seen.push(n)),
+      ]);
+      assert.equal(seen.length, 4);
+      assert.ok(Math.max(...seen) <= 5 && Math.min(...seen) >= 2, JSON.stringify(seen));
+      for (const [i, d] of direct.entries()) if (i === 0 || locks.servers.length > 1) assert.equal(await count(d, "k"), 1);
+      assert.equal(await h.release(), true);
+      for (const d of direct) assert.equal(await count(d, "k"), 0);
+    }
+  } finally {
+    closeAll();
+    servers.forEach((s) => s.close());
+  }
+});
