@@ -353,3 +353,24 @@ test("concurrent re-entries of one hold, on one server and over 3 masters, leave
     servers.forEach((s) => s.close());
   }
 });
+
+test("a LOCK.REENTER whose reply was lost is applied once and taken back", () =>
+  // The reply to LOCK.REENTER is lost (the connection reset after the server ran it). Must hold:
+  // the re-entry is applied once (never re-sent on top) and taken back, so the outer release
+  // frees the lock at once.
+  withServer(async (s) => {
+    const p = await proxy(s.port);
+    const direct = connect(s.port);
+    const locks = relock(connect(p.port, { maxRetriesPerRequest: 20 }), { nodeTimeout: 500 });
+    const h = await locks.acquireOrThrow("k", { ttl: 10_000 });
+    p.cutReplyTo("LOCK.REENTER");
+    const counts = [];
+    const outcome = await h.reenter((n) => counts.push(n)).catch((e) => e);
+    assert.ok(p.cuts === 1, "the reply was not cut");
+    assert.ok(counts.every((n) => n === 2), `the re-entry was applied twice: the section saw count ${counts}`);
+    if (counts.length === 0) assert.ok(outcome instanceof Error);
+    await sleep(500); // whatever is re-sent after the reconnect has run
+    assert.equal(await count(direct, "k"), 1, "the server's count is not the outer hold's");
+    assert.equal(await h.release(), true);
+    assert.equal(await count(direct, "k"), 0);
+  }));
