@@ -33,6 +33,12 @@ const WAIT_GRACE = 1000;
  */
 const FIRST_CONNECT = 2000;
 
+/**
+ * Over several masters, how long a call waits for the package's first connection to a master
+ * whose client is connected (at most): a round is decided by a quorum without it anyway.
+ */
+const REDLOCK_FIRST_CONNECT = 500;
+
 type Client = Redis | Cluster;
 
 /** Options of a client; every one has relock-client's default. */
@@ -292,17 +298,31 @@ class Server {
     if (this.own && this.own.status !== "end") return this.own;
     if (this.client.status === "end") throw new Error("Connection is closed (the client given to Relock was closed).");
     const own = this.open(false);
-    own.once("ready", () => (this.ownReadyOnce = true));
+    let up = false;
+    own.once("ready", () => {
+      this.ownReadyOnce = true;
+      up = true;
+    });
+    // A connection that was up and dropped is opened again at once (not in a loop: one that
+    // never got ready is opened again by the next call), so that the next renewal finds it.
+    own.once("end", () => {
+      if (this.own === own && up && this.client.status !== "end") this.conn();
+    });
     this.own = own;
     this.watchEnd();
     return own;
   }
 
-  /** Waits for the shared connection: `timeout`, or FIRST_CONNECT the first time while the client's own connection is up. */
+  /**
+   * Waits for the shared connection: `timeout`; the first time, FIRST_CONNECT for a client of
+   * one server, and REDLOCK_FIRST_CONNECT over several masters when the client's own connection
+   * is up (the package's is then only slower to open, on a loaded machine).
+   */
   private async ready(conn: Client, timeout: number | null): Promise<void> {
     if (conn.status === "ready") return;
     let ms = timeout;
     if (ms !== null && !this.ownReadyOnce && this.firstGrace) ms = Math.max(ms, FIRST_CONNECT);
+    else if (ms !== null && !this.ownReadyOnce && this.client.status === "ready") ms = Math.max(ms, REDLOCK_FIRST_CONNECT);
     await untilReady(conn, ms);
   }
 
@@ -1313,6 +1333,9 @@ export class Hold {
       this.ttl = ms;
       this.validUntil = until;
       this.lastFailure = undefined;
+      // renew(ttl): the next background renewal follows the new ttl (a shorter one must not
+      // wait for the old schedule).
+      if (explicit && !this.renewing) this.schedule(core.now() + Math.max(ms / 3, 1));
       return true;
     }
     if (rnd.badTtl()) {
