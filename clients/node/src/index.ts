@@ -800,12 +800,11 @@ export class Relock {
    * release that is harmless to repeat: FROM), on `targets` (default every server): again and
    * again, a little longer apart each time, until every one of them answered, or until `ttl` ms
    * from now (the lease a grant still under way could have) passed; then once more 100 ms
-   * later on the servers that had not answered the first time (a grant still under way when the
-   * round was decided lands before it).
+   * later (a grant still under way when the round was decided lands before it).
    */
   releaseLate(ttl: number, args: ReadonlyArray<string | number>, targets?: boolean[], argsOf?: (i: number) => ReadonlyArray<string | number>): void {
     const until = core.now() + ttl + this.nodeTimeout;
-    this.track(this.giveBack(args, targets ?? this.nodes.map(() => true), until, argsOf));
+    this.track(this.giveBack(args, targets ?? this.nodes.map(() => true), until, argsOf, undefined, true));
   }
 
   /** @internal Runs `job` in the background, waited for by `settle()` and `close()`. */
@@ -826,6 +825,7 @@ export class Relock {
     until: number,
     argsOf?: (i: number) => ReadonlyArray<string | number>,
     onReply?: (i: number, reply: unknown, failure: Failure | undefined) => void,
+    again = false,
   ): Promise<boolean[]> {
     let left = [...targets];
     let delay = 20;
@@ -841,8 +841,9 @@ export class Relock {
       await pause(Math.min(delay, Math.max(0, until - core.now())));
       delay = Math.min(delay * 2, 1000);
     }
-    if (tries > 1 && !onReply) {
-      // Answered only after a retry: a request sent before it may have landed since.
+    if ((again || tries > 1) && !onReply) {
+      // A grant still under way (a cut wait's connection the server has not seen close yet),
+      // or a request sent before a retry, may land after the first answer.
       await new Promise((r) => setTimeout(r, 100).unref());
       await this.round(args, { targets, untilAll: true, argsOf });
     }
