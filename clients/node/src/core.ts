@@ -350,11 +350,28 @@ export function keySlot(key: string): number {
 /** The most keys one LOCK.MACQUIRE takes. */
 export const MAX_KEYS = 256;
 
+/**
+ * A key as sent: a string, or a Buffer holding UTF-8 (decoded). Anything else is a TypeError
+ * at once: JavaScript would turn `{id: 1}` into the key "[object Object]" and `42` into "42",
+ * so two different values could lock one key.
+ */
+export function checkKey(key: unknown): string {
+  if (typeof key === "string") return key;
+  if (Buffer.isBuffer(key)) {
+    const s = key.toString("utf8");
+    if (!Buffer.from(s, "utf8").equals(key)) throw new TypeError("a Buffer key must hold UTF-8 (relock keys are text)");
+    return s;
+  }
+  const what = key === null ? "null" : Array.isArray(key) ? "an array" : typeof key;
+  throw new TypeError(`a key must be a string or a Buffer, not ${what}`);
+}
+
 /** The keys of a group: 1 to 256 distinct strings, in the caller's order. */
 export function checkKeys(keys: unknown): string[] {
   if (!Array.isArray(keys)) throw new InvalidArgumentError("keys must be an array of keys (use acquire() for one)");
   if (keys.length < 1 || keys.length > MAX_KEYS) throw new InvalidArgumentError(`a group takes 1 to ${MAX_KEYS} keys, not ${keys.length}`);
-  if (!keys.every((k) => typeof k === "string")) throw new InvalidArgumentError("every key of a group must be a string");
+  if (!keys.every((k) => typeof k === "string" || Buffer.isBuffer(k))) throw new TypeError("every key of a group must be a string or a Buffer");
+  keys = keys.map(checkKey);
   const seen = new Set<string>();
   for (const k of keys as string[]) {
     if (seen.has(k)) throw new InvalidArgumentError(`key ${JSON.stringify(k)} is named twice in the group`);
@@ -522,8 +539,11 @@ export function errorText(e: unknown): string {
  * The one place that decides whether a failure is permanent (see NodeFailure in
  * relock-client): refused logins, permissions, WRONGTYPE, unknown commands and refused
  * arguments are; timeouts, lost connections and a busy, loading or failing-over server are not.
+ * `MOVED` and `ASK` are passing only through an ioredis `Cluster` (`cluster`), which follows
+ * them itself; a plain client of a cluster node gets them for every key of another node's
+ * slots, for ever: permanent, with what to do.
  */
-export function classify(e: unknown): Failure {
+export function classify(e: unknown, cluster = true): Failure {
   if (e instanceof TimeoutFailure) return { message: e.message, timeout: true };
   if (e instanceof BadReply) return { message: `a reply relock cannot read: ${e.message}`, permanent: true };
   const isReply = e instanceof Error && e.name === "ReplyError";
@@ -550,6 +570,13 @@ export function classify(e: unknown): Failure {
   }
   if (msg.startsWith("ttl_ms exceeds")) return { message: msg, permanent: true, badTtl: true };
   const code = msg.split(" ", 1)[0] ?? "";
+  if (!cluster && (code === "MOVED" || code === "ASK")) {
+    return {
+      message: `${msg} (a Redis Cluster node: give relock an ioredis Cluster, new Redis.Cluster([...]), not a client of one node)`,
+      permanent: true,
+    };
+  }
+  if (code === "NOPERM") msg += " (the user's ACL does not allow it)";
   if (TRANSIENT_CODES.has(code) || msg.startsWith("max number of clients reached")) return { message: msg };
   if (msg.startsWith("unknown command") && /LOCK\.(WAITERS|HISTORY|LOG)/i.test(msg)) {
     msg += " (this relock module is older than that command)";

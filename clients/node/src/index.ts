@@ -14,7 +14,7 @@
  * `new Relock(redis)` takes one ioredis `Redis`, a `Cluster`, or an array of `Redis`
  * (Redlock over independent masters, quorum N/2+1). Durations are milliseconds.
  */
-import type { Cluster, Redis } from "ioredis";
+import type { Cluster, Redis, RedisOptions } from "ioredis";
 
 import * as core from "./core";
 import { Failure, Holder, KeyStats, LockInfo, LogEntry, LossReason, Round, TimeoutFailure, Waiter, Who } from "./core";
@@ -32,6 +32,12 @@ const WAIT_GRACE = 1000;
  * know yet how far its server is, and ioredis connects in the background.
  */
 const FIRST_CONNECT = 2000;
+
+/**
+ * Over several masters, how long a call waits for the package's first connection to a master
+ * whose client is connected (at most): a round is decided by a quorum without it anyway.
+ */
+const REDLOCK_FIRST_CONNECT = 500;
 
 type Client = Redis | Cluster;
 
@@ -129,19 +135,38 @@ function withTimeout<T>(p: Promise<T>, ms: number | null, what: string): Promise
 }
 
 /**
- * Resolves once `client` is ready (`ready`: its first ready event, one listener however many
- * calls wait for it), or rejects with a TimeoutFailure after `ms`.
+ * Resolves once `conn` is ready, or rejects: with a TimeoutFailure after `ms` (null: no
+ * limit), or at once when it ends. Nothing is queued on a connection the package owns, so a
+ * command is written only once it is ready (see OWN).
  */
-function untilReady(client: Client, ready: Promise<void>, ms: number): Promise<void> {
-  if (client.status === "ready") return Promise.resolve();
+function untilReady(conn: Client, ms: number | null): Promise<void> {
+  if (conn.status === "ready") return Promise.resolve();
+  if (conn.status === "end") return Promise.reject(new Error("Connection is closed."));
   // A lazyConnect client connects on its first command; this waits before sending one.
-  if (client.status === "wait") client.connect().catch(() => undefined);
+  if (conn.status === "wait") conn.connect().catch(() => undefined);
   return new Promise<void>((resolve, reject) => {
-    const timer = new Timer(() => reject(new TimeoutFailure(`no connection within ${ms} ms`)), ms);
-    void ready.then(() => {
-      timer.clear();
+    const off = (): void => {
+      timer?.clear();
+      conn.off("ready", onReady);
+      conn.off("end", onEnd);
+    };
+    const onReady = (): void => {
+      off();
       resolve();
-    });
+    };
+    const onEnd = (): void => {
+      off();
+      reject(new Error("Connection is closed."));
+    };
+    const timer =
+      ms === null
+        ? undefined
+        : new Timer(() => {
+            off();
+            reject(new TimeoutFailure(`no connection within ${ms} ms`));
+          }, ms);
+    conn.on("ready", onReady);
+    conn.on("end", onEnd);
   });
 }
 
@@ -157,40 +182,81 @@ function keepAlive(conn: Client, on: boolean): void {
   }
 }
 
+/**
+ * What the package sets on the connections it owns (duplicates of the client it was given,
+ * which keep its address, login, TLS, database, protocol and name): ioredis never sends a
+ * command of the package twice (`autoResendUnfulfilledCommands: false`: a LOCK.RELEASE whose
+ * reply was lost must not run again), never sends one late from a queue
+ * (`enableOfflineQueue: false`: a call waits for the connection itself, within its own
+ * timeout), and applies no timeout of its own (the package's node timeout and wait bounds
+ * do). See docs/node.md.
+ */
+const OWN: Partial<RedisOptions> = {
+  autoResendUnfulfilledCommands: false,
+  enableOfflineQueue: false,
+  maxRetriesPerRequest: 0,
+  commandTimeout: undefined,
+  socketTimeout: undefined,
+  lazyConnect: false,
+  autoResubscribe: false,
+  enableAutoPipelining: false,
+  reconnectOnError: null,
+};
+/** How often a blocked LOCK.WAIT's connection is looked up on the server (`CLIENT LIST ID`), as relock-client does. */
+const WATCH_WAIT_EVERY = 1000;
+/** Checks in a row that got no answer before a waiting connection counts as dead. */
+const UNANSWERED_CHECKS = 3;
+
 /** What an idle wait connection is dropped on: its connection closing (or, for a cluster, changing). */
 const DROP_IDLE_ON = ["close", "end", "+node", "-node"] as const;
 
-/** One master: a client for one server, or a Redis Cluster acting as one. */
+/** A waiting connection that died silently (found by the `CLIENT LIST ID` check): the wait is sent again. */
+class DeadWait extends Error {}
+
+/** `CLIENT LIST ID n`'s answer: blocked there, answered (the reply is on its way or lost), gone, or unknown. */
+function seenWaiting(reply: unknown): "blocked" | "answered" | "gone" | "unknown" {
+  const line = (core.text(reply) ?? "").split("\n").find((l) => l.trim() !== "");
+  if (line === undefined) return "gone";
+  const flags = line
+    .split(" ")
+    .find((f) => f.startsWith("flags="))
+    ?.slice("flags=".length);
+  if (flags === undefined) return "unknown";
+  return flags.includes("b") ? "blocked" : "answered";
+}
+
+const wire = (a: string | number): string => String(a);
+
+/**
+ * One master: a client for one server, or a Redis Cluster acting as one. Every command of the
+ * package goes on connections it owns (see OWN): one shared connection for acquisitions,
+ * renewals and releases (the client's own connection may be blocked by the application, or
+ * re-send what it never got an answer to), and one per blocked LOCK.WAIT.
+ */
 class Server {
   readonly name: string;
   readonly cluster: boolean;
+  /** The package's shared connection, opened at the first call. */
+  private own: Client | undefined;
+  /** Whether the package's shared connection was ever ready (see FIRST_CONNECT). */
+  private ownReadyOnce = false;
   /**
-   * Connections of their own for LOCK.WAIT, which blocks its connection (duplicates of the
-   * client), kept for the next wait: unref'd while idle, dropped when they close (never
-   * reconnected in the background) and when the client itself ends (quit or disconnect).
+   * Connections of their own for LOCK.WAIT, which blocks its connection, kept for the next
+   * wait: unref'd while idle, dropped when they close (never reconnected in the background)
+   * and when the client itself ends (quit or disconnect).
    */
   private idle: Client[] = [];
   private readonly dropIdle = new Map<Client, () => void>();
-  /** The client quit or was disconnected for good: its idle wait connections go with it. */
+  /** The client quit or was disconnected for good: the package's connections go with it. */
   private readonly onEnd = (): void => this.close();
-  /** Whether the client was ever ready (see FIRST_CONNECT). */
-  private readyOnce: boolean;
-  private readonly firstReady: Promise<void>;
 
   constructor(
     readonly client: Client,
     /** Whether calls wait for a first connection (a client of one server, whose answer is the only one). */
     private readonly firstGrace: boolean,
+    /** How long one check of a waiting connection may take. */
+    private readonly nodeTimeout: number,
   ) {
-    this.readyOnce = client.status === "ready";
-    this.firstReady = this.readyOnce
-      ? Promise.resolve()
-      : new Promise<void>((resolve) =>
-          client.once("ready", () => {
-            this.readyOnce = true;
-            resolve();
-          }),
-        );
     this.cluster = isCluster(client);
     if (isCluster(client)) {
       const nodes = client.nodes("master").map((n) => `${n.options.host}:${n.options.port}`);
@@ -201,41 +267,164 @@ class Server {
     }
   }
 
+  /** A new connection of the package's (`wait`: for one LOCK.WAIT, never reconnected). */
+  private open(wait: boolean): Client {
+    let conn: Client;
+    if (isCluster(this.client)) {
+      // A cluster follows MOVED and ASK itself (the command did not run there); it must not
+      // re-send a command whose connection closed.
+      conn = this.client.duplicate([], {
+        retryDelayOnFailover: 0,
+        lazyConnect: false,
+        redisOptions: { ...this.client.options.redisOptions, autoResendUnfulfilledCommands: false, commandTimeout: undefined, socketTimeout: undefined },
+      });
+    } else {
+      // Never reconnected in the background (no timer keeps a process alive, nothing is sent
+      // late): the next call opens a new one.
+      conn = this.client.duplicate({ ...OWN, retryStrategy: () => null });
+    }
+    conn.on("error", () => undefined); // each call sees its own failure
+    if (!wait) {
+      // The shared connection never keeps a process alive by itself (a call in flight has a
+      // timer that does).
+      conn.on("ready", () => keepAlive(conn, false));
+      if (isCluster(conn)) conn.on("+node", (n: Redis) => n.on("ready", () => (n.stream as { unref?: () => void } | undefined)?.unref?.()));
+    }
+    return conn;
+  }
+
+  /** The package's shared connection, opened when needed (again after it ended). */
+  conn(): Client {
+    if (this.own && this.own.status !== "end") return this.own;
+    if (this.client.status === "end") throw new Error("Connection is closed (the client given to Relock was closed).");
+    const own = this.open(false);
+    let up = false;
+    own.once("ready", () => {
+      this.ownReadyOnce = true;
+      up = true;
+    });
+    // A connection that was up and dropped is opened again at once (not in a loop: one that
+    // never got ready is opened again by the next call), so that the next renewal finds it.
+    own.once("end", () => {
+      if (this.own === own && up && this.client.status !== "end") this.conn();
+    });
+    this.own = own;
+    this.watchEnd();
+    return own;
+  }
+
+  /**
+   * Waits for the shared connection: `timeout`; the first time, FIRST_CONNECT for a client of
+   * one server, and REDLOCK_FIRST_CONNECT over several masters when the client's own connection
+   * is up (the package's is then only slower to open, on a loaded machine).
+   */
+  private async ready(conn: Client, timeout: number | null): Promise<void> {
+    if (conn.status === "ready") return;
+    let ms = timeout;
+    if (ms !== null && !this.ownReadyOnce && this.firstGrace) ms = Math.max(ms, FIRST_CONNECT);
+    else if (ms !== null && !this.ownReadyOnce && this.client.status === "ready") ms = Math.max(ms, REDLOCK_FIRST_CONNECT);
+    await untilReady(conn, ms);
+  }
+
   async call(args: ReadonlyArray<string | number>, timeout: number | null): Promise<unknown> {
-    if (this.firstGrace && !this.readyOnce && timeout !== null) await untilReady(this.client, this.firstReady, Math.max(timeout, FIRST_CONNECT));
+    const conn = this.conn();
+    await this.ready(conn, timeout);
     const [cmd, ...rest] = args;
-    const p = this.client.call(String(cmd), ...rest.map(String));
+    const p = conn.call(String(cmd), ...rest.map(wire));
     p.catch(() => undefined); // a late failure after a timeout is nobody's business
     return withTimeout(p, timeout, String(cmd));
   }
 
-  /** A blocking call on a connection of its own; `cancel` gets a function that cuts it short. */
+  /**
+   * A blocking call on a connection of its own; `cancel` gets a function that cuts it short.
+   * While it waits, the server is asked every second over the shared connection whether the
+   * waiting connection is still blocked there (`CLIENT LIST ID`, as relock-client does): one
+   * the server no longer knows, one it answered without the answer arriving, or no answer to
+   * 3 checks in a row, died silently; the same command (same owner: a grant the dead
+   * connection never delivered is answered again at once) is sent on a new connection.
+   */
   async blocking(args: ReadonlyArray<string | number>, timeout: number | null, cancel: Array<() => void>): Promise<unknown> {
-    const conn: Client = this.takeIdle() ?? (isCluster(this.client) ? this.client.duplicate() : this.client.duplicate());
+    const end = timeout === null ? null : core.now() + timeout;
     let cut = false;
+    let current: Client | undefined;
     cancel.push(() => {
       cut = true;
-      conn.disconnect();
+      current?.disconnect();
     });
-    const [cmd, ...rest] = args;
-    try {
-      const p = conn.call(String(cmd), ...rest.map(String));
-      p.catch(() => undefined);
-      const reply = await withTimeout(p, timeout, String(cmd));
-      if (!cut) this.putIdle(conn);
-      else conn.disconnect();
-      return reply;
-    } catch (e) {
-      conn.disconnect();
-      throw e;
+    for (;;) {
+      const left = end === null ? null : Math.max(0, end - core.now());
+      const conn: Client = this.takeIdle() ?? this.open(true);
+      current = conn;
+      if (cut) conn.disconnect();
+      const [cmd, ...rest] = args;
+      let watch: { stop: () => void; dead: Promise<never> } | undefined;
+      try {
+        await untilReady(conn, left === null ? FIRST_CONNECT : Math.min(left, FIRST_CONNECT));
+        const id = this.cluster ? null : conn.call("CLIENT", "ID");
+        id?.catch(() => undefined);
+        const p = conn.call(String(cmd), ...rest.map(wire));
+        p.catch(() => undefined);
+        if (id) watch = this.watch(id);
+        const reply = await withTimeout(watch ? Promise.race([p, watch.dead]) : p, left, String(cmd));
+        watch?.stop();
+        if (!cut) this.putIdle(conn);
+        else conn.disconnect();
+        return reply;
+      } catch (e) {
+        watch?.stop();
+        conn.disconnect();
+        if (!(e instanceof DeadWait) || cut) throw e;
+        // Sent again at once, on a new connection.
+      }
     }
+  }
+
+  /** Watches a waiting connection whose id `id` gives; `dead` rejects with DeadWait when it died silently. */
+  private watch(id: Promise<unknown>): { stop: () => void; dead: Promise<never> } {
+    let stopped = false;
+    let timer: Timer | undefined;
+    const dead = new Promise<never>((_, reject) => {
+      let answered = 0;
+      let unanswered = 0;
+      const check = async (): Promise<void> => {
+        if (stopped) return;
+        let seen: ReturnType<typeof seenWaiting>;
+        try {
+          const client = await withTimeout(id, this.nodeTimeout, "CLIENT ID");
+          seen = seenWaiting(await this.call(["CLIENT", "LIST", "ID", String(client)], Math.max(this.nodeTimeout, WATCH_WAIT_EVERY)));
+        } catch (e) {
+          if (e instanceof Error && e.name === "ReplyError") return; // CLIENT forbidden (NOPERM): no check
+          seen = "unknown";
+        }
+        if (stopped) return;
+        if (seen === "blocked") [answered, unanswered] = [0, 0];
+        else if (seen === "gone") answered = 2;
+        else if (seen === "answered") answered += 1;
+        else [answered, unanswered] = [0, unanswered + 1];
+        if (answered >= 2 || unanswered >= UNANSWERED_CHECKS) {
+          reject(new DeadWait("the waiting connection died silently (the server no longer has it blocked)"));
+          return;
+        }
+        timer = new Timer(() => void check(), answered > 0 ? this.nodeTimeout : WATCH_WAIT_EVERY).unref();
+      };
+      timer = new Timer(() => void check(), WATCH_WAIT_EVERY).unref();
+    });
+    dead.catch(() => undefined);
+    return {
+      dead,
+      stop: () => {
+        stopped = true;
+        timer?.clear();
+      },
+    };
   }
 
   /** Several commands in one round trip (a pipeline): each reply, or the error in its place. */
   async callMany(commands: ReadonlyArray<ReadonlyArray<string | number>>, timeout: number): Promise<unknown[]> {
-    if (this.firstGrace && !this.readyOnce) await untilReady(this.client, this.firstReady, Math.max(timeout, FIRST_CONNECT));
-    const pipe = this.client.pipeline();
-    for (const [cmd, ...rest] of commands) pipe.call(String(cmd), ...rest.map(String));
+    const conn = this.conn();
+    await this.ready(conn, timeout);
+    const pipe = conn.pipeline();
+    for (const [cmd, ...rest] of commands) pipe.call(String(cmd), ...rest.map(wire));
     const p = pipe.exec();
     p.catch(() => undefined);
     const out = (await withTimeout(p, timeout, "pipeline")) ?? [];
@@ -248,11 +437,16 @@ class Server {
     const [cmd, ...rest] = args;
     return Promise.all(
       this.client.nodes("master").map(async (n): Promise<[string, unknown]> => {
-        const p = n.call(String(cmd), ...rest.map(String));
+        const p = n.call(String(cmd), ...rest.map(wire));
         p.catch(() => undefined);
         return [`${n.options.host}:${n.options.port}`, await withTimeout(p, timeout, String(cmd))];
       }),
     );
+  }
+
+  /** Whether the package can send on this server now: its client is open (the package's own connection is opened again when needed). */
+  connected(): boolean {
+    return this.client.status === "ready";
   }
 
   private takeIdle(): Client | undefined {
@@ -263,11 +457,12 @@ class Server {
     return conn;
   }
 
-  /** Listens for the client's end only while there are idle connections to close. */
+  /** Listens for the client's end only while the package has connections to close. */
   private watchEnd(): void {
     const listening = this.client.listeners("end").includes(this.onEnd);
-    if (this.idle.length > 0 && !listening) this.client.on("end", this.onEnd);
-    else if (this.idle.length === 0 && listening) this.client.off("end", this.onEnd);
+    const want = this.idle.length > 0 || this.own !== undefined;
+    if (want && !listening) this.client.on("end", this.onEnd);
+    else if (!want && listening) this.client.off("end", this.onEnd);
   }
 
   private putIdle(conn: Client): void {
@@ -296,14 +491,18 @@ class Server {
     this.watchEnd();
   }
 
+  /** Closes the package's connections (opened again by the next call, while the client lives). */
   close(): void {
     for (const c of [...this.idle]) {
       this.forget(c);
       c.disconnect();
     }
+    const own = this.own;
+    this.own = undefined;
+    own?.disconnect();
+    this.watchEnd();
   }
 }
-
 const abortedOf = Object.getOwnPropertyDescriptor(AbortSignal.prototype, "aborted")?.get;
 const reasonOf = Object.getOwnPropertyDescriptor(AbortSignal.prototype, "reason")?.get;
 const throwIfAbortedOf = AbortSignal.prototype.throwIfAborted;
@@ -350,7 +549,11 @@ function watchExit(): void {
   // The loop is about to go idle with holds still held: release them (a process that is
   // killed or calls process.exit() cannot; their leases end with their ttl).
   process.on("beforeExit", () => {
-    for (const h of [...live]) if (h.client.connected()) void h.release().catch(() => undefined);
+    for (const h of [...live]) {
+      if (!h.client.connected()) continue;
+      h.end("the process is exiting (the event loop went idle) and released it");
+      void h.release().catch(() => undefined);
+    }
   });
 }
 
@@ -375,23 +578,26 @@ export class Relock {
     if (clients.length > 1 && clients.some(isCluster)) {
       throw new InvalidArgumentError("Redlock takes independent masters; pass a Cluster alone");
     }
-    this.nodes = clients.map((c) => new Server(c, clients.length === 1));
+    this.nodeTimeout = options.nodeTimeout ?? core.DEFAULT_NODE_TIMEOUT;
+    if (!(this.nodeTimeout >= 1)) throw new InvalidArgumentError(`nodeTimeout ${this.nodeTimeout} is below 1 ms`);
+    this.nodes = clients.map((c) => new Server(c, clients.length === 1, this.nodeTimeout));
     this.servers = this.nodes.map((n) => n.name);
+    // Redlock waits for no master longer than nodeTimeout, a first connection included: the
+    // package's own connections get a head start.
+    if (this.nodes.length > 1) for (const n of this.nodes) if (n.client.status !== "wait") n.conn();
     this.servers.forEach((name, i) => {
       if (this.servers.indexOf(name) !== i) {
         throw new InvalidArgumentError(`${name} is named twice: Redlock needs independent masters`);
       }
     });
     this.prefix = options.ownerPrefix;
-    this.nodeTimeout = options.nodeTimeout ?? core.DEFAULT_NODE_TIMEOUT;
-    if (!(this.nodeTimeout >= 1)) throw new InvalidArgumentError(`nodeTimeout ${this.nodeTimeout} is below 1 ms`);
     this.retryDelay = options.retryDelay ?? core.DEFAULT_RETRY_DELAY;
     this.maxPartialHold = options.maxPartialHold ?? core.DEFAULT_MAX_PARTIAL_HOLD;
   }
 
   /** @internal Whether every server's connection is open (nothing is sent on a closed one at exit). */
   connected(): boolean {
-    return this.nodes.every((n) => n.client.status === "ready");
+    return this.nodes.every((n) => n.connected());
   }
 
   /** How many servers must agree: N/2 + 1. */
@@ -439,6 +645,7 @@ export class Relock {
 
   /** Like `acquire`, throwing `NotAcquiredError` (which says why) instead of returning null. */
   async acquireOrThrow(key: string, options: LockOptions = {}): Promise<Hold> {
+    key = core.checkKey(key);
     const ttl = core.checkTtl(options.ttl ?? core.DEFAULT_TTL);
     const wait = core.checkWait(options.wait);
     core.checkMode(options.limit, this.nodes[0]?.cluster ? 1 : this.nodes.length, options.permits);
@@ -463,7 +670,7 @@ export class Relock {
         for (const [i, t] of [...rnd.agreed.entries()].sort((x, y) => x[0] - y[0])) tokens[this.servers[i] ?? ""] = Number(t);
         return new Hold(this, key, owner, ttl, tokens, until, mode);
       }
-      await this.releaseFailed(key, owner, rnd);
+      await this.releaseFailed(key, owner, ttl, rnd);
       const failure = rnd.afterFailed(key, ttl, wait, deadline !== null && core.now() >= deadline, remaining !== null);
       if (failure) throw failure;
       let delay = core.jitter(this.retryDelay);
@@ -487,7 +694,7 @@ export class Relock {
       const reply = cancel ? await node.blocking(args, timeout, cancel) : await node.call(args, timeout);
       return [accept ? accept(reply) : reply, undefined];
     } catch (e) {
-      return [null, core.classify(e)];
+      return [null, core.classify(e, node.cluster)];
     }
   }
 
@@ -501,6 +708,8 @@ export class Relock {
       partialHold?: number;
       blocking?: boolean;
       skipIf?: boolean;
+      /** Each server's own command, in place of `args` (a hold count that differs between servers). */
+      argsOf?: (i: number) => ReadonlyArray<string | number>;
       /** Turns a reply into the value agreed (null: refused). */
       accept?: (reply: unknown) => unknown;
     } = {},
@@ -511,7 +720,7 @@ export class Relock {
     if (this.nodes.length === 1 && !opts.blocking) {
       if (opts.targets && !opts.targets[0]) rnd.onReply(0, null);
       else {
-        const [v, f] = await this.ask(0, args, timeout, undefined, opts.accept);
+        const [v, f] = await this.ask(0, opts.argsOf ? opts.argsOf(0) : args, timeout, undefined, opts.accept);
         rnd.onReply(0, v, f);
       }
       return rnd.finish(core.now());
@@ -530,7 +739,7 @@ export class Relock {
           return;
         }
         open += 1;
-        void this.ask(i, args, timeout, opts.blocking ? cancels[i] : undefined, opts.accept).then(([v, f]) => {
+        void this.ask(i, opts.argsOf ? opts.argsOf(i) : args, timeout, opts.blocking ? cancels[i] : undefined, opts.accept).then(([v, f]) => {
           open -= 1;
           if (rnd.onReply(i, v, f) !== "pending" || open === 0) done();
           else if (opts.partialHold !== undefined && rnd.agreed.size > 0 && !cut) cut = new Timer(done, opts.partialHold);
@@ -575,22 +784,70 @@ export class Relock {
     for (const [i, token] of extra.agreed) rnd.addGrant(i, token);
   }
 
-  private async releaseFailed(key: string, owner: string, rnd: Round<unknown>): Promise<void> {
+  private async releaseFailed(key: string, owner: string, ttl: number, rnd: Round<unknown>): Promise<void> {
     const { now, later } = rnd.giveBack();
-    if (now.some(Boolean)) await this.round(["LOCK.RELEASE", key, owner], { targets: now, untilAll: true });
-    if (later.some(Boolean)) this.releaseLate(key, owner, later);
+    const release = ["LOCK.RELEASE", key, owner, "FROM", 1];
+    if (now.some(Boolean)) {
+      const back = await this.round(release, { targets: now, untilAll: true });
+      const left = back.unanswered();
+      if (left.some(Boolean)) this.releaseLate(ttl, release, left);
+    }
+    if (later.some(Boolean)) this.releaseLate(ttl, release, later);
   }
 
-  /** @internal Releases `owner`'s grants now and once more a little later, in the background. */
-  releaseLate(key: string, owner: string, targets?: boolean[], args?: Array<string | number>): void {
-    const release = args ?? ["LOCK.RELEASE", key, owner];
-    const job = (async () => {
-      await this.round(release, { targets, untilAll: true });
+  /**
+   * @internal Gives a hold back in the background (`args`, or each server's `argsOf`, a
+   * release that is harmless to repeat: FROM), on `targets` (default every server): again and
+   * again, a little longer apart each time, until every one of them answered, or until `ttl` ms
+   * from now (the lease a grant still under way could have) passed; then once more 100 ms
+   * later (a grant still under way when the round was decided lands before it).
+   */
+  releaseLate(ttl: number, args: ReadonlyArray<string | number>, targets?: boolean[], argsOf?: (i: number) => ReadonlyArray<string | number>): void {
+    const until = core.now() + ttl + this.nodeTimeout;
+    this.track(this.giveBack(args, targets ?? this.nodes.map(() => true), until, argsOf, undefined, true));
+  }
+
+  /** @internal Runs `job` in the background, waited for by `settle()` and `close()`. */
+  track(job: Promise<unknown>): void {
+    const quiet = job.catch(() => undefined);
+    this.background.add(quiet);
+    void quiet.finally(() => this.background.delete(quiet));
+  }
+
+  /**
+   * @internal `args` (a give-back, harmless to repeat) on `targets` until every one answered or
+   * `until` (performance.now() ms) passed; each server's replies go to `onReply`. Resolves with
+   * the servers that never answered.
+   */
+  async giveBack(
+    args: ReadonlyArray<string | number>,
+    targets: boolean[],
+    until: number,
+    argsOf?: (i: number) => ReadonlyArray<string | number>,
+    onReply?: (i: number, reply: unknown, failure: Failure | undefined) => void,
+    again = false,
+  ): Promise<boolean[]> {
+    let left = [...targets];
+    let delay = 20;
+    let tries = 0;
+    while (left.some(Boolean)) {
+      const rnd = await this.round(args, { targets: left, untilAll: true, argsOf });
+      tries += 1;
+      if (onReply) for (const [i, v] of rnd.agreed) onReply(i, v, undefined);
+      if (onReply) for (const [i, f] of rnd.failures) if (left[i]) onReply(i, null, f.refused ? undefined : f);
+      const unanswered = rnd.unanswered();
+      left = left.map((t, i) => t && !!unanswered[i]);
+      if (!left.some(Boolean) || core.now() >= until) break;
+      await pause(Math.min(delay, Math.max(0, until - core.now())));
+      delay = Math.min(delay * 2, 1000);
+    }
+    if ((again || tries > 1) && !onReply) {
+      // A grant still under way (a cut wait's connection the server has not seen close yet),
+      // or a request sent before a retry, may land after the first answer.
       await new Promise((r) => setTimeout(r, 100).unref());
-      await this.round(release, { targets, untilAll: true });
-    })().catch(() => undefined);
-    this.background.add(job);
-    void job.finally(() => this.background.delete(job));
+      await this.round(args, { targets, untilAll: true, argsOf });
+    }
+    return left;
   }
 
   /** Waits for the releases running in the background (call it before a process exits). */
@@ -600,7 +857,10 @@ export class Relock {
 
   /** Releases every hold of this client still held, waits for background releases, and closes the connections it opened for waits. */
   async close(): Promise<void> {
-    await Promise.all([...live].filter((h) => h.client === this).map((h) => h.release().catch(() => false)));
+    const mine = [...live].filter((h) => h.client === this);
+    // Whatever still runs under them learns first that they end (hold.signal, hold.lost).
+    for (const h of mine) h.end("the client was closed (Relock.close()), which released it");
+    await Promise.all(mine.map((h) => h.release().catch(() => false)));
     await this.settle();
     for (const n of this.nodes) n.close();
   }
@@ -608,6 +868,7 @@ export class Relock {
   // --- looking at locks -------------------------------------------------------------------
 
   private async queryEach<T>(key: string, args: Array<string | number>, parse: (server: string, reply: unknown) => T): Promise<T[]> {
+    args[1] = core.checkKey(key);
     const out: T[] = [];
     for (const n of this.nodes) {
       try {
@@ -743,13 +1004,16 @@ export class Relock {
     const name = group.join(",");
     for (;;) {
       const owner = this.newOwner();
-      const release = ["LOCK.MRELEASE", n, ...group, owner];
+      const release = ["LOCK.MRELEASE", n, ...group, owner, "FROM", 1];
       const rnd = await this.round(["LOCK.MACQUIRE", n, ...group, owner, ttl], { accept: (r) => core.groupTokens(group, r) });
       const until = rnd.validUntil(ttl);
       if (until !== null) return new GroupHold(this, group, owner, ttl, [...rnd.agreed.values()][0] as Record<string, number>, until);
       const { now, later } = rnd.giveBack();
-      if (now.some(Boolean)) await this.round(release, { targets: now, untilAll: true });
-      if (later.some(Boolean)) this.releaseLate(group[0] ?? "", owner, later, release);
+      if (now.some(Boolean)) {
+        const left = (await this.round(release, { targets: now, untilAll: true })).unanswered();
+        if (left.some(Boolean)) this.releaseLate(ttl, release, left);
+      }
+      if (later.some(Boolean)) this.releaseLate(ttl, release, later);
       if (rnd.permanentlyFailed()) throw rnd.permanentError(group[0] ?? "");
       if (deadline !== null && core.now() >= deadline) throw rnd.acquireError(name, ttl, wait);
       if (this.nodes.length === 1 && !rnd.someFailed()) {
@@ -777,7 +1041,7 @@ export class Relock {
     const tokens: Record<string, number> = {};
     const allOf = (want: number) => (r: unknown) => (r !== null && r !== undefined && Number(r) === want ? r : null);
     const giveBack = (): void => {
-      if (taken.length) this.releaseLate(taken[0] ?? "", owner, undefined, ["LOCK.MRELEASE", taken.length, ...taken, owner]);
+      if (taken.length) this.releaseLate(ttl, ["LOCK.MRELEASE", taken.length, ...taken, owner, "FROM", 1]);
     };
     try {
       for (const key of core.waitOrder(group)) {
@@ -800,7 +1064,7 @@ export class Relock {
             throw rnd.permanentError(key);
           }
           if (rnd.someFailed()) {
-            this.releaseLate(key, owner);
+            this.releaseLate(ttl, ["LOCK.RELEASE", key, owner, "FROM", 1]);
             await pause(Math.min(core.jitter(this.retryDelay), remaining ?? Infinity));
           }
           if (taken.length) {
@@ -823,7 +1087,7 @@ export class Relock {
       for (const k of group) ordered[k] = tokens[k] ?? 0;
       return new GroupHold(this, group, owner, ttl, ordered, until);
     } catch (e) {
-      this.releaseLate(group[0] ?? "", owner, undefined, ["LOCK.MRELEASE", group.length, ...group, owner]);
+      this.releaseLate(ttl, ["LOCK.MRELEASE", group.length, ...group, owner, "FROM", 1]);
       throw e;
     }
   }
@@ -864,6 +1128,20 @@ export class Hold {
   private timer: Timer | undefined;
   private renewing: Promise<void> | undefined;
   private lastFailure: string | undefined;
+  /**
+   * Each server's hold count as the client knows it: the `FROM` of the next LOCK.REENTER or
+   * LOCK.RELEASE step there, so that a step sent twice (a lost reply) is applied once.
+   */
+  private counts: number[];
+  /** The count-changing steps (LOCK.REENTER, LOCK.RELEASE), one at a time, in order. */
+  private steps: Promise<unknown> = Promise.resolve();
+  /** Renewals, one at a time, in order: a reply never lands after a later renewal's. */
+  private renewals: Promise<unknown> = Promise.resolve();
+  /** Renewals sent, and the last one whose reply was applied (a late reply is never applied after a newer one). */
+  private renewSent = 0;
+  private renewApplied = 0;
+  /** Until when (performance.now() ms) a server may keep the lease: the last request that set its ttl, sent at most then, plus that ttl. */
+  private leaseEnd: number;
 
   /** @internal */
   constructor(
@@ -883,6 +1161,8 @@ export class Hold {
     this.token = Math.max(0, ...Object.values(tokens));
     this.shared = mode.length > 0;
     this.since = Date.now(); // granted just before: an older flush is not its end (1 s slack for clocks)
+    this.counts = client.servers.map(() => 1);
+    this.leaseEnd = core.now() + ttl;
     live.add(this);
     watchExit();
     this.schedule(core.now() + Math.max(ttl / 3, 1));
@@ -908,9 +1188,9 @@ export class Hold {
     return ["LOCK.RENEW", this.key, this.owner, ttl];
   }
 
-  /** @internal */
-  protected releaseArgs(): Array<string | number> {
-    return ["LOCK.RELEASE", this.key, this.owner];
+  /** @internal The release of one step on server `i`: from the count the client knows there. */
+  protected releaseArgs(i: number): Array<string | number> {
+    return ["LOCK.RELEASE", this.key, this.owner, "FROM", Math.max(1, this.counts[i] ?? 1)];
   }
 
   /** @internal A renewal's or release's reply as agreed (the reply) or refused (null). */
@@ -967,14 +1247,31 @@ export class Hold {
 
   private lose(reason: string, loss?: LossReason): void {
     if (this.released || this.ended) return;
+    this.end(reason, loss);
+    live.delete(this);
+    // Whatever servers still have it should not keep it until the ttl.
+    this.client.releaseLate(this.ttl, this.releaseArgs(0), undefined, (i) => this.releaseArgs(i));
+  }
+
+  /**
+   * @internal The hold ends on the client's side (lost, the client closed, the process
+   * exiting): its holders are told first (`signal` aborted, `lost` true, `check()` throws),
+   * before anything is released under them.
+   */
+  end(reason: string, loss?: LossReason): void {
+    if (this.released || this.ended) return;
     this.reason = reason;
     this.loss = loss;
     this.timer?.clear();
-    live.delete(this);
     this.ended = core.lostError(this.key, reason, loss, this.client.servers);
     this.controller.abort(this.ended);
-    // Whatever servers still have it should not keep it until the ttl.
-    this.client.releaseLate(this.key, this.owner, undefined, this.releaseArgs());
+  }
+
+  /** Runs `fn` after every earlier call made through the same chain has settled. */
+  private inOrder<T>(chain: "steps" | "renewals", fn: () => Promise<T>): Promise<T> {
+    const run = this[chain].then(fn, fn);
+    this[chain] = run.catch(() => undefined);
+    return run;
   }
 
   /** The hold is gone: asks the journal why (one bounded round trip) and says it. */
@@ -1020,14 +1317,26 @@ export class Hold {
   private async renewRound(ttl: number, explicit = false): Promise<boolean> {
     const ms = core.checkTtl(ttl);
     this.check();
+    return this.inOrder("renewals", () => this.renewOnce(ms, explicit));
+  }
+
+  private async renewOnce(ms: number, explicit: boolean): Promise<boolean> {
+    this.check();
+    const seq = ++this.renewSent;
+    this.leaseEnd = Math.max(this.leaseEnd, core.now() + ms + this.client.nodeTimeout);
     const rnd = await this.client.round(this.renewArgs(ms), { accept: (r) => this.allHeld(r) });
     const until = rnd.validUntil(ms);
     if (until !== null) {
       if (this.released || this.ended) return true;
       if (core.now() >= this.lostAt()) return false;
+      if (seq < this.renewApplied) return true; // a newer renewal's reply is in already
+      this.renewApplied = seq;
       this.ttl = ms;
       this.validUntil = until;
       this.lastFailure = undefined;
+      // renew(ttl): the next background renewal follows the new ttl (a shorter one must not
+      // wait for the old schedule).
+      if (explicit && !this.renewing) this.schedule(core.now() + Math.max(ms / 3, 1));
       return true;
     }
     if (rnd.badTtl()) {
@@ -1069,13 +1378,24 @@ export class Hold {
     this.released = true;
     live.delete(this);
     this.timer?.clear();
-    const rnd = await this.client.round(this.releaseArgs(), { untilAll: this.client.servers.length > 1, accept: (r) => this.allHeld(r) });
-    if (rnd.won()) return true;
-    const unanswered = rnd.unanswered();
-    if (unanswered.some(Boolean)) this.client.releaseLate(this.key, this.owner, unanswered, this.releaseArgs());
-    const error = rnd.releaseError(this.key);
-    if (error) throw error;
-    return false;
+    return this.inOrder("steps", async () => {
+      const rnd = await this.client.round(this.releaseArgs(0), {
+        untilAll: this.client.servers.length > 1,
+        accept: (r) => this.allHeld(r),
+        argsOf: (i) => this.releaseArgs(i),
+      });
+      for (const [i, v] of rnd.agreed) this.counts[i] = Number(v);
+      // Not answered (a lost reply, a stall): sent again until answered, or until the lease
+      // would have ended anyway. FROM makes a repeat of an applied step change nothing.
+      const unanswered = rnd.unanswered();
+      if (unanswered.some(Boolean)) {
+        this.client.track(this.client.giveBack(this.releaseArgs(0), unanswered, this.leaseEnd, (i) => this.releaseArgs(i)));
+      }
+      if (rnd.won()) return true;
+      const error = rnd.releaseError(this.key);
+      if (error) throw error;
+      return false;
+    });
   }
 
   /**
@@ -1105,21 +1425,67 @@ export class Hold {
     });
   }
 
-  /** Runs `fn` in a nested section under the same owner (LOCK.REENTER), with the hold count. */
+  /**
+   * Runs `fn` in a nested section under the same owner (LOCK.REENTER), with the hold count.
+   * Each step says the count it expects (`FROM`), so a step sent twice is applied once; a
+   * LOCK.REENTER whose reply never came is taken back on the same connection (LOCK.RELEASE
+   * FROM c+1: it answers c whether or not the re-entry ran). Throws `LockLostError` when the
+   * hold is gone, `NotAcquiredError` (retryable) when servers did not answer.
+   */
   async reenter<T>(fn: (count: number) => Promise<T> | T): Promise<T> {
     this.check();
-    const rnd = await this.client.round(["LOCK.REENTER", this.key, this.owner, core.checkTtl(this.ttl), ...this.mode], { untilAll: true });
-    const release = () => this.client.round(["LOCK.RELEASE", this.key, this.owner], { targets: rnd.agreedBy(), untilAll: true });
+    const ttl = core.checkTtl(this.ttl);
+    const rnd = await this.inOrder("steps", async () => {
+      this.check();
+      const from = [...this.counts];
+      const entry = (i: number): Array<string | number> => ["LOCK.REENTER", this.key, this.owner, ttl, ...this.mode, "FROM", Math.max(1, from[i] ?? 1)];
+      this.leaseEnd = Math.max(this.leaseEnd, core.now() + ttl + this.client.nodeTimeout);
+      const r = await this.client.round(entry(0), { untilAll: true, argsOf: entry });
+      for (const [i, v] of r.agreed) this.counts[i] = Number(v);
+      for (const [i, f] of r.failures) {
+        const other = /hold count is (\d+)/.exec(f.message);
+        if (other) this.counts[i] = Number(other[1]);
+      }
+      const unanswered = r.unanswered();
+      if (unanswered.some(Boolean)) await this.stepBack(unanswered, (i) => Math.max(1, from[i] ?? 1) + 1);
+      if (!r.won()) await this.stepBack(r.agreedBy());
+      return r;
+    });
     if (!rnd.won()) {
-      await release();
       if (rnd.permanentlyFailed()) throw rnd.permanentError(this.key);
-      throw new LockLostError(`lock ${JSON.stringify(this.key)}: re-entry refused (${rnd.describe()})`, "re-entry refused", undefined, { key: this.key });
+      if (rnd.refused() > 0) {
+        throw new LockLostError(`lock ${JSON.stringify(this.key)}: re-entry refused (${rnd.describe()})`, "re-entry refused", undefined, { key: this.key });
+      }
+      throw new NotAcquiredError(`lock ${JSON.stringify(this.key)}: re-entry not answered by a quorum (${rnd.describe()}); taken back, retry`, {
+        key: this.key,
+        servers: rnd.servers((f) => !f.refused),
+      });
     }
     try {
       return await fn(Math.max(...[...rnd.agreed.values()].map(Number)));
     } finally {
-      await release();
+      await this.inOrder("steps", () => this.stepBack(rnd.agreedBy()));
     }
+  }
+
+  /**
+   * One LOCK.RELEASE step on `targets`, from `from(i)` (default the count the client knows):
+   * sent again until each answered while the hold lasts, then on in the background until the
+   * lease would have ended anyway. The count each answers is the one the client knows then.
+   */
+  private async stepBack(targets: boolean[], from?: (i: number) => number): Promise<void> {
+    const args = (i: number): Array<string | number> => ["LOCK.RELEASE", this.key, this.owner, "FROM", Math.max(1, from ? from(i) : (this.counts[i] ?? 1))];
+    const onReply = (i: number, reply: unknown, failure: Failure | undefined): void => {
+      // `ERR hold count is n, not c`: the server's count is the one to go on from.
+      const other = failure && /hold count is (\d+)/.exec(failure.message);
+      if (other) this.counts[i] = Number(other[1]);
+      if (failure) return;
+      this.counts[i] = reply === null || reply === undefined ? 0 : Number(reply);
+    };
+    // While the hold lasts: the body after it must see the count the server has.
+    const until = (): number => (this.ended || this.released ? core.now() : this.leaseEnd);
+    const left = await this.client.giveBack(args(0), targets, Math.min(until(), core.now() + Math.max(this.ttl / 3, this.client.nodeTimeout * 4)), args, onReply);
+    if (left.some(Boolean)) this.client.track(this.client.giveBack(args(0), left, this.leaseEnd, args, onReply));
   }
 }
 
@@ -1151,8 +1517,8 @@ export class GroupHold extends Hold {
     return ["LOCK.MRENEW", this.group.length, ...this.group, this.owner, ttl];
   }
 
-  protected override releaseArgs(): Array<string | number> {
-    return ["LOCK.MRELEASE", this.group.length, ...this.group, this.owner];
+  protected override releaseArgs(_i: number): Array<string | number> {
+    return ["LOCK.MRELEASE", this.group.length, ...this.group, this.owner, "FROM", 1];
   }
 
   protected override allHeld(reply: unknown): unknown {

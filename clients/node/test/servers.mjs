@@ -226,3 +226,108 @@ export class SlowProxy {
     for (const s of this.sockets) s.destroy();
   }
 }
+
+/**
+ * A TCP proxy to `port` that can lose what a real network loses, on cue:
+ * - `cutReplyTo(text)`: the next connection that sends `text` (a command name) has the command
+ *   delivered and its reply dropped: the connection is reset between the command and its reply
+ *   (the server applied it; the client never hears so);
+ * - `blackhole(text)`: the next connection that sends `text` has it delivered, then its server
+ *   side closed while its client side stays open and silent (a connection that died silently);
+ * - `down()` / `up()`: while down, every connection, open or new, is reset at once.
+ * `cuts` and `holes` count what was done.
+ */
+export class CutProxy {
+  static async start(port) {
+    const proxy = new CutProxy();
+    proxy.sockets = new Set();
+    proxy.cut = null;
+    proxy.hole = null;
+    proxy.isDown = false;
+    proxy.cuts = 0;
+    proxy.holes = 0;
+    proxy.server = createServer((client) => {
+      client.on("error", () => undefined);
+      if (proxy.isDown) {
+        client.resetAndDestroy();
+        return;
+      }
+      const pair = { client, cutNext: false, silent: false };
+      const upstream = connect(port, "127.0.0.1");
+      pair.upstream = upstream;
+      proxy.sockets.add(pair);
+      upstream.on("error", () => undefined);
+      client.on("data", (d) => {
+        if (pair.silent) return;
+        const text = d.toString("latin1");
+        if (proxy.cut && text.includes(proxy.cut)) {
+          proxy.cut = null;
+          pair.cutNext = true;
+        }
+        let hole = false;
+        if (proxy.hole && text.includes(proxy.hole)) {
+          proxy.hole = null;
+          hole = true;
+        }
+        upstream.write(d);
+        if (hole) {
+          setTimeout(() => {
+            pair.silent = true;
+            proxy.holes += 1;
+            upstream.destroy();
+          }, 50);
+        }
+      });
+      upstream.on("data", (d) => {
+        if (pair.silent) return;
+        if (pair.cutNext) {
+          proxy.cuts += 1;
+          pair.silent = true;
+          client.resetAndDestroy();
+          upstream.destroy();
+          return;
+        }
+        client.write(d);
+      });
+      client.on("close", () => {
+        upstream.destroy();
+        proxy.sockets.delete(pair);
+      });
+      upstream.on("close", () => {
+        if (!pair.silent || pair.cutNext) client.destroy();
+      });
+    });
+    await new Promise((res) => proxy.server.listen(0, "127.0.0.1", res));
+    proxy.port = proxy.server.address().port;
+    return proxy;
+  }
+
+  cutReplyTo(text) {
+    this.cut = text;
+  }
+
+  blackhole(text) {
+    this.hole = text;
+  }
+
+  down() {
+    this.isDown = true;
+    for (const p of this.sockets) {
+      p.silent = true;
+      p.client.resetAndDestroy();
+      p.upstream.destroy();
+    }
+  }
+
+  up() {
+    this.isDown = false;
+  }
+
+  close() {
+    this.server.close();
+    for (const p of this.sockets) {
+      p.client.destroy();
+      p.upstream.destroy();
+    }
+  }
+}
