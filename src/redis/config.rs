@@ -7,9 +7,14 @@
 //! - `relock.stats-keys` (default 1000, at most 100000): the size of `LOCK.STATS`'s table;
 //! - `relock.restart-grace-ms` (default 0, at most 10^12): the restart grace.
 //!
-//! The values live in the engine's `Watch`, which keeps its own bounds; these callbacks only
-//! read and set them.
+//! A `CONFIG SET` of several parameters is all or nothing, and relock's part of it too: the set
+//! callbacks only record the new values in [`SETTINGS`] (what `CONFIG GET` reads), and the one
+//! apply callback gives them to the engine (trimming the journal, resizing the statistics,
+//! changing the grace) once Redis has set every parameter of the command. When one of them
+//! fails, Redis sets the old values back through the same callbacks and never calls the apply:
+//! the engine saw nothing. The engine keeps its own bounds too.
 
+use std::cell::RefCell;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_longlong, c_void};
 
@@ -17,7 +22,49 @@ use redis_module::raw;
 
 use super::ffi;
 use super::globals;
-use crate::lock::{args, contention, journal, Reason, Reasons, Watch};
+use crate::lock::{args, contention, journal, Reason, Reasons};
+
+/// The values `CONFIG SET` recorded, given to the engine by [`apply`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Settings {
+    log_max_len: usize,
+    log_reasons: Reasons,
+    stats: bool,
+    stats_keys: usize,
+    restart_grace_ms: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            log_max_len: journal::DEFAULT_LEN,
+            log_reasons: Reasons::ALL,
+            stats: true,
+            stats_keys: contention::DEFAULT_KEYS,
+            restart_grace_ms: 0,
+        }
+    }
+}
+
+thread_local! {
+    /// The values of the `relock.*` configs (Redis calls every config callback on its main
+    /// thread).
+    static SETTINGS: RefCell<Settings> = RefCell::new(Settings::default());
+}
+
+/// The value `relock.log-reasons` gives `none`: a bit of its own, so that a list naming `none`
+/// with anything else (`all none`, `expired none`) is seen and refused rather than read as the
+/// other names (a bit-flag config's value is the OR of its names').
+const NONE_BIT: c_int = 1 << 30;
+
+fn settings() -> Settings {
+    SETTINGS.with(|s| *s.borrow())
+}
+
+fn record(f: impl FnOnce(&mut Settings)) -> c_int {
+    SETTINGS.with(|s| f(&mut s.borrow_mut()));
+    raw::REDISMODULE_OK as c_int
+}
 
 /// Registers the configs and applies what the server was given for them at load.
 pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
@@ -46,7 +93,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
             flags,
             Some(get_bool),
             Some(set_bool),
-            None,
+            Some(apply),
             std::ptr::null_mut()
         ))
     };
@@ -63,7 +110,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
             names.len() as c_int,
             Some(get_enum),
             Some(set_enum),
-            None,
+            Some(apply),
             std::ptr::null_mut()
         ))
     };
@@ -76,6 +123,10 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
     // SAFETY: the load context, after every config is registered.
     if unsafe { rm!(RedisModule_LoadConfigs(ctx)) } != ok {
         return Err("bad value for a relock.* config");
+    }
+    // Not every server calls the apply callback for the values it loads.
+    if !apply_settings() {
+        return Err("relock is busy");
     }
     Ok(())
 }
@@ -100,7 +151,7 @@ fn register_number(
             max,
             Some(get_number),
             Some(set_number),
-            None,
+            Some(apply),
             std::ptr::null_mut()
         ))
     }
@@ -121,7 +172,7 @@ fn reason_names() -> (Vec<*const c_char>, Vec<c_int>) {
         c"swapped",
     ];
     let mut names = vec![c"all".as_ptr(), c"none".as_ptr()];
-    let mut values = vec![Reasons::ALL.0 as c_int, 0];
+    let mut values = vec![Reasons::ALL.0 as c_int, NONE_BIT];
     for (name, reason) in NAMES.iter().zip(Reason::ALL) {
         debug_assert_eq!(name.to_str().ok(), Some(reason.name()));
         names.push(name.as_ptr());
@@ -143,19 +194,22 @@ unsafe fn short_name<'a>(name: *const c_char) -> &'a [u8] {
     name.strip_prefix(b"relock.").unwrap_or(name)
 }
 
-/// Reads the engine's settings (the defaults if it is busy, which only a crash report sees).
-fn read<T>(f: impl Fn(&Watch) -> T) -> T {
-    globals::read_engine(|engine| f(engine.watch())).unwrap_or_else(|| f(&Watch::default()))
+/// Gives the engine the recorded settings; false (nothing changed) if it is busy, which a
+/// config set from inside a relock command would be and no server does.
+fn apply_settings() -> bool {
+    let s = settings();
+    globals::configure_engine(|engine| {
+        let watch = engine.watch_mut();
+        watch.journal.configure(s.log_max_len, s.log_reasons);
+        watch.contention.set_capacity(s.stats_keys);
+        watch.contention.enabled = s.stats;
+        engine.configure_grace(s.restart_grace_ms);
+    })
 }
 
-/// Changes the engine's settings; an error if the engine is busy (a config set from inside a
-/// relock command, which no server does).
-fn write(err: *mut *mut raw::RedisModuleString, f: impl FnOnce(&mut Watch)) -> c_int {
-    if globals::configure(f) {
-        return raw::REDISMODULE_OK as c_int;
-    }
+/// Sets `*err` to `text` (Redis frees it).
+fn error(err: *mut *mut raw::RedisModuleString, text: &CStr) -> c_int {
     if !err.is_null() {
-        let text = c"relock is busy";
         // SAFETY: Redis passes a place for an error string it frees; a null context makes a
         // string Redis owns.
         unsafe {
@@ -169,13 +223,31 @@ fn write(err: *mut *mut raw::RedisModuleString, f: impl FnOnce(&mut Watch)) -> c
     raw::REDISMODULE_ERR as c_int
 }
 
+/// The apply callback of every relock config: Redis calls it once per `CONFIG SET` (however
+/// many relock configs it names), after every parameter was set. It changes the engine as a
+/// whole or not at all.
+extern "C" fn apply(
+    _ctx: *mut raw::RedisModuleCtx,
+    _data: *mut c_void,
+    err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    ffi::guard(raw::REDISMODULE_ERR as c_int, || {
+        if apply_settings() {
+            raw::REDISMODULE_OK as c_int
+        } else {
+            error(err, c"relock is busy")
+        }
+    })
+}
+
 extern "C" fn get_number(name: *const c_char, _data: *mut c_void) -> c_longlong {
     ffi::guard(0, || {
+        let s = settings();
         // SAFETY: Redis passes the config's name.
         let value = match unsafe { short_name(name) } {
-            b"log-max-len" => read(|w| w.journal.max_len() as u64),
-            b"restart-grace-ms" => globals::read_engine(|e| e.grace_configured_ms()).unwrap_or(0),
-            _ => read(|w| w.contention.keys.capacity() as u64),
+            b"log-max-len" => s.log_max_len as u64,
+            b"restart-grace-ms" => s.restart_grace_ms,
+            _ => s.stats_keys as u64,
         };
         value as c_longlong
     })
@@ -185,46 +257,41 @@ extern "C" fn set_number(
     name: *const c_char,
     value: c_longlong,
     _data: *mut c_void,
-    err: *mut *mut raw::RedisModuleString,
+    _err: *mut *mut raw::RedisModuleString,
 ) -> c_int {
     ffi::guard(raw::REDISMODULE_ERR as c_int, || {
         // Redis checked the bounds it was given at registration.
-        let value = usize::try_from(value).unwrap_or(0);
+        let value = u64::try_from(value).unwrap_or(0);
+        let size = usize::try_from(value).unwrap_or(usize::MAX);
         // SAFETY: Redis passes the config's name.
         match unsafe { short_name(name) } {
-            b"log-max-len" => write(err, |w| {
-                let reasons = w.journal.reasons();
-                w.journal.configure(value, reasons);
-            }),
-            b"restart-grace-ms" => {
-                if globals::configure_engine(|e| e.configure_grace(value as u64)) {
-                    raw::REDISMODULE_OK as c_int
-                } else {
-                    write(err, |_| ())
-                }
-            }
-            _ => write(err, |w| w.contention.set_capacity(value)),
+            b"log-max-len" => record(|s| s.log_max_len = size),
+            b"restart-grace-ms" => record(|s| s.restart_grace_ms = value),
+            _ => record(|s| s.stats_keys = size),
         }
     })
 }
 
 extern "C" fn get_bool(_name: *const c_char, _data: *mut c_void) -> c_int {
-    ffi::guard(0, || c_int::from(read(|w| w.contention.enabled)))
+    ffi::guard(0, || c_int::from(settings().stats))
 }
 
 extern "C" fn set_bool(
     _name: *const c_char,
     value: c_int,
     _data: *mut c_void,
-    err: *mut *mut raw::RedisModuleString,
+    _err: *mut *mut raw::RedisModuleString,
 ) -> c_int {
     ffi::guard(raw::REDISMODULE_ERR as c_int, || {
-        write(err, |w| w.contention.enabled = value != 0)
+        record(|s| s.stats = value != 0)
     })
 }
 
 extern "C" fn get_enum(_name: *const c_char, _data: *mut c_void) -> c_int {
-    ffi::guard(0, || read(|w| w.journal.reasons().0) as c_int)
+    ffi::guard(0, || match settings().log_reasons {
+        Reasons(0) => NONE_BIT,
+        reasons => reasons.0 as c_int,
+    })
 }
 
 extern "C" fn set_enum(
@@ -235,9 +302,9 @@ extern "C" fn set_enum(
 ) -> c_int {
     ffi::guard(raw::REDISMODULE_ERR as c_int, || {
         let reasons = Reasons(value as u32 & Reasons::ALL.0);
-        write(err, |w| {
-            let len = w.journal.max_len();
-            w.journal.configure(len, reasons);
-        })
+        if value & NONE_BIT != 0 && reasons.0 != 0 {
+            return error(err, c"'none' cannot be listed with other reasons");
+        }
+        record(|s| s.log_reasons = reasons)
     })
 }
