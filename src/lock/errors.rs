@@ -31,6 +31,12 @@ pub fn grace(ms: u64) -> String {
     format!("TRYAGAIN relock restart grace, {ms} ms left")
 }
 
+/// A request for a new hold while the token counter is ahead of this server's clock (`ms`
+/// until the clock catches up).
+pub fn clock(ms: u64) -> String {
+    format!("TRYAGAIN relock tokens ahead of this server's clock, {ms} ms left")
+}
+
 /// A shared request whose limit is not the key's (`limit`).
 pub fn other_limit(limit: u32) -> String {
     format!("ERR lock has another limit ({limit})")
@@ -56,6 +62,9 @@ pub enum Refusal {
     Grace(u64),
     /// A ttl longer than the configured restart grace.
     TtlAboveGrace,
+    /// The token counter is ahead of this server's clock (tokens from a server whose clock is
+    /// ahead): no new hold for this many more ms.
+    Clock(u64),
 }
 
 impl Refusal {
@@ -70,6 +79,7 @@ impl Refusal {
             Refusal::TooManyHolders => Cow::Borrowed(TOO_MANY_HOLDERS),
             Refusal::Grace(ms) => Cow::Owned(grace(ms)),
             Refusal::TtlAboveGrace => Cow::Borrowed(TTL_ABOVE_GRACE),
+            Refusal::Clock(ms) => Cow::Owned(clock(ms)),
         }
     }
 }
