@@ -17,6 +17,12 @@
 //! [`Tokens::issue`] refuses with the ms until the clock catches up, and the engine makes new
 //! holds wait that long (as in the restart grace). The cost is unavailability for new holds as
 //! long as the skew between the servers that issued the tokens.
+//!
+//! Up to [`MAX_CATCH_UP_MS`]: a counter further ahead than that (a clock set wrong by more, a
+//! hand-raised `LOCK.COUNTER`) would stop new holds on every server that received its tokens
+//! until the clocks get there, for years perhaps. Such a counter is not waited for: tokens go on
+//! above it, and only that case keeps the old exposure (a restart without persistence within
+//! that lead issues lower tokens).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -34,6 +40,10 @@ pub const FLOOR_PER_MS: u64 = 1000;
 /// Tokens a server issues above its own clock's floor at most: those of the current millisecond
 /// (a token issued at `ms` is below `(ms + 1) * FLOOR_PER_MS`, the floor of any later ms).
 pub const SLACK: u64 = FLOOR_PER_MS - 1;
+
+/// The longest wait for the clock to catch up with the counter: a lead beyond it is not waited
+/// for (see the module doc).
+pub const MAX_CATCH_UP_MS: u64 = 60_000;
 
 /// Why no token is issued now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,7 +92,8 @@ impl Tokens {
     }
 
     /// Ms until the next token can be issued (see [`Refused::AheadMs`]); `None` if it can now
-    /// (or never: the space is exhausted, which [`Tokens::issue`] says).
+    /// (or never: the space is exhausted, which [`Tokens::issue`] says), or if the counter is
+    /// more than [`MAX_CATCH_UP_MS`] ahead of the clock.
     pub fn ahead_ms(&self, clock: &impl Clock) -> Option<u64> {
         let now = clock.now_ms();
         let ceiling = now.saturating_mul(FLOOR_PER_MS).saturating_add(SLACK);
@@ -92,7 +103,7 @@ impl Tokens {
         }
         // The first millisecond whose ceiling reaches `next`.
         let at = (next - SLACK).div_ceil(FLOOR_PER_MS);
-        Some(at.saturating_sub(now).max(1))
+        Some(at.saturating_sub(now).max(1)).filter(|ms| *ms <= MAX_CATCH_UP_MS)
     }
 
     /// A new token, greater than every token before, at least the clock's floor and at most
@@ -188,13 +199,25 @@ mod tests {
 
     #[test]
     fn observed_tokens_raise_the_counter() {
-        let clock = FakeClock(Cell::new(1 << 40));
+        let clock = FakeClock(Cell::new(1));
         let mut tokens = Tokens::new();
         tokens.observe(1 << 50);
         tokens.observe(3); // lower: ignored
         assert_eq!(tokens.last(), 1 << 50);
-        clock.0.set((1 << 50) / FLOOR_PER_MS);
+        // Ages ahead of the clock: not waited for.
         assert_eq!(tokens.issue(&clock), Ok((1 << 50) + 1));
+    }
+
+    #[test]
+    fn a_lead_beyond_the_longest_catch_up_is_not_waited_for() {
+        let now = 1_800_000_000_000;
+        let clock = FakeClock(Cell::new(now));
+        let mut tokens = Tokens::new();
+        tokens.observe((now + MAX_CATCH_UP_MS) * FLOOR_PER_MS + SLACK - 1);
+        assert_eq!(tokens.issue(&clock), Err(Refused::AheadMs(MAX_CATCH_UP_MS)));
+        tokens.observe((now + MAX_CATCH_UP_MS) * FLOOR_PER_MS + SLACK);
+        let beyond = tokens.last() + 1;
+        assert_eq!(tokens.issue(&clock), Ok(beyond));
     }
 
     /// A replica promoted with its master's tokens 20 s above its own clock: no token for 20 s,
