@@ -542,10 +542,12 @@ fn a_promoted_replica_waits_for_its_clock_to_pass_its_masters_tokens() {
     let e = common::reply::error(&mut r, cmd!("LOCK.ACQUIRE", "free", "a", 10_000));
     // redis-rs says the TRYAGAIN code its own way.
     assert!(e.contains("TryAgain") || e.contains("TRYAGAIN"), "{e}");
-    let said = "relock tokens ahead of this server's clock, ";
+    // The restart grace's error (what every client reads as "grants nothing new yet"), with
+    // the reason after it.
+    let said = "relock restart grace, ";
     let ms: i64 = e
         .split_once(said)
-        .and_then(|(_, rest)| rest.strip_suffix(" ms left"))
+        .and_then(|(_, rest)| rest.strip_suffix(" ms left (tokens ahead of this server's clock)"))
         .and_then(|ms| ms.parse().ok())
         .unwrap_or_else(|| panic!("a new hold on the promoted replica: {e}"));
     assert!(0 < ms && ms <= SKEW_MS, "{ms} ms left");

@@ -1006,7 +1006,7 @@ fn tokens_ahead_of_the_clock_wait_for_it() {
     assert_eq!(sim.acquire(b"free", b"a", 1000), clock(20_000));
     assert_eq!(
         Refusal::Clock(20_000).text(),
-        "TRYAGAIN relock tokens ahead of this server's clock, 20000 ms left"
+        "TRYAGAIN relock restart grace, 20000 ms left (tokens ahead of this server's clock)"
     );
     assert_eq!(
         sim.acquire_as(b"free", b"a", 1000, super::Mode::shared(0)),

@@ -32,9 +32,10 @@ pub fn grace(ms: u64) -> String {
 }
 
 /// A request for a new hold while the token counter is ahead of this server's clock (`ms`
-/// until the clock catches up).
+/// until the clock catches up): the restart grace's error, which every client reads as a
+/// server that grants nothing new yet, with the reason after it.
 pub fn clock(ms: u64) -> String {
-    format!("TRYAGAIN relock tokens ahead of this server's clock, {ms} ms left")
+    format!("TRYAGAIN relock restart grace, {ms} ms left (tokens ahead of this server's clock)")
 }
 
 /// A shared request whose limit is not the key's (`limit`).
