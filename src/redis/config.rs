@@ -9,20 +9,25 @@
 //!
 //! A `CONFIG SET` of several parameters is all or nothing, and relock's part of it too: the set
 //! callbacks only record the new values in [`SETTINGS`] (what `CONFIG GET` reads), and the one
-//! apply callback gives them to the engine (trimming the journal, resizing the statistics,
-//! changing the grace) once Redis has set every parameter of the command. When one of them
-//! fails, Redis sets the old values back through the same callbacks and never calls the apply:
-//! the engine saw nothing. The engine keeps its own bounds too.
+//! apply callback gives them to the engine once Redis has set every parameter of the command.
+//! When a parameter fails to set, Redis sets the old values back through the same callbacks
+//! and never calls the apply. But an apply of another parameter can fail after relock's ran
+//! (Redis 8.2 applies `port` after the module configs): Redis then sets the old values back and
+//! applies again. So the apply does only what can be undone (the grace, the reasons, the
+//! statistics switch, growing the journal or the table); what cannot (dropping journal entries
+//! and statistics keys to shrink them) waits for the end of the command: [`settle`] applies the
+//! values recorded then (the old ones if the command failed) before anything else uses the
+//! engine, or a one-shot in the event loop does. The engine keeps its own bounds too.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_longlong, c_void};
 
 use redis_module::raw;
 
 use super::ffi;
-use super::globals;
-use crate::lock::{args, contention, journal, Reason, Reasons};
+use super::globals::{self, RedisHandles};
+use crate::lock::{args, contention, journal, Engine, Reason, Reasons};
 
 /// The values `CONFIG SET` recorded, given to the engine by [`apply`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,7 +130,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
         return Err("bad value for a relock.* config");
     }
     // Not every server calls the apply callback for the values it loads.
-    if !apply_settings() {
+    if !apply_settings(true) {
         return Err("relock is busy");
     }
     Ok(())
@@ -194,16 +199,53 @@ unsafe fn short_name<'a>(name: *const c_char) -> &'a [u8] {
     name.strip_prefix(b"relock.").unwrap_or(name)
 }
 
-/// Gives the engine the recorded settings; false (nothing changed) if it is busy, which a
-/// config set from inside a relock command would be and no server does.
-fn apply_settings() -> bool {
-    let s = settings();
-    globals::configure_engine(|engine| {
-        let watch = engine.watch_mut();
-        watch.journal.configure(s.log_max_len, s.log_reasons);
-        watch.contention.set_capacity(s.stats_keys);
-        watch.contention.enabled = s.stats;
-        engine.configure_grace(s.restart_grace_ms);
+/// Gives `engine` the settings `s`, shrinking the journal and the statistics table to theirs
+/// only if `shrink` (otherwise they keep their larger size for now).
+fn apply_to(engine: &mut Engine<RedisHandles>, s: Settings, shrink: bool) {
+    let watch = engine.watch_mut();
+    let (mut log_len, mut keys) = (s.log_max_len, s.stats_keys);
+    if !shrink {
+        log_len = log_len.max(watch.journal.max_len());
+        keys = keys.max(watch.contention.keys.capacity());
+    }
+    watch.journal.configure(log_len, s.log_reasons);
+    watch.contention.set_capacity(keys);
+    watch.contention.enabled = s.stats;
+    engine.configure_grace(s.restart_grace_ms);
+}
+
+/// Gives the engine the recorded settings (see [`apply_to`]); false (nothing changed) if it is
+/// busy, which a config set from inside a relock command would be and no server does.
+fn apply_settings(shrink: bool) -> bool {
+    globals::configure_engine(|engine| apply_to(engine, settings(), shrink))
+}
+
+thread_local! {
+    /// Whether the recorded settings wait to be applied whole (an apply ran).
+    static PENDING: Cell<bool> = const { Cell::new(false) };
+    /// Whether the one-shot that applies them is on its way.
+    static ONE_SHOT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether [`settle`] has work.
+pub fn pending() -> bool {
+    PENDING.with(Cell::get)
+}
+
+/// Applies the recorded settings whole if a `CONFIG SET` left them pending: called before
+/// anything else uses the engine (a command, a timer, an event, `INFO`), which is after the
+/// `CONFIG SET` and its rollback if it failed, and by a one-shot in the event loop.
+pub fn settle(engine: &mut Engine<RedisHandles>) {
+    if PENDING.with(|p| p.replace(false)) {
+        apply_to(engine, settings(), true);
+    }
+}
+
+/// After the command that set the configs (the event loop's one-shot): [`settle`].
+extern "C" fn settle_later(_data: *mut c_void) {
+    ffi::guard((), || {
+        ONE_SHOT.with(|q| q.set(false));
+        globals::configure_engine(settle);
     })
 }
 
@@ -224,19 +266,28 @@ fn error(err: *mut *mut raw::RedisModuleString, text: &CStr) -> c_int {
 }
 
 /// The apply callback of every relock config: Redis calls it once per `CONFIG SET` (however
-/// many relock configs it names), after every parameter was set. It changes the engine as a
-/// whole or not at all.
+/// many relock configs it names), after every parameter was set, and again after a rollback.
+/// It changes only what can be undone, and queues the rest for after the command.
 extern "C" fn apply(
     _ctx: *mut raw::RedisModuleCtx,
     _data: *mut c_void,
     err: *mut *mut raw::RedisModuleString,
 ) -> c_int {
     ffi::guard(raw::REDISMODULE_ERR as c_int, || {
-        if apply_settings() {
-            raw::REDISMODULE_OK as c_int
-        } else {
-            error(err, c"relock is busy")
+        if !apply_settings(false) {
+            return error(err, c"relock is busy");
         }
+        PENDING.with(|p| p.set(true));
+        if !ONE_SHOT.with(|q| q.replace(true)) {
+            // SAFETY: a plain `extern "C"` fn that never unwinds; no data.
+            unsafe {
+                rm!(RedisModule_EventLoopAddOneShot(
+                    Some(settle_later),
+                    std::ptr::null_mut()
+                ))
+            };
+        }
+        raw::REDISMODULE_OK as c_int
     })
 }
 

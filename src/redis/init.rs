@@ -123,6 +123,7 @@ fn missing_apis_of_commands() -> Option<&'static str> {
         RedisModule_RegisterBoolConfig,
         RedisModule_RegisterEnumConfig,
         RedisModule_LoadConfigs,
+        RedisModule_EventLoopAddOneShot,
         RedisModule_InfoAddFieldCString,
         RedisModule_ReplyWithArray,
     );
