@@ -17,7 +17,7 @@
 //! statistics switch, growing the journal or the table); what cannot (dropping journal entries
 //! and statistics keys to shrink them) waits for the end of the command: [`settle`] applies the
 //! values recorded then (the old ones if the command failed) before anything else uses the
-//! engine, or a one-shot in the event loop does. The engine keeps its own bounds too.
+//! engine, or a 0 ms timer does, before the reply is sent. The engine keeps its own bounds too.
 
 use std::cell::{Cell, RefCell};
 use std::ffi::CStr;
@@ -223,7 +223,7 @@ fn apply_settings(shrink: bool) -> bool {
 thread_local! {
     /// Whether the recorded settings wait to be applied whole (an apply ran).
     static PENDING: Cell<bool> = const { Cell::new(false) };
-    /// Whether the one-shot that applies them is on its way.
+    /// Whether the timer that applies them is on its way.
     static ONE_SHOT: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -234,15 +234,16 @@ pub fn pending() -> bool {
 
 /// Applies the recorded settings whole if a `CONFIG SET` left them pending: called before
 /// anything else uses the engine (a command, a timer, an event, `INFO`), which is after the
-/// `CONFIG SET` and its rollback if it failed, and by a one-shot in the event loop.
+/// `CONFIG SET` and its rollback if it failed, and by a 0 ms timer.
 pub fn settle(engine: &mut Engine<RedisHandles>) {
     if PENDING.with(|p| p.replace(false)) {
         apply_to(engine, settings(), true);
     }
 }
 
-/// After the command that set the configs (the event loop's one-shot): [`settle`].
-extern "C" fn settle_later(_data: *mut c_void) {
+/// After the command that set the configs (a 0 ms timer: Redis runs it in the same event-loop
+/// turn, after the commands it read and before it sends their replies): [`settle`].
+extern "C" fn settle_later(_ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     ffi::guard((), || {
         ONE_SHOT.with(|q| q.set(false));
         globals::configure_engine(settle);
@@ -269,7 +270,7 @@ fn error(err: *mut *mut raw::RedisModuleString, text: &CStr) -> c_int {
 /// many relock configs it names), after every parameter was set, and again after a rollback.
 /// It changes only what can be undone, and queues the rest for after the command.
 extern "C" fn apply(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     _data: *mut c_void,
     err: *mut *mut raw::RedisModuleString,
 ) -> c_int {
@@ -278,10 +279,13 @@ extern "C" fn apply(
             return error(err, c"relock is busy");
         }
         PENDING.with(|p| p.set(true));
-        if !ONE_SHOT.with(|q| q.replace(true)) {
-            // SAFETY: a plain `extern "C"` fn that never unwinds; no data.
+        if !ctx.is_null() && !ONE_SHOT.with(|q| q.replace(true)) {
+            // SAFETY: `ctx` is the context Redis passes the apply; the callback is a plain
+            // `extern "C"` fn that never unwinds; no data.
             unsafe {
-                rm!(RedisModule_EventLoopAddOneShot(
+                rm!(RedisModule_CreateTimer(
+                    ctx,
+                    0,
                     Some(settle_later),
                     std::ptr::null_mut()
                 ))

@@ -123,7 +123,6 @@ fn missing_apis_of_commands() -> Option<&'static str> {
         RedisModule_RegisterBoolConfig,
         RedisModule_RegisterEnumConfig,
         RedisModule_LoadConfigs,
-        RedisModule_EventLoopAddOneShot,
         RedisModule_InfoAddFieldCString,
         RedisModule_ReplyWithArray,
     );
