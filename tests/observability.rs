@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::raw::{Raw, Reply};
-use common::reply::{entries, fields, int, log_reasons, text};
+use common::reply::{config_set, entries, fields, int, log_reasons, text};
 use common::{acquire, eventually, info_field, now_ms, Server};
 use redis::{Connection, Value};
 
@@ -1610,5 +1610,184 @@ fn stats_and_info_stay_cheap_with_many_keys_and_waiters() {
             .unwrap();
         eprintln!("{command}: {usec} µs per call");
         assert!(usec < 1000.0, "{command}: {usec} µs per call");
+    }
+}
+
+// --- A CONFIG SET that fails changes nothing ------------------------------------------------------
+
+/// What the `relock.*` configs decide, seen from outside: every config's value, and the state the
+/// engine keeps by them (journal entries, the statistics' keys, the grace `INFO` reports).
+#[derive(Debug, PartialEq, Eq)]
+struct ConfigState {
+    configs: Vec<(String, String)>,
+    log_len: i64,
+    log_entries: usize,
+    stats_keys: usize,
+    grace_ms: i64,
+}
+
+fn config_state(c: &mut Connection) -> ConfigState {
+    let mut configs: Vec<(String, String)> = cmd!("CONFIG", "GET", "relock.*").query(c).unwrap();
+    configs.sort();
+    let stats: Vec<Value> = cmd!("LOCK.STATS", "COUNT", 1000).query(c).unwrap();
+    ConfigState {
+        configs,
+        log_len: info_field(c, "log_len"),
+        log_entries: log_reasons(c, 1000).len(),
+        stats_keys: stats.len(),
+        grace_ms: info_field(c, "restart_grace_ms"),
+    }
+}
+
+/// 20 journal entries (`forcereleased`) and 20 keys in the statistics.
+fn fill_journal_and_stats(c: &mut Connection) {
+    for i in 0..20 {
+        let key = format!("full{i}");
+        acquire(c, &key, "o", LONG);
+        let nil: Option<i64> = cmd!("LOCK.ACQUIRE", &key, "other", LONG).query(c).unwrap();
+        assert_eq!(nil, None);
+        let _: i64 = cmd!("LOCK.FORCERELEASE", &key).query(c).unwrap();
+    }
+}
+
+/// A new value for every relock config (each unlike its default).
+const EVERY_RELOCK_CONFIG: [(&str, &str); 5] = [
+    ("relock.log-max-len", "1"),
+    ("relock.log-reasons", "expired"),
+    ("relock.stats", "no"),
+    ("relock.stats-keys", "2"),
+    ("relock.restart-grace-ms", "5000"),
+];
+
+/// A `CONFIG SET` that Redis refuses as a whole (a bad value after the relock ones, a parameter
+/// named twice, a setting whose apply fails) leaves every relock config and everything they
+/// decide as it was: the journal keeps its 20 entries, the statistics their 20 keys, no grace
+/// setting, every reason still recorded, statistics still on. Redis sets the old values back
+/// through the set callbacks; before, those callbacks trimmed the journal and the statistics at
+/// once (19 of 20 entries gone through the command). The same command without the bad
+/// parameter applies every value.
+#[test]
+fn a_failed_config_set_changes_nothing_and_the_same_set_alone_applies() {
+    let server = Server::start();
+    let mut c = server.conn();
+    fill_journal_and_stats(&mut c);
+    let before = config_state(&mut c);
+    assert_eq!(
+        (before.log_entries, before.stats_keys, before.grace_ms),
+        (20, 20, 0)
+    );
+    // A busy port: Redis sets `port`, then its apply (listening there) fails.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_port = busy.local_addr().unwrap().port().to_string();
+    let relock_args: Vec<&str> = EVERY_RELOCK_CONFIG
+        .iter()
+        .flat_map(|(name, value)| [*name, *value])
+        .collect();
+    let failing: Vec<(&str, Vec<&str>)> = vec![
+        (
+            "the issue's command",
+            vec![
+                "slowlog-max-len",
+                "1",
+                "relock.log-max-len",
+                "1",
+                "relock.stats-keys",
+                "2",
+                "relock.restart-grace-ms",
+                "-5",
+            ],
+        ),
+        (
+            "every relock config, then a bad value",
+            [relock_args.clone(), vec!["maxmemory-policy", "bogus"]].concat(),
+        ),
+        (
+            "every relock config, then one named twice",
+            [relock_args.clone(), vec!["relock.log-max-len", "2"]].concat(),
+        ),
+        (
+            "every relock config, then a port whose apply fails",
+            [relock_args.clone(), vec!["port", &busy_port]].concat(),
+        ),
+        (
+            "an invalid reason list with every other relock config",
+            [
+                relock_args[..2].to_vec(),
+                relock_args[4..].to_vec(),
+                vec!["relock.log-reasons", "all none"],
+            ]
+            .concat(),
+        ),
+    ];
+    for (what, args) in &failing {
+        let mut set = redis::cmd("CONFIG");
+        set.arg("SET").arg(args);
+        let e = set.query::<()>(&mut c);
+        assert!(e.is_err(), "{what}: accepted");
+        assert_eq!(config_state(&mut c), before, "{what}: {e:?}");
+        assert_eq!(config_get(&mut c, "slowlog-max-len"), "128", "{what}");
+    }
+    drop(busy);
+    // The engine still works by the old values: a forcerelease is recorded, a contended key is
+    // counted, a hold of any ttl is granted.
+    fill_journal_and_stats(&mut c);
+    assert_eq!(log_reasons(&mut c, 1)[0], "forcereleased");
+    acquire(&mut c, "long", "o", 600_000);
+    // The same values alone apply, all of them.
+    let mut set = redis::cmd("CONFIG");
+    set.arg("SET").arg(&relock_args);
+    let () = set.query(&mut c).unwrap();
+    let after = config_state(&mut c);
+    let mut expected: Vec<(String, String)> = EVERY_RELOCK_CONFIG
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+    expected.sort();
+    assert_eq!(
+        (
+            after.configs,
+            after.log_entries,
+            after.stats_keys,
+            after.grace_ms
+        ),
+        (expected, 1, 2, 5000)
+    );
+    let e = cmd!("LOCK.ACQUIRE", "longer", "o", 600_000).query::<Option<i64>>(&mut c);
+    assert!(
+        e.is_err_and(|e| e.to_string().contains("restart-grace-ms")),
+        "a ttl above the new grace"
+    );
+}
+
+/// `relock.log-reasons` refuses a list naming `none` with anything (a bit-flag config's value
+/// is the OR of its names: `all none` read as `all` before), and keeps its value.
+#[test]
+fn log_reasons_refuses_none_with_other_reasons() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for bad in [
+        "all none",
+        "none all",
+        "expired none",
+        "none deleted evicted",
+    ] {
+        let e = cmd!("CONFIG", "SET", "relock.log-reasons", bad)
+            .query::<()>(&mut c)
+            .expect_err(bad);
+        assert!(
+            e.to_string().contains("'none' cannot be listed"),
+            "{bad}: {e}"
+        );
+        assert_eq!(config_get(&mut c, "relock.log-reasons"), "all", "{bad}");
+    }
+    for (good, read) in [
+        ("none", "none"),
+        ("none none", "none"),
+        ("all expired", "all"),
+        ("expired", "expired"),
+        ("all", "all"),
+    ] {
+        config_set(&mut c, "relock.log-reasons", good);
+        assert_eq!(config_get(&mut c, "relock.log-reasons"), read, "{good}");
     }
 }

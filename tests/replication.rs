@@ -501,3 +501,81 @@ fn replication_stream_carries_only_effects() {
     assert_eq!(effects[4].as_slice(), ["DEL", "k"]);
     assert_eq!(effects[5].as_slice(), ["DEL", "alone"]);
 }
+
+/// Tokens under clock skew (issue 30): a master whose clock is ahead grants; its replica is
+/// promoted holding the master's tokens, seconds above its own clock's floor. Issuing just above
+/// them, then restarting without persistence, it issued from its own floor: below what it had
+/// issued. Now a promoted replica issues no token above its own clock's floor (by more than the
+/// current millisecond's): a new hold gets `TRYAGAIN` with the ms left, a `LOCK.WAIT` stays
+/// queued and is granted once the clock passes the master's tokens, above them; and after a
+/// restart without persistence its tokens are still above every token it issued.
+///
+/// The master's clock is faked by the token it grants: `LOCK.APPLY` with the token a master
+/// `SKEW_MS` ahead would issue (what its replicas and AOF receive of a grant).
+#[test]
+fn a_promoted_replica_waits_for_its_clock_to_pass_its_masters_tokens() {
+    use common::now_ms;
+    use common::raw::Raw;
+    const SKEW_MS: i64 = 4_000;
+    let master = master();
+    let mut replica = Server::start();
+    common::attach_replica(&master, &replica);
+    let mut m = master.conn();
+    let masters = (now_ms() + SKEW_MS) * 1000 + 7;
+    let _: () = cmd!(
+        "LOCK.APPLY",
+        "skewed",
+        "o",
+        masters,
+        1,
+        "PXAT",
+        now_ms() + 600_000
+    )
+    .query(&mut m)
+    .unwrap();
+    sync(&mut m);
+    let mut r = replica.conn();
+    assert_eq!(common::info_field(&mut r, "last_token"), masters);
+    let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut r).unwrap();
+    drop(master);
+
+    let e = common::reply::error(&mut r, cmd!("LOCK.ACQUIRE", "free", "a", 10_000));
+    // redis-rs says the TRYAGAIN code its own way.
+    assert!(e.contains("TryAgain") || e.contains("TRYAGAIN"), "{e}");
+    // The restart grace's error (what every client reads as "grants nothing new yet"), with
+    // the reason after it.
+    let said = "relock restart grace, ";
+    let ms: i64 = e
+        .split_once(said)
+        .and_then(|(_, rest)| rest.strip_suffix(" ms left (tokens ahead of this server's clock)"))
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("a new hold on the promoted replica: {e}"));
+    assert!(0 < ms && ms <= SKEW_MS, "{ms} ms left");
+    // The hold the master granted needs no new token: its owner renews it.
+    assert_eq!(
+        int_or_nil(&mut r, cmd!("LOCK.RENEW", "skewed", "o", 600_000)),
+        Some(masters)
+    );
+    let mut waiter = Raw::connect(&replica);
+    waiter.send_wait("free", "w", 60_000, 0);
+    waiter.assert_silent("a wait while the tokens are ahead of the clock");
+    let granted = waiter
+        .read(Duration::from_millis(SKEW_MS as u64 + 10_000))
+        .token();
+    let at = now_ms();
+    assert!(granted > masters as u64, "{granted} not above {masters}");
+    assert!(
+        at * 1000 + 999 >= granted as i64,
+        "granted {granted} at {at}: above the clock's floor"
+    );
+    let after = acquire(&mut r, b"after", b"a", 10_000);
+    assert!(after as u64 > granted);
+
+    replica.restart();
+    let mut r = replica.conn();
+    let restarted = acquire(&mut r, b"restarted", b"a", 10_000);
+    assert!(
+        restarted > after,
+        "restarted without persistence: issued {restarted}, had issued {after}"
+    );
+}

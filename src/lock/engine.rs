@@ -36,7 +36,7 @@ use super::queue::WaiterId;
 use super::schedule::{Due, Job, Schedule, TimerId, Work};
 use super::shared::{Holder, Mode};
 use super::stats::Stats;
-use super::tokens::{Clock, Tokens};
+use super::tokens::{self, Clock, Tokens};
 use super::waiters::{Deadline, Removed, Waiter, Waiters};
 use super::watch::{EndedHold, Watch};
 
@@ -85,6 +85,9 @@ pub struct Engine<T: Handles> {
     stats: Stats,
     watch: Watch,
     grace: Grace,
+    /// Whether a [`Due::GraceEnds`] timer is armed for the clock catching up with the token
+    /// counter.
+    catch_up_armed: bool,
     /// Units of work done in the current turn the engine started by itself.
     work: usize,
 }
@@ -98,6 +101,7 @@ impl<T: Handles> Default for Engine<T> {
             stats: Stats::default(),
             watch: Watch::default(),
             grace: Grace::default(),
+            catch_up_armed: false,
             work: 0,
         }
     }
@@ -143,10 +147,11 @@ impl<T: Handles> Engine<T> {
             return Reply::Error(Refusal::TtlAboveGrace.into());
         }
         let mut decision = self.decide_take(host, key, &request, Kind::Acquire);
-        // In the restart grace a grantable request waits: the grace's end serves the queue.
+        // In the restart grace, or while the token counter is ahead of the clock, a grantable
+        // request waits: the grace's end (the clock catching up) serves the queue.
         let mut grace = None;
         if decision == Take::Grant {
-            grace = self.grace.left_ms(host.now_us());
+            grace = self.no_new_holds(host);
             if grace.is_some() {
                 decision = Take::Wait;
             }
@@ -164,15 +169,16 @@ impl<T: Handles> Engine<T> {
         else {
             // The server will not block this client: it gets what `LOCK.ACQUIRE` answers, nil
             // for a taken lock (as a wait that timed out), TRYAGAIN in the grace.
-            if let Some(ms) = grace {
-                return Reply::Error(Refusal::Grace(ms).into());
+            if let Some(refusal) = grace {
+                return Reply::Error(refusal.into());
             }
             self.stats.contended += 1;
             self.watch.contended(key.id());
             return Reply::Nil;
         };
-        if grace.is_none() {
-            self.stats.contended += 1;
+        match grace {
+            None => self.stats.contended += 1,
+            Some(refusal) => self.resume_after(host, refusal),
         }
         self.watch.queued(key.id());
         let now = host.now_ms();
@@ -523,6 +529,36 @@ impl<T: Handles> Engine<T> {
         }
     }
 
+    /// Why no new hold may be made now, if so: the restart grace is under way, or the token
+    /// counter is ahead of this server's clock (see [`tokens::SLACK`]); either says for how
+    /// many more ms.
+    fn no_new_holds<H: Host<T>>(&self, host: &H) -> Option<Refusal> {
+        if let Some(ms) = self.grace.left_ms(host.now_us()) {
+            return Some(Refusal::Grace(ms));
+        }
+        self.tokens
+            .ahead_ms(&Now(host.now_ms()))
+            .map(Refusal::Clock)
+    }
+
+    /// New holds wait for `refusal` (a grace or the clock) to pass: a timer serves every queue
+    /// then. The grace has its own from its start; the clock's is armed once.
+    fn resume_after<H: Host<T>>(&mut self, host: &mut H, refusal: Refusal) {
+        let ms = match refusal {
+            Refusal::Grace(ms) => ms,
+            Refusal::Clock(ms) if !self.catch_up_armed => {
+                self.catch_up_armed = true;
+                ms
+            }
+            _ => return,
+        };
+        let at = host
+            .now_ms()
+            .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
+            .saturating_add(1);
+        self.schedule.start(host, at, Due::GraceEnds);
+    }
+
     /// The restart grace at `now_us` (the host's monotonic clock): its setting, and the ms left
     /// of the one under way (0 outside one).
     pub fn grace_ms(&self, now_us: u64) -> (u64, u64) {
@@ -568,18 +604,19 @@ impl<T: Handles> Engine<T> {
                     self.schedule.push(host, Job::Serve(key));
                 }
                 Work::Due(Due::WaitEnds { client, waiter }) => self.wait_ends(host, client, waiter),
-                Work::Due(Due::GraceEnds) => match self.grace.left_ms(host.now_us()) {
-                    // The wall clock the timer runs on was ahead of the monotonic one.
-                    Some(ms) => {
-                        let at = now.saturating_add(ms as i64).saturating_add(1);
-                        self.schedule.start(host, at, Due::GraceEnds);
-                    }
-                    None => {
-                        for key in self.waiters.keys(None) {
-                            self.schedule.push(host, Job::Serve(key));
+                Work::Due(Due::GraceEnds) => {
+                    self.catch_up_armed = false;
+                    match self.no_new_holds(host) {
+                        // The wall clock the timer runs on was ahead of the monotonic one; or
+                        // the grace ended and the clock has yet to catch up with the tokens.
+                        Some(refusal) => self.resume_after(host, refusal),
+                        None => {
+                            for key in self.waiters.keys(None) {
+                                self.schedule.push(host, Job::Serve(key));
+                            }
                         }
                     }
-                },
+                }
                 Work::Job(job) => self.run(host, job),
             }
         }
@@ -662,8 +699,8 @@ impl<T: Handles> Engine<T> {
         }
         let mut decision = self.decide_take(host, key, &request, kind);
         if decision == Take::Grant {
-            if let Some(ms) = self.grace.left_ms(host.now_us()) {
-                decision = Take::Refuse(Refusal::Grace(ms));
+            if let Some(refusal) = self.no_new_holds(host) {
+                decision = Take::Refuse(refusal);
             }
         }
         let reply = self.apply_take(host, key, &request, kind, decision);
@@ -751,13 +788,16 @@ impl<T: Handles> Engine<T> {
         let lease_end = expiry(now, ttl_ms);
         match mode {
             Mode::Exclusive => {
-                let token = self.tokens.issue(&Now(now)).ok_or(Refusal::NoTokens)?;
+                let token = self.issue(now)?;
                 self.put_exclusive(key, owner, token, now, lease_end);
                 Ok(token)
             }
             Mode::Shared { limit, permits } => {
+                if let Some(ms) = self.tokens.ahead_ms(&Now(now)) {
+                    return Err(Refusal::Clock(ms));
+                }
                 self.make_room(key, limit, permits, now);
-                let token = self.tokens.issue(&Now(now)).ok_or(Refusal::NoTokens)?;
+                let token = self.issue(now)?;
                 let holder = Holder {
                     permits,
                     ..Holder::new(token, lease_end, now)
@@ -769,6 +809,16 @@ impl<T: Handles> Engine<T> {
                 }
             }
         }
+    }
+
+    /// A new token at `now`.
+    fn issue(&mut self, now: i64) -> Result<u64, Refusal> {
+        self.tokens
+            .issue(&Now(now))
+            .map_err(|refused| match refused {
+                tokens::Refused::Exhausted => Refusal::NoTokens,
+                tokens::Refused::AheadMs(ms) => Refusal::Clock(ms),
+            })
     }
 
     /// A new exclusive hold with `token` on a key free for it (a shared value left with lapsed
@@ -836,10 +886,14 @@ impl<T: Handles> Engine<T> {
     fn grant_pass<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, id: &KeyId) -> bool {
         let mut granted = false;
         let mut grants = 0;
-        // No new hold in the restart grace; its end serves every queue.
-        let in_grace = self.grace.left_ms(host.now_us()).is_some();
         loop {
-            if in_grace {
+            // No new hold in the restart grace, nor while the tokens are ahead of the clock:
+            // their end serves every queue. (Looked at for each grant: a batch can use up the
+            // millisecond's tokens.)
+            if let Some(refusal) = self.no_new_holds(host) {
+                if let Refusal::Clock(_) = refusal {
+                    self.resume_after(host, refusal);
+                }
                 break;
             }
             if grants >= GRANT_BATCH {

@@ -640,7 +640,13 @@ fn tokens_rise_across_keys_and_above_observed_ones() {
     let a = token(sim.acquire(b"x", b"a", 1000));
     let b = token(sim.acquire(b"y", b"a", 1000));
     assert!(b > a);
+    // A token 1000 ms above this server's clock: no new hold until the clock passes it.
     sim.engine.observe_token(b + 1_000_000);
+    assert_eq!(
+        sim.acquire(b"z", b"a", 1000),
+        Reply::Error(Refusal::Clock(1000).into())
+    );
+    sim.advance(1000);
     let c = token(sim.acquire(b"z", b"a", 1000));
     assert_eq!(c, b + 1_000_001);
     assert_eq!(sim.engine.last_token(), c);
@@ -655,6 +661,8 @@ fn a_thousand_waiters_are_served_in_order_with_constant_work_per_hand_off() {
         .collect();
     sim.release(K, b"h");
     for i in 0..1000 {
+        // At most a millisecond's tokens (1000) are issued in one millisecond.
+        sim.advance(1);
         sim.take_effects();
         sim.release(K, format!("w{i}").as_bytes());
         // Each hand-off is the release and one new hold, never a scan of the queue.
@@ -1047,4 +1055,102 @@ fn the_engine_asks_for_lost_holds_only_while_something_keeps_them() {
     assert_eq!(sim.engine.describes(), 0, "no journal");
     sim.engine.watch_mut().contention.enabled = true;
     assert!(sim.engine.describes() > 0, "the hold distribution");
+}
+
+/// A promoted replica whose master's clock was 20 s ahead holds the master's holds, tokens 20 s
+/// above its own clock's floor. No new hold gets a token until its clock passes them (a restart
+/// that lost the counter would otherwise issue below what it issued): acquires and group
+/// acquires get TRYAGAIN with the ms left, a wait stays queued, a release's hand-off waits; a
+/// re-acquire, a renewal and a release of a hold it has need no token and go on. Then every
+/// queue is served in order, above the master's tokens, and nothing is left armed.
+#[test]
+fn tokens_ahead_of_the_clock_wait_for_it() {
+    let mut sim = Sim::new(START);
+    let skew = 20_000;
+    let masters = (START + skew) as u64 * 1000 + 7;
+    let words = |key: &str, owner: &str| -> Vec<Vec<u8>> {
+        let at = (START + 60_000).to_string();
+        [
+            "LOCK.APPLY",
+            key,
+            owner,
+            &masters.to_string(),
+            "1",
+            "PXAT",
+            &at,
+        ]
+        .iter()
+        .map(|w| w.as_bytes().to_vec())
+        .collect()
+    };
+    assert_eq!(sim.replay(&words("k", "held")), Ok(Reply::Ok));
+    let clock = |ms| Reply::Error(Refusal::Clock(ms).into());
+    assert_eq!(sim.acquire(b"free", b"a", 1000), clock(20_000));
+    assert_eq!(
+        Refusal::Clock(20_000).text(),
+        "TRYAGAIN relock restart grace, 20000 ms left (tokens ahead of this server's clock)"
+    );
+    assert_eq!(
+        sim.acquire_as(b"free", b"a", 1000, super::Mode::shared(0)),
+        clock(20_000)
+    );
+    assert_eq!(sim.macquire(&[b"free", b"x"], b"a", 1000), clock(20_000));
+    assert_eq!(sim.acquire(K, b"held", 1000), Reply::Integer(masters));
+    assert_eq!(sim.renew(K, b"held", 60_000), Reply::Integer(masters));
+    let (reply, w_free) = sim.wait(b"free", b"w", 1000, 0);
+    assert_eq!(reply, Reply::Blocked, "a wait for a free key queues");
+    let (_, w_k) = sim.wait(K, b"wk", 1000, 0);
+    assert_eq!(sim.release(K, b"held"), Reply::Integer(0));
+    sim.advance(10_000);
+    assert!(sim.deliver().is_empty(), "no hand-off before the clock");
+    assert_eq!(sim.acquire(b"other", b"a", 1000), clock(10_000));
+    assert_eq!(
+        sim.lock(K),
+        None,
+        "the released key waits free for its head"
+    );
+    sim.advance(9_999);
+    assert!(sim.deliver().is_empty());
+    sim.advance(2);
+    let mut answers = granted(&mut sim);
+    answers.sort_unstable();
+    let mut expected = vec![w_free, w_k];
+    expected.sort_unstable();
+    assert_eq!(answers.iter().map(|a| a.0).collect::<Vec<_>>(), expected);
+    assert!(answers.iter().all(|a| a.1 > masters), "{answers:?}");
+    let t = token(sim.acquire(b"other", b"a", 1000));
+    assert!(t > masters && t < (sim.now() as u64 + 1) * 1000, "{t}");
+    sim.release(b"free", b"w");
+    sim.release(K, b"wk");
+    sim.release(b"other", b"a");
+    assert_idle(&mut sim);
+}
+
+/// The clock's wait and the restart grace together: the longer decides, each says its own.
+#[test]
+fn a_grace_and_tokens_ahead_of_the_clock_each_say_their_wait() {
+    let mut sim = Sim::new(START);
+    sim.engine.observe_token((START + 5_000) as u64 * 1000);
+    sim.start_grace(2_000);
+    let (_, w) = sim.wait(K, b"w", 1000, 0);
+    assert_eq!(
+        sim.acquire(b"x", b"a", 1000),
+        Reply::Error(Refusal::Grace(2_000).into())
+    );
+    sim.advance(2_001);
+    assert_eq!(
+        sim.acquire(b"x", b"a", 1000),
+        Reply::Error(Refusal::Clock(2_999).into())
+    );
+    assert!(
+        sim.deliver().is_empty(),
+        "the grace ended, the clock is behind"
+    );
+    sim.advance(3_000);
+    assert_eq!(
+        granted(&mut sim).iter().map(|g| g.0).collect::<Vec<_>>(),
+        [w]
+    );
+    sim.release(K, b"w");
+    assert_idle(&mut sim);
 }

@@ -36,6 +36,13 @@ pub fn other_count(held: u32, from: u32) -> String {
     format!("ERR hold count is {held}, not {from}")
 }
 
+/// A request for a new hold while the token counter is ahead of this server's clock (`ms`
+/// until the clock catches up): the restart grace's error, which every client reads as a
+/// server that grants nothing new yet, with the reason after it.
+pub fn clock(ms: u64) -> String {
+    format!("TRYAGAIN relock restart grace, {ms} ms left (tokens ahead of this server's clock)")
+}
+
 /// A shared request whose limit is not the key's (`limit`).
 pub fn other_limit(limit: u32) -> String {
     format!("ERR lock has another limit ({limit})")
@@ -64,6 +71,9 @@ pub enum Refusal {
     /// A step `FROM from` on a hold whose count is `held`: neither the count it moves from nor
     /// the one it leaves (a repeat).
     OtherCount { held: u32, from: u32 },
+    /// The token counter is ahead of this server's clock (tokens from a server whose clock is
+    /// ahead): no new hold for this many more ms.
+    Clock(u64),
 }
 
 impl Refusal {
@@ -79,6 +89,7 @@ impl Refusal {
             Refusal::Grace(ms) => Cow::Owned(grace(ms)),
             Refusal::TtlAboveGrace => Cow::Borrowed(TTL_ABOVE_GRACE),
             Refusal::OtherCount { held, from } => Cow::Owned(other_count(held, from)),
+            Refusal::Clock(ms) => Cow::Owned(clock(ms)),
         }
     }
 }

@@ -14,7 +14,9 @@ pub struct Grace {
 }
 
 impl Grace {
-    /// Sets `relock.restart-grace-ms`. A grace starts only with a start or a promotion.
+    /// Sets `relock.restart-grace-ms`. A grace starts only with a start or a promotion, and a
+    /// grace under way keeps its end: it must outlast the holds granted under the setting it
+    /// started with (lowering the setting does not shorten it, raising it does not lengthen it).
     pub fn configure(&mut self, ms: u64) {
         self.ms = ms;
     }
@@ -70,7 +72,15 @@ mod tests {
         assert_eq!(g.left_ms(5_999_001), Some(1), "rounded up");
         assert_eq!(g.left_ms(6_000_000), None);
         assert!(g.allows_ttl(5_000) && !g.allows_ttl(5_001));
+        assert_eq!(g.start(10_000_000), Some(5_000));
+        g.configure(1_000);
+        assert_eq!(
+            g.left_ms(10_000_000),
+            Some(5_000),
+            "lowering keeps the grace's end"
+        );
         g.configure(0);
+        assert_eq!(g.left_ms(14_999_999), Some(1), "so does switching it off");
         assert_eq!(g.start(7_000_000), None, "switched off: no grace");
         assert_eq!(g.left_ms(7_000_000), None);
     }

@@ -40,7 +40,8 @@ pub enum Due<C> {
     Deadline(KeyId),
     /// A wait ends, unless the waiter was served first.
     WaitEnds { client: C, waiter: WaiterId },
-    /// The restart grace ends: every queue is served.
+    /// The restart grace ends, or the clock caught up with the token counter: every queue is
+    /// served (unless new holds must still wait, then it is armed again).
     GraceEnds,
 }
 

@@ -182,7 +182,13 @@ fn one_turn_does_at_most_a_turn_budget_of_work_in_a_storm_of_lease_ends() {
     let limit = lapsing as u32 + 1;
     for i in 0..lapsing {
         let owner = format!("o{i}");
-        token(sim.acquire_as(K, owner.as_bytes(), 100, sem(limit)));
+        // At most a millisecond's tokens (1000) are issued in one millisecond: the clock moves
+        // on, and every lease still ends at START + 100.
+        if i % 500 == 499 {
+            sim.host.set_now(sim.now() + 1);
+        }
+        let ttl = (START + 100 - sim.now()) as u64;
+        token(sim.acquire_as(K, owner.as_bytes(), ttl, sem(limit)));
     }
     token(sim.acquire_as(K, b"long", 60_000, sem(limit)));
     let (reply, w) = sim.wait_as(K, b"w", 60_000, 0, sem(limit));
@@ -834,6 +840,10 @@ fn lapsed_leases_are_removed_after_a_command_within_the_turns_budget() {
     sim.acquire_as(K, b"long", 10_000, READ);
     for i in 0..1000 {
         sim.acquire_as(K, format!("r{i}").as_bytes(), 100, READ);
+        // At most a millisecond's tokens (1000) are issued in one millisecond.
+        if i % 500 == 499 {
+            sim.host.set_now(sim.now() + 1);
+        }
     }
     sim.advance(200);
     let held = |sim: &Sim| sim.shared(K).map_or(0, |s| s.0.len());

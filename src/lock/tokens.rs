@@ -7,6 +7,22 @@
 //! counter (no persistence at all): as long as the clock did not go backwards and the server
 //! issued fewer than `FLOOR_PER_MS` tokens per millisecond on average, which is far beyond what
 //! one Redis can do, the new floor is above every token issued before.
+//!
+//! That holds only if no token this server issued was above its own clock's floor by more than
+//! the current millisecond's tokens ([`SLACK`]). A counter can be ahead of the clock by more:
+//! raised by a token from elsewhere (a master whose clock is ahead, whose replica is then
+//! promoted; an RDB or AOF written by such a server). Issuing just above such a token, and then
+//! restarting without persistence, would issue from the lower floor: tokens going backwards,
+//! though this server's clock never did. So the counter never issues above `floor + SLACK`:
+//! [`Tokens::issue`] refuses with the ms until the clock catches up, and the engine makes new
+//! holds wait that long (as in the restart grace). The cost is unavailability for new holds as
+//! long as the skew between the servers that issued the tokens.
+//!
+//! Up to [`MAX_CATCH_UP_MS`]: a counter further ahead than that (a clock set wrong by more, a
+//! hand-raised `LOCK.COUNTER`) would stop new holds on every server that received its tokens
+//! until the clocks get there, for years perhaps. Such a counter is not waited for: tokens go on
+//! above it, and only that case keeps the old exposure (a restart without persistence within
+//! that lead issues lower tokens).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -20,6 +36,24 @@ pub const MAX_TOKEN: u64 = (1 << TOKEN_BITS) - 1;
 /// Tokens per wall-clock millisecond of floor. At 1000, the floor reaches `MAX_TOKEN` in the
 /// year 2255.
 pub const FLOOR_PER_MS: u64 = 1000;
+
+/// Tokens a server issues above its own clock's floor at most: those of the current millisecond
+/// (a token issued at `ms` is below `(ms + 1) * FLOOR_PER_MS`, the floor of any later ms).
+pub const SLACK: u64 = FLOOR_PER_MS - 1;
+
+/// The longest wait for the clock to catch up with the counter: a lead beyond it is not waited
+/// for (see the module doc).
+pub const MAX_CATCH_UP_MS: u64 = 60_000;
+
+/// Why no token is issued now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// Every token has been issued.
+    Exhausted,
+    /// The next token is above the clock's floor by more than [`SLACK`]: this many ms until the
+    /// clock catches up.
+    AheadMs(u64),
+}
 
 /// A source of wall-clock time in Unix milliseconds.
 pub trait Clock {
@@ -57,16 +91,38 @@ impl Tokens {
         self.last
     }
 
-    /// A new token, greater than every token before and at least the clock's floor; `None`
-    /// once the token space is exhausted.
-    pub fn issue(&mut self, clock: &impl Clock) -> Option<u64> {
-        let floor = clock.now_ms().saturating_mul(FLOOR_PER_MS);
-        let next = self.last.checked_add(1)?.max(floor);
-        if next > MAX_TOKEN {
+    /// Ms until the next token can be issued (see [`Refused::AheadMs`]); `None` if it can now
+    /// (or never: the space is exhausted, which [`Tokens::issue`] says), or if the counter is
+    /// more than [`MAX_CATCH_UP_MS`] ahead of the clock.
+    pub fn ahead_ms(&self, clock: &impl Clock) -> Option<u64> {
+        let now = clock.now_ms();
+        let ceiling = now.saturating_mul(FLOOR_PER_MS).saturating_add(SLACK);
+        let next = self.last.checked_add(1)?;
+        if next <= ceiling || next > MAX_TOKEN {
             return None;
         }
+        // The first millisecond whose ceiling reaches `next`.
+        let at = (next - SLACK).div_ceil(FLOOR_PER_MS);
+        Some(at.saturating_sub(now).max(1)).filter(|ms| *ms <= MAX_CATCH_UP_MS)
+    }
+
+    /// A new token, greater than every token before, at least the clock's floor and at most
+    /// [`SLACK`] above it.
+    pub fn issue(&mut self, clock: &impl Clock) -> Result<u64, Refused> {
+        if let Some(ms) = self.ahead_ms(clock) {
+            return Err(Refused::AheadMs(ms));
+        }
+        let floor = clock.now_ms().saturating_mul(FLOOR_PER_MS);
+        let next = self
+            .last
+            .checked_add(1)
+            .ok_or(Refused::Exhausted)?
+            .max(floor);
+        if next > MAX_TOKEN {
+            return Err(Refused::Exhausted);
+        }
         self.last = next;
-        Some(next)
+        Ok(next)
     }
 
     /// Records a token issued elsewhere (loaded from RDB/AOF, replicated from a master), so
@@ -96,15 +152,22 @@ mod tests {
         let b = tokens.issue(&clock).unwrap();
         let c = tokens.issue(&clock).unwrap();
         assert_eq!((a, b, c), (5000, 5001, 5002));
+        for _ in 3..1000 {
+            tokens.issue(&clock).unwrap();
+        }
+        assert_eq!(tokens.last(), 5999, "the millisecond's 1000 tokens");
+        assert_eq!(tokens.issue(&clock), Err(Refused::AheadMs(1)));
+        clock.0.set(6);
+        assert_eq!(tokens.issue(&clock), Ok(6000));
     }
 
     #[test]
     fn floor_jumps_ahead_with_the_clock() {
         let clock = FakeClock(Cell::new(5));
         let mut tokens = Tokens::new();
-        tokens.issue(&clock);
+        tokens.issue(&clock).unwrap();
         clock.0.set(9);
-        assert_eq!(tokens.issue(&clock), Some(9000));
+        assert_eq!(tokens.issue(&clock), Ok(9000));
     }
 
     #[test]
@@ -113,7 +176,10 @@ mod tests {
         let mut tokens = Tokens::new();
         let before = tokens.issue(&clock).unwrap();
         clock.0.set(1);
-        assert_eq!(tokens.issue(&clock), Some(before + 1));
+        // The counter is now ahead of the clock: no token until the clock is back.
+        assert_eq!(tokens.issue(&clock), Err(Refused::AheadMs(99)));
+        clock.0.set(100);
+        assert_eq!(tokens.issue(&clock), Ok(before + 1));
     }
 
     #[test]
@@ -138,16 +204,60 @@ mod tests {
         tokens.observe(1 << 50);
         tokens.observe(3); // lower: ignored
         assert_eq!(tokens.last(), 1 << 50);
-        assert_eq!(tokens.issue(&clock), Some((1 << 50) + 1));
+        // Ages ahead of the clock: not waited for.
+        assert_eq!(tokens.issue(&clock), Ok((1 << 50) + 1));
+    }
+
+    #[test]
+    fn a_lead_beyond_the_longest_catch_up_is_not_waited_for() {
+        let now = 1_800_000_000_000;
+        let clock = FakeClock(Cell::new(now));
+        let mut tokens = Tokens::new();
+        tokens.observe((now + MAX_CATCH_UP_MS) * FLOOR_PER_MS + SLACK - 1);
+        assert_eq!(tokens.issue(&clock), Err(Refused::AheadMs(MAX_CATCH_UP_MS)));
+        tokens.observe((now + MAX_CATCH_UP_MS) * FLOOR_PER_MS + SLACK);
+        let beyond = tokens.last() + 1;
+        assert_eq!(tokens.issue(&clock), Ok(beyond));
+    }
+
+    /// A replica promoted with its master's tokens 20 s above its own clock: no token for 20 s,
+    /// then tokens just above the master's; a restart that loses the counter one ms after the
+    /// last of them issues above every one of them.
+    #[test]
+    fn a_counter_ahead_of_the_clock_waits_for_it() {
+        let now = 1_800_000_000_000;
+        let clock = FakeClock(Cell::new(now));
+        let mut tokens = Tokens::new();
+        let masters = (now + 20_000) * FLOOR_PER_MS + 7;
+        tokens.observe(masters);
+        assert_eq!(tokens.issue(&clock), Err(Refused::AheadMs(20_000)));
+        assert_eq!(tokens.ahead_ms(&clock), Some(20_000));
+        assert_eq!(tokens.last(), masters, "a refusal issues nothing");
+        clock.0.set(now + 19_999);
+        assert_eq!(tokens.issue(&clock), Err(Refused::AheadMs(1)));
+        clock.0.set(now + 20_000);
+        assert_eq!(tokens.ahead_ms(&clock), None);
+        let mut last = 0;
+        while let Ok(token) = tokens.issue(&clock) {
+            last = token;
+        }
+        assert_eq!(
+            last,
+            (now + 20_001) * FLOOR_PER_MS - 1,
+            "up to the ms's last token"
+        );
+        clock.0.set(now + 20_001);
+        assert!(Tokens::new().issue(&clock).unwrap() > last, "restarted");
     }
 
     #[test]
     fn exhaustion_is_an_error_not_a_wrap() {
-        let clock = FakeClock(Cell::new(0));
+        let clock = FakeClock(Cell::new(MAX_TOKEN / FLOOR_PER_MS));
         let mut tokens = Tokens::new();
         tokens.observe(MAX_TOKEN - 1);
-        assert_eq!(tokens.issue(&clock), Some(MAX_TOKEN));
-        assert_eq!(tokens.issue(&clock), None);
+        assert_eq!(tokens.issue(&clock), Ok(MAX_TOKEN));
+        assert_eq!(tokens.issue(&clock), Err(Refused::Exhausted));
+        assert_eq!(tokens.ahead_ms(&clock), None);
         assert_eq!(tokens.last(), MAX_TOKEN);
         tokens.observe(u64::MAX);
         assert_eq!(tokens.last(), MAX_TOKEN);
@@ -156,7 +266,7 @@ mod tests {
     #[test]
     fn clock_floor_overflow_does_not_panic() {
         let clock = FakeClock(Cell::new(u64::MAX));
-        assert_eq!(Tokens::new().issue(&clock), None);
+        assert_eq!(Tokens::new().issue(&clock), Err(Refused::Exhausted));
     }
 
     #[test]

@@ -7,17 +7,69 @@
 //! - `relock.stats-keys` (default 1000, at most 100000): the size of `LOCK.STATS`'s table;
 //! - `relock.restart-grace-ms` (default 0, at most 10^12): the restart grace.
 //!
-//! The values live in the engine's `Watch`, which keeps its own bounds; these callbacks only
-//! read and set them.
+//! A `CONFIG SET` of several parameters is all or nothing, and relock's part of it too: the set
+//! callbacks only record the new values in [`SETTINGS`] (what `CONFIG GET` reads), and the one
+//! apply callback gives them to the engine once Redis has set every parameter of the command.
+//! When a parameter fails to set, Redis sets the old values back through the same callbacks
+//! and never calls the apply. But an apply of another parameter can fail after relock's ran
+//! (Redis 8.2 applies `port` after the module configs): Redis then sets the old values back and
+//! applies again. So the apply does only what can be undone (the grace, the reasons, the
+//! statistics switch, growing the journal or the table); what cannot (dropping journal entries
+//! and statistics keys to shrink them) waits for the end of the command: [`settle`] applies the
+//! values recorded then (the old ones if the command failed) before anything else uses the
+//! engine, or a 0 ms timer does, before the reply is sent. The engine keeps its own bounds too.
 
+use std::cell::{Cell, RefCell};
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_longlong, c_void};
 
 use redis_module::raw;
 
 use super::ffi;
-use super::globals;
-use crate::lock::{args, contention, journal, Reason, Reasons, Watch};
+use super::globals::{self, RedisHandles};
+use crate::lock::{args, contention, journal, Engine, Reason, Reasons};
+
+/// The values `CONFIG SET` recorded, given to the engine by [`apply`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Settings {
+    log_max_len: usize,
+    log_reasons: Reasons,
+    stats: bool,
+    stats_keys: usize,
+    restart_grace_ms: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            log_max_len: journal::DEFAULT_LEN,
+            log_reasons: Reasons::ALL,
+            stats: true,
+            stats_keys: contention::DEFAULT_KEYS,
+            restart_grace_ms: 0,
+        }
+    }
+}
+
+thread_local! {
+    /// The values of the `relock.*` configs (Redis calls every config callback on its main
+    /// thread).
+    static SETTINGS: RefCell<Settings> = RefCell::new(Settings::default());
+}
+
+/// The value `relock.log-reasons` gives `none`: a bit of its own, so that a list naming `none`
+/// with anything else (`all none`, `expired none`) is seen and refused rather than read as the
+/// other names (a bit-flag config's value is the OR of its names').
+const NONE_BIT: c_int = 1 << 30;
+
+fn settings() -> Settings {
+    SETTINGS.with(|s| *s.borrow())
+}
+
+fn record(f: impl FnOnce(&mut Settings)) -> c_int {
+    SETTINGS.with(|s| f(&mut s.borrow_mut()));
+    raw::REDISMODULE_OK as c_int
+}
 
 /// Registers the configs and applies what the server was given for them at load.
 pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
@@ -46,7 +98,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
             flags,
             Some(get_bool),
             Some(set_bool),
-            None,
+            Some(apply),
             std::ptr::null_mut()
         ))
     };
@@ -63,7 +115,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
             names.len() as c_int,
             Some(get_enum),
             Some(set_enum),
-            None,
+            Some(apply),
             std::ptr::null_mut()
         ))
     };
@@ -76,6 +128,10 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
     // SAFETY: the load context, after every config is registered.
     if unsafe { rm!(RedisModule_LoadConfigs(ctx)) } != ok {
         return Err("bad value for a relock.* config");
+    }
+    // Not every server calls the apply callback for the values it loads.
+    if !apply_settings(true) {
+        return Err("relock is busy");
     }
     Ok(())
 }
@@ -100,7 +156,7 @@ fn register_number(
             max,
             Some(get_number),
             Some(set_number),
-            None,
+            Some(apply),
             std::ptr::null_mut()
         ))
     }
@@ -121,7 +177,7 @@ fn reason_names() -> (Vec<*const c_char>, Vec<c_int>) {
         c"swapped",
     ];
     let mut names = vec![c"all".as_ptr(), c"none".as_ptr()];
-    let mut values = vec![Reasons::ALL.0 as c_int, 0];
+    let mut values = vec![Reasons::ALL.0 as c_int, NONE_BIT];
     for (name, reason) in NAMES.iter().zip(Reason::ALL) {
         debug_assert_eq!(name.to_str().ok(), Some(reason.name()));
         names.push(name.as_ptr());
@@ -143,19 +199,60 @@ unsafe fn short_name<'a>(name: *const c_char) -> &'a [u8] {
     name.strip_prefix(b"relock.").unwrap_or(name)
 }
 
-/// Reads the engine's settings (the defaults if it is busy, which only a crash report sees).
-fn read<T>(f: impl Fn(&Watch) -> T) -> T {
-    globals::read_engine(|engine| f(engine.watch())).unwrap_or_else(|| f(&Watch::default()))
+/// Gives `engine` the settings `s`, shrinking the journal and the statistics table to theirs
+/// only if `shrink` (otherwise they keep their larger size for now).
+fn apply_to(engine: &mut Engine<RedisHandles>, s: Settings, shrink: bool) {
+    let watch = engine.watch_mut();
+    let (mut log_len, mut keys) = (s.log_max_len, s.stats_keys);
+    if !shrink {
+        log_len = log_len.max(watch.journal.max_len());
+        keys = keys.max(watch.contention.keys.capacity());
+    }
+    watch.journal.configure(log_len, s.log_reasons);
+    watch.contention.set_capacity(keys);
+    watch.contention.enabled = s.stats;
+    engine.configure_grace(s.restart_grace_ms);
 }
 
-/// Changes the engine's settings; an error if the engine is busy (a config set from inside a
-/// relock command, which no server does).
-fn write(err: *mut *mut raw::RedisModuleString, f: impl FnOnce(&mut Watch)) -> c_int {
-    if globals::configure(f) {
-        return raw::REDISMODULE_OK as c_int;
+/// Gives the engine the recorded settings (see [`apply_to`]); false (nothing changed) if it is
+/// busy, which a config set from inside a relock command would be and no server does.
+fn apply_settings(shrink: bool) -> bool {
+    globals::configure_engine(|engine| apply_to(engine, settings(), shrink))
+}
+
+thread_local! {
+    /// Whether the recorded settings wait to be applied whole (an apply ran).
+    static PENDING: Cell<bool> = const { Cell::new(false) };
+    /// Whether the timer that applies them is on its way.
+    static ONE_SHOT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether [`settle`] has work.
+pub fn pending() -> bool {
+    PENDING.with(Cell::get)
+}
+
+/// Applies the recorded settings whole if a `CONFIG SET` left them pending: called before
+/// anything else uses the engine (a command, a timer, an event, `INFO`), which is after the
+/// `CONFIG SET` and its rollback if it failed, and by a 0 ms timer.
+pub fn settle(engine: &mut Engine<RedisHandles>) {
+    if PENDING.with(|p| p.replace(false)) {
+        apply_to(engine, settings(), true);
     }
+}
+
+/// After the command that set the configs (a 0 ms timer: Redis runs it in the same event-loop
+/// turn, after the commands it read and before it sends their replies): [`settle`].
+extern "C" fn settle_later(_ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    ffi::guard((), || {
+        ONE_SHOT.with(|q| q.set(false));
+        globals::configure_engine(settle);
+    })
+}
+
+/// Sets `*err` to `text` (Redis frees it).
+fn error(err: *mut *mut raw::RedisModuleString, text: &CStr) -> c_int {
     if !err.is_null() {
-        let text = c"relock is busy";
         // SAFETY: Redis passes a place for an error string it frees; a null context makes a
         // string Redis owns.
         unsafe {
@@ -169,13 +266,43 @@ fn write(err: *mut *mut raw::RedisModuleString, f: impl FnOnce(&mut Watch)) -> c
     raw::REDISMODULE_ERR as c_int
 }
 
+/// The apply callback of every relock config: Redis calls it once per `CONFIG SET` (however
+/// many relock configs it names), after every parameter was set, and again after a rollback.
+/// It changes only what can be undone, and queues the rest for after the command.
+extern "C" fn apply(
+    ctx: *mut raw::RedisModuleCtx,
+    _data: *mut c_void,
+    err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    ffi::guard(raw::REDISMODULE_ERR as c_int, || {
+        if !apply_settings(false) {
+            return error(err, c"relock is busy");
+        }
+        PENDING.with(|p| p.set(true));
+        if !ctx.is_null() && !ONE_SHOT.with(|q| q.replace(true)) {
+            // SAFETY: `ctx` is the context Redis passes the apply; the callback is a plain
+            // `extern "C"` fn that never unwinds; no data.
+            unsafe {
+                rm!(RedisModule_CreateTimer(
+                    ctx,
+                    0,
+                    Some(settle_later),
+                    std::ptr::null_mut()
+                ))
+            };
+        }
+        raw::REDISMODULE_OK as c_int
+    })
+}
+
 extern "C" fn get_number(name: *const c_char, _data: *mut c_void) -> c_longlong {
     ffi::guard(0, || {
+        let s = settings();
         // SAFETY: Redis passes the config's name.
         let value = match unsafe { short_name(name) } {
-            b"log-max-len" => read(|w| w.journal.max_len() as u64),
-            b"restart-grace-ms" => globals::read_engine(|e| e.grace_configured_ms()).unwrap_or(0),
-            _ => read(|w| w.contention.keys.capacity() as u64),
+            b"log-max-len" => s.log_max_len as u64,
+            b"restart-grace-ms" => s.restart_grace_ms,
+            _ => s.stats_keys as u64,
         };
         value as c_longlong
     })
@@ -185,46 +312,41 @@ extern "C" fn set_number(
     name: *const c_char,
     value: c_longlong,
     _data: *mut c_void,
-    err: *mut *mut raw::RedisModuleString,
+    _err: *mut *mut raw::RedisModuleString,
 ) -> c_int {
     ffi::guard(raw::REDISMODULE_ERR as c_int, || {
         // Redis checked the bounds it was given at registration.
-        let value = usize::try_from(value).unwrap_or(0);
+        let value = u64::try_from(value).unwrap_or(0);
+        let size = usize::try_from(value).unwrap_or(usize::MAX);
         // SAFETY: Redis passes the config's name.
         match unsafe { short_name(name) } {
-            b"log-max-len" => write(err, |w| {
-                let reasons = w.journal.reasons();
-                w.journal.configure(value, reasons);
-            }),
-            b"restart-grace-ms" => {
-                if globals::configure_engine(|e| e.configure_grace(value as u64)) {
-                    raw::REDISMODULE_OK as c_int
-                } else {
-                    write(err, |_| ())
-                }
-            }
-            _ => write(err, |w| w.contention.set_capacity(value)),
+            b"log-max-len" => record(|s| s.log_max_len = size),
+            b"restart-grace-ms" => record(|s| s.restart_grace_ms = value),
+            _ => record(|s| s.stats_keys = size),
         }
     })
 }
 
 extern "C" fn get_bool(_name: *const c_char, _data: *mut c_void) -> c_int {
-    ffi::guard(0, || c_int::from(read(|w| w.contention.enabled)))
+    ffi::guard(0, || c_int::from(settings().stats))
 }
 
 extern "C" fn set_bool(
     _name: *const c_char,
     value: c_int,
     _data: *mut c_void,
-    err: *mut *mut raw::RedisModuleString,
+    _err: *mut *mut raw::RedisModuleString,
 ) -> c_int {
     ffi::guard(raw::REDISMODULE_ERR as c_int, || {
-        write(err, |w| w.contention.enabled = value != 0)
+        record(|s| s.stats = value != 0)
     })
 }
 
 extern "C" fn get_enum(_name: *const c_char, _data: *mut c_void) -> c_int {
-    ffi::guard(0, || read(|w| w.journal.reasons().0) as c_int)
+    ffi::guard(0, || match settings().log_reasons {
+        Reasons(0) => NONE_BIT,
+        reasons => reasons.0 as c_int,
+    })
 }
 
 extern "C" fn set_enum(
@@ -235,9 +357,9 @@ extern "C" fn set_enum(
 ) -> c_int {
     ffi::guard(raw::REDISMODULE_ERR as c_int, || {
         let reasons = Reasons(value as u32 & Reasons::ALL.0);
-        write(err, |w| {
-            let len = w.journal.max_len();
-            w.journal.configure(len, reasons);
-        })
+        if value & NONE_BIT != 0 && reasons.0 != 0 {
+            return error(err, c"'none' cannot be listed with other reasons");
+        }
+        record(|s| s.log_reasons = reasons)
     })
 }

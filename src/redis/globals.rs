@@ -191,6 +191,7 @@ pub fn with_engine<H: Host<RedisHandles>, T>(
 ) -> Option<T> {
     ENGINE.with(|cell| {
         let mut engine = cell.try_borrow_mut().ok()?;
+        super::config::settle(&mut engine);
         let out = f(&mut engine, host);
         loop {
             let late = LATE.with(|late| std::mem::take(&mut *late.borrow_mut()));
@@ -207,7 +208,14 @@ pub fn with_engine<H: Host<RedisHandles>, T>(
 
 /// Reads the engine (INFO, RDB aux data); `None` only while it is borrowed mutably.
 pub fn read_engine<T>(f: impl FnOnce(&Engine<RedisHandles>) -> T) -> Option<T> {
-    ENGINE.with(|cell| cell.try_borrow().ok().map(|engine| f(&engine)))
+    ENGINE.with(|cell| {
+        if super::config::pending() {
+            if let Ok(mut engine) = cell.try_borrow_mut() {
+                super::config::settle(&mut engine);
+            }
+        }
+        cell.try_borrow().ok().map(|engine| f(&engine))
+    })
 }
 
 /// Tells the engine `report` now, or as soon as the call that holds it is done.
@@ -372,7 +380,10 @@ pub fn describes() -> usize {
 
 /// Changes the journal's or the statistics' settings; false if the engine is busy.
 pub fn configure(f: impl FnOnce(&mut Watch)) -> bool {
-    configure_engine(|engine| f(engine.watch_mut()))
+    configure_engine(|engine| {
+        super::config::settle(engine);
+        f(engine.watch_mut())
+    })
 }
 
 /// Changes an engine setting (the configs); false if the engine is busy.

@@ -45,12 +45,12 @@ impl<T: Handles> Engine<T> {
         // The group's one new token, issued only when a key needs a new hold (0: none does, and
         // nothing reads it).
         let group_token = if decisions.contains(&Take::Grant) {
-            if let Some(ms) = self.grace.left_ms(host.now_us()) {
-                return Reply::Error(Refusal::Grace(ms).into());
+            if let Some(refusal) = self.no_new_holds(host) {
+                return Reply::Error(refusal.into());
             }
-            match self.tokens.issue(&Now(now)) {
-                Some(token) => token,
-                None => return Reply::Error(Refusal::NoTokens.into()),
+            match self.issue(now) {
+                Ok(token) => token,
+                Err(refusal) => return Reply::Error(refusal.into()),
             }
         } else {
             0
