@@ -34,6 +34,16 @@ def info(server: Server, key: str) -> dict[str, Any] | None:
     return dict(zip(reply[0::2], reply[1::2]))
 
 
+async def until(check: Any, within: float) -> bool:
+    """Whether ``check()`` comes true within ``within`` seconds, polled from the event loop."""
+    end = time.monotonic() + within
+    while not check():
+        if time.monotonic() >= end:
+            return bool(check())
+        await asyncio.sleep(0.005)
+    return True
+
+
 @pytest.fixture
 def proxy(server: Server) -> Iterator[LossProxy]:
     p = LossProxy(server.port)
@@ -90,7 +100,7 @@ def test_sync_a_shorter_renewal_is_applied_in_the_servers_order(server: Server, 
     assert hold is not None
     try:
         proxy.arm(b"3000", delay=0.4)
-        assert proxy.hit.wait(10), "the background renewal never went"
+        assert proxy.hit.wait(20), "the background renewal never went"
         hold.renew(0.5)
         assert eventually(lambda: b"3000" not in b"".join(proxy.seen[-1:]) or True, 1)
         time.sleep(0.5)  # the delayed reply of the background renewal has come by now
@@ -107,8 +117,7 @@ def test_aio_a_shorter_renewal_is_applied_in_the_servers_order(server: Server, p
         assert hold is not None
         try:
             proxy.arm(b"3000", delay=0.4)
-            while not proxy.hit.is_set():
-                await asyncio.sleep(0.005)
+            assert await until(proxy.hit.is_set, 20), "the armed command never went"
             await hold.renew(0.5)
             await asyncio.sleep(0.5)
             left = hold.valid_until - time.monotonic()
@@ -201,10 +210,14 @@ def test_aio_a_cancel_right_after_a_late_grant_gives_it_back(server: Server) -> 
             locks = relock.aio.Relock(aredis.Redis(port=proxy.port), node_timeout=2.0)
             proxy.arm(b"LOCK.RENEW", delay=1.0)
             task = asyncio.get_running_loop().create_task(locks.acquire("k", ttl=3))
-            await asyncio.sleep(1.5)  # the wait is queued; the grant comes at release
+            assert await until(lambda: waiters(server, "k") == 1, 10)
+            await asyncio.sleep(1.5)  # the grant, at release, comes late (under 2/3 of the ttl left)
             await first.release()
-            while not proxy.hit.is_set():
-                await asyncio.sleep(0.005)
+            assert await until(proxy.hit.is_set, 10), (
+                "no renewal after the late grant",
+                info(server, "k"),
+                task.done() and (task.exception() or task.result()),
+            )
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -416,11 +429,9 @@ def test_aio_a_wait_keeps_its_place_past_the_drivers_socket_timeout(server: Serv
         assert first is not None
         locks = relock.aio.Relock(aredis.Redis(port=server.port, socket_timeout=0.3))
         mine = asyncio.get_running_loop().create_task(locks.acquire("k", ttl=5))
-        while waiters(server, "k") != 1:
-            await asyncio.sleep(0.01)
+        assert await until(lambda: waiters(server, "k") == 1, 10)
         theirs = asyncio.get_running_loop().create_task(plain.acquire("k", ttl=5))
-        while waiters(server, "k") != 2:
-            await asyncio.sleep(0.01)
+        assert await until(lambda: waiters(server, "k") == 2, 10)
         await asyncio.sleep(1.0)  # several socket timeouts
         await first.release()
         done, _ = await asyncio.wait([mine, theirs], return_when=asyncio.FIRST_COMPLETED, timeout=10)
@@ -471,12 +482,12 @@ def test_aio_renewals_never_wait_behind_waiting_tasks(server: Server) -> None:
     async def main() -> None:
         client = aredis.Redis(port=server.port, max_connections=20)
         locks = relock.aio.Relock(client)
-        hold = await locks.acquire("held", ttl=0.6)
+        hold = await locks.acquire("held", ttl=1.5)
         assert hold is not None
         blocker = await locks.acquire("busy", ttl=30)
         assert blocker is not None
-        tasks = [asyncio.get_running_loop().create_task(locks.acquire("busy", ttl=5, wait=3)) for _ in range(40)]
-        await asyncio.sleep(2.0)
+        tasks = [asyncio.get_running_loop().create_task(locks.acquire("busy", ttl=5, wait=10)) for _ in range(40)]
+        await asyncio.sleep(3.5)
         assert hold.is_valid, hold.reason
         hold.check()
         for t in tasks:
