@@ -610,3 +610,36 @@ def test_sync_ctrl_c_right_after_a_late_grant_gives_it_back(server: Server) -> N
             child.wait(10)
     finally:
         proxy.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "aio"])
+def test_a_reenter_whose_reply_was_lost_is_taken_back(server: Server, proxy: LossProxy, flavour: str) -> None:
+    """The connection reset between LOCK.REENTER and its reply: the step ran (count 2), the
+    section is not entered, and the count must come back to 1 (else the outer release leaves
+    the lock held for its ttl)."""
+    if flavour == "sync":
+        locks = relock.Relock(redis.Redis(port=proxy.port), node_timeout=1.0)
+        hold = locks.acquire("k", ttl=20)
+        assert hold is not None
+        proxy.arm(b"LOCK.REENTER")
+        with pytest.raises(relock.RelockError):
+            with hold.reenter():
+                pytest.fail("entered a section whose LOCK.REENTER got no reply")
+        assert eventually(lambda: (info(server, "k") or {}).get("count") in (1, "1"), 3), info(server, "k")
+        hold.release()
+    else:
+
+        async def main() -> None:
+            al = relock.aio.Relock(aredis.Redis(port=proxy.port), node_timeout=1.0)
+            h = await al.acquire("k", ttl=20)
+            assert h is not None
+            proxy.arm(b"LOCK.REENTER")
+            with pytest.raises(relock.RelockError):
+                async with h.reenter():
+                    pytest.fail("entered a section whose LOCK.REENTER got no reply")
+            assert await until(lambda: (info(server, "k") or {}).get("count") in (1, "1"), 3), info(server, "k")
+            await h.release()
+            await al.aclose()
+
+        asyncio.run(main())
+    assert eventually(lambda: info(server, "k") is None, 3)

@@ -1169,8 +1169,12 @@ class Hold:
                 c._release_late(self.key, self.owner, None, undo, ttl=self.ttl)
                 raise
             if not rnd.won():
-                if any(rnd.agreed_by()):
-                    c._release_late(self.key, self.owner, rnd.agreed_by(), undo, ttl=self.ttl)
+                # Taken back wherever it may have run: the servers that granted it, and those
+                # whose reply was lost (a reset connection); a server where it never ran
+                # answers the take-back as a repeat and changes nothing.
+                back = [g or u for g, u in zip(rnd.agreed_by(), rnd.unanswered())]
+                if any(back):
+                    c._release_late(self.key, self.owner, back, undo, ttl=self.ttl)
                 if rnd.permanently_failed():
                     raise rnd.permanent_error(self.key)
                 if rnd.renew_verdict() == "lost":
