@@ -643,3 +643,23 @@ def test_a_reenter_whose_reply_was_lost_is_taken_back(server: Server, proxy: Los
 
         asyncio.run(main())
     assert eventually(lambda: info(server, "k") is None, 3)
+
+
+def test_aio_a_loss_after_failed_renewals_does_not_blame_the_event_loop(server: Server) -> None:
+    """Renewals that failed (a server gone) ended the hold with "the event loop did not
+    run the renewal in time" (seen with 100 waiting tasks, see below) or without what
+    failed. Must hold: the reason names the failed renewals and why they failed."""
+
+    async def main() -> None:
+        locks = relock.aio.Relock(aredis.Redis(port=server.port))
+        hold = await locks.acquire("k", ttl=1.0)
+        assert hold is not None
+        server.kill()  # every renewal fails at once (connection refused)
+        await asyncio.wait_for(hold.lost.wait(), 5)
+        with pytest.raises(relock.LockLost):
+            hold.check()
+        assert hold.reason is not None
+        assert "event loop" not in hold.reason and "renewals failed" in hold.reason, hold.reason
+        await locks.aclose()
+
+    asyncio.run(main())
