@@ -299,7 +299,11 @@ class _Server:
                         self._undo(conn, undo)
                     raise
         except rex.ResponseError:
-            self._checkin(conn)  # an error reply: the connection is fine
+            # An error reply: the connection is fine, unless another thread cut the call short.
+            if cancel is not None and not cancel.attach(None):
+                conn.disconnect()
+            else:
+                self._checkin(conn)
             raise
         except rex.TimeoutError as e:
             if "taken back" not in str(e):
