@@ -333,15 +333,15 @@ class LossProxy:
                         hit = next((a for a in self.armed if a[0] in data), None)
                         if hit is not None:
                             self.armed.remove(hit)
+                    lose = hit is not None and hit[1] is None
                     if hit is not None and hit[1] is not None:
                         delays.append(hit[1])
-                        hit = None
-                    elif hit is not None:
+                    elif lose:
                         drop.set()
                     upstream.sendall(data)
-                    if delays or hit is not None:
-                        self.hit.set()
                     if hit is not None:
+                        self.hit.set()
+                    if lose:
                         return
             except OSError:
                 pass
