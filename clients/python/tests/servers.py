@@ -257,3 +257,113 @@ class SlowProxy:
     def close(self) -> None:
         self.closed = True
         self.listener.close()
+
+
+class LossProxy:
+    """A TCP proxy to ``port`` that loses replies on demand: once ``arm(pattern)`` is called,
+    the next command sent through it that contains ``pattern`` reaches the server, and the
+    server's reply to it is dropped and the client's connection reset (a connection that
+    died between a command and its reply). ``arm(pattern, delay=d)`` delays that reply by
+    ``d`` seconds instead. ``lost`` counts the replies lost so far; ``hit`` is set once an
+    armed pattern went through."""
+
+    def __init__(self, port: int) -> None:
+        self.target = port
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = int(self.listener.getsockname()[1])
+        self.closed = False
+        self.armed: list[tuple[bytes, float | None]] = []
+        self.lost = 0
+        self.hit = threading.Event()
+        self.silent = False
+        self.pairs: list[tuple[socket.socket, socket.socket]] = []
+        self.seen: list[bytes] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def sever_silently(self) -> None:
+        """Closes every connection to the server and leaves the clients' ends open and
+        silent: connections that died without a word (a NAT that forgot them, a cable)."""
+        self.silent = True
+        for _, upstream in list(self.pairs):
+            with contextlib.suppress(OSError):
+                upstream.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                upstream.close()
+
+    def arm(self, pattern: bytes, times: int = 1, delay: float | None = None) -> None:
+        with self._lock:
+            self.armed += [(pattern, delay)] * times
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        self.pairs.append((client, upstream))
+        drop = threading.Event()
+        delays: list[float] = []
+
+        def reset() -> None:
+            with contextlib.suppress(OSError):
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            for s in (client, upstream):
+                with contextlib.suppress(OSError):
+                    s.close()
+
+        def up() -> None:
+            try:
+                while data := client.recv(65536):
+                    if self.silent:
+                        continue
+                    self.seen.append(data)
+                    with self._lock:
+                        hit = next((a for a in self.armed if a[0] in data), None)
+                        if hit is not None:
+                            self.armed.remove(hit)
+                    lose = hit is not None and hit[1] is None
+                    if hit is not None and hit[1] is not None:
+                        delays.append(hit[1])
+                    elif lose:
+                        drop.set()
+                    upstream.sendall(data)
+                    if hit is not None:
+                        self.hit.set()
+                    if lose:
+                        return
+            except OSError:
+                pass
+            if not self.silent:
+                with contextlib.suppress(OSError):
+                    upstream.shutdown(socket.SHUT_RDWR)
+
+        threading.Thread(target=up, daemon=True).start()
+        try:
+            while data := upstream.recv(65536):
+                if drop.is_set():
+                    self.lost += 1
+                    reset()
+                    return
+                if delays:
+                    time.sleep(delays.pop())
+                client.sendall(data)
+        except OSError:
+            pass
+        if not self.silent:
+            reset()
+
+    def close(self) -> None:
+        self.closed = True
+        self.listener.close()

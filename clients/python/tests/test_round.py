@@ -107,9 +107,14 @@ def test_the_fakes_fail_the_way_their_names_say() -> None:
     assert no_module is not None and "is the relock module loaded on this server?" in no_module.message
     for line in ["LOADING Redis is loading the dataset in memory", "READONLY You can't write against a read only replica.",
                  "TRYAGAIN Multiple keys request during rehashing of slot", "OOM command not allowed",
-                 "CLUSTERDOWN The cluster is down", "MASTERDOWN Link with MASTER is down", "MOVED 3999 127.0.0.1:6381",
+                 "CLUSTERDOWN The cluster is down", "MASTERDOWN Link with MASTER is down",
                  "NOREPLICAS Not enough good replicas to write.", "ERR max number of clients reached"]:
         assert not core.classify(off_the_wire(line)).permanent, line
+    # A redirection is a cluster client's business; a plain client asked a cluster node.
+    for line in ["MOVED 3999 127.0.0.1:6381", "ASK 3999 127.0.0.1:6381"]:
+        assert not core.classify(off_the_wire(line), cluster=True).permanent, line
+        failure = core.classify(off_the_wire(line))
+        assert failure.permanent and failure.message.startswith(line.split()[0]) and "RedisCluster" in failure.message, line
     for line in ["NOPERM this user has no permissions to run the 'lock.acquire' command",
                  "WRONGPASS invalid username-password pair or user is disabled.", "ERR invalid ttl_ms"]:
         assert core.classify(off_the_wire(line)).permanent, line

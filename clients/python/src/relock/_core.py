@@ -545,12 +545,27 @@ def error_text(e: BaseException) -> str:
     return msg[4:] if msg.startswith("ERR ") else msg
 
 
-def classify(e: BaseException) -> Failure:
+def classify(e: BaseException, cluster: bool = False) -> Failure:
     """The one place that decides whether a failure is permanent (see NodeFailure in
-    relock-client): refused logins, permissions, WRONGTYPE, unknown commands and refused
-    arguments are; timeouts, lost connections and a busy, loading or failing-over server
-    are not."""
+    relock-client): refused logins, permissions, WRONGTYPE, unknown commands, refused
+    arguments, arguments redis-py cannot send, and a redirection (MOVED, ASK) from a cluster
+    node asked as a plain server (``cluster`` False) are; timeouts, lost connections and a
+    busy, loading or failing-over server are not."""
     msg = error_text(e)
+    if not cluster and (isinstance(e, (rex.MovedError, rex.AskError)) or msg.startswith(("MOVED ", "ASK "))):
+        if not msg.startswith(("MOVED", "ASK")):  # redis-py keeps only the slot and address
+            msg = f"{'MOVED' if isinstance(e, rex.MovedError) else 'ASK'} {msg}"
+        return Failure(
+            f"{msg}: the server is a Redis Cluster node, asked as a plain server (pass a "
+            "redis.cluster.RedisCluster, or redis.asyncio.cluster.RedisCluster)",
+            permanent=True,
+        )
+    if isinstance(e, rex.DataError):
+        return Failure(f"redis-py cannot send the arguments: {msg}", permanent=True)
+    if isinstance(e, rex.NoPermissionError) or (isinstance(e, rex.ResponseError) and msg.startswith("NOPERM")):
+        if not msg.startswith("NOPERM"):  # redis-py drops the code
+            msg = f"NOPERM {msg}"
+        return Failure(f"{msg} (the user's ACL does not allow it)", permanent=True)
     if "restart grace" in msg and (isinstance(e, rex.TryAgainError) or msg.startswith("TRYAGAIN")):
         left = msg[len("TRYAGAIN ") :] if msg.startswith("TRYAGAIN ") else msg
         return Failure(f"in its restart grace, granting nothing new yet ({left})", grace=True)
@@ -605,6 +620,19 @@ def classify(e: BaseException) -> Failure:
     if isinstance(e, OSError):
         return Failure(msg or type(e).__name__)
     return Failure(f"{type(e).__name__}: {msg}", permanent=True)
+
+
+def client_list_state(reply: str) -> str:
+    """``CLIENT LIST ID n``'s reply as the state of connection n: ``blocked`` (flags hold
+    ``b``), ``answered`` (connected, not blocked: its reply was sent), ``gone`` (no line: the
+    server no longer has it) or ``unknown``."""
+    line = next((l for l in reply.splitlines() if l.strip()), None)
+    if line is None:
+        return "gone"
+    flags = next((f[len("flags=") :] for f in line.split() if f.startswith("flags=")), None)
+    if flags is None:
+        return "unknown"
+    return "blocked" if "b" in flags else "answered"
 
 
 def is_unknown_command(e: BaseException) -> bool:
@@ -893,6 +921,13 @@ def server_name(host: Any, port: Any, path: Any = None) -> str:
 
 #: The most keys one LOCK.MACQUIRE takes.
 MAX_KEYS = 256
+
+
+def check_key(key: Any) -> str:
+    """A key: a str (a None or a tuple is a mistake, never a lock held by another owner)."""
+    if not isinstance(key, str):
+        raise InvalidArgument(f"a key must be a str, not {type(key).__name__} ({key!r:.60})")
+    return key
 
 
 def check_keys(keys: Any) -> list[str]:

@@ -29,6 +29,9 @@ T = TypeVar("T")
 #: least: the calls waiting for it give up at their own deadlines, the next ones get it.
 CONNECT_TIMEOUT = 2.0
 
+#: How often the server is asked whether a blocked LOCK.WAIT's connection is still there.
+WATCH_EVERY = 1.0
+
 #: Extra time a blocked LOCK.WAIT's reply may take beyond its own timeout before the
 #: connection is given up (a busy server answers late; a stopped one never does).
 WAIT_GRACE = 1.0
@@ -148,8 +151,9 @@ class _Server:
     #: Connections being opened at once, at most.
     MAX_CONNECTING = 4
 
-    def __init__(self, client: Any, connect_timeout: float, first_grace: bool) -> None:
+    def __init__(self, client: Any, connect_timeout: float, first_grace: bool, node_timeout: float = 0.1) -> None:
         self.client = client
+        self._node_timeout = node_timeout
         self.cluster = isinstance(client, redis.cluster.RedisCluster)
         if self.cluster:
             nodes = [f"{n.host}:{n.port}" for n in client.get_nodes()[:3]]
@@ -260,10 +264,13 @@ class _Server:
         timeout: float | None,
         cancel: _Cancel | None = None,
         connect_within: float | None = None,
+        undo: Sequence[Any] | None = None,
     ) -> Any:
         """Runs one command. ``timeout`` (None: no bound) bounds all of it, connecting
         included; ``connect_within`` bounds connecting alone (a blocking wait connects within
-        the node timeout, then may wait long). ``cancel`` lets another thread cut it short."""
+        the node timeout, then may wait long). ``cancel`` lets another thread cut it short.
+        ``undo``: the command that takes it back when no reply comes in time, sent on the same
+        connection (so the server runs it after the command, if it runs the command at all)."""
         if self.cluster:
             return self.client.execute_command(*args)
         now = time.monotonic()
@@ -278,10 +285,30 @@ class _Server:
         if cancel is not None and not cancel.attach(conn):
             self._checkin(conn)
             raise rex.ConnectionError(f"{self.name}: cancelled")
+        watch = str(args[0]).upper() == "LOCK.WAIT" and (timeout is None or timeout > 2 * WATCH_EVERY)
         try:
-            conn.send_command(*args, check_health=False)
-            left = None if deadline is None else max(0.001, deadline - time.monotonic())
-            reply = conn.read_response(timeout=left)
+            if watch:
+                reply = self._watched(conn, args, deadline)
+            else:
+                conn.send_command(*args, check_health=False)
+                left = None if deadline is None else max(0.001, deadline - time.monotonic())
+                try:
+                    reply = conn.read_response(timeout=left, disconnect_on_error=undo is None)
+                except rex.TimeoutError:
+                    if undo is not None:
+                        self._undo(conn, undo)
+                    raise
+        except rex.ResponseError:
+            # An error reply: the connection is fine, unless another thread cut the call short.
+            if cancel is not None and not cancel.attach(None):
+                conn.disconnect()
+            else:
+                self._checkin(conn)
+            raise
+        except rex.TimeoutError as e:
+            if "taken back" not in str(e):
+                conn.disconnect()
+            raise
         except BaseException:
             conn.disconnect()
             raise
@@ -290,6 +317,85 @@ class _Server:
         else:
             self._checkin(conn)
         return reply
+
+    def _undo(self, conn: Any, undo: Sequence[Any]) -> None:
+        """A command that got no reply in time may still run (a server stalled a moment): its
+        ``undo`` goes on the same connection, after it. Both replies are read for a little
+        while; the connection is closed when they do not come (both commands are with the
+        server by then, in order)."""
+        try:
+            conn.send_command(*undo, check_health=False)
+            end = time.monotonic() + max(self._node_timeout, 0.1)
+            for _ in range(2):
+                with contextlib.suppress(rex.ResponseError):
+                    conn.read_response(timeout=max(0.001, end - time.monotonic()), disconnect_on_error=False)
+        except BaseException:
+            conn.disconnect()
+            raise
+        self._checkin(conn)
+        # The caller's own error handling must not close the connection again.
+        raise rex.TimeoutError(f"no reply in time from {self.name}: the command was taken back ({undo[0]})")
+
+    def _watched(self, conn: Any, args: Sequence[Any], deadline: float | None) -> Any:
+        """A blocking wait whose connection is watched (as lockctl's are): every second the
+        server is asked over another connection whether it still has it blocked (``CLIENT
+        LIST ID``). One the server no longer knows, one it answered without the answer coming
+        (seen twice), or three checks in a row unanswered, died silently: it is closed there
+        too (``CLIENT KILL``, best effort) and the wait fails as a lost connection (the caller
+        waits again). Where an ACL forbids ``CLIENT``, the check is a ``PING``."""
+        conn.send_packed_command(conn.pack_commands([["CLIENT", "ID"], list(args)]), check_health=False)
+        cid: int | None
+        try:
+            cid = int(conn.read_response(timeout=max(1.0, self._connect_timeout)))
+        except rex.ResponseError:
+            cid = None
+        answered = unanswered = 0
+        while True:
+            step = WATCH_EVERY if answered == 0 else self._check_within()
+            left = None if deadline is None else deadline - time.monotonic()
+            if conn.can_read(timeout=step if left is None else max(0.0, min(step, left))):
+                left = None if deadline is None else max(0.001, deadline - time.monotonic())
+                return conn.read_response(timeout=left)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise rex.TimeoutError(f"Timeout reading from {self.name}")
+            seen, cid = self._seen(cid)
+            if seen == "blocked":
+                answered = unanswered = 0
+                continue
+            if seen == "answered":
+                answered, unanswered = answered + 1, 0
+                dead = answered >= 2
+            elif seen == "gone":
+                dead = True
+            else:
+                answered, unanswered = 0, unanswered + 1
+                dead = unanswered >= 3
+            if dead:
+                if cid is not None:
+                    with contextlib.suppress(Exception):
+                        self.call(["CLIENT", "KILL", "ID", cid], self._check_within())
+                raise rex.ConnectionError(f"{self.name}: the waiting connection died silently ({seen})")
+
+    def _check_within(self) -> float:
+        return max(WATCH_EVERY, self._node_timeout)
+
+    def _seen(self, cid: int | None) -> tuple[str, int | None]:
+        """What the server says of the waiting connection ``cid``: ``blocked``, ``answered``,
+        ``gone`` or ``unknown`` (no answer); and the id to ask next time (None once CLIENT is
+        refused)."""
+        if cid is None:
+            try:
+                self.call(["PING"], self._check_within())
+                return "blocked", None
+            except Exception:  # noqa: BLE001
+                return "unknown", None
+        try:
+            reply = core.text(self.call(["CLIENT", "LIST", "ID", cid], self._check_within())) or ""
+        except rex.ResponseError:
+            return "blocked", None  # CLIENT forbidden: the server alone is checked from now on
+        except Exception:  # noqa: BLE001
+            return "unknown", cid
+        return core.client_list_state(reply), cid
 
     def call_many(self, commands: Sequence[Sequence[Any]], timeout: float) -> list[Any]:
         """Several commands in one round trip (pipelined), each reply or the error it raised
@@ -395,11 +501,13 @@ def _after_fork_in_child() -> None:
 
 
 def _release_at_exit() -> None:
+    # Threads of the program may still run under these holds (daemon threads run on until the
+    # interpreter ends): each hold is signalled before it is released.
     for c in list(_clients):
         for h in list(c._renewer.holds.values()):
             if h._pid == os.getpid():
                 with contextlib.suppress(Exception):
-                    h.release()
+                    h._end("the interpreter is exiting")
 
 
 if hasattr(os, "register_at_fork"):
@@ -442,7 +550,7 @@ class Relock:
         if not node_timeout >= 0.001:
             raise InvalidArgument(f"node_timeout {node_timeout!r} is below 1 ms: every request would time out")
         connect_timeout = max(float(node_timeout), CONNECT_TIMEOUT)
-        self._servers = [_Server(c, connect_timeout, first_grace=len(clients) == 1) for c in clients]
+        self._servers = [_Server(c, connect_timeout, len(clients) == 1, float(node_timeout)) for c in clients]
         names = [s.name for s in self._servers]
         for i, name in enumerate(names):
             if name in names[:i]:
@@ -532,6 +640,7 @@ class Relock:
         permits: int | None,
         raise_busy: bool,
     ) -> Hold | None:
+        core.check_key(key)
         ttl_ms = core.check_ttl(ttl)
         ttl_s = ttl_ms / 1000
         limit_wait = core.check_wait(wait)
@@ -546,24 +655,25 @@ class Relock:
                     rnd = self._round(["LOCK.ACQUIRE", key, owner, ttl_ms, *mode])
                 else:
                     rnd = self._wait_round(key, owner, ttl_ms, remaining, mode)
+                until = rnd.valid_until(ttl_s)
+                if rnd.granted_late(ttl_s):
+                    # Granted after a long wait: the ttl counts from a grant we did not see, so
+                    # measure the validity with a renewal.
+                    renewal = self._round(["LOCK.RENEW", key, owner, ttl_ms])
+                    until = renewal.valid_until(ttl_s)
+                    if until is None:
+                        rnd = renewal
+                if until is not None:
+                    tokens = {self._names[i]: int(t) for i, t in sorted(rnd.agreed.items())}
+                    return Hold(self, key, owner, ttl_s, tokens, until, mode)
+                self._release_failed(key, owner, rnd, ttl_s)
             except BaseException:
-                # Interrupted (KeyboardInterrupt, SystemExit from a signal handler): the waits
+                # Interrupted (KeyboardInterrupt, SystemExit from a signal handler) anywhere
+                # from the request to the Hold (a late grant's renewal included): the waits
                 # were cut (their connections closed, so no server keeps this owner queued);
                 # whatever was granted, or lands still, is given back.
-                self._give_back(key, owner)
+                self._give_back(key, owner, ttl_s)
                 raise
-            until = rnd.valid_until(ttl_s)
-            if rnd.granted_late(ttl_s):
-                # Granted after a long wait: the ttl counts from a grant we did not see, so
-                # measure the validity with a renewal.
-                renewal = self._round(["LOCK.RENEW", key, owner, ttl_ms])
-                until = renewal.valid_until(ttl_s)
-                if until is None:
-                    rnd = renewal
-            if until is not None:
-                tokens = {self._names[i]: int(t) for i, t in sorted(rnd.agreed.items())}
-                return Hold(self, key, owner, ttl_s, tokens, until, mode)
-            self._release_failed(key, owner, rnd)
             passed = deadline is not None and time.monotonic() >= deadline
             failure = rnd.after_failed(key, ttl_s, limit_wait, passed, bounded=remaining is not None)
             if failure is not None:
@@ -722,12 +832,13 @@ class Relock:
         cancel: _Cancel | None = None,
         connect_within: float | None = None,
         accept: Callable[[Any], Any] | None = None,
+        undo: Sequence[Any] | None = None,
     ) -> tuple[Any, Failure | None]:
         try:
-            reply = self._servers[i].call(args, timeout, cancel, connect_within)
+            reply = self._servers[i].call(args, timeout, cancel, connect_within, undo)
             return (reply if accept is None else accept(reply)), None
         except Exception as e:  # noqa: BLE001 - every failure is a failed server
-            return None, core.classify(e)
+            return None, core.classify(e, self._servers[i].cluster)
 
     def _round(
         self,
@@ -738,6 +849,7 @@ class Relock:
         connect_within: float | None = None,
         accept: Callable[[Any], Any] | None = None,
         background: bool = False,
+        undo: Sequence[Any] | None = None,
     ) -> Round[Any]:
         """``args`` on every server (those ``targets`` selects) at once, each bounded by the
         node timeout (or ``timeout``; None: no bound), connecting included, until a quorum is
@@ -753,7 +865,7 @@ class Relock:
             if targets is not None and not targets[0]:
                 rnd.on_reply(0, None)
             else:
-                value, failure = self._ask(0, args, t, None, connect_within, accept)
+                value, failure = self._ask(0, args, t, None, connect_within, accept, undo)
                 rnd.on_reply(0, value, failure)
             return rnd.finish(time.monotonic())
         workers = self._background if background else self._io
@@ -762,7 +874,7 @@ class Relock:
             if targets is not None and not targets[i]:
                 rnd.on_reply(i, None)
                 continue
-            pending[workers.submit(self._ask, i, args, t, None, connect_within, accept)] = i
+            pending[workers.submit(self._ask, i, args, t, None, connect_within, accept, undo)] = i
         bound = None if t is None else time.monotonic() + t + 0.05
         while pending and rnd.progress() == "pending":
             left = None if bound is None else max(0.0, bound - time.monotonic())
@@ -830,33 +942,51 @@ class Relock:
         for i, token in extra.agreed.items():
             rnd.add_grant(i, token)
 
-    def _give_back(self, key: str, owner: str) -> None:
+    def _give_back(self, key: str, owner: str, ttl: float | None = None) -> None:
         """An acquisition cut short (interrupted): whatever ``owner`` was granted, or may yet
-        be, is released now (bounded by the node timeout) and once more in the background."""
-        with contextlib.suppress(Exception):
-            self._round(["LOCK.RELEASE", key, owner], until_all=True)
-        with contextlib.suppress(Exception):
-            self._release_late(key, owner, None)
+        be, is released in the background (a second interrupt cannot stop it there), asked
+        again until every server answered or the lease would have ended."""
+        with contextlib.suppress(BaseException):
+            self._release_late(key, owner, None, ttl=ttl)
 
-    def _release_failed(self, key: str, owner: str, rnd: Round[Any]) -> None:
+    def _release_failed(self, key: str, owner: str, rnd: Round[Any], ttl: float) -> None:
         now, later = rnd.give_back()
         if any(now):
-            self._round(["LOCK.RELEASE", key, owner], targets=now, until_all=True)
+            done = self._round(["LOCK.RELEASE", key, owner], targets=now, until_all=True)
+            unanswered = done.unanswered()
+            if any(unanswered):
+                self._release_late(key, owner, unanswered, ttl=ttl)
         if any(later):
-            self._release_late(key, owner, later)
+            self._release_late(key, owner, later, ttl=ttl)
 
-    def _release_late(self, key: str, owner: str, targets: list[bool] | None, args: list[Any] | None = None) -> None:
-        """Releases ``owner``'s grants now and once more a little later, in the background:
-        a server may still grant a request whose round we stopped waiting for. ``args``: the
-        release command, when not ``LOCK.RELEASE key owner`` (a group's LOCK.MRELEASE)."""
+    def _release_late(
+        self, key: str, owner: str, targets: list[bool] | None, args: list[Any] | None = None, ttl: float | None = None
+    ) -> None:
+        """Releases ``owner``'s grants in the background: every server of ``targets`` is asked
+        until it answered (a server stalled, a connection that cannot open yet) or until the
+        lease (``ttl`` from now at most) would have ended anyway; and once more a little
+        later, since a server may still grant a request whose round we stopped waiting for.
+        ``args``: the release command, when not ``LOCK.RELEASE key owner``."""
         release = args or ["LOCK.RELEASE", key, owner]
+        until = time.monotonic() + (core.DEFAULT_TTL if ttl is None else ttl)
 
         def later() -> None:
-            self._round(release, targets=targets, until_all=True, background=True)
+            self._give_back_until(release, targets, until)
             time.sleep(0.1)
-            self._round(release, targets=targets, until_all=True, background=True)
+            self._give_back_until(release, targets, until)
 
         self._background.submit(later)
+
+    def _give_back_until(self, release: list[Any], targets: list[bool] | None, until: float) -> None:
+        left = [True] * len(self._servers) if targets is None else list(targets)
+        pause = 0.02
+        while any(left):
+            rnd = self._round(release, targets=left, until_all=True, background=True)
+            left = [a and u for a, u in zip(left, rnd.unanswered())]
+            if not any(left) or time.monotonic() + pause >= until:
+                return
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
     # --- looking at locks -----------------------------------------------------------------
 
@@ -1033,6 +1163,14 @@ class Hold:
         self._state = threading.Lock()
         self._released = False
         self._renewing = False
+        # One renewal at a time (the background one or renew()): the client applies them in
+        # the order the server did, so a late reply never extends the validity.
+        self._renew_lock = threading.Lock()
+        # The hold count the server has (1 + the reenter() sections open), and one step of it
+        # (LOCK.REENTER, LOCK.RELEASE) at a time: each is sent with FROM <count>, so a step
+        # sent twice (a driver, a proxy, a retry) is applied once.
+        self._count = 1
+        self._step = threading.Lock()
         self._last_failure: str | None = None
         self._next = time.monotonic() + max(ttl / 3, 0.001)
         self.lost: threading.Event = _LossEvent(self)
@@ -1090,7 +1228,7 @@ class Hold:
         return ["LOCK.RENEW", self.key, self.owner, ttl_ms]
 
     def _release_args(self) -> list[Any]:
-        return ["LOCK.RELEASE", self.key, self.owner]
+        return ["LOCK.RELEASE", self.key, self.owner, "FROM", self._count]
 
     def _all_held(self, reply: Any) -> Any:
         """A renewal's or release's reply as agreed (the reply) or refused (None)."""
@@ -1108,7 +1246,7 @@ class Hold:
             threading.Event.set(self.lost)
         self._client._renewer.remove(self)
         # Whatever servers still have it should not keep it until the ttl.
-        self._client._release_late(self.key, self.owner, None, self._release_args())
+        self._client._release_late(self.key, self.owner, None, self._release_args(), ttl=self.ttl)
 
     def check(self) -> None:
         """Raises ``LockLost`` (with the reason) if the hold is lost, released, or past its
@@ -1165,6 +1303,12 @@ class Hold:
     def _renew_round(self, ttl: float, background: bool) -> None:
         ttl_ms = core.check_ttl(ttl)
         ttl_s = ttl_ms / 1000
+        if self._pid != os.getpid() or self._released:
+            self.check()
+        with self._renew_lock:
+            self._renew_locked(ttl_ms, ttl_s, background)
+
+    def _renew_locked(self, ttl_ms: int, ttl_s: float, background: bool) -> None:
         if self._pid != os.getpid() or self._released:
             self.check()
         if time.monotonic() >= self.valid_until:
@@ -1229,19 +1373,30 @@ class Hold:
         ``ServerError`` (not retryable) when servers refused the release with an error
         (``NOPERM``...): the lock stays held there until its ttl runs out. In a forked child
         it does nothing and returns False: the hold is the parent's."""
+        return self._end(None)
+
+    def _end(self, reason: str | None) -> bool:
+        """Ends the hold: ``reason`` (an end the holder did not ask for: the interpreter
+        exiting) is signalled first (``lost`` set), then the hold is released; servers that
+        do not answer are asked again in the background until they do or the lease ends."""
         if self._pid != os.getpid():
             return False
         with self._state:
             if self._released:
                 return False
+            if reason is not None and not threading.Event.is_set(self.lost):
+                self.reason = reason
+                threading.Event.set(self.lost)
             self._released = True
         self._client._renewer.remove(self)
-        rnd = self._client._round(self._release_args(), until_all=len(self._client.servers) > 1, accept=self._all_held)
+        with self._step:
+            release = self._release_args()
+            rnd = self._client._round(release, until_all=len(self._client.servers) > 1, accept=self._all_held)
         if rnd.won():
             return True
         unanswered = rnd.unanswered()
         if any(unanswered):
-            self._client._release_late(self.key, self.owner, unanswered, self._release_args())
+            self._client._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
         error = rnd.release_error(self.key)
         if error is not None:
             raise error
@@ -1279,20 +1434,49 @@ class Hold:
     @contextlib.contextmanager
     def reenter(self) -> Iterator[int]:
         """A nested section under the same owner (LOCK.REENTER): yields the hold count, and
-        takes it back down by one on exit. The outer hold keeps renewing."""
+        takes it back down by one on exit. The outer hold keeps renewing. Each step is sent
+        with the count it expects (FROM), so no step applies twice; a LOCK.REENTER that got no
+        reply in time is taken back on its connection (LOCK.RELEASE FROM count + 1), and the
+        section is not entered (``NotAcquired``, retryable)."""
         self.check()
         ttl_ms = core.check_ttl(self.ttl)
-        rnd = self._client._round(["LOCK.REENTER", self.key, self.owner, ttl_ms, *self._mode], until_all=True)
-        if not rnd.won():
-            self._client._round(["LOCK.RELEASE", self.key, self.owner], targets=rnd.agreed_by(), until_all=True)
-            if rnd.permanently_failed():
-                raise rnd.permanent_error(self.key)
-            raise LockLost(f"lock {self.key!r}: re-entry refused ({rnd.describe()})", key=self.key, reason="re-entry refused")
+        c = self._client
+        with self._step:
+            self.check()
+            n = self._count
+            undo = ["LOCK.RELEASE", self.key, self.owner, "FROM", n + 1]
+            try:
+                rnd = c._round(["LOCK.REENTER", self.key, self.owner, ttl_ms, *self._mode, "FROM", n], until_all=True, undo=undo)
+            except BaseException:
+                # Interrupted (Ctrl-C) while the step was under way: it is taken back.
+                c._release_late(self.key, self.owner, None, undo, ttl=self.ttl)
+                raise
+            if not rnd.won():
+                # Taken back wherever it may have run: the servers that granted it, and those
+                # whose reply was lost (a reset connection); a server where it never ran
+                # answers the take-back as a repeat and changes nothing.
+                back = [g or u for g, u in zip(rnd.agreed_by(), rnd.unanswered())]
+                if any(back):
+                    c._release_late(self.key, self.owner, back, undo, ttl=self.ttl)
+                if rnd.permanently_failed():
+                    raise rnd.permanent_error(self.key)
+                if rnd.renew_verdict() == "lost":
+                    raise LockLost(f"lock {self.key!r}: re-entry refused ({rnd.describe()})", key=self.key, reason="re-entry refused")
+                raise NotAcquired(f"lock {self.key!r}: re-entry not answered ({rnd.describe()}); the section was not entered", key=self.key)
+            self._count = n + 1
+            agreed = rnd.agreed_by()
         try:
             yield int(max(rnd.agreed.values()))
         finally:
             if self._pid == os.getpid():
-                self._client._round(["LOCK.RELEASE", self.key, self.owner], targets=rnd.agreed_by(), until_all=True)
+                with self._step:
+                    m = self._count
+                    release = ["LOCK.RELEASE", self.key, self.owner, "FROM", m]
+                    self._count = m - 1
+                    done = c._round(release, targets=agreed, until_all=True)
+                unanswered = done.unanswered()
+                if any(unanswered):
+                    c._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
 
 
 class GroupHold(Hold):
@@ -1330,7 +1514,7 @@ class GroupHold(Hold):
         return ["LOCK.MRENEW", len(self._keys), *self._keys, self.owner, ttl_ms]
 
     def _release_args(self) -> list[Any]:
-        return ["LOCK.MRELEASE", len(self._keys), *self._keys, self.owner]
+        return ["LOCK.MRELEASE", len(self._keys), *self._keys, self.owner, "FROM", 1]
 
     def _all_held(self, reply: Any) -> Any:
         return reply if reply is not None and int(reply) == len(self._keys) else None

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import time
@@ -19,6 +20,9 @@ from typing import Any, Literal, AsyncIterator, Callable, Sequence, TypeVar
 
 import redis.asyncio as aredis
 import redis.asyncio.cluster as acluster
+import redis.exceptions as rex
+from redis.asyncio.retry import Retry as ARetry
+from redis.backoff import NoBackoff
 
 from . import _core as core
 from ._core import Failure, Holder, KeyStats, LockInfo, LogEntry, LossReason, Round, Waiter, Who
@@ -49,28 +53,244 @@ T = TypeVar("T")
 WAIT_GRACE = 1.0
 
 
+#: How long opening a connection (TCP and the handshake) may take, at least.
+CONNECT_TIMEOUT = 2.0
+#: How often the server is asked whether a blocked LOCK.WAIT's connection is still there.
+WATCH_EVERY = 1.0
+
+
 class _Server:
-    def __init__(self, client: Any) -> None:
+    """One master: a ``redis.asyncio`` client (one server, or a Redis Cluster acting as one).
+
+    For one server relock keeps connections of its own, made like the client's pool makes
+    them (same class and options: host, password, TLS, protocol, ...) but without redis-py's
+    ``Retry`` and with no socket timeout of their own: a command is sent once, never again
+    behind relock's back (a re-sent command whose reply was lost could apply twice), every
+    command is bounded by relock's own deadline, and a blocked ``LOCK.WAIT`` is never cut by
+    the driver's ``socket_timeout``. There is no bound on the number of connections: a
+    renewal never waits for one behind the tasks that wait for locks (a burst closes what it
+    opened beyond ``KEEP_IDLE``). A cluster client keeps its own connections and timeouts."""
+
+    KEEP_IDLE = 16
+
+    def __init__(self, client: Any, node_timeout: float, connect_timeout: float = CONNECT_TIMEOUT) -> None:
         self.client = client
+        self._node_timeout = node_timeout
         self.cluster = isinstance(client, acluster.RedisCluster)
+        self._idle: list[Any] = []
+        self._pid = os.getpid()
+        self._loop: asyncio.AbstractEventLoop | None = None
         if self.cluster:
             self.name = "cluster"
-        else:
-            kw = client.connection_pool.connection_kwargs
-            self.name = core.server_name(kw.get("host", "localhost"), kw.get("port", 6379), kw.get("path"))
+            return
+        pool = client.connection_pool
+        kw = pool.connection_kwargs
+        self.name = core.server_name(kw.get("host", "localhost"), kw.get("port", 6379), kw.get("path"))
+        self._connection_class = pool.connection_class
+        self._connect_timeout = connect_timeout
+        self._kwargs = {
+            **kw,
+            "retry": ARetry(NoBackoff(), 0),
+            "retry_on_timeout": False,
+            "retry_on_error": [],
+            "health_check_interval": 0,
+            "socket_timeout": None,
+            "socket_connect_timeout": connect_timeout,
+        }
 
-    async def call(self, args: Sequence[Any], timeout: float | None) -> Any:
+    async def _checkout(self) -> Any:
+        loop = asyncio.get_running_loop()
+        if self._pid != os.getpid() or self._loop is not loop:
+            # A forked child (the parent's sockets are not ours) or another event loop (the
+            # connections of a closed one cannot be used): start afresh.
+            self._idle, self._pid, self._loop = [], os.getpid(), loop
+        while self._idle:
+            conn = self._idle.pop()
+            # An idle connection with something to read was closed by the server.
+            try:
+                # can_read_destructive in redis-py before 8, can_read since.
+                peek = getattr(conn, "can_read", None) or conn.can_read_destructive
+                if conn.is_connected and not await peek():
+                    return conn
+            except Exception:  # noqa: BLE001
+                pass
+            await _drop(conn)
+        conn = self._connection_class(**self._kwargs)
+        try:
+            await asyncio.wait_for(conn.connect(), self._connect_timeout)
+        except BaseException:
+            await _drop(conn)
+            raise
+        return conn
+
+    def _checkin(self, conn: Any) -> None:
+        if self._pid == os.getpid() and len(self._idle) < self.KEEP_IDLE:
+            self._idle.append(conn)
+        else:
+            _drop_soon(conn)
+
+    async def _run(self, args: Sequence[Any], timeout: float | None, undo: Sequence[Any] | None = None) -> Any:
+        """``args`` on a connection of relock's, all of it within ``timeout`` (None: no bound).
+        ``undo``: the command that takes ``args`` back when no reply comes in time, sent on the
+        same connection (so the server runs it after ``args``, if it runs ``args`` at all)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         if timeout is None:
-            return await self.client.execute_command(*args)
-        # A cancelled command closes its connection (redis-py), so nothing is left queued.
-        return await asyncio.wait_for(self.client.execute_command(*args), timeout)
+            conn = await self._checkout()
+        else:
+            conn = await asyncio.wait_for(self._checkout(), timeout)
+        try:
+            await conn.send_command(*args, check_health=False)
+            if deadline is None:
+                reply = await conn.read_response()
+            elif undo is None:
+                reply = await asyncio.wait_for(conn.read_response(), max(0.001, deadline - time.monotonic()))
+            else:
+                read = asyncio.ensure_future(conn.read_response())
+                try:
+                    reply = await asyncio.wait_for(asyncio.shield(read), max(0.001, deadline - time.monotonic()))
+                except asyncio.TimeoutError:
+                    await self._undo(conn, read, undo)
+                    raise
+        except (rex.ResponseError, _TakenBack):
+            self._checkin(conn)  # an error reply: the connection is fine
+            raise
+        except BaseException:
+            # Timed out, cancelled or broken: the connection is closed, so that no reply of
+            # it is read by another command, and a blocked wait leaves the server's queue.
+            await _drop(conn)
+            raise
+        self._checkin(conn)
+        return reply
+
+    async def _undo(self, conn: Any, read: asyncio.Future[Any], undo: Sequence[Any]) -> None:
+        """No reply in time: ``undo`` goes on the same connection, and both replies are read
+        for a little while; the connection is closed when they do not come (both commands
+        are with the server by then, in order). Raises ``_TakenBack`` (the connection is
+        fine: the caller keeps it) or TimeoutError."""
+        try:
+            await conn.send_command(*undo, check_health=False)
+
+            async def both() -> None:
+                with contextlib.suppress(rex.ResponseError):
+                    await read
+                with contextlib.suppress(rex.ResponseError):
+                    await conn.read_response()
+
+            await asyncio.wait_for(both(), max(self._node_timeout, 0.1))
+        except BaseException:
+            read.cancel()
+            await _drop(conn)
+            raise asyncio.TimeoutError(f"no reply in time from {self.name}") from None
+        raise _TakenBack(f"no reply in time from {self.name}: the command was taken back ({undo[0]})")
+
+    async def _run_watched(self, args: Sequence[Any]) -> Any:
+        """A blocking wait whose connection is watched, as relock.Relock's are (see
+        relock._sync._Server._watched): a connection that died silently fails the wait as a
+        lost connection (the caller waits again) instead of waiting for ever."""
+        conn = await self._checkout()
+        read: asyncio.Future[Any] | None = None
+        watch: asyncio.Future[str] | None = None
+        try:
+            await conn.send_packed_command(conn.pack_commands([["CLIENT", "ID"], list(args)]), check_health=False)
+            cid: int | None
+            try:
+                cid = int(await asyncio.wait_for(conn.read_response(), max(1.0, self._connect_timeout)))
+            except rex.ResponseError:
+                cid = None
+            read = asyncio.ensure_future(conn.read_response())
+            watch = asyncio.ensure_future(self._watch(cid))
+            await asyncio.wait([read, watch], return_when=asyncio.FIRST_COMPLETED)
+            if not read.done():
+                raise rex.ConnectionError(f"{self.name}: the waiting connection died silently ({watch.result()})")
+            reply = read.result()
+        except rex.ResponseError:
+            self._checkin(conn)
+            raise
+        except BaseException:
+            await _drop(conn)
+            raise
+        finally:
+            for f in (read, watch):
+                if f is not None and not f.done():
+                    f.cancel()
+                    with contextlib.suppress(BaseException):
+                        await f
+        self._checkin(conn)
+        return reply
+
+    async def _watch(self, cid: int | None) -> str:
+        """Returns once the waiting connection ``cid`` counts as dead, saying why."""
+        within = max(WATCH_EVERY, self._node_timeout)
+        answered = unanswered = 0
+        while True:
+            await asyncio.sleep(WATCH_EVERY if answered == 0 else within)
+            seen = "blocked"
+            if cid is None:
+                try:
+                    await self.call(["PING"], within)
+                except Exception:  # noqa: BLE001
+                    seen = "unknown"
+            else:
+                try:
+                    seen = core.client_list_state(core.text(await self.call(["CLIENT", "LIST", "ID", cid], within)) or "")
+                except rex.ResponseError:
+                    cid = None  # CLIENT forbidden: the server alone is checked from now on
+                except Exception:  # noqa: BLE001
+                    seen = "unknown"
+            if seen == "blocked":
+                answered = unanswered = 0
+                continue
+            if seen == "answered":
+                answered, unanswered = answered + 1, 0
+                dead = answered >= 2
+            elif seen == "gone":
+                dead = True
+            else:
+                answered, unanswered = 0, unanswered + 1
+                dead = unanswered >= 3
+            if dead:
+                if cid is not None:
+                    with contextlib.suppress(Exception):
+                        await self.call(["CLIENT", "KILL", "ID", cid], within)
+                return seen
+
+    async def call(self, args: Sequence[Any], timeout: float | None, undo: Sequence[Any] | None = None) -> Any:
+        if self.cluster:
+            if timeout is None:
+                return await self.client.execute_command(*args)
+            return await asyncio.wait_for(self.client.execute_command(*args), timeout)
+        watched = str(args[0]).upper() == "LOCK.WAIT" and (timeout is None or timeout > 2 * WATCH_EVERY)
+        if not watched:
+            return await self._run(args, timeout, undo)
+        if timeout is None:
+            return await self._run_watched(args)
+        return await asyncio.wait_for(self._run_watched(args), timeout)
 
     async def call_many(self, commands: Sequence[Sequence[Any]], timeout: float) -> list[Any]:
         """Several commands in one round trip (a pipeline), each reply or its error."""
-        pipe = self.client.pipeline(transaction=False)
-        for args in commands:
-            pipe.execute_command(*args)
-        return list(await asyncio.wait_for(pipe.execute(raise_on_error=False), timeout))
+        if self.cluster:
+            pipe = self.client.pipeline(transaction=False)
+            for args in commands:
+                pipe.execute_command(*args)
+            return list(await asyncio.wait_for(pipe.execute(raise_on_error=False), timeout))
+
+        async def run() -> list[Any]:
+            conn = await self._checkout()
+            out: list[Any] = []
+            try:
+                await conn.send_packed_command(conn.pack_commands([list(a) for a in commands]), check_health=False)
+                for _ in commands:
+                    try:
+                        out.append(await conn.read_response())
+                    except rex.ResponseError as e:
+                        out.append(e)
+            except BaseException:
+                await _drop(conn)
+                raise
+            self._checkin(conn)
+            return out
+
+        return await asyncio.wait_for(run(), timeout)
 
     async def call_nodes(self, args: Sequence[Any], timeout: float) -> list[tuple[str, Any]]:
         """A command without a key on every master: each cluster primary, or the server."""
@@ -82,6 +302,47 @@ class _Server:
         if isinstance(reply, dict):
             return [(str(k), v) for k, v in reply.items()]
         return [(self.name, reply)]
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await _drop(conn)
+
+
+class _TakenBack(asyncio.TimeoutError):
+    """No reply in time, and the command was taken back on its connection (kept open)."""
+
+
+async def _drop(conn: Any) -> None:
+    """Closes a connection, best effort, without waiting for the peer."""
+    with contextlib.suppress(BaseException):
+        await conn.disconnect(nowait=True)
+
+
+def _drop_soon(conn: Any) -> None:
+    with contextlib.suppress(RuntimeError):
+        asyncio.get_running_loop().create_task(_drop(conn))
+
+
+_clients: weakref.WeakSet[Relock] = weakref.WeakSet()
+
+
+def _release_at_exit() -> None:
+    """Holds still held when the interpreter exits (an event loop closed without cancelling
+    their renewal tasks, which release them): each is signalled, then released on an event
+    loop of its own, bounded by the node timeout."""
+    holds = [h for c in list(_clients) for h in list(c._holds) if not h._released and h._pid == os.getpid()]
+    if not holds:
+        return
+
+    async def end_all() -> None:
+        await asyncio.gather(*(h._end("the interpreter is exiting") for h in holds), return_exceptions=True)
+
+    with contextlib.suppress(BaseException):
+        asyncio.run(end_all())
+
+
+atexit.register(_release_at_exit)
 
 
 class Relock:
@@ -103,7 +364,9 @@ class Relock:
             raise InvalidArgument("no servers given")
         if len(clients) > 1 and any(isinstance(c, acluster.RedisCluster) for c in clients):
             raise InvalidArgument("Redlock takes independent masters; pass a RedisCluster alone")
-        self._servers = [_Server(c) for c in clients]
+        if not node_timeout >= 0.001:
+            raise InvalidArgument(f"node_timeout {node_timeout!r} is below 1 ms: every request would time out")
+        self._servers = [_Server(c, float(node_timeout), max(float(node_timeout), CONNECT_TIMEOUT)) for c in clients]
         names = [s.name for s in self._servers]
         for i, name in enumerate(names):
             if name in names[:i]:
@@ -118,6 +381,7 @@ class Relock:
         self.max_partial_hold = float(max_partial_hold)
         self._background: set[asyncio.Task[Any]] = set()
         self._holds: weakref.WeakSet[Hold] = weakref.WeakSet()
+        _clients.add(self)
 
     @property
     def servers(self) -> list[str]:
@@ -171,6 +435,7 @@ class Relock:
         permits: int | None,
         raise_busy: bool,
     ) -> Hold | None:
+        core.check_key(key)
         ttl_ms = core.check_ttl(ttl)
         ttl_s = ttl_ms / 1000
         limit_wait = core.check_wait(wait)
@@ -185,22 +450,23 @@ class Relock:
                     rnd = await self._round(["LOCK.ACQUIRE", key, owner, ttl_ms, *mode])
                 else:
                     rnd = await self._wait_round(key, owner, ttl_ms, remaining, mode)
-            except asyncio.CancelledError:
-                # Whatever lands for this owner is given back.
-                self._release_late(key, owner, None)
+                until = rnd.valid_until(ttl_s)
+                if rnd.granted_late(ttl_s):
+                    renewal = await self._round(["LOCK.RENEW", key, owner, ttl_ms])
+                    until = renewal.valid_until(ttl_s)
+                    if until is None:
+                        rnd = renewal
+                if until is not None:
+                    tokens = {self._names[i]: int(t) for i, t in sorted(rnd.agreed.items())}
+                    hold = Hold(self, key, owner, ttl_s, tokens, until, mode)
+                    self._holds.add(hold)
+                    return hold
+                await self._release_failed(key, owner, rnd, ttl_s)
+            except BaseException:
+                # Cancelled (at any await, a late grant's renewal included) or failed: whatever
+                # this owner was granted, or is yet, is given back.
+                self._release_late(key, owner, None, ttl=ttl_s)
                 raise
-            until = rnd.valid_until(ttl_s)
-            if rnd.granted_late(ttl_s):
-                renewal = await self._round(["LOCK.RENEW", key, owner, ttl_ms])
-                until = renewal.valid_until(ttl_s)
-                if until is None:
-                    rnd = renewal
-            if until is not None:
-                tokens = {self._names[i]: int(t) for i, t in sorted(rnd.agreed.items())}
-                hold = Hold(self, key, owner, ttl_s, tokens, until, mode)
-                self._holds.add(hold)
-                return hold
-            await self._release_failed(key, owner, rnd)
             passed = deadline is not None and time.monotonic() >= deadline
             failure = rnd.after_failed(key, ttl_s, limit_wait, passed, bounded=remaining is not None)
             if failure is not None:
@@ -221,15 +487,20 @@ class Relock:
         return task
 
     async def _ask(
-        self, i: int, args: Sequence[Any], timeout: float | None, accept: Callable[[Any], Any] | None = None
+        self,
+        i: int,
+        args: Sequence[Any],
+        timeout: float | None,
+        accept: Callable[[Any], Any] | None = None,
+        undo: Sequence[Any] | None = None,
     ) -> tuple[Any, Failure | None]:
         try:
-            reply = await self._servers[i].call(args, timeout)
+            reply = await self._servers[i].call(args, timeout, undo)
             return (reply if accept is None else accept(reply)), None
         except asyncio.TimeoutError:
             return None, Failure(f"no reply within {timeout} s", timeout=True)
         except Exception as e:  # noqa: BLE001
-            return None, core.classify(e)
+            return None, core.classify(e, self._servers[i].cluster)
 
     async def _round(
         self,
@@ -239,6 +510,7 @@ class Relock:
         timeout: float | None | Literal["node"] = "node",
         partial_hold: float | None = None,
         accept: Callable[[Any], Any] | None = None,
+        undo: Sequence[Any] | None = None,
     ) -> Round[Any]:
         rnd: Round[Any] = Round(self._names, time.monotonic(), until_all)
         # A wait without limit has no bound; everything else is bounded by the node timeout.
@@ -247,7 +519,7 @@ class Relock:
             if targets is not None and not targets[0]:
                 rnd.on_reply(0, None)
             else:
-                value, failure = await self._ask(0, args, t, accept)
+                value, failure = await self._ask(0, args, t, accept, undo)
                 rnd.on_reply(0, value, failure)
             return rnd.finish(time.monotonic())
         pending: dict[asyncio.Task[tuple[Any, Failure | None]], int] = {}
@@ -257,7 +529,7 @@ class Relock:
                 continue
             # Tasks of their own: a request under way when the round is decided goes on to
             # its end (a late grant lands, to be released), unless it is a wait (cut off).
-            pending[self._spawn(self._ask(i, args, t, accept))] = i
+            pending[self._spawn(self._ask(i, args, t, accept, undo))] = i
         cut_at: float | None = None
         try:
             while pending and rnd.progress() == "pending":
@@ -301,23 +573,44 @@ class Relock:
                 rnd.add_grant(i, token)
         return rnd
 
-    async def _release_failed(self, key: str, owner: str, rnd: Round[Any]) -> None:
+    async def _release_failed(self, key: str, owner: str, rnd: Round[Any], ttl: float) -> None:
         now, later = rnd.give_back()
         if any(now):
-            await self._round(["LOCK.RELEASE", key, owner], targets=now, until_all=True)
+            done = await self._round(["LOCK.RELEASE", key, owner], targets=now, until_all=True)
+            unanswered = done.unanswered()
+            if any(unanswered):
+                self._release_late(key, owner, unanswered, ttl=ttl)
         if any(later):
-            self._release_late(key, owner, later)
+            self._release_late(key, owner, later, ttl=ttl)
 
-    def _release_late(self, key: str, owner: str, targets: list[bool] | None, args: list[Any] | None = None) -> None:
+    def _release_late(
+        self, key: str, owner: str, targets: list[bool] | None, args: list[Any] | None = None, ttl: float | None = None
+    ) -> None:
+        """Gives ``owner``'s grants back in the background: every server of ``targets`` is asked
+        until it answered, or until the lease (``ttl`` from now at most) would have ended
+        anyway; and once more a little later (a request still under way may land)."""
         release = args or ["LOCK.RELEASE", key, owner]
+        until = time.monotonic() + (core.DEFAULT_TTL if ttl is None else ttl)
 
         async def later() -> None:
-            await self._round(release, targets=targets, until_all=True)
+            await self._give_back(release, targets, until)
             await asyncio.sleep(0.1)
-            await self._round(release, targets=targets, until_all=True)
+            await self._give_back(release, targets, until)
 
         with contextlib.suppress(RuntimeError):
             self._spawn(later())
+
+    async def _give_back(self, release: list[Any], targets: list[bool] | None, until: float) -> None:
+        left = [True] * len(self._servers) if targets is None else list(targets)
+        pause = 0.02
+        while any(left):
+            rnd = await self._round(release, targets=left, until_all=True)
+            unanswered = rnd.unanswered()
+            left = [a and u for a, u in zip(left, unanswered)]
+            if not any(left) or time.monotonic() + pause >= until:
+                return
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
     async def settle(self) -> None:
         """Waits for the releases running in the background (call before the loop ends)."""
@@ -325,11 +618,14 @@ class Relock:
             await asyncio.gather(*list(self._background), return_exceptions=True)
 
     async def aclose(self) -> None:
-        """Releases every hold still held and waits for the background releases."""
+        """Releases every hold still held, each signalled first (``hold.lost`` set, with the
+        reason), waits for the background releases and closes relock's connections."""
         for h in list(self._holds):
             with contextlib.suppress(Exception):
-                await h.release()
+                await h._end("the client was closed (aclose()) and released it")
         await self.settle()
+        for s in self._servers:
+            await s.close()
 
     # --- looking at locks -----------------------------------------------------------------
 
@@ -595,6 +891,15 @@ class Hold:
         self._since = time.time()  # granted just before: an older flush is not its end (1 s slack for clocks)
         self._pid = os.getpid()
         self._released = False
+        self._last_failure: str | None = None
+        self._renewing = False
+        # One renewal at a time (the background one or renew()): the client applies them in
+        # the order the server did, so a late reply never extends the validity.
+        self._renew_lock = asyncio.Lock()
+        # The hold count the server has (1 + the reenter() sections open), and one step of it
+        # at a time: each is sent with FROM <count>, so a step sent twice is applied once.
+        self._count = 1
+        self._step = asyncio.Lock()
         self._wake = asyncio.Event()
         self.lost: asyncio.Event = _LossEvent(self)
         self._task: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(self._renew_loop())
@@ -626,6 +931,15 @@ class Hold:
             f"renewal in time: blocked longer than the {self.ttl:g} s ttl?)"
         )
 
+    def _expiry_reason(self) -> str:
+        """Why the validity ran out: renewals that failed or went unanswered are not a
+        blocked event loop."""
+        if self._renewing:
+            return "its validity ran out during a renewal that no quorum answered"
+        if self._last_failure:
+            return f"its validity ran out: renewals failed ({self._last_failure})"
+        return self._stall_reason()
+
     @property
     def cause(self) -> str | None:
         """The server's word for the loss (``loss.cause``); None while held or unknown."""
@@ -644,7 +958,7 @@ class Hold:
         return ["LOCK.RENEW", self.key, self.owner, ttl_ms]
 
     def _release_args(self) -> list[Any]:
-        return ["LOCK.RELEASE", self.key, self.owner]
+        return ["LOCK.RELEASE", self.key, self.owner, "FROM", self._count]
 
     def _all_held(self, reply: Any) -> Any:
         return reply
@@ -658,25 +972,36 @@ class Hold:
         self.reason = reason
         self.loss = loss
         asyncio.Event.set(self.lost)
-        self._client._release_late(self.key, self.owner, None, self._release_args())
+        self._client._release_late(self.key, self.owner, None, self._release_args(), ttl=self.ttl)
 
     def check(self) -> None:
         if self._pid != os.getpid():
             raise core.lost_error(self.key, f"the process forked: this hold belongs to process {self._pid}", None)
         if self.lost.is_set():
             if self.reason is None:
-                self._lose(self._stall_reason())
+                self._lose(self._expiry_reason())
             raise core.lost_error(self.key, self.reason or "its validity ran out", self.loss, self._client.servers)
         if self._released:
             raise core.lost_error(self.key, "it was released", None)
 
     async def _renew_loop(self) -> None:
+        try:
+            await self._renew_forever()
+        except asyncio.CancelledError:
+            # The event loop is shutting down (asyncio.run() cancels what is left) or the task
+            # was cancelled: the hold ends here, its holders signalled first, and is released.
+            if not self._released and self._pid == os.getpid():
+                with contextlib.suppress(BaseException):
+                    await self._end("its renewal task was cancelled (the event loop is ending)")
+            raise
+
+    async def _renew_forever(self) -> None:
         every = max(self.ttl / 3, 0.001)
         next_at = time.monotonic() + every
         while not self._released:
             now = time.monotonic()
             if now >= self._lost_at():
-                self._lose(self._stall_reason())
+                self._lose(self._expiry_reason())
                 return
             try:
                 await asyncio.wait_for(self._wake.wait(), max(0.0, min(next_at, self._lost_at()) - now))
@@ -686,14 +1011,14 @@ class Hold:
             if self._released or self._pid != os.getpid():
                 return
             if time.monotonic() >= self._lost_at():
-                self._lose(self._stall_reason())
+                self._lose(self._expiry_reason())
                 return
             try:
                 outcome = await asyncio.wait_for(
                     self._renew_round(self.ttl), max(0.001, self._lost_at() - time.monotonic())
                 )
             except asyncio.TimeoutError:
-                self._lose("its validity ran out during a renewal")
+                self._lose("its validity ran out during a renewal that no quorum answered")
                 return
             except RelockError:
                 return
@@ -711,15 +1036,25 @@ class Hold:
         ttl_ms = core.check_ttl(ttl)
         ttl_s = ttl_ms / 1000
         self.check()
+        async with self._renew_lock:
+            return await self._renew_locked(ttl_ms, ttl_s, explicit)
+
+    async def _renew_locked(self, ttl_ms: int, ttl_s: float, explicit: bool) -> bool:
+        self.check()
         if time.monotonic() >= self.valid_until:
             self._lose(self._stall_reason())
             self.check()
-        rnd = await self._client._round(self._renew_args(ttl_ms), accept=self._all_held)
+        self._renewing = True
+        try:
+            rnd = await self._client._round(self._renew_args(ttl_ms), accept=self._all_held)
+        finally:
+            self._renewing = False
         until = rnd.valid_until(ttl_s)
         if until is not None:
             if not self._released:
                 self.ttl = ttl_s
                 self.valid_until = until
+                self._last_failure = None
             return True
         if rnd.bad_ttl():
             # The servers refused the ttl and changed nothing: the hold is still ours.
@@ -772,18 +1107,36 @@ class Hold:
         longer held or servers did not answer (released there again in the background);
         raises ``ServerError`` (not retryable) when servers refused it with an error
         (``NOPERM``...). In a forked child it does nothing (the hold is the parent's)."""
+        return await self._end(None)
+
+    async def _end(self, reason: str | None) -> bool:
+        """Ends the hold: ``reason`` (an end the holder did not ask for: aclose(), the loop
+        ending) is signalled first (``lost`` set), then the hold is released; whatever server
+        does not answer is asked again in the background until it does or the lease ends."""
         if self._pid != os.getpid() or self._released:
             return False
+        if reason is not None and not asyncio.Event.is_set(self.lost):
+            self.reason = reason
+            with contextlib.suppress(RuntimeError):  # waiters of an event loop already closed
+                asyncio.Event.set(self.lost)
         self._released = True
-        self._wake.set()
-        rnd = await self._client._round(
-            self._release_args(), until_all=len(self._client.servers) > 1, accept=self._all_held
-        )
+        with contextlib.suppress(RuntimeError):
+            self._wake.set()
+        self._client._holds.discard(self)
+        release = self._release_args()
+        try:
+            async with self._step:
+                release = self._release_args()
+                rnd = await self._client._round(release, until_all=len(self._client.servers) > 1, accept=self._all_held)
+        except BaseException:
+            # Cancelled while releasing: given back in the background.
+            self._client._release_late(self.key, self.owner, None, release, ttl=self.ttl)
+            raise
         if rnd.won():
             return True
         unanswered = rnd.unanswered()
         if any(unanswered):
-            self._client._release_late(self.key, self.owner, unanswered, self._release_args())
+            self._client._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
         error = rnd.release_error(self.key)
         if error is not None:
             raise error
@@ -797,21 +1150,56 @@ class Hold:
 
     @contextlib.asynccontextmanager
     async def reenter(self) -> AsyncIterator[int]:
-        """A nested section under the same owner (LOCK.REENTER); yields the count."""
+        """A nested section under the same owner (LOCK.REENTER); yields the count. As
+        ``relock.Hold.reenter``: every step is sent with the count it expects (FROM), a
+        LOCK.REENTER that got no reply in time (or was cancelled) is taken back, and the
+        section is not entered then (``NotAcquired``, retryable)."""
         self.check()
         ttl_ms = core.check_ttl(self.ttl)
         c = self._client
-        rnd = await c._round(["LOCK.REENTER", self.key, self.owner, ttl_ms, *self._mode], until_all=True)
-        if not rnd.won():
-            await c._round(["LOCK.RELEASE", self.key, self.owner], targets=rnd.agreed_by(), until_all=True)
-            if rnd.permanently_failed():
-                raise rnd.permanent_error(self.key)
-            raise LockLost(f"lock {self.key!r}: re-entry refused ({rnd.describe()})", key=self.key, reason="re-entry refused")
+        async with self._step:
+            self.check()
+            n = self._count
+            undo = ["LOCK.RELEASE", self.key, self.owner, "FROM", n + 1]
+            try:
+                rnd = await c._round(
+                    ["LOCK.REENTER", self.key, self.owner, ttl_ms, *self._mode, "FROM", n], until_all=True, undo=undo
+                )
+            except BaseException:
+                c._release_late(self.key, self.owner, None, undo, ttl=self.ttl)
+                raise
+            if not rnd.won():
+                # Taken back wherever it may have run: the servers that granted it, and those
+                # whose reply was lost (a reset connection); a server where it never ran
+                # answers the take-back as a repeat and changes nothing.
+                back = [g or u for g, u in zip(rnd.agreed_by(), rnd.unanswered())]
+                if any(back):
+                    c._release_late(self.key, self.owner, back, undo, ttl=self.ttl)
+                if rnd.permanently_failed():
+                    raise rnd.permanent_error(self.key)
+                if rnd.renew_verdict() == "lost":
+                    raise LockLost(f"lock {self.key!r}: re-entry refused ({rnd.describe()})", key=self.key, reason="re-entry refused")
+                raise NotAcquired(f"lock {self.key!r}: re-entry not answered ({rnd.describe()}); the section was not entered", key=self.key)
+            self._count = n + 1
+            agreed = rnd.agreed_by()
         try:
             yield int(max(rnd.agreed.values()))
         finally:
             if self._pid == os.getpid():
-                await c._round(["LOCK.RELEASE", self.key, self.owner], targets=rnd.agreed_by(), until_all=True)
+                release: list[Any] = ["LOCK.RELEASE", self.key, self.owner, "FROM", 0]
+                try:
+                    async with self._step:
+                        m = self._count
+                        release = ["LOCK.RELEASE", self.key, self.owner, "FROM", m]
+                        self._count = m - 1
+                        done = await c._round(release, targets=agreed, until_all=True)
+                except BaseException:
+                    if release[-1]:
+                        c._release_late(self.key, self.owner, agreed, release, ttl=self.ttl)
+                    raise
+                unanswered = done.unanswered()
+                if any(unanswered):
+                    c._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
 
 
 class GroupHold(Hold):
@@ -846,7 +1234,7 @@ class GroupHold(Hold):
         return ["LOCK.MRENEW", len(self._keys), *self._keys, self.owner, ttl_ms]
 
     def _release_args(self) -> list[Any]:
-        return ["LOCK.MRELEASE", len(self._keys), *self._keys, self.owner]
+        return ["LOCK.MRELEASE", len(self._keys), *self._keys, self.owner, "FROM", 1]
 
     def _all_held(self, reply: Any) -> Any:
         return reply if reply is not None and int(reply) == len(self._keys) else None
