@@ -22,7 +22,9 @@
 //! hand-raised `LOCK.COUNTER`) would stop new holds on every server that received its tokens
 //! until the clocks get there, for years perhaps. Such a counter is not waited for: tokens go on
 //! above it, and only that case keeps the old exposure (a restart without persistence within
-//! that lead issues lower tokens).
+//! that lead issues lower tokens). Once tokens went out above such a lead, it stays accepted
+//! as it shrinks with the clock (waiting then would protect nothing and stop new holds for up
+//! to a minute a second later); only a lead beyond it is waited for.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -78,12 +80,21 @@ impl Clock for SystemClock {
 #[derive(Debug, Default, Clone)]
 pub struct Tokens {
     last: u64,
+    /// The lead over the clock (ms) accepted when a token was issued more than
+    /// [`MAX_CATCH_UP_MS`] ahead: not waited for afterwards, while it shrinks with the clock
+    /// (those tokens are out; waiting would protect nothing). Only a lead beyond it waits.
+    /// Shrinks with the lead at each token; 0 again once a token from elsewhere raises the
+    /// counter (judged afresh).
+    accepted_ms: u64,
 }
 
 impl Tokens {
     /// A counter that has issued nothing yet.
     pub const fn new() -> Tokens {
-        Tokens { last: 0 }
+        Tokens {
+            last: 0,
+            accepted_ms: 0,
+        }
     }
 
     /// The largest token issued or observed so far (0 if none).
@@ -95,7 +106,14 @@ impl Tokens {
     /// (or never: the space is exhausted, which [`Tokens::issue`] says), or if the counter is
     /// more than [`MAX_CATCH_UP_MS`] ahead of the clock.
     pub fn ahead_ms(&self, clock: &impl Clock) -> Option<u64> {
-        let now = clock.now_ms();
+        let lead = self.lead_ms(clock.now_ms())?;
+        Some(lead.saturating_sub(self.accepted_ms))
+            .filter(|ms| (1..=MAX_CATCH_UP_MS).contains(ms))
+    }
+
+    /// The ms from `now` until the clock's ceiling reaches the next token; `None` if it does
+    /// now, or the space is exhausted.
+    fn lead_ms(&self, now: u64) -> Option<u64> {
         let ceiling = now.saturating_mul(FLOOR_PER_MS).saturating_add(SLACK);
         let next = self.last.checked_add(1)?;
         if next <= ceiling || next > MAX_TOKEN {
@@ -103,7 +121,7 @@ impl Tokens {
         }
         // The first millisecond whose ceiling reaches `next`.
         let at = (next - SLACK).div_ceil(FLOOR_PER_MS);
-        Some(at.saturating_sub(now).max(1)).filter(|ms| *ms <= MAX_CATCH_UP_MS)
+        Some(at.saturating_sub(now).max(1))
     }
 
     /// A new token, greater than every token before, at least the clock's floor and at most
@@ -112,7 +130,16 @@ impl Tokens {
         if let Some(ms) = self.ahead_ms(clock) {
             return Err(Refused::AheadMs(ms));
         }
-        let floor = clock.now_ms().saturating_mul(FLOOR_PER_MS);
+        let now = clock.now_ms();
+        // Not waited for: either within the accepted lead, or beyond the longest catch-up
+        // (then accepted); a smaller lead shrinks what stays accepted.
+        let lead = self.lead_ms(now).unwrap_or(0);
+        self.accepted_ms = if lead > self.accepted_ms.saturating_add(MAX_CATCH_UP_MS) {
+            lead
+        } else {
+            self.accepted_ms.min(lead)
+        };
+        let floor = now.saturating_mul(FLOOR_PER_MS);
         let next = self
             .last
             .checked_add(1)
@@ -128,7 +155,11 @@ impl Tokens {
     /// Records a token issued elsewhere (loaded from RDB/AOF, replicated from a master), so
     /// later tokens are above it.
     pub fn observe(&mut self, token: u64) {
-        self.last = self.last.max(token.min(MAX_TOKEN));
+        let token = token.min(MAX_TOKEN);
+        if token > self.last {
+            self.last = token;
+            self.accepted_ms = 0;
+        }
     }
 }
 
@@ -248,6 +279,41 @@ mod tests {
         );
         clock.0.set(now + 20_001);
         assert!(Tokens::new().issue(&clock).unwrap() > last, "restarted");
+    }
+
+    /// A lead beyond the longest catch-up, once tokens were issued above it, is not waited for
+    /// a second later either (when it has shrunk below the cap): those tokens are out, waiting
+    /// now would protect nothing and stop new holds for a minute. Only the lead that grows
+    /// beyond the accepted one (a burst over 1000 a ms, a new token from elsewhere) waits.
+    #[test]
+    fn an_accepted_lead_is_not_waited_for_once_it_shrinks_below_the_cap() {
+        let now = 1_800_000_000_000;
+        let clock = FakeClock(Cell::new(now));
+        let mut tokens = Tokens::new();
+        tokens.observe((now + MAX_CATCH_UP_MS + 1_000) * FLOOR_PER_MS);
+        let first = tokens.issue(&clock).unwrap();
+        clock.0.set(now + 1_001);
+        assert_eq!(tokens.ahead_ms(&clock), None);
+        let second = tokens.issue(&clock).unwrap();
+        assert_eq!(second, first + 1);
+        // More than the ms's 1000 tokens above the accepted lead wait for the next ms.
+        for _ in 0..FLOOR_PER_MS {
+            if tokens.issue(&clock).is_err() {
+                break;
+            }
+        }
+        assert_eq!(tokens.issue(&clock), Err(Refused::AheadMs(1)));
+        clock.0.set(now + 1_002);
+        assert!(tokens.issue(&clock).is_ok());
+        // A token from elsewhere raising the counter is judged afresh: the 21 s of lead left,
+        // plus 30 s, is waited for.
+        clock.0.set(now + 40_000);
+        tokens.issue(&clock).unwrap();
+        tokens.observe(tokens.last() + 30_000 * FLOOR_PER_MS);
+        assert!(matches!(
+            tokens.issue(&clock),
+            Err(Refused::AheadMs(ms)) if (51_000..51_010).contains(&ms)
+        ));
     }
 
     #[test]
