@@ -1102,6 +1102,50 @@ fn log_reasons_and_length_are_taken_at_load_from_every_source() {
     assert!(log_reasons(&mut c, 10).is_empty());
 }
 
+/// A `MODULE LOADEX` refused for a bad config value leaves nothing of relock behind: Redis
+/// 7.0 drops a failed module's commands and configs, not its keyspace and server event
+/// subscriptions, and unmaps its code. relock subscribed before it read its configs, so the
+/// next write or flush called into a module that was gone (Redis crashed on SIGSEGV within
+/// 2 ms). The configs are now read before anything else is registered.
+#[test]
+fn a_module_load_refused_for_its_config_leaves_the_server_running() {
+    let server = Server::without_module(&["--enable-module-command", "yes"]);
+    let mut c = server.conn();
+    let module = common::module_path().to_string_lossy().into_owned();
+    for (name, bad) in [
+        ("relock.log-max-len", "100001"),
+        ("relock.log-reasons", "all none"),
+        ("relock.restart-grace-ms", "-1"),
+        ("relock.stats", "maybe"),
+        ("relock.stats-keys", "x"),
+    ] {
+        let e = cmd!("MODULE", "LOADEX", &module, "CONFIG", name, bad)
+            .query::<()>(&mut c)
+            .expect_err(name);
+        assert!(e.to_string().contains("Error loading the extension"), "{e}");
+        // A keyspace event, a flush and a swap: each fires what a module subscribed to.
+        let _: () = cmd!("SET", "x", "1").query(&mut c).unwrap();
+        let _: () = cmd!("FLUSHALL").query(&mut c).unwrap();
+        let _: () = cmd!("SWAPDB", 0, 1).query(&mut c).unwrap();
+        let pong: String = cmd!("PING").query(&mut c).expect(name);
+        assert_eq!(pong, "PONG", "{name} {bad}");
+    }
+    let _: () = cmd!(
+        "MODULE",
+        "LOADEX",
+        &module,
+        "CONFIG",
+        "relock.log-max-len",
+        "5"
+    )
+    .query(&mut c)
+    .unwrap();
+    assert_eq!(config_get(&mut c, "relock.log-max-len"), "5");
+    acquire(&mut c, "k", "o", LONG);
+    let _: () = cmd!("FLUSHALL").query(&mut c).unwrap();
+    assert_eq!(log_reasons(&mut c, 10), ["flushed"]);
+}
+
 #[test]
 fn config_set_while_holds_end_keeps_the_journal_bounded_and_consistent() {
     // Other connections end holds (expiry, force-release, DEL) while one changes the journal's

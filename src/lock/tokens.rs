@@ -107,8 +107,7 @@ impl Tokens {
     /// more than [`MAX_CATCH_UP_MS`] ahead of the clock.
     pub fn ahead_ms(&self, clock: &impl Clock) -> Option<u64> {
         let lead = self.lead_ms(clock.now_ms())?;
-        Some(lead.saturating_sub(self.accepted_ms))
-            .filter(|ms| (1..=MAX_CATCH_UP_MS).contains(ms))
+        Some(lead.saturating_sub(self.accepted_ms)).filter(|ms| (1..=MAX_CATCH_UP_MS).contains(ms))
     }
 
     /// The ms from `now` until the clock's ceiling reaches the next token; `None` if it does

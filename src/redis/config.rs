@@ -125,8 +125,14 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
     {
         return Err("cannot register the module configs");
     }
+    // No timer while loading: the load can still fail, and Redis would not stop a failed
+    // module's timer (`register` applies the values itself below).
+    LOADING.with(|l| l.set(true));
     // SAFETY: the load context, after every config is registered.
-    if unsafe { rm!(RedisModule_LoadConfigs(ctx)) } != ok {
+    let loaded = unsafe { rm!(RedisModule_LoadConfigs(ctx)) };
+    LOADING.with(|l| l.set(false));
+    PENDING.with(|p| p.set(false));
+    if loaded != ok {
         return Err("bad value for a relock.* config");
     }
     // Not every server calls the apply callback for the values it loads.
@@ -225,6 +231,8 @@ thread_local! {
     static PENDING: Cell<bool> = const { Cell::new(false) };
     /// Whether the timer that applies them is on its way.
     static ONE_SHOT: Cell<bool> = const { Cell::new(false) };
+    /// Whether the module is loading its configs (`register` applies them itself).
+    static LOADING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Whether [`settle`] has work.
@@ -279,7 +287,7 @@ extern "C" fn apply(
             return error(err, c"relock is busy");
         }
         PENDING.with(|p| p.set(true));
-        if !ctx.is_null() && !ONE_SHOT.with(|q| q.replace(true)) {
+        if !ctx.is_null() && !LOADING.with(Cell::get) && !ONE_SHOT.with(|q| q.replace(true)) {
             // SAFETY: `ctx` is the context Redis passes the apply; the callback is a plain
             // `extern "C"` fn that never unwinds; no data.
             unsafe {

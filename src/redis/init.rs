@@ -32,6 +32,13 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // SAFETY: `ctx` is the load context; the options are flags the running server knows (the
     // slot-migration one only on Valkey 9+).
     unsafe { rm!(RedisModule_SetModuleOptions(ctx.ctx, options)) };
+    // The configs first: the load fails on a bad value, and Redis (7.0) does not undo the
+    // event subscriptions of a module whose load failed, though it unmaps its code (the next
+    // write or flush would call into it). Everything that can fail comes before `subscribe`.
+    if let Err(e) = config::register(ctx.ctx) {
+        ctx.log_warning(&format!("relock: {e}"));
+        return Status::Err;
+    }
     if let Err(e) = registration::register(ctx.ctx) {
         ctx.log_warning(&format!("relock: {e}"));
         return Status::Err;
@@ -45,10 +52,6 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             ctx.log_warning(&format!("relock: {e}"));
             return Status::Err;
         }
-    }
-    if let Err(e) = config::register(ctx.ctx) {
-        ctx.log_warning(&format!("relock: {e}"));
-        return Status::Err;
     }
     globals::configure(|_| ());
     server::learn_role(ctx.ctx);
