@@ -579,3 +579,33 @@ fn a_promoted_replica_waits_for_its_clock_to_pass_its_masters_tokens() {
         "restarted without persistence: issued {restarted}, had issued {after}"
     );
 }
+
+/// A master's tokens more than the longest catch-up (60 s) ahead of a promoted replica's clock
+/// are not waited for: it issues above them at once. A second later the lead was under 60 s
+/// and every new hold answered `TRYAGAIN` for a minute, though those tokens were out already
+/// (waiting protected nothing). Now the lead accepted stays accepted as the clock closes it.
+#[test]
+fn a_promoted_replica_that_issued_above_a_lead_beyond_a_minute_keeps_issuing() {
+    use common::now_ms;
+    const LEAD_MS: i64 = 60_000 + 1_000;
+    let master = master();
+    let replica = Server::start();
+    common::attach_replica(&master, &replica);
+    let mut m = master.conn();
+    let start = now_ms();
+    let masters = (start + LEAD_MS) * 1000;
+    let _: () = cmd!("LOCK.COUNTER", masters).query(&mut m).unwrap();
+    sync(&mut m);
+    let mut r = replica.conn();
+    assert_eq!(common::info_field(&mut r, "last_token"), masters);
+    let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut r).unwrap();
+    drop(master);
+    let first = acquire(&mut r, b"first", b"a", 10_000);
+    assert!(first > masters, "{first} above {masters}");
+    // The clock closes the lead below 60 s.
+    while now_ms() <= start + LEAD_MS - 60_000 + 100 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let second = int_or_nil(&mut r, cmd!("LOCK.ACQUIRE", "second", "a", 10_000));
+    assert_eq!(second, Some(first + 1), "issued on, just above");
+}
