@@ -1,0 +1,142 @@
+// Issue 29, second attack on the Node package: the client's own state (closed, subscribed,
+// prefixed), close() under calls in flight, lost replies of every step, hostile values. Each
+// test stages the break and says what must hold; waits are bounded by events, not sleeps.
+import assert from "node:assert/strict";
+import { createRequire } from "node:module";
+import { after, test } from "node:test";
+
+import { CutProxy, Server, eventually, sleep } from "./servers.mjs";
+
+const require = createRequire(import.meta.url);
+const { Relock, RelockError, InvalidArgumentError } = require("../dist/index.js");
+const Redis = require("ioredis").default;
+
+const opened = [];
+function connect(port, extra = {}) {
+  const r = new Redis({ port, host: "127.0.0.1", maxRetriesPerRequest: 2, ...extra });
+  r.on("error", () => undefined);
+  opened.push(r);
+  return r;
+}
+const made = [];
+function relock(...args) {
+  const l = new Relock(...args);
+  made.push(l);
+  return l;
+}
+const proxies = [];
+async function proxy(port) {
+  const p = await CutProxy.start(port);
+  proxies.push(p);
+  return p;
+}
+function closeAll() {
+  for (const l of made.splice(0)) void l.close().catch(() => undefined);
+  for (const r of opened.splice(0)) r.disconnect();
+  for (const p of proxies.splice(0)) p.close();
+}
+after(closeAll);
+
+async function withServer(fn) {
+  const s = await Server.start();
+  try {
+    return await fn(s);
+  } finally {
+    closeAll();
+    s.close();
+  }
+}
+
+const ready = (r) => (r.status === "ready" ? Promise.resolve() : new Promise((res) => r.once("ready", res)));
+const ended = (r) => (r.status === "end" ? Promise.resolve() : new Promise((res) => r.once("end", res)));
+const info = async (r, key) => {
+  const m = new Relock(r);
+  return m.info(key);
+};
+const waiters = async (r, key) => Number((await info(r, key))?.waiters ?? 0);
+
+test("a client that was closed is a clear error at once, and never grants a lock nobody can renew or release", () =>
+  // The application quit (or disconnected) the client it gave Relock. Must hold: every
+  // acquisition, with or without a wait, rejects at once with a permanent error naming it,
+  // and the key is never taken (a wait would otherwise go on on a connection of its own and
+  // grant a lock that no renewal or release can reach: held by nobody until its ttl).
+  withServer(async (s) => {
+    const direct = connect(s.port);
+    for (const end of ["quit", "disconnect"]) {
+      const c = connect(s.port);
+      await ready(c);
+      const gone = ended(c);
+      if (end === "quit") await c.quit();
+      else c.disconnect();
+      await gone;
+      const locks = relock(c);
+      for (const wait of [undefined, 2000, 0]) {
+        const key = `k-${end}-${wait}`;
+        const outcome = await Promise.race([
+          locks.acquireOrThrow(key, { ttl: 5000, wait }).then(
+            (h) => h,
+            (e) => e,
+          ),
+          sleep(5000).then(() => "still waiting"),
+        ]);
+        assert.ok(outcome instanceof RelockError, `${end}, wait ${wait}: ${outcome}`);
+        assert.equal(outcome.retryable, false, `${end}, wait ${wait}: ${outcome.message}`);
+        assert.match(outcome.message, /client given to Relock was closed/);
+        assert.equal(await info(direct, key), null, `${end}, wait ${wait}: a lock was granted through a closed client`);
+      }
+    }
+  }));
+
+test("close() during a wait cuts it: the acquisition rejects and nothing is granted after close()", () =>
+  // A task waits without limit while the application closes the Relock (shutting down).
+  // Must hold: close() cuts the wait, the acquisition rejects (not retryable), and when the
+  // holder lets go the key is not handed to the closed client's waiter (held by nobody).
+  withServer(async (s) => {
+    const direct = connect(s.port);
+    const holder = relock(direct);
+    const h = await holder.acquireOrThrow("k", { ttl: 10_000 });
+    const g = await holder.acquireAllOrThrow(["a", "b"], { ttl: 10_000 });
+    const locks = relock(connect(s.port));
+    const one = locks.acquireOrThrow("k", { ttl: 10_000 }).then(
+      (x) => x,
+      (e) => e,
+    );
+    const group = locks.acquireAllOrThrow(["a", "b"], { ttl: 10_000 }).then(
+      (x) => x,
+      (e) => e,
+    );
+    assert.ok(await eventually(async () => (await waiters(direct, "k")) === 1 && (await waiters(direct, "a")) === 1, 10_000));
+    await locks.close();
+    await h.release();
+    await g.release();
+    for (const [what, p] of [["one key", one], ["a group", group]]) {
+      const outcome = await Promise.race([p, sleep(5000).then(() => "still waiting")]);
+      assert.ok(outcome instanceof RelockError, `${what}: ${outcome}`);
+      assert.equal(outcome.retryable, false);
+      assert.match(outcome.message, /closed/);
+    }
+    for (const key of ["k", "a", "b"]) {
+      assert.ok(await eventually(async () => (await info(direct, key)) === null, 5000), `${key} is held after close() by a waiter it should have cut`);
+    }
+  }));
+
+test("a Relock made per request shares the package's connections: they never pile up", () =>
+  // An application makes `new Relock(redis)` in each request handler, on one client. Must
+  // hold: the package's connections are the client's, shared by every Relock on it (one
+  // shared connection, the waits' own), not one more per Relock until the server refuses
+  // clients (maxclients) and every holder's renewals fail.
+  withServer(async (s) => {
+    const r = connect(s.port);
+    const holder = relock(connect(s.port));
+    const h = await holder.acquireOrThrow("busy", { ttl: 10_000 });
+    for (let i = 0; i < 200; i++) {
+      const locks = new Relock(r);
+      await locks.using(`k${i % 7}`, { ttl: 5000, wait: 1000 }, async () => undefined);
+      if (i % 50 === 0) assert.equal(await locks.acquire("busy", { wait: 20 }), null); // a wait, on a connection of its own
+    }
+    const clients = Number(/connected_clients:(\d+)/.exec(String(await r.call("INFO", "clients")))[1]);
+    // r, the holder's client and its shared connection, the Relocks' shared connection, an idle wait connection.
+    assert.ok(clients <= 6, `${clients} connections after 200 Relocks on one client`);
+    assert.ok(r.listenerCount("end") <= 2, `${r.listenerCount("end")} 'end' listeners on the client`);
+    await h.release();
+  }));
