@@ -645,7 +645,7 @@ export class Relock {
       throw new InvalidArgumentError("Redlock takes independent masters; pass a Cluster alone");
     }
     this.nodeTimeout = options.nodeTimeout ?? core.DEFAULT_NODE_TIMEOUT;
-    if (!(this.nodeTimeout >= 1)) throw new InvalidArgumentError(`nodeTimeout ${this.nodeTimeout} is below 1 ms`);
+    if (typeof this.nodeTimeout !== "number" || !(this.nodeTimeout >= 1)) throw new InvalidArgumentError(`nodeTimeout ${this.nodeTimeout} is below 1 ms`);
     this.nodes = clients.map((c) => new Server(c, clients.length === 1, this.nodeTimeout));
     this.servers = this.nodes.map((n) => n.name);
     // Redlock waits for no master longer than nodeTimeout, a first connection included: the
@@ -659,6 +659,12 @@ export class Relock {
     this.prefix = options.ownerPrefix;
     this.retryDelay = options.retryDelay ?? core.DEFAULT_RETRY_DELAY;
     this.maxPartialHold = options.maxPartialHold ?? core.DEFAULT_MAX_PARTIAL_HOLD;
+    // NaN or a negative delay would make every pause 0 ms: a wait over Redlock or a group
+    // would hammer the servers in a tight loop.
+    for (const [name, v] of [["retryDelay", this.retryDelay], ["maxPartialHold", this.maxPartialHold]] as const) {
+      if (typeof v !== "number" || !(v >= 0) || v > core.MAX_MS) throw new InvalidArgumentError(`${name} ${v} is not 0 to 10^12 ms`);
+    }
+    if (this.prefix !== undefined && typeof this.prefix !== "string") throw new InvalidArgumentError("ownerPrefix must be a string");
   }
 
   /** @internal Whether every server's connection is open (nothing is sent on a closed one at exit). */

@@ -140,3 +140,40 @@ test("a Relock made per request shares the package's connections: they never pil
     assert.ok(r.listenerCount("end") <= 2, `${r.listenerCount("end")} 'end' listeners on the client`);
     await h.release();
   }));
+
+test("hostile options are usage errors at once, never a wait that hammers the servers", () =>
+  // retryDelay NaN or negative would make every pause between rounds 0 ms (a Redlock wait or
+  // a group wait in a tight loop); an ownerPrefix that is not a string failed deep in Buffer.
+  withServer(async (s) => {
+    const r = connect(s.port);
+    for (const options of [{ retryDelay: NaN }, { retryDelay: -1 }, { maxPartialHold: NaN }, { maxPartialHold: -5 }, { nodeTimeout: NaN }, { nodeTimeout: "100" }, { retryDelay: "200" }, { ownerPrefix: {} }]) {
+      assert.throws(() => new Relock(r, options), InvalidArgumentError, JSON.stringify(options));
+    }
+    const locks = relock(r, { retryDelay: 0, maxPartialHold: 0 });
+    await locks.using("k", { wait: 0 }, async (h) => assert.ok(h.token > 0));
+  }));
+
+test("the client's keyPrefix, subscriber mode or lazyConnect never change which key is locked", () =>
+  // ioredis prefixes only the keys of commands it knows (LOCK.* are not): two applications
+  // with different prefixes lock the same key, as every other relock client does (docs/node.md).
+  // A client in subscriber mode, or one never connected (lazyConnect), still serves its locks.
+  withServer(async (s) => {
+    const direct = connect(s.port);
+    const a = relock(connect(s.port, { keyPrefix: "a:" }));
+    const b = relock(connect(s.port, { keyPrefix: "b:" }));
+    const sub = connect(s.port);
+    await sub.subscribe("news");
+    const subs = relock(sub);
+    const lazy = relock(connect(s.port, { lazyConnect: true }));
+    const h = await a.acquireOrThrow("job", { ttl: 5000, wait: 0 });
+    assert.equal((await info(direct, "job"))?.owner, h.owner);
+    assert.equal(await info(direct, "a:job"), null);
+    assert.equal(await b.acquire("job", { wait: 0 }), null);
+    assert.equal(await subs.acquire("job", { wait: 0 }), null);
+    assert.equal(await lazy.acquire("job", { wait: 0 }), null);
+    const waiting = subs.acquireOrThrow("job", { ttl: 5000, wait: 5000 });
+    await h.release();
+    const h2 = await waiting;
+    assert.equal((await info(direct, "job"))?.owner, h2.owner);
+    await h2.release();
+  }));
