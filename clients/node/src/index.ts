@@ -1384,7 +1384,7 @@ export class Hold {
       return;
     }
     if (this.renewing) return;
-    this.renewing = this.renewRound(this.ttl)
+    this.renewing = this.renewRound(undefined)
       .then((ok) => {
         const every = Math.max(this.ttl / 3, 1);
         if (ok) this.schedule(core.now() + every);
@@ -1402,10 +1402,12 @@ export class Hold {
    * One renewal round: true when renewed, false when only unanswered (try again); throws
    * when lost, and (`explicit`: `renew(ttl)`) a `ServerError` when the servers refused the ttl.
    */
-  private async renewRound(ttl: number, explicit = false): Promise<boolean> {
-    const ms = core.checkTtl(ttl);
+  private async renewRound(ttl: number | undefined, explicit = false): Promise<boolean> {
+    // The background renewal (ttl undefined) takes the hold's ttl when its turn comes: queued
+    // behind renew(60000), it must not send the old ttl after it and shorten the lease.
+    const ms = ttl === undefined ? undefined : core.checkTtl(ttl);
     this.check();
-    return this.inOrder("renewals", () => this.renewOnce(ms, explicit));
+    return this.inOrder("renewals", () => this.renewOnce(ms ?? core.checkTtl(this.ttl), explicit));
   }
 
   private async renewOnce(ms: number, explicit: boolean): Promise<boolean> {
@@ -1449,7 +1451,7 @@ export class Hold {
    * `relock.restart-grace-ms`: the hold is kept, with its ttl).
    */
   async renew(ttl?: number): Promise<void> {
-    if (!(await this.renewRound(ttl ?? this.ttl, true))) {
+    if (!(await this.renewRound(ttl, true))) {
       throw new NotAcquiredError(`lock ${JSON.stringify(this.key)}: renewal failed (${this.lastFailure})`, { key: this.key });
     }
   }

@@ -53,6 +53,7 @@ const info = async (r, key) => {
   const m = new Relock(r);
   return m.info(key);
 };
+const renewals = async (r) => Number(/relock_renewed_total:(\d+)/.exec(String(await r.call("INFO", "relock")))[1]);
 const waiters = async (r, key) => Number((await info(r, key))?.waiters ?? 0);
 
 test("a client that was closed is a clear error at once, and never grants a lock nobody can renew or release", () =>
@@ -176,4 +177,31 @@ test("the client's keyPrefix, subscriber mode or lazyConnect never change which 
     const h2 = await waiting;
     assert.equal((await info(direct, "job"))?.owner, h2.owner);
     await h2.release();
+  }));
+
+test("a background renewal queued behind renew(ttl) renews with the new ttl, never the old one", () =>
+  // renew(60000) is under way (the server stalls) when the background renewal's timer fires:
+  // it queues behind. Must hold: it renews with the ttl the hold has when it runs (60000), not
+  // the one it had when its timer fired (900), so the server keeps the lease renew() asked for.
+  // (relock.test's "renewal keeps a hold past its ttl" failed so under load.)
+  withServer(async (s) => {
+    const direct = connect(s.port);
+    const locks = relock(connect(s.port), { nodeTimeout: 2000 });
+    const h = await locks.acquireOrThrow("k", { ttl: 900 });
+    const before = await renewals(direct);
+    s.pause();
+    let renewed;
+    try {
+      renewed = h.renew(60_000);
+      await sleep(450); // the background renewal's timer (every 300 ms) fires meanwhile
+    } finally {
+      s.resume();
+    }
+    await renewed;
+    assert.equal(h.ttl, 60_000);
+    // renew(60000), then the background renewal that queued behind it.
+    assert.ok(await eventually(async () => (await renewals(direct)) >= before + 2, 5000));
+    const ttl = (await info(direct, "k"))?.ttl;
+    assert.ok(ttl > 50_000, `the server's ttl is ${ttl} after renew(60000)`);
+    await h.release();
   }));
