@@ -275,7 +275,20 @@ class Server {
     this.cluster = isCluster(client);
     let shared = sharedOf.get(client);
     if (!shared) {
-      const made: Shared = { own: undefined, ownReadyOnce: false, idle: [], dropIdle: new Map(), waits: new Set(), onEnd: () => this.closeAll(made.waits) };
+      const made: Shared = {
+        own: undefined,
+        ownReadyOnce: false,
+        idle: [],
+        dropIdle: new Map(),
+        waits: new Set(),
+        onEnd: () => {
+          // The application quit its client (how a Node process ends with ioredis): the holds
+          // made on it are ended (their holders told first) and released on the package's
+          // connection, still open, before it closes; nothing is left held until the ttl.
+          for (const stop of [...made.waits]) stop();
+          void endHolds(client).finally(() => this.closeAll(made.waits));
+        },
+      };
       shared = made;
       sharedOf.set(client, shared);
     }
@@ -605,6 +618,13 @@ function readsTheClock(signal: AbortSignal, poll: () => void): void {
 }
 
 const live = new Set<Hold>();
+
+/** Ends and releases the holds of every Relock made on `client`, which has ended. */
+async function endHolds(client: Client): Promise<void> {
+  const mine = [...live].filter((h) => h.client.uses(client));
+  for (const h of mine) h.end("the client given to Relock was closed (quit() or disconnect()), which released it");
+  await Promise.all(mine.map((h) => h.release().catch(() => false)));
+}
 let exitHook = false;
 
 function watchExit(): void {
@@ -665,6 +685,11 @@ export class Relock {
       if (typeof v !== "number" || !(v >= 0) || v > core.MAX_MS) throw new InvalidArgumentError(`${name} ${v} is not 0 to 10^12 ms`);
     }
     if (this.prefix !== undefined && typeof this.prefix !== "string") throw new InvalidArgumentError("ownerPrefix must be a string");
+  }
+
+  /** @internal Whether `client` is one of this Relock's. */
+  uses(client: Client): boolean {
+    return this.nodes.some((n) => n.client === client);
   }
 
   /** @internal Whether every server's connection is open (nothing is sent on a closed one at exit). */

@@ -205,3 +205,32 @@ test("a background renewal queued behind renew(ttl) renews with the new ttl, nev
     assert.ok(ttl > 50_000, `the server's ttl is ${ttl} after renew(60000)`);
     await h.release();
   }));
+
+test("a process that quits its client while holding releases the hold, telling the holder first", () =>
+  // With ioredis a process ends by quitting (or disconnecting) its client; the package's
+  // connections go with it. Must hold: the holds made on that client are ended (signal
+  // aborted, lost) and released before the connections close, so the key is free when the
+  // process exits, not held by nobody for the rest of its ttl.
+  withServer(async (s) => {
+    const direct = connect(s.port);
+    const c = connect(s.port);
+    const locks = relock(c);
+    const h = await locks.acquireOrThrow("k", { ttl: 30_000 });
+    let signalled = false;
+    h.signal.addEventListener("abort", () => (signalled = true));
+    await c.quit();
+    assert.ok(await eventually(async () => (await info(direct, "k")) === null, 5000), "the hold outlived its client's quit()");
+    assert.equal(signalled, true, "released without its holder being told");
+    assert.equal(h.lost, true);
+    assert.match(h.reason, /closed/);
+    // A whole process: acquires, quits its client, exits.
+    const dist = require.resolve("../dist/index.js");
+    const ioredis = require.resolve("ioredis");
+    const code = `const { Relock } = require(${JSON.stringify(dist)}); const Redis = require(${JSON.stringify(ioredis)}).default;
+      const r = new Redis({ port: ${s.port}, host: "127.0.0.1" });
+      (async () => { await new Relock(r).acquireOrThrow("p", { ttl: 30000 }); await r.quit(); })();`;
+    const { spawnSync } = await import("node:child_process");
+    const run = spawnSync(process.execPath, ["-e", code], { encoding: "utf8", timeout: 20_000 });
+    assert.equal(run.status, 0, run.stderr);
+    assert.equal(await info(direct, "p"), null, "a process that quit its client and exited left its lock held");
+  }));
