@@ -527,6 +527,14 @@ export const refusal = (): Failure => ({
 
 export class TimeoutFailure extends Error {}
 
+/**
+ * The client given to Relock has ended (`quit()`, `disconnect()`, or its retryStrategy gave
+ * up): permanent until the application connects it again. Never retried as transient: an
+ * acquisition would otherwise go on on a connection of its own and grant a lock that no
+ * renewal or release can reach.
+ */
+export class ClientClosed extends Error {}
+
 /** A reply relock cannot read (a server that is not what it seems): permanent, never retried. */
 export class BadReply extends Error {}
 
@@ -546,6 +554,7 @@ export function errorText(e: unknown): string {
 export function classify(e: unknown, cluster = true): Failure {
   if (e instanceof TimeoutFailure) return { message: e.message, timeout: true };
   if (e instanceof BadReply) return { message: `a reply relock cannot read: ${e.message}`, permanent: true };
+  if (e instanceof ClientClosed) return { message: e.message, permanent: true };
   const isReply = e instanceof Error && e.name === "ReplyError";
   let msg = errorText(e);
   if (isReply && msg.startsWith("TRYAGAIN") && msg.includes("restart grace")) {

@@ -17,7 +17,7 @@
 import type { Cluster, Redis, RedisOptions } from "ioredis";
 
 import * as core from "./core";
-import { Failure, Holder, KeyStats, LockInfo, LogEntry, LossReason, Round, TimeoutFailure, Waiter, Who } from "./core";
+import { ClientClosed, Failure, Holder, KeyStats, LockInfo, LogEntry, LossReason, Round, TimeoutFailure, Waiter, Who } from "./core";
 import { InvalidArgumentError, LockLostError, NotAcquiredError, RelockError, ServerError } from "./errors";
 
 export * from "./errors";
@@ -210,6 +210,30 @@ const UNANSWERED_CHECKS = 3;
 /** What an idle wait connection is dropped on: its connection closing (or, for a cluster, changing). */
 const DROP_IDLE_ON = ["close", "end", "+node", "-node"] as const;
 
+/**
+ * The connections the package opened for one client, shared by every Relock made on it (a
+ * Relock made per request must not open a connection each: they would pile up until the
+ * server refuses clients).
+ */
+interface Shared {
+  /** The shared connection for acquisitions, renewals and releases, opened at the first call. */
+  own: Client | undefined;
+  /** Whether the shared connection was ever ready (see FIRST_CONNECT). */
+  ownReadyOnce: boolean;
+  /**
+   * Connections of their own for LOCK.WAIT, which blocks its connection, kept for the next
+   * wait: unref'd while idle, dropped when they close (never reconnected in the background)
+   * and when the client itself ends (quit or disconnect).
+   */
+  idle: Client[];
+  dropIdle: Map<Client, () => void>;
+  /** What cuts every LOCK.WAIT in flight on this client (its end does). */
+  waits: Set<() => void>;
+  /** The client quit or was disconnected for good: the package's connections and waits go with it. */
+  onEnd: () => void;
+}
+const sharedOf = new WeakMap<Client, Shared>();
+
 /** A waiting connection that died silently (found by the `CLIENT LIST ID` check): the wait is sent again. */
 class DeadWait extends Error {}
 
@@ -236,19 +260,10 @@ const wire = (a: string | number): string => String(a);
 class Server {
   readonly name: string;
   readonly cluster: boolean;
-  /** The package's shared connection, opened at the first call. */
-  private own: Client | undefined;
-  /** Whether the package's shared connection was ever ready (see FIRST_CONNECT). */
-  private ownReadyOnce = false;
-  /**
-   * Connections of their own for LOCK.WAIT, which blocks its connection, kept for the next
-   * wait: unref'd while idle, dropped when they close (never reconnected in the background)
-   * and when the client itself ends (quit or disconnect).
-   */
-  private idle: Client[] = [];
-  private readonly dropIdle = new Map<Client, () => void>();
-  /** The client quit or was disconnected for good: the package's connections go with it. */
-  private readonly onEnd = (): void => this.close();
+  /** The connections the package opened for this client, shared by every Relock made on it. */
+  private readonly s: Shared;
+  /** What cuts each LOCK.WAIT in flight of this Relock (its close() does). */
+  private readonly waits = new Set<() => void>();
 
   constructor(
     readonly client: Client,
@@ -258,6 +273,26 @@ class Server {
     private readonly nodeTimeout: number,
   ) {
     this.cluster = isCluster(client);
+    let shared = sharedOf.get(client);
+    if (!shared) {
+      const made: Shared = {
+        own: undefined,
+        ownReadyOnce: false,
+        idle: [],
+        dropIdle: new Map(),
+        waits: new Set(),
+        onEnd: () => {
+          // The application quit its client (how a Node process ends with ioredis): the holds
+          // made on it are ended (their holders told first) and released on the package's
+          // connection, still open, before it closes; nothing is left held until the ttl.
+          for (const stop of [...made.waits]) stop();
+          void endHolds(client).finally(() => this.closeAll(made.waits));
+        },
+      };
+      shared = made;
+      sharedOf.set(client, shared);
+    }
+    this.s = shared;
     if (isCluster(client)) {
       const nodes = client.nodes("master").map((n) => `${n.options.host}:${n.options.port}`);
       this.name = `cluster[${nodes.slice(0, 3).join(",")}]`;
@@ -295,22 +330,29 @@ class Server {
 
   /** The package's shared connection, opened when needed (again after it ended). */
   conn(): Client {
-    if (this.own && this.own.status !== "end") return this.own;
-    if (this.client.status === "end") throw new Error("Connection is closed (the client given to Relock was closed).");
+    if (this.s.own && this.s.own.status !== "end") return this.s.own;
+    this.checkOpen();
     const own = this.open(false);
     let up = false;
     own.once("ready", () => {
-      this.ownReadyOnce = true;
+      this.s.ownReadyOnce = true;
       up = true;
     });
     // A connection that was up and dropped is opened again at once (not in a loop: one that
     // never got ready is opened again by the next call), so that the next renewal finds it.
     own.once("end", () => {
-      if (this.own === own && up && this.client.status !== "end") this.conn();
+      if (this.s.own === own && up && this.client.status !== "end") this.conn();
     });
-    this.own = own;
+    this.s.own = own;
     this.watchEnd();
     return own;
+  }
+
+  /** Throws ClientClosed (permanent) when the client given to Relock has ended. */
+  private checkOpen(): void {
+    if (this.client.status === "end") {
+      throw new ClientClosed("the client given to Relock was closed (quit(), disconnect(), or its retryStrategy gave up): connect it again");
+    }
   }
 
   /**
@@ -321,9 +363,14 @@ class Server {
   private async ready(conn: Client, timeout: number | null): Promise<void> {
     if (conn.status === "ready") return;
     let ms = timeout;
-    if (ms !== null && !this.ownReadyOnce && this.firstGrace) ms = Math.max(ms, FIRST_CONNECT);
-    else if (ms !== null && !this.ownReadyOnce && this.client.status === "ready") ms = Math.max(ms, REDLOCK_FIRST_CONNECT);
-    await untilReady(conn, ms);
+    if (ms !== null && !this.s.ownReadyOnce && this.firstGrace) ms = Math.max(ms, FIRST_CONNECT);
+    else if (ms !== null && !this.s.ownReadyOnce && this.client.status === "ready") ms = Math.max(ms, REDLOCK_FIRST_CONNECT);
+    try {
+      await untilReady(conn, ms);
+    } catch (e) {
+      this.checkOpen(); // closed because the client ended: say so
+      throw e;
+    }
   }
 
   async call(args: ReadonlyArray<string | number>, timeout: number | null): Promise<unknown> {
@@ -344,17 +391,37 @@ class Server {
    * connection never delivered is answered again at once) is sent on a new connection.
    */
   async blocking(args: ReadonlyArray<string | number>, timeout: number | null, cancel: Array<() => void>): Promise<unknown> {
+    this.checkOpen();
     const end = timeout === null ? null : core.now() + timeout;
     let cut = false;
     let current: Client | undefined;
-    cancel.push(() => {
+    const stop = (): void => {
       cut = true;
       current?.disconnect();
-    });
+    };
+    cancel.push(stop);
+    // close() cuts the waits in flight (their acquisitions then end: see Relock.close()).
+    this.waits.add(stop);
+    this.s.waits.add(stop);
+    try {
+      return await this.blockingOn(args, end, () => cut, (c) => (current = c));
+    } finally {
+      this.waits.delete(stop);
+      this.s.waits.delete(stop);
+    }
+  }
+
+  private async blockingOn(
+    args: ReadonlyArray<string | number>,
+    end: number | null,
+    isCut: () => boolean,
+    setCurrent: (c: Client) => void,
+  ): Promise<unknown> {
     for (;;) {
+      const cut = isCut();
       const left = end === null ? null : Math.max(0, end - core.now());
       const conn: Client = this.takeIdle() ?? this.open(true);
-      current = conn;
+      setCurrent(conn);
       if (cut) conn.disconnect();
       const [cmd, ...rest] = args;
       let watch: { stop: () => void; dead: Promise<never> } | undefined;
@@ -367,13 +434,14 @@ class Server {
         if (id) watch = this.watch(id);
         const reply = await withTimeout(watch ? Promise.race([p, watch.dead]) : p, left, String(cmd));
         watch?.stop();
-        if (!cut) this.putIdle(conn);
+        if (!isCut()) this.putIdle(conn);
         else conn.disconnect();
         return reply;
       } catch (e) {
         watch?.stop();
         conn.disconnect();
-        if (!(e instanceof DeadWait) || cut) throw e;
+        if (!(e instanceof DeadWait) || isCut()) throw e;
+        this.checkOpen();
         // Sent again at once, on a new connection.
       }
     }
@@ -450,7 +518,7 @@ class Server {
   }
 
   private takeIdle(): Client | undefined {
-    const conn = this.idle.pop();
+    const conn = this.s.idle.pop();
     if (!conn) return undefined;
     this.forget(conn);
     keepAlive(conn, true);
@@ -459,14 +527,14 @@ class Server {
 
   /** Listens for the client's end only while the package has connections to close. */
   private watchEnd(): void {
-    const listening = this.client.listeners("end").includes(this.onEnd);
-    const want = this.idle.length > 0 || this.own !== undefined;
-    if (want && !listening) this.client.on("end", this.onEnd);
-    else if (!want && listening) this.client.off("end", this.onEnd);
+    const listening = this.client.listeners("end").includes(this.s.onEnd);
+    const want = this.s.idle.length > 0 || this.s.own !== undefined;
+    if (want && !listening) this.client.on("end", this.s.onEnd);
+    else if (!want && listening) this.client.off("end", this.s.onEnd);
   }
 
   private putIdle(conn: Client): void {
-    if (this.idle.length >= 16 || conn.status !== "ready") {
+    if (this.s.idle.length >= 16 || conn.status !== "ready") {
       conn.disconnect();
       return;
     }
@@ -476,29 +544,38 @@ class Server {
       conn.disconnect();
     };
     for (const e of DROP_IDLE_ON) conn.on(e, drop);
-    this.dropIdle.set(conn, drop);
-    this.idle.push(conn);
+    this.s.dropIdle.set(conn, drop);
+    this.s.idle.push(conn);
     this.watchEnd();
   }
 
   private forget(conn: Client): void {
-    const drop = this.dropIdle.get(conn);
+    const drop = this.s.dropIdle.get(conn);
     if (drop) {
       for (const e of DROP_IDLE_ON) conn.off(e, drop);
-      this.dropIdle.delete(conn);
+      this.s.dropIdle.delete(conn);
     }
-    this.idle = this.idle.filter((c) => c !== conn);
+    this.s.idle = this.s.idle.filter((c) => c !== conn);
     this.watchEnd();
   }
 
   /** Closes the package's connections (opened again by the next call, while the client lives). */
   close(): void {
-    for (const c of [...this.idle]) {
+    this.closeAll(this.waits);
+  }
+
+  /**
+   * Cuts the waits in `waits`, and closes the connections opened for the client (shared by
+   * every Relock on it: the others' next calls open them again).
+   */
+  private closeAll(waits: Set<() => void>): void {
+    for (const stop of [...waits]) stop();
+    for (const c of [...this.s.idle]) {
       this.forget(c);
       c.disconnect();
     }
-    const own = this.own;
-    this.own = undefined;
+    const own = this.s.own;
+    this.s.own = undefined;
     own?.disconnect();
     this.watchEnd();
   }
@@ -541,6 +618,13 @@ function readsTheClock(signal: AbortSignal, poll: () => void): void {
 }
 
 const live = new Set<Hold>();
+
+/** Ends and releases the holds of every Relock made on `client`, which has ended. */
+async function endHolds(client: Client): Promise<void> {
+  const mine = [...live].filter((h) => h.client.uses(client));
+  for (const h of mine) h.end("the client given to Relock was closed (quit() or disconnect()), which released it");
+  await Promise.all(mine.map((h) => h.release().catch(() => false)));
+}
 let exitHook = false;
 
 function watchExit(): void {
@@ -571,6 +655,8 @@ export class Relock {
   private readonly nodes: Server[];
   private readonly prefix: string | undefined;
   private readonly background = new Set<Promise<unknown>>();
+  /** How many times close() ran: an acquisition that started before one ends (see closedDuring). */
+  private closes = 0;
 
   constructor(client: Client | Client[], options: RelockOptions = {}) {
     const clients = Array.isArray(client) ? client : [client];
@@ -579,7 +665,7 @@ export class Relock {
       throw new InvalidArgumentError("Redlock takes independent masters; pass a Cluster alone");
     }
     this.nodeTimeout = options.nodeTimeout ?? core.DEFAULT_NODE_TIMEOUT;
-    if (!(this.nodeTimeout >= 1)) throw new InvalidArgumentError(`nodeTimeout ${this.nodeTimeout} is below 1 ms`);
+    if (typeof this.nodeTimeout !== "number" || !(this.nodeTimeout >= 1)) throw new InvalidArgumentError(`nodeTimeout ${this.nodeTimeout} is below 1 ms`);
     this.nodes = clients.map((c) => new Server(c, clients.length === 1, this.nodeTimeout));
     this.servers = this.nodes.map((n) => n.name);
     // Redlock waits for no master longer than nodeTimeout, a first connection included: the
@@ -593,6 +679,17 @@ export class Relock {
     this.prefix = options.ownerPrefix;
     this.retryDelay = options.retryDelay ?? core.DEFAULT_RETRY_DELAY;
     this.maxPartialHold = options.maxPartialHold ?? core.DEFAULT_MAX_PARTIAL_HOLD;
+    // NaN or a negative delay would make every pause 0 ms: a wait over Redlock or a group
+    // would hammer the servers in a tight loop.
+    for (const [name, v] of [["retryDelay", this.retryDelay], ["maxPartialHold", this.maxPartialHold]] as const) {
+      if (typeof v !== "number" || !(v >= 0) || v > core.MAX_MS) throw new InvalidArgumentError(`${name} ${v} is not 0 to 10^12 ms`);
+    }
+    if (this.prefix !== undefined && typeof this.prefix !== "string") throw new InvalidArgumentError("ownerPrefix must be a string");
+  }
+
+  /** @internal Whether `client` is one of this Relock's. */
+  uses(client: Client): boolean {
+    return this.nodes.some((n) => n.client === client);
   }
 
   /** @internal Whether every server's connection is open (nothing is sent on a closed one at exit). */
@@ -651,6 +748,7 @@ export class Relock {
     core.checkMode(options.limit, this.nodes[0]?.cluster ? 1 : this.nodes.length, options.permits);
     const mode = core.modeArgs(options.shared ?? false, options.limit, options.permits);
     const deadline = wait === null ? null : core.now() + wait;
+    const epoch = this.closes;
     for (;;) {
       const owner = this.newOwner();
       const remaining = deadline === null ? null : Math.max(0, deadline - core.now());
@@ -665,6 +763,11 @@ export class Relock {
         until = renewal.validUntil(ttl);
         if (until === null) rnd = renewal;
       }
+      if (this.closes !== epoch) {
+        // close() ran meanwhile (it cut the wait): nothing is granted after it.
+        await this.releaseFailed(key, owner, ttl, rnd);
+        throw this.closedDuring(key);
+      }
       if (until !== null) {
         const tokens: Record<string, number> = {};
         for (const [i, t] of [...rnd.agreed.entries()].sort((x, y) => x[0] - y[0])) tokens[this.servers[i] ?? ""] = Number(t);
@@ -677,6 +780,11 @@ export class Relock {
       if (deadline !== null) delay = Math.min(delay, Math.max(0, deadline - core.now()));
       await pause(delay);
     }
+  }
+
+  /** The error of an acquisition that close() ended: not retryable (the application is shutting the client down). */
+  private closedDuring(key: string): RelockError {
+    return new RelockError(`lock ${JSON.stringify(key)}: the client was closed (Relock.close()) during the acquisition; nothing is held`, { key, retryable: false });
   }
 
   // --- rounds -----------------------------------------------------------------------------
@@ -857,6 +965,7 @@ export class Relock {
 
   /** Releases every hold of this client still held, waits for background releases, and closes the connections it opened for waits. */
   async close(): Promise<void> {
+    this.closes += 1;
     const mine = [...live].filter((h) => h.client === this);
     // Whatever still runs under them learns first that they end (hold.signal, hold.lost).
     for (const h of mine) h.end("the client was closed (Relock.close()), which released it");
@@ -1002,23 +1111,25 @@ export class Relock {
     const deadline = wait === null ? null : core.now() + wait;
     const n = group.length;
     const name = group.join(",");
+    const epoch = this.closes;
     for (;;) {
       const owner = this.newOwner();
       const release = ["LOCK.MRELEASE", n, ...group, owner, "FROM", 1];
       const rnd = await this.round(["LOCK.MACQUIRE", n, ...group, owner, ttl], { accept: (r) => core.groupTokens(group, r) });
       const until = rnd.validUntil(ttl);
-      if (until !== null) return new GroupHold(this, group, owner, ttl, [...rnd.agreed.values()][0] as Record<string, number>, until);
+      if (until !== null && this.closes === epoch) return new GroupHold(this, group, owner, ttl, [...rnd.agreed.values()][0] as Record<string, number>, until);
       const { now, later } = rnd.giveBack();
       if (now.some(Boolean)) {
         const left = (await this.round(release, { targets: now, untilAll: true })).unanswered();
         if (left.some(Boolean)) this.releaseLate(ttl, release, left);
       }
       if (later.some(Boolean)) this.releaseLate(ttl, release, later);
+      if (this.closes !== epoch) throw this.closedDuring(name);
       if (rnd.permanentlyFailed()) throw rnd.permanentError(group[0] ?? "");
       if (deadline !== null && core.now() >= deadline) throw rnd.acquireError(name, ttl, wait);
       if (this.nodes.length === 1 && !rnd.someFailed()) {
         // Some key is taken or has a queue: wait for the keys one by one, in order.
-        const got = await this.waitEach(group, owner, ttl, deadline);
+        const got = await this.waitEach(group, owner, ttl, deadline, epoch);
         if (got instanceof GroupHold) return got;
         if (got === "timeout") throw new NotAcquiredError(`locks ${JSON.stringify(group)}: not all acquired within ${wait} ms`, { key: group[0] });
         continue; // a key taken early was lost while waiting: start again
@@ -1036,7 +1147,7 @@ export class Relock {
    * "timeout" or "again" (a key taken early was lost: start over); what was taken is given
    * back unless the group is returned.
    */
-  private async waitEach(group: string[], owner: string, ttl: number, deadline: number | null): Promise<GroupHold | "timeout" | "again"> {
+  private async waitEach(group: string[], owner: string, ttl: number, deadline: number | null, epoch: number): Promise<GroupHold | "timeout" | "again"> {
     const taken: string[] = [];
     const tokens: Record<string, number> = {};
     const allOf = (want: number) => (r: unknown) => (r !== null && r !== undefined && Number(r) === want ? r : null);
@@ -1054,6 +1165,7 @@ export class Relock {
           let piece = remaining;
           if (taken.length) piece = remaining === null ? ttl / 3 : Math.min(remaining, ttl / 3);
           const rnd = await this.waitRound(key, owner, ttl, piece, []);
+          if (this.closes !== epoch) throw this.closedDuring(group.join(","));
           if (rnd.won()) {
             taken.push(key);
             tokens[key] = Number([...rnd.agreed.values()][0]);
@@ -1083,6 +1195,7 @@ export class Relock {
         giveBack();
         return "again";
       }
+      if (this.closes !== epoch) throw this.closedDuring(group.join(","));
       const ordered: Record<string, number> = {};
       for (const k of group) ordered[k] = tokens[k] ?? 0;
       return new GroupHold(this, group, owner, ttl, ordered, until);
@@ -1296,7 +1409,7 @@ export class Hold {
       return;
     }
     if (this.renewing) return;
-    this.renewing = this.renewRound(this.ttl)
+    this.renewing = this.renewRound(undefined)
       .then((ok) => {
         const every = Math.max(this.ttl / 3, 1);
         if (ok) this.schedule(core.now() + every);
@@ -1314,10 +1427,12 @@ export class Hold {
    * One renewal round: true when renewed, false when only unanswered (try again); throws
    * when lost, and (`explicit`: `renew(ttl)`) a `ServerError` when the servers refused the ttl.
    */
-  private async renewRound(ttl: number, explicit = false): Promise<boolean> {
-    const ms = core.checkTtl(ttl);
+  private async renewRound(ttl: number | undefined, explicit = false): Promise<boolean> {
+    // The background renewal (ttl undefined) takes the hold's ttl when its turn comes: queued
+    // behind renew(60000), it must not send the old ttl after it and shorten the lease.
+    const ms = ttl === undefined ? undefined : core.checkTtl(ttl);
     this.check();
-    return this.inOrder("renewals", () => this.renewOnce(ms, explicit));
+    return this.inOrder("renewals", () => this.renewOnce(ms ?? core.checkTtl(this.ttl), explicit));
   }
 
   private async renewOnce(ms: number, explicit: boolean): Promise<boolean> {
@@ -1361,7 +1476,7 @@ export class Hold {
    * `relock.restart-grace-ms`: the hold is kept, with its ttl).
    */
   async renew(ttl?: number): Promise<void> {
-    if (!(await this.renewRound(ttl ?? this.ttl, true))) {
+    if (!(await this.renewRound(ttl, true))) {
       throw new NotAcquiredError(`lock ${JSON.stringify(this.key)}: renewal failed (${this.lastFailure})`, { key: this.key });
     }
   }

@@ -293,7 +293,15 @@ test("Redlock counts a master in grace as a no-vote", async () => {
   const plain = [await Server.start(), await Server.start()];
   const grace = await Server.start(["--relock.restart-grace-ms", "60000"]);
   try {
-    const locks = new Relock([connect(plain[0]), connect(plain[1]), connect(grace)]);
+    const clients = [connect(plain[0]), connect(plain[1]), connect(grace)];
+    // Every connection up first (by event), so that the `wait: 0` calls below count votes
+    // and not connections still opening on a loaded machine: the clients' own, then the
+    // package's (a warm-up acquisition waits until both plain masters answered it).
+    await Promise.all(clients.map((c) => (c.status === "ready" ? undefined : new Promise((res) => c.once("ready", res)))));
+    const locks = new Relock(clients, { nodeTimeout: 1000 });
+    const warm = await locks.acquire("warm", { ttl: 5000, wait: 20_000 });
+    assert.ok(warm);
+    await warm.release();
     await locks.using("k", { ttl: 5000, wait: 0 }, async (h) => assert.equal(Object.keys(h.tokens).length, 2));
     await locks.usingAll(["a", "b"], { ttl: 5000, wait: 0 }, async (g) => assert.ok(g.token > 0));
     plain[0].pause();

@@ -333,7 +333,9 @@ test("concurrent re-entries of one hold, on one server and over 3 masters, leave
   try {
     for (let i = 0; i < 3; i++) servers.push(await Server.start());
     const direct = servers.map((s) => connect(s.port));
-    for (const locks of [relock(connect(servers[0].port)), relock(servers.map((s) => connect(s.port)))]) {
+    // 1 s per node: the test is about counts, and a loaded machine can take longer than the
+    // default 100 ms (a re-entry not answered in time is taken back, and rejects).
+    for (const locks of [relock(connect(servers[0].port), { nodeTimeout: 1000 }), relock(servers.map((s) => connect(s.port)), { nodeTimeout: 1000 })]) {
       const h = await locks.acquireOrThrow("k", { ttl: 10_000 });
       const seen = [];
       await Promise.all([
