@@ -666,6 +666,10 @@ impl<T: Handles> Engine<T> {
                 decision = Take::Refuse(Refusal::Grace(ms));
             }
         }
+        // Out of memory, what adds is refused; a repeat, a nil or an error is answered still.
+        if matches!(decision, Take::Grant | Take::Refresh { .. }) && host.out_of_memory() {
+            decision = Take::Refuse(Refusal::OutOfMemory);
+        }
         let reply = self.apply_take(host, key, &request, kind, decision);
         self.note_lapsed(host, key);
         reply
