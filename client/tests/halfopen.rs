@@ -319,3 +319,44 @@ async fn a_reentry_whose_connection_ends_unanswered_is_taken_back() {
     outer.release().await.expect("outer release");
     assert_eq!(count(), None);
 }
+
+/// A release whose connection ends before its answer (the server ran it) is sent once more: a
+/// `LOCK.RELEASE ... FROM c` sent twice takes one level off, whichever copy runs first. Three
+/// handles deep, the innermost release's answer is lost; the two outer releases then name the
+/// right counts and end the hold. Before, the lost answer made the next release name 1 on a
+/// hold at 2 (`ERR hold count is 2, not 1`), and the hold lived on to its ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_connection_ends_unanswered_is_sent_again() {
+    const KEY: &str = "cut-release";
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let relock = Relock::with_options(
+        &[proxy.url()],
+        Options {
+            node_timeout: Duration::from_millis(2000),
+            ..Options::default()
+        },
+    )
+    .expect("client");
+    let count = || {
+        tokio::task::block_in_place(|| common::lock_info(&mut server.conn(), KEY).map(|i| i.count))
+    };
+    let ttl = Duration::from_secs(60);
+    let outer = relock.reenter(KEY, "me", ttl).await.expect("outer");
+    let middle = outer.reenter(ttl).await.expect("middle");
+    let inner = middle.reenter(ttl).await.expect("inner");
+    assert_eq!(count(), Some(3));
+    proxy.cut_next_answer();
+    inner
+        .release()
+        .await
+        .expect("inner release, answered the second time");
+    assert_eq!(count(), Some(2));
+    middle.release().await.expect("middle release");
+    assert_eq!(count(), Some(1));
+    // The last release's answer lost too: its second copy finds the hold gone (nil), which,
+    // after a first copy that may have ended it, is a release done.
+    proxy.cut_next_answer();
+    outer.release().await.expect("outer release");
+    assert_eq!(count(), None);
+}
