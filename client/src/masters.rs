@@ -402,7 +402,7 @@ impl Masters {
                         // says where the hold is (nil after FROM 1: the first copy may have
                         // ended it, a release done). (Not after a timeout: a release round
                         // waits for every master, and a stopped one would hold it up twice.)
-                        Err(e) if connection_ended(&e) => {
+                        Err(NodeFailure::Redis(e)) if connection_ended(&e) => {
                             let again: Option<u64> = node.query(&key, &cmd, timeout).await?;
                             again.or((from == 1).then_some(0))
                         }
@@ -600,9 +600,9 @@ pub(crate) enum Write {
 }
 
 /// Whether a command's connection ended before its answer came (it may have run); not an
-/// answer, an error reply included, nor a timeout.
-fn connection_ended(failure: &NodeFailure) -> bool {
-    matches!(failure, NodeFailure::Redis(e) if e.is_io_error() || e.is_connection_dropped())
+/// answer, an error reply included, nor a timeout, nor a connection refused (nothing sent).
+pub(crate) fn connection_ended(failure: &redis::RedisError) -> bool {
+    (failure.is_io_error() || failure.is_connection_dropped()) && !failure.is_connection_refusal()
 }
 
 /// One write of a round on one master: what [`Masters::write_on`] sends.

@@ -269,8 +269,7 @@ impl Node {
                 // server runs what it read before it sees the end). Taken back on a new
                 // connection, since the old one is gone: if it ran, its step comes off; if
                 // not, the take-back is a repeat and changes nothing.
-                let ended =
-                    matches!(&result, Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped());
+                let ended = matches!(&result, Ok(Err(e)) if crate::masters::connection_ended(e));
                 let reply = self.server_reply(result, timeout).await;
                 if let (true, Some(take_back)) = (ended, take_back) {
                     let answer = self.query::<Value>(key, take_back, timeout).await;
