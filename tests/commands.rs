@@ -1190,6 +1190,60 @@ fn a_step_from_another_count_is_an_error_that_changes_nothing() {
     );
 }
 
+/// Out of memory (`maxmemory` below what is used, `noeviction`), a step sent twice still
+/// answers its repeat as the first one was answered: a repeat adds nothing, so it needs no
+/// memory (a driver's retry of a re-entry that ran must not turn into an error that leaves the
+/// caller believing it never ran). A step that would add a level or a hold is refused with OOM
+/// and changes nothing.
+#[test]
+fn out_of_memory_a_repeat_is_still_answered() {
+    let server = Server::with_args(&["--maxmemory-policy", "noeviction"]);
+    let mut c = server.conn();
+    assert_eq!(
+        int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 0)),
+        1
+    );
+    assert_eq!(
+        int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 1)),
+        2
+    );
+    let _: () = cmd!("CONFIG", "SET", "maxmemory", 1).query(&mut c).unwrap();
+    let before = snapshot(&mut c, &["k", "new"]);
+    // The repeat of FROM 1 (the hold is at 2), and a FROM 0 now the hold is ours: answered.
+    assert_eq!(
+        int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 1)),
+        2
+    );
+    assert_eq!(
+        error(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 0)),
+        "ERR hold count is 2, not 0"
+    );
+    // A hold that is gone: nil, as with memory.
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.REENTER", "gone", "o", 60_000, "FROM", 1)),
+        None
+    );
+    // A step that adds: OOM, nothing changes.
+    for step in [
+        cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 2),
+        cmd!("LOCK.REENTER", "k", "o", 60_000),
+        cmd!("LOCK.REENTER", "new", "o", 60_000, "FROM", 0),
+        cmd!("LOCK.REENTER", "new", "o", 60_000),
+    ] {
+        let e = error(&mut c, step.clone());
+        assert!(e.starts_with("OOM "), "{}: {e}", show(&step));
+    }
+    assert_eq!(snapshot(&mut c, &["k", "new"]), before);
+    // Releases need no memory.
+    assert_eq!(int(&mut c, cmd!("LOCK.RELEASE", "k", "o", "FROM", 2)), 1);
+    assert_eq!(int(&mut c, cmd!("LOCK.RELEASE", "k", "o", "FROM", 2)), 1);
+    let _: () = cmd!("CONFIG", "SET", "maxmemory", 0).query(&mut c).unwrap();
+    assert_eq!(
+        int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 1)),
+        2
+    );
+}
+
 #[test]
 fn from_counts_are_checked() {
     let server = Server::start();

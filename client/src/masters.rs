@@ -395,7 +395,19 @@ impl Masters {
                         return Ok(None);
                     }
                     let node = masters.nodes.get(i).ok_or_else(|| no_master(i))?;
-                    let left: Option<u64> = node.query(&key, &cmd, timeout).await?;
+                    let left: Option<u64> = match node.query(&key, &cmd, timeout).await {
+                        // The connection ended before the answer came: the release may have
+                        // run. Sent once more, on a new connection: a release FROM c sent twice
+                        // takes one level off, whichever copy runs first, and the second answer
+                        // says where the hold is (nil after FROM 1: the first copy may have
+                        // ended it, a release done). (Not after a timeout: a release round
+                        // waits for every master, and a stopped one would hold it up twice.)
+                        Err(NodeFailure::Redis(e)) if connection_ended(&e) => {
+                            let again: Option<u64> = node.query(&key, &cmd, timeout).await?;
+                            again.or((from == 1).then_some(0))
+                        }
+                        other => other?,
+                    };
                     Ok(left.map(|holds_left| Released { holds_left }))
                 })
             })
@@ -585,6 +597,12 @@ pub(crate) enum Write {
     Renew,
     /// `LOCK.DOWNGRADE`: the reply is the token or nil.
     Downgrade,
+}
+
+/// Whether a command's connection ended before its answer came (it may have run); not an
+/// answer, an error reply included, nor a timeout, nor a connection refused (nothing sent).
+pub(crate) fn connection_ended(failure: &redis::RedisError) -> bool {
+    (failure.is_io_error() || failure.is_connection_dropped()) && !failure.is_connection_refusal()
 }
 
 /// One write of a round on one master: what [`Masters::write_on`] sends.

@@ -265,7 +265,17 @@ impl Node {
                         tokio::time::timeout(timeout, take_back.query_async::<Value>(&mut c)).await;
                     tracing::debug!(key, ?answer, "a write without an answer, taken back");
                 }
-                self.server_reply(result, timeout).await?
+                // The connection ended before the answer came: the write may have run (the
+                // server runs what it read before it sees the end). Taken back on a new
+                // connection, since the old one is gone: if it ran, its step comes off; if
+                // not, the take-back is a repeat and changes nothing.
+                let ended = matches!(&result, Ok(Err(e)) if crate::masters::connection_ended(e));
+                let reply = self.server_reply(result, timeout).await;
+                if let (true, Some(take_back)) = (ended, take_back) {
+                    let answer = self.query::<Value>(key, take_back, timeout).await;
+                    tracing::debug!(key, ?answer, "a write whose connection ended, taken back");
+                }
+                reply?
             }
             Backend::Cluster(cluster) => cluster.call(key, &pipe, timeout).await?,
             Backend::Sentinel(sentinel) => sentinel.call(&pipe, timeout).await?,

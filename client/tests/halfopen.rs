@@ -277,3 +277,86 @@ async fn a_reentry_without_an_answer_is_taken_back_on_its_connection() {
     outer.release().await.expect("outer release");
     assert_eq!(count(), None);
 }
+
+/// A re-entry whose connection ends before its answer arrives (the server ran it: the proxy
+/// drops the answer and closes the connection) is taken back as one that timed out: the
+/// caller gets an error, and the count it added comes off (on a new connection: the old one is
+/// gone, and the re-entry ran before the server answered it). The handles' own releases, which
+/// name the counts they know, then end the hold; before, the level stayed, each release was
+/// refused (`ERR hold count is 3, not 2`) and the hold lived on to its ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_whose_connection_ends_unanswered_is_taken_back() {
+    const KEY: &str = "cut-answer";
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let relock = Relock::with_options(
+        &[proxy.url()],
+        Options {
+            node_timeout: Duration::from_millis(2000),
+            ..Options::default()
+        },
+    )
+    .expect("client");
+    let count = || {
+        tokio::task::block_in_place(|| common::lock_info(&mut server.conn(), KEY).map(|i| i.count))
+    };
+    let ttl = Duration::from_secs(60);
+    let outer = relock.reenter(KEY, "me", ttl).await.expect("outer");
+    let inner = outer.reenter(ttl).await.expect("inner");
+    assert_eq!(count(), Some(2));
+    let reentered_before = tokio::task::block_in_place(|| calls(&server, "lock.reenter"));
+    proxy.cut_next_answer();
+    let lost = inner.reenter(ttl).await;
+    assert!(lost.is_err(), "answered: {lost:?}");
+    assert_eq!(
+        tokio::task::block_in_place(|| calls(&server, "lock.reenter")),
+        reentered_before + 1,
+        "the re-entry did not run"
+    );
+    assert_eq!(count(), Some(2), "the count the lost re-entry added stayed");
+    inner.release().await.expect("inner release");
+    assert_eq!(count(), Some(1));
+    outer.release().await.expect("outer release");
+    assert_eq!(count(), None);
+}
+
+/// A release whose connection ends before its answer (the server ran it) is sent once more: a
+/// `LOCK.RELEASE ... FROM c` sent twice takes one level off, whichever copy runs first. Three
+/// handles deep, the innermost release's answer is lost; the two outer releases then name the
+/// right counts and end the hold. Before, the lost answer made the next release name 1 on a
+/// hold at 2 (`ERR hold count is 2, not 1`), and the hold lived on to its ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_connection_ends_unanswered_is_sent_again() {
+    const KEY: &str = "cut-release";
+    let server = Server::start();
+    let proxy = Proxy::start(server.port);
+    let relock = Relock::with_options(
+        &[proxy.url()],
+        Options {
+            node_timeout: Duration::from_millis(2000),
+            ..Options::default()
+        },
+    )
+    .expect("client");
+    let count = || {
+        tokio::task::block_in_place(|| common::lock_info(&mut server.conn(), KEY).map(|i| i.count))
+    };
+    let ttl = Duration::from_secs(60);
+    let outer = relock.reenter(KEY, "me", ttl).await.expect("outer");
+    let middle = outer.reenter(ttl).await.expect("middle");
+    let inner = middle.reenter(ttl).await.expect("inner");
+    assert_eq!(count(), Some(3));
+    proxy.cut_next_answer();
+    inner
+        .release()
+        .await
+        .expect("inner release, answered the second time");
+    assert_eq!(count(), Some(2));
+    middle.release().await.expect("middle release");
+    assert_eq!(count(), Some(1));
+    // The last release's answer lost too: its second copy finds the hold gone (nil), which,
+    // after a first copy that may have ended it, is a release done.
+    proxy.cut_next_answer();
+    outer.release().await.expect("outer release");
+    assert_eq!(count(), None);
+}

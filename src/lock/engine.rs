@@ -703,6 +703,15 @@ impl<T: Handles> Engine<T> {
                 decision = Take::Refuse(refusal);
             }
         }
+        // Out of memory, a re-entry that adds is refused; a repeat, a nil or an error is
+        // answered still. (The other acquiring commands are deny-oom: Redis refuses them first,
+        // except in a script flagged allow-oom, which they keep.)
+        if matches!(kind, Kind::Reenter(_))
+            && matches!(decision, Take::Grant | Take::Refresh { .. })
+            && host.out_of_memory()
+        {
+            decision = Take::Refuse(Refusal::OutOfMemory);
+        }
         let reply = self.apply_take(host, key, &request, kind, decision);
         self.note_lapsed(host, key);
         reply

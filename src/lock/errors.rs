@@ -23,6 +23,10 @@ pub const OTHER_PERMITS: &str = "ERR lock is held with other permits";
 /// A new holder's owner does not fit beside the key's others (owners take 4 GiB in all).
 pub const TOO_MANY_HOLDERS: &str = "ERR lock has too many holders";
 
+/// A step that adds a hold or a level while the server is out of memory (Redis's own text for a
+/// `deny-oom` command).
+pub const OUT_OF_MEMORY: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+
 /// A ttl longer than the restart grace, while one is configured.
 pub const TTL_ABOVE_GRACE: &str = "ERR ttl_ms exceeds relock.restart-grace-ms";
 
@@ -74,6 +78,8 @@ pub enum Refusal {
     /// The token counter is ahead of this server's clock (tokens from a server whose clock is
     /// ahead): no new hold for this many more ms.
     Clock(u64),
+    /// A hold or a level to add while the server is out of memory (`maxmemory`).
+    OutOfMemory,
 }
 
 impl Refusal {
@@ -90,6 +96,7 @@ impl Refusal {
             Refusal::TtlAboveGrace => Cow::Borrowed(TTL_ABOVE_GRACE),
             Refusal::OtherCount { held, from } => Cow::Owned(other_count(held, from)),
             Refusal::Clock(ms) => Cow::Owned(clock(ms)),
+            Refusal::OutOfMemory => Cow::Borrowed(OUT_OF_MEMORY),
         }
     }
 }

@@ -204,4 +204,11 @@ pub trait Host<T: Handles> {
     /// In cluster mode, where a waiter for `key` must go instead when this node no longer serves
     /// its slot (an `ASK`/`MOVED`/`TRYAGAIN` error text); `None` when this node serves it.
     fn redirect(&mut self, key: &[u8]) -> Option<String>;
+    /// Whether the running command must not add a hold or a level: the server is out of memory
+    /// (`maxmemory`, after what eviction could free) and the command comes from a client, not
+    /// the master's stream or the AOF. `LOCK.REENTER` is no `deny-oom` command, so that a repeat
+    /// of its step (which adds nothing) is answered out of memory too.
+    fn out_of_memory(&self) -> bool {
+        false
+    }
 }

@@ -161,6 +161,10 @@ impl Host<RedisHandles> for RedisHost<'_> {
     fn redirect(&mut self, key: &[u8]) -> Option<String> {
         cluster::redirect(self.ctx, key)
     }
+
+    fn out_of_memory(&self) -> bool {
+        self.command.is_some() && server::out_of_memory(self.ctx)
+    }
 }
 
 /// Whether `name`, in the db selected in `ctx`, holds a shared lock: a look that changes nothing

@@ -94,6 +94,13 @@ pub fn paused_for(ctx: *mut raw::RedisModuleCtx) -> bool {
     writes_paused() && !from_replication_or_aof(ctx)
 }
 
+/// Whether a client's command is refused what adds to the keyspace, as Redis refuses a
+/// `deny-oom` command: used memory is above `maxmemory` after what eviction could free (Redis
+/// evicts before every command). The master's stream and the AOF are never refused.
+pub fn out_of_memory(ctx: *mut raw::RedisModuleCtx) -> bool {
+    flags(ctx) & raw::REDISMODULE_CTX_FLAGS_OOM as c_int != 0 && !from_replication_or_aof(ctx)
+}
+
 /// Whether the running command comes from the master's stream or the AOF (no client to block).
 pub fn from_replication_or_aof(ctx: *mut raw::RedisModuleCtx) -> bool {
     let flags = flags(ctx);

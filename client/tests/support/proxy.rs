@@ -23,6 +23,9 @@ struct Shared {
     all_silent: AtomicBool,
     /// Each forwarded chunk waits this long first (microseconds).
     delay_us: AtomicU64,
+    /// The next answer from the server is dropped and its connection closed, both ways: the
+    /// command ran, and the client sees its connection end without an answer.
+    cut_next_answer: AtomicBool,
     next: AtomicU64,
     closed: AtomicBool,
 }
@@ -38,6 +41,7 @@ impl Proxy {
             silent_below: AtomicU64::new(0),
             all_silent: AtomicBool::new(false),
             delay_us: AtomicU64::new(0),
+            cut_next_answer: AtomicBool::new(false),
             next: AtomicU64::new(0),
             closed: AtomicBool::new(false),
         });
@@ -51,13 +55,13 @@ impl Proxy {
                         else {
                             continue;
                         };
-                        for (from, to) in [
-                            (client.try_clone(), server.try_clone()),
-                            (server.try_clone(), client.try_clone()),
+                        for (from, to, answers) in [
+                            (client.try_clone(), server.try_clone(), false),
+                            (server.try_clone(), client.try_clone(), true),
                         ] {
                             if let (Ok(from), Ok(to)) = (from, to) {
                                 let shared = accepting.clone();
-                                thread::spawn(move || forward(n, from, to, &shared));
+                                thread::spawn(move || forward(n, from, to, answers, &shared));
                             }
                         }
                     }
@@ -93,6 +97,13 @@ impl Proxy {
         self.shared.all_silent.store(false, Ordering::SeqCst);
     }
 
+    /// The next answer the server sends (on any connection) never arrives: the proxy drops it
+    /// and closes that connection both ways, so that the client sees its connection end after
+    /// the command ran (a reset link, a restarted middlebox).
+    pub fn cut_next_answer(&self) {
+        self.shared.cut_next_answer.store(true, Ordering::SeqCst);
+    }
+
     /// Every chunk forwarded from now on waits `delay` first: a slow link.
     pub fn delay(&self, delay: Duration) {
         self.shared
@@ -107,7 +118,8 @@ impl Drop for Proxy {
     }
 }
 
-fn forward(n: u64, mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
+/// Forwards `from` to `to`; `answers`: the server's side, to the client.
+fn forward(n: u64, mut from: TcpStream, mut to: TcpStream, answers: bool, shared: &Shared) {
     let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
     let mut buf = [0u8; 16 * 1024];
     // A connection silenced stays silent: the sockets stay open, nothing moves.
@@ -129,6 +141,10 @@ fn forward(n: u64, mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
                 {
                     silent = true;
                     continue;
+                }
+                if answers && shared.cut_next_answer.swap(false, Ordering::SeqCst) {
+                    let _ = from.shutdown(std::net::Shutdown::Both);
+                    break;
                 }
                 let delay = shared.delay_us.load(Ordering::SeqCst);
                 if delay > 0 {

@@ -655,7 +655,9 @@ impl KeyFamilies {
 /// Fields of a newer module that lockctl does not know yet, by the names they get
 /// ([`other_metric`]): a family for each, made as they come.
 fn record_other_fields(families: &Families, readings: &[MasterSample]) -> prometheus::Result<()> {
-    let mut others: BTreeMap<String, Other> = BTreeMap::new();
+    // By metric name: the field that has it, and its family (`None`: the name is another
+    // family's, one lockctl has or the key families', and the field is left out).
+    let mut others: BTreeMap<String, (&str, Option<Other>)> = BTreeMap::new();
     for reading in readings {
         let Ok(info) = &reading.info else { continue };
         for (field, value) in &info.fields {
@@ -665,16 +667,29 @@ fn record_other_fields(families: &Families, readings: &[MasterSample]) -> promet
             let Some((name, scale, counter)) = other_metric(field) else {
                 continue;
             };
-            if !others.contains_key(&name) {
+            let (owner, family) = others.entry(name).or_insert_with_key(|name| {
                 let help = format!("INFO relock_{field}");
+                // A name already registered is refused: that field is left out, never the
+                // whole scrape.
                 let family = if counter {
-                    Other::Counter(families.counter(&name, &help, &["master"])?)
+                    families
+                        .counter(name, &help, &["master"])
+                        .ok()
+                        .map(Other::Counter)
                 } else {
-                    Other::Gauge(families.gauge(&name, &help, &["master"])?)
+                    families
+                        .gauge(name, &help, &["master"])
+                        .ok()
+                        .map(Other::Gauge)
                 };
-                others.insert(name.clone(), family);
+                (field.as_str(), family)
+            });
+            // Two new fields with one name (`x_ms` and `x_us`): the first keeps it, so that
+            // no series mixes the two.
+            if *owner != field.as_str() {
+                continue;
             }
-            match others.get(&name) {
+            match family {
                 Some(Other::Counter(c)) => c
                     .with_label_values(&[reading.master.as_str()])
                     .inc_by((value * scale).max(0.0)),
@@ -789,5 +804,51 @@ mod tests {
         );
         assert_eq!(other_metric("shards"), Some(("shards".into(), 1.0, false)));
         assert_eq!(other_metric("Bad-Name"), None);
+    }
+
+    /// A field of a newer module whose metric name is taken (by a family lockctl has, by the
+    /// key families, or by another new field: `x_ms` and `x_us` are both `x_seconds`) is left
+    /// out: the scrape still answers, with every other series, and no series mixes two fields.
+    #[test]
+    fn a_new_field_with_a_taken_name_does_not_break_the_scrape() {
+        let mut info = RelockInfo::default();
+        for (field, value) in [
+            ("acquired_total", 7.0),
+            ("up", 5.0),
+            ("log_entries", 9.0),
+            ("key_waits_total", 3.0),
+            ("scrape_duration_seconds", 4.0),
+            ("lag_ms", 2000.0),
+            ("lag_us", 1.0),
+            ("queued_total", 11.0),
+        ] {
+            info.fields.insert(field.into(), value);
+        }
+        let reading = MasterSample {
+            master: "m:1".into(),
+            at: tokio::time::Instant::now(),
+            took: Duration::from_millis(1),
+            info: Ok(info),
+            hot: Ok(Vec::new()),
+        };
+        let text = exposition(&[reading]).expect("the scrape answers");
+        assert!(
+            text.contains("relock_acquired_total{master=\"m:1\"} 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("relock_queued_total{master=\"m:1\"} 11"),
+            "{text}"
+        );
+        assert!(text.contains("relock_up{master=\"m:1\"} 1"), "{text}");
+        assert!(
+            !text.contains("relock_log_entries{master=\"m:1\"} 9"),
+            "{text}"
+        );
+        // lag_ms (2 s) came first by name: lag_us does not overwrite it.
+        assert!(
+            text.contains("relock_lag_seconds{master=\"m:1\"} 2\n"),
+            "{text}"
+        );
     }
 }
