@@ -25,6 +25,9 @@
 //! - While the server may not write (loading, writes paused) the engine's own work waits and is
 //!   retried; on a replica the waiters fail with `READONLY`.
 
+use std::collections::HashMap;
+use std::rc::Rc;
+
 use super::decide::{self, Downgrade, Kind, Next, Release, Seen, Take};
 use super::edit::{self, end_hold, ended_hold, ended_holder, expiry, next_deadline, refresh};
 use super::errors::{LockError, Refusal};
@@ -57,8 +60,30 @@ pub const GRANT_BATCH: usize = TURN_BUDGET;
 /// Lapsed leases one prune job removes at most (each one effect for replicas and the AOF).
 pub const PRUNE_SLICE: usize = 128;
 
+/// Lapsed leases a new shared hold ends at most in its own command or grant to make room in a
+/// semaphore; one that needs more waits (queued, or nil for `LOCK.ACQUIRE`) while the prune
+/// jobs end them, [`PRUNE_SLICE`] a turn, and is served in queue order once the rest fits.
+pub const MAKE_ROOM_INLINE: usize = PRUNE_SLICE;
+
 pub use super::reply::{HolderInfo, Info, Reply, Request, Wait, WaiterInfo};
 pub use super::shared::QUICK_TIDY_HOLDERS;
+
+/// The lapse timers of one db's shared keys, by name: when each fires, and the timer.
+type Lapses = HashMap<Rc<[u8]>, (i64, TimerId)>;
+
+/// Whether a new shared hold of `mode` at `key` would first have to end more lapsed leases than
+/// [`MAKE_ROOM_INLINE`] to fit its semaphore's limit. O(log H).
+fn room_waits<K: Key>(key: &K, mode: Mode, now: i64) -> bool {
+    let Mode::Shared { limit, permits } = mode else {
+        return false;
+    };
+    let Some(shared) = key.shared().filter(|_| limit > 0) else {
+        return false;
+    };
+    let need = (shared.permits_total() + u64::from(permits)).saturating_sub(u64::from(limit));
+    // A key whose every lease lapsed is replaced whole (one removal, whatever its size).
+    need > 0 && shared.live(now) > 0 && shared.leases_covering(need) > MAKE_ROOM_INLINE
+}
 
 /// The time the host reports, as the token counter's clock.
 struct Now(i64);
@@ -79,6 +104,8 @@ pub struct Engine<T: Handles> {
     grace: Grace,
     /// Units of work done in the current turn the engine started by itself.
     work: usize,
+    /// The lapse timer of each shared key that has one (db, name: when it fires, the timer).
+    lapses: HashMap<i32, Lapses>,
 }
 
 impl<T: Handles> Default for Engine<T> {
@@ -91,6 +118,7 @@ impl<T: Handles> Default for Engine<T> {
             watch: Watch::default(),
             grace: Grace::default(),
             work: 0,
+            lapses: HashMap::new(),
         }
     }
 }
@@ -541,6 +569,15 @@ impl<T: Handles> Engine<T> {
                     self.schedule.push(host, Job::Serve(key));
                 }
                 Work::Due(Due::WaitEnds { client, waiter }) => self.wait_ends(host, client, waiter),
+                Work::Due(Due::Lapse(key)) => {
+                    if let Some(keys) = self.lapses.get_mut(&key.db) {
+                        keys.remove(&key.name);
+                        if keys.is_empty() {
+                            self.lapses.remove(&key.db);
+                        }
+                    }
+                    self.schedule.push(host, Job::Prune(key));
+                }
                 Work::Due(Due::GraceEnds) => match self.grace.left_ms(host.now_us()) {
                     // The wall clock the timer runs on was ahead of the monotonic one.
                     Some(ms) => {
@@ -590,7 +627,7 @@ impl<T: Handles> Engine<T> {
     /// Lock-deadline and wait-timeout timers armed and not yet fired or stopped (must come back
     /// to 0 when nobody waits, or timers leak).
     pub fn armed_timers(&self) -> usize {
-        self.schedule.armed()
+        self.schedule.armed() - self.lapses.values().map(HashMap::len).sum::<usize>()
     }
 
     /// The largest token issued or observed.
@@ -658,7 +695,13 @@ impl<T: Handles> Engine<T> {
             // A free key with waiters means a wake-up is due; make sure one is scheduled.
             self.schedule.push(host, Job::Serve(key.id().to_id()));
         }
-        decide::take(seen, queued, request.owner, request.mode, kind)
+        let take = decide::take(seen, queued, request.owner, request.mode, kind);
+        if take == Take::Grant && room_waits(key, request.mode, host.now_ms()) {
+            // More lapsed leases in the way than one command may end: the schedule ends them.
+            self.schedule.push(host, Job::Prune(key.id().to_id()));
+            return Take::Wait;
+        }
+        take
     }
 
     /// Applies an acquiring decision; the reply.
@@ -814,7 +857,7 @@ impl<T: Handles> Engine<T> {
                 break;
             }
             let now = host.now_ms();
-            let next = match self.waiters.head(id) {
+            let (next, mode) = match self.waiters.head(id) {
                 None => break,
                 Some(head) => {
                     let next = decide::next_for(
@@ -822,10 +865,19 @@ impl<T: Handles> Engine<T> {
                         &head.owner,
                         head.mode,
                     );
-                    decide::at_turn(next, self.grace.allows_ttl(head.ttl_ms))
+                    (
+                        decide::at_turn(next, self.grace.allows_ttl(head.ttl_ms)),
+                        head.mode,
+                    )
                 }
             };
             if next == Next::Stop {
+                break;
+            }
+            if next == Next::Grant && room_waits(key, mode, now) {
+                // The head waits, and everyone behind it, while the schedule ends the lapsed
+                // leases in its way; the prune job serves the key after each slice.
+                self.schedule.push(host, Job::Prune(id.clone()));
                 break;
             }
             let Some(Removed { waiter, deadline }) = self.waiters.pop_head(id) else {

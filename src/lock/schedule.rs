@@ -42,6 +42,9 @@ pub enum Due<C> {
     WaitEnds { client: C, waiter: WaiterId },
     /// The restart grace ends: every queue is served.
     GraceEnds,
+    /// The first lease of this shared key has lapsed: its lapsed leases are removed, a slice a
+    /// turn, whether or not a command touches the key.
+    Lapse(KeyId),
 }
 
 /// Work for after the current command (Redis 7.0 forbids writes inside keyspace

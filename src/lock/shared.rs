@@ -481,6 +481,33 @@ impl Shared {
         u64::from(self.permits_in(self.root))
     }
 
+    /// How many holders, taken in lease order (the first to end first), hold `permits` together
+    /// (0 for none; more than [`Shared::len`] if all of them hold fewer). O(log H).
+    pub fn leases_covering(&self, permits: u64) -> usize {
+        let mut need = permits;
+        if need == 0 {
+            return 0;
+        }
+        let (mut t, mut before) = (self.root, 0usize);
+        while t != NIL {
+            let record = &self.slots[t as usize];
+            let left = u64::from(self.permits_in(record.left));
+            if left >= need {
+                t = record.left;
+                continue;
+            }
+            need -= left;
+            before += self.size(record.left) as usize + 1;
+            let own = u64::from(record.permits());
+            if own >= need {
+                return before;
+            }
+            need -= own;
+            t = record.right;
+        }
+        self.len() + 1
+    }
+
     /// Holders whose lease has lapsed at `now` (not removed yet). O(log H).
     pub fn lapsed(&self, now: i64) -> usize {
         let mut t = self.root;
