@@ -17,7 +17,10 @@
 //!   expiry; for a shared key, the lease end that makes room), so the head gets the lock within a
 //!   few ms rather than whenever Redis gets to the key.
 //! - A lapsed shared lease counts for nothing from the millisecond after its end: decisions never
-//!   wait for its removal, which runs in slices of at most [`PRUNE_SLICE`] per turn.
+//!   wait for its removal, which runs in slices of at most [`PRUNE_SLICE`] per turn, set off by
+//!   the key's lapse timer (or a command on the key). A semaphore grant that needs the room of
+//!   more lapsed leases than [`MAKE_ROOM_INLINE`] waits for those slices rather than ending
+//!   them inline.
 //! - A hold granted through answers that all got lost (their clients hung up before delivery) is
 //!   revoked and passes on; one delivered answer, or a command of its owner, keeps it.
 //! - Every turn the engine starts by itself (its timers and jobs) does at most [`TURN_BUDGET`]

@@ -4,21 +4,25 @@
 //! Each operation costs what the commands' docs promise, whatever the number H of holders and
 //! however many of their leases have lapsed without being removed yet:
 //! - finding a holder by owner: O(1) expected;
-//! - adding, renewing or removing one: O(log H) expected (amortized for the arrays' growth);
+//! - adding, renewing or removing one: O(log H) expected, growth included: the table grows
+//!   incrementally and the arrays a page at a time, so no single operation re-hashes or copies
+//!   the set (only compacting the owners' bytes, once most of them are stale, is amortized);
 //! - the first and the last lease to end, the first lease end from a given time, and how many
 //!   leases are alive at a given time: O(log H);
 //! - the first n live holders in grant (token) order: O((n + log H) log(n + log H)).
 //!
 //! Memory is what the spec bounds (bytes per holder beyond its owner's bytes), so the set is a
-//! few flat arrays rather than maps of boxes:
+//! few paged arrays ([`super::pages`]) rather than maps of boxes:
 //! - `slots`: one 48-byte record per holder, in no particular order (a removal moves the last
-//!   record into the hole);
-//! - `owners`: every owner's bytes back to back, each record pointing at its own; the bytes of
-//!   removed owners are compacted away once they are a quarter of the whole (at most
-//!   [`MAX_OWNER_BYTES`] in all, so that a 32-bit offset addresses every owner);
+//!   record into the hole), in pages of 4,096;
+//! - `owners`: every owner's bytes back to back in pages of 256 KB, each record pointing at its
+//!   own; the bytes of removed owners are compacted away once they are a quarter of the whole
+//!   (at most [`MAX_OWNER_BYTES`] in all, so that a 32-bit offset addresses every owner);
 //! - `table`: an open-addressing hash table of slot numbers by owner (4 bytes per entry, between
 //!   an eighth and three quarters full; deletion shifts entries back, so it never fills with
-//!   tombstones);
+//!   tombstones). Past 3/4 full a table twice as large takes over, and the old one's owners move
+//!   into it [`REHASH_STEP`] at a time with each later insert and removal (lookups look in both
+//!   meanwhile), as Redis's dict does;
 //! - the records are also the nodes of a treap ordered by (lease end, token, owner), each node
 //!   knowing the size of its subtree, the permits held in it and the holder with the smallest
 //!   token in it: that is what answers the time, permit and order questions above without a
