@@ -128,6 +128,8 @@ fn a_storm_of_lease_ends_is_removed_in_bounded_turns() {
     let mut c = server.conn();
     let end = fill_before_storm(&mut c, "storm", holders(), 0);
     assert_eq!(info_field(&mut c, "holds") as usize, holders() + 1);
+    // A value built again (a busy machine) may have had some of its leases removed first.
+    let expired_before = info_field(&mut c, "expired_total") as usize;
     let mut writer = Raw::connect(&server);
     writer.send(&[b"LOCK.WAIT", b"storm", b"writer", b"1000", b"0"]);
     assert!(eventually(DUE, || info_field(&mut c, "waiters") == 1));
@@ -147,7 +149,10 @@ fn a_storm_of_lease_ends_is_removed_in_bounded_turns() {
         "a ping waited {worst:?} while {} lapsed leases were removed",
         holders()
     );
-    assert_eq!(info_field(&mut c, "expired_total") as usize, holders());
+    assert_eq!(
+        info_field(&mut c, "expired_total") as usize - expired_before,
+        holders()
+    );
     assert_eq!(
         writer.read_within(Duration::from_millis(100)),
         None,
@@ -226,8 +231,7 @@ fn usec_per_call(c: &mut Connection, command: &str) -> f64 {
 fn reads_cost_log_h_with_many_lapsed_leases() {
     let server = Server::start();
     let mut c = server.conn();
-    let end = now_ms() + 2_000;
-    fill(&mut c, "read", holders(), 0, end);
+    let end = fill_before_storm(&mut c, "read", holders(), 0);
     // The module removes lapsed leases by itself (a slice a turn from the millisecond after
     // they lapse), but not while writes are paused: the reads below find them all there.
     let _: () = cmd!("CLIENT", "PAUSE", 600_000, "WRITE")
