@@ -126,7 +126,7 @@ impl Plan {
             sem_clients: 100,
             memory_holders: if smoke { 2_000 } else { 100_000 },
             storm_holders: if smoke { 10_000 } else { storm::MAX_STORM },
-            growth_holders: if smoke { 50_000 } else { 2_000_000 },
+            growth_holders: if smoke { 20_000 } else { 2_000_000 },
         }
     }
 }
