@@ -4,8 +4,9 @@
 //!   at most one page (a `Vec` of H items copies all H when it reallocates, and Redis's
 //!   allocator has no in-place `realloc` for Rust);
 //! - [`Table`]: the places of an open-addressing hash table (linear probing, deletion by
-//!   backward shift, so no tombstones), in pages allocated on their first write: a new table of
-//!   any size costs nothing up front, and a table being emptied gives its pages back one by one.
+//!   backward shift, so no tombstones; a table being emptied, which takes no more entries, marks
+//!   places instead, so that emptying one place costs O(1)), in pages allocated on their first
+//!   write: a new table of any size costs nothing up front.
 
 use std::ops::{Index, IndexMut};
 
@@ -175,6 +176,9 @@ impl<T: Copy, const SHIFT: u32> IndexMut<usize> for Paged<T, SHIFT> {
 
 /// A free place in a [`Table`].
 pub const EMPTY: u32 = 0;
+/// A place whose entry left a table that takes no more entries (a table being emptied into a
+/// larger one): probes go on past it, as past an entry.
+const TOMBSTONE: u32 = u32::MAX;
 
 /// Places in one page of a [`Table`] (64 KB).
 const TABLE_SHIFT: u32 = 14;
@@ -250,6 +254,7 @@ impl Table {
         loop {
             match self.get(at) {
                 EMPTY => return None,
+                TOMBSTONE => {}
                 entry if is(entry) => return Some(at),
                 _ => {}
             }
@@ -298,19 +303,17 @@ impl Table {
         self.entries -= 1;
     }
 
-    /// Frees the pages wholly below place `at` (every place there must be empty).
-    pub fn free_below(&mut self, at: usize) {
-        for page in &mut self.pages[..at >> TABLE_SHIFT] {
-            if page.capacity() > 0 {
-                debug_assert!(page.iter().all(|e| *e == EMPTY));
-                *page = Vec::new();
-            }
-        }
+    /// Takes the entry at place `at` out of a table that takes no more entries, in O(1): the
+    /// place is marked rather than emptied, so that every other entry stays reachable.
+    pub fn bury(&mut self, at: usize) {
+        debug_assert!(!matches!(self.get(at), EMPTY | TOMBSTONE));
+        self.set(at, TOMBSTONE);
+        self.entries -= 1;
     }
 
-    /// Whether place `at` starts a page.
-    pub fn page_starts_at(at: usize) -> bool {
-        at % TABLE_PAGE == 0
+    /// Whether place `at` holds an entry (not empty, not buried).
+    pub fn holds(&self, at: usize) -> bool {
+        !matches!(self.get(at), EMPTY | TOMBSTONE)
     }
 }
 
@@ -357,7 +360,11 @@ mod tests {
         assert_eq!(t.find(5, |e| e == 9), Some(at));
         t.take_out(at, |_| 5);
         assert_eq!((t.get(at), t.entries()), (EMPTY, 0));
-        t.free_below(1 << 20);
-        assert!(t.bytes() < 2048);
+        // Buried places are probed past.
+        let (a, b) = (t.put(7, 1), t.put(7, 2));
+        t.bury(a);
+        assert_eq!(t.find(7, |e| e == 2), Some(b));
+        assert_eq!(t.find(7, |e| e == 1), None);
+        assert!(!t.holds(a) && t.holds(b));
     }
 }

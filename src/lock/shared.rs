@@ -232,6 +232,9 @@ pub struct Shared {
     /// operation).
     #[cfg(test)]
     rehashed: u64,
+    /// Owners hashed so far (for the tests that bound the work per operation).
+    #[cfg(test)]
+    hashes: std::cell::Cell<u64>,
     /// The treap's root (`NIL` when empty).
     root: u32,
     hasher: RandomState,
@@ -271,6 +274,8 @@ impl Shared {
             growth: None,
             #[cfg(test)]
             rehashed: 0,
+            #[cfg(test)]
+            hashes: std::cell::Cell::new(0),
             root: NIL,
             hasher,
             seed,
@@ -661,6 +666,8 @@ impl Shared {
     }
 
     fn hash(&self, owner: &[u8]) -> usize {
+        #[cfg(test)]
+        self.hashes.set(self.hashes.get() + 1);
         self.hasher.hash_one(owner) as usize
     }
 
@@ -712,23 +719,17 @@ impl Shared {
 
     /// Empties a place (see [`Table::take_out`]).
     fn take_out(&mut self, place: Place) {
-        let Shared {
-            table,
-            growth,
-            slots,
-            owners,
-            hasher,
-            ..
-        } = self;
-        let hash_of =
-            |entry: u32| hasher.hash_one(owner_in(owners, &slots[entry as usize - 1])) as usize;
         if place.old {
-            if let Some(growth) = growth {
-                growth.old.take_out(place.at, hash_of);
+            if let Some(growth) = &mut self.growth {
+                growth.old.bury(place.at);
             }
-        } else {
-            table.take_out(place.at, hash_of);
+            return;
         }
+        let mut table = std::mem::take(&mut self.table);
+        table.take_out(place.at, |entry| {
+            self.hash(self.owner_of_slot(&self.slots[entry as usize - 1]))
+        });
+        self.table = table;
     }
 
     /// Puts `slot` (already in `slots`) into the table. When that would take it past 3/4 full,
@@ -766,16 +767,13 @@ impl Shared {
             }
             spent += 1;
             let at = growth.cursor;
-            let entry = growth.old.get(at);
-            if entry == EMPTY {
-                growth.cursor += 1;
-                if Table::page_starts_at(growth.cursor) {
-                    growth.old.free_below(growth.cursor);
-                }
+            growth.cursor += 1;
+            if !growth.old.holds(at) {
                 continue;
             }
-            // Taking it out may shift a later entry into this place: looked at next.
-            self.take_out(Place { old: true, at });
+            // O(1): the place is marked, not emptied (no later entry shifts back).
+            let entry = growth.old.get(at);
+            growth.old.bury(at);
             let hash = self.hash(self.owner_of_slot(&self.slots[entry as usize - 1]));
             self.table.put(hash, entry);
             #[cfg(test)]
@@ -1011,7 +1009,7 @@ fn mix(mut z: u64) -> u64 {
 }
 
 /// A growth of a set's table under way: the old table, emptied into the new one a few owners
-/// at a time; its places below `cursor` are empty.
+/// at a time; its places below `cursor` hold no entry any more.
 #[derive(Clone, Debug)]
 struct Growth {
     old: Table,
@@ -1299,10 +1297,14 @@ mod tests {
     fn the_table_grows_a_few_owners_per_operation() {
         let mut s = Shared::new(0);
         let owner = |i: u32| format!("{i:08}").into_bytes();
-        let (mut growths, mut most) = (0, 0);
+        let (mut growths, mut most, mut most_hashes) = (0, 0, 0);
         for i in 0..200_000u32 {
-            let (places, rehashed) = (s.table.places(), s.rehashed);
+            let (places, rehashed, hashes) = (s.table.places(), s.rehashed, s.hashes.get());
             s.insert(&owner(i), h(u64::from(i) + 1, 10)).unwrap();
+            // Its own hash (looked up, then put) and one per owner moved: moving one out of the
+            // old table looks at no other (it used to shift back the rest of its run, hashing
+            // each: O(run) per move, milliseconds at 2M holders).
+            most_hashes = most_hashes.max(s.hashes.get() - hashes);
             if s.table.places() != places {
                 growths += 1;
                 assert_eq!(s.table.places(), (2 * places).max(8));
@@ -1321,6 +1323,10 @@ mod tests {
         assert!(
             most as usize <= REHASH_STEP,
             "{most} owners moved by one operation"
+        );
+        assert!(
+            most_hashes as usize <= REHASH_STEP + 2,
+            "{most_hashes} owners hashed by one insert"
         );
         assert!(
             s.rehashed > 100_000,
