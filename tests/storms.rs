@@ -324,6 +324,9 @@ fn lapsing_holders() -> usize {
         .unwrap_or(if release_module() { 999_999 } else { 100_000 })
 }
 
+/// The master's longest command in the big-set test (`LATENCY`, wall clock): generous.
+const MASTER_COMMAND_BOUND_MS: i64 = 1_000;
+
 /// Sends `commands` down one connection in pipelined batches and checks every reply.
 fn pipeline(
     raw: &mut Raw,
@@ -371,7 +374,7 @@ fn latency_max_ms(c: &mut Connection) -> i64 {
 /// `LOCK.DROP` on its replica, does O(H) work (before: the owner table's growth re-hashed every
 /// owner inside one acquire, 148-288 ms at 1.5M holders in a release build, and each growth of
 /// the arrays copied them whole, 10-77 ms). The replica's bound is on CPU time
-/// (`longest_apply_us`); the master's on `LATENCY` (wall clock, so generous).
+/// (`longest_apply_us`); the master's on `LATENCY` (wall clock, so generous: 1 s).
 #[test]
 fn two_million_holders_grow_one_key_in_bounded_steps() {
     let started = std::time::Instant::now();
@@ -432,8 +435,11 @@ fn two_million_holders_grow_one_key_in_bounded_steps() {
             apply <= bound,
             "a LOCK.APPLY or LOCK.DROP took {apply} µs of CPU time (bound {bound} µs)"
         );
+        // Wall clock: a loaded machine alone made it 222 ms (debug build, one core kept busy);
+        // the re-hash of every owner in one acquire took 1,285 ms there. The replica's CPU
+        // time above is the sharp bound.
         assert!(
-            command_ms <= PING_BOUND.as_millis() as i64,
+            command_ms <= MASTER_COMMAND_BOUND_MS,
             "a command on the master took {command_ms} ms"
         );
     }
