@@ -13,6 +13,7 @@
 
 mod chart;
 mod group;
+mod growth;
 mod handoff;
 mod memory;
 mod recipes;
@@ -56,8 +57,9 @@ struct Args {
     #[arg(long)]
     module: Option<PathBuf>,
     /// Which cases to run (default: all), e.g. `--cases 1,2`; 6 to 10 are shared holds, 11 the
-    /// cost of the contention statistics, 12 groups of locks, 13 a storm of lease ends.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13])]
+    /// cost of the contention statistics, 12 groups of locks, 13 a storm of lease ends, 14 a
+    /// key growing to 2,000,000 holders, 15 a grant over a million lapsed leases.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15])]
     cases: Vec<u32>,
     /// Case 1 rows to run, by a word of their label (default: all), e.g. `--only refused` or
     /// `--only pairs`; with `--cases 1` a quick look at one path.
@@ -93,8 +95,11 @@ struct Plan {
     sem_clients: usize,
     /// Shared holders of the memory case (case 10).
     memory_holders: usize,
-    /// Shared leases ending in the same millisecond (case 13).
+    /// Shared leases ending in the same millisecond (case 13), and lapsed ones in the way of a
+    /// grant (case 15).
     storm_holders: usize,
+    /// Shared holders one key grows to (case 14).
+    growth_holders: usize,
 }
 
 impl Plan {
@@ -121,6 +126,7 @@ impl Plan {
             sem_clients: 100,
             memory_holders: if smoke { 2_000 } else { 100_000 },
             storm_holders: if smoke { 10_000 } else { storm::MAX_STORM },
+            growth_holders: if smoke { 20_000 } else { 2_000_000 },
         }
     }
 }
@@ -236,6 +242,19 @@ async fn run(args: Args) -> io::Result<()> {
         eprintln!("case 13: a storm of lease ends");
         case_storm(&module, &plan, &mut rows).await?;
         notes.push(format!("Case 13: on a server of its own, one `RESTORE` puts in place a semaphore (LIMIT H+1) full with H = {} shared leases that end in the same millisecond and one that ends 10 minutes later (a million holders: a limit is at most 10^6); one `LOCK.WAIT storm waiter 600000 0 SHARED LIMIT H+1` is queued. Longest turn = `INFO relock` `longest_turn_us` (the longest turn the module started by itself, timers and their jobs, in CPU time of the server's main thread) once every lapsed lease was removed; grant delay = the waiter's grant received - the leases' end (their last ms; they lapse 1 ms later). One storm per run.", plan.storm_holders));
+    }
+    if want(14) {
+        eprintln!(
+            "case 14: one key growing to {} holders",
+            plan.growth_holders
+        );
+        case_growth(&module, &plan, &mut rows).await?;
+        notes.push("Case 14: a master and its replica, each on a server of its own; one connection adds the holders of one key by `LOCK.ACQUIRE big oN 600000 SHARED`, pipelined 10,000 at a time, crossing every growth of the key's owner table and arrays. Longest APPLY = the replica's `INFO relock` `longest_apply_us` (CPU time of its main thread, every `LOCK.APPLY` it ran); longest command = the master's `LATENCY LATEST` (wall clock, `latency-monitor-threshold 1`: 0 when none took 1 ms).".into());
+    }
+    if want(15) {
+        eprintln!("case 15: a grant over {} lapsed leases", plan.storm_holders);
+        case_big_grant(&module, &plan, &mut rows).await?;
+        notes.push("Case 15: a master and its replica; one `RESTORE` puts in place a semaphore (LIMIT H+1) full with H lapsing leases and one that lives on, and one `LOCK.WAIT ... SHARED LIMIT H+1 PERMITS H-1` is queued: it fits once all but one lapsed lease are removed. Longest turn = `longest_turn_us` of each server (the replica runs none: its `LOCK.DROP`s are its longest apply); granted = the grant received - the leases' end.".into());
     }
     if want(11) {
         eprintln!("case 11: contention statistics on vs off");
@@ -918,6 +937,70 @@ async fn case_groups(
             ratio_check(vs_pipe >= 0.9, "vs pipelined", vs_pipe),
             ratio_check(vs_multi >= 2.0, "vs MultiLock", vs_multi)
         ),
+    });
+    Ok(())
+}
+
+/// Case 14: one key growing to many holders.
+async fn case_growth(module: &std::path::Path, plan: &Plan, rows: &mut Vec<Row>) -> io::Result<()> {
+    let g = growth::growth(module, plan.growth_holders).await?;
+    eprintln!(
+        "  {} holders: longest LOCK.APPLY {:.0} µs, longest command {:.0} ms, {:.0} acquires/s",
+        g.holders, g.longest_apply_us, g.longest_command_ms, g.acquires_per_s
+    );
+    let apply_ms = g.longest_apply_us / 1e3;
+    let ok = apply_ms <= 5.0 && g.longest_command_ms <= 5.0;
+    rows.push(Row {
+        case: "14".into(),
+        measure: format!(
+            "one key grown to {} shared holders (pipelined acquires): longest LOCK.APPLY on the replica ms / longest command on the master ms",
+            num(g.holders as f64)
+        ),
+        values: [
+            Some(format!("{} / {}", num(apply_ms), num(g.longest_command_ms))),
+            None,
+            None,
+            None,
+            None,
+        ],
+        goal: "both ≤ 5 ms".into(),
+        pass: Some(ok),
+        detail: format!("{} acquires/s", num(g.acquires_per_s)),
+    });
+    Ok(())
+}
+
+/// Case 15: a grant that waits for the removal of a million lapsed leases.
+async fn case_big_grant(
+    module: &std::path::Path,
+    plan: &Plan,
+    rows: &mut Vec<Row>,
+) -> io::Result<()> {
+    let b = growth::big_grant(module, plan.storm_holders).await?;
+    eprintln!(
+        "  {} lapsed: longest turn {:.0} µs (replica {:.0} µs, its longest apply {:.0} µs), granted {:.0} ms after the end",
+        b.lapsed, b.master_turn_us, b.replica_turn_us, b.replica_apply_us, b.granted_after_ms
+    );
+    let (turn_ms, replica_ms) = (
+        b.master_turn_us / 1e3,
+        b.replica_turn_us.max(b.replica_apply_us) / 1e3,
+    );
+    rows.push(Row {
+        case: "15".into(),
+        measure: format!(
+            "a grant needing the room of {} lapsed leases: longest turn ms, master / replica (turn or apply)",
+            num(b.lapsed as f64)
+        ),
+        values: [
+            Some(format!("{} / {}", num(turn_ms), num(replica_ms))),
+            None,
+            None,
+            None,
+            None,
+        ],
+        goal: "both ≤ 5 ms".into(),
+        pass: Some(turn_ms <= 5.0 && replica_ms <= 5.0),
+        detail: format!("granted {} ms after the leases' end", num(b.granted_after_ms)),
     });
     Ok(())
 }

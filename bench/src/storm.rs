@@ -29,7 +29,7 @@ pub struct StormResult {
 }
 
 /// Unix time in ms, with the µs as a fraction.
-fn unix_ms() -> f64 {
+pub fn unix_ms() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64() * 1e3)
@@ -44,31 +44,8 @@ pub async fn lease_storm(module: &Path, n: usize) -> io::Result<StormResult> {
     let n = n.min(MAX_STORM);
     let server = Server::start(module).map_err(io::Error::other)?;
     let mut control = Conn::connect(server.port).await?;
-    let format = Format::of(&mut control).await?;
+    let end = restore_storm(&mut control, KEY, n).await?;
     let limit = n + 1;
-    // Leases end far enough out to build and restore the value (well under 1 s per million in a
-    // release build); a slower machine builds it again with twice the time.
-    let mut lead_ms = 1_000 + (n / 1_000) as i64;
-    let end = loop {
-        let end = unix_ms() as i64 + lead_ms;
-        let payload = format.shared(limit as u64, n, end);
-        let reply = control
-            .cmd(&[b"RESTORE".as_slice(), KEY.as_bytes(), b"0", &payload])
-            .await?;
-        if reply != Reply::Status("OK".into()) {
-            return Err(io::Error::other(format!("lease storm: RESTORE: {reply:?}")));
-        }
-        if end as f64 - unix_ms() > 300.0 {
-            break end;
-        }
-        control.ok(&["DEL", KEY]).await?;
-        lead_ms *= 2;
-        if lead_ms > 120_000 {
-            return Err(io::Error::other(
-                "lease storm: the value took too long to build",
-            ));
-        }
-    };
     let limit_arg = limit.to_string();
     let mut waiter = Conn::connect(server.port).await?;
     waiter.push(&[
@@ -124,6 +101,37 @@ pub async fn lease_storm(module: &Path, n: usize) -> io::Result<StormResult> {
         removed_after_ms: removed_at - end as f64,
         worst_ping_ms: worst_ping.as_secs_f64() * 1e3,
     })
+}
+
+/// Puts at `key` a semaphore (LIMIT n + 1) full with `n` leases (at most [`MAX_STORM`]) that
+/// end in the same millisecond and one that ends ten minutes later, by one `RESTORE`; returns
+/// when the `n` end (Unix ms).
+pub async fn restore_storm(control: &mut Conn, key: &str, n: usize) -> io::Result<i64> {
+    let format = Format::of(control).await?;
+    let limit = n + 1;
+    // Leases end far enough out to build and restore the value (well under 1 s per million in a
+    // release build); a slower machine builds it again with twice the time.
+    let mut lead_ms = 1_000 + (n / 1_000) as i64;
+    loop {
+        let end = unix_ms() as i64 + lead_ms;
+        let payload = format.shared(limit as u64, n, end);
+        let reply = control
+            .cmd(&[b"RESTORE".as_slice(), key.as_bytes(), b"0", &payload])
+            .await?;
+        if reply != Reply::Status("OK".into()) {
+            return Err(io::Error::other(format!("lease storm: RESTORE: {reply:?}")));
+        }
+        if end as f64 - unix_ms() > 300.0 {
+            return Ok(end);
+        }
+        control.ok(&["DEL", key]).await?;
+        lead_ms *= 2;
+        if lead_ms > 120_000 {
+            return Err(io::Error::other(
+                "lease storm: the value took too long to build",
+            ));
+        }
+    }
 }
 
 /// What a real `DUMP` of a lock says about the server: the module id and the RDB version.

@@ -17,13 +17,19 @@
 //!   expiry; for a shared key, the lease end that makes room), so the head gets the lock within a
 //!   few ms rather than whenever Redis gets to the key.
 //! - A lapsed shared lease counts for nothing from the millisecond after its end: decisions never
-//!   wait for its removal, which runs in slices of at most [`PRUNE_SLICE`] per turn.
+//!   wait for its removal, which runs in slices of at most [`PRUNE_SLICE`] per turn, set off by
+//!   the key's lapse timer (or a command on the key). A semaphore grant that needs the room of
+//!   more lapsed leases than [`MAKE_ROOM_INLINE`] waits for those slices rather than ending
+//!   them inline.
 //! - A hold granted through answers that all got lost (their clients hung up before delivery) is
 //!   revoked and passes on; one delivered answer, or a command of its owner, keeps it.
 //! - Every turn the engine starts by itself (its timers and jobs) does at most [`TURN_BUDGET`]
 //!   units of work and leaves the rest to the next turn, so no storm freezes the server.
 //! - While the server may not write (loading, writes paused) the engine's own work waits and is
 //!   retried; on a replica the waiters fail with `READONLY`.
+
+use std::collections::HashMap;
+use std::rc::Rc;
 
 use super::decide::{self, Downgrade, Kind, Next, Release, Seen, Take};
 use super::edit::{self, end_hold, ended_hold, ended_holder, expiry, next_deadline, refresh};
@@ -57,6 +63,11 @@ pub const GRANT_BATCH: usize = TURN_BUDGET;
 /// Lapsed leases one prune job removes at most (each one effect for replicas and the AOF).
 pub const PRUNE_SLICE: usize = 128;
 
+/// Lapsed leases a new shared hold ends at most in its own command or grant to make room in a
+/// semaphore; one that needs more waits (queued, or nil for `LOCK.ACQUIRE`) while the prune
+/// jobs end them, [`PRUNE_SLICE`] a turn, and is served in queue order once the rest fits.
+pub const MAKE_ROOM_INLINE: usize = PRUNE_SLICE;
+
 pub use super::reply::{HolderInfo, Info, Reply, Request, Wait, WaiterInfo};
 pub use super::shared::QUICK_TIDY_HOLDERS;
 
@@ -66,6 +77,23 @@ fn own_token<K: Key>(key: &K, owner: &[u8]) -> Option<u64> {
         LockRef::Exclusive(hold) => hold.is_held_by(owner).then(|| hold.token()),
         LockRef::Shared(shared) => shared.get(owner).map(|h| h.token),
     }
+}
+
+/// The lapse timers of one db's shared keys, by name: when each fires, and the timer.
+type Lapses = HashMap<Rc<[u8]>, (i64, TimerId)>;
+
+/// Whether a new shared hold of `mode` at `key` would first have to end more lapsed leases than
+/// [`MAKE_ROOM_INLINE`] to fit its semaphore's limit. O(log H).
+fn room_waits<K: Key>(key: &K, mode: Mode, now: i64) -> bool {
+    let Mode::Shared { limit, permits } = mode else {
+        return false;
+    };
+    let Some(shared) = key.shared().filter(|_| limit > 0) else {
+        return false;
+    };
+    let need = (shared.permits_total() + u64::from(permits)).saturating_sub(u64::from(limit));
+    // A key whose every lease lapsed is replaced whole (one removal, whatever its size).
+    need > 0 && shared.live(now) > 0 && shared.leases_covering(need) > MAKE_ROOM_INLINE
 }
 
 /// The time the host reports, as the token counter's clock.
@@ -90,6 +118,8 @@ pub struct Engine<T: Handles> {
     catch_up_armed: bool,
     /// Units of work done in the current turn the engine started by itself.
     work: usize,
+    /// The lapse timer of each shared key that has one (db, name: when it fires, the timer).
+    lapses: HashMap<i32, Lapses>,
 }
 
 impl<T: Handles> Default for Engine<T> {
@@ -103,6 +133,7 @@ impl<T: Handles> Default for Engine<T> {
             grace: Grace::default(),
             catch_up_armed: false,
             work: 0,
+            lapses: HashMap::new(),
         }
     }
 }
@@ -604,6 +635,15 @@ impl<T: Handles> Engine<T> {
                     self.schedule.push(host, Job::Serve(key));
                 }
                 Work::Due(Due::WaitEnds { client, waiter }) => self.wait_ends(host, client, waiter),
+                Work::Due(Due::Lapse(key)) => {
+                    if let Some(keys) = self.lapses.get_mut(&key.db) {
+                        keys.remove(&key.name);
+                        if keys.is_empty() {
+                            self.lapses.remove(&key.db);
+                        }
+                    }
+                    self.schedule.push(host, Job::Prune(key));
+                }
                 Work::Due(Due::GraceEnds) => {
                     self.catch_up_armed = false;
                     match self.no_new_holds(host) {
@@ -654,7 +694,7 @@ impl<T: Handles> Engine<T> {
     /// Lock-deadline and wait-timeout timers armed and not yet fired or stopped (must come back
     /// to 0 when nobody waits, or timers leak).
     pub fn armed_timers(&self) -> usize {
-        self.schedule.armed()
+        self.schedule.armed() - self.lapses.values().map(HashMap::len).sum::<usize>()
     }
 
     /// The largest token issued or observed.
@@ -731,7 +771,13 @@ impl<T: Handles> Engine<T> {
             // A free key with waiters means a wake-up is due; make sure one is scheduled.
             self.schedule.push(host, Job::Serve(key.id().to_id()));
         }
-        decide::take(seen, queued, request.owner, request.mode, kind)
+        let take = decide::take(seen, queued, request.owner, request.mode, kind);
+        if take == Take::Grant && room_waits(key, request.mode, host.now_ms()) {
+            // More lapsed leases in the way than one command may end: the schedule ends them.
+            self.schedule.push(host, Job::Prune(key.id().to_id()));
+            return Take::Wait;
+        }
+        take
     }
 
     /// Applies an acquiring decision; the reply.
@@ -912,7 +958,7 @@ impl<T: Handles> Engine<T> {
                 break;
             }
             let now = host.now_ms();
-            let next = match self.waiters.head(id) {
+            let (next, mode) = match self.waiters.head(id) {
                 None => break,
                 Some(head) => {
                     let next = decide::next_for(
@@ -920,10 +966,19 @@ impl<T: Handles> Engine<T> {
                         &head.owner,
                         head.mode,
                     );
-                    decide::at_turn(next, self.grace.allows_ttl(head.ttl_ms))
+                    (
+                        decide::at_turn(next, self.grace.allows_ttl(head.ttl_ms)),
+                        head.mode,
+                    )
                 }
             };
             if next == Next::Stop {
+                break;
+            }
+            if next == Next::Grant && room_waits(key, mode, now) {
+                // The head waits, and everyone behind it, while the schedule ends the lapsed
+                // leases in its way; the prune job serves the key after each slice.
+                self.schedule.push(host, Job::Prune(id.clone()));
                 break;
             }
             let Some(Removed { waiter, deadline }) = self.waiters.pop_head(id) else {

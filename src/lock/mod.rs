@@ -40,6 +40,7 @@ pub mod journal;
 #[cfg(any(test, feature = "sim"))]
 pub mod memory;
 pub mod packed;
+mod pages;
 pub mod queue;
 pub mod reply;
 pub mod schedule;

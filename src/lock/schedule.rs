@@ -43,6 +43,9 @@ pub enum Due<C> {
     /// The restart grace ends, or the clock caught up with the token counter: every queue is
     /// served (unless new holds must still wait, then it is armed again).
     GraceEnds,
+    /// The first lease of this shared key has lapsed: its lapsed leases are removed, a slice a
+    /// turn, whether or not a command touches the key.
+    Lapse(KeyId),
 }
 
 /// Work for after the current command (Redis 7.0 forbids writes inside keyspace

@@ -324,8 +324,8 @@ fn a_lapsed_lease_is_gone_for_every_command_before_it_is_removed() {
     let mut sim = Sim::new(START);
     sim.acquire_as(K, b"a", 100, READ);
     sim.acquire_as(K, b"b", 1000, READ);
-    sim.advance(200);
-    // No waiters: nothing removed it yet.
+    // The clock moves on before the lapse timer's turn comes: nothing removed it yet.
+    sim.host.set_now(START + 200);
     assert_eq!(sim.shared(K).map(|s| s.0.len()), Some(2));
     assert!(matches!(
         sim.info(K),
@@ -395,7 +395,7 @@ fn force_release_counts_a_lapsed_lease_as_expired() {
     sim.acquire_as(K, b"a", 100, READ);
     sim.acquire_as(K, b"b", 1000, READ);
     sim.acquire_as(K, b"c", 1000, READ);
-    sim.advance(200);
+    sim.host.set_now(START + 200);
     assert_eq!(sim.shared(K).map(|s| s.0.len()), Some(3), "not removed yet");
     assert_eq!(sim.force_release(K), Reply::Integer(2));
     let stats = sim.engine.stats();
@@ -410,7 +410,7 @@ fn a_new_permit_takes_the_room_of_a_lapsed_lease_by_removing_it() {
     let mut sim = Sim::new(START);
     sim.acquire_as(K, b"a", 100, sem(2));
     sim.acquire_as(K, b"b", 1000, sem(2));
-    sim.advance(200);
+    sim.host.set_now(START + 200);
     assert_eq!(sim.shared(K).map(|s| s.0.len()), Some(2), "not removed yet");
     assert!(matches!(
         sim.acquire_as(K, b"c", 1000, sem(2)),
@@ -845,9 +845,10 @@ fn lapsed_leases_are_removed_after_a_command_within_the_turns_budget() {
             sim.host.set_now(sim.now() + 1);
         }
     }
-    sim.advance(200);
+    // The clock moves on before the lapse timer's turn comes.
+    sim.host.set_now(START + 200);
     let held = |sim: &Sim| sim.shared(K).map_or(0, |s| s.0.len());
-    assert_eq!(held(&sim), 1001, "nothing removed without a command");
+    assert_eq!(held(&sim), 1001, "nothing removed yet");
     assert!(matches!(sim.renew(K, b"long", 10_000), Reply::Integer(_)));
     let generation = sim.host.fire_next_timer().expect("removal queued");
     sim.engine.on_timer(&mut sim.host, generation);
@@ -860,4 +861,128 @@ fn lapsed_leases_are_removed_after_a_command_within_the_turns_budget() {
     sim.settle();
     assert_eq!(held(&sim), 1, "the rest in later turns");
     assert_eq!(sim.engine.stats().expired, 1000);
+}
+
+/// Lapsed leases are removed by the schedule whether or not a command touches their key: the
+/// key's lapse timer fires the millisecond after its first lease ends, and the removal goes on
+/// a slice a turn, every turn within its budget.
+#[test]
+fn lapsed_leases_are_removed_without_a_command() {
+    use super::engine::TURN_BUDGET;
+    let mut sim = Sim::new(START);
+    token(sim.acquire_as(K, b"long", 60_000, READ));
+    for i in 0..1000 {
+        token(sim.acquire_as(K, format!("r{i}").as_bytes(), 100, READ));
+    }
+    sim.take_effects();
+    let held = |sim: &Sim| sim.shared(K).map_or(0, |s| s.0.len());
+    let mut turns = 0;
+    while held(&sim) > 1 {
+        let before = sim.engine.stats().expired;
+        assert!(
+            sim.turn_by(START + 1_000),
+            "{} left, no turn to come",
+            held(&sim)
+        );
+        turns += 1;
+        let removed = (sim.engine.stats().expired - before) as usize;
+        assert!(removed <= TURN_BUDGET, "turn {turns} removed {removed}");
+    }
+    assert!(turns > 1000 / TURN_BUDGET, "{turns} turns");
+    assert!(
+        sim.now() <= START + 101,
+        "removed from the millisecond after the lapse"
+    );
+    assert_eq!(owners(&mut sim), [b"long".to_vec()]);
+    assert_eq!(sim.engine.stats().expired, 1000);
+    assert_eq!(
+        sim.engine.armed_timers(),
+        0,
+        "lapse timers are not waiters' timers"
+    );
+}
+
+/// A semaphore grant that needs the room of more lapsed leases than one turn may end does not
+/// end them inline: `LOCK.WAIT` queues (and `LOCK.ACQUIRE` answers nil) while the schedule ends
+/// them a slice a turn; the head is granted once the rest fits, and those behind it after it,
+/// in queue order.
+#[test]
+fn a_grant_needing_more_room_than_a_turn_waits_for_the_schedule_in_order() {
+    use super::engine::{MAKE_ROOM_INLINE, TURN_BUDGET};
+    let lapsing = 10 * MAKE_ROOM_INLINE;
+    let limit = lapsing as u32 + 2;
+    let mut sim = Sim::new(START);
+    token(sim.acquire_as(K, b"long", 60_000, sem(limit)));
+    for i in 0..lapsing {
+        token(sim.acquire_as(K, format!("o{i}").as_bytes(), 100, sem(limit)));
+    }
+    // The clock moves past the short leases before any turn removes them.
+    sim.host.set_now(START + 200);
+    let held = |sim: &Sim| sim.shared(K).map_or(0, |s| s.0.len());
+    let big = Mode::Shared {
+        limit,
+        permits: lapsing as u32,
+    };
+    // Fits among the live leases, but only once nearly every lapsed one is gone.
+    let (reply, first) = sim.wait_as(K, b"big", 60_000, 0, big);
+    assert_eq!(reply, Reply::Blocked, "queued, not granted inline");
+    assert_eq!(
+        held(&sim),
+        lapsing + 1,
+        "no lapsed lease ended by the command"
+    );
+    let (reply, second) = sim.wait_as(K, b"small", 60_000, 0, sem(limit));
+    assert_eq!(reply, Reply::Blocked, "behind the head");
+    assert_eq!(sim.acquire_as(K, b"other", 60_000, sem(limit)), Reply::Nil);
+    let mut turns = 0;
+    while sim.deliver().is_empty() || sim.answers.len() < 2 {
+        let before = sim.engine.stats().expired;
+        assert!(sim.turn_by(START + 1_000), "no turn to come");
+        turns += 1;
+        let removed = (sim.engine.stats().expired - before) as usize;
+        assert!(removed <= TURN_BUDGET, "turn {turns} removed {removed}");
+    }
+    assert!(turns > 1, "{turns} turns");
+    assert_eq!(granted(&mut sim), [first, second], "in queue order");
+    assert_eq!(
+        owners(&mut sim),
+        [b"long".to_vec(), b"big".to_vec(), b"small".to_vec()]
+    );
+}
+
+/// With nobody queued, `LOCK.ACQUIRE` of a semaphore whose room takes more lapsed leases than a
+/// turn ends gets nil at once and sets their removal off; it is granted once they are gone.
+/// Room of at most [`MAKE_ROOM_INLINE`] lapsed leases is still made inline.
+#[test]
+fn an_acquire_needing_much_room_gets_nil_until_the_schedule_made_it() {
+    use super::engine::MAKE_ROOM_INLINE;
+    let lapsing = 4 * MAKE_ROOM_INLINE;
+    let limit = lapsing as u32 + 1;
+    let mut sim = Sim::new(START);
+    token(sim.acquire_as(K, b"long", 60_000, sem(limit)));
+    for i in 0..lapsing {
+        token(sim.acquire_as(K, format!("o{i}").as_bytes(), 100, sem(limit)));
+    }
+    sim.host.set_now(START + 200);
+    let held = |sim: &Sim| sim.shared(K).map_or(0, |s| s.0.len());
+    let some = Mode::Shared {
+        limit,
+        permits: MAKE_ROOM_INLINE as u32,
+    };
+    token(sim.acquire_as(K, b"some", 60_000, some));
+    assert_eq!(
+        held(&sim),
+        lapsing - MAKE_ROOM_INLINE + 2,
+        "inline: as many as a turn ends"
+    );
+    let many = Mode::Shared {
+        limit,
+        permits: (lapsing - MAKE_ROOM_INLINE) as u32,
+    };
+    let before = held(&sim);
+    assert_eq!(sim.acquire_as(K, b"many", 60_000, many), Reply::Nil);
+    assert_eq!(held(&sim), before, "nothing ended inline");
+    sim.settle();
+    assert_eq!(held(&sim), 2, "the schedule ended them");
+    token(sim.acquire_as(K, b"many", 60_000, many));
 }

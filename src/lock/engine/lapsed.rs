@@ -100,13 +100,47 @@ impl<T: Handles> Engine<T> {
         }
         if first_lapsed(&key).is_some() {
             self.schedule.push(host, Job::Prune(id.clone()));
-        } else if key.shared().is_some_and(|s| s.len() <= QUICK_TIDY_HOLDERS) {
-            // Compacting costs what is left; a large set compacts with a later removal instead.
-            key.tidy();
+        } else {
+            if key.shared().is_some_and(|s| s.len() <= QUICK_TIDY_HOLDERS) {
+                // Compacting costs what is left; a large set compacts with a later removal
+                // instead.
+                key.tidy();
+            }
+            self.arm_lapse(host, &key);
+        }
+        if ended > 0 && self.waiters.queued(id.as_ref()) > 0 {
+            // A head waiting for room may fit now (or after the next slices).
+            self.schedule.push(host, Job::Serve(id.clone()));
         }
     }
 
-    /// Queues the removal of a shared key's lapsed leases, if it has any.
+    /// Arms the key's lapse timer for the millisecond after its first lease ends (unless one
+    /// is armed as early), so that lapsed leases are removed whether or not a command touches
+    /// the key.
+    fn arm_lapse<H: Host<T>>(&mut self, host: &mut H, key: &H::Key) {
+        let Some((end, _)) = key.shared().and_then(|s| s.first_lease_end()) else {
+            return;
+        };
+        let fires_at = end.saturating_add(1);
+        let id = key.id();
+        let armed = self.lapses.get(&id.db).and_then(|keys| keys.get(id.name));
+        if armed.is_some_and(|(at, _)| *at <= fires_at) {
+            return;
+        }
+        let id = id.to_id();
+        let timer = self.schedule.start(host, fires_at, Due::Lapse(id.clone()));
+        let old = self
+            .lapses
+            .entry(id.db)
+            .or_default()
+            .insert(id.name, (fires_at, timer));
+        if let Some((_, old)) = old {
+            self.schedule.stop(host, old);
+        }
+    }
+
+    /// Queues the removal of a shared key's lapsed leases if it has any, else arms its lapse
+    /// timer for when its first lease ends.
     pub(super) fn note_lapsed<H: Host<T>>(&mut self, host: &mut H, key: &H::Key) {
         let Some(shared) = key.shared() else {
             return;
@@ -116,10 +150,13 @@ impl<T: Handles> Engine<T> {
             .is_some_and(|(end, _)| end < host.now_ms())
         {
             self.schedule.push(host, Job::Prune(key.id().to_id()));
+        } else {
+            self.arm_lapse(host, key);
         }
     }
 
-    /// Caps a shared key's TTL at its latest lease end (a shorter TTL stays: it ends every hold).
+    /// Caps a shared key's TTL at its latest lease end (a shorter TTL stays: it ends every hold),
+    /// and arms its lapse timer.
     pub(super) fn cap_to_leases<H: Host<T>>(&mut self, host: &mut H, id: &KeyId) {
         let Ok(mut key) = host.open(id) else {
             return;
@@ -130,5 +167,7 @@ impl<T: Handles> Engine<T> {
         if key.expires_at().is_none_or(|expires_at| expires_at > last) {
             key.cap_expiry(last);
         }
+        // A value that arrived (RESTORE, COPY, RENAME, MOVE) has its lapsed leases removed too.
+        self.note_lapsed(host, &key);
     }
 }
