@@ -6,7 +6,7 @@ CARGO ?= cargo
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
-setup: ## Install what is missing: redis-server, redis-tools, libclang; the server matrix into .servers/
+setup: ## Install what is missing: redis-server, redis-tools, libclang; the server matrix into .servers/ (Redis 8.6 built from Debian's source, once)
 	@scripts/setup
 
 setup-base:
@@ -27,7 +27,7 @@ cluster: module ## Start a local 3-master/3-replica cluster with the module on 1
 cluster-stop: ## Stop the cluster that make cluster started
 	@scripts/cluster stop
 
-test: setup ## Build everything, run every test on Redis 7.0, then the module's suites on Redis 8.2, Valkey 8.1 and 9.1, then test-dist
+test: setup ## Build everything, run every test on Redis 7.0, then the module's suites on Redis 8.2 and 8.6, Valkey 8.1 and 9.1 (two at a time), then test-dist
 	$(CARGO) build --workspace --all-targets
 	$(CARGO) test --workspace
 	@$(MAKE) --no-print-directory test-clients

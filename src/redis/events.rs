@@ -358,6 +358,92 @@ pub fn slot_migration_supported(ctx: *mut raw::RedisModuleCtx) -> bool {
     name.as_deref() == Some("valkey") && major.is_some_and(|m| m >= 9)
 }
 
+/// Whether this server is Redis 8.4 or later, which has its own atomic slot migration
+/// (`CLUSTER MIGRATION`), its events and the `key_trimmed` notification (see `migration`).
+pub fn redis_slot_migration_supported(ctx: *mut raw::RedisModuleCtx) -> bool {
+    let [name, version] = server_info_text(ctx, c"server", [c"server_name", c"redis_version"]);
+    if name.as_deref().is_some_and(|n| n != "redis") {
+        return false;
+    }
+    let mut parts = version
+        .as_deref()
+        .unwrap_or("")
+        .split('.')
+        .map(|p| p.parse::<u32>().ok());
+    let (major, minor) = (parts.next().flatten(), parts.next().flatten());
+    matches!((major, minor), (Some(major), Some(minor)) if (major, minor) >= (8, 4))
+}
+
+/// Subscribes to Redis 8.4's atomic slot migration event and to `key_trimmed` (Redis 8.4+ only:
+/// elsewhere event 18 may mean something else, and the notification class does not exist).
+/// Subscribing to `key_trimmed` makes Redis trim a handed-over slot on the main thread, key by
+/// key, instead of freeing it in a background thread: the deployment docs say why relock does.
+pub fn subscribe_redis_slot_migration(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
+    let ok = raw::REDISMODULE_OK as c_int;
+    let event = raw::RedisModuleEvent {
+        id: migration::REDIS_EVENT,
+        dataver: 1,
+    };
+    // SAFETY: `ctx` is the load context; the callbacks are `extern "C"` fns that never unwind;
+    // the server is Redis 8.4+, which knows this event and this notification class.
+    unsafe {
+        if rm!(RedisModule_SubscribeToServerEvent(
+            ctx,
+            event,
+            Some(on_redis_slot_migration)
+        )) != ok
+        {
+            return Err("cannot subscribe to atomic slot migration events");
+        }
+        if rm!(RedisModule_SubscribeToKeyspaceEvents(
+            ctx,
+            migration::NOTIFY_KEY_TRIMMED,
+            Some(on_keyspace_event)
+        )) != ok
+        {
+            return Err("cannot subscribe to key_trimmed notifications");
+        }
+    }
+    Ok(())
+}
+
+extern "C" fn on_redis_slot_migration(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    ffi::guard((), || {
+        let Some(subevent) = migration::redis_subevent(subevent) else {
+            return;
+        };
+        // SAFETY: for this event Redis passes its migration info, alive for the length of the
+        // callback.
+        let Some((job, ranges)) = (unsafe { migration::redis_event_data(data) }) else {
+            return;
+        };
+        slot_migration_event(ctx, subevent, job, ranges);
+    })
+}
+
+/// One atomic slot migration event (as Valkey numbers its subevents), from either server.
+fn slot_migration_event(
+    ctx: *mut raw::RedisModuleCtx,
+    subevent: u64,
+    job: String,
+    ranges: Vec<(u16, u16)>,
+) {
+    globals::with_migrations(|m| m.apply(subevent, job, ranges));
+    if subevent == EXPORT_STARTED {
+        // From now on what is propagated reaches the target.
+        globals::set_effects_needed(true);
+    }
+    if subevent == EXPORT_COMPLETED {
+        // The slots are owned elsewhere now: the waiters there are redirected.
+        globals::report(&mut RedisHost::new(ctx), Report::DbChanged(None));
+    }
+}
+
 /// Subscribes to the atomic slot migration events (Valkey 9 and later only: elsewhere the
 /// event's number may mean something else).
 pub fn subscribe_slot_migration(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
@@ -393,14 +479,6 @@ extern "C" fn on_slot_migration(
         let Some((job, ranges)) = (unsafe { migration::event_data(data) }) else {
             return;
         };
-        globals::with_migrations(|m| m.apply(subevent, job, ranges));
-        if subevent == EXPORT_STARTED {
-            // From now on what is propagated reaches the target.
-            globals::set_effects_needed(true);
-        }
-        if subevent == EXPORT_COMPLETED {
-            // The slots are owned elsewhere now: the waiters there are redirected.
-            globals::report(&mut RedisHost::new(ctx), Report::DbChanged(None));
-        }
+        slot_migration_event(ctx, subevent, job, ranges);
     })
 }

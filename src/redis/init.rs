@@ -53,6 +53,14 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             return Status::Err;
         }
     }
+    // Redis 8.4+'s atomic slot migration (run-time check: the event and `key_trimmed` exist
+    // only there).
+    if events::redis_slot_migration_supported(ctx.ctx) {
+        if let Err(e) = events::subscribe_redis_slot_migration(ctx.ctx) {
+            ctx.log_warning(&format!("relock: {e}"));
+            return Status::Err;
+        }
+    }
     globals::configure(|_| ());
     server::learn_role(ctx.ctx);
     if !globals::is_replica() {

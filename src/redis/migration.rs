@@ -23,6 +23,18 @@
 //! Nothing else changes: the stream carries holds with their tokens (which the target
 //! observes), lease ends are absolute. As with `MIGRATE`, queued waiters do not move: they are
 //! redirected and queue again on the target.
+//!
+//! Redis 8.4's atomic slot migration (`CLUSTER MIGRATION IMPORT`, and `redis-cli --cluster
+//! reshard` once every node is 8.4+) needs no declaration: its source forks and sends each key
+//! as `RESTORE ... ABSTTL` (the type's `rdb_save`), then every later change of the slot, and
+//! trims its copy after the handover. Its events (a different number and different subevents:
+//! [`REDIS_EVENT`]) are mapped onto the same [`Migrations`], so the same three rules hold. The
+//! trim is where it differs: by default Redis frees the slot's keys in a background thread with
+//! no per-key notification (the holds would vanish from the source's journal unexplained); with a
+//! module subscribed to `key_trimmed` it deletes them on the main thread, a few per cron tick,
+//! each followed by that notification, which relock logs as `moved` (see `unlinked::reason`) and
+//! which serves the key's waiters (they get `MOVED`). relock subscribes: see the deployment docs
+//! for what it costs.
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
@@ -38,6 +50,86 @@ const IMPORT_ABORTED: u64 = 2;
 const EXPORT_ABORTED: u64 = 3;
 const IMPORT_COMPLETED: u64 = 4;
 pub const EXPORT_COMPLETED: u64 = 5;
+
+/// `REDISMODULE_EVENT_CLUSTER_SLOT_MIGRATION` (Redis 8.4) and its subevents.
+pub const REDIS_EVENT: u64 = 18;
+const REDIS_IMPORT_STARTED: u64 = 0;
+const REDIS_IMPORT_FAILED: u64 = 1;
+const REDIS_IMPORT_COMPLETED: u64 = 2;
+const REDIS_MIGRATE_STARTED: u64 = 3;
+const REDIS_MIGRATE_FAILED: u64 = 4;
+const REDIS_MIGRATE_COMPLETED: u64 = 5;
+/// `REDISMODULE_NOTIFY_KEY_TRIMMED` (Redis 8.4): a key of a slot that moved away, deleted.
+pub const NOTIFY_KEY_TRIMMED: c_int = 1 << 17;
+
+/// The subevent of Valkey's event that a Redis subevent means (`None`: one relock ignores,
+/// `MIGRATE_MODULE_PROPAGATE`).
+pub fn redis_subevent(subevent: u64) -> Option<u64> {
+    match subevent {
+        REDIS_IMPORT_STARTED => Some(IMPORT_STARTED),
+        REDIS_IMPORT_FAILED => Some(IMPORT_ABORTED),
+        REDIS_IMPORT_COMPLETED => Some(IMPORT_COMPLETED),
+        REDIS_MIGRATE_STARTED => Some(EXPORT_STARTED),
+        REDIS_MIGRATE_FAILED => Some(EXPORT_ABORTED),
+        REDIS_MIGRATE_COMPLETED => Some(EXPORT_COMPLETED),
+        _ => None,
+    }
+}
+
+/// `RedisModuleSlotRange`.
+#[repr(C)]
+struct RedisSlotRange {
+    start: u16,
+    end: u16,
+}
+
+/// `RedisModuleSlotRangeArray` (its ranges follow the count).
+#[repr(C)]
+struct RedisSlotRangeArray {
+    num_ranges: i32,
+    ranges: [RedisSlotRange; 0],
+}
+
+/// `RedisModuleClusterSlotMigrationInfoV1`, the data of Redis's event.
+#[repr(C)]
+struct RedisMigrationInfo {
+    version: u64,
+    source_node_id: [c_char; 41],
+    destination_node_id: [c_char; 41],
+    task_id: *const c_char,
+    slots: *const RedisSlotRangeArray,
+}
+
+/// The task id and slot ranges of a Redis migration event's data.
+///
+/// # Safety
+/// `data` must be the `RedisModuleClusterSlotMigrationInfoV1` Redis passes with the event,
+/// valid for the length of the callback.
+pub unsafe fn redis_event_data(data: *mut c_void) -> Option<(String, Vec<(u16, u16)>)> {
+    if data.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's promise; the id and ranges are copied out here.
+    unsafe {
+        let info = &*data.cast::<RedisMigrationInfo>();
+        let job = if info.task_id.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(info.task_id).to_string_lossy().into_owned()
+        };
+        let ranges = if info.slots.is_null() {
+            Vec::new()
+        } else {
+            let array = &*info.slots;
+            let n = usize::try_from(array.num_ranges).unwrap_or(0);
+            std::slice::from_raw_parts(array.ranges.as_ptr(), n)
+                .iter()
+                .map(|r| (r.start, r.end))
+                .collect()
+        };
+        Some((job, ranges))
+    }
+}
 
 /// `ValkeyModuleSlotRange`.
 #[repr(C)]
@@ -158,6 +250,56 @@ pub unsafe fn event_data(data: *mut c_void) -> Option<(String, Vec<(u16, u16)>)>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redis_subevents_mean_valkeys() {
+        let mut m = Migrations::default();
+        let apply = |m: &mut Migrations, sub, job: &str, ranges| {
+            m.apply(redis_subevent(sub).expect("known"), job.into(), ranges)
+        };
+        apply(&mut m, REDIS_IMPORT_STARTED, "i", vec![(3, 4)]);
+        assert!(m.importing(3) && !m.exporting());
+        apply(&mut m, REDIS_IMPORT_FAILED, "i", vec![(3, 4)]);
+        assert!(!m.importing(3));
+        apply(&mut m, REDIS_IMPORT_STARTED, "j", vec![(3, 4)]);
+        apply(&mut m, REDIS_IMPORT_COMPLETED, "j", vec![(3, 4)]);
+        assert!(!m.importing_any());
+        apply(&mut m, REDIS_MIGRATE_STARTED, "e", vec![(9, 9)]);
+        assert!(m.exporting());
+        apply(&mut m, REDIS_MIGRATE_FAILED, "e", vec![(9, 9)]);
+        assert!(!m.exporting());
+        apply(&mut m, REDIS_MIGRATE_STARTED, "f", vec![(9, 9)]);
+        apply(&mut m, REDIS_MIGRATE_COMPLETED, "f", vec![(9, 9)]);
+        assert!(!m.exporting() && m.handed_over(9));
+        assert_eq!(redis_subevent(6), None, "MIGRATE_MODULE_PROPAGATE");
+    }
+
+    #[test]
+    fn redis_event_data_is_read_as_laid_out() {
+        #[repr(C)]
+        struct Ranges {
+            num_ranges: i32,
+            ranges: [RedisSlotRange; 2],
+        }
+        let ranges = Ranges {
+            num_ranges: 2,
+            ranges: [
+                RedisSlotRange { start: 1, end: 2 },
+                RedisSlotRange { start: 7, end: 7 },
+            ],
+        };
+        let mut info = RedisMigrationInfo {
+            version: 1,
+            source_node_id: [0; 41],
+            destination_node_id: [0; 41],
+            task_id: c"task-1".as_ptr(),
+            slots: (&raw const ranges).cast(),
+        };
+        // SAFETY: `info` is laid out as Redis passes it and outlives the call.
+        let got = unsafe { redis_event_data((&raw mut info).cast()) };
+        assert_eq!(got, Some(("task-1".into(), vec![(1, 2), (7, 7)])));
+        assert_eq!(std::mem::offset_of!(RedisMigrationInfo, task_id), 96);
+    }
 
     #[test]
     fn jobs_add_and_remove_their_ranges() {

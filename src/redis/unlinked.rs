@@ -185,7 +185,9 @@ pub fn reason(event: &CStr) -> Reason {
         b"expired" => Reason::Expired,
         b"evicted" => Reason::Evicted,
         // The hold lives on at the destination.
-        b"rename_from" | b"move_from" => Reason::Moved,
+        // `key_trimmed`: Redis 8.4+ deleting a key of a slot its atomic slot migration handed
+        // over (see `migration`).
+        b"rename_from" | b"move_from" | b"key_trimmed" => Reason::Moved,
         // RESTORE ... REPLACE, COPY ... REPLACE onto a lock.
         b"restore" | b"copy_to" => Reason::Restored,
         // DEL, UNLINK, GETDEL, MIGRATE where the server cannot tell it (Redis 7.0), EXPIRE in

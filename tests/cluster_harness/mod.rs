@@ -294,6 +294,16 @@ pub fn cluster_slots(c: &mut redis::Connection) -> redis::RedisResult<Vec<(u16, 
 
 /// The hash slot of `key` (CRC16/XMODEM of the hash tag or whole key, mod 16384), as
 /// `CLUSTER KEYSLOT` computes it.
+/// The master port that `n`'s `CLUSTER SLOTS` names for `slot`.
+pub fn slot_owner_seen_by(n: &Server, slot: u16) -> Option<u16> {
+    let mut c = try_conn(n).ok()?;
+    cluster_slots(&mut c)
+        .ok()?
+        .into_iter()
+        .find(|(s, e, _)| (*s..=*e).contains(&slot))
+        .map(|(_, _, o)| o.master_port)
+}
+
 pub fn key_slot(key: &str) -> u16 {
     let bytes = key.as_bytes();
     let tagged = bytes
