@@ -1456,3 +1456,126 @@ fn metrics_close_a_connection_that_does_not_read_its_answers() {
     );
     scrapes_still_answered(&listen, "after the client that did not read");
 }
+
+/// What a server says can quote the bytes a client chose: a server without the module answers
+/// `ERR unknown command 'LOCK.INFO', with args beginning with: '<key>'`. Every operator
+/// command shows such an error with its control characters escaped, on stdout and stderr,
+/// and exits 1; `--json` keeps it whole. An owner given to force-release is shown escaped too.
+#[test]
+fn errors_quoting_hostile_keys_never_reach_the_terminal_raw() {
+    let plain = Server::without_module(&[]);
+    let key = "x\x1b[2Jy\x1b]0;pwned\x07z\nforged line";
+    for args in [
+        vec!["info", key],
+        vec!["waiters", key],
+        vec!["log", key],
+        vec!["force-release", key],
+        vec!["force-release", key, "owner\x1b[31m"],
+        vec!["top", "--once", "--interval", "10ms"],
+    ] {
+        let out = lockctl(&[&plain])
+            .args(&args)
+            .output()
+            .expect("lockctl runs");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        let (text, err) = (stdout(&out), support::stderr(&out));
+        for shown in [&text, &err] {
+            assert!(
+                !shown.contains('\x1b') && !shown.contains('\x07'),
+                "{args:?}: raw escapes: {shown:?}"
+            );
+            assert!(!shown.contains("\nforged line"), "{args:?}: {shown:?}");
+        }
+        if args[0] != "top" {
+            assert!(text.contains("x\\x1b[2Jy"), "{args:?}: {text:?}");
+        }
+    }
+    let doc = json_of_failing(lockctl(&[&plain]).args(["waiters", key, "--json"]));
+    let why = doc["masters"][0]["error"].as_str().expect("an error");
+    assert!(
+        why.contains(key.lines().next().unwrap_or_default()),
+        "{why}"
+    );
+
+    // A holder whose owner has escapes, force-released by that owner.
+    let server = Server::start();
+    let owner = "owner\x1b[31m\x07";
+    acquire(&server, b"k", owner.as_bytes(), 60_000);
+    let text = run_ok(lockctl(&[&server]).args(["force-release", "k", owner]));
+    assert!(
+        text.contains("released owner\\x1b[31m\\x07's hold"),
+        "{text:?}"
+    );
+}
+
+/// A JSON document a failing lockctl printed (exit 1).
+fn json_of_failing(cmd: &mut Command) -> Json {
+    let out = cmd.output().expect("lockctl runs");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = stdout(&out);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// `lockctl info` of a shared lock with 100,000 holders: the list alone takes the server
+/// longer than info's 100ms node timeout to send. info lists the first 100 (`--count`),
+/// says on stderr how many there are, and succeeds; `--count 0` asks for all.
+#[test]
+fn info_of_a_lock_with_100000_holders_lists_the_first_of_them() {
+    let server = Server::start();
+    let mut pipe = redis::pipe();
+    for i in 0..100_000 {
+        pipe.cmd("LOCK.ACQUIRE")
+            .arg("crowded")
+            .arg(format!("holder-{i:06}-\x1b[2J"))
+            .arg(600_000)
+            .arg("SHARED")
+            .ignore();
+    }
+    let () = pipe.query(&mut server.conn()).expect("pipeline");
+
+    let out = lockctl(&[&server])
+        .args(["info", "crowded"])
+        .output()
+        .expect("lockctl runs");
+    let (text, err) = (stdout(&out), support::stderr(&out));
+    assert!(out.status.success(), "{:?}: {text}\n{err}", out.status);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 101, "{text}");
+    assert!(lines[0].contains("holders=100000"), "{}", lines[0]);
+    assert!(
+        lines[1].contains("holder owner=holder-000000-\\x1b[2J"),
+        "{}",
+        lines[1]
+    );
+    assert!(err.contains("the first 100 of 100000 holders"), "{err}");
+
+    let few = run_ok(lockctl(&[&server]).args(["info", "crowded", "--count", "3"]));
+    assert_eq!(few.lines().count(), 4, "{few}");
+    let out = lockctl(&[&server])
+        .args(["info", "crowded", "--count", "-1"])
+        .output()
+        .expect("lockctl runs");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+/// A count the server would refuse (`ERR invalid count`, above 2^32-1) is a usage error found
+/// before any server is asked (exit 2), not a failure of every master (exit 1); the largest
+/// the server takes works.
+#[test]
+fn counts_beyond_the_servers_are_usage_errors() {
+    let server = Server::start();
+    for args in [
+        ["waiters", "k", "--count", "4294967296"],
+        ["log", "k", "--count", "4294967296"],
+        ["log", "--count", "9223372036854775807", "--json"],
+        ["waiters", "k", "--count", "18446744073709551615"],
+    ] {
+        let out = lockctl(&[&server])
+            .args(args)
+            .output()
+            .expect("lockctl runs");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+    }
+    run_ok(lockctl(&[&server]).args(["waiters", "k", "--count", "4294967295"]));
+    run_ok(lockctl(&[&server]).args(["log", "--count", "4294967295"]));
+}

@@ -150,7 +150,7 @@ pub async fn show(relock: &Relock, key: Option<&str>, count: u64, json: bool) ->
         return ops::status(failed);
     }
     for (master, why) in &errors {
-        out!("{master}: error: {why}");
+        out!("{master}: error: {}", ops::shown_error(why));
     }
     if found.is_empty() {
         if errors.is_empty() {
@@ -196,7 +196,7 @@ fn print_table(found: &[(String, Entry)], key: Option<&str>, several: bool) {
                     printable(&e.owner, WIDTH)
                 },
                 e.token.to_string(),
-                e.reason.clone(),
+                printable(e.reason.as_bytes(), WIDTH),
                 ms(e.held_ms),
                 e.waiters.to_string(),
                 who(&e.client_info),

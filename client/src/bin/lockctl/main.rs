@@ -210,6 +210,10 @@ enum Command {
     Info {
         /// The lock's key.
         key: String,
+        /// At most this many holders of a shared lock per master (0: all; a list of 100,000
+        /// takes longer than `--node-timeout`'s 100ms to send).
+        #[arg(long, default_value_t = INFO_HOLDERS)]
+        count: u32,
     },
     /// Break the lock at KEY on every master, whoever holds it, or only OWNER's hold
     /// (LOCK.FORCERELEASE).
@@ -450,7 +454,7 @@ async fn async_main(cli: Cli) -> ExitCode {
             let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
             code
         }
-        Command::Info { key } => info(&relock, &key).await,
+        Command::Info { key, count } => info(&relock, &key, count).await,
         Command::ForceRelease { key, owner } => {
             force_release(&relock, &key, owner.as_deref()).await
         }
@@ -497,9 +501,23 @@ fn known(n: Option<u64>) -> String {
 async fn report_holders(relock: &Relock, key: &str, prefix: &str) {
     for report in relock.info(key).await {
         match report.result {
-            Ok(Some(info)) => say!("{prefix}{key} on {}: {}", report.node, describe(&info)),
-            Ok(None) => say!("{prefix}{key} on {}: not locked", report.node),
-            Err(e) => say!("{prefix}{key} on {}: {e}", report.node),
+            Ok(Some(info)) => say!(
+                "{prefix}{} on {}: {}",
+                ops::printable(key.as_bytes(), 0),
+                report.node,
+                describe(&info)
+            ),
+            Ok(None) => say!(
+                "{prefix}{} on {}: not locked",
+                ops::printable(key.as_bytes(), 0),
+                report.node
+            ),
+            Err(e) => say!(
+                "{prefix}{} on {}: {}",
+                ops::printable(key.as_bytes(), 0),
+                report.node,
+                ops::shown_error(e)
+            ),
         }
     }
 }
@@ -1127,13 +1145,13 @@ impl Supervisor<'_> {
 
 /// One line per master (`node<TAB>what LOCK.INFO said`), and below a shared lock's line one
 /// line per holder (`node<TAB>holder owner=... token=... count=... ttl_ms=...`).
-async fn info(relock: &Relock, key: &str) -> ExitCode {
+async fn info(relock: &Relock, key: &str, count: u32) -> ExitCode {
     let reports = relock.info(key).await;
     let shared = reports
         .iter()
         .any(|r| matches!(&r.result, Ok(Some(i)) if i.mode.is_shared()));
     let holders = if shared {
-        relock.holders(key, 0).await
+        relock.holders(key, count).await
     } else {
         Vec::new()
     };
@@ -1143,12 +1161,12 @@ async fn info(relock: &Relock, key: &str) -> ExitCode {
             Ok(info) => info,
             Err(e) => {
                 failed = true;
-                out!("{}\terror: {e}", report.node);
+                out!("{}\terror: {}", report.node, ops::shown_error(e));
                 continue;
             }
         };
         out!("{}\t{}", report.node, info_line(info.as_ref()));
-        if !info.is_some_and(|i| i.mode.is_shared()) {
+        if !info.as_ref().is_some_and(|i| i.mode.is_shared()) {
             continue;
         }
         // The holders the same master listed (a cluster names the key's master in both).
@@ -1158,11 +1176,18 @@ async fn info(relock: &Relock, key: &str) -> ExitCode {
                 for h in holders {
                     out!("{}\t{}", report.node, holder_line(h));
                 }
+                let all = info.as_ref().map_or(0, |i| i.holders);
+                if count > 0 && holders.len() == count as usize && all > u64::from(count) {
+                    say!(
+                        "{}: the first {count} of {all} holders (--count 0 lists all)",
+                        report.node
+                    );
+                }
             }
             Some(Ok(None)) => {}
             Some(Err(e)) => {
                 failed = true;
-                out!("{}\terror: {e}", report.node);
+                out!("{}\terror: {}", report.node, ops::shown_error(e));
             }
             None => {
                 failed = true;
@@ -1176,6 +1201,9 @@ async fn info(relock: &Relock, key: &str) -> ExitCode {
         ExitCode::SUCCESS
     }
 }
+
+/// How many holders of a shared lock `lockctl info` lists per master unless `--count` says.
+const INFO_HOLDERS: u32 = 100;
 
 /// What `lockctl info` prints for a lock on one master.
 fn info_line(info: Option<&LockInfo>) -> String {
@@ -1217,8 +1245,8 @@ async fn force_release(relock: &Relock, key: &str, owner: Option<&str>) -> ExitC
         (None, 0) => "not locked".to_string(),
         (None, 1) => "released".to_string(),
         (None, n) => format!("released {n} holds"),
-        (Some(o), 0) => format!("{o} holds nothing"),
-        (Some(o), _) => format!("released {o}'s hold"),
+        (Some(o), 0) => format!("{} holds nothing", shown_owner(Some(o))),
+        (Some(o), _) => format!("released {}'s hold", shown_owner(Some(o))),
     })
 }
 
@@ -1230,7 +1258,7 @@ fn print_reports<T>(reports: Vec<NodeReport<T>>, describe: impl Fn(&T) -> String
             Ok(answer) => out!("{}\t{}", report.node, describe(answer)),
             Err(e) => {
                 failed = true;
-                out!("{}\terror: {e}", report.node);
+                out!("{}\terror: {}", report.node, ops::shown_error(e));
             }
         }
     }

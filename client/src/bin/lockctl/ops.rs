@@ -32,9 +32,9 @@ pub enum Ops {
     Waiters {
         /// The lock's key.
         key: String,
-        /// At most this many waiters per master (0: all).
+        /// At most this many waiters per master (0: all; at most 4294967295, as the server).
         #[arg(long, default_value_t = 100)]
-        count: u64,
+        count: u32,
         /// One JSON document instead of a table.
         #[arg(long)]
         json: bool,
@@ -45,9 +45,9 @@ pub enum Ops {
     Log {
         /// Only this key's holds.
         key: Option<String>,
-        /// At most this many entries per master.
+        /// At most this many entries per master (at most 4294967295, as the server).
         #[arg(long, default_value_t = 10)]
-        count: u64,
+        count: u32,
         /// One JSON document instead of a table.
         #[arg(long)]
         json: bool,
@@ -97,9 +97,11 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 /// Runs an operators' subcommand.
 pub async fn run(relock: Relock, cluster: bool, db: i64, command: Ops) -> ExitCode {
     match command {
-        Ops::Waiters { key, count, json } => crate::waiters::show(&relock, &key, count, json).await,
+        Ops::Waiters { key, count, json } => {
+            crate::waiters::show(&relock, &key, u64::from(count), json).await
+        }
         Ops::Log { key, count, json } => {
-            crate::log::show(&relock, key.as_deref(), count, json).await
+            crate::log::show(&relock, key.as_deref(), u64::from(count), json).await
         }
         Ops::Top {
             interval,
@@ -266,6 +268,14 @@ pub fn printable(bytes: &[u8], width: usize) -> String {
     }
     shown.push('…');
     shown
+}
+
+/// An error for a person, control characters escaped as [`printable`] does: what a server
+/// says may quote the key or the owner a client chose (`ERR unknown command 'LOCK.INFO', with
+/// args beginning with: '<key>'` from a server without the module), and those bytes must not
+/// reach a terminal raw.
+pub fn shown_error(why: impl std::fmt::Display) -> String {
+    printable(why.to_string().as_bytes(), 0)
 }
 
 /// Bytes as a JSON string (lossy UTF-8; JSON escapes the control characters).

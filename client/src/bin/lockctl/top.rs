@@ -271,7 +271,11 @@ pub async fn once(relock: &Relock, view: &View, json: bool) -> ExitCode {
     }
     for r in &second {
         if let Err(e) = &r.hot {
-            out!("{}: hottest keys unknown: {e}", r.master);
+            out!(
+                "{}: hottest keys unknown: {}",
+                r.master,
+                ops::shown_error(e)
+            );
         }
     }
     ops::status(failed)

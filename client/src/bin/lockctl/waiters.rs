@@ -157,7 +157,7 @@ pub async fn show(relock: &Relock, key: &str, count: u64, json: bool) -> ExitCod
                 if json {
                     docs.push(json!({"master": report.node, "error": why}));
                 } else {
-                    out!("{}: error: {why}", report.node);
+                    out!("{}: error: {}", report.node, ops::shown_error(why));
                 }
             }
         }
