@@ -1186,20 +1186,29 @@ class Hold:
             yield int(max(rnd.agreed.values()))
         finally:
             if self._pid == os.getpid():
-                release: list[Any] = ["LOCK.RELEASE", self.key, self.owner, "FROM", 0]
-                try:
-                    async with self._step:
-                        m = self._count
-                        release = ["LOCK.RELEASE", self.key, self.owner, "FROM", m]
-                        self._count = m - 1
-                        done = await c._round(release, targets=agreed, until_all=True)
-                except BaseException:
-                    if release[-1]:
-                        c._release_late(self.key, self.owner, agreed, release, ttl=self.ttl)
-                    raise
-                unanswered = done.unanswered()
-                if any(unanswered):
-                    c._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
+                # The step out runs in a task of its own: a cancel that lands while it waits
+                # for the step (another task's step under way) or for its reply cuts only
+                # this wait, never the step, which keeps its place in the order of steps.
+                await asyncio.shield(c._spawn(self._step_out(agreed)))
+
+    async def _step_out(self, agreed: list[bool]) -> None:
+        """A nested section's exit: its count taken down by one (LOCK.RELEASE FROM count),
+        given back in the background where no reply came."""
+        c = self._client
+        release: list[Any] = ["LOCK.RELEASE", self.key, self.owner, "FROM", 0]
+        try:
+            async with self._step:
+                m = self._count
+                release = ["LOCK.RELEASE", self.key, self.owner, "FROM", m]
+                self._count = m - 1
+                done = await c._round(release, targets=agreed, until_all=True)
+        except BaseException:
+            if release[-1]:
+                c._release_late(self.key, self.owner, agreed, release, ttl=self.ttl)
+            raise
+        unanswered = done.unanswered()
+        if any(unanswered):
+            c._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
 
 
 class GroupHold(Hold):

@@ -1,0 +1,86 @@
+"""Cancellation (asyncio) and interruption (Ctrl-C in the sync client) at the awaits and
+steps of a hold: whatever was cut, the server is left with the count the client believes,
+and a hold released at the end frees its lock."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any, Iterator
+
+import pytest
+import redis
+import redis.asyncio as aredis
+
+import relock
+import relock.aio
+from servers import LossProxy, Server
+
+
+def info(server: Server, key: str) -> dict[str, Any] | None:
+    reply = redis.Redis(port=server.port, decode_responses=True).execute_command("LOCK.INFO", key)
+    if reply is None:
+        return None
+    if isinstance(reply, dict):
+        return {str(k): v for k, v in reply.items()}
+    return dict(zip(reply[0::2], reply[1::2]))
+
+
+async def until(check: Any, within: float) -> bool:
+    end = time.monotonic() + within
+    while not check():
+        if time.monotonic() >= end:
+            return bool(check())
+        await asyncio.sleep(0.005)
+    return True
+
+
+@pytest.fixture
+def proxy(server: Server) -> Iterator[LossProxy]:
+    p = LossProxy(server.port)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def test_aio_a_section_cancelled_while_its_exit_waits_for_the_step_still_steps_out(server: Server, proxy: LossProxy) -> None:
+    """Two tasks share a hold; one leaves its nested section while the other's LOCK.REENTER
+    is under way (the step is busy) and is cancelled right there. Its LOCK.RELEASE was never
+    sent and its count never taken down: the hold's final release took the count from 2 to 1
+    and the lock stayed held by nobody for its whole ttl. Must hold: the cut exit still
+    steps out (in order), and the final release frees the lock."""
+
+    async def main() -> None:
+        locks = relock.aio.Relock(aredis.Redis(port=proxy.port), node_timeout=2.0)
+        hold = await locks.acquire("k", ttl=20)
+        assert hold is not None
+        inside, leave = asyncio.Event(), asyncio.Event()
+
+        async def a() -> None:
+            async with hold.reenter():
+                inside.set()
+                await leave.wait()
+
+        async def b() -> None:
+            async with hold.reenter() as n:
+                assert n == 3
+
+        ta = asyncio.create_task(a())
+        await inside.wait()
+        proxy.arm(b"LOCK.REENTER", delay=0.5)
+        tb = asyncio.create_task(b())
+        assert await until(proxy.hit.is_set, 5)  # b has the step, its reply delayed
+        leave.set()
+        for _ in range(5):  # a reaches its exit and waits for the step there
+            await asyncio.sleep(0)
+        ta.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ta
+        await tb
+        assert await hold.release()
+        assert await until(lambda: info(server, "k") is None, 3), info(server, "k")
+        await locks.aclose()
+
+    asyncio.run(main())
