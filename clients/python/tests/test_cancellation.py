@@ -84,3 +84,61 @@ def test_aio_a_section_cancelled_while_its_exit_waits_for_the_step_still_steps_o
         await locks.aclose()
 
     asyncio.run(main())
+
+
+def test_aio_aclose_while_a_task_is_inside_a_nested_section_frees_the_lock(server: Server) -> None:
+    """aclose() (or release()) while another task runs inside a nested section: the release
+    took the count from 2 to 1 only, the inner exit then asked for 2 -> 1 (a repeat, nothing
+    changed) and the lock was held by nobody for its whole ttl. Must hold: the hold ends
+    whole (every count), and the section's exit afterwards changes nothing."""
+
+    async def main() -> None:
+        locks = relock.aio.Relock(aredis.Redis(port=server.port))
+        hold = await locks.acquire("k", ttl=20)
+        assert hold is not None
+        inside, leave = asyncio.Event(), asyncio.Event()
+
+        async def a() -> None:
+            async with hold.reenter():
+                inside.set()
+                await leave.wait()
+
+        ta = asyncio.create_task(a())
+        await inside.wait()
+        await locks.aclose()
+        assert hold.lost.is_set()
+        assert await until(lambda: info(server, "k") is None, 3), info(server, "k")
+        leave.set()
+        with contextlib.suppress(relock.RelockError):
+            await ta
+        assert info(server, "k") is None
+
+    asyncio.run(main())
+
+
+def test_sync_release_while_a_thread_is_inside_a_nested_section_frees_the_lock(server: Server) -> None:
+    import threading
+
+    locks = relock.Relock(redis.Redis(port=server.port))
+    hold = locks.acquire("k", ttl=20)
+    assert hold is not None
+    inside, leave = threading.Event(), threading.Event()
+
+    def a() -> None:
+        with contextlib.suppress(relock.RelockError):
+            with hold.reenter():
+                inside.set()
+                leave.wait(10)
+
+    t = threading.Thread(target=a)
+    t.start()
+    assert inside.wait(5)
+    hold.release()
+    end = time.monotonic() + 3
+    while info(server, "k") is not None and time.monotonic() < end:
+        time.sleep(0.01)
+    assert info(server, "k") is None, info(server, "k")
+    leave.set()
+    t.join(5)
+    assert info(server, "k") is None
+    locks.close()

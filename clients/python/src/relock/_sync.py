@@ -1390,8 +1390,14 @@ class Hold:
             self._released = True
         self._client._renewer.remove(self)
         with self._step:
-            release = self._release_args()
-            rnd = self._client._round(release, until_all=len(self._client.servers) > 1, accept=self._all_held)
+            # The hold ends whole: a nested section still running (another thread's) has its
+            # count taken down too, one FROM step at a time, and its exit then changes nothing.
+            while True:
+                release = self._release_args()
+                rnd = self._client._round(release, until_all=len(self._client.servers) > 1, accept=self._all_held)
+                if self._count <= 1 or not rnd.won():
+                    break
+                self._count -= 1
         if rnd.won():
             return True
         unanswered = rnd.unanswered()
@@ -1469,14 +1475,28 @@ class Hold:
             yield int(max(rnd.agreed.values()))
         finally:
             if self._pid == os.getpid():
-                with self._step:
-                    m = self._count
-                    release = ["LOCK.RELEASE", self.key, self.owner, "FROM", m]
-                    self._count = m - 1
-                    done = c._round(release, targets=agreed, until_all=True)
-                unanswered = done.unanswered()
-                if any(unanswered):
-                    c._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
+                self._step_out(agreed)
+
+    def _step_out(self, agreed: list[bool]) -> None:
+        """A nested section's exit: its count taken down by one (LOCK.RELEASE FROM count),
+        given back in the background where no reply came; nothing once the hold was ended
+        whole (released while the section ran)."""
+        c = self._client
+        with self._step:
+            if self._released:
+                return
+            m = self._count
+            release = ["LOCK.RELEASE", self.key, self.owner, "FROM", m]
+            self._count = m - 1
+            try:
+                done = c._round(release, targets=agreed, until_all=True)
+            except BaseException:
+                # Interrupted (Ctrl-C) while the step was under way: sent again.
+                c._release_late(self.key, self.owner, agreed, release, ttl=self.ttl)
+                raise
+        unanswered = done.unanswered()
+        if any(unanswered):
+            c._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
 
 
 class GroupHold(Hold):

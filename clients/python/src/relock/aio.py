@@ -1126,8 +1126,15 @@ class Hold:
         release = self._release_args()
         try:
             async with self._step:
-                release = self._release_args()
-                rnd = await self._client._round(release, until_all=len(self._client.servers) > 1, accept=self._all_held)
+                # The hold ends whole: a nested section still running (another task's) has
+                # its count taken down too, one FROM step at a time, and its exit then
+                # changes nothing (the hold is released).
+                while True:
+                    release = self._release_args()
+                    rnd = await self._client._round(release, until_all=len(self._client.servers) > 1, accept=self._all_held)
+                    if self._count <= 1 or not rnd.won():
+                        break
+                    self._count -= 1
         except BaseException:
             # Cancelled while releasing: given back in the background.
             self._client._release_late(self.key, self.owner, None, release, ttl=self.ttl)
@@ -1198,6 +1205,8 @@ class Hold:
         release: list[Any] = ["LOCK.RELEASE", self.key, self.owner, "FROM", 0]
         try:
             async with self._step:
+                if self._released:
+                    return  # the hold was ended whole, this section's count with it
                 m = self._count
                 release = ["LOCK.RELEASE", self.key, self.owner, "FROM", m]
                 self._count = m - 1
