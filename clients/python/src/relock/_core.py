@@ -6,6 +6,7 @@ error.rs) rule for rule."""
 
 from __future__ import annotations
 
+import numbers
 import os
 import random
 import secrets
@@ -52,7 +53,9 @@ HOST_PID = object()
 
 def check_ttl(ttl: float) -> int:
     """A ttl in seconds as the ``ttl_ms`` sent: whole milliseconds, 5 (``MIN_TTL_MS``) to
-    10^12."""
+    10^12. A bool (``True`` would be 1 s) or a string is a mistake, refused."""
+    if isinstance(ttl, bool) or not isinstance(ttl, numbers.Real):
+        raise InvalidArgument(f"invalid ttl {ttl!r} (a number of seconds, 0.005 to 10^9)")
     try:
         ms = int(ttl * 1000)
     except (TypeError, ValueError, OverflowError):
@@ -67,11 +70,19 @@ def check_ttl(ttl: float) -> int:
     return ms
 
 
+def check_pause(name: str, value: Any) -> float:
+    """A pause setting (``retry_delay``, ``max_partial_hold``): a finite number of seconds,
+    0 or more (a negative or NaN one made every wait fail in ``time.sleep``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= float(value) < float("inf"):
+        raise InvalidArgument(f"invalid {name} {value!r} (a finite number of seconds, 0 or more)")
+    return float(value)
+
+
 def check_wait(wait: float | None) -> float | None:
     """A wait limit in seconds: None (no limit), 0 (try once) or positive, at most 10^9 s."""
     if wait is None:
         return None
-    if not isinstance(wait, (int, float)) or wait != wait or wait < 0:
+    if isinstance(wait, bool) or not isinstance(wait, numbers.Real) or wait != wait or wait < 0:
         raise InvalidArgument(f"invalid wait {wait!r} (None, 0 or a positive number of seconds)")
     return min(float(wait), MAX_MS / 1000)
 

@@ -559,8 +559,8 @@ class Relock:
         self._prefix: object = core.HOST_PID if owner_prefix is None else owner_prefix
         core.make_owner(self._prefix)
         self.node_timeout = float(node_timeout)
-        self.retry_delay = float(retry_delay)
-        self.max_partial_hold = float(max_partial_hold)
+        self.retry_delay = core.check_pause("retry_delay", retry_delay)
+        self.max_partial_hold = core.check_pause("max_partial_hold", max_partial_hold)
         self._renewer = _Renewer()
         self._make_pools()
         _clients.add(self)

@@ -377,8 +377,8 @@ class Relock:
         if not node_timeout >= 0.001:
             raise InvalidArgument(f"node_timeout {node_timeout!r} is below 1 ms: every request would time out")
         self.node_timeout = float(node_timeout)
-        self.retry_delay = float(retry_delay)
-        self.max_partial_hold = float(max_partial_hold)
+        self.retry_delay = core.check_pause("retry_delay", retry_delay)
+        self.max_partial_hold = core.check_pause("max_partial_hold", max_partial_hold)
         self._background: set[asyncio.Task[Any]] = set()
         self._holds: weakref.WeakSet[Hold] = weakref.WeakSet()
         _clients.add(self)
