@@ -142,3 +142,37 @@ def test_sync_release_while_a_thread_is_inside_a_nested_section_frees_the_lock(s
     t.join(5)
     assert info(server, "k") is None
     locks.close()
+
+
+def test_aio_a_reenter_cancelled_under_way_then_a_release_frees_the_lock(server: Server, proxy: LossProxy) -> None:
+    """A nested section cancelled while its LOCK.REENTER is under way (the server ran it, the
+    reply is late), then the hold released at once: the take-back (RELEASE FROM 2) ran in the
+    background beside the release (FROM 1), which could meet count 2 (`ERR hold count is 2,
+    not 1`); the take-back then left count 1 and the lock was held by nobody for its ttl (a
+    race: tried several times). Must hold: the steps keep their order, the release frees the
+    lock."""
+
+    async def main() -> None:
+        for i in range(5):
+            key = f"k{i}"
+            locks = relock.aio.Relock(aredis.Redis(port=proxy.port), node_timeout=2.0)
+            hold = await locks.acquire(key, ttl=20)
+            assert hold is not None
+
+            async def a(h: relock.aio.Hold) -> None:
+                async with h.reenter():
+                    pytest.fail("entered a cancelled section")
+
+            proxy.hit.clear()
+            proxy.arm(b"LOCK.REENTER", delay=0.3)
+            ta = asyncio.create_task(a(hold))
+            assert await until(proxy.hit.is_set, 5)
+            ta.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ta
+            with contextlib.suppress(relock.RelockError):
+                await hold.release()
+            assert await until(lambda: info(server, key) is None, 3), (i, info(server, key))
+            await locks.aclose()
+
+    asyncio.run(main())

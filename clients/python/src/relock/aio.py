@@ -1164,6 +1164,34 @@ class Hold:
         self.check()
         ttl_ms = core.check_ttl(self.ttl)
         c = self._client
+        # The step in runs in a task of its own, as the step out: a cancel cuts only this
+        # wait, never the step (which keeps its place in the order of steps), and a step in
+        # that went through after all is stepped out again, in order.
+        task = c._spawn(self._step_in(ttl_ms))
+        try:
+            rnd, agreed = await asyncio.shield(task)
+        except asyncio.CancelledError:
+
+            def stepped_in(t: asyncio.Task[tuple[Round[Any], list[bool]]]) -> None:
+                if not t.cancelled() and t.exception() is None:
+                    with contextlib.suppress(RuntimeError):
+                        c._spawn(self._step_out(t.result()[1]))
+
+            task.add_done_callback(stepped_in)
+            raise
+        try:
+            yield int(max(rnd.agreed.values()))
+        finally:
+            if self._pid == os.getpid():
+                # The step out runs in a task of its own: a cancel that lands while it waits
+                # for the step (another task's step under way) or for its reply cuts only
+                # this wait, never the step, which keeps its place in the order of steps.
+                await asyncio.shield(c._spawn(self._step_out(agreed)))
+
+    async def _step_in(self, ttl_ms: int) -> tuple[Round[Any], list[bool]]:
+        """A nested section's entry (LOCK.REENTER FROM count): the round and the servers that
+        agreed; whatever may have run where it failed is taken back before the step ends."""
+        c = self._client
         async with self._step:
             self.check()
             n = self._count
@@ -1178,25 +1206,25 @@ class Hold:
             if not rnd.won():
                 # Taken back wherever it may have run: the servers that granted it, and those
                 # whose reply was lost (a reset connection); a server where it never ran
-                # answers the take-back as a repeat and changes nothing.
+                # answers the take-back as a repeat and changes nothing. Under the step, so
+                # that no later step meets the count between.
                 back = [g or u for g, u in zip(rnd.agreed_by(), rnd.unanswered())]
                 if any(back):
-                    c._release_late(self.key, self.owner, back, undo, ttl=self.ttl)
+                    try:
+                        done = await c._round(undo, targets=back, until_all=True)
+                    except BaseException:
+                        c._release_late(self.key, self.owner, back, undo, ttl=self.ttl)
+                        raise
+                    left = [b and u for b, u in zip(back, done.unanswered())]
+                    if any(left):
+                        c._release_late(self.key, self.owner, left, undo, ttl=self.ttl)
                 if rnd.permanently_failed():
                     raise rnd.permanent_error(self.key)
                 if rnd.renew_verdict() == "lost":
                     raise LockLost(f"lock {self.key!r}: re-entry refused ({rnd.describe()})", key=self.key, reason="re-entry refused")
                 raise NotAcquired(f"lock {self.key!r}: re-entry not answered ({rnd.describe()}); the section was not entered", key=self.key)
             self._count = n + 1
-            agreed = rnd.agreed_by()
-        try:
-            yield int(max(rnd.agreed.values()))
-        finally:
-            if self._pid == os.getpid():
-                # The step out runs in a task of its own: a cancel that lands while it waits
-                # for the step (another task's step under way) or for its reply cuts only
-                # this wait, never the step, which keeps its place in the order of steps.
-                await asyncio.shield(c._spawn(self._step_out(agreed)))
+            return rnd, rnd.agreed_by()
 
     async def _step_out(self, agreed: list[bool]) -> None:
         """A nested section's exit: its count taken down by one (LOCK.RELEASE FROM count),
