@@ -176,3 +176,26 @@ def test_aio_a_reenter_cancelled_under_way_then_a_release_frees_the_lock(server:
             await locks.aclose()
 
     asyncio.run(main())
+
+
+def test_sync_a_reenter_whose_reply_was_lost_then_a_release_frees_the_lock(server: Server, proxy: LossProxy) -> None:
+    """The sync client's take-back of a LOCK.REENTER whose reply was lost (RELEASE FROM 2)
+    ran in a background thread beside the release that followed at once (FROM 1): the
+    release could meet count 2, the take-back then left count 1, and the lock was held by
+    nobody for its ttl (a race: tried several times). Must hold: the release frees it."""
+    for i in range(5):
+        key = f"k{i}"
+        locks = relock.Relock(redis.Redis(port=proxy.port), node_timeout=2.0)
+        hold = locks.acquire(key, ttl=20)
+        assert hold is not None
+        proxy.arm(b"LOCK.REENTER")
+        with pytest.raises(relock.RelockError):
+            with hold.reenter():
+                pytest.fail("entered a section whose LOCK.REENTER got no reply")
+        with contextlib.suppress(relock.RelockError):
+            hold.release()
+        end = time.monotonic() + 3
+        while info(server, key) is not None and time.monotonic() < end:
+            time.sleep(0.01)
+        assert info(server, key) is None, (i, info(server, key))
+        locks.close()

@@ -1461,9 +1461,17 @@ class Hold:
                 # Taken back wherever it may have run: the servers that granted it, and those
                 # whose reply was lost (a reset connection); a server where it never ran
                 # answers the take-back as a repeat and changes nothing.
+                # Under the step, so that no later step meets the count between.
                 back = [g or u for g, u in zip(rnd.agreed_by(), rnd.unanswered())]
                 if any(back):
-                    c._release_late(self.key, self.owner, back, undo, ttl=self.ttl)
+                    try:
+                        done = c._round(undo, targets=back, until_all=True)
+                    except BaseException:
+                        c._release_late(self.key, self.owner, back, undo, ttl=self.ttl)
+                        raise
+                    left = [b and u for b, u in zip(back, done.unanswered())]
+                    if any(left):
+                        c._release_late(self.key, self.owner, left, undo, ttl=self.ttl)
                 if rnd.permanently_failed():
                     raise rnd.permanent_error(self.key)
                 if rnd.renew_verdict() == "lost":
