@@ -199,3 +199,32 @@ def test_sync_a_reenter_whose_reply_was_lost_then_a_release_frees_the_lock(serve
             time.sleep(0.01)
         assert info(server, key) is None, (i, info(server, key))
         locks.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "aio"])
+def test_a_release_that_meets_a_count_it_did_not_expect_still_ends_the_hold(server: Server, flavour: str) -> None:
+    """A step the client no longer counted (a sync reenter interrupted by Ctrl-C, its
+    take-back still under way in the background) leaves the server one count above the
+    client's: the release (FROM 1) met `ERR hold count is 2, not 1`, raised, and the lock
+    was held by nobody for its ttl (the renewal had stopped). Must hold: the release ends
+    the hold whole, from the count the server has."""
+    raw = redis.Redis(port=server.port)
+    if flavour == "sync":
+        locks = relock.Relock(redis.Redis(port=server.port))
+        hold = locks.acquire("k", ttl=20)
+        assert hold is not None
+        raw.execute_command("LOCK.REENTER", "k", hold.owner, 20000, "FROM", 1)
+        assert hold.release()
+        locks.close()
+    else:
+
+        async def main() -> None:
+            alocks = relock.aio.Relock(aredis.Redis(port=server.port))
+            ahold = await alocks.acquire("k", ttl=20)
+            assert ahold is not None
+            raw.execute_command("LOCK.REENTER", "k", ahold.owner, 20000, "FROM", 1)
+            assert await ahold.release()
+            await alocks.aclose()
+
+        asyncio.run(main())
+    assert info(server, "k") is None, info(server, "k")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numbers
 import os
 import random
+import re
 import secrets
 import socket
 from dataclasses import dataclass, field
@@ -125,6 +126,7 @@ def check_mode(shared: bool, limit: int | None, masters: int, permits: int | Non
 
 
 _NS = 1_000_000_000
+_HOLD_COUNT = re.compile(r"hold count is (\d+), not \d+")
 
 
 def drift(ttl: float) -> float:
@@ -768,6 +770,15 @@ class Round(Generic[T]):
         validity is measured again with a renewal round."""
         until = self.valid_until(ttl)
         return self.won() and (until is None or until - self.started < ttl * 2 / 3)
+
+    def hold_count(self) -> int | None:
+        """The count a server said the hold has when a ``FROM c`` step met another
+        (``ERR hold count is <n>, not <c>``): n, else None."""
+        for _, f in self.failures:
+            m = _HOLD_COUNT.search(f.message)
+            if m:
+                return int(m.group(1))
+        return None
 
     def give_back(self) -> tuple[list[bool], list[bool]]:
         """Where a failed acquisition is released: now, the servers that granted; later (in
