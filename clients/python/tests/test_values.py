@@ -54,3 +54,18 @@ def test_a_zero_retry_delay_is_allowed(server: Server) -> None:
     assert locks.acquire("k", ttl=5, wait=0.05) is None
     assert hold.release()
     locks.close()
+
+
+def test_a_key_or_owner_prefix_that_is_not_utf8_is_refused_at_once(server: Server) -> None:
+    """A lone surrogate in a key went to the server's round (a ServerError naming a
+    UnicodeEncodeError); in owner_prefix it escaped the constructor as UnicodeEncodeError."""
+    locks = relock.Relock(redis.Redis(port=server.port))
+    with pytest.raises(relock.InvalidArgument):
+        locks.acquire("\udcff", ttl=1, wait=0)
+    with pytest.raises(relock.InvalidArgument):
+        locks.acquire_all(["a", "\udcff"], ttl=1, wait=0)
+    with pytest.raises(relock.InvalidArgument):
+        relock.Relock(redis.Redis(port=server.port), owner_prefix="\udcff")
+    with pytest.raises(relock.InvalidArgument):
+        relock.aio.Relock(aredis.Redis(port=server.port), owner_prefix="\udcff")
+    locks.close()

@@ -168,7 +168,10 @@ def make_owner(prefix: object = HOST_PID) -> str:
     if not text:
         return rand
     room = MAX_OWNER - len(rand) - 1
-    raw = text.encode("utf-8")[:room].decode("utf-8", "ignore")
+    try:
+        raw = text.encode("utf-8")[:room].decode("utf-8", "ignore")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"owner_prefix {text[:60]!r} is not valid UTF-8 text (a lone surrogate)") from None
     return f"{raw}/{rand}"
 
 
@@ -949,6 +952,10 @@ def check_key(key: Any) -> str:
     """A key: a str (a None or a tuple is a mistake, never a lock held by another owner)."""
     if not isinstance(key, str):
         raise InvalidArgument(f"a key must be a str, not {type(key).__name__} ({key!r:.60})")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"key {key[:60]!r} is not valid UTF-8 text (a lone surrogate)") from None
     return key
 
 
@@ -961,6 +968,8 @@ def check_keys(keys: Any) -> list[str]:
         raise InvalidArgument(f"a group takes 1 to {MAX_KEYS} keys, not {len(out)}")
     if not all(isinstance(k, str) for k in out):
         raise InvalidArgument("every key of a group must be a str")
+    for k in out:
+        check_key(k)
     if len(set(out)) != len(out):
         dup = next(k for i, k in enumerate(out) if k in out[:i])
         raise InvalidArgument(f"key {dup!r} is named twice in the group")
