@@ -228,3 +228,45 @@ def test_a_release_that_meets_a_count_it_did_not_expect_still_ends_the_hold(serv
 
         asyncio.run(main())
     assert info(server, "k") is None, info(server, "k")
+
+
+@pytest.mark.parametrize("flavour", ["sync", "aio"])
+def test_redlock_a_reenter_whose_reply_was_lost_on_a_minority_is_taken_back_there(servers3: list[Server], flavour: str) -> None:
+    """Redlock over 3 masters: a LOCK.REENTER won on a quorum whose reply was lost on the
+    third master (it ran there) was never taken back; the final release (FROM 1) met count 2
+    there, and that master kept the lock for its whole ttl (one fault from unavailable).
+    Must hold: after the section and the release, no master holds the lock."""
+    p = LossProxy(servers3[2].port)
+    try:
+        ports = [servers3[0].port, servers3[1].port, p.port]
+        if flavour == "sync":
+            locks = relock.Relock([redis.Redis(port=port) for port in ports], node_timeout=1.0)
+            hold = locks.acquire("k", ttl=20)
+            assert hold is not None
+            p.arm(b"LOCK.REENTER")
+            with hold.reenter() as n:
+                assert n == 2
+            assert p.lost == 1
+            hold.release()
+            locks.close()
+        else:
+
+            async def main() -> None:
+                alocks = relock.aio.Relock([aredis.Redis(port=port) for port in ports], node_timeout=1.0)
+                ahold = await alocks.acquire("k", ttl=20)
+                assert ahold is not None
+                p.arm(b"LOCK.REENTER")
+                async with ahold.reenter() as n:
+                    assert n == 2
+                assert p.lost == 1
+                await ahold.release()
+                await alocks.settle()
+                await alocks.aclose()
+
+            asyncio.run(main())
+        end = time.monotonic() + 3
+        while any(info(s, "k") is not None for s in servers3) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert [info(s, "k") for s in servers3] == [None, None, None]
+    finally:
+        p.close()

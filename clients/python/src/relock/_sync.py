@@ -1471,21 +1471,15 @@ class Hold:
                 # whose reply was lost (a reset connection); a server where it never ran
                 # answers the take-back as a repeat and changes nothing.
                 # Under the step, so that no later step meets the count between.
-                back = [g or u for g, u in zip(rnd.agreed_by(), rnd.unanswered())]
-                if any(back):
-                    try:
-                        done = c._round(undo, targets=back, until_all=True)
-                    except BaseException:
-                        c._release_late(self.key, self.owner, back, undo, ttl=self.ttl)
-                        raise
-                    left = [b and u for b, u in zip(back, done.unanswered())]
-                    if any(left):
-                        c._release_late(self.key, self.owner, left, undo, ttl=self.ttl)
+                self._take_back(undo, [g or u for g, u in zip(rnd.agreed_by(), rnd.unanswered())])
                 if rnd.permanently_failed():
                     raise rnd.permanent_error(self.key)
                 if rnd.renew_verdict() == "lost":
                     raise LockLost(f"lock {self.key!r}: re-entry refused ({rnd.describe()})", key=self.key, reason="re-entry refused")
                 raise NotAcquired(f"lock {self.key!r}: re-entry not answered ({rnd.describe()}); the section was not entered", key=self.key)
+            # Won on a quorum: a server whose reply was lost may have run it all the same, and
+            # is taken back (a repeat where it never ran), so that it keeps the outer count.
+            self._take_back(undo, [u and not g for g, u in zip(rnd.agreed_by(), rnd.unanswered())])
             self._count = n + 1
             agreed = rnd.agreed_by()
         try:
@@ -1493,6 +1487,21 @@ class Hold:
         finally:
             if self._pid == os.getpid():
                 self._step_out(agreed)
+
+    def _take_back(self, undo: list[Any], targets: list[bool]) -> None:
+        """Under the step: ``undo`` (LOCK.RELEASE FROM count + 1) on ``targets``, and in the
+        background where it got no answer."""
+        if not any(targets):
+            return
+        c = self._client
+        try:
+            done = c._round(undo, targets=targets, until_all=True)
+        except BaseException:
+            c._release_late(self.key, self.owner, targets, undo, ttl=self.ttl)
+            raise
+        left = [t and u for t, u in zip(targets, done.unanswered())]
+        if any(left):
+            c._release_late(self.key, self.owner, left, undo, ttl=self.ttl)
 
     def _step_out(self, agreed: list[bool]) -> None:
         """A nested section's exit: its count taken down by one (LOCK.RELEASE FROM count),
