@@ -270,3 +270,76 @@ def test_redlock_a_reenter_whose_reply_was_lost_on_a_minority_is_taken_back_ther
         assert [info(s, "k") for s in servers3] == [None, None, None]
     finally:
         p.close()
+
+
+def test_sync_a_release_interrupted_while_another_threads_step_is_under_way_still_frees_the_lock(
+    server: Server, proxy: LossProxy
+) -> None:
+    """Ctrl-C lands in release() while it waits for another thread's step (a nested section's
+    LOCK.REENTER whose reply is late): the hold was marked released and nothing was sent, and
+    the section's exit then sent nothing either: the lock was held by nobody for its ttl.
+    Must hold: the whole release goes on in the background, in the order of steps."""
+    import signal
+    import threading
+
+    locks = relock.Relock(redis.Redis(port=proxy.port), node_timeout=2.0)
+    hold = locks.acquire("k", ttl=20)
+    assert hold is not None
+    proxy.arm(b"LOCK.REENTER", delay=0.5)
+
+    def a() -> None:
+        with contextlib.suppress(relock.RelockError):
+            with hold.reenter():
+                pass
+
+    t = threading.Thread(target=a)
+    t.start()
+    assert proxy.hit.wait(5)
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(KeyboardInterrupt):
+            hold.release()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    t.join(5)
+    end = time.monotonic() + 3
+    while info(server, "k") is not None and time.monotonic() < end:
+        time.sleep(0.01)
+    assert info(server, "k") is None, info(server, "k")
+    locks.close()
+
+
+def test_aio_a_release_cancelled_while_another_tasks_step_is_under_way_still_frees_the_lock(
+    server: Server, proxy: LossProxy
+) -> None:
+    async def main() -> None:
+        locks = relock.aio.Relock(aredis.Redis(port=proxy.port), node_timeout=2.0)
+        hold = await locks.acquire("k", ttl=20)
+        assert hold is not None
+        proxy.arm(b"LOCK.REENTER", delay=0.5)
+
+        async def a() -> None:
+            with contextlib.suppress(relock.RelockError):
+                async with hold.reenter():
+                    pass
+
+        ta = asyncio.create_task(a())
+        assert await until(proxy.hit.is_set, 5)
+        tr = asyncio.create_task(hold.release())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        tr.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await tr
+        await ta
+        await locks.settle()
+        assert await until(lambda: info(server, "k") is None, 3), info(server, "k")
+        await locks.aclose()
+
+    asyncio.run(main())

@@ -1388,6 +1388,22 @@ class Hold:
                 self.reason = reason
                 threading.Event.set(self.lost)
             self._released = True
+        try:
+            rnd = self._release_whole()
+        except BaseException:
+            # Interrupted (Ctrl-C) while releasing, or while waiting for another thread's
+            # step: the whole release goes on in the background, in the order of steps.
+            threading.Thread(target=self._release_in_background, name="relock release", daemon=True).start()
+            raise
+        if rnd.won():
+            return True
+        error = rnd.release_error(self.key)
+        if error is not None:
+            raise error
+        return False
+
+    def _release_whole(self) -> Round[Any]:
+        """The release round(s) under the step: the hold ends whole (see ``_end``)."""
         self._client._renewer.remove(self)
         with self._step:
             # The hold ends whole: a nested section still running (another thread's) has its
@@ -1407,15 +1423,14 @@ class Hold:
                 if self._count <= 1 or not rnd.won():
                     break
                 self._count -= 1
-        if rnd.won():
-            return True
         unanswered = rnd.unanswered()
         if any(unanswered):
             self._client._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
-        error = rnd.release_error(self.key)
-        if error is not None:
-            raise error
-        return False
+        return rnd
+
+    def _release_in_background(self) -> None:
+        with contextlib.suppress(Exception):
+            self._release_whole()
 
     def _close(self) -> None:
         with contextlib.suppress(RelockError):

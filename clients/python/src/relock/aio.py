@@ -1123,12 +1123,24 @@ class Hold:
         with contextlib.suppress(RuntimeError):
             self._wake.set()
         self._client._holds.discard(self)
+        # The release runs in a task of its own: a cancel (while it waits for another task's
+        # step, or for its reply) cuts only this wait, and the whole release goes on in the
+        # order of steps.
+        rnd = await asyncio.shield(self._client._spawn(self._release_whole()))
+        if rnd.won():
+            return True
+        error = rnd.release_error(self.key)
+        if error is not None:
+            raise error
+        return False
+
+    async def _release_whole(self) -> Round[Any]:
+        """The release round(s) under the step: the hold ends whole, a nested section still
+        running (another task's) has its count taken down too, one FROM step at a time, and
+        its exit then changes nothing (the hold is released)."""
         release = self._release_args()
         try:
             async with self._step:
-                # The hold ends whole: a nested section still running (another task's) has
-                # its count taken down too, one FROM step at a time, and its exit then
-                # changes nothing (the hold is released).
                 tries = 0
                 while True:
                     release = self._release_args()
@@ -1145,18 +1157,13 @@ class Hold:
                         break
                     self._count -= 1
         except BaseException:
-            # Cancelled while releasing: given back in the background.
-            self._client._release_late(self.key, self.owner, None, release, ttl=self.ttl)
+            # Cancelled itself (the event loop ending): given back in the background.
+            self._client._release_late(self.key, self.owner, None, self._release_args(), ttl=self.ttl)
             raise
-        if rnd.won():
-            return True
         unanswered = rnd.unanswered()
         if any(unanswered):
             self._client._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
-        error = rnd.release_error(self.key)
-        if error is not None:
-            raise error
-        return False
+        return rnd
 
     async def _close(self) -> None:
         try:
