@@ -6,8 +6,10 @@ error.rs) rule for rule."""
 
 from __future__ import annotations
 
+import numbers
 import os
 import random
+import re
 import secrets
 import socket
 from dataclasses import dataclass, field
@@ -52,7 +54,9 @@ HOST_PID = object()
 
 def check_ttl(ttl: float) -> int:
     """A ttl in seconds as the ``ttl_ms`` sent: whole milliseconds, 5 (``MIN_TTL_MS``) to
-    10^12."""
+    10^12. A bool (``True`` would be 1 s) or a string is a mistake, refused."""
+    if isinstance(ttl, bool) or not isinstance(ttl, numbers.Real):
+        raise InvalidArgument(f"invalid ttl {ttl!r} (a number of seconds, 0.005 to 10^9)")
     try:
         ms = int(ttl * 1000)
     except (TypeError, ValueError, OverflowError):
@@ -67,11 +71,19 @@ def check_ttl(ttl: float) -> int:
     return ms
 
 
+def check_pause(name: str, value: Any) -> float:
+    """A pause setting (``retry_delay``, ``max_partial_hold``): a finite number of seconds,
+    0 or more (a negative or NaN one made every wait fail in ``time.sleep``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= float(value) < float("inf"):
+        raise InvalidArgument(f"invalid {name} {value!r} (a finite number of seconds, 0 or more)")
+    return float(value)
+
+
 def check_wait(wait: float | None) -> float | None:
     """A wait limit in seconds: None (no limit), 0 (try once) or positive, at most 10^9 s."""
     if wait is None:
         return None
-    if not isinstance(wait, (int, float)) or wait != wait or wait < 0:
+    if isinstance(wait, bool) or not isinstance(wait, numbers.Real) or wait != wait or wait < 0:
         raise InvalidArgument(f"invalid wait {wait!r} (None, 0 or a positive number of seconds)")
     return min(float(wait), MAX_MS / 1000)
 
@@ -114,6 +126,7 @@ def check_mode(shared: bool, limit: int | None, masters: int, permits: int | Non
 
 
 _NS = 1_000_000_000
+_HOLD_COUNT = re.compile(r"hold count is (\d+), not \d+")
 
 
 def drift(ttl: float) -> float:
@@ -155,7 +168,10 @@ def make_owner(prefix: object = HOST_PID) -> str:
     if not text:
         return rand
     room = MAX_OWNER - len(rand) - 1
-    raw = text.encode("utf-8")[:room].decode("utf-8", "ignore")
+    try:
+        raw = text.encode("utf-8")[:room].decode("utf-8", "ignore")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"owner_prefix {text[:60]!r} is not valid UTF-8 text (a lone surrogate)") from None
     return f"{raw}/{rand}"
 
 
@@ -758,6 +774,15 @@ class Round(Generic[T]):
         until = self.valid_until(ttl)
         return self.won() and (until is None or until - self.started < ttl * 2 / 3)
 
+    def hold_count(self) -> int | None:
+        """The count a server said the hold has when a ``FROM c`` step met another
+        (``ERR hold count is <n>, not <c>``): n, else None."""
+        for _, f in self.failures:
+            m = _HOLD_COUNT.search(f.message)
+            if m:
+                return int(m.group(1))
+        return None
+
     def give_back(self) -> tuple[list[bool], list[bool]]:
         """Where a failed acquisition is released: now, the servers that granted; later (in
         the background, now and once more a little after), those where a grant may still
@@ -927,6 +952,10 @@ def check_key(key: Any) -> str:
     """A key: a str (a None or a tuple is a mistake, never a lock held by another owner)."""
     if not isinstance(key, str):
         raise InvalidArgument(f"a key must be a str, not {type(key).__name__} ({key!r:.60})")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"key {key[:60]!r} is not valid UTF-8 text (a lone surrogate)") from None
     return key
 
 
@@ -939,6 +968,8 @@ def check_keys(keys: Any) -> list[str]:
         raise InvalidArgument(f"a group takes 1 to {MAX_KEYS} keys, not {len(out)}")
     if not all(isinstance(k, str) for k in out):
         raise InvalidArgument("every key of a group must be a str")
+    for k in out:
+        check_key(k)
     if len(set(out)) != len(out):
         dup = next(k for i, k in enumerate(out) if k in out[:i])
         raise InvalidArgument(f"key {dup!r} is named twice in the group")

@@ -559,8 +559,8 @@ class Relock:
         self._prefix: object = core.HOST_PID if owner_prefix is None else owner_prefix
         core.make_owner(self._prefix)
         self.node_timeout = float(node_timeout)
-        self.retry_delay = float(retry_delay)
-        self.max_partial_hold = float(max_partial_hold)
+        self.retry_delay = core.check_pause("retry_delay", retry_delay)
+        self.max_partial_hold = core.check_pause("max_partial_hold", max_partial_hold)
         self._renewer = _Renewer()
         self._make_pools()
         _clients.add(self)
@@ -1388,19 +1388,49 @@ class Hold:
                 self.reason = reason
                 threading.Event.set(self.lost)
             self._released = True
-        self._client._renewer.remove(self)
-        with self._step:
-            release = self._release_args()
-            rnd = self._client._round(release, until_all=len(self._client.servers) > 1, accept=self._all_held)
+        try:
+            rnd = self._release_whole()
+        except BaseException:
+            # Interrupted (Ctrl-C) while releasing, or while waiting for another thread's
+            # step: the whole release goes on in the background, in the order of steps.
+            threading.Thread(target=self._release_in_background, name="relock release", daemon=True).start()
+            raise
         if rnd.won():
             return True
-        unanswered = rnd.unanswered()
-        if any(unanswered):
-            self._client._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
         error = rnd.release_error(self.key)
         if error is not None:
             raise error
         return False
+
+    def _release_whole(self) -> Round[Any]:
+        """The release round(s) under the step: the hold ends whole (see ``_end``)."""
+        self._client._renewer.remove(self)
+        with self._step:
+            # The hold ends whole: a nested section still running (another thread's) has its
+            # count taken down too, one FROM step at a time, and its exit then changes nothing.
+            tries = 0
+            while True:
+                release = self._release_args()
+                rnd = self._client._round(release, until_all=len(self._client.servers) > 1, accept=self._all_held)
+                n = rnd.hold_count() if len(self._client.servers) == 1 else None
+                if n is not None and n != self._count and tries < 3:
+                    # A step this client no longer counted (one interrupted by Ctrl-C, its
+                    # take-back under way): the hold ends whole all the same, from the count
+                    # the server has.
+                    self._count, tries = n, tries + 1
+                    if n >= 1:
+                        continue
+                if self._count <= 1 or not rnd.won():
+                    break
+                self._count -= 1
+        unanswered = rnd.unanswered()
+        if any(unanswered):
+            self._client._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
+        return rnd
+
+    def _release_in_background(self) -> None:
+        with contextlib.suppress(Exception):
+            self._release_whole()
 
     def _close(self) -> None:
         with contextlib.suppress(RelockError):
@@ -1455,28 +1485,59 @@ class Hold:
                 # Taken back wherever it may have run: the servers that granted it, and those
                 # whose reply was lost (a reset connection); a server where it never ran
                 # answers the take-back as a repeat and changes nothing.
-                back = [g or u for g, u in zip(rnd.agreed_by(), rnd.unanswered())]
-                if any(back):
-                    c._release_late(self.key, self.owner, back, undo, ttl=self.ttl)
+                # Under the step, so that no later step meets the count between.
+                self._take_back(undo, [g or u for g, u in zip(rnd.agreed_by(), rnd.unanswered())])
                 if rnd.permanently_failed():
                     raise rnd.permanent_error(self.key)
                 if rnd.renew_verdict() == "lost":
                     raise LockLost(f"lock {self.key!r}: re-entry refused ({rnd.describe()})", key=self.key, reason="re-entry refused")
                 raise NotAcquired(f"lock {self.key!r}: re-entry not answered ({rnd.describe()}); the section was not entered", key=self.key)
+            # Won on a quorum: a server whose reply was lost may have run it all the same, and
+            # is taken back (a repeat where it never ran), so that it keeps the outer count.
+            self._take_back(undo, [u and not g for g, u in zip(rnd.agreed_by(), rnd.unanswered())])
             self._count = n + 1
             agreed = rnd.agreed_by()
         try:
             yield int(max(rnd.agreed.values()))
         finally:
             if self._pid == os.getpid():
-                with self._step:
-                    m = self._count
-                    release = ["LOCK.RELEASE", self.key, self.owner, "FROM", m]
-                    self._count = m - 1
-                    done = c._round(release, targets=agreed, until_all=True)
-                unanswered = done.unanswered()
-                if any(unanswered):
-                    c._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
+                self._step_out(agreed)
+
+    def _take_back(self, undo: list[Any], targets: list[bool]) -> None:
+        """Under the step: ``undo`` (LOCK.RELEASE FROM count + 1) on ``targets``, and in the
+        background where it got no answer."""
+        if not any(targets):
+            return
+        c = self._client
+        try:
+            done = c._round(undo, targets=targets, until_all=True)
+        except BaseException:
+            c._release_late(self.key, self.owner, targets, undo, ttl=self.ttl)
+            raise
+        left = [t and u for t, u in zip(targets, done.unanswered())]
+        if any(left):
+            c._release_late(self.key, self.owner, left, undo, ttl=self.ttl)
+
+    def _step_out(self, agreed: list[bool]) -> None:
+        """A nested section's exit: its count taken down by one (LOCK.RELEASE FROM count),
+        given back in the background where no reply came; nothing once the hold was ended
+        whole (released while the section ran)."""
+        c = self._client
+        with self._step:
+            if self._released:
+                return
+            m = self._count
+            release = ["LOCK.RELEASE", self.key, self.owner, "FROM", m]
+            self._count = m - 1
+            try:
+                done = c._round(release, targets=agreed, until_all=True)
+            except BaseException:
+                # Interrupted (Ctrl-C) while the step was under way: sent again.
+                c._release_late(self.key, self.owner, agreed, release, ttl=self.ttl)
+                raise
+        unanswered = done.unanswered()
+        if any(unanswered):
+            c._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
 
 
 class GroupHold(Hold):

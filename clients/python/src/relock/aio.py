@@ -377,8 +377,8 @@ class Relock:
         if not node_timeout >= 0.001:
             raise InvalidArgument(f"node_timeout {node_timeout!r} is below 1 ms: every request would time out")
         self.node_timeout = float(node_timeout)
-        self.retry_delay = float(retry_delay)
-        self.max_partial_hold = float(max_partial_hold)
+        self.retry_delay = core.check_pause("retry_delay", retry_delay)
+        self.max_partial_hold = core.check_pause("max_partial_hold", max_partial_hold)
         self._background: set[asyncio.Task[Any]] = set()
         self._holds: weakref.WeakSet[Hold] = weakref.WeakSet()
         _clients.add(self)
@@ -1123,24 +1123,47 @@ class Hold:
         with contextlib.suppress(RuntimeError):
             self._wake.set()
         self._client._holds.discard(self)
-        release = self._release_args()
-        try:
-            async with self._step:
-                release = self._release_args()
-                rnd = await self._client._round(release, until_all=len(self._client.servers) > 1, accept=self._all_held)
-        except BaseException:
-            # Cancelled while releasing: given back in the background.
-            self._client._release_late(self.key, self.owner, None, release, ttl=self.ttl)
-            raise
+        # The release runs in a task of its own: a cancel (while it waits for another task's
+        # step, or for its reply) cuts only this wait, and the whole release goes on in the
+        # order of steps.
+        rnd = await asyncio.shield(self._client._spawn(self._release_whole()))
         if rnd.won():
             return True
-        unanswered = rnd.unanswered()
-        if any(unanswered):
-            self._client._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
         error = rnd.release_error(self.key)
         if error is not None:
             raise error
         return False
+
+    async def _release_whole(self) -> Round[Any]:
+        """The release round(s) under the step: the hold ends whole, a nested section still
+        running (another task's) has its count taken down too, one FROM step at a time, and
+        its exit then changes nothing (the hold is released)."""
+        release = self._release_args()
+        try:
+            async with self._step:
+                tries = 0
+                while True:
+                    release = self._release_args()
+                    rnd = await self._client._round(release, until_all=len(self._client.servers) > 1, accept=self._all_held)
+                    n = rnd.hold_count() if len(self._client.servers) == 1 else None
+                    if n is not None and n != self._count and tries < 3:
+                        # A step this client no longer counted (one interrupted, its
+                        # take-back under way): the hold ends whole all the same, from the
+                        # count the server has.
+                        self._count, tries = n, tries + 1
+                        if n >= 1:
+                            continue
+                    if self._count <= 1 or not rnd.won():
+                        break
+                    self._count -= 1
+        except BaseException:
+            # Cancelled itself (the event loop ending): given back in the background.
+            self._client._release_late(self.key, self.owner, None, self._release_args(), ttl=self.ttl)
+            raise
+        unanswered = rnd.unanswered()
+        if any(unanswered):
+            self._client._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
+        return rnd
 
     async def _close(self) -> None:
         try:
@@ -1157,6 +1180,34 @@ class Hold:
         self.check()
         ttl_ms = core.check_ttl(self.ttl)
         c = self._client
+        # The step in runs in a task of its own, as the step out: a cancel cuts only this
+        # wait, never the step (which keeps its place in the order of steps), and a step in
+        # that went through after all is stepped out again, in order.
+        task = c._spawn(self._step_in(ttl_ms))
+        try:
+            rnd, agreed = await asyncio.shield(task)
+        except asyncio.CancelledError:
+
+            def stepped_in(t: asyncio.Task[tuple[Round[Any], list[bool]]]) -> None:
+                if not t.cancelled() and t.exception() is None:
+                    with contextlib.suppress(RuntimeError):
+                        c._spawn(self._step_out(t.result()[1]))
+
+            task.add_done_callback(stepped_in)
+            raise
+        try:
+            yield int(max(rnd.agreed.values()))
+        finally:
+            if self._pid == os.getpid():
+                # The step out runs in a task of its own: a cancel that lands while it waits
+                # for the step (another task's step under way) or for its reply cuts only
+                # this wait, never the step, which keeps its place in the order of steps.
+                await asyncio.shield(c._spawn(self._step_out(agreed)))
+
+    async def _step_in(self, ttl_ms: int) -> tuple[Round[Any], list[bool]]:
+        """A nested section's entry (LOCK.REENTER FROM count): the round and the servers that
+        agreed; whatever may have run where it failed is taken back before the step ends."""
+        c = self._client
         async with self._step:
             self.check()
             n = self._count
@@ -1171,35 +1222,55 @@ class Hold:
             if not rnd.won():
                 # Taken back wherever it may have run: the servers that granted it, and those
                 # whose reply was lost (a reset connection); a server where it never ran
-                # answers the take-back as a repeat and changes nothing.
-                back = [g or u for g, u in zip(rnd.agreed_by(), rnd.unanswered())]
-                if any(back):
-                    c._release_late(self.key, self.owner, back, undo, ttl=self.ttl)
+                # answers the take-back as a repeat and changes nothing. Under the step, so
+                # that no later step meets the count between.
+                await self._take_back(undo, [g or u for g, u in zip(rnd.agreed_by(), rnd.unanswered())])
                 if rnd.permanently_failed():
                     raise rnd.permanent_error(self.key)
                 if rnd.renew_verdict() == "lost":
                     raise LockLost(f"lock {self.key!r}: re-entry refused ({rnd.describe()})", key=self.key, reason="re-entry refused")
                 raise NotAcquired(f"lock {self.key!r}: re-entry not answered ({rnd.describe()}); the section was not entered", key=self.key)
+            # Won on a quorum: a server whose reply was lost may have run it all the same, and
+            # is taken back (a repeat where it never ran), so that it keeps the outer count.
+            await self._take_back(undo, [u and not g for g, u in zip(rnd.agreed_by(), rnd.unanswered())])
             self._count = n + 1
-            agreed = rnd.agreed_by()
+            return rnd, rnd.agreed_by()
+
+    async def _take_back(self, undo: list[Any], targets: list[bool]) -> None:
+        """Under the step: ``undo`` (LOCK.RELEASE FROM count + 1) on ``targets``, and in the
+        background where it got no answer."""
+        if not any(targets):
+            return
+        c = self._client
         try:
-            yield int(max(rnd.agreed.values()))
-        finally:
-            if self._pid == os.getpid():
-                release: list[Any] = ["LOCK.RELEASE", self.key, self.owner, "FROM", 0]
-                try:
-                    async with self._step:
-                        m = self._count
-                        release = ["LOCK.RELEASE", self.key, self.owner, "FROM", m]
-                        self._count = m - 1
-                        done = await c._round(release, targets=agreed, until_all=True)
-                except BaseException:
-                    if release[-1]:
-                        c._release_late(self.key, self.owner, agreed, release, ttl=self.ttl)
-                    raise
-                unanswered = done.unanswered()
-                if any(unanswered):
-                    c._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
+            done = await c._round(undo, targets=targets, until_all=True)
+        except BaseException:
+            c._release_late(self.key, self.owner, targets, undo, ttl=self.ttl)
+            raise
+        left = [t and u for t, u in zip(targets, done.unanswered())]
+        if any(left):
+            c._release_late(self.key, self.owner, left, undo, ttl=self.ttl)
+
+    async def _step_out(self, agreed: list[bool]) -> None:
+        """A nested section's exit: its count taken down by one (LOCK.RELEASE FROM count),
+        given back in the background where no reply came."""
+        c = self._client
+        release: list[Any] = ["LOCK.RELEASE", self.key, self.owner, "FROM", 0]
+        try:
+            async with self._step:
+                if self._released:
+                    return  # the hold was ended whole, this section's count with it
+                m = self._count
+                release = ["LOCK.RELEASE", self.key, self.owner, "FROM", m]
+                self._count = m - 1
+                done = await c._round(release, targets=agreed, until_all=True)
+        except BaseException:
+            if release[-1]:
+                c._release_late(self.key, self.owner, agreed, release, ttl=self.ttl)
+            raise
+        unanswered = done.unanswered()
+        if any(unanswered):
+            c._release_late(self.key, self.owner, unanswered, release, ttl=self.ttl)
 
 
 class GroupHold(Hold):

@@ -1,0 +1,345 @@
+"""Cancellation (asyncio) and interruption (Ctrl-C in the sync client) at the awaits and
+steps of a hold: whatever was cut, the server is left with the count the client believes,
+and a hold released at the end frees its lock."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any, Iterator
+
+import pytest
+import redis
+import redis.asyncio as aredis
+
+import relock
+import relock.aio
+from servers import LossProxy, Server
+
+
+def info(server: Server, key: str) -> dict[str, Any] | None:
+    reply = redis.Redis(port=server.port, decode_responses=True).execute_command("LOCK.INFO", key)
+    if reply is None:
+        return None
+    if isinstance(reply, dict):
+        return {str(k): v for k, v in reply.items()}
+    return dict(zip(reply[0::2], reply[1::2]))
+
+
+async def until(check: Any, within: float) -> bool:
+    end = time.monotonic() + within
+    while not check():
+        if time.monotonic() >= end:
+            return bool(check())
+        await asyncio.sleep(0.005)
+    return True
+
+
+@pytest.fixture
+def proxy(server: Server) -> Iterator[LossProxy]:
+    p = LossProxy(server.port)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def test_aio_a_section_cancelled_while_its_exit_waits_for_the_step_still_steps_out(server: Server, proxy: LossProxy) -> None:
+    """Two tasks share a hold; one leaves its nested section while the other's LOCK.REENTER
+    is under way (the step is busy) and is cancelled right there. Its LOCK.RELEASE was never
+    sent and its count never taken down: the hold's final release took the count from 2 to 1
+    and the lock stayed held by nobody for its whole ttl. Must hold: the cut exit still
+    steps out (in order), and the final release frees the lock."""
+
+    async def main() -> None:
+        locks = relock.aio.Relock(aredis.Redis(port=proxy.port), node_timeout=2.0)
+        hold = await locks.acquire("k", ttl=20)
+        assert hold is not None
+        inside, leave = asyncio.Event(), asyncio.Event()
+
+        async def a() -> None:
+            async with hold.reenter():
+                inside.set()
+                await leave.wait()
+
+        async def b() -> None:
+            async with hold.reenter() as n:
+                assert n == 3
+
+        ta = asyncio.create_task(a())
+        await inside.wait()
+        proxy.arm(b"LOCK.REENTER", delay=0.5)
+        tb = asyncio.create_task(b())
+        assert await until(proxy.hit.is_set, 5)  # b has the step, its reply delayed
+        leave.set()
+        for _ in range(5):  # a reaches its exit and waits for the step there
+            await asyncio.sleep(0)
+        ta.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ta
+        await tb
+        assert await hold.release()
+        assert await until(lambda: info(server, "k") is None, 3), info(server, "k")
+        await locks.aclose()
+
+    asyncio.run(main())
+
+
+def test_aio_aclose_while_a_task_is_inside_a_nested_section_frees_the_lock(server: Server) -> None:
+    """aclose() (or release()) while another task runs inside a nested section: the release
+    took the count from 2 to 1 only, the inner exit then asked for 2 -> 1 (a repeat, nothing
+    changed) and the lock was held by nobody for its whole ttl. Must hold: the hold ends
+    whole (every count), and the section's exit afterwards changes nothing."""
+
+    async def main() -> None:
+        locks = relock.aio.Relock(aredis.Redis(port=server.port))
+        hold = await locks.acquire("k", ttl=20)
+        assert hold is not None
+        inside, leave = asyncio.Event(), asyncio.Event()
+
+        async def a() -> None:
+            async with hold.reenter():
+                inside.set()
+                await leave.wait()
+
+        ta = asyncio.create_task(a())
+        await inside.wait()
+        await locks.aclose()
+        assert hold.lost.is_set()
+        assert await until(lambda: info(server, "k") is None, 3), info(server, "k")
+        leave.set()
+        with contextlib.suppress(relock.RelockError):
+            await ta
+        assert info(server, "k") is None
+
+    asyncio.run(main())
+
+
+def test_sync_release_while_a_thread_is_inside_a_nested_section_frees_the_lock(server: Server) -> None:
+    import threading
+
+    locks = relock.Relock(redis.Redis(port=server.port))
+    hold = locks.acquire("k", ttl=20)
+    assert hold is not None
+    inside, leave = threading.Event(), threading.Event()
+
+    def a() -> None:
+        with contextlib.suppress(relock.RelockError):
+            with hold.reenter():
+                inside.set()
+                leave.wait(10)
+
+    t = threading.Thread(target=a)
+    t.start()
+    assert inside.wait(5)
+    hold.release()
+    end = time.monotonic() + 3
+    while info(server, "k") is not None and time.monotonic() < end:
+        time.sleep(0.01)
+    assert info(server, "k") is None, info(server, "k")
+    leave.set()
+    t.join(5)
+    assert info(server, "k") is None
+    locks.close()
+
+
+def test_aio_a_reenter_cancelled_under_way_then_a_release_frees_the_lock(server: Server, proxy: LossProxy) -> None:
+    """A nested section cancelled while its LOCK.REENTER is under way (the server ran it, the
+    reply is late), then the hold released at once: the take-back (RELEASE FROM 2) ran in the
+    background beside the release (FROM 1), which could meet count 2 (`ERR hold count is 2,
+    not 1`); the take-back then left count 1 and the lock was held by nobody for its ttl (a
+    race: tried several times). Must hold: the steps keep their order, the release frees the
+    lock."""
+
+    async def main() -> None:
+        for i in range(5):
+            key = f"k{i}"
+            locks = relock.aio.Relock(aredis.Redis(port=proxy.port), node_timeout=2.0)
+            hold = await locks.acquire(key, ttl=20)
+            assert hold is not None
+
+            async def a(h: relock.aio.Hold) -> None:
+                async with h.reenter():
+                    pytest.fail("entered a cancelled section")
+
+            proxy.hit.clear()
+            proxy.arm(b"LOCK.REENTER", delay=0.3)
+            ta = asyncio.create_task(a(hold))
+            assert await until(proxy.hit.is_set, 5)
+            ta.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ta
+            with contextlib.suppress(relock.RelockError):
+                await hold.release()
+            assert await until(lambda: info(server, key) is None, 3), (i, info(server, key))
+            await locks.aclose()
+
+    asyncio.run(main())
+
+
+def test_sync_a_reenter_whose_reply_was_lost_then_a_release_frees_the_lock(server: Server, proxy: LossProxy) -> None:
+    """The sync client's take-back of a LOCK.REENTER whose reply was lost (RELEASE FROM 2)
+    ran in a background thread beside the release that followed at once (FROM 1): the
+    release could meet count 2, the take-back then left count 1, and the lock was held by
+    nobody for its ttl (a race: tried several times). Must hold: the release frees it."""
+    for i in range(5):
+        key = f"k{i}"
+        locks = relock.Relock(redis.Redis(port=proxy.port), node_timeout=2.0)
+        hold = locks.acquire(key, ttl=20)
+        assert hold is not None
+        proxy.arm(b"LOCK.REENTER")
+        with pytest.raises(relock.RelockError):
+            with hold.reenter():
+                pytest.fail("entered a section whose LOCK.REENTER got no reply")
+        with contextlib.suppress(relock.RelockError):
+            hold.release()
+        end = time.monotonic() + 3
+        while info(server, key) is not None and time.monotonic() < end:
+            time.sleep(0.01)
+        assert info(server, key) is None, (i, info(server, key))
+        locks.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "aio"])
+def test_a_release_that_meets_a_count_it_did_not_expect_still_ends_the_hold(server: Server, flavour: str) -> None:
+    """A step the client no longer counted (a sync reenter interrupted by Ctrl-C, its
+    take-back still under way in the background) leaves the server one count above the
+    client's: the release (FROM 1) met `ERR hold count is 2, not 1`, raised, and the lock
+    was held by nobody for its ttl (the renewal had stopped). Must hold: the release ends
+    the hold whole, from the count the server has."""
+    raw = redis.Redis(port=server.port)
+    if flavour == "sync":
+        locks = relock.Relock(redis.Redis(port=server.port))
+        hold = locks.acquire("k", ttl=20)
+        assert hold is not None
+        raw.execute_command("LOCK.REENTER", "k", hold.owner, 20000, "FROM", 1)
+        assert hold.release()
+        locks.close()
+    else:
+
+        async def main() -> None:
+            alocks = relock.aio.Relock(aredis.Redis(port=server.port))
+            ahold = await alocks.acquire("k", ttl=20)
+            assert ahold is not None
+            raw.execute_command("LOCK.REENTER", "k", ahold.owner, 20000, "FROM", 1)
+            assert await ahold.release()
+            await alocks.aclose()
+
+        asyncio.run(main())
+    assert info(server, "k") is None, info(server, "k")
+
+
+@pytest.mark.parametrize("flavour", ["sync", "aio"])
+def test_redlock_a_reenter_whose_reply_was_lost_on_a_minority_is_taken_back_there(servers3: list[Server], flavour: str) -> None:
+    """Redlock over 3 masters: a LOCK.REENTER won on a quorum whose reply was lost on the
+    third master (it ran there) was never taken back; the final release (FROM 1) met count 2
+    there, and that master kept the lock for its whole ttl (one fault from unavailable).
+    Must hold: after the section and the release, no master holds the lock."""
+    p = LossProxy(servers3[2].port)
+    try:
+        ports = [servers3[0].port, servers3[1].port, p.port]
+        if flavour == "sync":
+            locks = relock.Relock([redis.Redis(port=port) for port in ports], node_timeout=1.0)
+            hold = locks.acquire("k", ttl=20)
+            assert hold is not None
+            p.arm(b"LOCK.REENTER")
+            with hold.reenter() as n:
+                assert n == 2
+            assert p.lost == 1
+            hold.release()
+            locks.close()
+        else:
+
+            async def main() -> None:
+                alocks = relock.aio.Relock([aredis.Redis(port=port) for port in ports], node_timeout=1.0)
+                ahold = await alocks.acquire("k", ttl=20)
+                assert ahold is not None
+                p.arm(b"LOCK.REENTER")
+                async with ahold.reenter() as n:
+                    assert n == 2
+                assert p.lost == 1
+                await ahold.release()
+                await alocks.settle()
+                await alocks.aclose()
+
+            asyncio.run(main())
+        end = time.monotonic() + 3
+        while any(info(s, "k") is not None for s in servers3) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert [info(s, "k") for s in servers3] == [None, None, None]
+    finally:
+        p.close()
+
+
+def test_sync_a_release_interrupted_while_another_threads_step_is_under_way_still_frees_the_lock(
+    server: Server, proxy: LossProxy
+) -> None:
+    """Ctrl-C lands in release() while it waits for another thread's step (a nested section's
+    LOCK.REENTER whose reply is late): the hold was marked released and nothing was sent, and
+    the section's exit then sent nothing either: the lock was held by nobody for its ttl.
+    Must hold: the whole release goes on in the background, in the order of steps."""
+    import signal
+    import threading
+
+    locks = relock.Relock(redis.Redis(port=proxy.port), node_timeout=2.0)
+    hold = locks.acquire("k", ttl=20)
+    assert hold is not None
+    proxy.arm(b"LOCK.REENTER", delay=0.5)
+
+    def a() -> None:
+        with contextlib.suppress(relock.RelockError):
+            with hold.reenter():
+                pass
+
+    t = threading.Thread(target=a)
+    t.start()
+    assert proxy.hit.wait(5)
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(KeyboardInterrupt):
+            hold.release()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    t.join(5)
+    end = time.monotonic() + 3
+    while info(server, "k") is not None and time.monotonic() < end:
+        time.sleep(0.01)
+    assert info(server, "k") is None, info(server, "k")
+    locks.close()
+
+
+def test_aio_a_release_cancelled_while_another_tasks_step_is_under_way_still_frees_the_lock(
+    server: Server, proxy: LossProxy
+) -> None:
+    async def main() -> None:
+        locks = relock.aio.Relock(aredis.Redis(port=proxy.port), node_timeout=2.0)
+        hold = await locks.acquire("k", ttl=20)
+        assert hold is not None
+        proxy.arm(b"LOCK.REENTER", delay=0.5)
+
+        async def a() -> None:
+            with contextlib.suppress(relock.RelockError):
+                async with hold.reenter():
+                    pass
+
+        ta = asyncio.create_task(a())
+        assert await until(proxy.hit.is_set, 5)
+        tr = asyncio.create_task(hold.release())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        tr.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await tr
+        await ta
+        await locks.settle()
+        assert await until(lambda: info(server, "k") is None, 3), info(server, "k")
+        await locks.aclose()
+
+    asyncio.run(main())
