@@ -5,8 +5,9 @@
 //! however many of their leases have lapsed without being removed yet:
 //! - finding a holder by owner: O(1) expected;
 //! - adding, renewing or removing one: O(log H) expected, growth included: the table grows
-//!   incrementally and the arrays a page at a time, so no single operation re-hashes or copies
-//!   the set (only compacting the owners' bytes, once most of them are stale, is amortized);
+//!   incrementally, the arrays a page at a time and the owners' bytes compact a few at a time,
+//!   so no single operation re-hashes or copies the set (only [`Shared::tidy`], for small sets,
+//!   and the owners' room running out at [`MAX_OWNER_BYTES`] copy it whole);
 //! - the first and the last lease to end, the first lease end from a given time, and how many
 //!   leases are alive at a given time: O(log H);
 //! - the first n live holders in grant (token) order: O((n + log H) log(n + log H)).
@@ -16,8 +17,10 @@
 //! - `slots`: one 48-byte record per holder, in no particular order (a removal moves the last
 //!   record into the hole), in pages of 4,096;
 //! - `owners`: every owner's bytes back to back in pages of 256 KB, each record pointing at its
-//!   own; the bytes of removed owners are compacted away once they are a quarter of the whole
-//!   (at most [`MAX_OWNER_BYTES`] in all, so that a 32-bit offset addresses every owner);
+//!   own; once the bytes of removed owners are three quarters of the whole, the live ones move
+//!   into a fresh buffer [`REHASH_STEP`] records per later insert and removal (a bit of each
+//!   record says which buffer holds its bytes meanwhile; at most [`MAX_OWNER_BYTES`] in a
+//!   buffer, so that a 32-bit offset addresses every owner);
 //! - `table`: an open-addressing hash table of slot numbers by owner (4 bytes per entry, between
 //!   an eighth and three quarters full; deletion shifts entries back, so it never fills with
 //!   tombstones). Past 3/4 full a table twice as large takes over, and the old one's owners move
