@@ -725,6 +725,11 @@ impl<T: Handles> Engine<T> {
         self.lapses.values().map(HashMap::len).sum()
     }
 
+    /// Whether any lapse timer is armed (O(1)).
+    pub fn has_lapse_timers(&self) -> bool {
+        !self.lapses.is_empty()
+    }
+
     /// The largest token issued or observed.
     pub fn last_token(&self) -> u64 {
         self.tokens.last()
