@@ -1834,7 +1834,7 @@ fn a_shared_key_gone_leaves_no_lapse_timer() {
     let server = Server::start();
     let mut c = server.conn();
     let timers = |c: &mut Connection| info_field(c, "lapse_timers");
-    let gone: [(&str, fn(&mut Connection, &str)); 6] = [
+    let gone: [(&str, Ends); 6] = [
         ("release", |c, k| assert_eq!(release(c, k, "a"), Some(0))),
         ("del", |c, k| {
             let _: i64 = redis::cmd("DEL").arg(k).query(c).unwrap();
@@ -1870,6 +1870,9 @@ fn a_shared_key_gone_leaves_no_lapse_timer() {
         );
     }
 }
+
+/// How a key goes (its connection, its name).
+type Ends = fn(&mut Connection, &str);
 
 fn select(c: &mut Connection, db: i64) -> &mut Connection {
     let _: () = redis::cmd("SELECT").arg(db).query(c).unwrap();
