@@ -418,6 +418,13 @@ impl Shared {
         if self.len() <= QUICK_TIDY_HOLDERS {
             return self.tidy();
         }
+        self.compact_lazily();
+        Garbage::default()
+    }
+
+    /// Once three quarters of the owners' bytes belong to no holder, starts moving the live
+    /// ones into a fresh buffer, [`REHASH_STEP`] records per later insert and removal: O(1).
+    pub fn compact_lazily(&mut self) {
         if self.moving.is_none() && self.stale > 3 * (self.owners.len() - self.stale) {
             // Into a fresh buffer a few records per later operation, not all in this one.
             let old = std::mem::take(&mut self.owners);
@@ -425,7 +432,6 @@ impl Shared {
             self.epoch ^= EPOCH_BIT;
             self.stale = 0;
         }
-        Garbage::default()
     }
 
     /// Removes `owner`'s hold without compacting anything (O(log H) however large the set, but
