@@ -1825,3 +1825,56 @@ fn a_big_shared_key_is_freed_in_the_background() {
         lazyfreed(&mut c)
     );
 }
+
+/// A shared key's lapse timer goes with the key: released by its last holder, deleted, unlinked,
+/// renamed, moved or flushed, it leaves no timer behind (before, each kept one until its lease
+/// would have ended: a key a second read once with an hour's lease kept 3,600 timers).
+#[test]
+fn a_shared_key_gone_leaves_no_lapse_timer() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let timers = |c: &mut Connection| info_field(c, "lapse_timers");
+    let gone: [(&str, Ends); 6] = [
+        ("release", |c, k| assert_eq!(release(c, k, "a"), Some(0))),
+        ("del", |c, k| {
+            let _: i64 = redis::cmd("DEL").arg(k).query(c).unwrap();
+        }),
+        ("unlink", |c, k| {
+            let _: i64 = redis::cmd("UNLINK").arg(k).query(c).unwrap();
+        }),
+        ("rename", |c, k| {
+            let _: () = redis::cmd("RENAME").arg(k).arg("renamed").query(c).unwrap();
+            let _: i64 = redis::cmd("DEL").arg("renamed").query(c).unwrap();
+        }),
+        ("move", |c, k| {
+            let _: i64 = redis::cmd("MOVE").arg(k).arg(1).query(c).unwrap();
+            let _: () = redis::cmd("FLUSHDB").query(&mut *select(c, 1)).unwrap();
+            select(c, 0);
+        }),
+        ("flushall", |c, _| {
+            let _: () = redis::cmd("FLUSHALL").arg("ASYNC").query(c).unwrap();
+        }),
+    ];
+    for (what, end) in gone {
+        let key = format!("gone-{what}");
+        assert!(acquire(&mut c, &key, "a", 3_600_000, M::S).is_some());
+        assert!(
+            eventually(Duration::from_secs(5), || timers(&mut c) == 1),
+            "{what}: armed"
+        );
+        end(&mut c, &key);
+        assert!(
+            eventually(Duration::from_secs(5), || timers(&mut c) == 0),
+            "{what}: {} lapse timers left",
+            timers(&mut c)
+        );
+    }
+}
+
+/// How a key goes (its connection, its name).
+type Ends = fn(&mut Connection, &str);
+
+fn select(c: &mut Connection, db: i64) -> &mut Connection {
+    let _: () = redis::cmd("SELECT").arg(db).query(c).unwrap();
+    c
+}

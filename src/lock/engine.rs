@@ -494,6 +494,10 @@ impl<T: Handles> Engine<T> {
     /// A key changed behind the engine's back (DEL, expiry, overwrite, RENAME...): if anyone
     /// waits for it, it is served after the current command.
     pub fn key_changed<H: Host<T>>(&mut self, host: &mut H, key: KeyRef<'_>) {
+        if self.lapse_armed(key) {
+            // Checked after the command: a key gone (or no longer shared) drops its timer.
+            self.schedule.push(host, Job::Leases(key.to_id()));
+        }
         if self.waiters.queued(key) > 0 {
             self.schedule.push(host, Job::Serve(key.to_id()));
         }
@@ -521,6 +525,25 @@ impl<T: Handles> Engine<T> {
 
     /// Every key of `db` (all dbs if `None`) may have changed (FLUSHDB, SWAPDB, end of loading).
     pub fn db_changed<H: Host<T>>(&mut self, host: &mut H, db: Option<i32>) {
+        // Each lapse timer of those dbs is checked against what the key holds now (FLUSHALL
+        // leaves none; SWAPDB re-arms each key for what it holds).
+        let dbs: Vec<i32> = self
+            .lapses
+            .keys()
+            .copied()
+            .filter(|d| db.is_none_or(|db| db == *d))
+            .collect();
+        for d in dbs {
+            for name in self
+                .lapses
+                .get(&d)
+                .map(|k| k.keys().cloned().collect::<Vec<_>>())
+                .unwrap_or_default()
+            {
+                self.disarm_lapse(host, KeyRef { db: d, name: &name });
+                self.schedule.push(host, Job::Leases(KeyId { db: d, name }));
+            }
+        }
         for key in self.waiters.keys(db) {
             self.value_changed(host, key);
         }
@@ -695,6 +718,16 @@ impl<T: Handles> Engine<T> {
     /// to 0 when nobody waits, or timers leak).
     pub fn armed_timers(&self) -> usize {
         self.schedule.armed() - self.lapses.values().map(HashMap::len).sum::<usize>()
+    }
+
+    /// Lapse timers armed (one at most per shared key with holders).
+    pub fn lapse_timers(&self) -> usize {
+        self.lapses.values().map(HashMap::len).sum()
+    }
+
+    /// Whether any lapse timer is armed (O(1)).
+    pub fn has_lapse_timers(&self) -> bool {
+        !self.lapses.is_empty()
     }
 
     /// The largest token issued or observed.

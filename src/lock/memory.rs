@@ -135,6 +135,7 @@ impl MemKey {
                 shared.remove(owner);
             } else {
                 shared.remove_keeping_room(owner);
+                shared.compact_lazily();
             }
             self.expires_at = shared.last_lease_end();
             if shared.is_empty() {

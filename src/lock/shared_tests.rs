@@ -991,3 +991,33 @@ fn an_acquire_needing_much_room_gets_nil_until_the_schedule_made_it() {
     assert_eq!(held(&sim), 2, "the schedule ended them");
     token(sim.acquire_as(K, b"many", 60_000, many));
 }
+
+/// A key's lapse timer goes with its last holder: keys each read once with a long lease and
+/// released (or deleted behind the engine's back) leave no timer behind. Before the fix every
+/// such key kept its timer and its entry until the lease would have ended (10,000 keys an hour
+/// with a one-hour lease: 10,000 timers).
+#[test]
+fn a_key_left_without_holders_keeps_no_lapse_timer() {
+    let mut sim = Sim::new(START);
+    for i in 0..1_000 {
+        let key = format!("k{i}");
+        sim.advance(1);
+        token(sim.acquire_as(key.as_bytes(), b"r", 3_600_000, READ));
+        token(sim.acquire_as(key.as_bytes(), b"s", 3_600_000, READ));
+        assert_eq!(sim.engine.lapse_timers(), 1, "armed with the key");
+        sim.release(key.as_bytes(), b"r");
+        if i % 2 == 0 {
+            sim.release(key.as_bytes(), b"s");
+        } else {
+            sim.delete(key.as_bytes());
+        }
+        sim.settle();
+        assert_eq!(sim.engine.lapse_timers(), 0, "key {i}");
+    }
+    // A key still held keeps its timer through a neighbour's deletion.
+    token(sim.acquire_as(K, b"r", 100, READ));
+    sim.delete(b"other");
+    sim.settle();
+    assert_eq!(sim.engine.lapse_timers(), 1);
+    assert_eq!(sim.host_timers(), 1);
+}

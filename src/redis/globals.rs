@@ -231,11 +231,12 @@ pub fn report(host: &mut impl Host<RedisHandles>, report: Report) {
     }
 }
 
-/// A keyspace notification for `name`: the fast path (nobody waits for anything) costs no
-/// allocation.
+/// A keyspace notification for `name`: the fast path (nobody waits for anything, no lapse timer
+/// armed) costs no allocation.
 pub fn key_changed(host: &mut impl Host<RedisHandles>, db: c_int, name: &[u8], arrived: bool) {
     let done = with_engine(host, |engine, host| {
-        if engine.waiters() > 0 {
+        // A key with a lapse timer that goes (DEL, UNLINK, RENAME...) stops it.
+        if engine.waiters() > 0 || engine.has_lapse_timers() {
             let key = KeyRef { db, name };
             if arrived {
                 engine.value_arrived(host, key);

@@ -409,6 +409,10 @@ impl RedisKey {
                 if tidy {
                     // What is copied is bounded; what is freed may be large: off this thread.
                     globals::free(shared.tidy_cheaply());
+                } else {
+                    // A lapsed lease the schedule removed: its owner's bytes are freed too, a
+                    // few records per later operation (O(1) here).
+                    shared.compact_lazily();
                 }
                 shared.last_lease_end()
             }

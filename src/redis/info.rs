@@ -24,6 +24,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
         let (waiters, timers, stats, last_token) =
             globals::read_engine(|e| (e.waiters(), e.armed_timers(), e.stats(), e.last_token()))
                 .unwrap_or_default();
+        let lapse_timers = globals::read_engine(|e| e.lapse_timers()).unwrap_or_default();
         let (grace_ms, grace_left_ms) =
             globals::read_engine(|e| e.grace_ms(ffi::monotonic_us())).unwrap_or_default();
         let (waits, holds, log_len) = globals::read_engine(|e| {
@@ -35,11 +36,12 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             )
         })
         .unwrap_or_default();
-        let fields: [(&std::ffi::CStr, u64); 19] = [
+        let fields: [(&std::ffi::CStr, u64); 20] = [
             (c"locks", globals::lock_values()),
             (c"holds", globals::holds()),
             (c"waiters", waiters as u64),
             (c"timers", timers as u64),
+            (c"lapse_timers", lapse_timers as u64),
             (c"acquired_total", stats.acquired),
             (c"released_total", stats.released),
             (c"renewed_total", stats.renewed),

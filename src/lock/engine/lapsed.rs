@@ -139,10 +139,34 @@ impl<T: Handles> Engine<T> {
         }
     }
 
+    /// Stops `key`'s lapse timer, if it has one.
+    pub(super) fn disarm_lapse<H: Host<T>>(&mut self, host: &mut H, key: KeyRef<'_>) {
+        let Some(keys) = self.lapses.get_mut(&key.db) else {
+            return;
+        };
+        let Some((_, timer)) = keys.remove(key.name) else {
+            return;
+        };
+        if keys.is_empty() {
+            self.lapses.remove(&key.db);
+        }
+        self.schedule.stop(host, timer);
+    }
+
+    /// Whether `key` has a lapse timer armed.
+    pub(super) fn lapse_armed(&self, key: KeyRef<'_>) -> bool {
+        self.lapses
+            .get(&key.db)
+            .is_some_and(|keys| keys.contains_key(key.name))
+    }
+
     /// Queues the removal of a shared key's lapsed leases if it has any, else arms its lapse
     /// timer for when its first lease ends.
     pub(super) fn note_lapsed<H: Host<T>>(&mut self, host: &mut H, key: &H::Key) {
         let Some(shared) = key.shared() else {
+            // Its last holder is gone: so is its timer (else one would stay per key released
+            // until its lease would have ended).
+            self.disarm_lapse(host, key.id());
             return;
         };
         if shared
@@ -159,9 +183,11 @@ impl<T: Handles> Engine<T> {
     /// and arms its lapse timer.
     pub(super) fn cap_to_leases<H: Host<T>>(&mut self, host: &mut H, id: &KeyId) {
         let Ok(mut key) = host.open(id) else {
+            self.disarm_lapse(host, id.as_ref());
             return;
         };
         let Some(last) = key.shared().and_then(|s| s.last_lease_end()) else {
+            self.disarm_lapse(host, id.as_ref());
             return;
         };
         if key.expires_at().is_none_or(|expires_at| expires_at > last) {
