@@ -17,7 +17,7 @@ use crate::fanout::{self, spawned};
 use crate::info::{parse_holders, parse_info};
 use crate::limits::{check_options, wait_ms};
 use crate::mode::Ask;
-use crate::node::Node;
+use crate::node::{connection_ended, Node};
 use crate::options::Options;
 use crate::round::{quorum, Released, Reply, Round, RoundState, Until};
 
@@ -597,12 +597,6 @@ pub(crate) enum Write {
     Renew,
     /// `LOCK.DOWNGRADE`: the reply is the token or nil.
     Downgrade,
-}
-
-/// Whether a command's connection ended before its answer came (it may have run); not an
-/// answer, an error reply included, nor a timeout, nor a connection refused (nothing sent).
-pub(crate) fn connection_ended(failure: &redis::RedisError) -> bool {
-    (failure.is_io_error() || failure.is_connection_dropped()) && !failure.is_connection_refusal()
 }
 
 /// One write of a round on one master: what [`Masters::write_on`] sends.

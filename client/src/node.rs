@@ -269,7 +269,7 @@ impl Node {
                 // server runs what it read before it sees the end). Taken back on a new
                 // connection, since the old one is gone: if it ran, its step comes off; if
                 // not, the take-back is a repeat and changes nothing.
-                let ended = matches!(&result, Ok(Err(e)) if crate::masters::connection_ended(e));
+                let ended = matches!(&result, Ok(Err(e)) if connection_ended(e));
                 let reply = self.server_reply(result, timeout).await;
                 if let (true, Some(take_back)) = (ended, take_back) {
                     let answer = self.query::<Value>(key, take_back, timeout).await;
@@ -1124,6 +1124,12 @@ fn parse_slots(reply: &Value, from: &str) -> Result<SlotMap, NodeFailure> {
         }
     }
     Ok(map)
+}
+
+/// Whether a command's connection ended before its answer came (it may have run); not an
+/// answer, an error reply included, nor a timeout, nor a connection refused (nothing sent).
+pub(crate) fn connection_ended(failure: &redis::RedisError) -> bool {
+    (failure.is_io_error() || failure.is_connection_dropped()) && !failure.is_connection_refusal()
 }
 
 #[cfg(test)]

@@ -132,6 +132,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
     let loaded = unsafe { rm!(RedisModule_LoadConfigs(ctx)) };
     LOADING.with(|l| l.set(false));
     PENDING.with(|p| p.set(false));
+    globals::set_unsettled(None);
     if loaded != ok {
         return Err("bad value for a relock.* config");
     }
@@ -235,11 +236,6 @@ thread_local! {
     static LOADING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Whether [`settle`] has work.
-pub fn pending() -> bool {
-    PENDING.with(Cell::get)
-}
-
 /// Applies the recorded settings whole if a `CONFIG SET` left them pending: called before
 /// anything else uses the engine (a command, a timer, an event, `INFO`), which is after the
 /// `CONFIG SET` and its rollback if it failed, and by a 0 ms timer.
@@ -287,6 +283,7 @@ extern "C" fn apply(
             return error(err, c"relock is busy");
         }
         PENDING.with(|p| p.set(true));
+        globals::set_unsettled(Some(settle));
         if !ctx.is_null() && !LOADING.with(Cell::get) && !ONE_SHOT.with(|q| q.replace(true)) {
             // SAFETY: `ctx` is the context Redis passes the apply; the callback is a plain
             // `extern "C"` fn that never unwinds; no data.

@@ -14,7 +14,7 @@
 //! [`Report`] in `LATE`, and the outer call hands the queue to the engine before it lets go.
 //! Nothing reported is lost, nothing panics on a double borrow.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::CStr;
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -43,6 +43,12 @@ impl Handles for RedisHandles {
 thread_local! {
     /// Every lock decision, queue, timer, the token counter and the counters of `INFO`.
     static ENGINE: RefCell<Engine<RedisHandles>> = RefCell::new(Engine::new());
+
+    /// What applies the settings a `CONFIG SET` recorded but left pending (`config`'s settle),
+    /// while any are: run before anything else uses the engine. A hook `config` sets, so that
+    /// it (which changes the engine through this module) and this module do not import each
+    /// other.
+    static UNSETTLED: Cell<Option<fn(&mut Engine<RedisHandles>)>> = const { Cell::new(None) };
 
     /// Reports that arrived while the engine was busy; drained by the call that holds it.
     static LATE: RefCell<Vec<Report>> = const { RefCell::new(Vec::new()) };
@@ -191,7 +197,7 @@ pub fn with_engine<H: Host<RedisHandles>, T>(
 ) -> Option<T> {
     ENGINE.with(|cell| {
         let mut engine = cell.try_borrow_mut().ok()?;
-        super::config::settle(&mut engine);
+        settle(&mut engine);
         let out = f(&mut engine, host);
         loop {
             let late = LATE.with(|late| std::mem::take(&mut *late.borrow_mut()));
@@ -206,12 +212,24 @@ pub fn with_engine<H: Host<RedisHandles>, T>(
     })
 }
 
+/// Sets (or clears) what applies pending config settings before the engine's next use.
+pub fn set_unsettled(apply: Option<fn(&mut Engine<RedisHandles>)>) {
+    UNSETTLED.with(|u| u.set(apply));
+}
+
+/// Applies pending config settings, if any (see `UNSETTLED`).
+fn settle(engine: &mut Engine<RedisHandles>) {
+    if let Some(apply) = UNSETTLED.with(Cell::take) {
+        apply(engine);
+    }
+}
+
 /// Reads the engine (INFO, RDB aux data); `None` only while it is borrowed mutably.
 pub fn read_engine<T>(f: impl FnOnce(&Engine<RedisHandles>) -> T) -> Option<T> {
     ENGINE.with(|cell| {
-        if super::config::pending() {
+        if UNSETTLED.with(Cell::get).is_some() {
             if let Ok(mut engine) = cell.try_borrow_mut() {
-                super::config::settle(&mut engine);
+                settle(&mut engine);
             }
         }
         cell.try_borrow().ok().map(|engine| f(&engine))
@@ -382,7 +400,7 @@ pub fn describes() -> usize {
 /// Changes the journal's or the statistics' settings; false if the engine is busy.
 pub fn configure(f: impl FnOnce(&mut Watch)) -> bool {
     configure_engine(|engine| {
-        super::config::settle(engine);
+        settle(engine);
         f(engine.watch_mut())
     })
 }
