@@ -40,6 +40,9 @@ impl Handles for RedisHandles {
     type Caller = Caller;
 }
 
+/// What applies the settings a `CONFIG SET` left pending (see `UNSETTLED`).
+pub type Settle = fn(&mut Engine<RedisHandles>);
+
 thread_local! {
     /// Every lock decision, queue, timer, the token counter and the counters of `INFO`.
     static ENGINE: RefCell<Engine<RedisHandles>> = RefCell::new(Engine::new());
@@ -48,7 +51,7 @@ thread_local! {
     /// while any are: run before anything else uses the engine. A hook `config` sets, so that
     /// it (which changes the engine through this module) and this module do not import each
     /// other.
-    static UNSETTLED: Cell<Option<fn(&mut Engine<RedisHandles>)>> = const { Cell::new(None) };
+    static UNSETTLED: Cell<Option<Settle>> = const { Cell::new(None) };
 
     /// Reports that arrived while the engine was busy; drained by the call that holds it.
     static LATE: RefCell<Vec<Report>> = const { RefCell::new(Vec::new()) };
@@ -213,7 +216,7 @@ pub fn with_engine<H: Host<RedisHandles>, T>(
 }
 
 /// Sets (or clears) what applies pending config settings before the engine's next use.
-pub fn set_unsettled(apply: Option<fn(&mut Engine<RedisHandles>)>) {
+pub fn set_unsettled(apply: Option<Settle>) {
     UNSETTLED.with(|u| u.set(apply));
 }
 
