@@ -204,7 +204,7 @@ impl<T: Handles> Engine<T> {
                 return Reply::Error(refusal.into());
             }
             self.stats.contended += 1;
-            self.watch.contended(key.id());
+            self.watch.contended(key.id(), || host.now_ms());
             return Reply::Nil;
         };
         match grace {
@@ -725,9 +725,11 @@ impl<T: Handles> Engine<T> {
         self.lapses.values().map(HashMap::len).sum()
     }
 
-    /// Whether any lapse timer is armed (O(1)).
-    pub fn has_lapse_timers(&self) -> bool {
-        !self.lapses.is_empty()
+    /// Whether a change to `key` behind the engine's back concerns it: the key has waiters or
+    /// a lapse timer (two lookups, no allocation; what [`Engine::key_changed`] and
+    /// [`Engine::value_arrived`] would act on).
+    pub fn watches(&self, key: KeyRef<'_>) -> bool {
+        (self.waiters() > 0 && self.waiters.queued(key) > 0) || self.lapse_armed(key)
     }
 
     /// The largest token issued or observed.
@@ -830,7 +832,7 @@ impl<T: Handles> Engine<T> {
             Take::Refuse(refusal) => Reply::Error(refusal.into()),
             Take::Wait => {
                 self.stats.contended += 1;
-                self.watch.contended(key.id());
+                self.watch.contended(key.id(), || host.now_ms());
                 Reply::Nil
             }
             Take::Gone => Reply::Nil,
