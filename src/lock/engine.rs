@@ -274,9 +274,9 @@ impl<T: Handles> Engine<T> {
                 Reply::Integer(u64::from(count))
             }
             Release::End => {
-                if let Some(hold) = end_hold(key, owner) {
-                    self.waiters.confirm(hold.token);
-                    self.watch.held(host.now_ms(), hold.granted_at);
+                if let Some((token, granted_at)) = edit::end_own_hold(key, owner) {
+                    self.waiters.confirm(token);
+                    self.watch.held(host.now_ms(), granted_at);
                 }
                 key.notify(Event::Released);
                 self.stats.released += 1;
@@ -587,7 +587,12 @@ impl<T: Handles> Engine<T> {
     /// counter is ahead of this server's clock (see [`tokens::SLACK`]); either says for how
     /// many more ms.
     fn no_new_holds<H: Host<T>>(&self, host: &H) -> Option<Refusal> {
-        if let Some(ms) = self.grace.left_ms(host.now_us()) {
+        if let Some(ms) = self
+            .grace
+            .started()
+            .then(|| self.grace.left_ms(host.now_us()))
+            .flatten()
+        {
             return Some(Refusal::Grace(ms));
         }
         self.tokens
@@ -807,7 +812,8 @@ impl<T: Handles> Engine<T> {
             self.schedule.push(host, Job::Serve(key.id().to_id()));
         }
         let take = decide::take(seen, queued, request.owner, request.mode, kind);
-        if take == Take::Grant && room_waits(key, request.mode, host.now_ms()) {
+        let shared = matches!(request.mode, Mode::Shared { .. });
+        if take == Take::Grant && shared && room_waits(key, request.mode, host.now_ms()) {
             // More lapsed leases in the way than one command may end: the schedule ends them.
             self.schedule.push(host, Job::Prune(key.id().to_id()));
             return Take::Wait;
