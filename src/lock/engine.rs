@@ -204,7 +204,7 @@ impl<T: Handles> Engine<T> {
                 return Reply::Error(refusal.into());
             }
             self.stats.contended += 1;
-            self.watch.contended(key.id());
+            self.watch.contended(key.id(), || host.now_ms());
             return Reply::Nil;
         };
         match grace {
@@ -274,9 +274,9 @@ impl<T: Handles> Engine<T> {
                 Reply::Integer(u64::from(count))
             }
             Release::End => {
-                if let Some(hold) = end_hold(key, owner) {
-                    self.waiters.confirm(hold.token);
-                    self.watch.held(host.now_ms(), hold.granted_at);
+                if let Some((token, granted_at)) = edit::end_own_hold(key, owner) {
+                    self.waiters.confirm(token);
+                    self.watch.held(host.now_ms(), granted_at);
                 }
                 key.notify(Event::Released);
                 self.stats.released += 1;
@@ -587,7 +587,12 @@ impl<T: Handles> Engine<T> {
     /// counter is ahead of this server's clock (see [`tokens::SLACK`]); either says for how
     /// many more ms.
     fn no_new_holds<H: Host<T>>(&self, host: &H) -> Option<Refusal> {
-        if let Some(ms) = self.grace.left_ms(host.now_us()) {
+        if let Some(ms) = self
+            .grace
+            .started()
+            .then(|| self.grace.left_ms(host.now_us()))
+            .flatten()
+        {
             return Some(Refusal::Grace(ms));
         }
         self.tokens
@@ -725,9 +730,11 @@ impl<T: Handles> Engine<T> {
         self.lapses.values().map(HashMap::len).sum()
     }
 
-    /// Whether any lapse timer is armed (O(1)).
-    pub fn has_lapse_timers(&self) -> bool {
-        !self.lapses.is_empty()
+    /// Whether a change to `key` behind the engine's back concerns it: the key has waiters or
+    /// a lapse timer (two lookups, no allocation; what [`Engine::key_changed`] and
+    /// [`Engine::value_arrived`] would act on).
+    pub fn watches(&self, key: KeyRef<'_>) -> bool {
+        (self.waiters() > 0 && self.waiters.queued(key) > 0) || self.lapse_armed(key)
     }
 
     /// The largest token issued or observed.
@@ -805,7 +812,8 @@ impl<T: Handles> Engine<T> {
             self.schedule.push(host, Job::Serve(key.id().to_id()));
         }
         let take = decide::take(seen, queued, request.owner, request.mode, kind);
-        if take == Take::Grant && room_waits(key, request.mode, host.now_ms()) {
+        let shared = matches!(request.mode, Mode::Shared { .. });
+        if take == Take::Grant && shared && room_waits(key, request.mode, host.now_ms()) {
             // More lapsed leases in the way than one command may end: the schedule ends them.
             self.schedule.push(host, Job::Prune(key.id().to_id()));
             return Take::Wait;
@@ -830,7 +838,7 @@ impl<T: Handles> Engine<T> {
             Take::Refuse(refusal) => Reply::Error(refusal.into()),
             Take::Wait => {
                 self.stats.contended += 1;
-                self.watch.contended(key.id());
+                self.watch.contended(key.id(), || host.now_ms());
                 Reply::Nil
             }
             Take::Gone => Reply::Nil,

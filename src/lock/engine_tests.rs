@@ -1154,3 +1154,38 @@ fn a_grace_and_tokens_ahead_of_the_clock_each_say_their_wait() {
     sim.release(K, b"w");
     assert_idle(&mut sim);
 }
+
+/// A change behind the engine's back concerns it only for a key with waiters or a lapse timer:
+/// another key's timer or queue does not make every keyspace event take the slow path
+/// (`globals::key_changed` asks [`super::Engine::watches`]).
+#[test]
+fn only_a_key_with_waiters_or_a_lapse_timer_is_watched() {
+    let mut sim = Sim::new(START);
+    let shared = KeyRef { db: 0, name: b"s" };
+    let queued = KeyRef { db: 0, name: b"q" };
+    let other = KeyRef { db: 0, name: b"o" };
+    assert!(!sim.engine.watches(shared));
+    sim.acquire_as(b"s", b"r", 1000, super::Mode::shared(0));
+    assert!(
+        sim.engine.lapse_timers() > 0,
+        "a shared hold arms a lapse timer"
+    );
+    assert!(sim.engine.watches(shared));
+    assert!(
+        !sim.engine.watches(other),
+        "another key's timer is not this key's"
+    );
+    assert!(
+        !sim.engine.watches(KeyRef { db: 1, name: b"s" }),
+        "nor another db's"
+    );
+    sim.acquire(b"q", b"a", 1000);
+    assert!(!sim.engine.watches(queued), "held, nobody waiting");
+    let (reply, _) = sim.wait(b"q", b"b", 1000, 0);
+    assert_eq!(reply, Reply::Blocked);
+    assert!(sim.engine.watches(queued));
+    assert!(
+        !sim.engine.watches(other),
+        "another key's queue is not this key's"
+    );
+}

@@ -49,6 +49,12 @@ impl Grace {
             .map(|until| (until - now_us).div_ceil(1000))
     }
 
+    /// Whether a grace was started and not ended (only then does [`Grace::left_ms`] need the
+    /// clock: an acquire reads none outside a grace).
+    pub fn started(&self) -> bool {
+        self.until_us.is_some()
+    }
+
     /// Whether a hold of `ttl_ms` may be granted while the grace is configured: it must end
     /// within a grace, so that a restart's grace covers every hold this server may forget.
     pub fn allows_ttl(&self, ttl_ms: u64) -> bool {

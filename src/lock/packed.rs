@@ -3,35 +3,60 @@
 //! Invariants every `unsafe` block below relies on:
 //! - A `Hold` is a `#[repr(transparent)]` wrapper of `[u8]`, so a `Box<[u8]>` and a `Box<Hold>`
 //!   have the same layout and the same (fat) pointer metadata.
-//! - Its bytes are `[header: u64 LE][count: u32 LE][owner]`, where the header's top 11 bits hold
+//! - Its bytes are `[header: u64 LE][count: u32 LE][granted_at: i64 LE, only if the header's
+//!   grant flags (bits 61 and 62) are both clear][owner]`, where the header's bits 53 to 60 hold
 //!   `owner length - 1` (owners are 1 to 256 bytes), so the length of the allocation can be read
 //!   back from its first 8 bytes. That is what lets Redis keep a hold behind a thin `void *`
 //!   ([`Hold::into_raw`]) and the host turn it back into a `Hold` ([`Hold::borrow_raw`]).
 //! - No function here makes a `Hold` of any other length.
 //! - A shared key's value is a [`SharedCell`]: `#[repr(C)]`, its first field a `u64` with the top
-//!   bit set, which no hold's header has (a header uses bits 0 to 60). So the first 8 bytes
+//!   bit set, which no hold's header has (a header uses bits 0 to 62). So the first 8 bytes
 //!   behind a value pointer tell which of the two it is ([`LockValue::borrow_raw`]).
 
 use super::shared::Shared;
-use super::tokens::{MAX_TOKEN as TOKEN_MASK, TOKEN_BITS};
+use super::tokens::{FLOOR_PER_MS, MAX_TOKEN as TOKEN_MASK, TOKEN_BITS};
 
 /// The highest reentrancy count; one more `LOCK.REENTER` is refused.
 pub const MAX_COUNT: u32 = u32::MAX;
 
-/// Bytes of a hold beyond its owner: a header word (token and owner length), the count and the
-/// grant time.
-const FIXED_BYTES: usize = 20;
+/// Bytes of a hold beyond its owner when the header says what its grant time is: a header word
+/// (token, owner length, grant flags) and the count.
+const SHORT_BYTES: usize = 12;
+/// Bytes of a hold beyond its owner that spells its grant time out (8 more bytes).
+const LONG_BYTES: usize = 20;
 
-/// A lock held by one owner: who, with which fencing token, how many times (reentrancy).
+/// Header flag: the hold was granted in the millisecond its token's clock floor names
+/// (`granted_at == token / FLOOR_PER_MS`, what every grant on a server whose counter follows its
+/// clock gets): no grant time is stored.
+const GRANT_IN_TOKEN: u64 = 1 << 61;
+/// Header flag: the grant time is unknown (0: loaded from an older encoding): none is stored.
+const GRANT_UNKNOWN: u64 = 1 << 62;
+
+/// A lock held by one owner: who, with which fencing token, how many times (reentrancy), since
+/// when.
 ///
-/// One allocation, `[token | (owner_len - 1) << 53 : u64][count : u32][granted_at : i64][owner]`,
-/// so a lock with a 36-byte UUID owner costs 56 bytes of heap beyond Redis's own key overhead, and a
-/// pointer to it is thin (Redis stores one `void *` per value). Tokens are below 2^53 and
-/// owners 1 to 256 bytes long, which is what lets both share the header word.
+/// One allocation, `[token | (owner_len - 1) << 53 | grant flags : u64][count : u32][owner]`,
+/// so a lock with a 36-byte UUID owner costs 48 bytes of heap beyond Redis's own key overhead
+/// (jemalloc's 48-byte class), and a pointer to it is thin (Redis stores one `void *` per
+/// value). Tokens are below 2^53 and owners 1 to 256 bytes long, which is what lets both share
+/// the header word. The grant time costs nothing when the token says it (a token is issued at
+/// or above `FLOOR_PER_MS` times the grant's millisecond, and a server issues fewer than that
+/// per millisecond: [`GRANT_IN_TOKEN`]) or is unknown ([`GRANT_UNKNOWN`]); any other grant time
+/// (a token issued ahead of the clock, a hold replicated from a master whose clock differs) is
+/// spelled out as `[granted_at : i64]` between the count and the owner.
 #[repr(transparent)]
 #[derive(PartialEq, Eq)]
 pub struct Hold {
     bytes: [u8],
+}
+
+/// Bytes before the owner of a hold whose header is `header`.
+fn fixed_bytes(header: u64) -> usize {
+    if header & (GRANT_IN_TOKEN | GRANT_UNKNOWN) != 0 {
+        SHORT_BYTES
+    } else {
+        LONG_BYTES
+    }
 }
 
 impl Hold {
@@ -45,11 +70,21 @@ impl Hold {
             0 => b"?",
             n => &owner[..n.min(256)],
         };
-        let header = (token & TOKEN_MASK) | ((owner.len() as u64 - 1) << TOKEN_BITS);
-        let mut bytes = Vec::with_capacity(FIXED_BYTES + owner.len());
+        let token = token & TOKEN_MASK;
+        let flags = if granted_at == 0 {
+            GRANT_UNKNOWN
+        } else if granted_at > 0 && token / FLOOR_PER_MS == granted_at as u64 {
+            GRANT_IN_TOKEN
+        } else {
+            0
+        };
+        let header = token | ((owner.len() as u64 - 1) << TOKEN_BITS) | flags;
+        let mut bytes = Vec::with_capacity(fixed_bytes(header) + owner.len());
         bytes.extend_from_slice(&header.to_le_bytes());
         bytes.extend_from_slice(&count.to_le_bytes());
-        bytes.extend_from_slice(&granted_at.to_le_bytes());
+        if flags == 0 {
+            bytes.extend_from_slice(&granted_at.to_le_bytes());
+        }
         bytes.extend_from_slice(owner);
         let raw = Box::into_raw(bytes.into_boxed_slice()) as *mut Hold;
         // SAFETY: Hold is a transparent wrapper around [u8].
@@ -64,7 +99,7 @@ impl Hold {
 
     /// The owner: an opaque, binary-safe client-chosen string.
     pub fn owner(&self) -> &[u8] {
-        &self.bytes[FIXED_BYTES..]
+        &self.bytes[fixed_bytes(self.header())..]
     }
 
     /// The fencing token of this hold.
@@ -81,8 +116,16 @@ impl Hold {
 
     /// When the hold was granted (Unix ms), 0 if unknown (loaded from an older RDB encoding).
     pub fn granted_at(&self) -> i64 {
+        let header = self.header();
+        if header & GRANT_UNKNOWN != 0 {
+            return 0;
+        }
+        if header & GRANT_IN_TOKEN != 0 {
+            // Below 2^53 / 1000: fits.
+            return ((header & TOKEN_MASK) / FLOOR_PER_MS) as i64;
+        }
         let mut b = [0u8; 8];
-        b.copy_from_slice(&self.bytes[12..20]);
+        b.copy_from_slice(&self.bytes[SHORT_BYTES..LONG_BYTES]);
         i64::from_le_bytes(b)
     }
 
@@ -120,12 +163,14 @@ impl Hold {
     /// `ptr` must come from `into_raw`, not yet passed to `from_raw`, and not be aliased
     /// mutably for `'a`.
     pub unsafe fn borrow_raw<'a>(ptr: *mut u8) -> &'a mut Hold {
-        // SAFETY: the first 8 bytes are the header; the allocation is FIXED_BYTES + owner_len.
+        // SAFETY: the first 8 bytes are the header; the allocation is `fixed_bytes(header)` +
+        // owner_len (see `Hold::new`).
         unsafe {
             let mut header = [0u8; 8];
             std::ptr::copy_nonoverlapping(ptr, header.as_mut_ptr(), 8);
-            let owner_len = (u64::from_le_bytes(header) >> TOKEN_BITS) as usize + 1;
-            let slice = std::ptr::slice_from_raw_parts_mut(ptr, FIXED_BYTES + owner_len);
+            let header = u64::from_le_bytes(header);
+            let owner_len = ((header >> TOKEN_BITS) & 0xff) as usize + 1;
+            let slice = std::ptr::slice_from_raw_parts_mut(ptr, fixed_bytes(header) + owner_len);
             &mut *(slice as *mut Hold)
         }
     }
@@ -293,6 +338,44 @@ mod tests {
             let back = unsafe { Hold::from_raw(raw) };
             assert_eq!(*back, *Hold::new(&owner, MAX_TOKEN_FOR_TEST, 4, 0));
         }
+    }
+
+    #[test]
+    fn a_grant_time_the_token_says_costs_no_bytes() {
+        // What a grant does: the token is issued at or above 1000 x the grant's ms.
+        let now = 1_795_262_129_362_i64;
+        let token = now as u64 * FLOOR_PER_MS + 17;
+        let owner = [b'u'; 36];
+        for (granted_at, bytes) in [(now, 12), (0, 12), (now - 1, 20), (now + 1, 20), (-5, 20)] {
+            let hold = Hold::new(&owner, token, 1, granted_at);
+            assert_eq!(hold.heap_size(), bytes + 36, "granted at {granted_at}");
+            assert_eq!(
+                (hold.owner(), hold.token(), hold.count(), hold.granted_at()),
+                (&owner[..], token, 1, granted_at)
+            );
+            // A 36-byte owner's hold fits jemalloc's 48-byte class, as before grant times.
+            let raw = Hold::into_raw(hold);
+            // SAFETY: just made by `into_raw`, not aliased.
+            let borrowed = unsafe { Hold::borrow_raw(raw) };
+            borrowed.set_count(9);
+            assert_eq!(borrowed.heap_size(), bytes + 36);
+            assert_eq!((borrowed.owner(), borrowed.count()), (&owner[..], 9));
+            // SAFETY: given back once.
+            let back = unsafe { Hold::from_raw(raw) };
+            assert_eq!(*back, *Hold::new(&owner, token, 9, granted_at));
+            assert_eq!(back.to_boxed().granted_at(), granted_at);
+        }
+    }
+
+    #[test]
+    fn a_value_s_first_word_never_looks_shared() {
+        let hold = Hold::new(&[0xff; 256], MAX_TOKEN_FOR_TEST, 1, 0);
+        let raw = Hold::into_raw(hold);
+        // SAFETY: `raw` points to the hold's bytes, at least 8.
+        assert_eq!(unsafe { first_word(raw) } & SHARED_MARKER, 0);
+        // SAFETY: just made by `into_raw`, given back once.
+        let value = unsafe { LockValue::from_raw(raw) };
+        assert!(matches!(value, LockValue::Exclusive(h) if h.owner() == [0xff; 256]));
     }
 
     const MAX_TOKEN_FOR_TEST: u64 = crate::lock::MAX_TOKEN;

@@ -418,6 +418,10 @@ extern "C" fn copy(
 
 extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     ffi::guard((), || {
+        // The module's own delete or replacement: nothing to explain (`globals::unlinking_own`).
+        if globals::own_unlink() {
+            return;
+        }
         // SAFETY: Redis passes the unlink callback's key context.
         let db = unsafe { rm!(RedisModule_GetDbIdFromOptCtx(ctx)) };
         // SAFETY: as above; the name lives for the length of the callback, and is copied.

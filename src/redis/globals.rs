@@ -77,6 +77,9 @@ thread_local! {
     /// command cancels the flush right before it. Written to the journal by the next cron tick,
     /// or before the journal is read.
     static PENDING_FLUSHES: RefCell<Vec<PendingFlush>> = const { RefCell::new(Vec::new()) };
+
+    /// Set while the module itself deletes or replaces a lock (see [`unlinking_own`]).
+    static OWN_UNLINK: Cell<bool> = const { Cell::new(false) };
 }
 
 /// How many holds of a lock Redis unlinks the engine wants described (`Engine::describes`),
@@ -256,9 +259,10 @@ pub fn report(host: &mut impl Host<RedisHandles>, report: Report) {
 /// armed) costs no allocation.
 pub fn key_changed(host: &mut impl Host<RedisHandles>, db: c_int, name: &[u8], arrived: bool) {
     let done = with_engine(host, |engine, host| {
-        // A key with a lapse timer that goes (DEL, UNLINK, RENAME...) stops it.
-        if engine.waiters() > 0 || engine.has_lapse_timers() {
-            let key = KeyRef { db, name };
+        // A key with a lapse timer that goes (DEL, UNLINK, RENAME...) stops it. Only that key's
+        // waiters and timer matter: any other key's do not take the slow path.
+        let key = KeyRef { db, name };
+        if engine.watches(key) {
             if arrived {
                 engine.value_arrived(host, key);
             } else {
@@ -393,6 +397,24 @@ pub fn forget_unlinked() {
             unlinked.clear();
         }
     });
+}
+
+/// Runs `unlink`, in which the module itself deletes or replaces a lock (`RedisModule_DeleteKey`,
+/// `RedisModule_ModuleTypeSetValue`): no keyspace notification follows to say why, so the data
+/// type's `unlink2` keeps nothing of it ([`own_unlink`]): describing it cost every
+/// `LOCK.RELEASE` an allocation of the key's name and of its owner, and a fifth of its time.
+/// Then forgets what was unlinked before (nothing explains it any more).
+pub fn unlinking_own<T>(unlink: impl FnOnce() -> T) -> T {
+    OWN_UNLINK.with(|own| own.set(true));
+    let out = unlink();
+    OWN_UNLINK.with(|own| own.set(false));
+    forget_unlinked();
+    out
+}
+
+/// Whether the lock being unlinked is the module's own doing (see [`unlinking_own`]).
+pub fn own_unlink() -> bool {
+    OWN_UNLINK.with(Cell::get)
 }
 
 /// How many holds of a lock being unlinked to describe.

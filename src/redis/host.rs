@@ -338,9 +338,10 @@ impl RedisKey {
         let value = datatype::into_value(value);
         // SAFETY: an open key handle, opened for writing; Redis takes ownership of `value`,
         // a value of our type.
-        unsafe { rm!(RedisModule_ModuleTypeSetValue(key, lock_type(), value)) };
         // Replacing a value unlinks the old one; no notification follows.
-        globals::forget_unlinked();
+        globals::unlinking_own(|| unsafe {
+            rm!(RedisModule_ModuleTypeSetValue(key, lock_type(), value))
+        });
     }
 
     /// Deletes the key (the engine has decided the lock is gone).
@@ -348,10 +349,9 @@ impl RedisKey {
         let Some(key) = self.key else {
             return;
         };
-        // SAFETY: an open key handle, opened for writing.
-        unsafe { rm!(RedisModule_DeleteKey(key.as_ptr())) };
         // Our own delete is not followed by an `expired` notification.
-        globals::forget_unlinked();
+        // SAFETY: an open key handle, opened for writing.
+        globals::unlinking_own(|| unsafe { rm!(RedisModule_DeleteKey(key.as_ptr())) });
     }
 
     /// Replicates `effect` (unless nothing can receive it: see `propagate_cheaply`).

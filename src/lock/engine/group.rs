@@ -36,7 +36,7 @@ impl<T: Handles> Engine<T> {
         if taken {
             self.stats.contended += 1;
             for key in keys.iter() {
-                self.watch.contended(key.id());
+                self.watch.contended(key.id(), || host.now_ms());
             }
             return Reply::Nil;
         }
