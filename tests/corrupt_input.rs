@@ -138,7 +138,7 @@ fn bad_payloads(format: &Format) -> Vec<(String, Vec<u8>)> {
             1,
             vec![Str(vec![b'x'; 257]), Uint(1 << 52), Uint(1)],
         ),
-        ("unknown encoding version 4", 4, good_v3()),
+        ("unknown encoding version 5", 5, good_v3()),
         ("unknown encoding version 1023", 1023, good()),
         ("encoding version 0", 0, good()),
         ("encoding version 0 with v1 fields", 0, good_v1()),
@@ -393,10 +393,10 @@ fn refuses_bad_payloads(sanitize: &str) {
     let (format, dump) = Format::of(&mut c);
     assert_eq!(
         format.encver(),
-        3,
-        "permits and grant times brought encoding version 3"
+        4,
+        "the saved token lead brought encoding version 4 (values encoded as in 3)"
     );
-    assert_eq!(format.payload(3, &good_v3())[..10], dump[..10]);
+    assert_eq!(format.payload(4, &good_v3())[..10], dump[..10]);
     // The builder reproduces a real DUMP (same owner, token, count and grant time) byte for byte.
     let info_token = {
         let token = 1u64 << 51;
@@ -416,7 +416,7 @@ fn refuses_bad_payloads(sanitize: &str) {
         let _: i64 = cmd!("PERSIST", "probe").query(&mut c).unwrap();
         let d: Vec<u8> = cmd!("DUMP", "probe").query(&mut c).unwrap();
         let rebuilt = format.payload(
-            3,
+            4,
             &[
                 Field::Uint(0),
                 Field::Str(b"owner".to_vec()),

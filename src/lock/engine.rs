@@ -489,6 +489,17 @@ impl<T: Handles> Engine<T> {
         self.tokens.observe(token);
     }
 
+    /// Restores the counter and accepted lead from this server's own RDB (see
+    /// [`crate::lock::tokens::Tokens::restore`]).
+    pub fn restore_tokens(&mut self, last: u64, accepted_ms: u64) {
+        self.tokens.restore(last, accepted_ms);
+    }
+
+    /// The token lead accepted by the last tokens issued (saved with the counter).
+    pub fn accepted_token_lead_ms(&self) -> u64 {
+        self.tokens.accepted_ms()
+    }
+
     // --- What the host reports ---------------------------------------------------------------
 
     /// A key changed behind the engine's back (DEL, expiry, overwrite, RENAME...): if anyone

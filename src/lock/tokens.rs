@@ -151,6 +151,24 @@ impl Tokens {
         Ok(next)
     }
 
+    /// The lead (ms) accepted by the last tokens issued (see [`Tokens::issue`]): saved with the
+    /// counter in this server's own RDB, so a restart that loads it does not wait for a lead its
+    /// tokens already went out with.
+    pub fn accepted_ms(&self) -> u64 {
+        self.accepted_ms
+    }
+
+    /// Restores the counter and accepted lead this server saved itself (its own RDB, loaded on
+    /// a master): as [`Tokens::observe`], and the accepted lead stays accepted unless the
+    /// counter already went above `last` (a token from elsewhere, judged afresh).
+    pub fn restore(&mut self, last: u64, accepted_ms: u64) {
+        let last = last.min(MAX_TOKEN);
+        if last >= self.last {
+            self.last = last;
+            self.accepted_ms = accepted_ms;
+        }
+    }
+
     /// Records a token issued elsewhere (loaded from RDB/AOF, replicated from a master), so
     /// later tokens are above it.
     pub fn observe(&mut self, token: u64) {
@@ -225,6 +243,31 @@ mod tests {
         clock.0.set(1_800_000_000_001);
         let mut restarted = Tokens::new();
         assert!(restarted.issue(&clock).unwrap() > last);
+    }
+
+    /// Found by an attack (issue 30): a restart that loads its own RDB judged an accepted lead
+    /// afresh, so a lead that had shrunk below the cap stopped new holds for up to a minute.
+    #[test]
+    fn a_restored_accepted_lead_stays_accepted() {
+        let now = 1_800_000_000_000;
+        let clock = FakeClock(Cell::new(now));
+        let mut tokens = Tokens::new();
+        tokens.observe((now + MAX_CATCH_UP_MS + 1_000) * FLOOR_PER_MS);
+        let first = tokens.issue(&clock).unwrap();
+        clock.0.set(now + 1_001);
+        let (last, accepted) = (tokens.last(), tokens.accepted_ms());
+        let mut judged_afresh = Tokens::new();
+        judged_afresh.observe(last);
+        assert!(judged_afresh.issue(&clock).is_err(), "observed: waits");
+        let mut restarted = Tokens::new();
+        restarted.restore(last, accepted);
+        assert_eq!(restarted.issue(&clock), Ok(first + 1));
+        // A token from elsewhere above it is judged afresh; a lower restore changes nothing.
+        let mut raised = Tokens::new();
+        raised.observe(last + 5 * FLOOR_PER_MS);
+        raised.restore(last, accepted);
+        assert_eq!(raised.last(), last + 5 * FLOOR_PER_MS);
+        assert_eq!(raised.accepted_ms(), 0, "judged afresh");
     }
 
     #[test]

@@ -26,9 +26,10 @@ use crate::lock::{bounds, Effect, EndedHold, Hold, Holder, LockMut, LockRef, Loc
 
 /// Data type name as `TYPE` shows it (exactly 9 characters).
 pub const TYPE_NAME: &str = "relock-lk";
-/// RDB encoding version of a lock value.
-const ENCODING_VERSION: i32 = 3;
-/// Kinds of value in encoding versions 2 and 3.
+/// RDB encoding version of a lock value (and of the aux data: version 4 adds the accepted token
+/// lead after the counter).
+const ENCODING_VERSION: i32 = 4;
+/// Kinds of value in encoding versions 2 to 4 (4 encodes values as 3 does).
 const KIND_EXCLUSIVE: u64 = 0;
 const KIND_SHARED: u64 = 1;
 
@@ -102,7 +103,7 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
     ffi::guard(std::ptr::null_mut(), || {
         let value = match encver {
             1 => load_hold(rdb, 1).map(LockValue::Exclusive),
-            2 | 3 => match load_unsigned(rdb) {
+            2..=4 => match load_unsigned(rdb) {
                 Some(KIND_EXCLUSIVE) => load_hold(rdb, encver).map(LockValue::Exclusive),
                 Some(KIND_SHARED) => load_shared(rdb, encver).map(LockValue::Shared),
                 Some(_) => {
@@ -467,9 +468,14 @@ fn describe(lock: LockRef<'_>, n: usize) -> Vec<EndedHold> {
 
 extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
     ffi::guard((), || {
-        let last = globals::read_engine(|engine| engine.last_token()).unwrap_or(0);
+        let (last, accepted) =
+            globals::read_engine(|engine| (engine.last_token(), engine.accepted_token_lead_ms()))
+                .unwrap_or((0, 0));
         // SAFETY: `rdb` is the save context Redis passed.
-        unsafe { rm!(RedisModule_SaveUnsigned(rdb, last)) };
+        unsafe {
+            rm!(RedisModule_SaveUnsigned(rdb, last));
+            rm!(RedisModule_SaveUnsigned(rdb, accepted));
+        }
     })
 }
 
@@ -482,7 +488,22 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int
         let Some(last) = load_unsigned(rdb) else {
             return raw::REDISMODULE_ERR as c_int;
         };
-        globals::observe_token(last);
+        let accepted = if encver >= 4 {
+            let Some(accepted) = load_unsigned(rdb) else {
+                return raw::REDISMODULE_ERR as c_int;
+            };
+            accepted
+        } else {
+            0
+        };
+        // The accepted lead is this server's own only when it loads as a master (a restart, DEBUG
+        // RELOAD); a replica's full sync brings its master's, which it judges afresh by its own
+        // clock.
+        if accepted > 0 && !globals::is_replica() {
+            globals::restore_tokens(last, accepted);
+        } else {
+            globals::observe_token(last);
+        }
         raw::REDISMODULE_OK as c_int
     })
 }

@@ -277,6 +277,21 @@ pub fn key_changed(host: &mut impl Host<RedisHandles>, db: c_int, name: &[u8], a
     }
 }
 
+/// Restores the counter and accepted lead saved in this server's own RDB (aux data loaded on a
+/// master; a replica judges the lead afresh: it was not its own).
+pub fn restore_tokens(last: u64, accepted_ms: u64) {
+    let done = ENGINE.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut engine) => {
+            engine.restore_tokens(last, accepted_ms);
+            true
+        }
+        Err(_) => false,
+    });
+    if !done {
+        LATE.with(|late| late.borrow_mut().push(Report::Token(last)));
+    }
+}
+
 /// A token seen where no context is at hand (RDB load): observed at once, or queued.
 pub fn observe_token(token: u64) {
     let done = ENGINE.with(|cell| match cell.try_borrow_mut() {
