@@ -365,6 +365,10 @@ fn fill_slot(cluster: &Cluster, source: &Server, readers: usize, filler: usize) 
     }
 }
 
+fn without_lapsing(v: Vec<(String, i64, i64, i64)>) -> Vec<(String, i64, i64, i64)> {
+    v.into_iter().filter(|h| h.0 != "lapsing").collect()
+}
+
 /// Every master's replica agrees with it on every key of `state` (after `WAIT`).
 fn replicas_agree(cluster: &Cluster, state: &SlotState) {
     for master in cluster.masters() {
@@ -394,7 +398,9 @@ fn replicas_agree(cluster: &Cluster, state: &SlotState) {
             );
         }
         for key in state.keys() {
+            // The lapsing lease may end between the two reads: it is checked above.
             let (on_m, on_r) = (holds(&mut m, key), holds(&mut r, key));
+            let (on_m, on_r) = (without_lapsing(on_m), without_lapsing(on_r));
             let only = |a: &[(String, i64, i64, i64)], b: &[(String, i64, i64, i64)]| {
                 a.iter()
                     .filter(|h| !b.contains(h))
@@ -462,6 +468,34 @@ fn holds_only_on_owner(
         .query(&mut o)
         .unwrap();
     assert_eq!(second, None, "a second owner of {}", state.lock);
+}
+
+/// No node's journal says a hold of `state` (other than the lapsing lease) ended other than by a
+/// move: they all live on.
+fn journal_says_only_moved(cluster: &Cluster, state: &SlotState) {
+    for n in &cluster.nodes {
+        let mut c = n.conn();
+        let entries = common::reply::entries(&mut c, cmd!("LOCK.LOG", 100_000));
+        let wrong: Vec<String> = entries
+            .iter()
+            .filter_map(|e| {
+                let (reason, key, owner) = (
+                    common::reply::text(&e["reason"]),
+                    common::reply::text(&e["key"]),
+                    common::reply::text(&e["owner"]),
+                );
+                (state.keys().iter().any(|k| **k == key) && owner != "lapsing" && reason != "moved")
+                    .then(|| format!("{reason} {key} {owner}"))
+            })
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "node {} ({}) journals holds that live on as ended: {:?}",
+            n.port,
+            cluster_harness::role(n),
+            &wrong[..wrong.len().min(10)]
+        );
+    }
 }
 
 /// A waiter queued on the slot's owner; returns its connection.
@@ -549,6 +583,7 @@ fn asm_then_failover_of_the_target_and_back_keeps_every_hold_once() {
     wait_owner(&cluster, slot, source_replica.port);
     holds_only_on_owner(&cluster, slot, &state, &before);
     replicas_agree(&cluster, &state);
+    journal_says_only_moved(&cluster, &state);
 
     let grants_before = workload.last();
     assert!(
@@ -591,7 +626,7 @@ fn asm_with_failover_of_the_source_during_the_move_keeps_every_hold_once() {
         let cluster = Cluster::start();
         let masters: Vec<&Server> = cluster.masters();
         let (source, target) = (masters[0], masters[1]);
-        let state = fill_slot(&cluster, source, 20_000, 50_000);
+        let state = fill_slot(&cluster, source, 20_000, 200_000);
         let slot = cluster_harness::key_slot(&state.lock);
         let before = state.snapshot(&mut source.conn());
         let workload = Workload::start(&state.work, source.port);
@@ -600,6 +635,7 @@ fn asm_with_failover_of_the_source_during_the_move_keeps_every_hold_once() {
         let id = start_import(target, slot);
         let failing = if round == 0 { source } else { target };
         let replica = cluster.replica_of_master(failing.port);
+        let state_then = task_field(&mut target.conn(), &id, "state");
         cluster.failover(replica);
         let mut t = target.conn();
         let mut r = replica.conn();
@@ -630,7 +666,19 @@ fn asm_with_failover_of_the_source_during_the_move_keeps_every_hold_once() {
         );
         std::thread::sleep(Duration::from_millis(500));
         cluster.wait_healthy();
+        println!(
+            "round {round}: task {:?} at the failover, then {:?} / {:?}; slot {slot} on {:?} \
+             (source {}, target {}, promoted {})",
+            state_then,
+            task_field(&mut t, &id, "state"),
+            task_field(&mut r, &id, "state"),
+            cluster_harness::slot_owner_seen_by(&cluster.nodes[0], slot),
+            source.port,
+            target.port,
+            replica.port
+        );
         holds_only_on_owner(&cluster, slot, &state, &before);
+        journal_says_only_moved(&cluster, &state);
         let grants_before = workload.last();
         assert!(
             eventually(DUE, || workload.last() > grants_before),
@@ -762,4 +810,46 @@ fn config_set_that_fails_changes_no_relock_config() {
         );
     }
     drop(taken);
+}
+
+// --- 3. tokens under clock skew -----------------------------------------------------------------
+
+/// A counter more than the longest catch-up (60 s) ahead of the clock is accepted: tokens go on
+/// above it, and (docs/tokens.rs) "once tokens went out above such a lead, it stays accepted as
+/// it shrinks with the clock (waiting then would protect nothing and stop new holds for up to a
+/// minute a second later)". That holds while the server runs (and across `DEBUG RELOAD`), but not
+/// across a restart that keeps every token (RDB): the accepted lead is not persisted, the
+/// reloaded counter is judged afresh, and a second after issuing above a 61 s lead the restarted
+/// server refuses every new hold for ~59 s (`TRYAGAIN ... tokens ahead of this server's
+/// clock`), the very wait the rule says protects nothing. Found by attack30 (Redis 7.0.15:
+/// `TRYAGAIN relock restart grace, 58525 ms left`). Availability, not safety: no token repeats
+/// or goes backwards.
+#[test]
+#[ignore = "found by attack30: the accepted lead over a minute is not persisted; a restart with its RDB refuses new holds for ~59 s"]
+fn skew_an_accepted_lead_stays_accepted_across_a_restart_with_its_rdb() {
+    let mut server = Server::start();
+    let mut c = server.conn();
+    let lead_ms = 61_000;
+    let start = common::now_ms();
+    let _: () = cmd!("LOCK.COUNTER", (start + lead_ms) * 1000)
+        .query(&mut c)
+        .unwrap();
+    let first = common::acquire(&mut c, b"first", b"a", 10_000);
+    // The clock closes the lead below the longest catch-up.
+    while common::now_ms() <= start + 1_100 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let second = common::acquire(&mut c, b"second", b"a", 10_000);
+    assert_eq!(second, first + 1, "accepted while running");
+    let _: () = cmd!("SAVE").query(&mut c).unwrap();
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(common::info_field(&mut c, "last_token"), second);
+    let third: redis::RedisResult<Option<i64>> =
+        cmd!("LOCK.ACQUIRE", "third", "a", 10_000).query(&mut c);
+    assert_eq!(
+        third.map_err(|e| e.to_string()),
+        Ok(Some(second + 1)),
+        "restarted with every token it issued"
+    );
 }
