@@ -94,8 +94,11 @@ fn wait_owner(cluster: &Cluster, slot: u16, port: u16) {
 /// (owner, token, count, permits) of every live holder of `key` on `c`, in token order; empty
 /// when the key is missing (or the node does not serve its slot).
 fn holds(c: &mut Connection, key: &str) -> Vec<(String, i64, i64, i64)> {
-    let Ok(Value::Array(items)) = cmd!("LOCK.HOLDERS", key, "COUNT", 0).query::<Value>(c) else {
-        return vec![];
+    let items = match cmd!("LOCK.HOLDERS", key, "COUNT", 0).query::<Value>(c) {
+        Ok(Value::Array(items)) => items,
+        Ok(Value::Nil) => return vec![],
+        Err(e) if e.kind() == redis::ErrorKind::Moved => return vec![],
+        other => panic!("LOCK.HOLDERS {key}: {other:?}"),
     };
     items
         .into_iter()
@@ -306,6 +309,19 @@ impl SlotState {
     fn snapshot(&self, c: &mut Connection) -> Vec<Vec<(String, i64, i64, i64)>> {
         self.keys().into_iter().map(|k| holds(c, k)).collect()
     }
+
+    /// What the slot's owner holds before a move: every key there (none answers MOVED).
+    fn before(&self, cluster: &Cluster, slot: u16) -> Vec<Vec<(String, i64, i64, i64)>> {
+        let owner = owner_node(cluster, slot);
+        let mut c = owner.conn();
+        let mut exists = cmd!("EXISTS");
+        for k in self.keys() {
+            exists.arg(k);
+        }
+        let n: i64 = exists.query(&mut c).expect("the slot's owner answers");
+        assert_eq!(n, 5, "every key of the slot on its owner {}", owner.port);
+        self.snapshot(&mut c)
+    }
 }
 
 /// Fills the slot of a key on `source` with an exclusive hold (reentered), `readers` shared
@@ -353,8 +369,10 @@ fn fill_slot(cluster: &Cluster, source: &Server, readers: usize, filler: usize) 
     )
     .query(&mut src)
     .unwrap();
-    if filler > 0 {
-        let _: () = cmd!("DEBUG", "POPULATE", filler, k("fill"), 64)
+    // In chunks: one DEBUG POPULATE of 200,000 keys blocks the node long enough on a loaded
+    // machine for its replica to take over (cluster-node-timeout 2 s).
+    for chunk in 0..filler.div_ceil(10_000) {
+        let _: () = cmd!("DEBUG", "POPULATE", 10_000, k(&format!("fill{chunk}")), 64)
             .query(&mut src)
             .unwrap();
     }
@@ -372,7 +390,17 @@ fn without_lapsing(v: Vec<(String, i64, i64, i64)>) -> Vec<(String, i64, i64, i6
 /// Every master's replica agrees with it on every key of `state` (after `WAIT`).
 fn replicas_agree(cluster: &Cluster, state: &SlotState) {
     for master in cluster.masters() {
-        let replica = cluster.replica_of_master(master.port);
+        // Redis may move a replica to another master (replica migration) after a failover: a
+        // master without one is left out.
+        let Some(replica) = cluster.nodes.iter().find(|n| {
+            cluster_harness::role(n) == "slave"
+                && cmd!("INFO", "replication")
+                    .query::<String>(&mut n.conn())
+                    .is_ok_and(|i| i.contains(&format!("master_port:{}\r", master.port)))
+        }) else {
+            println!("master {} has no replica now", master.port);
+            continue;
+        };
         let mut m = master.conn();
         let mut r = replica_conn(replica);
         let acked: i64 = cmd!("WAIT", 1, 10_000).query(&mut m).unwrap();
@@ -437,32 +465,69 @@ fn holds_only_on_owner(
             .map(|k| k.iter().filter(|h| h.0 != "lapsing").cloned().collect())
             .collect()
     };
-    assert_eq!(
-        without_lapsed(&state.snapshot(&mut o)),
-        without_lapsed(before),
-        "the holds on the slot's owner {}",
-        owner.port
+    let now = without_lapsed(&state.snapshot(&mut o));
+    let was = without_lapsed(before);
+    let diff: Vec<String> = state
+        .keys()
+        .iter()
+        .zip(now.iter().zip(&was))
+        .filter(|(_, (n, w))| n != w)
+        .map(|(k, (n, w))| {
+            let lost: Vec<_> = w.iter().filter(|h| !n.contains(h)).take(5).collect();
+            let new: Vec<_> = n.iter().filter(|h| !w.contains(h)).take(5).collect();
+            format!(
+                "{k}: {} holds, were {}; lost {lost:?}; new {new:?}",
+                n.len(),
+                w.len()
+            )
+        })
+        .collect();
+    assert!(
+        diff.is_empty(),
+        "the holds on the slot's owner {} ({}): {diff:?}",
+        owner.port,
+        cluster_harness::role(owner)
     );
     for other in cluster.masters() {
         if other.port == owner.port {
             continue;
         }
         let mut c = other.conn();
+        // A node that does not serve the slot answers MOVED for EXISTS: ask its keyspace.
+        let left = |c: &mut Connection| -> i64 {
+            cmd!("CLUSTER", "COUNTKEYSINSLOT", slot)
+                .query(c)
+                .unwrap_or(-1)
+        };
+        let started = Instant::now();
+        let trimmed = eventually(Duration::from_secs(120), || left(&mut c) == 0);
+        let sample: Value = cmd!("CLUSTER", "GETKEYSINSLOT", slot, 5)
+            .query(&mut c)
+            .unwrap_or(Value::Nil);
         assert!(
-            eventually(DUE, || {
-                state.keys().iter().all(|k| {
-                    let n: i64 = cmd!("EXISTS", *k).query(&mut c).unwrap_or(0);
-                    // A node that does not serve the slot answers MOVED for EXISTS: ask its
-                    // keyspace instead.
-                    let count: i64 = cmd!("CLUSTER", "COUNTKEYSINSLOT", slot)
-                        .query(&mut c)
-                        .unwrap_or(0);
-                    n == 0 && count == 0
+            trimmed,
+            "master {} still has {} keys of slot {slot} after {:?} (e.g. {sample:?}); \
+             its relock keys: {:?}",
+            other.port,
+            left(&mut c),
+            started.elapsed(),
+            state
+                .keys()
+                .iter()
+                .map(|k| {
+                    let mut r = other.conn();
+                    let _: redis::RedisResult<()> = cmd!("READONLY").query(&mut r);
+                    (k.to_string(), holds(&mut r, k).len())
                 })
-            }),
-            "master {} still has keys of slot {slot}",
-            other.port
+                .collect::<Vec<_>>()
         );
+        if started.elapsed() > Duration::from_secs(5) {
+            println!(
+                "master {} took {:?} to trim slot {slot}",
+                other.port,
+                started.elapsed()
+            );
+        }
     }
     let second: Option<i64> = cmd!("LOCK.ACQUIRE", &state.lock, "intruder", 1000)
         .query(&mut o)
@@ -546,7 +611,12 @@ fn asm_then_failover_of_the_target_and_back_keeps_every_hold_once() {
     let (source, target) = (masters[0], masters[1]);
     let state = fill_slot(&cluster, source, 2_000, 50_000);
     let slot = cluster_harness::key_slot(&state.lock);
-    let before = state.snapshot(&mut source.conn());
+    let before = state.before(&cluster, slot);
+    assert_eq!(
+        owner_node(&cluster, slot).port,
+        source.port,
+        "the source still serves the slot (no automatic failover while it was filled)"
+    );
     let mut waiter = queue_waiter(&cluster, slot, &state);
     let workload = Workload::start(&state.work, source.port);
     assert!(eventually(DUE, || workload.last() > 0), "the workload runs");
@@ -628,7 +698,12 @@ fn asm_with_failover_of_the_source_during_the_move_keeps_every_hold_once() {
         let (source, target) = (masters[0], masters[1]);
         let state = fill_slot(&cluster, source, 20_000, 200_000);
         let slot = cluster_harness::key_slot(&state.lock);
-        let before = state.snapshot(&mut source.conn());
+        let before = state.before(&cluster, slot);
+        assert_eq!(
+            owner_node(&cluster, slot).port,
+            source.port,
+            "the source still serves the slot (no automatic failover while it was filled)"
+        );
         let workload = Workload::start(&state.work, source.port);
         assert!(eventually(DUE, || workload.last() > 0), "the workload runs");
         // Round 0 fails the source over, round 1 the target, while the slot streams.
