@@ -496,7 +496,7 @@ fn where_are(cluster: &Cluster, slot: u16, state: &SlotState) -> String {
             .iter()
             .filter(|e| {
                 let key = common::reply::text(&e["key"]);
-                state.group.iter().any(|g| *g == key) || key == state.lock || key.is_empty()
+                state.group.contains(&key) || key == state.lock || key.is_empty()
             })
             .map(|e| {
                 format!(
