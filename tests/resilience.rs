@@ -1,9 +1,8 @@
-//! Attack round 8 (issue 30's last "done means"): a helper attacked, from outside, Redis 8.6's
-//! atomic slot migration with a replica per node and a failover of the source or the target
-//! during or just after the move, the rollback of every relock config by a failed multi-parameter
+//! State that must survive the server's own changes (written by the attack on issue 30, from
+//! outside): Redis 8.6's atomic slot migration with a replica per node and a failover of the
+//! source or the target during or just after the move, the rollback of every relock config by a failed multi-parameter
 //! `CONFIG SET`, and tokens under a clock skew between a master and its replica. Each test says
-//! what it attacks and what must hold; tests that found a break say so (and are `#[ignore]`d with
-//! the break when its fix is not in this branch).
+//! what it attacks and what must hold; a test that found a break says so.
 #[path = "cluster_harness/mod.rs"]
 mod cluster_harness;
 #[macro_use]
@@ -977,7 +976,6 @@ fn config_set_that_fails_changes_no_relock_config() {
 /// `TRYAGAIN relock restart grace, 58525 ms left`). Availability, not safety: no token repeats
 /// or goes backwards.
 #[test]
-#[ignore = "found by attack30: the accepted lead over a minute is not persisted; a restart with its RDB refuses new holds for ~59 s"]
 fn skew_an_accepted_lead_stays_accepted_across_a_restart_with_its_rdb() {
     let mut server = Server::start();
     let mut c = server.conn();
