@@ -28,7 +28,7 @@
 //! - While the server may not write (loading, writes paused) the engine's own work waits and is
 //!   retried; on a replica the waiters fail with `READONLY`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 
 use super::decide::{self, Downgrade, Kind, Next, Release, Seen, Take};
@@ -120,6 +120,14 @@ pub struct Engine<T: Handles> {
     work: usize,
     /// The lapse timer of each shared key that has one (db, name: when it fires, the timer).
     lapses: HashMap<i32, Lapses>,
+    /// Keys whose lapse timer is to be armed (or their lapsed leases removed) once this server
+    /// is a master, by the [`Job::Rearm`] job, a slice a turn: the shared keys it loaded (RDB,
+    /// a full sync), and the keys whose lease lapsed while it was a replica (a replica ends no
+    /// lease: its master does, or it does once promoted). Any entry may be stale (the key gone
+    /// or no longer shared since): checking it costs one open.
+    unarmed: VecDeque<KeyId>,
+    /// The keys of `unarmed` that a replica added (each once).
+    unarmed_seen: HashSet<KeyId>,
 }
 
 impl<T: Handles> Default for Engine<T> {
@@ -134,6 +142,8 @@ impl<T: Handles> Default for Engine<T> {
             catch_up_armed: false,
             work: 0,
             lapses: HashMap::new(),
+            unarmed: VecDeque::new(),
+            unarmed_seen: HashSet::new(),
         }
     }
 }
@@ -432,6 +442,8 @@ impl<T: Handles> Engine<T> {
         self.tokens.observe(hold.token());
         key.put(hold, expires_at);
         self.expiry_moved(host, key);
+        // A shared value replaced drops its lapse timer.
+        self.note_lapsed(host, key);
         Reply::Ok
     }
 
@@ -465,6 +477,9 @@ impl<T: Handles> Engine<T> {
             return Reply::Error(Refusal::TooManyHolders.into());
         }
         self.expiry_moved(host, key);
+        // Lapse timers on replicas and while the AOF loads too: a replica remembers the key
+        // when its lease lapses, for its promotion (see `Job::Rearm`).
+        self.note_lapsed(host, key);
         Reply::Ok
     }
 
@@ -479,6 +494,7 @@ impl<T: Handles> Engine<T> {
         if key.shared().is_some_and(|s| s.get(owner).is_some()) {
             key.remove_holder(owner);
             self.expiry_moved(host, key);
+            self.note_lapsed(host, key);
         }
         Reply::Ok
     }
@@ -577,6 +593,8 @@ impl<T: Handles> Engine<T> {
     /// The server started as a master, or was promoted: the restart grace starts, if one is
     /// configured; when it ends, every queue is served in order.
     pub fn start_grace<H: Host<T>>(&mut self, host: &mut H) {
+        // The shared keys it loaded or received as a replica get their lapse timers now.
+        self.rearm_unarmed(host);
         if let Some(ms) = self.grace.start(host.now_us()) {
             let ends_at = host.now_ms().saturating_add(ms as i64).saturating_add(1);
             self.schedule.start(host, ends_at, Due::GraceEnds);
@@ -1201,6 +1219,7 @@ impl<T: Handles> Engine<T> {
                 Job::Revoke(token) => self.revoke(host, token),
                 Job::Leases(key) => self.cap_to_leases(host, &key),
                 Job::Prune(key) => self.prune(host, &key),
+                Job::Rearm => self.rearm_slice(host),
             },
             // While writes are paused Redis does not expire keys either: a key past its expiry
             // is still there, and writing it would corrupt the db. Hand-offs wait for the pause.
@@ -1209,8 +1228,12 @@ impl<T: Handles> Engine<T> {
                 Job::Serve(key) => self.fail_all(host, &key, LockError::ReadOnly),
                 // The master decides now; nothing is revoked here.
                 Job::Revoke(token) => self.waiters.confirm(token),
-                // The master caps its keys and ends leases; both reach replicas as effects.
-                Job::Leases(_) | Job::Prune(_) => {}
+                // The master caps its keys and ends leases; both reach replicas as effects. A
+                // lapsed lease is remembered, to be ended if this server is promoted first.
+                Job::Leases(key) => self.leases_on_replica(host, &key),
+                Job::Prune(key) => self.unarmed_on_replica(key),
+                // Kept for the promotion.
+                Job::Rearm => {}
             },
         }
     }

@@ -11,7 +11,8 @@
 //! - the host timer is armed exactly when there is something to wait for (a timer or a job),
 //!   and fires no later than the earliest of them (a job: at once; a delay longer than
 //!   [`MAX_TIMER_MS`] is cut and the timer armed again when it fires early);
-//! - a job is queued at most once (a key has at most one `Serve`, `Prune` and `Leases` job);
+//! - a job is queued at most once (a key has at most one `Serve`, `Prune` and `Leases` job;
+//!   there is at most one `Rearm`);
 //! - hand-offs and revokes (`Serve`, `Revoke`) and due timers go before housekeeping
 //!   (`Leases`, `Prune`): no flood of TTL changes or lease ends delays a waiter.
 
@@ -60,6 +61,9 @@ pub enum Job {
     Leases(KeyId),
     /// Remove the lapsed leases of a shared key, a slice at a time.
     Prune(KeyId),
+    /// Arm the lapse timers of shared keys this server did not see written (loaded, or sent by
+    /// its master while it was a replica), a slice of keys at a time.
+    Rearm,
 }
 
 impl Job {

@@ -194,9 +194,17 @@ extern "C" fn on_server_event(
             {
                 // The flush before a load in the same command (`DEBUG RELOAD`) loses no lock.
                 globals::cancel_flush(server::commands_processed());
+                globals::loading_started();
+            }
+            if subevent == raw::REDISMODULE_SUBEVENT_LOADING_FAILED {
+                globals::loading_ended(false);
             }
             if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
-                globals::report(&mut RedisHost::new(ctx), Report::DbChanged(None));
+                let host = &mut RedisHost::new(ctx);
+                // The shared keys loaded get their lapse timers, a slice a turn.
+                let shared = globals::loading_ended(true).unwrap_or_default();
+                globals::report(host, Report::Loaded(shared));
+                globals::report(host, Report::DbChanged(None));
             }
         } else if id == raw::REDISMODULE_EVENT_PERSISTENCE {
             let ended = subevent == raw::REDISMODULE_SUBEVENT_PERSISTENCE_ENDED

@@ -197,3 +197,65 @@ impl<T: Handles> Engine<T> {
         self.note_lapsed(host, &key);
     }
 }
+
+impl<T: Handles> Engine<T> {
+    /// A load (an RDB, a full sync, `DEBUG RELOAD`) replaced the dataset; `shared` names the
+    /// shared keys it brought. Their lapse timers are armed by the schedule, a slice a turn, as
+    /// soon as this server is a master (a replica keeps the list for its promotion). What was
+    /// remembered of the old dataset goes with it. (No loop here: the list was built while the
+    /// keys were loaded, and is taken whole.)
+    pub fn loaded<H: Host<T>>(&mut self, host: &mut H, shared: Vec<KeyId>) {
+        self.unarmed = VecDeque::from(shared);
+        self.unarmed_seen = HashSet::new();
+        self.rearm_unarmed(host);
+    }
+
+    /// Queues [`Job::Rearm`] if keys wait for their lapse timer.
+    pub(super) fn rearm_unarmed<H: Host<T>>(&mut self, host: &mut H) {
+        if !self.unarmed.is_empty() {
+            self.schedule.push(host, Job::Rearm);
+        }
+    }
+
+    /// [`Job::Rearm`] on a master: a slice of the waiting keys (at most what the turn's budget
+    /// has left, one unit each) get their lapse timer, or their lapsed leases' removal queued;
+    /// queues itself again for the rest.
+    pub(super) fn rearm_slice<H: Host<T>>(&mut self, host: &mut H) {
+        let slice = TURN_BUDGET.saturating_sub(self.work).max(1);
+        for _ in 0..slice {
+            let Some(id) = self.unarmed.pop_front() else {
+                break;
+            };
+            self.unarmed_seen.remove(&id);
+            self.work += 1;
+            if let Ok(key) = host.open(&id) {
+                self.note_lapsed(host, &key);
+            }
+        }
+        if self.unarmed.is_empty() {
+            if self.unarmed.capacity() > 1024 {
+                self.unarmed = VecDeque::new();
+                self.unarmed_seen = HashSet::new();
+            }
+        } else {
+            self.schedule.push(host, Job::Rearm);
+        }
+    }
+
+    /// A replica's lapse timer fired (or a command found a lapsed lease): its master ends the
+    /// lease and sends the effect; the key is remembered in case this server is promoted first.
+    pub(super) fn unarmed_on_replica(&mut self, id: KeyId) {
+        if self.unarmed_seen.insert(id.clone()) {
+            self.unarmed.push_back(id);
+        }
+    }
+
+    /// [`Job::Leases`] on a replica (its master caps the TTL): a key gone or no longer shared
+    /// drops its lapse timer (read only).
+    pub(super) fn leases_on_replica<H: Host<T>>(&mut self, host: &mut H, id: &KeyId) {
+        let shared = host.open(id).is_ok_and(|key| key.shared().is_some());
+        if !shared {
+            self.disarm_lapse(host, id.as_ref());
+        }
+    }
+}
