@@ -68,6 +68,12 @@ pub const PRUNE_SLICE: usize = 128;
 /// jobs end them, [`PRUNE_SLICE`] a turn, and is served in queue order once the rest fits.
 pub const MAKE_ROOM_INLINE: usize = PRUNE_SLICE;
 
+/// Lapsed leases one command, or one turn the engine starts by itself, ends at most (the docs'
+/// "at most 128 per event-loop turn"): prune slices and grants that make room share it, and
+/// what is left for the next turn waits for it (a grant too: it waits in the queue). A key
+/// whose every lease lapsed is replaced whole by a new hold and counts as one removal.
+pub const LAPSED_PER_TURN: usize = PRUNE_SLICE;
+
 pub use super::reply::{HolderInfo, Info, Reply, Request, Wait, WaiterInfo};
 pub use super::shared::QUICK_TIDY_HOLDERS;
 
@@ -83,8 +89,9 @@ fn own_token<K: Key>(key: &K, owner: &[u8]) -> Option<u64> {
 type Lapses = HashMap<Rc<[u8]>, (i64, TimerId)>;
 
 /// Whether a new shared hold of `mode` at `key` would first have to end more lapsed leases than
-/// [`MAKE_ROOM_INLINE`] to fit its semaphore's limit. O(log H).
-fn room_waits<K: Key>(key: &K, mode: Mode, now: i64) -> bool {
+/// [`MAKE_ROOM_INLINE`] (or `inline`) to fit its semaphore's limit. O(log H).
+/// `inline`: what the command or turn may still end.
+fn room_waits<K: Key>(key: &K, mode: Mode, now: i64, inline: usize) -> bool {
     let Mode::Shared { limit, permits } = mode else {
         return false;
     };
@@ -93,7 +100,7 @@ fn room_waits<K: Key>(key: &K, mode: Mode, now: i64) -> bool {
     };
     let need = (shared.permits_total() + u64::from(permits)).saturating_sub(u64::from(limit));
     // A key whose every lease lapsed is replaced whole (one removal, whatever its size).
-    need > 0 && shared.live(now) > 0 && shared.leases_covering(need) > MAKE_ROOM_INLINE
+    need > 0 && shared.live(now) > 0 && shared.leases_covering(need) > inline.min(MAKE_ROOM_INLINE)
 }
 
 /// The time the host reports, as the token counter's clock.
@@ -118,6 +125,9 @@ pub struct Engine<T: Handles> {
     catch_up_armed: bool,
     /// Units of work done in the current turn the engine started by itself.
     work: usize,
+    /// Lapsed leases the current command or turn may still end ([`LAPSED_PER_TURN`] at its
+    /// start).
+    lapse_left: usize,
     /// The lapse timer of each shared key that has one (db, name: when it fires, the timer).
     lapses: HashMap<i32, Lapses>,
     /// Keys whose lapse timer is to be armed (or their lapsed leases removed) once this server
@@ -141,6 +151,7 @@ impl<T: Handles> Default for Engine<T> {
             grace: Grace::default(),
             catch_up_armed: false,
             work: 0,
+            lapse_left: LAPSED_PER_TURN,
             lapses: HashMap::new(),
             unarmed: VecDeque::new(),
             unarmed_seen: HashSet::new(),
@@ -183,6 +194,7 @@ impl<T: Handles> Engine<T> {
     /// `timeout_ms` passes (0: no limit). A caller the host will not block (MULTI, scripts, the
     /// master's stream, the AOF) gets nil at once.
     pub fn wait<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, wait: Wait<'_>) -> Reply {
+        self.lapse_left = LAPSED_PER_TURN;
         let request = wait.request;
         if !self.grace.allows_ttl(request.ttl_ms) {
             return Reply::Error(Refusal::TtlAboveGrace.into());
@@ -264,6 +276,18 @@ impl<T: Handles> Engine<T> {
         owner: &[u8],
         from: Option<u32>,
     ) -> Reply {
+        self.lapse_left = LAPSED_PER_TURN;
+        self.release_step(host, key, owner, from)
+    }
+
+    /// [`Engine::release`] within a command that started already (`LOCK.MRELEASE`).
+    pub(super) fn release_step<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        owner: &[u8],
+        from: Option<u32>,
+    ) -> Reply {
         let seen = Seen::of(key, owner, || host.now_ms());
         let reply = match decide::release(seen, owner, from) {
             Release::NotHeld => {
@@ -330,6 +354,7 @@ impl<T: Handles> Engine<T> {
     /// head of the queue are granted with it, in the same step. Replies the token; nil if the
     /// owner holds nothing.
     pub fn downgrade<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, owner: &[u8]) -> Reply {
+        self.lapse_left = LAPSED_PER_TURN;
         let now = host.now_ms();
         let queued = self.waiters.facts(key.id());
         let reply = match decide::downgrade(Seen::of(key, owner, || now), queued, owner) {
@@ -380,6 +405,7 @@ impl<T: Handles> Engine<T> {
         key: &mut H::Key,
         owner: Option<&[u8]>,
     ) -> Reply {
+        self.lapse_left = LAPSED_PER_TURN;
         let now = host.now_ms();
         let mut ended_holds = Vec::new();
         let ended = match (key.lock(), owner) {
@@ -664,6 +690,7 @@ impl<T: Handles> Engine<T> {
             return;
         }
         self.work = 0;
+        self.lapse_left = LAPSED_PER_TURN;
         let now = host.now_ms();
         while self.work < TURN_BUDGET {
             let Some(work) = self.schedule.next(now) else {
@@ -785,6 +812,7 @@ impl<T: Handles> Engine<T> {
         request: Request<'_>,
         kind: Kind,
     ) -> Reply {
+        self.lapse_left = LAPSED_PER_TURN;
         if !self.grace.allows_ttl(request.ttl_ms) {
             return Reply::Error(Refusal::TtlAboveGrace.into());
         }
@@ -823,7 +851,7 @@ impl<T: Handles> Engine<T> {
             self.schedule.push(host, Job::Serve(key.id().to_id()));
         }
         let take = decide::take(seen, queued, request.owner, request.mode, kind);
-        if take == Take::Grant && room_waits(key, request.mode, host.now_ms()) {
+        if take == Take::Grant && room_waits(key, request.mode, host.now_ms(), self.lapse_left) {
             // More lapsed leases in the way than one command may end: the schedule ends them.
             self.schedule.push(host, Job::Prune(key.id().to_id()));
             return Take::Wait;
@@ -970,6 +998,8 @@ impl<T: Handles> Engine<T> {
             key.end_lapsed(&owner);
             ended += 1;
         }
+        // At most what is left (`room_waits` made sure before the grant).
+        self.lapse_left = self.lapse_left.saturating_sub(ended as usize);
         self.lapsed_ended(key, ended);
     }
 
@@ -1026,7 +1056,7 @@ impl<T: Handles> Engine<T> {
             if next == Next::Stop {
                 break;
             }
-            if next == Next::Grant && room_waits(key, mode, now) {
+            if next == Next::Grant && room_waits(key, mode, now, self.lapse_left) {
                 // The head waits, and everyone behind it, while the schedule ends the lapsed
                 // leases in its way; the prune job serves the key after each slice.
                 self.schedule.push(host, Job::Prune(id.clone()));

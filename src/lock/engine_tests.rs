@@ -1154,3 +1154,58 @@ fn a_grace_and_tokens_ahead_of_the_clock_each_say_their_wait() {
     sim.release(K, b"w");
     assert_idle(&mut sim);
 }
+
+/// Lapsed leases one turn the engine starts by itself ends, over every key: at most
+/// [`LAPSED_PER_TURN`] (the docs' "at most 128 per event-loop turn"). Before, each prune job
+/// took what the turn's budget had left: two keys whose leases lapsed together had 128 + 127
+/// ended in one turn; a grant that made room inline and a prune slice, 256.
+#[test]
+fn one_turn_ends_at_most_lapsed_per_turn_over_every_key() {
+    use super::engine::{LAPSED_PER_TURN, MAKE_ROOM_INLINE};
+    use super::Mode;
+    let lapsing = 200;
+    let mut sim = Sim::new(START);
+    let limit = (MAKE_ROOM_INLINE + 1) as u32;
+    // Two reader keys and a full semaphore, every lease but one per key ending at START + 100.
+    for (i, key) in [&b"a"[..], b"b"].into_iter().enumerate() {
+        sim.host.set_now(START + i as i64);
+        token(sim.acquire_as(key, b"long", 60_000, Mode::shared(0)));
+        for o in 0..lapsing {
+            let ttl = (START + 100 - sim.now()) as u64;
+            token(sim.acquire_as(key, format!("o{o}").as_bytes(), ttl, Mode::shared(0)));
+        }
+    }
+    sim.host.set_now(START + 2);
+    token(sim.acquire_as(b"s", b"long", 60_000, Mode::shared(limit)));
+    for o in 0..MAKE_ROOM_INLINE {
+        let ttl = (START + 100 - sim.now()) as u64;
+        token(sim.acquire_as(b"s", format!("o{o}").as_bytes(), ttl, Mode::shared(limit)));
+    }
+    // A waiter for every permit the lapsing leases hold: its grant makes room inline.
+    let wants = Mode::Shared {
+        limit,
+        permits: MAKE_ROOM_INLINE as u32,
+    };
+    let (reply, _) = sim.wait_as(b"s", b"w", 60_000, 0, wants);
+    assert_eq!(reply, Reply::Blocked);
+    let total = 2 * lapsing + MAKE_ROOM_INLINE;
+    let mut turns = 0;
+    let mut most = 0;
+    while (sim.engine.stats().expired as usize) < total {
+        let before = sim.engine.stats().expired;
+        assert!(
+            sim.turn_by(START + 60_000),
+            "{} of {total} ended, no turn to come",
+            sim.engine.stats().expired
+        );
+        turns += 1;
+        let ended = (sim.engine.stats().expired - before) as usize;
+        most = most.max(ended);
+        assert!(
+            ended <= LAPSED_PER_TURN,
+            "turn {turns} ended {ended} lapsed leases (at most {LAPSED_PER_TURN})"
+        );
+    }
+    assert!(most > 0 && turns >= total.div_ceil(LAPSED_PER_TURN));
+    assert_eq!(granted(&mut sim).len(), 1, "the waiter got its permits");
+}

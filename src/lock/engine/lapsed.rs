@@ -73,8 +73,14 @@ impl<T: Handles> Engine<T> {
         let Ok(mut key) = host.open(id) else {
             return;
         };
+        if self.lapse_left == 0 {
+            // This turn ended its share of lapsed leases: the next one, at once, goes on.
+            self.schedule.next_turn(Job::Prune(id.clone()));
+            return;
+        }
         let now = host.now_ms();
         let slice = PRUNE_SLICE
+            .min(self.lapse_left)
             .min(TURN_BUDGET.saturating_sub(self.work))
             .max(1);
         let first_lapsed = |key: &H::Key| {
@@ -93,6 +99,7 @@ impl<T: Handles> Engine<T> {
             ended += 1;
         }
         self.work += ended;
+        self.lapse_left = self.lapse_left.saturating_sub(ended);
         if key.lock().is_some() {
             self.lapsed_ended(&mut key, ended as u64);
         } else {
