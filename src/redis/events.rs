@@ -99,8 +99,15 @@ extern "C" fn on_keyspace_event(
             let handed_over = event == c"del"
                 && globals::with_migrations(|m| m.handed_over(cluster::key_slot(name)))
                     .unwrap_or(false);
-            let reason = unlinked::reason_for(event, serialized || handed_over);
-            globals::report(&mut RedisHost::new(ctx), Report::Lost { reason, gone });
+            // A key of an import that failed or was cancelled, deleted by the target: its holds
+            // were never this node's, and did not move (the source still has them).
+            let dropped = (event == c"key_trimmed" || event == c"del")
+                && globals::with_migrations(|m| m.import_dropped(cluster::key_slot(name)))
+                    .unwrap_or(false);
+            if !dropped {
+                let reason = unlinked::reason_for(event, serialized || handed_over);
+                globals::report(&mut RedisHost::new(ctx), Report::Lost { reason, gone });
+            }
         }
         // A shared key's TTL must not outlive its leases: watch what sets or removes TTLs or
         // brings a value in, while shared keys exist, and only for a key that is one (a look
