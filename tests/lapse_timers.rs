@@ -152,3 +152,52 @@ fn leases_that_lapse_after_a_promotion_are_ended() {
     );
     lapsed_leases_are_ended(&mut r, end, 1, "after the promotion");
 }
+
+/// Many shared keys loaded at once get their lapse timers in bounded turns: a restart from an
+/// RDB of 20,000 of them arms every key's timer a slice a turn (no turn over the storms'
+/// bound), and their lapsed leases are ended without any command.
+#[test]
+fn many_loaded_keys_get_their_lapse_timers_in_bounded_turns() {
+    let keys: i64 = 20_000;
+    let mut server = Server::start();
+    let mut c = server.conn();
+    let mut pipe = redis::pipe();
+    for i in 0..keys {
+        let key = format!("k{i}");
+        pipe.cmd("LOCK.ACQUIRE")
+            .arg(&key)
+            .arg("short")
+            .arg(6_000)
+            .arg("SHARED")
+            .ignore();
+        pipe.cmd("LOCK.ACQUIRE")
+            .arg(&key)
+            .arg("long")
+            .arg(600_000)
+            .arg("SHARED")
+            .ignore();
+    }
+    let _: () = pipe.query(&mut c).unwrap();
+    let end = now_ms() + 6_000;
+    let _: () = cmd!("SAVE").query(&mut c).unwrap();
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(info_field(&mut c, "holds"), 2 * keys);
+    assert!(
+        eventually(DUE, || info_field(&mut c, "lapse_timers") == keys),
+        "{} of {keys} lapse timers armed",
+        info_field(&mut c, "lapse_timers")
+    );
+    let turn = info_field(&mut c, "longest_turn_us");
+    eprintln!("{keys} loaded keys armed; the longest turn {turn} µs");
+    // The storms' bound for a debug build on a busy machine (tests/storms.rs); none under a
+    // wrapper (valgrind).
+    if std::env::var_os("RELOCK_SERVER_WRAPPER").is_none() {
+        assert!(turn <= 40_000, "a turn took {turn} µs");
+    }
+    assert!(
+        now_ms() < end,
+        "the machine was too slow: the leases ended first"
+    );
+    lapsed_leases_are_ended(&mut c, end, keys, "after a restart with many keys");
+}
