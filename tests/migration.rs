@@ -764,3 +764,48 @@ fn a_cancelled_import_journals_nothing_for_the_holds_the_target_drops() {
         "the source's journal: {source_journal:?}"
     );
 }
+
+/// Redis 8.4+: a shared key imported by an atomic slot migration gets its lapse timer on the
+/// target once the import completes (while importing, the target does no work of its own on
+/// the slot): a lease that lapses after the move is ended by the target's schedule without any
+/// command touching the key. (Before: it stayed until a command touched the key.)
+#[test]
+fn a_lease_imported_by_a_slot_migration_is_ended_by_the_targets_schedule() {
+    let probe = Server::start();
+    if !cluster_migration_supported(&mut probe.conn()) {
+        println!(
+            "skipped: this server has no atomic slot migration (CLUSTER MIGRATION, Redis 8.4+)"
+        );
+        return;
+    }
+    drop(probe);
+    let cluster = Cluster::start_with(0);
+    let masters: Vec<&Server> = cluster.masters();
+    let (source, target) = (masters[0], masters[1]);
+    let mut src = source.conn();
+    let mut dst = target.conn();
+    let tag = cluster.key_on(source.port, "lapse");
+    let key = format!("{{{tag}}}readers");
+    let slot: u16 = cmd!("CLUSTER", "KEYSLOT", &key).query(&mut src).unwrap();
+    let _: i64 = cmd!("LOCK.ACQUIRE", &key, "short", 4_000, "SHARED")
+        .query(&mut src)
+        .unwrap();
+    let end = common::now_ms() + 4_000;
+    let _: i64 = cmd!("LOCK.ACQUIRE", &key, "long", 600_000, "SHARED")
+        .query(&mut src)
+        .unwrap();
+    import_slot(&cluster, target, slot);
+    assert_eq!(common::info_field(&mut dst, "holds"), 2);
+    assert!(
+        common::now_ms() < end,
+        "the machine was too slow: the lease ended first"
+    );
+    // Only INFO from here on: no command touches the key.
+    let ended = eventually(DUE, || common::info_field(&mut dst, "holds") == 1);
+    assert!(
+        ended,
+        "the lapsed lease is still on the target {} ms after it ended (lapse timers: {})",
+        common::now_ms() - end,
+        common::info_field(&mut dst, "lapse_timers")
+    );
+}

@@ -12,7 +12,7 @@ use redis_module::raw;
 
 use super::globals::{self, Report};
 use super::host::{self, RedisHost};
-use super::migration::{self, EXPORT_COMPLETED, EXPORT_STARTED};
+use super::migration::{self, EXPORT_COMPLETED, EXPORT_STARTED, IMPORT_COMPLETED};
 use super::server::{self, server_info, server_info_text};
 use super::{cluster, effects, ffi, unlinked};
 use crate::lock::Effect;
@@ -456,6 +456,10 @@ fn slot_migration_event(
     if subevent == EXPORT_COMPLETED {
         // The slots are owned elsewhere now: the waiters there are redirected.
         globals::report(&mut RedisHost::new(ctx), Report::DbChanged(None));
+    }
+    if subevent == IMPORT_COMPLETED {
+        // The slots are this node's now: the shared keys that arrived get their lapse timers.
+        globals::report(&mut RedisHost::new(ctx), Report::SlotsImported);
     }
 }
 

@@ -146,6 +146,8 @@ pub enum Report {
     DbChanged(Option<c_int>),
     /// A load ended; the shared keys it brought.
     Loaded(Vec<KeyId>),
+    /// An atomic slot migration's import completed.
+    SlotsImported,
     /// This server became a replica.
     BecameReplica,
     /// This server started as a master, or was promoted: the restart grace starts.
@@ -192,6 +194,7 @@ impl Report {
             Report::TtlChanged { db, name } => engine.ttl_changed(host, KeyRef { db, name: &name }),
             Report::DbChanged(db) => engine.db_changed(host, db),
             Report::Loaded(shared) => engine.loaded(host, shared),
+            Report::SlotsImported => engine.slots_imported(host),
             Report::BecameReplica => engine.became_replica(host),
             Report::Promoted => engine.start_grace(host),
             Report::Timer(number) => engine.on_timer(host, number),

@@ -55,7 +55,7 @@ const IMPORT_STARTED: u64 = 0;
 pub const EXPORT_STARTED: u64 = 1;
 const IMPORT_ABORTED: u64 = 2;
 const EXPORT_ABORTED: u64 = 3;
-const IMPORT_COMPLETED: u64 = 4;
+pub const IMPORT_COMPLETED: u64 = 4;
 pub const EXPORT_COMPLETED: u64 = 5;
 
 /// `REDISMODULE_EVENT_CLUSTER_SLOT_MIGRATION` (Redis 8.4) and its subevents.

@@ -70,8 +70,12 @@ impl<T: Handles> Engine<T> {
     /// most [`PRUNE_SLICE`] and what the turn's budget has left; queues itself again for the
     /// rest, and compacts the set once none is left (if at most [`QUICK_TIDY_HOLDERS`] remain).
     pub(super) fn prune<H: Host<T>>(&mut self, host: &mut H, id: &KeyId) {
-        let Ok(mut key) = host.open(id) else {
-            return;
+        let mut key = match host.open(id) {
+            Ok(key) => key,
+            Err(error) => {
+                self.unavailable(id, error);
+                return;
+            }
         };
         if self.lapse_left == 0 {
             // This turn ended its share of lapsed leases: the next one, at once, goes on.
@@ -189,9 +193,13 @@ impl<T: Handles> Engine<T> {
     /// Caps a shared key's TTL at its latest lease end (a shorter TTL stays: it ends every hold),
     /// and arms its lapse timer.
     pub(super) fn cap_to_leases<H: Host<T>>(&mut self, host: &mut H, id: &KeyId) {
-        let Ok(mut key) = host.open(id) else {
-            self.disarm_lapse(host, id.as_ref());
-            return;
+        let mut key = match host.open(id) {
+            Ok(key) => key,
+            Err(error) => {
+                self.disarm_lapse(host, id.as_ref());
+                self.unavailable(id, error);
+                return;
+            }
         };
         let Some(last) = key.shared().and_then(|s| s.last_lease_end()) else {
             self.disarm_lapse(host, id.as_ref());
@@ -249,8 +257,24 @@ impl<T: Handles> Engine<T> {
         }
     }
 
+    /// A key the engine could not open for its lease work: one of a slot being imported
+    /// (`OpenError::Unavailable`) is remembered, and armed once the import completes
+    /// ([`Engine::slots_imported`]).
+    fn unavailable(&mut self, id: &KeyId, error: OpenError) {
+        if error == OpenError::Unavailable {
+            self.unarmed_on_replica(id.clone());
+        }
+    }
+
+    /// An import of slots completed: the shared keys that arrived while they were being
+    /// imported (the engine could not touch them then) get their lapse timers, a slice a turn.
+    pub fn slots_imported<H: Host<T>>(&mut self, host: &mut H) {
+        self.rearm_unarmed(host);
+    }
+
     /// A replica's lapse timer fired (or a command found a lapsed lease): its master ends the
     /// lease and sends the effect; the key is remembered in case this server is promoted first.
+    /// (Also a key of a slot being imported, until the import completes.)
     pub(super) fn unarmed_on_replica(&mut self, id: KeyId) {
         if self.unarmed_seen.insert(id.clone()) {
             self.unarmed.push_back(id);
