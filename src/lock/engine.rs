@@ -17,8 +17,9 @@
 //!   expiry; for a shared key, the lease end that makes room), so the head gets the lock within a
 //!   few ms rather than whenever Redis gets to the key.
 //! - A lapsed shared lease counts for nothing from the millisecond after its end: decisions never
-//!   wait for its removal, which runs in slices of at most [`PRUNE_SLICE`] per turn, set off by
-//!   the key's lapse timer (or a command on the key). A semaphore grant that needs the room of
+//!   wait for its removal, which runs in slices of at most [`PRUNE_SLICE`] a job and
+//!   [`LAPSED_PER_TURN`] a turn over every key, set off by the key's lapse timer (or a command
+//!   on the key). A semaphore grant that needs the room of
 //!   more lapsed leases than [`MAKE_ROOM_INLINE`] waits for those slices rather than ending
 //!   them inline.
 //! - A hold granted through answers that all got lost (their clients hung up before delivery) is
@@ -68,11 +69,12 @@ pub const PRUNE_SLICE: usize = 128;
 /// jobs end them, [`PRUNE_SLICE`] a turn, and is served in queue order once the rest fits.
 pub const MAKE_ROOM_INLINE: usize = PRUNE_SLICE;
 
-/// Lapsed leases one command, or one turn the engine starts by itself, ends at most (the docs'
-/// "at most 128 per event-loop turn"): prune slices and grants that make room share it, and
-/// what is left for the next turn waits for it (a grant too: it waits in the queue). A key
+/// Lapsed leases one turn the engine starts by itself ends at most, over every key: its
+/// prune slices and the grants that make room share it (each lapsed lease a unit of the
+/// turn's [`TURN_BUDGET`], which is the same figure), and what is left waits for the next turn
+/// (a grant too: it waits in the queue). A command ends at most [`MAKE_ROOM_INLINE`]. A key
 /// whose every lease lapsed is replaced whole by a new hold and counts as one removal.
-pub const LAPSED_PER_TURN: usize = PRUNE_SLICE;
+pub const LAPSED_PER_TURN: usize = TURN_BUDGET;
 
 pub use super::reply::{HolderInfo, Info, Reply, Request, Wait, WaiterInfo};
 pub use super::shared::QUICK_TIDY_HOLDERS;
@@ -125,8 +127,8 @@ pub struct Engine<T: Handles> {
     catch_up_armed: bool,
     /// Units of work done in the current turn the engine started by itself.
     work: usize,
-    /// Lapsed leases the current command or turn may still end ([`LAPSED_PER_TURN`] at its
-    /// start).
+    /// Lapsed leases the current command or turn may still end (at its start
+    /// [`MAKE_ROOM_INLINE`] for a command, [`LAPSED_PER_TURN`] for a turn).
     lapse_left: usize,
     /// The lapse timer of each shared key that has one (db, name: when it fires, the timer).
     lapses: HashMap<i32, Lapses>,
@@ -194,7 +196,7 @@ impl<T: Handles> Engine<T> {
     /// `timeout_ms` passes (0: no limit). A caller the host will not block (MULTI, scripts, the
     /// master's stream, the AOF) gets nil at once.
     pub fn wait<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, wait: Wait<'_>) -> Reply {
-        self.lapse_left = LAPSED_PER_TURN;
+        self.lapse_left = MAKE_ROOM_INLINE;
         let request = wait.request;
         if !self.grace.allows_ttl(request.ttl_ms) {
             return Reply::Error(Refusal::TtlAboveGrace.into());
@@ -276,7 +278,7 @@ impl<T: Handles> Engine<T> {
         owner: &[u8],
         from: Option<u32>,
     ) -> Reply {
-        self.lapse_left = LAPSED_PER_TURN;
+        self.lapse_left = MAKE_ROOM_INLINE;
         self.release_step(host, key, owner, from)
     }
 
@@ -354,7 +356,7 @@ impl<T: Handles> Engine<T> {
     /// head of the queue are granted with it, in the same step. Replies the token; nil if the
     /// owner holds nothing.
     pub fn downgrade<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, owner: &[u8]) -> Reply {
-        self.lapse_left = LAPSED_PER_TURN;
+        self.lapse_left = MAKE_ROOM_INLINE;
         let now = host.now_ms();
         let queued = self.waiters.facts(key.id());
         let reply = match decide::downgrade(Seen::of(key, owner, || now), queued, owner) {
@@ -405,7 +407,7 @@ impl<T: Handles> Engine<T> {
         key: &mut H::Key,
         owner: Option<&[u8]>,
     ) -> Reply {
-        self.lapse_left = LAPSED_PER_TURN;
+        self.lapse_left = MAKE_ROOM_INLINE;
         let now = host.now_ms();
         let mut ended_holds = Vec::new();
         let ended = match (key.lock(), owner) {
@@ -812,7 +814,7 @@ impl<T: Handles> Engine<T> {
         request: Request<'_>,
         kind: Kind,
     ) -> Reply {
-        self.lapse_left = LAPSED_PER_TURN;
+        self.lapse_left = MAKE_ROOM_INLINE;
         if !self.grace.allows_ttl(request.ttl_ms) {
             return Reply::Error(Refusal::TtlAboveGrace.into());
         }

@@ -1156,9 +1156,9 @@ fn a_grace_and_tokens_ahead_of_the_clock_each_say_their_wait() {
 }
 
 /// Lapsed leases one turn the engine starts by itself ends, over every key: at most
-/// [`LAPSED_PER_TURN`] (the docs' "at most 128 per event-loop turn"). Before, each prune job
-/// took what the turn's budget had left: two keys whose leases lapsed together had 128 + 127
-/// ended in one turn; a grant that made room inline and a prune slice, 256.
+/// [`LAPSED_PER_TURN`] (256, docs/commands.md). Before, each prune job took what the turn's
+/// budget had left and a grant in the turn made room inline besides: a grant's 128 and two
+/// keys' slices ended 376 lapsed leases in one turn.
 #[test]
 fn one_turn_ends_at_most_lapsed_per_turn_over_every_key() {
     use super::engine::{LAPSED_PER_TURN, MAKE_ROOM_INLINE};

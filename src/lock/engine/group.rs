@@ -16,7 +16,7 @@ impl<T: Handles> Engine<T> {
         owner: &[u8],
         ttl_ms: u64,
     ) -> Reply {
-        self.lapse_left = LAPSED_PER_TURN;
+        self.lapse_left = MAKE_ROOM_INLINE;
         if !self.grace.allows_ttl(ttl_ms) {
             return Reply::Error(Refusal::TtlAboveGrace.into());
         }
@@ -96,7 +96,7 @@ impl<T: Handles> Engine<T> {
             }
         }
         // One command: its keys share the lapsed leases it may end.
-        self.lapse_left = LAPSED_PER_TURN;
+        self.lapse_left = MAKE_ROOM_INLINE;
         let mut held = 0;
         for key in keys.iter_mut() {
             if self.release_step(host, key, owner, from) != Reply::Nil {
@@ -115,7 +115,7 @@ impl<T: Handles> Engine<T> {
         owner: &[u8],
         ttl_ms: u64,
     ) -> Reply {
-        self.lapse_left = LAPSED_PER_TURN;
+        self.lapse_left = MAKE_ROOM_INLINE;
         if !self.grace.allows_ttl(ttl_ms) {
             return Reply::Error(Refusal::TtlAboveGrace.into());
         }
