@@ -237,23 +237,30 @@ impl<T: Handles> Engine<T> {
     /// queues itself again for the rest.
     pub(super) fn rearm_slice<H: Host<T>>(&mut self, host: &mut H) {
         let slice = TURN_BUDGET.saturating_sub(self.work).max(1);
+        // Keys of a slot still being imported wait for the import's end (not for the next
+        // turn: that would spin while the import goes on).
+        let mut importing = Vec::new();
         for _ in 0..slice {
             let Some(id) = self.unarmed.pop_front() else {
                 break;
             };
             self.unarmed_seen.remove(&id);
             self.work += 1;
-            if let Ok(key) = host.open(&id) {
-                self.note_lapsed(host, &key);
+            match host.open(&id) {
+                Ok(key) => self.note_lapsed(host, &key),
+                Err(OpenError::Unavailable) => importing.push(id),
+                Err(_) => {}
             }
         }
-        if self.unarmed.is_empty() {
-            if self.unarmed.capacity() > 1024 {
-                self.unarmed = VecDeque::new();
-                self.unarmed_seen = HashSet::new();
-            }
-        } else {
+        let more = !self.unarmed.is_empty();
+        for id in importing {
+            self.unarmed_on_replica(id);
+        }
+        if more {
             self.schedule.push(host, Job::Rearm);
+        } else if self.unarmed.is_empty() && self.unarmed.capacity() > 1024 {
+            self.unarmed = VecDeque::new();
+            self.unarmed_seen = HashSet::new();
         }
     }
 
