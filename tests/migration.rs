@@ -667,3 +667,145 @@ fn redis_atomic_slot_migration_keeps_every_hold_under_load_and_back() {
         }
     }
 }
+
+/// Redis 8.4+: an import cancelled on the target (`CLUSTER MIGRATION CANCEL`) after some of the
+/// slot's locks arrived. The target trims what it received (one `key_trimmed` each); those holds
+/// were never its own and did not move (the source keeps serving them): the target's journal
+/// says nothing of them (before: `moved` for each), and the source keeps every hold, its journal
+/// silent too.
+///
+/// The slot is padded with large strings so that its snapshot streams long enough for the test
+/// to cancel between the first lock's arrival and the handover.
+#[test]
+fn a_cancelled_import_journals_nothing_for_the_holds_the_target_drops() {
+    let probe = Server::start();
+    if !cluster_migration_supported(&mut probe.conn()) {
+        println!(
+            "skipped: this server has no atomic slot migration (CLUSTER MIGRATION, Redis 8.4+)"
+        );
+        return;
+    }
+    drop(probe);
+    let cluster = Cluster::start_with(0);
+    let masters: Vec<&Server> = cluster.masters();
+    let (source, target) = (masters[0], masters[1]);
+    let mut src = source.conn();
+    let mut dst = target.conn();
+    for c in [&mut src, &mut dst] {
+        let _: () = cmd!("CONFIG", "SET", "relock.log-max-len", 1000)
+            .query(c)
+            .unwrap();
+    }
+    let tag = cluster.key_on(source.port, "cancel");
+    let k = |name: String| format!("{{{tag}}}{name}");
+    let slot: u16 = cmd!("CLUSTER", "KEYSLOT", k("x".into()))
+        .query(&mut src)
+        .unwrap();
+    // Locks spread among the padding, so that some arrive early in the snapshot.
+    let locks = 50;
+    let mut pipe = redis::pipe();
+    let padding = vec![b'p'; 32 * 1024];
+    for i in 0..1500 {
+        pipe.cmd("SET")
+            .arg(k(format!("pad{i}")))
+            .arg(&padding)
+            .ignore();
+        if i % (1500 / locks) == 0 {
+            // 1500 / 50: exactly `locks` of them.
+            let key = k(format!("lock{i}"));
+            for r in 0..5 {
+                pipe.cmd("LOCK.ACQUIRE")
+                    .arg(&key)
+                    .arg(format!("r{r}"))
+                    .arg(600_000)
+                    .arg("SHARED")
+                    .ignore();
+            }
+        }
+    }
+    let _: () = pipe.query(&mut src).unwrap();
+    let holds = common::info_field(&mut src, "holds");
+    assert_eq!(holds, 5 * locks as i64);
+    let id: String = cmd!("CLUSTER", "MIGRATION", "IMPORT", slot, slot)
+        .query(&mut dst)
+        .expect("CLUSTER MIGRATION IMPORT");
+    // As soon as the first lock arrived: cancel.
+    let arrived = eventually(DUE, || common::info_field(&mut dst, "locks") > 0);
+    let _: redis::RedisResult<Value> =
+        cmd!("CLUSTER", "MIGRATION", "CANCEL", "ID", &id).query(&mut dst);
+    let state = task_field(&mut dst, &id, "state");
+    assert!(arrived, "no lock arrived at the target");
+    assert_ne!(
+        state.as_deref(),
+        Some("completed"),
+        "the import completed before the test could cancel it"
+    );
+    let received = common::info_field(&mut dst, "locks");
+    eprintln!("cancelled with {received} of {locks} locks received; task {state:?}");
+    // The target trims what it received.
+    assert!(
+        eventually(DUE, || common::info_field(&mut dst, "locks") == 0),
+        "the target kept {} locks of a cancelled import",
+        common::info_field(&mut dst, "locks")
+    );
+    let target_journal = journal(&mut dst, 1000);
+    assert!(
+        target_journal.iter().all(|(_, key, _)| !key.contains(&tag)),
+        "the target's journal speaks of holds that were never its own: {target_journal:?}"
+    );
+    // The source still serves every hold, and says nothing of them.
+    assert!(eventually(DUE, || {
+        cluster_harness::slot_owner_seen_by(source, slot) == Some(source.port)
+    }));
+    assert_eq!(common::info_field(&mut src, "holds"), holds);
+    let source_journal = journal(&mut src, 1000);
+    assert!(
+        source_journal.iter().all(|(_, key, _)| !key.contains(&tag)),
+        "the source's journal: {source_journal:?}"
+    );
+}
+
+/// Redis 8.4+: a shared key imported by an atomic slot migration gets its lapse timer on the
+/// target once the import completes (while importing, the target does no work of its own on
+/// the slot): a lease that lapses after the move is ended by the target's schedule without any
+/// command touching the key. (Before: it stayed until a command touched the key.)
+#[test]
+fn a_lease_imported_by_a_slot_migration_is_ended_by_the_targets_schedule() {
+    let probe = Server::start();
+    if !cluster_migration_supported(&mut probe.conn()) {
+        println!(
+            "skipped: this server has no atomic slot migration (CLUSTER MIGRATION, Redis 8.4+)"
+        );
+        return;
+    }
+    drop(probe);
+    let cluster = Cluster::start_with(0);
+    let masters: Vec<&Server> = cluster.masters();
+    let (source, target) = (masters[0], masters[1]);
+    let mut src = source.conn();
+    let mut dst = target.conn();
+    let tag = cluster.key_on(source.port, "lapse");
+    let key = format!("{{{tag}}}readers");
+    let slot: u16 = cmd!("CLUSTER", "KEYSLOT", &key).query(&mut src).unwrap();
+    let _: i64 = cmd!("LOCK.ACQUIRE", &key, "short", 4_000, "SHARED")
+        .query(&mut src)
+        .unwrap();
+    let end = common::now_ms() + 4_000;
+    let _: i64 = cmd!("LOCK.ACQUIRE", &key, "long", 600_000, "SHARED")
+        .query(&mut src)
+        .unwrap();
+    import_slot(&cluster, target, slot);
+    assert_eq!(common::info_field(&mut dst, "holds"), 2);
+    assert!(
+        common::now_ms() < end,
+        "the machine was too slow: the lease ended first"
+    );
+    // Only INFO from here on: no command touches the key.
+    let ended = eventually(DUE, || common::info_field(&mut dst, "holds") == 1);
+    assert!(
+        ended,
+        "the lapsed lease is still on the target {} ms after it ended (lapse timers: {})",
+        common::now_ms() - end,
+        common::info_field(&mut dst, "lapse_timers")
+    );
+}

@@ -17,8 +17,9 @@
 //!   expiry; for a shared key, the lease end that makes room), so the head gets the lock within a
 //!   few ms rather than whenever Redis gets to the key.
 //! - A lapsed shared lease counts for nothing from the millisecond after its end: decisions never
-//!   wait for its removal, which runs in slices of at most [`PRUNE_SLICE`] per turn, set off by
-//!   the key's lapse timer (or a command on the key). A semaphore grant that needs the room of
+//!   wait for its removal, which runs in slices of at most [`PRUNE_SLICE`] a job and
+//!   [`LAPSED_PER_TURN`] a turn over every key, set off by the key's lapse timer (or a command
+//!   on the key). A semaphore grant that needs the room of
 //!   more lapsed leases than [`MAKE_ROOM_INLINE`] waits for those slices rather than ending
 //!   them inline.
 //! - A hold granted through answers that all got lost (their clients hung up before delivery) is
@@ -28,7 +29,7 @@
 //! - While the server may not write (loading, writes paused) the engine's own work waits and is
 //!   retried; on a replica the waiters fail with `READONLY`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 
 use super::decide::{self, Downgrade, Kind, Next, Release, Seen, Take};
@@ -68,6 +69,13 @@ pub const PRUNE_SLICE: usize = 128;
 /// jobs end them, [`PRUNE_SLICE`] a turn, and is served in queue order once the rest fits.
 pub const MAKE_ROOM_INLINE: usize = PRUNE_SLICE;
 
+/// Lapsed leases one turn the engine starts by itself ends at most, over every key: its
+/// prune slices and the grants that make room share it (each lapsed lease a unit of the
+/// turn's [`TURN_BUDGET`], which is the same figure), and what is left waits for the next turn
+/// (a grant too: it waits in the queue). A command ends at most [`MAKE_ROOM_INLINE`]. A key
+/// whose every lease lapsed is replaced whole by a new hold and counts as one removal.
+pub const LAPSED_PER_TURN: usize = TURN_BUDGET;
+
 pub use super::reply::{HolderInfo, Info, Reply, Request, Wait, WaiterInfo};
 pub use super::shared::QUICK_TIDY_HOLDERS;
 
@@ -83,8 +91,9 @@ fn own_token<K: Key>(key: &K, owner: &[u8]) -> Option<u64> {
 type Lapses = HashMap<Rc<[u8]>, (i64, TimerId)>;
 
 /// Whether a new shared hold of `mode` at `key` would first have to end more lapsed leases than
-/// [`MAKE_ROOM_INLINE`] to fit its semaphore's limit. O(log H).
-fn room_waits<K: Key>(key: &K, mode: Mode, now: i64) -> bool {
+/// [`MAKE_ROOM_INLINE`] (or `inline`) to fit its semaphore's limit. O(log H).
+/// `inline`: what the command or turn may still end.
+fn room_waits<K: Key>(key: &K, mode: Mode, now: i64, inline: usize) -> bool {
     let Mode::Shared { limit, permits } = mode else {
         return false;
     };
@@ -93,7 +102,7 @@ fn room_waits<K: Key>(key: &K, mode: Mode, now: i64) -> bool {
     };
     let need = (shared.permits_total() + u64::from(permits)).saturating_sub(u64::from(limit));
     // A key whose every lease lapsed is replaced whole (one removal, whatever its size).
-    need > 0 && shared.live(now) > 0 && shared.leases_covering(need) > MAKE_ROOM_INLINE
+    need > 0 && shared.live(now) > 0 && shared.leases_covering(need) > inline.min(MAKE_ROOM_INLINE)
 }
 
 /// The time the host reports, as the token counter's clock.
@@ -118,8 +127,19 @@ pub struct Engine<T: Handles> {
     catch_up_armed: bool,
     /// Units of work done in the current turn the engine started by itself.
     work: usize,
+    /// Lapsed leases the current command or turn may still end (at its start
+    /// [`MAKE_ROOM_INLINE`] for a command, [`LAPSED_PER_TURN`] for a turn).
+    lapse_left: usize,
     /// The lapse timer of each shared key that has one (db, name: when it fires, the timer).
     lapses: HashMap<i32, Lapses>,
+    /// Keys whose lapse timer is to be armed (or their lapsed leases removed) once this server
+    /// is a master, by the [`Job::Rearm`] job, a slice a turn: the shared keys it loaded (RDB,
+    /// a full sync), and the keys whose lease lapsed while it was a replica (a replica ends no
+    /// lease: its master does, or it does once promoted). Any entry may be stale (the key gone
+    /// or no longer shared since): checking it costs one open.
+    unarmed: VecDeque<KeyId>,
+    /// The keys of `unarmed` that a replica added (each once).
+    unarmed_seen: HashSet<KeyId>,
 }
 
 impl<T: Handles> Default for Engine<T> {
@@ -133,7 +153,10 @@ impl<T: Handles> Default for Engine<T> {
             grace: Grace::default(),
             catch_up_armed: false,
             work: 0,
+            lapse_left: LAPSED_PER_TURN,
             lapses: HashMap::new(),
+            unarmed: VecDeque::new(),
+            unarmed_seen: HashSet::new(),
         }
     }
 }
@@ -173,6 +196,7 @@ impl<T: Handles> Engine<T> {
     /// `timeout_ms` passes (0: no limit). A caller the host will not block (MULTI, scripts, the
     /// master's stream, the AOF) gets nil at once.
     pub fn wait<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, wait: Wait<'_>) -> Reply {
+        self.lapse_left = MAKE_ROOM_INLINE;
         let request = wait.request;
         if !self.grace.allows_ttl(request.ttl_ms) {
             return Reply::Error(Refusal::TtlAboveGrace.into());
@@ -254,6 +278,18 @@ impl<T: Handles> Engine<T> {
         owner: &[u8],
         from: Option<u32>,
     ) -> Reply {
+        self.lapse_left = MAKE_ROOM_INLINE;
+        self.release_step(host, key, owner, from)
+    }
+
+    /// [`Engine::release`] within a command that started already (`LOCK.MRELEASE`).
+    pub(super) fn release_step<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        key: &mut H::Key,
+        owner: &[u8],
+        from: Option<u32>,
+    ) -> Reply {
         let seen = Seen::of(key, owner, || host.now_ms());
         let reply = match decide::release(seen, owner, from) {
             Release::NotHeld => {
@@ -320,6 +356,7 @@ impl<T: Handles> Engine<T> {
     /// head of the queue are granted with it, in the same step. Replies the token; nil if the
     /// owner holds nothing.
     pub fn downgrade<H: Host<T>>(&mut self, host: &mut H, key: &mut H::Key, owner: &[u8]) -> Reply {
+        self.lapse_left = MAKE_ROOM_INLINE;
         let now = host.now_ms();
         let queued = self.waiters.facts(key.id());
         let reply = match decide::downgrade(Seen::of(key, owner, || now), queued, owner) {
@@ -370,6 +407,7 @@ impl<T: Handles> Engine<T> {
         key: &mut H::Key,
         owner: Option<&[u8]>,
     ) -> Reply {
+        self.lapse_left = MAKE_ROOM_INLINE;
         let now = host.now_ms();
         let mut ended_holds = Vec::new();
         let ended = match (key.lock(), owner) {
@@ -432,6 +470,8 @@ impl<T: Handles> Engine<T> {
         self.tokens.observe(hold.token());
         key.put(hold, expires_at);
         self.expiry_moved(host, key);
+        // A shared value replaced drops its lapse timer.
+        self.note_lapsed(host, key);
         Reply::Ok
     }
 
@@ -465,6 +505,9 @@ impl<T: Handles> Engine<T> {
             return Reply::Error(Refusal::TooManyHolders.into());
         }
         self.expiry_moved(host, key);
+        // Lapse timers on replicas and while the AOF loads too: a replica remembers the key
+        // when its lease lapses, for its promotion (see `Job::Rearm`).
+        self.note_lapsed(host, key);
         Reply::Ok
     }
 
@@ -479,6 +522,7 @@ impl<T: Handles> Engine<T> {
         if key.shared().is_some_and(|s| s.get(owner).is_some()) {
             key.remove_holder(owner);
             self.expiry_moved(host, key);
+            self.note_lapsed(host, key);
         }
         Reply::Ok
     }
@@ -588,6 +632,8 @@ impl<T: Handles> Engine<T> {
     /// The server started as a master, or was promoted: the restart grace starts, if one is
     /// configured; when it ends, every queue is served in order.
     pub fn start_grace<H: Host<T>>(&mut self, host: &mut H) {
+        // The shared keys it loaded or received as a replica get their lapse timers now.
+        self.rearm_unarmed(host);
         if let Some(ms) = self.grace.start(host.now_us()) {
             let ends_at = host.now_ms().saturating_add(ms as i64).saturating_add(1);
             self.schedule.start(host, ends_at, Due::GraceEnds);
@@ -662,6 +708,7 @@ impl<T: Handles> Engine<T> {
             return;
         }
         self.work = 0;
+        self.lapse_left = LAPSED_PER_TURN;
         let now = host.now_ms();
         while self.work < TURN_BUDGET {
             let Some(work) = self.schedule.next(now) else {
@@ -785,6 +832,7 @@ impl<T: Handles> Engine<T> {
         request: Request<'_>,
         kind: Kind,
     ) -> Reply {
+        self.lapse_left = MAKE_ROOM_INLINE;
         if !self.grace.allows_ttl(request.ttl_ms) {
             return Reply::Error(Refusal::TtlAboveGrace.into());
         }
@@ -824,7 +872,10 @@ impl<T: Handles> Engine<T> {
         }
         let take = decide::take(seen, queued, request.owner, request.mode, kind);
         let shared = matches!(request.mode, Mode::Shared { .. });
-        if take == Take::Grant && shared && room_waits(key, request.mode, host.now_ms()) {
+        if take == Take::Grant
+            && shared
+            && room_waits(key, request.mode, host.now_ms(), self.lapse_left)
+        {
             // More lapsed leases in the way than one command may end: the schedule ends them.
             self.schedule.push(host, Job::Prune(key.id().to_id()));
             return Take::Wait;
@@ -971,6 +1022,8 @@ impl<T: Handles> Engine<T> {
             key.end_lapsed(&owner);
             ended += 1;
         }
+        // At most what is left (`room_waits` made sure before the grant).
+        self.lapse_left = self.lapse_left.saturating_sub(ended as usize);
         self.lapsed_ended(key, ended);
     }
 
@@ -1027,7 +1080,7 @@ impl<T: Handles> Engine<T> {
             if next == Next::Stop {
                 break;
             }
-            if next == Next::Grant && room_waits(key, mode, now) {
+            if next == Next::Grant && room_waits(key, mode, now, self.lapse_left) {
                 // The head waits, and everyone behind it, while the schedule ends the lapsed
                 // leases in its way; the prune job serves the key after each slice.
                 self.schedule.push(host, Job::Prune(id.clone()));
@@ -1220,6 +1273,7 @@ impl<T: Handles> Engine<T> {
                 Job::Revoke(token) => self.revoke(host, token),
                 Job::Leases(key) => self.cap_to_leases(host, &key),
                 Job::Prune(key) => self.prune(host, &key),
+                Job::Rearm => self.rearm_slice(host),
             },
             // While writes are paused Redis does not expire keys either: a key past its expiry
             // is still there, and writing it would corrupt the db. Hand-offs wait for the pause.
@@ -1228,8 +1282,12 @@ impl<T: Handles> Engine<T> {
                 Job::Serve(key) => self.fail_all(host, &key, LockError::ReadOnly),
                 // The master decides now; nothing is revoked here.
                 Job::Revoke(token) => self.waiters.confirm(token),
-                // The master caps its keys and ends leases; both reach replicas as effects.
-                Job::Leases(_) | Job::Prune(_) => {}
+                // The master caps its keys and ends leases; both reach replicas as effects. A
+                // lapsed lease is remembered, to be ended if this server is promoted first.
+                Job::Leases(key) => self.leases_on_replica(host, &key),
+                Job::Prune(key) => self.unarmed_on_replica(key),
+                // Kept for the promotion.
+                Job::Rearm => {}
             },
         }
     }

@@ -1189,3 +1189,58 @@ fn only_a_key_with_waiters_or_a_lapse_timer_is_watched() {
         "another key's queue is not this key's"
     );
 }
+
+/// Lapsed leases one turn the engine starts by itself ends, over every key: at most
+/// [`LAPSED_PER_TURN`] (256, docs/commands.md). Before, each prune job took what the turn's
+/// budget had left and a grant in the turn made room inline besides: a grant's 128 and two
+/// keys' slices ended 376 lapsed leases in one turn.
+#[test]
+fn one_turn_ends_at_most_lapsed_per_turn_over_every_key() {
+    use super::engine::{LAPSED_PER_TURN, MAKE_ROOM_INLINE};
+    use super::Mode;
+    let lapsing = 200;
+    let mut sim = Sim::new(START);
+    let limit = (MAKE_ROOM_INLINE + 1) as u32;
+    // Two reader keys and a full semaphore, every lease but one per key ending at START + 100.
+    for (i, key) in [&b"a"[..], b"b"].into_iter().enumerate() {
+        sim.host.set_now(START + i as i64);
+        token(sim.acquire_as(key, b"long", 60_000, Mode::shared(0)));
+        for o in 0..lapsing {
+            let ttl = (START + 100 - sim.now()) as u64;
+            token(sim.acquire_as(key, format!("o{o}").as_bytes(), ttl, Mode::shared(0)));
+        }
+    }
+    sim.host.set_now(START + 2);
+    token(sim.acquire_as(b"s", b"long", 60_000, Mode::shared(limit)));
+    for o in 0..MAKE_ROOM_INLINE {
+        let ttl = (START + 100 - sim.now()) as u64;
+        token(sim.acquire_as(b"s", format!("o{o}").as_bytes(), ttl, Mode::shared(limit)));
+    }
+    // A waiter for every permit the lapsing leases hold: its grant makes room inline.
+    let wants = Mode::Shared {
+        limit,
+        permits: MAKE_ROOM_INLINE as u32,
+    };
+    let (reply, _) = sim.wait_as(b"s", b"w", 60_000, 0, wants);
+    assert_eq!(reply, Reply::Blocked);
+    let total = 2 * lapsing + MAKE_ROOM_INLINE;
+    let mut turns = 0;
+    let mut most = 0;
+    while (sim.engine.stats().expired as usize) < total {
+        let before = sim.engine.stats().expired;
+        assert!(
+            sim.turn_by(START + 60_000),
+            "{} of {total} ended, no turn to come",
+            sim.engine.stats().expired
+        );
+        turns += 1;
+        let ended = (sim.engine.stats().expired - before) as usize;
+        most = most.max(ended);
+        assert!(
+            ended <= LAPSED_PER_TURN,
+            "turn {turns} ended {ended} lapsed leases (at most {LAPSED_PER_TURN})"
+        );
+    }
+    assert!(most > 0 && turns >= total.div_ceil(LAPSED_PER_TURN));
+    assert_eq!(granted(&mut sim).len(), 1, "the waiter got its permits");
+}

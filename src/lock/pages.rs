@@ -99,17 +99,30 @@ impl<T: Copy, const SHIFT: u32> Paged<T, SHIFT> {
     /// Appends `item`; returns its index.
     pub fn push(&mut self, item: T) -> usize {
         let at = self.room_for(1);
-        self.pages.last_mut().expect("a page").push(item);
+        // `room_for` leaves a last page with room; were there none, the item starts one at
+        // `at` (the index past the last page) all the same: no path here can panic.
+        match self.pages.last_mut() {
+            Some(last) => last.push(item),
+            None => self.pages.push(vec![item]),
+        }
         at
     }
 
-    /// Appends `items` (at most a page) within one page; returns where they start.
+    /// Appends `items` within one page; returns where they start. A run is at most a page (the
+    /// callers' runs are owners' names, at most 256 bytes, in pages of 256 KiB): of a longer
+    /// one only its first page is kept, so that every page keeps its size and no index here
+    /// can go out of bounds.
     pub fn push_run(&mut self, items: &[T]) -> usize {
+        let items = &items[..items.len().min(Self::PAGE)];
+        if items.is_empty() {
+            return self.len();
+        }
         let at = self.room_for(items.len());
-        self.pages
-            .last_mut()
-            .expect("a page")
-            .extend_from_slice(items);
+        // As in `push`: a missing page (which `room_for` never leaves) is started.
+        match self.pages.last_mut() {
+            Some(last) => last.extend_from_slice(items),
+            None => self.pages.push(items.to_vec()),
+        }
         at
     }
 
@@ -129,14 +142,18 @@ impl<T: Copy, const SHIFT: u32> Paged<T, SHIFT> {
         item
     }
 
-    /// Removes item `i`, the last one taking its place. Only for arrays without unused page
-    /// tails (those [`Paged::push`] alone filled).
-    pub fn swap_remove(&mut self, i: usize) -> T {
-        let last = self.pop().expect("not empty");
+    /// Removes item `i`, the last one taking its place; `None` (nothing changes) if there is
+    /// no item `i`. Only for arrays without unused page tails (those [`Paged::push`] alone
+    /// filled).
+    pub fn swap_remove(&mut self, i: usize) -> Option<T> {
+        if i >= self.len() {
+            return None;
+        }
+        let last = self.pop()?;
         if i == self.len() {
-            last
+            Some(last)
         } else {
-            std::mem::replace(&mut self[i], last)
+            Some(std::mem::replace(&mut self[i], last))
         }
     }
 
@@ -333,10 +350,37 @@ mod tests {
         assert!(most <= 256, "{most} items copied by one push");
         assert!(p.capacity() <= p.len() + p.len() / 16 + 4);
         assert_eq!(p[77_777], 77_777);
-        assert_eq!(p.swap_remove(5), 5);
+        assert_eq!(p.swap_remove(5), Some(5));
+        assert_eq!(
+            p.swap_remove(100_000),
+            None,
+            "no such item: nothing changes"
+        );
         assert_eq!(p[5], 99_999);
         assert_eq!(p.len(), 99_999);
         assert_eq!(p.iter().count(), 99_999);
+    }
+
+    /// No call panics, whatever the array holds: a removal of an item that is not there
+    /// changes nothing (before: `expect("not empty")` on an empty array, an index out of
+    /// bounds past the end), a run longer than a page keeps a page's worth.
+    #[test]
+    fn no_call_panics_on_what_is_not_there() {
+        let mut p: Paged<u64, 4> = Paged::default();
+        assert_eq!(p.swap_remove(0), None);
+        assert_eq!(p.pop(), None);
+        assert_eq!(p.push(7), 0);
+        assert_eq!(p.swap_remove(3), None);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p.swap_remove(0), Some(7));
+        assert!(p.is_empty());
+        assert_eq!(p.push_run(&[]), 0);
+        assert!(p.is_empty(), "an empty run adds no page");
+        let at = p.push_run(&[1; 40]);
+        assert_eq!((at, p.len()), (0, 16), "a page's worth kept");
+        assert_eq!(p.run(0, 16), &[1; 16][..]);
+        assert_eq!(p.push(2), 16, "the next item starts the next page");
+        assert_eq!((p.pop(), p.pop(), p.len()), (Some(2), Some(1), 15));
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! - the host timer is armed exactly when there is something to wait for (a timer or a job),
 //!   and fires no later than the earliest of them (a job: at once; a delay longer than
 //!   [`MAX_TIMER_MS`] is cut and the timer armed again when it fires early);
-//! - a job is queued at most once (a key has at most one `Serve`, `Prune` and `Leases` job);
+//! - a job is queued at most once (a key has at most one `Serve`, `Prune` and `Leases` job;
+//!   there is at most one `Rearm`);
 //! - hand-offs and revokes (`Serve`, `Revoke`) and due timers go before housekeeping
 //!   (`Leases`, `Prune`): no flood of TTL changes or lease ends delays a waiter.
 
@@ -60,6 +61,9 @@ pub enum Job {
     Leases(KeyId),
     /// Remove the lapsed leases of a shared key, a slice at a time.
     Prune(KeyId),
+    /// Arm the lapse timers of shared keys this server did not see written (loaded, or sent by
+    /// its master while it was a replica), a slice of keys at a time.
+    Rearm,
 }
 
 impl Job {
@@ -94,6 +98,9 @@ pub struct Schedule<T: Handles> {
     background: VecDeque<Job>,
     /// Jobs put off because the server could not write; back in line at the next turn.
     deferred: VecDeque<Job>,
+    /// Jobs put off to the next turn (this one spent its share of their kind of work); the next
+    /// turn comes at once.
+    next_turn: VecDeque<Job>,
     /// Every job queued or deferred.
     queued: HashSet<Job>,
     host_timer: Option<HostTimer<T::Timer>>,
@@ -109,6 +116,7 @@ impl<T: Handles> Default for Schedule<T> {
             urgent: VecDeque::new(),
             background: VecDeque::new(),
             deferred: VecDeque::new(),
+            next_turn: VecDeque::new(),
             queued: HashSet::new(),
             host_timer: None,
             generation: 0,
@@ -164,6 +172,14 @@ impl<T: Handles> Schedule<T> {
         }
     }
 
+    /// Puts off `job` (handed out by [`Schedule::next`]) to the next turn, which comes at once:
+    /// this turn spent its share of what the job does.
+    pub fn next_turn(&mut self, job: Job) {
+        if self.queued.insert(job.clone()) {
+            self.next_turn.push_back(job);
+        }
+    }
+
     /// The host timer carrying `generation` fired; false if it is one the schedule gave up.
     pub fn fired(&mut self, generation: u64) -> bool {
         if self
@@ -173,7 +189,9 @@ impl<T: Handles> Schedule<T> {
         {
             self.host_timer = None;
             // Jobs put off in an earlier turn get their turn again, first in their line.
-            while let Some(job) = self.deferred.pop_back() {
+            let mut later = std::mem::take(&mut self.next_turn);
+            later.append(&mut self.deferred);
+            while let Some(job) = later.pop_back() {
                 if job.urgent() {
                     self.urgent.push_front(job);
                 } else {
@@ -209,7 +227,7 @@ impl<T: Handles> Schedule<T> {
     pub fn rearm<H: Host<T>>(&mut self, host: &mut H) {
         let now = host.now_ms();
         let mut at = self.timers.first_key_value().map(|(&(at, _), _)| at);
-        if self.has_queued() {
+        if self.has_queued() || !self.next_turn.is_empty() {
             at = Some(now);
         } else if !self.deferred.is_empty() {
             let retry = now.saturating_add(RETRY_MS);
@@ -220,7 +238,11 @@ impl<T: Handles> Schedule<T> {
             None => self.disarm(host),
         }
         // A flood's queues give their memory back once drained.
-        if !self.has_queued() && self.deferred.is_empty() && self.queued.capacity() > 1024 {
+        if !self.has_queued()
+            && self.deferred.is_empty()
+            && self.next_turn.is_empty()
+            && self.queued.capacity() > 1024
+        {
             self.urgent = VecDeque::new();
             self.background = VecDeque::new();
             self.queued = HashSet::new();

@@ -105,7 +105,10 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
             1 => load_hold(rdb, 1).map(LockValue::Exclusive),
             2..=4 => match load_unsigned(rdb) {
                 Some(KIND_EXCLUSIVE) => load_hold(rdb, encver).map(LockValue::Exclusive),
-                Some(KIND_SHARED) => load_shared(rdb, encver).map(LockValue::Shared),
+                Some(KIND_SHARED) => load_shared(rdb, encver).map(|shared| {
+                    note_loaded(rdb);
+                    LockValue::Shared(shared)
+                }),
                 Some(_) => {
                     log_io(rdb, "corrupt relock value");
                     None
@@ -119,6 +122,31 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
         };
         value.map_or(std::ptr::null_mut(), into_value)
     })
+}
+
+/// A shared key loaded while the server loads: noted for its lapse timer (see
+/// `globals::loading_started`).
+fn note_loaded(rdb: *mut raw::RedisModuleIO) {
+    if !globals::noting_loaded() {
+        return;
+    }
+    // SAFETY: the API table is filled once at load, before any callback runs.
+    let apis = unsafe {
+        (
+            raw::RedisModule_GetKeyNameFromIO,
+            raw::RedisModule_GetDbIdFromIO,
+        )
+    };
+    let (Some(name_of), Some(db_of)) = apis else {
+        return;
+    };
+    // SAFETY: `rdb` is the IO of the value being loaded; Redis returns the key's name (or
+    // null outside a key's load) and its db.
+    let (name, db) = unsafe { (name_of(rdb), db_of(rdb)) };
+    if !name.is_null() && db >= 0 {
+        // SAFETY: a valid string, alive for this callback.
+        globals::note_loaded_shared(db, unsafe { ffi::string_bytes(name) });
+    }
 }
 
 /// An exclusive hold: owner, token, count (and from version 3 its grant time).

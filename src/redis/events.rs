@@ -12,7 +12,7 @@ use redis_module::raw;
 
 use super::globals::{self, Report};
 use super::host::{self, RedisHost};
-use super::migration::{self, EXPORT_COMPLETED, EXPORT_STARTED};
+use super::migration::{self, EXPORT_COMPLETED, EXPORT_STARTED, IMPORT_COMPLETED};
 use super::server::{self, server_info, server_info_text};
 use super::{cluster, effects, ffi, unlinked};
 use crate::lock::Effect;
@@ -99,8 +99,15 @@ extern "C" fn on_keyspace_event(
             let handed_over = event == c"del"
                 && globals::with_migrations(|m| m.handed_over(cluster::key_slot(name)))
                     .unwrap_or(false);
-            let reason = unlinked::reason_for(event, serialized || handed_over);
-            globals::report(&mut RedisHost::new(ctx), Report::Lost { reason, gone });
+            // A key of an import that failed or was cancelled, deleted by the target: its holds
+            // were never this node's, and did not move (the source still has them).
+            let dropped = (event == c"key_trimmed" || event == c"del")
+                && globals::with_migrations(|m| m.import_dropped(cluster::key_slot(name)))
+                    .unwrap_or(false);
+            if !dropped {
+                let reason = unlinked::reason_for(event, serialized || handed_over);
+                globals::report(&mut RedisHost::new(ctx), Report::Lost { reason, gone });
+            }
         }
         // A shared key's TTL must not outlive its leases: watch what sets or removes TTLs or
         // brings a value in, while shared keys exist, and only for a key that is one (a look
@@ -194,9 +201,17 @@ extern "C" fn on_server_event(
             {
                 // The flush before a load in the same command (`DEBUG RELOAD`) loses no lock.
                 globals::cancel_flush(server::commands_processed());
+                globals::loading_started();
+            }
+            if subevent == raw::REDISMODULE_SUBEVENT_LOADING_FAILED {
+                globals::loading_ended(false);
             }
             if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
-                globals::report(&mut RedisHost::new(ctx), Report::DbChanged(None));
+                let host = &mut RedisHost::new(ctx);
+                // The shared keys loaded get their lapse timers, a slice a turn.
+                let shared = globals::loading_ended(true).unwrap_or_default();
+                globals::report(host, Report::Loaded(shared));
+                globals::report(host, Report::DbChanged(None));
             }
         } else if id == raw::REDISMODULE_EVENT_PERSISTENCE {
             let ended = subevent == raw::REDISMODULE_SUBEVENT_PERSISTENCE_ENDED
@@ -441,6 +456,10 @@ fn slot_migration_event(
     if subevent == EXPORT_COMPLETED {
         // The slots are owned elsewhere now: the waiters there are redirected.
         globals::report(&mut RedisHost::new(ctx), Report::DbChanged(None));
+    }
+    if subevent == IMPORT_COMPLETED {
+        // The slots are this node's now: the shared keys that arrived get their lapse timers.
+        globals::report(&mut RedisHost::new(ctx), Report::SlotsImported);
     }
 }
 

@@ -25,7 +25,7 @@ use super::acl::Caller;
 use super::migration::Migrations;
 use super::unlinked::{Gone, Serialized, Unlinked};
 use crate::lock::shared::Garbage;
-use crate::lock::{Engine, Handles, Host, KeyRef, LockValue, Reason, Watch};
+use crate::lock::{Engine, Handles, Host, KeyId, KeyRef, LockValue, Reason, Watch};
 
 /// A blocked client, as the engine names it.
 pub type Client = *mut raw::RedisModuleBlockedClient;
@@ -80,6 +80,12 @@ thread_local! {
 
     /// Set while the module itself deletes or replaces a lock (see [`unlinking_own`]).
     static OWN_UNLINK: Cell<bool> = const { Cell::new(false) };
+    /// While the server loads (an RDB, the AOF's preamble, a full sync, `DEBUG RELOAD`): the
+    /// shared keys loaded so far, for their lapse timers (`Engine::loaded`). Started by the
+    /// loading event, filled by the data type's `rdb_load`, handed to the engine when the load
+    /// ends (dropped when it fails). `None` outside loads (`RESTORE` is told by its own
+    /// notification).
+    static LOADED_SHARED: RefCell<Option<Vec<KeyId>>> = const { RefCell::new(None) };
 }
 
 /// How many holds of a lock Redis unlinks the engine wants described (`Engine::describes`),
@@ -140,6 +146,10 @@ pub enum Report {
     Swapped(c_int, c_int),
     /// Every key of a db (all dbs if `None`) may have changed.
     DbChanged(Option<c_int>),
+    /// A load ended; the shared keys it brought.
+    Loaded(Vec<KeyId>),
+    /// An atomic slot migration's import completed.
+    SlotsImported,
     /// This server became a replica.
     BecameReplica,
     /// This server started as a master, or was promoted: the restart grace starts.
@@ -185,6 +195,8 @@ impl Report {
             }
             Report::TtlChanged { db, name } => engine.ttl_changed(host, KeyRef { db, name: &name }),
             Report::DbChanged(db) => engine.db_changed(host, db),
+            Report::Loaded(shared) => engine.loaded(host, shared),
+            Report::SlotsImported => engine.slots_imported(host),
             Report::BecameReplica => engine.became_replica(host),
             Report::Promoted => engine.start_grace(host),
             Report::Timer(number) => engine.on_timer(host, number),
@@ -216,6 +228,30 @@ pub fn with_engine<H: Host<RedisHandles>, T>(
         }
         Some(out)
     })
+}
+
+/// A load starts: the shared keys it brings are noted from now on.
+pub fn loading_started() {
+    LOADED_SHARED.with(|l| *l.borrow_mut() = Some(Vec::new()));
+}
+
+/// `rdb_load` loaded a shared key: noted if a load is under way.
+pub fn note_loaded_shared(db: c_int, name: &[u8]) {
+    LOADED_SHARED.with(|l| {
+        if let Some(keys) = l.borrow_mut().as_mut() {
+            keys.push(KeyRef { db, name }.to_id());
+        }
+    });
+}
+
+/// Whether a load is under way (shared keys loaded are noted).
+pub fn noting_loaded() -> bool {
+    LOADED_SHARED.with(|l| l.borrow().is_some())
+}
+
+/// The load ended (`Some`: the shared keys it brought) or failed (`None`).
+pub fn loading_ended(ok: bool) -> Option<Vec<KeyId>> {
+    LOADED_SHARED.with(|l| l.borrow_mut().take()).filter(|_| ok)
 }
 
 /// Sets (or clears) what applies pending config settings before the engine's next use.

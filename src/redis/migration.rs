@@ -35,6 +35,13 @@
 //! each followed by that notification, which relock logs as `moved` (see `unlinked::reason`) and
 //! which serves the key's waiters (they get `MOVED`). relock subscribes: see the deployment docs
 //! for what it costs.
+//!
+//! **An import that fails** (or is cancelled, `CLUSTER MIGRATION CANCEL`) leaves the target with
+//! the keys it received so far, of slots it never owned; it deletes them (Redis trims them, one
+//! `key_trimmed` each). Those holds were never the target's and did not move (the source still
+//! serves them): [`Migrations::import_dropped`] tells the journal to say nothing of them. The
+//! slots are remembered as handed-over ones are (until a quiet cron tick, or an import of them
+//! starts again).
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
@@ -48,7 +55,7 @@ const IMPORT_STARTED: u64 = 0;
 pub const EXPORT_STARTED: u64 = 1;
 const IMPORT_ABORTED: u64 = 2;
 const EXPORT_ABORTED: u64 = 3;
-const IMPORT_COMPLETED: u64 = 4;
+pub const IMPORT_COMPLETED: u64 = 4;
 pub const EXPORT_COMPLETED: u64 = 5;
 
 /// `REDISMODULE_EVENT_CLUSTER_SLOT_MIGRATION` (Redis 8.4) and its subevents.
@@ -156,6 +163,11 @@ pub struct Migrations {
     handed_over: Vec<(u16, u16)>,
     /// Whether a deletion was in them (or they were handed over) since the last cron tick.
     handed_over_lately: bool,
+    /// The slots of imports that failed or were cancelled, whose keys this node deletes next
+    /// (Redis trims them, one `key_trimmed` each): holds that were never this node's.
+    dropped: Vec<(u16, u16)>,
+    /// Whether a deletion was in them (or they were dropped) since the last cron tick.
+    dropped_lately: bool,
 }
 
 impl Migrations {
@@ -167,10 +179,23 @@ impl Migrations {
                 let overlaps =
                     |&(lo, hi): &(u16, u16)| ranges.iter().any(|&(l, h)| lo <= h && l <= hi);
                 self.handed_over.retain(|r| !overlaps(r));
+                self.dropped.retain(|r| !overlaps(r));
                 self.importing.push((job, ranges));
             }
             EXPORT_STARTED => self.exporting.push((job, ranges)),
-            IMPORT_ABORTED | IMPORT_COMPLETED => self.importing.retain(|(j, _)| *j != job),
+            IMPORT_ABORTED => {
+                // The event's ranges, or else the job's own.
+                let mut dropped = ranges;
+                self.importing.retain(|(j, r)| {
+                    if *j == job && dropped.is_empty() {
+                        dropped = r.clone();
+                    }
+                    *j != job
+                });
+                self.dropped.extend(dropped);
+                self.dropped_lately = true;
+            }
+            IMPORT_COMPLETED => self.importing.retain(|(j, _)| *j != job),
             EXPORT_ABORTED => self.exporting.retain(|(j, _)| *j != job),
             EXPORT_COMPLETED => {
                 self.exporting.retain(|(j, _)| *j != job);
@@ -189,13 +214,25 @@ impl Migrations {
         hit
     }
 
-    /// The server's cron tick: handed-over slots none of whose keys were deleted since the last
-    /// tick are forgotten (their keys are gone).
+    /// Whether a key of `slot` being deleted now is one of an import that failed: its holds were
+    /// never this node's (the source still has them).
+    pub fn import_dropped(&mut self, slot: u16) -> bool {
+        let hit = in_ranges(&self.dropped, slot);
+        self.dropped_lately |= hit;
+        hit
+    }
+
+    /// The server's cron tick: handed-over (or dropped) slots none of whose keys were deleted
+    /// since the last tick are forgotten (their keys are gone).
     pub fn tick(&mut self) {
         if !self.handed_over_lately && !self.handed_over.is_empty() {
             self.handed_over = Vec::new();
         }
         self.handed_over_lately = false;
+        if !self.dropped_lately && !self.dropped.is_empty() {
+            self.dropped = Vec::new();
+        }
+        self.dropped_lately = false;
     }
 
     /// Whether `slot` is being imported.
@@ -318,6 +355,30 @@ mod tests {
         assert!(!m.importing(7));
         m.apply(99, "d".into(), vec![(1, 1)]);
         assert!(!m.importing(1), "unknown subevents change nothing");
+    }
+
+    #[test]
+    fn a_failed_imports_deletions_are_dropped_until_a_quiet_tick() {
+        let mut m = Migrations::default();
+        m.apply(IMPORT_STARTED, "i".into(), vec![(5, 9)]);
+        assert!(!m.import_dropped(5), "importing: not dropped yet");
+        m.apply(IMPORT_ABORTED, "i".into(), Vec::new());
+        assert!(!m.importing(5));
+        assert!(m.import_dropped(5) && m.import_dropped(9) && !m.import_dropped(10));
+        assert!(!m.handed_over(5), "a failed import hands nothing over");
+        m.tick();
+        assert!(m.import_dropped(7), "deletions went on: kept a tick more");
+        m.tick();
+        m.tick();
+        assert!(!m.import_dropped(7), "a quiet tick forgets them");
+        let apply = |m: &mut Migrations, sub, job: &str, ranges| {
+            m.apply(redis_subevent(sub).expect("known"), job.into(), ranges)
+        };
+        apply(&mut m, REDIS_IMPORT_STARTED, "j", vec![(3, 4)]);
+        apply(&mut m, REDIS_IMPORT_FAILED, "j", vec![(3, 4)]);
+        assert!(m.import_dropped(3));
+        apply(&mut m, REDIS_IMPORT_STARTED, "k", vec![(4, 4)]);
+        assert!(!m.import_dropped(3), "imported again: this node's keys");
     }
 
     #[test]

@@ -16,6 +16,7 @@ impl<T: Handles> Engine<T> {
         owner: &[u8],
         ttl_ms: u64,
     ) -> Reply {
+        self.lapse_left = MAKE_ROOM_INLINE;
         if !self.grace.allows_ttl(ttl_ms) {
             return Reply::Error(Refusal::TtlAboveGrace.into());
         }
@@ -94,9 +95,11 @@ impl<T: Handles> Engine<T> {
                 }
             }
         }
+        // One command: its keys share the lapsed leases it may end.
+        self.lapse_left = MAKE_ROOM_INLINE;
         let mut held = 0;
         for key in keys.iter_mut() {
-            if self.release(host, key, owner, from) != Reply::Nil {
+            if self.release_step(host, key, owner, from) != Reply::Nil {
                 held += 1;
             }
         }
@@ -112,6 +115,7 @@ impl<T: Handles> Engine<T> {
         owner: &[u8],
         ttl_ms: u64,
     ) -> Reply {
+        self.lapse_left = MAKE_ROOM_INLINE;
         if !self.grace.allows_ttl(ttl_ms) {
             return Reply::Error(Refusal::TtlAboveGrace.into());
         }

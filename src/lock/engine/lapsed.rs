@@ -70,11 +70,21 @@ impl<T: Handles> Engine<T> {
     /// most [`PRUNE_SLICE`] and what the turn's budget has left; queues itself again for the
     /// rest, and compacts the set once none is left (if at most [`QUICK_TIDY_HOLDERS`] remain).
     pub(super) fn prune<H: Host<T>>(&mut self, host: &mut H, id: &KeyId) {
-        let Ok(mut key) = host.open(id) else {
-            return;
+        let mut key = match host.open(id) {
+            Ok(key) => key,
+            Err(error) => {
+                self.unavailable(id, error);
+                return;
+            }
         };
+        if self.lapse_left == 0 {
+            // This turn ended its share of lapsed leases: the next one, at once, goes on.
+            self.schedule.next_turn(Job::Prune(id.clone()));
+            return;
+        }
         let now = host.now_ms();
         let slice = PRUNE_SLICE
+            .min(self.lapse_left)
             .min(TURN_BUDGET.saturating_sub(self.work))
             .max(1);
         let first_lapsed = |key: &H::Key| {
@@ -93,6 +103,7 @@ impl<T: Handles> Engine<T> {
             ended += 1;
         }
         self.work += ended;
+        self.lapse_left = self.lapse_left.saturating_sub(ended);
         if key.lock().is_some() {
             self.lapsed_ended(&mut key, ended as u64);
         } else {
@@ -182,9 +193,13 @@ impl<T: Handles> Engine<T> {
     /// Caps a shared key's TTL at its latest lease end (a shorter TTL stays: it ends every hold),
     /// and arms its lapse timer.
     pub(super) fn cap_to_leases<H: Host<T>>(&mut self, host: &mut H, id: &KeyId) {
-        let Ok(mut key) = host.open(id) else {
-            self.disarm_lapse(host, id.as_ref());
-            return;
+        let mut key = match host.open(id) {
+            Ok(key) => key,
+            Err(error) => {
+                self.disarm_lapse(host, id.as_ref());
+                self.unavailable(id, error);
+                return;
+            }
         };
         let Some(last) = key.shared().and_then(|s| s.last_lease_end()) else {
             self.disarm_lapse(host, id.as_ref());
@@ -195,5 +210,90 @@ impl<T: Handles> Engine<T> {
         }
         // A value that arrived (RESTORE, COPY, RENAME, MOVE) has its lapsed leases removed too.
         self.note_lapsed(host, &key);
+    }
+}
+
+impl<T: Handles> Engine<T> {
+    /// A load (an RDB, a full sync, `DEBUG RELOAD`) replaced the dataset; `shared` names the
+    /// shared keys it brought. Their lapse timers are armed by the schedule, a slice a turn, as
+    /// soon as this server is a master (a replica keeps the list for its promotion). What was
+    /// remembered of the old dataset goes with it. (No loop here: the list was built while the
+    /// keys were loaded, and is taken whole.)
+    pub fn loaded<H: Host<T>>(&mut self, host: &mut H, shared: Vec<KeyId>) {
+        self.unarmed = VecDeque::from(shared);
+        self.unarmed_seen = HashSet::new();
+        self.rearm_unarmed(host);
+    }
+
+    /// Queues [`Job::Rearm`] if keys wait for their lapse timer.
+    pub(super) fn rearm_unarmed<H: Host<T>>(&mut self, host: &mut H) {
+        if !self.unarmed.is_empty() {
+            self.schedule.push(host, Job::Rearm);
+        }
+    }
+
+    /// [`Job::Rearm`] on a master: a slice of the waiting keys (at most what the turn's budget
+    /// has left, one unit each) get their lapse timer, or their lapsed leases' removal queued;
+    /// queues itself again for the rest.
+    pub(super) fn rearm_slice<H: Host<T>>(&mut self, host: &mut H) {
+        let slice = TURN_BUDGET.saturating_sub(self.work).max(1);
+        // Keys of a slot still being imported wait for the import's end (not for the next
+        // turn: that would spin while the import goes on).
+        let mut importing = Vec::new();
+        for _ in 0..slice {
+            let Some(id) = self.unarmed.pop_front() else {
+                break;
+            };
+            self.unarmed_seen.remove(&id);
+            self.work += 1;
+            match host.open(&id) {
+                Ok(key) => self.note_lapsed(host, &key),
+                Err(OpenError::Unavailable) => importing.push(id),
+                Err(_) => {}
+            }
+        }
+        let more = !self.unarmed.is_empty();
+        for id in importing {
+            self.unarmed_on_replica(id);
+        }
+        if more {
+            self.schedule.push(host, Job::Rearm);
+        } else if self.unarmed.is_empty() && self.unarmed.capacity() > 1024 {
+            self.unarmed = VecDeque::new();
+            self.unarmed_seen = HashSet::new();
+        }
+    }
+
+    /// A key the engine could not open for its lease work: one of a slot being imported
+    /// (`OpenError::Unavailable`) is remembered, and armed once the import completes
+    /// ([`Engine::slots_imported`]).
+    fn unavailable(&mut self, id: &KeyId, error: OpenError) {
+        if error == OpenError::Unavailable {
+            self.unarmed_on_replica(id.clone());
+        }
+    }
+
+    /// An import of slots completed: the shared keys that arrived while they were being
+    /// imported (the engine could not touch them then) get their lapse timers, a slice a turn.
+    pub fn slots_imported<H: Host<T>>(&mut self, host: &mut H) {
+        self.rearm_unarmed(host);
+    }
+
+    /// A replica's lapse timer fired (or a command found a lapsed lease): its master ends the
+    /// lease and sends the effect; the key is remembered in case this server is promoted first.
+    /// (Also a key of a slot being imported, until the import completes.)
+    pub(super) fn unarmed_on_replica(&mut self, id: KeyId) {
+        if self.unarmed_seen.insert(id.clone()) {
+            self.unarmed.push_back(id);
+        }
+    }
+
+    /// [`Job::Leases`] on a replica (its master caps the TTL): a key gone or no longer shared
+    /// drops its lapse timer (read only).
+    pub(super) fn leases_on_replica<H: Host<T>>(&mut self, host: &mut H, id: &KeyId) {
+        let shared = host.open(id).is_ok_and(|key| key.shared().is_some());
+        if !shared {
+            self.disarm_lapse(host, id.as_ref());
+        }
     }
 }
