@@ -81,7 +81,9 @@ fn fill(c: &mut Connection, key: &str, n: usize, limit: usize, end: i64) {
         .enumerate()
         .map(|(i, o)| (o.as_slice(), 1_000_000 + i as u64, 1, end))
         .collect();
-    holders.push((b"long", 1_000_000 + n as u64, 1, end + 60_000));
+    // Ten minutes: a debug build on a loaded machine took over a minute to remove 100,000
+    // lapsed leases in bounded slices, and "long" must outlive that.
+    holders.push((b"long", 1_000_000 + n as u64, 1, end + 600_000));
     let (format, _) = Format::of(c);
     let payload = format.payload(2, &shared_fields(limit as u64, &holders));
     let _: () = cmd!("RESTORE", key, 0, payload).query(c).expect("RESTORE");
@@ -347,6 +349,16 @@ fn main_thread_cpu_us(pid: u32) -> Option<i64> {
 /// took 5.4 ms there, 20 took at most 1.7 ms (a debug build: 20 acquires take about 1.5 ms).
 const CPU_BATCH: usize = 20;
 
+/// The bound on the master's CPU time for one batch of [`CPU_BATCH`] commands, for the module
+/// under test: the issue's 5 ms per command for a release build (measured at most 1.7-2.1 ms
+/// per batch with 2,000,000 holders); 100 ms for a debug build (measured 1.5-8 ms with 420,000,
+/// but 29.5 ms with a load average of 14 and one core kept busy: in a virtual machine a
+/// thread's CPU time also counts time the host took its CPU away; the owner table's growth done
+/// in one step, as before, took 281 ms). `None` under `RELOCK_SERVER_WRAPPER`.
+fn master_batch_bound_us() -> Option<i64> {
+    turn_bound_us().map(|_| if release_module() { 5_000 } else { 100_000 })
+}
+
 /// Sends `commands` down one connection in pipelined batches and checks every reply.
 fn pipeline(
     raw: &mut Raw,
@@ -417,9 +429,9 @@ fn latency_max_ms(c: &mut Connection) -> i64 {
 /// the arrays copied them whole, 10-77 ms). Both bounds are on CPU time of the server's main
 /// thread, so a busy machine does not blur them: the replica's `longest_apply_us`, and the
 /// master's per batch of [`CPU_BATCH`] commands (`/proc/<pid>/schedstat`). Wall-clock figures
-/// (`LATENCY`) are printed, not asserted: on a loaded 2-core machine a command of 0.7 ms of CPU
-/// waited 20 ms for one (release build; 44-127 ms debug), the same with a server at real-time
-/// priority took at most 3.6 ms.
+/// (`LATENCY`) are printed, not asserted: on a loaded 2-core machine a command of under 1 ms of
+/// CPU waited 16-37 ms for one (release build; 44-1,491 ms debug), the same with the servers at
+/// real-time priority (`chrt -f`) took at most 3.6 ms.
 #[test]
 fn two_million_holders_grow_one_key_in_bounded_steps() {
     let started = std::time::Instant::now();
@@ -480,7 +492,7 @@ fn two_million_holders_grow_one_key_in_bounded_steps() {
          in all",
         started.elapsed()
     );
-    if let Some(bound) = turn_bound_us() {
+    if let Some(bound) = master_batch_bound_us() {
         match acquire_cpu.zip(release_cpu) {
             Some((acquire, release)) => assert!(
                 acquire <= bound && release <= bound,
@@ -489,6 +501,8 @@ fn two_million_holders_grow_one_key_in_bounded_steps() {
             ),
             None => eprintln!("no /proc/<pid>/schedstat here: the master's CPU time unchecked"),
         }
+    }
+    if let Some(bound) = turn_bound_us() {
         assert!(
             apply <= bound,
             "a LOCK.APPLY or LOCK.DROP took {apply} µs of CPU time (bound {bound} µs)"
