@@ -81,7 +81,9 @@ fn fill(c: &mut Connection, key: &str, n: usize, limit: usize, end: i64) {
         .enumerate()
         .map(|(i, o)| (o.as_slice(), 1_000_000 + i as u64, 1, end))
         .collect();
-    holders.push((b"long", 1_000_000 + n as u64, 1, end + 60_000));
+    // Ten minutes: a debug build on a loaded machine took over a minute to remove 100,000
+    // lapsed leases in bounded slices, and "long" must outlive that.
+    holders.push((b"long", 1_000_000 + n as u64, 1, end + 600_000));
     let (format, _) = Format::of(c);
     let payload = format.payload(2, &shared_fields(limit as u64, &holders));
     let _: () = cmd!("RESTORE", key, 0, payload).query(c).expect("RESTORE");
@@ -324,8 +326,38 @@ fn lapsing_holders() -> usize {
         .unwrap_or(if release_module() { 999_999 } else { 100_000 })
 }
 
-/// The master's longest command in the big-set test (`LATENCY`, wall clock): generous.
-const MASTER_COMMAND_BOUND_MS: i64 = 1_000;
+/// The server's process id (`INFO server`).
+fn server_pid(c: &mut Connection) -> u32 {
+    let info: String = cmd!("INFO", "server").query(c).unwrap();
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("process_id:")?.parse().ok())
+        .expect("INFO server has a process_id")
+}
+
+/// The CPU time the main thread of process `pid` has run so far, in µs: the first field of
+/// `/proc/<pid>/schedstat` (ns on a CPU; the time it waited for one while the machine was busy
+/// does not count). `None` where the kernel does not say (no procfs, no schedstat).
+fn main_thread_cpu_us(pid: u32) -> Option<i64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+    let ns: i64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(ns / 1_000)
+}
+
+/// Commands a batch of [`pipeline_cpu`] sends: the master's CPU time for a batch bounds that of
+/// each of its commands. Few, since the first commands after the owner table starts growing each
+/// fault in up to 16 fresh pages of the new one (~0.3-0.5 ms in a release build): 100 of them
+/// took 5.4 ms there, 20 took at most 1.7 ms (a debug build: 20 acquires take about 1.5 ms).
+const CPU_BATCH: usize = 20;
+
+/// The bound on the master's CPU time for one batch of [`CPU_BATCH`] commands, for the module
+/// under test: the issue's 5 ms per command for a release build (measured at most 1.7-2.1 ms
+/// per batch with 2,000,000 holders); 100 ms for a debug build (measured 1.5-8 ms with 420,000,
+/// but 29.5 ms with a load average of 14 and one core kept busy: in a virtual machine a
+/// thread's CPU time also counts time the host took its CPU away; the owner table's growth done
+/// in one step, as before, took 281 ms). `None` under `RELOCK_SERVER_WRAPPER`.
+fn master_batch_bound_us() -> Option<i64> {
+    turn_bound_us().map(|_| if release_module() { 5_000 } else { 100_000 })
+}
 
 /// Sends `commands` down one connection in pipelined batches and checks every reply.
 fn pipeline(
@@ -352,8 +384,29 @@ fn pipeline(
     }
 }
 
-/// The longest `command` event of `LATENCY LATEST` (wall-clock ms; 0 if none passed the
-/// threshold).
+/// [`pipeline`] in batches of [`CPU_BATCH`], each waited for: returns the most CPU time the
+/// server's main thread (process `pid`) spent on one batch, in µs (`None` where the kernel does
+/// not say). That bounds the CPU time of every command sent, whatever else the machine ran
+/// meanwhile.
+fn pipeline_cpu(
+    raw: &mut Raw,
+    pid: u32,
+    commands: impl Iterator<Item = Vec<Vec<u8>>>,
+    ok: impl Fn(&Reply) -> bool,
+) -> Option<i64> {
+    let mut commands = commands.peekable();
+    let mut most = Some(0);
+    while commands.peek().is_some() {
+        let before = main_thread_cpu_us(pid);
+        pipeline(raw, commands.by_ref().take(CPU_BATCH), &ok);
+        let spent = main_thread_cpu_us(pid).zip(before).map(|(a, b)| a - b);
+        most = most.zip(spent).map(|(m, s)| m.max(s));
+    }
+    most
+}
+
+/// The longest `command` or `fast-command` event of `LATENCY LATEST` (wall-clock ms; 0 if none
+/// passed the threshold).
 fn latency_max_ms(c: &mut Connection) -> i64 {
     let latest: Vec<redis::Value> = cmd!("LATENCY", "LATEST").query(c).unwrap();
     latest
@@ -373,8 +426,12 @@ fn latency_max_ms(c: &mut Connection) -> i64 {
 /// Two million holders on one key: no acquire or release on the master, and no `LOCK.APPLY` or
 /// `LOCK.DROP` on its replica, does O(H) work (before: the owner table's growth re-hashed every
 /// owner inside one acquire, 148-288 ms at 1.5M holders in a release build, and each growth of
-/// the arrays copied them whole, 10-77 ms). The replica's bound is on CPU time
-/// (`longest_apply_us`); the master's on `LATENCY` (wall clock, so generous: 1 s).
+/// the arrays copied them whole, 10-77 ms). Both bounds are on CPU time of the server's main
+/// thread, so a busy machine does not blur them: the replica's `longest_apply_us`, and the
+/// master's per batch of [`CPU_BATCH`] commands (`/proc/<pid>/schedstat`). Wall-clock figures
+/// (`LATENCY`) are printed, not asserted: on a loaded 2-core machine a command of under 1 ms of
+/// CPU waited 16-37 ms for one (release build; 44-1,491 ms debug), the same with the servers at
+/// real-time priority (`chrt -f`) took at most 3.6 ms.
 #[test]
 fn two_million_holders_grow_one_key_in_bounded_steps() {
     let started = std::time::Instant::now();
@@ -383,6 +440,7 @@ fn two_million_holders_grow_one_key_in_bounded_steps() {
     common::attach_replica(&master, &replica);
     let mut c = master.conn();
     let mut r = replica.conn();
+    let pid = server_pid(&mut c);
     let total = big_holders();
     let restored = total * 3 / 4;
     let end = now_ms() + 600_000;
@@ -395,8 +453,9 @@ fn two_million_holders_grow_one_key_in_bounded_steps() {
     let before = info_field(&mut r, "longest_apply_us");
     let mut raw = Raw::connect(&master);
     let owner = |i: usize| format!("a{i:07}").into_bytes();
-    pipeline(
+    let acquire_cpu = pipeline_cpu(
         &mut raw,
+        pid,
         (restored..total).map(|i| {
             vec![
                 b"LOCK.ACQUIRE".to_vec(),
@@ -409,8 +468,9 @@ fn two_million_holders_grow_one_key_in_bounded_steps() {
         |reply| matches!(reply, Reply::Int(t) if *t > 0),
     );
     // Releases of holders old and new.
-    pipeline(
+    let release_cpu = pipeline_cpu(
         &mut raw,
+        pid,
         (restored..total)
             .step_by(50)
             .map(|i| vec![b"LOCK.RELEASE".to_vec(), b"big".to_vec(), owner(i)]),
@@ -425,22 +485,27 @@ fn two_million_holders_grow_one_key_in_bounded_steps() {
     assert!(eventually(DUE, || info_field(&mut r, "holds") as usize == held));
     let apply = info_field(&mut r, "longest_apply_us");
     eprintln!(
-        "{total} holders: the longest LOCK.APPLY/LOCK.DROP on the replica {apply} µs of CPU \
-         (before the acquires: {before} µs), the longest command on the master {command_ms} ms \
-         (LATENCY); {:?} in all",
+        "{total} holders: the most CPU time of the master's main thread for {CPU_BATCH} \
+         acquires {acquire_cpu:?} µs, for {CPU_BATCH} releases {release_cpu:?} µs; the longest \
+         LOCK.APPLY/LOCK.DROP on the replica {apply} µs of CPU (before the acquires: {before} \
+         µs); the longest command on the master {command_ms} ms of wall clock (LATENCY); {:?} \
+         in all",
         started.elapsed()
     );
+    if let Some(bound) = master_batch_bound_us() {
+        match acquire_cpu.zip(release_cpu) {
+            Some((acquire, release)) => assert!(
+                acquire <= bound && release <= bound,
+                "{CPU_BATCH} commands on the master took {acquire} µs of CPU time (acquires) \
+                 and {release} µs (releases), bound {bound} µs: one of them did O(H) work"
+            ),
+            None => eprintln!("no /proc/<pid>/schedstat here: the master's CPU time unchecked"),
+        }
+    }
     if let Some(bound) = turn_bound_us() {
         assert!(
             apply <= bound,
             "a LOCK.APPLY or LOCK.DROP took {apply} µs of CPU time (bound {bound} µs)"
-        );
-        // Wall clock: a loaded machine alone made it 222 ms (debug build, one core kept busy);
-        // the re-hash of every owner in one acquire took 1,285 ms there. The replica's CPU
-        // time above is the sharp bound.
-        assert!(
-            command_ms <= MASTER_COMMAND_BOUND_MS,
-            "a command on the master took {command_ms} ms"
         );
     }
 }

@@ -249,12 +249,12 @@ async fn run(args: Args) -> io::Result<()> {
             plan.growth_holders
         );
         case_growth(&module, &plan, &mut rows).await?;
-        notes.push("Case 14: a master and its replica, each on a server of its own; one connection adds the holders of one key by `LOCK.ACQUIRE big oN 600000 SHARED`, pipelined 10,000 at a time, crossing every growth of the key's owner table and arrays. Longest APPLY = the replica's `INFO relock` `longest_apply_us` (CPU time of its main thread, every `LOCK.APPLY` it ran); longest command = the master's `LATENCY LATEST` (wall clock, `latency-monitor-threshold 1`: 0 when none took 1 ms).".into());
+        notes.push("Case 14: a master and its replica, each on a server of its own; one connection adds the holders of one key by `LOCK.ACQUIRE big oN 600000 SHARED`, 100 pipelined at a time, crossing every growth of the key's owner table and arrays, then releases every 50th the same way. Master = the CPU time its main thread ran while it served each batch of 100 (`/proc/<pid>/schedstat`, time spent waiting for a CPU not counted): the most of any batch, so an upper bound of every single acquire and release; replica = its `INFO relock` `longest_apply_us` (CPU time of its main thread, the longest single `LOCK.APPLY` or `LOCK.DROP`). The wall-clock figures beside them (`SLOWLOG` over 1 ms, `LATENCY LATEST` with `latency-monitor-threshold 1`) also count the time the server waited for a CPU on a busy machine: on a loaded 2-core machine 16-20 ms for commands of under 1 ms of CPU, and at most 3.6 ms with the servers at real-time priority (`chrt -f`).".into());
     }
     if want(15) {
         eprintln!("case 15: a grant over {} lapsed leases", plan.storm_holders);
         case_big_grant(&module, &plan, &mut rows).await?;
-        notes.push("Case 15: a master and its replica; one `RESTORE` puts in place a semaphore (LIMIT H+1) full with H lapsing leases and one that lives on, and one `LOCK.WAIT ... SHARED LIMIT H+1 PERMITS H-1` is queued: it fits once all but one lapsed lease are removed. Longest turn = `longest_turn_us` of each server (the replica runs none: its `LOCK.DROP`s are its longest apply); granted = the grant received - the leases' end.".into());
+        notes.push("Case 15: a master and its replica; one `RESTORE` puts in place a semaphore (LIMIT H+1) full with H lapsing leases and one that lives on, one `LOCK.WAIT ... SHARED LIMIT H+1 PERMITS H-1` is queued (it fits once all but one lapsed lease are removed), and one `LOCK.WAIT ... PERMITS 1` behind it. Longest turn = `longest_turn_us` of each server (the replica runs none: its `LOCK.DROP`s are its longest apply); granted = the grant received - the leases' end; in order = the waiter behind got the larger token.".into());
     }
     if want(11) {
         eprintln!("case 11: contention statistics on vs off");
@@ -944,28 +944,61 @@ async fn case_groups(
 /// Case 14: one key growing to many holders.
 async fn case_growth(module: &std::path::Path, plan: &Plan, rows: &mut Vec<Row>) -> io::Result<()> {
     let g = growth::growth(module, plan.growth_holders).await?;
+    let batch = growth::CPU_BATCH;
+    let ms = |w: growth::Worst| w.map_or("-".to_string(), |(us, _)| num(us / 1e3));
+    let at = |w: growth::Worst| w.map_or("-".to_string(), |(_, at)| num(at as f64));
     eprintln!(
-        "  {} holders: longest LOCK.APPLY {:.0} µs, longest command {:.0} ms, {:.0} acquires/s",
-        g.holders, g.longest_apply_us, g.longest_command_ms, g.acquires_per_s
+        "  {} holders: master CPU per {batch} acquires {} ms (the most at {} holders), per {batch} releases {} ms (the most from release {}); replica longest LOCK.APPLY/DROP {:.0} µs; slowest (wall) master {} {:.0} µs, replica {} {:.0} µs; LATENCY {:.0} ms; {:.0} acquires/s",
+        g.holders,
+        ms(g.acquire_batch_cpu_us),
+        at(g.acquire_batch_cpu_us),
+        ms(g.release_batch_cpu_us),
+        at(g.release_batch_cpu_us),
+        g.longest_apply_us,
+        g.slowest[0].0,
+        g.slowest[0].1,
+        g.slowest[1].0,
+        g.slowest[1].1,
+        g.longest_command_ms,
+        g.acquires_per_s
     );
     let apply_ms = g.longest_apply_us / 1e3;
-    let ok = apply_ms <= 5.0 && g.longest_command_ms <= 5.0;
+    let master_ms = g
+        .acquire_batch_cpu_us
+        .zip(g.release_batch_cpu_us)
+        .map(|(a, r)| a.0.max(r.0) / 1e3);
     rows.push(Row {
         case: "14".into(),
         measure: format!(
-            "one key grown to {} shared holders (pipelined acquires): longest LOCK.APPLY on the replica ms / longest command on the master ms",
+            "one key grown to {} shared holders, then every 50th released: CPU ms of the master per {batch} acquires / per {batch} releases (bounds each one), longest LOCK.APPLY or LOCK.DROP on the replica",
             num(g.holders as f64)
         ),
         values: [
-            Some(format!("{} / {}", num(apply_ms), num(g.longest_command_ms))),
+            Some(format!(
+                "{} / {} / {}",
+                ms(g.acquire_batch_cpu_us),
+                ms(g.release_batch_cpu_us),
+                num(apply_ms)
+            )),
             None,
             None,
             None,
             None,
         ],
-        goal: "both ≤ 5 ms".into(),
-        pass: Some(ok),
-        detail: format!("{} acquires/s", num(g.acquires_per_s)),
+        goal: "each ≤ 5 ms".into(),
+        pass: Some(apply_ms <= 5.0 && master_ms.is_some_and(|m| m <= 5.0)),
+        detail: format!(
+            "the most CPU per {batch} acquires at {} holders; wall clock (counts waiting for a CPU): slowest {} {} ms on the master, {} {} ms on the replica (SLOWLOG), LATENCY {} ms; {} µs per acquire, {} per apply (commandstats); {} acquires/s",
+            at(g.acquire_batch_cpu_us),
+            g.slowest[0].0,
+            num(g.slowest[0].1 / 1e3),
+            g.slowest[1].0,
+            num(g.slowest[1].1 / 1e3),
+            num(g.longest_command_ms),
+            num(g.usec_per_call[0]),
+            num(g.usec_per_call[1]),
+            num(g.acquires_per_s)
+        ),
     });
     Ok(())
 }
@@ -978,8 +1011,13 @@ async fn case_big_grant(
 ) -> io::Result<()> {
     let b = growth::big_grant(module, plan.storm_holders).await?;
     eprintln!(
-        "  {} lapsed: longest turn {:.0} µs (replica {:.0} µs, its longest apply {:.0} µs), granted {:.0} ms after the end",
-        b.lapsed, b.master_turn_us, b.replica_turn_us, b.replica_apply_us, b.granted_after_ms
+        "  {} lapsed: longest turn {:.0} µs (replica {:.0} µs, its longest apply {:.0} µs), granted {:.0} ms after the end, {}",
+        b.lapsed,
+        b.master_turn_us,
+        b.replica_turn_us,
+        b.replica_apply_us,
+        b.granted_after_ms,
+        if b.in_order { "in queue order" } else { "OUT OF ORDER" }
     );
     let (turn_ms, replica_ms) = (
         b.master_turn_us / 1e3,
@@ -998,9 +1036,13 @@ async fn case_big_grant(
             None,
             None,
         ],
-        goal: "both ≤ 5 ms".into(),
-        pass: Some(turn_ms <= 5.0 && replica_ms <= 5.0),
-        detail: format!("granted {} ms after the leases' end", num(b.granted_after_ms)),
+        goal: "both ≤ 5 ms, in queue order".into(),
+        pass: Some(turn_ms <= 5.0 && replica_ms <= 5.0 && b.in_order),
+        detail: format!(
+            "granted {} ms after the leases' end; the waiter behind it granted after it: {}",
+            num(b.granted_after_ms),
+            if b.in_order { "yes" } else { "NO" }
+        ),
     });
     Ok(())
 }
