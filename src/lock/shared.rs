@@ -130,6 +130,11 @@ type Owners = Paged<u8, 18>;
 /// before the new one fills (it starts half as full as its growth threshold).
 pub const REHASH_STEP: usize = 16;
 
+/// The most holders a set has without an owner table: finding one of them compares owners in
+/// turn (lengths first), cheaper than hashing one, and the common set of a few readers
+/// allocates no table. The holder past it builds the table.
+pub const SMALL: usize = 16;
+
 /// The most holders a set may have for a removal to compact it whole: copying 16,384 records
 /// (0.8 MB) and rehashing their owners takes well under a millisecond.
 pub const QUICK_TIDY_HOLDERS: usize = 16_384;
@@ -261,12 +266,15 @@ pub struct Shared {
     hashes: std::cell::Cell<u64>,
     /// The treap's root (`NIL` when empty).
     root: u32,
+    /// The slot of the owner last found or added: a hint, used only once the owner's bytes
+    /// there are checked (so a record moved since makes it miss, never lie).
+    last_found: std::cell::Cell<u32>,
     hasher: RandomState,
     /// Mixed into the treap's priorities, so nobody can choose tokens that unbalance it.
     seed: u64,
     /// The most bytes the owners may take: [`MAX_OWNER_BYTES`] (less in unit tests, which check
     /// the bound without allocating gigabytes).
-    owner_room: usize,
+    owner_room: u32,
 }
 
 impl Default for Shared {
@@ -305,9 +313,10 @@ impl Shared {
             #[cfg(test)]
             hashes: std::cell::Cell::new(0),
             root: NIL,
+            last_found: std::cell::Cell::new(0),
             hasher,
             seed,
-            owner_room: MAX_OWNER_BYTES,
+            owner_room: MAX_OWNER_BYTES as u32,
         }
     }
 
@@ -315,7 +324,7 @@ impl Shared {
     #[cfg(test)]
     fn with_owner_room(limit: u32, bytes: usize) -> Shared {
         Shared {
-            owner_room: bytes,
+            owner_room: bytes as u32,
             ..Shared::new(limit)
         }
     }
@@ -337,7 +346,24 @@ impl Shared {
 
     /// `owner`'s hold, lapsed or not.
     pub fn get(&self, owner: &[u8]) -> Option<Holder> {
-        self.find(owner).map(|(_, slot)| self.slots[slot].holder())
+        self.find_slot(owner).map(|slot| self.slots[slot].holder())
+    }
+
+    /// The slot of `owner`'s record: the one last found if it is `owner`'s (a command looks
+    /// its owner up several times: one hash, not four), else found in the table.
+    fn find_slot(&self, owner: &[u8]) -> Option<usize> {
+        let hint = self.last_found.get() as usize;
+        if hint < self.slots.len() && self.is_owner_of(&self.slots[hint], owner) {
+            return Some(hint);
+        }
+        let (_, slot) = self.find(owner).ok()?;
+        self.last_found.set(slot as u32);
+        Some(slot)
+    }
+
+    /// Whether `record` is `owner`'s (lengths compared first).
+    fn is_owner_of(&self, record: &Slot, owner: &[u8]) -> bool {
+        record.owner_len() == owner.len() && self.owner_of_slot(record) == owner
     }
 
     /// `owner`'s hold if its lease is alive at `now`.
@@ -347,18 +373,20 @@ impl Shared {
 
     /// Adds `owner`'s hold, or replaces it. Owners are 1 to 256 bytes long and tokens below
     /// 2^53 (what the commands accept); others are cut to fit rather than refused. A new owner
-    /// whose bytes do not fit ([`MAX_OWNER_BYTES`]) is refused and nothing changes.
-    pub fn insert(&mut self, owner: &[u8], holder: Holder) -> Result<(), Full> {
+    /// whose bytes do not fit ([`MAX_OWNER_BYTES`]) is refused and nothing changes. Returns
+    /// whether `owner` is a new holder (false: its hold was replaced).
+    pub fn insert(&mut self, owner: &[u8], holder: Holder) -> Result<bool, Full> {
         let owner = &owner[..owner.len().clamp(1, 256)];
         let token_len = (holder.token & TOKEN_MASK) | ((owner.len() as u64 - 1) << TOKEN_BITS);
         let lease_permits = pack(holder.lease_end, u64::from(holder.permits.min(MAX_LIMIT)));
-        if let Some((_, slot)) = self.find(owner) {
+        let hinted = self.find_slot_hinted(owner);
+        if let Ok(slot) = hinted {
             let record = self.slots[slot];
             // In place only when its treap node and its subtree's permits stay as they are.
             if record.token_len & !EPOCH_BIT == token_len && record.lease_permits == lease_permits {
                 self.slots[slot].count = holder.count;
                 self.slots[slot].granted_sum = pack(holder.granted_at, record.permits_sum().into());
-                return Ok(());
+                return Ok(false);
             }
             // Its place in the treap moves with its lease end (and token).
             self.root = self.remove_node(self.root, slot as u32);
@@ -369,11 +397,11 @@ impl Shared {
             record.count = holder.count;
             record.granted_sum = pack(holder.granted_at, 0);
             self.attach(slot as u32);
-            return Ok(());
+            return Ok(false);
         }
-        if self.owners.next_run_at(owner.len()) + owner.len() > self.owner_room {
+        if self.owners.next_run_at(owner.len()) + owner.len() > self.owner_room as usize {
             drop(self.compact_owners());
-            if self.owners.next_run_at(owner.len()) + owner.len() > self.owner_room {
+            if self.owners.next_run_at(owner.len()) + owner.len() > self.owner_room as usize {
                 return Err(Full);
             }
         }
@@ -397,9 +425,11 @@ impl Shared {
             size: 1,
             min: slot as u32,
         });
-        self.table_insert(owner, slot);
+        // The hash the lookup computed, not a second one.
+        self.table_insert(owner, slot, hinted.err().flatten());
         self.attach(slot as u32);
-        Ok(())
+        self.last_found.set(slot as u32);
+        Ok(true)
     }
 
     /// Removes `owner`'s hold, then compacts what it cheaply can ([`Shared::tidy_cheaply`]).
@@ -437,7 +467,7 @@ impl Shared {
     /// Removes `owner`'s hold without compacting anything (O(log H) however large the set, but
     /// for a set left empty): for removing many in bounded steps; [`Shared::tidy`] afterwards.
     pub fn remove_keeping_room(&mut self, owner: &[u8]) -> Option<Holder> {
-        let (at, slot) = self.find(owner)?;
+        let (at, slot) = self.find(owner).ok()?;
         let record = self.slots[slot];
         self.root = self.remove_node(self.root, slot as u32);
         self.take_out(at);
@@ -694,7 +724,12 @@ impl Shared {
             garbage.owners = self.compact_owners();
         }
         let live = self.slots.len();
-        if self.table.places() > 8 * live + 8 {
+        if live <= SMALL / 4 && self.table.places() > 0 {
+            // Small again (a quarter of [`SMALL`], so that a set around it does not build and
+            // drop its table at every change): no table.
+            self.rehash_step(usize::MAX);
+            garbage.tables[0] = std::mem::take(&mut self.table);
+        } else if self.table.places() > 8 * live + 8 {
             garbage.tables[0] = self.rebuild_table(table_size_for(live));
         }
         if self.slots.capacity() > 2 * live + 4 {
@@ -774,21 +809,49 @@ impl Shared {
 
     /// (place in the tables, slot) of `owner`: in the table, else in the old one while the
     /// table grows.
-    fn find(&self, owner: &[u8]) -> Option<(Place, usize)> {
+    /// Not found: `Err` of the owner's hash (`None` for a small set, which hashes nothing).
+    fn find(&self, owner: &[u8]) -> Result<(Place, usize), Option<usize>> {
+        if self.table.places() == 0 {
+            // A small set has no table: its few records are looked at in turn, lengths first
+            // (no owner hashed, no table allocated).
+            return self
+                .slots
+                .iter()
+                .position(|record| self.is_owner_of(record, owner))
+                .map(|slot| (Place::NONE, slot))
+                .ok_or(None);
+        }
         let hash = self.hash(owner);
-        let is = |entry: u32| self.owner_of_slot(&self.slots[entry as usize - 1]) == owner;
+        let is = |entry: u32| self.is_owner_of(&self.slots[entry as usize - 1], owner);
         let place = match self.table.find(hash, is) {
             Some(at) => Place { old: false, at },
-            None => Place {
-                old: true,
-                at: self.growth.as_ref()?.old.find(hash, is)?,
-            },
+            None => {
+                let at = self.growth.as_ref().and_then(|g| g.old.find(hash, is));
+                Place {
+                    old: true,
+                    at: at.ok_or(Some(hash))?,
+                }
+            }
         };
-        Some((place, self.entry(place) as usize - 1))
+        Ok((place, self.entry(place) as usize - 1))
+    }
+
+    /// [`Shared::find_slot`], or the owner's hash if it computed one.
+    fn find_slot_hinted(&self, owner: &[u8]) -> Result<usize, Option<usize>> {
+        let hint = self.last_found.get() as usize;
+        if hint < self.slots.len() && self.is_owner_of(&self.slots[hint], owner) {
+            return Ok(hint);
+        }
+        let (_, slot) = self.find(owner)?;
+        self.last_found.set(slot as u32);
+        Ok(slot)
     }
 
     /// The place in the tables that points at `slot` (whose owner is `owner`).
     fn table_place_of(&self, owner: &[u8], slot: usize) -> Option<Place> {
+        if self.table.places() == 0 {
+            return None;
+        }
         let hash = self.hash(owner);
         let is = |entry: u32| entry as usize - 1 == slot;
         match self.table.find(hash, is) {
@@ -820,6 +883,9 @@ impl Shared {
 
     /// Empties a place (see [`Table::take_out`]).
     fn take_out(&mut self, place: Place) {
+        if self.table.places() == 0 {
+            return;
+        }
         if place.old {
             if let Some(growth) = &mut self.growth {
                 growth.old.bury(place.at);
@@ -837,9 +903,16 @@ impl Shared {
     /// a table twice as large takes its place and the old one's owners move into it
     /// [`REHASH_STEP`] at a time, with each insert and removal ([`Shared::rehash_step`]), as
     /// Redis's dict does: no single insert rehashes every owner.
-    fn table_insert(&mut self, owner: &[u8], slot: usize) {
+    fn table_insert(&mut self, owner: &[u8], slot: usize, hash: Option<usize>) {
         self.rehash_step(REHASH_STEP);
         self.owners_step(REHASH_STEP);
+        if self.table.places() == 0 {
+            // Up to [`SMALL`] holders need no table; the one past it builds it (O(SMALL)).
+            if self.slots.len() > SMALL {
+                self.rebuild_table(table_size_for(self.slots.len()));
+            }
+            return;
+        }
         if self.slots.len() * 4 > self.table.places() * 3 {
             // Never while a growth is under way (each one ends long before), but if so: ended.
             self.rehash_step(usize::MAX);
@@ -849,7 +922,7 @@ impl Shared {
                 self.growth = Some(Box::new(Growth { old, cursor: 0 }));
             }
         }
-        let hash = self.hash(owner);
+        let hash = hash.unwrap_or_else(|| self.hash(owner));
         self.table.put(hash, slot as u32 + 1);
     }
 
@@ -950,12 +1023,53 @@ impl Shared {
     /// apart by a keyed hash of their owners, which are unique. Fixed while a node is in the
     /// treap (its token and owner do not change there).
     fn above(&self, a: u32, b: u32) -> bool {
-        let (x, y) = (&self.slots[a as usize], &self.slots[b as usize]);
-        let (px, py) = (mix(x.token() ^ self.seed), mix(y.token() ^ self.seed));
-        if px != py {
-            return px > py;
+        self.outranks(self.priority(a), a, b)
+    }
+
+    /// Node `a`'s priority (its token under the secret seed).
+    fn priority(&self, a: u32) -> u64 {
+        mix(self.slots[a as usize].token() ^ self.seed)
+    }
+
+    /// [`Shared::above`] with `a`'s priority known (computed once per insertion, not per level).
+    fn outranks(&self, pa: u64, a: u32, b: u32) -> bool {
+        let pb = self.priority(b);
+        if pa != pb {
+            return pa > pb;
         }
+        let (x, y) = (&self.slots[a as usize], &self.slots[b as usize]);
         self.hasher.hash_one(self.owner_of_slot(x)) > self.hasher.hash_one(self.owner_of_slot(y))
+    }
+
+    /// Node `x` joined `t`'s subtree (below it): `t`'s size, permits and smallest token take
+    /// it in, without reading `t`'s children (what [`Shared::update`] would recompute).
+    fn gain(&mut self, t: u32, x: u32) {
+        let (token, permits) = {
+            let record = &self.slots[x as usize];
+            (record.token(), record.permits())
+        };
+        let min = self.slots[t as usize].min;
+        let smaller = token < self.slots[min as usize].token();
+        let record = &mut self.slots[t as usize];
+        record.size += 1;
+        record.set_permits_sum(record.permits_sum().saturating_add(permits));
+        if smaller {
+            record.min = x;
+        }
+    }
+
+    /// Node `x` left `t`'s subtree (below it): the same in reverse, or recomputed from the
+    /// children when `x` was its smallest token or its permits' sum saturated (not exact).
+    fn lose(&mut self, t: u32, x: u32) {
+        let permits = self.slots[x as usize].permits();
+        let record = &self.slots[t as usize];
+        if record.min == x || u64::from(record.permits_sum()) >= PERMITS_MASK {
+            self.update(t);
+            return;
+        }
+        let record = &mut self.slots[t as usize];
+        record.size -= 1;
+        record.set_permits_sum(record.permits_sum() - permits);
     }
 
     /// Recomputes a node's size and smallest token from its children.
@@ -993,10 +1107,16 @@ impl Shared {
     }
 
     fn insert_node(&mut self, t: u32, x: u32) -> u32 {
+        let priority = self.priority(x);
+        self.insert_below(t, x, priority)
+    }
+
+    /// Inserts `x`, whose priority is `px`, into the subtree `t`; returns its new root.
+    fn insert_below(&mut self, t: u32, x: u32, px: u64) -> u32 {
         if t == NIL {
             return x;
         }
-        if self.above(x, t) {
+        if self.outranks(px, x, t) {
             let (left, right) = self.split(t, x);
             let record = &mut self.slots[x as usize];
             record.left = left;
@@ -1005,13 +1125,13 @@ impl Shared {
             return x;
         }
         if self.order(x, t) == Ordering::Less {
-            let child = self.insert_node(self.slots[t as usize].left, x);
+            let child = self.insert_below(self.slots[t as usize].left, x, px);
             self.slots[t as usize].left = child;
         } else {
-            let child = self.insert_node(self.slots[t as usize].right, x);
+            let child = self.insert_below(self.slots[t as usize].right, x, px);
             self.slots[t as usize].right = child;
         }
-        self.update(t);
+        self.gain(t, x);
         t
     }
 
@@ -1056,22 +1176,32 @@ impl Shared {
 
     /// Takes node `x` out of the subtree `t`; returns the subtree's new root.
     fn remove_node(&mut self, t: u32, x: u32) -> u32 {
+        self.remove_below(t, x).0
+    }
+
+    /// [`Shared::remove_node`], and whether `x` was found (only then do the nodes above it
+    /// lose it from their size and permits).
+    fn remove_below(&mut self, t: u32, x: u32) -> (u32, bool) {
         if t == NIL {
-            return NIL;
+            return (NIL, false);
         }
         if t == x {
             let Slot { left, right, .. } = self.slots[x as usize];
-            return self.merge(left, right);
+            return (self.merge(left, right), true);
         }
-        if self.order(x, t) == Ordering::Less {
-            let child = self.remove_node(self.slots[t as usize].left, x);
+        let found = if self.order(x, t) == Ordering::Less {
+            let (child, found) = self.remove_below(self.slots[t as usize].left, x);
             self.slots[t as usize].left = child;
+            found
         } else {
-            let child = self.remove_node(self.slots[t as usize].right, x);
+            let (child, found) = self.remove_below(self.slots[t as usize].right, x);
             self.slots[t as usize].right = child;
+            found
+        };
+        if found {
+            self.lose(t, x);
         }
-        self.update(t);
-        t
+        (t, found)
     }
 
     /// The node that was slot `old` is now slot `new` (its record moved): the links to it, on
@@ -1130,6 +1260,14 @@ struct Place {
     at: usize,
 }
 
+impl Place {
+    /// Where a small set's owner is: in no table (a set of at most [`SMALL`] has none).
+    const NONE: Place = Place {
+        old: false,
+        at: usize::MAX,
+    };
+}
+
 /// The owner of a record.
 fn owner_in<'a>(owners: &'a Owners, record: &Slot) -> &'a [u8] {
     owners.run(record.owner_at as usize, record.owner_len())
@@ -1170,6 +1308,24 @@ mod tests {
     }
 
     impl Shared {
+        /// (size, permits, smallest token) of the subtree `t`, recomputed from its nodes;
+        /// panics where a node's stored ones differ.
+        fn aggregates(&self, t: u32) -> (u32, u32, u64) {
+            if t == NIL {
+                return (0, 0, u64::MAX);
+            }
+            let record = self.slots[t as usize];
+            let (ls, lp, lm) = self.aggregates(record.left);
+            let (rs, rp, rm) = self.aggregates(record.right);
+            let size = 1 + ls + rs;
+            let permits = lp + rp + record.permits();
+            let min = record.token().min(lm).min(rm);
+            assert_eq!(record.size, size, "size of {t}");
+            assert_eq!(record.permits_sum(), permits, "permits of {t}");
+            assert_eq!(self.slots[record.min as usize].token(), min, "min of {t}");
+            (size, permits, min)
+        }
+
         fn depth(&self, t: u32) -> usize {
             if t == NIL {
                 return 0;
@@ -1200,6 +1356,38 @@ mod tests {
             // A random treap of 20,000 nodes is about 30 deep; 100 leaves a wide margin.
             assert!(depth < 100, "depth {depth}");
         }
+    }
+
+    /// A set of a few holders (the common case) has no owner table: found by comparing owners,
+    /// nothing hashed, nothing allocated for it. The holder past [`SMALL`] builds it; a tidy
+    /// at half of that drops it.
+    #[test]
+    fn a_small_set_has_no_table() {
+        let mut s = Shared::new(0);
+        let owner = |i: u32| format!("owner-{i}").into_bytes();
+        for i in 0..SMALL as u32 {
+            s.insert(&owner(i), h(u64::from(i) + 1, 10)).unwrap();
+        }
+        assert_eq!((s.table.places(), s.table.bytes()), (0, 0));
+        assert_eq!(s.hashes.get(), 0, "no owner hashed");
+        assert_eq!(s.get(&owner(3)).map(|h| h.token), Some(4));
+        assert_eq!(s.get(b"owner-"), None);
+        s.insert(&owner(99), h(100, 10)).unwrap();
+        assert_eq!(s.table.places(), table_size_for(SMALL + 1));
+        for i in 0..SMALL as u32 {
+            assert_eq!(s.get(&owner(i)).map(|h| h.token), Some(u64::from(i) + 1));
+        }
+        let gone = (SMALL - SMALL / 4 + 1) as u32;
+        for i in 0..gone {
+            s.remove(&owner(i)).unwrap();
+            assert!(s.table.places() > 0 || s.len() <= SMALL / 4);
+        }
+        assert_eq!(s.len(), SMALL / 4);
+        assert_eq!(s.table.places(), 0, "dropped by the tidy");
+        for i in gone..SMALL as u32 {
+            assert_eq!(s.get(&owner(i)).map(|h| h.token), Some(u64::from(i) + 1));
+        }
+        assert_eq!(s.remove(&owner(99)).map(|h| h.token), Some(100));
     }
 
     #[test]
@@ -1465,7 +1653,11 @@ mod tests {
             most_hashes = most_hashes.max(s.hashes.get() - hashes);
             if s.table.places() != places {
                 growths += 1;
-                assert_eq!(s.table.places(), (2 * places).max(8));
+                let first = table_size_for(SMALL + 1);
+                assert_eq!(
+                    s.table.places(),
+                    if places == 0 { first } else { 2 * places }
+                );
             }
             most = most.max(s.rehashed - rehashed);
             if i % 7 == 0 {
@@ -1588,13 +1780,13 @@ mod tests {
         }
         // Room made by a removal is used again (compacted when needed).
         s.remove(&owner(0));
-        assert_eq!(s.insert(&owner(fits), h(9, 10)), Ok(()));
+        assert_eq!(s.insert(&owner(fits), h(9, 10)), Ok(true));
         assert_eq!(s.get(&owner(fits)).map(|h| h.token), Some(9));
     }
 
     #[derive(Debug, Clone)]
     enum Op {
-        Insert(u8, u64, i64),
+        Insert(u8, u64, i64, u32),
         Remove(u8),
     }
 
@@ -1603,7 +1795,8 @@ mod tests {
         #[test]
         fn matches_a_plain_map(ops in proptest::collection::vec(
             prop_oneof![
-                (0u8..40, 1u64..1000, 0i64..50).prop_map(|(o, t, l)| Op::Insert(o, t, l)),
+                (0u8..40, 1u64..1000, 0i64..50, 1u32..4)
+                    .prop_map(|(o, t, l, p)| Op::Insert(o, t, l, p)),
                 (0u8..40).prop_map(Op::Remove),
             ],
             1..300,
@@ -1613,15 +1806,19 @@ mod tests {
             let owner = |o: u8| vec![b'o'; usize::from(o % 7) + 1].into_iter().chain([o]).collect::<Vec<u8>>();
             for op in ops {
                 match op {
-                    Op::Insert(o, t, l) => {
-                        s.insert(&owner(o), h(t, l)).unwrap();
-                        map.insert(owner(o), h(t, l));
+                    Op::Insert(o, t, l, p) => {
+                        let holder = Holder { permits: p, ..h(t, l) };
+                        s.insert(&owner(o), holder).unwrap();
+                        map.insert(owner(o), holder);
                     }
                     Op::Remove(o) => {
                         prop_assert_eq!(s.remove(&owner(o)), map.remove(&owner(o)));
                     }
                 }
                 prop_assert_eq!(s.len(), map.len());
+                // Every node's size, permits and smallest token are its subtree's (kept up
+                // incrementally on the way down, recomputed only where they must be).
+                prop_assert_eq!(s.aggregates(s.root).0 as usize, map.len());
                 for (o, holder) in &map {
                     prop_assert_eq!(s.get(o), Some(*holder));
                 }
@@ -1633,6 +1830,10 @@ mod tests {
                 prop_assert_eq!(s.last_lease_end(), map.values().map(|h| h.lease_end).max());
                 for now in [0, 10, 25, 49] {
                     prop_assert_eq!(s.live(now), map.values().filter(|h| h.lease_end >= now).count());
+                    prop_assert_eq!(
+                        s.live_permits(now),
+                        map.values().filter(|h| h.lease_end >= now).map(|h| u64::from(h.permits)).sum::<u64>()
+                    );
                     prop_assert_eq!(
                         s.next_lease_end(now),
                         map.values().map(|h| h.lease_end).filter(|e| *e >= now).min()
