@@ -120,8 +120,70 @@ impl Garbage {
     }
 }
 
-/// Holders' records, in pages of 4,096 (192 KB): growing copies at most one page.
-type Slots = Paged<Slot, 12>;
+/// Holders' records, in pages of 4,096 (192 KB): growing copies at most one page. Indexing
+/// them is total: a slot number past the records (only a bug could make one) reads as a
+/// detached record ([`DETACHED`]: no links, so every walk ends) and writes to a spare one,
+/// rather than panicking, which would abort the user's Redis.
+#[derive(Clone, Debug, Default)]
+struct Slots {
+    records: Paged<Slot, 12>,
+    /// Where a write to a slot past the records goes (allocated on the first one: never, but
+    /// for a bug).
+    spare: Option<Box<Slot>>,
+}
+
+impl Slots {
+    #[cfg(test)]
+    const PAGE: usize = Paged::<Slot, 12>::PAGE;
+}
+
+impl std::ops::Deref for Slots {
+    type Target = Paged<Slot, 12>;
+
+    fn deref(&self) -> &Paged<Slot, 12> {
+        &self.records
+    }
+}
+
+impl std::ops::DerefMut for Slots {
+    fn deref_mut(&mut self) -> &mut Paged<Slot, 12> {
+        &mut self.records
+    }
+}
+
+impl std::ops::Index<usize> for Slots {
+    type Output = Slot;
+
+    fn index(&self, i: usize) -> &Slot {
+        self.records.get(i).unwrap_or(&DETACHED)
+    }
+}
+
+impl std::ops::IndexMut<usize> for Slots {
+    fn index_mut(&mut self, i: usize) -> &mut Slot {
+        match self.records.get_mut(i) {
+            Some(record) => record,
+            None => {
+                let spare = self.spare.get_or_insert_with(|| Box::new(DETACHED));
+                **spare = DETACHED;
+                spare
+            }
+        }
+    }
+}
+
+/// What a slot number past the records reads as: a node with no links and no holder.
+const DETACHED: Slot = Slot {
+    token_len: 0,
+    lease_permits: 0,
+    granted_sum: 0,
+    owner_at: 0,
+    count: 0,
+    left: NIL,
+    right: NIL,
+    size: 0,
+    min: NIL,
+};
 /// Owners' bytes, in pages of 256 KB (an owner never straddles two).
 type Owners = Paged<u8, 18>;
 
@@ -244,15 +306,15 @@ pub struct Shared {
     slots: Slots,
     owners: Owners,
     /// Bytes of `owners` that belong to no record any more (or to none ever: page tails).
-    stale: usize,
+    stale: u32,
     /// Slot number + 1 by owner; while the table grows, the owners not moved yet are in the
     /// growth's old table.
     table: Table,
     growth: Option<Box<Growth>>,
     /// While the owners' bytes are compacted: the old buffer, and how far the move got.
     moving: Option<Box<Moving>>,
-    /// `EPOCH_BIT` or 0: the bit of the records whose bytes are in `owners` (see [`EPOCH_BIT`]).
-    epoch: u64,
+    /// Whether the records whose bytes are in `owners` have `EPOCH_BIT` set (see [`EPOCH_BIT`]).
+    epoch: bool,
     /// Owners' bytes copied into a fresh buffer so far (for the tests that bound it per
     /// operation).
     #[cfg(test)]
@@ -305,7 +367,7 @@ impl Shared {
             table: Table::default(),
             growth: None,
             moving: None,
-            epoch: 0,
+            epoch: false,
             #[cfg(test)]
             owner_bytes_copied: 0,
             #[cfg(test)]
@@ -376,7 +438,11 @@ impl Shared {
     /// whose bytes do not fit ([`MAX_OWNER_BYTES`]) is refused and nothing changes. Returns
     /// whether `owner` is a new holder (false: its hold was replaced).
     pub fn insert(&mut self, owner: &[u8], holder: Holder) -> Result<bool, Full> {
-        let owner = &owner[..owner.len().clamp(1, 256)];
+        if owner.is_empty() {
+            // No room for it in a record (which keeps `length - 1`): refused, not a panic.
+            return Err(Full);
+        }
+        let owner = &owner[..owner.len().min(256)];
         let token_len = (holder.token & TOKEN_MASK) | ((owner.len() as u64 - 1) << TOKEN_BITS);
         let lease_permits = pack(holder.lease_end, u64::from(holder.permits.min(MAX_LIMIT)));
         let hinted = self.find_slot_hinted(owner);
@@ -412,10 +478,11 @@ impl Shared {
         let end = self.owners.len();
         let owner_at = self.owners.push_run(owner);
         // A page's tail left unused belongs to no owner.
-        self.stale += owner_at - end;
+        self.stale = self.stale.saturating_add((owner_at - end) as u32);
         let owner_at = owner_at as u32;
+        let epoch = self.epoch_bit();
         self.slots.push(Slot {
-            token_len: token_len | self.epoch,
+            token_len: token_len | epoch,
             lease_permits,
             granted_sum: pack(holder.granted_at, 0),
             owner_at,
@@ -455,11 +522,12 @@ impl Shared {
     /// Once three quarters of the owners' bytes belong to no holder, starts moving the live
     /// ones into a fresh buffer, [`REHASH_STEP`] records per later insert and removal: O(1).
     pub fn compact_lazily(&mut self) {
-        if self.moving.is_none() && self.stale > 3 * (self.owners.len() - self.stale) {
+        let stale = self.stale as usize;
+        if self.moving.is_none() && stale > 3 * self.owners.len().saturating_sub(stale) {
             // Into a fresh buffer a few records per later operation, not all in this one.
             let old = std::mem::take(&mut self.owners);
             self.moving = Some(Box::new(Moving { old, cursor: 0 }));
-            self.epoch ^= EPOCH_BIT;
+            self.epoch = !self.epoch;
             self.stale = 0;
         }
     }
@@ -468,14 +536,18 @@ impl Shared {
     /// for a set left empty): for removing many in bounded steps; [`Shared::tidy`] afterwards.
     pub fn remove_keeping_room(&mut self, owner: &[u8]) -> Option<Holder> {
         let (at, slot) = self.find(owner).ok()?;
+        if slot >= self.slots.len() {
+            // Only a bug could give a slot past the records: nothing is removed, nothing panics.
+            return None;
+        }
         let record = self.slots[slot];
         self.root = self.remove_node(self.root, slot as u32);
         self.take_out(at);
         if !self.in_old(&record) {
-            self.stale += record.owner_len();
+            self.stale = self.stale.saturating_add(record.owner_len() as u32);
         }
         // The last record moves into the hole; whoever points at it follows.
-        let last = self.slots.len() - 1;
+        let last = self.slots.len().saturating_sub(1);
         self.slots.swap_remove(slot);
         if slot != last {
             let moved = self.slots[slot];
@@ -720,7 +792,7 @@ impl Shared {
         }
         self.rehash_step(usize::MAX);
         self.owners_step(usize::MAX);
-        if self.stale * 4 > self.owners.len() {
+        if self.stale as usize * 4 > self.owners.len() {
             garbage.owners = self.compact_owners();
         }
         let live = self.slots.len();
@@ -733,7 +805,10 @@ impl Shared {
             garbage.tables[0] = self.rebuild_table(table_size_for(live));
         }
         if self.slots.capacity() > 2 * live + 4 {
-            let slots = self.slots.compacted();
+            let slots = Slots {
+                records: self.slots.compacted(),
+                spare: None,
+            };
             garbage.slots = std::mem::replace(&mut self.slots, slots);
             let owners = self.owners.compacted();
             let old = std::mem::replace(&mut self.owners, owners);
@@ -753,9 +828,18 @@ impl Shared {
         }
     }
 
+    /// `EPOCH_BIT` if set, else 0: the bit of the records whose bytes are in `owners`.
+    fn epoch_bit(&self) -> u64 {
+        if self.epoch {
+            EPOCH_BIT
+        } else {
+            0
+        }
+    }
+
     /// Whether `record`'s bytes are still in the old buffer of a compaction under way.
     fn in_old(&self, record: &Slot) -> bool {
-        self.moving.is_some() && record.token_len & EPOCH_BIT != self.epoch
+        self.moving.is_some() && record.token_len & EPOCH_BIT != self.epoch_bit()
     }
 
     /// Copies the bytes of the record at `slot` from the old buffer into the fresh one (at most
@@ -766,14 +850,16 @@ impl Shared {
         };
         let record = self.slots[slot];
         let mut bytes = [0u8; 256];
-        let len = record.owner_len();
-        bytes[..len].copy_from_slice(owner_in(&moving.old, &record));
+        let old = owner_in(&moving.old, &record);
+        let len = old.len();
+        bytes[..len].copy_from_slice(old);
         let end = self.owners.len();
         let at = self.owners.push_run(&bytes[..len]);
-        self.stale += at - end;
+        self.stale = self.stale.saturating_add((at - end) as u32);
+        let epoch = self.epoch_bit();
         let record = &mut self.slots[slot];
         record.owner_at = at as u32;
-        record.token_len = (record.token_len & !EPOCH_BIT) | self.epoch;
+        record.token_len = (record.token_len & !EPOCH_BIT) | epoch;
         #[cfg(test)]
         {
             self.owner_bytes_copied += len as u64;
@@ -822,7 +908,8 @@ impl Shared {
                 .ok_or(None);
         }
         let hash = self.hash(owner);
-        let is = |entry: u32| self.is_owner_of(&self.slots[entry as usize - 1], owner);
+        let is =
+            |entry: u32| self.is_owner_of(&self.slots[(entry as usize).wrapping_sub(1)], owner);
         let place = match self.table.find(hash, is) {
             Some(at) => Place { old: false, at },
             None => {
@@ -833,7 +920,7 @@ impl Shared {
                 }
             }
         };
-        Ok((place, self.entry(place) as usize - 1))
+        Ok((place, (self.entry(place) as usize).wrapping_sub(1)))
     }
 
     /// [`Shared::find_slot`], or the owner's hash if it computed one.
@@ -853,7 +940,7 @@ impl Shared {
             return None;
         }
         let hash = self.hash(owner);
-        let is = |entry: u32| entry as usize - 1 == slot;
+        let is = |entry: u32| (entry as usize).wrapping_sub(1) == slot;
         match self.table.find(hash, is) {
             Some(at) => Some(Place { old: false, at }),
             None => Some(Place {
@@ -894,7 +981,7 @@ impl Shared {
         }
         let mut table = std::mem::take(&mut self.table);
         table.take_out(place.at, |entry| {
-            self.hash(self.owner_of_slot(&self.slots[entry as usize - 1]))
+            self.hash(self.owner_of_slot(&self.slots[(entry as usize).wrapping_sub(1)]))
         });
         self.table = table;
     }
@@ -949,7 +1036,7 @@ impl Shared {
             // O(1): the place is marked, not emptied (no later entry shifts back).
             let entry = growth.old.get(at);
             growth.old.bury(at);
-            let hash = self.hash(self.owner_of_slot(&self.slots[entry as usize - 1]));
+            let hash = self.hash(self.owner_of_slot(&self.slots[(entry as usize).wrapping_sub(1)]));
             self.table.put(hash, entry);
             #[cfg(test)]
             {
@@ -986,7 +1073,7 @@ impl Shared {
                 self.owner_bytes_copied += bytes.len() as u64;
             }
         }
-        self.stale = stale;
+        self.stale = stale as u32;
         std::mem::replace(&mut self.owners, owners)
     }
 
@@ -1068,8 +1155,8 @@ impl Shared {
             return;
         }
         let record = &mut self.slots[t as usize];
-        record.size -= 1;
-        record.set_permits_sum(record.permits_sum() - permits);
+        record.size = record.size.saturating_sub(1);
+        record.set_permits_sum(record.permits_sum().saturating_sub(permits));
     }
 
     /// Recomputes a node's size and smallest token from its children.
@@ -1388,6 +1475,52 @@ mod tests {
             assert_eq!(s.get(&owner(i)).map(|h| h.token), Some(u64::from(i) + 1));
         }
         assert_eq!(s.remove(&owner(99)).map(|h| h.token), Some(100));
+    }
+
+    /// Nothing a set is given panics (a panic aborts the user's Redis): an empty owner is
+    /// refused; a slot number past the records, which only a bug could make (here a table
+    /// entry and a treap link corrupted by hand), reads as a detached record, and every
+    /// operation still ends.
+    #[test]
+    fn nothing_panics_on_an_empty_owner_or_a_slot_past_the_records() {
+        let mut s = Shared::new(0);
+        assert_eq!(s.insert(b"", h(1, 10)), Err(Full));
+        assert!(s.is_empty());
+        let owner = |i: u32| format!("o{i}").into_bytes();
+        for i in 0..40u32 {
+            s.insert(&owner(i), h(u64::from(i) + 1, 10 + i64::from(i)))
+                .unwrap();
+        }
+        assert_eq!(s.slots[1_000_000].size, 0, "reads as detached");
+        s.slots[1_000_000].count = 7;
+        assert_eq!(s.slots[1_000_000].count, 0, "writes go to a spare record");
+        // A table entry pointing past the records.
+        let (place, _) = s.find(&owner(3)).expect("found");
+        s.place_mut(place, 5_000);
+        let _ = s.get(&owner(3));
+        let _ = s.remove(&owner(3));
+        let _ = s.insert(&owner(3), h(99, 10));
+        // A treap link pointing past the records.
+        let root = s.root as usize;
+        s.slots[root].left = 7_000;
+        let _ = (
+            s.first_lease_end(),
+            s.last_lease_end(),
+            s.live(20),
+            s.lapsed(20),
+        );
+        let _ = (
+            s.first_alive(5, 0),
+            s.live_permits(20),
+            s.leases_covering(3),
+        );
+        let _ = s.insert(&owner(100), h(100, 5));
+        let _ = s.remove(&owner(7));
+        let _ = s.insert(&owner(8), h(9, 200));
+        for i in 0..200u32 {
+            let _ = s.remove(&owner(i));
+        }
+        drop(s.tidy());
     }
 
     #[test]
