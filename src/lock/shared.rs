@@ -1128,23 +1128,6 @@ impl Shared {
         self.hasher.hash_one(self.owner_of_slot(x)) > self.hasher.hash_one(self.owner_of_slot(y))
     }
 
-    /// Node `x` joined `t`'s subtree (below it): `t`'s size, permits and smallest token take
-    /// it in, without reading `t`'s children (what [`Shared::update`] would recompute).
-    fn gain(&mut self, t: u32, x: u32) {
-        let (token, permits) = {
-            let record = &self.slots[x as usize];
-            (record.token(), record.permits())
-        };
-        let min = self.slots[t as usize].min;
-        let smaller = token < self.slots[min as usize].token();
-        let record = &mut self.slots[t as usize];
-        record.size += 1;
-        record.set_permits_sum(record.permits_sum().saturating_add(permits));
-        if smaller {
-            record.min = x;
-        }
-    }
-
     /// Node `x` left `t`'s subtree (below it): the same in reverse, or recomputed from the
     /// children when `x` was its smallest token or its permits' sum saturated (not exact).
     fn lose(&mut self, t: u32, x: u32) {
@@ -1194,16 +1177,30 @@ impl Shared {
     }
 
     fn insert_node(&mut self, t: u32, x: u32) -> u32 {
-        let priority = self.priority(x);
-        self.insert_below(t, x, priority)
+        let record = &self.slots[x as usize];
+        let joining = Joining {
+            x,
+            lease_end: record.lease_end(),
+            token: record.token(),
+            priority: mix(record.token() ^ self.seed),
+            permits: record.permits(),
+        };
+        self.insert_below(t, &joining)
     }
 
-    /// Inserts `x`, whose priority is `px`, into the subtree `t`; returns its new root.
-    fn insert_below(&mut self, t: u32, x: u32, px: u64) -> u32 {
+    /// Inserts the node `joining` describes into the subtree `t`; returns its new root. Each
+    /// level reads only its own node (and its smallest token's): `x`'s key, priority and
+    /// permits are computed once.
+    fn insert_below(&mut self, t: u32, joining: &Joining) -> u32 {
+        let x = joining.x;
         if t == NIL {
             return x;
         }
-        if self.outranks(px, x, t) {
+        let record = self.slots[t as usize];
+        let priority = mix(record.token() ^ self.seed);
+        if joining.priority > priority
+            || (joining.priority == priority && self.outranks(joining.priority, x, t))
+        {
             let (left, right) = self.split(t, x);
             let record = &mut self.slots[x as usize];
             record.left = left;
@@ -1211,14 +1208,30 @@ impl Shared {
             self.update(x);
             return x;
         }
-        if self.order(x, t) == Ordering::Less {
-            let child = self.insert_below(self.slots[t as usize].left, x, px);
-            self.slots[t as usize].left = child;
+        let before = match joining
+            .lease_end
+            .cmp(&record.lease_end())
+            .then(joining.token.cmp(&record.token()))
+        {
+            // Same lease end and token (only crafted data): the owners decide.
+            Ordering::Equal => self.order(x, t) == Ordering::Less,
+            order => order == Ordering::Less,
+        };
+        let child = self.insert_below(if before { record.left } else { record.right }, joining);
+        // `x` joined `t`'s subtree: its size, permits and smallest token take it in, without
+        // reading `t`'s children (what [`Shared::update`] would recompute).
+        let smaller = joining.token < self.slots[record.min as usize].token();
+        let record = &mut self.slots[t as usize];
+        if before {
+            record.left = child;
         } else {
-            let child = self.insert_below(self.slots[t as usize].right, x, px);
-            self.slots[t as usize].right = child;
+            record.right = child;
         }
-        self.gain(t, x);
+        record.size = record.size.saturating_add(1);
+        record.set_permits_sum(record.permits_sum().saturating_add(joining.permits));
+        if smaller {
+            record.min = x;
+        }
         t
     }
 
@@ -1330,6 +1343,15 @@ fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// A node joining the treap: what each level of its insertion compares and adds.
+struct Joining {
+    x: u32,
+    lease_end: i64,
+    token: u64,
+    priority: u64,
+    permits: u32,
 }
 
 /// A growth of a set's table under way: the old table, emptied into the new one a few owners
