@@ -126,10 +126,25 @@ impl<T: Copy, const SHIFT: u32> Paged<T, SHIFT> {
         at
     }
 
-    /// The `len` items from `at` (within one page, as [`Paged::push_run`] put them).
+    /// The `len` items from `at` (within one page, as [`Paged::push_run`] put them); none
+    /// where there are not that many (a corrupt offset reads as nothing rather than aborting
+    /// the server).
     pub fn run(&self, at: usize, len: usize) -> &[T] {
         let within = at & Self::MASK;
-        &self.pages[at >> SHIFT][within..within + len]
+        self.pages
+            .get(at >> SHIFT)
+            .and_then(|page| page.get(within..within.saturating_add(len)))
+            .unwrap_or(&[])
+    }
+
+    /// Item `i`, if there is one (no panic out of range).
+    pub fn get(&self, i: usize) -> Option<&T> {
+        self.pages.get(i >> SHIFT)?.get(i & Self::MASK)
+    }
+
+    /// Item `i` to change, if there is one.
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        self.pages.get_mut(i >> SHIFT)?.get_mut(i & Self::MASK)
     }
 
     /// Removes the last item (a page left empty is freed: at most a page's bytes).

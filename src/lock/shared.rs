@@ -120,8 +120,70 @@ impl Garbage {
     }
 }
 
-/// Holders' records, in pages of 4,096 (192 KB): growing copies at most one page.
-type Slots = Paged<Slot, 12>;
+/// Holders' records, in pages of 4,096 (192 KB): growing copies at most one page. Indexing
+/// them is total: a slot number past the records (only a bug could make one) reads as a
+/// detached record ([`DETACHED`]: no links, so every walk ends) and writes to a spare one,
+/// rather than panicking, which would abort the user's Redis.
+#[derive(Clone, Debug, Default)]
+struct Slots {
+    records: Paged<Slot, 12>,
+    /// Where a write to a slot past the records goes (allocated on the first one: never, but
+    /// for a bug).
+    spare: Option<Box<Slot>>,
+}
+
+impl Slots {
+    #[cfg(test)]
+    const PAGE: usize = Paged::<Slot, 12>::PAGE;
+}
+
+impl std::ops::Deref for Slots {
+    type Target = Paged<Slot, 12>;
+
+    fn deref(&self) -> &Paged<Slot, 12> {
+        &self.records
+    }
+}
+
+impl std::ops::DerefMut for Slots {
+    fn deref_mut(&mut self) -> &mut Paged<Slot, 12> {
+        &mut self.records
+    }
+}
+
+impl std::ops::Index<usize> for Slots {
+    type Output = Slot;
+
+    fn index(&self, i: usize) -> &Slot {
+        self.records.get(i).unwrap_or(&DETACHED)
+    }
+}
+
+impl std::ops::IndexMut<usize> for Slots {
+    fn index_mut(&mut self, i: usize) -> &mut Slot {
+        match self.records.get_mut(i) {
+            Some(record) => record,
+            None => {
+                let spare = self.spare.get_or_insert_with(|| Box::new(DETACHED));
+                **spare = DETACHED;
+                spare
+            }
+        }
+    }
+}
+
+/// What a slot number past the records reads as: a node with no links and no holder.
+const DETACHED: Slot = Slot {
+    token_len: 0,
+    lease_permits: 0,
+    granted_sum: 0,
+    owner_at: 0,
+    count: 0,
+    left: NIL,
+    right: NIL,
+    size: 0,
+    min: NIL,
+};
 /// Owners' bytes, in pages of 256 KB (an owner never straddles two).
 type Owners = Paged<u8, 18>;
 
@@ -129,6 +191,11 @@ type Owners = Paged<u8, 18>;
 /// removal spends on a table's growth under way: the old table's places are all looked at long
 /// before the new one fills (it starts half as full as its growth threshold).
 pub const REHASH_STEP: usize = 16;
+
+/// The most holders a set has without an owner table: finding one of them compares owners in
+/// turn (lengths first), cheaper than hashing one, and the common set of a few readers
+/// allocates no table. The holder past it builds the table.
+pub const SMALL: usize = 16;
 
 /// The most holders a set may have for a removal to compact it whole: copying 16,384 records
 /// (0.8 MB) and rehashing their owners takes well under a millisecond.
@@ -239,15 +306,15 @@ pub struct Shared {
     slots: Slots,
     owners: Owners,
     /// Bytes of `owners` that belong to no record any more (or to none ever: page tails).
-    stale: usize,
+    stale: u32,
     /// Slot number + 1 by owner; while the table grows, the owners not moved yet are in the
     /// growth's old table.
     table: Table,
     growth: Option<Box<Growth>>,
     /// While the owners' bytes are compacted: the old buffer, and how far the move got.
     moving: Option<Box<Moving>>,
-    /// `EPOCH_BIT` or 0: the bit of the records whose bytes are in `owners` (see [`EPOCH_BIT`]).
-    epoch: u64,
+    /// Whether the records whose bytes are in `owners` have `EPOCH_BIT` set (see [`EPOCH_BIT`]).
+    epoch: bool,
     /// Owners' bytes copied into a fresh buffer so far (for the tests that bound it per
     /// operation).
     #[cfg(test)]
@@ -261,12 +328,15 @@ pub struct Shared {
     hashes: std::cell::Cell<u64>,
     /// The treap's root (`NIL` when empty).
     root: u32,
+    /// The slot of the owner last found or added: a hint, used only once the owner's bytes
+    /// there are checked (so a record moved since makes it miss, never lie).
+    last_found: std::cell::Cell<u32>,
     hasher: RandomState,
     /// Mixed into the treap's priorities, so nobody can choose tokens that unbalance it.
     seed: u64,
     /// The most bytes the owners may take: [`MAX_OWNER_BYTES`] (less in unit tests, which check
     /// the bound without allocating gigabytes).
-    owner_room: usize,
+    owner_room: u32,
 }
 
 impl Default for Shared {
@@ -297,7 +367,7 @@ impl Shared {
             table: Table::default(),
             growth: None,
             moving: None,
-            epoch: 0,
+            epoch: false,
             #[cfg(test)]
             owner_bytes_copied: 0,
             #[cfg(test)]
@@ -305,9 +375,10 @@ impl Shared {
             #[cfg(test)]
             hashes: std::cell::Cell::new(0),
             root: NIL,
+            last_found: std::cell::Cell::new(0),
             hasher,
             seed,
-            owner_room: MAX_OWNER_BYTES,
+            owner_room: MAX_OWNER_BYTES as u32,
         }
     }
 
@@ -315,7 +386,7 @@ impl Shared {
     #[cfg(test)]
     fn with_owner_room(limit: u32, bytes: usize) -> Shared {
         Shared {
-            owner_room: bytes,
+            owner_room: bytes as u32,
             ..Shared::new(limit)
         }
     }
@@ -337,7 +408,24 @@ impl Shared {
 
     /// `owner`'s hold, lapsed or not.
     pub fn get(&self, owner: &[u8]) -> Option<Holder> {
-        self.find(owner).map(|(_, slot)| self.slots[slot].holder())
+        self.find_slot(owner).map(|slot| self.slots[slot].holder())
+    }
+
+    /// The slot of `owner`'s record: the one last found if it is `owner`'s (a command looks
+    /// its owner up several times: one hash, not four), else found in the table.
+    fn find_slot(&self, owner: &[u8]) -> Option<usize> {
+        let hint = self.last_found.get() as usize;
+        if hint < self.slots.len() && self.is_owner_of(&self.slots[hint], owner) {
+            return Some(hint);
+        }
+        let (_, slot) = self.find(owner).ok()?;
+        self.last_found.set(slot as u32);
+        Some(slot)
+    }
+
+    /// Whether `record` is `owner`'s (lengths compared first).
+    fn is_owner_of(&self, record: &Slot, owner: &[u8]) -> bool {
+        record.owner_len() == owner.len() && self.owner_of_slot(record) == owner
     }
 
     /// `owner`'s hold if its lease is alive at `now`.
@@ -347,18 +435,24 @@ impl Shared {
 
     /// Adds `owner`'s hold, or replaces it. Owners are 1 to 256 bytes long and tokens below
     /// 2^53 (what the commands accept); others are cut to fit rather than refused. A new owner
-    /// whose bytes do not fit ([`MAX_OWNER_BYTES`]) is refused and nothing changes.
-    pub fn insert(&mut self, owner: &[u8], holder: Holder) -> Result<(), Full> {
-        let owner = &owner[..owner.len().clamp(1, 256)];
+    /// whose bytes do not fit ([`MAX_OWNER_BYTES`]) is refused and nothing changes. Returns
+    /// whether `owner` is a new holder (false: its hold was replaced).
+    pub fn insert(&mut self, owner: &[u8], holder: Holder) -> Result<bool, Full> {
+        if owner.is_empty() {
+            // No room for it in a record (which keeps `length - 1`): refused, not a panic.
+            return Err(Full);
+        }
+        let owner = &owner[..owner.len().min(256)];
         let token_len = (holder.token & TOKEN_MASK) | ((owner.len() as u64 - 1) << TOKEN_BITS);
         let lease_permits = pack(holder.lease_end, u64::from(holder.permits.min(MAX_LIMIT)));
-        if let Some((_, slot)) = self.find(owner) {
+        let hinted = self.find_slot_hinted(owner);
+        if let Ok(slot) = hinted {
             let record = self.slots[slot];
             // In place only when its treap node and its subtree's permits stay as they are.
             if record.token_len & !EPOCH_BIT == token_len && record.lease_permits == lease_permits {
                 self.slots[slot].count = holder.count;
                 self.slots[slot].granted_sum = pack(holder.granted_at, record.permits_sum().into());
-                return Ok(());
+                return Ok(false);
             }
             // Its place in the treap moves with its lease end (and token).
             self.root = self.remove_node(self.root, slot as u32);
@@ -369,11 +463,11 @@ impl Shared {
             record.count = holder.count;
             record.granted_sum = pack(holder.granted_at, 0);
             self.attach(slot as u32);
-            return Ok(());
+            return Ok(false);
         }
-        if self.owners.next_run_at(owner.len()) + owner.len() > self.owner_room {
+        if self.owners.next_run_at(owner.len()) + owner.len() > self.owner_room as usize {
             drop(self.compact_owners());
-            if self.owners.next_run_at(owner.len()) + owner.len() > self.owner_room {
+            if self.owners.next_run_at(owner.len()) + owner.len() > self.owner_room as usize {
                 return Err(Full);
             }
         }
@@ -384,10 +478,11 @@ impl Shared {
         let end = self.owners.len();
         let owner_at = self.owners.push_run(owner);
         // A page's tail left unused belongs to no owner.
-        self.stale += owner_at - end;
+        self.stale = self.stale.saturating_add((owner_at - end) as u32);
         let owner_at = owner_at as u32;
+        let epoch = self.epoch_bit();
         self.slots.push(Slot {
-            token_len: token_len | self.epoch,
+            token_len: token_len | epoch,
             lease_permits,
             granted_sum: pack(holder.granted_at, 0),
             owner_at,
@@ -397,9 +492,11 @@ impl Shared {
             size: 1,
             min: slot as u32,
         });
-        self.table_insert(owner, slot);
+        // The hash the lookup computed, not a second one.
+        self.table_insert(owner, slot, hinted.err().flatten());
         self.attach(slot as u32);
-        Ok(())
+        self.last_found.set(slot as u32);
+        Ok(true)
     }
 
     /// Removes `owner`'s hold, then compacts what it cheaply can ([`Shared::tidy_cheaply`]).
@@ -425,11 +522,12 @@ impl Shared {
     /// Once three quarters of the owners' bytes belong to no holder, starts moving the live
     /// ones into a fresh buffer, [`REHASH_STEP`] records per later insert and removal: O(1).
     pub fn compact_lazily(&mut self) {
-        if self.moving.is_none() && self.stale > 3 * (self.owners.len() - self.stale) {
+        let stale = self.stale as usize;
+        if self.moving.is_none() && stale > 3 * self.owners.len().saturating_sub(stale) {
             // Into a fresh buffer a few records per later operation, not all in this one.
             let old = std::mem::take(&mut self.owners);
             self.moving = Some(Box::new(Moving { old, cursor: 0 }));
-            self.epoch ^= EPOCH_BIT;
+            self.epoch = !self.epoch;
             self.stale = 0;
         }
     }
@@ -437,15 +535,19 @@ impl Shared {
     /// Removes `owner`'s hold without compacting anything (O(log H) however large the set, but
     /// for a set left empty): for removing many in bounded steps; [`Shared::tidy`] afterwards.
     pub fn remove_keeping_room(&mut self, owner: &[u8]) -> Option<Holder> {
-        let (at, slot) = self.find(owner)?;
+        let (at, slot) = self.find(owner).ok()?;
+        if slot >= self.slots.len() {
+            // Only a bug could give a slot past the records: nothing is removed, nothing panics.
+            return None;
+        }
         let record = self.slots[slot];
         self.root = self.remove_node(self.root, slot as u32);
         self.take_out(at);
         if !self.in_old(&record) {
-            self.stale += record.owner_len();
+            self.stale = self.stale.saturating_add(record.owner_len() as u32);
         }
         // The last record moves into the hole; whoever points at it follows.
-        let last = self.slots.len() - 1;
+        let last = self.slots.len().saturating_sub(1);
         self.slots.swap_remove(slot);
         if slot != last {
             let moved = self.slots[slot];
@@ -690,15 +792,23 @@ impl Shared {
         }
         self.rehash_step(usize::MAX);
         self.owners_step(usize::MAX);
-        if self.stale * 4 > self.owners.len() {
+        if self.stale as usize * 4 > self.owners.len() {
             garbage.owners = self.compact_owners();
         }
         let live = self.slots.len();
-        if self.table.places() > 8 * live + 8 {
+        if live <= SMALL / 4 && self.table.places() > 0 {
+            // Small again (a quarter of [`SMALL`], so that a set around it does not build and
+            // drop its table at every change): no table.
+            self.rehash_step(usize::MAX);
+            garbage.tables[0] = std::mem::take(&mut self.table);
+        } else if self.table.places() > 8 * live + 8 {
             garbage.tables[0] = self.rebuild_table(table_size_for(live));
         }
         if self.slots.capacity() > 2 * live + 4 {
-            let slots = self.slots.compacted();
+            let slots = Slots {
+                records: self.slots.compacted(),
+                spare: None,
+            };
             garbage.slots = std::mem::replace(&mut self.slots, slots);
             let owners = self.owners.compacted();
             let old = std::mem::replace(&mut self.owners, owners);
@@ -718,9 +828,18 @@ impl Shared {
         }
     }
 
+    /// `EPOCH_BIT` if set, else 0: the bit of the records whose bytes are in `owners`.
+    fn epoch_bit(&self) -> u64 {
+        if self.epoch {
+            EPOCH_BIT
+        } else {
+            0
+        }
+    }
+
     /// Whether `record`'s bytes are still in the old buffer of a compaction under way.
     fn in_old(&self, record: &Slot) -> bool {
-        self.moving.is_some() && record.token_len & EPOCH_BIT != self.epoch
+        self.moving.is_some() && record.token_len & EPOCH_BIT != self.epoch_bit()
     }
 
     /// Copies the bytes of the record at `slot` from the old buffer into the fresh one (at most
@@ -731,14 +850,16 @@ impl Shared {
         };
         let record = self.slots[slot];
         let mut bytes = [0u8; 256];
-        let len = record.owner_len();
-        bytes[..len].copy_from_slice(owner_in(&moving.old, &record));
+        let old = owner_in(&moving.old, &record);
+        let len = old.len();
+        bytes[..len].copy_from_slice(old);
         let end = self.owners.len();
         let at = self.owners.push_run(&bytes[..len]);
-        self.stale += at - end;
+        self.stale = self.stale.saturating_add((at - end) as u32);
+        let epoch = self.epoch_bit();
         let record = &mut self.slots[slot];
         record.owner_at = at as u32;
-        record.token_len = (record.token_len & !EPOCH_BIT) | self.epoch;
+        record.token_len = (record.token_len & !EPOCH_BIT) | epoch;
         #[cfg(test)]
         {
             self.owner_bytes_copied += len as u64;
@@ -774,23 +895,52 @@ impl Shared {
 
     /// (place in the tables, slot) of `owner`: in the table, else in the old one while the
     /// table grows.
-    fn find(&self, owner: &[u8]) -> Option<(Place, usize)> {
+    /// Not found: `Err` of the owner's hash (`None` for a small set, which hashes nothing).
+    fn find(&self, owner: &[u8]) -> Result<(Place, usize), Option<usize>> {
+        if self.table.places() == 0 {
+            // A small set has no table: its few records are looked at in turn, lengths first
+            // (no owner hashed, no table allocated).
+            return self
+                .slots
+                .iter()
+                .position(|record| self.is_owner_of(record, owner))
+                .map(|slot| (Place::NONE, slot))
+                .ok_or(None);
+        }
         let hash = self.hash(owner);
-        let is = |entry: u32| self.owner_of_slot(&self.slots[entry as usize - 1]) == owner;
+        let is =
+            |entry: u32| self.is_owner_of(&self.slots[(entry as usize).wrapping_sub(1)], owner);
         let place = match self.table.find(hash, is) {
             Some(at) => Place { old: false, at },
-            None => Place {
-                old: true,
-                at: self.growth.as_ref()?.old.find(hash, is)?,
-            },
+            None => {
+                let at = self.growth.as_ref().and_then(|g| g.old.find(hash, is));
+                Place {
+                    old: true,
+                    at: at.ok_or(Some(hash))?,
+                }
+            }
         };
-        Some((place, self.entry(place) as usize - 1))
+        Ok((place, (self.entry(place) as usize).wrapping_sub(1)))
+    }
+
+    /// [`Shared::find_slot`], or the owner's hash if it computed one.
+    fn find_slot_hinted(&self, owner: &[u8]) -> Result<usize, Option<usize>> {
+        let hint = self.last_found.get() as usize;
+        if hint < self.slots.len() && self.is_owner_of(&self.slots[hint], owner) {
+            return Ok(hint);
+        }
+        let (_, slot) = self.find(owner)?;
+        self.last_found.set(slot as u32);
+        Ok(slot)
     }
 
     /// The place in the tables that points at `slot` (whose owner is `owner`).
     fn table_place_of(&self, owner: &[u8], slot: usize) -> Option<Place> {
+        if self.table.places() == 0 {
+            return None;
+        }
         let hash = self.hash(owner);
-        let is = |entry: u32| entry as usize - 1 == slot;
+        let is = |entry: u32| (entry as usize).wrapping_sub(1) == slot;
         match self.table.find(hash, is) {
             Some(at) => Some(Place { old: false, at }),
             None => Some(Place {
@@ -820,6 +970,9 @@ impl Shared {
 
     /// Empties a place (see [`Table::take_out`]).
     fn take_out(&mut self, place: Place) {
+        if self.table.places() == 0 {
+            return;
+        }
         if place.old {
             if let Some(growth) = &mut self.growth {
                 growth.old.bury(place.at);
@@ -828,7 +981,7 @@ impl Shared {
         }
         let mut table = std::mem::take(&mut self.table);
         table.take_out(place.at, |entry| {
-            self.hash(self.owner_of_slot(&self.slots[entry as usize - 1]))
+            self.hash(self.owner_of_slot(&self.slots[(entry as usize).wrapping_sub(1)]))
         });
         self.table = table;
     }
@@ -837,9 +990,16 @@ impl Shared {
     /// a table twice as large takes its place and the old one's owners move into it
     /// [`REHASH_STEP`] at a time, with each insert and removal ([`Shared::rehash_step`]), as
     /// Redis's dict does: no single insert rehashes every owner.
-    fn table_insert(&mut self, owner: &[u8], slot: usize) {
+    fn table_insert(&mut self, owner: &[u8], slot: usize, hash: Option<usize>) {
         self.rehash_step(REHASH_STEP);
         self.owners_step(REHASH_STEP);
+        if self.table.places() == 0 {
+            // Up to [`SMALL`] holders need no table; the one past it builds it (O(SMALL)).
+            if self.slots.len() > SMALL {
+                self.rebuild_table(table_size_for(self.slots.len()));
+            }
+            return;
+        }
         if self.slots.len() * 4 > self.table.places() * 3 {
             // Never while a growth is under way (each one ends long before), but if so: ended.
             self.rehash_step(usize::MAX);
@@ -849,7 +1009,7 @@ impl Shared {
                 self.growth = Some(Box::new(Growth { old, cursor: 0 }));
             }
         }
-        let hash = self.hash(owner);
+        let hash = hash.unwrap_or_else(|| self.hash(owner));
         self.table.put(hash, slot as u32 + 1);
     }
 
@@ -876,7 +1036,7 @@ impl Shared {
             // O(1): the place is marked, not emptied (no later entry shifts back).
             let entry = growth.old.get(at);
             growth.old.bury(at);
-            let hash = self.hash(self.owner_of_slot(&self.slots[entry as usize - 1]));
+            let hash = self.hash(self.owner_of_slot(&self.slots[(entry as usize).wrapping_sub(1)]));
             self.table.put(hash, entry);
             #[cfg(test)]
             {
@@ -913,7 +1073,7 @@ impl Shared {
                 self.owner_bytes_copied += bytes.len() as u64;
             }
         }
-        self.stale = stale;
+        self.stale = stale as u32;
         std::mem::replace(&mut self.owners, owners)
     }
 
@@ -950,12 +1110,36 @@ impl Shared {
     /// apart by a keyed hash of their owners, which are unique. Fixed while a node is in the
     /// treap (its token and owner do not change there).
     fn above(&self, a: u32, b: u32) -> bool {
-        let (x, y) = (&self.slots[a as usize], &self.slots[b as usize]);
-        let (px, py) = (mix(x.token() ^ self.seed), mix(y.token() ^ self.seed));
-        if px != py {
-            return px > py;
+        self.outranks(self.priority(a), a, b)
+    }
+
+    /// Node `a`'s priority (its token under the secret seed).
+    fn priority(&self, a: u32) -> u64 {
+        mix(self.slots[a as usize].token() ^ self.seed)
+    }
+
+    /// [`Shared::above`] with `a`'s priority known (computed once per insertion, not per level).
+    fn outranks(&self, pa: u64, a: u32, b: u32) -> bool {
+        let pb = self.priority(b);
+        if pa != pb {
+            return pa > pb;
         }
+        let (x, y) = (&self.slots[a as usize], &self.slots[b as usize]);
         self.hasher.hash_one(self.owner_of_slot(x)) > self.hasher.hash_one(self.owner_of_slot(y))
+    }
+
+    /// Node `x` left `t`'s subtree (below it): the same in reverse, or recomputed from the
+    /// children when `x` was its smallest token or its permits' sum saturated (not exact).
+    fn lose(&mut self, t: u32, x: u32) {
+        let permits = self.slots[x as usize].permits();
+        let record = &self.slots[t as usize];
+        if record.min == x || u64::from(record.permits_sum()) >= PERMITS_MASK {
+            self.update(t);
+            return;
+        }
+        let record = &mut self.slots[t as usize];
+        record.size = record.size.saturating_sub(1);
+        record.set_permits_sum(record.permits_sum().saturating_sub(permits));
     }
 
     /// Recomputes a node's size and smallest token from its children.
@@ -993,10 +1177,30 @@ impl Shared {
     }
 
     fn insert_node(&mut self, t: u32, x: u32) -> u32 {
+        let record = &self.slots[x as usize];
+        let joining = Joining {
+            x,
+            lease_end: record.lease_end(),
+            token: record.token(),
+            priority: mix(record.token() ^ self.seed),
+            permits: record.permits(),
+        };
+        self.insert_below(t, &joining)
+    }
+
+    /// Inserts the node `joining` describes into the subtree `t`; returns its new root. Each
+    /// level reads only its own node (and its smallest token's): `x`'s key, priority and
+    /// permits are computed once.
+    fn insert_below(&mut self, t: u32, joining: &Joining) -> u32 {
+        let x = joining.x;
         if t == NIL {
             return x;
         }
-        if self.above(x, t) {
+        let record = self.slots[t as usize];
+        let priority = mix(record.token() ^ self.seed);
+        if joining.priority > priority
+            || (joining.priority == priority && self.outranks(joining.priority, x, t))
+        {
             let (left, right) = self.split(t, x);
             let record = &mut self.slots[x as usize];
             record.left = left;
@@ -1004,14 +1208,30 @@ impl Shared {
             self.update(x);
             return x;
         }
-        if self.order(x, t) == Ordering::Less {
-            let child = self.insert_node(self.slots[t as usize].left, x);
-            self.slots[t as usize].left = child;
+        let before = match joining
+            .lease_end
+            .cmp(&record.lease_end())
+            .then(joining.token.cmp(&record.token()))
+        {
+            // Same lease end and token (only crafted data): the owners decide.
+            Ordering::Equal => self.order(x, t) == Ordering::Less,
+            order => order == Ordering::Less,
+        };
+        let child = self.insert_below(if before { record.left } else { record.right }, joining);
+        // `x` joined `t`'s subtree: its size, permits and smallest token take it in, without
+        // reading `t`'s children (what [`Shared::update`] would recompute).
+        let smaller = joining.token < self.slots[record.min as usize].token();
+        let record = &mut self.slots[t as usize];
+        if before {
+            record.left = child;
         } else {
-            let child = self.insert_node(self.slots[t as usize].right, x);
-            self.slots[t as usize].right = child;
+            record.right = child;
         }
-        self.update(t);
+        record.size = record.size.saturating_add(1);
+        record.set_permits_sum(record.permits_sum().saturating_add(joining.permits));
+        if smaller {
+            record.min = x;
+        }
         t
     }
 
@@ -1056,22 +1276,32 @@ impl Shared {
 
     /// Takes node `x` out of the subtree `t`; returns the subtree's new root.
     fn remove_node(&mut self, t: u32, x: u32) -> u32 {
+        self.remove_below(t, x).0
+    }
+
+    /// [`Shared::remove_node`], and whether `x` was found (only then do the nodes above it
+    /// lose it from their size and permits).
+    fn remove_below(&mut self, t: u32, x: u32) -> (u32, bool) {
         if t == NIL {
-            return NIL;
+            return (NIL, false);
         }
         if t == x {
             let Slot { left, right, .. } = self.slots[x as usize];
-            return self.merge(left, right);
+            return (self.merge(left, right), true);
         }
-        if self.order(x, t) == Ordering::Less {
-            let child = self.remove_node(self.slots[t as usize].left, x);
+        let found = if self.order(x, t) == Ordering::Less {
+            let (child, found) = self.remove_below(self.slots[t as usize].left, x);
             self.slots[t as usize].left = child;
+            found
         } else {
-            let child = self.remove_node(self.slots[t as usize].right, x);
+            let (child, found) = self.remove_below(self.slots[t as usize].right, x);
             self.slots[t as usize].right = child;
+            found
+        };
+        if found {
+            self.lose(t, x);
         }
-        self.update(t);
-        t
+        (t, found)
     }
 
     /// The node that was slot `old` is now slot `new` (its record moved): the links to it, on
@@ -1115,6 +1345,15 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A node joining the treap: what each level of its insertion compares and adds.
+struct Joining {
+    x: u32,
+    lease_end: i64,
+    token: u64,
+    priority: u64,
+    permits: u32,
+}
+
 /// A growth of a set's table under way: the old table, emptied into the new one a few owners
 /// at a time; its places below `cursor` hold no entry any more.
 #[derive(Clone, Debug)]
@@ -1128,6 +1367,14 @@ struct Growth {
 struct Place {
     old: bool,
     at: usize,
+}
+
+impl Place {
+    /// Where a small set's owner is: in no table (a set of at most [`SMALL`] has none).
+    const NONE: Place = Place {
+        old: false,
+        at: usize::MAX,
+    };
 }
 
 /// The owner of a record.
@@ -1170,6 +1417,24 @@ mod tests {
     }
 
     impl Shared {
+        /// (size, permits, smallest token) of the subtree `t`, recomputed from its nodes;
+        /// panics where a node's stored ones differ.
+        fn aggregates(&self, t: u32) -> (u32, u32, u64) {
+            if t == NIL {
+                return (0, 0, u64::MAX);
+            }
+            let record = self.slots[t as usize];
+            let (ls, lp, lm) = self.aggregates(record.left);
+            let (rs, rp, rm) = self.aggregates(record.right);
+            let size = 1 + ls + rs;
+            let permits = lp + rp + record.permits();
+            let min = record.token().min(lm).min(rm);
+            assert_eq!(record.size, size, "size of {t}");
+            assert_eq!(record.permits_sum(), permits, "permits of {t}");
+            assert_eq!(self.slots[record.min as usize].token(), min, "min of {t}");
+            (size, permits, min)
+        }
+
         fn depth(&self, t: u32) -> usize {
             if t == NIL {
                 return 0;
@@ -1200,6 +1465,84 @@ mod tests {
             // A random treap of 20,000 nodes is about 30 deep; 100 leaves a wide margin.
             assert!(depth < 100, "depth {depth}");
         }
+    }
+
+    /// A set of a few holders (the common case) has no owner table: found by comparing owners,
+    /// nothing hashed, nothing allocated for it. The holder past [`SMALL`] builds it; a tidy
+    /// at half of that drops it.
+    #[test]
+    fn a_small_set_has_no_table() {
+        let mut s = Shared::new(0);
+        let owner = |i: u32| format!("owner-{i}").into_bytes();
+        for i in 0..SMALL as u32 {
+            s.insert(&owner(i), h(u64::from(i) + 1, 10)).unwrap();
+        }
+        assert_eq!((s.table.places(), s.table.bytes()), (0, 0));
+        assert_eq!(s.hashes.get(), 0, "no owner hashed");
+        assert_eq!(s.get(&owner(3)).map(|h| h.token), Some(4));
+        assert_eq!(s.get(b"owner-"), None);
+        s.insert(&owner(99), h(100, 10)).unwrap();
+        assert_eq!(s.table.places(), table_size_for(SMALL + 1));
+        for i in 0..SMALL as u32 {
+            assert_eq!(s.get(&owner(i)).map(|h| h.token), Some(u64::from(i) + 1));
+        }
+        let gone = (SMALL - SMALL / 4 + 1) as u32;
+        for i in 0..gone {
+            s.remove(&owner(i)).unwrap();
+            assert!(s.table.places() > 0 || s.len() <= SMALL / 4);
+        }
+        assert_eq!(s.len(), SMALL / 4);
+        assert_eq!(s.table.places(), 0, "dropped by the tidy");
+        for i in gone..SMALL as u32 {
+            assert_eq!(s.get(&owner(i)).map(|h| h.token), Some(u64::from(i) + 1));
+        }
+        assert_eq!(s.remove(&owner(99)).map(|h| h.token), Some(100));
+    }
+
+    /// Nothing a set is given panics (a panic aborts the user's Redis): an empty owner is
+    /// refused; a slot number past the records, which only a bug could make (here a table
+    /// entry and a treap link corrupted by hand), reads as a detached record, and every
+    /// operation still ends.
+    #[test]
+    fn nothing_panics_on_an_empty_owner_or_a_slot_past_the_records() {
+        let mut s = Shared::new(0);
+        assert_eq!(s.insert(b"", h(1, 10)), Err(Full));
+        assert!(s.is_empty());
+        let owner = |i: u32| format!("o{i}").into_bytes();
+        for i in 0..40u32 {
+            s.insert(&owner(i), h(u64::from(i) + 1, 10 + i64::from(i)))
+                .unwrap();
+        }
+        assert_eq!(s.slots[1_000_000].size, 0, "reads as detached");
+        s.slots[1_000_000].count = 7;
+        assert_eq!(s.slots[1_000_000].count, 0, "writes go to a spare record");
+        // A table entry pointing past the records.
+        let (place, _) = s.find(&owner(3)).expect("found");
+        s.place_mut(place, 5_000);
+        let _ = s.get(&owner(3));
+        let _ = s.remove(&owner(3));
+        let _ = s.insert(&owner(3), h(99, 10));
+        // A treap link pointing past the records.
+        let root = s.root as usize;
+        s.slots[root].left = 7_000;
+        let _ = (
+            s.first_lease_end(),
+            s.last_lease_end(),
+            s.live(20),
+            s.lapsed(20),
+        );
+        let _ = (
+            s.first_alive(5, 0),
+            s.live_permits(20),
+            s.leases_covering(3),
+        );
+        let _ = s.insert(&owner(100), h(100, 5));
+        let _ = s.remove(&owner(7));
+        let _ = s.insert(&owner(8), h(9, 200));
+        for i in 0..200u32 {
+            let _ = s.remove(&owner(i));
+        }
+        drop(s.tidy());
     }
 
     #[test]
@@ -1465,7 +1808,11 @@ mod tests {
             most_hashes = most_hashes.max(s.hashes.get() - hashes);
             if s.table.places() != places {
                 growths += 1;
-                assert_eq!(s.table.places(), (2 * places).max(8));
+                let first = table_size_for(SMALL + 1);
+                assert_eq!(
+                    s.table.places(),
+                    if places == 0 { first } else { 2 * places }
+                );
             }
             most = most.max(s.rehashed - rehashed);
             if i % 7 == 0 {
@@ -1588,13 +1935,13 @@ mod tests {
         }
         // Room made by a removal is used again (compacted when needed).
         s.remove(&owner(0));
-        assert_eq!(s.insert(&owner(fits), h(9, 10)), Ok(()));
+        assert_eq!(s.insert(&owner(fits), h(9, 10)), Ok(true));
         assert_eq!(s.get(&owner(fits)).map(|h| h.token), Some(9));
     }
 
     #[derive(Debug, Clone)]
     enum Op {
-        Insert(u8, u64, i64),
+        Insert(u8, u64, i64, u32),
         Remove(u8),
     }
 
@@ -1603,7 +1950,8 @@ mod tests {
         #[test]
         fn matches_a_plain_map(ops in proptest::collection::vec(
             prop_oneof![
-                (0u8..40, 1u64..1000, 0i64..50).prop_map(|(o, t, l)| Op::Insert(o, t, l)),
+                (0u8..40, 1u64..1000, 0i64..50, 1u32..4)
+                    .prop_map(|(o, t, l, p)| Op::Insert(o, t, l, p)),
                 (0u8..40).prop_map(Op::Remove),
             ],
             1..300,
@@ -1613,15 +1961,19 @@ mod tests {
             let owner = |o: u8| vec![b'o'; usize::from(o % 7) + 1].into_iter().chain([o]).collect::<Vec<u8>>();
             for op in ops {
                 match op {
-                    Op::Insert(o, t, l) => {
-                        s.insert(&owner(o), h(t, l)).unwrap();
-                        map.insert(owner(o), h(t, l));
+                    Op::Insert(o, t, l, p) => {
+                        let holder = Holder { permits: p, ..h(t, l) };
+                        s.insert(&owner(o), holder).unwrap();
+                        map.insert(owner(o), holder);
                     }
                     Op::Remove(o) => {
                         prop_assert_eq!(s.remove(&owner(o)), map.remove(&owner(o)));
                     }
                 }
                 prop_assert_eq!(s.len(), map.len());
+                // Every node's size, permits and smallest token are its subtree's (kept up
+                // incrementally on the way down, recomputed only where they must be).
+                prop_assert_eq!(s.aggregates(s.root).0 as usize, map.len());
                 for (o, holder) in &map {
                     prop_assert_eq!(s.get(o), Some(*holder));
                 }
@@ -1633,6 +1985,10 @@ mod tests {
                 prop_assert_eq!(s.last_lease_end(), map.values().map(|h| h.lease_end).max());
                 for now in [0, 10, 25, 49] {
                     prop_assert_eq!(s.live(now), map.values().filter(|h| h.lease_end >= now).count());
+                    prop_assert_eq!(
+                        s.live_permits(now),
+                        map.values().filter(|h| h.lease_end >= now).map(|h| u64::from(h.permits)).sum::<u64>()
+                    );
                     prop_assert_eq!(
                         s.next_lease_end(now),
                         map.values().map(|h| h.lease_end).filter(|e| *e >= now).min()

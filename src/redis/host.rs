@@ -496,10 +496,10 @@ impl Key for RedisKey {
         }
         let last = match self.lock_mut() {
             Some(LockMut::Shared(shared)) => {
-                let joined = shared.get(owner).is_none();
-                if shared.insert(owner, holder).is_err() {
+                // One lookup: the insert says whether the owner is new.
+                let Ok(joined) = shared.insert(owner, holder) else {
                     return false;
-                }
+                };
                 if joined {
                     globals::count_holder(true);
                 }
