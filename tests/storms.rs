@@ -188,7 +188,10 @@ fn the_waiter_a_storm_lets_in_is_granted_before_the_lapsed_leases_are_removed() 
     let prober = Prober::start(&server);
     let reply = waiter.read_within(DUE);
     let granted_at = now_ms();
-    let pruned = eventually(DUE, || info_field(&mut c, "holds") == 2);
+    // Removing every lapsed lease takes turns of bounded work: on a debug build with a core kept
+    // busy that is minutes for 300,000, so this wait (an event, returning when it happens) is
+    // generous; what is judged is the grant's delay, the turns and the pings.
+    let pruned = eventually(DUE * 4, || info_field(&mut c, "holds") == 2);
     let worst = prober.worst();
     let turn = info_field(&mut c, "longest_turn_us");
     eprintln!(
