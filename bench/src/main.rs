@@ -9,7 +9,12 @@
 //! cargo run --release -p relock-bench -- --cases 1 --only refused       # some case 1 rows only
 //! cargo run --release -p relock-bench -- --cases 6,7,8,9,10             # shared holds only
 //! cargo run --release -p relock-bench -- --cases 13                     # the lease storm only
+//! cargo run --release -p relock-bench -- --save-baseline bench/baseline.json  # a release is cut
 //! ```
+//!
+//! The "Since" column compares each row's figure (a ratio within the run) with the last
+//! release's in `bench/baseline.json` (`--baseline` names another file) and marks with ▼ a row
+//! more than 5 % below it.
 
 mod chart;
 mod group;
@@ -35,7 +40,7 @@ use clap::Parser;
 use chart::ChartData;
 use handoff::Wait;
 use recipes::{Lock, Scripts};
-use report::{num, Row};
+use report::{num, Baseline, Figure, Row};
 use resp::Conn;
 use server::Server;
 use throughput::{Load, Op};
@@ -74,6 +79,14 @@ struct Args {
     /// Threads of the benchmark's own client runtime (the server uses one core).
     #[arg(long, default_value_t = 1)]
     client_threads: usize,
+    /// The last release's figures the "since" column compares with (default:
+    /// <workspace>/bench/baseline.json; a missing file leaves the column at "new").
+    #[arg(long)]
+    baseline: Option<PathBuf>,
+    /// Write this run's figures into a baseline file (rows not run keep their entries), e.g.
+    /// `--save-baseline bench/baseline.json` when a release is cut.
+    #[arg(long)]
+    save_baseline: Option<PathBuf>,
 }
 
 /// How much of everything a run does.
@@ -161,6 +174,23 @@ async fn run(args: Args) -> io::Result<()> {
         .unwrap_or_else(|| server::workspace_root().join("target").join("bench"));
     std::fs::create_dir_all(&out)?;
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let baseline_path = args
+        .baseline
+        .clone()
+        .unwrap_or_else(|| server::workspace_root().join("bench").join("baseline.json"));
+    let baseline =
+        match std::fs::read_to_string(&baseline_path) {
+            Ok(text) => Some(Baseline::parse(&text).map_err(|e| {
+                io::Error::other(format!("baseline {}: {e}", baseline_path.display()))
+            })?),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && args.baseline.is_none() => None,
+            Err(e) => {
+                return Err(io::Error::other(format!(
+                    "baseline {}: {e}",
+                    baseline_path.display()
+                )))
+            }
+        };
 
     let main_server = Server::start(&module).map_err(io::Error::other)?;
     let port = main_server.port;
@@ -207,7 +237,7 @@ async fn run(args: Args) -> io::Result<()> {
     if want(5) {
         eprintln!("case 5: Redlock");
         case_redlock(&module, port, &plan, &mut rows, &mut chart).await?;
-        notes.push("Case 5: one client, one lock at a time, keys never contended: relock-client's `Relock::try_acquire` (one round, returns once a quorum is won or lost) + `Lock::release`, judged; and a minimal Redlock over the bench's raw connections (LOCK.ACQUIRE to all N masters with join_all, quorum N/2+1, LOCK.RELEASE to all N), for comparison. All masters run on this one machine, so with more masters than cores they compete for CPU; on separate hosts the cost is about one round trip to the slowest master of the quorum.".into());
+        notes.push("Case 5: one client, one lock at a time, keys never contended: relock-client's `Relock::try_acquire` (one round, returns once a quorum is won or lost) + `Lock::release`, judged; and a minimal Redlock over the bench's raw connections (LOCK.ACQUIRE to all N masters with join_all, quorum N/2+1, LOCK.RELEASE to all N), for comparison. All masters run on this one machine, so with more masters than cores they compete for CPU; on separate hosts the cost is about one round trip to the slowest master of the quorum. relock-client runs with a node timeout of 2 s (default 100 ms), so that a busy machine does not end the run.".into());
     }
     if want(6) {
         eprintln!("case 6: shared vs exclusive throughput");
@@ -276,18 +306,44 @@ async fn run(args: Args) -> io::Result<()> {
     }
     notes
         .push("Medians over repeats; ratios are within this run, same server, same driver.".into());
+    notes.push(match &baseline {
+        Some(b) => format!("Since: each row's figure (its ratio within this run: relock against a recipe, or one size against another; bytes for case 10) against the same row's in {} ({}), oriented so that below 1× is worse; ▼ marks a row more than 5 % below it, `new` a row the baseline lacks, — a row with no figure.", relative(&baseline_path), b.source),
+        None => format!("Since: no baseline file at {}, so every row is `new`.", relative(&baseline_path)),
+    });
     let header = machine
         .iter()
         .map(|(k, v)| format!("- {k}: {v}"))
         .collect::<Vec<_>>()
         .join("\n");
-    let md = report::markdown(&format!("# relock benchmark\n\n{header}"), &rows, &notes);
+    let md = report::markdown(
+        &format!("# relock benchmark\n\n{header}"),
+        &rows,
+        &notes,
+        baseline.as_ref(),
+    );
     println!("{md}");
     std::fs::write(out.join("results.md"), &md)?;
     std::fs::write(
         out.join("results.json"),
-        report::json(&machine, &rows, &notes),
+        report::json(&machine, &rows, &notes, baseline.as_ref()),
     )?;
+    if let Some(path) = &args.save_baseline {
+        // Refreshing the file it compared with starts from that file; another starts afresh
+        // unless it exists.
+        let old = match std::fs::read_to_string(path) {
+            Ok(text) => Baseline::parse(&text)
+                .map_err(|e| io::Error::other(format!("baseline {}: {e}", path.display())))?,
+            Err(_) => Baseline::default(),
+        };
+        let source = format!(
+            "make bench {}, {}, redis {}",
+            if args.smoke { "smoke run" } else { "full run" },
+            machine[4].1,
+            redis_version
+        );
+        std::fs::write(path, old.updated(&rows, &source))?;
+        eprintln!("wrote the baseline {}", path.display());
+    }
     let title = format!(
         "relock vs Redis lock recipes — {} ({} cores), redis {}",
         machine[0].1, machine[1].1, redis_version
@@ -297,6 +353,14 @@ async fn run(args: Args) -> io::Result<()> {
     eprintln!("wrote {}", out.join("results.md").display());
     drop(main_server);
     Ok(())
+}
+
+/// A path relative to the working directory when under it, so reports name no machine's folders.
+fn relative(path: &std::path::Path) -> String {
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| path.strip_prefix(cwd).ok().map(|p| p.display().to_string()))
+        .unwrap_or_else(|| path.display().to_string())
 }
 
 fn machine_info(
@@ -494,6 +558,7 @@ async fn case_throughput(
             ),
         };
         rows.push(Row {
+            figure: Figure::higher(vs_a),
             case: "1".into(),
             measure: label,
             values: [
@@ -583,6 +648,7 @@ async fn case_handoff(
             values[slot] = Some(format!("{} / {}", num(p50[w]), num(p99[w])));
         }
         rows.push(Row {
+            figure: Figure::higher(p99[2] / p99[0]),
             case: "2".into(),
             measure: format!("hand-off latency p50 / p99 ms, K={k}"),
             values,
@@ -598,6 +664,7 @@ async fn case_handoff(
         });
         let per_s = [0, 1, 2].map(|w| med(w, ki, |r| r.per_second));
         rows.push(Row {
+            figure: Figure::higher(per_s[0] / per_s[2]),
             case: "2".into(),
             measure: format!("hand-offs/s, K={k}"),
             values: col(per_s, &num),
@@ -607,6 +674,7 @@ async fn case_handoff(
         });
         let cmds = [0, 1, 2].map(|w| med(w, ki, |r| r.commands_per_handoff));
         rows.push(Row {
+            figure: None,
             case: "2".into(),
             measure: format!("server commands per hand-off, K={k}"),
             values: col(cmds, &num),
@@ -635,6 +703,7 @@ async fn case_handoff(
         let ratio = med(0, last, |r| r.per_second) / med(0, 0, |r| r.per_second);
         let per_k = |w: usize| med(w, last, |r| r.per_second) / med(w, 0, |r| r.per_second);
         rows.push(Row {
+            figure: Figure::higher(ratio),
             case: "2".into(),
             measure: format!("hand-offs/s at K={kn} ÷ at K={k0}"),
             values: [
@@ -680,6 +749,7 @@ async fn case_expiry(
     let cell = |w: usize| Some(format!("{} ({})", num(median[w]), num(p90[w])));
     let ok = median[0] <= 5.0;
     rows.push(Row {
+        figure: Figure::higher(median[2] / median[0]),
         case: "3".into(),
         measure: "expiry hand-off: TTL end -> next grant, median (p90) ms".into(),
         values: [cell(0), None, None, cell(1), cell(2)],
@@ -711,6 +781,7 @@ async fn case_memory(
         res.push(memory::run(control, scripts, lock, n).await?);
     }
     rows.push(Row {
+        figure: Figure::lower(res[0].usage_one / res[1].usage_one),
         case: "4".into(),
         measure: "MEMORY USAGE of one lock key, bytes".into(),
         values: [
@@ -726,6 +797,7 @@ async fn case_memory(
     });
     let ratio = res[0].per_lock / res[1].per_lock;
     rows.push(Row {
+        figure: Figure::lower(ratio),
         case: "4".into(),
         measure: format!("used_memory per held lock over {n} locks, bytes"),
         values: [
@@ -776,8 +848,17 @@ async fn case_redlock(
                 let n = plan.masters[m];
                 let hist = redlock::latency(implementation, &ports[..n], plan.warmup, plan.measure)
                     .await?;
-                p50[m].push(stats::quantile_ms(&hist, 0.5));
-                p99[m].push(stats::quantile_ms(&hist, 0.99));
+                let (a, b) = (
+                    stats::quantile_ms(&hist, 0.5),
+                    stats::quantile_ms(&hist, 0.99),
+                );
+                eprintln!(
+                    "  {}, {n} master(s): p50 {a:.3} ms, p99 {b:.3} ms, {} rounds",
+                    implementation.name(),
+                    hist.len()
+                );
+                p50[m].push(a);
+                p99[m].push(b);
             }
         }
         let p50: Vec<f64> = p50.iter().map(|v| stats::median(v)).collect();
@@ -789,6 +870,11 @@ async fn case_redlock(
             let ratio = p50[m] / first;
             let judged = judged_impl && n == most && most > 1;
             rows.push(Row {
+                figure: if n != plan.masters[0] {
+                    Figure::lower(ratio)
+                } else {
+                    None
+                },
                 case: "5".into(),
                 measure: format!(
                     "Redlock acquire+release p50 / p99 ms, {n} master(s), {}",
@@ -858,6 +944,7 @@ async fn case_shared_throughput(
         let ratio = s / x;
         let (us_s, us_x) = (stats::median(&server_us[0]), stats::median(&server_us[1]));
         rows.push(Row {
+            figure: Figure::higher(ratio),
             case: "6".into(),
             measure: format!("acquire+release pairs/s, pipeline {pipeline}: SHARED / exclusive"),
             values: [
@@ -872,6 +959,7 @@ async fn case_shared_throughput(
             detail: ratio_check(ratio >= 0.9, "shared/exclusive", ratio),
         });
         rows.push(Row {
+            figure: Figure::higher(us_x / us_s),
             case: "6".into(),
             measure: format!(
                 "server µs per acquire+release pair, pipeline {pipeline}: SHARED / exclusive"
@@ -921,6 +1009,7 @@ async fn case_groups(
     let (vs_pipe, vs_multi) = (m[0] / m[1], m[0] / m[2]);
     let ok = vs_pipe >= 0.9 && vs_multi >= 2.0;
     rows.push(Row {
+        figure: Figure::higher(vs_pipe),
         case: "12".into(),
         measure: "groups of 8 locks taken and given back per second: MACQUIRE / 8 pipelined ACQUIREs / MultiLock (8 sequential Lua)".into(),
         values: [
@@ -968,6 +1057,7 @@ async fn case_growth(module: &std::path::Path, plan: &Plan, rows: &mut Vec<Row>)
         .zip(g.release_batch_cpu_us)
         .map(|(a, r)| a.0.max(r.0) / 1e3);
     rows.push(Row {
+        figure: None,
         case: "14".into(),
         measure: format!(
             "one key grown to {} shared holders, then every 50th released: CPU ms of the master per {batch} acquires / per {batch} releases (bounds each one), longest LOCK.APPLY or LOCK.DROP on the replica",
@@ -1024,6 +1114,7 @@ async fn case_big_grant(
         b.replica_turn_us.max(b.replica_apply_us) / 1e3,
     );
     rows.push(Row {
+        figure: None,
         case: "15".into(),
         measure: format!(
             "a grant needing the room of {} lapsed leases: longest turn ms, master / replica (turn or apply)",
@@ -1059,6 +1150,7 @@ async fn case_storm(module: &std::path::Path, plan: &Plan, rows: &mut Vec<Row>) 
     let turn_ms = s.longest_turn_us / 1e3;
     let (turn_ok, grant_ok) = (turn_ms <= 5.0, s.grant_delay_ms <= 5.0);
     rows.push(Row {
+        figure: None,
         case: "13".into(),
         measure: format!(
             "lease storm, {} shared leases ending in the same ms (+1 living on), one waiter: longest turn ms / lease end -> waiter's grant ms",
@@ -1137,6 +1229,7 @@ async fn case_stats_cost(
         let ratio = stats::median(&ratios);
         let ok = ratio <= 1.03;
         rows.push(Row {
+            figure: Figure::lower(ratio),
             case: "11".into(),
             measure: format!(
                 "acquire+release pairs, pipeline 16, {label}: stats on / off (pairs/s; server µs per pair)"
@@ -1202,6 +1295,7 @@ async fn case_many_holders(
         let (one, lots) = (med(0, f), med(1, f));
         let ratio = lots / one;
         rows.push(Row {
+            figure: Figure::lower(ratio),
             case: "7".into(),
             measure: format!("server µs per {name}: {many} holders / 1 holder"),
             values: [
@@ -1220,6 +1314,7 @@ async fn case_many_holders(
     }
     let (one, lots) = (med(0, |c| c.triples_per_s), med(1, |c| c.triples_per_s));
     rows.push(Row {
+        figure: Figure::higher(lots / one),
         case: "7".into(),
         measure: format!("acquire+renew+release triples/s: {many} holders / 1 holder"),
         values: [
@@ -1242,6 +1337,7 @@ async fn case_many_holders(
     };
     let (m1, mn) = (stats::median(&delays[0]), stats::median(&delays[1]));
     rows.push(Row {
+        figure: Figure::lower(mn / m1),
         case: "7".into(),
         measure: format!(
             "one lease's end -> next grant, median (p90) ms: among {many} holders / 1 holder"
@@ -1287,6 +1383,7 @@ async fn case_rw_handoff(
         |f: fn(&shared::RwResult) -> f64| stats::median(&res.iter().map(f).collect::<Vec<_>>());
     let p99 = med(|r| r.p99_ms);
     rows.push(Row {
+        figure: None,
         case: "8".into(),
         measure: format!("read-write hand-off latency p50 / p99 ms, {n} waiters (1 in 5 writers)"),
         values: [
@@ -1307,6 +1404,7 @@ async fn case_rw_handoff(
         ),
     });
     rows.push(Row {
+        figure: None,
         case: "8".into(),
         measure: format!("read-write grants/s (readers per writer), {n} waiters"),
         values: [
@@ -1362,6 +1460,7 @@ async fn case_semaphore(
     let clients = plan.sem_clients;
     let (rate, rate_d) = (med(0, |s| s.grants_per_s), med(1, |s| s.grants_per_s));
     rows.push(Row {
+        figure: Figure::higher(rate / rate_d),
         case: "9".into(),
         measure: format!("semaphore LIMIT 10, {clients} clients: grants/s (D: Redisson RPermitExpirableSemaphore recipe)"),
         values: [Some(num(rate)), None, None, None, Some(num(rate_d))],
@@ -1371,6 +1470,7 @@ async fn case_semaphore(
     });
     let (p99, p99_d) = (med(0, |s| s.p99_ms), med(1, |s| s.p99_ms));
     rows.push(Row {
+        figure: Figure::higher(p99_d / p99),
         case: "9".into(),
         measure: format!("semaphore LIMIT 10, {clients} clients: hand-off latency p50 / p99 ms (D: Redisson recipe)"),
         values: [
@@ -1402,6 +1502,8 @@ async fn case_holder_memory(
     // The owners are 36-byte UUIDs: the spec's budget is 64 bytes beyond them.
     let beyond = per - 36.0;
     rows.push(Row {
+        // Bytes do not depend on the machine's speed: the figure is the bytes themselves.
+        figure: Figure::lower(beyond),
         case: "10".into(),
         measure: format!("used_memory per shared holder over {n} holders of one key, bytes (MEMORY USAGE / holders)"),
         values: [

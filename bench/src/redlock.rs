@@ -102,13 +102,22 @@ async fn client_latency(
         .iter()
         .map(|p| format!("redis://127.0.0.1:{p}/"))
         .collect();
-    let client = relock_client::Relock::new(&urls).map_err(io::Error::other)?;
+    // The default options but a node timeout a busy machine does not reach (the default 100 ms
+    // was, with builds running beside the bench): a round that times out would end the run.
+    let options = relock_client::Options {
+        node_timeout: Duration::from_secs(2),
+        ..relock_client::Options::default()
+    };
+    let client = relock_client::Relock::with_options(&urls, options).map_err(io::Error::other)?;
     let mut hist = crate::stats::histogram();
     let ttl = Duration::from_secs(10);
+    // Keys of their own per run: a key of an earlier run that still stands on some master
+    // (released there in the background) must not meet this run.
+    let run = uuid::Uuid::new_v4().simple().to_string();
     let start = Instant::now();
     let mut i = 0u64;
     while start.elapsed() < warmup + measure {
-        let key = format!("redlock:c:{i}");
+        let key = format!("redlock:c:{run}:{i}");
         i += 1;
         let t = Instant::now();
         let lock = client
@@ -131,10 +140,11 @@ async fn minimal_latency(
     let mut client = Redlock::connect(ports).await?;
     let mut hist = crate::stats::histogram();
     let ttl = Duration::from_secs(10);
+    let run = uuid::Uuid::new_v4().simple().to_string();
     let start = Instant::now();
     let mut i = 0u64;
     while start.elapsed() < warmup + measure {
-        let key = format!("redlock:{i}");
+        let key = format!("redlock:{run}:{i}");
         i += 1;
         let t = Instant::now();
         if !client.lock(&key, ttl).await? {

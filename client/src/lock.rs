@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::limits::check_ttl;
-use crate::masters::{Abandoned, BackgroundReleases, Masters, Write};
+use crate::masters::{Abandoned, BackgroundReleases, Landed, Masters, Write};
 use crate::mode::{Ask, Mode};
 
 /// A held lock: its key, owner, the fencing token each master granted, and the instant until
@@ -34,6 +34,9 @@ pub struct Lock {
     /// re-entries made from it): each `LOCK.REENTER` and `LOCK.RELEASE` names the count it
     /// moves from (`FROM c`), so that a command sent twice changes the hold once.
     counts: Counts,
+    /// Whether each master's request of the acquisition has landed (it goes on after the
+    /// round is decided); `None` when not known (a grant of `LOCK.WAIT`).
+    landed: Option<Landed>,
     released: bool,
 }
 
@@ -94,7 +97,7 @@ impl Lock {
         let from: Option<Vec<Option<u32>>> = known
             .as_ref()
             .map(|counts| counts.iter().map(|c| Some(c.unwrap_or(0))).collect());
-        let (round, after) = masters
+        let (round, after, landed) = masters
             .write_round_from(key, owner, ttl_ms, write, from.as_deref())
             .await;
         if let Some(abandoned) = abandoned {
@@ -136,6 +139,7 @@ impl Lock {
             reentrant,
             mode,
             counts,
+            landed: Some(landed),
             released: false,
         })
     }
@@ -160,6 +164,7 @@ impl Lock {
             valid_until: Instant::now(),
             reentrant: false,
             mode,
+            landed: None,
             released: false,
         }
     }
@@ -342,20 +347,40 @@ impl Lock {
             .then(|| self.tokens.iter().map(Option::is_some).collect());
         // A master that had not granted when the round was decided may still take its request
         // after this release has passed it (the request's task not yet run on a busy
-        // runtime): release there once more a little later, or the grant would stay until its
-        // ttl. A reentrant hold is released only where it was counted.
+        // runtime): its release waits for that request to land, and where it did not (it
+        // failed or timed out) goes once more a little later, or the grant would stay until
+        // its ttl. A reentrant hold is released only where it was counted.
         let not_granted: Vec<bool> = self.tokens.iter().map(Option::is_none).collect();
-        if !self.reentrant && not_granted.contains(&true) {
-            self.masters
-                .release_late(&self.key, &self.owner, Some(not_granted));
-        }
+        let mut late = (!self.reentrant && not_granted.contains(&true)).then(|| LateRelease {
+            masters: &self.masters,
+            key: &self.key,
+            owner: &self.owner,
+            targets: not_granted.clone(),
+        });
         // Each master's release names the count it moves from: sent twice, it releases once.
         let mut counts = self.counts.lock().await;
         let from = counts.clone();
-        let round = self
+        let after = match (&late, &self.landed) {
+            (Some(_), Some(landed)) => Some((landed, not_granted.as_slice())),
+            _ => None,
+        };
+        let (round, behind) = self
             .masters
-            .release_round_from(&self.key, &self.owner, targets.as_deref(), Some(&from))
+            .release_round_after(
+                &self.key,
+                &self.owner,
+                targets.as_deref(),
+                Some(&from),
+                after,
+            )
             .await;
+        if let Some(late) = late.as_mut() {
+            // Released behind the request's answer: nothing of it can come later.
+            for (target, behind) in late.targets.iter_mut().zip(&behind) {
+                *target &= !behind;
+            }
+        }
+        drop(late);
         for (i, (count, answer)) in counts.iter_mut().zip(round.answers()).enumerate() {
             if targets.as_ref().is_none_or(|t| t.get(i) == Some(&true)) {
                 *count = answer
@@ -390,6 +415,7 @@ impl Drop for Lock {
             reentrant: self.reentrant,
             mode: self.mode,
             counts: self.counts.clone(),
+            landed: self.landed.take(),
             released: true,
         };
         let background = lock.background();
@@ -398,5 +424,27 @@ impl Drop for Lock {
                 tracing::debug!(key = %lock.key, error = %e, "release of a dropped lock");
             }
         });
+    }
+}
+
+/// The masters of a release that must be released once more a little later: those whose
+/// acquisition's request had not landed before their release was sent. Sent when dropped, so
+/// that a release abandoned half-way (its future dropped) still sends it.
+struct LateRelease<'a> {
+    masters: &'a Arc<Masters>,
+    key: &'a str,
+    owner: &'a str,
+    targets: Vec<bool>,
+}
+
+impl Drop for LateRelease<'_> {
+    fn drop(&mut self) {
+        if self.targets.contains(&true) {
+            self.masters.release_late(
+                self.key,
+                self.owner,
+                Some(std::mem::take(&mut self.targets)),
+            );
+        }
     }
 }

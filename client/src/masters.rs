@@ -171,7 +171,8 @@ impl Masters {
     /// [`Masters::write_round`], and for a re-entry (`LOCK.REENTER ... FROM c`) each master's
     /// count before the step in `from` (`None`, or a master's entry `None`: read there first,
     /// `LOCK.HOLDERS key OWNER owner`). Also returns, per master, the count its hold has after
-    /// the step where it granted (c + 1: the step applied, or a repeat of it that did).
+    /// the step where it granted (c + 1: the step applied, or a repeat of it that did), and
+    /// whether each master's request has landed, which goes on after the round is decided.
     pub(crate) async fn write_round_from(
         self: &Arc<Self>,
         key: &str,
@@ -179,8 +180,9 @@ impl Masters {
         ttl_ms: u64,
         write: Write,
         from: Option<&[Option<u32>]>,
-    ) -> (Round<u64>, Vec<Option<u32>>) {
+    ) -> (Round<u64>, Vec<Option<u32>>, Landed) {
         let after = Arc::new(std::sync::Mutex::new(vec![None; self.nodes.len()]));
+        let landed = Landed::new(self.nodes.len());
         // A reentrant round waits for every master, so that the release of a failed round
         // only undoes the counts it really added.
         let until = match write {
@@ -197,6 +199,7 @@ impl Masters {
                     after.clone(),
                 );
                 let from = from.and_then(|f| f.get(i).copied().flatten());
+                let mut lands = landed.on(i);
                 spawned(async move {
                     let step = Step {
                         key: &key,
@@ -204,13 +207,15 @@ impl Masters {
                         ttl_ms,
                         write,
                     };
-                    masters.write_on(i, step, from, &after).await
+                    let reply = masters.write_on(i, step, from, &after).await;
+                    lands.answered(reply.is_ok());
+                    reply
                 })
             })
             .collect();
         let round = fanout::collect(round, requests, None).await;
         let after = after.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        (round, after)
+        (round, after, landed)
     }
 
     /// A round of `pipe` (a group's `LOCK.MACQUIRE`, `LOCK.MRENEW` or `LOCK.MRELEASE`, routed by
@@ -294,15 +299,19 @@ impl Masters {
             _ => None,
         };
         let pipe = write.pipe(key, owner, ttl_ms, from);
-        // What takes the step back: the count it added, or the grant.
-        let mut undo = redis::cmd("LOCK.RELEASE");
-        undo.arg(key)
-            .arg(owner)
-            .arg("FROM")
-            .arg(from.map_or(1, |c| c.saturating_add(1)));
+        // What takes the step back: the count it added, or the grant (built only where it may
+        // be sent: a re-entry, or a write waiting for replicas).
+        let undo = (from.is_some() || acks.is_some()).then(|| {
+            let mut undo = redis::cmd("LOCK.RELEASE");
+            undo.arg(key)
+                .arg(owner)
+                .arg("FROM")
+                .arg(from.map_or(1, |c| c.saturating_add(1)));
+            undo
+        });
         // A re-entry whose answer never came is taken back on its own connection, behind it:
         // the count it added (if it ran) comes off, and if it never ran, nothing does.
-        let take_back = from.is_some().then_some(&undo);
+        let take_back = undo.as_ref().filter(|_| from.is_some());
         let (replies, acked) = node
             .query_acked_or_take_back(key, &pipe, acks, timeout, take_back)
             .await?;
@@ -339,8 +348,10 @@ impl Masters {
             }
             (Some(_), Some(a)) if acked < u64::from(a.replicas) => {
                 // Only a new grant is undone: a renewal or a downgrade changed a hold we keep.
-                if !matches!(write, Write::Renew | Write::Downgrade) {
-                    let _ = node.query::<Option<u64>>(key, &undo, timeout).await;
+                if let (false, Some(undo)) =
+                    (matches!(write, Write::Renew | Write::Downgrade), &undo)
+                {
+                    let _ = node.query::<Option<u64>>(key, undo, timeout).await;
                 }
                 let master = if node.is_cluster() {
                     Some(node.name_for(key, node_timeout).await)
@@ -381,21 +392,64 @@ impl Masters {
         targets: Option<&[bool]>,
         from: Option<&[Option<u32>]>,
     ) -> Round<Released> {
+        self.release_round_after(key, owner, targets, from, None)
+            .await
+            .0
+    }
+
+    /// [`Masters::release_round_from`] of a hold whose acquisition had not landed everywhere
+    /// when its round was decided: on each master of `after`'s `masters`, the release is sent
+    /// once that acquisition's request has landed (within the same time limit), so that it
+    /// runs after it. Also returns, per master, whether it was sent after an answer to the
+    /// acquisition (which then ran before it): the others may still see the acquisition after
+    /// the release and must be released once more later ([`Masters::release_late`]).
+    pub(crate) async fn release_round_after(
+        self: &Arc<Self>,
+        key: &str,
+        owner: &str,
+        targets: Option<&[bool]>,
+        from: Option<&[Option<u32>]>,
+        after: Option<(&Landed, &[bool])>,
+    ) -> (Round<Released>, Vec<bool>) {
         let timeout = self.options.write_timeout();
         let round = self.new_round(Until::AllAnswered);
+        let behind = Arc::new(
+            (0..self.nodes.len())
+                .map(|_| std::sync::atomic::AtomicBool::new(false))
+                .collect::<Vec<_>>(),
+        );
         let requests: Vec<_> = (0..self.nodes.len())
             .map(|i| {
                 let from = from.and_then(|f| f.get(i).copied().flatten()).unwrap_or(1);
                 let mut cmd = redis::cmd("LOCK.RELEASE");
                 cmd.arg(key).arg(owner).arg("FROM").arg(from);
-                let (masters, key) = (self.clone(), key.to_string());
+                let (masters, key, behind) = (self.clone(), key.to_string(), behind.clone());
                 let skip = targets.is_some_and(|t| !t.get(i).copied().unwrap_or(false));
+                let landing = after
+                    .filter(|(_, which)| which.get(i).copied().unwrap_or(false))
+                    .map(|(landed, _)| landed.watch(i));
                 spawned(async move {
                     if skip {
                         return Ok(None);
                     }
                     let node = masters.nodes.get(i).ok_or_else(|| no_master(i))?;
-                    let left: Option<u64> = match node.query(&key, &cmd, timeout).await {
+                    // The wait for the acquisition and the release share one time limit: a
+                    // master that does not answer holds the round up once, as before.
+                    let deadline = Instant::now() + timeout;
+                    if let Some(landing) = landing {
+                        if landing.answered_by(deadline).await {
+                            behind[i].store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let first = node
+                        .query::<Option<u64>>(&key, &cmd, left)
+                        .await
+                        .map_err(|e| match e {
+                            NodeFailure::Timeout(_) => NodeFailure::Timeout(timeout),
+                            e => e,
+                        });
+                    let left: Option<u64> = match first {
                         // The connection ended before the answer came: the release may have
                         // run. Sent once more, on a new connection: a release FROM c sent twice
                         // takes one level off, whichever copy runs first, and the second answer
@@ -412,7 +466,12 @@ impl Masters {
                 })
             })
             .collect();
-        fanout::collect(round, requests, None).await
+        let round = fanout::collect(round, requests, None).await;
+        let behind = behind
+            .iter()
+            .map(|b| b.load(std::sync::atomic::Ordering::Relaxed))
+            .collect();
+        (round, behind)
     }
 
     /// One round of `LOCK.WAIT` (in `mode`) on every master at once, each on its own connection. Once a
@@ -495,6 +554,62 @@ impl Masters {
                 .release_round(&key, &owner, targets.as_deref())
                 .await;
         });
+    }
+}
+
+/// Per master, whether the request of a write round has landed: `Some(true)` once its reply
+/// came (the write ran there), `Some(false)` once it failed, timed out or was cancelled (it
+/// may still run there), `None` while it is under way. The request goes on after its round
+/// is decided, so a release can wait for it instead of guessing.
+#[derive(Clone)]
+pub(crate) struct Landed(Arc<[tokio::sync::watch::Sender<Option<bool>>]>);
+
+impl Landed {
+    fn new(masters: usize) -> Landed {
+        Landed(
+            (0..masters)
+                .map(|_| tokio::sync::watch::Sender::new(None))
+                .collect(),
+        )
+    }
+
+    /// What master `i`'s request reports through; dropped without a report (a task cancelled
+    /// or panicking), the request counts as not answered.
+    fn on(&self, i: usize) -> Lands {
+        Lands(self.0.get(i).cloned())
+    }
+
+    fn watch(&self, i: usize) -> Landing {
+        Landing(self.0.get(i).map(tokio::sync::watch::Sender::subscribe))
+    }
+}
+
+/// The report of one master's request to [`Landed`].
+struct Lands(Option<tokio::sync::watch::Sender<Option<bool>>>);
+
+impl Lands {
+    fn answered(&mut self, answered: bool) {
+        if let Some(tx) = self.0.take() {
+            tx.send_replace(Some(answered));
+        }
+    }
+}
+
+impl Drop for Lands {
+    fn drop(&mut self) {
+        self.answered(false);
+    }
+}
+
+/// A wait for one master's entry of [`Landed`].
+struct Landing(Option<tokio::sync::watch::Receiver<Option<bool>>>);
+
+impl Landing {
+    /// Whether the request was answered, waiting for it until `deadline` at most.
+    async fn answered_by(self, deadline: Instant) -> bool {
+        let Some(mut rx) = self.0 else { return false };
+        let landed = tokio::time::timeout_at(deadline, rx.wait_for(Option::is_some)).await;
+        matches!(landed, Ok(Ok(answer)) if *answer == Some(true))
     }
 }
 
