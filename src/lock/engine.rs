@@ -853,6 +853,7 @@ impl<T: Handles> Engine<T> {
 
     /// [`Engine::note_lapsed`] for a key a command found held exclusively and left so: no
     /// value to read again, and no lapse timer to look up while none is armed anywhere.
+    #[inline]
     fn note_lapsed_exclusive<H: Host<T>>(&mut self, host: &mut H, key: &H::Key) {
         if !self.lapses.is_empty() {
             self.disarm_lapse(host, key.id());
