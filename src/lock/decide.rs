@@ -38,7 +38,12 @@ pub struct SharedSeen {
 impl<'a> Seen<'a> {
     /// What `owner` finds at `key` at time `now` (read only for a shared key: O(log H)).
     pub fn of<K: Key>(key: &'a K, owner: &[u8], now: impl FnOnce() -> i64) -> Seen<'a> {
-        match key.lock() {
+        Seen::of_lock(key.lock(), owner, now)
+    }
+
+    /// [`Seen::of`] a key whose value the caller has read already.
+    pub fn of_lock(lock: Option<LockRef<'a>>, owner: &[u8], now: impl FnOnce() -> i64) -> Seen<'a> {
+        match lock {
             None => Seen::Free,
             Some(LockRef::Exclusive(hold)) => Seen::Exclusive(hold),
             Some(LockRef::Shared(shared)) => {
@@ -177,6 +182,25 @@ pub fn take(seen: Seen<'_>, queued: Queued, owner: &[u8], mode: Mode, kind: Kind
     } else {
         Take::Wait
     }
+}
+
+/// [`take`] for an exclusive request at an exclusive hold, where the queue cannot matter
+/// (nothing is granted at a hold): another owner's request is answered without building the
+/// whole view of the key, the common refusal's fast path.
+pub fn take_at_hold(hold: &Hold, owner: &[u8], kind: Kind) -> Take {
+    if !hold.is_held_by(owner) {
+        return match kind {
+            Kind::Reenter(Some(from)) if from >= 1 => Take::Gone,
+            _ => Take::Wait,
+        };
+    }
+    take(
+        Seen::Exclusive(hold),
+        Queued::default(),
+        owner,
+        Mode::Exclusive,
+        kind,
+    )
 }
 
 /// One level more on a hold at `count`.
@@ -361,6 +385,46 @@ mod tests {
         any: true,
         shared_limit: Some(2),
     };
+
+    /// The engine's fast path (`Engine::decide_take_at`) decides an exclusive request at an
+    /// exclusive hold with `take_at_hold`, without looking the queue up: whatever the queue,
+    /// `take` must decide the same there, for the holder and for another owner, for every kind.
+    #[test]
+    fn exclusive_request_at_exclusive_hold_ignores_the_queue() {
+        let holds = [
+            Hold::new(b"a", 10, 1, 0),
+            Hold::new(b"a", 10, 3, 0),
+            Hold::new(b"a", 10, u32::MAX, 0),
+        ];
+        let queues = [
+            NONE,
+            QUEUE,
+            QUEUE_SEM2,
+            Queued {
+                any: false,
+                shared_limit: Some(5),
+            },
+        ];
+        let kinds = [
+            Kind::Acquire,
+            Kind::Reenter(None),
+            Kind::Reenter(Some(0)),
+            Kind::Reenter(Some(1)),
+            Kind::Reenter(Some(2)),
+            Kind::Reenter(Some(3)),
+        ];
+        for hold in &holds {
+            for owner in [&b"a"[..], b"b"] {
+                for kind in kinds {
+                    let fast = take_at_hold(hold, owner, kind);
+                    for queued in queues {
+                        let full = take(Seen::Exclusive(hold), queued, owner, X, kind);
+                        assert_eq!(full, fast, "{hold:?} {owner:?} {kind:?} {queued:?}");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn take_table() {

@@ -336,7 +336,10 @@ impl<T: Handles> Engine<T> {
             return Reply::Error(Refusal::TtlAboveGrace.into());
         }
         let now = host.now_ms();
-        let reply = if decide::renew(Seen::of(key, owner, || now), owner) {
+        let seen = Seen::of(key, owner, || now);
+        // An exclusive hold stays one whether it is renewed or not.
+        let exclusive = matches!(seen, Seen::Exclusive(_));
+        let reply = if decide::renew(seen, owner) {
             let token = refresh(key, owner, None, expiry(now, ttl_ms));
             self.waiters.confirm(token);
             key.notify(Event::Renewed);
@@ -347,7 +350,11 @@ impl<T: Handles> Engine<T> {
             self.end_own_lapsed(key, owner, now);
             Reply::Nil
         };
-        self.note_lapsed(host, key);
+        if exclusive {
+            self.note_lapsed_exclusive(host, key);
+        } else {
+            self.note_lapsed(host, key);
+        }
         reply
     }
 
@@ -836,7 +843,7 @@ impl<T: Handles> Engine<T> {
         if !self.grace.allows_ttl(request.ttl_ms) {
             return Reply::Error(Refusal::TtlAboveGrace.into());
         }
-        let mut decision = self.decide_take(host, key, &request, kind);
+        let (mut decision, at_hold) = self.decide_take_at(host, key, &request, kind);
         if decision == Take::Grant {
             if let Some(refusal) = self.no_new_holds(host) {
                 decision = Take::Refuse(refusal);
@@ -852,7 +859,11 @@ impl<T: Handles> Engine<T> {
             decision = Take::Refuse(Refusal::OutOfMemory);
         }
         let reply = self.apply_take(host, key, &request, kind, decision);
-        self.note_lapsed(host, key);
+        if at_hold {
+            self.note_lapsed_exclusive(host, key);
+        } else {
+            self.note_lapsed(host, key);
+        }
         reply
     }
 
@@ -864,8 +875,27 @@ impl<T: Handles> Engine<T> {
         request: &Request<'_>,
         kind: Kind,
     ) -> Take {
+        self.decide_take_at(host, key, request, kind).0
+    }
+
+    /// [`Engine::decide_take`], and whether the request is exclusive and the key held
+    /// exclusively: then the key stays an exclusive hold whatever is decided (a refusal, a
+    /// repeat or a refresh of the owner's hold), and the queue cannot change the decision (it
+    /// matters to a free or shared key only: `decide::take` grants nothing at an exclusive
+    /// hold), so it is not looked up: the common refusal's fast path.
+    fn decide_take_at<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        key: &H::Key,
+        request: &Request<'_>,
+        kind: Kind,
+    ) -> (Take, bool) {
+        let lock = key.lock();
+        if let (Mode::Exclusive, Some(LockRef::Exclusive(hold))) = (request.mode, lock) {
+            return (decide::take_at_hold(hold, request.owner, kind), true);
+        }
+        let seen = Seen::of_lock(lock, request.owner, || host.now_ms());
         let queued = self.waiters.facts(key.id());
-        let seen = Seen::of(key, request.owner, || host.now_ms());
         if queued.any && matches!(seen, Seen::Free) {
             // A free key with waiters means a wake-up is due; make sure one is scheduled.
             self.schedule.push(host, Job::Serve(key.id().to_id()));
@@ -878,9 +908,18 @@ impl<T: Handles> Engine<T> {
         {
             // More lapsed leases in the way than one command may end: the schedule ends them.
             self.schedule.push(host, Job::Prune(key.id().to_id()));
-            return Take::Wait;
+            return (Take::Wait, false);
         }
-        take
+        (take, false)
+    }
+
+    /// [`Engine::note_lapsed`] for a key a command found held exclusively and left so: no
+    /// value to read again, and no lapse timer to look up while none is armed anywhere.
+    #[inline]
+    fn note_lapsed_exclusive<H: Host<T>>(&mut self, host: &mut H, key: &H::Key) {
+        if !self.lapses.is_empty() {
+            self.disarm_lapse(host, key.id());
+        }
     }
 
     /// Applies an acquiring decision; the reply.
