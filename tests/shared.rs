@@ -1304,7 +1304,7 @@ fn a_version_1_payload_loads_as_an_exclusive_lock() {
     let server = Server::start();
     let mut c = server.conn();
     let (format, _) = Format::of(&mut c);
-    assert_eq!(format.encver(), 3);
+    assert_eq!(format.encver(), 4);
     let token = 1u64 << 51;
     let v1 = format.payload(
         1,
