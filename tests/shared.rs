@@ -1342,10 +1342,10 @@ fn a_version_1_payload_loads_as_an_exclusive_lock() {
     assert_eq!(release(&mut c, "k", "old"), Some(2));
     // Tokens keep rising above the loaded one.
     assert!(acquire(&mut c, "n", "n", LONG, M::S).unwrap() > token as i64);
-    // Re-dumped, it is written in the current version, 3.
+    // Re-dumped, it is written in the current version, 4.
     let d: Vec<u8> = cmd!("DUMP", "k").query(&mut c).unwrap();
     let id = u64::from_be_bytes(d[2..10].try_into().unwrap());
-    assert_eq!(id & 1023, 3, "DUMP writes encoding version 3");
+    assert_eq!(id & 1023, 4, "DUMP writes encoding version 4");
 }
 
 #[test]
