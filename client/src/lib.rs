@@ -82,6 +82,8 @@
 
 #![deny(missing_docs)]
 
+#[cfg(test)]
+mod cases;
 mod client;
 mod conn;
 mod duration;
