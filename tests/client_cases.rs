@@ -43,11 +43,22 @@ fn dump(doc: &Json) -> String {
         }
     }
     out += " \"cases\": [\n";
+    // Each case's fields in the order people read them, then any others.
+    const ORDER: [&str; 6] = ["name", "why", "command", "decoded", "resp2", "resp3"];
     let cases: Vec<String> = obj["cases"]
         .as_array()
         .expect("cases")
         .iter()
-        .map(|c| format!("  {c}"))
+        .map(|c| {
+            let fields = c.as_object().expect("a case is an object");
+            let mut keys: Vec<&String> = fields.keys().collect();
+            keys.sort_by_key(|k| ORDER.iter().position(|o| o == k).unwrap_or(ORDER.len()));
+            let parts: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{}:{}", json!(k), fields[k.as_str()]))
+                .collect();
+            format!("  {{{}}}", parts.join(","))
+        })
         .collect();
     out += &cases.join(",\n");
     out += "\n ]\n}\n";
