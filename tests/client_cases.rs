@@ -270,6 +270,12 @@ fn samples(resp: u8) -> Vec<(String, Vec<String>, Json)> {
     sample(&mut c, "info with waiters", &["LOCK.INFO", "k1"]);
     sample(&mut c, "waiters none", &["LOCK.WAITERS", "none"]);
     drop((bob, carl));
+
+    // A lock made persistent (PERSIST): its ttl is -1, no expiry.
+    ok(&mut c, &["LOCK.ACQUIRE", "k7", "pat", "60000"]);
+    ok(&mut c, &["PERSIST", "k7"]);
+    sample(&mut c, "info persisted", &["LOCK.INFO", "k7"]);
+    sample(&mut c, "holders persisted", &["LOCK.HOLDERS", "k7"]);
     out
 }
 
