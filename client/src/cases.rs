@@ -145,9 +145,9 @@ fn reply_of(reply: &str) -> Reply<u64> {
     }
 }
 
-/// The case's round, fed its replies, finished `elapsed_ms` after it started; with the
-/// progress after each reply and the start.
-fn round_of(case: &Json) -> (Round<u64>, Vec<Progress>, Instant) {
+/// The case's round, fed its replies (`grant n` given to the round as `grant(n)`), finished
+/// `elapsed_ms` after it started; with the progress after each reply and the start.
+fn feed<T>(case: &Json, grant: impl Fn(u64) -> T) -> (Round<T>, Vec<Progress>, Instant) {
     let masters = case["masters"].as_u64().expect("masters") as usize;
     let names: Arc<[String]> = (0..masters).map(|i| format!("m{i}")).collect();
     let until = match case["until"].as_str() {
@@ -162,11 +162,16 @@ fn round_of(case: &Json) -> (Round<u64>, Vec<Progress>, Instant) {
         .iter()
         .map(|r| {
             let master = r[0].as_u64().expect("master") as usize;
-            state.on_reply(master, reply_of(r[1].as_str().expect("reply")))
+            let reply = reply_of(r[1].as_str().expect("reply")).map(|g| g.map(&grant));
+            state.on_reply(master, reply)
         })
         .collect();
     let elapsed = Duration::from_secs_f64(case["elapsed_ms"].as_f64().unwrap_or(5.0) / 1000.0);
     (state.finish(started + elapsed), progress, started)
+}
+
+fn round_of(case: &Json) -> (Round<u64>, Vec<Progress>, Instant) {
+    feed(case, |token| token)
 }
 
 fn progress_word(p: Progress) -> &'static str {
@@ -291,21 +296,7 @@ fn check_round(case: &Json) -> Result<(), String> {
 
 /// The case's replies as a release round's (`grant n`: released, n holds left).
 fn release_round(case: &Json) -> Round<Released> {
-    let masters = case["masters"].as_u64().expect("masters") as usize;
-    let names: Arc<[String]> = (0..masters).map(|i| format!("m{i}")).collect();
-    let until = match case["until"].as_str() {
-        Some("all") => Until::AllAnswered,
-        _ => Until::Decided,
-    };
-    let started = Instant::now();
-    let mut state = RoundState::new(names, until, started);
-    for r in case["replies"].as_array().expect("replies") {
-        let master = r[0].as_u64().expect("master") as usize;
-        let reply = reply_of(r[1].as_str().expect("reply"))
-            .map(|granted| granted.map(|holds_left| Released { holds_left }));
-        state.on_reply(master, reply);
-    }
-    state.finish(started + Duration::from_millis(5))
+    feed(case, |holds_left| Released { holds_left }).0
 }
 
 #[test]
