@@ -273,6 +273,11 @@ test("loss parsing of bad and huge entries; wait order and slots", () => {
   assert.deepEqual(core.waitOrder(["\u{1F600}", "\uFFFF"]), ["\uFFFF", "\u{1F600}"]); // UTF-8 bytes, not UTF-16 units
   assert.equal(core.keySlot("foo"), 12182);
   assert.equal(core.keySlot("{user1000}.following"), core.keySlot("user1000"));
+  // CLUSTER KEYSLOT on Redis 7.0.15: an empty first tag hashes the whole key (cluster-key-slot
+  // 1.1.1 alone says 4015 and 0 for the first two), nested and later braces as Redis does.
+  for (const [key, slot] of [["foo{}{bar}", 8363], ["{}}", 14790], ["{}", 15257], ["foo{{bar}}zap", 4015], ["foo{bar}{zap}", 5061], ["{a}}", 15495], ["123456789", 12739]]) {
+    assert.equal(core.keySlot(key), slot, key);
+  }
   assert.throws(() => core.groupTokens(["a", "b"], [1]), /answered 1 for 2 keys/);
 });
 
