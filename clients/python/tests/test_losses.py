@@ -63,7 +63,7 @@ def test_expiry_while_the_process_is_stalled(server: Server) -> None:
 
     locks = relock.Relock(connect(server))
     with locks.lock("k", ttl=0.3) as h:
-        ctypes.PyDLL(None).usleep(600_000)  # holds the GIL for 0.6 s
+        ctypes.PyDLL(None).usleep(600_000)  # holds the GIL for 0.6 s: the stall under test (not a wait)
         assert h.lost.is_set()
         with pytest.raises(relock.LockLost, match="stall"):
             h.check()
