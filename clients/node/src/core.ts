@@ -7,6 +7,8 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 
+import clusterKeySlot = require("cluster-key-slot");
+
 import {
   InvalidArgumentError,
   LockLostError,
@@ -331,20 +333,37 @@ export function parseStats(server: string, reply: unknown): KeyStats[] {
   });
 }
 
-/** A key's Redis Cluster hash slot: CRC16 (XMODEM) of its hash tag, or of the whole key, mod 16384. */
+/**
+ * A key's Redis Cluster hash slot: CRC16 (XMODEM) of its hash tag, or of the whole key, mod
+ * 16384, on the key's UTF-8 bytes (what ioredis sends). The CRC is `cluster-key-slot`'s, the
+ * function ioredis itself routes keys with. Its 1.1.1 (the version ioredis pins) is wrong in
+ * one case: an empty first tag (`foo{}{bar}`), where Redis hashes the whole key and it goes
+ * on to the next `}`; the whole key is then hashed without the tag scan (see wholeKeySlot).
+ */
 export function keySlot(key: string): number {
-  let bytes = Buffer.from(key, "utf8");
+  const bytes = Buffer.from(key, "utf8");
   const open = bytes.indexOf(0x7b); // {
-  if (open >= 0) {
-    const close = bytes.indexOf(0x7d, open + 1); // }
-    if (close > open + 1) bytes = bytes.subarray(open + 1, close);
+  return open >= 0 && bytes[open + 1] === 0x7d ? wholeKeySlot(bytes) : clusterKeySlot(bytes);
+}
+
+/**
+ * The slot of all of `bytes`, `{` included, from `cluster-key-slot` on inputs without `{`
+ * (which it hashes whole): the CRC (zero start, no final xor) is linear in its input, so the
+ * CRC of the bytes is the xor of the CRCs of three same-length parts that xor to them: the
+ * bytes with every `{` (0x7b) zeroed, and 0x7a and 0x01 (0x7a ^ 0x01 = 0x7b) where a `{` was.
+ */
+function wholeKeySlot(bytes: Buffer): number {
+  const rest = Buffer.from(bytes);
+  const high = Buffer.alloc(bytes.length);
+  const low = Buffer.alloc(bytes.length);
+  for (let i = 0; i < bytes.length; i++) {
+    if (bytes[i] === 0x7b) {
+      rest[i] = 0;
+      high[i] = 0x7a;
+      low[i] = 0x01;
+    }
   }
-  let crc = 0;
-  for (const b of bytes) {
-    crc ^= b << 8;
-    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
-  }
-  return crc % 16384;
+  return clusterKeySlot(rest) ^ clusterKeySlot(high) ^ clusterKeySlot(low);
 }
 
 /** The most keys one LOCK.MACQUIRE takes. */

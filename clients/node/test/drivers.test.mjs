@@ -5,47 +5,14 @@ import assert from "node:assert/strict";
 import { createRequire } from "node:module";
 import { after, test } from "node:test";
 
-import { CutProxy, Server, eventually, sleep } from "./servers.mjs";
+import { closeAll, connectPort as connect, proxy, relock, waitOutTtl, withServer, deadline } from "./helpers.mjs";
+import { eventually } from "./servers.mjs";
 
 const require = createRequire(import.meta.url);
 const { Relock, RelockError, InvalidArgumentError } = require("../dist/index.js");
 const Redis = require("ioredis").default;
 
-const opened = [];
-function connect(port, extra = {}) {
-  const r = new Redis({ port, host: "127.0.0.1", maxRetriesPerRequest: 2, ...extra });
-  r.on("error", () => undefined);
-  opened.push(r);
-  return r;
-}
-const made = [];
-function relock(...args) {
-  const l = new Relock(...args);
-  made.push(l);
-  return l;
-}
-const proxies = [];
-async function proxy(port) {
-  const p = await CutProxy.start(port);
-  proxies.push(p);
-  return p;
-}
-function closeAll() {
-  for (const l of made.splice(0)) void l.close().catch(() => undefined);
-  for (const r of opened.splice(0)) r.disconnect();
-  for (const p of proxies.splice(0)) p.close();
-}
 after(closeAll);
-
-async function withServer(fn) {
-  const s = await Server.start();
-  try {
-    return await fn(s);
-  } finally {
-    closeAll();
-    s.close();
-  }
-}
 
 const ready = (r) => (r.status === "ready" ? Promise.resolve() : new Promise((res) => r.once("ready", res)));
 const ended = (r) => (r.status === "end" ? Promise.resolve() : new Promise((res) => r.once("end", res)));
@@ -73,13 +40,14 @@ test("a client that was closed is a clear error at once, and never grants a lock
       const locks = relock(c);
       for (const wait of [undefined, 2000, 0]) {
         const key = `k-${end}-${wait}`;
-        const outcome = await Promise.race([
+        const outcome = await deadline(
           locks.acquireOrThrow(key, { ttl: 5000, wait }).then(
             (h) => h,
             (e) => e,
           ),
-          sleep(5000).then(() => "still waiting"),
-        ]);
+          5000,
+          "still waiting",
+        );
         assert.ok(outcome instanceof RelockError, `${end}, wait ${wait}: ${outcome}`);
         assert.equal(outcome.retryable, false, `${end}, wait ${wait}: ${outcome.message}`);
         assert.match(outcome.message, /client given to Relock was closed/);
@@ -111,7 +79,7 @@ test("close() during a wait cuts it: the acquisition rejects and nothing is gran
     await h.release();
     await g.release();
     for (const [what, p] of [["one key", one], ["a group", group]]) {
-      const outcome = await Promise.race([p, sleep(5000).then(() => "still waiting")]);
+      const outcome = await deadline(p, 5000, "still waiting");
       assert.ok(outcome instanceof RelockError, `${what}: ${outcome}`);
       assert.equal(outcome.retryable, false);
       assert.match(outcome.message, /closed/);
@@ -193,7 +161,7 @@ test("a background renewal queued behind renew(ttl) renews with the new ttl, nev
     let renewed;
     try {
       renewed = h.renew(60_000);
-      await sleep(450); // the background renewal's timer (every 300 ms) fires meanwhile
+      await waitOutTtl(450); // the background renewal's timer (every 300 ms) fires meanwhile
     } finally {
       s.resume();
     }

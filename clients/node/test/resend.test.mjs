@@ -7,47 +7,14 @@ import { createRequire } from "node:module";
 import { createServer } from "node:net";
 import { after, test } from "node:test";
 
-import { CutProxy, Server, eventually, sleep } from "./servers.mjs";
+import { closeAll, connectPort as connect, proxy, relock, waitOutTtl, withServer, deadline } from "./helpers.mjs";
+import { Server, eventually, sleep } from "./servers.mjs";
 
 const require = createRequire(import.meta.url);
 const { Relock, LockLostError, ServerError } = require("../dist/index.js");
 const Redis = require("ioredis").default;
 
-const opened = [];
-function connect(port, extra = {}) {
-  const r = new Redis({ port, host: "127.0.0.1", maxRetriesPerRequest: 2, ...extra });
-  r.on("error", () => undefined);
-  opened.push(r);
-  return r;
-}
-const made = [];
-function relock(...args) {
-  const l = new Relock(...args);
-  made.push(l);
-  return l;
-}
-const proxies = [];
-async function proxy(port) {
-  const p = await CutProxy.start(port);
-  proxies.push(p);
-  return p;
-}
-function closeAll() {
-  for (const l of made.splice(0)) void l.close().catch(() => undefined);
-  for (const r of opened.splice(0)) r.disconnect();
-  for (const p of proxies.splice(0)) p.close();
-}
 after(closeAll);
-
-async function withServer(fn) {
-  const s = await Server.start();
-  try {
-    return await fn(s);
-  } finally {
-    closeAll();
-    s.close();
-  }
-}
 
 const holders = async (r, key) => (await r.call("LOCK.HOLDERS", key)) ?? [];
 /** The hold count of `key` on the server (0: not held). */
@@ -75,7 +42,7 @@ test("a LOCK.RELEASE whose reply was lost, re-sent after the reconnect, never fr
     });
     assert.ok(await eventually(() => p.cuts === 1, 5000), "the reply was not cut");
     // Whatever is re-sent is sent within a reconnect (ioredis: 50 ms); give it that and more.
-    await sleep(500);
+    await waitOutTtl(500);
     h.check();
     assert.equal(await count(direct, "k"), 1, "the outer hold is gone on the server while the client holds it");
     assert.equal(await h.release(), true);
@@ -113,7 +80,7 @@ test("a LOCK.REENTER that timed out in a short stall but ran later is taken back
       (v) => v,
       (e) => e,
     );
-    await sleep(250);
+    await waitOutTtl(250); // the stall
     s.resume();
     resumed = true;
     const outcome = await entered;
@@ -133,7 +100,7 @@ test("a release during a stall is sent again until done", () =>
     const h = await locks.acquireOrThrow("k", { ttl: 6000 });
     p.down();
     assert.equal(await h.release(), false);
-    await sleep(600);
+    await waitOutTtl(600); // the server unreachable
     p.up();
     const back = performance.now();
     assert.ok(await eventually(async () => (await count(direct, "k")) === 0, 3000), "the release was never sent again: held by nobody");
@@ -155,7 +122,7 @@ test("a wait without limit on a connection that died silently goes on on a new o
     got.catch(() => undefined);
     assert.ok(await eventually(() => p.holes === 1, 5000));
     await h.release();
-    const hold = await Promise.race([got, sleep(8000).then(() => "still waiting")]);
+    const hold = await deadline(got, 8000, "still waiting");
     assert.notEqual(hold, "still waiting", "a wait on a dead connection never ended");
     await hold.release();
   }));
@@ -171,7 +138,7 @@ test("a client with enableOfflineQueue: false still waits in LOCK.WAIT (no polli
     const got = locks.acquireOrThrow("k", { ttl: 5000, wait: 20_000 });
     got.catch(() => undefined);
     assert.ok(await eventually(async () => (await holders(direct, "k")).length === 1 && (await new Relock(direct).waiters("k")).length === 1, 5000), "never queued in LOCK.WAIT");
-    await sleep(1000);
+    await waitOutTtl(1000); // a wait that polled would send LOCK.ACQUIRE meanwhile
     assert.ok((await calls(direct, "lock.acquire")) - acquires <= 2, "the wait polls with LOCK.ACQUIRE");
     await h.release();
     await (await got).release();
@@ -241,7 +208,7 @@ test("MOVED from a cluster node given as a plain client is permanent: a clear er
   const fake = await movedServer();
   try {
     const locks = relock(connect(fake.address().port, { protocol: 2 }));
-    const outcome = await Promise.race([locks.acquireOrThrow("k", { ttl: 1000 }).catch((e) => e), sleep(5000).then(() => "still retrying")]);
+    const outcome = await deadline(locks.acquireOrThrow("k", { ttl: 1000 }).catch((e) => e), 5000, "still retrying");
     assert.ok(outcome instanceof ServerError, `not a ServerError: ${outcome}`);
     assert.equal(outcome.retryable, false);
     assert.match(outcome.message, /MOVED.*Cluster/);
@@ -290,14 +257,14 @@ test("NOPERM on LOCK.WAIT is a clear error at once; a user without CLIENT still 
     await direct.call("ACL", "SETUSER", "noclient", "on", ">pw", "~*", "+@all", "-client");
     const h = await relock(direct).acquireOrThrow("k", { ttl: 20_000 });
     const nowait = relock(connect(s.port, { username: "nowait", password: "pw" }));
-    const outcome = await Promise.race([nowait.acquireOrThrow("k", { ttl: 1000 }).catch((e) => e), sleep(5000).then(() => "still retrying")]);
+    const outcome = await deadline(nowait.acquireOrThrow("k", { ttl: 1000 }).catch((e) => e), 5000, "still retrying");
     assert.ok(outcome instanceof ServerError && !outcome.retryable, `not a permanent ServerError: ${outcome}`);
     assert.match(outcome.message, /NOPERM/);
     const noclient = relock(connect(s.port, { username: "noclient", password: "pw" }));
     const got = noclient.acquireOrThrow("k", { ttl: 5000, wait: 10_000 });
     got.catch(() => undefined);
     assert.ok(await eventually(async () => (await new Relock(direct).waiters("k")).length === 1, 5000));
-    await sleep(1500); // the connection checks run (and are refused) meanwhile
+    await waitOutTtl(1500); // the connection checks run (and are refused) meanwhile
     await h.release();
     await (await got).release();
   }));
@@ -322,7 +289,7 @@ test("ioredis's commandTimeout and socketTimeout on the client never cut a block
       await x.release();
     });
     assert.ok(await eventually(async () => (await new Relock(direct).waiters("k")).length === 2, 5000));
-    await sleep(1000); // three times the timeouts
+    await waitOutTtl(1000); // three times the timeouts
     await h.release();
     await Promise.all([first, second]);
     assert.deepEqual(order, ["short", "plain"], "the wait cut by the client's timeout lost its place");
@@ -341,7 +308,7 @@ test("concurrent re-entries of one hold, on one server and over 3 masters, leave
       await Promise.all([
         h.reenter(async (n) => {
           seen.push(n);
-          await sleep(50);
+          await sleep(50); // the work inside the section (not a wait): the other re-entry is sent meanwhile
         }),
         h.reenter(async (n) => {
           seen.push(n);
@@ -376,7 +343,7 @@ test("a LOCK.REENTER whose reply was lost is applied once and taken back", () =>
     assert.ok(p.cuts === 1, "the reply was not cut");
     assert.ok(counts.every((n) => n === 2), `the re-entry was applied twice: the section saw count ${counts}`);
     if (counts.length === 0) assert.ok(outcome instanceof Error);
-    await sleep(500); // whatever is re-sent after the reconnect has run
+    await waitOutTtl(500); // whatever is re-sent after the reconnect (ioredis: 50 ms) has run
     assert.equal(await count(direct, "k"), 1, "the server's count is not the outer hold's");
     assert.equal(await h.release(), true);
     assert.equal(await count(direct, "k"), 0);

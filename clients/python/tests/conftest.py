@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from servers import Server  # noqa: E402
+from servers import LossProxy, Server  # noqa: E402
 
 
 @pytest.fixture
@@ -35,3 +35,13 @@ def servers3() -> Iterator[list[Server]]:
 @pytest.fixture(params=["3", "2"], ids=["resp3", "resp2"])
 def protocol(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+@pytest.fixture
+def proxy(server: Server) -> Iterator[LossProxy]:
+    """A proxy to ``server`` that loses or delays replies on demand (servers.LossProxy)."""
+    p = LossProxy(server.port)
+    try:
+        yield p
+    finally:
+        p.close()

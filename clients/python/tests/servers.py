@@ -265,7 +265,7 @@ class LossProxy:
     server's reply to it is dropped and the client's connection reset (a connection that
     died between a command and its reply). ``arm(pattern, delay=d)`` delays that reply by
     ``d`` seconds instead. ``lost`` counts the replies lost so far; ``hit`` is set once an
-    armed pattern went through."""
+    armed pattern went through, ``delivered`` once a delayed reply was passed on."""
 
     def __init__(self, port: int) -> None:
         self.target = port
@@ -277,6 +277,7 @@ class LossProxy:
         self.armed: list[tuple[bytes, float | None]] = []
         self.lost = 0
         self.hit = threading.Event()
+        self.delivered = threading.Event()
         self.silent = False
         self.pairs: list[tuple[socket.socket, socket.socket]] = []
         self.seen: list[bytes] = []
@@ -356,9 +357,12 @@ class LossProxy:
                     self.lost += 1
                     reset()
                     return
-                if delays:
+                delayed = bool(delays)
+                if delayed:
                     time.sleep(delays.pop())
                 client.sendall(data)
+                if delayed:
+                    self.delivered.set()
         except OSError:
             pass
         if not self.silent:

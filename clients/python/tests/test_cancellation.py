@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from typing import Any, Iterator
 
 import pytest
 import redis
@@ -15,34 +13,8 @@ import redis.asyncio as aredis
 
 import relock
 import relock.aio
+from helpers import aconnect, connect, eventually, holding, info, until, waiters, yield_to_loop
 from servers import LossProxy, Server
-
-
-def info(server: Server, key: str) -> dict[str, Any] | None:
-    reply = redis.Redis(port=server.port, decode_responses=True).execute_command("LOCK.INFO", key)
-    if reply is None:
-        return None
-    if isinstance(reply, dict):
-        return {str(k): v for k, v in reply.items()}
-    return dict(zip(reply[0::2], reply[1::2]))
-
-
-async def until(check: Any, within: float) -> bool:
-    end = time.monotonic() + within
-    while not check():
-        if time.monotonic() >= end:
-            return bool(check())
-        await asyncio.sleep(0.005)
-    return True
-
-
-@pytest.fixture
-def proxy(server: Server) -> Iterator[LossProxy]:
-    p = LossProxy(server.port)
-    try:
-        yield p
-    finally:
-        p.close()
 
 
 def test_aio_a_section_cancelled_while_its_exit_waits_for_the_step_still_steps_out(server: Server, proxy: LossProxy) -> None:
@@ -73,8 +45,7 @@ def test_aio_a_section_cancelled_while_its_exit_waits_for_the_step_still_steps_o
         tb = asyncio.create_task(b())
         assert await until(proxy.hit.is_set, 5)  # b has the step, its reply delayed
         leave.set()
-        for _ in range(5):  # a reaches its exit and waits for the step there
-            await asyncio.sleep(0)
+        await yield_to_loop(5)  # a reaches its exit and waits for the step there
         ta.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await ta
@@ -134,10 +105,7 @@ def test_sync_release_while_a_thread_is_inside_a_nested_section_frees_the_lock(s
     t.start()
     assert inside.wait(5)
     hold.release()
-    end = time.monotonic() + 3
-    while info(server, "k") is not None and time.monotonic() < end:
-        time.sleep(0.01)
-    assert info(server, "k") is None, info(server, "k")
+    assert eventually(lambda: info(server, "k") is None, 3), info(server, "k")
     leave.set()
     t.join(5)
     assert info(server, "k") is None
@@ -194,10 +162,7 @@ def test_sync_a_reenter_whose_reply_was_lost_then_a_release_frees_the_lock(serve
                 pytest.fail("entered a section whose LOCK.REENTER got no reply")
         with contextlib.suppress(relock.RelockError):
             hold.release()
-        end = time.monotonic() + 3
-        while info(server, key) is not None and time.monotonic() < end:
-            time.sleep(0.01)
-        assert info(server, key) is None, (i, info(server, key))
+        assert eventually(lambda: info(server, key) is None, 3), (i, info(server, key))
         locks.close()
 
 
@@ -264,9 +229,7 @@ def test_redlock_a_reenter_whose_reply_was_lost_on_a_minority_is_taken_back_ther
                 await alocks.aclose()
 
             asyncio.run(main())
-        end = time.monotonic() + 3
-        while any(info(s, "k") is not None for s in servers3) and time.monotonic() < end:
-            time.sleep(0.01)
+        assert eventually(lambda: all(info(s, "k") is None for s in servers3), 3)
         assert [info(s, "k") for s in servers3] == [None, None, None]
     finally:
         p.close()
@@ -308,10 +271,7 @@ def test_sync_a_release_interrupted_while_another_threads_step_is_under_way_stil
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
     t.join(5)
-    end = time.monotonic() + 3
-    while info(server, "k") is not None and time.monotonic() < end:
-        time.sleep(0.01)
-    assert info(server, "k") is None, info(server, "k")
+    assert eventually(lambda: info(server, "k") is None, 3), info(server, "k")
     locks.close()
 
 
@@ -332,8 +292,7 @@ def test_aio_a_release_cancelled_while_another_tasks_step_is_under_way_still_fre
         ta = asyncio.create_task(a())
         assert await until(proxy.hit.is_set, 5)
         tr = asyncio.create_task(hold.release())
-        for _ in range(5):
-            await asyncio.sleep(0)
+        await yield_to_loop(5)
         tr.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await tr
@@ -343,3 +302,72 @@ def test_aio_a_release_cancelled_while_another_tasks_step_is_under_way_still_fre
         await locks.aclose()
 
     asyncio.run(main())
+
+
+# From test_attack.py (an attack on the package: a break found and fixed since, or one it held).
+def test_aio_cancelled_wait_leaves_no_waiter(server: Server) -> None:
+    """Attack: an asyncio task waiting (no limit) for a held key is cancelled. Must hold: its
+    wait leaves the queue; once the holder releases, the key is free."""
+
+    async def main() -> None:
+        locks = relock.aio.Relock(aconnect(server))
+        holder = await locks.acquire("w", ttl=5)
+        assert holder is not None
+        t = asyncio.ensure_future(locks.acquire("w", ttl=5))
+        admin = connect(server)
+        assert await asyncio.to_thread(eventually, lambda: bool(admin.execute_command("LOCK.WAITERS", "w")), 5)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        await holder.release()
+        await locks.settle()
+        assert await asyncio.to_thread(eventually, lambda: admin.execute_command("LOCK.WAITERS", "w") == [], 5)
+        again = await locks.acquire("w", ttl=5, wait=0)
+        assert again is not None
+        await again.release()
+
+    asyncio.run(main())
+
+
+# From test_attack.py (an attack on the package: a break found and fixed since, or one it held).
+def test_aio_cancelled_redlock_wait_leaves_no_waiter(servers3: list[Server]) -> None:
+    """Attack: the same over 3 masters (Redlock). Must hold: no master keeps the cancelled wait,
+    and once the holder releases, the key is free."""
+
+    async def main() -> None:
+        locks = relock.aio.Relock([aconnect(s) for s in servers3])
+        holder = await locks.acquire("w", ttl=5)
+        assert holder is not None
+        t = asyncio.ensure_future(locks.acquire("w", ttl=5))
+        assert await until(lambda: [waiters(s, "w") for s in servers3] == [1, 1, 1], 5)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        assert await until(lambda: [waiters(s, "w") for s in servers3] == [0, 0, 0], 5), "a master kept the wait"
+        await holder.release()
+        again = await locks.acquire("w", ttl=5, wait=0)
+        assert again is not None, f"held by a cancelled waiter: {holding(servers3, 'w')}"
+        await again.release()
+
+    asyncio.run(main())
+
+
+# From test_attack.py (an attack on the package: a break found and fixed since, or one it held).
+def test_aio_cancelled_body_releases(server: Server) -> None:
+    """Attack: a task holding a lock in ``async with`` is cancelled (wait_for timeout). Must
+    hold: released on the way out."""
+
+    async def main() -> None:
+        locks = relock.aio.Relock(aconnect(server))
+
+        async def body() -> None:
+            async with locks.lock("c", ttl=5):
+                await asyncio.Event().wait()  # runs until cancelled
+
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(body(), 0.3)
+        await locks.settle()
+        assert holding([server], "c") == [False]
+
+    asyncio.run(main())
+

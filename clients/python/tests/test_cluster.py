@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from typing import Iterator
 
 import pytest
 import redis.cluster
 
 import relock
+from helpers import wait_out_ttl
 from servers import Cluster
 
 
@@ -31,10 +31,7 @@ def test_cluster_lock_survives_a_failover(cluster: Cluster) -> None:
         cluster.conn(master).execute_command("WAIT", 1, 5000)
         cluster.failover(replica, master)
         # Renewals now reach the promoted replica, which has the lock.
-        end = time.monotonic() + 4.0
-        while time.monotonic() < end:
-            h.check()
-            time.sleep(0.1)
+        wait_out_ttl(4.0, during=h.check, every=0.1)
         info = locks.info("{orders}:1")
         assert info is not None and info.owner == h.owner and info.token == h.token
         assert cluster.master_of("{orders}:1").port == replica.port

@@ -10,7 +10,7 @@ import contextlib
 import socket
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -18,39 +18,8 @@ import redis.asyncio as aredis
 
 import relock
 import relock.aio
-from servers import LossProxy, Server, eventually
-
-
-def direct(server: Server) -> redis.Redis:
-    return redis.Redis(port=server.port, decode_responses=True)
-
-
-def info(server: Server, key: str) -> dict[str, Any] | None:
-    reply = direct(server).execute_command("LOCK.INFO", key)
-    if reply is None:
-        return None
-    if isinstance(reply, dict):
-        return {str(k): v for k, v in reply.items()}
-    return dict(zip(reply[0::2], reply[1::2]))
-
-
-async def until(check: Any, within: float) -> bool:
-    """Whether ``check()`` comes true within ``within`` seconds, polled from the event loop."""
-    end = time.monotonic() + within
-    while not check():
-        if time.monotonic() >= end:
-            return bool(check())
-        await asyncio.sleep(0.005)
-    return True
-
-
-@pytest.fixture
-def proxy(server: Server) -> Iterator[LossProxy]:
-    p = LossProxy(server.port)
-    try:
-        yield p
-    finally:
-        p.close()
+from helpers import direct, eventually, info, kill_relock_connections, until, wait_out_ttl, wait_out_ttl_async, waiters
+from servers import LossProxy, Server
 
 
 # --- 1. a re-sent release -------------------------------------------------------------------
@@ -102,8 +71,8 @@ def test_sync_a_shorter_renewal_is_applied_in_the_servers_order(server: Server, 
         proxy.arm(b"3000", delay=0.4)
         assert proxy.hit.wait(20), "the background renewal never went"
         hold.renew(0.5)
-        assert eventually(lambda: b"3000" not in b"".join(proxy.seen[-1:]) or True, 1)
-        time.sleep(0.5)  # the delayed reply of the background renewal has come by now
+        # The delayed reply of the background renewal came, and that renewal ended.
+        assert eventually(lambda: proxy.delivered.is_set() and not hold._renewing, 5)
         left = hold.valid_until - time.monotonic()
         assert left <= 0.5, f"the client thinks {left:.2f} s are left, the server gave 0.5 s"
     finally:
@@ -119,7 +88,8 @@ def test_aio_a_shorter_renewal_is_applied_in_the_servers_order(server: Server, p
             proxy.arm(b"3000", delay=0.4)
             assert await until(proxy.hit.is_set, 20), "the armed command never went"
             await hold.renew(0.5)
-            await asyncio.sleep(0.5)
+            # The delayed reply of the background renewal came, and that renewal ended.
+            assert await until(lambda: proxy.delivered.is_set() and not hold._renewing, 5)
             left = hold.valid_until - time.monotonic()
             assert left <= 0.5, f"the client thinks {left:.2f} s are left, the server gave 0.5 s"
         finally:
@@ -153,12 +123,6 @@ def test_aio_aclose_signals_the_holds_it_releases(server: Server) -> None:
 # --- leaks ----------------------------------------------------------------------------------
 
 
-def kill_relock_connections(server: Server) -> None:
-    """Closes every client connection of ``server`` but the caller's: relock's idle
-    connections are gone, the next command needs a new one."""
-    direct(server).execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
-
-
 def test_sync_a_release_during_a_stall_is_sent_once_the_server_answers(server: Server) -> None:
     """A release made while the server stalled 0.6 s (no connection could open) was tried
     twice within 0.3 s and given up: the lock stayed held for its whole ttl by nobody. Must
@@ -170,7 +134,7 @@ def test_sync_a_release_during_a_stall_is_sent_once_the_server_answers(server: S
     server.pause()
     try:
         assert hold.release() is False
-        time.sleep(0.6)
+        wait_out_ttl(0.6)  # the stall
     finally:
         server.resume()
     assert eventually(lambda: info(server, "k") is None, 5), "the release was never sent"
@@ -185,13 +149,10 @@ def test_aio_a_release_during_a_stall_is_sent_once_the_server_answers(server: Se
         server.pause()
         try:
             assert await hold.release() is False
-            await asyncio.sleep(0.6)
+            await wait_out_ttl_async(0.6)  # the stall
         finally:
             server.resume()
-        end = time.monotonic() + 5
-        while info(server, "k") is not None and time.monotonic() < end:
-            await asyncio.sleep(0.02)
-        assert info(server, "k") is None, "the release was never sent"
+        assert await until(lambda: info(server, "k") is None, 5), "the release was never sent"
         await locks.aclose()
 
     asyncio.run(main())
@@ -211,7 +172,7 @@ def test_aio_a_cancel_right_after_a_late_grant_gives_it_back(server: Server) -> 
             proxy.arm(b"LOCK.RENEW", delay=1.0)
             task = asyncio.get_running_loop().create_task(locks.acquire("k", ttl=3))
             assert await until(lambda: waiters(server, "k") == 1, 10)
-            await asyncio.sleep(1.5)  # the grant, at release, comes late (under 2/3 of the ttl left)
+            await wait_out_ttl_async(1.5)  # the grant, at release, comes late (under 2/3 of the ttl left)
             await first.release()
             assert await until(proxy.hit.is_set, 10), (
                 "no renewal after the late grant",
@@ -221,10 +182,7 @@ def test_aio_a_cancel_right_after_a_late_grant_gives_it_back(server: Server) -> 
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            end = time.monotonic() + 2.5
-            while info(server, "k") is not None and time.monotonic() < end:
-                await asyncio.sleep(0.02)
-            assert info(server, "k") is None, "the late grant was kept by nobody"
+            assert await until(lambda: info(server, "k") is None, 2.5), "the late grant was kept by nobody"
             await locks.aclose()
         finally:
             proxy.close()
@@ -358,11 +316,6 @@ def test_moved_from_a_cluster_node_is_a_permanent_error() -> None:
 # --- stuck or unfair ------------------------------------------------------------------------
 
 
-def waiters(server: Server, key: str) -> int:
-    got = info(server, key)
-    return 0 if got is None else int(got["waiters"])
-
-
 def test_sync_a_wait_on_a_silently_dead_connection_ends(server: Server) -> None:
     """A wait without limit whose connection died without a word (the server dropped it, no
     FIN reached the client) waited for ever. Must hold: the client notices (CLIENT LIST ID,
@@ -398,13 +351,9 @@ def test_aio_a_wait_on_a_silently_dead_connection_ends(server: Server) -> None:
             # No socket timeout (redis-py 8's 5 s would cut the wait and hide the break).
             locks = relock.aio.Relock(aredis.Redis(port=proxy.port, socket_timeout=None))
             task = asyncio.get_running_loop().create_task(locks.acquire("k", ttl=5))
-            end = time.monotonic() + 10
-            while waiters(server, "k") != 1 and time.monotonic() < end:
-                await asyncio.sleep(0.02)
+            assert await until(lambda: waiters(server, "k") == 1, 10)
             proxy.sever_silently()
-            end = time.monotonic() + 5
-            while waiters(server, "k") != 0 and time.monotonic() < end:
-                await asyncio.sleep(0.02)
+            assert await until(lambda: waiters(server, "k") == 0, 5)
             proxy.silent = False
             await first.release()
             hold = await asyncio.wait_for(task, 10)
@@ -432,7 +381,7 @@ def test_aio_a_wait_keeps_its_place_past_the_drivers_socket_timeout(server: Serv
         assert await until(lambda: waiters(server, "k") == 1, 10)
         theirs = asyncio.get_running_loop().create_task(plain.acquire("k", ttl=5))
         assert await until(lambda: waiters(server, "k") == 2, 10)
-        await asyncio.sleep(1.0)  # several socket timeouts
+        await wait_out_ttl_async(1.0)  # several socket timeouts
         await first.release()
         done, _ = await asyncio.wait([mine, theirs], return_when=asyncio.FIRST_COMPLETED, timeout=10)
         assert mine in done, "the first waiter lost its place"
@@ -467,7 +416,7 @@ def test_sync_a_wait_keeps_its_place_past_the_drivers_socket_timeout(server: Ser
     t2 = threading.Thread(target=take, args=(plain, "theirs"), daemon=True)
     t2.start()
     assert eventually(lambda: waiters(server, "k") == 2, 10)
-    time.sleep(1.0)
+    wait_out_ttl(1.0)  # several socket timeouts
     first.release()
     t1.join(10)
     t2.join(10)
@@ -487,7 +436,7 @@ def test_aio_renewals_never_wait_behind_waiting_tasks(server: Server) -> None:
         blocker = await locks.acquire("busy", ttl=30)
         assert blocker is not None
         tasks = [asyncio.get_running_loop().create_task(locks.acquire("busy", ttl=5, wait=10)) for _ in range(40)]
-        await asyncio.sleep(3.5)
+        await wait_out_ttl_async(3.5)  # more than twice the holder's ttl
         assert hold.is_valid, hold.reason
         hold.check()
         for t in tasks:
@@ -527,15 +476,9 @@ def test_aio_a_reenter_that_timed_out_and_ran_later_is_taken_back(server: Server
         with pytest.raises(relock.RelockError):
             async with hold.reenter():
                 pytest.fail("entered a section whose LOCK.REENTER got no reply")
-        end = time.monotonic() + 3
-        while (info(server, "k") or {}).get("count") not in (1, "1") and time.monotonic() < end:
-            await asyncio.sleep(0.02)
-        assert (info(server, "k") or {}).get("count") in (1, "1"), info(server, "k")
+        assert await until(lambda: (info(server, "k") or {}).get("count") in (1, "1"), 3), info(server, "k")
         await hold.release()
-        end = time.monotonic() + 3
-        while info(server, "k") is not None and time.monotonic() < end:
-            await asyncio.sleep(0.02)
-        assert info(server, "k") is None, "the late re-entry kept the lock"
+        assert await until(lambda: info(server, "k") is None, 3), "the late re-entry kept the lock"
         await locks.aclose()
 
     asyncio.run(main())
@@ -598,7 +541,7 @@ def test_sync_ctrl_c_right_after_a_late_grant_gives_it_back(server: Server) -> N
         try:
             assert child.stdout is not None and child.stdout.readline().strip() == "waiting"
             assert eventually(lambda: waiters(server, "k") == 1, 10)
-            time.sleep(3.0)  # long enough for the grant to be late (under 2/3 of the ttl left)
+            wait_out_ttl(3.0)  # long enough for the grant to be late (under 2/3 of the ttl left)
             proxy.arm(b"LOCK.RENEW", delay=2.0)
             first.release()
             assert proxy.hit.wait(10), ("no renewal after the late grant", info(server, "k"), proxy.seen[-6:])

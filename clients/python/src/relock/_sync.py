@@ -578,21 +578,25 @@ class Relock:
 
     # --- what the client is ---------------------------------------------------------------
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     @property
     def servers(self) -> list[str]:
         """The servers, as ``host:port`` (a cluster: ``cluster[seed,...]``)."""
         return list(self._names)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     @property
     def quorum(self) -> int:
         return core.quorum(len(self._servers))
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def new_owner(self) -> str:
         """A fresh owner, ``<prefix>/<random>``."""
         return core.make_owner(self._prefix)
 
     # --- acquiring ------------------------------------------------------------------------
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     @contextlib.contextmanager
     def lock(
         self,
@@ -617,6 +621,7 @@ class Relock:
         finally:
             hold._close()
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def acquire(
         self,
         key: str,
@@ -687,8 +692,11 @@ class Relock:
 
     # --- several keys ---------------------------------------------------------------------
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     @contextlib.contextmanager
-    def lock_all(self, keys: Sequence[str], ttl: float = core.DEFAULT_TTL, wait: float | None = None) -> Iterator[GroupHold]:
+    def lock_all(
+        self, keys: Sequence[str], ttl: float = core.DEFAULT_TTL, wait: float | None = None
+    ) -> Iterator[GroupHold]:
         """Holds every key of ``keys`` exclusively for the ``with`` block, all or none, under
         one owner: ``LOCK.MACQUIRE`` takes free keys in one step with one token; when some
         are taken and ``wait`` allows, the keys are waited for one by one in one global order
@@ -703,11 +711,15 @@ class Relock:
         finally:
             hold._close()
 
-    def acquire_all(self, keys: Sequence[str], ttl: float = core.DEFAULT_TTL, wait: float | None = None) -> GroupHold | None:
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
+    def acquire_all(
+        self, keys: Sequence[str], ttl: float = core.DEFAULT_TTL, wait: float | None = None
+    ) -> GroupHold | None:
         """Like ``lock_all()`` without the ``with``: the ``GroupHold``, or None when the keys
         were not all granted within ``wait``."""
         return self._acquire_all(keys, ttl, wait, raise_busy=False)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _check_slot(self, keys: list[str]) -> None:
         if not self._servers[0].cluster or len(keys) < 2:
             return
@@ -949,6 +961,7 @@ class Relock:
         with contextlib.suppress(BaseException):
             self._release_late(key, owner, None, ttl=ttl)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _release_failed(self, key: str, owner: str, rnd: Round[Any], ttl: float) -> None:
         now, later = rnd.give_back()
         if any(now):
@@ -1000,47 +1013,56 @@ class Relock:
             out.append(parse(s.name, reply))
         return out
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def info(self, key: str) -> LockInfo | None:
         """LOCK.INFO: the lock at ``key``, or None. With Redlock, the first server's that has
         one (``info_each`` gives every server's)."""
         return next((i for i in self.info_each(key) if i is not None), None)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def info_each(self, key: str) -> list[LockInfo | None]:
         """LOCK.INFO on every server, in the client's order."""
         return self._query_each(key, ["LOCK.INFO", key], core.parse_info)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def holders(self, key: str, count: int = 0) -> list[Holder]:
         """LOCK.HOLDERS: who holds ``key``, in grant order (``count`` 0: all), on every server."""
         lists = self._query_each(key, ["LOCK.HOLDERS", key, "COUNT", count], core.parse_holders)
         return [h for hs in lists for h in hs]
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def waiters(self, key: str, count: int = 0) -> list[Waiter]:
         """LOCK.WAITERS: who waits for ``key``, in queue order, on every server. A server
         without LOCK.WAITERS (a module older than it) raises ``ServerError``."""
         lists = self._query_each(key, ["LOCK.WAITERS", key, "COUNT", count], core.parse_waiters)
         return [w for ws in lists for w in ws]
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def force_release(self, key: str, owner: str | None = None) -> int:
         """LOCK.FORCERELEASE on every server: removes every hold of ``key`` (or only
         ``owner``'s) and returns how many were removed in all. For operators."""
         args = ["LOCK.FORCERELEASE", key] + ([owner] if owner is not None else [])
         return sum(self._query_each(key, args, lambda _s, r: int(r)))
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def history(self, key: str, count: int = 10) -> list[LogEntry]:
         """LOCK.HISTORY: the journal's entries for ``key`` (holds that ended other than by
         their owner, and flushes), newest first, on every server."""
         lists = self._query_each(key, ["LOCK.HISTORY", key, count], core.parse_log)
         return [e for es in lists for e in es]
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def log(self, count: int = 10) -> list[LogEntry]:
         """LOCK.LOG (an admin command): the journal of every key, newest first, on every
         server (every primary of a cluster)."""
         return [e for name, r in self._each_node(["LOCK.LOG", count]) for e in core.parse_log(name, r)]
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def reset_log(self) -> None:
         """LOCK.LOG RESET on every server: empties the journals."""
         self._each_node(["LOCK.LOG", "RESET"])
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def stats(self, count: int = 10) -> list[KeyStats]:
         """LOCK.STATS (an admin command): the hottest keys by total wait time on every server,
         hottest first on each."""
@@ -1055,6 +1077,7 @@ class Relock:
                 raise core.server_error(None, s.name, e) from e
         return out
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _history(self, keys: Sequence[str], owner: str, since: float) -> LossReason:
         """Why ``owner``'s hold of ``keys`` ended, from LOCK.HISTORY: one pipelined round trip
         per server (at most the node timeout each), stopping at the first that knows."""
@@ -1089,6 +1112,7 @@ class _LossEvent(threading.Event):
     validity ended (a process stalled past it, by GIL-holding work or a suspended VM, sees it
     at once, before the renewal thread runs) and in a forked child."""
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def __init__(self, hold: Hold) -> None:
         super().__init__()
         self._hold = weakref.ref(hold)
@@ -1176,6 +1200,7 @@ class Hold:
         self.lost: threading.Event = _LossEvent(self)
         client._renewer.add(self)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def __repr__(self) -> str:
         return f"Hold(key={self.key!r}, owner={self.owner!r}, token={self.token})"
 
@@ -1193,6 +1218,7 @@ class Hold:
     def _lost_at(self) -> float:
         return self.valid_until - self._lead()
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _expired(self) -> bool:
         if self._pid != os.getpid():
             return True
@@ -1203,37 +1229,45 @@ class Hold:
             return self._lost_at()
         return min(self._next, self._lost_at())
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     @property
     def is_valid(self) -> bool:
         """Whether the hold is still ours for sure: not lost, not released, within validity."""
         return not self._released and not self.lost.is_set()
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     @property
     def cause(self) -> str | None:
         """The server's word for the loss (``loss.cause``): ``expired``, ``forcereleased``,
         ``deleted``, ``flushed``, ...; None while held, or when nobody can say."""
         return None if self.loss is None else self.loss.cause
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     @property
     def who(self) -> Who | None:
         """The client that ended the hold (``loss.who``), where the server could tell."""
         return None if self.loss is None else self.loss.who
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     @property
     def keys(self) -> list[str]:
         """The keys held: ``[key]``, or a group's keys in the order given."""
         return [self.key]
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _renew_args(self, ttl_ms: int) -> list[Any]:
         return ["LOCK.RENEW", self.key, self.owner, ttl_ms]
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _release_args(self) -> list[Any]:
         return ["LOCK.RELEASE", self.key, self.owner, "FROM", self._count]
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _all_held(self, reply: Any) -> Any:
         """A renewal's or release's reply as agreed (the reply) or refused (None)."""
         return reply
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _refused_words(self, servers: list[str]) -> str:
         return f"LOCK.RENEW answered nil on {', '.join(servers)}: the lock expired or was taken away"
 
@@ -1260,7 +1294,10 @@ class Hold:
         if self._released:
             raise core.lost_error(self.key, "it was released", None)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _expiry_reason(self) -> str:
+        """Why the validity ran out: renewals that failed or went unanswered (not a process or
+        an event loop that did not run the renewal in time)."""
         if self._renewing:
             return "its validity ran out during a renewal that no quorum answered"
         if self._last_failure:
@@ -1345,13 +1382,11 @@ class Hold:
                 servers=rnd.servers(lambda f: not f.refused),
             )
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _lose_with_history(self, rnd: Round[Any]) -> None:
         """The hold is gone: asks the journal why (one bounded round trip) and says it."""
         refused = rnd.servers(lambda f: f.refused)
-        if refused:
-            what = self._refused_words(refused)
-        else:
-            what = f"renewal failed: {rnd.describe(lambda f: f.permanent)}"
+        what = self._refused_words(refused) if refused else f"renewal failed: {rnd.describe(lambda f: f.permanent)}"
         loss = self._client._history(self.keys, self.owner, self._since)
         where = f"key {loss.entry.key!r} " if loss.entry is not None and len(self.keys) > 1 and loss.entry.key else ""
         self._lose(f"{what}: {where}{loss.message}", loss)
@@ -1366,6 +1401,7 @@ class Hold:
 
     # --- release --------------------------------------------------------------------------
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def release(self) -> bool:
         """Stops the renewal and releases the hold on every server. Returns True when a
         quorum released it, False when it was no longer held (lost, or released before) or
@@ -1503,6 +1539,7 @@ class Hold:
             if self._pid == os.getpid():
                 self._step_out(agreed)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _take_back(self, undo: list[Any], targets: list[bool]) -> None:
         """Under the step: ``undo`` (LOCK.RELEASE FROM count + 1) on ``targets``, and in the
         background where it got no answer."""
@@ -1547,6 +1584,7 @@ class GroupHold(Hold):
     every key when they were granted in one step, each key its own after a wait. ``token``
     is the largest. A group is lost as soon as one of its keys is."""
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def __init__(
         self,
         client: Relock,
@@ -1561,31 +1599,40 @@ class GroupHold(Hold):
         super().__init__(client, keys[0], owner, ttl, {client.servers[0]: max(key_tokens.values())}, valid_until, [])
         self.token = max(key_tokens.values())
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def __repr__(self) -> str:
         return f"GroupHold(keys={self._keys!r}, owner={self.owner!r}, token={self.token})"
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def __enter__(self) -> GroupHold:
         return self
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     @property
     def keys(self) -> list[str]:
         return list(self._keys)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _renew_args(self, ttl_ms: int) -> list[Any]:
         return ["LOCK.MRENEW", len(self._keys), *self._keys, self.owner, ttl_ms]
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _release_args(self) -> list[Any]:
         return ["LOCK.MRELEASE", len(self._keys), *self._keys, self.owner, "FROM", 1]
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _all_held(self, reply: Any) -> Any:
         return reply if reply is not None and int(reply) == len(self._keys) else None
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _refused_words(self, servers: list[str]) -> str:
         return f"LOCK.MRENEW found part of the group no longer held on {', '.join(servers)}"
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def downgrade(self) -> None:
         raise InvalidArgument("a group of keys is held exclusively: downgrade is for one key")
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     @contextlib.contextmanager
     def reenter(self) -> Iterator[int]:
         raise InvalidArgument("a group of keys is not reentrant: hold the group once")

@@ -385,6 +385,7 @@ class Relock:
 
     @property
     def servers(self) -> list[str]:
+        """The servers, as ``host:port`` (a cluster: ``cluster[seed,...]``)."""
         return list(self._names)
 
     @property
@@ -392,6 +393,7 @@ class Relock:
         return core.quorum(len(self._servers))
 
     def new_owner(self) -> str:
+        """A fresh owner, ``<prefix>/<random>``."""
         return core.make_owner(self._prefix)
 
     @contextlib.asynccontextmanager
@@ -404,7 +406,13 @@ class Relock:
         limit: int | None = None,
         permits: int | None = None,
     ) -> AsyncIterator[Hold]:
-        """``async with locks.lock(key, ...) as hold``: see ``relock.Relock.lock``."""
+        """Holds ``key`` for the ``async with`` block: acquires it, waiting up to ``wait`` seconds
+        (None: no limit; 0: try once), renews it every ttl/3 in the background, and releases
+        it on exit. ``shared=True`` takes a shared hold (a read lock), ``limit=n`` a permit of
+        an n-permit semaphore (one server or a cluster only), ``permits=p`` (with a limit) p
+        of them at once. Raises ``NotAcquired`` when the
+        lock was not granted in time; check ``hold.lost`` (or call ``hold.check()``) in long
+        work."""
         hold = await self._acquire(key, ttl, wait, shared, limit, permits, raise_busy=True)
         assert hold is not None
         try:
@@ -421,8 +429,8 @@ class Relock:
         limit: int | None = None,
         permits: int | None = None,
     ) -> Hold | None:
-        """The ``Hold`` (renewed in the background until ``await hold.release()``), or None
-        when the lock was not granted within ``wait``."""
+        """Like ``lock()`` without the ``async with``: the ``Hold`` (renewed in the background until
+        ``hold.release()``), or None when the lock was not granted within ``wait``."""
         return await self._acquire(key, ttl, wait, shared, limit, permits, raise_busy=False)
 
     async def _acquire(
@@ -642,38 +650,49 @@ class Relock:
         return out
 
     async def info(self, key: str) -> LockInfo | None:
+        """LOCK.INFO: the lock at ``key``, or None. With Redlock, the first server's that has
+        one (``info_each`` gives every server's)."""
         return next((i for i in await self.info_each(key) if i is not None), None)
 
     async def info_each(self, key: str) -> list[LockInfo | None]:
+        """LOCK.INFO on every server, in the client's order."""
         return await self._query_each(key, ["LOCK.INFO", key], core.parse_info)
 
     async def holders(self, key: str, count: int = 0) -> list[Holder]:
+        """LOCK.HOLDERS: who holds ``key``, in grant order (``count`` 0: all), on every server."""
         lists = await self._query_each(key, ["LOCK.HOLDERS", key, "COUNT", count], core.parse_holders)
         return [h for hs in lists for h in hs]
 
     async def waiters(self, key: str, count: int = 0) -> list[Waiter]:
+        """LOCK.WAITERS: who waits for ``key``, in queue order, on every server. A server
+        without LOCK.WAITERS (a module older than it) raises ``ServerError``."""
         lists = await self._query_each(key, ["LOCK.WAITERS", key, "COUNT", count], core.parse_waiters)
         return [w for ws in lists for w in ws]
 
     async def force_release(self, key: str, owner: str | None = None) -> int:
+        """LOCK.FORCERELEASE on every server: removes every hold of ``key`` (or only
+        ``owner``'s) and returns how many were removed in all. For operators."""
         args = ["LOCK.FORCERELEASE", key] + ([owner] if owner is not None else [])
         return sum(await self._query_each(key, args, lambda _s, r: int(r)))
 
     async def history(self, key: str, count: int = 10) -> list[LogEntry]:
-        """LOCK.HISTORY: the journal's entries for ``key``, newest first, on every server."""
+        """LOCK.HISTORY: the journal's entries for ``key`` (holds that ended other than by
+        their owner, and flushes), newest first, on every server."""
         lists = await self._query_each(key, ["LOCK.HISTORY", key, count], core.parse_log)
         return [e for es in lists for e in es]
 
     async def log(self, count: int = 10) -> list[LogEntry]:
-        """LOCK.LOG (admin): the journal of every key on every server (cluster: primary)."""
+        """LOCK.LOG (an admin command): the journal of every key, newest first, on every
+        server (every primary of a cluster)."""
         return [e for name, r in await self._each_node(["LOCK.LOG", count]) for e in core.parse_log(name, r)]
 
     async def reset_log(self) -> None:
-        """LOCK.LOG RESET on every server."""
+        """LOCK.LOG RESET on every server: empties the journals."""
         await self._each_node(["LOCK.LOG", "RESET"])
 
     async def stats(self, count: int = 10) -> list[KeyStats]:
-        """LOCK.STATS (admin): the hottest keys by total wait time on every server."""
+        """LOCK.STATS (an admin command): the hottest keys by total wait time on every server,
+        hottest first on each."""
         return [k for name, r in await self._each_node(["LOCK.STATS", "COUNT", count]) for k in core.parse_stats(name, r)]
 
     async def _each_node(self, args: Sequence[Any]) -> list[tuple[str, Any]]:
@@ -688,8 +707,8 @@ class Relock:
         return out
 
     async def _history(self, keys: Sequence[str], owner: str, since: float) -> LossReason:
-        """Why ``owner``'s hold of ``keys`` ended, from LOCK.HISTORY (one pipelined round
-        trip per server, bounded by the node timeout)."""
+        """Why ``owner``'s hold of ``keys`` ended, from LOCK.HISTORY: one pipelined round trip
+        per server (at most the node timeout each), stopping at the first that knows."""
         asked = False
         for s in self._servers:
             try:
@@ -715,7 +734,13 @@ class Relock:
     async def lock_all(
         self, keys: Sequence[str], ttl: float = core.DEFAULT_TTL, wait: float | None = None
     ) -> AsyncIterator[GroupHold]:
-        """``async with locks.lock_all(keys, ...) as group``: see ``relock.Relock.lock_all``."""
+        """Holds every key of ``keys`` exclusively for the ``async with`` block, all or none, under
+        one owner: ``LOCK.MACQUIRE`` takes free keys in one step with one token; when some
+        are taken and ``wait`` allows, the keys are waited for one by one in one global order
+        (their UTF-8 bytes, as every relock client orders them), so two groups that overlap
+        never deadlock, and what was taken is given back on failure. Renewed together every
+        ttl/3, released together on exit; raises ``NotAcquired`` when not granted in time.
+        In a Redis Cluster the keys must share a hash slot (a ``{hash tag}``)."""
         hold = await self._acquire_all(keys, ttl, wait, raise_busy=True)
         assert hold is not None
         try:
@@ -726,7 +751,8 @@ class Relock:
     async def acquire_all(
         self, keys: Sequence[str], ttl: float = core.DEFAULT_TTL, wait: float | None = None
     ) -> GroupHold | None:
-        """The ``GroupHold``, or None when the keys were not all granted within ``wait``."""
+        """Like ``lock_all()`` without the ``async with``: the ``GroupHold``, or None when the keys
+        were not all granted within ``wait``."""
         return await self._acquire_all(keys, ttl, wait, raise_busy=False)
 
     def _check_slot(self, keys: list[str]) -> None:
@@ -734,8 +760,12 @@ class Relock:
             return
         from redis.crc import key_slot
 
-        if len({key_slot(k.encode("utf-8")) for k in keys}) > 1:
-            raise InvalidArgument("the keys of a group must share a hash slot in a Redis Cluster: give them one {hash tag}")
+        slots = {key_slot(k.encode("utf-8")) for k in keys}
+        if len(slots) > 1:
+            raise InvalidArgument(
+                f"the keys of a group must share a hash slot in a Redis Cluster ({len(slots)} slots): "
+                "give them one {hash tag}"
+            )
 
     async def _acquire_all(
         self, keys: Sequence[str], ttl: float, wait: float | None, raise_busy: bool
@@ -923,6 +953,7 @@ class Hold:
 
     @property
     def is_valid(self) -> bool:
+        """Whether the hold is still ours for sure: not lost, not released, within validity."""
         return not self._released and not self.lost.is_set()
 
     def _stall_reason(self) -> str:
@@ -932,8 +963,8 @@ class Hold:
         )
 
     def _expiry_reason(self) -> str:
-        """Why the validity ran out: renewals that failed or went unanswered are not a
-        blocked event loop."""
+        """Why the validity ran out: renewals that failed or went unanswered (not a process or
+        an event loop that did not run the renewal in time)."""
         if self._renewing:
             return "its validity ran out during a renewal that no quorum answered"
         if self._last_failure:
@@ -942,7 +973,8 @@ class Hold:
 
     @property
     def cause(self) -> str | None:
-        """The server's word for the loss (``loss.cause``); None while held or unknown."""
+        """The server's word for the loss (``loss.cause``): ``expired``, ``forcereleased``,
+        ``deleted``, ``flushed``, ...; None while held, or when nobody can say."""
         return None if self.loss is None else self.loss.cause
 
     @property
@@ -952,6 +984,7 @@ class Hold:
 
     @property
     def keys(self) -> list[str]:
+        """The keys held: ``[key]``, or a group's keys in the order given."""
         return [self.key]
 
     def _renew_args(self, ttl_ms: int) -> list[Any]:
@@ -961,6 +994,7 @@ class Hold:
         return ["LOCK.RELEASE", self.key, self.owner, "FROM", self._count]
 
     def _all_held(self, reply: Any) -> Any:
+        """A renewal's or release's reply as agreed (the reply) or refused (None)."""
         return reply
 
     def _refused_words(self, servers: list[str]) -> str:
@@ -1103,10 +1137,12 @@ class Hold:
             raise NotAcquired(f"lock {self.key!r}: renewal failed ({self._last_failure})", key=self.key)
 
     async def release(self) -> bool:
-        """Stops the renewal and releases the hold: True when released, False when it was no
-        longer held or servers did not answer (released there again in the background);
-        raises ``ServerError`` (not retryable) when servers refused it with an error
-        (``NOPERM``...). In a forked child it does nothing (the hold is the parent's)."""
+        """Stops the renewal and releases the hold on every server. Returns True when a
+        quorum released it, False when it was no longer held (lost, or released before) or
+        servers did not answer (released there again in the background). Raises
+        ``ServerError`` (not retryable) when servers refused the release with an error
+        (``NOPERM``...): the lock stays held there until its ttl runs out. In a forked child
+        it does nothing and returns False: the hold is the parent's."""
         return await self._end(None)
 
     async def _end(self, reason: str | None) -> bool:

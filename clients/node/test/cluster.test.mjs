@@ -1,0 +1,82 @@
+// A Redis Cluster (3 masters, 3 replicas): a failover under a held lock, groups, loss reasons
+// and the journal.
+import assert from "node:assert/strict";
+import { createRequire } from "node:module";
+import { after, before, describe, test } from "node:test";
+
+import { closeAll, waitOutTtl, track } from "./helpers.mjs";
+import { TestCluster, eventually } from "./servers.mjs";
+
+const require = createRequire(import.meta.url);
+const { Relock } = require("../dist/index.js");
+const Redis = require("ioredis").default;
+const { Cluster } = require("ioredis");
+
+after(closeAll);
+
+// From relock.test.mjs (the behaviour cases of relock-client).
+describe("cluster", () => {
+  let cluster;
+  before(async () => {
+    cluster = await TestCluster.start(Redis);
+  });
+  after(() => {
+    closeAll();
+    cluster?.close();
+  });
+
+  test("a lock survives a failover, and waits are handed over", async () => {
+    const rc = new Cluster([{ host: "127.0.0.1", port: cluster.nodes[0].port }]);
+    track(rc);
+    await new Promise((res) => rc.once("ready", res));
+    const locks = new Relock(rc, { nodeTimeout: 2000 });
+    await locks.using("{orders}:1", { ttl: 3000 }, async (h) => {
+      const p = await locks.acquire("{orders}:2", { limit: 2 });
+      assert.ok(p.token > 0);
+      const master = await cluster.masterOf("{orders}:1");
+      const replica = await cluster.replicaOf(master);
+      await cluster.ask(master, "WAIT", 1, 5000);
+      await cluster.failover(replica, master);
+      await waitOutTtl(4000, () => h.check(), 100);
+      const info = await locks.info("{orders}:1");
+      assert.equal(info.owner, h.owner);
+      assert.equal((await cluster.masterOf("{orders}:1")).port, replica.port);
+      await p.release();
+    });
+    assert.equal(await locks.info("{orders}:1"), null);
+    const first = await locks.acquire("{jobs}:x", { ttl: 10_000 });
+    const second = locks.using("{jobs}:x", { wait: 10_000 }, async (h) => assert.ok(h.token > first.token));
+    assert.ok(await eventually(async () => (await locks.waiters("{jobs}:x")).length === 1, 10_000));
+    await first.release();
+    await second;
+    await locks.close();
+  });
+
+  test("groups, loss reasons and the journal on a cluster", async () => {
+    const rc = new Cluster([{ host: "127.0.0.1", port: cluster.nodes[0].port }]);
+    track(rc);
+    await new Promise((res) => rc.once("ready", res));
+    const locks = new Relock(rc, { nodeTimeout: 2000 });
+    await locks.usingAll(["{acct}:1", "{acct}:2"], { ttl: 5000 }, async (g) => {
+      assert.equal(new Set(Object.values(g.keyTokens)).size, 1);
+      assert.equal(await locks.acquireAll(["{acct}:2", "{acct}:3"], { wait: 0 }), null);
+      await g.renew();
+    });
+    assert.equal(await locks.info("{acct}:1"), null);
+    await assert.rejects(locks.acquireAll(["a", "b"]), /hash slot/);
+    const blocker = await locks.acquire("{acct}:2", { ttl: 10_000 });
+    const waiting = locks.acquireAll(["{acct}:1", "{acct}:2"], { ttl: 5000, wait: 10_000 });
+    assert.ok(await eventually(async () => (await locks.waiters("{acct}:2")).length === 1, 10_000));
+    await blocker.release();
+    const g = await waiting;
+    assert.ok(g.keyTokens["{acct}:2"] > blocker.token);
+    await rc.call("LOCK.FORCERELEASE", "{acct}:2");
+    await new Promise((res) => (g.signal.aborted ? res() : g.signal.addEventListener("abort", res, { once: true })));
+    assert.equal(g.lossCause, "forcereleased");
+    assert.ok(g.who);
+    assert.ok((await locks.log(100)).some((e) => e.key === "{acct}:2"));
+    assert.ok((await locks.stats(100)).some((s) => s.key === "{acct}:2"));
+    assert.equal((await locks.history("{acct}:2"))[0].reason, "forcereleased");
+    await locks.close();
+  });
+});
