@@ -487,11 +487,18 @@ fn lease_storms_with_a_replica_and_aof_leave_equal_keyspaces() {
     assert!(eventually(settle, || info_field(&mut m, "holds") == 1));
     let acked: i64 = cmd!("WAIT", 1, 60_000).query(&mut m).unwrap();
     assert_eq!(acked, 1);
-    for p in pingers {
+    // The module's share of a ping's wait is the CPU time of its turns, judged here with a
+    // generous bound (a debug build; `make bench` case 15 has the release figure). The pings
+    // themselves also wait for the master's `appendfsync always`: on a disk other programs
+    // keep busy one waited 1.59 s (Valkey 9.1.2, 2026-12-02) with the module's longest turn a
+    // few ms, so they only have to be answered.
+    let turn = info_field(&mut m, "longest_turn_us");
+    assert!(turn > 0 && turn < 100_000, "the master's longest turn: {turn} µs");
+    for (p, who) in pingers.into_iter().zip(["master", "replica"]) {
         let worst = p.join().unwrap();
         assert!(
-            worst < Duration::from_millis(500),
-            "a ping waited {worst:?}"
+            worst < Duration::from_secs(5),
+            "a ping to the {who} waited {worst:?}"
         );
     }
     // A replaced value of thousands of holders may be freed in the background (Valkey 8's
