@@ -493,7 +493,10 @@ fn lease_storms_with_a_replica_and_aof_leave_equal_keyspaces() {
     // keep busy one waited 1.59 s (Valkey 9.1.2, 2026-12-02) with the module's longest turn a
     // few ms, so they only have to be answered.
     let turn = info_field(&mut m, "longest_turn_us");
-    assert!(turn > 0 && turn < 100_000, "the master's longest turn: {turn} µs");
+    assert!(
+        turn > 0 && turn < 100_000,
+        "the master's longest turn: {turn} µs"
+    );
     for (p, who) in pingers.into_iter().zip(["master", "replica"]) {
         let worst = p.join().unwrap();
         assert!(
