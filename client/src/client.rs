@@ -541,6 +541,8 @@ fn same_server(ids: &[Option<String>]) -> Option<(usize, usize)> {
 // What operators' tools ask (lockctl waiters, log, top, metrics): a file of its own.
 mod operators;
 
+pub use operators::{Command, Reply};
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -103,7 +103,7 @@ mod sentinel;
 mod tls;
 pub mod validity;
 
-pub use client::Relock;
+pub use client::{Command, Relock, Reply};
 pub use duration::parse_duration;
 pub use error::{Error, NodeError, NodeErrors, NodeFailure};
 pub use group::{LockGroup, MAX_KEYS};

@@ -85,6 +85,11 @@ impl Masters {
         &self.names
     }
 
+    /// The database number of the first master's connections.
+    pub(crate) fn db(&self) -> i64 {
+        self.nodes.first().map_or(0, Node::db)
+    }
+
     /// How many masters must agree: N / 2 + 1.
     pub(crate) fn quorum(&self) -> usize {
         quorum(self.nodes.len())

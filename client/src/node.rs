@@ -119,6 +119,16 @@ impl Node {
         })
     }
 
+    /// The database number the node's connections select (the first seed's, the Sentinel
+    /// URL's).
+    pub(crate) fn db(&self) -> i64 {
+        match &self.backend {
+            Backend::Server { client, .. } => client.get_connection_info().redis.db,
+            Backend::Cluster(cluster) => cluster.template.redis.db,
+            Backend::Sentinel(sentinel) => sentinel.db(),
+        }
+    }
+
     /// One Redis Cluster, known by some of its nodes (`seeds`; every node is reached the way
     /// the first seed is, with `tls` for `rediss://`). No connection is made here.
     pub(crate) fn open_cluster(seeds: &[&str], tls: &Tls) -> Result<Node, Error> {

@@ -76,6 +76,11 @@ struct Current {
 }
 
 impl Sentinel {
+    /// The database number the master's connections select.
+    pub(crate) fn db(&self) -> i64 {
+        self.template.redis.db
+    }
+
     /// Parses `url` (see the module's documentation). Nothing is asked here.
     pub(crate) fn open(url: &str, tls: &Tls) -> Result<Sentinel, Error> {
         let invalid = |why: &str| Error::InvalidUrl {
