@@ -461,7 +461,7 @@ impl Masters {
                         // says where the hold is (nil after FROM 1: the first copy may have
                         // ended it, a release done). (Not after a timeout: a release round
                         // waits for every master, and a stopped one would hold it up twice.)
-                        Err(NodeFailure::Redis(e)) if connection_ended(&e) => {
+                        Err(NodeFailure::Redis(e)) if connection_ended(&e.0) => {
                             let again: Option<u64> = node.query(&key, &cmd, timeout).await?;
                             again.or((from == 1).then_some(0))
                         }
@@ -805,7 +805,7 @@ impl Write {
                 };
                 // An error inside the transaction (a mode or limit refused) is the reply.
                 if let redis::Value::ServerError(e) = count {
-                    return Err(NodeFailure::Redis(e.clone().into()));
+                    return Err(NodeFailure::from(redis::RedisError::from(e.clone())));
                 }
                 if Option::<u64>::from_redis_value(count)?.is_none() {
                     return Ok(None);

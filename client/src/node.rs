@@ -21,7 +21,7 @@ use crate::conn::{
     connect, display_addr, host_port, is_topology_change, lock_within, normalize_addr,
     server_identity, split_addr, with_addr,
 };
-use crate::error::{Error, NodeFailure};
+use crate::error::{Error, NodeFailure, ServerError};
 use crate::sentinel::{is_sentinel_url, Sentinel};
 use crate::tls::Tls;
 
@@ -106,7 +106,7 @@ impl Node {
             .into_connection_info()
             .map_err(|source| Error::InvalidUrl {
                 url: url.to_string(),
-                source,
+                source: ServerError(source),
             })?;
         let client = tls.client(info, url)?;
         let name = display_addr(&client.get_connection_info().addr);
@@ -138,7 +138,7 @@ impl Node {
                 u.into_connection_info()
                     .map_err(|source| Error::InvalidUrl {
                         url: u.to_string(),
-                        source,
+                        source: ServerError(source),
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -347,7 +347,7 @@ impl Node {
                         *conn.lock().await = None;
                     }
                 }
-                Err(NodeFailure::Redis(e))
+                Err(NodeFailure::from(e))
             }
         }
     }
@@ -476,14 +476,14 @@ impl Node {
                 }
                 other => return other,
             };
-            match (e.kind(), e.redirect_node()) {
+            match (e.0.kind(), e.0.redirect_node()) {
                 (ErrorKind::Moved, Some((to, _))) => {
                     tracing::debug!(key, from = %addr, to, "blocking command moved");
                     redirect = Some((normalize_addr(to), false));
                     cluster.forget_slots();
                 }
                 (ErrorKind::Ask, Some((to, _))) => redirect = Some((normalize_addr(to), true)),
-                _ if is_topology_change(&e) => {
+                _ if is_topology_change(&e.0) => {
                     tracing::debug!(key, node = %addr, error = %e, "cluster changing; re-resolving");
                     cluster.forget_slots();
                     tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt + 1))).await;
@@ -528,7 +528,7 @@ impl Node {
                 let (mut conn, id) =
                     start_waiting(sentinel.master_info(&addr)?, connect_timeout).await?;
                 tokio::select! {
-                    result = cmd.query_async::<T>(&mut conn) => Ok(Some(result.map_err(NodeFailure::Redis))),
+                    result = cmd.query_async::<T>(&mut conn) => Ok(Some(result.map_err(NodeFailure::from))),
                     () = watch_wait(id, &via, connect_timeout) => {
                         tracing::warn!(node = %addr, key, "a waiting connection went silent; waiting again on a new one");
                         kill_waiting(id, &via, connect_timeout).await;
@@ -547,7 +547,7 @@ impl Node {
                 Ok(Some(Ok(value))) => return Ok(value),
                 Ok(None) => continue,
                 Ok(Some(Err(NodeFailure::Redis(e)))) | Err(NodeFailure::Redis(e))
-                    if is_topology_change(&e) =>
+                    if is_topology_change(&e.0) =>
                 {
                     NodeFailure::Redis(e)
                 }
@@ -630,10 +630,10 @@ async fn wait_on_cluster_node<T: FromRedisValue>(
         redis::cmd("ASKING")
             .query_async::<()>(&mut conn)
             .await
-            .map_err(NodeFailure::Redis)?;
+            .map_err(NodeFailure::from)?;
     }
     tokio::select! {
-        result = cmd.query_async::<T>(&mut conn) => Ok(Some(result.map_err(NodeFailure::Redis))),
+        result = cmd.query_async::<T>(&mut conn) => Ok(Some(result.map_err(NodeFailure::from))),
         () = watch_wait(id, &via, connect_timeout) => {
             tracing::warn!(node = %addr, key, "a waiting connection went silent; waiting again on a new one");
             kill_waiting(id, &via, connect_timeout).await;
@@ -666,7 +666,7 @@ impl Via<'_> {
             Err(_) => Err(NodeFailure::Timeout(timeout)),
         };
         if let Err(e) = &result {
-            if !matches!(e, NodeFailure::Redis(r) if is_error_reply(r)) {
+            if !matches!(e, NodeFailure::Redis(r) if is_error_reply(&r.0)) {
                 match self {
                     Via::Server(_, slot) => *slot.lock().await = None,
                     Via::Cluster(cluster, addr) => cluster.forget_conn(addr),
@@ -707,7 +707,7 @@ async fn start_waiting(
         Ok(Ok(id)) => Some(id),
         // NOPERM and the like: watch without it.
         Ok(Err(e)) if is_error_reply(&e) => None,
-        Ok(Err(e)) => return Err(NodeFailure::Redis(e)),
+        Ok(Err(e)) => return Err(NodeFailure::from(e)),
         Err(_) => return Err(NodeFailure::Timeout(timeout)),
     };
     Ok((conn, id))
@@ -739,7 +739,7 @@ async fn watch_wait(mut id: Option<i64>, via: &Via<'_>, timeout: Duration) {
                 list.arg("LIST").arg("ID").arg(client);
                 match via.ask::<String>(&list, check_within).await {
                     Ok(text) => parse_client_list(&text),
-                    Err(NodeFailure::Redis(e)) if is_error_reply(&e) => {
+                    Err(NodeFailure::Redis(e)) if is_error_reply(&e.0) => {
                         // CLIENT LIST forbidden: check the server only.
                         id = None;
                         continue;
@@ -842,7 +842,7 @@ impl Cluster {
                 } else {
                     pipe.query_async::<Vec<Value>>(&mut conn).await
                 };
-                result.map_err(NodeFailure::Redis)
+                result.map_err(NodeFailure::from)
             };
             let failure = match tokio::time::timeout(timeout, attempt).await {
                 Ok(Ok(values)) => {
@@ -850,7 +850,7 @@ impl Cluster {
                     return Ok(values);
                 }
                 Err(_) => NodeFailure::Timeout(timeout),
-                Ok(Err(NodeFailure::Redis(e))) => match (e.kind(), e.redirect_node()) {
+                Ok(Err(NodeFailure::Redis(e))) => match (e.0.kind(), e.0.redirect_node()) {
                     (ErrorKind::Moved, Some((to, _))) => {
                         tracing::debug!(key, from = %addr, to, "moved");
                         self.forget_slots();
@@ -861,7 +861,7 @@ impl Cluster {
                         redirect = Some((normalize_addr(to), true));
                         continue;
                     }
-                    _ if is_topology_change(&e) => NodeFailure::Redis(e),
+                    _ if is_topology_change(&e.0) => NodeFailure::Redis(e),
                     _ => return Err(NodeFailure::Redis(e)),
                 },
                 Ok(Err(failure @ NodeFailure::Timeout(_))) => failure,
@@ -913,14 +913,14 @@ impl Cluster {
             let mut conn = self.conn(addr, timeout).await?;
             cmd.query_async::<T>(&mut conn)
                 .await
-                .map_err(NodeFailure::Redis)
+                .map_err(NodeFailure::from)
         };
         let result = match tokio::time::timeout(timeout, attempt).await {
             Ok(r) => r,
             Err(_) => Err(NodeFailure::Timeout(timeout)),
         };
         if let Err(e) = &result {
-            if !matches!(e, NodeFailure::Redis(r) if is_error_reply(r)) {
+            if !matches!(e, NodeFailure::Redis(r) if is_error_reply(&r.0)) {
                 self.forget_conn(addr);
                 self.forget_slots();
             }
@@ -1039,7 +1039,7 @@ impl Cluster {
                 redis::cmd("PING")
                     .query_async::<()>(&mut conn)
                     .await
-                    .map_err(NodeFailure::Redis)
+                    .map_err(NodeFailure::from)
             })
             .await;
             if matches!(ping, Ok(Ok(()))) {

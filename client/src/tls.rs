@@ -5,7 +5,7 @@ use std::fmt;
 
 use redis::{Client, ClientTlsConfig, ConnectionAddr, ConnectionInfo, TlsCertificates};
 
-use crate::error::Error;
+use crate::error::{Error, ServerError};
 
 /// How `rediss://` servers are trusted, and how the client proves itself to those that ask
 /// (`tls-auth-clients yes`). Everything is PEM. It applies to every `rediss://` URL of a
@@ -89,7 +89,11 @@ impl Tls {
     pub(crate) fn client(&self, info: ConnectionInfo, url: &str) -> Result<Client, Error> {
         let invalid = |reason: String| Error::InvalidUrl {
             url: url.to_string(),
-            source: redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "TLS", reason)),
+            source: ServerError(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "TLS",
+                reason,
+            ))),
         };
         match &info.addr {
             ConnectionAddr::TcpTls { insecure: true, .. } => Err(invalid(
@@ -106,12 +110,12 @@ impl Tls {
                 }
                 None => Client::open(info).map_err(|source| Error::InvalidUrl {
                     url: url.to_string(),
-                    source,
+                    source: ServerError(source),
                 }),
             },
             _ => Client::open(info).map_err(|source| Error::InvalidUrl {
                 url: url.to_string(),
-                source,
+                source: ServerError(source),
             }),
         }
     }
