@@ -66,6 +66,7 @@ impl Relock {
     /// going to a stopped master. `LOCK.WAIT` blocks on a connection of its own to the key's
     /// master, re-resolved and retried on `MOVED` or a failover, and moved to the new master
     /// when the one it waits on stops answering pings while another master serves the key.
+    #[cfg(feature = "cluster")]
     pub fn cluster<S: AsRef<str>>(seeds: &[S], options: Options) -> Result<Relock, Error> {
         Ok(Relock {
             masters: Arc::new(Masters::open_cluster(seeds, options)?),

@@ -17,7 +17,7 @@ use crate::fanout::{self, spawned};
 use crate::info::{parse_holders, parse_info};
 use crate::limits::{check_options, wait_ms};
 use crate::mode::Ask;
-use crate::node::{connection_ended, Node};
+use crate::node::{connection_ended, key_slot, Node};
 use crate::options::Options;
 use crate::round::{quorum, Released, Reply, Round, RoundState, Until};
 
@@ -58,6 +58,7 @@ impl Masters {
     }
 
     /// One Redis Cluster, known by some of its nodes, as a single master.
+    #[cfg(feature = "cluster")]
     pub(crate) fn open_cluster<S: AsRef<str>>(
         seeds: &[S],
         options: Options,
@@ -828,7 +829,7 @@ pub(crate) fn parts_of(cluster: bool, keys: &[String]) -> Vec<Vec<String>> {
     }
     let mut parts: Vec<(u16, Vec<String>)> = Vec::new();
     for key in keys {
-        let slot = redis::cluster_routing::get_slot(key.as_bytes());
+        let slot = key_slot(key.as_bytes());
         match parts.iter_mut().find(|(s, _)| *s == slot) {
             Some((_, part)) => part.push(key.clone()),
             None => parts.push((slot, vec![key.clone()])),

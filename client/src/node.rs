@@ -63,7 +63,11 @@ enum Backend {
         /// Shared by every non-blocking command; re-established after an I/O error.
         conn: Mutex<Option<MultiplexedConnection>>,
     },
+    // Without the cluster or sentinel feature, nothing makes one of these (the constructor is
+    // not built); the code that serves them is.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     Cluster(Cluster),
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
     Sentinel(Sentinel),
 }
 
@@ -91,6 +95,19 @@ impl Node {
     /// The server at `url` (`redis://` or `rediss://`, with `tls` for the latter), or the
     /// master a Sentinel names (`redis+sentinel://`, see [`Sentinel`]).
     pub(crate) fn open(url: &str, tls: &Tls) -> Result<Node, Error> {
+        crate::tls::check_scheme(url)?;
+        #[cfg(not(feature = "sentinel"))]
+        if is_sentinel_url(url) {
+            return Err(Error::InvalidUrl {
+                url: url.to_string(),
+                source: ServerError(redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "redis+sentinel:// needs relock-client's sentinel feature, which this build \
+                     does not have",
+                ))),
+            });
+        }
+        #[cfg(feature = "sentinel")]
         if is_sentinel_url(url) {
             let sentinel = Sentinel::open(url, tls)?;
             return Ok(Node {
@@ -131,10 +148,12 @@ impl Node {
 
     /// One Redis Cluster, known by some of its nodes (`seeds`; every node is reached the way
     /// the first seed is, with `tls` for `rediss://`). No connection is made here.
+    #[cfg(feature = "cluster")]
     pub(crate) fn open_cluster(seeds: &[&str], tls: &Tls) -> Result<Node, Error> {
         let infos = seeds
             .iter()
             .map(|u| {
+                crate::tls::check_scheme(u)?;
                 u.into_connection_info()
                     .map_err(|source| Error::InvalidUrl {
                         url: u.to_string(),
@@ -812,6 +831,35 @@ async fn shared_conn(
     Ok(slot.lock().await.get_or_insert(c).clone())
 }
 
+/// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the part between the first
+/// `{` and the next `}`, when not empty) or of the whole key, modulo 16384. The client's own, so
+/// that cluster support costs no crate.
+pub(crate) fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        rest.iter()
+            .position(|&b| b == b'}')
+            .filter(|&close| close > 0)
+            .map(|close| &rest[..close])
+    });
+    crc16_xmodem(tagged.unwrap_or(key)) % 16384
+}
+
+fn crc16_xmodem(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
 impl Cluster {
     /// Sends `pipe` to the master of `key`, each attempt bounded by `timeout`. Follows `MOVED`
     /// and `ASK`. When the master does not answer in time, or answers that it is changing
@@ -962,7 +1010,7 @@ impl Cluster {
 
     /// The master of `key`'s slot, from the slot map, read first if there is none.
     async fn master_of(&self, key: &str, timeout: Duration) -> Result<String, NodeFailure> {
-        let slot = redis::cluster_routing::get_slot(key.as_bytes());
+        let slot = key_slot(key.as_bytes());
         let find = |ranges: &[(u16, u16, String)]| {
             ranges
                 .iter()
@@ -1145,6 +1193,45 @@ pub(crate) fn connection_ended(failure: &redis::RedisError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A build without the sentinel or tls feature refuses the URLs that need it, saying so,
+    /// before any connection.
+    #[test]
+    fn urls_of_a_missing_feature_are_refused() {
+        let refused = |url: &str| match Node::open(url, &Tls::default()) {
+            Err(Error::InvalidUrl { source, .. }) => source.to_string(),
+            Err(e) => panic!("{url}: {e}"),
+            Ok(_) => String::new(),
+        };
+        let sentinel = refused("redis+sentinel://127.0.0.1:26379/m");
+        assert_eq!(
+            sentinel.contains("sentinel feature"),
+            cfg!(not(feature = "sentinel")),
+            "{sentinel}"
+        );
+        let tls = refused("rediss://127.0.0.1:6380/");
+        assert_eq!(
+            tls.contains("tls feature"),
+            cfg!(not(feature = "tls")),
+            "{tls}"
+        );
+    }
+
+    /// The slots Redis Cluster gives (CLUSTER KEYSLOT; the spec's CRC16 check value for
+    /// "123456789" is 0x31C3), hash tags included.
+    #[test]
+    fn key_slots_are_redis_clusters() {
+        assert_eq!(crc16_xmodem(b"123456789"), 0x31C3);
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"bar"), 5061);
+        assert_eq!(key_slot(b""), 0);
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        assert_eq!(key_slot(b"{user1000}.followers"), key_slot(b"user1000"));
+        // An empty tag is no tag; only the first { counts.
+        assert_eq!(key_slot(b"foo{}{bar}"), crc16_xmodem(b"foo{}{bar}") % 16384);
+        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+        assert_eq!(key_slot(b"foo{bar}{zap}"), key_slot(b"bar"));
+    }
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())

@@ -3,7 +3,9 @@
 
 use std::fmt;
 
-use redis::{Client, ClientTlsConfig, ConnectionAddr, ConnectionInfo, TlsCertificates};
+use redis::{Client, ConnectionAddr, ConnectionInfo};
+#[cfg(feature = "tls")]
+use redis::{ClientTlsConfig, TlsCertificates};
 
 use crate::error::{Error, ServerError};
 
@@ -42,6 +44,7 @@ impl fmt::Debug for Tls {
 }
 
 impl Tls {
+    #[cfg(feature = "tls")]
     /// How many certificates a PEM file of CA certificates (for [`Tls::ca`]) holds: at least
     /// one, every one readable, else why not. The client checks `ca` this way when it connects;
     /// a program can check a file it read first, to name it in its message.
@@ -49,6 +52,7 @@ impl Tls {
         pem_certificates(pem)
     }
 
+    #[cfg(feature = "tls")]
     /// What redis-rs is given, or `None` for the defaults.
     fn certificates(&self) -> Result<Option<TlsCertificates>, Error> {
         let client_tls = match (&self.client_cert, &self.client_key) {
@@ -101,6 +105,12 @@ impl Tls {
                  signed the server's certificate instead (lockctl --tls-ca, Tls::ca)"
                     .into(),
             )),
+            #[cfg(not(feature = "tls"))]
+            ConnectionAddr::TcpTls { .. } => Err(invalid(
+                "rediss:// needs relock-client's tls feature, which this build does not have"
+                    .into(),
+            )),
+            #[cfg(feature = "tls")]
             ConnectionAddr::TcpTls { .. } => match self.certificates()? {
                 Some(certificates) => {
                     Client::build_with_tls(info, certificates).map_err(|e| Error::InvalidOption {
@@ -121,6 +131,24 @@ impl Tls {
     }
 }
 
+/// `url` refused when it asks for TLS (`rediss://`) and this build has no tls feature.
+pub(crate) fn check_scheme(url: &str) -> Result<(), Error> {
+    let tls = url
+        .split_once("://")
+        .is_some_and(|(scheme, _)| scheme.to_ascii_lowercase().starts_with("rediss"));
+    if tls && cfg!(not(feature = "tls")) {
+        return Err(Error::InvalidUrl {
+            url: url.to_string(),
+            source: ServerError(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "rediss:// needs relock-client's tls feature, which this build does not have",
+            ))),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(feature = "tls")]
 /// How many certificates `pem` holds: at least one, every one of them readable PEM, else why
 /// not.
 pub(crate) fn pem_certificates(pem: &[u8]) -> Result<usize, String> {
@@ -135,7 +163,7 @@ pub(crate) fn pem_certificates(pem: &[u8]) -> Result<usize, String> {
     Ok(count)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "tls"))]
 mod tests {
     use super::*;
 
