@@ -17,7 +17,8 @@
 //! order that granted) and `RELOCK_TOKENS` (every master's token in `--servers` order,
 //! comma-separated, empty where a master did not grant).
 //!
-//! The command runs as a shell runs a job (see `job`): in a process group of its own, which
+//! `run`, the job-control supervisor, is the module `run`; this file reads the command line
+//! and dispatches. The command runs as a shell runs a job (see `job`): in a process group of its own, which
 //! gets the terminal when a person runs lockctl at one. Every signal lockctl gets that is the
 //! command's to decide on (SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM,
 //! SIGWINCH...) is passed on to that group, once (not when the terminal sent it to the
