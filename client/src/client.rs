@@ -66,6 +66,7 @@ impl Relock {
     /// going to a stopped master. `LOCK.WAIT` blocks on a connection of its own to the key's
     /// master, re-resolved and retried on `MOVED` or a failover, and moved to the new master
     /// when the one it waits on stops answering pings while another master serves the key.
+    #[cfg(feature = "cluster")]
     pub fn cluster<S: AsRef<str>>(seeds: &[S], options: Options) -> Result<Relock, Error> {
         Ok(Relock {
             masters: Arc::new(Masters::open_cluster(seeds, options)?),
@@ -540,6 +541,8 @@ fn same_server(ids: &[Option<String>]) -> Option<(usize, usize)> {
 
 // What operators' tools ask (lockctl waiters, log, top, metrics): a file of its own.
 mod operators;
+
+pub use operators::{Command, Reply};
 
 #[cfg(test)]
 mod tests {

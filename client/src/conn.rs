@@ -26,7 +26,7 @@ pub(crate) async fn connect(
     {
         Ok(c) => Ok(c),
         Err(e) if e.is_timeout() => Err(NodeFailure::Timeout(timeout)),
-        Err(e) => Err(NodeFailure::Redis(e)),
+        Err(e) => Err(NodeFailure::from(e)),
     }
 }
 

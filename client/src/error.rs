@@ -14,8 +14,8 @@ pub enum NodeFailure {
     #[error("no reply within {0:?}")]
     Timeout(Duration),
     /// The connection failed or the master replied with an error.
-    #[error("{}", describe_redis_error(.0))]
-    Redis(#[from] redis::RedisError),
+    #[error("{0}")]
+    Redis(ServerError),
     /// The write was done, but fewer replicas than [`Options::replica_acks`] acknowledged it
     /// within [`Options::replica_ack_timeout`] (`WAIT`); an acquisition was undone on that
     /// master, an extension does not count.
@@ -79,7 +79,7 @@ impl NodeFailure {
             | NodeFailure::Timeout(_)
             | NodeFailure::ReplicaAcks { .. }
             | NodeFailure::Protocol(_) => false,
-            NodeFailure::Redis(e) => is_permanent_redis_error(e),
+            NodeFailure::Redis(e) => is_permanent_redis_error(&e.0),
             NodeFailure::OtherLimit { .. } | NodeFailure::OtherMode | NodeFailure::OtherPermits => {
                 true
             }
@@ -105,7 +105,7 @@ impl NodeFailure {
                 None => self,
             };
         }
-        if e.kind() != redis::ErrorKind::ResponseError {
+        if e.0.kind() != redis::ErrorKind::ResponseError {
             return self;
         }
         let detail = e.detail().unwrap_or_default().trim_end();
@@ -124,6 +124,57 @@ impl NodeFailure {
             Some(limit) => NodeFailure::OtherLimit { limit },
             None => self,
         }
+    }
+}
+
+/// An error reply of a master, or a failed connection to it (`NodeFailure::Redis`), or why a
+/// server URL was refused (`Error::InvalidUrl`): relock-client's own type, so that the public
+/// API does not depend on the Redis library the client is built on.
+#[derive(Debug)]
+pub struct ServerError(pub(crate) redis::RedisError);
+
+impl ServerError {
+    /// The error reply's code (`ERR`, `WRONGTYPE`, `NOAUTH`, `TRYAGAIN`...), when the master
+    /// replied with an error.
+    pub fn code(&self) -> Option<&str> {
+        self.0.code()
+    }
+
+    /// The error reply's text after its code, when there is one.
+    pub fn detail(&self) -> Option<&str> {
+        self.0.detail()
+    }
+
+    /// Whether the connection failed (refused, reset, closed, a TLS handshake refused), as
+    /// opposed to an error reply.
+    pub fn is_io_error(&self) -> bool {
+        self.0.is_io_error()
+    }
+
+    /// Whether the connection or a reply timed out.
+    pub fn is_timeout(&self) -> bool {
+        self.0.is_timeout()
+    }
+}
+
+impl fmt::Display for ServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&describe_redis_error(&self.0))
+    }
+}
+
+impl std::error::Error for ServerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+// For `?` inside the crate. A trait impl cannot be private: hidden from the documentation, it
+// is the one place the public API still names a redis-rs type (no user needs it).
+#[doc(hidden)]
+impl From<redis::RedisError> for NodeFailure {
+    fn from(e: redis::RedisError) -> NodeFailure {
+        NodeFailure::Redis(ServerError(e))
     }
 }
 
@@ -293,9 +344,9 @@ pub enum Error {
     InvalidUrl {
         /// The URL as given.
         url: String,
-        /// Why redis-rs rejected it.
+        /// Why it was rejected.
         #[source]
-        source: redis::RedisError,
+        source: ServerError,
     },
     /// The ttl is outside 5 ms ..= 10^12 ms: below [`MIN_TTL`](crate::limits::MIN_TTL) the
     /// drift allowance leaves less than half of it valid (1 and 2 ms nothing at all), above

@@ -105,9 +105,9 @@ mod sentinel;
 mod tls;
 pub mod validity;
 
-pub use client::Relock;
+pub use client::{Command, Relock, Reply};
 pub use duration::parse_duration;
-pub use error::{Error, NodeError, NodeErrors, NodeFailure};
+pub use error::{Error, NodeError, NodeErrors, NodeFailure, ServerError};
 pub use group::{LockGroup, MAX_KEYS};
 pub use guard::{loss_lead, GuardedLock, Hold, LockGuard};
 pub use info::{HolderInfo, LockInfo};

@@ -17,7 +17,7 @@ use crate::fanout::{self, spawned};
 use crate::info::{parse_holders, parse_info};
 use crate::limits::{check_options, wait_ms};
 use crate::mode::Ask;
-use crate::node::{connection_ended, Node};
+use crate::node::{connection_ended, key_slot, Node};
 use crate::options::Options;
 use crate::round::{quorum, Released, Reply, Round, RoundState, Until};
 
@@ -58,6 +58,7 @@ impl Masters {
     }
 
     /// One Redis Cluster, known by some of its nodes, as a single master.
+    #[cfg(feature = "cluster")]
     pub(crate) fn open_cluster<S: AsRef<str>>(
         seeds: &[S],
         options: Options,
@@ -83,6 +84,11 @@ impl Masters {
     /// The masters' names (`host:port`), in the order they were given.
     pub(crate) fn names(&self) -> &[String] {
         &self.names
+    }
+
+    /// The database number of the first master's connections.
+    pub(crate) fn db(&self) -> i64 {
+        self.nodes.first().map_or(0, Node::db)
     }
 
     /// How many masters must agree: N / 2 + 1.
@@ -456,7 +462,7 @@ impl Masters {
                         // says where the hold is (nil after FROM 1: the first copy may have
                         // ended it, a release done). (Not after a timeout: a release round
                         // waits for every master, and a stopped one would hold it up twice.)
-                        Err(NodeFailure::Redis(e)) if connection_ended(&e) => {
+                        Err(NodeFailure::Redis(e)) if connection_ended(&e.0) => {
                             let again: Option<u64> = node.query(&key, &cmd, timeout).await?;
                             again.or((from == 1).then_some(0))
                         }
@@ -800,7 +806,7 @@ impl Write {
                 };
                 // An error inside the transaction (a mode or limit refused) is the reply.
                 if let redis::Value::ServerError(e) = count {
-                    return Err(NodeFailure::Redis(e.clone().into()));
+                    return Err(NodeFailure::from(redis::RedisError::from(e.clone())));
                 }
                 if Option::<u64>::from_redis_value(count)?.is_none() {
                     return Ok(None);
@@ -823,7 +829,7 @@ pub(crate) fn parts_of(cluster: bool, keys: &[String]) -> Vec<Vec<String>> {
     }
     let mut parts: Vec<(u16, Vec<String>)> = Vec::new();
     for key in keys {
-        let slot = redis::cluster_routing::get_slot(key.as_bytes());
+        let slot = key_slot(key.as_bytes());
         match parts.iter_mut().find(|(s, _)| *s == slot) {
             Some((_, part)) => part.push(key.clone()),
             None => parts.push((slot, vec![key.clone()])),

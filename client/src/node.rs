@@ -21,7 +21,7 @@ use crate::conn::{
     connect, display_addr, host_port, is_topology_change, lock_within, normalize_addr,
     server_identity, split_addr, with_addr,
 };
-use crate::error::{Error, NodeFailure};
+use crate::error::{Error, NodeFailure, ServerError};
 use crate::sentinel::{is_sentinel_url, Sentinel};
 use crate::tls::Tls;
 
@@ -63,7 +63,11 @@ enum Backend {
         /// Shared by every non-blocking command; re-established after an I/O error.
         conn: Mutex<Option<MultiplexedConnection>>,
     },
+    // Without the cluster or sentinel feature, nothing makes one of these (the constructor is
+    // not built); the code that serves them is.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     Cluster(Cluster),
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
     Sentinel(Sentinel),
 }
 
@@ -91,6 +95,19 @@ impl Node {
     /// The server at `url` (`redis://` or `rediss://`, with `tls` for the latter), or the
     /// master a Sentinel names (`redis+sentinel://`, see [`Sentinel`]).
     pub(crate) fn open(url: &str, tls: &Tls) -> Result<Node, Error> {
+        crate::tls::check_scheme(url)?;
+        #[cfg(not(feature = "sentinel"))]
+        if is_sentinel_url(url) {
+            return Err(Error::InvalidUrl {
+                url: url.to_string(),
+                source: ServerError(redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "redis+sentinel:// needs relock-client's sentinel feature, which this build \
+                     does not have",
+                ))),
+            });
+        }
+        #[cfg(feature = "sentinel")]
         if is_sentinel_url(url) {
             let sentinel = Sentinel::open(url, tls)?;
             return Ok(Node {
@@ -106,7 +123,7 @@ impl Node {
             .into_connection_info()
             .map_err(|source| Error::InvalidUrl {
                 url: url.to_string(),
-                source,
+                source: ServerError(source),
             })?;
         let client = tls.client(info, url)?;
         let name = display_addr(&client.get_connection_info().addr);
@@ -119,16 +136,28 @@ impl Node {
         })
     }
 
+    /// The database number the node's connections select (the first seed's, the Sentinel
+    /// URL's).
+    pub(crate) fn db(&self) -> i64 {
+        match &self.backend {
+            Backend::Server { client, .. } => client.get_connection_info().redis.db,
+            Backend::Cluster(cluster) => cluster.template.redis.db,
+            Backend::Sentinel(sentinel) => sentinel.db(),
+        }
+    }
+
     /// One Redis Cluster, known by some of its nodes (`seeds`; every node is reached the way
     /// the first seed is, with `tls` for `rediss://`). No connection is made here.
+    #[cfg(feature = "cluster")]
     pub(crate) fn open_cluster(seeds: &[&str], tls: &Tls) -> Result<Node, Error> {
         let infos = seeds
             .iter()
             .map(|u| {
+                crate::tls::check_scheme(u)?;
                 u.into_connection_info()
                     .map_err(|source| Error::InvalidUrl {
                         url: u.to_string(),
-                        source,
+                        source: ServerError(source),
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -337,7 +366,7 @@ impl Node {
                         *conn.lock().await = None;
                     }
                 }
-                Err(NodeFailure::Redis(e))
+                Err(NodeFailure::from(e))
             }
         }
     }
@@ -466,14 +495,14 @@ impl Node {
                 }
                 other => return other,
             };
-            match (e.kind(), e.redirect_node()) {
+            match (e.0.kind(), e.0.redirect_node()) {
                 (ErrorKind::Moved, Some((to, _))) => {
                     tracing::debug!(key, from = %addr, to, "blocking command moved");
                     redirect = Some((normalize_addr(to), false));
                     cluster.forget_slots();
                 }
                 (ErrorKind::Ask, Some((to, _))) => redirect = Some((normalize_addr(to), true)),
-                _ if is_topology_change(&e) => {
+                _ if is_topology_change(&e.0) => {
                     tracing::debug!(key, node = %addr, error = %e, "cluster changing; re-resolving");
                     cluster.forget_slots();
                     tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt + 1))).await;
@@ -518,7 +547,7 @@ impl Node {
                 let (mut conn, id) =
                     start_waiting(sentinel.master_info(&addr)?, connect_timeout).await?;
                 tokio::select! {
-                    result = cmd.query_async::<T>(&mut conn) => Ok(Some(result.map_err(NodeFailure::Redis))),
+                    result = cmd.query_async::<T>(&mut conn) => Ok(Some(result.map_err(NodeFailure::from))),
                     () = watch_wait(id, &via, connect_timeout) => {
                         tracing::warn!(node = %addr, key, "a waiting connection went silent; waiting again on a new one");
                         kill_waiting(id, &via, connect_timeout).await;
@@ -537,7 +566,7 @@ impl Node {
                 Ok(Some(Ok(value))) => return Ok(value),
                 Ok(None) => continue,
                 Ok(Some(Err(NodeFailure::Redis(e)))) | Err(NodeFailure::Redis(e))
-                    if is_topology_change(&e) =>
+                    if is_topology_change(&e.0) =>
                 {
                     NodeFailure::Redis(e)
                 }
@@ -620,10 +649,10 @@ async fn wait_on_cluster_node<T: FromRedisValue>(
         redis::cmd("ASKING")
             .query_async::<()>(&mut conn)
             .await
-            .map_err(NodeFailure::Redis)?;
+            .map_err(NodeFailure::from)?;
     }
     tokio::select! {
-        result = cmd.query_async::<T>(&mut conn) => Ok(Some(result.map_err(NodeFailure::Redis))),
+        result = cmd.query_async::<T>(&mut conn) => Ok(Some(result.map_err(NodeFailure::from))),
         () = watch_wait(id, &via, connect_timeout) => {
             tracing::warn!(node = %addr, key, "a waiting connection went silent; waiting again on a new one");
             kill_waiting(id, &via, connect_timeout).await;
@@ -656,7 +685,7 @@ impl Via<'_> {
             Err(_) => Err(NodeFailure::Timeout(timeout)),
         };
         if let Err(e) = &result {
-            if !matches!(e, NodeFailure::Redis(r) if is_error_reply(r)) {
+            if !matches!(e, NodeFailure::Redis(r) if is_error_reply(&r.0)) {
                 match self {
                     Via::Server(_, slot) => *slot.lock().await = None,
                     Via::Cluster(cluster, addr) => cluster.forget_conn(addr),
@@ -697,7 +726,7 @@ async fn start_waiting(
         Ok(Ok(id)) => Some(id),
         // NOPERM and the like: watch without it.
         Ok(Err(e)) if is_error_reply(&e) => None,
-        Ok(Err(e)) => return Err(NodeFailure::Redis(e)),
+        Ok(Err(e)) => return Err(NodeFailure::from(e)),
         Err(_) => return Err(NodeFailure::Timeout(timeout)),
     };
     Ok((conn, id))
@@ -729,7 +758,7 @@ async fn watch_wait(mut id: Option<i64>, via: &Via<'_>, timeout: Duration) {
                 list.arg("LIST").arg("ID").arg(client);
                 match via.ask::<String>(&list, check_within).await {
                     Ok(text) => parse_client_list(&text),
-                    Err(NodeFailure::Redis(e)) if is_error_reply(&e) => {
+                    Err(NodeFailure::Redis(e)) if is_error_reply(&e.0) => {
                         // CLIENT LIST forbidden: check the server only.
                         id = None;
                         continue;
@@ -802,6 +831,35 @@ async fn shared_conn(
     Ok(slot.lock().await.get_or_insert(c).clone())
 }
 
+/// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the part between the first
+/// `{` and the next `}`, when not empty) or of the whole key, modulo 16384. The client's own, so
+/// that cluster support costs no crate.
+pub(crate) fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        rest.iter()
+            .position(|&b| b == b'}')
+            .filter(|&close| close > 0)
+            .map(|close| &rest[..close])
+    });
+    crc16_xmodem(tagged.unwrap_or(key)) % 16384
+}
+
+fn crc16_xmodem(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
 impl Cluster {
     /// Sends `pipe` to the master of `key`, each attempt bounded by `timeout`. Follows `MOVED`
     /// and `ASK`. When the master does not answer in time, or answers that it is changing
@@ -832,7 +890,7 @@ impl Cluster {
                 } else {
                     pipe.query_async::<Vec<Value>>(&mut conn).await
                 };
-                result.map_err(NodeFailure::Redis)
+                result.map_err(NodeFailure::from)
             };
             let failure = match tokio::time::timeout(timeout, attempt).await {
                 Ok(Ok(values)) => {
@@ -840,7 +898,7 @@ impl Cluster {
                     return Ok(values);
                 }
                 Err(_) => NodeFailure::Timeout(timeout),
-                Ok(Err(NodeFailure::Redis(e))) => match (e.kind(), e.redirect_node()) {
+                Ok(Err(NodeFailure::Redis(e))) => match (e.0.kind(), e.0.redirect_node()) {
                     (ErrorKind::Moved, Some((to, _))) => {
                         tracing::debug!(key, from = %addr, to, "moved");
                         self.forget_slots();
@@ -851,7 +909,7 @@ impl Cluster {
                         redirect = Some((normalize_addr(to), true));
                         continue;
                     }
-                    _ if is_topology_change(&e) => NodeFailure::Redis(e),
+                    _ if is_topology_change(&e.0) => NodeFailure::Redis(e),
                     _ => return Err(NodeFailure::Redis(e)),
                 },
                 Ok(Err(failure @ NodeFailure::Timeout(_))) => failure,
@@ -903,14 +961,14 @@ impl Cluster {
             let mut conn = self.conn(addr, timeout).await?;
             cmd.query_async::<T>(&mut conn)
                 .await
-                .map_err(NodeFailure::Redis)
+                .map_err(NodeFailure::from)
         };
         let result = match tokio::time::timeout(timeout, attempt).await {
             Ok(r) => r,
             Err(_) => Err(NodeFailure::Timeout(timeout)),
         };
         if let Err(e) = &result {
-            if !matches!(e, NodeFailure::Redis(r) if is_error_reply(r)) {
+            if !matches!(e, NodeFailure::Redis(r) if is_error_reply(&r.0)) {
                 self.forget_conn(addr);
                 self.forget_slots();
             }
@@ -952,7 +1010,7 @@ impl Cluster {
 
     /// The master of `key`'s slot, from the slot map, read first if there is none.
     async fn master_of(&self, key: &str, timeout: Duration) -> Result<String, NodeFailure> {
-        let slot = redis::cluster_routing::get_slot(key.as_bytes());
+        let slot = key_slot(key.as_bytes());
         let find = |ranges: &[(u16, u16, String)]| {
             ranges
                 .iter()
@@ -1029,7 +1087,7 @@ impl Cluster {
                 redis::cmd("PING")
                     .query_async::<()>(&mut conn)
                     .await
-                    .map_err(NodeFailure::Redis)
+                    .map_err(NodeFailure::from)
             })
             .await;
             if matches!(ping, Ok(Ok(()))) {
@@ -1135,6 +1193,45 @@ pub(crate) fn connection_ended(failure: &redis::RedisError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A build without the sentinel or tls feature refuses the URLs that need it, saying so,
+    /// before any connection.
+    #[test]
+    fn urls_of_a_missing_feature_are_refused() {
+        let refused = |url: &str| match Node::open(url, &Tls::default()) {
+            Err(Error::InvalidUrl { source, .. }) => source.to_string(),
+            Err(e) => panic!("{url}: {e}"),
+            Ok(_) => String::new(),
+        };
+        let sentinel = refused("redis+sentinel://127.0.0.1:26379/m");
+        assert_eq!(
+            sentinel.contains("sentinel feature"),
+            cfg!(not(feature = "sentinel")),
+            "{sentinel}"
+        );
+        let tls = refused("rediss://127.0.0.1:6380/");
+        assert_eq!(
+            tls.contains("tls feature"),
+            cfg!(not(feature = "tls")),
+            "{tls}"
+        );
+    }
+
+    /// The slots Redis Cluster gives (CLUSTER KEYSLOT; the spec's CRC16 check value for
+    /// "123456789" is 0x31C3), hash tags included.
+    #[test]
+    fn key_slots_are_redis_clusters() {
+        assert_eq!(crc16_xmodem(b"123456789"), 0x31C3);
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"bar"), 5061);
+        assert_eq!(key_slot(b""), 0);
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        assert_eq!(key_slot(b"{user1000}.followers"), key_slot(b"user1000"));
+        // An empty tag is no tag; only the first { counts.
+        assert_eq!(key_slot(b"foo{}{bar}"), crc16_xmodem(b"foo{}{bar}") % 16384);
+        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+        assert_eq!(key_slot(b"foo{bar}{zap}"), key_slot(b"bar"));
+    }
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())

@@ -444,7 +444,7 @@ pub(crate) mod fake {
     fn server_error(line: &str) -> NodeFailure {
         let wire = format!("-{line}\r\n");
         match redis::parse_redis_value(wire.as_bytes()).and_then(redis::Value::extract_error) {
-            Err(e) => NodeFailure::Redis(e),
+            Err(e) => NodeFailure::from(e),
             Ok(v) => panic!("{line:?} parsed as {v:?}"),
         }
     }
@@ -454,9 +454,9 @@ pub(crate) mod fake {
             Grant(token) => Ok(Some(token)),
             Refuse => Ok(None),
             Timeout => Err(NodeFailure::Timeout(Duration::from_millis(100))),
-            Down => Err(NodeFailure::Redis(
-                std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into(),
-            )),
+            Down => Err(NodeFailure::from(redis::RedisError::from(
+                std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+            ))),
             Busy => Err(server_error("BUSY Redis is busy running a script")),
             WrongType => Err(server_error(
                 "WRONGTYPE Operation against a key holding the wrong kind of value",

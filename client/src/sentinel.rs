@@ -12,6 +12,9 @@
 //! The user and password authenticate to the master (and its replicas); the sentinels'
 //! own, if they have one, go in the query. The port defaults to 26379.
 
+// Without the sentinel feature, no URL reaches this code (Node::open refuses them).
+#![cfg_attr(not(feature = "sentinel"), allow(dead_code))]
+
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -20,7 +23,7 @@ use redis::{ConnectionInfo, IntoConnectionInfo, Pipeline, Value};
 use tokio::sync::Mutex;
 
 use crate::conn::{connect, host_port, is_topology_change, lock_within, split_addr, with_addr};
-use crate::error::{Error, NodeFailure};
+use crate::error::{Error, NodeFailure, ServerError};
 use crate::tls::Tls;
 
 /// How long an answer of the sentinels is used before they are asked again.
@@ -76,18 +79,23 @@ struct Current {
 }
 
 impl Sentinel {
+    /// The database number the master's connections select.
+    pub(crate) fn db(&self) -> i64 {
+        self.template.redis.db
+    }
+
     /// Parses `url` (see the module's documentation). Nothing is asked here.
     pub(crate) fn open(url: &str, tls: &Tls) -> Result<Sentinel, Error> {
         let invalid = |why: &str| Error::InvalidUrl {
             url: url.to_string(),
-            source: redis::RedisError::from((
+            source: ServerError(redis::RedisError::from((
                 redis::ErrorKind::InvalidClientConfig,
                 "invalid Sentinel URL",
                 format!(
                     "{why} (redis+sentinel://[user:password@]host[:port][,host[:port]...]/\
                      master-name[/db])"
                 ),
-            )),
+            ))),
         };
         let (scheme, rest) = url.split_once("://").ok_or_else(|| invalid("no scheme"))?;
         let secure = scheme.to_ascii_lowercase().starts_with("rediss");
@@ -186,7 +194,7 @@ impl Sentinel {
             }
         }
         if unknown > 0 && last.is_none() {
-            return Err(NodeFailure::Redis(redis::RedisError::from((
+            return Err(NodeFailure::from(redis::RedisError::from((
                 redis::ErrorKind::InvalidClientConfig,
                 "no sentinel monitors a master named",
                 self.master_name.clone(),
@@ -285,11 +293,11 @@ impl Sentinel {
                 let (_, mut conn) = self.conn(timeout).await?;
                 pipe.query_async::<Vec<Value>>(&mut conn)
                     .await
-                    .map_err(NodeFailure::Redis)
+                    .map_err(NodeFailure::from)
             };
             let failure = match tokio::time::timeout(timeout, attempt).await {
                 Ok(Ok(values)) => return Ok(values),
-                Ok(Err(NodeFailure::Redis(e))) if is_topology_change(&e) => NodeFailure::Redis(e),
+                Ok(Err(NodeFailure::Redis(e))) if is_topology_change(&e.0) => NodeFailure::Redis(e),
                 Ok(Err(failure @ NodeFailure::Timeout(_))) => failure,
                 Ok(Err(other)) => return Err(other),
                 Err(_) => NodeFailure::Timeout(timeout),

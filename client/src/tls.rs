@@ -3,9 +3,11 @@
 
 use std::fmt;
 
-use redis::{Client, ClientTlsConfig, ConnectionAddr, ConnectionInfo, TlsCertificates};
+use redis::{Client, ConnectionAddr, ConnectionInfo};
+#[cfg(feature = "tls")]
+use redis::{ClientTlsConfig, TlsCertificates};
 
-use crate::error::Error;
+use crate::error::{Error, ServerError};
 
 /// How `rediss://` servers are trusted, and how the client proves itself to those that ask
 /// (`tls-auth-clients yes`). Everything is PEM. It applies to every `rediss://` URL of a
@@ -42,6 +44,7 @@ impl fmt::Debug for Tls {
 }
 
 impl Tls {
+    #[cfg(feature = "tls")]
     /// How many certificates a PEM file of CA certificates (for [`Tls::ca`]) holds: at least
     /// one, every one readable, else why not. The client checks `ca` this way when it connects;
     /// a program can check a file it read first, to name it in its message.
@@ -49,6 +52,7 @@ impl Tls {
         pem_certificates(pem)
     }
 
+    #[cfg(feature = "tls")]
     /// What redis-rs is given, or `None` for the defaults.
     fn certificates(&self) -> Result<Option<TlsCertificates>, Error> {
         let client_tls = match (&self.client_cert, &self.client_key) {
@@ -89,7 +93,11 @@ impl Tls {
     pub(crate) fn client(&self, info: ConnectionInfo, url: &str) -> Result<Client, Error> {
         let invalid = |reason: String| Error::InvalidUrl {
             url: url.to_string(),
-            source: redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "TLS", reason)),
+            source: ServerError(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "TLS",
+                reason,
+            ))),
         };
         match &info.addr {
             ConnectionAddr::TcpTls { insecure: true, .. } => Err(invalid(
@@ -97,6 +105,12 @@ impl Tls {
                  signed the server's certificate instead (lockctl --tls-ca, Tls::ca)"
                     .into(),
             )),
+            #[cfg(not(feature = "tls"))]
+            ConnectionAddr::TcpTls { .. } => Err(invalid(
+                "rediss:// needs relock-client's tls feature, which this build does not have"
+                    .into(),
+            )),
+            #[cfg(feature = "tls")]
             ConnectionAddr::TcpTls { .. } => match self.certificates()? {
                 Some(certificates) => {
                     Client::build_with_tls(info, certificates).map_err(|e| Error::InvalidOption {
@@ -106,17 +120,35 @@ impl Tls {
                 }
                 None => Client::open(info).map_err(|source| Error::InvalidUrl {
                     url: url.to_string(),
-                    source,
+                    source: ServerError(source),
                 }),
             },
             _ => Client::open(info).map_err(|source| Error::InvalidUrl {
                 url: url.to_string(),
-                source,
+                source: ServerError(source),
             }),
         }
     }
 }
 
+/// `url` refused when it asks for TLS (`rediss://`) and this build has no tls feature.
+pub(crate) fn check_scheme(url: &str) -> Result<(), Error> {
+    let tls = url
+        .split_once("://")
+        .is_some_and(|(scheme, _)| scheme.to_ascii_lowercase().starts_with("rediss"));
+    if tls && cfg!(not(feature = "tls")) {
+        return Err(Error::InvalidUrl {
+            url: url.to_string(),
+            source: ServerError(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "rediss:// needs relock-client's tls feature, which this build does not have",
+            ))),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(feature = "tls")]
 /// How many certificates `pem` holds: at least one, every one of them readable PEM, else why
 /// not.
 pub(crate) fn pem_certificates(pem: &[u8]) -> Result<usize, String> {
@@ -131,7 +163,7 @@ pub(crate) fn pem_certificates(pem: &[u8]) -> Result<usize, String> {
     Ok(count)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "tls"))]
 mod tests {
     use super::*;
 

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use common::{eventually, Server};
 use relock_client::{Error, LockGuard, Loss, LossReason, Options, Relock};
-use support::{lockctl, stderr, Spawned};
 
 const KEY: &str = "jobs:why";
 const TTL: Duration = Duration::from_secs(30);
@@ -245,55 +244,6 @@ async fn redlock_asks_the_masters_that_refused() {
     drop(guard);
     relock.settle().await;
     assert!(eventually(WITHIN, || !exists(&servers[0], KEY)), "{owner}");
-}
-
-/// lockctl says why in its message and in its exit line, and names the process in the owner.
-#[test]
-fn lockctl_says_why_it_lost_the_lock() {
-    let server = Server::start();
-    let mut run = lockctl(&[&server]);
-    run.args([
-        "--owner-prefix",
-        "nightly-report",
-        "run",
-        "--ttl",
-        "3s",
-        KEY,
-        "--",
-        "sleep",
-        "60",
-    ])
-    .stderr(std::process::Stdio::piped());
-    let child = Spawned::new(&mut run);
-    let owner = || support::holder(&server, KEY).map(|(o, _)| o);
-    assert!(eventually(WITHIN, || owner().is_some()), "acquired");
-    let held_by = owner().expect("owner");
-    assert!(held_by.starts_with("nightly-report/"), "{held_by}");
-    assert_eq!(held_by.len(), "nightly-report/".len() + 32, "{held_by}");
-    let mut ops = server.conn();
-    let _: () = redis::cmd("CLIENT")
-        .arg("SETNAME")
-        .arg("ops")
-        .query(&mut ops)
-        .expect("setname");
-    let _: i64 = redis::cmd("LOCK.FORCERELEASE")
-        .arg(KEY)
-        .query(&mut ops)
-        .expect("force release");
-    // The loss is found at the next renewal (ttl / 3) at the latest.
-    let out = child.output();
-    let err = stderr(&out);
-    eprintln!("{err}");
-    assert_eq!(out.status.code(), Some(76), "{err}");
-    assert!(
-        err.contains(&format!("lock {KEY:?} was force-released on ")),
-        "{err}"
-    );
-    assert!(
-        err.contains("by client ") && err.contains("name ops"),
-        "{err}"
-    );
-    assert!(err.contains("reason=forcereleased"), "{err}");
 }
 
 /// The default owner names host and pid; the prefix is the caller's; none leaves the random

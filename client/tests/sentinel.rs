@@ -1,7 +1,6 @@
-//! Sentinel-managed masters (`redis+sentinel://`): relock-client and lockctl against a real
-//! master, its replica and two `redis-server --sentinel` processes, through a failover
-//! (`SENTINEL FAILOVER`), with the lock kept, renewed and released on the new master and a
-//! waiter following it there.
+//! Sentinel-managed masters (`redis+sentinel://`): relock-client against a real master, its
+//! replica and two `redis-server --sentinel` processes (lockctl through a failover:
+//! lockctl/tests/sentinel.rs).
 #[path = "../../tests/common/mod.rs"]
 mod common;
 mod support;
@@ -11,8 +10,7 @@ use std::time::Duration;
 
 use common::{attach_replica, eventually, free_port, Server};
 use relock_client::{Error, Options, Relock};
-use support::{holder, lockctl_at, relock_stat, stderr, Spawned};
-use tokio::time::Instant;
+use support::holder;
 
 const MASTER: &str = "relock-test";
 
@@ -105,14 +103,6 @@ impl SentinelProcess {
                 && r.get("master-link-status").is_some_and(|s| s == "ok")
         })
     }
-
-    fn failover(&self) {
-        let _: () = redis::cmd("SENTINEL")
-            .arg("FAILOVER")
-            .arg(MASTER)
-            .query(&mut self.conn().expect("sentinel"))
-            .expect("SENTINEL FAILOVER");
-    }
 }
 
 impl Drop for SentinelProcess {
@@ -125,6 +115,8 @@ impl Drop for SentinelProcess {
 /// A master, its replica (both with the module) and two sentinels watching them.
 struct Setup {
     master: Server,
+    /// Kept running for the sentinels to watch (this file fails over in lockctl's tests only).
+    #[allow(dead_code)]
     replica: Server,
     sentinels: Vec<SentinelProcess>,
 }
@@ -158,70 +150,6 @@ impl Setup {
             .collect();
         format!("redis+sentinel://{}/{MASTER}", hosts.join(","))
     }
-
-    /// Fails over to the replica and waits until it is the master, the sentinels say so,
-    /// and the old master follows it.
-    fn failover(&self) {
-        self.sentinels[0].failover();
-        assert!(
-            eventually(Duration::from_secs(30), || role(&self.replica) == "master"
-                && self
-                    .sentinels
-                    .iter()
-                    .all(|s| s.ask_master() == Some(self.replica.port))),
-            "the replica was not promoted"
-        );
-    }
-}
-
-/// The holder of `key` on `server` (owner, token), or `None` when there is none or the
-/// server does not answer: the sentinels kill every client of an instance they reconfigure.
-fn holder_now(server: &Server, key: &str) -> Option<(String, u64)> {
-    let mut c = redis::Client::open(server.url())
-        .ok()?
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .ok()?;
-    let info: Option<std::collections::HashMap<String, redis::Value>> =
-        redis::cmd("LOCK.INFO").arg(key).query(&mut c).ok()?;
-    let info = info?;
-    Some((
-        redis::from_redis_value(info.get("owner")?).ok()?,
-        redis::from_redis_value(info.get("token")?).ok()?,
-    ))
-}
-
-/// A field of `INFO relock` on `server`, or -1 when it does not answer (see [`holder_now`]).
-fn stat_now(server: &Server, field: &str) -> i64 {
-    let Ok(mut c) = redis::Client::open(server.url())
-        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
-    else {
-        return -1;
-    };
-    let info: String = redis::cmd("INFO")
-        .arg("relock")
-        .query(&mut c)
-        .unwrap_or_default();
-    let wanted = format!("relock_{field}:");
-    info.lines()
-        .find_map(|l| l.trim().strip_prefix(&wanted)?.parse().ok())
-        .unwrap_or(-1)
-}
-
-fn role(server: &Server) -> String {
-    let Ok(mut c) = redis::Client::open(server.url())
-        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
-    else {
-        return String::new();
-    };
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query(&mut c)
-        .unwrap_or_default();
-    info.lines()
-        .find_map(|l| l.strip_prefix("role:"))
-        .unwrap_or_default()
-        .trim()
-        .to_string()
 }
 
 /// relock-client through the sentinels: acquire on the master they name; a bad master name
@@ -270,137 +198,4 @@ async fn relock_client_finds_the_master_through_the_sentinels() {
         Relock::new(&twice),
         Err(Error::DuplicateServer { .. })
     ));
-}
-
-/// lockctl through the sentinels, across a failover: it keeps its lock, renews it on the
-/// promoted replica (which counts renewals only as a master), keeps it for a whole ttl after
-/// the failover, and releases it there; a waiter queued on the old master before the
-/// failover gets the lock from the new one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lockctl_keeps_its_lock_across_a_sentinel_failover() {
-    let setup = tokio::task::block_in_place(Setup::start);
-    let key = "s:deploy";
-    let ttl = Duration::from_secs(4);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (env, stop) = (dir.path().join("env"), dir.path().join("stop"));
-    let script = format!(
-        "echo $RELOCK_OWNER > {0}.tmp && mv {0}.tmp {0}; while [ ! -e {1} ]; do sleep 0.05; done",
-        env.display(),
-        stop.display()
-    );
-    let mut lockctl = Spawned::new(
-        lockctl_at(&setup.url())
-            .args(["--node-timeout", "500ms", "run", "--ttl", "4s", key])
-            .args(["--", "sh", "-c", &script])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped()),
-    );
-    let started = tokio::task::block_in_place(|| {
-        eventually(Duration::from_secs(20), || {
-            env.exists() || lockctl.try_status().is_some()
-        })
-    });
-    if !env.exists() {
-        let status = lockctl.try_status();
-        panic!(
-            "the command did not start ({started}, {status:?}): {}",
-            stderr(&lockctl.output())
-        );
-    }
-    let owner = std::fs::read_to_string(&env)
-        .expect("owner")
-        .trim()
-        .to_string();
-    let (_, token) = tokio::task::block_in_place(|| holder(&setup.master, key)).expect("held");
-    // The grant reached the replica.
-    assert!(tokio::task::block_in_place(|| eventually(
-        Duration::from_secs(5),
-        || holder(&setup.replica, key).is_some_and(|h| h.0 == owner)
-    )));
-    let relock = Relock::with_options(
-        &[setup.url()],
-        Options {
-            node_timeout: Duration::from_millis(500),
-            ..Options::default()
-        },
-    )
-    .expect("client");
-    let waiter = {
-        let relock = relock.clone();
-        tokio::spawn(async move {
-            relock
-                .acquire_wait(key, Duration::from_secs(10), Some(Duration::from_secs(60)))
-                .await
-        })
-    };
-    assert!(tokio::task::block_in_place(|| eventually(
-        Duration::from_secs(10),
-        || relock_stat(&setup.master, "waiters") == 1
-    )));
-
-    let renewed_as_replica =
-        tokio::task::block_in_place(|| relock_stat(&setup.replica, "renewed_total"));
-    tokio::task::block_in_place(|| setup.failover());
-    let promoted = Instant::now();
-    // lockctl renews on the new master, before the copy there expires.
-    assert!(
-        tokio::task::block_in_place(|| eventually(ttl, || stat_now(
-            &setup.replica,
-            "renewed_total"
-        ) > renewed_as_replica
-            && holder_now(&setup.replica, key).is_some_and(|h| h.0 == owner))),
-        "lockctl does not renew on the new master"
-    );
-    // It goes on renewing there for more than a whole ttl (a renewal every ttl / 3: four of
-    // them), holding the lock with its token all along, its command running.
-    let mut renewed_here = -1;
-    assert!(tokio::task::block_in_place(|| eventually(
-        Duration::from_secs(10),
-        || {
-            renewed_here = stat_now(&setup.replica, "renewed_total");
-            renewed_here >= 0
-        }
-    )));
-    let kept = tokio::task::block_in_place(|| {
-        eventually(ttl * 4, || {
-            assert!(
-                lockctl.try_status().is_none(),
-                "lockctl ended after the failover"
-            );
-            if let Some(h) = holder_now(&setup.replica, key) {
-                assert_eq!(h, (owner.clone(), token), "the lock changed hands");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-            stat_now(&setup.replica, "renewed_total") >= renewed_here + 4
-        })
-    });
-    assert!(
-        kept,
-        "lockctl stopped renewing on the new master ({} renewals since {:?} after the promotion)",
-        stat_now(&setup.replica, "renewed_total") - renewed_here,
-        promoted.elapsed()
-    );
-    assert_eq!(
-        tokio::task::block_in_place(|| holder_now(&setup.replica, key)),
-        Some((owner.clone(), token))
-    );
-    std::fs::write(&stop, b"").expect("stop");
-    let status = tokio::task::block_in_place(|| lockctl.wait_within(Duration::from_secs(20)));
-    let out = lockctl.output();
-    assert_eq!(status.code(), Some(0), "{}", stderr(&out));
-    // Released on the new master, where the waiter (queued on the old one) gets it.
-    let next = tokio::time::timeout(Duration::from_secs(30), waiter)
-        .await
-        .expect("the waiter is stuck on the old master")
-        .expect("task")
-        .expect("granted on the new master");
-    assert!(
-        next.token().is_some_and(|t| t > token),
-        "tokens keep rising"
-    );
-    assert_eq!(
-        tokio::task::block_in_place(|| holder_now(&setup.replica, key)).map(|h| h.0),
-        Some(next.owner().to_string())
-    );
-    next.release().await.expect("release");
 }

@@ -1,4 +1,4 @@
-//! Helpers shared by the client's test files: processes that die with the test, the command
+//! Helpers shared by the client's test files (lockctl/tests/support has these and `lockctl`): processes that die with the test, the command
 //! the signal tests run, a pseudo-terminal, and a loopback TCP proxy that can go silent.
 //!
 //! Include it after the common harness: `#[path = "../../tests/common/mod.rs"] mod common;`
@@ -10,32 +10,10 @@ pub mod pty;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output};
 use std::time::{Duration, Instant};
 
 use crate::common::{eventually, Server};
-
-/// `lockctl` with `RELOCK_SERVERS` set to `servers` and every other setting of the caller's
-/// environment that would change its behaviour removed.
-pub fn lockctl_at(servers: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockctl"));
-    cmd.env("RELOCK_SERVERS", servers)
-        .env_remove("RELOCK_LOG")
-        .env_remove("RELOCK_CLUSTER")
-        .env_remove("RELOCK_REPLICA_ACKS")
-        .env_remove("RELOCK_TLS_CA")
-        .env_remove("RELOCK_TLS_CERT")
-        .env_remove("RELOCK_TLS_KEY")
-        .env_remove("NO_COLOR")
-        .stdin(Stdio::null());
-    cmd
-}
-
-/// `lockctl` against `servers`.
-pub fn lockctl(servers: &[&Server]) -> Command {
-    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-    lockctl_at(&urls.join(","))
-}
 
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()

@@ -3,8 +3,7 @@
 
 use std::process::ExitCode;
 
-use redis::Value;
-use relock_client::Relock;
+use relock_client::{Command, Relock, Reply as Value};
 use serde_json::json;
 
 use crate::ops::{self, bad_reply, entries, json_text, ms, printable, table, utc};
@@ -112,13 +111,11 @@ impl Entry {
 pub async fn show(relock: &Relock, key: Option<&str>, count: u64, json: bool) -> ExitCode {
     let reports = match key {
         Some(key) => {
-            let mut cmd = redis::cmd("LOCK.HISTORY");
-            cmd.arg(key).arg(count);
+            let cmd = Command::new("LOCK.HISTORY").arg(key).arg(count);
             relock.query_about(key, &cmd).await
         }
         None => {
-            let mut cmd = redis::cmd("LOCK.LOG");
-            cmd.arg(count);
+            let cmd = Command::new("LOCK.LOG").arg(count);
             relock.query_masters(&cmd).await
         }
     };

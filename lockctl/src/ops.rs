@@ -13,9 +13,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Subcommand;
-use redis::Value;
 use relock_client::limits::parse_timeout;
 use relock_client::Relock;
+use relock_client::Reply as Value;
 
 use crate::output::{out, say};
 
@@ -129,15 +129,6 @@ pub async fn run(relock: Relock, cluster: bool, db: i64, command: Ops) -> ExitCo
     }
 }
 
-/// The db of the first server URL (`redis://host:port/3`): the db lockctl's connections use.
-pub fn db_of(servers: &[String]) -> i64 {
-    use redis::IntoConnectionInfo;
-    servers
-        .first()
-        .and_then(|url| url.as_str().into_connection_info().ok())
-        .map_or(0, |info| info.redis.db)
-}
-
 /// The exit status of a listing: failure when any master failed.
 pub fn status(failed: bool) -> ExitCode {
     if failed {
@@ -186,7 +177,7 @@ impl Fields {
         match self.get(field) {
             None | Some(Value::Nil) => Ok(None),
             Some(Value::Int(n)) => Ok(Some(*n)),
-            Some(Value::BulkString(b)) => std::str::from_utf8(b)
+            Some(Value::Bulk(b)) => std::str::from_utf8(b)
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .map(Some)
@@ -203,9 +194,9 @@ impl Fields {
     /// A string field's bytes (empty when nil or missing).
     pub fn bytes(&self, field: &str) -> Vec<u8> {
         match self.get(field) {
-            Some(Value::BulkString(b)) => b.clone(),
-            Some(Value::SimpleString(s)) => s.clone().into_bytes(),
-            Some(Value::VerbatimString { text, .. }) => text.clone().into_bytes(),
+            Some(Value::Bulk(b)) => b.clone(),
+            Some(Value::Simple(s)) => s.clone().into_bytes(),
+            Some(Value::Verbatim(text)) => text.clone().into_bytes(),
             Some(Value::Int(n)) => n.to_string().into_bytes(),
             _ => Vec::new(),
         }
@@ -219,8 +210,8 @@ impl Fields {
 
 fn name(v: &Value) -> Result<String, String> {
     match v {
-        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Ok(s.clone()),
+        Value::Bulk(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Value::Simple(s) => Ok(s.clone()),
         other => Err(format!("not a field name: {other:?}")),
     }
 }
@@ -396,17 +387,14 @@ mod tests {
     #[test]
     fn fields_of_both_protocols() {
         let resp2 = Value::Array(vec![
-            Value::BulkString(b"owner".to_vec()),
-            Value::BulkString(b"w".to_vec()),
-            Value::BulkString(b"ttl".to_vec()),
+            Value::Bulk(b"owner".to_vec()),
+            Value::Bulk(b"w".to_vec()),
+            Value::Bulk(b"ttl".to_vec()),
             Value::Int(5),
         ]);
         let resp3 = Value::Map(vec![
-            (
-                Value::SimpleString("owner".into()),
-                Value::BulkString(b"w".to_vec()),
-            ),
-            (Value::SimpleString("ttl".into()), Value::Int(5)),
+            (Value::Simple("owner".into()), Value::Bulk(b"w".to_vec())),
+            (Value::Simple("ttl".into()), Value::Int(5)),
         ]);
         for v in [resp2, resp3] {
             let f = Fields::of(&v).expect("fields");

@@ -2,8 +2,8 @@
 
 use std::process::ExitCode;
 
-use redis::Value;
 use relock_client::Relock;
+use relock_client::{Command, Reply as Value};
 use serde_json::json;
 
 use crate::ops::{self, bad_reply, entries, json_text, ms, printable, table};
@@ -30,10 +30,11 @@ pub struct Waiter {
 }
 
 /// `LOCK.WAITERS key COUNT n`.
-pub fn command(key: &str, count: u64) -> redis::Cmd {
-    let mut cmd = redis::cmd("LOCK.WAITERS");
-    cmd.arg(key).arg("COUNT").arg(count);
-    cmd
+pub fn command(key: &str, count: u64) -> Command {
+    Command::new("LOCK.WAITERS")
+        .arg(key)
+        .arg("COUNT")
+        .arg(count)
 }
 
 /// Reads a `LOCK.WAITERS` reply.

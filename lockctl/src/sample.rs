@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::Value;
 use relock_client::Relock;
+use relock_client::{Command, Reply as Value};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -80,8 +80,8 @@ pub fn parse_info(text: &str) -> Result<RelockInfo, String> {
 /// A reply's text (a bulk or verbatim string).
 fn text_of(value: &Value) -> Result<String, String> {
     match value {
-        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-        Value::VerbatimString { text, .. } | Value::SimpleString(text) => Ok(text.clone()),
+        Value::Bulk(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Value::Verbatim(text) | Value::Simple(text) => Ok(text.clone()),
         other => Err(bad_reply("INFO", &format!("{other:?}"))),
     }
 }
@@ -195,10 +195,8 @@ pub struct Ask {
 /// Reads every master once.
 pub async fn sample(relock: &Relock, ask: Ask) -> Vec<MasterSample> {
     let start = Instant::now();
-    let mut info_cmd = redis::cmd("INFO");
-    info_cmd.arg("relock");
-    let mut stats_cmd = redis::cmd("LOCK.STATS");
-    stats_cmd.arg("COUNT").arg(ask.keys.max(1));
+    let info_cmd = Command::new("INFO").arg("relock");
+    let stats_cmd = Command::new("LOCK.STATS").arg("COUNT").arg(ask.keys.max(1));
     let (infos, stats) = if ask.keys > 0 {
         tokio::join!(
             relock.query_masters(&info_cmd),
@@ -250,10 +248,11 @@ async fn hot_keys(relock: &Relock, master: &str, list: Vec<KeyStats>, ask: Ask) 
             };
         }
         let key = stats.key.as_slice();
-        let mut info_cmd = redis::cmd("LOCK.INFO");
-        info_cmd.arg(key);
-        let mut queue_cmd = redis::cmd("LOCK.WAITERS");
-        queue_cmd.arg(key).arg("COUNT").arg(ask.queue);
+        let info_cmd = Command::new("LOCK.INFO").arg_bytes(key);
+        let queue_cmd = Command::new("LOCK.WAITERS")
+            .arg_bytes(key)
+            .arg("COUNT")
+            .arg(ask.queue);
         let (lock, queue) = if ask.queue > 0 {
             let (l, q) = tokio::join!(
                 relock.query_master(master, &info_cmd),

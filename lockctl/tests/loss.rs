@@ -1,0 +1,63 @@
+//! lockctl says why it lost its lock, from the masters' journals (`LOCK.HISTORY`), and names
+//! its process in the owner (the client's part: client/tests/loss.rs).
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::time::Duration;
+
+use common::{eventually, Server};
+use support::{lockctl, stderr, Spawned};
+
+const KEY: &str = "jobs:why";
+/// Every wait below is for an event; this only bounds a test that went wrong.
+const WITHIN: Duration = Duration::from_secs(20);
+
+/// lockctl says why in its message and in its exit line, and names the process in the owner.
+#[test]
+fn lockctl_says_why_it_lost_the_lock() {
+    let server = Server::start();
+    let mut run = lockctl(&[&server]);
+    run.args([
+        "--owner-prefix",
+        "nightly-report",
+        "run",
+        "--ttl",
+        "3s",
+        KEY,
+        "--",
+        "sleep",
+        "60",
+    ])
+    .stderr(std::process::Stdio::piped());
+    let child = Spawned::new(&mut run);
+    let owner = || support::holder(&server, KEY).map(|(o, _)| o);
+    assert!(eventually(WITHIN, || owner().is_some()), "acquired");
+    let held_by = owner().expect("owner");
+    assert!(held_by.starts_with("nightly-report/"), "{held_by}");
+    assert_eq!(held_by.len(), "nightly-report/".len() + 32, "{held_by}");
+    let mut ops = server.conn();
+    let _: () = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg("ops")
+        .query(&mut ops)
+        .expect("setname");
+    let _: i64 = redis::cmd("LOCK.FORCERELEASE")
+        .arg(KEY)
+        .query(&mut ops)
+        .expect("force release");
+    // The loss is found at the next renewal (ttl / 3) at the latest.
+    let out = child.output();
+    let err = stderr(&out);
+    eprintln!("{err}");
+    assert_eq!(out.status.code(), Some(76), "{err}");
+    assert!(
+        err.contains(&format!("lock {KEY:?} was force-released on ")),
+        "{err}"
+    );
+    assert!(
+        err.contains("by client ") && err.contains("name ops"),
+        "{err}"
+    );
+    assert!(err.contains("reason=forcereleased"), "{err}");
+}

@@ -1,0 +1,357 @@
+//! Sentinel-managed masters (`redis+sentinel://`): lockctl against a real master, its replica
+//! and two `redis-server --sentinel` processes, through a failover (`SENTINEL FAILOVER`), with
+//! the lock kept, renewed and released on the new master and a waiter following it there.
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{attach_replica, eventually, free_port, Server};
+use relock_client::{Options, Relock};
+use support::{holder, lockctl_at, relock_stat, stderr, Spawned};
+use tokio::time::Instant;
+
+const MASTER: &str = "relock-test";
+
+/// A `redis-server --sentinel` monitoring one master (quorum 1), in its own directory;
+/// killed on drop.
+struct SentinelProcess {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl SentinelProcess {
+    fn start(master: &Server) -> SentinelProcess {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let dir = tempfile::Builder::new()
+                .prefix("relock-sentinel-")
+                .tempdir()
+                .expect("tempdir");
+            let port = free_port();
+            let conf = dir.path().join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile sentinel.log\n\
+                     sentinel monitor {MASTER} 127.0.0.1 {master} 1\n\
+                     sentinel down-after-milliseconds {MASTER} 2000\n\
+                     sentinel failover-timeout {MASTER} 10000\n",
+                    dir = dir.path().display(),
+                    master = master.port,
+                ),
+            )
+            .expect("sentinel.conf");
+            let child =
+                Command::new(std::env::var("REDIS_SERVER").unwrap_or("redis-server".into()))
+                    .arg(&conf)
+                    .arg("--sentinel")
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("redis-server --sentinel");
+            let mut sentinel = SentinelProcess {
+                child,
+                port,
+                _dir: dir,
+            };
+            let ready = eventually(Duration::from_secs(20), || {
+                sentinel.ask_master().is_some_and(|p| p == master.port)
+            });
+            if ready {
+                return sentinel;
+            }
+            last = std::fs::read_to_string(sentinel._dir.path().join("sentinel.log"))
+                .unwrap_or_default();
+            let _ = sentinel.child.kill();
+        }
+        panic!("no sentinel came up:\n{last}");
+    }
+
+    fn conn(&self) -> redis::RedisResult<redis::Connection> {
+        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?
+            .get_connection_with_timeout(Duration::from_secs(2))
+    }
+
+    /// The master's port, as this sentinel says.
+    fn ask_master(&self) -> Option<u16> {
+        let mut c = self.conn().ok()?;
+        let reply: Option<(String, u16)> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(MASTER)
+            .query(&mut c)
+            .ok()?;
+        reply.map(|(_, port)| port)
+    }
+
+    /// Whether it knows the replica on `port` and finds it fit to be promoted.
+    fn knows_replica(&self, port: u16) -> bool {
+        let Ok(mut c) = self.conn() else {
+            return false;
+        };
+        let replicas: Vec<std::collections::HashMap<String, String>> = redis::cmd("SENTINEL")
+            .arg("replicas")
+            .arg(MASTER)
+            .query(&mut c)
+            .unwrap_or_default();
+        replicas.iter().any(|r| {
+            r.get("port").is_some_and(|p| p == &port.to_string())
+                && r.get("flags").is_some_and(|f| f == "slave")
+                && r.get("master-link-status").is_some_and(|s| s == "ok")
+        })
+    }
+
+    fn failover(&self) {
+        let _: () = redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(MASTER)
+            .query(&mut self.conn().expect("sentinel"))
+            .expect("SENTINEL FAILOVER");
+    }
+}
+
+impl Drop for SentinelProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A master, its replica (both with the module) and two sentinels watching them.
+struct Setup {
+    master: Server,
+    replica: Server,
+    sentinels: Vec<SentinelProcess>,
+}
+
+impl Setup {
+    fn start() -> Setup {
+        let master = Server::start();
+        let replica = Server::start();
+        attach_replica(&master, &replica);
+        let sentinels: Vec<SentinelProcess> =
+            (0..2).map(|_| SentinelProcess::start(&master)).collect();
+        assert!(
+            eventually(Duration::from_secs(30), || sentinels
+                .iter()
+                .all(|s| s.knows_replica(replica.port))),
+            "the sentinels do not know the replica"
+        );
+        Setup {
+            master,
+            replica,
+            sentinels,
+        }
+    }
+
+    /// `redis+sentinel://127.0.0.1:S1,127.0.0.1:S2/relock-test`.
+    fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        format!("redis+sentinel://{}/{MASTER}", hosts.join(","))
+    }
+
+    /// Fails over to the replica and waits until it is the master, the sentinels say so,
+    /// and the old master follows it.
+    fn failover(&self) {
+        self.sentinels[0].failover();
+        assert!(
+            eventually(Duration::from_secs(30), || role(&self.replica) == "master"
+                && self
+                    .sentinels
+                    .iter()
+                    .all(|s| s.ask_master() == Some(self.replica.port))),
+            "the replica was not promoted"
+        );
+    }
+}
+
+/// The holder of `key` on `server` (owner, token), or `None` when there is none or the
+/// server does not answer: the sentinels kill every client of an instance they reconfigure.
+fn holder_now(server: &Server, key: &str) -> Option<(String, u64)> {
+    let mut c = redis::Client::open(server.url())
+        .ok()?
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .ok()?;
+    let info: Option<std::collections::HashMap<String, redis::Value>> =
+        redis::cmd("LOCK.INFO").arg(key).query(&mut c).ok()?;
+    let info = info?;
+    Some((
+        redis::from_redis_value(info.get("owner")?).ok()?,
+        redis::from_redis_value(info.get("token")?).ok()?,
+    ))
+}
+
+/// A field of `INFO relock` on `server`, or -1 when it does not answer (see [`holder_now`]).
+fn stat_now(server: &Server, field: &str) -> i64 {
+    let Ok(mut c) = redis::Client::open(server.url())
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+    else {
+        return -1;
+    };
+    let info: String = redis::cmd("INFO")
+        .arg("relock")
+        .query(&mut c)
+        .unwrap_or_default();
+    let wanted = format!("relock_{field}:");
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix(&wanted)?.parse().ok())
+        .unwrap_or(-1)
+}
+
+fn role(server: &Server) -> String {
+    let Ok(mut c) = redis::Client::open(server.url())
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+    else {
+        return String::new();
+    };
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut c)
+        .unwrap_or_default();
+    info.lines()
+        .find_map(|l| l.strip_prefix("role:"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// lockctl through the sentinels, across a failover: it keeps its lock, renews it on the
+/// promoted replica (which counts renewals only as a master), keeps it for a whole ttl after
+/// the failover, and releases it there; a waiter queued on the old master before the
+/// failover gets the lock from the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockctl_keeps_its_lock_across_a_sentinel_failover() {
+    let setup = tokio::task::block_in_place(Setup::start);
+    let key = "s:deploy";
+    let ttl = Duration::from_secs(4);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (env, stop) = (dir.path().join("env"), dir.path().join("stop"));
+    let script = format!(
+        "echo $RELOCK_OWNER > {0}.tmp && mv {0}.tmp {0}; while [ ! -e {1} ]; do sleep 0.05; done",
+        env.display(),
+        stop.display()
+    );
+    let mut lockctl = Spawned::new(
+        lockctl_at(&setup.url())
+            .args(["--node-timeout", "500ms", "run", "--ttl", "4s", key])
+            .args(["--", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    let started = tokio::task::block_in_place(|| {
+        eventually(Duration::from_secs(20), || {
+            env.exists() || lockctl.try_status().is_some()
+        })
+    });
+    if !env.exists() {
+        let status = lockctl.try_status();
+        panic!(
+            "the command did not start ({started}, {status:?}): {}",
+            stderr(&lockctl.output())
+        );
+    }
+    let owner = std::fs::read_to_string(&env)
+        .expect("owner")
+        .trim()
+        .to_string();
+    let (_, token) = tokio::task::block_in_place(|| holder(&setup.master, key)).expect("held");
+    // The grant reached the replica.
+    assert!(tokio::task::block_in_place(|| eventually(
+        Duration::from_secs(5),
+        || holder(&setup.replica, key).is_some_and(|h| h.0 == owner)
+    )));
+    let relock = Relock::with_options(
+        &[setup.url()],
+        Options {
+            node_timeout: Duration::from_millis(500),
+            ..Options::default()
+        },
+    )
+    .expect("client");
+    let waiter = {
+        let relock = relock.clone();
+        tokio::spawn(async move {
+            relock
+                .acquire_wait(key, Duration::from_secs(10), Some(Duration::from_secs(60)))
+                .await
+        })
+    };
+    assert!(tokio::task::block_in_place(|| eventually(
+        Duration::from_secs(10),
+        || relock_stat(&setup.master, "waiters") == 1
+    )));
+
+    let renewed_as_replica =
+        tokio::task::block_in_place(|| relock_stat(&setup.replica, "renewed_total"));
+    tokio::task::block_in_place(|| setup.failover());
+    let promoted = Instant::now();
+    // lockctl renews on the new master, before the copy there expires.
+    assert!(
+        tokio::task::block_in_place(|| eventually(ttl, || stat_now(
+            &setup.replica,
+            "renewed_total"
+        ) > renewed_as_replica
+            && holder_now(&setup.replica, key).is_some_and(|h| h.0 == owner))),
+        "lockctl does not renew on the new master"
+    );
+    // It goes on renewing there for more than a whole ttl (a renewal every ttl / 3: four of
+    // them), holding the lock with its token all along, its command running.
+    let mut renewed_here = -1;
+    assert!(tokio::task::block_in_place(|| eventually(
+        Duration::from_secs(10),
+        || {
+            renewed_here = stat_now(&setup.replica, "renewed_total");
+            renewed_here >= 0
+        }
+    )));
+    let kept = tokio::task::block_in_place(|| {
+        eventually(ttl * 4, || {
+            assert!(
+                lockctl.try_status().is_none(),
+                "lockctl ended after the failover"
+            );
+            if let Some(h) = holder_now(&setup.replica, key) {
+                assert_eq!(h, (owner.clone(), token), "the lock changed hands");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            stat_now(&setup.replica, "renewed_total") >= renewed_here + 4
+        })
+    });
+    assert!(
+        kept,
+        "lockctl stopped renewing on the new master ({} renewals since {:?} after the promotion)",
+        stat_now(&setup.replica, "renewed_total") - renewed_here,
+        promoted.elapsed()
+    );
+    assert_eq!(
+        tokio::task::block_in_place(|| holder_now(&setup.replica, key)),
+        Some((owner.clone(), token))
+    );
+    std::fs::write(&stop, b"").expect("stop");
+    let status = tokio::task::block_in_place(|| lockctl.wait_within(Duration::from_secs(20)));
+    let out = lockctl.output();
+    assert_eq!(status.code(), Some(0), "{}", stderr(&out));
+    // Released on the new master, where the waiter (queued on the old one) gets it.
+    let next = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the waiter is stuck on the old master")
+        .expect("task")
+        .expect("granted on the new master");
+    assert!(
+        next.token().is_some_and(|t| t > token),
+        "tokens keep rising"
+    );
+    assert_eq!(
+        tokio::task::block_in_place(|| holder_now(&setup.replica, key)).map(|h| h.0),
+        Some(next.owner().to_string())
+    );
+    next.release().await.expect("release");
+}

@@ -1,0 +1,321 @@
+//! `rediss://` servers: lockctl against a real TLS-enabled redis-server (with the module),
+//! certificates made here (a CA, the server's, a client's, and an impostor CA), client
+//! certificates required; misconfigurations say why (the client's part: client/tests/tls.rs).
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{free_port, Server};
+use rcgen::{
+    BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
+use support::{holder, lockctl_at, stderr, stdout, Spawned};
+
+const KEY: &str = "tls:deploy";
+
+/// A CA: its certificate and key.
+struct Ca {
+    cert: Certificate,
+    key: KeyPair,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let key = KeyPair::generate().expect("CA key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = params.self_signed(&key).expect("CA certificate");
+        Ca { cert, key }
+    }
+
+    /// A certificate it signs for `names`, for `purpose`: (certificate PEM, key PEM).
+    fn sign(&self, names: &[&str], purpose: ExtendedKeyUsagePurpose) -> (String, String) {
+        let key = KeyPair::generate().expect("key");
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let mut params = CertificateParams::new(names).expect("params");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "relock test");
+        params.extended_key_usages = vec![purpose];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        let cert = params
+            .signed_by(&key, &self.cert, &self.key)
+            .expect("certificate");
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// Every file the tests use, in one directory.
+struct Files {
+    dir: tempfile::TempDir,
+}
+
+impl Files {
+    fn new() -> Files {
+        let files = Files {
+            dir: tempfile::tempdir().expect("tempdir"),
+        };
+        let ca = Ca::new("relock test CA");
+        let impostor = Ca::new("someone else's CA");
+        let (server, server_key) = ca.sign(
+            &["127.0.0.1", "localhost"],
+            ExtendedKeyUsagePurpose::ServerAuth,
+        );
+        let (client, client_key) = ca.sign(&["relock-client"], ExtendedKeyUsagePurpose::ClientAuth);
+        let (stranger, stranger_key) =
+            impostor.sign(&["relock-client"], ExtendedKeyUsagePurpose::ClientAuth);
+        for (name, pem) in [
+            ("ca.pem", ca.cert.pem()),
+            ("impostor-ca.pem", impostor.cert.pem()),
+            ("server.pem", server),
+            ("server.key", server_key),
+            ("client.pem", client),
+            ("client.key", client_key),
+            ("stranger.pem", stranger),
+            ("stranger.key", stranger_key),
+        ] {
+            std::fs::write(files.path(name), pem).expect("write PEM");
+        }
+        files
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn arg(&self, name: &str) -> String {
+        self.path(name).display().to_string()
+    }
+}
+
+/// A redis-server with the module, a plain port (for the harness and the test's own checks)
+/// and a TLS port that requires client certificates signed by our CA.
+struct TlsServer {
+    server: Server,
+    tls_port: u16,
+}
+
+impl TlsServer {
+    fn start(files: &Files) -> TlsServer {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let tls_port = free_port();
+            let port = tls_port.to_string();
+            let (cert, key, ca) = (
+                files.arg("server.pem"),
+                files.arg("server.key"),
+                files.arg("ca.pem"),
+            );
+            let started = std::panic::catch_unwind(|| {
+                Server::with_args(&[
+                    "--tls-port",
+                    &port,
+                    "--tls-cert-file",
+                    &cert,
+                    "--tls-key-file",
+                    &key,
+                    "--tls-ca-cert-file",
+                    &ca,
+                    "--tls-auth-clients",
+                    "yes",
+                ])
+            });
+            match started {
+                Ok(server) => return TlsServer { server, tls_port },
+                Err(e) => last = format!("{:?}", e.downcast_ref::<String>()),
+            }
+        }
+        panic!("no TLS server: {last}");
+    }
+
+    fn url(&self) -> String {
+        format!("rediss://127.0.0.1:{}/", self.tls_port)
+    }
+}
+
+/// `cmd` (a lockctl) trusting our CA, with a client certificate if given, and a node timeout
+/// that a TLS handshake on a busy machine fits in (these tests are not about speed).
+fn with_tls(
+    mut cmd: std::process::Command,
+    files: &Files,
+    client: Option<(&str, &str)>,
+) -> std::process::Command {
+    cmd.args(["--node-timeout", "2s", "--tls-ca", &files.arg("ca.pem")]);
+    if let Some((cert, key)) = client {
+        cmd.args(["--tls-cert", &files.arg(cert), "--tls-key", &files.arg(key)]);
+    }
+    cmd
+}
+
+/// lockctl over TLS: run (the command sees the token the server granted), info,
+/// force-release; a password in the URL works over TLS too.
+#[test]
+fn lockctl_over_tls_with_a_client_certificate() {
+    let files = Files::new();
+    let tls = TlsServer::start(&files);
+    let client = Some(("client.pem", "client.key"));
+    let script = "echo \"$RELOCK_OWNER $RELOCK_TOKEN\"";
+
+    let out = with_tls(lockctl_at(&tls.url()), &files, client)
+        .args(["run", KEY, "--", "sh", "-c", script])
+        .output()
+        .expect("lockctl");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(fields.len(), 2, "{text}");
+    assert!(fields[1].parse::<u64>().is_ok(), "{text}");
+    assert_eq!(holder(&tls.server, KEY), None, "released");
+
+    // info and force-release through TLS.
+    support::acquire_as(&tls.server, KEY, "stuck-worker", 60_000).expect("held");
+    let out = with_tls(lockctl_at(&tls.url()), &files, client)
+        .args(["info", KEY])
+        .output()
+        .expect("info");
+    assert!(
+        stdout(&out).contains("owner=stuck-worker"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let out = with_tls(lockctl_at(&tls.url()), &files, client)
+        .args(["force-release", KEY])
+        .output()
+        .expect("force-release");
+    assert!(stdout(&out).contains("released"), "{}", stderr(&out));
+    assert_eq!(holder(&tls.server, KEY), None);
+
+    // A password in the URL (an ACL user here), over TLS.
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("app")
+        .arg(&["on", ">s3cret", "~*", "&*", "+@all"][..])
+        .query(&mut tls.server.conn())
+        .expect("ACL SETUSER");
+    let url = format!("rediss://app:s3cret@127.0.0.1:{}/", tls.tls_port);
+    let out = with_tls(lockctl_at(&url), &files, client)
+        .args(["run", KEY, "--", "true"])
+        .output()
+        .expect("lockctl");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let url = format!("rediss://app:wrong@127.0.0.1:{}/", tls.tls_port);
+    let out = with_tls(lockctl_at(&url), &files, client)
+        .args(["run", KEY, "--", "true"])
+        .output()
+        .expect("lockctl");
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+}
+
+/// What a TLS misconfiguration does. A server certificate the client does not trust fails
+/// the handshake: no retry can fix that, so lockctl exits 78 at once, even with an unlimited
+/// wait, and says it is TLS. A client certificate the server refuses (or none, where one is
+/// required) is refused by TLS 1.3 servers only after the handshake, with the connection
+/// closed: lockctl cannot tell that from a network failure, so it is not acquired for now
+/// (75), with a hint about the client certificate. Unreadable files and `#insecure` are usage
+/// errors.
+#[test]
+fn tls_misconfigurations_fail_and_say_why() {
+    let files = Files::new();
+    let tls = TlsServer::start(&files);
+    let mut child = Spawned::new(
+        lockctl_at(&tls.url())
+            .args([
+                "--node-timeout",
+                "2s",
+                "--tls-ca",
+                &files.arg("impostor-ca.pem"),
+            ])
+            .args([
+                "--tls-cert",
+                &files.arg("client.pem"),
+                "--tls-key",
+                &files.arg("client.key"),
+            ])
+            .args(["run", KEY, "--", "true"])
+            .stderr(Stdio::piped()),
+    );
+    let status = child.wait_within(Duration::from_secs(20));
+    let err = stderr(&child.output());
+    assert_eq!(status.code(), Some(78), "{err}");
+    assert!(err.contains("TLS") && err.contains("certificate"), "{err}");
+    assert!(
+        err.contains(&format!("127.0.0.1:{}", tls.tls_port)),
+        "{err}"
+    );
+    for (what, client) in [
+        ("no client certificate", None),
+        (
+            "a client certificate of another CA",
+            Some(("stranger.pem", "stranger.key")),
+        ),
+    ] {
+        let out = with_tls(lockctl_at(&tls.url()), &files, client)
+            .args(["run", "--wait", "0", KEY, "--", "true"])
+            .output()
+            .expect("lockctl");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(75), "{what}: {err}");
+        assert!(err.contains("--tls-cert"), "{what}: {err}");
+    }
+    // A TLS client at a plain-text port: the server takes the handshake for a command and
+    // never answers, like a server too slow to: not acquired for now.
+    let out = with_tls(
+        lockctl_at(&format!("rediss://127.0.0.1:{}/", tls.server.port)),
+        &files,
+        Some(("client.pem", "client.key")),
+    )
+    .args(["run", "--wait", "0", KEY, "--", "true"])
+    .output()
+    .expect("lockctl");
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    for (args, says) in [
+        (
+            vec!["--tls-ca", "/nonexistent/ca.pem"],
+            "cannot read --tls-ca",
+        ),
+        (vec!["--tls-cert", "/nonexistent/c.pem"], "--tls-key"),
+    ] {
+        let out = lockctl_at(&tls.url())
+            .args(&args)
+            .args(["run", KEY, "--", "true"])
+            .output()
+            .expect("lockctl");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+    let out = lockctl_at(&format!("rediss://127.0.0.1:{}/#insecure", tls.tls_port))
+        .args(["run", KEY, "--", "true"])
+        .output()
+        .expect("lockctl");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot be turned off"),
+        "{}",
+        stderr(&out)
+    );
+    let garbage = files.path("garbage.pem");
+    std::fs::write(&garbage, b"not a certificate").expect("write");
+    let out = lockctl_at(&tls.url())
+        .args([
+            "--tls-cert",
+            &garbage.display().to_string(),
+            "--tls-key",
+            &garbage.display().to_string(),
+        ])
+        .args(["run", KEY, "--", "true"])
+        .output()
+        .expect("lockctl");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
