@@ -76,12 +76,14 @@ fn failure(reply: &str) -> NodeFailure {
     match reply {
         "timeout" => NodeFailure::Timeout(Duration::from_millis(100)),
         "down" => {
-            NodeFailure::Redis(std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into())
+            NodeFailure::from(redis::RedisError::from(std::io::Error::from(
+                std::io::ErrorKind::ConnectionRefused,
+            )))
         }
         line if line.starts_with('-') => {
             let wire = format!("{line}\r\n");
             match redis::parse_redis_value(wire.as_bytes()).and_then(Value::extract_error) {
-                Err(e) => NodeFailure::Redis(e).classified(),
+                Err(e) => NodeFailure::from(e).classified(),
                 Ok(v) => panic!("{line:?} parsed as {v:?}"),
             }
         }
