@@ -75,11 +75,9 @@ fn eq(what: &str, got: Json, want: &Json) -> Result<(), String> {
 fn failure(reply: &str) -> NodeFailure {
     match reply {
         "timeout" => NodeFailure::Timeout(Duration::from_millis(100)),
-        "down" => {
-            NodeFailure::from(redis::RedisError::from(std::io::Error::from(
-                std::io::ErrorKind::ConnectionRefused,
-            )))
-        }
+        "down" => NodeFailure::from(redis::RedisError::from(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        ))),
         line if line.starts_with('-') => {
             let wire = format!("{line}\r\n");
             match redis::parse_redis_value(wire.as_bytes()).and_then(Value::extract_error) {
