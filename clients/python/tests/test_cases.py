@@ -34,7 +34,7 @@ def params(name: str) -> list[Any]:
     return [pytest.param(c, id=c["name"]) for c in load(name)]
 
 
-def run(case: dict[str, Any], check: Callable[[dict[str, Any]], None]) -> None:
+def run_case(case: dict[str, Any], check: Callable[[dict[str, Any]], None]) -> None:
     """Runs ``check``: it must pass, unless the case diverges for Python, then it must fail."""
     why = case.get("diverges", {}).get("python")
     if why is None:
@@ -86,7 +86,7 @@ def test_error_case(case: dict[str, Any]) -> None:
     def check(c: dict[str, Any]) -> None:
         assert classified(failure(c["reply"])) == c["expect"]
 
-    run(case, check)
+    run_case(case, check)
 
 
 # --- validity ----------------------------------------------------------------------------------
@@ -100,7 +100,7 @@ def test_validity_case(case: dict[str, Any]) -> None:
         v = core.validity(ttl, c["elapsed_us"] / 1_000_000)
         assert (None if v is None else round(v * 1_000_000)) == c["validity_us"]
 
-    run(case, check)
+    run_case(case, check)
 
 
 # --- the round ---------------------------------------------------------------------------------
@@ -184,7 +184,7 @@ def check_round(c: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("case", params("round.json"))
 def test_round_case(case: dict[str, Any]) -> None:
-    run(case, check_round)
+    run_case(case, check_round)
 
 
 # --- replies -----------------------------------------------------------------------------------
@@ -276,4 +276,4 @@ def test_reply_case(case: dict[str, Any]) -> None:
         for resp in ("resp2", "resp3"):
             assert decode(command, value(c[resp], resp == "resp3")) == want, resp
 
-    run(case, check)
+    run_case(case, check)
