@@ -27,7 +27,7 @@ function load(name) {
 }
 
 /** Runs `check`: it must pass, unless the case diverges for Node, then it must fail. */
-function run(c, check) {
+function runCase(c, check) {
   const why = c.diverges?.node;
   if (why === undefined) return check(c);
   let passed = false;
@@ -68,7 +68,7 @@ function classified(f) {
 
 describe("errors.json", () => {
   for (const c of load("errors.json")) {
-    test(c.name, () => run(c, (c) => assert.deepEqual(classified(failure(c.reply)), c.expect)));
+    test(c.name, () => runCase(c, (c) => assert.deepEqual(classified(failure(c.reply)), c.expect)));
   }
 });
 
@@ -77,7 +77,7 @@ describe("errors.json", () => {
 describe("validity.json", () => {
   for (const c of load("validity.json")) {
     test(c.name, () =>
-      run(c, (c) => {
+      runCase(c, (c) => {
         assert.equal(Math.round(core.drift(c.ttl_ms) * 1000), c.drift_us, "drift_us");
         const v = core.validity(c.ttl_ms, c.elapsed_us / 1000);
         assert.equal(v === null ? null : Math.round(v * 1000), c.validity_us, "validity_us");
@@ -156,7 +156,7 @@ function checkRound(c) {
 }
 
 describe("round.json", () => {
-  for (const c of load("round.json")) test(c.name, () => run(c, checkRound));
+  for (const c of load("round.json")) test(c.name, () => runCase(c, checkRound));
 });
 
 // --- replies --------------------------------------------------------------------------------
@@ -221,7 +221,7 @@ function decode(command, reply) {
 describe("replies.json", () => {
   for (const c of load("replies.json")) {
     test(c.name, () =>
-      run(c, (c) => {
+      runCase(c, (c) => {
         assert.ok("decoded" in c, "no decoded");
         const command = c.command[0];
         // holders() is an array: no lock, no holders.
