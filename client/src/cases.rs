@@ -101,6 +101,7 @@ fn classify(f: &NodeFailure) -> Json {
         NodeFailure::OtherMode => (json!("other_mode"), None),
         NodeFailure::OtherPermits => (json!("other_permits"), None),
         NodeFailure::RestartGrace { .. } => (json!("grace"), None),
+        NodeFailure::TtlRefused => (json!("bad_ttl"), None),
         _ => (Json::Null, None),
     };
     let mut out = json!({ "class": class, "kind": kind });
@@ -261,9 +262,11 @@ fn check_round(case: &Json) -> Result<(), String> {
         let got = match round.valid_until(ttl) {
             Some(_) => "renewed",
             // The guard's rule (guard.rs): Lost, or an error retrying cannot fix, ends the
-            // hold; any other failure is retried within the validity.
+            // hold, but a refused ttl keeps it; any other failure is retried within the
+            // validity.
             None => match round.into_renew_error("k", ttl) {
                 Error::Lost { .. } => "lost",
+                Error::TtlRefused { .. } => "kept",
                 e if e.is_permanent() => "lost",
                 _ => "retry",
             },
@@ -338,6 +341,11 @@ fn ms(d: Duration) -> u64 {
     d.as_millis() as u64
 }
 
+/// A decoded ttl in the case files' form: ms left, or -1 for no expiry.
+fn ttl_ms(ttl: Option<Duration>) -> i64 {
+    ttl.map_or(-1, |d| ms(d) as i64)
+}
+
 /// What relock-client decodes of a sample, in the case files' shape, as far as it decodes
 /// that command (the fields it has no place for are left out of the comparison); `None` for a
 /// command it does not decode.
@@ -351,7 +359,7 @@ fn decode(command: &str, reply: Value) -> Option<Result<Json, String>> {
                     Mode::Shared { limit } => ("shared", limit.unwrap_or(0)),
                 };
                 json!({
-                    "owner": i.owner, "token": i.token, "count": i.count, "ttl_ms": ms(i.ttl),
+                    "owner": i.owner, "token": i.token, "count": i.count, "ttl_ms": ttl_ms(i.ttl),
                     "waiters": i.waiters, "mode": mode, "holders": i.holders, "limit": limit,
                 })
             })
@@ -360,7 +368,7 @@ fn decode(command: &str, reply: Value) -> Option<Result<Json, String>> {
             json!(h.map(|h| h
                 .into_iter()
                 .map(|h| json!({
-                    "owner": h.owner, "token": h.token, "count": h.count, "ttl_ms": ms(h.ttl),
+                    "owner": h.owner, "token": h.token, "count": h.count, "ttl_ms": ttl_ms(h.ttl),
                 }))
                 .collect::<Vec<_>>()))
         }),

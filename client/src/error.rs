@@ -61,6 +61,11 @@ pub enum NodeFailure {
         /// What is left of the grace, as the master said.
         left_ms: u64,
     },
+    /// The master refused the ttl asked for (`ERR ttl_ms exceeds relock.restart-grace-ms`:
+    /// with a restart grace configured, no hold may outlive it) and changed nothing. Permanent
+    /// for that ttl; a hold it was asked to renew is still held there, with its ttl.
+    #[error("the ttl exceeds relock.restart-grace-ms there: refused, nothing changed")]
+    TtlRefused,
 }
 
 impl NodeFailure {
@@ -80,9 +85,10 @@ impl NodeFailure {
             | NodeFailure::ReplicaAcks { .. }
             | NodeFailure::Protocol(_) => false,
             NodeFailure::Redis(e) => is_permanent_redis_error(&e.0),
-            NodeFailure::OtherLimit { .. } | NodeFailure::OtherMode | NodeFailure::OtherPermits => {
-                true
-            }
+            NodeFailure::OtherLimit { .. }
+            | NodeFailure::OtherMode
+            | NodeFailure::OtherPermits
+            | NodeFailure::TtlRefused => true,
             NodeFailure::RestartGrace { .. } => false,
         }
     }
@@ -111,6 +117,9 @@ impl NodeFailure {
         let detail = e.detail().unwrap_or_default().trim_end();
         if detail.starts_with("lock is held with other permits") {
             return NodeFailure::OtherPermits;
+        }
+        if detail.starts_with("ttl_ms exceeds") {
+            return NodeFailure::TtlRefused;
         }
         // The text goes on to name LOCK.DOWNGRADE since the module has one.
         if detail.starts_with("lock is held in another mode") {
@@ -424,6 +433,19 @@ pub enum Error {
         /// The timeout that passed.
         timeout: Duration,
     },
+    /// A renewal whose ttl masters refused ([`NodeFailure::TtlRefused`]: longer than their
+    /// `relock.restart-grace-ms`). They changed nothing: the hold is still held with its
+    /// previous ttl and validity, and a [`LockGuard`](crate::LockGuard) keeps it (renewing
+    /// again until its validity ends). Permanent for that ttl: ask for a shorter one.
+    #[error("lock {key:?}: renewal to a ttl of {ttl:?} refused ({failures}); the hold is kept with its ttl (ask for a shorter ttl)")]
+    TtlRefused {
+        /// The lock's key.
+        key: String,
+        /// The ttl asked for.
+        ttl: Duration,
+        /// The masters that refused it.
+        failures: NodeErrors,
+    },
     /// The lock was lost: it expired or was taken away (for example by `LOCK.FORCERELEASE`).
     #[error("{}", lost_message(key, cause.as_deref()))]
     Lost {
@@ -509,9 +531,9 @@ impl Error {
     /// The masters named in this error (empty when none is to blame).
     pub fn failed_nodes(&self) -> Vec<&str> {
         match self {
-            Error::NoQuorum { failures, .. } | Error::Permanent { failures, .. } => {
-                failures.nodes()
-            }
+            Error::NoQuorum { failures, .. }
+            | Error::Permanent { failures, .. }
+            | Error::TtlRefused { failures, .. } => failures.nodes(),
             Error::Node(e) => vec![e.node.as_str()],
             Error::OtherLimit { node, .. }
             | Error::OtherMode { node, .. }
@@ -538,7 +560,8 @@ impl Error {
             | Error::OtherMode { .. }
             | Error::OtherPermits { .. }
             | Error::InvalidPermits { .. }
-            | Error::InvalidKeys(_) => true,
+            | Error::InvalidKeys(_)
+            | Error::TtlRefused { .. } => true,
             Error::Node(e) => e.failure.is_permanent(),
             Error::NoQuorum { .. }
             | Error::ValidityExhausted { .. }

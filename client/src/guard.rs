@@ -33,7 +33,9 @@ pub struct GuardedLock {
     /// Cancelled the moment the lock is known lost (a renewal was refused by a quorum, or
     /// failed there with an error retrying cannot fix), and at the latest when its validity
     /// ([`LockGuard::valid_until`]) runs out before a renewal succeeded, even while that
-    /// renewal still waits for masters that do not answer. It is cancelled a little ahead of
+    /// renewal still waits for masters that do not answer (a renewal whose ttl the masters
+    /// refused, [`Error::TtlRefused`], changed nothing there: the hold is kept, and renewed
+    /// again, until then). It is cancelled a little ahead of
     /// the validity's end ([`loss_lead`]: 1/20 of the ttl, at most 20 ms) so that a body woken
     /// by it is still within the validity. Await `lost.cancelled()` in a `tokio::select!` to
     /// stop work that must not go on without the lock.
@@ -332,7 +334,9 @@ impl LockGuard {
     /// Stops the renewal and releases the lock on every master, waiting for the outcome.
     /// Fails with [`Error::Lost`] if the lock had been lost before, or, when an error that
     /// retrying cannot fix ended the renewal ([`Error::is_permanent`]: an ACL that forbids
-    /// `LOCK.RENEW`, the key overwritten with another type...), with that error.
+    /// `LOCK.RENEW`, the key overwritten with another type...), with that error; with
+    /// [`Error::TtlRefused`] when the validity ran out while every renewal since the last
+    /// success had its ttl refused (the hold was kept until then).
     pub async fn release(mut self) -> Result<(), Error> {
         self.stop.cancel();
         match self.done.take() {
@@ -418,12 +422,19 @@ async fn renew_until_stopped(mut lock: Held, mut signals: Signals) {
         .unwrap_or_else(Instant::now);
     let mut next = Instant::now() + every;
     let mut count = 0;
+    // The last renewal's refusal of the ttl (Error::TtlRefused), while no renewal succeeded
+    // since: the hold is kept, and this is what ended it if its validity runs out.
+    let mut ttl_refused: Option<Error> = None;
+    let ran_out = |what: &str, refused: &mut Option<Error>| match refused.take() {
+        Some(e) => Ended::Lost(format!("{what} (each renewal since: {e})"), Some(e)),
+        None => Ended::Lost(what.to_string(), None),
+    };
     let ended = loop {
         tokio::select! {
             biased;
             _ = stop.cancelled() => break Ended::Stopped,
             _ = tokio::time::sleep_until(lost_at(&lock, lead)) => {
-                break Ended::Lost("its validity ran out before a renewal succeeded".into(), None)
+                break ran_out("its validity ran out before a renewal succeeded", &mut ttl_refused)
             }
             _ = tokio::time::sleep_until(next) => {}
             _ = signals.nudge.notified() => {}
@@ -440,13 +451,14 @@ async fn renew_until_stopped(mut lock: Held, mut signals: Signals) {
             biased;
             _ = stop.cancelled() => break Ended::Stopped,
             _ = tokio::time::sleep_until(deadline) => {
-                break Ended::Lost("its validity ran out while a renewal waited for masters".into(), None)
+                break ran_out("its validity ran out while a renewal waited for masters", &mut ttl_refused)
             }
             r = lock.extend(ttl) => r,
         };
         match renewed {
             Ok(()) => {
                 proved_at = round_start;
+                ttl_refused = None;
                 count += 1;
                 let _ = signals.renewed.send(Renewed {
                     count,
@@ -459,6 +471,16 @@ async fn renew_until_stopped(mut lock: Held, mut signals: Signals) {
                     "LOCK.RENEW answered nil: the masters no longer have it".into(),
                     None,
                 )
+            }
+            Err(e @ Error::TtlRefused { .. }) => {
+                // The masters refused the ttl and changed nothing: the hold is still ours,
+                // with its ttl and validity. Not a loss: asked again soon (an operator may
+                // raise relock.restart-grace-ms); if its validity runs out first, the loss
+                // reports this refusal.
+                tracing::warn!(key = %lock.key(), error = %e, "lock renewal refused its ttl; the hold is kept");
+                ttl_refused = Some(e);
+                let left = lock.valid_until().saturating_duration_since(Instant::now());
+                next = Instant::now() + (every / 4).min(left / 2);
             }
             Err(e) if e.is_permanent() => break Ended::Lost(e.to_string(), Some(e)),
             Err(e) => {

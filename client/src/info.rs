@@ -17,8 +17,10 @@ pub struct LockInfo {
     pub token: Option<u64>,
     /// The reentrancy count (>= 1); `None` for a shared lock.
     pub count: Option<u64>,
-    /// The time left before it expires (for a shared lock, before its latest lease ends).
-    pub ttl: Duration,
+    /// The time left before it expires (for a shared lock, before its latest lease ends);
+    /// `None` when it has no expiry (an exclusive lock's key was `PERSIST`ed: the module
+    /// answers ttl -1), never to be read as expired.
+    pub ttl: Option<Duration>,
     /// How many clients wait in `LOCK.WAIT` for it.
     pub waiters: u64,
     /// How it is held (a module without shared holds reports no mode: exclusive).
@@ -36,8 +38,9 @@ pub struct HolderInfo {
     pub token: u64,
     /// Its reentrancy count (>= 1).
     pub count: u64,
-    /// The time left before its hold (its lease, for a shared one) ends.
-    pub ttl: Duration,
+    /// The time left before its hold (its lease, for a shared one) ends; `None` when it has
+    /// no expiry (a `PERSIST`ed exclusive lock: the module answers ttl -1).
+    pub ttl: Option<Duration>,
 }
 
 /// A reply's field/value pairs: a map under RESP3, a flat array under RESP2.
@@ -61,8 +64,9 @@ pub(crate) fn text(v: &Value) -> Result<String, NodeFailure> {
     Ok(String::from_utf8_lossy(&raw).into_owned())
 }
 
-fn ms(ttl: i64) -> Duration {
-    Duration::from_millis(ttl.max(0) as u64)
+/// A ttl as the module answers it: ms left, or -1 for no expiry (`None`).
+fn ms(ttl: i64) -> Option<Duration> {
+    (ttl != -1).then(|| Duration::from_millis(ttl.max(0) as u64))
 }
 
 /// `LOCK.INFO`'s reply as a [`LockInfo`]; `None` when there is no lock.
@@ -177,7 +181,7 @@ mod tests {
         assert_eq!(info.owner.as_deref(), Some("me"));
         assert_eq!(info.token, Some(1_800_000_000_000_001));
         assert_eq!(info.count, Some(2));
-        assert_eq!(info.ttl, Duration::from_millis(1500));
+        assert_eq!(info.ttl, Some(Duration::from_millis(1500)));
         assert_eq!(info.waiters, 3);
         // Five fields: a module from before shared holds.
         assert_eq!((info.mode, info.holders), (Mode::Exclusive, 1));
@@ -217,7 +221,7 @@ mod tests {
         let info = parse_info(shared).unwrap().unwrap();
         assert_eq!((info.owner, info.token, info.count), (None, None, None));
         assert_eq!((info.mode, info.holders), (Mode::limited(5), 3));
-        assert_eq!(info.ttl, Duration::from_millis(900));
+        assert_eq!(info.ttl, Some(Duration::from_millis(900)));
         let read = info_of(Value::Nil, Value::Nil, Value::Nil, "shared", 2, 0);
         assert_eq!(parse_info(read).unwrap().unwrap().mode, Mode::shared());
         let exclusive = info_of(bulk("w"), Value::Int(9), Value::Int(1), "exclusive", 1, 1);
@@ -269,13 +273,13 @@ mod tests {
                     owner: "a".into(),
                     token: 7,
                     count: 1,
-                    ttl: Duration::from_millis(500)
+                    ttl: Some(Duration::from_millis(500))
                 },
                 HolderInfo {
                     owner: "b".into(),
                     token: 8,
                     count: 2,
-                    ttl: Duration::ZERO
+                    ttl: Some(Duration::ZERO)
                 },
             ]
         );

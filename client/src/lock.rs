@@ -234,7 +234,9 @@ impl Lock {
     /// is no longer ours (or answer with an error retrying cannot fix, such as `WRONGTYPE`
     /// for a key overwritten with another type) for a quorum to renew, with
     /// [`Error::Permanent`] when such errors alone leave no quorum (the module was unloaded,
-    /// the password changed), with [`Error::NoQuorum`] when too many masters failed otherwise.
+    /// the password changed), with [`Error::TtlRefused`] when a master refused the ttl itself
+    /// (above its `relock.restart-grace-ms`: nothing changed, the lock keeps its ttl and
+    /// validity), with [`Error::NoQuorum`] when too many masters failed otherwise.
     ///
     /// It waits for the round however long it takes (each master at most the node timeout);
     /// the renewal of a [`LockGuard`](crate::LockGuard) gives up at the validity's end.

@@ -326,9 +326,23 @@ impl<T> Round<T> {
 
     /// Why a renewal round that gave no [`Round::valid_until`] failed: like
     /// [`Round::into_acquire_error`], except that the lock is [`Error::Lost`] when some master
-    /// said it is no longer ours and those, with the permanent failures, leave no quorum.
+    /// said it is no longer ours and those, with the permanent failures, leave no quorum, and
+    /// [`Error::TtlRefused`] when a master refused the ttl itself (it changed nothing: the
+    /// hold is kept, as by the Python and Node clients).
     pub(crate) fn into_renew_error(self, key: &str, ttl: Duration) -> Error {
         let n = self.masters.len();
+        if !self.won()
+            && self
+                .failures
+                .iter()
+                .any(|(_, f)| matches!(f, NodeFailure::TtlRefused))
+        {
+            return Error::TtlRefused {
+                key: key.to_string(),
+                ttl,
+                failures: self.node_errors(|f| matches!(f, NodeFailure::TtlRefused)),
+            };
+        }
         if !self.won() && self.refused() > 0 && self.refused() + self.permanent() + quorum(n) > n {
             return Error::Lost {
                 key: key.to_string(),

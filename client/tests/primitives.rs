@@ -490,6 +490,120 @@ async fn redlock_restart_grace_keeps_a_second_owner_out() {
     let _ = guard.release().await;
 }
 
+/// Sets `relock.restart-grace-ms` at runtime: the ttl_ms bound changes at once, no grace starts.
+fn set_grace(server: &Server, ms: u64) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("relock.restart-grace-ms")
+        .arg(ms)
+        .query(&mut server.conn())
+        .expect("CONFIG SET relock.restart-grace-ms");
+}
+
+/// A renewal whose ttl the master refuses (`ERR ttl_ms exceeds relock.restart-grace-ms`, the
+/// grace lowered under a hold) changes nothing there: `Lock::extend` says so with
+/// `Error::TtlRefused` and keeps its validity, and a guard keeps the hold and renews again,
+/// instead of ending it as lost (and releasing it) at the first refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_ttl_keeps_the_hold() {
+    let server = Server::start();
+    let relock = client(&[&server]);
+    let ttl = Duration::from_millis(3000);
+
+    let mut lock = relock.try_acquire("plain", ttl).await.expect("acquire");
+    set_grace(&server, 1000);
+    let before = lock.valid_until();
+    let err = lock
+        .extend(ttl)
+        .await
+        .expect_err("the ttl is above the grace now");
+    assert!(matches!(err, Error::TtlRefused { .. }), "{err}");
+    assert!(
+        err.is_permanent() && err.to_string().contains("kept"),
+        "{err}"
+    );
+    assert_eq!(lock.valid_until(), before, "nothing changed");
+    assert_eq!(owner_of(&server, "plain").as_deref(), Some(lock.owner()));
+    lock.extend(Duration::from_millis(900))
+        .await
+        .expect("a ttl within the grace renews");
+    lock.release().await.expect("release");
+    set_grace(&server, 0);
+
+    let guard = relock.guard("job", ttl).await.expect("guard");
+    let renewals = support::calls(&server, "lock.renew");
+    set_grace(&server, 1000);
+    // Two refused renewals: the guard went on after the first.
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while support::calls(&server, "lock.renew") < renewals + 2 && !guard.is_lost() {
+        assert!(tokio::time::Instant::now() < deadline, "no renewal came");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(!guard.is_lost(), "a refused ttl is not a loss");
+    assert!(
+        owner_of(&server, "job").is_some(),
+        "the hold is still there"
+    );
+    // Once the ttl is allowed again, the next renewal succeeds.
+    set_grace(&server, 0);
+    tokio::time::timeout(WITHIN, guard.renew_now())
+        .await
+        .expect("renewed in time")
+        .expect("renewed");
+    guard.release().await.expect("release");
+
+    // Refused until the validity ends: lost then, and the release says why.
+    let guard = relock
+        .guard("short", Duration::from_millis(600))
+        .await
+        .expect("guard");
+    set_grace(&server, 300);
+    tokio::time::timeout(WITHIN, guard.lost().cancelled())
+        .await
+        .expect("lost at the validity's end");
+    let err = guard.release().await.expect_err("lost");
+    assert!(matches!(err, Error::TtlRefused { .. }), "{err}");
+}
+
+/// A `PERSIST`ed lock has no expiry: `LOCK.INFO` and `LOCK.HOLDERS` answer ttl -1, which the
+/// client decodes as no expiry (`None`), never as 0 ms left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persisted_lock_has_no_expiry() {
+    let server = Server::start();
+    let relock = client(&[&server]);
+    let lock = relock.try_acquire("kept", TTL).await.expect("acquire");
+    let info = &relock.info("kept").await[0];
+    let ttl = info
+        .result
+        .as_ref()
+        .expect("info")
+        .as_ref()
+        .expect("held")
+        .ttl;
+    assert!(
+        ttl.is_some_and(|t| t > Duration::ZERO && t <= TTL),
+        "{ttl:?}"
+    );
+    let persisted: i64 = redis::cmd("PERSIST")
+        .arg("kept")
+        .query(&mut server.conn())
+        .expect("PERSIST");
+    assert_eq!(persisted, 1);
+    let info = &relock.info("kept").await[0];
+    let info = info.result.as_ref().expect("info").as_ref().expect("held");
+    assert_eq!(info.ttl, None, "no expiry");
+    let holders = &relock.holders("kept", 0).await[0];
+    let holders = holders
+        .result
+        .as_ref()
+        .expect("holders")
+        .as_ref()
+        .expect("held");
+    assert_eq!(holders.len(), 1);
+    assert_eq!(holders[0].ttl, None, "no expiry");
+    lock.release().await.expect("release");
+}
+
 /// A group's guard loses the whole group when one key goes, and says which and why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_guard_says_which_key_went_and_why() {

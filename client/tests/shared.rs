@@ -84,7 +84,7 @@ async fn shared_holds_coexist_and_each_is_its_own() {
         (lock.owner.as_deref(), lock.token, lock.count),
         (None, None, None)
     );
-    assert!(lock.ttl > Duration::ZERO && lock.ttl <= TTL);
+    assert!(lock.ttl.is_some_and(|t| t > Duration::ZERO && t <= TTL));
     let reports = relock.holders(KEY, 0).await;
     let listed = reports[0]
         .result

@@ -456,21 +456,27 @@ async fn async_main(cli: Cli) -> ExitCode {
 fn describe(info: &LockInfo) -> String {
     match info.mode {
         Mode::Shared { limit } => format!(
-            "shared by {} holder{}{} (the last lease ends in {:.1}s, {} waiting)",
+            "shared by {} holder{}{} ({}, {} waiting)",
             info.holders,
             if info.holders == 1 { "" } else { "s" },
             limit
                 .map(|n| format!(" of at most {n}"))
                 .unwrap_or_default(),
-            info.ttl.as_secs_f64(),
+            info.ttl.map_or_else(
+                || "the last lease never ends".to_string(),
+                |t| format!("the last lease ends in {:.1}s", t.as_secs_f64())
+            ),
             info.waiters
         ),
         Mode::Exclusive => format!(
-            "held by {} (token {}, count {}, expires in {:.1}s, {} waiting)",
+            "held by {} (token {}, count {}, {}, {} waiting)",
             shown_owner(info.owner.as_deref()),
             known(info.token),
             known(info.count),
-            info.ttl.as_secs_f64(),
+            info.ttl.map_or_else(
+                || "never expires".to_string(),
+                |t| format!("expires in {:.1}s", t.as_secs_f64())
+            ),
             info.waiters
         ),
     }
@@ -481,6 +487,11 @@ fn describe(info: &LockInfo) -> String {
 /// terminal escapes or a newline must not take over the screen or forge a line of lockctl's.
 fn shown_owner(owner: Option<&str>) -> String {
     owner.map_or_else(|| "?".to_string(), |o| ops::printable(o.as_bytes(), 0))
+}
+
+/// A ttl as `lockctl info` prints it: ms left, or -1 for no expiry (as the module says it).
+fn ttl_ms(ttl: Option<Duration>) -> String {
+    ttl.map_or_else(|| "-1".to_string(), |t| t.as_millis().to_string())
 }
 
 /// A number a reply may leave out, as text.
@@ -561,14 +572,14 @@ fn info_line(info: Option<&LockInfo>) -> String {
             shown_owner(i.owner.as_deref()),
             known(i.token),
             known(i.count),
-            i.ttl.as_millis(),
+            ttl_ms(i.ttl),
             i.waiters
         ),
         Mode::Shared { limit } => format!(
             "mode=shared limit={} holders={} ttl_ms={} waiters={}",
             limit.map_or_else(|| "none".to_string(), |n| n.to_string()),
             i.holders,
-            i.ttl.as_millis(),
+            ttl_ms(i.ttl),
             i.waiters
         ),
     }
@@ -580,7 +591,7 @@ fn holder_line(h: &HolderInfo) -> String {
         shown_owner(Some(&h.owner)),
         h.token,
         h.count,
-        h.ttl.as_millis()
+        ttl_ms(h.ttl)
     )
 }
 
@@ -707,7 +718,7 @@ mod tests {
             owner: Some("w".into()),
             token: Some(9),
             count: Some(1),
-            ttl: ms(1500),
+            ttl: Some(ms(1500)),
             waiters: 2,
             mode: Mode::Exclusive,
             holders: 1,
@@ -739,7 +750,7 @@ mod tests {
             owner: "r1".into(),
             token: 7,
             count: 2,
-            ttl: ms(800),
+            ttl: Some(ms(800)),
         };
         assert_eq!(
             holder_line(&holder),
@@ -751,5 +762,27 @@ mod tests {
         };
         assert!(info_line(Some(&hostile)).starts_with("owner=evil\\x1b[2J\\nlockctl: exit 0 "));
         assert!(describe(&hostile).starts_with("held by evil\\x1b[2J\\nlockctl"));
+        // A PERSISTed lock (ttl -1) has no expiry: never shown as expiring now.
+        let persisted = LockInfo {
+            ttl: None,
+            ..exclusive.clone()
+        };
+        assert_eq!(
+            info_line(Some(&persisted)),
+            "owner=w token=9 count=1 ttl_ms=-1 waiters=2 mode=exclusive"
+        );
+        assert!(
+            describe(&persisted).contains("never expires"),
+            "{}",
+            describe(&persisted)
+        );
+        let persisted_holder = HolderInfo {
+            ttl: None,
+            ..holder.clone()
+        };
+        assert_eq!(
+            holder_line(&persisted_holder),
+            "holder owner=r1 token=7 count=2 ttl_ms=-1"
+        );
     }
 }

@@ -102,10 +102,15 @@ export function drift(ttl: number): number {
   return ttl / 100 + 2;
 }
 
-/** ttl - elapsed - drift, or null when nothing is left. */
+/**
+ * ttl - elapsed - drift, or null when nothing is left. Counted in whole microseconds, so that
+ * a round that used up exactly the ttl less the drift leaves nothing, not a float rounding's
+ * 10^-16 ms (exact up to the largest ttl, 10^12 ms).
+ */
 export function validity(ttl: number, elapsed: number): number | null {
-  const left = ttl - Math.max(0, elapsed) - drift(ttl);
-  return left > 0 ? left : null;
+  const ttlUs = Math.round(ttl * 1000);
+  const left = ttlUs - Math.round(Math.max(0, elapsed) * 1000) - (Math.floor(ttlUs / 100) + 2000);
+  return left > 0 ? left / 1000 : null;
 }
 
 /** How long before its validity ends a hold is reported lost: ttl/20, at most 20 ms. */
@@ -846,13 +851,14 @@ export class Round<T> {
   }
 
   /**
-   * What a release that no quorum made means when servers answered it with an error retrying
-   * cannot fix (`NOPERM`, `WRONGTYPE`, the module gone): a `ServerError` naming them, since the
-   * lock stays held there until its ttl runs out; null when the servers only said it was no
-   * longer held, or did not answer.
+   * What a release that no quorum made means when errors retrying cannot fix (`NOPERM`,
+   * `WRONGTYPE`, the module gone) alone leave no quorum, judged as in every round: a
+   * `ServerError` naming them, since the lock stays held there until its ttl runs out; null
+   * otherwise (the servers said it was no longer held, or a minority failed for good while
+   * others did not answer: a retry there may still release it).
    */
   releaseError(key: string): ServerError | null {
-    if (this.won() || this.permanent() === 0) return null;
+    if (this.won() || !this.permanentlyFailed()) return null;
     const perm = (f: Failure): boolean => !!f.permanent;
     return new ServerError(
       `lock ${JSON.stringify(key)}: release refused (${this.describe(perm)}); the lock stays held there until its ttl runs out (retrying cannot help)`,

@@ -1485,8 +1485,9 @@ export class Hold {
    * Stops the renewal and releases the hold: true when a quorum released it, false when it
    * was no longer held (lost, or released before) or servers did not answer (released there
    * again in the background). Rejects with a `ServerError` (not retryable) when servers
-   * refused the release with an error (`NOPERM`...): the lock stays held there until its ttl
-   * runs out.
+   * refused the release with errors retrying cannot fix (`NOPERM`...) and those alone leave no
+   * quorum: the lock stays held there until its ttl runs out (a minority of them, with other
+   * servers that did not answer, is false: those are asked again in the background).
    */
   async release(): Promise<boolean> {
     if (this.released) return false;

@@ -896,11 +896,12 @@ class Round(Generic[T]):
         )
 
     def release_error(self, key: str) -> ServerError | None:
-        """What a release that no quorum made means when servers answered it with an error
-        retrying cannot fix (``NOPERM``, ``WRONGTYPE``, the module gone): a ``ServerError``
-        naming them, since the lock stays held there until its ttl runs out; None when the
-        servers only said it was no longer held, or did not answer."""
-        if self.won() or not self.permanent():
+        """What a release that no quorum made means when errors retrying cannot fix
+        (``NOPERM``, ``WRONGTYPE``, the module gone) alone leave no quorum, judged as in every
+        round: a ``ServerError`` naming them, since the lock stays held there until its ttl
+        runs out; None otherwise (the servers said it was no longer held, or a minority failed
+        for good while others did not answer: a retry there may still release it)."""
+        if self.won() or not self.permanently_failed():
             return None
         perm = lambda f: f.permanent  # noqa: E731
         return ServerError(

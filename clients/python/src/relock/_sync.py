@@ -1406,8 +1406,10 @@ class Hold:
         """Stops the renewal and releases the hold on every server. Returns True when a
         quorum released it, False when it was no longer held (lost, or released before) or
         servers did not answer (released there again in the background). Raises
-        ``ServerError`` (not retryable) when servers refused the release with an error
-        (``NOPERM``...): the lock stays held there until its ttl runs out. In a forked child
+        ``ServerError`` (not retryable) when servers refused the release with errors
+        retrying cannot fix (``NOPERM``...) and those alone leave no quorum: the lock stays
+        held there until its ttl runs out (a minority of them, with other servers that did
+        not answer, is False: those are asked again in the background). In a forked child
         it does nothing and returns False: the hold is the parent's."""
         return self._end(None)
 
