@@ -2,8 +2,7 @@
 //! middlebox) while lockctl or relock-client waits in `LOCK.WAIT`, through a loopback proxy
 //! that stops forwarding without closing anything (issue 19, problem 6: such a wait went on
 //! forever, although the lock was free and the server reachable on a new connection).
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
 mod support;
 
 use std::process::Stdio;

@@ -1,9 +1,7 @@
 //! Shared holds from relock-client and lockctl against real servers: read-write locks and
 //! counting semaphores on one server, over three independent masters, and on a Redis Cluster.
-#[path = "../../tests/cluster_harness/mod.rs"]
-mod cluster_harness;
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
+use relock_testkit::cluster as cluster_harness;
 
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
