@@ -653,3 +653,11 @@ pub fn info_str(c: &mut redis::Connection, section: &str, field: &str) -> String
         })
         .unwrap_or_default()
 }
+
+/// Lets `ttl` of the server's clock pass: a lease or a TTL set just before (plus whatever margin
+/// the caller adds) has run out, or a TTL read now reads that much less. The one fixed wait the
+/// tests make: Redis's clock cannot be paused or moved. Everything else waits for an event
+/// (`eventually`, a reply with a deadline).
+pub fn wait_out_ttl(ttl: Duration) {
+    thread::sleep(ttl);
+}

@@ -12,6 +12,7 @@ use common::{
     Server,
 };
 use redis::{Connection, RedisError, Value};
+use relock_testkit::wait_out_ttl;
 
 fn int(c: &mut Connection, cmd: redis::Cmd) -> i64 {
     cmd.query(c)
@@ -87,7 +88,7 @@ fn acquire_by_holder_is_idempotent_and_resets_ttl() {
     let server = Server::start();
     let mut c = server.conn();
     let token = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 1_000)).unwrap();
-    thread::sleep(Duration::from_millis(300));
+    wait_out_ttl(Duration::from_millis(300));
     let low = pttl(&mut c, "k");
     assert!(
         low > 0 && low <= 750,
@@ -120,7 +121,7 @@ fn acquire_by_another_owner_gets_nil_and_changes_nothing() {
     let server = Server::start();
     let mut c = server.conn();
     let token = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 2_000)).unwrap();
-    thread::sleep(Duration::from_millis(200));
+    wait_out_ttl(Duration::from_millis(200));
     let before = held(&mut c, "k");
     assert_eq!(
         int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "x", 60_000)),
@@ -204,7 +205,7 @@ fn reenter_resets_ttl_and_keeps_token() {
         Some(1)
     );
     let token = held(&mut c, "k").token;
-    thread::sleep(Duration::from_millis(300));
+    wait_out_ttl(Duration::from_millis(300));
     assert_eq!(
         int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 20_000)),
         Some(2)
@@ -250,7 +251,7 @@ fn release_by_non_owner_is_nil_and_changes_nothing() {
     assert_eq!(exists(&mut c, "nokey"), 0);
     // Expired.
     int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "short", "o", 50)).unwrap();
-    thread::sleep(Duration::from_millis(150));
+    wait_out_ttl(Duration::from_millis(150));
     assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "short", "o")), None);
     assert_eq!(exists(&mut c, "short"), 0);
 }
@@ -311,7 +312,7 @@ fn renew_never_revives_an_expired_lock() {
     let server = Server::start();
     let mut c = server.conn();
     int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 50)).unwrap();
-    thread::sleep(Duration::from_millis(150));
+    wait_out_ttl(Duration::from_millis(150));
     assert_eq!(
         int_or_nil(&mut c, cmd!("LOCK.RENEW", "k", "o", 10_000)),
         None
@@ -998,7 +999,7 @@ fn step_then_repeat(
     assert_replica_agrees(m, r, keys, &what);
     let before = snapshot(m, keys);
     // Time passes, so that a lease reset by the repeat would show in PEXPIRETIME.
-    thread::sleep(Duration::from_millis(3));
+    wait_out_ttl(Duration::from_millis(3));
     assert_eq!(
         step.query::<Value>(m).unwrap(),
         answer,

@@ -21,6 +21,7 @@ use common::ask::task_field;
 use common::raw::{Raw, Reply};
 use common::{eventually, Server};
 use redis::{Connection, Value};
+use relock_testkit::wait_out_ttl;
 
 const DUE: Duration = Duration::from_secs(30);
 
@@ -463,7 +464,7 @@ fn redis_atomic_slot_migration_keeps_every_hold_under_load_and_back() {
         assert_same_holds("shared", &readers_before, &readers_after);
     }
     let readers_before: Vec<Seen> = readers_before[..50].to_vec();
-    std::thread::sleep(Duration::from_millis(
+    wait_out_ttl(Duration::from_millis(
         (lapsing_end + 50 - common::now_ms()).max(0) as u64,
     ));
     let lapsed: Option<i64> = cmd!("LOCK.RENEW", &readers, "lapsing", 1000)

@@ -7,13 +7,13 @@
 use relock_testkit as common;
 use relock_testkit::cmd;
 
-use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
     acquire, eventually, int_or_nil, lock_info as info, now_ms, LockInfo as Info, Server,
 };
 use redis::{Connection, Value};
+use relock_testkit::wait_out_ttl;
 
 const SEED: i64 = 1 << 52;
 
@@ -303,7 +303,7 @@ fn expired_locks_do_not_come_back_from_rdb() {
     ok(&mut c, cmd!("SAVE"));
     // The lock expires while the server is down.
     server.kill();
-    thread::sleep(Duration::from_millis(500));
+    wait_out_ttl(Duration::from_millis(500));
     server.restart();
     let mut c = server.conn();
     assert_eq!(info(&mut c, b"short"), None);
@@ -323,7 +323,7 @@ fn expired_locks_do_not_come_back_from_debug_reload() {
     let mut c = server.conn();
     let _: () = cmd!("DEBUG", "SET-ACTIVE-EXPIRE", 0).query(&mut c).unwrap();
     acquire(&mut c, b"short", b"o", 100);
-    thread::sleep(Duration::from_millis(300));
+    wait_out_ttl(Duration::from_millis(300));
     ok(&mut c, cmd!("DEBUG", "RELOAD"));
     assert_eq!(info(&mut c, b"short"), None);
     assert_eq!(exists(&mut c, b"short"), 0);
@@ -337,7 +337,7 @@ fn expired_locks_do_not_come_back_from_aof(preamble: &str) {
     acquire(&mut c, b"after-rewrite", b"o", 400);
     acquire(&mut c, b"long", b"o", 60_000);
     server.kill();
-    thread::sleep(Duration::from_millis(700));
+    wait_out_ttl(Duration::from_millis(700));
     server.restart();
     let mut c = server.conn();
     assert_eq!(info(&mut c, b"before-rewrite"), None);

@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::ask::owner_token_count as holders;
 use common::Server;
 use redis::Value;
+use relock_testkit::wait_out_ttl;
 
 const LONG: u64 = 100_000;
 
@@ -56,7 +57,7 @@ fn a_replica_equals_its_master_after_churn() {
         if step % 300 == 299 {
             let _: i64 = cmd!("WAIT", 1, 5000).query(&mut m).unwrap();
             // Let every 30 ms lease lapse on both sides before comparing what they list.
-            std::thread::sleep(Duration::from_millis(100));
+            wait_out_ttl(Duration::from_millis(100));
             if holders(&mut m, "k") != holders(&mut r, "k") {
                 eprintln!("REPLICA LOG:\n{}", replica.log());
             }

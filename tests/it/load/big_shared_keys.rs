@@ -12,6 +12,7 @@ use common::acq;
 use common::ask::owner_token_count as holders;
 use common::{eventually, info_field, Server};
 use redis::Value;
+use relock_testkit::wait_out_ttl;
 
 const DUE: Duration = Duration::from_secs(5);
 
@@ -67,7 +68,7 @@ fn a_big_key_stays_fast_and_counted() {
     let _: i64 = cmd!("EVAL", fill, 1, "lapse", 50_000, 3_000)
         .query(&mut c)
         .unwrap();
-    std::thread::sleep(Duration::from_millis(3_200));
+    wait_out_ttl(Duration::from_millis(3_200));
     assert_eq!(holders(&mut c, "lapse").len(), 1);
     let t = Instant::now();
     acq(&mut c, "lapse", b"y", 60_000, &["SHARED"]).unwrap();

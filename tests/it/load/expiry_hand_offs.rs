@@ -16,6 +16,7 @@ use common::raw::{Raw, Reply};
 use common::reply::used_memory;
 use common::{eventually, info_field, now_ms, Server};
 use redis::Connection;
+use relock_testkit::wait_out_ttl;
 
 const DUE: Duration = Duration::from_secs(60);
 
@@ -169,7 +170,7 @@ fn lease_storms_a_replica_applies_lease_ends_in_short_commands() {
         left > 0,
         "the value took too long to build: the leases lapsed already"
     );
-    std::thread::sleep(Duration::from_millis(left as u64));
+    wait_out_ttl(Duration::from_millis(left as u64));
     // A command on the key sets off the removal of its lapsed leases.
     let _: i64 = cmd!("LOCK.RENEW", "storm", "long", 600_000)
         .query(&mut m)
@@ -234,7 +235,7 @@ fn lease_storms_with_a_replica_and_aof_leave_equal_keyspaces() {
         .collect();
     let left = end - now_ms();
     assert!(left > 0, "the value took too long to build");
-    std::thread::sleep(Duration::from_millis(left as u64));
+    wait_out_ttl(Duration::from_millis(left as u64));
     let settle = Duration::from_secs(300);
     assert!(eventually(settle, || info_field(&mut m, "holds") == 1));
     let acked: i64 = cmd!("WAIT", 1, 60_000).query(&mut m).unwrap();

@@ -13,6 +13,7 @@ use common::raw::{Raw, Reply};
 use common::reply::{config_set, entries, fields, int, log_reasons, text};
 use common::{acquire, eventually, info_field, now_ms, Server};
 use redis::{Connection, Value};
+use relock_testkit::wait_out_ttl;
 
 const LONG: i64 = 60_000;
 const DUE: Duration = Duration::from_secs(10);
@@ -424,7 +425,7 @@ fn expiries_are_logged_for_exclusive_and_shared_holds() {
     assert!(int(&e["held"]) >= 100, "held {:?}", e["held"]);
     // A shared lease that lapsed is logged when the module removes it: at the latest when its
     // holder learns it is gone.
-    std::thread::sleep(Duration::from_millis(150));
+    wait_out_ttl(Duration::from_millis(150));
     assert_eq!(
         common::int_or_nil(&mut c, cmd!("LOCK.RENEW", "s", "reader", LONG)),
         None

@@ -14,6 +14,7 @@ use common::raw::{encode, Raw, Reply};
 use common::settle_to_zero;
 use common::{acquire, eventually, info_field, int_or_nil, lock_info, Server};
 use redis::{Connection, Value};
+use relock_testkit::wait_out_ttl;
 
 const SOON: Duration = Duration::from_secs(3);
 const LONG_TTL: i64 = 100_000;
@@ -570,7 +571,7 @@ fn far_future_locks_with_hour_long_waits_idle_then_drain() {
         }
         await_waiters(&mut c, &key, 20);
     }
-    std::thread::sleep(Duration::from_millis(1200)); // past the original 1 s lease timers
+    wait_out_ttl(Duration::from_millis(1200)); // past the original 1 s lease timers
     let cpu = |c: &mut Connection| -> f64 {
         let info: String = cmd!("INFO", "cpu").query(c).unwrap();
         info.lines()

@@ -10,6 +10,7 @@ use common::events::{keyevent, Events};
 use common::reply::text;
 use common::{acquire, eventually, info_field, int_or_nil, show, Server};
 use redis::{Connection, Value};
+use relock_testkit::wait_out_ttl;
 
 fn error(c: &mut Connection, cmd: redis::Cmd) -> (String, String) {
     match cmd.query::<Value>(c) {
@@ -785,7 +786,7 @@ fn info_relock_counts_every_outcome() {
     // Expired: a 50 ms lock, looked at after 100 ms.
     let e = acquire(&mut c, "e", "o", 50);
     assert_eq!(info_field(&mut c, "last_token"), e);
-    thread::sleep(Duration::from_millis(100));
+    wait_out_ttl(Duration::from_millis(100));
     let v: Value = cmd!("LOCK.INFO", "e").query(&mut c).unwrap();
     assert_eq!(v, Value::Nil);
     assert!(eventually(Duration::from_secs(2), || info_field(

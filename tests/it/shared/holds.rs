@@ -10,13 +10,13 @@ use relock_testkit as common;
 use relock_testkit::cluster as cluster_harness;
 use relock_testkit::cmd;
 
-use std::thread;
 use std::time::{Duration, Instant};
 
 use common::payload::{shared_fields, Field, Format};
 use common::raw::{Raw, Reply};
 use common::{eventually, info_field, now_ms, Server};
 use redis::{Connection, Value};
+use relock_testkit::wait_out_ttl;
 
 /// A lease no test outlives.
 const LONG: u64 = 100_000;
@@ -965,7 +965,7 @@ fn lapsed_leases_are_gone_for_every_command_before_removal() {
     let (_server, mut c) = lazy_server();
     let long = acquire(&mut c, "k", "long", LONG, M::L(2)).unwrap();
     acquire(&mut c, "k", "gone", 100, M::L(2)).unwrap();
-    thread::sleep(Duration::from_millis(300));
+    wait_out_ttl(Duration::from_millis(300));
     // Read-only commands first: they must hide the lapsed lease without ending it.
     let i = info(&mut c, "k").unwrap();
     assert_eq!((i.holders, i.limit), (1, 2), "INFO counts live holds only");
@@ -984,7 +984,7 @@ fn lapsed_leases_are_gone_for_every_command_before_removal() {
     // Every lease lapsed: no lock at all, for every command.
     acquire(&mut c, "all", "a", 100, M::S).unwrap();
     acquire(&mut c, "all", "b", 150, M::S).unwrap();
-    thread::sleep(Duration::from_millis(300));
+    wait_out_ttl(Duration::from_millis(300));
     assert_eq!(info(&mut c, "all"), None);
     assert_eq!(holders_with(&mut c, "all", &[]), None);
 }
@@ -1043,7 +1043,7 @@ fn persist_extends_no_lease_and_the_key_goes_with_its_last_lease() {
         acquire(&mut c, key, "a", 200, M::S).unwrap();
         acquire(&mut c, key, "b", 300, M::S).unwrap();
         let _: i64 = extend.query(&mut c).unwrap();
-        thread::sleep(Duration::from_millis(500));
+        wait_out_ttl(Duration::from_millis(500));
         assert_eq!(info(&mut c, key), None, "{key}: no lease was extended");
         assert!(
             eventually(Duration::from_secs(3), || exists(&mut c, key) == 0),
@@ -1075,7 +1075,7 @@ fn a_lapsed_lease_while_the_key_lives_on_is_a_lock_expired_event() {
     // A whole-key expiry is Redis's own `expired`, not `lock.expired`.
     acquire(&mut c, "whole", "a", 100, M::S).unwrap();
     let _w = queue(&server, &mut c, "whole", "w", M::X, 1);
-    thread::sleep(Duration::from_millis(400));
+    wait_out_ttl(Duration::from_millis(400));
     sub.assert_silent("lock.expired for a key that expired whole");
 }
 
@@ -1290,7 +1290,7 @@ fn a_restored_shared_value_without_a_ttl_still_ends_with_its_leases() {
         ttl > 0 && ttl <= 300,
         "a shared key's TTL is its latest lease end, got {ttl}"
     );
-    thread::sleep(Duration::from_millis(500));
+    wait_out_ttl(Duration::from_millis(500));
     assert_eq!(info(&mut c, "copy"), None);
     assert!(
         eventually(Duration::from_secs(3), || exists(&mut c, "copy") == 0),
@@ -1445,7 +1445,7 @@ fn a_replica_sees_what_the_master_sees() {
     );
     assert_eq!(exists(&mut r, "gone"), 0);
     // A lapsed lease: the replica hides it before the master's removal reaches it...
-    thread::sleep(Duration::from_millis(400));
+    wait_out_ttl(Duration::from_millis(400));
     assert_eq!(owners(&mut r, "lapse"), ["keep"]);
     assert_eq!(info(&mut r, "lapse").unwrap().holders, 1);
     // ... and after it (a write on the master ends the lapsed lease).

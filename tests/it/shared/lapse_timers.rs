@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use common::{attach_replica, eventually, info_field, now_ms, Server};
 use redis::Connection;
+use relock_testkit::wait_out_ttl;
 
 /// Long enough for a busy machine to reload, restart or promote before the short leases end.
 const SHORT_MS: i64 = 3_000;
@@ -41,7 +42,7 @@ fn two_readers(c: &mut Connection, key: &str) -> i64 {
 fn lapsed_leases_are_ended(c: &mut Connection, end: i64, holds: i64, what: &str) {
     let left = end + 1 - now_ms();
     if left > 0 {
-        std::thread::sleep(Duration::from_millis(left as u64));
+        wait_out_ttl(Duration::from_millis(left as u64));
     }
     let ended = eventually(DUE, || info_field(c, "holds") == holds);
     assert!(
@@ -121,7 +122,7 @@ fn lapsed_leases_are_ended_after_a_replica_is_promoted() {
         left > 0,
         "the machine was too slow: the leases ended before the promotion"
     );
-    std::thread::sleep(Duration::from_millis(left as u64 + 50));
+    wait_out_ttl(Duration::from_millis(left as u64 + 50));
     assert_eq!(
         info_field(&mut r, "holds"),
         4,

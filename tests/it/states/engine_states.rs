@@ -19,6 +19,7 @@ use common::settle_to_zero;
 use common::{acquire, attach_replica, eventually, info_field, int_or_nil, lock_info, Server};
 use redis::Connection;
 use relock_testkit::info_str;
+use relock_testkit::wait_out_ttl;
 
 const SOON: Duration = Duration::from_secs(5);
 
@@ -283,7 +284,7 @@ fn failover_answers_every_waiter_once_and_tokens_keep_rising() {
     let _: () = cmd!("SET", "lag", "1").query(&mut m).unwrap(); // the replica falls behind
     let _: i64 = cmd!("LOCK.RENEW", "short", "a", 600).query(&mut m).unwrap();
     let _: () = cmd!("FAILOVER").query(&mut m).expect("FAILOVER");
-    std::thread::sleep(Duration::from_millis(1500)); // `short` runs out inside the pause
+    wait_out_ttl(Duration::from_millis(1500)); // `short` runs out inside the pause
     alive(&master, "during the failover pause");
     for p in peers.iter_mut() {
         p.silent(Duration::from_millis(10), "during the failover pause");
@@ -448,7 +449,7 @@ fn replicaof_during_a_pause_with_deferred_hand_offs_then_no_one() {
         .unwrap();
     let mut deleter = Peer::connect(&server, "deleter");
     deleter.send(&[b"DEL", b"del"]); // held back by the pause
-    std::thread::sleep(Duration::from_millis(500)); // `exp` ran out: its hand-off is deferred
+    wait_out_ttl(Duration::from_millis(500)); // `exp` ran out: its hand-off is deferred
     for p in [&mut e1, &mut e2, &mut d1, &mut d2, &mut deleter] {
         p.silent(Duration::from_millis(10), "during the pause");
     }
@@ -504,7 +505,7 @@ fn a_promoted_replica_expires_and_hands_off_replicated_locks() {
     sync(&mut m);
     let max_before = last_token(&mut m);
     master.kill();
-    std::thread::sleep(Duration::from_millis(400)); // `gone` ran out on the orphaned replica
+    wait_out_ttl(Duration::from_millis(400)); // `gone` ran out on the orphaned replica
     let mut r = connect(&replica);
     assert_eq!(lock_info(&mut r, "gone"), None, "expired on the replica");
     let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut r).unwrap();
@@ -1170,10 +1171,11 @@ fn waiters_vanish_and_are_killed_while_debug_reload_loads() {
             panic!("CLIENT LIST")
         };
         let list = String::from_utf8_lossy(&list).into_owned();
-        // The killed waiter is the second LOCK.WAIT client by id order.
+        // The killed waiter is the second LOCK.WAIT client by id order (not the LOCK.WAITERS
+        // the test asked on its own connection).
         let mut waiting: Vec<i64> = list
             .lines()
-            .filter(|l| l.to_lowercase().contains("cmd=lock.wait"))
+            .filter(|l| l.to_lowercase().contains("cmd=lock.wait "))
             .filter_map(|l| {
                 l.split_whitespace()
                     .find_map(|f| f.strip_prefix("id="))
@@ -1240,7 +1242,7 @@ fn debug_reload_inside_a_write_pause_defers_the_hand_off() {
     let _: () = cmd!("CLIENT", "PAUSE", 1500, "WRITE")
         .query(&mut c)
         .unwrap();
-    std::thread::sleep(Duration::from_millis(400)); // ran out inside the pause
+    wait_out_ttl(Duration::from_millis(400)); // ran out inside the pause
     let reloaded: redis::RedisResult<()> = cmd!("DEBUG", "RELOAD").query(&mut c);
     eprintln!("DEBUG RELOAD during a pause: {reloaded:?}");
     alive(&server, "DEBUG RELOAD during a pause");

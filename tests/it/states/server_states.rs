@@ -14,6 +14,7 @@ use common::connect;
 use common::raw::{Raw, Reply};
 use common::{acquire, eventually, int_or_nil, lock_info, Server};
 use redis::Connection;
+use relock_testkit::wait_out_ttl;
 
 const SOON: Duration = Duration::from_secs(3);
 const LONG_TTL: i64 = 100_000;
@@ -131,7 +132,7 @@ fn lock_write_after_a_pause_in_the_same_exec(command: redis::Cmd) {
     let mut c = connect(&server);
     let _: () = cmd!("DEBUG", "SET-ACTIVE-EXPIRE", 0).query(&mut c).unwrap();
     acquire(&mut c, "k", "a", 50);
-    std::thread::sleep(Duration::from_millis(200)); // expired, not deleted
+    wait_out_ttl(Duration::from_millis(200)); // expired, not deleted
     let mut pipe = redis::pipe();
     pipe.atomic()
         .cmd("CLIENT")

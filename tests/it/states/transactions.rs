@@ -12,6 +12,7 @@ use common::ask::mode_of;
 use common::ask::named_token_count_permits as holders;
 use common::raw::{Raw, Reply};
 use common::{acquire, Server};
+use relock_testkit::wait_out_ttl;
 
 const LONG: i64 = 600_000;
 
@@ -33,7 +34,7 @@ fn pause_in_a_transaction_refuses_groups_and_downgrade() {
     let mut c = server.conn();
     acquire(&mut c, "{g}a", "o", 100);
     let token = acquire(&mut c, "{g}b", "o", LONG);
-    std::thread::sleep(Duration::from_millis(200));
+    wait_out_ttl(Duration::from_millis(200));
     let mut r = Raw::connect(&server);
     r.send(&[b"MULTI"]);
     r.read(DUE);
