@@ -8,13 +8,14 @@
 //! prints a table and writes `DIR/results.md` (default `target/chaos`); exits 1 if a scenario
 //! missed what relock claims for it. `relock-chaos worker ...` is the worker process itself.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
 mod history;
 mod run;
 mod scenarios;
 mod store;
 mod worker;
+
+// The servers and waits of the tests' kit.
+use relock_testkit as common;
 
 use std::path::PathBuf;
 use std::time::Instant;

@@ -1,10 +1,8 @@
 //! relock-client against a real Redis Cluster (3 masters, 3 replicas on loopback), and replica
 //! acknowledgements in cluster, single-server and Redlock modes (lockctl's part:
 //! lockctl/tests/cluster.rs).
-#[path = "../../tests/cluster_harness/mod.rs"]
-mod cluster_harness;
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
+use relock_testkit::cluster as cluster_harness;
 mod support;
 
 use std::time::Duration;

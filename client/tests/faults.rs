@@ -1,8 +1,7 @@
 //! relock-client under faults and misuse, against real servers: loss signalled in time,
 //! permanent errors failing at once, durations out of range, one server named twice, and the
 //! guard's renewal schedule.
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
 
 use std::collections::HashMap;
 use std::time::Duration;

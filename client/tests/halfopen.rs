@@ -3,8 +3,7 @@
 //! loopback proxy that stops forwarding without closing anything (issue 19, problem 6: such a
 //! wait went on forever, although the lock was free and the server reachable on a new
 //! connection). lockctl's part: lockctl/tests/halfopen.rs.
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
 mod support;
 
 use std::time::Duration;

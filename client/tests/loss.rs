@@ -1,8 +1,7 @@
 //! The client says why: a guard that loses its hold asks the masters' journals
 //! (`LOCK.HISTORY`) and reports the reason, typed ([`LossReason`]) and in words, for every way
 //! a hold can end other than by its owner, against real servers; owners name their process.
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
 mod support;
 
 use std::time::Duration;

@@ -1,7 +1,6 @@
 //! Beyond one key and one permit, from relock-client against real servers: several permits,
 //! downgrade, several keys (`acquire_all`, `wait_all` and their guard), and the restart grace.
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
 mod support;
 
 use std::collections::HashMap;

@@ -1,6 +1,5 @@
 //! relock-client against real servers: one master and five independent masters.
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -1,8 +1,7 @@
 //! Sentinel-managed masters (`redis+sentinel://`): relock-client against a real master, its
 //! replica and two `redis-server --sentinel` processes (lockctl through a failover:
 //! lockctl/tests/sentinel.rs).
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
 mod support;
 
 use std::process::{Child, Command, Stdio};

@@ -1,10 +1,8 @@
 //! Shared holds from relock-client against real servers: read-write locks and counting
 //! semaphores on one server, over three independent masters, and on a Redis Cluster (lockctl's
 //! part: lockctl/tests/shared.rs).
-#[path = "../../tests/cluster_harness/mod.rs"]
-mod cluster_harness;
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
+use relock_testkit::cluster as cluster_harness;
 
 use std::collections::HashMap;
 use std::time::Duration;

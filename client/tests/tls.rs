@@ -1,8 +1,7 @@
 //! `rediss://` servers: relock-client against a real TLS-enabled redis-server (with the
 //! module), certificates made here (a CA, the server's, a client's, and an impostor CA), client
 //! certificates required (lockctl's part: lockctl/tests/tls.rs).
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
 mod support;
 
 use std::path::PathBuf;

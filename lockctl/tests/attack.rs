@@ -1,8 +1,7 @@
 //! Attacks on lockctl and relock-client (job control, signals, process trees, half-open and
 //! slow connections, misconfiguration). Each test says what it attacks and what must hold.
 //! Every break these attacks found is fixed: they stay as regression tests.
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
 mod support;
 
 use std::os::unix::process::CommandExt;

@@ -1,10 +1,8 @@
 //! lockctl (and relock-client beside it) against a real Redis Cluster (3 masters, 3 replicas on
 //! loopback): through automatic failovers, with replica acknowledgements (the client's part:
 //! client/tests/cluster.rs).
-#[path = "../../tests/cluster_harness/mod.rs"]
-mod cluster_harness;
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
+use relock_testkit::cluster as cluster_harness;
 mod support;
 
 use std::collections::HashSet;

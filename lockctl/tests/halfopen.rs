@@ -2,8 +2,7 @@
 //! middlebox) while lockctl waits in `LOCK.WAIT` or renews, through a loopback proxy that stops
 //! forwarding without closing anything (issue 19, problem 6). The client's part:
 //! client/tests/halfopen.rs.
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
 mod support;
 
 use std::process::Stdio;

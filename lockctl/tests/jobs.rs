@@ -3,8 +3,7 @@
 //! starts, against real servers. The rule under test: the command never runs while nothing
 //! renews its lock, and lockctl never exits leaving the lock held or the command's processes
 //! running.
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
 mod support;
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};

@@ -1,6 +1,5 @@
 //! The `lockctl` binary against real servers.
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
 mod support;
 
 use std::collections::HashMap;

@@ -1,7 +1,6 @@
 //! lockctl says why it lost its lock, from the masters' journals (`LOCK.HISTORY`), and names
 //! its process in the owner (the client's part: client/tests/loss.rs).
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
 mod support;
 
 use std::time::Duration;

@@ -2,10 +2,8 @@
 //! tmux, as a person sees it) and `metrics` (scraped by a real Prometheus, checked by
 //! promtool). Every wait is bounded by an event (a queue length, a line on a screen, a
 //! Prometheus answer) with a generous deadline, never a fixed sleep.
-#[path = "../../tests/cluster_harness/mod.rs"]
-mod cluster_harness;
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
+use relock_testkit::cluster as cluster_harness;
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};

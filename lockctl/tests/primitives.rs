@@ -1,7 +1,6 @@
 //! Beyond one key and one permit, from lockctl against real servers: several keys and several
 //! permits of `lockctl run` (the client's part: client/tests/primitives.rs).
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
 mod support;
 
 use std::collections::HashMap;

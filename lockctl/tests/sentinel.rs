@@ -1,8 +1,7 @@
 //! Sentinel-managed masters (`redis+sentinel://`): lockctl against a real master, its replica
 //! and two `redis-server --sentinel` processes, through a failover (`SENTINEL FAILOVER`), with
 //! the lock kept, renewed and released on the new master and a waiter following it there.
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
 mod support;
 
 use std::process::{Child, Command, Stdio};

@@ -1,9 +1,6 @@
 //! Shared holds from lockctl against real servers: `--shared` and `--limit` runs, refusals,
 //! `lockctl info` listing every holder (the client's part: client/tests/shared.rs).
-#[path = "../../tests/cluster_harness/mod.rs"]
-mod cluster_harness;
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use relock_testkit as common;
 
 use std::collections::HashMap;
 use std::process::{Command, Stdio};

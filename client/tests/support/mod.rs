@@ -1,8 +1,7 @@
 //! Helpers shared by the client's test files (lockctl/tests/support has these and `lockctl`): processes that die with the test, the command
 //! the signal tests run, a pseudo-terminal, and a loopback TCP proxy that can go silent.
 //!
-//! Include it after the common harness: `#[path = "../../tests/common/mod.rs"] mod common;`
-//! then `mod support;`.
+//! Include it after the test kit: `use relock_testkit as common;` then `mod support;`.
 #![allow(dead_code)]
 
 pub mod proxy;

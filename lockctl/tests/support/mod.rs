@@ -1,7 +1,7 @@
 //! Helpers shared by lockctl's test files (client/tests/support without `lockctl`): processes that die with the test, the command
 //! the signal tests run, a pseudo-terminal, and a loopback TCP proxy that can go silent.
 //!
-//! Include it after the common harness: `#[path = "../../tests/common/mod.rs"] mod common;`
+//! Include it after the test kit: `use relock_testkit as common;` then `mod support;`.
 //! then `mod support;`.
 #![allow(dead_code)]
 

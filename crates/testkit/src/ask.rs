@@ -1,0 +1,216 @@
+//! One probe per question a test asks the server about a key, each reading the module's
+//! replies by field name (a RESP2 flat array of pairs or a RESP3 map), never by position:
+//! `lock_fields` (`LOCK.INFO`), `waiters` (`LOCK.WAITERS`), and `holders` (`LOCK.HOLDERS`) with the shapes the
+//! tests compare.
+use std::collections::HashMap;
+
+use redis::{Connection, Value};
+
+use crate::reply::{fields, int, text};
+
+/// `LOCK.INFO key` as its fields by name, or `None` when there is no lock at `key`.
+pub fn lock_fields(
+    c: &mut Connection,
+    key: impl redis::ToRedisArgs,
+) -> Option<HashMap<String, Value>> {
+    crate::lock_info_pairs(c, key)
+        .map(|pairs| pairs.into_iter().map(|(k, v)| (text(&k), v)).collect())
+}
+
+/// How many wait at `key`: the length of its queue (`LOCK.WAITERS key COUNT 0`), which a key
+/// has also while nobody holds it (in the restart grace, `LOCK.INFO` is nil there).
+pub fn waiters(c: &mut Connection, key: impl redis::ToRedisArgs) -> i64 {
+    let list: Vec<Value> = crate::cmd!("LOCK.WAITERS", key, "COUNT", 0)
+        .query(c)
+        .expect("LOCK.WAITERS");
+    list.len() as i64
+}
+
+/// One entry of `LOCK.HOLDERS`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub owner: Vec<u8>,
+    pub token: i64,
+    pub count: i64,
+    /// Milliseconds left of this holder's lease.
+    pub ttl: i64,
+    pub permits: i64,
+}
+
+/// Every holder of `key` (`LOCK.HOLDERS key COUNT 0`), in token order; none when there is no
+/// lock at `key`.
+pub fn holders(c: &mut Connection, key: impl redis::ToRedisArgs) -> Vec<Holder> {
+    let reply: Value = redis::cmd("LOCK.HOLDERS")
+        .arg(key)
+        .arg("COUNT")
+        .arg(0)
+        .query(c)
+        .expect("LOCK.HOLDERS");
+    let entries = match reply {
+        Value::Nil => return Vec::new(),
+        Value::Array(entries) => entries,
+        other => panic!("LOCK.HOLDERS replied {other:?}"),
+    };
+    entries
+        .iter()
+        .map(|entry| {
+            let f = fields(entry);
+            let Value::BulkString(owner) = &f["owner"] else {
+                panic!("LOCK.HOLDERS owner: {f:?}")
+            };
+            Holder {
+                owner: owner.clone(),
+                token: int(&f["token"]),
+                count: int(&f["count"]),
+                ttl: int(&f["ttl"]),
+                permits: int(&f["permits"]),
+            }
+        })
+        .collect()
+}
+
+/// The holders as (owner, token): who holds, under which token.
+pub fn owner_token(c: &mut Connection, key: &str) -> Vec<(Vec<u8>, i64)> {
+    holders(c, key)
+        .into_iter()
+        .map(|h| (h.owner, h.token))
+        .collect()
+}
+
+/// The holders as (owner, token, count): what survives a restart or a copy (no lease left).
+pub fn owner_token_count(c: &mut Connection, key: &str) -> Vec<(Vec<u8>, i64, i64)> {
+    holders(c, key)
+        .into_iter()
+        .map(|h| (h.owner, h.token, h.count))
+        .collect()
+}
+
+/// The holders as (owner, token, permits).
+pub fn owner_token_permits(c: &mut Connection, key: &str) -> Vec<(Vec<u8>, i64, i64)> {
+    holders(c, key)
+        .into_iter()
+        .map(|h| (h.owner, h.token, h.permits))
+        .collect()
+}
+
+/// The holders as (owner as text, token, count, permits).
+pub fn named_token_count_permits(c: &mut Connection, key: &str) -> Vec<(String, i64, i64, i64)> {
+    holders(c, key)
+        .into_iter()
+        .map(|h| {
+            (
+                String::from_utf8_lossy(&h.owner).into_owned(),
+                h.token,
+                h.count,
+                h.permits,
+            )
+        })
+        .collect()
+}
+
+/// The holders as (owner as text, permits).
+pub fn named_permits(c: &mut Connection, key: &str) -> Vec<(String, i64)> {
+    holders(c, key)
+        .into_iter()
+        .map(|h| (String::from_utf8_lossy(&h.owner).into_owned(), h.permits))
+        .collect()
+}
+
+/// `LOCK.INFO key` as (mode, count or -1 where it is not a number, holders); `None` for nil.
+pub fn mode_of(c: &mut Connection, key: &str) -> Option<(String, i64, i64)> {
+    let f = lock_fields(c, key)?;
+    let count = match &f["count"] {
+        Value::Int(n) => *n,
+        _ => -1,
+    };
+    Some((text(&f["mode"]), count, int(&f["holders"])))
+}
+
+/// The owners of `key`'s queue, in queue order (`LOCK.WAITERS key COUNT 0`).
+pub fn queued(c: &mut Connection, key: &str) -> Vec<String> {
+    crate::reply::entries(c, crate::cmd!("LOCK.WAITERS", key, "COUNT", 0))
+        .iter()
+        .map(|e| text(&e["owner"]))
+        .collect()
+}
+
+/// `LOCK.HISTORY key` as (reason, owner) pairs, newest first.
+pub fn history(c: &mut Connection, key: &str) -> Vec<(String, String)> {
+    crate::reply::entries(c, crate::cmd!("LOCK.HISTORY", key, 100))
+        .iter()
+        .map(|e| (text(&e["reason"]), text(&e["owner"])))
+        .collect()
+}
+
+/// `DEBUG DIGEST`: equal on two servers when their keyspaces are.
+pub fn digest(c: &mut Connection) -> String {
+    crate::cmd!("DEBUG", "DIGEST")
+        .query(c)
+        .expect("DEBUG DIGEST")
+}
+
+/// The server's CPU time so far (`INFO cpu`: system plus user), in seconds.
+pub fn cpu_seconds(c: &mut Connection) -> f64 {
+    let info: String = crate::cmd!("INFO", "cpu").query(c).expect("INFO cpu");
+    info.lines()
+        .filter_map(|l| l.trim().split_once(':'))
+        .filter(|(name, _)| *name == "used_cpu_sys" || *name == "used_cpu_user")
+        .map(|(_, v)| v.parse::<f64>().unwrap_or(0.0))
+        .sum()
+}
+
+/// Whether the server has a command (`COMMAND INFO name`), e.g. `CLUSTER|MIGRATESLOTS`.
+fn has_command(c: &mut Connection, name: &str) -> bool {
+    let docs: Value = crate::cmd!("COMMAND", "INFO", name)
+        .query(c)
+        .expect("COMMAND INFO");
+    matches!(docs, Value::Array(ref items) if items.first().is_some_and(|i| *i != Value::Nil))
+}
+
+/// Whether this server has Valkey 9's atomic slot migration: `CLUSTER MIGRATESLOTS` exists.
+pub fn migrateslots_supported(c: &mut Connection) -> bool {
+    has_command(c, "CLUSTER|MIGRATESLOTS")
+}
+
+/// Whether this server has Redis's atomic slot migration (8.4+): `CLUSTER MIGRATION` exists.
+pub fn cluster_migration_supported(c: &mut Connection) -> bool {
+    has_command(c, "CLUSTER|MIGRATION")
+}
+
+/// The state of the newest migration job `CLUSTER GETSLOTMIGRATIONS` lists on `c` (Valkey 9).
+pub fn job_state(c: &mut Connection) -> Option<String> {
+    let jobs: Value = crate::cmd!("CLUSTER", "GETSLOTMIGRATIONS").query(c).ok()?;
+    let Value::Array(jobs) = jobs else {
+        return None;
+    };
+    let Value::Array(fields) = jobs.last()? else {
+        return None;
+    };
+    fields.chunks(2).find_map(|pair| match pair {
+        [Value::BulkString(name), Value::BulkString(value)] if name == b"state" => {
+            Some(String::from_utf8_lossy(value).into_owned())
+        }
+        _ => None,
+    })
+}
+
+/// A field of the task `CLUSTER MIGRATION STATUS ID id` shows on `c` (Redis 8.4+).
+pub fn task_field(c: &mut Connection, id: &str, field: &str) -> Option<String> {
+    let v: Value = crate::cmd!("CLUSTER", "MIGRATION", "STATUS", "ID", id)
+        .query(c)
+        .ok()?;
+    let Value::Array(tasks) = v else { return None };
+    let fields = match tasks.first()? {
+        Value::Array(f) => f.clone(),
+        Value::Map(m) => m.iter().flat_map(|(k, v)| [k.clone(), v.clone()]).collect(),
+        _ => return None,
+    };
+    fields.chunks(2).find_map(|pair| match pair {
+        [Value::BulkString(name), value] if name == field.as_bytes() => Some(match value {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            Value::Int(n) => n.to_string(),
+            other => format!("{other:?}"),
+        }),
+        _ => None,
+    })
+}

@@ -1,0 +1,10 @@
+//! The LOCK.* commands one by one: every reply and error, LOCK.WAIT's queue and hand-offs,
+//! values arriving at keys with waiters, per-answer revokes, fuzzing, and what an error changes.
+
+mod arrivals;
+mod effects;
+mod fuzz;
+mod replies;
+mod revoke;
+mod smoke;
+mod wait;

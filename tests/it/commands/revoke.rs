@@ -1,0 +1,192 @@
+//! Revokes are per answer, not per token: a hold that any connection was told it has is never
+//! revoked because another connection hung up.
+//!
+//! Two connections wait with one owner (what a client does when it retries `LOCK.WAIT` with its
+//! owner on a new connection after the first dropped: safe, say the docs). One hand-off grants
+//! the first a new hold and answers the second as a re-acquire with the same token. If the first
+//! goes away before its answer is delivered, the hold must stay: the second was told it holds
+//! it. (Before the fix, the hold was revoked about 200 ms later and another owner got the lock.)
+use relock_testkit as common;
+use relock_testkit::cmd;
+
+use std::time::{Duration, Instant};
+
+use common::ask::owner_token as holders;
+use common::ask::waiters;
+use common::raw::{Raw, Reply};
+use common::{eventually, Server};
+use redis::{Connection, Value};
+
+const LONG: u64 = 60_000;
+const DUE: Duration = Duration::from_secs(10);
+
+/// A raw connection queued in `LOCK.WAIT key owner LONG 0 words...` as the `n`th waiter;
+/// returns it with its client id.
+fn queue(
+    server: &Server,
+    c: &mut Connection,
+    key: &str,
+    owner: &str,
+    words: &[&str],
+    n: i64,
+) -> (Raw, i64) {
+    let mut r = Raw::connect(server);
+    r.send(&[b"CLIENT", b"ID"]);
+    let Reply::Int(id) = r.read(DUE) else {
+        panic!("CLIENT ID")
+    };
+    let ttl = LONG.to_string();
+    let mut args: Vec<&[u8]> = vec![
+        b"LOCK.WAIT",
+        key.as_bytes(),
+        owner.as_bytes(),
+        ttl.as_bytes(),
+        b"0",
+    ];
+    args.extend(words.iter().map(|w| w.as_bytes()));
+    r.send(&args);
+    assert!(
+        eventually(DUE, || waiters(c, key) == n),
+        "{owner} not queued as #{n}"
+    );
+    (r, id)
+}
+
+/// After `o` was told `token` at `key`: a third owner's exclusive wait must time out (a revoke
+/// would grant it within milliseconds), and `o` must still hold `token`.
+fn assert_still_held(server: &Server, c: &mut Connection, key: &str, token: i64) {
+    let mut third = Raw::connect(server);
+    third.send(&[b"LOCK.WAIT", key.as_bytes(), b"third", b"60000", b"1500"]);
+    assert_eq!(
+        third.read(DUE),
+        Reply::Nil,
+        "another owner got {key} while o still holds token {token}"
+    );
+    assert_eq!(holders(c, key), vec![(b"o".to_vec(), token)]);
+}
+
+/// The granted connection is killed in the same MULTI as the release (of an exclusive hold)
+/// that granted it; `words` is the mode both connections of `o` wait in.
+fn killed_in_the_same_multi(words: &[&str]) {
+    let server = Server::start();
+    let mut c = server.conn();
+    let _: i64 = cmd!("LOCK.ACQUIRE", "k", "w", LONG).query(&mut c).unwrap();
+    let (_first, first_id) = queue(&server, &mut c, "k", "o", words, 1);
+    let (mut second, _) = queue(&server, &mut c, "k", "o", words, 2);
+    let mut p = redis::pipe();
+    p.atomic()
+        .cmd("LOCK.RELEASE")
+        .arg("k")
+        .arg("w")
+        .cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(first_id);
+    let _: Value = p.query(&mut c).unwrap();
+    let token = match second.read(DUE) {
+        Reply::Int(t) => t,
+        other => panic!("second connection: {other:?}"),
+    };
+    assert_still_held(&server, &mut c, "k", token);
+}
+
+#[test]
+fn exclusive_grant_lost_with_its_connection_stays_for_the_reacquire() {
+    killed_in_the_same_multi(&[]);
+}
+
+#[test]
+fn shared_grant_lost_with_its_connection_stays_for_the_reacquire() {
+    killed_in_the_same_multi(&["SHARED"]);
+}
+
+#[test]
+fn permit_lost_with_its_connection_stays_for_the_reacquire() {
+    killed_in_the_same_multi(&["SHARED", "LIMIT", "1"]);
+}
+
+/// The granted connection's socket closes while the server is busy: the release and the close
+/// are read in the same event-loop turn, the release first, so the grant's answer to the first
+/// connection is lost before it could be sent (the case of the bug). Which order a turn reads
+/// them in is the kernel's (the order the sockets became readable), and a server that was not
+/// yet asleep would read them in two turns: each attempt checks what happened, and the test
+/// tries again until an attempt was that case (it asserts the hold stayed in every attempt).
+#[test]
+fn a_socket_closed_while_the_server_is_busy_revokes_nothing_the_reacquire_was_told() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let mut releaser = Raw::connect(&server);
+    let mut sleeper = Raw::connect(&server);
+    let mut exercised = Vec::new();
+    for attempt in 0..5 {
+        let key = format!("k{attempt}");
+        let _: i64 = cmd!("LOCK.ACQUIRE", &key, "w", LONG).query(&mut c).unwrap();
+        let (first, _) = queue(&server, &mut c, &key, "o", &[], 1);
+        let (mut second, _) = queue(&server, &mut c, &key, "o", &[], 2);
+        let granted = common::info_field(&mut c, "granted_total");
+        let asleep_from = Instant::now();
+        sleeper.send(&[b"DEBUG", b"SLEEP", b"0.5"]);
+        std::thread::sleep(Duration::from_millis(100));
+        let released_at = Instant::now();
+        releaser.send(&[b"LOCK.RELEASE", key.as_bytes(), b"w"]);
+        // Later than the release by more than the kernel takes to deliver it.
+        std::thread::sleep(Duration::from_millis(20));
+        drop(first);
+        let closed_at = Instant::now();
+        assert_eq!(sleeper.read(DUE), Reply::Status("OK".into()));
+        let woke_by = Instant::now();
+        assert_eq!(releaser.read(DUE), Reply::Int(0));
+        let token = match second.read(DUE) {
+            Reply::Int(t) => t,
+            other => panic!("second connection: {other:?}"),
+        };
+        assert_still_held(&server, &mut c, &key, token);
+        // The server slept at least 500 ms from no earlier than the sleep was sent: it slept
+        // when the release came if it woke within 500 ms of it, and still slept when the
+        // socket closed if that was within 500 ms of the sleep sent. Then one turn read both;
+        // the first connection was granted (two grants: its new hold and the re-acquire)
+        // only if the release came first.
+        let one_turn = woke_by.duration_since(released_at) < Duration::from_millis(500)
+            && closed_at.duration_since(asleep_from) < Duration::from_millis(500);
+        let grants = common::info_field(&mut c, "granted_total") - granted;
+        exercised.push((one_turn, grants));
+        if one_turn && grants == 2 {
+            return;
+        }
+    }
+    panic!(
+        "no attempt read the release and then the close in one turn (one turn, grants): \
+         {exercised:?}"
+    );
+}
+
+/// A new hold whose every answer was lost is still revoked: the other connection of the owner
+/// hung up too, so nobody knows of the hold, and the next waiter gets the lock.
+#[test]
+fn a_hold_whose_every_answer_was_lost_is_revoked() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let _: i64 = cmd!("LOCK.ACQUIRE", "k", "w", LONG).query(&mut c).unwrap();
+    let (_first, first_id) = queue(&server, &mut c, "k", "o", &[], 1);
+    let (_second, second_id) = queue(&server, &mut c, "k", "o", &[], 2);
+    let (mut next, _) = queue(&server, &mut c, "k", "next", &[], 3);
+    let mut p = redis::pipe();
+    p.atomic()
+        .cmd("LOCK.RELEASE")
+        .arg("k")
+        .arg("w")
+        .cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(first_id)
+        .cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(second_id);
+    let _: Value = p.query(&mut c).unwrap();
+    let token = match next.read(DUE) {
+        Reply::Int(t) => t,
+        other => panic!("next waiter: {other:?}"),
+    };
+    assert_eq!(holders(&mut c, "k"), vec![(b"next".to_vec(), token)]);
+}

@@ -1,0 +1,8 @@
+//! Many leases, connections and keys at once: nothing freezes the server and the bounds hold.
+
+mod big_shared_keys;
+mod connection_churn;
+mod expiry_hand_offs;
+mod random_mix;
+mod stalls;
+mod storms;
