@@ -362,6 +362,18 @@ pub fn info(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     Ok(engine(ctx, args, |e, h| e.info(h, &key)))
 }
 
+/// `LOCK.OBSERVE key known_token timeout_ms`
+pub fn observe(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    let known = args::known_token(args.bytes(2))?;
+    let timeout_ms = args::timeout_ms(args.bytes(3))?;
+    let key = RedisKey::open(ctx, args.raw(1), true)?;
+    let host = &mut RedisHost::for_command(ctx, args.0, clients::block_observer);
+    match globals::with_engine(host, |e, h| e.observe(h, &key, known, timeout_ms)) {
+        Some(reply) => Ok(Answer::Engine(reply)),
+        None => Ok(Answer::Error(Cow::Borrowed(INTERNAL))),
+    }
+}
+
 /// `LOCK.HOLDERS key [OWNER owner] [COUNT n]`
 pub fn holders(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     let (owner, count) = args::holders_options(&args.rest(2))?;
@@ -583,7 +595,7 @@ fn send(ctx: Ctx, answer: Answer) -> c_int {
 }
 
 /// `LOCK.INFO`'s map: the five fields of old, then mode, holders, limit and permits_free.
-fn reply_info(ctx: Ctx, info: &Info) {
+pub(super) fn reply_info(ctx: Ctx, info: &Info) {
     let (mode, limit) = match info.mode {
         Mode::Exclusive => (c"exclusive", 1),
         Mode::Shared { limit, .. } => (c"shared", limit),

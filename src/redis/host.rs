@@ -365,6 +365,7 @@ impl RedisKey {
     /// `REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED`, so a key opened for writing that ends up
     /// unchanged (a refused acquire, a release by a non-owner) signals nothing.
     fn changed(&self) {
+        globals::note_written(self.id());
         // SAFETY: `ctx` and the name are live.
         unsafe { rm!(RedisModule_SignalModifiedKey(self.ctx, self.name.as_ptr())) };
     }
