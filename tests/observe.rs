@@ -503,3 +503,55 @@ fn disconnected_observers_leave_nothing_behind() {
     let mut obs = blocked_observer(&server, "k", 0, 200);
     assert_eq!(obs.read(SOON), Reply::Nil);
 }
+
+#[test]
+fn command_metadata_and_counters() {
+    let server = Server::start();
+    let mut c = server.conn();
+    // COMMAND INFO: arity 4, readonly and blocking, the key at 1.
+    let info: redis::Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("LOCK.OBSERVE")
+        .query(&mut c)
+        .unwrap();
+    let text = format!("{info:?}").to_lowercase();
+    assert!(text.contains("lock.observe"), "{text}");
+    for flag in ["readonly", "blocking"] {
+        assert!(text.contains(flag), "{flag} missing: {text}");
+    }
+    for flag in ["\"write\"", "denyoom"] {
+        assert!(!text.contains(flag), "{flag} present: {text}");
+    }
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg("LOCK.OBSERVE")
+        .arg("k")
+        .arg(0)
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(keys, ["k"]);
+    let docs: redis::Value = redis::cmd("COMMAND")
+        .arg("DOCS")
+        .arg("LOCK.OBSERVE")
+        .query(&mut c)
+        .unwrap();
+    let docs = format!("{docs:?}");
+    for arg in ["known_token", "timeout_ms", "integer"] {
+        assert!(docs.contains(arg), "{arg} missing: {docs}");
+    }
+    // INFO relock: the gauge follows blocked observers; wake-ups count changes, not timeouts.
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let mut timed = Raw::connect(&server);
+    send_observe(&mut timed, "k", t, 50);
+    assert!(timed.read(SOON) != Reply::Nil);
+    assert_eq!(common::info_field(&mut c, "observe_wakeups_total"), 0);
+    let mut a = blocked_observer(&server, "k", t, 0);
+    let mut b = blocked_observer(&server, "k", t, 0);
+    assert_eq!(common::info_field(&mut c, "observers"), 2);
+    release(&mut c, "k", "a");
+    assert_eq!(a.read(SOON), Reply::Nil);
+    assert_eq!(b.read(SOON), Reply::Nil);
+    assert_eq!(common::info_field(&mut c, "observers"), 0);
+    assert_eq!(common::info_field(&mut c, "observe_wakeups_total"), 2);
+}

@@ -814,7 +814,7 @@ impl<T: Handles> Engine<T> {
     pub fn watches(&self, key: KeyRef<'_>) -> bool {
         (self.waiters() > 0 && self.waiters.queued(key) > 0)
             || self.lapse_armed(key)
-            || (self.observers.len() > 0 && self.observers.watched(key))
+            || (!self.observers.is_empty() && self.observers.watched(key))
     }
 
     /// The largest token issued or observed.

@@ -52,6 +52,11 @@ impl<T: Handles> Observers<T> {
         self.clients.len()
     }
 
+    /// Whether nobody observes anything.
+    pub fn is_empty(&self) -> bool {
+        self.clients.is_empty()
+    }
+
     /// Whether anyone observes `key`.
     pub fn watched(&self, key: KeyRef<'_>) -> bool {
         self.keys

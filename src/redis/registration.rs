@@ -258,7 +258,7 @@ const OBSERVE: Command = Command {
     numkeys: false,
     summary: c"Replies LOCK.INFO's reply at once if the lock's token is not known_token (0: no holder), else when it changes, the hold ends or the timeout passes. Exclusive locks only.",
     complexity: c"O(1); a change wakes each of the key's O(N) observers",
-    since: c"0.3.0",
+    since: c"0.2.0",
     args: &[KEY, KNOWN_TOKEN, TIMEOUT],
 };
 callback!(observe_callback, OBSERVE);

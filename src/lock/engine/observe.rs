@@ -72,14 +72,14 @@ impl<T: Handles> Engine<T> {
     /// A key may have changed (the host saw it written): its observers, if any, are looked at
     /// after the current command.
     pub fn observed_changed<H: Host<T>>(&mut self, host: &mut H, key: KeyRef<'_>) {
-        if self.observers.len() > 0 && self.observers.watched(key) {
+        if !self.observers.is_empty() && self.observers.watched(key) {
             self.schedule.push(host, Job::Observe(key.to_id()));
         }
     }
 
     /// Every observed key of `db` (all if `None`) may have changed.
     pub(super) fn observed_db_changed<H: Host<T>>(&mut self, host: &mut H, db: Option<i32>) {
-        if self.observers.len() == 0 {
+        if self.observers.is_empty() {
             return;
         }
         for key in self.observers.keys(db) {
