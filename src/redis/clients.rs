@@ -21,7 +21,7 @@ use redis_module::raw;
 use super::acl::Caller;
 use super::globals::{self, Client, Report};
 use super::host::RedisHost;
-use super::{commands, ffi};
+use super::{ffi, replies};
 use crate::lock::Outcome;
 
 /// Blocks the client running the command in `ctx` (with arguments `argv`, kept for the ACL
@@ -136,7 +136,7 @@ fn reply_outcome(ctx: *mut raw::RedisModuleCtx, outcome: Option<&Outcome>) {
                 rm!(RedisModule_ReplyWithNull(ctx))
             }
             Some(Outcome::Info(Some(info))) => {
-                commands::reply_info(ctx, info);
+                replies::reply_info(ctx, info);
                 raw::REDISMODULE_OK as c_int
             }
             Some(Outcome::Error(message)) => {
