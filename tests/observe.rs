@@ -175,8 +175,8 @@ fn renewal_and_reentry_wake_nobody_and_the_timeout_answers_the_current_state() {
     let server = Server::start();
     let mut c = server.conn();
     let t = acquire(&mut c, "k", "a", LONG_TTL);
-    let mut obs = blocked_observer(&server, "k", t, 700);
     let started = Instant::now();
+    let mut obs = blocked_observer(&server, "k", t, 700);
     let _: redis::Value = redis::cmd("LOCK.RENEW")
         .arg("k")
         .arg("a")
@@ -554,4 +554,9 @@ fn command_metadata_and_counters() {
     assert_eq!(b.read(SOON), Reply::Nil);
     assert_eq!(common::info_field(&mut c, "observers"), 0);
     assert_eq!(common::info_field(&mut c, "observe_wakeups_total"), 2);
+    // CONFIG RESETSTAT leaves it; LOCK.STATS RESET clears it.
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();
+    assert_eq!(common::info_field(&mut c, "observe_wakeups_total"), 2);
+    let _: () = redis::cmd("LOCK.STATS").arg("RESET").query(&mut c).unwrap();
+    assert_eq!(common::info_field(&mut c, "observe_wakeups_total"), 0);
 }

@@ -431,10 +431,13 @@ pub fn history(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
 /// `LOCK.STATS [COUNT n | RESET]`
 pub fn stats(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     Ok(match args::stats_options(&args.rest(1))? {
-        Listing::Reset => watch(|w| {
-            w.contention.reset();
-            Reply::Ok
-        }),
+        Listing::Reset => {
+            globals::configure_engine(|e| e.reset_observe_counters());
+            watch(|w| {
+                w.contention.reset();
+                Reply::Ok
+            })
+        }
         Listing::First(n) => send_from_watch(|w| {
             let hottest = w.contention.keys.hottest(n);
             // SAFETY: `ctx` is the running command's context.

@@ -64,6 +64,11 @@ impl<T: Handles> Engine<T> {
         Reply::Blocked
     }
 
+    /// `LOCK.STATS RESET`: clears the observers' counter (`observe_wakeups_total`).
+    pub fn reset_observe_counters(&mut self) {
+        self.stats.observe_wakeups = 0;
+    }
+
     /// Observers blocked now.
     pub fn observers(&self) -> usize {
         self.observers.len()
