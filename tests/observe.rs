@@ -5,6 +5,9 @@
 //!
 //! Observers are raw connections that write the command by hand and read the reply with a
 //! deadline, so no test needs a thread per observer nor hangs on a missing reply.
+#[path = "cluster_harness/mod.rs"]
+mod cluster_harness;
+#[macro_use]
 mod common;
 
 use std::time::{Duration, Instant};
@@ -559,4 +562,46 @@ fn command_metadata_and_counters() {
     assert_eq!(common::info_field(&mut c, "observe_wakeups_total"), 2);
     let _: () = redis::cmd("LOCK.STATS").arg("RESET").query(&mut c).unwrap();
     assert_eq!(common::info_field(&mut c, "observe_wakeups_total"), 0);
+}
+
+fn cluster_cmd(node: &Server, args: &[&str]) -> redis::Value {
+    let mut cmd = redis::cmd("CLUSTER");
+    for a in args {
+        cmd.arg(*a);
+    }
+    cmd.query(&mut node.conn())
+        .unwrap_or_else(|e| panic!("CLUSTER {args:?} on {}: {e}", node.port))
+}
+
+#[test]
+fn an_observed_key_migrated_away_answers_the_redirect() {
+    let cluster = cluster_harness::Cluster::start_with(0);
+    let masters: Vec<u16> = cluster.masters().iter().map(|m| m.port).collect();
+    let (from, to) = (cluster.node(masters[0]), cluster.node(masters[1]));
+    let key = cluster.key_on(from.port, "observed:");
+    let slot = cluster_harness::key_slot(&key).to_string();
+    let mut src = from.conn();
+    let t = acquire(&mut src, &key, "a", 60_000);
+    let mut obs = blocked_observer(from, &key, t, 0);
+    let id = |n: &Server| match cluster_cmd(n, &["MYID"]) {
+        redis::Value::BulkString(b) => String::from_utf8(b).unwrap(),
+        other => panic!("MYID: {other:?}"),
+    };
+    let (from_id, to_id) = (id(from), id(to));
+    cluster_cmd(to, &["SETSLOT", &slot, "IMPORTING", &from_id]);
+    cluster_cmd(from, &["SETSLOT", &slot, "MIGRATING", &to_id]);
+    let _: () = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(to.port)
+        .arg(&key)
+        .arg(0)
+        .arg(5000)
+        .query(&mut src)
+        .expect("MIGRATE");
+    // Not nil (the hold lives on at the target): the redirect a fresh command would get.
+    let e = error_of(obs.read(SOON));
+    assert!(
+        e.starts_with(&format!("ASK {slot} ")) && e.ends_with(&format!(":{}", to.port)),
+        "{e}"
+    );
 }
