@@ -252,11 +252,20 @@ fn expiry_is_prompt() {
 fn del_flushall_and_swapdb_end_the_hold() {
     let server = Server::start();
     let mut c = server.conn();
-    let cases: [&[&str]; 3] = [&["DEL", "k"], &["FLUSHALL"], &["SWAPDB", "0", "1"]];
+    let cases: [&[&str]; 5] = [
+        &["DEL", "k"],
+        &["UNLINK", "k"],
+        &["LOCK.FORCERELEASE", "k"],
+        &["FLUSHALL"],
+        &["SWAPDB", "0", "1"],
+    ];
     for cmd in cases {
         let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
         let t = acquire(&mut c, "k", "a", LONG_TTL);
         let mut obs = blocked_observer(&server, "k", t, 0);
+        // An observer takes no place in the queue.
+        let info = common::lock_info(&mut c, "k").expect("held");
+        assert_eq!(info.waiters, 0);
         let mut command = redis::cmd(cmd[0]);
         for a in &cmd[1..] {
             command.arg(*a);
@@ -524,6 +533,20 @@ fn command_metadata_and_counters() {
     }
     for flag in ["\"write\"", "denyoom"] {
         assert!(!text.contains(flag), "{flag} present: {text}");
+    }
+    let version: String = {
+        let server_info: String = redis::cmd("INFO").arg("server").query(&mut c).unwrap();
+        server_info
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or_default()
+            .to_string()
+    };
+    if version.as_str() >= "7.2" {
+        for category in ["@read", "@slow", "@blocking"] {
+            assert!(text.contains(category), "{category} missing: {text}");
+        }
+        assert!(!text.contains("@write"), "{text}");
     }
     let keys: Vec<String> = redis::cmd("COMMAND")
         .arg("GETKEYS")

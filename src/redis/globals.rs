@@ -217,11 +217,15 @@ thread_local! {
     static WRITTEN: RefCell<Vec<KeyId>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A lock changed at `key` (the host wrote it): noted if anyone observes a key.
+/// Whether anyone observes a key: a write notes its key ([`note_written`]) only then.
+#[inline]
+pub fn observing() -> bool {
+    OBSERVING.with(Cell::get)
+}
+
+/// A lock changed at `key` (the host wrote it) while someone observes a key.
 pub fn note_written(key: KeyRef<'_>) {
-    if OBSERVING.with(Cell::get) {
-        WRITTEN.with(|w| w.borrow_mut().push(key.to_id()));
-    }
+    WRITTEN.with(|w| w.borrow_mut().push(key.to_id()));
 }
 
 /// Runs `f` on the engine with `host`, then applies what was reported meanwhile. `None` only
