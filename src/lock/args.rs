@@ -118,6 +118,14 @@ pub fn token(bytes: &[u8]) -> Result<u64, ArgError> {
     checked(bytes, bounds::is_token, ArgError::Token)
 }
 
+/// A token an observer knows of: 0 (none) or a fencing token (below 2^53).
+pub fn known_token(bytes: &[u8]) -> Result<u64, ArgError> {
+    if bytes == b"0" {
+        return Ok(0);
+    }
+    token(bytes)
+}
+
 /// A reentrancy count: 1 <= count <= 2^32 - 1.
 pub fn count(bytes: &[u8]) -> Result<u32, ArgError> {
     let count: u64 = checked(bytes, bounds::is_count, ArgError::Count)?;

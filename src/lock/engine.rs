@@ -38,6 +38,7 @@ use super::errors::{LockError, Refusal};
 use super::grace::Grace;
 use super::host::{Blocked, Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
 use super::journal::Reason;
+use super::observers::Observers;
 use super::packed::{Hold, LockRef};
 use super::queue::WaiterId;
 use super::schedule::{Due, Job, Schedule, TimerId, Work};
@@ -49,6 +50,7 @@ use super::watch::{EndedHold, Watch};
 
 mod group;
 mod lapsed;
+mod observe;
 mod reads;
 
 pub use super::schedule::{MAX_TIMER_MS, RETRY_MS};
@@ -140,6 +142,8 @@ pub struct Engine<T: Handles> {
     unarmed: VecDeque<KeyId>,
     /// The keys of `unarmed` that a replica added (each once).
     unarmed_seen: HashSet<KeyId>,
+    /// Blocked `LOCK.OBSERVE`s.
+    observers: Observers<T>,
 }
 
 impl<T: Handles> Default for Engine<T> {
@@ -157,6 +161,7 @@ impl<T: Handles> Default for Engine<T> {
             lapses: HashMap::new(),
             unarmed: VecDeque::new(),
             unarmed_seen: HashSet::new(),
+            observers: Observers::default(),
         }
     }
 }
@@ -563,6 +568,7 @@ impl<T: Handles> Engine<T> {
         if self.waiters.queued(key) > 0 {
             self.schedule.push(host, Job::Serve(key.to_id()));
         }
+        self.observed_changed(host, key);
     }
 
     /// A value arrived at `key` behind the engine's back (`RESTORE`, `COPY`, `RENAME`,
@@ -575,6 +581,7 @@ impl<T: Handles> Engine<T> {
         if self.waiters.queued(key) > 0 {
             self.value_changed(host, key.to_id());
         }
+        self.observed_changed(host, key);
     }
 
     /// A user set or removed the key's TTL, or a value arrived (`RESTORE`, `COPY`, `RENAME`,
@@ -609,6 +616,7 @@ impl<T: Handles> Engine<T> {
         for key in self.waiters.keys(db) {
             self.value_changed(host, key);
         }
+        self.observed_db_changed(host, db);
     }
 
     /// Holds ended behind the engine's back, for `reason` (their key expired, was deleted,
@@ -705,6 +713,7 @@ impl<T: Handles> Engine<T> {
         for key in self.waiters.keys(None) {
             self.fail_all(host, &key, LockError::ReadOnly);
         }
+        self.observers_demoted(host);
     }
 
     /// The host timer the engine armed with `generation` fired: one turn of due work, at most
@@ -728,6 +737,8 @@ impl<T: Handles> Engine<T> {
                     self.schedule.push(host, Job::Serve(key));
                 }
                 Work::Due(Due::WaitEnds { client, waiter }) => self.wait_ends(host, client, waiter),
+                Work::Due(Due::ObserveEnds(client)) => self.observe_ends(host, client),
+                Work::Due(Due::ObserveDeadline(key)) => self.observed_deadline(host, key),
                 Work::Due(Due::Lapse(key)) => {
                     if let Some(keys) = self.lapses.get_mut(&key.db) {
                         keys.remove(&key.name);
@@ -769,6 +780,8 @@ impl<T: Handles> Engine<T> {
             self.schedule.push(host, Job::Revoke(token));
         } else if self.leave_queue(host, client).is_some() {
             host.unblock(client, Outcome::TimedOut);
+        } else {
+            self.observer_gone(host, client);
         }
     }
 
@@ -799,7 +812,9 @@ impl<T: Handles> Engine<T> {
     /// a lapse timer (two lookups, no allocation; what [`Engine::key_changed`] and
     /// [`Engine::value_arrived`] would act on).
     pub fn watches(&self, key: KeyRef<'_>) -> bool {
-        (self.waiters() > 0 && self.waiters.queued(key) > 0) || self.lapse_armed(key)
+        (self.waiters() > 0 && self.waiters.queued(key) > 0)
+            || self.lapse_armed(key)
+            || (!self.observers.is_empty() && self.observers.watched(key))
     }
 
     /// The largest token issued or observed.
@@ -1306,6 +1321,11 @@ impl<T: Handles> Engine<T> {
     /// Runs a job if the server's state lets the engine write now; otherwise defers it
     /// (paused, loading) or drops it (a replica fails its waiters instead).
     fn run<H: Host<T>>(&mut self, host: &mut H, job: Job) {
+        // Observers only read: they are answered in every state (the job defers itself while
+        // loading).
+        if let Job::Observe(key) = &job {
+            return self.observe_job(host, key);
+        }
         match host.state() {
             State::Master => match job {
                 Job::Serve(key) => self.serve(host, &key),
@@ -1313,6 +1333,7 @@ impl<T: Handles> Engine<T> {
                 Job::Leases(key) => self.cap_to_leases(host, &key),
                 Job::Prune(key) => self.prune(host, &key),
                 Job::Rearm => self.rearm_slice(host),
+                Job::Observe(_) => {}
             },
             // While writes are paused Redis does not expire keys either: a key past its expiry
             // is still there, and writing it would corrupt the db. Hand-offs wait for the pause.
@@ -1327,6 +1348,7 @@ impl<T: Handles> Engine<T> {
                 Job::Prune(key) => self.unarmed_on_replica(key),
                 // Kept for the promotion.
                 Job::Rearm => {}
+                Job::Observe(_) => {}
             },
         }
     }

@@ -14,6 +14,14 @@ pub const READONLY: &str = "READONLY You can't write against a read only replica
 /// A waiter's user lost the right to run `LOCK.WAIT` on its key while it waited.
 pub const NOPERM: &str =
     "NOPERM No permissions any more to run the 'lock.wait' command or to access its key";
+/// `LOCK.OBSERVE` on a shared key, or its key became shared while observed.
+pub const SHARED: &str = "ERR lock is shared";
+/// An observer whose server became a replica (Redis's own text for its blocked clients).
+pub const UNBLOCKED: &str =
+    "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)";
+/// An observer's user lost the right to read its key while it observed.
+pub const NOPERM_OBSERVE: &str =
+    "NOPERM No permissions any more to run the 'lock.observe' command or to access its key";
 /// An owner that holds a key asks for it in the other mode (no upgrade; a downgrade is its own
 /// command).
 pub const OTHER_MODE: &str =
@@ -114,6 +122,12 @@ pub enum LockError {
     NoPerm,
     /// The key's slot is served elsewhere: the host's `ASK`, `MOVED` or `TRYAGAIN` error.
     Redirect(String),
+    /// `LOCK.OBSERVE` on a shared key.
+    Shared,
+    /// An observer's server became a replica.
+    Unblocked,
+    /// An observer's user lost the right to read its key.
+    NoPermObserve,
 }
 
 impl LockError {
@@ -125,6 +139,9 @@ impl LockError {
             LockError::ReadOnly => Cow::Borrowed(READONLY),
             LockError::NoPerm => Cow::Borrowed(NOPERM),
             LockError::Redirect(text) => Cow::Owned(text.clone()),
+            LockError::Shared => Cow::Borrowed(SHARED),
+            LockError::Unblocked => Cow::Borrowed(UNBLOCKED),
+            LockError::NoPermObserve => Cow::Borrowed(NOPERM_OBSERVE),
         }
     }
 }

@@ -11,6 +11,7 @@ use std::rc::Rc;
 
 use super::errors::LockError;
 use super::packed::{Hold, LockRef};
+use super::reply::Info;
 use super::shared::{Holder, Shared};
 
 /// The server's role and phase, as far as writing locks is concerned.
@@ -56,6 +57,8 @@ pub enum Outcome {
     TimedOut,
     /// An error reply (the key changed type, this server became a replica, a redirect...).
     Error(LockError),
+    /// An observer's answer: `LOCK.INFO`'s reply (none: nil).
+    Info(Option<Box<Info>>),
 }
 
 /// A key in a db, as the engine keeps it in its queues and timers.

@@ -39,6 +39,7 @@ pub mod host;
 pub mod journal;
 #[cfg(any(test, feature = "sim"))]
 pub mod memory;
+pub mod observers;
 pub mod packed;
 mod pages;
 pub mod queue;

@@ -44,6 +44,10 @@ pub enum Due<C> {
     /// The restart grace ends, or the clock caught up with the token counter: every queue is
     /// served (unless new holds must still wait, then it is armed again).
     GraceEnds,
+    /// An observation ends (`LOCK.OBSERVE`'s timeout), unless the observer was answered first.
+    ObserveEnds(C),
+    /// The hold of an observed key may have expired: the key is looked at.
+    ObserveDeadline(KeyId),
     /// The first lease of this shared key has lapsed: its lapsed leases are removed, a slice a
     /// turn, whether or not a command touches the key.
     Lapse(KeyId),
@@ -61,6 +65,8 @@ pub enum Job {
     Leases(KeyId),
     /// Remove the lapsed leases of a shared key, a slice at a time.
     Prune(KeyId),
+    /// Answer the observers of a key whose hold may have changed, a slice a turn.
+    Observe(KeyId),
     /// Arm the lapse timers of shared keys this server did not see written (loaded, or sent by
     /// its master while it was a replica), a slice of keys at a time.
     Rearm,
@@ -69,7 +75,7 @@ pub enum Job {
 impl Job {
     /// Whether a waiter waits on it (a hand-off, a revoke), rather than housekeeping.
     fn urgent(&self) -> bool {
-        matches!(self, Job::Serve(_) | Job::Revoke(_))
+        matches!(self, Job::Serve(_) | Job::Revoke(_) | Job::Observe(_))
     }
 }
 

@@ -21,4 +21,6 @@ pub struct Stats {
     pub forcereleased: u64,
     /// Exclusive holds made shared by `LOCK.DOWNGRADE`.
     pub downgraded: u64,
+    /// Observers answered because their key changed (`LOCK.OBSERVE`).
+    pub observe_wakeups: u64,
 }

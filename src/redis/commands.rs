@@ -11,11 +11,12 @@ use redis_module::raw;
 use super::ffi::{self, error_text};
 use super::globals::{self, RedisHandles};
 use super::host::{RedisHost, RedisKey};
+use super::replies::{reply_info, Fields};
 use super::{clients, server};
 use crate::lock::args::Listing;
 use crate::lock::{
-    args, errors, ArgError, Engine, Entry, Hold, Holder, HolderInfo, HotKey, Info, Key, KeyStats,
-    Mode, OpenError, Reply, Request, Wait, WaiterInfo, Watch,
+    args, errors, ArgError, Engine, Entry, Hold, Holder, HolderInfo, HotKey, Key, KeyStats, Mode,
+    OpenError, Reply, Request, Wait, WaiterInfo, Watch,
 };
 
 type Ctx = *mut raw::RedisModuleCtx;
@@ -362,6 +363,18 @@ pub fn info(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     Ok(engine(ctx, args, |e, h| e.info(h, &key)))
 }
 
+/// `LOCK.OBSERVE key known_token timeout_ms`
+pub fn observe(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    let known = args::known_token(args.bytes(2))?;
+    let timeout_ms = args::timeout_ms(args.bytes(3))?;
+    let key = RedisKey::open(ctx, args.raw(1), true)?;
+    let host = &mut RedisHost::for_command(ctx, args.0, clients::block_observer);
+    match globals::with_engine(host, |e, h| e.observe(h, &key, known, timeout_ms)) {
+        Some(reply) => Ok(Answer::Engine(reply)),
+        None => Ok(Answer::Error(Cow::Borrowed(INTERNAL))),
+    }
+}
+
 /// `LOCK.HOLDERS key [OWNER owner] [COUNT n]`
 pub fn holders(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     let (owner, count) = args::holders_options(&args.rest(2))?;
@@ -418,10 +431,13 @@ pub fn history(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
 /// `LOCK.STATS [COUNT n | RESET]`
 pub fn stats(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     Ok(match args::stats_options(&args.rest(1))? {
-        Listing::Reset => watch(|w| {
-            w.contention.reset();
-            Reply::Ok
-        }),
+        Listing::Reset => {
+            globals::configure_engine(|e| e.reset_observe_counters());
+            watch(|w| {
+                w.contention.reset();
+                Reply::Ok
+            })
+        }
         Listing::First(n) => send_from_watch(|w| {
             let hottest = w.contention.keys.hottest(n);
             // SAFETY: `ctx` is the running command's context.
@@ -582,47 +598,6 @@ fn send(ctx: Ctx, answer: Answer) -> c_int {
     ok
 }
 
-/// `LOCK.INFO`'s map: the five fields of old, then mode, holders, limit and permits_free.
-fn reply_info(ctx: Ctx, info: &Info) {
-    let (mode, limit) = match info.mode {
-        Mode::Exclusive => (c"exclusive", 1),
-        Mode::Shared { limit, .. } => (c"shared", limit),
-    };
-    let fields = Fields::start(ctx, 9);
-    fields.name(c"owner");
-    match &info.owner {
-        // SAFETY: `ctx` is the running command's context; the owner is passed with its length.
-        Some(owner) => unsafe {
-            rm!(RedisModule_ReplyWithStringBuffer(
-                ctx,
-                owner.as_ptr().cast(),
-                owner.len()
-            ));
-        },
-        None => reply_optional(ctx, None),
-    }
-    fields
-        .optional(c"token", info.token.map(|t| t as i64))
-        .optional(c"count", info.count.map(i64::from))
-        .int(c"ttl", info.ttl_ms)
-        .int(c"waiters", info.waiters as i64)
-        .word(c"mode", mode)
-        .int(c"holders", info.holders as i64)
-        .int(c"limit", i64::from(limit))
-        .int(c"permits_free", info.permits_free);
-}
-
-/// An integer, or nil.
-fn reply_optional(ctx: Ctx, value: Option<i64>) {
-    // SAFETY: `ctx` is the running command's context.
-    unsafe {
-        match value {
-            Some(n) => rm!(RedisModule_ReplyWithLongLong(ctx, n)),
-            None => rm!(RedisModule_ReplyWithNull(ctx)),
-        };
-    }
-}
-
 /// One `LOCK.HOLDERS` entry: a map under RESP3, a flat array under RESP2.
 fn reply_holder(ctx: Ctx, holder: &HolderInfo) {
     Fields::start(ctx, 5)
@@ -631,57 +606,6 @@ fn reply_holder(ctx: Ctx, holder: &HolderInfo) {
         .int(c"count", i64::from(holder.count))
         .int(c"ttl", holder.ttl_ms)
         .int(c"permits", i64::from(holder.permits));
-}
-
-/// A map of `fields` pairs under RESP3, a flat array under RESP2; each value written by the
-/// caller after its name.
-struct Fields(Ctx);
-
-impl Fields {
-    fn start(ctx: Ctx, fields: usize) -> Fields {
-        // SAFETY: `ctx` is the running command's context.
-        unsafe { rm!(RedisModule_ReplyWithMap(ctx, fields as c_long)) };
-        Fields(ctx)
-    }
-
-    fn name(&self, name: &CStr) -> &Self {
-        // SAFETY: as in `start`; `name` is a C string.
-        unsafe { rm!(RedisModule_ReplyWithCString(self.0, name.as_ptr())) };
-        self
-    }
-
-    fn int(&self, name: &CStr, value: i64) -> &Self {
-        self.name(name);
-        // SAFETY: as in `start`.
-        unsafe { rm!(RedisModule_ReplyWithLongLong(self.0, value)) };
-        self
-    }
-
-    fn bytes(&self, name: &CStr, value: &[u8]) -> &Self {
-        self.name(name);
-        // SAFETY: as in `start`; the buffer is passed with its length.
-        unsafe {
-            rm!(RedisModule_ReplyWithStringBuffer(
-                self.0,
-                value.as_ptr().cast(),
-                value.len()
-            ))
-        };
-        self
-    }
-
-    fn word(&self, name: &CStr, value: &CStr) -> &Self {
-        self.name(name);
-        // SAFETY: as in `start`; `value` is a C string.
-        unsafe { rm!(RedisModule_ReplyWithCString(self.0, value.as_ptr())) };
-        self
-    }
-
-    fn optional(&self, name: &CStr, value: Option<i64>) -> &Self {
-        self.name(name);
-        reply_optional(self.0, value);
-        self
-    }
 }
 
 /// The mode words of `mode`: its name, limit and permits.

@@ -207,6 +207,27 @@ impl Report {
     }
 }
 
+thread_local! {
+    /// Whether anyone observes a key (`LOCK.OBSERVE`): written after each use of the engine, read
+    /// by every change to a lock (one load, so that no change pays for observers when there are
+    /// none).
+    static OBSERVING: Cell<bool> = const { Cell::new(false) };
+    /// Keys the engine changed while someone observed: their observers are looked at once the
+    /// engine's call is done.
+    static WRITTEN: RefCell<Vec<KeyId>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether anyone observes a key: a write notes its key ([`note_written`]) only then.
+#[inline]
+pub fn observing() -> bool {
+    OBSERVING.with(Cell::get)
+}
+
+/// A lock changed at `key` (the host wrote it) while someone observes a key.
+pub fn note_written(key: KeyRef<'_>) {
+    WRITTEN.with(|w| w.borrow_mut().push(key.to_id()));
+}
+
 /// Runs `f` on the engine with `host`, then applies what was reported meanwhile. `None` only
 /// if the engine is already borrowed further up this call stack.
 pub fn with_engine<H: Host<RedisHandles>, T>(
@@ -226,6 +247,13 @@ pub fn with_engine<H: Host<RedisHandles>, T>(
                 report.apply(&mut engine, host);
             }
         }
+        if OBSERVING.with(Cell::get) {
+            let written = WRITTEN.with(|w| std::mem::take(&mut *w.borrow_mut()));
+            for key in written {
+                engine.observed_changed(host, key.as_ref());
+            }
+        }
+        OBSERVING.with(|o| o.set(engine.observers() > 0));
         Some(out)
     })
 }

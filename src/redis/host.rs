@@ -365,6 +365,10 @@ impl RedisKey {
     /// `REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED`, so a key opened for writing that ends up
     /// unchanged (a refused acquire, a release by a non-owner) signals nothing.
     fn changed(&self) {
+        // One flag read when nobody observes (the key's name is only looked at otherwise).
+        if globals::observing() {
+            globals::note_written(self.id());
+        }
         // SAFETY: `ctx` and the name are live.
         unsafe { rm!(RedisModule_SignalModifiedKey(self.ctx, self.name.as_ptr())) };
     }

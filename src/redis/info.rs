@@ -25,6 +25,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             globals::read_engine(|e| (e.waiters(), e.armed_timers(), e.stats(), e.last_token()))
                 .unwrap_or_default();
         let lapse_timers = globals::read_engine(|e| e.lapse_timers()).unwrap_or_default();
+        let observers = globals::read_engine(|e| e.observers()).unwrap_or_default();
         let (grace_ms, grace_left_ms) =
             globals::read_engine(|e| e.grace_ms(ffi::monotonic_us())).unwrap_or_default();
         let (waits, holds, log_len) = globals::read_engine(|e| {
@@ -36,7 +37,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             )
         })
         .unwrap_or_default();
-        let fields: [(&std::ffi::CStr, u64); 20] = [
+        let fields: [(&std::ffi::CStr, u64); 22] = [
             (c"locks", globals::lock_values()),
             (c"holds", globals::holds()),
             (c"waiters", waiters as u64),
@@ -51,6 +52,8 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             (c"wait_timeouts_total", stats.wait_timeouts),
             (c"forcereleased_total", stats.forcereleased),
             (c"downgraded_total", stats.downgraded),
+            (c"observers", observers as u64),
+            (c"observe_wakeups_total", stats.observe_wakeups),
             (c"last_token", last_token),
             (c"longest_turn_us", globals::longest_turn_us()),
             (c"longest_apply_us", globals::longest_apply_us()),

@@ -41,5 +41,6 @@ pub mod info;
 pub mod init;
 pub mod migration;
 pub mod registration;
+pub mod replies;
 pub mod server;
 pub mod unlinked;

@@ -242,6 +242,27 @@ const INFO: Command = Command {
 };
 callback!(info_callback, INFO);
 
+const KNOWN_TOKEN: Arg = arg(
+    c"known_token",
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+);
+
+const OBSERVE: Command = Command {
+    name: c"LOCK.OBSERVE",
+    handler: commands::observe,
+    callback: observe_callback,
+    flags: c"readonly blocking",
+    acl: c"read slow blocking",
+    arity: 4,
+    key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    numkeys: false,
+    summary: c"Replies LOCK.INFO's reply at once if the lock's token is not known_token (0: no holder), else when it changes, the hold ends or the timeout passes. Exclusive locks only.",
+    complexity: c"O(1); a change wakes each of the key's O(N) observers",
+    since: c"0.2.0",
+    args: &[KEY, KNOWN_TOKEN, TIMEOUT],
+};
+callback!(observe_callback, OBSERVE);
+
 const HOLDERS: Command = Command {
     name: c"LOCK.HOLDERS",
     handler: commands::holders,
@@ -471,7 +492,7 @@ const MRENEW: Command = Command {
 callback!(mrenew_callback, MRENEW);
 
 /// Every command, in registration order.
-const COMMANDS: [&Command; 19] = [
+const COMMANDS: [&Command; 20] = [
     &ACQUIRE,
     &REENTER,
     &RELEASE,
@@ -491,6 +512,7 @@ const COMMANDS: [&Command; 19] = [
     &MACQUIRE,
     &MRELEASE,
     &MRENEW,
+    &OBSERVE,
 ];
 
 /// Registers every command with its metadata.

@@ -4,6 +4,7 @@
 mod arrivals;
 mod effects;
 mod fuzz;
+mod observe;
 mod replies;
 mod revoke;
 mod smoke;

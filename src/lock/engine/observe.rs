@@ -1,0 +1,282 @@
+//! `LOCK.OBSERVE`: blocked readers answered with `LOCK.INFO`'s reply when the hold of their key
+//! changes. A change anywhere (a command of the engine, a key changed behind its back, a flush,
+//! the master's stream on a replica) only queues a [`Job::Observe`] for the key when someone
+//! observes it; the job runs after the command that made the change, so one atomic step (a
+//! release and its hand-off) wakes each observer once, with the final state. It answers at most
+//! what is left of the turn's [`TURN_BUDGET`] and leaves the rest to the next turn.
+
+use super::{Engine, TURN_BUDGET};
+use crate::lock::errors::LockError;
+use crate::lock::host::{Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
+use crate::lock::observers::Observer;
+use crate::lock::reply::{Info, Reply};
+use crate::lock::schedule::{Due, Job};
+use crate::lock::shared::Mode;
+
+/// What an observer of a key would be answered now, with the key's current token (0: none).
+enum Seen {
+    Lock(Option<Box<Info>>, u64),
+    Error(LockError),
+    /// The key cannot be looked at now (an import owns it): try later.
+    Unavailable,
+}
+
+impl<T: Handles> Engine<T> {
+    /// `LOCK.OBSERVE key known_token timeout_ms`: `LOCK.INFO`'s reply at once when the key's
+    /// token is not `known` (0: no holder), or when the client may not block; else blocks it
+    /// until the token changes, the hold ends, or the timeout passes.
+    pub fn observe<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        key: &H::Key,
+        known: u64,
+        timeout_ms: u64,
+    ) -> Reply {
+        let (info, current) = match self.seen_in(host, key) {
+            Seen::Lock(info, current) => (info, current),
+            Seen::Error(error) => return Reply::Error(error),
+            Seen::Unavailable => return Reply::Nil,
+        };
+        if current != known {
+            return info.map_or(Reply::Nil, |info| Reply::Info(*info));
+        }
+        let Some(blocked) = host.block() else {
+            return info.map_or(Reply::Nil, |info| Reply::Info(*info));
+        };
+        let id = key.id().to_id();
+        let timeout = (timeout_ms > 0).then(|| {
+            let at = host
+                .now_ms()
+                .saturating_add(i64::try_from(timeout_ms).unwrap_or(i64::MAX));
+            self.schedule
+                .start(host, at, Due::ObserveEnds(blocked.client))
+        });
+        self.observers.add(
+            blocked.client,
+            Observer {
+                key: id,
+                known,
+                timeout,
+                caller: blocked.caller,
+            },
+        );
+        self.arm_observed_deadline(host, key);
+        Reply::Blocked
+    }
+
+    /// `LOCK.STATS RESET`: clears the observers' counter (`observe_wakeups_total`).
+    pub fn reset_observe_counters(&mut self) {
+        self.stats.observe_wakeups = 0;
+    }
+
+    /// Observers blocked now.
+    pub fn observers(&self) -> usize {
+        self.observers.len()
+    }
+
+    /// A key may have changed (the host saw it written): its observers, if any, are looked at
+    /// after the current command.
+    pub fn observed_changed<H: Host<T>>(&mut self, host: &mut H, key: KeyRef<'_>) {
+        if !self.observers.is_empty() && self.observers.watched(key) {
+            self.schedule.push(host, Job::Observe(key.to_id()));
+        }
+    }
+
+    /// Every observed key of `db` (all if `None`) may have changed.
+    pub(super) fn observed_db_changed<H: Host<T>>(&mut self, host: &mut H, db: Option<i32>) {
+        if self.observers.is_empty() {
+            return;
+        }
+        for key in self.observers.keys(db) {
+            self.schedule.push(host, Job::Observe(key));
+        }
+    }
+
+    /// This server became a replica: every observer gets Redis's `UNBLOCKED`.
+    pub(super) fn observers_demoted<H: Host<T>>(&mut self, host: &mut H) {
+        for key in self.observers.keys(None) {
+            self.fail_observers(host, &key, &LockError::Unblocked);
+        }
+    }
+
+    /// The client hung up, or Redis unblocked it (`CLIENT UNBLOCK`): it stops observing. Returns
+    /// the answer it would get now (for `CLIENT UNBLOCK ... TIMEOUT`, which answers as a
+    /// timeout), none if it did not observe. The host is told to unblock it either way.
+    pub fn observer_unblocked<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        client: T::Client,
+    ) -> Option<Outcome> {
+        let observer = self.leave_observing(host, client)?;
+        let outcome = self.outcome_now(host, &observer);
+        host.unblock(client, Outcome::TimedOut);
+        Some(outcome)
+    }
+
+    /// The client hung up: if it observed, it stops (and is unblocked, as the host requires).
+    pub(super) fn observer_gone<H: Host<T>>(&mut self, host: &mut H, client: T::Client) -> bool {
+        if self.leave_observing(host, client).is_none() {
+            return false;
+        }
+        host.unblock(client, Outcome::TimedOut);
+        true
+    }
+
+    /// Takes `client` out of the observers, stopping its timers.
+    fn leave_observing<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        client: T::Client,
+    ) -> Option<Observer<T>> {
+        let (observer, deadline) = self.observers.remove(client)?;
+        self.stop_timers(host, observer.timeout, deadline);
+        Some(observer)
+    }
+
+    /// An observer's timeout passed: it is answered the current state.
+    pub(super) fn observe_ends<H: Host<T>>(&mut self, host: &mut H, client: T::Client) {
+        if let Some(observer) = self.leave_observing(host, client) {
+            let outcome = self.outcome_now(host, &observer);
+            host.unblock(client, outcome);
+        }
+    }
+
+    /// The observed key's expiry timer fired: on a master the key is looked at (an expired key
+    /// goes, and its observers are answered nil); a replica waits for its master's word.
+    pub(super) fn observed_deadline<H: Host<T>>(&mut self, host: &mut H, key: KeyId) {
+        if self.observers.deadline(key.as_ref()).is_none() {
+            return;
+        }
+        self.observers.set_deadline(key.as_ref(), None);
+        if host.state() != State::Replica {
+            self.schedule.push(host, Job::Observe(key));
+        }
+    }
+
+    /// [`Job::Observe`]: answers the observers of `id` whose token is no longer the key's.
+    pub(super) fn observe_job<H: Host<T>>(&mut self, host: &mut H, id: &KeyId) {
+        if !self.observers.watched(id.as_ref()) {
+            return;
+        }
+        if host.state() == State::Loading {
+            self.schedule.defer(Job::Observe(id.clone()));
+            return;
+        }
+        let seen = match host.redirect(&id.name) {
+            Some(to) => Seen::Error(LockError::Redirect(to)),
+            None => match host.open(id) {
+                Err(OpenError::WrongType) => Seen::Error(LockError::WrongType),
+                Err(OpenError::Unavailable) => Seen::Unavailable,
+                Ok(key) => {
+                    let seen = self.seen_in(host, &key);
+                    self.arm_observed_deadline(host, &key);
+                    seen
+                }
+            },
+        };
+        let (info, current) = match seen {
+            Seen::Lock(info, current) => (info, current),
+            Seen::Error(error) => return self.fail_observers(host, id, &error),
+            Seen::Unavailable => return,
+        };
+        let budget = TURN_BUDGET.saturating_sub(self.work).max(1);
+        let woken = self.observers.take_changed(id.as_ref(), current, budget);
+        self.work += woken.len();
+        for client in woken {
+            if let Some(observer) = self.leave_observing(host, client) {
+                let outcome = self.permitted_outcome(host, &observer, info.clone());
+                self.stats.observe_wakeups += 1;
+                host.unblock(client, outcome);
+            }
+        }
+        if self.observers.any_changed(id.as_ref(), current) {
+            self.schedule.next_turn(Job::Observe(id.clone()));
+        }
+    }
+
+    /// Answers every observer of `id` `error`, a turn's budget at a time.
+    fn fail_observers<H: Host<T>>(&mut self, host: &mut H, id: &KeyId, error: &LockError) {
+        let budget = TURN_BUDGET.saturating_sub(self.work).max(1);
+        let clients = self.observers.some_of(id.as_ref(), budget);
+        self.work += clients.len();
+        for client in clients {
+            if self.leave_observing(host, client).is_some() {
+                self.stats.observe_wakeups += 1;
+                host.unblock(client, Outcome::Error(error.clone()));
+            }
+        }
+        if self.observers.watched(id.as_ref()) {
+            self.schedule.next_turn(Job::Observe(id.clone()));
+        }
+    }
+
+    /// What `observer` would be answered now (its timeout, `CLIENT UNBLOCK`).
+    fn outcome_now<H: Host<T>>(&mut self, host: &mut H, observer: &Observer<T>) -> Outcome {
+        if let Some(to) = host.redirect(&observer.key.name) {
+            return Outcome::Error(LockError::Redirect(to));
+        }
+        match host.open(&observer.key) {
+            Err(OpenError::WrongType) => Outcome::Error(LockError::WrongType),
+            Err(OpenError::Unavailable) => Outcome::Info(None),
+            Ok(key) => match self.seen_in(host, &key) {
+                Seen::Lock(info, _) => self.permitted_outcome(host, observer, info),
+                Seen::Error(error) => Outcome::Error(error),
+                Seen::Unavailable => Outcome::Info(None),
+            },
+        }
+    }
+
+    /// `info` for `observer`, unless it shows a hold its user may no longer read.
+    fn permitted_outcome<H: Host<T>>(
+        &mut self,
+        host: &mut H,
+        observer: &Observer<T>,
+        info: Option<Box<Info>>,
+    ) -> Outcome {
+        if info.is_some() && observer.caller.as_ref().is_some_and(|c| !host.permitted(c)) {
+            return Outcome::Error(LockError::NoPermObserve);
+        }
+        Outcome::Info(info)
+    }
+
+    /// `LOCK.INFO`'s reply for `key` and its token, or why an observer cannot watch it.
+    fn seen_in<H: Host<T>>(&self, host: &H, key: &H::Key) -> Seen {
+        match self.info(host, key) {
+            Reply::Info(info) if matches!(info.mode, Mode::Shared { .. }) => {
+                Seen::Error(LockError::Shared)
+            }
+            Reply::Info(info) => {
+                let token = info.token.unwrap_or(0);
+                Seen::Lock(Some(Box::new(info)), token)
+            }
+            _ => Seen::Lock(None, 0),
+        }
+    }
+
+    /// On a master, arms the observed key's expiry timer at its hold's expiry (+1 ms, as for
+    /// waiters), or moves or stops it.
+    fn arm_observed_deadline<H: Host<T>>(&mut self, host: &mut H, key: &H::Key) {
+        let id = key.id();
+        if !self.observers.watched(id) {
+            return;
+        }
+        let wanted = match (host.state(), key.hold()) {
+            (State::Replica, _) | (_, None) => None,
+            (_, Some(_)) => key.expires_at().map(|at| at.saturating_add(1)),
+        };
+        let armed = self.observers.deadline(id);
+        if armed.map(|(_, at)| at) == wanted {
+            return;
+        }
+        if let Some((timer, _)) = armed {
+            self.schedule.stop(host, timer);
+        }
+        let deadline = wanted.map(|at| {
+            let timer = self
+                .schedule
+                .start(host, at, Due::ObserveDeadline(id.to_id()));
+            (timer, at)
+        });
+        self.observers.set_deadline(key.id(), deadline);
+    }
+}
