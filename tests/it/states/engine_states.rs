@@ -991,7 +991,10 @@ fn a_chain_of_a_thousand_one_ms_hand_offs() {
     let _serial = serial();
     let server = Server::start();
     let mut c = connect(&server);
-    let first = acquire(&mut c, "k", "a", 300);
+    // Held until all 1,000 are queued, then released: the chain starts on that event. (It was a
+    // 300 ms lease, which ran out while 1,000 connections queued on a machine with a core kept
+    // busy: the chain had ended before the count, "never had 1000 waiters (has 0)".)
+    let first = acquire(&mut c, "k", "a", LONG_TTL);
     let mut peers = Vec::new();
     for i in 0..1000 {
         let mut p = Peer::connect(&server, &format!("w{i}"));
@@ -999,6 +1002,8 @@ fn a_chain_of_a_thousand_one_ms_hand_offs() {
         peers.push(p);
     }
     await_waiters(&mut c, "k", 1000);
+    let released: i64 = cmd!("LOCK.RELEASE", "k", "a").query(&mut c).unwrap();
+    assert_eq!(released, 0, "the first holder released");
     let started = Instant::now();
     let mut last = first;
     for p in peers.iter_mut() {
