@@ -371,3 +371,59 @@ def test_aio_cancelled_body_releases(server: Server) -> None:
 
     asyncio.run(main())
 
+
+
+class _StepConn:
+    """A connection whose replies the test hands over one at a time (``reply``), for cutting a
+    command at an exact step; nothing goes to a server."""
+
+    def __init__(self) -> None:
+        self.replies: asyncio.Queue[asyncio.Future[object]] = asyncio.Queue()
+        self.closed = asyncio.Event()
+        self.is_connected = True
+
+    def pack_commands(self, commands: object) -> bytes:
+        return b""
+
+    async def send_packed_command(self, packed: object, check_health: bool = False) -> None:
+        return None
+
+    async def read_response(self) -> object:
+        f: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        await self.replies.put(f)
+        return await f
+
+    async def disconnect(self, nowait: bool = False) -> None:
+        self.is_connected = False
+        self.closed.set()
+
+
+def test_aio_a_wait_cancelled_as_its_client_id_arrives_is_cut(server: Server) -> None:
+    """Found under load (test_aio_cancelled_redlock_wait_leaves_no_waiter: the cancelled wait
+    stayed queued on one master of three): the blocked ``LOCK.WAIT`` is sent together with
+    ``CLIENT ID``, and a cancellation that arrived in the same step as ``CLIENT ID``'s reply
+    was lost in ``asyncio.wait_for`` (Python before 3.12), so the task went on waiting on the
+    server with nobody left to cut it. Staged exactly here: the reply and the cancellation in
+    one step. Must hold: the task ends cancelled and its connection is closed (which takes the
+    wait out of the server's queue)."""
+
+    async def main() -> None:
+        locks = relock.aio.Relock(aconnect(server))
+        node = locks._servers[0]
+        conn = _StepConn()
+
+        async def checkout() -> _StepConn:
+            return conn
+
+        node._checkout = checkout  # type: ignore[method-assign]
+        task = asyncio.ensure_future(node.call(["LOCK.WAIT", "k", "o", 1000, 0], None))
+        client_id = await asyncio.wait_for(conn.replies.get(), 5)
+        client_id.set_result(7)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        assert done, "the cancelled wait went on waiting"
+        assert task.cancelled()
+        assert conn.closed.is_set(), "the waiting connection was left open"
+        await locks.aclose()
+
+    asyncio.run(main())

@@ -16,7 +16,7 @@ import contextlib
 import os
 import time
 import weakref
-from typing import Any, Literal, AsyncIterator, Callable, Sequence, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Literal, Sequence, TypeVar
 
 import redis.asyncio as aredis
 import redis.asyncio.cluster as acluster
@@ -117,7 +117,7 @@ class _Server:
             await _drop(conn)
         conn = self._connection_class(**self._kwargs)
         try:
-            await asyncio.wait_for(conn.connect(), self._connect_timeout)
+            await _within(conn.connect(), self._connect_timeout)
         except BaseException:
             await _drop(conn)
             raise
@@ -137,7 +137,7 @@ class _Server:
         if timeout is None:
             conn = await self._checkout()
         else:
-            conn = await asyncio.wait_for(self._checkout(), timeout)
+            conn = await _within(self._checkout(), timeout)
         try:
             await conn.send_command(*args, check_health=False)
             if deadline is None:
@@ -194,7 +194,7 @@ class _Server:
             await conn.send_packed_command(conn.pack_commands([["CLIENT", "ID"], list(args)]), check_health=False)
             cid: int | None
             try:
-                cid = int(await asyncio.wait_for(conn.read_response(), max(1.0, self._connect_timeout)))
+                cid = int(await _within(conn.read_response(), max(1.0, self._connect_timeout)))
             except rex.ResponseError:
                 cid = None
             read = asyncio.ensure_future(conn.read_response())
@@ -311,6 +311,29 @@ class _Server:
 
 class _TakenBack(asyncio.TimeoutError):
     """No reply in time, and the command was taken back on its connection (kept open)."""
+
+
+async def _within(aw: Awaitable[T], timeout: float) -> T:
+    """``asyncio.wait_for`` without the lost cancellation of Python before 3.12: there, a
+    task cancelled in the same step as ``aw`` completes gets ``aw``'s result and goes on as if
+    never cancelled (cpython gh-86296). A cancelled Redlock wait then went on to send its
+    ``LOCK.WAIT`` and sat in a master's queue with nobody to cut it (seen: the cancelled wait
+    still queued on one master of three after 5 s, under load). Here a cancellation always
+    raises, and ``aw`` is cancelled with it."""
+    task = asyncio.ensure_future(aw)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except BaseException:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise
+    if not done:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise asyncio.TimeoutError
+    return task.result()
 
 
 async def _drop(conn: Any) -> None:
