@@ -430,9 +430,14 @@ impl Relock {
         }
         let mut cmd = redis::cmd("INFO");
         cmd.arg("server");
+        // Its own bound, not the node timeout (100 ms by default): this first request opens
+        // each connection (through a proxy, say), and a master that does not answer in time
+        // is not compared, so a duplicate would slip through on a slow start. Seen: a loaded
+        // machine let one server named twice (directly and through a proxy) through.
+        let timeout = self.options().node_timeout.max(IDENTITY_TIMEOUT);
         let reports = self
             .masters
-            .ask_each("", &cmd, |info: String| Ok(run_id_of(&info)))
+            .ask_each_within("", &cmd, timeout, |info: String| Ok(run_id_of(&info)))
             .await;
         let ids: Vec<Option<String>> = reports
             .into_iter()
@@ -521,6 +526,9 @@ impl Relock {
 }
 
 /// The `run_id` an `INFO server` reply gives (40 hex digits, new at every start of a server).
+/// How long [`Relock::check_distinct_servers`] waits for each master's `run_id` at least.
+const IDENTITY_TIMEOUT: Duration = Duration::from_secs(2);
+
 fn run_id_of(info: &str) -> Option<String> {
     info.lines()
         .find_map(|l| l.trim().strip_prefix("run_id:"))

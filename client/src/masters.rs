@@ -122,7 +122,21 @@ impl Masters {
     where
         R: FromRedisValue,
     {
-        let timeout = self.options.node_timeout;
+        self.ask_each_within(key, cmd, self.options.node_timeout, parse)
+            .await
+    }
+
+    /// [`Masters::ask_each`] with each request bounded by `timeout` instead of the node timeout.
+    pub(crate) async fn ask_each_within<R, T>(
+        &self,
+        key: &str,
+        cmd: &redis::Cmd,
+        timeout: Duration,
+        parse: impl Fn(R) -> Result<T, NodeFailure>,
+    ) -> Vec<NodeReport<T>>
+    where
+        R: FromRedisValue,
+    {
         let parse = &parse;
         let replies = futures_util::future::join_all(self.nodes.iter().map(|n| async move {
             let reply: Result<R, _> = n.query(key, cmd, timeout).await;
