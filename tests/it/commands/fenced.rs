@@ -7,6 +7,7 @@ use relock_testkit as common;
 
 use std::time::Duration;
 
+use common::events::Events;
 use common::raw::{Raw, Reply};
 use common::{attach_replica, eventually, info_field, wait_replica, Server};
 
@@ -645,4 +646,38 @@ fn a_lock_key_of_another_type_is_wrongtype() {
     let e = error(&mut c, &fenced("k", 1, &["SET", "d", "1"]));
     assert!(e.starts_with("WRONGTYPE"), "{e}");
     assert_eq!(get(&mut c, "d"), None);
+}
+
+#[test]
+fn the_inner_command_signals_its_own_key() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let t = acquire(&mut c, "k", "a");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("KEA")
+        .query(&mut c)
+        .unwrap();
+    let mut events = Events::subscribe(&server, "__keyevent@0__:*");
+    // WATCH sees the inner write as a direct one.
+    let mut w = server.conn();
+    let _: () = redis::cmd("WATCH").arg("d").query(&mut w).unwrap();
+    let _: () = fenced("k", t, &["SET", "d", "1"]).query(&mut c).unwrap();
+    let _: () = redis::cmd("MULTI").query(&mut w).unwrap();
+    let _: () = redis::cmd("SET").arg("d").arg("2").query(&mut w).unwrap();
+    let exec: redis::Value = redis::cmd("EXEC").query(&mut w).unwrap();
+    assert_eq!(exec, redis::Value::Nil);
+    assert_eq!(get(&mut c, "d").as_deref(), Some("1"));
+    acquire(&mut c, "sentinel", "o");
+    let got = events.until_sentinel();
+    assert_eq!(
+        got,
+        vec![("__keyevent@0__:set".to_string(), "d".to_string()),]
+    );
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut c)
+        .unwrap();
+    assert!(stats.contains("cmdstat_set:"), "{stats}");
 }
