@@ -681,3 +681,33 @@ fn the_inner_command_signals_its_own_key() {
         .unwrap();
     assert!(stats.contains("cmdstat_set:"), "{stats}");
 }
+
+#[test]
+fn cluster_keys_must_share_the_lock_keys_slot() {
+    let cluster = common::cluster::Cluster::start_with(0);
+    let masters: Vec<u16> = cluster.masters().iter().map(|m| m.port).collect();
+    let here = cluster.node(masters[0]);
+    let key = cluster.key_on(here.port, "lock:");
+    let elsewhere = cluster.key_on(masters[1], "data:");
+    let mut c = here.conn();
+    let t = acquire(&mut c, &key, "a");
+    // A key under the lock key's own hash tag: runs here.
+    let tagged = format!("{{{key}}}:data");
+    let _: () = fenced(&key, t, &["SET", &tagged, "1"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(get(&mut c, &tagged).as_deref(), Some("1"));
+    // A key of another slot: Redis's own CROSSSLOT, from the keys getkeys-api reported.
+    let e = error(&mut c, &fenced(&key, t, &["SET", &elsewhere, "1"]));
+    assert!(e.starts_with("CROSSSLOT"), "{e}");
+    let e = error(
+        &mut c,
+        &fenced(&key, t, &["EVAL", "return 1", "1", &elsewhere]),
+    );
+    assert!(e.starts_with("CROSSSLOT"), "{e}");
+    // The lock key served elsewhere: MOVED, as for any command of that slot.
+    let mut other = cluster.node(masters[1]).conn();
+    let e = error(&mut other, &fenced(&key, t, &["SET", &tagged, "2"]));
+    assert!(e.starts_with("MOVED"), "{e}");
+    assert_eq!(get(&mut c, &tagged).as_deref(), Some("1"));
+}
