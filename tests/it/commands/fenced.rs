@@ -583,7 +583,7 @@ fn reentry_script_releasing_the_lock() {
 }
 
 #[test]
-fn tracked_reads_on_7_0_are_refused() {
+fn reads_are_tracked_or_refused_on_7_0() {
     let server = Server::start();
     let mut c = server.conn_resp3();
     let t = acquire(&mut c, "k", "a");
@@ -614,8 +614,38 @@ fn tracked_reads_on_7_0_are_refused() {
         let v: Option<String> = read.query(&mut c).unwrap();
         assert_eq!(v.as_deref(), Some("1"));
     } else {
-        let v: Option<String> = read.query(&mut c).unwrap();
+        // Tracked as a direct read: a write by another connection invalidates it.
+        let mut sub = server.conn();
+        let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut sub).unwrap();
+        sub.set_read_timeout(Some(SOON)).unwrap();
+        sub.send_packed_command(
+            &redis::cmd("SUBSCRIBE")
+                .arg("__redis__:invalidate")
+                .get_packed_command(),
+        )
+        .unwrap();
+        let _ = sub.recv_response().expect("SUBSCRIBE confirmation");
+        let mut r = server.conn();
+        let _: () = redis::cmd("CLIENT")
+            .arg("TRACKING")
+            .arg("ON")
+            .arg("REDIRECT")
+            .arg(id)
+            .query(&mut r)
+            .unwrap();
+        let v: Option<String> = fenced("k", t, &["GET", "d"]).query(&mut r).unwrap();
         assert_eq!(v, None);
+        let _: () = redis::cmd("SET")
+            .arg("d")
+            .arg("1")
+            .query(&mut server.conn())
+            .unwrap();
+        let msg = sub.recv_response().expect("an invalidation");
+        let text = format!("{msg:?}");
+        assert!(
+            text.contains("invalidate") && text.contains("\"d\""),
+            "{text}"
+        );
     }
 }
 
