@@ -135,6 +135,8 @@ fn token_and_arity_errors() {
     assert!(e.contains("wrong number of arguments for 'get'"), "{e}");
     let e = error(&mut c, &fenced("k", 1, &["NOSUCHCOMMAND", "x"]));
     assert!(e.starts_with("ERR unknown command"), "{e}");
+    let e = error(&mut c, &fenced("k", 1, &["OBJECT", "NOSUCH", "d"]));
+    assert!(e.to_lowercase().contains("unknown subcommand"), "{e}");
 }
 
 #[test]
