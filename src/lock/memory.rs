@@ -627,7 +627,7 @@ impl Sim {
     pub fn fence(&mut self, key: &[u8], token: u64) -> crate::lock::Fence {
         let mut fence = None;
         self.command(key, |e, h, k| {
-            fence = Some(e.fence(h, k, token));
+            fence = Some(e.fence(k, token, h.now_ms()));
             Reply::Ok
         });
         fence.expect("the key opened")

@@ -5,7 +5,7 @@
 use std::fmt;
 
 use super::Engine;
-use crate::lock::host::{Handles, Host, Key};
+use crate::lock::host::{Handles, Key};
 use crate::lock::packed::LockRef;
 
 /// What a key holds now, as `-FENCED` names it.
@@ -51,10 +51,11 @@ impl Fence {
 }
 
 impl<T: Handles> Engine<T> {
-    /// `LOCK.FENCED`'s check of `token` against the live hold of `key`. O(1) for an exclusive
-    /// hold, O(H) for a shared key with H holders (no index by token). A stale token is counted.
-    pub fn fence<H: Host<T>>(&mut self, host: &H, key: &H::Key, token: u64) -> Fence {
-        let now = host.now_ms();
+    /// `LOCK.FENCED`'s check of `token` against the live hold of `key` at `now` (Unix ms: the
+    /// server's command time, frozen for a whole `MULTI` or script where the server has one).
+    /// O(1) for an exclusive hold (whose lease is the key's own expiry, Redis's to apply), O(H)
+    /// for a shared key with H holders (no index by token). A stale token is counted.
+    pub fn fence(&mut self, key: &impl Key, token: u64, now: i64) -> Fence {
         let current = match key.lock() {
             None => Current::None,
             Some(LockRef::Exclusive(hold)) if hold.token() == token => return Fence::Pass,
