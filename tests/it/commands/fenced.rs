@@ -790,3 +790,30 @@ fn a_script_checks_at_its_frozen_command_time_on_7_2() {
         assert_eq!(text, "OK");
     }
 }
+
+#[test]
+fn out_of_memory_is_the_inner_commands_own() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let t = acquire(&mut c, "k", "a");
+    let _: () = redis::cmd("SET").arg("d").arg("v").query(&mut c).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    let direct = error(&mut c, &redis::cmd("SET").arg("e").arg("v").clone());
+    assert!(direct.starts_with("OOM"), "{direct}");
+    assert_eq!(error(&mut c, &fenced("k", t, &["SET", "e", "v"])), direct);
+    // A command that frees memory still runs (not deny-oom itself).
+    let n: i64 = fenced("k", t, &["DEL", "d"]).query(&mut c).unwrap();
+    assert_eq!(n, 1);
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(get(&mut c, "e"), None);
+}
