@@ -43,23 +43,11 @@ impl<T: Handles> Engine<T> {
         let Some(blocked) = host.block() else {
             return info.map_or(Reply::Nil, |info| Reply::Info(*info));
         };
-        let id = key.id().to_id();
-        let timeout = (timeout_ms > 0).then(|| {
-            let at = host
-                .now_ms()
-                .saturating_add(i64::try_from(timeout_ms).unwrap_or(i64::MAX));
-            self.schedule
-                .start(host, at, Due::ObserveEnds(blocked.client))
-        });
-        self.observers.add(
-            blocked.client,
-            Observer {
-                key: id,
-                known,
-                timeout,
-                caller: blocked.caller,
-            },
-        );
+        // The timeout is the host's (Redis's blocked-client timeout, which answers through
+        // `observer_unblocked`): no timer is kept per observer.
+        let _ = timeout_ms;
+        self.observers
+            .add(blocked.client, key.id().to_id(), known, blocked.caller);
         self.arm_observed_deadline(host, key);
         Reply::Blocked
     }
@@ -107,8 +95,8 @@ impl<T: Handles> Engine<T> {
         host: &mut H,
         client: T::Client,
     ) -> Option<Outcome> {
-        let observer = self.leave_observing(host, client)?;
-        let outcome = self.outcome_now(host, &observer);
+        let outcome = self.outcome_now(host, client)?;
+        self.leave_observing(host, client);
         host.unblock(client, Outcome::TimedOut);
         Some(outcome)
     }
@@ -123,22 +111,10 @@ impl<T: Handles> Engine<T> {
     }
 
     /// Takes `client` out of the observers, stopping its timers.
-    fn leave_observing<H: Host<T>>(
-        &mut self,
-        host: &mut H,
-        client: T::Client,
-    ) -> Option<Observer<T>> {
+    fn leave_observing<H: Host<T>>(&mut self, host: &mut H, client: T::Client) -> Option<Observer> {
         let (observer, deadline) = self.observers.remove(client)?;
-        self.stop_timers(host, observer.timeout, deadline);
+        self.stop_timers(host, None, deadline);
         Some(observer)
-    }
-
-    /// An observer's timeout passed: it is answered the current state.
-    pub(super) fn observe_ends<H: Host<T>>(&mut self, host: &mut H, client: T::Client) {
-        if let Some(observer) = self.leave_observing(host, client) {
-            let outcome = self.outcome_now(host, &observer);
-            host.unblock(client, outcome);
-        }
     }
 
     /// The observed key's expiry timer fired: on a master the key is looked at (an expired key
@@ -183,8 +159,8 @@ impl<T: Handles> Engine<T> {
         let woken = self.observers.take_changed(id.as_ref(), current, budget);
         self.work += woken.len();
         for client in woken {
-            if let Some(observer) = self.leave_observing(host, client) {
-                let outcome = self.permitted_outcome(host, &observer, info.clone());
+            let outcome = self.permitted_outcome(host, client, info.clone());
+            if self.leave_observing(host, client).is_some() {
                 self.stats.observe_wakeups += 1;
                 host.unblock(client, outcome);
             }
@@ -210,30 +186,38 @@ impl<T: Handles> Engine<T> {
         }
     }
 
-    /// What `observer` would be answered now (its timeout, `CLIENT UNBLOCK`).
-    fn outcome_now<H: Host<T>>(&mut self, host: &mut H, observer: &Observer<T>) -> Outcome {
-        if let Some(to) = host.redirect(&observer.key.name) {
-            return Outcome::Error(LockError::Redirect(to));
+    /// What observer `client` would be answered now (its timeout, `CLIENT UNBLOCK`); none if
+    /// it does not observe.
+    fn outcome_now<H: Host<T>>(&mut self, host: &mut H, client: T::Client) -> Option<Outcome> {
+        let key = self.observers.key_of(client)?.clone();
+        if let Some(to) = host.redirect(&key.name) {
+            return Some(Outcome::Error(LockError::Redirect(to)));
         }
-        match host.open(&observer.key) {
+        Some(match host.open(&key) {
             Err(OpenError::WrongType) => Outcome::Error(LockError::WrongType),
             Err(OpenError::Unavailable) => Outcome::Info(None),
             Ok(key) => match self.seen_in(host, &key) {
-                Seen::Lock(info, _) => self.permitted_outcome(host, observer, info),
+                Seen::Lock(info, _) => self.permitted_outcome(host, client, info),
                 Seen::Error(error) => Outcome::Error(error),
                 Seen::Unavailable => Outcome::Info(None),
             },
-        }
+        })
     }
 
-    /// `info` for `observer`, unless it shows a hold its user may no longer read.
+    /// `info` for observer `client` (before it leaves), unless it shows a hold its caller may
+    /// no longer read.
     fn permitted_outcome<H: Host<T>>(
-        &mut self,
+        &self,
         host: &mut H,
-        observer: &Observer<T>,
+        client: T::Client,
         info: Option<Box<Info>>,
     ) -> Outcome {
-        if info.is_some() && observer.caller.as_ref().is_some_and(|c| !host.permitted(c)) {
+        if info.is_some()
+            && self
+                .observers
+                .caller_of(client)
+                .is_some_and(|c| !host.permitted(c))
+        {
             return Outcome::Error(LockError::NoPermObserve);
         }
         Outcome::Info(info)
