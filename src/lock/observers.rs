@@ -15,7 +15,7 @@
 //! so neither is kept per observer. Measured with 10,000 observers on one key: see
 //! docs/benchmarks.md.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 
 use super::host::{Handles, KeyId, KeyRef};
@@ -69,7 +69,16 @@ pub struct Observers<T: Handles> {
     /// Free slots of `watched`.
     free: Vec<u32>,
     clients: HashMap<T::Client, Place>,
+    /// When observers' timeouts come due, rounded up to [`TIMEOUT_STEP_MS`] (not one per
+    /// observer: a set of distinct steps, some perhaps of observers already gone), and the timer
+    /// armed at the first.
+    pub timeouts: BTreeSet<i64>,
+    pub timeout_timer: Option<(TimerId, i64)>,
 }
+
+/// How finely the module turns the event loop for observers' timeouts (Redis serves
+/// blocked-client timeouts only when its loop turns: every `1000/hz` ms on an idle server).
+pub const TIMEOUT_STEP_MS: i64 = 5;
 
 impl<T: Handles> Default for Observers<T> {
     fn default() -> Self {
@@ -78,6 +87,8 @@ impl<T: Handles> Default for Observers<T> {
             watched: Vec::new(),
             free: Vec::new(),
             clients: HashMap::new(),
+            timeouts: BTreeSet::new(),
+            timeout_timer: None,
         }
     }
 }

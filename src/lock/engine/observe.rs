@@ -8,7 +8,7 @@
 use super::{Engine, TURN_BUDGET};
 use crate::lock::errors::LockError;
 use crate::lock::host::{Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
-use crate::lock::observers::Observer;
+use crate::lock::observers::{Observer, TIMEOUT_STEP_MS};
 use crate::lock::reply::{Info, Reply};
 use crate::lock::schedule::{Due, Job};
 use crate::lock::shared::Mode;
@@ -44,8 +44,16 @@ impl<T: Handles> Engine<T> {
             return info.map_or(Reply::Nil, |info| Reply::Info(*info));
         };
         // The timeout is the host's (Redis's blocked-client timeout, which answers through
-        // `observer_unblocked`): no timer is kept per observer.
-        let _ = timeout_ms;
+        // `observer_unblocked`): no timer is kept per observer, only one to turn the loop then.
+        if timeout_ms > 0 {
+            let at = host
+                .now_ms()
+                .saturating_add(i64::try_from(timeout_ms).unwrap_or(i64::MAX))
+                .saturating_add(1);
+            let step = at.saturating_add(TIMEOUT_STEP_MS - 1) / TIMEOUT_STEP_MS * TIMEOUT_STEP_MS;
+            self.observers.timeouts.insert(step);
+            self.arm_observe_timeouts(host);
+        }
         self.observers
             .add(blocked.client, key.id().to_id(), known, blocked.caller);
         self.arm_observed_deadline(host, key);
@@ -113,8 +121,41 @@ impl<T: Handles> Engine<T> {
     /// Takes `client` out of the observers, stopping its timers.
     fn leave_observing<H: Host<T>>(&mut self, host: &mut H, client: T::Client) -> Option<Observer> {
         let (observer, deadline) = self.observers.remove(client)?;
-        self.stop_timers(host, None, deadline);
+        let mut turn = None;
+        if self.observers.is_empty() {
+            self.observers.timeouts.clear();
+            turn = self.observers.timeout_timer.take().map(|(timer, _)| timer);
+        }
+        self.stop_timers(host, turn, deadline);
         Some(observer)
+    }
+
+    /// Arms the timer that turns the event loop at the first observer timeout (or moves it).
+    fn arm_observe_timeouts<H: Host<T>>(&mut self, host: &mut H) {
+        let first = self.observers.timeouts.first().copied();
+        let armed = self.observers.timeout_timer;
+        if armed.map(|(_, at)| at) == first {
+            return;
+        }
+        if let Some((timer, _)) = armed {
+            self.schedule.stop(host, timer);
+        }
+        self.observers.timeout_timer =
+            first.map(|at| (self.schedule.start(host, at, Due::ObserveTimeouts), at));
+    }
+
+    /// Observers' timeouts came due: Redis serves them once this turn of its loop ends; the
+    /// timer moves to the next.
+    pub(super) fn observe_timeouts_due<H: Host<T>>(&mut self, host: &mut H) {
+        self.observers.timeout_timer = None;
+        let now = host.now_ms();
+        while self.observers.timeouts.first().is_some_and(|at| *at <= now) {
+            self.observers.timeouts.pop_first();
+        }
+        if self.observers.is_empty() {
+            self.observers.timeouts.clear();
+        }
+        self.arm_observe_timeouts(host);
     }
 
     /// The observed key's expiry timer fired: on a master the key is looked at (an expired key

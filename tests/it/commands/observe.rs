@@ -626,3 +626,36 @@ fn an_observed_key_migrated_away_answers_the_redirect() {
         "{e}"
     );
 }
+
+/// Attack round 40: the timeout is Redis's blocked-client timeout (no timer per observer, for
+/// the 64 bytes), which Redis serves only when its event loop turns: on an idle server with
+/// `hz 1` a 50 ms timeout was answered after up to a second. The module turns the loop at each
+/// observer timeout (to 5 ms), so it is answered within milliseconds, and leaves no timer.
+#[test]
+fn timeouts_are_prompt_on_an_idle_server() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("hz")
+        .arg("1")
+        .query(&mut c)
+        .unwrap();
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    for timeout in [1, 50, 200] {
+        let mut raw = Raw::connect(&server);
+        let started = Instant::now();
+        send_observe(&mut raw, "k", t, timeout);
+        assert_eq!(token_of(&raw.read(SOON)), t);
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(timeout) && took < Duration::from_millis(timeout + 250),
+            "timeout {timeout} ms answered after {took:?}"
+        );
+    }
+    // Observers with timeouts that ended early (a release) leave no timer behind.
+    let mut obs = blocked_observer(&server, "k", t, 60_000);
+    release(&mut c, "k", "a");
+    assert_eq!(obs.read(SOON), Reply::Nil);
+    assert!(eventually(SOON, || common::info_field(&mut c, "timers") == 0));
+}
