@@ -21,18 +21,37 @@ use std::rc::Rc;
 use super::host::{Handles, KeyId, KeyRef};
 use super::schedule::TimerId;
 
+/// A known token takes 53 bits of an entry's `word`; its caller's index the 11 above.
+const TOKEN_BITS: u32 = 53;
+const TOKEN_MASK: u64 = (1 << TOKEN_BITS) - 1;
 /// No caller recorded (an internal client: nothing to re-check).
-const NO_CALLER: u32 = u32::MAX;
+const NO_CALLER: u32 = 0x7FF;
+/// The caller is in `Observers::spilled` (a key observed by more than 2,045 distinct callers).
+const SPILLED: u32 = 0x7FE;
+/// An entry's `due` when its timeout is kept by a timer of its own (see `Observers::far`).
+pub const FAR: u32 = u32::MAX;
 
 /// One observer in its key's list: 20 bytes (packed to 4-byte alignment).
 #[repr(C, packed(4))]
 #[derive(Clone, Copy)]
 struct Entry<C: Copy> {
     client: C,
-    /// The token it knows of (0: no holder).
-    known: u64,
-    /// Its caller in the key's `callers` ([`NO_CALLER`]: none).
-    caller: u32,
+    /// The token it knows of (0: no holder; below 2^53), and above it its caller's index in the
+    /// key's `callers` ([`NO_CALLER`], [`SPILLED`]).
+    word: u64,
+    /// When its timeout passes, in [`TIMEOUT_STEP_MS`] steps after `Observers::base_ms` (0: no
+    /// timeout; [`FAR`]: a timer of its own).
+    due: u32,
+}
+
+impl<C: Copy> Entry<C> {
+    fn known(&self) -> u64 {
+        self.word & TOKEN_MASK
+    }
+
+    fn caller(&self) -> u32 {
+        (self.word >> TOKEN_BITS) as u32
+    }
 }
 
 /// Where a client's entry is: its key's slot and its position in that key's list.
@@ -69,15 +88,22 @@ pub struct Observers<T: Handles> {
     /// Free slots of `watched`.
     free: Vec<u32>,
     clients: HashMap<T::Client, Place>,
-    /// When observers' timeouts come due, rounded up to [`TIMEOUT_STEP_MS`] (not one per
-    /// observer: a set of distinct steps, some perhaps of observers already gone), and the timer
-    /// armed at the first.
+    /// The steps at which observers' timeouts pass (ms, a multiple of [`TIMEOUT_STEP_MS`]; one
+    /// per distinct step, not per observer, some perhaps of observers already gone), and the
+    /// timer armed at the first: when it fires, the entries whose `due` passed are answered.
     pub timeouts: BTreeSet<i64>,
     pub timeout_timer: Option<(TimerId, i64)>,
+    /// What an entry's `due` counts from (set when the first observer comes).
+    base_ms: Option<i64>,
+    /// Observers whose timeout does not fit an entry's `due` (248 days past `base_ms`): their
+    /// own timers.
+    far: HashMap<T::Client, TimerId>,
+    /// Callers beyond the 2,045 distinct ones an entry can name, by client.
+    spilled: HashMap<T::Client, T::Caller>,
 }
 
-/// How finely the module turns the event loop for observers' timeouts (Redis serves
-/// blocked-client timeouts only when its loop turns: every `1000/hz` ms on an idle server).
+/// How finely observers' timeouts are kept: a timeout is answered within this many ms after
+/// it passes (plus the turn's own delay).
 pub const TIMEOUT_STEP_MS: i64 = 5;
 
 impl<T: Handles> Default for Observers<T> {
@@ -89,6 +115,9 @@ impl<T: Handles> Default for Observers<T> {
             clients: HashMap::new(),
             timeouts: BTreeSet::new(),
             timeout_timer: None,
+            base_ms: None,
+            far: HashMap::new(),
+            spilled: HashMap::new(),
         }
     }
 }
@@ -126,8 +155,17 @@ impl<T: Handles> Observers<T> {
         self.slot(key).is_some()
     }
 
-    /// Adds `client`, observing `key` and knowing `known`, for `caller`.
-    pub fn add(&mut self, client: T::Client, key: KeyId, known: u64, caller: Option<T::Caller>) {
+    /// Adds `client`, observing `key` and knowing `known` (below 2^53), for `caller`, until
+    /// `until` (ms; none: no timeout). Returns whether that timeout is too far to be kept in
+    /// the entry ([`FAR`]): the caller then arms a timer of its own ([`Observers::set_far`]).
+    pub fn add(
+        &mut self,
+        client: T::Client,
+        key: KeyId,
+        known: u64,
+        caller: Option<T::Caller>,
+        until: Option<i64>,
+    ) -> bool {
         let slot = match self.slot(key.as_ref()) {
             Some(slot) => slot,
             None => {
@@ -160,7 +198,26 @@ impl<T: Handles> Observers<T> {
             .expect("an indexed slot is used");
         let caller = match caller {
             None => NO_CALLER,
-            Some(caller) => watched.share(caller),
+            Some(caller) => match watched.share(caller) {
+                Ok(index) => index,
+                Err(caller) => {
+                    self.spilled.insert(client, caller);
+                    SPILLED
+                }
+            },
+        };
+        let due = match until {
+            None => 0,
+            Some(at) => {
+                let base = *self.base_ms.get_or_insert(at.saturating_sub(1));
+                let steps = (at.saturating_sub(base) + TIMEOUT_STEP_MS - 1) / TIMEOUT_STEP_MS;
+                let due = u32::try_from(steps.max(1)).unwrap_or(FAR);
+                if due != FAR {
+                    self.timeouts
+                        .insert(base + i64::from(due) * TIMEOUT_STEP_MS);
+                }
+                due
+            }
         };
         match watched.knowns.iter_mut().find(|(k, _)| *k == known) {
             Some((_, n)) => *n += 1,
@@ -172,18 +229,49 @@ impl<T: Handles> Observers<T> {
             entries.reserve_exact((entries.len() / 4).max(4));
         }
         let pos = u32::try_from(entries.len()).expect("fewer than 2^32 observers");
+        debug_assert!(known <= TOKEN_MASK);
         entries.push(Entry {
             client,
-            known,
-            caller,
+            word: (known & TOKEN_MASK) | (u64::from(caller) << TOKEN_BITS),
+            due,
         });
         self.clients.insert(client, Place { key: slot, pos });
+        due == FAR
     }
 
-    /// Takes `client` out; returns its observer, and the key's deadline timer when the key has
-    /// no observer left (the caller stops it).
-    pub fn remove(&mut self, client: T::Client) -> Option<(Observer, Option<TimerId>)> {
+    /// Records the timer of an observer whose timeout is [`FAR`].
+    pub fn set_far(&mut self, client: T::Client, timer: TimerId) {
+        self.far.insert(client, timer);
+    }
+
+    /// At most `max` observers whose timeout passed by `now_ms`.
+    pub fn timed_out(&self, now_ms: i64, max: usize) -> Vec<T::Client> {
+        let Some(base) = self.base_ms else {
+            return Vec::new();
+        };
+        let passed = (now_ms.saturating_sub(base) / TIMEOUT_STEP_MS).clamp(0, i64::from(FAR - 1));
+        let passed = u32::try_from(passed).unwrap_or(0);
+        self.watched
+            .iter()
+            .flatten()
+            .flat_map(|w| w.entries.iter())
+            .filter(|e| {
+                let due = e.due;
+                due != 0 && due != FAR && due <= passed
+            })
+            .map(|e| e.client)
+            .take(max)
+            .collect()
+    }
+
+    /// Takes `client` out; returns its observer, its own timeout timer if [`FAR`], and the
+    /// key's deadline timer when the key has no observer left (the caller stops them).
+    pub fn remove(
+        &mut self,
+        client: T::Client,
+    ) -> Option<(Observer, Option<TimerId>, Option<TimerId>)> {
         let place = self.clients.remove(&client)?;
+        let far = self.far.remove(&client);
         if self.clients.len() < self.clients.capacity() / 4 {
             self.clients.shrink_to(self.clients.len() * 2);
         }
@@ -197,15 +285,17 @@ impl<T: Handles> Observers<T> {
                 p.pos = place.pos;
             }
         }
-        let known = entry.known;
+        let known = entry.known();
         if let Some(i) = watched.knowns.iter().position(|(k, _)| *k == known) {
             watched.knowns[i].1 -= 1;
             if watched.knowns[i].1 == 0 {
                 watched.knowns.swap_remove(i);
             }
         }
-        let caller = entry.caller;
-        if let Some(c) = watched.callers.get_mut(caller as usize) {
+        let caller = entry.caller();
+        if caller == SPILLED {
+            self.spilled.remove(&client);
+        } else if let Some(c) = watched.callers.get_mut(caller as usize) {
             c.1 -= 1;
             if c.1 == 0 {
                 c.0 = None;
@@ -232,7 +322,12 @@ impl<T: Handles> Observers<T> {
                 self.free = Vec::new();
             }
         }
-        Some((Observer { key, known }, deadline))
+        if self.clients.is_empty() {
+            self.base_ms = None;
+            self.far = HashMap::new();
+            self.spilled = HashMap::new();
+        }
+        Some((Observer { key, known }, far, deadline))
     }
 
     /// At most `max` observers of `key` whose known token is not `current`.
@@ -246,10 +341,7 @@ impl<T: Handles> Observers<T> {
         watched
             .entries
             .iter()
-            .filter(|e| {
-                let known = e.known;
-                known != current
-            })
+            .filter(|e| e.known() != current)
             .map(|e| e.client)
             .take(max)
             .collect()
@@ -304,14 +396,18 @@ impl<T: Handles> Observers<T> {
     pub fn caller_of(&self, client: T::Client) -> Option<&T::Caller> {
         let place = self.clients.get(&client)?;
         let watched = self.watched[place.key as usize].as_ref()?;
-        let caller = watched.entries.get(place.pos as usize)?.caller;
+        let caller = watched.entries.get(place.pos as usize)?.caller();
+        if caller == SPILLED {
+            return self.spilled.get(&client);
+        }
         watched.callers.get(caller as usize)?.0.as_ref()
     }
 }
 
 impl<T: Handles> Watched<T> {
-    /// The index of `caller` among the key's callers, counted once more (added if new).
-    fn share(&mut self, caller: T::Caller) -> u32 {
+    /// The index of `caller` among the key's callers, counted once more (added if new); the
+    /// caller back if the key already has all the distinct callers an entry can name.
+    fn share(&mut self, caller: T::Caller) -> Result<u32, T::Caller> {
         let index = match self
             .callers
             .iter()
@@ -323,14 +419,15 @@ impl<T: Handles> Watched<T> {
                     self.callers[i].0 = Some(caller);
                     i
                 }
-                None => {
+                None if self.callers.len() < SPILLED as usize => {
                     self.callers.push((Some(caller), 0));
                     self.callers.len() - 1
                 }
+                None => return Err(caller),
             },
         };
         self.callers[index].1 += 1;
-        u32::try_from(index).expect("fewer than 2^32 callers")
+        Ok(u32::try_from(index).expect("fewer than 2^11 callers"))
     }
 }
 
@@ -397,7 +494,7 @@ mod tests {
         let mut o: Observers<MemHost> = Observers::default();
         const N: u64 = 10_000;
         for c in 0..N {
-            o.add(c, key("k"), 5, Some(1));
+            o.add(c, key("k"), (1 << 53) - 1, Some(1), Some(1_000 + c as i64));
         }
         let each = o.heap_bytes() as f64 / N as f64;
         assert!(each <= 64.0, "{each:.1} bytes per observer");
@@ -418,6 +515,7 @@ mod tests {
                 key(if c % 3 == 0 { "a" } else { "b" }),
                 c % 2,
                 Some(c % 5),
+                Some(c as i64),
             );
         }
         // Out of order: each removal moves another entry into the hole.
@@ -427,7 +525,7 @@ mod tests {
                 Some(Rc::from(k.as_bytes()))
             });
             assert_eq!(o.caller_of(c), Some(&(c % 5)));
-            let (observer, _) = o.remove(c).expect("observes");
+            let (observer, _, _) = o.remove(c).expect("observes");
             assert_eq!(observer.known, c % 2);
             assert!(o.remove(c).is_none());
         }
@@ -436,10 +534,59 @@ mod tests {
     }
 
     #[test]
+    fn timeouts_pass_never_early_and_far_ones_get_their_own_timer() {
+        let mut o: Observers<MemHost> = Observers::default();
+        assert!(!o.add(1, key("k"), 3, None, Some(1_000)));
+        assert!(!o.add(2, key("k"), 3, None, Some(1_012)));
+        assert!(!o.add(3, key("k"), 3, None, None));
+        // 2^32 steps of 5 ms: about 680 days.
+        assert!(o.add(4, key("k"), 3, None, Some(1_000 + (1 << 32) * 5)));
+        o.set_far(4, 77);
+        assert!(o.timed_out(999, 10).is_empty());
+        assert_eq!(o.timed_out(1_004, 10), vec![1]);
+        assert_eq!(o.timed_out(1_011, 10), vec![1]);
+        let mut due = o.timed_out(1_020, 10);
+        due.sort_unstable();
+        assert_eq!(due, vec![1, 2]);
+        assert_eq!(o.timed_out(1_020, 1).len(), 1);
+        assert_eq!(
+            o.timeouts.iter().copied().collect::<Vec<_>>(),
+            vec![1_004, 1_014]
+        );
+        assert_eq!(o.remove(4).map(|(_, far, _)| far), Some(Some(77)));
+        for c in 1..4 {
+            o.remove(c);
+        }
+        assert!(o.base_ms.is_none() && o.far.is_empty());
+    }
+
+    #[test]
+    fn callers_beyond_what_an_entry_names_are_kept_apart() {
+        let mut o: Observers<MemHost> = Observers::default();
+        let n = u64::from(SPILLED) + 10;
+        for c in 0..n {
+            o.add(c, key("k"), 9, Some(c), None);
+        }
+        for c in 0..n {
+            assert_eq!(o.caller_of(c), Some(&c), "caller of {c}");
+        }
+        assert_eq!(o.spilled.len(), 10);
+        assert_eq!(
+            o.take_changed(key("k").as_ref(), 8, usize::MAX).len(),
+            n as usize
+        );
+        for c in 0..n {
+            let (observer, _, _) = o.remove(c).expect("observes");
+            assert_eq!(observer.known, 9);
+        }
+        assert!(o.spilled.is_empty() && o.is_empty());
+    }
+
+    #[test]
     fn only_changed_tokens_are_taken() {
         let mut o: Observers<MemHost> = Observers::default();
         for c in 0..10u64 {
-            o.add(c, key("k"), if c < 4 { 7 } else { 8 }, None);
+            o.add(c, key("k"), if c < 4 { 7 } else { 8 }, None, None);
         }
         assert!(o.take_changed(key("k").as_ref(), 0, 100).len() == 10);
         let mut changed = o.take_changed(key("k").as_ref(), 8, 100);

@@ -46,9 +46,10 @@ pub enum Due<C> {
     GraceEnds,
     /// The hold of an observed key may have expired: the key is looked at.
     ObserveDeadline(KeyId),
-    /// Observers' timeouts (Redis's own) may be due: the event loop turns, so that Redis
-    /// serves them now rather than at its next cron tick.
+    /// Observers' timeouts may have passed: those observers are answered.
     ObserveTimeouts,
+    /// The timeout of an observer too far ahead to be kept in its entry passed.
+    ObserveEnds(C),
     /// The first lease of this shared key has lapsed: its lapsed leases are removed, a slice a
     /// turn, whether or not a command touches the key.
     Lapse(KeyId),

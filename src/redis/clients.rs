@@ -54,32 +54,24 @@ pub fn block(
     Some((client, Caller::of_running_command(ctx, argv)))
 }
 
-/// Blocks the client of a `LOCK.OBSERVE key known_token timeout_ms`, as [`block`] does, but with
-/// a timeout callback and Redis's own timeout (`timeout_ms`, checked by the command before it
-/// gets here; 0: none): an observer holds nothing, so Redis may end its wait, by its timeout or
-/// by `CLIENT UNBLOCK id`, and the callback answers the current state (`CLIENT UNBLOCK id ERROR`:
-/// Redis answers `-UNBLOCKED` and calls the disconnect callback). No timer is kept per observer
-/// (the spec's 64 bytes per observer); Redis serves blocked-client timeouts as for `BLPOP`, at
-/// its next event-loop turn (within `1000/hz` ms of the timeout on an idle server).
+/// Blocks the client of a `LOCK.OBSERVE`, as [`block`] does, but with a timeout callback: an
+/// observer holds nothing, so `CLIENT UNBLOCK id` may end it (answered as its timeout: the
+/// current state) and `CLIENT UNBLOCK id ERROR` too (Redis answers `-UNBLOCKED` and calls the
+/// disconnect callback). Still no Redis timeout (0): the engine times observers out itself
+/// (Redis's timeout could come in the same event-loop turn as the module's answer and drop it on
+/// 7.0). Its caller is the one every observer of the key by the same user shares.
 pub fn block_observer(
     ctx: *mut raw::RedisModuleCtx,
     argv: &[*mut raw::RedisModuleString],
 ) -> Option<(Client, Option<Caller>)> {
-    let timeout_ms = argv
-        .get(3)
-        // SAFETY: the running command's argument, alive for this call.
-        .map(|&a| unsafe { ffi::string_bytes(a) })
-        .and_then(|b| crate::lock::args::timeout_ms(b).ok())
-        .unwrap_or(0);
-    // SAFETY: as in `block`, with a timeout callback that never unwinds; the timeout is at most
-    // `args::MAX_TIMEOUT_MS`, far from overflowing Redis's ms clock.
+    // SAFETY: as in `block`, with a timeout callback that never unwinds.
     let client = unsafe {
         rm!(RedisModule_BlockClient(
             ctx,
             Some(on_reply),
             Some(on_observer_unblocked),
             Some(free_outcome),
-            timeout_ms as std::os::raw::c_longlong
+            0
         ))
     };
     if client.is_null() {
@@ -95,7 +87,8 @@ pub fn block_observer(
     Some((client, Caller::of_observer(ctx, argv)))
 }
 
-/// An observer's timeout, or `CLIENT UNBLOCK id [TIMEOUT]` on it: answered the current state. (Redis calls no timeout callback for a client the module already unblocked.)
+/// `CLIENT UNBLOCK id [TIMEOUT]` on an observer: answered the current state, as its timeout
+/// would be. (Redis calls no timeout callback for a client the module already unblocked.)
 extern "C" fn on_observer_unblocked(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,

@@ -8,7 +8,7 @@
 use super::{Engine, TURN_BUDGET};
 use crate::lock::errors::LockError;
 use crate::lock::host::{Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
-use crate::lock::observers::{Observer, TIMEOUT_STEP_MS};
+use crate::lock::observers::Observer;
 use crate::lock::reply::{Info, Reply};
 use crate::lock::schedule::{Due, Job};
 use crate::lock::shared::Mode;
@@ -43,19 +43,23 @@ impl<T: Handles> Engine<T> {
         let Some(blocked) = host.block() else {
             return info.map_or(Reply::Nil, |info| Reply::Info(*info));
         };
-        // The timeout is the host's (Redis's blocked-client timeout, which answers through
-        // `observer_unblocked`): no timer is kept per observer, only one to turn the loop then.
-        if timeout_ms > 0 {
-            let at = host
-                .now_ms()
+        // The timeout is kept in the observer's entry (a step of 5 ms), not by a timer of its
+        // own: one timer fires at the first step due. Not Redis's blocked-client timeout, which
+        // may come in the same event-loop turn as an answer the module already gave and then
+        // drop it (7.0) or answer twice.
+        let until = (timeout_ms > 0).then(|| {
+            host.now_ms()
                 .saturating_add(i64::try_from(timeout_ms).unwrap_or(i64::MAX))
-                .saturating_add(1);
-            let step = at.saturating_add(TIMEOUT_STEP_MS - 1) / TIMEOUT_STEP_MS * TIMEOUT_STEP_MS;
-            self.observers.timeouts.insert(step);
-            self.arm_observe_timeouts(host);
+        });
+        let client = blocked.client;
+        let far = self
+            .observers
+            .add(client, key.id().to_id(), known, blocked.caller, until);
+        if let (true, Some(at)) = (far, until) {
+            let timer = self.schedule.start(host, at, Due::ObserveEnds(client));
+            self.observers.set_far(client, timer);
         }
-        self.observers
-            .add(blocked.client, key.id().to_id(), known, blocked.caller);
+        self.arm_observe_timeouts(host);
         self.arm_observed_deadline(host, key);
         Reply::Blocked
     }
@@ -120,13 +124,14 @@ impl<T: Handles> Engine<T> {
 
     /// Takes `client` out of the observers, stopping its timers.
     fn leave_observing<H: Host<T>>(&mut self, host: &mut H, client: T::Client) -> Option<Observer> {
-        let (observer, deadline) = self.observers.remove(client)?;
-        let mut turn = None;
+        let (observer, far, deadline) = self.observers.remove(client)?;
+        self.stop_timers(host, far, deadline);
         if self.observers.is_empty() {
             self.observers.timeouts.clear();
-            turn = self.observers.timeout_timer.take().map(|(timer, _)| timer);
+            if let Some((timer, _)) = self.observers.timeout_timer.take() {
+                self.schedule.stop(host, timer);
+            }
         }
-        self.stop_timers(host, turn, deadline);
         Some(observer)
     }
 
@@ -144,18 +149,34 @@ impl<T: Handles> Engine<T> {
             first.map(|at| (self.schedule.start(host, at, Due::ObserveTimeouts), at));
     }
 
-    /// Observers' timeouts came due: Redis serves them once this turn of its loop ends; the
-    /// timer moves to the next.
+    /// A step of observers' timeouts came due: the observers whose timeout passed are answered
+    /// the current state, a turn's budget at a time (the rest at once in the next turn); the
+    /// timer moves to the next step.
     pub(super) fn observe_timeouts_due<H: Host<T>>(&mut self, host: &mut H) {
         self.observers.timeout_timer = None;
         let now = host.now_ms();
+        let budget = TURN_BUDGET.saturating_sub(self.work).max(1);
+        let due = self.observers.timed_out(now, budget);
+        self.work += due.len();
+        let more = due.len() == budget;
+        for client in due {
+            self.observe_ends(host, client);
+        }
         while self.observers.timeouts.first().is_some_and(|at| *at <= now) {
             self.observers.timeouts.pop_first();
         }
-        if self.observers.is_empty() {
-            self.observers.timeouts.clear();
+        if more && !self.observers.is_empty() {
+            self.observers.timeouts.insert(now);
         }
         self.arm_observe_timeouts(host);
+    }
+
+    /// An observer's timeout passed: it is answered the current state.
+    pub(super) fn observe_ends<H: Host<T>>(&mut self, host: &mut H, client: T::Client) {
+        if let Some(outcome) = self.outcome_now(host, client) {
+            self.leave_observing(host, client);
+            host.unblock(client, outcome);
+        }
     }
 
     /// The observed key's expiry timer fired: on a master the key is looked at (an expired key
