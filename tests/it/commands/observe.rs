@@ -627,10 +627,12 @@ fn an_observed_key_migrated_away_answers_the_redirect() {
     );
 }
 
-/// Attack round 40: the timeout is Redis's blocked-client timeout (no timer per observer, for
-/// the 64 bytes), which Redis serves only when its event loop turns: on an idle server with
-/// `hz 1` a 50 ms timeout was answered after up to a second. The module turns the loop at each
-/// observer timeout (to 5 ms), so it is answered within milliseconds, and leaves no timer.
+/// Attack round 40: an observer's timeout is kept in its entry, in 5 ms steps, with one timer
+/// for the next step, not a timer each (for the 64 bytes). Handing it to Redis's blocked-client
+/// timeout instead would be served only when Redis's event loop turns: on an idle server with
+/// `hz 1` a 50 ms timeout was answered after 1.0 s (seen in this round); and Redis's timeout may
+/// come in the same turn as the module's own answer and drop it (7.0). Answered within ms, and
+/// no timer left once the observers are gone.
 #[test]
 fn timeouts_are_prompt_on_an_idle_server() {
     let server = Server::start();
