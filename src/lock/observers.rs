@@ -157,7 +157,7 @@ impl<T: Handles> Observers<T> {
     }
 
     /// Adds `client`, observing `key` and knowing `known` (below 2^53), for `caller`, until
-    /// `until` (ms; none: no timeout). Returns whether that timeout is too far to be kept in
+    /// `until` (ms; none: no timeout), at `now_ms`. Returns whether that timeout is too far to be kept in
     /// the entry ([`FAR`]): the caller then arms a timer of its own ([`Observers::set_far`]).
     pub fn add(
         &mut self,
@@ -166,6 +166,7 @@ impl<T: Handles> Observers<T> {
         known: u64,
         caller: Option<T::Caller>,
         until: Option<i64>,
+        now_ms: i64,
     ) -> bool {
         let slot = match self.slot(key.as_ref()) {
             Some(slot) => slot,
@@ -210,7 +211,9 @@ impl<T: Handles> Observers<T> {
         let due = match until {
             None => 0,
             Some(at) => {
-                let base = *self.base_ms.get_or_insert(at.saturating_sub(1));
+                // From now, not from this first deadline: a far first one would put every later
+                // step far ahead too.
+                let base = *self.base_ms.get_or_insert(now_ms);
                 let steps = (at.saturating_sub(base) + TIMEOUT_STEP_MS - 1) / TIMEOUT_STEP_MS;
                 let due = u32::try_from(steps.max(1)).unwrap_or(FAR);
                 if due != FAR {
@@ -495,7 +498,14 @@ mod tests {
         let mut o: Observers<MemHost> = Observers::default();
         const N: u64 = 10_000;
         for c in 0..N {
-            o.add(c, key("k"), (1 << 53) - 1, Some(1), Some(1_000 + c as i64));
+            o.add(
+                c,
+                key("k"),
+                (1 << 53) - 1,
+                Some(1),
+                Some(1_000 + c as i64),
+                0,
+            );
         }
         let each = o.heap_bytes() as f64 / N as f64;
         assert!(each <= 64.0, "{each:.1} bytes per observer");
@@ -517,6 +527,7 @@ mod tests {
                 c % 2,
                 Some(c % 5),
                 Some(c as i64),
+                0,
             );
         }
         // Out of order: each removal moves another entry into the hole.
@@ -537,12 +548,13 @@ mod tests {
     #[test]
     fn timeouts_pass_never_early_and_far_ones_get_their_own_timer() {
         let mut o: Observers<MemHost> = Observers::default();
-        assert!(!o.add(1, key("k"), 3, None, Some(1_000)));
-        assert!(!o.add(2, key("k"), 3, None, Some(1_012)));
-        assert!(!o.add(3, key("k"), 3, None, None));
+        // A far timeout first (found in attack round 40: later steps were counted from it).
         // 2^32 steps of 5 ms: about 680 days.
-        assert!(o.add(4, key("k"), 3, None, Some(1_000 + (1 << 32) * 5)));
+        assert!(o.add(4, key("k"), 3, None, Some(999 + (1 << 32) * 5), 999));
         o.set_far(4, 77);
+        assert!(!o.add(1, key("k"), 3, None, Some(1_000), 999));
+        assert!(!o.add(2, key("k"), 3, None, Some(1_012), 999));
+        assert!(!o.add(3, key("k"), 3, None, None, 999));
         assert!(o.timed_out(999, 10).is_empty());
         assert_eq!(o.timed_out(1_004, 10), vec![1]);
         assert_eq!(o.timed_out(1_011, 10), vec![1]);
@@ -566,7 +578,7 @@ mod tests {
         let mut o: Observers<MemHost> = Observers::default();
         let n = u64::from(SPILLED) + 10;
         for c in 0..n {
-            o.add(c, key("k"), 9, Some(c), None);
+            o.add(c, key("k"), 9, Some(c), None, 0);
         }
         for c in 0..n {
             assert_eq!(o.caller_of(c), Some(&c), "caller of {c}");
@@ -587,7 +599,7 @@ mod tests {
     fn only_changed_tokens_are_taken() {
         let mut o: Observers<MemHost> = Observers::default();
         for c in 0..10u64 {
-            o.add(c, key("k"), if c < 4 { 7 } else { 8 }, None, None);
+            o.add(c, key("k"), if c < 4 { 7 } else { 8 }, None, None, 0);
         }
         assert!(o.take_changed(key("k").as_ref(), 0, 100).len() == 10);
         let mut changed = o.take_changed(key("k").as_ref(), 8, 100);

@@ -47,14 +47,13 @@ impl<T: Handles> Engine<T> {
         // own: one timer fires at the first step due. Not Redis's blocked-client timeout, which
         // may come in the same event-loop turn as an answer the module already gave and then
         // drop it (7.0) or answer twice.
-        let until = (timeout_ms > 0).then(|| {
-            host.now_ms()
-                .saturating_add(i64::try_from(timeout_ms).unwrap_or(i64::MAX))
-        });
+        let now = host.now_ms();
+        let until = (timeout_ms > 0)
+            .then(|| now.saturating_add(i64::try_from(timeout_ms).unwrap_or(i64::MAX)));
         let client = blocked.client;
         let far = self
             .observers
-            .add(client, key.id().to_id(), known, blocked.caller, until);
+            .add(client, key.id().to_id(), known, blocked.caller, until, now);
         if let (true, Some(at)) = (far, until) {
             let timer = self.schedule.start(host, at, Due::ObserveEnds(client));
             self.observers.set_far(client, timer);
