@@ -9,6 +9,7 @@
 //! cargo run --release -p relock-bench -- --cases 1 --only refused       # some case 1 rows only
 //! cargo run --release -p relock-bench -- --cases 6,7,8,9,10             # shared holds only
 //! cargo run --release -p relock-bench -- --cases 13                     # the lease storm only
+//! cargo run --release -p relock-bench -- --cases 16                     # observers' wake-ups only
 //! cargo run --release -p relock-bench -- --save-baseline bench/baseline.json  # a release is cut
 //! ```
 //!
@@ -21,6 +22,7 @@ mod group;
 mod growth;
 mod handoff;
 mod memory;
+mod observe;
 mod recipes;
 mod redlock;
 mod report;
@@ -63,8 +65,9 @@ struct Args {
     module: Option<PathBuf>,
     /// Which cases to run (default: all), e.g. `--cases 1,2`; 6 to 10 are shared holds, 11 the
     /// cost of the contention statistics, 12 groups of locks, 13 a storm of lease ends, 14 a
-    /// key growing to 2,000,000 holders, 15 a grant over a million lapsed leases.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15])]
+    /// key growing to 2,000,000 holders, 15 a grant over a million lapsed leases, 16 how soon
+    /// 1, 100 and 10,000 `LOCK.OBSERVE` observers hear of a release.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16])]
     cases: Vec<u32>,
     /// Case 1 rows to run, by a word of their label (default: all), e.g. `--only refused` or
     /// `--only pairs`; with `--cases 1` a quick look at one path.
@@ -113,6 +116,8 @@ struct Plan {
     storm_holders: usize,
     /// Shared holders one key grows to (case 14).
     growth_holders: usize,
+    /// Observers of one key and releases they observe (case 16).
+    observers: Vec<(usize, usize)>,
 }
 
 impl Plan {
@@ -140,6 +145,11 @@ impl Plan {
             memory_holders: if smoke { 2_000 } else { 100_000 },
             storm_holders: if smoke { 10_000 } else { storm::MAX_STORM },
             growth_holders: if smoke { 20_000 } else { 2_000_000 },
+            observers: if smoke {
+                vec![(1, 20), (100, 3), (1_000, 1)]
+            } else {
+                vec![(1, 500), (100, 50), (10_000, 5)]
+            },
         }
     }
 }
@@ -285,6 +295,11 @@ async fn run(args: Args) -> io::Result<()> {
         eprintln!("case 15: a grant over {} lapsed leases", plan.storm_holders);
         case_big_grant(&module, &plan, &mut rows).await?;
         notes.push("Case 15: a master and its replica; one `RESTORE` puts in place a semaphore (LIMIT H+1) full with H lapsing leases and one that lives on, one `LOCK.WAIT ... SHARED LIMIT H+1 PERMITS H-1` is queued (it fits once all but one lapsed lease are removed), and one `LOCK.WAIT ... PERMITS 1` behind it. Longest turn = `longest_turn_us` of each server (the replica runs none: its `LOCK.DROP`s are its longest apply); granted = the grant received - the leases' end; in order = the waiter behind got the larger token.".into());
+    }
+    if want(16) {
+        eprintln!("case 16: observers' wake-ups");
+        case_observe(&module, &plan, &mut rows).await?;
+        notes.push("Case 16: on a server of its own per observer count N, one key held, N connections each send `LOCK.OBSERVE observed <token> 0` and block (checked by `INFO relock` `relock_observers`), then one `LOCK.RELEASE`; a wake-up = an observer's nil reply received - the release sent (the bench's clock; each observer's reply read by a task of its own), over all observers and rounds (N = 1: 500 rounds, 100: 50, 10,000: 5). `last` is the last observer's wake-up (median over rounds). The release answers the observers in turns of at most 256 (`TURN_BUDGET`): the longest turn (`longest_turn_us`, CPU time of the server's main thread) is judged against the 5 ms every turn the module starts by itself must stay under.".into());
     }
     if want(11) {
         eprintln!("case 11: contention statistics on vs off");
@@ -1175,6 +1190,57 @@ async fn case_storm(module: &std::path::Path, plan: &Plan, rows: &mut Vec<Row>) 
             num(s.worst_ping_ms)
         ),
     });
+    Ok(())
+}
+
+/// Case 16: how soon observers hear of a release, with 1, 100 and 10,000 of them.
+async fn case_observe(
+    module: &std::path::Path,
+    plan: &Plan,
+    rows: &mut Vec<Row>,
+) -> io::Result<()> {
+    for &(n, rounds) in &plan.observers {
+        let r = observe::wake_ups(module, n, rounds).await?;
+        eprintln!(
+            "  {n} observers: wake-up p50 {:.3} ms, p99 {:.3} ms, last {:.3} ms, longest turn {:.0} µs ({} wake-ups)",
+            r.p50_ms, r.p99_ms, r.last_ms, r.longest_turn_us, r.samples
+        );
+        let turn_ms = r.longest_turn_us / 1e3;
+        let ok = turn_ms <= 5.0;
+        rows.push(Row {
+            figure: None,
+            case: "16".into(),
+            measure: format!(
+                "observe wake-up after a release, {}: p50 / p99 ms (longest turn ms)",
+                match n {
+                    1 => "1 observer".to_string(),
+                    n if n < 1000 => format!("{n} observers"),
+                    n => format!("{} observers", num(n as f64)),
+                }
+            ),
+            values: [
+                Some(format!(
+                    "{} / {} ({})",
+                    num(r.p50_ms),
+                    num(r.p99_ms),
+                    num(turn_ms)
+                )),
+                None,
+                None,
+                None,
+                None,
+            ],
+            goal: "turn ≤ 5 ms".into(),
+            pass: Some(ok),
+            detail: format!(
+                "{} wake-ups; last observer {} ms after the release; longest turn {} ms {}",
+                r.samples,
+                num(r.last_ms),
+                num(turn_ms),
+                if ok { "✓" } else { "✗" }
+            ),
+        });
+    }
     Ok(())
 }
 

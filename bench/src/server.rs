@@ -34,8 +34,9 @@ impl Server {
                 .arg(dir.path())
                 .args(["--save", "", "--appendonly", "no"])
                 .args(["--logfile", "redis.log"])
-                // Room for K = 1000 waiters with two connections each (recipe D).
-                .args(["--maxclients", "10000"])
+                // Room for K = 1000 waiters with two connections each (recipe D), and for
+                // case 16's 10,000 observers and the bench's control connection.
+                .args(["--maxclients", "10100"])
                 .arg("--loadmodule")
                 .arg(module)
                 .stdin(Stdio::null())

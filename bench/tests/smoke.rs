@@ -35,7 +35,7 @@ fn smoke_run_writes_table_json_and_chart() {
     assert!(md.contains("| Case | Measure | relock |"), "{md}");
     for case in [
         "| 1 |", "| 2 |", "| 3 |", "| 4 |", "| 5 |", "| 6 |", "| 7 |", "| 8 |", "| 9 |", "| 10 |",
-        "| 13 |", "| 14 |", "| 15 |",
+        "| 13 |", "| 14 |", "| 15 |", "| 16 |",
     ] {
         assert!(md.contains(case), "no row for case {case} in:\n{md}");
     }

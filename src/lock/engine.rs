@@ -739,8 +739,9 @@ impl<T: Handles> Engine<T> {
                     self.schedule.push(host, Job::Serve(key));
                 }
                 Work::Due(Due::WaitEnds { client, waiter }) => self.wait_ends(host, client, waiter),
-                Work::Due(Due::ObserveEnds(client)) => self.observe_ends(host, client),
                 Work::Due(Due::ObserveDeadline(key)) => self.observed_deadline(host, key),
+                Work::Due(Due::ObserveTimeouts) => self.observe_timeouts_due(host),
+                Work::Due(Due::ObserveEnds(client)) => self.observe_ends(host, client),
                 Work::Due(Due::Lapse(key)) => {
                     if let Some(keys) = self.lapses.get_mut(&key.db) {
                         keys.remove(&key.name);

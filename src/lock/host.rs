@@ -170,7 +170,8 @@ pub struct Blocked<T: Handles> {
 pub trait Handles {
     type Client: Copy + Eq + Hash + Debug;
     type Timer: Copy + Debug;
-    type Caller;
+    /// Compared to share one caller among the observers of a key.
+    type Caller: PartialEq;
 }
 
 /// The server the engine runs in, handing out the handles of `T`.

@@ -44,10 +44,12 @@ pub enum Due<C> {
     /// The restart grace ends, or the clock caught up with the token counter: every queue is
     /// served (unless new holds must still wait, then it is armed again).
     GraceEnds,
-    /// An observation ends (`LOCK.OBSERVE`'s timeout), unless the observer was answered first.
-    ObserveEnds(C),
     /// The hold of an observed key may have expired: the key is looked at.
     ObserveDeadline(KeyId),
+    /// Observers' timeouts may have passed: those observers are answered.
+    ObserveTimeouts,
+    /// The timeout of an observer too far ahead to be kept in its entry passed.
+    ObserveEnds(C),
     /// The first lease of this shared key has lapsed: its lapsed leases are removed, a slice a
     /// turn, whether or not a command touches the key.
     Lapse(KeyId),

@@ -18,6 +18,28 @@ impl Held {
     }
 }
 
+impl Held {
+    /// A new string holding `bytes`, owned (not under any context's automatic memory).
+    fn copy_of(bytes: &[u8]) -> Option<Held> {
+        // SAFETY: Redis copies `bytes.len()` bytes from a live slice; a null context is allowed.
+        let s = unsafe {
+            rm!(RedisModule_CreateString(
+                std::ptr::null_mut(),
+                bytes.as_ptr().cast(),
+                bytes.len()
+            ))
+        };
+        NonNull::new(s).map(Held)
+    }
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Held) -> bool {
+        // SAFETY: both are live strings we hold.
+        unsafe { rm!(RedisModule_StringCompare(self.0.as_ptr(), other.0.as_ptr())) == 0 }
+    }
+}
+
 impl Drop for Held {
     fn drop(&mut self) {
         // SAFETY: we own this reference; a null context is allowed for strings not under
@@ -32,6 +54,8 @@ impl Drop for Held {
 }
 
 /// Who ran a blocking command, and the command itself, to ask again later whether they may.
+/// Equal callers (same user, same command) may be kept once: the observers of a key share theirs.
+#[derive(PartialEq)]
 pub struct Caller {
     user: Held,
     argv: Vec<Held>,
@@ -57,6 +81,20 @@ impl Caller {
             .map(|&a| Held::new(ctx, a))
             .collect::<Option<Vec<_>>>()?;
         Some(Caller { user, argv })
+    }
+
+    /// The caller of a `LOCK.OBSERVE key known_token timeout_ms` as the same user's every
+    /// observer of that key would be (`LOCK.OBSERVE key 0 0`: the numbers play no part in the
+    /// ACL check), so that they share it.
+    pub fn of_observer(
+        ctx: *mut raw::RedisModuleCtx,
+        argv: &[*mut raw::RedisModuleString],
+    ) -> Option<Caller> {
+        let mut caller = Caller::of_running_command(ctx, argv.get(..2)?)?;
+        for _ in 2..argv.len() {
+            caller.argv.push(Held::copy_of(b"0")?);
+        }
+        Some(caller)
     }
 
     /// Whether the user still exists and may still run the command on its key.

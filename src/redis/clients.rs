@@ -57,7 +57,9 @@ pub fn block(
 /// Blocks the client of a `LOCK.OBSERVE`, as [`block`] does, but with a timeout callback: an
 /// observer holds nothing, so `CLIENT UNBLOCK id` may end it (answered as its timeout: the
 /// current state) and `CLIENT UNBLOCK id ERROR` too (Redis answers `-UNBLOCKED` and calls the
-/// disconnect callback). Still no Redis timeout (0): the engine times observers out itself.
+/// disconnect callback). Still no Redis timeout (0): the engine times observers out itself
+/// (Redis's timeout could come in the same event-loop turn as the module's answer and drop it on
+/// 7.0). Its caller is the one every observer of the key by the same user shares.
 pub fn block_observer(
     ctx: *mut raw::RedisModuleCtx,
     argv: &[*mut raw::RedisModuleString],
@@ -82,7 +84,7 @@ pub fn block_observer(
             Some(on_disconnect)
         ))
     };
-    Some((client, Caller::of_running_command(ctx, argv)))
+    Some((client, Caller::of_observer(ctx, argv)))
 }
 
 /// `CLIENT UNBLOCK id [TIMEOUT]` on an observer: answered the current state, as its timeout

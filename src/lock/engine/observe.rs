@@ -43,23 +43,22 @@ impl<T: Handles> Engine<T> {
         let Some(blocked) = host.block() else {
             return info.map_or(Reply::Nil, |info| Reply::Info(*info));
         };
-        let id = key.id().to_id();
-        let timeout = (timeout_ms > 0).then(|| {
-            let at = host
-                .now_ms()
-                .saturating_add(i64::try_from(timeout_ms).unwrap_or(i64::MAX));
-            self.schedule
-                .start(host, at, Due::ObserveEnds(blocked.client))
-        });
-        self.observers.add(
-            blocked.client,
-            Observer {
-                key: id,
-                known,
-                timeout,
-                caller: blocked.caller,
-            },
-        );
+        // The timeout is kept in the observer's entry (a step of 5 ms), not by a timer of its
+        // own: one timer fires at the first step due. Not Redis's blocked-client timeout, which
+        // may come in the same event-loop turn as an answer the module already gave and then
+        // drop it (7.0) or answer twice.
+        let now = host.now_ms();
+        let until = (timeout_ms > 0)
+            .then(|| now.saturating_add(i64::try_from(timeout_ms).unwrap_or(i64::MAX)));
+        let client = blocked.client;
+        let far = self
+            .observers
+            .add(client, key.id().to_id(), known, blocked.caller, until, now);
+        if let (true, Some(at)) = (far, until) {
+            let timer = self.schedule.start(host, at, Due::ObserveEnds(client));
+            self.observers.set_far(client, timer);
+        }
+        self.arm_observe_timeouts(host);
         self.arm_observed_deadline(host, key);
         Reply::Blocked
     }
@@ -107,8 +106,8 @@ impl<T: Handles> Engine<T> {
         host: &mut H,
         client: T::Client,
     ) -> Option<Outcome> {
-        let observer = self.leave_observing(host, client)?;
-        let outcome = self.outcome_now(host, &observer);
+        let outcome = self.outcome_now(host, client)?;
+        self.leave_observing(host, client);
         host.unblock(client, Outcome::TimedOut);
         Some(outcome)
     }
@@ -123,20 +122,58 @@ impl<T: Handles> Engine<T> {
     }
 
     /// Takes `client` out of the observers, stopping its timers.
-    fn leave_observing<H: Host<T>>(
-        &mut self,
-        host: &mut H,
-        client: T::Client,
-    ) -> Option<Observer<T>> {
-        let (observer, deadline) = self.observers.remove(client)?;
-        self.stop_timers(host, observer.timeout, deadline);
+    fn leave_observing<H: Host<T>>(&mut self, host: &mut H, client: T::Client) -> Option<Observer> {
+        let (observer, far, deadline) = self.observers.remove(client)?;
+        self.stop_timers(host, far, deadline);
+        if self.observers.is_empty() {
+            self.observers.timeouts.clear();
+            if let Some((timer, _)) = self.observers.timeout_timer.take() {
+                self.schedule.stop(host, timer);
+            }
+        }
         Some(observer)
+    }
+
+    /// Arms the timer that turns the event loop at the first observer timeout (or moves it).
+    fn arm_observe_timeouts<H: Host<T>>(&mut self, host: &mut H) {
+        let first = self.observers.timeouts.first().copied();
+        let armed = self.observers.timeout_timer;
+        if armed.map(|(_, at)| at) == first {
+            return;
+        }
+        if let Some((timer, _)) = armed {
+            self.schedule.stop(host, timer);
+        }
+        self.observers.timeout_timer =
+            first.map(|at| (self.schedule.start(host, at, Due::ObserveTimeouts), at));
+    }
+
+    /// A step of observers' timeouts came due: the observers whose timeout passed are answered
+    /// the current state, a turn's budget at a time (the rest at once in the next turn); the
+    /// timer moves to the next step.
+    pub(super) fn observe_timeouts_due<H: Host<T>>(&mut self, host: &mut H) {
+        self.observers.timeout_timer = None;
+        let now = host.now_ms();
+        let budget = TURN_BUDGET.saturating_sub(self.work).max(1);
+        let due = self.observers.timed_out(now, budget);
+        self.work += due.len();
+        let more = due.len() == budget;
+        for client in due {
+            self.observe_ends(host, client);
+        }
+        while self.observers.timeouts.first().is_some_and(|at| *at <= now) {
+            self.observers.timeouts.pop_first();
+        }
+        if more && !self.observers.is_empty() {
+            self.observers.timeouts.insert(now);
+        }
+        self.arm_observe_timeouts(host);
     }
 
     /// An observer's timeout passed: it is answered the current state.
     pub(super) fn observe_ends<H: Host<T>>(&mut self, host: &mut H, client: T::Client) {
-        if let Some(observer) = self.leave_observing(host, client) {
-            let outcome = self.outcome_now(host, &observer);
+        if let Some(outcome) = self.outcome_now(host, client) {
+            self.leave_observing(host, client);
             host.unblock(client, outcome);
         }
     }
@@ -183,8 +220,8 @@ impl<T: Handles> Engine<T> {
         let woken = self.observers.take_changed(id.as_ref(), current, budget);
         self.work += woken.len();
         for client in woken {
-            if let Some(observer) = self.leave_observing(host, client) {
-                let outcome = self.permitted_outcome(host, &observer, info.clone());
+            let outcome = self.permitted_outcome(host, client, info.clone());
+            if self.leave_observing(host, client).is_some() {
                 self.stats.observe_wakeups += 1;
                 host.unblock(client, outcome);
             }
@@ -210,30 +247,38 @@ impl<T: Handles> Engine<T> {
         }
     }
 
-    /// What `observer` would be answered now (its timeout, `CLIENT UNBLOCK`).
-    fn outcome_now<H: Host<T>>(&mut self, host: &mut H, observer: &Observer<T>) -> Outcome {
-        if let Some(to) = host.redirect(&observer.key.name) {
-            return Outcome::Error(LockError::Redirect(to));
+    /// What observer `client` would be answered now (its timeout, `CLIENT UNBLOCK`); none if
+    /// it does not observe.
+    fn outcome_now<H: Host<T>>(&mut self, host: &mut H, client: T::Client) -> Option<Outcome> {
+        let key = self.observers.key_of(client)?.clone();
+        if let Some(to) = host.redirect(&key.name) {
+            return Some(Outcome::Error(LockError::Redirect(to)));
         }
-        match host.open(&observer.key) {
+        Some(match host.open(&key) {
             Err(OpenError::WrongType) => Outcome::Error(LockError::WrongType),
             Err(OpenError::Unavailable) => Outcome::Info(None),
             Ok(key) => match self.seen_in(host, &key) {
-                Seen::Lock(info, _) => self.permitted_outcome(host, observer, info),
+                Seen::Lock(info, _) => self.permitted_outcome(host, client, info),
                 Seen::Error(error) => Outcome::Error(error),
                 Seen::Unavailable => Outcome::Info(None),
             },
-        }
+        })
     }
 
-    /// `info` for `observer`, unless it shows a hold its user may no longer read.
+    /// `info` for observer `client` (before it leaves), unless it shows a hold its caller may
+    /// no longer read.
     fn permitted_outcome<H: Host<T>>(
-        &mut self,
+        &self,
         host: &mut H,
-        observer: &Observer<T>,
+        client: T::Client,
         info: Option<Box<Info>>,
     ) -> Outcome {
-        if info.is_some() && observer.caller.as_ref().is_some_and(|c| !host.permitted(c)) {
+        if info.is_some()
+            && self
+                .observers
+                .caller_of(client)
+                .is_some_and(|c| !host.permitted(c))
+        {
             return Outcome::Error(LockError::NoPermObserve);
         }
         Outcome::Info(info)

@@ -626,3 +626,42 @@ fn an_observed_key_migrated_away_answers_the_redirect() {
         "{e}"
     );
 }
+
+/// Attack round 40: an observer's timeout is kept in its entry, in 5 ms steps, with one timer
+/// for the next step, not a timer each (for the 64 bytes). Handing it to Redis's blocked-client
+/// timeout instead would be served only when Redis's event loop turns: on an idle server with
+/// `hz 1` a 50 ms timeout was answered after 1.0 s (seen in this round); and Redis's timeout may
+/// come in the same turn as the module's own answer and drop it (7.0). Answered within ms, and
+/// no timer left once the observers are gone.
+#[test]
+fn timeouts_are_prompt_on_an_idle_server() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("hz")
+        .arg("1")
+        .query(&mut c)
+        .unwrap();
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    // A timeout too far to be kept in steps, first (found in this round: every later step was
+    // counted from it, and a 100 ms timeout was never answered).
+    let mut far = blocked_observer(&server, "k", t, 999_999_999_999);
+    for timeout in [1, 50, 200] {
+        let mut raw = Raw::connect(&server);
+        let started = Instant::now();
+        send_observe(&mut raw, "k", t, timeout);
+        assert_eq!(token_of(&raw.read(SOON)), t);
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(timeout) && took < Duration::from_millis(timeout + 250),
+            "timeout {timeout} ms answered after {took:?}"
+        );
+    }
+    // Observers with timeouts that ended early (a release) leave no timer behind.
+    let mut obs = blocked_observer(&server, "k", t, 60_000);
+    release(&mut c, "k", "a");
+    assert_eq!(obs.read(SOON), Reply::Nil);
+    assert_eq!(far.read(SOON), Reply::Nil);
+    assert!(eventually(SOON, || common::info_field(&mut c, "timers") == 0));
+}

@@ -3,6 +3,7 @@
 mod big_shared_keys;
 mod connection_churn;
 mod expiry_hand_offs;
+mod observers;
 mod random_mix;
 mod stalls;
 mod storms;
