@@ -632,7 +632,9 @@ fn an_observed_key_migrated_away_answers_the_redirect() {
 /// timeout instead would be served only when Redis's event loop turns: on an idle server with
 /// `hz 1` a 50 ms timeout was answered after 1.0 s (seen in this round); and Redis's timeout may
 /// come in the same turn as the module's own answer and drop it (7.0). Answered within ms, and
-/// no timer left once the observers are gone.
+/// no timer left once the observers are gone. The bound, timeout + 500 ms, is far below the
+/// second `hz 1` costs and above what a loaded machine adds (+250 ms failed once in a merged
+/// run beside four cargo builds).
 #[test]
 fn timeouts_are_prompt_on_an_idle_server() {
     let server = Server::start();
@@ -654,7 +656,7 @@ fn timeouts_are_prompt_on_an_idle_server() {
         assert_eq!(token_of(&raw.read(SOON)), t);
         let took = started.elapsed();
         assert!(
-            took >= Duration::from_millis(timeout) && took < Duration::from_millis(timeout + 250),
+            took >= Duration::from_millis(timeout) && took < Duration::from_millis(timeout + 500),
             "timeout {timeout} ms answered after {took:?}"
         );
     }
