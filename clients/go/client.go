@@ -10,7 +10,23 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
+
+// ownOptions are the options of one of relock's own clients: the application's (addresses,
+// TLS, credentials, protocol, timeouts), without driver retries, with context deadlines, and
+// without the application's push-notification and client-side-cache machinery (those belong
+// to its own client and cannot be shared).
+func ownOptions(base *redis.Options) *redis.Options {
+	o := *base
+	o.MaxRetries = -1
+	o.ContextTimeoutEnabled = true
+	o.PushNotificationProcessor = nil
+	o.ClientSideCache = nil
+	o.ClientSideCacheConfig = nil
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return &o
+}
 
 // node is one server (or a whole Redis Cluster) the client talks to.
 //
@@ -66,14 +82,12 @@ func (n *node) blocking(ctx context.Context, key string, bound time.Duration, ar
 	} else {
 		base = n.opts
 	}
-	o := *base
-	o.MaxRetries = -1
+	o := ownOptions(base)
 	o.ReadTimeout = -1
-	o.ContextTimeoutEnabled = true
 	o.PoolSize = 1
 	o.MinIdleConns = 0
 	o.MaxIdleConns = 0
-	wc := redis.NewClient(&o)
+	wc := redis.NewClient(o)
 	defer wc.Close()
 	if bound > 0 {
 		var cancel context.CancelFunc
@@ -107,7 +121,8 @@ type Client struct {
 
 	mu     sync.Mutex
 	live   map[*Hold]bool
-	bg     sync.WaitGroup
+	bgN    int
+	idle   chan struct{}
 	bgCtx  context.Context
 	bgStop context.CancelFunc
 }
@@ -150,11 +165,9 @@ func newClient(rdbs []redis.UniversalClient, opts []ClientOption) *Client {
 	for _, u := range rdbs {
 		switch r := u.(type) {
 		case *redis.Client:
-			o := *r.Options()
-			o.MaxRetries = -1
-			o.ContextTimeoutEnabled = true
-			own := redis.NewClient(&o)
-			c.nodes = append(c.nodes, &node{name: o.Addr, rdb: own, opts: &o})
+			o := ownOptions(r.Options())
+			own := redis.NewClient(o)
+			c.nodes = append(c.nodes, &node{name: o.Addr, rdb: own, opts: ownOptions(r.Options())})
 		case *redis.ClusterClient:
 			if len(rdbs) > 1 {
 				c.err = invalid("Redlock takes independent masters; pass a ClusterClient alone")
@@ -163,6 +176,9 @@ func newClient(rdbs []redis.UniversalClient, opts []ClientOption) *Client {
 			o := *r.Options()
 			o.MaxRetries = -1
 			o.ContextTimeoutEnabled = true
+			o.PushNotificationProcessor = nil
+			o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+			o.NewClient = nil
 			own := redis.NewClusterClient(&o)
 			c.cluster = true
 			c.nodes = append(c.nodes, &node{name: "cluster[" + strings.Join(o.Addrs, ",") + "]", rdb: own, cluster: own})
@@ -214,14 +230,9 @@ func (c *Client) Close() error {
 		h.end(&Error{Kind: ErrLockLost, Key: h.key, Msg: fmt.Sprintf("lock %q: the client was closed (Client.Close), which released it", h.key)})
 		_ = h.release(context.Background())
 	}
-	done := make(chan struct{})
-	go func() { c.bg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-	}
+	c.settle(time.Second)
 	c.bgStop()
-	c.bg.Wait()
+	c.settle(time.Minute)
 	var first error
 	for _, n := range c.nodes {
 		if err := n.rdb.Close(); err != nil && first == nil {
@@ -342,9 +353,7 @@ func (c *Client) releaseLate(ttl time.Duration, argsOf func(i int) []any, target
 			targets[i] = true
 		}
 	}
-	c.bg.Add(1)
-	go func() {
-		defer c.bg.Done()
+	c.track(func() {
 		until := time.Now().Add(ttl + c.nodeTimeout)
 		left := slices.Clone(targets)
 		delay := 20 * time.Millisecond
@@ -365,7 +374,44 @@ func (c *Client) releaseLate(ttl time.Duration, argsOf func(i int) []any, target
 		if sleep(c.bgCtx, 100*time.Millisecond) {
 			c.round(c.bgCtx, nil, roundOpts{targets: targets, untilAll: true, argsOf: argsOf})
 		}
+	})
+}
+
+// track runs job in the background, waited for by Close.
+func (c *Client) track(job func()) {
+	c.mu.Lock()
+	c.bgN++
+	c.mu.Unlock()
+	go func() {
+		defer func() {
+			c.mu.Lock()
+			c.bgN--
+			if c.bgN == 0 && c.idle != nil {
+				close(c.idle)
+				c.idle = nil
+			}
+			c.mu.Unlock()
+		}()
+		job()
 	}()
+}
+
+// settle waits up to d for the background give-backs to end.
+func (c *Client) settle(d time.Duration) {
+	c.mu.Lock()
+	if c.bgN == 0 {
+		c.mu.Unlock()
+		return
+	}
+	if c.idle == nil {
+		c.idle = make(chan struct{})
+	}
+	idle := c.idle
+	c.mu.Unlock()
+	select {
+	case <-idle:
+	case <-time.After(d):
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
