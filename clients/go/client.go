@@ -45,7 +45,7 @@ func ownOptions(base *redis.Options) *redis.Options {
 // Blocking commands (LOCK.WAIT, LOCK.OBSERVE) run on a connection of their own, opened for
 // that one call, with no read timeout of go-redis's (ReadTimeout -1): the context's deadline,
 // set a little after the command's own timeout_ms, bounds it, so that the driver never cuts a
-// wait the server is about to answer (go-redis's default 3 s read timeout would, and would
+// wait the server is about to answer (go-redis's ReadTimeout, 5 s by default in v9.23, would; with retries on it would
 // then re-send it). Cancelling the wait closes that connection: the server drops the waiter
 // (and revokes a grant whose reply could not reach it), and the client gives the key back
 // in the background in case a grant landed.

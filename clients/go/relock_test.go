@@ -161,19 +161,39 @@ func TestWaitTimeoutAndCancel(t *testing.T) {
 		t.Fatal("cancel did not end the wait")
 	}
 	eventually(t, 10*time.Second, "waiter gone", func() bool { return waiters(t, c, "busy") == 0 })
-	// A wait longer than go-redis's 3 s read timeout is not cut by it (own connection).
-	if testing.Short() {
-		return
+	// A wait longer than the application client's ReadTimeout (go-redis's default: 5 s; 1 s
+	// here) is neither cut nor re-sent by the driver: it keeps its place in the queue (a
+	// re-sent wait would queue behind a later one).
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr(), ReadTimeout: time.Second})
+	defer rdb.Close()
+	c = New(rdb)
+	defer c.Close()
+	order := make(chan string, 2)
+	for i, name := range []string{"early", "late"} {
+		go func() {
+			h2, err := c.Acquire(bg(), "busy", Wait(20*time.Second))
+			if err != nil {
+				order <- err.Error()
+				return
+			}
+			order <- name
+			_ = h2.Release(bg())
+		}()
+		eventually(t, 10*time.Second, name+" queued", func() bool { return waiters(t, c, "busy") == i+1 })
 	}
-	go func() {
-		time.Sleep(3500 * time.Millisecond)
-		_ = h.Release(bg())
-	}()
-	h2, err := c.Acquire(bg(), "busy", Wait(20*time.Second))
-	if err != nil {
-		t.Fatalf("long wait: %v", err)
+	ws, _ := c.Waiters(bg(), "busy", 0)
+	early := ws[0].Client
+	eventually(t, 20*time.Second, "past the driver's read timeout", func() bool {
+		ws, _ := c.Waiters(bg(), "busy", 0)
+		return len(ws) > 0 && ws[0].Waited > 1500*time.Millisecond
+	})
+	if ws, _ := c.Waiters(bg(), "busy", 0); len(ws) != 2 || ws[0].Client != early {
+		t.Fatalf("the early wait lost its place: %+v", ws)
 	}
-	_ = h2.Release(bg())
+	_ = h.Release(bg())
+	if first, second := <-order, <-order; first != "early" || second != "late" {
+		t.Fatalf("granted %s then %s", first, second)
+	}
 }
 
 func relockStat(t *testing.T, rdb *redis.Client, field string) int64 {
