@@ -164,8 +164,9 @@ func (h *Hold) end(err error) bool {
 	}
 	h.err = err
 	h.mu.Unlock()
-	close(h.done)
+	// Context first: whoever sees Done closed finds the Context cancelled with its cause.
 	h.cancel(err)
+	close(h.done)
 	h.c.mu.Lock()
 	delete(h.c.live, h)
 	h.c.mu.Unlock()

@@ -233,3 +233,16 @@ func (p *proxy) close() {
 		c.Close()
 	}
 }
+
+// quiet drops go-redis's own log lines (dial failures of the give-backs to servers a test
+// paused or cut on purpose); the tests say what failed.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func TestMain(m *testing.M) {
+	if os.Getenv("RELOCK_GO_DRIVER_LOG") == "" {
+		redis.SetLogger(quiet{})
+	}
+	os.Exit(m.Run())
+}
