@@ -95,6 +95,15 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = g.Release(ctx)
+	// A fenced write, routed to the lock key's master.
+	f, err := c.Acquire(ctx, "{order:8}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := f.Fenced(ctx, "SET", "{order:8}:data", "v"); err != nil || v != "OK" {
+		t.Fatalf("fenced on a cluster: %v %v", v, err)
+	}
+	_ = f.Release(ctx)
 	// Loss on a cluster node is seen with its reason.
 	h, err := c.Acquire(ctx, "order:9", TTL(3*time.Second))
 	if err != nil {
