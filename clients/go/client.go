@@ -563,6 +563,7 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 		if e := rnd.afterFailed(key, ttlMS, waited, passed, limited); e != nil {
 			if ctx.Err() != nil && e.Kind == ErrNotAcquired {
 				e.Cause = ctx.Err()
+				e.Msg = fmt.Sprintf("lock %q: not acquired: %v", key, ctx.Err())
 			}
 			return nil, e
 		}

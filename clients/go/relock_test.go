@@ -211,8 +211,8 @@ func relockStat(t *testing.T, rdb *redis.Client, field string) int64 {
 func TestRenewal(t *testing.T) {
 	s := startServer(t)
 	c, rdb := locksOn(t, s)
-	h := mustAcquire(t, c, "renewed", TTL(300*time.Millisecond))
-	// Renewed every ttl/3: three renewals are more than the ttl, and it is still held.
+	h := mustAcquire(t, c, "renewed", TTL(time.Second))
+	// Renewed every ttl/3: four renewals are more than the ttl, and it is still held.
 	eventually(t, 20*time.Second, "3 renewals", func() bool { return relockStat(t, rdb, "renewed_total") >= 4 })
 	if err := h.Err(); err != nil {
 		t.Fatalf("lost: %v", err)
