@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // TestFencedErrorMapping: LOCK.FENCED's refusals as this package reports them.
@@ -71,4 +73,23 @@ func TestFenced(t *testing.T) {
 		t.Fatalf("new holder's write: %v %v", v, err)
 	}
 	_ = other.Release(bg())
+}
+
+// TestOwnOptions: relock's own clients never let go-redis retry (a re-sent wait queues again,
+// a release is re-sent only by relock's give-back) and honour context deadlines.
+func TestOwnOptions(t *testing.T) {
+	base := &redis.Options{Addr: "127.0.0.1:1", MaxRetries: 5, ReadTimeout: 2 * time.Second}
+	o := ownOptions(base)
+	if o.MaxRetries != -1 || !o.ContextTimeoutEnabled || o.Addr != base.Addr || o.ReadTimeout != base.ReadTimeout {
+		t.Fatalf("own options %+v", o)
+	}
+	if base.MaxRetries != 5 || base.ContextTimeoutEnabled {
+		t.Fatal("the application's options were changed")
+	}
+	c := New(redis.NewClient(base))
+	defer c.Close()
+	got := c.nodes[0].rdb.(*redis.Client).Options()
+	if got.MaxRetries != 0 || !got.ContextTimeoutEnabled {
+		t.Fatalf("own client: retries %d, context deadlines %v", got.MaxRetries, got.ContextTimeoutEnabled)
+	}
 }
