@@ -227,8 +227,7 @@ func (c *Client) Close() error {
 	}
 	c.mu.Unlock()
 	for _, h := range holds {
-		h.end(&Error{Kind: ErrLockLost, Key: h.key, Msg: fmt.Sprintf("lock %q: the client was closed (Client.Close), which released it", h.key)})
-		_ = h.release(context.Background())
+		_ = h.releaseAs(context.Background(), &Error{Kind: ErrLockLost, Key: h.key, Msg: fmt.Sprintf("lock %q: the client was closed (Client.Close), which released it", h.key)})
 	}
 	c.settle(time.Second)
 	c.bgStop()

@@ -323,16 +323,19 @@ func (h *Hold) Renew(ctx context.Context) error {
 // retrying cannot fix refused it. Releasing twice is nil.
 func (h *Hold) Release(ctx context.Context) error { return h.release(ctx) }
 
-func (h *Hold) release(ctx context.Context) error {
-	h.mu.Lock()
-	prev := h.err
-	h.mu.Unlock()
-	if prev == ErrReleased {
+func (h *Hold) release(ctx context.Context) error { return h.releaseAs(ctx, ErrReleased) }
+
+// releaseAs ends the hold with why (Done, Context) and releases it on the servers, unless it
+// had ended already: then nil after a release, the loss after a loss.
+func (h *Hold) releaseAs(ctx context.Context, why error) error {
+	if !h.end(why) {
+		h.mu.Lock()
+		prev := h.err
+		h.mu.Unlock()
+		if e, ok := prev.(*Error); ok && e.Kind == ErrLockLost {
+			return e
+		}
 		return nil
-	}
-	h.end(ErrReleased)
-	if e, ok := prev.(*Error); ok && e.Kind == ErrLockLost {
-		return e
 	}
 	rnd := h.c.round(ctx, nil, roundOpts{untilAll: true, argsOf: fixed(h.releaseArgs()...)})
 	if un := rnd.unanswered(); slices.Contains(un, true) {

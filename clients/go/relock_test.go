@@ -80,6 +80,18 @@ func TestAcquireRelease(t *testing.T) {
 	if n := rdb.Exists(bg(), "orders:7").Val(); n != 0 {
 		t.Fatal("key left after release")
 	}
+	// Close releases what is still held, and tells its holders.
+	c2 := New(rdb)
+	h2 := mustAcquire(t, c2, "orders:8")
+	if err := c2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(h2.Err(), ErrLockLost) || !strings.Contains(h2.Err().Error(), "closed") {
+		t.Fatalf("after Close: %v", h2.Err())
+	}
+	if rdb.Exists(bg(), "orders:8").Val() != 0 {
+		t.Fatal("Close did not release")
+	}
 	// Invalid arguments are refused before anything is sent.
 	if _, err := c.Acquire(bg(), "k", TTL(time.Millisecond)); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("ttl 1 ms: %v", err)
