@@ -671,3 +671,32 @@ func TestElection(t *testing.T) {
 		t.Fatalf("campaign over Redlock: %v", err)
 	}
 }
+
+// TestRESP2: the same calls on a RESP2 connection (flat arrays where RESP3 has maps).
+func TestRESP2(t *testing.T) {
+	s := startServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr(), Protocol: 2})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := New(rdb)
+	t.Cleanup(func() { _ = c.Close() })
+	h := mustAcquire(t, c, "r2", TTL(3*time.Second))
+	info, err := c.Info(bg(), "r2")
+	if err != nil || info == nil || *info.Owner != h.Owner() || *info.Token != h.Token() || info.Mode != "exclusive" || info.TTL <= 0 {
+		t.Fatalf("info %+v %v", info, err)
+	}
+	hs, err := c.Holders(bg(), "r2", 0)
+	if err != nil || len(hs) != 1 || hs[0].Owner != h.Owner() || hs[0].Token != h.Token() {
+		t.Fatalf("holders %+v %v", hs, err)
+	}
+	go func() { _, _ = c.Acquire(bg(), "r2", Wait(200*time.Millisecond)) }()
+	eventually(t, 10*time.Second, "queued", func() bool {
+		ws, _ := c.Waiters(bg(), "r2", 0)
+		return len(ws) == 1 && ws[0].Mode == "exclusive" && ws[0].Timeout != nil && ws[0].Client > 0
+	})
+	rdb.Do(bg(), "LOCK.FORCERELEASE", "r2")
+	expectLoss(t, h, "forcereleased")
+	hist, err := c.History(bg(), "r2", 10)
+	if err != nil || len(hist) == 0 || hist[0].Owner != h.Owner() || hist[0].Reason != "forcereleased" || hist[0].Who == nil {
+		t.Fatalf("history %+v %v", hist, err)
+	}
+}
