@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -54,9 +55,27 @@ type node struct {
 	rdb     redis.UniversalClient
 	cluster *redis.ClusterClient
 	opts    *redis.Options
+	// warm: a cluster client has loaded the slot map (its first command does, which the
+	// node timeout alone would cut on a busy machine).
+	warm atomic.Bool
 }
 
+// clusterWarmUp bounds a cluster client's first command, which loads the slot map first.
+const clusterWarmUp = 2 * time.Second
+
 func (n *node) call(ctx context.Context, timeout time.Duration, args ...any) (any, error) {
+	if n.cluster != nil && timeout > 0 && !n.warm.Load() {
+		timeout = max(timeout, clusterWarmUp)
+	}
+	v, err := n.do(ctx, timeout, args...)
+	var rerr redis.Error
+	if n.cluster != nil && (err == nil || errors.As(err, &rerr)) {
+		n.warm.Store(true)
+	}
+	return v, err
+}
+
+func (n *node) do(ctx context.Context, timeout time.Duration, args ...any) (any, error) {
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
