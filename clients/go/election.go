@@ -201,9 +201,8 @@ func (c *Client) Observe(ctx context.Context, key string) <-chan Observation {
 			if leader != nil {
 				term = leader.Term
 			}
-			if first || term != known {
-				ob := Observation{Leader: leader, Regressed: term != 0 && term < highest}
-				if !send(ob) {
+			if report, regressed := observeChange(first, known, highest, term); report {
+				if !send(Observation{Leader: leader, Regressed: regressed}) {
 					return
 				}
 			}
@@ -213,4 +212,10 @@ func (c *Client) Observe(ctx context.Context, key string) <-chan Observation {
 		}
 	}()
 	return out
+}
+
+// observeChange: whether a term seen by Observe is reported (the first, and every change) and
+// whether it regressed (lower than the highest seen: the store lost history; 0 is nobody).
+func observeChange(first bool, known, highest, term int64) (report, regressed bool) {
+	return first || term != known, term != 0 && term < highest
 }

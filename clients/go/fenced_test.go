@@ -93,3 +93,25 @@ func TestOwnOptions(t *testing.T) {
 		t.Fatalf("own client: retries %d, context deadlines %v", got.MaxRetries, got.ContextTimeoutEnabled)
 	}
 }
+
+func TestObserveChange(t *testing.T) {
+	for _, c := range []struct {
+		first                bool
+		known, highest, term int64
+		report, regressed    bool
+	}{
+		{true, 0, 0, 0, true, false},   // the first state, nobody leads
+		{false, 0, 0, 0, false, false}, // still nobody
+		{false, 0, 0, 7, true, false},  // a leader
+		{false, 7, 7, 7, false, false}, // unchanged (a renewal wakes nobody)
+		{false, 7, 7, 9, true, false},  // a new term
+		{false, 9, 9, 0, true, false},  // nobody leads
+		{false, 0, 9, 5, true, true},   // a term below one seen: history lost
+		{true, 0, 0, 3, true, false},   // the first state, someone leads
+	} {
+		report, regressed := observeChange(c.first, c.known, c.highest, c.term)
+		if report != c.report || regressed != c.regressed {
+			t.Errorf("%+v: report %v regressed %v", c, report, regressed)
+		}
+	}
+}

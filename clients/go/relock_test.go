@@ -580,6 +580,11 @@ func TestRedlockPausedMaster(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
+	// A loss on a majority of masters is a loss, with its reason.
+	h = mustAcquire(t, c, "rd", TTL(3*time.Second))
+	rdbs[0].Del(bg(), "rd")
+	rdbs[1].Del(bg(), "rd")
+	expectLoss(t, h, "deleted")
 }
 
 func TestElection(t *testing.T) {
