@@ -741,3 +741,66 @@ func (c *Client) explainLoss(keys []string, owner string, since int64) LossReaso
 	}
 	return LossReason{Message: unknownLoss}
 }
+
+// eachNode runs args on every server (administrative commands without a key).
+func (c *Client) eachNode(ctx context.Context, args ...any) ([]any, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
+	out := make([]any, len(c.nodes))
+	for i, n := range c.nodes {
+		var v any
+		var err error
+		if n.cluster != nil {
+			// Every master of a cluster: the journal and the statistics are per node.
+			var all []any
+			err = n.cluster.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+				r, err := m.Do(ctx, args...).Result()
+				if err == nil {
+					if list, ok := r.([]any); ok {
+						all = append(all, list...)
+					}
+				}
+				return err
+			})
+			v = all
+		} else {
+			v, err = n.call(ctx, max(c.nodeTimeout, time.Second), args...)
+		}
+		if err != nil {
+			f := classify(err, n.cluster != nil)
+			return nil, &Error{Kind: ErrServer, Servers: []string{n.name}, Retryable: !f.permanent, Cause: err,
+				Msg: fmt.Sprintf("%s: %s", n.name, f.msg)}
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// Log is LOCK.LOG on every server (every master of a cluster): the holds that ended other than
+// by their owner, newest first per server, at most count per server. An admin command.
+func (c *Client) Log(ctx context.Context, count int) ([]LogEntry, error) {
+	rs, err := c.eachNode(ctx, "LOCK.LOG", count)
+	if err != nil {
+		return nil, err
+	}
+	var out []LogEntry
+	for i, r := range rs {
+		out = append(out, parseLog(c.names[i], r)...)
+	}
+	return out, nil
+}
+
+// Stats is LOCK.STATS COUNT count on every server (every master of a cluster): the hottest
+// keys by total wait time. An admin command.
+func (c *Client) Stats(ctx context.Context, count int) ([]KeyStats, error) {
+	rs, err := c.eachNode(ctx, "LOCK.STATS", "COUNT", count)
+	if err != nil {
+		return nil, err
+	}
+	var out []KeyStats
+	for i, r := range rs {
+		out = append(out, parseStats(c.names[i], r)...)
+	}
+	return out, nil
+}

@@ -821,3 +821,29 @@ func lossReason(entries []LogEntry, owner string, since int64) LossReason {
 	}
 	return LossReason{Message: unknownLoss}
 }
+
+// KeyStats is one of the hottest keys by total wait time on one server (LOCK.STATS), from an
+// approximate top-k: WaitTotal may be over by up to Error.
+type KeyStats struct {
+	Server    string
+	Key       string
+	Waits     int64
+	Granted   int64
+	Timeouts  int64
+	Contended int64
+	WaitTotal time.Duration
+	Error     time.Duration
+	WaitMax   time.Duration
+}
+
+func parseStats(server string, reply any) []KeyStats {
+	list, _ := reply.([]any)
+	out := []KeyStats{}
+	for _, e := range list {
+		m := asMap(e)
+		out = append(out, KeyStats{Server: server, Key: text(m["key"]), Waits: toInt(m["waits"], 0),
+			Granted: toInt(m["granted"], 0), Timeouts: toInt(m["timeouts"], 0), Contended: toInt(m["contended"], 0),
+			WaitTotal: ms(toInt(m["wait_ms_total"], 0)), Error: ms(toInt(m["error"], 0)), WaitMax: ms(toInt(m["wait_ms_max"], 0))})
+	}
+	return out
+}

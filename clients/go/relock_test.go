@@ -173,6 +173,10 @@ func TestWaitTimeoutAndCancel(t *testing.T) {
 		t.Fatal("cancel did not end the wait")
 	}
 	eventually(t, 10*time.Second, "waiter gone", func() bool { return waiters(t, c, "busy") == 0 })
+	stats, err := c.Stats(bg(), 10)
+	if err != nil || len(stats) != 1 || stats[0].Key != "busy" || stats[0].Timeouts < 1 || stats[0].Waits < 3 {
+		t.Fatalf("stats %+v %v", stats, err)
+	}
 	// A wait longer than the application client's ReadTimeout (go-redis's default: 5 s; 1 s
 	// here) is neither cut nor re-sent by the driver: it keeps its place in the queue (a
 	// re-sent wait would queue behind a later one).
@@ -280,6 +284,10 @@ func TestLossDeletedAndForceReleased(t *testing.T) {
 		t.Fatalf("forcerelease %d %v", n, err)
 	}
 	e := expectLoss(t, h, "forcereleased")
+	log, err := c.Log(bg(), 10)
+	if err != nil || len(log) != 2 || log[0].Reason != "forcereleased" || log[0].Owner != h.Owner() || log[1].Reason != "deleted" {
+		t.Fatalf("log %+v %v", log, err)
+	}
 	if e.Loss.Who == nil || e.Loss.Who.Command == nil || !strings.EqualFold(*e.Loss.Who.Command, "lock.forcerelease") {
 		t.Fatalf("who %+v", e.Loss.Who)
 	}
