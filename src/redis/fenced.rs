@@ -15,11 +15,11 @@ use std::ptr;
 
 use redis_module::raw;
 
-use super::clients;
 use super::commands::{Answer, Args};
 use super::ffi;
 use super::globals;
 use super::host::{RedisHost, RedisKey};
+use super::{clients, server};
 use crate::lock::args;
 
 type Ctx = *mut raw::RedisModuleCtx;
@@ -304,7 +304,9 @@ pub fn fenced(ctx: Ctx, args: Args<'_>) -> Result<Answer, Answer> {
     {
         let key = RedisKey::open(ctx, args.raw(1), true)?;
         let host = &mut RedisHost::for_command(ctx, args.all(), clients::block);
-        let fence = globals::with_engine(host, |e, h| e.fence(h, &key, token))
+        // The command's time (frozen for a MULTI or a script) where the server has it, 7.2+.
+        let now = server::command_started_us().map_or_else(ffi::now_ms, |us| us / 1000);
+        let fence = globals::with_engine(host, |e, _| e.fence(&key, token, now))
             .ok_or(Answer::Error(Cow::Borrowed("ERR relock internal error")))?;
         if let Some(error) = fence.error() {
             return Err(Answer::Error(Cow::Owned(error)));
