@@ -1,0 +1,806 @@
+package relock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// ownOptions are the options of one of relock's own clients: the application's (addresses,
+// TLS, credentials, protocol, timeouts), without driver retries, with context deadlines, and
+// without the application's push-notification and client-side-cache machinery (those belong
+// to its own client and cannot be shared).
+func ownOptions(base *redis.Options) *redis.Options {
+	o := *base
+	o.MaxRetries = -1
+	o.ContextTimeoutEnabled = true
+	o.PushNotificationProcessor = nil
+	o.ClientSideCache = nil
+	o.ClientSideCacheConfig = nil
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return &o
+}
+
+// node is one server (or a whole Redis Cluster) the client talks to.
+//
+// relock never sends its commands on the application's go-redis client itself, but on a
+// client of its own made from the same options (so the same addresses, TLS, user, password
+// and protocol), with two changes that the lock rules need:
+//
+//   - MaxRetries -1: go-redis re-sends a command after a lost connection or a read timeout.
+//     relock decides itself what a failure means (a round's verdict, a give-back in the
+//     background): a LOCK.WAIT re-sent would queue a second time at the back of the queue, and
+//     a release re-sent after a timeout is what the contract says a client must never do
+//     blindly (relock's releases carry FROM and are repeated only by its own give-back).
+//   - ContextTimeoutEnabled: every command runs under a context with the node timeout as its
+//     deadline, and go-redis honours a context's deadline only with this set.
+//
+// Blocking commands (LOCK.WAIT, LOCK.OBSERVE) run on a connection of their own, opened for
+// that one call, with no read timeout of go-redis's (ReadTimeout -1): the context's deadline,
+// set a little after the command's own timeout_ms, bounds it, so that the driver never cuts a
+// wait the server is about to answer (go-redis's ReadTimeout, 5 s by default in v9.23, would; with retries on it would
+// then re-send it). Cancelling the wait closes that connection: the server drops the waiter
+// (and revokes a grant whose reply could not reach it), and the client gives the key back
+// in the background in case a grant landed.
+type node struct {
+	name    string
+	rdb     redis.UniversalClient
+	cluster *redis.ClusterClient
+	opts    *redis.Options
+	// warm: a cluster client has loaded the slot map (its first command does, which the
+	// node timeout alone would cut on a busy machine).
+	warm atomic.Bool
+}
+
+// clusterWarmUp bounds a cluster client's first command, which loads the slot map first.
+const clusterWarmUp = 2 * time.Second
+
+func (n *node) call(ctx context.Context, timeout time.Duration, args ...any) (any, error) {
+	if n.cluster != nil && timeout > 0 && !n.warm.Load() {
+		timeout = max(timeout, clusterWarmUp)
+	}
+	v, err := n.do(ctx, timeout, args...)
+	var rerr redis.Error
+	if n.cluster != nil && (err == nil || errors.As(err, &rerr)) {
+		n.warm.Store(true)
+	}
+	return v, err
+}
+
+func (n *node) do(ctx context.Context, timeout time.Duration, args ...any) (any, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	v, err := n.rdb.Do(ctx, args...).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return v, err
+}
+
+// blocking runs a blocking command on a connection of its own, bounded by bound (0: none)
+// and by ctx; cancelling ctx closes the connection.
+func (n *node) blocking(ctx context.Context, key string, bound time.Duration, args ...any) (any, error) {
+	var base *redis.Options
+	if n.cluster != nil {
+		m, err := n.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		base = m.Options()
+	} else {
+		base = n.opts
+	}
+	o := ownOptions(base)
+	o.ReadTimeout = -1
+	o.PoolSize = 1
+	o.MinIdleConns = 0
+	o.MaxIdleConns = 0
+	wc := redis.NewClient(o)
+	defer wc.Close()
+	if bound > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, bound)
+		defer cancel()
+	}
+	stop := context.AfterFunc(ctx, func() { _ = wc.Close() })
+	defer stop()
+	v, err := wc.Do(ctx, args...).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("%w (%s)", ctx.Err(), err)
+	}
+	return v, err
+}
+
+// Client takes locks on one Redis server with the relock module, on a Redis Cluster, or with
+// Redlock over several independent masters. Every hold has an owner of its own, so
+// goroutines sharing one Client exclude each other. Safe for concurrent use.
+type Client struct {
+	nodes          []*node
+	names          []string
+	cluster        bool
+	err            error
+	nodeTimeout    time.Duration
+	retryDelay     time.Duration
+	maxPartialHold time.Duration
+	prefix         *string
+
+	mu     sync.Mutex
+	live   map[*Hold]bool
+	bgN    int
+	idle   chan struct{}
+	bgCtx  context.Context
+	bgStop context.CancelFunc
+}
+
+// ClientOption sets an option of New and NewRedlock.
+type ClientOption func(*Client)
+
+// NodeTimeout is how long one server may take to answer one non-blocking command (default
+// 100 ms).
+func NodeTimeout(d time.Duration) ClientOption { return func(c *Client) { c.nodeTimeout = d } }
+
+// RetryDelay is the mean pause between two rounds of a Redlock wait (default 200 ms).
+func RetryDelay(d time.Duration) ClientOption { return func(c *Client) { c.retryDelay = d } }
+
+// OwnerPrefix replaces `<host>/<pid>` in the owners relock makes ("" : the random part alone).
+func OwnerPrefix(p string) ClientOption { return func(c *Client) { c.prefix = &p } }
+
+// New is a Client on one server (a *redis.Client) or a Redis Cluster (a *redis.ClusterClient).
+// Other UniversalClients (a Ring) make every call fail with ErrInvalid.
+func New(rdb redis.UniversalClient, opts ...ClientOption) *Client {
+	return newClient([]redis.UniversalClient{rdb}, opts)
+}
+
+// NewRedlock is a Client over independent masters (each a *redis.Client): a lock is held when
+// a quorum (N/2+1) granted it, for the validity the round leaves.
+func NewRedlock(masters []redis.UniversalClient, opts ...ClientOption) *Client {
+	return newClient(masters, opts)
+}
+
+func newClient(rdbs []redis.UniversalClient, opts []ClientOption) *Client {
+	c := &Client{nodeTimeout: DefaultNodeTimeout, retryDelay: DefaultRetryDelay, maxPartialHold: DefaultMaxPartialHold, live: map[*Hold]bool{}}
+	c.bgCtx, c.bgStop = context.WithCancel(context.Background())
+	for _, o := range opts {
+		o(c)
+	}
+	if len(rdbs) == 0 {
+		c.err = invalid("no servers given")
+		return c
+	}
+	for _, u := range rdbs {
+		switch r := u.(type) {
+		case *redis.Client:
+			o := ownOptions(r.Options())
+			own := redis.NewClient(o)
+			c.nodes = append(c.nodes, &node{name: o.Addr, rdb: own, opts: ownOptions(r.Options())})
+		case *redis.ClusterClient:
+			if len(rdbs) > 1 {
+				c.err = invalid("Redlock takes independent masters; pass a ClusterClient alone")
+				return c
+			}
+			o := *r.Options()
+			o.MaxRetries = -1
+			o.ContextTimeoutEnabled = true
+			o.PushNotificationProcessor = nil
+			o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+			o.NewClient = nil
+			own := redis.NewClusterClient(&o)
+			c.cluster = true
+			c.nodes = append(c.nodes, &node{name: "cluster[" + strings.Join(o.Addrs, ",") + "]", rdb: own, cluster: own})
+		default:
+			c.err = invalid("relock takes a *redis.Client or a *redis.ClusterClient, not %T", u)
+			return c
+		}
+	}
+	for _, n := range c.nodes {
+		if slices.Contains(c.names, n.name) {
+			c.err = invalid("%s is named twice: Redlock needs independent masters", n.name)
+		}
+		c.names = append(c.names, n.name)
+	}
+	if c.nodeTimeout < time.Millisecond {
+		c.err = invalid("node timeout %v is below 1 ms", c.nodeTimeout)
+	}
+	return c
+}
+
+// Servers are the servers' addresses (a cluster: cluster[...]), in the order given.
+func (c *Client) Servers() []string { return slices.Clone(c.names) }
+
+// Quorum is how many servers must agree: N/2 + 1.
+func (c *Client) Quorum() int { return quorum(len(c.nodes)) }
+
+// NewOwner is a fresh owner, `<host>/<pid>/<32 hex>` (see OwnerPrefix).
+func (c *Client) NewOwner() string { return makeOwner(c.prefix) }
+
+// masters is how many independent masters a quorum is taken of (a cluster counts as one).
+func (c *Client) masters() int {
+	if c.cluster {
+		return 1
+	}
+	return len(c.nodes)
+}
+
+// Close releases every hold of this client still held, waits a little for the give-backs
+// running in the background, and closes relock's own connections (not the application's
+// go-redis clients).
+func (c *Client) Close() error {
+	c.mu.Lock()
+	holds := make([]*Hold, 0, len(c.live))
+	for h := range c.live {
+		holds = append(holds, h)
+	}
+	c.mu.Unlock()
+	for _, h := range holds {
+		_ = h.releaseAs(context.Background(), &Error{Kind: ErrLockLost, Key: h.key, Msg: fmt.Sprintf("lock %q: the client was closed (Client.Close), which released it", h.key)})
+	}
+	c.settle(time.Second)
+	c.bgStop()
+	c.settle(time.Minute)
+	var first error
+	for _, n := range c.nodes {
+		if err := n.rdb.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// --- rounds ----------------------------------------------------------------------------
+
+type roundOpts struct {
+	targets  []bool
+	untilAll bool
+	// timeout of each command; 0: the node timeout.
+	timeout     time.Duration
+	blocking    bool
+	blockKey    string
+	partialHold time.Duration
+	argsOf      func(i int) []any
+	// accept turns a reply into the value agreed (nil: refused).
+	accept func(reply any) (any, error)
+}
+
+type reply struct {
+	i int
+	v any
+	f *failure
+}
+
+func (c *Client) ask(ctx context.Context, i int, args []any, o roundOpts) reply {
+	n := c.nodes[i]
+	var v any
+	var err error
+	if o.blocking {
+		v, err = n.blocking(ctx, o.blockKey, o.timeout, args...)
+	} else {
+		t := o.timeout
+		if t == 0 {
+			t = c.nodeTimeout
+		}
+		v, err = n.call(ctx, t, args...)
+	}
+	if err == nil && o.accept != nil {
+		v, err = o.accept(v)
+	}
+	if err != nil {
+		f := classify(err, n.cluster != nil)
+		return reply{i: i, f: &f}
+	}
+	return reply{i: i, v: v}
+}
+
+// round sends args (or each server's argsOf) to every server targets selects, until a quorum
+// is won or lost (or every server answered, untilAll).
+func (c *Client) round(ctx context.Context, args []any, o roundOpts) *round {
+	rnd := newRound(c.names, time.Now(), o.untilAll)
+	argsFor := func(i int) []any {
+		if o.argsOf != nil {
+			return o.argsOf(i)
+		}
+		return args
+	}
+	if len(c.nodes) == 1 && !o.blocking {
+		if o.targets != nil && !o.targets[0] {
+			rnd.onReply(0, nil, nil)
+		} else {
+			r := c.ask(ctx, 0, argsFor(0), o)
+			rnd.onReply(0, r.v, r.f)
+		}
+		return rnd.finish(time.Now())
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	replies := make(chan reply, len(c.nodes))
+	open := 0
+	for i := range c.nodes {
+		if o.targets != nil && !o.targets[i] {
+			rnd.onReply(i, nil, nil)
+			continue
+		}
+		open++
+		go func(i int) { replies <- c.ask(rctx, i, argsFor(i), o) }(i)
+	}
+	var cut <-chan time.Time
+	for open > 0 && rnd.progress() == pending {
+		select {
+		case r := <-replies:
+			open--
+			rnd.onReply(r.i, r.v, r.f)
+			if o.partialHold > 0 && len(rnd.agreed) > 0 && cut == nil {
+				cut = time.After(o.partialHold)
+			}
+		case <-cut:
+			open = 0
+		}
+	}
+	if o.blocking {
+		// Cut the waits still under way (their connections close): the servers drop them.
+		cancel()
+		for i := range c.nodes {
+			if !rnd.answered[i] && rnd.progress() == pending {
+				rnd.onReply(i, nil, &failure{msg: "no quorum within the partial-hold limit", timeout: true, otherLimit: -1})
+			}
+		}
+	}
+	return rnd.finish(time.Now())
+}
+
+// releaseLate gives a hold back in the background (a release harmless to repeat: FROM) on
+// targets (nil: every server): again, a little longer apart each time, until each answered
+// or ttl from now passed; then once more 100 ms later (a grant still under way when a round
+// was decided lands before it).
+func (c *Client) releaseLate(ttl time.Duration, argsOf func(i int) []any, targets []bool) {
+	if targets == nil {
+		targets = make([]bool, len(c.nodes))
+		for i := range targets {
+			targets[i] = true
+		}
+	}
+	c.track(func() {
+		until := time.Now().Add(ttl + c.nodeTimeout)
+		left := slices.Clone(targets)
+		delay := 20 * time.Millisecond
+		for slices.Contains(left, true) {
+			rnd := c.round(c.bgCtx, nil, roundOpts{targets: left, untilAll: true, argsOf: argsOf})
+			un := rnd.unanswered()
+			for i := range left {
+				left[i] = left[i] && un[i]
+			}
+			if !slices.Contains(left, true) || time.Now().After(until) {
+				break
+			}
+			if !sleep(c.bgCtx, min(delay, time.Until(until))) {
+				return
+			}
+			delay = min(delay*2, time.Second)
+		}
+		if sleep(c.bgCtx, 100*time.Millisecond) {
+			c.round(c.bgCtx, nil, roundOpts{targets: targets, untilAll: true, argsOf: argsOf})
+		}
+	})
+}
+
+// track runs job in the background, waited for by Close.
+func (c *Client) track(job func()) {
+	c.mu.Lock()
+	c.bgN++
+	c.mu.Unlock()
+	go func() {
+		defer func() {
+			c.mu.Lock()
+			c.bgN--
+			if c.bgN == 0 && c.idle != nil {
+				close(c.idle)
+				c.idle = nil
+			}
+			c.mu.Unlock()
+		}()
+		job()
+	}()
+}
+
+// settle waits up to d for the background give-backs to end.
+func (c *Client) settle(d time.Duration) {
+	c.mu.Lock()
+	if c.bgN == 0 {
+		c.mu.Unlock()
+		return
+	}
+	if c.idle == nil {
+		c.idle = make(chan struct{})
+	}
+	idle := c.idle
+	c.mu.Unlock()
+	select {
+	case <-idle:
+	case <-time.After(d):
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func fixed(args ...any) func(int) []any { return func(int) []any { return args } }
+
+// releaseFailed gives back what a failed acquisition round may have granted.
+func (c *Client) releaseFailed(key, owner string, ttl time.Duration, rnd *round) {
+	now, later := rnd.giveBack()
+	rel := fixed("LOCK.RELEASE", key, owner, "FROM", 1)
+	if slices.Contains(now, true) {
+		back := c.round(context.Background(), nil, roundOpts{targets: now, untilAll: true, argsOf: rel})
+		if left := back.unanswered(); slices.Contains(left, true) {
+			c.releaseLate(ttl, rel, left)
+		}
+	}
+	if slices.Contains(later, true) {
+		c.releaseLate(ttl, rel, later)
+	}
+}
+
+// --- acquiring -------------------------------------------------------------------------
+
+// Option sets an option of Acquire, AcquireAll, Do, NewMutex and Campaign.
+type Option func(*options)
+
+type options struct {
+	ttl     time.Duration
+	wait    time.Duration
+	shared  bool
+	limit   int
+	permits int
+}
+
+func makeOptions(opts []Option) options {
+	o := options{ttl: DefaultTTL}
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// TTL is the lease of a hold (default 30 s); relock renews it every ttl/3 while held.
+func TTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
+
+// Wait is how long to wait for the lock: 0 (the default) tries once, a positive duration
+// waits up to it in the key's first-in, first-out queue, a negative one waits without a
+// limit of its own. The context's deadline and cancellation bound every wait too.
+func Wait(d time.Duration) Option { return func(o *options) { o.wait = d } }
+
+// Shared asks for a shared hold: a read lock, or a semaphore's permit with Limit.
+func Shared() Option { return func(o *options) { o.shared = true } }
+
+// Limit makes the key a counting semaphore of n permits (implies Shared; one server or a
+// cluster only).
+func Limit(n int) Option { return func(o *options) { o.shared, o.limit = true, n } }
+
+// Permits takes p permits of a semaphore at once (with Limit).
+func Permits(p int) Option { return func(o *options) { o.permits = p } }
+
+// deadline of a wait: the Wait option and ctx's deadline, whichever is first; limited false
+// when neither bounds it.
+func waitDeadline(ctx context.Context, wait time.Duration, start time.Time) (time.Time, bool) {
+	var d time.Time
+	limited := false
+	if wait >= 0 {
+		d, limited = start.Add(wait), true
+	}
+	if cd, ok := ctx.Deadline(); ok && (!limited || cd.Before(d)) {
+		d, limited = cd, true
+	}
+	return d, limited
+}
+
+// Acquire takes key: at once, or waiting (Wait) in the key's queue. It returns ErrNotAcquired
+// (an *Error saying why) when the lock is not granted in time, or when ctx ends first. The
+// Hold is renewed every ttl/3 until released or lost.
+func (c *Client) Acquire(ctx context.Context, key string, opts ...Option) (*Hold, error) {
+	return c.acquire(ctx, key, true, opts...)
+}
+
+func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts ...Option) (*Hold, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
+	o := makeOptions(opts)
+	ttlMS, err := checkTTL(o.ttl)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkMode(o.limit, o.permits, c.masters()); err != nil {
+		return nil, err
+	}
+	mode := modeArgs(o.shared, o.limit, o.permits)
+	deadline, limited := waitDeadline(ctx, o.wait, time.Now())
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, &Error{Kind: ErrNotAcquired, Key: key, Retryable: true, Cause: err, Msg: fmt.Sprintf("lock %q: not acquired: %v", key, err)}
+		}
+		owner := c.NewOwner()
+		remaining := time.Until(deadline)
+		tryOnly := limited && remaining <= 0 || o.wait == 0
+		args := append([]any{"LOCK.ACQUIRE", key, owner, ttlMS}, mode...)
+		var rnd *round
+		if tryOnly || len(c.nodes) == 1 {
+			rnd = c.round(ctx, args, roundOpts{})
+		} else {
+			rnd = newRound(c.names, time.Now(), false)
+		}
+		if !rnd.won() && !tryOnly && !rnd.permanentlyFailed() {
+			rnd = c.waitRound(ctx, key, owner, ttlMS, remaining, limited, mode)
+		}
+		valid, ok := rnd.validFor(ttlMS)
+		started := rnd.started
+		if rnd.grantedLate(ttlMS) {
+			// Granted after a long wait: the ttl counts from a grant we did not see.
+			renewal := c.round(context.WithoutCancel(ctx), []any{"LOCK.RENEW", key, owner, ttlMS}, roundOpts{})
+			valid, ok = renewal.validFor(ttlMS)
+			started = renewal.started
+			if !ok {
+				rnd = renewal
+			}
+		}
+		if ok {
+			tokens := make([]int64, len(c.nodes))
+			for i, t := range rnd.agreed {
+				tokens[i] = toInt(t, 0)
+			}
+			return c.newHold(key, nil, owner, ttlMS, tokens, started.Add(valid), mode, o.shared, autoRenew), nil
+		}
+		c.releaseFailed(key, owner, time.Duration(ttlMS)*time.Millisecond, rnd)
+		waited := time.Duration(0)
+		if o.wait > 0 {
+			waited = o.wait
+		}
+		passed := tryOnly || limited && !time.Now().Before(deadline) || ctx.Err() != nil
+		if e := rnd.afterFailed(key, ttlMS, waited, passed, limited); e != nil {
+			if ctx.Err() != nil && e.Kind == ErrNotAcquired {
+				e.Cause = ctx.Err()
+				e.Msg = fmt.Sprintf("lock %q: not acquired: %v", key, ctx.Err())
+			}
+			return nil, e
+		}
+		delay := jitter(c.retryDelay)
+		if limited {
+			delay = min(delay, time.Until(deadline))
+		}
+		sleep(ctx, delay)
+	}
+}
+
+func (c *Client) waitRound(ctx context.Context, key, owner string, ttlMS int64, remaining time.Duration, limited bool, mode []any) *round {
+	args := append([]any{"LOCK.WAIT", key, owner, ttlMS, waitMS(remaining, limited)}, mode...)
+	bound := time.Duration(0)
+	if limited {
+		bound = remaining + waitGrace + c.nodeTimeout
+	}
+	ro := roundOpts{timeout: bound, blocking: true, blockKey: key}
+	if len(c.nodes) > 1 {
+		ro.partialHold = min(c.maxPartialHold, time.Duration(ttlMS)*time.Millisecond/4)
+	}
+	rnd := c.round(ctx, args, ro)
+	cut := make([]bool, len(c.nodes))
+	anyCut := false
+	for i := range cut {
+		cut[i] = !rnd.answered[i]
+		anyCut = anyCut || cut[i]
+	}
+	if rnd.won() && anyCut {
+		// The waits a quorum made unneeded were cut: ask those masters once more with
+		// LOCK.ACQUIRE (confirms a grant that landed, or takes a free key).
+		extra := c.round(context.WithoutCancel(ctx), append([]any{"LOCK.ACQUIRE", key, owner, ttlMS}, mode...), roundOpts{targets: cut, untilAll: true})
+		for i, t := range extra.agreed {
+			rnd.addGrant(i, t)
+		}
+	}
+	return rnd
+}
+
+// Do runs fn while holding key: acquires it (as Acquire), renews it, cancels fn's context the
+// moment the hold is lost (context.Cause is then the *Error with the reason), and releases
+// it however fn returns. It returns fn's error, or the acquisition's.
+func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
+	h, err := c.Acquire(ctx, key, opts...)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = h.Release(context.WithoutCancel(ctx)) }()
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(h.Context(), func() { cancel(h.Err()) })
+	defer stop()
+	return fn(fctx)
+}
+
+// --- looking at locks ------------------------------------------------------------------
+
+func (c *Client) queryEach(ctx context.Context, key string, args ...any) ([]any, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
+	out := make([]any, len(c.nodes))
+	for i, n := range c.nodes {
+		v, err := n.call(ctx, max(c.nodeTimeout, time.Second), args...)
+		if err != nil {
+			f := classify(err, n.cluster != nil)
+			kind := ErrServer
+			return nil, &Error{Kind: kind, Key: key, Servers: []string{n.name}, Retryable: !f.permanent, Cause: err,
+				Msg: fmt.Sprintf("lock %q on %s: %s", key, n.name, f.msg)}
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// Info is LOCK.INFO: the lock at key, or nil (with Redlock, the first server's that has one).
+func (c *Client) Info(ctx context.Context, key string) (*Info, error) {
+	rs, err := c.queryEach(ctx, key, "LOCK.INFO", key)
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range rs {
+		if info := parseInfo(c.names[i], r); info != nil {
+			return info, nil
+		}
+	}
+	return nil, nil
+}
+
+// Holders is LOCK.HOLDERS on every server: the holds of key in grant order (at most count
+// per server; 0: all).
+func (c *Client) Holders(ctx context.Context, key string, count int) ([]Holder, error) {
+	rs, err := c.queryEach(ctx, key, "LOCK.HOLDERS", key, "COUNT", count)
+	if err != nil {
+		return nil, err
+	}
+	var out []Holder
+	for i, r := range rs {
+		out = append(out, parseHolders(c.names[i], r)...)
+	}
+	return out, nil
+}
+
+// Waiters is LOCK.WAITERS on every server: key's queue in order (at most count per server;
+// 0: all).
+func (c *Client) Waiters(ctx context.Context, key string, count int) ([]Waiter, error) {
+	rs, err := c.queryEach(ctx, key, "LOCK.WAITERS", key, "COUNT", count)
+	if err != nil {
+		return nil, err
+	}
+	var out []Waiter
+	for i, r := range rs {
+		out = append(out, parseWaiters(c.names[i], r)...)
+	}
+	return out, nil
+}
+
+// History is LOCK.HISTORY on every server: the holds of key that ended other than by their
+// owner, newest first.
+func (c *Client) History(ctx context.Context, key string, count int) ([]LogEntry, error) {
+	rs, err := c.queryEach(ctx, key, "LOCK.HISTORY", key, count)
+	if err != nil {
+		return nil, err
+	}
+	var out []LogEntry
+	for i, r := range rs {
+		out = append(out, parseLog(c.names[i], r)...)
+	}
+	return out, nil
+}
+
+// ForceRelease is LOCK.FORCERELEASE key on every server: how many holds were removed.
+func (c *Client) ForceRelease(ctx context.Context, key string) (int64, error) {
+	rs, err := c.queryEach(ctx, key, "LOCK.FORCERELEASE", key)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, r := range rs {
+		n += toInt(r, 0)
+	}
+	return n, nil
+}
+
+// explainLoss asks the servers' journals why owner's hold of keys ended.
+func (c *Client) explainLoss(keys []string, owner string, since int64) LossReason {
+	for _, key := range keys {
+		for i, n := range c.nodes {
+			v, err := n.call(context.Background(), max(c.nodeTimeout, 500*time.Millisecond), "LOCK.HISTORY", key, 100)
+			if err != nil {
+				continue
+			}
+			if r := lossReason(parseLog(c.names[i], v), owner, since); r.Cause != "" {
+				return r
+			}
+		}
+	}
+	return LossReason{Message: unknownLoss}
+}
+
+// eachNode runs args on every server (administrative commands without a key).
+func (c *Client) eachNode(ctx context.Context, args ...any) ([]any, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
+	out := make([]any, len(c.nodes))
+	for i, n := range c.nodes {
+		var v any
+		var err error
+		if n.cluster != nil {
+			// Every master of a cluster: the journal and the statistics are per node.
+			var all []any
+			err = n.cluster.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+				r, err := m.Do(ctx, args...).Result()
+				if err == nil {
+					if list, ok := r.([]any); ok {
+						all = append(all, list...)
+					}
+				}
+				return err
+			})
+			v = all
+		} else {
+			v, err = n.call(ctx, max(c.nodeTimeout, time.Second), args...)
+		}
+		if err != nil {
+			f := classify(err, n.cluster != nil)
+			return nil, &Error{Kind: ErrServer, Servers: []string{n.name}, Retryable: !f.permanent, Cause: err,
+				Msg: fmt.Sprintf("%s: %s", n.name, f.msg)}
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// Log is LOCK.LOG on every server (every master of a cluster): the holds that ended other than
+// by their owner, newest first per server, at most count per server. An admin command.
+func (c *Client) Log(ctx context.Context, count int) ([]LogEntry, error) {
+	rs, err := c.eachNode(ctx, "LOCK.LOG", count)
+	if err != nil {
+		return nil, err
+	}
+	var out []LogEntry
+	for i, r := range rs {
+		out = append(out, parseLog(c.names[i], r)...)
+	}
+	return out, nil
+}
+
+// Stats is LOCK.STATS COUNT count on every server (every master of a cluster): the hottest
+// keys by total wait time. An admin command.
+func (c *Client) Stats(ctx context.Context, count int) ([]KeyStats, error) {
+	rs, err := c.eachNode(ctx, "LOCK.STATS", "COUNT", count)
+	if err != nil {
+		return nil, err
+	}
+	var out []KeyStats
+	for i, r := range rs {
+		out = append(out, parseStats(c.names[i], r)...)
+	}
+	return out, nil
+}

@@ -1,0 +1,421 @@
+package relock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Hold is a lock held by this process (one key, or a group of keys taken together), renewed in
+// the background every ttl/3 until released or lost. Safe for concurrent use.
+type Hold struct {
+	c         *Client
+	key       string
+	group     []string // the keys of a group, in the order given; nil for one key
+	owner     string
+	ttlMS     int64
+	tokens    []int64 // per server, 0 where it did not grant
+	keyTokens map[string]int64
+	since     int64 // Unix ms of the grant, to match the journal's flush entries
+	autoRenew bool
+
+	mu          sync.Mutex
+	mode        []any
+	validUntil  time.Time
+	lastFailure string
+	err         error
+	done        chan struct{}
+	ctx         context.Context
+	cancel      context.CancelCauseFunc
+	renewing    sync.Mutex
+}
+
+func (c *Client) newHold(key string, group []string, owner string, ttlMS int64, tokens []int64, until time.Time, mode []any, shared, autoRenew bool) *Hold {
+	h := &Hold{c: c, key: key, group: group, owner: owner, ttlMS: ttlMS, tokens: tokens, mode: mode,
+		validUntil: until, since: time.Now().UnixMilli(), autoRenew: autoRenew, done: make(chan struct{})}
+	h.ctx, h.cancel = context.WithCancelCause(context.Background())
+	c.mu.Lock()
+	c.live[h] = true
+	c.mu.Unlock()
+	go h.loop()
+	return h
+}
+
+// Key is the key held (a group's first key).
+func (h *Hold) Key() string { return h.key }
+
+// Keys are the keys held: [Key()], or a group's keys in the order given.
+func (h *Hold) Keys() []string {
+	if h.group != nil {
+		return slices.Clone(h.group)
+	}
+	return []string{h.key}
+}
+
+// Owner is the hold's owner, `<host>/<pid>/<random>`: what LOCK.INFO and LOCK.HOLDERS show.
+func (h *Hold) Owner() string { return h.owner }
+
+// TTL is the hold's lease.
+func (h *Hold) TTL() time.Duration { return time.Duration(h.ttlMS) * time.Millisecond }
+
+// Token is the fencing token of the hold: the token of the first server that granted it (a
+// group: of its first key). Hand it to whatever the holder writes, which refuses tokens lower
+// than the latest it saw.
+func (h *Hold) Token() int64 {
+	if h.group != nil {
+		return h.keyTokens[h.group[0]]
+	}
+	for _, t := range h.tokens {
+		if t != 0 {
+			return t
+		}
+	}
+	return 0
+}
+
+// TokenOf is a group's token of key (LOCK.MACQUIRE gives one token to the whole group; keys
+// waited for one by one each get their own).
+func (h *Hold) TokenOf(key string) int64 { return h.keyTokens[key] }
+
+// Tokens are the tokens per server that granted the hold (Redlock: one per master).
+func (h *Hold) Tokens() map[string]int64 {
+	out := map[string]int64{}
+	for i, t := range h.tokens {
+		if t != 0 {
+			out[h.c.names[i]] = t
+		}
+	}
+	return out
+}
+
+// Until is when the hold's validity ends unless renewed: the ttl less the round's time and
+// the clock drift allowance (1 % + 2 ms), as measured by the last successful round.
+func (h *Hold) Until() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.validUntil
+}
+
+func (h *Hold) lostAt() time.Time {
+	return h.validUntil.Add(-lossLead(h.TTL()))
+}
+
+// expireIfPast loses the hold when the clock says its validity has passed, whether or not
+// the renewal goroutine ran.
+func (h *Hold) expireIfPast() {
+	h.mu.Lock()
+	past := h.err == nil && !time.Now().Before(h.lostAt())
+	h.mu.Unlock()
+	if past {
+		h.lose(h.expiryReason(), nil)
+	}
+}
+
+// Done is closed when the hold ends: lost (Err is then an *Error of kind ErrLockLost saying
+// why) or released (Err is ErrReleased).
+func (h *Hold) Done() <-chan struct{} {
+	h.expireIfPast()
+	return h.done
+}
+
+// Err is nil while the hold is held; after it ended, why: an *Error of kind ErrLockLost
+// (Error.Loss has the cause from the server's journal, LOCK.HISTORY), or ErrReleased. It
+// reads the clock: past the validity it is the loss, even if no renewal ran.
+func (h *Hold) Err() error {
+	h.expireIfPast()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+// Context is cancelled when the hold ends; context.Cause gives Err.
+func (h *Hold) Context() context.Context { return h.ctx }
+
+// Valid reports whether the hold is still held and within its validity.
+func (h *Hold) Valid() bool { return h.Err() == nil }
+
+func (h *Hold) lostError(reason string, loss *LossReason) *Error {
+	return &Error{Kind: ErrLockLost, Key: h.key, Loss: loss, Servers: h.c.Servers(),
+		Msg: fmt.Sprintf("lock %q was lost: %s", h.key, reason)}
+}
+
+func (h *Hold) expiryReason() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lastFailure != "" {
+		return "its validity ran out: renewals failed (" + h.lastFailure + ")"
+	}
+	if !h.autoRenew {
+		return "its validity ran out (not extended in time)"
+	}
+	return fmt.Sprintf("its validity ran out before it could be renewed (the process did not run the renewal in time: stalled longer than the %d ms ttl?)", h.ttlMS)
+}
+
+// end ends the hold on the client's side: Done closed, Context cancelled; false if it had
+// ended already.
+func (h *Hold) end(err error) bool {
+	h.mu.Lock()
+	if h.err != nil {
+		h.mu.Unlock()
+		return false
+	}
+	h.err = err
+	h.mu.Unlock()
+	// Context first: whoever sees Done closed finds the Context cancelled with its cause.
+	h.cancel(err)
+	close(h.done)
+	h.c.mu.Lock()
+	delete(h.c.live, h)
+	h.c.mu.Unlock()
+	return true
+}
+
+// lose ends the hold as lost and gives it back in the background where servers still have it.
+func (h *Hold) lose(reason string, loss *LossReason) {
+	if h.end(h.lostError(reason, loss)) {
+		h.c.releaseLate(h.TTL(), fixed(h.releaseArgs()...), nil)
+	}
+}
+
+func (h *Hold) renewArgs(ttlMS int64) []any {
+	if h.group != nil {
+		return append(append([]any{"LOCK.MRENEW", len(h.group)}, toAny(h.group)...), h.owner, ttlMS)
+	}
+	return []any{"LOCK.RENEW", h.key, h.owner, ttlMS}
+}
+
+func (h *Hold) releaseArgs() []any {
+	if h.group != nil {
+		return append(append([]any{"LOCK.MRELEASE", len(h.group)}, toAny(h.group)...), h.owner, "FROM", 1)
+	}
+	return []any{"LOCK.RELEASE", h.key, h.owner, "FROM", 1}
+}
+
+func toAny(keys []string) []any {
+	out := make([]any, len(keys))
+	for i, k := range keys {
+		out[i] = k
+	}
+	return out
+}
+
+// allOf accepts a LOCK.MRENEW reply only when every key of the group was renewed.
+func allOf(n int) func(any) (any, error) {
+	return func(r any) (any, error) {
+		if r == nil || toInt(r, -1) != int64(n) {
+			return nil, nil
+		}
+		return r, nil
+	}
+}
+
+func (h *Hold) loop() {
+	if !h.autoRenew {
+		// No renewal (a Mutex, as redsync's): the hold ends with its validity unless extended.
+		for {
+			h.mu.Lock()
+			at := h.lostAt()
+			h.mu.Unlock()
+			t := time.NewTimer(time.Until(at))
+			select {
+			case <-h.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			h.expireIfPast()
+		}
+	}
+	every := max(h.TTL()/3, time.Millisecond)
+	next := time.Now().Add(every)
+	for {
+		h.mu.Lock()
+		lostAt := h.lostAt()
+		h.mu.Unlock()
+		wake := next
+		if lostAt.Before(wake) {
+			wake = lostAt
+		}
+		t := time.NewTimer(time.Until(wake))
+		select {
+		case <-h.done:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if !time.Now().Before(lostAt) {
+			h.lose(h.expiryReason(), nil)
+			return
+		}
+		ok, _ := h.renew(context.Background(), h.ttlMS)
+		select {
+		case <-h.done:
+			return
+		default:
+		}
+		if ok {
+			next = time.Now().Add(every)
+		} else {
+			next = time.Now().Add(min(every/4, time.Until(h.Until())/2))
+		}
+	}
+}
+
+// renew runs one renewal round: true when it renewed; the hold is lost (Done closed) when no
+// quorum can renew any more.
+func (h *Hold) renew(ctx context.Context, ttlMS int64) (bool, error) {
+	h.renewing.Lock()
+	defer h.renewing.Unlock()
+	if err := h.Err(); err != nil {
+		return false, err
+	}
+	ro := roundOpts{}
+	if h.group != nil {
+		ro.accept = allOf(len(h.group))
+	}
+	rnd := h.c.round(ctx, h.renewArgs(ttlMS), ro)
+	if valid, ok := rnd.validFor(ttlMS); ok {
+		h.mu.Lock()
+		h.validUntil = rnd.started.Add(valid)
+		h.lastFailure = ""
+		h.mu.Unlock()
+		return true, nil
+	}
+	if rnd.badTTL() {
+		return false, &Error{Kind: ErrServer, Key: h.key, Msg: fmt.Sprintf("lock %q: renewal to a ttl of %d ms refused (%s); the hold is kept with its ttl (ask for a shorter ttl)", h.key, ttlMS, rnd.describe(func(f failure) bool { return f.badTTL }))}
+	}
+	if rnd.renewLost() {
+		refused := rnd.servers(func(f failure) bool { return f.refused })
+		what := "renewal failed: " + rnd.describe(func(f failure) bool { return f.permanent })
+		if len(refused) > 0 {
+			what = "LOCK.RENEW answered nil on " + strings.Join(refused, ", ") + ": the lock expired or was taken away"
+		}
+		loss := h.c.explainLoss(h.Keys(), h.owner, h.since)
+		where := ""
+		if loss.Entry != nil && h.group != nil && loss.Entry.Key != "" {
+			where = fmt.Sprintf("key %q ", loss.Entry.Key)
+		}
+		h.lose(what+": "+where+loss.Message, &loss)
+		return false, h.Err()
+	}
+	h.mu.Lock()
+	h.lastFailure = rnd.describe(nil)
+	h.mu.Unlock()
+	return false, &Error{Kind: ErrNoQuorum, Key: h.key, Retryable: true, Servers: rnd.servers(nil),
+		Msg: fmt.Sprintf("lock %q: renewal without a quorum (%s); still held until %v unless renewed", h.key, rnd.describe(nil), h.Until())}
+}
+
+// Renew renews the hold now (relock also does it every ttl/3 on its own): nil when renewed;
+// an *Error of kind ErrLockLost when the hold is gone, ErrNoQuorum when no quorum answered
+// (it is still held until Until).
+func (h *Hold) Renew(ctx context.Context) error {
+	_, err := h.renew(ctx, h.ttlMS)
+	return err
+}
+
+// Release gives the lock back: nil when released; an *Error of kind ErrLockLost when the
+// servers said it was no longer held (Err says why when relock knew first), ErrNoQuorum when
+// no quorum answered (relock gives it back in the background, never re-sending blindly: the
+// release names its step, FROM 1, so a repeat changes nothing), ErrServer when errors
+// retrying cannot fix refused it. Releasing twice is nil.
+func (h *Hold) Release(ctx context.Context) error { return h.release(ctx) }
+
+func (h *Hold) release(ctx context.Context) error { return h.releaseAs(ctx, ErrReleased) }
+
+// releaseAs ends the hold with why (Done, Context) and releases it on the servers, unless it
+// had ended already: then nil after a release, the loss after a loss.
+func (h *Hold) releaseAs(ctx context.Context, why error) error {
+	if !h.end(why) {
+		h.mu.Lock()
+		prev := h.err
+		h.mu.Unlock()
+		if e, ok := prev.(*Error); ok && e.Kind == ErrLockLost {
+			return e
+		}
+		return nil
+	}
+	rnd := h.c.round(ctx, nil, roundOpts{untilAll: true, argsOf: fixed(h.releaseArgs()...)})
+	if un := rnd.unanswered(); slices.Contains(un, true) {
+		h.c.releaseLate(h.TTL(), fixed(h.releaseArgs()...), un)
+	}
+	if rnd.won() {
+		return nil
+	}
+	if e := rnd.releaseError(h.key); e != nil {
+		return e
+	}
+	if !rnd.someFailed() {
+		return h.lostError("it was no longer held when released (LOCK.RELEASE answered nil)", nil)
+	}
+	return &Error{Kind: ErrNoQuorum, Key: h.key, Retryable: true, Servers: rnd.servers(func(f failure) bool { return !f.refused }),
+		Msg: fmt.Sprintf("lock %q: release without a quorum (%s); given back in the background", h.key, rnd.describe(nil))}
+}
+
+// Downgrade turns an exclusive hold into a shared one of the same key in one atomic step
+// (same token and ttl; the shared waiters at the head of the queue are granted with it).
+func (h *Hold) Downgrade(ctx context.Context) error {
+	if h.group != nil {
+		return invalid("a group cannot be downgraded")
+	}
+	if err := h.Err(); err != nil {
+		return err
+	}
+	rnd := h.c.round(ctx, []any{"LOCK.DOWNGRADE", h.key, h.owner}, roundOpts{untilAll: true})
+	if rnd.won() {
+		h.mu.Lock()
+		h.mode = []any{"SHARED"}
+		h.mu.Unlock()
+		return nil
+	}
+	if rnd.permanentlyFailed() {
+		return rnd.permanentError(h.key)
+	}
+	if rnd.renewLost() {
+		loss := h.c.explainLoss(h.Keys(), h.owner, h.since)
+		h.lose("LOCK.DOWNGRADE answered nil: "+loss.Message, &loss)
+		return h.Err()
+	}
+	return &Error{Kind: ErrNoQuorum, Key: h.key, Retryable: true, Msg: fmt.Sprintf("lock %q: downgrade without a quorum (%s)", h.key, rnd.describe(nil))}
+}
+
+// Fenced runs a command through LOCK.FENCED key token command args...: the server runs it
+// only while the hold's token is a live hold's, atomically with that check, and returns its
+// reply unchanged. A stale token is an *Error of kind ErrFenced (never retried); the inner
+// command's own errors come back as go-redis gives them. One server or a cluster only (with
+// Redlock each master has its own tokens). Put the data under the lock's hash tag
+// ({order:7}, {order:7}:data) in a cluster.
+func (h *Hold) Fenced(ctx context.Context, args ...any) (any, error) {
+	if len(h.c.nodes) > 1 {
+		return nil, invalid("Fenced needs one server or a cluster: with Redlock each master has its own tokens, so no one token can fence a write")
+	}
+	if h.group != nil {
+		return nil, invalid("Fenced is for a hold of one key")
+	}
+	if len(args) == 0 {
+		return nil, invalid("Fenced needs a command")
+	}
+	full := append([]any{"LOCK.FENCED", h.key, h.Token()}, args...)
+	v, err := h.c.nodes[0].call(ctx, 0, full...)
+	return v, fencedError(h.key, err)
+}
+
+// fencedError maps LOCK.FENCED's refusals: -FENCED to ErrFenced, LOCK.FENCED's own refusal of
+// a command to ErrInvalid; anything else (the inner command's errors) unchanged.
+func fencedError(key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	switch {
+	case strings.HasPrefix(msg, "FENCED "):
+		return &Error{Kind: ErrFenced, Key: key, Cause: err, Msg: fmt.Sprintf("lock %q: the write was refused by the server: %s", key, strings.TrimPrefix(msg, "FENCED "))}
+	case strings.HasPrefix(msg, "ERR ") && (strings.Contains(msg, "in LOCK.FENCED") || strings.Contains(msg, "LOCK.FENCED needs")):
+		return &Error{Kind: ErrInvalid, Key: key, Cause: err, Msg: strings.TrimPrefix(msg, "ERR ")}
+	case strings.HasPrefix(msg, "ERR unknown command") && strings.Contains(strings.ToUpper(msg), "LOCK.FENCED"):
+		return &Error{Kind: ErrServer, Key: key, Cause: err, Msg: msg + " (this relock module is older than LOCK.FENCED)"}
+	}
+	return err
+}

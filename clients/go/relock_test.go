@@ -1,0 +1,715 @@
+package relock
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func bg() context.Context { return context.Background() }
+
+// locksOn is a Client on s (closed at the test's end) and a plain client for looking.
+func locksOn(t *testing.T, s *server, opts ...ClientOption) (*Client, *redis.Client) {
+	t.Helper()
+	rdb := s.client(t)
+	c := New(rdb, opts...)
+	t.Cleanup(func() { _ = c.Close() })
+	return c, rdb
+}
+
+func mustAcquire(t *testing.T, c *Client, key string, opts ...Option) *Hold {
+	t.Helper()
+	h, err := c.Acquire(bg(), key, opts...)
+	if err != nil {
+		t.Fatalf("acquire %s: %v", key, err)
+	}
+	return h
+}
+
+func waiters(t *testing.T, c *Client, key string) int {
+	ws, err := c.Waiters(bg(), key, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ws)
+}
+
+func TestAcquireRelease(t *testing.T) {
+	s := startServer(t)
+	c, rdb := locksOn(t, s)
+	h := mustAcquire(t, c, "orders:7", TTL(10*time.Second))
+	if h.Token() < 1 || !strings.HasSuffix(h.Owner(), h.Owner()[len(h.Owner())-32:]) || len(h.Owner()) < 34 {
+		t.Fatalf("token %d owner %q", h.Token(), h.Owner())
+	}
+	info, err := c.Info(bg(), "orders:7")
+	if err != nil || info == nil || *info.Owner != h.Owner() || *info.Token != h.Token() || info.Mode != "exclusive" {
+		t.Fatalf("info %+v %v", info, err)
+	}
+	if pttl := rdb.PTTL(bg(), "orders:7").Val(); pttl <= 0 || pttl > 10*time.Second {
+		t.Fatalf("pttl %v", pttl)
+	}
+	// Another owner (another hold of the same client) is refused while it is held.
+	_, err = c.Acquire(bg(), "orders:7")
+	var e *Error
+	if !errors.Is(err, ErrNotAcquired) || !errors.As(err, &e) || !strings.Contains(e.Msg, "held by another owner") {
+		t.Fatalf("second acquire: %v", err)
+	}
+	if !h.Valid() || h.Err() != nil {
+		t.Fatal("not valid")
+	}
+	if err := h.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Done():
+	default:
+		t.Fatal("Done not closed by Release")
+	}
+	if !errors.Is(h.Err(), ErrReleased) || h.Context().Err() == nil {
+		t.Fatalf("err %v", h.Err())
+	}
+	if err := h.Release(bg()); err != nil {
+		t.Fatalf("second release: %v", err)
+	}
+	if n := rdb.Exists(bg(), "orders:7").Val(); n != 0 {
+		t.Fatal("key left after release")
+	}
+	// Close releases what is still held, and tells its holders.
+	c2 := New(rdb)
+	h2 := mustAcquire(t, c2, "orders:8")
+	if err := c2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(h2.Err(), ErrLockLost) || !strings.Contains(h2.Err().Error(), "closed") {
+		t.Fatalf("after Close: %v", h2.Err())
+	}
+	if rdb.Exists(bg(), "orders:8").Val() != 0 {
+		t.Fatal("Close did not release")
+	}
+	// Invalid arguments are refused before anything is sent.
+	if _, err := c.Acquire(bg(), "k", TTL(time.Millisecond)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("ttl 1 ms: %v", err)
+	}
+}
+
+func TestWaitFIFO(t *testing.T) {
+	s := startServer(t)
+	c, _ := locksOn(t, s)
+	first := mustAcquire(t, c, "q", TTL(30*time.Second))
+	type got struct {
+		name string
+		h    *Hold
+		err  error
+	}
+	grants := make(chan got, 2)
+	for i, name := range []string{"second", "third"} {
+		go func() {
+			h, err := c.Acquire(bg(), "q", TTL(30*time.Second), Wait(20*time.Second))
+			grants <- got{name, h, err}
+		}()
+		eventually(t, 10*time.Second, name+" queued", func() bool { return waiters(t, c, "q") == i+1 })
+	}
+	if err := first.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+	g := <-grants
+	if g.err != nil || g.name != "second" {
+		t.Fatalf("first grant: %s %v", g.name, g.err)
+	}
+	if g.h.Token() <= first.Token() {
+		t.Fatalf("token %d after %d", g.h.Token(), first.Token())
+	}
+	select {
+	case g2 := <-grants:
+		t.Fatalf("%s granted while second holds", g2.name)
+	default:
+	}
+	_ = g.h.Release(bg())
+	g = <-grants
+	if g.err != nil || g.name != "third" {
+		t.Fatalf("second grant: %s %v", g.name, g.err)
+	}
+	_ = g.h.Release(bg())
+}
+
+func TestWaitTimeoutAndCancel(t *testing.T) {
+	s := startServer(t)
+	c, _ := locksOn(t, s)
+	h := mustAcquire(t, c, "busy")
+	defer h.Release(bg())
+	start := time.Now()
+	_, err := c.Acquire(bg(), "busy", Wait(150*time.Millisecond))
+	if !errors.Is(err, ErrNotAcquired) || time.Since(start) < 150*time.Millisecond {
+		t.Fatalf("timed wait: %v after %v", err, time.Since(start))
+	}
+	// A context deadline bounds the wait too.
+	ctx, cancel := context.WithTimeout(bg(), 150*time.Millisecond)
+	_, err = c.Acquire(ctx, "busy", Wait(-1))
+	cancel()
+	if !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("ctx deadline: %v", err)
+	}
+	// Cancelling the context ends a wait without a limit at once; the server drops the waiter.
+	ctx, cancel = context.WithCancel(bg())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "busy", Wait(-1))
+		done <- err
+	}()
+	eventually(t, 10*time.Second, "queued", func() bool { return waiters(t, c, "busy") == 1 })
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled wait: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancel did not end the wait")
+	}
+	eventually(t, 10*time.Second, "waiter gone", func() bool { return waiters(t, c, "busy") == 0 })
+	stats, err := c.Stats(bg(), 10)
+	if err != nil || len(stats) != 1 || stats[0].Key != "busy" || stats[0].Timeouts < 1 || stats[0].Waits < 3 {
+		t.Fatalf("stats %+v %v", stats, err)
+	}
+	// A wait longer than the application client's ReadTimeout (go-redis's default: 5 s; 1 s
+	// here) is neither cut nor re-sent by the driver: it keeps its place in the queue (a
+	// re-sent wait would queue behind a later one).
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr(), ReadTimeout: time.Second})
+	defer rdb.Close()
+	c = New(rdb)
+	defer c.Close()
+	order := make(chan string, 2)
+	for i, name := range []string{"early", "late"} {
+		go func() {
+			h2, err := c.Acquire(bg(), "busy", Wait(20*time.Second))
+			if err != nil {
+				order <- err.Error()
+				return
+			}
+			order <- name
+			_ = h2.Release(bg())
+		}()
+		eventually(t, 10*time.Second, name+" queued", func() bool { return waiters(t, c, "busy") == i+1 })
+	}
+	ws, _ := c.Waiters(bg(), "busy", 0)
+	early := ws[0].Client
+	eventually(t, 20*time.Second, "past the driver's read timeout", func() bool {
+		ws, _ := c.Waiters(bg(), "busy", 0)
+		return len(ws) > 0 && ws[0].Waited > 1500*time.Millisecond
+	})
+	if ws, _ := c.Waiters(bg(), "busy", 0); len(ws) != 2 || ws[0].Client != early {
+		t.Fatalf("the early wait lost its place: %+v", ws)
+	}
+	_ = h.Release(bg())
+	if first, second := <-order, <-order; first != "early" || second != "late" {
+		t.Fatalf("granted %s then %s", first, second)
+	}
+}
+
+func relockStat(t *testing.T, rdb *redis.Client, field string) int64 {
+	info := rdb.Info(bg(), "relock").Val()
+	for _, l := range splitLines(info) {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.HasSuffix(k, field) {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	t.Fatalf("no %s in INFO relock", field)
+	return 0
+}
+
+func TestRenewal(t *testing.T) {
+	s := startServer(t)
+	c, rdb := locksOn(t, s)
+	h := mustAcquire(t, c, "renewed", TTL(time.Second))
+	// Renewed every ttl/3: four renewals are more than the ttl, and it is still held.
+	eventually(t, 20*time.Second, "3 renewals", func() bool { return relockStat(t, rdb, "renewed_total") >= 4 })
+	if err := h.Err(); err != nil {
+		t.Fatalf("lost: %v", err)
+	}
+	info, _ := c.Info(bg(), "renewed")
+	if info == nil || *info.Token != h.Token() {
+		t.Fatalf("info %+v", info)
+	}
+	if err := h.Renew(bg()); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func expectLoss(t *testing.T, h *Hold, cause string) *Error {
+	t.Helper()
+	select {
+	case <-h.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("Done not closed")
+	}
+	var e *Error
+	if !errors.As(h.Err(), &e) || !errors.Is(e, ErrLockLost) {
+		t.Fatalf("err %v", h.Err())
+	}
+	if e.Loss == nil || e.Loss.Cause != cause || !strings.Contains(e.Error(), lossWords[cause]) {
+		t.Fatalf("loss %+v (%v), want %s", e.Loss, e, cause)
+	}
+	if !errors.Is(context.Cause(h.Context()), ErrLockLost) {
+		t.Fatalf("context cause %v", context.Cause(h.Context()))
+	}
+	return e
+}
+
+func TestLossDeletedAndForceReleased(t *testing.T) {
+	s := startServer(t)
+	c, rdb := locksOn(t, s)
+	// A ttl long enough that the loss is seen by a renewal, within the validity.
+	h := mustAcquire(t, c, "gone", TTL(3*time.Second))
+	rdb.Del(bg(), "gone")
+	expectLoss(t, h, "deleted")
+	if time.Now().After(h.Until()) {
+		t.Fatal("seen only after the validity")
+	}
+	if !errors.Is(h.Release(bg()), ErrLockLost) {
+		t.Fatal("release of a lost hold")
+	}
+
+	h = mustAcquire(t, c, "gone", TTL(3*time.Second))
+	if n, err := c.ForceRelease(bg(), "gone"); err != nil || n != 1 {
+		t.Fatalf("forcerelease %d %v", n, err)
+	}
+	e := expectLoss(t, h, "forcereleased")
+	log, err := c.Log(bg(), 10)
+	if err != nil || len(log) != 2 || log[0].Reason != "forcereleased" || log[0].Owner != h.Owner() || log[1].Reason != "deleted" {
+		t.Fatalf("log %+v %v", log, err)
+	}
+	if e.Loss.Who == nil || e.Loss.Who.Command == nil || !strings.EqualFold(*e.Loss.Who.Command, "lock.forcerelease") {
+		t.Fatalf("who %+v", e.Loss.Who)
+	}
+}
+
+func TestDoCancelsOnLoss(t *testing.T) {
+	s := startServer(t)
+	c, rdb := locksOn(t, s)
+	err := c.Do(bg(), "job", func(ctx context.Context) error {
+		rdb.Do(bg(), "LOCK.FORCERELEASE", "job")
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}, TTL(3*time.Second))
+	var e *Error
+	if !errors.As(err, &e) || !errors.Is(err, ErrLockLost) || e.Loss.Cause != "forcereleased" {
+		t.Fatalf("Do: %v", err)
+	}
+	// Do releases when fn returns.
+	var token int64
+	if err := c.Do(bg(), "job", func(ctx context.Context) error {
+		info, _ := c.Info(ctx, "job")
+		token = *info.Token
+		return nil
+	}); err != nil || token == 0 {
+		t.Fatal(err)
+	}
+	if rdb.Exists(bg(), "job").Val() != 0 {
+		t.Fatal("not released by Do")
+	}
+}
+
+func TestShared(t *testing.T) {
+	s := startServer(t)
+	c, _ := locksOn(t, s)
+	r1 := mustAcquire(t, c, "rw", Shared())
+	r2 := mustAcquire(t, c, "rw", Shared())
+	if r1.Token() == r2.Token() {
+		t.Fatal("shared holds share a token")
+	}
+	info, _ := c.Info(bg(), "rw")
+	if info.Mode != "shared" || info.Holders != 2 || info.Owner != nil || info.Limit != 0 {
+		t.Fatalf("info %+v", info)
+	}
+	hs, _ := c.Holders(bg(), "rw", 0)
+	if len(hs) != 2 || hs[0].Owner != r1.Owner() || hs[1].Owner != r2.Owner() {
+		t.Fatalf("holders %+v", hs)
+	}
+	if _, err := c.Acquire(bg(), "rw"); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("writer got in: %v", err)
+	}
+	// A writer queued blocks later readers (no barging); granted when both readers leave.
+	w := make(chan *Hold, 1)
+	go func() {
+		h, err := c.Acquire(bg(), "rw", Wait(20*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		w <- h
+	}()
+	eventually(t, 10*time.Second, "writer queued", func() bool { return waiters(t, c, "rw") == 1 })
+	if _, err := c.Acquire(bg(), "rw", Shared()); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("reader barged: %v", err)
+	}
+	_ = r1.Release(bg())
+	_ = r2.Release(bg())
+	wh := <-w
+	if wh == nil {
+		t.FailNow()
+	}
+	// Downgrade: the writer becomes a reader, a queued reader is granted with it.
+	rc := make(chan *Hold, 1)
+	go func() {
+		h, err := c.Acquire(bg(), "rw", Shared(), Wait(20*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		rc <- h
+	}()
+	eventually(t, 10*time.Second, "reader queued", func() bool { return waiters(t, c, "rw") == 1 })
+	if err := wh.Downgrade(bg()); err != nil {
+		t.Fatal(err)
+	}
+	r3 := <-rc
+	if r3 == nil {
+		t.FailNow()
+	}
+	info, _ = c.Info(bg(), "rw")
+	if info.Mode != "shared" || info.Holders != 2 {
+		t.Fatalf("after downgrade %+v", info)
+	}
+	if err := wh.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+	_ = r3.Release(bg())
+}
+
+func TestSemaphore(t *testing.T) {
+	s := startServer(t)
+	c, _ := locksOn(t, s)
+	a := mustAcquire(t, c, "sem", Limit(3))
+	b := mustAcquire(t, c, "sem", Limit(3), Permits(2))
+	info, _ := c.Info(bg(), "sem")
+	if info.Limit != 3 || info.PermitsFree != 0 || info.Holders != 2 {
+		t.Fatalf("info %+v", info)
+	}
+	if _, err := c.Acquire(bg(), "sem", Limit(3)); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("over the limit: %v", err)
+	}
+	_, err := c.Acquire(bg(), "sem", Limit(2))
+	var e *Error
+	if !errors.As(err, &e) || !errors.Is(err, ErrOtherLimit) || e.Limit != 3 {
+		t.Fatalf("other limit: %v", err)
+	}
+	if _, err := c.Acquire(bg(), "sem", Permits(2)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("permits without a limit: %v", err)
+	}
+	// A waiter for one permit is served when b's two are back.
+	got := make(chan error, 1)
+	go func() {
+		h, err := c.Acquire(bg(), "sem", Limit(3), Wait(20*time.Second))
+		if err == nil {
+			defer h.Release(bg())
+		}
+		got <- err
+	}()
+	eventually(t, 10*time.Second, "queued", func() bool { return waiters(t, c, "sem") == 1 })
+	_ = b.Release(bg())
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	_ = a.Release(bg())
+}
+
+func TestAcquireAll(t *testing.T) {
+	s := startServer(t)
+	c, rdb := locksOn(t, s)
+	g := func() *Hold {
+		h, err := c.AcquireAll(bg(), []string{"b", "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}()
+	if g.TokenOf("a") != g.TokenOf("b") || g.Token() == 0 || g.Keys()[0] != "b" {
+		t.Fatalf("tokens %v", g.keyTokens)
+	}
+	if _, err := c.Acquire(bg(), "a"); !errors.Is(err, ErrNotAcquired) {
+		t.Fatal("a is free")
+	}
+	if err := g.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+	if rdb.Exists(bg(), "a", "b").Val() != 0 {
+		t.Fatal("group not released")
+	}
+	if _, err := c.AcquireAll(bg(), []string{"a", "a"}); !errors.Is(err, ErrInvalid) {
+		t.Fatal("a key twice")
+	}
+	// One key taken: the group waits for the keys one by one, in order, and gets them all.
+	hb := mustAcquire(t, c, "b")
+	done := make(chan *Hold, 1)
+	go func() {
+		h, err := c.AcquireAll(bg(), []string{"b", "a", "c"}, Wait(20*time.Second), TTL(3*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- h
+	}()
+	eventually(t, 10*time.Second, "queued for b", func() bool { return waiters(t, c, "b") == 1 })
+	info, _ := c.Info(bg(), "a")
+	if info == nil {
+		t.Fatal("a not taken first (sorted order)")
+	}
+	_ = hb.Release(bg())
+	g = <-done
+	if g == nil {
+		t.FailNow()
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		if i, _ := c.Info(bg(), k); i == nil || *i.Owner != g.Owner() {
+			t.Fatalf("%s not held by the group", k)
+		}
+	}
+	// Deleting one key of a group is the group's loss.
+	rdb.Del(bg(), "c")
+	expectLoss(t, g, "deleted")
+	eventually(t, 10*time.Second, "lost group given back", func() bool { return rdb.Exists(bg(), "a", "b").Val() == 0 })
+	// A group that cannot be had in time gives back what it took.
+	hb = mustAcquire(t, c, "b")
+	if _, err := c.AcquireAll(bg(), []string{"a", "b"}, Wait(100*time.Millisecond)); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("group in time: %v", err)
+	}
+	eventually(t, 10*time.Second, "a given back", func() bool { return rdb.Exists(bg(), "a").Val() == 0 })
+	_ = hb.Release(bg())
+}
+
+func TestMutex(t *testing.T) {
+	s := startServer(t)
+	c, rdb := locksOn(t, s)
+	m := c.NewMutex("mx", TTL(2*time.Second))
+	if err := m.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	if m.Value() == "" || time.Until(m.Until()) <= 0 || m.Name() != "mx" {
+		t.Fatal("value/until")
+	}
+	if ok, err := m.Valid(); !ok || err != nil {
+		t.Fatalf("valid %v %v", ok, err)
+	}
+	other := c.NewMutex("mx", TTL(2*time.Second))
+	if err := other.TryLock(); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("trylock: %v", err)
+	}
+	before := m.Until()
+	if ok, err := m.Extend(); !ok || err != nil || !m.Until().After(before) {
+		t.Fatalf("extend %v %v", ok, err)
+	}
+	// Lock waits in the queue: granted when m unlocks.
+	got := make(chan error, 1)
+	go func() { got <- other.LockContext(bg()) }()
+	eventually(t, 10*time.Second, "queued", func() bool { return waiters(t, c, "mx") == 1 })
+	if ok, err := m.Unlock(); !ok || err != nil {
+		t.Fatalf("unlock %v %v", ok, err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := m.Valid(); ok {
+		t.Fatal("m still valid")
+	}
+	rdb.Do(bg(), "LOCK.FORCERELEASE", "mx")
+	if ok, err := other.Valid(); ok || err != nil {
+		t.Fatalf("valid after forcerelease %v %v", ok, err)
+	}
+	if ok, err := other.Unlock(); ok || !errors.Is(err, ErrLockLost) {
+		t.Fatalf("unlock of a lost mutex %v %v", ok, err)
+	}
+}
+
+func TestRedlockPausedMaster(t *testing.T) {
+	var servers []*server
+	var rdbs []redis.UniversalClient
+	for range 3 {
+		s := startServer(t)
+		servers = append(servers, s)
+		rdbs = append(rdbs, s.client(t))
+	}
+	c := NewRedlock(rdbs, NodeTimeout(200*time.Millisecond))
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.Acquire(bg(), "k", Limit(2)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("semaphore over Redlock: %v", err)
+	}
+	servers[2].pause()
+	h := mustAcquire(t, c, "rl", TTL(2*time.Second))
+	if len(h.Tokens()) != 2 || h.Tokens()[servers[2].addr()] != 0 {
+		t.Fatalf("tokens %v", h.Tokens())
+	}
+	// Renewed by the quorum while a master is paused.
+	until := h.Until()
+	eventually(t, 20*time.Second, "renewed", func() bool { return h.Until().After(until) })
+	if _, err := h.Fenced(bg(), "SET", "x", "1"); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("fenced over Redlock: %v", err)
+	}
+	// Another owner cannot get it, and a second paused master leaves no quorum.
+	if _, err := c.Acquire(bg(), "rl"); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("second owner: %v", err)
+	}
+	if err := h.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+	servers[1].pause()
+	_, err := c.Acquire(bg(), "rl2")
+	var e *Error
+	if !errors.As(err, &e) || !errors.Is(err, ErrNotAcquired) || !strings.Contains(e.Msg, "no quorum") {
+		t.Fatalf("one master of three: %v", err)
+	}
+	servers[1].resume()
+	servers[2].resume()
+	// What the failed round granted on master 0 is given back.
+	eventually(t, 10*time.Second, "given back", func() bool {
+		return rdbs[0].Exists(bg(), "rl2").Val() == 0
+	})
+	// A Redlock wait: granted when the holder releases.
+	h = mustAcquire(t, c, "rw")
+	got := make(chan error, 1)
+	go func() {
+		h2, err := c.Acquire(bg(), "rw", Wait(20*time.Second))
+		if err == nil {
+			if len(h2.Tokens()) < 2 {
+				err = errors.New("granted by fewer than a quorum")
+			}
+			_ = h2.Release(bg())
+		}
+		got <- err
+	}()
+	eventually(t, 10*time.Second, "queued", func() bool { return waiters(t, c, "rw") >= 2 })
+	_ = h.Release(bg())
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	// A loss on a majority of masters is a loss, with its reason.
+	h = mustAcquire(t, c, "rd", TTL(3*time.Second))
+	rdbs[0].Del(bg(), "rd")
+	rdbs[1].Del(bg(), "rd")
+	expectLoss(t, h, "deleted")
+}
+
+func TestElection(t *testing.T) {
+	s := startServer(t)
+	watch, _ := locksOn(t, s)
+	obs := watch.Observe(bg(), "leader")
+	if o := <-obs; o.Leader != nil || o.Err != nil {
+		t.Fatalf("first observation %+v", o)
+	}
+	// Three candidates, each its own process: a client through a proxy that can be cut.
+	type cand struct {
+		c *Client
+		p *proxy
+	}
+	var cands []cand
+	for range 3 {
+		p := newProxy(t, s.addr())
+		rdb := redis.NewClient(&redis.Options{Addr: p.addr()})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c := New(rdb)
+		t.Cleanup(func() { _ = c.Close() })
+		cands = append(cands, cand{c, p})
+	}
+	leads := make(chan *Leadership, 3)
+	var wg sync.WaitGroup
+	for i, cd := range cands {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := cd.c.Campaign(bg(), "leader", "node-"+strconv.Itoa(i), TTL(time.Second))
+			if err != nil {
+				leads <- nil
+				return
+			}
+			leads <- l
+		}()
+		eventually(t, 10*time.Second, "candidate queued", func() bool {
+			ws, _ := watch.Waiters(bg(), "leader", 0)
+			info, _ := watch.Info(bg(), "leader")
+			return info != nil && len(ws) == i
+		})
+	}
+	first := <-leads
+	if first == nil || first.Value() != "node-0" {
+		t.Fatalf("first leader %+v", first)
+	}
+	o := <-obs
+	if o.Leader == nil || o.Leader.Value != "node-0" || o.Leader.Term != first.Term() {
+		t.Fatalf("observed %+v", o.Leader)
+	}
+	if l, _ := watch.Leader(bg(), "leader"); l == nil || l.Value != "node-0" || l.Term != first.Term() {
+		t.Fatalf("leader %+v", l)
+	}
+	// The leader's connection is killed: it stops leading (Done), and the next candidate leads
+	// with a larger term once the old term's lease runs out.
+	cands[0].p.close()
+	select {
+	case <-first.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("old leader not told")
+	}
+	if !errors.Is(first.Err(), ErrLockLost) {
+		t.Fatalf("old leader's err %v", first.Err())
+	}
+	second := <-leads
+	if second == nil || second.Value() != "node-1" || second.Term() <= first.Term() {
+		t.Fatalf("second leader %+v", second)
+	}
+	for o = <-obs; o.Leader == nil; o = <-obs {
+	}
+	if o.Leader.Value != "node-1" || o.Leader.Term != second.Term() || o.Regressed {
+		t.Fatalf("observed %+v", o)
+	}
+	// Resign: the third leads in the same step.
+	if err := second.Resign(bg()); err != nil {
+		t.Fatal(err)
+	}
+	third := <-leads
+	if third == nil || third.Value() != "node-2" || third.Term() <= second.Term() {
+		t.Fatalf("third %+v", third)
+	}
+	_ = third.Resign(bg())
+	wg.Wait()
+	// Elections refuse Redlock and shared keys.
+	s2 := startServer(t)
+	rl := NewRedlock([]redis.UniversalClient{s.client(t), s2.client(t), startServer(t).client(t)})
+	defer rl.Close()
+	if _, err := rl.Campaign(bg(), "leader", "x"); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("campaign over Redlock: %v", err)
+	}
+}
+
+// TestRESP2: the same calls on a RESP2 connection (flat arrays where RESP3 has maps).
+func TestRESP2(t *testing.T) {
+	s := startServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr(), Protocol: 2})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := New(rdb)
+	t.Cleanup(func() { _ = c.Close() })
+	h := mustAcquire(t, c, "r2", TTL(3*time.Second))
+	info, err := c.Info(bg(), "r2")
+	if err != nil || info == nil || *info.Owner != h.Owner() || *info.Token != h.Token() || info.Mode != "exclusive" || info.TTL <= 0 {
+		t.Fatalf("info %+v %v", info, err)
+	}
+	hs, err := c.Holders(bg(), "r2", 0)
+	if err != nil || len(hs) != 1 || hs[0].Owner != h.Owner() || hs[0].Token != h.Token() {
+		t.Fatalf("holders %+v %v", hs, err)
+	}
+	go func() { _, _ = c.Acquire(bg(), "r2", Wait(200*time.Millisecond)) }()
+	eventually(t, 10*time.Second, "queued", func() bool {
+		ws, _ := c.Waiters(bg(), "r2", 0)
+		return len(ws) == 1 && ws[0].Mode == "exclusive" && ws[0].Timeout != nil && ws[0].Client > 0
+	})
+	rdb.Do(bg(), "LOCK.FORCERELEASE", "r2")
+	expectLoss(t, h, "forcereleased")
+	hist, err := c.History(bg(), "r2", 10)
+	if err != nil || len(hist) == 0 || hist[0].Owner != h.Owner() || hist[0].Reason != "forcereleased" || hist[0].Who == nil {
+		t.Fatalf("history %+v %v", hist, err)
+	}
+}
