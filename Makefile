@@ -64,7 +64,7 @@ leakcheck: setup-base ## Integration tests with redis-server under valgrind; no 
 
 .PHONY: test-clients bench-clients
 
-test-clients: ## The Python and Node client packages: install their pinned deps, type checks, suites
+test-clients: ## The Python, Node and Go client packages: install their pinned deps, type checks, suites
 	$(CARGO) build -p relock
 	@scripts/setup-clients
 	@scripts/test-clients
