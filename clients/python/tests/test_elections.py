@@ -187,7 +187,7 @@ def test_candidate_owner_keeps_the_random_part() -> None:
     assert core.proclaimed(owner) == value and core.proclaimed("a/b/" + rand) == "a/b"
     assert core.candidate_owner("").startswith("/")
     with pytest.raises(relock.InvalidArgument):
-        core.candidate_owner(3)  # type: ignore[arg-type]
+        core.candidate_owner(3)
 
 
 def test_observe_through_a_socket_timeout_shorter_than_its_wait(server: Server) -> None:
