@@ -704,8 +704,8 @@ class Relock:
         candidates served in arrival order, waiting up to ``timeout`` seconds (None: no
         limit; ``NotAcquired`` when it passes, and the candidate leaves the queue). The
         ``Leadership`` is a hold: ``term`` (its fencing token: hand it to whatever the leader
-        writes), ``lost`` and ``reason`` (renewed every ttl/3 in the background), ``await
-        resign()``. One master or a cluster only, and an exclusive key (``InvalidArgument``
+        writes), ``lost`` and ``reason`` (renewed every ttl/3 in the background),
+        ``resign()``. One master or a cluster only, and an exclusive key (``InvalidArgument``
         over Redlock masters, ``ServerError`` on a shared key)."""
         core.check_key(key)
         core.check_election(key, len(self._servers), "campaign")
