@@ -210,3 +210,35 @@ test("a FENCED error is a StaleTokenError, other errors are not", () => {
   const e2 = core.fencedError("k", "s:1", reply("WRONGTYPE Operation against a key holding the wrong kind of value"));
   assert.ok(e2 instanceof ServerError && !(e2 instanceof StaleTokenError) && /WRONGTYPE/.test(e2.message));
 });
+
+test("fenced runs while the token is live, and a stale one is refused once", () =>
+  withServer(async (s) => {
+    const locks = relock(connect(s));
+    const r = connect(s);
+    const stale = async () => Number(/relock_fenced_stale_total:(\d+)/.exec(String(await r.call("INFO", "relock")))[1]);
+    const a = await locks.campaign("{fe}", "a", { ttl: 5000 });
+    assert.equal(await a.fenced("SET", "{fe}:data", "by a"), "OK");
+    assert.equal(await a.fenced("HSET", "{fe}:h", "f", "1"), 1);
+    // The inner command's own error, passed on (not a stale token).
+    await assert.rejects(a.fenced("HSET", "{fe}:data", "f", "1"), (e) => e instanceof ServerError && !(e instanceof StaleTokenError) && /WRONGTYPE/.test(e.message));
+    const bLeads = locks.campaign("{fe}", "b", { ttl: 5000 });
+    assert.ok(await eventually(async () => (await queued(locks, "{fe}")) === 1));
+    await a.resign();
+    const b = await bLeads;
+    // The deposed leader's write is refused by the server with the new term named, and the
+    // package does not try again: one stale refusal counted.
+    const before = await stale();
+    await assert.rejects(a.fenced("SET", "{fe}:data", "by a, deposed"), (e) => e instanceof StaleTokenError && e.token === a.term && e.current === String(b.term) && !e.retryable);
+    assert.equal(await stale(), before + 1);
+    assert.equal(await r.get("{fe}:data"), "by a");
+    assert.equal(await b.fenced("SET", "{fe}:data", "by b"), "OK");
+    await b.resign();
+    await assert.rejects(b.fenced("SET", "{fe}:data", "by b, resigned"), (e) => e instanceof StaleTokenError && e.current === "none");
+    assert.equal(await r.get("{fe}:data"), "by b");
+    // A group's hold fences with its first key's token; Buffers pass as they are.
+    const g = await locks.acquireAll(["{fe}:g1", "{fe}:g2"], { ttl: 5000 });
+    assert.equal(await g.fenced("INCR", "{fe}:n"), 1);
+    assert.equal(await g.fenced("SET", Buffer.from("{fe}:bin"), Buffer.from([0xff, 0x00])), "OK");
+    assert.deepEqual(await r.getBuffer("{fe}:bin"), Buffer.from([0xff, 0x00]));
+    await g.release();
+  }));

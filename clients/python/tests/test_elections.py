@@ -274,3 +274,52 @@ def test_fenced_error_is_a_stale_token_and_other_errors_are_not() -> None:
     assert (e.token, e.current, e.key, e.servers) == (5, "7", "k", ["s:1"])
     e2 = core.fenced_error("k", "s:1", rex.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"))
     assert type(e2) is relock.ServerError and "WRONGTYPE" in str(e2)
+
+
+def test_fenced_runs_while_the_token_is_live_and_a_stale_one_is_refused_once(server: Server) -> None:
+    locks = relock.Relock(connect(server))
+    r = direct(server)
+    a = locks.campaign("{fe}", "a", ttl=5)
+    assert a.fenced("SET", "{fe}:data", "by a") in ("OK", b"OK", True)
+    assert a.fenced("HSET", "{fe}:h", "f", "1") == 1
+    with pytest.raises(relock.ServerError, match="WRONGTYPE") as wrong:
+        a.fenced("HSET", "{fe}:data", "f", "1")  # the inner command's own error, passed on
+    assert not isinstance(wrong.value, relock.StaleToken)
+    got: list[relock.Leadership] = []
+    t = threading.Thread(target=lambda: got.append(locks.campaign("{fe}", "b", ttl=5)), daemon=True)
+    t.start()
+    assert eventually(lambda: queued(locks, "{fe}") == 1)
+    a.resign()
+    t.join(5)
+    b = got[0]
+    # The deposed leader's write is refused by the server, with the new term named, and the
+    # package does not try again: one stale refusal counted.
+    stale_before = int(r.info("relock")["relock_fenced_stale_total"])
+    with pytest.raises(relock.StaleToken) as e:
+        a.fenced("SET", "{fe}:data", "by a, deposed")
+    assert (e.value.token, e.value.current, e.value.retryable) == (a.term, str(b.term), False)
+    assert int(r.info("relock")["relock_fenced_stale_total"]) == stale_before + 1
+    assert r.get("{fe}:data") == "by a"
+    assert b.fenced("SET", "{fe}:data", "by b") in ("OK", b"OK", True)
+    b.resign()
+    with pytest.raises(relock.StaleToken) as e:
+        b.fenced("SET", "{fe}:data", "by b, resigned")
+    assert e.value.current == "none" and r.get("{fe}:data") == "by b"
+    # A group's hold fences with its first key's token.
+    g = locks.acquire_all(["{fe}:g1", "{fe}:g2"], ttl=5)
+    assert g is not None and g.fenced("INCR", "{fe}:n") == 1
+    g.release()
+
+
+def test_asyncio_fenced(server: Server) -> None:
+    async def main() -> None:
+        locks = relock.aio.Relock(aconnect(server))
+        lead = await locks.campaign("{af}", "a", ttl=5)
+        assert await lead.fenced("INCR", "{af}:n") == 1
+        await locks.force_release("{af}")
+        with pytest.raises(relock.StaleToken):
+            await lead.fenced("INCR", "{af}:n")
+        assert direct(server).get("{af}:n") == "1"
+        await locks.aclose()
+
+    asyncio.run(main())
