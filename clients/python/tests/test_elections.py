@@ -237,14 +237,16 @@ def test_asyncio_elections(server: Server) -> None:
         watcher = asyncio.ensure_future(watch())
         assert await until(lambda: len(seen) == 1, 5)
         a = await locks.campaign("ae", "a", ttl=2)
-        b_task = asyncio.ensure_future(locks.campaign("ae", "b", ttl=2))
-        c_task = asyncio.ensure_future(locks.campaign("ae", "c", ttl=2))
 
-        async def queued() -> bool:
+        async def queued(n: int) -> bool:
             lead = await locks.leader("ae")
-            return lead is not None and lead.waiters == 2
+            return lead is not None and lead.waiters == n
 
-        assert await until(queued, 5)
+        # In arrival order: c campaigns once b is queued.
+        b_task = asyncio.ensure_future(locks.campaign("ae", "b", ttl=2))
+        assert await until(lambda: queued(1), 5)
+        c_task = asyncio.ensure_future(locks.campaign("ae", "c", ttl=2))
+        assert await until(lambda: queued(2), 5)
         # a's leadership lost without a resign: its connections killed and its lease given
         # away by an operator; b leads, and a's loss signal fires.
         await locks.force_release("ae", a.owner)
