@@ -736,7 +736,7 @@ class Relock:
         now (a ``LeaderChange`` whose ``leader`` is None when nobody leads), then one item
         after each change seen, with the latest leader (not every term between two
         wake-ups). ``term_regressed`` marks a term lower than the last one seen (the store
-        lost history). Each wait is a finite ``LOCK.OBSERVE`` (``core.OBSERVE_EVERY``, or
+        lost history). Each wait is a finite ``LOCK.OBSERVE`` (5 s at most, or
         half the driver's ``socket_timeout``), asked again on a timeout or a lost connection
         without reporting a change."""
         core.check_key(key)
