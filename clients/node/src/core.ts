@@ -18,6 +18,7 @@ import {
   OtherPermitsError,
   RelockError,
   ServerError,
+  StaleTokenError,
 } from "./errors";
 
 /** Default lease: 30 s (relock-client's and lockctl's). */
@@ -888,4 +889,132 @@ export function serverError(key: string | undefined, server: string, e: unknown)
     retryable: !f.permanent,
     cause: e,
   });
+}
+
+// --- elections ----------------------------------------------------------------------------
+
+/**
+ * How long one LOCK.OBSERVE of `observe()` blocks at most, in ms, unless the client's
+ * `socketTimeout` or `commandTimeout` is shorter (then half of the shorter): a finite wait,
+ * asked again, that no driver timeout cuts.
+ */
+export const OBSERVE_EVERY = 5_000;
+
+/** A candidate's owner: `<value>/<32 hex random>`, the value cut to fit 256 bytes (never the random part). */
+export function candidateOwner(value: unknown): string {
+  if (typeof value !== "string") throw new InvalidArgumentError(`a candidate's value must be a string, not ${typeof value}`);
+  const rand = randomBytes(16).toString("hex");
+  const room = MAX_OWNER - rand.length - 1;
+  // Whole characters only (code points), as many as fit.
+  let cut = "";
+  let bytes = 0;
+  for (const ch of value) {
+    bytes += Buffer.byteLength(ch, "utf8");
+    if (bytes > room) break;
+    cut += ch;
+  }
+  return `${cut}/${rand}`;
+}
+
+/** A candidate's proclaimed value: its owner without the last `/`-separated part. */
+export function proclaimed(owner: string): string {
+  const i = owner.lastIndexOf("/");
+  return i < 0 ? "" : owner.slice(0, i);
+}
+
+/** The leader of an election (`leader()`, `observe()`). */
+export interface Leader {
+  /** The proclaimed value (the owner without its last `/`-part). */
+  value: string;
+  /** The term: the leadership's fencing token. */
+  term: number;
+  owner: string;
+  /** ms of lease left. */
+  ttl: number;
+  /** Candidates queued behind the leader. */
+  waiters: number;
+  server: string;
+}
+
+/** One item of `observe()`: the leader after a change (null: nobody leads). */
+export interface LeaderChange {
+  leader: Leader | null;
+  /** The term is lower than the last one this observer saw: the store lost history (a restart without persistence, a failover to a replica that missed the last grant). */
+  termRegressed: boolean;
+}
+
+export function checkElection(key: string, servers: number, what: string): void {
+  if (servers > 1) {
+    throw new InvalidArgumentError(
+      `${what} ${JSON.stringify(key)}: elections run on one master or a cluster, not over ${servers} Redlock masters ` +
+        "(a term must come from one sequence, and FIFO order does not compose across independent queues)",
+    );
+  }
+}
+
+export function sharedElection(key: string, server: string): ServerError {
+  return new ServerError(`lock ${JSON.stringify(key)} is shared on ${server}: an election is an exclusive lock (its holder is the leader)`, {
+    key,
+    servers: [server],
+    retryable: false,
+  });
+}
+
+/** LOCK.INFO's (or LOCK.OBSERVE's) reply as the leader; a shared key is not an election. */
+export function parseLeader(key: string, server: string, reply: unknown): Leader | null {
+  const info = parseInfo(server, reply);
+  if (info === null) return null;
+  if (info.mode !== "exclusive" || info.owner === null || info.token === null) throw sharedElection(key, server);
+  return { value: proclaimed(info.owner), term: info.token, owner: info.owner, ttl: info.ttl, waiters: info.waiters, server };
+}
+
+/** How long one LOCK.OBSERVE may block: OBSERVE_EVERY, or half the shortest driver timeout set. */
+export function observeEvery(...timeouts: Array<number | undefined | null>): number {
+  let every = OBSERVE_EVERY;
+  for (const t of timeouts) if (typeof t === "number" && t > 0) every = Math.min(every, t / 2);
+  return Math.max(10, Math.floor(every));
+}
+
+/**
+ * What an observer knows: the token it last saw (`known`, sent with the next LOCK.OBSERVE; 0 =
+ * no leader) and the last term. `see` turns a reply into the change to report, or null when
+ * nothing changed (a timeout, a wait cut and asked again).
+ */
+export class Observation {
+  known = 0;
+  lastTerm: number | null = null;
+  started = false;
+
+  see(leader: Leader | null): LeaderChange | null {
+    const token = leader === null ? 0 : leader.term;
+    if (this.started && token === this.known) return null;
+    this.started = true;
+    this.known = token;
+    const termRegressed = leader !== null && this.lastTerm !== null && leader.term < this.lastTerm;
+    if (leader !== null) this.lastTerm = leader.term;
+    return { leader, termRegressed };
+  }
+}
+
+export function checkFenced(key: string, servers: number): void {
+  if (servers > 1) {
+    throw new InvalidArgumentError(
+      `lock ${JSON.stringify(key)}: fenced() runs on one master or a cluster, not on a Redlock hold (${servers} masters): ` +
+        "each master has its own tokens, so no one token fences them all",
+    );
+  }
+}
+
+/** A failed LOCK.FENCED: `StaleTokenError` for a `FENCED` error, else as every command's. */
+export function fencedError(key: string, server: string, e: unknown): RelockError {
+  const msg = errorText(e);
+  if (e instanceof Error && e.name === "ReplyError" && msg.startsWith("FENCED")) {
+    const m = /^FENCED stale token (\d+), current (\S+)/.exec(msg);
+    return new StaleTokenError(`lock ${JSON.stringify(key)} on ${server}: ${msg} (the hold is gone: nothing ran)`, m ? Number(m[1]) : 0, m ? m[2] : undefined, {
+      key,
+      servers: [server],
+      cause: e,
+    });
+  }
+  return serverError(key, server, e);
 }

@@ -107,3 +107,20 @@ export class InvalidArgumentError extends RelockError {
     super(message, { retryable: false });
   }
 }
+
+/**
+ * LOCK.FENCED refused the command: the token is not a live hold's any more (`-FENCED stale
+ * token <token>, current <token | shared | none>`), and nothing ran. `current` is what the
+ * server named. Never retried with another token: the holder lost its hold (a leader its
+ * term) and must not write.
+ */
+export class StaleTokenError extends ServerError {
+  readonly token: number;
+  readonly current: string | undefined;
+
+  constructor(message: string, token: number, current: string | undefined, options: RelockErrorOptions = {}) {
+    super(message, { ...options, retryable: false });
+    this.token = token;
+    this.current = current;
+  }
+}

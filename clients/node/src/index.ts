@@ -17,11 +17,11 @@
 import type { Cluster, Redis, RedisOptions } from "ioredis";
 
 import * as core from "./core";
-import { ClientClosed, Failure, Holder, KeyStats, LockInfo, LogEntry, LossReason, Round, TimeoutFailure, Waiter, Who } from "./core";
+import { ClientClosed, Failure, Holder, KeyStats, Leader, LeaderChange, LockInfo, LogEntry, LossReason, Round, TimeoutFailure, Waiter, Who } from "./core";
 import { InvalidArgumentError, LockLostError, NotAcquiredError, RelockError, ServerError } from "./errors";
 
 export * from "./errors";
-export type { Holder, KeyStats, LockInfo, LogEntry, LossReason, Waiter, Who } from "./core";
+export type { Holder, KeyStats, Leader, LeaderChange, LockInfo, LogEntry, LossReason, Waiter, Who } from "./core";
 export { DEFAULT_MAX_PARTIAL_HOLD, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_DELAY, DEFAULT_TTL, MIN_TTL } from "./core";
 
 /** Extra time a blocked LOCK.WAIT's reply may take beyond its own timeout (a busy server). */
@@ -66,6 +66,23 @@ export interface LockOptions {
   /** How many permits of the semaphore to take at once (with `limit`; 1 to the limit). Default 1. */
   permits?: number;
 }
+
+/** How to stand in an election. */
+export interface CampaignOptions {
+  /** The leadership's lease in ms, 5 to 10^12, renewed every ttl/3 while it leads. Default 30000. */
+  ttl?: number;
+  /** How long to wait to lead, in ms: undefined (default) waits without limit, 0 tries once. */
+  timeout?: number;
+}
+
+/** How to observe an election. */
+export interface ObserveOptions {
+  /** Ends the observation (a wait in flight is cut). */
+  signal?: AbortSignal;
+}
+
+/** @internal A class of hold (Hold, Leadership). */
+type HoldClass<H extends Hold> = new (...args: ConstructorParameters<typeof Hold>) => H;
 
 /** How to hold several keys together. */
 export interface GroupOptions {
@@ -249,7 +266,7 @@ function seenWaiting(reply: unknown): "blocked" | "answered" | "gone" | "unknown
   return flags.includes("b") ? "blocked" : "answered";
 }
 
-const wire = (a: string | number): string => String(a);
+const wire = (a: string | number | Buffer): string | Buffer => (Buffer.isBuffer(a) ? a : String(a));
 
 /**
  * One master: a client for one server, or a Redis Cluster acting as one. Every command of the
@@ -373,7 +390,7 @@ class Server {
     }
   }
 
-  async call(args: ReadonlyArray<string | number>, timeout: number | null): Promise<unknown> {
+  async call(args: ReadonlyArray<string | number | Buffer>, timeout: number | null): Promise<unknown> {
     const conn = this.conn();
     await this.ready(conn, timeout);
     const [cmd, ...rest] = args;
@@ -742,6 +759,11 @@ export class Relock {
 
   /** Like `acquire`, throwing `NotAcquiredError` (which says why) instead of returning null. */
   async acquireOrThrow(key: string, options: LockOptions = {}): Promise<Hold> {
+    return this.acquireWith(key, options, () => this.newOwner(), Hold);
+  }
+
+  /** The acquisition: a new owner from `ownerOf` at each attempt, the hold made by `make`. */
+  private async acquireWith<H extends Hold>(key: string, options: LockOptions, ownerOf: () => string, make: HoldClass<H>): Promise<H> {
     key = core.checkKey(key);
     const ttl = core.checkTtl(options.ttl ?? core.DEFAULT_TTL);
     const wait = core.checkWait(options.wait);
@@ -750,7 +772,7 @@ export class Relock {
     const deadline = wait === null ? null : core.now() + wait;
     const epoch = this.closes;
     for (;;) {
-      const owner = this.newOwner();
+      const owner = ownerOf();
       const remaining = deadline === null ? null : Math.max(0, deadline - core.now());
       // One server: try on the shared connection first (a free lock costs one round trip
       // and no connection of its own); LOCK.WAIT then queues, first in, first out.
@@ -771,7 +793,7 @@ export class Relock {
       if (until !== null) {
         const tokens: Record<string, number> = {};
         for (const [i, t] of [...rnd.agreed.entries()].sort((x, y) => x[0] - y[0])) tokens[this.servers[i] ?? ""] = Number(t);
-        return new Hold(this, key, owner, ttl, tokens, until, mode);
+        return new make(this, key, owner, ttl, tokens, until, mode);
       }
       await this.releaseFailed(key, owner, ttl, rnd);
       const failure = rnd.afterFailed(key, ttl, wait, deadline !== null && core.now() >= deadline, remaining !== null);
@@ -972,6 +994,106 @@ export class Relock {
     await Promise.all(mine.map((h) => h.release().catch(() => false)));
     await this.settle();
     for (const n of this.nodes) n.close();
+  }
+
+  // --- elections --------------------------------------------------------------------------
+
+  /**
+   * Stands for leader of the election `key` as `value` (a name, an address) and resolves once
+   * this candidate leads: LOCK.WAIT with the owner `<value>/<random>`, candidates served in
+   * arrival order, waiting up to `timeout` ms (undefined: no limit; `NotAcquiredError` when it
+   * passes, and the candidate leaves the queue). The `Leadership` is a hold: `term` (its
+   * fencing token: hand it to whatever the leader writes), `signal` aborted when leadership
+   * is lost (renewed every ttl/3 meanwhile), `resign()`. One master or a cluster only, and an
+   * exclusive key (`InvalidArgumentError` over Redlock masters, `ServerError` on a shared key).
+   */
+  async campaign(key: string, value: string, options: CampaignOptions = {}): Promise<Leadership> {
+    key = core.checkKey(key);
+    core.checkElection(key, this.nodes.length, "campaign");
+    core.candidateOwner(value);
+    // A shared key is refused here; one that turns shared after this look queues the
+    // candidate behind its readers, as any exclusive wait.
+    await this.leader(key);
+    return this.acquireWith(key, { ttl: options.ttl, wait: options.timeout }, () => core.candidateOwner(value), Leadership);
+  }
+
+  /** @internal LOCK.FENCED on the one master (see Hold.fenced): sent once, never retried. */
+  async fencedCall(key: string, token: number, command: string, args: ReadonlyArray<string | number | Buffer>): Promise<unknown> {
+    const node = this.nodes[0];
+    if (!node) throw new InvalidArgumentError("no servers");
+    try {
+      return await node.call(["LOCK.FENCED", key, token, command, ...args], Math.max(this.nodeTimeout, 1000));
+    } catch (e) {
+      if (e instanceof TimeoutFailure) {
+        throw new ServerError(`lock ${JSON.stringify(key)} on ${node.name}: LOCK.FENCED got no reply in time (it may have run)`, { key, servers: [node.name], cause: e });
+      }
+      throw core.fencedError(key, node.name, e);
+    }
+  }
+
+  /** The leader of the election `key` (LOCK.INFO): `value`, `term`, `owner`, `ttl` left, `waiters`; null when nobody leads. */
+  async leader(key: string): Promise<Leader | null> {
+    key = core.checkKey(key);
+    core.checkElection(key, this.nodes.length, "leader");
+    const node = this.nodes[0];
+    if (!node) return null;
+    let reply: unknown;
+    try {
+      reply = await node.call(["LOCK.INFO", key], Math.max(this.nodeTimeout, 1000));
+    } catch (e) {
+      throw core.serverError(key, node.name, e);
+    }
+    return core.parseLeader(key, node.name, reply);
+  }
+
+  /**
+   * The leaders of the election `key` as they change, for `for await`: first the leader now
+   * (`leader` null when nobody leads), then one item after each change seen, with the latest
+   * leader (not every term between two wake-ups); `termRegressed` marks a term lower than the
+   * last one seen (the store lost history). Each wait is a finite LOCK.OBSERVE (5 s, or half
+   * the client's `socketTimeout`/`commandTimeout`) on a connection of its own, asked again on
+   * a timeout or a lost connection without reporting a change. Ends when `signal` aborts (or
+   * the loop breaks).
+   */
+  async *observe(key: string, options: ObserveOptions = {}): AsyncGenerator<LeaderChange, void, undefined> {
+    key = core.checkKey(key);
+    core.checkElection(key, this.nodes.length, "observe");
+    const node = this.nodes[0];
+    if (!node) return;
+    const o = isCluster(node.client) ? node.client.options.redisOptions ?? {} : node.client.options;
+    const every = core.observeEvery(o.socketTimeout, o.commandTimeout);
+    const seen = new core.Observation();
+    const signal = options.signal;
+    const cancel: Array<() => void> = [];
+    const stop = (): void => {
+      for (const f of cancel.splice(0)) f();
+    };
+    signal?.addEventListener("abort", stop);
+    try {
+      while (!signal?.aborted) {
+        let reply: unknown;
+        try {
+          reply = seen.started
+            ? await node.blocking(["LOCK.OBSERVE", key, seen.known, every], every + Math.max(this.nodeTimeout, 1000), cancel)
+            : await node.call(["LOCK.INFO", key], Math.max(this.nodeTimeout, 1000));
+        } catch (e) {
+          if (signal?.aborted) return;
+          const failure = core.classify(e, node.cluster);
+          if (failure.permanent) {
+            if (core.errorText(e).startsWith("lock is shared")) throw core.sharedElection(key, node.name);
+            throw core.serverError(key, node.name, e);
+          }
+          if (!failure.timeout) await pause(core.jitter(this.retryDelay));
+          continue; // cut: asked again, nothing reported
+        } finally {
+          cancel.length = 0;
+        }
+        const change = seen.see(core.parseLeader(key, node.name, reply));
+        if (change !== null) yield change;
+      }
+    } finally {
+      signal?.removeEventListener("abort", stop);
+    }
   }
 
   // --- looking at locks -------------------------------------------------------------------
@@ -1515,6 +1637,24 @@ export class Hold {
   }
 
   /**
+   * `command args...` run by the server only while this hold's token is the live one
+   * (`LOCK.FENCED key token command args...`, atomically with that check); resolves to the
+   * command's reply. A stale token rejects with `StaleTokenError` (never retried: nothing
+   * ran). One master or a cluster only (`InvalidArgumentError` on a Redlock hold: each master
+   * has its own tokens); in a cluster every key of the command shares the lock's hash slot.
+   */
+  async fenced(command: string, ...args: Array<string | number | Buffer>): Promise<unknown> {
+    const [key, token] = this.fence();
+    core.checkFenced(key, this.client.servers.length);
+    return this.client.fencedCall(key, token, command, args);
+  }
+
+  /** The key and token LOCK.FENCED checks. */
+  protected fence(): [string, number] {
+    return [this.key, this.token];
+  }
+
+  /**
    * Turns this exclusive hold into a shared one (LOCK.DOWNGRADE) in one atomic step, keeping
    * its token, ttl and count; the readers at the head of the queue are let in with it.
    * Allowed on a key without a limit (`OtherLimitError` otherwise); a shared hold stays as it
@@ -1645,12 +1785,44 @@ export class GroupHold extends Hold {
     return `LOCK.MRENEW found part of the group no longer held on ${servers.join(", ")}`;
   }
 
+  protected override fence(): [string, number] {
+    const key = this.group[0] ?? "";
+    return [key, this.keyTokens[key] ?? this.token];
+  }
+
   override downgrade(): Promise<void> {
     return Promise.reject(new InvalidArgumentError("a group of keys is held exclusively: downgrade is for one key"));
   }
 
   override reenter<T>(_fn: (count: number) => Promise<T> | T): Promise<T> {
     return Promise.reject(new InvalidArgumentError("a group of keys is not reentrant: hold the group once"));
+  }
+}
+
+/**
+ * A leadership won by `Relock.campaign()`: the hold of the election's key. `term` is its
+ * fencing token (hand it to whatever the leader writes, or use `fenced()`), `value` the
+ * proclaimed value; `signal` aborts (with `reason`) when leadership is lost, and `resign()`
+ * hands it to the next candidate in the same step.
+ */
+export class Leadership extends Hold {
+  /** The term: the hold's fencing token, larger than every earlier term of the key. */
+  get term(): number {
+    return this.token;
+  }
+
+  /** The proclaimed value: the owner without its last `/`-part. */
+  get value(): string {
+    return core.proclaimed(this.owner);
+  }
+
+  /** Ends the leadership (LOCK.RELEASE): the next candidate leads in the same step. As `release()`. */
+  resign(): Promise<boolean> {
+    return this.release();
+  }
+
+  override downgrade(): Promise<void> {
+    return Promise.reject(new InvalidArgumentError("a leadership is an exclusive hold: it is never downgraded"));
   }
 }
 

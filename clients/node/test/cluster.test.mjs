@@ -79,4 +79,28 @@ describe("cluster", () => {
     assert.equal((await locks.history("{acct}:2"))[0].reason, "forcereleased");
     await locks.close();
   });
+
+  test("elections and fenced writes on a cluster: routed to the key's master", async () => {
+    const rc = new Cluster([{ host: "127.0.0.1", port: cluster.nodes[0].port }]);
+    track(rc);
+    await new Promise((res) => rc.once("ready", res));
+    const locks = new Relock(rc, { nodeTimeout: 2000 });
+    const seen = [];
+    const ac = new AbortController();
+    const watching = (async () => {
+      for await (const c of locks.observe("{svc}:leader", { signal: ac.signal })) seen.push(c);
+    })();
+    assert.ok(await eventually(() => seen.length === 1, 10_000));
+    const lead = await locks.campaign("{svc}:leader", "n1", { ttl: 5000 });
+    assert.equal((await locks.leader("{svc}:leader")).term, lead.term);
+    assert.equal(await lead.fenced("SET", "{svc}:config", "v1"), "OK");
+    assert.equal(await rc.get("{svc}:config"), "v1");
+    await lead.resign();
+    await assert.rejects(lead.fenced("SET", "{svc}:config", "v2"), (e) => e.name === "StaleTokenError");
+    assert.ok(await eventually(() => seen.length === 3, 10_000));
+    assert.deepEqual(seen.map((c) => c.leader?.value ?? null), [null, "n1", null]);
+    ac.abort();
+    await watching;
+    await locks.close();
+  });
 });

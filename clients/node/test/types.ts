@@ -4,11 +4,15 @@ import Redis, { Cluster } from "ioredis";
 import {
   GroupHold,
   Hold,
+  Leadership,
+  StaleTokenError,
   LockLostError,
   NotAcquiredError,
   Relock,
   RelockError,
   type KeyStats,
+  type Leader,
+  type LeaderChange,
   type LockInfo,
   type LogEntry,
   type LossReason,
@@ -63,5 +67,18 @@ async function usage(): Promise<void> {
   const stats: KeyStats[] = await one.stats();
   if (e instanceof LockLostError) void [e.loss?.cause, e.lossCause, e.who?.client];
   void [total, log[0]?.reason, hist[0]?.who?.client, stats[0]?.waitMsTotal];
+  // Elections and fenced writes.
+  const lead: Leadership = await one.campaign("leader", "10.0.0.7:8080", { ttl: 10_000, timeout: 5_000 });
+  const term: number = lead.term;
+  const value: string = lead.value;
+  const reply: unknown = await lead.fenced("SET", "leader:config", "v");
+  const resigned: boolean = await lead.resign();
+  const now: Leader | null = await one.leader("leader");
+  for await (const change of one.observe("leader", { signal: lead.signal })) {
+    const c: LeaderChange = change;
+    void [c.leader?.value, c.leader?.term, c.termRegressed];
+  }
+  if (e instanceof StaleTokenError) void [e.token, e.current];
+  void [term, value, reply, resigned, now?.value];
 }
 void usage;

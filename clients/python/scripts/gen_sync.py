@@ -58,6 +58,9 @@ GENERATED: list[tuple[str, str]] = [
     ("Relock", "history"),
     ("Relock", "_history"),
     ("Relock", "_release_failed"),
+    ("Relock", "campaign"),
+    ("Relock", "leader"),
+    ("Relock", "_leader"),
     ("_LossEvent", "__init__"),
     ("Hold", "__repr__"),
     ("Hold", "keys"),
@@ -73,6 +76,7 @@ GENERATED: list[tuple[str, str]] = [
     ("Hold", "_lose_with_history"),
     ("Hold", "release"),
     ("Hold", "_take_back"),
+    ("Hold", "_fence"),
     ("GroupHold", "__init__"),
     ("GroupHold", "__repr__"),
     ("GroupHold", "__aenter__"),
@@ -83,6 +87,13 @@ GENERATED: list[tuple[str, str]] = [
     ("GroupHold", "_refused_words"),
     ("GroupHold", "downgrade"),
     ("GroupHold", "reenter"),
+    ("GroupHold", "_fence"),
+    ("Leadership", "__repr__"),
+    ("Leadership", "__aenter__"),
+    ("Leadership", "term"),
+    ("Leadership", "value"),
+    ("Leadership", "resign"),
+    ("Leadership", "downgrade"),
 ]
 
 #: Names rewritten in code.

@@ -8,7 +8,7 @@ import pytest
 import redis.cluster
 
 import relock
-from helpers import wait_out_ttl
+from helpers import eventually, wait_out_ttl
 from servers import Cluster
 
 
@@ -70,3 +70,34 @@ def test_cluster_groups_reasons_and_reads(cluster: Cluster) -> None:
     assert any(e.key == "{acct}:2" for e in locks.log(100))
     assert any(s.key == "{acct}:2" for s in locks.stats(100))
     assert [e.reason for e in locks.history("{acct}:2")][:1] == ["forcereleased"]
+
+
+def test_cluster_elections_and_fenced_writes(cluster: Cluster) -> None:
+    """campaign, leader, observe and fenced on a cluster: routed to the key's master; observe's
+    waits stay below the cluster client's socket timeout."""
+    import threading
+
+    rc = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port, decode_responses=True, socket_timeout=1.0)
+    locks = relock.Relock(rc)
+    seen: list[relock.LeaderChange] = []
+
+    def watch() -> None:
+        for change in locks.observe("{svc}:leader"):
+            seen.append(change)
+            if len(seen) == 3:
+                return
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    assert eventually(lambda: len(seen) == 1)
+    lead = locks.campaign("{svc}:leader", "n1", ttl=5)
+    leader = locks.leader("{svc}:leader")
+    assert leader is not None and leader.term == lead.term
+    wait_out_ttl(1.5)  # observe's waits (0.5 s each) run their length under the 1 s socket timeout
+    assert lead.fenced("SET", "{svc}:config", "v1") in ("OK", True)
+    assert rc.get("{svc}:config") == "v1"
+    lead.resign()
+    with pytest.raises(relock.StaleToken):
+        lead.fenced("SET", "{svc}:config", "v2")
+    t.join(10)
+    assert [c.value for c in seen] == [None, "n1", None]

@@ -452,6 +452,43 @@ fn reentrant(lang: Lang) {
     }
 }
 
+fn election(lang: Lang) {
+    for protocol in PROTOCOLS {
+        let server = Server::start();
+        let run = run(lang, "election", &server, protocol);
+        let got = run.lines(
+            lang,
+            &[
+                "node-a: leads, term {}",
+                "node-b: queued behind node-a",
+                "node-a: resign() -> {true}",
+                "leader() right after: node-b, term {}",
+                "node-b: leads, term {}",
+                "observer saw: nobody, node-a (term {}), node-b (term {}), nobody",
+                "leader() -> {nil}",
+            ],
+        );
+        let (a, after, b, seen_a, seen_b) = (got[0][0], got[3][0], got[4][0], got[5][0], got[5][1]);
+        assert!(a > 0 && b > a, "{}: terms {a} then {b}", run.what);
+        // The resign granted node-b in the same step: leader() right after already shows it.
+        assert_eq!(after, b, "{}: the leader right after the resign", run.what);
+        assert_eq!(
+            (seen_a, seen_b),
+            (a, b),
+            "{}: the observer saw both terms",
+            run.what
+        );
+        let mut c = assert_clean(&server, &run.what);
+        assert_eq!(
+            info_field(&mut c, "granted_total"),
+            1,
+            "{}: one hand-off",
+            run.what
+        );
+        assert_eq!(info_field(&mut c, "released_total"), 2, "{}", run.what);
+    }
+}
+
 #[test]
 fn python_fencing() {
     fencing(Lang::Python);
@@ -544,6 +581,16 @@ fn node_reentrant() {
     reentrant(Lang::Node);
 }
 
+#[test]
+fn python_election() {
+    election(Lang::Python);
+}
+
+#[test]
+fn node_election() {
+    election(Lang::Node);
+}
+
 /// Every example file is run by a test above, and no helper file is left beside them: the
 /// examples use the client packages.
 #[test]
@@ -554,10 +601,12 @@ fn every_example_is_tested() {
         (Lang::Python, "renew"),
         (Lang::Python, "reentrant"),
         (Lang::Python, "asyncio_workers"),
+        (Lang::Python, "election"),
         (Lang::Node, "fencing"),
         (Lang::Node, "wait"),
         (Lang::Node, "renew"),
         (Lang::Node, "reentrant"),
+        (Lang::Node, "election"),
     ];
     for lang in [Lang::Python, Lang::Node] {
         let dir = repo_root().join(lang.dir());

@@ -18,13 +18,15 @@ from ._core import (
     DEFAULT_TTL,
     Holder,
     KeyStats,
+    Leader,
+    LeaderChange,
     LockInfo,
     LogEntry,
     LossReason,
     Waiter,
     Who,
 )
-from ._sync import GroupHold, Hold, Relock
+from ._sync import GroupHold, Hold, Leadership, Relock
 from .errors import (
     InvalidArgument,
     LockLost,
@@ -34,6 +36,7 @@ from .errors import (
     OtherPermits,
     RelockError,
     ServerError,
+    StaleToken,
 )
 
 __version__ = "0.2.0"
@@ -48,6 +51,9 @@ __all__ = [
     "Holder",
     "InvalidArgument",
     "KeyStats",
+    "Leader",
+    "LeaderChange",
+    "Leadership",
     "LockInfo",
     "LockLost",
     "LogEntry",
@@ -59,6 +65,7 @@ __all__ = [
     "Relock",
     "RelockError",
     "ServerError",
+    "StaleToken",
     "Waiter",
     "Who",
 ]

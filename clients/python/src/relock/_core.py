@@ -26,6 +26,7 @@ from .errors import (
     OtherPermits,
     RelockError,
     ServerError,
+    StaleToken,
 )
 
 #: Default lease, in seconds (relock-client's and lockctl's).
@@ -992,3 +993,146 @@ def group_tokens(keys: Sequence[str], reply: Any) -> dict[str, int] | None:
     if len(tokens) != len(keys):
         raise ValueError(f"LOCK.MACQUIRE answered {len(tokens)} tokens for {len(keys)} keys")
     return dict(zip(keys, tokens))
+
+
+# --- elections -------------------------------------------------------------------------------
+
+#: How long one LOCK.OBSERVE of ``observe()`` blocks at most, in seconds, unless the driver's
+#: socket timeout is shorter (then a half of it): a finite wait, asked again, so that no
+#: driver cuts it (redis-py ends a command at ``socket_timeout``).
+OBSERVE_EVERY = 5.0
+
+
+def candidate_owner(value: Any) -> str:
+    """A candidate's owner: ``<value>/<32 hex random>``, the value cut (at a UTF-8 character's
+    edge) to fit 256 bytes, never the random part."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"a candidate's value must be a str, not {type(value).__name__}")
+    rand = secrets.token_hex(16)
+    room = MAX_OWNER - len(rand) - 1
+    try:
+        raw = value.encode("utf-8")[:room].decode("utf-8", "ignore")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"value {value[:60]!r} is not valid UTF-8 text (a lone surrogate)") from None
+    return f"{raw}/{rand}"
+
+
+def proclaimed(owner: str) -> str:
+    """A candidate's proclaimed value: its owner without the last ``/``-separated part."""
+    return owner.rsplit("/", 1)[0] if "/" in owner else ""
+
+
+@dataclass(frozen=True)
+class Leader:
+    """The leader of an election (``leader()``, ``observe()``): its proclaimed ``value``, its
+    ``term`` (the hold's fencing token), the full ``owner``, the lease left (``ttl``, seconds)
+    and the candidates queued behind it (``waiters``)."""
+
+    value: str
+    term: int
+    owner: str
+    ttl: float
+    waiters: int
+    server: str
+
+
+@dataclass(frozen=True)
+class LeaderChange:
+    """One item of ``observe()``: the ``leader`` after a change (None: nobody leads), and
+    ``term_regressed`` when its term is lower than the last one this observer saw (the store
+    lost history: a restart without persistence, a failover to a replica that had not got the
+    last grant)."""
+
+    leader: Leader | None
+    term_regressed: bool = False
+
+    @property
+    def value(self) -> str | None:
+        return None if self.leader is None else self.leader.value
+
+    @property
+    def term(self) -> int | None:
+        return None if self.leader is None else self.leader.term
+
+
+def check_election(key: str, servers: int, what: str) -> None:
+    """Elections run on one master or a cluster, never over Redlock masters."""
+    if servers > 1:
+        raise InvalidArgument(
+            f"{what} {key!r}: elections run on one master or a cluster, not over {servers} Redlock masters "
+            "(a term must come from one sequence, and FIFO order does not compose across independent queues)"
+        )
+
+
+def parse_leader(key: str, server: str, reply: Any) -> Leader | None:
+    """LOCK.INFO's (or LOCK.OBSERVE's) reply as the leader; a shared key is not an election."""
+    info = parse_info(server, reply)
+    if info is None:
+        return None
+    if info.mode != "exclusive" or info.owner is None or info.token is None:
+        raise shared_election(key, server)
+    return Leader(proclaimed(info.owner), info.token, info.owner, info.ttl, info.waiters, server)
+
+
+def shared_election(key: str, server: str) -> ServerError:
+    return ServerError(
+        f"lock {key!r} is shared on {server}: an election is an exclusive lock (its holder is the leader)",
+        key=key,
+        servers=[server],
+        retryable=False,
+    )
+
+
+def observe_every(socket_timeout: Any) -> float:
+    """How long one LOCK.OBSERVE may block: ``OBSERVE_EVERY``, or half the driver's socket
+    timeout when that is shorter."""
+    every = OBSERVE_EVERY
+    if isinstance(socket_timeout, (int, float)) and not isinstance(socket_timeout, bool) and socket_timeout > 0:
+        every = min(every, float(socket_timeout) / 2)
+    return max(every, 0.01)
+
+
+class Observation:
+    """What an observer knows: the token it last saw (``known``, sent with the next
+    LOCK.OBSERVE; 0 = no leader) and the largest term it saw. ``see`` turns a reply into the
+    change to report, or None when nothing changed (a timeout, a wait cut and asked again)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.known = 0
+        self.last_term: int | None = None
+        self.started = False
+
+    def see(self, leader: Leader | None) -> LeaderChange | None:
+        token = 0 if leader is None else leader.term
+        if self.started and token == self.known:
+            return None
+        self.started = True
+        self.known = token
+        regressed = leader is not None and self.last_term is not None and leader.term < self.last_term
+        if leader is not None:
+            self.last_term = leader.term
+        return LeaderChange(leader, regressed)
+
+
+def check_fenced(key: str, servers: int) -> None:
+    if servers > 1:
+        raise InvalidArgument(
+            f"lock {key!r}: fenced() runs on one master or a cluster, not on a Redlock hold "
+            f"({servers} masters): each master has its own tokens, so no one token fences them all"
+        )
+
+
+def fenced_error(key: str, server: str, e: BaseException) -> RelockError:
+    """A failed LOCK.FENCED: ``StaleToken`` for a ``FENCED`` error, else as every command's."""
+    msg = error_text(e)
+    if isinstance(e, rex.ResponseError) and msg.startswith("FENCED"):
+        m = re.match(r"FENCED stale token (\d+), current (\S+)", msg)
+        return StaleToken(
+            f"lock {key!r} on {server}: {msg} (the hold is gone: nothing ran)",
+            key=key,
+            servers=[server],
+            token=int(m.group(1)) if m else 0,
+            current=m.group(2) if m else None,
+        )
+    return server_error(key, server, e)

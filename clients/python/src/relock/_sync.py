@@ -20,8 +20,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from . import _core as core
-from ._core import Failure, Holder, KeyStats, LockInfo, LogEntry, LossReason, Round, Waiter, Who
-from .errors import InvalidArgument, LockLost, NotAcquired, RelockError, ServerError
+from ._core import Failure, Holder, KeyStats, Leader, LeaderChange, LockInfo, LogEntry, LossReason, Round, Waiter, Who
+from .errors import InvalidArgument, LockLost, NotAcquired, RelockError, ServerError, StaleToken
 
 T = TypeVar("T")
 
@@ -158,9 +158,12 @@ class _Server:
         if self.cluster:
             nodes = [f"{n.host}:{n.port}" for n in client.get_nodes()[:3]]
             self.name = f"cluster[{','.join(nodes)}]"
+            #: The driver's socket timeout (the cluster's connections are its own).
+            self.socket_timeout: Any = client.nodes_manager.connection_kwargs.get("socket_timeout")
             return
         pool = client.connection_pool
         kw = pool.connection_kwargs
+        self.socket_timeout = kw.get("socket_timeout")
         self.name = core.server_name(kw.get("host", "localhost"), kw.get("port", 6379), kw.get("path"))
         self._connection_class = pool.connection_class
         # No retries inside a connection attempt: calls have deadlines and try again on their own.
@@ -644,6 +647,8 @@ class Relock:
         limit: int | None,
         permits: int | None,
         raise_busy: bool,
+        owner_of: Callable[[], str] | None = None,
+        make: type[Hold] | None = None,
     ) -> Hold | None:
         core.check_key(key)
         ttl_ms = core.check_ttl(ttl)
@@ -653,7 +658,7 @@ class Relock:
         mode = core.mode_args(shared, limit, permits)
         deadline = None if limit_wait is None else time.monotonic() + limit_wait
         while True:
-            owner = self.new_owner()
+            owner = self.new_owner() if owner_of is None else owner_of()
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 if remaining == 0.0:
@@ -670,7 +675,7 @@ class Relock:
                         rnd = renewal
                 if until is not None:
                     tokens = {self._names[i]: int(t) for i, t in sorted(rnd.agreed.items())}
-                    return Hold(self, key, owner, ttl_s, tokens, until, mode)
+                    return (make or Hold)(self, key, owner, ttl_s, tokens, until, mode)
                 self._release_failed(key, owner, rnd, ttl_s)
             except BaseException:
                 # Interrupted (KeyboardInterrupt, SystemExit from a signal handler) anywhere
@@ -689,6 +694,74 @@ class Relock:
             if deadline is not None:
                 pause = min(pause, max(0.0, deadline - time.monotonic()))
             time.sleep(pause)
+
+    # --- elections ------------------------------------------------------------------------
+
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
+    def campaign(self, key: str, value: str, ttl: float = core.DEFAULT_TTL, timeout: float | None = None) -> Leadership:
+        """Stands for leader of the election ``key`` as ``value`` (a name, an address) and
+        returns once this candidate leads: ``LOCK.WAIT`` with the owner ``<value>/<random>``,
+        candidates served in arrival order, waiting up to ``timeout`` seconds (None: no
+        limit; ``NotAcquired`` when it passes, and the candidate leaves the queue). The
+        ``Leadership`` is a hold: ``term`` (its fencing token: hand it to whatever the leader
+        writes), ``lost`` and ``reason`` (renewed every ttl/3 in the background),
+        ``resign()``. One master or a cluster only, and an exclusive key (``InvalidArgument``
+        over Redlock masters, ``ServerError`` on a shared key)."""
+        core.check_key(key)
+        core.check_election(key, len(self._servers), "campaign")
+        core.candidate_owner(value)
+        # A shared key is refused here (ServerError); one that turns shared after this look
+        # queues the candidate behind its readers, as any exclusive wait.
+        self._leader(key)
+        hold = self._acquire(
+            key, ttl, timeout, False, None, None, raise_busy=True, owner_of=lambda: core.candidate_owner(value), make=Leadership
+        )
+        assert isinstance(hold, Leadership)
+        return hold
+
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
+    def leader(self, key: str) -> Leader | None:
+        """The leader of the election ``key`` (LOCK.INFO): its ``value``, ``term``, ``owner``,
+        ``ttl`` left and the candidates queued (``waiters``); None when nobody leads."""
+        core.check_key(key)
+        core.check_election(key, len(self._servers), "leader")
+        return self._leader(key)
+
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
+    def _leader(self, key: str) -> Leader | None:
+        return (self._query_each(key, ["LOCK.INFO", key], lambda name, r: core.parse_leader(key, name, r)))[0]
+
+    def observe(self, key: str) -> Iterator[LeaderChange]:
+        """The leaders of the election ``key`` as they change, for ``for``: first the leader
+        now (a ``LeaderChange`` whose ``leader`` is None when nobody leads), then one item
+        after each change seen, with the latest leader (not every term between two
+        wake-ups). ``term_regressed`` marks a term lower than the last one seen (the store
+        lost history). Each wait is a finite ``LOCK.OBSERVE`` (5 s at most, or
+        half the driver's ``socket_timeout``), asked again on a timeout or a lost connection
+        without reporting a change."""
+        core.check_key(key)
+        core.check_election(key, len(self._servers), "observe")
+        s = self._servers[0]
+        every = core.observe_every(s.socket_timeout)
+        seen = core.Observation(key)
+        while True:
+            args: list[Any] = ["LOCK.INFO", key]
+            if seen.started:
+                args = ["LOCK.OBSERVE", key, seen.known, int(every * 1000)]
+            try:
+                reply = s.call(args, every + max(self.node_timeout, 1.0), connect_within=max(self.node_timeout, 1.0))
+            except Exception as e:  # noqa: BLE001
+                failure = core.classify(e, s.cluster)
+                if failure.permanent:
+                    if core.error_text(e).startswith("lock is shared"):
+                        raise core.shared_election(key, s.name) from e
+                    raise core.server_error(key, s.name, e) from e
+                if not failure.timeout:
+                    time.sleep(core.jitter(self.retry_delay))
+                continue  # cut: asked again, nothing reported
+            change = seen.see(core.parse_leader(key, s.name, reply))
+            if change is not None:
+                yield change
 
     # --- several keys ---------------------------------------------------------------------
 
@@ -1474,6 +1547,29 @@ class Hold:
         with contextlib.suppress(RelockError):
             self.release()
 
+    def fenced(self, command: str, *args: Any) -> Any:
+        """``command args...`` run by the server only while this hold's token is the live
+        one (``LOCK.FENCED key token command args...``, atomically with that check); returns
+        the command's reply. A stale token raises ``StaleToken`` (never retried: nothing
+        ran); one master or a cluster only (``InvalidArgument`` on a Redlock hold: each
+        master has its own tokens). Every key of the command must share the lock's hash slot
+        in a cluster (a ``{hash tag}``)."""
+        key, token = self._fence()
+        c = self._client
+        core.check_fenced(key, len(c._servers))
+        s = c._servers[0]
+        try:
+            return s.call(["LOCK.FENCED", key, token, command, *args], max(c.node_timeout, 1.0))
+        except rex.TimeoutError as e:
+            raise ServerError(f"lock {key!r} on {s.name}: LOCK.FENCED got no reply in time (it may have run)", key=key, servers=[s.name]) from e
+        except Exception as e:  # noqa: BLE001
+            raise core.fenced_error(key, s.name, e) from e
+
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
+    def _fence(self) -> tuple[str, int]:
+        """The key and token LOCK.FENCED checks."""
+        return self.key, self.token
+
     def downgrade(self) -> None:
         """Turns this exclusive hold into a shared one (LOCK.DOWNGRADE) in one atomic step,
         keeping its token, ttl and count; the readers at the head of the queue are let in
@@ -1639,3 +1735,44 @@ class GroupHold(Hold):
     def reenter(self) -> Iterator[int]:
         raise InvalidArgument("a group of keys is not reentrant: hold the group once")
         yield 0  # pragma: no cover
+
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
+    def _fence(self) -> tuple[str, int]:
+        return self._keys[0], self.key_tokens[self._keys[0]]
+
+
+class Leadership(Hold):
+    """A leadership won by ``Relock.campaign()``: the hold of the election's key. ``term`` is
+    its fencing token (hand it to whatever the leader writes, or use ``fenced()``), ``value``
+    the proclaimed value; ``lost`` is set (with ``reason``) when leadership is lost, and
+    ``resign()`` hands it to the next candidate in the same step."""
+
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
+    def __repr__(self) -> str:
+        return f"Leadership(key={self.key!r}, value={self.value!r}, term={self.token})"
+
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
+    def __enter__(self) -> Leadership:
+        return self
+
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
+    @property
+    def term(self) -> int:
+        """The term: the hold's fencing token, larger than every earlier term of the key."""
+        return self.token
+
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
+    @property
+    def value(self) -> str:
+        """The proclaimed value: the owner without its last ``/``-part."""
+        return core.proclaimed(self.owner)
+
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
+    def resign(self) -> bool:
+        """Ends the leadership (LOCK.RELEASE): the next candidate leads in the same step.
+        As ``release()``: True when released, False when it was no longer held."""
+        return self.release()
+
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
+    def downgrade(self) -> None:
+        raise InvalidArgument("a leadership is an exclusive hold: it is never downgraded")

@@ -119,3 +119,17 @@ class InvalidArgument(RelockError, ValueError):
     limit outside 1 to 10^6, a limit over several independent masters. Not retryable."""
 
     retryable = False
+
+
+class StaleToken(ServerError):
+    """``LOCK.FENCED`` refused the command: the token is not a live hold's any more (``-FENCED
+    stale token <token>, current <token | shared | none>``), and nothing ran. ``current`` is
+    what the server named (``None`` when it could not be read). Never retried with another
+    token: the holder lost its hold (a leader its term) and must not write."""
+
+    retryable = False
+
+    def __init__(self, message: str, *, key: str, servers: Sequence[str], token: int, current: str | None) -> None:
+        super().__init__(message, key=key, servers=servers, retryable=False)
+        self.token = token
+        self.current = current
