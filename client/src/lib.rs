@@ -87,6 +87,7 @@ mod cases;
 mod client;
 mod conn;
 mod duration;
+mod election;
 mod error;
 mod fanout;
 mod group;
@@ -107,6 +108,7 @@ pub mod validity;
 
 pub use client::{Command, Relock, Reply};
 pub use duration::parse_duration;
+pub use election::{proclaimed_value, Leader, LeaderChange, Leadership, Observer, OBSERVE_EVERY};
 pub use error::{Error, NodeError, NodeErrors, NodeFailure, ServerError};
 pub use group::{LockGroup, MAX_KEYS};
 pub use guard::{loss_lead, GuardedLock, Hold, LockGuard};
