@@ -334,7 +334,10 @@ impl Observer {
                     self.masters.blocking_one(&self.key, &cmd).await
                 }
             };
-            let leader = match reply.map_err(Error::Node).and_then(|r| leader_of(&self.key, r)) {
+            let leader = match reply
+                .map_err(Error::Node)
+                .and_then(|r| leader_of(&self.key, r))
+            {
                 Ok(leader) => leader,
                 Err(e) if e.is_permanent() => return Err(e),
                 Err(e) => {
@@ -398,14 +401,7 @@ impl LockGuard {
     /// `LOCK.FENCED key token command ...` under this guard's hold: see [`Lock::fenced`].
     pub async fn fenced(&self, command: &Command) -> Result<Reply, Error> {
         let hold = self.hold();
-        fenced(
-            self.masters(),
-            &hold.key,
-            hold.token,
-            &hold.tokens,
-            command,
-        )
-        .await
+        fenced(self.masters(), &hold.key, hold.token, &hold.tokens, command).await
     }
 }
 

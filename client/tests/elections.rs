@@ -254,7 +254,10 @@ async fn a_term_that_went_backwards_is_reported_regressed() {
         assert!(!seen.regressed, "no leader is not a regression");
     };
     let leader = seen.leader.expect("after leads");
-    assert_eq!((leader.value.as_str(), leader.term), ("after", second.term()));
+    assert_eq!(
+        (leader.value.as_str(), leader.term),
+        ("after", second.term())
+    );
     assert!(seen.regressed, "a lower term is reported regressed");
     // From then on, changes are compared with the new term.
     second.resign().await.expect("resign");
@@ -302,7 +305,10 @@ async fn clients_that_cannot_hold_an_election_are_refused() {
     refused(redlock.observe(KEY).expect_err("observe"));
     for s in &servers {
         assert_eq!(waiters(s, KEY), 0);
-        assert!(common::lock_info(&mut s.conn(), KEY).is_none(), "nothing asked");
+        assert!(
+            common::lock_info(&mut s.conn(), KEY).is_none(),
+            "nothing asked"
+        );
     }
     // A fenced write on a Redlock hold: refused, saying why.
     let lock = redlock.acquire("orders:1", ttl).await.expect("acquire");
@@ -314,7 +320,10 @@ async fn clients_that_cannot_hold_an_election_are_refused() {
         matches!(e, Error::FencedRefused { masters: 3, .. }),
         "{e:?}"
     );
-    assert!(e.to_string().contains("each master has its own tokens"), "{e}");
+    assert!(
+        e.to_string().contains("each master has its own tokens"),
+        "{e}"
+    );
     assert!(e.is_permanent());
     lock.release().await.expect("release");
 
@@ -393,7 +402,12 @@ async fn a_campaign_that_times_out_leaves_the_queue() {
         .await
         .expect("campaign");
     let e = relock
-        .campaign(KEY, "b", Duration::from_secs(10), Some(Duration::from_millis(200)))
+        .campaign(
+            KEY,
+            "b",
+            Duration::from_secs(10),
+            Some(Duration::from_millis(200)),
+        )
         .await
         .expect_err("times out");
     assert!(matches!(e, Error::WaitTimeout { .. }), "{e:?}");

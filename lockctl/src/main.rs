@@ -62,8 +62,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use relock_client::limits::{parse_timeout, parse_ttl};
 use relock_client::{
-    parse_duration, proclaimed_value, HolderInfo, LockInfo, Mode, NodeReport, Options, Relock, Tls, MAX_KEYS,
-    MAX_LIMIT,
+    parse_duration, proclaimed_value, HolderInfo, LockInfo, Mode, NodeReport, Options, Relock, Tls,
+    MAX_KEYS, MAX_LIMIT,
 };
 
 use crate::output::{out, say};
@@ -500,8 +500,7 @@ async fn async_main(cli: Cli) -> ExitCode {
                 return ExitCode::from(EXIT_USAGE);
             }
             // By default the owners' prefix: `--owner-prefix`, or `<host>/<pid>`.
-            let value =
-                id.unwrap_or_else(|| proclaimed_value(&relock.make_owner()).to_string());
+            let value = id.unwrap_or_else(|| proclaimed_value(&relock.make_owner()).to_string());
             let request = run::RunRequest {
                 keys: vec![key],
                 ttl,

@@ -31,8 +31,10 @@ fn waiters(server: &Server) -> i64 {
 /// `lockctl elect --id <id> --ttl <ttl> KEY -- sh -c <script>`.
 fn elect(server: &Server, id: &str, ttl: &str, script: &str) -> std::process::Command {
     let mut cmd = lockctl(&[server]);
-    cmd.args(["elect", "--id", id, "--ttl", ttl, KEY, "--", "sh", "-c", script])
-        .stderr(Stdio::piped());
+    cmd.args([
+        "elect", "--id", id, "--ttl", ttl, KEY, "--", "sh", "-c", script,
+    ])
+    .stderr(Stdio::piped());
     cmd
 }
 
@@ -75,8 +77,7 @@ fn the_next_candidate_leads_when_the_leader_is_killed() {
 
     let died = Instant::now();
     support::send(candidates[0].1.pid(), libc::SIGKILL);
-    assert!(eventually(WITHIN, || leader(&server)
-        .is_some_and(|(v, _)| v != "a")));
+    assert!(eventually(WITHIN, || leader(&server).is_some_and(|(v, _)| v != "a")));
     let took = died.elapsed();
     let (next, next_term) = leader(&server).expect("a leader");
     eprintln!("lockctl elect killed; {next} led {took:?} later (ttl {ttl:?})");
@@ -95,9 +96,14 @@ fn the_next_candidate_leads_when_the_leader_is_killed() {
 #[test]
 fn exit_codes_are_those_of_run() {
     let server = Server::start();
-    let out = elect(&server, "a", "10s", "test \"$RELOCK_TOKEN\" -gt 0 && exit 7")
-        .output()
-        .expect("lockctl");
+    let out = elect(
+        &server,
+        "a",
+        "10s",
+        "test \"$RELOCK_TOKEN\" -gt 0 && exit 7",
+    )
+    .output()
+    .expect("lockctl");
     assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
     assert_eq!(leader(&server), None, "resigned once the command ended");
 
@@ -238,11 +244,13 @@ fn leader_watch_prints_every_change_and_marks_a_regression() {
     // a's command is stopped: a resigns, b leads in the same step.
     support::send(a.pid(), libc::SIGTERM);
     a.wait_within(WITHIN);
-    assert!(eventually(WITHIN, || leader(&server)
-        .is_some_and(|(v, _)| v == "b")));
+    assert!(eventually(WITHIN, || leader(&server).is_some_and(|(v, _)| v == "b")));
     let (_, term_b) = leader(&server).expect("b leads");
     let line = next();
-    assert!(line.starts_with(&format!("value=b term={term_b} ")), "{line}");
+    assert!(
+        line.starts_with(&format!("value=b term={term_b} ")),
+        "{line}"
+    );
     assert!(!line.ends_with("regressed"), "{line}");
     drop(b.child().kill());
     b.wait_within(WITHIN);
@@ -258,11 +266,7 @@ fn leader_watch_prints_every_change_and_marks_a_regression() {
             break line;
         }
     };
-    assert_eq!(
-        line.split_whitespace().next(),
-        Some("value=c"),
-        "{line}"
-    );
+    assert_eq!(line.split_whitespace().next(), Some("value=c"), "{line}");
     assert!(line.contains(&format!(" term={term_c} ")), "{line}");
     assert!(line.ends_with(" regressed"), "{line}");
 }
