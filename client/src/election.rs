@@ -173,8 +173,9 @@ impl Relock {
     /// println!("leading in term {}", leading.term());
     /// // Every write under the term: refused by the server once another term began.
     /// leading.fenced(&Command::new("SET").arg("{billing/leader}:config").arg("v2")).await?;
+    /// let lost = leading.lost();
     /// tokio::select! {
-    ///     _ = leading.lost().cancelled() => { /* deposed: stop leading */ }
+    ///     _ = lost.cancelled() => { /* deposed: stop leading */ }
     ///     _ = async { /* lead */ } => leading.resign().await?,
     /// }
     /// # Ok(())

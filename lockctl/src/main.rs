@@ -38,6 +38,11 @@
 //! together, an exclusive `run` waits for them); `run --limit N` a permit of a counting
 //! semaphore: at most N commands run at once, on every machine, like `consul lock -n`. A limit
 //! needs one server or `--cluster`: over several independent masters it is a usage error.
+//!
+//! `elect KEY [--id VALUE] -- command` campaigns for leadership of the election at KEY and
+//! then runs the command as `run` does (the same supervisor, exit codes and job control), with
+//! `RELOCK_TOKEN` = the term; `leader KEY [--watch] [--json]` prints the leader's value and
+//! term (the module `leader`). Both need one server or `--cluster`.
 
 mod job;
 mod leader;
