@@ -414,3 +414,43 @@ async fn a_campaign_that_times_out_leaves_the_queue() {
     assert!(eventually(WITHIN, || waiters(&server, KEY) == 0));
     assert!(!leading.is_lost());
 }
+
+/// On a Redis Cluster: the key's master holds the election; campaign, leader, observe and the
+/// hand-off at a resignation work as on one server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elections_run_on_a_cluster() {
+    let cluster = relock_testkit::cluster::Cluster::start_with(0);
+    let key = "{svc}:leader";
+    let master = cluster.node(cluster.owner_of(key).master_port);
+    let relock = Relock::cluster(&cluster.urls(), patient()).expect("client");
+    let mut observer = relock.observe(key).expect("observe");
+    assert_eq!(next(&mut observer).await.leader, None);
+    let a = relock
+        .campaign(key, "a", Duration::from_secs(10), None)
+        .await
+        .expect("campaign");
+    let seen = next(&mut observer).await.leader.expect("a leads");
+    assert_eq!((seen.value.as_str(), seen.term), ("a", a.term()));
+    let other = Relock::cluster(&cluster.urls(), patient()).expect("client");
+    let b = tokio::spawn(async move {
+        // The leadership itself is returned: dropping it would resign.
+        other
+            .campaign(key, "b", Duration::from_secs(10), None)
+            .await
+    });
+    assert!(eventually(WITHIN, || waiters(master, key) == 1));
+    let term_a = a.term();
+    a.resign().await.expect("resign");
+    let now = relock.leader(key).await.expect("leader").expect("b leads");
+    assert_eq!(now.value, "b");
+    assert!(now.term > term_a);
+    let seen = next(&mut observer).await.leader.expect("b leads");
+    assert_eq!((seen.value.as_str(), seen.term), ("b", now.term));
+    let b = tokio::time::timeout(WITHIN, b)
+        .await
+        .expect("in time")
+        .expect("ran")
+        .expect("b led");
+    assert_eq!(b.term(), now.term);
+    b.resign().await.expect("resign");
+}
