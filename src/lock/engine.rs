@@ -48,6 +48,8 @@ use super::tokens::{self, Clock, Tokens};
 use super::waiters::{Deadline, Removed, Waiter, Waiters};
 use super::watch::{EndedHold, Watch};
 
+mod fenced;
+pub use fenced::{Current, Fence};
 mod group;
 mod lapsed;
 mod observe;

@@ -63,7 +63,7 @@ mod shared_tests;
 pub use args::ArgError;
 pub use contention::{HotKey, KeyStats};
 pub use effect::{Effect, Word};
-pub use engine::{Engine, HolderInfo, Info, Reply, Request, Wait, WaiterInfo};
+pub use engine::{Current, Engine, Fence, HolderInfo, Info, Reply, Request, Wait, WaiterInfo};
 pub use errors::{LockError, Refusal};
 pub use host::{Blocked, Event, Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
 pub use journal::{Entry, Reason, Reasons};

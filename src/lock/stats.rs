@@ -23,4 +23,10 @@ pub struct Stats {
     pub downgraded: u64,
     /// Observers answered because their key changed (`LOCK.OBSERVE`).
     pub observe_wakeups: u64,
+    /// Inner commands `LOCK.FENCED` ran (its token passed).
+    pub fenced: u64,
+    /// `LOCK.FENCED` calls refused for a stale token.
+    pub fenced_stale: u64,
+    /// `LOCK.FENCED` calls refused before the token was looked at (a command it does not run).
+    pub fenced_refused: u64,
 }

@@ -26,8 +26,18 @@ type Ctx = *mut raw::RedisModuleCtx;
 pub struct Args<'a>(&'a [*mut raw::RedisModuleString]);
 
 impl<'a> Args<'a> {
+    /// How many arguments (the command's name included).
+    pub fn count(self) -> usize {
+        self.0.len()
+    }
+
+    /// Every raw argument.
+    pub fn all(self) -> &'a [*mut raw::RedisModuleString] {
+        self.0
+    }
+
     /// The bytes of argument `i` (empty if there is none).
-    fn bytes(self, i: usize) -> &'a [u8] {
+    pub fn bytes(self, i: usize) -> &'a [u8] {
         match self.0.get(i) {
             // SAFETY: Redis keeps a command's arguments alive and unchanged until it returns,
             // which outlives `'a`.
@@ -42,7 +52,7 @@ impl<'a> Args<'a> {
     }
 
     /// The raw argument `i`.
-    fn raw(self, i: usize) -> *mut raw::RedisModuleString {
+    pub fn raw(self, i: usize) -> *mut raw::RedisModuleString {
         self.0.get(i).copied().unwrap_or(std::ptr::null_mut())
     }
 }
@@ -78,6 +88,9 @@ pub struct Command {
     pub key_flags: u32,
     /// Whether its keys follow a `numkeys` at argument 1.
     pub numkeys: bool,
+    /// Whether an inner command starts at argument 3 (`LOCK.FENCED`): a second key spec,
+    /// `INCOMPLETE`, makes Redis ask the getkeys-api callback for its keys.
+    pub inner_keys: bool,
     pub summary: &'static CStr,
     pub complexity: &'static CStr,
     /// The relock version that added it (`COMMAND DOCS` shows it).
@@ -432,7 +445,10 @@ pub fn history(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
 pub fn stats(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     Ok(match args::stats_options(&args.rest(1))? {
         Listing::Reset => {
-            globals::configure_engine(|e| e.reset_observe_counters());
+            globals::configure_engine(|e| {
+                e.reset_observe_counters();
+                e.reset_fenced_counters();
+            });
             watch(|w| {
                 w.contention.reset();
                 Reply::Ok

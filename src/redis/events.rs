@@ -52,6 +52,7 @@ pub fn subscribe(ctx: *mut raw::RedisModuleCtx) -> Result<(), &'static str> {
         raw::REDISMODULE_EVENT_FORK_CHILD,
         raw::REDISMODULE_EVENT_REPLICA_CHANGE,
         raw::REDISMODULE_EVENT_PERSISTENCE,
+        raw::REDISMODULE_EVENT_MODULE_CHANGE,
     ];
     for id in server_events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
@@ -217,6 +218,9 @@ extern "C" fn on_server_event(
             let ended = subevent == raw::REDISMODULE_SUBEVENT_PERSISTENCE_ENDED
                 || subevent == raw::REDISMODULE_SUBEVENT_PERSISTENCE_FAILED;
             globals::set_saving(!ended);
+        } else if id == raw::REDISMODULE_EVENT_MODULE_CHANGE {
+            // A module's commands came or went: LOCK.FENCED reads the table again.
+            super::fenced::forget_table();
         } else if id == raw::REDISMODULE_EVENT_CRON_LOOP {
             on_cron(ctx);
         } else if id == raw::REDISMODULE_EVENT_FORK_CHILD

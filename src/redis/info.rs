@@ -37,7 +37,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             )
         })
         .unwrap_or_default();
-        let fields: [(&std::ffi::CStr, u64); 22] = [
+        let fields: [(&std::ffi::CStr, u64); 25] = [
             (c"locks", globals::lock_values()),
             (c"holds", globals::holds()),
             (c"waiters", waiters as u64),
@@ -54,6 +54,9 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             (c"downgraded_total", stats.downgraded),
             (c"observers", observers as u64),
             (c"observe_wakeups_total", stats.observe_wakeups),
+            (c"fenced_total", stats.fenced),
+            (c"fenced_stale_total", stats.fenced_stale),
+            (c"fenced_refused_total", stats.fenced_refused),
             (c"last_token", last_token),
             (c"longest_turn_us", globals::longest_turn_us()),
             (c"longest_apply_us", globals::longest_apply_us()),

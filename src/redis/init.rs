@@ -6,7 +6,7 @@ use redis_module::{raw, Context, RedisString, Status};
 
 use super::globals::Report;
 use super::host::RedisHost;
-use super::{config, events, globals, info, migration, registration, server};
+use super::{config, events, fenced, globals, info, migration, registration, server};
 
 /// The module's `OnLoad`, after `redis_module!` has registered the data type.
 pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
@@ -62,6 +62,8 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         }
     }
     globals::configure(|_| ());
+    // LOCK.FENCED's table of the server's commands (read again after a module load/unload).
+    fenced::load_table(ctx.ctx);
     server::learn_role(ctx.ctx);
     if !globals::is_replica() {
         // Started as a master: the restart grace (if configured) starts now.

@@ -34,6 +34,7 @@ pub mod config;
 pub mod datatype;
 pub mod effects;
 pub mod events;
+pub mod fenced;
 pub mod ffi;
 pub mod globals;
 pub mod host;

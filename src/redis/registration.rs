@@ -11,6 +11,7 @@ use std::ptr;
 use redis_module::raw;
 
 use super::commands::{self, Arg, Command};
+use super::{fenced, ffi};
 
 /// The C callback of the table's command `$command`: hands the call to `commands::dispatch`.
 macro_rules! callback {
@@ -136,6 +137,7 @@ const ACQUIRE: Command = Command {
     arity: -4,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
     numkeys: false,
+    inner_keys: false,
     summary: c"Takes a lock if it is free (non-reentrant; idempotent for its holder), exclusively or SHARED (LIMIT n: a semaphore; PERMITS p of it at once). Replies the fencing token or nil.",
     complexity: c"O(log H) with H holders",
     since: c"0.1.0",
@@ -154,6 +156,7 @@ const REENTER: Command = Command {
     arity: -4,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
     numkeys: false,
+    inner_keys: false,
     summary: c"Takes a lock or enters it once more (reentrant), exclusively or SHARED (LIMIT n, PERMITS p); FROM c names the count before the step, so that a repeat changes nothing. Replies the reentrancy count or nil.",
     complexity: c"O(log H) with H holders",
     since: c"0.1.0",
@@ -170,6 +173,7 @@ const RELEASE: Command = Command {
     arity: -3,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_DELETE,
     numkeys: false,
+    inner_keys: false,
     summary: c"Leaves a lock once; at count 0 the lock passes to the first waiter. FROM c names the count before the step, so that a repeat changes nothing. Replies the remaining count or nil.",
     complexity: c"O(log H) with H holders",
     since: c"0.1.0",
@@ -186,6 +190,7 @@ const RENEW: Command = Command {
     arity: 4,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
     numkeys: false,
+    inner_keys: false,
     summary:
         c"Sets the remaining lifetime of a lock its owner holds. Replies the fencing token or nil.",
     complexity: c"O(log H) with H holders",
@@ -203,6 +208,7 @@ const WAIT: Command = Command {
     arity: -5,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
     numkeys: false,
+    inner_keys: false,
     summary: c"Takes a lock, exclusively or SHARED (LIMIT n, PERMITS p), waiting in FIFO order until it is handed over or the timeout passes. Replies the fencing token or nil.",
     complexity: c"O(log H) with H holders",
     since: c"0.1.0",
@@ -219,6 +225,7 @@ const DOWNGRADE: Command = Command {
     arity: 3,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
     numkeys: false,
+    inner_keys: false,
     summary: c"Makes the owner's exclusive hold a shared one (same token, lease and count) and grants the shared waiters at the head of the queue with it. Replies the token or nil.",
     complexity: c"O(1) plus O(k log H) for k waiters granted",
     since: c"0.2.0",
@@ -235,6 +242,7 @@ const INFO: Command = Command {
     arity: 2,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
     numkeys: false,
+    inner_keys: false,
     summary: c"Shows a lock: owner, token, count, ttl, waiters, mode, holders, limit. Replies nil when there is no lock.",
     complexity: c"O(1); O(log H) for a shared key with H holders",
     since: c"0.1.0",
@@ -256,6 +264,7 @@ const OBSERVE: Command = Command {
     arity: 4,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
     numkeys: false,
+    inner_keys: false,
     summary: c"Replies LOCK.INFO's reply at once if the lock's token is not known_token (0: no holder), else when it changes, the hold ends or the timeout passes. Exclusive locks only.",
     complexity: c"O(1); a change wakes each of the key's O(N) observers",
     since: c"0.2.0",
@@ -272,6 +281,7 @@ const HOLDERS: Command = Command {
     arity: -2,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
     numkeys: false,
+    inner_keys: false,
     summary: c"Lists a lock's holders in grant order (owner, token, count, ttl); OWNER answers for one. Replies nil when there is no lock.",
     complexity: c"O((n + log H) log(n + log H)) for n of H holders listed (COUNT 0: O(H log H)); O(1) with OWNER",
     since: c"0.2.0",
@@ -288,6 +298,7 @@ const FORCERELEASE: Command = Command {
     arity: -2,
     key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE,
     numkeys: false,
+    inner_keys: false,
     summary: c"Breaks every hold of a lock, or only the given owner's, handing it on to the waiters. Replies the number of holds removed.",
     complexity: c"O(H) for H holders; O(log H) with an owner",
     since: c"0.1.0",
@@ -304,6 +315,7 @@ const APPLY: Command = Command {
     arity: -5,
     key_flags: raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
     numkeys: false,
+    inner_keys: false,
     summary: c"Internal: sets a lock exactly as given. Replicas and the AOF receive lock changes in this form.",
     complexity: c"O(1)",
     since: c"0.1.0",
@@ -320,6 +332,7 @@ const DROP: Command = Command {
     arity: 3,
     key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE,
     numkeys: false,
+    inner_keys: false,
     summary: c"Internal: removes one holder of a shared lock exactly. Replicas and the AOF receive shared releases in this form.",
     complexity: c"O(log H) with H holders",
     since: c"0.2.0",
@@ -336,6 +349,7 @@ const COUNTER: Command = Command {
     arity: 2,
     key_flags: 0,
     numkeys: false,
+    inner_keys: false,
     summary: c"Internal: raises the fencing-token counter to at least the given token. Written to the AOF after each rewrite.",
     complexity: c"O(1)",
     since: c"0.1.0",
@@ -352,6 +366,7 @@ const WAITERS: Command = Command {
     arity: -2,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
     numkeys: false,
+    inner_keys: false,
     summary: c"Lists a lock's queue in order: owner, mode, limit, permits, client, waited, timeout, ttl. An empty array when nobody waits.",
     complexity: c"O(min(n, N)) for n of N waiters listed",
     since: c"0.2.0",
@@ -376,6 +391,7 @@ const LOG: Command = Command {
     arity: -1,
     key_flags: 0,
     numkeys: false,
+    inner_keys: false,
     summary: c"Shows the journal of holds that ended other than by their owner, newest first (count, default 10), or empties it (RESET).",
     complexity: c"O(n) for n entries listed",
     since: c"0.2.0",
@@ -400,6 +416,7 @@ const HISTORY: Command = Command {
     arity: -2,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
     numkeys: false,
+    inner_keys: false,
     summary: c"Shows the journal's entries for one key, newest first (count, default 10): why its holds ended.",
     complexity: c"O(L) for a journal of L entries",
     since: c"0.2.0",
@@ -424,6 +441,7 @@ const STATS: Command = Command {
     arity: -1,
     key_flags: 0,
     numkeys: false,
+    inner_keys: false,
     summary: c"Shows the hottest keys by total wait (COUNT n, default 10): waits, granted, timeouts, contended, wait_ms_total with its error bound, wait_ms_max; or clears the statistics (RESET).",
     complexity: c"O(k + n log n) for a table of k keys",
     since: c"0.2.0",
@@ -452,6 +470,7 @@ const MACQUIRE: Command = Command {
     arity: -5,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
     numkeys: true,
+    inner_keys: false,
     summary: c"Takes exclusive locks on every key or on none (one slot in a cluster); the new holds share one fencing token. Replies each key's token in argument order, or nil.",
     complexity: c"O(N) for N keys",
     since: c"0.2.0",
@@ -468,6 +487,7 @@ const MRELEASE: Command = Command {
     arity: -4,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_DELETE,
     numkeys: true,
+    inner_keys: false,
     summary: c"Releases the owner's hold on each key once, as LOCK.RELEASE (FROM c: on each key). Replies how many of the keys the owner held.",
     complexity: c"O(N) for N keys, plus the hand-offs",
     since: c"0.2.0",
@@ -484,6 +504,7 @@ const MRENEW: Command = Command {
     arity: -5,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
     numkeys: true,
+    inner_keys: false,
     summary: c"Renews the owner's hold on each key, as LOCK.RENEW. Replies how many of the keys the owner held.",
     complexity: c"O(N) for N keys",
     since: c"0.2.0",
@@ -491,8 +512,52 @@ const MRENEW: Command = Command {
 };
 callback!(mrenew_callback, MRENEW);
 
+const COMMAND_ARG: Arg = arg(
+    c"command",
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+);
+const COMMAND_ARGS: Arg = Arg {
+    name: c"arg",
+    kind: raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+    token: None,
+    optional: true,
+    multiple: true,
+};
+
+const FENCED: Command = Command {
+    name: c"LOCK.FENCED",
+    handler: fenced::fenced,
+    callback: fenced_callback,
+    // Neither write, readonly nor deny-oom: the inner command's own flags decide (RM_Call
+    // checks them); may-replicate so that CLIENT PAUSE WRITE and FAILOVER hold it back.
+    flags: c"may-replicate getkeys-api",
+    acl: c"write slow",
+    arity: -4,
+    key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    numkeys: false,
+    inner_keys: true,
+    summary: c"Runs the command only if token is the token of a live hold on key (the exclusive holder's or any shared holder's), atomically with that check, as the caller. Replies the command's reply, or a FENCED error and runs nothing.",
+    complexity: c"O(1) plus the command's; O(H) for a shared key with H holders",
+    since: c"0.2.0",
+    args: &[KEY, TOKEN, COMMAND_ARG, COMMAND_ARGS],
+};
+
+/// `LOCK.FENCED`'s C callback: its keys (the getkeys-api request) or the command.
+extern "C" fn fenced_callback(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    if fenced::keys_asked(ctx) {
+        return ffi::guard(raw::REDISMODULE_OK as c_int, || {
+            fenced::key_positions(ctx, argv, argc)
+        });
+    }
+    commands::dispatch(&FENCED, ctx, argv, argc)
+}
+
 /// Every command, in registration order.
-const COMMANDS: [&Command; 20] = [
+const COMMANDS: [&Command; 21] = [
     &ACQUIRE,
     &REENTER,
     &RELEASE,
@@ -513,6 +578,7 @@ const COMMANDS: [&Command; 20] = [
     &MRELEASE,
     &MRENEW,
     &OBSERVE,
+    &FENCED,
 ];
 
 /// Registers every command with its metadata.
@@ -577,6 +643,16 @@ fn key_spec(command: &Command) -> raw::RedisModuleCommandKeySpec {
     spec
 }
 
+/// `LOCK.FENCED`'s second key spec: from argument 3 on, `INCOMPLETE`, so that Redis asks the
+/// getkeys-api callback (`fenced::key_positions`) for the inner command's keys.
+fn inner_key_spec() -> raw::RedisModuleCommandKeySpec {
+    let mut spec = one_key_spec(raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INCOMPLETE);
+    spec.bs = raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+        index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 3 },
+    };
+    spec
+}
+
 /// The key spec of one key at argument 1.
 fn one_key_spec(flags: u32) -> raw::RedisModuleCommandKeySpec {
     raw::RedisModuleCommandKeySpec {
@@ -632,7 +708,12 @@ fn set_info(handle: *mut raw::RedisModuleCommand, command: &Command) -> Result<(
     };
     // SAFETY: an all-zero key spec (argument) ends its list, as Redis expects (plain C data).
     let (end_spec, end_arg) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-    let mut key_specs = [key_spec(command), end_spec];
+    // SAFETY: as above.
+    let end_spec_2 = unsafe { std::mem::zeroed() };
+    let mut key_specs = [key_spec(command), end_spec, end_spec_2];
+    if command.inner_keys {
+        key_specs[1] = inner_key_spec();
+    }
     let mut args: Vec<raw::RedisModuleCommandArg> = command.args.iter().map(doc_arg).collect();
     args.push(end_arg);
     let mut info = raw::RedisModuleCommandInfo {

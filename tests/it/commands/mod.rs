@@ -3,6 +3,7 @@
 
 mod arrivals;
 mod effects;
+mod fenced;
 mod fuzz;
 mod observe;
 mod replies;

@@ -1,0 +1,502 @@
+//! `LOCK.FENCED key token command [arg ...]`: runs the inner command only if `token` proves a
+//! live hold of `key`. The order of one call: arguments and the inner command's admission (from
+//! the server's own command table, so the answer does not depend on the token), then the
+//! token's check in the engine (which is then released), then the inner command through
+//! `RedisModule_Call` on the caller's behalf (its user, db, protocol and cluster state), whose
+//! reply is passed through unchanged. Nothing of `LOCK.FENCED` itself is replicated: the inner
+//! command propagates what it does (`!`).
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::raw::c_int;
+use std::ptr;
+
+use redis_module::raw;
+
+use super::clients;
+use super::commands::{Answer, Args};
+use super::ffi;
+use super::globals;
+use super::host::{RedisHost, RedisKey};
+use crate::lock::args;
+
+type Ctx = *mut raw::RedisModuleCtx;
+
+/// The error of a server without run-as-user for module calls.
+const NEEDS_RUN_AS_USER: &str = "ERR LOCK.FENCED needs Redis 7.0.6 or later";
+/// A read on 7.0 by a connection whose reads are tracked key by key.
+const UNTRACKED: &str = "ERR LOCK.FENCED reads are not tracked on this server version";
+
+/// What the module knows of a server command (from `COMMAND`).
+#[derive(Clone, Debug)]
+struct Inner {
+    /// Lower case, `container|sub` for a subcommand.
+    fullname: String,
+    arity: i64,
+    refused: bool,
+    script: bool,
+    readonly: bool,
+    /// It has subcommands: look the next argument up.
+    container: bool,
+}
+
+thread_local! {
+    /// The server's commands by lower-case full name, read at load and again at the first
+    /// `LOCK.FENCED` after a module is loaded or unloaded (`None`: to be read). Main thread only.
+    static TABLE: RefCell<Option<HashMap<String, Inner>>> = const { RefCell::new(None) };
+}
+
+/// Scripts and functions: the only `noscript` commands an inner command may be.
+const SCRIPTS: [&str; 6] = [
+    "eval",
+    "evalsha",
+    "eval_ro",
+    "evalsha_ro",
+    "fcall",
+    "fcall_ro",
+];
+
+/// Reads the command table now (at load).
+pub fn load_table(ctx: Ctx) {
+    let table = read_table(ctx);
+    TABLE.with(|t| *t.borrow_mut() = table);
+}
+
+/// A module was loaded or unloaded: the table is read again before it is next used.
+pub fn forget_table() {
+    TABLE.with(|t| *t.borrow_mut() = None);
+}
+
+/// The whole of `COMMAND`'s reply, by name; `None` if it cannot be read.
+fn read_table(ctx: Ctx) -> Option<HashMap<String, Inner>> {
+    // SAFETY: no arguments ("" format); the reply is freed below.
+    let reply = unsafe { rm!(RedisModule_Call(ctx, c"COMMAND".as_ptr(), c"".as_ptr())) };
+    if reply.is_null() {
+        return None;
+    }
+    let mut table = HashMap::new();
+    for i in 0..reply_len(reply) {
+        add_entry(&mut table, element(reply, i));
+    }
+    // SAFETY: `reply` came from `RedisModule_Call` and is freed once.
+    unsafe { rm!(RedisModule_FreeCallReply(reply)) };
+    Some(table)
+}
+
+/// One `COMMAND` entry (and its subcommands): name, arity, flags, first, last, step, ACL
+/// categories, tips, key specs, subcommands.
+fn add_entry(table: &mut HashMap<String, Inner>, entry: *mut raw::RedisModuleCallReply) {
+    let Some(fullname) = text(element(entry, 0)).map(|n| n.to_ascii_lowercase()) else {
+        return;
+    };
+    let arity = integer(element(entry, 1));
+    let flags = words(element(entry, 2));
+    let acl = words(element(entry, 6));
+    let key_specs = reply_len(element(entry, 8));
+    let subcommands = element(entry, 9);
+    let has = |list: &[String], w: &str| list.iter().any(|f| f.eq_ignore_ascii_case(w));
+    let script = SCRIPTS.contains(&fullname.as_str());
+    let container = reply_len(subcommands) > 0;
+    let refused = !script
+        && (fullname.starts_with("lock.")
+            || fullname == "move"
+            || fullname == "migrate"
+            || ["admin", "pubsub", "blocking", "no_multi", "noscript"]
+                .iter()
+                .any(|f| has(&flags, f))
+            || ["@connection", "@transaction"].iter().any(|c| has(&acl, c))
+            || (key_specs == 0 && !container));
+    table.insert(
+        fullname.clone(),
+        Inner {
+            fullname,
+            arity,
+            refused,
+            script,
+            readonly: has(&flags, "readonly"),
+            container,
+        },
+    );
+    for i in 0..reply_len(subcommands) {
+        add_entry(table, element(subcommands, i));
+    }
+}
+
+fn reply_len(reply: *mut raw::RedisModuleCallReply) -> usize {
+    if reply.is_null() {
+        return 0;
+    }
+    // SAFETY: `reply` is a live call reply (or an element of one).
+    match unsafe { rm!(RedisModule_CallReplyType(reply)) } as u32 {
+        t if t == raw::REDISMODULE_REPLY_ARRAY as u32 => {
+            // SAFETY: as above.
+            unsafe { rm!(RedisModule_CallReplyLength(reply)) }
+        }
+        _ => 0,
+    }
+}
+
+fn element(reply: *mut raw::RedisModuleCallReply, i: usize) -> *mut raw::RedisModuleCallReply {
+    if i >= reply_len(reply) {
+        return ptr::null_mut();
+    }
+    // SAFETY: `reply` is a live array reply with more than `i` elements.
+    unsafe { rm!(RedisModule_CallReplyArrayElement(reply, i)) }
+}
+
+fn text(reply: *mut raw::RedisModuleCallReply) -> Option<String> {
+    if reply.is_null() {
+        return None;
+    }
+    let mut len = 0usize;
+    // SAFETY: `reply` is a live element; the bytes are copied before the reply is freed.
+    let p = unsafe { rm!(RedisModule_CallReplyStringPtr(reply, &mut len)) };
+    // SAFETY: Redis gives `len` readable bytes at `p`.
+    (!p.is_null()).then(|| {
+        String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
+            .into_owned()
+    })
+}
+
+fn integer(reply: *mut raw::RedisModuleCallReply) -> i64 {
+    if reply.is_null() {
+        return 0;
+    }
+    // SAFETY: `reply` is a live element.
+    unsafe { rm!(RedisModule_CallReplyInteger(reply)) }
+}
+
+fn words(reply: *mut raw::RedisModuleCallReply) -> Vec<String> {
+    (0..reply_len(reply))
+        .filter_map(|i| text(element(reply, i)))
+        .collect()
+}
+
+/// What the table says of the inner command `inner` (its name and arguments), reading the
+/// table first if it has to.
+fn look_up(ctx: Ctx, inner: &[&[u8]]) -> Option<Inner> {
+    let name = String::from_utf8_lossy(inner.first()?).to_ascii_lowercase();
+    TABLE.with(|t| {
+        let mut t = t.borrow_mut();
+        if t.is_none() {
+            *t = read_table(ctx);
+        }
+        let table = t.as_ref()?;
+        let found = table.get(&name)?;
+        match (found.container, inner.get(1)) {
+            (true, Some(sub)) => {
+                let sub = String::from_utf8_lossy(sub).to_ascii_lowercase();
+                table.get(&format!("{name}|{sub}")).cloned()
+            }
+            _ => Some(found.clone()),
+        }
+    })
+}
+
+fn arity_fits(arity: i64, n: usize) -> bool {
+    let n = n as i64;
+    if arity >= 0 {
+        n == arity
+    } else {
+        n >= -arity
+    }
+}
+
+/// The server's version as `0x00MMmmpp`; 0 if unknown.
+fn version() -> c_int {
+    // SAFETY: reads a function pointer the module API table filled in at load.
+    match unsafe { raw::RedisModule_GetServerVersion } {
+        // SAFETY: no arguments.
+        Some(f) => unsafe { f() },
+        None => 0,
+    }
+}
+
+/// Redis 7.0 (or older): reads through a module call are not tracked, `K` does not exist and
+/// RM_Call's ACL text differs.
+fn is_7_0() -> bool {
+    version() < 0x0007_0200
+}
+
+/// `LOCK.FENCED key token command [arg ...]`
+pub fn fenced(ctx: Ctx, args: Args<'_>) -> Result<Answer, Answer> {
+    // SAFETY: reads a function pointer the module API table filled in at load (7.0.6+).
+    if unsafe { raw::RedisModule_SetContextUser }.is_none() {
+        return Err(refused(Cow::Borrowed(NEEDS_RUN_AS_USER)));
+    }
+    let n = args.count();
+    let inner: Vec<&[u8]> = (3..n).map(|i| args.bytes(i)).collect();
+    let written = String::from_utf8_lossy(inner[0]).into_owned();
+    let Some(found) = look_up(ctx, &inner) else {
+        // Unknown command or subcommand: Redis's own error (the call cannot run it).
+        return Ok(call(ctx, args, false));
+    };
+    if !arity_fits(found.arity, inner.len()) {
+        return Ok(call(ctx, args, false));
+    }
+    let copy_to_db =
+        found.fullname == "copy" && inner[3..].iter().any(|w| w.eq_ignore_ascii_case(b"DB"));
+    if found.refused || copy_to_db {
+        return Err(refused(Cow::Owned(format!(
+            "ERR {written} cannot run in LOCK.FENCED"
+        ))));
+    }
+    if found.script && in_script(ctx) {
+        return Err(refused(Cow::Owned(format!(
+            "ERR {written} cannot run in LOCK.FENCED inside a script"
+        ))));
+    }
+    if (found.readonly || found.script) && is_7_0() && tracked(ctx) {
+        return Err(refused(Cow::Borrowed(UNTRACKED)));
+    }
+    let token = args::token(args.bytes(2))?;
+    {
+        let key = RedisKey::open(ctx, args.raw(1), true)?;
+        let host = &mut RedisHost::for_command(ctx, args.all(), clients::block);
+        let fence = globals::with_engine(host, |e, h| e.fence(h, &key, token))
+            .ok_or(Answer::Error(Cow::Borrowed("ERR relock internal error")))?;
+        if let Some(error) = fence.error() {
+            return Err(Answer::Error(Cow::Owned(error)));
+        }
+        // The key closes and the engine is free before the inner command runs.
+    }
+    let answer = call(ctx, args, !found.script);
+    globals::configure_engine(|e| e.fenced_ran());
+    Ok(answer)
+}
+
+/// A refusal before the check, counted.
+fn refused(message: Cow<'static, str>) -> Answer {
+    globals::configure_engine(|e| e.fenced_refused());
+    Answer::Error(message)
+}
+
+/// Whether a script or function is running (Redis cannot nest them).
+fn in_script(ctx: Ctx) -> bool {
+    // SAFETY: `ctx` is the running command's context.
+    let flags = unsafe { rm!(RedisModule_GetContextFlags(ctx)) };
+    flags & raw::REDISMODULE_CTX_FLAGS_LUA as c_int != 0
+}
+
+/// Whether the caller tracks keys one by one (tracking on, not `BCAST`).
+fn tracked(ctx: Ctx) -> bool {
+    // SAFETY: `ctx` is the running command's context.
+    let id = unsafe { rm!(RedisModule_GetClientId(ctx)) };
+    if id == 0 {
+        return false;
+    }
+    // SAFETY: a zeroed `RedisModuleClientInfo` with its version set is what the call fills in.
+    let mut info: raw::RedisModuleClientInfo = unsafe { std::mem::zeroed() };
+    info.version = 1;
+    // SAFETY: `info` is a live struct of the version given.
+    let found = unsafe {
+        rm!(RedisModule_GetClientInfoById(
+            (&mut info as *mut raw::RedisModuleClientInfo).cast(),
+            id
+        ))
+    };
+    if found != raw::REDISMODULE_OK as c_int
+        || info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_TRACKING) == 0
+    {
+        return false;
+    }
+    // The module API does not tell BCAST; CLIENT LIST's flags do (`B`).
+    let id = CString::new(id.to_string()).unwrap_or_default();
+    let line = ffi::call_text(ctx, c"CLIENT", &[c"LIST", c"ID", &id]).unwrap_or_default();
+    let flags = line
+        .split(' ')
+        .find_map(|f| f.strip_prefix("flags="))
+        .unwrap_or("");
+    !flags.contains('B')
+}
+
+/// Runs the inner command (arguments 3 on) on the caller's behalf and replies with its reply,
+/// or, where RM_Call refuses it, with Redis's own error.
+fn call(ctx: Ctx, args: Args<'_>, script_mode: bool) -> Answer {
+    let Ok(name) = CString::new(args.bytes(3)) else {
+        return Answer::Error(Cow::Owned(format!(
+            "ERR unknown command '{}'",
+            String::from_utf8_lossy(args.bytes(3))
+        )));
+    };
+    // SAFETY: reads a function pointer the module API table filled in at load (7.2+).
+    let may_block = unsafe { raw::RedisModule_CallReplyPromiseAbort }.is_some() && !is_7_0();
+    let format = match (script_mode, may_block) {
+        (true, true) => c"v!CE0MSK",
+        (true, false) => c"v!CE0MS",
+        (false, true) => c"v!CE0MK",
+        (false, false) => c"v!CE0M",
+    };
+    let rest = args.all().get(4..).unwrap_or(&[]);
+    // SAFETY: "v" takes the argument vector and its length; the strings live until the command
+    // returns, and Redis takes its own references. The reply is freed below.
+    let reply = unsafe {
+        rm!(RedisModule_Call(
+            ctx,
+            name.as_ptr(),
+            format.as_ptr(),
+            rest.as_ptr(),
+            rest.len()
+        ))
+    };
+    if reply.is_null() {
+        return Answer::Error(Cow::Borrowed("ERR relock internal error"));
+    }
+    // SAFETY: `reply` is live.
+    let kind = unsafe { rm!(RedisModule_CallReplyType(reply)) };
+    let answer = if kind == raw::REDISMODULE_REPLY_PROMISE as c_int {
+        let mut data = ptr::null_mut();
+        // SAFETY: a promise reply from a call with `K` (7.2+, checked above): aborting it
+        // unblocks and frees the inner client.
+        unsafe {
+            if let Some(abort) = raw::RedisModule_CallReplyPromiseAbort {
+                abort(reply, &mut data);
+            }
+        }
+        Answer::Error(Cow::Owned(format!(
+            "ERR {} would block in LOCK.FENCED",
+            String::from_utf8_lossy(args.bytes(3))
+        )))
+    } else if kind == raw::REDISMODULE_REPLY_ERROR as c_int && is_7_0() {
+        match text(reply).as_deref().and_then(|t| noperm_7_0(t, args)) {
+            Some(text) => Answer::Error(Cow::Owned(text)),
+            None => passed_through(ctx, reply),
+        }
+    } else {
+        passed_through(ctx, reply)
+    };
+    // SAFETY: `reply` came from `RedisModule_Call` and is freed once.
+    unsafe { rm!(RedisModule_FreeCallReply(reply)) };
+    answer
+}
+
+fn passed_through(ctx: Ctx, reply: *mut raw::RedisModuleCallReply) -> Answer {
+    // SAFETY: `ctx` is the running command's context; `reply` is live.
+    unsafe { rm!(RedisModule_ReplyWithCallReply(ctx, reply)) };
+    Answer::Sent
+}
+
+/// Redis 7.0's RM_Call says "acl verification failed, <why>." where a direct call gets
+/// `-NOPERM <text>`: the text Redis 7.0 gives a direct call.
+fn noperm_7_0(text: &str, args: Args<'_>) -> Option<String> {
+    let why = text
+        .strip_prefix("ERR ")
+        .unwrap_or(text)
+        .strip_prefix("acl verification failed, ")?;
+    if why.starts_with("can't run") {
+        let name = String::from_utf8_lossy(args.bytes(3)).to_ascii_lowercase();
+        let inner: Vec<&[u8]> = (3..args.count()).map(|i| args.bytes(i)).collect();
+        let fullname = match inner.get(1) {
+            Some(sub)
+                if TABLE.with(|t| {
+                    t.borrow()
+                        .as_ref()
+                        .and_then(|t| t.get(&name).map(|i| i.container))
+                        .unwrap_or(false)
+                }) =>
+            {
+                format!(
+                    "{name}|{}",
+                    String::from_utf8_lossy(sub).to_ascii_lowercase()
+                )
+            }
+            _ => name,
+        };
+        Some(format!(
+            "NOPERM this user has no permissions to run the '{fullname}' command"
+        ))
+    } else if why.starts_with("can't access") {
+        Some(
+            "NOPERM this user has no permissions to access one of the keys used as arguments"
+                .into(),
+        )
+    } else if why.starts_with("can't publish") {
+        Some(
+            "NOPERM this user has no permissions to access one of the channels used as arguments"
+                .into(),
+        )
+    } else {
+        None
+    }
+}
+
+/// Where `LOCK.FENCED`'s keys are (its getkeys-api callback, for ACL, cluster routing and
+/// `COMMAND GETKEYS`): `key` (read), then the inner command's keys with their own flags.
+pub fn key_positions(ctx: Ctx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
+    let ok = raw::REDISMODULE_OK as c_int;
+    if argc < 2 || argv.is_null() {
+        return ok;
+    }
+    let read = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
+    // SAFETY: `ctx` is the key-position request's context; 1 is an argument index.
+    unsafe {
+        rm!(RedisModule_KeyAtPosWithFlags(
+            ctx,
+            1,
+            c_int::try_from(read).unwrap_or(0)
+        ))
+    };
+    if argc < 4 {
+        return ok;
+    }
+    // SAFETY: Redis passes `argc` valid arguments at `argv`.
+    let name = unsafe { ffi::string_bytes(*argv.add(3)) };
+    if name.len() >= 5 && name[..5].eq_ignore_ascii_case(b"lock.") {
+        return ok;
+    }
+    let (mut n, mut flags) = (0 as c_int, ptr::null_mut::<c_int>());
+    // SAFETY: the inner command's arguments are `argc - 3` live strings from `argv + 3`; the
+    // arrays returned are freed below.
+    let positions = unsafe {
+        rm!(RedisModule_GetCommandKeysWithFlags(
+            ctx,
+            argv.add(3),
+            argc - 3,
+            &mut n,
+            &mut flags
+        ))
+    };
+    if positions.is_null() {
+        return ok;
+    }
+    for i in 0..usize::try_from(n).unwrap_or(0) {
+        // SAFETY: Redis returned `n` positions and `n` flags.
+        let (pos, flag) = unsafe {
+            (
+                *positions.add(i),
+                if flags.is_null() { 0 } else { *flags.add(i) },
+            )
+        };
+        // SAFETY: as above; `pos + 3` is an argument index of `LOCK.FENCED`.
+        unsafe { rm!(RedisModule_KeyAtPosWithFlags(ctx, pos + 3, flag)) };
+    }
+    // SAFETY: both arrays were allocated by Redis for this call and are freed once.
+    unsafe {
+        rm!(RedisModule_Free(positions.cast()));
+        if !flags.is_null() {
+            rm!(RedisModule_Free(flags.cast()));
+        }
+    }
+    ok
+}
+
+/// Whether `ctx`'s call is Redis asking for the keys.
+pub fn keys_asked(ctx: Ctx) -> bool {
+    // SAFETY: `ctx` is the command's context.
+    unsafe { rm!(RedisModule_IsKeysPositionRequest(ctx)) != 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arity() {
+        assert!(arity_fits(2, 2));
+        assert!(!arity_fits(2, 3));
+        assert!(arity_fits(-3, 5));
+        assert!(!arity_fits(-3, 2));
+    }
+}
