@@ -7,7 +7,7 @@ use relock_testkit as common;
 use std::time::Duration;
 
 use common::{eventually, Server};
-use relock_client::{Error, LeaderChange, Mode, Observer, Options, Relock};
+use relock_client::{Command, Error, LeaderChange, Mode, Observer, Options, Relock, Reply};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -431,6 +431,12 @@ async fn elections_run_on_a_cluster() {
         .expect("campaign");
     let seen = next(&mut observer).await.leader.expect("a leads");
     assert_eq!((seen.value.as_str(), seen.term), ("a", a.term()));
+    // A fenced write, routed to the key's master (its data under the same hash tag).
+    let write = Command::new("SET").arg("{svc}:data").arg("a");
+    assert_eq!(
+        a.fenced(&write).await.expect("fenced"),
+        Reply::Simple("OK".into())
+    );
     let other = Relock::cluster(&cluster.urls(), patient()).expect("client");
     let b = tokio::spawn(async move {
         // The leadership itself is returned: dropping it would resign.
@@ -452,5 +458,105 @@ async fn elections_run_on_a_cluster() {
         .expect("ran")
         .expect("b led");
     assert_eq!(b.term(), now.term);
+    // a's fenced write landed on the key's master.
+    let value: Option<String> = redis::cmd("GET")
+        .arg("{svc}:data")
+        .query(&mut master.conn())
+        .expect("GET");
+    assert_eq!(value.as_deref(), Some("a"));
     b.resign().await.expect("resign");
+}
+
+/// `LOCK.FENCED` under a term: the write runs while the term is the live hold, its reply
+/// passed through (an error reply of the command too); once another term began, the deposed
+/// leader's write is `Error::Fenced` and changes nothing. The same on a plain lock and a guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_writes_run_under_the_live_term_only() {
+    let server = Server::start();
+    let key = "{svc}:leader";
+    let data = "{svc}:data";
+    let relock = client(&server);
+    let a = relock
+        .campaign(key, "a", Duration::from_secs(30), None)
+        .await
+        .expect("campaign");
+    let set = |v: &str| Command::new("SET").arg(data).arg(v);
+    assert_eq!(
+        a.fenced(&set("from a")).await.expect("fenced"),
+        Reply::Simple("OK".into())
+    );
+    assert_eq!(
+        a.fenced(&Command::new("APPEND").arg(data).arg("!"))
+            .await
+            .expect("fenced"),
+        Reply::Int(7)
+    );
+    // The command's own error reply, passed through as a node error (not a fencing one).
+    match a.fenced(&Command::new("INCR").arg(data)).await {
+        Err(Error::Node(e)) => assert!(e.to_string().contains("not an integer"), "{e}"),
+        other => panic!("INCR of a string: {other:?}"),
+    }
+    // Deposed: the lock broken by an operator, and b leads in a newer term.
+    support_force_release(&server, key);
+    let b = relock
+        .campaign(key, "b", Duration::from_secs(30), Some(WITHIN))
+        .await
+        .expect("b leads");
+    match a.fenced(&set("stale")).await {
+        Err(e @ Error::Fenced { .. }) => {
+            assert!(e.is_permanent());
+            let Error::Fenced { message, node, .. } = &e else {
+                unreachable!()
+            };
+            assert!(
+                message.contains(&format!("stale token {}", a.term())),
+                "{message}"
+            );
+            assert!(message.contains(&b.term().to_string()), "{message}");
+            assert_eq!(node, &relock.nodes()[0]);
+        }
+        other => panic!("a deposed leader's write: {other:?}"),
+    }
+    let value: String = redis::cmd("GET")
+        .arg(data)
+        .query(&mut server.conn())
+        .expect("GET");
+    assert_eq!(value, "from a!", "the stale write did not run");
+    assert_eq!(
+        b.fenced(&set("from b")).await.expect("fenced"),
+        Reply::Simple("OK".into())
+    );
+    b.resign().await.expect("resign");
+
+    // A plain lock and a guard fence the same way.
+    let lock = relock
+        .acquire(key, Duration::from_secs(30))
+        .await
+        .expect("lock");
+    assert_eq!(
+        lock.fenced(&Command::new("GET").arg(data))
+            .await
+            .expect("fenced"),
+        Reply::Bulk(b"from b".to_vec())
+    );
+    lock.release().await.expect("release");
+    let guard = relock
+        .guard(key, Duration::from_secs(30))
+        .await
+        .expect("guard");
+    assert_eq!(
+        guard
+            .fenced(&Command::new("DEL").arg(data))
+            .await
+            .expect("fenced"),
+        Reply::Int(1)
+    );
+    guard.release().await.expect("release");
+}
+
+fn support_force_release(server: &Server, key: &str) {
+    let _: i64 = redis::cmd("LOCK.FORCERELEASE")
+        .arg(key)
+        .query(&mut server.conn())
+        .expect("LOCK.FORCERELEASE");
 }

@@ -270,3 +270,134 @@ fn leader_watch_prints_every_change_and_marks_a_regression() {
     assert!(line.contains(&format!(" term={term_c} ")), "{line}");
     assert!(line.ends_with(" regressed"), "{line}");
 }
+
+/// Three `lockctl elect` processes whose commands write only through `LOCK.FENCED` under their
+/// term: the leader killed, a leader stopped past its ttl and then continued, and a leader
+/// whose lock an operator broke while its command still ran. The log the commands append to
+/// must show one writer at a time: terms never go back, and within a term "+" and "-"
+/// alternate. Without fencing (plain APPEND), the stopped or broken leader's late writes would
+/// appear after the next leader's, with a lower term.
+#[test]
+fn elected_commands_never_write_at_once() {
+    let server = Server::start();
+    let key = "{el}:leader";
+    let log = "{el}:log";
+    let script = format!(
+        "while :; do \
+           redis-cli -p {port} LOCK.FENCED '{key}' \"$RELOCK_TOKEN\" APPEND '{log}' \"$RELOCK_TOKEN+,\" >/dev/null; \
+           sleep 0.02; \
+           redis-cli -p {port} LOCK.FENCED '{key}' \"$RELOCK_TOKEN\" APPEND '{log}' \"$RELOCK_TOKEN-,\" >/dev/null; \
+         done",
+        port = server.port
+    );
+    let candidate = |id: &str| {
+        let mut cmd = lockctl(&[&server]);
+        cmd.args([
+            "elect", "--id", id, "--ttl", "600ms", "--grace", "1s", key, "--", "sh", "-c",
+        ])
+        .arg(&script)
+        .stderr(Stdio::null());
+        Spawned::new(&mut cmd)
+    };
+    let entries = || -> Vec<(u64, char)> {
+        let text: Option<String> = redis::cmd("GET")
+            .arg(log)
+            .query(&mut server.conn())
+            .expect("GET");
+        text.unwrap_or_default()
+            .split(',')
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                let (term, mark) = e.split_at(e.len() - 1);
+                (
+                    term.parse().expect("a term"),
+                    mark.chars().next().expect("a mark"),
+                )
+            })
+            .collect()
+    };
+    let current = |server: &Server| {
+        support::holder(server, key).map(|(owner, term)| {
+            (
+                owner
+                    .rsplit_once('/')
+                    .map_or(String::new(), |(v, _)| v.to_string()),
+                term,
+            )
+        })
+    };
+    // A term's writes have begun once its entries are in the log.
+    let writes_under = |term: u64| eventually(WITHIN, || entries().iter().any(|(t, _)| *t == term));
+
+    let mut a = candidate("a");
+    assert!(eventually(WITHIN, || current(&server).is_some()));
+    // Queued in this order: b, then c.
+    let mut b = candidate("b");
+    assert!(eventually(WITHIN, || waiters_of(&server, key) == 1));
+    let mut c = candidate("c");
+    assert!(eventually(WITHIN, || waiters_of(&server, key) == 2));
+    let (_, term_a) = current(&server).expect("a leads");
+    assert!(writes_under(term_a));
+
+    // 1. The leader killed: its command dies with it (lockctl's watchdog); b leads.
+    support::send(a.pid(), libc::SIGKILL);
+    a.wait_within(WITHIN);
+    assert!(eventually(WITHIN, || current(&server).is_some_and(|(_, t)| t > term_a)));
+    let (who, term_b) = current(&server).expect("b leads");
+    assert_eq!(who, "b");
+    assert!(writes_under(term_b));
+
+    // 2. The leader stopped (lockctl and, by its watchdog, its command) past its ttl: c leads;
+    // continued, b's command may write once more before lockctl ends it (exit 76).
+    let mut d = candidate("d");
+    assert!(eventually(WITHIN, || waiters_of(&server, key) == 2));
+    support::send(b.pid(), libc::SIGSTOP);
+    assert!(eventually(WITHIN, || current(&server).is_some_and(|(_, t)| t > term_b)));
+    let (who, term_c) = current(&server).expect("c leads");
+    assert_eq!(who, "c");
+    assert!(writes_under(term_c));
+    support::send(b.pid(), libc::SIGCONT);
+    assert_eq!(b.wait_within(WITHIN).code(), Some(76));
+
+    // 3. An operator breaks c's lock: d leads at once, while c's command writes on until
+    // lockctl's next renewal finds the loss.
+    support::force_release(&server, key);
+    assert!(eventually(WITHIN, || current(&server).is_some_and(|(_, t)| t > term_c)));
+    let (who, term_d) = current(&server).expect("d leads");
+    assert_eq!(who, "d");
+    assert_eq!(c.wait_within(WITHIN).code(), Some(76));
+    assert!(writes_under(term_d));
+    support::send(d.pid(), libc::SIGTERM);
+    d.wait_within(WITHIN);
+
+    let entries = entries();
+    let terms: Vec<u64> = {
+        let mut t: Vec<u64> = entries.iter().map(|(t, _)| *t).collect();
+        t.dedup();
+        t
+    };
+    assert_eq!(
+        terms,
+        [term_a, term_b, term_c, term_d],
+        "one writer at a time, in term order"
+    );
+    let mut last: Option<(u64, char)> = None;
+    for (term, mark) in &entries {
+        if let Some((t, m)) = last {
+            if t == *term {
+                assert_ne!(m, *mark, "within a term, + and - alternate: {entries:?}");
+            }
+        }
+        last = Some((*term, *mark));
+    }
+    let refused = support::relock_stat(&server, "fenced_stale_total");
+    eprintln!(
+        "{} fenced writes in the log; {refused} refused as stale",
+        entries.len()
+    );
+    assert!(refused > 0, "the deposed leaders' writes were refused");
+}
+
+fn waiters_of(server: &Server, key: &str) -> i64 {
+    common::lock_info(&mut server.conn(), key).map_or(0, |i| i.waiters)
+}
