@@ -413,6 +413,15 @@ async fn a_campaign_that_times_out_leaves_the_queue() {
     assert!(matches!(e, Error::WaitTimeout { .. }), "{e:?}");
     assert!(eventually(WITHIN, || waiters(&server, KEY) == 0));
     assert!(!leading.is_lost());
+    // The observer as a stream: the same items as next().
+    use futures_util::StreamExt;
+    let mut changes = Box::pin(relock.observe(KEY).expect("observe").into_stream());
+    let first = tokio::time::timeout(WITHIN, changes.next())
+        .await
+        .expect("in time")
+        .expect("an item")
+        .expect("observing");
+    assert_eq!(first.leader.map(|l| l.term), Some(leading.term()));
 }
 
 /// On a Redis Cluster: the key's master holds the election; campaign, leader, observe and the

@@ -1,4 +1,5 @@
-//! `lockctl`: run a command while holding a relock lock, and inspect or break locks.
+//! `lockctl`: run a command while holding a relock lock or leading an election, and inspect or
+//! break locks.
 //!
 //! Exit codes of `lockctl run`: the command's own (128 + signal when it was killed by one);
 //! 75 when the lock could not be acquired for now (held, no quorum, wait limit reached);
@@ -92,7 +93,7 @@ const SETTLE_WITHIN: Duration = Duration::from_secs(5);
 #[command(
     name = "lockctl",
     version,
-    about = "Run a command under a relock lock; inspect and break locks"
+    about = "Run a command under a relock lock or while leading an election; inspect and break locks"
 )]
 struct Cli {
     /// Comma-separated URLs of the relock masters (one for plain locking, N for Redlock with
