@@ -55,20 +55,21 @@ fn print(key: &str, change: &LeaderChange, json: bool) {
     }
 }
 
-/// The exit status for an error: usage (2) for a refused election (several masters), 78 when
-/// retrying cannot help, 1 else.
+/// The exit status for an error: 78 when retrying cannot help (a shared key, another type, an
+/// ACL), 1 else.
 fn failed(e: &Error) -> ExitCode {
     say!("{e}");
-    ExitCode::from(match e {
-        Error::ElectionRefused { .. } => EXIT_USAGE,
-        e if e.is_permanent() => EXIT_PERMANENT,
-        _ => 1,
-    })
+    ExitCode::from(if e.is_permanent() { EXIT_PERMANENT } else { 1 })
 }
 
 /// `lockctl leader`: prints the leader now (exit 0, whether someone leads or not), or with
 /// `watch` one line per change seen until killed.
 pub(crate) async fn show(relock: &Relock, key: &str, watch: bool, json: bool) -> ExitCode {
+    // Found before any server is asked: a usage error.
+    if let Err(e @ Error::ElectionRefused { .. }) = relock.observe(key) {
+        say!("{e}");
+        return ExitCode::from(EXIT_USAGE);
+    }
     if !watch {
         return match relock.leader(key).await {
             Ok(leader) => {

@@ -153,6 +153,20 @@ fn exit_codes_are_those_of_run() {
         .output()
         .expect("lockctl");
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    // A shared key is no election: refused for good.
+    let _read: Option<u64> = redis::cmd("LOCK.ACQUIRE")
+        .arg("shared:key")
+        .arg("reader")
+        .arg(10_000)
+        .arg("SHARED")
+        .query(&mut server.conn())
+        .expect("a shared hold");
+    let out = lockctl(&[&server])
+        .args(["leader", "shared:key"])
+        .output()
+        .expect("lockctl");
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    assert!(stderr(&out).contains("shared"), "{}", stderr(&out));
 }
 
 /// `lockctl leader`: the value and term now, as a line or JSON; `RELOCK_TOKEN` is the term.
