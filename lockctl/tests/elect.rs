@@ -212,6 +212,17 @@ fn leader_prints_value_and_term() {
     assert_eq!(doc["leader"]["value"], "web-1:8080");
     assert_eq!(doc["leader"]["term"], term);
     assert_eq!(doc["regressed"], false);
+    // --watch --json: one document per line, the leader now first.
+    let mut watch = Spawned::new(
+        lockctl(&[&server])
+            .args(["leader", "--watch", "--json", KEY])
+            .stdout(Stdio::piped()),
+    );
+    let lines = lines_of(&mut watch);
+    let line = lines.recv_timeout(WITHIN).expect("a line in time");
+    let doc: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+    assert_eq!(doc["leader"]["term"], term, "{line}");
+    assert_eq!(doc["leader"]["value"], "web-1:8080", "{line}");
 }
 
 /// Lines of a child's stdout, as they come.
