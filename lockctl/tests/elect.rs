@@ -426,3 +426,44 @@ fn elected_commands_never_write_at_once() {
 fn waiters_of(server: &Server, key: &str) -> i64 {
     common::lock_info(&mut server.conn(), key).map_or(0, |i| i.waiters)
 }
+
+/// With `--cluster`: the election lives on its key's master; the command runs with the term,
+/// and `lockctl leader` reads it there.
+#[test]
+fn elect_and_leader_on_a_cluster() {
+    let cluster = relock_testkit::cluster::Cluster::start_with(0);
+    let seeds = cluster.urls().join(",");
+    let key = "{svc}:leader";
+    let master = cluster.node(cluster.owner_of(key).master_port);
+    let dir = tempfile::tempdir().expect("dir");
+    let term_file = dir.path().join("term");
+    let mut elect = support::lockctl_at(&seeds);
+    elect
+        .args(["--cluster", "elect", "--id", "c1", key, "--", "sh", "-c"])
+        .arg(format!(
+            "echo \"$RELOCK_TOKEN\" > {}; exec sleep 60",
+            term_file.display()
+        ))
+        .stderr(Stdio::piped());
+    let _lead = Spawned::new(&mut elect);
+    assert!(eventually(WITHIN, || std::fs::read_to_string(&term_file)
+        .is_ok_and(|t| t.ends_with('\n'))));
+    let term: u64 = std::fs::read_to_string(&term_file)
+        .expect("term")
+        .trim()
+        .parse()
+        .expect("a number");
+    let (owner, held) = support::holder(master, key).expect("held on the key's master");
+    assert!(owner.starts_with("c1/"), "{owner}");
+    assert_eq!(held, term);
+    let out = support::lockctl_at(&seeds)
+        .args(["--cluster", "leader", key])
+        .output()
+        .expect("lockctl");
+    assert!(
+        stdout(&out).starts_with(&format!("value=c1 term={term} ")),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
