@@ -623,6 +623,16 @@ impl Sim {
         self.command(key, |e, h, k| e.info(h, k))
     }
 
+    /// `LOCK.FENCED`'s check of `token` on `key` (the inner command is the host's).
+    pub fn fence(&mut self, key: &[u8], token: u64) -> crate::lock::Fence {
+        let mut fence = None;
+        self.command(key, |e, h, k| {
+            fence = Some(e.fence(k, token, h.now_ms()));
+            Reply::Ok
+        });
+        fence.expect("the key opened")
+    }
+
     /// `LOCK.WAIT key owner ttl timeout` from a new client. Returns the reply and the client
     /// (blocked when the reply is [`Reply::Blocked`]).
     pub fn wait(&mut self, key: &[u8], owner: &[u8], ttl: u64, timeout: u64) -> (Reply, Client) {

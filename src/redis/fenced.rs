@@ -15,11 +15,11 @@ use std::ptr;
 
 use redis_module::raw;
 
-use super::clients;
 use super::commands::{Answer, Args};
 use super::ffi;
 use super::globals;
 use super::host::{RedisHost, RedisKey};
+use super::{clients, server};
 use crate::lock::args;
 
 type Ctx = *mut raw::RedisModuleCtx;
@@ -174,26 +174,67 @@ fn words(reply: *mut raw::RedisModuleCallReply) -> Vec<String> {
         .collect()
 }
 
+/// What the table says of an inner command.
+enum Lookup {
+    Found(Inner),
+    /// Not in the table.
+    Missing,
+    /// The table cannot be read: nothing may run.
+    NoTable,
+}
+
 /// What the table says of the inner command `inner` (its name and arguments), reading the
 /// table first if it has to.
-fn look_up(ctx: Ctx, inner: &[&[u8]]) -> Option<Inner> {
-    let name = String::from_utf8_lossy(inner.first()?).to_ascii_lowercase();
+fn look_up(ctx: Ctx, inner: &[&[u8]]) -> Lookup {
+    let Some(first) = inner.first() else {
+        return Lookup::Missing;
+    };
+    let name = String::from_utf8_lossy(first).to_ascii_lowercase();
     TABLE.with(|t| {
         let mut t = t.borrow_mut();
         if t.is_none() {
             *t = read_table(ctx);
         }
-        let table = t.as_ref()?;
-        let found = table.get(&name)?;
-        match (found.container, inner.get(1)) {
-            (true, Some(sub)) => {
+        let Some(table) = t.as_ref() else {
+            return Lookup::NoTable;
+        };
+        let found = match (table.get(&name), inner.get(1)) {
+            (Some(found), Some(sub)) if found.container => {
                 let sub = String::from_utf8_lossy(sub).to_ascii_lowercase();
-                table.get(&format!("{name}|{sub}")).cloned()
+                table.get(&format!("{name}|{sub}"))
             }
-            _ => Some(found.clone()),
-        }
+            (found, _) => found,
+        };
+        found.map_or(Lookup::Missing, |f| Lookup::Found(f.clone()))
     })
 }
+
+/// Whether the server has no such command (or subcommand), so that a call cannot run it:
+/// `RedisModule_GetCommandKeysWithFlags` fails with `ENOENT` exactly then.
+fn unknown_to_server(ctx: Ctx, args: Args<'_>) -> bool {
+    let inner = args.all().get(3..).unwrap_or(&[]);
+    let mut n: c_int = 0;
+    // SAFETY: the inner command's arguments are live strings; no flags array is asked for and
+    // the positions returned (if any) are freed below.
+    let positions = unsafe {
+        rm!(RedisModule_GetCommandKeysWithFlags(
+            ctx,
+            inner.as_ptr().cast_mut(),
+            c_int::try_from(inner.len()).unwrap_or(c_int::MAX),
+            &mut n,
+            ptr::null_mut()
+        ))
+    };
+    if !positions.is_null() {
+        // SAFETY: allocated by Redis for this call, freed once.
+        unsafe { rm!(RedisModule_Free(positions.cast())) };
+        return false;
+    }
+    std::io::Error::last_os_error().raw_os_error() == Some(ENOENT)
+}
+
+/// `ENOENT` (2 on every platform Redis runs on).
+const ENOENT: i32 = 2;
 
 fn arity_fits(arity: i64, n: usize) -> bool {
     let n = n as i64;
@@ -229,9 +270,17 @@ pub fn fenced(ctx: Ctx, args: Args<'_>) -> Result<Answer, Answer> {
     let n = args.count();
     let inner: Vec<&[u8]> = (3..n).map(|i| args.bytes(i)).collect();
     let written = String::from_utf8_lossy(inner[0]).into_owned();
-    let Some(found) = look_up(ctx, &inner) else {
+    let found = match look_up(ctx, &inner) {
+        Lookup::Found(found) => found,
         // Unknown command or subcommand: Redis's own error (the call cannot run it).
-        return Ok(call(ctx, args, false));
+        Lookup::Missing if unknown_to_server(ctx, args) => return Ok(call(ctx, args, false)),
+        // A command the table does not know (yet) is not judged: refused.
+        Lookup::Missing => {
+            return Err(refused(Cow::Owned(format!(
+                "ERR {written} cannot run in LOCK.FENCED"
+            ))))
+        }
+        Lookup::NoTable => return Err(refused(Cow::Borrowed("ERR relock internal error"))),
     };
     if !arity_fits(found.arity, inner.len()) {
         return Ok(call(ctx, args, false));
@@ -255,7 +304,9 @@ pub fn fenced(ctx: Ctx, args: Args<'_>) -> Result<Answer, Answer> {
     {
         let key = RedisKey::open(ctx, args.raw(1), true)?;
         let host = &mut RedisHost::for_command(ctx, args.all(), clients::block);
-        let fence = globals::with_engine(host, |e, h| e.fence(h, &key, token))
+        // The command's time (frozen for a MULTI or a script) where the server has it, 7.2+.
+        let now = server::command_started_us().map_or_else(ffi::now_ms, |us| us / 1000);
+        let fence = globals::with_engine(host, |e, _| e.fence(&key, token, now))
             .ok_or(Answer::Error(Cow::Borrowed("ERR relock internal error")))?;
         if let Some(error) = fence.error() {
             return Err(Answer::Error(Cow::Owned(error)));

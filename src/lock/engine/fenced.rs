@@ -5,7 +5,7 @@
 use std::fmt;
 
 use super::Engine;
-use crate::lock::host::{Handles, Host, Key};
+use crate::lock::host::{Handles, Key};
 use crate::lock::packed::LockRef;
 
 /// What a key holds now, as `-FENCED` names it.
@@ -51,10 +51,11 @@ impl Fence {
 }
 
 impl<T: Handles> Engine<T> {
-    /// `LOCK.FENCED`'s check of `token` against the live hold of `key`. O(1) for an exclusive
-    /// hold, O(H) for a shared key with H holders (no index by token). A stale token is counted.
-    pub fn fence<H: Host<T>>(&mut self, host: &H, key: &H::Key, token: u64) -> Fence {
-        let now = host.now_ms();
+    /// `LOCK.FENCED`'s check of `token` against the live hold of `key` at `now` (Unix ms: the
+    /// server's command time, frozen for a whole `MULTI` or script where the server has one).
+    /// O(1) for an exclusive hold (whose lease is the key's own expiry, Redis's to apply), O(H)
+    /// for a shared key with H holders (no index by token). A stale token is counted.
+    pub fn fence(&mut self, key: &impl Key, token: u64, now: i64) -> Fence {
         let current = match key.lock() {
             None => Current::None,
             Some(LockRef::Exclusive(hold)) if hold.token() == token => return Fence::Pass,
@@ -92,5 +93,81 @@ impl<T: Handles> Engine<T> {
         self.stats.fenced = 0;
         self.stats.fenced_stale = 0;
         self.stats.fenced_refused = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Current, Fence};
+    use crate::lock::memory::Sim;
+    use crate::lock::shared::Mode;
+    use crate::lock::Reply;
+
+    const START: i64 = 1_800_000_000_000;
+
+    fn token(reply: Reply) -> u64 {
+        match reply {
+            Reply::Integer(t) => t,
+            other => panic!("expected a token, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn exclusive_hold() {
+        let mut sim = Sim::new(START);
+        assert_eq!(
+            sim.fence(b"k", 5),
+            Fence::Stale {
+                token: 5,
+                current: Current::None
+            }
+        );
+        let t = token(sim.acquire(b"k", b"a", 1000));
+        assert_eq!(sim.fence(b"k", t), Fence::Pass);
+        let stale = sim.fence(b"k", t + 1);
+        assert_eq!(
+            stale.error().as_deref(),
+            Some(format!("FENCED stale token {}, current {t}", t + 1).as_str())
+        );
+        let stats = sim.engine.stats();
+        assert_eq!((stats.fenced_stale, stats.fenced), (2, 0));
+        sim.engine.reset_fenced_counters();
+        assert_eq!(sim.engine.stats().fenced_stale, 0);
+    }
+
+    #[test]
+    fn shared_holders_and_lapsed_leases() {
+        let mut sim = Sim::new(START);
+        let a = token(sim.acquire_as(b"k", b"a", 1000, Mode::shared(0)));
+        let b = token(sim.acquire_as(b"k", b"b", 5000, Mode::shared(0)));
+        assert_eq!(sim.fence(b"k", a), Fence::Pass);
+        assert_eq!(sim.fence(b"k", b), Fence::Pass);
+        let other = a.max(b) + 1;
+        assert_eq!(
+            sim.fence(b"k", other),
+            Fence::Stale {
+                token: other,
+                current: Current::Shared
+            }
+        );
+        // a's lease lapsed, its timer not run yet: its token no longer proves a hold.
+        sim.host.set_now(START + 2000);
+        assert_eq!(
+            sim.fence(b"k", a),
+            Fence::Stale {
+                token: a,
+                current: Current::Shared
+            }
+        );
+        assert_eq!(sim.fence(b"k", b), Fence::Pass);
+        // Every lease lapsed: none.
+        sim.host.set_now(START + 6000);
+        assert_eq!(
+            sim.fence(b"k", b),
+            Fence::Stale {
+                token: b,
+                current: Current::None
+            }
+        );
     }
 }

@@ -135,6 +135,8 @@ fn token_and_arity_errors() {
     assert!(e.contains("wrong number of arguments for 'get'"), "{e}");
     let e = error(&mut c, &fenced("k", 1, &["NOSUCHCOMMAND", "x"]));
     assert!(e.starts_with("ERR unknown command"), "{e}");
+    let e = error(&mut c, &fenced("k", 1, &["OBJECT", "NOSUCH", "d"]));
+    assert!(e.to_lowercase().contains("unknown subcommand"), "{e}");
 }
 
 #[test]
@@ -740,4 +742,78 @@ fn cluster_keys_must_share_the_lock_keys_slot() {
     let e = error(&mut other, &fenced(&key, t, &["SET", &tagged, "2"]));
     assert!(e.starts_with("MOVED"), "{e}");
     assert_eq!(get(&mut c, &tagged).as_deref(), Some("1"));
+}
+
+#[test]
+fn a_script_checks_at_its_frozen_command_time_on_7_2() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let ttl = Duration::from_millis(150);
+    let t: u64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("a")
+        .arg(ttl.as_millis() as u64)
+        .arg("SHARED")
+        .query(&mut c)
+        .unwrap();
+    // The script outlives the shared lease (400 ms of the server's CPU, well under the 5 s
+    // after which a busy script lets the server's cached time move) before its LOCK.FENCED.
+    // os.clock (7.2+): the server's CPU time, since TIME and key expiry are frozen in a 7.2+
+    // script; 7.0 has no os.clock, and its TIME is the clock's.
+    let wait = if is_7_0(&mut c) {
+        "local function ms() local t = redis.call('TIME') \
+         return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end \
+         local t0 = ms() while ms() - t0 < tonumber(ARGV[2]) do end "
+    } else {
+        "local c0 = os.clock() while os.clock() - c0 < tonumber(ARGV[2]) / 1000 do end "
+    };
+    let script =
+        format!("{wait} return redis.call('lock.fenced', KEYS[1], ARGV[1], 'set', KEYS[2], 'x')");
+    let started = std::time::Instant::now();
+    let reply = redis::cmd("EVAL")
+        .arg(&script)
+        .arg(2)
+        .arg("k")
+        .arg("d")
+        .arg(t)
+        .arg(400)
+        .query::<String>(&mut c);
+    assert!(started.elapsed() > ttl, "the script ran too short a time");
+    let text = match &reply {
+        Ok(v) => v.clone(),
+        Err(e) => format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or("")),
+    };
+    if is_7_0(&mut c) {
+        // 7.0 has no command time: the check uses its own instant.
+        assert!(text.starts_with("FENCED stale token"), "{text}");
+    } else {
+        assert_eq!(text, "OK");
+    }
+}
+
+#[test]
+fn out_of_memory_is_the_inner_commands_own() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let t = acquire(&mut c, "k", "a");
+    let _: () = redis::cmd("SET").arg("d").arg("v").query(&mut c).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    let direct = error(&mut c, &redis::cmd("SET").arg("e").arg("v").clone());
+    assert!(direct.starts_with("OOM"), "{direct}");
+    assert_eq!(error(&mut c, &fenced("k", t, &["SET", "e", "v"])), direct);
+    // A command that frees memory still runs (not deny-oom itself).
+    let n: i64 = fenced("k", t, &["DEL", "d"]).query(&mut c).unwrap();
+    assert_eq!(n, 1);
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(get(&mut c, "e"), None);
 }
