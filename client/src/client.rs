@@ -254,17 +254,31 @@ impl Relock {
         ttl: Duration,
         timeout: Option<Duration>,
     ) -> Result<Lock, Error> {
+        self.acquire_wait_as(key, ttl, timeout, &|| self.make_owner())
+            .await
+    }
+
+    /// [`Relock::acquire_wait`], each round under an owner `make_owner` makes (a fresh one
+    /// each time: see the comment in the loop).
+    pub(crate) async fn acquire_wait_as(
+        &self,
+        key: &str,
+        ttl: Duration,
+        timeout: Option<Duration>,
+        make_owner: &(dyn Fn() -> String + Sync),
+    ) -> Result<Lock, Error> {
         let ttl = check_ttl(ttl)?;
         let timeout = timeout.map(clamp_wait);
         if timeout == Some(Duration::ZERO) {
-            return self.try_acquire(key, ttl).await;
+            let owner = make_owner();
+            return Lock::attempt(&self.masters, key, &owner, ttl, false, self.mode, None).await;
         }
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut failed_rounds = 0u64;
         loop {
             // A new owner per round, so that the late release below can only ever hit this
             // round's grants, never a later round's.
-            let owner = self.make_owner();
+            let owner = make_owner();
             let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if remaining == Some(Duration::ZERO) {
                 return Err(Error::WaitTimeout {
@@ -551,6 +565,13 @@ fn same_server(ids: &[Option<String>]) -> Option<(usize, usize)> {
 mod operators;
 
 pub use operators::{Command, Reply};
+
+impl Relock {
+    /// The masters, for the other files of the crate that add to the client's API.
+    pub(crate) fn masters(&self) -> &Arc<Masters> {
+        &self.masters
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -513,6 +513,45 @@ pub enum Error {
     /// `LOCK.MACQUIRE` takes), a key given twice, or a mode other than exclusive.
     #[error("invalid keys: {0}")]
     InvalidKeys(String),
+    /// An election ([`Relock::campaign`](crate::Relock::campaign),
+    /// [`Relock::leader`](crate::Relock::leader), [`Relock::observe`](crate::Relock::observe))
+    /// asked of a client that cannot hold one: several independent masters (a term must come
+    /// from one sequence of tokens, and FIFO order does not compose across independent
+    /// queues), a client whose mode is not exclusive, or a key that is shared. Refused before
+    /// any server is asked (a shared key: once its master said so).
+    #[error("election on {key:?} refused: {why}")]
+    ElectionRefused {
+        /// The election's key.
+        key: String,
+        /// Why.
+        why: String,
+    },
+    /// `LOCK.FENCED` asked of a hold of several independent masters: each master has its own
+    /// tokens, so no one token proves the hold, and a write through a minority of masters is
+    /// not fenced. Refused before any server is asked.
+    #[error(
+        "LOCK.FENCED on {key:?} needs a hold of one master or a Redis Cluster, not of \
+         {masters} independent masters: each master has its own tokens, so no one token \
+         proves the hold"
+    )]
+    FencedRefused {
+        /// The hold's key.
+        key: String,
+        /// How many masters the client has.
+        masters: usize,
+    },
+    /// `LOCK.FENCED` refused the write: the token is not that of a live hold of the key any
+    /// more (`-FENCED stale token <token>, current <token | shared | none>`), and nothing ran.
+    /// Never retried: the hold that the token proved is gone.
+    #[error("lock {key:?} on {node}: write refused, {message}")]
+    Fenced {
+        /// The hold's key.
+        key: String,
+        /// The master that refused, as `host:port`.
+        node: String,
+        /// The server's text after `FENCED` (`stale token 7, current 9`).
+        message: String,
+    },
     /// Permits asked of a mode that is not a semaphore, or outside 1 ..= its limit
     /// ([`Relock::with_permits`](crate::Relock::with_permits)).
     #[error("invalid permits {permits}: {}", match limit {
@@ -537,15 +576,18 @@ impl Error {
             Error::Node(e) => vec![e.node.as_str()],
             Error::OtherLimit { node, .. }
             | Error::OtherMode { node, .. }
-            | Error::OtherPermits { node, .. } => vec![node.as_str()],
+            | Error::OtherPermits { node, .. }
+            | Error::Fenced { node, .. } => vec![node.as_str()],
             _ => Vec::new(),
         }
     }
 
     /// Whether the same call cannot succeed by being retried: a usage error (no servers, a bad
     /// URL, ttl, option or limit, one server named twice, a limit over several masters),
-    /// [`Error::Permanent`], or a mode or limit conflict ([`Error::OtherLimit`],
-    /// [`Error::OtherMode`]).
+    /// [`Error::Permanent`], a mode or limit conflict ([`Error::OtherLimit`],
+    /// [`Error::OtherMode`]), an election or fenced write refused ([`Error::ElectionRefused`],
+    /// [`Error::FencedRefused`]), or a fenced write refused for a stale token
+    /// ([`Error::Fenced`]: the hold is gone).
     pub fn is_permanent(&self) -> bool {
         match self {
             Error::NoServers
@@ -561,6 +603,9 @@ impl Error {
             | Error::OtherPermits { .. }
             | Error::InvalidPermits { .. }
             | Error::InvalidKeys(_)
+            | Error::ElectionRefused { .. }
+            | Error::FencedRefused { .. }
+            | Error::Fenced { .. }
             | Error::TtlRefused { .. } => true,
             Error::Node(e) => e.failure.is_permanent(),
             Error::NoQuorum { .. }

@@ -352,6 +352,11 @@ impl LockGroup {
         }
     }
 
+    /// The masters it is held on.
+    pub(crate) fn masters(&self) -> &Arc<Masters> {
+        &self.masters
+    }
+
     pub(crate) fn background(&self) -> BackgroundReleases {
         self.masters.background().clone()
     }

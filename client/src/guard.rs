@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::group::LockGroup;
 use crate::lock::Lock;
 use crate::loss::{Loss, LossWatch};
-use crate::masters::BackgroundReleases;
+use crate::masters::{BackgroundReleases, Masters};
 
 /// A lock kept alive by a [`LockGuard`], as the body of
 /// [`Relock::with_lock`](crate::Relock::with_lock) sees it: its key, owner and tokens, and the
@@ -69,6 +69,8 @@ pub struct LockGuard {
     /// waits for the release from the moment the guard is dropped.
     releasing: Arc<Mutex<Option<TaskTrackerToken>>>,
     background: BackgroundReleases,
+    /// The masters the hold is on (for fenced writes).
+    masters: Arc<Masters>,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -98,8 +100,8 @@ impl Lock {
             lost: CancellationToken::new(),
             loss: LossWatch(watch::channel(None).1),
         };
-        let background = self.background();
-        guard(Held::One(self), lock, background)
+        let (background, masters) = (self.background(), self.masters().clone());
+        guard(Held::One(self), lock, background, masters)
     }
 }
 
@@ -128,13 +130,18 @@ impl LockGroup {
             lost: CancellationToken::new(),
             loss: LossWatch(watch::channel(None).1),
         };
-        let background = self.background();
-        guard(Held::Group(self), lock, background)
+        let (background, masters) = (self.background(), self.masters().clone());
+        guard(Held::Group(self), lock, background, masters)
     }
 }
 
 /// Starts the renewal task of `held` and returns its guard.
-fn guard(held: Held, lock: GuardedLock, background: BackgroundReleases) -> LockGuard {
+fn guard(
+    held: Held,
+    lock: GuardedLock,
+    background: BackgroundReleases,
+    masters: Arc<Masters>,
+) -> LockGuard {
     let (loss_tx, loss_rx) = watch::channel(None);
     let lock = GuardedLock {
         loss: LossWatch(loss_rx),
@@ -174,6 +181,7 @@ fn guard(held: Held, lock: GuardedLock, background: BackgroundReleases) -> LockG
         done: Some(done_rx),
         releasing,
         background,
+        masters,
     }
 }
 
@@ -254,6 +262,11 @@ impl LockGuard {
     /// The lock's key, owner and tokens, and its loss signal.
     pub fn hold(&self) -> &GuardedLock {
         &self.lock
+    }
+
+    /// The masters the hold is on.
+    pub(crate) fn masters(&self) -> &Arc<Masters> {
+        &self.masters
     }
 
     /// The fencing token of the first master that granted.

@@ -36,6 +36,12 @@
 //!   ([`GuardedLock::loss`], [`LossReason`]);
 //! - a master in its restart grace (`relock.restart-grace-ms`) counts as one that did not
 //!   grant ([`NodeFailure::RestartGrace`]).
+//! - elections on one master or a Redis Cluster: [`Relock::campaign`] waits in the key's FIFO
+//!   queue and returns a [`Leadership`] (term = the fencing token, a loss signal, `resign`),
+//!   [`Relock::leader`] says who leads, [`Relock::observe`] follows the changes
+//!   (`LOCK.OBSERVE`, a term that went backwards reported as [`LeaderChange::regressed`]);
+//!   [`Lock::fenced`], [`LockGuard::fenced`] and [`Leadership::fenced`] run a command only
+//!   while the hold's token is live there (`LOCK.FENCED`; a stale token is [`Error::Fenced`]).
 //!
 //! The servers need the relock module loaded (`librelock.so`, into Redis 7.0 or later or
 //! Valkey 8 or later; the release ships it as a tarball and a Debian package, and the project's
@@ -87,6 +93,7 @@ mod cases;
 mod client;
 mod conn;
 mod duration;
+mod election;
 mod error;
 mod fanout;
 mod group;
@@ -107,6 +114,7 @@ pub mod validity;
 
 pub use client::{Command, Relock, Reply};
 pub use duration::parse_duration;
+pub use election::{proclaimed_value, Leader, LeaderChange, Leadership, Observer, OBSERVE_EVERY};
 pub use error::{Error, NodeError, NodeErrors, NodeFailure, ServerError};
 pub use group::{LockGroup, MAX_KEYS};
 pub use guard::{loss_lead, GuardedLock, Hold, LockGuard};

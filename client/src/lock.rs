@@ -169,6 +169,11 @@ impl Lock {
         }
     }
 
+    /// The masters it is held on.
+    pub(crate) fn masters(&self) -> &Arc<Masters> {
+        &self.masters
+    }
+
     /// The releases this lock's client runs in the background.
     pub(crate) fn background(&self) -> BackgroundReleases {
         self.masters.background().clone()

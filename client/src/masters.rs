@@ -148,6 +148,54 @@ impl Masters {
         replies.await
     }
 
+    /// `cmd` about `key` on the one master of a single-server or cluster client (the key's
+    /// master in a cluster), bounded by the node timeout, sent once (a cluster client sends it
+    /// once more to a new master after a failover, as every request). For elections and fenced
+    /// writes, which the callers allow on such clients only.
+    pub(crate) async fn ask_one(
+        &self,
+        key: &str,
+        cmd: &redis::Cmd,
+    ) -> Result<redis::Value, crate::error::NodeError> {
+        let timeout = self.options.node_timeout;
+        let node = self.only_node()?;
+        match node.query::<redis::Value>(key, cmd, timeout).await {
+            Ok(reply) => Ok(reply),
+            Err(failure) => Err(crate::error::NodeError {
+                node: node.name_for(key, timeout).await,
+                failure,
+            }),
+        }
+    }
+
+    /// A blocking `cmd` about `key` (`LOCK.OBSERVE`) on the one master of a single-server or
+    /// cluster client, on a connection of its own, watched (see [`Node::blocking_query`]).
+    pub(crate) async fn blocking_one(
+        &self,
+        key: &str,
+        cmd: &redis::Cmd,
+    ) -> Result<redis::Value, crate::error::NodeError> {
+        let node = self.only_node()?;
+        let timeout = self.options.node_timeout;
+        match node.blocking_query::<redis::Value>(key, cmd, timeout).await {
+            Ok(reply) => Ok(reply),
+            Err(failure) => Err(crate::error::NodeError {
+                node: node.name_for(key, timeout).await,
+                failure,
+            }),
+        }
+    }
+
+    fn only_node(&self) -> Result<&Node, crate::error::NodeError> {
+        match self.nodes.as_slice() {
+            [node] => Ok(node),
+            _ => Err(crate::error::NodeError {
+                node: self.names.join(","),
+                failure: NodeFailure::Protocol("one master expected".into()),
+            }),
+        }
+    }
+
     /// The commands of `pipe` about `key` on every master, concurrently, each bounded by the
     /// node timeout: per master (in the client's order) its name and replies, or why there are
     /// none.

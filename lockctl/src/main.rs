@@ -1,4 +1,5 @@
-//! `lockctl`: run a command while holding a relock lock, and inspect or break locks.
+//! `lockctl`: run a command while holding a relock lock or leading an election, and inspect or
+//! break locks.
 //!
 //! Exit codes of `lockctl run`: the command's own (128 + signal when it was killed by one);
 //! 75 when the lock could not be acquired for now (held, no quorum, wait limit reached);
@@ -38,8 +39,14 @@
 //! together, an exclusive `run` waits for them); `run --limit N` a permit of a counting
 //! semaphore: at most N commands run at once, on every machine, like `consul lock -n`. A limit
 //! needs one server or `--cluster`: over several independent masters it is a usage error.
+//!
+//! `elect KEY [--id VALUE] -- command` campaigns for leadership of the election at KEY and
+//! then runs the command as `run` does (the same supervisor, exit codes and job control), with
+//! `RELOCK_TOKEN` = the term; `leader KEY [--watch] [--json]` prints the leader's value and
+//! term (the module `leader`). Both need one server or `--cluster`.
 
 mod job;
+mod leader;
 mod log;
 mod metrics;
 mod ops;
@@ -61,8 +68,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use relock_client::limits::{parse_timeout, parse_ttl};
 use relock_client::{
-    parse_duration, HolderInfo, LockInfo, Mode, NodeReport, Options, Relock, Tls, MAX_KEYS,
-    MAX_LIMIT,
+    parse_duration, proclaimed_value, HolderInfo, LockInfo, Mode, NodeReport, Options, Relock, Tls,
+    MAX_KEYS, MAX_LIMIT,
 };
 
 use crate::output::{out, say};
@@ -86,7 +93,7 @@ const SETTLE_WITHIN: Duration = Duration::from_secs(5);
 #[command(
     name = "lockctl",
     version,
-    about = "Run a command under a relock lock; inspect and break locks"
+    about = "Run a command under a relock lock or while leading an election; inspect and break locks"
 )]
 struct Cli {
     /// Comma-separated URLs of the relock masters (one for plain locking, N for Redlock with
@@ -199,6 +206,46 @@ enum Command {
         /// The command and its arguments (after `--`).
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<OsString>,
+    },
+    /// Campaign for leadership of the election at KEY and run COMMAND while this process
+    /// leads, with RELOCK_TOKEN = the term (and the environment of `run`); when leadership is
+    /// lost the command is stopped as `run` stops it. Same exit codes and job control as
+    /// `run` (75: did not lead within --wait, 76: leadership lost while running, 78: a server
+    /// refused for good). One server or --cluster only.
+    Elect {
+        /// Leadership's lifetime (5ms to 1000000000s), renewed every ttl/3 while the command
+        /// runs. A candidate that hangs while queued leads, without working, until it ends.
+        #[arg(long, default_value = "30s", value_parser = parse_ttl)]
+        ttl: Duration,
+        /// How long to wait to lead (default: without limit; 0: lead only if nobody does).
+        #[arg(long, value_parser = parse_duration)]
+        wait: Option<Duration>,
+        /// After leadership is lost, how long the command has between SIGTERM and SIGKILL.
+        #[arg(long, default_value = "10s", value_parser = parse_timeout)]
+        grace: Duration,
+        /// The value this candidate proclaims (a name, an address), as `lockctl leader`
+        /// shows it. Default: `--owner-prefix`, else `<host>/<pid>`.
+        #[arg(long, value_name = "VALUE")]
+        id: Option<String>,
+        /// The election's key.
+        key: String,
+        /// The command and its arguments (after `--`).
+        #[arg(last = true, required = true, num_args = 1..)]
+        command: Vec<OsString>,
+    },
+    /// Show the leader of the election at KEY: its value and term (`value=... term=...
+    /// ttl_ms=...`, or `no leader`); with --watch, one line per change seen (` regressed`
+    /// after a term lower than the last one seen: the server lost history).
+    Leader {
+        /// The election's key.
+        key: String,
+        /// Go on, printing a line at each change seen (LOCK.OBSERVE), until killed.
+        #[arg(long)]
+        watch: bool,
+        /// One JSON document per line: {"key", "leader": {"value", "term", "ttl_ms",
+        /// "owner"} or null, "regressed"}.
+        #[arg(long)]
+        json: bool,
     },
     /// Show who holds KEY on each master: its mode and limit, and every holder of a shared
     /// lock (LOCK.INFO, LOCK.HOLDERS).
@@ -436,12 +483,44 @@ async fn async_main(cli: Cli) -> ExitCode {
                 grace,
                 command,
                 tls: servers.iter().any(|s| s.starts_with("rediss")),
+                elect: None,
             };
             let code = run::run(&relock, &request).await;
             // Releases of failed or abandoned rounds must not be cut off by the exit.
             let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
             code
         }
+        Command::Elect {
+            ttl,
+            wait,
+            grace,
+            id,
+            key,
+            command,
+        } => {
+            if relock.nodes().len() > 1 && !relock.is_cluster() {
+                say!(
+                    "elect needs one server or --cluster: a term must come from one sequence \
+                     of tokens, and FIFO order does not compose across independent masters"
+                );
+                return ExitCode::from(EXIT_USAGE);
+            }
+            // By default the owners' prefix: `--owner-prefix`, or `<host>/<pid>`.
+            let value = id.unwrap_or_else(|| proclaimed_value(&relock.make_owner()).to_string());
+            let request = run::RunRequest {
+                keys: vec![key],
+                ttl,
+                wait,
+                grace,
+                command,
+                tls: servers.iter().any(|s| s.starts_with("rediss")),
+                elect: Some(value),
+            };
+            let code = run::run(&relock, &request).await;
+            let _ = tokio::time::timeout(SETTLE_WITHIN, relock.settle()).await;
+            code
+        }
+        Command::Leader { key, watch, json } => leader::show(&relock, &key, watch, json).await,
         Command::Info { key, count } => info(&relock, &key, count).await,
         Command::ForceRelease { key, owner } => {
             force_release(&relock, &key, owner.as_deref()).await

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use relock_client::{Error, Lock, LockGroup, LockGuard, Loss, Options, Relock};
+use relock_client::{Error, Leadership, Lock, LockGroup, LockGuard, Loss, Options, Relock};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -53,10 +53,12 @@ async fn report_holders(relock: &Relock, key: &str, prefix: &str) {
     }
 }
 
-/// What was acquired: one lock, or every key of a run with several.
+/// What was acquired: one lock, every key of a run with several, or leadership of an
+/// election (`lockctl elect`).
 enum Taken {
     One(Lock),
     Group(LockGroup),
+    Leader(Leadership),
 }
 
 impl Taken {
@@ -64,6 +66,7 @@ impl Taken {
         match self {
             Taken::One(l) => l.owner(),
             Taken::Group(g) => g.owner(),
+            Taken::Leader(l) => l.owner(),
         }
     }
 
@@ -71,6 +74,7 @@ impl Taken {
         match self {
             Taken::One(l) => l.token(),
             Taken::Group(g) => g.token(),
+            Taken::Leader(l) => Some(l.term()),
         }
     }
 
@@ -90,6 +94,8 @@ impl Taken {
                 .into_iter()
                 .flat_map(|(_, per)| per)
                 .for_each(|(n, t)| note(n, t)),
+            // One master (or a cluster, named as one): the term.
+            Taken::Leader(l) => per_node.iter_mut().for_each(|t| *t = Some(l.term())),
         }
         per_node
             .into_iter()
@@ -101,6 +107,8 @@ impl Taken {
         match self {
             Taken::One(l) => l.keep_alive(),
             Taken::Group(g) => g.keep_alive(),
+            // Kept alive since it was won.
+            Taken::Leader(l) => l.into_guard(),
         }
     }
 }
@@ -120,8 +128,12 @@ const REPORTED_KEYS: usize = 4;
 async fn acquire(relock: &Relock, request: &RunRequest, signals: &mut signals::Pipe) -> Acquired {
     let (keys, ttl, wait) = (&request.keys, request.ttl, request.wait);
     let acquisition = async {
-        match keys.as_slice() {
-            [key] => relock.acquire_wait(key, ttl, wait).await.map(Taken::One),
+        match (keys.as_slice(), &request.elect) {
+            ([key], Some(value)) => relock
+                .campaign(key, value, ttl, wait)
+                .await
+                .map(Taken::Leader),
+            ([key], None) => relock.acquire_wait(key, ttl, wait).await.map(Taken::One),
             _ => relock.wait_all(keys, ttl, wait).await.map(Taken::Group),
         }
     };
@@ -197,6 +209,9 @@ pub(crate) struct RunRequest {
     pub(crate) command: Vec<OsString>,
     /// Whether some server is reached over TLS (for the hint when one closes the connection).
     pub(crate) tls: bool,
+    /// `lockctl elect`: the value to proclaim; the one key is then an election's, won by a
+    /// campaign ([`Relock::campaign`]) rather than a plain wait.
+    pub(crate) elect: Option<String>,
 }
 
 impl RunRequest {
@@ -314,7 +329,12 @@ fn warn_if_renewals_cannot_keep_up(options: &Options, ttl: Duration) {
 /// Says why the acquisition failed (and who holds the keys, when they are held); the exit
 /// status: [`EXIT_PERMANENT`] or [`EXIT_NOT_ACQUIRED`].
 async fn not_acquired(relock: &Relock, request: &RunRequest, e: &Error) -> ExitCode {
-    say!("could not acquire {}: {e}", request.name());
+    let what = if request.elect.is_some() {
+        "lead"
+    } else {
+        "acquire"
+    };
+    say!("could not {what} {}: {e}", request.name());
     if tls_refused(request.tls, e) {
         say!(
             "a TLS server that closes the connection as soon as it is made usually wants a \
