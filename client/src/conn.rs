@@ -114,6 +114,36 @@ pub(crate) fn is_topology_change(e: &redis::RedisError) -> bool {
         || e.is_connection_dropped()
 }
 
+/// Whether a request may be sent again to a new master after its first master failed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resend {
+    /// After any failure that may mean a failover (no answer in time, a dropped connection, a
+    /// refusal as a replica): the lock commands, which are safe to run twice, and reads.
+    AfterAnyFailure,
+    /// Only after a refusal that says the first master did not run it (`READONLY`,
+    /// `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`): a write through `LOCK.FENCED`, which would
+    /// apply twice if the first master ran it and its reply was lost (the promoted replica has
+    /// the same hold, so the token passes again).
+    OnlyUnrun,
+}
+
+impl Resend {
+    /// Whether `failure` of the first master allows sending the request again.
+    pub(crate) fn allows(self, failure: &NodeFailure) -> bool {
+        match (self, failure) {
+            (Resend::AfterAnyFailure, _) => true,
+            (Resend::OnlyUnrun, NodeFailure::Redis(e)) => matches!(
+                e.0.kind(),
+                ErrorKind::TryAgain
+                    | ErrorKind::ClusterDown
+                    | ErrorKind::ReadOnly
+                    | ErrorKind::MasterDown
+            ),
+            (Resend::OnlyUnrun, _) => false,
+        }
+    }
+}
+
 /// The addresses a server URL reaches, in a comparable form.
 pub(crate) fn server_identity(addr: &ConnectionAddr) -> Vec<String> {
     match addr {

@@ -386,8 +386,11 @@ impl Lock {
     /// Put the lock and the data it guards under one hash tag (`{order:7}`,
     /// `{order:7}:data`): every key of `command` must be in the lock key's slot.
     ///
-    /// A write whose reply is lost (a timeout) may have run; in a cluster, one that timed out
-    /// during a failover is sent once more to the new master, as every request is.
+    /// A write whose reply is lost (a timeout, a dropped connection) may have run: it is an
+    /// error, and never sent again, not even to the new master after a failover (which has
+    /// the same hold, so a re-sent write would apply twice). Only a refusal that says the
+    /// first master did not run it (`READONLY`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`) sends
+    /// it on to the key's new master.
     pub async fn fenced(&self, command: &Command) -> Result<Reply, Error> {
         let tokens: Vec<(String, u64)> = self
             .tokens()
@@ -432,7 +435,7 @@ async fn fenced(
     for arg in command.args() {
         cmd.arg(arg);
     }
-    match masters.ask_one(key, &cmd).await {
+    match masters.ask_one_unrepeated(key, &cmd).await {
         Ok(reply) => Ok(Reply::from_redis(reply)),
         Err(NodeError {
             node,

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
 
+use crate::conn::Resend;
 use crate::error::{Error, NodeFailure};
 use crate::fanout::{self, spawned};
 use crate::info::{parse_holders, parse_info};
@@ -160,6 +161,28 @@ impl Masters {
         let timeout = self.options.node_timeout;
         let node = self.only_node()?;
         match node.query::<redis::Value>(key, cmd, timeout).await {
+            Ok(reply) => Ok(reply),
+            Err(failure) => Err(crate::error::NodeError {
+                node: node.name_for(key, timeout).await,
+                failure,
+            }),
+        }
+    }
+
+    /// [`Masters::ask_one`] for a command that must not run twice (`LOCK.FENCED`): in a
+    /// cluster or behind Sentinel it goes to a new master only after the first one refused it
+    /// without running it, never after a timeout or a dropped connection (see [`Resend`]).
+    pub(crate) async fn ask_one_unrepeated(
+        &self,
+        key: &str,
+        cmd: &redis::Cmd,
+    ) -> Result<redis::Value, crate::error::NodeError> {
+        let timeout = self.options.node_timeout;
+        let node = self.only_node()?;
+        match node
+            .query_with::<redis::Value>(key, cmd, timeout, Resend::OnlyUnrun)
+            .await
+        {
             Ok(reply) => Ok(reply),
             Err(failure) => Err(crate::error::NodeError {
                 node: node.name_for(key, timeout).await,

@@ -19,7 +19,7 @@ use tokio::sync::Mutex;
 
 use crate::conn::{
     connect, display_addr, host_port, is_topology_change, lock_within, normalize_addr,
-    server_identity, split_addr, with_addr,
+    server_identity, split_addr, with_addr, Resend,
 };
 use crate::error::{Error, NodeFailure, ServerError};
 use crate::sentinel::{is_sentinel_url, Sentinel};
@@ -219,6 +219,18 @@ impl Node {
         cmd: &Cmd,
         timeout: Duration,
     ) -> Result<T, NodeFailure> {
+        self.query_with(key, cmd, timeout, Resend::AfterAnyFailure)
+            .await
+    }
+
+    /// [`Node::query`], sent to a new master after a failure only as `resend` allows.
+    pub(crate) async fn query_with<T: FromRedisValue>(
+        &self,
+        key: &str,
+        cmd: &Cmd,
+        timeout: Duration,
+        resend: Resend,
+    ) -> Result<T, NodeFailure> {
         match &self.backend {
             Backend::Server { client, conn } => {
                 let attempt = async {
@@ -232,8 +244,8 @@ impl Node {
                 let mut pipe = redis::pipe();
                 pipe.add_command(cmd.clone());
                 let mut values = match &self.backend {
-                    Backend::Cluster(cluster) => cluster.call(key, &pipe, timeout).await?,
-                    _ => self.routed(key, &pipe, timeout).await?,
+                    Backend::Cluster(cluster) => cluster.call(key, &pipe, timeout, resend).await?,
+                    _ => self.routed(key, &pipe, timeout, resend).await?,
                 };
                 match values.pop() {
                     Some(v) => Ok(T::from_redis_value(&v)?),
@@ -306,8 +318,16 @@ impl Node {
                 }
                 reply?
             }
-            Backend::Cluster(cluster) => cluster.call(key, &pipe, timeout).await?,
-            Backend::Sentinel(sentinel) => sentinel.call(&pipe, timeout).await?,
+            Backend::Cluster(cluster) => {
+                cluster
+                    .call(key, &pipe, timeout, Resend::AfterAnyFailure)
+                    .await?
+            }
+            Backend::Sentinel(sentinel) => {
+                sentinel
+                    .call(&pipe, timeout, Resend::AfterAnyFailure)
+                    .await?
+            }
         };
         let acked = match acks {
             None => 0,
@@ -325,9 +345,10 @@ impl Node {
         _key: &str,
         pipe: &Pipeline,
         timeout: Duration,
+        resend: Resend,
     ) -> Result<Vec<Value>, NodeFailure> {
         match &self.backend {
-            Backend::Sentinel(sentinel) => sentinel.call(pipe, timeout).await,
+            Backend::Sentinel(sentinel) => sentinel.call(pipe, timeout, resend).await,
             _ => Err(NodeFailure::Protocol("not a routed master".into())),
         }
     }
@@ -864,12 +885,13 @@ impl Cluster {
     /// Sends `pipe` to the master of `key`, each attempt bounded by `timeout`. Follows `MOVED`
     /// and `ASK`. When the master does not answer in time, or answers that it is changing
     /// role, the slot map is read again and, if it names another master for the key, the
-    /// pipeline is sent there once more.
+    /// pipeline is sent there once more (as far as `resend` allows).
     async fn call(
         &self,
         key: &str,
         pipe: &Pipeline,
         timeout: Duration,
+        resend: Resend,
     ) -> Result<Vec<Value>, NodeFailure> {
         let mut redirect: Option<(String, bool)> = None;
         let mut rerouted = false;
@@ -918,7 +940,7 @@ impl Cluster {
             // The master did not answer, or is changing role: its slot may have a new master.
             self.forget_conn(&addr);
             self.forget_slots();
-            if rerouted {
+            if rerouted || !resend.allows(&failure) {
                 return Err(failure);
             }
             rerouted = true;

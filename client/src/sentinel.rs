@@ -22,7 +22,9 @@ use redis::aio::MultiplexedConnection;
 use redis::{ConnectionInfo, IntoConnectionInfo, Pipeline, Value};
 use tokio::sync::Mutex;
 
-use crate::conn::{connect, host_port, is_topology_change, lock_within, split_addr, with_addr};
+use crate::conn::{
+    connect, host_port, is_topology_change, lock_within, split_addr, with_addr, Resend,
+};
 use crate::error::{Error, NodeFailure, ServerError};
 use crate::tls::Tls;
 
@@ -280,11 +282,12 @@ impl Sentinel {
     /// Sends `pipe` to the master, within `timeout` per attempt. A master that does not answer
     /// in time, or answers that it is a replica (`READONLY`), or whose connection failed,
     /// makes the sentinels be asked again, and, if they name another master, the pipeline is
-    /// sent there once more.
+    /// sent there once more (as far as `resend` allows).
     pub(crate) async fn call(
         &self,
         pipe: &Pipeline,
         timeout: Duration,
+        resend: Resend,
     ) -> Result<Vec<Value>, NodeFailure> {
         let mut rerouted = false;
         loop {
@@ -303,7 +306,7 @@ impl Sentinel {
                 Err(_) => NodeFailure::Timeout(timeout),
             };
             self.forget();
-            if rerouted {
+            if rerouted || !resend.allows(&failure) {
                 return Err(failure);
             }
             rerouted = true;

@@ -274,3 +274,58 @@ async fn groups_on_a_cluster() {
         .expect("group");
     group.release().await.expect("release");
 }
+
+/// **A fenced write is never sent twice.** A request that timed out on a stopped master went
+/// to the slot's new master once the slot map named one, which is right for the lock commands
+/// (safe to run twice) but not for `LOCK.FENCED`: had the old master run the write and
+/// replicated it before its reply was lost, the promoted replica (same hold, same token)
+/// would run it again. Staged: the key's master stopped (SIGSTOP) and its replica promoted
+/// (`CLUSTER FAILOVER TAKEOVER`), then a fenced `INCR` with the slot map still naming the old
+/// master. What must hold: an error, and the new master never ran it (before the fix: `Ok`,
+/// the counter at 2 there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_write_that_timed_out_is_not_sent_to_the_new_master() {
+    let cluster = Cluster::start();
+    let relock = Relock::cluster(&cluster.urls(), acked_options()).expect("cluster client");
+    let key = "{fence}:lock";
+    let counter = "{fence}:n";
+    let lock = relock
+        .acquire(key, Duration::from_secs(60))
+        .await
+        .expect("acquire");
+    let incr = relock_client::Command::new("INCR").arg(counter);
+    lock.fenced(&incr)
+        .await
+        .expect("a fenced INCR on the master");
+    let old_master = cluster.master_of(key);
+    let replica = cluster.replica_of(key);
+    // The counter as `node` has it (READONLY: a replica answers for its own data).
+    let count = |node: &Server| -> Option<i64> {
+        let mut c = node.conn();
+        let _: () = redis::cmd("READONLY").query(&mut c).expect("READONLY");
+        redis::cmd("GET").arg(counter).query(&mut c).expect("GET")
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || count(replica) == Some(1)),
+        "the replica has the first write"
+    );
+    old_master.signal("STOP");
+    let _resume = Resume(vec![old_master]);
+    let _: String = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .arg("TAKEOVER")
+        .query(&mut replica.conn())
+        .expect("CLUSTER FAILOVER TAKEOVER");
+    assert!(
+        eventually(Duration::from_secs(10), || cluster_harness::role(replica)
+            == "master"),
+        "the replica took over"
+    );
+    let second = lock.fenced(&incr).await;
+    let on_new_master = count(replica);
+    assert!(
+        second.is_err(),
+        "a fenced write that timed out was sent again: {second:?}"
+    );
+    assert_eq!(on_new_master, Some(1), "the new master ran the write again");
+}
