@@ -238,13 +238,12 @@ fn unknown_to_server(ctx: Ctx, args: Args<'_>) -> bool {
 /// `ENOENT` (2 on every platform Redis runs on).
 const ENOENT: i32 = 2;
 
+/// Redis's own arity check (`commandCheckArity`), exactly: a command that fails it is run only
+/// for Redis's error, without the token's check, so it must never pass Redis's check. Arity 0
+/// (no check) fits any count.
 fn arity_fits(arity: i64, n: usize) -> bool {
     let n = n as i64;
-    if arity >= 0 {
-        n == arity
-    } else {
-        n >= -arity
-    }
+    !((arity > 0 && arity != n) || n < -arity)
 }
 
 /// The server's version as `0x00MMmmpp`; 0 if unknown.
@@ -627,5 +626,8 @@ mod tests {
         assert!(!arity_fits(2, 3));
         assert!(arity_fits(-3, 5));
         assert!(!arity_fits(-3, 2));
+        // No check: a count that fails here would have run unchecked.
+        assert!(arity_fits(0, 1));
+        assert!(arity_fits(0, 7));
     }
 }
