@@ -66,7 +66,7 @@ fn a_busy_script_whose_caller_disconnects_does_not_crash_the_server() {
         .unwrap();
     let t = t.to_string();
     let script = spin(&mut c);
-    let fenced = ["LOCK.FENCED", "k", &t, "EVAL", script, "0", "600"];
+    let fenced = ["LOCK.FENCED", "k", &t, "EVAL", script, "0", "1500"];
     let direct: Vec<u8> = resp(&fenced);
     let mut multi = resp(&["MULTI"]);
     multi.extend(resp(&fenced));
