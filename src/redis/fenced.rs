@@ -326,6 +326,7 @@ pub fn fenced(ctx: Ctx, args: Args<'_>) -> Result<Answer, Answer> {
 }
 
 /// The server's `protectClient` / `unprotectClient`.
+// SAFETY: called only with the live client running the command (see `Protected`).
 type ClientFn = unsafe extern "C" fn(*mut c_void);
 
 /// The connection that sent `LOCK.FENCED` (or the `EXEC` holding it), kept from being read or
