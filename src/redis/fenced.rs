@@ -9,9 +9,11 @@
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::ffi::CString;
 use std::os::raw::c_int;
 use std::ptr;
+use std::sync::OnceLock;
 
 use redis_module::raw;
 
@@ -236,13 +238,12 @@ fn unknown_to_server(ctx: Ctx, args: Args<'_>) -> bool {
 /// `ENOENT` (2 on every platform Redis runs on).
 const ENOENT: i32 = 2;
 
+/// Redis's own arity check (`commandCheckArity`), exactly: a command that fails it is run only
+/// for Redis's error, without the token's check, so it must never pass Redis's check. Arity 0
+/// (no check) fits any count.
 fn arity_fits(arity: i64, n: usize) -> bool {
     let n = n as i64;
-    if arity >= 0 {
-        n == arity
-    } else {
-        n >= -arity
-    }
+    !((arity > 0 && arity != n) || n < -arity)
 }
 
 /// The server's version as `0x00MMmmpp`; 0 if unknown.
@@ -313,9 +314,86 @@ pub fn fenced(ctx: Ctx, args: Args<'_>) -> Result<Answer, Answer> {
         }
         // The key closes and the engine is free before the inner command runs.
     }
-    let answer = call(ctx, args, !found.script);
+    let answer = if found.script {
+        // Held until the script's reply is sent: see `Protected`.
+        let _protected = Protected::caller(ctx);
+        call(ctx, args, false)
+    } else {
+        call(ctx, args, true)
+    };
     globals::configure_engine(|e| e.fenced_ran());
     Ok(answer)
+}
+
+/// The server's `protectClient` / `unprotectClient`.
+// SAFETY: called only with the live client running the command (see `Protected`).
+type ClientFn = unsafe extern "C" fn(*mut c_void);
+
+/// The connection that sent `LOCK.FENCED` (or the `EXEC` holding it), kept from being read or
+/// freed while a script it runs is past `busy-reply-threshold`. Such a script lets the event
+/// loop run, and Redis then protects the script's caller, which is the module call's temporary
+/// client: the real connection, unprotected, was read mid-command (an assertion on Redis 8) or
+/// freed if it disconnected, and `call()` then used the freed client (SIGSEGV on 7.0 and
+/// Valkey). Redis has no module API for this; its own `protectClient`, which a direct `EVAL`'s
+/// caller gets, is an exported symbol of every server the module runs on.
+struct Protected {
+    client: *mut c_void,
+    unprotect: ClientFn,
+}
+
+impl Protected {
+    /// Protects the command's client; `None` (running unprotected, as before) where the
+    /// server's functions or the expected layout are not found.
+    fn caller(ctx: Ctx) -> Option<Protected> {
+        let (protect, unprotect) = (*CLIENT_FNS.get_or_init(client_fns))?;
+        // The module context starts with `getapifuncptr`, `module`, `client` (every Redis since
+        // 4.0 and Valkey); a client starts with its id, which checks the layout.
+        // SAFETY: `ctx` is the running command's context, at least three pointers long.
+        let client = unsafe { *(ctx as *const *mut c_void).add(2) };
+        if client.is_null() {
+            return None;
+        }
+        // SAFETY: `client` is the context's live client, whose first field is a u64.
+        let id = unsafe { *(client as *const u64) };
+        // SAFETY: `ctx` is the running command's context.
+        if id == 0 || id != unsafe { rm!(RedisModule_GetClientId(ctx)) } {
+            return None;
+        }
+        // SAFETY: `client` is the live client running this command; unprotected on drop,
+        // before the command returns.
+        unsafe { protect(client) };
+        Some(Protected { client, unprotect })
+    }
+}
+
+impl Drop for Protected {
+    fn drop(&mut self) {
+        // SAFETY: the client protected by `caller`, still alive (a protected client is only
+        // freed asynchronously, after the command).
+        unsafe { (self.unprotect)(self.client) }
+    }
+}
+
+static CLIENT_FNS: OnceLock<Option<(ClientFn, ClientFn)>> = OnceLock::new();
+
+fn client_fns() -> Option<(ClientFn, ClientFn)> {
+    // SAFETY: looks up two symbols of the running server by name.
+    let (p, u) = unsafe {
+        (
+            libc::dlsym(libc::RTLD_DEFAULT, c"protectClient".as_ptr()),
+            libc::dlsym(libc::RTLD_DEFAULT, c"unprotectClient".as_ptr()),
+        )
+    };
+    if p.is_null() || u.is_null() {
+        return None;
+    }
+    // SAFETY: both are `void f(client *c)` in every Redis and Valkey that has them.
+    unsafe {
+        Some((
+            std::mem::transmute::<*mut c_void, ClientFn>(p),
+            std::mem::transmute::<*mut c_void, ClientFn>(u),
+        ))
+    }
 }
 
 /// A refusal before the check, counted.
@@ -549,5 +627,8 @@ mod tests {
         assert!(!arity_fits(2, 3));
         assert!(arity_fits(-3, 5));
         assert!(!arity_fits(-3, 2));
+        // No check: a count that fails here would have run unchecked.
+        assert!(arity_fits(0, 1));
+        assert!(arity_fits(0, 7));
     }
 }

@@ -4,6 +4,7 @@
 mod arrivals;
 mod effects;
 mod fenced;
+mod fenced_attacks;
 mod fuzz;
 mod observe;
 mod replies;

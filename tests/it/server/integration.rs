@@ -253,7 +253,7 @@ fn command_info_has_arity_flags_and_keys() {
     // LOCK.FORCERELEASE an optional owner (-2), LOCK.RELEASE an optional `FROM c` (-3);
     // LOCK.HOLDERS and LOCK.DROP are new. The groups
     // find their keys by a keynum key spec: `movablekeys`, no fixed key positions.
-    let expected: [(&str, i64, &[&str], &[&str]); 19] = [
+    let expected: [(&str, i64, &[&str], &[&str]); 20] = [
         (
             "lock.acquire",
             -4,
@@ -369,6 +369,12 @@ fn command_info_has_arity_flags_and_keys() {
             &["write", "fast", "movablekeys"],
             &["readonly", "admin", "denyoom"],
         ),
+        (
+            "lock.observe",
+            4,
+            &["readonly", "blocking"],
+            &["write", "admin", "denyoom"],
+        ),
     ];
     for (name, arity, has, lacks) in expected {
         let (a, flags, first, last, step) = command_info(&mut c, name);
@@ -386,10 +392,22 @@ fn command_info_has_arity_flags_and_keys() {
         }
         assert_eq!((first, last, step), (1, 1, 1), "{name} key positions");
     }
+    // LOCK.FENCED: its key at 1, the inner command's keys from its getkeys-api callback;
+    // neither write, readonly nor deny-oom (its inner command's flags apply).
+    let (a, flags, first, last, step) = command_info(&mut c, "lock.fenced");
+    assert_eq!(a, -4, "lock.fenced arity");
+    assert!(flags.iter().any(|f| f == "movablekeys"), "{flags:?}");
+    for f in ["write", "readonly", "denyoom", "admin", "blocking"] {
+        assert!(
+            !flags.iter().any(|x| x == f),
+            "lock.fenced has {f}: {flags:?}"
+        );
+    }
+    assert_eq!((first, last, step), (1, 1, 1), "lock.fenced key positions");
 }
 
 /// Every command the module registers.
-const COMMANDS: [&str; 19] = [
+const COMMANDS: [&str; 21] = [
     "LOCK.ACQUIRE",
     "LOCK.REENTER",
     "LOCK.RELEASE",
@@ -409,7 +427,25 @@ const COMMANDS: [&str; 19] = [
     "LOCK.MACQUIRE",
     "LOCK.MRELEASE",
     "LOCK.MRENEW",
+    "LOCK.OBSERVE",
+    "LOCK.FENCED",
 ];
+
+/// `COMMAND LIST` knows no `LOCK.*` command that `COMMANDS` lacks (nor the reverse), so every
+/// test walking `COMMANDS` covers every command the module registers.
+#[test]
+fn commands_lists_every_registered_command() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let mut registered: Vec<String> = cmd!("COMMAND", "LIST", "FILTERBY", "PATTERN", "lock.*")
+        .query(&mut c)
+        .unwrap();
+    registered.iter_mut().for_each(|n| n.make_ascii_uppercase());
+    registered.sort();
+    let mut listed: Vec<String> = COMMANDS.iter().map(|n| n.to_string()).collect();
+    listed.sort();
+    assert_eq!(registered, listed);
+}
 
 /// `COMMAND DOCS name` as (field, value) pairs (RESP2: [name, [field, value, ...]]).
 fn command_docs(c: &mut Connection, name: &str) -> Vec<(String, Value)> {
@@ -844,7 +880,7 @@ fn acl_categories_where_the_server_has_them() {
     let server = Server::start();
     let mut c = server.conn();
     let version = server_version(&mut c);
-    let expected: [(&str, &[&str], &[&str]); 19] = [
+    let expected: [(&str, &[&str], &[&str]); 21] = [
         ("lock.acquire", &["@write", "@fast"], &["@admin", "@read"]),
         ("lock.reenter", &["@write", "@fast"], &["@admin", "@read"]),
         ("lock.release", &["@write", "@fast"], &["@admin", "@read"]),
@@ -884,6 +920,16 @@ fn acl_categories_where_the_server_has_them() {
         ("lock.macquire", &["@write", "@fast"], &["@admin", "@read"]),
         ("lock.mrelease", &["@write", "@fast"], &["@admin", "@read"]),
         ("lock.mrenew", &["@write", "@fast"], &["@admin", "@read"]),
+        (
+            "lock.fenced",
+            &["@write", "@slow"],
+            &["@admin", "@read", "@fast"],
+        ),
+        (
+            "lock.observe",
+            &["@read", "@slow", "@blocking"],
+            &["@write", "@admin", "@fast"],
+        ),
     ];
     for (name, wanted, unwanted) in expected {
         let cats = acl_categories(&mut c, name);
