@@ -10,6 +10,7 @@
 //! cargo run --release -p relock-bench -- --cases 6,7,8,9,10             # shared holds only
 //! cargo run --release -p relock-bench -- --cases 13                     # the lease storm only
 //! cargo run --release -p relock-bench -- --cases 16                     # observers' wake-ups only
+//! cargo run --release -p relock-bench -- --cases 17                     # LOCK.FENCED vs bare SET/HSET
 //! cargo run --release -p relock-bench -- --save-baseline bench/baseline.json  # a release is cut
 //! ```
 //!
@@ -18,6 +19,7 @@
 //! more than 5 % below it.
 
 mod chart;
+mod fenced;
 mod group;
 mod growth;
 mod handoff;
@@ -66,8 +68,9 @@ struct Args {
     /// Which cases to run (default: all), e.g. `--cases 1,2`; 6 to 10 are shared holds, 11 the
     /// cost of the contention statistics, 12 groups of locks, 13 a storm of lease ends, 14 a
     /// key growing to 2,000,000 holders, 15 a grant over a million lapsed leases, 16 how soon
-    /// 1, 100 and 10,000 `LOCK.OBSERVE` observers hear of a release.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16])]
+    /// 1, 100 and 10,000 `LOCK.OBSERVE` observers hear of a release, 17 `LOCK.FENCED ... SET`
+    /// and `... HSET` against the bare commands.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17])]
     cases: Vec<u32>,
     /// Case 1 rows to run, by a word of their label (default: all), e.g. `--only refused` or
     /// `--only pairs`; with `--cases 1` a quick look at one path.
@@ -118,14 +121,17 @@ struct Plan {
     growth_holders: usize,
     /// Observers of one key and releases they observe (case 16).
     observers: Vec<(usize, usize)>,
+    /// Back-to-back fenced/bare pairs per row (case 17).
+    fenced_pairs: usize,
 }
 
 impl Plan {
     fn from(args: &Args) -> Plan {
         let smoke = args.smoke;
+        let repeats = args.repeats.unwrap_or(if smoke { 1 } else { 3 }).max(1);
         let measure = args.seconds.unwrap_or(if smoke { 0.15 } else { 2.0 });
         Plan {
-            repeats: args.repeats.unwrap_or(if smoke { 1 } else { 3 }).max(1),
+            repeats,
             warmup: Duration::from_secs_f64(if smoke { 0.05 } else { 0.5 }),
             measure: Duration::from_secs_f64(measure),
             waiters: args.waiters.clone().unwrap_or_else(|| {
@@ -150,6 +156,7 @@ impl Plan {
             } else {
                 vec![(1, 500), (100, 50), (10_000, 5)]
             },
+            fenced_pairs: if smoke { 1 } else { repeats * 2 },
         }
     }
 }
@@ -300,6 +307,11 @@ async fn run(args: Args) -> io::Result<()> {
         eprintln!("case 16: observers' wake-ups");
         case_observe(&module, &plan, &mut rows).await?;
         notes.push("Case 16: on a server of its own per observer count N, one key held, N connections each send `LOCK.OBSERVE observed <token> 0` and block (checked by `INFO relock` `relock_observers`), then one `LOCK.RELEASE`; a wake-up = an observer's nil reply received - the release sent (the bench's clock; each observer's reply read by a task of its own), over all observers and rounds (N = 1: 500 rounds, 100: 50, 10,000: 5). `last` is the last observer's wake-up (median over rounds). The release answers the observers in turns of at most 256 (`TURN_BUDGET`): the longest turn (`longest_turn_us`, CPU time of the server's main thread) is judged against the 5 ms every turn the module starts by itself must stay under.".into());
+    }
+    if want(17) {
+        eprintln!("case 17: LOCK.FENCED vs the bare command");
+        case_fenced(port, &mut control, &plan, &mut rows).await?;
+        notes.push(format!("Case 17: redis-benchmark (`-c 50 -P p -r 1000000 --csv`) sends `SET fbench:s:__rand_int__ v` and `HSET fbench:h:__rand_int__ f v`, bare or as `LOCK.FENCED fbench:lock <token> ...` under one hold taken beforehand (`LOCK.ACQUIRE fbench:lock fbench-holder 3600000`). Before each measurement one fenced write must answer as the bare one does and the next token must be refused (`FENCED stale token`, nothing written); after it the server must have sent no error reply (`INFO stats` `total_error_replies`) and the token must still pass. Fenced and bare run back to back, alternating which goes first, {} pairs per row: the judged ratio is the median of the pairs' ratios of requests/s (the rates shown are medians). Server CPU µs per request = `INFO cpu` (used_cpu_sys + used_cpu_user) over the run / requests, as in case 1.", plan.fenced_pairs));
     }
     if want(11) {
         eprintln!("case 11: contention statistics on vs off");
@@ -1240,6 +1252,108 @@ async fn case_observe(
                 if ok { "✓" } else { "✗" }
             ),
         });
+    }
+    Ok(())
+}
+
+/// Case 17: `LOCK.FENCED lock <token> SET|HSET ...` against the bare command, redis-benchmark
+/// at pipeline 1 (judged: within 5 %) and 16 (reported).
+async fn case_fenced(
+    port: u16,
+    control: &mut Conn,
+    plan: &Plan,
+    rows: &mut Vec<Row>,
+) -> io::Result<()> {
+    use fenced::Inner;
+    for pipeline in [1, 16] {
+        for inner in [Inner::Set, Inner::Hset] {
+            let per_s = if pipeline == 1 { 100_000.0 } else { 350_000.0 };
+            let requests = ((plan.measure.as_secs_f64() * per_s) as usize).max(1_000);
+            let mut rate: [Vec<f64>; 2] = Default::default();
+            let mut cpu_us: [Vec<f64>; 2] = Default::default();
+            // Back to back, alternating first: the median of the pairs' ratios cancels the
+            // drifts of a shared machine better than a ratio of medians.
+            let mut ratios = Vec::new();
+            let mut missing = false;
+            for r in 0..plan.fenced_pairs {
+                let mut pair = [f64::NAN; 2];
+                for i in 0..2 {
+                    let j = (i + r) % 2;
+                    let run =
+                        fenced::run(port, control, inner, j == 0, pipeline, requests, 1_000_000)
+                            .await?;
+                    stats::settle(control).await?;
+                    let Some(run) = run else {
+                        missing = true;
+                        break;
+                    };
+                    eprintln!(
+                        "  {} P{pipeline}, {}: {:.0}/s, server CPU {:.3} µs/request",
+                        inner.name(),
+                        ["fenced", "bare"][j],
+                        run.per_s,
+                        run.cpu_us
+                    );
+                    rate[j].push(run.per_s);
+                    cpu_us[j].push(run.cpu_us);
+                    pair[j] = run.per_s;
+                }
+                if missing {
+                    break;
+                }
+                ratios.push(pair[0] / pair[1]);
+            }
+            let name = inner.name();
+            let measure = format!(
+                "LOCK.FENCED ... {name} / bare {name}, requests/s, pipeline {pipeline} (redis-benchmark)"
+            );
+            if missing {
+                rows.push(Row {
+                    figure: None,
+                    case: "17".into(),
+                    measure,
+                    values: [None, None, None, None, None],
+                    goal: String::new(),
+                    pass: None,
+                    detail: "redis-benchmark is not installed (REDIS_BENCHMARK names another): not measured".into(),
+                });
+                continue;
+            }
+            let ratio = stats::median(&ratios);
+            let (f, b) = (stats::median(&rate[0]), stats::median(&rate[1]));
+            let (cf, cb) = (stats::median(&cpu_us[0]), stats::median(&cpu_us[1]));
+            let judged = pipeline == 1;
+            let ok = ratio >= 0.95;
+            rows.push(Row {
+                figure: Figure::higher(ratio),
+                case: "17".into(),
+                measure,
+                values: [
+                    Some(format!("{} / {}", num(f), num(b))),
+                    None,
+                    None,
+                    None,
+                    None,
+                ],
+                goal: if judged {
+                    "fenced ≥ 0.95× bare (median of back-to-back ratios)".into()
+                } else {
+                    String::new()
+                },
+                pass: judged.then_some(ok),
+                detail: format!(
+                    "{}; server CPU µs/request fenced {}, bare {} ({}×)",
+                    if judged {
+                        ratio_check(ok, "fenced/bare", ratio)
+                    } else {
+                        format!("fenced/bare {}×", num(ratio))
+                    },
+                    num(cf),
+                    num(cb),
+                    num(cf / cb)
+                ),
+            });
+        }
     }
     Ok(())
 }

@@ -228,6 +228,20 @@ pub async fn redis_benchmark(
     .into_iter()
     .map(String::from)
     .collect();
+    redis_benchmark_command(port, &command, pipeline, requests, keyspace).await
+}
+
+/// Requests per second of `command` (one request, `__rand_int__` replaced in each by a random
+/// number below `keyspace`) sent by `redis-benchmark -c 50 -P pipeline -n requests`, or None
+/// when it is not installed or fails.
+pub async fn redis_benchmark_command(
+    port: u16,
+    command: &[String],
+    pipeline: usize,
+    requests: usize,
+    keyspace: usize,
+) -> io::Result<Option<f64>> {
+    let command = command.to_vec();
     let bin = std::env::var("REDIS_BENCHMARK").unwrap_or_else(|_| "redis-benchmark".into());
     let output = tokio::task::spawn_blocking(move || {
         std::process::Command::new(bin)

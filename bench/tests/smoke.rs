@@ -35,14 +35,17 @@ fn smoke_run_writes_table_json_and_chart() {
     assert!(md.contains("| Case | Measure | relock |"), "{md}");
     for case in [
         "| 1 |", "| 2 |", "| 3 |", "| 4 |", "| 5 |", "| 6 |", "| 7 |", "| 8 |", "| 9 |", "| 10 |",
-        "| 13 |", "| 14 |", "| 15 |", "| 16 |",
+        "| 13 |", "| 14 |", "| 15 |", "| 16 |", "| 17 |",
     ] {
         assert!(md.contains(case), "no row for case {case} in:\n{md}");
     }
-    // The refused rows pre-fill their keys and check every reply; they ran if they are listed.
+    // The refused rows pre-fill their keys and check every reply, the fenced rows check a fenced
+    // write and a stale token first and the error count after: they ran if they are listed.
     for row in [
         "refused acquire/s, pipeline 1 ",
         "refused acquire/s, pipeline 16 ",
+        "LOCK.FENCED ... SET / bare SET, requests/s, pipeline 1 ",
+        "LOCK.FENCED ... HSET / bare HSET, requests/s, pipeline 16 ",
     ] {
         assert!(md.contains(row), "no row {row:?} in:\n{md}");
     }

@@ -10,7 +10,8 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::os::raw::c_int;
 use std::ptr;
 use std::sync::OnceLock;
@@ -31,11 +32,12 @@ const NEEDS_RUN_AS_USER: &str = "ERR LOCK.FENCED needs Redis 7.0.6 or later";
 /// A read on 7.0 by a connection whose reads are tracked key by key.
 const UNTRACKED: &str = "ERR LOCK.FENCED reads are not tracked on this server version";
 
-/// What the module knows of a server command (from `COMMAND`).
-#[derive(Clone, Debug)]
+/// What the module knows of a server command (from `COMMAND`). `Copy`, so that a lookup per
+/// call copies a few words and allocates nothing.
+#[derive(Clone, Copy, Debug)]
 struct Inner {
-    /// Lower case, `container|sub` for a subcommand.
-    fullname: String,
+    /// It is `COPY` (refused with `DB`).
+    copy: bool,
     arity: i64,
     refused: bool,
     script: bool,
@@ -44,10 +46,36 @@ struct Inner {
     container: bool,
 }
 
+/// FNV-1a over a command's name: the table holds the server's own names and is only looked
+/// up by what a caller sends, never added to, so no caller can make its chains longer; SipHash's
+/// defence is not needed and costs more than the rest of the lookup.
+#[derive(Default)]
+struct NameHasher(u64);
+
+impl Hasher for NameHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type Table = HashMap<String, Inner, BuildHasherDefault<NameHasher>>;
+
 thread_local! {
     /// The server's commands by lower-case full name, read at load and again at the first
     /// `LOCK.FENCED` after a module is loaded or unloaded (`None`: to be read). Main thread only.
-    static TABLE: RefCell<Option<HashMap<String, Inner>>> = const { RefCell::new(None) };
+    static TABLE: RefCell<Option<Table>> = const { RefCell::new(None) };
 }
 
 /// Scripts and functions: the only `noscript` commands an inner command may be.
@@ -72,13 +100,13 @@ pub fn forget_table() {
 }
 
 /// The whole of `COMMAND`'s reply, by name; `None` if it cannot be read.
-fn read_table(ctx: Ctx) -> Option<HashMap<String, Inner>> {
+fn read_table(ctx: Ctx) -> Option<Table> {
     // SAFETY: no arguments ("" format); the reply is freed below.
     let reply = unsafe { rm!(RedisModule_Call(ctx, c"COMMAND".as_ptr(), c"".as_ptr())) };
     if reply.is_null() {
         return None;
     }
-    let mut table = HashMap::new();
+    let mut table = Table::default();
     for i in 0..reply_len(reply) {
         add_entry(&mut table, element(reply, i));
     }
@@ -89,7 +117,7 @@ fn read_table(ctx: Ctx) -> Option<HashMap<String, Inner>> {
 
 /// One `COMMAND` entry (and its subcommands): name, arity, flags, first, last, step, ACL
 /// categories, tips, key specs, subcommands.
-fn add_entry(table: &mut HashMap<String, Inner>, entry: *mut raw::RedisModuleCallReply) {
+fn add_entry(table: &mut Table, entry: *mut raw::RedisModuleCallReply) {
     let Some(fullname) = text(element(entry, 0)).map(|n| n.to_ascii_lowercase()) else {
         return;
     };
@@ -110,10 +138,11 @@ fn add_entry(table: &mut HashMap<String, Inner>, entry: *mut raw::RedisModuleCal
                 .any(|f| has(&flags, f))
             || ["@connection", "@transaction"].iter().any(|c| has(&acl, c))
             || (key_specs == 0 && !container));
+    let copy = fullname == "copy";
     table.insert(
-        fullname.clone(),
+        fullname,
         Inner {
-            fullname,
+            copy,
             arity,
             refused,
             script,
@@ -185,13 +214,47 @@ enum Lookup {
     NoTable,
 }
 
-/// What the table says of the inner command `inner` (its name and arguments), reading the
-/// table first if it has to.
-fn look_up(ctx: Ctx, inner: &[&[u8]]) -> Lookup {
-    let Some(first) = inner.first() else {
+/// Room on the stack for a lower-cased command name (`container|sub` included): longer names
+/// are lower-cased into a `String`, as every name was before.
+const NAME_ROOM: usize = 64;
+
+/// The table's key for `parts` joined by `|`, lower case: the text of the bytes
+/// (`from_utf8_lossy`) with ASCII letters lowered. In `buf` when it fits and is UTF-8, so a
+/// call of `LOCK.FENCED` does not allocate for it.
+fn table_name<'b>(parts: &[&[u8]], buf: &'b mut [u8; NAME_ROOM]) -> Cow<'b, str> {
+    let len = parts.iter().map(|p| p.len()).sum::<usize>() + parts.len().saturating_sub(1);
+    if len <= NAME_ROOM {
+        let mut at = 0;
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                buf[at] = b'|';
+                at += 1;
+            }
+            buf[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        let lowered = &mut buf[..len];
+        lowered.make_ascii_lowercase();
+        if let Ok(name) = std::str::from_utf8(lowered) {
+            return Cow::Borrowed(name);
+        }
+    }
+    let joined: Vec<String> = parts
+        .iter()
+        .map(|p| String::from_utf8_lossy(p).to_ascii_lowercase())
+        .collect();
+    Cow::Owned(joined.join("|"))
+}
+
+/// What the table says of the inner command, `args` 3 on (its name, then its arguments),
+/// reading the table first if it has to.
+fn look_up(ctx: Ctx, args: Args<'_>) -> Lookup {
+    if args.count() < 4 {
         return Lookup::Missing;
-    };
-    let name = String::from_utf8_lossy(first).to_ascii_lowercase();
+    }
+    let first = args.bytes(3);
+    let mut buf = [0u8; NAME_ROOM];
+    let name = table_name(&[first], &mut buf);
     TABLE.with(|t| {
         let mut t = t.borrow_mut();
         if t.is_none() {
@@ -200,14 +263,16 @@ fn look_up(ctx: Ctx, inner: &[&[u8]]) -> Lookup {
         let Some(table) = t.as_ref() else {
             return Lookup::NoTable;
         };
-        let found = match (table.get(&name), inner.get(1)) {
-            (Some(found), Some(sub)) if found.container => {
-                let sub = String::from_utf8_lossy(sub).to_ascii_lowercase();
-                table.get(&format!("{name}|{sub}"))
+        let found = match table.get(name.as_ref()) {
+            Some(found) if found.container && args.count() > 4 => {
+                let mut buf = [0u8; NAME_ROOM];
+                table
+                    .get(table_name(&[first, args.bytes(4)], &mut buf).as_ref())
+                    .copied()
             }
-            (found, _) => found,
+            found => found.copied(),
         };
-        found.map_or(Lookup::Missing, |f| Lookup::Found(f.clone()))
+        found.map_or(Lookup::Missing, Lookup::Found)
     })
 }
 
@@ -268,17 +333,19 @@ pub fn fenced(ctx: Ctx, args: Args<'_>) -> Result<Answer, Answer> {
     if unsafe { raw::RedisModule_SetContextUser }.is_none() {
         return Err(refused(Cow::Borrowed(NEEDS_RUN_AS_USER)));
     }
-    let n = args.count();
-    let inner: Vec<&[u8]> = (3..n).map(|i| args.bytes(i)).collect();
-    let written = String::from_utf8_lossy(inner[0]).into_owned();
-    let found = match look_up(ctx, &inner) {
+    // The inner command: arguments 3 on (arity -4: there is one). Nothing here allocates on
+    // the way to the call; the name as written is only made into text for an error.
+    let inner = args.all().get(3..).unwrap_or(&[]);
+    let written = || String::from_utf8_lossy(args.bytes(3)).into_owned();
+    let found = match look_up(ctx, args) {
         Lookup::Found(found) => found,
         // Unknown command or subcommand: Redis's own error (the call cannot run it).
         Lookup::Missing if unknown_to_server(ctx, args) => return Ok(call(ctx, args, false)),
         // A command the table does not know (yet) is not judged: refused.
         Lookup::Missing => {
             return Err(refused(Cow::Owned(format!(
-                "ERR {written} cannot run in LOCK.FENCED"
+                "ERR {} cannot run in LOCK.FENCED",
+                written()
             ))))
         }
         Lookup::NoTable => return Err(refused(Cow::Borrowed("ERR relock internal error"))),
@@ -287,15 +354,17 @@ pub fn fenced(ctx: Ctx, args: Args<'_>) -> Result<Answer, Answer> {
         return Ok(call(ctx, args, false));
     }
     let copy_to_db =
-        found.fullname == "copy" && inner[3..].iter().any(|w| w.eq_ignore_ascii_case(b"DB"));
+        found.copy && (6..args.count()).any(|i| args.bytes(i).eq_ignore_ascii_case(b"DB"));
     if found.refused || copy_to_db {
         return Err(refused(Cow::Owned(format!(
-            "ERR {written} cannot run in LOCK.FENCED"
+            "ERR {} cannot run in LOCK.FENCED",
+            written()
         ))));
     }
     if found.script && in_script(ctx) {
         return Err(refused(Cow::Owned(format!(
-            "ERR {written} cannot run in LOCK.FENCED inside a script"
+            "ERR {} cannot run in LOCK.FENCED inside a script",
+            written()
         ))));
     }
     if (found.readonly || found.script) && is_7_0() && tracked(ctx) {
@@ -444,11 +513,25 @@ fn tracked(ctx: Ctx) -> bool {
 /// Runs the inner command (arguments 3 on) on the caller's behalf and replies with its reply,
 /// or, where RM_Call refuses it, with Redis's own error.
 fn call(ctx: Ctx, args: Args<'_>, script_mode: bool) -> Answer {
-    let Ok(name) = CString::new(args.bytes(3)) else {
-        return Answer::Error(Cow::Owned(format!(
-            "ERR unknown command '{}'",
-            String::from_utf8_lossy(args.bytes(3))
-        )));
+    // The name as a C string: on the stack when it fits (every command name does).
+    let written = args.bytes(3);
+    let mut buf = [0u8; NAME_ROOM + 1];
+    let owned;
+    let name: &CStr = if written.len() < buf.len() {
+        buf[..written.len()].copy_from_slice(written);
+        // A NUL inside the name fails here as it does in `CString::new`.
+        match CStr::from_bytes_with_nul(&buf[..=written.len()]) {
+            Ok(name) => name,
+            Err(_) => return unknown_command(written),
+        }
+    } else {
+        match CString::new(written) {
+            Ok(name) => {
+                owned = name;
+                &owned
+            }
+            Err(_) => return unknown_command(written),
+        }
     };
     // SAFETY: reads a function pointer the module API table filled in at load (7.2+).
     let may_block = unsafe { raw::RedisModule_CallReplyPromiseAbort }.is_some() && !is_7_0();
@@ -499,6 +582,13 @@ fn call(ctx: Ctx, args: Args<'_>, script_mode: bool) -> Answer {
     // SAFETY: `reply` came from `RedisModule_Call` and is freed once.
     unsafe { rm!(RedisModule_FreeCallReply(reply)) };
     answer
+}
+
+fn unknown_command(written: &[u8]) -> Answer {
+    Answer::Error(Cow::Owned(format!(
+        "ERR unknown command '{}'",
+        String::from_utf8_lossy(written)
+    )))
 }
 
 fn passed_through(ctx: Ctx, reply: *mut raw::RedisModuleCallReply) -> Answer {
@@ -630,5 +720,36 @@ mod tests {
         // No check: a count that fails here would have run unchecked.
         assert!(arity_fits(0, 1));
         assert!(arity_fits(0, 7));
+    }
+
+    /// The table's key is what lower-casing the name's text (and `|sub`) into a `String` gave:
+    /// on the stack when it fits, whatever the bytes.
+    #[test]
+    fn table_names() {
+        let old = |parts: &[&[u8]]| {
+            parts
+                .iter()
+                .map(|p| String::from_utf8_lossy(p).to_ascii_lowercase())
+                .collect::<Vec<_>>()
+                .join("|")
+        };
+        let long = [b'X'; NAME_ROOM + 1];
+        let cases: [&[&[u8]]; 7] = [
+            &[b"SET"],
+            &[b"hSeT"],
+            &[b"CLIENT", b"List"],
+            &[b"caf\xc3\x89"],
+            &[b"bad\xff\xfeNAME"],
+            &[&long],
+            &[&long[..NAME_ROOM - 4], b"SUB"],
+        ];
+        for parts in cases {
+            let mut buf = [0u8; NAME_ROOM];
+            let name = table_name(parts, &mut buf);
+            assert_eq!(name.as_ref(), old(parts), "{parts:?}");
+            let fits = parts.iter().map(|p| p.len() + 1).sum::<usize>() - 1 <= NAME_ROOM
+                && parts.iter().all(|p| std::str::from_utf8(p).is_ok());
+            assert_eq!(matches!(name, Cow::Borrowed(_)), fits, "{parts:?}");
+        }
     }
 }
