@@ -21,6 +21,9 @@ func plain(t *testing.T, s *server) *redis.Client {
 // the manual, lossless one); the hold, renewed in the background, survives it on the new
 // master with its owner and token, and its token still fences writes there.
 func TestClusterFailover(t *testing.T) {
+	// In parallel with the other cluster test (each has its own servers): the suite stays
+	// under a minute.
+	t.Parallel()
 	nodes := startCluster(t)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].addr()}})
 	t.Cleanup(func() { _ = cc.Close() })
