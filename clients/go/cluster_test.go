@@ -42,6 +42,9 @@ func startCluster(t *testing.T) []*server {
 }
 
 func TestCluster(t *testing.T) {
+	// In parallel with the other cluster test (each has its own servers): the suite stays
+	// under a minute.
+	t.Parallel()
 	nodes := startCluster(t)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].addr()}})
 	t.Cleanup(func() { _ = cc.Close() })

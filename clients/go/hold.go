@@ -31,11 +31,15 @@ type Hold struct {
 	ctx         context.Context
 	cancel      context.CancelCauseFunc
 	renewing    sync.Mutex
+	// stepping orders the count-changing steps (a section's entry and exit, the release);
+	// count is the reentrancy count the servers hold (1 + the sections entered), under it.
+	stepping sync.Mutex
+	count    int64
 }
 
 func (c *Client) newHold(key string, group []string, owner string, ttlMS int64, tokens []int64, until time.Time, mode []any, shared, autoRenew bool) *Hold {
 	h := &Hold{c: c, key: key, group: group, owner: owner, ttlMS: ttlMS, tokens: tokens, mode: mode,
-		validUntil: until, since: time.Now().UnixMilli(), autoRenew: autoRenew, done: make(chan struct{})}
+		validUntil: until, since: time.Now().UnixMilli(), autoRenew: autoRenew, done: make(chan struct{}), count: 1}
 	h.ctx, h.cancel = context.WithCancelCause(context.Background())
 	c.mu.Lock()
 	c.live[h] = true
@@ -337,6 +341,17 @@ func (h *Hold) releaseAs(ctx context.Context, why error) error {
 		}
 		return nil
 	}
+	// The sections still entered (Reenter) are taken down first, one FROM step each, so the
+	// hold ends whole; their exits then send nothing.
+	h.stepping.Lock()
+	for ; h.count > 1; h.count-- {
+		step := fixed("LOCK.RELEASE", h.key, h.owner, "FROM", h.count)
+		rnd := h.c.round(ctx, nil, roundOpts{untilAll: true, argsOf: step})
+		if un := rnd.unanswered(); slices.Contains(un, true) {
+			h.c.releaseLate(h.TTL(), step, un)
+		}
+	}
+	h.stepping.Unlock()
 	rnd := h.c.round(ctx, nil, roundOpts{untilAll: true, argsOf: fixed(h.releaseArgs()...)})
 	if un := rnd.unanswered(); slices.Contains(un, true) {
 		h.c.releaseLate(h.TTL(), fixed(h.releaseArgs()...), un)
@@ -352,6 +367,91 @@ func (h *Hold) releaseAs(ctx context.Context, why error) error {
 	}
 	return &Error{Kind: ErrNoQuorum, Key: h.key, Retryable: true, Servers: rnd.servers(func(f failure) bool { return !f.refused }),
 		Msg: fmt.Sprintf("lock %q: release without a quorum (%s); given back in the background", h.key, rnd.describe(nil))}
+}
+
+// Reenter runs fn in a nested section of the hold, under the same owner: LOCK.REENTER takes
+// the count up by one on the servers (and resets the lease), and the count comes back down
+// when fn returns. Reentrancy is only ever asked for this way. Every step names the count it
+// expects (LOCK.REENTER ... FROM c, then LOCK.RELEASE ... FROM c+1), so a step that reaches a
+// server twice is applied once. An entry without a quorum is taken back wherever it may have
+// run (LOCK.RELEASE ... FROM c+1 answers c whether or not the entry ran) and fn does not run:
+// an *Error of kind ErrNotAcquired (retryable), ErrLockLost when the servers no longer have
+// the hold (REENTER answered nil), ErrServer when they refused. fn's context is the hold's
+// Context merged with ctx. Release inside fn ends the hold whole (the section's count
+// included), and the section's exit then sends nothing. One key only (not a group).
+func (h *Hold) Reenter(ctx context.Context, fn func(ctx context.Context) error) error {
+	if h.group != nil {
+		return invalid("a group cannot be reentered")
+	}
+	if err := h.enter(ctx); err != nil {
+		return err
+	}
+	defer h.exit()
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
+	defer stop()
+	return fn(fctx)
+}
+
+func (h *Hold) enter(ctx context.Context) error {
+	h.stepping.Lock()
+	defer h.stepping.Unlock()
+	if err := h.Err(); err != nil {
+		return err
+	}
+	c := h.count
+	h.mu.Lock()
+	args := append(append([]any{"LOCK.REENTER", h.key, h.owner, h.ttlMS}, h.mode...), "FROM", c)
+	h.mu.Unlock()
+	rnd := h.c.round(ctx, args, roundOpts{accept: func(r any) (any, error) {
+		if r == nil || toInt(r, -1) != c+1 {
+			return nil, nil
+		}
+		return r, nil
+	}})
+	if rnd.won() {
+		h.count = c + 1
+		return nil
+	}
+	// Taken back wherever it may have run; harmless where it did not.
+	back := fixed("LOCK.RELEASE", h.key, h.owner, "FROM", c+1)
+	brnd := h.c.round(context.WithoutCancel(ctx), nil, roundOpts{untilAll: true, argsOf: back})
+	if un := brnd.unanswered(); slices.Contains(un, true) {
+		h.c.releaseLate(h.TTL(), back, un)
+	}
+	if rnd.renewLost() && rnd.refused() > 0 {
+		loss := h.c.explainLoss(h.Keys(), h.owner, h.since)
+		h.lose("LOCK.REENTER answered nil: "+loss.Message, &loss)
+		return h.Err()
+	}
+	if rnd.permanentlyFailed() {
+		return rnd.permanentError(h.key)
+	}
+	return &Error{Kind: ErrNotAcquired, Key: h.key, Retryable: true, Servers: rnd.servers(nil),
+		Msg: fmt.Sprintf("lock %q: the nested section was not entered: no quorum (%s); still held", h.key, rnd.describe(nil))}
+}
+
+func (h *Hold) exit() {
+	h.stepping.Lock()
+	defer h.stepping.Unlock()
+	if h.count <= 1 {
+		return // the hold was released meanwhile, sections included
+	}
+	h.mu.Lock()
+	ended := h.err != nil
+	h.mu.Unlock()
+	step := fixed("LOCK.RELEASE", h.key, h.owner, "FROM", h.count)
+	h.count--
+	if ended {
+		// Lost: give the section's count back where a server may still have it.
+		h.c.releaseLate(h.TTL(), step, nil)
+		return
+	}
+	rnd := h.c.round(context.Background(), nil, roundOpts{untilAll: true, argsOf: step})
+	if un := rnd.unanswered(); slices.Contains(un, true) {
+		h.c.releaseLate(h.TTL(), step, un)
+	}
 }
 
 // Downgrade turns an exclusive hold into a shared one of the same key in one atomic step
