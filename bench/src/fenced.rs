@@ -9,7 +9,7 @@ use std::io;
 
 use crate::resp::{Conn, Reply};
 use crate::stats;
-use crate::throughput;
+use crate::throughput::{self, Run};
 
 /// The lock every fenced request names; the written keys share its prefix (no hash tag).
 pub const LOCK: &str = "fbench:lock";
@@ -48,12 +48,6 @@ impl Inner {
             Inner::Hset => matches!(reply, Reply::Int(1)),
         }
     }
-}
-
-/// One redis-benchmark run: requests per second and the server's CPU µs per request.
-pub struct Run {
-    pub per_s: f64,
-    pub cpu_us: f64,
 }
 
 fn fenced_args(token: &str, bare: Vec<String>) -> Vec<String> {
@@ -122,13 +116,12 @@ pub async fn run(
         bare
     };
     let errors_before = error_replies(control).await?;
-    let cpu_before = stats::server_cpu_seconds(control).await?;
-    let per_s =
-        throughput::redis_benchmark_command(port, &command, pipeline, requests, keyspace).await?;
-    let Some(per_s) = per_s else {
+    let run =
+        throughput::redis_benchmark_cpu(port, control, &command, pipeline, requests, keyspace)
+            .await?;
+    let Some(run) = run else {
         return Ok(None);
     };
-    let cpu = stats::server_cpu_seconds(control).await? - cpu_before;
     let errors = error_replies(control).await? - errors_before;
     if errors != 0 {
         return Err(io::Error::other(format!(
@@ -145,10 +138,7 @@ pub async fn run(
             after.join(" ")
         )));
     }
-    Ok(Some(Run {
-        per_s,
-        cpu_us: cpu * 1e6 / requests as f64,
-    }))
+    Ok(Some(run))
 }
 
 /// Error replies the server has sent so far (`INFO stats` `total_error_replies`).

@@ -517,17 +517,15 @@ async fn case_throughput(
                 if let Some(keyspace) = keyspace {
                     // Single commands: redis-benchmark (C, the lightest client there is)
                     // leaves the most CPU to the server on a small machine.
-                    let per_s = if pipeline == 1 { 100_000.0 } else { 350_000.0 };
-                    let requests = (plan.measure.as_secs_f64() * per_s) as usize;
-                    let cpu_before = stats::server_cpu_seconds(control).await?;
-                    v = throughput::redis_benchmark(
-                        port, scripts, locks[j], pipeline, requests, keyspace,
+                    let requests = throughput::benchmark_requests(plan.measure, pipeline);
+                    let run = throughput::redis_benchmark(
+                        port, control, scripts, locks[j], pipeline, requests, keyspace,
                     )
                     .await?;
-                    if v.is_some() {
+                    if let Some(run) = run {
                         driver = "redis-benchmark";
-                        let cpu = stats::server_cpu_seconds(control).await? - cpu_before;
-                        cpu_us[j].push(cpu * 1e6 / requests as f64);
+                        cpu_us[j].push(run.cpu_us);
+                        v = Some(run.per_s);
                     }
                 }
                 let v = match v {
@@ -1267,8 +1265,7 @@ async fn case_fenced(
     use fenced::Inner;
     for pipeline in [1, 16] {
         for inner in [Inner::Set, Inner::Hset] {
-            let per_s = if pipeline == 1 { 100_000.0 } else { 350_000.0 };
-            let requests = ((plan.measure.as_secs_f64() * per_s) as usize).max(1_000);
+            let requests = throughput::benchmark_requests(plan.measure, pipeline).max(1_000);
             let mut rate: [Vec<f64>; 2] = Default::default();
             let mut cpu_us: [Vec<f64>; 2] = Default::default();
             // Back to back, alternating first: the median of the pairs' ratios cancels the

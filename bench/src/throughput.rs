@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::recipes::{Lock, Scripts};
 use crate::resp::{ok, Conn, Reply};
+use crate::stats;
 
 /// The owner of every lock [`hold_all`] takes; no measured client uses it, so theirs are refused.
 /// A 36-byte UUID like the clients' own, so a refusal compares owner bytes as it does in use
@@ -210,15 +211,17 @@ fn not_refused(lock: Lock, reply: &Reply) -> io::Error {
 }
 
 /// Acquires per second of `lock` measured by `redis-benchmark` (its command-line form, keys
-/// `lock:__rand_int__` over `keyspace`, one 36-byte owner), or None when it is not installed.
+/// `lock:__rand_int__` over `keyspace`, one 36-byte owner), with the server's CPU per request
+/// ([`redis_benchmark_cpu`]), or None when it is not installed.
 pub async fn redis_benchmark(
     port: u16,
+    control: &mut Conn,
     scripts: &Scripts,
     lock: Lock,
     pipeline: usize,
     requests: usize,
     keyspace: usize,
-) -> io::Result<Option<f64>> {
+) -> io::Result<Option<Run>> {
     const KEY: &str = "lock:__rand_int__";
     let command: Vec<String> = match lock {
         Lock::Relock => vec!["LOCK.ACQUIRE", KEY, OWNER, "60000"],
@@ -228,7 +231,43 @@ pub async fn redis_benchmark(
     .into_iter()
     .map(String::from)
     .collect();
-    redis_benchmark_command(port, &command, pipeline, requests, keyspace).await
+    redis_benchmark_cpu(port, control, &command, pipeline, requests, keyspace).await
+}
+
+/// One redis-benchmark run: requests per second and the server's CPU µs per request.
+pub struct Run {
+    pub per_s: f64,
+    pub cpu_us: f64,
+}
+
+/// How many requests make a redis-benchmark run of about `measure` with `pipeline` in flight
+/// (single commands: some 100,000 a second unpipelined, 350,000 pipelined).
+pub fn benchmark_requests(measure: Duration, pipeline: usize) -> usize {
+    let per_s = if pipeline == 1 { 100_000.0 } else { 350_000.0 };
+    (measure.as_secs_f64() * per_s) as usize
+}
+
+/// [`redis_benchmark_command`], with the server's CPU time over the run (`INFO cpu` read on
+/// `control` before and after) per request; None when redis-benchmark is not installed or
+/// fails.
+pub async fn redis_benchmark_cpu(
+    port: u16,
+    control: &mut Conn,
+    command: &[String],
+    pipeline: usize,
+    requests: usize,
+    keyspace: usize,
+) -> io::Result<Option<Run>> {
+    let cpu_before = stats::server_cpu_seconds(control).await?;
+    let per_s = redis_benchmark_command(port, command, pipeline, requests, keyspace).await?;
+    let Some(per_s) = per_s else {
+        return Ok(None);
+    };
+    let cpu = stats::server_cpu_seconds(control).await? - cpu_before;
+    Ok(Some(Run {
+        per_s,
+        cpu_us: cpu * 1e6 / requests as f64,
+    }))
 }
 
 /// Requests per second of `command` (one request, `__rand_int__` replaced in each by a random

@@ -17,6 +17,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{Command, Relock, Reply};
+use crate::conn::Resend;
 use crate::error::{Error, NodeError, NodeFailure};
 use crate::guard::LockGuard;
 use crate::info::{parse_info, LockInfo};
@@ -218,7 +219,10 @@ impl Relock {
         self.check_election(key)?;
         let mut cmd = redis::cmd("LOCK.INFO");
         cmd.arg(key);
-        let reply = self.masters().ask_one(key, &cmd).await?;
+        let reply = self
+            .masters()
+            .ask_one(key, &cmd, Resend::AfterAnyFailure)
+            .await?;
         leader_of(key, reply)
     }
 
@@ -326,7 +330,9 @@ impl Observer {
                 None => {
                     let mut cmd = redis::cmd("LOCK.INFO");
                     cmd.arg(&self.key);
-                    self.masters.ask_one(&self.key, &cmd).await
+                    self.masters
+                        .ask_one(&self.key, &cmd, Resend::AfterAnyFailure)
+                        .await
                 }
                 Some(known) => {
                     let ms = u64::try_from(self.every.as_millis()).unwrap_or(u64::MAX);
@@ -435,7 +441,7 @@ async fn fenced(
     for arg in command.args() {
         cmd.arg(arg);
     }
-    match masters.ask_one_unrepeated(key, &cmd).await {
+    match masters.ask_one(key, &cmd, Resend::OnlyUnrun).await {
         Ok(reply) => Ok(Reply::from_redis(reply)),
         Err(NodeError {
             node,

@@ -150,37 +150,22 @@ impl Masters {
     }
 
     /// `cmd` about `key` on the one master of a single-server or cluster client (the key's
-    /// master in a cluster), bounded by the node timeout, sent once (a cluster client sends it
-    /// once more to a new master after a failover, as every request). For elections and fenced
-    /// writes, which the callers allow on such clients only.
+    /// master in a cluster), bounded by the node timeout, sent once; in a cluster or behind
+    /// Sentinel sent once more to a new master after a failure as `resend` allows:
+    /// [`Resend::AfterAnyFailure`] for the elections' reads (`LOCK.INFO`, harmless twice), [`Resend::OnlyUnrun`] for a
+    /// command that must not run twice (`LOCK.FENCED`: only after the first master refused it
+    /// without running it, never after a timeout or a dropped connection). For elections and
+    /// fenced writes, which the callers allow on such clients only.
     pub(crate) async fn ask_one(
         &self,
         key: &str,
         cmd: &redis::Cmd,
-    ) -> Result<redis::Value, crate::error::NodeError> {
-        let timeout = self.options.node_timeout;
-        let node = self.only_node()?;
-        match node.query::<redis::Value>(key, cmd, timeout).await {
-            Ok(reply) => Ok(reply),
-            Err(failure) => Err(crate::error::NodeError {
-                node: node.name_for(key, timeout).await,
-                failure,
-            }),
-        }
-    }
-
-    /// [`Masters::ask_one`] for a command that must not run twice (`LOCK.FENCED`): in a
-    /// cluster or behind Sentinel it goes to a new master only after the first one refused it
-    /// without running it, never after a timeout or a dropped connection (see [`Resend`]).
-    pub(crate) async fn ask_one_unrepeated(
-        &self,
-        key: &str,
-        cmd: &redis::Cmd,
+        resend: Resend,
     ) -> Result<redis::Value, crate::error::NodeError> {
         let timeout = self.options.node_timeout;
         let node = self.only_node()?;
         match node
-            .query_with::<redis::Value>(key, cmd, timeout, Resend::OnlyUnrun)
+            .query_with::<redis::Value>(key, cmd, timeout, resend)
             .await
         {
             Ok(reply) => Ok(reply),

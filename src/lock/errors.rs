@@ -22,6 +22,9 @@ pub const UNBLOCKED: &str =
 /// An observer's user lost the right to read its key while it observed.
 pub const NOPERM_OBSERVE: &str =
     "NOPERM No permissions any more to run the 'lock.observe' command or to access its key";
+/// A `LOCK.OBSERVE` that would block when the observers' tables, which count in 32 bits, are
+/// full (more blocked clients than a server can have: kept as an error, not a crash).
+pub const TOO_MANY_OBSERVERS: &str = "ERR too many observers";
 /// An owner that holds a key asks for it in the other mode (no upgrade; a downgrade is its own
 /// command).
 pub const OTHER_MODE: &str =
@@ -128,6 +131,8 @@ pub enum LockError {
     Unblocked,
     /// An observer's user lost the right to read its key.
     NoPermObserve,
+    /// A `LOCK.OBSERVE` the observers' tables have no room for.
+    TooManyObservers,
 }
 
 impl LockError {
@@ -142,6 +147,7 @@ impl LockError {
             LockError::Shared => Cow::Borrowed(SHARED),
             LockError::Unblocked => Cow::Borrowed(UNBLOCKED),
             LockError::NoPermObserve => Cow::Borrowed(NOPERM_OBSERVE),
+            LockError::TooManyObservers => Cow::Borrowed(TOO_MANY_OBSERVERS),
         }
     }
 }

@@ -69,6 +69,11 @@ pub struct Observer {
     pub known: u64,
 }
 
+/// An observer [`Observers::add`] could not take: the tables count keys and entries in 32 bits
+/// and have no room left (more blocked clients than a server can have). Nothing changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NotAdded;
+
 /// One observed key.
 struct Watched<T: Handles> {
     id: KeyId,
@@ -143,12 +148,12 @@ impl<T: Handles> Observers<T> {
 
     fn at(&self, key: KeyRef<'_>) -> Option<&Watched<T>> {
         let slot = self.slot(key)?;
-        self.watched[slot as usize].as_ref()
+        self.watched.get(slot as usize)?.as_ref()
     }
 
     fn at_mut(&mut self, key: KeyRef<'_>) -> Option<&mut Watched<T>> {
         let slot = self.slot(key)?;
-        self.watched[slot as usize].as_mut()
+        self.watched.get_mut(slot as usize)?.as_mut()
     }
 
     /// Whether anyone observes `key`.
@@ -157,8 +162,10 @@ impl<T: Handles> Observers<T> {
     }
 
     /// Adds `client`, observing `key` and knowing `known` (below 2^53), for `caller`, until
-    /// `until` (ms; none: no timeout), at `now_ms`. Returns whether that timeout is too far to be kept in
-    /// the entry ([`FAR`]): the caller then arms a timer of its own ([`Observers::set_far`]).
+    /// `until` (ms; none: no timeout), at `now_ms`. Returns whether that timeout is too far to
+    /// be kept in the entry ([`FAR`]): the caller then arms a timer of its own
+    /// ([`Observers::set_far`]); [`NotAdded`], with nothing changed, when the tables have no
+    /// room for it.
     pub fn add(
         &mut self,
         client: T::Client,
@@ -167,37 +174,16 @@ impl<T: Handles> Observers<T> {
         caller: Option<T::Caller>,
         until: Option<i64>,
         now_ms: i64,
-    ) -> bool {
-        let slot = match self.slot(key.as_ref()) {
-            Some(slot) => slot,
-            None => {
-                let watched = Watched {
-                    id: key.clone(),
-                    entries: Vec::new(),
-                    knowns: Vec::new(),
-                    callers: Vec::new(),
-                    deadline: None,
-                };
-                let slot = match self.free.pop() {
-                    Some(slot) => {
-                        self.watched[slot as usize] = Some(watched);
-                        slot
-                    }
-                    None => {
-                        self.watched.push(Some(watched));
-                        u32::try_from(self.watched.len() - 1).expect("fewer than 2^32 keys")
-                    }
-                };
-                self.index
-                    .entry(key.db)
-                    .or_default()
-                    .insert(key.name.clone(), slot);
-                slot
-            }
-        };
-        let watched = self.watched[slot as usize]
-            .as_mut()
-            .expect("an indexed slot is used");
+    ) -> Result<bool, NotAdded> {
+        let slot = self.slot_for(&key)?;
+        let watched = self
+            .watched
+            .get_mut(slot as usize)
+            .and_then(Option::as_mut)
+            .ok_or(NotAdded)?;
+        // Checked before anything changes: a new key's list is empty, so only a key that is
+        // already observed can be refused here.
+        let pos = u32::try_from(watched.entries.len()).map_err(|_| NotAdded)?;
         let caller = match caller {
             None => NO_CALLER,
             Some(caller) => match watched.share(caller) {
@@ -224,7 +210,7 @@ impl<T: Handles> Observers<T> {
             }
         };
         match watched.knowns.iter_mut().find(|(k, _)| *k == known) {
-            Some((_, n)) => *n += 1,
+            Some((_, n)) => *n = n.saturating_add(1),
             None => watched.knowns.push((known, 1)),
         }
         let entries = &mut watched.entries;
@@ -232,7 +218,6 @@ impl<T: Handles> Observers<T> {
             // A quarter more, not double: the list is most of an observer's memory.
             entries.reserve_exact((entries.len() / 4).max(4));
         }
-        let pos = u32::try_from(entries.len()).expect("fewer than 2^32 observers");
         debug_assert!(known <= TOKEN_MASK);
         entries.push(Entry {
             client,
@@ -240,7 +225,40 @@ impl<T: Handles> Observers<T> {
             due,
         });
         self.clients.insert(client, Place { key: slot, pos });
-        due == FAR
+        Ok(due == FAR)
+    }
+
+    /// The slot of `key`'s list, a new empty one if nobody observes it yet (the caller adds
+    /// its first entry at once). A free slot is taken only if it really is free, and an index
+    /// that names no list is replaced, so that a broken invariant costs a slot, not the server.
+    fn slot_for(&mut self, key: &KeyId) -> Result<u32, NotAdded> {
+        if let Some(slot) = self.slot(key.as_ref()) {
+            if matches!(self.watched.get(slot as usize), Some(Some(_))) {
+                return Ok(slot);
+            }
+        }
+        let slot = match self.free.pop() {
+            Some(slot) if matches!(self.watched.get(slot as usize), Some(None)) => slot,
+            _ => {
+                let slot = u32::try_from(self.watched.len()).map_err(|_| NotAdded)?;
+                self.watched.push(None);
+                slot
+            }
+        };
+        if let Some(place) = self.watched.get_mut(slot as usize) {
+            *place = Some(Watched {
+                id: key.clone(),
+                entries: Vec::new(),
+                knowns: Vec::new(),
+                callers: Vec::new(),
+                deadline: None,
+            });
+        }
+        self.index
+            .entry(key.db)
+            .or_default()
+            .insert(key.name.clone(), slot);
+        Ok(slot)
     }
 
     /// Records the timer of an observer whose timeout is [`FAR`].
@@ -269,7 +287,9 @@ impl<T: Handles> Observers<T> {
     }
 
     /// Takes `client` out; returns its observer, its own timeout timer if [`FAR`], and the
-    /// key's deadline timer when the key has no observer left (the caller stops them).
+    /// key's deadline timer when the key has no observer left (the caller stops them). None if
+    /// it does not observe, or if its place names no entry of its own: an invariant broken by a
+    /// bug, which forgets the client (unanswered until it hangs up) rather than stop the server.
     pub fn remove(
         &mut self,
         client: T::Client,
@@ -279,11 +299,23 @@ impl<T: Handles> Observers<T> {
         if self.clients.len() < self.clients.capacity() / 4 {
             self.clients.shrink_to(self.clients.len() * 2);
         }
-        let watched = self.watched[place.key as usize]
-            .as_mut()
-            .expect("a client's key is used");
-        let entry = watched.entries.swap_remove(place.pos as usize);
-        if let Some(moved) = watched.entries.get(place.pos as usize) {
+        let pos = place.pos as usize;
+        let Some(watched) = self
+            .watched
+            .get_mut(place.key as usize)
+            .and_then(Option::as_mut)
+            .filter(|w| {
+                w.entries.get(pos).is_some_and(|e| {
+                    let c = e.client;
+                    c == client
+                })
+            })
+        else {
+            self.spilled.remove(&client);
+            return None;
+        };
+        let entry = watched.entries.swap_remove(pos);
+        if let Some(moved) = watched.entries.get(pos) {
             let moved_client = moved.client;
             if let Some(p) = self.clients.get_mut(&moved_client) {
                 p.pos = place.pos;
@@ -291,8 +323,9 @@ impl<T: Handles> Observers<T> {
         }
         let known = entry.known();
         if let Some(i) = watched.knowns.iter().position(|(k, _)| *k == known) {
-            watched.knowns[i].1 -= 1;
-            if watched.knowns[i].1 == 0 {
+            let (_, n) = &mut watched.knowns[i];
+            *n = n.saturating_sub(1);
+            if *n == 0 {
                 watched.knowns.swap_remove(i);
             }
         }
@@ -300,7 +333,7 @@ impl<T: Handles> Observers<T> {
         if caller == SPILLED {
             self.spilled.remove(&client);
         } else if let Some(c) = watched.callers.get_mut(caller as usize) {
-            c.1 -= 1;
+            c.1 = c.1.saturating_sub(1);
             if c.1 == 0 {
                 c.0 = None;
             }
@@ -313,7 +346,9 @@ impl<T: Handles> Observers<T> {
         let mut deadline = None;
         if watched.entries.is_empty() {
             deadline = watched.deadline.map(|(timer, _)| timer);
-            self.watched[place.key as usize] = None;
+            if let Some(used) = self.watched.get_mut(place.key as usize) {
+                *used = None;
+            }
             self.free.push(place.key);
             if let Some(keys) = self.index.get_mut(&key.db) {
                 keys.remove(&key.name);
@@ -393,13 +428,16 @@ impl<T: Handles> Observers<T> {
     /// The key `client` observes, if it observes.
     pub fn key_of(&self, client: T::Client) -> Option<&KeyId> {
         let place = self.clients.get(&client)?;
-        self.watched[place.key as usize].as_ref().map(|w| &w.id)
+        self.watched
+            .get(place.key as usize)?
+            .as_ref()
+            .map(|w| &w.id)
     }
 
     /// Who `client` observes for (none: an internal client, or it does not observe).
     pub fn caller_of(&self, client: T::Client) -> Option<&T::Caller> {
         let place = self.clients.get(&client)?;
-        let watched = self.watched[place.key as usize].as_ref()?;
+        let watched = self.watched.get(place.key as usize)?.as_ref()?;
         let caller = watched.entries.get(place.pos as usize)?.caller();
         if caller == SPILLED {
             return self.spilled.get(&client);
@@ -419,19 +457,23 @@ impl<T: Handles> Watched<T> {
         {
             Some(i) => i,
             None => match self.callers.iter().position(|(_, n)| *n == 0) {
-                Some(i) => {
-                    self.callers[i].0 = Some(caller);
-                    i
-                }
+                Some(i) => i,
                 None if self.callers.len() < SPILLED as usize => {
-                    self.callers.push((Some(caller), 0));
+                    self.callers.push((None, 0));
                     self.callers.len() - 1
                 }
                 None => return Err(caller),
             },
         };
-        self.callers[index].1 += 1;
-        Ok(u32::try_from(index).expect("fewer than 2^11 callers"))
+        // Below SPILLED (the pushes stop there), so the index fits an entry's 11 bits.
+        let (Ok(number), Some(shared)) = (u32::try_from(index), self.callers.get_mut(index)) else {
+            return Err(caller);
+        };
+        if shared.1 == 0 {
+            shared.0 = Some(caller);
+        }
+        shared.1 = shared.1.saturating_add(1);
+        Ok(number)
     }
 }
 
@@ -514,7 +556,8 @@ mod tests {
                 Some(1),
                 Some(1_000 + c as i64),
                 0,
-            );
+            )
+            .expect("added");
         }
         let each = o.heap_bytes() as f64 / N as f64;
         assert!(each <= 64.0, "{each:.1} bytes per observer");
@@ -537,7 +580,8 @@ mod tests {
                 Some(c % 5),
                 Some(c as i64),
                 0,
-            );
+            )
+            .expect("added");
         }
         // Out of order: each removal moves another entry into the hole.
         for c in (0..100u64).rev().step_by(2).chain((0..100u64).step_by(2)) {
@@ -559,11 +603,11 @@ mod tests {
         let mut o: Observers<MemHost> = Observers::default();
         // A far timeout first (found in attack round 40: later steps were counted from it).
         // 2^32 steps of 5 ms: about 680 days.
-        assert!(o.add(4, key("k"), 3, None, Some(999 + (1 << 32) * 5), 999));
+        assert!(o.add(4, key("k"), 3, None, Some(999 + (1 << 32) * 5), 999) == Ok(true));
         o.set_far(4, 77);
-        assert!(!o.add(1, key("k"), 3, None, Some(1_000), 999));
-        assert!(!o.add(2, key("k"), 3, None, Some(1_012), 999));
-        assert!(!o.add(3, key("k"), 3, None, None, 999));
+        assert_eq!(o.add(1, key("k"), 3, None, Some(1_000), 999), Ok(false));
+        assert_eq!(o.add(2, key("k"), 3, None, Some(1_012), 999), Ok(false));
+        assert_eq!(o.add(3, key("k"), 3, None, None, 999), Ok(false));
         assert!(o.timed_out(999, 10).is_empty());
         assert_eq!(o.timed_out(1_004, 10), vec![1]);
         assert_eq!(o.timed_out(1_011, 10), vec![1]);
@@ -587,7 +631,7 @@ mod tests {
         let mut o: Observers<MemHost> = Observers::default();
         let n = u64::from(SPILLED) + 10;
         for c in 0..n {
-            o.add(c, key("k"), 9, Some(c), None, 0);
+            o.add(c, key("k"), 9, Some(c), None, 0).expect("added");
         }
         for c in 0..n {
             assert_eq!(o.caller_of(c), Some(&c), "caller of {c}");
@@ -604,11 +648,49 @@ mod tests {
         assert!(o.spilled.is_empty() && o.is_empty());
     }
 
+    /// A bug that broke the tables' invariants must cost its one observer, not the server (a
+    /// panic in a Redis module would stop Redis): before, each of these panicked.
+    #[test]
+    fn broken_places_are_skipped_not_panicked_on() {
+        let mut o: Observers<MemHost> = Observers::default();
+        // A place naming no list, a position past the list's end, another client's entry.
+        o.clients.insert(90, Place { key: 7, pos: 0 });
+        assert!(o.remove(90).is_none());
+        o.add(1, key("k"), 3, None, None, 0).expect("added");
+        o.clients.insert(91, Place { key: 0, pos: 5 });
+        assert!(o.remove(91).is_none());
+        o.clients.insert(92, Place { key: 0, pos: 0 });
+        assert!(o.remove(92).is_none());
+        assert_eq!(
+            o.key_of(1).map(|k| k.name.clone()),
+            Some(Rc::from(&b"k"[..]))
+        );
+        // An index naming a slot that is free, and a free slot in use: both made good.
+        o.index
+            .entry(0)
+            .or_default()
+            .insert(Rc::from(&b"gone"[..]), 9);
+        o.free.push(0);
+        o.add(2, key("gone"), 4, None, None, 0).expect("added");
+        assert_eq!(
+            o.key_of(2).map(|k| k.name.clone()),
+            Some(Rc::from(&b"gone"[..]))
+        );
+        assert_eq!(
+            o.key_of(1).map(|k| k.name.clone()),
+            Some(Rc::from(&b"k"[..]))
+        );
+        assert!(o.take_changed(key("gone").as_ref(), 0, 10) == vec![2]);
+        assert!(o.remove(1).is_some() && o.remove(2).is_some());
+        assert!(o.is_empty());
+    }
+
     #[test]
     fn only_changed_tokens_are_taken() {
         let mut o: Observers<MemHost> = Observers::default();
         for c in 0..10u64 {
-            o.add(c, key("k"), if c < 4 { 7 } else { 8 }, None, None, 0);
+            o.add(c, key("k"), if c < 4 { 7 } else { 8 }, None, None, 0)
+                .expect("added");
         }
         assert!(o.take_changed(key("k").as_ref(), 0, 100).len() == 10);
         let mut changed = o.take_changed(key("k").as_ref(), 8, 100);

@@ -149,6 +149,16 @@ pub fn digest(c: &mut Connection) -> String {
         .expect("DEBUG DIGEST")
 }
 
+/// A number of the server's own `INFO section` (`blocked_clients` of `clients`, `used_memory`
+/// of `memory`), `None` when the section has no such field.
+pub fn server_field(c: &mut Connection, section: &str, field: &str) -> Option<i64> {
+    let info: String = crate::cmd!("INFO", section).query(c).expect("INFO");
+    info.lines()
+        .filter_map(|l| l.trim().split_once(':'))
+        .find(|(name, _)| *name == field)
+        .and_then(|(_, v)| v.parse().ok())
+}
+
 /// The server's CPU time so far (`INFO cpu`: system plus user), in seconds.
 pub fn cpu_seconds(c: &mut Connection) -> f64 {
     let info: String = crate::cmd!("INFO", "cpu").query(c).expect("INFO cpu");

@@ -51,9 +51,14 @@ impl<T: Handles> Engine<T> {
         let until = (timeout_ms > 0)
             .then(|| now.saturating_add(i64::try_from(timeout_ms).unwrap_or(i64::MAX)));
         let client = blocked.client;
-        let far = self
+        let added = self
             .observers
             .add(client, key.id().to_id(), known, blocked.caller, until, now);
+        let Ok(far) = added else {
+            // Already blocked: answered through the host, like any observer.
+            host.unblock(client, Outcome::Error(LockError::TooManyObservers));
+            return Reply::Blocked;
+        };
         if let (true, Some(at)) = (far, until) {
             let timer = self.schedule.start(host, at, Due::ObserveEnds(client));
             self.observers.set_far(client, timer);

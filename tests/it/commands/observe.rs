@@ -10,6 +10,7 @@ use relock_testkit::cluster as cluster_harness;
 
 use std::time::{Duration, Instant};
 
+use common::ask::server_field;
 use common::raw::{Raw, Reply};
 use common::{attach_replica, eventually, Server};
 
@@ -60,11 +61,18 @@ fn blocked_observer(server: &Server, key: &str, known: u64, timeout_ms: u64) -> 
 }
 
 fn blocked_clients(c: &mut redis::Connection) -> i64 {
-    let info: String = redis::cmd("INFO").arg("clients").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("blocked_clients:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    server_field(c, "clients", "blocked_clients").unwrap_or(0)
+}
+
+/// `CONFIG SET hz 1`: Redis's own timers (active expiry, blocked-client timeouts) then run a
+/// second apart, so an answer within ms is the module's own.
+fn hz_1(c: &mut redis::Connection) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("hz")
+        .arg("1")
+        .query(c)
+        .unwrap();
 }
 
 /// A field of `LOCK.INFO`'s flat RESP2 array.
@@ -231,13 +239,8 @@ fn expiry_answers_nil() {
 fn expiry_is_prompt() {
     let server = Server::start();
     let mut c = server.conn();
-    // `hz 1`: Redis's own active expiry would take up to seconds.
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("hz")
-        .arg("1")
-        .query(&mut c)
-        .unwrap();
+    // Redis's own active expiry would take up to seconds.
+    hz_1(&mut c);
     let t = acquire(&mut c, "k", "a", 400);
     let set_at = Instant::now();
     let mut obs = blocked_observer(&server, "k", t, 0);
@@ -639,12 +642,7 @@ fn an_observed_key_migrated_away_answers_the_redirect() {
 fn timeouts_are_prompt_on_an_idle_server() {
     let server = Server::start();
     let mut c = server.conn();
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("hz")
-        .arg("1")
-        .query(&mut c)
-        .unwrap();
+    hz_1(&mut c);
     let t = acquire(&mut c, "k", "a", LONG_TTL);
     // A timeout too far to be kept in steps, first (found in this round: every later step was
     // counted from it, and a 100 ms timeout was never answered).

@@ -9,6 +9,7 @@ use relock_testkit as common;
 
 use std::time::{Duration, Instant};
 
+use common::ask::server_field;
 use common::raw::{Raw, Reply};
 use common::{eventually, info_field, Server};
 
@@ -32,27 +33,15 @@ fn observe(server: &Server, key: &str, known: u64) -> Raw {
 }
 
 fn blocked(c: &mut redis::Connection) -> i64 {
-    let info: String = redis::cmd("INFO").arg("clients").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("blocked_clients:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    server_field(c, "clients", "blocked_clients").unwrap_or(0)
 }
 
 fn connected(c: &mut redis::Connection) -> i64 {
-    let info: String = redis::cmd("INFO").arg("clients").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("connected_clients:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    server_field(c, "clients", "connected_clients").unwrap_or(0)
 }
 
 fn used_memory(c: &mut redis::Connection) -> i64 {
-    let info: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("used_memory")
+    server_field(c, "memory", "used_memory").expect("used_memory")
 }
 
 /// 10,000 observers of one key, one release: every one answered nil, in turns of at most
