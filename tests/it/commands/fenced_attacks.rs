@@ -97,3 +97,94 @@ fn a_busy_script_whose_caller_disconnects_does_not_crash_the_server() {
         .unwrap();
     assert_eq!(n, 2);
 }
+
+/// The error text (code and message) of a command that must fail.
+fn error(c: &mut redis::Connection, cmd: &redis::Cmd) -> String {
+    match cmd.query::<redis::Value>(c) {
+        Ok(v) => panic!("expected an error from {}, got {v:?}", common::show(cmd)),
+        Err(e) => match (e.code(), e.detail()) {
+            (Some(code), Some(detail)) => format!("{code} {detail}"),
+            (Some(code), None) => code.to_string(),
+            _ => e.to_string(),
+        },
+    }
+}
+
+fn fenced(t: u64, inner: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.FENCED");
+    cmd.arg("k").arg(t);
+    for a in inner {
+        cmd.arg(*a);
+    }
+    cmd
+}
+
+/// Found: with `rename-command`, the inner command was judged by the entry of the command whose
+/// ORIGINAL name the caller sent (the module's table came from `COMMAND`, which names commands
+/// by their original names), while `RedisModule_Call` runs the command found under the name as
+/// sent in the server's live, renamed dictionary. With SET and BLPOP swapped, `set` (BLPOP, a
+/// blocking command) was let through and `blpop` (a plain SET) was refused; a name renamed away
+/// (`flushall` -> "") was refused as a known command instead of being unknown; a container
+/// under its new name (`obj` for OBJECT) was refused as unknown to the table. Must hold: the
+/// entry judged is the one of the command that runs under the name sent (subcommands
+/// included); a renamed-away name is Redis's own unknown command.
+#[test]
+fn a_renamed_command_is_judged_as_the_command_that_runs() {
+    let server = Server::with_args(&[
+        "--rename-command",
+        "set",
+        "swap_tmp",
+        "--rename-command",
+        "blpop",
+        "set",
+        "--rename-command",
+        "swap_tmp",
+        "blpop",
+        "--rename-command",
+        "object",
+        "obj",
+        "--rename-command",
+        "flushall",
+        "",
+    ]);
+    let mut c = server.conn();
+    let t: u64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("a")
+        .arg(LONG_TTL)
+        .query(&mut c)
+        .unwrap();
+    let refused = common::info_field(&mut c, "fenced_refused_total");
+    let ran = common::info_field(&mut c, "fenced_total");
+    // `set` is BLPOP now: refused as the blocking command it is, before the token.
+    for token in [t, 1] {
+        let e = error(&mut c, &fenced(token, &["set", "l", "0"]));
+        assert_eq!(e, "ERR set cannot run in LOCK.FENCED");
+    }
+    // `BLPOP` is SET now: a plain keyed write, run.
+    let ok: String = fenced(t, &["BLPOP", "d", "v"]).query(&mut c).unwrap();
+    assert_eq!(ok, "OK");
+    let d: Option<String> = redis::cmd("GET").arg("d").query(&mut c).unwrap();
+    assert_eq!(d.as_deref(), Some("v"));
+    // A container under its new name, judged by its subcommand's entry.
+    let enc: String = fenced(t, &["obj", "encoding", "d"]).query(&mut c).unwrap();
+    assert_eq!(enc, "embstr");
+    let e = error(&mut c, &fenced(t, &["obj", "nosuch", "d"]));
+    assert!(e.to_lowercase().contains("unknown subcommand"), "{e}");
+    // Names gone from the live dictionary are unknown, as sent directly.
+    for gone in [&["flushall"][..], &["object", "encoding", "d"][..]] {
+        let e = error(&mut c, &fenced(t, gone));
+        assert!(e.starts_with("ERR unknown command"), "{gone:?}: {e}");
+    }
+    // `container|sub` is no command name (COMMAND INFO would read it as one).
+    let e = error(&mut c, &fenced(t, &["obj|encoding", "d"]));
+    assert!(e.starts_with("ERR unknown command"), "{e}");
+    assert_eq!(
+        common::info_field(&mut c, "fenced_refused_total") - refused,
+        2
+    );
+    assert_eq!(common::info_field(&mut c, "fenced_total") - ran, 2);
+    // The list BLPOP would have popped is untouched, the lock still held.
+    let exists: i64 = redis::cmd("EXISTS").arg("k").query(&mut c).unwrap();
+    assert_eq!(exists, 1);
+}
