@@ -767,4 +767,41 @@ mod tests {
         assert!(arity_fits(0, 1));
         assert!(arity_fits(0, 7));
     }
+
+    /// The table's key folds what Redis's own command lookup folds (ASCII letters, as
+    /// `strcasecmp` does) and nothing else: two names get one key exactly when the server would
+    /// find one command under both. The key is the entry judged, so a key shared by two names
+    /// the server tells apart would judge one by the other's entry (as a lossy UTF-8 key did for
+    /// any two invalid names). Same bytes on the stack and past `NAME_ROOM`.
+    #[test]
+    fn table_keys() {
+        let key = |parts: &[&[u8]]| {
+            let mut buf = [0u8; NAME_ROOM];
+            table_key(parts, &mut buf).into_owned()
+        };
+        assert_eq!(key(&[b"hSeT"]), b"hset");
+        assert_eq!(key(&[b"CLIENT", b"List"]), b"client|list");
+        // Not ASCII: kept as sent (Redis does not fold `\xc3\x89` to `\xc3\xa9`).
+        assert_eq!(key(&[b"caf\xc3\x89"]), b"caf\xc3\x89");
+        // Invalid UTF-8 stays distinct byte for byte.
+        assert_eq!(key(&[b"BAD\xff"]), b"bad\xff");
+        assert_ne!(key(&[b"bad\xff"]), key(&[b"bad\xfe"]));
+        // Past the room on the stack: the same key, built on the heap.
+        let long = [b'X'; NAME_ROOM + 1];
+        let mut buf = [0u8; NAME_ROOM];
+        let far = table_key(&[&long], &mut buf);
+        assert!(matches!(far, Cow::Owned(_)));
+        assert_eq!(far.as_ref(), [b'x'; NAME_ROOM + 1]);
+        let mut buf = [0u8; NAME_ROOM];
+        let exact = table_key(&[&long[..NAME_ROOM - 4], b"SuB"], &mut buf);
+        assert!(matches!(exact, Cow::Borrowed(_)));
+        let mut want = vec![b'x'; NAME_ROOM - 4];
+        want.extend_from_slice(b"|sub");
+        assert_eq!(exact.as_ref(), want);
+        let mut buf = [0u8; NAME_ROOM];
+        let over = table_key(&[&long[..NAME_ROOM - 3], b"SuB"], &mut buf);
+        assert!(matches!(over, Cow::Owned(_)));
+        want.insert(0, b'x');
+        assert_eq!(over.as_ref(), want);
+    }
 }
