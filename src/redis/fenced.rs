@@ -22,7 +22,7 @@ use super::commands::{Answer, Args};
 use super::ffi;
 use super::globals;
 use super::host::{RedisHost, RedisKey};
-use super::{clients, server};
+use super::{clients, cluster, server};
 use crate::lock::args;
 
 type Ctx = *mut raw::RedisModuleCtx;
@@ -376,6 +376,14 @@ fn is_7_0() -> bool {
 
 /// `LOCK.FENCED key token command [arg ...]`
 pub fn fenced(ctx: Ctx, args: Args<'_>) -> Result<Answer, Answer> {
+    // Always served by the slot's master. Not being a `write` command, it reaches a cluster
+    // replica from a `READONLY` connection: the replica's copy cannot vouch for a token, so
+    // nothing is checked or run here, and the caller gets the `MOVED` a write would.
+    if globals::is_replica() && server::cluster_enabled(ctx) {
+        if let Some(redirect) = cluster::redirect(ctx, args.bytes(1)) {
+            return Err(Answer::Error(Cow::Owned(redirect)));
+        }
+    }
     // SAFETY: reads a function pointer the module API table filled in at load (7.0.6+).
     if unsafe { raw::RedisModule_SetContextUser }.is_none() {
         return Err(refused(Cow::Borrowed(NEEDS_RUN_AS_USER)));
