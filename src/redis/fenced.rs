@@ -110,6 +110,29 @@ pub fn forget_table() {
     TABLE.with(|t| t.borrow_mut().clear());
 }
 
+/// Whether another module's command may run through `LOCK.FENCED` here: a module command that
+/// blocks without the `blocking` flag (nothing in its entry tells) must be undone at once, and
+/// only Redis 8.6+ (tested: 8.6.3) survives that. On Redis 7.0 (no `K`) the blocked temporary
+/// client fails `(c->flags & CLIENT_BLOCKED) == 0` in RM_Call; on Redis 8.2.3 and Valkey
+/// 8.1.8 / 9.1.2 (tested; Redis 7.2 .. 8.4 untested) `RedisModule_CallReplyPromiseAbort`
+/// fails `c->duration == 0` in `resetClient`: both abort the server. Read once.
+fn module_blocks_abort_safely(ctx: Ctx) -> bool {
+    static SAFE: OnceLock<bool> = OnceLock::new();
+    *SAFE.get_or_init(|| {
+        let [name, version] =
+            server::server_info_text(ctx, c"server", [c"server_name", c"redis_version"]);
+        let mut parts = version
+            .as_deref()
+            .unwrap_or("")
+            .split('.')
+            .map(|p| p.parse::<u32>().ok());
+        let (major, minor) = (parts.next().flatten(), parts.next().flatten());
+        // Valkey names itself; Redis 8 does too, Redis 7 does not.
+        name.as_deref().is_none_or(|n| n == "redis")
+            && matches!((major, minor), (Some(major), Some(minor)) if (major, minor) >= (8, 6))
+    })
+}
+
 /// What the server's live dictionary resolves `name` (a command name as sent) to:
 /// `COMMAND INFO name`, which looks `name` up where a call of it would (the renamed
 /// dictionary), and names the command by its own name. `Ok(false)`: no such command; `Err`:
@@ -131,7 +154,7 @@ fn resolve(ctx: Ctx, key: &[u8], name: *mut raw::RedisModuleString) -> Result<bo
     let entry = element(reply, 0);
     let found = reply_len(entry) > 0;
     if found {
-        TABLE.with(|t| add_entry(&mut t.borrow_mut(), key.to_vec(), entry));
+        TABLE.with(|t| add_entry(ctx, &mut t.borrow_mut(), key.to_vec(), entry));
     }
     // SAFETY: `reply` came from `RedisModule_Call` and is freed once.
     unsafe { rm!(RedisModule_FreeCallReply(reply)) };
@@ -141,7 +164,7 @@ fn resolve(ctx: Ctx, key: &[u8], name: *mut raw::RedisModuleString) -> Result<bo
 /// One `COMMAND INFO` entry (and its subcommands), under `key`: name, arity, flags, first,
 /// last, step, ACL categories, tips, key specs, subcommands. The judgement uses the entry's own
 /// name (that of the command that runs), never the name it was sent under.
-fn add_entry(table: &mut Table, key: Vec<u8>, entry: *mut raw::RedisModuleCallReply) {
+fn add_entry(ctx: Ctx, table: &mut Table, key: Vec<u8>, entry: *mut raw::RedisModuleCallReply) {
     let Some(fullname) = text(element(entry, 0)).map(|n| n.to_ascii_lowercase()) else {
         return;
     };
@@ -161,7 +184,10 @@ fn add_entry(table: &mut Table, key: Vec<u8>, entry: *mut raw::RedisModuleCallRe
                 .iter()
                 .any(|f| has(&flags, f))
             || ["@connection", "@transaction"].iter().any(|c| has(&acl, c))
-            || (key_specs == 0 && !container));
+            || (key_specs == 0 && !container)
+            // Another module's command where a block inside the call cannot be undone
+            // safely: see `module_blocks_abort_safely`.
+            || (has(&flags, "module") && !module_blocks_abort_safely(ctx)));
     let inner = Inner {
         copy: fullname == "copy",
         arity,
@@ -182,7 +208,7 @@ fn add_entry(table: &mut Table, key: Vec<u8>, entry: *mut raw::RedisModuleCallRe
         let mut sub_key = key.clone();
         sub_key.push(b'|');
         sub_key.extend(sub_name.bytes().map(|b| b.to_ascii_lowercase()));
-        add_entry(table, sub_key, sub);
+        add_entry(ctx, table, sub_key, sub);
     }
     table.insert(
         key.into_boxed_slice(),
