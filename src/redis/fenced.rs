@@ -72,6 +72,16 @@ impl Hasher for NameHasher {
         self.0 = h;
     }
 
+    /// The length `[u8]`'s `Hash` writes before the bytes: one step, not eight.
+    fn write_usize(&mut self, n: usize) {
+        let h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        self.0 = (h ^ n as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+
     fn finish(&self) -> u64 {
         self.0
     }
@@ -87,7 +97,9 @@ thread_local! {
     /// as sent, not by the command's own name: `rename-command` moves a command to another
     /// name (`COMMAND` still shows the original), and `RedisModule_Call` runs whatever the
     /// sent name finds. Main thread only.
-    static TABLE: RefCell<Table> = RefCell::new(Table::default());
+    static TABLE: RefCell<Table> = const {
+        RefCell::new(Table::with_hasher(BuildHasherDefault::new()))
+    };
 }
 
 /// Scripts and functions: the only `noscript` commands an inner command may be.
