@@ -184,6 +184,29 @@ fn a_renamed_command_is_judged_as_the_command_that_runs() {
         2
     );
     assert_eq!(common::info_field(&mut c, "fenced_total") - ran, 2);
+    // ACL rules name commands by their own names; NOPERM names the command that runs (`set`,
+    // sent as `BLPOP`), as for the command sent directly (the module writes 7.0's text).
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("u")
+        .arg("on")
+        .arg("nopass")
+        .arg("+@all")
+        .arg("-set")
+        .arg("~*")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("AUTH").arg("u").arg("x").query(&mut c).unwrap();
+    let mut direct = redis::cmd("BLPOP");
+    direct.arg("d").arg("w");
+    let direct = error(&mut c, &direct);
+    assert!(direct.contains("'set' command"), "{direct}");
+    assert_eq!(error(&mut c, &fenced(t, &["BLPOP", "d", "w"])), direct);
+    let _: () = redis::cmd("AUTH")
+        .arg("default")
+        .arg("x")
+        .query(&mut c)
+        .unwrap();
     // The list BLPOP would have popped is untouched, the lock still held.
     let exists: i64 = redis::cmd("EXISTS").arg("k").query(&mut c).unwrap();
     assert_eq!(exists, 1);
