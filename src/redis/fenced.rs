@@ -22,7 +22,7 @@ use super::commands::{Answer, Args};
 use super::ffi;
 use super::globals;
 use super::host::{RedisHost, RedisKey};
-use super::{clients, server};
+use super::{clients, cluster, server};
 use crate::lock::args;
 
 type Ctx = *mut raw::RedisModuleCtx;
@@ -32,8 +32,8 @@ const NEEDS_RUN_AS_USER: &str = "ERR LOCK.FENCED needs Redis 7.0.6 or later";
 /// A read on 7.0 by a connection whose reads are tracked key by key.
 const UNTRACKED: &str = "ERR LOCK.FENCED reads are not tracked on this server version";
 
-/// What the module knows of a server command (from `COMMAND`). `Copy`, so that a lookup per
-/// call copies a few words and allocates nothing.
+/// What the module knows of a server command (from `COMMAND INFO`). `Copy`, so that a lookup
+/// per call copies a few words and allocates nothing.
 #[derive(Clone, Copy, Debug)]
 struct Inner {
     /// It is `COPY` (refused with `DB`).
@@ -46,9 +46,16 @@ struct Inner {
     container: bool,
 }
 
-/// FNV-1a over a command's name: the table holds the server's own names and is only looked
-/// up by what a caller sends, never added to, so no caller can make its chains longer; SipHash's
-/// defence is not needed and costs more than the rest of the lookup.
+/// A table entry: the command's judgement, and its own full name (`config|get`), which Redis
+/// 7.0's `NOPERM` text names whatever name it was sent under.
+struct Entry {
+    inner: Inner,
+    fullname: Box<str>,
+}
+
+/// FNV-1a over a command's name: the table only holds names the server resolves to one of its
+/// commands (at most one live name per command), so no caller can make its chains longer;
+/// SipHash's defence is not needed and costs more than the rest of the lookup.
 #[derive(Default)]
 struct NameHasher(u64);
 
@@ -65,17 +72,34 @@ impl Hasher for NameHasher {
         self.0 = h;
     }
 
+    /// The length `[u8]`'s `Hash` writes before the bytes: one step, not eight.
+    fn write_usize(&mut self, n: usize) {
+        let h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        self.0 = (h ^ n as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+
     fn finish(&self) -> u64 {
         self.0
     }
 }
 
-type Table = HashMap<String, Inner, BuildHasherDefault<NameHasher>>;
+/// Entries by the name a caller sent, ASCII letters lowered (Redis's own command lookup folds
+/// ASCII case only), `name|sub` for a subcommand.
+type Table = HashMap<Box<[u8]>, Entry, BuildHasherDefault<NameHasher>>;
 
 thread_local! {
-    /// The server's commands by lower-case full name, read at load and again at the first
-    /// `LOCK.FENCED` after a module is loaded or unloaded (`None`: to be read). Main thread only.
-    static TABLE: RefCell<Option<Table>> = const { RefCell::new(None) };
+    /// What the server's live command dictionary resolves each name sent so far to (never a
+    /// name it does not know), emptied when a module is loaded or unloaded. Keyed by the name
+    /// as sent, not by the command's own name: `rename-command` moves a command to another
+    /// name (`COMMAND` still shows the original), and `RedisModule_Call` runs whatever the
+    /// sent name finds. Main thread only.
+    static TABLE: RefCell<Table> = const {
+        RefCell::new(Table::with_hasher(BuildHasherDefault::new()))
+    };
 }
 
 /// Scripts and functions: the only `noscript` commands an inner command may be.
@@ -88,36 +112,71 @@ const SCRIPTS: [&str; 6] = [
     "fcall_ro",
 ];
 
-/// Reads the command table now (at load).
-pub fn load_table(ctx: Ctx) {
-    let table = read_table(ctx);
-    TABLE.with(|t| *t.borrow_mut() = table);
+/// At load: the table starts empty (each name is resolved at its first use).
+pub fn load_table(_ctx: Ctx) {
+    forget_table();
 }
 
-/// A module was loaded or unloaded: the table is read again before it is next used.
+/// A module was loaded or unloaded: every name is resolved again before it is next used.
 pub fn forget_table() {
-    TABLE.with(|t| *t.borrow_mut() = None);
+    TABLE.with(|t| t.borrow_mut().clear());
 }
 
-/// The whole of `COMMAND`'s reply, by name; `None` if it cannot be read.
-fn read_table(ctx: Ctx) -> Option<Table> {
-    // SAFETY: no arguments ("" format); the reply is freed below.
-    let reply = unsafe { rm!(RedisModule_Call(ctx, c"COMMAND".as_ptr(), c"".as_ptr())) };
+/// Whether another module's command may run through `LOCK.FENCED` here: a module command that
+/// blocks without the `blocking` flag (nothing in its entry tells) must be undone at once, and
+/// only Redis 8.6+ (tested: 8.6.3) survives that. On Redis 7.0 (no `K`) the blocked temporary
+/// client fails `(c->flags & CLIENT_BLOCKED) == 0` in RM_Call; on Redis 8.2.3 and Valkey
+/// 8.1.8 / 9.1.2 (tested; Redis 7.2 .. 8.4 untested) `RedisModule_CallReplyPromiseAbort`
+/// fails `c->duration == 0` in `resetClient`: both abort the server. Read once.
+fn module_blocks_abort_safely(ctx: Ctx) -> bool {
+    static SAFE: OnceLock<bool> = OnceLock::new();
+    *SAFE.get_or_init(|| {
+        let [name, version] =
+            server::server_info_text(ctx, c"server", [c"server_name", c"redis_version"]);
+        let mut parts = version
+            .as_deref()
+            .unwrap_or("")
+            .split('.')
+            .map(|p| p.parse::<u32>().ok());
+        let (major, minor) = (parts.next().flatten(), parts.next().flatten());
+        // Valkey names itself; Redis 8 does too, Redis 7 does not.
+        name.as_deref().is_none_or(|n| n == "redis")
+            && matches!((major, minor), (Some(major), Some(minor)) if (major, minor) >= (8, 6))
+    })
+}
+
+/// What the server's live dictionary resolves `name` (a command name as sent) to:
+/// `COMMAND INFO name`, which looks `name` up where a call of it would (the renamed
+/// dictionary), and names the command by its own name. `Ok(false)`: no such command; `Err`:
+/// the server did not answer.
+fn resolve(ctx: Ctx, key: &[u8], name: *mut raw::RedisModuleString) -> Result<bool, ()> {
+    // SAFETY: "cs": a C string and a live module string; the reply is freed below.
+    let reply = unsafe {
+        rm!(RedisModule_Call(
+            ctx,
+            c"COMMAND".as_ptr(),
+            c"cs".as_ptr(),
+            c"INFO".as_ptr(),
+            name
+        ))
+    };
     if reply.is_null() {
-        return None;
+        return Err(());
     }
-    let mut table = Table::default();
-    for i in 0..reply_len(reply) {
-        add_entry(&mut table, element(reply, i));
+    let entry = element(reply, 0);
+    let found = reply_len(entry) > 0;
+    if found {
+        TABLE.with(|t| add_entry(ctx, &mut t.borrow_mut(), key.to_vec(), entry));
     }
     // SAFETY: `reply` came from `RedisModule_Call` and is freed once.
     unsafe { rm!(RedisModule_FreeCallReply(reply)) };
-    Some(table)
+    Ok(found)
 }
 
-/// One `COMMAND` entry (and its subcommands): name, arity, flags, first, last, step, ACL
-/// categories, tips, key specs, subcommands.
-fn add_entry(table: &mut Table, entry: *mut raw::RedisModuleCallReply) {
+/// One `COMMAND INFO` entry (and its subcommands), under `key`: name, arity, flags, first,
+/// last, step, ACL categories, tips, key specs, subcommands. The judgement uses the entry's own
+/// name (that of the command that runs), never the name it was sent under.
+fn add_entry(ctx: Ctx, table: &mut Table, key: Vec<u8>, entry: *mut raw::RedisModuleCallReply) {
     let Some(fullname) = text(element(entry, 0)).map(|n| n.to_ascii_lowercase()) else {
         return;
     };
@@ -137,22 +196,39 @@ fn add_entry(table: &mut Table, entry: *mut raw::RedisModuleCallReply) {
                 .iter()
                 .any(|f| has(&flags, f))
             || ["@connection", "@transaction"].iter().any(|c| has(&acl, c))
-            || (key_specs == 0 && !container));
-    let copy = fullname == "copy";
+            || (key_specs == 0 && !container)
+            // Another module's command where a block inside the call cannot be undone
+            // safely: see `module_blocks_abort_safely`.
+            || (has(&flags, "module") && !module_blocks_abort_safely(ctx)));
+    let inner = Inner {
+        copy: fullname == "copy",
+        arity,
+        refused,
+        script,
+        readonly: has(&flags, "readonly"),
+        container,
+    };
+    for i in 0..reply_len(subcommands) {
+        let sub = element(subcommands, i);
+        // A subcommand's own name is `container|sub`: filed under `key|sub`.
+        let Some(name) = text(element(sub, 0)) else {
+            continue;
+        };
+        let Some((_, sub_name)) = name.split_once('|') else {
+            continue;
+        };
+        let mut sub_key = key.clone();
+        sub_key.push(b'|');
+        sub_key.extend(sub_name.bytes().map(|b| b.to_ascii_lowercase()));
+        add_entry(ctx, table, sub_key, sub);
+    }
     table.insert(
-        fullname,
-        Inner {
-            copy,
-            arity,
-            refused,
-            script,
-            readonly: has(&flags, "readonly"),
-            container,
+        key.into_boxed_slice(),
+        Entry {
+            inner,
+            fullname: fullname.into_boxed_str(),
         },
     );
-    for i in 0..reply_len(subcommands) {
-        add_entry(table, element(subcommands, i));
-    }
 }
 
 fn reply_len(reply: *mut raw::RedisModuleCallReply) -> usize {
@@ -215,65 +291,74 @@ enum Lookup {
 }
 
 /// Room on the stack for a lower-cased command name (`container|sub` included): longer names
-/// are lower-cased into a `String`, as every name was before.
+/// are lowered into a `Vec`.
 const NAME_ROOM: usize = 64;
 
-/// The table's key for `parts` joined by `|`, lower case: the text of the bytes
-/// (`from_utf8_lossy`) with ASCII letters lowered. In `buf` when it fits and is UTF-8, so a
-/// call of `LOCK.FENCED` does not allocate for it.
-fn table_name<'b>(parts: &[&[u8]], buf: &'b mut [u8; NAME_ROOM]) -> Cow<'b, str> {
+/// The table's key for `parts` joined by `|`, ASCII letters lowered, every other byte kept.
+/// In `buf` when it fits, so a call of `LOCK.FENCED` does not allocate for it.
+fn table_key<'b>(parts: &[&[u8]], buf: &'b mut [u8; NAME_ROOM]) -> Cow<'b, [u8]> {
     let len = parts.iter().map(|p| p.len()).sum::<usize>() + parts.len().saturating_sub(1);
-    if len <= NAME_ROOM {
-        let mut at = 0;
-        for (i, part) in parts.iter().enumerate() {
-            if i > 0 {
-                buf[at] = b'|';
-                at += 1;
-            }
-            buf[at..at + part.len()].copy_from_slice(part);
-            at += part.len();
+    let mut owned = Vec::new();
+    let out: &mut [u8] = if len <= NAME_ROOM {
+        &mut buf[..len]
+    } else {
+        owned.resize(len, 0);
+        &mut owned
+    };
+    let mut at = 0;
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            out[at] = b'|';
+            at += 1;
         }
-        let lowered = &mut buf[..len];
-        lowered.make_ascii_lowercase();
-        if let Ok(name) = std::str::from_utf8(lowered) {
-            return Cow::Borrowed(name);
-        }
+        out[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
     }
-    let joined: Vec<String> = parts
-        .iter()
-        .map(|p| String::from_utf8_lossy(p).to_ascii_lowercase())
-        .collect();
-    Cow::Owned(joined.join("|"))
+    out.make_ascii_lowercase();
+    if len <= NAME_ROOM {
+        Cow::Borrowed(&buf[..len])
+    } else {
+        Cow::Owned(owned)
+    }
 }
 
 /// What the table says of the inner command, `args` 3 on (its name, then its arguments),
-/// reading the table first if it has to.
+/// resolving the name first if it is new.
 fn look_up(ctx: Ctx, args: Args<'_>) -> Lookup {
     if args.count() < 4 {
         return Lookup::Missing;
     }
     let first = args.bytes(3);
+    // `COMMAND INFO a|b` reads `a|b` as container `a`, subcommand `b`; a call of `a|b` looks
+    // up the name `a|b` (not a command unless renamed to it: then it is refused, unjudged).
+    if first.contains(&b'|') {
+        return Lookup::Missing;
+    }
     let mut buf = [0u8; NAME_ROOM];
-    let name = table_name(&[first], &mut buf);
-    TABLE.with(|t| {
-        let mut t = t.borrow_mut();
-        if t.is_none() {
-            *t = read_table(ctx);
-        }
-        let Some(table) = t.as_ref() else {
-            return Lookup::NoTable;
+    let name = table_key(&[first], &mut buf);
+    // The entry, or its subcommand's; `None` when the name is new to the table.
+    let judge = |table: &Table| {
+        let found = table.get(name.as_ref())?;
+        let found = if found.inner.container && args.count() > 4 {
+            let mut buf = [0u8; NAME_ROOM];
+            table
+                .get(table_key(&[first, args.bytes(4)], &mut buf).as_ref())
+                .map(|e| e.inner)
+        } else {
+            Some(found.inner)
         };
-        let found = match table.get(name.as_ref()) {
-            Some(found) if found.container && args.count() > 4 => {
-                let mut buf = [0u8; NAME_ROOM];
-                table
-                    .get(table_name(&[first, args.bytes(4)], &mut buf).as_ref())
-                    .copied()
-            }
-            found => found.copied(),
-        };
-        found.map_or(Lookup::Missing, Lookup::Found)
-    })
+        Some(found.map_or(Lookup::Missing, Lookup::Found))
+    };
+    if let Some(found) = TABLE.with(|t| judge(&t.borrow())) {
+        return found;
+    }
+    match resolve(ctx, &name, args.raw(3)) {
+        Ok(true) => TABLE
+            .with(|t| judge(&t.borrow()))
+            .unwrap_or(Lookup::Missing),
+        Ok(false) => Lookup::Missing,
+        Err(()) => Lookup::NoTable,
+    }
 }
 
 /// Whether the server has no such command (or subcommand), so that a call cannot run it:
@@ -329,6 +414,14 @@ fn is_7_0() -> bool {
 
 /// `LOCK.FENCED key token command [arg ...]`
 pub fn fenced(ctx: Ctx, args: Args<'_>) -> Result<Answer, Answer> {
+    // Always served by the slot's master. Not being a `write` command, it reaches a cluster
+    // replica from a `READONLY` connection: the replica's copy cannot vouch for a token, so
+    // nothing is checked or run here, and the caller gets the `MOVED` a write would.
+    if globals::is_replica() && server::cluster_enabled(ctx) {
+        if let Some(redirect) = cluster::redirect(ctx, args.bytes(1)) {
+            return Err(Answer::Error(Cow::Owned(redirect)));
+        }
+    }
     // SAFETY: reads a function pointer the module API table filled in at load (7.0.6+).
     if unsafe { raw::RedisModule_SetContextUser }.is_none() {
         return Err(refused(Cow::Borrowed(NEEDS_RUN_AS_USER)));
@@ -605,24 +698,23 @@ fn noperm_7_0(text: &str, args: Args<'_>) -> Option<String> {
         .unwrap_or(text)
         .strip_prefix("acl verification failed, ")?;
     if why.starts_with("can't run") {
-        let name = String::from_utf8_lossy(args.bytes(3)).to_ascii_lowercase();
-        let inner: Vec<&[u8]> = (3..args.count()).map(|i| args.bytes(i)).collect();
-        let fullname = match inner.get(1) {
-            Some(sub)
-                if TABLE.with(|t| {
-                    t.borrow()
-                        .as_ref()
-                        .and_then(|t| t.get(&name).map(|i| i.container))
-                        .unwrap_or(false)
-                }) =>
-            {
-                format!(
-                    "{name}|{}",
-                    String::from_utf8_lossy(sub).to_ascii_lowercase()
-                )
-            }
-            _ => name,
-        };
+        // Redis names the command's own full name, whatever name it was sent under.
+        let mut buf = [0u8; NAME_ROOM];
+        let mut sub_buf = [0u8; NAME_ROOM];
+        let name = table_key(&[args.bytes(3)], &mut buf);
+        let fullname = TABLE
+            .with(|t| {
+                let t = t.borrow();
+                let entry = t.get(name.as_ref())?;
+                let sub = match args.count() {
+                    n if n > 4 && entry.inner.container => {
+                        t.get(table_key(&[args.bytes(3), args.bytes(4)], &mut sub_buf).as_ref())
+                    }
+                    _ => None,
+                };
+                Some(sub.unwrap_or(entry).fullname.to_string())
+            })
+            .unwrap_or_else(|| String::from_utf8_lossy(&name).into_owned());
         Some(format!(
             "NOPERM this user has no permissions to run the '{fullname}' command"
         ))
@@ -722,34 +814,40 @@ mod tests {
         assert!(arity_fits(0, 7));
     }
 
-    /// The table's key is what lower-casing the name's text (and `|sub`) into a `String` gave:
-    /// on the stack when it fits, whatever the bytes.
+    /// The table's key folds what Redis's own command lookup folds (ASCII letters, as
+    /// `strcasecmp` does) and nothing else: two names get one key exactly when the server would
+    /// find one command under both. The key is the entry judged, so a key shared by two names
+    /// the server tells apart would judge one by the other's entry (as a lossy UTF-8 key did for
+    /// any two invalid names). Same bytes on the stack and past `NAME_ROOM`.
     #[test]
-    fn table_names() {
-        let old = |parts: &[&[u8]]| {
-            parts
-                .iter()
-                .map(|p| String::from_utf8_lossy(p).to_ascii_lowercase())
-                .collect::<Vec<_>>()
-                .join("|")
-        };
-        let long = [b'X'; NAME_ROOM + 1];
-        let cases: [&[&[u8]]; 7] = [
-            &[b"SET"],
-            &[b"hSeT"],
-            &[b"CLIENT", b"List"],
-            &[b"caf\xc3\x89"],
-            &[b"bad\xff\xfeNAME"],
-            &[&long],
-            &[&long[..NAME_ROOM - 4], b"SUB"],
-        ];
-        for parts in cases {
+    fn table_keys() {
+        let key = |parts: &[&[u8]]| {
             let mut buf = [0u8; NAME_ROOM];
-            let name = table_name(parts, &mut buf);
-            assert_eq!(name.as_ref(), old(parts), "{parts:?}");
-            let fits = parts.iter().map(|p| p.len() + 1).sum::<usize>() - 1 <= NAME_ROOM
-                && parts.iter().all(|p| std::str::from_utf8(p).is_ok());
-            assert_eq!(matches!(name, Cow::Borrowed(_)), fits, "{parts:?}");
-        }
+            table_key(parts, &mut buf).into_owned()
+        };
+        assert_eq!(key(&[b"hSeT"]), b"hset");
+        assert_eq!(key(&[b"CLIENT", b"List"]), b"client|list");
+        // Not ASCII: kept as sent (Redis does not fold `\xc3\x89` to `\xc3\xa9`).
+        assert_eq!(key(&[b"caf\xc3\x89"]), b"caf\xc3\x89");
+        // Invalid UTF-8 stays distinct byte for byte.
+        assert_eq!(key(&[b"BAD\xff"]), b"bad\xff");
+        assert_ne!(key(&[b"bad\xff"]), key(&[b"bad\xfe"]));
+        // Past the room on the stack: the same key, built on the heap.
+        let long = [b'X'; NAME_ROOM + 1];
+        let mut buf = [0u8; NAME_ROOM];
+        let far = table_key(&[&long], &mut buf);
+        assert!(matches!(far, Cow::Owned(_)));
+        assert_eq!(far.as_ref(), [b'x'; NAME_ROOM + 1]);
+        let mut buf = [0u8; NAME_ROOM];
+        let exact = table_key(&[&long[..NAME_ROOM - 4], b"SuB"], &mut buf);
+        assert!(matches!(exact, Cow::Borrowed(_)));
+        let mut want = vec![b'x'; NAME_ROOM - 4];
+        want.extend_from_slice(b"|sub");
+        assert_eq!(exact.as_ref(), want);
+        let mut buf = [0u8; NAME_ROOM];
+        let over = table_key(&[&long[..NAME_ROOM - 3], b"SuB"], &mut buf);
+        assert!(matches!(over, Cow::Owned(_)));
+        want.insert(0, b'x');
+        assert_eq!(over.as_ref(), want);
     }
 }

@@ -744,6 +744,65 @@ fn cluster_keys_must_share_the_lock_keys_slot() {
     assert_eq!(get(&mut c, &tagged).as_deref(), Some("1"));
 }
 
+/// `calls` of `cmdstat_<name>` in `INFO commandstats` (0 if never run).
+fn calls(c: &mut redis::Connection, name: &str) -> i64 {
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// "In a cluster it is always served by the slot's master": `LOCK.FENCED` is not a `write`
+/// command, so Redis itself serves it on a replica for a `READONLY` connection. The replica
+/// must not check the token against its copy nor run anything (a read would return the
+/// replica's data under a token only the master can vouch for): it answers the `MOVED` to the
+/// master a write would get, whatever the inner command and the token.
+#[test]
+fn a_readonly_replica_redirects_to_the_master_and_runs_nothing() {
+    let cluster = common::cluster::Cluster::start_with(1);
+    let master = cluster.masters()[0];
+    let key = cluster.key_on(master.port, "lock:");
+    let data = format!("{{{key}}}:data");
+    let mut m = master.conn();
+    let t = acquire(&mut m, &key, "a");
+    let _: () = redis::cmd("SET").arg(&data).arg("1").query(&mut m).unwrap();
+    let replica = cluster.replica_of_master(master.port);
+    let mut r = replica.conn();
+    let _: () = redis::cmd("READONLY").query(&mut r).unwrap();
+    // The replica has the lock and the data (a direct read is served there).
+    assert!(eventually(SOON, || get(&mut r, &data).as_deref()
+        == Some("1")
+        && common::lock_info(&mut r, &key).is_some()));
+    let slot = common::cluster::key_slot(&key);
+    let moved = format!("MOVED {slot} 127.0.0.1:{}", master.port);
+    let (ran, stale, gets, sets) = (
+        info_field(&mut r, "fenced_total"),
+        info_field(&mut r, "fenced_stale_total"),
+        calls(&mut r, "get"),
+        calls(&mut r, "set"),
+    );
+    for inner in [
+        &["GET", &data][..],
+        &["SET", &data, "2"][..],
+        &["EVAL", "return redis.call('GET', KEYS[1])", "1", &data][..],
+    ] {
+        for token in [t, t + 1] {
+            let e = error(&mut r, &fenced(&key, token, inner));
+            assert_eq!(e, moved, "{inner:?} with token {token}");
+        }
+    }
+    assert_eq!(info_field(&mut r, "fenced_total"), ran);
+    assert_eq!(info_field(&mut r, "fenced_stale_total"), stale);
+    assert_eq!(calls(&mut r, "get"), gets);
+    assert_eq!(calls(&mut r, "set"), sets);
+    // The master serves it.
+    let v: Option<String> = fenced(&key, t, &["GET", &data]).query(&mut m).unwrap();
+    assert_eq!(v.as_deref(), Some("1"));
+}
+
 #[test]
 fn a_script_checks_at_its_frozen_command_time_on_7_2() {
     let server = Server::start();

@@ -97,3 +97,358 @@ fn a_busy_script_whose_caller_disconnects_does_not_crash_the_server() {
         .unwrap();
     assert_eq!(n, 2);
 }
+
+/// The error text (code and message) of a command that must fail.
+fn error(c: &mut redis::Connection, cmd: &redis::Cmd) -> String {
+    match cmd.query::<redis::Value>(c) {
+        Ok(v) => panic!("expected an error from {}, got {v:?}", common::show(cmd)),
+        Err(e) => match (e.code(), e.detail()) {
+            (Some(code), Some(detail)) => format!("{code} {detail}"),
+            (Some(code), None) => code.to_string(),
+            _ => e.to_string(),
+        },
+    }
+}
+
+fn fenced(t: u64, inner: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.FENCED");
+    cmd.arg("k").arg(t);
+    for a in inner {
+        cmd.arg(*a);
+    }
+    cmd
+}
+
+/// Found: with `rename-command`, the inner command was judged by the entry of the command whose
+/// ORIGINAL name the caller sent (the module's table came from `COMMAND`, which names commands
+/// by their original names), while `RedisModule_Call` runs the command found under the name as
+/// sent in the server's live, renamed dictionary. With SET and BLPOP swapped, `set` (BLPOP, a
+/// blocking command) was let through and `blpop` (a plain SET) was refused; a name renamed away
+/// (`flushall` -> "") was refused as a known command instead of being unknown; a container
+/// under its new name (`obj` for OBJECT) was refused as unknown to the table. Must hold: the
+/// entry judged is the one of the command that runs under the name sent (subcommands
+/// included); a renamed-away name is Redis's own unknown command.
+#[test]
+fn a_renamed_command_is_judged_as_the_command_that_runs() {
+    let server = Server::with_args(&[
+        "--rename-command",
+        "set",
+        "swap_tmp",
+        "--rename-command",
+        "blpop",
+        "set",
+        "--rename-command",
+        "swap_tmp",
+        "blpop",
+        "--rename-command",
+        "object",
+        "obj",
+        "--rename-command",
+        "flushall",
+        "",
+    ]);
+    let mut c = server.conn();
+    let t: u64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("a")
+        .arg(LONG_TTL)
+        .query(&mut c)
+        .unwrap();
+    let refused = common::info_field(&mut c, "fenced_refused_total");
+    let ran = common::info_field(&mut c, "fenced_total");
+    // `set` is BLPOP now: refused as the blocking command it is, before the token.
+    for token in [t, 1] {
+        let e = error(&mut c, &fenced(token, &["set", "l", "0"]));
+        assert_eq!(e, "ERR set cannot run in LOCK.FENCED");
+    }
+    // `BLPOP` is SET now: a plain keyed write, run.
+    let ok: String = fenced(t, &["BLPOP", "d", "v"]).query(&mut c).unwrap();
+    assert_eq!(ok, "OK");
+    let d: Option<String> = redis::cmd("GET").arg("d").query(&mut c).unwrap();
+    assert_eq!(d.as_deref(), Some("v"));
+    // A container under its new name, judged by its subcommand's entry.
+    let enc: String = fenced(t, &["obj", "encoding", "d"]).query(&mut c).unwrap();
+    assert_eq!(enc, "embstr");
+    let e = error(&mut c, &fenced(t, &["obj", "nosuch", "d"]));
+    assert!(e.to_lowercase().contains("unknown subcommand"), "{e}");
+    // Names gone from the live dictionary are unknown, as sent directly.
+    for gone in [&["flushall"][..], &["object", "encoding", "d"][..]] {
+        let e = error(&mut c, &fenced(t, gone));
+        assert!(e.starts_with("ERR unknown command"), "{gone:?}: {e}");
+    }
+    // `container|sub` is no command name (COMMAND INFO would read it as one).
+    let e = error(&mut c, &fenced(t, &["obj|encoding", "d"]));
+    assert!(e.starts_with("ERR unknown command"), "{e}");
+    assert_eq!(
+        common::info_field(&mut c, "fenced_refused_total") - refused,
+        2
+    );
+    assert_eq!(common::info_field(&mut c, "fenced_total") - ran, 2);
+    // ACL rules name commands by their own names; NOPERM names the command that runs (`set`,
+    // sent as `BLPOP`), as for the command sent directly (the module writes 7.0's text).
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("u")
+        .arg("on")
+        .arg("nopass")
+        .arg("+@all")
+        .arg("-set")
+        .arg("~*")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("AUTH").arg("u").arg("x").query(&mut c).unwrap();
+    let mut direct = redis::cmd("BLPOP");
+    direct.arg("d").arg("w");
+    let direct = error(&mut c, &direct);
+    assert!(direct.contains("'set' command"), "{direct}");
+    assert_eq!(error(&mut c, &fenced(t, &["BLPOP", "d", "w"])), direct);
+    let _: () = redis::cmd("AUTH")
+        .arg("default")
+        .arg("x")
+        .query(&mut c)
+        .unwrap();
+    // The list BLPOP would have popped is untouched, the lock still held.
+    let exists: i64 = redis::cmd("EXISTS").arg("k").query(&mut c).unwrap();
+    assert_eq!(exists, 1);
+}
+
+/// A second module, for what `LOCK.FENCED` does with another module's commands: C without
+/// `redismodule.h` (the API is fetched by name), built with the system's `cc`. `probe.write key`
+/// replies `PROBED` and has `flags`; `probe.block key` (flags `write`, not `blocking`) blocks
+/// for 30 s and then replies `UNBLOCKED`. Module name `fencedprobe`.
+fn probe_module(dir: &std::path::Path, file: &str, flags: &str) -> String {
+    const SOURCE: &str = r#"
+typedef struct RedisModuleCtx RedisModuleCtx;
+typedef struct RedisModuleString RedisModuleString;
+typedef struct RedisModuleBlockedClient RedisModuleBlockedClient;
+typedef int (*CmdFunc)(RedisModuleCtx *, RedisModuleString **, int);
+typedef int (*GetApiFn)(const char *, void *);
+static void (*SetModuleAttribs)(RedisModuleCtx *, const char *, int, int);
+static int (*CreateCommand)(RedisModuleCtx *, const char *, CmdFunc, const char *, int, int, int);
+static int (*ReplyWithSimpleString)(RedisModuleCtx *, const char *);
+static RedisModuleBlockedClient *(*BlockClient)(RedisModuleCtx *, CmdFunc, CmdFunc,
+                                                 void (*)(RedisModuleCtx *, void *), long long);
+static int wrote(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    (void)argv; (void)argc;
+    return ReplyWithSimpleString(ctx, "PROBED");
+}
+static int unblocked(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    (void)argv; (void)argc;
+    return ReplyWithSimpleString(ctx, "UNBLOCKED");
+}
+static int block(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    (void)argv; (void)argc;
+    BlockClient(ctx, unblocked, unblocked, 0, 30000);
+    return 0;
+}
+int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    (void)argv; (void)argc;
+    GetApiFn get = (GetApiFn)((void **)ctx)[0];
+    if (get("RedisModule_SetModuleAttribs", &SetModuleAttribs) ||
+        get("RedisModule_CreateCommand", &CreateCommand) ||
+        get("RedisModule_ReplyWithSimpleString", &ReplyWithSimpleString) ||
+        get("RedisModule_BlockClient", &BlockClient))
+        return 1;
+    SetModuleAttribs(ctx, "fencedprobe", 1, 1);
+    if (CreateCommand(ctx, "probe.write", wrote, PROBE_FLAGS, 1, 1, 1) ||
+        CreateCommand(ctx, "probe.block", block, "write", 1, 1, 1))
+        return 1;
+    return 0;
+}
+"#;
+    let src = dir.join(format!("{file}.c"));
+    let lib = dir.join(format!("{file}.so"));
+    std::fs::write(&src, SOURCE).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = std::process::Command::new(&cc)
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&lib)
+        .arg(format!("-DPROBE_FLAGS=\"{flags}\""))
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("{cc} (a C compiler builds the probe module): {e}"));
+    assert!(
+        out.status.success(),
+        "building the probe module: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lib.to_string_lossy().into_owned()
+}
+
+fn is_7_0(c: &mut redis::Connection) -> bool {
+    let v = common::info_str(c, "server", "redis_version");
+    v.starts_with("7.0.") || v.starts_with("6.")
+}
+
+/// Whether the server survives aborting a module command blocked inside `RedisModule_Call`
+/// (Redis 8.6+; not Valkey): elsewhere `LOCK.FENCED` refuses other modules' commands.
+fn module_blocks_undone(c: &mut redis::Connection) -> bool {
+    let info: String = redis::cmd("INFO").arg("server").query(c).unwrap();
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .map(|v| v.trim().to_string())
+    };
+    let mut v = field("redis_version")
+        .unwrap_or_default()
+        .split('.')
+        .map(|p| p.parse::<u32>().unwrap_or(0))
+        .collect::<Vec<_>>();
+    v.resize(2, 0);
+    field("server_name").is_none_or(|n| n == "redis") && (v[0], v[1]) >= (8, 6)
+}
+
+/// A blocking command never blocks through `LOCK.FENCED`: every built-in command flagged
+/// `blocking` is refused before the token (`WAIT` and `WAITAOF` have no key); a module command
+/// that blocks without the flag is aborted (RM_Call's `K`) and answered `would block`, the
+/// server free at once. Found: a module command blocking inside the call aborted the server
+/// everywhere but Redis 8.6: on 7.0 (no `K`) `'(c->flags & CLIENT_BLOCKED) == 0' is not true`
+/// in RM_Call, on Redis 8.2 and Valkey 8.1 / 9.1 `'c->duration == 0' is not true` in
+/// `resetClient` under `RedisModule_CallReplyPromiseAbort`. There other modules' commands are
+/// refused.
+#[test]
+fn blocking_commands_are_refused_and_never_block() {
+    let server = Server::with_args(&["--enable-module-command", "yes"]);
+    let mut c = server.conn();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let old = is_7_0(&mut c);
+    let undone = module_blocks_undone(&mut c);
+    let t: u64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("a")
+        .arg(LONG_TTL)
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("s")
+        .arg("g")
+        .arg("$")
+        .arg("MKSTREAM")
+        .query(&mut c)
+        .unwrap();
+    let mut blocking: Vec<&[&str]> = vec![
+        &["BLPOP", "l", "0"],
+        &["BRPOP", "l", "0"],
+        &["BRPOPLPUSH", "l", "m", "0"],
+        &["BLMOVE", "l", "m", "LEFT", "LEFT", "0"],
+        &["BLMPOP", "0", "1", "l", "LEFT"],
+        &["BZPOPMIN", "z", "0"],
+        &["BZPOPMAX", "z", "0"],
+        &["BZMPOP", "0", "1", "z", "MIN"],
+        &["XREAD", "BLOCK", "0", "STREAMS", "s", "$"],
+        &[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "c",
+            "BLOCK",
+            "0",
+            "STREAMS",
+            "s",
+            ">",
+        ],
+        &["WAIT", "1", "0"],
+    ];
+    if !old {
+        blocking.push(&["WAITAOF", "1", "0", "0"]);
+    }
+    for inner in blocking {
+        for token in [t, 1] {
+            let e = error(&mut c, &fenced(token, inner));
+            assert_eq!(e, format!("ERR {} cannot run in LOCK.FENCED", inner[0]));
+        }
+    }
+    // A module command that blocks without saying so.
+    let lib = probe_module(server.dir(), "probe", "write");
+    let _: () = redis::cmd("MODULE")
+        .arg("LOAD")
+        .arg(&lib)
+        .query(&mut c)
+        .unwrap();
+    let started = std::time::Instant::now();
+    let e = error(&mut c, &fenced(t, &["probe.block", "k"]));
+    if undone {
+        assert_eq!(e, "ERR probe.block would block in LOCK.FENCED");
+    } else {
+        assert_eq!(e, "ERR probe.block cannot run in LOCK.FENCED");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // From a script the server itself keeps it from blocking (an error on Redis, nil on Valkey
+    // 8.1): the same answer as the script sent directly, at once.
+    let script = "return redis.call('probe.block', KEYS[1])";
+    let show = |r: redis::RedisResult<redis::Value>| format!("{r:?}");
+    let direct = show(redis::cmd("EVAL").arg(script).arg(1).arg("k").query(&mut c));
+    let through = show(fenced(t, &["EVAL", script, "1", "k"]).query(&mut c));
+    assert_eq!(through, direct);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+    assert_eq!(pong, "PONG");
+    let exists: i64 = redis::cmd("EXISTS").arg("k").query(&mut c).unwrap();
+    assert_eq!(exists, 1);
+}
+
+/// Another module's commands are judged by their own flags, and the module's knowledge of a
+/// name is dropped when a module is loaded or unloaded: a name that went away is Redis's own
+/// unknown command (not the entry it had), and a command loaded again under the same name with
+/// other flags is judged by the new ones. (Where a module command blocking inside the call
+/// cannot be undone, every other module's command is refused: see
+/// `blocking_commands_are_refused_and_never_block`.)
+#[test]
+fn another_modules_commands_are_judged_by_their_own_flags_across_load_and_unload() {
+    let server = Server::with_args(&["--enable-module-command", "yes"]);
+    let mut c = server.conn();
+    let old = !module_blocks_undone(&mut c);
+    let t: u64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("a")
+        .arg(LONG_TTL)
+        .query(&mut c)
+        .unwrap();
+    let unknown = |c: &mut redis::Connection| {
+        for token in [t, 1] {
+            let e = error(c, &fenced(token, &["probe.write", "k"]));
+            assert!(e.starts_with("ERR unknown command"), "{e}");
+        }
+    };
+    unknown(&mut c);
+    let plain = probe_module(server.dir(), "plain", "write");
+    let blocking = probe_module(server.dir(), "blocking", "write blocking");
+    let load = |c: &mut redis::Connection, lib: &str| {
+        let _: () = redis::cmd("MODULE").arg("LOAD").arg(lib).query(c).unwrap();
+    };
+    let unload = |c: &mut redis::Connection| {
+        let _: () = redis::cmd("MODULE")
+            .arg("UNLOAD")
+            .arg("fencedprobe")
+            .query(c)
+            .unwrap();
+    };
+    load(&mut c, &plain);
+    if old {
+        let e = error(&mut c, &fenced(t, &["probe.write", "k"]));
+        assert_eq!(e, "ERR probe.write cannot run in LOCK.FENCED");
+    } else {
+        let ok: String = fenced(t, &["probe.write", "k"]).query(&mut c).unwrap();
+        assert_eq!(ok, "PROBED");
+        let e = error(&mut c, &fenced(t + 1, &["probe.write", "k"]));
+        assert!(e.starts_with("FENCED stale token"), "{e}");
+    }
+    unload(&mut c);
+    unknown(&mut c);
+    load(&mut c, &blocking);
+    for token in [t, 1] {
+        let e = error(&mut c, &fenced(token, &["probe.write", "k"]));
+        assert_eq!(e, "ERR probe.write cannot run in LOCK.FENCED");
+    }
+    unload(&mut c);
+    load(&mut c, &plain);
+    if !old {
+        let ok: String = fenced(t, &["probe.write", "k"]).query(&mut c).unwrap();
+        assert_eq!(ok, "PROBED");
+    }
+}
