@@ -58,6 +58,11 @@ type node struct {
 	// warm: a cluster client has loaded the slot map (its first command does, which the
 	// node timeout alone would cut on a busy machine).
 	warm atomic.Bool
+
+	// idle: connections for blocking commands kept between two, per server address.
+	idleMu sync.Mutex
+	idle   map[string][]*redis.Client
+	closed bool
 }
 
 // clusterWarmUp bounds a cluster client's first command, which loads the slot map first.
@@ -88,34 +93,96 @@ func (n *node) do(ctx context.Context, timeout time.Duration, args ...any) (any,
 	return v, err
 }
 
-// blocking runs a blocking command on a connection of its own, bounded by bound (0: none)
-// and by ctx; cancelling ctx closes the connection.
-func (n *node) blocking(ctx context.Context, key string, bound time.Duration, args ...any) (any, error) {
-	var base *redis.Options
+// maxIdleWaitConns is how many connections for blocking commands a node keeps open between two
+// of them (per server address), so that a worker that waits again at once (the hand-off of a
+// contended lock) does not dial and handshake on the way to its place in the queue.
+const maxIdleWaitConns = 16
+
+// waitConn is a connection of its own for one blocking command on the server of key: an idle
+// one kept from an earlier command, or a new one (one connection, no read timeout of
+// go-redis's: the context bounds the command).
+func (n *node) waitConn(ctx context.Context, key string) (*redis.Client, error) {
+	base := n.opts
 	if n.cluster != nil {
 		m, err := n.cluster.MasterForKey(ctx, key)
 		if err != nil {
 			return nil, err
 		}
 		base = m.Options()
-	} else {
-		base = n.opts
 	}
+	n.idleMu.Lock()
+	idle := n.idle[base.Addr]
+	if k := len(idle); k > 0 {
+		wc := idle[k-1]
+		n.idle[base.Addr] = idle[:k-1]
+		n.idleMu.Unlock()
+		return wc, nil
+	}
+	n.idleMu.Unlock()
 	o := ownOptions(base)
 	o.ReadTimeout = -1
 	o.PoolSize = 1
 	o.MinIdleConns = 0
 	o.MaxIdleConns = 0
-	wc := redis.NewClient(o)
-	defer wc.Close()
+	return redis.NewClient(o), nil
+}
+
+// keepWaitConn puts wc back for the next blocking command, or closes it (the node closed, or
+// enough kept).
+func (n *node) keepWaitConn(wc *redis.Client) {
+	addr := wc.Options().Addr
+	n.idleMu.Lock()
+	if !n.closed && len(n.idle[addr]) < maxIdleWaitConns {
+		if n.idle == nil {
+			n.idle = map[string][]*redis.Client{}
+		}
+		n.idle[addr] = append(n.idle[addr], wc)
+		n.idleMu.Unlock()
+		return
+	}
+	n.idleMu.Unlock()
+	_ = wc.Close()
+}
+
+// close closes the node's own clients: its connections for blocking commands kept idle, and
+// the client for the other commands.
+func (n *node) close() error {
+	n.idleMu.Lock()
+	n.closed = true
+	idle := n.idle
+	n.idle = nil
+	n.idleMu.Unlock()
+	for _, list := range idle {
+		for _, wc := range list {
+			_ = wc.Close()
+		}
+	}
+	return n.rdb.Close()
+}
+
+// blocking runs a blocking command on a connection of its own, bounded by bound (0: none)
+// and by ctx; cancelling ctx closes the connection (the server drops the waiter). The
+// connection is kept for the next blocking command only when the command was answered.
+func (n *node) blocking(ctx context.Context, key string, bound time.Duration, args ...any) (any, error) {
+	wc, err := n.waitConn(ctx, key)
+	if err != nil {
+		return nil, err
+	}
 	if bound > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, bound)
 		defer cancel()
 	}
 	stop := context.AfterFunc(ctx, func() { _ = wc.Close() })
-	defer stop()
 	v, err := wc.Do(ctx, args...).Result()
+	var rerr redis.Error
+	answered := err == nil || errors.As(err, &rerr)
+	if stop() && answered {
+		// Neither cancelled nor cut: the connection is whole, with nothing left to read.
+		n.keepWaitConn(wc)
+	} else {
+		_ = wc.Close()
+	}
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -144,6 +211,22 @@ type Client struct {
 	idle   chan struct{}
 	bgCtx  context.Context
 	bgStop context.CancelFunc
+	// closing is cancelled when Close begins: it ends the waits and Observes still running.
+	closing  context.Context
+	closeNow context.CancelFunc
+}
+
+// errClosed is the cause of a wait or an Observe ended by Close.
+var errClosed = errors.New("relock: the client was closed")
+
+// untilClosed is ctx, cancelled also when the client is closed; done releases it.
+func (c *Client) untilClosed(ctx context.Context) (merged context.Context, done func()) {
+	merged, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.closing, func() { cancel(errClosed) })
+	return merged, func() {
+		stop()
+		cancel(nil)
+	}
 }
 
 // ClientOption sets an option of New and NewRedlock.
@@ -174,6 +257,7 @@ func NewRedlock(masters []redis.UniversalClient, opts ...ClientOption) *Client {
 func newClient(rdbs []redis.UniversalClient, opts []ClientOption) *Client {
 	c := &Client{nodeTimeout: DefaultNodeTimeout, retryDelay: DefaultRetryDelay, maxPartialHold: DefaultMaxPartialHold, live: map[*Hold]bool{}}
 	c.bgCtx, c.bgStop = context.WithCancel(context.Background())
+	c.closing, c.closeNow = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(c)
 	}
@@ -239,6 +323,7 @@ func (c *Client) masters() int {
 // running in the background, and closes relock's own connections (not the application's
 // go-redis clients).
 func (c *Client) Close() error {
+	c.closeNow()
 	c.mu.Lock()
 	holds := make([]*Hold, 0, len(c.live))
 	for h := range c.live {
@@ -253,7 +338,7 @@ func (c *Client) Close() error {
 	c.settle(time.Minute)
 	var first error
 	for _, n := range c.nodes {
-		if err := n.rdb.Close(); err != nil && first == nil {
+		if err := n.close(); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -537,6 +622,8 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 	}
 	mode := modeArgs(o.shared, o.limit, o.permits)
 	deadline, limited := waitDeadline(ctx, o.wait, time.Now())
+	ctx, done := c.untilClosed(ctx)
+	defer done()
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, &Error{Kind: ErrNotAcquired, Key: key, Retryable: true, Cause: err, Msg: fmt.Sprintf("lock %q: not acquired: %v", key, err)}
@@ -570,7 +657,13 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 			for i, t := range rnd.agreed {
 				tokens[i] = toInt(t, 0)
 			}
-			return c.newHold(key, nil, owner, ttlMS, tokens, started.Add(valid), mode, o.shared, autoRenew), nil
+			h := c.newHold(key, nil, owner, ttlMS, tokens, started.Add(valid), mode, o.shared, autoRenew)
+			if c.closing.Err() != nil {
+				// Granted while the client closed: given back, as Close gives back the rest.
+				_ = h.Release(context.Background())
+				return nil, &Error{Kind: ErrNotAcquired, Key: key, Cause: errClosed, Msg: fmt.Sprintf("lock %q: not acquired: %v", key, errClosed)}
+			}
+			return h, nil
 		}
 		c.releaseFailed(key, owner, time.Duration(ttlMS)*time.Millisecond, rnd)
 		waited := time.Duration(0)
@@ -630,10 +723,8 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 		return err
 	}
 	defer func() { _ = h.Release(context.WithoutCancel(ctx)) }()
-	fctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(h.Context(), func() { cancel(h.Err()) })
-	defer stop()
+	fctx, done := h.derive(ctx)
+	defer done()
 	return fn(fctx)
 }
 

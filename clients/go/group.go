@@ -55,6 +55,8 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, opts ...Option) 
 	ttl := time.Duration(ttlMS) * time.Millisecond
 	name := strings.Join(group, ",")
 	deadline, limited := waitDeadline(ctx, o.wait, time.Now())
+	ctx, done := c.untilClosed(ctx)
+	defer done()
 	n := len(group)
 	accept := func(r any) (any, error) {
 		if r == nil {
