@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -386,4 +388,56 @@ func TestDoPanics(t *testing.T) {
 	if live != 0 {
 		t.Fatalf("%d holds still live after the panic", live)
 	}
+}
+
+// TestWaitConnectionsKept: waits one after another reuse a connection kept from the one before
+// (a hand-off does not dial and handshake on the way into the queue); a wait cancelled closes
+// its connection (the server drops the waiter) and Close closes the kept ones.
+func TestWaitConnectionsKept(t *testing.T) {
+	noLeaks(t)
+	s := startServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr()})
+	defer rdb.Close()
+	c := New(rdb)
+	admin := plain(t, s)
+	received := func() int64 {
+		for _, l := range splitLines(admin.Info(bg(), "stats").Val()) {
+			if v, ok := strings.CutPrefix(l, "total_connections_received:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		t.Fatal("no total_connections_received")
+		return 0
+	}
+	h := mustAcquire(t, c, "kw", TTL(30*time.Second))
+	// The first wait dials; the next 20 (each granted by a release) reuse its connection.
+	for i := range 21 {
+		base := received()
+		got := make(chan *Hold, 1)
+		go func() {
+			w, err := c.Acquire(bg(), "kw", Wait(10*time.Second), TTL(30*time.Second))
+			if err != nil {
+				t.Errorf("wait %d: %v", i, err)
+			}
+			got <- w
+		}()
+		eventually(t, 10*time.Second, "queued", func() bool { return waiters(t, c, "kw") == 1 })
+		if err := h.Release(bg()); err != nil {
+			t.Fatal(err)
+		}
+		h = <-got
+		if h == nil {
+			t.FailNow()
+		}
+		if n := received() - base; i > 0 && n != 0 {
+			t.Fatalf("wait %d dialed %d connections", i, n)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the kept connection closed by Close", func() bool {
+		return strings.Count(admin.ClientList(bg()).Val(), "\n") == 1
+	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/redis/go-redis/v9/push"
 )
 
 // ownOptions are the options of one of relock's own clients: the application's (addresses,
@@ -20,13 +21,28 @@ import (
 // to its own client and cannot be shared).
 func ownOptions(base *redis.Options) *redis.Options {
 	o := *base
-	o.MaxRetries = -1
-	o.ContextTimeoutEnabled = true
-	o.PushNotificationProcessor = nil
+	ownRules(&o.MaxRetries, &o.ContextTimeoutEnabled, &o.PushNotificationProcessor, &o.MaintNotificationsConfig)
 	o.ClientSideCache = nil
 	o.ClientSideCacheConfig = nil
-	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	return &o
+}
+
+// ownClusterOptions: the same for a Redis Cluster (the cluster client makes its node clients
+// from these; an application's NewClient hook is not taken over).
+func ownClusterOptions(base *redis.ClusterOptions) *redis.ClusterOptions {
+	o := *base
+	ownRules(&o.MaxRetries, &o.ContextTimeoutEnabled, &o.PushNotificationProcessor, &o.MaintNotificationsConfig)
+	o.NewClient = nil
+	return &o
+}
+
+// ownRules are the settings both kinds of options share: no driver retries, context
+// deadlines honoured, no push-notification processor and no maintenance notifications.
+func ownRules(retries *int, contextDeadlines *bool, pushes *push.NotificationProcessor, maint **maintnotifications.Config) {
+	*retries = -1
+	*contextDeadlines = true
+	*pushes = nil
+	*maint = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
 // node is one server (or a whole Redis Cluster) the client talks to.
@@ -268,21 +284,17 @@ func newClient(rdbs []redis.UniversalClient, opts []ClientOption) *Client {
 	for _, u := range rdbs {
 		switch r := u.(type) {
 		case *redis.Client:
+			// opts: a copy of its own (the client keeps and initialises the one it is given),
+			// for the connections of blocking commands.
 			o := ownOptions(r.Options())
-			own := redis.NewClient(o)
-			c.nodes = append(c.nodes, &node{name: o.Addr, rdb: own, opts: ownOptions(r.Options())})
+			c.nodes = append(c.nodes, &node{name: o.Addr, rdb: redis.NewClient(o), opts: ownOptions(r.Options())})
 		case *redis.ClusterClient:
 			if len(rdbs) > 1 {
 				c.err = invalid("Redlock takes independent masters; pass a ClusterClient alone")
 				return c
 			}
-			o := *r.Options()
-			o.MaxRetries = -1
-			o.ContextTimeoutEnabled = true
-			o.PushNotificationProcessor = nil
-			o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-			o.NewClient = nil
-			own := redis.NewClusterClient(&o)
+			o := ownClusterOptions(r.Options())
+			own := redis.NewClusterClient(o)
 			c.cluster = true
 			c.nodes = append(c.nodes, &node{name: "cluster[" + strings.Join(o.Addrs, ",") + "]", rdb: own, cluster: own})
 		default:
