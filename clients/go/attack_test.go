@@ -202,7 +202,8 @@ func TestRedlockPausedMasterRelease(t *testing.T) {
 	}
 	c := NewRedlock(rdbs, NodeTimeout(200*time.Millisecond))
 	t.Cleanup(func() { _ = c.Close() })
-	h := mustAcquire(t, c, "pr", TTL(30*time.Second))
+	// With Wait, every master is asked (a try alone stops at a quorum), so each holds it.
+	h := mustAcquire(t, c, "pr", TTL(30*time.Second), Wait(5*time.Second))
 	eventually(t, 10*time.Second, "held on every master", func() bool {
 		for _, p := range plains {
 			if p.Exists(bg(), "pr").Val() != 1 {
@@ -400,20 +401,24 @@ func TestWaitConnectionsKept(t *testing.T) {
 	defer rdb.Close()
 	c := New(rdb)
 	admin := plain(t, s)
-	received := func() int64 {
-		for _, l := range splitLines(admin.Info(bg(), "stats").Val()) {
-			if v, ok := strings.CutPrefix(l, "total_connections_received:"); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				return n
+	// waiting: the id of the connection blocked in LOCK.WAIT (0: none).
+	waiting := func() int64 {
+		for _, l := range splitLines(admin.ClientList(bg()).Val()) {
+			if strings.Contains(strings.ToLower(l), " cmd=lock.wait ") {
+				for _, f := range strings.Fields(l) {
+					if v, ok := strings.CutPrefix(f, "id="); ok {
+						n, _ := strconv.ParseInt(v, 10, 64)
+						return n
+					}
+				}
 			}
 		}
-		t.Fatal("no total_connections_received")
 		return 0
 	}
 	h := mustAcquire(t, c, "kw", TTL(30*time.Second))
-	// The first wait dials; the next 20 (each granted by a release) reuse its connection.
+	// The first wait dials; the next 20 (each granted by a release) wait on its connection.
+	var first int64
 	for i := range 21 {
-		base := received()
 		got := make(chan *Hold, 1)
 		go func() {
 			w, err := c.Acquire(bg(), "kw", Wait(10*time.Second), TTL(30*time.Second))
@@ -422,7 +427,11 @@ func TestWaitConnectionsKept(t *testing.T) {
 			}
 			got <- w
 		}()
-		eventually(t, 10*time.Second, "queued", func() bool { return waiters(t, c, "kw") == 1 })
+		var id int64
+		eventually(t, 10*time.Second, "queued", func() bool { id = waiting(); return id != 0 })
+		if i == 0 {
+			first = id
+		}
 		if err := h.Release(bg()); err != nil {
 			t.Fatal(err)
 		}
@@ -430,8 +439,8 @@ func TestWaitConnectionsKept(t *testing.T) {
 		if h == nil {
 			t.FailNow()
 		}
-		if n := received() - base; i > 0 && n != 0 {
-			t.Fatalf("wait %d dialed %d connections", i, n)
+		if id != first {
+			t.Fatalf("wait %d on connection %d, not the kept %d", i, id, first)
 		}
 	}
 	if err := c.Close(); err != nil {
