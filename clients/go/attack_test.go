@@ -49,7 +49,7 @@ func TestLeaksLifecycle(t *testing.T) {
 	s := startServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: s.addr()})
 	defer rdb.Close()
-	c := New(rdb)
+	c := New(rdb, NodeTimeout(2*time.Second))
 	h, err := c.Acquire(bg(), "lk", TTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +119,7 @@ func TestLeaksLifecycle(t *testing.T) {
 func TestCancelMidRound(t *testing.T) {
 	noLeaks(t)
 	s := startServer(t)
-	c, rdb := locksOn(t, s)
+	c, rdb := locksOn(t, s, NodeTimeout(2*time.Second))
 
 	// During LOCK.WAIT, at the moment the holder releases (the grant and the cancellation
 	// race): either the waiter holds it (and renews it) or the server has nothing.
@@ -257,7 +257,7 @@ func TestRedlockPausedMasterRelease(t *testing.T) {
 func TestDroppedConnections(t *testing.T) {
 	noLeaks(t)
 	s := startServer(t)
-	c, _ := locksOn(t, s)
+	c, _ := locksOn(t, s, NodeTimeout(2*time.Second))
 	admin := plain(t, s)
 	kill := func() {
 		t.Helper()
@@ -323,11 +323,12 @@ func TestDroppedConnections(t *testing.T) {
 }
 
 // TestGCPressure: a hold with a short ttl survives a process that collects garbage all the
-// time (GC percent 1, a goroutine allocating and forcing collections).
+// time (GC percent 1, two goroutines allocating and forcing collections).
 func TestGCPressure(t *testing.T) {
 	noLeaks(t)
 	s := startServer(t)
-	c, rdb := locksOn(t, s)
+	c, rdb := locksOn(t, s, NodeTimeout(2*time.Second))
+	h := mustAcquire(t, c, "gc", TTL(2*time.Second))
 	defer debug.SetGCPercent(debug.SetGCPercent(1))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -351,9 +352,8 @@ func TestGCPressure(t *testing.T) {
 		})
 	}
 	defer func() { close(stop); wg.Wait() }()
-	h := mustAcquire(t, c, "gc", TTL(time.Second))
 	base := relockStat(t, rdb, "renewed_total")
-	eventually(t, 20*time.Second, "8 renewals under GC pressure", func() bool {
+	eventually(t, 30*time.Second, "8 renewals under GC pressure", func() bool {
 		return relockStat(t, rdb, "renewed_total") >= base+8 || h.Err() != nil
 	})
 	if err := h.Err(); err != nil {
@@ -369,7 +369,7 @@ func TestGCPressure(t *testing.T) {
 func TestDoPanics(t *testing.T) {
 	noLeaks(t)
 	s := startServer(t)
-	c, rdb := locksOn(t, s)
+	c, rdb := locksOn(t, s, NodeTimeout(2*time.Second))
 	type boom struct{ n int }
 	func() {
 		defer func() {
@@ -377,8 +377,8 @@ func TestDoPanics(t *testing.T) {
 				t.Fatalf("recovered %v, want boom{7}", r)
 			}
 		}()
-		_ = c.Do(bg(), "dp", func(ctx context.Context) error { panic(boom{7}) }, TTL(30*time.Second))
-		t.Fatal("Do returned after a panic")
+		err := c.Do(bg(), "dp", func(ctx context.Context) error { panic(boom{7}) }, TTL(30*time.Second))
+		t.Fatalf("Do returned after a panic: %v", err)
 	}()
 	if n := rdb.Exists(bg(), "dp").Val(); n != 0 {
 		t.Fatal("still held after the panic")
@@ -399,7 +399,8 @@ func TestWaitConnectionsKept(t *testing.T) {
 	s := startServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: s.addr()})
 	defer rdb.Close()
-	c := New(rdb)
+	c := New(rdb, NodeTimeout(2*time.Second))
+	t.Cleanup(func() { _ = c.Close() })
 	admin := plain(t, s)
 	// waiting: the id of the connection blocked in LOCK.WAIT (0: none).
 	waiting := func() int64 {
