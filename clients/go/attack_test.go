@@ -95,7 +95,7 @@ func TestLeaksLifecycle(t *testing.T) {
 	}
 	select {
 	case err := <-waited:
-		if !errors.Is(err, ErrNotAcquired) {
+		if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, errClosed) {
 			t.Fatalf("wait under Close: %v", err)
 		}
 	case <-time.After(10 * time.Second):

@@ -637,7 +637,8 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 	ctx, done := c.untilClosed(ctx)
 	defer done()
 	for {
-		if err := ctx.Err(); err != nil {
+		if ctx.Err() != nil {
+			err := context.Cause(ctx) // ctx's own error, or errClosed
 			return nil, &Error{Kind: ErrNotAcquired, Key: key, Retryable: true, Cause: err, Msg: fmt.Sprintf("lock %q: not acquired: %v", key, err)}
 		}
 		owner := c.NewOwner()
@@ -685,8 +686,8 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 		passed := tryOnly || limited && !time.Now().Before(deadline) || ctx.Err() != nil
 		if e := rnd.afterFailed(key, ttlMS, waited, passed, limited); e != nil {
 			if ctx.Err() != nil && e.Kind == ErrNotAcquired {
-				e.Cause = ctx.Err()
-				e.Msg = fmt.Sprintf("lock %q: not acquired: %v", key, ctx.Err())
+				e.Cause = context.Cause(ctx)
+				e.Msg = fmt.Sprintf("lock %q: not acquired: %v", key, e.Cause)
 			}
 			return nil, e
 		}

@@ -107,7 +107,7 @@ func (c *Client) Campaign(ctx context.Context, key, value string, opts ...Option
 		passed := limited && !time.Now().Before(deadline) || ctx.Err() != nil
 		if e := rnd.afterFailed(key, ttlMS, max(o.wait, 0), passed, limited); e != nil {
 			if ctx.Err() != nil {
-				e.Cause = ctx.Err()
+				e.Cause = context.Cause(ctx)
 			}
 			return nil, e
 		}
