@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/redis/go-redis/v9/push"
 )
 
 // ownOptions are the options of one of relock's own clients: the application's (addresses,
@@ -20,13 +21,28 @@ import (
 // to its own client and cannot be shared).
 func ownOptions(base *redis.Options) *redis.Options {
 	o := *base
-	o.MaxRetries = -1
-	o.ContextTimeoutEnabled = true
-	o.PushNotificationProcessor = nil
+	ownRules(&o.MaxRetries, &o.ContextTimeoutEnabled, &o.PushNotificationProcessor, &o.MaintNotificationsConfig)
 	o.ClientSideCache = nil
 	o.ClientSideCacheConfig = nil
-	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	return &o
+}
+
+// ownClusterOptions: the same for a Redis Cluster (the cluster client makes its node clients
+// from these; an application's NewClient hook is not taken over).
+func ownClusterOptions(base *redis.ClusterOptions) *redis.ClusterOptions {
+	o := *base
+	ownRules(&o.MaxRetries, &o.ContextTimeoutEnabled, &o.PushNotificationProcessor, &o.MaintNotificationsConfig)
+	o.NewClient = nil
+	return &o
+}
+
+// ownRules are the settings both kinds of options share: no driver retries, context
+// deadlines honoured, no push-notification processor and no maintenance notifications.
+func ownRules(retries *int, contextDeadlines *bool, pushes *push.NotificationProcessor, maint **maintnotifications.Config) {
+	*retries = -1
+	*contextDeadlines = true
+	*pushes = nil
+	*maint = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
 // node is one server (or a whole Redis Cluster) the client talks to.
@@ -58,6 +74,11 @@ type node struct {
 	// warm: a cluster client has loaded the slot map (its first command does, which the
 	// node timeout alone would cut on a busy machine).
 	warm atomic.Bool
+
+	// idle: connections for blocking commands kept between two, per server address.
+	idleMu sync.Mutex
+	idle   map[string][]*redis.Client
+	closed bool
 }
 
 // clusterWarmUp bounds a cluster client's first command, which loads the slot map first.
@@ -88,34 +109,96 @@ func (n *node) do(ctx context.Context, timeout time.Duration, args ...any) (any,
 	return v, err
 }
 
-// blocking runs a blocking command on a connection of its own, bounded by bound (0: none)
-// and by ctx; cancelling ctx closes the connection.
-func (n *node) blocking(ctx context.Context, key string, bound time.Duration, args ...any) (any, error) {
-	var base *redis.Options
+// maxIdleWaitConns is how many connections for blocking commands a node keeps open between two
+// of them (per server address), so that a worker that waits again at once (the hand-off of a
+// contended lock) does not dial and handshake on the way to its place in the queue.
+const maxIdleWaitConns = 16
+
+// waitConn is a connection of its own for one blocking command on the server of key: an idle
+// one kept from an earlier command, or a new one (one connection, no read timeout of
+// go-redis's: the context bounds the command).
+func (n *node) waitConn(ctx context.Context, key string) (*redis.Client, error) {
+	base := n.opts
 	if n.cluster != nil {
 		m, err := n.cluster.MasterForKey(ctx, key)
 		if err != nil {
 			return nil, err
 		}
 		base = m.Options()
-	} else {
-		base = n.opts
 	}
+	n.idleMu.Lock()
+	idle := n.idle[base.Addr]
+	if k := len(idle); k > 0 {
+		wc := idle[k-1]
+		n.idle[base.Addr] = idle[:k-1]
+		n.idleMu.Unlock()
+		return wc, nil
+	}
+	n.idleMu.Unlock()
 	o := ownOptions(base)
 	o.ReadTimeout = -1
 	o.PoolSize = 1
 	o.MinIdleConns = 0
 	o.MaxIdleConns = 0
-	wc := redis.NewClient(o)
-	defer wc.Close()
+	return redis.NewClient(o), nil
+}
+
+// keepWaitConn puts wc back for the next blocking command, or closes it (the node closed, or
+// enough kept).
+func (n *node) keepWaitConn(wc *redis.Client) {
+	addr := wc.Options().Addr
+	n.idleMu.Lock()
+	if !n.closed && len(n.idle[addr]) < maxIdleWaitConns {
+		if n.idle == nil {
+			n.idle = map[string][]*redis.Client{}
+		}
+		n.idle[addr] = append(n.idle[addr], wc)
+		n.idleMu.Unlock()
+		return
+	}
+	n.idleMu.Unlock()
+	_ = wc.Close()
+}
+
+// close closes the node's own clients: its connections for blocking commands kept idle, and
+// the client for the other commands.
+func (n *node) close() error {
+	n.idleMu.Lock()
+	n.closed = true
+	idle := n.idle
+	n.idle = nil
+	n.idleMu.Unlock()
+	for _, list := range idle {
+		for _, wc := range list {
+			_ = wc.Close()
+		}
+	}
+	return n.rdb.Close()
+}
+
+// blocking runs a blocking command on a connection of its own, bounded by bound (0: none)
+// and by ctx; cancelling ctx closes the connection (the server drops the waiter). The
+// connection is kept for the next blocking command only when the command was answered.
+func (n *node) blocking(ctx context.Context, key string, bound time.Duration, args ...any) (any, error) {
+	wc, err := n.waitConn(ctx, key)
+	if err != nil {
+		return nil, err
+	}
 	if bound > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, bound)
 		defer cancel()
 	}
 	stop := context.AfterFunc(ctx, func() { _ = wc.Close() })
-	defer stop()
 	v, err := wc.Do(ctx, args...).Result()
+	var rerr redis.Error
+	answered := err == nil || errors.As(err, &rerr)
+	if stop() && answered {
+		// Neither cancelled nor cut: the connection is whole, with nothing left to read.
+		n.keepWaitConn(wc)
+	} else {
+		_ = wc.Close()
+	}
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -144,6 +227,22 @@ type Client struct {
 	idle   chan struct{}
 	bgCtx  context.Context
 	bgStop context.CancelFunc
+	// closing is cancelled when Close begins: it ends the waits and Observes still running.
+	closing  context.Context
+	closeNow context.CancelFunc
+}
+
+// errClosed is the cause of a wait or an Observe ended by Close.
+var errClosed = errors.New("relock: the client was closed")
+
+// untilClosed is ctx, cancelled also when the client is closed; done releases it.
+func (c *Client) untilClosed(ctx context.Context) (merged context.Context, done func()) {
+	merged, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.closing, func() { cancel(errClosed) })
+	return merged, func() {
+		stop()
+		cancel(nil)
+	}
 }
 
 // ClientOption sets an option of New and NewRedlock.
@@ -174,6 +273,7 @@ func NewRedlock(masters []redis.UniversalClient, opts ...ClientOption) *Client {
 func newClient(rdbs []redis.UniversalClient, opts []ClientOption) *Client {
 	c := &Client{nodeTimeout: DefaultNodeTimeout, retryDelay: DefaultRetryDelay, maxPartialHold: DefaultMaxPartialHold, live: map[*Hold]bool{}}
 	c.bgCtx, c.bgStop = context.WithCancel(context.Background())
+	c.closing, c.closeNow = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(c)
 	}
@@ -184,21 +284,17 @@ func newClient(rdbs []redis.UniversalClient, opts []ClientOption) *Client {
 	for _, u := range rdbs {
 		switch r := u.(type) {
 		case *redis.Client:
+			// opts: a copy of its own (the client keeps and initialises the one it is given),
+			// for the connections of blocking commands.
 			o := ownOptions(r.Options())
-			own := redis.NewClient(o)
-			c.nodes = append(c.nodes, &node{name: o.Addr, rdb: own, opts: ownOptions(r.Options())})
+			c.nodes = append(c.nodes, &node{name: o.Addr, rdb: redis.NewClient(o), opts: ownOptions(r.Options())})
 		case *redis.ClusterClient:
 			if len(rdbs) > 1 {
 				c.err = invalid("Redlock takes independent masters; pass a ClusterClient alone")
 				return c
 			}
-			o := *r.Options()
-			o.MaxRetries = -1
-			o.ContextTimeoutEnabled = true
-			o.PushNotificationProcessor = nil
-			o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-			o.NewClient = nil
-			own := redis.NewClusterClient(&o)
+			o := ownClusterOptions(r.Options())
+			own := redis.NewClusterClient(o)
 			c.cluster = true
 			c.nodes = append(c.nodes, &node{name: "cluster[" + strings.Join(o.Addrs, ",") + "]", rdb: own, cluster: own})
 		default:
@@ -239,6 +335,7 @@ func (c *Client) masters() int {
 // running in the background, and closes relock's own connections (not the application's
 // go-redis clients).
 func (c *Client) Close() error {
+	c.closeNow()
 	c.mu.Lock()
 	holds := make([]*Hold, 0, len(c.live))
 	for h := range c.live {
@@ -253,7 +350,7 @@ func (c *Client) Close() error {
 	c.settle(time.Minute)
 	var first error
 	for _, n := range c.nodes {
-		if err := n.rdb.Close(); err != nil && first == nil {
+		if err := n.close(); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -537,8 +634,11 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 	}
 	mode := modeArgs(o.shared, o.limit, o.permits)
 	deadline, limited := waitDeadline(ctx, o.wait, time.Now())
+	ctx, done := c.untilClosed(ctx)
+	defer done()
 	for {
-		if err := ctx.Err(); err != nil {
+		if ctx.Err() != nil {
+			err := context.Cause(ctx) // ctx's own error, or errClosed
 			return nil, &Error{Kind: ErrNotAcquired, Key: key, Retryable: true, Cause: err, Msg: fmt.Sprintf("lock %q: not acquired: %v", key, err)}
 		}
 		owner := c.NewOwner()
@@ -570,7 +670,13 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 			for i, t := range rnd.agreed {
 				tokens[i] = toInt(t, 0)
 			}
-			return c.newHold(key, nil, owner, ttlMS, tokens, started.Add(valid), mode, o.shared, autoRenew), nil
+			h := c.newHold(key, nil, owner, ttlMS, tokens, started.Add(valid), mode, o.shared, autoRenew)
+			if c.closing.Err() != nil {
+				// Granted while the client closed: given back, as Close gives back the rest.
+				_ = h.Release(context.Background())
+				return nil, &Error{Kind: ErrNotAcquired, Key: key, Cause: errClosed, Msg: fmt.Sprintf("lock %q: not acquired: %v", key, errClosed)}
+			}
+			return h, nil
 		}
 		c.releaseFailed(key, owner, time.Duration(ttlMS)*time.Millisecond, rnd)
 		waited := time.Duration(0)
@@ -580,8 +686,8 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 		passed := tryOnly || limited && !time.Now().Before(deadline) || ctx.Err() != nil
 		if e := rnd.afterFailed(key, ttlMS, waited, passed, limited); e != nil {
 			if ctx.Err() != nil && e.Kind == ErrNotAcquired {
-				e.Cause = ctx.Err()
-				e.Msg = fmt.Sprintf("lock %q: not acquired: %v", key, ctx.Err())
+				e.Cause = context.Cause(ctx)
+				e.Msg = fmt.Sprintf("lock %q: not acquired: %v", key, e.Cause)
 			}
 			return nil, e
 		}
@@ -630,10 +736,8 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 		return err
 	}
 	defer func() { _ = h.Release(context.WithoutCancel(ctx)) }()
-	fctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(h.Context(), func() { cancel(h.Err()) })
-	defer stop()
+	fctx, done := h.derive(ctx)
+	defer done()
 	return fn(fctx)
 }
 

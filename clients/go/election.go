@@ -79,6 +79,8 @@ func (c *Client) Campaign(ctx context.Context, key, value string, opts ...Option
 		return nil, err
 	}
 	deadline, limited := waitDeadline(ctx, o.wait, time.Now())
+	ctx, done := c.untilClosed(ctx)
+	defer done()
 	owner := candidateOwner(value)
 	for {
 		rnd := c.waitRound(ctx, key, owner, ttlMS, time.Until(deadline), limited, nil)
@@ -105,7 +107,7 @@ func (c *Client) Campaign(ctx context.Context, key, value string, opts ...Option
 		passed := limited && !time.Now().Before(deadline) || ctx.Err() != nil
 		if e := rnd.afterFailed(key, ttlMS, max(o.wait, 0), passed, limited); e != nil {
 			if ctx.Err() != nil {
-				e.Cause = ctx.Err()
+				e.Cause = context.Cause(ctx)
 			}
 			return nil, e
 		}
@@ -156,6 +158,8 @@ func (c *Client) Observe(ctx context.Context, key string) <-chan Observation {
 	out := make(chan Observation, 1)
 	go func() {
 		defer close(out)
+		ctx, done := c.untilClosed(ctx)
+		defer done()
 		if err := c.electionCheck(options{}); err != nil {
 			out <- Observation{Err: err}
 			return

@@ -40,6 +40,7 @@ func TestFencedErrorMapping(t *testing.T) {
 // TestFenced: a write through LOCK.FENCED runs while the hold is live and is refused by the
 // server, with nothing run, once the token is stale.
 func TestFenced(t *testing.T) {
+	noLeaks(t)
 	s := startServer(t)
 	c, rdb := locksOn(t, s)
 	h := mustAcquire(t, c, "{order:7}", TTL(10*time.Second))

@@ -55,6 +55,8 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, opts ...Option) 
 	ttl := time.Duration(ttlMS) * time.Millisecond
 	name := strings.Join(group, ",")
 	deadline, limited := waitDeadline(ctx, o.wait, time.Now())
+	ctx, done := c.untilClosed(ctx)
+	defer done()
 	n := len(group)
 	accept := func(r any) (any, error) {
 		if r == nil {
@@ -97,7 +99,7 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, opts ...Option) 
 		}
 		if o.wait == 0 || limited && !time.Now().Before(deadline) || ctx.Err() != nil {
 			e := rnd.acquireError(name, ttlMS, max(o.wait, 0))
-			e.Cause = ctx.Err()
+			e.Cause = context.Cause(ctx)
 			return nil, e
 		}
 		if len(c.nodes) == 1 && !rnd.someFailed() {
@@ -143,7 +145,7 @@ func (c *Client) waitEach(ctx context.Context, group []string, owner string, ttl
 			remaining := time.Until(deadline)
 			if limited && remaining <= 0 || ctx.Err() != nil {
 				giveBack(taken)
-				return nil, &Error{Kind: ErrNotAcquired, Key: group[0], Retryable: true, Cause: ctx.Err(),
+				return nil, &Error{Kind: ErrNotAcquired, Key: group[0], Retryable: true, Cause: context.Cause(ctx),
 					Msg: fmt.Sprintf("locks %q: not all acquired in time", group)}
 			}
 			piece, pieceLimited := remaining, limited

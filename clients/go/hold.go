@@ -31,6 +31,9 @@ type Hold struct {
 	ctx         context.Context
 	cancel      context.CancelCauseFunc
 	renewing    sync.Mutex
+	// sections: the cancel functions of the contexts derived from the hold (Do's, Reenter's),
+	// cancelled by end itself, so that they are cancelled when Release or the loss returns.
+	sections map[*int]context.CancelCauseFunc
 	// stepping orders the count-changing steps (a section's entry and exit, the release);
 	// count is the reentrancy count the servers hold (1 + the sections entered), under it.
 	stepping sync.Mutex
@@ -167,9 +170,14 @@ func (h *Hold) end(err error) bool {
 		return false
 	}
 	h.err = err
+	sections := h.sections
+	h.sections = nil
 	h.mu.Unlock()
 	// Context first: whoever sees Done closed finds the Context cancelled with its cause.
 	h.cancel(err)
+	for _, cancel := range sections {
+		cancel(err)
+	}
 	close(h.done)
 	h.c.mu.Lock()
 	delete(h.c.live, h)
@@ -387,11 +395,33 @@ func (h *Hold) Reenter(ctx context.Context, fn func(ctx context.Context) error) 
 		return err
 	}
 	defer h.exit()
-	fctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
-	defer stop()
+	fctx, done := h.derive(ctx)
+	defer done()
 	return fn(fctx)
+}
+
+// derive is ctx, cancelled also when the hold ends (with Err as its cause) before end returns:
+// a section's or Do's context is cancelled by the time Release or the loss is seen.
+func (h *Hold) derive(ctx context.Context) (context.Context, func()) {
+	fctx, cancel := context.WithCancelCause(ctx)
+	id := new(int)
+	h.mu.Lock()
+	if err := h.err; err != nil {
+		h.mu.Unlock()
+		cancel(err)
+		return fctx, func() {}
+	}
+	if h.sections == nil {
+		h.sections = map[*int]context.CancelCauseFunc{}
+	}
+	h.sections[id] = cancel
+	h.mu.Unlock()
+	return fctx, func() {
+		h.mu.Lock()
+		delete(h.sections, id)
+		h.mu.Unlock()
+		cancel(nil)
+	}
 }
 
 func (h *Hold) enter(ctx context.Context) error {

@@ -20,6 +20,7 @@ func holdCount(t *testing.T, c *Client, key string) int64 {
 }
 
 func TestReenter(t *testing.T) {
+	noLeaks(t)
 	s := startServer(t)
 	c, rdb := locksOn(t, s)
 	h := mustAcquire(t, c, "reenter:a", TTL(10*time.Second))
@@ -82,6 +83,7 @@ func TestReenter(t *testing.T) {
 }
 
 func TestReenterLost(t *testing.T) {
+	noLeaks(t)
 	s := startServer(t)
 	c, _ := locksOn(t, s)
 	h := mustAcquire(t, c, "reenter:lost", TTL(10*time.Second))

@@ -20,6 +20,14 @@ func TestOwnOptions(t *testing.T) {
 	if base.MaxRetries != 5 || base.ContextTimeoutEnabled {
 		t.Fatal("the application's options were changed")
 	}
+	cb := &redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, MaxRetries: 5, NewClient: func(*redis.Options) *redis.Client { return nil }}
+	co := ownClusterOptions(cb)
+	if co.MaxRetries != -1 || !co.ContextTimeoutEnabled || co.NewClient != nil || co.MaintNotificationsConfig == nil || co.Addrs[0] != cb.Addrs[0] {
+		t.Fatalf("own cluster options %+v", co)
+	}
+	if cb.MaxRetries != 5 || cb.NewClient == nil || cb.MaintNotificationsConfig != nil {
+		t.Fatal("the application's cluster options were changed")
+	}
 	c := New(redis.NewClient(base))
 	defer c.Close()
 	got := c.nodes[0].rdb.(*redis.Client).Options()

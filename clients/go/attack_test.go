@@ -1,0 +1,453 @@
+package relock
+
+// The client attacked: a context cancelled mid-round, goroutine leaks (goleak), a paused master
+// under Redlock, dropped connections, a GC-heavy process, panics inside Do. Each test says what
+// must hold; none waits by sleeping for an outcome (eventually polls for it, with a bound).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+// noLeaks fails the test when goroutines it started outlive it: checked after every cleanup
+// of the test (registered first, it runs last), ignoring those running before it began.
+func noLeaks(t *testing.T) {
+	t.Helper()
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+}
+
+// settled: nothing held and nobody queued at key, on the server behind rdb.
+func settled(t *testing.T, rdb *redis.Client, key string) {
+	t.Helper()
+	eventually(t, 10*time.Second, key+" neither held nor waited for", func() bool {
+		info, err := rdb.Do(bg(), "LOCK.INFO", key).Result()
+		if !errors.Is(err, redis.Nil) && (err != nil || info != nil) {
+			return false
+		}
+		ws, err := rdb.Do(bg(), "LOCK.WAITERS", key, "COUNT", 0).Slice()
+		return err == nil && len(ws) == 0
+	})
+}
+
+// TestLeaksLifecycle: a client made, used for every kind of call (holds, a wait cancelled,
+// Do, Observe, Campaign) and closed leaves no goroutine behind; so does closing it while an
+// Observe and a wait are still running (Close ends them).
+func TestLeaksLifecycle(t *testing.T) {
+	noLeaks(t)
+	s := startServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr()})
+	defer rdb.Close()
+	c := New(rdb, NodeTimeout(2*time.Second))
+	h, err := c.Acquire(bg(), "lk", TTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg())
+	waited := make(chan error, 1)
+	go func() { _, err := c.Acquire(ctx, "lk", Wait(-1)); waited <- err }()
+	eventually(t, 10*time.Second, "queued", func() bool { return waiters(t, c, "lk") == 1 })
+	cancel()
+	if err := <-waited; !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("cancelled wait: %v", err)
+	}
+	if err := h.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(bg(), "lk", func(ctx context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	octx, ocancel := context.WithCancel(bg())
+	obs := c.Observe(octx, "el")
+	<-obs
+	l, err := c.Campaign(bg(), "el", "me", TTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := <-obs; o.Leader == nil || o.Leader.Term != l.Term() {
+		t.Fatalf("observed %+v", o)
+	}
+	ocancel()
+	for range obs {
+	}
+	if err := l.Resign(bg()); err != nil {
+		t.Fatal(err)
+	}
+	// Held, observed and waited for when the client closes: Close ends them all.
+	held := mustAcquire(t, c, "lk", TTL(time.Second))
+	obs = c.Observe(bg(), "el")
+	<-obs
+	go func() { _, err := c.Acquire(bg(), "lk", Wait(-1)); waited <- err }()
+	eventually(t, 10*time.Second, "queued", func() bool { return waiters(t, c, "lk") == 1 })
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waited:
+		if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, errClosed) {
+			t.Fatalf("wait under Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end a wait")
+	}
+	select {
+	case <-obs:
+		for range obs {
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end an Observe")
+	}
+	if held.Err() == nil {
+		t.Fatal("a hold outlived Close")
+	}
+	settled(t, rdb, "lk")
+}
+
+// TestCancelMidRound: a context cancelled during each kind of round leaves no lock held
+// without a renewer and no waiter on the server.
+func TestCancelMidRound(t *testing.T) {
+	noLeaks(t)
+	s := startServer(t)
+	c, rdb := locksOn(t, s, NodeTimeout(2*time.Second))
+
+	// During LOCK.WAIT, at the moment the holder releases (the grant and the cancellation
+	// race): either the waiter holds it (and renews it) or the server has nothing.
+	for i := range 30 {
+		key := fmt.Sprintf("race:%d", i)
+		h := mustAcquire(t, c, key, TTL(30*time.Second))
+		ctx, cancel := context.WithCancel(bg())
+		got := make(chan *Hold, 1)
+		go func() {
+			w, _ := c.Acquire(ctx, key, Wait(-1), TTL(30*time.Second))
+			got <- w
+		}()
+		eventually(t, 10*time.Second, "queued", func() bool { return waiters(t, c, key) == 1 })
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = h.Release(bg()) })
+		if i%3 != 0 {
+			time.Sleep(time.Duration(i%5) * 100 * time.Microsecond)
+		}
+		cancel()
+		wg.Wait()
+		if w := <-got; w != nil {
+			if err := w.Release(bg()); err != nil {
+				t.Fatalf("release of the waiter's hold: %v", err)
+			}
+		}
+		settled(t, rdb, key)
+	}
+
+	// During a renewal: the call fails, the hold stays held and the background renewal goes on.
+	h := mustAcquire(t, c, "renew", TTL(time.Second))
+	ctx, cancel := context.WithCancel(bg())
+	cancel()
+	if err := h.Renew(ctx); err == nil {
+		t.Fatal("a renewal with a cancelled context succeeded")
+	}
+	base := relockStat(t, rdb, "renewed_total")
+	eventually(t, 10*time.Second, "renewed in the background", func() bool {
+		return relockStat(t, rdb, "renewed_total") >= base+2 || h.Err() != nil
+	})
+	if err := h.Err(); err != nil {
+		t.Fatalf("the hold was lost after a cancelled renewal: %v", err)
+	}
+
+	// During a release (the server paused, the context cut mid-round): the hold ends at once
+	// and the key is given back in the background, long before its 30 s ttl.
+	if err := h.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+	h = mustAcquire(t, c, "release", TTL(30*time.Second))
+	s.pause()
+	ctx, cancel = context.WithTimeout(bg(), 50*time.Millisecond)
+	err := h.Release(ctx)
+	cancel()
+	s.resume()
+	if err == nil || h.Err() == nil {
+		t.Fatalf("release cut mid-round: %v, hold %v", err, h.Err())
+	}
+	settled(t, rdb, "release")
+	// With the context cancelled before.
+	h = mustAcquire(t, c, "release", TTL(30*time.Second))
+	ctx, cancel = context.WithCancel(bg())
+	cancel()
+	_ = h.Release(ctx)
+	settled(t, rdb, "release")
+}
+
+// TestRedlockPausedMasterRelease: a master paused (SIGSTOP) while a hold is released, and one
+// paused with CLIENT PAUSE while a hold is waited for: the quorum decides at once, and the
+// paused master is given the key back once it runs again (before the ttl).
+func TestRedlockPausedMasterRelease(t *testing.T) {
+	noLeaks(t)
+	var servers []*server
+	var rdbs []redis.UniversalClient
+	var plains []*redis.Client
+	for range 3 {
+		s := startServer(t)
+		servers = append(servers, s)
+		rdbs = append(rdbs, s.client(t))
+		plains = append(plains, plain(t, s))
+	}
+	c := NewRedlock(rdbs, NodeTimeout(200*time.Millisecond))
+	t.Cleanup(func() { _ = c.Close() })
+	// With Wait, every master is asked (a try alone stops at a quorum), so each holds it.
+	h := mustAcquire(t, c, "pr", TTL(30*time.Second), Wait(5*time.Second))
+	eventually(t, 10*time.Second, "held on every master", func() bool {
+		for _, p := range plains {
+			if p.Exists(bg(), "pr").Val() != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	servers[2].pause()
+	if err := h.Release(bg()); err != nil {
+		t.Fatalf("release with a master paused: %v", err)
+	}
+	servers[2].resume()
+	for _, p := range plains {
+		settled(t, p, "pr")
+	}
+	// CLIENT PAUSE (writes) on one master while another owner waits: the waiter is granted
+	// by the other two when the holder releases, and nothing is left on the paused one.
+	h = mustAcquire(t, c, "pw", TTL(30*time.Second))
+	got := make(chan error, 1)
+	go func() {
+		w, err := c.Acquire(bg(), "pw", Wait(20*time.Second), TTL(30*time.Second))
+		if err == nil {
+			err = w.Release(bg())
+		}
+		got <- err
+	}()
+	eventually(t, 10*time.Second, "queued", func() bool { return waiters(t, c, "pw") >= 2 })
+	if err := plains[1].Do(bg(), "CLIENT", "PAUSE", 2000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(bg()); err != nil {
+		t.Fatalf("release with a master under CLIENT PAUSE: %v", err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter was not granted")
+	}
+	for _, p := range plains {
+		settled(t, p, "pw")
+	}
+}
+
+// TestDroppedConnections: CLIENT KILL TYPE normal (every client connection, relock's own
+// included) while a hold is renewed, while a waiter waits and while Observe blocks: the hold
+// is renewed on a new connection, the waiter queues again and is granted, Observe goes on.
+func TestDroppedConnections(t *testing.T) {
+	noLeaks(t)
+	s := startServer(t)
+	c, _ := locksOn(t, s, NodeTimeout(2*time.Second))
+	admin := plain(t, s)
+	kill := func() {
+		t.Helper()
+		if err := admin.Do(bg(), "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := mustAcquire(t, c, "dc", TTL(time.Second))
+	octx, ocancel := context.WithCancel(bg())
+	defer ocancel()
+	obs := c.Observe(octx, "de")
+	<-obs
+	got := make(chan *Hold, 1)
+	go func() {
+		w, err := c.Acquire(bg(), "dc", Wait(30*time.Second), TTL(time.Second))
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- w
+	}()
+	eventually(t, 10*time.Second, "queued", func() bool { return waiters(t, c, "dc") == 1 })
+	for range 3 {
+		kill()
+		eventually(t, 10*time.Second, "queued again", func() bool { return waiters(t, c, "dc") == 1 })
+	}
+	base := relockStat(t, admin, "renewed_total")
+	eventually(t, 10*time.Second, "renewed after the kills", func() bool {
+		return relockStat(t, admin, "renewed_total") >= base+2 || h.Err() != nil
+	})
+	if err := h.Err(); err != nil {
+		t.Fatalf("hold lost to dropped connections: %v", err)
+	}
+	l, err := c.Campaign(bg(), "de", "me", TTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case o := <-obs:
+		if o.Leader == nil || o.Leader.Term != l.Term() {
+			t.Fatalf("observed %+v", o)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Observe saw no leader after the kills")
+	}
+	_ = l.Resign(bg())
+	if err := h.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+	w := <-got
+	if w == nil {
+		t.FailNow()
+	}
+	kill()
+	base = relockStat(t, admin, "renewed_total")
+	eventually(t, 10*time.Second, "the waiter's hold renewed after a kill", func() bool {
+		return relockStat(t, admin, "renewed_total") >= base+2 || w.Err() != nil
+	})
+	if err := w.Err(); err != nil {
+		t.Fatalf("waiter's hold lost: %v", err)
+	}
+	_ = w.Release(bg())
+	settled(t, admin, "dc")
+}
+
+// TestGCPressure: a hold with a short ttl survives a process that collects garbage all the
+// time (GC percent 1, two goroutines allocating and forcing collections).
+func TestGCPressure(t *testing.T) {
+	noLeaks(t)
+	s := startServer(t)
+	c, rdb := locksOn(t, s, NodeTimeout(2*time.Second))
+	h := mustAcquire(t, c, "gc", TTL(2*time.Second))
+	defer debug.SetGCPercent(debug.SetGCPercent(1))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			var keep [][]byte
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				keep = append(keep, make([]byte, 64<<10))
+				if len(keep) > 256 {
+					keep = keep[:0]
+				}
+				if i%64 == 0 {
+					runtime.GC()
+				}
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	base := relockStat(t, rdb, "renewed_total")
+	eventually(t, 30*time.Second, "8 renewals under GC pressure", func() bool {
+		return relockStat(t, rdb, "renewed_total") >= base+8 || h.Err() != nil
+	})
+	if err := h.Err(); err != nil {
+		t.Fatalf("lost under GC pressure: %v", err)
+	}
+	if err := h.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDoPanics: a panic inside Do's function releases the lock, reaches the caller unchanged,
+// and leaves no goroutine behind.
+func TestDoPanics(t *testing.T) {
+	noLeaks(t)
+	s := startServer(t)
+	c, rdb := locksOn(t, s, NodeTimeout(2*time.Second))
+	type boom struct{ n int }
+	func() {
+		defer func() {
+			if r := recover(); r != (boom{7}) {
+				t.Fatalf("recovered %v, want boom{7}", r)
+			}
+		}()
+		err := c.Do(bg(), "dp", func(ctx context.Context) error { panic(boom{7}) }, TTL(30*time.Second))
+		t.Fatalf("Do returned after a panic: %v", err)
+	}()
+	if n := rdb.Exists(bg(), "dp").Val(); n != 0 {
+		t.Fatal("still held after the panic")
+	}
+	c.mu.Lock()
+	live := len(c.live)
+	c.mu.Unlock()
+	if live != 0 {
+		t.Fatalf("%d holds still live after the panic", live)
+	}
+}
+
+// TestWaitConnectionsKept: waits one after another reuse a connection kept from the one before
+// (a hand-off does not dial and handshake on the way into the queue); a wait cancelled closes
+// its connection (the server drops the waiter) and Close closes the kept ones.
+func TestWaitConnectionsKept(t *testing.T) {
+	noLeaks(t)
+	s := startServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr()})
+	defer rdb.Close()
+	c := New(rdb, NodeTimeout(2*time.Second))
+	t.Cleanup(func() { _ = c.Close() })
+	admin := plain(t, s)
+	// waiting: the id of the connection blocked in LOCK.WAIT (0: none).
+	waiting := func() int64 {
+		for _, l := range splitLines(admin.ClientList(bg()).Val()) {
+			if strings.Contains(strings.ToLower(l), " cmd=lock.wait ") {
+				for _, f := range strings.Fields(l) {
+					if v, ok := strings.CutPrefix(f, "id="); ok {
+						n, _ := strconv.ParseInt(v, 10, 64)
+						return n
+					}
+				}
+			}
+		}
+		return 0
+	}
+	h := mustAcquire(t, c, "kw", TTL(30*time.Second))
+	// The first wait dials; the next 20 (each granted by a release) wait on its connection.
+	var first int64
+	for i := range 21 {
+		got := make(chan *Hold, 1)
+		go func() {
+			w, err := c.Acquire(bg(), "kw", Wait(10*time.Second), TTL(30*time.Second))
+			if err != nil {
+				t.Errorf("wait %d: %v", i, err)
+			}
+			got <- w
+		}()
+		var id int64
+		eventually(t, 10*time.Second, "queued", func() bool { id = waiting(); return id != 0 })
+		if i == 0 {
+			first = id
+		}
+		if err := h.Release(bg()); err != nil {
+			t.Fatal(err)
+		}
+		h = <-got
+		if h == nil {
+			t.FailNow()
+		}
+		if id != first {
+			t.Fatalf("wait %d on connection %d, not the kept %d", i, id, first)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the kept connection closed by Close", func() bool {
+		return strings.Count(admin.ClientList(bg()).Val(), "\n") == 1
+	})
+}
