@@ -149,7 +149,10 @@ fn module_blocks_abort_safely(ctx: Ctx) -> bool {
 /// `COMMAND INFO name`, which looks `name` up where a call of it would (the renamed
 /// dictionary), and names the command by its own name. `Ok(false)`: no such command; `Err`:
 /// the server did not answer.
-fn resolve(ctx: Ctx, key: &[u8], name: *mut raw::RedisModuleString) -> Result<bool, ()> {
+fn resolve(ctx: Ctx, key: &[u8], name: *mut raw::RedisModuleString) -> Result<bool, &'static str> {
+    if !command_info_is_itself() {
+        return Err(NO_COMMAND_INFO);
+    }
     // SAFETY: "cs": a C string and a live module string; the reply is freed below.
     let reply = unsafe {
         rm!(RedisModule_Call(
@@ -161,7 +164,7 @@ fn resolve(ctx: Ctx, key: &[u8], name: *mut raw::RedisModuleString) -> Result<bo
         ))
     };
     if reply.is_null() {
-        return Err(());
+        return Err("ERR relock internal error");
     }
     let entry = element(reply, 0);
     let found = reply_len(entry) > 0;
@@ -171,6 +174,72 @@ fn resolve(ctx: Ctx, key: &[u8], name: *mut raw::RedisModuleString) -> Result<bo
     // SAFETY: `reply` came from `RedisModule_Call` and is freed once.
     unsafe { rm!(RedisModule_FreeCallReply(reply)) };
     Ok(found)
+}
+
+/// The error where `COMMAND INFO` is not the server's own (renamed, disabled, or another
+/// command renamed to `COMMAND`): no name can be resolved, so nothing runs.
+const NO_COMMAND_INFO: &str =
+    "ERR LOCK.FENCED needs the COMMAND command, which is renamed or disabled on this server";
+
+/// A module user allowed only `COMMAND INFO`, and the arguments `COMMAND INFO`.
+struct CommandInfoCheck {
+    user: *mut raw::RedisModuleUser,
+    argv: [*mut raw::RedisModuleString; 2],
+}
+
+thread_local! {
+    /// Made at the first resolution, kept for the module's life. Main thread only.
+    static COMMAND_INFO_CHECK: std::cell::OnceCell<Option<CommandInfoCheck>> =
+        const { std::cell::OnceCell::new() };
+}
+
+/// Whether the name `COMMAND` finds the server's own `COMMAND INFO` in the live (renamed)
+/// dictionary: `resolve` calls it by that name, and under `rename-command` another command
+/// may be there (`rename-command del command` made every resolution a `DEL INFO <name>`, run
+/// unreplicated). ACL rules name commands by their own names, so a user allowed
+/// `+command|info` alone passes exactly when the name finds that subcommand.
+fn command_info_is_itself() -> bool {
+    COMMAND_INFO_CHECK.with(|check| {
+        let Some(check) = check.get_or_init(|| {
+            // SAFETY: plain C strings; the user and the strings (no context: not
+            // auto-freed) live as long as the module.
+            unsafe {
+                let user = rm!(RedisModule_CreateModuleUser(
+                    c"relock-fenced-resolver".as_ptr()
+                ));
+                if user.is_null()
+                    || rm!(RedisModule_SetModuleUserACL(
+                        user,
+                        c"+command|info".as_ptr()
+                    )) != raw::REDISMODULE_OK as c_int
+                {
+                    return None;
+                }
+                let make = |s: &CStr| {
+                    rm!(RedisModule_CreateString(
+                        ptr::null_mut(),
+                        s.as_ptr(),
+                        s.to_bytes().len()
+                    ))
+                };
+                Some(CommandInfoCheck {
+                    user,
+                    argv: [make(c"COMMAND"), make(c"INFO")],
+                })
+            }
+        }) else {
+            return false;
+        };
+        let mut argv = check.argv;
+        // SAFETY: a live module user and two live strings; nothing is run, only looked up.
+        unsafe {
+            rm!(RedisModule_ACLCheckCommandPermissions(
+                check.user,
+                argv.as_mut_ptr(),
+                2
+            )) == raw::REDISMODULE_OK as c_int
+        }
+    })
 }
 
 /// One `COMMAND INFO` entry (and its subcommands), under `key`: name, arity, flags, first,
@@ -286,8 +355,8 @@ enum Lookup {
     Found(Inner),
     /// Not in the table.
     Missing,
-    /// The table cannot be read: nothing may run.
-    NoTable,
+    /// The table cannot be read: nothing may run (the error says why).
+    NoTable(&'static str),
 }
 
 /// Room on the stack for a lower-cased command name (`container|sub` included): longer names
@@ -357,7 +426,7 @@ fn look_up(ctx: Ctx, args: Args<'_>) -> Lookup {
             .with(|t| judge(&t.borrow()))
             .unwrap_or(Lookup::Missing),
         Ok(false) => Lookup::Missing,
-        Err(()) => Lookup::NoTable,
+        Err(why) => Lookup::NoTable(why),
     }
 }
 
@@ -441,7 +510,7 @@ pub fn fenced(ctx: Ctx, args: Args<'_>) -> Result<Answer, Answer> {
                 written()
             ))))
         }
-        Lookup::NoTable => return Err(refused(Cow::Borrowed("ERR relock internal error"))),
+        Lookup::NoTable(why) => return Err(refused(Cow::Borrowed(why))),
     };
     if !arity_fits(found.arity, inner.len()) {
         return Ok(call(ctx, args, false));

@@ -452,3 +452,59 @@ fn another_modules_commands_are_judged_by_their_own_flags_across_load_and_unload
         assert_eq!(ok, "PROBED");
     }
 }
+
+/// Found: a name is resolved by calling `COMMAND INFO <name>` under the name `COMMAND`, and
+/// under `rename-command` another command may answer to it. With `del` renamed to `command`,
+/// every first use of a name ran `DEL INFO <name>` (unreplicated): `LOCK.FENCED k t set foo 2`
+/// deleted the keys `INFO` and `set`, and was then refused. With `COMMAND` disabled, every call
+/// answered `relock internal error`. Must hold: nothing but the server's own `COMMAND INFO`
+/// ever runs to resolve a name, and without it `LOCK.FENCED` refuses with an error that says
+/// why, running nothing.
+#[test]
+fn a_command_renamed_to_command_never_runs_to_resolve_a_name() {
+    let setups: [&[&str]; 3] = [
+        &[
+            "--rename-command",
+            "command",
+            "",
+            "--rename-command",
+            "del",
+            "command",
+        ],
+        &["--rename-command", "command", ""],
+        &["--rename-command", "command", "command_elsewhere"],
+    ];
+    for args in setups {
+        let server = Server::with_args(args);
+        let mut c = server.conn();
+        for key in ["INFO", "set", "SET", "foo"] {
+            let _: () = redis::cmd("SET").arg(key).arg("1").query(&mut c).unwrap();
+        }
+        let t: u64 = redis::cmd("LOCK.ACQUIRE")
+            .arg("k")
+            .arg("a")
+            .arg(LONG_TTL)
+            .query(&mut c)
+            .unwrap();
+        for inner in [&["set", "foo", "2"][..], &["OBJECT", "ENCODING", "SET"][..]] {
+            let e = error(&mut c, &fenced(t, inner));
+            assert_eq!(
+                e,
+                "ERR LOCK.FENCED needs the COMMAND command, which is renamed or disabled on \
+                 this server",
+                "{args:?} {inner:?}"
+            );
+        }
+        let n: i64 = redis::cmd("EXISTS")
+            .arg("INFO")
+            .arg("set")
+            .arg("SET")
+            .arg("foo")
+            .arg("k")
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(n, 5, "{args:?}: a key went away");
+        let foo: String = redis::cmd("GET").arg("foo").query(&mut c).unwrap();
+        assert_eq!(foo, "1", "{args:?}");
+    }
+}
