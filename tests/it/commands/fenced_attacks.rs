@@ -508,3 +508,39 @@ fn a_command_renamed_to_command_never_runs_to_resolve_a_name() {
         assert_eq!(foo, "1", "{args:?}");
     }
 }
+
+/// Found: a name with a NUL byte was resolved with `COMMAND INFO`, whose lookup hashes the
+/// whole name but compares it case-folded up to the NUL: `set\0<n>` found SET whenever the two
+/// shared a bucket (8 names in 3,000 on Redis 7.0), and each such name was kept, so distinct
+/// names grew the module's table without bound (200,000 `config\0<n>` names: +370 KB), and its
+/// token was then checked for a command that can never run. Must hold: a name with a NUL is
+/// never resolved: with a wrong token every such name gets the same refusal or unknown command
+/// (no token check), and nothing runs.
+#[test]
+fn a_name_with_a_nul_is_never_resolved() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let t: u64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("a")
+        .arg(LONG_TTL)
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("SET").arg("foo").arg("1").query(&mut c).unwrap();
+    for base in ["set", "config"] {
+        for i in 0..3000 {
+            let mut name = base.as_bytes().to_vec();
+            name.push(0);
+            name.extend_from_slice(i.to_string().as_bytes());
+            let mut cmd = redis::cmd("LOCK.FENCED");
+            cmd.arg("k").arg(t + 1).arg(name).arg("get").arg("foo");
+            let e = error(&mut c, &cmd);
+            assert!(
+                e.starts_with("ERR unknown command") || e.contains("cannot run"),
+                "{base} {i}: {e}"
+            );
+        }
+    }
+    let foo: String = redis::cmd("GET").arg("foo").query(&mut c).unwrap();
+    assert_eq!(foo, "1");
+}
