@@ -150,7 +150,7 @@ fn module_blocks_abort_safely(ctx: Ctx) -> bool {
 /// dictionary), and names the command by its own name. `Ok(false)`: no such command; `Err`:
 /// the server did not answer.
 fn resolve(ctx: Ctx, key: &[u8], name: *mut raw::RedisModuleString) -> Result<bool, &'static str> {
-    if !command_info_is_itself() {
+    if !is_itself(Own::CommandInfo) {
         return Err(NO_COMMAND_INFO);
     }
     // SAFETY: "cs": a C string and a live module string; the reply is freed below.
@@ -181,39 +181,48 @@ fn resolve(ctx: Ctx, key: &[u8], name: *mut raw::RedisModuleString) -> Result<bo
 const NO_COMMAND_INFO: &str =
     "ERR LOCK.FENCED needs the COMMAND command, which is renamed or disabled on this server";
 
-/// A module user allowed only `COMMAND INFO`, and the arguments `COMMAND INFO`.
-struct CommandInfoCheck {
+/// The server subcommands this file calls by name: `COMMAND INFO` (to resolve a name) and
+/// `CLIENT LIST` (to tell `BCAST` tracking on 7.0).
+#[derive(Clone, Copy)]
+enum Own {
+    CommandInfo = 0,
+    ClientList = 1,
+}
+
+/// A module user allowed those two subcommands only, and each one's arguments.
+struct OwnCheck {
     user: *mut raw::RedisModuleUser,
-    argv: [*mut raw::RedisModuleString; 2],
+    argv: [[*mut raw::RedisModuleString; 2]; 2],
 }
 
 thread_local! {
-    /// Made at the first resolution, kept for the module's life. Main thread only.
-    static COMMAND_INFO_CHECK: std::cell::OnceCell<Option<CommandInfoCheck>> =
+    /// Made at the first check, kept for the module's life. Main thread only.
+    static OWN_CHECK: std::cell::OnceCell<Option<OwnCheck>> =
         const { std::cell::OnceCell::new() };
 }
 
-/// Whether the name `COMMAND` finds the server's own `COMMAND INFO` in the live (renamed)
-/// dictionary: `resolve` calls it by that name, and under `rename-command` another command
-/// may be there (`rename-command del command` made every resolution a `DEL INFO <name>`, run
-/// unreplicated). ACL rules name commands by their own names, so a user allowed
-/// `+command|info` alone passes exactly when the name finds that subcommand.
-fn command_info_is_itself() -> bool {
-    COMMAND_INFO_CHECK.with(|check| {
+/// Whether the name `COMMAND` (`CLIENT`) finds the server's own `COMMAND INFO` (`CLIENT LIST`)
+/// in the live, renamed dictionary: this file calls them by those names, and under
+/// `rename-command` another command may be there (`rename-command del command` made every
+/// resolution a `DEL INFO <name>`, run unreplicated). ACL rules name commands by their own
+/// names, so a user allowed `+command|info` and `+client|list` alone passes exactly when the
+/// name finds one of those subcommands.
+fn is_itself(own: Own) -> bool {
+    OWN_CHECK.with(|check| {
         let Some(check) = check.get_or_init(|| {
             // SAFETY: plain C strings; the user and the strings (no context: not
             // auto-freed) live as long as the module.
             unsafe {
-                let user = rm!(RedisModule_CreateModuleUser(
-                    c"relock-fenced-resolver".as_ptr()
-                ));
-                if user.is_null()
-                    || rm!(RedisModule_SetModuleUserACL(
-                        user,
-                        c"+command|info".as_ptr()
-                    )) != raw::REDISMODULE_OK as c_int
-                {
+                let user = rm!(RedisModule_CreateModuleUser(c"relock-fenced-own".as_ptr()));
+                if user.is_null() {
                     return None;
+                }
+                for rule in [c"+command|info", c"+client|list"] {
+                    if rm!(RedisModule_SetModuleUserACL(user, rule.as_ptr()))
+                        != raw::REDISMODULE_OK as c_int
+                    {
+                        return None;
+                    }
                 }
                 let make = |s: &CStr| {
                     rm!(RedisModule_CreateString(
@@ -222,15 +231,18 @@ fn command_info_is_itself() -> bool {
                         s.to_bytes().len()
                     ))
                 };
-                Some(CommandInfoCheck {
+                Some(OwnCheck {
                     user,
-                    argv: [make(c"COMMAND"), make(c"INFO")],
+                    argv: [
+                        [make(c"COMMAND"), make(c"INFO")],
+                        [make(c"CLIENT"), make(c"LIST")],
+                    ],
                 })
             }
         }) else {
             return false;
         };
-        let mut argv = check.argv;
+        let mut argv = check.argv[own as usize];
         // SAFETY: a live module user and two live strings; nothing is run, only looked up.
         unsafe {
             rm!(RedisModule_ACLCheckCommandPermissions(
@@ -665,7 +677,11 @@ fn tracked(ctx: Ctx) -> bool {
     {
         return false;
     }
-    // The module API does not tell BCAST; CLIENT LIST's flags do (`B`).
+    // The module API does not tell BCAST; CLIENT LIST's flags do (`B`). Where `CLIENT` is not
+    // the server's own (renamed), nothing is called under that name: taken as tracked.
+    if !is_itself(Own::ClientList) {
+        return true;
+    }
     let id = CString::new(id.to_string()).unwrap_or_default();
     let line = ffi::call_text(ctx, c"CLIENT", &[c"LIST", c"ID", &id]).unwrap_or_default();
     let flags = line

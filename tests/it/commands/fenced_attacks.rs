@@ -544,3 +544,55 @@ fn a_name_with_a_nul_is_never_resolved() {
     let foo: String = redis::cmd("GET").arg("foo").query(&mut c).unwrap();
     assert_eq!(foo, "1");
 }
+
+/// Found (Redis 7.0): to tell `BCAST` tracking, a read called `CLIENT LIST ID <id>` under the
+/// name `CLIENT`, whatever answered to it: with `del` renamed to `client`, a tracked
+/// connection's `LOCK.FENCED k t GET d` ran `DEL LIST ID <id>` (unreplicated), deleting the
+/// keys `LIST` and `ID`. Must hold: nothing but the server's own `CLIENT LIST` runs under that
+/// name; without it a tracked read on 7.0 is refused as untracked (it cannot tell `BCAST`),
+/// and elsewhere (reads tracked) it runs.
+#[test]
+fn a_command_renamed_to_client_never_runs_for_a_tracked_read() {
+    let server = Server::with_args(&[
+        "--rename-command",
+        "client",
+        "client_elsewhere",
+        "--rename-command",
+        "del",
+        "client",
+    ]);
+    let mut c = server.conn();
+    let old = is_7_0(&mut c);
+    for key in ["LIST", "ID", "d"] {
+        let _: () = redis::cmd("SET").arg(key).arg("1").query(&mut c).unwrap();
+    }
+    let t: u64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("a")
+        .arg(LONG_TTL)
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("CLIENT_ELSEWHERE")
+        .arg("TRACKING")
+        .arg("ON")
+        .query(&mut c)
+        .unwrap();
+    if old {
+        let e = error(&mut c, &fenced(t, &["GET", "d"]));
+        assert_eq!(
+            e,
+            "ERR LOCK.FENCED reads are not tracked on this server version"
+        );
+    } else {
+        let d: String = fenced(t, &["GET", "d"]).query(&mut c).unwrap();
+        assert_eq!(d, "1");
+    }
+    let n: i64 = redis::cmd("EXISTS")
+        .arg("LIST")
+        .arg("ID")
+        .arg("d")
+        .arg("k")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 4, "a key went away");
+}
