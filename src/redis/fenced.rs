@@ -27,6 +27,49 @@ use crate::lock::args;
 
 type Ctx = *mut raw::RedisModuleCtx;
 
+/// `MOVED <slot> <ip:port>` to this replica's master, from the module API (no command).
+fn moved_to_my_master(ctx: Ctx, key: &[u8]) -> Option<String> {
+    const ID: usize = raw::REDISMODULE_NODE_ID_LEN as usize;
+    // SAFETY: the node id is `ID` bytes the server owns, copied; the buffers are as long as the API
+    // writes (an id, an IP of at most 46 bytes with its NUL).
+    unsafe {
+        let me_at = rm!(RedisModule_GetMyClusterID());
+        if me_at.is_null() {
+            return None;
+        }
+        // Some servers read the id with `strlen`: both ids are passed NUL-terminated.
+        let mut me = [0 as std::os::raw::c_char; ID + 1];
+        ptr::copy_nonoverlapping(me_at, me.as_mut_ptr(), ID);
+        let mut master = [0 as std::os::raw::c_char; ID + 1];
+        let got = rm!(RedisModule_GetClusterNodeInfo(
+            ctx,
+            me.as_ptr(),
+            ptr::null_mut(),
+            master.as_mut_ptr(),
+            ptr::null_mut(),
+            ptr::null_mut()
+        ));
+        if got != raw::REDISMODULE_OK as c_int || master[0] == 0 {
+            return None;
+        }
+        let mut ip = [0 as std::os::raw::c_char; 64];
+        let mut port: c_int = 0;
+        let got = rm!(RedisModule_GetClusterNodeInfo(
+            ctx,
+            master.as_ptr(),
+            ip.as_mut_ptr(),
+            ptr::null_mut(),
+            &mut port,
+            ptr::null_mut()
+        ));
+        if got != raw::REDISMODULE_OK as c_int || ip[0] == 0 {
+            return None;
+        }
+        let ip = CStr::from_ptr(ip.as_ptr()).to_string_lossy();
+        Some(format!("MOVED {} {ip}:{port}", cluster::key_slot(key)))
+    }
+}
+
 /// The error of a server without run-as-user for module calls.
 const NEEDS_RUN_AS_USER: &str = "ERR LOCK.FENCED needs Redis 7.0.6 or later";
 /// A read on 7.0 by a connection whose reads are tracked key by key.
@@ -181,18 +224,19 @@ fn resolve(ctx: Ctx, key: &[u8], name: *mut raw::RedisModuleString) -> Result<bo
 const NO_COMMAND_INFO: &str =
     "ERR LOCK.FENCED needs the COMMAND command, which is renamed or disabled on this server";
 
-/// The server subcommands this file calls by name: `COMMAND INFO` (to resolve a name) and
-/// `CLIENT LIST` (to tell `BCAST` tracking on 7.0).
+/// The server subcommands this file calls by name: `COMMAND INFO` (to resolve a name),
+/// `CLIENT LIST` (to tell `BCAST` tracking on 7.0) and `CLUSTER NODES` (a replica's `MOVED`).
 #[derive(Clone, Copy)]
 enum Own {
     CommandInfo = 0,
     ClientList = 1,
+    ClusterNodes = 2,
 }
 
-/// A module user allowed those two subcommands only, and each one's arguments.
+/// A module user allowed those subcommands only, and each one's arguments.
 struct OwnCheck {
     user: *mut raw::RedisModuleUser,
-    argv: [[*mut raw::RedisModuleString; 2]; 2],
+    argv: [[*mut raw::RedisModuleString; 2]; 3],
 }
 
 thread_local! {
@@ -201,12 +245,12 @@ thread_local! {
         const { std::cell::OnceCell::new() };
 }
 
-/// Whether the name `COMMAND` (`CLIENT`) finds the server's own `COMMAND INFO` (`CLIENT LIST`)
-/// in the live, renamed dictionary: this file calls them by those names, and under
+/// Whether the name `COMMAND` (`CLIENT`, `CLUSTER`) finds the server's own `COMMAND INFO`
+/// (`CLIENT LIST`, `CLUSTER NODES`) in the live, renamed dictionary: this file calls them by those names, and under
 /// `rename-command` another command may be there (`rename-command del command` made every
 /// resolution a `DEL INFO <name>`, run unreplicated). ACL rules name commands by their own
-/// names, so a user allowed `+command|info` and `+client|list` alone passes exactly when the
-/// name finds one of those subcommands.
+/// names, so a user allowed `+command|info`, `+client|list` and `+cluster|nodes` alone passes
+/// exactly when the name finds one of those subcommands.
 fn is_itself(own: Own) -> bool {
     OWN_CHECK.with(|check| {
         let Some(check) = check.get_or_init(|| {
@@ -217,7 +261,7 @@ fn is_itself(own: Own) -> bool {
                 if user.is_null() {
                     return None;
                 }
-                for rule in [c"+command|info", c"+client|list"] {
+                for rule in [c"+command|info", c"+client|list", c"+cluster|nodes"] {
                     if rm!(RedisModule_SetModuleUserACL(user, rule.as_ptr()))
                         != raw::REDISMODULE_OK as c_int
                     {
@@ -236,6 +280,7 @@ fn is_itself(own: Own) -> bool {
                     argv: [
                         [make(c"COMMAND"), make(c"INFO")],
                         [make(c"CLIENT"), make(c"LIST")],
+                        [make(c"CLUSTER"), make(c"NODES")],
                     ],
                 })
             }
@@ -501,10 +546,19 @@ pub fn fenced(ctx: Ctx, args: Args<'_>) -> Result<Answer, Answer> {
     // Always served by the slot's master. Not being a `write` command, it reaches a cluster
     // replica from a `READONLY` connection: the replica's copy cannot vouch for a token, so
     // nothing is checked or run here, and the caller gets the `MOVED` a write would.
+    // `CLUSTER NODES` is read only where `CLUSTER` is the server's own (renamed away, the
+    // replica served the call from its copy); else the master is the one the module API names.
     if globals::is_replica() && server::cluster_enabled(ctx) {
-        if let Some(redirect) = cluster::redirect(ctx, args.bytes(1)) {
-            return Err(Answer::Error(Cow::Owned(redirect)));
-        }
+        let redirect = if is_itself(Own::ClusterNodes) {
+            cluster::redirect(ctx, args.bytes(1))
+        } else {
+            None
+        };
+        let redirect = redirect.or_else(|| moved_to_my_master(ctx, args.bytes(1)));
+        return Err(Answer::Error(redirect.map_or(
+            Cow::Borrowed("TRYAGAIN the key's slot is not served by this node; retry the command"),
+            Cow::Owned,
+        )));
     }
     // SAFETY: reads a function pointer the module API table filled in at load (7.0.6+).
     if unsafe { raw::RedisModule_SetContextUser }.is_none() {

@@ -596,3 +596,101 @@ fn a_command_renamed_to_client_never_runs_for_a_tracked_read() {
         .unwrap();
     assert_eq!(n, 4, "a key went away");
 }
+
+/// Found: a cluster replica names the master for its `MOVED` from `CLUSTER NODES`, called under
+/// the name `CLUSTER`; with `CLUSTER` renamed that call failed and the replica went on: it
+/// checked the token against its own copy (`FENCED stale token`) and ran reads there (a
+/// fenced `GET` answered the replica's value), what the `MOVED` was made to stop. Must hold:
+/// on a cluster replica nothing is checked or run, whatever `CLUSTER` is named: the caller
+/// gets the `MOVED` to the master (named by the module API).
+#[test]
+fn a_cluster_replica_redirects_with_cluster_renamed() {
+    let args = [
+        "--cluster-enabled",
+        "yes",
+        "--rename-command",
+        "cluster",
+        "cluster_elsewhere",
+    ];
+    let master = Server::with_args(&args);
+    let replica = Server::with_args(&args);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    let cluster = |c: &mut redis::Connection, args: &[&str]| {
+        let mut cmd = redis::cmd("CLUSTER_ELSEWHERE");
+        for a in args {
+            cmd.arg(*a);
+        }
+        cmd.query::<redis::Value>(c)
+    };
+    cluster(&mut m, &["ADDSLOTSRANGE", "0", "16383"]).unwrap();
+    let port = master.port.to_string();
+    cluster(&mut r, &["MEET", "127.0.0.1", &port]).unwrap();
+    let id: String = redis::cmd("CLUSTER_ELSEWHERE")
+        .arg("MYID")
+        .query(&mut m)
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || cluster(
+            &mut r,
+            &["REPLICATE", &id]
+        )
+        .is_ok()),
+        "the replica never met the master"
+    );
+    let key = "k";
+    let data = "{k}d";
+    let ready = |m: &mut redis::Connection, r: &mut redis::Connection| {
+        let state: String = redis::cmd("CLUSTER_ELSEWHERE")
+            .arg("INFO")
+            .query(m)
+            .unwrap_or_default();
+        let repl: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(r)
+            .unwrap_or_default();
+        state.contains("cluster_state:ok") && repl.contains("master_link_status:up")
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || ready(&mut m, &mut r)),
+        "the cluster never came up"
+    );
+    let t: u64 = redis::cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg("a")
+        .arg(LONG_TTL)
+        .query(&mut m)
+        .unwrap();
+    let _: () = redis::cmd("SET").arg(data).arg("1").query(&mut m).unwrap();
+    let _: () = redis::cmd("READONLY").query(&mut r).unwrap();
+    assert!(eventually(Duration::from_secs(10), || {
+        redis::cmd("GET")
+            .arg(data)
+            .query::<Option<String>>(&mut r)
+            .ok()
+            .flatten()
+            .as_deref()
+            == Some("1")
+    }));
+    let moved = format!(
+        "MOVED {} 127.0.0.1:{}",
+        common::cluster::key_slot(key),
+        master.port
+    );
+    let (ran, stale) = (
+        common::info_field(&mut r, "fenced_total"),
+        common::info_field(&mut r, "fenced_stale_total"),
+    );
+    for inner in [&["GET", data][..], &["SET", data, "2"][..]] {
+        for token in [t, 1] {
+            let mut cmd = redis::cmd("LOCK.FENCED");
+            cmd.arg(key).arg(token);
+            for a in inner {
+                cmd.arg(*a);
+            }
+            assert_eq!(error(&mut r, &cmd), moved, "{inner:?} {token}");
+        }
+    }
+    assert_eq!(common::info_field(&mut r, "fenced_total"), ran);
+    assert_eq!(common::info_field(&mut r, "fenced_stale_total"), stale);
+}
