@@ -694,3 +694,63 @@ fn a_cluster_replica_redirects_with_cluster_renamed() {
     assert_eq!(common::info_field(&mut r, "fenced_total"), ran);
     assert_eq!(common::info_field(&mut r, "fenced_stale_total"), stale);
 }
+
+/// Held (a guard): a name's first use resolves it with `COMMAND INFO` on the module's behalf,
+/// not the caller's: a user who may not run `COMMAND` (or runs almost nothing) gets, on the
+/// very first use of each name, exactly what it gets once the name is known: its command run
+/// when permitted, Redis's `NOPERM` when not, Redis's own unknown command; never a refusal for
+/// `COMMAND`, and nothing it may not run runs.
+#[test]
+fn a_user_without_command_resolves_names_on_first_use() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let t: u64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("a")
+        .arg(LONG_TTL)
+        .query(&mut c)
+        .unwrap();
+    for (user, rules) in [
+        ("nocmd", &["+@all", "-command", "~*"][..]),
+        ("narrow", &["-@all", "+lock.fenced", "+set", "~*"][..]),
+    ] {
+        let mut acl = redis::cmd("ACL");
+        acl.arg("SETUSER").arg(user).arg("on").arg("nopass");
+        for r in rules {
+            acl.arg(*r);
+        }
+        let _: () = acl.query(&mut c).unwrap();
+    }
+    let mut u = server.conn();
+    let _: () = redis::cmd("AUTH")
+        .arg("nocmd")
+        .arg("x")
+        .query(&mut u)
+        .unwrap();
+    let mut n = server.conn();
+    let _: () = redis::cmd("AUTH")
+        .arg("narrow")
+        .arg("x")
+        .query(&mut n)
+        .unwrap();
+    // First uses, by the users without COMMAND.
+    let ok: String = fenced(t, &["sEt", "a", "x"]).query(&mut n).unwrap();
+    assert_eq!(ok, "OK");
+    let e = error(&mut n, &fenced(t, &["HSET", "h", "f", "v"]));
+    assert!(e.starts_with("NOPERM"), "{e}");
+    assert!(e.contains("'hset'"), "{e}");
+    let e = error(&mut n, &fenced(t, &["nosuch", "x"]));
+    assert!(e.starts_with("ERR unknown command"), "{e}");
+    let enc: String = fenced(t, &["object", "ENCODING", "a"])
+        .query(&mut u)
+        .unwrap();
+    assert_eq!(enc, "embstr");
+    let e = error(&mut u, &fenced(t, &["BLPOP", "l", "0"]));
+    assert_eq!(e, "ERR BLPOP cannot run in LOCK.FENCED");
+    let e = error(&mut u, &fenced(t, &["COMMAND", "INFO", "get"]));
+    assert_eq!(e, "ERR COMMAND cannot run in LOCK.FENCED");
+    let exists: i64 = redis::cmd("EXISTS").arg("h").query(&mut c).unwrap();
+    assert_eq!(exists, 0);
+    let a: String = redis::cmd("GET").arg("a").query(&mut c).unwrap();
+    assert_eq!(a, "x");
+}
