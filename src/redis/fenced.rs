@@ -27,6 +27,49 @@ use crate::lock::args;
 
 type Ctx = *mut raw::RedisModuleCtx;
 
+/// `MOVED <slot> <ip:port>` to this replica's master, from the module API (no command).
+fn moved_to_my_master(ctx: Ctx, key: &[u8]) -> Option<String> {
+    const ID: usize = raw::REDISMODULE_NODE_ID_LEN as usize;
+    // SAFETY: the node id is `ID` bytes the server owns, copied; the buffers are as long as the API
+    // writes (an id, an IP of at most 46 bytes with its NUL).
+    unsafe {
+        let me_at = rm!(RedisModule_GetMyClusterID());
+        if me_at.is_null() {
+            return None;
+        }
+        // Some servers read the id with `strlen`: both ids are passed NUL-terminated.
+        let mut me = [0 as std::os::raw::c_char; ID + 1];
+        ptr::copy_nonoverlapping(me_at, me.as_mut_ptr(), ID);
+        let mut master = [0 as std::os::raw::c_char; ID + 1];
+        let got = rm!(RedisModule_GetClusterNodeInfo(
+            ctx,
+            me.as_ptr(),
+            ptr::null_mut(),
+            master.as_mut_ptr(),
+            ptr::null_mut(),
+            ptr::null_mut()
+        ));
+        if got != raw::REDISMODULE_OK as c_int || master[0] == 0 {
+            return None;
+        }
+        let mut ip = [0 as std::os::raw::c_char; 64];
+        let mut port: c_int = 0;
+        let got = rm!(RedisModule_GetClusterNodeInfo(
+            ctx,
+            master.as_ptr(),
+            ip.as_mut_ptr(),
+            ptr::null_mut(),
+            &mut port,
+            ptr::null_mut()
+        ));
+        if got != raw::REDISMODULE_OK as c_int || ip[0] == 0 {
+            return None;
+        }
+        let ip = CStr::from_ptr(ip.as_ptr()).to_string_lossy();
+        Some(format!("MOVED {} {ip}:{port}", cluster::key_slot(key)))
+    }
+}
+
 /// The error of a server without run-as-user for module calls.
 const NEEDS_RUN_AS_USER: &str = "ERR LOCK.FENCED needs Redis 7.0.6 or later";
 /// A read on 7.0 by a connection whose reads are tracked key by key.
@@ -149,7 +192,10 @@ fn module_blocks_abort_safely(ctx: Ctx) -> bool {
 /// `COMMAND INFO name`, which looks `name` up where a call of it would (the renamed
 /// dictionary), and names the command by its own name. `Ok(false)`: no such command; `Err`:
 /// the server did not answer.
-fn resolve(ctx: Ctx, key: &[u8], name: *mut raw::RedisModuleString) -> Result<bool, ()> {
+fn resolve(ctx: Ctx, key: &[u8], name: *mut raw::RedisModuleString) -> Result<bool, &'static str> {
+    if !is_itself(Own::CommandInfo) {
+        return Err(NO_COMMAND_INFO);
+    }
     // SAFETY: "cs": a C string and a live module string; the reply is freed below.
     let reply = unsafe {
         rm!(RedisModule_Call(
@@ -161,7 +207,7 @@ fn resolve(ctx: Ctx, key: &[u8], name: *mut raw::RedisModuleString) -> Result<bo
         ))
     };
     if reply.is_null() {
-        return Err(());
+        return Err("ERR relock internal error");
     }
     let entry = element(reply, 0);
     let found = reply_len(entry) > 0;
@@ -171,6 +217,84 @@ fn resolve(ctx: Ctx, key: &[u8], name: *mut raw::RedisModuleString) -> Result<bo
     // SAFETY: `reply` came from `RedisModule_Call` and is freed once.
     unsafe { rm!(RedisModule_FreeCallReply(reply)) };
     Ok(found)
+}
+
+/// The error where `COMMAND INFO` is not the server's own (renamed, disabled, or another
+/// command renamed to `COMMAND`): no name can be resolved, so nothing runs.
+const NO_COMMAND_INFO: &str =
+    "ERR LOCK.FENCED needs the COMMAND command, which is renamed or disabled on this server";
+
+/// The server subcommands this file calls by name: `COMMAND INFO` (to resolve a name),
+/// `CLIENT LIST` (to tell `BCAST` tracking on 7.0) and `CLUSTER NODES` (a replica's `MOVED`).
+#[derive(Clone, Copy)]
+enum Own {
+    CommandInfo = 0,
+    ClientList = 1,
+    ClusterNodes = 2,
+}
+
+/// A module user allowed those subcommands only, and each one's arguments.
+struct OwnCheck {
+    user: *mut raw::RedisModuleUser,
+    argv: [[*mut raw::RedisModuleString; 2]; 3],
+}
+
+thread_local! {
+    /// Made at the first check, kept for the module's life. Main thread only.
+    static OWN_CHECK: std::cell::OnceCell<Option<OwnCheck>> =
+        const { std::cell::OnceCell::new() };
+}
+
+/// Whether the name `COMMAND` (`CLIENT`, `CLUSTER`) finds the server's own `COMMAND INFO`
+/// (`CLIENT LIST`, `CLUSTER NODES`) in the live, renamed dictionary: this file calls them by those names, and under
+/// `rename-command` another command may be there (`rename-command del command` made every
+/// resolution a `DEL INFO <name>`, run unreplicated). ACL rules name commands by their own
+/// names, so a user allowed `+command|info`, `+client|list` and `+cluster|nodes` alone passes
+/// exactly when the name finds one of those subcommands.
+fn is_itself(own: Own) -> bool {
+    OWN_CHECK.with(|check| {
+        let Some(check) = check.get_or_init(|| {
+            // SAFETY: plain C strings; the user and the strings (no context: not
+            // auto-freed) live as long as the module.
+            unsafe {
+                let user = rm!(RedisModule_CreateModuleUser(c"relock-fenced-own".as_ptr()));
+                if user.is_null() {
+                    return None;
+                }
+                // A rule the server rejects leaves its subcommand denied: only that one check
+                // fails.
+                for rule in [c"+command|info", c"+client|list", c"+cluster|nodes"] {
+                    rm!(RedisModule_SetModuleUserACL(user, rule.as_ptr()));
+                }
+                let make = |s: &CStr| {
+                    rm!(RedisModule_CreateString(
+                        ptr::null_mut(),
+                        s.as_ptr(),
+                        s.to_bytes().len()
+                    ))
+                };
+                Some(OwnCheck {
+                    user,
+                    argv: [
+                        [make(c"COMMAND"), make(c"INFO")],
+                        [make(c"CLIENT"), make(c"LIST")],
+                        [make(c"CLUSTER"), make(c"NODES")],
+                    ],
+                })
+            }
+        }) else {
+            return false;
+        };
+        let mut argv = check.argv[own as usize];
+        // SAFETY: a live module user and two live strings; nothing is run, only looked up.
+        unsafe {
+            rm!(RedisModule_ACLCheckCommandPermissions(
+                check.user,
+                argv.as_mut_ptr(),
+                2
+            )) == raw::REDISMODULE_OK as c_int
+        }
+    })
 }
 
 /// One `COMMAND INFO` entry (and its subcommands), under `key`: name, arity, flags, first,
@@ -286,8 +410,8 @@ enum Lookup {
     Found(Inner),
     /// Not in the table.
     Missing,
-    /// The table cannot be read: nothing may run.
-    NoTable,
+    /// The table cannot be read: nothing may run (the error says why).
+    NoTable(&'static str),
 }
 
 /// Room on the stack for a lower-cased command name (`container|sub` included): longer names
@@ -331,7 +455,10 @@ fn look_up(ctx: Ctx, args: Args<'_>) -> Lookup {
     let first = args.bytes(3);
     // `COMMAND INFO a|b` reads `a|b` as container `a`, subcommand `b`; a call of `a|b` looks
     // up the name `a|b` (not a command unless renamed to it: then it is refused, unjudged).
-    if first.contains(&b'|') {
+    // A NUL ends the name for the server's case-folding compare, not for its hash: `COMMAND
+    // INFO set\0x` finds SET when the two share a bucket (8 names in 3,000 on 7.0), and each
+    // such name was kept, a table without bound. The call cannot run such a name anyway.
+    if first.contains(&b'|') || first.contains(&0) {
         return Lookup::Missing;
     }
     let mut buf = [0u8; NAME_ROOM];
@@ -357,7 +484,7 @@ fn look_up(ctx: Ctx, args: Args<'_>) -> Lookup {
             .with(|t| judge(&t.borrow()))
             .unwrap_or(Lookup::Missing),
         Ok(false) => Lookup::Missing,
-        Err(()) => Lookup::NoTable,
+        Err(why) => Lookup::NoTable(why),
     }
 }
 
@@ -417,10 +544,19 @@ pub fn fenced(ctx: Ctx, args: Args<'_>) -> Result<Answer, Answer> {
     // Always served by the slot's master. Not being a `write` command, it reaches a cluster
     // replica from a `READONLY` connection: the replica's copy cannot vouch for a token, so
     // nothing is checked or run here, and the caller gets the `MOVED` a write would.
+    // `CLUSTER NODES` is read only where `CLUSTER` is the server's own (renamed away, the
+    // replica served the call from its copy); else the master is the one the module API names.
     if globals::is_replica() && server::cluster_enabled(ctx) {
-        if let Some(redirect) = cluster::redirect(ctx, args.bytes(1)) {
-            return Err(Answer::Error(Cow::Owned(redirect)));
-        }
+        let redirect = if is_itself(Own::ClusterNodes) {
+            cluster::redirect(ctx, args.bytes(1))
+        } else {
+            None
+        };
+        let redirect = redirect.or_else(|| moved_to_my_master(ctx, args.bytes(1)));
+        return Err(Answer::Error(redirect.map_or(
+            Cow::Borrowed("TRYAGAIN the key's slot is not served by this node; retry the command"),
+            Cow::Owned,
+        )));
     }
     // SAFETY: reads a function pointer the module API table filled in at load (7.0.6+).
     if unsafe { raw::RedisModule_SetContextUser }.is_none() {
@@ -441,7 +577,7 @@ pub fn fenced(ctx: Ctx, args: Args<'_>) -> Result<Answer, Answer> {
                 written()
             ))))
         }
-        Lookup::NoTable => return Err(refused(Cow::Borrowed("ERR relock internal error"))),
+        Lookup::NoTable(why) => return Err(refused(Cow::Borrowed(why))),
     };
     if !arity_fits(found.arity, inner.len()) {
         return Ok(call(ctx, args, false));
@@ -593,7 +729,11 @@ fn tracked(ctx: Ctx) -> bool {
     {
         return false;
     }
-    // The module API does not tell BCAST; CLIENT LIST's flags do (`B`).
+    // The module API does not tell BCAST; CLIENT LIST's flags do (`B`). Where `CLIENT` is not
+    // the server's own (renamed), nothing is called under that name: taken as tracked.
+    if !is_itself(Own::ClientList) {
+        return true;
+    }
     let id = CString::new(id.to_string()).unwrap_or_default();
     let line = ffi::call_text(ctx, c"CLIENT", &[c"LIST", c"ID", &id]).unwrap_or_default();
     let flags = line

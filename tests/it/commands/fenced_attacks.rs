@@ -452,3 +452,305 @@ fn another_modules_commands_are_judged_by_their_own_flags_across_load_and_unload
         assert_eq!(ok, "PROBED");
     }
 }
+
+/// Found: a name is resolved by calling `COMMAND INFO <name>` under the name `COMMAND`, and
+/// under `rename-command` another command may answer to it. With `del` renamed to `command`,
+/// every first use of a name ran `DEL INFO <name>` (unreplicated): `LOCK.FENCED k t set foo 2`
+/// deleted the keys `INFO` and `set`, and was then refused. With `COMMAND` disabled, every call
+/// answered `relock internal error`. Must hold: nothing but the server's own `COMMAND INFO`
+/// ever runs to resolve a name, and without it `LOCK.FENCED` refuses with an error that says
+/// why, running nothing.
+#[test]
+fn a_command_renamed_to_command_never_runs_to_resolve_a_name() {
+    let setups: [&[&str]; 3] = [
+        &[
+            "--rename-command",
+            "command",
+            "",
+            "--rename-command",
+            "del",
+            "command",
+        ],
+        &["--rename-command", "command", ""],
+        &["--rename-command", "command", "command_elsewhere"],
+    ];
+    for args in setups {
+        let server = Server::with_args(args);
+        let mut c = server.conn();
+        for key in ["INFO", "set", "SET", "foo"] {
+            let _: () = redis::cmd("SET").arg(key).arg("1").query(&mut c).unwrap();
+        }
+        let t: u64 = redis::cmd("LOCK.ACQUIRE")
+            .arg("k")
+            .arg("a")
+            .arg(LONG_TTL)
+            .query(&mut c)
+            .unwrap();
+        for inner in [&["set", "foo", "2"][..], &["OBJECT", "ENCODING", "SET"][..]] {
+            let e = error(&mut c, &fenced(t, inner));
+            assert_eq!(
+                e,
+                "ERR LOCK.FENCED needs the COMMAND command, which is renamed or disabled on \
+                 this server",
+                "{args:?} {inner:?}"
+            );
+        }
+        let n: i64 = redis::cmd("EXISTS")
+            .arg("INFO")
+            .arg("set")
+            .arg("SET")
+            .arg("foo")
+            .arg("k")
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(n, 5, "{args:?}: a key went away");
+        let foo: String = redis::cmd("GET").arg("foo").query(&mut c).unwrap();
+        assert_eq!(foo, "1", "{args:?}");
+    }
+}
+
+/// Found: a name with a NUL byte was resolved with `COMMAND INFO`, whose lookup hashes the
+/// whole name but compares it case-folded up to the NUL: `set\0<n>` found SET whenever the two
+/// shared a bucket (8 names in 3,000 on Redis 7.0), and each such name was kept, so distinct
+/// names grew the module's table without bound (200,000 `config\0<n>` names: +370 KB), and its
+/// token was then checked for a command that can never run. Must hold: a name with a NUL is
+/// never resolved: with a wrong token every such name gets the same refusal or unknown command
+/// (no token check), and nothing runs.
+#[test]
+fn a_name_with_a_nul_is_never_resolved() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let t: u64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("a")
+        .arg(LONG_TTL)
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("SET").arg("foo").arg("1").query(&mut c).unwrap();
+    for base in ["set", "config"] {
+        for i in 0..3000 {
+            let mut name = base.as_bytes().to_vec();
+            name.push(0);
+            name.extend_from_slice(i.to_string().as_bytes());
+            let mut cmd = redis::cmd("LOCK.FENCED");
+            cmd.arg("k").arg(t + 1).arg(name).arg("get").arg("foo");
+            let e = error(&mut c, &cmd);
+            assert!(
+                e.starts_with("ERR unknown command") || e.contains("cannot run"),
+                "{base} {i}: {e}"
+            );
+        }
+    }
+    let foo: String = redis::cmd("GET").arg("foo").query(&mut c).unwrap();
+    assert_eq!(foo, "1");
+}
+
+/// Found (Redis 7.0): to tell `BCAST` tracking, a read called `CLIENT LIST ID <id>` under the
+/// name `CLIENT`, whatever answered to it: with `del` renamed to `client`, a tracked
+/// connection's `LOCK.FENCED k t GET d` ran `DEL LIST ID <id>` (unreplicated), deleting the
+/// keys `LIST` and `ID`. Must hold: nothing but the server's own `CLIENT LIST` runs under that
+/// name; without it a tracked read on 7.0 is refused as untracked (it cannot tell `BCAST`),
+/// and elsewhere (reads tracked) it runs.
+#[test]
+fn a_command_renamed_to_client_never_runs_for_a_tracked_read() {
+    let server = Server::with_args(&[
+        "--rename-command",
+        "client",
+        "client_elsewhere",
+        "--rename-command",
+        "del",
+        "client",
+    ]);
+    let mut c = server.conn();
+    let old = is_7_0(&mut c);
+    for key in ["LIST", "ID", "d"] {
+        let _: () = redis::cmd("SET").arg(key).arg("1").query(&mut c).unwrap();
+    }
+    let t: u64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("a")
+        .arg(LONG_TTL)
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("CLIENT_ELSEWHERE")
+        .arg("TRACKING")
+        .arg("ON")
+        .query(&mut c)
+        .unwrap();
+    if old {
+        let e = error(&mut c, &fenced(t, &["GET", "d"]));
+        assert_eq!(
+            e,
+            "ERR LOCK.FENCED reads are not tracked on this server version"
+        );
+    } else {
+        let d: String = fenced(t, &["GET", "d"]).query(&mut c).unwrap();
+        assert_eq!(d, "1");
+    }
+    let n: i64 = redis::cmd("EXISTS")
+        .arg("LIST")
+        .arg("ID")
+        .arg("d")
+        .arg("k")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 4, "a key went away");
+}
+
+/// Found: a cluster replica names the master for its `MOVED` from `CLUSTER NODES`, called under
+/// the name `CLUSTER`; with `CLUSTER` renamed that call failed and the replica went on: it
+/// checked the token against its own copy (`FENCED stale token`) and ran reads there (a
+/// fenced `GET` answered the replica's value), what the `MOVED` was made to stop. Must hold:
+/// on a cluster replica nothing is checked or run, whatever `CLUSTER` is named: the caller
+/// gets the `MOVED` to the master (named by the module API).
+#[test]
+fn a_cluster_replica_redirects_with_cluster_renamed() {
+    let args = [
+        "--cluster-enabled",
+        "yes",
+        "--rename-command",
+        "cluster",
+        "cluster_elsewhere",
+    ];
+    let master = Server::with_args(&args);
+    let replica = Server::with_args(&args);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    let cluster = |c: &mut redis::Connection, args: &[&str]| {
+        let mut cmd = redis::cmd("CLUSTER_ELSEWHERE");
+        for a in args {
+            cmd.arg(*a);
+        }
+        cmd.query::<redis::Value>(c)
+    };
+    cluster(&mut m, &["ADDSLOTSRANGE", "0", "16383"]).unwrap();
+    let port = master.port.to_string();
+    cluster(&mut r, &["MEET", "127.0.0.1", &port]).unwrap();
+    let id: String = redis::cmd("CLUSTER_ELSEWHERE")
+        .arg("MYID")
+        .query(&mut m)
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || cluster(
+            &mut r,
+            &["REPLICATE", &id]
+        )
+        .is_ok()),
+        "the replica never met the master"
+    );
+    let key = "k";
+    let data = "{k}d";
+    let ready = |m: &mut redis::Connection, r: &mut redis::Connection| {
+        let state: String = redis::cmd("CLUSTER_ELSEWHERE")
+            .arg("INFO")
+            .query(m)
+            .unwrap_or_default();
+        let repl: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(r)
+            .unwrap_or_default();
+        state.contains("cluster_state:ok") && repl.contains("master_link_status:up")
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || ready(&mut m, &mut r)),
+        "the cluster never came up"
+    );
+    let t: u64 = redis::cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg("a")
+        .arg(LONG_TTL)
+        .query(&mut m)
+        .unwrap();
+    let _: () = redis::cmd("SET").arg(data).arg("1").query(&mut m).unwrap();
+    let _: () = redis::cmd("READONLY").query(&mut r).unwrap();
+    assert!(eventually(Duration::from_secs(10), || {
+        redis::cmd("GET")
+            .arg(data)
+            .query::<Option<String>>(&mut r)
+            .ok()
+            .flatten()
+            .as_deref()
+            == Some("1")
+    }));
+    let moved = format!(
+        "MOVED {} 127.0.0.1:{}",
+        common::cluster::key_slot(key),
+        master.port
+    );
+    let (ran, stale) = (
+        common::info_field(&mut r, "fenced_total"),
+        common::info_field(&mut r, "fenced_stale_total"),
+    );
+    for inner in [&["GET", data][..], &["SET", data, "2"][..]] {
+        for token in [t, 1] {
+            let mut cmd = redis::cmd("LOCK.FENCED");
+            cmd.arg(key).arg(token);
+            for a in inner {
+                cmd.arg(*a);
+            }
+            assert_eq!(error(&mut r, &cmd), moved, "{inner:?} {token}");
+        }
+    }
+    assert_eq!(common::info_field(&mut r, "fenced_total"), ran);
+    assert_eq!(common::info_field(&mut r, "fenced_stale_total"), stale);
+}
+
+/// Held (a guard): a name's first use resolves it with `COMMAND INFO` on the module's behalf,
+/// not the caller's: a user who may not run `COMMAND` (or runs almost nothing) gets, on the
+/// very first use of each name, exactly what it gets once the name is known: its command run
+/// when permitted, Redis's `NOPERM` when not, Redis's own unknown command; never a refusal for
+/// `COMMAND`, and nothing it may not run runs.
+#[test]
+fn a_user_without_command_resolves_names_on_first_use() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let t: u64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("a")
+        .arg(LONG_TTL)
+        .query(&mut c)
+        .unwrap();
+    for (user, rules) in [
+        ("nocmd", &["+@all", "-command", "~*"][..]),
+        ("narrow", &["-@all", "+lock.fenced", "+set", "~*"][..]),
+    ] {
+        let mut acl = redis::cmd("ACL");
+        acl.arg("SETUSER").arg(user).arg("on").arg("nopass");
+        for r in rules {
+            acl.arg(*r);
+        }
+        let _: () = acl.query(&mut c).unwrap();
+    }
+    let mut u = server.conn();
+    let _: () = redis::cmd("AUTH")
+        .arg("nocmd")
+        .arg("x")
+        .query(&mut u)
+        .unwrap();
+    let mut n = server.conn();
+    let _: () = redis::cmd("AUTH")
+        .arg("narrow")
+        .arg("x")
+        .query(&mut n)
+        .unwrap();
+    // First uses, by the users without COMMAND.
+    let ok: String = fenced(t, &["sEt", "a", "x"]).query(&mut n).unwrap();
+    assert_eq!(ok, "OK");
+    let e = error(&mut n, &fenced(t, &["HSET", "h", "f", "v"]));
+    assert!(e.starts_with("NOPERM"), "{e}");
+    assert!(e.contains("'hset'"), "{e}");
+    let e = error(&mut n, &fenced(t, &["nosuch", "x"]));
+    assert!(e.starts_with("ERR unknown command"), "{e}");
+    let enc: String = fenced(t, &["object", "ENCODING", "a"])
+        .query(&mut u)
+        .unwrap();
+    assert_eq!(enc, "embstr");
+    let e = error(&mut u, &fenced(t, &["BLPOP", "l", "0"]));
+    assert_eq!(e, "ERR BLPOP cannot run in LOCK.FENCED");
+    let e = error(&mut u, &fenced(t, &["COMMAND", "INFO", "get"]));
+    assert_eq!(e, "ERR COMMAND cannot run in LOCK.FENCED");
+    let exists: i64 = redis::cmd("EXISTS").arg("h").query(&mut c).unwrap();
+    assert_eq!(exists, 0);
+    let a: String = redis::cmd("GET").arg("a").query(&mut c).unwrap();
+    assert_eq!(a, "x");
+}
