@@ -127,7 +127,7 @@ pub fn redirect(ctx: *mut raw::RedisModuleCtx, key: &[u8]) -> Option<String> {
 
 /// `CLUSTER NODES`, read through the module API.
 fn cluster_nodes(ctx: *mut raw::RedisModuleCtx) -> Option<String> {
-    super::ffi::call_text(ctx, c"CLUSTER", &[c"NODES"])
+    super::ffi::call_own(ctx, super::ffi::Own::ClusterNodes, &[])
 }
 
 #[cfg(test)]

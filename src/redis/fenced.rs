@@ -193,7 +193,7 @@ fn module_blocks_abort_safely(ctx: Ctx) -> bool {
 /// dictionary), and names the command by its own name. `Ok(false)`: no such command; `Err`:
 /// the server did not answer.
 fn resolve(ctx: Ctx, key: &[u8], name: *mut raw::RedisModuleString) -> Result<bool, &'static str> {
-    if !is_itself(Own::CommandInfo) {
+    if !ffi::is_itself(ffi::Own::CommandInfo) {
         return Err(NO_COMMAND_INFO);
     }
     // SAFETY: "cs": a C string and a live module string; the reply is freed below.
@@ -223,79 +223,6 @@ fn resolve(ctx: Ctx, key: &[u8], name: *mut raw::RedisModuleString) -> Result<bo
 /// command renamed to `COMMAND`): no name can be resolved, so nothing runs.
 const NO_COMMAND_INFO: &str =
     "ERR LOCK.FENCED needs the COMMAND command, which is renamed or disabled on this server";
-
-/// The server subcommands this file calls by name: `COMMAND INFO` (to resolve a name),
-/// `CLIENT LIST` (to tell `BCAST` tracking on 7.0) and `CLUSTER NODES` (a replica's `MOVED`).
-#[derive(Clone, Copy)]
-enum Own {
-    CommandInfo = 0,
-    ClientList = 1,
-    ClusterNodes = 2,
-}
-
-/// A module user allowed those subcommands only, and each one's arguments.
-struct OwnCheck {
-    user: *mut raw::RedisModuleUser,
-    argv: [[*mut raw::RedisModuleString; 2]; 3],
-}
-
-thread_local! {
-    /// Made at the first check, kept for the module's life. Main thread only.
-    static OWN_CHECK: std::cell::OnceCell<Option<OwnCheck>> =
-        const { std::cell::OnceCell::new() };
-}
-
-/// Whether the name `COMMAND` (`CLIENT`, `CLUSTER`) finds the server's own `COMMAND INFO`
-/// (`CLIENT LIST`, `CLUSTER NODES`) in the live, renamed dictionary: this file calls them by those names, and under
-/// `rename-command` another command may be there (`rename-command del command` made every
-/// resolution a `DEL INFO <name>`, run unreplicated). ACL rules name commands by their own
-/// names, so a user allowed `+command|info`, `+client|list` and `+cluster|nodes` alone passes
-/// exactly when the name finds one of those subcommands.
-fn is_itself(own: Own) -> bool {
-    OWN_CHECK.with(|check| {
-        let Some(check) = check.get_or_init(|| {
-            // SAFETY: plain C strings; the user and the strings (no context: not
-            // auto-freed) live as long as the module.
-            unsafe {
-                let user = rm!(RedisModule_CreateModuleUser(c"relock-fenced-own".as_ptr()));
-                if user.is_null() {
-                    return None;
-                }
-                // A rule the server rejects leaves its subcommand denied: only that one check
-                // fails.
-                for rule in [c"+command|info", c"+client|list", c"+cluster|nodes"] {
-                    rm!(RedisModule_SetModuleUserACL(user, rule.as_ptr()));
-                }
-                let make = |s: &CStr| {
-                    rm!(RedisModule_CreateString(
-                        ptr::null_mut(),
-                        s.as_ptr(),
-                        s.to_bytes().len()
-                    ))
-                };
-                Some(OwnCheck {
-                    user,
-                    argv: [
-                        [make(c"COMMAND"), make(c"INFO")],
-                        [make(c"CLIENT"), make(c"LIST")],
-                        [make(c"CLUSTER"), make(c"NODES")],
-                    ],
-                })
-            }
-        }) else {
-            return false;
-        };
-        let mut argv = check.argv[own as usize];
-        // SAFETY: a live module user and two live strings; nothing is run, only looked up.
-        unsafe {
-            rm!(RedisModule_ACLCheckCommandPermissions(
-                check.user,
-                argv.as_mut_ptr(),
-                2
-            )) == raw::REDISMODULE_OK as c_int
-        }
-    })
-}
 
 /// One `COMMAND INFO` entry (and its subcommands), under `key`: name, arity, flags, first,
 /// last, step, ACL categories, tips, key specs, subcommands. The judgement uses the entry's own
@@ -547,7 +474,7 @@ pub fn fenced(ctx: Ctx, args: Args<'_>) -> Result<Answer, Answer> {
     // `CLUSTER NODES` is read only where `CLUSTER` is the server's own (renamed away, the
     // replica served the call from its copy); else the master is the one the module API names.
     if globals::is_replica() && server::cluster_enabled(ctx) {
-        let redirect = if is_itself(Own::ClusterNodes) {
+        let redirect = if ffi::is_itself(ffi::Own::ClusterNodes) {
             cluster::redirect(ctx, args.bytes(1))
         } else {
             None
@@ -731,11 +658,11 @@ fn tracked(ctx: Ctx) -> bool {
     }
     // The module API does not tell BCAST; CLIENT LIST's flags do (`B`). Where `CLIENT` is not
     // the server's own (renamed), nothing is called under that name: taken as tracked.
-    if !is_itself(Own::ClientList) {
+    if !ffi::is_itself(ffi::Own::ClientList) {
         return true;
     }
     let id = CString::new(id.to_string()).unwrap_or_default();
-    let line = ffi::call_text(ctx, c"CLIENT", &[c"LIST", c"ID", &id]).unwrap_or_default();
+    let line = ffi::call_own(ctx, ffi::Own::ClientList, &[c"ID", &id]).unwrap_or_default();
     let flags = line
         .split(' ')
         .find_map(|f| f.strip_prefix("flags="))

@@ -123,26 +123,118 @@ impl Drop for OwnedString {
     }
 }
 
-/// Runs a command through the module API with one or three C-string arguments; its reply as
-/// text (a bulk or simple string), `None` for an error or another reply type.
-pub fn call_text(ctx: *mut raw::RedisModuleCtx, command: &CStr, args: &[&CStr]) -> Option<String> {
+/// The server subcommands the module calls by name: `COMMAND INFO` (`LOCK.FENCED` resolving a
+/// name), `CLIENT LIST` (a client's description; `BCAST` tracking on 7.0) and `CLUSTER NODES`
+/// (where a slot is served).
+#[derive(Clone, Copy)]
+pub enum Own {
+    CommandInfo = 0,
+    ClientList = 1,
+    ClusterNodes = 2,
+}
+
+/// A module user allowed those subcommands only, and each one's arguments.
+struct OwnCheck {
+    user: *mut raw::RedisModuleUser,
+    argv: [[*mut raw::RedisModuleString; 2]; 3],
+}
+
+thread_local! {
+    /// Made at the first check, kept for the module's life. Main thread only.
+    static OWN_CHECK: std::cell::OnceCell<Option<OwnCheck>> =
+        const { std::cell::OnceCell::new() };
+}
+
+/// Whether the name `COMMAND` (`CLIENT`, `CLUSTER`) finds the server's own `COMMAND INFO`
+/// (`CLIENT LIST`, `CLUSTER NODES`) in the live, renamed dictionary: the module calls them by those
+/// names, and under
+/// `rename-command` another command may be there (`rename-command del command` made every
+/// resolution a `DEL INFO <name>`, run unreplicated). ACL rules name commands by their own
+/// names, so a user allowed `+command|info`, `+client|list` and `+cluster|nodes` alone passes
+/// exactly when the name finds one of those subcommands.
+pub fn is_itself(own: Own) -> bool {
+    OWN_CHECK.with(|check| {
+        let Some(check) = check.get_or_init(|| {
+            // SAFETY: plain C strings; the user and the strings (no context: not
+            // auto-freed) live as long as the module.
+            unsafe {
+                let user = rm!(RedisModule_CreateModuleUser(c"relock-fenced-own".as_ptr()));
+                if user.is_null() {
+                    return None;
+                }
+                // A rule the server rejects leaves its subcommand denied: only that one check
+                // fails.
+                for rule in [c"+command|info", c"+client|list", c"+cluster|nodes"] {
+                    rm!(RedisModule_SetModuleUserACL(user, rule.as_ptr()));
+                }
+                let make = |s: &CStr| {
+                    rm!(RedisModule_CreateString(
+                        std::ptr::null_mut(),
+                        s.as_ptr(),
+                        s.to_bytes().len()
+                    ))
+                };
+                Some(OwnCheck {
+                    user,
+                    argv: [
+                        [make(c"COMMAND"), make(c"INFO")],
+                        [make(c"CLIENT"), make(c"LIST")],
+                        [make(c"CLUSTER"), make(c"NODES")],
+                    ],
+                })
+            }
+        }) else {
+            return false;
+        };
+        let mut argv = check.argv[own as usize];
+        // SAFETY: a live module user and two live strings; nothing is run, only looked up.
+        unsafe {
+            rm!(RedisModule_ACLCheckCommandPermissions(
+                check.user,
+                argv.as_mut_ptr(),
+                2
+            )) == raw::REDISMODULE_OK as c_int
+        }
+    })
+}
+
+impl Own {
+    /// The command and subcommand names it is called by.
+    fn names(self) -> (&'static CStr, &'static CStr) {
+        match self {
+            Own::CommandInfo => (c"COMMAND", c"INFO"),
+            Own::ClientList => (c"CLIENT", c"LIST"),
+            Own::ClusterNodes => (c"CLUSTER", c"NODES"),
+        }
+    }
+}
+
+/// Runs one of the server's own subcommands through the module API, with none or two more
+/// C-string arguments; its reply as text (a bulk or simple string), `None` for an error,
+/// another reply type, or a name that is not the server's own subcommand here
+/// (`rename-command del client` once made a `CLIENT LIST ID <id>` a `DEL LIST ID <id>`).
+pub fn call_own(ctx: *mut raw::RedisModuleCtx, own: Own, rest: &[&CStr]) -> Option<String> {
+    if !is_itself(own) {
+        return None;
+    }
+    let (command, sub) = own.names();
     // SAFETY: each format has one "c" per C-string argument passed; the reply is freed below,
     // after its bytes are copied out.
     unsafe {
-        let reply = match args {
-            [a] => rm!(RedisModule_Call(
+        let reply = match rest {
+            [] => rm!(RedisModule_Call(
                 ctx,
                 command.as_ptr(),
                 c"c".as_ptr(),
-                a.as_ptr()
+                sub.as_ptr()
             )),
-            [a, b, c] => rm!(RedisModule_Call(
+            [a, b] => rm!(RedisModule_Call(
                 ctx,
                 command.as_ptr(),
                 c"ccc".as_ptr(),
+                sub.as_ptr(),
                 a.as_ptr(),
-                b.as_ptr(),
-                c.as_ptr()
+                b.as_ptr()
             )),
             _ => return None,
         };

@@ -124,12 +124,16 @@ pub fn cluster_enabled(ctx: *mut raw::RedisModuleCtx) -> bool {
 
 /// Client `id` as `CLIENT LIST` (and `ACL LOG`'s `client-info`) shows it. A script's or a
 /// function's commands run on a client `CLIENT LIST` does not show, which carries the caller's
-/// user only: then `user=<name> via=script`. Empty if neither can be read.
+/// user only: then `user=<name> via=script`. Where `CLIENT` is not the server's own command
+/// (renamed), nothing is called under that name: `user=<name>`. Empty if neither can be read.
 pub fn client_info(ctx: *mut raw::RedisModuleCtx, id: u64) -> String {
     let Ok(id) = std::ffi::CString::new(id.to_string()) else {
         return String::new();
     };
-    let listed = super::ffi::call_text(ctx, c"CLIENT", &[c"LIST", c"ID", &id])
+    let own = super::ffi::is_itself(super::ffi::Own::ClientList);
+    let listed = own
+        .then(|| super::ffi::call_own(ctx, super::ffi::Own::ClientList, &[c"ID", &id]))
+        .flatten()
         .map(|line| line.trim_end().to_string())
         .unwrap_or_default();
     if !listed.is_empty() {
@@ -143,7 +147,8 @@ pub fn client_info(ctx: *mut raw::RedisModuleCtx, id: u64) -> String {
         }
         let user = String::from_utf8_lossy(super::ffi::string_bytes(name)).into_owned();
         rm!(RedisModule_FreeString(ctx, name));
-        format!("user={user} via=script")
+        let via = if own { " via=script" } else { "" };
+        format!("user={user}{via}")
     }
 }
 

@@ -382,6 +382,33 @@ fn force_release_is_logged_with_who_did_it() {
     assert_eq!(text(&e["client-info"]), "user=default via=script");
 }
 
+/// Found: the caller's description for the journal is read with `CLIENT LIST ID <id>`, called
+/// under the name `CLIENT`; with `rename-command del client` a force release ran `DEL LIST ID
+/// <id>` (unreplicated) and deleted two of the user's keys. Must hold: nothing is called under
+/// a name that is not the server's own command; the entry names the user only.
+#[test]
+fn a_force_release_with_client_renamed_calls_nothing_under_that_name() {
+    let server = Server::with_args(&[
+        "--rename-command",
+        "client",
+        "client_elsewhere",
+        "--rename-command",
+        "del",
+        "client",
+    ]);
+    let mut c = server.conn();
+    for key in ["LIST", "ID"] {
+        let _: () = cmd!("SET", key, "1").query(&mut c).unwrap();
+    }
+    acquire(&mut c, "k", "o", LONG);
+    let n: i64 = cmd!("LOCK.FORCERELEASE", "k").query(&mut c).unwrap();
+    assert_eq!(n, 1);
+    let kept: i64 = cmd!("EXISTS", "LIST", "ID").query(&mut c).unwrap();
+    assert_eq!(kept, 2, "a key went away");
+    let e = &entries(&mut c, cmd!("LOCK.HISTORY", "k"))[0];
+    assert_eq!(text(&e["client-info"]), "user=default");
+}
+
 #[test]
 fn force_release_of_one_shared_holder_or_all() {
     let server = Server::start();
