@@ -160,7 +160,8 @@ class _Server:
     before a first connection to it ever opened wait up to ``connect_timeout`` for one (a
     process starting up does not know yet how far its server is), and then have their own
     timeout for the command; over several masters a round never waits for one longer than
-    its deadline. A cluster client keeps its own timeouts."""
+    its deadline. A cluster client keeps its own timeouts; a fenced write alone is sent by
+    relock itself on one of its connections, once (see ``fenced``)."""
 
     #: Idle connections kept for the next calls; a burst opens more and closes the rest.
     KEEP_IDLE = 16

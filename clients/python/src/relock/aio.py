@@ -74,7 +74,8 @@ class _Server:
     command is bounded by relock's own deadline, and a blocked ``LOCK.WAIT`` is never cut by
     the driver's ``socket_timeout``. There is no bound on the number of connections: a
     renewal never waits for one behind the tasks that wait for locks (a burst closes what it
-    opened beyond ``KEEP_IDLE``). A cluster client keeps its own connections and timeouts."""
+    opened beyond ``KEEP_IDLE``). A cluster client keeps its own connections and timeouts; a
+    fenced write alone is sent by relock itself on one of them, once (see ``fenced``)."""
 
     KEEP_IDLE = 16
 
