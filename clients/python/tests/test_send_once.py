@@ -204,3 +204,57 @@ def test_cluster_a_fenced_write_follows_moved_after_a_failover_and_runs_once(pro
         loop.close()
     h.release()
     rc.close()
+
+
+def test_cluster_a_fenced_write_follows_ask_while_its_slot_migrates_and_runs_once(proxied: ProxiedCluster) -> None:
+    """ASK (the key left for the importing master) says the source did not run it: relock
+    sends it on there, after ASKING, once; sync and asyncio (a fresh asyncio client, whose
+    first command is the fenced write)."""
+    c = proxied.cluster
+    start = c.nodes[0].port
+    rc: Any = redis.cluster.RedisCluster(host="127.0.0.1", port=start, address_remap=proxied.remap)
+    locks = relock.Relock(rc, node_timeout=1.0)
+    h = locks.acquire("{mg}", ttl=60)
+    g = locks.acquire("{mg}:b", ttl=60)
+    assert h is not None and g is not None
+    assert h.fenced("INCR", "{mg}:n") == 1
+    src = c.master_of("{mg}")
+    dst = next(n for n in c.nodes if c.role(n) == "master" and n.port != src.port)
+    slot = int(c.conn(src).execute_command("CLUSTER", "KEYSLOT", "{mg}"))
+    src_id, dst_id = (str(c.conn(n).execute_command("CLUSTER", "MYID")) for n in (src, dst))
+
+    def asks() -> int:
+        return int(c.conn(src).info("errorstats").get("errorstat_ASK", {}).get("count", 0))
+
+    c.conn(dst).execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+    c.conn(src).execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    try:
+        c.conn(src).execute_command("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", "{mg}", "{mg}:b", "{mg}:n")
+        before = asks()
+        assert h.fenced("INCR", "{mg}:n") == 2
+        assert asks() > before, "the source answered no ASK: the case did not happen"
+
+        async def aio() -> None:
+            arc: Any = acluster.RedisCluster(host="127.0.0.1", port=start, address_remap=proxied.remap)
+            try:
+                # The same hold, fenced from an asyncio client (its token is what LOCK.FENCED checks).
+                ag = relock.aio.Hold.__new__(relock.aio.Hold)
+                ag.__dict__.update({"_client": relock.aio.Relock(arc, node_timeout=1.0), "key": g.key, "token": g.token})
+                before = asks()
+                assert await ag.fenced("INCR", "{mg}:n") == 3
+                assert asks() > before, "the source answered no ASK: the case did not happen"
+            finally:
+                await arc.aclose()
+
+        asyncio.run(aio())
+        at_dst: Any = redis.Redis(port=dst.port, single_connection_client=True, decode_responses=True)
+        at_dst.execute_command("ASKING")
+        assert at_dst.get("{mg}:n") == "3"  # ran once per call, at the importing master
+        at_dst.close()
+    finally:
+        for n in c.nodes:
+            if c.role(n) == "master":
+                c.conn(n).execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+    h.release()
+    g.release()
+    rc.close()

@@ -114,6 +114,14 @@ def _unanswered(e: BaseException) -> core.Unanswered | None:
     return None
 
 
+def _node_of(client: Any, key: str) -> Any:
+    """The master of ``key``'s slot in a cluster client's map; None when the map has none."""
+    try:
+        return client.get_node_from_key(key)
+    except rex.SlotNotCoveredError:
+        return None
+
+
 def _remap(client: Any, host: str, port: int) -> tuple[str, int]:
     """A redirection's address as the cluster client reaches it (its ``address_remap``)."""
     remap = getattr(client.nodes_manager, "remap_host_port", None)
@@ -370,14 +378,14 @@ class _Server:
 
     def _fenced_cluster(self, key: str, args: Sequence[Any], deadline: float) -> Any:
         client = self.client
-        node = client.get_node_from_key(key)
+        node = _node_of(client, key)
         asking = False
         for _ in range(core.FENCED_REDIRECTS):
             if deadline - time.monotonic() <= 0:
                 break
             if node is None:
                 client.nodes_manager.initialize()
-                node = client.get_node_from_key(key)
+                node = _node_of(client, key)
                 if node is None:
                     raise rex.ClusterError(f"no master serves the slot of {key!r}")
             pool = node.redis_connection.connection_pool
@@ -412,7 +420,7 @@ class _Server:
                     if not isinstance(e, rex.MovedError):  # CLUSTERDOWN, READONLY, MASTERDOWN
                         time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
                     client.nodes_manager.initialize()
-                    node = client.get_node_from_key(key)
+                    node = _node_of(client, key)
                 continue
             except rex.ResponseError:
                 pool.release(conn)

@@ -303,7 +303,9 @@ class _Server:
 
     async def _fenced_cluster(self, key: str, args: Sequence[Any], deadline: float) -> Any:
         client = self.client
-        node = client.get_node_from_key(key)
+        # A client's first command: its map of the slots is read first.
+        await _within(client.initialize(), max(0.001, deadline - time.monotonic()))
+        node = _node_of(client, key)
         asking = False
         for _ in range(core.FENCED_REDIRECTS):
             left = deadline - time.monotonic()
@@ -311,7 +313,7 @@ class _Server:
                 break
             if node is None:
                 await _within(client.nodes_manager.initialize(), left)
-                node = client.get_node_from_key(key)
+                node = _node_of(client, key)
                 if node is None:
                     raise rex.ClusterError(f"no master serves the slot of {key!r}")
             conn = node.acquire_connection()
@@ -351,7 +353,7 @@ class _Server:
                     if not isinstance(e, rex.MovedError):  # CLUSTERDOWN, READONLY, MASTERDOWN
                         await asyncio.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
                     await _within(client.nodes_manager.initialize(), max(0.001, deadline - time.monotonic()))
-                    node = client.get_node_from_key(key)
+                    node = _node_of(client, key)
                 continue
             except rex.ResponseError:
                 await _release_cluster(node, conn)
@@ -443,6 +445,14 @@ def _unanswered(e: BaseException) -> core.Unanswered | None:
     if isinstance(e, (rex.ConnectionError, OSError)):
         return core.Unanswered(f"lost its connection before its reply ({core.error_text(e)})")
     return None
+
+
+def _node_of(client: Any, key: str) -> Any:
+    """The master of ``key``'s slot in a cluster client's map; None when the map has none."""
+    try:
+        return client.get_node_from_key(key)
+    except rex.SlotNotCoveredError:
+        return None
 
 
 def _remap(client: Any, host: str, port: int) -> tuple[str, int]:
