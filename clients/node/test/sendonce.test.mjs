@@ -121,4 +121,38 @@ describe("cluster", () => {
     await h.release();
     await locks.close();
   });
+  test("a fenced write follows ASK while its slot migrates and runs once (cluster)", async () => {
+    const rc = await proxied();
+    const locks = relock(rc, { nodeTimeout: 1000 });
+    const h = await locks.acquireOrThrow("{mg}", { ttl: 60_000 });
+    assert.equal(await h.fenced("INCR", "{mg}:n"), 1);
+    const src = await cluster.masterOf("{mg}");
+    let dst;
+    for (const n of cluster.nodes) if (n.port !== src.port && (await cluster.role(n)) === "master") dst = n;
+    const slot = Number(await cluster.ask(src, "CLUSTER", "KEYSLOT", "{mg}"));
+    const srcId = String(await cluster.ask(src, "CLUSTER", "MYID"));
+    const dstId = String(await cluster.ask(dst, "CLUSTER", "MYID"));
+    const asks = async () => Number(/errorstat_ASK:count=(\d+)/.exec(String(await cluster.ask(src, "INFO", "errorstats")))?.[1] ?? 0);
+    await cluster.ask(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcId);
+    await cluster.ask(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstId);
+    try {
+      await cluster.ask(src, "MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", "{mg}", "{mg}:n");
+      // ioredis sends the write to a master of its choice: until the source has answered ASK
+      // (MOVED elsewhere); each call must run once, and only once.
+      const before = await asks();
+      let n = 1;
+      while ((await asks()) === before && n < 60) {
+        n += 1;
+        assert.equal(await h.fenced("INCR", "{mg}:n"), n);
+      }
+      assert.ok((await asks()) > before, "the source answered no ASK: the case did not happen");
+      const atDst = track(new Redis(dst.port, { host: "127.0.0.1" }));
+      await atDst.call("ASKING");
+      assert.equal(await atDst.get("{mg}:n"), String(n)); // ran at the importing master
+    } finally {
+      for (const node of cluster.nodes) if ((await cluster.role(node)) === "master") await cluster.ask(node, "CLUSTER", "SETSLOT", slot, "NODE", dstId);
+    }
+    await h.release();
+    await locks.close();
+  });
 });
