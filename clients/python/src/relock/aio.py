@@ -469,7 +469,7 @@ async def _release_cluster(node: Any, conn: Any, broken: bool = False) -> None:
     release = getattr(node, "release", None)
     if release is not None:
         release(conn)
-    else:  # redis-py before 6
+    else:  # an older redis-py (no ClusterNode.release)
         node._free.append(conn)
 
 
