@@ -166,14 +166,14 @@ def test_cluster_a_fenced_write_follows_moved_after_a_failover_and_runs_once(pro
     async def aio_client() -> Any:
         return acluster.RedisCluster(host="127.0.0.1", port=start, address_remap=proxied.remap)
 
-    locks = relock.Relock(rc, node_timeout=1.0)
+    locks = relock.Relock(rc, node_timeout=5.0)
     h = locks.acquire("{fo}", ttl=60)
     assert h is not None
     assert h.fenced("INCR", "{fo}:n") == 1
 
     async def first() -> tuple[Any, Any, Any]:
         arc = await aio_client()
-        alocks = relock.aio.Relock(arc, node_timeout=1.0)
+        alocks = relock.aio.Relock(arc, node_timeout=5.0)
         ah = await alocks.acquire("{fo}:a", ttl=60)
         assert ah is not None
         assert await ah.fenced("INCR", "{fo}:n") == 2  # the slot cache is filled
@@ -213,7 +213,7 @@ def test_cluster_a_fenced_write_follows_ask_while_its_slot_migrates_and_runs_onc
     c = proxied.cluster
     start = c.nodes[0].port
     rc: Any = redis.cluster.RedisCluster(host="127.0.0.1", port=start, address_remap=proxied.remap)
-    locks = relock.Relock(rc, node_timeout=1.0)
+    locks = relock.Relock(rc, node_timeout=5.0)
     h = locks.acquire("{mg}", ttl=60)
     g = locks.acquire("{mg}:b", ttl=60)
     assert h is not None and g is not None
@@ -239,7 +239,7 @@ def test_cluster_a_fenced_write_follows_ask_while_its_slot_migrates_and_runs_onc
             try:
                 # The same hold, fenced from an asyncio client (its token is what LOCK.FENCED checks).
                 ag = relock.aio.Hold.__new__(relock.aio.Hold)
-                ag.__dict__.update({"_client": relock.aio.Relock(arc, node_timeout=1.0), "key": g.key, "token": g.token})
+                ag.__dict__.update({"_client": relock.aio.Relock(arc, node_timeout=5.0), "key": g.key, "token": g.token})
                 before = asks()
                 assert await ag.fenced("INCR", "{mg}:n") == 3
                 assert asks() > before, "the source answered no ASK: the case did not happen"
