@@ -1005,6 +1005,43 @@ export function checkFenced(key: string, servers: number): void {
   }
 }
 
+/**
+ * A command sent once (LOCK.FENCED) whose reply never came: no reply in time, or its connection
+ * ended first. The server may have run it; it is never sent again (the send-once rule of
+ * spec/client-cases/README.md). `why` says which.
+ */
+export class Unanswered extends Error {
+  constructor(
+    readonly why: string,
+    readonly failure: unknown,
+  ) {
+    super(why);
+  }
+}
+
+/** What ioredis says when it never wrote the command (nothing was sent, so nothing ran). */
+const NOT_SENT = /Stream isn't writeable|enableOfflineQueue|Too many Cluster redirections|Failed to refresh slots cache|None of startup nodes is available|Cluster isn't ready/;
+
+/**
+ * `e`, the failure of a command sent once, as `Unanswered` when the command may have run: no
+ * reply in time, or any failure other than an error reply or one ioredis raises before it
+ * writes (a closed connection, a reset, a broken pipe); null: `e` as it is.
+ */
+export function unanswered(e: unknown): Unanswered | null {
+  if (e instanceof TimeoutFailure) return new Unanswered("got no reply in time", e);
+  if (!(e instanceof Error) || e.name === "ReplyError" || e instanceof RelockError || NOT_SENT.test(e.message)) return null;
+  return new Unanswered(`lost its connection before its reply (${errorText(e)})`, e);
+}
+
+/** A fenced write whose reply was lost: it may have run, and was not sent again. */
+export function fencedUnanswered(key: string, server: string, e: Unanswered): ServerError {
+  return new ServerError(`lock ${JSON.stringify(key)} on ${server}: LOCK.FENCED ${e.why} (it may have run; it was not sent again)`, {
+    key,
+    servers: [server],
+    cause: e.failure,
+  });
+}
+
 /** A failed LOCK.FENCED: `StaleTokenError` for a `FENCED` error, else as every command's. */
 export function fencedError(key: string, server: string, e: unknown): RelockError {
   const msg = errorText(e);

@@ -400,6 +400,25 @@ class Server {
   }
 
   /**
+   * `args` (a LOCK.FENCED) sent at most once, on the package's shared connection: ioredis
+   * re-sends nothing there (see OWN, and `open` for a cluster, which follows MOVED, ASK,
+   * TRYAGAIN and CLUSTERDOWN, refusals that say the command did not run). Once it may have been
+   * written, no reply in time or a connection that ended first rejects with `core.Unanswered`.
+   */
+  async callOnce(args: ReadonlyArray<string | number | Buffer>, timeout: number): Promise<unknown> {
+    const conn = this.conn();
+    await this.ready(conn, timeout); // nothing is sent before the connection is up
+    const [cmd, ...rest] = args;
+    const p = conn.call(String(cmd), ...rest.map(wire));
+    p.catch(() => undefined);
+    try {
+      return await withTimeout(p, timeout, String(cmd));
+    } catch (e) {
+      throw core.unanswered(e) ?? e;
+    }
+  }
+
+  /**
    * A blocking call on a connection of its own; `cancel` gets a function that cuts it short.
    * While it waits, the server is asked every second over the shared connection whether the
    * waiting connection is still blocked there (`CLIENT LIST ID`, as relock-client does): one
@@ -1017,16 +1036,14 @@ export class Relock {
     return this.acquireWith(key, { ttl: options.ttl, wait: options.timeout }, () => core.candidateOwner(value), Leadership);
   }
 
-  /** @internal LOCK.FENCED on the one master (see Hold.fenced): sent once, never retried. */
+  /** @internal LOCK.FENCED on the one master (see Hold.fenced): sent at most once (Server.callOnce), never again. */
   async fencedCall(key: string, token: number, command: string, args: ReadonlyArray<string | number | Buffer>): Promise<unknown> {
     const node = this.nodes[0];
     if (!node) throw new InvalidArgumentError("no servers");
     try {
-      return await node.call(["LOCK.FENCED", key, token, command, ...args], Math.max(this.nodeTimeout, 1000));
+      return await node.callOnce(["LOCK.FENCED", key, token, command, ...args], Math.max(this.nodeTimeout, 1000));
     } catch (e) {
-      if (e instanceof TimeoutFailure) {
-        throw new ServerError(`lock ${JSON.stringify(key)} on ${node.name}: LOCK.FENCED got no reply in time (it may have run)`, { key, servers: [node.name], cause: e });
-      }
+      if (e instanceof core.Unanswered) throw core.fencedUnanswered(key, node.name, e);
       throw core.fencedError(key, node.name, e);
     }
   }

@@ -1123,6 +1123,28 @@ def check_fenced(key: str, servers: int) -> None:
         )
 
 
+class Unanswered(Exception):
+    """A command sent once (``LOCK.FENCED``) whose reply never came: no reply in time, or
+    its connection ended first. The server may have run it; it is never sent again (the
+    send-once rule of spec/client-cases/README.md). ``why`` says which."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+#: Refusals that say a cluster node did not run a command (it may go on to the key's master).
+NOT_RUN = (rex.MovedError, rex.AskError, rex.TryAgainError, rex.ClusterDownError, rex.ReadOnlyError, rex.MasterDownError)
+
+#: How many refusals (MOVED, ASK, TRYAGAIN...) a fenced write follows at most.
+FENCED_REDIRECTS = 16
+
+
+def fenced_unanswered(key: str, server: str, e: Unanswered) -> ServerError:
+    """A fenced write whose reply was lost: it may have run, and was not sent again."""
+    return ServerError(f"lock {key!r} on {server}: LOCK.FENCED {e.why} (it may have run; it was not sent again)", key=key, servers=[server])
+
+
 def fenced_error(key: str, server: str, e: BaseException) -> RelockError:
     """A failed LOCK.FENCED: ``StaleToken`` for a ``FENCED`` error, else as every command's."""
     msg = error_text(e)

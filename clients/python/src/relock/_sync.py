@@ -104,6 +104,30 @@ class _Workers:
             self._idle.release()
 
 
+def _unanswered(e: BaseException) -> core.Unanswered | None:
+    """What a command sent once raises when its reply did not come (``e``): a timeout or a
+    lost connection is ``core.Unanswered``; None: ``e`` itself (Ctrl-C stays one)."""
+    if isinstance(e, (rex.TimeoutError, TimeoutError)):
+        return core.Unanswered("got no reply in time")
+    if isinstance(e, (rex.ConnectionError, OSError)):
+        return core.Unanswered(f"lost its connection before its reply ({core.error_text(e)})")
+    return None
+
+
+def _node_of(client: Any, key: str) -> Any:
+    """The master of ``key``'s slot in a cluster client's map; None when the map has none."""
+    try:
+        return client.get_node_from_key(key)
+    except rex.SlotNotCoveredError:
+        return None
+
+
+def _remap(client: Any, host: str, port: int) -> tuple[str, int]:
+    """A redirection's address as the cluster client reaches it (its ``address_remap``)."""
+    remap = getattr(client.nodes_manager, "remap_host_port", None)
+    return remap(host, port) if remap is not None else (host, port)
+
+
 class _Cancel:
     """Lets another thread cut a blocking call short: closes its connection, or keeps it from
     sending at all when the call is still connecting."""
@@ -144,7 +168,8 @@ class _Server:
     before a first connection to it ever opened wait up to ``connect_timeout`` for one (a
     process starting up does not know yet how far its server is), and then have their own
     timeout for the command; over several masters a round never waits for one longer than
-    its deadline. A cluster client keeps its own timeouts."""
+    its deadline. A cluster client keeps its own timeouts; a fenced write alone is sent by
+    relock itself on one of its connections, once (see ``fenced``)."""
 
     #: Idle connections kept for the next calls; a burst opens more and closes the rest.
     KEEP_IDLE = 16
@@ -320,6 +345,95 @@ class _Server:
         else:
             self._checkin(conn)
         return reply
+
+    def fenced(self, key: str, args: Sequence[Any], timeout: float) -> Any:
+        """``args`` (a ``LOCK.FENCED``) sent at most once, within ``timeout``: once it may
+        have left, no reply in time or a connection that ended first raises
+        ``core.Unanswered`` and it is never sent again (redis-py's cluster client would send
+        it again after a connection error or its socket timeout, and the write would apply
+        twice). A cluster follows a refusal that says the node did not run it (``MOVED``,
+        ``ASK``, ``TRYAGAIN``, ``CLUSTERDOWN``, ``READONLY``, ``MASTERDOWN``) to the key's
+        master, and opens a connection again when opening one failed (nothing was sent)."""
+        now = time.monotonic()
+        deadline = now + timeout
+        if self.cluster:
+            return self._fenced_cluster(key, args, deadline)
+        first = self._first_grace and not self._connected_once
+        conn = self._checkout(max(deadline, now + self._connect_timeout) if first else deadline)
+        if first:
+            deadline = time.monotonic() + timeout
+        try:
+            conn.send_command(*args, check_health=False)
+            reply = conn.read_response(timeout=max(0.001, deadline - time.monotonic()))
+        except rex.ResponseError:
+            self._checkin(conn)
+            raise
+        except BaseException as e:
+            conn.disconnect()
+            if (u := _unanswered(e)) is None:
+                raise
+            raise u from e
+        self._checkin(conn)
+        return reply
+
+    def _fenced_cluster(self, key: str, args: Sequence[Any], deadline: float) -> Any:
+        client = self.client
+        node = _node_of(client, key)
+        asking = False
+        for _ in range(core.FENCED_REDIRECTS):
+            if deadline - time.monotonic() <= 0:
+                break
+            if node is None:
+                client.nodes_manager.initialize()
+                node = _node_of(client, key)
+                if node is None:
+                    raise rex.ClusterError(f"no master serves the slot of {key!r}")
+            pool = node.redis_connection.connection_pool
+            try:
+                # Nothing sent yet: a connection that cannot be opened is tried again.
+                try:
+                    conn = pool.get_connection()
+                except TypeError:  # redis-py before 5.3 wants a command name
+                    conn = pool.get_connection("LOCK.FENCED")
+            except (rex.ConnectionError, rex.TimeoutError, OSError):
+                node = None
+                time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+                continue
+            try:
+                if asking:
+                    conn.send_packed_command(conn.pack_commands([["ASKING"], list(args)]), check_health=False)
+                    conn.read_response(timeout=max(0.001, deadline - time.monotonic()))
+                else:
+                    conn.send_command(*args, check_health=False)
+                reply = conn.read_response(timeout=max(0.001, deadline - time.monotonic()))
+            except core.NOT_RUN as e:
+                pool.release(conn)
+                asking = isinstance(e, rex.AskError) and not isinstance(e, rex.MovedError)
+                if isinstance(e, rex.AskError) and asking:
+                    host, port = _remap(client, e.host, e.port)
+                    node = client.get_node(host=host, port=port)
+                    if node is None:
+                        raise
+                elif isinstance(e, rex.TryAgainError):
+                    time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+                else:
+                    if not isinstance(e, rex.MovedError):  # CLUSTERDOWN, READONLY, MASTERDOWN
+                        time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+                    client.nodes_manager.initialize()
+                    node = _node_of(client, key)
+                continue
+            except rex.ResponseError:
+                pool.release(conn)
+                raise
+            except BaseException as e:
+                conn.disconnect()
+                pool.release(conn)
+                if (u := _unanswered(e)) is None:
+                    raise
+                raise u from e
+            pool.release(conn)
+            return reply
+        raise rex.TimeoutError(f"no master of {key!r} took the command in time (it was refused, not run)")
 
     def _undo(self, conn: Any, undo: Sequence[Any]) -> None:
         """A command that got no reply in time may still run (a server stalled a moment): its
@@ -1553,15 +1667,19 @@ class Hold:
         the command's reply. A stale token raises ``StaleToken`` (never retried: nothing
         ran); one master or a cluster only (``InvalidArgument`` on a Redlock hold: each
         master has its own tokens). Every key of the command must share the lock's hash slot
-        in a cluster (a ``{hash tag}``)."""
+        in a cluster (a ``{hash tag}``). Sent at most once: a reply lost (no reply in time,
+        or the connection ended first) raises ``ServerError`` saying it may have run, and the
+        write is never sent again, not even to a cluster's new master; only a refusal that
+        says it did not run (``MOVED``, ``ASK``, ``TRYAGAIN``, ``CLUSTERDOWN``, ``READONLY``,
+        ``MASTERDOWN``) sends it on."""
         key, token = self._fence()
         c = self._client
         core.check_fenced(key, len(c._servers))
         s = c._servers[0]
         try:
-            return s.call(["LOCK.FENCED", key, token, command, *args], max(c.node_timeout, 1.0))
-        except rex.TimeoutError as e:
-            raise ServerError(f"lock {key!r} on {s.name}: LOCK.FENCED got no reply in time (it may have run)", key=key, servers=[s.name]) from e
+            return s.fenced(key, ["LOCK.FENCED", key, token, command, *args], max(c.node_timeout, 1.0))
+        except core.Unanswered as e:
+            raise core.fenced_unanswered(key, s.name, e) from e
         except Exception as e:  # noqa: BLE001
             raise core.fenced_error(key, s.name, e) from e
 

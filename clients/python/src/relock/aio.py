@@ -74,7 +74,8 @@ class _Server:
     command is bounded by relock's own deadline, and a blocked ``LOCK.WAIT`` is never cut by
     the driver's ``socket_timeout``. There is no bound on the number of connections: a
     renewal never waits for one behind the tasks that wait for locks (a burst closes what it
-    opened beyond ``KEEP_IDLE``). A cluster client keeps its own connections and timeouts."""
+    opened beyond ``KEEP_IDLE``). A cluster client keeps its own connections and timeouts; a
+    fenced write alone is sent by relock itself on one of them, once (see ``fenced``)."""
 
     KEEP_IDLE = 16
 
@@ -274,6 +275,98 @@ class _Server:
             return await self._run_watched(args)
         return await asyncio.wait_for(self._run_watched(args), timeout)
 
+    async def fenced(self, key: str, args: Sequence[Any], timeout: float) -> Any:
+        """``args`` (a ``LOCK.FENCED``) sent at most once, within ``timeout``: once it may
+        have left, no reply in time or a connection that ended first raises
+        ``core.Unanswered`` and it is never sent again (redis-py's cluster client would send
+        it again after a connection error or its socket timeout, and the write would apply
+        twice). A cluster follows a refusal that says the node did not run it (``MOVED``,
+        ``ASK``, ``TRYAGAIN``, ``CLUSTERDOWN``, ``READONLY``, ``MASTERDOWN``) to the key's
+        master, and opens a connection again when opening one failed (nothing was sent)."""
+        deadline = time.monotonic() + timeout
+        if self.cluster:
+            return await self._fenced_cluster(key, args, deadline)
+        conn = await _within(self._checkout(), timeout)
+        try:
+            await conn.send_command(*args, check_health=False)
+            reply = await asyncio.wait_for(conn.read_response(), max(0.001, deadline - time.monotonic()))
+        except rex.ResponseError:
+            self._checkin(conn)
+            raise
+        except BaseException as e:
+            await _drop(conn)
+            if (u := _unanswered(e)) is None:
+                raise
+            raise u from e
+        self._checkin(conn)
+        return reply
+
+    async def _fenced_cluster(self, key: str, args: Sequence[Any], deadline: float) -> Any:
+        client = self.client
+        # A client's first command: its map of the slots is read first.
+        await _within(client.initialize(), max(0.001, deadline - time.monotonic()))
+        node = _node_of(client, key)
+        asking = False
+        for _ in range(core.FENCED_REDIRECTS):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            if node is None:
+                await _within(client.nodes_manager.initialize(), left)
+                node = _node_of(client, key)
+                if node is None:
+                    raise rex.ClusterError(f"no master serves the slot of {key!r}")
+            conn = node.acquire_connection()
+            try:
+                # Nothing sent yet: a connection that cannot be opened is tried again.
+                peek = getattr(conn, "can_read", None) or conn.can_read_destructive
+                if conn.is_connected and await peek():
+                    await conn.disconnect()
+                if not conn.is_connected:
+                    await _within(conn.connect(), left)
+            except (rex.ConnectionError, rex.TimeoutError, OSError, asyncio.TimeoutError):
+                await _release_cluster(node, conn, broken=True)
+                node = None
+                await asyncio.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+                continue
+            except BaseException:
+                await _release_cluster(node, conn, broken=True)
+                raise
+            try:
+                if asking:
+                    await conn.send_packed_command(conn.pack_commands([["ASKING"], list(args)]), check_health=False)
+                    await asyncio.wait_for(conn.read_response(), max(0.001, deadline - time.monotonic()))
+                else:
+                    await conn.send_packed_command(conn.pack_command(*args), check_health=False)
+                reply = await asyncio.wait_for(conn.read_response(), max(0.001, deadline - time.monotonic()))
+            except core.NOT_RUN as e:
+                await _release_cluster(node, conn)
+                asking = isinstance(e, rex.AskError) and not isinstance(e, rex.MovedError)
+                if isinstance(e, rex.AskError) and asking:
+                    host, port = _remap(client, e.host, e.port)
+                    node = client.get_node(host=host, port=port)
+                    if node is None:
+                        raise
+                elif isinstance(e, rex.TryAgainError):
+                    await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+                else:
+                    if not isinstance(e, rex.MovedError):  # CLUSTERDOWN, READONLY, MASTERDOWN
+                        await asyncio.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+                    await _within(client.nodes_manager.initialize(), max(0.001, deadline - time.monotonic()))
+                    node = _node_of(client, key)
+                continue
+            except rex.ResponseError:
+                await _release_cluster(node, conn)
+                raise
+            except BaseException as e:
+                await _release_cluster(node, conn, broken=True)
+                if (u := _unanswered(e)) is None:
+                    raise
+                raise u from e
+            await _release_cluster(node, conn)
+            return reply
+        raise rex.TimeoutError(f"no master of {key!r} took the command in time (it was refused, not run)")
+
     async def call_many(self, commands: Sequence[Sequence[Any]], timeout: float) -> list[Any]:
         """Several commands in one round trip (a pipeline), each reply or its error."""
         if self.cluster:
@@ -342,6 +435,42 @@ async def _within(aw: Awaitable[T], timeout: float) -> T:
             await task
         raise asyncio.TimeoutError
     return task.result()
+
+
+def _unanswered(e: BaseException) -> core.Unanswered | None:
+    """What a command sent once raises when its reply did not come (``e``): a timeout or a
+    lost connection is ``core.Unanswered``; None: ``e`` itself (a cancellation stays one)."""
+    if isinstance(e, (asyncio.TimeoutError, rex.TimeoutError)):
+        return core.Unanswered("got no reply in time")
+    if isinstance(e, (rex.ConnectionError, OSError)):
+        return core.Unanswered(f"lost its connection before its reply ({core.error_text(e)})")
+    return None
+
+
+def _node_of(client: Any, key: str) -> Any:
+    """The master of ``key``'s slot in a cluster client's map; None when the map has none."""
+    try:
+        return client.get_node_from_key(key)
+    except rex.SlotNotCoveredError:
+        return None
+
+
+def _remap(client: Any, host: str, port: int) -> tuple[str, int]:
+    """A redirection's address as the cluster client reaches it (its ``address_remap``)."""
+    remap = getattr(client.nodes_manager, "remap_host_port", None)
+    return remap(host, port) if remap is not None else (host, port)
+
+
+async def _release_cluster(node: Any, conn: Any, broken: bool = False) -> None:
+    """Hands a connection back to its cluster node's pool; ``broken``: closed first (a reply
+    of it may still come, and no other command must read it)."""
+    if broken:
+        await _drop(conn)
+    release = getattr(node, "release", None)
+    if release is not None:
+        release(conn)
+    else:  # an older redis-py (no ClusterNode.release)
+        node._free.append(conn)
 
 
 async def _drop(conn: Any) -> None:
@@ -1215,15 +1344,19 @@ class Hold:
         the command's reply. A stale token raises ``StaleToken`` (never retried: nothing
         ran); one master or a cluster only (``InvalidArgument`` on a Redlock hold: each
         master has its own tokens). Every key of the command must share the lock's hash slot
-        in a cluster (a ``{hash tag}``)."""
+        in a cluster (a ``{hash tag}``). Sent at most once: a reply lost (no reply in time,
+        or the connection ended first) raises ``ServerError`` saying it may have run, and the
+        write is never sent again, not even to a cluster's new master; only a refusal that
+        says it did not run (``MOVED``, ``ASK``, ``TRYAGAIN``, ``CLUSTERDOWN``, ``READONLY``,
+        ``MASTERDOWN``) sends it on."""
         key, token = self._fence()
         c = self._client
         core.check_fenced(key, len(c._servers))
         s = c._servers[0]
         try:
-            return await s.call(["LOCK.FENCED", key, token, command, *args], max(c.node_timeout, 1.0))
-        except asyncio.TimeoutError as e:
-            raise ServerError(f"lock {key!r} on {s.name}: LOCK.FENCED got no reply in time (it may have run)", key=key, servers=[s.name]) from e
+            return await s.fenced(key, ["LOCK.FENCED", key, token, command, *args], max(c.node_timeout, 1.0))
+        except core.Unanswered as e:
+            raise core.fenced_unanswered(key, s.name, e) from e
         except Exception as e:  # noqa: BLE001
             raise core.fenced_error(key, s.name, e) from e
 
