@@ -15,6 +15,9 @@ pub mod cut;
 pub mod events;
 pub mod payload;
 pub mod probe;
+pub mod process;
+pub mod proxy;
+pub mod pty;
 pub mod raw;
 pub mod reply;
 

@@ -1,6 +1,6 @@
 //! Shared holds from relock-client against real servers: read-write locks and counting
 //! semaphores on one server, over three independent masters, and on a Redis Cluster (lockctl's
-//! part: lockctl/tests/shared.rs).
+//! part: lockctl/tests/it/shared.rs).
 use relock_testkit as common;
 use relock_testkit::cluster as cluster_harness;
 

@@ -1,9 +1,9 @@
 //! lockctl (and relock-client beside it) against a real Redis Cluster (3 masters, 3 replicas on
 //! loopback): through automatic failovers, with replica acknowledgements (the client's part:
-//! client/tests/cluster.rs).
+//! client/tests/it/cluster.rs).
+use crate::support;
 use relock_testkit as common;
 use relock_testkit::cluster as cluster_harness;
-mod support;
 
 use std::collections::HashSet;
 use std::process::{Command, Stdio};

@@ -1,15 +1,15 @@
 //! Sentinel-managed masters (`redis+sentinel://`): lockctl against a real master, its replica
 //! and two `redis-server --sentinel` processes, through a failover (`SENTINEL FAILOVER`), with
 //! the lock kept, renewed and released on the new master and a waiter following it there.
+use crate::support;
 use relock_testkit as common;
-mod support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{attach_replica, eventually, free_port, Server};
 use relock_client::{Options, Relock};
-use support::{holder, lockctl_at, relock_stat, stderr, Spawned};
+use support::{holder, lockctl_at, stderr, Spawned};
 use tokio::time::Instant;
 
 const MASTER: &str = "relock-test";
@@ -285,11 +285,12 @@ async fn lockctl_keeps_its_lock_across_a_sentinel_failover() {
     };
     assert!(tokio::task::block_in_place(|| eventually(
         Duration::from_secs(10),
-        || relock_stat(&setup.master, "waiters") == 1
+        || relock_testkit::info_field(&mut setup.master.conn(), "waiters") == 1
     )));
 
-    let renewed_as_replica =
-        tokio::task::block_in_place(|| relock_stat(&setup.replica, "renewed_total"));
+    let renewed_as_replica = tokio::task::block_in_place(|| {
+        relock_testkit::info_field(&mut setup.replica.conn(), "renewed_total")
+    });
     tokio::task::block_in_place(|| setup.failover());
     let promoted = Instant::now();
     // lockctl renews on the new master, before the copy there expires.

@@ -1,6 +1,6 @@
 //! The `lockctl` binary against real servers.
+use crate::support;
 use relock_testkit as common;
-mod support;
 
 use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
@@ -58,12 +58,6 @@ fn info_stat(server: &Server, section: &str, field: &str) -> i64 {
     info.lines()
         .find_map(|l| l.trim().strip_prefix(&format!("{field}:"))?.parse().ok())
         .unwrap_or_else(|| panic!("INFO {section} has no {field}"))
-}
-
-/// Not a test of its own: the command of the signal tests ([`Counter`]).
-#[test]
-fn signal_counter() {
-    support::signal_counter_main();
 }
 
 #[test]

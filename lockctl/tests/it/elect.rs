@@ -1,8 +1,8 @@
 //! `lockctl elect` and `lockctl leader`: a command run while its process leads, with the term
 //! in `RELOCK_TOKEN`; the next candidate leading once the leader is killed; the exit codes of
 //! `run` on a loss; the leader's value and term, once and at every change.
+use crate::support;
 use relock_testkit as common;
-mod support;
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -415,7 +415,7 @@ fn elected_commands_never_write_at_once() {
         }
         last = Some((*term, *mark));
     }
-    let refused = support::relock_stat(&server, "fenced_stale_total");
+    let refused = relock_testkit::info_field(&mut server.conn(), "fenced_stale_total");
     eprintln!(
         "{} fenced writes in the log; {refused} refused as stale",
         entries.len()

@@ -1,7 +1,7 @@
 //! Beyond one key and one permit, from lockctl against real servers: several keys and several
-//! permits of `lockctl run` (the client's part: client/tests/primitives.rs).
+//! permits of `lockctl run` (the client's part: client/tests/it/primitives.rs).
+use crate::support;
 use relock_testkit as common;
-mod support;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -2,9 +2,9 @@
 //! tmux, as a person sees it) and `metrics` (scraped by a real Prometheus, checked by
 //! promtool). Every wait is bounded by an event (a queue length, a line on a screen, a
 //! Prometheus answer) with a generous deadline, never a fixed sleep.
+use crate::support;
 use relock_testkit as common;
 use relock_testkit::cluster as cluster_harness;
-mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -1,5 +1,5 @@
 //! Shared holds from lockctl against real servers: `--shared` and `--limit` runs, refusals,
-//! `lockctl info` listing every holder (the client's part: client/tests/shared.rs).
+//! `lockctl info` listing every holder (the client's part: client/tests/it/shared.rs).
 use relock_testkit as common;
 
 use std::collections::HashMap;

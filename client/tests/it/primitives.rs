@@ -1,7 +1,6 @@
 //! Beyond one key and one permit, from relock-client against real servers: several permits,
 //! downgrade, several keys (`acquire_all`, `wait_all` and their guard), and the restart grace.
 use relock_testkit as common;
-mod support;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -193,7 +192,7 @@ async fn a_guard_downgrades_and_renews_the_shared_hold() {
 
 /// `LOCK.INFO` owner of `key` on `server`, if it is held.
 fn owner_of(server: &Server, key: &str) -> Option<String> {
-    support::holder(server, key).map(|(owner, _)| owner)
+    relock_testkit::ask::holder(server, key).map(|(owner, _)| owner)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -530,11 +529,11 @@ async fn a_refused_ttl_keeps_the_hold() {
     set_grace(&server, 0);
 
     let guard = relock.guard("job", ttl).await.expect("guard");
-    let renewals = support::calls(&server, "lock.renew");
+    let renewals = relock_testkit::ask::calls(&server, "lock.renew");
     set_grace(&server, 1000);
     // Two refused renewals: the guard went on after the first.
     let deadline = tokio::time::Instant::now() + WITHIN;
-    while support::calls(&server, "lock.renew") < renewals + 2 && !guard.is_lost() {
+    while relock_testkit::ask::calls(&server, "lock.renew") < renewals + 2 && !guard.is_lost() {
         assert!(tokio::time::Instant::now() < deadline, "no renewal came");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

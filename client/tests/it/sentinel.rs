@@ -1,15 +1,14 @@
 //! Sentinel-managed masters (`redis+sentinel://`): relock-client against a real master, its
 //! replica and two `redis-server --sentinel` processes (lockctl through a failover:
-//! lockctl/tests/sentinel.rs).
+//! lockctl/tests/it/sentinel.rs).
 use relock_testkit as common;
-mod support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{attach_replica, eventually, free_port, Server};
 use relock_client::{Error, Options, Relock};
-use support::holder;
+use relock_testkit::ask::holder;
 
 const MASTER: &str = "relock-test";
 

@@ -1,8 +1,7 @@
 //! `rediss://` servers: relock-client against a real TLS-enabled redis-server (with the
 //! module), certificates made here (a CA, the server's, a client's, and an impostor CA), client
-//! certificates required (lockctl's part: lockctl/tests/tls.rs).
+//! certificates required (lockctl's part: lockctl/tests/it/tls.rs).
 use relock_testkit as common;
-mod support;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -178,7 +177,7 @@ async fn relock_client_over_tls() {
     };
     assert!(tokio::task::block_in_place(|| common::eventually(
         Duration::from_secs(10),
-        || support::relock_stat(&tls.server, "waiters") == 1
+        || relock_testkit::info_field(&mut tls.server.conn(), "waiters") == 1
     )));
     let first = lock.token();
     lock.release().await.expect("release");

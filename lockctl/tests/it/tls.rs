@@ -1,8 +1,8 @@
 //! `rediss://` servers: lockctl against a real TLS-enabled redis-server (with the module),
 //! certificates made here (a CA, the server's, a client's, and an impostor CA), client
-//! certificates required; misconfigurations say why (the client's part: client/tests/tls.rs).
+//! certificates required; misconfigurations say why (the client's part: client/tests/it/tls.rs).
+use crate::support;
 use relock_testkit as common;
-mod support;
 
 use std::path::PathBuf;
 use std::process::Stdio;

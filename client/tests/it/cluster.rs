@@ -1,9 +1,8 @@
 //! relock-client against a real Redis Cluster (3 masters, 3 replicas on loopback), and replica
 //! acknowledgements in cluster, single-server and Redlock modes (lockctl's part:
-//! lockctl/tests/cluster.rs).
+//! lockctl/tests/it/cluster.rs).
 use relock_testkit as common;
 use relock_testkit::cluster as cluster_harness;
-mod support;
 
 use std::time::Duration;
 
