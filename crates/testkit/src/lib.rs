@@ -2,9 +2,11 @@
 //! temporary directory, on a free port, behind a guard whose `Drop` kills it even when the test
 //! panics. Tests never link the module crate; they talk to a real server over the network.
 //!
-//! The module's tests, relock-client's tests and relock-chaos use it as a dev-dependency
-//! (`relock-testkit`, never published), most as `use relock_testkit as common;`; the
-//! Redis Cluster guard is `relock_testkit::cluster`.
+//! The module's tests, relock-client's and lockctl's tests and relock-chaos use it as a
+//! dev-dependency (`relock-testkit`, never published), most as `use relock_testkit as common;`;
+//! the Redis Cluster guard is `relock_testkit::cluster`, the loopback proxies `proxy` (a link
+//! that goes silent or slow) and `cut` (a lost reply), the processes a test starts `process`
+//! (killed on drop, the signal counter) and `pty` (a terminal a test types at).
 
 pub mod cluster;
 
