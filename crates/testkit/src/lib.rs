@@ -22,6 +22,8 @@ pub mod proxy;
 pub mod pty;
 pub mod raw;
 pub mod reply;
+pub mod sentinel;
+pub mod tls;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
