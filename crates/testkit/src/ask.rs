@@ -236,6 +236,18 @@ pub fn holder(server: &Server, key: &str) -> Option<(String, u64)> {
     })
 }
 
+/// (owner, token, count) of the lock at `key` on `server` ([`lock_fields`]), `None` when free:
+/// [`holder`] with the reentry count.
+pub fn holder_count(server: &Server, key: &str) -> Option<(String, u64, u64)> {
+    lock_fields(&mut server.conn(), key).map(|i| {
+        (
+            redis::from_redis_value(&i["owner"]).expect("owner"),
+            redis::from_redis_value(&i["token"]).expect("token"),
+            redis::from_redis_value(&i["count"]).expect("count"),
+        )
+    })
+}
+
 /// `LOCK.ACQUIRE` as `owner` on `server`: the token, if granted (`None` when someone else
 /// holds it; [`crate::acquire`] is for a lock the test knows is free).
 pub fn acquire_as(server: &Server, key: &str, owner: &str, ttl_ms: u64) -> Option<u64> {

@@ -390,6 +390,18 @@ pub fn attach_replica(master: &Server, replica: &Server) {
     assert!(up, "replica did not connect:\n{}", replica.log());
 }
 
+/// Continues (`SIGCONT`) the servers on drop, so that a failing assertion never leaves one that
+/// the test stopped (`server.signal("STOP")`) stopped.
+pub struct Resume<'a>(pub Vec<&'a Server>);
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        for s in &self.0 {
+            s.signal("CONT");
+        }
+    }
+}
+
 /// Polls `check` every few milliseconds until it returns true or `within` passes.
 pub fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;

@@ -910,13 +910,7 @@ fn metrics_when_masters_die_or_hang_mid_scrape() {
 
     b.kill();
     c.signal("STOP");
-    struct Resume<'a>(&'a Server);
-    impl Drop for Resume<'_> {
-        fn drop(&mut self) {
-            self.0.signal("CONT");
-        }
-    }
-    let _resume = Resume(&c);
+    let _resume = common::Resume(vec![&c]);
     let started = Instant::now();
     let (status, text) = http_get(&listen, "/metrics");
     let took = started.elapsed();
@@ -1004,13 +998,7 @@ fn lockctl_ops_over_a_cluster() {
         .find(|m| m.port != owner.port)
         .expect("another master");
     stopped.signal("STOP");
-    struct Resume<'a>(&'a Server);
-    impl Drop for Resume<'_> {
-        fn drop(&mut self) {
-            self.0.signal("CONT");
-        }
-    }
-    let _resume = Resume(stopped);
+    let _resume = common::Resume(vec![stopped]);
     for _ in 0..2 {
         let started = Instant::now();
         let (status, text) = http_get(&listen, "/metrics");
