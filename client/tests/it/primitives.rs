@@ -2,11 +2,11 @@
 //! downgrade, several keys (`acquire_all`, `wait_all` and their guard), and the restart grace.
 use relock_testkit as common;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use common::{eventually, Server};
 use relock_client::{Error, Mode, Options, Relock};
+use relock_testkit::ask::info_text as info;
 
 const TTL: Duration = Duration::from_secs(30);
 /// Every wait below is for an event; this only bounds a test that went wrong.
@@ -22,27 +22,6 @@ fn patient() -> Options {
 fn client(servers: &[&Server]) -> Relock {
     let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
     Relock::with_options(&urls, patient()).expect("client")
-}
-
-/// `LOCK.INFO key` as text fields, `None` without a lock.
-fn info(server: &Server, key: &str) -> Option<HashMap<String, String>> {
-    let info: Option<HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("LOCK.INFO");
-    info.map(|fields| {
-        fields
-            .into_iter()
-            .map(|(k, v)| {
-                let text = match v {
-                    redis::Value::Int(n) => n.to_string(),
-                    redis::Value::Nil => "nil".to_string(),
-                    other => redis::from_redis_value(&other).expect("text"),
-                };
-                (k, text)
-            })
-            .collect()
-    })
 }
 
 /// How many clients wait for `key` on `server`.

@@ -226,6 +226,24 @@ pub fn task_field(c: &mut Connection, id: &str, field: &str) -> Option<String> {
     })
 }
 
+/// `LOCK.INFO key` on `server` as text fields (integers in decimal, nil as `nil`), `None` when
+/// there is no lock at `key`.
+pub fn info_text(server: &Server, key: &str) -> Option<HashMap<String, String>> {
+    lock_fields(&mut server.conn(), key).map(|fields| {
+        fields
+            .into_iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    Value::Int(n) => n.to_string(),
+                    Value::Nil => "nil".to_string(),
+                    other => redis::from_redis_value(&other).expect("text"),
+                };
+                (k, text)
+            })
+            .collect()
+    })
+}
+
 /// (owner, token) of the lock at `key` on `server` ([`lock_fields`]), `None` when free.
 pub fn holder(server: &Server, key: &str) -> Option<(String, u64)> {
     lock_fields(&mut server.conn(), key).map(|i| {

@@ -6,7 +6,8 @@
 //! dev-dependency (`relock-testkit`, never published), most as `use relock_testkit as common;`;
 //! the Redis Cluster guard is `relock_testkit::cluster`, the loopback proxies `proxy` (a link
 //! that goes silent or slow) and `cut` (a lost reply), the processes a test starts `process`
-//! (killed on drop, the signal counter) and `pty` (a terminal a test types at).
+//! (killed on drop, the signal counter) and `pty` (a terminal a test types at); `sentinel` and
+//! `tls` start the servers of the `redis+sentinel://` and `rediss://` tests.
 
 pub mod cluster;
 

@@ -26,24 +26,9 @@ fn acquire_as(server: &Server, owner: &str, ttl_ms: u64) -> u64 {
     token.expect("granted")
 }
 
-/// LOCK.INFO at KEY as a map (owner as text, the rest as integers).
+/// LOCK.INFO at KEY as text fields.
 fn lock_info(server: &Server) -> Option<HashMap<String, String>> {
-    let info: Option<HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
-        .arg(KEY)
-        .query(&mut server.conn())
-        .expect("LOCK.INFO");
-    info.map(|fields| {
-        fields
-            .into_iter()
-            .map(|(k, v)| {
-                let text = match v {
-                    redis::Value::Int(n) => n.to_string(),
-                    other => redis::from_redis_value(&other).expect("text"),
-                };
-                (k, text)
-            })
-            .collect()
-    })
+    relock_testkit::ask::info_text(server, KEY)
 }
 
 fn lock_owner(server: &Server) -> Option<String> {
