@@ -987,9 +987,11 @@ fn redlock_with_two_paused_masters_ends_the_command_before_another_takes_the_key
 fn full_pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
     use std::os::fd::FromRawFd;
     let mut fds = [0; 2];
-    // SAFETY: pipe(2) fills two fds; fcntl and write on them; both are owned below.
+    // SAFETY: pipe2(2) fills two fds; fcntl and write on them; both are owned below.
     unsafe {
-        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        // Close-on-exec: the programs other tests of this binary start meanwhile must not
+        // hold either end (lockctl gets the write end as its stderr, which dup2 keeps open).
+        assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0);
         let flags = libc::fcntl(fds[1], libc::F_GETFL);
         libc::fcntl(fds[1], libc::F_SETFL, flags | libc::O_NONBLOCK);
         let chunk = [b'.'; 4096];
