@@ -98,6 +98,12 @@ impl Files {
     }
 }
 
+impl Default for Files {
+    fn default() -> Self {
+        Files::new()
+    }
+}
+
 /// A redis-server with the module, a plain port (for the harness and the test's own checks)
 /// and a TLS port that requires client certificates signed by our CA.
 pub struct TlsServer {
