@@ -1459,7 +1459,10 @@ fn errors_quoting_hostile_keys_never_reach_the_terminal_raw() {
         vec!["force-release", key, "owner\x1b[31m"],
         vec!["top", "--once", "--interval", "10ms"],
     ] {
+        // A 5 s node timeout: the check is about the error's text, which a loaded machine
+        // turned into "no reply within 100ms" (the default), quoting no key.
         let out = lockctl(&[&plain])
+            .args(["--node-timeout", "5s"])
             .args(&args)
             .output()
             .expect("lockctl runs");
@@ -1476,7 +1479,13 @@ fn errors_quoting_hostile_keys_never_reach_the_terminal_raw() {
             assert!(text.contains("x\\x1b[2Jy"), "{args:?}: {text:?}");
         }
     }
-    let doc = json_of_failing(lockctl(&[&plain]).args(["waiters", key, "--json"]));
+    let doc = json_of_failing(lockctl(&[&plain]).args([
+        "--node-timeout",
+        "5s",
+        "waiters",
+        key,
+        "--json",
+    ]));
     let why = doc["masters"][0]["error"].as_str().expect("an error");
     assert!(
         why.contains(key.lines().next().unwrap_or_default()),
