@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use redis::{Connection, Value};
 
 use crate::reply::{fields, int, text};
+use crate::Server;
 
 /// `LOCK.INFO key` as its fields by name, or `None` when there is no lock at `key`.
 pub fn lock_fields(
@@ -223,4 +224,87 @@ pub fn task_field(c: &mut Connection, id: &str, field: &str) -> Option<String> {
         }),
         _ => None,
     })
+}
+
+/// `LOCK.INFO key` on `server` as text fields (integers in decimal, nil as `nil`), `None` when
+/// there is no lock at `key`.
+pub fn info_text(server: &Server, key: &str) -> Option<HashMap<String, String>> {
+    lock_fields(&mut server.conn(), key).map(|fields| {
+        fields
+            .into_iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    Value::Int(n) => n.to_string(),
+                    Value::Nil => "nil".to_string(),
+                    other => redis::from_redis_value(&other).expect("text"),
+                };
+                (k, text)
+            })
+            .collect()
+    })
+}
+
+/// (owner, token) of the lock at `key` on `server` ([`lock_fields`]), `None` when free.
+pub fn holder(server: &Server, key: &str) -> Option<(String, u64)> {
+    lock_fields(&mut server.conn(), key).map(|i| {
+        (
+            redis::from_redis_value(&i["owner"]).expect("owner"),
+            redis::from_redis_value(&i["token"]).expect("token"),
+        )
+    })
+}
+
+/// (owner, token, count) of the lock at `key` on `server` ([`lock_fields`]), `None` when free:
+/// [`holder`] with the reentry count.
+pub fn holder_count(server: &Server, key: &str) -> Option<(String, u64, u64)> {
+    lock_fields(&mut server.conn(), key).map(|i| {
+        (
+            redis::from_redis_value(&i["owner"]).expect("owner"),
+            redis::from_redis_value(&i["token"]).expect("token"),
+            redis::from_redis_value(&i["count"]).expect("count"),
+        )
+    })
+}
+
+/// `LOCK.ACQUIRE` as `owner` on `server`: the token, if granted (`None` when someone else
+/// holds it; [`crate::acquire`] is for a lock the test knows is free).
+pub fn acquire_as(server: &Server, key: &str, owner: &str, ttl_ms: u64) -> Option<u64> {
+    crate::cmd!("LOCK.ACQUIRE", key, owner, ttl_ms)
+        .query(&mut server.conn())
+        .expect("LOCK.ACQUIRE")
+}
+
+/// `LOCK.FORCERELEASE` on `server`.
+pub fn force_release(server: &Server, key: &str) {
+    let _: i64 = crate::cmd!("LOCK.FORCERELEASE", key)
+        .query(&mut server.conn())
+        .expect("LOCK.FORCERELEASE");
+}
+
+/// How many times `server` ran `command` (`lock.renew`; module commands show in upper
+/// case, so case does not matter).
+pub fn calls(server: &Server, command: &str) -> u64 {
+    command_stat(server, command, "calls")
+}
+
+/// How many times `server` refused to run `command` (ACL, arity...): `rejected_calls`.
+pub fn rejected(server: &Server, command: &str) -> u64 {
+    command_stat(server, command, "rejected_calls")
+}
+
+/// One field of `command`'s line of `INFO commandstats` (0 when it never ran).
+fn command_stat(server: &Server, command: &str, field: &str) -> u64 {
+    let info: String = crate::cmd!("INFO", "commandstats")
+        .query(&mut server.conn())
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{}:", command.to_lowercase());
+    info.lines()
+        .find_map(|l| {
+            l.trim()
+                .to_lowercase()
+                .strip_prefix(&prefix)?
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{field}="))?.parse().ok())
+        })
+        .unwrap_or(0)
 }

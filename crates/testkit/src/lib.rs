@@ -2,9 +2,12 @@
 //! temporary directory, on a free port, behind a guard whose `Drop` kills it even when the test
 //! panics. Tests never link the module crate; they talk to a real server over the network.
 //!
-//! The module's tests, relock-client's tests and relock-chaos use it as a dev-dependency
-//! (`relock-testkit`, never published), most as `use relock_testkit as common;`; the
-//! Redis Cluster guard is `relock_testkit::cluster`.
+//! The module's tests, relock-client's and lockctl's tests and relock-chaos use it as a
+//! dev-dependency (`relock-testkit`, never published), most as `use relock_testkit as common;`;
+//! the Redis Cluster guard is `relock_testkit::cluster`, the loopback proxies `proxy` (a link
+//! that goes silent or slow) and `cut` (a lost reply), the processes a test starts `process`
+//! (killed on drop, the signal counter) and `pty` (a terminal a test types at); `sentinel` and
+//! `tls` start the servers of the `redis+sentinel://` and `rediss://` tests.
 
 pub mod cluster;
 
@@ -15,8 +18,13 @@ pub mod cut;
 pub mod events;
 pub mod payload;
 pub mod probe;
+pub mod process;
+pub mod proxy;
+pub mod pty;
 pub mod raw;
 pub mod reply;
+pub mod sentinel;
+pub mod tls;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -381,6 +389,18 @@ pub fn attach_replica(master: &Server, replica: &Server) {
         s.contains("master_link_status:up")
     });
     assert!(up, "replica did not connect:\n{}", replica.log());
+}
+
+/// Continues (`SIGCONT`) the servers on drop, so that a failing assertion never leaves one that
+/// the test stopped (`server.signal("STOP")`) stopped.
+pub struct Resume<'a>(pub Vec<&'a Server>);
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        for s in &self.0 {
+            s.signal("CONT");
+        }
+    }
 }
 
 /// Polls `check` every few milliseconds until it returns true or `within` passes.

@@ -1,176 +1,17 @@
 //! Sentinel-managed masters (`redis+sentinel://`): lockctl against a real master, its replica
 //! and two `redis-server --sentinel` processes, through a failover (`SENTINEL FAILOVER`), with
 //! the lock kept, renewed and released on the new master and a waiter following it there.
+use crate::support;
 use relock_testkit as common;
-mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use common::{attach_replica, eventually, free_port, Server};
+use common::{eventually, Server};
 use relock_client::{Options, Relock};
-use support::{holder, lockctl_at, relock_stat, stderr, Spawned};
+use relock_testkit::sentinel::Sentinels;
+use support::{holder, lockctl_at, stderr, Spawned};
 use tokio::time::Instant;
-
-const MASTER: &str = "relock-test";
-
-/// A `redis-server --sentinel` monitoring one master (quorum 1), in its own directory;
-/// killed on drop.
-struct SentinelProcess {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl SentinelProcess {
-    fn start(master: &Server) -> SentinelProcess {
-        let mut last = String::new();
-        for _ in 0..3 {
-            let dir = tempfile::Builder::new()
-                .prefix("relock-sentinel-")
-                .tempdir()
-                .expect("tempdir");
-            let port = free_port();
-            let conf = dir.path().join("sentinel.conf");
-            std::fs::write(
-                &conf,
-                format!(
-                    "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile sentinel.log\n\
-                     sentinel monitor {MASTER} 127.0.0.1 {master} 1\n\
-                     sentinel down-after-milliseconds {MASTER} 2000\n\
-                     sentinel failover-timeout {MASTER} 10000\n",
-                    dir = dir.path().display(),
-                    master = master.port,
-                ),
-            )
-            .expect("sentinel.conf");
-            let child =
-                Command::new(std::env::var("REDIS_SERVER").unwrap_or("redis-server".into()))
-                    .arg(&conf)
-                    .arg("--sentinel")
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .expect("redis-server --sentinel");
-            let mut sentinel = SentinelProcess {
-                child,
-                port,
-                _dir: dir,
-            };
-            let ready = eventually(Duration::from_secs(20), || {
-                sentinel.ask_master().is_some_and(|p| p == master.port)
-            });
-            if ready {
-                return sentinel;
-            }
-            last = std::fs::read_to_string(sentinel._dir.path().join("sentinel.log"))
-                .unwrap_or_default();
-            let _ = sentinel.child.kill();
-        }
-        panic!("no sentinel came up:\n{last}");
-    }
-
-    fn conn(&self) -> redis::RedisResult<redis::Connection> {
-        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?
-            .get_connection_with_timeout(Duration::from_secs(2))
-    }
-
-    /// The master's port, as this sentinel says.
-    fn ask_master(&self) -> Option<u16> {
-        let mut c = self.conn().ok()?;
-        let reply: Option<(String, u16)> = redis::cmd("SENTINEL")
-            .arg("get-master-addr-by-name")
-            .arg(MASTER)
-            .query(&mut c)
-            .ok()?;
-        reply.map(|(_, port)| port)
-    }
-
-    /// Whether it knows the replica on `port` and finds it fit to be promoted.
-    fn knows_replica(&self, port: u16) -> bool {
-        let Ok(mut c) = self.conn() else {
-            return false;
-        };
-        let replicas: Vec<std::collections::HashMap<String, String>> = redis::cmd("SENTINEL")
-            .arg("replicas")
-            .arg(MASTER)
-            .query(&mut c)
-            .unwrap_or_default();
-        replicas.iter().any(|r| {
-            r.get("port").is_some_and(|p| p == &port.to_string())
-                && r.get("flags").is_some_and(|f| f == "slave")
-                && r.get("master-link-status").is_some_and(|s| s == "ok")
-        })
-    }
-
-    fn failover(&self) {
-        let _: () = redis::cmd("SENTINEL")
-            .arg("FAILOVER")
-            .arg(MASTER)
-            .query(&mut self.conn().expect("sentinel"))
-            .expect("SENTINEL FAILOVER");
-    }
-}
-
-impl Drop for SentinelProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A master, its replica (both with the module) and two sentinels watching them.
-struct Setup {
-    master: Server,
-    replica: Server,
-    sentinels: Vec<SentinelProcess>,
-}
-
-impl Setup {
-    fn start() -> Setup {
-        let master = Server::start();
-        let replica = Server::start();
-        attach_replica(&master, &replica);
-        let sentinels: Vec<SentinelProcess> =
-            (0..2).map(|_| SentinelProcess::start(&master)).collect();
-        assert!(
-            eventually(Duration::from_secs(30), || sentinels
-                .iter()
-                .all(|s| s.knows_replica(replica.port))),
-            "the sentinels do not know the replica"
-        );
-        Setup {
-            master,
-            replica,
-            sentinels,
-        }
-    }
-
-    /// `redis+sentinel://127.0.0.1:S1,127.0.0.1:S2/relock-test`.
-    fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .sentinels
-            .iter()
-            .map(|s| format!("127.0.0.1:{}", s.port))
-            .collect();
-        format!("redis+sentinel://{}/{MASTER}", hosts.join(","))
-    }
-
-    /// Fails over to the replica and waits until it is the master, the sentinels say so,
-    /// and the old master follows it.
-    fn failover(&self) {
-        self.sentinels[0].failover();
-        assert!(
-            eventually(Duration::from_secs(30), || role(&self.replica) == "master"
-                && self
-                    .sentinels
-                    .iter()
-                    .all(|s| s.ask_master() == Some(self.replica.port))),
-            "the replica was not promoted"
-        );
-    }
-}
 
 /// The holder of `key` on `server` (owner, token), or `None` when there is none or the
 /// server does not answer: the sentinels kill every client of an instance they reconfigure.
@@ -205,30 +46,13 @@ fn stat_now(server: &Server, field: &str) -> i64 {
         .unwrap_or(-1)
 }
 
-fn role(server: &Server) -> String {
-    let Ok(mut c) = redis::Client::open(server.url())
-        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
-    else {
-        return String::new();
-    };
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query(&mut c)
-        .unwrap_or_default();
-    info.lines()
-        .find_map(|l| l.strip_prefix("role:"))
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
-
 /// lockctl through the sentinels, across a failover: it keeps its lock, renews it on the
 /// promoted replica (which counts renewals only as a master), keeps it for a whole ttl after
 /// the failover, and releases it there; a waiter queued on the old master before the
 /// failover gets the lock from the new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lockctl_keeps_its_lock_across_a_sentinel_failover() {
-    let setup = tokio::task::block_in_place(Setup::start);
+    let setup = tokio::task::block_in_place(Sentinels::start);
     let key = "s:deploy";
     let ttl = Duration::from_secs(4);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -285,11 +109,12 @@ async fn lockctl_keeps_its_lock_across_a_sentinel_failover() {
     };
     assert!(tokio::task::block_in_place(|| eventually(
         Duration::from_secs(10),
-        || relock_stat(&setup.master, "waiters") == 1
+        || relock_testkit::info_field(&mut setup.master.conn(), "waiters") == 1
     )));
 
-    let renewed_as_replica =
-        tokio::task::block_in_place(|| relock_stat(&setup.replica, "renewed_total"));
+    let renewed_as_replica = tokio::task::block_in_place(|| {
+        relock_testkit::info_field(&mut setup.replica.conn(), "renewed_total")
+    });
     tokio::task::block_in_place(|| setup.failover());
     let promoted = Instant::now();
     // lockctl renews on the new master, before the copy there expires.

@@ -1,5 +1,5 @@
 //! Shared holds from lockctl against real servers: `--shared` and `--limit` runs, refusals,
-//! `lockctl info` listing every holder (the client's part: client/tests/shared.rs).
+//! `lockctl info` listing every holder (the client's part: client/tests/it/shared.rs).
 use relock_testkit as common;
 
 use std::collections::HashMap;
@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::{eventually, Server};
 use relock_client::{Error, Mode, Options, Relock};
+use relock_testkit::ask::info_text as info;
 
 const KEY: &str = "catalog";
 
@@ -22,27 +23,6 @@ fn patient() -> Options {
 fn client(servers: &[&Server]) -> Relock {
     let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
     Relock::with_options(&urls, patient()).expect("client")
-}
-
-/// LOCK.INFO at `key` as text fields (nil as "nil"), or `None` when there is no lock.
-fn info(server: &Server, key: &str) -> Option<HashMap<String, String>> {
-    let info: Option<HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("LOCK.INFO");
-    info.map(|fields| {
-        fields
-            .into_iter()
-            .map(|(k, v)| {
-                let text = match v {
-                    redis::Value::Int(n) => n.to_string(),
-                    redis::Value::Nil => "nil".to_string(),
-                    other => redis::from_redis_value(&other).expect("text"),
-                };
-                (k, text)
-            })
-            .collect()
-    })
 }
 
 /// How many holds `key` has on `server` (0 when there is no lock).

@@ -1,15 +1,15 @@
 //! Shared holds from relock-client against real servers: read-write locks and counting
 //! semaphores on one server, over three independent masters, and on a Redis Cluster (lockctl's
-//! part: lockctl/tests/shared.rs).
+//! part: lockctl/tests/it/shared.rs).
 use relock_testkit as common;
 use relock_testkit::cluster as cluster_harness;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use cluster_harness::Cluster;
 use common::{eventually, Server};
 use relock_client::{Error, Mode, Options, Relock};
+use relock_testkit::ask::info_text as info;
 use tokio::time::Instant;
 
 const KEY: &str = "catalog";
@@ -26,27 +26,6 @@ fn patient() -> Options {
 fn client(servers: &[&Server]) -> Relock {
     let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
     Relock::with_options(&urls, patient()).expect("client")
-}
-
-/// LOCK.INFO at `key` as text fields (nil as "nil"), or `None` when there is no lock.
-fn info(server: &Server, key: &str) -> Option<HashMap<String, String>> {
-    let info: Option<HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("LOCK.INFO");
-    info.map(|fields| {
-        fields
-            .into_iter()
-            .map(|(k, v)| {
-                let text = match v {
-                    redis::Value::Int(n) => n.to_string(),
-                    redis::Value::Nil => "nil".to_string(),
-                    other => redis::from_redis_value(&other).expect("text"),
-                };
-                (k, text)
-            })
-            .collect()
-    })
 }
 
 /// How many holds `key` has on `server` (0 when there is no lock).

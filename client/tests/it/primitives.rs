@@ -1,13 +1,12 @@
 //! Beyond one key and one permit, from relock-client against real servers: several permits,
 //! downgrade, several keys (`acquire_all`, `wait_all` and their guard), and the restart grace.
 use relock_testkit as common;
-mod support;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use common::{eventually, Server};
 use relock_client::{Error, Mode, Options, Relock};
+use relock_testkit::ask::info_text as info;
 
 const TTL: Duration = Duration::from_secs(30);
 /// Every wait below is for an event; this only bounds a test that went wrong.
@@ -23,27 +22,6 @@ fn patient() -> Options {
 fn client(servers: &[&Server]) -> Relock {
     let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
     Relock::with_options(&urls, patient()).expect("client")
-}
-
-/// `LOCK.INFO key` as text fields, `None` without a lock.
-fn info(server: &Server, key: &str) -> Option<HashMap<String, String>> {
-    let info: Option<HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("LOCK.INFO");
-    info.map(|fields| {
-        fields
-            .into_iter()
-            .map(|(k, v)| {
-                let text = match v {
-                    redis::Value::Int(n) => n.to_string(),
-                    redis::Value::Nil => "nil".to_string(),
-                    other => redis::from_redis_value(&other).expect("text"),
-                };
-                (k, text)
-            })
-            .collect()
-    })
 }
 
 /// How many clients wait for `key` on `server`.
@@ -193,7 +171,7 @@ async fn a_guard_downgrades_and_renews_the_shared_hold() {
 
 /// `LOCK.INFO` owner of `key` on `server`, if it is held.
 fn owner_of(server: &Server, key: &str) -> Option<String> {
-    support::holder(server, key).map(|(owner, _)| owner)
+    relock_testkit::ask::holder(server, key).map(|(owner, _)| owner)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -530,11 +508,11 @@ async fn a_refused_ttl_keeps_the_hold() {
     set_grace(&server, 0);
 
     let guard = relock.guard("job", ttl).await.expect("guard");
-    let renewals = support::calls(&server, "lock.renew");
+    let renewals = relock_testkit::ask::calls(&server, "lock.renew");
     set_grace(&server, 1000);
     // Two refused renewals: the guard went on after the first.
     let deadline = tokio::time::Instant::now() + WITHIN;
-    while support::calls(&server, "lock.renew") < renewals + 2 && !guard.is_lost() {
+    while relock_testkit::ask::calls(&server, "lock.renew") < renewals + 2 && !guard.is_lost() {
         assert!(tokio::time::Instant::now() < deadline, "no renewal came");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

@@ -2,16 +2,15 @@
 //! middlebox) while relock-client waits in `LOCK.WAIT`, reenters or releases, through a
 //! loopback proxy that stops forwarding without closing anything (issue 19, problem 6: such a
 //! wait went on forever, although the lock was free and the server reachable on a new
-//! connection). lockctl's part: lockctl/tests/halfopen.rs.
+//! connection). lockctl's part: lockctl/tests/it/halfopen.rs.
 use relock_testkit as common;
-mod support;
 
 use std::time::Duration;
 
 use common::{eventually, Server};
 use relock_client::{Options, Relock};
-use support::proxy::Proxy;
-use support::{acquire_as, calls, holder, relock_stat};
+use relock_testkit::ask::{acquire_as, calls, holder};
+use relock_testkit::proxy::Proxy;
 use tokio::time::Instant;
 
 const KEY: &str = "silent";
@@ -54,7 +53,9 @@ async fn a_redlock_wait_survives_silent_connections_on_every_master() {
     };
     let queued = tokio::task::block_in_place(|| {
         eventually(Duration::from_secs(20), || {
-            servers.iter().all(|s| relock_stat(s, "waiters") == 1)
+            servers
+                .iter()
+                .all(|s| relock_testkit::info_field(&mut s.conn(), "waiters") == 1)
         })
     });
     assert!(queued, "not queued on every master");

@@ -1,15 +1,15 @@
 //! relock-client against a real Redis Cluster (3 masters, 3 replicas on loopback), and replica
 //! acknowledgements in cluster, single-server and Redlock modes (lockctl's part:
-//! lockctl/tests/cluster.rs).
+//! lockctl/tests/it/cluster.rs).
 use relock_testkit as common;
 use relock_testkit::cluster as cluster_harness;
-mod support;
 
 use std::time::Duration;
 
 use cluster_harness::{relock_info, Cluster};
 use common::{eventually, Server};
 use relock_client::{Error, Options, Relock};
+use relock_testkit::ask::holder_count as holder;
 use tokio::time::Instant;
 
 /// Defaults with a per-node timeout that tolerates a busy debug build, and one replica ack.
@@ -22,34 +22,8 @@ fn acked_options() -> Options {
     }
 }
 
-/// (owner, token, count) of the lock at `key` on `server`.
-fn holder(server: &Server, key: &str) -> Option<(String, u64, u64)> {
-    let info: Option<Vec<redis::Value>> = redis::cmd("LOCK.INFO")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("LOCK.INFO");
-    info.map(|f| {
-        (
-            redis::from_redis_value(&f[1]).expect("owner"),
-            redis::from_redis_value(&f[3]).expect("token"),
-            redis::from_redis_value(&f[5]).expect("count"),
-        )
-    })
-}
-
 fn waiters(server: &Server) -> i64 {
     relock_info(server)["waiters"]
-}
-
-/// Continues every node on drop, so a failing assertion never leaves a replica stopped.
-struct Resume<'a>(Vec<&'a Server>);
-
-impl Drop for Resume<'_> {
-    fn drop(&mut self) {
-        for s in &self.0 {
-            s.signal("CONT");
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,7 +107,7 @@ async fn replica_acks_on_single_servers_and_redlock() {
     let single = Relock::with_options(&[masters[0].url()], acked_options()).expect("client");
     let mut lock = single.acquire("one", ttl).await.expect("acked acquire");
     lock.extend(ttl).await.expect("acked extend");
-    let resume = Resume(vec![&replicas[0]]);
+    let resume = common::Resume(vec![&replicas[0]]);
     replicas[0].signal("STOP");
     let before = lock.valid_until();
     let err = lock.extend(ttl).await.expect_err("extend not acknowledged");
@@ -164,7 +138,7 @@ async fn replica_acks_on_single_servers_and_redlock() {
     // Redlock: a master whose replica is stopped does not count; a quorum still wins.
     let urls: Vec<String> = masters.iter().map(Server::url).collect();
     let redlock = Relock::with_options(&urls, acked_options()).expect("redlock");
-    let resume = Resume(vec![&replicas[2]]);
+    let resume = common::Resume(vec![&replicas[2]]);
     replicas[2].signal("STOP");
     let lock = redlock
         .acquire("red", ttl)
@@ -182,7 +156,7 @@ async fn replica_acks_on_single_servers_and_redlock() {
     lock.release().await.expect("release");
     // Two replicas stopped: no quorum, nothing left anywhere.
     replicas[1].signal("STOP");
-    let resume2 = Resume(vec![&replicas[1]]);
+    let resume2 = common::Resume(vec![&replicas[1]]);
     let err = redlock
         .try_acquire("red2", ttl)
         .await
@@ -310,7 +284,7 @@ async fn a_fenced_write_that_timed_out_is_not_sent_to_the_new_master() {
         "the replica has the first write"
     );
     old_master.signal("STOP");
-    let _resume = Resume(vec![old_master]);
+    let _resume = common::Resume(vec![old_master]);
     let _: String = redis::cmd("CLUSTER")
         .arg("FAILOVER")
         .arg("TAKEOVER")

@@ -1,28 +1,25 @@
-//! Sentinel-managed masters (`redis+sentinel://`): relock-client against a real master, its
-//! replica and two `redis-server --sentinel` processes (lockctl through a failover:
-//! lockctl/tests/sentinel.rs).
-use relock_testkit as common;
-mod support;
+//! Sentinel-managed masters for the tests of `redis+sentinel://`: a master and its replica
+//! (both with the module) watched by two `redis-server --sentinel` processes, each in its own
+//! directory on a free port, killed on drop.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{attach_replica, eventually, free_port, Server};
-use relock_client::{Error, Options, Relock};
-use support::holder;
+use crate::cluster::role;
+use crate::{attach_replica, eventually, free_port, Server};
 
-const MASTER: &str = "relock-test";
+pub const MASTER: &str = "relock-test";
 
 /// A `redis-server --sentinel` monitoring one master (quorum 1), in its own directory;
 /// killed on drop.
-struct SentinelProcess {
+pub struct Sentinel {
     child: Child,
-    port: u16,
+    pub port: u16,
     _dir: tempfile::TempDir,
 }
 
-impl SentinelProcess {
-    fn start(master: &Server) -> SentinelProcess {
+impl Sentinel {
+    pub fn start(master: &Server) -> Sentinel {
         let mut last = String::new();
         for _ in 0..3 {
             let dir = tempfile::Builder::new()
@@ -52,7 +49,7 @@ impl SentinelProcess {
                     .stderr(Stdio::null())
                     .spawn()
                     .expect("redis-server --sentinel");
-            let mut sentinel = SentinelProcess {
+            let mut sentinel = Sentinel {
                 child,
                 port,
                 _dir: dir,
@@ -70,13 +67,13 @@ impl SentinelProcess {
         panic!("no sentinel came up:\n{last}");
     }
 
-    fn conn(&self) -> redis::RedisResult<redis::Connection> {
+    pub fn conn(&self) -> redis::RedisResult<redis::Connection> {
         redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?
             .get_connection_with_timeout(Duration::from_secs(2))
     }
 
     /// The master's port, as this sentinel says.
-    fn ask_master(&self) -> Option<u16> {
+    pub fn ask_master(&self) -> Option<u16> {
         let mut c = self.conn().ok()?;
         let reply: Option<(String, u16)> = redis::cmd("SENTINEL")
             .arg("get-master-addr-by-name")
@@ -87,7 +84,7 @@ impl SentinelProcess {
     }
 
     /// Whether it knows the replica on `port` and finds it fit to be promoted.
-    fn knows_replica(&self, port: u16) -> bool {
+    pub fn knows_replica(&self, port: u16) -> bool {
         let Ok(mut c) = self.conn() else {
             return false;
         };
@@ -102,9 +99,18 @@ impl SentinelProcess {
                 && r.get("master-link-status").is_some_and(|s| s == "ok")
         })
     }
+
+    /// `SENTINEL FAILOVER` of [`MASTER`].
+    pub fn failover(&self) {
+        let _: () = redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(MASTER)
+            .query(&mut self.conn().expect("sentinel"))
+            .expect("SENTINEL FAILOVER");
+    }
 }
 
-impl Drop for SentinelProcess {
+impl Drop for Sentinel {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -112,28 +118,25 @@ impl Drop for SentinelProcess {
 }
 
 /// A master, its replica (both with the module) and two sentinels watching them.
-struct Setup {
-    master: Server,
-    /// Kept running for the sentinels to watch (this file fails over in lockctl's tests only).
-    #[allow(dead_code)]
-    replica: Server,
-    sentinels: Vec<SentinelProcess>,
+pub struct Sentinels {
+    pub master: Server,
+    pub replica: Server,
+    pub sentinels: Vec<Sentinel>,
 }
 
-impl Setup {
-    fn start() -> Setup {
+impl Sentinels {
+    pub fn start() -> Sentinels {
         let master = Server::start();
         let replica = Server::start();
         attach_replica(&master, &replica);
-        let sentinels: Vec<SentinelProcess> =
-            (0..2).map(|_| SentinelProcess::start(&master)).collect();
+        let sentinels: Vec<Sentinel> = (0..2).map(|_| Sentinel::start(&master)).collect();
         assert!(
             eventually(Duration::from_secs(30), || sentinels
                 .iter()
                 .all(|s| s.knows_replica(replica.port))),
             "the sentinels do not know the replica"
         );
-        Setup {
+        Sentinels {
             master,
             replica,
             sentinels,
@@ -141,7 +144,7 @@ impl Setup {
     }
 
     /// `redis+sentinel://127.0.0.1:S1,127.0.0.1:S2/relock-test`.
-    fn url(&self) -> String {
+    pub fn url(&self) -> String {
         let hosts: Vec<String> = self
             .sentinels
             .iter()
@@ -149,52 +152,18 @@ impl Setup {
             .collect();
         format!("redis+sentinel://{}/{MASTER}", hosts.join(","))
     }
-}
 
-/// relock-client through the sentinels: acquire on the master they name; a bad master name
-/// is a permanent error; one sentinel down is not an error.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn relock_client_finds_the_master_through_the_sentinels() {
-    let setup = tokio::task::block_in_place(Setup::start);
-    let relock = Relock::with_options(
-        &[setup.url()],
-        Options {
-            node_timeout: Duration::from_secs(1),
-            ..Options::default()
-        },
-    )
-    .expect("client");
-    let lock = relock
-        .acquire("s:one", Duration::from_secs(10))
-        .await
-        .expect("acquire");
-    assert_eq!(
-        tokio::task::block_in_place(|| holder(&setup.master, "s:one")).map(|h| h.0),
-        Some(lock.owner().to_string())
-    );
-    let info = relock.info("s:one").await;
-    assert_eq!(info[0].node, format!("127.0.0.1:{}", setup.master.port));
-    lock.release().await.expect("release");
-
-    let unknown = format!(
-        "redis+sentinel://127.0.0.1:{}/no-such-master",
-        setup.sentinels[0].port
-    );
-    let relock = Relock::new(&[unknown]).expect("client");
-    let err = tokio::time::timeout(
-        Duration::from_secs(10),
-        relock.acquire_wait("s:one", Duration::from_secs(10), None),
-    )
-    .await
-    .expect("an unknown master name must not be retried forever")
-    .expect_err("no such master");
-    assert!(err.is_permanent(), "{err}");
-    assert!(err.to_string().contains("no-such-master"), "{err}");
-
-    // The same master by two URLs is one master.
-    let twice = [setup.url(), setup.url()];
-    assert!(matches!(
-        Relock::new(&twice),
-        Err(Error::DuplicateServer { .. })
-    ));
+    /// Fails over to the replica and waits until it is the master, the sentinels say so,
+    /// and the old master follows it.
+    pub fn failover(&self) {
+        self.sentinels[0].failover();
+        assert!(
+            eventually(Duration::from_secs(30), || role(&self.replica) == "master"
+                && self
+                    .sentinels
+                    .iter()
+                    .all(|s| s.ask_master() == Some(self.replica.port))),
+            "the replica was not promoted"
+        );
+    }
 }

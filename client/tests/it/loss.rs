@@ -2,7 +2,6 @@
 //! (`LOCK.HISTORY`) and reports the reason, typed ([`LossReason`]) and in words, for every way
 //! a hold can end other than by its owner, against real servers; owners name their process.
 use relock_testkit as common;
-mod support;
 
 use std::time::Duration;
 
@@ -257,7 +256,7 @@ async fn owners_name_their_process() {
     assert_eq!(parts.len(), 3, "{}", lock.owner());
     assert_eq!(parts[1], pid);
     assert_eq!(parts[0].len(), 32);
-    let (held_by, _) = support::holder(&server, KEY).expect("held");
+    let (held_by, _) = relock_testkit::ask::holder(&server, KEY).expect("held");
     assert_eq!(held_by, lock.owner());
     lock.release().await.expect("release");
     for (prefix, starts) in [("billing", "billing/"), ("", "")] {

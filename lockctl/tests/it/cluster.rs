@@ -1,9 +1,9 @@
 //! lockctl (and relock-client beside it) against a real Redis Cluster (3 masters, 3 replicas on
 //! loopback): through automatic failovers, with replica acknowledgements (the client's part:
-//! client/tests/cluster.rs).
+//! client/tests/it/cluster.rs).
+use crate::support;
 use relock_testkit as common;
 use relock_testkit::cluster as cluster_harness;
-mod support;
 
 use std::collections::HashSet;
 use std::process::{Command, Stdio};
@@ -12,6 +12,7 @@ use std::time::Duration;
 use cluster_harness::{relock_info, Cluster};
 use common::{eventually, Server};
 use relock_client::{Error, NodeFailure, Options, Relock};
+use relock_testkit::ask::holder_count as holder;
 use tokio::time::Instant;
 
 /// Defaults with a per-node timeout that tolerates a busy debug build, and one replica ack.
@@ -24,34 +25,8 @@ fn acked_options() -> Options {
     }
 }
 
-/// (owner, token, count) of the lock at `key` on `server`.
-fn holder(server: &Server, key: &str) -> Option<(String, u64, u64)> {
-    let info: Option<Vec<redis::Value>> = redis::cmd("LOCK.INFO")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("LOCK.INFO");
-    info.map(|f| {
-        (
-            redis::from_redis_value(&f[1]).expect("owner"),
-            redis::from_redis_value(&f[3]).expect("token"),
-            redis::from_redis_value(&f[5]).expect("count"),
-        )
-    })
-}
-
 fn waiters(server: &Server) -> i64 {
     relock_info(server)["waiters"]
-}
-
-/// Continues every node on drop, so a failing assertion never leaves a replica stopped.
-struct Resume<'a>(Vec<&'a Server>);
-
-impl Drop for Resume<'_> {
-    fn drop(&mut self) {
-        for s in &self.0 {
-            s.signal("CONT");
-        }
-    }
 }
 
 fn lockctl(seed: &str) -> Command {
@@ -231,7 +206,7 @@ async fn client_and_lockctl_on_a_cluster() {
 
     // With every replica stopped, no acquire counts, and none is left behind.
     let replicas = cluster.replicas();
-    let resume = Resume(replicas.clone());
+    let resume = common::Resume(replicas.clone());
     for r in &replicas {
         r.signal("STOP");
     }
@@ -392,7 +367,7 @@ async fn lockctl_follows_an_automatic_failover(acks: u32, old: OldMaster) {
     // The replica counts no renewal while it is one (it applies the master's effects); once
     // promoted, every renewal it counts is lockctl's, made on it.
     let renewed_as_replica = relock_info(replica)["renewed_total"];
-    let resume = Resume(vec![old_master]);
+    let resume = common::Resume(vec![old_master]);
     old_master.signal("STOP");
     let stopped = Instant::now();
     let promoted = eventually(Duration::from_secs(30), || {

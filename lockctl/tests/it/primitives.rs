@@ -1,36 +1,15 @@
 //! Beyond one key and one permit, from lockctl against real servers: several keys and several
-//! permits of `lockctl run` (the client's part: client/tests/primitives.rs).
+//! permits of `lockctl run` (the client's part: client/tests/it/primitives.rs).
+use crate::support;
 use relock_testkit as common;
-mod support;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use common::{eventually, Server};
+use relock_testkit::ask::info_text as info;
 
 /// Every wait below is for an event; this only bounds a test that went wrong.
 const WITHIN: Duration = Duration::from_secs(20);
-
-/// `LOCK.INFO key` as text fields, `None` without a lock.
-fn info(server: &Server, key: &str) -> Option<HashMap<String, String>> {
-    let info: Option<HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("LOCK.INFO");
-    info.map(|fields| {
-        fields
-            .into_iter()
-            .map(|(k, v)| {
-                let text = match v {
-                    redis::Value::Int(n) => n.to_string(),
-                    redis::Value::Nil => "nil".to_string(),
-                    other => redis::from_redis_value(&other).expect("text"),
-                };
-                (k, text)
-            })
-            .collect()
-    })
-}
 
 /// `LOCK.INFO` owner of `key` on `server`, if it is held.
 fn owner_of(server: &Server, key: &str) -> Option<String> {

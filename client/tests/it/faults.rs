@@ -57,17 +57,6 @@ fn error_replies(server: &Server, code: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Continues the stopped servers on drop, so that a failing assertion never leaves one stopped.
-struct Resume<'a>(Vec<&'a Server>);
-
-impl Drop for Resume<'_> {
-    fn drop(&mut self) {
-        for s in &self.0 {
-            s.signal("CONT");
-        }
-    }
-}
-
 /// The guard must tell the body that its lock is gone no later than `valid_until`, even while
 /// a renewal is still waiting for masters that stopped answering (issue 11, problem 1).
 ///
@@ -101,7 +90,7 @@ async fn loss_is_signalled_no_later_than_valid_until() {
             .iter()
             .all(|s| owner_on(s, KEY).as_deref() == Some(owner.as_str()))));
         // A majority stops answering: every renewal from now on waits out the node timeout.
-        let resume = Resume(vec![&servers[1], &servers[2]]);
+        let resume = common::Resume(vec![&servers[1], &servers[2]]);
         servers[1].signal("STOP");
         servers[2].signal("STOP");
         let lost = guard.lost();

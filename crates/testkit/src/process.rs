@@ -1,41 +1,16 @@
-//! Helpers shared by lockctl's test files (client/tests/support without `lockctl`): processes that die with the test, the command
-//! the signal tests run, a pseudo-terminal, and a loopback TCP proxy that can go silent.
+//! Processes of the tests that run programs (lockctl, a signal counter): a child killed and
+//! reaped on drop, waits bounded in time, kill(2), what `/proc` says of a process, and the
+//! signal-counting command the job-control tests run.
 //!
-//! Include it after the test kit: `use relock_testkit as common;` then `mod support;`.
-//! then `mod support;`.
-#![allow(dead_code)]
-
-pub mod proxy;
-pub mod pty;
+//! A test binary that uses [`Counter`] has a test named exactly `signal_counter` at its root
+//! whose body is [`signal_counter_main`].
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output};
 use std::time::{Duration, Instant};
 
-use crate::common::{eventually, Server};
-
-/// `lockctl` with `RELOCK_SERVERS` set to `servers` and every other setting of the caller's
-/// environment that would change its behaviour removed.
-pub fn lockctl_at(servers: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockctl"));
-    cmd.env("RELOCK_SERVERS", servers)
-        .env_remove("RELOCK_LOG")
-        .env_remove("RELOCK_CLUSTER")
-        .env_remove("RELOCK_REPLICA_ACKS")
-        .env_remove("RELOCK_TLS_CA")
-        .env_remove("RELOCK_TLS_CERT")
-        .env_remove("RELOCK_TLS_KEY")
-        .env_remove("NO_COLOR")
-        .stdin(Stdio::null());
-    cmd
-}
-
-/// `lockctl` against `servers`.
-pub fn lockctl(servers: &[&Server]) -> Command {
-    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-    lockctl_at(&urls.join(","))
-}
+use crate::eventually;
 
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -303,79 +278,6 @@ pub fn signal_counter_main() {
     }
     write("counts", counts(tick));
     std::process::exit(0);
-}
-
-/// (owner, token) of the lock at `key` on `server`, from `LOCK.INFO`.
-pub fn holder(server: &Server, key: &str) -> Option<(String, u64)> {
-    let info: Option<HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("LOCK.INFO");
-    info.map(|i| {
-        (
-            redis::from_redis_value(&i["owner"]).expect("owner"),
-            redis::from_redis_value(&i["token"]).expect("token"),
-        )
-    })
-}
-
-/// `LOCK.ACQUIRE` as `owner`: the token, if granted.
-pub fn acquire_as(server: &Server, key: &str, owner: &str, ttl_ms: u64) -> Option<u64> {
-    redis::cmd("LOCK.ACQUIRE")
-        .arg(key)
-        .arg(owner)
-        .arg(ttl_ms)
-        .query(&mut server.conn())
-        .expect("LOCK.ACQUIRE")
-}
-
-/// `LOCK.FORCERELEASE`.
-pub fn force_release(server: &Server, key: &str) {
-    let _: i64 = redis::cmd("LOCK.FORCERELEASE")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("LOCK.FORCERELEASE");
-}
-
-/// One integer field of `INFO relock` (without the `relock_` prefix).
-pub fn relock_stat(server: &Server, field: &str) -> i64 {
-    let info: String = redis::cmd("INFO")
-        .arg("relock")
-        .query(&mut server.conn())
-        .expect("INFO relock");
-    let wanted = format!("relock_{field}:");
-    info.lines()
-        .find_map(|l| l.trim().strip_prefix(&wanted)?.parse().ok())
-        .unwrap_or_else(|| panic!("INFO relock has no {field}"))
-}
-
-/// How many times `server` ran `command` (`lock.renew`; module commands show in upper
-/// case, so case does not matter).
-pub fn calls(server: &Server, command: &str) -> u64 {
-    command_stat(server, command, "calls")
-}
-
-/// One field of `command`'s line of `INFO commandstats` (0 when it never ran).
-fn command_stat(server: &Server, command: &str, field: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.conn())
-        .expect("INFO commandstats");
-    let prefix = format!("cmdstat_{}:", command.to_lowercase());
-    info.lines()
-        .find_map(|l| {
-            l.trim()
-                .to_lowercase()
-                .strip_prefix(&prefix)?
-                .split(',')
-                .find_map(|kv| kv.strip_prefix(&format!("{field}="))?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// How many times `server` refused to run `command` (ACL, arity...): `rejected_calls`.
-pub fn rejected(server: &Server, command: &str) -> u64 {
-    command_stat(server, command, "rejected_calls")
 }
 
 /// Kills a process when dropped: one a test's command may leave behind (on a lockctl that

@@ -1,16 +1,16 @@
 //! Connections that die silently (half-open TCP: a crashed host, a dropped NAT entry, a stuck
 //! middlebox) while lockctl waits in `LOCK.WAIT` or renews, through a loopback proxy that stops
 //! forwarding without closing anything (issue 19, problem 6). The client's part:
-//! client/tests/halfopen.rs.
+//! client/tests/it/halfopen.rs.
+use crate::support;
 use relock_testkit as common;
-mod support;
 
 use std::process::Stdio;
 use std::time::Duration;
 
 use common::{eventually, Server};
 use support::proxy::Proxy;
-use support::{acquire_as, calls, holder, lockctl_at, relock_stat, stderr, Spawned};
+use support::{acquire_as, calls, holder, lockctl_at, stderr, Spawned};
 
 const KEY: &str = "silent";
 
@@ -47,9 +47,10 @@ fn lockctl_waiting_on_a_silent_connection_gets_the_lock_once_free() {
             .arg(format!("echo $RELOCK_OWNER > {}", ran.display()))
             .stderr(Stdio::piped()),
     );
-    assert!(eventually(Duration::from_secs(20), || relock_stat(
-        &server, "waiters"
-    ) == 1));
+    assert!(eventually(
+        Duration::from_secs(20),
+        || relock_testkit::info_field(&mut server.conn(), "waiters") == 1
+    ));
     let waits = calls(&server, "lock.wait");
     proxy.silence_open_connections();
     release_as(&server, "holder");
@@ -90,9 +91,10 @@ fn lockctl_waits_through_a_server_that_stopped_answering() {
             .args(["run", "--wait", "60s", KEY, "--", "true"])
             .stderr(Stdio::piped()),
     );
-    assert!(eventually(Duration::from_secs(20), || relock_stat(
-        &server, "waiters"
-    ) == 1));
+    assert!(eventually(
+        Duration::from_secs(20),
+        || relock_testkit::info_field(&mut server.conn(), "waiters") == 1
+    ));
     proxy.silence_all();
     release_as(&server, "holder");
     std::thread::sleep(Duration::from_secs(3));
@@ -142,11 +144,11 @@ fn lockctl_renews_through_a_connection_that_went_silent() {
     assert!(eventually(Duration::from_secs(20), || started.exists()));
     let (owner, token) = holder(&server, KEY).expect("held");
     proxy.silence_open_connections();
-    let renewed = relock_stat(&server, "renewed_total");
+    let renewed = relock_testkit::info_field(&mut server.conn(), "renewed_total");
     // Two ttls of renewals (one every ttl / 3), each of which can reach the server only on a
     // new connection, the lock held by the same owner all along.
     let silenced = std::time::Instant::now();
-    while relock_stat(&server, "renewed_total") < renewed + 6 {
+    while relock_testkit::info_field(&mut server.conn(), "renewed_total") < renewed + 6 {
         assert!(
             lockctl.try_status().is_none(),
             "lockctl ended {:?} after its connection went silent",
@@ -161,7 +163,7 @@ fn lockctl_renews_through_a_connection_that_went_silent() {
         assert!(
             silenced.elapsed() < Duration::from_secs(60),
             "{} renewals in a minute",
-            relock_stat(&server, "renewed_total") - renewed
+            relock_testkit::info_field(&mut server.conn(), "renewed_total") - renewed
         );
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -1,8 +1,8 @@
 //! Attacks on lockctl and relock-client (job control, signals, process trees, half-open and
 //! slow connections, misconfiguration). Each test says what it attacks and what must hold.
 //! Every break these attacks found is fixed: they stay as regression tests.
+use crate::support;
 use relock_testkit as common;
-mod support;
 
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
@@ -675,7 +675,10 @@ fn one_server_named_through_a_proxy_is_refused() {
         .expect("lockctl");
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("same server"), "{}", stderr(&out));
-    assert_eq!(support::relock_stat(&server, "acquired_total"), 0);
+    assert_eq!(
+        relock_testkit::info_field(&mut server.conn(), "acquired_total"),
+        0
+    );
 }
 
 /// **The same server through a slow proxy.** The identity check asked each master for its
@@ -696,7 +699,10 @@ fn one_server_named_through_a_slow_proxy_is_refused() {
         .expect("lockctl");
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("same server"), "{}", stderr(&out));
-    assert_eq!(support::relock_stat(&server, "acquired_total"), 0);
+    assert_eq!(
+        relock_testkit::info_field(&mut server.conn(), "acquired_total"),
+        0
+    );
 }
 
 /// **Duration extremes: `--grace` and `top --interval` are not bounded.** docs/client.md: "a
@@ -778,7 +784,7 @@ fn a_several_key_wait_survives_a_silent_connection() {
             .stderr(Stdio::piped()),
     );
     assert!(eventually(Duration::from_secs(20), || {
-        support::relock_stat(&server, "waiters") == 1
+        relock_testkit::info_field(&mut server.conn(), "waiters") == 1
     }));
     proxy.silence_open_connections();
     force_release(&server, "kb");
@@ -981,9 +987,11 @@ fn redlock_with_two_paused_masters_ends_the_command_before_another_takes_the_key
 fn full_pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
     use std::os::fd::FromRawFd;
     let mut fds = [0; 2];
-    // SAFETY: pipe(2) fills two fds; fcntl and write on them; both are owned below.
+    // SAFETY: pipe2(2) fills two fds; fcntl and write on them; both are owned below.
     unsafe {
-        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        // Close-on-exec: the programs other tests of this binary start meanwhile must not
+        // hold either end (lockctl gets the write end as its stderr, which dup2 keeps open).
+        assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0);
         let flags = libc::fcntl(fds[1], libc::F_GETFL);
         libc::fcntl(fds[1], libc::F_SETFL, flags | libc::O_NONBLOCK);
         let chunk = [b'.'; 4096];
@@ -1125,7 +1133,7 @@ fn a_cluster_wait_survives_a_silent_connection() {
             .stderr(Stdio::piped()),
     );
     assert!(eventually(Duration::from_secs(20), || {
-        support::relock_stat(&server, "waiters") == 1
+        relock_testkit::info_field(&mut server.conn(), "waiters") == 1
     }));
     proxy.silence_open_connections();
     force_release(&server, key);
@@ -1255,7 +1263,7 @@ fn a_grant_that_expired_while_lockctl_was_stopped_is_not_used() {
             .stderr(Stdio::piped()),
     );
     assert!(eventually(Duration::from_secs(20), || {
-        support::relock_stat(&server, "waiters") == 1
+        relock_testkit::info_field(&mut server.conn(), "waiters") == 1
     }));
     send(run.pid(), libc::SIGTSTP);
     assert!(eventually(Duration::from_secs(5), || support::is_stopped(

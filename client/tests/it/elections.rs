@@ -506,7 +506,7 @@ async fn fenced_writes_run_under_the_live_term_only() {
         other => panic!("INCR of a string: {other:?}"),
     }
     // Deposed: the lock broken by an operator, and b leads in a newer term.
-    support_force_release(&server, key);
+    relock_testkit::ask::force_release(&server, key);
     let b = relock
         .campaign(key, "b", Duration::from_secs(30), Some(WITHIN))
         .await
@@ -561,11 +561,4 @@ async fn fenced_writes_run_under_the_live_term_only() {
         Reply::Int(1)
     );
     guard.release().await.expect("release");
-}
-
-fn support_force_release(server: &Server, key: &str) {
-    let _: i64 = redis::cmd("LOCK.FORCERELEASE")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("LOCK.FORCERELEASE");
 }

@@ -1,6 +1,6 @@
 //! The `lockctl` binary against real servers.
+use crate::support;
 use relock_testkit as common;
-mod support;
 
 use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
@@ -8,6 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{eventually, Server};
+use support::pty::Pty;
 use support::{is_running, lockctl, lockctl_at, send, stderr, stdout, Counter, Spawned};
 
 const KEY: &str = "deploy";
@@ -26,24 +27,9 @@ fn acquire_as(server: &Server, owner: &str, ttl_ms: u64) -> u64 {
     token.expect("granted")
 }
 
-/// LOCK.INFO at KEY as a map (owner as text, the rest as integers).
+/// LOCK.INFO at KEY as text fields.
 fn lock_info(server: &Server) -> Option<HashMap<String, String>> {
-    let info: Option<HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
-        .arg(KEY)
-        .query(&mut server.conn())
-        .expect("LOCK.INFO");
-    info.map(|fields| {
-        fields
-            .into_iter()
-            .map(|(k, v)| {
-                let text = match v {
-                    redis::Value::Int(n) => n.to_string(),
-                    other => redis::from_redis_value(&other).expect("text"),
-                };
-                (k, text)
-            })
-            .collect()
-    })
+    relock_testkit::ask::info_text(server, KEY)
 }
 
 fn lock_owner(server: &Server) -> Option<String> {
@@ -58,12 +44,6 @@ fn info_stat(server: &Server, section: &str, field: &str) -> i64 {
     info.lines()
         .find_map(|l| l.trim().strip_prefix(&format!("{field}:"))?.parse().ok())
         .unwrap_or_else(|| panic!("INFO {section} has no {field}"))
-}
-
-/// Not a test of its own: the command of the signal tests ([`Counter`]).
-#[test]
-fn signal_counter() {
-    support::signal_counter_main();
 }
 
 #[test]
@@ -669,65 +649,15 @@ fn group_signals_reach_the_command_once() {
 /// version used `script(1)`, whose exit status depends on when its stdin closes.)
 #[test]
 fn ctrl_c_on_a_terminal_reaches_the_command_once() {
-    use std::io::{Read, Write};
-    use std::os::fd::{FromRawFd, OwnedFd};
-
     let server = Server::start();
     let counter = Counter::new();
-    let (mut master, slave) = {
-        let (mut m, mut s) = (-1, -1);
-        // SAFETY: openpty writes two fds into the locals; null termios/winsize mean defaults
-        // (cooked mode, ISIG on, Ctrl-C as VINTR).
-        let rc = unsafe {
-            libc::openpty(
-                &mut m,
-                &mut s,
-                std::ptr::null_mut(),
-                std::ptr::null(),
-                std::ptr::null(),
-            )
-        };
-        assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
-        // SAFETY: both fds were just opened and are owned by nobody else.
-        unsafe { (std::fs::File::from_raw_fd(m), OwnedFd::from_raw_fd(s)) }
-    };
     let mut cmd = lockctl(&[&server]);
-    cmd.arg("run")
-        .arg(KEY)
-        .arg("--")
-        .args(counter.command())
-        .stdin(Stdio::from(slave.try_clone().expect("dup")))
-        .stdout(Stdio::from(slave.try_clone().expect("dup")))
-        .stderr(Stdio::from(slave.try_clone().expect("dup")));
-    // SAFETY: setsid and ioctl are async-signal-safe; stdin is the pty's slave side by now.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = Spawned::new(&mut cmd);
-    // Only lockctl and its command keep the slave side open, so the reader below ends with them.
-    drop(cmd);
-    drop(slave);
-    // Whatever lockctl writes to its terminal, kept for the failure messages.
-    let mut reader = master.try_clone().expect("dup master");
-    let printed = std::thread::spawn(move || {
-        let mut all = Vec::new();
-        let mut buf = [0u8; 4096];
-        // Ends with EIO once the last slave fd closes.
-        while let Ok(n) = reader.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            all.extend_from_slice(&buf[..n]);
-        }
-        String::from_utf8_lossy(&all).into_owned()
-    });
+    cmd.arg("run").arg(KEY).arg("--").args(counter.command());
+    // The kit's pty: its fds close on exec, so that no program another test of this binary
+    // starts meanwhile keeps the terminal open.
+    let mut pty = Pty::spawn(&mut cmd);
     counter.wait_ready();
-    master.write_all(b"\x03").expect("Ctrl-C");
+    pty.type_keys(b"\x03");
     assert!(
         eventually(Duration::from_secs(5), || counter.count("INT") >= 1),
         "Ctrl-C did not reach the command"
@@ -735,9 +665,8 @@ fn ctrl_c_on_a_terminal_reaches_the_command_once() {
     std::thread::sleep(Duration::from_millis(500));
     let counts = counter.counts();
     counter.stop();
-    let status = child.wait_within(Duration::from_secs(20));
-    drop(master);
-    let printed = printed.join().expect("reader");
+    let status = pty.child.wait_within(Duration::from_secs(20));
+    let printed = pty.printed();
     assert_eq!(
         status.code(),
         Some(0),

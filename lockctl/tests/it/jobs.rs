@@ -3,8 +3,8 @@
 //! starts, against real servers. The rule under test: the command never runs while nothing
 //! renews its lock, and lockctl never exits leaving the lock held or the command's processes
 //! running.
+use crate::support;
 use relock_testkit as common;
-mod support;
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
@@ -19,12 +19,6 @@ use support::{
 };
 
 const KEY: &str = "job";
-
-/// Not a test of its own: the command of these tests ([`Counter`]).
-#[test]
-fn signal_counter() {
-    support::signal_counter_main();
-}
 
 /// `lockctl run [args] KEY -- <counter>` in a process group of its own (as a shell starts a
 /// job), its stderr kept.
@@ -749,7 +743,7 @@ fn a_background_command_reading_the_terminal_stops_the_job_until_fg() {
     assert_eq!(holder(&server, KEY), None, "released");
     // Held by the same owner from the grant to the release: never lapsed and taken again.
     assert_eq!(
-        support::relock_stat(&server, "acquired_total"),
+        relock_testkit::info_field(&mut server.conn(), "acquired_total"),
         1,
         "held by {held:?}, then acquired again"
     );
@@ -780,7 +774,10 @@ fn a_background_command_writing_to_a_tostop_terminal_stops_the_job_until_fg() {
     sh.expect("status=0", Duration::from_secs(20));
     assert!(!is_running(pid));
     assert_eq!(holder(&server, KEY), None, "released");
-    assert_eq!(support::relock_stat(&server, "acquired_total"), 1);
+    assert_eq!(
+        relock_testkit::info_field(&mut server.conn(), "acquired_total"),
+        1
+    );
 }
 
 /// A job stopped by its terminal whose shell then goes away: lockctl in the background, its

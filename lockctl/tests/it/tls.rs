@@ -1,147 +1,15 @@
 //! `rediss://` servers: lockctl against a real TLS-enabled redis-server (with the module),
 //! certificates made here (a CA, the server's, a client's, and an impostor CA), client
-//! certificates required; misconfigurations say why (the client's part: client/tests/tls.rs).
-use relock_testkit as common;
-mod support;
+//! certificates required; misconfigurations say why (the client's part: client/tests/it/tls.rs).
+use crate::support;
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{free_port, Server};
-use rcgen::{
-    BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
+use relock_testkit::tls::{Files, TlsServer};
 use support::{holder, lockctl_at, stderr, stdout, Spawned};
 
 const KEY: &str = "tls:deploy";
-
-/// A CA: its certificate and key.
-struct Ca {
-    cert: Certificate,
-    key: KeyPair,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let key = KeyPair::generate().expect("CA key");
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let cert = params.self_signed(&key).expect("CA certificate");
-        Ca { cert, key }
-    }
-
-    /// A certificate it signs for `names`, for `purpose`: (certificate PEM, key PEM).
-    fn sign(&self, names: &[&str], purpose: ExtendedKeyUsagePurpose) -> (String, String) {
-        let key = KeyPair::generate().expect("key");
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let mut params = CertificateParams::new(names).expect("params");
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "relock test");
-        params.extended_key_usages = vec![purpose];
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        let cert = params
-            .signed_by(&key, &self.cert, &self.key)
-            .expect("certificate");
-        (cert.pem(), key.serialize_pem())
-    }
-}
-
-/// Every file the tests use, in one directory.
-struct Files {
-    dir: tempfile::TempDir,
-}
-
-impl Files {
-    fn new() -> Files {
-        let files = Files {
-            dir: tempfile::tempdir().expect("tempdir"),
-        };
-        let ca = Ca::new("relock test CA");
-        let impostor = Ca::new("someone else's CA");
-        let (server, server_key) = ca.sign(
-            &["127.0.0.1", "localhost"],
-            ExtendedKeyUsagePurpose::ServerAuth,
-        );
-        let (client, client_key) = ca.sign(&["relock-client"], ExtendedKeyUsagePurpose::ClientAuth);
-        let (stranger, stranger_key) =
-            impostor.sign(&["relock-client"], ExtendedKeyUsagePurpose::ClientAuth);
-        for (name, pem) in [
-            ("ca.pem", ca.cert.pem()),
-            ("impostor-ca.pem", impostor.cert.pem()),
-            ("server.pem", server),
-            ("server.key", server_key),
-            ("client.pem", client),
-            ("client.key", client_key),
-            ("stranger.pem", stranger),
-            ("stranger.key", stranger_key),
-        ] {
-            std::fs::write(files.path(name), pem).expect("write PEM");
-        }
-        files
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn arg(&self, name: &str) -> String {
-        self.path(name).display().to_string()
-    }
-}
-
-/// A redis-server with the module, a plain port (for the harness and the test's own checks)
-/// and a TLS port that requires client certificates signed by our CA.
-struct TlsServer {
-    server: Server,
-    tls_port: u16,
-}
-
-impl TlsServer {
-    fn start(files: &Files) -> TlsServer {
-        let mut last = String::new();
-        for _ in 0..3 {
-            let tls_port = free_port();
-            let port = tls_port.to_string();
-            let (cert, key, ca) = (
-                files.arg("server.pem"),
-                files.arg("server.key"),
-                files.arg("ca.pem"),
-            );
-            let started = std::panic::catch_unwind(|| {
-                Server::with_args(&[
-                    "--tls-port",
-                    &port,
-                    "--tls-cert-file",
-                    &cert,
-                    "--tls-key-file",
-                    &key,
-                    "--tls-ca-cert-file",
-                    &ca,
-                    "--tls-auth-clients",
-                    "yes",
-                ])
-            });
-            match started {
-                Ok(server) => return TlsServer { server, tls_port },
-                Err(e) => last = format!("{:?}", e.downcast_ref::<String>()),
-            }
-        }
-        panic!("no TLS server: {last}");
-    }
-
-    fn url(&self) -> String {
-        format!("rediss://127.0.0.1:{}/", self.tls_port)
-    }
-}
 
 /// `cmd` (a lockctl) trusting our CA, with a client certificate if given, and a node timeout
 /// that a TLS handshake on a busy machine fits in (these tests are not about speed).

@@ -2,9 +2,9 @@
 //! tmux, as a person sees it) and `metrics` (scraped by a real Prometheus, checked by
 //! promtool). Every wait is bounded by an event (a queue length, a line on a screen, a
 //! Prometheus answer) with a generous deadline, never a fixed sleep.
+use crate::support;
 use relock_testkit as common;
 use relock_testkit::cluster as cluster_harness;
-mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -910,13 +910,7 @@ fn metrics_when_masters_die_or_hang_mid_scrape() {
 
     b.kill();
     c.signal("STOP");
-    struct Resume<'a>(&'a Server);
-    impl Drop for Resume<'_> {
-        fn drop(&mut self) {
-            self.0.signal("CONT");
-        }
-    }
-    let _resume = Resume(&c);
+    let _resume = common::Resume(vec![&c]);
     let started = Instant::now();
     let (status, text) = http_get(&listen, "/metrics");
     let took = started.elapsed();
@@ -1004,13 +998,7 @@ fn lockctl_ops_over_a_cluster() {
         .find(|m| m.port != owner.port)
         .expect("another master");
     stopped.signal("STOP");
-    struct Resume<'a>(&'a Server);
-    impl Drop for Resume<'_> {
-        fn drop(&mut self) {
-            self.0.signal("CONT");
-        }
-    }
-    let _resume = Resume(stopped);
+    let _resume = common::Resume(vec![stopped]);
     for _ in 0..2 {
         let started = Instant::now();
         let (status, text) = http_get(&listen, "/metrics");
@@ -1471,7 +1459,10 @@ fn errors_quoting_hostile_keys_never_reach_the_terminal_raw() {
         vec!["force-release", key, "owner\x1b[31m"],
         vec!["top", "--once", "--interval", "10ms"],
     ] {
+        // A 5 s node timeout: the check is about the error's text, which a loaded machine
+        // turned into "no reply within 100ms" (the default), quoting no key.
         let out = lockctl(&[&plain])
+            .args(["--node-timeout", "5s"])
             .args(&args)
             .output()
             .expect("lockctl runs");
@@ -1488,7 +1479,13 @@ fn errors_quoting_hostile_keys_never_reach_the_terminal_raw() {
             assert!(text.contains("x\\x1b[2Jy"), "{args:?}: {text:?}");
         }
     }
-    let doc = json_of_failing(lockctl(&[&plain]).args(["waiters", key, "--json"]));
+    let doc = json_of_failing(lockctl(&[&plain]).args([
+        "--node-timeout",
+        "5s",
+        "waiters",
+        key,
+        "--json",
+    ]));
     let why = doc["masters"][0]["error"].as_str().expect("an error");
     assert!(
         why.contains(key.lines().next().unwrap_or_default()),

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::Spawned;
-use crate::common::eventually;
+use crate::eventually;
+use crate::process::Spawned;
 
 pub struct Pty {
     master: std::fs::File,
@@ -40,6 +40,15 @@ impl Pty {
                 )
             };
             assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+            // openpty's fds are inheritable: without close-on-exec every program another test
+            // of the same binary starts meanwhile (a redis-server, a lockctl) would keep this
+            // terminal open, so that closing the master hangs nobody up and the reader below
+            // never sees the end.
+            for fd in [m, s] {
+                // SAFETY: fcntl on an fd this function owns.
+                let rc = unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+                assert_eq!(rc, 0, "FD_CLOEXEC: {}", std::io::Error::last_os_error());
+            }
             // SAFETY: both fds were just opened and are owned by nobody else.
             unsafe { (std::fs::File::from_raw_fd(m), OwnedFd::from_raw_fd(s)) }
         };
@@ -112,5 +121,30 @@ impl Drop for Pty {
         if let Some(reader) = self.reader.take() {
             drop(reader);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A program another test starts while a pty is open (tests share one binary) does not
+    /// inherit the terminal's master or slave side.
+    #[test]
+    fn programs_started_meanwhile_do_not_inherit_the_terminal() {
+        let _pty = Pty::spawn(Command::new("sleep").arg("30"));
+        let out = Command::new("sh")
+            .args([
+                "-c",
+                "for fd in /proc/$$/fd/*; do [ \"${fd##*/}\" -gt 2 ] && readlink \"$fd\"; done; true",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .expect("sh");
+        let fds = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !fds.contains("/dev/pts/") && !fds.contains("ptmx"),
+            "a program started meanwhile holds the terminal: {fds}"
+        );
     }
 }

@@ -1,20 +1,15 @@
-//! `rediss://` servers: relock-client against a real TLS-enabled redis-server (with the
-//! module), certificates made here (a CA, the server's, a client's, and an impostor CA), client
-//! certificates required (lockctl's part: lockctl/tests/tls.rs).
-use relock_testkit as common;
-mod support;
+//! `rediss://` servers for the TLS tests: certificates made by the test (a CA, the server's, a
+//! client's, and an impostor CA's) and a redis-server with the module that requires client
+//! certificates signed by that CA.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use common::{free_port, Server};
 use rcgen::{
     BasicConstraints, Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
 };
-use relock_client::{Error, Options, Relock, Tls};
 
-const KEY: &str = "tls:deploy";
+use crate::{free_port, Server};
 
 /// A CA: its certificate and key.
 struct Ca {
@@ -54,13 +49,15 @@ impl Ca {
     }
 }
 
-/// Every file the tests use, in one directory.
-struct Files {
+/// The certificates of the TLS tests, in one directory: `ca.pem` (our CA), `impostor-ca.pem`
+/// (another CA), `server.pem`/`server.key` (for 127.0.0.1 and localhost), `client.pem`/`client.key`
+/// (signed by our CA) and `stranger.pem`/`stranger.key` (signed by the impostor).
+pub struct Files {
     dir: tempfile::TempDir,
 }
 
 impl Files {
-    fn new() -> Files {
+    pub fn new() -> Files {
         let files = Files {
             dir: tempfile::tempdir().expect("tempdir"),
         };
@@ -88,37 +85,34 @@ impl Files {
         files
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
-    fn read(&self, name: &str) -> Vec<u8> {
+    pub fn read(&self, name: &str) -> Vec<u8> {
         std::fs::read(self.path(name)).expect("read PEM")
     }
 
-    fn arg(&self, name: &str) -> String {
+    pub fn arg(&self, name: &str) -> String {
         self.path(name).display().to_string()
     }
+}
 
-    /// The client's TLS settings: our CA, our client certificate.
-    fn tls(&self) -> Tls {
-        Tls {
-            ca: Some(self.read("ca.pem")),
-            client_cert: Some(self.read("client.pem")),
-            client_key: Some(self.read("client.key")),
-        }
+impl Default for Files {
+    fn default() -> Self {
+        Files::new()
     }
 }
 
 /// A redis-server with the module, a plain port (for the harness and the test's own checks)
 /// and a TLS port that requires client certificates signed by our CA.
-struct TlsServer {
-    server: Server,
-    tls_port: u16,
+pub struct TlsServer {
+    pub server: Server,
+    pub tls_port: u16,
 }
 
 impl TlsServer {
-    fn start(files: &Files) -> TlsServer {
+    pub fn start(files: &Files) -> TlsServer {
         let mut last = String::new();
         for _ in 0..3 {
             let tls_port = free_port();
@@ -150,69 +144,7 @@ impl TlsServer {
         panic!("no TLS server: {last}");
     }
 
-    fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("rediss://127.0.0.1:{}/", self.tls_port)
     }
-}
-
-/// relock-client over TLS: acquire, a waiter handed the lock on release, renewals.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn relock_client_over_tls() {
-    let files = Files::new();
-    let tls = TlsServer::start(&files);
-    let options = Options {
-        node_timeout: Duration::from_secs(1),
-        tls: files.tls(),
-        ..Options::default()
-    };
-    let relock = Relock::with_options(&[tls.url()], options.clone()).expect("client");
-    let ttl = Duration::from_secs(10);
-    let lock = relock.acquire(KEY, ttl).await.expect("acquire over TLS");
-    let waiter = {
-        let relock = relock.clone();
-        tokio::spawn(async move {
-            relock
-                .acquire_wait(KEY, ttl, Some(Duration::from_secs(20)))
-                .await
-        })
-    };
-    assert!(tokio::task::block_in_place(|| common::eventually(
-        Duration::from_secs(10),
-        || support::relock_stat(&tls.server, "waiters") == 1
-    )));
-    let first = lock.token();
-    lock.release().await.expect("release");
-    let next = waiter.await.expect("task").expect("handed over");
-    assert!(next.token() > first);
-    let guard = next.keep_alive();
-    let renewed = guard.renew_now().await.expect("renewed over TLS");
-    assert!(renewed > tokio::time::Instant::now());
-    guard.release().await.expect("release");
-
-    // The settings are checked when the client is built.
-    let half = Options {
-        tls: Tls {
-            client_key: None,
-            ..files.tls()
-        },
-        ..options.clone()
-    };
-    assert!(matches!(
-        Relock::with_options(&[tls.url()], half),
-        Err(Error::InvalidOption { name: "tls", .. })
-    ));
-    // Without our CA the server is not trusted: a permanent error, at once.
-    let untrusted = Options {
-        tls: Tls {
-            ca: None,
-            ..files.tls()
-        },
-        ..options
-    };
-    let relock = Relock::with_options(&[tls.url()], untrusted).expect("client");
-    let err = tokio::time::timeout(Duration::from_secs(10), relock.acquire_wait(KEY, ttl, None))
-        .await
-        .expect("an untrusted certificate must not be retried forever")
-        .expect_err("untrusted");
-    assert!(err.is_permanent(), "{err}");
 }

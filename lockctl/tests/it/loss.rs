@@ -1,7 +1,7 @@
 //! lockctl says why it lost its lock, from the masters' journals (`LOCK.HISTORY`), and names
-//! its process in the owner (the client's part: client/tests/loss.rs).
+//! its process in the owner (the client's part: client/tests/it/loss.rs).
+use crate::support;
 use relock_testkit as common;
-mod support;
 
 use std::time::Duration;
 
