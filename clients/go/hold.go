@@ -119,7 +119,7 @@ func (h *Hold) lostAt() time.Time {
 }
 
 // expireIfPast loses the hold when the clock says its validity has passed, whether or not
-// the renewal goroutine ran.
+// the renewal timer ran.
 func (h *Hold) expireIfPast() {
 	h.mu.Lock()
 	past := h.err == nil && !time.Now().Before(h.lostAt())
