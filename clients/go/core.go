@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -135,8 +136,7 @@ func makeOwner(prefix *string) string {
 	r := hex.EncodeToString(b[:])
 	var text string
 	if prefix == nil {
-		host, _ := os.Hostname()
-		text = fmt.Sprintf("%s/%d", host, os.Getpid())
+		text = hostPID()
 	} else {
 		text = *prefix
 	}
@@ -145,6 +145,13 @@ func makeOwner(prefix *string) string {
 	}
 	return cutUTF8(text, maxOwner-len(r)-1) + "/" + r
 }
+
+// hostPID is `<host>/<pid>`, read once per process (os.Hostname opens and reads a file: a
+// system call per owner otherwise).
+var hostPID = sync.OnceValue(func() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
+})
 
 func cutUTF8(s string, room int) string {
 	if len(s) <= room {

@@ -31,6 +31,11 @@ type Hold struct {
 	ctx         context.Context
 	cancel      context.CancelCauseFunc
 	renewing    sync.Mutex
+	// timer wakes the hold for its next renewal (next) or its loss, whichever is first: a
+	// timer, not a goroutine per hold, so a hold costs no goroutine start and no wake-up of
+	// another thread while nothing is due; stopped by end. Under mu.
+	timer *time.Timer
+	next  time.Time
 	// sections: the cancel functions of the contexts derived from the hold (Do's, Reenter's),
 	// cancelled by end itself, so that they are cancelled when Release or the loss returns.
 	sections map[*int]context.CancelCauseFunc
@@ -47,7 +52,10 @@ func (c *Client) newHold(key string, group []string, owner string, ttlMS int64, 
 	c.mu.Lock()
 	c.live[h] = true
 	c.mu.Unlock()
-	go h.loop()
+	h.mu.Lock()
+	h.next = time.Now().Add(h.every())
+	h.armLocked()
+	h.mu.Unlock()
 	return h
 }
 
@@ -111,7 +119,7 @@ func (h *Hold) lostAt() time.Time {
 }
 
 // expireIfPast loses the hold when the clock says its validity has passed, whether or not
-// the renewal goroutine ran.
+// the renewal timer ran.
 func (h *Hold) expireIfPast() {
 	h.mu.Lock()
 	past := h.err == nil && !time.Now().Before(h.lostAt())
@@ -172,6 +180,9 @@ func (h *Hold) end(err error) bool {
 	h.err = err
 	sections := h.sections
 	h.sections = nil
+	if h.timer != nil {
+		h.timer.Stop() // a tick already running sees err set and arms nothing
+	}
 	h.mu.Unlock()
 	// Context first: whoever sees Done closed finds the Context cancelled with its cause.
 	h.cancel(err)
@@ -224,56 +235,56 @@ func allOf(n int) func(any) (any, error) {
 	}
 }
 
-func (h *Hold) loop() {
-	if !h.autoRenew {
-		// No renewal (a Mutex, as redsync's): the hold ends with its validity unless extended.
-		for {
-			h.mu.Lock()
-			at := h.lostAt()
-			h.mu.Unlock()
-			t := time.NewTimer(time.Until(at))
-			select {
-			case <-h.done:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			h.expireIfPast()
-		}
+// every is the renewal period: ttl/3.
+func (h *Hold) every() time.Duration { return max(h.TTL()/3, time.Millisecond) }
+
+// armLocked sets the timer to the hold's next wake: its renewal (autoRenew) or its loss,
+// whichever is first; nothing once the hold ended. Under h.mu.
+func (h *Hold) armLocked() {
+	if h.err != nil {
+		return
 	}
-	every := max(h.TTL()/3, time.Millisecond)
-	next := time.Now().Add(every)
-	for {
-		h.mu.Lock()
-		lostAt := h.lostAt()
+	wake := h.lostAt()
+	if h.autoRenew && h.next.Before(wake) {
+		wake = h.next
+	}
+	d := time.Until(wake)
+	if h.timer == nil {
+		h.timer = time.AfterFunc(d, h.tick)
+	} else {
+		h.timer.Reset(d)
+	}
+}
+
+// tick is one wake of the hold (on the timer's goroutine): past its validity the hold is
+// lost; otherwise it is renewed (autoRenew; a Mutex, as redsync's, is not: it ends with its
+// validity unless extended), and the timer set again.
+func (h *Hold) tick() {
+	h.mu.Lock()
+	if h.err != nil {
 		h.mu.Unlock()
-		wake := next
-		if lostAt.Before(wake) {
-			wake = lostAt
-		}
-		t := time.NewTimer(time.Until(wake))
-		select {
-		case <-h.done:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if !time.Now().Before(lostAt) {
-			h.lose(h.expiryReason(), nil)
-			return
-		}
-		ok, _ := h.renew(context.Background(), h.ttlMS)
-		select {
-		case <-h.done:
-			return
-		default:
-		}
+		return
+	}
+	lostAt := h.lostAt()
+	h.mu.Unlock()
+	if !time.Now().Before(lostAt) {
+		h.lose(h.expiryReason(), nil)
+		return
+	}
+	ok := false
+	if h.autoRenew {
+		ok, _ = h.renew(context.Background(), h.ttlMS)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.autoRenew {
 		if ok {
-			next = time.Now().Add(every)
+			h.next = time.Now().Add(h.every())
 		} else {
-			next = time.Now().Add(min(every/4, time.Until(h.Until())/2))
+			h.next = time.Now().Add(min(h.every()/4, time.Until(h.validUntil)/2))
 		}
 	}
+	h.armLocked()
 }
 
 // renew runs one renewal round: true when it renewed; the hold is lost (Done closed) when no

@@ -46,7 +46,7 @@ func main() {
 		make func() (using, func())
 	}
 	peers := []peer{
-		{"relock (LOCK.WAIT, renewal goroutine)", func() (using, func()) {
+		{"relock (LOCK.WAIT, renewal timer)", func() (using, func()) {
 			locks := relock.New(rdb)
 			return func(ctx context.Context, key string, fn func()) error {
 				hold, err := locks.Acquire(ctx, key, relock.TTL(30*time.Second), relock.Wait(-1))

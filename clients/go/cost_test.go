@@ -1,0 +1,73 @@
+package relock
+
+// The cost of a hold (issue 35's throughput against redsync and redislock): an uncontended
+// acquire+release is two commands and no goroutine of its own while held.
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A hold waits for its renewal on a timer, not on a goroutine of its own: holding many keys
+// adds no goroutine per hold (a goroutine per hold was started, and woke another thread, on
+// every acquisition). The renewal itself is TestRenewal's.
+func TestHoldHasNoGoroutine(t *testing.T) {
+	noLeaks(t)
+	s := startServer(t)
+	c, _ := locksOn(t, s)
+	// One hold first: the client's connection is open before the count is taken.
+	first := mustAcquire(t, c, "cost:0", TTL(30*time.Second))
+	before := runtime.NumGoroutine()
+	const n = 40
+	holds := make([]*Hold, n)
+	for i := range holds {
+		holds[i] = mustAcquire(t, c, fmt.Sprintf("cost:%d", i+1), TTL(30*time.Second))
+	}
+	if grown := runtime.NumGoroutine() - before; grown >= n/2 {
+		t.Fatalf("%d holds started %d goroutines", n, grown)
+	}
+	for _, h := range append(holds, first) {
+		if err := h.Release(bg()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// An uncontended acquire+release sends LOCK.ACQUIRE and LOCK.RELEASE and nothing else (no
+// LOCK.INFO, LOCK.HISTORY, CLIENT ID, HELLO per hold).
+func TestAcquireReleaseIsTwoCommands(t *testing.T) {
+	s := startServer(t)
+	c, rdb := locksOn(t, s)
+	h := mustAcquire(t, c, "cost:warm", TTL(30*time.Second)) // the connection's handshake
+	if err := h.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigResetStat(bg()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	for range n {
+		h := mustAcquire(t, c, "cost:pair", TTL(30*time.Second), Wait(-1))
+		if err := h.Release(bg()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls := map[string]string{}
+	for _, l := range splitLines(rdb.Info(bg(), "commandstats").Val()) {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(l, "cmdstat_"), ":")
+		if !ok || !strings.HasPrefix(l, "cmdstat_") {
+			continue
+		}
+		calls[strings.ToLower(name)], _, _ = strings.Cut(rest, ",")
+	}
+	// CONFIG RESETSTAT and this INFO are the test's own.
+	delete(calls, "config|resetstat")
+	delete(calls, "info")
+	want := map[string]string{"lock.acquire": fmt.Sprintf("calls=%d", n), "lock.release": fmt.Sprintf("calls=%d", n)}
+	if fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Fatalf("%d acquire+release sent %v, want %v", n, calls, want)
+	}
+}
