@@ -146,9 +146,8 @@ thread_local! {
 }
 
 /// Whether the name `COMMAND` (`CLIENT`, `CLUSTER`) finds the server's own `COMMAND INFO`
-/// (`CLIENT LIST`, `CLUSTER NODES`) in the live, renamed dictionary: the module calls them by those
-/// names, and under
-/// `rename-command` another command may be there (`rename-command del command` made every
+/// (`CLIENT LIST`, `CLUSTER NODES`) in the live, renamed dictionary: the module calls them by
+/// those names, and under `rename-command` another command may be there (`rename-command del command` made every
 /// resolution a `DEL INFO <name>`, run unreplicated). ACL rules name commands by their own
 /// names, so a user allowed `+command|info`, `+client|list` and `+cluster|nodes` alone passes
 /// exactly when the name finds one of those subcommands.
@@ -158,7 +157,9 @@ pub fn is_itself(own: Own) -> bool {
             // SAFETY: plain C strings; the user and the strings (no context: not
             // auto-freed) live as long as the module.
             unsafe {
-                let user = rm!(RedisModule_CreateModuleUser(c"relock-fenced-own".as_ptr()));
+                let user = rm!(RedisModule_CreateModuleUser(
+                    c"relock-own-subcommands".as_ptr()
+                ));
                 if user.is_null() {
                     return None;
                 }

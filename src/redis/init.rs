@@ -94,6 +94,9 @@ fn missing_apis_of_commands() -> Option<&'static str> {
     use redis_module::raw::*;
     check!(
         RedisModule_ACLCheckCommandPermissions,
+        RedisModule_CreateModuleUser,
+        RedisModule_SetModuleUserACL,
+        RedisModule_GetClusterNodeInfo,
         RedisModule_AvoidReplicaTraffic,
         RedisModule_BlockClient,
         RedisModule_Call,
