@@ -6,6 +6,7 @@ error.rs) rule for rule."""
 
 from __future__ import annotations
 
+import asyncio
 import numbers
 import os
 import random
@@ -1158,3 +1159,28 @@ def fenced_error(key: str, server: str, e: BaseException) -> RelockError:
             current=m.group(2) if m else None,
         )
     return server_error(key, server, e)
+
+
+def unanswered(e: BaseException) -> Unanswered | None:
+    """What a command sent once raises when its reply did not come (``e``): a timeout or a
+    lost connection is ``Unanswered``; None: ``e`` itself (Ctrl-C or a cancellation stays
+    one)."""
+    if isinstance(e, (TimeoutError, asyncio.TimeoutError, rex.TimeoutError)):
+        return Unanswered("got no reply in time")
+    if isinstance(e, (rex.ConnectionError, OSError)):
+        return Unanswered(f"lost its connection before its reply ({error_text(e)})")
+    return None
+
+
+def node_of(client: Any, key: str) -> Any:
+    """The master of ``key``'s slot in a cluster client's map; None when the map has none."""
+    try:
+        return client.get_node_from_key(key)
+    except rex.SlotNotCoveredError:
+        return None
+
+
+def remap(client: Any, host: str, port: int) -> tuple[str, int]:
+    """A redirection's address as the cluster client reaches it (its ``address_remap``)."""
+    to = getattr(client.nodes_manager, "remap_host_port", None)
+    return to(host, port) if to is not None else (host, port)

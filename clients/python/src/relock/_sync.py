@@ -104,30 +104,6 @@ class _Workers:
             self._idle.release()
 
 
-def _unanswered(e: BaseException) -> core.Unanswered | None:
-    """What a command sent once raises when its reply did not come (``e``): a timeout or a
-    lost connection is ``core.Unanswered``; None: ``e`` itself (Ctrl-C stays one)."""
-    if isinstance(e, (rex.TimeoutError, TimeoutError)):
-        return core.Unanswered("got no reply in time")
-    if isinstance(e, (rex.ConnectionError, OSError)):
-        return core.Unanswered(f"lost its connection before its reply ({core.error_text(e)})")
-    return None
-
-
-def _node_of(client: Any, key: str) -> Any:
-    """The master of ``key``'s slot in a cluster client's map; None when the map has none."""
-    try:
-        return client.get_node_from_key(key)
-    except rex.SlotNotCoveredError:
-        return None
-
-
-def _remap(client: Any, host: str, port: int) -> tuple[str, int]:
-    """A redirection's address as the cluster client reaches it (its ``address_remap``)."""
-    remap = getattr(client.nodes_manager, "remap_host_port", None)
-    return remap(host, port) if remap is not None else (host, port)
-
-
 class _Cancel:
     """Lets another thread cut a blocking call short: closes its connection, or keeps it from
     sending at all when the call is still connecting."""
@@ -370,7 +346,7 @@ class _Server:
             raise
         except BaseException as e:
             conn.disconnect()
-            if (u := _unanswered(e)) is None:
+            if (u := core.unanswered(e)) is None:
                 raise
             raise u from e
         self._checkin(conn)
@@ -378,14 +354,14 @@ class _Server:
 
     def _fenced_cluster(self, key: str, args: Sequence[Any], deadline: float) -> Any:
         client = self.client
-        node = _node_of(client, key)
+        node = core.node_of(client, key)
         asking = False
         for _ in range(core.FENCED_REDIRECTS):
             if deadline - time.monotonic() <= 0:
                 break
             if node is None:
                 client.nodes_manager.initialize()
-                node = _node_of(client, key)
+                node = core.node_of(client, key)
                 if node is None:
                     raise rex.ClusterError(f"no master serves the slot of {key!r}")
             pool = node.redis_connection.connection_pool
@@ -410,7 +386,7 @@ class _Server:
                 pool.release(conn)
                 asking = isinstance(e, rex.AskError) and not isinstance(e, rex.MovedError)
                 if isinstance(e, rex.AskError) and asking:
-                    host, port = _remap(client, e.host, e.port)
+                    host, port = core.remap(client, e.host, e.port)
                     node = client.get_node(host=host, port=port)
                     if node is None:
                         raise
@@ -420,7 +396,7 @@ class _Server:
                     if not isinstance(e, rex.MovedError):  # CLUSTERDOWN, READONLY, MASTERDOWN
                         time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
                     client.nodes_manager.initialize()
-                    node = _node_of(client, key)
+                    node = core.node_of(client, key)
                 continue
             except rex.ResponseError:
                 pool.release(conn)
@@ -428,7 +404,7 @@ class _Server:
             except BaseException as e:
                 conn.disconnect()
                 pool.release(conn)
-                if (u := _unanswered(e)) is None:
+                if (u := core.unanswered(e)) is None:
                     raise
                 raise u from e
             pool.release(conn)

@@ -295,7 +295,7 @@ class _Server:
             raise
         except BaseException as e:
             await _drop(conn)
-            if (u := _unanswered(e)) is None:
+            if (u := core.unanswered(e)) is None:
                 raise
             raise u from e
         self._checkin(conn)
@@ -305,7 +305,7 @@ class _Server:
         client = self.client
         # A client's first command: its map of the slots is read first.
         await _within(client.initialize(), max(0.001, deadline - time.monotonic()))
-        node = _node_of(client, key)
+        node = core.node_of(client, key)
         asking = False
         for _ in range(core.FENCED_REDIRECTS):
             left = deadline - time.monotonic()
@@ -313,7 +313,7 @@ class _Server:
                 break
             if node is None:
                 await _within(client.nodes_manager.initialize(), left)
-                node = _node_of(client, key)
+                node = core.node_of(client, key)
                 if node is None:
                     raise rex.ClusterError(f"no master serves the slot of {key!r}")
             conn = node.acquire_connection()
@@ -343,7 +343,7 @@ class _Server:
                 await _release_cluster(node, conn)
                 asking = isinstance(e, rex.AskError) and not isinstance(e, rex.MovedError)
                 if isinstance(e, rex.AskError) and asking:
-                    host, port = _remap(client, e.host, e.port)
+                    host, port = core.remap(client, e.host, e.port)
                     node = client.get_node(host=host, port=port)
                     if node is None:
                         raise
@@ -353,14 +353,14 @@ class _Server:
                     if not isinstance(e, rex.MovedError):  # CLUSTERDOWN, READONLY, MASTERDOWN
                         await asyncio.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
                     await _within(client.nodes_manager.initialize(), max(0.001, deadline - time.monotonic()))
-                    node = _node_of(client, key)
+                    node = core.node_of(client, key)
                 continue
             except rex.ResponseError:
                 await _release_cluster(node, conn)
                 raise
             except BaseException as e:
                 await _release_cluster(node, conn, broken=True)
-                if (u := _unanswered(e)) is None:
+                if (u := core.unanswered(e)) is None:
                     raise
                 raise u from e
             await _release_cluster(node, conn)
@@ -435,30 +435,6 @@ async def _within(aw: Awaitable[T], timeout: float) -> T:
             await task
         raise asyncio.TimeoutError
     return task.result()
-
-
-def _unanswered(e: BaseException) -> core.Unanswered | None:
-    """What a command sent once raises when its reply did not come (``e``): a timeout or a
-    lost connection is ``core.Unanswered``; None: ``e`` itself (a cancellation stays one)."""
-    if isinstance(e, (asyncio.TimeoutError, rex.TimeoutError)):
-        return core.Unanswered("got no reply in time")
-    if isinstance(e, (rex.ConnectionError, OSError)):
-        return core.Unanswered(f"lost its connection before its reply ({core.error_text(e)})")
-    return None
-
-
-def _node_of(client: Any, key: str) -> Any:
-    """The master of ``key``'s slot in a cluster client's map; None when the map has none."""
-    try:
-        return client.get_node_from_key(key)
-    except rex.SlotNotCoveredError:
-        return None
-
-
-def _remap(client: Any, host: str, port: int) -> tuple[str, int]:
-    """A redirection's address as the cluster client reaches it (its ``address_remap``)."""
-    remap = getattr(client.nodes_manager, "remap_host_port", None)
-    return remap(host, port) if remap is not None else (host, port)
 
 
 async def _release_cluster(node: Any, conn: Any, broken: bool = False) -> None:
