@@ -222,7 +222,18 @@ func TestRedlockPausedMasterRelease(t *testing.T) {
 	}
 	// CLIENT PAUSE (writes) on one master while another owner waits: the waiter is granted
 	// by the other two when the holder releases, and nothing is left on the paused one.
-	h = mustAcquire(t, c, "pw", TTL(30*time.Second))
+	// Held on every master (Wait asks them all), as above: a try stops at a quorum, and a
+	// release cannot reach one with a master paused and a third never asked (failed once so,
+	// with a core busy).
+	h = mustAcquire(t, c, "pw", TTL(30*time.Second), Wait(5*time.Second))
+	eventually(t, 10*time.Second, "held on every master", func() bool {
+		for _, p := range plains {
+			if p.Exists(bg(), "pw").Val() != 1 {
+				return false
+			}
+		}
+		return true
+	})
 	got := make(chan error, 1)
 	go func() {
 		w, err := c.Acquire(bg(), "pw", Wait(20*time.Second), TTL(30*time.Second))
