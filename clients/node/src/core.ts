@@ -372,6 +372,20 @@ function wholeKeySlot(bytes: Buffer): number {
   return clusterKeySlot(rest) ^ clusterKeySlot(high) ^ clusterKeySlot(low);
 }
 
+/**
+ * The key a relock command is routed by in a Redis Cluster: the first of LOCK.MACQUIRE,
+ * LOCK.MRELEASE and LOCK.MRENEW (after their count), the first argument of the other LOCK.*
+ * commands, none for LOCK.LOG and LOCK.STATS (a node's own tables) or another command. ioredis
+ * knows only the keys of Redis's own commands and sends any other to a master of its choice,
+ * which answers MOVED two times in three.
+ */
+export function routingKey(args: ReadonlyArray<string | number | Buffer>): string | null {
+  const name = String(args[0]).toUpperCase();
+  if (!name.startsWith("LOCK.") || name === "LOCK.LOG" || name === "LOCK.STATS") return null;
+  const key = args[name === "LOCK.MACQUIRE" || name === "LOCK.MRELEASE" || name === "LOCK.MRENEW" ? 2 : 1];
+  return typeof key === "string" ? key : null;
+}
+
 /** The most keys one LOCK.MACQUIRE takes. */
 export const MAX_KEYS = 256;
 

@@ -14,7 +14,8 @@
  * `new Relock(redis)` takes one ioredis `Redis`, a `Cluster`, or an array of `Redis`
  * (Redlock over independent masters, quorum N/2+1). Durations are milliseconds.
  */
-import type { Cluster, Redis, RedisOptions } from "ioredis";
+import { Command } from "ioredis";
+import type { ChainableCommander, Cluster, Redis, RedisOptions } from "ioredis";
 
 import * as core from "./core";
 import { ClientClosed, Failure, Holder, KeyStats, Leader, LeaderChange, LockInfo, LogEntry, LossReason, Round, TimeoutFailure, Waiter, Who } from "./core";
@@ -269,6 +270,26 @@ function seenWaiting(reply: unknown): "blocked" | "answered" | "gone" | "unknown
 const wire = (a: string | number | Buffer): string | Buffer => (Buffer.isBuffer(a) ? a : String(a));
 
 /**
+ * `args` as an ioredis command; on a cluster, a relock command carries its key's slot
+ * (core.routingKey), so that it goes to the master the client's map names for it, and after a
+ * MOVED to the new one, not to a master of ioredis's choice. A command in flight on a master
+ * that a refresh of the map then drops ends with "Connection is closed": for a fenced write,
+ * "it may have run".
+ */
+function command(conn: Client, args: ReadonlyArray<string | number | Buffer>): Command {
+  const [cmd, ...rest] = args;
+  const c = new Command(String(cmd), rest.map(wire), { replyEncoding: "utf8" });
+  const key = isCluster(conn) ? core.routingKey(args) : null;
+  if (key !== null) Object.assign(c, { keys: [key], slot: core.keySlot(key) }); // what ioredis routes by
+  return c;
+}
+
+/** Sends `args` on `conn` (see command). */
+function send(conn: Client, args: ReadonlyArray<string | number | Buffer>): Promise<unknown> {
+  return conn.sendCommand(command(conn, args)) as Promise<unknown>;
+}
+
+/**
  * One master: a client for one server, or a Redis Cluster acting as one. Every command of the
  * package goes on connections it owns (see OWN): one shared connection for acquisitions,
  * renewals and releases (the client's own connection may be blocked by the application, or
@@ -393,10 +414,9 @@ class Server {
   async call(args: ReadonlyArray<string | number | Buffer>, timeout: number | null): Promise<unknown> {
     const conn = this.conn();
     await this.ready(conn, timeout);
-    const [cmd, ...rest] = args;
-    const p = conn.call(String(cmd), ...rest.map(wire));
+    const p = send(conn, args);
     p.catch(() => undefined); // a late failure after a timeout is nobody's business
-    return withTimeout(p, timeout, String(cmd));
+    return withTimeout(p, timeout, String(args[0]));
   }
 
   /**
@@ -408,11 +428,10 @@ class Server {
   async callOnce(args: ReadonlyArray<string | number | Buffer>, timeout: number): Promise<unknown> {
     const conn = this.conn();
     await this.ready(conn, timeout); // nothing is sent before the connection is up
-    const [cmd, ...rest] = args;
-    const p = conn.call(String(cmd), ...rest.map(wire));
+    const p = send(conn, args);
     p.catch(() => undefined);
     try {
-      return await withTimeout(p, timeout, String(cmd));
+      return await withTimeout(p, timeout, String(args[0]));
     } catch (e) {
       throw core.unanswered(e) ?? e;
     }
@@ -459,16 +478,15 @@ class Server {
       const conn: Client = this.takeIdle() ?? this.open(true);
       setCurrent(conn);
       if (cut) conn.disconnect();
-      const [cmd, ...rest] = args;
       let watch: { stop: () => void; dead: Promise<never> } | undefined;
       try {
         await untilReady(conn, left === null ? FIRST_CONNECT : Math.min(left, FIRST_CONNECT));
         const id = this.cluster ? null : conn.call("CLIENT", "ID");
         id?.catch(() => undefined);
-        const p = conn.call(String(cmd), ...rest.map(wire));
+        const p = send(conn, args);
         p.catch(() => undefined);
         if (id) watch = this.watch(id);
-        const reply = await withTimeout(watch ? Promise.race([p, watch.dead]) : p, left, String(cmd));
+        const reply = await withTimeout(watch ? Promise.race([p, watch.dead]) : p, left, String(args[0]));
         watch?.stop();
         if (!isCut()) this.putIdle(conn);
         else conn.disconnect();
@@ -528,7 +546,7 @@ class Server {
     const conn = this.conn();
     await this.ready(conn, timeout);
     const pipe = conn.pipeline();
-    for (const [cmd, ...rest] of commands) pipe.call(String(cmd), ...rest.map(wire));
+    for (const args of commands) (pipe as ChainableCommander & { sendCommand(c: Command): unknown }).sendCommand(command(conn, args));
     const p = pipe.exec();
     p.catch(() => undefined);
     const out = (await withTimeout(p, timeout, "pipeline")) ?? [];

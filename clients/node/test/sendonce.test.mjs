@@ -106,9 +106,10 @@ describe("cluster", () => {
     const slot = Number(await cluster.ask(master, "CLUSTER", "KEYSLOT", "{fo}"));
     const ownerSeenBy = async (n) => (await cluster.ask(n, "CLUSTER", "SLOTS")).find(([a, b]) => a <= slot && slot <= b)?.[2]?.[1];
     assert.ok(await eventually(async () => (await Promise.all(cluster.nodes.map(ownerSeenBy))).every((p) => Number(p) === replica.port), 20_000, 50));
-    // The client's map still names the old master. ioredis sends a module command to a master of
-    // its choice (it does not know the command's keys) and follows the MOVED it gets, a refusal
-    // that says the command did not run there: each write runs once, and only once.
+    // The client's map still names the old master: the first write goes there and is refused
+    // with MOVED, which says it did not run there; the client follows it (and no write is then
+    // in flight on the old master when a refresh of the map drops it, which would end the
+    // write with "it may have run"). Each write runs once, and only once.
     const movedAll = async () => {
       let sum = 0;
       for (const node of cluster.nodes) sum += Number(/errorstat_MOVED:count=(\d+)/.exec(String(await cluster.ask(node, "INFO", "errorstats")))?.[1] ?? 0);
@@ -137,8 +138,8 @@ describe("cluster", () => {
     await cluster.ask(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstId);
     try {
       await cluster.ask(src, "MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", "{mg}", "{mg}:n");
-      // ioredis sends the write to a master of its choice: until the source has answered ASK
-      // (MOVED elsewhere); each call must run once, and only once.
+      // The write goes to the source, which answers ASK (its keys have left); each call must
+      // run once, and only once.
       const before = await asks();
       let n = 1;
       while ((await asks()) === before && n < 60) {
