@@ -89,8 +89,7 @@ func (n *node) call(ctx context.Context, timeout time.Duration, args ...any) (an
 		timeout = max(timeout, clusterWarmUp)
 	}
 	v, err := n.do(ctx, timeout, args...)
-	var rerr redis.Error
-	if n.cluster != nil && (err == nil || errors.As(err, &rerr)) {
+	if n.cluster != nil && (err == nil || isRedisError(err)) {
 		n.warm.Store(true)
 	}
 	return v, err
@@ -107,6 +106,14 @@ func (n *node) do(ctx context.Context, timeout time.Duration, args ...any) (any,
 		return nil, nil
 	}
 	return v, err
+}
+
+// isRedisError: err is the server's error reply. A function of its own: the target of
+// errors.As escapes to the heap, and in the caller it was allocated on every command, failed
+// or not.
+func isRedisError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
 }
 
 // maxIdleWaitConns is how many connections for blocking commands a node keeps open between two
@@ -191,8 +198,7 @@ func (n *node) blocking(ctx context.Context, key string, bound time.Duration, ar
 	}
 	stop := context.AfterFunc(ctx, func() { _ = wc.Close() })
 	v, err := wc.Do(ctx, args...).Result()
-	var rerr redis.Error
-	answered := err == nil || errors.As(err, &rerr)
+	answered := err == nil || isRedisError(err)
 	if stop() && answered {
 		// Neither cancelled nor cut: the connection is whole, with nothing left to read.
 		n.keepWaitConn(wc)
@@ -372,6 +378,14 @@ type roundOpts struct {
 	accept func(reply any) (any, error)
 }
 
+// argsFor is what server i is sent: argsOf's, else args.
+func (o roundOpts) argsFor(i int, args []any) []any {
+	if o.argsOf != nil {
+		return o.argsOf(i)
+	}
+	return args
+}
+
 type reply struct {
 	i int
 	v any
@@ -405,21 +419,21 @@ func (c *Client) ask(ctx context.Context, i int, args []any, o roundOpts) reply 
 // is won or lost (or every server answered, untilAll).
 func (c *Client) round(ctx context.Context, args []any, o roundOpts) *round {
 	rnd := newRound(c.names, time.Now(), o.untilAll)
-	argsFor := func(i int) []any {
-		if o.argsOf != nil {
-			return o.argsOf(i)
-		}
-		return args
-	}
 	if len(c.nodes) == 1 && !o.blocking {
 		if o.targets != nil && !o.targets[0] {
 			rnd.onReply(0, nil, nil)
 		} else {
-			r := c.ask(ctx, 0, argsFor(0), o)
+			r := c.ask(ctx, 0, o.argsFor(0, args), o)
 			rnd.onReply(0, r.v, r.f)
 		}
 		return rnd.finish(time.Now())
 	}
+	return c.roundEach(ctx, rnd, args, o)
+}
+
+// roundEach is round's asking of several servers (or a blocking command), in parallel: o is
+// a copy of round's own, so that round's does not move to the heap with the goroutines.
+func (c *Client) roundEach(ctx context.Context, rnd *round, args []any, o roundOpts) *round {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	replies := make(chan reply, len(c.nodes))
@@ -430,7 +444,7 @@ func (c *Client) round(ctx context.Context, args []any, o roundOpts) *round {
 			continue
 		}
 		open++
-		go func(i int) { replies <- c.ask(rctx, i, argsFor(i), o) }(i)
+		go func(i int) { replies <- c.ask(rctx, i, o.argsFor(i, args), o) }(i)
 	}
 	var cut <-chan time.Time
 	for open > 0 && rnd.progress() == pending {
@@ -438,7 +452,7 @@ func (c *Client) round(ctx context.Context, args []any, o roundOpts) *round {
 		case r := <-replies:
 			open--
 			rnd.onReply(r.i, r.v, r.f)
-			if o.partialHold > 0 && len(rnd.agreed) > 0 && cut == nil {
+			if o.partialHold > 0 && rnd.nAgreed > 0 && cut == nil {
 				cut = time.After(o.partialHold)
 			}
 		case <-cut:
@@ -634,31 +648,38 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 	}
 	mode := modeArgs(o.shared, o.limit, o.permits)
 	deadline, limited := waitDeadline(ctx, o.wait, time.Now())
-	ctx, done := c.untilClosed(ctx)
-	defer done()
+	// The context merged with Close's is made when first needed (a wait, a pause, a Redlock
+	// round): one server's try alone is a command bounded by the node timeout, and Close
+	// gives back what it granted (below).
+	uc := closable{c: c, base: ctx}
+	defer uc.release()
+	if len(c.nodes) > 1 {
+		uc.ctx()
+	}
+	keyArg, ttlArg := any(key), any(ttlMS)
 	for {
-		if ctx.Err() != nil {
-			err := context.Cause(ctx) // ctx's own error, or errClosed
+		if err := uc.cause(); err != nil {
+			// ctx's own error, or errClosed
 			return nil, &Error{Kind: ErrNotAcquired, Key: key, Retryable: true, Cause: err, Msg: fmt.Sprintf("lock %q: not acquired: %v", key, err)}
 		}
 		owner := c.NewOwner()
 		remaining := time.Until(deadline)
 		tryOnly := limited && remaining <= 0 || o.wait == 0
-		args := append([]any{"LOCK.ACQUIRE", key, owner, ttlMS}, mode...)
+		args := append([]any{"LOCK.ACQUIRE", keyArg, owner, ttlArg}, mode...)
 		var rnd *round
 		if tryOnly || len(c.nodes) == 1 {
-			rnd = c.round(ctx, args, roundOpts{})
+			rnd = c.round(uc.current(), args, roundOpts{})
 		} else {
 			rnd = newRound(c.names, time.Now(), false)
 		}
 		if !rnd.won() && !tryOnly && !rnd.permanentlyFailed() {
-			rnd = c.waitRound(ctx, key, owner, ttlMS, remaining, limited, mode)
+			rnd = c.waitRound(uc.ctx(), key, owner, ttlMS, remaining, limited, mode)
 		}
 		valid, ok := rnd.validFor(ttlMS)
 		started := rnd.started
 		if rnd.grantedLate(ttlMS) {
 			// Granted after a long wait: the ttl counts from a grant we did not see.
-			renewal := c.round(context.WithoutCancel(ctx), []any{"LOCK.RENEW", key, owner, ttlMS}, roundOpts{})
+			renewal := c.round(context.WithoutCancel(uc.current()), []any{"LOCK.RENEW", keyArg, args[2], ttlArg}, roundOpts{})
 			valid, ok = renewal.validFor(ttlMS)
 			started = renewal.started
 			if !ok {
@@ -668,9 +689,11 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 		if ok {
 			tokens := make([]int64, len(c.nodes))
 			for i, t := range rnd.agreed {
-				tokens[i] = toInt(t, 0)
+				if t != nil {
+					tokens[i] = toInt(t, 0)
+				}
 			}
-			h := c.newHold(key, nil, owner, ttlMS, tokens, started.Add(valid), mode, o.shared, autoRenew)
+			h := c.newHold(key, nil, owner, ttlMS, tokens, started.Add(valid), mode, o.shared, autoRenew, args)
 			if c.closing.Err() != nil {
 				// Granted while the client closed: given back, as Close gives back the rest.
 				_ = h.Release(context.Background())
@@ -683,10 +706,11 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 		if o.wait > 0 {
 			waited = o.wait
 		}
-		passed := tryOnly || limited && !time.Now().Before(deadline) || ctx.Err() != nil
+		ended := uc.cause() != nil
+		passed := tryOnly || limited && !time.Now().Before(deadline) || ended
 		if e := rnd.afterFailed(key, ttlMS, waited, passed, limited); e != nil {
-			if ctx.Err() != nil && e.Kind == ErrNotAcquired {
-				e.Cause = context.Cause(ctx)
+			if ended && e.Kind == ErrNotAcquired {
+				e.Cause = uc.cause()
 				e.Msg = fmt.Sprintf("lock %q: not acquired: %v", key, e.Cause)
 			}
 			return nil, e
@@ -695,7 +719,55 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 		if limited {
 			delay = min(delay, time.Until(deadline))
 		}
-		sleep(ctx, delay)
+		sleep(uc.ctx(), delay)
+	}
+}
+
+// closable is a context merged with the client's closing (untilClosed), made on first use.
+type closable struct {
+	c      *Client
+	base   context.Context
+	merged context.Context
+	done   func()
+}
+
+// ctx is the merged context, made now if it was not.
+func (u *closable) ctx() context.Context {
+	if u.merged == nil {
+		u.merged, u.done = u.c.untilClosed(u.base)
+	}
+	return u.merged
+}
+
+// current is the merged context if it was made, else the one given.
+func (u *closable) current() context.Context {
+	if u.merged != nil {
+		return u.merged
+	}
+	return u.base
+}
+
+// cause is why the merged context is (or would be) cancelled: the given one's cause, or
+// errClosed; nil while neither ended.
+func (u *closable) cause() error {
+	if u.merged != nil {
+		if u.merged.Err() == nil {
+			return nil
+		}
+		return context.Cause(u.merged)
+	}
+	if u.base.Err() != nil {
+		return context.Cause(u.base)
+	}
+	if u.c.closing.Err() != nil {
+		return errClosed
+	}
+	return nil
+}
+
+func (u *closable) release() {
+	if u.done != nil {
+		u.done()
 	}
 }
 
@@ -721,7 +793,9 @@ func (c *Client) waitRound(ctx context.Context, key, owner string, ttlMS int64, 
 		// LOCK.ACQUIRE (confirms a grant that landed, or takes a free key).
 		extra := c.round(context.WithoutCancel(ctx), append([]any{"LOCK.ACQUIRE", key, owner, ttlMS}, mode...), roundOpts{targets: cut, untilAll: true})
 		for i, t := range extra.agreed {
-			rnd.addGrant(i, t)
+			if t != nil {
+				rnd.addGrant(i, t)
+			}
 		}
 	}
 	return rnd

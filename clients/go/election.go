@@ -2,8 +2,6 @@ package relock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -43,10 +41,11 @@ func proclaimed(owner string) string {
 }
 
 func candidateOwner(value string) string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	r := hex.EncodeToString(b[:])
-	return cutUTF8(value, maxOwner-len(r)-1) + "/" + r
+	owner := withRandom(value)
+	if value == "" {
+		return "/" + owner
+	}
+	return owner
 }
 
 func (c *Client) electionCheck(o options) error {
@@ -98,9 +97,11 @@ func (c *Client) Campaign(ctx context.Context, key, value string, opts ...Option
 		if ok {
 			tokens := make([]int64, len(c.nodes))
 			for i, t := range rnd.agreed {
-				tokens[i] = toInt(t, 0)
+				if t != nil {
+					tokens[i] = toInt(t, 0)
+				}
 			}
-			h := c.newHold(key, nil, owner, ttlMS, tokens, started.Add(valid), nil, false, true)
+			h := c.newHold(key, nil, owner, ttlMS, tokens, started.Add(valid), nil, false, true, nil)
 			return &Leadership{Hold: h, value: proclaimed(owner)}, nil
 		}
 		c.releaseFailed(key, owner, time.Duration(ttlMS)*time.Millisecond, rnd)

@@ -76,8 +76,10 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, opts ...Option) 
 		if valid, ok := rnd.validFor(ttlMS); ok {
 			var first []any
 			for _, v := range rnd.agreed {
-				first = v.([]any)
-				break
+				if v != nil {
+					first = v.([]any)
+					break
+				}
 			}
 			kt := map[string]int64{}
 			for i, k := range group {
@@ -119,10 +121,12 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, opts ...Option) 
 
 func (c *Client) groupHold(group []string, owner string, ttlMS int64, rnd *round, kt map[string]int64, until time.Time) *Hold {
 	tokens := make([]int64, len(c.nodes))
-	for i := range rnd.agreed {
-		tokens[i] = kt[group[0]]
+	for i, v := range rnd.agreed {
+		if v != nil {
+			tokens[i] = kt[group[0]]
+		}
 	}
-	h := c.newHold(group[0], group, owner, ttlMS, tokens, until, nil, false, true)
+	h := c.newHold(group[0], group, owner, ttlMS, tokens, until, nil, false, true, nil)
 	h.keyTokens = kt
 	return h
 }
@@ -156,7 +160,9 @@ func (c *Client) waitEach(ctx context.Context, group []string, owner string, ttl
 			if rnd.won() {
 				taken = append(taken, key)
 				for _, v := range rnd.agreed {
-					tokens[key] = toInt(v, 0)
+					if v != nil {
+						tokens[key] = toInt(v, 0)
+					}
 				}
 				break
 			}
