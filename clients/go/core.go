@@ -190,6 +190,8 @@ type failure struct {
 	otherMode    bool
 	otherPermits bool
 	otherLimit   int // -1: none
+	// acks: fewer replicas than ReplicaAcks acknowledged the write there.
+	acks bool
 }
 
 func refusal() failure {

@@ -64,7 +64,9 @@ func (c *Client) electionCheck(o options) error {
 // Campaign queues value as a candidate for key (LOCK.WAIT: candidates are served in arrival
 // order) and returns once it leads: its Leadership, renewed until resigned or lost. It waits
 // up to the Wait option (default: no limit of its own) and ctx; ErrNotAcquired otherwise.
-// One server or a cluster only.
+// With ReplicaAcks it returns only after the grant is acknowledged by that many replicas
+// (WAIT after the LOCK.WAIT, on the same connection); a grant not acknowledged is released
+// again and the campaign goes on until its wait ends. One server or a cluster only.
 func (c *Client) Campaign(ctx context.Context, key, value string, opts ...Option) (*Leadership, error) {
 	o := options{ttl: DefaultTTL, wait: -1}
 	for _, f := range opts {
@@ -86,7 +88,7 @@ func (c *Client) Campaign(ctx context.Context, key, value string, opts ...Option
 		valid, ok := rnd.validFor(ttlMS)
 		started := rnd.started
 		if rnd.grantedLate(ttlMS) {
-			renewal := c.round(context.WithoutCancel(ctx), []any{"LOCK.RENEW", key, owner, ttlMS}, roundOpts{})
+			renewal := c.round(context.WithoutCancel(ctx), []any{"LOCK.RENEW", key, owner, ttlMS}, c.withAcks(roundOpts{}, ackRenew, key))
 			valid, ok, started = 0, false, renewal.started
 			if v, good := renewal.validFor(ttlMS); good {
 				valid, ok = v, true

@@ -330,7 +330,7 @@ func (h *Hold) renew(ctx context.Context, ttlMS int64) (bool, error) {
 	if err := h.Err(); err != nil {
 		return false, err
 	}
-	ro := roundOpts{}
+	ro := h.c.withAcks(roundOpts{}, ackRenew, h.key)
 	if h.group != nil {
 		ro.accept = allOf(len(h.group))
 	}
@@ -481,12 +481,17 @@ func (h *Hold) enter(ctx context.Context) error {
 	h.mu.Lock()
 	args := append(append([]any{"LOCK.REENTER", h.key, h.owner, h.ttlMS}, h.mode...), "FROM", c)
 	h.mu.Unlock()
-	rnd := h.c.round(ctx, args, roundOpts{accept: func(r any) (any, error) {
+	ro := roundOpts{accept: func(r any) (any, error) {
 		if r == nil || toInt(r, -1) != c+1 {
 			return nil, nil
 		}
 		return r, nil
-	}})
+	}}
+	if h.c.acks.replicas > 0 {
+		// A section not acknowledged is taken back on that master at once.
+		ro.acked, ro.ackKey, ro.undo = ackGrant, h.key, []any{"LOCK.RELEASE", h.key, h.owner, "FROM", c + 1}
+	}
+	rnd := h.c.round(ctx, args, ro)
 	if rnd.won() {
 		h.count = c + 1
 		return nil
