@@ -881,7 +881,11 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 			}
 		}
 		if ok {
-			tokens := make([]int64, len(c.nodes))
+			var one [1]int64 // on the stack: newHold copies the tokens
+			tokens := one[:]
+			if len(c.nodes) > 1 {
+				tokens = make([]int64, len(c.nodes))
+			}
 			for i, t := range rnd.agreed {
 				if t != nil {
 					tokens[i] = toInt(t, 0)

@@ -97,7 +97,11 @@ func (c *Client) Campaign(ctx context.Context, key, value string, opts ...Option
 			}
 		}
 		if ok {
-			tokens := make([]int64, len(c.nodes))
+			var one [1]int64 // on the stack: newHold copies the tokens
+			tokens := one[:]
+			if len(c.nodes) > 1 {
+				tokens = make([]int64, len(c.nodes))
+			}
 			for i, t := range rnd.agreed {
 				if t != nil {
 					tokens[i] = toInt(t, 0)

@@ -24,6 +24,10 @@ type Hold struct {
 	// keyArg and ownerArg are key and owner as command arguments: boxed once (the
 	// acquisition's own), not again for every renewal and release.
 	keyArg, ownerArg any
+	// tokens1 and release1: tokens and the release's arguments of a hold of one key on one
+	// server, in the hold itself (not two allocations more per hold).
+	tokens1  [1]int64
+	release1 [5]any
 
 	mu          sync.Mutex
 	mode        []any
@@ -54,13 +58,16 @@ type Hold struct {
 // newHold is a hold granted; args are the acquisition's LOCK.ACQUIRE or LOCK.WAIT arguments
 // (their key and owner are taken as the hold's), nil for a group.
 func (c *Client) newHold(key string, group []string, owner string, ttlMS int64, tokens []int64, until time.Time, mode []any, shared, autoRenew bool, args []any) *Hold {
-	h := &Hold{c: c, key: key, group: group, owner: owner, ttlMS: ttlMS, tokens: tokens, mode: mode,
+	h := &Hold{c: c, key: key, group: group, owner: owner, ttlMS: ttlMS, mode: mode,
 		validUntil: until, since: time.Now().UnixMilli(), autoRenew: autoRenew, count: 1}
+	// tokens is copied (the caller's may be on its stack).
+	h.tokens = append(h.tokens1[:0], tokens...)
 	if len(args) >= 3 && group == nil {
 		h.keyArg, h.ownerArg = args[1], args[2]
 	} else {
 		h.keyArg, h.ownerArg = key, owner
 	}
+	h.release1 = [5]any{"LOCK.RELEASE", h.keyArg, h.ownerArg, "FROM", 1}
 	c.mu.Lock()
 	c.live[h] = true
 	c.mu.Unlock()
@@ -249,7 +256,7 @@ func (h *Hold) releaseArgs() []any {
 	if h.group != nil {
 		return append(append([]any{"LOCK.MRELEASE", len(h.group)}, toAny(h.group)...), h.owner, "FROM", 1)
 	}
-	return []any{"LOCK.RELEASE", h.keyArg, h.ownerArg, "FROM", 1}
+	return h.release1[:]
 }
 
 func toAny(keys []string) []any {
