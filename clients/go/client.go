@@ -398,6 +398,7 @@ func newClient(rdbs []redis.UniversalClient, opts []ClientOption) *Client {
 			// opts: a copy of its own (the client keeps and initialises the one it is given),
 			// for the connections of blocking commands.
 			o := ownOptions(r.Options())
+			c.coverAcks(&o.ReadTimeout)
 			c.nodes = append(c.nodes, &node{name: o.Addr, rdb: redis.NewClient(o), opts: ownOptions(r.Options())})
 		case *redis.ClusterClient:
 			if len(rdbs) > 1 {
@@ -405,6 +406,7 @@ func newClient(rdbs []redis.UniversalClient, opts []ClientOption) *Client {
 				return c
 			}
 			o := ownClusterOptions(r.Options())
+			c.coverAcks(&o.ReadTimeout)
 			own := redis.NewClusterClient(o)
 			c.cluster = true
 			c.nodes = append(c.nodes, &node{name: "cluster[" + strings.Join(o.Addrs, ",") + "]", rdb: own, cluster: own})
@@ -426,6 +428,23 @@ func newClient(rdbs []redis.UniversalClient, opts []ClientOption) *Client {
 		c.err = invalid("replica acknowledgements %d within %v: give 0 (off) or more replicas, within 1 ms or more", c.acks.replicas, c.acks.timeout)
 	}
 	return c
+}
+
+// coverAcks raises a read timeout of relock's own client to the node timeout plus the
+// ReplicaAcks timeout, when it is shorter: go-redis reads a pipeline (a write and its WAIT)
+// under the client's ReadTimeout, whatever the command, and would cut a WAIT the master is
+// still allowed to take. The context's deadline bounds it as before.
+func (c *Client) coverAcks(readTimeout *time.Duration) {
+	if c.acks.replicas <= 0 || *readTimeout < 0 {
+		return // off, or no read timeout at all
+	}
+	current := *readTimeout
+	if current == 0 {
+		current = 5 * time.Second // what go-redis v9.23 makes of 0
+	}
+	if need := c.nodeTimeout + c.acks.timeout; current < need {
+		*readTimeout = need
+	}
 }
 
 // Servers are the servers' addresses (a cluster: cluster[...]), in the order given.
