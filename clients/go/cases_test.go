@@ -231,7 +231,7 @@ func checkRound(c map[string]any) error {
 	if w, ok := want["tokens"]; ok {
 		tokens := make([]any, rnd.n())
 		for i := range tokens {
-			if v, ok := rnd.agreed[i]; ok {
+			if v := rnd.agreed[i]; v != nil {
 				tokens[i] = float64(v.(int64))
 			}
 		}

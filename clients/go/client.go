@@ -89,8 +89,7 @@ func (n *node) call(ctx context.Context, timeout time.Duration, args ...any) (an
 		timeout = max(timeout, clusterWarmUp)
 	}
 	v, err := n.do(ctx, timeout, args...)
-	var rerr redis.Error
-	if n.cluster != nil && (err == nil || errors.As(err, &rerr)) {
+	if n.cluster != nil && (err == nil || isRedisError(err)) {
 		n.warm.Store(true)
 	}
 	return v, err
@@ -107,6 +106,91 @@ func (n *node) do(ctx context.Context, timeout time.Duration, args ...any) (any,
 		return nil, nil
 	}
 	return v, err
+}
+
+// clientFor is the client of the server that serves key: the server itself, or key's master
+// in a cluster.
+func (n *node) clientFor(ctx context.Context, key string) (*redis.Client, error) {
+	if n.cluster != nil {
+		return n.cluster.MasterForKey(ctx, key)
+	}
+	return n.rdb.(*redis.Client), nil
+}
+
+// replicaAcks is ReplicaAcks: how many replicas must acknowledge a write, and how long the
+// master waits for them (WAIT replicas timeout_ms).
+type replicaAcks struct {
+	replicas int64
+	timeout  time.Duration
+}
+
+// waitArgs is WAIT replicas timeout_ms (at least 1 ms: WAIT 0 waits for ever).
+func (a replicaAcks) waitArgs() []any {
+	return []any{"WAIT", a.replicas, max(1, a.timeout.Milliseconds())}
+}
+
+// pipeAcked sends args and then WAIT on cl's one connection, in one pipeline (the count
+// covers args' write): args' reply, and how many replicas acknowledged or WAIT's error.
+func pipeAcked(ctx context.Context, cl *redis.Client, a replicaAcks, args []any) (v any, acked int64, ackErr, err error) {
+	pipe := cl.Pipeline()
+	cmd := pipe.Do(ctx, args...)
+	wait := pipe.Do(ctx, a.waitArgs()...)
+	_, _ = pipe.Exec(ctx)
+	v, err = cmd.Result()
+	if errors.Is(err, redis.Nil) {
+		v, err = nil, nil
+	}
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	acked, ackErr = wait.Int64()
+	return v, acked, ackErr, nil
+}
+
+// callAcked is call for a write that replicas must acknowledge: args, then WAIT on the same
+// connection (to key's master in a cluster), together bounded by timeout.
+func (n *node) callAcked(ctx context.Context, timeout time.Duration, key string, a replicaAcks, args []any) (v any, acked int64, ackErr, err error) {
+	if n.cluster != nil && !n.warm.Load() {
+		timeout = max(timeout, clusterWarmUp)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cl, err := n.clientFor(ctx, key)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	v, acked, ackErr, err = pipeAcked(ctx, cl, a, args)
+	if n.cluster != nil && (err == nil || isRedisError(err)) {
+		n.warm.Store(true)
+	}
+	return v, acked, ackErr, err
+}
+
+// connectedReplicas is how many replicas key's master has connected (ROLE).
+func (n *node) connectedReplicas(ctx context.Context, key string, timeout time.Duration) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cl, err := n.clientFor(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	role, err := cl.Do(ctx, "ROLE").Slice()
+	if err != nil {
+		return 0, err
+	}
+	if len(role) < 3 || text(role[0]) != "master" {
+		return 0, fmt.Errorf("%w: ROLE %v", errBadReply, role)
+	}
+	replicas, _ := role[2].([]any)
+	return int64(len(replicas)), nil
+}
+
+// isRedisError: err is the server's error reply. A function of its own: the target of
+// errors.As escapes to the heap, and in the caller it was allocated on every command, failed
+// or not.
+func isRedisError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
 }
 
 // maxIdleWaitConns is how many connections for blocking commands a node keeps open between two
@@ -180,9 +264,16 @@ func (n *node) close() error {
 // and by ctx; cancelling ctx closes the connection (the server drops the waiter). The
 // connection is kept for the next blocking command only when the command was answered.
 func (n *node) blocking(ctx context.Context, key string, bound time.Duration, args ...any) (any, error) {
+	v, _, _, err := n.blockingAcked(ctx, key, bound, nil, args)
+	return v, err
+}
+
+// blockingAcked is blocking, followed on the same connection by WAIT when acks asks for
+// replica acknowledgements (the server runs it once the blocking command answered).
+func (n *node) blockingAcked(ctx context.Context, key string, bound time.Duration, acks *replicaAcks, args []any) (v any, acked int64, ackErr, err error) {
 	wc, err := n.waitConn(ctx, key)
 	if err != nil {
-		return nil, err
+		return nil, 0, nil, err
 	}
 	if bound > 0 {
 		var cancel context.CancelFunc
@@ -190,9 +281,12 @@ func (n *node) blocking(ctx context.Context, key string, bound time.Duration, ar
 		defer cancel()
 	}
 	stop := context.AfterFunc(ctx, func() { _ = wc.Close() })
-	v, err := wc.Do(ctx, args...).Result()
-	var rerr redis.Error
-	answered := err == nil || errors.As(err, &rerr)
+	if acks != nil {
+		v, acked, ackErr, err = pipeAcked(ctx, wc, *acks, args)
+	} else {
+		v, err = wc.Do(ctx, args...).Result()
+	}
+	answered := (err == nil || isRedisError(err)) && (ackErr == nil || isRedisError(ackErr))
 	if stop() && answered {
 		// Neither cancelled nor cut: the connection is whole, with nothing left to read.
 		n.keepWaitConn(wc)
@@ -200,12 +294,12 @@ func (n *node) blocking(ctx context.Context, key string, bound time.Duration, ar
 		_ = wc.Close()
 	}
 	if errors.Is(err, redis.Nil) {
-		return nil, nil
+		return nil, 0, nil, nil
 	}
 	if err != nil && ctx.Err() != nil {
-		return nil, fmt.Errorf("%w (%s)", ctx.Err(), err)
+		return nil, 0, nil, fmt.Errorf("%w (%s)", ctx.Err(), err)
 	}
-	return v, err
+	return v, acked, ackErr, err
 }
 
 // Client takes locks on one Redis server with the relock module, on a Redis Cluster, or with
@@ -220,6 +314,8 @@ type Client struct {
 	retryDelay     time.Duration
 	maxPartialHold time.Duration
 	prefix         *string
+	// acks: ReplicaAcks (replicas 0: off).
+	acks replicaAcks
 
 	mu     sync.Mutex
 	live   map[*Hold]bool
@@ -255,6 +351,21 @@ func NodeTimeout(d time.Duration) ClientOption { return func(c *Client) { c.node
 // RetryDelay is the mean pause between two rounds of a Redlock wait (default 200 ms).
 func RetryDelay(d time.Duration) ClientOption { return func(c *Client) { c.retryDelay = d } }
 
+// ReplicaAcks makes every acquisition, renewal and campaign wait, on each master, until n
+// of its replicas acknowledged the write (WAIT n timeout, sent on the same connection right
+// after it) before it counts. An acquisition (a grant, a campaign's grant, a nested section)
+// that fewer replicas acknowledged within timeout is released again on that master at once,
+// and that master counts as failed: the error names it and says how many acknowledged. A
+// renewal not acknowledged does not count (the hold stays valid until its earlier validity
+// ends), except on a master with fewer replicas connected than n (the promoted replica after
+// a failover, its old master down), where it counts once every connected replica
+// acknowledged it. Each such command may take the node timeout plus timeout. It narrows, not
+// closes, the window in which a failover loses a lock: replication stays asynchronous.
+// n 0 (the default) turns it off.
+func ReplicaAcks(n int, timeout time.Duration) ClientOption {
+	return func(c *Client) { c.acks = replicaAcks{replicas: int64(n), timeout: timeout} }
+}
+
 // OwnerPrefix replaces `<host>/<pid>` in the owners relock makes ("" : the random part alone).
 func OwnerPrefix(p string) ClientOption { return func(c *Client) { c.prefix = &p } }
 
@@ -287,6 +398,7 @@ func newClient(rdbs []redis.UniversalClient, opts []ClientOption) *Client {
 			// opts: a copy of its own (the client keeps and initialises the one it is given),
 			// for the connections of blocking commands.
 			o := ownOptions(r.Options())
+			c.coverAcks(&o.ReadTimeout)
 			c.nodes = append(c.nodes, &node{name: o.Addr, rdb: redis.NewClient(o), opts: ownOptions(r.Options())})
 		case *redis.ClusterClient:
 			if len(rdbs) > 1 {
@@ -294,6 +406,7 @@ func newClient(rdbs []redis.UniversalClient, opts []ClientOption) *Client {
 				return c
 			}
 			o := ownClusterOptions(r.Options())
+			c.coverAcks(&o.ReadTimeout)
 			own := redis.NewClusterClient(o)
 			c.cluster = true
 			c.nodes = append(c.nodes, &node{name: "cluster[" + strings.Join(o.Addrs, ",") + "]", rdb: own, cluster: own})
@@ -311,7 +424,27 @@ func newClient(rdbs []redis.UniversalClient, opts []ClientOption) *Client {
 	if c.nodeTimeout < time.Millisecond {
 		c.err = invalid("node timeout %v is below 1 ms", c.nodeTimeout)
 	}
+	if c.acks.replicas < 0 || c.acks.replicas > 0 && c.acks.timeout < time.Millisecond {
+		c.err = invalid("replica acknowledgements %d within %v: give 0 (off) or more replicas, within 1 ms or more", c.acks.replicas, c.acks.timeout)
+	}
 	return c
+}
+
+// coverAcks raises a read timeout of relock's own client to the node timeout plus the
+// ReplicaAcks timeout, when it is shorter: go-redis reads a pipeline (a write and its WAIT)
+// under the client's ReadTimeout, whatever the command, and would cut a WAIT the master is
+// still allowed to take. The context's deadline bounds it as before.
+func (c *Client) coverAcks(readTimeout *time.Duration) {
+	if c.acks.replicas <= 0 || *readTimeout < 0 {
+		return // off, or no read timeout at all
+	}
+	current := *readTimeout
+	if current == 0 {
+		current = 5 * time.Second // what go-redis v9.23 makes of 0
+	}
+	if need := c.nodeTimeout + c.acks.timeout; current < need {
+		*readTimeout = need
+	}
 }
 
 // Servers are the servers' addresses (a cluster: cluster[...]), in the order given.
@@ -370,6 +503,49 @@ type roundOpts struct {
 	argsOf      func(i int) []any
 	// accept turns a reply into the value agreed (nil: refused).
 	accept func(reply any) (any, error)
+	// acked: how the command waits for ReplicaAcks (ackNone: it does not); ackKey routes the
+	// WAIT in a cluster; undo is sent to a master whose replicas did not acknowledge a grant.
+	acked  ackMode
+	ackKey string
+	undo   []any
+}
+
+// ackMode is what a write that ReplicaAcks asks to be acknowledged is.
+type ackMode int
+
+const (
+	ackNone ackMode = iota
+	// ackGrant: a new grant (acquire, a campaign's grant, a nested section); not
+	// acknowledged, it is undone on that master and the master counts as failed.
+	ackGrant
+	// ackRenew: a renewal; not acknowledged, it does not count, except on a master with
+	// fewer replicas connected than asked, once every connected one acknowledged it.
+	ackRenew
+)
+
+// grantAcks are the options of a round granting key to owner (undo: its release, FROM 1),
+// when ReplicaAcks is on; o unchanged otherwise (nothing allocated).
+func (c *Client) grantAcks(o roundOpts, key string, owner string) roundOpts {
+	if c.acks.replicas > 0 {
+		o.acked, o.ackKey, o.undo = ackGrant, key, []any{"LOCK.RELEASE", key, owner, "FROM", 1}
+	}
+	return o
+}
+
+// withAcks are o with mode, when ReplicaAcks is on.
+func (c *Client) withAcks(o roundOpts, mode ackMode, key string) roundOpts {
+	if c.acks.replicas > 0 {
+		o.acked, o.ackKey = mode, key
+	}
+	return o
+}
+
+// argsFor is what server i is sent: argsOf's, else args.
+func (o roundOpts) argsFor(i int, args []any) []any {
+	if o.argsOf != nil {
+		return o.argsOf(i)
+	}
+	return args
 }
 
 type reply struct {
@@ -381,18 +557,37 @@ type reply struct {
 func (c *Client) ask(ctx context.Context, i int, args []any, o roundOpts) reply {
 	n := c.nodes[i]
 	var v any
-	var err error
+	var err, ackErr error
+	var acked int64
+	acking := o.acked != ackNone && c.acks.replicas > 0
 	if o.blocking {
-		v, err = n.blocking(ctx, o.blockKey, o.timeout, args...)
+		var acks *replicaAcks
+		bound := o.timeout
+		if acking {
+			acks = &c.acks
+			if bound > 0 {
+				bound += c.acks.timeout
+			}
+		}
+		v, acked, ackErr, err = n.blockingAcked(ctx, o.blockKey, bound, acks, args)
 	} else {
 		t := o.timeout
 		if t == 0 {
 			t = c.nodeTimeout
 		}
-		v, err = n.call(ctx, t, args...)
+		if acking {
+			v, acked, ackErr, err = n.callAcked(ctx, t+c.acks.timeout, o.ackKey, c.acks, args)
+		} else {
+			v, err = n.call(ctx, t, args...)
+		}
 	}
 	if err == nil && o.accept != nil {
 		v, err = o.accept(v)
+	}
+	if err == nil && acking && v != nil && (ackErr != nil || acked < c.acks.replicas) {
+		if f := c.notAcked(ctx, n, o, acked, ackErr); f != nil {
+			return reply{i: i, f: f}
+		}
 	}
 	if err != nil {
 		f := classify(err, n.cluster != nil)
@@ -401,25 +596,57 @@ func (c *Client) ask(ctx context.Context, i int, args []any, o roundOpts) reply 
 	return reply{i: i, v: v}
 }
 
+// notAcked: what a write that fewer replicas than ReplicaAcks acknowledged (acked; ackErr:
+// WAIT failed) means on n: nil when it counts all the same (a renewal on a master with fewer
+// replicas connected, every one of which acknowledged it), else the master's failure, after
+// a grant was undone there.
+func (c *Client) notAcked(ctx context.Context, n *node, o roundOpts, acked int64, ackErr error) *failure {
+	ctx = context.WithoutCancel(ctx)
+	if ackErr == nil && o.acked == ackRenew {
+		connected, err := n.connectedReplicas(ctx, o.ackKey, c.nodeTimeout)
+		if err == nil && connected < c.acks.replicas && acked >= connected {
+			return nil
+		}
+	}
+	if o.acked == ackGrant && o.undo != nil {
+		_, _ = n.call(ctx, c.nodeTimeout, o.undo...)
+	}
+	where := ""
+	if n.cluster != nil {
+		if m, err := n.cluster.MasterForKey(ctx, o.ackKey); err == nil {
+			where = "master " + m.Options().Addr + ": "
+		}
+	}
+	f := failure{otherLimit: -1, acks: true,
+		msg: fmt.Sprintf("%sonly %d of %d required replica acknowledgements within %v", where, acked, c.acks.replicas, c.acks.timeout)}
+	if ackErr != nil {
+		f.msg = fmt.Sprintf("%sthe replica acknowledgements (WAIT %d) failed: %v", where, c.acks.replicas, ackErr)
+	}
+	if o.acked == ackGrant {
+		f.msg += " (the grant was released there again)"
+	}
+	return &f
+}
+
 // round sends args (or each server's argsOf) to every server targets selects, until a quorum
 // is won or lost (or every server answered, untilAll).
 func (c *Client) round(ctx context.Context, args []any, o roundOpts) *round {
 	rnd := newRound(c.names, time.Now(), o.untilAll)
-	argsFor := func(i int) []any {
-		if o.argsOf != nil {
-			return o.argsOf(i)
-		}
-		return args
-	}
 	if len(c.nodes) == 1 && !o.blocking {
 		if o.targets != nil && !o.targets[0] {
 			rnd.onReply(0, nil, nil)
 		} else {
-			r := c.ask(ctx, 0, argsFor(0), o)
+			r := c.ask(ctx, 0, o.argsFor(0, args), o)
 			rnd.onReply(0, r.v, r.f)
 		}
 		return rnd.finish(time.Now())
 	}
+	return c.roundEach(ctx, rnd, args, o)
+}
+
+// roundEach is round's asking of several servers (or a blocking command), in parallel: o is
+// a copy of round's own, so that round's does not move to the heap with the goroutines.
+func (c *Client) roundEach(ctx context.Context, rnd *round, args []any, o roundOpts) *round {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	replies := make(chan reply, len(c.nodes))
@@ -430,7 +657,7 @@ func (c *Client) round(ctx context.Context, args []any, o roundOpts) *round {
 			continue
 		}
 		open++
-		go func(i int) { replies <- c.ask(rctx, i, argsFor(i), o) }(i)
+		go func(i int) { replies <- c.ask(rctx, i, o.argsFor(i, args), o) }(i)
 	}
 	var cut <-chan time.Time
 	for open > 0 && rnd.progress() == pending {
@@ -438,7 +665,7 @@ func (c *Client) round(ctx context.Context, args []any, o roundOpts) *round {
 		case r := <-replies:
 			open--
 			rnd.onReply(r.i, r.v, r.f)
-			if o.partialHold > 0 && len(rnd.agreed) > 0 && cut == nil {
+			if o.partialHold > 0 && rnd.nAgreed > 0 && cut == nil {
 				cut = time.After(o.partialHold)
 			}
 		case <-cut:
@@ -634,31 +861,38 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 	}
 	mode := modeArgs(o.shared, o.limit, o.permits)
 	deadline, limited := waitDeadline(ctx, o.wait, time.Now())
-	ctx, done := c.untilClosed(ctx)
-	defer done()
+	// The context merged with Close's is made when first needed (a wait, a pause, a Redlock
+	// round): one server's try alone is a command bounded by the node timeout, and Close
+	// gives back what it granted (below).
+	uc := closable{c: c, base: ctx}
+	defer uc.release()
+	if len(c.nodes) > 1 {
+		uc.ctx()
+	}
+	keyArg, ttlArg := any(key), any(ttlMS)
 	for {
-		if ctx.Err() != nil {
-			err := context.Cause(ctx) // ctx's own error, or errClosed
+		if err := uc.cause(); err != nil {
+			// ctx's own error, or errClosed
 			return nil, &Error{Kind: ErrNotAcquired, Key: key, Retryable: true, Cause: err, Msg: fmt.Sprintf("lock %q: not acquired: %v", key, err)}
 		}
 		owner := c.NewOwner()
 		remaining := time.Until(deadline)
 		tryOnly := limited && remaining <= 0 || o.wait == 0
-		args := append([]any{"LOCK.ACQUIRE", key, owner, ttlMS}, mode...)
+		args := append([]any{"LOCK.ACQUIRE", keyArg, owner, ttlArg}, mode...)
 		var rnd *round
 		if tryOnly || len(c.nodes) == 1 {
-			rnd = c.round(ctx, args, roundOpts{})
+			rnd = c.round(uc.current(), args, c.grantAcks(roundOpts{}, key, owner))
 		} else {
 			rnd = newRound(c.names, time.Now(), false)
 		}
 		if !rnd.won() && !tryOnly && !rnd.permanentlyFailed() {
-			rnd = c.waitRound(ctx, key, owner, ttlMS, remaining, limited, mode)
+			rnd = c.waitRound(uc.ctx(), key, owner, ttlMS, remaining, limited, mode)
 		}
 		valid, ok := rnd.validFor(ttlMS)
 		started := rnd.started
 		if rnd.grantedLate(ttlMS) {
 			// Granted after a long wait: the ttl counts from a grant we did not see.
-			renewal := c.round(context.WithoutCancel(ctx), []any{"LOCK.RENEW", key, owner, ttlMS}, roundOpts{})
+			renewal := c.round(context.WithoutCancel(uc.current()), []any{"LOCK.RENEW", keyArg, args[2], ttlArg}, c.withAcks(roundOpts{}, ackRenew, key))
 			valid, ok = renewal.validFor(ttlMS)
 			started = renewal.started
 			if !ok {
@@ -666,11 +900,17 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 			}
 		}
 		if ok {
-			tokens := make([]int64, len(c.nodes))
-			for i, t := range rnd.agreed {
-				tokens[i] = toInt(t, 0)
+			var one [1]int64 // on the stack: newHold copies the tokens
+			tokens := one[:]
+			if len(c.nodes) > 1 {
+				tokens = make([]int64, len(c.nodes))
 			}
-			h := c.newHold(key, nil, owner, ttlMS, tokens, started.Add(valid), mode, o.shared, autoRenew)
+			for i, t := range rnd.agreed {
+				if t != nil {
+					tokens[i] = toInt(t, 0)
+				}
+			}
+			h := c.newHold(key, nil, owner, ttlMS, tokens, started.Add(valid), mode, o.shared, autoRenew, args)
 			if c.closing.Err() != nil {
 				// Granted while the client closed: given back, as Close gives back the rest.
 				_ = h.Release(context.Background())
@@ -683,10 +923,11 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 		if o.wait > 0 {
 			waited = o.wait
 		}
-		passed := tryOnly || limited && !time.Now().Before(deadline) || ctx.Err() != nil
+		ended := uc.cause() != nil
+		passed := tryOnly || limited && !time.Now().Before(deadline) || ended
 		if e := rnd.afterFailed(key, ttlMS, waited, passed, limited); e != nil {
-			if ctx.Err() != nil && e.Kind == ErrNotAcquired {
-				e.Cause = context.Cause(ctx)
+			if ended && e.Kind == ErrNotAcquired {
+				e.Cause = uc.cause()
 				e.Msg = fmt.Sprintf("lock %q: not acquired: %v", key, e.Cause)
 			}
 			return nil, e
@@ -695,7 +936,55 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 		if limited {
 			delay = min(delay, time.Until(deadline))
 		}
-		sleep(ctx, delay)
+		sleep(uc.ctx(), delay)
+	}
+}
+
+// closable is a context merged with the client's closing (untilClosed), made on first use.
+type closable struct {
+	c      *Client
+	base   context.Context
+	merged context.Context
+	done   func()
+}
+
+// ctx is the merged context, made now if it was not.
+func (u *closable) ctx() context.Context {
+	if u.merged == nil {
+		u.merged, u.done = u.c.untilClosed(u.base)
+	}
+	return u.merged
+}
+
+// current is the merged context if it was made, else the one given.
+func (u *closable) current() context.Context {
+	if u.merged != nil {
+		return u.merged
+	}
+	return u.base
+}
+
+// cause is why the merged context is (or would be) cancelled: the given one's cause, or
+// errClosed; nil while neither ended.
+func (u *closable) cause() error {
+	if u.merged != nil {
+		if u.merged.Err() == nil {
+			return nil
+		}
+		return context.Cause(u.merged)
+	}
+	if u.base.Err() != nil {
+		return context.Cause(u.base)
+	}
+	if u.c.closing.Err() != nil {
+		return errClosed
+	}
+	return nil
+}
+
+func (u *closable) release() {
+	if u.done != nil {
+		u.done()
 	}
 }
 
@@ -705,7 +994,7 @@ func (c *Client) waitRound(ctx context.Context, key, owner string, ttlMS int64, 
 	if limited {
 		bound = remaining + waitGrace + c.nodeTimeout
 	}
-	ro := roundOpts{timeout: bound, blocking: true, blockKey: key}
+	ro := c.grantAcks(roundOpts{timeout: bound, blocking: true, blockKey: key}, key, owner)
 	if len(c.nodes) > 1 {
 		ro.partialHold = min(c.maxPartialHold, time.Duration(ttlMS)*time.Millisecond/4)
 	}
@@ -719,9 +1008,11 @@ func (c *Client) waitRound(ctx context.Context, key, owner string, ttlMS int64, 
 	if rnd.won() && anyCut {
 		// The waits a quorum made unneeded were cut: ask those masters once more with
 		// LOCK.ACQUIRE (confirms a grant that landed, or takes a free key).
-		extra := c.round(context.WithoutCancel(ctx), append([]any{"LOCK.ACQUIRE", key, owner, ttlMS}, mode...), roundOpts{targets: cut, untilAll: true})
+		extra := c.round(context.WithoutCancel(ctx), append([]any{"LOCK.ACQUIRE", key, owner, ttlMS}, mode...), c.grantAcks(roundOpts{targets: cut, untilAll: true}, key, owner))
 		for i, t := range extra.agreed {
-			rnd.addGrant(i, t)
+			if t != nil {
+				rnd.addGrant(i, t)
+			}
 		}
 	}
 	return rnd

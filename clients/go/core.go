@@ -131,19 +131,32 @@ func checkMode(limit, permits, masters int) error {
 // makeOwner is a fresh owner `<prefix>/<random>`; the prefix is `<host>/<pid>` unless given
 // ("": the random part alone). The prefix is cut to fit 256 bytes, never the random part.
 func makeOwner(prefix *string) string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	r := hex.EncodeToString(b[:])
 	var text string
 	if prefix == nil {
 		text = hostPID()
 	} else {
 		text = *prefix
 	}
+	return withRandom(text)
+}
+
+// withRandom is `<text>/<32 random hex digits>` (text cut to fit 256 bytes; "": the random
+// part alone), made in one allocation.
+func withRandom(text string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	var r [2 * len(b)]byte
+	hex.Encode(r[:], b[:])
 	if text == "" {
-		return r
+		return string(r[:])
 	}
-	return cutUTF8(text, maxOwner-len(r)-1) + "/" + r
+	text = cutUTF8(text, maxOwner-len(r)-1)
+	var sb strings.Builder
+	sb.Grow(len(text) + 1 + len(r))
+	sb.WriteString(text)
+	sb.WriteByte('/')
+	sb.Write(r[:])
+	return sb.String()
 }
 
 // hostPID is `<host>/<pid>`, read once per process (os.Hostname opens and reads a file: a
@@ -177,6 +190,8 @@ type failure struct {
 	otherMode    bool
 	otherPermits bool
 	otherLimit   int // -1: none
+	// acks: fewer replicas than ReplicaAcks acknowledged the write there.
+	acks bool
 }
 
 func refusal() failure {
@@ -292,23 +307,37 @@ type round struct {
 	names    []string
 	started  time.Time
 	untilAll bool
-	agreed   map[int]any
-	answered map[int]bool
-	failures []indexedFailure
-	elapsed  time.Duration
+	// agreed is, per server, the value it agreed with (nil: none yet, or it did not);
+	// nAgreed counts them. answered is, per server, whether it answered; nAnswered counts.
+	agreed    []any
+	nAgreed   int
+	answered  []bool
+	nAnswered int
+	failures  []indexedFailure
+	elapsed   time.Duration
+	// Room for one server's agreed and answered in the round itself (one server or a
+	// cluster, the common case): a round is then one allocation, not three.
+	agreed1   [1]any
+	answered1 [1]bool
 }
 
 func newRound(names []string, started time.Time, untilAll bool) *round {
-	return &round{names: names, started: started, untilAll: untilAll, agreed: map[int]any{}, answered: map[int]bool{}}
+	r := &round{names: names, started: started, untilAll: untilAll}
+	if len(names) == 1 {
+		r.agreed, r.answered = r.agreed1[:], r.answered1[:]
+	} else {
+		r.agreed, r.answered = make([]any, len(names)), make([]bool, len(names))
+	}
+	return r
 }
 
 func (r *round) n() int { return len(r.names) }
 
 func (r *round) progress() progress {
-	if r.untilAll && len(r.answered) < r.n() {
+	if r.untilAll && r.nAnswered < r.n() {
 		return pending
 	}
-	if len(r.agreed) >= quorum(r.n()) {
+	if r.nAgreed >= quorum(r.n()) {
 		return won
 	}
 	if len(r.failures)+quorum(r.n()) > r.n() {
@@ -320,10 +349,11 @@ func (r *round) progress() progress {
 // onReply is server i's answer: a value when it agreed, nil for a refusal, or a failure.
 func (r *round) onReply(i int, value any, f *failure) progress {
 	p := r.progress()
-	if p != pending || r.answered[i] || i < 0 || i >= r.n() {
+	if p != pending || i < 0 || i >= r.n() || r.answered[i] {
 		return p
 	}
 	r.answered[i] = true
+	r.nAnswered++
 	switch {
 	case f != nil:
 		r.failures = append(r.failures, indexedFailure{i, *f})
@@ -331,16 +361,23 @@ func (r *round) onReply(i int, value any, f *failure) progress {
 		r.failures = append(r.failures, indexedFailure{i, refusal()})
 	default:
 		r.agreed[i] = value
+		r.nAgreed++
 	}
 	return r.progress()
 }
 
 // addGrant keeps a grant made after the round was decided (a won wait topped up).
 func (r *round) addGrant(i int, v any) {
-	if i < 0 || i >= r.n() {
+	if i < 0 || i >= r.n() || v == nil {
 		return
 	}
-	r.answered[i] = true
+	if !r.answered[i] {
+		r.answered[i] = true
+		r.nAnswered++
+	}
+	if r.agreed[i] == nil {
+		r.nAgreed++
+	}
 	r.agreed[i] = v
 }
 
@@ -349,7 +386,7 @@ func (r *round) finish(at time.Time) *round {
 	return r
 }
 
-func (r *round) won() bool { return len(r.agreed) >= quorum(r.n()) }
+func (r *round) won() bool { return r.nAgreed >= quorum(r.n()) }
 
 func (r *round) count(keep func(failure) bool) int {
 	n := 0
@@ -370,6 +407,17 @@ func (r *round) permanentlyFailed() bool {
 	return r.permanent()+quorum(r.n()) > r.n()
 }
 
+// someUnanswered: a server failed in a way that says nothing of what it did (unanswered has
+// one true).
+func (r *round) someUnanswered() bool {
+	for _, x := range r.failures {
+		if !x.f.refused && !x.f.permanent {
+			return true
+		}
+	}
+	return false
+}
+
 // unanswered is, per server, whether it failed in a way that says nothing of what it did.
 func (r *round) unanswered() []bool {
 	out := make([]bool, r.n())
@@ -382,7 +430,7 @@ func (r *round) unanswered() []bool {
 func (r *round) agreedBy() []bool {
 	out := make([]bool, r.n())
 	for i := range out {
-		_, out[i] = r.agreed[i]
+		out[i] = r.agreed[i] != nil
 	}
 	return out
 }
@@ -484,7 +532,7 @@ func (r *round) acquireError(key string, ttlMS int64, waited time.Duration) *Err
 	if r.permanentlyFailed() {
 		return r.permanentError(key)
 	}
-	if g := r.inGrace(); g > 0 && len(r.agreed) == 0 && g+r.refused() == len(r.failures) {
+	if g := r.inGrace(); g > 0 && r.nAgreed == 0 && g+r.refused() == len(r.failures) {
 		return &Error{Kind: ErrNotAcquired, Key: key, Retryable: true, Servers: r.servers(func(f failure) bool { return f.grace }),
 			Msg: fmt.Sprintf("lock %q: not granted, %s (retry: the grace ends by itself)", key, r.describe(func(f failure) bool { return f.grace }))}
 	}
@@ -499,7 +547,7 @@ func (r *round) acquireError(key string, ttlMS int64, waited time.Duration) *Err
 		return &Error{Kind: ErrNotAcquired, Key: key, Retryable: true, Msg: fmt.Sprintf("lock %q: not acquired within %v", key, waited)}
 	}
 	return &Error{Kind: ErrNotAcquired, Key: key, Retryable: true, Servers: r.servers(func(f failure) bool { return !f.refused }),
-		Msg: fmt.Sprintf("lock %q: no quorum, %d of %d servers granted, %d needed (%s)", key, len(r.agreed), r.n(), quorum(r.n()), r.describe(nil))}
+		Msg: fmt.Sprintf("lock %q: no quorum, %d of %d servers granted, %d needed (%s)", key, r.nAgreed, r.n(), quorum(r.n()), r.describe(nil))}
 }
 
 // afterFailed: what an acquisition round without validity means once its grants are given

@@ -2,8 +2,6 @@ package relock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -43,10 +41,11 @@ func proclaimed(owner string) string {
 }
 
 func candidateOwner(value string) string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	r := hex.EncodeToString(b[:])
-	return cutUTF8(value, maxOwner-len(r)-1) + "/" + r
+	owner := withRandom(value)
+	if value == "" {
+		return "/" + owner
+	}
+	return owner
 }
 
 func (c *Client) electionCheck(o options) error {
@@ -65,7 +64,9 @@ func (c *Client) electionCheck(o options) error {
 // Campaign queues value as a candidate for key (LOCK.WAIT: candidates are served in arrival
 // order) and returns once it leads: its Leadership, renewed until resigned or lost. It waits
 // up to the Wait option (default: no limit of its own) and ctx; ErrNotAcquired otherwise.
-// One server or a cluster only.
+// With ReplicaAcks it returns only after the grant is acknowledged by that many replicas
+// (WAIT after the LOCK.WAIT, on the same connection); a grant not acknowledged is released
+// again and the campaign goes on until its wait ends. One server or a cluster only.
 func (c *Client) Campaign(ctx context.Context, key, value string, opts ...Option) (*Leadership, error) {
 	o := options{ttl: DefaultTTL, wait: -1}
 	for _, f := range opts {
@@ -87,7 +88,7 @@ func (c *Client) Campaign(ctx context.Context, key, value string, opts ...Option
 		valid, ok := rnd.validFor(ttlMS)
 		started := rnd.started
 		if rnd.grantedLate(ttlMS) {
-			renewal := c.round(context.WithoutCancel(ctx), []any{"LOCK.RENEW", key, owner, ttlMS}, roundOpts{})
+			renewal := c.round(context.WithoutCancel(ctx), []any{"LOCK.RENEW", key, owner, ttlMS}, c.withAcks(roundOpts{}, ackRenew, key))
 			valid, ok, started = 0, false, renewal.started
 			if v, good := renewal.validFor(ttlMS); good {
 				valid, ok = v, true
@@ -96,11 +97,17 @@ func (c *Client) Campaign(ctx context.Context, key, value string, opts ...Option
 			}
 		}
 		if ok {
-			tokens := make([]int64, len(c.nodes))
-			for i, t := range rnd.agreed {
-				tokens[i] = toInt(t, 0)
+			var one [1]int64 // on the stack: newHold copies the tokens
+			tokens := one[:]
+			if len(c.nodes) > 1 {
+				tokens = make([]int64, len(c.nodes))
 			}
-			h := c.newHold(key, nil, owner, ttlMS, tokens, started.Add(valid), nil, false, true)
+			for i, t := range rnd.agreed {
+				if t != nil {
+					tokens[i] = toInt(t, 0)
+				}
+			}
+			h := c.newHold(key, nil, owner, ttlMS, tokens, started.Add(valid), nil, false, true, nil)
 			return &Leadership{Hold: h, value: proclaimed(owner)}, nil
 		}
 		c.releaseFailed(key, owner, time.Duration(ttlMS)*time.Millisecond, rnd)

@@ -72,12 +72,18 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, opts ...Option) 
 		owner := c.NewOwner()
 		rel := fixed(append(append([]any{"LOCK.MRELEASE", n}, toAny(group)...), owner, "FROM", 1)...)
 		args := append(append([]any{"LOCK.MACQUIRE", n}, toAny(group)...), owner, ttlMS)
-		rnd := c.round(ctx, args, roundOpts{accept: accept})
+		ro := c.withAcks(roundOpts{accept: accept}, ackGrant, group[0])
+		if ro.acked != ackNone {
+			ro.undo = rel(0)
+		}
+		rnd := c.round(ctx, args, ro)
 		if valid, ok := rnd.validFor(ttlMS); ok {
 			var first []any
 			for _, v := range rnd.agreed {
-				first = v.([]any)
-				break
+				if v != nil {
+					first = v.([]any)
+					break
+				}
 			}
 			kt := map[string]int64{}
 			for i, k := range group {
@@ -119,10 +125,12 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, opts ...Option) 
 
 func (c *Client) groupHold(group []string, owner string, ttlMS int64, rnd *round, kt map[string]int64, until time.Time) *Hold {
 	tokens := make([]int64, len(c.nodes))
-	for i := range rnd.agreed {
-		tokens[i] = kt[group[0]]
+	for i, v := range rnd.agreed {
+		if v != nil {
+			tokens[i] = kt[group[0]]
+		}
 	}
-	h := c.newHold(group[0], group, owner, ttlMS, tokens, until, nil, false, true)
+	h := c.newHold(group[0], group, owner, ttlMS, tokens, until, nil, false, true, nil)
 	h.keyTokens = kt
 	return h
 }
@@ -156,7 +164,9 @@ func (c *Client) waitEach(ctx context.Context, group []string, owner string, ttl
 			if rnd.won() {
 				taken = append(taken, key)
 				for _, v := range rnd.agreed {
-					tokens[key] = toInt(v, 0)
+					if v != nil {
+						tokens[key] = toInt(v, 0)
+					}
 				}
 				break
 			}
@@ -169,7 +179,7 @@ func (c *Client) waitEach(ctx context.Context, group []string, owner string, ttl
 				sleep(ctx, min(jitter(c.retryDelay), max(0, time.Until(deadline))))
 			}
 			if len(taken) > 0 {
-				renewal := c.round(ctx, append(append([]any{"LOCK.MRENEW", len(taken)}, toAny(taken)...), owner, ttlMS), roundOpts{accept: allOf(len(taken))})
+				renewal := c.round(ctx, append(append([]any{"LOCK.MRENEW", len(taken)}, toAny(taken)...), owner, ttlMS), c.withAcks(roundOpts{accept: allOf(len(taken))}, ackRenew, taken[0]))
 				if renewal.renewLost() {
 					giveBack(taken)
 					return nil, nil
@@ -178,7 +188,7 @@ func (c *Client) waitEach(ctx context.Context, group []string, owner string, ttl
 		}
 	}
 	// The first keys' ttl ran while later ones were waited for: measure the validity.
-	renewal := c.round(context.WithoutCancel(ctx), append(append([]any{"LOCK.MRENEW", len(group)}, toAny(group)...), owner, ttlMS), roundOpts{accept: allOf(len(group))})
+	renewal := c.round(context.WithoutCancel(ctx), append(append([]any{"LOCK.MRENEW", len(group)}, toAny(group)...), owner, ttlMS), c.withAcks(roundOpts{accept: allOf(len(group))}, ackRenew, group[0]))
 	valid, ok := renewal.validFor(ttlMS)
 	if !ok {
 		giveBack(group)

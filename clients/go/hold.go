@@ -21,16 +21,26 @@ type Hold struct {
 	keyTokens map[string]int64
 	since     int64 // Unix ms of the grant, to match the journal's flush entries
 	autoRenew bool
+	// keyArg and ownerArg are key and owner as command arguments: boxed once (the
+	// acquisition's own), not again for every renewal and release.
+	keyArg, ownerArg any
+	// tokens1 and release1: tokens and the release's arguments of a hold of one key on one
+	// server, in the hold itself (not two allocations more per hold).
+	tokens1  [1]int64
+	release1 [5]any
 
 	mu          sync.Mutex
 	mode        []any
 	validUntil  time.Time
 	lastFailure string
 	err         error
-	done        chan struct{}
-	ctx         context.Context
-	cancel      context.CancelCauseFunc
-	renewing    sync.Mutex
+	// done and ctx (Done, Context) are made when first asked for (most holds are released
+	// without either: three allocations fewer per hold); one made after the hold ended is
+	// made closed. Under mu.
+	done     chan struct{}
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	renewing sync.Mutex
 	// timer wakes the hold for its next renewal (next) or its loss, whichever is first: a
 	// timer, not a goroutine per hold, so a hold costs no goroutine start and no wake-up of
 	// another thread while nothing is due; stopped by end. Under mu.
@@ -45,10 +55,19 @@ type Hold struct {
 	count    int64
 }
 
-func (c *Client) newHold(key string, group []string, owner string, ttlMS int64, tokens []int64, until time.Time, mode []any, shared, autoRenew bool) *Hold {
-	h := &Hold{c: c, key: key, group: group, owner: owner, ttlMS: ttlMS, tokens: tokens, mode: mode,
-		validUntil: until, since: time.Now().UnixMilli(), autoRenew: autoRenew, done: make(chan struct{}), count: 1}
-	h.ctx, h.cancel = context.WithCancelCause(context.Background())
+// newHold is a hold granted; args are the acquisition's LOCK.ACQUIRE or LOCK.WAIT arguments
+// (their key and owner are taken as the hold's), nil for a group.
+func (c *Client) newHold(key string, group []string, owner string, ttlMS int64, tokens []int64, until time.Time, mode []any, shared, autoRenew bool, args []any) *Hold {
+	h := &Hold{c: c, key: key, group: group, owner: owner, ttlMS: ttlMS, mode: mode,
+		validUntil: until, since: time.Now().UnixMilli(), autoRenew: autoRenew, count: 1}
+	// tokens is copied (the caller's may be on its stack).
+	h.tokens = append(h.tokens1[:0], tokens...)
+	if len(args) >= 3 && group == nil {
+		h.keyArg, h.ownerArg = args[1], args[2]
+	} else {
+		h.keyArg, h.ownerArg = key, owner
+	}
+	h.release1 = [5]any{"LOCK.RELEASE", h.keyArg, h.ownerArg, "FROM", 1}
 	c.mu.Lock()
 	c.live[h] = true
 	c.mu.Unlock()
@@ -133,6 +152,14 @@ func (h *Hold) expireIfPast() {
 // why) or released (Err is ErrReleased).
 func (h *Hold) Done() <-chan struct{} {
 	h.expireIfPast()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done == nil {
+		h.done = make(chan struct{})
+		if h.err != nil {
+			close(h.done)
+		}
+	}
 	return h.done
 }
 
@@ -147,7 +174,17 @@ func (h *Hold) Err() error {
 }
 
 // Context is cancelled when the hold ends; context.Cause gives Err.
-func (h *Hold) Context() context.Context { return h.ctx }
+func (h *Hold) Context() context.Context {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ctx == nil {
+		h.ctx, h.cancel = context.WithCancelCause(context.Background())
+		if h.err != nil {
+			h.cancel(h.err)
+		}
+	}
+	return h.ctx
+}
 
 // Valid reports whether the hold is still held and within its validity.
 func (h *Hold) Valid() bool { return h.Err() == nil }
@@ -180,16 +217,21 @@ func (h *Hold) end(err error) bool {
 	h.err = err
 	sections := h.sections
 	h.sections = nil
+	done, cancel := h.done, h.cancel
 	if h.timer != nil {
 		h.timer.Stop() // a tick already running sees err set and arms nothing
 	}
 	h.mu.Unlock()
 	// Context first: whoever sees Done closed finds the Context cancelled with its cause.
-	h.cancel(err)
+	if cancel != nil {
+		cancel(err)
+	}
 	for _, cancel := range sections {
 		cancel(err)
 	}
-	close(h.done)
+	if done != nil {
+		close(done)
+	}
 	h.c.mu.Lock()
 	delete(h.c.live, h)
 	h.c.mu.Unlock()
@@ -207,14 +249,14 @@ func (h *Hold) renewArgs(ttlMS int64) []any {
 	if h.group != nil {
 		return append(append([]any{"LOCK.MRENEW", len(h.group)}, toAny(h.group)...), h.owner, ttlMS)
 	}
-	return []any{"LOCK.RENEW", h.key, h.owner, ttlMS}
+	return []any{"LOCK.RENEW", h.keyArg, h.ownerArg, ttlMS}
 }
 
 func (h *Hold) releaseArgs() []any {
 	if h.group != nil {
 		return append(append([]any{"LOCK.MRELEASE", len(h.group)}, toAny(h.group)...), h.owner, "FROM", 1)
 	}
-	return []any{"LOCK.RELEASE", h.key, h.owner, "FROM", 1}
+	return h.release1[:]
 }
 
 func toAny(keys []string) []any {
@@ -295,7 +337,7 @@ func (h *Hold) renew(ctx context.Context, ttlMS int64) (bool, error) {
 	if err := h.Err(); err != nil {
 		return false, err
 	}
-	ro := roundOpts{}
+	ro := h.c.withAcks(roundOpts{}, ackRenew, h.key)
 	if h.group != nil {
 		ro.accept = allOf(len(h.group))
 	}
@@ -371,9 +413,10 @@ func (h *Hold) releaseAs(ctx context.Context, why error) error {
 		}
 	}
 	h.stepping.Unlock()
-	rnd := h.c.round(ctx, nil, roundOpts{untilAll: true, argsOf: fixed(h.releaseArgs()...)})
-	if un := rnd.unanswered(); slices.Contains(un, true) {
-		h.c.releaseLate(h.TTL(), fixed(h.releaseArgs()...), un)
+	args := h.releaseArgs()
+	rnd := h.c.round(ctx, args, roundOpts{untilAll: true})
+	if rnd.someUnanswered() {
+		h.c.releaseLate(h.TTL(), fixed(args...), rnd.unanswered())
 	}
 	if rnd.won() {
 		return nil
@@ -445,12 +488,17 @@ func (h *Hold) enter(ctx context.Context) error {
 	h.mu.Lock()
 	args := append(append([]any{"LOCK.REENTER", h.key, h.owner, h.ttlMS}, h.mode...), "FROM", c)
 	h.mu.Unlock()
-	rnd := h.c.round(ctx, args, roundOpts{accept: func(r any) (any, error) {
+	ro := roundOpts{accept: func(r any) (any, error) {
 		if r == nil || toInt(r, -1) != c+1 {
 			return nil, nil
 		}
 		return r, nil
-	}})
+	}}
+	if h.c.acks.replicas > 0 {
+		// A section not acknowledged is taken back on that master at once.
+		ro.acked, ro.ackKey, ro.undo = ackGrant, h.key, []any{"LOCK.RELEASE", h.key, h.owner, "FROM", c + 1}
+	}
+	rnd := h.c.round(ctx, args, ro)
 	if rnd.won() {
 		h.count = c + 1
 		return nil

@@ -41,11 +41,31 @@ func main() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, PoolSize: 20})
 	defer rdb.Close()
 
-	type peer struct {
-		name string
-		make func() (using, func())
+	for _, p := range peers(rdb) {
+		use, done := p.make()
+		ops, err := uncontended(use, seconds)
+		if err != nil {
+			fail(p.name, err)
+		}
+		p50, p99, n, err := handoff(use, handoffs)
+		if err != nil {
+			fail(p.name, err)
+		}
+		done()
+		line, _ := json.Marshal(map[string]any{"lang": "Go", "peer": p.name, "ops": ops, "p50_ms": p50, "p99_ms": p99, "handoffs": n})
+		fmt.Println(string(line))
 	}
-	peers := []peer{
+}
+
+// peer is one lock package: make gives its acquire-run-release and what ends it.
+type peer struct {
+	name string
+	make func() (using, func())
+}
+
+// peers are the lock packages compared, on rdb.
+func peers(rdb *redis.Client) []peer {
+	return []peer{
 		{"relock (LOCK.WAIT, renewal timer)", func() (using, func()) {
 			locks := relock.New(rdb)
 			return func(ctx context.Context, key string, fn func()) error {
@@ -84,21 +104,6 @@ func main() {
 				return l.Release(ctx)
 			}, func() {}
 		}},
-	}
-
-	for _, p := range peers {
-		use, done := p.make()
-		ops, err := uncontended(use, seconds)
-		if err != nil {
-			fail(p.name, err)
-		}
-		p50, p99, n, err := handoff(use, handoffs)
-		if err != nil {
-			fail(p.name, err)
-		}
-		done()
-		line, _ := json.Marshal(map[string]any{"lang": "Go", "peer": p.name, "ops": ops, "p50_ms": p50, "p99_ms": p99, "handoffs": n})
-		fmt.Println(string(line))
 	}
 }
 
