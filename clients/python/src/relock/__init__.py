@@ -14,6 +14,7 @@
 from ._core import (
     DEFAULT_MAX_PARTIAL_HOLD,
     DEFAULT_NODE_TIMEOUT,
+    DEFAULT_REPLICA_ACK_TIMEOUT,
     DEFAULT_RETRY_DELAY,
     DEFAULT_TTL,
     Holder,
@@ -30,6 +31,7 @@ from ._sync import GroupHold, Hold, Leadership, Relock
 from .errors import (
     InvalidArgument,
     LockLost,
+    NotAcknowledged,
     NotAcquired,
     OtherLimit,
     OtherMode,
@@ -44,6 +46,7 @@ __version__ = "0.2.0"
 __all__ = [
     "DEFAULT_MAX_PARTIAL_HOLD",
     "DEFAULT_NODE_TIMEOUT",
+    "DEFAULT_REPLICA_ACK_TIMEOUT",
     "DEFAULT_RETRY_DELAY",
     "DEFAULT_TTL",
     "GroupHold",
@@ -58,6 +61,7 @@ __all__ = [
     "LockLost",
     "LogEntry",
     "LossReason",
+    "NotAcknowledged",
     "NotAcquired",
     "OtherLimit",
     "OtherMode",

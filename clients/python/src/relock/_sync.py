@@ -21,7 +21,7 @@ from redis.retry import Retry
 
 from . import _core as core
 from ._core import Failure, Holder, KeyStats, Leader, LeaderChange, LockInfo, LogEntry, LossReason, Round, Waiter, Who
-from .errors import InvalidArgument, LockLost, NotAcquired, RelockError, ServerError, StaleToken
+from .errors import InvalidArgument, LockLost, NotAcknowledged, NotAcquired, RelockError, ServerError, StaleToken
 
 T = TypeVar("T")
 
@@ -269,12 +269,15 @@ class _Server:
         cancel: _Cancel | None = None,
         connect_within: float | None = None,
         undo: Sequence[Any] | None = None,
+        acks: tuple[int, float] | None = None,
     ) -> Any:
         """Runs one command. ``timeout`` (None: no bound) bounds all of it, connecting
         included; ``connect_within`` bounds connecting alone (a blocking wait connects within
         the node timeout, then may wait long). ``cancel`` lets another thread cut it short.
         ``undo``: the command that takes it back when no reply comes in time, sent on the same
-        connection (so the server runs it after the command, if it runs the command at all)."""
+        connection (so the server runs it after the command, if it runs the command at all).
+        ``acks``: (replicas, timeout): a reply that is not nil is followed by ``WAIT`` on the
+        same connection (see ``_acked``)."""
         if self.cluster:
             return self.client.execute_command(*args)
         now = time.monotonic()
@@ -318,8 +321,35 @@ class _Server:
             raise
         if cancel is not None and not cancel.attach(None):
             conn.disconnect()  # cut short while the reply came: its socket may be closed
+        elif acks is not None and reply is not None:
+            return self._acked(conn, reply, acks)
         else:
             self._checkin(conn)
+        return reply
+
+    def _acked(self, conn: Any, reply: Any, acks: tuple[int, float]) -> Any:
+        """After a write the master did (``reply``): ``WAIT replicas timeout_ms`` on its
+        connection, so that the count covers that write (and, after a blocking LOCK.WAIT, the
+        grant: Redis sets a module-unblocked client's replication offset when it answers it).
+        The write is never sent again whatever happens to the WAIT: a WAIT that fails or
+        gets no answer counts as no acknowledgement. Returns ``reply`` when enough replicas
+        acknowledged; raises ``core.NotAcked`` otherwise."""
+        wanted, timeout = acks
+        try:
+            conn.send_command(*core.wait_args(acks), check_health=False)
+            acked = int(conn.read_response(timeout=timeout + max(self._node_timeout, 0.1)))
+        except rex.ResponseError as e:
+            self._checkin(conn)
+            raise core.NotAcked(reply, 0, wanted, f"WAIT refused: {core.error_text(e)}") from e
+        except Exception as e:  # noqa: BLE001 - the write stands; only its acknowledgement is unknown
+            conn.disconnect()
+            raise core.NotAcked(reply, 0, wanted, f"WAIT got no answer: {core.error_text(e) or type(e).__name__}") from e
+        except BaseException:
+            conn.disconnect()
+            raise
+        self._checkin(conn)
+        if acked < wanted:
+            raise core.NotAcked(reply, acked, wanted)
         return reply
 
     def fenced(self, key: str, args: Sequence[Any], timeout: float) -> Any:
@@ -622,6 +652,13 @@ class Relock:
     - ``retry_delay``: the mean pause between two Redlock rounds of a wait, 0.2 s.
     - ``max_partial_hold``: how long a Redlock wait keeps a minority of grants while it waits
       for a quorum (never more than ttl/4), 0.5 s.
+    - ``replica_acks``: how many replicas of a master must acknowledge an acquisition or a
+      renewal (``WAIT``, on the write's connection right after it) before it counts; 0 (off).
+      A grant not acknowledged is released again on that master and the acquisition (or
+      ``campaign``) raises ``NotAcknowledged``, naming the master and how many acknowledged;
+      a renewal not acknowledged does not count, except on a master with fewer replicas
+      connected than asked, once all of those acknowledged. One server or Redlock masters.
+    - ``replica_ack_timeout``: how long a master waits for them, 0.5 s.
 
     Every hold has an owner of its own, so threads sharing one ``Relock`` exclude each other.
     """
@@ -634,10 +671,13 @@ class Relock:
         node_timeout: float = core.DEFAULT_NODE_TIMEOUT,
         retry_delay: float = core.DEFAULT_RETRY_DELAY,
         max_partial_hold: float = core.DEFAULT_MAX_PARTIAL_HOLD,
+        replica_acks: int = 0,
+        replica_ack_timeout: float = core.DEFAULT_REPLICA_ACK_TIMEOUT,
     ) -> None:
         clients = list(client) if isinstance(client, (list, tuple)) else [client]
         if not clients:
             raise InvalidArgument("no servers given")
+        self._acks = core.check_acks(replica_acks, replica_ack_timeout, any(isinstance(c, redis.cluster.RedisCluster) for c in clients))
         if len(clients) > 1 and any(isinstance(c, redis.cluster.RedisCluster) for c in clients):
             raise InvalidArgument("Redlock takes independent masters; pass a RedisCluster alone")
         if not node_timeout >= 0.001:
@@ -777,7 +817,9 @@ class Relock:
             passed = deadline is not None and time.monotonic() >= deadline
             failure = rnd.after_failed(key, ttl_s, limit_wait, passed, bounded=remaining is not None)
             if failure is not None:
-                if raise_busy or not isinstance(failure, NotAcquired):
+                # acquire() returns None for a lock not granted in time, never for a grant
+                # its replicas did not acknowledge (NotAcknowledged): that one is raised.
+                if raise_busy or not isinstance(failure, NotAcquired) or isinstance(failure, NotAcknowledged):
                     raise failure
                 return None
             pause = core.jitter(self.retry_delay)
@@ -921,6 +963,9 @@ class Relock:
                 self._release_late(group[0], owner, later, release)
             if rnd.permanently_failed():
                 raise rnd.permanent_error(group[0])
+            not_acked = rnd.acks_error(",".join(group))
+            if not_acked is not None:
+                raise not_acked
             passed = deadline is not None and time.monotonic() >= deadline
             if passed:
                 if raise_busy:
@@ -1009,11 +1054,42 @@ class Relock:
         accept: Callable[[Any], Any] | None = None,
         undo: Sequence[Any] | None = None,
     ) -> tuple[Any, Failure | None]:
+        acks = self._acks if self._acks is not None and str(args[0]).upper() in core.ACKED else None
         try:
-            reply = self._servers[i].call(args, timeout, cancel, connect_within, undo)
+            reply = self._servers[i].call(args, timeout, cancel, connect_within, undo, acks)
             return (reply if accept is None else accept(reply)), None
+        except core.NotAcked as e:
+            return self._not_acked(i, args, e, accept)
         except Exception as e:  # noqa: BLE001 - every failure is a failed server
             return None, core.classify(e, self._servers[i].cluster)
+
+    def _not_acked(self, i: int, args: Sequence[Any], e: core.NotAcked, accept: Callable[[Any], Any] | None) -> tuple[Any, Failure | None]:
+        """A write of master ``i`` that its replicas did not acknowledge (``replica_acks``):
+        a grant is released again there at once (in the background when that gets no
+        answer) and the master counts as failed; a renewal does not count, except on a
+        master left with fewer replicas connected than asked once all of them acknowledged it
+        (the promoted replica after a failover: that master holds the only copy anyway)."""
+        assert self._acks is not None
+        value = e.reply if accept is None else accept(e.reply)
+        if value is None:
+            return None, None  # refused after all (a group renewal that found part gone)
+        s = self._servers[i]
+        if str(args[0]).upper() in core.RENEWALS:
+            with contextlib.suppress(Exception):
+                connected = core.connected_replicas(s.call(["ROLE"], self.node_timeout))
+                if connected is not None and connected < e.wanted and e.acked >= connected:
+                    core.log.warning(
+                        "relock: renewed on %s with %d of %d replica acknowledgements: only %d replicas are connected",
+                        s.name, e.acked, e.wanted, connected,
+                    )
+                    return value, None
+            return None, core.acks_failure(e, self._acks[1], released=False)
+        undo = core.undo_grant(args)
+        try:
+            s.call(undo, self.node_timeout)
+        except Exception:  # noqa: BLE001 - asked again in the background
+            self._release_late(str(args[1]), str(undo[-3]), [j == i for j in range(len(self._servers))], undo)
+        return None, core.acks_failure(e, self._acks[1], released=True)
 
     def _round(
         self,
@@ -1034,8 +1110,9 @@ class Relock:
         (None: refused). ``background``: a renewal's or a background release's round, whose
         requests run on workers of their own, never queued behind the callers'."""
         rnd: Round[Any] = Round(self._names, time.monotonic(), until_all)
-        # A wait without limit has no bound; everything else is bounded by the node timeout.
-        t = self.node_timeout if isinstance(timeout, str) else timeout
+        # A wait without limit has no bound; everything else is bounded by the node timeout
+        # (and the replica acknowledgements' wait, for a write that waits for them).
+        t = self.node_timeout + self._ack_time(args) if isinstance(timeout, str) else timeout
         if len(self._servers) == 1:
             if targets is not None and not targets[0]:
                 rnd.on_reply(0, None)
@@ -1063,9 +1140,13 @@ class Relock:
                 rnd.on_reply(pending.pop(f), value, failure)
         return rnd.finish(time.monotonic())
 
+    def _ack_time(self, args: Sequence[Any]) -> float:
+        """How long ``args`` may wait for replica acknowledgements after its reply."""
+        return self._acks[1] if self._acks is not None and str(args[0]).upper() in core.ACKED else 0.0
+
     def _wait_round(self, key: str, owner: str, ttl_ms: int, remaining: float | None, mode: list[str]) -> Round[Any]:
         args = ["LOCK.WAIT", key, owner, ttl_ms, core.wait_ms(remaining), *mode]
-        bound = None if remaining is None else remaining + WAIT_GRACE + self.node_timeout
+        bound = None if remaining is None else remaining + WAIT_GRACE + self.node_timeout + self._ack_time(args)
         # A wait may block long; connecting may not (a stopped master still accepts).
         within = self.node_timeout
         if len(self._servers) == 1:

@@ -29,6 +29,7 @@ from ._core import Failure, Holder, KeyStats, Leader, LeaderChange, LockInfo, Lo
 from .errors import (
     InvalidArgument,
     LockLost,
+    NotAcknowledged,
     NotAcquired,
     OtherLimit,
     OtherMode,
@@ -45,6 +46,7 @@ __all__ = [
     "Leadership",
     "InvalidArgument",
     "LockLost",
+    "NotAcknowledged",
     "NotAcquired",
     "OtherLimit",
     "OtherMode",
@@ -138,10 +140,13 @@ class _Server:
         else:
             _drop_soon(conn)
 
-    async def _run(self, args: Sequence[Any], timeout: float | None, undo: Sequence[Any] | None = None) -> Any:
+    async def _run(
+        self, args: Sequence[Any], timeout: float | None, undo: Sequence[Any] | None = None, acks: tuple[int, float] | None = None
+    ) -> Any:
         """``args`` on a connection of relock's, all of it within ``timeout`` (None: no bound).
         ``undo``: the command that takes ``args`` back when no reply comes in time, sent on the
-        same connection (so the server runs it after ``args``, if it runs ``args`` at all)."""
+        same connection (so the server runs it after ``args``, if it runs ``args`` at all).
+        ``acks``: a reply that is not nil is followed by ``WAIT`` (see ``_acked``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         if timeout is None:
             conn = await self._checkout()
@@ -168,7 +173,31 @@ class _Server:
             # it is read by another command, and a blocked wait leaves the server's queue.
             await _drop(conn)
             raise
+        if acks is not None and reply is not None:
+            return await self._acked(conn, reply, acks)
         self._checkin(conn)
+        return reply
+
+    async def _acked(self, conn: Any, reply: Any, acks: tuple[int, float]) -> Any:
+        """``relock._sync._Server._acked``: ``WAIT replicas timeout_ms`` on the write's
+        connection; the write is never sent again, and a WAIT that fails or gets no answer
+        counts as no acknowledgement. Returns ``reply``, or raises ``core.NotAcked``."""
+        wanted, timeout = acks
+        try:
+            await conn.send_command(*core.wait_args(acks), check_health=False)
+            acked = int(await _within(conn.read_response(), timeout + max(self._node_timeout, 0.1)))
+        except rex.ResponseError as e:
+            self._checkin(conn)
+            raise core.NotAcked(reply, 0, wanted, f"WAIT refused: {core.error_text(e)}") from e
+        except Exception as e:  # noqa: BLE001 - the write stands; only its acknowledgement is unknown
+            await _drop(conn)
+            raise core.NotAcked(reply, 0, wanted, f"WAIT got no answer: {core.error_text(e) or type(e).__name__}") from e
+        except BaseException:
+            await _drop(conn)
+            raise
+        self._checkin(conn)
+        if acked < wanted:
+            raise core.NotAcked(reply, acked, wanted)
         return reply
 
     async def _undo(self, conn: Any, read: asyncio.Future[Any], undo: Sequence[Any]) -> None:
@@ -192,7 +221,7 @@ class _Server:
             raise asyncio.TimeoutError(f"no reply in time from {self.name}") from None
         raise _TakenBack(f"no reply in time from {self.name}: the command was taken back ({undo[0]})")
 
-    async def _run_watched(self, args: Sequence[Any]) -> Any:
+    async def _run_watched(self, args: Sequence[Any], acks: tuple[int, float] | None = None) -> Any:
         """A blocking wait whose connection is watched, as relock.Relock's are (see
         relock._sync._Server._watched): a connection that died silently fails the wait as a
         lost connection (the caller waits again) instead of waiting for ever."""
@@ -224,6 +253,8 @@ class _Server:
                     f.cancel()
                     with contextlib.suppress(BaseException):
                         await f
+        if acks is not None and reply is not None:
+            return await self._acked(conn, reply, acks)
         self._checkin(conn)
         return reply
 
@@ -263,17 +294,19 @@ class _Server:
                         await self.call(["CLIENT", "KILL", "ID", cid], within)
                 return seen
 
-    async def call(self, args: Sequence[Any], timeout: float | None, undo: Sequence[Any] | None = None) -> Any:
+    async def call(
+        self, args: Sequence[Any], timeout: float | None, undo: Sequence[Any] | None = None, acks: tuple[int, float] | None = None
+    ) -> Any:
         if self.cluster:
             if timeout is None:
                 return await self.client.execute_command(*args)
             return await asyncio.wait_for(self.client.execute_command(*args), timeout)
         watched = str(args[0]).upper() == "LOCK.WAIT" and (timeout is None or timeout > 2 * WATCH_EVERY)
         if not watched:
-            return await self._run(args, timeout, undo)
+            return await self._run(args, timeout, undo, acks)
         if timeout is None:
-            return await self._run_watched(args)
-        return await asyncio.wait_for(self._run_watched(args), timeout)
+            return await self._run_watched(args, acks)
+        return await asyncio.wait_for(self._run_watched(args, acks), timeout)
 
     async def fenced(self, key: str, args: Sequence[Any], timeout: float) -> Any:
         """``args`` (a ``LOCK.FENCED``) sent at most once, within ``timeout``: once it may
@@ -494,10 +527,13 @@ class Relock:
         node_timeout: float = core.DEFAULT_NODE_TIMEOUT,
         retry_delay: float = core.DEFAULT_RETRY_DELAY,
         max_partial_hold: float = core.DEFAULT_MAX_PARTIAL_HOLD,
+        replica_acks: int = 0,
+        replica_ack_timeout: float = core.DEFAULT_REPLICA_ACK_TIMEOUT,
     ) -> None:
         clients = list(client) if isinstance(client, (list, tuple)) else [client]
         if not clients:
             raise InvalidArgument("no servers given")
+        self._acks = core.check_acks(replica_acks, replica_ack_timeout, any(isinstance(c, acluster.RedisCluster) for c in clients))
         if len(clients) > 1 and any(isinstance(c, acluster.RedisCluster) for c in clients):
             raise InvalidArgument("Redlock takes independent masters; pass a RedisCluster alone")
         if not node_timeout >= 0.001:
@@ -616,7 +652,9 @@ class Relock:
             passed = deadline is not None and time.monotonic() >= deadline
             failure = rnd.after_failed(key, ttl_s, limit_wait, passed, bounded=remaining is not None)
             if failure is not None:
-                if raise_busy or not isinstance(failure, NotAcquired):
+                # acquire() returns None for a lock not granted in time, never for a grant
+                # its replicas did not acknowledge (NotAcknowledged): that one is raised.
+                if raise_busy or not isinstance(failure, NotAcquired) or isinstance(failure, NotAcknowledged):
                     raise failure
                 return None
             pause = core.jitter(self.retry_delay)
@@ -640,13 +678,50 @@ class Relock:
         accept: Callable[[Any], Any] | None = None,
         undo: Sequence[Any] | None = None,
     ) -> tuple[Any, Failure | None]:
+        acks = self._acks if self._acks is not None and str(args[0]).upper() in core.ACKED else None
         try:
-            reply = await self._servers[i].call(args, timeout, undo)
+            reply = await self._servers[i].call(args, timeout, undo, acks)
             return (reply if accept is None else accept(reply)), None
+        except core.NotAcked as e:
+            return await self._not_acked(i, args, e, accept)
         except asyncio.TimeoutError:
             return None, Failure(f"no reply within {timeout} s", timeout=True)
         except Exception as e:  # noqa: BLE001
             return None, core.classify(e, self._servers[i].cluster)
+
+    async def _not_acked(
+        self, i: int, args: Sequence[Any], e: core.NotAcked, accept: Callable[[Any], Any] | None
+    ) -> tuple[Any, Failure | None]:
+        """A write of master ``i`` that its replicas did not acknowledge (``replica_acks``):
+        a grant is released again there at once (in the background when that gets no
+        answer) and the master counts as failed; a renewal does not count, except on a
+        master left with fewer replicas connected than asked once all of them acknowledged it
+        (the promoted replica after a failover: that master holds the only copy anyway)."""
+        assert self._acks is not None
+        value = e.reply if accept is None else accept(e.reply)
+        if value is None:
+            return None, None  # refused after all (a group renewal that found part gone)
+        s = self._servers[i]
+        if str(args[0]).upper() in core.RENEWALS:
+            with contextlib.suppress(Exception):
+                connected = core.connected_replicas(await s.call(["ROLE"], self.node_timeout))
+                if connected is not None and connected < e.wanted and e.acked >= connected:
+                    core.log.warning(
+                        "relock: renewed on %s with %d of %d replica acknowledgements: only %d replicas are connected",
+                        s.name, e.acked, e.wanted, connected,
+                    )
+                    return value, None
+            return None, core.acks_failure(e, self._acks[1], released=False)
+        undo = core.undo_grant(args)
+        try:
+            await s.call(undo, self.node_timeout)
+        except Exception:  # noqa: BLE001 - asked again in the background
+            self._release_late(str(args[1]), str(undo[-3]), [j == i for j in range(len(self._servers))], undo)
+        return None, core.acks_failure(e, self._acks[1], released=True)
+
+    def _ack_time(self, args: Sequence[Any]) -> float:
+        """How long ``args`` may wait for replica acknowledgements after its reply."""
+        return self._acks[1] if self._acks is not None and str(args[0]).upper() in core.ACKED else 0.0
 
     async def _round(
         self,
@@ -659,8 +734,9 @@ class Relock:
         undo: Sequence[Any] | None = None,
     ) -> Round[Any]:
         rnd: Round[Any] = Round(self._names, time.monotonic(), until_all)
-        # A wait without limit has no bound; everything else is bounded by the node timeout.
-        t = self.node_timeout if isinstance(timeout, str) else timeout
+        # A wait without limit has no bound; everything else is bounded by the node timeout
+        # (and the replica acknowledgements' wait, for a write that waits for them).
+        t = self.node_timeout + self._ack_time(args) if isinstance(timeout, str) else timeout
         if len(self._servers) == 1:
             if targets is not None and not targets[0]:
                 rnd.on_reply(0, None)
@@ -704,7 +780,7 @@ class Relock:
 
     async def _wait_round(self, key: str, owner: str, ttl_ms: int, remaining: float | None, mode: list[str]) -> Round[Any]:
         args = ["LOCK.WAIT", key, owner, ttl_ms, core.wait_ms(remaining), *mode]
-        bound = None if remaining is None else remaining + WAIT_GRACE + self.node_timeout
+        bound = None if remaining is None else remaining + WAIT_GRACE + self.node_timeout + self._ack_time(args)
         if len(self._servers) == 1:
             return await self._round(args, timeout=bound)
         rnd = await self._round(args, timeout=bound, partial_hold=min(self.max_partial_hold, ttl_ms / 4000))
@@ -1005,6 +1081,9 @@ class Relock:
                 self._release_late(group[0], owner, later, release)
             if rnd.permanently_failed():
                 raise rnd.permanent_error(group[0])
+            not_acked = rnd.acks_error(",".join(group))
+            if not_acked is not None:
+                raise not_acked
             if deadline is not None and time.monotonic() >= deadline:
                 if raise_busy:
                     raise rnd.acquire_error(",".join(group), ttl_s, limit_wait)
