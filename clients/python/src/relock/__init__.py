@@ -27,7 +27,7 @@ from ._core import (
     Waiter,
     Who,
 )
-from ._sync import GroupHold, Hold, Leadership, Relock
+from ._sync import GroupHold, Hold, Leadership, Observer, Relock
 from .errors import (
     InvalidArgument,
     LockLost,
@@ -63,6 +63,7 @@ __all__ = [
     "LossReason",
     "NotAcknowledged",
     "NotAcquired",
+    "Observer",
     "OtherLimit",
     "OtherMode",
     "OtherPermits",

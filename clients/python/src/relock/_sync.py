@@ -638,6 +638,56 @@ if hasattr(os, "register_at_fork"):
 atexit.register(_release_at_exit)
 
 
+class Observer:
+    """The changes of an election's leader (``Relock.observe``): an iterator of
+    ``LeaderChange`` that ``stop()`` ends from any thread. A ``LOCK.OBSERVE`` blocked at that
+    moment is cut at once (its connection closed); the iteration then ends (``for`` leaves
+    the loop) without reporting anything more. A ``with`` block stops it on exit."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self._changes: Iterator[LeaderChange] = iter(())
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._cancel: _Cancel | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def stop(self) -> None:
+        """Ends the iteration: the thread iterating gets ``StopIteration`` (its ``for`` ends)
+        promptly, even while it waits in ``LOCK.OBSERVE``. Safe from any thread, and twice."""
+        with self._lock:
+            self._stop.set()
+            cancel = self._cancel
+        if cancel is not None:
+            cancel.cancel()
+
+    def _next_call(self) -> _Cancel | None:
+        """A fresh cut-off for the next command, None once stopped."""
+        with self._lock:
+            if self._stop.is_set():
+                return None
+            self._cancel = _Cancel()
+            return self._cancel
+
+    def __iter__(self) -> Observer:
+        return self
+
+    def __next__(self) -> LeaderChange:
+        return next(self._changes)
+
+    def __enter__(self) -> Observer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"Observer(key={self.key!r}, stopped={self.stopped})"
+
+
 class Relock:
     """Locks on one Redis server with the relock module, on a Redis Cluster
     (``redis.cluster.RedisCluster``), or with Redlock over a list of independent masters.
@@ -863,16 +913,23 @@ class Relock:
     def _leader(self, key: str) -> Leader | None:
         return (self._query_each(key, ["LOCK.INFO", key], lambda name, r: core.parse_leader(key, name, r)))[0]
 
-    def observe(self, key: str) -> Iterator[LeaderChange]:
+    def observe(self, key: str) -> Observer:
         """The leaders of the election ``key`` as they change, for ``for``: first the leader
         now (a ``LeaderChange`` whose ``leader`` is None when nobody leads), then one item
         after each change seen, with the latest leader (not every term between two
         wake-ups). ``term_regressed`` marks a term lower than the last one seen (the store
         lost history). Each wait is a finite ``LOCK.OBSERVE`` (5 s at most, or
         half the driver's ``socket_timeout``), asked again on a timeout or a lost connection
-        without reporting a change."""
+        without reporting a change. Returns an ``Observer``: iterate it, and call its
+        ``stop()`` from any thread to end the iteration (a blocked ``LOCK.OBSERVE`` is cut at
+        once); a ``with`` block stops it on exit."""
         core.check_key(key)
         core.check_election(key, len(self._servers), "observe")
+        observer = Observer(key)
+        observer._changes = self._observe(key, observer)
+        return observer
+
+    def _observe(self, key: str, observer: Observer) -> Iterator[LeaderChange]:
         s = self._servers[0]
         every = core.observe_every(s.socket_timeout)
         seen = core.Observation(key)
@@ -880,17 +937,24 @@ class Relock:
             args: list[Any] = ["LOCK.INFO", key]
             if seen.started:
                 args = ["LOCK.OBSERVE", key, seen.known, int(every * 1000)]
+            cancel = observer._next_call()
+            if cancel is None:
+                return
             try:
-                reply = s.call(args, every + max(self.node_timeout, 1.0), connect_within=max(self.node_timeout, 1.0))
+                reply = s.call(args, every + max(self.node_timeout, 1.0), cancel, connect_within=max(self.node_timeout, 1.0))
             except Exception as e:  # noqa: BLE001
+                if observer.stopped:
+                    return
                 failure = core.classify(e, s.cluster)
                 if failure.permanent:
                     if core.error_text(e).startswith("lock is shared"):
                         raise core.shared_election(key, s.name) from e
                     raise core.server_error(key, s.name, e) from e
-                if not failure.timeout:
-                    time.sleep(core.jitter(self.retry_delay))
+                if not failure.timeout and observer._stop.wait(core.jitter(self.retry_delay)):
+                    return
                 continue  # cut: asked again, nothing reported
+            if observer.stopped:
+                return
             change = seen.see(core.parse_leader(key, s.name, reply))
             if change is not None:
                 yield change
