@@ -11,11 +11,13 @@ import threading
 from typing import Any, Iterator
 
 import pytest
+import redis
+import redis.asyncio as aredis
 
 import relock
 import relock.aio
 from helpers import aconnect, connect, direct, eventually, info, until, waiters, within
-from servers import Server
+from servers import LossProxy, Server
 
 
 @pytest.fixture
@@ -165,3 +167,40 @@ def test_asyncio_acknowledged_and_not(pair: tuple[Server, Server]) -> None:
         await locks.aclose()
 
     asyncio.run(main())
+
+
+def test_a_lost_wait_reply_never_sends_the_acquisition_again(pair: tuple[Server, Server]) -> None:
+    """The send-once side of replica_acks: the WAIT's reply lost (the connection reset after
+    the master answered it) counts as no acknowledgement; the grant is released, and the
+    LOCK.ACQUIRE before it ran once, never re-sent by relock or redis-py (sync and asyncio)."""
+    master, _ = pair
+    proxy = LossProxy(master.port)
+    r = direct(master)
+
+    def acquires() -> int:
+        return int(r.info("commandstats").get("cmdstat_LOCK.ACQUIRE", {}).get("calls", 0))
+
+    try:
+        through = redis.Redis(port=proxy.port, decode_responses=True)
+        locks = relock.Relock(through, replica_acks=1, replica_ack_timeout=2)
+        before = acquires()
+        proxy.arm(b"WAIT")
+        with pytest.raises(relock.NotAcknowledged) as caught:
+            within(10, lambda: locks.acquire("once", ttl=10, wait=0))
+        assert "WAIT got no answer" in str(caught.value) and proxy.lost == 1
+        assert acquires() == before + 1
+        assert eventually(lambda: info(master, "once") is None, 5)
+
+        async def main() -> None:
+            alocks = relock.aio.Relock(aredis.Redis(port=proxy.port, decode_responses=True), replica_acks=1, replica_ack_timeout=2)
+            proxy.arm(b"WAIT")
+            with pytest.raises(relock.NotAcknowledged, match="WAIT got no answer"):
+                await asyncio.wait_for(alocks.acquire("once-a", ttl=10, wait=0), 10)
+            await alocks.aclose()
+
+        before = acquires()
+        asyncio.run(main())
+        assert acquires() == before + 1 and proxy.lost == 2
+        assert eventually(lambda: info(master, "once-a") is None, 5)
+    finally:
+        proxy.close()
