@@ -597,7 +597,7 @@ def classify(e: BaseException, cluster: bool = False) -> Failure:
     if "restart grace" in msg and (isinstance(e, rex.TryAgainError) or msg.startswith("TRYAGAIN")):
         left = msg[len("TRYAGAIN ") :] if msg.startswith("TRYAGAIN ") else msg
         return Failure(f"in its restart grace, granting nothing new yet ({left})", grace=True)
-    if isinstance(e, rex.TimeoutError):
+    if isinstance(e, (rex.TimeoutError, asyncio.TimeoutError, TimeoutError)):
         return Failure(f"no reply in time ({msg})" if msg else "no reply in time", timeout=True)
     if isinstance(e, (rex.AuthenticationError, rex.NoPermissionError)):
         return Failure(f"{msg} (check the user and password)", permanent=True)

@@ -25,6 +25,9 @@ from .errors import InvalidArgument, LockLost, NotAcknowledged, NotAcquired, Rel
 
 T = TypeVar("T")
 
+#: Why a hold's validity ran out unrenewed, when no renewal failed (``Hold._stall_reason``).
+_NOT_RENEWED = "the process did not run its renewal in time: a stall longer than"
+
 #: How long a connection may take to open (TCP and the handshake) in the background, at
 #: least: the calls waiting for it give up at their own deadlines, the next ones get it.
 CONNECT_TIMEOUT = 2.0
@@ -152,6 +155,9 @@ class _Server:
     #: Connections being opened at once, at most.
     MAX_CONNECTING = 4
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 27200e65440b:
+    # connections are opened by background threads under a threading.Condition, with a
+    # first-connection grace; asyncio opens them in the calling task
     def __init__(self, client: Any, connect_timeout: float, first_grace: bool, node_timeout: float = 0.1) -> None:
         self.client = client
         self._node_timeout = node_timeout
@@ -202,6 +208,9 @@ class _Server:
         if self._pid != os.getpid():
             self._idle, self._connecting, self._waiting, self._pid = [], 0, 0, os.getpid()
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 26ea9d4e1e8e:
+    # waits on a threading.Condition, up to the caller's deadline, for a connection a background
+    # thread opens
     def _checkout(self, connect_by: float | None) -> Any:
         """An idle connection, waiting for one until ``connect_by`` (a monotonic instant;
         None: no bound)."""
@@ -254,6 +263,9 @@ class _Server:
                 self._failures = [*self._failures[-3:], (self._attempts, failure)]
             self._cond.notify_all()
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin c46c5089712c:
+    # hands the connection to a waiting thread (Condition.notify); asyncio closes a surplus one in a
+    # task
     def _checkin(self, conn: Any) -> None:
         with self._cond:
             if self._pid == os.getpid() and len(self._idle) < self.KEEP_IDLE:
@@ -262,6 +274,9 @@ class _Server:
                 return
         conn.disconnect()
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin debfb2d9b16c:
+    # a blocking call a _Cancel cuts from another thread, connecting bounded apart (connect_within),
+    # the wait watched inline; asyncio: wait_for and a watcher task
     def call(
         self,
         args: Sequence[Any],
@@ -327,6 +342,8 @@ class _Server:
             self._checkin(conn)
         return reply
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin d68a348d95f0:
+    # reads WAIT's reply with the socket's own timeout; asyncio bounds the read with _within
     def _acked(self, conn: Any, reply: Any, acks: tuple[int, float]) -> Any:
         """After a write the master did (``reply``): ``WAIT replicas timeout_ms`` on its
         connection, so that the count covers that write (and, after a blocking LOCK.WAIT, the
@@ -352,6 +369,8 @@ class _Server:
             raise core.NotAcked(reply, acked, wanted)
         return reply
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 3678bf7ecaae:
+    # blocking reads bounded by socket timeouts, the first-connection grace; asyncio: wait_for
     def fenced(self, key: str, args: Sequence[Any], timeout: float) -> Any:
         """``args`` (a ``LOCK.FENCED``) sent at most once, within ``timeout``: once it may
         have left, no reply in time or a connection that ended first raises
@@ -382,6 +401,9 @@ class _Server:
         self._checkin(conn)
         return reply
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin b65d3400fa56:
+    # redis-py's sync cluster pools (get_connection, release); asyncio's nodes (acquire_connection,
+    # initialize first)
     def _fenced_cluster(self, key: str, args: Sequence[Any], deadline: float) -> Any:
         client = self.client
         node = core.node_of(client, key)
@@ -441,6 +463,9 @@ class _Server:
             return reply
         raise rex.TimeoutError(f"no master of {key!r} took the command in time (it was refused, not run)")
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin e4df9bff5749:
+    # blocking reads bounded by socket timeouts, the connection checked in here; asyncio reads in a
+    # shielded task
     def _undo(self, conn: Any, undo: Sequence[Any]) -> None:
         """A command that got no reply in time may still run (a server stalled a moment): its
         ``undo`` goes on the same connection, after it. Both replies are read for a little
@@ -520,6 +545,8 @@ class _Server:
             return "unknown", cid
         return core.client_list_state(reply), cid
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 5926fb6f5013:
+    # blocking pipelined reads bounded by socket timeouts; asyncio: wait_for over the whole
     def call_many(self, commands: Sequence[Sequence[Any]], timeout: float) -> list[Any]:
         """Several commands in one round trip (pipelined), each reply or the error it raised
         in its place; the whole bounded by ``timeout``."""
@@ -544,6 +571,8 @@ class _Server:
         self._checkin(conn)
         return out
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 72f8867260b8:
+    # the sync cluster client keeps its own timeouts; asyncio bounds it with wait_for
     def call_nodes(self, args: Sequence[Any], timeout: float) -> list[tuple[str, Any]]:
         """A command without a key on every master: each cluster primary, or the one server."""
         if not self.cluster:
@@ -553,6 +582,9 @@ class _Server:
             return [(str(k), v) for k, v in reply.items()]
         return [(self.name, reply)]
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 855f6528a036:
+    # under the Condition, and a cluster's connections are redis-py's own; asyncio closes in the
+    # loop
     def close(self) -> None:
         """Closes the idle connections."""
         if self.cluster:
@@ -713,6 +745,9 @@ class Relock:
     Every hold has an owner of its own, so threads sharing one ``Relock`` exclude each other.
     """
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 3bf4c4d11aad:
+    # worker pools and the renewal thread (_make_pools, _Renewer) instead of tasks and a WeakSet of
+    # holds
     def __init__(
         self,
         client: Any,
@@ -818,6 +853,7 @@ class Relock:
         ``hold.release()``), or None when the lock was not granted within ``wait``."""
         return self._acquire(key, ttl, wait, shared, limit, permits, raise_busy=False)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _acquire(
         self,
         key: str,
@@ -858,10 +894,11 @@ class Relock:
                     return (make or Hold)(self, key, owner, ttl_s, tokens, until, mode)
                 self._release_failed(key, owner, rnd, ttl_s)
             except BaseException:
-                # Interrupted (KeyboardInterrupt, SystemExit from a signal handler) anywhere
-                # from the request to the Hold (a late grant's renewal included): the waits
-                # were cut (their connections closed, so no server keeps this owner queued);
-                # whatever was granted, or lands still, is given back.
+                # Cancelled (asyncio), interrupted (KeyboardInterrupt, SystemExit from a signal
+                # handler) or failed anywhere from the request to the Hold (a late grant's
+                # renewal included): the waits were cut (their connections closed, so no
+                # server keeps this owner queued); whatever was granted, or lands still, is
+                # given back in the background.
                 self._give_back(key, owner, ttl_s)
                 raise
             passed = deadline is not None and time.monotonic() >= deadline
@@ -913,6 +950,9 @@ class Relock:
     def _leader(self, key: str) -> Leader | None:
         return (self._query_each(key, ["LOCK.INFO", key], lambda name, r: core.parse_leader(key, name, r)))[0]
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 4299664cb98f:
+    # returns an Observer that stop() ends from another thread (cutting a blocked LOCK.OBSERVE);
+    # asyncio's is an async generator ended by cancellation
     def observe(self, key: str) -> Observer:
         """The leaders of the election ``key`` as they change, for ``for``: first the leader
         now (a ``LeaderChange`` whose ``leader`` is None when nobody leads), then one item
@@ -1001,6 +1041,7 @@ class Relock:
                 "give them one {hash tag}"
             )
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _acquire_all(self, keys: Sequence[str], ttl: float, wait: float | None, raise_busy: bool) -> GroupHold | None:
         group = core.check_keys(keys)
         self._check_slot(group)
@@ -1015,11 +1056,16 @@ class Relock:
 
         while True:
             owner = self.new_owner()
-            rnd = self._round(["LOCK.MACQUIRE", n, *group, owner, ttl_ms], accept=tokens_of)
+            release = ["LOCK.MRELEASE", n, *group, owner]
+            try:
+                rnd = self._round(["LOCK.MACQUIRE", n, *group, owner, ttl_ms], accept=tokens_of)
+            except BaseException:
+                # Cancelled or interrupted while it was under way: given back in the background.
+                self._release_late(group[0], owner, None, release)
+                raise
             until = rnd.valid_until(ttl_s)
             if until is not None:
                 return GroupHold(self, group, owner, ttl_s, next(iter(rnd.agreed.values())), until)
-            release = ["LOCK.MRELEASE", n, *group, owner]
             now_, later = rnd.give_back()
             if any(now_):
                 self._round(release, targets=now_, until_all=True)
@@ -1051,6 +1097,7 @@ class Relock:
                 pause = min(pause, max(0.0, deadline - time.monotonic()))
             time.sleep(pause)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _wait_each(self, group: list[str], owner: str, ttl_ms: int, deadline: float | None) -> GroupHold | str:
         """Waits for ``group``'s keys one by one in wait order under ``owner``, keeping the
         keys already taken alive (a wait is cut into ttl/3 pieces with a renewal between).
@@ -1103,11 +1150,16 @@ class Relock:
                 return "again"
             return GroupHold(self, group, owner, ttl_s, {k: tokens[k] for k in group}, until)
         except BaseException:
-            give_back()
+            # Cancelled, interrupted or failed: whatever was taken, or lands, is given back in
+            # the background.
+            self._release_late(group[0], owner, None, ["LOCK.MRELEASE", len(group), *group, owner])
             raise
 
     # --- rounds ---------------------------------------------------------------------------
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin ac30cd517c54:
+    # takes a _Cancel and connect_within (a blocking call cut from another thread); asyncio's
+    # timeouts are asyncio.TimeoutError
     def _ask(
         self,
         i: int,
@@ -1127,7 +1179,10 @@ class Relock:
         except Exception as e:  # noqa: BLE001 - every failure is a failed server
             return None, core.classify(e, self._servers[i].cluster)
 
-    def _not_acked(self, i: int, args: Sequence[Any], e: core.NotAcked, accept: Callable[[Any], Any] | None) -> tuple[Any, Failure | None]:
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
+    def _not_acked(
+        self, i: int, args: Sequence[Any], e: core.NotAcked, accept: Callable[[Any], Any] | None
+    ) -> tuple[Any, Failure | None]:
         """A write of master ``i`` that its replicas did not acknowledge (``replica_acks``):
         a grant is released again there at once (in the background when that gets no
         answer) and the master counts as failed; a renewal does not count, except on a
@@ -1155,6 +1210,9 @@ class Relock:
             self._release_late(str(args[1]), str(undo[-3]), [j == i for j in range(len(self._servers))], undo)
         return None, core.acks_failure(e, self._acks[1], released=True)
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin ae57cd847057:
+    # fans out on worker pools (concurrent.futures), renewals on workers of their own; asyncio
+    # spawns a task per request
     def _round(
         self,
         args: Sequence[Any],
@@ -1204,10 +1262,14 @@ class Relock:
                 rnd.on_reply(pending.pop(f), value, failure)
         return rnd.finish(time.monotonic())
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _ack_time(self, args: Sequence[Any]) -> float:
         """How long ``args`` may wait for replica acknowledgements after its reply."""
         return self._acks[1] if self._acks is not None and str(args[0]).upper() in core.ACKED else 0.0
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 9ec08706fc7a:
+    # each Redlock wait blocks a worker of its own and is cut by a _Cancel, the waits cut off topped
+    # up (_top_up); asyncio cancels tasks
     def _wait_round(self, key: str, owner: str, ttl_ms: int, remaining: float | None, mode: list[str]) -> Round[Any]:
         args = ["LOCK.WAIT", key, owner, ttl_ms, core.wait_ms(remaining), *mode]
         bound = None if remaining is None else remaining + WAIT_GRACE + self.node_timeout + self._ack_time(args)
@@ -1262,10 +1324,11 @@ class Relock:
         for i, token in extra.agreed.items():
             rnd.add_grant(i, token)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _give_back(self, key: str, owner: str, ttl: float | None = None) -> None:
-        """An acquisition cut short (interrupted): whatever ``owner`` was granted, or may yet
-        be, is released in the background (a second interrupt cannot stop it there), asked
-        again until every server answered or the lease would have ended."""
+        """An acquisition cut short (cancelled, interrupted): whatever ``owner`` was granted,
+        or may yet be, is released in the background, asked again until every server
+        answered or the lease would have ended."""
         with contextlib.suppress(BaseException):
             self._release_late(key, owner, None, ttl=ttl)
 
@@ -1280,6 +1343,8 @@ class Relock:
         if any(later):
             self._release_late(key, owner, later, ttl=ttl)
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin d45972b404fc:
+    # submits to the background workers; asyncio spawns a task
     def _release_late(
         self, key: str, owner: str, targets: list[bool] | None, args: list[Any] | None = None, ttl: float | None = None
     ) -> None:
@@ -1298,6 +1363,7 @@ class Relock:
 
         self._background.submit(later)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _give_back_until(self, release: list[Any], targets: list[bool] | None, until: float) -> None:
         left = [True] * len(self._servers) if targets is None else list(targets)
         pause = 0.02
@@ -1311,9 +1377,10 @@ class Relock:
 
     # --- looking at locks -----------------------------------------------------------------
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _query_each(self, key: str, args: Sequence[Any], parse: Callable[[str, Any], T]) -> list[T]:
         out = []
-        for i, s in enumerate(self._servers):
+        for s in self._servers:
             try:
                 reply = s.call(args, max(self.node_timeout, 1.0))
             except Exception as e:  # noqa: BLE001
@@ -1376,6 +1443,7 @@ class Relock:
         hottest first on each."""
         return [k for name, r in self._each_node(["LOCK.STATS", "COUNT", count]) for k in core.parse_stats(name, r)]
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _each_node(self, args: Sequence[Any]) -> list[tuple[str, Any]]:
         out: list[tuple[str, Any]] = []
         for s in self._servers:
@@ -1425,6 +1493,9 @@ class _LossEvent(threading.Event):
         super().__init__()
         self._hold = weakref.ref(hold)
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 1175c46c5e37:
+    # a thread that reads lost sets the reason at once (there is no task to wake); asyncio sets it
+    # in check()
     def is_set(self) -> bool:
         if super().is_set():
             return True
@@ -1466,6 +1537,8 @@ class Hold:
     - ``check()`` raises ``LockLost`` once it is lost; ``renew()`` and ``release()`` act now.
     """
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 7eb503417885:
+    # threading locks, registered with the renewal thread; asyncio: asyncio locks and a renewal task
     def __init__(
         self,
         client: Relock,
@@ -1512,19 +1585,19 @@ class Hold:
     def __repr__(self) -> str:
         return f"Hold(key={self.key!r}, owner={self.owner!r}, token={self.token})"
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def __enter__(self) -> Hold:
         return self
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def __exit__(self, *exc: object) -> None:
         self._close()
 
     # --- state ----------------------------------------------------------------------------
 
-    def _lead(self) -> float:
-        return core.loss_lead(self.ttl)
-
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _lost_at(self) -> float:
-        return self.valid_until - self._lead()
+        return self.valid_until - core.loss_lead(self.ttl)
 
     # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _expired(self) -> bool:
@@ -1579,6 +1652,9 @@ class Hold:
     def _refused_words(self, servers: list[str]) -> str:
         return f"LOCK.RENEW answered nil on {', '.join(servers)}: the lock expired or was taken away"
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin a744b6e241af:
+    # under the state lock (the renewal thread races the holder), and leaves the renewal thread's
+    # list
     def _lose(self, reason: str, loss: LossReason | None = None) -> None:
         with self._state:
             if self._released or threading.Event.is_set(self.lost):
@@ -1590,6 +1666,7 @@ class Hold:
         # Whatever servers still have it should not keep it until the ttl.
         self._client._release_late(self.key, self.owner, None, self._release_args(), ttl=self.ttl)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def check(self) -> None:
         """Raises ``LockLost`` (with the reason) if the hold is lost, released, or past its
         validity; returns otherwise."""
@@ -1612,10 +1689,10 @@ class Hold:
             return f"its validity ran out: renewals failed ({self._last_failure})"
         return self._stall_reason()
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _stall_reason(self) -> str:
         return (
-            f"its validity ran out before it could be renewed (the process did not run its "
-            f"renewal in time: a stall longer than the {self.ttl:g} s ttl?)"
+            f"its validity ran out before it could be renewed ({_NOT_RENEWED} the {self.ttl:g} s ttl?)"
         )
 
     # --- renewal --------------------------------------------------------------------------
@@ -1645,6 +1722,9 @@ class Hold:
             self._renewing = False
             self._client._renewer.poke(self._next_due())
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin a239cb546d3b:
+    # the renewal thread's round (background=True) schedules the next one itself and renew() raises
+    # from inside; asyncio's returns a verdict to its loop
     def _renew_round(self, ttl: float, background: bool) -> None:
         ttl_ms = core.check_ttl(ttl)
         ttl_s = ttl_ms / 1000
@@ -1653,6 +1733,9 @@ class Hold:
         with self._renew_lock:
             self._renew_locked(ttl_ms, ttl_s, background)
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin ebf70caa5896:
+    # the renewal thread's round (background=True) schedules the next one itself and renew() raises
+    # from inside; asyncio's returns a verdict to its loop
     def _renew_locked(self, ttl_ms: int, ttl_s: float, background: bool) -> None:
         if self._pid != os.getpid() or self._released:
             self.check()
@@ -1699,6 +1782,8 @@ class Hold:
         where = f"key {loss.entry.key!r} " if loss.entry is not None and len(self.keys) > 1 and loss.entry.key else ""
         self._lose(f"{what}: {where}{loss.message}", loss)
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin a80a165d2f32:
+    # the renewal round raises itself (background=False); asyncio's returns a verdict
     def renew(self, ttl: float | None = None) -> None:
         """Renews now (``ttl`` seconds from now, default the hold's ttl; it becomes the
         hold's ttl). Raises ``LockLost`` when the hold is gone, ``NotAcquired`` (retryable)
@@ -1721,6 +1806,9 @@ class Hold:
         it does nothing and returns False: the hold is the parent's."""
         return self._end(None)
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 03f728ad807e:
+    # under the state lock; an interrupt (Ctrl-C) moves the release to a thread of its own; asyncio
+    # shields a task of its own
     def _end(self, reason: str | None) -> bool:
         """Ends the hold: ``reason`` (an end the holder did not ask for: the interpreter
         exiting) is signalled first (``lost`` set), then the hold is released; servers that
@@ -1748,6 +1836,9 @@ class Hold:
             raise error
         return False
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 6fa239910683:
+    # leaves the renewal thread's list first; asyncio gives the release back in the background when
+    # its task is cancelled
     def _release_whole(self) -> Round[Any]:
         """The release round(s) under the step: the hold ends whole (see ``_end``)."""
         self._client._renewer.remove(self)
@@ -1778,10 +1869,13 @@ class Hold:
         with contextlib.suppress(Exception):
             self._release_whole()
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 7db9a2581904:
+    # asyncio shields the release from a cancellation; threads are not cancelled
     def _close(self) -> None:
         with contextlib.suppress(RelockError):
             self.release()
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def fenced(self, command: str, *args: Any) -> Any:
         """``command args...`` run by the server only while this hold's token is the live
         one (``LOCK.FENCED key token command args...``, atomically with that check); returns
@@ -1809,6 +1903,8 @@ class Hold:
         """The key and token LOCK.FENCED checks."""
         return self.key, self.token
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 4f47d78cb08c:
+    # the mode changes under the state lock, which the renewal thread reads under
     def downgrade(self) -> None:
         """Turns this exclusive hold into a shared one (LOCK.DOWNGRADE) in one atomic step,
         keeping its token, ttl and count; the readers at the head of the queue are let in
@@ -1834,6 +1930,9 @@ class Hold:
             servers=rnd.servers(lambda f: not f.refused),
         )
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 73db8b5be2f1:
+    # the step in runs in the calling thread under the step lock (an interrupt taken back in place);
+    # asyncio runs it in a task of its own that a cancellation never cuts
     @contextlib.contextmanager
     def reenter(self) -> Iterator[int]:
         """A nested section under the same owner (LOCK.REENTER): yields the hold count, and
@@ -1892,6 +1991,9 @@ class Hold:
         if any(left):
             c._release_late(self.key, self.owner, left, undo, ttl=self.ttl)
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin c26cda3914aa:
+    # the step out runs in the calling thread under the step lock; asyncio's is a task of its own,
+    # shielded
     def _step_out(self, agreed: list[bool]) -> None:
         """A nested section's exit: its count taken down by one (LOCK.RELEASE FROM count),
         given back in the background where no reply came; nothing once the hold was ended

@@ -58,6 +58,8 @@ __all__ = [
 
 T = TypeVar("T")
 WAIT_GRACE = 1.0
+#: Why a hold's validity ran out unrenewed, when no renewal failed (``Hold._stall_reason``).
+_NOT_RENEWED = "the event loop did not run the renewal in time: blocked longer than"
 
 
 #: How long opening a connection (TCP and the handshake) may take, at least.
@@ -634,20 +636,23 @@ class Relock:
                     rnd = await self._wait_round(key, owner, ttl_ms, remaining, mode)
                 until = rnd.valid_until(ttl_s)
                 if rnd.granted_late(ttl_s):
+                    # Granted after a long wait: the ttl counts from a grant we did not see, so
+                    # measure the validity with a renewal.
                     renewal = await self._round(["LOCK.RENEW", key, owner, ttl_ms])
                     until = renewal.valid_until(ttl_s)
                     if until is None:
                         rnd = renewal
                 if until is not None:
                     tokens = {self._names[i]: int(t) for i, t in sorted(rnd.agreed.items())}
-                    hold = (make or Hold)(self, key, owner, ttl_s, tokens, until, mode)
-                    self._holds.add(hold)
-                    return hold
+                    return (make or Hold)(self, key, owner, ttl_s, tokens, until, mode)
                 await self._release_failed(key, owner, rnd, ttl_s)
             except BaseException:
-                # Cancelled (at any await, a late grant's renewal included) or failed: whatever
-                # this owner was granted, or is yet, is given back.
-                self._release_late(key, owner, None, ttl=ttl_s)
+                # Cancelled (asyncio), interrupted (KeyboardInterrupt, SystemExit from a signal
+                # handler) or failed anywhere from the request to the Hold (a late grant's
+                # renewal included): the waits were cut (their connections closed, so no
+                # server keeps this owner queued); whatever was granted, or lands still, is
+                # given back in the background.
+                self._give_back(key, owner, ttl_s)
                 raise
             passed = deadline is not None and time.monotonic() >= deadline
             failure = rnd.after_failed(key, ttl_s, limit_wait, passed, bounded=remaining is not None)
@@ -732,7 +737,11 @@ class Relock:
         partial_hold: float | None = None,
         accept: Callable[[Any], Any] | None = None,
         undo: Sequence[Any] | None = None,
+        background: bool = False,
     ) -> Round[Any]:
+        """``args`` on every server (those ``targets`` selects), each request a task of its
+        own. ``background`` (a background release's round) changes nothing here: unlike
+        relock.Relock's worker pools, no request ever queues behind another."""
         rnd: Round[Any] = Round(self._names, time.monotonic(), until_all)
         # A wait without limit has no bound; everything else is bounded by the node timeout
         # (and the replica acknowledgements' wait, for a write that waits for them).
@@ -805,6 +814,13 @@ class Relock:
         if any(later):
             self._release_late(key, owner, later, ttl=ttl)
 
+    def _give_back(self, key: str, owner: str, ttl: float | None = None) -> None:
+        """An acquisition cut short (cancelled, interrupted): whatever ``owner`` was granted,
+        or may yet be, is released in the background, asked again until every server
+        answered or the lease would have ended."""
+        with contextlib.suppress(BaseException):
+            self._release_late(key, owner, None, ttl=ttl)
+
     def _release_late(
         self, key: str, owner: str, targets: list[bool] | None, args: list[Any] | None = None, ttl: float | None = None
     ) -> None:
@@ -815,20 +831,19 @@ class Relock:
         until = time.monotonic() + (core.DEFAULT_TTL if ttl is None else ttl)
 
         async def later() -> None:
-            await self._give_back(release, targets, until)
+            await self._give_back_until(release, targets, until)
             await asyncio.sleep(0.1)
-            await self._give_back(release, targets, until)
+            await self._give_back_until(release, targets, until)
 
         with contextlib.suppress(RuntimeError):
             self._spawn(later())
 
-    async def _give_back(self, release: list[Any], targets: list[bool] | None, until: float) -> None:
+    async def _give_back_until(self, release: list[Any], targets: list[bool] | None, until: float) -> None:
         left = [True] * len(self._servers) if targets is None else list(targets)
         pause = 0.02
         while any(left):
-            rnd = await self._round(release, targets=left, until_all=True)
-            unanswered = rnd.unanswered()
-            left = [a and u for a, u in zip(left, unanswered)]
+            rnd = await self._round(release, targets=left, until_all=True, background=True)
+            left = [a and u for a, u in zip(left, rnd.unanswered())]
             if not any(left) or time.monotonic() + pause >= until:
                 return
             await asyncio.sleep(pause)
@@ -856,8 +871,6 @@ class Relock:
         for s in self._servers:
             try:
                 reply = await s.call(args, max(self.node_timeout, 1.0))
-            except asyncio.TimeoutError as e:
-                raise ServerError(f"lock {key!r} on {s.name}: no reply in time", key=key, servers=[s.name]) from e
             except Exception as e:  # noqa: BLE001
                 raise core.server_error(key, s.name, e) from e
             out.append(parse(s.name, reply))
@@ -914,8 +927,6 @@ class Relock:
         for s in self._servers:
             try:
                 out += await s.call_nodes(args, max(self.node_timeout, 1.0))
-            except asyncio.TimeoutError as e:
-                raise ServerError(f"{s.name}: no reply in time", servers=[s.name]) from e
             except Exception as e:  # noqa: BLE001
                 raise core.server_error(None, s.name, e) from e
         return out
@@ -1047,9 +1058,7 @@ class Relock:
                 "give them one {hash tag}"
             )
 
-    async def _acquire_all(
-        self, keys: Sequence[str], ttl: float, wait: float | None, raise_busy: bool
-    ) -> GroupHold | None:
+    async def _acquire_all(self, keys: Sequence[str], ttl: float, wait: float | None, raise_busy: bool) -> GroupHold | None:
         group = core.check_keys(keys)
         self._check_slot(group)
         ttl_ms = core.check_ttl(ttl)
@@ -1066,14 +1075,13 @@ class Relock:
             release = ["LOCK.MRELEASE", n, *group, owner]
             try:
                 rnd = await self._round(["LOCK.MACQUIRE", n, *group, owner, ttl_ms], accept=tokens_of)
-            except asyncio.CancelledError:
+            except BaseException:
+                # Cancelled or interrupted while it was under way: given back in the background.
                 self._release_late(group[0], owner, None, release)
                 raise
             until = rnd.valid_until(ttl_s)
             if until is not None:
-                hold = GroupHold(self, group, owner, ttl_s, next(iter(rnd.agreed.values())), until)
-                self._holds.add(hold)
-                return hold
+                return GroupHold(self, group, owner, ttl_s, next(iter(rnd.agreed.values())), until)
             now_, later = rnd.give_back()
             if any(now_):
                 await self._round(release, targets=now_, until_all=True)
@@ -1084,29 +1092,32 @@ class Relock:
             not_acked = rnd.acks_error(",".join(group))
             if not_acked is not None:
                 raise not_acked
-            if deadline is not None and time.monotonic() >= deadline:
+            passed = deadline is not None and time.monotonic() >= deadline
+            if passed:
                 if raise_busy:
                     raise rnd.acquire_error(",".join(group), ttl_s, limit_wait)
                 return None
             if len(self._servers) == 1 and not rnd.some_failed():
+                # Some key is taken or has a queue: wait for the keys one by one, in order.
                 got = await self._wait_each(group, owner, ttl_ms, deadline)
                 if isinstance(got, GroupHold):
-                    self._holds.add(got)
                     return got
                 if got == "timeout":
                     if raise_busy:
                         raise NotAcquired(f"locks {group!r}: not all acquired within {limit_wait:g} s", key=group[0])
                     return None
-                continue
+                continue  # a key taken early was lost while waiting: start again
+            # Redlock, a server in its restart grace, or one that did not answer: try again.
             pause = core.jitter(self.retry_delay)
             if deadline is not None:
                 pause = min(pause, max(0.0, deadline - time.monotonic()))
             await asyncio.sleep(pause)
 
-    async def _wait_each(
-        self, group: list[str], owner: str, ttl_ms: int, deadline: float | None
-    ) -> GroupHold | str:
-        """``relock.Relock._wait_each`` for asyncio: the keys one by one in wait order."""
+    async def _wait_each(self, group: list[str], owner: str, ttl_ms: int, deadline: float | None) -> GroupHold | str:
+        """Waits for ``group``'s keys one by one in wait order under ``owner``, keeping the
+        keys already taken alive (a wait is cut into ttl/3 pieces with a renewal between).
+        The group, ``"timeout"`` or ``"again"`` (a key taken early was lost: start over);
+        what was taken is given back unless the group is returned."""
         ttl_s = ttl_ms / 1000
         taken: list[str] = []
         tokens: dict[str, int] = {}
@@ -1114,6 +1125,7 @@ class Relock:
         async def give_back() -> None:
             if taken:
                 release = ["LOCK.MRELEASE", len(taken), *taken, owner]
+                await self._round(release, until_all=True)
                 self._release_late(taken[0], owner, None, release)
 
         def all_of(want: int) -> Callable[[Any], Any]:
@@ -1141,12 +1153,11 @@ class Relock:
                         self._release_late(key, owner, None)
                         await asyncio.sleep(min(core.jitter(self.retry_delay), remaining if remaining is not None else 1e9))
                     if taken:
-                        renewal = await self._round(
-                            ["LOCK.MRENEW", len(taken), *taken, owner, ttl_ms], accept=all_of(len(taken))
-                        )
+                        renewal = await self._round(["LOCK.MRENEW", len(taken), *taken, owner, ttl_ms], accept=all_of(len(taken)))
                         if renewal.renew_verdict() == "lost":
                             await give_back()
                             return "again"
+            # The first keys' ttl ran while later ones were waited for: measure the validity.
             renewal = await self._round(["LOCK.MRENEW", len(group), *group, owner, ttl_ms], accept=all_of(len(group)))
             until = renewal.valid_until(ttl_s)
             if until is None:
@@ -1154,7 +1165,8 @@ class Relock:
                 return "again"
             return GroupHold(self, group, owner, ttl_s, {k: tokens[k] for k in group}, until)
         except BaseException:
-            # Cancelled or failed: whatever was taken, or lands, is given back in the background.
+            # Cancelled, interrupted or failed: whatever was taken, or lands, is given back in
+            # the background.
             self._release_late(group[0], owner, None, ["LOCK.MRELEASE", len(group), *group, owner])
             raise
 
@@ -1216,6 +1228,7 @@ class Hold:
         self._wake = asyncio.Event()
         self.lost: asyncio.Event = _LossEvent(self)
         self._task: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(self._renew_loop())
+        client._holds.add(self)
 
     def __repr__(self) -> str:
         return f"Hold(key={self.key!r}, owner={self.owner!r}, token={self.token})"
@@ -1241,8 +1254,7 @@ class Hold:
 
     def _stall_reason(self) -> str:
         return (
-            f"its validity ran out before it could be renewed (the event loop did not run the "
-            f"renewal in time: blocked longer than the {self.ttl:g} s ttl?)"
+            f"its validity ran out before it could be renewed ({_NOT_RENEWED} the {self.ttl:g} s ttl?)"
         )
 
     def _expiry_reason(self) -> str:
@@ -1292,10 +1304,12 @@ class Hold:
         self._client._release_late(self.key, self.owner, None, self._release_args(), ttl=self.ttl)
 
     def check(self) -> None:
+        """Raises ``LockLost`` (with the reason) if the hold is lost, released, or past its
+        validity; returns otherwise."""
         if self._pid != os.getpid():
             raise core.lost_error(self.key, f"the process forked: this hold belongs to process {self._pid}", None)
         if self.lost.is_set():
-            if self.reason is None:
+            if self.reason is None and time.monotonic() >= self._lost_at():
                 self._lose(self._expiry_reason())
             raise core.lost_error(self.key, self.reason or "its validity ran out", self.loss, self._client.servers)
         if self._released:
