@@ -1680,13 +1680,14 @@ class Hold:
             raise core.lost_error(self.key, "it was released", None)
 
     # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
-    def _expiry_reason(self) -> str:
-        """Why the validity ran out: renewals that failed or went unanswered (not a process or
-        an event loop that did not run the renewal in time)."""
-        if self._renewing:
-            return "its validity ran out during a renewal that no quorum answered"
+    def _expiry_reason(self, renewing: bool = False) -> str:
+        """Why the validity ran out: renewals that failed (what failed, even when another
+        was under way at the end), or one that went unanswered (``renewing``: under way when
+        it ended), not a process or an event loop that did not run the renewal in time."""
         if self._last_failure:
             return f"its validity ran out: renewals failed ({self._last_failure})"
+        if renewing or self._renewing:
+            return "its validity ran out during a renewal that no quorum answered"
         return self._stall_reason()
 
     # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script

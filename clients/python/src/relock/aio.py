@@ -1257,13 +1257,14 @@ class Hold:
             f"its validity ran out before it could be renewed ({_NOT_RENEWED} the {self.ttl:g} s ttl?)"
         )
 
-    def _expiry_reason(self) -> str:
-        """Why the validity ran out: renewals that failed or went unanswered (not a process or
-        an event loop that did not run the renewal in time)."""
-        if self._renewing:
-            return "its validity ran out during a renewal that no quorum answered"
+    def _expiry_reason(self, renewing: bool = False) -> str:
+        """Why the validity ran out: renewals that failed (what failed, even when another
+        was under way at the end), or one that went unanswered (``renewing``: under way when
+        it ended), not a process or an event loop that did not run the renewal in time."""
         if self._last_failure:
             return f"its validity ran out: renewals failed ({self._last_failure})"
+        if renewing or self._renewing:
+            return "its validity ran out during a renewal that no quorum answered"
         return self._stall_reason()
 
     @property
@@ -1349,7 +1350,7 @@ class Hold:
                     self._renew_round(self.ttl), max(0.001, self._lost_at() - time.monotonic())
                 )
             except asyncio.TimeoutError:
-                self._lose("its validity ran out during a renewal that no quorum answered")
+                self._lose(self._expiry_reason(renewing=True))
                 return
             except RelockError:
                 return
