@@ -925,7 +925,9 @@ class Relock:
         ``Leadership`` is a hold: ``term`` (its fencing token: hand it to whatever the leader
         writes), ``lost`` and ``reason`` (renewed every ttl/3 in the background),
         ``resign()``. One master or a cluster only, and an exclusive key (``InvalidArgument``
-        over Redlock masters, ``ServerError`` on a shared key)."""
+        over Redlock masters, ``ServerError`` on a shared key). With ``replica_acks``, it
+        returns only once that many replicas acknowledged the grant; a grant they did not
+        acknowledge is released and ``NotAcknowledged`` raised."""
         core.check_key(key)
         core.check_election(key, len(self._servers), "campaign")
         core.candidate_owner(value)
