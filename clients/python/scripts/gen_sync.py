@@ -135,6 +135,8 @@ BY_HAND: dict[tuple[str, str], str] = {
     ("_Server", "call"): "a blocking call a _Cancel cuts from another thread, connecting bounded apart (connect_within), the wait watched inline; asyncio: wait_for and a watcher task",
     ("_Server", "fenced"): "blocking reads bounded by socket timeouts, the first-connection grace; asyncio: wait_for",
     ("_Server", "_fenced_cluster"): "redis-py's sync cluster pools (get_connection, release); asyncio's nodes (acquire_connection, initialize first)",
+    ("_Server", "_cluster_acked"): "redis-py's sync cluster client; asyncio's is initialized first and its reads bounded by wait_for",
+    ("_Server", "role"): "the sync cluster client keeps its own timeouts; asyncio bounds the call with wait_for",
     ("_Server", "call_many"): "blocking pipelined reads bounded by socket timeouts; asyncio: wait_for over the whole",
     ("_Server", "call_nodes"): "the sync cluster client keeps its own timeouts; asyncio bounds it with wait_for",
     ("_Server", "close"): "under the Condition, and a cluster's connections are redis-py's own; asyncio closes in the loop",

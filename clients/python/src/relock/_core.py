@@ -558,9 +558,10 @@ class Failure:
     bad_ttl: bool = False
     """The server refused the ttl asked for (``ttl_ms exceeds relock.restart-grace-ms``) and
     changed nothing: permanent for that ttl, but a hold it was asked to renew is still held."""
-    acks: tuple[int, int] | None = None
-    """(acknowledged, wanted): the write was done, but fewer replicas than ``replica_acks``
-    acknowledged it (``WAIT``); a grant was released again there. Not permanent."""
+    acks: tuple[int, int, str | None] | None = None
+    """(acknowledged, wanted, master): the write was done, but fewer replicas than
+    ``replica_acks`` acknowledged it (``WAIT``); a grant was released again there. ``master``
+    is the cluster node that served the key (None: the server itself). Not permanent."""
 
     @staticmethod
     def refusal() -> Failure:
@@ -835,12 +836,13 @@ class Round(Generic[T]):
             return None
         i, f = short[0]
         assert f.acks is not None
+        master = f.acks[2] or self.names[i]
         return NotAcknowledged(
             f"lock {key!r}: granted, but not acknowledged by enough replicas "
             f"({self.describe(lambda f: f.acks is not None)})",
             key=key,
             servers=[self.names[j] for j, _ in short],
-            master=self.names[i],
+            master=master,
             acked=f.acks[0],
             wanted=f.acks[1],
         )
@@ -1229,7 +1231,7 @@ ACKED = frozenset({"LOCK.ACQUIRE", "LOCK.WAIT", "LOCK.MACQUIRE", "LOCK.RENEW", "
 RENEWALS = frozenset({"LOCK.RENEW", "LOCK.MRENEW"})
 
 
-def check_acks(replica_acks: Any, replica_ack_timeout: Any, cluster: bool) -> tuple[int, float] | None:
+def check_acks(replica_acks: Any, replica_ack_timeout: Any) -> tuple[int, float] | None:
     """The ``replica_acks`` options as ``(replicas, timeout)``, None when off (0)."""
     if isinstance(replica_acks, bool) or not isinstance(replica_acks, int) or replica_acks < 0:
         raise InvalidArgument(f"invalid replica_acks {replica_acks!r} (a number of replicas, 0 or more)")
@@ -1238,11 +1240,6 @@ def check_acks(replica_acks: Any, replica_ack_timeout: Any, cluster: bool) -> tu
         return None
     if timeout < 0.001:
         raise InvalidArgument(f"invalid replica_ack_timeout {replica_ack_timeout!r} (at least 1 ms: WAIT 0 waits forever)")
-    if cluster:
-        raise InvalidArgument(
-            "replica_acks is not supported on a Redis Cluster client yet: the WAIT must go on the "
-            "connection that made the write, which redis-py's cluster client does not expose"
-        )
     return replica_acks, timeout
 
 
@@ -1256,21 +1253,35 @@ class NotAcked(Exception):
     write's, ``acked`` how many replicas acknowledged (0 when ``WAIT`` got no answer:
     ``why`` says so)."""
 
-    def __init__(self, reply: Any, acked: int, wanted: int, why: str = "") -> None:
+    def __init__(self, reply: Any, acked: int, wanted: int, why: str = "", master: str | None = None) -> None:
         super().__init__(why or f"{acked} of {wanted} replicas acknowledged")
         self.reply = reply
         self.acked = acked
         self.wanted = wanted
         self.why = why
+        self.master = master
 
 
 def acks_failure(e: NotAcked, timeout: float, released: bool) -> Failure:
     why = f" ({e.why})" if e.why else ""
     then = "; the grant was released again there" if released else "; the renewal does not count"
+    on = f"master {e.master}: " if e.master else ""
     return Failure(
-        f"only {e.acked} of {e.wanted} required replica acknowledgements within {timeout:g} s{why}{then}",
-        acks=(e.acked, e.wanted),
+        f"{on}only {e.acked} of {e.wanted} required replica acknowledgements within {timeout:g} s{why}{then}",
+        acks=(e.acked, e.wanted, e.master),
     )
+
+
+def acked_key(args: Sequence[Any]) -> str:
+    """The key that routes a write of ``ACKED`` in a cluster (a group's first key)."""
+    return str(args[2] if str(args[0]).upper() in ("LOCK.MACQUIRE", "LOCK.MRENEW") else args[1])
+
+
+def not_run_here(e: BaseException, acks: Any) -> bool:
+    """Whether a refusal of ``NOT_RUN`` is to be answered, not followed: a lock command's
+    ``TRYAGAIN`` of the restart grace (the node is the key's master; it grants nothing new
+    yet), where a fenced write (``acks`` None) follows every one."""
+    return acks is not None and isinstance(e, rex.TryAgainError) and "restart grace" in str(e)
 
 
 def undo_grant(args: Sequence[Any]) -> list[Any]:

@@ -274,7 +274,7 @@ class _Server:
                 return
         conn.disconnect()
 
-    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin debfb2d9b16c:
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 0f02b769cd79:
     # a blocking call a _Cancel cuts from another thread, connecting bounded apart (connect_within),
     # the wait watched inline; asyncio: wait_for and a watcher task
     def call(
@@ -294,6 +294,8 @@ class _Server:
         ``acks``: (replicas, timeout): a reply that is not nil is followed by ``WAIT`` on the
         same connection (see ``_acked``)."""
         if self.cluster:
+            if acks is not None:
+                return self._cluster_acked(args, timeout, acks)
             return self.client.execute_command(*args)
         now = time.monotonic()
         deadline = None if timeout is None else now + timeout
@@ -342,31 +344,41 @@ class _Server:
             self._checkin(conn)
         return reply
 
-    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin d68a348d95f0:
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin da0667019a81:
     # reads WAIT's reply with the socket's own timeout; asyncio bounds the read with _within
-    def _acked(self, conn: Any, reply: Any, acks: tuple[int, float]) -> Any:
+    def _acked(self, conn: Any, reply: Any, acks: tuple[int, float], pool: Any = None, master: str | None = None) -> Any:
         """After a write the master did (``reply``): ``WAIT replicas timeout_ms`` on its
         connection, so that the count covers that write (and, after a blocking LOCK.WAIT, the
         grant: Redis sets a module-unblocked client's replication offset when it answers it).
         The write is never sent again whatever happens to the WAIT: a WAIT that fails or
         gets no answer counts as no acknowledgement. Returns ``reply`` when enough replicas
-        acknowledged; raises ``core.NotAcked`` otherwise."""
+        acknowledged; raises ``core.NotAcked`` otherwise. ``pool``: the cluster node's pool the
+        connection goes back to (``master`` names that node), instead of relock's own."""
+
+        def give_back(broken: bool) -> None:
+            if broken:
+                conn.disconnect()
+            if pool is not None:
+                pool.release(conn)
+            elif not broken:
+                self._checkin(conn)
+
         wanted, timeout = acks
         try:
             conn.send_command(*core.wait_args(acks), check_health=False)
             acked = int(conn.read_response(timeout=timeout + max(self._node_timeout, 0.1)))
         except rex.ResponseError as e:
-            self._checkin(conn)
-            raise core.NotAcked(reply, 0, wanted, f"WAIT refused: {core.error_text(e)}") from e
+            give_back(False)
+            raise core.NotAcked(reply, 0, wanted, f"WAIT refused: {core.error_text(e)}", master) from e
         except Exception as e:  # noqa: BLE001 - the write stands; only its acknowledgement is unknown
-            conn.disconnect()
-            raise core.NotAcked(reply, 0, wanted, f"WAIT got no answer: {core.error_text(e) or type(e).__name__}") from e
+            give_back(True)
+            raise core.NotAcked(reply, 0, wanted, f"WAIT got no answer: {core.error_text(e) or type(e).__name__}", master) from e
         except BaseException:
-            conn.disconnect()
+            give_back(True)
             raise
-        self._checkin(conn)
+        give_back(False)
         if acked < wanted:
-            raise core.NotAcked(reply, acked, wanted)
+            raise core.NotAcked(reply, acked, wanted, master=master)
         return reply
 
     # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 3678bf7ecaae:
@@ -401,10 +413,33 @@ class _Server:
         self._checkin(conn)
         return reply
 
-    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin b65d3400fa56:
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin e9ac9a3c19d3:
+    # redis-py's sync cluster client; asyncio's is initialized first and its reads bounded by
+    # wait_for
+    def _cluster_acked(self, args: Sequence[Any], timeout: float | None, acks: tuple[int, float]) -> Any:
+        """A write that waits for replica acknowledgements in a cluster: sent by relock on a
+        connection of the key's master (following ``MOVED``, ``ASK``... as a fenced write),
+        with ``WAIT`` after it on that connection (redis-py's cluster client would send the
+        WAIT to a node of its choice). Never sent again once it may have run."""
+        deadline = time.monotonic() + (core.MAX_MS / 1000 if timeout is None else timeout)
+        try:
+            return self._fenced_cluster(core.acked_key(args), args, deadline, acks)
+        except core.Unanswered as e:
+            raise rex.TimeoutError(f"{self.name}: {args[0]} {e.why}") from e
+
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 3e246f87fdb3:
+    # the sync cluster client keeps its own timeouts; asyncio bounds the call with wait_for
+    def role(self, key: str, timeout: float) -> Any:
+        """``ROLE`` of ``key``'s master: the server, or the cluster node that serves it."""
+        if not self.cluster:
+            return self.call(["ROLE"], timeout)
+        node = core.node_of(self.client, key)
+        return None if node is None else self.client.execute_command("ROLE", target_nodes=node)
+
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin f537a56267c0:
     # redis-py's sync cluster pools (get_connection, release); asyncio's nodes (acquire_connection,
     # initialize first)
-    def _fenced_cluster(self, key: str, args: Sequence[Any], deadline: float) -> Any:
+    def _fenced_cluster(self, key: str, args: Sequence[Any], deadline: float, acks: tuple[int, float] | None = None) -> Any:
         client = self.client
         node = core.node_of(client, key)
         asking = False
@@ -436,6 +471,8 @@ class _Server:
                 reply = conn.read_response(timeout=max(0.001, deadline - time.monotonic()))
             except core.NOT_RUN as e:
                 pool.release(conn)
+                if core.not_run_here(e, acks):
+                    raise
                 asking = isinstance(e, rex.AskError) and not isinstance(e, rex.MovedError)
                 if isinstance(e, rex.AskError) and asking:
                     host, port = core.remap(client, e.host, e.port)
@@ -459,6 +496,8 @@ class _Server:
                 if (u := core.unanswered(e)) is None:
                     raise
                 raise u from e
+            if acks is not None and reply is not None:
+                return self._acked(conn, reply, acks, pool, f"{node.host}:{node.port}")
             pool.release(conn)
             return reply
         raise rex.TimeoutError(f"no master of {key!r} took the command in time (it was refused, not run)")
@@ -739,13 +778,14 @@ class Relock:
       A grant not acknowledged is released again on that master and the acquisition (or
       ``campaign``) raises ``NotAcknowledged``, naming the master and how many acknowledged;
       a renewal not acknowledged does not count, except on a master with fewer replicas
-      connected than asked, once all of those acknowledged. One server or Redlock masters.
+      connected than asked, once all of those acknowledged. In a cluster, the key's master's
+      replicas.
     - ``replica_ack_timeout``: how long a master waits for them, 0.5 s.
 
     Every hold has an owner of its own, so threads sharing one ``Relock`` exclude each other.
     """
 
-    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 3bf4c4d11aad:
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 18e5d191b20a:
     # worker pools and the renewal thread (_make_pools, _Renewer) instead of tasks and a WeakSet of
     # holds
     def __init__(
@@ -762,7 +802,7 @@ class Relock:
         clients = list(client) if isinstance(client, (list, tuple)) else [client]
         if not clients:
             raise InvalidArgument("no servers given")
-        self._acks = core.check_acks(replica_acks, replica_ack_timeout, any(isinstance(c, redis.cluster.RedisCluster) for c in clients))
+        self._acks = core.check_acks(replica_acks, replica_ack_timeout)
         if len(clients) > 1 and any(isinstance(c, redis.cluster.RedisCluster) for c in clients):
             raise InvalidArgument("Redlock takes independent masters; pass a RedisCluster alone")
         if not node_timeout >= 0.001:
@@ -1197,7 +1237,7 @@ class Relock:
         s = self._servers[i]
         if str(args[0]).upper() in core.RENEWALS:
             with contextlib.suppress(Exception):
-                connected = core.connected_replicas(s.call(["ROLE"], self.node_timeout))
+                connected = core.connected_replicas(s.role(core.acked_key(args), self.node_timeout))
                 if connected is not None and connected < e.wanted and e.acked >= connected:
                     core.log.warning(
                         "relock: renewed on %s with %d of %d replica acknowledgements: only %d replicas are connected",

@@ -180,26 +180,37 @@ class _Server:
         self._checkin(conn)
         return reply
 
-    async def _acked(self, conn: Any, reply: Any, acks: tuple[int, float]) -> Any:
+    async def _acked(self, conn: Any, reply: Any, acks: tuple[int, float], node: Any = None) -> Any:
         """``relock._sync._Server._acked``: ``WAIT replicas timeout_ms`` on the write's
         connection; the write is never sent again, and a WAIT that fails or gets no answer
-        counts as no acknowledgement. Returns ``reply``, or raises ``core.NotAcked``."""
+        counts as no acknowledgement. Returns ``reply``, or raises ``core.NotAcked``.
+        ``node``: the cluster node the connection goes back to, instead of relock's own."""
+        master = None if node is None else f"{node.host}:{node.port}"
+
+        async def give_back(broken: bool) -> None:
+            if node is not None:
+                await _release_cluster(node, conn, broken)
+            elif broken:
+                await _drop(conn)
+            else:
+                self._checkin(conn)
+
         wanted, timeout = acks
         try:
             await conn.send_command(*core.wait_args(acks), check_health=False)
             acked = int(await _within(conn.read_response(), timeout + max(self._node_timeout, 0.1)))
         except rex.ResponseError as e:
-            self._checkin(conn)
-            raise core.NotAcked(reply, 0, wanted, f"WAIT refused: {core.error_text(e)}") from e
+            await give_back(False)
+            raise core.NotAcked(reply, 0, wanted, f"WAIT refused: {core.error_text(e)}", master) from e
         except Exception as e:  # noqa: BLE001 - the write stands; only its acknowledgement is unknown
-            await _drop(conn)
-            raise core.NotAcked(reply, 0, wanted, f"WAIT got no answer: {core.error_text(e) or type(e).__name__}") from e
+            await give_back(True)
+            raise core.NotAcked(reply, 0, wanted, f"WAIT got no answer: {core.error_text(e) or type(e).__name__}", master) from e
         except BaseException:
-            await _drop(conn)
+            await give_back(True)
             raise
-        self._checkin(conn)
+        await give_back(False)
         if acked < wanted:
-            raise core.NotAcked(reply, acked, wanted)
+            raise core.NotAcked(reply, acked, wanted, master=master)
         return reply
 
     async def _undo(self, conn: Any, read: asyncio.Future[Any], undo: Sequence[Any]) -> None:
@@ -300,6 +311,8 @@ class _Server:
         self, args: Sequence[Any], timeout: float | None, undo: Sequence[Any] | None = None, acks: tuple[int, float] | None = None
     ) -> Any:
         if self.cluster:
+            if acks is not None:
+                return await self._cluster_acked(args, timeout, acks)
             if timeout is None:
                 return await self.client.execute_command(*args)
             return await asyncio.wait_for(self.client.execute_command(*args), timeout)
@@ -336,7 +349,25 @@ class _Server:
         self._checkin(conn)
         return reply
 
-    async def _fenced_cluster(self, key: str, args: Sequence[Any], deadline: float) -> Any:
+    async def _cluster_acked(self, args: Sequence[Any], timeout: float | None, acks: tuple[int, float]) -> Any:
+        """``relock._sync._Server._cluster_acked``: the write on a connection of the key's
+        master, ``WAIT`` after it there; never sent again once it may have run."""
+        deadline = time.monotonic() + (core.MAX_MS / 1000 if timeout is None else timeout)
+        try:
+            return await self._fenced_cluster(core.acked_key(args), args, deadline, acks)
+        except core.Unanswered as e:
+            raise rex.TimeoutError(f"{self.name}: {args[0]} {e.why}") from e
+
+    async def role(self, key: str, timeout: float) -> Any:
+        """``ROLE`` of ``key``'s master: the server, or the cluster node that serves it."""
+        if not self.cluster:
+            return await self.call(["ROLE"], timeout)
+        node = core.node_of(self.client, key)
+        if node is None:
+            return None
+        return await asyncio.wait_for(self.client.execute_command("ROLE", target_nodes=node), timeout)
+
+    async def _fenced_cluster(self, key: str, args: Sequence[Any], deadline: float, acks: tuple[int, float] | None = None) -> Any:
         client = self.client
         # A client's first command: its map of the slots is read first.
         await _within(client.initialize(), max(0.001, deadline - time.monotonic()))
@@ -376,6 +407,8 @@ class _Server:
                 reply = await asyncio.wait_for(conn.read_response(), max(0.001, deadline - time.monotonic()))
             except core.NOT_RUN as e:
                 await _release_cluster(node, conn)
+                if core.not_run_here(e, acks):
+                    raise
                 asking = isinstance(e, rex.AskError) and not isinstance(e, rex.MovedError)
                 if isinstance(e, rex.AskError) and asking:
                     host, port = core.remap(client, e.host, e.port)
@@ -398,6 +431,8 @@ class _Server:
                 if (u := core.unanswered(e)) is None:
                     raise
                 raise u from e
+            if acks is not None and reply is not None:
+                return await self._acked(conn, reply, acks, node)
             await _release_cluster(node, conn)
             return reply
         raise rex.TimeoutError(f"no master of {key!r} took the command in time (it was refused, not run)")
@@ -535,7 +570,7 @@ class Relock:
         clients = list(client) if isinstance(client, (list, tuple)) else [client]
         if not clients:
             raise InvalidArgument("no servers given")
-        self._acks = core.check_acks(replica_acks, replica_ack_timeout, any(isinstance(c, acluster.RedisCluster) for c in clients))
+        self._acks = core.check_acks(replica_acks, replica_ack_timeout)
         if len(clients) > 1 and any(isinstance(c, acluster.RedisCluster) for c in clients):
             raise InvalidArgument("Redlock takes independent masters; pass a RedisCluster alone")
         if not node_timeout >= 0.001:
@@ -709,7 +744,7 @@ class Relock:
         s = self._servers[i]
         if str(args[0]).upper() in core.RENEWALS:
             with contextlib.suppress(Exception):
-                connected = core.connected_replicas(await s.call(["ROLE"], self.node_timeout))
+                connected = core.connected_replicas(await s.role(core.acked_key(args), self.node_timeout))
                 if connected is not None and connected < e.wanted and e.acked >= connected:
                     core.log.warning(
                         "relock: renewed on %s with %d of %d replica acknowledgements: only %d replicas are connected",
