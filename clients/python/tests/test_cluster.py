@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Iterator
 
 import pytest
+import redis.asyncio.cluster as acluster
 import redis.cluster
 
 import relock
-from helpers import eventually, wait_out_ttl
+import relock.aio
+from helpers import eventually, wait_out_ttl, within
 from servers import Cluster
 
 
@@ -101,3 +104,43 @@ def test_cluster_elections_and_fenced_writes(cluster: Cluster) -> None:
         lead.fenced("SET", "{svc}:config", "v2")
     t.join(10)
     assert [c.value for c in seen] == [None, "n1", None]
+
+
+def test_cluster_replica_acks(cluster: Cluster) -> None:
+    """replica_acks in a cluster: the WAIT goes to the key's master on the write's connection;
+    with that master's replica stopped, an acquisition and a campaign fail with
+    NotAcknowledged naming the master (host:port), and leave no hold there (sync, asyncio)."""
+    rc = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port, decode_responses=True)
+    key = "{acks}:1"
+    hold = relock.Relock(rc, replica_acks=1, replica_ack_timeout=5).acquire(key, ttl=10, wait=1)
+    assert hold is not None
+    hold.renew()
+    assert hold.release()
+    locks = relock.Relock(rc, replica_acks=1, replica_ack_timeout=0.3)
+    master = cluster.master_of(key)
+    replica = cluster.replica_of(master)
+    m = cluster.conn(master)
+    name = f"127.0.0.1:{master.port}"
+
+    async def aio_acquire() -> None:
+        arc = acluster.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port, decode_responses=True)
+        alocks = relock.aio.Relock(arc, replica_acks=1, replica_ack_timeout=0.3)
+        with pytest.raises(relock.NotAcknowledged) as got:
+            await asyncio.wait_for(alocks.acquire(key, ttl=10, wait=0), 10)
+        assert got.value.master == name and got.value.acked == 0
+        await alocks.aclose()
+        await arc.aclose()
+
+    replica.pause()
+    try:
+        with pytest.raises(relock.NotAcknowledged) as caught:
+            within(10, lambda: locks.acquire(key, ttl=10, wait=0))
+        assert caught.value.master == name and caught.value.acked == 0 and caught.value.wanted == 1
+        assert name in str(caught.value)
+        with pytest.raises(relock.NotAcknowledged):
+            within(10, lambda: locks.campaign("{acks}:leader", "n1", ttl=10, timeout=1))
+        asyncio.run(aio_acquire())
+        assert eventually(lambda: m.execute_command("LOCK.INFO", key) is None, 5)
+        assert eventually(lambda: m.execute_command("LOCK.INFO", "{acks}:leader") is None, 5)
+    finally:
+        replica.resume()

@@ -325,3 +325,35 @@ def test_asyncio_fenced(server: Server) -> None:
         await locks.aclose()
 
     asyncio.run(main())
+
+
+def test_a_sync_observer_is_stopped_from_another_thread(server: Server) -> None:
+    """``observe()``'s ``stop()`` ends the loop of the thread that iterates, while it is
+    blocked in LOCK.OBSERVE, within a bounded time, and leaves neither the thread nor the
+    blocked connection behind; a stopped observer yields nothing more, and a ``with`` block
+    stops it on exit."""
+    locks = relock.Relock(connect(server))
+    lead = locks.campaign("stop-me", "n1", ttl=30, timeout=5)
+    observer = locks.observe("stop-me")
+    seen: list[relock.LeaderChange] = []
+    t = threading.Thread(target=lambda: seen.extend(observer), name="observe under test", daemon=True)
+    t.start()
+    r = direct(server)
+    assert eventually(lambda: len(seen) == 1 and int(r.info("clients")["blocked_clients"]) == 1, 10)
+    stopped_at = time.monotonic()
+    observer.stop()
+    t.join(3)
+    assert not t.is_alive(), "observe did not end after stop()"
+    assert time.monotonic() - stopped_at < 3
+    assert eventually(lambda: int(r.info("clients")["blocked_clients"]) == 0, 5), "LOCK.OBSERVE stayed blocked"
+    assert [c.value for c in seen] == ["n1"] and observer.stopped
+    assert list(observer) == []
+    observer.stop()  # twice is fine
+    # Stopped before the first item: nothing at all; a with block stops on exit.
+    early = locks.observe("stop-me")
+    early.stop()
+    assert list(early) == []
+    with locks.observe("stop-me") as changes:
+        assert next(changes).value == "n1"
+    assert changes.stopped and list(changes) == []
+    assert lead.resign()

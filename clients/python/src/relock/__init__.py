@@ -14,6 +14,7 @@
 from ._core import (
     DEFAULT_MAX_PARTIAL_HOLD,
     DEFAULT_NODE_TIMEOUT,
+    DEFAULT_REPLICA_ACK_TIMEOUT,
     DEFAULT_RETRY_DELAY,
     DEFAULT_TTL,
     Holder,
@@ -26,10 +27,11 @@ from ._core import (
     Waiter,
     Who,
 )
-from ._sync import GroupHold, Hold, Leadership, Relock
+from ._sync import GroupHold, Hold, Leadership, Observer, Relock
 from .errors import (
     InvalidArgument,
     LockLost,
+    NotAcknowledged,
     NotAcquired,
     OtherLimit,
     OtherMode,
@@ -44,6 +46,7 @@ __version__ = "0.2.0"
 __all__ = [
     "DEFAULT_MAX_PARTIAL_HOLD",
     "DEFAULT_NODE_TIMEOUT",
+    "DEFAULT_REPLICA_ACK_TIMEOUT",
     "DEFAULT_RETRY_DELAY",
     "DEFAULT_TTL",
     "GroupHold",
@@ -58,7 +61,9 @@ __all__ = [
     "LockLost",
     "LogEntry",
     "LossReason",
+    "NotAcknowledged",
     "NotAcquired",
+    "Observer",
     "OtherLimit",
     "OtherMode",
     "OtherPermits",

@@ -7,6 +7,7 @@ error.rs) rule for rule."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import numbers
 import os
 import random
@@ -21,6 +22,7 @@ import redis.exceptions as rex
 from .errors import (
     InvalidArgument,
     LockLost,
+    NotAcknowledged,
     NotAcquired,
     OtherLimit,
     OtherMode,
@@ -38,6 +40,8 @@ DEFAULT_NODE_TIMEOUT = 0.1
 DEFAULT_RETRY_DELAY = 0.2
 #: How long a Redlock wait keeps a minority of grants while it waits for a quorum.
 DEFAULT_MAX_PARTIAL_HOLD = 0.5
+#: How long a master waits for ``replica_acks`` acknowledgements (``WAIT``): 500 ms.
+DEFAULT_REPLICA_ACK_TIMEOUT = 0.5
 #: The largest ttl_ms and timeout_ms the LOCK.* commands accept: 10^12 ms.
 MAX_MS = 1_000_000_000_000
 #: The largest LIMIT the module accepts.
@@ -49,6 +53,9 @@ MAX_OWNER = 256
 #: no validity at all (every acquisition would fail, and a wait would start again forever);
 #: 3 and 4 ms leave less than a renewal needs.
 MIN_TTL_MS = 5
+
+#: relock's logger (a renewal counted with fewer replica acknowledgements than asked).
+log = logging.getLogger("relock")
 
 #: A sentinel: the default owner prefix, ``<host>/<pid>``.
 HOST_PID = object()
@@ -551,6 +558,10 @@ class Failure:
     bad_ttl: bool = False
     """The server refused the ttl asked for (``ttl_ms exceeds relock.restart-grace-ms``) and
     changed nothing: permanent for that ttl, but a hold it was asked to renew is still held."""
+    acks: tuple[int, int, str | None] | None = None
+    """(acknowledged, wanted, master): the write was done, but fewer replicas than
+    ``replica_acks`` acknowledged it (``WAIT``); a grant was released again there. ``master``
+    is the cluster node that served the key (None: the server itself). Not permanent."""
 
     @staticmethod
     def refusal() -> Failure:
@@ -587,7 +598,7 @@ def classify(e: BaseException, cluster: bool = False) -> Failure:
     if "restart grace" in msg and (isinstance(e, rex.TryAgainError) or msg.startswith("TRYAGAIN")):
         left = msg[len("TRYAGAIN ") :] if msg.startswith("TRYAGAIN ") else msg
         return Failure(f"in its restart grace, granting nothing new yet ({left})", grace=True)
-    if isinstance(e, rex.TimeoutError):
+    if isinstance(e, (rex.TimeoutError, asyncio.TimeoutError, TimeoutError)):
         return Failure(f"no reply in time ({msg})" if msg else "no reply in time", timeout=True)
     if isinstance(e, (rex.AuthenticationError, rex.NoPermissionError)):
         return Failure(f"{msg} (check the user and password)", permanent=True)
@@ -805,12 +816,36 @@ class Round(Generic[T]):
         itself timed out). A wait without a limit, or a round some server failed, goes on."""
         if self.permanently_failed():
             return self.permanent_error(key)
+        not_acked = self.acks_error(key)
+        if not_acked is not None:
+            return not_acked
         failure = self.acquire_error(key, ttl, wait)
         if deadline_passed:
             return failure
         if self.n == 1 and bounded and not self.some_failed():
             return failure
         return None
+
+    def acks_error(self, key: str) -> NotAcknowledged | None:
+        """An acquisition granted where its replicas did not acknowledge it (each such grant
+        was released again there): ``NotAcknowledged`` naming the master and how many
+        acknowledged, when those grants alone kept the round from its quorum; else None. It
+        is raised at once, never waited out: the caller decides whether to try again."""
+        short = [(i, f) for i, f in self.failures if f.acks is not None]
+        if self.won() or not short or len(self.agreed) + len(short) < quorum(self.n):
+            return None
+        i, f = short[0]
+        assert f.acks is not None
+        master = f.acks[2] or self.names[i]
+        return NotAcknowledged(
+            f"lock {key!r}: granted, but not acknowledged by enough replicas "
+            f"({self.describe(lambda f: f.acks is not None)})",
+            key=key,
+            servers=[self.names[j] for j, _ in short],
+            master=master,
+            acked=f.acks[0],
+            wanted=f.acks[1],
+        )
 
     def describe(self, keep: Any = None) -> str:
         parts = [
@@ -1184,3 +1219,82 @@ def remap(client: Any, host: str, port: int) -> tuple[str, int]:
     """A redirection's address as the cluster client reaches it (its ``address_remap``)."""
     to = getattr(client.nodes_manager, "remap_host_port", None)
     return to(host, port) if to is not None else (host, port)
+
+
+# --- replica acknowledgements ----------------------------------------------------------------
+
+#: The writes that wait for replica acknowledgements when ``replica_acks`` asks for them: the
+#: acquisitions (a grant not acknowledged is released again on that master) and the renewals
+#: (a renewal not acknowledged does not count).
+ACKED = frozenset({"LOCK.ACQUIRE", "LOCK.WAIT", "LOCK.MACQUIRE", "LOCK.RENEW", "LOCK.MRENEW"})
+#: Of those, the renewals: nothing is undone when their replicas do not acknowledge them.
+RENEWALS = frozenset({"LOCK.RENEW", "LOCK.MRENEW"})
+
+
+def check_acks(replica_acks: Any, replica_ack_timeout: Any) -> tuple[int, float] | None:
+    """The ``replica_acks`` options as ``(replicas, timeout)``, None when off (0)."""
+    if isinstance(replica_acks, bool) or not isinstance(replica_acks, int) or replica_acks < 0:
+        raise InvalidArgument(f"invalid replica_acks {replica_acks!r} (a number of replicas, 0 or more)")
+    timeout = check_pause("replica_ack_timeout", replica_ack_timeout)
+    if replica_acks == 0:
+        return None
+    if timeout < 0.001:
+        raise InvalidArgument(f"invalid replica_ack_timeout {replica_ack_timeout!r} (at least 1 ms: WAIT 0 waits forever)")
+    return replica_acks, timeout
+
+
+def wait_args(acks: tuple[int, float]) -> list[Any]:
+    """``WAIT replicas timeout_ms`` (at least 1 ms: 0 would wait forever)."""
+    return ["WAIT", acks[0], max(1, int(acks[1] * 1000))]
+
+
+class NotAcked(Exception):
+    """A write its master did, whose replicas did not acknowledge it: ``reply`` is the
+    write's, ``acked`` how many replicas acknowledged (0 when ``WAIT`` got no answer:
+    ``why`` says so)."""
+
+    def __init__(self, reply: Any, acked: int, wanted: int, why: str = "", master: str | None = None) -> None:
+        super().__init__(why or f"{acked} of {wanted} replicas acknowledged")
+        self.reply = reply
+        self.acked = acked
+        self.wanted = wanted
+        self.why = why
+        self.master = master
+
+
+def acks_failure(e: NotAcked, timeout: float, released: bool) -> Failure:
+    why = f" ({e.why})" if e.why else ""
+    then = "; the grant was released again there" if released else "; the renewal does not count"
+    on = f"master {e.master}: " if e.master else ""
+    return Failure(
+        f"{on}only {e.acked} of {e.wanted} required replica acknowledgements within {timeout:g} s{why}{then}",
+        acks=(e.acked, e.wanted, e.master),
+    )
+
+
+def acked_key(args: Sequence[Any]) -> str:
+    """The key that routes a write of ``ACKED`` in a cluster (a group's first key)."""
+    return str(args[2] if str(args[0]).upper() in ("LOCK.MACQUIRE", "LOCK.MRENEW") else args[1])
+
+
+def not_run_here(e: BaseException, acks: Any) -> bool:
+    """Whether a refusal of ``NOT_RUN`` is to be answered, not followed: a lock command's
+    ``TRYAGAIN`` of the restart grace (the node is the key's master; it grants nothing new
+    yet), where a fenced write (``acks`` None) follows every one."""
+    return acks is not None and isinstance(e, rex.TryAgainError) and "restart grace" in str(e)
+
+
+def undo_grant(args: Sequence[Any]) -> list[Any]:
+    """What releases the grant of an acquisition ``args`` (LOCK.ACQUIRE, LOCK.WAIT: ``key
+    owner``; LOCK.MACQUIRE: ``n keys... owner``) on its master, one step of it."""
+    if str(args[0]).upper() == "LOCK.MACQUIRE":
+        n = int(args[1])
+        return ["LOCK.MRELEASE", n, *args[2 : 2 + n], args[2 + n], "FROM", 1]
+    return ["LOCK.RELEASE", args[1], args[2], "FROM", 1]
+
+
+def connected_replicas(role: Any) -> int | None:
+    """How many replicas a ``ROLE`` reply lists, if it is a master's (None otherwise)."""
+    if not isinstance(role, (list, tuple)) or len(role) < 3 or text(role[0]) != "master":
+        return None
+    return len(role[2]) if isinstance(role[2], (list, tuple)) else None

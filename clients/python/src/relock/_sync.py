@@ -21,9 +21,12 @@ from redis.retry import Retry
 
 from . import _core as core
 from ._core import Failure, Holder, KeyStats, Leader, LeaderChange, LockInfo, LogEntry, LossReason, Round, Waiter, Who
-from .errors import InvalidArgument, LockLost, NotAcquired, RelockError, ServerError, StaleToken
+from .errors import InvalidArgument, LockLost, NotAcknowledged, NotAcquired, RelockError, ServerError, StaleToken
 
 T = TypeVar("T")
+
+#: Why a hold's validity ran out unrenewed, when no renewal failed (``Hold._stall_reason``).
+_NOT_RENEWED = "the process did not run its renewal in time: a stall longer than"
 
 #: How long a connection may take to open (TCP and the handshake) in the background, at
 #: least: the calls waiting for it give up at their own deadlines, the next ones get it.
@@ -152,6 +155,9 @@ class _Server:
     #: Connections being opened at once, at most.
     MAX_CONNECTING = 4
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 27200e65440b:
+    # connections are opened by background threads under a threading.Condition, with a
+    # first-connection grace; asyncio opens them in the calling task
     def __init__(self, client: Any, connect_timeout: float, first_grace: bool, node_timeout: float = 0.1) -> None:
         self.client = client
         self._node_timeout = node_timeout
@@ -202,6 +208,9 @@ class _Server:
         if self._pid != os.getpid():
             self._idle, self._connecting, self._waiting, self._pid = [], 0, 0, os.getpid()
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 26ea9d4e1e8e:
+    # waits on a threading.Condition, up to the caller's deadline, for a connection a background
+    # thread opens
     def _checkout(self, connect_by: float | None) -> Any:
         """An idle connection, waiting for one until ``connect_by`` (a monotonic instant;
         None: no bound)."""
@@ -254,6 +263,9 @@ class _Server:
                 self._failures = [*self._failures[-3:], (self._attempts, failure)]
             self._cond.notify_all()
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin c46c5089712c:
+    # hands the connection to a waiting thread (Condition.notify); asyncio closes a surplus one in a
+    # task
     def _checkin(self, conn: Any) -> None:
         with self._cond:
             if self._pid == os.getpid() and len(self._idle) < self.KEEP_IDLE:
@@ -262,6 +274,9 @@ class _Server:
                 return
         conn.disconnect()
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 0f02b769cd79:
+    # a blocking call a _Cancel cuts from another thread, connecting bounded apart (connect_within),
+    # the wait watched inline; asyncio: wait_for and a watcher task
     def call(
         self,
         args: Sequence[Any],
@@ -269,13 +284,18 @@ class _Server:
         cancel: _Cancel | None = None,
         connect_within: float | None = None,
         undo: Sequence[Any] | None = None,
+        acks: tuple[int, float] | None = None,
     ) -> Any:
         """Runs one command. ``timeout`` (None: no bound) bounds all of it, connecting
         included; ``connect_within`` bounds connecting alone (a blocking wait connects within
         the node timeout, then may wait long). ``cancel`` lets another thread cut it short.
         ``undo``: the command that takes it back when no reply comes in time, sent on the same
-        connection (so the server runs it after the command, if it runs the command at all)."""
+        connection (so the server runs it after the command, if it runs the command at all).
+        ``acks``: (replicas, timeout): a reply that is not nil is followed by ``WAIT`` on the
+        same connection (see ``_acked``)."""
         if self.cluster:
+            if acks is not None:
+                return self._cluster_acked(args, timeout, acks)
             return self.client.execute_command(*args)
         now = time.monotonic()
         deadline = None if timeout is None else now + timeout
@@ -318,10 +338,51 @@ class _Server:
             raise
         if cancel is not None and not cancel.attach(None):
             conn.disconnect()  # cut short while the reply came: its socket may be closed
+        elif acks is not None and reply is not None:
+            return self._acked(conn, reply, acks)
         else:
             self._checkin(conn)
         return reply
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin da0667019a81:
+    # reads WAIT's reply with the socket's own timeout; asyncio bounds the read with _within
+    def _acked(self, conn: Any, reply: Any, acks: tuple[int, float], pool: Any = None, master: str | None = None) -> Any:
+        """After a write the master did (``reply``): ``WAIT replicas timeout_ms`` on its
+        connection, so that the count covers that write (and, after a blocking LOCK.WAIT, the
+        grant: Redis sets a module-unblocked client's replication offset when it answers it).
+        The write is never sent again whatever happens to the WAIT: a WAIT that fails or
+        gets no answer counts as no acknowledgement. Returns ``reply`` when enough replicas
+        acknowledged; raises ``core.NotAcked`` otherwise. ``pool``: the cluster node's pool the
+        connection goes back to (``master`` names that node), instead of relock's own."""
+
+        def give_back(broken: bool) -> None:
+            if broken:
+                conn.disconnect()
+            if pool is not None:
+                pool.release(conn)
+            elif not broken:
+                self._checkin(conn)
+
+        wanted, timeout = acks
+        try:
+            conn.send_command(*core.wait_args(acks), check_health=False)
+            acked = int(conn.read_response(timeout=timeout + max(self._node_timeout, 0.1)))
+        except rex.ResponseError as e:
+            give_back(False)
+            raise core.NotAcked(reply, 0, wanted, f"WAIT refused: {core.error_text(e)}", master) from e
+        except Exception as e:  # noqa: BLE001 - the write stands; only its acknowledgement is unknown
+            give_back(True)
+            raise core.NotAcked(reply, 0, wanted, f"WAIT got no answer: {core.error_text(e) or type(e).__name__}", master) from e
+        except BaseException:
+            give_back(True)
+            raise
+        give_back(False)
+        if acked < wanted:
+            raise core.NotAcked(reply, acked, wanted, master=master)
+        return reply
+
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 3678bf7ecaae:
+    # blocking reads bounded by socket timeouts, the first-connection grace; asyncio: wait_for
     def fenced(self, key: str, args: Sequence[Any], timeout: float) -> Any:
         """``args`` (a ``LOCK.FENCED``) sent at most once, within ``timeout``: once it may
         have left, no reply in time or a connection that ended first raises
@@ -352,7 +413,33 @@ class _Server:
         self._checkin(conn)
         return reply
 
-    def _fenced_cluster(self, key: str, args: Sequence[Any], deadline: float) -> Any:
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin e9ac9a3c19d3:
+    # redis-py's sync cluster client; asyncio's is initialized first and its reads bounded by
+    # wait_for
+    def _cluster_acked(self, args: Sequence[Any], timeout: float | None, acks: tuple[int, float]) -> Any:
+        """A write that waits for replica acknowledgements in a cluster: sent by relock on a
+        connection of the key's master (following ``MOVED``, ``ASK``... as a fenced write),
+        with ``WAIT`` after it on that connection (redis-py's cluster client would send the
+        WAIT to a node of its choice). Never sent again once it may have run."""
+        deadline = time.monotonic() + (core.MAX_MS / 1000 if timeout is None else timeout)
+        try:
+            return self._fenced_cluster(core.acked_key(args), args, deadline, acks)
+        except core.Unanswered as e:
+            raise rex.TimeoutError(f"{self.name}: {args[0]} {e.why}") from e
+
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 3e246f87fdb3:
+    # the sync cluster client keeps its own timeouts; asyncio bounds the call with wait_for
+    def role(self, key: str, timeout: float) -> Any:
+        """``ROLE`` of ``key``'s master: the server, or the cluster node that serves it."""
+        if not self.cluster:
+            return self.call(["ROLE"], timeout)
+        node = core.node_of(self.client, key)
+        return None if node is None else self.client.execute_command("ROLE", target_nodes=node)
+
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin f537a56267c0:
+    # redis-py's sync cluster pools (get_connection, release); asyncio's nodes (acquire_connection,
+    # initialize first)
+    def _fenced_cluster(self, key: str, args: Sequence[Any], deadline: float, acks: tuple[int, float] | None = None) -> Any:
         client = self.client
         node = core.node_of(client, key)
         asking = False
@@ -384,6 +471,8 @@ class _Server:
                 reply = conn.read_response(timeout=max(0.001, deadline - time.monotonic()))
             except core.NOT_RUN as e:
                 pool.release(conn)
+                if core.not_run_here(e, acks):
+                    raise
                 asking = isinstance(e, rex.AskError) and not isinstance(e, rex.MovedError)
                 if isinstance(e, rex.AskError) and asking:
                     host, port = core.remap(client, e.host, e.port)
@@ -407,10 +496,15 @@ class _Server:
                 if (u := core.unanswered(e)) is None:
                     raise
                 raise u from e
+            if acks is not None and reply is not None:
+                return self._acked(conn, reply, acks, pool, f"{node.host}:{node.port}")
             pool.release(conn)
             return reply
         raise rex.TimeoutError(f"no master of {key!r} took the command in time (it was refused, not run)")
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin e4df9bff5749:
+    # blocking reads bounded by socket timeouts, the connection checked in here; asyncio reads in a
+    # shielded task
     def _undo(self, conn: Any, undo: Sequence[Any]) -> None:
         """A command that got no reply in time may still run (a server stalled a moment): its
         ``undo`` goes on the same connection, after it. Both replies are read for a little
@@ -490,6 +584,8 @@ class _Server:
             return "unknown", cid
         return core.client_list_state(reply), cid
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 5926fb6f5013:
+    # blocking pipelined reads bounded by socket timeouts; asyncio: wait_for over the whole
     def call_many(self, commands: Sequence[Sequence[Any]], timeout: float) -> list[Any]:
         """Several commands in one round trip (pipelined), each reply or the error it raised
         in its place; the whole bounded by ``timeout``."""
@@ -514,6 +610,8 @@ class _Server:
         self._checkin(conn)
         return out
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 72f8867260b8:
+    # the sync cluster client keeps its own timeouts; asyncio bounds it with wait_for
     def call_nodes(self, args: Sequence[Any], timeout: float) -> list[tuple[str, Any]]:
         """A command without a key on every master: each cluster primary, or the one server."""
         if not self.cluster:
@@ -523,6 +621,9 @@ class _Server:
             return [(str(k), v) for k, v in reply.items()]
         return [(self.name, reply)]
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 855f6528a036:
+    # under the Condition, and a cluster's connections are redis-py's own; asyncio closes in the
+    # loop
     def close(self) -> None:
         """Closes the idle connections."""
         if self.cluster:
@@ -608,6 +709,56 @@ if hasattr(os, "register_at_fork"):
 atexit.register(_release_at_exit)
 
 
+class Observer:
+    """The changes of an election's leader (``Relock.observe``): an iterator of
+    ``LeaderChange`` that ``stop()`` ends from any thread. A ``LOCK.OBSERVE`` blocked at that
+    moment is cut at once (its connection closed); the iteration then ends (``for`` leaves
+    the loop) without reporting anything more. A ``with`` block stops it on exit."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self._changes: Iterator[LeaderChange] = iter(())
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._cancel: _Cancel | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def stop(self) -> None:
+        """Ends the iteration: the thread iterating gets ``StopIteration`` (its ``for`` ends)
+        promptly, even while it waits in ``LOCK.OBSERVE``. Safe from any thread, and twice."""
+        with self._lock:
+            self._stop.set()
+            cancel = self._cancel
+        if cancel is not None:
+            cancel.cancel()
+
+    def _next_call(self) -> _Cancel | None:
+        """A fresh cut-off for the next command, None once stopped."""
+        with self._lock:
+            if self._stop.is_set():
+                return None
+            self._cancel = _Cancel()
+            return self._cancel
+
+    def __iter__(self) -> Observer:
+        return self
+
+    def __next__(self) -> LeaderChange:
+        return next(self._changes)
+
+    def __enter__(self) -> Observer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"Observer(key={self.key!r}, stopped={self.stopped})"
+
+
 class Relock:
     """Locks on one Redis server with the relock module, on a Redis Cluster
     (``redis.cluster.RedisCluster``), or with Redlock over a list of independent masters.
@@ -622,10 +773,21 @@ class Relock:
     - ``retry_delay``: the mean pause between two Redlock rounds of a wait, 0.2 s.
     - ``max_partial_hold``: how long a Redlock wait keeps a minority of grants while it waits
       for a quorum (never more than ttl/4), 0.5 s.
+    - ``replica_acks``: how many replicas of a master must acknowledge an acquisition or a
+      renewal (``WAIT``, on the write's connection right after it) before it counts; 0 (off).
+      A grant not acknowledged is released again on that master and the acquisition (or
+      ``campaign``) raises ``NotAcknowledged``, naming the master and how many acknowledged;
+      a renewal not acknowledged does not count, except on a master with fewer replicas
+      connected than asked, once all of those acknowledged. In a cluster, the key's master's
+      replicas.
+    - ``replica_ack_timeout``: how long a master waits for them, 0.5 s.
 
     Every hold has an owner of its own, so threads sharing one ``Relock`` exclude each other.
     """
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 18e5d191b20a:
+    # worker pools and the renewal thread (_make_pools, _Renewer) instead of tasks and a WeakSet of
+    # holds
     def __init__(
         self,
         client: Any,
@@ -634,10 +796,13 @@ class Relock:
         node_timeout: float = core.DEFAULT_NODE_TIMEOUT,
         retry_delay: float = core.DEFAULT_RETRY_DELAY,
         max_partial_hold: float = core.DEFAULT_MAX_PARTIAL_HOLD,
+        replica_acks: int = 0,
+        replica_ack_timeout: float = core.DEFAULT_REPLICA_ACK_TIMEOUT,
     ) -> None:
         clients = list(client) if isinstance(client, (list, tuple)) else [client]
         if not clients:
             raise InvalidArgument("no servers given")
+        self._acks = core.check_acks(replica_acks, replica_ack_timeout)
         if len(clients) > 1 and any(isinstance(c, redis.cluster.RedisCluster) for c in clients):
             raise InvalidArgument("Redlock takes independent masters; pass a RedisCluster alone")
         if not node_timeout >= 0.001:
@@ -728,6 +893,7 @@ class Relock:
         ``hold.release()``), or None when the lock was not granted within ``wait``."""
         return self._acquire(key, ttl, wait, shared, limit, permits, raise_busy=False)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _acquire(
         self,
         key: str,
@@ -768,16 +934,19 @@ class Relock:
                     return (make or Hold)(self, key, owner, ttl_s, tokens, until, mode)
                 self._release_failed(key, owner, rnd, ttl_s)
             except BaseException:
-                # Interrupted (KeyboardInterrupt, SystemExit from a signal handler) anywhere
-                # from the request to the Hold (a late grant's renewal included): the waits
-                # were cut (their connections closed, so no server keeps this owner queued);
-                # whatever was granted, or lands still, is given back.
+                # Cancelled (asyncio), interrupted (KeyboardInterrupt, SystemExit from a signal
+                # handler) or failed anywhere from the request to the Hold (a late grant's
+                # renewal included): the waits were cut (their connections closed, so no
+                # server keeps this owner queued); whatever was granted, or lands still, is
+                # given back in the background.
                 self._give_back(key, owner, ttl_s)
                 raise
             passed = deadline is not None and time.monotonic() >= deadline
             failure = rnd.after_failed(key, ttl_s, limit_wait, passed, bounded=remaining is not None)
             if failure is not None:
-                if raise_busy or not isinstance(failure, NotAcquired):
+                # acquire() returns None for a lock not granted in time, never for a grant
+                # its replicas did not acknowledge (NotAcknowledged): that one is raised.
+                if raise_busy or not isinstance(failure, NotAcquired) or isinstance(failure, NotAcknowledged):
                     raise failure
                 return None
             pause = core.jitter(self.retry_delay)
@@ -796,7 +965,9 @@ class Relock:
         ``Leadership`` is a hold: ``term`` (its fencing token: hand it to whatever the leader
         writes), ``lost`` and ``reason`` (renewed every ttl/3 in the background),
         ``resign()``. One master or a cluster only, and an exclusive key (``InvalidArgument``
-        over Redlock masters, ``ServerError`` on a shared key)."""
+        over Redlock masters, ``ServerError`` on a shared key). With ``replica_acks``, it
+        returns only once that many replicas acknowledged the grant; a grant they did not
+        acknowledge is released and ``NotAcknowledged`` raised."""
         core.check_key(key)
         core.check_election(key, len(self._servers), "campaign")
         core.candidate_owner(value)
@@ -821,16 +992,26 @@ class Relock:
     def _leader(self, key: str) -> Leader | None:
         return (self._query_each(key, ["LOCK.INFO", key], lambda name, r: core.parse_leader(key, name, r)))[0]
 
-    def observe(self, key: str) -> Iterator[LeaderChange]:
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 4299664cb98f:
+    # returns an Observer that stop() ends from another thread (cutting a blocked LOCK.OBSERVE);
+    # asyncio's is an async generator ended by cancellation
+    def observe(self, key: str) -> Observer:
         """The leaders of the election ``key`` as they change, for ``for``: first the leader
         now (a ``LeaderChange`` whose ``leader`` is None when nobody leads), then one item
         after each change seen, with the latest leader (not every term between two
         wake-ups). ``term_regressed`` marks a term lower than the last one seen (the store
         lost history). Each wait is a finite ``LOCK.OBSERVE`` (5 s at most, or
         half the driver's ``socket_timeout``), asked again on a timeout or a lost connection
-        without reporting a change."""
+        without reporting a change. Returns an ``Observer``: iterate it, and call its
+        ``stop()`` from any thread to end the iteration (a blocked ``LOCK.OBSERVE`` is cut at
+        once); a ``with`` block stops it on exit."""
         core.check_key(key)
         core.check_election(key, len(self._servers), "observe")
+        observer = Observer(key)
+        observer._changes = self._observe(key, observer)
+        return observer
+
+    def _observe(self, key: str, observer: Observer) -> Iterator[LeaderChange]:
         s = self._servers[0]
         every = core.observe_every(s.socket_timeout)
         seen = core.Observation(key)
@@ -838,17 +1019,24 @@ class Relock:
             args: list[Any] = ["LOCK.INFO", key]
             if seen.started:
                 args = ["LOCK.OBSERVE", key, seen.known, int(every * 1000)]
+            cancel = observer._next_call()
+            if cancel is None:
+                return
             try:
-                reply = s.call(args, every + max(self.node_timeout, 1.0), connect_within=max(self.node_timeout, 1.0))
+                reply = s.call(args, every + max(self.node_timeout, 1.0), cancel, connect_within=max(self.node_timeout, 1.0))
             except Exception as e:  # noqa: BLE001
+                if observer.stopped:
+                    return
                 failure = core.classify(e, s.cluster)
                 if failure.permanent:
                     if core.error_text(e).startswith("lock is shared"):
                         raise core.shared_election(key, s.name) from e
                     raise core.server_error(key, s.name, e) from e
-                if not failure.timeout:
-                    time.sleep(core.jitter(self.retry_delay))
+                if not failure.timeout and observer._stop.wait(core.jitter(self.retry_delay)):
+                    return
                 continue  # cut: asked again, nothing reported
+            if observer.stopped:
+                return
             change = seen.see(core.parse_leader(key, s.name, reply))
             if change is not None:
                 yield change
@@ -895,6 +1083,7 @@ class Relock:
                 "give them one {hash tag}"
             )
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _acquire_all(self, keys: Sequence[str], ttl: float, wait: float | None, raise_busy: bool) -> GroupHold | None:
         group = core.check_keys(keys)
         self._check_slot(group)
@@ -909,11 +1098,16 @@ class Relock:
 
         while True:
             owner = self.new_owner()
-            rnd = self._round(["LOCK.MACQUIRE", n, *group, owner, ttl_ms], accept=tokens_of)
+            release = ["LOCK.MRELEASE", n, *group, owner]
+            try:
+                rnd = self._round(["LOCK.MACQUIRE", n, *group, owner, ttl_ms], accept=tokens_of)
+            except BaseException:
+                # Cancelled or interrupted while it was under way: given back in the background.
+                self._release_late(group[0], owner, None, release)
+                raise
             until = rnd.valid_until(ttl_s)
             if until is not None:
                 return GroupHold(self, group, owner, ttl_s, next(iter(rnd.agreed.values())), until)
-            release = ["LOCK.MRELEASE", n, *group, owner]
             now_, later = rnd.give_back()
             if any(now_):
                 self._round(release, targets=now_, until_all=True)
@@ -921,6 +1115,9 @@ class Relock:
                 self._release_late(group[0], owner, later, release)
             if rnd.permanently_failed():
                 raise rnd.permanent_error(group[0])
+            not_acked = rnd.acks_error(",".join(group))
+            if not_acked is not None:
+                raise not_acked
             passed = deadline is not None and time.monotonic() >= deadline
             if passed:
                 if raise_busy:
@@ -942,6 +1139,7 @@ class Relock:
                 pause = min(pause, max(0.0, deadline - time.monotonic()))
             time.sleep(pause)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _wait_each(self, group: list[str], owner: str, ttl_ms: int, deadline: float | None) -> GroupHold | str:
         """Waits for ``group``'s keys one by one in wait order under ``owner``, keeping the
         keys already taken alive (a wait is cut into ttl/3 pieces with a renewal between).
@@ -994,11 +1192,16 @@ class Relock:
                 return "again"
             return GroupHold(self, group, owner, ttl_s, {k: tokens[k] for k in group}, until)
         except BaseException:
-            give_back()
+            # Cancelled, interrupted or failed: whatever was taken, or lands, is given back in
+            # the background.
+            self._release_late(group[0], owner, None, ["LOCK.MRELEASE", len(group), *group, owner])
             raise
 
     # --- rounds ---------------------------------------------------------------------------
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin ac30cd517c54:
+    # takes a _Cancel and connect_within (a blocking call cut from another thread); asyncio's
+    # timeouts are asyncio.TimeoutError
     def _ask(
         self,
         i: int,
@@ -1009,12 +1212,49 @@ class Relock:
         accept: Callable[[Any], Any] | None = None,
         undo: Sequence[Any] | None = None,
     ) -> tuple[Any, Failure | None]:
+        acks = self._acks if self._acks is not None and str(args[0]).upper() in core.ACKED else None
         try:
-            reply = self._servers[i].call(args, timeout, cancel, connect_within, undo)
+            reply = self._servers[i].call(args, timeout, cancel, connect_within, undo, acks)
             return (reply if accept is None else accept(reply)), None
+        except core.NotAcked as e:
+            return self._not_acked(i, args, e, accept)
         except Exception as e:  # noqa: BLE001 - every failure is a failed server
             return None, core.classify(e, self._servers[i].cluster)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
+    def _not_acked(
+        self, i: int, args: Sequence[Any], e: core.NotAcked, accept: Callable[[Any], Any] | None
+    ) -> tuple[Any, Failure | None]:
+        """A write of master ``i`` that its replicas did not acknowledge (``replica_acks``):
+        a grant is released again there at once (in the background when that gets no
+        answer) and the master counts as failed; a renewal does not count, except on a
+        master left with fewer replicas connected than asked once all of them acknowledged it
+        (the promoted replica after a failover: that master holds the only copy anyway)."""
+        assert self._acks is not None
+        value = e.reply if accept is None else accept(e.reply)
+        if value is None:
+            return None, None  # refused after all (a group renewal that found part gone)
+        s = self._servers[i]
+        if str(args[0]).upper() in core.RENEWALS:
+            with contextlib.suppress(Exception):
+                connected = core.connected_replicas(s.role(core.acked_key(args), self.node_timeout))
+                if connected is not None and connected < e.wanted and e.acked >= connected:
+                    core.log.warning(
+                        "relock: renewed on %s with %d of %d replica acknowledgements: only %d replicas are connected",
+                        s.name, e.acked, e.wanted, connected,
+                    )
+                    return value, None
+            return None, core.acks_failure(e, self._acks[1], released=False)
+        undo = core.undo_grant(args)
+        try:
+            s.call(undo, self.node_timeout)
+        except Exception:  # noqa: BLE001 - asked again in the background
+            self._release_late(str(args[1]), str(undo[-3]), [j == i for j in range(len(self._servers))], undo)
+        return None, core.acks_failure(e, self._acks[1], released=True)
+
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin ae57cd847057:
+    # fans out on worker pools (concurrent.futures), renewals on workers of their own; asyncio
+    # spawns a task per request
     def _round(
         self,
         args: Sequence[Any],
@@ -1034,8 +1274,9 @@ class Relock:
         (None: refused). ``background``: a renewal's or a background release's round, whose
         requests run on workers of their own, never queued behind the callers'."""
         rnd: Round[Any] = Round(self._names, time.monotonic(), until_all)
-        # A wait without limit has no bound; everything else is bounded by the node timeout.
-        t = self.node_timeout if isinstance(timeout, str) else timeout
+        # A wait without limit has no bound; everything else is bounded by the node timeout
+        # (and the replica acknowledgements' wait, for a write that waits for them).
+        t = self.node_timeout + self._ack_time(args) if isinstance(timeout, str) else timeout
         if len(self._servers) == 1:
             if targets is not None and not targets[0]:
                 rnd.on_reply(0, None)
@@ -1063,9 +1304,17 @@ class Relock:
                 rnd.on_reply(pending.pop(f), value, failure)
         return rnd.finish(time.monotonic())
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
+    def _ack_time(self, args: Sequence[Any]) -> float:
+        """How long ``args`` may wait for replica acknowledgements after its reply."""
+        return self._acks[1] if self._acks is not None and str(args[0]).upper() in core.ACKED else 0.0
+
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 9ec08706fc7a:
+    # each Redlock wait blocks a worker of its own and is cut by a _Cancel, the waits cut off topped
+    # up (_top_up); asyncio cancels tasks
     def _wait_round(self, key: str, owner: str, ttl_ms: int, remaining: float | None, mode: list[str]) -> Round[Any]:
         args = ["LOCK.WAIT", key, owner, ttl_ms, core.wait_ms(remaining), *mode]
-        bound = None if remaining is None else remaining + WAIT_GRACE + self.node_timeout
+        bound = None if remaining is None else remaining + WAIT_GRACE + self.node_timeout + self._ack_time(args)
         # A wait may block long; connecting may not (a stopped master still accepts).
         within = self.node_timeout
         if len(self._servers) == 1:
@@ -1117,10 +1366,11 @@ class Relock:
         for i, token in extra.agreed.items():
             rnd.add_grant(i, token)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _give_back(self, key: str, owner: str, ttl: float | None = None) -> None:
-        """An acquisition cut short (interrupted): whatever ``owner`` was granted, or may yet
-        be, is released in the background (a second interrupt cannot stop it there), asked
-        again until every server answered or the lease would have ended."""
+        """An acquisition cut short (cancelled, interrupted): whatever ``owner`` was granted,
+        or may yet be, is released in the background, asked again until every server
+        answered or the lease would have ended."""
         with contextlib.suppress(BaseException):
             self._release_late(key, owner, None, ttl=ttl)
 
@@ -1135,6 +1385,8 @@ class Relock:
         if any(later):
             self._release_late(key, owner, later, ttl=ttl)
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin d45972b404fc:
+    # submits to the background workers; asyncio spawns a task
     def _release_late(
         self, key: str, owner: str, targets: list[bool] | None, args: list[Any] | None = None, ttl: float | None = None
     ) -> None:
@@ -1153,6 +1405,7 @@ class Relock:
 
         self._background.submit(later)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _give_back_until(self, release: list[Any], targets: list[bool] | None, until: float) -> None:
         left = [True] * len(self._servers) if targets is None else list(targets)
         pause = 0.02
@@ -1166,9 +1419,10 @@ class Relock:
 
     # --- looking at locks -----------------------------------------------------------------
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _query_each(self, key: str, args: Sequence[Any], parse: Callable[[str, Any], T]) -> list[T]:
         out = []
-        for i, s in enumerate(self._servers):
+        for s in self._servers:
             try:
                 reply = s.call(args, max(self.node_timeout, 1.0))
             except Exception as e:  # noqa: BLE001
@@ -1231,6 +1485,7 @@ class Relock:
         hottest first on each."""
         return [k for name, r in self._each_node(["LOCK.STATS", "COUNT", count]) for k in core.parse_stats(name, r)]
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _each_node(self, args: Sequence[Any]) -> list[tuple[str, Any]]:
         out: list[tuple[str, Any]] = []
         for s in self._servers:
@@ -1280,6 +1535,9 @@ class _LossEvent(threading.Event):
         super().__init__()
         self._hold = weakref.ref(hold)
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 1175c46c5e37:
+    # a thread that reads lost sets the reason at once (there is no task to wake); asyncio sets it
+    # in check()
     def is_set(self) -> bool:
         if super().is_set():
             return True
@@ -1321,6 +1579,8 @@ class Hold:
     - ``check()`` raises ``LockLost`` once it is lost; ``renew()`` and ``release()`` act now.
     """
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 7eb503417885:
+    # threading locks, registered with the renewal thread; asyncio: asyncio locks and a renewal task
     def __init__(
         self,
         client: Relock,
@@ -1367,19 +1627,19 @@ class Hold:
     def __repr__(self) -> str:
         return f"Hold(key={self.key!r}, owner={self.owner!r}, token={self.token})"
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def __enter__(self) -> Hold:
         return self
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def __exit__(self, *exc: object) -> None:
         self._close()
 
     # --- state ----------------------------------------------------------------------------
 
-    def _lead(self) -> float:
-        return core.loss_lead(self.ttl)
-
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _lost_at(self) -> float:
-        return self.valid_until - self._lead()
+        return self.valid_until - core.loss_lead(self.ttl)
 
     # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _expired(self) -> bool:
@@ -1434,6 +1694,9 @@ class Hold:
     def _refused_words(self, servers: list[str]) -> str:
         return f"LOCK.RENEW answered nil on {', '.join(servers)}: the lock expired or was taken away"
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin a744b6e241af:
+    # under the state lock (the renewal thread races the holder), and leaves the renewal thread's
+    # list
     def _lose(self, reason: str, loss: LossReason | None = None) -> None:
         with self._state:
             if self._released or threading.Event.is_set(self.lost):
@@ -1445,6 +1708,7 @@ class Hold:
         # Whatever servers still have it should not keep it until the ttl.
         self._client._release_late(self.key, self.owner, None, self._release_args(), ttl=self.ttl)
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def check(self) -> None:
         """Raises ``LockLost`` (with the reason) if the hold is lost, released, or past its
         validity; returns otherwise."""
@@ -1458,19 +1722,20 @@ class Hold:
             raise core.lost_error(self.key, "it was released", None)
 
     # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
-    def _expiry_reason(self) -> str:
-        """Why the validity ran out: renewals that failed or went unanswered (not a process or
-        an event loop that did not run the renewal in time)."""
-        if self._renewing:
-            return "its validity ran out during a renewal that no quorum answered"
+    def _expiry_reason(self, renewing: bool = False) -> str:
+        """Why the validity ran out: renewals that failed (what failed, even when another
+        was under way at the end), or one that went unanswered (``renewing``: under way when
+        it ended), not a process or an event loop that did not run the renewal in time."""
         if self._last_failure:
             return f"its validity ran out: renewals failed ({self._last_failure})"
+        if renewing or self._renewing:
+            return "its validity ran out during a renewal that no quorum answered"
         return self._stall_reason()
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _stall_reason(self) -> str:
         return (
-            f"its validity ran out before it could be renewed (the process did not run its "
-            f"renewal in time: a stall longer than the {self.ttl:g} s ttl?)"
+            f"its validity ran out before it could be renewed ({_NOT_RENEWED} the {self.ttl:g} s ttl?)"
         )
 
     # --- renewal --------------------------------------------------------------------------
@@ -1500,6 +1765,9 @@ class Hold:
             self._renewing = False
             self._client._renewer.poke(self._next_due())
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin a239cb546d3b:
+    # the renewal thread's round (background=True) schedules the next one itself and renew() raises
+    # from inside; asyncio's returns a verdict to its loop
     def _renew_round(self, ttl: float, background: bool) -> None:
         ttl_ms = core.check_ttl(ttl)
         ttl_s = ttl_ms / 1000
@@ -1508,6 +1776,9 @@ class Hold:
         with self._renew_lock:
             self._renew_locked(ttl_ms, ttl_s, background)
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin ebf70caa5896:
+    # the renewal thread's round (background=True) schedules the next one itself and renew() raises
+    # from inside; asyncio's returns a verdict to its loop
     def _renew_locked(self, ttl_ms: int, ttl_s: float, background: bool) -> None:
         if self._pid != os.getpid() or self._released:
             self.check()
@@ -1554,6 +1825,8 @@ class Hold:
         where = f"key {loss.entry.key!r} " if loss.entry is not None and len(self.keys) > 1 and loss.entry.key else ""
         self._lose(f"{what}: {where}{loss.message}", loss)
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin a80a165d2f32:
+    # the renewal round raises itself (background=False); asyncio's returns a verdict
     def renew(self, ttl: float | None = None) -> None:
         """Renews now (``ttl`` seconds from now, default the hold's ttl; it becomes the
         hold's ttl). Raises ``LockLost`` when the hold is gone, ``NotAcquired`` (retryable)
@@ -1576,6 +1849,9 @@ class Hold:
         it does nothing and returns False: the hold is the parent's."""
         return self._end(None)
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 03f728ad807e:
+    # under the state lock; an interrupt (Ctrl-C) moves the release to a thread of its own; asyncio
+    # shields a task of its own
     def _end(self, reason: str | None) -> bool:
         """Ends the hold: ``reason`` (an end the holder did not ask for: the interpreter
         exiting) is signalled first (``lost`` set), then the hold is released; servers that
@@ -1603,6 +1879,9 @@ class Hold:
             raise error
         return False
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 6fa239910683:
+    # leaves the renewal thread's list first; asyncio gives the release back in the background when
+    # its task is cancelled
     def _release_whole(self) -> Round[Any]:
         """The release round(s) under the step: the hold ends whole (see ``_end``)."""
         self._client._renewer.remove(self)
@@ -1633,10 +1912,13 @@ class Hold:
         with contextlib.suppress(Exception):
             self._release_whole()
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 7db9a2581904:
+    # asyncio shields the release from a cancellation; threads are not cancelled
     def _close(self) -> None:
         with contextlib.suppress(RelockError):
             self.release()
 
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def fenced(self, command: str, *args: Any) -> Any:
         """``command args...`` run by the server only while this hold's token is the live
         one (``LOCK.FENCED key token command args...``, atomically with that check); returns
@@ -1664,6 +1946,8 @@ class Hold:
         """The key and token LOCK.FENCED checks."""
         return self.key, self.token
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 4f47d78cb08c:
+    # the mode changes under the state lock, which the renewal thread reads under
     def downgrade(self) -> None:
         """Turns this exclusive hold into a shared one (LOCK.DOWNGRADE) in one atomic step,
         keeping its token, ttl and count; the readers at the head of the queue are let in
@@ -1689,6 +1973,9 @@ class Hold:
             servers=rnd.servers(lambda f: not f.refused),
         )
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 73db8b5be2f1:
+    # the step in runs in the calling thread under the step lock (an interrupt taken back in place);
+    # asyncio runs it in a task of its own that a cancellation never cuts
     @contextlib.contextmanager
     def reenter(self) -> Iterator[int]:
         """A nested section under the same owner (LOCK.REENTER): yields the hold count, and
@@ -1747,6 +2034,9 @@ class Hold:
         if any(left):
             c._release_late(self.key, self.owner, left, undo, ttl=self.ttl)
 
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin c26cda3914aa:
+    # the step out runs in the calling thread under the step lock; asyncio's is a task of its own,
+    # shielded
     def _step_out(self, agreed: list[bool]) -> None:
         """A nested section's exit: its count taken down by one (LOCK.RELEASE FROM count),
         given back in the background where no reply came; nothing once the hold was ended

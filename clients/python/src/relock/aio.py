@@ -29,6 +29,7 @@ from ._core import Failure, Holder, KeyStats, Leader, LeaderChange, LockInfo, Lo
 from .errors import (
     InvalidArgument,
     LockLost,
+    NotAcknowledged,
     NotAcquired,
     OtherLimit,
     OtherMode,
@@ -45,6 +46,7 @@ __all__ = [
     "Leadership",
     "InvalidArgument",
     "LockLost",
+    "NotAcknowledged",
     "NotAcquired",
     "OtherLimit",
     "OtherMode",
@@ -56,6 +58,8 @@ __all__ = [
 
 T = TypeVar("T")
 WAIT_GRACE = 1.0
+#: Why a hold's validity ran out unrenewed, when no renewal failed (``Hold._stall_reason``).
+_NOT_RENEWED = "the event loop did not run the renewal in time: blocked longer than"
 
 
 #: How long opening a connection (TCP and the handshake) may take, at least.
@@ -138,10 +142,13 @@ class _Server:
         else:
             _drop_soon(conn)
 
-    async def _run(self, args: Sequence[Any], timeout: float | None, undo: Sequence[Any] | None = None) -> Any:
+    async def _run(
+        self, args: Sequence[Any], timeout: float | None, undo: Sequence[Any] | None = None, acks: tuple[int, float] | None = None
+    ) -> Any:
         """``args`` on a connection of relock's, all of it within ``timeout`` (None: no bound).
         ``undo``: the command that takes ``args`` back when no reply comes in time, sent on the
-        same connection (so the server runs it after ``args``, if it runs ``args`` at all)."""
+        same connection (so the server runs it after ``args``, if it runs ``args`` at all).
+        ``acks``: a reply that is not nil is followed by ``WAIT`` (see ``_acked``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         if timeout is None:
             conn = await self._checkout()
@@ -168,7 +175,42 @@ class _Server:
             # it is read by another command, and a blocked wait leaves the server's queue.
             await _drop(conn)
             raise
+        if acks is not None and reply is not None:
+            return await self._acked(conn, reply, acks)
         self._checkin(conn)
+        return reply
+
+    async def _acked(self, conn: Any, reply: Any, acks: tuple[int, float], node: Any = None) -> Any:
+        """``relock._sync._Server._acked``: ``WAIT replicas timeout_ms`` on the write's
+        connection; the write is never sent again, and a WAIT that fails or gets no answer
+        counts as no acknowledgement. Returns ``reply``, or raises ``core.NotAcked``.
+        ``node``: the cluster node the connection goes back to, instead of relock's own."""
+        master = None if node is None else f"{node.host}:{node.port}"
+
+        async def give_back(broken: bool) -> None:
+            if node is not None:
+                await _release_cluster(node, conn, broken)
+            elif broken:
+                await _drop(conn)
+            else:
+                self._checkin(conn)
+
+        wanted, timeout = acks
+        try:
+            await conn.send_command(*core.wait_args(acks), check_health=False)
+            acked = int(await _within(conn.read_response(), timeout + max(self._node_timeout, 0.1)))
+        except rex.ResponseError as e:
+            await give_back(False)
+            raise core.NotAcked(reply, 0, wanted, f"WAIT refused: {core.error_text(e)}", master) from e
+        except Exception as e:  # noqa: BLE001 - the write stands; only its acknowledgement is unknown
+            await give_back(True)
+            raise core.NotAcked(reply, 0, wanted, f"WAIT got no answer: {core.error_text(e) or type(e).__name__}", master) from e
+        except BaseException:
+            await give_back(True)
+            raise
+        await give_back(False)
+        if acked < wanted:
+            raise core.NotAcked(reply, acked, wanted, master=master)
         return reply
 
     async def _undo(self, conn: Any, read: asyncio.Future[Any], undo: Sequence[Any]) -> None:
@@ -192,7 +234,7 @@ class _Server:
             raise asyncio.TimeoutError(f"no reply in time from {self.name}") from None
         raise _TakenBack(f"no reply in time from {self.name}: the command was taken back ({undo[0]})")
 
-    async def _run_watched(self, args: Sequence[Any]) -> Any:
+    async def _run_watched(self, args: Sequence[Any], acks: tuple[int, float] | None = None) -> Any:
         """A blocking wait whose connection is watched, as relock.Relock's are (see
         relock._sync._Server._watched): a connection that died silently fails the wait as a
         lost connection (the caller waits again) instead of waiting for ever."""
@@ -224,6 +266,8 @@ class _Server:
                     f.cancel()
                     with contextlib.suppress(BaseException):
                         await f
+        if acks is not None and reply is not None:
+            return await self._acked(conn, reply, acks)
         self._checkin(conn)
         return reply
 
@@ -263,17 +307,21 @@ class _Server:
                         await self.call(["CLIENT", "KILL", "ID", cid], within)
                 return seen
 
-    async def call(self, args: Sequence[Any], timeout: float | None, undo: Sequence[Any] | None = None) -> Any:
+    async def call(
+        self, args: Sequence[Any], timeout: float | None, undo: Sequence[Any] | None = None, acks: tuple[int, float] | None = None
+    ) -> Any:
         if self.cluster:
+            if acks is not None:
+                return await self._cluster_acked(args, timeout, acks)
             if timeout is None:
                 return await self.client.execute_command(*args)
             return await asyncio.wait_for(self.client.execute_command(*args), timeout)
         watched = str(args[0]).upper() == "LOCK.WAIT" and (timeout is None or timeout > 2 * WATCH_EVERY)
         if not watched:
-            return await self._run(args, timeout, undo)
+            return await self._run(args, timeout, undo, acks)
         if timeout is None:
-            return await self._run_watched(args)
-        return await asyncio.wait_for(self._run_watched(args), timeout)
+            return await self._run_watched(args, acks)
+        return await asyncio.wait_for(self._run_watched(args, acks), timeout)
 
     async def fenced(self, key: str, args: Sequence[Any], timeout: float) -> Any:
         """``args`` (a ``LOCK.FENCED``) sent at most once, within ``timeout``: once it may
@@ -301,7 +349,25 @@ class _Server:
         self._checkin(conn)
         return reply
 
-    async def _fenced_cluster(self, key: str, args: Sequence[Any], deadline: float) -> Any:
+    async def _cluster_acked(self, args: Sequence[Any], timeout: float | None, acks: tuple[int, float]) -> Any:
+        """``relock._sync._Server._cluster_acked``: the write on a connection of the key's
+        master, ``WAIT`` after it there; never sent again once it may have run."""
+        deadline = time.monotonic() + (core.MAX_MS / 1000 if timeout is None else timeout)
+        try:
+            return await self._fenced_cluster(core.acked_key(args), args, deadline, acks)
+        except core.Unanswered as e:
+            raise rex.TimeoutError(f"{self.name}: {args[0]} {e.why}") from e
+
+    async def role(self, key: str, timeout: float) -> Any:
+        """``ROLE`` of ``key``'s master: the server, or the cluster node that serves it."""
+        if not self.cluster:
+            return await self.call(["ROLE"], timeout)
+        node = core.node_of(self.client, key)
+        if node is None:
+            return None
+        return await asyncio.wait_for(self.client.execute_command("ROLE", target_nodes=node), timeout)
+
+    async def _fenced_cluster(self, key: str, args: Sequence[Any], deadline: float, acks: tuple[int, float] | None = None) -> Any:
         client = self.client
         # A client's first command: its map of the slots is read first.
         await _within(client.initialize(), max(0.001, deadline - time.monotonic()))
@@ -341,6 +407,8 @@ class _Server:
                 reply = await asyncio.wait_for(conn.read_response(), max(0.001, deadline - time.monotonic()))
             except core.NOT_RUN as e:
                 await _release_cluster(node, conn)
+                if core.not_run_here(e, acks):
+                    raise
                 asking = isinstance(e, rex.AskError) and not isinstance(e, rex.MovedError)
                 if isinstance(e, rex.AskError) and asking:
                     host, port = core.remap(client, e.host, e.port)
@@ -363,6 +431,8 @@ class _Server:
                 if (u := core.unanswered(e)) is None:
                     raise
                 raise u from e
+            if acks is not None and reply is not None:
+                return await self._acked(conn, reply, acks, node)
             await _release_cluster(node, conn)
             return reply
         raise rex.TimeoutError(f"no master of {key!r} took the command in time (it was refused, not run)")
@@ -494,10 +564,13 @@ class Relock:
         node_timeout: float = core.DEFAULT_NODE_TIMEOUT,
         retry_delay: float = core.DEFAULT_RETRY_DELAY,
         max_partial_hold: float = core.DEFAULT_MAX_PARTIAL_HOLD,
+        replica_acks: int = 0,
+        replica_ack_timeout: float = core.DEFAULT_REPLICA_ACK_TIMEOUT,
     ) -> None:
         clients = list(client) if isinstance(client, (list, tuple)) else [client]
         if not clients:
             raise InvalidArgument("no servers given")
+        self._acks = core.check_acks(replica_acks, replica_ack_timeout)
         if len(clients) > 1 and any(isinstance(c, acluster.RedisCluster) for c in clients):
             raise InvalidArgument("Redlock takes independent masters; pass a RedisCluster alone")
         if not node_timeout >= 0.001:
@@ -598,25 +671,30 @@ class Relock:
                     rnd = await self._wait_round(key, owner, ttl_ms, remaining, mode)
                 until = rnd.valid_until(ttl_s)
                 if rnd.granted_late(ttl_s):
+                    # Granted after a long wait: the ttl counts from a grant we did not see, so
+                    # measure the validity with a renewal.
                     renewal = await self._round(["LOCK.RENEW", key, owner, ttl_ms])
                     until = renewal.valid_until(ttl_s)
                     if until is None:
                         rnd = renewal
                 if until is not None:
                     tokens = {self._names[i]: int(t) for i, t in sorted(rnd.agreed.items())}
-                    hold = (make or Hold)(self, key, owner, ttl_s, tokens, until, mode)
-                    self._holds.add(hold)
-                    return hold
+                    return (make or Hold)(self, key, owner, ttl_s, tokens, until, mode)
                 await self._release_failed(key, owner, rnd, ttl_s)
             except BaseException:
-                # Cancelled (at any await, a late grant's renewal included) or failed: whatever
-                # this owner was granted, or is yet, is given back.
-                self._release_late(key, owner, None, ttl=ttl_s)
+                # Cancelled (asyncio), interrupted (KeyboardInterrupt, SystemExit from a signal
+                # handler) or failed anywhere from the request to the Hold (a late grant's
+                # renewal included): the waits were cut (their connections closed, so no
+                # server keeps this owner queued); whatever was granted, or lands still, is
+                # given back in the background.
+                self._give_back(key, owner, ttl_s)
                 raise
             passed = deadline is not None and time.monotonic() >= deadline
             failure = rnd.after_failed(key, ttl_s, limit_wait, passed, bounded=remaining is not None)
             if failure is not None:
-                if raise_busy or not isinstance(failure, NotAcquired):
+                # acquire() returns None for a lock not granted in time, never for a grant
+                # its replicas did not acknowledge (NotAcknowledged): that one is raised.
+                if raise_busy or not isinstance(failure, NotAcquired) or isinstance(failure, NotAcknowledged):
                     raise failure
                 return None
             pause = core.jitter(self.retry_delay)
@@ -640,13 +718,50 @@ class Relock:
         accept: Callable[[Any], Any] | None = None,
         undo: Sequence[Any] | None = None,
     ) -> tuple[Any, Failure | None]:
+        acks = self._acks if self._acks is not None and str(args[0]).upper() in core.ACKED else None
         try:
-            reply = await self._servers[i].call(args, timeout, undo)
+            reply = await self._servers[i].call(args, timeout, undo, acks)
             return (reply if accept is None else accept(reply)), None
+        except core.NotAcked as e:
+            return await self._not_acked(i, args, e, accept)
         except asyncio.TimeoutError:
             return None, Failure(f"no reply within {timeout} s", timeout=True)
         except Exception as e:  # noqa: BLE001
             return None, core.classify(e, self._servers[i].cluster)
+
+    async def _not_acked(
+        self, i: int, args: Sequence[Any], e: core.NotAcked, accept: Callable[[Any], Any] | None
+    ) -> tuple[Any, Failure | None]:
+        """A write of master ``i`` that its replicas did not acknowledge (``replica_acks``):
+        a grant is released again there at once (in the background when that gets no
+        answer) and the master counts as failed; a renewal does not count, except on a
+        master left with fewer replicas connected than asked once all of them acknowledged it
+        (the promoted replica after a failover: that master holds the only copy anyway)."""
+        assert self._acks is not None
+        value = e.reply if accept is None else accept(e.reply)
+        if value is None:
+            return None, None  # refused after all (a group renewal that found part gone)
+        s = self._servers[i]
+        if str(args[0]).upper() in core.RENEWALS:
+            with contextlib.suppress(Exception):
+                connected = core.connected_replicas(await s.role(core.acked_key(args), self.node_timeout))
+                if connected is not None and connected < e.wanted and e.acked >= connected:
+                    core.log.warning(
+                        "relock: renewed on %s with %d of %d replica acknowledgements: only %d replicas are connected",
+                        s.name, e.acked, e.wanted, connected,
+                    )
+                    return value, None
+            return None, core.acks_failure(e, self._acks[1], released=False)
+        undo = core.undo_grant(args)
+        try:
+            await s.call(undo, self.node_timeout)
+        except Exception:  # noqa: BLE001 - asked again in the background
+            self._release_late(str(args[1]), str(undo[-3]), [j == i for j in range(len(self._servers))], undo)
+        return None, core.acks_failure(e, self._acks[1], released=True)
+
+    def _ack_time(self, args: Sequence[Any]) -> float:
+        """How long ``args`` may wait for replica acknowledgements after its reply."""
+        return self._acks[1] if self._acks is not None and str(args[0]).upper() in core.ACKED else 0.0
 
     async def _round(
         self,
@@ -657,10 +772,15 @@ class Relock:
         partial_hold: float | None = None,
         accept: Callable[[Any], Any] | None = None,
         undo: Sequence[Any] | None = None,
+        background: bool = False,
     ) -> Round[Any]:
+        """``args`` on every server (those ``targets`` selects), each request a task of its
+        own. ``background`` (a background release's round) changes nothing here: unlike
+        relock.Relock's worker pools, no request ever queues behind another."""
         rnd: Round[Any] = Round(self._names, time.monotonic(), until_all)
-        # A wait without limit has no bound; everything else is bounded by the node timeout.
-        t = self.node_timeout if isinstance(timeout, str) else timeout
+        # A wait without limit has no bound; everything else is bounded by the node timeout
+        # (and the replica acknowledgements' wait, for a write that waits for them).
+        t = self.node_timeout + self._ack_time(args) if isinstance(timeout, str) else timeout
         if len(self._servers) == 1:
             if targets is not None and not targets[0]:
                 rnd.on_reply(0, None)
@@ -704,7 +824,7 @@ class Relock:
 
     async def _wait_round(self, key: str, owner: str, ttl_ms: int, remaining: float | None, mode: list[str]) -> Round[Any]:
         args = ["LOCK.WAIT", key, owner, ttl_ms, core.wait_ms(remaining), *mode]
-        bound = None if remaining is None else remaining + WAIT_GRACE + self.node_timeout
+        bound = None if remaining is None else remaining + WAIT_GRACE + self.node_timeout + self._ack_time(args)
         if len(self._servers) == 1:
             return await self._round(args, timeout=bound)
         rnd = await self._round(args, timeout=bound, partial_hold=min(self.max_partial_hold, ttl_ms / 4000))
@@ -729,6 +849,13 @@ class Relock:
         if any(later):
             self._release_late(key, owner, later, ttl=ttl)
 
+    def _give_back(self, key: str, owner: str, ttl: float | None = None) -> None:
+        """An acquisition cut short (cancelled, interrupted): whatever ``owner`` was granted,
+        or may yet be, is released in the background, asked again until every server
+        answered or the lease would have ended."""
+        with contextlib.suppress(BaseException):
+            self._release_late(key, owner, None, ttl=ttl)
+
     def _release_late(
         self, key: str, owner: str, targets: list[bool] | None, args: list[Any] | None = None, ttl: float | None = None
     ) -> None:
@@ -739,20 +866,19 @@ class Relock:
         until = time.monotonic() + (core.DEFAULT_TTL if ttl is None else ttl)
 
         async def later() -> None:
-            await self._give_back(release, targets, until)
+            await self._give_back_until(release, targets, until)
             await asyncio.sleep(0.1)
-            await self._give_back(release, targets, until)
+            await self._give_back_until(release, targets, until)
 
         with contextlib.suppress(RuntimeError):
             self._spawn(later())
 
-    async def _give_back(self, release: list[Any], targets: list[bool] | None, until: float) -> None:
+    async def _give_back_until(self, release: list[Any], targets: list[bool] | None, until: float) -> None:
         left = [True] * len(self._servers) if targets is None else list(targets)
         pause = 0.02
         while any(left):
-            rnd = await self._round(release, targets=left, until_all=True)
-            unanswered = rnd.unanswered()
-            left = [a and u for a, u in zip(left, unanswered)]
+            rnd = await self._round(release, targets=left, until_all=True, background=True)
+            left = [a and u for a, u in zip(left, rnd.unanswered())]
             if not any(left) or time.monotonic() + pause >= until:
                 return
             await asyncio.sleep(pause)
@@ -780,8 +906,6 @@ class Relock:
         for s in self._servers:
             try:
                 reply = await s.call(args, max(self.node_timeout, 1.0))
-            except asyncio.TimeoutError as e:
-                raise ServerError(f"lock {key!r} on {s.name}: no reply in time", key=key, servers=[s.name]) from e
             except Exception as e:  # noqa: BLE001
                 raise core.server_error(key, s.name, e) from e
             out.append(parse(s.name, reply))
@@ -838,8 +962,6 @@ class Relock:
         for s in self._servers:
             try:
                 out += await s.call_nodes(args, max(self.node_timeout, 1.0))
-            except asyncio.TimeoutError as e:
-                raise ServerError(f"{s.name}: no reply in time", servers=[s.name]) from e
             except Exception as e:  # noqa: BLE001
                 raise core.server_error(None, s.name, e) from e
         return out
@@ -876,7 +998,9 @@ class Relock:
         ``Leadership`` is a hold: ``term`` (its fencing token: hand it to whatever the leader
         writes), ``lost`` and ``reason`` (renewed every ttl/3 in the background),
         ``await resign()``. One master or a cluster only, and an exclusive key (``InvalidArgument``
-        over Redlock masters, ``ServerError`` on a shared key)."""
+        over Redlock masters, ``ServerError`` on a shared key). With ``replica_acks``, it
+        returns only once that many replicas acknowledged the grant; a grant they did not
+        acknowledge is released and ``NotAcknowledged`` raised."""
         core.check_key(key)
         core.check_election(key, len(self._servers), "campaign")
         core.candidate_owner(value)
@@ -971,9 +1095,7 @@ class Relock:
                 "give them one {hash tag}"
             )
 
-    async def _acquire_all(
-        self, keys: Sequence[str], ttl: float, wait: float | None, raise_busy: bool
-    ) -> GroupHold | None:
+    async def _acquire_all(self, keys: Sequence[str], ttl: float, wait: float | None, raise_busy: bool) -> GroupHold | None:
         group = core.check_keys(keys)
         self._check_slot(group)
         ttl_ms = core.check_ttl(ttl)
@@ -990,14 +1112,13 @@ class Relock:
             release = ["LOCK.MRELEASE", n, *group, owner]
             try:
                 rnd = await self._round(["LOCK.MACQUIRE", n, *group, owner, ttl_ms], accept=tokens_of)
-            except asyncio.CancelledError:
+            except BaseException:
+                # Cancelled or interrupted while it was under way: given back in the background.
                 self._release_late(group[0], owner, None, release)
                 raise
             until = rnd.valid_until(ttl_s)
             if until is not None:
-                hold = GroupHold(self, group, owner, ttl_s, next(iter(rnd.agreed.values())), until)
-                self._holds.add(hold)
-                return hold
+                return GroupHold(self, group, owner, ttl_s, next(iter(rnd.agreed.values())), until)
             now_, later = rnd.give_back()
             if any(now_):
                 await self._round(release, targets=now_, until_all=True)
@@ -1005,29 +1126,35 @@ class Relock:
                 self._release_late(group[0], owner, later, release)
             if rnd.permanently_failed():
                 raise rnd.permanent_error(group[0])
-            if deadline is not None and time.monotonic() >= deadline:
+            not_acked = rnd.acks_error(",".join(group))
+            if not_acked is not None:
+                raise not_acked
+            passed = deadline is not None and time.monotonic() >= deadline
+            if passed:
                 if raise_busy:
                     raise rnd.acquire_error(",".join(group), ttl_s, limit_wait)
                 return None
             if len(self._servers) == 1 and not rnd.some_failed():
+                # Some key is taken or has a queue: wait for the keys one by one, in order.
                 got = await self._wait_each(group, owner, ttl_ms, deadline)
                 if isinstance(got, GroupHold):
-                    self._holds.add(got)
                     return got
                 if got == "timeout":
                     if raise_busy:
                         raise NotAcquired(f"locks {group!r}: not all acquired within {limit_wait:g} s", key=group[0])
                     return None
-                continue
+                continue  # a key taken early was lost while waiting: start again
+            # Redlock, a server in its restart grace, or one that did not answer: try again.
             pause = core.jitter(self.retry_delay)
             if deadline is not None:
                 pause = min(pause, max(0.0, deadline - time.monotonic()))
             await asyncio.sleep(pause)
 
-    async def _wait_each(
-        self, group: list[str], owner: str, ttl_ms: int, deadline: float | None
-    ) -> GroupHold | str:
-        """``relock.Relock._wait_each`` for asyncio: the keys one by one in wait order."""
+    async def _wait_each(self, group: list[str], owner: str, ttl_ms: int, deadline: float | None) -> GroupHold | str:
+        """Waits for ``group``'s keys one by one in wait order under ``owner``, keeping the
+        keys already taken alive (a wait is cut into ttl/3 pieces with a renewal between).
+        The group, ``"timeout"`` or ``"again"`` (a key taken early was lost: start over);
+        what was taken is given back unless the group is returned."""
         ttl_s = ttl_ms / 1000
         taken: list[str] = []
         tokens: dict[str, int] = {}
@@ -1035,6 +1162,7 @@ class Relock:
         async def give_back() -> None:
             if taken:
                 release = ["LOCK.MRELEASE", len(taken), *taken, owner]
+                await self._round(release, until_all=True)
                 self._release_late(taken[0], owner, None, release)
 
         def all_of(want: int) -> Callable[[Any], Any]:
@@ -1062,12 +1190,11 @@ class Relock:
                         self._release_late(key, owner, None)
                         await asyncio.sleep(min(core.jitter(self.retry_delay), remaining if remaining is not None else 1e9))
                     if taken:
-                        renewal = await self._round(
-                            ["LOCK.MRENEW", len(taken), *taken, owner, ttl_ms], accept=all_of(len(taken))
-                        )
+                        renewal = await self._round(["LOCK.MRENEW", len(taken), *taken, owner, ttl_ms], accept=all_of(len(taken)))
                         if renewal.renew_verdict() == "lost":
                             await give_back()
                             return "again"
+            # The first keys' ttl ran while later ones were waited for: measure the validity.
             renewal = await self._round(["LOCK.MRENEW", len(group), *group, owner, ttl_ms], accept=all_of(len(group)))
             until = renewal.valid_until(ttl_s)
             if until is None:
@@ -1075,7 +1202,8 @@ class Relock:
                 return "again"
             return GroupHold(self, group, owner, ttl_s, {k: tokens[k] for k in group}, until)
         except BaseException:
-            # Cancelled or failed: whatever was taken, or lands, is given back in the background.
+            # Cancelled, interrupted or failed: whatever was taken, or lands, is given back in
+            # the background.
             self._release_late(group[0], owner, None, ["LOCK.MRELEASE", len(group), *group, owner])
             raise
 
@@ -1137,6 +1265,7 @@ class Hold:
         self._wake = asyncio.Event()
         self.lost: asyncio.Event = _LossEvent(self)
         self._task: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(self._renew_loop())
+        client._holds.add(self)
 
     def __repr__(self) -> str:
         return f"Hold(key={self.key!r}, owner={self.owner!r}, token={self.token})"
@@ -1162,17 +1291,17 @@ class Hold:
 
     def _stall_reason(self) -> str:
         return (
-            f"its validity ran out before it could be renewed (the event loop did not run the "
-            f"renewal in time: blocked longer than the {self.ttl:g} s ttl?)"
+            f"its validity ran out before it could be renewed ({_NOT_RENEWED} the {self.ttl:g} s ttl?)"
         )
 
-    def _expiry_reason(self) -> str:
-        """Why the validity ran out: renewals that failed or went unanswered (not a process or
-        an event loop that did not run the renewal in time)."""
-        if self._renewing:
-            return "its validity ran out during a renewal that no quorum answered"
+    def _expiry_reason(self, renewing: bool = False) -> str:
+        """Why the validity ran out: renewals that failed (what failed, even when another
+        was under way at the end), or one that went unanswered (``renewing``: under way when
+        it ended), not a process or an event loop that did not run the renewal in time."""
         if self._last_failure:
             return f"its validity ran out: renewals failed ({self._last_failure})"
+        if renewing or self._renewing:
+            return "its validity ran out during a renewal that no quorum answered"
         return self._stall_reason()
 
     @property
@@ -1213,10 +1342,12 @@ class Hold:
         self._client._release_late(self.key, self.owner, None, self._release_args(), ttl=self.ttl)
 
     def check(self) -> None:
+        """Raises ``LockLost`` (with the reason) if the hold is lost, released, or past its
+        validity; returns otherwise."""
         if self._pid != os.getpid():
             raise core.lost_error(self.key, f"the process forked: this hold belongs to process {self._pid}", None)
         if self.lost.is_set():
-            if self.reason is None:
+            if self.reason is None and time.monotonic() >= self._lost_at():
                 self._lose(self._expiry_reason())
             raise core.lost_error(self.key, self.reason or "its validity ran out", self.loss, self._client.servers)
         if self._released:
@@ -1256,7 +1387,7 @@ class Hold:
                     self._renew_round(self.ttl), max(0.001, self._lost_at() - time.monotonic())
                 )
             except asyncio.TimeoutError:
-                self._lose("its validity ran out during a renewal that no quorum answered")
+                self._lose(self._expiry_reason(renewing=True))
                 return
             except RelockError:
                 return

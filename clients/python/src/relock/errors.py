@@ -43,6 +43,31 @@ class NotAcquired(RelockError):
     retryable = True
 
 
+class NotAcknowledged(NotAcquired):
+    """The master granted the lock, but fewer of its replicas than ``replica_acks`` asked
+    acknowledged the grant within ``replica_ack_timeout`` (``WAIT``): the grant was released
+    again on that master (``master``, ``host:port``), and the acquisition failed at once.
+    ``acked`` replicas acknowledged, ``wanted`` were asked for. Retrying can help (a replica
+    that lagged catches up)."""
+
+    retryable = True
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        servers: Sequence[str] = (),
+        master: str = "",
+        acked: int = 0,
+        wanted: int = 0,
+    ) -> None:
+        super().__init__(message, key=key, servers=servers)
+        self.master = master
+        self.acked = acked
+        self.wanted = wanted
+
+
 class LockLost(RelockError):
     """A hold ended while its holder still counted on it.
 
