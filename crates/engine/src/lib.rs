@@ -1,4 +1,5 @@
-//! The lock engine, in pure Rust: no Redis imports, the server behind a [`Host`] trait.
+//! The lock engine, in pure Rust: no Redis dependency (this crate has none to import), the
+//! server behind a [`Host`] trait and the time behind an injected [`Clock`].
 //!
 //! - [`decide`]: what each command decides from what it finds at a key and in its queue (pure
 //!   functions, both modes, table-tested).
@@ -23,8 +24,10 @@
 //!   encoder alike.
 //! - [`memory`]: an in-memory host, on which the unit, model and fuzz tests run the engine.
 //!
-//! The Redis module (`src/redis/`) is the other host: it parses arguments, opens keys, calls
-//! the engine and turns its replies into Redis replies.
+//! The Redis module (the crate `relock`, `src/redis/`, which names this crate `lock`) is the other
+//! host: it parses arguments, opens keys, calls the engine and turns its replies into Redis
+//! replies. It sets the allocator (Redis's); this crate never names one, so its tests and the
+//! fuzz targets run on the system's.
 
 pub mod args;
 pub mod bounds;
