@@ -1,8 +1,9 @@
 //! relock: a distributed lock that lives inside Redis.
 //!
 //! The module declaration only: its name, data type and entry point. The lock itself is the
-//! engine in [`lock`] (pure Rust, no Redis imports); `redis` is the Redis host around it, the one
-//! place with FFI and `unsafe`. docs/commands.md documents every command. Loaded into a server
+//! engine, the crate `relock_engine` (crates/engine: pure Rust, without a Redis dependency), known
+//! here as `lock`; `redis` is the Redis host around it, the one place with FFI and `unsafe`
+//! besides the engine's packed holds. docs/commands.md documents every command. Loaded into a server
 //! (`make run` starts one on 127.0.0.1:6379):
 //!
 //! ```text
@@ -16,7 +17,8 @@
 //!
 //! (A doctest cannot load the crate: outside Redis its allocator is unavailable.)
 
-pub mod lock;
+// `crate::lock::...` in src/redis: the engine's paths as they were when it was src/lock/.
+use relock_engine as lock;
 mod redis;
 
 use redis_module::redis_module;

@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use relock::lock::args::{count, from_count, owner, parse_integer, timeout_ms, token, ttl_ms};
+use relock_engine::args::{count, from_count, owner, parse_integer, timeout_ms, token, ttl_ms};
 
 fuzz_target!(|data: &[u8]| {
     // Redis's string2ll accepts exactly the canonical decimal form of an i64.

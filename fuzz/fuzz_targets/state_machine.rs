@@ -13,8 +13,8 @@
 use std::collections::HashMap;
 
 use libfuzzer_sys::fuzz_target;
-use relock::lock::memory::Sim;
-use relock::lock::{KeyRef, Mode, Outcome, Reply, State};
+use relock_engine::memory::Sim;
+use relock_engine::{KeyRef, Mode, Outcome, Reply, State};
 
 const OWNERS: [&[u8]; 4] = [b"a", b"b", b"\x00\xff", b"dddddddddddddddddddddddddddddddddddd"];
 const KEYS: [&[u8]; 2] = [b"k0", b"k1"];

@@ -1,6 +1,7 @@
-//! The code's layout rules, checked: the engine has no Redis imports; every `unsafe` is in the
-//! Redis host (`src/redis/`) or the packed hold layout, each block with a `// SAFETY:` comment;
-//! no two modules import each other, directly or round a circle (module crate and client).
+//! The code's layout rules, checked: the engine (crates/engine) depends on no Redis crate and
+//! has no Redis imports; every `unsafe` is in the Redis host (`src/redis/`) or the engine's packed
+//! hold layout, each block with a `// SAFETY:` comment; no two modules import each other, directly
+//! or round a circle (module, engine and client).
 
 use relock_testkit::workspace_root as root;
 use std::collections::{BTreeMap, BTreeSet};
@@ -92,7 +93,7 @@ fn code_only(text: &str) -> String {
 }
 
 /// The module path of a file under a crate's `src/` (`lib.rs` -> [], `redis/mod.rs` ->
-/// ["redis"], `lock/engine.rs` -> ["lock", "engine"]).
+/// ["redis"], `engine/group.rs` -> ["engine", "group"]).
 fn module_of(src: &Path, file: &Path) -> Vec<String> {
     let rel = file.strip_prefix(src).expect("under src");
     let mut parts: Vec<String> = rel
@@ -257,6 +258,15 @@ fn find_cycle(graph: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Option<Ve
 #[test]
 fn no_import_circles_in_the_module() {
     let graph = import_graph(&root().join("src"));
+    assert!(graph.len() > 15, "found only {} modules", graph.len());
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("import circle: {}", cycle.join(" -> "));
+    }
+}
+
+#[test]
+fn no_import_circles_in_the_engine() {
+    let graph = import_graph(&root().join("crates/engine/src"));
     assert!(graph.len() > 20, "found only {} modules", graph.len());
     if let Some(cycle) = find_cycle(&graph) {
         panic!("import circle: {}", cycle.join(" -> "));
@@ -296,9 +306,61 @@ fn the_cycle_finder_finds_a_cycle() {
     );
 }
 
+/// The crates a manifest depends on, in any `[*dependencies]` table (normal, dev, build, or one
+/// per target): the keys of those tables, `[dependencies.x]` tables, and `package = "..."`
+/// renames.
+fn dependencies(manifest: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_deps = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            let table = line.trim_matches(['[', ']']);
+            in_deps = table.ends_with("dependencies");
+            if let Some((_, name)) = table.split_once("dependencies.") {
+                out.push(name.to_string());
+            }
+            continue;
+        }
+        if !in_deps || line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        if let Some((key, value)) = line.split_once('=') {
+            out.push(key.trim().trim_matches('"').to_string());
+            if let Some((_, renamed)) = value.split_once("package") {
+                let name = renamed.split('"').nth(1).unwrap_or_default();
+                out.push(name.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// "No Redis in the engine" is a missing dependency: the engine's crate cannot name Redis's
+/// API because it cannot reach it. This keeps it missing.
+#[test]
+fn the_engine_depends_on_no_redis_crate() {
+    let manifest = std::fs::read_to_string(root().join("crates/engine/Cargo.toml")).expect("read");
+    let deps = dependencies(&manifest);
+    assert!(deps.iter().any(|d| d == "proptest"), "parsed {deps:?}");
+    for dep in &deps {
+        assert!(
+            !dep.contains("redis"),
+            "crates/engine depends on {dep}: the engine reaches a server only through its Host"
+        );
+    }
+    // The parser sees each way a manifest can name a crate.
+    let sample = "[package]\nname = \"x\"\n[dependencies]\nredis-module = \"2\"\n\
+        [target.'cfg(unix)'.dev-dependencies]\nr = { package = \"redis\", version = \"0.27\" }\n\
+        [build-dependencies.redis-x]\nversion = \"1\"\n";
+    assert_eq!(
+        dependencies(sample),
+        ["redis-module", "r", "redis", "redis-x"]
+    );
+}
+
 #[test]
 fn the_engine_has_no_redis_imports() {
-    for file in rust_files(&root().join("src/lock")) {
+    for file in rust_files(&root().join("crates/engine/src")) {
         let code = code_only(&std::fs::read_to_string(&file).expect("read"));
         for banned in ["redis_module", "crate::redis", "raw::"] {
             assert!(!code.contains(banned), "{} uses {banned}", file.display());
@@ -308,13 +370,18 @@ fn the_engine_has_no_redis_imports() {
 
 #[test]
 fn unsafe_only_in_the_redis_host_and_the_packed_hold_each_with_a_safety_comment() {
-    let src = root().join("src");
+    let root = root();
     let mut blocks = 0;
-    for file in rust_files(&src) {
+    let files = [
+        rust_files(&root.join("src")),
+        rust_files(&root.join("crates/engine/src")),
+    ];
+    for file in files.concat() {
         let text = std::fs::read_to_string(&file).expect("read");
         let code = code_only(&text);
-        let rel = file.strip_prefix(&src).expect("under src");
-        let allowed = rel.starts_with("redis") || rel == Path::new("lock/packed.rs");
+        let rel = file.strip_prefix(&root).expect("under the workspace");
+        let allowed =
+            rel.starts_with("src/redis") || rel == Path::new("crates/engine/src/packed.rs");
         let lines: Vec<&str> = text.lines().collect();
         for (n, line) in code.lines().enumerate() {
             let Some(col) = line.find("unsafe") else {
@@ -329,12 +396,12 @@ fn unsafe_only_in_the_redis_host_and_the_packed_hold_each_with_a_safety_comment(
             // Unit tests may use the packed hold's unsafe API to test it.
             let in_tests = text[..text.lines().take(n).map(|l| l.len() + 1).sum::<usize>()]
                 .contains("#[cfg(test)]");
-            if in_tests && rel.starts_with("lock") {
+            if in_tests && rel.starts_with("crates/engine") {
                 continue;
             }
             assert!(
                 allowed,
-                "{}:{}: `unsafe` outside src/redis and src/lock/packed.rs",
+                "{}:{}: `unsafe` outside src/redis and crates/engine/src/packed.rs",
                 rel.display(),
                 n + 1
             );

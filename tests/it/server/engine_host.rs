@@ -1,6 +1,7 @@
-//! Adversarial tests of the engine behind its Redis host (src/lock/engine.rs, src/redis/): the
-//! reports that arrive while the engine is busy, the timers that carry the engine's numbers,
-//! blocked clients, and the server states and key operations that bypass the module's commands.
+//! Adversarial tests of the engine behind its Redis host (crates/engine/src/engine.rs,
+//! src/redis/): the reports that arrive while the engine is busy, the timers that carry the
+//! engine's numbers, blocked clients, and the server states and key operations that bypass the
+//! module's commands.
 //! One test per class of attack; each starts its own server. Run on every server of the matrix
 //! with `REDIS_SERVER=... cargo test -p relock --test it server::engine_host`.
 use relock_testkit as common;

@@ -400,7 +400,7 @@ mod tests {
     }
 
     use super::*;
-    use crate::lock::MAX_TOKEN;
+    use crate::MAX_TOKEN;
 
     #[test]
     fn apply_tail_table() {

@@ -6,12 +6,12 @@
 //! what is left of the turn's [`TURN_BUDGET`] and leaves the rest to the next turn.
 
 use super::{Engine, TURN_BUDGET};
-use crate::lock::errors::LockError;
-use crate::lock::host::{Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
-use crate::lock::observers::Observer;
-use crate::lock::reply::{Info, Reply};
-use crate::lock::schedule::{Due, Job};
-use crate::lock::shared::Mode;
+use crate::errors::LockError;
+use crate::host::{Handles, Host, Key, KeyId, KeyRef, OpenError, Outcome, State};
+use crate::observers::Observer;
+use crate::reply::{Info, Reply};
+use crate::schedule::{Due, Job};
+use crate::shared::Mode;
 
 /// What an observer of a key would be answered now, with the key's current token (0: none).
 enum Seen {

@@ -378,5 +378,5 @@ mod tests {
         assert!(matches!(value, LockValue::Exclusive(h) if h.owner() == [0xff; 256]));
     }
 
-    const MAX_TOKEN_FOR_TEST: u64 = crate::lock::MAX_TOKEN;
+    const MAX_TOKEN_FOR_TEST: u64 = crate::MAX_TOKEN;
 }

@@ -5,8 +5,8 @@
 use std::fmt;
 
 use super::Engine;
-use crate::lock::host::{Handles, Key};
-use crate::lock::packed::LockRef;
+use crate::host::{Handles, Key};
+use crate::packed::LockRef;
 
 /// What a key holds now, as `-FENCED` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,9 +99,9 @@ impl<T: Handles> Engine<T> {
 #[cfg(test)]
 mod tests {
     use super::{Current, Fence};
-    use crate::lock::memory::Sim;
-    use crate::lock::shared::Mode;
-    use crate::lock::Reply;
+    use crate::memory::Sim;
+    use crate::shared::Mode;
+    use crate::Reply;
 
     const START: i64 = 1_800_000_000_000;
 

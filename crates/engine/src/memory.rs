@@ -624,7 +624,7 @@ impl Sim {
     }
 
     /// `LOCK.FENCED`'s check of `token` on `key` (the inner command is the host's).
-    pub fn fence(&mut self, key: &[u8], token: u64) -> crate::lock::Fence {
+    pub fn fence(&mut self, key: &[u8], token: u64) -> crate::Fence {
         let mut fence = None;
         self.command(key, |e, h, k| {
             fence = Some(e.fence(k, token, h.now_ms()));

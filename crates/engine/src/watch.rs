@@ -246,8 +246,8 @@ impl Watch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::host::KeyRef;
-    use crate::lock::journal::Reasons;
+    use crate::host::KeyRef;
+    use crate::journal::Reasons;
 
     fn contended_of(w: &Watch, name: &[u8]) -> u64 {
         w.contention

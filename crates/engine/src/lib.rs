@@ -1,4 +1,5 @@
-//! The lock engine, in pure Rust: no Redis imports, the server behind a [`Host`] trait.
+//! The lock engine, in pure Rust: no Redis dependency (this crate has none to import), the
+//! server behind a [`Host`] trait and the time behind an injected [`Clock`].
 //!
 //! - [`decide`]: what each command decides from what it finds at a key and in its queue (pure
 //!   functions, both modes, table-tested).
@@ -23,8 +24,30 @@
 //!   encoder alike.
 //! - [`memory`]: an in-memory host, on which the unit, model and fuzz tests run the engine.
 //!
-//! The Redis module (`src/redis/`) is the other host: it parses arguments, opens keys, calls
-//! the engine and turns its replies into Redis replies.
+//! The engine on the in-memory host (feature `sim`), as `LOCK.ACQUIRE`, `LOCK.WAIT` and
+//! `LOCK.RELEASE` drive it inside Redis:
+//!
+//! ```
+//! use relock_engine::memory::Sim;
+//! use relock_engine::{Outcome, Reply};
+//!
+//! let mut server = Sim::new(1_795_262_129_362);
+//! let Reply::Integer(first) = server.acquire(b"orders:42", b"worker-a", 30_000) else {
+//!     panic!("a free key is granted");
+//! };
+//! let (reply, worker_b) = server.wait(b"orders:42", b"worker-b", 30_000, 5_000);
+//! assert_eq!(reply, Reply::Blocked);
+//! // The release hands the lock to the waiter in the same step, under a higher token; Redis
+//! // then delivers the answer to the blocked client.
+//! assert_eq!(server.release(b"orders:42", b"worker-a"), Reply::Integer(0));
+//! let answers = server.deliver();
+//! assert!(matches!(answers[..], [(c, Outcome::Token(t))] if c == worker_b && t > first));
+//! ```
+//!
+//! The Redis module (the crate `relock`, `src/redis/`, which names this crate `lock`) is the other
+//! host: it parses arguments, opens keys, calls the engine and turns its replies into Redis
+//! replies. It sets the allocator (Redis's); this crate never names one, so its tests and the
+//! fuzz targets run on the system's.
 
 pub mod args;
 pub mod bounds;

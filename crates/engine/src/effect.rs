@@ -162,15 +162,15 @@ mod tests {
     /// What the encoder spells, `LOCK.APPLY`'s parser takes, whatever the value holds.
     #[test]
     fn every_hold_is_spelled_within_the_bounds_of_lock_apply() {
-        use crate::lock::args;
+        use crate::args;
         let far = Holder {
             permits: 1,
-            ..Holder::new(crate::lock::MAX_TOKEN, i64::MAX, i64::MAX)
+            ..Holder::new(crate::MAX_TOKEN, i64::MAX, i64::MAX)
         };
         let effects = [
             Effect::Hold {
                 owner: &[0xff; 256],
-                token: crate::lock::MAX_TOKEN,
+                token: crate::MAX_TOKEN,
                 count: u32::MAX,
                 expires_at: Some(i64::MAX),
                 granted_at: i64::MAX,

@@ -548,7 +548,7 @@ impl<T: Handles> Engine<T> {
     }
 
     /// Restores the counter and accepted lead from this server's own RDB (see
-    /// [`crate::lock::tokens::Tokens::restore`]).
+    /// [`crate::tokens::Tokens::restore`]).
     pub fn restore_tokens(&mut self, last: u64, accepted_ms: u64) {
         self.tokens.restore(last, accepted_ms);
     }
