@@ -852,8 +852,8 @@ export class Relock {
     if (this.prefix !== undefined && typeof this.prefix !== "string") throw new InvalidArgumentError("ownerPrefix must be a string");
   }
 
-  /** @internal The acknowledgements each acquisition and renewal waits for, or undefined when off. */
-  get acks(): Acks | undefined {
+  /** The acknowledgements each acquisition and renewal waits for, or undefined when off. */
+  private get acks(): Acks | undefined {
     return this.replicaAcks > 0 ? { replicas: this.replicaAcks, timeout: this.replicaAckTimeout } : undefined;
   }
 

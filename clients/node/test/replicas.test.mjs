@@ -3,12 +3,13 @@
 // (WAIT on the write's own connection); with the replica stopped (SIGSTOP) an acquisition or
 // a campaign fails with an error naming the master and how many acknowledged, and leaves no
 // hold there; a renewal the replica did not acknowledge does not count, unless the master has
-// fewer replicas connected than asked.
+// fewer replicas connected than asked. With Redlock, a master whose replica did not acknowledge
+// is one failed master of the round.
 import assert from "node:assert/strict";
 import { createRequire } from "node:module";
 import { after, test } from "node:test";
 
-import { connect, relock, closeAll, withReplica } from "./helpers.mjs";
+import { connect, relock, closeAll, withReplica, startMaster, replicaOf } from "./helpers.mjs";
 import { eventually } from "./servers.mjs";
 
 const require = createRequire(import.meta.url);
@@ -109,3 +110,30 @@ test("a renewal the replica did not acknowledge does not count; with fewer repli
     await assert.rejects(locks.acquireOrThrow("rr2", { wait: 0 }), (e) => unacked(m, "released again there").test(e.message));
     assert.equal(await hold.release(), true);
   }));
+
+test("Redlock: a master whose replica did not acknowledge is a failed master of the round", async () => {
+  const masters = [];
+  const replicas = [];
+  try {
+    for (let i = 0; i < 3; i++) masters.push(await startMaster());
+    for (const m of masters) replicas.push(await replicaOf(m));
+    const names = masters.map((m) => `127.0.0.1:${m.port}`);
+    const locks = relock(masters.map((m) => connect(m)), ACKS);
+    const heldOn = (m, key) => connect(m).call("LOCK.INFO", key);
+    replicas[0].pause();
+    // Two of three acknowledged: held there only (the first master's grant released again).
+    const hold = await locks.acquireOrThrow("rl", { ttl: 5000, wait: 0 });
+    assert.deepEqual(Object.keys(hold.tokens), names.slice(1));
+    assert.ok(await eventually(async () => (await heldOn(masters[0], "rl")) === null));
+    await hold.renew();
+    assert.equal(await hold.release(), true);
+    replicas[1].pause();
+    await assert.rejects(locks.acquireOrThrow("rl", { ttl: 5000, wait: 0 }), (e) =>
+      e instanceof NotAcquiredError && /no quorum, 1 of 3 servers granted/.test(e.message) && names.slice(0, 2).every((n) => e.message.includes(`${n}: only 0 of 1 required replica acknowledgements`)));
+    for (const m of masters) assert.ok(await eventually(async () => (await heldOn(m, "rl")) === null));
+  } finally {
+    closeAll();
+    replicas.forEach((r) => r.close());
+    masters.forEach((m) => m.close());
+  }
+});
