@@ -81,11 +81,12 @@ interface Acks {
 }
 
 /**
- * A write whose replicas must acknowledge it: a grant (`undo` takes it back where they did
- * not), or a renewal (`undo` absent: one not acknowledged does not count).
+ * A write whose replicas must acknowledge it: a grant or a re-entry (`undo`, or server i's
+ * `undo(i)`, takes it back where they did not), or a renewal (`undo` absent: one not
+ * acknowledged does not count).
  */
 interface AckedWrite {
-  undo?: ReadonlyArray<string | number>;
+  undo?: ReadonlyArray<string | number> | ((i: number) => ReadonlyArray<string | number>);
 }
 
 /** How to hold a key. */
@@ -990,7 +991,7 @@ export class Relock {
         const [reply, acked] = cancel ? await node.blocking(args, timeout, cancel, acks) : await node.callAcked(args, acks, timeout ?? this.writeTimeout);
         const value = accept ? accept(reply) : reply;
         if (value === null || value === undefined || acked >= acks.replicas) return [value, undefined];
-        return await this.unacknowledged(node, args, value, acked, acks, write);
+        return await this.unacknowledged(node, i, args, value, acked, acks, write);
       }
       const reply = cancel ? await node.blocking(args, timeout, cancel) : await node.call(args, timeout);
       return [accept ? accept(reply) : reply, undefined];
@@ -1009,6 +1010,7 @@ export class Relock {
    */
   private async unacknowledged(
     node: Server,
+    i: number,
     args: ReadonlyArray<string | number>,
     value: unknown,
     acked: number,
@@ -1018,7 +1020,7 @@ export class Relock {
     if (write.undo) {
       // Its answer does not matter: a grant that stays (no answer) is released again in the
       // background with the round's other failures (see Round.giveBack).
-      await node.call(write.undo, this.writeTimeout).catch(() => undefined);
+      await node.call(typeof write.undo === "function" ? write.undo(i) : write.undo, this.writeTimeout).catch(() => undefined);
     } else {
       const connected = await node.connectedReplicas(args, this.writeTimeout).catch(() => null);
       if (connected !== null && connected < acks.replicas && acked >= connected) {
@@ -1908,7 +1910,9 @@ export class Hold {
       const from = [...this.counts];
       const entry = (i: number): Array<string | number> => ["LOCK.REENTER", this.key, this.owner, ttl, ...this.mode, "FROM", Math.max(1, from[i] ?? 1)];
       this.leaseEnd = Math.max(this.leaseEnd, core.now() + ttl + this.client.writeTimeout);
-      const r = await this.client.round(entry(0), { untilAll: true, argsOf: entry });
+      // Not acknowledged by the replicas: taken back at once (and again below, harmlessly: FROM).
+      const undo = (i: number): Array<string | number> => ["LOCK.RELEASE", this.key, this.owner, "FROM", Math.max(1, from[i] ?? 1) + 1];
+      const r = await this.client.round(entry(0), { untilAll: true, argsOf: entry, write: { undo } });
       for (const [i, v] of r.agreed) this.counts[i] = Number(v);
       for (const [i, f] of r.failures) {
         const other = /hold count is (\d+)/.exec(f.message);

@@ -2,8 +2,8 @@
 // a grant (acquire, a campaign's LOCK.WAIT) counts only once the replica acknowledged it
 // (WAIT on the write's own connection); with the replica stopped (SIGSTOP) an acquisition or
 // a campaign fails with an error naming the master and how many acknowledged, and leaves no
-// hold there; a renewal the replica did not acknowledge does not count, unless the master has
-// fewer replicas connected than asked. With Redlock, a master whose replica did not acknowledge
+// hold there; a renewal the replica did not acknowledge does not count and a re-entry is taken
+// back, unless (a renewal) the master has fewer replicas connected than asked. With Redlock, a master whose replica did not acknowledge
 // is one failed master of the round.
 import assert from "node:assert/strict";
 import { createRequire } from "node:module";
@@ -97,6 +97,11 @@ test("a renewal the replica did not acknowledge does not count; with fewer repli
       await assert.rejects(hold.renew(), (e) => e instanceof NotAcquiredError && unacked(m, "the renewal does not count").test(e.message));
       assert.equal(hold.validUntil, before);
       assert.equal(hold.lost, false);
+      // A re-entry not acknowledged is taken back: the body does not run, the count stays 1.
+      let ran = false;
+      await assert.rejects(hold.reenter(() => (ran = true)), (e) => e instanceof NotAcquiredError && unacked(m, "released again there").test(e.message));
+      assert.equal(ran, false);
+      assert.equal((await locks.holders("rr"))[0]?.count, 1);
     } finally {
       replica.resume();
     }
