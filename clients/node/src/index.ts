@@ -58,10 +58,10 @@ export interface RelockOptions {
   /** How long a Redlock wait keeps a minority of grants while it waits for a quorum (at most ttl/4), in ms. Default 500. */
   maxPartialHold?: number;
   /**
-   * How many replicas of a master must acknowledge an acquisition or renewal (`WAIT replicas
-   * timeout`, sent on the same connection right after the write, to the same server) before
-   * it counts; a campaign resolves only once its grant is acknowledged. When fewer do within
-   * `replicaAckTimeout`, an acquisition is released again on that master and that master
+   * How many replicas of a master must acknowledge an acquisition, re-entry or renewal (`WAIT
+   * replicas timeout`, sent on the same connection right after the write, to the same server)
+   * before it counts; a campaign resolves only once its grant is acknowledged. When fewer do
+   * within `replicaAckTimeout`, an acquisition or re-entry is taken back on that master and that master
    * counts as failed (the error names it and says how many acknowledged); a renewal does not
    * count (the hold stays valid until its previous validity ends), except on a master with
    * fewer replicas connected than asked (the promoted replica after a failover, its old
@@ -808,7 +808,7 @@ export class Relock {
   readonly nodeTimeout: number;
   readonly retryDelay: number;
   readonly maxPartialHold: number;
-  /** How many replicas must acknowledge each acquisition and renewal (0: off). */
+  /** How many replicas must acknowledge each acquisition, re-entry and renewal (0: off). */
   readonly replicaAcks: number;
   /** How long a master waits for them, in ms. */
   readonly replicaAckTimeout: number;
