@@ -29,6 +29,8 @@ export const DEFAULT_NODE_TIMEOUT = 100;
 export const DEFAULT_RETRY_DELAY = 200;
 /** How long a Redlock wait keeps a minority of grants while it waits for a quorum. */
 export const DEFAULT_MAX_PARTIAL_HOLD = 500;
+/** How long a master waits for the replica acknowledgements of a write (`replicaAcks`): 500 ms. */
+export const DEFAULT_REPLICA_ACK_TIMEOUT = 500;
 /** The largest ttl_ms and timeout_ms the LOCK.* commands accept. */
 export const MAX_MS = 1_000_000_000_000;
 /**
@@ -846,6 +848,10 @@ export class Round<T> {
       return new NotAcquiredError(`lock ${k} is held by another owner${within}`, { key });
     }
     if (waited && !this.someFailed()) return new NotAcquiredError(`lock ${k}: not acquired within ${waited} ms`, { key });
+    if (this.n === 1) {
+      // One server, one vote: "0 of 1 servers granted" says nothing its own failure does not.
+      return new NotAcquiredError(`lock ${k}: not acquired (${this.describe()})`, { key, servers: this.servers((f) => !f.refused) });
+    }
     return new NotAcquiredError(
       `lock ${k}: no quorum, ${this.agreed.size} of ${this.n} servers granted, ${quorum(this.n)} needed (${this.describe()})`,
       { key, servers: this.servers((f) => !f.refused) },

@@ -23,10 +23,15 @@ import { InvalidArgumentError, LockLostError, NotAcquiredError, RelockError, Ser
 
 export * from "./errors";
 export type { Holder, KeyStats, Leader, LeaderChange, LockInfo, LogEntry, LossReason, Waiter, Who } from "./core";
-export { DEFAULT_MAX_PARTIAL_HOLD, DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_DELAY, DEFAULT_TTL, MIN_TTL } from "./core";
+export { DEFAULT_MAX_PARTIAL_HOLD, DEFAULT_NODE_TIMEOUT, DEFAULT_REPLICA_ACK_TIMEOUT, DEFAULT_RETRY_DELAY, DEFAULT_TTL, MIN_TTL } from "./core";
 
 /** Extra time a blocked LOCK.WAIT's reply may take beyond its own timeout (a busy server). */
 const WAIT_GRACE = 1000;
+/**
+ * How late a server may answer a `WAIT` that timed out: Redis checks blocked clients' timeouts
+ * when its event loop wakes, at least `hz` times a second (10 by default).
+ */
+const WAIT_LATE = 100;
 /**
  * How long a client of one server waits for its connection to be ready before the first time
  * it ever was (at most; then the command has its own timeout): a process starting up does not
@@ -52,6 +57,36 @@ export interface RelockOptions {
   retryDelay?: number;
   /** How long a Redlock wait keeps a minority of grants while it waits for a quorum (at most ttl/4), in ms. Default 500. */
   maxPartialHold?: number;
+  /**
+   * How many replicas of a master must acknowledge an acquisition, re-entry or renewal (`WAIT
+   * replicas timeout`, sent on the same connection right after the write, to the same server)
+   * before it counts; a campaign resolves only once its grant is acknowledged. When fewer do
+   * within `replicaAckTimeout`, an acquisition or re-entry is taken back on that master and that master
+   * counts as failed (the error names it and says how many acknowledged); a renewal does not
+   * count (the hold stays valid until its previous validity ends), except on a master with
+   * fewer replicas connected than asked (the promoted replica after a failover, its old
+   * master down), where it counts once every connected replica acknowledged it. Applies per
+   * master with Redlock and to the key's master in a cluster. It narrows, not closes, the
+   * window in which a failover loses a lock: replication stays asynchronous. Default 0 (off).
+   */
+  replicaAcks?: number;
+  /** How long a master waits for `replicaAcks` acknowledgements, in ms; it adds to the bound on every request, with 100 ms for a server that times a WAIT out late (and so to what a round takes off the validity). Default 500. */
+  replicaAckTimeout?: number;
+}
+
+/** The acknowledgements a write waits for (RelockOptions.replicaAcks). */
+interface Acks {
+  replicas: number;
+  timeout: number;
+}
+
+/**
+ * A write whose replicas must acknowledge it: a grant or a re-entry (`undo`, or server i's
+ * `undo(i)`, takes it back where they did not), or a renewal (`undo` absent: one not
+ * acknowledged does not count).
+ */
+interface AckedWrite {
+  undo?: ReadonlyArray<string | number> | ((i: number) => ReadonlyArray<string | number>);
 }
 
 /** How to hold a key. */
@@ -284,6 +319,29 @@ function command(conn: Client, args: ReadonlyArray<string | number | Buffer>): C
   return c;
 }
 
+/**
+ * `args` (a write) and `WAIT replicas timeout` in one pipeline on `conn`: both reach the same
+ * server (in a cluster, the write's slot decides where the pipeline goes; WAIT has no key of
+ * its own), one after the other, so that the count covers the write. The write's reply (its
+ * error thrown) and how many replicas acknowledged. Sent once, as every command of the
+ * package's connections (see OWN).
+ */
+async function sendAcked(conn: Client, args: ReadonlyArray<string | number | Buffer>, acks: Acks): Promise<[unknown, number]> {
+  const pipe = conn.pipeline() as ChainableCommander & { sendCommand(c: Command): unknown };
+  pipe.sendCommand(command(conn, args));
+  // WAIT 0 would wait forever.
+  pipe.sendCommand(new Command("WAIT", [String(acks.replicas), String(Math.max(1, Math.ceil(acks.timeout)))], { replyEncoding: "utf8" }));
+  const [[writeError, reply] = [null, null], [waitError, acked] = [null, null]] = (await pipe.exec()) ?? [];
+  if (writeError) {
+    // A refusal that proves the write did not run there (the map is out of date): the next
+    // try goes to the master the refreshed map names.
+    if (isCluster(conn) && /^(MOVED|ASK) /.test(writeError.message)) conn.refreshSlotsCache();
+    throw writeError;
+  }
+  if (waitError) throw waitError;
+  return [reply, Number(acked)];
+}
+
 /** Sends `args` on `conn` (see command). */
 function send(conn: Client, args: ReadonlyArray<string | number | Buffer>): Promise<unknown> {
   return conn.sendCommand(command(conn, args)) as Promise<unknown>;
@@ -302,6 +360,8 @@ class Server {
   private readonly s: Shared;
   /** What cuts each LOCK.WAIT in flight of this Relock (its close() does). */
   private readonly waits = new Set<() => void>();
+  /** Whether a renewal was counted here with fewer replicas connected than asked (said once). */
+  warnedFewReplicas = false;
 
   constructor(
     readonly client: Client,
@@ -419,6 +479,40 @@ class Server {
     return withTimeout(p, timeout, String(args[0]));
   }
 
+  /** `args` followed by `WAIT` on the shared connection (see sendAcked): the reply and how many replicas acknowledged. */
+  async callAcked(args: ReadonlyArray<string | number>, acks: Acks, timeout: number): Promise<[unknown, number]> {
+    const conn = this.conn();
+    await this.ready(conn, timeout);
+    const p = sendAcked(conn, args, acks);
+    p.catch(() => undefined);
+    return withTimeout(p, timeout, String(args[0]));
+  }
+
+  /**
+   * How many replicas the master of `args`'s key has connected now (`ROLE`, sent where
+   * `args` goes). Rejects when the server that answers is not a master (any more).
+   */
+  async connectedReplicas(args: ReadonlyArray<string | number>, timeout: number): Promise<number> {
+    const conn = this.conn();
+    await this.ready(conn, timeout);
+    const role = new Command("ROLE", [], { replyEncoding: "utf8" });
+    const key = isCluster(conn) ? core.routingKey(args) : null;
+    if (key !== null) Object.assign(role, { slot: core.keySlot(key) });
+    const p = conn.sendCommand(role) as Promise<unknown>;
+    p.catch(() => undefined);
+    const reply = await withTimeout(p, timeout, "ROLE");
+    if (!Array.isArray(reply) || core.text(reply[0]) !== "master") throw new core.BadReply(`ROLE: not a master (${JSON.stringify(reply)})`);
+    return Array.isArray(reply[2]) ? reply[2].length : 0;
+  }
+
+  /** The master that serves `args`'s key: this server, or in a cluster the one the client's map names (`host:port`). */
+  masterOf(args: ReadonlyArray<string | number>): string {
+    const key = core.routingKey(args);
+    if (!isCluster(this.client) || key === null) return this.name;
+    const conn = this.s.own && isCluster(this.s.own) ? this.s.own : this.client;
+    return conn.slots[core.keySlot(key)]?.[0] ?? this.name;
+  }
+
   /**
    * `args` (a LOCK.FENCED) sent at most once, on the package's shared connection: ioredis
    * re-sends nothing there (see OWN, and `open` for a cluster, which follows MOVED, ASK,
@@ -445,7 +539,14 @@ class Server {
    * 3 checks in a row, died silently; the same command (same owner: a grant the dead
    * connection never delivered is answered again at once) is sent on a new connection.
    */
-  async blocking(args: ReadonlyArray<string | number>, timeout: number | null, cancel: Array<() => void>): Promise<unknown> {
+  async blocking(args: ReadonlyArray<string | number>, timeout: number | null, cancel: Array<() => void>): Promise<unknown>;
+  /**
+   * With `acks`, `WAIT` goes right behind the blocking command, in one pipeline on its
+   * connection: the server runs it once the command is answered (a grant's acknowledgement,
+   * counted before anything else is sent there). The reply and how many replicas acknowledged.
+   */
+  async blocking(args: ReadonlyArray<string | number>, timeout: number | null, cancel: Array<() => void>, acks: Acks): Promise<[unknown, number]>;
+  async blocking(args: ReadonlyArray<string | number>, timeout: number | null, cancel: Array<() => void>, acks?: Acks): Promise<unknown> {
     this.checkOpen();
     const end = timeout === null ? null : core.now() + timeout;
     let cut = false;
@@ -459,7 +560,7 @@ class Server {
     this.waits.add(stop);
     this.s.waits.add(stop);
     try {
-      return await this.blockingOn(args, end, () => cut, (c) => (current = c));
+      return await this.blockingOn(args, end, () => cut, (c) => (current = c), acks);
     } finally {
       this.waits.delete(stop);
       this.s.waits.delete(stop);
@@ -471,6 +572,7 @@ class Server {
     end: number | null,
     isCut: () => boolean,
     setCurrent: (c: Client) => void,
+    acks: Acks | undefined,
   ): Promise<unknown> {
     for (;;) {
       const cut = isCut();
@@ -483,7 +585,7 @@ class Server {
         await untilReady(conn, left === null ? FIRST_CONNECT : Math.min(left, FIRST_CONNECT));
         const id = this.cluster ? null : conn.call("CLIENT", "ID");
         id?.catch(() => undefined);
-        const p = send(conn, args);
+        const p = acks ? sendAcked(conn, args, acks) : send(conn, args);
         p.catch(() => undefined);
         if (id) watch = this.watch(id);
         const reply = await withTimeout(watch ? Promise.race([p, watch.dead]) : p, left, String(args[0]));
@@ -706,6 +808,10 @@ export class Relock {
   readonly nodeTimeout: number;
   readonly retryDelay: number;
   readonly maxPartialHold: number;
+  /** How many replicas must acknowledge each acquisition, re-entry and renewal (0: off). */
+  readonly replicaAcks: number;
+  /** How long a master waits for them, in ms. */
+  readonly replicaAckTimeout: number;
   private readonly nodes: Server[];
   private readonly prefix: string | undefined;
   private readonly background = new Set<Promise<unknown>>();
@@ -720,7 +826,13 @@ export class Relock {
     }
     this.nodeTimeout = options.nodeTimeout ?? core.DEFAULT_NODE_TIMEOUT;
     if (typeof this.nodeTimeout !== "number" || !(this.nodeTimeout >= 1)) throw new InvalidArgumentError(`nodeTimeout ${this.nodeTimeout} is below 1 ms`);
-    this.nodes = clients.map((c) => new Server(c, clients.length === 1, this.nodeTimeout));
+    this.replicaAcks = options.replicaAcks ?? 0;
+    this.replicaAckTimeout = options.replicaAckTimeout ?? core.DEFAULT_REPLICA_ACK_TIMEOUT;
+    if (!Number.isInteger(this.replicaAcks) || this.replicaAcks < 0) throw new InvalidArgumentError(`replicaAcks ${this.replicaAcks} is not a whole number of replicas`);
+    if (typeof this.replicaAckTimeout !== "number" || !(this.replicaAckTimeout >= 1) || this.replicaAckTimeout > core.MAX_MS) {
+      throw new InvalidArgumentError(`replicaAckTimeout ${this.replicaAckTimeout} is not 1 to 10^12 ms`);
+    }
+    this.nodes = clients.map((c) => new Server(c, clients.length === 1, this.writeTimeout));
     this.servers = this.nodes.map((n) => n.name);
     // Redlock waits for no master longer than nodeTimeout, a first connection included: the
     // package's own connections get a head start.
@@ -739,6 +851,20 @@ export class Relock {
       if (typeof v !== "number" || !(v >= 0) || v > core.MAX_MS) throw new InvalidArgumentError(`${name} ${v} is not 0 to 10^12 ms`);
     }
     if (this.prefix !== undefined && typeof this.prefix !== "string") throw new InvalidArgumentError("ownerPrefix must be a string");
+  }
+
+  /** The acknowledgements each acquisition and renewal waits for, or undefined when off. */
+  private get acks(): Acks | undefined {
+    return this.replicaAcks > 0 ? { replicas: this.replicaAcks, timeout: this.replicaAckTimeout } : undefined;
+  }
+
+  /**
+   * @internal The bound on one request: the node timeout, plus the replica-ack timeout when
+   * acknowledgements are on (a write waits for them, and any command on the shared connection
+   * may queue behind such a WAIT).
+   */
+  get writeTimeout(): number {
+    return this.nodeTimeout + (this.replicaAcks > 0 ? this.replicaAckTimeout + WAIT_LATE : 0);
   }
 
   /** @internal Whether `client` is one of this Relock's. */
@@ -813,12 +939,13 @@ export class Relock {
       const remaining = deadline === null ? null : Math.max(0, deadline - core.now());
       // One server: try on the shared connection first (a free lock costs one round trip
       // and no connection of its own); LOCK.WAIT then queues, first in, first out.
-      let rnd = await this.round(["LOCK.ACQUIRE", key, owner, ttl, ...mode], { skipIf: remaining !== 0 && this.nodes.length > 1 });
+      const grant: AckedWrite = { undo: ["LOCK.RELEASE", key, owner, "FROM", 1] };
+      let rnd = await this.round(["LOCK.ACQUIRE", key, owner, ttl, ...mode], { skipIf: remaining !== 0 && this.nodes.length > 1, write: grant });
       if (!rnd.won() && remaining !== 0 && !rnd.permanentlyFailed()) rnd = await this.waitRound(key, owner, ttl, remaining, mode);
       let until = rnd.validUntil(ttl);
       if (rnd.grantedLate(ttl)) {
         // Granted after a long wait: the ttl counts from a grant we did not see.
-        const renewal = await this.round(["LOCK.RENEW", key, owner, ttl]);
+        const renewal = await this.round(["LOCK.RENEW", key, owner, ttl], { write: {} });
         until = renewal.validUntil(ttl);
         if (until === null) rnd = renewal;
       }
@@ -854,15 +981,63 @@ export class Relock {
     timeout: number | null,
     cancel?: Array<() => void>,
     accept?: (reply: unknown) => unknown,
+    write?: AckedWrite,
   ): Promise<[unknown, Failure | undefined]> {
     const node = this.nodes[i];
     if (!node) return [null, { message: `no server number ${i}` }];
+    const acks = write && this.acks;
     try {
+      if (acks) {
+        const [reply, acked] = cancel ? await node.blocking(args, timeout, cancel, acks) : await node.callAcked(args, acks, timeout ?? this.writeTimeout);
+        const value = accept ? accept(reply) : reply;
+        if (value === null || value === undefined || acked >= acks.replicas) return [value, undefined];
+        return await this.unacknowledged(node, i, args, value, acked, acks, write);
+      }
       const reply = cancel ? await node.blocking(args, timeout, cancel) : await node.call(args, timeout);
       return [accept ? accept(reply) : reply, undefined];
     } catch (e) {
       return [null, core.classify(e, node.cluster)];
     }
+  }
+
+  /**
+   * A write that fewer replicas than `replicaAcks` acknowledged: a grant is taken back on that
+   * master at once (a failover could lose it) and the master counts as failed; a renewal does
+   * not count, except on a master with fewer replicas connected than asked (the promoted
+   * replica after a failover, its old master down), where it counts once every connected
+   * replica acknowledged it: that master has the only copy of the lock anyway, and refusing
+   * would give up a lock acknowledged when granted for want of a replica that is gone.
+   */
+  private async unacknowledged(
+    node: Server,
+    i: number,
+    args: ReadonlyArray<string | number>,
+    value: unknown,
+    acked: number,
+    acks: Acks,
+    write: AckedWrite,
+  ): Promise<[unknown, Failure | undefined]> {
+    if (write.undo) {
+      // Its answer does not matter: a grant that stays (no answer) is released again in the
+      // background with the round's other failures (see Round.giveBack).
+      await node.call(typeof write.undo === "function" ? write.undo(i) : write.undo, this.writeTimeout).catch(() => undefined);
+    } else {
+      const connected = await node.connectedReplicas(args, this.writeTimeout).catch(() => null);
+      if (connected !== null && connected < acks.replicas && acked >= connected) {
+        if (!node.warnedFewReplicas) {
+          node.warnedFewReplicas = true;
+          process.emitWarning(
+            `relock: ${node.masterOf(args)} has ${connected} connected replica(s), fewer than replicaAcks ${acks.replicas}: ` +
+              "renewals there count once every connected replica acknowledged them",
+            "RelockWarning",
+          );
+        }
+        return [value, undefined];
+      }
+    }
+    const where = node.cluster ? `master ${node.masterOf(args)}: ` : "";
+    const what = write.undo ? "; released again there" : "; the renewal does not count";
+    return [null, { message: `${where}only ${acked} of ${acks.replicas} required replica acknowledgements within ${acks.timeout} ms${what}` }];
   }
 
   /** @internal `args` on every server (those `targets` selects), until a quorum is won or lost. */
@@ -879,15 +1054,17 @@ export class Relock {
       argsOf?: (i: number) => ReadonlyArray<string | number>;
       /** Turns a reply into the value agreed (null: refused). */
       accept?: (reply: unknown) => unknown;
+      /** A grant or renewal that waits for the replicas' acknowledgements (`replicaAcks`). */
+      write?: AckedWrite;
     } = {},
   ): Promise<Round<unknown>> {
     const rnd = new Round<unknown>(this.servers, core.now(), opts.untilAll ?? false);
     if (opts.skipIf) return rnd;
-    const timeout = opts.timeout === undefined ? this.nodeTimeout : opts.timeout;
+    const timeout = opts.timeout === undefined ? this.writeTimeout : opts.timeout;
     if (this.nodes.length === 1 && !opts.blocking) {
       if (opts.targets && !opts.targets[0]) rnd.onReply(0, null);
       else {
-        const [v, f] = await this.ask(0, opts.argsOf ? opts.argsOf(0) : args, timeout, undefined, opts.accept);
+        const [v, f] = await this.ask(0, opts.argsOf ? opts.argsOf(0) : args, timeout, undefined, opts.accept, opts.write);
         rnd.onReply(0, v, f);
       }
       return rnd.finish(core.now());
@@ -906,7 +1083,7 @@ export class Relock {
           return;
         }
         open += 1;
-        void this.ask(i, opts.argsOf ? opts.argsOf(i) : args, timeout, opts.blocking ? cancels[i] : undefined, opts.accept).then(([v, f]) => {
+        void this.ask(i, opts.argsOf ? opts.argsOf(i) : args, timeout, opts.blocking ? cancels[i] : undefined, opts.accept, opts.write).then(([v, f]) => {
           open -= 1;
           if (rnd.onReply(i, v, f) !== "pending" || open === 0) done();
           else if (opts.partialHold !== undefined && rnd.agreed.size > 0 && !cut) cut = new Timer(done, opts.partialHold);
@@ -927,14 +1104,16 @@ export class Relock {
 
   private async waitRound(key: string, owner: string, ttl: number, remaining: number | null, mode: string[]): Promise<Round<unknown>> {
     const args = ["LOCK.WAIT", key, owner, ttl, core.waitMs(remaining), ...mode];
-    const bound = remaining === null ? null : remaining + WAIT_GRACE + this.nodeTimeout;
+    const bound = remaining === null ? null : remaining + WAIT_GRACE + this.writeTimeout;
+    const grant: AckedWrite = { undo: ["LOCK.RELEASE", key, owner, "FROM", 1] };
     const rnd = await this.round(args, {
       timeout: bound,
       blocking: true,
+      write: grant,
       partialHold: this.nodes.length > 1 ? Math.min(this.maxPartialHold, ttl / 4) : undefined,
     });
     const cut = this.nodes.map((_, i) => !rnd.answered.has(i));
-    if (rnd.won() && cut.some(Boolean)) await this.topUp(rnd, ["LOCK.ACQUIRE", key, owner, ttl, ...mode], cut);
+    if (rnd.won() && cut.some(Boolean)) await this.topUp(rnd, ["LOCK.ACQUIRE", key, owner, ttl, ...mode], cut, grant);
     return rnd;
   }
 
@@ -946,8 +1125,8 @@ export class Relock {
    * key where it is free and nobody queues: the hold is kept by as many masters as will grant
    * it (renewed, released and fenced with all of them).
    */
-  private async topUp(rnd: Round<unknown>, acquire: Array<string | number>, cut: boolean[]): Promise<void> {
-    const extra = await this.round(acquire, { targets: cut, untilAll: true });
+  private async topUp(rnd: Round<unknown>, acquire: Array<string | number>, cut: boolean[], grant: AckedWrite): Promise<void> {
+    const extra = await this.round(acquire, { targets: cut, untilAll: true, write: grant });
     for (const [i, token] of extra.agreed) rnd.addGrant(i, token);
   }
 
@@ -970,7 +1149,7 @@ export class Relock {
    * later (a grant still under way when the round was decided lands before it).
    */
   releaseLate(ttl: number, args: ReadonlyArray<string | number>, targets?: boolean[], argsOf?: (i: number) => ReadonlyArray<string | number>): void {
-    const until = core.now() + ttl + this.nodeTimeout;
+    const until = core.now() + ttl + this.writeTimeout;
     this.track(this.giveBack(args, targets ?? this.nodes.map(() => true), until, argsOf, undefined, true));
   }
 
@@ -1059,7 +1238,7 @@ export class Relock {
     const node = this.nodes[0];
     if (!node) throw new InvalidArgumentError("no servers");
     try {
-      return await node.callOnce(["LOCK.FENCED", key, token, command, ...args], Math.max(this.nodeTimeout, 1000));
+      return await node.callOnce(["LOCK.FENCED", key, token, command, ...args], Math.max(this.writeTimeout, 1000));
     } catch (e) {
       if (e instanceof core.Unanswered) throw core.fencedUnanswered(key, node.name, e);
       throw core.fencedError(key, node.name, e);
@@ -1074,7 +1253,7 @@ export class Relock {
     if (!node) return null;
     let reply: unknown;
     try {
-      reply = await node.call(["LOCK.INFO", key], Math.max(this.nodeTimeout, 1000));
+      reply = await node.call(["LOCK.INFO", key], Math.max(this.writeTimeout, 1000));
     } catch (e) {
       throw core.serverError(key, node.name, e);
     }
@@ -1109,8 +1288,8 @@ export class Relock {
         let reply: unknown;
         try {
           reply = seen.started
-            ? await node.blocking(["LOCK.OBSERVE", key, seen.known, every], every + Math.max(this.nodeTimeout, 1000), cancel)
-            : await node.call(["LOCK.INFO", key], Math.max(this.nodeTimeout, 1000));
+            ? await node.blocking(["LOCK.OBSERVE", key, seen.known, every], every + Math.max(this.writeTimeout, 1000), cancel)
+            : await node.call(["LOCK.INFO", key], Math.max(this.writeTimeout, 1000));
         } catch (e) {
           if (signal?.aborted) return;
           const failure = core.classify(e, node.cluster);
@@ -1138,7 +1317,7 @@ export class Relock {
     const out: T[] = [];
     for (const n of this.nodes) {
       try {
-        out.push(parse(n.name, await n.call(args, Math.max(this.nodeTimeout, 1000))));
+        out.push(parse(n.name, await n.call(args, Math.max(this.writeTimeout, 1000))));
       } catch (e) {
         throw core.serverError(key, n.name, e);
       }
@@ -1196,7 +1375,7 @@ export class Relock {
     const out: Array<[string, unknown]> = [];
     for (const n of this.nodes) {
       try {
-        out.push(...(await n.callNodes(args, Math.max(this.nodeTimeout, 1000))));
+        out.push(...(await n.callNodes(args, Math.max(this.writeTimeout, 1000))));
       } catch (e) {
         throw core.serverError(undefined, n.name, e);
       }
@@ -1210,7 +1389,7 @@ export class Relock {
     for (const n of this.nodes) {
       let replies: unknown[];
       try {
-        replies = await n.callMany(keys.map((k) => ["LOCK.HISTORY", k, 100]), this.nodeTimeout);
+        replies = await n.callMany(keys.map((k) => ["LOCK.HISTORY", k, 100]), this.writeTimeout);
       } catch {
         continue; // no answer: the next server may know
       }
@@ -1272,7 +1451,7 @@ export class Relock {
     for (;;) {
       const owner = this.newOwner();
       const release = ["LOCK.MRELEASE", n, ...group, owner, "FROM", 1];
-      const rnd = await this.round(["LOCK.MACQUIRE", n, ...group, owner, ttl], { accept: (r) => core.groupTokens(group, r) });
+      const rnd = await this.round(["LOCK.MACQUIRE", n, ...group, owner, ttl], { accept: (r) => core.groupTokens(group, r), write: { undo: release } });
       const until = rnd.validUntil(ttl);
       if (until !== null && this.closes === epoch) return new GroupHold(this, group, owner, ttl, [...rnd.agreed.values()][0] as Record<string, number>, until);
       const { now, later } = rnd.giveBack();
@@ -1337,7 +1516,7 @@ export class Relock {
             await pause(Math.min(core.jitter(this.retryDelay), remaining ?? Infinity));
           }
           if (taken.length) {
-            const renewal = await this.round(["LOCK.MRENEW", taken.length, ...taken, owner, ttl], { accept: allOf(taken.length) });
+            const renewal = await this.round(["LOCK.MRENEW", taken.length, ...taken, owner, ttl], { accept: allOf(taken.length), write: {} });
             if (renewal.renewVerdict() === "lost") {
               giveBack();
               return "again";
@@ -1346,7 +1525,7 @@ export class Relock {
         }
       }
       // The first keys' ttl ran while later ones were waited for: measure the validity.
-      const renewal = await this.round(["LOCK.MRENEW", group.length, ...group, owner, ttl], { accept: allOf(group.length) });
+      const renewal = await this.round(["LOCK.MRENEW", group.length, ...group, owner, ttl], { accept: allOf(group.length), write: {} });
       const until = renewal.validUntil(ttl);
       if (until === null) {
         giveBack();
@@ -1595,8 +1774,8 @@ export class Hold {
   private async renewOnce(ms: number, explicit: boolean): Promise<boolean> {
     this.check();
     const seq = ++this.renewSent;
-    this.leaseEnd = Math.max(this.leaseEnd, core.now() + ms + this.client.nodeTimeout);
-    const rnd = await this.client.round(this.renewArgs(ms), { accept: (r) => this.allHeld(r) });
+    this.leaseEnd = Math.max(this.leaseEnd, core.now() + ms + this.client.writeTimeout);
+    const rnd = await this.client.round(this.renewArgs(ms), { accept: (r) => this.allHeld(r), write: {} });
     const until = rnd.validUntil(ms);
     if (until !== null) {
       if (this.released || this.ended) return true;
@@ -1730,8 +1909,10 @@ export class Hold {
       this.check();
       const from = [...this.counts];
       const entry = (i: number): Array<string | number> => ["LOCK.REENTER", this.key, this.owner, ttl, ...this.mode, "FROM", Math.max(1, from[i] ?? 1)];
-      this.leaseEnd = Math.max(this.leaseEnd, core.now() + ttl + this.client.nodeTimeout);
-      const r = await this.client.round(entry(0), { untilAll: true, argsOf: entry });
+      this.leaseEnd = Math.max(this.leaseEnd, core.now() + ttl + this.client.writeTimeout);
+      // Not acknowledged by the replicas: taken back at once (and again below, harmlessly: FROM).
+      const undo = (i: number): Array<string | number> => ["LOCK.RELEASE", this.key, this.owner, "FROM", Math.max(1, from[i] ?? 1) + 1];
+      const r = await this.client.round(entry(0), { untilAll: true, argsOf: entry, write: { undo } });
       for (const [i, v] of r.agreed) this.counts[i] = Number(v);
       for (const [i, f] of r.failures) {
         const other = /hold count is (\d+)/.exec(f.message);
@@ -1775,7 +1956,7 @@ export class Hold {
     };
     // While the hold lasts: the body after it must see the count the server has.
     const until = (): number => (this.ended || this.released ? core.now() : this.leaseEnd);
-    const left = await this.client.giveBack(args(0), targets, Math.min(until(), core.now() + Math.max(this.ttl / 3, this.client.nodeTimeout * 4)), args, onReply);
+    const left = await this.client.giveBack(args(0), targets, Math.min(until(), core.now() + Math.max(this.ttl / 3, this.client.writeTimeout * 4)), args, onReply);
     if (left.some(Boolean)) this.client.track(this.client.giveBack(args(0), left, this.leaseEnd, args, onReply));
   }
 }

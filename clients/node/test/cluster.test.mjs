@@ -140,4 +140,44 @@ describe("cluster", () => {
     }
     await locks.close();
   });
+
+  test("replica acknowledgements: WAIT goes with the write to the key's master", async () => {
+    const rc = new Cluster([{ host: "127.0.0.1", port: cluster.nodes[0].port }]);
+    track(rc);
+    await new Promise((res) => rc.once("ready", res));
+    const locks = new Relock(rc, { nodeTimeout: 2000, replicaAcks: 1, replicaAckTimeout: 200 });
+    try {
+      const key = "{acks}:1";
+      const master = await cluster.masterOf(key);
+      const replica = await cluster.replicaOf(master);
+      // Acknowledged: a grant, a renewal, and a campaign granted by LOCK.WAIT.
+      const hold = await locks.acquireOrThrow(key, { ttl: 5000, wait: 0 });
+      await hold.renew();
+      const lead = locks.campaign(key, "b", { ttl: 5000 });
+      assert.ok(await eventually(async () => (await locks.leader(key))?.waiters === 1, 10_000));
+      await hold.release();
+      await (await lead).resign();
+      // The key's master's replica stopped: only that master's grants fail, and it is named. A
+      // WAIT sent to another master (no write of its connection to wait for) would count 1.
+      replica.pause();
+      try {
+        const named = (e) => e.message.includes(`master 127.0.0.1:${master.port}: only 0 of 1 required replica acknowledgements within 200 ms`);
+        await assert.rejects(locks.acquireOrThrow(key, { ttl: 5000, wait: 0 }), named);
+        await assert.rejects(locks.campaign(key, "c", { ttl: 5000, timeout: 0 }), named);
+        assert.equal(await cluster.ask(master, "LOCK.INFO", key), null);
+        let others = 0;
+        for (const k of ["{b}:1", "{z}:1", "{x}:1"]) {
+          if ((await cluster.masterOf(k)).port === master.port) continue;
+          const other = await locks.acquireOrThrow(k, { ttl: 5000, wait: 0 });
+          await other.release();
+          others += 1;
+        }
+        assert.ok(others >= 1);
+      } finally {
+        replica.resume();
+      }
+    } finally {
+      await locks.close();
+    }
+  });
 });

@@ -70,6 +70,49 @@ export async function withServer(fn, args) {
   }
 }
 
+/** A master for replicaOf: diskless sync at once (7.0 waits 5 s for more replicas to come by default). */
+export const startMaster = () => Server.start(["--repl-diskless-sync-delay", "0"]);
+
+/**
+ * A replica of `master` (with the module: it applies the LOCK.* effects the master sends),
+ * returned once it acknowledges writes; the caller closes it.
+ */
+export async function replicaOf(master) {
+  const replica = await Server.start(["--replicaof", "127.0.0.1", String(master.port)]);
+  const probe = new Redis({ port: master.port, host: "127.0.0.1", lazyConnect: true, maxRetriesPerRequest: 1 });
+  const linked = async () => {
+    const r = await probe.call("INFO", "replication").catch(() => "");
+    if (!String(r).includes(`port=${replica.port},state=online`)) return false;
+    // Online, and acknowledging writes (a diskless sync puts it online at its first REPLCONF
+    // ACK; a WAIT without a write before it on its connection counts it at once).
+    const [, [, acked]] = await probe.pipeline().set("relock-test:linked", "1").call("WAIT", 1, 100).exec();
+    return acked >= 1;
+  };
+  try {
+    assert.ok(await eventually(linked), "the replica did not link to its master");
+    return replica;
+  } catch (e) {
+    replica.close();
+    throw e;
+  } finally {
+    probe.disconnect();
+  }
+}
+
+/** `fn(master, replica)` on a master and one replica of it (see replicaOf); both closed after. */
+export async function withReplica(fn) {
+  const master = await startMaster();
+  let replica;
+  try {
+    replica = await replicaOf(master);
+    return await fn(master, replica);
+  } finally {
+    closeAll();
+    replica?.close();
+    master.close();
+  }
+}
+
 /** `fn(servers)` on `n` servers of their own. */
 export async function withServers(n, fn) {
   const all = [];

@@ -23,6 +23,9 @@ async function usage(): Promise<void> {
   const one = new Relock(new Redis(), { ownerPrefix: "billing", nodeTimeout: 100 });
   const redlock = new Relock([new Redis(6379), new Redis(6380), new Redis(6381)]);
   const cluster = new Relock(new Cluster([{ host: "127.0.0.1", port: 7000 }]));
+  const acked = new Relock(new Redis(), { replicaAcks: 1, replicaAckTimeout: 200 });
+  const acks: number = acked.replicaAcks + acked.replicaAckTimeout;
+  void acks;
   const n: number = await one.using("k", { ttl: 10_000, wait: 5_000 }, async (hold: Hold) => {
     const token: number = hold.token;
     const signal: AbortSignal = hold.signal;
