@@ -442,7 +442,7 @@ async fn fenced(
         cmd.arg(arg);
     }
     match masters.ask_one(key, &cmd, Resend::OnlyUnrun).await {
-        Ok(reply) => Ok(Reply::from_redis(reply)),
+        Ok(reply) => Ok(crate::reply::reply_of(reply)),
         Err(NodeError {
             node,
             failure: NodeFailure::Redis(e),

@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
-use redis::{FromRedisValue, Value};
+use redis::Value;
 
 use crate::error::NodeFailure;
 use crate::mode::Mode;
+use crate::reply::reply_of;
 
 /// The state of a lock on one master, as `LOCK.INFO` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,116 +44,54 @@ pub struct HolderInfo {
     pub ttl: Option<Duration>,
 }
 
-/// A reply's field/value pairs: a map under RESP3, a flat array under RESP2.
-pub(crate) fn pairs(value: Value, what: &str) -> Result<Vec<(Value, Value)>, NodeFailure> {
-    match value {
-        Value::Map(m) => Ok(m),
-        Value::Array(items) => {
-            let mut pairs = Vec::with_capacity(items.len() / 2);
-            let mut it = items.into_iter();
-            while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                pairs.push((k, v));
-            }
-            Ok(pairs)
+impl LockInfo {
+    fn of(info: relock_protocol::LockInfo) -> LockInfo {
+        LockInfo {
+            owner: info.owner.map(|raw| lossy(&raw)),
+            token: info.token,
+            count: info.count,
+            ttl: info.ttl,
+            waiters: info.waiters,
+            mode: match info.mode {
+                relock_protocol::Mode::Exclusive => Mode::Exclusive,
+                relock_protocol::Mode::Shared { limit } => Mode::Shared { limit },
+            },
+            holders: info.holders,
         }
-        other => Err(NodeFailure::Protocol(format!("{what}: {other:?}"))),
     }
 }
 
-pub(crate) fn text(v: &Value) -> Result<String, NodeFailure> {
-    let raw: Vec<u8> = FromRedisValue::from_redis_value(v)?;
-    Ok(String::from_utf8_lossy(&raw).into_owned())
+fn lossy(raw: &[u8]) -> String {
+    String::from_utf8_lossy(raw).into_owned()
 }
 
-/// A ttl as the module answers it: ms left, or -1 for no expiry (`None`).
-fn ms(ttl: i64) -> Option<Duration> {
-    (ttl != -1).then(|| Duration::from_millis(ttl.max(0) as u64))
+/// A decoder's refusal as the client reports a reply it cannot read.
+pub(crate) fn refused(e: relock_protocol::DecodeError) -> NodeFailure {
+    NodeFailure::Protocol(e.to_string())
 }
 
-/// `LOCK.INFO`'s reply as a [`LockInfo`]; `None` when there is no lock.
+/// `LOCK.INFO`'s reply as a [`LockInfo`] (relock-protocol decodes it); `None` when there is
+/// no lock.
 pub(crate) fn parse_info(value: Value) -> Result<Option<LockInfo>, NodeFailure> {
-    if value == Value::Nil {
-        return Ok(None);
-    }
-    let mut owner = None;
-    let (mut token, mut count, mut ttl, mut waiters) = (None, None, None, None);
-    let (mut mode, mut holders, mut limit) = (None, None, None);
-    for (k, v) in pairs(value, "LOCK.INFO")? {
-        let field: String = FromRedisValue::from_redis_value(&k)?;
-        match field.as_str() {
-            "owner" => owner = Some(Option::<Vec<u8>>::from_redis_value(&v)?),
-            "token" => token = Some(Option::<u64>::from_redis_value(&v)?),
-            "count" => count = Some(Option::<u64>::from_redis_value(&v)?),
-            "ttl" => ttl = Some(i64::from_redis_value(&v)?),
-            "waiters" => waiters = Some(u64::from_redis_value(&v)?),
-            "mode" => mode = Some(String::from_redis_value(&v)?),
-            "holders" => holders = Some(u64::from_redis_value(&v)?),
-            "limit" => limit = Some(u32::from_redis_value(&v)?),
-            _ => {}
-        }
-    }
-    let (Some(owner), Some(token), Some(count), Some(ttl), Some(waiters)) =
-        (owner, token, count, ttl, waiters)
-    else {
-        return Err(NodeFailure::Protocol("LOCK.INFO: missing fields".into()));
-    };
-    let mode = match (mode.as_deref(), limit) {
-        (None | Some("exclusive"), _) => Mode::Exclusive,
-        (Some("shared"), Some(0) | None) => Mode::Shared { limit: None },
-        (Some("shared"), Some(n)) => Mode::Shared { limit: Some(n) },
-        (Some(other), _) => {
-            return Err(NodeFailure::Protocol(format!("LOCK.INFO: mode {other:?}")));
-        }
-    };
-    let owner = owner.map(|raw| String::from_utf8_lossy(&raw).into_owned());
-    // An exclusive lock has its holder in the first fields; a shared one has none there.
-    if mode == Mode::Exclusive && (owner.is_none() || token.is_none() || count.is_none()) {
-        return Err(NodeFailure::Protocol(
-            "LOCK.INFO: an exclusive lock without owner, token or count".into(),
-        ));
-    }
-    Ok(Some(LockInfo {
-        owner,
-        token,
-        count,
-        ttl: ms(ttl),
-        waiters,
-        mode,
-        holders: holders.unwrap_or(1),
-    }))
+    let info = relock_protocol::LockInfo::decode(&reply_of(value)).map_err(refused)?;
+    Ok(info.map(LockInfo::of))
 }
 
-/// `LOCK.HOLDERS`'s reply as the holders in token order; `None` when there is no lock.
+/// `LOCK.HOLDERS`'s reply as the holders in token order (relock-protocol decodes it); `None`
+/// when there is no lock.
 pub(crate) fn parse_holders(value: Value) -> Result<Option<Vec<HolderInfo>>, NodeFailure> {
-    let entries = match value {
-        Value::Nil => return Ok(None),
-        Value::Array(entries) => entries,
-        other => return Err(NodeFailure::Protocol(format!("LOCK.HOLDERS: {other:?}"))),
-    };
-    let mut holders = Vec::with_capacity(entries.len());
-    for entry in entries {
-        let (mut owner, mut token, mut count, mut ttl) = (None, None, None, None);
-        for (k, v) in pairs(entry, "LOCK.HOLDERS")? {
-            let field: String = FromRedisValue::from_redis_value(&k)?;
-            match field.as_str() {
-                "owner" => owner = Some(text(&v)?),
-                "token" => token = Some(u64::from_redis_value(&v)?),
-                "count" => count = Some(u64::from_redis_value(&v)?),
-                "ttl" => ttl = Some(i64::from_redis_value(&v)?),
-                _ => {}
-            }
-        }
-        let (Some(owner), Some(token), Some(count), Some(ttl)) = (owner, token, count, ttl) else {
-            return Err(NodeFailure::Protocol("LOCK.HOLDERS: missing fields".into()));
-        };
-        holders.push(HolderInfo {
-            owner,
-            token,
-            count,
-            ttl: ms(ttl),
-        });
-    }
-    Ok(Some(holders))
+    let holders = relock_protocol::Holder::decode_all(&reply_of(value)).map_err(refused)?;
+    Ok(holders.map(|holders| {
+        holders
+            .into_iter()
+            .map(|h| HolderInfo {
+                owner: lossy(&h.owner),
+                token: h.token,
+                count: h.count,
+                ttl: h.ttl,
+            })
+            .collect()
+    }))
 }
 
 #[cfg(test)]

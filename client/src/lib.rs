@@ -107,6 +107,7 @@ mod mode;
 mod node;
 mod options;
 mod owner;
+mod reply;
 mod round;
 mod sentinel;
 mod tls;

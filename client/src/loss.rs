@@ -9,7 +9,8 @@ use redis::{FromRedisValue, Value};
 use tokio::sync::watch;
 
 use crate::error::NodeFailure;
-use crate::info::{pairs, text};
+use crate::info::refused;
+use crate::reply::reply_of;
 
 /// How many journal entries of the key one question asks for: enough for the entries a few
 /// flushes and other holders' endings add after ours, bounded so the answer stays small.
@@ -215,61 +216,12 @@ pub(crate) fn describe_client(info: &str) -> String {
     }
 }
 
-/// One entry of a `LOCK.HISTORY` reply, as far as explaining a loss needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Entry {
-    pub(crate) time_ms: i64,
-    pub(crate) owner: Vec<u8>,
-    pub(crate) token: u64,
-    pub(crate) reason: String,
-    pub(crate) held_ms: Option<i64>,
-    pub(crate) client_info: String,
-}
+/// One entry of a `LOCK.HISTORY` reply (relock-protocol's).
+pub(crate) use relock_protocol::Entry;
 
-impl Entry {
-    /// An entry for a whole db (a flush or a swap), not one hold.
-    fn is_whole_db(&self) -> bool {
-        self.owner.is_empty() && matches!(self.reason.as_str(), "flushed" | "swapped")
-    }
-}
-
-/// `LOCK.HISTORY`'s reply: its entries, newest first.
+/// `LOCK.HISTORY`'s reply: its entries, newest first (relock-protocol decodes it).
 pub(crate) fn parse_history(value: Value) -> Result<Vec<Entry>, NodeFailure> {
-    let Value::Array(items) = value else {
-        return Err(NodeFailure::Protocol(format!("LOCK.HISTORY: {value:?}")));
-    };
-    let mut entries = Vec::with_capacity(items.len());
-    for item in items {
-        let (mut time, mut owner, mut token, mut reason) = (None, None, None, None);
-        let (mut held, mut client_info) = (None, String::new());
-        for (k, v) in pairs(item, "LOCK.HISTORY")? {
-            let field: String = FromRedisValue::from_redis_value(&k)?;
-            match field.as_str() {
-                "time" => time = Some(i64::from_redis_value(&v)?),
-                "owner" => owner = Some(Vec::<u8>::from_redis_value(&v)?),
-                "token" => token = Some(u64::from_redis_value(&v)?),
-                "reason" => reason = Some(text(&v)?),
-                "held" => held = Option::<i64>::from_redis_value(&v)?,
-                "client-info" => client_info = text(&v)?,
-                _ => {}
-            }
-        }
-        let (Some(time_ms), Some(owner), Some(token), Some(reason)) = (time, owner, token, reason)
-        else {
-            return Err(NodeFailure::Protocol(
-                "LOCK.HISTORY: an entry without time, owner, token or reason".into(),
-            ));
-        };
-        entries.push(Entry {
-            time_ms,
-            owner,
-            token,
-            reason,
-            held_ms: held,
-            client_info,
-        });
-    }
-    Ok(entries)
+    Entry::decode_all(&reply_of(value)).map_err(refused)
 }
 
 /// `TIME`'s reply as Unix ms.

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use relock_client::{Command, Relock, Reply as Value};
 use serde_json::json;
 
-use crate::ops::{self, bad_reply, entries, json_text, ms, printable, table, utc};
+use crate::ops::{self, bad_reply, json_text, ms, printable, table, utc};
 use crate::output::out;
 
 /// How many characters of a key or an owner a table shows.
@@ -33,26 +33,23 @@ pub struct Entry {
 
 /// Reads a `LOCK.LOG` or `LOCK.HISTORY` reply.
 pub fn parse(value: &Value) -> Result<Vec<Entry>, String> {
-    let read = || -> Result<Vec<Entry>, String> {
-        entries(value)?
-            .into_iter()
-            .map(|f| {
-                Ok(Entry {
-                    id: f.need("id")?,
-                    time: f.need("time")?,
-                    db: f.int("db")?.unwrap_or(0),
-                    key: f.bytes("key"),
-                    owner: f.bytes("owner"),
-                    token: f.int("token")?.unwrap_or(0),
-                    reason: f.text("reason"),
-                    held_ms: f.int("held")?,
-                    client_info: f.text("client-info"),
-                    waiters: f.int("waiters")?.unwrap_or(0),
-                })
-            })
-            .collect()
-    };
-    read().map_err(|why| bad_reply("LOCK.LOG", &why))
+    let entries =
+        relock_protocol::Entry::decode_all(value).map_err(|e| bad_reply("LOCK.LOG", e.why()))?;
+    Ok(entries
+        .into_iter()
+        .map(|e| Entry {
+            id: ops::int(e.id),
+            time: e.time_ms,
+            db: e.db,
+            key: e.key,
+            owner: e.owner,
+            token: ops::int(e.token),
+            reason: e.reason,
+            held_ms: e.held_ms,
+            client_info: e.client_info,
+            waiters: ops::int(e.waiters),
+        })
+        .collect())
 }
 
 /// The parts of a `client-info` that say who: `id=17 name=ops user=admin addr=10.0.0.5:51234`

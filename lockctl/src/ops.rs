@@ -15,7 +15,6 @@ use std::time::Duration;
 use clap::Subcommand;
 use relock_client::limits::parse_timeout;
 use relock_client::Relock;
-use relock_client::Reply as Value;
 
 use crate::output::{out, say};
 
@@ -148,81 +147,18 @@ pub fn bad_reply(what: &str, why: &str) -> String {
     format!("unexpected {what} reply: {why}")
 }
 
-/// The fields of one reply entry: a map under RESP3, a flat array of names and values under
-/// RESP2.
-pub struct Fields(Vec<(String, Value)>);
-
-impl Fields {
-    pub fn of(value: &Value) -> Result<Fields, String> {
-        let pairs: Vec<(String, Value)> = match value {
-            Value::Map(pairs) => pairs
-                .iter()
-                .map(|(k, v)| Ok((name(k)?, v.clone())))
-                .collect::<Result<_, String>>()?,
-            Value::Array(items) if items.len() % 2 == 0 => items
-                .chunks(2)
-                .map(|kv| Ok((name(&kv[0])?, kv[1].clone())))
-                .collect::<Result<_, String>>()?,
-            other => return Err(format!("not a map: {other:?}")),
-        };
-        Ok(Fields(pairs))
-    }
-
-    fn get(&self, field: &str) -> Option<&Value> {
-        self.0.iter().find(|(k, _)| k == field).map(|(_, v)| v)
-    }
-
-    /// An integer field; nil or missing is `None`.
-    pub fn int(&self, field: &str) -> Result<Option<i64>, String> {
-        match self.get(field) {
-            None | Some(Value::Nil) => Ok(None),
-            Some(Value::Int(n)) => Ok(Some(*n)),
-            Some(Value::Bulk(b)) => std::str::from_utf8(b)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .map(Some)
-                .ok_or_else(|| format!("{field} is not an integer")),
-            Some(other) => Err(format!("{field} is not an integer: {other:?}")),
-        }
-    }
-
-    /// An integer field that must be there.
-    pub fn need(&self, field: &str) -> Result<i64, String> {
-        self.int(field)?.ok_or_else(|| format!("no {field}"))
-    }
-
-    /// A string field's bytes (empty when nil or missing).
-    pub fn bytes(&self, field: &str) -> Vec<u8> {
-        match self.get(field) {
-            Some(Value::Bulk(b)) => b.clone(),
-            Some(Value::Simple(s)) => s.clone().into_bytes(),
-            Some(Value::Verbatim(text)) => text.clone().into_bytes(),
-            Some(Value::Int(n)) => n.to_string().into_bytes(),
-            _ => Vec::new(),
-        }
-    }
-
-    /// A string field as text (lossy).
-    pub fn text(&self, field: &str) -> String {
-        String::from_utf8_lossy(&self.bytes(field)).into_owned()
+/// A hold's mode as lockctl shows it: `exclusive` or `shared`, and its limit (0: none; an
+/// exclusive hold's is `exclusive_limit`, as the command's reply says it).
+pub fn mode_words(mode: relock_protocol::Mode, exclusive_limit: i64) -> (&'static str, i64) {
+    match mode {
+        relock_protocol::Mode::Exclusive => ("exclusive", exclusive_limit),
+        relock_protocol::Mode::Shared { limit } => ("shared", limit.map_or(0, i64::from)),
     }
 }
 
-fn name(v: &Value) -> Result<String, String> {
-    match v {
-        Value::Bulk(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-        Value::Simple(s) => Ok(s.clone()),
-        other => Err(format!("not a field name: {other:?}")),
-    }
-}
-
-/// The entries of an array reply, each read by [`Fields::of`].
-pub fn entries(value: &Value) -> Result<Vec<Fields>, String> {
-    match value {
-        Value::Array(items) | Value::Set(items) => items.iter().map(Fields::of).collect(),
-        Value::Nil => Ok(Vec::new()),
-        other => Err(format!("not an array: {other:?}")),
-    }
+/// A count of a decoded reply as the signed number lockctl's tables and JSON keep.
+pub fn int(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
 }
 
 /// Bytes a client chose, for a person: lossy UTF-8, control characters escaped (`\x1b`,
@@ -346,6 +282,7 @@ pub fn fail(why: impl std::fmt::Display) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use relock_client::Reply as Value;
 
     #[test]
     fn printable_escapes_and_cuts() {
@@ -385,22 +322,44 @@ mod tests {
     }
 
     #[test]
-    fn fields_of_both_protocols() {
-        let resp2 = Value::Array(vec![
-            Value::Bulk(b"owner".to_vec()),
-            Value::Bulk(b"w".to_vec()),
-            Value::Bulk(b"ttl".to_vec()),
-            Value::Int(5),
-        ]);
-        let resp3 = Value::Map(vec![
-            (Value::Simple("owner".into()), Value::Bulk(b"w".to_vec())),
-            (Value::Simple("ttl".into()), Value::Int(5)),
-        ]);
+    fn replies_of_both_protocols() {
+        let bulk = |s: &str| Value::Bulk(s.as_bytes().to_vec());
+        let fields = [
+            ("owner", bulk("w")),
+            ("mode", bulk("shared")),
+            ("limit", Value::Int(3)),
+            ("client", Value::Int(17)),
+            ("waited", Value::Int(5)),
+            ("timeout", Value::Int(-1)),
+            ("ttl", Value::Int(900)),
+        ];
+        let resp2 = Value::Array(vec![Value::Array(
+            fields
+                .iter()
+                .flat_map(|(k, v)| [bulk(k), v.clone()])
+                .collect(),
+        )]);
+        let resp3 = Value::Array(vec![Value::Map(
+            fields
+                .iter()
+                .map(|(k, v)| (Value::Simple((*k).into()), v.clone()))
+                .collect(),
+        )]);
         for v in [resp2, resp3] {
-            let f = Fields::of(&v).expect("fields");
-            assert_eq!(f.text("owner"), "w");
-            assert_eq!(f.need("ttl"), Ok(5));
-            assert_eq!(f.int("held"), Ok(None));
+            let w = crate::waiters::parse(&v).expect("waiters");
+            assert_eq!(
+                (w[0].owner.as_slice(), w[0].mode.as_str()),
+                (&b"w"[..], "shared")
+            );
+            assert_eq!((w[0].limit, w[0].permits, w[0].timeout_ms), (3, 1, -1));
+            assert_eq!(w[0].mode_text(), "shared limit 3");
         }
+        let missing = Value::Array(vec![Value::Array(vec![bulk("owner"), bulk("w")])]);
+        assert_eq!(
+            crate::waiters::parse(&missing),
+            Err("unexpected LOCK.WAITERS reply: no field client".to_string())
+        );
+        assert_eq!(crate::waiters::parse(&Value::Nil), Ok(vec![]));
+        assert!(crate::log::parse(&Value::Int(1)).is_err());
     }
 }

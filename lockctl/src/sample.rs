@@ -13,7 +13,7 @@ use relock_client::{Command, Reply as Value};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::ops::{bad_reply, entries, json_text, Fields};
+use crate::ops::{self, bad_reply, json_text};
 use crate::waiters::{self, Waiter};
 
 /// The `INFO relock` section of one master.
@@ -103,25 +103,22 @@ pub struct KeyStats {
 
 /// Reads a `LOCK.STATS` reply.
 pub fn parse_stats(value: &Value) -> Result<Vec<KeyStats>, String> {
-    let read = || -> Result<Vec<KeyStats>, String> {
-        entries(value)?
-            .into_iter()
-            .map(|f| {
-                Ok(KeyStats {
-                    key: f.bytes("key"),
-                    db: f.int("db")?.unwrap_or(0),
-                    waits: f.need("waits")?,
-                    granted: f.need("granted")?,
-                    timeouts: f.need("timeouts")?,
-                    contended: f.need("contended")?,
-                    wait_ms_total: f.need("wait_ms_total")?,
-                    error: f.int("error")?.unwrap_or(0),
-                    wait_ms_max: f.need("wait_ms_max")?,
-                })
-            })
-            .collect()
-    };
-    read().map_err(|why| bad_reply("LOCK.STATS", &why))
+    let stats = relock_protocol::KeyStats::decode_all(value)
+        .map_err(|e| bad_reply(e.command(), e.why()))?;
+    Ok(stats
+        .into_iter()
+        .map(|s| KeyStats {
+            key: s.key,
+            db: s.db,
+            waits: s.waits,
+            granted: s.granted,
+            timeouts: s.timeouts,
+            contended: s.contended,
+            wait_ms_total: s.wait_ms_total,
+            error: s.error,
+            wait_ms_max: s.wait_ms_max,
+        })
+        .collect())
 }
 
 /// What `LOCK.INFO` says of a key now.
@@ -138,23 +135,20 @@ pub struct LockState {
 
 /// Reads a `LOCK.INFO` reply: `None` when the key is not locked.
 pub fn parse_lock_info(value: &Value) -> Result<Option<LockState>, String> {
-    if *value == Value::Nil {
-        return Ok(None);
-    }
-    let read = || -> Result<LockState, String> {
-        let f = Fields::of(value)?;
-        let owner = f.bytes("owner");
-        let mode = f.text("mode");
-        Ok(LockState {
-            owner: (!owner.is_empty() && mode != "shared").then_some(owner),
-            holders: f.int("holders")?.unwrap_or(1),
-            waiters: f.int("waiters")?.unwrap_or(0),
-            limit: f.int("limit")?.unwrap_or(1),
-            ttl_ms: f.int("ttl")?.unwrap_or(-1),
-            mode,
-        })
-    };
-    read().map(Some).map_err(|why| bad_reply("LOCK.INFO", &why))
+    let info =
+        relock_protocol::LockInfo::decode(value).map_err(|e| bad_reply(e.command(), e.why()))?;
+    Ok(info.map(|i| {
+        // An exclusive lock's limit is 1, as the module says it.
+        let (mode, limit) = ops::mode_words(i.mode, 1);
+        LockState {
+            owner: i.owner.filter(|o| !o.is_empty()),
+            mode: mode.to_string(),
+            holders: ops::int(i.holders),
+            waiters: ops::int(i.waiters),
+            limit,
+            ttl_ms: i.ttl.map_or(-1, |t| ops::int(t.as_millis())),
+        }
+    }))
 }
 
 /// A hot key: its statistics, and what holds and waits for it now.

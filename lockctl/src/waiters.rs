@@ -6,7 +6,7 @@ use relock_client::Relock;
 use relock_client::{Command, Reply as Value};
 use serde_json::json;
 
-use crate::ops::{self, bad_reply, entries, json_text, ms, printable, table};
+use crate::ops::{self, bad_reply, json_text, ms, printable, table};
 use crate::output::out;
 
 /// How many characters of an owner a table shows.
@@ -39,24 +39,24 @@ pub fn command(key: &str, count: u64) -> Command {
 
 /// Reads a `LOCK.WAITERS` reply.
 pub fn parse(value: &Value) -> Result<Vec<Waiter>, String> {
-    let read = || -> Result<Vec<Waiter>, String> {
-        entries(value)?
-            .into_iter()
-            .map(|f| {
-                Ok(Waiter {
-                    owner: f.bytes("owner"),
-                    mode: f.text("mode"),
-                    limit: f.int("limit")?.unwrap_or(0),
-                    permits: f.int("permits")?.unwrap_or(1),
-                    client: f.need("client")?,
-                    waited_ms: f.need("waited")?,
-                    timeout_ms: f.int("timeout")?.unwrap_or(-1),
-                    ttl_ms: f.need("ttl")?,
-                })
-            })
-            .collect()
-    };
-    read().map_err(|why| bad_reply("LOCK.WAITERS", &why))
+    let waiters =
+        relock_protocol::Waiter::decode_all(value).map_err(|e| bad_reply(e.command(), e.why()))?;
+    Ok(waiters
+        .into_iter()
+        .map(|w| {
+            let (mode, limit) = ops::mode_words(w.mode, 0);
+            Waiter {
+                owner: w.owner,
+                mode: mode.to_string(),
+                limit,
+                permits: ops::int(w.permits),
+                client: w.client,
+                waited_ms: w.waited_ms,
+                timeout_ms: w.timeout_ms.unwrap_or(-1),
+                ttl_ms: w.ttl_ms,
+            }
+        })
+        .collect())
 }
 
 impl Waiter {

@@ -54,75 +54,14 @@ impl Command {
     }
 }
 
-/// A server's reply, as RESP2 or RESP3 has it.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Reply {
-    /// Nil (a missing key, a null).
-    Nil,
-    /// An integer.
-    Int(i64),
-    /// A bulk string, as bytes.
-    Bulk(Vec<u8>),
-    /// A simple string (`+OK`).
-    Simple(String),
-    /// A verbatim string (RESP3), without its format.
-    Verbatim(String),
-    /// An array (RESP2 maps come as arrays of pairs).
-    Array(Vec<Reply>),
-    /// A set (RESP3).
-    Set(Vec<Reply>),
-    /// A map (RESP3), its pairs in the order they came.
-    Map(Vec<(Reply, Reply)>),
-    /// A double (RESP3).
-    Double(f64),
-    /// A boolean (RESP3).
-    Boolean(bool),
-    /// An error reply inside a reply (an array's element, for instance), as text.
-    Error(String),
-    /// A big number (RESP3), as its digits.
-    BigNumber(String),
-    /// Something else (an attribute, a push message), as the client described it.
-    Other(String),
-}
+/// A server's reply, as RESP2 or RESP3 has it: relock-protocol's, which decodes the replies
+/// relock-client has types for.
+pub use relock_protocol::Reply;
 
-impl Reply {
-    /// The reply as text, when it is a string of any kind (bulk strings lossily as UTF-8).
-    pub fn as_text(&self) -> Option<String> {
-        match self {
-            Reply::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
-            Reply::Simple(s) | Reply::Verbatim(s) => Some(s.clone()),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn from_redis(value: redis::Value) -> Reply {
-        use redis::Value;
-        match value {
-            Value::Nil => Reply::Nil,
-            Value::Int(n) => Reply::Int(n),
-            Value::BulkString(b) => Reply::Bulk(b),
-            Value::SimpleString(s) => Reply::Simple(s),
-            Value::Okay => Reply::Simple("OK".to_owned()),
-            Value::VerbatimString { text, .. } => Reply::Verbatim(text),
-            Value::Array(items) => Reply::Array(items.into_iter().map(Reply::from_redis).collect()),
-            Value::Set(items) => Reply::Set(items.into_iter().map(Reply::from_redis).collect()),
-            Value::Map(pairs) => Reply::Map(
-                pairs
-                    .into_iter()
-                    .map(|(k, v)| (Reply::from_redis(k), Reply::from_redis(v)))
-                    .collect(),
-            ),
-            Value::Double(d) => Reply::Double(d),
-            Value::Boolean(b) => Reply::Boolean(b),
-            Value::ServerError(e) => Reply::Error(format!("{e:?}")),
-            Value::BigNumber(n) => Reply::BigNumber(n.to_string()),
-            other => Reply::Other(format!("{other:?}")),
-        }
-    }
-}
+use crate::reply::reply_of;
 
 fn reply(value: redis::Value) -> Result<Reply, NodeFailure> {
-    Ok(Reply::from_redis(value))
+    Ok(reply_of(value))
 }
 
 impl Relock {

@@ -358,6 +358,32 @@ fn the_engine_depends_on_no_redis_crate() {
     );
 }
 
+/// The reply decoders (crates/protocol) take a neutral `Reply`, which each caller makes from its
+/// own Redis library's value: the crate names none, so relock-client's choice of library stays
+/// relock-client's, and the decoders have no I/O to do.
+#[test]
+fn the_protocol_depends_on_no_redis_crate() {
+    let manifest =
+        std::fs::read_to_string(root().join("crates/protocol/Cargo.toml")).expect("read");
+    let deps = dependencies(&manifest);
+    assert!(
+        deps.iter().any(|d| d.starts_with("serde_json")),
+        "parsed {deps:?}"
+    );
+    for dep in &deps {
+        assert!(
+            !dep.contains("redis") && !dep.contains("tokio"),
+            "crates/protocol depends on {dep}: the decoders take a Reply and do no I/O"
+        );
+    }
+    for file in rust_files(&root().join("crates/protocol/src")) {
+        let code = code_only(&std::fs::read_to_string(&file).expect("read"));
+        for banned in ["redis::", "std::net", "std::io"] {
+            assert!(!code.contains(banned), "{} uses {banned}", file.display());
+        }
+    }
+}
+
 #[test]
 fn the_engine_has_no_redis_imports() {
     for file in rust_files(&root().join("crates/engine/src")) {
