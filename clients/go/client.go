@@ -608,8 +608,10 @@ func (c *Client) notAcked(ctx context.Context, n *node, o roundOpts, acked int64
 			return nil
 		}
 	}
+	undone := false
 	if o.acked == ackGrant && o.undo != nil {
-		_, _ = n.call(ctx, c.nodeTimeout, o.undo...)
+		_, uerr := n.call(ctx, c.nodeTimeout, o.undo...)
+		undone = uerr == nil
 	}
 	where := ""
 	if n.cluster != nil {
@@ -617,7 +619,7 @@ func (c *Client) notAcked(ctx context.Context, n *node, o roundOpts, acked int64
 			where = "master " + m.Options().Addr + ": "
 		}
 	}
-	f := failure{otherLimit: -1, acks: true,
+	f := failure{otherLimit: -1, acks: true, undone: undone,
 		msg: fmt.Sprintf("%sonly %d of %d required replica acknowledgements within %v", where, acked, c.acks.replicas, c.acks.timeout)}
 	if ackErr != nil {
 		f.msg = fmt.Sprintf("%sthe replica acknowledgements (WAIT %d) failed: %v", where, c.acks.replicas, ackErr)
