@@ -410,7 +410,7 @@ func (r *round) someFailed() bool { return r.refused() < len(r.failures) }
 func (r *round) onlyUndone() bool {
 	return r.count(func(f failure) bool { return f.refused || f.undone }) == len(r.failures)
 }
-func (r *round) badTTL() bool     { return r.count(func(f failure) bool { return f.badTTL }) > 0 }
+func (r *round) badTTL() bool { return r.count(func(f failure) bool { return f.badTTL }) > 0 }
 func (r *round) permanentlyFailed() bool {
 	return r.permanent()+quorum(r.n()) > r.n()
 }
