@@ -279,3 +279,39 @@ func TestReplicaAcksRetryNotRevoked(t *testing.T) {
 		_ = g.h.Release(bg())
 	})
 }
+
+// A background renewal that stalls (a stopped master; replica acknowledgements that do not
+// come) must not hold the loss back: Done closes when the validity ends, not when the
+// renewal gives up.
+func TestLossWhileRenewalStalls(t *testing.T) {
+	check := func(t *testing.T, c *Client, stop func(), resume func()) {
+		h := mustAcquire(t, c, "stall", TTL(600*time.Millisecond))
+		stop()
+		defer resume()
+		select {
+		case <-h.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the hold was not lost")
+		}
+		// Done closes ttl/20 before the validity ends; judged generously for a busy machine.
+		if late := time.Since(h.Until()); late > 150*time.Millisecond {
+			t.Fatalf("Done closed %v after the validity ended", late)
+		}
+		var e *Error
+		if !errors.As(h.Err(), &e) || e.Kind != ErrLockLost {
+			t.Fatalf("want ErrLockLost, got %v", h.Err())
+		}
+	}
+	t.Run("master stopped", func(t *testing.T) {
+		m := startServer(t)
+		c, _ := locksOn(t, m, NodeTimeout(3*time.Second))
+		check(t, c, m.pause, m.resume)
+	})
+	t.Run("replica stopped", func(t *testing.T) {
+		m := startServer(t)
+		mrdb := m.client(t)
+		r := replicaOf(t, m, mrdb, 1)
+		c, _ := locksOn(t, m, ReplicaAcks(1, 3*time.Second), NodeTimeout(2*time.Second))
+		check(t, c, r.pause, r.resume)
+	})
+}

@@ -404,15 +404,15 @@ func (r *round) inGrace() int     { return r.count(func(f failure) bool { return
 func (r *round) refused() int     { return r.count(func(f failure) bool { return f.refused }) }
 func (r *round) permanent() int   { return r.count(func(f failure) bool { return f.permanent }) }
 func (r *round) someFailed() bool { return r.refused() < len(r.failures) }
+func (r *round) badTTL() bool     { return r.count(func(f failure) bool { return f.badTTL }) > 0 }
+func (r *round) permanentlyFailed() bool {
+	return r.permanent()+quorum(r.n()) > r.n()
+}
 
 // onlyUndone: every failure is a refusal or a grant not acknowledged whose undo was answered:
 // no server may hold anything of the round.
 func (r *round) onlyUndone() bool {
 	return r.count(func(f failure) bool { return f.refused || f.undone }) == len(r.failures)
-}
-func (r *round) badTTL() bool { return r.count(func(f failure) bool { return f.badTTL }) > 0 }
-func (r *round) permanentlyFailed() bool {
-	return r.permanent()+quorum(r.n()) > r.n()
 }
 
 // someUnanswered: a server failed in a way that says nothing of what it did (unanswered has
