@@ -132,23 +132,79 @@ func (a replicaAcks) waitArgs() []any {
 // pipeAcked sends args and then WAIT on cl's one connection, in one pipeline (the count
 // covers args' write): args' reply, and how many replicas acknowledged or WAIT's error.
 func pipeAcked(ctx context.Context, cl *redis.Client, a replicaAcks, args []any) (v any, acked int64, ackErr, err error) {
+	return pipeOn(ctx, cl, false, &a, args)
+}
+
+// pipeOn sends args on cl's one connection, after ASKING when asking (a cluster's ASK
+// redirection) and followed by WAIT when acks is set, in one pipeline.
+func pipeOn(ctx context.Context, cl *redis.Client, asking bool, acks *replicaAcks, args []any) (v any, acked int64, ackErr, err error) {
+	if !asking && acks == nil {
+		v, err = cl.Do(ctx, args...).Result()
+		if errors.Is(err, redis.Nil) {
+			v, err = nil, nil
+		}
+		return v, 0, nil, err
+	}
 	pipe := cl.Pipeline()
+	if asking {
+		pipe.Do(ctx, "ASKING")
+	}
 	cmd := pipe.Do(ctx, args...)
-	wait := pipe.Do(ctx, a.waitArgs()...)
+	var wait *redis.Cmd
+	if acks != nil {
+		wait = pipe.Do(ctx, acks.waitArgs()...)
+	}
 	_, _ = pipe.Exec(ctx)
 	v, err = cmd.Result()
 	if errors.Is(err, redis.Nil) {
 		v, err = nil, nil
 	}
-	if err != nil {
-		return nil, 0, nil, err
+	if err != nil || wait == nil {
+		return v, 0, nil, err
 	}
 	acked, ackErr = wait.Int64()
 	return v, acked, ackErr, nil
 }
 
+// redirection: err is a cluster node's MOVED or ASK refusal (the command did not run there):
+// the address it names, and whether it is ASK.
+func redirection(err error) (addr string, ask, ok bool) {
+	if err == nil || !isRedisError(err) {
+		return "", false, false
+	}
+	f := strings.Fields(err.Error())
+	if len(f) != 3 || f[0] != "MOVED" && f[0] != "ASK" {
+		return "", false, false
+	}
+	return f[2], f[0] == "ASK", true
+}
+
+// follow is a write refused with MOVED or ASK by a cluster master (it did not run: sending
+// it on is safe) sent once more where it was sent to: after ASKING for ASK, and on MOVED the
+// slot map is reloaded for the next commands too. On a connection of the target's own (kept
+// with the blocking commands' idle ones), in the same pipeline as its WAIT; ctx bounds it.
+func (n *node) follow(ctx context.Context, from *redis.Options, addr string, ask bool, acks *replicaAcks, args []any) (v any, acked int64, ackErr, err error) {
+	if !ask {
+		n.cluster.ReloadState(ctx)
+	}
+	wc := n.connTo(from, addr)
+	stop := context.AfterFunc(ctx, func() { _ = wc.Close() })
+	v, acked, ackErr, err = pipeOn(ctx, wc, ask, acks, args)
+	answered := (err == nil || isRedisError(err)) && (ackErr == nil || isRedisError(ackErr))
+	if stop() && answered {
+		n.keepWaitConn(wc)
+	} else {
+		_ = wc.Close()
+	}
+	if err != nil && ctx.Err() != nil {
+		return nil, 0, nil, fmt.Errorf("%w (%s)", ctx.Err(), err)
+	}
+	return v, acked, ackErr, err
+}
+
 // callAcked is call for a write that replicas must acknowledge: args, then WAIT on the same
-// connection (to key's master in a cluster), together bounded by timeout.
+// connection (to key's master in a cluster), together bounded by timeout. In a cluster, a
+// write refused with MOVED or ASK (a slot migrated or migrating) is followed once.
 func (n *node) callAcked(ctx context.Context, timeout time.Duration, key string, a replicaAcks, args []any) (v any, acked int64, ackErr, err error) {
 	if n.cluster != nil && !n.warm.Load() {
 		timeout = max(timeout, clusterWarmUp)
@@ -160,8 +216,13 @@ func (n *node) callAcked(ctx context.Context, timeout time.Duration, key string,
 		return nil, 0, nil, err
 	}
 	v, acked, ackErr, err = pipeAcked(ctx, cl, a, args)
-	if n.cluster != nil && (err == nil || isRedisError(err)) {
-		n.warm.Store(true)
+	if n.cluster != nil {
+		if addr, ask, ok := redirection(err); ok {
+			v, acked, ackErr, err = n.follow(ctx, cl.Options(), addr, ask, &a, args)
+		}
+		if err == nil || isRedisError(err) {
+			n.warm.Store(true)
+		}
 	}
 	return v, acked, ackErr, err
 }
@@ -210,21 +271,28 @@ func (n *node) waitConn(ctx context.Context, key string) (*redis.Client, error) 
 		}
 		base = m.Options()
 	}
+	return n.connTo(base, base.Addr), nil
+}
+
+// connTo is a connection of its own to addr (base's options otherwise): an idle one, or a
+// new one.
+func (n *node) connTo(base *redis.Options, addr string) *redis.Client {
 	n.idleMu.Lock()
-	idle := n.idle[base.Addr]
+	idle := n.idle[addr]
 	if k := len(idle); k > 0 {
 		wc := idle[k-1]
-		n.idle[base.Addr] = idle[:k-1]
+		n.idle[addr] = idle[:k-1]
 		n.idleMu.Unlock()
-		return wc, nil
+		return wc
 	}
 	n.idleMu.Unlock()
 	o := ownOptions(base)
+	o.Addr = addr
 	o.ReadTimeout = -1
 	o.PoolSize = 1
 	o.MinIdleConns = 0
 	o.MaxIdleConns = 0
-	return redis.NewClient(o), nil
+	return redis.NewClient(o)
 }
 
 // keepWaitConn puts wc back for the next blocking command, or closes it (the node closed, or
@@ -281,23 +349,24 @@ func (n *node) blockingAcked(ctx context.Context, key string, bound time.Duratio
 		defer cancel()
 	}
 	stop := context.AfterFunc(ctx, func() { _ = wc.Close() })
-	if acks != nil {
-		v, acked, ackErr, err = pipeAcked(ctx, wc, *acks, args)
-	} else {
-		v, err = wc.Do(ctx, args...).Result()
-	}
+	v, acked, ackErr, err = pipeOn(ctx, wc, false, acks, args)
 	answered := (err == nil || isRedisError(err)) && (ackErr == nil || isRedisError(ackErr))
+	from := wc.Options()
 	if stop() && answered {
 		// Neither cancelled nor cut: the connection is whole, with nothing left to read.
 		n.keepWaitConn(wc)
 	} else {
 		_ = wc.Close()
 	}
-	if errors.Is(err, redis.Nil) {
-		return nil, 0, nil, nil
-	}
 	if err != nil && ctx.Err() != nil {
 		return nil, 0, nil, fmt.Errorf("%w (%s)", ctx.Err(), err)
+	}
+	if n.cluster != nil {
+		if addr, ask, ok := redirection(err); ok {
+			// The slot moved (or is moving): the wait did not queue there; it queues once
+			// where the master sends it.
+			return n.follow(ctx, from, addr, ask, acks, args)
+		}
 	}
 	return v, acked, ackErr, err
 }
