@@ -182,3 +182,136 @@ func TestReplicaAcksInvalid(t *testing.T) {
 		_ = c.Close()
 	}
 }
+
+// resumeAfterUndo resumes the stopped replica r once key, granted to someone but other on
+// the master (a grant the stopped replica cannot acknowledge), has been undone there.
+func resumeAfterUndo(t *testing.T, mrdb *redis.Client, key, other string, r *server) chan struct{} {
+	t.Helper()
+	resumed := make(chan struct{})
+	go func() {
+		defer close(resumed)
+		defer r.resume()
+		ownerOf := func() (string, bool) {
+			v, err := mrdb.Do(bg(), "LOCK.INFO", key).Result()
+			if err != nil || v == nil {
+				return "", false
+			}
+			info := parseInfo("", v)
+			if info == nil || info.Owner == nil {
+				return "", false
+			}
+			return *info.Owner, true
+		}
+		end := time.Now().Add(20 * time.Second)
+		for time.Now().Before(end) {
+			if o, held := ownerOf(); held && o != other {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		for time.Now().Before(end) {
+			if o, held := ownerOf(); !held || o == other {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return resumed
+}
+
+// A grant not acknowledged is undone at once; the campaign (and a group's key-by-key wait)
+// then asks again. The undo must not be repeated later under the owner that asks again: it
+// would revoke the new grant, a leadership already returned (two leaders).
+func TestReplicaAcksRetryNotRevoked(t *testing.T) {
+	m := startServer(t)
+	mrdb := m.client(t)
+	r := replicaOf(t, m, mrdb, 1)
+	c, _ := locksOn(t, m, ReplicaAcks(1, 200*time.Millisecond), NodeTimeout(2*time.Second), RetryDelay(50*time.Millisecond))
+	plain, _ := locksOn(t, m)
+
+	t.Run("campaign", func(t *testing.T) {
+		r.pause()
+		resumed := resumeAfterUndo(t, mrdb, "race:e", "", r)
+		lead, err := c.Campaign(bg(), "race:e", "n1", TTL(30*time.Second), Wait(20*time.Second))
+		<-resumed
+		if err != nil {
+			t.Fatalf("campaign: %v", err)
+		}
+		c.settle(5 * time.Second) // the background give-backs of the failed attempt ran
+		if i := parseInfo("", lockInfo(t, mrdb, "race:e")); i == nil || i.Owner == nil || *i.Owner != lead.Owner() {
+			t.Fatalf("the leadership returned was revoked on the master (%+v)", i)
+		}
+		if err := lead.Renew(bg()); err != nil {
+			t.Fatalf("the leadership returned cannot be renewed: %v", err)
+		}
+		_ = lead.Resign(bg())
+	})
+
+	t.Run("group", func(t *testing.T) {
+		other := mustAcquire(t, plain, "race:g1", TTL(30*time.Second))
+		r.pause()
+		resumed := resumeAfterUndo(t, mrdb, "race:g1", other.Owner(), r)
+		type res struct {
+			h   *Hold
+			err error
+		}
+		got := make(chan res, 1)
+		go func() {
+			h, err := c.AcquireAll(bg(), []string{"race:g1", "race:g2"}, TTL(30*time.Second), Wait(20*time.Second))
+			got <- res{h, err}
+		}()
+		eventually(t, 10*time.Second, "the group waits for race:g1", func() bool { return waiters(t, plain, "race:g1") == 1 })
+		_ = other.Release(bg())
+		g := <-got
+		<-resumed
+		if g.err != nil {
+			t.Fatalf("group: %v", g.err)
+		}
+		c.settle(5 * time.Second)
+		for _, k := range []string{"race:g1", "race:g2"} {
+			if o := parseInfo("", lockInfo(t, mrdb, k)); o == nil || o.Owner == nil || *o.Owner != g.h.Owner() {
+				t.Fatalf("the group's key %s was revoked on the master (%+v)", k, o)
+			}
+		}
+		if err := g.h.Renew(bg()); err != nil {
+			t.Fatalf("the group returned cannot be renewed: %v", err)
+		}
+		_ = g.h.Release(bg())
+	})
+}
+
+// A background renewal that stalls (a stopped master; replica acknowledgements that do not
+// come) must not hold the loss back: Done closes when the validity ends, not when the
+// renewal gives up.
+func TestLossWhileRenewalStalls(t *testing.T) {
+	check := func(t *testing.T, c *Client, stop func(), resume func()) {
+		h := mustAcquire(t, c, "stall", TTL(600*time.Millisecond))
+		stop()
+		defer resume()
+		select {
+		case <-h.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the hold was not lost")
+		}
+		// Done closes ttl/20 before the validity ends; judged generously for a busy machine.
+		if late := time.Since(h.Until()); late > 150*time.Millisecond {
+			t.Fatalf("Done closed %v after the validity ended", late)
+		}
+		var e *Error
+		if !errors.As(h.Err(), &e) || e.Kind != ErrLockLost {
+			t.Fatalf("want ErrLockLost, got %v", h.Err())
+		}
+	}
+	t.Run("master stopped", func(t *testing.T) {
+		m := startServer(t)
+		c, _ := locksOn(t, m, NodeTimeout(3*time.Second))
+		check(t, c, m.pause, m.resume)
+	})
+	t.Run("replica stopped", func(t *testing.T) {
+		m := startServer(t)
+		mrdb := m.client(t)
+		r := replicaOf(t, m, mrdb, 1)
+		c, _ := locksOn(t, m, ReplicaAcks(1, 3*time.Second), NodeTimeout(2*time.Second))
+		check(t, c, r.pause, r.resume)
+	})
+}

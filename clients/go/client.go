@@ -132,24 +132,82 @@ func (a replicaAcks) waitArgs() []any {
 // pipeAcked sends args and then WAIT on cl's one connection, in one pipeline (the count
 // covers args' write): args' reply, and how many replicas acknowledged or WAIT's error.
 func pipeAcked(ctx context.Context, cl *redis.Client, a replicaAcks, args []any) (v any, acked int64, ackErr, err error) {
+	return pipeOn(ctx, cl, false, &a, args)
+}
+
+// pipeOn sends args on cl's one connection, after ASKING when asking (a cluster's ASK
+// redirection) and followed by WAIT when acks is set, in one pipeline.
+func pipeOn(ctx context.Context, cl *redis.Client, asking bool, acks *replicaAcks, args []any) (v any, acked int64, ackErr, err error) {
+	if !asking && acks == nil {
+		v, err = cl.Do(ctx, args...).Result()
+		if errors.Is(err, redis.Nil) {
+			v, err = nil, nil
+		}
+		return v, 0, nil, err
+	}
 	pipe := cl.Pipeline()
+	if asking {
+		pipe.Do(ctx, "ASKING")
+	}
 	cmd := pipe.Do(ctx, args...)
-	wait := pipe.Do(ctx, a.waitArgs()...)
+	var wait *redis.Cmd
+	if acks != nil {
+		wait = pipe.Do(ctx, acks.waitArgs()...)
+	}
 	_, _ = pipe.Exec(ctx)
 	v, err = cmd.Result()
 	if errors.Is(err, redis.Nil) {
 		v, err = nil, nil
 	}
-	if err != nil {
-		return nil, 0, nil, err
+	if err != nil || wait == nil {
+		return v, 0, nil, err
 	}
 	acked, ackErr = wait.Int64()
 	return v, acked, ackErr, nil
 }
 
+// redirection: err is a cluster node's MOVED or ASK refusal (the command did not run there):
+// the address it names, and whether it is ASK.
+func redirection(err error) (addr string, ask, ok bool) {
+	if err == nil || !isRedisError(err) {
+		return "", false, false
+	}
+	f := strings.Fields(err.Error())
+	if len(f) != 3 || f[0] != "MOVED" && f[0] != "ASK" {
+		return "", false, false
+	}
+	return f[2], f[0] == "ASK", true
+}
+
+// follow is a write refused with MOVED or ASK by a cluster master (it did not run: sending
+// it on is safe) sent once more where it was sent to: after ASKING for ASK, and on MOVED the
+// slot map is reloaded for the next commands too. On a connection of the target's own (kept
+// with the blocking commands' idle ones), in the same pipeline as its WAIT; ctx bounds it.
+func (n *node) follow(ctx context.Context, from *redis.Options, addr string, ask bool, acks *replicaAcks, args []any) (v any, acked int64, ackErr, err error, at *redis.Options) {
+	if !ask {
+		n.cluster.ReloadState(ctx)
+	}
+	wc := n.connTo(from, addr)
+	at = wc.Options()
+	stop := context.AfterFunc(ctx, func() { _ = wc.Close() })
+	v, acked, ackErr, err = pipeOn(ctx, wc, ask, acks, args)
+	answered := (err == nil || isRedisError(err)) && (ackErr == nil || isRedisError(ackErr))
+	if stop() && answered {
+		n.keepWaitConn(wc)
+	} else {
+		_ = wc.Close()
+	}
+	if err != nil && ctx.Err() != nil {
+		return nil, 0, nil, fmt.Errorf("%w (%s)", ctx.Err(), err), at
+	}
+	return v, acked, ackErr, err, at
+}
+
 // callAcked is call for a write that replicas must acknowledge: args, then WAIT on the same
-// connection (to key's master in a cluster), together bounded by timeout.
-func (n *node) callAcked(ctx context.Context, timeout time.Duration, key string, a replicaAcks, args []any) (v any, acked int64, ackErr, err error) {
+// connection (to key's master in a cluster), together bounded by timeout. In a cluster, a
+// write refused with MOVED or ASK (a slot migrated or migrating) is followed once; at is the
+// options of the master it ran on.
+func (n *node) callAcked(ctx context.Context, timeout time.Duration, key string, a replicaAcks, args []any) (v any, acked int64, ackErr, err error, at *redis.Options) {
 	if n.cluster != nil && !n.warm.Load() {
 		timeout = max(timeout, clusterWarmUp)
 	}
@@ -157,24 +215,43 @@ func (n *node) callAcked(ctx context.Context, timeout time.Duration, key string,
 	defer cancel()
 	cl, err := n.clientFor(ctx, key)
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, err, nil
 	}
+	at = cl.Options()
 	v, acked, ackErr, err = pipeAcked(ctx, cl, a, args)
-	if n.cluster != nil && (err == nil || isRedisError(err)) {
-		n.warm.Store(true)
+	if n.cluster != nil {
+		if addr, ask, ok := redirection(err); ok {
+			v, acked, ackErr, err, at = n.follow(ctx, at, addr, ask, &a, args)
+		}
+		if err == nil || isRedisError(err) {
+			n.warm.Store(true)
+		}
 	}
-	return v, acked, ackErr, err
+	return v, acked, ackErr, err, at
 }
 
-// connectedReplicas is how many replicas key's master has connected (ROLE).
-func (n *node) connectedReplicas(ctx context.Context, key string, timeout time.Duration) (int64, error) {
+// connectedReplicas is how many replicas the master a write ran on (at; nil: key's master)
+// has connected (ROLE). In a cluster it asks that very master, whatever the slot map says.
+func (n *node) connectedReplicas(ctx context.Context, at *redis.Options, key string, timeout time.Duration) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cl, err := n.clientFor(ctx, key)
-	if err != nil {
-		return 0, err
+	var role []any
+	var err error
+	if n.cluster != nil && at != nil {
+		wc := n.connTo(at, at.Addr)
+		role, err = wc.Do(ctx, "ROLE").Slice()
+		if err == nil || isRedisError(err) {
+			n.keepWaitConn(wc)
+		} else {
+			_ = wc.Close()
+		}
+	} else {
+		var cl *redis.Client
+		if cl, err = n.clientFor(ctx, key); err != nil {
+			return 0, err
+		}
+		role, err = cl.Do(ctx, "ROLE").Slice()
 	}
-	role, err := cl.Do(ctx, "ROLE").Slice()
 	if err != nil {
 		return 0, err
 	}
@@ -210,21 +287,28 @@ func (n *node) waitConn(ctx context.Context, key string) (*redis.Client, error) 
 		}
 		base = m.Options()
 	}
+	return n.connTo(base, base.Addr), nil
+}
+
+// connTo is a connection of its own to addr (base's options otherwise): an idle one, or a
+// new one.
+func (n *node) connTo(base *redis.Options, addr string) *redis.Client {
 	n.idleMu.Lock()
-	idle := n.idle[base.Addr]
+	idle := n.idle[addr]
 	if k := len(idle); k > 0 {
 		wc := idle[k-1]
-		n.idle[base.Addr] = idle[:k-1]
+		n.idle[addr] = idle[:k-1]
 		n.idleMu.Unlock()
-		return wc, nil
+		return wc
 	}
 	n.idleMu.Unlock()
 	o := ownOptions(base)
+	o.Addr = addr
 	o.ReadTimeout = -1
 	o.PoolSize = 1
 	o.MinIdleConns = 0
 	o.MaxIdleConns = 0
-	return redis.NewClient(o), nil
+	return redis.NewClient(o)
 }
 
 // keepWaitConn puts wc back for the next blocking command, or closes it (the node closed, or
@@ -264,16 +348,16 @@ func (n *node) close() error {
 // and by ctx; cancelling ctx closes the connection (the server drops the waiter). The
 // connection is kept for the next blocking command only when the command was answered.
 func (n *node) blocking(ctx context.Context, key string, bound time.Duration, args ...any) (any, error) {
-	v, _, _, err := n.blockingAcked(ctx, key, bound, nil, args)
+	v, _, _, err, _ := n.blockingAcked(ctx, key, bound, nil, args)
 	return v, err
 }
 
 // blockingAcked is blocking, followed on the same connection by WAIT when acks asks for
 // replica acknowledgements (the server runs it once the blocking command answered).
-func (n *node) blockingAcked(ctx context.Context, key string, bound time.Duration, acks *replicaAcks, args []any) (v any, acked int64, ackErr, err error) {
+func (n *node) blockingAcked(ctx context.Context, key string, bound time.Duration, acks *replicaAcks, args []any) (v any, acked int64, ackErr, err error, at *redis.Options) {
 	wc, err := n.waitConn(ctx, key)
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, err, nil
 	}
 	if bound > 0 {
 		var cancel context.CancelFunc
@@ -281,25 +365,26 @@ func (n *node) blockingAcked(ctx context.Context, key string, bound time.Duratio
 		defer cancel()
 	}
 	stop := context.AfterFunc(ctx, func() { _ = wc.Close() })
-	if acks != nil {
-		v, acked, ackErr, err = pipeAcked(ctx, wc, *acks, args)
-	} else {
-		v, err = wc.Do(ctx, args...).Result()
-	}
+	v, acked, ackErr, err = pipeOn(ctx, wc, false, acks, args)
 	answered := (err == nil || isRedisError(err)) && (ackErr == nil || isRedisError(ackErr))
+	at = wc.Options()
 	if stop() && answered {
 		// Neither cancelled nor cut: the connection is whole, with nothing left to read.
 		n.keepWaitConn(wc)
 	} else {
 		_ = wc.Close()
 	}
-	if errors.Is(err, redis.Nil) {
-		return nil, 0, nil, nil
-	}
 	if err != nil && ctx.Err() != nil {
-		return nil, 0, nil, fmt.Errorf("%w (%s)", ctx.Err(), err)
+		return nil, 0, nil, fmt.Errorf("%w (%s)", ctx.Err(), err), at
 	}
-	return v, acked, ackErr, err
+	if n.cluster != nil {
+		if addr, ask, ok := redirection(err); ok {
+			// The slot moved (or is moving): the wait did not queue there; it queues once
+			// where the master sends it.
+			return n.follow(ctx, at, addr, ask, acks, args)
+		}
+	}
+	return v, acked, ackErr, err, at
 }
 
 // Client takes locks on one Redis server with the relock module, on a Redis Cluster, or with
@@ -559,6 +644,7 @@ func (c *Client) ask(ctx context.Context, i int, args []any, o roundOpts) reply 
 	var v any
 	var err, ackErr error
 	var acked int64
+	var at *redis.Options
 	acking := o.acked != ackNone && c.acks.replicas > 0
 	if o.blocking {
 		var acks *replicaAcks
@@ -569,14 +655,14 @@ func (c *Client) ask(ctx context.Context, i int, args []any, o roundOpts) reply 
 				bound += c.acks.timeout
 			}
 		}
-		v, acked, ackErr, err = n.blockingAcked(ctx, o.blockKey, bound, acks, args)
+		v, acked, ackErr, err, at = n.blockingAcked(ctx, o.blockKey, bound, acks, args)
 	} else {
 		t := o.timeout
 		if t == 0 {
 			t = c.nodeTimeout
 		}
 		if acking {
-			v, acked, ackErr, err = n.callAcked(ctx, t+c.acks.timeout, o.ackKey, c.acks, args)
+			v, acked, ackErr, err, at = n.callAcked(ctx, t+c.acks.timeout, o.ackKey, c.acks, args)
 		} else {
 			v, err = n.call(ctx, t, args...)
 		}
@@ -585,7 +671,7 @@ func (c *Client) ask(ctx context.Context, i int, args []any, o roundOpts) reply 
 		v, err = o.accept(v)
 	}
 	if err == nil && acking && v != nil && (ackErr != nil || acked < c.acks.replicas) {
-		if f := c.notAcked(ctx, n, o, acked, ackErr); f != nil {
+		if f := c.notAcked(ctx, n, o, at, acked, ackErr); f != nil {
 			return reply{i: i, f: f}
 		}
 	}
@@ -599,25 +685,25 @@ func (c *Client) ask(ctx context.Context, i int, args []any, o roundOpts) reply 
 // notAcked: what a write that fewer replicas than ReplicaAcks acknowledged (acked; ackErr:
 // WAIT failed) means on n: nil when it counts all the same (a renewal on a master with fewer
 // replicas connected, every one of which acknowledged it), else the master's failure, after
-// a grant was undone there.
-func (c *Client) notAcked(ctx context.Context, n *node, o roundOpts, acked int64, ackErr error) *failure {
+// a grant was undone there. at: the options of the master the write ran on.
+func (c *Client) notAcked(ctx context.Context, n *node, o roundOpts, at *redis.Options, acked int64, ackErr error) *failure {
 	ctx = context.WithoutCancel(ctx)
 	if ackErr == nil && o.acked == ackRenew {
-		connected, err := n.connectedReplicas(ctx, o.ackKey, c.nodeTimeout)
+		connected, err := n.connectedReplicas(ctx, at, o.ackKey, c.nodeTimeout)
 		if err == nil && connected < c.acks.replicas && acked >= connected {
 			return nil
 		}
 	}
+	undone := false
 	if o.acked == ackGrant && o.undo != nil {
-		_, _ = n.call(ctx, c.nodeTimeout, o.undo...)
+		_, uerr := n.call(ctx, c.nodeTimeout, o.undo...)
+		undone = uerr == nil
 	}
 	where := ""
-	if n.cluster != nil {
-		if m, err := n.cluster.MasterForKey(ctx, o.ackKey); err == nil {
-			where = "master " + m.Options().Addr + ": "
-		}
+	if n.cluster != nil && at != nil {
+		where = "master " + at.Addr + ": "
 	}
-	f := failure{otherLimit: -1, acks: true,
+	f := failure{otherLimit: -1, acks: true, undone: undone,
 		msg: fmt.Sprintf("%sonly %d of %d required replica acknowledgements within %v", where, acked, c.acks.replicas, c.acks.timeout)}
 	if ackErr != nil {
 		f.msg = fmt.Sprintf("%sthe replica acknowledgements (WAIT %d) failed: %v", where, c.acks.replicas, ackErr)

@@ -127,3 +127,79 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("keys of two slots: %v", err)
 	}
 }
+
+// A slot migrating (ASK) or moved (MOVED) since the slot map was loaded: relock sends its
+// acknowledged writes and its waits to the key's master itself, so it follows the
+// redirection (the command did not run where it was refused) instead of failing until the
+// map is reloaded by something else.
+func TestClusterRedirected(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].addr()}})
+	t.Cleanup(func() { _ = cc.Close() })
+	acked := New(cc, ReplicaAcks(1, 20*time.Millisecond), NodeTimeout(2*time.Second))
+	t.Cleanup(func() { _ = acked.Close() })
+	plain := New(cc, NodeTimeout(2*time.Second))
+	t.Cleanup(func() { _ = plain.Close() })
+	ctx, cancel := context.WithTimeout(bg(), 60*time.Second)
+	defer cancel()
+	const k1, k2 = "{mv}:1", "{mv}:2"
+	// No replicas: an acknowledged grant is refused, but by the master that has the slot (the
+	// error names the master the grant ran on).
+	notAckedHere := func(what, master string) {
+		t.Helper()
+		_, err := acked.Acquire(ctx, k1)
+		if err == nil || strings.Contains(err.Error(), "MOVED") || strings.Contains(err.Error(), "ASK") ||
+			!strings.Contains(err.Error(), "master "+master+": only 0 of 1 required replica acknowledgements") {
+			t.Fatalf("%s: want the grant reached and not acknowledged, got %v", what, err)
+		}
+	}
+	src, err := cc.MasterForKey(ctx, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dst *redis.Client
+	var all []*redis.Client
+	for _, n := range nodes {
+		cl := n.client(t)
+		all = append(all, cl)
+		if n.addr() != src.Options().Addr && dst == nil {
+			dst = cl
+		}
+	}
+	notAckedHere("slot in place", src.Options().Addr) // loads the slot maps
+	if _, err := plain.Info(ctx, k2); err != nil {
+		t.Fatal(err)
+	}
+	slot := cc.ClusterKeySlot(ctx, k1).Val()
+	srcID := src.Do(ctx, "CLUSTER", "MYID").Val()
+	dstID := dst.Do(ctx, "CLUSTER", "MYID").Val()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Migrating: the source answers ASK for a key it does not have.
+	must(dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
+	must(src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
+	notAckedHere("slot migrating", dst.Options().Addr)
+	l, err := plain.Campaign(ctx, k2, "n1", Wait(5*time.Second))
+	if err != nil {
+		t.Fatalf("campaign while the slot migrates: %v", err)
+	}
+	_ = l.Resign(ctx)
+	// Moved: the source answers MOVED.
+	for _, cl := range append([]*redis.Client{dst, src}, all...) {
+		must(cl.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
+	}
+	notAckedHere("slot moved", dst.Options().Addr)
+	l, err = plain.Campaign(ctx, k2, "n1", Wait(5*time.Second))
+	if err != nil {
+		t.Fatalf("campaign after the slot moved: %v", err)
+	}
+	if v := dst.Do(ctx, "LOCK.INFO", k2).Val(); v == nil {
+		t.Fatal("the leadership is not on the slot's new master")
+	}
+	_ = l.Resign(ctx)
+}

@@ -190,8 +190,10 @@ type failure struct {
 	otherMode    bool
 	otherPermits bool
 	otherLimit   int // -1: none
-	// acks: fewer replicas than ReplicaAcks acknowledged the write there.
-	acks bool
+	// acks: fewer replicas than ReplicaAcks acknowledged the write there; undone: it was a
+	// grant, and its undo (the release, FROM 1) was answered: that master no longer has it.
+	acks   bool
+	undone bool
 }
 
 func refusal() failure {
@@ -407,6 +409,12 @@ func (r *round) permanentlyFailed() bool {
 	return r.permanent()+quorum(r.n()) > r.n()
 }
 
+// onlyUndone: every failure is a refusal or a grant not acknowledged whose undo was answered:
+// no server may hold anything of the round.
+func (r *round) onlyUndone() bool {
+	return r.count(func(f failure) bool { return f.refused || f.undone }) == len(r.failures)
+}
+
 // someUnanswered: a server failed in a way that says nothing of what it did (unanswered has
 // one true).
 func (r *round) someUnanswered() bool {
@@ -465,12 +473,14 @@ func (r *round) grantedLate(ttlMS int64) bool {
 }
 
 // giveBack: where a failed acquisition is released now (those that granted) and later, in
-// the background (every server that neither granted, refused, nor failed permanently).
+// the background (every server that neither granted, refused, failed permanently, nor had a
+// grant not acknowledged undone: a master that answered the undo has nothing left, and a
+// delayed repeat of it could only hit a later grant to the same owner).
 func (r *round) giveBack() (now, later []bool) {
 	now = r.agreedBy()
 	refused := map[int]bool{}
 	for _, x := range r.failures {
-		if x.f.refused {
+		if x.f.refused || x.f.undone {
 			refused[x.i] = true
 		}
 	}

@@ -82,8 +82,11 @@ func (c *Client) Campaign(ctx context.Context, key, value string, opts ...Option
 	deadline, limited := waitDeadline(ctx, o.wait, time.Now())
 	ctx, done := c.untilClosed(ctx)
 	defer done()
-	owner := candidateOwner(value)
 	for {
+		// A fresh owner for every attempt: a failed one's give-back may still be repeated in
+		// the background (releaseLate), and under the same owner that repeat would revoke
+		// this attempt's grant, a leadership already returned (two leaders).
+		owner := candidateOwner(value)
 		rnd := c.waitRound(ctx, key, owner, ttlMS, time.Until(deadline), limited, nil)
 		valid, ok := rnd.validFor(ttlMS)
 		started := rnd.started

@@ -137,8 +137,9 @@ func (c *Client) groupHold(group []string, owner string, ttlMS int64, rnd *round
 
 // waitEach waits for group's keys one by one in wait order under owner, keeping the keys
 // already taken alive (a wait is cut into ttl/3 pieces with a renewal between). The hold, an
-// error, or neither (a key taken early was lost: start over); what was taken is given back
-// unless the hold is returned.
+// error, or neither (a key taken early was lost, or a wait failed other than by a refusal
+// or an undone grant: start over under a fresh owner); what was taken is given back unless
+// the hold is returned.
 func (c *Client) waitEach(ctx context.Context, group []string, owner string, ttlMS int64, deadline time.Time, limited bool) (*Hold, error) {
 	ttl := time.Duration(ttlMS) * time.Millisecond
 	var taken []string
@@ -175,8 +176,16 @@ func (c *Client) waitEach(ctx context.Context, group []string, owner string, ttl
 				return nil, rnd.permanentError(key)
 			}
 			if rnd.someFailed() {
-				giveBack([]string{key})
 				sleep(ctx, min(jitter(c.retryDelay), max(0, time.Until(deadline))))
+				if !rnd.onlyUndone() {
+					// The key may have been granted where the round could not see it: it is
+					// given back in the background, a repeat included, which would revoke a
+					// grant of it to this owner asked for again. Start over under a fresh owner.
+					giveBack(append(taken, key))
+					return nil, nil
+				}
+				// Every failure a grant not acknowledged and undone there: nothing is left to
+				// give back, and the same owner may ask again.
 			}
 			if len(taken) > 0 {
 				renewal := c.round(ctx, append(append([]any{"LOCK.MRENEW", len(taken)}, toAny(taken)...), owner, ttlMS), c.withAcks(roundOpts{accept: allOf(len(taken))}, ackRenew, taken[0]))

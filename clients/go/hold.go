@@ -46,6 +46,10 @@ type Hold struct {
 	// another thread while nothing is due; stopped by end. Under mu.
 	timer *time.Timer
 	next  time.Time
+	// renewingNow: a tick is renewing; the timer is then armed for the loss, so that a
+	// renewal that stalls (a stopped master, replica acknowledgements that do not come) does
+	// not hold the loss back. Under mu.
+	renewingNow bool
 	// sections: the cancel functions of the contexts derived from the hold (Do's, Reenter's),
 	// cancelled by end itself, so that they are cancelled when Release or the loss returns.
 	sections map[*int]context.CancelCauseFunc
@@ -200,6 +204,9 @@ func (h *Hold) expiryReason() string {
 	if h.lastFailure != "" {
 		return "its validity ran out: renewals failed (" + h.lastFailure + ")"
 	}
+	if h.renewingNow {
+		return "its validity ran out while a renewal was still unanswered"
+	}
 	if !h.autoRenew {
 		return "its validity ran out (not extended in time)"
 	}
@@ -308,17 +315,32 @@ func (h *Hold) tick() {
 		return
 	}
 	lostAt := h.lostAt()
+	busy := h.renewingNow
+	renewing := !busy && h.autoRenew && time.Now().Before(lostAt)
+	if renewing {
+		// Wake at the loss even while the renewal below runs: a renewal can take the node
+		// timeout, plus the ReplicaAcks timeout and a ROLE query.
+		h.renewingNow = true
+		h.timer.Reset(time.Until(lostAt))
+	}
 	h.mu.Unlock()
 	if !time.Now().Before(lostAt) {
 		h.lose(h.expiryReason(), nil)
 		return
 	}
+	if busy {
+		return // an early wake during a renewal (it moved the validity): the renewal re-arms
+	}
 	ok := false
-	if h.autoRenew {
-		ok, _ = h.renew(context.Background(), h.ttlMS)
+	if renewing {
+		// Bounded by the loss: past it, the renewal's answer cannot save the hold.
+		ctx, cancel := context.WithDeadline(context.Background(), lostAt)
+		ok, _ = h.renew(ctx, h.ttlMS)
+		cancel()
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.renewingNow = false
 	if h.autoRenew {
 		if ok {
 			h.next = time.Now().Add(h.every())

@@ -727,3 +727,74 @@ func TestRESP2(t *testing.T) {
 		t.Fatalf("history %+v %v", hist, err)
 	}
 }
+
+// A wait cut by a lost connection is given back in the background, once more 100 ms later;
+// the campaign (and a group's key-by-key wait) asks again meanwhile. The repeat must not
+// revoke what the new attempt is granted: a new attempt is a new owner.
+func TestCampaignRetryAfterCutWait(t *testing.T) {
+	s := startServer(t)
+	p := newProxy(t, s.addr())
+	prdb := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = prdb.Close() })
+	c := New(prdb, RetryDelay(50*time.Millisecond), NodeTimeout(time.Second))
+	t.Cleanup(func() { _ = c.Close() })
+	plain, rdb := locksOn(t, s)
+	// cut drops the proxy's connections once key's waiter is queued, then hands key over once
+	// the attempt after the cut is queued.
+	cut := func(other *Hold, key string) {
+		eventually(t, 10*time.Second, "queued for "+key, func() bool { return waiters(t, plain, key) == 1 })
+		p.drop()
+		eventually(t, 10*time.Second, "the cut wait gone", func() bool { return waiters(t, plain, key) == 0 })
+		eventually(t, 10*time.Second, "queued again for "+key, func() bool { return waiters(t, plain, key) == 1 })
+		_ = other.Release(bg())
+	}
+	ownerOf := func(key string) string {
+		info := parseInfo("", lockInfo(t, rdb, key))
+		if info == nil || info.Owner == nil {
+			return "<nobody>"
+		}
+		return *info.Owner
+	}
+
+	t.Run("campaign", func(t *testing.T) {
+		other := mustAcquire(t, plain, "cut:e", TTL(30*time.Second))
+		got := make(chan error, 1)
+		var lead *Leadership
+		go func() {
+			var err error
+			lead, err = c.Campaign(bg(), "cut:e", "n1", TTL(30*time.Second), Wait(20*time.Second))
+			got <- err
+		}()
+		cut(other, "cut:e")
+		if err := <-got; err != nil {
+			t.Fatalf("campaign: %v", err)
+		}
+		c.settle(5 * time.Second)
+		if o := ownerOf("cut:e"); o != lead.Owner() {
+			t.Fatalf("the leadership returned was revoked (owner now %s)", o)
+		}
+		_ = lead.Resign(bg())
+	})
+
+	t.Run("group", func(t *testing.T) {
+		other := mustAcquire(t, plain, "cut:g1", TTL(30*time.Second))
+		got := make(chan error, 1)
+		var g *Hold
+		go func() {
+			var err error
+			g, err = c.AcquireAll(bg(), []string{"cut:g1", "cut:g2"}, TTL(30*time.Second), Wait(20*time.Second))
+			got <- err
+		}()
+		cut(other, "cut:g1")
+		if err := <-got; err != nil {
+			t.Fatalf("group: %v", err)
+		}
+		c.settle(5 * time.Second)
+		for _, k := range []string{"cut:g1", "cut:g2"} {
+			if o := ownerOf(k); o != g.Owner() {
+				t.Fatalf("the group's key %s was revoked (owner now %s)", k, o)
+			}
+		}
+		_ = g.Release(bg())
+	})
+}

@@ -246,3 +246,14 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// drop cuts the connections open through the proxy, and goes on accepting new ones.
+func (p *proxy) drop() {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
