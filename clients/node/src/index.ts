@@ -323,10 +323,12 @@ function command(conn: Client, args: ReadonlyArray<string | number | Buffer>): C
  * `args` (a write) and `WAIT replicas timeout` in one pipeline on `conn`: both reach the same
  * server (in a cluster, the write's slot decides where the pipeline goes; WAIT has no key of
  * its own), one after the other, so that the count covers the write. The write's reply (its
- * error thrown) and how many replicas acknowledged. Sent once, as every command of the
+ * error thrown) and how many replicas acknowledged; a WAIT that answers an error (an ACL that
+ * allows LOCK.* but not WAIT) counts as none, its error third: the write ran, and is taken back
+ * or not counted as any other one not acknowledged. Sent once, as every command of the
  * package's connections (see OWN).
  */
-async function sendAcked(conn: Client, args: ReadonlyArray<string | number | Buffer>, acks: Acks): Promise<[unknown, number]> {
+async function sendAcked(conn: Client, args: ReadonlyArray<string | number | Buffer>, acks: Acks): Promise<[unknown, number, Error?]> {
   const pipe = conn.pipeline() as ChainableCommander & { sendCommand(c: Command): unknown };
   pipe.sendCommand(command(conn, args));
   // WAIT 0 would wait forever.
@@ -338,7 +340,7 @@ async function sendAcked(conn: Client, args: ReadonlyArray<string | number | Buf
     if (isCluster(conn) && /^(MOVED|ASK) /.test(writeError.message)) conn.refreshSlotsCache();
     throw writeError;
   }
-  if (waitError) throw waitError;
+  if (waitError) return [reply, 0, waitError];
   return [reply, Number(acked)];
 }
 
@@ -479,13 +481,30 @@ class Server {
     return withTimeout(p, timeout, String(args[0]));
   }
 
-  /** `args` followed by `WAIT` on the shared connection (see sendAcked): the reply and how many replicas acknowledged. */
-  async callAcked(args: ReadonlyArray<string | number>, acks: Acks, timeout: number): Promise<[unknown, number]> {
-    const conn = this.conn();
-    await this.ready(conn, timeout);
-    const p = sendAcked(conn, args, acks);
-    p.catch(() => undefined);
-    return withTimeout(p, timeout, String(args[0]));
+  /**
+   * `args` followed by `WAIT` (see sendAcked), on a connection of its own from the pool the
+   * blocking calls use, never on the shared one: the server blocks a connection during WAIT,
+   * and every other command there (other holds' renewals, releases) would queue behind it,
+   * the k-th of k acked writes then taking k times the ack latency. The connection goes back
+   * to the pool once both replies came; one whose pipeline did not answer in time is closed
+   * (it re-sends nothing: see `open`). The reply and how many replicas acknowledged.
+   */
+  async callAcked(args: ReadonlyArray<string | number>, acks: Acks, timeout: number): Promise<[unknown, number, Error?]> {
+    this.checkOpen();
+    const conn: Client = this.takeIdle() ?? this.open(true);
+    let answered = false;
+    try {
+      await this.ready(conn, timeout);
+      const p = sendAcked(conn, args, acks);
+      p.then(
+        () => (answered = true),
+        (e: unknown) => (answered = e instanceof Error && e.name === "ReplyError"),
+      );
+      return await withTimeout(p, timeout, String(args[0]));
+    } finally {
+      if (answered) this.putIdle(conn);
+      else conn.disconnect();
+    }
   }
 
   /**
@@ -545,7 +564,7 @@ class Server {
    * connection: the server runs it once the command is answered (a grant's acknowledgement,
    * counted before anything else is sent there). The reply and how many replicas acknowledged.
    */
-  async blocking(args: ReadonlyArray<string | number>, timeout: number | null, cancel: Array<() => void>, acks: Acks): Promise<[unknown, number]>;
+  async blocking(args: ReadonlyArray<string | number>, timeout: number | null, cancel: Array<() => void>, acks: Acks): Promise<[unknown, number, Error?]>;
   async blocking(args: ReadonlyArray<string | number>, timeout: number | null, cancel: Array<() => void>, acks?: Acks): Promise<unknown> {
     this.checkOpen();
     const end = timeout === null ? null : core.now() + timeout;
@@ -935,13 +954,22 @@ export class Relock {
     const deadline = wait === null ? null : core.now() + wait;
     const epoch = this.closes;
     for (;;) {
-      const owner = ownerOf();
+      let owner = ownerOf();
       const remaining = deadline === null ? null : Math.max(0, deadline - core.now());
       // One server: try on the shared connection first (a free lock costs one round trip
       // and no connection of its own); LOCK.WAIT then queues, first in, first out.
       const grant: AckedWrite = { undo: ["LOCK.RELEASE", key, owner, "FROM", 1] };
       let rnd = await this.round(["LOCK.ACQUIRE", key, owner, ttl, ...mode], { skipIf: remaining !== 0 && this.nodes.length > 1, write: grant });
-      if (!rnd.won() && remaining !== 0 && !rnd.permanentlyFailed()) rnd = await this.waitRound(key, owner, ttl, remaining, mode);
+      if (!rnd.won() && remaining !== 0 && !rnd.permanentlyFailed()) {
+        if (rnd.failures.some(([, f]) => f.unacked && !f.undone)) {
+          // A grant not acknowledged whose undo got no answer: that undo (or the give-back
+          // repeating it) may still land and would take the same owner's next grant. The
+          // wait goes on under a new owner, the first one given back.
+          await this.releaseFailed(key, owner, ttl, rnd);
+          owner = ownerOf();
+        }
+        rnd = await this.waitRound(key, owner, ttl, remaining, mode);
+      }
       let until = rnd.validUntil(ttl);
       if (rnd.grantedLate(ttl)) {
         // Granted after a long wait: the ttl counts from a grant we did not see.
@@ -988,10 +1016,10 @@ export class Relock {
     const acks = write && this.acks;
     try {
       if (acks) {
-        const [reply, acked] = cancel ? await node.blocking(args, timeout, cancel, acks) : await node.callAcked(args, acks, timeout ?? this.writeTimeout);
+        const [reply, acked, waitError] = cancel ? await node.blocking(args, timeout, cancel, acks) : await node.callAcked(args, acks, timeout ?? this.writeTimeout);
         const value = accept ? accept(reply) : reply;
-        if (value === null || value === undefined || acked >= acks.replicas) return [value, undefined];
-        return await this.unacknowledged(node, i, args, value, acked, acks, write);
+        if (value === null || value === undefined || (acked >= acks.replicas && !waitError)) return [value, undefined];
+        return await this.unacknowledged(node, i, args, value, acked, acks, write, waitError);
       }
       const reply = cancel ? await node.blocking(args, timeout, cancel) : await node.call(args, timeout);
       return [accept ? accept(reply) : reply, undefined];
@@ -1016,12 +1044,18 @@ export class Relock {
     acked: number,
     acks: Acks,
     write: AckedWrite,
+    waitError?: Error,
   ): Promise<[unknown, Failure | undefined]> {
+    let undone = false;
     if (write.undo) {
-      // Its answer does not matter: a grant that stays (no answer) is released again in the
-      // background with the round's other failures (see Round.giveBack).
-      await node.call(typeof write.undo === "function" ? write.undo(i) : write.undo, this.writeTimeout).catch(() => undefined);
-    } else {
+      // A grant that stays (no answer) is released again in the background with the round's
+      // other failures (see Round.giveBack); one taken back (answered) is not, and only then
+      // may the same owner ask again (see acquireWith).
+      undone = await node.call(typeof write.undo === "function" ? write.undo(i) : write.undo, this.writeTimeout).then(
+        () => true,
+        () => false,
+      );
+    } else if (!waitError) {
       const connected = await node.connectedReplicas(args, this.writeTimeout).catch(() => null);
       if (connected !== null && connected < acks.replicas && acked >= connected) {
         if (!node.warnedFewReplicas) {
@@ -1037,7 +1071,8 @@ export class Relock {
     }
     const where = node.cluster ? `master ${node.masterOf(args)}: ` : "";
     const what = write.undo ? "; released again there" : "; the renewal does not count";
-    return [null, { message: `${where}only ${acked} of ${acks.replicas} required replica acknowledgements within ${acks.timeout} ms${what}` }];
+    const why = waitError ? ` (WAIT refused: ${waitError.message})` : "";
+    return [null, { message: `${where}only ${acked} of ${acks.replicas} required replica acknowledgements within ${acks.timeout} ms${why}${what}`, unacked: true, undone }];
   }
 
   /** @internal `args` on every server (those `targets` selects), until a quorum is won or lost. */
@@ -1512,7 +1547,9 @@ export class Relock {
             throw rnd.permanentError(key);
           }
           if (rnd.someFailed()) {
-            this.releaseLate(ttl, ["LOCK.RELEASE", key, owner, "FROM", 1]);
+            // Not for a grant not acknowledged and already taken back (Round.giveBack): its
+            // delayed repeat could take this owner's next grant of the key.
+            if (rnd.giveBack().later.some(Boolean)) this.releaseLate(ttl, ["LOCK.RELEASE", key, owner, "FROM", 1]);
             await pause(Math.min(core.jitter(this.retryDelay), remaining ?? Infinity));
           }
           if (taken.length) {
