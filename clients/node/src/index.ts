@@ -879,8 +879,8 @@ export class Relock {
 
   /**
    * @internal The bound on one request: the node timeout, plus the replica-ack timeout when
-   * acknowledgements are on (a write waits for them, and any command on the shared connection
-   * may queue behind such a WAIT).
+   * acknowledgements are on (a write waits for them, on a connection of its own: see
+   * Server.callAcked).
    */
   get writeTimeout(): number {
     return this.nodeTimeout + (this.replicaAcks > 0 ? this.replicaAckTimeout + WAIT_LATE : 0);
