@@ -326,20 +326,37 @@ function command(conn: Client, args: ReadonlyArray<string | number | Buffer>): C
  * error thrown) and how many replicas acknowledged; a WAIT that answers an error (an ACL that
  * allows LOCK.* but not WAIT) counts as none, its error third: the write ran, and is taken back
  * or not counted as any other one not acknowledged. Sent once, as every command of the
- * package's connections (see OWN).
+ * package's connections (see OWN); in a cluster, one MOVED or ASK (a refusal that proves the
+ * write did not run there) is followed to the master it names, as ioredis follows it for a
+ * single command (it does not for this pipeline: WAIT answers there).
  */
 async function sendAcked(conn: Client, args: ReadonlyArray<string | number | Buffer>, acks: Acks): Promise<[unknown, number, Error?]> {
+  try {
+    return await sendAckedOn(conn, command(conn, args), acks, false);
+  } catch (e) {
+    const moved = e instanceof Error && isCluster(conn) ? /^(MOVED|ASK) \d+ (\S+)$/.exec(e.message) : null;
+    if (!moved || !isCluster(conn)) throw e;
+    // The next try goes to the master the refreshed map names.
+    if (moved[1] === "MOVED") conn.refreshSlotsCache();
+    const node = conn.nodes("master").find((n) => `${n.options.host}:${n.options.port}` === moved[2]);
+    if (!node) throw e;
+    return sendAckedOn(node, command(node, args), acks, moved[1] === "ASK");
+  }
+}
+
+async function sendAckedOn(conn: Client, write: Command, acks: Acks, asking: boolean): Promise<[unknown, number, Error?]> {
   const pipe = conn.pipeline() as ChainableCommander & { sendCommand(c: Command): unknown };
-  pipe.sendCommand(command(conn, args));
+  if (asking) pipe.sendCommand(new Command("ASKING", [], { replyEncoding: "utf8" }));
+  pipe.sendCommand(write);
   // WAIT 0 would wait forever.
   pipe.sendCommand(new Command("WAIT", [String(acks.replicas), String(Math.max(1, Math.ceil(acks.timeout)))], { replyEncoding: "utf8" }));
-  const [[writeError, reply] = [null, null], [waitError, acked] = [null, null]] = (await pipe.exec()) ?? [];
-  if (writeError) {
-    // A refusal that proves the write did not run there (the map is out of date): the next
-    // try goes to the master the refreshed map names.
-    if (isCluster(conn) && /^(MOVED|ASK) /.test(writeError.message)) conn.refreshSlotsCache();
-    throw writeError;
+  const replies = (await pipe.exec()) ?? [];
+  if (asking) {
+    const [askError] = replies.shift() ?? [null];
+    if (askError) throw askError;
   }
+  const [[writeError, reply] = [null, null], [waitError, acked] = [null, null]] = replies;
+  if (writeError) throw writeError;
   if (waitError) return [reply, 0, waitError];
   return [reply, Number(acked)];
 }
