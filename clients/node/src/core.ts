@@ -559,6 +559,14 @@ export interface Failure {
    * changed nothing: permanent for that ttl, but a hold it was asked to renew is still held.
    */
   badTtl?: boolean;
+  /**
+   * Fewer replicas than `replicaAcks` acknowledged the write (or WAIT was refused); with
+   * `undone`, its undo (a grant taken back) was answered: nothing is left there and nothing is
+   * under way, so no give-back follows (one repeated later could take the same owner's next
+   * grant).
+   */
+  unacked?: boolean;
+  undone?: boolean;
 }
 
 export const refusal = (): Failure => ({
@@ -767,12 +775,13 @@ export class Round<T> {
    * Where a failed acquisition is released: `now`, the servers that granted; `later` (in the
    * background, now and once more a little after), those where a grant may still land: every
    * server that neither granted, refused, nor failed permanently (a request still under way
-   * when the round was decided, or one that timed out).
+   * when the round was decided, or one that timed out), but for an unacknowledged grant already taken back (`undone`).
    */
   giveBack(): { now: boolean[]; later: boolean[] } {
     const now = this.agreedBy();
     const refused = new Set(this.failures.filter(([, f]) => f.refused).map(([i]) => i));
-    const later = this.mayHold().map((m, i) => m && !now[i] && !refused.has(i));
+    const undone = new Set(this.failures.filter(([, f]) => f.undone).map(([i]) => i));
+    const later = this.mayHold().map((m, i) => m && !now[i] && !refused.has(i) && !undone.has(i));
     return { now, later };
   }
 

@@ -323,22 +323,41 @@ function command(conn: Client, args: ReadonlyArray<string | number | Buffer>): C
  * `args` (a write) and `WAIT replicas timeout` in one pipeline on `conn`: both reach the same
  * server (in a cluster, the write's slot decides where the pipeline goes; WAIT has no key of
  * its own), one after the other, so that the count covers the write. The write's reply (its
- * error thrown) and how many replicas acknowledged. Sent once, as every command of the
- * package's connections (see OWN).
+ * error thrown) and how many replicas acknowledged; a WAIT that answers an error (an ACL that
+ * allows LOCK.* but not WAIT) counts as none, its error third: the write ran, and is taken back
+ * or not counted as any other one not acknowledged. Sent once, as every command of the
+ * package's connections (see OWN); in a cluster, one MOVED or ASK (a refusal that proves the
+ * write did not run there) is followed to the master it names, as ioredis follows it for a
+ * single command (it does not for this pipeline: WAIT answers there).
  */
-async function sendAcked(conn: Client, args: ReadonlyArray<string | number | Buffer>, acks: Acks): Promise<[unknown, number]> {
+async function sendAcked(conn: Client, args: ReadonlyArray<string | number | Buffer>, acks: Acks): Promise<[unknown, number, Error?]> {
+  try {
+    return await sendAckedOn(conn, command(conn, args), acks, false);
+  } catch (e) {
+    const moved = e instanceof Error && isCluster(conn) ? /^(MOVED|ASK) \d+ (\S+)$/.exec(e.message) : null;
+    if (!moved || !isCluster(conn)) throw e;
+    // The next try goes to the master the refreshed map names.
+    if (moved[1] === "MOVED") conn.refreshSlotsCache();
+    const node = conn.nodes("master").find((n) => `${n.options.host}:${n.options.port}` === moved[2]);
+    if (!node) throw e;
+    return sendAckedOn(node, command(node, args), acks, moved[1] === "ASK");
+  }
+}
+
+async function sendAckedOn(conn: Client, write: Command, acks: Acks, asking: boolean): Promise<[unknown, number, Error?]> {
   const pipe = conn.pipeline() as ChainableCommander & { sendCommand(c: Command): unknown };
-  pipe.sendCommand(command(conn, args));
+  if (asking) pipe.sendCommand(new Command("ASKING", [], { replyEncoding: "utf8" }));
+  pipe.sendCommand(write);
   // WAIT 0 would wait forever.
   pipe.sendCommand(new Command("WAIT", [String(acks.replicas), String(Math.max(1, Math.ceil(acks.timeout)))], { replyEncoding: "utf8" }));
-  const [[writeError, reply] = [null, null], [waitError, acked] = [null, null]] = (await pipe.exec()) ?? [];
-  if (writeError) {
-    // A refusal that proves the write did not run there (the map is out of date): the next
-    // try goes to the master the refreshed map names.
-    if (isCluster(conn) && /^(MOVED|ASK) /.test(writeError.message)) conn.refreshSlotsCache();
-    throw writeError;
+  const replies = (await pipe.exec()) ?? [];
+  if (asking) {
+    const [askError] = replies.shift() ?? [null];
+    if (askError) throw askError;
   }
-  if (waitError) throw waitError;
+  const [[writeError, reply] = [null, null], [waitError, acked] = [null, null]] = replies;
+  if (writeError) throw writeError;
+  if (waitError) return [reply, 0, waitError];
   return [reply, Number(acked)];
 }
 
@@ -479,13 +498,30 @@ class Server {
     return withTimeout(p, timeout, String(args[0]));
   }
 
-  /** `args` followed by `WAIT` on the shared connection (see sendAcked): the reply and how many replicas acknowledged. */
-  async callAcked(args: ReadonlyArray<string | number>, acks: Acks, timeout: number): Promise<[unknown, number]> {
-    const conn = this.conn();
-    await this.ready(conn, timeout);
-    const p = sendAcked(conn, args, acks);
-    p.catch(() => undefined);
-    return withTimeout(p, timeout, String(args[0]));
+  /**
+   * `args` followed by `WAIT` (see sendAcked), on a connection of its own from the pool the
+   * blocking calls use, never on the shared one: the server blocks a connection during WAIT,
+   * and every other command there (other holds' renewals, releases) would queue behind it,
+   * the k-th of k acked writes then taking k times the ack latency. The connection goes back
+   * to the pool once both replies came; one whose pipeline did not answer in time is closed
+   * (it re-sends nothing: see `open`). The reply and how many replicas acknowledged.
+   */
+  async callAcked(args: ReadonlyArray<string | number>, acks: Acks, timeout: number): Promise<[unknown, number, Error?]> {
+    this.checkOpen();
+    const conn: Client = this.takeIdle() ?? this.open(true);
+    let answered = false;
+    try {
+      await this.ready(conn, timeout);
+      const p = sendAcked(conn, args, acks);
+      p.then(
+        () => (answered = true),
+        (e: unknown) => (answered = e instanceof Error && e.name === "ReplyError"),
+      );
+      return await withTimeout(p, timeout, String(args[0]));
+    } finally {
+      if (answered) this.putIdle(conn);
+      else conn.disconnect();
+    }
   }
 
   /**
@@ -545,7 +581,7 @@ class Server {
    * connection: the server runs it once the command is answered (a grant's acknowledgement,
    * counted before anything else is sent there). The reply and how many replicas acknowledged.
    */
-  async blocking(args: ReadonlyArray<string | number>, timeout: number | null, cancel: Array<() => void>, acks: Acks): Promise<[unknown, number]>;
+  async blocking(args: ReadonlyArray<string | number>, timeout: number | null, cancel: Array<() => void>, acks: Acks): Promise<[unknown, number, Error?]>;
   async blocking(args: ReadonlyArray<string | number>, timeout: number | null, cancel: Array<() => void>, acks?: Acks): Promise<unknown> {
     this.checkOpen();
     const end = timeout === null ? null : core.now() + timeout;
@@ -860,8 +896,8 @@ export class Relock {
 
   /**
    * @internal The bound on one request: the node timeout, plus the replica-ack timeout when
-   * acknowledgements are on (a write waits for them, and any command on the shared connection
-   * may queue behind such a WAIT).
+   * acknowledgements are on (a write waits for them, on a connection of its own: see
+   * Server.callAcked).
    */
   get writeTimeout(): number {
     return this.nodeTimeout + (this.replicaAcks > 0 ? this.replicaAckTimeout + WAIT_LATE : 0);
@@ -935,13 +971,22 @@ export class Relock {
     const deadline = wait === null ? null : core.now() + wait;
     const epoch = this.closes;
     for (;;) {
-      const owner = ownerOf();
+      let owner = ownerOf();
       const remaining = deadline === null ? null : Math.max(0, deadline - core.now());
       // One server: try on the shared connection first (a free lock costs one round trip
       // and no connection of its own); LOCK.WAIT then queues, first in, first out.
       const grant: AckedWrite = { undo: ["LOCK.RELEASE", key, owner, "FROM", 1] };
       let rnd = await this.round(["LOCK.ACQUIRE", key, owner, ttl, ...mode], { skipIf: remaining !== 0 && this.nodes.length > 1, write: grant });
-      if (!rnd.won() && remaining !== 0 && !rnd.permanentlyFailed()) rnd = await this.waitRound(key, owner, ttl, remaining, mode);
+      if (!rnd.won() && remaining !== 0 && !rnd.permanentlyFailed()) {
+        if (rnd.failures.some(([, f]) => f.unacked && !f.undone)) {
+          // A grant not acknowledged whose undo got no answer: that undo (or the give-back
+          // repeating it) may still land and would take the same owner's next grant. The
+          // wait goes on under a new owner, the first one given back.
+          await this.releaseFailed(key, owner, ttl, rnd);
+          owner = ownerOf();
+        }
+        rnd = await this.waitRound(key, owner, ttl, remaining, mode);
+      }
       let until = rnd.validUntil(ttl);
       if (rnd.grantedLate(ttl)) {
         // Granted after a long wait: the ttl counts from a grant we did not see.
@@ -988,10 +1033,10 @@ export class Relock {
     const acks = write && this.acks;
     try {
       if (acks) {
-        const [reply, acked] = cancel ? await node.blocking(args, timeout, cancel, acks) : await node.callAcked(args, acks, timeout ?? this.writeTimeout);
+        const [reply, acked, waitError] = cancel ? await node.blocking(args, timeout, cancel, acks) : await node.callAcked(args, acks, timeout ?? this.writeTimeout);
         const value = accept ? accept(reply) : reply;
-        if (value === null || value === undefined || acked >= acks.replicas) return [value, undefined];
-        return await this.unacknowledged(node, i, args, value, acked, acks, write);
+        if (value === null || value === undefined || (acked >= acks.replicas && !waitError)) return [value, undefined];
+        return await this.unacknowledged(node, i, args, value, acked, acks, write, waitError);
       }
       const reply = cancel ? await node.blocking(args, timeout, cancel) : await node.call(args, timeout);
       return [accept ? accept(reply) : reply, undefined];
@@ -1016,12 +1061,18 @@ export class Relock {
     acked: number,
     acks: Acks,
     write: AckedWrite,
+    waitError?: Error,
   ): Promise<[unknown, Failure | undefined]> {
+    let undone = false;
     if (write.undo) {
-      // Its answer does not matter: a grant that stays (no answer) is released again in the
-      // background with the round's other failures (see Round.giveBack).
-      await node.call(typeof write.undo === "function" ? write.undo(i) : write.undo, this.writeTimeout).catch(() => undefined);
-    } else {
+      // A grant that stays (no answer) is released again in the background with the round's
+      // other failures (see Round.giveBack); one taken back (answered) is not, and only then
+      // may the same owner ask again (see acquireWith).
+      undone = await node.call(typeof write.undo === "function" ? write.undo(i) : write.undo, this.writeTimeout).then(
+        () => true,
+        () => false,
+      );
+    } else if (!waitError) {
       const connected = await node.connectedReplicas(args, this.writeTimeout).catch(() => null);
       if (connected !== null && connected < acks.replicas && acked >= connected) {
         if (!node.warnedFewReplicas) {
@@ -1037,7 +1088,8 @@ export class Relock {
     }
     const where = node.cluster ? `master ${node.masterOf(args)}: ` : "";
     const what = write.undo ? "; released again there" : "; the renewal does not count";
-    return [null, { message: `${where}only ${acked} of ${acks.replicas} required replica acknowledgements within ${acks.timeout} ms${what}` }];
+    const why = waitError ? ` (WAIT refused: ${waitError.message})` : "";
+    return [null, { message: `${where}only ${acked} of ${acks.replicas} required replica acknowledgements within ${acks.timeout} ms${why}${what}`, unacked: true, undone }];
   }
 
   /** @internal `args` on every server (those `targets` selects), until a quorum is won or lost. */
@@ -1512,7 +1564,9 @@ export class Relock {
             throw rnd.permanentError(key);
           }
           if (rnd.someFailed()) {
-            this.releaseLate(ttl, ["LOCK.RELEASE", key, owner, "FROM", 1]);
+            // Not for a grant not acknowledged and already taken back (Round.giveBack): its
+            // delayed repeat could take this owner's next grant of the key.
+            if (rnd.giveBack().later.some(Boolean)) this.releaseLate(ttl, ["LOCK.RELEASE", key, owner, "FROM", 1]);
             await pause(Math.min(core.jitter(this.retryDelay), remaining ?? Infinity));
           }
           if (taken.length) {

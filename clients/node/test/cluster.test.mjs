@@ -180,4 +180,39 @@ describe("cluster", () => {
       await locks.close();
     }
   });
+  test("replica acknowledgements follow one ASK or MOVED while the key's slot migrates (the write did not run there)", async () => {
+    const rc = new Cluster([{ host: "127.0.0.1", port: cluster.nodes[0].port }]);
+    track(rc);
+    await new Promise((res) => rc.once("ready", res));
+    const locks = new Relock(rc, { nodeTimeout: 5000, replicaAcks: 1, replicaAckTimeout: 1000 });
+    const key = "{mv}";
+    const src = await cluster.masterOf(key);
+    let dst;
+    for (const n of cluster.nodes) if (n.port !== src.port && (await cluster.role(n)) === "master") dst = n;
+    const slot = Number(await cluster.ask(src, "CLUSTER", "KEYSLOT", key));
+    const srcId = String(await cluster.ask(src, "CLUSTER", "MYID"));
+    const dstId = String(await cluster.ask(dst, "CLUSTER", "MYID"));
+    const errors = async (node, kind) => Number(new RegExp(`errorstat_${kind}:count=(\\d+)`).exec(String(await cluster.ask(node, "INFO", "errorstats")))?.[1] ?? 0);
+    try {
+      await cluster.ask(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcId);
+      await cluster.ask(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstId);
+      // The key is not at the source: it answers ASK, and the grant is made (and acknowledged)
+      // at the importing master.
+      const asks = await errors(src, "ASK");
+      const hold = await locks.acquireOrThrow(key, { ttl: 5000, wait: 0 });
+      assert.ok((await errors(src, "ASK")) > asks, "the source answered no ASK: the case did not happen");
+      const atDst = track(new Redis(dst.port, { host: "127.0.0.1" }));
+      await atDst.call("ASKING");
+      assert.ok(JSON.stringify(await atDst.call("LOCK.INFO", key)).includes(hold.owner));
+      await hold.release();
+      // The slot moved: the connection's map still names the source, which answers MOVED.
+      for (const node of cluster.nodes) if ((await cluster.role(node)) === "master") await cluster.ask(node, "CLUSTER", "SETSLOT", slot, "NODE", dstId);
+      const again = await locks.acquireOrThrow(key, { ttl: 5000, wait: 0 });
+      assert.ok(JSON.stringify(await cluster.ask(dst, "LOCK.INFO", key)).includes(again.owner));
+      await again.release();
+    } finally {
+      for (const node of cluster.nodes) if ((await cluster.role(node)) === "master") await cluster.ask(node, "CLUSTER", "SETSLOT", slot, "NODE", dstId);
+      await locks.close();
+    }
+  });
 });

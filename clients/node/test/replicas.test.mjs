@@ -142,3 +142,108 @@ test("Redlock: a master whose replica did not acknowledge is a failed master of 
     masters.forEach((m) => m.close());
   }
 });
+
+test("a WAIT refused (an ACL that allows LOCK.* but not WAIT) counts as no acknowledgement: the grant is taken back", () =>
+  withReplica(async (m) => {
+    const admin = connect(m);
+    await admin.call("ACL", "SETUSER", "nowait", "on", ">pw", "~*", "&*", "+@all", "-wait");
+    const locks = relock(connect(m, 3, { username: "nowait", password: "pw" }), ACKS);
+    await assert.rejects(locks.acquireOrThrow("rw", { ttl: 5000, wait: 0 }), (e) =>
+      e instanceof NotAcquiredError && /only 0 of 1 required replica acknowledgements within 200 ms \(WAIT refused: NOPERM.*\); released again there/.test(e.message));
+    assert.equal(await admin.call("LOCK.INFO", "rw"), null);
+  }));
+
+test("an acked write's WAIT blocks a connection of its own: a command on the shared connection answers meanwhile", () =>
+  withReplica(async (m, replica) => {
+    const locks = relock(connect(m), { replicaAcks: 1, replicaAckTimeout: 3000 });
+    const hold = await locks.acquireOrThrow("rq", { ttl: 20_000, wait: 0 });
+    const r = connect(m);
+    replica.pause();
+    try {
+      const renewal = hold.renew().catch((e) => e);
+      const acquisition = locks.acquireOrThrow("rq2", { ttl: 20_000, wait: 0 }).catch((e) => e);
+      // Both WAITs are blocked on the server.
+      assert.ok(await eventually(async () => (String(await r.call("CLIENT", "LIST")).match(/cmd=wait/g) ?? []).length >= 2));
+      const t0 = performance.now();
+      assert.equal((await locks.holders("rq")).length, 1);
+      const took = performance.now() - t0;
+      assert.ok(took < 1500, `LOCK.HOLDERS took ${took} ms behind the WAITs`);
+      assert.ok((await renewal) instanceof NotAcquiredError);
+      assert.ok((await acquisition) instanceof NotAcquiredError);
+      assert.equal(hold.lost, false);
+    } finally {
+      replica.resume();
+    }
+    await hold.renew();
+    assert.equal(await hold.release(), true);
+  }));
+
+test("a grant not acknowledged whose undo got no answer: the wait goes on under a new owner, which a late undo cannot take", () =>
+  withReplica(async (m, replica) => {
+    // The package's connections are duplicates of this client: their LOCK.RELEASE is held
+    // back 3 s (an undo that lands after the client gave up on it), the replica resumed then.
+    const base = connect(m);
+    const duplicate = base.duplicate.bind(base);
+    let landed = 0;
+    base.duplicate = (...a) => {
+      const c = duplicate(...a);
+      const send = c.sendCommand.bind(c);
+      c.sendCommand = (cmd, ...rest) => {
+        if (String(cmd.name).toLowerCase() !== "lock.release") return send(cmd, ...rest);
+        replica.resume();
+        return new Promise((res) => setTimeout(res, 3000)).then(() => send(cmd, ...rest)).finally(() => (landed += 1));
+      };
+      return c;
+    };
+    const locks = relock(base, { replicaAcks: 1, replicaAckTimeout: 1000 });
+    replica.pause();
+    let hold;
+    try {
+      hold = await locks.acquireOrThrow("ru", { ttl: 20_000, wait: 15_000 });
+    } finally {
+      replica.resume();
+    }
+    assert.ok(await eventually(() => landed >= 1));
+    const info = await connect(m).call("LOCK.INFO", "ru");
+    assert.ok(info !== null && JSON.stringify(info).includes(hold.owner), JSON.stringify(info));
+    assert.equal(hold.lost, false);
+  }));
+
+test("a group waited for key by key: a grant not acknowledged and taken back gets no delayed release, which could take its next grant", () =>
+  withReplica(async (m, replica) => {
+    // The package's connections are duplicates of this client: the replica resumes as the
+    // undo (LOCK.RELEASE) of the unacknowledged grant is sent.
+    const base = connect(m);
+    const duplicate = base.duplicate.bind(base);
+    base.duplicate = (...a) => {
+      const c = duplicate(...a);
+      const send = c.sendCommand.bind(c);
+      c.sendCommand = (cmd, ...rest) => {
+        if (String(cmd.name).toLowerCase() === "lock.release") replica.resume();
+        return send(cmd, ...rest);
+      };
+      return c;
+    };
+    const r = connect(m);
+    const other = `x/${"0".repeat(32)}`;
+    assert.ok(await r.call("LOCK.ACQUIRE", "gb", other, 20_000));
+    const locks = relock(base, { replicaAcks: 1, replicaAckTimeout: 1000, retryDelay: 0 });
+    const group = locks.acquireAllOrThrow(["ga", "gb"], { ttl: 20_000, wait: 15_000 });
+    group.catch(() => undefined);
+    // "ga" taken, "gb" waited for: granted while the replica is stopped, so not acknowledged
+    // and taken back; waited for again under the same owner, and granted.
+    assert.ok(await eventually(async () => (await locks.waiters("gb")).length === 1));
+    replica.pause();
+    try {
+      assert.equal(await r.call("LOCK.RELEASE", "gb", other), 0);
+      const hold = await group;
+      await locks.settle(); // the background releases, a delayed repeat included
+      for (const key of ["ga", "gb"]) {
+        const info = await r.call("LOCK.INFO", key);
+        assert.ok(info !== null && JSON.stringify(info).includes(hold.owner), `${key}: ${JSON.stringify(info)}`);
+      }
+      await hold.release();
+    } finally {
+      replica.resume();
+    }
+  }));
