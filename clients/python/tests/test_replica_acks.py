@@ -204,3 +204,52 @@ def test_a_lost_wait_reply_never_sends_the_acquisition_again(pair: tuple[Server,
         assert eventually(lambda: info(master, "once-a") is None, 5)
     finally:
         proxy.close()
+
+
+def test_a_reentry_not_acknowledged_is_taken_back_and_named(pair: tuple[Server, Server]) -> None:
+    """A re-entry waits for the replicas too (as relock-client's, Go's and Node's): one they
+    did not acknowledge fails with ``NotAcknowledged`` naming the master, the section is not
+    entered, and only its level is taken back (LOCK.RELEASE FROM c+1): the outer hold stays,
+    with its count. Sync and asyncio."""
+    master, replica = pair
+    locks = relock.Relock(connect(master), replica_acks=1, replica_ack_timeout=1)
+    hold = locks.acquire("reentered", ttl=30, wait=5)
+    assert hold is not None
+    entered: list[int] = []
+    with stopped(replica):
+        with pytest.raises(relock.NotAcknowledged) as caught:
+
+            def nested() -> None:
+                with hold.reenter() as n:
+                    entered.append(n)
+
+            within(10, nested)
+        check_not_acked(caught.value, master)
+        assert entered == []
+        now = info(master, "reentered")
+        assert now is not None and now["owner"] == hold.owner and int(now["count"]) == 1
+        assert hold.is_valid
+    # The replica back: the next re-entry is acknowledged, and steps the count as usual.
+    with hold.reenter() as n:
+        assert n == 2 and int((info(master, "reentered") or {})["count"]) == 2
+    assert int((info(master, "reentered") or {})["count"]) == 1
+    assert hold.release() and info(master, "reentered") is None
+
+    async def main() -> None:
+        alocks = relock.aio.Relock(aconnect(master), replica_acks=1, replica_ack_timeout=1)
+        ahold = await alocks.acquire("a-reentered", ttl=30, wait=5)
+        assert ahold is not None
+        with stopped(replica):
+            with pytest.raises(relock.NotAcknowledged) as caught:
+                async with ahold.reenter() as n:
+                    entered.append(n)
+            check_not_acked(caught.value, master)
+            assert entered == []
+            now = info(master, "a-reentered")
+            assert now is not None and now["owner"] == ahold.owner and int(now["count"]) == 1
+        async with ahold.reenter() as n:
+            assert n == 2
+        assert await ahold.release() and info(master, "a-reentered") is None
+        await alocks.aclose()
+
+    asyncio.run(main())

@@ -1226,10 +1226,12 @@ class Relock:
         self, i: int, args: Sequence[Any], e: core.NotAcked, accept: Callable[[Any], Any] | None
     ) -> tuple[Any, Failure | None]:
         """A write of master ``i`` that its replicas did not acknowledge (``replica_acks``):
-        a grant is released again there at once (in the background when that gets no
-        answer) and the master counts as failed; a renewal does not count, except on a
-        master left with fewer replicas connected than asked once all of them acknowledged it
-        (the promoted replica after a failover: that master holds the only copy anyway)."""
+        a grant, or a re-entry's level, is taken back there at once (``core.undo_grant``, in
+        the background only when that gets no answer: a give-back repeated later could end a
+        new grant of the same owner) and the master counts as failed; a renewal does not
+        count, except on a master left with fewer replicas connected than asked once all of
+        them acknowledged it (the promoted replica after a failover: that master holds the
+        only copy anyway)."""
         assert self._acks is not None
         value = e.reply if accept is None else accept(e.reply)
         if value is None:
@@ -1244,13 +1246,15 @@ class Relock:
                         s.name, e.acked, e.wanted, connected,
                     )
                     return value, None
-            return None, core.acks_failure(e, self._acks[1], released=False)
-        undo = core.undo_grant(args)
+            return None, core.acks_failure(e, self._acks[1], "the renewal does not count")
+        undo = core.undo_grant(args, e.reply)
+        what = "the re-entry was taken back there" if str(args[0]).upper() == "LOCK.REENTER" else "the grant was released again there"
         try:
             s.call(undo, self.node_timeout)
         except Exception:  # noqa: BLE001 - asked again in the background
-            self._release_late(str(args[1]), str(undo[-3]), [j == i for j in range(len(self._servers))], undo)
-        return None, core.acks_failure(e, self._acks[1], released=True)
+            self._release_late(core.acked_key(args), str(undo[-3]), [j == i for j in range(len(self._servers))], undo)
+            return None, core.acks_failure(e, self._acks[1], f"{what} (in the background: no answer yet)")
+        return None, core.acks_failure(e, self._acks[1], what, settled=True)
 
     # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin ae57cd847057:
     # fans out on worker pools (concurrent.futures), renewals on workers of their own; asyncio
@@ -1973,7 +1977,7 @@ class Hold:
             servers=rnd.servers(lambda f: not f.refused),
         )
 
-    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 73db8b5be2f1:
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 74538435d201:
     # the step in runs in the calling thread under the step lock (an interrupt taken back in place);
     # asyncio runs it in a task of its own that a cancellation never cuts
     @contextlib.contextmanager
@@ -1982,7 +1986,8 @@ class Hold:
         takes it back down by one on exit. The outer hold keeps renewing. Each step is sent
         with the count it expects (FROM), so no step applies twice; a LOCK.REENTER that got no
         reply in time is taken back on its connection (LOCK.RELEASE FROM count + 1), and the
-        section is not entered (``NotAcquired``, retryable)."""
+        section is not entered (``NotAcquired``, retryable). With ``replica_acks``, so is one
+        its replicas did not acknowledge (``NotAcknowledged``): the outer hold keeps its count."""
         self.check()
         ttl_ms = core.check_ttl(self.ttl)
         c = self._client
@@ -2004,6 +2009,9 @@ class Hold:
                 self._take_back(undo, [g or u for g, u in zip(rnd.agreed_by(), rnd.unanswered())])
                 if rnd.permanently_failed():
                     raise rnd.permanent_error(self.key)
+                not_acked = rnd.acks_error(self.key, "re-entered")
+                if not_acked is not None:
+                    raise not_acked  # its level taken back: the outer hold keeps its count
                 if rnd.renew_verdict() == "lost":
                     raise LockLost(f"lock {self.key!r}: re-entry refused ({rnd.describe()})", key=self.key, reason="re-entry refused")
                 raise NotAcquired(f"lock {self.key!r}: re-entry not answered ({rnd.describe()}); the section was not entered", key=self.key)

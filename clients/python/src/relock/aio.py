@@ -733,10 +733,12 @@ class Relock:
         self, i: int, args: Sequence[Any], e: core.NotAcked, accept: Callable[[Any], Any] | None
     ) -> tuple[Any, Failure | None]:
         """A write of master ``i`` that its replicas did not acknowledge (``replica_acks``):
-        a grant is released again there at once (in the background when that gets no
-        answer) and the master counts as failed; a renewal does not count, except on a
-        master left with fewer replicas connected than asked once all of them acknowledged it
-        (the promoted replica after a failover: that master holds the only copy anyway)."""
+        a grant, or a re-entry's level, is taken back there at once (``core.undo_grant``, in
+        the background only when that gets no answer: a give-back repeated later could end a
+        new grant of the same owner) and the master counts as failed; a renewal does not
+        count, except on a master left with fewer replicas connected than asked once all of
+        them acknowledged it (the promoted replica after a failover: that master holds the
+        only copy anyway)."""
         assert self._acks is not None
         value = e.reply if accept is None else accept(e.reply)
         if value is None:
@@ -751,13 +753,15 @@ class Relock:
                         s.name, e.acked, e.wanted, connected,
                     )
                     return value, None
-            return None, core.acks_failure(e, self._acks[1], released=False)
-        undo = core.undo_grant(args)
+            return None, core.acks_failure(e, self._acks[1], "the renewal does not count")
+        undo = core.undo_grant(args, e.reply)
+        what = "the re-entry was taken back there" if str(args[0]).upper() == "LOCK.REENTER" else "the grant was released again there"
         try:
             await s.call(undo, self.node_timeout)
         except Exception:  # noqa: BLE001 - asked again in the background
-            self._release_late(str(args[1]), str(undo[-3]), [j == i for j in range(len(self._servers))], undo)
-        return None, core.acks_failure(e, self._acks[1], released=True)
+            self._release_late(core.acked_key(args), str(undo[-3]), [j == i for j in range(len(self._servers))], undo)
+            return None, core.acks_failure(e, self._acks[1], f"{what} (in the background: no answer yet)")
+        return None, core.acks_failure(e, self._acks[1], what, settled=True)
 
     def _ack_time(self, args: Sequence[Any]) -> float:
         """How long ``args`` may wait for replica acknowledgements after its reply."""
@@ -1575,7 +1579,8 @@ class Hold:
         """A nested section under the same owner (LOCK.REENTER); yields the count. As
         ``relock.Hold.reenter``: every step is sent with the count it expects (FROM), a
         LOCK.REENTER that got no reply in time (or was cancelled) is taken back, and the
-        section is not entered then (``NotAcquired``, retryable)."""
+        section is not entered then (``NotAcquired``, retryable; ``NotAcknowledged`` for one
+        its replicas did not acknowledge, with ``replica_acks``)."""
         self.check()
         ttl_ms = core.check_ttl(self.ttl)
         c = self._client
@@ -1626,6 +1631,9 @@ class Hold:
                 await self._take_back(undo, [g or u for g, u in zip(rnd.agreed_by(), rnd.unanswered())])
                 if rnd.permanently_failed():
                     raise rnd.permanent_error(self.key)
+                not_acked = rnd.acks_error(self.key, "re-entered")
+                if not_acked is not None:
+                    raise not_acked  # its level taken back: the outer hold keeps its count
                 if rnd.renew_verdict() == "lost":
                     raise LockLost(f"lock {self.key!r}: re-entry refused ({rnd.describe()})", key=self.key, reason="re-entry refused")
                 raise NotAcquired(f"lock {self.key!r}: re-entry not answered ({rnd.describe()}); the section was not entered", key=self.key)
