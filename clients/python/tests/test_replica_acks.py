@@ -253,3 +253,33 @@ def test_a_reentry_not_acknowledged_is_taken_back_and_named(pair: tuple[Server, 
         await alocks.aclose()
 
     asyncio.run(main())
+
+
+def test_a_group_key_waited_for_and_not_acknowledged_is_named_at_once(pair: tuple[Server, Server]) -> None:
+    """The key-by-key wait of ``acquire_all`` (a key taken: LOCK.MACQUIRE refused) raises
+    ``NotAcknowledged`` at once too, as the group's first try and ``acquire`` do: a key whose
+    grant the replica did not acknowledge is not asked for again under the same owner (a
+    give-back of the failed grant still under way would end that new grant), and what the
+    group took is given back."""
+    master, replica = pair
+    r = direct(master)
+    assert r.execute_command("LOCK.ACQUIRE", "wb", "other", 30000) is not None
+    locks = relock.Relock(connect(master), replica_acks=1, replica_ack_timeout=1, retry_delay=0.01)
+    got: list[BaseException | relock.GroupHold | None] = []
+
+    def run() -> None:
+        try:
+            got.append(locks.acquire_all(["wa", "wb"], ttl=30, wait=20))
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            got.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    assert eventually(lambda: waiters(master, "wb") == 1, 10), "the group did not wait for wb"
+    with stopped(replica):
+        r.execute_command("LOCK.RELEASE", "wb", "other")  # handed to the group's wait
+        t.join(10)
+        assert not t.is_alive() and len(got) == 1, "the group wait went on"
+        assert isinstance(got[0], relock.NotAcknowledged), got[0]
+        check_not_acked(got[0], master)
+        assert eventually(lambda: info(master, "wa") is None and info(master, "wb") is None, 5)

@@ -844,9 +844,11 @@ class Relock:
         return rnd
 
     async def _release_failed(self, key: str, owner: str, rnd: Round[Any], ttl: float) -> None:
+        """A failed round's grants given back, under its owner, which asks for nothing again
+        (a fresh owner's grant: count 1, so ``FROM 1``)."""
         now, later = rnd.give_back()
         if any(now):
-            done = await self._round(["LOCK.RELEASE", key, owner], targets=now, until_all=True)
+            done = await self._round(["LOCK.RELEASE", key, owner, "FROM", 1], targets=now, until_all=True)
             unanswered = done.unanswered()
             if any(unanswered):
                 self._release_late(key, owner, unanswered, ttl=ttl)
@@ -865,8 +867,10 @@ class Relock:
     ) -> None:
         """Gives ``owner``'s grants back in the background: every server of ``targets`` is asked
         until it answered, or until the lease (``ttl`` from now at most) would have ended
-        anyway; and once more a little later (a request still under way may land)."""
-        release = args or ["LOCK.RELEASE", key, owner]
+        anyway; and once more a little later (a request still under way may land), so
+        ``owner`` must ask for nothing again (that later give-back would end its new grant).
+        ``args``: the release, when not ``LOCK.RELEASE key owner FROM 1`` (a fresh grant)."""
+        release = args or ["LOCK.RELEASE", key, owner, "FROM", 1]
         until = time.monotonic() + (core.DEFAULT_TTL if ttl is None else ttl)
 
         async def later() -> None:
@@ -1113,7 +1117,7 @@ class Relock:
 
         while True:
             owner = self.new_owner()
-            release = ["LOCK.MRELEASE", n, *group, owner]
+            release = ["LOCK.MRELEASE", n, *group, owner, "FROM", 1]
             try:
                 rnd = await self._round(["LOCK.MACQUIRE", n, *group, owner, ttl_ms], accept=tokens_of)
             except BaseException:
@@ -1147,7 +1151,7 @@ class Relock:
                     if raise_busy:
                         raise NotAcquired(f"locks {group!r}: not all acquired within {limit_wait:g} s", key=group[0])
                     return None
-                continue  # a key taken early was lost while waiting: start again
+                continue  # a key taken early was lost, or a wait failed: start again (a new owner)
             # Redlock, a server in its restart grace, or one that did not answer: try again.
             pause = core.jitter(self.retry_delay)
             if deadline is not None:
@@ -1157,15 +1161,17 @@ class Relock:
     async def _wait_each(self, group: list[str], owner: str, ttl_ms: int, deadline: float | None) -> GroupHold | str:
         """Waits for ``group``'s keys one by one in wait order under ``owner``, keeping the
         keys already taken alive (a wait is cut into ttl/3 pieces with a renewal between).
-        The group, ``"timeout"`` or ``"again"`` (a key taken early was lost: start over);
-        what was taken is given back unless the group is returned."""
+        The group, ``"timeout"`` or ``"again"`` (a key taken early was lost, or a wait failed:
+        start over under a new owner); what was taken is given back unless the group is
+        returned. ``owner`` asks for nothing again once a give-back of its runs in the
+        background, which could end the new grant after the group was returned."""
         ttl_s = ttl_ms / 1000
         taken: list[str] = []
         tokens: dict[str, int] = {}
 
         async def give_back() -> None:
             if taken:
-                release = ["LOCK.MRELEASE", len(taken), *taken, owner]
+                release = ["LOCK.MRELEASE", len(taken), *taken, owner, "FROM", 1]
                 await self._round(release, until_all=True)
                 self._release_late(taken[0], owner, None, release)
 
@@ -1190,9 +1196,22 @@ class Relock:
                     if rnd.permanently_failed():
                         await give_back()
                         raise rnd.permanent_error(key)
+                    not_acked = rnd.acks_error(key)
+                    if not_acked is not None:
+                        # Granted, not acknowledged, taken back: raised at once, as the
+                        # group's first try does.
+                        await give_back()
+                        raise not_acked
                     if rnd.some_failed():
-                        self._release_late(key, owner, None)
+                        # The wait may be granted still (its reply lost, or not come in
+                        # time): given back in the background, now and once more a little
+                        # later, under this owner, which therefore asks for nothing again
+                        # (that later give-back would end the new grant): what was taken
+                        # is given back too, and the group starts over under a new owner.
+                        self._release_late(key, owner, None, ["LOCK.RELEASE", key, owner, "FROM", 1], ttl=ttl_s)
+                        await give_back()
                         await asyncio.sleep(min(core.jitter(self.retry_delay), remaining if remaining is not None else 1e9))
+                        return "again"
                     if taken:
                         renewal = await self._round(["LOCK.MRENEW", len(taken), *taken, owner, ttl_ms], accept=all_of(len(taken)))
                         if renewal.renew_verdict() == "lost":
@@ -1208,7 +1227,7 @@ class Relock:
         except BaseException:
             # Cancelled, interrupted or failed: whatever was taken, or lands, is given back in
             # the background.
-            self._release_late(group[0], owner, None, ["LOCK.MRELEASE", len(group), *group, owner])
+            self._release_late(group[0], owner, None, ["LOCK.MRELEASE", len(group), *group, owner, "FROM", 1])
             raise
 
 
