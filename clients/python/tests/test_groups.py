@@ -3,15 +3,19 @@ losses, give-backs and limits."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
 import threading
 import time
 
 import pytest
+import redis
+import redis.asyncio as aredis
 
 import relock
-from helpers import connect, eventually, wait_out_ttl
-from servers import Server
+import relock.aio
+from helpers import connect, eventually, until, wait_out_ttl
+from servers import LossProxy, Server
 
 
 # From test_more.py (what the module added after the first packages).
@@ -124,3 +128,50 @@ def test_a_vanished_server_ends_a_group_within_validity(server: Server) -> None:
     assert g.cause is None and g.reason is not None and "validity ran out" in g.reason
     assert not g.release()
 
+
+
+def test_a_lost_grant_in_the_key_by_key_wait_never_revokes_the_group(server: Server, proxy: LossProxy) -> None:
+    """A key waited for whose grant's reply was lost is given back in the background, now and
+    once more a little later (a grant may still land). Asked for again under the same owner,
+    that later give-back would end the new grant after the group was returned: the group
+    starts over under a new owner instead, and every key of the hold returned stays its own
+    once the give-backs are done. Sync and asyncio."""
+    r = connect(server)
+
+    def releases() -> int:
+        return int(r.info("commandstats").get("cmdstat_LOCK.RELEASE", {}).get("calls", 0))
+
+    def held_by(owner: str, *keys: str) -> bool:
+        return all((r.execute_command("LOCK.INFO", k) or {}).get("owner") == owner for k in keys)
+
+    through = redis.Redis(port=proxy.port, decode_responses=True)
+    locks = relock.Relock(through, retry_delay=0.001)
+    assert r.execute_command("LOCK.ACQUIRE", "k1", "other", 30000) is not None
+    with cf.ThreadPoolExecutor(1) as pool:
+        f = pool.submit(locks.acquire_all, ["k1", "k2"], 30, 20)
+        assert eventually(lambda: r.execute_command("LOCK.INFO", "k1")["waiters"] == 1, 10)
+        proxy.arm(b"LOCK.WAIT")  # the next one: k2's, free, granted, its reply lost
+        r.execute_command("LOCK.RELEASE", "k1", "other")
+        before = releases()
+        g = f.result(20)
+    assert g is not None and proxy.lost == 1
+    # The lost grant's two give-backs (now and 100 ms later) are done: the group is still its own.
+    assert eventually(lambda: releases() >= before + 2, 10)
+    assert held_by(g.owner, "k1", "k2"), "a give-back of the lost grant ended the group's key"
+    assert g.release()
+
+    async def main() -> None:
+        alocks = relock.aio.Relock(aredis.Redis(port=proxy.port, decode_responses=True), retry_delay=0.001)
+        assert r.execute_command("LOCK.ACQUIRE", "k1", "other", 30000) is not None
+        task = asyncio.ensure_future(alocks.acquire_all(["k1", "k2"], 30, 20))
+        assert await until(lambda: r.execute_command("LOCK.INFO", "k1")["waiters"] == 1, 10)
+        proxy.arm(b"LOCK.WAIT")
+        r.execute_command("LOCK.RELEASE", "k1", "other")
+        ag = await asyncio.wait_for(task, 20)
+        assert ag is not None and proxy.lost == 2
+        await alocks.settle()
+        assert held_by(ag.owner, "k1", "k2"), "a give-back of the lost grant ended the group's key"
+        assert await ag.release()
+        await alocks.aclose()
+
+    asyncio.run(main())

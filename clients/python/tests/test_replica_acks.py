@@ -204,3 +204,93 @@ def test_a_lost_wait_reply_never_sends_the_acquisition_again(pair: tuple[Server,
         assert eventually(lambda: info(master, "once-a") is None, 5)
     finally:
         proxy.close()
+
+
+def test_a_reentry_not_acknowledged_is_taken_back_and_named(pair: tuple[Server, Server]) -> None:
+    """A re-entry waits for the replicas too (as relock-client's, Go's and Node's): one they
+    did not acknowledge fails with ``NotAcknowledged`` naming the master, the section is not
+    entered, and only its level is taken back (LOCK.RELEASE FROM c+1): the outer hold stays,
+    with its count. Sync and asyncio."""
+    master, replica = pair
+    # node_timeout: the take-back answered in time on a loaded machine (counted below).
+    locks = relock.Relock(connect(master), replica_acks=1, replica_ack_timeout=1, node_timeout=2)
+    hold = locks.acquire("reentered", ttl=30, wait=5)
+    assert hold is not None
+    entered: list[int] = []
+
+    def releases() -> tuple[int, int]:
+        stats = direct(master).info("commandstats").get("cmdstat_LOCK.RELEASE", {})
+        return int(stats.get("calls", 0)), int(stats.get("failed_calls", 0))
+
+    before = releases()
+    with stopped(replica):
+        with pytest.raises(relock.NotAcknowledged) as caught:
+
+            def nested() -> None:
+                with hold.reenter() as n:
+                    entered.append(n)
+
+            within(10, nested)
+        check_not_acked(caught.value, master)
+        assert entered == []
+        # One take-back, FROM 2 (the grant's FROM 1 meets count 2: refused), answered, so
+        # never sent again.
+        calls, failed = releases()
+        assert (calls - before[0], failed - before[1]) == (1, 0)
+        now = info(master, "reentered")
+        assert now is not None and now["owner"] == hold.owner and int(now["count"]) == 1
+        assert hold.is_valid
+    # The replica back: the next re-entry is acknowledged, and steps the count as usual.
+    with hold.reenter() as n:
+        assert n == 2 and int((info(master, "reentered") or {})["count"]) == 2
+    assert int((info(master, "reentered") or {})["count"]) == 1
+    assert hold.release() and info(master, "reentered") is None
+
+    async def main() -> None:
+        alocks = relock.aio.Relock(aconnect(master), replica_acks=1, replica_ack_timeout=1)
+        ahold = await alocks.acquire("a-reentered", ttl=30, wait=5)
+        assert ahold is not None
+        with stopped(replica):
+            with pytest.raises(relock.NotAcknowledged) as caught:
+                async with ahold.reenter() as n:
+                    entered.append(n)
+            check_not_acked(caught.value, master)
+            assert entered == []
+            now = info(master, "a-reentered")
+            assert now is not None and now["owner"] == ahold.owner and int(now["count"]) == 1
+        async with ahold.reenter() as n:
+            assert n == 2
+        assert await ahold.release() and info(master, "a-reentered") is None
+        await alocks.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_group_key_waited_for_and_not_acknowledged_is_named_at_once(pair: tuple[Server, Server]) -> None:
+    """The key-by-key wait of ``acquire_all`` (a key taken: LOCK.MACQUIRE refused) raises
+    ``NotAcknowledged`` at once too, as the group's first try and ``acquire`` do: a key whose
+    grant the replica did not acknowledge is not asked for again under the same owner (a
+    give-back of the failed grant still under way would end that new grant), and what the
+    group took is given back."""
+    master, replica = pair
+    r = direct(master)
+    assert r.execute_command("LOCK.ACQUIRE", "wb", "other", 30000) is not None
+    locks = relock.Relock(connect(master), replica_acks=1, replica_ack_timeout=1, retry_delay=0.01)
+    got: list[BaseException | relock.GroupHold | None] = []
+
+    def run() -> None:
+        try:
+            got.append(locks.acquire_all(["wa", "wb"], ttl=30, wait=20))
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            got.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    assert eventually(lambda: waiters(master, "wb") == 1, 10), "the group did not wait for wb"
+    with stopped(replica):
+        r.execute_command("LOCK.RELEASE", "wb", "other")  # handed to the group's wait
+        t.join(10)
+        assert not t.is_alive() and len(got) == 1, "the group wait went on"
+        assert isinstance(got[0], relock.NotAcknowledged), got[0]
+        check_not_acked(got[0], master)
+        assert eventually(lambda: info(master, "wa") is None and info(master, "wb") is None, 5)

@@ -560,8 +560,13 @@ class Failure:
     changed nothing: permanent for that ttl, but a hold it was asked to renew is still held."""
     acks: tuple[int, int, str | None] | None = None
     """(acknowledged, wanted, master): the write was done, but fewer replicas than
-    ``replica_acks`` acknowledged it (``WAIT``); a grant was released again there. ``master``
-    is the cluster node that served the key (None: the server itself). Not permanent."""
+    ``replica_acks`` acknowledged it (``WAIT``); a grant (a re-entry's level) was taken back
+    again there. ``master`` is the cluster node that served the key (None: the server itself).
+    Not permanent."""
+    settled: bool = False
+    """What the request did there is known to be undone (an acknowledgement failure whose
+    take-back was answered): nothing is to be given back there, now or later (``give_back``,
+    ``unanswered``): a give-back repeated later could end a new grant of the same owner."""
 
     @staticmethod
     def refusal() -> Failure:
@@ -764,10 +769,11 @@ class Round(Generic[T]):
 
     def unanswered(self) -> list[bool]:
         """Per server, whether it failed in a way that says nothing of what it did (no reply
-        in time, a lost connection): neither a refusal nor a permanent error."""
+        in time, a lost connection): neither a refusal, a permanent error, nor a write known
+        to be taken back (``Failure.settled``)."""
         out = [False] * self.n
         for i, f in self.failures:
-            out[i] = not f.refused and not f.permanent
+            out[i] = not f.refused and not f.permanent and not f.settled
         return out
 
     def agreed_by(self) -> list[bool]:
@@ -800,9 +806,10 @@ class Round(Generic[T]):
         """Where a failed acquisition is released: now, the servers that granted; later (in
         the background, now and once more a little after), those where a grant may still
         land: every server that neither granted, refused, nor failed permanently (a request
-        still under way when the round was decided, or one that timed out)."""
+        still under way when the round was decided, or one that timed out), but those whose
+        grant was taken back already (``Failure.settled``)."""
         now = self.agreed_by()
-        refused = {i for i, f in self.failures if f.refused}
+        refused = {i for i, f in self.failures if f.refused or f.settled}
         later = [m and not g and i not in refused for i, (m, g) in enumerate(zip(self.may_hold(), now))]
         return now, later
 
@@ -826,9 +833,9 @@ class Round(Generic[T]):
             return failure
         return None
 
-    def acks_error(self, key: str) -> NotAcknowledged | None:
-        """An acquisition granted where its replicas did not acknowledge it (each such grant
-        was released again there): ``NotAcknowledged`` naming the master and how many
+    def acks_error(self, key: str, what: str = "granted") -> NotAcknowledged | None:
+        """An acquisition (a re-entry: ``what``) granted where its replicas did not
+        acknowledge it (each such grant was taken back there): ``NotAcknowledged`` naming the master and how many
         acknowledged, when those grants alone kept the round from its quorum; else None. It
         is raised at once, never waited out: the caller decides whether to try again."""
         short = [(i, f) for i, f in self.failures if f.acks is not None]
@@ -838,7 +845,7 @@ class Round(Generic[T]):
         assert f.acks is not None
         master = f.acks[2] or self.names[i]
         return NotAcknowledged(
-            f"lock {key!r}: granted, but not acknowledged by enough replicas "
+            f"lock {key!r}: {what}, but not acknowledged by enough replicas "
             f"({self.describe(lambda f: f.acks is not None)})",
             key=key,
             servers=[self.names[j] for j, _ in short],
@@ -1224,9 +1231,9 @@ def remap(client: Any, host: str, port: int) -> tuple[str, int]:
 # --- replica acknowledgements ----------------------------------------------------------------
 
 #: The writes that wait for replica acknowledgements when ``replica_acks`` asks for them: the
-#: acquisitions (a grant not acknowledged is released again on that master) and the renewals
-#: (a renewal not acknowledged does not count).
-ACKED = frozenset({"LOCK.ACQUIRE", "LOCK.WAIT", "LOCK.MACQUIRE", "LOCK.RENEW", "LOCK.MRENEW"})
+#: acquisitions and the re-entries (a grant or a level not acknowledged is taken back again on
+#: that master: ``undo_grant``) and the renewals (a renewal not acknowledged does not count).
+ACKED = frozenset({"LOCK.ACQUIRE", "LOCK.WAIT", "LOCK.MACQUIRE", "LOCK.REENTER", "LOCK.RENEW", "LOCK.MRENEW"})
 #: Of those, the renewals: nothing is undone when their replicas do not acknowledge them.
 RENEWALS = frozenset({"LOCK.RENEW", "LOCK.MRENEW"})
 
@@ -1262,13 +1269,15 @@ class NotAcked(Exception):
         self.master = master
 
 
-def acks_failure(e: NotAcked, timeout: float, released: bool) -> Failure:
+def acks_failure(e: NotAcked, timeout: float, then: str, settled: bool = False) -> Failure:
+    """``then``: what became of the write (``"the renewal does not count"``, ``"the grant
+    was released again there"``...); ``settled``: its undo was answered (``Failure.settled``)."""
     why = f" ({e.why})" if e.why else ""
-    then = "; the grant was released again there" if released else "; the renewal does not count"
     on = f"master {e.master}: " if e.master else ""
     return Failure(
-        f"{on}only {e.acked} of {e.wanted} required replica acknowledgements within {timeout:g} s{why}{then}",
+        f"{on}only {e.acked} of {e.wanted} required replica acknowledgements within {timeout:g} s{why}; {then}",
         acks=(e.acked, e.wanted, e.master),
+        settled=settled,
     )
 
 
@@ -1284,12 +1293,20 @@ def not_run_here(e: BaseException, acks: Any) -> bool:
     return acks is not None and isinstance(e, rex.TryAgainError) and "restart grace" in str(e)
 
 
-def undo_grant(args: Sequence[Any]) -> list[Any]:
-    """What releases the grant of an acquisition ``args`` (LOCK.ACQUIRE, LOCK.WAIT: ``key
-    owner``; LOCK.MACQUIRE: ``n keys... owner``) on its master, one step of it."""
-    if str(args[0]).upper() == "LOCK.MACQUIRE":
+def undo_grant(args: Sequence[Any], reply: Any) -> list[Any]:
+    """What takes back, on its master, the step that an acquisition or a re-entry ``args``
+    made there (``reply`` its reply), sent with the count it expects (FROM), so that a repeat
+    changes nothing: a grant of LOCK.ACQUIRE, LOCK.WAIT (``key owner``) or LOCK.MACQUIRE (``n
+    keys... owner``) is a fresh hold, count 1 (``FROM 1``); a re-entry's level is count c+1
+    (``LOCK.RELEASE key owner FROM c+1``, c its own ``FROM c``, else the count it replied),
+    which leaves the outer hold with its c (``FROM 1`` would end the hold)."""
+    cmd = str(args[0]).upper()
+    if cmd == "LOCK.MACQUIRE":
         n = int(args[1])
         return ["LOCK.MRELEASE", n, *args[2 : 2 + n], args[2 + n], "FROM", 1]
+    if cmd == "LOCK.REENTER":
+        after = int(args[-1]) + 1 if len(args) > 5 and str(args[-2]).upper() == "FROM" else int(reply)
+        return ["LOCK.RELEASE", args[1], args[2], "FROM", after]
     return ["LOCK.RELEASE", args[1], args[2], "FROM", 1]
 
 

@@ -1098,7 +1098,7 @@ class Relock:
 
         while True:
             owner = self.new_owner()
-            release = ["LOCK.MRELEASE", n, *group, owner]
+            release = ["LOCK.MRELEASE", n, *group, owner, "FROM", 1]
             try:
                 rnd = self._round(["LOCK.MACQUIRE", n, *group, owner, ttl_ms], accept=tokens_of)
             except BaseException:
@@ -1132,7 +1132,7 @@ class Relock:
                     if raise_busy:
                         raise NotAcquired(f"locks {group!r}: not all acquired within {limit_wait:g} s", key=group[0])
                     return None
-                continue  # a key taken early was lost while waiting: start again
+                continue  # a key taken early was lost, or a wait failed: start again (a new owner)
             # Redlock, a server in its restart grace, or one that did not answer: try again.
             pause = core.jitter(self.retry_delay)
             if deadline is not None:
@@ -1143,15 +1143,17 @@ class Relock:
     def _wait_each(self, group: list[str], owner: str, ttl_ms: int, deadline: float | None) -> GroupHold | str:
         """Waits for ``group``'s keys one by one in wait order under ``owner``, keeping the
         keys already taken alive (a wait is cut into ttl/3 pieces with a renewal between).
-        The group, ``"timeout"`` or ``"again"`` (a key taken early was lost: start over);
-        what was taken is given back unless the group is returned."""
+        The group, ``"timeout"`` or ``"again"`` (a key taken early was lost, or a wait failed:
+        start over under a new owner); what was taken is given back unless the group is
+        returned. ``owner`` asks for nothing again once a give-back of its runs in the
+        background, which could end the new grant after the group was returned."""
         ttl_s = ttl_ms / 1000
         taken: list[str] = []
         tokens: dict[str, int] = {}
 
         def give_back() -> None:
             if taken:
-                release = ["LOCK.MRELEASE", len(taken), *taken, owner]
+                release = ["LOCK.MRELEASE", len(taken), *taken, owner, "FROM", 1]
                 self._round(release, until_all=True)
                 self._release_late(taken[0], owner, None, release)
 
@@ -1176,9 +1178,22 @@ class Relock:
                     if rnd.permanently_failed():
                         give_back()
                         raise rnd.permanent_error(key)
+                    not_acked = rnd.acks_error(key)
+                    if not_acked is not None:
+                        # Granted, not acknowledged, taken back: raised at once, as the
+                        # group's first try does.
+                        give_back()
+                        raise not_acked
                     if rnd.some_failed():
-                        self._release_late(key, owner, None)
+                        # The wait may be granted still (its reply lost, or not come in
+                        # time): given back in the background, now and once more a little
+                        # later, under this owner, which therefore asks for nothing again
+                        # (that later give-back would end the new grant): what was taken
+                        # is given back too, and the group starts over under a new owner.
+                        self._release_late(key, owner, None, ["LOCK.RELEASE", key, owner, "FROM", 1], ttl=ttl_s)
+                        give_back()
                         time.sleep(min(core.jitter(self.retry_delay), remaining if remaining is not None else 1e9))
+                        return "again"
                     if taken:
                         renewal = self._round(["LOCK.MRENEW", len(taken), *taken, owner, ttl_ms], accept=all_of(len(taken)))
                         if renewal.renew_verdict() == "lost":
@@ -1194,7 +1209,7 @@ class Relock:
         except BaseException:
             # Cancelled, interrupted or failed: whatever was taken, or lands, is given back in
             # the background.
-            self._release_late(group[0], owner, None, ["LOCK.MRELEASE", len(group), *group, owner])
+            self._release_late(group[0], owner, None, ["LOCK.MRELEASE", len(group), *group, owner, "FROM", 1])
             raise
 
     # --- rounds ---------------------------------------------------------------------------
@@ -1226,10 +1241,12 @@ class Relock:
         self, i: int, args: Sequence[Any], e: core.NotAcked, accept: Callable[[Any], Any] | None
     ) -> tuple[Any, Failure | None]:
         """A write of master ``i`` that its replicas did not acknowledge (``replica_acks``):
-        a grant is released again there at once (in the background when that gets no
-        answer) and the master counts as failed; a renewal does not count, except on a
-        master left with fewer replicas connected than asked once all of them acknowledged it
-        (the promoted replica after a failover: that master holds the only copy anyway)."""
+        a grant, or a re-entry's level, is taken back there at once (``core.undo_grant``, in
+        the background only when that gets no answer: a give-back repeated later could end a
+        new grant of the same owner) and the master counts as failed; a renewal does not
+        count, except on a master left with fewer replicas connected than asked once all of
+        them acknowledged it (the promoted replica after a failover: that master holds the
+        only copy anyway)."""
         assert self._acks is not None
         value = e.reply if accept is None else accept(e.reply)
         if value is None:
@@ -1244,13 +1261,15 @@ class Relock:
                         s.name, e.acked, e.wanted, connected,
                     )
                     return value, None
-            return None, core.acks_failure(e, self._acks[1], released=False)
-        undo = core.undo_grant(args)
+            return None, core.acks_failure(e, self._acks[1], "the renewal does not count")
+        undo = core.undo_grant(args, e.reply)
+        what = "the re-entry was taken back there" if str(args[0]).upper() == "LOCK.REENTER" else "the grant was released again there"
         try:
             s.call(undo, self.node_timeout)
         except Exception:  # noqa: BLE001 - asked again in the background
-            self._release_late(str(args[1]), str(undo[-3]), [j == i for j in range(len(self._servers))], undo)
-        return None, core.acks_failure(e, self._acks[1], released=True)
+            self._release_late(core.acked_key(args), str(undo[-3]), [j == i for j in range(len(self._servers))], undo)
+            return None, core.acks_failure(e, self._acks[1], f"{what} (in the background: no answer yet)")
+        return None, core.acks_failure(e, self._acks[1], what, settled=True)
 
     # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin ae57cd847057:
     # fans out on worker pools (concurrent.futures), renewals on workers of their own; asyncio
@@ -1376,16 +1395,18 @@ class Relock:
 
     # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _release_failed(self, key: str, owner: str, rnd: Round[Any], ttl: float) -> None:
+        """A failed round's grants given back, under its owner, which asks for nothing again
+        (a fresh owner's grant: count 1, so ``FROM 1``)."""
         now, later = rnd.give_back()
         if any(now):
-            done = self._round(["LOCK.RELEASE", key, owner], targets=now, until_all=True)
+            done = self._round(["LOCK.RELEASE", key, owner, "FROM", 1], targets=now, until_all=True)
             unanswered = done.unanswered()
             if any(unanswered):
                 self._release_late(key, owner, unanswered, ttl=ttl)
         if any(later):
             self._release_late(key, owner, later, ttl=ttl)
 
-    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin d45972b404fc:
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin eed6b761eb5d:
     # submits to the background workers; asyncio spawns a task
     def _release_late(
         self, key: str, owner: str, targets: list[bool] | None, args: list[Any] | None = None, ttl: float | None = None
@@ -1393,9 +1414,11 @@ class Relock:
         """Releases ``owner``'s grants in the background: every server of ``targets`` is asked
         until it answered (a server stalled, a connection that cannot open yet) or until the
         lease (``ttl`` from now at most) would have ended anyway; and once more a little
-        later, since a server may still grant a request whose round we stopped waiting for.
-        ``args``: the release command, when not ``LOCK.RELEASE key owner``."""
-        release = args or ["LOCK.RELEASE", key, owner]
+        later, since a server may still grant a request whose round we stopped waiting for:
+        ``owner`` must ask for nothing again (that later give-back would end its new grant).
+        ``args``: the release command, when not ``LOCK.RELEASE key owner FROM 1`` (a fresh
+        grant)."""
+        release = args or ["LOCK.RELEASE", key, owner, "FROM", 1]
         until = time.monotonic() + (core.DEFAULT_TTL if ttl is None else ttl)
 
         def later() -> None:
@@ -1973,7 +1996,7 @@ class Hold:
             servers=rnd.servers(lambda f: not f.refused),
         )
 
-    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 73db8b5be2f1:
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 74538435d201:
     # the step in runs in the calling thread under the step lock (an interrupt taken back in place);
     # asyncio runs it in a task of its own that a cancellation never cuts
     @contextlib.contextmanager
@@ -1982,7 +2005,8 @@ class Hold:
         takes it back down by one on exit. The outer hold keeps renewing. Each step is sent
         with the count it expects (FROM), so no step applies twice; a LOCK.REENTER that got no
         reply in time is taken back on its connection (LOCK.RELEASE FROM count + 1), and the
-        section is not entered (``NotAcquired``, retryable)."""
+        section is not entered (``NotAcquired``, retryable). With ``replica_acks``, so is one
+        its replicas did not acknowledge (``NotAcknowledged``): the outer hold keeps its count."""
         self.check()
         ttl_ms = core.check_ttl(self.ttl)
         c = self._client
@@ -2004,6 +2028,9 @@ class Hold:
                 self._take_back(undo, [g or u for g, u in zip(rnd.agreed_by(), rnd.unanswered())])
                 if rnd.permanently_failed():
                     raise rnd.permanent_error(self.key)
+                not_acked = rnd.acks_error(self.key, "re-entered")
+                if not_acked is not None:
+                    raise not_acked  # its level taken back: the outer hold keeps its count
                 if rnd.renew_verdict() == "lost":
                     raise LockLost(f"lock {self.key!r}: re-entry refused ({rnd.describe()})", key=self.key, reason="re-entry refused")
                 raise NotAcquired(f"lock {self.key!r}: re-entry not answered ({rnd.describe()}); the section was not entered", key=self.key)
