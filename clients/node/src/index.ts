@@ -1564,9 +1564,18 @@ export class Relock {
             throw rnd.permanentError(key);
           }
           if (rnd.someFailed()) {
-            // Not for a grant not acknowledged and already taken back (Round.giveBack): its
-            // delayed repeat could take this owner's next grant of the key.
-            if (rnd.giveBack().later.some(Boolean)) this.releaseLate(ttl, ["LOCK.RELEASE", key, owner, "FROM", 1]);
+            if (rnd.giveBack().later.some(Boolean)) {
+              // A grant that may stand (a wait cut or unanswered) is given back in the
+              // background, once more a moment later: that repeat would release this owner's
+              // next grant of the key. Everything goes back and the group starts over under a
+              // new owner (spec/client-cases/README.md, "A late give-back never meets the same
+              // owner's next grant"). A grant not acknowledged and already taken back
+              // (Round.giveBack) needs none of that.
+              this.releaseLate(ttl, ["LOCK.RELEASE", key, owner, "FROM", 1]);
+              giveBack();
+              await pause(Math.min(core.jitter(this.retryDelay), remaining ?? Infinity));
+              return "again";
+            }
             await pause(Math.min(core.jitter(this.retryDelay), remaining ?? Infinity));
           }
           if (taken.length) {

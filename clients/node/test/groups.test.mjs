@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { createRequire } from "node:module";
 import { after, test } from "node:test";
 
-import { connect, closeAll, withServer, lost, waitOutTtl } from "./helpers.mjs";
+import { connect, connectPort, closeAll, proxy, withServer, lost, waitOutTtl } from "./helpers.mjs";
 import { eventually } from "./servers.mjs";
 
 const require = createRequire(import.meta.url);
@@ -50,6 +50,31 @@ test("a group waits, and is lost with the key that went", () =>
     assert.match(g.reason, /key "c"/);
     assert.equal(await g.release(), false);
     assert.ok(await eventually(async () => (await r.exists("a", "b")) === 0));
+    await locks.close();
+  }));
+
+// Found by a review: after a key's wait failed with its grant possibly standing, the group went
+// on waiting for that key under the same owner while the give-back's repeat (~100 ms later)
+// was pending; the repeat then released the key the next wait had granted, under the group's
+// feet. The group now starts over under a new owner.
+test("a group's wait cut after its grant never loses a key to the give-back's repeat", () =>
+  withServer(async (s) => {
+    const direct = connect(s);
+    const p = await proxy(s.port);
+    const locks = new Relock(connectPort(p.port), { retryDelay: 10 });
+    const other = new Relock(direct);
+    const blocker = await other.acquire("kb", { ttl: 10_000 });
+    // The group's first wait (for "ka", free) is granted and its reply lost.
+    p.cutReplyTo("LOCK.WAIT");
+    const pending = locks.acquireAll(["ka", "kb"], { ttl: 5000, wait: 10_000 });
+    assert.ok(await eventually(async () => (await other.waiters("kb")).length === 1));
+    await blocker.release();
+    const g = await pending;
+    assert.equal(p.cuts, 1);
+    await locks.settle(); // every give-back, its repeat included, has landed
+    for (const k of ["ka", "kb"]) assert.equal((await other.info(k))?.owner, g.owner, k);
+    g.check();
+    await g.release();
     await locks.close();
   }));
 
