@@ -191,7 +191,7 @@ test("a grant not acknowledged whose undo got no answer: the wait goes on under 
       c.sendCommand = (cmd, ...rest) => {
         if (String(cmd.name).toLowerCase() !== "lock.release") return send(cmd, ...rest);
         replica.resume();
-        return new Promise((res) => setTimeout(res, 3000)).then(() => send(cmd, ...rest)).finally(() => (landed += 1));
+        return new Promise((res) => setTimeout(res, 3000)).then(() => send(cmd, ...rest)).finally(() => (landed += 1)); // the undo delivered late (not a wait)
       };
       return c;
     };
