@@ -1,0 +1,265 @@
+package dev.relock;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Function;
+import org.junit.jupiter.api.Test;
+
+/** The core's rules on scripted transports: no Redis, every command recorded. */
+class FakeTransportTest {
+
+    /** A transport whose replies a function decides; every command it was sent, in order. */
+    static final class Fake implements Transport {
+        final String name;
+        final Function<Object[], Object> reply;
+        final List<List<Object>> sent = Collections.synchronizedList(new ArrayList<>());
+
+        Fake(String name, Function<Object[], Object> reply) {
+            this.name = name;
+            this.reply = reply;
+        }
+
+        List<List<Object>> sentOf(String command) {
+            synchronized (sent) {
+                return sent.stream().filter(c -> c.get(0).equals(command)).toList();
+            }
+        }
+
+        Object answer(Object[] args) {
+            sent.add(List.of(args));
+            Object r = reply.apply(args);
+            if (r instanceof RuntimeException e) {
+                throw e;
+            }
+            return r;
+        }
+
+        @Override
+        public String name() {
+            return name;
+        }
+
+        @Override
+        public boolean isCluster() {
+            return false;
+        }
+
+        @Override
+        public Object call(String key, Duration timeout, Object... args) {
+            return answer(args);
+        }
+
+        @Override
+        public Object callOnce(String key, Duration timeout, Object... args) {
+            return answer(args);
+        }
+
+        @Override
+        public List<Object> callEachMaster(Duration timeout, Object... args) {
+            return List.of(answer(args));
+        }
+
+        @Override
+        public Connection dedicated(String key) {
+            return new Connection() {
+                @Override
+                public String address() {
+                    return name;
+                }
+
+                @Override
+                public Object call(Duration bound, Object... args) {
+                    return answer(args);
+                }
+
+                @Override
+                public List<Object> pipeline(Duration bound, List<Object[]> commands) {
+                    List<Object> out = new ArrayList<>();
+                    for (Object[] c : commands) {
+                        try {
+                            out.add(answer(c));
+                        } catch (ReplyError e) {
+                            out.add(e);
+                        }
+                    }
+                    return out;
+                }
+
+                @Override
+                public void abort() {}
+
+                @Override
+                public void close() {}
+            };
+        }
+
+        @Override
+        public void close() {}
+    }
+
+    static TransportException lost() {
+        return new TransportException("read timed out", true, true, null);
+    }
+
+    static Object grants(Object[] a) {
+        return switch (String.valueOf(a[0])) {
+            case "LOCK.ACQUIRE", "LOCK.WAIT" -> 7L;
+            case "LOCK.RELEASE" -> 0L;
+            case "LOCK.RENEW" -> 1L;
+            default -> null;
+        };
+    }
+
+    @Test
+    void aFencedWriteIsSentOnceWhateverHappens() {
+        Fake f = new Fake("s", a -> a[0].equals("LOCK.FENCED") ? lost() : grants(a));
+        try (Relock locks = Relock.create(f)) {
+            Hold h = locks.acquire("k", LockOptions.ttl(Duration.ofSeconds(10)));
+            RelockException e = assertThrows(RelockException.class, () -> h.fenced("INCR", "n"));
+            assertEquals(RelockException.Kind.MAY_HAVE_RUN, e.kind());
+            assertEquals(1, f.sentOf("LOCK.FENCED").size());
+            assertEquals(List.of("LOCK.FENCED", "k", 7L, "INCR", "n"), f.sentOf("LOCK.FENCED").get(0));
+            h.release();
+        }
+        Fake stale = new Fake("s", a -> a[0].equals("LOCK.FENCED") ? new ReplyError("FENCED stale token 7, current none") : grants(a));
+        try (Relock locks = Relock.create(stale)) {
+            Hold h = locks.acquire("k", LockOptions.ttl(Duration.ofSeconds(10)));
+            assertEquals(RelockException.Kind.FENCED, assertThrows(RelockException.class, () -> h.fenced("INCR", "n")).kind());
+            assertEquals(1, stale.sentOf("LOCK.FENCED").size());
+        }
+    }
+
+    @Test
+    void aRetryAfterAFailedAcquisitionAsksUnderANewOwner() throws Exception {
+        // The first two tries lose their replies (the first one's wait is not asked under its
+        // owner: a lost reply is neither a refusal nor an answered undo): either may have
+        // granted, so the first owner's grant is given back in the background, and the retry
+        // asks as another owner (a late give-back never meets the same owner's next grant).
+        int[] tries = {0};
+        Fake f = new Fake("s", a -> (a[0].equals("LOCK.ACQUIRE") || a[0].equals("LOCK.WAIT")) && tries[0]++ < 2 ? lost() : grants(a));
+        try (Relock locks = Relock.create(f, Relock.Settings.defaults().retryDelay(Duration.ofMillis(10)))) {
+            Hold h = locks.acquire("k", LockOptions.ttl(Duration.ofSeconds(10)).waitAtMost(Duration.ofSeconds(5)));
+            Object first = f.sentOf("LOCK.ACQUIRE").get(0).get(2);
+            assertNotEquals(first, h.owner());
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+            List<Object> back = List.of("LOCK.RELEASE", "k", first, "FROM", 1);
+            while (!f.sentOf("LOCK.RELEASE").contains(back) && System.nanoTime() < until) {
+                Thread.sleep(10);
+            }
+            assertTrue(f.sentOf("LOCK.RELEASE").contains(back), "the first owner given back: " + f.sentOf("LOCK.RELEASE"));
+            Thread.sleep(300); // marked: the give-back's repeat (100 ms later) has landed
+            assertTrue(f.sentOf("LOCK.RELEASE").stream().noneMatch(c -> c.get(2).equals(h.owner())), "the new grant is never given back");
+            h.release();
+        }
+    }
+
+    @Test
+    void aRedlockRoundReturnsAtTheQuorumWithoutTheSlowMaster() throws Exception {
+        CountDownLatch never = new CountDownLatch(1);
+        Fake slow = new Fake("c", a -> {
+            try {
+                never.await(10, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            return lost();
+        });
+        Fake a = new Fake("a", FakeTransportTest::grants);
+        Fake b = new Fake("b", FakeTransportTest::grants);
+        try (Relock locks = Relock.redlock(List.of(a, b, slow))) {
+            long t0 = System.nanoTime();
+            Hold h = locks.acquire("k", LockOptions.ttl(Duration.ofSeconds(10)));
+            assertTrue(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0) < 5000);
+            assertEquals(2, h.tokens().size());
+            never.countDown();
+            h.release();
+        }
+    }
+
+    @Test
+    void aReleaseNoQuorumAnsweredIsGivenBackInTheBackground() throws Exception {
+        int[] releases = {0};
+        Fake f = new Fake("s", a -> a[0].equals("LOCK.RELEASE") && releases[0]++ < 2 ? lost() : grants(a));
+        try (Relock locks = Relock.create(f)) {
+            Hold h = locks.acquire("k", LockOptions.ttl(Duration.ofSeconds(10)));
+            RelockException e = assertThrows(RelockException.class, h::release);
+            assertEquals(RelockException.Kind.NO_QUORUM, e.kind());
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+            while (f.sentOf("LOCK.RELEASE").size() < 3 && System.nanoTime() < until) {
+                Thread.sleep(10);
+            }
+            for (List<Object> c : f.sentOf("LOCK.RELEASE")) {
+                assertEquals(List.of("LOCK.RELEASE", "k", h.owner(), "FROM", 1), c, "every repeat names its step");
+            }
+            assertTrue(f.sentOf("LOCK.RELEASE").size() >= 3, "repeated in the background until answered");
+        }
+    }
+
+    @Test
+    void aGrantNotAcknowledgedIsUndoneAndNeverGivenBackAfterTheNextGrant() throws Exception {
+        int[] waits = {0};
+        Fake f = new Fake("s", a -> a[0].equals("WAIT") ? (Object) (long) (waits[0]++ == 0 ? 0 : 1) : grants(a));
+        try (Relock locks = Relock.create(f, Relock.Settings.defaults().retryDelay(Duration.ofMillis(10))
+                .replicaAcks(1, Duration.ofMillis(50)))) {
+            Hold h = locks.acquire("k", LockOptions.ttl(Duration.ofSeconds(10)).waitAtMost(Duration.ofSeconds(5)));
+            Object first = f.sentOf("LOCK.ACQUIRE").get(0).get(2);
+            List<List<Object>> sent;
+            Thread.sleep(300); // marked: any give-back (and its repeat 100 ms later) has landed
+            synchronized (f.sent) {
+                sent = new ArrayList<>(f.sent);
+            }
+            int undo = sent.indexOf(List.of("LOCK.RELEASE", "k", first, "FROM", 1));
+            assertTrue(undo > 0, "the grant not acknowledged undone: " + sent);
+            int granted = -1;
+            for (int i = 0; i < sent.size(); i++) {
+                if (sent.get(i).get(0).equals("LOCK.WAIT") || (sent.get(i).get(0).equals("LOCK.ACQUIRE") && i > 0)) {
+                    granted = i;
+                }
+            }
+            assertTrue(granted > undo, "granted after the undo: " + sent);
+            for (int i = granted; i < sent.size(); i++) {
+                assertNotEquals("LOCK.RELEASE", sent.get(i).get(0), "nothing given back after the grant: " + sent);
+            }
+            assertTrue(h.isHeld());
+            h.release();
+        }
+    }
+
+    @Test
+    void anUndoWhoseReplyIsLostIsFollowedByANewOwner() throws Exception {
+        // ACQUIRE grants, WAIT answers 0, the undo's reply is lost (it may still run late): the
+        // wait must not ask under the same owner, whose late undo could release its grant.
+        int[] waits = {0};
+        int[] releases = {0};
+        Fake f = new Fake("s", a -> switch (String.valueOf(a[0])) {
+            case "WAIT" -> (Object) (long) (waits[0]++ == 0 ? 0 : 1);
+            case "LOCK.RELEASE" -> releases[0]++ == 0 ? lost() : grants(a);
+            default -> grants(a);
+        });
+        try (Relock locks = Relock.create(f, Relock.Settings.defaults().retryDelay(Duration.ofMillis(10))
+                .replicaAcks(1, Duration.ofMillis(50)))) {
+            Hold h = locks.acquire("k", LockOptions.ttl(Duration.ofSeconds(10)).waitAtMost(Duration.ofSeconds(5)));
+            Object first = f.sentOf("LOCK.ACQUIRE").get(0).get(2);
+            assertNotEquals(first, h.owner(), "granted under the owner whose undo may still run");
+            List<List<Object>> asked = new ArrayList<>(f.sentOf("LOCK.WAIT"));
+            asked.addAll(f.sentOf("LOCK.ACQUIRE"));
+            assertEquals(1, asked.stream().filter(c -> c.get(2).equals(first)).count(), "the first owner asked once: " + asked);
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+            while (f.sentOf("LOCK.RELEASE").size() < 2 && System.nanoTime() < until) {
+                Thread.sleep(10);
+            }
+            assertEquals(List.of("LOCK.RELEASE", "k", first, "FROM", 1), f.sentOf("LOCK.RELEASE").get(1), "the first owner given back");
+            assertTrue(h.isHeld());
+            h.release();
+        }
+    }
+}

@@ -1,0 +1,557 @@
+package dev.relock.lettuce;
+
+import static java.time.Duration.ofMillis;
+import static java.time.Duration.ofSeconds;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.relock.Hold;
+import dev.relock.Info;
+import dev.relock.Leadership;
+import dev.relock.LockLostException;
+import dev.relock.LockOptions;
+import dev.relock.LossReason;
+import dev.relock.NotAcquiredException;
+import dev.relock.Observation;
+import dev.relock.Relock;
+import dev.relock.RelockException;
+import dev.relock.RelockLock;
+import dev.relock.RelockSemaphore;
+import dev.relock.ReplyError;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ForkJoinPool;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.ReadWriteLock;
+import java.util.function.BooleanSupplier;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInfo;
+import dev.relock.Transport;
+import dev.relock.TransportException;
+import io.lettuce.core.ClientOptions;
+import io.lettuce.core.RedisClient;
+import io.lettuce.core.RedisURI;
+import io.lettuce.core.TimeoutOptions;
+import io.lettuce.core.protocol.ProtocolVersion;
+
+/** The behaviour cases the other clients have, on one real server through Lettuce. */
+class RelockLettuceTest {
+    static RedisServer srv;
+    Relock locks;
+    ExecutorService pool;
+    String k;
+
+    @BeforeAll
+    static void start() throws Exception {
+        srv = new RedisServer();
+    }
+
+    @AfterAll
+    static void stop() {
+        srv.close();
+    }
+
+    @BeforeEach
+    void open(TestInfo info) {
+        locks = RelockLettuce.create(srv.uri());
+        pool = Executors.newCachedThreadPool();
+        k = "t:" + info.getTestMethod().get().getName();
+    }
+
+    @AfterEach
+    void closeAll() {
+        pool.shutdownNow();
+        locks.close();
+    }
+
+    /** Waits for cond (an event) up to d, failing after. */
+    static void eventually(Duration d, BooleanSupplier cond) throws InterruptedException {
+        long until = System.nanoTime() + d.toNanos();
+        while (!cond.getAsBoolean()) {
+            if (System.nanoTime() > until) {
+                throw new AssertionError("not within " + d);
+            }
+            Thread.sleep(10);
+        }
+    }
+
+    static LockOptions ttl(long ms) {
+        return LockOptions.ttl(ofMillis(ms));
+    }
+
+    @Test
+    void acquireAndRelease() {
+        Hold h = locks.acquire(k, ttl(10_000));
+        assertTrue(h.token() > 0);
+        assertEquals(h.owner(), locks.info(k).orElseThrow().owner());
+        assertThrows(NotAcquiredException.class, () -> locks.acquire(k));
+        assertTrue(locks.tryAcquire(k).isEmpty());
+        h.release();
+        assertTrue(locks.info(k).isEmpty());
+        h.release(); // twice: nothing
+        assertFalse(h.isHeld());
+        assertThrows(IllegalStateException.class, h::check);
+        try (Hold again = locks.acquire(k, ttl(10_000))) {
+            assertTrue(again.token() > h.token(), "tokens never go backwards");
+        }
+        assertTrue(locks.info(k).isEmpty(), "try-with-resources released it");
+    }
+
+    @Test
+    void fifoWait() throws Exception {
+        Hold first = locks.acquire(k, ttl(10_000));
+        List<String> order = Collections.synchronizedList(new ArrayList<>());
+        Future<?> one = pool.submit(() -> {
+            Hold h = locks.acquire(k, ttl(10_000).waitAtMost(ofSeconds(20)));
+            order.add("one");
+            h.release();
+        });
+        eventually(ofSeconds(20), () -> locks.waiters(k, 0).size() == 1);
+        Future<?> two = pool.submit(() -> {
+            Hold h = locks.acquire(k, ttl(10_000).waitAtMost(ofSeconds(20)));
+            order.add("two");
+            h.release();
+        });
+        eventually(ofSeconds(20), () -> locks.waiters(k, 0).size() == 2);
+        assertTrue(order.isEmpty());
+        first.release();
+        one.get(30, TimeUnit.SECONDS);
+        two.get(30, TimeUnit.SECONDS);
+        assertEquals(List.of("one", "two"), order);
+    }
+
+    @Test
+    void aBoundedWaitEndsNotAcquiredAndLeavesTheQueue() throws Exception {
+        Hold h = locks.acquire(k, ttl(10_000));
+        long t0 = System.nanoTime();
+        assertThrows(NotAcquiredException.class, () -> locks.acquire(k, ttl(10_000).waitAtMost(ofMillis(300))));
+        long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+        assertTrue(ms >= 250 && ms < 5000, "waited " + ms + " ms");
+        assertTrue(locks.waiters(k, 0).isEmpty());
+        h.release();
+    }
+
+    @Test
+    void renewedWhileHeld() throws Exception {
+        Hold h = locks.acquire(k, ttl(900));
+        Thread.sleep(2000); // the point of the test: more than two ttls pass while held
+        assertTrue(h.isHeld());
+        Info info = locks.info(k).orElseThrow();
+        assertEquals(h.owner(), info.owner());
+        assertEquals(h.token(), info.token());
+        h.renew();
+        assertTrue(h.validFor().toMillis() > 600);
+        h.release();
+    }
+
+    @Test
+    void lossSignalCarriesTheReasonWithinTheValidity() throws Exception {
+        Hold h = locks.acquire(k, ttl(3000));
+        long t0 = System.nanoTime();
+        assertEquals(1L, srv.cmd("LOCK.FORCERELEASE", k));
+        LossReason why = h.lost().get(3, TimeUnit.SECONDS);
+        long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+        assertTrue(ms < 3000, "loss seen after " + ms + " ms, past the validity");
+        assertEquals("forcereleased", why.cause());
+        assertTrue(why.message().contains("LOCK.FORCERELEASE"), why.message());
+        LockLostException e = assertThrows(LockLostException.class, h::check);
+        assertEquals("forcereleased", e.reason().cause());
+        assertThrows(LockLostException.class, h::release, "release after a loss says lost");
+    }
+
+    @Test
+    void lossWhenTheServerStopsAnsweringComesBeforeTheTtl() throws Exception {
+        try (RedisServer own = new RedisServer(); Relock mine = RelockLettuce.create(own.uri())) {
+            Hold h = mine.acquire(k, ttl(1000));
+            long t0 = System.nanoTime();
+            own.signal("STOP");
+            try {
+                h.lost().get(30, TimeUnit.SECONDS);
+                long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+                assertTrue(ms < 1000, "reported lost " + ms + " ms after the last grant, at or past the ttl");
+                assertThrows(LockLostException.class, h::check);
+            } finally {
+                own.signal("CONT");
+            }
+        }
+    }
+
+    @Test
+    void readWriteLockShares() throws Exception {
+        ReadWriteLock rw = locks.readWriteLock(k, ofSeconds(10));
+        CountDownLatch held = new CountDownLatch(2);
+        CountDownLatch done = new CountDownLatch(1);
+        List<Future<?>> readers = new ArrayList<>();
+        for (int i = 0; i < 2; i++) {
+            readers.add(pool.submit(() -> {
+                rw.readLock().lock();
+                held.countDown();
+                done.await();
+                rw.readLock().unlock();
+                return null;
+            }));
+        }
+        assertTrue(held.await(5, TimeUnit.SECONDS), "two readers at once");
+        Info info = locks.info(k).orElseThrow();
+        assertEquals("shared", info.mode());
+        assertEquals(2, info.holders());
+        assertFalse(pool.submit(() -> rw.writeLock().tryLock(200, TimeUnit.MILLISECONDS)).get());
+        Future<Boolean> writer = pool.submit(() -> {
+            boolean got = rw.writeLock().tryLock(10, TimeUnit.SECONDS);
+            if (got) {
+                rw.writeLock().unlock();
+            }
+            return got;
+        });
+        eventually(ofSeconds(20), () -> locks.waiters(k, 0).size() == 1);
+        done.countDown();
+        for (Future<?> r : readers) {
+            r.get(30, TimeUnit.SECONDS);
+        }
+        assertTrue(writer.get(30, TimeUnit.SECONDS), "the writer after the readers");
+    }
+
+    @Test
+    void semaphorePermits() {
+        RelockSemaphore s = locks.semaphore(k, 3);
+        Hold two = s.acquire(2, ofSeconds(10), Duration.ZERO);
+        Hold one = s.acquire(1, ofSeconds(10), Duration.ZERO);
+        assertTrue(s.tryAcquire(ofSeconds(10)).isEmpty());
+        assertEquals(0, s.availablePermits());
+        assertEquals(List.of(2L, 1L), locks.holders(k, 0).stream().map(h -> h.permits()).toList());
+        two.release();
+        assertEquals(2, s.availablePermits());
+        Hold again = s.acquire(2, ofSeconds(10), Duration.ZERO);
+        RelockException other = assertThrows(RelockException.class, () -> locks.acquire(k, ttl(1000).limit(4)));
+        assertEquals(RelockException.Kind.OTHER_LIMIT, other.kind());
+        assertEquals(3, other.limit());
+        again.release();
+        one.release();
+        assertEquals(3, s.availablePermits());
+    }
+
+    @Test
+    void severalKeysAtOnce() throws Exception {
+        List<String> keys = List.of(k + ":b", k + ":a");
+        Hold other = locks.acquire(k + ":b", ttl(10_000));
+        assertThrows(NotAcquiredException.class, () -> locks.acquireAll(keys, ttl(10_000)));
+        assertTrue(locks.info(k + ":a").isEmpty(), "all or nothing");
+        Future<Hold> group = pool.submit(() -> locks.acquireAll(keys, ttl(10_000).waitAtMost(ofSeconds(10))));
+        eventually(ofSeconds(20), () -> locks.waiters(k + ":b", 0).size() == 1);
+        other.release();
+        Hold g = group.get(30, TimeUnit.SECONDS);
+        assertEquals(keys, g.keys());
+        for (String key : keys) {
+            assertEquals(g.owner(), locks.info(key).orElseThrow().owner());
+            assertTrue(g.tokenOf(key) > 0);
+        }
+        g.renew();
+        g.release();
+        for (String key : keys) {
+            assertTrue(locks.info(key).isEmpty());
+        }
+    }
+
+    @Test
+    void lockIsThreadOwnedAndReentrant() throws Exception {
+        RelockLock l = locks.lock(k, ofSeconds(10));
+        l.lock();
+        l.lock();
+        assertEquals(2, l.getHoldCount());
+        assertEquals(2, locks.holders(k, 0).get(0).count());
+        assertFalse(pool.submit(() -> l.tryLock()).get(), "another thread is excluded");
+        ExecutionException e = assertThrows(ExecutionException.class, () -> pool.submit(() -> {
+            l.unlock();
+            return null;
+        }).get());
+        assertInstanceOf(IllegalMonitorStateException.class, e.getCause());
+        l.unlock();
+        assertEquals(1, locks.holders(k, 0).get(0).count());
+        l.unlock();
+        assertTrue(locks.info(k).isEmpty());
+        assertThrows(IllegalMonitorStateException.class, l::unlock);
+    }
+
+    @Test
+    void anInterruptedWaitEndsAndLeavesTheQueue() throws Exception {
+        Hold h = locks.acquire(k, ttl(10_000));
+        RelockLock l = locks.lock(k, ofSeconds(10));
+        Future<?> waiter = pool.submit(() -> {
+            l.lockInterruptibly();
+            return null;
+        });
+        eventually(ofSeconds(20), () -> locks.waiters(k, 0).size() == 1);
+        waiter.cancel(true);
+        eventually(ofSeconds(20), () -> locks.waiters(k, 0).isEmpty());
+        h.release();
+        assertTrue(locks.info(k).isEmpty(), "the interrupted waiter did not take it");
+    }
+
+    @Test
+    void downgradeGrantsTheSharedWaiters() throws Exception {
+        Hold h = locks.acquire(k, ttl(10_000));
+        Future<Hold> reader = pool.submit(() -> locks.acquire(k, ttl(10_000).shared().waitAtMost(ofSeconds(10))));
+        eventually(ofSeconds(20), () -> locks.waiters(k, 0).size() == 1);
+        h.downgrade();
+        Hold r = reader.get(30, TimeUnit.SECONDS);
+        Info info = locks.info(k).orElseThrow();
+        assertEquals("shared", info.mode());
+        assertEquals(2, info.holders());
+        r.release();
+        h.release();
+        assertTrue(locks.info(k).isEmpty());
+    }
+
+    @Test
+    void election() throws Exception {
+        Leadership a = locks.campaign(k, "node-a", LockOptions.ttl(ofSeconds(10)).waitForever());
+        assertEquals("node-a", locks.leader(k).orElseThrow().value());
+        assertEquals(a.term(), locks.leader(k).orElseThrow().term());
+        List<Observation> seen = new CopyOnWriteArrayList<>();
+        try (AutoCloseable obs = locks.observe(k, seen::add)) {
+            eventually(ofSeconds(20), () -> !seen.isEmpty());
+            assertEquals("node-a", seen.get(0).leader().value());
+            Future<Leadership> b = pool.submit(() -> locks.campaign(k, "node-b", LockOptions.ttl(ofSeconds(10)).waitForever()));
+            eventually(ofSeconds(20), () -> locks.waiters(k, 0).size() == 1);
+            a.resign();
+            Leadership lb = b.get(30, TimeUnit.SECONDS);
+            assertTrue(lb.term() > a.term());
+            eventually(ofSeconds(20), () -> {
+                Observation last = seen.get(seen.size() - 1);
+                return last.leader() != null && last.leader().value().equals("node-b");
+            });
+            assertTrue(seen.stream().noneMatch(Observation::regressed));
+            lb.resign();
+            eventually(ofSeconds(20), () -> seen.get(seen.size() - 1).leader() == null);
+        }
+    }
+
+    @Test
+    void fencedWritesRunOnlyForTheLiveHold() {
+        Hold h = locks.acquire(k, ttl(10_000));
+        assertEquals(1L, h.fenced("INCR", k + ":n"));
+        assertEquals(1L, srv.cmd("LOCK.FORCERELEASE", k));
+        RelockException e = assertThrows(RelockException.class, () -> h.fenced("INCR", k + ":n"));
+        assertEquals(RelockException.Kind.FENCED, e.kind());
+        assertEquals("1", srv.cmd("GET", k + ":n"));
+    }
+
+    @Test
+    void aFencedWriteWhoseReplyIsLostRunsAtMostOnce() throws Exception {
+        try (RedisServer own = new RedisServer(); Relock mine = RelockLettuce.create(own.uri())) {
+            Hold h = mine.acquire(k, ttl(30_000));
+            own.signal("STOP");
+            // The fault staged: the server continues 1.5 s later, after the fenced call's 1 s
+            // bound (its reply is then late, not lost), so a re-send after the timeout would run.
+            Future<?> resume = pool.submit(() -> {
+                Thread.sleep(1500); // marked: the staged fault's length, not a wait for an event
+                own.signal("CONT");
+                return null;
+            });
+            RelockException e;
+            try {
+                e = assertThrows(RelockException.class, () -> h.fenced("INCR", k + ":n"));
+            } finally {
+                resume.get(30, TimeUnit.SECONDS);
+            }
+            assertEquals(RelockException.Kind.MAY_HAVE_RUN, e.kind(), e.getMessage());
+            // The server ran what it had received once it continued: once, never twice.
+            eventually(ofSeconds(20), () -> own.cmd("GET", k + ":n") != null);
+            Thread.sleep(500); // marked: room for a re-send, were there one, to land
+            assertEquals("1", own.cmd("GET", k + ":n"));
+            h.release();
+        }
+    }
+
+    @Test
+    void renewalIsNotStarvedByABusyCommonPoolOrCaller() throws Exception {
+        Hold h = locks.acquire(k, ttl(1500));
+        int n = ForkJoinPool.getCommonPoolParallelism() + 2;
+        CountDownLatch release = new CountDownLatch(1);
+        List<Future<?>> busy = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            busy.add(ForkJoinPool.commonPool().submit(() -> {
+                release.await(); // every common-pool thread blocked
+                return null;
+            }));
+        }
+        long until = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(3000); // two ttls (ttl/3 renewals: six of them)
+        long spins = 0;
+        while (System.nanoTime() < until) {
+            spins++; // the caller busy, never yielding to relock
+        }
+        assertTrue(spins > 0);
+        try {
+            assertTrue(h.isHeld(), () -> "renewed on relock's own threads, but: " + h.lost().getNow(null));
+            assertEquals(h.owner(), locks.info(k).orElseThrow().owner());
+        } finally {
+            release.countDown();
+        }
+        h.release();
+    }
+
+    @Test
+    void repliesDecodeUnderResp2AndResp3() {
+        for (ProtocolVersion protocol : List.of(ProtocolVersion.RESP2, ProtocolVersion.RESP3)) {
+            try (Relock r = RelockLettuce.create(srv.uri(), ClientOptions.builder().protocolVersion(protocol).build(), Relock.Settings.defaults())) {
+                Hold h = r.acquire(k, ttl(10_000));
+                Info info = r.info(k).orElseThrow();
+                assertEquals(h.owner(), info.owner(), protocol.name());
+                assertEquals(h.token(), info.token(), protocol.name());
+                assertEquals(1, r.holders(k, 0).size());
+                assertEquals(1L, srv.cmd("LOCK.FORCERELEASE", k));
+                assertEquals("forcereleased", r.history(k, 10).get(0).reason(), protocol.name());
+                assertEquals(List.of(r.servers().get(0)), r.stats(10).stream().map(st -> st.server()).distinct().toList(), protocol.name());
+            }
+        }
+    }
+
+    @Test
+    void aHoldSurvivesItsConnectionsKilledBetweenRenewals() throws Exception {
+        Hold h = locks.acquire(k, ttl(900));
+        for (int i = 0; i < 3; i++) {
+            // relock's connections dropped by the server (a restart of a proxy, a CLIENT KILL):
+            // the next renewal opens a new one, nothing is re-sent blindly.
+            srv.cmd("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes");
+            Thread.sleep(300); // marked: a renewal (every ttl/3) runs after each kill
+        }
+        assertTrue(h.isHeld(), () -> "lost: " + h.lost().getNow(null));
+        assertEquals(h.owner(), locks.info(k).orElseThrow().owner());
+        h.release();
+        assertTrue(locks.info(k).isEmpty());
+    }
+
+    @Test
+    void aWaitIsNotCutByTheDriversCommandTimeout() throws Exception {
+        // The application's client has a 200 ms command timeout (URI and TimeoutOptions): relock's
+        // waits must not use it.
+        RedisURI shortUri = RedisURI.builder(srv.uri()).withTimeout(ofMillis(200)).build();
+        RedisClient app = RedisClient.create(shortUri);
+        app.setOptions(ClientOptions.builder().timeoutOptions(TimeoutOptions.enabled(ofMillis(200))).build());
+        try (Relock shortTimeout = RelockLettuce.create(app)) {
+            Hold h = locks.acquire(k, ttl(10_000));
+            Future<Hold> waiter = pool.submit(() -> shortTimeout.acquire(k, ttl(10_000).waitAtMost(ofSeconds(10))));
+            eventually(ofSeconds(20), () -> locks.waiters(k, 0).size() == 1);
+            long client = locks.waiters(k, 0).get(0).client();
+            Thread.sleep(700); // marked: more than three of the driver's command timeouts pass
+            assertEquals(List.of(client), locks.waiters(k, 0).stream().map(w -> w.client()).toList(),
+                "the same connection still waits, never cut and queued again");
+            h.release();
+            waiter.get(30, TimeUnit.SECONDS).release();
+        } finally {
+            app.shutdown();
+        }
+    }
+
+    @Test
+    void aBlockingCallOnAKilledConnectionIsNeverSentAgain() throws Exception {
+        // Lettuce's auto-reconnect would reconnect and re-send the queued BLPOP, which would
+        // then take the element pushed later: relock's connections do not reconnect.
+        try (LettuceTransport t = LettuceTransport.server(srv.uri(), ClientOptions.builder().autoReconnect(true).build())) {
+            Transport.Connection c = t.dedicated(k);
+            Future<Object> blocked = pool.submit(() -> c.call(null, "BLPOP", k + ":q", 0));
+            eventually(ofSeconds(20), () -> String.valueOf(srv.cmd("CLIENT", "LIST")).toLowerCase().contains("cmd=blpop"));
+            srv.cmd("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes");
+            ExecutionException e = assertThrows(ExecutionException.class, () -> blocked.get(30, TimeUnit.SECONDS));
+            TransportException te = assertInstanceOf(TransportException.class, e.getCause());
+            assertTrue(te.sent(), "a command that was written may have run");
+            c.close();
+            Thread.sleep(500); // marked: room for a reconnect and a re-send, were there one
+            assertFalse(String.valueOf(srv.cmd("CLIENT", "LIST")).toLowerCase().contains("cmd=blpop"), "the BLPOP was sent again");
+            assertEquals(1L, srv.cmd("RPUSH", k + ":q", "x"));
+            assertEquals(1L, srv.cmd("LLEN", k + ":q"), "nothing took the element");
+        }
+    }
+
+    @Test
+    void abortFromAnotherThreadCutsAWaitWithoutABound() throws Exception {
+        try (LettuceTransport t = LettuceTransport.server(srv.uri(), null)) {
+            Transport.Connection c = t.dedicated(k);
+            Future<Object> blocked = pool.submit(() -> c.call(null, "BLPOP", k + ":q", 0));
+            eventually(ofSeconds(20), () -> String.valueOf(srv.cmd("CLIENT", "LIST")).toLowerCase().contains("cmd=blpop"));
+            long t0 = System.nanoTime();
+            c.abort();
+            ExecutionException e = assertThrows(ExecutionException.class, () -> blocked.get(30, TimeUnit.SECONDS));
+            assertTrue(assertInstanceOf(TransportException.class, e.getCause()).sent());
+            assertTrue(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0) < 3000);
+            c.close();
+            eventually(ofSeconds(20), () -> !String.valueOf(srv.cmd("CLIENT", "LIST")).toLowerCase().contains("cmd=blpop"));
+            // A bounded call past its bound: a timeout, and the connection is not kept.
+            Transport.Connection d = t.dedicated(k);
+            TransportException te = assertThrows(TransportException.class, () -> d.call(ofMillis(200), "BLPOP", k + ":q", 0));
+            assertTrue(te.sent() && te.timeout(), te.getMessage());
+            d.close();
+            eventually(ofSeconds(20), () -> !String.valueOf(srv.cmd("CLIENT", "LIST")).toLowerCase().contains("cmd=blpop"));
+        }
+    }
+
+    @Test
+    void errorRepliesAndPipelines() {
+        try (LettuceTransport t = LettuceTransport.server(srv.uri(), null)) {
+            ReplyError e = assertThrows(ReplyError.class, () -> t.call(k, ofSeconds(2), "LOCK.ACQUIRE", k));
+            assertEquals("ERR", e.code(), e.text());
+            try (Transport.Connection c = t.dedicated(k)) {
+                List<Object> rs = c.pipeline(ofSeconds(2), List.of(new Object[] {"SET", k + ":s", "v"}, new Object[] {"INCR", k + ":s"},
+                    new Object[] {"GET", k + ":s"}));
+                assertEquals("OK", rs.get(0));
+                assertInstanceOf(ReplyError.class, rs.get(1));
+                assertEquals("v", rs.get(2));
+                assertEquals(List.of("a", List.of(), List.of("b", 2L)), c.call(ofSeconds(2), "EVAL",
+                    "return {'a', {}, {'b', 2}}", 0));
+            }
+            TransportException down = assertThrows(TransportException.class, () -> {
+                try (LettuceTransport none = LettuceTransport.server(RedisURI.create("127.0.0.1", freePortNobodyListensOn()), null)) {
+                    none.call(k, ofSeconds(1), "PING");
+                }
+            });
+            assertFalse(down.sent(), "nothing was sent when the connection could not be opened");
+        }
+    }
+
+    static int freePortNobodyListensOn() throws java.io.IOException {
+        return RedisServer.freePort();
+    }
+
+    @Test
+    void closeEndsTheWaitsAndObserversUnderWay() throws Exception {
+        Hold h = locks.acquire(k, ttl(10_000));
+        Relock other = RelockLettuce.create(srv.uri());
+        Future<Hold> waiter = pool.submit(() -> other.acquire(k, ttl(10_000).waitForever()));
+        List<Observation> seen = new CopyOnWriteArrayList<>();
+        other.observe(k + ":e", seen::add);
+        eventually(ofSeconds(20), () -> locks.waiters(k, 0).size() == 1 && !seen.isEmpty()
+            && String.valueOf(srv.cmd("CLIENT", "LIST")).toLowerCase().contains("cmd=lock.observe"));
+        long t0 = System.nanoTime();
+        other.close();
+        ExecutionException e = assertThrows(ExecutionException.class, () -> waiter.get(30, TimeUnit.SECONDS));
+        assertInstanceOf(NotAcquiredException.class, e.getCause());
+        assertTrue(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0) < 3000);
+        eventually(ofSeconds(20), () -> locks.waiters(k, 0).isEmpty());
+        eventually(ofSeconds(20), () -> !String.valueOf(srv.cmd("CLIENT", "LIST")).toLowerCase().contains("cmd=lock.observe"));
+        h.release();
+    }
+
+    @Test
+    void closeReleasesWhatIsHeld() {
+        Relock other = RelockLettuce.create(srv.uri());
+        Hold h = other.acquire(k, ttl(10_000));
+        other.close();
+        assertThrows(LockLostException.class, h::check);
+        assertTrue(locks.info(k).isEmpty());
+    }
+}
