@@ -27,12 +27,10 @@ cluster: module ## Start a local 3-master/3-replica cluster with the module on 1
 cluster-stop: ## Stop the cluster that make cluster started
 	@scripts/cluster stop
 
-test: setup ## Build everything, run every test on Redis 7.0, then the module's suites on Redis 8.2 and 8.6, Valkey 8.1 and 9.1 (two at a time), then test-dist
+test: setup ## Build everything; then, side by side: every test on Redis 7.0, the client packages, the module's suites on Redis 8.2 and 8.6, Valkey 8.1 and 9.1 (the shipped build), and test-dist
 	$(CARGO) build --workspace --all-targets
-	$(CARGO) test --workspace
-	@$(MAKE) --no-print-directory test-clients
-	@scripts/test-matrix
-	@$(MAKE) --no-print-directory test-dist
+	$(CARGO) build --profile dist -p relock -p lockctl
+	@MAKE="$(MAKE)" scripts/test-all
 
 bench: setup-base ## Run the benchmark; writes target/bench/results.md and a chart
 	$(CARGO) build --release --workspace
