@@ -25,8 +25,10 @@ fn smoke_run_writes_table_json_and_chart() {
         "relock-bench --smoke failed ({}):\n{stdout}\n{stderr}",
         run.status
     );
+    // A bound on a hang, not a speed check: the smoke run took 69 s with make test's other
+    // lanes beside it (31 s alone).
     assert!(
-        started.elapsed() < Duration::from_secs(60),
+        started.elapsed() < Duration::from_secs(300),
         "smoke run took {:?}",
         started.elapsed()
     );

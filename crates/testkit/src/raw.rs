@@ -10,6 +10,10 @@ use super::Server;
 
 /// How long we watch a connection to conclude it was not (yet) answered.
 pub const QUIET: Duration = Duration::from_millis(300);
+
+/// How long [`pipeline`] waits for each reply: a batch of thousands of commands on a busy
+/// machine.
+const PIPELINE_REPLY_DUE: Duration = Duration::from_secs(60);
 // ---------------------------------------------------------------------------------------------
 
 #[derive(Debug, Clone, PartialEq)]
@@ -236,4 +240,46 @@ pub fn queue_wait(
         "{owner} not queued as #{n}"
     );
     (r, id)
+}
+
+/// Sends `commands` down one connection in pipelined batches and checks every reply. A new
+/// hold past a millisecond's 1000th answers `TRYAGAIN ... 1 ms left (tokens ahead of this
+/// server's clock)` (docs/waiting-and-fencing.md: a release build reaches that rate from a
+/// pipeline, and so may a debug one on a server that caches its clock per event-loop turn): such a command is sent again after its batch, as a client does.
+pub fn pipeline(
+    raw: &mut Raw,
+    commands: impl Iterator<Item = Vec<Vec<u8>>>,
+    ok: impl Fn(&Reply) -> bool,
+) {
+    const BATCH: usize = 20_000;
+    let mut commands = commands.peekable();
+    let mut again: Vec<Vec<Vec<u8>>> = Vec::new();
+    while commands.peek().is_some() || !again.is_empty() {
+        let batch: Vec<Vec<Vec<u8>>> = if again.is_empty() {
+            commands.by_ref().take(BATCH).collect()
+        } else {
+            std::mem::take(&mut again)
+        };
+        let mut out = Vec::new();
+        for args in &batch {
+            let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            out.extend_from_slice(&encode(&args));
+        }
+        use std::io::Write;
+        raw.stream.write_all(&out).expect("write a batch");
+        for args in batch {
+            let reply = raw.read(PIPELINE_REPLY_DUE);
+            if token_floor_wait(&reply) {
+                again.push(args);
+                continue;
+            }
+            assert!(ok(&reply), "{reply:?}");
+        }
+    }
+}
+
+/// Whether `reply` is the refusal of a new hold past a millisecond's 1000th token, to be sent
+/// again (the ms left is at most 1: anything longer is a real grace and fails the check).
+pub fn token_floor_wait(reply: &Reply) -> bool {
+    matches!(reply, Reply::Error(e) if e.starts_with("TRYAGAIN") && e.contains(", 1 ms left (tokens ahead of this server's clock)"))
 }

@@ -318,7 +318,7 @@ fn elected_commands_never_write_at_once() {
     let candidate = |id: &str| {
         let mut cmd = lockctl(&[&server]);
         cmd.args([
-            "elect", "--id", id, "--ttl", "600ms", "--grace", "1s", key, "--", "sh", "-c",
+            "elect", "--id", id, "--ttl", "2s", "--grace", "1s", key, "--", "sh", "-c",
         ])
         .arg(&script)
         .stderr(Stdio::null());

@@ -16,6 +16,12 @@ const WITHIN: Duration = Duration::from_secs(20);
 #[test]
 fn lockctl_says_why_it_lost_the_lock() {
     let server = Server::start();
+    // The command says it runs (a file) before the holder is read: on a loaded machine an
+    // acquisition whose reply came too late is given back and lockctl asks again under a new
+    // owner, so a holder seen before the command runs may be that late grant, not the hold
+    // the command runs under.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let running = dir.path().join("running");
     let mut run = lockctl(&[&server]);
     run.args([
         "--owner-prefix",
@@ -25,13 +31,17 @@ fn lockctl_says_why_it_lost_the_lock() {
         "3s",
         KEY,
         "--",
-        "sleep",
-        "60",
+        "sh",
+        "-c",
+        r#"touch "$1" && exec sleep 60"#,
+        "sh",
     ])
+    .arg(&running)
     .stderr(std::process::Stdio::piped());
     let child = Spawned::new(&mut run);
     let owner = || support::holder(&server, KEY).map(|(o, _)| o);
-    assert!(eventually(WITHIN, || owner().is_some()), "acquired");
+    assert!(eventually(WITHIN, || running.exists()), "the command runs");
+    assert!(owner().is_some(), "held while the command runs");
     let held_by = owner().expect("owner");
     assert!(held_by.starts_with("nightly-report/"), "{held_by}");
     assert_eq!(held_by.len(), "nightly-report/".len() + 32, "{held_by}");

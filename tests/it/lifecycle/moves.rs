@@ -19,7 +19,7 @@ use common::ask::owner_token_permits as holders;
 use common::probe::Prober;
 use common::raw::token_of;
 use common::raw::wait_on;
-use common::raw::Reply;
+use common::raw::{pipeline, Raw, Reply};
 use common::reply::{bytes, history_reasons, int};
 use common::{attach_replica, eventually, info_field, Server};
 use redis::{Connection, Value};
@@ -57,24 +57,22 @@ fn assert_turns_bounded(c: &mut Connection, server: &str) {
 }
 
 /// Takes `owners` shared holds of `key` (`words` after `SHARED`), pipelined; asserts each got a
-/// token.
-fn fill(c: &mut Connection, key: &str, owners: &[Vec<u8>], ttl: i64, words: &[&str]) {
-    for chunk in owners.chunks(10_000) {
-        let mut p = redis::pipe();
-        for owner in chunk {
-            p.cmd("LOCK.ACQUIRE")
-                .arg(key)
-                .arg(owner.as_slice())
-                .arg(ttl)
-                .arg("SHARED")
-                .arg(words);
-        }
-        let tokens: Vec<Option<i64>> = p.query(c).expect("fill");
-        assert!(
-            tokens.iter().all(Option::is_some),
-            "a holder of {key} was refused"
-        );
-    }
+/// token (a new hold past a millisecond's 1000th is sent again: [`pipeline`]).
+fn fill(server: &Server, key: &str, owners: &[Vec<u8>], ttl: i64, words: &[&str]) {
+    let mut raw = Raw::connect(server);
+    let ttl = ttl.to_string();
+    let commands = owners.iter().map(|owner| {
+        let mut args: Vec<Vec<u8>> = vec![
+            b"LOCK.ACQUIRE".to_vec(),
+            key.as_bytes().to_vec(),
+            owner.clone(),
+            ttl.as_bytes().to_vec(),
+            b"SHARED".to_vec(),
+        ];
+        args.extend(words.iter().map(|w| w.as_bytes().to_vec()));
+        args
+    });
+    pipeline(&mut raw, commands, |reply| matches!(reply, Reply::Int(_)));
 }
 
 /// `n` owners `{prefix}{i}` padded to `len` bytes.
@@ -115,11 +113,11 @@ fn migrate_big_shared_values_between_standalone_servers() {
     let mut dst = target.conn();
     let readers_live = owners("r-", 60_000, 16);
     let readers_short = owners("s-", 60_000, 16);
-    fill(&mut src, "readers", &readers_live, LONG, &[]);
-    fill(&mut src, "readers", &readers_short, 3_000, &[]);
+    fill(&source, "readers", &readers_live, LONG, &[]);
+    fill(&source, "readers", &readers_short, 3_000, &[]);
     let wide = owners("w-", 100_000, 256);
     let limit = (wide.len() + 1).to_string();
-    fill(&mut src, "wide", &wide, LONG, &["LIMIT", &limit]);
+    fill(&source, "wide", &wide, LONG, &["LIMIT", &limit]);
     // Nothing touches `readers` until its short leases lapsed: they are all still there.
     let lapsed = eventually(Duration::from_secs(60), || {
         info(&mut src, "readers").is_some_and(|i| int(&i["holders"]) == readers_live.len() as i64)
@@ -317,10 +315,10 @@ fn a_slot_migrated_atomically_with_big_shared_values() {
     let slot: u16 = cmd!("CLUSTER", "KEYSLOT", &readers)
         .query(&mut src)
         .unwrap();
-    fill(&mut src, &readers, &owners("r-", 60_000, 16), LONG, &[]);
+    fill(source, &readers, &owners("r-", 60_000, 16), LONG, &[]);
     let wide_owners = owners("w-", 100_000, 256);
     let limit = (wide_owners.len() + 1).to_string();
-    fill(&mut src, &wide, &wide_owners, LONG, &["LIMIT", &limit]);
+    fill(source, &wide, &wide_owners, LONG, &["LIMIT", &limit]);
     let before_readers = holders(&mut src, &readers);
     let before_wide = holders(&mut src, &wide);
     let moved_max = before_readers

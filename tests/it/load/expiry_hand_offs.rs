@@ -210,6 +210,9 @@ fn lease_storms_with_a_replica_and_aof_leave_equal_keyspaces() {
     let (mut m, mut r) = (master.conn(), replica.conn());
     let n = 100_000;
     let end = fill_in_time(&mut m, "storm", n, 4_000 + n as i64 / 20);
+    // A value built too late was deleted and built again: leases of it that ended meanwhile
+    // count too, so the storm's are counted from here.
+    let expired_before = info_field(&mut m, "expired_total");
     let mut writer = Raw::connect(&master);
     writer.send_wait("storm", "writer", 60_000, 0);
     assert!(eventually(DUE, || waiters(&mut m, "storm") == 1));
@@ -264,7 +267,10 @@ fn lease_storms_with_a_replica_and_aof_leave_equal_keyspaces() {
         "replica holds: {}",
         info_field(&mut r, "holds")
     );
-    assert_eq!(info_field(&mut m, "expired_total"), n as i64);
+    assert_eq!(
+        info_field(&mut m, "expired_total") - expired_before,
+        n as i64
+    );
     assert_eq!(holders(&mut m, "storm"), holders(&mut r, "storm"));
     let digest = |c: &mut Connection| -> String { cmd!("DEBUG", "DIGEST").query(c).unwrap() };
     assert_eq!(digest(&mut m), digest(&mut r), "replica differs after WAIT");

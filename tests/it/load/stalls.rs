@@ -9,6 +9,7 @@ use relock_testkit::cmd;
 
 use std::time::Duration;
 
+use common::raw::{pipeline, Raw, Reply};
 use common::reply::{config_set, int, log_reasons, text, used_memory};
 use common::{eventually, info_field, Server};
 use redis::{Connection, Value};
@@ -116,22 +117,23 @@ fn stall_migrate_detection_reads_info_once_per_key() {
     );
 }
 
-/// Fills `key` with `n` shared holders (256-byte owners), pipelined.
-fn fill_readers(c: &mut Connection, key: &[u8], n: usize) {
-    for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
-        let mut p = redis::pipe();
-        for i in chunk {
-            let mut owner = format!("owner-{i:08}-").into_bytes();
-            owner.resize(256, b'o');
-            p.cmd("LOCK.ACQUIRE")
-                .arg(key)
-                .arg(owner)
-                .arg(LONG)
-                .arg("SHARED")
-                .ignore();
-        }
-        let _: () = p.query(c).unwrap();
-    }
+/// Fills `key` with `n` shared holders (256-byte owners), pipelined (a new hold past a
+/// millisecond's 1000th is sent again: [`pipeline`]).
+fn fill_readers(server: &Server, key: &[u8], n: usize) {
+    let mut raw = Raw::connect(server);
+    let ttl = LONG.to_string();
+    let commands = (0..n).map(|i| {
+        let mut owner = format!("owner-{i:08}-").into_bytes();
+        owner.resize(256, b'o');
+        vec![
+            b"LOCK.ACQUIRE".to_vec(),
+            key.to_vec(),
+            owner,
+            ttl.as_bytes().to_vec(),
+            b"SHARED".to_vec(),
+        ]
+    });
+    pipeline(&mut raw, commands, |reply| matches!(reply, Reply::Int(_)));
 }
 
 /// Found in attack round 7.
@@ -161,7 +163,7 @@ fn stall_a_big_shared_key_ending_in_redis_cycles_journals_a_bounded_sample() {
     ]);
     let mut c = server.conn();
     let key = vec![b'k'; 1024];
-    fill_readers(&mut c, &key, n);
+    fill_readers(&server, &key, n);
     let _: () = cmd!("LATENCY", "RESET").query(&mut c).unwrap();
     let _: i64 = cmd!("PEXPIRE", key.as_slice(), 50).query(&mut c).unwrap();
     assert!(
@@ -173,7 +175,7 @@ fn stall_a_big_shared_key_ending_in_redis_cycles_journals_a_bounded_sample() {
     assert!(log_reasons(&mut c, 2000).iter().all(|r| r == "expired"));
 
     let _: () = cmd!("LOCK.LOG", "RESET").query(&mut c).unwrap();
-    fill_readers(&mut c, &key, n);
+    fill_readers(&server, &key, n);
     let _: () = cmd!("LATENCY", "RESET").query(&mut c).unwrap();
     let used = used_memory(&mut c);
     config_set(&mut c, "maxmemory-policy", "allkeys-lru");
@@ -200,7 +202,7 @@ fn stall_a_big_shared_key_ending_in_redis_cycles_journals_a_bounded_sample() {
     let _: () = cmd!("LOCK.LOG", "RESET").query(&mut c).unwrap();
     config_set(&mut c, "relock.log-reasons", "forcereleased revoked");
     config_set(&mut c, "relock.stats", "no");
-    fill_readers(&mut c, &key, 10);
+    fill_readers(&server, &key, 10);
     let _: i64 = cmd!("DEL", key.as_slice()).query(&mut c).unwrap();
     assert_eq!(info_field(&mut c, "log_len"), 0);
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use common::payload::{shared_fields, Format};
 use common::probe::Prober;
-use common::raw::{Raw, Reply};
+use common::raw::{pipeline, Raw, Reply};
 use common::{eventually, info_field, now_ms, Server};
 use redis::Connection;
 
@@ -370,31 +370,6 @@ const CPU_BATCH: usize = 20;
 /// in one step, as before, took 281 ms). `None` under `RELOCK_SERVER_WRAPPER`.
 fn master_batch_bound_us() -> Option<i64> {
     turn_bound_us().map(|_| if release_module() { 5_000 } else { 100_000 })
-}
-
-/// Sends `commands` down one connection in pipelined batches and checks every reply.
-fn pipeline(
-    raw: &mut Raw,
-    commands: impl Iterator<Item = Vec<Vec<u8>>>,
-    ok: impl Fn(&Reply) -> bool,
-) {
-    const BATCH: usize = 20_000;
-    let mut commands = commands.peekable();
-    while commands.peek().is_some() {
-        let mut out = Vec::new();
-        let mut sent = 0;
-        for args in commands.by_ref().take(BATCH) {
-            let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-            out.extend_from_slice(&common::raw::encode(&args));
-            sent += 1;
-        }
-        use std::io::Write;
-        raw.stream.write_all(&out).expect("write a batch");
-        for _ in 0..sent {
-            let reply = raw.read(DUE);
-            assert!(ok(&reply), "{reply:?}");
-        }
-    }
 }
 
 /// [`pipeline`] in batches of [`CPU_BATCH`], each waited for: returns the most CPU time the
