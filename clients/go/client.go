@@ -971,7 +971,11 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 		} else {
 			rnd = newRound(c.names, time.Now(), false)
 		}
-		if !rnd.won() && !tryOnly && !rnd.permanentlyFailed() {
+		// The wait goes on under the same owner only when no grant of the first round can
+		// still be there: every failure a refusal or an undo the server answered. An undo
+		// whose reply was lost may run after a same-owner LOCK.WAIT grant and release it (two
+		// holders): that owner is given back below and the retry asks as a new one.
+		if !rnd.won() && !tryOnly && !rnd.permanentlyFailed() && rnd.onlyUndone() {
 			rnd = c.waitRound(uc.ctx(), key, owner, ttlMS, remaining, limited, mode)
 		}
 		valid, ok := rnd.validFor(ttlMS)

@@ -1636,6 +1636,8 @@ export class Hold {
   }
   /** The error the signal was aborted with, once the hold is lost. */
   private ended: LockLostError | undefined;
+  /** The servers said it is gone and the reason is being asked for (`loseWithHistory`). */
+  private known: LockLostError | undefined;
   private released = false;
   private timer: Timer | undefined;
   private renewing: Promise<void> | undefined;
@@ -1732,7 +1734,7 @@ export class Hold {
    */
   get lost(): boolean {
     this.expireIfPast();
-    return this.ended !== undefined;
+    return this.ended !== undefined || this.known !== undefined;
   }
 
   /** Throws the `LockLostError` if the hold is lost, released, or past its validity. */
@@ -1740,6 +1742,7 @@ export class Hold {
     this.expireIfPast();
     if (this.ended) throw this.ended;
     if (this.released) throw core.lostError(this.key, "it was released");
+    if (this.known) throw this.known;
   }
 
   /** Loses the hold when the clock says its validity has passed, whether or not a timer ran. */
@@ -1790,6 +1793,10 @@ export class Hold {
   private async loseWithHistory(rnd: Round<unknown>): Promise<void> {
     const refused = rnd.servers((f) => !!f.refused);
     const what = refused.length ? this.refusedWords(refused) : `renewal failed: ${rnd.describe((f) => !!f.permanent)}`;
+    // Known lost from here: `check()` and `lost` say so while the journals are asked why (up
+    // to a node timeout per server, a stopped one first in line), and the signal aborts with
+    // the reason once it is in.
+    this.known ??= core.lostError(this.key, what, undefined, this.client.servers);
     const loss = await this.client.explainLoss(this.keys, this.owner, this.since);
     const where = loss.entry && this.keys.length > 1 && loss.entry.key ? `key ${JSON.stringify(loss.entry.key)} ` : "";
     this.lose(`${what}: ${where}${loss.message}`, loss);

@@ -21,15 +21,17 @@ test("Redlock with a paused master, and a limit refused over masters", () =>
     servers[2].pause();
     try {
       const started = performance.now();
-      await locks.using("rl", { ttl: 1000 }, async (h) => {
+      // A 3 s lease: renewed every third of it by the two masters left, on a machine busy
+      // with other suites (a 1 s lease missed its renewal there: CI, 2026-12-02).
+      await locks.using("rl", { ttl: 3000 }, async (h) => {
         assert.ok(performance.now() - started < 5000);
         assert.equal(Object.keys(h.tokens).length, 2);
-        await waitOutTtl(2500, () => h.check());
+        await waitOutTtl(7000, () => h.check());
         servers[1].pause();
         await new Promise((res) => h.signal.addEventListener("abort", res, { once: true }));
         // The signal is a timer at the end of validity; a loaded machine runs timers late (seen
-      // 50+ ms at load 11). What must never be late is `lost`, read from the clock.
-      assert.ok(performance.now() <= h.validUntil + 500);
+        // 50+ ms at load 11). What must never be late is `lost`, read from the clock.
+        assert.ok(performance.now() <= h.validUntil + 1000);
       assert.equal(h.lost, true);
       });
     } finally {
@@ -190,3 +192,35 @@ test("Redlock counts a master in grace as a no-vote", async () => {
     [...plain, grace].forEach((x) => x.close());
   }
 });
+
+// Found in the Java review (2026-12-02, finding 7, shared with Node): a renewal the quorum
+// answered nil (the lock forcereleased) was acted on only after LOCK.HISTORY asked the servers
+// why, a node timeout for a stopped one first in line; all that time `lost` was false and
+// `check()` passed although the client knew the key was taken. They say lost from the nil; the
+// signal aborts with the reason once it is in.
+test("a renewal answered nil says lost before the reason is in", () =>
+  withServers(3, async (servers) => {
+    const admins = servers.map((s) => connect(s));
+    const locks = new Relock(servers.map((s) => connect(s)), { nodeTimeout: 2000 });
+    servers[0].pause();
+    try {
+      // A renewal round waits for the stopped master (its node timeout): the lease outlasts it.
+      const h = await locks.acquire("nil", { ttl: 10_000, wait: 0 });
+      assert.ok(h);
+      for (const a of admins.slice(1)) await a.call("LOCK.FORCERELEASE", "nil");
+      let abortedAtFirst;
+      const seen = () => {
+        if (!h.lost) return false;
+        abortedAtFirst = h.signal.aborted;
+        return true;
+      };
+      assert.ok(await eventually(seen, 20_000, 1), "the nil renewal was never seen");
+      assert.equal(abortedAtFirst, false, "the reason was in when `lost` first said so");
+      assert.throws(() => h.check(), /LOCK.RENEW answered nil/);
+      await lost(h);
+      assert.equal(h.lossCause, "forcereleased", h.reason);
+    } finally {
+      servers[0].resume();
+    }
+    await locks.close();
+  }));

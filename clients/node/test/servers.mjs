@@ -116,8 +116,9 @@ export class TestCluster {
     try {
       for (let i = 0; i < 6; i++) {
         const bus = String(await freePort());
+        // Diskless sync at once: by default a master waits 5 s for more replicas to come.
         c.nodes.push(await Server.start(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-          "--cluster-node-timeout", "2000", "--cluster-port", bus]));
+          "--cluster-node-timeout", "2000", "--cluster-port", bus, "--repl-diskless-sync-delay", "0"]));
       }
       execFileSync("redis-cli", ["--cluster", "create", ...c.nodes.map((n) => `127.0.0.1:${n.port}`),
         "--cluster-replicas", "1", "--cluster-yes"], { stdio: "pipe", timeout: 120_000 });
@@ -153,6 +154,15 @@ export class TestCluster {
       for (const n of this.nodes) {
         const ci = String(await this.ask(n, "CLUSTER", "INFO"));
         if (!ci.includes("cluster_state:ok") || !ci.includes("cluster_known_nodes:6")) return false;
+        // Every node's view agrees: three masters, each replica known as a replica of one of
+        // them. (A replica's link can be up before the others, its master included, have heard
+        // that it replicates: a master ignores a manual failover started by a node it does not
+        // know as its replica, and the failover never comes.)
+        const view = String(await this.ask(n, "CLUSTER", "NODES")).trim().split("\n").map((l) => l.split(" "));
+        const masters = new Set(view.filter((f) => f[2].split(",").includes("master")).map((f) => f[0]));
+        const replicas = view.filter((f) => f[2].split(",").includes("slave")).map((f) => f[3]);
+        if (masters.size !== 3 || replicas.length !== 3 || !replicas.every((m) => masters.has(m))) return false;
+        if (view.some((f) => f[7] !== "connected" || /fail|handshake|noaddr/.test(f[2]))) return false;
         const r = await this.info(n, "replication");
         if (r.role === "slave" && r.master_link_status !== "up") return false;
         if (r.role === "master" && r.connected_slaves !== "1") return false;

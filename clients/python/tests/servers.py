@@ -144,8 +144,10 @@ class Cluster:
         try:
             for _ in range(6):
                 bus = str(free_port())
+                # Diskless sync at once: by default a master waits 5 s for more replicas to come.
                 self.nodes.append(Server("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                         "--cluster-node-timeout", "2000", "--cluster-port", bus))
+                                         "--cluster-node-timeout", "2000", "--cluster-port", bus,
+                                         "--repl-diskless-sync-delay", "0"))
             addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
             out = subprocess.run(["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "1",
                                   "--cluster-yes"], capture_output=True, text=True, timeout=120)
@@ -173,6 +175,18 @@ class Cluster:
                 c = self.conn(n)
                 info = c.cluster("info")
                 if info.get("cluster_state") != "ok" or int(info.get("cluster_known_nodes", 0)) != 6:
+                    return False
+                # Every node's view agrees: three masters, each replica known as a replica of one
+                # of them. (A replica's link can be up before the others, its master included,
+                # have heard that it replicates: a master ignores a manual failover started by
+                # a node it does not know as its replica, and the failover never comes.)
+                view = c.cluster("nodes").values()
+                masters = {v["node_id"] for v in view if "master" in v["flags"].split(",")}
+                replicas = [v["master_id"] for v in view if "slave" in v["flags"].split(",")]
+                if len(masters) != 3 or len(replicas) != 3 or not set(replicas) <= masters:
+                    return False
+                if any(not v["connected"] or any(f in v["flags"] for f in ("fail", "handshake", "noaddr"))
+                       for v in view):
                     return False
                 repl = c.info("replication")
                 if repl["role"] == "slave" and repl.get("master_link_status") != "up":

@@ -345,8 +345,17 @@ def test_aio_cancelled_redlock_wait_leaves_no_waiter(servers3: list[Server]) -> 
             await t
         assert await until(lambda: [waiters(s, "w") for s in servers3] == [0, 0, 0], 5), "a master kept the wait"
         await holder.release()
+
+        # A release without a quorum within the 0.1 s node timeout (a busy machine) goes on in
+        # the background: the holder's hold may stand a little longer. No other owner's may.
+        def others() -> list[str]:
+            got = [info(s, "w") for s in servers3]
+            return [str(i["owner"]) for i in got if i is not None and str(i["owner"]) != holder.owner]
+
+        assert await until(lambda: all(i is None for i in (info(s, "w") for s in servers3)) or others(), 10)
+        assert others() == [], f"held by a cancelled waiter: {others()}"
         again = await locks.acquire("w", ttl=5, wait=0)
-        assert again is not None, f"held by a cancelled waiter: {holding(servers3, 'w')}"
+        assert again is not None, f"free, then refused: {holding(servers3, 'w')}"
         await again.release()
 
     asyncio.run(main())

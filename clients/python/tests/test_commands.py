@@ -262,6 +262,8 @@ def test_a_huge_owner_prefix_still_fits(server: Server) -> None:
 
 
 # From test_more.py (what the module added after the first packages).
+# Alone (conftest.py): its first calls must land within the server's 1.5 s grace.
+@pytest.mark.alone
 def test_restart_grace_grants_nothing_then_serves(protocol: str) -> None:
     s = Server("--relock.restart-grace-ms", "1500")
     try:
@@ -473,6 +475,8 @@ def test_a_release_the_server_refuses_is_not_reported_as_not_held(server: Server
 
 
 # From test_attack.py (an attack on the package: a break found and fixed since, or one it held).
+# Alone (conftest.py): the refusal must come within the 0.1 s default node_timeout.
+@pytest.mark.alone
 def test_a_server_without_the_module_is_named_and_not_retryable() -> None:
     """Attack: every kind of call against a server without the module. Must hold: a
     ServerError naming the server, saying the module may be missing, not retryable; no

@@ -515,6 +515,13 @@ def test_noperm_ends_at_once_sync_and_aio(server: Server) -> None:
     asyncio.run(main())
 
 
+def _default_sigint() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_sync_ctrl_c_right_after_a_late_grant_gives_it_back(server: Server) -> None:
     """Ctrl-C during the renewal that measures a late grant's validity: the grant was kept
     by nobody until its ttl."""
@@ -537,7 +544,16 @@ def test_sync_ctrl_c_right_after_a_late_grant_gives_it_back(server: Server) -> N
             "    print('interrupted', flush=True)\n"
             "import time; time.sleep(3)\n"
         )
-        child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # SIGINT back to its default and unblocked in the child: a disposition of SIG_IGN and a
+        # blocked mask both pass to a child (Python then installs no KeyboardInterrupt), and
+        # under pytest-xdist the child ended as if the SIGINT never came (6 runs of 6).
+        child = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_default_sigint,
+        )
         try:
             assert child.stdout is not None and child.stdout.readline().strip() == "waiting"
             assert eventually(lambda: waiters(server, "k") == 1, 10)

@@ -15,6 +15,11 @@ import relock.aio
 from helpers import aconnect, connect, eventually, holding, until, wait_out_ttl, wait_out_ttl_async, waiters, within
 from servers import Server
 
+#: Three masters answering within the 0.1 s default node_timeout, round after round, while
+#: threads contend: under pytest-xdist these run while no other test does (conftest.py's
+#: ``alone``), as the other workers' servers and clients kept them from answering in time.
+pytestmark = pytest.mark.alone
+
 
 # From test_sync.py (the sync client: the behaviour cases of relock-client).
 def test_redlock_with_a_paused_master(servers3: list[Server]) -> None:
@@ -282,3 +287,39 @@ def test_redlock_counts_a_master_in_grace_as_a_no_vote(servers3: list[Server]) -
     finally:
         grace.close()
 
+
+
+def test_a_renewal_answered_nil_fails_check_before_the_reason_is_in(servers3: list[Server]) -> None:
+    """Found in the Java review (2026-12-02, finding 7, shared with Python): a renewal the
+    quorum answered nil (the lock forcereleased) was acted on only after LOCK.HISTORY asked the
+    servers why, a node timeout for a stopped one first in line; all that time check() passed
+    although the client knew the key was taken. It raises from the nil; ``lost`` is set with
+    the reason once it is in."""
+    admins = [connect(s) for s in servers3]
+    locks = relock.Relock([connect(s, socket_timeout=30) for s in servers3], node_timeout=2.0)
+    servers3[0].pause()  # the journals are asked in order: the stopped master first
+    try:
+        # A renewal round waits for the stopped master (its node timeout): the lease outlasts it.
+        h = locks.acquire("nil", ttl=10, wait=0)
+        assert h is not None
+        for a in admins[1:]:
+            a.execute_command("LOCK.FORCERELEASE", "nil")
+        first: list[tuple[relock.LockLost, bool]] = []
+
+        def raised() -> bool:
+            try:
+                h.check()
+            except relock.LockLost as e:
+                first.append((e, h.lost.is_set()))
+                return True
+            return False
+
+        assert eventually(raised, 20, 0.001), "the nil renewal was never seen"
+        e, reason_in = first[0]
+        assert not reason_in, "the reason was in when check() first raised"
+        assert "LOCK.RENEW answered nil" in str(e)
+        assert h.lost.wait(20)
+        assert h.loss is not None and h.loss.cause == "forcereleased", h.reason
+    finally:
+        servers3[0].resume()
+        locks.close()

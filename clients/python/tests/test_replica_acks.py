@@ -22,8 +22,10 @@ from servers import LossProxy, Server
 
 @pytest.fixture
 def pair() -> Iterator[tuple[Server, Server]]:
-    """A master and its replica (both with the module), the replica in sync."""
-    master = Server()
+    """A master and its replica (both with the module), the replica in sync and acknowledging
+    writes."""
+    # Diskless sync at once: by default the master waits 5 s for more replicas to come.
+    master = Server("--repl-diskless-sync-delay", "0")
     replica: Server | None = None
     try:
         replica = Server("--replicaof", "127.0.0.1", str(master.port))
@@ -32,7 +34,16 @@ def pair() -> Iterator[tuple[Server, Server]]:
             m = direct(master).info("replication")
             assert replica is not None
             r = direct(replica).info("replication")
-            return int(m.get("connected_slaves", 0)) == 1 and r.get("master_link_status") == "up"
+            if not (int(m.get("connected_slaves", 0)) == 1 and r.get("master_link_status") == "up"):
+                return False
+            # Online and acknowledging: a diskless sync puts the replica online at its first
+            # REPLCONF ACK, and a WAIT with no write before it on its connection counts it at once.
+            if (m.get("slave0") or {}).get("state") != "online":
+                return False
+            pipe = direct(master).pipeline(transaction=False)
+            pipe.set("relock-test:linked", "1")
+            pipe.execute_command("WAIT", 1, 100)
+            return int(pipe.execute()[1]) >= 1
 
         assert eventually(synced, 30), "the replica did not sync"
         yield master, replica

@@ -91,6 +91,12 @@ class ProxiedCluster:
         self.cluster.close()
 
 
+#: The tests that share the module's one ProxiedCluster run in one worker, one after the other
+#: (``--dist loadgroup`` in scripts/test-clients), in the order they are written: spread over
+#: workers, each worker would build a six-node cluster of its own.
+SHARED_CLUSTER = pytest.mark.xdist_group("send_once_cluster")
+
+
 @pytest.fixture(scope="module")
 def proxied() -> Iterator[ProxiedCluster]:
     c = ProxiedCluster()
@@ -100,6 +106,7 @@ def proxied() -> Iterator[ProxiedCluster]:
         c.close()
 
 
+@SHARED_CLUSTER
 def test_sync_cluster_a_fenced_write_is_sent_once(proxied: ProxiedCluster) -> None:
     start = proxied.cluster.nodes[0].port
     # socket_timeout: the driver's own timeout, after which redis-py's cluster client re-sends.
@@ -126,6 +133,7 @@ def test_sync_cluster_a_fenced_write_is_sent_once(proxied: ProxiedCluster) -> No
     rc.close()
 
 
+@SHARED_CLUSTER
 def test_aio_cluster_a_fenced_write_is_sent_once(proxied: ProxiedCluster) -> None:
     async def main() -> None:
         start = proxied.cluster.nodes[0].port
@@ -157,6 +165,7 @@ def test_aio_cluster_a_fenced_write_is_sent_once(proxied: ProxiedCluster) -> Non
     asyncio.run(main())
 
 
+@SHARED_CLUSTER
 def test_cluster_a_fenced_write_follows_moved_after_a_failover_and_runs_once(proxied: ProxiedCluster) -> None:
     """MOVED says the old master did not run it: the write goes on to the new master, once."""
     c = proxied.cluster
@@ -206,6 +215,7 @@ def test_cluster_a_fenced_write_follows_moved_after_a_failover_and_runs_once(pro
     rc.close()
 
 
+@SHARED_CLUSTER
 def test_cluster_a_fenced_write_follows_ask_while_its_slot_migrates_and_runs_once(proxied: ProxiedCluster) -> None:
     """ASK (the key left for the importing master) says the source did not run it: relock
     sends it on there, after ASKING, once; sync and asyncio (a fresh asyncio client, whose

@@ -1602,7 +1602,7 @@ class Hold:
     - ``check()`` raises ``LockLost`` once it is lost; ``renew()`` and ``release()`` act now.
     """
 
-    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 7eb503417885:
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 81f180f0b992:
     # threading locks, registered with the renewal thread; asyncio: asyncio locks and a renewal task
     def __init__(
         self,
@@ -1632,6 +1632,9 @@ class Hold:
         self._pid = os.getpid()
         self._state = threading.Lock()
         self._released = False
+        # The servers said it is gone and the journals are being asked why
+        # (_lose_with_history): check() raises from then on.
+        self._known: str | None = None
         self._renewing = False
         # One renewal at a time (the background one or renew()): the client applies them in
         # the order the server did, so a late reply never extends the validity.
@@ -1743,6 +1746,8 @@ class Hold:
             raise core.lost_error(self.key, self.reason or "its validity ran out", self.loss, self._client.servers)
         if self._released:
             raise core.lost_error(self.key, "it was released", None)
+        if self._known is not None:
+            raise core.lost_error(self.key, self._known, None, self._client.servers)
 
     # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _expiry_reason(self, renewing: bool = False) -> str:
@@ -1844,6 +1849,9 @@ class Hold:
         """The hold is gone: asks the journal why (one bounded round trip) and says it."""
         refused = rnd.servers(lambda f: f.refused)
         what = self._refused_words(refused) if refused else f"renewal failed: {rnd.describe(lambda f: f.permanent)}"
+        # check() raises from here while the journals are asked why (up to a node timeout
+        # per server, a stopped one first in line); `lost` is set with the reason.
+        self._known = self._known or what
         loss = self._client._history(self.keys, self.owner, self._since)
         where = f"key {loss.entry.key!r} " if loss.entry is not None and len(self.keys) > 1 and loss.entry.key else ""
         self._lose(f"{what}: {where}{loss.message}", loss)

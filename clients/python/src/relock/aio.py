@@ -1276,6 +1276,9 @@ class Hold:
         self._since = time.time()  # granted just before: an older flush is not its end (1 s slack for clocks)
         self._pid = os.getpid()
         self._released = False
+        # The servers said it is gone and the journals are being asked why
+        # (_lose_with_history): check() raises from then on.
+        self._known: str | None = None
         self._last_failure: str | None = None
         self._renewing = False
         # One renewal at a time (the background one or renew()): the client applies them in
@@ -1375,6 +1378,8 @@ class Hold:
             raise core.lost_error(self.key, self.reason or "its validity ran out", self.loss, self._client.servers)
         if self._released:
             raise core.lost_error(self.key, "it was released", None)
+        if self._known is not None:
+            raise core.lost_error(self.key, self._known, None, self._client.servers)
 
     async def _renew_loop(self) -> None:
         try:
@@ -1464,6 +1469,9 @@ class Hold:
         """The hold is gone: asks the journal why (one bounded round trip) and says it."""
         refused = rnd.servers(lambda f: f.refused)
         what = self._refused_words(refused) if refused else f"renewal failed: {rnd.describe(lambda f: f.permanent)}"
+        # check() raises from here while the journals are asked why (up to a node timeout
+        # per server, a stopped one first in line); `lost` is set with the reason.
+        self._known = self._known or what
         loss = await self._client._history(self.keys, self.owner, self._since)
         where = f"key {loss.entry.key!r} " if loss.entry is not None and len(self.keys) > 1 and loss.entry.key else ""
         self._lose(f"{what}: {where}{loss.message}", loss)
