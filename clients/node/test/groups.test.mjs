@@ -138,15 +138,5 @@ test("group limits: 256 keys, duplicates, wrong types, huge owners", () =>
     await locks.close();
   }));
 
-// From more.test.mjs (what the module added after the first packages).
-test("a vanished server ends a group within its validity", () =>
-  withServer(async (s) => {
-    const locks = new Relock(connect(s, 3, { maxRetriesPerRequest: 0, enableOfflineQueue: false }));
-    const g = await locks.acquireAll(["a", "b"], { ttl: 900 });
-    s.kill();
-    await lost(g);
-    assert.ok(performance.now() < g.validUntil);
-    assert.equal(g.lossCause, undefined);
-    assert.match(g.reason, /validity ran out/);
-    assert.equal(await g.release(), false);
-  }));
+// "a vanished server ends a group within its validity" is in losses.test.mjs: its bound (the
+// signal 20 ms before the validity ends) needs the machine to itself.

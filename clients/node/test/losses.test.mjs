@@ -291,3 +291,19 @@ test("loss parsing of bad and huge entries; wait order and slots", () => {
   }
   assert.throws(() => core.groupTokens(["a", "b"], [1]), /answered 1 for 2 keys/);
 });
+
+// From groups.test.mjs (a timing bound: this file runs alone). The signal's time is taken in
+// its listener, when the client signalled.
+test("a vanished server ends a group within its validity", () =>
+  withServer(async (s) => {
+    const locks = new Relock(connect(s, 3, { maxRetriesPerRequest: 0, enableOfflineQueue: false }));
+    const g = await locks.acquireAll(["a", "b"], { ttl: 900 });
+    let at = 0;
+    g.signal.addEventListener("abort", () => (at = performance.now()), { once: true });
+    s.kill();
+    await lost(g);
+    assert.ok(at > 0 && at < g.validUntil, `signalled at ${at}, validity until ${g.validUntil}`);
+    assert.equal(g.lossCause, undefined);
+    assert.match(g.reason, /validity ran out/);
+    assert.equal(await g.release(), false);
+  }));
