@@ -127,6 +127,8 @@ public final class Relock implements AutoCloseable {
     final long ackTimeoutMs;
     final Set<Hold> live = ConcurrentHashMap.newKeySet();
     private final AtomicInteger background = new AtomicInteger();
+    /** acquisitions, group acquisitions and campaigns under way: close() waits for them. */
+    private final AtomicInteger acquiring = new AtomicInteger();
     volatile boolean closed;
     /** the rounds under way and the observers: close() cuts their blocking calls. */
     private final Set<OpenCalls> active = ConcurrentHashMap.newKeySet();
@@ -223,6 +225,14 @@ public final class Relock implements AutoCloseable {
             } catch (Exception e) {
                 // closing the rest matters more
             }
+        }
+        // An acquisition under way (its round not blocking, so not cut) ends within its node
+        // timeout: waited for while the connections are still open, it gives back what it was
+        // granted itself, as it sees the client closed. Closed at once, its give-back would fail
+        // and the grant would keep the key from everyone until its ttl ran out.
+        long settle = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(3 * nodeTimeoutMs + ackTimeoutMs + 1000);
+        while (acquiring.get() > 0 && System.nanoTime() < settle) {
+            sleepMs(5);
         }
         for (Hold h : new ArrayList<>(live)) {
             h.releaseAs(new LockLostException(h.key(), "lock \"" + h.key() + "\": the client was closed (Relock.close), which released it",
@@ -607,6 +617,33 @@ public final class Relock implements AutoCloseable {
     }
 
     Hold acquire(String key, LockOptions o, boolean autoRenew) {
+        return inFlight(() -> acquireUntilDone(key, o, autoRenew));
+    }
+
+    /** Runs an acquisition counted as under way, for close(). */
+    private <T> T inFlight(java.util.function.Supplier<T> acquisition) {
+        acquiring.incrementAndGet();
+        try {
+            return acquisition.get();
+        } finally {
+            acquiring.decrementAndGet();
+        }
+    }
+
+    /** h, unless the client was closed meanwhile: then h is given back and nothing returned. */
+    private Hold unlessClosed(Hold h, String key) {
+        if (closed) {
+            try {
+                h.release();
+            } catch (RuntimeException e) {
+                // given back in the background or at its ttl
+            }
+            throw new NotAcquiredException(key, "lock \"" + key + "\": not acquired: the client was closed", List.of(), null);
+        }
+        return h;
+    }
+
+    private Hold acquireUntilDone(String key, LockOptions o, boolean autoRenew) {
         if (key == null) {
             throw RelockException.invalid("a key is needed");
         }
@@ -653,12 +690,7 @@ public final class Relock implements AutoCloseable {
             }
             if (valid >= 0 && rnd.won()) {
                 long[] tokens = tokensOf(rnd);
-                Hold h = new Hold(this, key, null, owner, ttlMs, tokens, started + valid * 1000, mode, autoRenew);
-                if (closed) {
-                    h.release();
-                    throw new NotAcquiredException(key, "lock \"" + key + "\": not acquired: the client was closed", List.of(), null);
-                }
-                return h;
+                return unlessClosed(new Hold(this, key, null, owner, ttlMs, tokens, started + valid * 1000, mode, autoRenew), key);
             }
             releaseFailed(key, owner, ttlMs, rnd);
             boolean interrupted = Thread.currentThread().isInterrupted();
@@ -728,6 +760,10 @@ public final class Relock implements AutoCloseable {
      * the keys must share a hash tag.
      */
     public Hold acquireAll(List<String> keys, LockOptions o) {
+        return inFlight(() -> acquireAllUntilDone(keys, o));
+    }
+
+    private Hold acquireAllUntilDone(List<String> keys, LockOptions o) {
         if (keys == null || keys.isEmpty() || keys.size() > Rules.MAX_KEYS) {
             throw RelockException.invalid("a group takes 1 to " + Rules.MAX_KEYS + " keys");
         }
@@ -769,7 +805,7 @@ public final class Relock implements AutoCloseable {
                 for (int i = 0; i < n; i++) {
                     kt.put(group.get(i), Replies.toLong(first.get(i), 0));
                 }
-                return groupHold(group, owner, ttlMs, rnd, kt, rnd.startedNanos + valid * 1000);
+                return unlessClosed(groupHold(group, owner, ttlMs, rnd, kt, rnd.startedNanos + valid * 1000), name);
             }
             boolean[][] gb = rnd.giveBack();
             if (any(gb[0])) {
@@ -791,7 +827,7 @@ public final class Relock implements AutoCloseable {
             if (nodes.length == 1 && !rnd.someFailed()) {
                 Hold h = waitEach(group, owner, ttlMs, deadline, limited);
                 if (h != null) {
-                    return h;
+                    return unlessClosed(h, name);
                 }
                 continue; // a key taken early was lost while waiting: start again
             }
@@ -964,6 +1000,10 @@ public final class Relock implements AutoCloseable {
      * unless o says) and returns the leadership once granted; its term is the hold's token.
      */
     public Leadership campaign(String key, String value, LockOptions o) {
+        return inFlight(() -> campaignUntilDone(key, value, o));
+    }
+
+    private Leadership campaignUntilDone(String key, String value, LockOptions o) {
         electionCheck(o);
         long ttlMs = Rules.checkTtl(o.ttl);
         boolean limited = o.wait != null && !o.wait.isZero();
@@ -983,7 +1023,7 @@ public final class Relock implements AutoCloseable {
             }
             if (valid >= 0 && rnd.won()) {
                 Hold h = new Hold(this, key, null, owner, ttlMs, tokensOf(rnd), started + valid * 1000, List.of(), true);
-                return new Leadership(h, proclaimed(owner));
+                return new Leadership(unlessClosed(h, key), proclaimed(owner));
             }
             releaseFailed(key, owner, ttlMs, rnd);
             boolean interrupted = Thread.currentThread().isInterrupted();

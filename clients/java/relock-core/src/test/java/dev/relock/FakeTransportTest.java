@@ -22,6 +22,8 @@ class FakeTransportTest {
         final String name;
         final Function<Object[], Object> reply;
         final List<List<Object>> sent = Collections.synchronizedList(new ArrayList<>());
+        /** once closed, nothing is sent: every call fails as a closed connection does. */
+        volatile boolean closed;
 
         Fake(String name, Function<Object[], Object> reply) {
             this.name = name;
@@ -35,6 +37,9 @@ class FakeTransportTest {
         }
 
         Object answer(Object[] args) {
+            if (closed) {
+                throw new TransportException("the connection is closed", false, false, null);
+            }
             sent.add(List.of(args));
             Object r = reply.apply(args);
             if (r instanceof RuntimeException e) {
@@ -103,7 +108,9 @@ class FakeTransportTest {
         }
 
         @Override
-        public void close() {}
+        public void close() {
+            closed = true;
+        }
     }
 
     static TransportException lost() {
@@ -261,5 +268,45 @@ class FakeTransportTest {
             assertTrue(h.isHeld());
             h.release();
         }
+    }
+
+    @Test
+    void closeWaitsForAnAcquisitionUnderWayWhichGivesBackItsGrant() throws Exception {
+        // LOCK.ACQUIRE is answered only once close() has begun: closing the connections at once
+        // would leave that grant on the server until its ttl (nothing could give it back).
+        CountDownLatch answer = new CountDownLatch(1);
+        CountDownLatch asked = new CountDownLatch(1);
+        Fake f = new Fake("s", a -> {
+            if (a[0].equals("LOCK.ACQUIRE")) {
+                asked.countDown();
+                try {
+                    answer.await(20, TimeUnit.SECONDS);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+            return grants(a);
+        });
+        Relock locks = Relock.create(f);
+        java.util.concurrent.CompletableFuture<Hold> acquiring = java.util.concurrent.CompletableFuture.supplyAsync(
+            () -> locks.acquire("k", LockOptions.ttl(Duration.ofSeconds(30))));
+        assertTrue(asked.await(20, TimeUnit.SECONDS));
+        Thread closer = new Thread(locks::close);
+        closer.start();
+        // close() has begun (it sets closed first); with the transport closed under it, the
+        // grant could not be given back.
+        long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        while (!locks.closed && System.nanoTime() < until) {
+            Thread.sleep(1);
+        }
+        closer.join(300); // marked: close() closing the transport now, without the wait, would do so in this time
+        answer.countDown();
+        closer.join(20_000);
+        assertTrue(!closer.isAlive(), "close() returned");
+        Exception e = assertThrows(java.util.concurrent.ExecutionException.class, () -> acquiring.get(20, TimeUnit.SECONDS));
+        assertTrue(e.getCause() instanceof NotAcquiredException, "not acquired: the client was closed: " + e.getCause());
+        Object owner = f.sentOf("LOCK.ACQUIRE").get(0).get(2);
+        assertEquals(List.of(List.of("LOCK.RELEASE", "k", owner, "FROM", 1)), f.sentOf("LOCK.RELEASE"),
+            "the grant given back before the connections closed");
     }
 }
