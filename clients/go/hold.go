@@ -34,6 +34,10 @@ type Hold struct {
 	validUntil  time.Time
 	lastFailure string
 	err         error
+	// known: the loss seen (a renewal the servers answered nil) while its reason is still
+	// being read from their journals; Err and Valid report it at once, Done and Context wait
+	// for the reason. Under mu.
+	known error
 	// done and ctx (Done, Context) are made when first asked for (most holds are released
 	// without either: three allocations fewer per hold); one made after the hold ended is
 	// made closed. Under mu.
@@ -169,11 +173,16 @@ func (h *Hold) Done() <-chan struct{} {
 
 // Err is nil while the hold is held; after it ended, why: an *Error of kind ErrLockLost
 // (Error.Loss has the cause from the server's journal, LOCK.HISTORY), or ErrReleased. It
-// reads the clock: past the validity it is the loss, even if no renewal ran.
+// reads the clock: past the validity it is the loss, even if no renewal ran. A renewal the
+// servers answered nil makes it the loss at once, without Loss while the journals are read;
+// once Done is closed it is the loss with its cause.
 func (h *Hold) Err() error {
 	h.expireIfPast()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.err == nil && h.known != nil {
+		return h.known
+	}
 	return h.err
 }
 
@@ -380,6 +389,12 @@ func (h *Hold) renew(ctx context.Context, ttlMS int64) (bool, error) {
 		if len(refused) > 0 {
 			what = "LOCK.RENEW answered nil on " + strings.Join(refused, ", ") + ": the lock expired or was taken away"
 		}
+		// Known lost from now: asking the journals why can take a node timeout per server
+		// (one stopped), and meanwhile Valid must not say held.
+		known := h.lostError(what+" (the reason is being read from the servers' journals)", nil)
+		h.mu.Lock()
+		h.known = known
+		h.mu.Unlock()
 		loss := h.c.explainLoss(h.Keys(), h.owner, h.since)
 		where := ""
 		if loss.Entry != nil && h.group != nil && loss.Entry.Key != "" {

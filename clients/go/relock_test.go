@@ -798,3 +798,57 @@ func TestCampaignRetryAfterCutWait(t *testing.T) {
 		_ = g.Release(bg())
 	})
 }
+
+// TestRenewalAnsweredNilFailsValidBeforeTheReasonIsIn: found in the Java review (finding 7,
+// shared by every client): a renewal the quorum answered nil (the lock forcereleased) was
+// acted on only after LOCK.HISTORY asked the servers why, a node timeout for a stopped one
+// first in line; all that time Valid said held although the client knew the key was taken.
+// Valid and Err report the loss from the nil; Done closes once the reason is in.
+func TestRenewalAnsweredNilFailsValidBeforeTheReasonIsIn(t *testing.T) {
+	noLeaks(t)
+	var servers []*server
+	var rdbs []redis.UniversalClient
+	for range 3 {
+		s := startServer(t)
+		servers = append(servers, s)
+		rdbs = append(rdbs, s.client(t))
+	}
+	c := NewRedlock(rdbs, NodeTimeout(2*time.Second))
+	t.Cleanup(func() { _ = c.Close() })
+	// The journals are asked in order: the stopped master first.
+	servers[0].pause()
+	t.Cleanup(servers[0].resume)
+	h := mustAcquire(t, c, "nil", TTL(10*time.Second))
+	for _, r := range rdbs[1:] {
+		if err := r.Do(bg(), "LOCK.FORCERELEASE", "nil").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reasonIn := false
+	eventually(t, 20*time.Second, "the nil renewal seen", func() bool {
+		if h.Valid() {
+			return false
+		}
+		select {
+		case <-h.Done():
+			reasonIn = true
+		default:
+		}
+		return true
+	})
+	if reasonIn {
+		t.Fatal("Valid said held until the reason was in")
+	}
+	if err := h.Err(); !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), "LOCK.RENEW answered nil") {
+		t.Fatalf("the loss before its reason: %v", err)
+	}
+	select {
+	case <-h.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("Done never closed")
+	}
+	var e *Error
+	if !errors.As(h.Err(), &e) || e.Loss == nil || e.Loss.Cause != "forcereleased" {
+		t.Fatalf("the reason: %v", h.Err())
+	}
+}
