@@ -1,0 +1,194 @@
+// relock's Java client (Jedis adapter) against Redisson's RLock (lock(): its watchdog renews,
+// waiters wake on a pub/sub message) and Spring Integration's RedisLockRegistry (its default,
+// a spin lock that retries every 100 ms), on one server: uncontended acquire+release per second,
+// and hand-off latency with 10 contending threads (the method of bench.py, bench.mjs and the Go
+// rows). Prints one JSON line per peer. Usage: mvn -q compile exec:java -Dexec.args="PORT SECONDS HANDOFFS"
+package bench;
+
+import dev.relock.Hold;
+import dev.relock.LockOptions;
+import dev.relock.Relock;
+import dev.relock.jedis.RelockJedis;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Locale;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.Lock;
+import org.redisson.Redisson;
+import org.redisson.api.RLock;
+import org.redisson.api.RedissonClient;
+import org.redisson.config.Config;
+import org.springframework.data.redis.connection.RedisStandaloneConfiguration;
+import org.springframework.data.redis.connection.lettuce.LettuceConnectionFactory;
+import org.springframework.integration.redis.util.RedisLockRegistry;
+import redis.clients.jedis.RedisClient;
+
+public final class Main {
+    /** Runs body while holding key. */
+    interface Using {
+        void run(String key, Runnable body) throws Exception;
+    }
+
+    record Peer(String name, Using use, AutoCloseable done) {}
+
+    public static void main(String[] args) throws Exception {
+        if (args.length != 3) {
+            System.err.println("usage: bench PORT SECONDS HANDOFFS");
+            System.exit(2);
+        }
+        int port = Integer.parseInt(args[0]);
+        double seconds = Double.parseDouble(args[1]);
+        int handoffs = Integer.parseInt(args[2]);
+        List<Peer> peers = peers(port);
+        // Throughput in interleaved rounds (each peer in turn, five times, the median kept),
+        // after a warm-up of each (the JIT too): a machine whose speed drifts during the run then
+        // favours no peer by its place in the order.
+        for (Peer p : peers) {
+            uncontended(p.use(), Math.max(1.0, seconds));
+        }
+        int rounds = 5;
+        List<List<Double>> ops = new ArrayList<>();
+        for (int i = 0; i < peers.size(); i++) {
+            ops.add(new ArrayList<>());
+        }
+        for (int r = 0; r < rounds; r++) {
+            for (int i = 0; i < peers.size(); i++) {
+                ops.get(i).add(uncontended(peers.get(i).use(), seconds / rounds));
+            }
+        }
+        for (int i = 0; i < peers.size(); i++) {
+            Peer p = peers.get(i);
+            double[] lat = handoff(p.use(), handoffs);
+            p.done().close();
+            Collections.sort(ops.get(i));
+            System.out.printf(Locale.ROOT,
+                    "{\"lang\": \"Java\", \"peer\": \"%s\", \"ops\": %.1f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"handoffs\": %d}%n",
+                    p.name(), ops.get(i).get(rounds / 2), quantile(lat, 50), quantile(lat, 99), lat.length);
+        }
+        System.exit(0);
+    }
+
+    static List<Peer> peers(int port) throws Exception {
+        List<Peer> peers = new ArrayList<>();
+        RedisClient jedis = RedisClient.create("127.0.0.1", port);
+        Relock locks = RelockJedis.create(jedis);
+        LockOptions options = LockOptions.ttl(Duration.ofSeconds(30)).waitForever();
+        peers.add(new Peer("relock-jedis (LOCK.WAIT, renewal timer)", (key, body) -> {
+            try (Hold h = locks.acquire(key, options)) {
+                body.run();
+            }
+        }, () -> {
+            locks.close();
+            jedis.close();
+        }));
+
+        Config config = new Config();
+        config.useSingleServer().setAddress("redis://127.0.0.1:" + port);
+        RedissonClient redisson = Redisson.create(config);
+        peers.add(new Peer("Redisson " + org.redisson.Version.class.getPackage().getImplementationVersion()
+                + " RLock (Lua + hash, pub/sub wait, watchdog)", (key, body) -> {
+            RLock l = redisson.getLock(key);
+            l.lock();
+            try {
+                body.run();
+            } finally {
+                l.unlock();
+            }
+        }, redisson::shutdown));
+
+        LettuceConnectionFactory factory = new LettuceConnectionFactory(new RedisStandaloneConfiguration("127.0.0.1", port));
+        factory.afterPropertiesSet();
+        factory.start();
+        RedisLockRegistry registry = new RedisLockRegistry(factory, "bench-registry", 30_000);
+        peers.add(new Peer("Spring RedisLockRegistry (SET NX + Lua, spin lock, polls every 100 ms)", (key, body) -> {
+            Lock l = registry.obtain(key);
+            l.lock();
+            try {
+                body.run();
+            } finally {
+                l.unlock();
+            }
+        }, () -> {
+            registry.destroy();
+            factory.destroy();
+        }));
+        return peers;
+    }
+
+    static double uncontended(Using use, double seconds) throws Exception {
+        long n = 0;
+        long start = System.nanoTime();
+        long end = start + (long) (seconds * 1e9);
+        while (System.nanoTime() < end) {
+            use.run("bench:uncontended", () -> {});
+            n++;
+        }
+        return n / ((System.nanoTime() - start) / 1e9);
+    }
+
+    static double[] handoff(Using use, int handoffs) throws Exception {
+        String key = "bench:handoff:" + System.nanoTime();
+        Object mu = new Object();
+        List<Double> lat = new ArrayList<>();
+        long[] released = {0};
+        int[] left = {handoffs};
+        Throwable[] first = {null};
+        List<Thread> threads = new ArrayList<>();
+        for (int t = 0; t < 10; t++) {
+            Thread th = new Thread(() -> {
+                while (true) {
+                    synchronized (mu) {
+                        if (left[0] <= 0 || first[0] != null) {
+                            return;
+                        }
+                    }
+                    try {
+                        use.run(key, () -> {
+                            long now = System.nanoTime();
+                            synchronized (mu) {
+                                if (released[0] != 0) {
+                                    lat.add((now - released[0]) / 1e6);
+                                }
+                                left[0]--;
+                            }
+                            try {
+                                Thread.sleep(1); // a little work under the lock
+                            } catch (InterruptedException e) {
+                                Thread.currentThread().interrupt();
+                            }
+                            synchronized (mu) {
+                                released[0] = System.nanoTime();
+                            }
+                        });
+                    } catch (Throwable e) {
+                        synchronized (mu) {
+                            if (first[0] == null) {
+                                first[0] = e;
+                            }
+                        }
+                        return;
+                    }
+                }
+            });
+            threads.add(th);
+            th.start();
+        }
+        for (Thread th : threads) {
+            th.join(TimeUnit.MINUTES.toMillis(5));
+        }
+        if (first[0] != null) {
+            throw new IllegalStateException("hand-off run failed", first[0]);
+        }
+        double[] out = lat.stream().mapToDouble(Double::doubleValue).sorted().toArray();
+        if (out.length == 0) {
+            throw new IllegalStateException("no hand-off measured");
+        }
+        return out;
+    }
+
+    static double quantile(double[] sorted, double p) {
+        return sorted[Math.min(sorted.length - 1, (int) (p / 100 * sorted.length))];
+    }
+}
