@@ -1,97 +1,16 @@
 package dev.relock.lettuce;
 
-import java.io.File;
-import java.io.IOException;
-import java.net.ServerSocket;
-import java.nio.file.Files;
-import java.nio.file.Path;
-import java.time.Duration;
-import java.util.ArrayList;
-import java.util.Comparator;
-import java.util.List;
-import java.util.stream.Stream;
-import dev.relock.ReplyError;
 import io.lettuce.core.RedisURI;
-import java.io.BufferedInputStream;
-import java.io.InputStream;
-import java.io.OutputStream;
-import java.net.InetSocketAddress;
-import java.net.Socket;
-import java.nio.charset.StandardCharsets;
+import java.io.IOException;
 
-/**
- * A redis-server of the test's own, with the relock module of this tree, on a free port in a
- * directory of its own; close() (try-with-resources, or the JVM's exit) kills it.
- */
-public final class RedisServer implements AutoCloseable {
-    public final int port;
-    final Path dir;
-    private final Process process;
-
-    static String module() {
-        String m = System.getProperty("relock.module", System.getenv("RELOCK_MODULE"));
-        if (m == null || !new File(m).isFile()) {
-            throw new IllegalStateException("the relock module is not at " + m
-                + " (cargo build -p relock, or set RELOCK_MODULE / -Drelock.module)");
-        }
-        return new File(m).getAbsolutePath();
-    }
-
-    static int freePort() throws IOException {
-        try (ServerSocket s = new ServerSocket(0)) {
-            return s.getLocalPort();
-        }
-    }
-
+/** The test's redis-server (relock-core's {@link dev.relock.testing.RedisServer}), for Lettuce. */
+public final class RedisServer extends dev.relock.testing.RedisServer {
     public RedisServer(String... extra) throws IOException, InterruptedException {
-        this(true, extra);
+        super(extra);
     }
 
     public RedisServer(boolean withModule, String... extra) throws IOException, InterruptedException {
-        IOException last = null;
-        for (int attempt = 0; attempt < 5; attempt++) {
-            int p = freePort();
-            Path d = Files.createTempDirectory("relock-java-");
-            List<String> cmd = new ArrayList<>(List.of("redis-server", "--port", String.valueOf(p), "--bind", "127.0.0.1",
-                "--dir", d.toString(), "--save", "", "--appendonly", "no", "--logfile", "redis.log"));
-            if (withModule) {
-                cmd.addAll(List.of("--loadmodule", module()));
-            }
-            cmd.addAll(List.of(extra));
-            Process proc = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(d.resolve("stdout").toFile()).start();
-            if (ready(p, proc)) {
-                this.port = p;
-                this.dir = d;
-                this.process = proc;
-                Runtime.getRuntime().addShutdownHook(new Thread(proc::destroyForcibly));
-                return;
-            }
-            proc.destroyForcibly().waitFor();
-            last = new IOException("redis-server did not start on " + p + ": " + log(d));
-        }
-        throw last;
-    }
-
-    private static String log(Path d) {
-        try {
-            return Files.readString(d.resolve("redis.log"));
-        } catch (IOException e) {
-            return "(no log)";
-        }
-    }
-
-    private static boolean ready(int port, Process proc) throws InterruptedException {
-        long until = System.nanoTime() + Duration.ofSeconds(10).toNanos();
-        while (System.nanoTime() < until && proc.isAlive()) {
-            try {
-                if ("PONG".equals(raw(port, "PING"))) {
-                    return true;
-                }
-            } catch (IOException | RuntimeException e) {
-                Thread.sleep(20); // not listening yet: poll again (a readiness wait bounded above)
-            }
-        }
-        return false;
+        super(withModule, extra);
     }
 
     public RedisURI uri() {
@@ -99,103 +18,6 @@ public final class RedisServer implements AutoCloseable {
     }
 
     public String address() {
-        return "127.0.0.1:" + port;
-    }
-
-    /** A raw command on a connection of its own (the test's, not relock's; RESP2, no driver). */
-    public Object cmd(Object... args) {
-        try {
-            Object v = raw(port, args);
-            if (v instanceof ReplyError e) {
-                throw e;
-            }
-            return v;
-        } catch (IOException e) {
-            throw new java.io.UncheckedIOException(e);
-        }
-    }
-
-    static Object raw(int port, Object... args) throws IOException {
-        try (Socket s = new Socket()) {
-            s.connect(new InetSocketAddress("127.0.0.1", port), 2000);
-            s.setSoTimeout(10_000);
-            OutputStream out = s.getOutputStream();
-            StringBuilder b = new StringBuilder("*" + args.length + "\r\n");
-            for (Object a : args) {
-                byte[] v = String.valueOf(a).getBytes(StandardCharsets.UTF_8);
-                b.append('$').append(v.length).append("\r\n").append(new String(v, StandardCharsets.UTF_8)).append("\r\n");
-            }
-            out.write(b.toString().getBytes(StandardCharsets.UTF_8));
-            out.flush();
-            return read(new BufferedInputStream(s.getInputStream()));
-        }
-    }
-
-    private static String line(InputStream in) throws IOException {
-        StringBuilder b = new StringBuilder();
-        int c;
-        while ((c = in.read()) != '\r') {
-            if (c < 0) {
-                throw new IOException("connection closed");
-            }
-            b.append((char) c);
-        }
-        in.read();
-        return b.toString();
-    }
-
-    private static Object read(InputStream in) throws IOException {
-        int t = in.read();
-        String l = line(in);
-        switch (t) {
-            case '+': return l;
-            case '-': return new ReplyError(l);
-            case ':': return Long.parseLong(l);
-            case '$': {
-                int n = Integer.parseInt(l);
-                if (n < 0) {
-                    return null;
-                }
-                byte[] v = in.readNBytes(n);
-                in.read();
-                in.read();
-                return new String(v, StandardCharsets.UTF_8);
-            }
-            case '*': {
-                int n = Integer.parseInt(l);
-                if (n < 0) {
-                    return null;
-                }
-                List<Object> out = new ArrayList<>();
-                for (int i = 0; i < n; i++) {
-                    out.add(read(in));
-                }
-                return out;
-            }
-            default: throw new IOException("unexpected reply type " + (char) t);
-        }
-    }
-
-    /** Stops (SIGSTOP) or continues (SIGCONT) the server process. */
-    public void signal(String sig) throws IOException, InterruptedException {
-        new ProcessBuilder("kill", "-" + sig, String.valueOf(process.pid())).inheritIO().start().waitFor();
-    }
-
-    @Override
-    public void close() {
-        try {
-            process.destroy();
-            if (!process.waitFor(5, java.util.concurrent.TimeUnit.SECONDS)) {
-                process.destroyForcibly().waitFor();
-            }
-        } catch (InterruptedException e) {
-            process.destroyForcibly();
-            Thread.currentThread().interrupt();
-        }
-        try (Stream<Path> files = Files.walk(dir)) {
-            files.sorted(Comparator.reverseOrder()).forEach(f -> f.toFile().delete());
-        } catch (IOException e) {
-            // a temporary directory left behind
-        }
+        return hostPort();
     }
 }

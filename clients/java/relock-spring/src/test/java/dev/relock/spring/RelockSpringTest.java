@@ -1,5 +1,6 @@
 package dev.relock.spring;
 
+import dev.relock.testing.RedisServer;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;

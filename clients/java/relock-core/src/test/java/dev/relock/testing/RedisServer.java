@@ -1,4 +1,4 @@
-package dev.relock.spring;
+package dev.relock.testing;
 
 import java.io.File;
 import java.io.IOException;
@@ -11,7 +11,6 @@ import java.util.Comparator;
 import java.util.List;
 import java.util.stream.Stream;
 import dev.relock.ReplyError;
-import io.lettuce.core.RedisURI;
 import java.io.BufferedInputStream;
 import java.io.InputStream;
 import java.io.OutputStream;
@@ -21,14 +20,16 @@ import java.nio.charset.StandardCharsets;
 
 /**
  * A redis-server of the test's own, with the relock module of this tree, on a free port in a
- * directory of its own; close() (try-with-resources, or the JVM's exit) kills it.
+ * directory of its own; close() (try-with-resources, or the JVM's exit) kills it. Every module's
+ * tests use it (from relock-core's test jar), through a subclass that adds the address in its
+ * driver's type; its own commands go over a plain socket in RESP2, through no driver.
  */
-public final class RedisServer implements AutoCloseable {
+public class RedisServer implements AutoCloseable {
     public final int port;
-    final Path dir;
+    protected final Path dir;
     private final Process process;
 
-    static String module() {
+    public static String module() {
         String m = System.getProperty("relock.module", System.getenv("RELOCK_MODULE"));
         if (m == null || !new File(m).isFile()) {
             throw new IllegalStateException("the relock module is not at " + m
@@ -37,7 +38,7 @@ public final class RedisServer implements AutoCloseable {
         return new File(m).getAbsolutePath();
     }
 
-    static int freePort() throws IOException {
+    public static int freePort() throws IOException {
         try (ServerSocket s = new ServerSocket(0)) {
             return s.getLocalPort();
         }
@@ -94,11 +95,8 @@ public final class RedisServer implements AutoCloseable {
         return false;
     }
 
-    public RedisURI uri() {
-        return RedisURI.create("127.0.0.1", port);
-    }
-
-    public String address() {
+    /** host:port. */
+    public String hostPort() {
         return "127.0.0.1:" + port;
     }
 
@@ -115,17 +113,20 @@ public final class RedisServer implements AutoCloseable {
         }
     }
 
-    static Object raw(int port, Object... args) throws IOException {
+    public static Object raw(int port, Object... args) throws IOException {
         try (Socket s = new Socket()) {
             s.connect(new InetSocketAddress("127.0.0.1", port), 2000);
             s.setSoTimeout(10_000);
             OutputStream out = s.getOutputStream();
-            StringBuilder b = new StringBuilder("*" + args.length + "\r\n");
+            java.io.ByteArrayOutputStream b = new java.io.ByteArrayOutputStream();
+            b.writeBytes(("*" + args.length + "\r\n").getBytes(StandardCharsets.UTF_8));
             for (Object a : args) {
-                byte[] v = String.valueOf(a).getBytes(StandardCharsets.UTF_8);
-                b.append('$').append(v.length).append("\r\n").append(new String(v, StandardCharsets.UTF_8)).append("\r\n");
+                byte[] v = a instanceof byte[] raw ? raw : String.valueOf(a).getBytes(StandardCharsets.UTF_8);
+                b.writeBytes(("$" + v.length + "\r\n").getBytes(StandardCharsets.UTF_8));
+                b.writeBytes(v);
+                b.writeBytes("\r\n".getBytes(StandardCharsets.UTF_8));
             }
-            out.write(b.toString().getBytes(StandardCharsets.UTF_8));
+            out.write(b.toByteArray());
             out.flush();
             return read(new BufferedInputStream(s.getInputStream()));
         }
