@@ -37,7 +37,8 @@ type Hold struct {
 	// known: the loss seen (a renewal the servers answered nil) while its reason is still
 	// being read from their journals; Err and Valid report it at once, Done and Context wait
 	// for the reason. Under mu.
-	known error
+	known     error
+	knownWhat string
 	// done and ctx (Done, Context) are made when first asked for (most holds are released
 	// without either: three allocations fewer per hold); one made after the hold ended is
 	// made closed. Under mu.
@@ -210,6 +211,10 @@ func (h *Hold) lostError(reason string, loss *LossReason) *Error {
 func (h *Hold) expiryReason() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.known != nil {
+		// The servers answered nil, and the validity ran out while they were asked why.
+		return h.knownWhat + " (its validity ran out while the servers' journals were read)"
+	}
 	if h.lastFailure != "" {
 		return "its validity ran out: renewals failed (" + h.lastFailure + ")"
 	}
@@ -363,6 +368,10 @@ func (h *Hold) tick() {
 // renew runs one renewal round: true when it renewed; the hold is lost (Done closed) when no
 // quorum can renew any more.
 func (h *Hold) renew(ctx context.Context, ttlMS int64) (bool, error) {
+	// Known lost (or ended): said at once, not after the renewal under way has read the journals.
+	if err := h.Err(); err != nil {
+		return false, err
+	}
 	h.renewing.Lock()
 	defer h.renewing.Unlock()
 	if err := h.Err(); err != nil {
@@ -393,7 +402,7 @@ func (h *Hold) renew(ctx context.Context, ttlMS int64) (bool, error) {
 		// (one stopped), and meanwhile Valid must not say held.
 		known := h.lostError(what+" (the reason is being read from the servers' journals)", nil)
 		h.mu.Lock()
-		h.known = known
+		h.known, h.knownWhat = known, what
 		h.mu.Unlock()
 		loss := h.c.explainLoss(h.Keys(), h.owner, h.since)
 		where := ""
@@ -430,6 +439,14 @@ func (h *Hold) release(ctx context.Context) error { return h.releaseAs(ctx, ErrR
 // releaseAs ends the hold with why (Done, Context) and releases it on the servers, unless it
 // had ended already: then nil after a release, the loss after a loss.
 func (h *Hold) releaseAs(ctx context.Context, why error) error {
+	h.mu.Lock()
+	known := h.known
+	h.mu.Unlock()
+	if known != nil && why == ErrReleased {
+		// Known lost, its reason still being read: the loss ends the hold (Done, Context, Err
+		// with its cause) and gives it back; a release now would replace the loss with itself.
+		return known
+	}
 	if !h.end(why) {
 		h.mu.Lock()
 		prev := h.err

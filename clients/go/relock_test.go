@@ -842,6 +842,19 @@ func TestRenewalAnsweredNilFailsValidBeforeTheReasonIsIn(t *testing.T) {
 	if err := h.Err(); !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), "LOCK.RENEW answered nil") {
 		t.Fatalf("the loss before its reason: %v", err)
 	}
+	// Meanwhile (the stopped master's journal takes its 2 s node timeout): a renewal says lost
+	// at once, not after the lookup; a release says lost too and leaves the loss, with its
+	// cause, to end the hold.
+	ctx, cancel := context.WithTimeout(bg(), 100*time.Millisecond)
+	started := time.Now()
+	err := h.Renew(ctx)
+	cancel()
+	if !errors.Is(err, ErrLockLost) || time.Since(started) > time.Second {
+		t.Fatalf("renew in the window: %v after %v", err, time.Since(started))
+	}
+	if err := h.Release(bg()); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("release in the window: %v", err)
+	}
 	select {
 	case <-h.Done():
 	case <-time.After(20 * time.Second):

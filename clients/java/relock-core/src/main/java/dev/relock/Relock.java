@@ -209,10 +209,26 @@ public final class Relock implements AutoCloseable {
 
     /**
      * Releases every hold of this Relock still held, waits a little for the give-backs running
-     * in the background, and closes relock's own connections (not the application's).
+     * in the background, and closes relock's own connections (not the application's). Waits
+     * under way are cut; an acquisition under way (a round not blocking) is waited for, about a
+     * few node timeouts at most, so that it can give back what it is granted while the
+     * connections are still open. The calling thread's interrupt status is kept, not acted on.
      */
     @Override
     public void close() {
+        // The waits below are short and bounded: an interrupted caller (close() in a catch of
+        // InterruptedException) must not turn them into a busy loop. Its flag is set again after.
+        boolean interrupted = Thread.interrupted();
+        try {
+            closeNow();
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
+    private void closeNow() {
         closed = true;
         // The waits and observers under way end now (their connections close: the servers
         // drop the waiters), and Close gives back what a wait was granted meanwhile.
@@ -231,16 +247,20 @@ public final class Relock implements AutoCloseable {
         // granted itself, as it sees the client closed. Closed at once, its give-back would fail
         // and the grant would keep the key from everyone until its ttl ran out.
         long settle = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(3 * nodeTimeoutMs + ackTimeoutMs + 1000);
-        while (acquiring.get() > 0 && System.nanoTime() < settle) {
-            sleepMs(5);
+        while (acquiring.get() > 0 && settle - System.nanoTime() > 0) {
+            if (!sleepMs(5)) {
+                Thread.interrupted(); // interrupted meanwhile: still bounded, never a spin
+            }
         }
         for (Hold h : new ArrayList<>(live)) {
             h.releaseAs(new LockLostException(h.key(), "lock \"" + h.key() + "\": the client was closed (Relock.close), which released it",
                 new LossReason("", null, "the client was closed", null), servers()));
         }
         long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(1);
-        while (background.get() > 0 && System.nanoTime() < until) {
-            sleepMs(10);
+        while (background.get() > 0 && until - System.nanoTime() > 0) {
+            if (!sleepMs(10)) {
+                Thread.interrupted();
+            }
         }
         stopBackground = true;
         for (Transport t : nodes) {
@@ -789,6 +809,9 @@ public final class Relock implements AutoCloseable {
             return r;
         };
         while (true) {
+            if (closed) {
+                throw new NotAcquiredException(name, "lock \"" + name + "\": not acquired: the client was closed", List.of(), null);
+            }
             String owner = newOwner();
             IntFunction<Object[]> rel = fixed(groupArgs("LOCK.MRELEASE", group, owner, "FROM", 1));
             Round rnd = round(groupArgs("LOCK.MACQUIRE", group, owner, ttlMs), new RoundOpts(group.get(0)).accepting(accept).grant(rel.apply(0)));
@@ -1009,6 +1032,9 @@ public final class Relock implements AutoCloseable {
         boolean limited = o.wait != null && !o.wait.isZero();
         long deadline = limited ? System.nanoTime() + o.wait.toNanos() : Long.MAX_VALUE;
         while (true) {
+            if (closed) {
+                throw new NotAcquiredException(key, "lock \"" + key + "\": not acquired: the client was closed", List.of(), null);
+            }
             String owner = value.isEmpty() ? "/" + Rules.withRandom("") : Rules.withRandom(value);
             Round rnd = waitRound(key, owner, ttlMs, deadline - System.nanoTime(), limited, List.of());
             long valid = rnd.validUs(ttlMs);

@@ -287,7 +287,8 @@ class FakeTransportTest {
             }
             return grants(a);
         });
-        Relock locks = Relock.create(f);
+        // A 2 s node timeout: close() waits up to 7 s, far more than this test's 300 ms hold.
+        Relock locks = Relock.create(f, Relock.Settings.defaults().nodeTimeout(Duration.ofSeconds(2)));
         java.util.concurrent.CompletableFuture<Hold> acquiring = java.util.concurrent.CompletableFuture.supplyAsync(
             () -> locks.acquire("k", LockOptions.ttl(Duration.ofSeconds(30))));
         assertTrue(asked.await(20, TimeUnit.SECONDS));
@@ -308,5 +309,45 @@ class FakeTransportTest {
         Object owner = f.sentOf("LOCK.ACQUIRE").get(0).get(2);
         assertEquals(List.of(List.of("LOCK.RELEASE", "k", owner, "FROM", 1)), f.sentOf("LOCK.RELEASE"),
             "the grant given back before the connections closed");
+    }
+
+    @Test
+    void closeOnAnInterruptedThreadWaitsWithoutSpinningAndKeepsTheInterrupt() throws Exception {
+        // An acquisition that outlasts close()'s bound (100 ms node timeout: about 1.3 s), and
+        // close() called by a thread whose interrupt flag is set (close() in a catch of
+        // InterruptedException): each sleep of the wait returned at once, a busy loop.
+        CountDownLatch answer = new CountDownLatch(1);
+        CountDownLatch asked = new CountDownLatch(1);
+        Fake f = new Fake("s", a -> {
+            if (a[0].equals("LOCK.ACQUIRE")) {
+                asked.countDown();
+                try {
+                    answer.await(20, TimeUnit.SECONDS);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+            return grants(a);
+        });
+        Relock locks = Relock.create(f);
+        java.util.concurrent.CompletableFuture<Hold> acquiring = java.util.concurrent.CompletableFuture.supplyAsync(
+            () -> locks.acquire("k", LockOptions.ttl(Duration.ofSeconds(30))));
+        assertTrue(asked.await(20, TimeUnit.SECONDS));
+        java.lang.management.ThreadMXBean mx = java.lang.management.ManagementFactory.getThreadMXBean();
+        long cpu0 = mx.getCurrentThreadCpuTime();
+        long wall0 = System.nanoTime();
+        Thread.currentThread().interrupt();
+        try {
+            locks.close();
+            assertTrue(Thread.currentThread().isInterrupted(), "the interrupt is kept");
+        } finally {
+            Thread.interrupted();
+            answer.countDown();
+        }
+        long cpu = mx.getCurrentThreadCpuTime() - cpu0;
+        long wall = System.nanoTime() - wall0;
+        assertTrue(wall >= TimeUnit.MILLISECONDS.toNanos(1000), "close() waited for the acquisition: " + wall / 1_000_000 + " ms");
+        assertTrue(cpu < wall / 4, "close() slept, not spun: " + cpu / 1_000_000 + " ms of CPU in " + wall / 1_000_000 + " ms");
+        assertThrows(java.util.concurrent.ExecutionException.class, () -> acquiring.get(20, TimeUnit.SECONDS));
     }
 }
