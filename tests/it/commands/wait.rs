@@ -660,12 +660,15 @@ fn expiry_hand_off_is_prompt() {
         latencies[latencies.len() - 1],
     );
     eprintln!("expiry hand-off latency over 7 trials: median {median:?}, max {max:?}");
+    // Bounds for a loaded machine (make test's four lanes on two cores: medians of 16-18 ms
+    // were seen on Valkey, idle runs take 1-2 ms), still well below what a 10 Hz cycle gives (a
+    // median near 50 ms, a max near 100 ms).
     assert!(
-        median < Duration::from_millis(15),
+        median < Duration::from_millis(30),
         "median {median:?}: {latencies:?}"
     );
     assert!(
-        max < Duration::from_millis(60),
+        max < Duration::from_millis(80),
         "max {max:?}: {latencies:?}"
     );
 }
