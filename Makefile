@@ -72,10 +72,10 @@ bench-clients: ## The client packages against the locks their users run today; w
 	@scripts/setup-clients
 	@bench/clients/run
 
-dist: setup-base setup-dist ## Release artifacts into dist/: tarball, .deb, wheel and sdist, npm tarball, crate, SHA256SUMS
+dist: setup-base setup-dist ## Release artifacts into dist/: tarball, .deb, wheel and sdist, npm tarball, crates, Go module zip, Java jars, SHA256SUMS
 	@scripts/dist
 
-test-dist: dist ## Install the artifacts as a user would (.deb, tarball, wheel, npm tarball) and run the tour on each
+test-dist: dist ## Install the artifacts as a user would (.deb, tarball, wheel, npm tarball, Go zip, Java jars) and run the tour on each
 	@scripts/test-dist
 
 setup-dist:
