@@ -1109,8 +1109,10 @@ func (c *Client) waitRound(ctx context.Context, key, owner string, ttlMS int64, 
 }
 
 // Do runs fn while holding key: acquires it (as Acquire), renews it, cancels fn's context the
-// moment the hold is lost (context.Cause is then the *Error with the reason), and releases
-// it however fn returns. It returns fn's error, or the acquisition's.
+// moment the hold is known lost (context.Cause is then an *Error of kind ErrLockLost: with
+// the reason when relock knew it at that moment; when a renewal was answered nil, at once,
+// without waiting for the servers' journals, and its Loss is nil), and releases it however fn
+// returns. It returns fn's error, or the acquisition's.
 func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
 	h, err := c.Acquire(ctx, key, opts...)
 	if err != nil {

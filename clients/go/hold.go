@@ -403,7 +403,17 @@ func (h *Hold) renew(ctx context.Context, ttlMS int64) (bool, error) {
 		known := h.lostError(what+" (the reason is being read from the servers' journals)", nil)
 		h.mu.Lock()
 		h.known, h.knownWhat = known, what
+		sections := make([]context.CancelCauseFunc, 0, len(h.sections))
+		for _, cancel := range h.sections {
+			sections = append(sections, cancel)
+		}
 		h.mu.Unlock()
+		// The work under the hold (Do's fn, a Reenter section) stops at the nil, not when the
+		// journals answer: its context's cause is this loss, without its reason (Err has the
+		// reason once Done is closed).
+		for _, cancel := range sections {
+			cancel(known)
+		}
 		loss := h.c.explainLoss(h.Keys(), h.owner, h.since)
 		where := ""
 		if loss.Entry != nil && h.group != nil && loss.Entry.Key != "" {
@@ -442,9 +452,14 @@ func (h *Hold) releaseAs(ctx context.Context, why error) error {
 	h.mu.Lock()
 	known := h.known
 	h.mu.Unlock()
-	if known != nil && why == ErrReleased {
+	if known != nil {
 		// Known lost, its reason still being read: the loss ends the hold (Done, Context, Err
 		// with its cause) and gives it back; a release now would replace the loss with itself.
+		if why != ErrReleased {
+			// Client.Close: the background that would read the reason is stopping, so the
+			// hold ends now as the loss it is (without its reason), not as closed.
+			h.end(known)
+		}
 		return known
 	}
 	if !h.end(why) {
@@ -517,6 +532,12 @@ func (h *Hold) derive(ctx context.Context) (context.Context, func()) {
 	if err := h.err; err != nil {
 		h.mu.Unlock()
 		cancel(err)
+		return fctx, func() {}
+	}
+	if h.known != nil {
+		known := h.known
+		h.mu.Unlock()
+		cancel(known)
 		return fctx, func() {}
 	}
 	if h.sections == nil {

@@ -865,3 +865,74 @@ func TestRenewalAnsweredNilFailsValidBeforeTheReasonIsIn(t *testing.T) {
 		t.Fatalf("the reason: %v", h.Err())
 	}
 }
+
+// TestDoStopsAtTheNilAndCloseKeepsTheLoss: the window between a renewal answered nil and the
+// reason read from the journals (the same setup as above: the stopped master is asked first).
+// Do's fn must stop at the nil: its context is cancelled then, with the loss as its cause and
+// no reason yet (before, it ran on until the journals answered). Client.Close in that window
+// ends a hold as the loss it is, not as "closed".
+func TestDoStopsAtTheNilAndCloseKeepsTheLoss(t *testing.T) {
+	noLeaks(t)
+	var servers []*server
+	var rdbs []redis.UniversalClient
+	for range 3 {
+		s := startServer(t)
+		servers = append(servers, s)
+		rdbs = append(rdbs, s.client(t))
+	}
+	// Renewals every 1.5 s, the validity 4.5 s from the last one, the stopped master's journal
+	// answered (timed out) 6 s after the nil: the nil comes first, then the validity's end,
+	// then the reason, so a context cancelled at the end or at the reason shows it.
+	c := NewRedlock(rdbs, NodeTimeout(6*time.Second))
+	t.Cleanup(func() { _ = c.Close() })
+	servers[0].pause()
+	t.Cleanup(servers[0].resume)
+	h := mustAcquire(t, c, "close-nil", TTL(4500*time.Millisecond))
+	entered := make(chan struct{})
+	cause := make(chan error, 1)
+	go func() {
+		_ = c.Do(bg(), "do-nil", func(ctx context.Context) error {
+			close(entered)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return nil
+		}, TTL(4500*time.Millisecond))
+	}()
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Do never ran fn")
+	}
+	for _, r := range rdbs[1:] {
+		if err := r.Do(bg(), "LOCK.FORCERELEASE", "do-nil").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Do(bg(), "LOCK.FORCERELEASE", "close-nil").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got error
+	select {
+	case got = <-cause:
+	case <-time.After(30 * time.Second):
+		t.Fatal("fn's context was never cancelled")
+	}
+	var e *Error
+	if !errors.As(got, &e) || e.Kind != ErrLockLost || !strings.Contains(e.Msg, "LOCK.RENEW answered nil") {
+		t.Fatalf("fn's context's cause: %v", got)
+	}
+	if e.Loss != nil || strings.Contains(e.Msg, "validity ran out") {
+		t.Fatalf("fn's context was cancelled only at the reason or the validity's end (%v): the work ran on after the nil", e)
+	}
+	eventually(t, 20*time.Second, "the other hold's nil renewal seen", func() bool { return !h.Valid() })
+	select {
+	case <-h.Done():
+		t.Fatalf("the hold ended before Close could be tried in the window: %v", h.Err())
+	default:
+	}
+	_ = c.Close()
+	if err := h.Err(); !errors.As(err, &e) || e.Kind != ErrLockLost || !strings.Contains(err.Error(), "LOCK.RENEW answered nil") ||
+		strings.Contains(err.Error(), "closed") || strings.Contains(err.Error(), "validity ran out") {
+		t.Fatalf("a hold known lost, then Client.Close: %v", err)
+	}
+}
