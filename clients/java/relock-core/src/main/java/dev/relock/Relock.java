@@ -220,7 +220,7 @@ public final class Relock implements AutoCloseable {
         // InterruptedException) must not turn them into a busy loop. Its flag is set again after.
         boolean interrupted = Thread.interrupted();
         try {
-            closeNow();
+            interrupted |= closeNow();
         } finally {
             if (interrupted) {
                 Thread.currentThread().interrupt();
@@ -228,7 +228,9 @@ public final class Relock implements AutoCloseable {
         }
     }
 
-    private void closeNow() {
+    /** Closes; true when the thread was interrupted during its bounded waits (the flag is cleared). */
+    private boolean closeNow() {
+        boolean interrupted = false;
         closed = true;
         // The waits and observers under way end now (their connections close: the servers
         // drop the waiters), and Close gives back what a wait was granted meanwhile.
@@ -249,7 +251,7 @@ public final class Relock implements AutoCloseable {
         long settle = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(3 * nodeTimeoutMs + ackTimeoutMs + 1000);
         while (acquiring.get() > 0 && settle - System.nanoTime() > 0) {
             if (!sleepMs(5)) {
-                Thread.interrupted(); // interrupted meanwhile: still bounded, never a spin
+                interrupted |= Thread.interrupted(); // interrupted meanwhile: still bounded, never a spin
             }
         }
         for (Hold h : new ArrayList<>(live)) {
@@ -259,7 +261,7 @@ public final class Relock implements AutoCloseable {
         long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(1);
         while (background.get() > 0 && until - System.nanoTime() > 0) {
             if (!sleepMs(10)) {
-                Thread.interrupted();
+                interrupted |= Thread.interrupted();
             }
         }
         stopBackground = true;
@@ -270,6 +272,7 @@ public final class Relock implements AutoCloseable {
                 // closing the rest matters more
             }
         }
+        return interrupted;
     }
 
     // --- rounds ------------------------------------------------------------------------

@@ -350,4 +350,45 @@ class FakeTransportTest {
         assertTrue(cpu < wall / 4, "close() slept, not spun: " + cpu / 1_000_000 + " ms of CPU in " + wall / 1_000_000 + " ms");
         assertThrows(java.util.concurrent.ExecutionException.class, () -> acquiring.get(20, TimeUnit.SECONDS));
     }
+
+    @Test
+    void anInterruptArrivingWhileCloseWaitsIsKept() throws Exception {
+        // close() waits (bounded) for an acquisition under way; an interrupt that arrives during
+        // that wait was cleared so the wait would not spin, and then lost: the caller's thread
+        // came back from close() without its interrupt.
+        CountDownLatch answer = new CountDownLatch(1);
+        CountDownLatch asked = new CountDownLatch(1);
+        Fake f = new Fake("s", a -> {
+            if (a[0].equals("LOCK.ACQUIRE")) {
+                asked.countDown();
+                try {
+                    answer.await(20, TimeUnit.SECONDS);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+            return grants(a);
+        });
+        Relock locks = Relock.create(f);
+        java.util.concurrent.CompletableFuture<Hold> acquiring = java.util.concurrent.CompletableFuture.supplyAsync(
+            () -> locks.acquire("k", LockOptions.ttl(Duration.ofSeconds(30))));
+        assertTrue(asked.await(20, TimeUnit.SECONDS));
+        boolean[] keptInterrupt = {false};
+        Thread closer = new Thread(() -> {
+            locks.close();
+            keptInterrupt[0] = Thread.currentThread().isInterrupted();
+        });
+        closer.start();
+        long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        while (!locks.closed && System.nanoTime() < until) {
+            Thread.sleep(1);
+        }
+        assertTrue(locks.closed, "close() began");
+        closer.interrupt(); // during the wait: the acquisition is held up until answer
+        closer.join(20_000);
+        answer.countDown();
+        assertTrue(!closer.isAlive(), "close() returned");
+        assertTrue(keptInterrupt[0], "the interrupt that arrived during close() is kept");
+        assertThrows(java.util.concurrent.ExecutionException.class, () -> acquiring.get(20, TimeUnit.SECONDS));
+    }
 }
