@@ -1,6 +1,7 @@
 package dev.relock;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -24,6 +25,8 @@ class FakeTransportTest {
         final List<List<Object>> sent = Collections.synchronizedList(new ArrayList<>());
         /** once closed, nothing is sent: every call fails as a closed connection does. */
         volatile boolean closed;
+        /** run when relock cuts a dedicated connection (Connection.abort). */
+        volatile Runnable onAbort = () -> {};
 
         Fake(String name, Function<Object[], Object> reply) {
             this.name = name;
@@ -100,7 +103,9 @@ class FakeTransportTest {
                 }
 
                 @Override
-                public void abort() {}
+                public void abort() {
+                    onAbort.run();
+                }
 
                 @Override
                 public void close() {}
@@ -390,5 +395,61 @@ class FakeTransportTest {
         assertTrue(!closer.isAlive(), "close() returned");
         assertTrue(keptInterrupt[0], "the interrupt that arrived during close() is kept");
         assertThrows(java.util.concurrent.ExecutionException.class, () -> acquiring.get(20, TimeUnit.SECONDS));
+    }
+
+    @Test
+    void aSingleServersWaitRunsOnTheCallersThreadAndAnInterruptStillCutsIt() throws Exception {
+        // The wait is asked on the caller's thread (its grant wakes the caller, not a relock
+        // thread that then wakes it); a blocked read does not see an interrupt, so the
+        // interrupt watch must cut the connection.
+        List<Thread> askedOn = new java.util.concurrent.CopyOnWriteArrayList<>();
+        CountDownLatch cut = new CountDownLatch(1);
+        Fake f = new Fake("s", a -> {
+            if (a[0].equals("LOCK.ACQUIRE")) {
+                return null; // held by another owner
+            }
+            if (a[0].equals("LOCK.WAIT")) {
+                askedOn.add(Thread.currentThread());
+                if (askedOn.size() == 1) {
+                    return 7L;
+                }
+                try {
+                    if (!cut.await(20, TimeUnit.SECONDS)) {
+                        return null;
+                    }
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+                return new TransportException("cut by relock", true, false, null);
+            }
+            return grants(a);
+        });
+        f.onAbort = cut::countDown;
+        Relock locks = Relock.create(f);
+        Hold h = locks.acquire("k", LockOptions.ttl(Duration.ofSeconds(30)).waitForever());
+        assertEquals(Thread.currentThread(), askedOn.get(0), "asked on the caller's thread");
+        h.release();
+        java.util.concurrent.atomic.AtomicReference<Throwable> got = new java.util.concurrent.atomic.AtomicReference<>();
+        Thread waiter = new Thread(() -> {
+            try {
+                locks.acquire("k2", LockOptions.ttl(Duration.ofSeconds(30)).waitForever());
+            } catch (Throwable e) {
+                got.set(e);
+            }
+        });
+        waiter.start();
+        long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        while (askedOn.size() < 2 && System.nanoTime() < until) {
+            Thread.sleep(1);
+        }
+        assertEquals(2, askedOn.size(), "the second wait was sent");
+        assertEquals(waiter, askedOn.get(1));
+        waiter.interrupt();
+        waiter.join(20_000);
+        assertTrue(!waiter.isAlive(), "the interrupted wait ended");
+        assertEquals(0, cut.getCount(), "its connection was cut");
+        assertInstanceOf(NotAcquiredException.class, got.get());
+        assertTrue(got.get().getMessage().contains("interrupted"), got.get().getMessage());
+        locks.close();
     }
 }
