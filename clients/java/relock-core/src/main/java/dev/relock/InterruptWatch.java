@@ -61,8 +61,14 @@ final class InterruptWatch {
 
     private static void tick() {
         for (Map.Entry<Relock.OpenCalls, Thread> e : WATCHED.entrySet()) {
-            if (e.getValue().isInterrupted()) {
-                e.getKey().cutAll();
+            try {
+                if (e.getValue().isInterrupted()) {
+                    e.getKey().cutAll();
+                }
+            } catch (Throwable t) {
+                // A transport's abort() that throws must not end this task: a periodic task
+                // that throws is never run again, and no wait in the process would be cut by
+                // an interrupt after it.
             }
         }
         synchronized (InterruptWatch.class) {
