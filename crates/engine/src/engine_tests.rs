@@ -1165,10 +1165,13 @@ fn only_a_key_with_waiters_or_a_lapse_timer_is_watched() {
     let queued = KeyRef { db: 0, name: b"q" };
     let other = KeyRef { db: 0, name: b"o" };
     assert!(!sim.engine.watches(shared));
+    // Two leases ending apart arm a lapse timer (one lease, or leases ending together, do not:
+    // the key's expiry ends them).
     sim.acquire_as(b"s", b"r", 1000, super::Mode::shared(0));
+    sim.acquire_as(b"s", b"r2", 2000, super::Mode::shared(0));
     assert!(
         sim.engine.lapse_timers() > 0,
-        "a shared hold arms a lapse timer"
+        "shared leases ending apart arm a lapse timer"
     );
     assert!(sim.engine.watches(shared));
     assert!(

@@ -1003,7 +1003,8 @@ fn a_key_left_without_holders_keeps_no_lapse_timer() {
         let key = format!("k{i}");
         sim.advance(1);
         token(sim.acquire_as(key.as_bytes(), b"r", 3_600_000, READ));
-        token(sim.acquire_as(key.as_bytes(), b"s", 3_600_000, READ));
+        // A second lease ending later: the first one's end arms the timer.
+        token(sim.acquire_as(key.as_bytes(), b"s", 3_600_001, READ));
         assert_eq!(sim.engine.lapse_timers(), 1, "armed with the key");
         sim.release(key.as_bytes(), b"r");
         if i % 2 == 0 {
@@ -1016,8 +1017,40 @@ fn a_key_left_without_holders_keeps_no_lapse_timer() {
     }
     // A key still held keeps its timer through a neighbour's deletion.
     token(sim.acquire_as(K, b"r", 100, READ));
+    token(sim.acquire_as(K, b"s", 200, READ));
     sim.delete(b"other");
     sim.settle();
     assert_eq!(sim.engine.lapse_timers(), 1);
     assert_eq!(sim.host_timers(), 1);
+}
+
+/// One lease, or leases that end together, arm no lapse timer (issue 31: arming and stopping
+/// it cost a shared acquire and its release about 4,000 instructions): the key's expiry is its
+/// last lease end, so the key ends then as an exclusive lock does, and a waiter queued behind
+/// it is served at that end by its own deadline timer.
+#[test]
+fn leases_ending_together_arm_no_lapse_timer_and_a_waiter_is_served_at_their_end() {
+    let mut sim = Sim::new(START);
+    token(sim.acquire_as(K, b"r", 100, READ));
+    token(sim.acquire_as(K, b"s", 100, READ));
+    assert_eq!(sim.engine.lapse_timers(), 0, "one lease end: no lapse timer");
+    assert_eq!(sim.shared(K).and_then(|(_, at)| at), Some(START + 100), "the key expires at it");
+    let (reply, w) = sim.wait(K, b"w", 60_000, 0);
+    assert_eq!(reply, Reply::Blocked);
+    sim.advance(99);
+    assert!(granted(&mut sim).is_empty(), "not before the leases end");
+    sim.advance(2);
+    assert_eq!(granted(&mut sim), [w], "served at the leases' end");
+    // A lease ending later arms it; the earlier one's release leaves one end, and the key's
+    // end again serves the next waiter.
+    let key2 = &b"two"[..];
+    token(sim.acquire_as(key2, b"a", 100, READ));
+    sim.advance(1);
+    token(sim.acquire_as(key2, b"b", 100, READ));
+    assert_eq!(sim.engine.lapse_timers(), 1, "two ends: armed for the first");
+    sim.release(key2, b"b");
+    let (reply, w2) = sim.wait(key2, b"w2", 60_000, 0);
+    assert_eq!(reply, Reply::Blocked);
+    sim.advance(100);
+    assert!(granted(&mut sim).contains(&w2), "served at the last lease's end");
 }
