@@ -242,6 +242,9 @@ pub struct RedisKey {
     /// The db to select again in `ctx` once the key is closed (opened by the module for its
     /// own work in another db than the context's).
     restore_db: Option<c_int>,
+    /// The expiry this handle set last (`set_expiry`): what `expires_at` answers without
+    /// asking Redis again, since nothing else changes it while the module's command runs.
+    expiry_set: Option<i64>,
     /// Declared after `key`: the open key refers to its name, so the name is freed after it.
     name: Name,
 }
@@ -283,6 +286,7 @@ impl RedisKey {
             from_command,
             key: NonNull::new(key.cast::<raw::RedisModuleKey>()),
             restore_db: None,
+            expiry_set: None,
             name,
         };
         let Some(key) = opened.key else {
@@ -336,6 +340,8 @@ impl RedisKey {
             return;
         };
         let value = datatype::into_value(value);
+        // Setting a value removes the key's expiry (Redis's setKey without KEEPTTL).
+        self.expiry_set = None;
         // SAFETY: an open key handle, opened for writing; Redis takes ownership of `value`,
         // a value of our type.
         // Replacing a value unlinks the old one; no notification follows.
@@ -349,6 +355,7 @@ impl RedisKey {
         let Some(key) = self.key else {
             return;
         };
+        self.expiry_set = None;
         // Our own delete is not followed by an `expired` notification.
         // SAFETY: an open key handle, opened for writing.
         globals::unlinking_own(|| unsafe { rm!(RedisModule_DeleteKey(key.as_ptr())) });
@@ -434,6 +441,7 @@ impl RedisKey {
         if let Some(key) = self.key {
             // SAFETY: an open key handle, opened for writing (only writers change expiry).
             unsafe { rm!(RedisModule_SetAbsExpire(key.as_ptr(), at)) };
+            self.expiry_set = Some(at);
         }
     }
 }
@@ -462,6 +470,9 @@ impl Key for RedisKey {
         // An empty key has no expiry; Redis 8.2's `GetAbsExpire` would read through null.
         if self.value().is_null() {
             return None;
+        }
+        if self.expiry_set.is_some() {
+            return self.expiry_set;
         }
         // SAFETY: an open key handle.
         let at = unsafe { rm!(RedisModule_GetAbsExpire(key.as_ptr())) };

@@ -1381,6 +1381,8 @@ impl<T: Handles> Engine<T> {
         key.notify(Event::Released);
         self.stats.released += 1;
         self.grant_pass(host, &mut key, &id);
+        // The leases granted may end after those left: the earlier ones need their timer.
+        self.note_lapsed(host, &key);
     }
 
     fn stop_timers<H: Host<T>>(

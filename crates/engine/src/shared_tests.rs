@@ -1054,3 +1054,239 @@ fn leases_ending_together_arm_no_lapse_timer_and_a_waiter_is_served_at_their_end
     sim.advance(100);
     assert!(granted(&mut sim).contains(&w2), "served at the last lease's end");
 }
+
+// --- No lapse timer while every lease ends with the key (issue 31): where it must still be armed ---
+
+/// How many holder records the key keeps, lapsed ones included (0 when the key is gone).
+fn records(sim: &Sim, key: &[u8]) -> usize {
+    sim.shared(key).map_or(0, |s| s.0.len())
+}
+
+/// A single reader's lease ends with the key (its TTL): gone at the end, no timer, nothing left.
+#[test]
+fn lapse_timer_a_single_readers_key_ends_with_its_lease_and_leaves_nothing() {
+    let mut sim = Sim::new(START);
+    token(sim.acquire_as(K, b"r", 100, READ));
+    assert_eq!(sim.engine.lapse_timers(), 0);
+    assert_eq!(sim.shared(K).map(|s| s.1), Some(Some(START + 100)));
+    sim.advance(100);
+    assert_eq!(owners(&mut sim), [b"r".to_vec()], "alive through its last ms");
+    sim.advance(1);
+    sim.expire_all();
+    sim.settle();
+    assert_eq!(records(&sim, K), 0, "the key went at its lease end");
+    assert_eq!(sim.engine.lapse_timers(), 0);
+    assert_eq!(sim.host_timers(), 0);
+    assert_eq!(sim.engine.stats().expired, 1);
+}
+
+/// PERSIST (then nothing touches the key): the Leases job caps the TTL back to the lease end.
+/// A longer PEXPIRE likewise; a shorter one ends the hold when it fires.
+#[test]
+fn lapse_timer_persist_or_pexpire_of_a_single_reader_untouched_after() {
+    let mut sim = Sim::new(START);
+    token(sim.acquire_as(K, b"r", 100, READ));
+    sim.user_expiry(K, None);
+    sim.settle();
+    assert_eq!(sim.shared(K).map(|s| s.1), Some(Some(START + 100)), "capped");
+    sim.advance(101);
+    sim.expire_all();
+    assert_eq!(records(&sim, K), 0, "gone at the lease end");
+    // Longer PEXPIRE.
+    let k2 = &b"k2"[..];
+    token(sim.acquire_as(k2, b"r", 100, READ));
+    sim.user_expiry(k2, Some(sim.now() + 60_000));
+    sim.settle();
+    assert_eq!(sim.shared(k2).map(|s| s.1), Some(Some(sim.now() + 100)));
+    sim.advance(101);
+    sim.expire_all();
+    assert_eq!(records(&sim, k2), 0);
+    // Shorter PEXPIRE, with a writer waiting: served when it fires.
+    let k3 = &b"k3"[..];
+    token(sim.acquire_as(k3, b"r", 10_000, READ));
+    let (reply, w) = sim.wait(k3, b"w", 1000, 0);
+    assert_eq!(reply, Reply::Blocked);
+    sim.user_expiry(k3, Some(sim.now() + 50));
+    sim.settle();
+    sim.advance(51);
+    sim.expire_all();
+    sim.settle();
+    assert_eq!(granted(&mut sim), [w], "served when the shorter TTL fired");
+    assert_eq!(sim.engine.lapse_timers(), 0);
+}
+
+/// A semaphore's only holder: a waiter needing its permit is served the ms after the lease
+/// ends, by its deadline timer alone.
+#[test]
+fn lapse_timer_a_semaphores_only_holder_lapses_and_its_permit_is_handed_on() {
+    let mut sim = Sim::new(START);
+    token(sim.acquire_as(K, b"a", 100, sem(1)));
+    let (reply, w) = sim.wait_as(K, b"b", 1000, 0, sem(1));
+    assert_eq!(reply, Reply::Blocked);
+    let (reply, e) = sim.wait(K, b"e", 1000, 0);
+    assert_eq!(reply, Reply::Blocked);
+    sim.advance(100);
+    assert!(granted(&mut sim).is_empty());
+    sim.advance(1);
+    assert_eq!(granted(&mut sim), [w], "within the ms after the lease end");
+    assert_eq!(owners(&mut sim), [b"b".to_vec()]);
+    sim.advance(1002);
+    assert_eq!(granted(&mut sim), [w, e]);
+    assert_eq!(sim.engine.lapse_timers(), 0);
+}
+
+/// Two leases ending apart, the earlier one renewed to end with the other: the stale timer
+/// fires harmlessly and the timer count returns to 0; the key ends at the shared end.
+#[test]
+fn lapse_timer_renewed_to_the_same_end_leaves_no_timer_behind() {
+    let mut sim = Sim::new(START);
+    token(sim.acquire_as(K, b"a", 100, READ));
+    token(sim.acquire_as(K, b"b", 300, READ));
+    assert_eq!(sim.engine.lapse_timers(), 1);
+    sim.advance(50);
+    token(sim.renew(K, b"a", 250));
+    assert_eq!(sim.shared(K).map(|s| s.1), Some(Some(START + 300)));
+    sim.advance(60);
+    assert_eq!(sim.engine.lapse_timers(), 0, "the stale timer fired, not re-armed");
+    assert_eq!(owners(&mut sim).len(), 2);
+    sim.advance(191);
+    sim.expire_all();
+    sim.settle();
+    assert_eq!(records(&sim, K), 0);
+    assert_eq!(sim.host_timers(), 0);
+}
+
+/// A lost answer's hold is revoked and the queue goes on: the holder granted in its place
+/// ends LATER than the lease still held, which had no timer (every lease ended together when
+/// last looked at). `Engine::revoke` grants without `note_lapsed`, so nothing arms the timer
+/// for the earlier lease: it lingers (counted, listed as a record, unjournaled) until the new
+/// grant's end, the key's TTL. (Found attacking the skipped timer; fixed: `revoke` runs
+/// `note_lapsed` after its grant pass.)
+#[test]
+fn lapse_timer_a_revoked_grant_passing_on_to_a_longer_lease_leaves_the_shorter_unremoved() {
+    let mut sim = Sim::new(START);
+    token(sim.acquire_as(K, b"x", 1000, sem(2)));
+    token(sim.acquire_as(K, b"y", 1000, sem(2)));
+    let (_, l) = sim.wait_as(K, b"l", 1000, 0, sem(2));
+    let (_, w2) = sim.wait_as(K, b"w2", 5000, 0, sem(2));
+    // y leaves: l is granted (its lease ends with x's); its client hangs up before the answer.
+    assert_eq!(sim.release(K, b"y"), Reply::Integer(0));
+    sim.hang_up(l);
+    sim.settle();
+    assert_eq!(granted(&mut sim), [w2], "the revoked grant passed on");
+    assert_eq!(owners(&mut sim), [b"x".to_vec(), b"w2".to_vec()]);
+    // x's lease ends at START + 1000; it must be removed from the ms after.
+    sim.advance(1005);
+    assert_eq!(owners(&mut sim), [b"w2".to_vec()], "x lapsed for every command");
+    assert_eq!(
+        records(&sim, K),
+        1,
+        "x's lapsed lease should be removed from the ms after it lapsed (no command touched \
+         the key); lapse timers: {}",
+        sim.engine.lapse_timers()
+    );
+    assert_eq!(sim.engine.stats().expired, 1);
+}
+
+/// The same gap, older than the skipped timer: an exclusive grant revoked hands the key to
+/// readers whose leases end apart, and no lapse timer was armed for the first of them
+/// (`Engine::revoke` never called `note_lapsed`).
+#[test]
+fn lapse_timer_a_revoked_exclusive_grant_passing_on_to_readers_arms_no_timer() {
+    let mut sim = Sim::new(START);
+    token(sim.acquire(K, b"w", 1000));
+    let (_, l) = sim.wait(K, b"l", 1000, 0);
+    let (_, r1) = sim.wait_as(K, b"r1", 100, 0, READ);
+    let (_, r2) = sim.wait_as(K, b"r2", 5000, 0, READ);
+    assert_eq!(sim.release(K, b"w"), Reply::Integer(0));
+    sim.hang_up(l);
+    sim.settle();
+    assert_eq!(granted(&mut sim), [r1, r2]);
+    sim.advance(105);
+    assert_eq!(owners(&mut sim), [b"r2".to_vec()]);
+    assert_eq!(
+        records(&sim, K),
+        1,
+        "r1's lapsed lease should be removed from the ms after (lapse timers: {})",
+        sim.engine.lapse_timers()
+    );
+}
+
+/// A replica receives a single reader's holder and then the user's PERSIST (the master died
+/// before its Leases job capped the TTL, or it was paused); promoted, it must still end the
+/// lease: the replica's lapse timer fires, remembers the key, and the promotion removes the
+/// lapsed lease. (A replica that skipped the timer for one lease kept the key for good; hence
+/// the timer is skipped on masters only. Real servers: tests/it/shared/lapse_timers.rs.)
+#[test]
+fn lapse_timer_a_replica_promoted_with_a_persisted_single_lease_ends_it() {
+    use super::host::State;
+    let mut sim = Sim::new(START);
+    sim.set_state(State::Replica);
+    let holder = Holder::new(7, START + 100, START);
+    assert_eq!(sim.apply_holder(K, 0, b"r", holder), Reply::Ok);
+    sim.user_expiry(K, None);
+    sim.settle();
+    assert_eq!(sim.shared(K).map(|s| s.1), Some(None), "PERSIST on the replica");
+    sim.advance(200);
+    sim.set_state(State::Master);
+    sim.start_grace(0);
+    sim.advance(1000);
+    sim.expire_all();
+    sim.settle();
+    assert_eq!(owners(&mut sim), Vec::<Vec<u8>>::new(), "lapsed for every command");
+    assert_eq!(
+        records(&sim, K),
+        0,
+        "the promoted master keeps a key with a lapsed lease and no TTL forever"
+    );
+}
+
+/// A shared key loaded without a TTL (an RDB forked between a user's PERSIST and the Leases
+/// job that caps it: `MULTI; PERSIST k; BGSAVE; EXEC`), its only lease ending later: the load
+/// must still arm its timer, or nothing ever ends it (the timer is skipped only while the key's
+/// expiry is the lease end).
+#[test]
+fn lapse_timer_a_single_lease_loaded_without_a_ttl_is_ended() {
+    use super::host::KeyId;
+    let mut sim = Sim::new(START);
+    let mut shared = super::shared::Shared::new(0);
+    shared
+        .insert(b"r", Holder::new(7, START + 100, START))
+        .expect("room");
+    sim.bring_shared(K, shared);
+    // The loaded key has no TTL (what the RDB held).
+    sim.set_expiry(K, None);
+    sim.engine.loaded(
+        &mut sim.host,
+        vec![KeyId {
+            db: 0,
+            name: K.into(),
+        }],
+    );
+    sim.settle();
+    sim.advance(1000);
+    sim.expire_all();
+    sim.settle();
+    assert_eq!(owners(&mut sim), Vec::<Vec<u8>>::new(), "lapsed for every command");
+    assert_eq!(
+        records(&sim, K),
+        0,
+        "a loaded single lease without a TTL is never removed (lapse timers: {})",
+        sim.engine.lapse_timers()
+    );
+}
+
+/// A downgraded exclusive lock is one shared lease ending at the lock's expiry: the key ends
+/// then and a queued writer is served.
+#[test]
+fn lapse_timer_a_downgraded_lock_ends_with_its_key() {
+    let mut sim = Sim::new(START);
+    token(sim.acquire(K, b"o", 100));
+    token(sim.downgrade(K, b"o"));
+    assert_eq!(sim.engine.lapse_timers(), 0);
+    let (reply, w) = sim.wait(K, b"w", 1000, 0);
+    assert_eq!(reply, Reply::Blocked);
+    sim.advance(101);
+    assert_eq!(granted(&mut sim), [w]);
+    assert_eq!(sim.engine.lapse_timers(), 0);
+}

@@ -207,3 +207,51 @@ fn many_loaded_keys_get_their_lapse_timers_in_bounded_turns() {
     );
     lapsed_leases_are_ended(&mut c, end, keys, "after a restart with many keys");
 }
+
+/// The master replicates a user's `PERSIST` of a single reader's key and dies before its
+/// `Leases` job caps the TTL (here: writes paused in the same EXEC, which defers the job); the
+/// promoted replica must end the lease. (A replica that armed no lapse timer for one lease kept
+/// the key for good after its promotion: found attacking the skipped timer of issue 31.)
+#[test]
+fn a_replica_promoted_after_a_persist_ends_the_single_lease() {
+    let mut master = Server::start();
+    let replica = Server::start();
+    attach_replica(&master, &replica);
+    let mut m = master.conn();
+    let t: Option<i64> = cmd!("LOCK.ACQUIRE", "k", "r", 2_000, "SHARED")
+        .query(&mut m)
+        .unwrap();
+    assert!(t.is_some());
+    let _: redis::Value = redis::pipe()
+        .atomic()
+        .cmd("PERSIST")
+        .arg("k")
+        .cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(60_000)
+        .arg("WRITE")
+        .query(&mut m)
+        .expect("MULTI PERSIST CLIENT PAUSE EXEC");
+    let mut r = replica.conn();
+    let pttl = |r: &mut Connection| -> i64 { cmd!("PTTL", "k").query(r).expect("PTTL") };
+    assert!(
+        eventually(Duration::from_secs(5), || pttl(&mut r) == -1),
+        "the replica got the PERSIST"
+    );
+    let replica_ttl = pttl(&mut r);
+    master.kill();
+    let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut r).unwrap();
+    wait_out_ttl(Duration::from_millis(2_500));
+    let gone = eventually(Duration::from_secs(5), || {
+        let exists: i64 = cmd!("EXISTS", "k").query(&mut r).unwrap();
+        exists == 0 && info_field(&mut r, "holds") == 0
+    });
+    let exists: i64 = cmd!("EXISTS", "k").query(&mut r).unwrap();
+    assert!(
+        gone,
+        "the promoted replica keeps the lapsed single lease (PTTL on the replica before the \
+         promotion {replica_ttl}): EXISTS {exists}, relock_holds {}, relock_lapse_timers {}",
+        info_field(&mut r, "holds"),
+        info_field(&mut r, "lapse_timers")
+    );
+}

@@ -129,11 +129,14 @@ impl<T: Handles> Engine<T> {
     /// is armed as early), so that lapsed leases are removed whether or not a command touches
     /// the key.
     ///
-    /// None is armed while every lease ends together (one holder, the common case): the key's
-    /// expiry is its last lease end (kept so, even after a `PERSIST`, by the `Leases` job), so
-    /// Redis ends the key then, as it ends an exclusive lock, and a waiter's deadline timer
-    /// serves the queue. The timer cost a shared acquire and its release about 4,000
-    /// instructions of 25,600 (callgrind, issue 31).
+    /// None is armed on a master while every lease ends together (one holder, the common case)
+    /// and the key's expiry is that end: Redis ends the key then, as it ends an exclusive lock,
+    /// and a waiter's deadline timer serves the queue. The timer cost a shared acquire and its
+    /// release about 4,000 instructions of 25,600 (callgrind, issue 31). A replica arms it as
+    /// before (a `PERSIST` it was sent while its master's cap was put off would otherwise keep
+    /// the key for good after a promotion), and so does a key without that expiry (loaded, or
+    /// tampered with until the `Leases` job caps it). Every path that adds a later lease runs
+    /// `note_lapsed` after it, which arms the timer for the earlier one.
     fn arm_lapse<H: Host<T>>(&mut self, host: &mut H, key: &H::Key) {
         let Some(shared) = key.shared() else {
             return;
@@ -141,7 +144,10 @@ impl<T: Handles> Engine<T> {
         let Some((end, _)) = shared.first_lease_end() else {
             return;
         };
-        if shared.last_lease_end() == Some(end) {
+        if shared.last_lease_end() == Some(end)
+            && key.expires_at() == Some(end)
+            && matches!(host.state(), State::Master)
+        {
             return;
         }
         let fires_at = end.saturating_add(1);
