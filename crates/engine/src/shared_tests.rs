@@ -1033,8 +1033,16 @@ fn leases_ending_together_arm_no_lapse_timer_and_a_waiter_is_served_at_their_end
     let mut sim = Sim::new(START);
     token(sim.acquire_as(K, b"r", 100, READ));
     token(sim.acquire_as(K, b"s", 100, READ));
-    assert_eq!(sim.engine.lapse_timers(), 0, "one lease end: no lapse timer");
-    assert_eq!(sim.shared(K).and_then(|(_, at)| at), Some(START + 100), "the key expires at it");
+    assert_eq!(
+        sim.engine.lapse_timers(),
+        0,
+        "one lease end: no lapse timer"
+    );
+    assert_eq!(
+        sim.shared(K).and_then(|(_, at)| at),
+        Some(START + 100),
+        "the key expires at it"
+    );
     let (reply, w) = sim.wait(K, b"w", 60_000, 0);
     assert_eq!(reply, Reply::Blocked);
     sim.advance(99);
@@ -1047,12 +1055,19 @@ fn leases_ending_together_arm_no_lapse_timer_and_a_waiter_is_served_at_their_end
     token(sim.acquire_as(key2, b"a", 100, READ));
     sim.advance(1);
     token(sim.acquire_as(key2, b"b", 100, READ));
-    assert_eq!(sim.engine.lapse_timers(), 1, "two ends: armed for the first");
+    assert_eq!(
+        sim.engine.lapse_timers(),
+        1,
+        "two ends: armed for the first"
+    );
     sim.release(key2, b"b");
     let (reply, w2) = sim.wait(key2, b"w2", 60_000, 0);
     assert_eq!(reply, Reply::Blocked);
     sim.advance(100);
-    assert!(granted(&mut sim).contains(&w2), "served at the last lease's end");
+    assert!(
+        granted(&mut sim).contains(&w2),
+        "served at the last lease's end"
+    );
 }
 
 // --- No lapse timer while every lease ends with the key (issue 31): where it must still be armed ---
@@ -1070,7 +1085,11 @@ fn lapse_timer_a_single_readers_key_ends_with_its_lease_and_leaves_nothing() {
     assert_eq!(sim.engine.lapse_timers(), 0);
     assert_eq!(sim.shared(K).map(|s| s.1), Some(Some(START + 100)));
     sim.advance(100);
-    assert_eq!(owners(&mut sim), [b"r".to_vec()], "alive through its last ms");
+    assert_eq!(
+        owners(&mut sim),
+        [b"r".to_vec()],
+        "alive through its last ms"
+    );
     sim.advance(1);
     sim.expire_all();
     sim.settle();
@@ -1088,7 +1107,11 @@ fn lapse_timer_persist_or_pexpire_of_a_single_reader_untouched_after() {
     token(sim.acquire_as(K, b"r", 100, READ));
     sim.user_expiry(K, None);
     sim.settle();
-    assert_eq!(sim.shared(K).map(|s| s.1), Some(Some(START + 100)), "capped");
+    assert_eq!(
+        sim.shared(K).map(|s| s.1),
+        Some(Some(START + 100)),
+        "capped"
+    );
     sim.advance(101);
     sim.expire_all();
     assert_eq!(records(&sim, K), 0, "gone at the lease end");
@@ -1147,7 +1170,11 @@ fn lapse_timer_renewed_to_the_same_end_leaves_no_timer_behind() {
     token(sim.renew(K, b"a", 250));
     assert_eq!(sim.shared(K).map(|s| s.1), Some(Some(START + 300)));
     sim.advance(60);
-    assert_eq!(sim.engine.lapse_timers(), 0, "the stale timer fired, not re-armed");
+    assert_eq!(
+        sim.engine.lapse_timers(),
+        0,
+        "the stale timer fired, not re-armed"
+    );
     assert_eq!(owners(&mut sim).len(), 2);
     sim.advance(191);
     sim.expire_all();
@@ -1177,7 +1204,11 @@ fn lapse_timer_a_revoked_grant_passing_on_to_a_longer_lease_leaves_the_shorter_u
     assert_eq!(owners(&mut sim), [b"x".to_vec(), b"w2".to_vec()]);
     // x's lease ends at START + 1000; it must be removed from the ms after.
     sim.advance(1005);
-    assert_eq!(owners(&mut sim), [b"w2".to_vec()], "x lapsed for every command");
+    assert_eq!(
+        owners(&mut sim),
+        [b"w2".to_vec()],
+        "x lapsed for every command"
+    );
     assert_eq!(
         records(&sim, K),
         1,
@@ -1226,14 +1257,22 @@ fn lapse_timer_a_replica_promoted_with_a_persisted_single_lease_ends_it() {
     assert_eq!(sim.apply_holder(K, 0, b"r", holder), Reply::Ok);
     sim.user_expiry(K, None);
     sim.settle();
-    assert_eq!(sim.shared(K).map(|s| s.1), Some(None), "PERSIST on the replica");
+    assert_eq!(
+        sim.shared(K).map(|s| s.1),
+        Some(None),
+        "PERSIST on the replica"
+    );
     sim.advance(200);
     sim.set_state(State::Master);
     sim.start_grace(0);
     sim.advance(1000);
     sim.expire_all();
     sim.settle();
-    assert_eq!(owners(&mut sim), Vec::<Vec<u8>>::new(), "lapsed for every command");
+    assert_eq!(
+        owners(&mut sim),
+        Vec::<Vec<u8>>::new(),
+        "lapsed for every command"
+    );
     assert_eq!(
         records(&sim, K),
         0,
@@ -1267,7 +1306,11 @@ fn lapse_timer_a_single_lease_loaded_without_a_ttl_is_ended() {
     sim.advance(1000);
     sim.expire_all();
     sim.settle();
-    assert_eq!(owners(&mut sim), Vec::<Vec<u8>>::new(), "lapsed for every command");
+    assert_eq!(
+        owners(&mut sim),
+        Vec::<Vec<u8>>::new(),
+        "lapsed for every command"
+    );
     assert_eq!(
         records(&sim, K),
         0,
