@@ -30,6 +30,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CancellationException;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
@@ -92,6 +93,15 @@ public final class LettuceTransport implements Transport {
     /** the cluster's master of each slot, or null before the first load. */
     private volatile Addr[] slots;
     private final Map<Addr, ArrayDeque<StatefulRedisConnection<byte[], byte[]>>> idle = new HashMap<>();
+    /**
+     * Connects whose caller stopped waiting (past its bound) while they were still under way, by
+     * server; guarded by idle. The next open to that server takes one up instead of starting
+     * another, and one that completes untaken goes to the idle pool. Closing each when it came
+     * let retries against a server slow to answer the handshake pile up connects; a new connect
+     * starts only when none is waiting to be taken up, so the connects under way are never more
+     * than the threads opening at once.
+     */
+    private final Map<Addr, ArrayDeque<CompletableFuture<StatefulRedisConnection<byte[], byte[]>>>> connecting = new HashMap<>();
     private volatile boolean closed;
     private final Duration connectTimeout;
 
@@ -184,6 +194,7 @@ public final class LettuceTransport implements Transport {
         if (closed) {
             throw new TransportException("the relock transport was closed", false, false, null);
         }
+        CompletableFuture<StatefulRedisConnection<byte[], byte[]>> f = null;
         synchronized (idle) {
             ArrayDeque<StatefulRedisConnection<byte[], byte[]>> q = idle.get(at);
             while (q != null && !q.isEmpty()) {
@@ -193,27 +204,69 @@ public final class LettuceTransport implements Transport {
                 }
                 c.closeAsync();
             }
+            ArrayDeque<CompletableFuture<StatefulRedisConnection<byte[], byte[]>>> pending = connecting.get(at);
+            if (pending != null) {
+                f = pending.pollFirst();
+            }
         }
         // A new connection (TCP, TLS, HELLO) may take longer than one command: at least a second.
         long ms = Math.max(1, Math.min(connectTimeout.toMillis(), bound == null ? Long.MAX_VALUE : Math.max(CONNECT_FLOOR_MS, bound.toMillis())));
-        java.util.concurrent.CompletableFuture<StatefulRedisConnection<byte[], byte[]>> f;
-        try {
-            f = client.connectAsync(ByteArrayCodec.INSTANCE, uriOf(at)).toCompletableFuture();
-        } catch (RuntimeException e) {
-            throw new TransportException(at + ": cannot connect: " + e.getMessage(), false, false, e);
+        if (f == null) {
+            try {
+                f = client.connectAsync(ByteArrayCodec.INSTANCE, uriOf(at)).toCompletableFuture();
+            } catch (RuntimeException e) {
+                throw new TransportException(at + ": cannot connect: " + e.getMessage(), false, false, e);
+            }
+            CompletableFuture<StatefulRedisConnection<byte[], byte[]>> mine = f;
+            f.whenComplete((c, e) -> {
+                if (c != null && untake(at, mine)) {
+                    keep(at, c); // came after its caller left, and nobody took it up: pooled
+                }
+            });
         }
+        // An interrupt does not cut a connect (a socket's connect, as Jedis's, does not see one
+        // either): it is kept for the command that follows, which the interrupt watch cuts.
+        // Cutting it made every retry of lock() under interrupts start a connect of its own.
+        long until = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ms);
+        boolean interrupted = false;
         try {
-            return f.get(ms, TimeUnit.MILLISECONDS);
+            while (true) {
+                try {
+                    return f.get(Math.max(0, until - System.nanoTime()), TimeUnit.NANOSECONDS);
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                }
+            }
         } catch (ExecutionException e) {
             Throwable c = e.getCause() != null ? e.getCause() : e;
             throw new TransportException(at + ": cannot connect: " + c.getMessage(), false, false, c);
         } catch (TimeoutException e) {
-            f.thenAccept(StatefulRedisConnection::closeAsync); // when it comes, it is not used
+            leave(at, f);
             throw new TransportException(at + ": not connected within " + ms + " ms", false, true, e);
-        } catch (InterruptedException e) {
-            f.thenAccept(StatefulRedisConnection::closeAsync);
-            Thread.currentThread().interrupt();
-            throw new TransportException(at + ": interrupted while connecting", false, false, e);
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
+    /** A connect its caller no longer waits for: the next open to at takes it up. */
+    private void leave(Addr at, CompletableFuture<StatefulRedisConnection<byte[], byte[]>> f) {
+        synchronized (idle) {
+            if (!closed && !f.isDone()) {
+                connecting.computeIfAbsent(at, k -> new ArrayDeque<>()).addLast(f);
+                return;
+            }
+        }
+        // Done meanwhile (its completion found it taken by this caller), or closed: pooled or closed now.
+        f.thenAccept(c -> keep(at, c));
+    }
+
+    /** Whether f was waiting to be taken up (it is not any more). */
+    private boolean untake(Addr at, CompletableFuture<StatefulRedisConnection<byte[], byte[]>> f) {
+        synchronized (idle) {
+            ArrayDeque<CompletableFuture<StatefulRedisConnection<byte[], byte[]>>> pending = connecting.get(at);
+            return pending != null && pending.remove(f);
         }
     }
 
@@ -604,6 +657,12 @@ public final class LettuceTransport implements Transport {
                 all.addAll(q);
             }
             idle.clear();
+            for (ArrayDeque<CompletableFuture<StatefulRedisConnection<byte[], byte[]>>> q : connecting.values()) {
+                for (CompletableFuture<StatefulRedisConnection<byte[], byte[]>> f : q) {
+                    f.thenAccept(LettuceTransport::drop);
+                }
+            }
+            connecting.clear();
         }
         for (StatefulRedisConnection<byte[], byte[]> c : all) {
             drop(c);

@@ -120,6 +120,97 @@ class RelockLettuceTest extends BehaviourCases<RedisServer> {
         }
     }
 
+    /**
+     * lock() is uninterruptible: it retries. An interrupt used to cut a connect, leaving it
+     * pending, and the retry started another (and gave back, in the background, what the cut
+     * attempt might hold, which connected again): an interrupt storm against a server slow to
+     * answer the handshake (a loaded machine, a paused server) opened about 500 connections a
+     * second; in a loaded make test the JVM ran out of file descriptors. A connect is now not
+     * cut by an interrupt, as a socket's connect (Jedis) is not.
+     */
+    @Test
+    void interruptsDuringConnectsDoNotOpenConnectionsWithoutBound() throws Exception {
+        java.util.concurrent.atomic.AtomicInteger accepted = new java.util.concurrent.atomic.AtomicInteger();
+        List<java.net.Socket> held = new CopyOnWriteArrayList<>();
+        try (java.net.ServerSocket silent = new java.net.ServerSocket(0, 4096, java.net.InetAddress.getLoopbackAddress())) {
+            Thread acceptor = new Thread(() -> {
+                while (!silent.isClosed()) {
+                    try {
+                        held.add(silent.accept()); // accepted, never answered: the handshake hangs
+                        accepted.incrementAndGet();
+                    } catch (java.io.IOException e) {
+                        return;
+                    }
+                }
+            }, "silent-acceptor");
+            acceptor.start();
+            Relock r = RelockLettuce.create(RedisURI.create("redis://127.0.0.1:" + silent.getLocalPort()));
+            RelockLock l = r.lock(k, ofSeconds(30));
+            java.util.concurrent.atomic.AtomicReference<Throwable> ended = new java.util.concurrent.atomic.AtomicReference<>();
+            Thread t = new Thread(() -> {
+                try {
+                    l.lock();
+                    ended.set(new AssertionError("lock() returned on a server that never answers"));
+                } catch (Throwable e) {
+                    ended.set(e);
+                }
+            }, "uninterruptible");
+            t.start();
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(2);
+            while (System.nanoTime() < until) {
+                t.interrupt();
+                java.util.concurrent.locks.LockSupport.parkNanos(300_000);
+            }
+            int opened = accepted.get();
+            assertTrue(opened >= 1, "the connect was tried");
+            assertTrue(opened <= 3, opened + " connections opened for one thread's lock() under interrupts");
+            r.close();
+            t.join(30_000);
+            assertFalse(t.isAlive(), "lock() still runs after close()");
+            assertFalse(ended.get() instanceof AssertionError, String.valueOf(ended.get()));
+            assertTrue(String.valueOf(ended.get().getMessage()).contains("closed"), String.valueOf(ended.get()));
+            acceptor.interrupt();
+        } finally {
+            for (java.net.Socket s : held) {
+                s.close();
+            }
+        }
+    }
+
+    /**
+     * A connect past its caller's bound is taken up by the next call to that server, not left
+     * to close when it comes while the next call starts another: calls retried against a server
+     * slow to answer the handshake piled up connects.
+     */
+    @Test
+    void aConnectPastItsBoundIsTakenUpByTheNextCall() throws Exception {
+        java.util.concurrent.atomic.AtomicInteger accepted = new java.util.concurrent.atomic.AtomicInteger();
+        List<java.net.Socket> held = new CopyOnWriteArrayList<>();
+        try (java.net.ServerSocket silent = new java.net.ServerSocket(0, 64, java.net.InetAddress.getLoopbackAddress());
+             LettuceTransport t = LettuceTransport.server(RedisURI.create("redis://127.0.0.1:" + silent.getLocalPort()), null)) {
+            Thread acceptor = new Thread(() -> {
+                while (!silent.isClosed()) {
+                    try {
+                        held.add(silent.accept());
+                        accepted.incrementAndGet();
+                    } catch (java.io.IOException e) {
+                        return;
+                    }
+                }
+            }, "silent-acceptor");
+            acceptor.start();
+            for (int i = 0; i < 3; i++) {
+                TransportException te = assertThrows(TransportException.class, () -> t.call(k, ofMillis(100), "PING"));
+                assertTrue(te.timeout() && !te.sent(), te.getMessage());
+            }
+            assertEquals(1, accepted.get(), "one connect, taken up by each call in turn");
+        } finally {
+            for (java.net.Socket s : held) {
+                s.close();
+            }
+        }
+    }
+
     @Test
     void abortFromAnotherThreadCutsAWaitWithoutABound() throws Exception {
         try (LettuceTransport t = LettuceTransport.server(srv.uri(), null)) {
