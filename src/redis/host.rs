@@ -440,8 +440,10 @@ impl RedisKey {
     fn set_expiry(&mut self, at: i64) {
         if let Some(key) = self.key {
             // SAFETY: an open key handle, opened for writing (only writers change expiry).
-            unsafe { rm!(RedisModule_SetAbsExpire(key.as_ptr(), at)) };
-            self.expiry_set = Some(at);
+            let done = unsafe { rm!(RedisModule_SetAbsExpire(key.as_ptr(), at)) };
+            // Remembered only when Redis took it (a refusal leaves the expiry as it was, and
+            // `expires_at` then asks Redis): the lapse timer is skipped on this answer.
+            self.expiry_set = (done == raw::REDISMODULE_OK as c_int).then_some(at);
         }
     }
 }
