@@ -811,6 +811,12 @@ impl<T: Handles> Engine<T> {
         self.lapses.values().map(HashMap::len).sum()
     }
 
+    /// When `name`'s lapse timer (db `db`) fires, if one is armed.
+    #[cfg(test)]
+    pub(crate) fn lapse_timer_at(&self, db: i32, name: &[u8]) -> Option<i64> {
+        self.lapses.get(&db)?.get(name).map(|(at, _)| *at)
+    }
+
     /// Whether a change to `key` behind the engine's back concerns it: the key has waiters or
     /// a lapse timer (two lookups, no allocation; what [`Engine::key_changed`] and
     /// [`Engine::value_arrived`] would act on).

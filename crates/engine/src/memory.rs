@@ -777,6 +777,12 @@ impl Sim {
         true
     }
 
+    /// When the next host timer (a deadline, a lapse, or a job queued for now) is due.
+    #[cfg(test)]
+    pub(crate) fn next_timer_due(&self) -> Option<i64> {
+        self.host.timers.first_key_value().map(|(&(due, _), _)| due)
+    }
+
     /// Runs what is due now (the 0 ms jobs after a command).
     pub fn settle(&mut self) {
         self.advance(0);

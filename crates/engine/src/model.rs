@@ -1096,6 +1096,34 @@ fn check(ops: &[Op]) -> Result<(), TestCaseError> {
                 );
             }
         }
+        // A lease not yet removed is ended by a timer, lapsed or not: the key's lapse timer,
+        // armed for no later than the millisecond after its first lease ends, unless every
+        // lease ends together and the key's expiry (this host is a master) is that end, so
+        // that Redis ends the key. Checked when nothing is queued for now (the step's jobs
+        // may still arm it).
+        if machine.sim.next_timer_due().is_none_or(|due| due > now) {
+            for key in 0..3u8 {
+                let Some((shared, expiry)) = machine.sim.shared(&key_bytes(key)) else {
+                    continue;
+                };
+                let Some((first, _)) = shared.first_lease_end() else {
+                    continue;
+                };
+                let ends_with_key = shared.last_lease_end() == Some(first) && expiry == Some(first);
+                let timer = machine.sim.engine.lapse_timer_at(0, &key_bytes(key));
+                prop_assert!(
+                    ends_with_key || timer.is_some_and(|at| at <= first + 1),
+                    "key {}: first lease ends {} (last {:?}, key expiry {:?}), lapse timer {:?}, after step {} {:?}",
+                    key,
+                    first,
+                    shared.last_lease_end(),
+                    expiry,
+                    timer,
+                    i,
+                    op
+                );
+            }
+        }
     }
 
     // Invariants of the lock itself.
