@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -93,6 +94,36 @@ func (n *node) call(ctx context.Context, timeout time.Duration, args ...any) (an
 		n.warm.Store(true)
 	}
 	return v, err
+}
+
+// onceCmd is a command go-redis must never send again: its cluster client re-sends a command
+// whose connection ended or timed out (first to the same node, then to another, up to
+// MaxRedirects times, whatever MaxRetries says) unless the command says NoRetry. A MOVED or
+// ASK refusal (the write did not run) is still followed.
+type onceCmd struct{ *redis.Cmd }
+
+func (onceCmd) NoRetry() bool { return true }
+
+// callOnce is call for a write that is not safe to run twice (LOCK.FENCED): sent at most once.
+// A lost reply is an error other than a redis.Error (see sentOnceError).
+func (n *node) callOnce(ctx context.Context, args ...any) (any, error) {
+	cmd := onceCmd{redis.NewCmd(ctx, args...)}
+	_ = n.rdb.Process(ctx, cmd)
+	v, err := cmd.Result()
+	if n.cluster != nil && (err == nil || isRedisError(err)) {
+		n.warm.Store(true)
+	}
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	return v, err
+}
+
+// notSent: a command that failed before any byte of it was written (no connection could be
+// opened: a dial error, the pool's wait for a connection, a client already closed).
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed)
 }
 
 func (n *node) do(ctx context.Context, timeout time.Duration, args ...any) (any, error) {

@@ -33,6 +33,10 @@ var (
 	ErrFenced = errors.New("relock: fenced")
 	// ErrInvalid: an argument relock refuses before sending anything.
 	ErrInvalid = errors.New("relock: invalid argument")
+	// ErrMayHaveRun: a fenced write whose reply was lost (its connection ended, or no reply
+	// within the context's deadline): it may have run, and was not sent again. Not retryable
+	// blindly: read what the write changes first.
+	ErrMayHaveRun = errors.New("relock: may have run")
 )
 
 // Error is a relock failure: Kind is one of the Err* values above (errors.Is(err, Kind)),
