@@ -1163,7 +1163,17 @@ func (c *Client) queryEach(ctx context.Context, key string, args ...any) ([]any,
 	}
 	out := make([]any, len(c.nodes))
 	for i, n := range c.nodes {
-		v, err := n.call(ctx, max(c.nodeTimeout, time.Second), args...)
+		var v any
+		var err error
+		if args[0] == "LOCK.FORCERELEASE" {
+			// Sent once: run again after its reply was lost, it would remove a hold taken
+			// since (go-redis's cluster client re-sends after a lost connection).
+			tctx, cancel := context.WithTimeout(ctx, max(c.nodeTimeout, time.Second))
+			v, err = n.callOnce(tctx, args...)
+			cancel()
+		} else {
+			v, err = n.call(ctx, max(c.nodeTimeout, time.Second), args...)
+		}
 		if err != nil {
 			f := classify(err, n.cluster != nil)
 			kind := ErrServer

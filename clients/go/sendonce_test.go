@@ -24,6 +24,7 @@ import (
 type fakeNode struct {
 	ln     net.Listener
 	fenced atomic.Int64
+	forced atomic.Int64
 	wg     sync.WaitGroup
 	// silent: LOCK.FENCED is read and never answered, the connection kept open (a reply
 	// later than the caller's deadline) until the node closes.
@@ -88,8 +89,12 @@ func (f *fakeNode) serve(c net.Conn) {
 			reply = fmt.Sprintf("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$%d\r\n%s\r\n:%s\r\n", len(host), host, port)
 		case "COMMAND":
 			reply = "*0\r\n"
-		case "LOCK.FENCED":
-			f.fenced.Add(1)
+		case "LOCK.FENCED", "LOCK.FORCERELEASE":
+			if name == "LOCK.FENCED" {
+				f.fenced.Add(1)
+			} else {
+				f.forced.Add(1)
+			}
 			if f.silent {
 				<-f.closed
 			}
@@ -176,6 +181,23 @@ func TestAFencedWriteWhoseReplyIsLostIsSentOnce(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestAForceReleaseWhoseConnectionEndsIsSentOnce: LOCK.FORCERELEASE run again after its reply
+// was lost would remove a hold taken since; go-redis's cluster client re-sent it.
+func TestAForceReleaseWhoseConnectionEndsIsSentOnce(t *testing.T) {
+	f := startFakeNode(t, false)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{f.addr()}, Protocol: 2})
+	defer rdb.Close()
+	c := New(rdb, NodeTimeout(2*time.Second))
+	defer c.Close()
+	if _, err := c.ForceRelease(bg(), "{order:7}"); !errors.Is(err, ErrServer) {
+		t.Fatalf("a force-release whose connection ended: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond) // marked: room for a driver's re-send, were there one
+	if n := f.forced.Load(); n != 1 {
+		t.Fatalf("LOCK.FORCERELEASE was sent %d times", n)
 	}
 }
 
