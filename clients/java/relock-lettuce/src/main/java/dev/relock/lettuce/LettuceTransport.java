@@ -219,8 +219,10 @@ public final class LettuceTransport implements Transport {
             }
             CompletableFuture<StatefulRedisConnection<byte[], byte[]>> mine = f;
             f.whenComplete((c, e) -> {
-                if (c != null && untake(at, mine)) {
-                    keep(at, c); // came after its caller left, and nobody took it up: pooled
+                // Came after its caller left, and nobody took it up: pooled if it connected,
+                // forgotten if it failed (else the next call would be handed its old failure).
+                if (untake(at, mine) && c != null) {
+                    keep(at, c);
                 }
             });
         }

@@ -25,6 +25,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
@@ -204,10 +205,32 @@ class RelockLettuceTest extends BehaviourCases<RedisServer> {
                 assertTrue(te.timeout() && !te.sent(), te.getMessage());
             }
             assertEquals(1, accepted.get(), "one connect, taken up by each call in turn");
+            // The queued connect fails (its socket closed by the server): it leaves the queue, so
+            // the next call connects anew instead of being handed that old failure at once.
+            held.get(0).close();
+            eventually(ofSeconds(20), () -> queuedConnects(t) == 0);
+            TransportException te = assertThrows(TransportException.class, () -> t.call(k, ofMillis(100), "PING"));
+            assertTrue(te.timeout(), "a new connect, past its bound: " + te.getMessage());
+            assertEquals(2, accepted.get(), "a second connect");
         } finally {
             for (java.net.Socket s : held) {
                 s.close();
             }
+        }
+    }
+
+    /** How many of the transport's connects wait to be taken up (guarded by its idle pool). */
+    private static int queuedConnects(LettuceTransport t) {
+        try {
+            java.lang.reflect.Field idle = LettuceTransport.class.getDeclaredField("idle");
+            java.lang.reflect.Field connecting = LettuceTransport.class.getDeclaredField("connecting");
+            idle.setAccessible(true);
+            connecting.setAccessible(true);
+            synchronized (idle.get(t)) {
+                return ((Map<?, ? extends java.util.Collection<?>>) connecting.get(t)).values().stream().mapToInt(java.util.Collection::size).sum();
+            }
+        } catch (ReflectiveOperationException e) {
+            throw new AssertionError(e);
         }
     }
 
