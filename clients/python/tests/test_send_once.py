@@ -268,3 +268,96 @@ def test_cluster_a_fenced_write_follows_ask_while_its_slot_migrates_and_runs_onc
     h.release()
     g.release()
     rc.close()
+
+
+# --- LOCK.FORCERELEASE: sent once too ----------------------------------------------------------
+#
+# Run a second time after its reply was lost, a force-release removes whatever hold was taken
+# of the key since (an operator's force-release meant for the old holder takes the new holder's
+# lock): it is sent as a fenced write is, never by the driver's retries.
+
+#: A force-release of a key on the wire (not redis-py's ``COMMAND GETKEYS LOCK.FORCERELEASE ...``).
+FORCE_RELEASE = b"*2\r\n$17\r\nLOCK.FORCERELEASE\r\n"
+FORCE_MAY_HAVE_RUN = r"LOCK\.FORCERELEASE .*\(it may have run; it was not sent again\)"
+
+
+def force_runs(r: Any) -> int:
+    """How many times the server ``r`` ran LOCK.FORCERELEASE (its ``commandstats``)."""
+    return int(r.info("commandstats").get("cmdstat_LOCK.FORCERELEASE", {}).get("calls", 0))
+
+
+def test_sync_a_force_release_whose_reply_was_lost_is_not_sent_again(server: Server, proxy: LossProxy) -> None:
+    locks = relock.Relock(redis.Redis(port=proxy.port), node_timeout=0.5)
+    assert locks.acquire("{fr}", ttl=30) is not None
+    proxy.arm(FORCE_RELEASE)
+    with pytest.raises(relock.ServerError, match=FORCE_MAY_HAVE_RUN):
+        locks.force_release("{fr}")
+    assert proxy.lost == 1
+    assert force_runs(direct(server)) == 1
+    assert locks.info("{fr}") is None  # it ran: the hold is gone
+    locks.close()
+
+
+def test_aio_a_force_release_whose_reply_was_lost_is_not_sent_again(server: Server, proxy: LossProxy) -> None:
+    async def main() -> None:
+        locks = relock.aio.Relock(aredis.Redis(port=proxy.port), node_timeout=0.5)
+        assert await locks.acquire("{fr}", ttl=30) is not None
+        proxy.arm(FORCE_RELEASE)
+        with pytest.raises(relock.ServerError, match=FORCE_MAY_HAVE_RUN):
+            await locks.force_release("{fr}")
+        assert proxy.lost == 1
+        assert force_runs(direct(server)) == 1
+        await locks.aclose()
+
+    asyncio.run(main())
+
+
+@SHARED_CLUSTER
+def test_sync_cluster_a_force_release_is_sent_once(proxied: ProxiedCluster) -> None:
+    """redis-py's cluster client sent it again after the lost connection (its Retry, after
+    reading the map again): the second run, had another owner taken the key in between,
+    would have removed that owner's hold."""
+    c = proxied.cluster
+    rc: Any = redis.cluster.RedisCluster(host="127.0.0.1", port=c.nodes[0].port, address_remap=proxied.remap)
+    locks = relock.Relock(rc, node_timeout=0.5)
+    assert locks.acquire("{sf}", ttl=60) is not None
+    p = proxied.proxy_of("{sf}")
+    rc.nodes_manager.initialize()
+    assert rc.get_node_from_key("{sf}").port == p.port
+    master = c.conn(c.master_of("{sf}"))
+    runs, lost = force_runs(master), p.lost
+    p.arm(FORCE_RELEASE)
+    with pytest.raises(relock.ServerError, match=FORCE_MAY_HAVE_RUN):
+        locks.force_release("{sf}")
+    assert p.lost == lost + 1
+    assert force_runs(master) - runs == 1  # redis-py's cluster client re-sent it: 2
+    # An answered one is answered as before.
+    assert locks.acquire("{sf}", ttl=60) is not None
+    assert locks.force_release("{sf}") == 1
+    locks.close()
+    rc.close()
+
+
+@SHARED_CLUSTER
+def test_aio_cluster_a_force_release_is_sent_once(proxied: ProxiedCluster) -> None:
+    async def main() -> None:
+        c = proxied.cluster
+        rc: Any = acluster.RedisCluster(host="127.0.0.1", port=c.nodes[0].port, address_remap=proxied.remap)
+        locks = relock.aio.Relock(rc, node_timeout=0.5)
+        assert await locks.acquire("{af}", ttl=60) is not None
+        p = proxied.proxy_of("{af}")
+        await rc.nodes_manager.initialize()  # as in test_aio_cluster_a_fenced_write_is_sent_once
+        assert rc.get_node_from_key("{af}").port == p.port
+        master = c.conn(c.master_of("{af}"))
+        runs, lost = force_runs(master), p.lost
+        p.arm(FORCE_RELEASE)
+        with pytest.raises(relock.ServerError, match=FORCE_MAY_HAVE_RUN):
+            await locks.force_release("{af}")
+        assert p.lost == lost + 1
+        assert force_runs(master) - runs == 1
+        assert await locks.acquire("{af}", ttl=60) is not None
+        assert await locks.force_release("{af}") == 1
+        await locks.aclose()
+        await rc.aclose()
+
+    asyncio.run(main())

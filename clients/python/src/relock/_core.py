@@ -1167,9 +1167,9 @@ def check_fenced(key: str, servers: int) -> None:
 
 
 class Unanswered(Exception):
-    """A command sent once (``LOCK.FENCED``) whose reply never came: no reply in time, or
-    its connection ended first. The server may have run it; it is never sent again (the
-    send-once rule of spec/client-cases/README.md). ``why`` says which."""
+    """A command sent once (``LOCK.FENCED``, ``LOCK.FORCERELEASE``) whose reply never came:
+    no reply in time, or its connection ended first. The server may have run it; it is never
+    sent again (the send-once rule of spec/client-cases/README.md). ``why`` says which."""
 
     def __init__(self, why: str) -> None:
         super().__init__(why)
@@ -1183,9 +1183,10 @@ NOT_RUN = (rex.MovedError, rex.AskError, rex.TryAgainError, rex.ClusterDownError
 FENCED_REDIRECTS = 16
 
 
-def fenced_unanswered(key: str, server: str, e: Unanswered) -> ServerError:
-    """A fenced write whose reply was lost: it may have run, and was not sent again."""
-    return ServerError(f"lock {key!r} on {server}: LOCK.FENCED {e.why} (it may have run; it was not sent again)", key=key, servers=[server])
+def fenced_unanswered(key: str, server: str, e: Unanswered, command: str = "LOCK.FENCED") -> ServerError:
+    """A command sent once (a fenced write, a force-release) whose reply was lost: it may
+    have run, and was not sent again."""
+    return ServerError(f"lock {key!r} on {server}: {command} {e.why} (it may have run; it was not sent again)", key=key, servers=[server])
 
 
 def fenced_error(key: str, server: str, e: BaseException) -> RelockError:

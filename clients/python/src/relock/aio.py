@@ -324,13 +324,14 @@ class _Server:
         return await asyncio.wait_for(self._run_watched(args, acks), timeout)
 
     async def fenced(self, key: str, args: Sequence[Any], timeout: float) -> Any:
-        """``args`` (a ``LOCK.FENCED``) sent at most once, within ``timeout``: once it may
-        have left, no reply in time or a connection that ended first raises
-        ``core.Unanswered`` and it is never sent again (redis-py's cluster client would send
-        it again after a connection error or its socket timeout, and the write would apply
-        twice). A cluster follows a refusal that says the node did not run it (``MOVED``,
-        ``ASK``, ``TRYAGAIN``, ``CLUSTERDOWN``, ``READONLY``, ``MASTERDOWN``) to the key's
-        master, and opens a connection again when opening one failed (nothing was sent)."""
+        """``args`` (a ``LOCK.FENCED``, or a ``LOCK.FORCERELEASE``: a command of ``key`` not
+        safe to run twice) sent at most once, within ``timeout``: once it may have left, no
+        reply in time or a connection that ended first raises ``core.Unanswered`` and it is
+        never sent again (redis-py's cluster client would send it again after a connection
+        error or its socket timeout, and the write would apply twice). A cluster follows a
+        refusal that says the node did not run it (``MOVED``, ``ASK``, ``TRYAGAIN``,
+        ``CLUSTERDOWN``, ``READONLY``, ``MASTERDOWN``) to the key's master, and opens a
+        connection again when opening one failed (nothing was sent)."""
         deadline = time.monotonic() + timeout
         if self.cluster:
             return await self._fenced_cluster(key, args, deadline)
@@ -909,11 +910,19 @@ class Relock:
 
     # --- looking at locks -----------------------------------------------------------------
 
-    async def _query_each(self, key: str, args: Sequence[Any], parse: Callable[[str, Any], T]) -> list[T]:
+    async def _query_each(self, key: str, args: Sequence[Any], parse: Callable[[str, Any], T], once: bool = False) -> list[T]:
+        """``args`` on every server, each reply parsed. ``once``: a command not safe to run
+        twice, sent as a fenced write is (``_Server.fenced``: never again once it may have
+        left, whatever the driver would do); a lost reply raises at once."""
         out = []
         for s in self._servers:
             try:
-                reply = await s.call(args, max(self.node_timeout, 1.0))
+                if once:
+                    reply = await s.fenced(key, args, max(self.node_timeout, 1.0))
+                else:
+                    reply = await s.call(args, max(self.node_timeout, 1.0))
+            except core.Unanswered as e:
+                raise core.fenced_unanswered(key, s.name, e, str(args[0])) from e
             except Exception as e:  # noqa: BLE001
                 raise core.server_error(key, s.name, e) from e
             out.append(parse(s.name, reply))
@@ -941,9 +950,14 @@ class Relock:
 
     async def force_release(self, key: str, owner: str | None = None) -> int:
         """LOCK.FORCERELEASE on every server: removes every hold of ``key`` (or only
-        ``owner``'s) and returns how many were removed in all. For operators."""
+        ``owner``'s) and returns how many were removed in all. For operators. Sent at most
+        once to each server, as a fenced write is: run again after its reply was lost, it
+        would remove a hold another owner took since (redis-py's cluster client re-sent it).
+        A reply lost (no reply in time, or the connection ended first) raises
+        ``ServerError`` saying it may have run and was not sent again: look (``holders``)
+        before you force-release again."""
         args = ["LOCK.FORCERELEASE", key] + ([owner] if owner is not None else [])
-        return sum(await self._query_each(key, args, lambda _s, r: int(r)))
+        return sum(await self._query_each(key, args, lambda _s, r: int(r), once=True))
 
     async def history(self, key: str, count: int = 10) -> list[LogEntry]:
         """LOCK.HISTORY: the journal's entries for ``key`` (holds that ended other than by
