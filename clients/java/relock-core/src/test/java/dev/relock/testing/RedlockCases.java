@@ -35,6 +35,10 @@ public abstract class RedlockCases<S extends RedisServer> extends AdapterCases<S
                 assertEquals(2, one.quorum());
                 Hold h = one.acquire("r", LockOptions.ttl(ofSeconds(5)));
                 assertTrue(h.tokens().size() >= 2, "a quorum granted (the round ends at the quorum)");
+                // Each master has its own tokens: no one token can fence a write, so none is sent.
+                RelockException unfenced = assertThrows(RelockException.class, () -> h.fenced("SET", "r:data", "x"));
+                assertEquals(RelockException.Kind.INVALID, unfenced.kind(), unfenced.getMessage());
+                assertTrue(List.of(a, b, c).stream().allMatch(s -> Long.valueOf(0L).equals(s.cmd("EXISTS", "r:data"))));
                 h.release();
                 // A release not answered in time by one master goes on in the background (a
                 // busy machine): the key must be gone everywhere before a master stops.
