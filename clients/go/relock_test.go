@@ -664,6 +664,7 @@ func TestElection(t *testing.T) {
 	}
 	// The leader's connection is killed: it stops leading (Done), and the next candidate leads
 	// with a larger term once the old term's lease runs out.
+	cut := time.Now()
 	cands[0].p.close()
 	select {
 	case <-first.Done():
@@ -674,23 +675,45 @@ func TestElection(t *testing.T) {
 		t.Fatalf("old leader's err %v", first.Err())
 	}
 	second := <-leads
+	took := time.Since(cut)
+	t.Logf("the leader was cut off; the next one led %v later (ttl 1s)", took)
 	if second == nil || second.Value() != "node-1" || second.Term() <= first.Term() {
 		t.Fatalf("second leader %+v", second)
+	}
+	// The old term's lease ends at most a ttl after its last renewal, before the cut; then its
+	// expiry grants the next in line. About ttl + 100 ms idle; 500 ms of room for busy cores,
+	// as the other clients' tests.
+	if took > time.Second+500*time.Millisecond {
+		t.Fatalf("node-1 led %v after node-0 was cut off", took)
 	}
 	for o = <-obs; o.Leader == nil; o = <-obs {
 	}
 	if o.Leader.Value != "node-1" || o.Leader.Term != second.Term() || o.Regressed {
 		t.Fatalf("observed %+v", o)
 	}
-	// Resign: the third leads in the same step.
+	// Resign: the third leads in the same step (the very next read shows it).
 	if err := second.Resign(bg()); err != nil {
 		t.Fatal(err)
+	}
+	if l, _ := watch.Leader(bg(), "leader"); l == nil || l.Value != "node-2" || l.Term <= second.Term() {
+		t.Fatalf("leader right after the resign: %+v", l)
 	}
 	third := <-leads
 	if third == nil || third.Value() != "node-2" || third.Term() <= second.Term() {
 		t.Fatalf("third %+v", third)
 	}
+	for o = <-obs; o.Leader == nil || o.Leader.Value != "node-2"; o = <-obs {
+		if o.Regressed || o.Err != nil || o.Leader != nil && o.Leader.Value != "node-1" {
+			t.Fatalf("observed before node-2: %+v", o)
+		}
+	}
+	if o.Leader.Term != third.Term() || o.Regressed {
+		t.Fatalf("observed %+v", o)
+	}
 	_ = third.Resign(bg())
+	if o = <-obs; o.Leader != nil || o.Err != nil {
+		t.Fatalf("observed after the last resign: %+v", o)
+	}
 	wg.Wait()
 	// Elections refuse Redlock and shared keys.
 	s2 := startServer(t)
