@@ -1035,9 +1035,9 @@ export function checkFenced(key: string, servers: number): void {
 }
 
 /**
- * A command sent once (LOCK.FENCED) whose reply never came: no reply in time, or its connection
- * ended first. The server may have run it; it is never sent again (the send-once rule of
- * spec/client-cases/README.md). `why` says which.
+ * A command sent once (LOCK.FENCED, LOCK.FORCERELEASE) whose reply never came: no reply in
+ * time, or its connection ended first. The server may have run it; it is never sent again (the
+ * send-once rule of spec/client-cases/README.md). `why` says which.
  */
 export class Unanswered extends Error {
   constructor(
@@ -1062,9 +1062,9 @@ export function unanswered(e: unknown): Unanswered | null {
   return new Unanswered(`lost its connection before its reply (${errorText(e)})`, e);
 }
 
-/** A fenced write whose reply was lost: it may have run, and was not sent again. */
-export function fencedUnanswered(key: string, server: string, e: Unanswered): ServerError {
-  return new ServerError(`lock ${JSON.stringify(key)} on ${server}: LOCK.FENCED ${e.why} (it may have run; it was not sent again)`, {
+/** A command sent once (a fenced write, a force-release) whose reply was lost: it may have run, and was not sent again. */
+export function fencedUnanswered(key: string, server: string, e: Unanswered, command = "LOCK.FENCED"): ServerError {
+  return new ServerError(`lock ${JSON.stringify(key)} on ${server}: ${command} ${e.why} (it may have run; it was not sent again)`, {
     key,
     servers: [server],
     cause: e.failure,

@@ -550,10 +550,11 @@ class Server {
   }
 
   /**
-   * `args` (a LOCK.FENCED) sent at most once, on the package's shared connection: ioredis
-   * re-sends nothing there (see OWN, and `open` for a cluster, which follows MOVED, ASK,
-   * TRYAGAIN and CLUSTERDOWN, refusals that say the command did not run). Once it may have been
-   * written, no reply in time or a connection that ended first rejects with `core.Unanswered`.
+   * `args` (a LOCK.FENCED, or a LOCK.FORCERELEASE: a command not safe to run twice) sent at
+   * most once, on the package's shared connection: ioredis re-sends nothing there (see OWN, and
+   * `open` for a cluster, which follows MOVED, ASK, TRYAGAIN and CLUSTERDOWN, refusals that say
+   * the command did not run). Once it may have been written, no reply in time or a connection
+   * that ended first rejects with `core.Unanswered`.
    */
   async callOnce(args: ReadonlyArray<string | number | Buffer>, timeout: number): Promise<unknown> {
     const conn = this.conn();
@@ -1364,13 +1365,20 @@ export class Relock {
 
   // --- looking at locks -------------------------------------------------------------------
 
-  private async queryEach<T>(key: string, args: Array<string | number>, parse: (server: string, reply: unknown) => T): Promise<T[]> {
+  /**
+   * `args` on every server, each reply parsed. `once`: a command not safe to run twice, sent as
+   * a fenced write is (Server.callOnce: never again once it may have been written); a lost
+   * reply rejects at once, saying it may have run.
+   */
+  private async queryEach<T>(key: string, args: Array<string | number>, parse: (server: string, reply: unknown) => T, once = false): Promise<T[]> {
     args[1] = core.checkKey(key);
     const out: T[] = [];
     for (const n of this.nodes) {
       try {
-        out.push(parse(n.name, await n.call(args, Math.max(this.writeTimeout, 1000))));
+        const timeout = Math.max(this.writeTimeout, 1000);
+        out.push(parse(n.name, await (once ? n.callOnce(args, timeout) : n.call(args, timeout))));
       } catch (e) {
+        if (e instanceof core.Unanswered) throw core.fencedUnanswered(key, n.name, e, String(args[0]));
         throw core.serverError(key, n.name, e);
       }
     }
@@ -1397,10 +1405,16 @@ export class Relock {
     return (await this.queryEach(key, ["LOCK.WAITERS", key, "COUNT", count], core.parseWaiters)).flat();
   }
 
-  /** LOCK.FORCERELEASE on every server: every hold of `key` (or only `owner`'s); returns how many were removed. For operators. */
+  /**
+   * LOCK.FORCERELEASE on every server: every hold of `key` (or only `owner`'s); returns how many
+   * were removed. For operators. Sent at most once to each server, as a fenced write is: run
+   * again after its reply was lost, it would remove a hold another owner took since. A lost
+   * reply (none in time, or the connection ended first) rejects with a ServerError saying it
+   * may have run and was not sent again: look (`holders`) before you force-release again.
+   */
   async forceRelease(key: string, owner?: string): Promise<number> {
     const args = owner === undefined ? ["LOCK.FORCERELEASE", key] : ["LOCK.FORCERELEASE", key, owner];
-    return (await this.queryEach(key, args, (_s, r) => Number(r))).reduce((a, b) => a + b, 0);
+    return (await this.queryEach(key, args, (_s, r) => Number(r), true)).reduce((a, b) => a + b, 0);
   }
 
   /** LOCK.HISTORY: the journal's entries for `key` (holds that ended other than by their owner, and flushes), newest first, on every server. */

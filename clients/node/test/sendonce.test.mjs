@@ -47,6 +47,29 @@ test("a fenced write whose reply was lost is not sent again (one server)", () =>
     await h.release();
   }));
 
+// LOCK.FORCERELEASE is sent once too: run a second time after its reply was lost, it removes
+// whatever hold another owner took of the key since (an operator's force-release meant for the
+// old holder takes the new holder's lock). Each case counts its runs on the server.
+const FORCE_MAY_HAVE_RUN = /LOCK\.FORCERELEASE .*\(it may have run; it was not sent again\)/;
+const forceMayHaveRun = (e) => e instanceof ServerError && FORCE_MAY_HAVE_RUN.test(e.message);
+/** How many times a server ran LOCK.FORCERELEASE (its `INFO commandstats`). */
+const forceRuns = (info) => Number(/cmdstat_LOCK\.FORCERELEASE:calls=(\d+)/.exec(String(info))?.[1] ?? 0);
+
+test("a force-release whose reply was lost is not sent again (one server)", () =>
+  withServer(async (s) => {
+    const p = await proxy(s.port);
+    const direct = connect(s.port);
+    const locks = relock(connect(p.port, { maxRetriesPerRequest: 20 }), { nodeTimeout: 500 });
+    await locks.acquireOrThrow("{fr}", { ttl: 30_000 });
+    p.cutReplyTo("LOCK.FORCERELEASE");
+    await assert.rejects(locks.forceRelease("{fr}"), forceMayHaveRun);
+    assert.equal(p.cuts, 1);
+    await waitOutTtl(500, async () => assert.equal(forceRuns(await direct.info("commandstats")), 1));
+    assert.equal(await locks.info("{fr}"), null); // it ran: the hold is gone
+    await locks.acquireOrThrow("{fr}", { ttl: 30_000 });
+    assert.equal(await locks.forceRelease("{fr}"), 1);
+  }));
+
 describe("cluster", () => {
   let cluster;
   const proxies = new Map();
@@ -90,6 +113,26 @@ describe("cluster", () => {
     await waitOutTtl(300, async () => assert.equal(await counter("{sc}:n"), "2"));
     assert.equal(await h.fenced("INCR", "{sc}:n"), 3);
     await h.release();
+    await locks.close();
+  });
+
+  test("a force-release whose reply was lost is not sent again (cluster)", async () => {
+    // retryDelayOnFailover and maxRetriesPerRequest: a client given to Relock that re-sends
+    // after a lost connection by itself.
+    const rc = await proxied({ retryDelayOnFailover: 100, redisOptions: { maxRetriesPerRequest: 20 } });
+    const locks = relock(rc, { nodeTimeout: 500 });
+    await locks.acquireOrThrow("{sf}", { ttl: 60_000 });
+    const master = await cluster.masterOf("{sf}");
+    const p = proxies.get(master.port);
+    const runs = async () => forceRuns(await cluster.ask(master, "INFO", "commandstats"));
+    const before = await runs();
+    const cuts = p.cuts;
+    p.cutReplyTo("LOCK.FORCERELEASE");
+    await assert.rejects(locks.forceRelease("{sf}"), forceMayHaveRun);
+    assert.equal(p.cuts, cuts + 1);
+    await waitOutTtl(500, async () => assert.equal((await runs()) - before, 1));
+    await locks.acquireOrThrow("{sf}", { ttl: 60_000 });
+    assert.equal(await locks.forceRelease("{sf}"), 1);
     await locks.close();
   });
 
