@@ -756,3 +756,75 @@ fn a_user_without_command_resolves_names_on_first_use() {
     let a: String = redis::cmd("GET").arg("a").query(&mut c).unwrap();
     assert_eq!(a, "x");
 }
+
+/// Huge argument lists (issue 33's attack list): a fenced MSET of 200,000 pairs and a DEL of
+/// them run as they would directly, `COMMAND GETKEYS` names every key, a `LOCK.OBSERVE` with
+/// 100,000 extra arguments is an arity error; the lock keeps its holder and the server answers
+/// after each.
+#[test]
+fn huge_argument_lists_run_as_directly_and_the_server_stays_up() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let token: u64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("{h}")
+        .arg("owner")
+        .arg(60_000)
+        .query(&mut c)
+        .expect("acquire");
+    let pairs = 200_000;
+    let mut mset = redis::cmd("LOCK.FENCED");
+    mset.arg("{h}").arg(token).arg("MSET");
+    for i in 0..pairs {
+        mset.arg(format!("{{h}}:k{i}")).arg(i);
+    }
+    let ok: String = mset.query(&mut c).expect("a fenced MSET of 200,000 pairs");
+    assert_eq!(ok, "OK");
+    let size: u64 = redis::cmd("DBSIZE").query(&mut c).expect("DBSIZE");
+    assert_eq!(size, pairs + 1, "every pair, and the lock");
+    let last: String = redis::cmd("GET")
+        .arg(format!("{{h}}:k{}", pairs - 1))
+        .query(&mut c)
+        .expect("GET");
+    assert_eq!(last, (pairs - 1).to_string());
+
+    let mut getkeys = redis::cmd("COMMAND");
+    getkeys
+        .arg("GETKEYS")
+        .arg("LOCK.FENCED")
+        .arg("{h}")
+        .arg(token)
+        .arg("DEL");
+    for i in 0..pairs {
+        getkeys.arg(format!("{{h}}:k{i}"));
+    }
+    let keys: Vec<String> = getkeys.query(&mut c).expect("COMMAND GETKEYS");
+    assert_eq!(keys.len() as u64, pairs + 1, "the lock key and every inner key");
+    assert_eq!(keys[0], "{h}");
+
+    let mut del = redis::cmd("LOCK.FENCED");
+    del.arg("{h}").arg(token).arg("DEL");
+    for i in 0..pairs {
+        del.arg(format!("{{h}}:k{i}"));
+    }
+    let gone: u64 = del.query(&mut c).expect("a fenced DEL of 200,000 keys");
+    assert_eq!(gone, pairs);
+
+    let mut observe = redis::cmd("LOCK.OBSERVE");
+    observe.arg("{h}").arg(0).arg(10);
+    for i in 0..100_000 {
+        observe.arg(i);
+    }
+    let refused = error(&mut c, &observe);
+    assert!(refused.contains("wrong number of arguments"), "{refused}");
+
+    let pong: String = redis::cmd("PING").query(&mut c).expect("PING");
+    assert_eq!(pong, "PONG");
+    let held: u64 = redis::cmd("LOCK.FENCED")
+        .arg("{h}")
+        .arg(token)
+        .arg("EXISTS")
+        .arg("{h}")
+        .query(&mut c)
+        .expect("the holder's token still fences");
+    assert_eq!(held, 1);
+}
