@@ -798,7 +798,11 @@ fn huge_argument_lists_run_as_directly_and_the_server_stays_up() {
         getkeys.arg(format!("{{h}}:k{i}"));
     }
     let keys: Vec<String> = getkeys.query(&mut c).expect("COMMAND GETKEYS");
-    assert_eq!(keys.len() as u64, pairs + 1, "the lock key and every inner key");
+    assert_eq!(
+        keys.len() as u64,
+        pairs + 1,
+        "the lock key and every inner key"
+    );
     assert_eq!(keys[0], "{h}");
 
     let mut del = redis::cmd("LOCK.FENCED");
