@@ -474,6 +474,44 @@ public abstract class BehaviourCases<S extends RedisServer> {
         h.release();
     }
 
+    /**
+     * The application's executor given to RelockAsync exhausted (its one thread blocked): a hold
+     * is renewed all the same (relock's own threads), a call queued behind the block and
+     * cancelled never runs, and one given to an executor that rejects work fails at once.
+     */
+    @Test
+    protected void anExhaustedOrRejectingApplicationExecutorStarvesNothingOfRelocks() throws Exception {
+        ExecutorService one = Executors.newFixedThreadPool(1);
+        CountDownLatch unblock = new CountDownLatch(1);
+        try {
+            Hold h = locks.acquire(k, ttl(1500));
+            one.submit(() -> {
+                unblock.await(); // the application's only thread, blocked
+                return null;
+            });
+            dev.relock.RelockAsync async = dev.relock.RelockAsync.of(locks, one);
+            java.util.concurrent.CompletableFuture<java.util.Optional<Hold>> queued =
+                async.tryAcquireAsync(k + ":queued", ttl(10_000));
+            Thread.sleep(3000); // marked: two ttls (six renewals due) with the executor blocked
+            assertTrue(h.isHeld(), () -> "renewed on relock's own threads, but: " + h.lost().getNow(null));
+            assertFalse(queued.isDone(), "the queued call waits for the application's thread");
+            assertTrue(queued.cancel(true));
+            unblock.countDown();
+            one.shutdown();
+            assertTrue(one.awaitTermination(30, TimeUnit.SECONDS));
+            assertTrue(locks.info(k + ":queued").isEmpty(), "a call cancelled before it started never ran");
+            // The executor shut down: it rejects, and the call fails at once, not a future left pending.
+            java.util.concurrent.CompletableFuture<Hold> rejected = async.acquireAsync(k + ":rejected", ttl(10_000));
+            ExecutionException e = assertThrows(ExecutionException.class, () -> rejected.get(5, TimeUnit.SECONDS));
+            assertInstanceOf(java.util.concurrent.RejectedExecutionException.class, e.getCause());
+            assertTrue(locks.info(k + ":rejected").isEmpty());
+            h.release();
+        } finally {
+            unblock.countDown();
+            one.shutdownNow();
+        }
+    }
+
     @Test
     protected void aHoldSurvivesItsConnectionsKilledBetweenRenewals() throws Exception {
         Hold h = locks.acquire(k, ttl(900));
