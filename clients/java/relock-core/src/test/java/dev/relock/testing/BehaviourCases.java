@@ -512,6 +512,34 @@ public abstract class BehaviourCases<S extends RedisServer> {
         }
     }
 
+    /**
+     * A renewal whose reply never comes (the server stopped while it is in flight: relock's
+     * bound passes and it closes that connection; the server runs the renewal once it goes on)
+     * is not a loss: the hold is renewed again and outlives its first ttl several times.
+     */
+    @Test
+    protected void aRenewalWhoseReplyIsLostIsNotALoss() throws Exception {
+        try (S own = server(); Relock mine = open(own)) {
+            Hold h = mine.acquire(k, ttl(3000));
+            long start = System.nanoTime();
+            Thread.sleep(800); // marked: the first renewal is due at 1,000 ms (ttl/3)
+            own.signal("STOP");
+            try {
+                Thread.sleep(700); // marked: that renewal is sent into the stopped server and times out
+            } finally {
+                own.signal("CONT");
+            }
+            while (System.nanoTime() - start < TimeUnit.MILLISECONDS.toNanos(7000)) {
+                assertTrue(h.isHeld(), () -> "lost: " + h.lost().getNow(null));
+                Thread.sleep(50); // marked: watching the hold over two ttls past the first
+            }
+            h.check();
+            assertEquals(h.owner(), mine.info(k).orElseThrow().owner());
+            h.release();
+            assertTrue(mine.info(k).isEmpty());
+        }
+    }
+
     @Test
     protected void aHoldSurvivesItsConnectionsKilledBetweenRenewals() throws Exception {
         Hold h = locks.acquire(k, ttl(900));
