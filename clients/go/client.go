@@ -96,34 +96,70 @@ func (n *node) call(ctx context.Context, timeout time.Duration, args ...any) (an
 	return v, err
 }
 
-// onceCmd is a command go-redis must never send again: its cluster client re-sends a command
-// whose connection ended or timed out (first to the same node, then to another, up to
-// MaxRedirects times, whatever MaxRetries says) unless the command says NoRetry. A MOVED or
-// ASK refusal (the write did not run) is still followed.
-type onceCmd struct{ *redis.Cmd }
-
-func (onceCmd) NoRetry() bool { return true }
-
-// callOnce is call for a write that is not safe to run twice (LOCK.FENCED): sent at most once.
-// A lost reply is an error other than a redis.Error (see sentOnceError).
-func (n *node) callOnce(ctx context.Context, args ...any) (any, error) {
-	cmd := onceCmd{redis.NewCmd(ctx, args...)}
-	_ = n.rdb.Process(ctx, cmd)
-	v, err := cmd.Result()
-	if n.cluster != nil && (err == nil || isRedisError(err)) {
-		n.warm.Store(true)
+// callOnce is call for a write that is not safe to run twice (LOCK.FENCED, LOCK.FORCERELEASE;
+// key is the key it names): sent at most once. A lost reply is an error other than a
+// redis.Error (see notSent). In a cluster it goes on the key's master's own client (whose
+// MaxRetries is off) and a MOVED or ASK refusal (nothing ran) is followed once by relock:
+// go-redis's cluster client re-sends a command after a lost connection or a timeout, and
+// after any error reply starting READONLY, LOADING, MOVED or ASK, up to MaxRedirects times,
+// whatever MaxRetries or a command's NoRetry says; through LOCK.FENCED such a reply can be a
+// script's own, after its write ran.
+func (n *node) callOnce(ctx context.Context, key string, args ...any) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &unsent{err}
 	}
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
+	if n.cluster == nil {
+		v, err := n.rdb.Do(ctx, args...).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil, nil
+		}
+		return v, err
+	}
+	if !n.warm.Load() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, clusterWarmUp)
+		defer cancel()
+	}
+	cl, err := n.clientFor(ctx, key)
+	if err != nil {
+		return nil, &unsent{err}
+	}
+	v, _, _, err := pipeOn(ctx, cl, false, nil, args)
+	if addr, ask, ok := redirection(err); ok {
+		v, _, _, err, _ = n.follow(ctx, cl.Options(), addr, ask, nil, args)
+	}
+	if err == nil || isRedisError(err) {
+		n.warm.Store(true)
 	}
 	return v, err
 }
+
+// unsent is the failure of a command that was never written (the context ended first, or
+// the cluster's slot map could not be read).
+type unsent struct{ err error }
+
+func (e *unsent) Error() string { return e.err.Error() }
+func (e *unsent) Unwrap() error { return e.err }
 
 // notSent: a command that failed before any byte of it was written (no connection could be
 // opened: a dial error, the pool's wait for a connection, a client already closed).
 func notSent(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed)
+	var u *unsent
+	return errors.As(err, &u) || errors.As(err, &op) && op.Op == "dial" || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed)
+}
+
+// lostReply is a write sent at most once (what names it, e.g. "the fenced write") that got no
+// reply: ErrMayHaveRun once any byte of it may have left (never sent again, by relock or by
+// go-redis), or an ErrServer saying nothing ran when it was never written (retryable unless
+// the client is closed).
+func lostReply(key, server, what string, err error) *Error {
+	if notSent(err) {
+		return &Error{Kind: ErrServer, Key: key, Servers: []string{server}, Retryable: !errors.Is(err, redis.ErrClosed), Cause: err,
+			Msg: fmt.Sprintf("lock %q: %s was not sent (%v): nothing ran", key, what, err)}
+	}
+	return &Error{Kind: ErrMayHaveRun, Key: key, Servers: []string{server}, Cause: err,
+		Msg: fmt.Sprintf("lock %q: %s's reply was lost (%v): it may have run, and was not sent again", key, what, err)}
 }
 
 func (n *node) do(ctx context.Context, timeout time.Duration, args ...any) (any, error) {
@@ -1169,8 +1205,15 @@ func (c *Client) queryEach(ctx context.Context, key string, args ...any) ([]any,
 			// Sent once: run again after its reply was lost, it would remove a hold taken
 			// since (go-redis's cluster client re-sends after a lost connection).
 			tctx, cancel := context.WithTimeout(ctx, max(c.nodeTimeout, time.Second))
-			v, err = n.callOnce(tctx, args...)
+			v, err = n.callOnce(tctx, key, args...)
 			cancel()
+			if err != nil && !isRedisError(err) {
+				e := lostReply(key, n.name, "LOCK.FORCERELEASE", err)
+				if i > 0 {
+					e.Msg += fmt.Sprintf(" (it ran on the %d servers before)", i)
+				}
+				return nil, e
+			}
 		} else {
 			v, err = n.call(ctx, max(c.nodeTimeout, time.Second), args...)
 		}

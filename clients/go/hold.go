@@ -662,23 +662,11 @@ func (h *Hold) Fenced(ctx context.Context, args ...any) (any, error) {
 		return nil, invalid("Fenced needs a command")
 	}
 	full := append([]any{"LOCK.FENCED", h.key, h.Token()}, args...)
-	v, err := h.c.nodes[0].callOnce(ctx, full...)
+	v, err := h.c.nodes[0].callOnce(ctx, h.key, full...)
 	if err != nil && !isRedisError(err) {
-		return nil, lostFencedReply(h.key, h.c.names[0], err)
+		return nil, lostReply(h.key, h.c.names[0], "the fenced write", err)
 	}
 	return v, fencedError(h.key, err)
-}
-
-// lostFencedReply is a fenced write that got no reply: ErrMayHaveRun once any byte of it may
-// have left (never sent again, by relock or by go-redis), or a retryable ErrServer when no
-// connection could be opened (nothing ran).
-func lostFencedReply(key, server string, err error) error {
-	if notSent(err) {
-		return &Error{Kind: ErrServer, Key: key, Servers: []string{server}, Retryable: true, Cause: err,
-			Msg: fmt.Sprintf("lock %q: the fenced write was not sent (%v): nothing ran", key, err)}
-	}
-	return &Error{Kind: ErrMayHaveRun, Key: key, Servers: []string{server}, Cause: err,
-		Msg: fmt.Sprintf("lock %q: the fenced write's reply was lost (%v): it may have run, and was not sent again", key, err)}
 }
 
 // fencedError maps LOCK.FENCED's refusals: -FENCED to ErrFenced, LOCK.FENCED's own refusal of

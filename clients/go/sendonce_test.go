@@ -29,7 +29,12 @@ type fakeNode struct {
 	// silent: LOCK.FENCED is read and never answered, the connection kept open (a reply
 	// later than the caller's deadline) until the node closes.
 	silent bool
+	// reply: LOCK.FENCED and LOCK.FORCERELEASE are answered with it (an error reply such as a
+	// script's own "-READONLY ...", after its write ran) instead of a hang-up.
+	reply  string
 	closed chan struct{}
+	mu     sync.Mutex
+	conns  []net.Conn // closed at cleanup: a failed test may leave its clients open
 }
 
 func startFakeNode(t *testing.T, silent bool) *fakeNode {
@@ -47,6 +52,9 @@ func startFakeNode(t *testing.T, silent bool) *fakeNode {
 			if err != nil {
 				return
 			}
+			f.mu.Lock()
+			f.conns = append(f.conns, c)
+			f.mu.Unlock()
 			f.wg.Add(1)
 			go func() {
 				defer f.wg.Done()
@@ -57,6 +65,11 @@ func startFakeNode(t *testing.T, silent bool) *fakeNode {
 	t.Cleanup(func() {
 		_ = ln.Close()
 		close(f.closed)
+		f.mu.Lock()
+		for _, c := range f.conns {
+			_ = c.Close()
+		}
+		f.mu.Unlock()
 		f.wg.Wait()
 	})
 	return f
@@ -94,6 +107,10 @@ func (f *fakeNode) serve(c net.Conn) {
 				f.fenced.Add(1)
 			} else {
 				f.forced.Add(1)
+			}
+			if f.reply != "" {
+				reply = f.reply
+				break
 			}
 			if f.silent {
 				<-f.closed
@@ -184,33 +201,91 @@ func TestAFencedWriteWhoseReplyIsLostIsSentOnce(t *testing.T) {
 	}
 }
 
-// TestAForceReleaseWhoseConnectionEndsIsSentOnce: LOCK.FORCERELEASE run again after its reply
-// was lost would remove a hold taken since; go-redis's cluster client re-sent it.
-func TestAForceReleaseWhoseConnectionEndsIsSentOnce(t *testing.T) {
-	f := startFakeNode(t, false)
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{f.addr()}, Protocol: 2})
-	defer rdb.Close()
-	c := New(rdb, NodeTimeout(2*time.Second))
-	defer c.Close()
-	if _, err := c.ForceRelease(bg(), "{order:7}"); !errors.Is(err, ErrServer) {
-		t.Fatalf("a force-release whose connection ended: %v", err)
-	}
-	time.Sleep(300 * time.Millisecond) // marked: room for a driver's re-send, were there one
-	if n := f.forced.Load(); n != 1 {
-		t.Fatalf("LOCK.FORCERELEASE was sent %d times", n)
+// TestAnErrorReplyAfterTheWriteIsNotSentAgain: go-redis's cluster client re-sends a command
+// answered with an error starting READONLY (or LOADING, MOVED, ASK), whatever its NoRetry says,
+// up to MaxRedirects times; through LOCK.FENCED that reply may be a script's own, after its
+// write ran (`redis.call('INCR', ...); return redis.error_reply('READONLY ...')`): the INCR ran
+// four times. The fenced write now goes on the master's own client: sent once, the reply
+// passed through. (A MOVED or ASK of LOCK.FENCED itself is followed once, by relock.)
+func TestAnErrorReplyAfterTheWriteIsNotSentAgain(t *testing.T) {
+	for _, reply := range []string{"-READONLY stop\r\n", "-LOADING stop\r\n"} {
+		f := startFakeNode(t, false)
+		f.reply = reply
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{f.addr()}, Protocol: 2, ReadOnly: true})
+		c := New(rdb, NodeTimeout(2*time.Second))
+		h, err := c.Acquire(bg(), "{order:7}", TTL(30*time.Second))
+		if err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		_, err = h.Fenced(bg(), "EVAL", "redis.call('INCR', KEYS[1]); return redis.error_reply('READONLY stop')", 1, "{order:7}:n")
+		if err == nil || !isRedisError(err) || errors.Is(err, ErrMayHaveRun) {
+			t.Fatalf("%q: the inner reply passed through: %v", reply, err)
+		}
+		if _, err := c.ForceRelease(bg(), "{order:7}"); err == nil {
+			t.Fatalf("%q: force-release: no error", reply)
+		}
+		time.Sleep(300 * time.Millisecond) // marked: room for a driver's re-send, were there one
+		if n, m := f.fenced.Load(), f.forced.Load(); n != 1 || m != 1 {
+			t.Fatalf("%q: LOCK.FENCED sent %d times, LOCK.FORCERELEASE %d", reply, n, m)
+		}
+		_ = c.Close()
+		_ = rdb.Close()
 	}
 }
 
-// TestAFencedWriteNeverSentSaysNothingRan: no connection could be opened, so nothing left:
-// retryable, and not ErrMayHaveRun.
+// TestAForceReleaseWhoseReplyIsLostIsSentOnceAndMayHaveRun: LOCK.FORCERELEASE run again after
+// its reply was lost removes a hold taken since; go-redis's cluster client re-sent it, and
+// then relock called the failure retryable. It is sent once, and fails with ErrMayHaveRun.
+func TestAForceReleaseWhoseReplyIsLostIsSentOnceAndMayHaveRun(t *testing.T) {
+	for _, cluster := range []bool{true, false} {
+		f := startFakeNode(t, false)
+		var rdb redis.UniversalClient = redis.NewClient(&redis.Options{Addr: f.addr(), Protocol: 2})
+		if cluster {
+			rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{f.addr()}, Protocol: 2})
+		}
+		c := New(rdb, NodeTimeout(2*time.Second))
+		_, err := c.ForceRelease(bg(), "{order:7}")
+		var e *Error
+		if !errors.As(err, &e) || !errors.Is(err, ErrMayHaveRun) || e.Retryable {
+			t.Fatalf("cluster %v: %v", cluster, err)
+		}
+		time.Sleep(300 * time.Millisecond) // marked: room for a driver's re-send, were there one
+		if n := f.forced.Load(); n != 1 {
+			t.Fatalf("cluster %v: LOCK.FORCERELEASE was sent %d times", cluster, n)
+		}
+		_ = c.Close()
+		_ = rdb.Close()
+	}
+}
+
+// TestAFencedWriteNeverSentSaysNothingRan: nothing left (no connection could be opened, the
+// context ended first, the client is closed): not ErrMayHaveRun; retryable unless closed.
 func TestAFencedWriteNeverSentSaysNothingRan(t *testing.T) {
-	if err := lostFencedReply("k", "s", &net.OpError{Op: "dial", Err: errors.New("connection refused")}); !errors.Is(err, ErrServer) || !err.(*Error).Retryable {
+	if err := lostReply("k", "s", "the fenced write", &net.OpError{Op: "dial", Err: errors.New("connection refused")}); !errors.Is(err, ErrServer) || !err.Retryable {
 		t.Fatalf("dial error: %v", err)
 	}
-	if err := lostFencedReply("k", "s", redis.ErrPoolTimeout); !errors.Is(err, ErrServer) {
+	if err := lostReply("k", "s", "the fenced write", redis.ErrPoolTimeout); !errors.Is(err, ErrServer) || !err.Retryable {
 		t.Fatalf("pool timeout: %v", err)
 	}
-	if err := lostFencedReply("k", "s", io.EOF); !errors.Is(err, ErrMayHaveRun) {
+	if err := lostReply("k", "s", "the fenced write", redis.ErrClosed); !errors.Is(err, ErrServer) || err.Retryable {
+		t.Fatalf("closed: %v", err)
+	}
+	if err := lostReply("k", "s", "the fenced write", io.EOF); !errors.Is(err, ErrMayHaveRun) || err.Retryable {
 		t.Fatalf("EOF: %v", err)
+	}
+	f := startFakeNode(t, false)
+	rdb := redis.NewClient(&redis.Options{Addr: f.addr(), Protocol: 2})
+	defer rdb.Close()
+	c := New(rdb, NodeTimeout(2*time.Second))
+	defer c.Close()
+	h, err := c.Acquire(bg(), "{order:7}", TTL(30*time.Second))
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	ctx, cancel := context.WithCancel(bg())
+	cancel()
+	_, err = h.Fenced(ctx, "INCR", "{order:7}:n")
+	if !errors.Is(err, ErrServer) || errors.Is(err, ErrMayHaveRun) || !errors.Is(err, context.Canceled) || f.fenced.Load() != 0 {
+		t.Fatalf("a cancelled context: %v, sent %d times", err, f.fenced.Load())
 	}
 }
