@@ -514,7 +514,10 @@ impl Relock {
 
     /// `LOCK.FORCERELEASE key [owner]` on every master, concurrently: removes every hold of
     /// `key` (`owner` `None`), or only `owner`'s; the queue is served as after a release. Each
-    /// report says how many holds that master removed. For operators only.
+    /// report says how many holds that master removed. For operators only. Sent at most once
+    /// to each master (a second run after a lost reply would remove a hold taken since): in a
+    /// cluster or behind Sentinel a timeout or a dropped connection is reported, not followed
+    /// to a new master.
     pub async fn force_release_holds(
         &self,
         key: &str,
@@ -526,7 +529,7 @@ impl Relock {
             cmd.arg(owner);
         }
         self.masters
-            .ask_each(key, &cmd, |removed: u64| Ok(removed))
+            .ask_each_once(key, &cmd, |removed: u64| Ok(removed))
             .await
     }
 

@@ -138,9 +138,47 @@ impl Masters {
     where
         R: FromRedisValue,
     {
+        self.ask_each_as(key, cmd, timeout, Resend::AfterAnyFailure, parse)
+            .await
+    }
+
+    /// [`Masters::ask_each`] for a command that must not run twice (`LOCK.FORCERELEASE`: run
+    /// again after its reply was lost, it would remove a hold taken since): in a cluster or
+    /// behind Sentinel it goes to a new master only after a refusal that says the first did
+    /// not run it, never after a timeout or a dropped connection.
+    pub(crate) async fn ask_each_once<R, T>(
+        &self,
+        key: &str,
+        cmd: &redis::Cmd,
+        parse: impl Fn(R) -> Result<T, NodeFailure>,
+    ) -> Vec<NodeReport<T>>
+    where
+        R: FromRedisValue,
+    {
+        self.ask_each_as(
+            key,
+            cmd,
+            self.options.node_timeout,
+            Resend::OnlyUnrun,
+            parse,
+        )
+        .await
+    }
+
+    async fn ask_each_as<R, T>(
+        &self,
+        key: &str,
+        cmd: &redis::Cmd,
+        timeout: Duration,
+        resend: Resend,
+        parse: impl Fn(R) -> Result<T, NodeFailure>,
+    ) -> Vec<NodeReport<T>>
+    where
+        R: FromRedisValue,
+    {
         let parse = &parse;
         let replies = futures_util::future::join_all(self.nodes.iter().map(|n| async move {
-            let reply: Result<R, _> = n.query(key, cmd, timeout).await;
+            let reply: Result<R, _> = n.query_with(key, cmd, timeout, resend).await;
             NodeReport {
                 node: n.name_for(key, timeout).await,
                 result: reply.and_then(parse),

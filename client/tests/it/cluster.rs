@@ -303,3 +303,53 @@ async fn a_fenced_write_that_timed_out_is_not_sent_to_the_new_master() {
     );
     assert_eq!(on_new_master, Some(1), "the new master ran the write again");
 }
+
+/// The send-once rule names `LOCK.FORCERELEASE` too: run again after its reply was lost, it
+/// removes a hold taken since. Sent to a master stopped by the failover (its reply never
+/// comes), it is reported, not sent again to the new master, which keeps the hold (it was
+/// sent there before, as to every master a timeout or a dropped connection may mean failed
+/// over).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_release_that_timed_out_is_not_sent_to_the_new_master() {
+    let cluster = Cluster::start();
+    let relock = Relock::cluster(&cluster.urls(), acked_options()).expect("cluster client");
+    let key = "{forced}:lock";
+    let lock = relock
+        .acquire(key, Duration::from_secs(60))
+        .await
+        .expect("acquire");
+    let old_master = cluster.master_of(key);
+    let replica = cluster.replica_of(key);
+    let held_on = |node: &Server| -> bool {
+        let mut c = node.conn();
+        let _: () = redis::cmd("READONLY").query(&mut c).expect("READONLY");
+        let exists: i64 = redis::cmd("EXISTS").arg(key).query(&mut c).expect("EXISTS");
+        exists == 1
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || held_on(replica)),
+        "the replica has the hold"
+    );
+    old_master.signal("STOP");
+    let _resume = common::Resume(vec![old_master]);
+    let _: String = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .arg("TAKEOVER")
+        .query(&mut replica.conn())
+        .expect("CLUSTER FAILOVER TAKEOVER");
+    assert!(
+        eventually(Duration::from_secs(10), || cluster_harness::role(replica)
+            == "master"),
+        "the replica took over"
+    );
+    let reports = relock.force_release(key).await;
+    assert!(
+        reports.iter().all(|r| r.result.is_err()),
+        "the force-release timed out on the stopped master and was reported: {reports:?}"
+    );
+    assert!(
+        held_on(replica),
+        "the force-release that timed out was sent again to the new master"
+    );
+    drop(lock);
+}
