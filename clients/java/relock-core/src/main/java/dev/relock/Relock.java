@@ -1266,11 +1266,30 @@ public final class Relock implements AutoCloseable {
         return out;
     }
 
-    /** LOCK.FORCERELEASE key on every server: how many holds were removed. An admin command. */
+    /**
+     * LOCK.FORCERELEASE key on every server: how many holds were removed. An admin command.
+     * Sent at most once to each server (run again after its reply was lost, it would remove a
+     * hold taken since): a lost reply is a MAY_HAVE_RUN {@link RelockException}, not retryable.
+     */
     public long forceRelease(String key) {
         long n = 0;
-        for (Object r : queryEach(key, "LOCK.FORCERELEASE", key)) {
-            n += Replies.toLong(r, 0);
+        for (int i = 0; i < nodes.length; i++) {
+            try {
+                n += Replies.toLong(nodes[i].callOnce(key, Duration.ofMillis(Math.max(nodeTimeoutMs, 1000)), "LOCK.FORCERELEASE", key), 0);
+            } catch (TransportException e) {
+                String before = i > 0 ? " (it ran on the " + i + " servers before)" : "";
+                if (e.sent()) {
+                    throw new RelockException(RelockException.Kind.MAY_HAVE_RUN, key, "lock \"" + key + "\" on " + names[i]
+                        + ": LOCK.FORCERELEASE's reply was lost (" + e.getMessage() + "): it may have run, and was not sent again" + before,
+                        List.of(names[i]), -1, false, e);
+                }
+                throw new RelockException(RelockException.Kind.SERVER, key, "lock \"" + key + "\" on " + names[i]
+                    + ": LOCK.FORCERELEASE was not sent (" + e.getMessage() + "): nothing ran there" + before, List.of(names[i]), -1, true, e);
+            } catch (RuntimeException e) {
+                Failure f = Failure.classify(e, nodes[i].isCluster());
+                throw new RelockException(RelockException.Kind.SERVER, key, "lock \"" + key + "\" on " + names[i] + ": " + f.msg,
+                    List.of(names[i]), -1, !f.permanent, e);
+            }
         }
         return n;
     }

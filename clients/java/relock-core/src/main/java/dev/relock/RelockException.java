@@ -27,7 +27,7 @@ public class RelockException extends RuntimeException {
         SERVER,
         /** LOCK.FENCED refused the write: the token is no longer a live hold's. Nothing ran. */
         FENCED,
-        /** A fenced write whose reply was lost: it may have run, and was not sent again. */
+        /** A fenced write (or a force-release) whose reply was lost: it may have run, and was not sent again. */
         MAY_HAVE_RUN,
         /** An argument relock refuses before sending anything. */
         INVALID

@@ -1,6 +1,7 @@
 package dev.relock;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -147,6 +148,22 @@ class FakeTransportTest {
             Hold h = locks.acquire("k", LockOptions.ttl(Duration.ofSeconds(10)));
             assertEquals(RelockException.Kind.FENCED, assertThrows(RelockException.class, () -> h.fenced("INCR", "n")).kind());
             assertEquals(1, stale.sentOf("LOCK.FENCED").size());
+        }
+    }
+
+    /**
+     * LOCK.FORCERELEASE run again after its reply was lost removes a hold taken since: sent
+     * once, and its lost reply is MAY_HAVE_RUN, not retryable (it was a retryable SERVER
+     * error: a caller retrying did just that).
+     */
+    @Test
+    void aForceReleaseWhoseReplyIsLostMayHaveRunAndIsNotRetryable() {
+        Fake f = new Fake("s", a -> a[0].equals("LOCK.FORCERELEASE") ? lost() : grants(a));
+        try (Relock locks = Relock.create(f)) {
+            RelockException e = assertThrows(RelockException.class, () -> locks.forceRelease("k"));
+            assertEquals(RelockException.Kind.MAY_HAVE_RUN, e.kind(), e.getMessage());
+            assertFalse(e.retryable(), e.getMessage());
+            assertEquals(1, f.sentOf("LOCK.FORCERELEASE").size());
         }
     }
 
