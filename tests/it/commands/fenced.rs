@@ -393,6 +393,57 @@ fn scripts_run_and_never_nest() {
     assert_eq!(pong, "PONG");
 }
 
+/// Functions (`FCALL`, `FCALL_RO`) are the other `noscript` commands the inner command may be:
+/// they run with the live token, a stale one runs nothing, and a function calling
+/// `LOCK.FENCED ... FCALL` (a script inside a script) is refused with the server up.
+#[test]
+fn functions_run_with_the_live_token_and_never_nest() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let library = "#!lua name=fencedlib\n\
+        redis.register_function('bump', function(keys, args) return redis.call('incrby', keys[1], args[1]) end)\n\
+        redis.register_function{function_name='peek', callback=function(keys) return redis.call('get', keys[1]) end, flags={'no-writes'}}\n\
+        redis.register_function('nest', function(keys, args) return redis.call('lock.fenced', keys[1], args[1], 'fcall', 'bump', '1', keys[2], '1') end)";
+    let loaded: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(library)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(loaded, "fencedlib");
+    let t = acquire(&mut c, "k", "a");
+    let v: i64 = fenced("k", t, &["FCALL", "bump", "1", "n", "5"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(v, 5);
+    let seen: String = fenced("k", t, &["FCALL_RO", "peek", "1", "n"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(seen, "5");
+    let stale = fenced("k", t + 1, &["FCALL", "bump", "1", "n", "5"]);
+    let e = error(&mut c, &stale);
+    assert!(e.starts_with("FENCED"), "{e}");
+    assert_eq!(
+        get(&mut c, "n").as_deref(),
+        Some("5"),
+        "the stale call ran nothing"
+    );
+    let nested = redis::cmd("FCALL")
+        .arg("nest")
+        .arg(2)
+        .arg("k")
+        .arg("n")
+        .arg(t)
+        .clone();
+    let e = error(&mut c, &nested);
+    assert!(
+        e.contains("fcall cannot run in LOCK.FENCED inside a script"),
+        "{e}"
+    );
+    assert_eq!(get(&mut c, "n").as_deref(), Some("5"));
+    let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+    assert_eq!(pong, "PONG");
+}
+
 #[test]
 fn in_multi_exec() {
     let server = Server::start();
