@@ -322,8 +322,26 @@ fn runs_as_the_callers_user_with_redis_own_noperm() {
     // A command the user may not run: the text a direct call gets.
     let direct = error(&mut u, &redis::cmd("SET").arg("d").arg("1").clone());
     assert!(direct.starts_with("NOPERM"), "{direct}");
+    let _: () = redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query(&mut c)
+        .unwrap();
     let through = error(&mut u, &fenced("k", t, &["SET", "d", "1"]));
     assert_eq!(through, direct);
+    // The refusal through LOCK.FENCED is in ACL LOG as the direct one would be: the user and
+    // the command refused.
+    let log: Vec<std::collections::HashMap<String, redis::Value>> =
+        redis::cmd("ACL").arg("LOG").query(&mut c).unwrap();
+    assert_eq!(log.len(), 1, "one entry, the fenced SET's: {log:?}");
+    let field = |name: &str| -> String {
+        redis::from_redis_value(log[0].get(name).expect(name)).expect(name)
+    };
+    assert_eq!(
+        (field("reason"), field("object"), field("username")),
+        ("command".to_string(), "set".to_string(), "u".to_string()),
+        "{log:?}"
+    );
     // A key the user may not touch: Redis refuses LOCK.FENCED itself (its keys include it).
     let direct = error(&mut u, &redis::cmd("GET").arg("other").clone());
     let through = error(&mut u, &fenced("k", t, &["GET", "other"]));
