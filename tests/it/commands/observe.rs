@@ -443,12 +443,24 @@ fn replica_observers_wake_on_the_stream_only() {
     let reply = obs.read(SOON);
     assert_eq!(token_of(&reply), tb);
     assert_eq!(owner_of(&reply), b"b");
-    // The replica's own clock ends nothing: with the master's expiry cycle slow, a short
-    // lease that lapses is reported when the master's DEL arrives.
     let mut obs = blocked_observer(&replica, "k", tb, 0);
     release(&mut m, "k", "b");
     assert_eq!(obs.read(SOON), Reply::Nil);
-    let _ = &mut r;
+    // The replica's own clock ends nothing: a short lease that runs out while the master is
+    // stopped (it can send no DEL) leaves the replica's observer waiting; the master's DEL,
+    // once it goes on, wakes it with the key gone.
+    let ttl = 300;
+    let tc = acquire(&mut m, "short", "c", ttl);
+    let _: () = redis::cmd("WAIT").arg(1).arg(2000).query(&mut m).unwrap();
+    let mut obs = blocked_observer(&replica, "short", tc, 0);
+    master.signal("STOP");
+    let resume = common::Resume(vec![&master]);
+    common::wait_out_ttl(Duration::from_millis(ttl + 400));
+    obs.assert_silent("the lease ran out on the replica's clock, with no DEL from the master");
+    drop(resume); // SIGCONT: the master expires the key and sends its DEL
+    assert_eq!(obs.read(SOON), Reply::Nil, "woken by the master's DEL");
+    let exists: i64 = redis::cmd("EXISTS").arg("short").query(&mut r).unwrap();
+    assert_eq!(exists, 0);
 }
 
 #[test]
