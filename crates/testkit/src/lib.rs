@@ -127,10 +127,50 @@ pub fn workspace_root() -> PathBuf {
 
 const PORT_TAKEN: &str = "port taken by another server";
 
-/// Picks a port that was free a moment ago by binding port 0.
+/// Picks a port that was free a moment ago, below the kernel's ephemeral range
+/// (`/proc/sys/net/ipv4/ip_local_port_range`, 32768-60999 here). A port in that range is one
+/// the kernel hands out by itself, to any outgoing connection or bind to port 0 on the machine:
+/// between a server's kill and its restart on the same port one of those can take it, and the
+/// restart fails ("Address already in use": a fresh make test, the AOF restart of
+/// `expired_locks_do_not_come_back_from_aof_with_preamble`). Below the range only another
+/// test's own pick can, which `Server::boot` retries for a new server.
 pub fn free_port() -> u16 {
+    let low = ephemeral_low();
+    if low > 11_000 {
+        for _ in 0..200 {
+            let port = 10_000 + (next_random() % u64::from(low - 10_000)) as u16;
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     listener.local_addr().expect("local addr").port()
+}
+
+/// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
+/// A pseudo-random number, different in every process and call (xorshift over the time, the
+/// process id and a counter): parallel test processes pick different ports.
+fn next_random() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STATE: AtomicU64 = AtomicU64::new(0);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+        ^ (u64::from(std::process::id()) << 32);
+    let mut x = STATE.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed) ^ seed;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    x
 }
 
 /// A running redis-server with the module loaded. Killed on drop.

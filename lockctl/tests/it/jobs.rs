@@ -785,7 +785,10 @@ fn a_background_command_writing_to_a_tostop_terminal_stops_the_job_until_fg() {
 /// kernel), and the shell killed. The kernel continues an orphaned stopped group and hangs it
 /// up; lockctl must then end (of the hang-up, releasing what it was granted), not stop again
 /// for good on a terminal stop it had not read yet: the kernel drops those for an orphaned
-/// group, as nothing is left to continue it.
+/// group, as nothing is left to continue it. The command (`sleep 30`) outlives lockctl's first
+/// write, which its writer thread makes when it gets to it: with `true`, in a fresh make test
+/// at load 8, lockctl had run and released before it wrote, and was never stopped. It also
+/// outlives the 10 s in which lockctl must end of the hang-up.
 #[test]
 fn a_job_stopped_by_its_terminal_ends_when_its_shell_is_gone() {
     let server = Server::start();
@@ -794,7 +797,7 @@ fn a_job_stopped_by_its_terminal_ends_when_its_shell_is_gone() {
     let mut sh = shell(&server);
     sh.type_keys(b"stty tostop\n");
     let line = format!(
-        "RELOCK_LOG=debug \"$LOCKCTL\" run --ttl 30s {KEY} -- true & echo $! > {}\n",
+        "RELOCK_LOG=debug \"$LOCKCTL\" run --ttl 30s {KEY} -- sleep 30 & echo $! > {}\n",
         pid_file.display()
     );
     sh.type_keys(line.as_bytes());
