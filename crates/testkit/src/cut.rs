@@ -66,9 +66,11 @@ impl CutProxy {
 
     /// A connection through the proxy.
     pub fn conn(&self) -> redis::Connection {
-        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
-            .and_then(|c| c.get_connection())
-            .expect("connect through the proxy")
+        crate::connect_url(
+            &format!("redis://127.0.0.1:{}/", self.port),
+            Duration::from_secs(5),
+        )
+        .expect("connect through the proxy")
     }
 
     /// The next reply the server sends is lost: dropped, and its client's connection reset.

@@ -6,8 +6,10 @@
 //! whose body is [`signal_counter_main`].
 
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use crate::eventually;
@@ -46,14 +48,53 @@ impl Spawned {
         self.child().try_wait().expect("try_wait")
     }
 
-    /// Its output, once it has exited.
-    pub fn output(mut self) -> Output {
-        self.0
-            .take()
-            .expect("running")
-            .wait_with_output()
-            .expect("output")
+    /// Its output, once it has exited: [`Spawned::output_within`] [`OUTPUT_WITHIN`].
+    pub fn output(self) -> Output {
+        self.output_within(OUTPUT_WITHIN)
     }
+
+    /// Its output, once it has exited within `within` (else it is killed, and the test fails).
+    /// Its stdout and stderr (when piped) are read as they come; the test also fails if one of
+    /// them stays open [`PIPES_CLOSE_WITHIN`] after it exited, held by a process it left
+    /// behind: `wait_with_output` would wait for that process for ever.
+    pub fn output_within(mut self, within: Duration) -> Output {
+        let mut child = self.0.take().expect("running");
+        let stdout = child.stdout.take().map(read_to_end_in_background);
+        let stderr = child.stderr.take().map(read_to_end_in_background);
+        let status = wait_within(&mut child, within);
+        let collect = |pipe: Option<Receiver<Vec<u8>>>, name: &str| {
+            pipe.map(|rx| {
+                rx.recv_timeout(PIPES_CLOSE_WITHIN).unwrap_or_else(|_| {
+                    panic!(
+                        "its {name} is still open {PIPES_CLOSE_WITHIN:?} after it exited \
+                         ({status}): a process it started holds it"
+                    )
+                })
+            })
+            .unwrap_or_default()
+        };
+        Output {
+            status,
+            stdout: collect(stdout, "stdout"),
+            stderr: collect(stderr, "stderr"),
+        }
+    }
+}
+
+/// How long [`Spawned::output`] lets a process run before it is killed and the test fails.
+pub const OUTPUT_WITHIN: Duration = Duration::from_secs(120);
+
+/// How long a process's pipes may stay open after it exited (see [`Spawned::output_within`]).
+pub const PIPES_CLOSE_WITHIN: Duration = Duration::from_secs(60);
+
+fn read_to_end_in_background(mut pipe: impl Read + Send + 'static) -> Receiver<Vec<u8>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let _ = pipe.read_to_end(&mut all);
+        let _ = tx.send(all);
+    });
+    rx
 }
 
 impl Drop for Spawned {
@@ -69,15 +110,20 @@ impl Drop for Spawned {
 
 /// Waits for `child` to exit, killing it (and failing) after `within`.
 pub fn wait_within(child: &mut Child, within: Duration) -> ExitStatus {
+    wait_until(child, within).unwrap_or_else(|| panic!("still running after {within:?}"))
+}
+
+/// Its exit status if `child` exits within `within`; else it is killed (and reaped), and None.
+pub fn wait_until(child: &mut Child, within: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + within;
     loop {
         if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
+            return Some(status);
         }
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("still running after {within:?}");
+            return None;
         }
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -68,8 +68,11 @@ impl Sentinel {
     }
 
     pub fn conn(&self) -> redis::RedisResult<redis::Connection> {
-        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?
-            .get_connection_with_timeout(Duration::from_secs(2))
+        crate::connect_url_with(
+            &format!("redis://127.0.0.1:{}/", self.port),
+            Duration::from_secs(2),
+            Duration::from_secs(5),
+        )
     }
 
     /// The master's port, as this sentinel says.

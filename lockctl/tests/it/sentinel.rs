@@ -79,6 +79,8 @@ async fn lockctl_keeps_its_lock_across_a_sentinel_failover() {
     });
     if !env.exists() {
         let status = lockctl.try_status();
+        // Still waiting for the lock (this run has no --wait): stopped, so its stderr ends.
+        support::send_quietly(lockctl.pid(), libc::SIGKILL);
         panic!(
             "the command did not start ({started}, {status:?}): {}",
             stderr(&lockctl.output())
