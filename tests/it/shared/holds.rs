@@ -25,9 +25,13 @@ const DUE: Duration = Duration::from_secs(5);
 /// The bound the tests hold a lapsed lease's hand-off to (the spec says 5 ms; a loaded
 /// two-core machine gets slack).
 const PROMPT_MS: i64 = 50;
-/// The same after a load or a promotion, whose timers are armed again from the loaded leases
-/// (a busy server after a restart needs more slack still).
-const LOADED_LATE_MS: i64 = 1_000;
+/// The same after a load or a promotion, whose timers are armed again from the loaded leases.
+/// What it tells apart is a grant against none (active expiry is off in these tests, so
+/// without a re-armed timer nothing grants): 2-6 ms on an idle machine, 9-36 ms with four busy
+/// loops and a disk writer beside it, but 267-422 ms (fresh make test, load 8) and 1,006 ms
+/// (CI, stop 44) on Valkey 8.1 behind a just-restarted server with `appendfsync always`. The
+/// hand-off's promptness is held to PROMPT_MS where no restart is involved.
+const LOADED_LATE_MS: i64 = 3_000;
 
 // ---------------------------------------------------------------------------------------------
 // Modes and commands
@@ -1157,9 +1161,8 @@ fn assert_limits_and_timers(server: &Server, c: &mut Connection) {
     let wait = Duration::from_millis((short_end - now_ms()).max(0) as u64) + DUE;
     token_of(q.read(wait), "a waiter after the loaded short lease");
     let late = now_ms() - short_end;
-    // Re-armed timers grant on time; without them nothing would (active expiry is off), and the
-    // read above fails. The bound is for the machine: a fresh make test at load 8 gave
-    // 267-422 ms on Valkey (200 ms failed it).
+    // Re-armed timers grant; without them nothing would (active expiry is off), and the read
+    // above fails. The bound is for the machine (see LOADED_LATE_MS).
     assert!(
         late <= LOADED_LATE_MS,
         "granted {late} ms after a loaded lease ended"
