@@ -3,6 +3,7 @@ package relock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -13,7 +14,26 @@ import (
 )
 
 // startCluster is three masters with the module (no replicas), healthy before use.
+//
+// redis-cli waits, with no bound of its own, until every node knows every other (at load 12 a
+// create ran past 120 s): it gets 90 s, then one more try on new nodes.
 func startCluster(t *testing.T) []*server {
+	for attempt := 1; ; attempt++ {
+		nodes, out, err := createCluster(t)
+		if err == nil {
+			return nodes
+		}
+		if attempt == 2 || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("cluster create: %v\n%s", err, out)
+		}
+		t.Logf("cluster: a second attempt on new nodes after: %v\n%s", err, out)
+		for _, n := range nodes {
+			_ = n.cmd.Process.Kill()
+		}
+	}
+}
+
+func createCluster(t *testing.T) ([]*server, []byte, error) {
 	var nodes []*server
 	var addrs []string
 	for range 3 {
@@ -23,9 +43,14 @@ func startCluster(t *testing.T) []*server {
 		addrs = append(addrs, s.addr())
 	}
 	// Each node in its own directory (nodes.conf): startServer gives each its own TempDir.
-	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "redis-cli", append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("cluster create: %v\n%s", err, out)
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (killed: %v)", ctx.Err(), err)
+		}
+		return nodes, out, err
 	}
 	eventually(t, 60*time.Second, "cluster healthy", func() bool {
 		for _, n := range nodes {
@@ -38,7 +63,7 @@ func startCluster(t *testing.T) []*server {
 		}
 		return true
 	})
-	return nodes
+	return nodes, nil, nil
 }
 
 func TestCluster(t *testing.T) {

@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -138,6 +139,15 @@ class Cluster:
     create`), healthy before it is handed out."""
 
     def __init__(self) -> None:
+        # redis-cli waits, with no bound of its own, until every node knows every other (at load
+        # 12 a create ran past 120 s): 90 s, then once more on new nodes.
+        try:
+            self._start()
+        except subprocess.TimeoutExpired as e:
+            print(f"cluster: a second attempt on new nodes after: {e}\n{e.stdout!r}", file=sys.stderr)
+            self._start()
+
+    def _start(self) -> None:
         import redis
 
         self.nodes: list[Server] = []
@@ -150,7 +160,7 @@ class Cluster:
                                          "--repl-diskless-sync-delay", "0"))
             addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
             out = subprocess.run(["redis-cli", "--cluster", "create", *addrs, "--cluster-replicas", "1",
-                                  "--cluster-yes"], capture_output=True, text=True, timeout=120)
+                                  "--cluster-yes"], capture_output=True, text=True, timeout=90)
             if out.returncode != 0:
                 raise RuntimeError(f"redis-cli --cluster create failed:\n{out.stdout}\n{out.stderr}")
             self.redis = redis
