@@ -148,7 +148,9 @@ class RelockSpringTest {
         IllegalStateException e = assertThrows(IllegalStateException.class, () -> RelockSpring.relockFor(f));
         assertTrue(e.getMessage().contains("RedisStaticMasterReplicaConfiguration"), e.getMessage());
         LettuceConnectionFactory standalone = new LettuceConnectionFactory(new RedisStandaloneConfiguration("127.0.0.1", srv.port));
-        try (Relock r = RelockSpring.relockFor(standalone)) {
+        // A node timeout for a loaded machine: this JVM's first Lettuce connect (Netty's event
+        // loops, class loading) took over the default 1 s in a make test at load 12.
+        try (Relock r = RelockSpring.relockFor(standalone, Relock.Settings.defaults().nodeTimeout(java.time.Duration.ofSeconds(10)))) {
             assertNotNull(r.acquire("static-check"));
             assertEquals(1L, srv.cmd("EXISTS", "static-check"));
         }
