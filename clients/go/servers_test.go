@@ -7,11 +7,13 @@ package relock
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -34,7 +36,26 @@ func modulePath(t testing.TB) string {
 	return ""
 }
 
+// freePort is a port nobody listens on, below the kernel's ephemeral range (10000 up to it):
+// a port from Listen(":0") is in that range, where any outgoing connection may take it between
+// a server's kill and its restart on the same port ("Address already in use", as the module's
+// suites found in a fresh make test).
 func freePort(t testing.TB) int {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 0 {
+				low = n
+			}
+		}
+	}
+	for i := 0; low > 11000 && i < 200; i++ {
+		port := 10000 + rand.IntN(low-10000)
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+			_ = l.Close()
+			return port
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -17,15 +17,43 @@ export function modulePath() {
   throw new Error("module not built: run `cargo build -p relock` (make test does)");
 }
 
-export function freePort() {
+function ephemeralLow() {
+  try {
+    const low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+    return Number.isInteger(low) && low > 0 ? low : 32768;
+  } catch {
+    return 32768;
+  }
+}
+
+function listenOn(port) {
   return new Promise((res, rej) => {
     const s = createServer();
     s.on("error", rej);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => res(port));
+    s.listen(port, "127.0.0.1", () => {
+      const { port: bound } = s.address();
+      s.close(() => res(bound));
     });
   });
+}
+
+/**
+ * A port nobody listens on, below the kernel's ephemeral range (10000 up to it): a port from
+ * listen(0) is in that range, where any outgoing connection may take it between a server's
+ * kill and its restart on the same port ("Address already in use", as the module's suites
+ * found in a fresh make test).
+ */
+export async function freePort() {
+  const low = ephemeralLow();
+  for (let i = 0; low > 11000 && i < 200; i++) {
+    const port = 10000 + Math.floor(Math.random() * (low - 10000));
+    try {
+      return await listenOn(port);
+    } catch {
+      // taken: another
+    }
+  }
+  return listenOn(0);
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

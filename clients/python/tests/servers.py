@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -31,7 +32,28 @@ def module_path() -> str:
     raise RuntimeError("module not built: run `cargo build -p relock` (make test does)")
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
+    """A port nobody listens on, below the kernel's ephemeral range (10000 up to it): a port
+    from bind(0) is in that range, where any outgoing connection may take it between a
+    server's kill and its restart on the same port ("Address already in use", as the module's
+    suites found in a fresh make test)."""
+    low = _ephemeral_low()
+    for _ in range(200 if low > 11000 else 0):
+        port = random.randrange(10000, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
