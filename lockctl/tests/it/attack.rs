@@ -432,7 +432,7 @@ fn a_foreground_command_stopped_by_sigstop_stops_the_job() {
     let mut sh = shell(&server);
     sh.type_keys(
         format!(
-            "\"$LOCKCTL\" run --ttl 3s stopped -- sh -c 'kill -STOP $$; echo resumed > {}'\n",
+            "\"$LOCKCTL\" run --ttl 10s stopped -- sh -c 'kill -STOP $$; echo resumed > {}'\n",
             out.display()
         )
         .as_bytes(),
@@ -483,7 +483,7 @@ fn nested_lockctl_ctrl_z_and_fg() {
     let mut sh = shell(&server);
     sh.type_keys(
         format!(
-            "\"$LOCKCTL\" run --ttl 3s outer -- \"$LOCKCTL\" run --ttl 3s inner -- sh -c \
+            "\"$LOCKCTL\" run --ttl 12s outer -- \"$LOCKCTL\" run --ttl 12s inner -- sh -c \
              'read l; echo \"got $l\" > {}; exit 7'\n",
             out.display()
         )
@@ -496,8 +496,11 @@ fn nested_lockctl_ctrl_z_and_fg() {
     std::thread::sleep(Duration::from_millis(300));
     sh.type_keys(b"\x1a");
     sh.expect("Stopped", Duration::from_secs(10));
-    // Stopped for longer than half the ttl: both renew before they continue.
-    std::thread::sleep(Duration::from_secs(2));
+    // Stopped for longer than a renewal's period (ttl / 3): both renew before they continue.
+    // Within the ttl with room for a loaded machine: with a 3 s ttl and a 2 s stop, the stop
+    // (Ctrl-Z, the shell's report, fg) outlasted the validity at load 10, and the outer lock
+    // was lost (a fresh make test).
+    std::thread::sleep(Duration::from_secs(5));
     sh.type_keys(b"fg\n");
     std::thread::sleep(Duration::from_millis(500));
     sh.type_keys(b"typed\n");
@@ -527,7 +530,7 @@ fn ctrl_z_and_bg_while_waiting_then_fg() {
     let mut sh = shell(&server);
     sh.type_keys(
         format!(
-            "\"$LOCKCTL\" run --ttl 3s waited -- sh -c 'read l; echo \"got $l\" > {}'\n",
+            "\"$LOCKCTL\" run --ttl 10s waited -- sh -c 'read l; echo \"got $l\" > {}'\n",
             out.display()
         )
         .as_bytes(),
