@@ -185,7 +185,9 @@ fn renewal_and_reentry_wake_nobody_and_the_timeout_answers_the_current_state() {
     let mut c = server.conn();
     let t = acquire(&mut c, "k", "a", LONG_TTL);
     let started = Instant::now();
-    let mut obs = blocked_observer(&server, "k", t, 700);
+    // 3 s: the renewal and the re-entry below reach the server before the timeout on a loaded
+    // machine too.
+    let mut obs = blocked_observer(&server, "k", t, 3000);
     let _: redis::Value = redis::cmd("LOCK.RENEW")
         .arg("k")
         .arg("a")
@@ -200,7 +202,7 @@ fn renewal_and_reentry_wake_nobody_and_the_timeout_answers_the_current_state() {
         .unwrap();
     let reply = obs.read(SOON);
     assert!(
-        started.elapsed() >= Duration::from_millis(650),
+        started.elapsed() >= Duration::from_millis(2950),
         "woken early"
     );
     assert_eq!(token_of(&reply), t);
@@ -222,12 +224,25 @@ fn no_holder_known_zero_blocks_until_a_hold_appears() {
     assert_eq!(raw.read(SOON), Reply::Nil);
 }
 
+fn renew(c: &mut redis::Connection, key: &str, owner: &str, ttl: u64) {
+    let renewed: Option<i64> = redis::cmd("LOCK.RENEW")
+        .arg(key)
+        .arg(owner)
+        .arg(ttl)
+        .query(c)
+        .expect("LOCK.RENEW");
+    assert!(renewed.is_some(), "{key} renewed");
+}
+
 #[test]
 fn expiry_answers_nil() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a", 300);
+    // Held long until the observer is blocked, then renewed to 300 ms (a loaded machine could
+    // let a 300 ms lease end before the observer was seen blocked).
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
     let mut obs = blocked_observer(&server, "k", t, 0);
+    renew(&mut c, "k", "a", 300);
     let reply = obs.read(SOON);
     assert_eq!(reply, Reply::Nil);
     // Woken by the module's timer at the expiry, not whenever Redis gets to the key.
@@ -241,9 +256,10 @@ fn expiry_is_prompt() {
     let mut c = server.conn();
     // Redis's own active expiry would take up to seconds.
     hz_1(&mut c);
-    let t = acquire(&mut c, "k", "a", 400);
-    let set_at = Instant::now();
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
     let mut obs = blocked_observer(&server, "k", t, 0);
+    let set_at = Instant::now();
+    renew(&mut c, "k", "a", 400);
     assert_eq!(obs.read(SOON), Reply::Nil);
     let took = set_at.elapsed();
     assert!(took < Duration::from_millis(400 + 250), "took {took:?}");

@@ -436,8 +436,17 @@ fn wake_on_unlink() {
 fn wake_on_expiry() {
     let server = Server::start();
     let mut c = server.conn();
-    let t0 = acquire(&mut c, "k", "a", 300).unwrap();
+    // Held long until the waiter is queued, then renewed to 300 ms: a loaded machine cannot
+    // let the lease end before the waiter is seen in the queue.
+    let t0 = acquire(&mut c, "k", "a", LONG_TTL).unwrap();
     let mut b = queue_waiter(&server, &mut c, "k", "b", LONG_TTL, 1);
+    let renewed: Option<i64> = redis::cmd("LOCK.RENEW")
+        .arg("k")
+        .arg("a")
+        .arg(300)
+        .query(&mut c)
+        .unwrap();
+    assert!(renewed.is_some(), "renewed");
     assert_granted(&mut c, &mut b, "k", "b", t0);
 }
 
@@ -1277,19 +1286,28 @@ fn wait_timeout_due_with_the_expiry_gets_one_consistent_reply() {
     let mut admin = server.conn();
     for round in 0..5u64 {
         let key = format!("race:{round}");
-        assert!(acquire(&mut admin, &key, "holder", 150).is_some());
         let mut waiter = server.conn();
         waiter
             .set_read_timeout(Some(Duration::from_secs(5)))
             .unwrap();
-        let wait = redis::cmd("LOCK.WAIT")
+        // The holder's acquire and the wait in one write: the server runs both in one turn, so
+        // the expiry and the timeout count from the same instant (sent apart, a loaded machine
+        // put up to tens of ms between them, and the order they are due in with them).
+        let both = redis::pipe()
+            .cmd("LOCK.ACQUIRE")
+            .arg(&key)
+            .arg("holder")
+            .arg(150)
+            .cmd("LOCK.WAIT")
             .arg(&key)
             .arg("waiter")
             .arg(60_000)
             .arg(100 + round * 20) // due before, at or after the expiry
-            .get_packed_command();
-        waiter.send_packed_command(&wait).unwrap();
-        assert!(eventually(SOON, || key_waiters(&mut admin, &key) == 1));
+            .get_packed_pipeline();
+        waiter.send_packed_command(&both).unwrap();
+        let held: Option<u64> =
+            redis::FromRedisValue::from_redis_value(&waiter.recv_response().unwrap()).unwrap();
+        assert!(held.is_some(), "round {round}: the holder's acquire");
         server.signal("STOP");
         thread::sleep(Duration::from_millis(300));
         server.signal("CONT");

@@ -438,13 +438,29 @@ fn replicaof_during_a_pause_with_deferred_hand_offs_then_no_one() {
     let upstream = Server::start();
     let server = master_with(&[]);
     let mut c = connect(&server);
-    let first = acquire(&mut c, "exp", "a", 300);
+    // `exp` is held long until its waiters are queued, then renewed to 300 ms in the EXEC that
+    // starts the pause: its lease ends inside the pause however slow a loaded machine makes
+    // the steps before (with a 300 ms lease taken first, the queue could be granted before it
+    // was seen). The pause is long enough for REPLICAOF to land inside it at load too.
+    let first = acquire(&mut c, "exp", "a", LONG_TTL);
     let mut e1 = queue(&server, &mut c, "exp", "e1", LONG_TTL, 0);
     let mut e2 = queue(&server, &mut c, "exp", "e2", LONG_TTL, 0);
     acquire(&mut c, "del", "a", LONG_TTL);
     let mut d1 = queue(&server, &mut c, "del", "d1", LONG_TTL, 0);
     let mut d2 = queue(&server, &mut c, "del", "d2", LONG_TTL, 2000);
-    let _: () = cmd!("CLIENT", "PAUSE", 1500, "WRITE")
+    let paused_at = Instant::now();
+    let () = redis::pipe()
+        .atomic()
+        .cmd("LOCK.RENEW")
+        .arg("exp")
+        .arg("a")
+        .arg(300)
+        .ignore()
+        .cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(4000)
+        .arg("WRITE")
+        .ignore()
         .query(&mut c)
         .unwrap();
     let mut deleter = Peer::connect(&server, "deleter");
@@ -465,7 +481,7 @@ fn replicaof_during_a_pause_with_deferred_hand_offs_then_no_one() {
         );
     }
     // The held-back DEL runs once the pause ends (or is refused): one answer either way.
-    let r = deleter.exactly_one(Duration::from_secs(5), Duration::from_millis(200));
+    let r = deleter.exactly_one(Duration::from_secs(8), Duration::from_millis(200));
     assert!(
         matches!(r, Reply::Int(_)) || is_error(&r, &["READONLY", "UNBLOCKED", "REDIRECT"]),
         "held-back DEL: {r:?}"
@@ -477,13 +493,16 @@ fn replicaof_during_a_pause_with_deferred_hand_offs_then_no_one() {
         "master_link_status"
     ) == "up"));
     settle_to_zero(&mut c, "master turned replica");
-    std::thread::sleep(Duration::from_millis(1200)); // past the pause and every retry
+    // Past the pause and every retry.
+    let past = (paused_at + Duration::from_millis(4200)).saturating_duration_since(Instant::now());
+    std::thread::sleep(past.max(Duration::from_millis(1200)));
     assert_idle(&mut c, "replica with dropped deferred work");
     // Promoted again: grants above everything it issued before, hand-offs work.
     let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut c).unwrap();
-    let t = acquire(&mut c, "exp", "z", 300);
+    let t = acquire(&mut c, "exp", "z", LONG_TTL);
     assert!(t > first);
     let mut w = queue(&server, &mut c, "exp", "w", LONG_TTL, 0);
+    let _: i64 = cmd!("LOCK.RENEW", "exp", "z", 300).query(&mut c).unwrap();
     assert!(w.token(SOON) > t);
     settle_to_zero(&mut c, "promoted again");
 }
@@ -805,16 +824,22 @@ fn busy_scripts_and_debug_sleep_delay_but_do_not_lose_hand_offs() {
     let _serial = serial();
     let server = Server::with_args(&["--busy-reply-threshold", "200"]);
     let mut c = connect(&server);
-    let t0 = acquire(&mut c, "exp", "a", 300);
+    // `exp` is held long until its waiter is queued; the script renews it to 300 ms, so that
+    // its lease ends inside the script however slow a loaded machine makes the steps before;
+    // `ht`'s 2 s timeout also ends inside the 4 s script (a 300 ms lease and a 400 ms timeout
+    // had to outlast three queued waiters and a connect, and the BUSY check had to come
+    // within 1.2 s).
+    let t0 = acquire(&mut c, "exp", "a", LONG_TTL);
     let mut ew = queue(&server, &mut c, "exp", "ew", LONG_TTL, 0);
     acquire(&mut c, "held", "a", LONG_TTL);
-    let mut ht = queue(&server, &mut c, "held", "ht", LONG_TTL, 400);
+    let mut ht = queue(&server, &mut c, "held", "ht", LONG_TTL, 2000);
     let mut hw = queue(&server, &mut c, "held", "hw", LONG_TTL, 0);
-    // A script that keeps the server busy for 1.2 s, after writing.
-    let busy = "redis.call('SET', 'x', '1') local t = redis.call('TIME') \
+    // A script that keeps the server busy for 4 s, after writing.
+    let busy = "redis.call('LOCK.RENEW', 'exp', 'a', 300) redis.call('SET', 'x', '1') \
+                local t = redis.call('TIME') \
                 local start = t[1] * 1000000 + t[2] \
                 while true do t = redis.call('TIME') \
-                if t[1] * 1000000 + t[2] - start > 1200000 then break end end \
+                if t[1] * 1000000 + t[2] - start > 4000000 then break end end \
                 return redis.call('LOCK.WAIT', 'held', 'script', 1000, 0)";
     let mut s = Peer::connect(&server, "script");
     s.send(&[b"EVAL", busy.as_bytes(), b"0"]);
@@ -858,10 +883,20 @@ fn busy_scripts_and_debug_sleep_delay_but_do_not_lose_hand_offs() {
     let _: () = cmd!("SCRIPT", "KILL").query(&mut c).expect("SCRIPT KILL");
     let r = s.exactly_one(SOON, Duration::from_millis(50));
     assert!(matches!(r, Reply::Error(_)), "killed script: {r:?}");
-    // DEBUG SLEEP while a lock with a waiter runs out.
-    acquire(&mut c, "exp2", "a", 200);
+    // DEBUG SLEEP while a lock with a waiter runs out (renewed to 200 ms in the same write as
+    // the sleep, once the waiter is queued).
+    acquire(&mut c, "exp2", "a", LONG_TTL);
     let mut w2 = queue(&server, &mut c, "exp2", "w2", LONG_TTL, 0);
-    let _: () = cmd!("DEBUG", "SLEEP", "0.6").query(&mut c).unwrap();
+    let _: (i64, ()) = redis::pipe()
+        .cmd("LOCK.RENEW")
+        .arg("exp2")
+        .arg("a")
+        .arg(200)
+        .cmd("DEBUG")
+        .arg("SLEEP")
+        .arg("0.6")
+        .query(&mut c)
+        .unwrap();
     assert!(w2.token(SOON) > th);
     let info = lock_info(&mut c, "held").expect("hw holds");
     assert_eq!((info.owner.as_slice(), info.token), (&b"hw"[..], th));

@@ -57,17 +57,35 @@ fn alive(server: &Server) {
 // aborted the server (`de != NULL` in setKey).
 // ---------------------------------------------------------------------------------------------
 
+/// `LOCK.RENEW key owner ttl` and `CLIENT PAUSE ms mode` in one `EXEC`: the lease ends `ttl` ms
+/// into the pause, however long a loaded machine makes the test's own steps before it (a lock
+/// acquired with a 200 ms ttl before the waiter queued and the pause began could end first).
+fn renew_and_pause(c: &mut Connection, key: &str, owner: &str, ttl: u64, ms: u64, mode: &str) {
+    let () = redis::pipe()
+        .atomic()
+        .cmd("LOCK.RENEW")
+        .arg(key)
+        .arg(owner)
+        .arg(ttl)
+        .ignore()
+        .cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(ms)
+        .arg(mode)
+        .ignore()
+        .query(c)
+        .expect("LOCK.RENEW and CLIENT PAUSE");
+}
+
 fn expiry_during_pause(mode: &str) {
     let server = Server::start();
     let mut c = connect(&server);
-    let holder = acquire(&mut c, "k", "a", 200);
+    let holder = acquire(&mut c, "k", "a", LONG_TTL);
     let mut w = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
     let paused_at = Instant::now();
-    let _: () = cmd!("CLIENT", "PAUSE", 1500, mode)
-        .query(&mut c)
-        .expect("CLIENT PAUSE");
+    renew_and_pause(&mut c, "k", "a", 200, 3000, mode);
     // The lock's TTL and its expiry timer run out inside the pause: nothing may be written.
-    if let Some(reply) = w.read_within(Duration::from_millis(1000)) {
+    if let Some(reply) = w.read_within(Duration::from_millis(1500)) {
         panic!("{mode} pause: waiter answered during the pause: {reply:?}");
     }
     alive(&server);
@@ -79,7 +97,7 @@ fn expiry_during_pause(mode: &str) {
     let token = w.read(Duration::from_secs(5)).token();
     assert!(token > holder as u64);
     assert!(
-        paused_at.elapsed() >= Duration::from_millis(1400),
+        paused_at.elapsed() >= Duration::from_millis(2900),
         "{mode} pause: granted after {:?}, before the pause ended",
         paused_at.elapsed()
     );
@@ -105,11 +123,9 @@ fn a_revoke_during_a_write_pause_waits_for_the_pause() {
     // write from a timer that must also wait for the pause.
     let server = Server::start();
     let mut c = connect(&server);
-    acquire(&mut c, "k", "a", 150);
+    acquire(&mut c, "k", "a", LONG_TTL);
     let w = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
-    let _: () = cmd!("CLIENT", "PAUSE", 1000, "WRITE")
-        .query(&mut c)
-        .expect("CLIENT PAUSE");
+    renew_and_pause(&mut c, "k", "a", 150, 2000, "WRITE");
     std::thread::sleep(Duration::from_millis(300));
     drop(w); // leaves during the pause
     std::thread::sleep(Duration::from_millis(300));
@@ -302,11 +318,23 @@ fn a_far_future_expiry_with_a_waiter_does_not_spin() {
     let mut c = connect(&server);
     // The waiter's expiry timer is armed at 300 ms; when it fires, it finds the lock moved far
     // out and re-arms there.
-    acquire(&mut c, "k", "a", 300);
+    // (Held long until the waiter is queued, then renewed to 300 ms in the EXEC that moves the
+    // expiry: a loaded machine cannot let the 300 ms pass first.)
+    acquire(&mut c, "k", "a", LONG_TTL);
     let mut w = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
-    let _: i64 = cmd!("PEXPIREAT", "k", 4_611_686_018_427_387_904_i64)
+    let () = redis::pipe()
+        .atomic()
+        .cmd("LOCK.RENEW")
+        .arg("k")
+        .arg("a")
+        .arg(300)
+        .ignore()
+        .cmd("PEXPIREAT")
+        .arg("k")
+        .arg(4_611_686_018_427_387_904_i64)
+        .ignore()
         .query(&mut c)
-        .expect("PEXPIREAT");
+        .expect("LOCK.RENEW and PEXPIREAT");
     std::thread::sleep(Duration::from_millis(400));
     assert_idle(&server, &mut c, "PEXPIREAT 2^62");
     // The timer still works: bring the expiry back and the waiter is served.
@@ -318,11 +346,25 @@ fn a_far_future_expiry_with_a_waiter_does_not_spin() {
 fn a_far_future_applied_lock_with_a_waiter_does_not_spin() {
     let server = Server::start();
     let mut c = connect(&server);
-    acquire(&mut c, "k", "a", 300);
+    acquire(&mut c, "k", "a", LONG_TTL);
     let _w = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
-    let _: () = cmd!("LOCK.APPLY", "k", "a", 5, 1, "PXAT", 1_i64 << 62)
+    let () = redis::pipe()
+        .atomic()
+        .cmd("LOCK.RENEW")
+        .arg("k")
+        .arg("a")
+        .arg(300)
+        .ignore()
+        .cmd("LOCK.APPLY")
+        .arg("k")
+        .arg("a")
+        .arg(5)
+        .arg(1)
+        .arg("PXAT")
+        .arg(1_i64 << 62)
+        .ignore()
         .query(&mut c)
-        .expect("LOCK.APPLY");
+        .expect("LOCK.RENEW and LOCK.APPLY");
     std::thread::sleep(Duration::from_millis(400));
     assert_idle(&server, &mut c, "LOCK.APPLY PXAT 2^62");
     assert_eq!(waiters(&mut c, "k"), 1);
