@@ -305,7 +305,11 @@ fn cluster_failover_with_waiters_and_an_expiring_lock_answers_every_waiter_once(
     let master = cluster.masters()[0];
     let key = cluster.key_on(master.port, "fo:");
     let mut m = master.conn();
-    let _: Option<i64> = cmd!("LOCK.ACQUIRE", &key, "a", 400).query(&mut m).unwrap();
+    // Held long until the five waiters are queued, then renewed to 400 ms (a 400 ms lease taken
+    // first could end before a loaded machine had queued them all).
+    let _: Option<i64> = cmd!("LOCK.ACQUIRE", &key, "a", 30_000)
+        .query(&mut m)
+        .unwrap();
     let mut waiters: Vec<Raw> = (0..5)
         .map(|i| {
             let mut w = Raw::connect(master);
@@ -316,6 +320,7 @@ fn cluster_failover_with_waiters_and_an_expiring_lock_answers_every_waiter_once(
     assert!(common::eventually(Duration::from_secs(5), || {
         common::lock_info(&mut master.conn(), &key).is_some_and(|i| i.waiters == 5)
     }));
+    let _: i64 = cmd!("LOCK.RENEW", &key, "a", 400).query(&mut m).unwrap();
     let _: i64 = cmd!("WAIT", 1, 2000).query(&mut m).unwrap();
     let replica = cluster.replica_of(&key);
     let mut r = replica.conn();

@@ -18,6 +18,8 @@ use redis::{Connection, Value};
 use relock_testkit::wait_out_ttl;
 
 const SOON: Duration = Duration::from_secs(3);
+/// How long a waiter may wait for a lock of a few seconds' TTL to expire and pass to it.
+const EXPIRY_WITHIN: Duration = Duration::from_secs(10);
 const LONG_TTL: i64 = 100_000;
 
 fn alive(server: &Server, what: &str) {
@@ -256,7 +258,7 @@ fn scripts_that_delete_expire_and_lock_a_queued_key() {
     .query(&mut c)
     .expect("EVAL");
     assert_eq!(v, vec![Some(0), None]);
-    let td = d.read(SOON).token();
+    let td = d.read(EXPIRY_WITHIN).token();
     let te = e.read(SOON).token();
     assert!(tb < td && td < te, "{tb} {td} {te}");
     assert_eq!(owner_of(&mut c, "k"), Some(("e".into(), te as i64)));
@@ -328,24 +330,25 @@ fn restore_and_copy_over_a_queued_key() {
     let dump: Vec<u8> = cmd!("DUMP", "src").query(&mut c).expect("DUMP");
     acquire(&mut c, "k", "a", LONG_TTL);
     let mut b = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
-    // RESTORE REPLACE with an 800 ms TTL: another lock, still held; the waiter is served at its
-    // expiry.
-    let _: () = cmd!("RESTORE", "k", 800, dump.as_slice(), "REPLACE")
+    // RESTORE REPLACE with a 3 s TTL: another lock, still held; the waiter is served at its
+    // expiry. (The TTLs here are seconds, not hundreds of ms: the steps that must come before
+    // them took longer than that on a loaded machine.)
+    let _: () = cmd!("RESTORE", "k", 3000, dump.as_slice(), "REPLACE")
         .query(&mut c)
         .expect("RESTORE");
     b.assert_silent("RESTORE brought a held lock");
     assert_eq!(waiters(&mut c, "k"), 1);
     let started = Instant::now();
-    let tb = b.read(SOON).token();
-    assert!(started.elapsed() < Duration::from_secs(2));
+    let tb = b.read(EXPIRY_WITHIN).token();
+    assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(owner_of(&mut c, "k"), Some(("b".into(), tb as i64)));
-    // COPY REPLACE of a lock with a 200 ms TTL onto the held key.
+    // COPY REPLACE of a lock with a 2 s TTL onto the held key.
     let mut d = queue(&server, &mut c, "k", "d", LONG_TTL as u64);
-    let _: i64 = cmd!("PEXPIRE", "src", 200).query(&mut c).unwrap();
+    let _: i64 = cmd!("PEXPIRE", "src", 2000).query(&mut c).unwrap();
     let copied: i64 = cmd!("COPY", "src", "k", "REPLACE").query(&mut c).unwrap();
     assert_eq!(copied, 1);
     assert_eq!(owner_of(&mut c, "k").map(|o| o.0), Some("o".into()));
-    let td = d.read(SOON).token();
+    let td = d.read(EXPIRY_WITHIN).token();
     assert!(td > tb);
     // RESTORE of a string over a queued key: WRONGTYPE.
     let mut e = queue(&server, &mut c, "k", "e", LONG_TTL as u64);
@@ -377,24 +380,24 @@ fn rename_between_two_queued_keys_and_swapdb_of_two_held_locks() {
     w2.assert_silent("k2 now holds a's lock");
     assert_eq!(owner_of(&mut c, "k2"), Some(("a".into(), t1)));
     // And back: k2 (a's lock) onto k1 (w1's lock, no queue); k2's waiter is served.
-    let _: i64 = cmd!("PEXPIRE", "k2", 150).query(&mut c).unwrap();
+    let _: i64 = cmd!("PEXPIRE", "k2", 3000).query(&mut c).unwrap();
     let _: () = cmd!("RENAME", "k2", "k1").query(&mut c).unwrap();
     let g2 = w2.read(SOON).token();
     assert!(g2 > g1);
     assert_eq!(owner_of(&mut c, "k2"), Some(("w2".into(), g2 as i64)));
     assert_eq!(owner_of(&mut c, "k1"), Some(("a".into(), t1)));
 
-    // SWAPDB of two held locks: db 0's waiter now waits for db 1's former lock (300 ms).
+    // SWAPDB of two held locks: db 0's waiter now waits for db 1's former lock (3 s).
     let _: () = cmd!("SELECT", 1).query(&mut c).unwrap();
-    acquire(&mut c, "s", "db1", 300);
+    acquire(&mut c, "s", "db1", 3000);
     let _: () = cmd!("SELECT", 0).query(&mut c).unwrap();
     acquire(&mut c, "s", "db0", LONG_TTL);
     let mut w = queue(&server, &mut c, "s", "w", LONG_TTL as u64);
     let _: () = cmd!("SWAPDB", 0, 1).query(&mut c).unwrap();
     assert_eq!(owner_of(&mut c, "s").map(|o| o.0), Some("db1".into()));
     let started = Instant::now();
-    let gw = w.read(SOON).token();
-    assert!(gw > g2 && started.elapsed() < Duration::from_secs(2));
+    let gw = w.read(EXPIRY_WITHIN).token();
+    assert!(gw > g2 && started.elapsed() < Duration::from_secs(5));
     let _: () = cmd!("SELECT", 1).query(&mut c).unwrap();
     assert_eq!(owner_of(&mut c, "s").map(|o| o.0), Some("db0".into()));
     let _: () = cmd!("SELECT", 0).query(&mut c).unwrap();

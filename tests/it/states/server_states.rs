@@ -647,11 +647,14 @@ fn a_waiter_whose_command_permission_is_revoked_is_not_granted() {
     let _: () = cmd!("ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all")
         .query(&mut c)
         .unwrap();
-    acquire(&mut c, "k", "a", 300);
+    // Held long until the waiter waits and its permission is gone, then renewed to 300 ms: a
+    // loaded machine cannot let the lease end (and grant the waiter) before the revocation.
+    acquire(&mut c, "k", "a", LONG_TTL);
     let mut w = authed_waiter(&server, &mut c, "k", "b");
     let _: () = cmd!("ACL", "SETUSER", "app", "-lock.wait")
         .query(&mut c)
         .unwrap();
+    let _: i64 = cmd!("LOCK.RENEW", "k", "a", 300).query(&mut c).unwrap();
     // Served by the expiry path this time (a timer, not a command).
     expect_noperm(&mut w, "command revoked");
     assert!(eventually(SOON, || lock_info(&mut c, "k").is_none()));
