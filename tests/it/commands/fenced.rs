@@ -874,7 +874,9 @@ fn a_readonly_replica_redirects_to_the_master_and_runs_nothing() {
 
 #[test]
 fn a_script_checks_at_its_frozen_command_time_on_7_2() {
-    let server = Server::start();
+    // A busy script lets the server's cached time move after busy-reply-threshold (5 s by
+    // default), and on a loaded machine the spin below took that long: 60 s keeps it frozen.
+    let server = Server::with_args(&["--busy-reply-threshold", "60000"]);
     let mut c = server.conn();
     // Asked before the acquire, and a lease of 600 ms: the EVAL must start inside the lease,
     // and a 150 ms one could end first on a loaded machine.
@@ -887,8 +889,8 @@ fn a_script_checks_at_its_frozen_command_time_on_7_2() {
         .arg("SHARED")
         .query(&mut c)
         .unwrap();
-    // The script outlives the shared lease (800 ms of the server's CPU, well under the 5 s
-    // after which a busy script lets the server's cached time move) before its LOCK.FENCED.
+    // The script outlives the shared lease (800 ms of the server's CPU, under the 60 s after
+    // which a busy script would let the server's cached time move) before its LOCK.FENCED.
     // os.clock (7.2+): the server's CPU time, since TIME and key expiry are frozen in a 7.2+
     // script; 7.0 has no os.clock, and its TIME is the clock's.
     let wait = if on_7_0 {
