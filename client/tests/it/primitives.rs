@@ -267,7 +267,9 @@ async fn wait_all_waits_for_each_key_in_order_and_renews_what_it_holds() {
     let relock = client(&[&server]);
     // b is held by someone else: the group waits for it, holding a meanwhile.
     let b = relock.acquire("b", TTL).await.expect("b");
-    let ttl = Duration::from_millis(600);
+    // 2 s (renewed every 667 ms): a 600 ms ttl lost a on a loaded machine when one renewal
+    // came 400 ms late.
+    let ttl = Duration::from_secs(2);
     let waiting = {
         let relock = relock.clone();
         tokio::spawn(async move { relock.wait_all(&["c", "b", "a"], ttl, Some(WITHIN)).await })

@@ -76,7 +76,9 @@ fn grace_a_downgrade_grants_no_reader_before_the_grace_ends() {
     let replica = Server::with_args(&["--relock.restart-grace-ms", "3000"]);
     attach_replica(&master, &replica);
     let mut m = master.conn();
-    let token = acquire(&mut m, "k", "owner", 3000);
+    // A 10 s lease: the owner's downgrade below must come while it holds the lease, after
+    // the master's end and the promotion (a 3 s one could run out first on a loaded machine).
+    let token = acquire(&mut m, "k", "owner", 10_000);
     wait_replica(&mut m);
     drop(master);
     let mut r = replica.conn();
