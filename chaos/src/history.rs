@@ -5,16 +5,24 @@
 //!   t1; the worker may act as the holder until valid_end, 0 = never);
 //! - `S id seq`: the hold was not used (its validity was over before the work began);
 //! - `W id seq tw accepted`: the hold's fenced write, sent at tw;
+//! - `V id seq valid_end`: a renewal moved the hold's validity to valid_end (a kept-alive hold:
+//!   a leader's term);
+//! - `L id seq t_lost valid_end`: the client signalled the hold lost at t_lost, when its
+//!   validity was valid_end; the worker stops acting as the holder then (its `R` follows);
 //! - `R id seq tr`: the worker stopped acting as the holder at tr (and then released);
-//! - `X id message`: an error (a refused connection while a server is down, ...).
+//! - `X id message`: an error (a refused connection while a server is down, ...);
+//! - `F id seq token t_inv t_ret ok|fenced|unknown`, `Q id seq t_inv t_ret value`: a holder's
+//!   write and read of the fenced register, checked by `register.rs`, not here.
 //!
 //! The checker verifies:
 //! 1. mutual exclusion: no two holds *used within their validity* overlap in real time, where a
 //!    hold's interval is `[t1, min(tr, valid_end)]` (a killed worker's is `[t1, valid_end]`);
+//!    for a semaphore of `limit` permits, no more than `limit` of them at once;
 //! 2. token order: a hold granted (reply received) before another was requested has the smaller
-//!    token;
+//!    token, and no two grants share a token (one leader per term);
 //! 3. fencing: replaying the store's log, every write was accepted iff its token was above every
-//!    token accepted before it, so every stale write was rejected.
+//!    token accepted before it, so every stale write was rejected;
+//! 4. loss in time: every loss was signalled no later than the validity it ended.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -33,6 +41,8 @@ pub struct Hold {
     /// `(tw, accepted)` of its write.
     pub write: Option<(u64, bool)>,
     pub released: Option<u64>,
+    /// `(t_lost, valid_end)` when the client signalled the hold lost.
+    pub lost: Option<(u64, u64)>,
 }
 
 impl Hold {
@@ -89,6 +99,16 @@ pub fn parse(lines: &[String]) -> (Vec<Hold>, usize) {
                     h.released = Some(num(3));
                 }
             }
+            Some("V") => {
+                if let Some(h) = holds.get_mut(&key) {
+                    h.valid_end = h.valid_end.max(num(3));
+                }
+            }
+            Some("L") => {
+                if let Some(h) = holds.get_mut(&key) {
+                    h.lost = Some((num(3), num(4)));
+                }
+            }
             Some("X") => errors += 1,
             _ => {}
         }
@@ -102,10 +122,18 @@ pub struct Verdict {
     pub holds: usize,
     /// Holds used within their validity.
     pub used: usize,
-    /// Pairs of such holds whose intervals overlap.
+    /// Such holds that began while `limit` others (1 for a lock) were still in use.
     pub violations: usize,
+    /// The most such holds in use at once.
+    pub max_concurrent: usize,
+    /// Losses the clients signalled, and those signalled after the validity they ended.
+    pub losses: usize,
+    pub late_losses: usize,
     /// Holds whose token is not above that of a hold granted before it was requested.
     pub backwards: usize,
+    /// Holds whose token another hold was granted too (one leader per term, one token per
+    /// grant).
+    pub duplicates: usize,
     pub writes: usize,
     pub accepted: usize,
     /// Writes whose token was not above the highest accepted before (all must be rejected).
@@ -121,24 +149,37 @@ pub struct Verdict {
     pub unreported: usize,
 }
 
-pub fn check(holds: &[Hold], log: &[Attempt]) -> Verdict {
+/// Checks a run's holds (`limit` holders allowed at once: 1 for a lock) and the store's log.
+pub fn check(holds: &[Hold], log: &[Attempt], limit: usize) -> Verdict {
     let mut v = Verdict {
         holds: holds.len(),
         ..Verdict::default()
     };
 
-    // 1. Mutual exclusion among holds used within their validity.
+    // 1. Mutual exclusion among holds used within their validity: sweep the starts in order,
+    // with the ends of the holds in use in a min-heap (an end at a start's instant is over).
     let mut used: Vec<&Hold> = holds.iter().filter(|h| h.used_in_validity()).collect();
     used.sort_by_key(|h| h.t1);
     v.used = used.len();
-    for (i, a) in used.iter().enumerate() {
-        for b in &used[i + 1..] {
-            // Sorted by start: b starts at or after a; they overlap if b starts before a ends.
-            if b.t1 < a.end() {
-                v.violations += 1;
-            }
+    let mut in_use = std::collections::BinaryHeap::new();
+    for h in &used {
+        while in_use
+            .peek()
+            .is_some_and(|std::cmp::Reverse(end)| *end <= h.t1)
+        {
+            in_use.pop();
         }
+        if in_use.len() >= limit {
+            v.violations += 1;
+        }
+        in_use.push(std::cmp::Reverse(h.end()));
+        v.max_concurrent = v.max_concurrent.max(in_use.len());
     }
+    v.losses = holds.iter().filter(|h| h.lost.is_some()).count();
+    v.late_losses = holds
+        .iter()
+        .filter(|h| h.lost.is_some_and(|(t, end)| t > end))
+        .count();
 
     // 2. Tokens increase in grant order: for B, every hold whose reply came before B's request.
     let mut by_reply: Vec<&Hold> = holds.iter().collect();
@@ -155,6 +196,12 @@ pub fn check(holds: &[Hold], log: &[Attempt]) -> Verdict {
             v.backwards += 1;
         }
     }
+
+    let mut seen: HashMap<u64, usize> = HashMap::new();
+    for h in holds {
+        *seen.entry(h.token).or_default() += 1;
+    }
+    v.duplicates = seen.values().filter(|n| **n > 1).map(|n| n - 1).sum();
 
     // 3. Fencing: replay the store's decisions.
     let mut top = 0u64;
@@ -232,7 +279,7 @@ mod tests {
             ("killed holder keeps its validity", vec![Hold { worker: 1, token: 1, t1: 1, valid_end: 50, ..Hold::default() }, hold(2, 20, 2, 7, 100, Some(8))], 1, 0),
         ];
         for (name, holds, violations, backwards) in rows {
-            let v = check(&holds, &[]);
+            let v = check(&holds, &[], 1);
             assert_eq!(
                 (v.violations, v.backwards),
                 (violations, backwards),
@@ -242,15 +289,63 @@ mod tests {
     }
 
     #[test]
+    fn a_semaphore_allows_limit_holders_at_once() {
+        let three = vec![
+            hold(1, 10, 0, 1, 100, Some(50)),
+            hold(2, 20, 0, 2, 100, Some(50)),
+            hold(3, 30, 0, 3, 100, Some(50)),
+        ];
+        let v = check(&three, &[], 3);
+        assert_eq!((v.violations, v.max_concurrent), (0, 3));
+        let v = check(&three, &[], 2);
+        assert_eq!((v.violations, v.max_concurrent), (1, 3));
+        // A hold that begins as another ends is not concurrent with it.
+        let touching = vec![
+            hold(1, 10, 0, 1, 100, Some(5)),
+            hold(2, 20, 2, 6, 100, Some(8)),
+        ];
+        assert_eq!(check(&touching, &[], 1).violations, 0);
+    }
+
+    #[test]
+    fn renewals_extend_a_hold_and_a_late_loss_is_counted() {
+        let lines: Vec<String> = [
+            "G\t1\t1\tw1\t100\t10\t20\t500",
+            "V\t1\t1\t900",
+            "W\t1\t1\t700\t1",
+            "L\t1\t1\t950\t900",
+            "R\t1\t1\t960",
+            "G\t2\t1\tw2\t200\t800\t820\t1500",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let (holds, _) = parse(&lines);
+        assert_eq!(holds[0].valid_end, 900);
+        assert_eq!(check(&holds, &[], 1).duplicates, 0);
+        let twice = vec![
+            holds[0].clone(),
+            Hold {
+                seq: 2,
+                ..holds[0].clone()
+            },
+        ];
+        assert_eq!(check(&twice, &[], 1).duplicates, 1);
+        assert!(holds[0].used_in_validity(), "written at 700, valid to 900");
+        let v = check(&holds, &[], 1);
+        assert_eq!((v.violations, v.late_losses), (1, 1), "{v:?}");
+    }
+
+    #[test]
     fn replay_of_the_store() {
         let a = |token, accepted| Attempt {
             token,
             hold: "x:1".into(),
             accepted,
         };
-        let v = check(&[], &[a(5, true), a(3, false), a(5, false), a(7, true)]);
+        let v = check(&[], &[a(5, true), a(3, false), a(5, false), a(7, true)], 1);
         assert_eq!((v.stale, v.stale_rejected, v.store_errors), (2, 2, 0));
-        let v = check(&[], &[a(5, true), a(3, true)]);
+        let v = check(&[], &[a(5, true), a(3, true)], 1);
         assert_eq!(v.store_errors, 1);
     }
 

@@ -3,12 +3,16 @@
 //! checker then verifies mutual exclusion, token order and fencing (see `history.rs`).
 //!
 //! ```text
-//! relock-chaos [--short] [--out DIR] [--only NAME,NAME...]
+//! relock-chaos [--short] [--out DIR] [--only NAME,NAME...] [--net-ms MS]
 //! ```
 //! prints a table and writes `DIR/results.md` (default `target/chaos`); exits 1 if a scenario
 //! missed what relock claims for it. `relock-chaos worker ...` is the worker process itself.
 
+mod delay;
 mod history;
+mod net;
+mod netscenarios;
+mod register;
 mod run;
 mod scenarios;
 mod store;
@@ -35,7 +39,20 @@ fn main() {
         }
         return;
     }
+    if args.first().map(String::as_str) == Some("sweep") {
+        // What a killed run left: its namespaces, links and bridge (every run does this first).
+        println!(
+            "removed {} test host(s) of runs that are gone",
+            net::sweep()
+        );
+        return;
+    }
+    if args.first().map(String::as_str) == Some("delay") {
+        std::process::exit(delay::main(&args[1..]));
+    }
+    net::install_cleanup_on_signals();
     let mut short = false;
+    let mut net_ms: Option<u64> = None;
     let mut out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/chaos");
     let mut only: Option<Vec<String>> = None;
     let mut it = args.into_iter();
@@ -43,19 +60,23 @@ fn main() {
         match arg.as_str() {
             "--short" => short = true,
             "--out" => out = it.next().map(PathBuf::from).unwrap_or(out),
+            "--net-ms" => net_ms = it.next().and_then(|v| v.parse().ok()),
             "--only" => {
                 only = it
                     .next()
                     .map(|s| s.split(',').map(str::to_string).collect())
             }
             _ => {
-                eprintln!("usage: relock-chaos [--short] [--out DIR] [--only NAME,NAME...]");
+                eprintln!(
+                    "usage: relock-chaos [--short] [--out DIR] [--only NAME,NAME...] [--net-ms MS]"
+                );
                 std::process::exit(2);
             }
         }
     }
     let length = Length {
         run_ms: if short { 2_500 } else { 45_000 },
+        net_ms: net_ms.unwrap_or(if short { 8_000 } else { 60_000 }),
     };
     let seed = std::env::var("RELOCK_CHAOS_SEED")
         .ok()
@@ -69,8 +90,27 @@ fn main() {
     );
     let started = Instant::now();
     let mut outcomes = Vec::new();
-    for (name, scenario) in scenarios::ALL {
+    let mut skipped = Vec::new();
+    // The network scenarios need root and nftables: without them they are listed as skipped.
+    let net = net::available();
+    if net.is_ok() {
+        let swept = net::sweep();
+        if swept > 0 {
+            println!("removed {swept} test host(s) left by runs that are gone");
+        }
+    }
+    let chosen = scenarios::ALL.iter().chain(
+        netscenarios::ALL
+            .iter()
+            .filter(|(name, _)| !short || netscenarios::SHORT.contains(name)),
+    );
+    for (name, scenario) in chosen {
         if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == name)) {
+            continue;
+        }
+        if let (true, Err(why)) = (name.starts_with("net-"), &net) {
+            println!("  {name}: skipped ({why})");
+            skipped.push(format!("{name} ({why})"));
             continue;
         }
         let t = Instant::now();
@@ -83,13 +123,18 @@ fn main() {
         );
         outcomes.push(outcome);
     }
-    let table = table(&outcomes);
+    let mut table = table(&outcomes);
+    if !skipped.is_empty() {
+        table.push_str(&format!("\nSkipped: {}.\n", skipped.join(", ")));
+    }
     println!("\n{table}");
     let report = format!(
-        "# relock chaos results\n\n{} run, {} ms per scenario, nemesis seed {seed}, {:.0} s in all.\n\n{table}\n{LEGEND}",
+        "# relock chaos results\n\n{} run, {} ms per process scenario and {} ms per network scenario, nemesis seed {seed}, {:.0} s in all; {}.\n\n{table}\n{LEGEND}",
         if short { "Short" } else { "Full" },
         length.run_ms,
-        started.elapsed().as_secs_f64()
+        length.net_ms,
+        started.elapsed().as_secs_f64(),
+        machine(),
     );
     let _ = std::fs::create_dir_all(&out);
     let path = out.join("results.md");
@@ -105,16 +150,36 @@ fn main() {
     }
 }
 
+/// The machine a report was made on: cores, kernel, date.
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let date = std::process::Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d %H:%M UTC")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    format!("{cores} cores, Linux {}, {date}", kernel.trim())
+}
+
 const LEGEND: &str = "\
 - *holds*: grants recorded; *used*: holds whose fenced write was made within their validity
   (or whose worker died holding, counted as used for its whole validity).
-- *violations*: pairs of used holds whose intervals `[grant reply, min(release, validity end)]`
-  overlap in real time.
+- *violations*: used holds that began while another used hold's interval `[grant reply,
+  min(release, validity end)]` was still open (for a semaphore of n permits: while n were);
+  *most at once*: the most used holds open at one instant.
+- *losses (late)*: holds the client signalled lost (a leader's guard), and how many of those
+  signals came after the validity they ended.
 - *backwards*: holds whose token is not above every token granted (reply received) before
-  they were requested.
+  they were requested, plus grants that repeat another's token (two leaders of one term).
 - *stale rejected*: writes whose token was not above the highest accepted so far, and how many
-  of them the fenced store rejected; *late*: writes made after the hold's validity (a paused
+  of them the fenced store rejected (a semaphore's holders overlap by design, so theirs are
+  stale whenever a later holder wrote first); *late*: writes made after the hold's validity (a paused
   holder resuming), and how many were rejected.
+- *register ops (violations)*: writes and reads of the fenced register (`LOCK.FENCED ... SET`
+  / `GET`, plus one read at the end), and the operations that break linearizability with
+  writes in token order (`register.rs`): a stale read, a lost acknowledged write...
 - *claim*: `safe` = relock claims mutual exclusion here, violations must be 0;
   `not claimed` = violations are reported, but tokens must never go backwards and the fenced
   store must reject every stale write.
@@ -122,13 +187,13 @@ const LEGEND: &str = "\
 
 fn table(outcomes: &[Outcome]) -> String {
     let mut s = String::from(
-        "| scenario | claim | faults | holds | used | violations | backwards | writes (accepted) | stale rejected | late (rejected) | errors seen | verdict |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| scenario | claim | faults | holds | used | violations | most at once | losses (late) | backwards | writes (accepted) | stale rejected | late (rejected) | register ops (violations) | errors seen | verdict |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for o in outcomes {
         let v = &o.verdict;
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} ({}) | {}/{} | {} ({}) | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {}/{} | {} ({}) | {} | {} | {} |\n",
             o.name,
             match o.claim {
                 Claim::Safe => "safe",
@@ -138,13 +203,21 @@ fn table(outcomes: &[Outcome]) -> String {
             v.holds,
             v.used,
             v.violations,
-            v.backwards,
+            v.max_concurrent,
+            v.losses,
+            v.late_losses,
+            v.backwards + v.duplicates,
             v.writes,
             v.accepted,
             v.stale_rejected,
             v.stale,
             v.late,
             v.late_rejected,
+            o.register.as_ref().map_or("-".to_string(), |r| format!(
+                "{} ({})",
+                r.writes + r.reads,
+                r.violations
+            )),
             o.errors,
             o.verdict_text(),
         ));

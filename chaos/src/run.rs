@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::Server;
 use crate::history::{self, Verdict};
+use crate::net::Host;
+use crate::register::{self, RegisterVerdict};
 use crate::store::FencedStore;
 use crate::worker::{now_us, Mode, WorkerArgs};
 
@@ -35,6 +37,8 @@ pub struct Outcome {
     /// fenced store must have been put to use, not just never asked.
     pub expects_late_writes: bool,
     pub verdict: Verdict,
+    /// The fenced register's check, when the run's holders wrote it.
+    pub register: Option<RegisterVerdict>,
     pub errors: usize,
 }
 
@@ -61,15 +65,28 @@ impl Outcome {
     /// Whether the scenario met what relock claims for it.
     pub fn passed(&self) -> bool {
         let v = &self.verdict;
-        let fencing = v.backwards == 0 && v.store_errors == 0 && v.stale == v.stale_rejected;
+        let fencing = v.backwards == 0
+            && v.duplicates == 0
+            && v.store_errors == 0
+            && v.stale == v.stale_rejected;
+        let losses_in_time = v.late_losses == 0;
         let live = v.holds > 0 && v.accepted > 0;
         let exercised = self.injected > 0 && (!self.expects_late_writes || v.late > 0);
         if !exercised {
             return false;
         }
+        let register_live = self.register.as_ref().is_none_or(|r| r.writes > 0);
+        let linearizable = self.register.as_ref().is_none_or(|r| r.violations == 0);
         match self.claim {
-            Claim::Safe => fencing && live && v.violations == 0,
-            Claim::NotClaimed => fencing && live,
+            Claim::Safe => {
+                fencing
+                    && live
+                    && register_live
+                    && linearizable
+                    && losses_in_time
+                    && v.violations == 0
+            }
+            Claim::NotClaimed => fencing && live && register_live,
         }
     }
 }
@@ -86,10 +103,18 @@ pub struct Run {
     pub ttl_ms: u64,
     deadline: Instant,
     store_server: Server,
+    /// The store's URL as the workers reach it (over the bridge when they run in test hosts).
+    store_url: String,
     dir: tempfile::TempDir,
     urls_file: PathBuf,
     wait_replicas: u32,
+    /// Holders also write and read the fenced register (`LOCK.FENCED ... SET/GET chaos:reg`).
+    register: bool,
+    /// How many holders the key allows at once (a semaphore's limit; 1 for a lock).
+    limit: usize,
     procs: HashMap<u32, Child>,
+    /// The test host of each worker started in one, by worker id.
+    hosts: HashMap<u32, usize>,
     next_id: u32,
     lines: Arc<Mutex<Vec<(u64, String)>>>,
     phase: Arc<Mutex<HashMap<u32, Phase>>>,
@@ -99,6 +124,42 @@ pub struct Run {
 impl Run {
     /// A run of `run_ms` against the servers in `urls`.
     pub fn new(name: &'static str, urls: &[String], ttl_ms: u64, run_ms: u64) -> Run {
+        Run::with_store(name, urls, ttl_ms, run_ms, None)
+    }
+
+    /// A run whose workers live in test hosts: the store listens on the bridge address
+    /// `gateway` too, which no fault cuts.
+    pub fn on_net(
+        name: &'static str,
+        gateway: std::net::Ipv4Addr,
+        urls: &[String],
+        ttl_ms: u64,
+        run_ms: u64,
+    ) -> Run {
+        Run::with_store(name, urls, ttl_ms, run_ms, Some(gateway))
+    }
+
+    fn with_store(
+        name: &'static str,
+        urls: &[String],
+        ttl_ms: u64,
+        run_ms: u64,
+        gateway: Option<std::net::Ipv4Addr>,
+    ) -> Run {
+        let store_server = match gateway {
+            Some(gw) => Server::without_module(&[
+                "--bind",
+                "127.0.0.1",
+                &gw.to_string(),
+                "--protected-mode",
+                "no",
+            ]),
+            None => Server::without_module(&[]),
+        };
+        let store_url = match gateway {
+            Some(gw) => format!("redis://{gw}:{}/", store_server.port),
+            None => store_server.url(),
+        };
         let dir = tempfile::Builder::new()
             .prefix("relock-chaos-")
             .tempdir()
@@ -108,11 +169,15 @@ impl Run {
             name,
             ttl_ms,
             deadline: Instant::now() + Duration::from_millis(run_ms),
-            store_server: Server::without_module(&[]),
+            store_server,
+            store_url,
             dir,
             urls_file,
             wait_replicas: 0,
+            register: false,
+            limit: 1,
             procs: HashMap::new(),
+            hosts: HashMap::new(),
             next_id: 1,
             lines: Arc::default(),
             phase: Arc::default(),
@@ -125,6 +190,19 @@ impl Run {
     /// Workers of this run use a hold only after `WAIT n` confirmed it.
     pub fn wait_replicas(mut self, n: u32) -> Run {
         self.wait_replicas = n;
+        self
+    }
+
+    /// Holders of this run also write and read the fenced register through `LOCK.FENCED`,
+    /// and the run checks its history for linearizability (see `register.rs`).
+    pub fn with_register(mut self) -> Run {
+        self.register = true;
+        self
+    }
+
+    /// The key is a semaphore of `limit` permits (workers in `Mode::Shared(limit)`).
+    pub fn limit(mut self, limit: usize) -> Run {
+        self.limit = limit;
         self
     }
 
@@ -148,6 +226,15 @@ impl Run {
 
     /// Starts a worker process; its lifetime ends with the run.
     pub fn spawn(&mut self, mode: Mode) -> u32 {
+        self.spawn_in(None, mode)
+    }
+
+    /// Starts a worker process in test host `host`.
+    pub fn spawn_on(&mut self, host: &Host, mode: Mode) -> u32 {
+        self.spawn_in(Some(host), mode)
+    }
+
+    fn spawn_in(&mut self, host: Option<&Host>, mode: Mode) -> u32 {
         let id = self.next_id;
         self.next_id += 1;
         let left = self.deadline.saturating_duration_since(Instant::now());
@@ -155,14 +242,19 @@ impl Run {
             id,
             mode,
             urls_file: self.urls_file.display().to_string(),
-            store: self.store_server.url(),
+            store: self.store_url.clone(),
             key: "chaos:lock".into(),
             ttl_ms: self.ttl_ms,
             run_ms: u64::try_from(left.as_millis()).unwrap_or(0),
             wait_replicas: self.wait_replicas,
+            register: self.register,
         };
         let exe = std::env::current_exe().expect("current exe");
-        let mut child = Command::new(exe)
+        let mut cmd = match host {
+            Some(h) => h.command(exe),
+            None => Command::new(exe),
+        };
+        let mut child = cmd
             .args(args.to_args())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -189,7 +281,15 @@ impl Run {
             }
         }));
         self.procs.insert(id, child);
+        if let Some(h) = host {
+            self.hosts.insert(id, h.index);
+        }
         id
+    }
+
+    /// The index of the test host worker `id` runs in.
+    pub fn host_of(&self, id: u32) -> Option<usize> {
+        self.hosts.get(&id).copied()
     }
 
     fn pick(&self, wanted: Phase) -> Option<u32> {
@@ -295,7 +395,28 @@ impl Run {
         let log = FencedStore::connect(&self.store_server.url())
             .and_then(|mut s| s.log())
             .unwrap_or_default();
-        let verdict = history::check(&holds, &log);
+        let verdict = history::check(&holds, &log, self.limit);
+        let register = self.register.then(|| {
+            let mut ops = register_ops(&lines);
+            // The register as the run leaves it: a read after every operation returned.
+            let invoked_us = now_us();
+            let last = std::fs::read_to_string(&self.urls_file).unwrap_or_default();
+            let last = last.lines().next().unwrap_or_default().to_string();
+            let value: redis::RedisResult<Option<u64>> = redis::Client::open(last.as_str())
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)))
+                .and_then(|mut c| {
+                    c.set_read_timeout(Some(Duration::from_secs(5)))?;
+                    redis::cmd("GET").arg(REGISTER_KEY).query(&mut c)
+                });
+            if let Ok(value) = value {
+                ops.push(register::Op::Read {
+                    value: value.unwrap_or(0),
+                    invoked_us,
+                    returned_us: now_us(),
+                });
+            }
+            register::check(&ops)
+        });
         Outcome {
             name: self.name,
             claim,
@@ -303,9 +424,46 @@ impl Run {
             faults,
             expects_late_writes: false,
             verdict,
+            register,
             errors,
         }
     }
+}
+
+/// The register's key (on the lock server, beside the lock).
+pub const REGISTER_KEY: &str = "chaos:reg";
+
+/// The fenced register's operations from the workers' lines (see `history.rs`): `F id seq
+/// token t_inv t_ret ok|fenced|unknown` and `Q id seq t_inv t_ret value`. Refused writes had no
+/// effect and are left out.
+fn register_ops(lines: &[String]) -> Vec<register::Op> {
+    let mut ops = Vec::new();
+    for line in lines {
+        let f: Vec<&str> = line.split('\t').collect();
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        match (f.first().copied(), f.len()) {
+            (Some("F"), 7) => match f[6] {
+                "ok" => ops.push(register::Op::Write {
+                    token: num(3),
+                    invoked_us: num(4),
+                    returned_us: Some(num(5)),
+                }),
+                "unknown" => ops.push(register::Op::Write {
+                    token: num(3),
+                    invoked_us: num(4),
+                    returned_us: None,
+                }),
+                _ => {}
+            },
+            (Some("Q"), 6) => ops.push(register::Op::Read {
+                value: num(5),
+                invoked_us: num(3),
+                returned_us: num(4),
+            }),
+            _ => {}
+        }
+    }
+    ops
 }
 
 impl Drop for Run {
@@ -328,6 +486,7 @@ mod tests {
             injected,
             faults: String::new(),
             expects_late_writes,
+            register: None,
             verdict: Verdict {
                 holds: 10,
                 used: 10,

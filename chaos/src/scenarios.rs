@@ -10,6 +10,8 @@ use crate::worker::{now_us, Mode};
 #[derive(Debug, Clone, Copy)]
 pub struct Length {
     pub run_ms: u64,
+    /// Of a network scenario (`netscenarios.rs`): longer, as its faults last seconds.
+    pub net_ms: u64,
 }
 
 /// Lock lifetime of the single-server scenarios.

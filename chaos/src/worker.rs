@@ -34,6 +34,11 @@ pub enum Mode {
     Wait,
     /// relock-client's `acquire_wait` over every URL (one URL: plain; several: Redlock).
     Client,
+    /// Raw `LOCK.WAIT ... SHARED LIMIT n`: one of at most n holders of a semaphore.
+    Shared(u32),
+    /// relock-client's `campaign` (one master): leads for 1-4 ttl, kept alive by its guard,
+    /// and stops the moment the guard signals the term lost.
+    Elect,
 }
 
 /// A worker's settings (its command line).
@@ -50,6 +55,9 @@ pub struct WorkerArgs {
     pub run_ms: u64,
     /// With `Mode::Wait`: use a hold only after `WAIT <n>` confirmed it on n replicas.
     pub wait_replicas: u32,
+    /// With `Mode::Wait`: after its store write, a holder writes its token to the fenced
+    /// register and reads it back, both through `LOCK.FENCED`.
+    pub register: bool,
 }
 
 impl WorkerArgs {
@@ -60,6 +68,8 @@ impl WorkerArgs {
             match self.mode {
                 Mode::Wait => "wait".into(),
                 Mode::Client => "client".into(),
+                Mode::Shared(n) => format!("shared:{n}"),
+                Mode::Elect => "elect".into(),
             },
             self.urls_file.clone(),
             self.store.clone(),
@@ -67,11 +77,12 @@ impl WorkerArgs {
             self.ttl_ms.to_string(),
             self.run_ms.to_string(),
             self.wait_replicas.to_string(),
+            u8::from(self.register).to_string(),
         ]
     }
 
     pub fn from_args(args: &[String]) -> Option<WorkerArgs> {
-        let [id, mode, urls_file, store, key, ttl, run, wait] = args else {
+        let [id, mode, urls_file, store, key, ttl, run, wait, register] = args else {
             return None;
         };
         Some(WorkerArgs {
@@ -79,7 +90,8 @@ impl WorkerArgs {
             mode: match mode.as_str() {
                 "wait" => Mode::Wait,
                 "client" => Mode::Client,
-                _ => return None,
+                "elect" => Mode::Elect,
+                other => Mode::Shared(other.strip_prefix("shared:")?.parse().ok()?),
             },
             urls_file: urls_file.clone(),
             store: store.clone(),
@@ -87,6 +99,7 @@ impl WorkerArgs {
             ttl_ms: ttl.parse().ok()?,
             run_ms: run.parse().ok()?,
             wait_replicas: wait.parse().ok()?,
+            register: register == "1",
         })
     }
 }
@@ -131,39 +144,48 @@ fn use_hold(args: &WorkerArgs, seq: u64, g: &Grant, store: &mut Option<FencedSto
         std::thread::sleep(Duration::from_millis(fastrand::u64(
             2..=(args.ttl_ms / 4).max(2),
         )));
-        let tw = now_us();
-        let hold_id = format!("{id}:{seq}");
-        let accepted = loop {
-            if store.is_none() {
-                *store = FencedStore::connect(&args.store).ok();
-            }
-            match store.as_mut().map(|s| s.write(g.token, &hold_id)) {
-                Some(Ok(accepted)) => break Some(accepted),
-                Some(Err(_)) => *store = None,
-                None => {}
-            }
-            if now_us() > tw + 5_000_000 {
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        match accepted {
-            Some(a) => emit(format!("W\t{id}\t{seq}\t{tw}\t{}", u8::from(a))),
-            None => emit(format!("X\t{id}\tstore unreachable")),
-        }
+        write_store(args, seq, g.token, store);
     }
     emit(format!("R\t{id}\t{seq}\t{}", now_us()));
+}
+
+/// The hold's one write to the fenced store (retried while the store does not answer, up to
+/// 5 s): `W id seq tw accepted`.
+fn write_store(args: &WorkerArgs, seq: u64, token: u64, store: &mut Option<FencedStore>) {
+    let id = args.id;
+    let tw = now_us();
+    let hold_id = format!("{id}:{seq}");
+    let accepted = loop {
+        if store.is_none() {
+            *store = FencedStore::connect(&args.store).ok();
+        }
+        match store.as_mut().map(|s| s.write(token, &hold_id)) {
+            Some(Ok(accepted)) => break Some(accepted),
+            Some(Err(_)) => *store = None,
+            None => {}
+        }
+        if now_us() > tw + 5_000_000 {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    match accepted {
+        Some(a) => emit(format!("W\t{id}\t{seq}\t{tw}\t{}", u8::from(a))),
+        None => emit(format!("X\t{id}\tstore unreachable")),
+    }
 }
 
 /// Runs a worker until `run_ms` passes.
 pub fn run(args: WorkerArgs) {
     match args.mode {
-        Mode::Wait => run_wait(&args),
+        Mode::Wait => run_wait(&args, None),
+        Mode::Shared(n) => run_wait(&args, Some(n)),
         Mode::Client => run_client(&args),
+        Mode::Elect => run_elect(&args),
     }
 }
 
-fn run_wait(args: &WorkerArgs) {
+fn run_wait(args: &WorkerArgs, shared: Option<u32>) {
     let deadline = Instant::now() + Duration::from_millis(args.run_ms);
     let mut store = None;
     let mut conn: Option<redis::Connection> = None;
@@ -193,12 +215,12 @@ fn run_wait(args: &WorkerArgs) {
         seq += 1;
         let owner = format!("w{}-{seq}-{:08x}", args.id, fastrand::u32(..));
         let t0 = now_us();
-        let granted: redis::RedisResult<Option<u64>> = redis::cmd("LOCK.WAIT")
-            .arg(&args.key)
-            .arg(&owner)
-            .arg(ttl)
-            .arg(ttl * 2)
-            .query(c);
+        let mut wait = redis::cmd("LOCK.WAIT");
+        wait.arg(&args.key).arg(&owner).arg(ttl).arg(ttl * 2);
+        if let Some(n) = shared {
+            wait.arg("SHARED").arg("LIMIT").arg(n);
+        }
+        let granted: redis::RedisResult<Option<u64>> = wait.query(c);
         let token = match granted {
             Ok(Some(token)) => token,
             Ok(None) => continue,
@@ -239,6 +261,9 @@ fn run_wait(args: &WorkerArgs) {
             valid_end_us,
         };
         use_hold(args, seq, &g, &mut store);
+        if args.register && g.valid_end_us > now_us() {
+            use_register(args, seq, &g, c);
+        }
         let released: redis::RedisResult<Option<u64>> = redis::cmd("LOCK.RELEASE")
             .arg(&args.key)
             .arg(&owner)
@@ -247,6 +272,156 @@ fn run_wait(args: &WorkerArgs) {
             conn = None;
         }
     }
+}
+
+/// The fenced register (`chaos:reg` on the lock server): the holder writes its token, then
+/// reads the register, both through `LOCK.FENCED` so that each runs only while the hold is live
+/// on that server. A write counts as acknowledged when the server said OK (and, with
+/// `wait_replicas`, `WAIT` confirmed it); its outcome is unknown when no answer came or `WAIT`
+/// fell short; `fenced` when the server refused it (it had no effect). Lines: `F id seq token
+/// t_inv t_ret outcome`, `Q id seq t_inv t_ret value` (0 = nil).
+fn use_register(args: &WorkerArgs, seq: u64, g: &Grant, c: &mut redis::Connection) {
+    let id = args.id;
+    let t_inv = now_us();
+    let wrote: redis::RedisResult<redis::Value> = redis::cmd("LOCK.FENCED")
+        .arg(&args.key)
+        .arg(g.token)
+        .arg("SET")
+        .arg(crate::run::REGISTER_KEY)
+        .arg(g.token)
+        .query(c);
+    let mut outcome = match &wrote {
+        Ok(_) => "ok",
+        Err(e) if e.code() == Some("FENCED") => "fenced",
+        Err(_) => "unknown",
+    };
+    if outcome == "ok" && args.wait_replicas > 0 {
+        let acked: redis::RedisResult<u64> = redis::cmd("WAIT")
+            .arg(args.wait_replicas)
+            .arg((args.ttl_ms / 4).max(1))
+            .query(c);
+        if !matches!(acked, Ok(n) if n >= u64::from(args.wait_replicas)) {
+            outcome = "unknown";
+        }
+    }
+    emit(format!(
+        "F\t{id}\t{seq}\t{}\t{t_inv}\t{}\t{outcome}",
+        g.token,
+        now_us()
+    ));
+    if outcome == "fenced" || wrote.is_err() {
+        return;
+    }
+    let t_inv = now_us();
+    let read: redis::RedisResult<Option<u64>> = redis::cmd("LOCK.FENCED")
+        .arg(&args.key)
+        .arg(g.token)
+        .arg("GET")
+        .arg(crate::run::REGISTER_KEY)
+        .query(c);
+    if let Ok(value) = read {
+        emit(format!(
+            "Q\t{id}\t{seq}\t{t_inv}\t{}\t{}",
+            now_us(),
+            value.unwrap_or(0)
+        ));
+    }
+}
+
+/// A tokio instant as wall-clock µs (before now as well as after).
+fn wall_us(at: tokio::time::Instant) -> u64 {
+    let now = tokio::time::Instant::now();
+    let (wall, ahead, behind) = (
+        now_us(),
+        at.saturating_duration_since(now),
+        now.saturating_duration_since(at),
+    );
+    let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    wall.saturating_add(us(ahead)).saturating_sub(us(behind))
+}
+
+/// Campaigns, leads for 1-4 ttl (one fenced-store write per term, its validity reported after
+/// every renewal), resigns; stops leading the moment the guard signals the term lost.
+fn run_elect(args: &WorkerArgs) {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        emit(format!("X\t{}\tno runtime", args.id));
+        return;
+    };
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_millis(args.run_ms);
+        let urls = read_urls(&args.urls_file);
+        let options = Options {
+            node_timeout: Duration::from_millis(50),
+            ..Options::default()
+        };
+        let relock = match Relock::with_options(&urls, options) {
+            Ok(r) => r,
+            Err(e) => {
+                emit(format!("X\t{}\t{e}", args.id));
+                return;
+            }
+        };
+        let (id, ttl) = (args.id, Duration::from_millis(args.ttl_ms));
+        let mut store = None;
+        let mut seq = 0u64;
+        while Instant::now() < deadline {
+            let t0 = now_us();
+            let value = format!("w{id}");
+            let leading = match relock.campaign(&args.key, &value, ttl, Some(ttl * 2)).await {
+                Ok(l) => l,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            seq += 1;
+            let t1 = now_us();
+            let mut valid_end = wall_us(leading.guard().valid_until());
+            emit(format!(
+                "G\t{id}\t{seq}\t{}\t{}\t{t0}\t{t1}\t{valid_end}",
+                leading.owner(),
+                leading.term()
+            ));
+            let lost = leading.lost();
+            if !lost.is_cancelled() && now_us() < valid_end {
+                write_store(args, seq, leading.term(), &mut store);
+            }
+            let until = tokio::time::Instant::now() + ttl * fastrand::u32(1..=4);
+            let mut lost_at = None;
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = lost.cancelled() => {
+                        lost_at = Some(now_us());
+                        break;
+                    }
+                    _ = tokio::time::sleep(ttl / 5) => {}
+                }
+                let v = wall_us(leading.guard().valid_until());
+                if v > valid_end {
+                    valid_end = v;
+                    emit(format!("V\t{id}\t{seq}\t{valid_end}"));
+                }
+                if tokio::time::Instant::now() >= until {
+                    break;
+                }
+            }
+            match lost_at {
+                Some(t) => {
+                    let v = wall_us(leading.guard().valid_until());
+                    emit(format!("L\t{id}\t{seq}\t{t}\t{}", v.max(valid_end)));
+                    emit(format!("R\t{id}\t{seq}\t{}", now_us()));
+                }
+                None => {
+                    emit(format!("R\t{id}\t{seq}\t{}", now_us()));
+                    let _ = leading.resign().await;
+                }
+            }
+        }
+    });
 }
 
 fn run_client(args: &WorkerArgs) {

@@ -1,19 +1,26 @@
-//! The short chaos run inside `make test`: every scenario for a couple of seconds. Where relock
-//! claims mutual exclusion the run must see 0 violations; everywhere tokens must never go
-//! backwards and the fenced store must reject every stale write (the binary exits 1 otherwise).
+//! The short chaos run inside `make test`: every process scenario for a couple of seconds and
+//! the short subset of the network scenarios (test hosts in network namespaces: root only)
+//! for 8 s each. Where relock claims mutual exclusion the run must see 0 violations (and the
+//! fenced register no linearizability violation); everywhere tokens must never go backwards
+//! and the fenced store must reject every stale write (the binary exits 1 otherwise).
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 #[test]
 fn short_chaos_run_meets_every_claim() {
     let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/chaos/short");
-    let output = Command::new(env!("CARGO_BIN_EXE_relock-chaos"))
+    let child = Command::new(env!("CARGO_BIN_EXE_relock-chaos"))
         .arg("--short")
         .arg("--out")
         .arg(&out)
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run relock-chaos");
+    let pid = child.id();
+    let output = child.wait_with_output().expect("run relock-chaos");
     let stdout = String::from_utf8_lossy(&output.stdout);
     println!("{stdout}");
     eprintln!("{}", String::from_utf8_lossy(&output.stderr));
@@ -31,5 +38,104 @@ fn short_chaos_run_meets_every_claim() {
         "redlock-clock-jump",
     ] {
         assert!(results.contains(&format!("| {name} |")), "{name} missing");
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    for name in [
+        "net-client-partition",
+        "net-reply-loss",
+        "net-split-wait",
+        "net-redlock-minority",
+    ] {
+        if root {
+            assert!(results.contains(&format!("| {name} |")), "{name} missing");
+        } else {
+            assert!(results.contains(&format!("{name} (needs root")), "{name}");
+        }
+    }
+    // Every test host of the run is gone (it removes its namespaces, links and bridge).
+    let prefix = format!("relock-chaos-{pid}-");
+    let list = Command::new("ip").args(["netns", "list"]).output();
+    if let (true, Ok(list)) = (root, list) {
+        let list = String::from_utf8_lossy(&list.stdout);
+        assert!(
+            !list.lines().any(|l| l.starts_with(&prefix)),
+            "test namespaces left behind:\n{list}"
+        );
+    }
+}
+
+/// A network scenario's run stopped by SIGTERM removes its test hosts before it exits; one
+/// stopped by SIGKILL leaves them, its processes die with it (`PR_SET_PDEATHSIG`), and the next
+/// run (here `relock-chaos sweep`) removes them.
+#[test]
+fn killed_runs_leave_no_test_hosts() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: test hosts need root");
+        return;
+    }
+    for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGKILL, "SIGKILL")] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_relock-chaos"))
+            .args(["--only", "net-client-partition", "--net-ms", "60000"])
+            .args(["--out", "/tmp/relock-chaos-killed"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run relock-chaos");
+        let prefix = format!("relock-chaos-{}-", child.id());
+        let hosts = || {
+            let list = Command::new("ip")
+                .args(["netns", "list"])
+                .output()
+                .expect("ip");
+            String::from_utf8_lossy(&list.stdout)
+                .lines()
+                .filter(|l| l.starts_with(&prefix))
+                .count()
+        };
+        let pids_in_hosts = || {
+            let list = Command::new("ip")
+                .args(["netns", "list"])
+                .output()
+                .expect("ip");
+            String::from_utf8_lossy(&list.stdout)
+                .lines()
+                .filter(|l| l.starts_with(&prefix))
+                .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+                .map(|ns| {
+                    let pids = Command::new("ip").args(["netns", "pids", &ns]).output();
+                    pids.map_or(0, |p| {
+                        String::from_utf8_lossy(&p.stdout)
+                            .split_whitespace()
+                            .count()
+                    })
+                })
+                .sum::<usize>()
+        };
+        // Up: five hosts, a server and four workers in them.
+        let until = Instant::now() + Duration::from_secs(60);
+        while hosts() < 5 || pids_in_hosts() < 5 {
+            assert!(Instant::now() < until, "the run made no test hosts in 60 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let status = child.wait().expect("wait");
+        assert!(!status.success(), "{name}: {status}");
+        if sig == libc::SIGKILL {
+            let until = Instant::now() + Duration::from_secs(20);
+            while pids_in_hosts() > 0 {
+                assert!(Instant::now() < until, "processes outlived the killed run");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            assert_eq!(hosts(), 5, "a SIGKILLed run cannot remove its hosts");
+            let swept = Command::new(env!("CARGO_BIN_EXE_relock-chaos"))
+                .arg("sweep")
+                .output()
+                .expect("sweep");
+            assert!(swept.status.success());
+        }
+        assert_eq!(hosts(), 0, "{name}: test hosts left behind");
     }
 }
