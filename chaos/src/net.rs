@@ -600,6 +600,12 @@ impl NetServer {
         self.try_conn()
     }
 
+    /// SIGKILL, then a start with the same arguments and data directory.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.boot();
+    }
+
     /// SIGKILLs it (and reaps it).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

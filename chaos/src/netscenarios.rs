@@ -62,24 +62,44 @@ fn one_master(name: &'static str, len: Length) -> (Net, NetServer, Run) {
 }
 
 /// The holder's host is cut from the master (both ways; its connections stay open and go
-/// silent) for 2 × ttl, then the link heals.
+/// silent) for 2 × ttl, then the link heals; every third cut, the master is also SIGKILLed and
+/// restarted meanwhile (`appendfsync always`: every grant is on disk before its reply).
 fn client_partition(len: Length) -> Outcome {
-    let (mut net, _server, run) = one_master("net-client-partition", len);
-    let mut cuts = 0;
+    let mut net = net(5);
+    let mut server = NetServer::start(
+        net.host(0),
+        &["--appendonly", "yes", "--appendfsync", "always"],
+    );
+    let mut run = Run::on_net(
+        "net-client-partition",
+        net.gateway,
+        &[server.url()],
+        TTL,
+        len.net_ms,
+    );
+    for i in 1..=4 {
+        let host = net.host(i).clone();
+        run.spawn_on(&host, if i % 2 == 0 { Mode::Wait } else { Mode::Client });
+    }
+    let (mut cuts, mut restarts) = (0, 0);
     while run.running() {
         run.sleep(TTL);
         let Some(host) = run.wait_for_holder(TTL).and_then(|id| run.host_of(id)) else {
             continue;
         };
         fault(net.cut(host, 0));
+        cuts += 1;
+        if cuts % 3 == 0 {
+            server.restart();
+            restarts += 1;
+        }
         run.sleep(TTL * 2);
         net.heal();
-        cuts += 1;
     }
     run.finish(
         Claim::Safe,
         cuts,
-        format!("{cuts} holders cut from the master for 2×ttl"),
+        format!("{cuts} holders cut from the master for 2×ttl, {restarts} master restarts meanwhile (AOF, fsync always)"),
     )
 }
 
