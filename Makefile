@@ -49,7 +49,7 @@ clean: ## Remove build output (target/, dist/), ./data and the project-local ser
 
 .PHONY: chaos fuzz leakcheck
 
-chaos: setup-base ## Chaos suite, full run (~7 min): faults vs the lock; writes target/chaos/results.md
+chaos: setup-base ## Chaos suite, full run (~19 min): process faults (~7 min) and network faults between test hosts (~12 min, as root); writes target/chaos/results.md
 	$(CARGO) build -p relock
 	$(CARGO) run --release -p relock-chaos -- --out target/chaos
 

@@ -27,6 +27,7 @@ pub const ALL: &[crate::scenarios::Scenario] = &[
     ("net-split-wait", split_wait),
     ("net-redlock-minority", redlock_minority),
     ("net-redlock-bridge", redlock_bridge),
+    ("net-redlock-clock-jump", redlock_clock_jump),
     ("net-leader-partition", leader_partition),
     ("net-semaphore-partition", semaphore_partition),
 ];
@@ -341,6 +342,39 @@ fn redlock_bridge(len: Length) -> Outcome {
     )
 }
 
+/// Redlock's own assumption broken: the bridge partition of `redlock_bridge` (worker 5 reaches
+/// masters 0-2, worker 7 masters 2-4), and once a hold is granted the bridge master 2 jumps its
+/// clock forward by 10 ttl (its keys' remaining TTLs shrink by the jump): a hold on 0-2 now
+/// sits on two masters, and worker 7 can take 2-4 while it is still valid. Not claimed; shown
+/// failing, as the report says.
+fn redlock_clock_jump(len: Length) -> Outcome {
+    let (mut net, servers, run) = redlock("net-redlock-clock-jump", len);
+    let mut jumps = 0;
+    while run.running() {
+        run.sleep(REDLOCK_TTL);
+        for m in [3, 4] {
+            fault(net.cut(5, m));
+        }
+        for m in [0, 1] {
+            fault(net.cut(7, m));
+        }
+        let since = crate::worker::now_us();
+        if run.wait_for_grant_after(since, REDLOCK_TTL * 2) {
+            if let Ok(mut c) = servers[2].conn() {
+                crate::scenarios::jump_clock(&mut c, REDLOCK_TTL * 10);
+                jumps += 1;
+            }
+        }
+        run.sleep(REDLOCK_TTL * 2);
+        net.heal();
+    }
+    run.finish(
+        Claim::NotClaimed,
+        jumps,
+        format!("{jumps} clock jumps of +10×ttl on the bridge master of a bridge partition"),
+    )
+}
+
 /// An election on one master (host 0), four candidates on hosts 1-4 (relock-client's
 /// `campaign`, kept alive by its guard). The leader's host is cut from everyone for 3 ttl,
 /// then heals: the leader must hear of the loss within its validity and stop, the next
@@ -379,7 +413,8 @@ fn leader_partition(len: Length) -> Outcome {
 
 /// A semaphore of 2 permits on one master (host 0), five raw `LOCK.WAIT ... SHARED LIMIT 2`
 /// workers on hosts 1-5; a holder's host is cut from the master for 2 ttl (its permit must
-/// lapse before a third holder uses one), and replies to another host are lost.
+/// lapse before a third holder uses one), and replies to another host are lost; every other
+/// round a holder is SIGKILLed besides.
 fn semaphore_partition(len: Length) -> Outcome {
     let mut net = net(6);
     let server = NetServer::start(net.host(0), &[]);
@@ -395,9 +430,21 @@ fn semaphore_partition(len: Length) -> Outcome {
         let host = net.host(i).clone();
         run.spawn_on(&host, Mode::Shared(2));
     }
-    let mut cuts = 0;
+    let (mut cuts, mut kills) = (0, 0);
     while run.running() {
         run.sleep(TTL);
+        // Every other round a holder is SIGKILLed (its permit lapses with its lease) and a new
+        // worker starts on its host.
+        if cuts % 2 == 1 {
+            if let Some(id) = run.wait_for_holder(TTL) {
+                let host = run.host_of(id).map(|h| net.host(h).clone());
+                run.kill(id);
+                if let Some(host) = host {
+                    run.spawn_on(&host, Mode::Shared(2));
+                }
+                kills += 1;
+            }
+        }
         let Some(host) = run.wait_for_holder(TTL).and_then(|id| run.host_of(id)) else {
             continue;
         };
@@ -413,6 +460,6 @@ fn semaphore_partition(len: Length) -> Outcome {
     run.finish(
         Claim::Safe,
         cuts,
-        format!("{cuts} holders cut from the master for 2×ttl, replies to another lost"),
+        format!("{cuts} holders cut from the master for 2×ttl, replies to another lost; {kills} holders SIGKILLed"),
     )
 }

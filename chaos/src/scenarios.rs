@@ -269,6 +269,24 @@ fn redlock_delayed_restart(len: Length) -> Outcome {
     )
 }
 
+/// What a forward clock jump of `by_ms` does to a server's keys: every key's remaining TTL
+/// shrinks by the jump (Redis's expiries are absolute), at least to 1 ms.
+pub fn jump_clock(c: &mut redis::Connection, by_ms: u64) {
+    let jump = redis::Script::new(
+        r"
+        local n = 0
+        for _, k in ipairs(redis.call('KEYS', '*')) do
+          local t = redis.call('PTTL', k)
+          if t > 0 then
+            redis.call('PEXPIRE', k, math.max(1, t - tonumber(ARGV[1])))
+            n = n + 1
+          end
+        end
+        return n",
+    );
+    let _: redis::RedisResult<i64> = jump.arg(by_ms).invoke(c);
+}
+
 /// A forward clock jump on one master, simulated: every key's remaining TTL on that master
 /// shrinks by the jump, which is exactly what a jump does to Redis's absolute expiries
 /// (libfaketime cannot be preloaded into Debian's jemalloc redis-server: see the Safety section of the README). The
@@ -283,18 +301,6 @@ fn redlock_clock_jump(len: Length) -> Outcome {
     }
     let mut jumps = 0;
     let mut jumper = ms[0].conn();
-    let jump = redis::Script::new(
-        r"
-        local n = 0
-        for _, k in ipairs(redis.call('KEYS', '*')) do
-          local t = redis.call('PTTL', k)
-          if t > 0 then
-            redis.call('PEXPIRE', k, math.max(1, t - tonumber(ARGV[1])))
-            n = n + 1
-          end
-        end
-        return n",
-    );
     while run.running() {
         run.sleep(REDLOCK_TTL);
         if !run.running() {
@@ -304,7 +310,7 @@ fn redlock_clock_jump(len: Length) -> Outcome {
         ms[4].signal("STOP");
         let since = now_us();
         if run.wait_for_grant_after(since, REDLOCK_TTL * 2) {
-            let _: redis::RedisResult<i64> = jump.arg(REDLOCK_TTL * 10).invoke(&mut jumper);
+            jump_clock(&mut jumper, REDLOCK_TTL * 10);
             jumps += 1;
         }
         ms[3].signal("CONT");
