@@ -7,6 +7,7 @@
 //! - `W id seq tw accepted`: the hold's fenced write, sent at tw;
 //! - `V id seq valid_end`: a renewal moved the hold's validity to valid_end (a kept-alive hold:
 //!   a leader's term);
+//! - `A id seq t`: a leader acted as the leader at t (after checking its loss signal);
 //! - `L id seq t_lost valid_end`: the client signalled the hold lost at t_lost, when its
 //!   validity was valid_end; the worker stops acting as the holder then (its `R` follows);
 //! - `R id seq tr`: the worker stopped acting as the holder at tr (and then released);
@@ -18,8 +19,8 @@
 //! 1. mutual exclusion: no two holds *used within their validity* overlap in real time, where a
 //!    hold's interval is `[t1, min(tr, valid_end)]` (a killed worker's is `[t1, valid_end]`);
 //!    for a semaphore of `limit` permits, no more than `limit` of them at once;
-//! 2. token order: a hold granted (reply received) before another was requested has the smaller
-//!    token, and no two grants share a token (one leader per term);
+//! 2. token order: among the holds used, one granted (reply received) before another was
+//!    requested has the smaller token, and no two share a token (one leader per term);
 //! 3. fencing: replaying the store's log, every write was accepted iff its token was above every
 //!    token accepted before it, so every stale write was rejected;
 //! 4. loss in time: every loss was signalled no later than the validity it ended.
@@ -43,6 +44,8 @@ pub struct Hold {
     pub released: Option<u64>,
     /// `(t_lost, valid_end)` when the client signalled the hold lost.
     pub lost: Option<(u64, u64)>,
+    /// `A` lines after the validity known at the time: the holder acted past its validity.
+    pub late_acts: usize,
 }
 
 impl Hold {
@@ -104,6 +107,13 @@ pub fn parse(lines: &[String]) -> (Vec<Hold>, usize) {
                     h.valid_end = h.valid_end.max(num(3));
                 }
             }
+            Some("A") => {
+                if let Some(h) = holds.get_mut(&key) {
+                    if num(3) > h.valid_end {
+                        h.late_acts += 1;
+                    }
+                }
+            }
             Some("L") => {
                 if let Some(h) = holds.get_mut(&key) {
                     h.lost = Some((num(3), num(4)));
@@ -129,6 +139,8 @@ pub struct Verdict {
     /// Losses the clients signalled, and those signalled after the validity they ended.
     pub losses: usize,
     pub late_losses: usize,
+    /// Acts of holders after their validity (a leader that missed its loss signal).
+    pub late_acts: usize,
     /// Holds whose token is not above that of a hold granted before it was requested.
     pub backwards: usize,
     /// Holds whose token another hold was granted too (one leader per term, one token per
@@ -176,13 +188,17 @@ pub fn check(holds: &[Hold], log: &[Attempt], limit: usize) -> Verdict {
         v.max_concurrent = v.max_concurrent.max(in_use.len());
     }
     v.losses = holds.iter().filter(|h| h.lost.is_some()).count();
+    v.late_acts = holds.iter().map(|h| h.late_acts).sum();
     v.late_losses = holds
         .iter()
         .filter(|h| h.lost.is_some_and(|(t, end)| t > end))
         .count();
 
-    // 2. Tokens increase in grant order: for B, every hold whose reply came before B's request.
-    let mut by_reply: Vec<&Hold> = holds.iter().collect();
+    // 2. Tokens increase in grant order, among the holds used: for B, every used hold whose
+    // reply came before B's request. A hold never used (its validity was over, or a minority
+    // master's grant that WAIT could not confirm) acts on nothing, and in a split two masters
+    // can both issue the clock floor's token of one millisecond: such grants do not count.
+    let mut by_reply: Vec<&Hold> = used.clone();
     by_reply.sort_by_key(|h| h.t1);
     let mut prefix_max = Vec::with_capacity(by_reply.len());
     let mut max = 0u64;
@@ -190,15 +206,14 @@ pub fn check(holds: &[Hold], log: &[Attempt], limit: usize) -> Verdict {
         max = max.max(h.token);
         prefix_max.push(max);
     }
-    for b in holds {
+    for b in &used {
         let before = by_reply.partition_point(|a| a.t1 < b.t0);
         if before > 0 && prefix_max[before - 1] >= b.token {
             v.backwards += 1;
         }
     }
-
     let mut seen: HashMap<u64, usize> = HashMap::new();
-    for h in holds {
+    for h in &used {
         *seen.entry(h.token).or_default() += 1;
     }
     v.duplicates = seen.values().filter(|n| **n > 1).map(|n| n - 1).sum();
@@ -314,6 +329,8 @@ mod tests {
             "V\t1\t1\t900",
             "W\t1\t1\t700\t1",
             "L\t1\t1\t950\t900",
+            "A\t1\t1\t880",
+            "A\t1\t1\t940",
             "R\t1\t1\t960",
             "G\t2\t1\tw2\t200\t800\t820\t1500",
         ]
@@ -333,7 +350,11 @@ mod tests {
         assert_eq!(check(&twice, &[], 1).duplicates, 1);
         assert!(holds[0].used_in_validity(), "written at 700, valid to 900");
         let v = check(&holds, &[], 1);
-        assert_eq!((v.violations, v.late_losses), (1, 1), "{v:?}");
+        assert_eq!(
+            (v.violations, v.late_losses, v.late_acts),
+            (1, 1, 1),
+            "{v:?}"
+        );
     }
 
     #[test]

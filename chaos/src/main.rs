@@ -142,6 +142,28 @@ fn main() {
         Ok(()) => println!("written to {}", path.display()),
         Err(e) => eprintln!("cannot write {}: {e}", path.display()),
     }
+    if let Some(only) = &only {
+        let known: Vec<&str> = scenarios::ALL
+            .iter()
+            .chain(netscenarios::ALL)
+            .map(|(n, _)| *n)
+            .collect();
+        let unknown: Vec<&String> = only
+            .iter()
+            .filter(|n| !known.contains(&n.as_str()))
+            .collect();
+        if !unknown.is_empty() {
+            eprintln!(
+                "no such scenario: {unknown:?} (known: {})",
+                known.join(", ")
+            );
+            std::process::exit(2);
+        }
+    }
+    if outcomes.is_empty() {
+        eprintln!("no scenario ran");
+        std::process::exit(1);
+    }
     if outcomes.iter().all(Outcome::passed) {
         println!("every scenario met relock's claims");
     } else {
@@ -169,10 +191,13 @@ const LEGEND: &str = "\
 - *violations*: used holds that began while another used hold's interval `[grant reply,
   min(release, validity end)]` was still open (for a semaphore of n permits: while n were);
   *most at once*: the most used holds open at one instant.
-- *losses (late)*: holds the client signalled lost (a leader's guard), and how many of those
-  signals came after the validity they ended.
-- *backwards*: holds whose token is not above every token granted (reply received) before
-  they were requested, plus grants that repeat another's token (two leaders of one term).
+- *losses (late) / late acts*: holds the client signalled lost (a leader's guard), how many of
+  those signals came after the validity they ended, and how many times a leader acted after its
+  validity (it missed the signal).
+- *backwards*: used holds whose token is not above every used hold's token granted (reply
+  received) before they were requested, plus used holds that repeat another's token (two
+  leaders of one term). Unused grants do not count: in a split, the minority master's grants
+  that `WAIT` could not confirm may repeat the new master's clock-floor token of the same ms.
 - *stale rejected*: writes whose token was not above the highest accepted so far, and how many
   of them the fenced store rejected (a semaphore's holders overlap by design, so theirs are
   stale whenever a later holder wrote first); *late*: writes made after the hold's validity (a paused
@@ -187,13 +212,13 @@ const LEGEND: &str = "\
 
 fn table(outcomes: &[Outcome]) -> String {
     let mut s = String::from(
-        "| scenario | claim | faults | holds | used | violations | most at once | losses (late) | backwards | writes (accepted) | stale rejected | late (rejected) | register ops (violations) | errors seen | verdict |\n\
+        "| scenario | claim | faults | holds | used | violations | most at once | losses (late) / late acts | backwards | writes (accepted) | stale rejected | late (rejected) | register ops (violations) | errors seen | verdict |\n\
          |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for o in outcomes {
         let v = &o.verdict;
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} ({}) | {}/{} | {} ({}) | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} ({}) / {} | {} | {} ({}) | {}/{} | {} ({}) | {} | {} | {} |\n",
             o.name,
             match o.claim {
                 Claim::Safe => "safe",
@@ -206,6 +231,7 @@ fn table(outcomes: &[Outcome]) -> String {
             v.max_concurrent,
             v.losses,
             v.late_losses,
+            v.late_acts,
             v.backwards + v.duplicates,
             v.writes,
             v.accepted,

@@ -65,6 +65,10 @@ pub fn available() -> Result<(), String> {
             return Err(format!("needs {tool} (scripts/setup installs it)"));
         }
     }
+    // Root without CAP_NET_ADMIN (a container) cannot make namespaces: try one.
+    let probe = format!("{NS_PREFIX}probe-{}", std::process::id());
+    ip(&["netns", "add", &probe]).map_err(|e| format!("cannot make a network namespace: {e}"))?;
+    let _ = ip(&["netns", "del", &probe]);
     Ok(())
 }
 
@@ -188,34 +192,51 @@ fn is_chaos_process(pid: u32) -> bool {
         .is_ok_and(|c| c.trim().starts_with("relock-chaos"))
 }
 
-/// Blocks SIGINT, SIGTERM and SIGHUP in this thread (call it first in `main`, before any other
-/// thread starts, so every thread inherits the mask) and starts a thread that waits for them:
-/// on one, it removes every live network and exits with 128 + the signal. Processes started
-/// with `Command` get the default mask back (std resets it in the child).
+/// The write end of the pipe the signal handler writes to.
+static SIGNAL_PIPE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
+    let byte = u8::try_from(sig).unwrap_or(0);
+    // SAFETY: write(2) is async-signal-safe; one byte to a pipe we own.
+    unsafe { libc::write(fd, std::ptr::addr_of!(byte).cast(), 1) };
+}
+
+/// On SIGINT, SIGTERM or SIGHUP, a thread removes every live network (killing what runs in
+/// its hosts, the fenced store among them) and exits with 128 + the signal. A handler that
+/// writes to a pipe, not a blocked mask: a mask would be inherited by every child (std does not
+/// reset it), which then could not be stopped by SIGTERM; handlers are reset by exec.
 pub fn install_cleanup_on_signals() {
-    // SAFETY: plain sigset manipulation on a local set; pthread_sigmask on this thread.
-    let set = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            libc::sigaddset(&mut set, sig);
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 into a local array; sigaction with a handler that only writes to it.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return;
         }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    };
+        SIGNAL_PIPE.store(fds[1], Ordering::Relaxed);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as *const () as usize;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+    let read_fd = fds[0];
     thread::spawn(move || {
-        let mut sig: libc::c_int = 0;
-        // SAFETY: sigwait on a set of signals blocked in every thread.
-        if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+        let mut byte = 0u8;
+        // SAFETY: read(2) of one byte from our pipe into a local.
+        let n = unsafe { libc::read(read_fd, std::ptr::addr_of_mut!(byte).cast(), 1) };
+        if n == 1 {
             let live = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|p| p.into_inner()));
             for names in &live {
                 remove(names);
             }
             eprintln!(
-                "relock-chaos: signal {sig}: removed {} test network(s)",
+                "relock-chaos: signal {byte}: removed {} test network(s)",
                 live.len()
             );
-            std::process::exit(128 + sig);
+            std::process::exit(128 + i32::from(byte));
         }
     });
 }
@@ -270,6 +291,9 @@ impl Host {
 pub struct Net {
     names: Names,
     pub hosts: Vec<Host>,
+    /// A host of its own for the fenced store, which no fault names (not in `hosts`): it dies
+    /// with the network, whatever ends the run.
+    pub store_host: Host,
     /// The root namespace's address on the bridge: the store and the orchestrator.
     pub gateway: Ipv4Addr,
     /// Delay processes started by [`Net::delay`], by host, and the queue numbers they read.
@@ -278,7 +302,7 @@ pub struct Net {
 }
 
 impl Net {
-    /// A bridge and `n` hosts on it (at most 200).
+    /// A bridge and `n` hosts on it (at most 200), and the store's host.
     pub fn new(n: usize) -> Result<Net, String> {
         assert!(n <= 200, "at most 200 hosts");
         let _guard = subnet_lock();
@@ -287,10 +311,10 @@ impl Net {
         let subnet = free_subnet()?;
         let names = Names {
             bridge: format!("rk{pid}n{k}b"),
-            namespaces: (1..=n)
+            namespaces: (1..=n + 1)
                 .map(|i| format!("{NS_PREFIX}{pid}-{k}-h{i}"))
                 .collect(),
-            links: (1..=n).map(|i| format!("rk{pid}n{k}h{i}")).collect(),
+            links: (1..=n + 1).map(|i| format!("rk{pid}n{k}h{i}")).collect(),
         };
         LIVE.lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -298,11 +322,17 @@ impl Net {
         let mut net = Net {
             names,
             hosts: Vec::new(),
+            store_host: Host {
+                index: n,
+                ns: String::new(),
+                ip: Ipv4Addr::UNSPECIFIED,
+            },
             gateway: Ipv4Addr::new(10, 231, subnet, 254),
             delays: Vec::new(),
             faults: Vec::new(),
         };
         net.build(subnet)?;
+        net.store_host = net.hosts.pop().ok_or("no store host")?;
         Ok(net)
     }
 
@@ -500,7 +530,8 @@ pub struct NetServer {
     dir: tempfile::TempDir,
     args: Vec<String>,
     child: Option<Child>,
-    module: PathBuf,
+    /// The module to load (none: a plain redis-server, the fenced store).
+    module: Option<PathBuf>,
 }
 
 pub const PORT: u16 = 6379;
@@ -517,7 +548,24 @@ impl NetServer {
             dir,
             args: args.iter().map(|a| a.to_string()).collect(),
             child: None,
-            module: crate::common::module_path(),
+            module: Some(crate::common::module_path()),
+        };
+        s.boot();
+        s
+    }
+
+    /// A plain redis-server (no module) in `host`: the fenced store.
+    pub fn plain(host: &Host) -> NetServer {
+        let dir = tempfile::Builder::new()
+            .prefix("relock-chaos-store-")
+            .tempdir()
+            .expect("temp dir");
+        let mut s = NetServer {
+            host: host.clone(),
+            dir,
+            args: Vec::new(),
+            child: None,
+            module: None,
         };
         s.boot();
         s
@@ -544,8 +592,11 @@ impl NetServer {
             // The hosts and the orchestrator connect from their own addresses.
             .arg("--protected-mode")
             .arg("no")
-            .arg("--loadmodule")
-            .arg(&self.module)
+            .args(
+                self.module
+                    .iter()
+                    .flat_map(|m| [std::ffi::OsStr::new("--loadmodule"), m.as_os_str()]),
+            )
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

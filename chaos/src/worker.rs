@@ -129,14 +129,17 @@ struct Grant {
     valid_end_us: u64,
 }
 
-/// What a worker does with a hold: report it, check validity, work, write, report, release.
-fn use_hold(args: &WorkerArgs, seq: u64, g: &Grant, store: &mut Option<FencedStore>) {
+/// What a worker does with a hold: report it, check validity, work, write, report (the caller
+/// then says it stopped, [`stop_holding`], and releases). Returns whether the hold was valid
+/// when checked (and so used).
+fn use_hold(args: &WorkerArgs, seq: u64, g: &Grant, store: &mut Option<FencedStore>) -> bool {
     let id = args.id;
     emit(format!(
         "G\t{id}\t{seq}\t{}\t{}\t{}\t{}\t{}",
         g.owner, g.token, g.t0, g.t1, g.valid_end_us
     ));
-    if now_us() >= g.valid_end_us {
+    let used = now_us() < g.valid_end_us;
+    if !used {
         emit(format!("S\t{id}\t{seq}"));
     } else {
         // The work between the validity check and the write, up to a quarter of the ttl: a
@@ -146,7 +149,12 @@ fn use_hold(args: &WorkerArgs, seq: u64, g: &Grant, store: &mut Option<FencedSto
         )));
         write_store(args, seq, g.token, store);
     }
-    emit(format!("R\t{id}\t{seq}\t{}", now_us()));
+    used
+}
+
+/// The worker stops acting as the holder (its release follows).
+fn stop_holding(args: &WorkerArgs, seq: u64) {
+    emit(format!("R\t{}\t{seq}\t{}", args.id, now_us()));
 }
 
 /// The hold's one write to the fenced store (retried while the store does not answer, up to
@@ -260,10 +268,13 @@ fn run_wait(args: &WorkerArgs, shared: Option<u32>) {
             t1,
             valid_end_us,
         };
-        use_hold(args, seq, &g, &mut store);
-        if args.register && g.valid_end_us > now_us() {
+        // The register is written on the strength of the one validity check before the store
+        // write, as a holder that checks once and then acts: a pause meanwhile makes it late,
+        // and only LOCK.FENCED refuses it.
+        if use_hold(args, seq, &g, &mut store) && args.register {
             use_register(args, seq, &g, c);
         }
+        stop_holding(args, seq);
         let released: redis::RedisResult<Option<u64>> = redis::cmd("LOCK.RELEASE")
             .arg(&args.key)
             .arg(&owner)
@@ -282,6 +293,11 @@ fn run_wait(args: &WorkerArgs, shared: Option<u32>) {
 /// t_inv t_ret outcome`, `Q id seq t_inv t_ret value` (0 = nil).
 fn use_register(args: &WorkerArgs, seq: u64, g: &Grant, c: &mut redis::Connection) {
     let id = args.id;
+    // Work between the validity check and the write, as for the store: a pause here makes the
+    // write late, and only the fence refuses it.
+    std::thread::sleep(Duration::from_millis(fastrand::u64(
+        2..=(args.ttl_ms / 4).max(2),
+    )));
     let t_inv = now_us();
     let wrote: redis::RedisResult<redis::Value> = redis::cmd("LOCK.FENCED")
         .arg(&args.key)
@@ -405,6 +421,8 @@ fn run_elect(args: &WorkerArgs) {
                     valid_end = v;
                     emit(format!("V\t{id}\t{seq}\t{valid_end}"));
                 }
+                // The leader's work: it acts now, as the loss signal has not come.
+                emit(format!("A\t{id}\t{seq}\t{}", now_us()));
                 if tokio::time::Instant::now() >= until {
                     break;
                 }
@@ -476,6 +494,7 @@ fn run_client(args: &WorkerArgs) {
             };
             // The store write is a blocking call; this runtime has nothing else to run.
             use_hold(args, seq, &g, &mut store);
+            stop_holding(args, seq);
             let _ = lock.release().await;
         }
     });

@@ -94,6 +94,27 @@ fn killed_runs_leave_no_test_hosts() {
                 .filter(|l| l.starts_with(&prefix))
                 .count()
         };
+        let pids = || -> Vec<u32> {
+            let list = Command::new("ip")
+                .args(["netns", "list"])
+                .output()
+                .expect("ip");
+            String::from_utf8_lossy(&list.stdout)
+                .lines()
+                .filter(|l| l.starts_with(&prefix))
+                .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+                .flat_map(|ns| {
+                    let out = Command::new("ip").args(["netns", "pids", &ns]).output();
+                    out.map(|o| {
+                        String::from_utf8_lossy(&o.stdout)
+                            .split_whitespace()
+                            .filter_map(|p| p.parse().ok())
+                            .collect::<Vec<u32>>()
+                    })
+                    .unwrap_or_default()
+                })
+                .collect()
+        };
         let pids_in_hosts = || {
             let list = Command::new("ip")
                 .args(["netns", "list"])
@@ -113,12 +134,13 @@ fn killed_runs_leave_no_test_hosts() {
                 })
                 .sum::<usize>()
         };
-        // Up: five hosts, a server and four workers in them.
+        // Up: five hosts and the store's, a server, the store and four workers in them.
         let until = Instant::now() + Duration::from_secs(60);
-        while hosts() < 5 || pids_in_hosts() < 5 {
+        while hosts() < 6 || pids_in_hosts() < 6 {
             assert!(Instant::now() < until, "the run made no test hosts in 60 s");
             std::thread::sleep(Duration::from_millis(100));
         }
+        let started = pids();
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(child.id() as i32, sig) };
         let status = child.wait().expect("wait");
@@ -129,7 +151,7 @@ fn killed_runs_leave_no_test_hosts() {
                 assert!(Instant::now() < until, "processes outlived the killed run");
                 std::thread::sleep(Duration::from_millis(100));
             }
-            assert_eq!(hosts(), 5, "a SIGKILLed run cannot remove its hosts");
+            assert_eq!(hosts(), 6, "a SIGKILLed run cannot remove its hosts");
             let swept = Command::new(env!("CARGO_BIN_EXE_relock-chaos"))
                 .arg("sweep")
                 .output()
@@ -137,5 +159,24 @@ fn killed_runs_leave_no_test_hosts() {
             assert!(swept.status.success());
         }
         assert_eq!(hosts(), 0, "{name}: test hosts left behind");
+        // Nothing the run started in its hosts (servers, the store, workers) outlives it.
+        let until = Instant::now() + Duration::from_secs(20);
+        while started.iter().any(|p| alive(*p)) {
+            assert!(
+                Instant::now() < until,
+                "{name}: processes of the run left: {:?}",
+                started.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
+}
+
+/// Whether `pid` runs (a zombie does not count).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    })
 }
