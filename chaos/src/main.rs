@@ -207,7 +207,8 @@ const LEGEND: &str = "\
   writes in token order (`register.rs`): a stale read, a lost acknowledged write...
 - *claim*: `safe` = relock claims mutual exclusion here, violations must be 0;
   `not claimed` = violations are reported, but tokens must never go backwards and the fenced
-  store must reject every stale write.
+  store must reject every stale write; `split brain` = two masters serve at once: nothing is
+  claimed (the two masters' tokens may go backwards too), the row shows what happens.
 ";
 
 fn table(outcomes: &[Outcome]) -> String {
@@ -223,6 +224,7 @@ fn table(outcomes: &[Outcome]) -> String {
             match o.claim {
                 Claim::Safe => "safe",
                 Claim::NotClaimed => "not claimed",
+                Claim::SplitBrain => "split brain",
             },
             o.faults,
             v.holds,

@@ -228,7 +228,7 @@ fn split(name: &'static str, len: Length, wait_replicas: u32) -> Outcome {
         if wait_replicas > 0 {
             Claim::Safe
         } else {
-            Claim::NotClaimed
+            Claim::SplitBrain
         },
         splits,
         format!("{splits} splits (master, 2 workers / 2 replicas, 2 workers), a replica promoted ({what}); {pauses} holders paused 2×ttl"),
