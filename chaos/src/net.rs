@@ -232,13 +232,52 @@ pub fn install_cleanup_on_signals() {
             for names in &live {
                 remove(names);
             }
+            // The process scenarios' servers, store and workers run outside any host: they are
+            // this process's children, which a signal's exit would leave running.
+            let children = kill_children();
             eprintln!(
-                "relock-chaos: signal {byte}: removed {} test network(s)",
+                "relock-chaos: signal {byte}: removed {} test network(s), killed {children} child process(es)",
                 live.len()
             );
             std::process::exit(128 + i32::from(byte));
         }
     });
+}
+
+/// SIGKILLs every child of this process (not reaped yet, so no pid of theirs can have been
+/// reused); returns how many.
+fn kill_children() -> usize {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut killed = 0;
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if parent_of(pid) == Some(me) {
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            killed += 1;
+        }
+    }
+    killed
+}
+
+/// The parent of `pid`, from `/proc/PID/stat` (the fourth field, after the name in parentheses).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// Serializes the choice of a subnet between concurrent runs on the machine.
@@ -294,11 +333,10 @@ pub struct Net {
     /// A host of its own for the fenced store, which no fault names (not in `hosts`): it dies
     /// with the network, whatever ends the run.
     pub store_host: Host,
-    /// The root namespace's address on the bridge: the store and the orchestrator.
-    pub gateway: Ipv4Addr,
+    /// The root namespace's address on the bridge (the orchestrator's).
+    gateway: Ipv4Addr,
     /// Delay processes started by [`Net::delay`], by host, and the queue numbers they read.
     delays: Vec<(usize, Child)>,
-    faults: Vec<String>,
 }
 
 impl Net {
@@ -329,7 +367,6 @@ impl Net {
             },
             gateway: Ipv4Addr::new(10, 231, subnet, 254),
             delays: Vec::new(),
-            faults: Vec::new(),
         };
         net.build(subnet)?;
         net.store_host = net.hosts.pop().ok_or("no store host")?;
@@ -390,10 +427,7 @@ impl Net {
 
     fn rule(&mut self, from: usize, chain: &str, rule: String) -> Result<(), String> {
         let ns = self.hosts[from].ns.clone();
-        nft(&ns, &format!("add rule inet {TABLE} {chain} {rule}\n"))?;
-        self.faults
-            .push(format!("{}: {chain} {rule}", self.hosts[from].ip));
-        Ok(())
+        nft(&ns, &format!("add rule inet {TABLE} {chain} {rule}\n"))
     }
 
     /// Nothing from `from` reaches `to` (packets dropped as they leave `from`); the other way
@@ -486,12 +520,8 @@ impl Net {
                 // Should the delay process be gone, packets pass undelayed instead of dropped.
                 "--queue-bypass",
             ],
-        )?;
-        self.faults.push(format!(
-            "{}: delay to {to_ip} {ms}±{jitter_ms} ms, loss {loss} %",
-            self.hosts[from].ip
-        ));
-        Ok(())
+        )
+        .map(drop)
     }
 
     /// Removes every fault: all hosts hear each other again at full speed.
@@ -507,7 +537,6 @@ impl Net {
             let _ = child.kill();
             let _ = child.wait();
         }
-        self.faults.clear();
     }
 }
 

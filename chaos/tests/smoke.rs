@@ -54,14 +54,9 @@ fn short_chaos_run_meets_every_claim() {
         }
     }
     // Every test host of the run is gone (it removes its namespaces, links and bridge).
-    let prefix = format!("relock-chaos-{pid}-");
-    let list = Command::new("ip").args(["netns", "list"]).output();
-    if let (true, Ok(list)) = (root, list) {
-        let list = String::from_utf8_lossy(&list.stdout);
-        assert!(
-            !list.lines().any(|l| l.starts_with(&prefix)),
-            "test namespaces left behind:\n{list}"
-        );
+    if root {
+        let left = test_hosts(&format!("relock-chaos-{pid}-"));
+        assert!(left.is_empty(), "test namespaces left behind: {left:?}");
     }
 }
 
@@ -84,56 +79,14 @@ fn killed_runs_leave_no_test_hosts() {
             .spawn()
             .expect("run relock-chaos");
         let prefix = format!("relock-chaos-{}-", child.id());
-        let hosts = || {
-            let list = Command::new("ip")
-                .args(["netns", "list"])
-                .output()
-                .expect("ip");
-            String::from_utf8_lossy(&list.stdout)
-                .lines()
-                .filter(|l| l.starts_with(&prefix))
-                .count()
-        };
+        let hosts = || test_hosts(&prefix).len();
         let pids = || -> Vec<u32> {
-            let list = Command::new("ip")
-                .args(["netns", "list"])
-                .output()
-                .expect("ip");
-            String::from_utf8_lossy(&list.stdout)
-                .lines()
-                .filter(|l| l.starts_with(&prefix))
-                .filter_map(|l| l.split_whitespace().next().map(str::to_string))
-                .flat_map(|ns| {
-                    let out = Command::new("ip").args(["netns", "pids", &ns]).output();
-                    out.map(|o| {
-                        String::from_utf8_lossy(&o.stdout)
-                            .split_whitespace()
-                            .filter_map(|p| p.parse().ok())
-                            .collect::<Vec<u32>>()
-                    })
-                    .unwrap_or_default()
-                })
+            test_hosts(&prefix)
+                .iter()
+                .flat_map(|ns| pids_in(ns))
                 .collect()
         };
-        let pids_in_hosts = || {
-            let list = Command::new("ip")
-                .args(["netns", "list"])
-                .output()
-                .expect("ip");
-            String::from_utf8_lossy(&list.stdout)
-                .lines()
-                .filter(|l| l.starts_with(&prefix))
-                .filter_map(|l| l.split_whitespace().next().map(str::to_string))
-                .map(|ns| {
-                    let pids = Command::new("ip").args(["netns", "pids", &ns]).output();
-                    pids.map_or(0, |p| {
-                        String::from_utf8_lossy(&p.stdout)
-                            .split_whitespace()
-                            .count()
-                    })
-                })
-                .sum::<usize>()
-        };
+        let pids_in_hosts = || pids().len();
         // Up: five hosts and the store's, a server, the store and four workers in them.
         let until = Instant::now() + Duration::from_secs(60);
         while hosts() < 6 || pids_in_hosts() < 6 {
@@ -170,6 +123,94 @@ fn killed_runs_leave_no_test_hosts() {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// A process scenario's run stopped by SIGTERM kills what it started outside test hosts (its
+/// redis-servers, the fenced store, its workers) before it exits: a signal's exit runs no
+/// destructor, so without that they would be left running.
+#[test]
+fn a_stopped_run_leaves_no_servers() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_relock-chaos"))
+        .args([
+            "--only",
+            "failover-wait",
+            "--out",
+            "/tmp/relock-chaos-stopped",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run relock-chaos");
+    // Up: the master, its replica, the store and four workers.
+    let until = Instant::now() + Duration::from_secs(60);
+    let mut started = children_of(child.id());
+    while started.len() < 7 {
+        assert!(
+            Instant::now() < until,
+            "the run started {} processes in 60 s",
+            started.len()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        started = children_of(child.id());
+    }
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().expect("wait");
+    assert!(!status.success(), "{status}");
+    let until = Instant::now() + Duration::from_secs(20);
+    while started.iter().any(|p| alive(*p)) {
+        assert!(
+            Instant::now() < until,
+            "processes of the stopped run left: {:?}",
+            started.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .and_then(|r| r.split_whitespace().nth(1))
+                    == Some(&pid.to_string())
+            })
+        })
+        .collect()
+}
+
+/// The network namespaces whose names start with `prefix`.
+fn test_hosts(prefix: &str) -> Vec<String> {
+    let list = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip");
+    String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+/// The processes in network namespace `ns` (none once it is gone).
+fn pids_in(ns: &str) -> Vec<u32> {
+    Command::new("ip")
+        .args(["netns", "pids", ns])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Whether `pid` runs (a zombie does not count).
