@@ -50,38 +50,45 @@ fn fault(r: Result<(), String>) {
     }
 }
 
-/// One master (host 0) and workers on hosts 1..=4, raw `LOCK.WAIT` and relock-client mixed.
-fn one_master(name: &'static str, len: Length) -> (Net, NetServer, Run) {
-    let net = net(5);
-    let server = NetServer::start(net.host(0), &[]);
+/// One master (host 0) started with `args`, and `workers` workers on hosts 1..=workers, worker
+/// `i` in `mode(i)`.
+fn one_master(
+    name: &'static str,
+    len: Length,
+    args: &[&str],
+    workers: usize,
+    mode: impl Fn(usize) -> Mode,
+) -> (Net, NetServer, Run) {
+    let net = net(workers + 1);
+    let server = NetServer::start(net.host(0), args);
     let mut run = Run::on_net(name, &net, &[server.url()], TTL, len.net_ms);
-    for i in 1..=4 {
+    for i in 1..=workers {
         let host = net.host(i).clone();
-        run.spawn_on(&host, if i % 2 == 0 { Mode::Wait } else { Mode::Client });
+        run.spawn_on(&host, mode(i));
     }
     (net, server, run)
+}
+
+/// Raw `LOCK.WAIT` and relock-client workers, mixed.
+fn mixed(i: usize) -> Mode {
+    if i % 2 == 0 {
+        Mode::Wait
+    } else {
+        Mode::Client
+    }
 }
 
 /// The holder's host is cut from the master (both ways; its connections stay open and go
 /// silent) for 2 × ttl, then the link heals; every third cut, the master is also SIGKILLed and
 /// restarted meanwhile (`appendfsync always`: every grant is on disk before its reply).
 fn client_partition(len: Length) -> Outcome {
-    let mut net = net(5);
-    let mut server = NetServer::start(
-        net.host(0),
-        &["--appendonly", "yes", "--appendfsync", "always"],
-    );
-    let mut run = Run::on_net(
+    let (mut net, mut server, run) = one_master(
         "net-client-partition",
-        &net,
-        &[server.url()],
-        TTL,
-        len.net_ms,
+        len,
+        &["--appendonly", "yes", "--appendfsync", "always"],
+        4,
+        mixed,
     );
-    for i in 1..=4 {
-        let host = net.host(i).clone();
-        run.spawn_on(&host, if i % 2 == 0 { Mode::Wait } else { Mode::Client });
-    }
     let (mut cuts, mut restarts) = (0, 0);
     while run.running() {
         run.sleep(TTL);
@@ -108,7 +115,7 @@ fn client_partition(len: Length) -> Outcome {
 /// run and their replies never come (a grant nobody hears of, a release that did happen);
 /// even rounds: half the packets between them are lost, both ways. Each for 0.5-2 ttl.
 fn reply_loss(len: Length) -> Outcome {
-    let (mut net, _server, run) = one_master("net-reply-loss", len);
+    let (mut net, _server, run) = one_master("net-reply-loss", len, &[], 4, mixed);
     let (mut cuts, mut lossy) = (0, 0);
     while run.running() {
         run.sleep(TTL / 2);
@@ -135,7 +142,7 @@ fn reply_loss(len: Length) -> Outcome {
 /// the whole run, and holders are SIGSTOPped for 2 × ttl besides: their writes come late, and
 /// the fenced store must refuse them.
 fn flaky_link(len: Length) -> Outcome {
-    let (mut net, _server, run) = one_master("net-flaky-link", len);
+    let (mut net, _server, run) = one_master("net-flaky-link", len, &[], 4, mixed);
     for w in 1..=4 {
         fault(net.delay(0, w, 40, 30, 10));
         fault(net.delay(w, 0, 40, 30, 10));
@@ -268,12 +275,7 @@ fn replicate(server: &NetServer, master: Option<&NetServer>) {
     };
     let _: redis::RedisResult<()> = cmd.query(&mut c);
     if master.is_some() {
-        crate::common::eventually(Duration::from_secs(10), || {
-            redis::cmd("INFO")
-                .arg("replication")
-                .query::<String>(&mut c)
-                .is_ok_and(|i| i.contains("master_link_status:up"))
-        });
+        crate::common::link_up(&mut c, Duration::from_secs(10));
     }
 }
 
@@ -389,19 +391,7 @@ fn redlock_clock_jump(len: Length) -> Outcome {
 /// then heals: the leader must hear of the loss within its validity and stop, the next
 /// candidate lead in a higher term, never two at once.
 fn leader_partition(len: Length) -> Outcome {
-    let mut net = net(5);
-    let server = NetServer::start(net.host(0), &[]);
-    let mut run = Run::on_net(
-        "net-leader-partition",
-        &net,
-        &[server.url()],
-        TTL,
-        len.net_ms,
-    );
-    for i in 1..=4 {
-        let host = net.host(i).clone();
-        run.spawn_on(&host, Mode::Elect);
-    }
+    let (mut net, _server, run) = one_master("net-leader-partition", len, &[], 4, |_| Mode::Elect);
     let mut cuts = 0;
     while run.running() {
         run.sleep(TTL);
@@ -425,20 +415,9 @@ fn leader_partition(len: Length) -> Outcome {
 /// lapse before a third holder uses one), and replies to another host are lost; every other
 /// round a holder is SIGKILLed besides.
 fn semaphore_partition(len: Length) -> Outcome {
-    let mut net = net(6);
-    let server = NetServer::start(net.host(0), &[]);
-    let mut run = Run::on_net(
-        "net-semaphore-partition",
-        &net,
-        &[server.url()],
-        TTL,
-        len.net_ms,
-    )
-    .limit(2);
-    for i in 1..=5 {
-        let host = net.host(i).clone();
-        run.spawn_on(&host, Mode::Shared(2));
-    }
+    let (mut net, _server, run) =
+        one_master("net-semaphore-partition", len, &[], 5, |_| Mode::Shared(2));
+    let mut run = run.limit(2);
     let (mut cuts, mut kills) = (0, 0);
     while run.running() {
         run.sleep(TTL);

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::common::{eventually, Server};
+use crate::common::{link_up, Server};
 use crate::run::{Claim, Outcome, Run};
 use crate::worker::{now_us, Mode};
 
@@ -138,13 +138,10 @@ fn replica_of(master: &Server) -> Server {
     let port = master.port.to_string();
     let replica = Server::with_args(&["--replicaof", "127.0.0.1", &port]);
     let mut c = replica.conn();
-    let linked = eventually(Duration::from_secs(10), || {
-        redis::cmd("INFO")
-            .arg("replication")
-            .query::<String>(&mut c)
-            .is_ok_and(|i| i.contains("master_link_status:up"))
-    });
-    assert!(linked, "replica did not sync");
+    assert!(
+        link_up(&mut c, Duration::from_secs(10)),
+        "replica did not sync"
+    );
     replica
 }
 

@@ -358,7 +358,9 @@ fn wall_us(at: tokio::time::Instant) -> u64 {
 
 /// Campaigns, leads for 1-4 ttl (one fenced-store write per term, its validity reported after
 /// every renewal), resigns; stops leading the moment the guard signals the term lost.
-fn run_elect(args: &WorkerArgs) {
+/// Runs `body` with a relock-client on the run's servers (50 ms node timeout) and the run's
+/// deadline, on a runtime of its own; a worker that cannot make either says so (an `X` line).
+fn with_client(args: &WorkerArgs, body: impl AsyncFnOnce(Relock, Instant)) {
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -373,13 +375,15 @@ fn run_elect(args: &WorkerArgs) {
             node_timeout: Duration::from_millis(50),
             ..Options::default()
         };
-        let relock = match Relock::with_options(&urls, options) {
-            Ok(r) => r,
-            Err(e) => {
-                emit(format!("X\t{}\t{e}", args.id));
-                return;
-            }
-        };
+        match Relock::with_options(&urls, options) {
+            Ok(relock) => body(relock, deadline).await,
+            Err(e) => emit(format!("X\t{}\t{e}", args.id)),
+        }
+    });
+}
+
+fn run_elect(args: &WorkerArgs) {
+    with_client(args, async |relock, deadline| {
         let (id, ttl) = (args.id, Duration::from_millis(args.ttl_ms));
         let mut store = None;
         let mut seq = 0u64;
@@ -443,28 +447,8 @@ fn run_elect(args: &WorkerArgs) {
 }
 
 fn run_client(args: &WorkerArgs) {
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        emit(format!("X\t{}\tno runtime", args.id));
-        return;
-    };
-    rt.block_on(async {
-        let deadline = Instant::now() + Duration::from_millis(args.run_ms);
+    with_client(args, async |relock, deadline| {
         let mut store = None;
-        let urls = read_urls(&args.urls_file);
-        let options = Options {
-            node_timeout: Duration::from_millis(50),
-            ..Options::default()
-        };
-        let relock = match Relock::with_options(&urls, options) {
-            Ok(r) => r,
-            Err(e) => {
-                emit(format!("X\t{}\t{e}", args.id));
-                return;
-            }
-        };
         let ttl = Duration::from_millis(args.ttl_ms);
         let mut seq = 0u64;
         while Instant::now() < deadline {

@@ -480,14 +480,21 @@ pub fn attach_replica(master: &Server, replica: &Server) {
         .arg(master.port)
         .query(&mut r)
         .expect("REPLICAOF");
-    let up = eventually(Duration::from_secs(10), || {
-        let s: String = redis::cmd("INFO")
+    assert!(
+        link_up(&mut r, Duration::from_secs(10)),
+        "replica did not connect:\n{}",
+        replica.log()
+    );
+}
+
+/// Waits, at most `within`, until the replica behind `c` says its link to its master is up.
+pub fn link_up(c: &mut redis::Connection, within: Duration) -> bool {
+    eventually(within, || {
+        redis::cmd("INFO")
             .arg("replication")
-            .query(&mut r)
-            .unwrap_or_default();
-        s.contains("master_link_status:up")
-    });
-    assert!(up, "replica did not connect:\n{}", replica.log());
+            .query::<String>(c)
+            .is_ok_and(|i| i.contains("master_link_status:up"))
+    })
 }
 
 /// Continues (`SIGCONT`) the servers on drop, so that a failing assertion never leaves one that
