@@ -465,13 +465,27 @@ fn replica_observers_wake_on_the_stream_only() {
     // The replica's own clock ends nothing: a short lease that runs out while the master is
     // stopped (it can send no DEL) leaves the replica's observer waiting; the master's DEL,
     // once it goes on, wakes it with the key gone.
-    let ttl = 300;
-    let tc = acquire(&mut m, "short", "c", ttl);
-    let _: () = redis::cmd("WAIT").arg(1).arg(2000).query(&mut m).unwrap();
-    let mut obs = blocked_observer(&replica, "short", tc, 0);
-    master.signal("STOP");
-    let resume = common::Resume(vec![&master]);
-    common::wait_out_ttl(Duration::from_millis(ttl + 400));
+    // The master must be stopped before the lease runs out (else it sends its DEL first, and
+    // the observer is woken rightly): on a busy machine the steps before the stop can take
+    // longer than the lease, so a setup that did starts again, with a longer one.
+    let mut ttl = 300;
+    let (mut obs, resume, left) = loop {
+        let started = Instant::now();
+        let tc = acquire(&mut m, "short", "c", ttl);
+        let _: () = redis::cmd("WAIT").arg(1).arg(2000).query(&mut m).unwrap();
+        let obs = blocked_observer(&replica, "short", tc, 0);
+        master.signal("STOP");
+        let resume = common::Resume(vec![&master]);
+        let lease = Duration::from_millis(ttl);
+        if started.elapsed() + Duration::from_millis(50) < lease {
+            break (obs, resume, lease - started.elapsed());
+        }
+        assert!(ttl < 5_000, "the setup never took less than the lease");
+        drop(resume);
+        release(&mut m, "short", "c");
+        ttl *= 2;
+    };
+    common::wait_out_ttl(left + Duration::from_millis(400));
     obs.assert_silent("the lease ran out on the replica's clock, with no DEL from the master");
     drop(resume); // SIGCONT: the master expires the key and sends its DEL
     assert_eq!(obs.read(SOON), Reply::Nil, "woken by the master's DEL");
