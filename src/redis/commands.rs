@@ -220,10 +220,19 @@ fn engine(
 
 /// The mode words after argument `from`; no words (the common case) costs no allocation.
 fn mode(args: Args<'_>, from: usize) -> std::result::Result<Mode, ArgError> {
-    if args.0.len() <= from {
-        return Ok(Mode::Exclusive);
+    // A mode is at most 5 words (`SHARED LIMIT n PERMITS p`): they are read into an array, so
+    // that a shared request allocates nothing for them; more words are a syntax error, as
+    // `args::mode` would find.
+    const MOST: usize = 5;
+    let n = args.0.len().saturating_sub(from);
+    if n > MOST {
+        return Err(ArgError::Syntax);
     }
-    args::mode(&args.rest(from))
+    let mut words: [&[u8]; MOST] = [&[]; MOST];
+    for (i, word) in words.iter_mut().take(n).enumerate() {
+        *word = args.bytes(from + i);
+    }
+    args::mode(&words[..n])
 }
 
 /// `key owner ttl_ms [timeout_ms] [mode]` of an acquiring command, checked in that order (the

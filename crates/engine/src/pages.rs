@@ -15,7 +15,7 @@ use std::ops::{Index, IndexMut};
 /// so that a run does not straddle two pages.
 #[derive(Clone, Debug)]
 pub struct Paged<T, const SHIFT: u32> {
-    pages: Vec<Vec<T>>,
+    pages: Pages<T>,
     /// Items copied by growth so far (a page's reallocation), for the tests that bound it.
     #[cfg(test)]
     copied: u64,
@@ -24,7 +24,7 @@ pub struct Paged<T, const SHIFT: u32> {
 impl<T, const SHIFT: u32> Default for Paged<T, SHIFT> {
     fn default() -> Self {
         Paged {
-            pages: Vec::new(),
+            pages: Pages::default(),
             #[cfg(test)]
             copied: 0,
         }
@@ -56,7 +56,7 @@ impl<T: Copy, const SHIFT: u32> Paged<T, SHIFT> {
     /// Bytes it takes: its pages and the list of them.
     pub fn bytes(&self) -> usize {
         self.capacity() * std::mem::size_of::<T>()
-            + self.pages.capacity() * std::mem::size_of::<Vec<T>>()
+            + self.pages.more.capacity() * std::mem::size_of::<Vec<T>>()
     }
 
     /// Items copied by growth so far.
@@ -185,7 +185,10 @@ impl<T: Copy, const SHIFT: u32> Paged<T, SHIFT> {
     /// A copy with no unused room (each page exactly as long as its items).
     pub fn compacted(&self) -> Self {
         Paged {
-            pages: self.pages.iter().map(|page| page.to_vec()).collect(),
+            pages: Pages {
+                first: self.pages.first.to_vec(),
+                more: self.pages.more.iter().map(|page| page.to_vec()).collect(),
+            },
             #[cfg(test)]
             copied: self.copied + self.len() as u64,
         }
@@ -203,6 +206,109 @@ impl<T: Copy, const SHIFT: u32> Index<usize> for Paged<T, SHIFT> {
 impl<T: Copy, const SHIFT: u32> IndexMut<usize> for Paged<T, SHIFT> {
     fn index_mut(&mut self, i: usize) -> &mut T {
         &mut self.pages[i >> SHIFT][i & Self::MASK]
+    }
+}
+
+/// The pages of a [`Paged`]: the first one in place, the others in a list, so that an array of
+/// one page (every shared key's while it has under 4,096 holders) is one allocation, not two.
+/// There are no pages while the first has no room (a page is never left empty: the last item's
+/// removal frees it).
+#[derive(Clone, Debug)]
+struct Pages<T> {
+    first: Vec<T>,
+    more: Vec<Vec<T>>,
+}
+
+impl<T> Default for Pages<T> {
+    fn default() -> Self {
+        Pages {
+            first: Vec::new(),
+            more: Vec::new(),
+        }
+    }
+}
+
+impl<T> Pages<T> {
+    fn is_empty(&self) -> bool {
+        self.first.capacity() == 0
+    }
+
+    fn len(&self) -> usize {
+        if self.is_empty() {
+            0
+        } else {
+            1 + self.more.len()
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<&Vec<T>> {
+        match i {
+            _ if self.is_empty() => None,
+            0 => Some(&self.first),
+            _ => self.more.get(i - 1),
+        }
+    }
+
+    fn get_mut(&mut self, i: usize) -> Option<&mut Vec<T>> {
+        match i {
+            _ if self.is_empty() => None,
+            0 => Some(&mut self.first),
+            _ => self.more.get_mut(i - 1),
+        }
+    }
+
+    fn last(&self) -> Option<&Vec<T>> {
+        self.get(self.len().checked_sub(1)?)
+    }
+
+    fn last_mut(&mut self) -> Option<&mut Vec<T>> {
+        self.get_mut(self.len().checked_sub(1)?)
+    }
+
+    /// Adds `page` (never one without room: it would read as no page).
+    fn push(&mut self, page: Vec<T>) {
+        debug_assert!(page.capacity() > 0);
+        if self.is_empty() {
+            self.first = page;
+        } else {
+            self.more.push(page);
+        }
+    }
+
+    fn pop(&mut self) -> Option<Vec<T>> {
+        match self.more.pop() {
+            Some(page) => Some(page),
+            None if self.is_empty() => None,
+            None => Some(std::mem::take(&mut self.first)),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Vec<T>> {
+        std::iter::once(&self.first).chain(&self.more)
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut Vec<T>> {
+        std::iter::once(&mut self.first).chain(&mut self.more)
+    }
+}
+
+impl<T> Index<usize> for Pages<T> {
+    type Output = Vec<T>;
+
+    fn index(&self, i: usize) -> &Vec<T> {
+        match i {
+            0 => &self.first,
+            _ => &self.more[i - 1],
+        }
+    }
+}
+
+impl<T> IndexMut<usize> for Pages<T> {
+    fn index_mut(&mut self, i: usize) -> &mut Vec<T> {
+        match i {
+            0 => &mut self.first,
+            _ => &mut self.more[i - 1],
+        }
     }
 }
 
@@ -396,6 +502,36 @@ mod tests {
         assert_eq!(p.run(0, 16), &[1; 16][..]);
         assert_eq!(p.push(2), 16, "the next item starts the next page");
         assert_eq!((p.pop(), p.pop(), p.len()), (Some(2), Some(1), 15));
+    }
+
+    /// An array of one page is that page alone (no list of pages allocated beside it: a new
+    /// shared key allocates two arrays, not four); emptied, it frees the page and reads as
+    /// empty; grown past a page, the list appears, and every item stays where it was, through
+    /// removals back into the first page and a compacted copy.
+    #[test]
+    fn one_page_is_one_allocation() {
+        let mut p: Paged<u64, 4> = Paged::default();
+        assert_eq!((p.bytes(), p.len()), (0, 0));
+        p.push(1);
+        assert_eq!(p.bytes(), p.capacity() * 8, "no list of pages for one page");
+        assert_eq!(p.pop(), Some(1));
+        assert!(p.is_empty() && p.capacity() == 0, "the emptied page is freed");
+        assert_eq!((p.push(2), p.len()), (0, 1), "and a new one starts at 0");
+        for i in 3..40u64 {
+            p.push(i);
+        }
+        assert!(p.bytes() > p.capacity() * 8, "past a page, the list of pages");
+        assert_eq!(p.len(), 38);
+        assert_eq!(p.iter().copied().collect::<Vec<_>>(), (2..40).collect::<Vec<_>>());
+        let copy = p.compacted();
+        assert_eq!(copy.iter().copied().collect::<Vec<_>>(), (2..40).collect::<Vec<_>>());
+        for i in (2..40u64).rev() {
+            assert_eq!(p.pop(), Some(i));
+        }
+        assert!(p.is_empty() && p.bytes() == p.pages.more.capacity() * 24);
+        assert_eq!(p.get(0), None);
+        assert_eq!(p.push_run(&[9, 9]), 0);
+        assert_eq!(p.run(0, 2), &[9, 9][..]);
     }
 
     #[test]
