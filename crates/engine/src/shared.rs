@@ -299,6 +299,14 @@ impl Slot {
     }
 }
 
+/// The secret mixed into every set's treap priorities: one per process, drawn once (a set's
+/// own, hashed from its `RandomState`, cost a SipHash per new shared key). Secret is what it
+/// must be: nobody outside can choose tokens that unbalance a treap.
+fn treap_seed() -> u64 {
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SEED.get_or_init(|| RandomState::new().hash_one(0x5eed_u64))
+}
+
 /// The holders of one shared key.
 #[derive(Clone, Debug)]
 pub struct Shared {
@@ -358,7 +366,7 @@ impl Shared {
     /// No holders yet, with `limit` (0: none).
     pub fn new(limit: u32) -> Shared {
         let hasher = RandomState::new();
-        let seed = hasher.hash_one(0x5eed_u64);
+        let seed = treap_seed();
         Shared {
             limit,
             slots: Slots::default(),
