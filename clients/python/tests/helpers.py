@@ -156,3 +156,30 @@ async def yield_to_loop(times: int = 1) -> None:
     """Lets the other ready tasks run ``times`` turns of the event loop (no time passes)."""
     for _ in range(times):
         await asyncio.sleep(0)
+
+
+class Lateness:
+    """How late this machine runs this process's threads, measured while the block runs: a
+    thread sleeps 5 ms at a time and keeps the longest it overslept (``most``, seconds). A
+    client's loss timer is such a thread, and so is the test's own after an event is set: a
+    timing bound allows for what was measured here, not for a guess, so a client that is late
+    by itself still fails on an idle machine."""
+
+    def __init__(self) -> None:
+        self.most = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            before = time.monotonic()
+            time.sleep(0.005)
+            self.most = max(self.most, time.monotonic() - before - 0.005)
+
+    def __enter__(self) -> Lateness:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

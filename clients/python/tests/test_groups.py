@@ -14,7 +14,7 @@ import redis.asyncio as aredis
 
 import relock
 import relock.aio
-from helpers import connect, eventually, until, wait_out_ttl
+from helpers import Lateness, connect, eventually, until, wait_out_ttl
 from servers import LossProxy, Server
 
 
@@ -124,11 +124,15 @@ def test_a_vanished_server_ends_a_group_within_validity(server: Server) -> None:
     locks = relock.Relock(connect(server))
     g = locks.acquire_all(["a", "b"], ttl=0.9)
     assert g is not None
-    server.kill()
-    assert g.lost.wait(10)
-    # The loss timer is due loss_lead before the validity ends; the 50 ms are this thread's
-    # wake-up on a busy machine, as in the other loss-timing tests.
-    assert time.monotonic() <= g.valid_until + 0.05
+    with Lateness() as late:
+        server.kill()
+        assert g.lost.wait(10)
+        now = time.monotonic()
+    # The loss timer is due loss_lead before the validity ends; the client's timer thread and
+    # this one after the event are each as late as the machine runs threads (measured: 116 ms
+    # past validity under make test's four lanes and a build), and 50 ms however idle.
+    allowed = max(0.05, 2 * late.most + 0.01)
+    assert now <= g.valid_until + allowed, f"{now - g.valid_until:.3f} s past validity; threads ran up to {late.most:.3f} s late"
     assert g.cause is None and g.reason is not None and "validity ran out" in g.reason
     assert not g.release()
 

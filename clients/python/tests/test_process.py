@@ -177,7 +177,9 @@ def test_a_child_forked_mid_renewal_can_use_the_client(server: Server) -> None:
     about 1 fork in 40 with 20 holds of ttl 30 ms, and is pinned here by holding that lock from
     a thread across the fork. Must hold: the child can take a lock of its own (the parent's
     holds are not its own; its client state is reset at fork)."""
-    locks = relock.Relock(connect(server))
+    # A busy machine (make test's four lanes) made the child's one attempt time out at the
+    # default 0.1 s: the fork is what is tested, not the timeout.
+    locks = relock.Relock(connect(server), node_timeout=2)
     with locks.lock("parent", ttl=5) as h:
         inner = locks._servers[0]._cond
         taken, done = threading.Event(), threading.Event()
