@@ -515,16 +515,28 @@ mod tests {
         p.push(1);
         assert_eq!(p.bytes(), p.capacity() * 8, "no list of pages for one page");
         assert_eq!(p.pop(), Some(1));
-        assert!(p.is_empty() && p.capacity() == 0, "the emptied page is freed");
+        assert!(
+            p.is_empty() && p.capacity() == 0,
+            "the emptied page is freed"
+        );
         assert_eq!((p.push(2), p.len()), (0, 1), "and a new one starts at 0");
         for i in 3..40u64 {
             p.push(i);
         }
-        assert!(p.bytes() > p.capacity() * 8, "past a page, the list of pages");
+        assert!(
+            p.bytes() > p.capacity() * 8,
+            "past a page, the list of pages"
+        );
         assert_eq!(p.len(), 38);
-        assert_eq!(p.iter().copied().collect::<Vec<_>>(), (2..40).collect::<Vec<_>>());
+        assert_eq!(
+            p.iter().copied().collect::<Vec<_>>(),
+            (2..40).collect::<Vec<_>>()
+        );
         let copy = p.compacted();
-        assert_eq!(copy.iter().copied().collect::<Vec<_>>(), (2..40).collect::<Vec<_>>());
+        assert_eq!(
+            copy.iter().copied().collect::<Vec<_>>(),
+            (2..40).collect::<Vec<_>>()
+        );
         for i in (2..40u64).rev() {
             assert_eq!(p.pop(), Some(i));
         }
