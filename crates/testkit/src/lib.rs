@@ -780,10 +780,42 @@ pub fn info_str(c: &mut redis::Connection, section: &str, field: &str) -> String
         .unwrap_or_default()
 }
 
-/// Lets `ttl` of the server's clock pass: a lease or a TTL set just before (plus whatever margin
-/// the caller adds) has run out, or a TTL read now reads that much less. The one fixed wait the
-/// tests make: Redis's clock cannot be paused or moved. Everything else waits for an event
-/// (`eventually`, a reply with a deadline).
+/// Lets `ttl` pass: a lease, a TTL or a timeout set just before (plus whatever margin the
+/// caller adds) has run out, a TTL read now reads that much less, or a stall or a quiet window
+/// a test asks for has run its whole length (a waiter still blocked after it, nothing sent
+/// during it). The one fixed wait the Rust suites make, as in the Python and Node suites:
+/// Redis's clock cannot be paused or moved. Everything else waits for an event
+/// ([`eventually`], a reply with a deadline); `meta::suite_rules` keeps it so.
 pub fn wait_out_ttl(ttl: Duration) {
     thread::sleep(ttl);
+}
+
+/// [`wait_out_ttl`] from a tokio task: the runtime keeps running meanwhile (a hold's renewals,
+/// a waiter's task).
+pub async fn wait_out_ttl_async(ttl: Duration) {
+    tokio::time::sleep(ttl).await;
+}
+
+/// [`wait_out_ttl`] until `at` (nothing when it has passed), from a tokio task.
+pub async fn wait_out_ttl_until(at: Instant) {
+    tokio::time::sleep_until(at.into()).await;
+}
+
+/// [`eventually`] from a tokio task: polls the future `check` makes every few milliseconds
+/// until it answers true or `within` passes, without blocking the runtime's thread.
+pub async fn eventually_async<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }

@@ -7,7 +7,7 @@ use relock_testkit::workspace_root as root;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
+pub(super) fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut dirs = vec![dir.to_path_buf()];
     while let Some(d) = dirs.pop() {
@@ -25,7 +25,7 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The code of a file without comments and string literals (so words in them do not count).
-fn code_only(text: &str) -> String {
+pub(super) fn code_only(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {

@@ -7,5 +7,6 @@ mod docs;
 mod examples;
 mod layout;
 mod run_script;
+mod suite_rules;
 mod transcripts;
 mod version;
