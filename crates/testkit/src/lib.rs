@@ -14,6 +14,8 @@ pub mod cluster;
 pub use redis;
 
 pub mod ask;
+#[cfg(feature = "client")]
+pub mod client;
 pub mod cut;
 pub mod events;
 pub mod payload;
