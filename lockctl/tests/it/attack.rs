@@ -11,20 +11,18 @@ use std::time::{Duration, Instant};
 use common::{eventually, Server};
 use support::proxy::Proxy;
 use support::{
-    acquire_as, force_release, holder, is_running, lines, lockctl, lockctl_at, read_pid, send,
-    send_quietly, stderr, KillOnDrop, Spawned,
+    acquire_as, force_release, holder, is_running, is_stopped, lines, lockctl, lockctl_at,
+    read_pid, send, send_quietly, stderr, KillOnDrop, Spawned,
 };
 
 /// Takes `key` on `server` as `owner` as soon as it is free (at most `within`); when.
 fn intrude(server: &Server, key: &str, owner: &str, within: Duration) -> Option<Instant> {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if acquire_as(server, key, owner, 60_000).is_some() {
-            return Some(Instant::now());
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    None
+    let mut taken = None;
+    eventually(within, || {
+        taken = acquire_as(server, key, owner, 60_000).map(|_| Instant::now());
+        taken.is_some()
+    });
+    taken
 }
 
 /// **Job control vs a lost lock: the command runs on after the lock's validity ended.**
@@ -65,11 +63,12 @@ fn a_stop_ignored_by_the_command_does_not_let_it_outlive_the_lock() {
     assert!(holder(&server, key).is_some());
     // Renewals from now on go unanswered: the lock expires on the server within its ttl.
     proxy.silence_all();
-    std::thread::sleep(Duration::from_millis(30));
     send(lockctl.pid(), libc::SIGTSTP);
     let taken = intrude(&server, key, "intruder", Duration::from_secs(3)).expect("expired");
     let at_take = lines(&ticks);
-    std::thread::sleep(Duration::from_millis(1500));
+    // A window in which the command, had it run on, would write (every 10 ms), longer than
+    // the second lockctl gives it to stop.
+    common::wait_out_ttl(Duration::from_millis(1500));
     let after = lines(&ticks);
     let ran_for = taken.elapsed();
     // Whatever happened, end it: continue lockctl, which must now find the lock lost.
@@ -290,7 +289,7 @@ fn signals_at_random_moments_never_strand_the_lock_or_the_command() {
         );
         let sig = signals[rng.usize(..signals.len())];
         let delay = Duration::from_millis(rng.u64(0..700));
-        std::thread::sleep(delay);
+        std::thread::sleep(delay); // the signal's random moment (not a wait)
         send_quietly(lockctl.pid(), sig);
         let what = format!(
             "seed {seed} round {round}: SIG{} after {delay:?}",
@@ -300,19 +299,15 @@ fn signals_at_random_moments_never_strand_the_lock_or_the_command() {
             sig,
             libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU | libc::SIGSTOP
         ) {
-            std::thread::sleep(Duration::from_millis(150));
+            // The stop lasts 150 ms, a stall the test imposes.
+            common::wait_out_ttl(Duration::from_millis(150));
             send_quietly(lockctl.pid(), libc::SIGCONT);
         }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let status = loop {
-            if let Some(status) = lockctl.try_status() {
-                break Some(status);
-            }
-            if Instant::now() > deadline {
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let mut status = None;
+        eventually(Duration::from_secs(20), || {
+            status = lockctl.try_status();
+            status.is_some()
+        });
         let Some(status) = status else {
             let state = support::describe_process(lockctl.pid());
             panic!("{what}: lockctl still runs after 20 s: {state}");
@@ -381,7 +376,7 @@ fn sigkill_at_random_moments_leaves_nothing_running_beyond_the_ttl() {
                 .stderr(Stdio::null()),
         );
         let delay = Duration::from_millis(rng.u64(0..700));
-        std::thread::sleep(delay);
+        std::thread::sleep(delay); // the kill's random moment (not a wait)
         send_quietly(lockctl.pid(), libc::SIGKILL);
         let killed = Instant::now();
         let _ = lockctl.wait_within(Duration::from_secs(10));
@@ -417,6 +412,51 @@ fn shell(server: &Server) -> support::pty::Pty {
     let pty = support::pty::Pty::spawn(&mut cmd);
     pty.expect("$ ", Duration::from_secs(10));
     pty
+}
+
+/// The processes under `root` (its children, theirs...) that run `program` (their first
+/// argument, or its last path component) with an argument that contains `marker`.
+fn processes_under(root: i32, program: &str, marker: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    let mut todo = support::children(root);
+    while let Some(pid) = todo.pop() {
+        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<&str> = cmdline.split('\0').collect();
+        let runs = args[0].rsplit('/').next() == Some(program);
+        if runs && args[1..].iter().any(|a| a.contains(marker)) {
+            found.push(pid);
+        }
+        todo.extend(support::children(pid));
+    }
+    found
+}
+
+/// The one lockctl under `root` whose arguments name `key` (not its watchdog, nor a child
+/// between its fork and its exec), once there is one.
+fn lockctl_under(root: i32, key: &str) -> i32 {
+    let mut found = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            found = processes_under(root, "lockctl", key);
+            found.len() == 1
+        }),
+        "no one lockctl for {key} under {root}: {found:?}"
+    );
+    found[0]
+}
+
+/// Whether a `sh -c SCRIPT` under `root` whose script contains `marker` has the terminal and
+/// waits in a read: its process group is the terminal's foreground group, and it sleeps
+/// (state `S`). What is typed next is then its.
+fn reads_the_terminal(root: i32, marker: &str) -> bool {
+    processes_under(root, "sh", marker).into_iter().any(|pid| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+        // state, ppid, pgrp, session, tty_nr, tpgid (the terminal's foreground group).
+        matches!(fields.as_slice(), ["S", _, pgrp, _, _, tpgid, ..] if pgrp == tpgid)
+    })
 }
 
 /// **Job control: a foreground command stopped by SIGSTOP** (as
@@ -493,16 +533,27 @@ fn nested_lockctl_ctrl_z_and_fg() {
         &server, "inner"
     )
     .is_some()));
-    std::thread::sleep(Duration::from_millis(300));
+    // Ctrl-Z comes once the inner command runs, with the terminal.
+    let root = sh.child.pid();
+    let reads = || reads_the_terminal(root, "read l");
+    assert!(
+        eventually(Duration::from_secs(20), reads),
+        "the inner command never got the terminal: {}",
+        sh.printed()
+    );
     sh.type_keys(b"\x1a");
     sh.expect("Stopped", Duration::from_secs(10));
     // Stopped for longer than a renewal's period (ttl / 3): both renew before they continue.
     // Within the ttl with room for a loaded machine: with a 3 s ttl and a 2 s stop, the stop
     // (Ctrl-Z, the shell's report, fg) outlasted the validity at load 10, and the outer lock
     // was lost (a fresh make test).
-    std::thread::sleep(Duration::from_secs(5));
+    common::wait_out_ttl(Duration::from_secs(5));
     sh.type_keys(b"fg\n");
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        eventually(Duration::from_secs(10), reads),
+        "the inner command did not get the terminal back: {}",
+        sh.printed()
+    );
     sh.type_keys(b"typed\n");
     assert!(
         eventually(Duration::from_secs(10), || std::fs::read_to_string(&out)
@@ -536,22 +587,44 @@ fn ctrl_z_and_bg_while_waiting_then_fg() {
         .as_bytes(),
     );
     sh.expect("waiting for waited", Duration::from_secs(10));
+    let root = sh.child.pid();
+    let pid = lockctl_under(root, "waited");
     sh.type_keys(b"\x1a");
     sh.expect("Stopped", Duration::from_secs(10));
     sh.type_keys(b"bg\n");
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        eventually(Duration::from_secs(10), || !is_stopped(pid)),
+        "bg did not continue lockctl: {}",
+        sh.printed()
+    );
     force_release(&server, "waited");
     assert!(eventually(Duration::from_secs(10), || holder(
         &server, "waited"
     )
     .is_some_and(|(o, _)| o != "holder")));
-    std::thread::sleep(Duration::from_millis(500));
+    // The command starts in the background and reads the terminal: the kernel stops it
+    // (SIGTTIN), and lockctl stops the job with it.
+    assert!(
+        eventually(Duration::from_secs(10), || is_stopped(pid)),
+        "the command's read from the background did not stop the job: {}",
+        sh.printed()
+    );
     sh.type_keys(b"fg\n");
-    std::thread::sleep(Duration::from_millis(500));
-    if sh.count("Stopped") > 1 {
-        // The command read the terminal from the background before fg: one more fg.
+    let has_it = || reads_the_terminal(root, "read l");
+    let stopped_again = || sh.count("Stopped") > 1;
+    assert!(
+        eventually(Duration::from_secs(10), || has_it() || stopped_again()),
+        "fg gave the command no terminal and the shell no prompt: {}",
+        sh.printed()
+    );
+    if !has_it() {
+        // The job stopped once more (the shell says so): one more fg.
         sh.type_keys(b"fg\n");
-        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            eventually(Duration::from_secs(10), has_it),
+            "the command did not get the terminal after a second fg: {}",
+            sh.printed()
+        );
     }
     sh.type_keys(b"typed\n");
     assert!(
@@ -849,20 +922,23 @@ fn a_sigcont_during_the_stop_is_not_lost() {
     );
     assert!(eventually(Duration::from_secs(20), || lines(&ticks) > 3));
     send(lockctl.pid(), libc::SIGTSTP);
-    std::thread::sleep(Duration::from_millis(200));
+    // A pause of 200 ms, within the second lockctl gives its command to stop: the SIGCONT
+    // comes while lockctl is still stopping it.
+    common::wait_out_ttl(Duration::from_millis(200));
     send(lockctl.pid(), libc::SIGCONT);
-    std::thread::sleep(Duration::from_secs(2));
+    // Past that second, after which a lockctl that lost the SIGCONT would stop for good.
+    common::wait_out_ttl(Duration::from_secs(2));
     let stopped = support::is_stopped(lockctl.pid());
     let before = lines(&ticks);
-    std::thread::sleep(Duration::from_millis(300));
-    let runs = lines(&ticks) > before;
+    let runs = eventually(Duration::from_secs(10), || lines(&ticks) > before);
     let held = holder(&server, key);
     send_quietly(lockctl.pid(), libc::SIGCONT);
     send_quietly(lockctl.pid(), libc::SIGTERM);
     let _ = lockctl.wait_within(Duration::from_secs(20));
     assert!(
         !stopped && runs,
-        "2 s after SIGCONT: lockctl stopped: {stopped}, its command runs: {runs}; lock {held:?}"
+        "2 s after SIGCONT: lockctl stopped: {stopped}, its command runs: {runs} (writes \
+         within 10 s); lock {held:?}"
     );
 }
 
@@ -969,14 +1045,16 @@ fn redlock_with_two_paused_masters_ends_the_command_before_another_takes_the_key
     let ended = lines(&ticks);
     let out = run.output();
     assert_eq!(status.code(), Some(76), "{}", stderr(&out));
-    std::thread::sleep(Duration::from_millis(1200));
+    // The paused masters' copies (a 1 s ttl) run out before they are continued.
+    common::wait_out_ttl(Duration::from_millis(1200));
     servers[1].signal("CONT");
     servers[2].signal("CONT");
     let took = [&servers[1], &servers[2]]
         .iter()
         .all(|s| intrude(s, key, "intruder", Duration::from_secs(5)).is_some());
     assert!(took, "the paused masters' copies never expired");
-    std::thread::sleep(Duration::from_millis(300));
+    // A window in which the command, had it run on, would write (every 10 ms).
+    common::wait_out_ttl(Duration::from_millis(300));
     assert_eq!(
         lines(&ticks),
         ended,
@@ -1044,20 +1122,21 @@ fn a_full_stderr_pipe_does_not_hide_a_loss() {
     );
     assert!(eventually(Duration::from_secs(20), || lines(&ticks) > 3));
     server.signal("STOP");
-    std::thread::sleep(Duration::from_millis(1500));
+    // Paused for longer than the ttl (1 s), a stall the test imposes.
+    common::wait_out_ttl(Duration::from_millis(1500));
     server.signal("CONT");
     let taken = intrude(&server, key, "intruder", Duration::from_secs(5));
     let threads = support::describe_process(run.pid());
     let at_take = lines(&ticks);
-    std::thread::sleep(Duration::from_secs(1));
+    // A window in which the command, had it run on, would write (every 10 ms).
+    common::wait_out_ttl(Duration::from_secs(1));
     let after = lines(&ticks);
     // Stderr stays full: lockctl must end all the same.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut status = run.try_status();
-    while status.is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
+    let mut status = None;
+    eventually(Duration::from_secs(15), || {
         status = run.try_status();
-    }
+        status.is_some()
+    });
     drop(read);
     send_quietly(-run.pid(), libc::SIGKILL);
     assert!(taken.is_some(), "the lock never lapsed");
@@ -1180,7 +1259,9 @@ fn cluster_renewals_survive_silent_connections() {
     assert!(eventually(Duration::from_secs(20), || started.exists()));
     let first = holder(&server, key).expect("held");
     proxy.silence_open_connections();
-    std::thread::sleep(Duration::from_secs(2));
+    // Longer than a renewal's period (ttl / 3): the lock is still held after it only if the
+    // renewals moved to new connections.
+    common::wait_out_ttl(Duration::from_secs(2));
     assert_eq!(
         holder(&server, key).map(|h| h.0),
         Some(first.0),
@@ -1218,9 +1299,21 @@ fn ctrl_z_stops_the_command_of_lockctl_in_a_script() {
     assert!(eventually(Duration::from_secs(20), || lines(&ticks) > 3));
     sh.type_keys(b"\x1a");
     sh.expect("Stopped", Duration::from_secs(10));
-    std::thread::sleep(Duration::from_millis(500));
+    // The command's group (its shell and its `sleep`) stops before lockctl does: stopped by
+    // the time the shell shows the job stopped, with a bound for a loaded machine.
+    let root = sh.child.pid();
+    let command_stopped = || {
+        processes_under(root, "sh", "echo x")
+            .into_iter()
+            .any(|pid| {
+                let members = support::group_members(pid);
+                !members.is_empty() && members.into_iter().all(is_stopped)
+            })
+    };
+    let stopped = eventually(Duration::from_secs(10), command_stopped);
     let before = lines(&ticks);
-    std::thread::sleep(Duration::from_millis(500));
+    // A window in which the command, had it run on, would write (every 20 ms).
+    common::wait_out_ttl(Duration::from_millis(500));
     let during = lines(&ticks) - before;
     let held = holder(&server, "scripted");
     // Whatever happened, end the job.
@@ -1230,6 +1323,10 @@ fn ctrl_z_stops_the_command_of_lockctl_in_a_script() {
             send_quietly(pid, libc::SIGKILL);
         }
     }
+    assert!(
+        stopped,
+        "the shell shows the job stopped, but the command's group did not stop"
+    );
     assert_eq!(
         during, 0,
         "the shell shows the job stopped, but the command wrote {during} lines in 0.5 s"
@@ -1281,7 +1378,8 @@ fn a_grant_that_expired_while_lockctl_was_stopped_is_not_used() {
     assert!(granted.is_some(), "the queued wait was granted");
     intrude(&server, key, "intruder", Duration::from_secs(5)).expect("the grant expired");
     send(run.pid(), libc::SIGCONT);
-    std::thread::sleep(Duration::from_secs(2));
+    // A window in which the command, had lockctl used the expired grant, would have run.
+    common::wait_out_ttl(Duration::from_secs(2));
     assert!(
         !ran.exists(),
         "the command ran while the intruder held {key}"

@@ -215,7 +215,8 @@ fn after_a_loss_every_process_of_the_group_is_gone_before_lockctl_exits() {
         exited - lost
     );
     let after = lines(&log);
-    std::thread::sleep(Duration::from_millis(300));
+    // The loop wrote every 50 ms: a window in which a survivor would write.
+    common::wait_out_ttl(Duration::from_millis(300));
     assert_eq!(lines(&log), after, "the loop still writes");
 }
 
@@ -246,7 +247,8 @@ fn the_lock_is_held_until_the_processes_the_command_left_end() {
     assert!(eventually(Duration::from_secs(20), || holder(&server, KEY).is_some()));
     let owner = holder(&server, KEY).expect("held");
     let seen = Instant::now();
-    // Renewed meanwhile: held past its ttl, by the same owner, lockctl still there.
+    // Renewed meanwhile: held past its ttl, by the same owner, lockctl still there, at every
+    // look during a ttl and a third (which has to run its length: the point is the ttl).
     while seen.elapsed() < TTL + TTL / 3 {
         assert!(
             lockctl.try_status().is_none(),
@@ -254,7 +256,7 @@ fn the_lock_is_held_until_the_processes_the_command_left_end() {
             std::fs::read_to_string(&err_file).unwrap_or_default()
         );
         assert_eq!(holder(&server, KEY), Some(owner.clone()));
-        std::thread::sleep(Duration::from_millis(50));
+        common::wait_out_ttl(Duration::from_millis(50));
     }
     std::fs::write(&go, b"").expect("go");
     let status = lockctl.wait_within(Duration::from_secs(20));
@@ -293,8 +295,9 @@ fn signals_for_the_command_reach_it_once_and_lockctl_goes_on() {
             lockctl.try_status()
         );
     }
-    // Apart, so that no two could merge: each arrived once.
-    std::thread::sleep(Duration::from_millis(300));
+    // Apart, so that no two could merge: each arrived once, and no second one comes within
+    // this window.
+    common::wait_out_ttl(Duration::from_millis(300));
     for (_, name) in passed {
         assert_eq!(counter.count(name), 1, "{name}: {:?}", counter.counts());
     }
@@ -337,13 +340,9 @@ fn a_signal_at_any_moment_of_the_start_never_strands_the_lock() {
                     .stdout(Stdio::null())
                     .stderr(log),
             );
-            std::thread::sleep(Duration::from_millis(delay_ms));
+            std::thread::sleep(Duration::from_millis(delay_ms)); // the signal's moment (not a wait)
             send(lockctl.pid(), sig);
-            let deadline = Instant::now() + Duration::from_secs(15);
-            while lockctl.try_status().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if lockctl.try_status().is_none() {
+            if !eventually(Duration::from_secs(15), || lockctl.try_status().is_some()) {
                 let pid = lockctl.pid();
                 let state = std::fs::read_to_string(format!("/proc/{pid}/status"))
                     .unwrap_or_default()
@@ -455,7 +454,7 @@ fn stops_and_continues_at_any_moment_of_the_start_never_wedge_lockctl() {
         // Each stop it got stops it once more: continue it until it ends.
         let ended = eventually(Duration::from_secs(20), || {
             support::send_quietly(-group, libc::SIGCONT);
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(20)); // the continues' pace (not a wait)
             lockctl.try_status().is_some()
         });
         if !ended {
@@ -546,7 +545,7 @@ fn sigkill_at_any_moment_of_the_start_leaves_no_process_of_the_command() {
                 .process_group(0)
                 .stderr(Stdio::null()),
         );
-        std::thread::sleep(Duration::from_millis(delay_ms));
+        std::thread::sleep(Duration::from_millis(delay_ms)); // the kill's moment (not a wait)
         send(lockctl.pid(), libc::SIGKILL);
         lockctl.wait_within(Duration::from_secs(10));
         let leader: Option<i32> = std::fs::read_to_string(&leader_file)
@@ -625,7 +624,8 @@ fn ctrl_z_fg_and_ctrl_backslash_at_a_shell() {
     assert!(eventually(Duration::from_secs(5), || counter.count("QUIT") == 1));
     sh.type_keys(b"\x03");
     assert!(eventually(Duration::from_secs(5), || counter.count("INT") == 1));
-    std::thread::sleep(Duration::from_millis(300));
+    // A second of either would come within this window: none may.
+    common::wait_out_ttl(Duration::from_millis(300));
     assert_eq!((counter.count("QUIT"), counter.count("INT")), (1, 1));
     assert!(
         holder(&server, KEY).is_some(),
@@ -657,15 +657,7 @@ fn kill_tstp_to_a_background_job_stops_its_command() {
     );
     assert!(!counter.runs_during(Duration::from_millis(300)));
     // The shell sees its job, lockctl, stopped.
-    assert!(
-        eventually(Duration::from_secs(10), || {
-            sh.type_keys(b"jobs\n");
-            std::thread::sleep(Duration::from_millis(100));
-            sh.printed().contains("Stopped")
-        }),
-        "{}",
-        sh.printed()
-    );
+    until_the_shell_sees_it_stopped(&mut sh);
     sh.type_keys(b"fg\n");
     assert!(
         counter.runs_within(Duration::from_secs(10)),
@@ -694,7 +686,7 @@ fn until_the_shell_sees_it_stopped(sh: &mut Pty) {
     assert!(
         eventually(Duration::from_secs(10), || {
             sh.type_keys(b"jobs\n");
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(100)); // spaces the questions (not a wait)
             sh.printed().contains("Stopped")
         }),
         "{}",

@@ -368,19 +368,20 @@ fn renews_while_the_command_outlives_the_ttl() {
     let owner = lock_owner(&server).expect("held");
     let renewed = || info_stat(&server, "relock", "relock_renewed_total");
     let started = Instant::now();
-    while renewed() < RENEWALS || started.elapsed() <= TTL {
+    // Held all along, by the same owner, at every look until both happened.
+    let renewed_past_the_ttl = eventually(Duration::from_secs(60), || {
         let info = lock_info(&server).expect("still held");
         assert_eq!(info["owner"], owner, "owner changed");
         let ttl: i64 = info["ttl"].parse().expect("ttl");
         assert!(ttl > 0 && ttl <= 3_000, "ttl {ttl}");
         assert!(child.try_status().is_none(), "lockctl ended");
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "only {} renewals in a minute",
-            renewed()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        renewed() >= RENEWALS && started.elapsed() > TTL
+    });
+    assert!(
+        renewed_past_the_ttl,
+        "only {} renewals in a minute",
+        renewed()
+    );
     std::fs::write(&stop, b"").expect("stop");
     let status = child.wait_within(Duration::from_secs(20));
     let out = child.output();
@@ -665,7 +666,8 @@ fn ctrl_c_on_a_terminal_reaches_the_command_once() {
         eventually(Duration::from_secs(5), || counter.count("INT") >= 1),
         "Ctrl-C did not reach the command"
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // A second INT would come within this window: none may.
+    common::wait_out_ttl(Duration::from_millis(500));
     let counts = counter.counts();
     counter.stop();
     let status = pty.child.wait_within(Duration::from_secs(20));
@@ -696,7 +698,7 @@ fn a_signal_during_start_never_strands_the_lock() {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null()),
         );
-        std::thread::sleep(Duration::from_millis(delay_ms));
+        std::thread::sleep(Duration::from_millis(delay_ms)); // the signal's moment (not a wait)
         send(child.pid(), libc::SIGTERM);
         child.wait_within(Duration::from_secs(15));
         if !eventually(Duration::from_secs(2), || lock_info(&server).is_none()) {

@@ -1366,7 +1366,7 @@ fn metrics_answer_while_slow_clients_hold_connections() {
                 for s in &mut streams {
                     let _ = s.write_all(b"X");
                 }
-                std::thread::sleep(Duration::from_millis(100));
+                std::thread::sleep(Duration::from_millis(100)); // the loris's pace (not a wait)
             }
         })
     };

@@ -150,7 +150,7 @@ async fn lockctl_keeps_its_lock_across_a_sentinel_failover() {
             if let Some(h) = holder_now(&setup.replica, key) {
                 assert_eq!(h, (owner.clone(), token), "the lock changed hands");
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(50)); // spaces the looks (not a wait)
             stat_now(&setup.replica, "renewed_total") >= renewed_here + 4
         })
     });
