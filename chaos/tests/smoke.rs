@@ -6,7 +6,9 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use relock_testkit::eventually;
 
 #[test]
 fn short_chaos_run_meets_every_claim() {
@@ -88,22 +90,21 @@ fn killed_runs_leave_no_test_hosts() {
         };
         let pids_in_hosts = || pids().len();
         // Up: five hosts and the store's, a server, the store and four workers in them.
-        let until = Instant::now() + Duration::from_secs(60);
-        while hosts() < 6 || pids_in_hosts() < 6 {
-            assert!(Instant::now() < until, "the run made no test hosts in 60 s");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        assert!(
+            eventually(Duration::from_secs(60), || hosts() >= 6
+                && pids_in_hosts() >= 6),
+            "the run made no test hosts in 60 s"
+        );
         let started = pids();
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(child.id() as i32, sig) };
         let status = child.wait().expect("wait");
         assert!(!status.success(), "{name}: {status}");
         if sig == libc::SIGKILL {
-            let until = Instant::now() + Duration::from_secs(20);
-            while pids_in_hosts() > 0 {
-                assert!(Instant::now() < until, "processes outlived the killed run");
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            assert!(
+                eventually(Duration::from_secs(20), || pids_in_hosts() == 0),
+                "processes outlived the killed run"
+            );
             assert_eq!(hosts(), 6, "a SIGKILLed run cannot remove its hosts");
             let swept = Command::new(env!("CARGO_BIN_EXE_relock-chaos"))
                 .arg("sweep")
@@ -113,15 +114,13 @@ fn killed_runs_leave_no_test_hosts() {
         }
         assert_eq!(hosts(), 0, "{name}: test hosts left behind");
         // Nothing the run started in its hosts (servers, the store, workers) outlives it.
-        let until = Instant::now() + Duration::from_secs(20);
-        while started.iter().any(|p| alive(*p)) {
-            assert!(
-                Instant::now() < until,
-                "{name}: processes of the run left: {:?}",
-                started.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        assert!(
+            eventually(Duration::from_secs(20), || !started
+                .iter()
+                .any(|p| alive(*p))),
+            "{name}: processes of the run left: {:?}",
+            started.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+        );
     }
 }
 
@@ -142,30 +141,26 @@ fn a_stopped_run_leaves_no_servers() {
         .spawn()
         .expect("run relock-chaos");
     // Up: the master, its replica, the store and four workers.
-    let until = Instant::now() + Duration::from_secs(60);
-    let mut started = children_of(child.id());
-    while started.len() < 7 {
-        assert!(
-            Instant::now() < until,
-            "the run started {} processes in 60 s",
-            started.len()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-        started = children_of(child.id());
-    }
+    let mut started = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            started = children_of(child.id());
+            started.len() >= 7
+        }),
+        "the run started {} processes in 60 s",
+        started.len()
+    );
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().expect("wait");
     assert!(!status.success(), "{status}");
-    let until = Instant::now() + Duration::from_secs(20);
-    while started.iter().any(|p| alive(*p)) {
-        assert!(
-            Instant::now() < until,
-            "processes of the stopped run left: {:?}",
-            started.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    assert!(
+        eventually(Duration::from_secs(20), || !started
+            .iter()
+            .any(|p| alive(*p))),
+        "processes of the stopped run left: {:?}",
+        started.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+    );
 }
 
 /// The processes whose parent is `pid`.

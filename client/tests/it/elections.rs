@@ -193,21 +193,32 @@ async fn timeouts_and_dropped_connections_are_not_changes() {
         .every(Duration::from_millis(50));
     let first = next(&mut observer).await;
     assert_eq!(first.leader.map(|l| l.term), Some(leading.term()));
-    // Several timeouts, and the observer's connection killed, while nothing changes.
-    let quiet = tokio::time::timeout(Duration::from_millis(600), async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let _: i64 = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg("normal")
-            .arg("SKIPME")
-            .arg("yes")
-            .query(&mut server.conn())
-            .expect("CLIENT KILL");
-        observer.next().await
-    })
-    .await;
-    assert!(quiet.is_err(), "no change reported: {quiet:?}");
+    // Several timeouts, and the observer's connection killed while it waits, while nothing
+    // changes. Each `LOCK.OBSERVE` the server runs is one call more, and here each ends in a
+    // timeout: three more calls are two timeouts at least.
+    let observes = || common::ask::calls(&server, "lock.observe");
+    let asked_again = |after: u64| {
+        common::eventually_async(WITHIN, move || async move { observes() >= after + 3 })
+    };
+    let quiet = tokio::select! {
+        change = observer.next() => Err(change),
+        () = async {
+            assert!(asked_again(observes()).await, "the observer did not ask again");
+            let _: i64 = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("TYPE")
+                .arg("normal")
+                .arg("SKIPME")
+                .arg("yes")
+                .query(&mut server.conn())
+                .expect("CLIENT KILL");
+            assert!(
+                asked_again(observes()).await,
+                "the observer did not ask again after its connection was killed"
+            );
+        } => Ok(()),
+    };
+    assert!(quiet.is_ok(), "no change reported: {quiet:?}");
     // The leader's renewal reconnects too: it still leads.
     assert!(!leading.is_lost());
     leading.resign().await.expect("resign");

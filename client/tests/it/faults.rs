@@ -569,22 +569,21 @@ async fn partial_grants_are_given_back_after_max_partial_hold() {
                 .await
         })
     };
-    // The waiter takes master 0 and then lets it go again, over and over.
-    let mut seen_held = false;
-    let mut seen_free_after = false;
-    let started = std::time::Instant::now();
-    while started.elapsed() < Duration::from_secs(3) {
-        match owner_on(&servers[0], KEY) {
-            Some(_) => seen_held = true,
-            None if seen_held => seen_free_after = true,
-            None => {}
+    // The waiter takes master 0 and then lets it go again, over and over. Watched for 3 s at
+    // most: well before the wait's 4 s limit, whose end would free master 0 too.
+    let seen_held = std::cell::Cell::new(false);
+    let (seen, free_master) = (&seen_held, &servers[0]);
+    let seen_free_after = common::eventually_async(Duration::from_secs(3), || async move {
+        match owner_on(free_master, KEY) {
+            Some(_) => {
+                seen.set(true);
+                false
+            }
+            None => seen.get(),
         }
-        if seen_free_after {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert!(seen_held, "the waiter never took the free master");
+    })
+    .await;
+    assert!(seen_held.get(), "the waiter never took the free master");
     assert!(seen_free_after, "the waiter kept its minority grant");
     let err = waiter.await.expect("task").expect_err("no quorum in 4 s");
     assert!(matches!(err, Error::WaitTimeout { .. }), "{err}");
@@ -604,7 +603,10 @@ async fn renew_now_renews_at_once_or_reports_the_loss() {
     let ttl = Duration::from_secs(30);
     let guard = relock.guard(KEY, ttl).await.expect("guard");
     let first = guard.valid_until();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // No event to wait for: the first validity has to age (a time that must run its length),
+    // so that the renewal's, measured from a round of its own, is later by more than a
+    // round's time can make up.
+    common::wait_out_ttl_async(Duration::from_millis(50)).await;
     let started = Instant::now();
     let renewed = guard.renew_now().await.expect("renewed");
     assert!(

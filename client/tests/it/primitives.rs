@@ -276,8 +276,8 @@ async fn wait_all_waits_for_each_key_in_order_and_renews_what_it_holds() {
     };
     assert!(eventually(WITHIN, || waiters(&server, "b") == 1));
     let a_owner = owner_of(&server, "a").expect("a is held while b is waited for");
-    // Longer than the ttl: a is renewed meanwhile.
-    tokio::time::sleep(ttl * 2).await;
+    // Longer than the ttl (a time that must run its length): a is renewed meanwhile.
+    common::wait_out_ttl_async(ttl * 2).await;
     assert_eq!(owner_of(&server, "a"), Some(a_owner.clone()), "a renewed");
     assert!(owner_of(&server, "c").is_none(), "c only after b");
     b.release().await.expect("release b");
@@ -342,7 +342,7 @@ async fn opposite_orders_never_deadlock() {
                     .await
                     .unwrap_or_else(|e| panic!("k1's own waiter, after {taken}: {e}"));
                 take(&held, "k1");
-                tokio::time::sleep(Duration::from_millis(1)).await;
+                tokio::time::sleep(Duration::from_millis(1)).await; // the work under k1 (not a wait)
                 give(&held, "k1");
                 lock.release().await.expect("release k1");
                 taken += 1;
@@ -430,21 +430,29 @@ async fn redlock_restart_grace_keeps_a_second_owner_out() {
         s.restart_with(&["--relock.restart-grace-ms", &grace]);
     }
     let restarted = tokio::time::Instant::now();
-    let mut refused_in_grace = 0;
-    let won_at = loop {
+    // The rival tries every few milliseconds until it wins.
+    let refused_in_grace = std::cell::Cell::new(0);
+    let won = std::cell::RefCell::new(None);
+    let (rival, refused, won_ref) = (&rival, &refused_in_grace, &won);
+    let rival_won = common::eventually_async(WITHIN, || async move {
         match rival.try_acquire("job", ttl).await {
-            Ok(lock) => break (tokio::time::Instant::now(), lock),
+            Ok(lock) => {
+                *won_ref.borrow_mut() = Some((tokio::time::Instant::now(), lock));
+                true
+            }
             Err(e) => {
                 assert!(!e.is_permanent(), "a grace is never a hard error: {e}");
                 if e.to_string().contains("restart grace") {
-                    refused_in_grace += 1;
+                    refused.set(refused.get() + 1);
                 }
+                false
             }
         }
-        assert!(restarted.elapsed() < WITHIN, "the rival never got it");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let (won_at, lock) = won_at;
+    })
+    .await;
+    assert!(rival_won, "the rival never got it");
+    let (won_at, lock) = won.into_inner().expect("won");
+    let refused_in_grace = refused_in_grace.get();
     // The holder learns of the loss at its next renewal, and its validity had ended before the
     // rival could win.
     tokio::time::timeout(WITHIN, guard.lost().cancelled())
@@ -513,11 +521,13 @@ async fn a_refused_ttl_keeps_the_hold() {
     let renewals = relock_testkit::ask::calls(&server, "lock.renew");
     set_grace(&server, 1000);
     // Two refused renewals: the guard went on after the first.
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    while relock_testkit::ask::calls(&server, "lock.renew") < renewals + 2 && !guard.is_lost() {
-        assert!(tokio::time::Instant::now() < deadline, "no renewal came");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    assert!(
+        common::eventually_async(WITHIN, || async {
+            relock_testkit::ask::calls(&server, "lock.renew") >= renewals + 2 || guard.is_lost()
+        })
+        .await,
+        "no renewal came"
+    );
     assert!(!guard.is_lost(), "a refused ttl is not a loss");
     assert!(
         owner_of(&server, "job").is_some(),

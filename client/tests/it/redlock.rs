@@ -93,7 +93,10 @@ async fn acquire_extend_release_on_five_masters() {
     .all(|h| h.as_ref().is_some_and(|(o, _)| *o == owner))));
 
     let first_validity = lock.valid_until();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // No event to wait for: the first validity has to age (a time that must run its length),
+    // so that the extension's, measured from a round of its own, is later by more than a
+    // round's time can make up.
+    common::wait_out_ttl_async(Duration::from_millis(50)).await;
     lock.extend(ttl).await.expect("extend");
     assert!(lock.valid_until() > first_validity);
     assert!(lock.tokens().len() >= 3);
@@ -221,7 +224,7 @@ async fn two_contenders_never_both_hold() {
                     "both contenders hold the lock"
                 );
                 entries.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                tokio::time::sleep(Duration::from_millis(5)).await; // the work under the lock (not a wait)
                 inside.store(false, Ordering::SeqCst);
                 lock.release().await.expect("release");
             }
@@ -369,40 +372,33 @@ async fn validity_never_exceeds_ttl_minus_elapsed_minus_drift() {
         assert!(matches!(err, Error::InvalidTtl(_)), "{err}");
     }
 
-    // Three masters answering ~400 ms late.
-    let sleep = |servers: &[Server]| {
-        servers[..3]
-            .iter()
-            .map(|s| {
-                let mut c = s.conn();
-                c.send_packed_command(
-                    &redis::cmd("DEBUG")
-                        .arg("SLEEP")
-                        .arg("0.4")
-                        .get_packed_command(),
-                )
-                .expect("send DEBUG SLEEP");
-                c
-            })
-            .collect::<Vec<_>>()
+    // Three masters answering ~400 ms late: each holds every client's commands for 400 ms
+    // from the moment its `CLIENT PAUSE` answered, so a round started after the answers waits
+    // for them (the answer is the event; a `DEBUG SLEEP` sent ahead gave no sign of having
+    // started). The connections are opened first, so that the pauses start close together.
+    let mut pausers: Vec<redis::Connection> = servers[..3].iter().map(|s| s.conn()).collect();
+    let mut pause = || {
+        for c in &mut pausers {
+            let _: () = redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(400)
+                .arg("ALL")
+                .query(c)
+                .expect("CLIENT PAUSE");
+        }
     };
     // A round that used up the whole ttl leaves nothing: an error, never a wrapped-around
     // validity; and the grants are released.
-    let sleepers = sleep(&servers);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    pause();
     let err = relock
         .acquire(KEY, Duration::from_millis(200))
         .await
         .expect_err("no validity left");
     assert!(matches!(err, Error::ValidityExhausted { .. }), "{err}");
-    for mut c in sleepers {
-        let _ = c.recv_response();
-    }
     relock.settle().await;
 
     // The round's time comes off the validity.
-    let sleepers = sleep(&servers);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    pause();
     let ttl = Duration::from_secs(5);
     let before = Instant::now();
     let lock = relock.acquire(KEY, ttl).await.expect("slow quorum");
@@ -416,9 +412,6 @@ async fn validity_never_exceeds_ttl_minus_elapsed_minus_drift() {
     );
     assert!(lock.valid_until() > after);
     lock.release().await.expect("release");
-    for mut c in sleepers {
-        let _ = c.recv_response();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -428,7 +421,8 @@ async fn guard_renews_past_the_ttl_and_stops_on_release() {
     let ttl = Duration::from_secs(1);
     let owner = relock
         .with_lock(KEY, ttl, |hold| async move {
-            tokio::time::sleep(ttl * 3).await;
+            // Held three ttls: only the renewals keep it.
+            common::wait_out_ttl_async(ttl * 3).await;
             assert!(!hold.lost.is_cancelled());
             hold.owner
         })
@@ -439,7 +433,7 @@ async fn guard_renews_past_the_ttl_and_stops_on_release() {
 
     let guard = relock.guard(KEY, ttl).await.expect("guard");
     assert_ne!(guard.hold().owner, owner);
-    tokio::time::sleep(ttl * 3).await;
+    common::wait_out_ttl_async(ttl * 3).await;
     let held = holders(&servers, KEY);
     assert!(
         held.iter()
@@ -454,7 +448,8 @@ async fn guard_renews_past_the_ttl_and_stops_on_release() {
         .iter_mut()
         .map(|c| common::info_field(c, "renewed_total"))
         .collect();
-    tokio::time::sleep(ttl + ttl / 2).await;
+    // A quiet window longer than a renewal's period: no renewal may come in it.
+    common::wait_out_ttl_async(ttl + ttl / 2).await;
     assert!(holders(&servers, KEY).iter().all(Option::is_none));
     let renewed_later: Vec<i64> = conns
         .iter_mut()
@@ -504,9 +499,9 @@ async fn losing_the_lock_is_signalled_to_the_body() {
             for s in servers_ref {
                 force_release(s, &hold.key);
             }
-            tokio::select! {
-                _ = hold.lost.cancelled() => "lost",
-                _ = tokio::time::sleep(Duration::from_secs(10)) => "not told",
+            match tokio::time::timeout(Duration::from_secs(10), hold.lost.cancelled()).await {
+                Ok(()) => "lost",
+                Err(_) => "not told",
             }
         })
         .await
@@ -613,7 +608,15 @@ async fn blocking_acquire_with_five_masters() {
             (lock, Instant::now())
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The waiter is queued on a quorum of masters (every one, once the first holder's late
+    // grants have landed): it cannot have won.
+    assert!(
+        common::eventually_async(Duration::from_secs(20), || async {
+            servers.iter().filter(|s| waiters(s) == 1).count() >= 3
+        })
+        .await,
+        "the waiter never queued on a quorum"
+    );
     assert!(!waiter.is_finished());
     let released_at = Instant::now();
     held.release().await.expect("release");
@@ -637,7 +640,7 @@ async fn blocking_acquire_with_five_masters() {
                     .await
                     .expect("no deadlock");
                 assert!(!inside.swap(true, Ordering::SeqCst), "two holders");
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(Duration::from_millis(20)).await; // the work under the lock (not a wait)
                 inside.store(false, Ordering::SeqCst);
                 lock.release().await.expect("release");
             }

@@ -144,7 +144,18 @@ async fn a_writer_waits_for_the_readers() {
         .expect_err("a writer waits");
     assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
     r1.release().await.expect("release r1");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The server grants in the release itself: once it answered, the writer still waits there,
+    // behind the reader left.
+    let i = info(&server, KEY).expect("held");
+    assert_eq!(
+        (
+            i["mode"].as_str(),
+            i["holders"].as_str(),
+            i["waiters"].as_str()
+        ),
+        ("shared", "1", "1"),
+        "the writer got in with a reader left"
+    );
     assert!(
         !waiting.is_finished(),
         "the writer got in with a reader left"
@@ -259,7 +270,8 @@ async fn shared_over_three_masters_is_a_quorum_read_write_lock() {
     let ttl = Duration::from_millis(900);
     let renewed = readers
         .with_lock(KEY, ttl, |hold| async move {
-            tokio::time::sleep(Duration::from_millis(2_000)).await;
+            // Held for more than two ttls: only the renewals keep it.
+            common::wait_out_ttl_async(Duration::from_millis(2_000)).await;
             !hold.lost.is_cancelled()
         })
         .await
