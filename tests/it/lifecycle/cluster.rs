@@ -120,7 +120,8 @@ fn routes_by_slot_colocates_hash_tags_and_hands_off_on_every_shard() {
             cluster_harness::relock_info(cluster.node(port))["waiters"] == 1
         });
         assert!(queued, "waiter queued on {port}");
-        thread::sleep(Duration::from_millis(100));
+        // The waiter waits at least this long before the release: it must have really waited.
+        common::wait_out_ttl(Duration::from_millis(100));
         let left: Option<u64> = redis::cmd("LOCK.RELEASE")
             .arg(&key)
             .arg("holder")

@@ -87,7 +87,11 @@ fn a_slot_migrated_atomically_keeps_every_hold_and_redirects_its_waiters() {
     )
     .query(&mut src)
     .expect("CLUSTER MIGRATESLOTS");
-    std::thread::sleep(Duration::from_millis(300));
+    // The snapshot is sent and the job streams what changes, held before its pause.
+    let streaming = eventually(DUE, || {
+        job_state(&mut src).as_deref() == Some("waiting-to-pause")
+    });
+    assert!(streaming, "migration state: {:?}", job_state(&mut src));
     let renewed: i64 = cmd!("LOCK.RENEW", &lock, "owner", 90_000)
         .query(&mut src)
         .unwrap();
@@ -289,29 +293,28 @@ impl Follower {
         Follower { conn }
     }
 
+    /// `cmd`'s reply, once a node answers it: after a `MOVED`, asked again of the node it names;
+    /// after a `TRYAGAIN` (the slot's keys are being moved), asked again shortly.
     fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> T {
-        let started = std::time::Instant::now();
-        loop {
-            match cmd.query::<T>(&mut self.conn) {
-                Ok(v) => return v,
-                Err(e) if e.kind() == redis::ErrorKind::Moved => {
-                    let port: u16 = e
-                        .redirect_node()
-                        .and_then(|(addr, _)| addr.rsplit(':').next()?.parse().ok())
-                        .expect("MOVED names a node");
-                    *self = Follower::new(port);
-                }
-                Err(e) if e.kind() == redis::ErrorKind::TryAgain => {
-                    std::thread::sleep(Duration::from_millis(10))
-                }
-                Err(e) => panic!("{}: {e}", common::show(cmd)),
+        let mut reply = None;
+        let answered = eventually(DUE, || match cmd.query::<T>(&mut self.conn) {
+            Ok(v) => {
+                reply = Some(v);
+                true
             }
-            assert!(
-                started.elapsed() < DUE,
-                "{} never answered",
-                common::show(cmd)
-            );
-        }
+            Err(e) if e.kind() == redis::ErrorKind::Moved => {
+                let port: u16 = e
+                    .redirect_node()
+                    .and_then(|(addr, _)| addr.rsplit(':').next()?.parse().ok())
+                    .expect("MOVED names a node");
+                *self = Follower::new(port);
+                false
+            }
+            Err(e) if e.kind() == redis::ErrorKind::TryAgain => false,
+            Err(e) => panic!("{}: {e}", common::show(cmd)),
+        });
+        assert!(answered, "{} never answered", common::show(cmd));
+        reply.expect("answered")
     }
 }
 
@@ -405,7 +408,7 @@ fn redis_atomic_slot_migration_keeps_every_hold_under_load_and_back() {
                 while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                     let got: Option<i64> = c.query(&cmd!("LOCK.ACQUIRE", &work, &me, 10_000));
                     let Some(t) = got else {
-                        std::thread::sleep(Duration::from_millis(1));
+                        std::thread::sleep(Duration::from_millis(1)); // the workload's pace (not a wait)
                         continue;
                     };
                     assert!(

@@ -5,7 +5,7 @@ use relock_testkit::cmd;
 
 use std::time::Duration;
 
-use common::{acquire, eventually, int_or_nil, lock_info as info, Server};
+use common::{acquire, eventually, int_or_nil, lock_info as info, wait_out_ttl, Server};
 use redis::{Connection, Value};
 
 const SEED: i64 = 1 << 52;
@@ -265,9 +265,10 @@ fn replica_attaching_to_a_lone_master_gets_every_change() {
         let master = Server::with_args(&["--repl-diskless-sync-delay", delay, "--hz", "100"]);
         let replica = Server::start();
         let mut m = master.conn();
-        // Alone long enough for the module's cron check to see nobody listening.
+        // Alone long enough for the module's cron check to see nobody listening (thirty ticks
+        // at hz 100; what it decided is not shown anywhere a test could wait for).
         acquire(&mut m, b"before", b"a", 60_000);
-        std::thread::sleep(Duration::from_millis(300));
+        wait_out_ttl(Duration::from_millis(300));
         acquire(&mut m, b"alone", b"a", 60_000);
 
         let mut r = replica.conn();
@@ -294,7 +295,7 @@ fn replica_attaching_to_a_lone_master_gets_every_change() {
                 );
             }
             keys.push(key);
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(50)); // paced over the sync's setup (not a wait)
         }
         let up = eventually(Duration::from_secs(10), || {
             let s: String = cmd!("INFO", "replication").query(&mut r).unwrap();
@@ -330,7 +331,8 @@ fn replica_attaching_to_a_lone_master_gets_every_change() {
 fn lock_changes_count_for_save_rules_on_a_lone_master() {
     let master = Server::with_args(&["--hz", "100"]);
     let mut m = master.conn();
-    std::thread::sleep(Duration::from_millis(300));
+    // Alone long enough for the module's cron check to see nobody listening (thirty ticks).
+    wait_out_ttl(Duration::from_millis(300));
     let changes = |m: &mut Connection| -> i64 {
         let s: String = cmd!("INFO", "persistence").query(m).unwrap();
         s.lines()
@@ -432,9 +434,10 @@ fn replication_stream_carries_only_effects() {
     let master = Server::with_args(&["--repl-diskless-sync", "no"]);
     let mut m = master.conn();
     acquire(&mut m, b"alone", b"a", 60_000);
-    std::thread::sleep(Duration::from_millis(400)); // the module's cron sees nobody listening
-                                                    // The writes below land right after the fork for this replica's RDB, before the next cron
-                                                    // tick (hz 10) could notice the replica: only the fork event tells the module.
+    // Four cron ticks (hz 10): the module's cron sees nobody listening.
+    wait_out_ttl(Duration::from_millis(400));
+    // The writes below land right after the fork for this replica's RDB, before the next cron
+    // tick could notice the replica: only the fork event tells the module.
     let mut replica = FakeReplica::attach(&master);
     assert!(eventually(Duration::from_secs(5), || {
         let s: String = cmd!("INFO", "replication").query(&mut m).unwrap();
@@ -612,10 +615,9 @@ fn a_promoted_replica_that_issued_above_a_lead_beyond_a_minute_keeps_issuing() {
     drop(master);
     let first = acquire(&mut r, b"first", b"a", 10_000);
     assert!(first > masters, "{first} above {masters}");
-    // The clock closes the lead below 60 s.
-    while now_ms() <= start + LEAD_MS - 60_000 + 100 {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // The clock closes the lead below 60 s: 4.1 s of it must pass.
+    let left = start + LEAD_MS - 60_000 + 101 - now_ms();
+    wait_out_ttl(Duration::from_millis(left.max(0) as u64));
     let second = int_or_nil(&mut r, cmd!("LOCK.ACQUIRE", "second", "a", 10_000));
     assert_eq!(second, Some(first + 1), "issued on, just above");
 }

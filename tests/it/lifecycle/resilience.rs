@@ -151,32 +151,26 @@ impl Follower {
         Follower { port, conn: None }
     }
 
+    /// `cmd`'s reply, once a node answers it: each try that cannot be answered yet (no
+    /// connection, a redirect, a node busy with a failover or a move, a lost connection) is
+    /// tried again, until one is.
     fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Answer<T> {
-        let started = Instant::now();
         let mut retried_after_loss = false;
-        loop {
-            assert!(
-                started.elapsed() < DUE,
-                "{} never answered",
-                common::show(cmd)
-            );
+        let mut reply = None;
+        let answered = eventually(DUE, || {
             if self.conn.is_none() {
                 self.conn = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
                     .unwrap()
                     .get_connection_with_timeout(Duration::from_secs(2))
                     .ok();
-                if self.conn.is_none() {
-                    std::thread::sleep(Duration::from_millis(20));
-                    continue;
-                }
             }
-            let conn = self.conn.as_mut().unwrap();
+            let Some(conn) = self.conn.as_mut() else {
+                return false;
+            };
             match cmd.query::<T>(conn) {
                 Ok(value) => {
-                    return Answer {
-                        value,
-                        retried_after_loss,
-                    }
+                    reply = Some(value);
+                    true
                 }
                 Err(e) if e.kind() == redis::ErrorKind::Moved => {
                     self.port = e
@@ -184,6 +178,7 @@ impl Follower {
                         .and_then(|(addr, _)| addr.rsplit(':').next()?.parse().ok())
                         .expect("MOVED names a node");
                     self.conn = None;
+                    false
                 }
                 Err(e)
                     if matches!(
@@ -194,15 +189,20 @@ impl Follower {
                             | redis::ErrorKind::MasterDown
                     ) || e.code() == Some("READONLY") =>
                 {
-                    std::thread::sleep(Duration::from_millis(10))
+                    false
                 }
                 Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() => {
                     retried_after_loss = true;
                     self.conn = None;
-                    std::thread::sleep(Duration::from_millis(10));
+                    false
                 }
                 Err(e) => panic!("{}: {e}", common::show(cmd)),
             }
+        });
+        assert!(answered, "{} never answered", common::show(cmd));
+        Answer {
+            value: reply.expect("answered"),
+            retried_after_loss,
         }
     }
 }
@@ -232,7 +232,7 @@ impl Workload {
                         let got: Answer<Option<i64>> =
                             c.query(&cmd!("LOCK.ACQUIRE", &work, &me, 10_000));
                         let Some(t) = got.value else {
-                            std::thread::sleep(Duration::from_millis(1));
+                            std::thread::sleep(Duration::from_millis(1)); // the workload's pace (not a wait)
                             continue;
                         };
                         assert!(
@@ -782,7 +782,6 @@ fn asm_with_failover_of_the_source_during_the_move_keeps_every_hold_once() {
             }),
             "round {round}: the migration never settled"
         );
-        std::thread::sleep(Duration::from_millis(500));
         cluster.wait_healthy();
         println!(
             "round {round}: task {:?} at the failover, then {:?} / {:?}; slot {slot} on {:?} \
@@ -955,10 +954,9 @@ fn skew_an_accepted_lead_stays_accepted_across_a_restart_with_its_rdb() {
         .query(&mut c)
         .unwrap();
     let first = common::acquire(&mut c, b"first", b"a", 10_000);
-    // The clock closes the lead below the longest catch-up.
-    while common::now_ms() <= start + 1_100 {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // The clock closes the lead below the longest catch-up: 1.1 s of it must pass.
+    let left = start + 1_101 - common::now_ms();
+    common::wait_out_ttl(Duration::from_millis(left.max(0) as u64));
     let second = common::acquire(&mut c, b"second", b"a", 10_000);
     assert_eq!(second, first + 1, "accepted while running");
     let _: () = cmd!("SAVE").query(&mut c).unwrap();

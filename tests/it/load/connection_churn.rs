@@ -161,8 +161,25 @@ fn connection_churn_same_owner_connections_killed_with_the_release_keep_what_the
                 told.push((owner.clone(), token));
             }
         }
-        // A revoke runs a moment after the hang-up: give it ample time.
-        std::thread::sleep(Duration::from_millis(400));
+        // A revoke runs a moment after the hang-up: a job the hang-up queues for the module's
+        // next turn, a 0 ms timer that runs before the server reads another command of ours.
+        // So once no killed connection is listed any more, the reads below come after every
+        // revoke.
+        let killed_ids: Vec<String> = conns
+            .iter()
+            .zip(&killed)
+            .filter(|(_, kill)| **kill)
+            .map(|((_, _, id), _)| format!("id={id} "))
+            .collect();
+        assert!(
+            eventually(DUE, || {
+                let list: String = cmd!("CLIENT", "LIST").query(&mut c).unwrap();
+                !list
+                    .lines()
+                    .any(|l| killed_ids.iter().any(|id| l.starts_with(id.as_str())))
+            }),
+            "round {round}: killed connections still listed"
+        );
         let held = holders(&mut c, &key);
         for (owner, token) in &told {
             assert!(

@@ -231,7 +231,7 @@ fn lease_storms_with_a_replica_and_aof_leave_equal_keyspaces() {
                     let t = Instant::now();
                     let _: String = redis::cmd("PING").query(&mut c).unwrap();
                     worst = worst.max(t.elapsed());
-                    std::thread::sleep(Duration::from_millis(1));
+                    std::thread::sleep(Duration::from_millis(1)); // the pings' pace (not a wait)
                 }
                 worst
             })

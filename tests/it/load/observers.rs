@@ -48,16 +48,18 @@ fn used_memory(c: &mut redis::Connection) -> i64 {
 /// pool (kept for reuse) 50 at a time in its cron, ten times a second. Read before that ends,
 /// the figure depends on how long the round took: on a busy machine rounds differed by
 /// 1.7 MB either way (2026-12-02), more than the leak this test looks for.
+/// Steady means unchanged for 450 ms (four and a half of those cron ticks); after `DUE`
+/// without it, the last figure.
 fn settled_memory(c: &mut redis::Connection) -> i64 {
     let mut last = used_memory(c);
-    let until = std::time::Instant::now() + DUE;
-    let mut steady = 0;
-    while steady < 3 && std::time::Instant::now() < until {
-        std::thread::sleep(std::time::Duration::from_millis(150));
+    let mut since = Instant::now();
+    eventually(DUE, || {
         let now = used_memory(c);
-        steady = if now == last { steady + 1 } else { 0 };
-        last = now;
-    }
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+        since.elapsed() >= Duration::from_millis(450)
+    });
     last
 }
 

@@ -14,13 +14,12 @@
 use relock_testkit as common;
 use relock_testkit::cmd;
 
-use std::thread;
 use std::time::Duration;
 
 use common::payload::{shared_fields, Format};
 use common::probe::Prober;
 use common::raw::{pipeline, Raw, Reply};
-use common::{eventually, info_field, now_ms, Server};
+use common::{eventually, info_field, now_ms, wait_out_ttl, Server};
 use redis::Connection;
 
 /// Holders whose leases end together (`RELOCK_STORM_HOLDERS` overrides, e.g. a million with the
@@ -118,12 +117,10 @@ fn fill_before_storm(c: &mut Connection, key: &str, n: usize, limit: usize) -> i
     }
 }
 
-/// Waits until the wall clock passes `at` (Unix ms).
-fn sleep_until(at: i64) {
-    let left = at - now_ms();
-    if left > 0 {
-        thread::sleep(Duration::from_millis(left as u64));
-    }
+/// Lets the wall clock reach `at` (Unix ms), when leases the test wrote end (or a moment
+/// before or after that end): [`wait_out_ttl`] of what is left.
+fn wait_out_leases_to(at: i64) {
+    wait_out_ttl(Duration::from_millis((at - now_ms()).max(0) as u64));
 }
 
 /// Readers' leases end together while a writer waits behind the one that lives on: the module
@@ -139,7 +136,8 @@ fn a_storm_of_lease_ends_is_removed_in_bounded_turns() {
     let mut writer = Raw::connect(&server);
     writer.send(&[b"LOCK.WAIT", b"storm", b"writer", b"1000", b"0"]);
     assert!(eventually(DUE, || info_field(&mut c, "waiters") == 1));
-    sleep_until(end - 200);
+    // The pings start just before the leases end.
+    wait_out_leases_to(end - 200);
     let prober = Prober::start(&server);
     let pruned = eventually(DUE, || info_field(&mut c, "holds") == 1);
     let worst = prober.worst();
@@ -252,7 +250,7 @@ fn reads_cost_log_h_with_many_lapsed_leases() {
     let _: () = cmd!("CLIENT", "PAUSE", 600_000, "WRITE")
         .query(&mut c)
         .unwrap();
-    sleep_until(end + 20);
+    wait_out_leases_to(end + 20);
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();
     for _ in 0..50 {
         let info: redis::Value = cmd!("LOCK.INFO", "read").query(&mut c).unwrap();
@@ -536,7 +534,7 @@ fn a_grant_over_a_million_lapsed_leases_waits_for_bounded_turns() {
     assert!(eventually(DUE, || info_field(&mut c, "waiters") == 1));
     wait(&mut behind, b"small", "1");
     assert!(eventually(DUE, || info_field(&mut c, "waiters") == 2));
-    sleep_until(end);
+    wait_out_leases_to(end);
     let first = head.read(DUE).token();
     let second = behind.read(DUE).token();
     let granted_after = now_ms() - end;

@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{info_field, Server};
+use common::{eventually, info_field, Server};
 use relock_testkit::workspace_root as repo_root;
 
 /// How long one run of an example may take. They take 1 to 4 s; the machine is shared.
@@ -180,17 +180,15 @@ fn run(lang: Lang, name: &str, server: &Server, protocol: (&str, &str)) -> Run {
     let stdout = read_all(Box::new(child.stdout.take().expect("stdout piped")));
     let stderr = read_all(Box::new(child.stderr.take().expect("stderr piped")));
     let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for the example") {
-            break Some(status);
-        }
-        if started.elapsed() > RUN_DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        thread::sleep(Duration::from_millis(20));
-    };
+    let mut status = None;
+    let exited = eventually(RUN_DEADLINE, || {
+        status = child.try_wait().expect("wait for the example");
+        status.is_some()
+    });
+    if !exited {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     let run = Run {
         what,
         stdout: stdout.join().unwrap_or_default(),

@@ -64,7 +64,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::Server;
+use common::{eventually, Server};
 use relock_testkit::workspace_root as repo_root;
 
 /// How long a command's reply may take. Documented waits are a few seconds at most.
@@ -907,14 +907,21 @@ fn one_shot(port: u16, options: &[String], command: &[String]) -> Result<Vec<Str
         let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
         text
     });
-    let deadline = Instant::now() + REPLY_DEADLINE;
-    while child.try_wait().map_err(|e| e.to_string())?.is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("no reply within {REPLY_DEADLINE:?}"));
+    let mut failed = None;
+    let exited = eventually(REPLY_DEADLINE, || match child.try_wait() {
+        Ok(status) => status.is_some(),
+        Err(e) => {
+            failed = Some(e.to_string());
+            true
         }
-        thread::sleep(Duration::from_millis(10));
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    if !exited {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(format!("no reply within {REPLY_DEADLINE:?}"));
     }
     let text = reader.join().unwrap_or_default();
     Ok(text.lines().map(str::to_string).collect())
@@ -1015,22 +1022,20 @@ fn replay(block: &CodeBlock, transcript: &Transcript, group: &mut Group) -> Resu
                     .send(&command)
                     .map_err(|e| format!("{at}: `{command}`: {e}"))?;
                 if step.blocks {
-                    let deadline = Instant::now() + BLOCKED_DEADLINE;
-                    loop {
-                        if let Some(line) = group.terminal(step.terminal).has_output() {
-                            return Err(format!(
-                                "{at}: `{command}`: the doc says it blocks, but it answered `{line}`"
-                            ));
-                        }
-                        if group.blocked_clients() > before {
-                            break;
-                        }
-                        if Instant::now() > deadline {
-                            return Err(format!(
-                                "{at}: `{command}`: not counted as a blocked client within {BLOCKED_DEADLINE:?}"
-                            ));
-                        }
-                        thread::sleep(Duration::from_millis(5));
+                    let mut answered = None;
+                    let blocked = eventually(BLOCKED_DEADLINE, || {
+                        answered = group.terminal(step.terminal).has_output();
+                        answered.is_some() || group.blocked_clients() > before
+                    });
+                    if let Some(line) = answered {
+                        return Err(format!(
+                            "{at}: `{command}`: the doc says it blocks, but it answered `{line}`"
+                        ));
+                    }
+                    if !blocked {
+                        return Err(format!(
+                            "{at}: `{command}`: not counted as a blocked client within {BLOCKED_DEADLINE:?}"
+                        ));
                     }
                     pending.insert(i, (end, sent));
                     continue;

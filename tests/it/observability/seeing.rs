@@ -75,7 +75,8 @@ fn waiters_lists_the_queue_in_order_with_every_field() {
     acquire(&mut c, "k", "holder", LONG);
     let (_a, a_id) = queue(&server, &mut c, "k", "host-a/1/x", 0, &[], 1);
     let (_b, b_id) = queue(&server, &mut c, "k", "host-b/2/y", 30_000, &[], 2);
-    std::thread::sleep(Duration::from_millis(50));
+    // Both have waited at least this long: `waited` must show it.
+    wait_out_ttl(Duration::from_millis(50));
     for resp3 in [false, true] {
         let mut c = if resp3 {
             server.conn_resp3()
@@ -317,7 +318,8 @@ fn force_release_is_logged_with_who_did_it() {
     let mut ops = server.conn();
     let _: () = cmd!("CLIENT", "SETNAME", "ops").query(&mut ops).unwrap();
     let ops_id: i64 = cmd!("CLIENT", "ID").query(&mut ops).unwrap();
-    std::thread::sleep(Duration::from_millis(30));
+    // The hold has lasted at least this long: `held` must show it.
+    wait_out_ttl(Duration::from_millis(30));
     let before = now_ms();
     let _: i64 = cmd!("LOCK.FORCERELEASE", "k").query(&mut ops).unwrap();
     let log = entries(&mut c, cmd!("LOCK.LOG"));
@@ -770,7 +772,9 @@ fn a_flush_or_a_swap_is_one_entry_and_a_reload_none() {
     let _: () = cmd!("SWAPDB", 0, 3).query(&mut c).unwrap();
     assert_eq!(log_reasons(&mut c, 10).len(), 4);
     let _: () = cmd!("DEBUG", "RELOAD").query(&mut c).unwrap();
-    std::thread::sleep(Duration::from_millis(250)); // two cron ticks: a pending flush is written
+    // Two cron ticks, each of which would write a pending flush, and none may: the reload's
+    // flush was cancelled by its load.
+    wait_out_ttl(Duration::from_millis(250));
     assert_eq!(
         log_reasons(&mut c, 10).len(),
         4,
@@ -871,7 +875,8 @@ fn held_counts_from_the_grant_across_reloads_and_restarts() {
     let _: i64 = cmd!("LOCK.ACQUIRE", "shared", "r", LONG, "SHARED")
         .query(&mut c)
         .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // The holds last at least this long: `held` must count it across the reload and restarts.
+    wait_out_ttl(Duration::from_millis(200));
     let _: () = cmd!("DEBUG", "RELOAD").query(&mut c).unwrap();
     assert_held_since(&mut c, "reloaded", since, 200);
     // Restarted from its AOF: the rewritten base and the commands appended after it.
@@ -884,7 +889,7 @@ fn held_counts_from_the_grant_across_reloads_and_restarts() {
     // Restarted from an RDB.
     let since = now_ms();
     acquire(&mut c, "saved", "o", LONG);
-    std::thread::sleep(Duration::from_millis(100));
+    wait_out_ttl(Duration::from_millis(100));
     let _: () = cmd!("SAVE").query(&mut c).unwrap();
     drop(c);
     server.restart_with(&["--appendonly", "no"]);
@@ -920,7 +925,8 @@ fn held_is_empty_only_for_a_hold_whose_grant_time_was_never_recorded() {
     let mut m = master.conn();
     let since = now_ms();
     acquire(&mut m, "k", "o", LONG);
-    std::thread::sleep(Duration::from_millis(100));
+    // The hold lasts at least this long: the promoted replica's `held` must count it.
+    wait_out_ttl(Duration::from_millis(100));
     let acked: i64 = cmd!("WAIT", 1, 5000).query(&mut m).unwrap();
     assert_eq!(acked, 1);
     let mut r = replica.conn();
@@ -1225,7 +1231,7 @@ fn config_set_while_holds_end_keeps_the_journal_bounded_and_consistent() {
                         .unwrap();
                 }
                 i += 1;
-                std::thread::sleep(Duration::from_millis(2));
+                std::thread::sleep(Duration::from_millis(2)); // the pace of the config changes (not a wait)
             }
             i
         })
@@ -1349,11 +1355,9 @@ fn the_journal_is_per_node_and_empty_after_a_restart() {
     let _: () = cmd!("DEL", "d").query(&mut m).unwrap();
     acquire(&mut m, "x", "o", 100);
     assert!(eventually(DUE, || log_reasons(&mut m, 10).len() == 3));
-    let _: () = cmd!("WAIT", 1, 5000)
-        .query(&mut r)
-        .map(|_: i64| ())
-        .unwrap_or(());
-    std::thread::sleep(Duration::from_millis(200));
+    // The replica applied all three (the expiry too: its copy of `x` is gone, so nothing is
+    // left there that it could end and log by itself).
+    common::wait_replica(&mut m);
     assert!(
         log_reasons(&mut r, 10).is_empty(),
         "a replica applies what its master decided; its journal stays empty"
@@ -1464,7 +1468,8 @@ fn statistics_and_the_journal_live_across_debug_reload() {
     // DEBUG RELOAD saves, flushes and loads the keyspace; the module stays loaded, and with it
     // what it measured since it loaded (docs: "since the module loaded").
     let _: () = cmd!("DEBUG", "RELOAD").query(&mut c).unwrap();
-    std::thread::sleep(Duration::from_millis(250)); // two cron ticks: a pending flush is written
+    // Two cron ticks, each of which would write a pending flush, and none may.
+    wait_out_ttl(Duration::from_millis(250));
     let after = (stats(&mut c), info(&mut c), log_reasons(&mut c, 10));
     assert_eq!(before, after);
     assert_eq!(info_field(&mut c, "granted_total"), 1);
@@ -1513,7 +1518,8 @@ fn waits_and_holds_are_measured_and_the_hottest_key_is_named() {
     let (mut w, _) = queue(&server, &mut c, "hot", "w", 0, &[], 1);
     let (mut t, _) = queue(&server, &mut c, "hot", "t", 200, &[], 2);
     assert_eq!(t.read(DUE), Reply::Nil, "timed out");
-    std::thread::sleep(Duration::from_millis(300));
+    // `w` waits at least this long before it is granted.
+    wait_out_ttl(Duration::from_millis(300));
     let waited = Instant::now();
     let _: i64 = cmd!("LOCK.RELEASE", "hot", "h").query(&mut c).unwrap();
     w.read(DUE).token();
