@@ -14,7 +14,6 @@ use relock_testkit as common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use common::reply::used_memory;
@@ -621,7 +620,22 @@ fn random_and_malformed_commands() {
         &mut implausible,
     );
     let _: () = redis::cmd("FLUSHALL").query(&mut admin).unwrap();
-    thread::sleep(Duration::from_millis(200));
+    // The baseline is taken with the warm-up gone: its connection closed and freed (this is
+    // the only client left), its locks freed (`locks` waits for background frees), nobody
+    // waiting or blocked.
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            clients_field(&mut admin, "connected_clients") == 1
+                && info_field(&mut admin, "locks") == 0
+                && info_field(&mut admin, "waiters") == 0
+                && clients_field(&mut admin, "blocked_clients") == 0
+        }),
+        "seed {seed}: after the warm-up: clients {}, locks {}, waiters {}, blocked_clients {}",
+        clients_field(&mut admin, "connected_clients"),
+        info_field(&mut admin, "locks"),
+        info_field(&mut admin, "waiters"),
+        clients_field(&mut admin, "blocked_clients")
+    );
     empty_bounded_tables(&mut admin);
     let baseline = used_memory(&mut admin);
     let mut tally = Tally::default();

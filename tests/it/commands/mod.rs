@@ -6,6 +6,7 @@ mod effects;
 mod fenced;
 mod fenced_attacks;
 mod fuzz;
+mod kernel;
 mod observe;
 mod replies;
 mod revoke;

@@ -8,16 +8,20 @@
 use relock_testkit as common;
 
 use std::net::Shutdown;
-use std::thread;
 use std::time::{Duration, Instant};
 
+use common::process::is_stopped;
 use common::raw::{Raw, Reply};
-use common::{eventually, info_field, Server};
+use common::{eventually, info_field, wait_out_ttl, Server};
 use redis::Value;
 use relock_testkit::info_str;
 
+use super::kernel;
+
 /// Generous bound for anything that should happen "soon".
 const SOON: Duration = Duration::from_secs(2);
+/// How long a signal or a write may take to reach a server on a busy machine.
+const PASSED_ON: Duration = Duration::from_secs(10);
 /// A TTL no test outlives.
 const LONG_TTL: u64 = 100_000;
 
@@ -95,7 +99,10 @@ fn key_waiters(c: &mut redis::Connection, key: &str) -> i64 {
     lock_info(c, key).map_or(0, |i| i.waiters)
 }
 
-/// Spins until `LOCK.INFO key` shows `n` waiters.
+/// Waits until `LOCK.INFO key` shows `n` waiters. It asks again at once: each question is a
+/// round trip to the server, which paces the loop (`eventually`'s 5 ms between questions made
+/// queueing the 2,000 waiters of `thousands_of_waiters_are_served_in_order` five times slower,
+/// as the waiter is rarely queued by the first question).
 fn await_waiters(c: &mut redis::Connection, key: &str, n: i64) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -107,7 +114,6 @@ fn await_waiters(c: &mut redis::Connection, key: &str, n: i64) {
             Instant::now() < deadline,
             "LOCK.INFO {key} waiters stayed {now}, expected {n}"
         );
-        std::thread::sleep(Duration::from_micros(200));
     }
 }
 
@@ -318,9 +324,10 @@ fn wait_times_out_leaves_the_queue_and_is_never_granted_later() {
         timeouts_before + 1
     );
 
-    // The release does not grant the timed-out owner.
+    // The release does not grant the timed-out owner (in a window where a hand-off would have
+    // happened).
     assert_eq!(release(&mut c, "k", "a"), Some(0));
-    std::thread::sleep(Duration::from_millis(100));
+    wait_out_ttl(Duration::from_millis(100));
     assert_eq!(lock_info(&mut c, "k"), None);
     // And the connection that timed out is usable and got nothing else.
     let pong: String = redis::cmd("PING").query(&mut b).unwrap();
@@ -741,9 +748,10 @@ fn disconnected_waiter_is_never_granted() {
     assert_granted(&mut c, &mut d, "k", "d", t0);
     assert_eq!(held(&mut c, "k").waiters, 0);
 
-    // And after d lets go, no ghost of b or e is granted.
+    // And after d lets go, no ghost of b or e is granted (in a window where a hand-off would
+    // have happened).
     assert_eq!(release(&mut c, "k", "d"), Some(0));
-    std::thread::sleep(Duration::from_millis(100));
+    wait_out_ttl(Duration::from_millis(100));
     assert_eq!(lock_info(&mut c, "k"), None);
 }
 
@@ -1247,13 +1255,28 @@ fn waiter_hanging_up_as_it_is_granted_does_not_keep_the_lock() {
         let mut d = queue_waiter(&server, &mut c, &key, "d", LONG_TTL, 2);
         let mut rel = Raw::connect(&server);
 
+        // Each step once the one before has reached the stopped server: the stop, the release
+        // in its socket (unread), then b's hang-up.
         server.signal("STOP");
-        std::thread::sleep(Duration::from_millis(50));
+        let pid = server.pid().expect("pid") as i32;
+        assert!(
+            eventually(PASSED_ON, || is_stopped(pid)),
+            "round {round}: the server did not stop"
+        );
         rel.send(&[b"LOCK.RELEASE", key.as_bytes(), b"a"]);
-        std::thread::sleep(Duration::from_millis(20));
+        let rel_port = rel.stream.local_addr().expect("local address").port();
+        assert!(
+            eventually(PASSED_ON, || kernel::unread_by_server(&server, rel_port)
+                > 0),
+            "round {round}: the release never reached the stopped server"
+        );
+        let b_port = b.stream.local_addr().expect("local address").port();
         b.stream.shutdown(Shutdown::Both).unwrap();
         drop(b);
-        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            eventually(PASSED_ON, || kernel::hang_up_arrived(&server, b_port)),
+            "round {round}: b's hang-up never reached the stopped server"
+        );
         server.signal("CONT");
 
         assert_eq!(rel.read(Duration::from_secs(5)), Reply::Int(0));
@@ -1309,7 +1332,12 @@ fn wait_timeout_due_with_the_expiry_gets_one_consistent_reply() {
             redis::FromRedisValue::from_redis_value(&waiter.recv_response().unwrap()).unwrap();
         assert!(held.is_some(), "round {round}: the holder's acquire");
         server.signal("STOP");
-        thread::sleep(Duration::from_millis(300));
+        let pid = server.pid().expect("pid") as i32;
+        assert!(
+            eventually(PASSED_ON, || is_stopped(pid)),
+            "round {round}: the server did not stop"
+        );
+        wait_out_ttl(Duration::from_millis(300)); // the stall across both deadlines
         server.signal("CONT");
         let reply: redis::RedisResult<Option<u64>> = redis::FromRedisValue::from_redis_value(
             &waiter

@@ -73,6 +73,14 @@ fn owner_of(c: &mut Connection, key: &str) -> Option<(String, i64)> {
     lock_info(c, key).map(|i| (String::from_utf8(i.owner).unwrap(), i.token))
 }
 
+/// Waits (at most `SOON`) until `w` has an answer to read or its connection closed, without
+/// reading it: the server ended the turn that ran what `w` sent, or crashed in it, which
+/// `alive` then reports with the log (a read would only say the connection closed).
+fn answered_or_closed(w: &mut Raw) {
+    w.stream.set_read_timeout(Some(SOON)).expect("read timeout");
+    let _ = w.stream.peek(&mut [0u8; 1]);
+}
+
 /// Several commands in one write, so Redis runs them in one event-loop turn, before any of the
 /// module's 0 ms timers.
 fn pipeline(w: &mut Raw, commands: &[&[&[u8]]]) {
@@ -102,7 +110,7 @@ fn a_wait_on_a_free_key_with_a_queue_queues_behind_it() {
             &[b"LOCK.WAIT", b"k", b"x", b"100000", b"0"],
         ],
     );
-    std::thread::sleep(Duration::from_millis(200));
+    answered_or_closed(&mut x);
     alive(&server, "DEL + LOCK.WAIT of a queued key in one turn");
     let del = x.read_within(SOON);
     assert_eq!(del, Some(Reply::Int(1)));
@@ -133,7 +141,7 @@ fn a_wait_arriving_as_the_lock_expires_queues_behind_the_head() {
             &[b"LOCK.WAIT", b"k", b"x", b"100000", b"0"],
         ],
     );
-    std::thread::sleep(Duration::from_millis(300));
+    answered_or_closed(&mut x);
     alive(
         &server,
         "LOCK.WAIT on a lock that just expired, with a queue",
@@ -187,7 +195,9 @@ fn a_grant_confirmed_to_its_owner_is_not_revoked_afterwards() {
         .query(&mut c)
         .expect("MULTI");
     assert_eq!((released, killed), (0, 1));
-    std::thread::sleep(Duration::from_millis(300));
+    // The window in which the revoke of b's undelivered grant (a job on a 0 ms timer) would
+    // take the confirmed hold away.
+    wait_out_ttl(Duration::from_millis(300));
     match again {
         Some(token) => {
             assert_eq!(renewed, Some(token));
@@ -501,7 +511,16 @@ fn a_storm_of_waiters_timeouts_and_hang_ups_leaves_nothing_behind() {
             }
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(100));
+    // The hang-ups come once every wait has arrived: each one either took its key at once
+    // (`acquired_total`, as the KEYS first acquires did) or queued (`contended_total`).
+    let arrived =
+        |c: &mut Connection| info_field(c, "acquired_total") + info_field(c, "contended_total");
+    assert!(
+        eventually(Duration::from_secs(30), || arrived(&mut c)
+            >= (KEYS as usize + N) as i64),
+        "only {} of the {N} waits and {KEYS} acquires arrived",
+        arrived(&mut c)
+    );
     for _ in 0..100 {
         let i = rng.next(N as u64) as usize;
         if let Some(raw) = ws[i].raw.take() {
@@ -586,7 +605,7 @@ fn far_future_locks_with_hour_long_waits_idle_then_drain() {
             .sum()
     };
     let before = cpu(&mut c);
-    std::thread::sleep(Duration::from_secs(1));
+    wait_out_ttl(Duration::from_secs(1)); // the idle second measured
     let used = cpu(&mut c) - before;
     assert!(used < 0.5, "idle server used {used:.2} s of CPU in 1 s");
     assert_eq!(info_field(&mut c, "waiters"), 100);

@@ -12,6 +12,7 @@ use common::acq;
 use common::ask::owner_token_count as holders;
 use common::raw::queue_wait;
 use common::raw::Reply;
+use common::wait_out_ttl;
 use common::Server;
 use redis::Value;
 
@@ -46,7 +47,9 @@ fn a_revoked_reacquire_does_not_end_the_other_connections_hold() {
         Reply::Int(t) => t,
         other => panic!("first: {other:?}"),
     };
-    std::thread::sleep(Duration::from_millis(200));
+    // The window in which the revoke of the second connection's answer (a job on a 0 ms
+    // timer) would end the first's hold.
+    wait_out_ttl(Duration::from_millis(200));
     let now = holders(&mut c, "k");
     assert_eq!(
         now,
@@ -80,6 +83,7 @@ fn a_revoked_reacquire_exclusive_baseline() {
         Reply::Int(t) => t,
         other => panic!("first: {other:?}"),
     };
-    std::thread::sleep(Duration::from_millis(200));
+    // The window in which the revoke would end the first's hold, as above.
+    wait_out_ttl(Duration::from_millis(200));
     assert_eq!(holders(&mut c, "k"), vec![(b"o".to_vec(), t1, 1)]);
 }

@@ -13,7 +13,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::ask::cpu_seconds;
-use common::ask::waiters;
+use common::ask::{queued, waiters};
 use common::raw::{encode, parse, Reply};
 use common::settle_to_zero;
 use common::{acquire, attach_replica, eventually, info_field, int_or_nil, lock_info, Server};
@@ -75,7 +75,7 @@ fn await_waiters(c: &mut Connection, key: &str, n: i64) {
 
 fn assert_idle(c: &mut Connection, what: &str) {
     let before = cpu_seconds(c);
-    std::thread::sleep(Duration::from_secs(1));
+    wait_out_ttl(Duration::from_secs(1)); // the idle second measured
     let used = cpu_seconds(c) - before;
     assert!(
         used < 0.5,
@@ -389,7 +389,7 @@ fn aborted_failover_and_shutdown_hand_off_after_the_pause() {
                 shutdown = Some(s);
             }
         }
-        std::thread::sleep(Duration::from_millis(1500));
+        wait_out_ttl(Duration::from_millis(1500)); // the 600 ms lease runs out inside the pause
         w.silent(
             Duration::from_millis(10),
             &format!("{how}: during the pause"),
@@ -495,7 +495,7 @@ fn replicaof_during_a_pause_with_deferred_hand_offs_then_no_one() {
     settle_to_zero(&mut c, "master turned replica");
     // Past the pause and every retry.
     let past = (paused_at + Duration::from_millis(4200)).saturating_duration_since(Instant::now());
-    std::thread::sleep(past.max(Duration::from_millis(1200)));
+    wait_out_ttl(past.max(Duration::from_millis(1200)));
     assert_idle(&mut c, "replica with dropped deferred work");
     // Promoted again: grants above everything it issued before, hand-offs work.
     let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut c).unwrap();
@@ -695,16 +695,20 @@ fn allkeys_lru_evicting_held_locks_serves_every_waiter_once() {
 // while clients hammer.
 // ---------------------------------------------------------------------------------------------
 
+/// Clients that send `LOCK.*` to `port` until `stop`, one connection after another; each
+/// answer they get counts in `answers` (a `LOADING` error too), so that a test can wait for the
+/// hammering to be under way.
 fn hammer(
     port: u16,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    answers: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) -> std::thread::JoinHandle<(usize, usize, Vec<String>)> {
     std::thread::spawn(move || {
         let (mut loading, mut ok, mut odd) = (0, 0, Vec::new());
         let mut n = 0u64;
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(Duration::from_millis(5)); // the hammer's pace (not a wait)
                 continue;
             };
             s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -733,6 +737,9 @@ fn hammer(
                         Ok(k) => buf.extend_from_slice(&chunk[..k]),
                     }
                 };
+                if reply.is_some() {
+                    answers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 match reply {
                     Some(Reply::Error(e)) if e.starts_with("LOADING") => loading += 1,
                     Some(Reply::Error(e)) => odd.push(e),
@@ -744,7 +751,7 @@ fn hammer(
                 }
             }
             if !fine {
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(Duration::from_millis(5)); // the hammer's pace (not a wait)
             }
         }
         (loading, ok, odd)
@@ -770,10 +777,20 @@ fn loading_a_big_rdb_with_waiters_and_clients_hammering() {
     let exp = acquire(&mut c, "exp", "a", ttl + 30);
     let mut ew = queue(&server, &mut c, "exp", "ew", LONG_TTL, 0);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let h = hammer(server.port, stop.clone());
-    std::thread::sleep(Duration::from_millis(50));
+    let answers = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let answered = || answers.load(std::sync::atomic::Ordering::Relaxed);
+    let h = hammer(server.port, stop.clone(), answers.clone());
+    // The reload starts with the hammer under way, and the hammer goes on past its end.
+    assert!(
+        eventually(SOON, || answered() > 0),
+        "the hammer got no answer"
+    );
     let _: () = cmd!("DEBUG", "RELOAD").query(&mut c).expect("DEBUG RELOAD");
-    std::thread::sleep(Duration::from_millis(50));
+    let after_reload = answered();
+    assert!(
+        eventually(SOON, || answered() > after_reload),
+        "the hammer got no answer after the reload"
+    );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (loading, ok, odd) = h.join().unwrap();
     eprintln!("reload {reload:?}; hammer: {loading} LOADING, {ok} answered, odd {odd:?}");
@@ -803,8 +820,15 @@ fn loading_a_big_rdb_with_waiters_and_clients_hammering() {
     let _: () = cmd!("SAVE").query(&mut c).unwrap();
     drop(c);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let h = hammer(server.port, stop.clone());
-    std::thread::sleep(Duration::from_millis(300));
+    let answers = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let h = hammer(server.port, stop.clone(), answers.clone());
+    // The restart comes with the hammer under way (it goes on while the server is down and
+    // loads, until the restarted server answers).
+    assert!(
+        eventually(SOON, || answers.load(std::sync::atomic::Ordering::Relaxed)
+            > 0),
+        "the hammer got no answer before the restart"
+    );
     server.restart();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (loading, ok, odd) = h.join().unwrap();
@@ -846,11 +870,22 @@ fn busy_scripts_and_debug_sleep_delay_but_do_not_lose_hand_offs() {
                 return redis.call('LOCK.WAIT', 'held', 'script', 1000, 0)";
     let mut s = Peer::connect(&server, "script");
     s.send(&[b"EVAL", busy.as_bytes(), b"0"]);
-    std::thread::sleep(Duration::from_millis(600));
-    let mut other = Peer::connect(&server, "other");
-    other.send(&[b"LOCK.INFO", b"exp"]);
-    let r = other.expect(SOON);
-    assert!(is_error(&r, &["BUSY"]), "during a busy script: {r:?}");
+    // The script runs once another client's command is answered BUSY (before it starts, the
+    // command is answered; once it runs, past the 200 ms threshold, it is refused).
+    let mut last = None;
+    assert!(
+        eventually(SOON, || {
+            let mut other = Peer::connect(&server, "other");
+            other.send(&[b"LOCK.INFO", b"exp"]);
+            let r = other.expect(SOON);
+            let busy = is_error(&r, &["BUSY"]);
+            last = Some(r);
+            busy
+        }),
+        "during a busy script: {last:?}"
+    );
+    // The 300 ms lease the script gave `exp` runs out inside the script.
+    wait_out_ttl(Duration::from_millis(300));
     ew.silent(Duration::from_millis(10), "during the script");
     ht.silent(Duration::from_millis(10), "during the script");
     // The script's LOCK.WAIT on a held lock does not block: nil.
@@ -882,8 +917,18 @@ fn busy_scripts_and_debug_sleep_delay_but_do_not_lose_hand_offs() {
     let reader = "while true do redis.call('LOCK.INFO', KEYS[1]) end";
     let mut s = Peer::connect(&server, "reader");
     s.send(&[b"EVAL", reader.as_bytes(), b"1", b"held"]);
-    std::thread::sleep(Duration::from_millis(400));
-    let _: () = cmd!("SCRIPT", "KILL").query(&mut c).expect("SCRIPT KILL");
+    // Once the script runs, SCRIPT KILL kills it (before, it answers NOTBUSY).
+    assert!(
+        eventually(SOON, || {
+            let killed: redis::RedisResult<()> = cmd!("SCRIPT", "KILL").query(&mut c);
+            match killed {
+                Ok(()) => true,
+                Err(e) if e.code() == Some("NOTBUSY") => false,
+                Err(e) => panic!("SCRIPT KILL: {e}"),
+            }
+        }),
+        "the reading script never ran"
+    );
     let r = s.exactly_one(SOON, Duration::from_millis(50));
     assert!(matches!(r, Reply::Error(_)), "killed script: {r:?}");
     // DEBUG SLEEP while a lock with a waiter runs out (renewed to 200 ms in the same write as
@@ -946,12 +991,11 @@ fn clients_that_vanish_or_misbehave() {
     bytes.extend(encode(&[b"RESET"]));
     bytes.extend(encode(&[b"PING"]));
     reset.send_bytes(&bytes);
-    std::thread::sleep(Duration::from_millis(300));
     // Whatever of the vanished ones got queued is gone again; only `reset` waits.
     assert!(
-        eventually(SOON, || waiters(&mut c, "k") == 1),
-        "waiters on k: {}",
-        waiters(&mut c, "k")
+        eventually(SOON, || queued(&mut c, "k") == ["r"]),
+        "waiters on k: {:?}",
+        queued(&mut c, "k")
     );
     // Client eviction (maxmemory-clients) of blocked waiters.
     let mut evictable = Vec::new();
@@ -964,7 +1008,14 @@ fn clients_that_vanish_or_misbehave() {
     let _: redis::RedisResult<()> =
         cmd!("CONFIG", "SET", "maxmemory-clients", "64kb").query(&mut c);
     let _: redis::RedisResult<()> = cmd!("PING").query(&mut c);
-    std::thread::sleep(Duration::from_millis(300));
+    // Each of them holds more than the limit: the server evicts all five (once it has read
+    // their buffers), and they leave the queue.
+    assert!(
+        eventually(Duration::from_secs(10), || waiters(&mut c, "k") == 1),
+        "waiters on k after client eviction: {:?} (evicted_clients {})",
+        queued(&mut c, "k"),
+        info_str(&mut c, "stats", "evicted_clients")
+    );
     let _: () = cmd!("CONFIG", "SET", "maxmemory-clients", 0)
         .query(&mut c)
         .unwrap();
@@ -1005,7 +1056,7 @@ fn clients_that_vanish_or_misbehave() {
             if i % 3 == 0 {
                 let _: redis::RedisResult<()> = cmd!("CLIENT", "UNPAUSE").query(&mut spam);
             }
-            std::thread::sleep(Duration::from_millis(3));
+            std::thread::sleep(Duration::from_millis(3)); // the spam's pace (not a wait)
         }
     });
     let mut last = 0;
@@ -1142,7 +1193,11 @@ fn extreme_ttls_timeouts_owners_and_dbs() {
     ) == "0"
         && info_str(&mut c, "persistence", "aof_rewrite_scheduled")
             == "0"));
-    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        info_str(&mut c, "persistence", "aof_last_bgrewrite_status"),
+        "ok",
+        "the AOF rewrite"
+    );
     let mut master = master;
     drop(c);
     master.restart();
@@ -1231,7 +1286,18 @@ fn waiters_vanish_and_are_killed_while_debug_reload_loads() {
     };
     let mut reloader = Peer::connect(&server, "reloader");
     reloader.send(&[b"DEBUG", b"RELOAD"]);
-    std::thread::sleep(Duration::from_millis(150));
+    // The hang-up, the kill and INFO come while the reload loads: once a command is answered
+    // LOADING (the server answers between chunks of the load; before it, the command runs).
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            let mut probe = Peer::connect(&server, "probe");
+            probe.send(&[b"GET", b"probe"]);
+            probe
+                .next(Duration::from_secs(30))
+                .is_some_and(|r| is_error(&r, &["LOADING"]))
+        }),
+        "the server never answered LOADING during DEBUG RELOAD"
+    );
     drop(std::mem::replace(
         &mut hang,
         Peer::connect(&server, "dummy"),

@@ -9,6 +9,7 @@ use relock_testkit::cmd;
 use std::time::{Duration, Instant};
 
 use common::ask::cpu_seconds;
+use common::ask::server_field;
 use common::ask::waiters;
 use common::connect;
 use common::raw::{Raw, Reply};
@@ -126,12 +127,21 @@ fn a_revoke_during_a_write_pause_waits_for_the_pause() {
     acquire(&mut c, "k", "a", LONG_TTL);
     let w = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
     renew_and_pause(&mut c, "k", "a", 150, 2000, "WRITE");
-    std::thread::sleep(Duration::from_millis(300));
-    drop(w); // leaves during the pause
-    std::thread::sleep(Duration::from_millis(300));
-    alive(&server);
+    // The 150 ms lease runs out inside the pause.
+    wait_out_ttl(Duration::from_millis(300));
+    // It leaves during the pause, and the server sees it go: this connection is then its only
+    // client.
+    drop(w);
+    let clients = |c: &mut Connection| server_field(c, "clients", "connected_clients");
     assert!(
-        eventually(SOON, || lock_info(&mut c, "k").is_none()),
+        eventually(SOON, || clients(&mut c) == Some(1)),
+        "the waiter's connection is still there: {:?} clients",
+        clients(&mut c)
+    );
+    alive(&server);
+    // The pause ends 2 s after it began.
+    assert!(
+        eventually(Duration::from_secs(10), || lock_info(&mut c, "k").is_none()),
         "lock still there after the pause: {:?}",
         lock_info(&mut c, "k")
     );
@@ -163,7 +173,7 @@ fn lock_write_after_a_pause_in_the_same_exec(command: redis::Cmd) {
         Err(e) if e.code() == Some("TRYAGAIN") => {}
         other => panic!("{what} after CLIENT PAUSE in EXEC: {other:?}"),
     }
-    std::thread::sleep(Duration::from_millis(600)); // the pause is over
+    wait_out_ttl(Duration::from_millis(600)); // the pause (500 ms) is over
     assert_eq!(
         lock_info(&mut c, "k"),
         None,
@@ -281,10 +291,13 @@ fn a_busy_script_delays_an_expiry_hand_off_until_it_ends() {
         )
         .query(&mut s);
     });
-    std::thread::sleep(Duration::from_millis(500));
-    let busy: redis::RedisResult<String> = cmd!("PING").query(&mut c);
+    // The script runs once a PING is answered BUSY (before it starts, PING answers PONG).
+    let mut busy: redis::RedisResult<String> = Ok(String::new());
     assert!(
-        busy.as_ref().is_err_and(|e| e.to_string().contains("BUSY")),
+        eventually(SOON, || {
+            busy = cmd!("PING").query(&mut c);
+            busy.as_ref().is_err_and(|e| e.to_string().contains("BUSY"))
+        }),
         "the script should be busy: {busy:?}"
     );
     script.join().unwrap();
@@ -303,7 +316,7 @@ fn a_busy_script_delays_an_expiry_hand_off_until_it_ends() {
 
 fn assert_idle(server: &Server, c: &mut Connection, what: &str) {
     let before = cpu_seconds(c);
-    std::thread::sleep(Duration::from_millis(1000));
+    wait_out_ttl(Duration::from_millis(1000)); // the idle second measured
     let used = cpu_seconds(c) - before;
     alive(server);
     assert!(
@@ -335,7 +348,7 @@ fn a_far_future_expiry_with_a_waiter_does_not_spin() {
         .ignore()
         .query(&mut c)
         .expect("LOCK.RENEW and PEXPIREAT");
-    std::thread::sleep(Duration::from_millis(400));
+    wait_out_ttl(Duration::from_millis(400)); // the timer armed at 300 ms fires and re-arms
     assert_idle(&server, &mut c, "PEXPIREAT 2^62");
     // The timer still works: bring the expiry back and the waiter is served.
     let _: i64 = cmd!("PEXPIRE", "k", 50).query(&mut c).expect("PEXPIRE");
@@ -365,7 +378,7 @@ fn a_far_future_applied_lock_with_a_waiter_does_not_spin() {
         .ignore()
         .query(&mut c)
         .expect("LOCK.RENEW and LOCK.APPLY");
-    std::thread::sleep(Duration::from_millis(400));
+    wait_out_ttl(Duration::from_millis(400)); // the 300 ms lease's timer fires
     assert_idle(&server, &mut c, "LOCK.APPLY PXAT 2^62");
     assert_eq!(waiters(&mut c, "k"), 1);
 }

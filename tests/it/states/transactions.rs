@@ -58,7 +58,9 @@ fn pause_in_a_transaction_refuses_groups_and_downgrade() {
             other => panic!("command {i} ran while writes were paused: {other:?}"),
         }
     }
-    std::thread::sleep(Duration::from_millis(400));
+    // The pause (300 ms from the EXEC) runs out, and a little more: what is checked below is
+    // the state once writes run again.
+    wait_out_ttl(Duration::from_millis(400));
     let b = holders(&mut c, "{g}b");
     assert_eq!(b.len(), 1);
     assert_eq!((b[0].0.as_str(), b[0].1), ("o", token));
