@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use relock_testkit::eventually;
+use relock_testkit::process::is_running;
 
 #[test]
 fn short_chaos_run_meets_every_claim() {
@@ -117,9 +118,12 @@ fn killed_runs_leave_no_test_hosts() {
         assert!(
             eventually(Duration::from_secs(20), || !started
                 .iter()
-                .any(|p| alive(*p))),
+                .any(|p| is_running(*p as i32))),
             "{name}: processes of the run left: {:?}",
-            started.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+            started
+                .iter()
+                .filter(|p| is_running(**p as i32))
+                .collect::<Vec<_>>()
         );
     }
 }
@@ -157,9 +161,12 @@ fn a_stopped_run_leaves_no_servers() {
     assert!(
         eventually(Duration::from_secs(20), || !started
             .iter()
-            .any(|p| alive(*p))),
+            .any(|p| is_running(*p as i32))),
         "processes of the stopped run left: {:?}",
-        started.iter().filter(|p| alive(**p)).collect::<Vec<_>>()
+        started
+            .iter()
+            .filter(|p| is_running(**p as i32))
+            .collect::<Vec<_>>()
     );
 }
 
@@ -206,13 +213,4 @@ fn pids_in(ns: &str) -> Vec<u32> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// Whether `pid` runs (a zombie does not count).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit(')')
-            .next()
-            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
-    })
 }

@@ -10,21 +10,8 @@ use cluster_harness::{relock_info, Cluster};
 use common::{eventually, Server};
 use relock_client::{Error, Options, Relock};
 use relock_testkit::ask::holder_count as holder;
+use relock_testkit::client::acked_options;
 use tokio::time::Instant;
-
-/// Defaults with a per-node timeout that tolerates a busy debug build, and one replica ack.
-fn acked_options() -> Options {
-    Options {
-        node_timeout: Duration::from_millis(500),
-        replica_acks: 1,
-        replica_ack_timeout: Duration::from_millis(300),
-        ..Options::default()
-    }
-}
-
-fn waiters(server: &Server) -> i64 {
-    relock_info(server)["waiters"]
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_and_waiters_follow_a_failover() {
@@ -47,7 +34,9 @@ async fn locks_and_waiters_follow_a_failover() {
                 .await
         })
     };
-    assert!(eventually(Duration::from_secs(5), || waiters(old_master) == 1));
+    assert!(eventually(Duration::from_secs(5), || {
+        relock_info(old_master)["waiters"] == 1
+    }));
 
     let took = tokio::task::block_in_place(|| cluster.failover(replica));
     eprintln!("failover: roles switched and cluster healthy in {took:?}");
@@ -55,7 +44,9 @@ async fn locks_and_waiters_follow_a_failover() {
     // The acknowledged lock survived with its token; the waiter re-queued on the new master.
     assert_eq!(holder(replica, key).map(|h| h.1), Some(token));
     assert!(
-        eventually(Duration::from_secs(5), || waiters(replica) == 1),
+        eventually(Duration::from_secs(5), || {
+            relock_info(replica)["waiters"] == 1
+        }),
         "waiter followed the failover to the new master"
     );
 

@@ -7,28 +7,15 @@ use relock_testkit as common;
 use std::time::Duration;
 
 use common::{eventually, Server};
-use relock_client::{Command, Error, LeaderChange, Mode, Observer, Options, Relock, Reply};
+use relock_client::{Command, Error, LeaderChange, Mode, Observer, Relock, Reply};
+use relock_testkit::ask::waiters;
+use relock_testkit::client::{patient, patient_client};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 const KEY: &str = "service:leader";
 /// Every wait below is for an event; this only bounds a test that went wrong.
 const WITHIN: Duration = Duration::from_secs(20);
-
-fn patient() -> Options {
-    Options {
-        node_timeout: Duration::from_secs(1),
-        ..Options::default()
-    }
-}
-
-fn client(server: &Server) -> Relock {
-    Relock::with_options(&[server.url()], patient()).expect("client")
-}
-
-fn waiters(server: &Server, key: &str) -> i64 {
-    common::lock_info(&mut server.conn(), key).map_or(0, |i| i.waiters)
-}
 
 /// A candidate in a process of its own, as far as the server can tell: its own runtime and
 /// connections. `crash` ends that runtime at once, as a killed process ends (no release: its
@@ -50,7 +37,7 @@ impl Candidate {
         let (won_tx, won) = oneshot::channel();
         let (resign, resign_rx) = oneshot::channel::<()>();
         let (resigned_tx, resigned) = oneshot::channel();
-        let relock = client(server);
+        let relock = patient_client(&[server]);
         let value = value.to_string();
         runtime.spawn(async move {
             let leading = relock
@@ -113,7 +100,7 @@ async fn next(observer: &mut Observer) -> LeaderChange {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_candidate_leads_when_the_leader_dies_and_observers_see_every_leader() {
     let server = Server::start();
-    let relock = client(&server);
+    let relock = patient_client(&[&server]);
     let mut observers = [
         relock.observe(KEY).expect("observe"),
         relock.observe(KEY).expect("observe"),
@@ -127,9 +114,9 @@ async fn the_next_candidate_leads_when_the_leader_dies_and_observers_see_every_l
     let mut a = Candidate::start(&server, "node-a", ttl);
     let (term_a, _) = a.leads().await;
     let mut b = Candidate::start(&server, "node-b", ttl);
-    assert!(eventually(WITHIN, || waiters(&server, KEY) == 1));
+    assert!(eventually(WITHIN, || waiters(&mut server.conn(), KEY) == 1));
     let mut c = Candidate::start(&server, "node-c", ttl);
-    assert!(eventually(WITHIN, || waiters(&server, KEY) == 2));
+    assert!(eventually(WITHIN, || waiters(&mut server.conn(), KEY) == 2));
     for o in &mut observers {
         let seen = next(o).await;
         let leader = seen.leader.expect("a leads");
@@ -182,7 +169,7 @@ async fn the_next_candidate_leads_when_the_leader_dies_and_observers_see_every_l
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeouts_and_dropped_connections_are_not_changes() {
     let server = Server::start();
-    let relock = client(&server);
+    let relock = patient_client(&[&server]);
     let leading = relock
         .campaign(KEY, "one", Duration::from_secs(30), None)
         .await
@@ -236,7 +223,7 @@ async fn a_term_that_went_backwards_is_reported_regressed() {
         .arg(ahead)
         .query(&mut server.conn())
         .expect("LOCK.COUNTER");
-    let relock = client(&server);
+    let relock = patient_client(&[&server]);
     let mut observer = relock
         .observe(KEY)
         .expect("observe")
@@ -252,7 +239,7 @@ async fn a_term_that_went_backwards_is_reported_regressed() {
     assert!(!seen.regressed);
 
     server.restart();
-    let again = client(&server);
+    let again = patient_client(&[&server]);
     let second = again
         .campaign(KEY, "after", Duration::from_secs(30), Some(WITHIN))
         .await
@@ -295,8 +282,7 @@ async fn a_term_that_went_backwards_is_reported_regressed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_cannot_hold_an_election_are_refused() {
     let servers = [Server::start(), Server::start(), Server::start()];
-    let urls: Vec<String> = servers.iter().map(Server::url).collect();
-    let redlock = Relock::with_options(&urls, patient()).expect("client");
+    let redlock = patient_client(&servers);
     let ttl = Duration::from_secs(10);
     let refused = |e: Error| {
         assert!(e.is_permanent(), "refusals are permanent: {e:?}");
@@ -317,7 +303,7 @@ async fn clients_that_cannot_hold_an_election_are_refused() {
     refused(redlock.leader(KEY).await.expect_err("leader"));
     refused(redlock.observe(KEY).expect_err("observe"));
     for s in &servers {
-        assert_eq!(waiters(s, KEY), 0);
+        assert_eq!(waiters(&mut s.conn(), KEY), 0);
         assert!(
             common::lock_info(&mut s.conn(), KEY).is_none(),
             "nothing asked"
@@ -340,7 +326,7 @@ async fn clients_that_cannot_hold_an_election_are_refused() {
     assert!(e.is_permanent());
     lock.release().await.expect("release");
 
-    let one = client(&servers[0]);
+    let one = patient_client(&[&servers[0]]);
     let readers = one.with_mode(Mode::shared()).expect("shared");
     match readers.campaign(KEY, "x", ttl, None).await {
         Err(Error::ElectionRefused { why, .. }) => assert!(why.contains("exclusively"), "{why}"),
@@ -366,7 +352,7 @@ async fn clients_that_cannot_hold_an_election_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn candidates_proclaim_their_value_cut_to_fit() {
     let server = Server::start();
-    let relock = client(&server);
+    let relock = patient_client(&[&server]);
     let long = "é".repeat(200);
     let leading = relock
         .campaign(KEY, &long, Duration::from_secs(10), None)
@@ -384,13 +370,13 @@ async fn candidates_proclaim_their_value_cut_to_fit() {
     assert_eq!(leader.term, leading.term());
 
     // One value, two candidates: the second waits for the first.
-    let same = client(&server);
+    let same = patient_client(&[&server]);
     let second = tokio::spawn(async move {
         same.campaign(KEY, "twin", Duration::from_secs(10), None)
             .await
             .map(|l| (l.term(), l.owner().to_string()))
     });
-    assert!(eventually(WITHIN, || waiters(&server, KEY) == 1));
+    assert!(eventually(WITHIN, || waiters(&mut server.conn(), KEY) == 1));
     leading.resign().await.expect("resign");
     let first = relock
         .campaign(KEY, "twin", Duration::from_secs(10), Some(WITHIN))
@@ -409,7 +395,7 @@ async fn candidates_proclaim_their_value_cut_to_fit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_campaign_that_times_out_leaves_the_queue() {
     let server = Server::start();
-    let relock = client(&server);
+    let relock = patient_client(&[&server]);
     let leading = relock
         .campaign(KEY, "a", Duration::from_secs(10), None)
         .await
@@ -424,7 +410,7 @@ async fn a_campaign_that_times_out_leaves_the_queue() {
         .await
         .expect_err("times out");
     assert!(matches!(e, Error::WaitTimeout { .. }), "{e:?}");
-    assert!(eventually(WITHIN, || waiters(&server, KEY) == 0));
+    assert!(eventually(WITHIN, || waiters(&mut server.conn(), KEY) == 0));
     assert!(!leading.is_lost());
     // The observer as a stream: the same items as next().
     use futures_util::StreamExt;
@@ -466,7 +452,7 @@ async fn elections_run_on_a_cluster() {
             .campaign(key, "b", Duration::from_secs(10), None)
             .await
     });
-    assert!(eventually(WITHIN, || waiters(master, key) == 1));
+    assert!(eventually(WITHIN, || waiters(&mut master.conn(), key) == 1));
     let term_a = a.term();
     a.resign().await.expect("resign");
     let now = relock.leader(key).await.expect("leader").expect("b leads");
@@ -497,7 +483,7 @@ async fn fenced_writes_run_under_the_live_term_only() {
     let server = Server::start();
     let key = "{svc}:leader";
     let data = "{svc}:data";
-    let relock = client(&server);
+    let relock = patient_client(&[&server]);
     let a = relock
         .campaign(key, "a", Duration::from_secs(30), None)
         .await

@@ -8,26 +8,10 @@ use std::time::Duration;
 
 use common::{eventually, Server};
 use relock_client::{Error, Options, Relock};
+use relock_testkit::client::{patient, patient_client, relock_with};
 use tokio::time::Instant;
 
 const KEY: &str = "jobs:faults";
-
-fn urls(servers: &[&Server]) -> Vec<String> {
-    servers.iter().map(|s| s.url()).collect()
-}
-
-/// Defaults with a node timeout that a busy machine cannot mistake for a failure, for the tests
-/// whose subject is not timing.
-fn patient() -> Options {
-    Options {
-        node_timeout: Duration::from_secs(1),
-        ..Options::default()
-    }
-}
-
-fn client_with(servers: &[&Server], options: Options) -> Relock {
-    Relock::with_options(&urls(servers), options).expect("client")
-}
 
 /// Owner of the lock at `key` on `server`, from LOCK.INFO.
 fn owner_on(server: &Server, key: &str) -> Option<String> {
@@ -77,7 +61,7 @@ async fn loss_is_signalled_no_later_than_valid_until() {
     let mut leads = Vec::new();
     for ttl in [2000, 300, 2000, 300].map(Duration::from_millis) {
         let slack = (NODE_TIMEOUT - ttl * 2 / 3) / 2;
-        let relock = client_with(
+        let relock = relock_with(
             &refs,
             Options {
                 node_timeout: NODE_TIMEOUT,
@@ -164,7 +148,7 @@ async fn permanent_errors_fail_at_once() {
 
     // No module: unknown command.
     let bare = Server::without_module(&[]);
-    let relock = client_with(&[&bare], options.clone());
+    let relock = relock_with(&[&bare], options.clone());
     let started = Instant::now();
     let err = relock.acquire(KEY, ttl).await.expect_err("no module");
     at_once(started, "no module");
@@ -189,7 +173,7 @@ async fn permanent_errors_fail_at_once() {
         .arg("s3cret")
         .query(&mut locked.conn())
         .expect("CONFIG SET requirepass");
-    let relock = client_with(&[&locked], options.clone());
+    let relock = relock_with(&[&locked], options.clone());
     let started = Instant::now();
     let err = relock.acquire(KEY, ttl).await.expect_err("no password");
     at_once(started, "no password");
@@ -212,7 +196,7 @@ async fn permanent_errors_fail_at_once() {
         .arg("not a lock")
         .query(&mut server.conn())
         .expect("SET");
-    let relock = client_with(&[&server], options.clone());
+    let relock = relock_with(&[&server], options.clone());
     let err = relock.acquire(KEY, ttl).await.expect_err("WRONGTYPE");
     assert!(err.to_string().contains("WRONGTYPE"), "{err}");
     let waited = tokio::time::timeout(Duration::from_secs(10), relock.acquire_wait(KEY, ttl, None))
@@ -228,7 +212,7 @@ async fn permanent_errors_fail_at_once() {
     // Redlock: two of three masters without the module can never make a quorum...
     let good = Server::start();
     let bare2 = Server::without_module(&[]);
-    let relock = client_with(&[&good, &bare, &bare2], options.clone());
+    let relock = relock_with(&[&good, &bare, &bare2], options.clone());
     let waited = tokio::time::timeout(Duration::from_secs(10), relock.acquire_wait(KEY, ttl, None))
         .await
         .expect("no quorum is possible: fail at once");
@@ -241,7 +225,7 @@ async fn permanent_errors_fail_at_once() {
     assert_eq!(owner_on(&good, KEY), None, "released again");
     // ...but one of three is only a minority: the lock is still taken.
     let good2 = Server::start();
-    let relock = client_with(&[&good, &bare, &good2], options);
+    let relock = relock_with(&[&good, &bare, &good2], options);
     let lock = relock.acquire(KEY, ttl).await.expect("2 of 3 grant");
     assert_eq!(lock.tokens().len(), 2);
     lock.release().await.expect("release");
@@ -252,7 +236,7 @@ async fn permanent_errors_fail_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overwritten_key_is_a_loss_at_the_next_renewal() {
     let server = Server::start();
-    let relock = client_with(&[&server], patient());
+    let relock = patient_client(&[&server]);
     let ttl = Duration::from_secs(12);
     let guard = relock.guard(KEY, ttl).await.expect("guard");
     let _: () = redis::cmd("SET")
@@ -283,7 +267,7 @@ async fn overwritten_key_is_a_loss_at_the_next_renewal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_waits_are_clamped() {
     let server = Server::start();
-    let relock = client_with(&[&server], patient());
+    let relock = patient_client(&[&server]);
     let ttl = Duration::from_secs(10);
     for wait in [
         Duration::from_millis(10_000_000_000_000),
@@ -319,7 +303,7 @@ async fn huge_waits_are_clamped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_ttls_are_refused_before_any_request() {
     let server = Server::start();
-    let relock = client_with(&[&server], patient());
+    let relock = patient_client(&[&server]);
     let before: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut server.conn())
@@ -460,7 +444,7 @@ fn documented_defaults() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_guard_releases() {
     let server = Server::start();
-    let relock = client_with(&[&server], patient());
+    let relock = patient_client(&[&server]);
     let guard = relock
         .guard(KEY, Duration::from_secs(30))
         .await
@@ -502,7 +486,7 @@ async fn guard_renews_every_third_of_the_ttl() {
         }
     });
 
-    let relock = client_with(&[&server], patient());
+    let relock = patient_client(&[&server]);
     let ttl = Duration::from_secs(3);
     let every = ttl / 3;
     // Before the grant, so that every renewal is measured from earlier than the guard did.
@@ -553,7 +537,7 @@ async fn partial_grants_are_given_back_after_max_partial_hold() {
             .expect("LOCK.ACQUIRE");
     }
     let partial = Duration::from_millis(300);
-    let relock = client_with(
+    let relock = relock_with(
         &refs,
         Options {
             max_partial_hold: partial,
@@ -599,7 +583,7 @@ async fn partial_grants_are_given_back_after_max_partial_hold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renew_now_renews_at_once_or_reports_the_loss() {
     let server = Server::start();
-    let relock = client_with(&[&server], patient());
+    let relock = patient_client(&[&server]);
     let ttl = Duration::from_secs(30);
     let guard = relock.guard(KEY, ttl).await.expect("guard");
     let first = guard.valid_until();

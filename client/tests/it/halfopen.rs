@@ -10,20 +10,11 @@ use std::time::Duration;
 use common::{eventually, Server};
 use relock_client::{Options, Relock};
 use relock_testkit::ask::{acquire_as, calls, holder};
+use relock_testkit::client::release_as;
 use relock_testkit::proxy::Proxy;
 use tokio::time::Instant;
 
 const KEY: &str = "silent";
-
-/// LOCK.RELEASE as `owner`, straight to the server.
-fn release_as(server: &Server, owner: &str) {
-    let left: Option<u64> = redis::cmd("LOCK.RELEASE")
-        .arg(KEY)
-        .arg(owner)
-        .query(&mut server.conn())
-        .expect("LOCK.RELEASE");
-    assert_eq!(left, Some(0), "{owner} held {KEY}");
-}
 
 /// relock-client's Redlock wait on three masters, every connection of which goes silent: each
 /// master's wait notices on its own and waits again; the quorum is won once the lock is free.
@@ -63,7 +54,7 @@ async fn a_redlock_wait_survives_silent_connections_on_every_master() {
         p.silence_open_connections();
     }
     for s in &servers {
-        release_as(s, "holder");
+        release_as(s, KEY, "holder");
     }
     let freed = Instant::now();
     let lock = tokio::time::timeout(Duration::from_secs(20), waiter)

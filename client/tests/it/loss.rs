@@ -7,29 +7,20 @@ use std::time::Duration;
 
 use common::{eventually, Server};
 use relock_client::{Error, LockGuard, Loss, LossReason, Options, Relock};
+use relock_testkit::client::{patient, patient_client};
 
 const KEY: &str = "jobs:why";
 const TTL: Duration = Duration::from_secs(30);
 /// Every wait below is for an event; this only bounds a test that went wrong.
 const WITHIN: Duration = Duration::from_secs(20);
 
-fn patient() -> Options {
-    Options {
-        node_timeout: Duration::from_secs(1),
-        ..Options::default()
-    }
-}
-
-fn client(servers: &[&Server]) -> Relock {
-    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-    Relock::with_options(&urls, patient()).expect("client")
-}
-
-fn run(server: &Server, cmd: &mut redis::Cmd) {
+/// Runs `cmd` on `server`, whatever it replies (an error reply fails the test).
+fn run_on(server: &Server, cmd: &mut redis::Cmd) {
     let _: redis::Value = cmd.query(&mut server.conn()).expect("command");
 }
 
-fn exists(server: &Server, key: &str) -> bool {
+/// Whether `server` has a key `key`, of any type (`EXISTS`).
+fn key_exists(server: &Server, key: &str) -> bool {
     redis::cmd("EXISTS")
         .arg(key)
         .query::<i64>(&mut server.conn())
@@ -54,7 +45,7 @@ async fn loss_of(guard: &LockGuard) -> Loss {
 /// One way to end a hold: a guard loses `KEY` to `end`, and says `reason`.
 async fn lost_to(reason: LossReason, end: impl FnOnce(&Server)) -> Loss {
     let server = Server::start();
-    let relock = client(&[&server]);
+    let relock = patient_client(&[&server]);
     let guard = relock.guard(KEY, TTL).await.expect("guard");
     end(&server);
     let loss = loss_of(&guard).await;
@@ -112,8 +103,8 @@ async fn a_force_release_names_who_did_it() {
 async fn an_expiry_says_it_was_not_renewed() {
     let loss = lost_to(LossReason::Expired, |s| {
         // The lease runs out (a shorter PEXPIRE fires like the ttl): the server expires it.
-        run(s, redis::cmd("PEXPIRE").arg(KEY).arg(1));
-        assert!(eventually(WITHIN, || !exists(s, KEY)));
+        run_on(s, redis::cmd("PEXPIRE").arg(KEY).arg(1));
+        assert!(eventually(WITHIN, || !key_exists(s, KEY)));
     })
     .await;
     assert!(loss.to_string().contains("not renewed for"), "{loss}");
@@ -121,27 +112,33 @@ async fn an_expiry_says_it_was_not_renewed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delete_says_deleted() {
-    lost_to(LossReason::Deleted, |s| run(s, redis::cmd("DEL").arg(KEY))).await;
+    lost_to(LossReason::Deleted, |s| {
+        run_on(s, redis::cmd("DEL").arg(KEY))
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overwrite_says_deleted() {
     // Another type in the key: the renewal gets WRONGTYPE, the journal says deleted.
     lost_to(LossReason::Deleted, |s| {
-        run(s, redis::cmd("SET").arg(KEY).arg("not a lock"))
+        run_on(s, redis::cmd("SET").arg(KEY).arg("not a lock"))
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flush_says_flushed() {
-    lost_to(LossReason::Flushed, |s| run(s, &mut redis::cmd("FLUSHALL"))).await;
+    lost_to(LossReason::Flushed, |s| {
+        run_on(s, &mut redis::cmd("FLUSHALL"))
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_swap_says_swapped() {
     lost_to(LossReason::Swapped, |s| {
-        run(s, redis::cmd("SWAPDB").arg(0).arg(1))
+        run_on(s, redis::cmd("SWAPDB").arg(0).arg(1))
     })
     .await;
 }
@@ -149,7 +146,7 @@ async fn a_swap_says_swapped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rename_says_moved() {
     lost_to(LossReason::Moved, |s| {
-        run(s, redis::cmd("RENAME").arg(KEY).arg("elsewhere"))
+        run_on(s, redis::cmd("RENAME").arg(KEY).arg("elsewhere"))
     })
     .await;
 }
@@ -191,7 +188,7 @@ async fn an_eviction_says_evicted() {
         set(&mut c, "maxmemory-policy", "allkeys-random");
         set(&mut c, "maxmemory", "1");
         // Every command evicts while memory is over the limit.
-        assert!(eventually(WITHIN, || !exists(s, KEY)));
+        assert!(eventually(WITHIN, || !key_exists(s, KEY)));
         set(&mut c, "maxmemory", "0");
     })
     .await;
@@ -200,16 +197,16 @@ async fn an_eviction_says_evicted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_journal_it_cannot_know() {
     let server = Server::start();
-    let relock = client(&[&server]);
+    let relock = patient_client(&[&server]);
     let guard = relock.guard(KEY, TTL).await.expect("guard");
-    run(
+    run_on(
         &server,
         redis::cmd("CONFIG")
             .arg("SET")
             .arg("relock.log-max-len")
             .arg(0),
     );
-    run(&server, redis::cmd("LOCK.FORCERELEASE").arg(KEY));
+    run_on(&server, redis::cmd("LOCK.FORCERELEASE").arg(KEY));
     let loss = loss_of(&guard).await;
     assert_eq!(loss.reason, LossReason::Unknown);
     assert_eq!(loss.node, None);
@@ -222,15 +219,15 @@ async fn without_a_journal_it_cannot_know() {
 async fn redlock_asks_the_masters_that_refused() {
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     let refs: Vec<&Server> = servers.iter().collect();
-    let relock = client(&refs);
+    let relock = patient_client(&refs);
     let guard = relock.guard(KEY, TTL).await.expect("guard");
     let owner = guard.hold().owner.clone();
     assert!(eventually(WITHIN, || servers
         .iter()
-        .all(|s| exists(s, KEY))));
+        .all(|s| key_exists(s, KEY))));
     // A majority loses it (one of them to a force-release), the third still has it.
-    run(&servers[1], redis::cmd("DEL").arg(KEY));
-    run(&servers[2], redis::cmd("LOCK.FORCERELEASE").arg(KEY));
+    run_on(&servers[1], redis::cmd("DEL").arg(KEY));
+    run_on(&servers[2], redis::cmd("LOCK.FORCERELEASE").arg(KEY));
     let loss = loss_of(&guard).await;
     assert!(
         matches!(loss.reason, LossReason::Deleted | LossReason::ForceReleased),
@@ -241,7 +238,10 @@ async fn redlock_asks_the_masters_that_refused() {
     // The minority's hold is released after the loss.
     drop(guard);
     relock.settle().await;
-    assert!(eventually(WITHIN, || !exists(&servers[0], KEY)), "{owner}");
+    assert!(
+        eventually(WITHIN, || !key_exists(&servers[0], KEY)),
+        "{owner}"
+    );
 }
 
 /// The default owner names host and pid; the prefix is the caller's; none leaves the random
@@ -249,7 +249,7 @@ async fn redlock_asks_the_masters_that_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owners_name_their_process() {
     let server = Server::start();
-    let relock = client(&[&server]);
+    let relock = patient_client(&[&server]);
     let lock = relock.acquire(KEY, TTL).await.expect("lock");
     let pid = std::process::id().to_string();
     let parts: Vec<&str> = lock.owner().rsplitn(3, '/').collect();

@@ -7,32 +7,17 @@ use std::time::Duration;
 use common::{eventually, Server};
 use relock_client::{Error, Mode, Options, Relock};
 use relock_testkit::ask::info_text as info;
+use relock_testkit::ask::{holder, waiters};
+use relock_testkit::client::{patient, patient_client};
 
 const TTL: Duration = Duration::from_secs(30);
 /// Every wait below is for an event; this only bounds a test that went wrong.
 const WITHIN: Duration = Duration::from_secs(20);
 
-fn patient() -> Options {
-    Options {
-        node_timeout: Duration::from_secs(1),
-        ..Options::default()
-    }
-}
-
-fn client(servers: &[&Server]) -> Relock {
-    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-    Relock::with_options(&urls, patient()).expect("client")
-}
-
-/// How many clients wait for `key` on `server`.
-fn waiters(server: &Server, key: &str) -> u64 {
-    info(server, key).map_or(0, |i| i["waiters"].parse().expect("waiters"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_permits_sum_to_the_limit_and_large_requests_do_not_starve() {
     let server = Server::start();
-    let relock = client(&[&server]);
+    let relock = patient_client(&[&server]);
     let pool = relock.with_mode(Mode::limited(10)).expect("semaphore");
     let seven = pool.with_permits(7).expect("7 of 10");
     let three = pool.with_permits(3).expect("3 of 10");
@@ -46,7 +31,7 @@ async fn several_permits_sum_to_the_limit_and_large_requests_do_not_starve() {
     // Five wait; a single permit asked after them waits behind them though one is free.
     let five = pool.with_permits(5).expect("5 of 10");
     let waiting = tokio::spawn(async move { five.acquire_wait("pool", TTL, Some(WITHIN)).await });
-    assert!(eventually(WITHIN, || waiters(&server, "pool") == 1));
+    assert!(eventually(WITHIN, || waiters(&mut server.conn(), "pool") == 1));
     b.release().await.expect("release 3");
     let barging = pool.try_acquire("pool", TTL).await;
     assert!(barging.is_err(), "a free permit, but five wait first");
@@ -96,7 +81,7 @@ async fn permits_are_checked_before_any_server_is_asked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_downgrade_lets_the_waiting_readers_in_and_no_writer() {
     let server = Server::start();
-    let relock = client(&[&server]);
+    let relock = patient_client(&[&server]);
     let readers = relock.with_mode(Mode::shared()).expect("shared");
     let mut write = relock.acquire("report", TTL).await.expect("write");
     let token = write.token();
@@ -104,13 +89,13 @@ async fn a_downgrade_lets_the_waiting_readers_in_and_no_writer() {
         let readers = readers.clone();
         tokio::spawn(async move { readers.acquire_wait("report", TTL, Some(WITHIN)).await })
     };
-    assert!(eventually(WITHIN, || waiters(&server, "report") == 1));
+    assert!(eventually(WITHIN, || waiters(&mut server.conn(), "report") == 1));
     // A writer queued behind the reader stays queued through the downgrade.
     let writer = {
         let relock = relock.clone();
         tokio::spawn(async move { relock.acquire_wait("report", TTL, Some(WITHIN)).await })
     };
-    assert!(eventually(WITHIN, || waiters(&server, "report") == 2));
+    assert!(eventually(WITHIN, || waiters(&mut server.conn(), "report") == 2));
     write.downgrade().await.expect("downgrade");
     assert_eq!(write.mode(), Mode::shared());
     assert_eq!(write.token(), token, "the same hold");
@@ -120,7 +105,11 @@ async fn a_downgrade_lets_the_waiting_readers_in_and_no_writer() {
         .expect("task")
         .expect("read");
     assert_eq!(info(&server, "report").expect("held")["holders"], "2");
-    assert_eq!(waiters(&server, "report"), 1, "the writer still waits");
+    assert_eq!(
+        waiters(&mut server.conn(), "report"),
+        1,
+        "the writer still waits"
+    );
     // Safe to retry.
     write.downgrade().await.expect("again");
     write.extend(TTL).await.expect("a shared hold renews");
@@ -144,7 +133,7 @@ async fn a_downgrade_lets_the_waiting_readers_in_and_no_writer() {
 async fn a_guard_downgrades_and_renews_the_shared_hold() {
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     let refs: Vec<&Server> = servers.iter().collect();
-    let relock = client(&refs);
+    let relock = patient_client(&refs);
     let guard = relock
         .guard("catalog", Duration::from_millis(900))
         .await
@@ -169,15 +158,10 @@ async fn a_guard_downgrades_and_renews_the_shared_hold() {
     }
 }
 
-/// `LOCK.INFO` owner of `key` on `server`, if it is held.
-fn owner_of(server: &Server, key: &str) -> Option<String> {
-    relock_testkit::ask::holder(server, key).map(|(owner, _)| owner)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_all_takes_every_key_or_none_with_one_token() {
     let server = Server::start();
-    let relock = client(&[&server]);
+    let relock = patient_client(&[&server]);
     let group = relock
         .acquire_all(&["acct:2", "acct:1", "ledger"], TTL)
         .await
@@ -186,7 +170,10 @@ async fn acquire_all_takes_every_key_or_none_with_one_token() {
     let token = group.token().expect("token");
     for key in group.keys() {
         assert_eq!(group.token_of(key), Some(token), "one token for the group");
-        assert_eq!(owner_of(&server, key).as_deref(), Some(group.owner()));
+        assert_eq!(
+            holder(&server, key).map(|(owner, _)| owner).as_deref(),
+            Some(group.owner())
+        );
     }
     // Overlapping: nothing of it is taken, not even the free key.
     let other = Relock::with_options(
@@ -202,12 +189,12 @@ async fn acquire_all_takes_every_key_or_none_with_one_token() {
         .await
         .expect_err("ledger is held");
     assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
-    assert!(owner_of(&server, "acct:3").is_none(), "all or nothing");
+    assert!(holder(&server, "acct:3").is_none(), "all or nothing");
     let mut group = group;
     group.extend(TTL).await.expect("MRENEW");
     group.release().await.expect("MRELEASE");
     for key in ["acct:1", "acct:2", "ledger"] {
-        assert!(owner_of(&server, key).is_none());
+        assert!(holder(&server, key).is_none());
     }
     // Checked before any server is asked.
     for keys in [vec![], vec!["a", "a"]] {
@@ -225,7 +212,7 @@ async fn acquire_all_takes_every_key_or_none_with_one_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_most_keys_a_group_may_have() {
     let server = Server::start();
-    let relock = client(&[&server]);
+    let relock = patient_client(&[&server]);
     let keys: Vec<String> = (0..relock_client::MAX_KEYS)
         .map(|i| format!("k:{i:03}"))
         .collect();
@@ -236,14 +223,14 @@ async fn the_most_keys_a_group_may_have() {
     let guard = group.keep_alive();
     guard.renew_now().await.expect("renewed as one");
     guard.release().await.expect("released");
-    assert!(owner_of(&server, "k:255").is_none());
+    assert!(holder(&server, "k:255").is_none());
     // 256 keys the slow way: the first is held, so every key is waited for one by one.
     let first = relock.acquire("k:000", TTL).await.expect("k:000");
     let waiting = {
         let (relock, keys) = (relock.clone(), keys.clone());
         tokio::spawn(async move { relock.wait_all(&keys, TTL, Some(WITHIN)).await })
     };
-    assert!(eventually(WITHIN, || waiters(&server, "k:000") == 1));
+    assert!(eventually(WITHIN, || waiters(&mut server.conn(), "k:000") == 1));
     let started = tokio::time::Instant::now();
     first.release().await.expect("release");
     let group = tokio::time::timeout(WITHIN, waiting)
@@ -254,7 +241,7 @@ async fn the_most_keys_a_group_may_have() {
     eprintln!("wait_all of 256 keys, one by one: {:?}", started.elapsed());
     assert!(group.keys().iter().all(|k| group.token_of(k).is_some()));
     group.release().await.expect("release");
-    assert!(owner_of(&server, "k:128").is_none());
+    assert!(holder(&server, "k:128").is_none());
     let mut more = keys.clone();
     more.push("k:256".into());
     let err = relock.acquire_all(&more, TTL).await.expect_err("257");
@@ -264,7 +251,7 @@ async fn the_most_keys_a_group_may_have() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_all_waits_for_each_key_in_order_and_renews_what_it_holds() {
     let server = Server::start();
-    let relock = client(&[&server]);
+    let relock = patient_client(&[&server]);
     // b is held by someone else: the group waits for it, holding a meanwhile.
     let b = relock.acquire("b", TTL).await.expect("b");
     // 2 s (renewed every 667 ms): a 600 ms ttl lost a on a loaded machine when one renewal
@@ -274,12 +261,18 @@ async fn wait_all_waits_for_each_key_in_order_and_renews_what_it_holds() {
         let relock = relock.clone();
         tokio::spawn(async move { relock.wait_all(&["c", "b", "a"], ttl, Some(WITHIN)).await })
     };
-    assert!(eventually(WITHIN, || waiters(&server, "b") == 1));
-    let a_owner = owner_of(&server, "a").expect("a is held while b is waited for");
+    assert!(eventually(WITHIN, || waiters(&mut server.conn(), "b") == 1));
+    let a_owner = holder(&server, "a")
+        .map(|(owner, _)| owner)
+        .expect("a is held while b is waited for");
     // Longer than the ttl (a time that must run its length): a is renewed meanwhile.
     common::wait_out_ttl_async(ttl * 2).await;
-    assert_eq!(owner_of(&server, "a"), Some(a_owner.clone()), "a renewed");
-    assert!(owner_of(&server, "c").is_none(), "c only after b");
+    assert_eq!(
+        holder(&server, "a").map(|(owner, _)| owner),
+        Some(a_owner.clone()),
+        "a renewed"
+    );
+    assert!(holder(&server, "c").is_none(), "c only after b");
     b.release().await.expect("release b");
     let group = tokio::time::timeout(WITHIN, waiting)
         .await
@@ -289,7 +282,10 @@ async fn wait_all_waits_for_each_key_in_order_and_renews_what_it_holds() {
     assert_eq!(group.owner(), a_owner);
     assert!(group.is_valid());
     for key in ["a", "b", "c"] {
-        assert_eq!(owner_of(&server, key).as_deref(), Some(group.owner()));
+        assert_eq!(
+            holder(&server, key).map(|(owner, _)| owner).as_deref(),
+            Some(group.owner())
+        );
         assert!(group.token_of(key).is_some());
     }
     group.release().await.expect("release");
@@ -300,7 +296,7 @@ async fn wait_all_waits_for_each_key_in_order_and_renews_what_it_holds() {
         .await
         .expect_err("c is held");
     assert!(matches!(err, Error::WaitTimeout { .. }), "{err}");
-    assert!(owner_of(&server, "a").is_none() && owner_of(&server, "b").is_none());
+    assert!(holder(&server, "a").is_none() && holder(&server, "b").is_none());
     c.release().await.expect("release");
 }
 
@@ -332,7 +328,7 @@ async fn opposite_orders_never_deadlock() {
     };
     let done = Arc::new(AtomicBool::new(false));
     let blocker = {
-        let relock = client(&[&server]);
+        let relock = patient_client(&[&server]);
         let (held, done) = (held.clone(), done.clone());
         tokio::spawn(async move {
             let mut taken = 0;
@@ -353,7 +349,7 @@ async fn opposite_orders_never_deadlock() {
     let sets: [&[&str]; 3] = [&["k0", "k1", "k2"], &["k2", "k1", "k0"], &["k3", "k1"]];
     let mut tasks = Vec::new();
     for (who, keys) in sets.into_iter().enumerate() {
-        let relock = client(&[&server]);
+        let relock = patient_client(&[&server]);
         let held = held.clone();
         let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
         tasks.push(tokio::spawn(async move {
@@ -494,7 +490,7 @@ fn set_grace(server: &Server, ms: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_ttl_keeps_the_hold() {
     let server = Server::start();
-    let relock = client(&[&server]);
+    let relock = patient_client(&[&server]);
     let ttl = Duration::from_millis(3000);
 
     let mut lock = relock.try_acquire("plain", ttl).await.expect("acquire");
@@ -510,7 +506,10 @@ async fn a_refused_ttl_keeps_the_hold() {
         "{err}"
     );
     assert_eq!(lock.valid_until(), before, "nothing changed");
-    assert_eq!(owner_of(&server, "plain").as_deref(), Some(lock.owner()));
+    assert_eq!(
+        holder(&server, "plain").map(|(owner, _)| owner).as_deref(),
+        Some(lock.owner())
+    );
     lock.extend(Duration::from_millis(900))
         .await
         .expect("a ttl within the grace renews");
@@ -529,10 +528,7 @@ async fn a_refused_ttl_keeps_the_hold() {
         "no renewal came"
     );
     assert!(!guard.is_lost(), "a refused ttl is not a loss");
-    assert!(
-        owner_of(&server, "job").is_some(),
-        "the hold is still there"
-    );
+    assert!(holder(&server, "job").is_some(), "the hold is still there");
     // Once the ttl is allowed again, the next renewal succeeds.
     set_grace(&server, 0);
     tokio::time::timeout(WITHIN, guard.renew_now())
@@ -559,7 +555,7 @@ async fn a_refused_ttl_keeps_the_hold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_persisted_lock_has_no_expiry() {
     let server = Server::start();
-    let relock = client(&[&server]);
+    let relock = patient_client(&[&server]);
     let lock = relock.try_acquire("kept", TTL).await.expect("acquire");
     let info = &relock.info("kept").await[0];
     let ttl = info
@@ -597,7 +593,7 @@ async fn a_persisted_lock_has_no_expiry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_guard_says_which_key_went_and_why() {
     let server = Server::start();
-    let relock = client(&[&server]);
+    let relock = patient_client(&[&server]);
     let keys: Vec<String> = (0..200).map(|i| format!("g:{i:03}")).collect();
     let guard = relock
         .acquire_all(&keys, TTL)
@@ -623,27 +619,27 @@ async fn a_group_guard_says_which_key_went_and_why() {
     assert_eq!(loss.key, "g:150");
     assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
     // The rest of the group was released after the loss.
-    assert!(owner_of(&server, "g:000").is_none());
+    assert!(holder(&server, "g:000").is_none());
 }
 
 /// A wait for a group dropped half-way leaves nothing held behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_wait_all_leaves_nothing_behind() {
     let server = Server::start();
-    let relock = client(&[&server]);
+    let relock = patient_client(&[&server]);
     let c = relock.acquire("c", TTL).await.expect("c");
     let waiting = {
         let relock = relock.clone();
         tokio::spawn(async move { relock.wait_all(&["a", "b", "c"], TTL, None).await })
     };
-    assert!(eventually(WITHIN, || waiters(&server, "c") == 1));
-    assert!(owner_of(&server, "a").is_some() && owner_of(&server, "b").is_some());
+    assert!(eventually(WITHIN, || waiters(&mut server.conn(), "c") == 1));
+    assert!(holder(&server, "a").is_some() && holder(&server, "b").is_some());
     waiting.abort();
     let _ = waiting.await;
     relock.settle().await;
-    assert!(eventually(WITHIN, || owner_of(&server, "a").is_none()
-        && owner_of(&server, "b").is_none()
-        && waiters(&server, "c") == 0));
+    assert!(eventually(WITHIN, || holder(&server, "a").is_none()
+        && holder(&server, "b").is_none()
+        && waiters(&mut server.conn(), "c") == 0));
     c.release().await.expect("release");
 }
 
@@ -686,7 +682,7 @@ async fn opposite_orders_never_deadlock_over_three_masters() {
     let refs: Vec<&Server> = servers.iter().collect();
     let mut tasks = Vec::new();
     for keys in [["r0", "r1", "r2"], ["r2", "r1", "r0"]] {
-        let relock = client(&refs);
+        let relock = patient_client(&refs);
         tasks.push(tokio::spawn(async move {
             for round in 0..ROUNDS {
                 let group = relock

@@ -1,7 +1,6 @@
 //! relock-client against real servers: one master and five independent masters.
 use relock_testkit as common;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +8,8 @@ use std::time::Duration;
 use common::Server;
 use relock_client::validity::drift;
 use relock_client::{Error, Options, Relock};
+use relock_testkit::ask::{calls, force_release, holder_count, waiters};
+use relock_testkit::client::relock_with;
 use tokio::time::Instant;
 
 const KEY: &str = "jobs:nightly";
@@ -17,8 +18,9 @@ fn masters(n: usize) -> Vec<Server> {
     (0..n).map(|_| Server::start()).collect()
 }
 
-fn client(servers: &[Server]) -> Relock {
-    client_with(servers, test_options())
+/// A client of `servers` with the [`test_options`].
+fn client_of(servers: &[Server]) -> Relock {
+    relock_with(servers, test_options())
 }
 
 /// Defaults, with a per-node timeout that tolerates a busy debug build.
@@ -29,51 +31,20 @@ fn test_options() -> Options {
     }
 }
 
-fn client_with(servers: &[Server], options: Options) -> Relock {
-    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-    Relock::with_options(&urls, options).expect("client")
-}
-
 /// (owner, count) of the lock at `key` on `server`, from LOCK.INFO.
-fn holder(server: &Server, key: &str) -> Option<(String, u64)> {
-    let mut c = server.conn();
-    let info: Option<HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
-        .arg(key)
-        .query(&mut c)
-        .expect("LOCK.INFO");
-    let info = info?;
-    let owner: String = redis::from_redis_value(&info["owner"]).expect("owner");
-    let count: u64 = redis::from_redis_value(&info["count"]).expect("count");
-    Some((owner, count))
+fn owner_count(server: &Server, key: &str) -> Option<(String, u64)> {
+    holder_count(server, key).map(|(owner, _, count)| (owner, count))
 }
 
-/// The `waiters` field of LOCK.INFO at KEY (0 when there is no lock).
-fn waiters(server: &Server) -> u64 {
-    let mut c = server.conn();
-    let info: Option<HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
-        .arg(KEY)
-        .query(&mut c)
-        .expect("LOCK.INFO");
-    info.map_or(0, |i| {
-        redis::from_redis_value(&i["waiters"]).expect("waiters")
-    })
-}
-
-fn holders(servers: &[Server], key: &str) -> Vec<Option<(String, u64)>> {
-    servers.iter().map(|s| holder(s, key)).collect()
-}
-
-fn force_release(server: &Server, key: &str) {
-    let _: i64 = redis::cmd("LOCK.FORCERELEASE")
-        .arg(key)
-        .query(&mut server.conn())
-        .expect("LOCK.FORCERELEASE");
+/// [`owner_count`] on each of `servers`.
+fn owner_counts(servers: &[Server], key: &str) -> Vec<Option<(String, u64)>> {
+    servers.iter().map(|s| owner_count(s, key)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_extend_release_on_five_masters() {
     let servers = masters(5);
-    let relock = client(&servers);
+    let relock = client_of(&servers);
     assert_eq!(relock.quorum(), 3);
     let ttl = Duration::from_secs(10);
     let before = Instant::now();
@@ -86,7 +57,7 @@ async fn acquire_extend_release_on_five_masters() {
     assert!(lock.valid_until() <= Instant::now() + ttl - drift(ttl));
     let owner = lock.owner().to_string();
     // Late grants are not waited for, but every master ends up holding for us.
-    assert!(common::eventually(Duration::from_secs(2), || holders(
+    assert!(common::eventually(Duration::from_secs(2), || owner_counts(
         &servers, KEY
     )
     .iter()
@@ -106,27 +77,7 @@ async fn acquire_extend_release_on_five_masters() {
     assert!(matches!(err, Error::NoQuorum { granted: 0, .. }), "{err}");
 
     lock.release().await.expect("release");
-    assert!(holders(&servers, KEY).iter().all(Option::is_none));
-}
-
-/// `calls` of `INFO commandstats` for `command` (lower case, e.g. `lock.acquire`).
-fn command_calls(server: &Server, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.conn())
-        .expect("INFO commandstats");
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.to_lowercase()
-        .lines()
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix(&prefix)?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
+    assert!(owner_counts(&servers, KEY).iter().all(Option::is_none));
 }
 
 /// A release right after a round decided without one master waits for that master's request
@@ -136,7 +87,7 @@ fn command_calls(server: &Server, command: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_behind_a_late_grant_is_sent_once() {
     let servers = masters(3);
-    let relock = client_with(
+    let relock = relock_with(
         &servers,
         Options {
             // Far above the pause: the late request lands, it does not time out.
@@ -161,12 +112,12 @@ async fn a_release_behind_a_late_grant_is_sent_once() {
     let owner = lock.owner().to_string();
     lock.release().await.expect("release");
     // Released behind the late grant: free everywhere once the release returned.
-    assert_eq!(holders(&servers, KEY), vec![None, None, None]);
+    assert_eq!(owner_counts(&servers, KEY), vec![None, None, None]);
     relock.settle().await;
     for (i, s) in servers.iter().enumerate() {
-        assert_eq!(command_calls(s, "lock.acquire"), 1, "master {i}");
+        assert_eq!(calls(s, "lock.acquire"), 1, "master {i}");
         assert_eq!(
-            command_calls(s, "lock.release"),
+            calls(s, "lock.release"),
             1,
             "master {i}: a release sent more than once for {owner}"
         );
@@ -176,7 +127,7 @@ async fn a_release_behind_a_late_grant_is_sent_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_master_acquires_in_one_request_and_drop_releases() {
     let servers = masters(1);
-    let relock = client(&servers);
+    let relock = client_of(&servers);
     let _warm = relock.info(KEY).await;
     let started = Instant::now();
     let lock = relock
@@ -185,16 +136,16 @@ async fn single_master_acquires_in_one_request_and_drop_releases() {
         .expect("acquire");
     eprintln!("1-master acquire took {:?}", started.elapsed());
     // One round, one request: no retry, no extra round trip.
-    assert_eq!(command_calls(&servers[0], "lock.acquire"), 1);
+    assert_eq!(calls(&servers[0], "lock.acquire"), 1);
     assert_eq!(lock.tokens().len(), 1);
-    assert!(holder(&servers[0], KEY).is_some());
+    assert!(owner_count(&servers[0], KEY).is_some());
     drop(lock); // released by a spawned task, never blocking here
-    assert!(common::eventually(Duration::from_secs(2), || holder(
+    assert!(common::eventually(Duration::from_secs(2), || owner_count(
         &servers[0],
         KEY
     )
     .is_none()));
-    assert_eq!(command_calls(&servers[0], "lock.release"), 1);
+    assert_eq!(calls(&servers[0], "lock.release"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,7 +155,7 @@ async fn two_contenders_never_both_hold() {
     let entries = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..2 {
-        let relock = client_with(
+        let relock = relock_with(
             &servers,
             Options {
                 retry_count: 50,
@@ -239,7 +190,7 @@ async fn two_contenders_never_both_hold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn survives_two_dead_masters_and_fails_fast_with_three() {
     let mut servers = masters(5);
-    let relock = client(&servers);
+    let relock = client_of(&servers);
     servers[1].kill();
     servers[3].kill();
     let lock = relock
@@ -278,7 +229,7 @@ async fn survives_two_dead_masters_and_fails_fast_with_three() {
     // A failed round is released everywhere: the live masters are free again (one still to
     // answer when the round was lost is released in the background).
     for i in [0, 2] {
-        assert!(common::eventually(Duration::from_secs(5), || holder(
+        assert!(common::eventually(Duration::from_secs(5), || owner_count(
             &servers[i],
             KEY
         )
@@ -291,7 +242,7 @@ async fn paused_master_does_not_stall_acquisition() {
     let servers = masters(5);
     // Long enough that any wait for the paused master shows.
     let node_timeout = Duration::from_secs(1);
-    let relock = client_with(
+    let relock = relock_with(
         &servers,
         Options {
             node_timeout,
@@ -352,7 +303,7 @@ async fn paused_master_does_not_stall_acquisition() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn validity_never_exceeds_ttl_minus_elapsed_minus_drift() {
     let servers = masters(5);
-    let relock = client_with(
+    let relock = relock_with(
         &servers,
         Options {
             node_timeout: Duration::from_secs(3),
@@ -417,7 +368,7 @@ async fn validity_never_exceeds_ttl_minus_elapsed_minus_drift() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guard_renews_past_the_ttl_and_stops_on_release() {
     let servers = masters(5);
-    let relock = client(&servers);
+    let relock = client_of(&servers);
     let ttl = Duration::from_secs(1);
     let owner = relock
         .with_lock(KEY, ttl, |hold| async move {
@@ -429,12 +380,12 @@ async fn guard_renews_past_the_ttl_and_stops_on_release() {
         .await
         .expect("with_lock");
     // with_lock returned after releasing; check the body's end state via a second run below.
-    assert!(holders(&servers, KEY).iter().all(Option::is_none));
+    assert!(owner_counts(&servers, KEY).iter().all(Option::is_none));
 
     let guard = relock.guard(KEY, ttl).await.expect("guard");
     assert_ne!(guard.hold().owner, owner);
     common::wait_out_ttl_async(ttl * 3).await;
-    let held = holders(&servers, KEY);
+    let held = owner_counts(&servers, KEY);
     assert!(
         held.iter()
             .all(|h| h.as_ref().is_some_and(|(o, _)| *o == guard.hold().owner)),
@@ -443,14 +394,14 @@ async fn guard_renews_past_the_ttl_and_stops_on_release() {
     assert!(guard.valid_until() > Instant::now());
     let mut conns: Vec<_> = servers.iter().map(|s| s.conn()).collect();
     guard.release().await.expect("release");
-    assert!(holders(&servers, KEY).iter().all(Option::is_none));
+    assert!(owner_counts(&servers, KEY).iter().all(Option::is_none));
     let renewed: Vec<i64> = conns
         .iter_mut()
         .map(|c| common::info_field(c, "renewed_total"))
         .collect();
     // A quiet window longer than a renewal's period: no renewal may come in it.
     common::wait_out_ttl_async(ttl + ttl / 2).await;
-    assert!(holders(&servers, KEY).iter().all(Option::is_none));
+    assert!(owner_counts(&servers, KEY).iter().all(Option::is_none));
     let renewed_later: Vec<i64> = conns
         .iter_mut()
         .map(|c| common::info_field(c, "renewed_total"))
@@ -461,13 +412,13 @@ async fn guard_renews_past_the_ttl_and_stops_on_release() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_the_lock_is_signalled_to_the_body() {
     let servers = masters(5);
-    let relock = client(&servers);
+    let relock = client_of(&servers);
     let ttl = Duration::from_secs(1);
     let guard = relock.guard(KEY, ttl).await.expect("guard");
     let lost = guard.lost();
     // The round returned at quorum; let the other grants land first, or one landing after the
     // force-release below would rightly keep a quorum (and the lock) alive.
-    assert!(common::eventually(Duration::from_secs(2), || holders(
+    assert!(common::eventually(Duration::from_secs(2), || owner_counts(
         &servers, KEY
     )
     .iter()
@@ -486,7 +437,7 @@ async fn losing_the_lock_is_signalled_to_the_body() {
     assert!(guard.is_lost());
     assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
     // What was left on the minority is released too.
-    assert!(common::eventually(Duration::from_secs(2), || holders(
+    assert!(common::eventually(Duration::from_secs(2), || owner_counts(
         &servers, KEY
     )
     .iter()
@@ -512,14 +463,14 @@ async fn losing_the_lock_is_signalled_to_the_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentrant_holds_count_on_every_master() {
     let servers = masters(5);
-    let relock = client(&servers);
+    let relock = client_of(&servers);
     let ttl = Duration::from_secs(10);
     let owner = Relock::new_owner();
     let outer = relock.reenter(KEY, &owner, ttl).await.expect("first hold");
     let inner = outer.reenter(ttl).await.expect("reentered");
     assert_eq!(inner.owner(), owner);
     assert_eq!(inner.token(), outer.token(), "reentering keeps the token");
-    assert!(holders(&servers, KEY)
+    assert!(owner_counts(&servers, KEY)
         .iter()
         .all(|h| *h == Some((owner.clone(), 2))));
 
@@ -530,17 +481,17 @@ async fn reentrant_holds_count_on_every_master() {
     assert!(matches!(other, Error::NoQuorum { .. }));
 
     inner.release().await.expect("inner release");
-    assert!(holders(&servers, KEY)
+    assert!(owner_counts(&servers, KEY)
         .iter()
         .all(|h| *h == Some((owner.clone(), 1))));
     outer.release().await.expect("outer release");
-    assert!(holders(&servers, KEY).iter().all(Option::is_none));
+    assert!(owner_counts(&servers, KEY).iter().all(Option::is_none));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocking_acquire_with_one_server() {
     let servers = masters(1);
-    let relock = client(&servers);
+    let relock = client_of(&servers);
     let ttl = Duration::from_secs(10);
     let held = relock.acquire(KEY, ttl).await.expect("first holder");
 
@@ -562,7 +513,8 @@ async fn blocking_acquire_with_one_server() {
     .await;
     assert!(abandoned.is_err());
     assert!(common::eventually(Duration::from_secs(2), || waiters(
-        &servers[0]
+        &mut servers[0].conn(),
+        KEY
     ) == 0));
 
     let waiter = {
@@ -573,7 +525,8 @@ async fn blocking_acquire_with_one_server() {
         })
     };
     assert!(common::eventually(Duration::from_secs(2), || waiters(
-        &servers[0]
+        &mut servers[0].conn(),
+        KEY
     ) == 1));
     assert!(!waiter.is_finished(), "got a held lock");
     let released_at = Instant::now();
@@ -587,7 +540,7 @@ async fn blocking_acquire_with_one_server() {
     assert!(got_at - released_at < Duration::from_secs(2));
     assert!(lock.is_valid());
     assert_eq!(
-        holder(&servers[0], KEY).map(|h| h.0),
+        owner_count(&servers[0], KEY).map(|h| h.0),
         Some(lock.owner().to_string())
     );
     lock.release().await.expect("release");
@@ -596,7 +549,7 @@ async fn blocking_acquire_with_one_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocking_acquire_with_five_masters() {
     let servers = masters(5);
-    let relock = client(&servers);
+    let relock = client_of(&servers);
     let ttl = Duration::from_secs(5);
     let held = relock.acquire(KEY, ttl).await.expect("first holder");
     let waiter = {
@@ -612,7 +565,11 @@ async fn blocking_acquire_with_five_masters() {
     // grants have landed): it cannot have won.
     assert!(
         common::eventually_async(Duration::from_secs(20), || async {
-            servers.iter().filter(|s| waiters(s) == 1).count() >= 3
+            servers
+                .iter()
+                .filter(|s| waiters(&mut s.conn(), KEY) == 1)
+                .count()
+                >= 3
         })
         .await,
         "the waiter never queued on a quorum"

@@ -8,35 +8,19 @@ use std::time::Duration;
 
 use cluster_harness::Cluster;
 use common::{eventually, Server};
-use relock_client::{Error, Mode, Options, Relock};
+use relock_client::{Error, Mode, Relock};
+use relock_testkit::ask::holders;
 use relock_testkit::ask::info_text as info;
+use relock_testkit::client::{patient, patient_client};
 use tokio::time::Instant;
 
 const KEY: &str = "catalog";
 const TTL: Duration = Duration::from_secs(30);
 
-/// Defaults, with a per-node timeout that tolerates a busy debug build.
-fn patient() -> Options {
-    Options {
-        node_timeout: Duration::from_millis(500),
-        ..Options::default()
-    }
-}
-
-fn client(servers: &[&Server]) -> Relock {
-    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-    Relock::with_options(&urls, patient()).expect("client")
-}
-
-/// How many holds `key` has on `server` (0 when there is no lock).
-fn holds(server: &Server, key: &str) -> u64 {
-    info(server, key).map_or(0, |i| i["holders"].parse().expect("holders"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_holds_coexist_and_each_is_its_own() {
     let server = Server::start();
-    let relock = client(&[&server]);
+    let relock = patient_client(&[&server]);
     assert_eq!(relock.mode(), Mode::Exclusive);
     let readers = relock.with_mode(Mode::shared()).expect("shared");
     assert_eq!(readers.mode(), Mode::shared());
@@ -46,7 +30,7 @@ async fn shared_holds_coexist_and_each_is_its_own() {
     assert_eq!((a.mode(), b.mode()), (Mode::shared(), Mode::shared()));
     let (ta, tb) = (a.token().expect("token"), b.token().expect("token"));
     assert!(tb > ta, "every shared grant gets a new token: {ta}, {tb}");
-    assert_eq!(holds(&server, KEY), 2);
+    assert_eq!(holders(&mut server.conn(), KEY).len(), 2);
 
     // LOCK.INFO names no holder of a shared key; LOCK.HOLDERS lists them in grant order.
     let reports = relock.info(KEY).await;
@@ -102,10 +86,10 @@ async fn shared_holds_coexist_and_each_is_its_own() {
     let mut a = a;
     a.extend(TTL).await.expect("extend a");
     b.release().await.expect("release b");
-    assert_eq!(holds(&server, KEY), 1);
+    assert_eq!(holders(&mut server.conn(), KEY).len(), 1);
     // The guard works per holder too.
     let guard = readers.guard(KEY, TTL).await.expect("guard");
-    assert_eq!(holds(&server, KEY), 2);
+    assert_eq!(holders(&mut server.conn(), KEY).len(), 2);
     guard.release().await.expect("release guard");
     a.release().await.expect("release a");
     assert_eq!(info(&server, KEY), None);
@@ -114,7 +98,7 @@ async fn shared_holds_coexist_and_each_is_its_own() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_waits_for_the_readers() {
     let server = Server::start();
-    let writers = client(&[&server]);
+    let writers = patient_client(&[&server]);
     let readers = writers.with_mode(Mode::shared()).expect("shared");
     let r1 = readers.acquire(KEY, TTL).await.expect("reader 1");
     let r2 = readers.acquire(KEY, TTL).await.expect("reader 2");
@@ -177,7 +161,7 @@ async fn a_writer_waits_for_the_readers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_of_n_admits_n() {
     let server = Server::start();
-    let relock = client(&[&server]);
+    let relock = patient_client(&[&server]);
     let slots = relock
         .with_mode(Mode::limited(3))
         .expect("semaphore on one server");
@@ -215,7 +199,7 @@ async fn a_limit_of_n_admits_n() {
         .await
         .expect("release");
     let fourth = waiting.await.expect("task").expect("granted");
-    assert_eq!(holds(&server, KEY), 3);
+    assert_eq!(holders(&mut server.conn(), KEY).len(), 3);
 
     // Asking with another limit is refused by the server, naming it.
     let other = relock.with_mode(Mode::limited(5)).expect("mode");
@@ -250,7 +234,7 @@ async fn a_limit_of_n_admits_n() {
 async fn shared_over_three_masters_is_a_quorum_read_write_lock() {
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
     let refs: Vec<&Server> = servers.iter().collect();
-    let writers = client(&refs);
+    let writers = patient_client(&refs);
     let readers = writers
         .with_mode(Mode::shared())
         .expect("SHARED over a quorum is sound");
@@ -259,7 +243,7 @@ async fn shared_over_three_masters_is_a_quorum_read_write_lock() {
     assert!(a.tokens().len() >= 2 && b.tokens().len() >= 2);
     assert!(eventually(Duration::from_secs(5), || servers
         .iter()
-        .all(|s| holds(s, KEY) == 2)));
+        .all(|s| holders(&mut s.conn(), KEY).len() == 2)));
     let err = writers
         .try_acquire(KEY, TTL)
         .await
@@ -307,7 +291,7 @@ async fn a_semaphore_on_a_cluster() {
     let err = slots.try_acquire(key, TTL).await.expect_err("a third");
     assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
     let master = cluster.master_of(key);
-    assert_eq!(holds(master, key), 2);
+    assert_eq!(holders(&mut master.conn(), key).len(), 2);
     let listed = relock.holders(key, 0).await;
     assert_eq!(listed[0].node, format!("127.0.0.1:{}", master.port));
     let listed = listed[0]
@@ -324,5 +308,5 @@ async fn a_semaphore_on_a_cluster() {
         .expect("permit c");
     b.release().await.expect("release b");
     c.release().await.expect("release c");
-    assert_eq!(holds(master, key), 0);
+    assert_eq!(holders(&mut master.conn(), key).len(), 0);
 }

@@ -12,7 +12,7 @@ use common::{eventually, Server};
 use support::proxy::Proxy;
 use support::{
     acquire_as, force_release, holder, is_running, is_stopped, lines, lockctl, lockctl_at,
-    read_pid, send, send_quietly, stderr, KillOnDrop, Spawned,
+    read_pid, send, send_quietly, shell, stderr, KillOnDrop, Spawned,
 };
 
 /// Takes `key` on `server` as `owner` as soon as it is free (at most `within`); when.
@@ -396,22 +396,6 @@ fn sigkill_at_random_moments_leaves_nothing_running_beyond_the_ttl() {
             killed.elapsed()
         );
     }
-}
-
-/// An interactive shell on a terminal (`bash -i`), with `$LOCKCTL` and `RELOCK_SERVERS`.
-fn shell(server: &Server) -> support::pty::Pty {
-    let mut cmd = std::process::Command::new("bash");
-    cmd.args(["--norc", "--noprofile", "-i"])
-        .env("PS1", "$ ")
-        .env("RELOCK_SERVERS", server.url())
-        .env("LOCKCTL", env!("CARGO_BIN_EXE_lockctl"))
-        .env_remove("RELOCK_LOG")
-        .env_remove("RELOCK_CLUSTER")
-        .env_remove("RELOCK_REPLICA_ACKS")
-        .env("TERM", "dumb");
-    let pty = support::pty::Pty::spawn(&mut cmd);
-    pty.expect("$ ", Duration::from_secs(10));
-    pty
 }
 
 /// The processes under `root` (its children, theirs...) that run `program` (their first

@@ -13,30 +13,14 @@ use cluster_harness::{relock_info, Cluster};
 use common::{eventually, Server};
 use relock_client::{Error, NodeFailure, Options, Relock};
 use relock_testkit::ask::holder_count as holder;
+use relock_testkit::client::acked_options;
 use tokio::time::Instant;
 
-/// Defaults with a per-node timeout that tolerates a busy debug build, and one replica ack.
-fn acked_options() -> Options {
-    Options {
-        node_timeout: Duration::from_millis(500),
-        replica_acks: 1,
-        replica_ack_timeout: Duration::from_millis(300),
-        ..Options::default()
-    }
-}
-
-fn waiters(server: &Server) -> i64 {
-    relock_info(server)["waiters"]
-}
-
-fn lockctl(seed: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockctl"));
-    cmd.env("RELOCK_SERVERS", seed)
-        .env_remove("RELOCK_LOG")
-        .env_remove("RELOCK_CLUSTER")
-        .env_remove("RELOCK_REPLICA_ACKS")
-        .args(["--cluster", "--node-timeout", "500ms"])
-        .stdin(Stdio::null());
+/// `lockctl --cluster` with the seeds `seed` (comma-separated URLs) and the node timeout of
+/// [`acked_options`].
+fn lockctl_cluster(seed: &str) -> Command {
+    let mut cmd = support::lockctl_at(seed);
+    cmd.args(["--cluster", "--node-timeout", "500ms"]);
     cmd
 }
 
@@ -99,7 +83,9 @@ async fn client_and_lockctl_on_a_cluster() {
         })
     };
     assert!(
-        eventually(Duration::from_secs(5), || waiters(master) == 1),
+        eventually(Duration::from_secs(5), || {
+            relock_info(master)["waiters"] == 1
+        }),
         "waiter queued on the key's master"
     );
     let first_token = first.token().unwrap();
@@ -133,7 +119,7 @@ async fn client_and_lockctl_on_a_cluster() {
     guard.release().await.expect("release guard");
 
     // lockctl: run, info, force-release through the cluster.
-    let out = lockctl(&seed)
+    let out = lockctl_cluster(&seed)
         .args(["--replica-acks", "1", "run", "deploy", "--"])
         .args(["sh", "-c", "echo token=$RELOCK_TOKEN"])
         .output()
@@ -153,7 +139,7 @@ async fn client_and_lockctl_on_a_cluster() {
         .is_ok());
     assert_eq!(holder(cluster.master_of("deploy"), "deploy"), None);
     let held = relock.acquire("deploy", ttl).await.expect("held");
-    let out = lockctl(&seed)
+    let out = lockctl_cluster(&seed)
         .args(["info", "deploy"])
         .output()
         .expect("info");
@@ -163,12 +149,12 @@ async fn client_and_lockctl_on_a_cluster() {
         stdout.starts_with(&master_addr) && stdout.contains(held.owner()),
         "{stdout}"
     );
-    let out = lockctl(&seed)
+    let out = lockctl_cluster(&seed)
         .args(["run", "--wait", "0", "deploy", "--", "true"])
         .output()
         .expect("run while held");
     assert_eq!(out.status.code(), Some(75), "not acquired");
-    let out = lockctl(&seed)
+    let out = lockctl_cluster(&seed)
         .args(["force-release", "deploy"])
         .output()
         .expect("force-release");
@@ -233,7 +219,7 @@ async fn client_and_lockctl_on_a_cluster() {
     assert_eq!(holder(master, key), None, "undone");
     // Some seeds are stopped replicas: give them all.
     let started = Instant::now();
-    let out = lockctl(&cluster.urls().join(","))
+    let out = lockctl_cluster(&cluster.urls().join(","))
         .args(["--replica-acks", "1", "--replica-ack-timeout", "200ms"])
         .args(["run", "--wait", "0", key, "--", "true"])
         .output()
@@ -323,7 +309,7 @@ async fn lockctl_follows_an_automatic_failover(acks: u32, old: OldMaster) {
         stop.display()
     );
     let seeds = cluster.urls().join(",");
-    let mut child = lockctl(&seeds)
+    let mut child = lockctl_cluster(&seeds)
         .args([
             "--replica-acks",
             &acks.to_string(),
@@ -369,7 +355,9 @@ async fn lockctl_follows_an_automatic_failover(acks: u32, old: OldMaster) {
                 .await
         })
     };
-    assert!(eventually(Duration::from_secs(5), || waiters(old_master) == 1));
+    assert!(eventually(Duration::from_secs(5), || {
+        relock_info(old_master)["waiters"] == 1
+    }));
 
     // The replica counts no renewal while it is one (it applies the master's effects); once
     // promoted, every renewal it counts is lockctl's, made on it.

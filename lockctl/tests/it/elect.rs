@@ -10,6 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{eventually, Server};
+use relock_testkit::ask::waiters;
 use support::{lockctl, stderr, stdout, Spawned};
 
 const KEY: &str = "service:leader";
@@ -22,10 +23,6 @@ fn leader(server: &Server) -> Option<(String, u64)> {
         let value = owner.rsplit_once('/').map_or("", |(v, _)| v).to_string();
         (value, term)
     })
-}
-
-fn waiters(server: &Server) -> i64 {
-    common::lock_info(&mut server.conn(), KEY).map_or(0, |i| i.waiters)
 }
 
 /// `lockctl elect --id <id> --ttl <ttl> KEY -- sh -c <script>`.
@@ -67,7 +64,7 @@ fn the_next_candidate_leads_when_the_leader_is_killed() {
         if i == 0 {
             assert!(eventually(WITHIN, || leader(&server).is_some()));
         } else {
-            assert!(eventually(WITHIN, || waiters(&server) == i as i64));
+            assert!(eventually(WITHIN, || waiters(&mut server.conn(), KEY) == i as i64));
         }
     }
     let (first, term) = leader(&server).expect("a leader");
@@ -118,7 +115,7 @@ fn exit_codes_are_those_of_run() {
     assert!(eventually(WITHIN, || leader(&server).is_some()));
     // Another candidate queued behind it: leadership passes to it on the loss.
     let mut other = Spawned::new(&mut elect(&server, "b", "10s", "exec sleep 60"));
-    assert!(eventually(WITHIN, || waiters(&server) == 1));
+    assert!(eventually(WITHIN, || waiters(&mut server.conn(), KEY) == 1));
     let taken_at = Instant::now();
     support::force_release(&server, KEY);
     let out = child.output();
@@ -263,7 +260,7 @@ fn leader_watch_prints_every_change_and_marks_a_regression() {
     let mut a = Spawned::new(&mut elect(&server, "a", "10s", "exec sleep 60"));
     assert!(eventually(WITHIN, || leader(&server).is_some()));
     let mut b = Spawned::new(&mut elect(&server, "b", "10s", "exec sleep 60"));
-    assert!(eventually(WITHIN, || waiters(&server) == 1));
+    assert!(eventually(WITHIN, || waiters(&mut server.conn(), KEY) == 1));
     let (_, term_a) = leader(&server).expect("a leads");
     assert!(next().starts_with(&format!("value=a term={term_a} ")));
     // a's command is stopped: a resigns, b leads in the same step.
@@ -358,9 +355,9 @@ fn elected_commands_never_write_at_once() {
     assert!(eventually(WITHIN, || current(&server).is_some()));
     // Queued in this order: b, then c.
     let mut b = candidate("b");
-    assert!(eventually(WITHIN, || waiters_of(&server, key) == 1));
+    assert!(eventually(WITHIN, || waiters(&mut server.conn(), key) == 1));
     let mut c = candidate("c");
-    assert!(eventually(WITHIN, || waiters_of(&server, key) == 2));
+    assert!(eventually(WITHIN, || waiters(&mut server.conn(), key) == 2));
     let (_, term_a) = current(&server).expect("a leads");
     assert!(writes_under(term_a));
 
@@ -375,7 +372,7 @@ fn elected_commands_never_write_at_once() {
     // 2. The leader stopped (lockctl and, by its watchdog, its command) past its ttl: c leads;
     // continued, b's command may write once more before lockctl ends it (exit 76).
     let mut d = candidate("d");
-    assert!(eventually(WITHIN, || waiters_of(&server, key) == 2));
+    assert!(eventually(WITHIN, || waiters(&mut server.conn(), key) == 2));
     support::send(b.pid(), libc::SIGSTOP);
     assert!(eventually(WITHIN, || current(&server).is_some_and(|(_, t)| t > term_b)));
     let (who, term_c) = current(&server).expect("c leads");
@@ -451,10 +448,6 @@ fn entries_len(server: &Server, log: &str) -> usize {
         .split(',')
         .filter(|e| !e.is_empty())
         .count()
-}
-
-fn waiters_of(server: &Server, key: &str) -> i64 {
-    common::lock_info(&mut server.conn(), key).map_or(0, |i| i.waiters)
 }
 
 /// With `--cluster`: the election lives on its key's master; the command runs with the term,

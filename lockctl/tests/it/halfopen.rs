@@ -10,19 +10,9 @@ use std::time::Duration;
 
 use common::{eventually, Server};
 use support::proxy::Proxy;
-use support::{acquire_as, calls, holder, lockctl_at, stderr, Spawned};
+use support::{acquire_as, calls, holder, lockctl_at, release_as, stderr, Spawned};
 
 const KEY: &str = "silent";
-
-/// LOCK.RELEASE as `owner`, straight to the server.
-fn release_as(server: &Server, owner: &str) {
-    let left: Option<u64> = redis::cmd("LOCK.RELEASE")
-        .arg(KEY)
-        .arg(owner)
-        .query(&mut server.conn())
-        .expect("LOCK.RELEASE");
-    assert_eq!(left, Some(0), "{owner} held {KEY}");
-}
 
 /// lockctl waits on one server; its connections go silent; the lock is freed (and so granted
 /// to the silent waiting connection): lockctl notices within the documented bound (the
@@ -53,7 +43,7 @@ fn lockctl_waiting_on_a_silent_connection_gets_the_lock_once_free() {
     ));
     let waits = calls(&server, "lock.wait");
     proxy.silence_open_connections();
-    release_as(&server, "holder");
+    release_as(&server, KEY, "holder");
     let freed = std::time::Instant::now();
     // The wait again, on a new connection, is how the server sees that lockctl noticed.
     assert!(
@@ -96,7 +86,7 @@ fn lockctl_waits_through_a_server_that_stopped_answering() {
         || relock_testkit::info_field(&mut server.conn(), "waiters") == 1
     ));
     proxy.silence_all();
-    release_as(&server, "holder");
+    release_as(&server, KEY, "holder");
     // The server stays silent for 3 s, a stall the test imposes: the wait outlives it.
     common::wait_out_ttl(Duration::from_secs(3));
     assert!(lockctl.try_status().is_none(), "gave up a 60 s wait");

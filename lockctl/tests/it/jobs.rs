@@ -8,14 +8,14 @@ use relock_testkit as common;
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::{eventually, Server};
 use support::pty::Pty;
 use support::{
     acquire_as, force_release, holder, is_running, is_stopped, lines, lockctl, read_pid, send,
-    stderr, Counter, Spawned,
+    shell, stderr, Counter, Spawned,
 };
 
 const KEY: &str = "job";
@@ -568,22 +568,6 @@ fn sigkill_at_any_moment_of_the_start_leaves_no_process_of_the_command() {
         survivors.is_empty(),
         "(ms, processes) of the command outlived lockctl's SIGKILL: {survivors:?}"
     );
-}
-
-/// An interactive shell on a terminal: `bash` runs lockctl as a foreground job.
-fn shell(server: &Server) -> Pty {
-    let mut cmd = Command::new("bash");
-    cmd.args(["--norc", "--noprofile", "-i"])
-        .env("PS1", "$ ")
-        .env("RELOCK_SERVERS", server.url())
-        .env("LOCKCTL", env!("CARGO_BIN_EXE_lockctl"))
-        .env_remove("RELOCK_LOG")
-        .env_remove("RELOCK_CLUSTER")
-        .env_remove("RELOCK_REPLICA_ACKS")
-        .env("TERM", "dumb");
-    let pty = Pty::spawn(&mut cmd);
-    pty.expect("$ ", Duration::from_secs(10));
-    pty
 }
 
 fn shell_line(counter: &Counter, ttl: &str) -> String {

@@ -8,32 +8,22 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{eventually, Server};
+use relock_testkit::ask::info_text as info;
 use support::pty::Pty;
-use support::{is_running, lockctl, lockctl_at, send, stderr, stdout, Counter, Spawned};
+use support::{
+    acquire_as, is_running, lockctl, lockctl_at, send, stderr, stdout, Counter, Spawned,
+};
 
 const KEY: &str = "deploy";
 
-fn run(cmd: &mut Command) -> Output {
+/// Runs `cmd` (a lockctl) to its end: its output.
+fn run_lockctl(cmd: &mut Command) -> Output {
     cmd.output().expect("run lockctl")
 }
 
-fn acquire_as(server: &Server, owner: &str, ttl_ms: u64) -> u64 {
-    let token: Option<u64> = redis::cmd("LOCK.ACQUIRE")
-        .arg(KEY)
-        .arg(owner)
-        .arg(ttl_ms)
-        .query(&mut server.conn())
-        .expect("LOCK.ACQUIRE");
-    token.expect("granted")
-}
-
-/// LOCK.INFO at KEY as text fields.
-fn lock_info(server: &Server) -> Option<HashMap<String, String>> {
-    relock_testkit::ask::info_text(server, KEY)
-}
-
+/// The owner of the lock at KEY on `server`, if it is held.
 fn lock_owner(server: &Server) -> Option<String> {
-    lock_info(server).map(|i| i["owner"].clone())
+    info(server, KEY).map(|i| i["owner"].clone())
 }
 
 fn info_stat(server: &Server, section: &str, field: &str) -> i64 {
@@ -49,9 +39,9 @@ fn info_stat(server: &Server, section: &str, field: &str) -> i64 {
 #[test]
 fn passes_the_exit_code_through_and_releases() {
     let server = Server::start();
-    let out = run(lockctl(&[&server]).args(["run", KEY, "--", "sh", "-c", "exit 7"]));
+    let out = run_lockctl(lockctl(&[&server]).args(["run", KEY, "--", "sh", "-c", "exit 7"]));
     assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
-    let out = run(lockctl(&[&server]).args(["run", KEY, "--", "true"]));
+    let out = run_lockctl(lockctl(&[&server]).args(["run", KEY, "--", "true"]));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(lock_owner(&server), None, "released after the command");
 }
@@ -70,7 +60,7 @@ fn is_default_owner(owner: &str) -> bool {
 fn gives_the_command_key_owner_and_token() {
     let server = Server::start();
     // The command asks the server itself; a failing redis-cli fails the command.
-    let out = run(lockctl(&[&server])
+    let out = run_lockctl(lockctl(&[&server])
         .args(["run", KEY, "--", "sh", "-c"])
         .arg("echo $RELOCK_KEY $RELOCK_OWNER $RELOCK_TOKEN && redis-cli -p $PORT LOCK.INFO $RELOCK_KEY")
         .env("PORT", server.port.to_string()));
@@ -125,7 +115,7 @@ fn several_masters_give_per_master_tokens() {
     // (asked of the masters themselves); one it did not count may hold it only for that owner.
     let mut first_granted = None;
     for (server, from_env) in servers.iter().zip(&tokens) {
-        let info = lock_info(server);
+        let info = info(server, KEY);
         if from_env.is_empty() {
             if let Some(info) = info {
                 assert_eq!(
@@ -153,15 +143,15 @@ fn several_masters_give_per_master_tokens() {
     std::fs::write(&stop, b"").expect("stop");
     let status = child.wait_within(Duration::from_secs(20));
     assert!(status.success(), "{}", stderr(&child.output()));
-    assert!(servers.iter().all(|s| lock_info(s).is_none()), "released");
+    assert!(servers.iter().all(|s| info(s, KEY).is_none()), "released");
 }
 
 #[test]
 fn exits_75_when_the_lock_is_held() {
     let server = Server::start();
-    acquire_as(&server, "someone-else", 30_000);
+    acquire_as(&server, KEY, "someone-else", 30_000).expect("granted");
 
-    let out = run(lockctl(&[&server]).args(["run", "--wait", "0", KEY, "--", "true"]));
+    let out = run_lockctl(lockctl(&[&server]).args(["run", "--wait", "0", KEY, "--", "true"]));
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("someone-else"),
@@ -180,7 +170,7 @@ fn exits_75_when_the_lock_is_held() {
         "{err}"
     );
 
-    let out = run(lockctl(&[&server]).args(["run", "--wait", "200ms", KEY, "--", "true"]));
+    let out = run_lockctl(lockctl(&[&server]).args(["run", "--wait", "200ms", KEY, "--", "true"]));
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
     assert!(stderr(&out).contains("someone-else"), "{}", stderr(&out));
     assert!(
@@ -199,7 +189,7 @@ fn exits_75_without_a_quorum_and_names_the_dead_masters() {
     servers[1].kill();
     servers[2].kill();
     let refs: Vec<&Server> = servers.iter().collect();
-    let out = run(lockctl(&refs).args(["run", "--wait", "0", KEY, "--", "true"]));
+    let out = run_lockctl(lockctl(&refs).args(["run", "--wait", "0", KEY, "--", "true"]));
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
@@ -212,11 +202,13 @@ fn exits_75_without_a_quorum_and_names_the_dead_masters() {
 fn waits_for_the_holder_then_runs() {
     let server = Server::start();
     let held_from = Instant::now();
-    acquire_as(&server, "batch-job", 1_500);
-    let out = run(lockctl(&[&server])
-        .args(["run", "--wait", "20s", KEY, "--", "sh", "-c"])
-        .arg("redis-cli -p $PORT LOCK.INFO $RELOCK_KEY | sed -n 2p")
-        .env("PORT", server.port.to_string()));
+    acquire_as(&server, KEY, "batch-job", 1_500).expect("granted");
+    let out = run_lockctl(
+        lockctl(&[&server])
+            .args(["run", "--wait", "20s", KEY, "--", "sh", "-c"])
+            .arg("redis-cli -p $PORT LOCK.INFO $RELOCK_KEY | sed -n 2p")
+            .env("PORT", server.port.to_string()),
+    );
     let waited = held_from.elapsed();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // It ran only once the holder's 1.5 s were over, and then as the holder.
@@ -322,9 +314,9 @@ fn concurrent_runs_on_one_key_never_interleave() {
 #[test]
 fn info_and_force_release_for_operators() {
     let server = Server::start();
-    let token = acquire_as(&server, "stuck-worker", 60_000);
+    let token = acquire_as(&server, KEY, "stuck-worker", 60_000).expect("granted");
 
-    let out = run(lockctl(&[&server]).args(["info", KEY]));
+    let out = run_lockctl(lockctl(&[&server]).args(["info", KEY]));
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(text.contains("owner=stuck-worker"), "{text}");
@@ -334,12 +326,12 @@ fn info_and_force_release_for_operators() {
         "{text}"
     );
 
-    let out = run(lockctl(&[&server]).args(["force-release", KEY]));
+    let out = run_lockctl(lockctl(&[&server]).args(["force-release", KEY]));
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("released"));
     assert_eq!(lock_owner(&server), None);
 
-    let out = run(lockctl(&[&server]).args(["info", KEY]));
+    let out = run_lockctl(lockctl(&[&server]).args(["info", KEY]));
     assert!(out.status.success());
     assert!(stdout(&out).contains("not locked"));
 }
@@ -370,7 +362,7 @@ fn renews_while_the_command_outlives_the_ttl() {
     let started = Instant::now();
     // Held all along, by the same owner, at every look until both happened.
     let renewed_past_the_ttl = eventually(Duration::from_secs(60), || {
-        let info = lock_info(&server).expect("still held");
+        let info = info(&server, KEY).expect("still held");
         assert_eq!(info["owner"], owner, "owner changed");
         let ttl: i64 = info["ttl"].parse().expect("ttl");
         assert!(ttl > 0 && ttl <= 3_000, "ttl {ttl}");
@@ -397,8 +389,8 @@ fn default_ttl_is_30s() {
     let stop = dir.path().join("stop");
     let script = format!("while [ ! -e {} ]; do sleep 0.02; done", stop.display());
     let mut child = Spawned::new(lockctl(&[&server]).args(["run", KEY, "--", "sh", "-c", &script]));
-    assert!(eventually(Duration::from_secs(20), || lock_info(&server).is_some()));
-    let ttl: i64 = lock_info(&server).expect("held")["ttl"]
+    assert!(eventually(Duration::from_secs(20), || info(&server, KEY).is_some()));
+    let ttl: i64 = info(&server, KEY).expect("held")["ttl"]
         .parse()
         .expect("ttl");
     assert!((25_000..=30_000).contains(&ttl), "ttl {ttl}");
@@ -419,7 +411,7 @@ fn usage_errors_exit_2_before_any_server_is_asked() {
         &["run", "--ttl", "ten", KEY, "--", "true"],
         &["--node-timeout", "0", "run", KEY, "--", "true"],
     ] {
-        let out = run(lockctl(&[&server]).args(args));
+        let out = run_lockctl(lockctl(&[&server]).args(args));
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
         assert!(!stderr(&out).is_empty(), "{args:?}: says why");
     }
@@ -518,7 +510,7 @@ fn one_server_named_twice_is_a_usage_error() {
         a.port,
         b.url()
     );
-    let out = run(lockctl_at(&servers).args(["run", KEY, "--", "true"]));
+    let out = run_lockctl(lockctl_at(&servers).args(["run", KEY, "--", "true"]));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
         stderr(&out).contains(&a.port.to_string()),
@@ -532,21 +524,22 @@ fn one_server_named_twice_is_a_usage_error() {
 #[test]
 fn warns_about_a_ttl_too_short_to_renew() {
     let server = Server::start();
-    let out = run(lockctl(&[&server]).args(["run", "--ttl", "5ms", KEY, "--", "true"]));
+    let out = run_lockctl(lockctl(&[&server]).args(["run", "--ttl", "5ms", KEY, "--", "true"]));
     assert!(
         stderr(&out).contains("warning") && stderr(&out).contains("--ttl"),
         "exit {:?}, no warning: {}",
         out.status.code(),
         stderr(&out)
     );
-    let out = run(lockctl(&[&server]).args(["run", "--ttl", "2s", KEY, "--", "true"]));
+    let out = run_lockctl(lockctl(&[&server]).args(["run", "--ttl", "2s", KEY, "--", "true"]));
     assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
 }
 
 /// IPv6 masters are named `[addr]:port`.
 #[test]
 fn names_ipv6_masters_in_brackets() {
-    let out = run(lockctl_at("redis://[::1]:1").args(["run", "--wait", "0", KEY, "--", "true"]));
+    let out =
+        run_lockctl(lockctl_at("redis://[::1]:1").args(["run", "--wait", "0", KEY, "--", "true"]));
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
     assert!(stderr(&out).contains("[::1]:1"), "{}", stderr(&out));
 }
@@ -555,9 +548,11 @@ fn names_ipv6_masters_in_brackets() {
 #[test]
 fn no_colour_codes_off_a_terminal() {
     let server = Server::start();
-    let out = run(lockctl(&[&server])
-        .env("RELOCK_LOG", "debug")
-        .args(["run", KEY, "--", "true"]));
+    let out = run_lockctl(
+        lockctl(&[&server])
+            .env("RELOCK_LOG", "debug")
+            .args(["run", KEY, "--", "true"]),
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("lock acquired"), "{}", stderr(&out));
     assert!(
@@ -701,7 +696,7 @@ fn a_signal_during_start_never_strands_the_lock() {
         std::thread::sleep(Duration::from_millis(delay_ms)); // the signal's moment (not a wait)
         send(child.pid(), libc::SIGTERM);
         child.wait_within(Duration::from_secs(15));
-        if !eventually(Duration::from_secs(2), || lock_info(&server).is_none()) {
+        if !eventually(Duration::from_secs(2), || info(&server, KEY).is_none()) {
             stranded.push(delay_ms);
             let _: i64 = redis::cmd("LOCK.FORCERELEASE")
                 .arg(KEY)
@@ -743,7 +738,7 @@ fn the_command_dies_with_lockctl() {
 #[test]
 fn default_server_is_local_6379() {
     // `info` only reads, whatever runs on that port (or nothing does).
-    let out = run(lockctl_at("").args(["info", "relock-test-default-server"]));
+    let out = run_lockctl(lockctl_at("").args(["info", "relock-test-default-server"]));
     assert!(
         stdout(&out).starts_with("127.0.0.1:6379\t"),
         "{}{}",
@@ -861,7 +856,7 @@ fn a_permanent_error_at_a_renewal_or_the_release_says_so() {
     // A node timeout a loaded machine cannot trip: an acquire attempt that timed out is given
     // back with a release of its own, which this user may not send either (three were counted
     // under four lanes of make test at the default 100 ms).
-    let out = run(lockctl_at(&url).args([
+    let out = run_lockctl(lockctl_at(&url).args([
         "--node-timeout",
         "5s",
         "run",
@@ -891,16 +886,18 @@ fn a_permanent_error_at_a_renewal_or_the_release_says_so() {
 fn a_closed_stdout_ends_info_and_force_release_like_cat() {
     use std::os::unix::process::ExitStatusExt;
     let server = Server::start();
-    acquire_as(&server, "stuck-worker", 60_000);
+    acquire_as(&server, KEY, "stuck-worker", 60_000).expect("granted");
     for args in [&["info", KEY][..], &["force-release", KEY]] {
         let (reader, writer) = std::io::pipe().expect("pipe");
         drop(reader);
         // A node timeout a loaded machine cannot trip (the default 100 ms did, under four
         // lanes of make test): the closed pipe is what is tested.
-        let out = run(lockctl(&[&server])
-            .args(["--node-timeout", "5s"])
-            .args(args)
-            .stdout(writer));
+        let out = run_lockctl(
+            lockctl(&[&server])
+                .args(["--node-timeout", "5s"])
+                .args(args)
+                .stdout(writer),
+        );
         assert_eq!(
             out.status.signal(),
             Some(libc::SIGPIPE),
@@ -938,7 +935,7 @@ fn a_key_too_long_for_the_environment_is_refused_before_acquiring() {
     let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).expect("page");
     // Short enough to be lockctl's own argument, too long once "RELOCK_KEY=" is added.
     let key = "k".repeat(32 * page - 5);
-    let out = run(lockctl(&[&server]).args(["run", &key, "--", "true"]));
+    let out = run_lockctl(lockctl(&[&server]).args(["run", &key, "--", "true"]));
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
@@ -953,7 +950,7 @@ fn a_key_too_long_for_the_environment_is_refused_before_acquiring() {
     );
     // One byte shorter than the limit still works.
     let fits = "k".repeat(32 * page - 13);
-    let out = run(lockctl(&[&server]).args([
+    let out = run_lockctl(lockctl(&[&server]).args([
         "run",
         &fits,
         "--",

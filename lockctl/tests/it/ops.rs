@@ -16,16 +16,12 @@ use std::time::{Duration, Instant};
 
 use cluster_harness::Cluster;
 use common::{eventually, Server};
+use relock_testkit::ask::waiters;
 use serde_json::Value as Json;
 use support::{lockctl, lockctl_at, stdout, Spawned};
 
 /// Generous: a debug build on a machine with one core kept busy.
 const WITHIN: Duration = Duration::from_secs(30);
-
-/// The number of clients queued for `key`.
-fn queued(server: &Server, key: &[u8]) -> i64 {
-    common::lock_info(&mut server.conn(), key).map_or(0, |i| i.waiters)
-}
 
 /// `LOCK.WAIT key owner ttl_ms timeout_ms [extra...]` on a connection of its own, in a thread;
 /// returns once the waiter is queued (the queue of `key` is one longer), with its client id.
@@ -37,7 +33,7 @@ fn wait_in_queue(
     timeout_ms: u64,
     extra: &[&str],
 ) -> (JoinHandle<()>, i64) {
-    let before = queued(server, key);
+    let before = waiters(&mut server.conn(), key);
     let mut conn = server.conn();
     let id: i64 = redis::cmd("CLIENT")
         .arg("ID")
@@ -53,20 +49,10 @@ fn wait_in_queue(
         let _: redis::RedisResult<redis::Value> = cmd.query(&mut conn);
     });
     assert!(
-        eventually(WITHIN, || queued(server, key) == before + 1),
+        eventually(WITHIN, || waiters(&mut server.conn(), key) == before + 1),
         "the waiter was not queued"
     );
     (handle, id)
-}
-
-fn acquire(server: &Server, key: &[u8], owner: &[u8], ttl_ms: u64) {
-    let token: Option<i64> = redis::cmd("LOCK.ACQUIRE")
-        .arg(key)
-        .arg(owner)
-        .arg(ttl_ms)
-        .query(&mut server.conn())
-        .expect("LOCK.ACQUIRE");
-    assert!(token.is_some(), "acquired");
 }
 
 /// One wait that ends (times out) on `key`, so that `LOCK.STATS` names the key.
@@ -102,7 +88,7 @@ fn json_of(cmd: &mut Command) -> Json {
 fn waiters_lists_the_queue_in_order() {
     let server = Server::start();
     let key = b"orders:7";
-    acquire(&server, key, b"web-1/100/holder", 60_000);
+    common::acquire(&mut server.conn(), key, b"web-1/100/holder", 60_000);
     let (_a, id_a) = wait_in_queue(&server, key, b"web-2/200/first", 15_000, 60_000, &[]);
     let (_b, id_b) = wait_in_queue(&server, key, b"web-3/300/second", 20_000, 0, &[]);
     let (_c, id_c) = wait_in_queue(
@@ -176,13 +162,13 @@ fn waiters_lists_the_queue_in_order() {
 #[test]
 fn log_says_why_holds_ended_and_who_ended_them() {
     let server = Server::start();
-    acquire(&server, b"job:expired", b"web-1/1/a", 30);
+    common::acquire(&mut server.conn(), b"job:expired", b"web-1/1/a", 30);
     assert!(eventually(WITHIN, || common::lock_info(
         &mut server.conn(),
         "job:expired"
     )
     .is_none()));
-    acquire(&server, b"job:forced", b"web-2/2/b", 60_000);
+    common::acquire(&mut server.conn(), b"job:forced", b"web-2/2/b", 60_000);
     let mut ops = server.conn();
     let _: () = redis::cmd("CLIENT")
         .arg("SETNAME")
@@ -237,7 +223,7 @@ fn log_and_waiters_survive_huge_and_hostile_names() {
     key.resize(1 << 20, b'k');
     let mut owner = b"owner\x1b]0;pwned\x07".to_vec();
     owner.resize(256, b'o');
-    acquire(&server, &key, &owner, 60_000);
+    common::acquire(&mut server.conn(), &key, &owner, 60_000);
     let (_w, _) = wait_in_queue(&server, &key, &owner[..200], 10_000, 60_000, &[]);
     let removed: i64 = redis::cmd("LOCK.FORCERELEASE")
         .arg(&key)
@@ -300,7 +286,7 @@ fn log_and_waiters_survive_huge_and_hostile_names() {
     assert_eq!(huge["owner"].as_str().map(str::len), Some(256));
 
     // A hostile owner in a queue.
-    acquire(&server, b"plain", b"someone", 60_000);
+    common::acquire(&mut server.conn(), b"plain", b"someone", 60_000);
     let (_v, _) = wait_in_queue(&server, b"plain", &owner, 10_000, 60_000, &[]);
     let queue = run_ok(lockctl(&[&server]).args(["waiters", "plain"]));
     assert!(
@@ -408,7 +394,12 @@ impl Drop for Tmux {
 /// A key with a holder, two queued waiters and one wait that timed out (so LOCK.STATS
 /// names it).
 fn contended(server: &Server, key: &str) -> Vec<JoinHandle<()>> {
-    acquire(server, key.as_bytes(), b"web-1/100/holder", 600_000);
+    common::acquire(
+        &mut server.conn(),
+        key.as_bytes(),
+        b"web-1/100/holder",
+        600_000,
+    );
     one_timed_out_wait(server, key.as_bytes());
     let (a, _) = wait_in_queue(
         server,
@@ -660,7 +651,7 @@ fn info_fields(server: &Server) -> std::collections::HashMap<String, i64> {
 }
 
 /// Percent-encodes a PromQL query for a URL.
-fn encode(query: &str) -> String {
+fn percent_encode(query: &str) -> String {
     query
         .bytes()
         .map(|b| match b {
@@ -755,7 +746,7 @@ impl Prometheus {
     fn value(&self, query: &str) -> Option<f64> {
         let (_, body) = http_get(
             &self.addr,
-            &format!("/api/v1/query?query={}", encode(query)),
+            &format!("/api/v1/query?query={}", percent_encode(query)),
         );
         let doc: Json = serde_json::from_str(&body).ok()?;
         let result = doc["data"]["result"].as_array()?;
@@ -768,14 +759,14 @@ impl Prometheus {
 fn metrics_scraped_by_prometheus_match_info_relock() {
     let server = Server::start();
     let _waiters = contended(&server, "orders:hot");
-    acquire(&server, b"job:forced", b"o", 60_000);
+    common::acquire(&mut server.conn(), b"job:forced", b"o", 60_000);
     let _: i64 = redis::cmd("LOCK.FORCERELEASE")
         .arg("job:forced")
         .query(&mut server.conn())
         .expect("force");
     // A contended key whose name would end a label and add a series of its own.
     let hostile = "evil\"} 1\nrelock_up{master=\"forged\"} 1\n\\";
-    acquire(&server, hostile.as_bytes(), b"h", 600_000);
+    common::acquire(&mut server.conn(), hostile.as_bytes(), b"h", 600_000);
     one_timed_out_wait(&server, hostile.as_bytes());
     let master = format!("127.0.0.1:{}", server.port);
 
@@ -1285,7 +1276,7 @@ fn metrics_give_every_key_a_series_of_its_own() {
     // Keys whose labels cannot be the key itself: not UTF-8, too long.
     let mut keys: Vec<Vec<u8>> = vec![b"x\xff".to_vec(), vec![b'k'; 300], b"50%".to_vec()];
     for key in &keys {
-        acquire(&server, key, b"h", 600_000);
+        common::acquire(&mut server.conn(), key, b"h", 600_000);
         one_timed_out_wait(&server, key);
     }
     let (status, text) = http_get(&listen, "/metrics");
@@ -1297,7 +1288,7 @@ fn metrics_give_every_key_a_series_of_its_own() {
     for label in &labels {
         let forged = unescape(label).into_bytes();
         if !keys.contains(&forged) {
-            acquire(&server, &forged, b"h", 600_000);
+            common::acquire(&mut server.conn(), &forged, b"h", 600_000);
             one_timed_out_wait(&server, &forged);
             keys.push(forged);
         }
@@ -1505,7 +1496,7 @@ fn errors_quoting_hostile_keys_never_reach_the_terminal_raw() {
     // A holder whose owner has escapes, force-released by that owner.
     let server = Server::start();
     let owner = "owner\x1b[31m\x07";
-    acquire(&server, b"k", owner.as_bytes(), 60_000);
+    common::acquire(&mut server.conn(), b"k", owner.as_bytes(), 60_000);
     let text = run_ok(lockctl(&[&server]).args(["force-release", "k", owner]));
     assert!(
         text.contains("released owner\\x1b[31m\\x07's hold"),

@@ -11,11 +11,6 @@ use relock_testkit::ask::info_text as info;
 /// Every wait below is for an event; this only bounds a test that went wrong.
 const WITHIN: Duration = Duration::from_secs(20);
 
-/// `LOCK.INFO` owner of `key` on `server`, if it is held.
-fn owner_of(server: &Server, key: &str) -> Option<String> {
-    support::holder(server, key).map(|(owner, _)| owner)
-}
-
 /// Two lockctl processes take overlapping keys given in opposite orders, many times: each run
 /// holds all its keys at once (one token), and none waits forever.
 #[test]
@@ -92,7 +87,7 @@ fn lockctl_runs_with_several_keys_and_several_permits() {
     assert_eq!(fields[0], "acct:1\nacct:2");
     assert_eq!(fields[1], "acct:1");
     assert!(fields[2].parse::<u64>().is_ok(), "{text}");
-    assert!(owner_of(&server, "acct:1").is_none(), "released");
+    assert!(support::holder(&server, "acct:1").is_none(), "released");
     // A key held elsewhere: nothing is taken, exit 75 with --wait 0.
     let held = support::acquire_as(&server, "acct:2", "someone", 60_000);
     assert!(held.is_some());
@@ -103,7 +98,10 @@ fn lockctl_runs_with_several_keys_and_several_permits() {
         ],
     );
     assert_eq!(out.status.code(), Some(75), "{}", support::stderr(&out));
-    assert!(owner_of(&server, "acct:1").is_none(), "all or nothing");
+    assert!(
+        support::holder(&server, "acct:1").is_none(),
+        "all or nothing"
+    );
     // Usage errors before any server is asked.
     for args in [
         vec!["run", "--key", "a", "--key", "a", "--", "true"],

@@ -1,34 +1,20 @@
 //! Shared holds from lockctl against real servers: `--shared` and `--limit` runs, refusals,
 //! `lockctl info` listing every holder (the client's part: client/tests/it/shared.rs).
+use crate::support;
 use relock_testkit as common;
 
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use common::{eventually, Server};
-use relock_client::{Error, Mode, Options, Relock};
+use relock_client::{Error, Mode};
+use relock_testkit::ask::holders;
 use relock_testkit::ask::info_text as info;
+use relock_testkit::client::patient_client;
+use support::{lockctl, lockctl_at};
 
 const KEY: &str = "catalog";
-
-/// Defaults, with a per-node timeout that tolerates a busy debug build.
-fn patient() -> Options {
-    Options {
-        node_timeout: Duration::from_millis(500),
-        ..Options::default()
-    }
-}
-
-fn client(servers: &[&Server]) -> Relock {
-    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-    Relock::with_options(&urls, patient()).expect("client")
-}
-
-/// How many holds `key` has on `server` (0 when there is no lock).
-fn holds(server: &Server, key: &str) -> u64 {
-    info(server, key).map_or(0, |i| i["holders"].parse().expect("holders"))
-}
 
 /// `calls` of `INFO commandstats` for every `lock.*` command together.
 fn lock_calls(server: &Server) -> u64 {
@@ -52,7 +38,7 @@ fn lock_calls(server: &Server) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_over_independent_masters_is_refused_before_any_server_is_asked() {
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
-    let relock = client(&servers.iter().collect::<Vec<_>>());
+    let relock = patient_client(&servers);
     let err = relock.with_mode(Mode::limited(2)).err().expect("unsound");
     assert!(
         matches!(
@@ -74,7 +60,7 @@ async fn a_limit_over_independent_masters_is_refused_before_any_server_is_asked(
     }
     // lockctl says so too, with a usage error.
     let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-    let out = lockctl(&urls.join(","))
+    let out = lockctl_at(&urls.join(","))
         .args(["run", "--limit", "2", KEY, "--", "true"])
         .output()
         .expect("lockctl");
@@ -84,16 +70,6 @@ async fn a_limit_over_independent_masters_is_refused_before_any_server_is_asked(
     for s in &servers {
         assert_eq!(lock_calls(s), 0, "lockctl asked a server");
     }
-}
-
-fn lockctl(servers: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockctl"));
-    cmd.env("RELOCK_SERVERS", servers)
-        .env_remove("RELOCK_LOG")
-        .env_remove("RELOCK_CLUSTER")
-        .env_remove("RELOCK_REPLICA_ACKS")
-        .stdin(Stdio::null());
-    cmd
 }
 
 /// Ten `lockctl run --limit 3` at once: every command runs, never more than three at a time.
@@ -108,7 +84,7 @@ fn lockctl_limit_runs_at_most_n_commands_at_once() {
     );
     let children: Vec<_> = (0..10)
         .map(|_| {
-            lockctl(&server.url())
+            lockctl(&[&server])
                 .args([
                     "run", "--limit", "3", "--wait", "120s", KEY, "--", "sh", "-c", &script,
                 ])
@@ -179,7 +155,7 @@ fn lockctl_info_lists_every_holder() {
             .expect("LOCK.ACQUIRE SHARED");
         tokens.push(token);
     }
-    let out = lockctl(&server.url())
+    let out = lockctl(&[&server])
         .args(["info", KEY])
         .output()
         .expect("lockctl info");
@@ -208,14 +184,14 @@ fn lockctl_info_lists_every_holder() {
         "{text}"
     );
 
-    let out = lockctl(&server.url())
+    let out = lockctl(&[&server])
         .args(["force-release", KEY, "reader-1"])
         .output()
         .expect("lockctl force-release");
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("released reader-1's hold"));
-    assert_eq!(holds(&server, KEY), 1);
-    let out = lockctl(&server.url())
+    assert_eq!(holders(&mut server.conn(), KEY).len(), 1);
+    let out = lockctl(&[&server])
         .args(["info", KEY])
         .output()
         .expect("lockctl info");
@@ -234,7 +210,7 @@ fn lockctl_shared_runs_overlap() {
     let dir = tempfile::tempdir().expect("tempdir");
     let marker = dir.path().join("both");
     // The first waits until the second is inside too, which only shared holds allow.
-    let first = lockctl(&server.url())
+    let first = lockctl(&[&server])
         .args(["run", "--shared", "--wait", "60s", KEY, "--", "sh", "-c"])
         .arg(format!(
             "i=0; while [ ! -e {0} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; [ -e {0} ]",
@@ -243,8 +219,13 @@ fn lockctl_shared_runs_overlap() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    assert!(eventually(Duration::from_secs(30), || holds(&server, KEY) == 1));
-    let second = lockctl(&server.url())
+    assert!(eventually(Duration::from_secs(30), || holders(
+        &mut server.conn(),
+        KEY
+    )
+    .len()
+        == 1));
+    let second = lockctl(&[&server])
         .args(["run", "--shared", "--wait", "0", KEY, "--", "sh", "-c"])
         .arg(format!(
             "[ -n \"$RELOCK_TOKEN\" ] && touch {}",
@@ -274,7 +255,7 @@ fn lockctl_shared_runs_overlap() {
         .arg("SHARED")
         .query(&mut c)
         .expect("LOCK.ACQUIRE SHARED");
-    let out = lockctl(&server.url())
+    let out = lockctl(&[&server])
         .args(["run", "--wait", "0", KEY, "--", "true"])
         .output()
         .expect("exclusive run");
