@@ -308,3 +308,44 @@ fn command_stat(server: &Server, command: &str, field: &str) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// Waits (at most 15 s) until `key`'s queue has `n` waiters ([`waiters`]).
+pub fn await_waiters(c: &mut Connection, key: &str, n: i64) {
+    assert!(
+        crate::eventually(std::time::Duration::from_secs(15), || waiters(c, key) == n),
+        "{key} never had {n} waiters (has {})",
+        waiters(c, key)
+    );
+}
+
+/// Asserts that the server spent under half a second of CPU time in one second while the test
+/// sent nothing (no timer or loop spinning): [`cpu_seconds`] before and after.
+pub fn assert_idle(c: &mut Connection, what: &str) {
+    let before = cpu_seconds(c);
+    crate::wait_out_ttl(std::time::Duration::from_secs(1)); // the idle second measured
+    let used = cpu_seconds(c) - before;
+    assert!(
+        used < 0.5,
+        "{what}: the server used {used:.2} s of CPU in 1 s while idle (spinning)"
+    );
+}
+
+/// `PTTL key` in ms (-2: no key, -1: no expiry).
+pub fn pttl(c: &mut Connection, key: impl redis::ToRedisArgs) -> i64 {
+    crate::int_or_nil(c, crate::cmd!("PTTL", key)).expect("PTTL")
+}
+
+/// `EXISTS key`: 1 or 0.
+pub fn exists(c: &mut Connection, key: impl redis::ToRedisArgs) -> i64 {
+    crate::int_or_nil(c, crate::cmd!("EXISTS", key)).expect("EXISTS")
+}
+
+/// The owner and token `LOCK.INFO key` shows ([`lock_fields`]), `None` when there is no lock.
+pub fn owner_and_token(c: &mut Connection, key: &str) -> Option<(String, i64)> {
+    lock_fields(c, key).map(|i| {
+        (
+            String::from_utf8_lossy(&crate::reply::bytes(&i["owner"])).into_owned(),
+            int(&i["token"]),
+        )
+    })
+}

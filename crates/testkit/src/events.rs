@@ -7,20 +7,14 @@ use std::time::Duration;
 
 use redis::{Connection, Value};
 
+use crate::reply::text;
+
 use super::Server;
 
 /// A pattern subscription on its own connection. It speaks the protocol directly so that the
 /// subscription lives as long as the struct.
 pub struct Events {
     conn: Connection,
-}
-
-fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        other => panic!("not a string: {other:?}"),
-    }
 }
 
 impl Events {

@@ -617,6 +617,22 @@ pub fn acquire(
     int_or_nil(c, cmd!("LOCK.ACQUIRE", key, owner, ttl)).expect("the lock should be free")
 }
 
+/// `LOCK.ACQUIRE key owner ttl`: the token, or `None` when the lock is taken.
+pub fn try_acquire(c: &mut redis::Connection, key: &str, owner: &str, ttl: u64) -> Option<u64> {
+    int_or_nil(c, cmd!("LOCK.ACQUIRE", key, owner, ttl)).map(|t| t as u64)
+}
+
+/// `LOCK.RELEASE key owner`: what it answers (the holds left, or `None` when `owner` held
+/// nothing there).
+pub fn release(c: &mut redis::Connection, key: &str, owner: &str) -> Option<i64> {
+    int_or_nil(c, cmd!("LOCK.RELEASE", key, owner))
+}
+
+/// `LOCK.RENEW key owner ttl`: what it answers (`None` when `owner` holds nothing there).
+pub fn renew(c: &mut redis::Connection, key: &str, owner: &str, ttl: u64) -> Option<i64> {
+    int_or_nil(c, cmd!("LOCK.RENEW", key, owner, ttl))
+}
+
 /// The wall clock in Unix milliseconds.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -751,6 +767,64 @@ pub fn connect(server: &Server) -> redis::Connection {
     c.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("read timeout");
     c
+}
+
+/// Asserts that `server` still answers a `PING` (within 10 s); panics with `what`, the log's
+/// crash lines and its tail when it died or froze.
+pub fn assert_alive(server: &Server, what: &str) {
+    use std::io::{Read, Write};
+    let pong = (|| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        s.write_all(b"PING\r\n").ok()?;
+        let mut buf = [0u8; 7];
+        s.read_exact(&mut buf).ok()?;
+        (&buf == b"+PONG\r\n").then_some(())
+    })();
+    if pong.is_none() {
+        let log = server.log();
+        let crash: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("crashed") || l.contains("RM_") || l.contains("ASSERT"))
+            .take(8)
+            .collect();
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        panic!(
+            "{what}: the server died or froze\n--- log (crash lines) ---\n{}\n--- log (tail) ---\n{}",
+            crash.join("\n"),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+}
+
+/// `BGREWRITEAOF` once no rewrite is running, then waits (at most 20 s each) for it to end and
+/// asserts it succeeded.
+pub fn rewrite_aof(c: &mut redis::Connection) {
+    let persistence = |c: &mut redis::Connection| -> String {
+        cmd!("INFO", "persistence")
+            .query(c)
+            .expect("INFO persistence")
+    };
+    let idle = |c: &mut redis::Connection| {
+        let s = persistence(c);
+        s.contains("aof_rewrite_in_progress:0") && s.contains("aof_rewrite_scheduled:0")
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || idle(c)),
+        "an AOF rewrite did not finish:\n{}",
+        persistence(c)
+    );
+    let _: redis::Value = cmd!("BGREWRITEAOF").query(c).expect("BGREWRITEAOF");
+    assert!(
+        eventually(Duration::from_secs(20), || idle(c)),
+        "the AOF rewrite did not finish:\n{}",
+        persistence(c)
+    );
+    let s = persistence(c);
+    assert!(
+        s.contains("aof_last_bgrewrite_status:ok"),
+        "the AOF rewrite failed:\n{s}"
+    );
 }
 
 /// Waits (at most 10 s) until `INFO relock` counts no waiter and no timer.

@@ -242,6 +242,22 @@ pub fn queue_wait(
     (r, id)
 }
 
+/// Sends `LOCK.WAIT key owner ttl 0` on a new raw connection and waits until it queued behind
+/// whatever `key` holds (the queue grew by one: [`crate::ask::await_waiters`]).
+pub fn queue_behind(
+    server: &Server,
+    c: &mut redis::Connection,
+    key: &str,
+    owner: &str,
+    ttl: u64,
+) -> Raw {
+    let before = super::ask::waiters(c, key);
+    let mut w = Raw::connect(server);
+    w.send_wait(key, owner, ttl, 0);
+    super::ask::await_waiters(c, key, before + 1);
+    w
+}
+
 /// Sends `commands` down one connection in pipelined batches and checks every reply. A new
 /// hold past a millisecond's 1000th answers `TRYAGAIN ... 1 ms left (tokens ahead of this
 /// server's clock)` (docs/waiting-and-fencing.md: a release build reaches that rate from a

@@ -63,6 +63,22 @@ pub fn error(c: &mut Connection, cmd: redis::Cmd) -> String {
     }
 }
 
+/// The error a command that must fail answers, as Redis wrote it: `CODE detail` (e.g. `ERR
+/// invalid ttl_ms`). Takes the command or a reference to it.
+pub fn error_reply(c: &mut Connection, cmd: impl std::borrow::Borrow<redis::Cmd>) -> String {
+    let cmd = cmd.borrow();
+    match cmd.query::<Value>(c) {
+        Ok(v) => panic!("{} replied {v:?}, expected an error", super::show(cmd)),
+        Err(e) => match (e.code(), e.detail()) {
+            (Some(code), Some(detail)) => format!("{code} {detail}"),
+            (Some(code), None) => code.to_string(),
+            _ => e.to_string(),
+        }
+        .trim()
+        .to_string(),
+    }
+}
+
 /// `used_memory` of `INFO memory`.
 pub fn used_memory(c: &mut Connection) -> i64 {
     memory_field(c, "used_memory").expect("used_memory")

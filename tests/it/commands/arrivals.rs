@@ -9,26 +9,13 @@ use relock_testkit::cmd;
 use std::time::Duration;
 
 use common::ask::waiters;
-use common::raw::{Raw, Reply};
-use common::{eventually, Server};
+use common::raw::{queue_wait, Reply};
+use common::Server;
 use redis::Connection;
 
 const LONG: u64 = 100_000;
 const DUE: Duration = Duration::from_secs(10);
 const LIMIT_ERROR: &str = "ERR lock has another limit (3)";
-
-fn queue(server: &Server, c: &mut Connection, owner: &str, words: &[&str], n: i64) -> Raw {
-    let mut r = Raw::connect(server);
-    let ttl = LONG.to_string();
-    let mut args: Vec<&[u8]> = vec![b"LOCK.WAIT", b"k", owner.as_bytes(), ttl.as_bytes(), b"0"];
-    args.extend(words.iter().map(|w| w.as_bytes()));
-    r.send(&args);
-    assert!(
-        eventually(DUE, || waiters(c, "k") == n),
-        "{owner} not queued as #{n}"
-    );
-    r
-}
 
 /// `k` held exclusively by x, with an exclusive head e and a `SHARED LIMIT 2` waiter q behind it;
 /// `bring` then puts a shared value with `LIMIT 3` at `k`.
@@ -36,8 +23,8 @@ fn conflict_behind_the_head(bring: impl FnOnce(&mut Connection)) {
     let server = Server::start();
     let mut c = server.conn();
     let _: i64 = cmd!("LOCK.ACQUIRE", "k", "x", LONG).query(&mut c).unwrap();
-    let mut e = queue(&server, &mut c, "e", &[], 1);
-    let mut q = queue(&server, &mut c, "q", &["SHARED", "LIMIT", "2"], 2);
+    let mut e = queue_wait(&server, &mut c, "k", "e", &[], 1).0;
+    let mut q = queue_wait(&server, &mut c, "k", "q", &["SHARED", "LIMIT", "2"], 2).0;
     bring(&mut c);
     assert_eq!(
         q.read(DUE),

@@ -7,21 +7,14 @@ use relock_testkit as common;
 
 use std::time::Duration;
 
+use common::ask::calls;
 use common::events::Events;
 use common::raw::{Raw, Reply};
-use common::{attach_replica, eventually, info_field, wait_replica, Server};
+use common::reply::error_reply;
+use common::{acquire, attach_replica, eventually, info_field, wait_replica, Server};
 
 const SOON: Duration = Duration::from_secs(3);
-const LONG_TTL: u64 = 100_000;
-
-fn acquire(c: &mut redis::Connection, key: &str, owner: &str) -> u64 {
-    redis::cmd("LOCK.ACQUIRE")
-        .arg(key)
-        .arg(owner)
-        .arg(LONG_TTL)
-        .query(c)
-        .expect("acquire")
-}
+const LONG_TTL: i64 = 100_000;
 
 fn acquire_shared(c: &mut redis::Connection, key: &str, owner: &str) -> u64 {
     redis::cmd("LOCK.ACQUIRE")
@@ -34,25 +27,13 @@ fn acquire_shared(c: &mut redis::Connection, key: &str, owner: &str) -> u64 {
 }
 
 /// `LOCK.FENCED key token command args...`
-fn fenced(key: &str, token: impl redis::ToRedisArgs, inner: &[&str]) -> redis::Cmd {
+pub(super) fn fenced(key: &str, token: impl redis::ToRedisArgs, inner: &[&str]) -> redis::Cmd {
     let mut cmd = redis::cmd("LOCK.FENCED");
     cmd.arg(key).arg(token);
     for a in inner {
         cmd.arg(*a);
     }
     cmd
-}
-
-/// The error text (code and message) of a command that must fail.
-fn error(c: &mut redis::Connection, cmd: &redis::Cmd) -> String {
-    match cmd.query::<redis::Value>(c) {
-        Ok(v) => panic!("expected an error from {}, got {v:?}", common::show(cmd)),
-        Err(e) => match (e.code(), e.detail()) {
-            (Some(code), Some(detail)) => format!("{code} {detail}"),
-            (Some(code), None) => code.to_string(),
-            _ => e.to_string(),
-        },
-    }
 }
 
 fn get(c: &mut redis::Connection, key: &str) -> Option<String> {
@@ -65,7 +46,7 @@ fn version(c: &mut redis::Connection) -> (u32, u32) {
     (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
 
-fn is_7_0(c: &mut redis::Connection) -> bool {
+pub(super) fn is_7_0(c: &mut redis::Connection) -> bool {
     version(c) < (7, 2)
 }
 
@@ -73,12 +54,12 @@ fn is_7_0(c: &mut redis::Connection) -> bool {
 fn runs_with_the_holders_token_only() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a");
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
     let ok: String = fenced("k", t, &["SET", "d", "1"]).query(&mut c).unwrap();
     assert_eq!(ok, "OK");
     assert_eq!(get(&mut c, "d").as_deref(), Some("1"));
     // Another token: nothing runs, the error names both.
-    let stale = error(&mut c, &fenced("k", t - 1, &["SET", "d", "2"]));
+    let stale = error_reply(&mut c, fenced("k", t - 1, &["SET", "d", "2"]));
     assert_eq!(stale, format!("FENCED stale token {}, current {t}", t - 1));
     assert_eq!(get(&mut c, "d").as_deref(), Some("1"));
     // Released: the holder's own token is stale now.
@@ -87,7 +68,7 @@ fn runs_with_the_holders_token_only() {
         .arg("a")
         .query(&mut c)
         .unwrap();
-    let stale = error(&mut c, &fenced("k", t, &["SET", "d", "3"]));
+    let stale = error_reply(&mut c, fenced("k", t, &["SET", "d", "3"]));
     assert_eq!(stale, format!("FENCED stale token {t}, current none"));
     assert_eq!(get(&mut c, "d").as_deref(), Some("1"));
 }
@@ -103,7 +84,7 @@ fn any_live_shared_holders_token_passes() {
         assert_eq!(get(&mut c, "d").as_deref(), Some(v));
     }
     let other = ta.max(tb) + 1;
-    let stale = error(&mut c, &fenced("k", other, &["SET", "d", "x"]));
+    let stale = error_reply(&mut c, fenced("k", other, &["SET", "d", "x"]));
     assert_eq!(stale, format!("FENCED stale token {other}, current shared"));
     // A shared holder that left: its token no longer passes.
     let _: i64 = redis::cmd("LOCK.RELEASE")
@@ -111,7 +92,7 @@ fn any_live_shared_holders_token_passes() {
         .arg("a")
         .query(&mut c)
         .unwrap();
-    let stale = error(&mut c, &fenced("k", ta, &["SET", "d", "x"]));
+    let stale = error_reply(&mut c, fenced("k", ta, &["SET", "d", "x"]));
     assert_eq!(stale, format!("FENCED stale token {ta}, current shared"));
     assert_eq!(get(&mut c, "d").as_deref(), Some("b"));
 }
@@ -120,22 +101,22 @@ fn any_live_shared_holders_token_passes() {
 fn token_and_arity_errors() {
     let server = Server::start();
     let mut c = server.conn();
-    acquire(&mut c, "k", "a");
+    acquire(&mut c, "k", "a", LONG_TTL);
     for bad in ["0", "-1", "abc", "9007199254740992", "1.5", ""] {
         assert_eq!(
-            error(&mut c, &fenced("k", bad, &["SET", "d", "1"])),
+            error_reply(&mut c, fenced("k", bad, &["SET", "d", "1"])),
             "ERR invalid token",
             "{bad}"
         );
     }
-    let e = error(&mut c, &redis::cmd("LOCK.FENCED").arg("k").arg(1).clone());
+    let e = error_reply(&mut c, redis::cmd("LOCK.FENCED").arg("k").arg(1).clone());
     assert!(e.contains("wrong number of arguments"), "{e}");
     // The inner command's own arity and existence: Redis's own errors, nothing runs.
-    let e = error(&mut c, &fenced("k", 1, &["GET"]));
+    let e = error_reply(&mut c, fenced("k", 1, &["GET"]));
     assert!(e.contains("wrong number of arguments for 'get'"), "{e}");
-    let e = error(&mut c, &fenced("k", 1, &["NOSUCHCOMMAND", "x"]));
+    let e = error_reply(&mut c, fenced("k", 1, &["NOSUCHCOMMAND", "x"]));
     assert!(e.starts_with("ERR unknown command"), "{e}");
-    let e = error(&mut c, &fenced("k", 1, &["OBJECT", "NOSUCH", "d"]));
+    let e = error_reply(&mut c, fenced("k", 1, &["OBJECT", "NOSUCH", "d"]));
     assert!(e.to_lowercase().contains("unknown subcommand"), "{e}");
 }
 
@@ -143,7 +124,7 @@ fn token_and_arity_errors() {
 fn refuses_what_cannot_be_fenced_before_the_token() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a");
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
     let _: () = redis::cmd("SET").arg("d").arg("v").query(&mut c).unwrap();
     let refused: &[&[&str]] = &[
         &["PING"],
@@ -170,7 +151,7 @@ fn refuses_what_cannot_be_fenced_before_the_token() {
     for inner in refused {
         // The same answer whatever the token.
         for token in [t, 1] {
-            let e = error(&mut c, &fenced("k", token, inner));
+            let e = error_reply(&mut c, fenced("k", token, inner));
             assert_eq!(e, format!("ERR {} cannot run in LOCK.FENCED", inner[0]));
         }
     }
@@ -188,7 +169,7 @@ fn refuses_what_cannot_be_fenced_before_the_token() {
 fn the_inner_reply_passes_through_unchanged() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a");
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
     let _: () = redis::cmd("RPUSH")
         .arg("l")
         .arg("x")
@@ -202,11 +183,11 @@ fn the_inner_reply_passes_through_unchanged() {
     let none: Option<String> = fenced("k", t, &["GET", "missing"]).query(&mut c).unwrap();
     assert_eq!(none, None);
     // Errors, as the command itself gives them.
-    let direct = error(&mut c, &redis::cmd("INCR").arg("l").clone());
-    assert_eq!(error(&mut c, &fenced("k", t, &["INCR", "l"])), direct);
+    let direct = error_reply(&mut c, redis::cmd("INCR").arg("l").clone());
+    assert_eq!(error_reply(&mut c, fenced("k", t, &["INCR", "l"])), direct);
     let _: () = redis::cmd("SET").arg("s").arg("abc").query(&mut c).unwrap();
-    let direct = error(&mut c, &redis::cmd("INCR").arg("s").clone());
-    assert_eq!(error(&mut c, &fenced("k", t, &["INCR", "s"])), direct);
+    let direct = error_reply(&mut c, redis::cmd("INCR").arg("s").clone());
+    assert_eq!(error_reply(&mut c, fenced("k", t, &["INCR", "s"])), direct);
     // RESP3: the caller's protocol (a map for HGETALL).
     let mut c3 = server.conn_resp3();
     let _: () = redis::cmd("HSET")
@@ -300,7 +281,7 @@ fn key_specs_getkeys_and_docs() {
 fn runs_as_the_callers_user_with_redis_own_noperm() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a");
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
     let _: () = redis::cmd("ACL")
         .arg("SETUSER")
         .arg("u")
@@ -320,14 +301,14 @@ fn runs_as_the_callers_user_with_redis_own_noperm() {
     let mut u = server.conn();
     let _: () = redis::cmd("AUTH").arg("u").arg("x").query(&mut u).unwrap();
     // A command the user may not run: the text a direct call gets.
-    let direct = error(&mut u, &redis::cmd("SET").arg("d").arg("1").clone());
+    let direct = error_reply(&mut u, redis::cmd("SET").arg("d").arg("1").clone());
     assert!(direct.starts_with("NOPERM"), "{direct}");
     let _: () = redis::cmd("ACL")
         .arg("LOG")
         .arg("RESET")
         .query(&mut c)
         .unwrap();
-    let through = error(&mut u, &fenced("k", t, &["SET", "d", "1"]));
+    let through = error_reply(&mut u, fenced("k", t, &["SET", "d", "1"]));
     assert_eq!(through, direct);
     // The refusal through LOCK.FENCED is in ACL LOG as the direct one would be: the user and
     // the command refused.
@@ -343,19 +324,19 @@ fn runs_as_the_callers_user_with_redis_own_noperm() {
         "{log:?}"
     );
     // A key the user may not touch: Redis refuses LOCK.FENCED itself (its keys include it).
-    let direct = error(&mut u, &redis::cmd("GET").arg("other").clone());
-    let through = error(&mut u, &fenced("k", t, &["GET", "other"]));
+    let direct = error_reply(&mut u, redis::cmd("GET").arg("other").clone());
+    let through = error_reply(&mut u, fenced("k", t, &["GET", "other"]));
     assert_eq!(through, direct);
     // Allowed: runs.
     let _: () = fenced("k", t, &["APPEND", "d", "x"]).query(&mut u).unwrap();
     assert_eq!(get(&mut c, "d").as_deref(), Some("x"));
     // A script runs its commands as the user too: the error a direct EVAL gets.
     let script = "return redis.call('set', KEYS[1], '1')";
-    let direct = error(
+    let direct = error_reply(
         &mut u,
-        &redis::cmd("EVAL").arg(script).arg(1).arg("d").clone(),
+        redis::cmd("EVAL").arg(script).arg(1).arg("d").clone(),
     );
-    let through = error(&mut u, &fenced("k", t, &["EVAL", script, "1", "d"]));
+    let through = error_reply(&mut u, fenced("k", t, &["EVAL", script, "1", "d"]));
     assert_eq!(through, direct);
     assert_eq!(get(&mut c, "d").as_deref(), Some("x"));
     let log: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query(&mut c).unwrap();
@@ -366,7 +347,7 @@ fn runs_as_the_callers_user_with_redis_own_noperm() {
 fn scripts_run_and_never_nest() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a");
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
     let v: i64 = fenced(
         "k",
         t,
@@ -383,9 +364,9 @@ fn scripts_run_and_never_nest() {
     assert_eq!(v, 5);
     // A script calling LOCK.FENCED with a script inside: refused, the server stays up.
     let script = "return redis.call('lock.fenced', KEYS[1], ARGV[1], 'eval', 'return 1', '0')";
-    let e = error(
+    let e = error_reply(
         &mut c,
-        &redis::cmd("EVAL")
+        redis::cmd("EVAL")
             .arg(script)
             .arg(1)
             .arg("k")
@@ -428,7 +409,7 @@ fn functions_run_with_the_live_token_and_never_nest() {
         .query(&mut c)
         .unwrap();
     assert_eq!(loaded, "fencedlib");
-    let t = acquire(&mut c, "k", "a");
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
     let v: i64 = fenced("k", t, &["FCALL", "bump", "1", "n", "5"])
         .query(&mut c)
         .unwrap();
@@ -438,7 +419,7 @@ fn functions_run_with_the_live_token_and_never_nest() {
         .unwrap();
     assert_eq!(seen, "5");
     let stale = fenced("k", t + 1, &["FCALL", "bump", "1", "n", "5"]);
-    let e = error(&mut c, &stale);
+    let e = error_reply(&mut c, &stale);
     assert!(e.starts_with("FENCED"), "{e}");
     assert_eq!(
         get(&mut c, "n").as_deref(),
@@ -452,7 +433,7 @@ fn functions_run_with_the_live_token_and_never_nest() {
         .arg("n")
         .arg(t)
         .clone();
-    let e = error(&mut c, &nested);
+    let e = error_reply(&mut c, &nested);
     assert!(
         e.contains("fcall cannot run in LOCK.FENCED inside a script"),
         "{e}"
@@ -466,7 +447,7 @@ fn functions_run_with_the_live_token_and_never_nest() {
 fn in_multi_exec() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a");
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
     let (t, stale) = (t.to_string(), (t + 1).to_string());
     let mut raw = Raw::connect(&server);
     raw.send(&[b"MULTI"]);
@@ -495,7 +476,7 @@ fn in_multi_exec() {
 fn writes_wait_for_a_pause() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a").to_string();
+    let t = acquire(&mut c, "k", "a", LONG_TTL).to_string();
     let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
         .arg(60_000)
@@ -518,7 +499,7 @@ fn replicas_get_the_inner_effects_never_lock_fenced() {
     attach_replica(&master, &replica);
     let mut m = master.conn();
     let mut r = replica.conn();
-    let t = acquire(&mut m, "k", "a");
+    let t = acquire(&mut m, "k", "a", LONG_TTL);
     let _: () = redis::cmd("SADD")
         .arg("s")
         .arg("x")
@@ -555,14 +536,14 @@ fn replicas_get_the_inner_effects_never_lock_fenced() {
         "{replica_stats}"
     );
     // A write through LOCK.FENCED on the replica: Redis's own READONLY.
-    let e = error(&mut r, &fenced("k", t, &["SET", "d", "2"]));
+    let e = error_reply(&mut r, fenced("k", t, &["SET", "d", "2"]));
     assert!(e.starts_with("READONLY"), "{e}");
 }
 
 /// A waiter queued on `k` behind a.
 fn queued_waiter(server: &Server, c: &mut redis::Connection) -> Raw {
     let mut w = Raw::connect(server);
-    w.send_wait("k", "b", LONG_TTL, 0);
+    w.send_wait("k", "b", LONG_TTL as u64, 0);
     assert!(eventually(SOON, || {
         let waiters: Vec<redis::Value> = redis::cmd("LOCK.WAITERS").arg("k").query(c).unwrap();
         waiters.len() == 1
@@ -581,7 +562,7 @@ fn granted(w: &mut Raw, c: &mut redis::Connection) {
 fn reentry_del_of_the_lock_key() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a");
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
     let mut w = queued_waiter(&server, &mut c);
     let n: i64 = fenced("k", t, &["DEL", "k"]).query(&mut c).unwrap();
     assert_eq!(n, 1);
@@ -592,7 +573,7 @@ fn reentry_del_of_the_lock_key() {
 fn reentry_rename_of_the_lock_key() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a");
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
     let _: () = redis::cmd("RENAME")
         .arg("k")
         .arg("k2")
@@ -603,7 +584,7 @@ fn reentry_rename_of_the_lock_key() {
     // The same through LOCK.FENCED, with a waiter on k.
     let t = {
         let _ = t;
-        acquire(&mut c, "k", "a")
+        acquire(&mut c, "k", "a", LONG_TTL)
     };
     let mut w = queued_waiter(&server, &mut c);
     let _: () = fenced("k", t, &["RENAME", "k", "k2"])
@@ -618,7 +599,7 @@ fn reentry_rename_of_the_lock_key() {
 fn reentry_expire_zero_of_the_lock_key() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a");
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
     let mut w = queued_waiter(&server, &mut c);
     let n: i64 = fenced("k", t, &["EXPIRE", "k", "0"]).query(&mut c).unwrap();
     assert_eq!(n, 1);
@@ -629,7 +610,7 @@ fn reentry_expire_zero_of_the_lock_key() {
 fn reentry_script_releasing_the_lock() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a");
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
     let mut w = queued_waiter(&server, &mut c);
     let left: i64 = fenced(
         "k",
@@ -649,7 +630,7 @@ fn reentry_script_releasing_the_lock() {
     // The new holder's token passes, a's does not.
     let tb = common::lock_info(&mut c, "k").unwrap().token as u64;
     let _: () = fenced("k", tb, &["SET", "d", "1"]).query(&mut c).unwrap();
-    let e = error(&mut c, &fenced("k", t, &["SET", "d", "2"]));
+    let e = error_reply(&mut c, fenced("k", t, &["SET", "d", "2"]));
     assert_eq!(e, format!("FENCED stale token {t}, current {tb}"));
 }
 
@@ -657,7 +638,7 @@ fn reentry_script_releasing_the_lock() {
 fn reads_are_tracked_or_refused_on_7_0() {
     let server = Server::start();
     let mut c = server.conn_resp3();
-    let t = acquire(&mut c, "k", "a");
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
     let _: () = redis::cmd("CLIENT")
         .arg("TRACKING")
         .arg("ON")
@@ -666,7 +647,7 @@ fn reads_are_tracked_or_refused_on_7_0() {
     let read = fenced("k", t, &["GET", "d"]);
     if is_7_0(&mut c) {
         assert_eq!(
-            error(&mut c, &read),
+            error_reply(&mut c, &read),
             "ERR LOCK.FENCED reads are not tracked on this server version"
         );
         // Writes are not reads; BCAST tracking needs no key list.
@@ -724,11 +705,11 @@ fn reads_are_tracked_or_refused_on_7_0() {
 fn counters_and_stats_reset() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a");
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
     let _: () = fenced("k", t, &["SET", "d", "1"]).query(&mut c).unwrap();
-    let _ = error(&mut c, &fenced("k", t + 1, &["SET", "d", "1"]));
-    let _ = error(&mut c, &fenced("k", t, &["PING"]));
-    let _ = error(&mut c, &fenced("k", t, &["PING"]));
+    let _ = error_reply(&mut c, fenced("k", t + 1, &["SET", "d", "1"]));
+    let _ = error_reply(&mut c, fenced("k", t, &["PING"]));
+    let _ = error_reply(&mut c, fenced("k", t, &["PING"]));
     let fields = |c: &mut redis::Connection| {
         ["fenced_total", "fenced_stale_total", "fenced_refused_total"].map(|f| info_field(c, f))
     };
@@ -744,7 +725,7 @@ fn a_lock_key_of_another_type_is_wrongtype() {
     let server = Server::start();
     let mut c = server.conn();
     let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut c).unwrap();
-    let e = error(&mut c, &fenced("k", 1, &["SET", "d", "1"]));
+    let e = error_reply(&mut c, fenced("k", 1, &["SET", "d", "1"]));
     assert!(e.starts_with("WRONGTYPE"), "{e}");
     assert_eq!(get(&mut c, "d"), None);
 }
@@ -753,7 +734,7 @@ fn a_lock_key_of_another_type_is_wrongtype() {
 fn the_inner_command_signals_its_own_key() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a");
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("notify-keyspace-events")
@@ -770,7 +751,7 @@ fn the_inner_command_signals_its_own_key() {
     let exec: redis::Value = redis::cmd("EXEC").query(&mut w).unwrap();
     assert_eq!(exec, redis::Value::Nil);
     assert_eq!(get(&mut c, "d").as_deref(), Some("1"));
-    acquire(&mut c, "sentinel", "o");
+    acquire(&mut c, "sentinel", "o", LONG_TTL);
     let got = events.until_sentinel();
     assert_eq!(
         got,
@@ -791,7 +772,7 @@ fn cluster_keys_must_share_the_lock_keys_slot() {
     let key = cluster.key_on(here.port, "lock:");
     let elsewhere = cluster.key_on(masters[1], "data:");
     let mut c = here.conn();
-    let t = acquire(&mut c, &key, "a");
+    let t = acquire(&mut c, &key, "a", LONG_TTL);
     // A key under the lock key's own hash tag: runs here.
     let tagged = format!("{{{key}}}:data");
     let _: () = fenced(&key, t, &["SET", &tagged, "1"])
@@ -799,29 +780,18 @@ fn cluster_keys_must_share_the_lock_keys_slot() {
         .unwrap();
     assert_eq!(get(&mut c, &tagged).as_deref(), Some("1"));
     // A key of another slot: Redis's own CROSSSLOT, from the keys getkeys-api reported.
-    let e = error(&mut c, &fenced(&key, t, &["SET", &elsewhere, "1"]));
+    let e = error_reply(&mut c, fenced(&key, t, &["SET", &elsewhere, "1"]));
     assert!(e.starts_with("CROSSSLOT"), "{e}");
-    let e = error(
+    let e = error_reply(
         &mut c,
-        &fenced(&key, t, &["EVAL", "return 1", "1", &elsewhere]),
+        fenced(&key, t, &["EVAL", "return 1", "1", &elsewhere]),
     );
     assert!(e.starts_with("CROSSSLOT"), "{e}");
     // The lock key served elsewhere: MOVED, as for any command of that slot.
     let mut other = cluster.node(masters[1]).conn();
-    let e = error(&mut other, &fenced(&key, t, &["SET", &tagged, "2"]));
+    let e = error_reply(&mut other, fenced(&key, t, &["SET", &tagged, "2"]));
     assert!(e.starts_with("MOVED"), "{e}");
     assert_eq!(get(&mut c, &tagged).as_deref(), Some("1"));
-}
-
-/// `calls` of `cmdstat_<name>` in `INFO commandstats` (0 if never run).
-fn calls(c: &mut redis::Connection, name: &str) -> i64 {
-    let stats: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
 }
 
 /// "In a cluster it is always served by the slot's master": `LOCK.FENCED` is not a `write`
@@ -836,7 +806,7 @@ fn a_readonly_replica_redirects_to_the_master_and_runs_nothing() {
     let key = cluster.key_on(master.port, "lock:");
     let data = format!("{{{key}}}:data");
     let mut m = master.conn();
-    let t = acquire(&mut m, &key, "a");
+    let t = acquire(&mut m, &key, "a", LONG_TTL);
     let _: () = redis::cmd("SET").arg(&data).arg("1").query(&mut m).unwrap();
     let replica = cluster.replica_of_master(master.port);
     let mut r = replica.conn();
@@ -850,8 +820,8 @@ fn a_readonly_replica_redirects_to_the_master_and_runs_nothing() {
     let (ran, stale, gets, sets) = (
         info_field(&mut r, "fenced_total"),
         info_field(&mut r, "fenced_stale_total"),
-        calls(&mut r, "get"),
-        calls(&mut r, "set"),
+        calls(replica, "get"),
+        calls(replica, "set"),
     );
     for inner in [
         &["GET", &data][..],
@@ -859,14 +829,14 @@ fn a_readonly_replica_redirects_to_the_master_and_runs_nothing() {
         &["EVAL", "return redis.call('GET', KEYS[1])", "1", &data][..],
     ] {
         for token in [t, t + 1] {
-            let e = error(&mut r, &fenced(&key, token, inner));
+            let e = error_reply(&mut r, fenced(&key, token, inner));
             assert_eq!(e, moved, "{inner:?} with token {token}");
         }
     }
     assert_eq!(info_field(&mut r, "fenced_total"), ran);
     assert_eq!(info_field(&mut r, "fenced_stale_total"), stale);
-    assert_eq!(calls(&mut r, "get"), gets);
-    assert_eq!(calls(&mut r, "set"), sets);
+    assert_eq!(calls(replica, "get"), gets);
+    assert_eq!(calls(replica, "set"), sets);
     // The master serves it.
     let v: Option<String> = fenced(&key, t, &["GET", &data]).query(&mut m).unwrap();
     assert_eq!(v.as_deref(), Some("1"));
@@ -928,7 +898,7 @@ fn a_script_checks_at_its_frozen_command_time_on_7_2() {
 fn out_of_memory_is_the_inner_commands_own() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a");
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
     let _: () = redis::cmd("SET").arg("d").arg("v").query(&mut c).unwrap();
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
@@ -936,9 +906,12 @@ fn out_of_memory_is_the_inner_commands_own() {
         .arg(1)
         .query(&mut c)
         .unwrap();
-    let direct = error(&mut c, &redis::cmd("SET").arg("e").arg("v").clone());
+    let direct = error_reply(&mut c, redis::cmd("SET").arg("e").arg("v").clone());
     assert!(direct.starts_with("OOM"), "{direct}");
-    assert_eq!(error(&mut c, &fenced("k", t, &["SET", "e", "v"])), direct);
+    assert_eq!(
+        error_reply(&mut c, fenced("k", t, &["SET", "e", "v"])),
+        direct
+    );
     // A command that frees memory still runs (not deny-oom itself).
     let n: i64 = fenced("k", t, &["DEL", "d"]).query(&mut c).unwrap();
     assert_eq!(n, 1);

@@ -6,6 +6,8 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
+use super::fenced::{fenced, is_7_0};
+use common::reply::error_reply;
 use common::{eventually, Server};
 
 const LONG_TTL: u64 = 100_000;
@@ -100,27 +102,6 @@ fn a_busy_script_whose_caller_disconnects_does_not_crash_the_server() {
     assert_eq!(n, 2);
 }
 
-/// The error text (code and message) of a command that must fail.
-fn error(c: &mut redis::Connection, cmd: &redis::Cmd) -> String {
-    match cmd.query::<redis::Value>(c) {
-        Ok(v) => panic!("expected an error from {}, got {v:?}", common::show(cmd)),
-        Err(e) => match (e.code(), e.detail()) {
-            (Some(code), Some(detail)) => format!("{code} {detail}"),
-            (Some(code), None) => code.to_string(),
-            _ => e.to_string(),
-        },
-    }
-}
-
-fn fenced(t: u64, inner: &[&str]) -> redis::Cmd {
-    let mut cmd = redis::cmd("LOCK.FENCED");
-    cmd.arg("k").arg(t);
-    for a in inner {
-        cmd.arg(*a);
-    }
-    cmd
-}
-
 /// Found: with `rename-command`, the inner command was judged by the entry of the command whose
 /// ORIGINAL name the caller sent (the module's table came from `COMMAND`, which names commands
 /// by their original names), while `RedisModule_Call` runs the command found under the name as
@@ -160,26 +141,28 @@ fn a_renamed_command_is_judged_as_the_command_that_runs() {
     let ran = common::info_field(&mut c, "fenced_total");
     // `set` is BLPOP now: refused as the blocking command it is, before the token.
     for token in [t, 1] {
-        let e = error(&mut c, &fenced(token, &["set", "l", "0"]));
+        let e = error_reply(&mut c, fenced("k", token, &["set", "l", "0"]));
         assert_eq!(e, "ERR set cannot run in LOCK.FENCED");
     }
     // `BLPOP` is SET now: a plain keyed write, run.
-    let ok: String = fenced(t, &["BLPOP", "d", "v"]).query(&mut c).unwrap();
+    let ok: String = fenced("k", t, &["BLPOP", "d", "v"]).query(&mut c).unwrap();
     assert_eq!(ok, "OK");
     let d: Option<String> = redis::cmd("GET").arg("d").query(&mut c).unwrap();
     assert_eq!(d.as_deref(), Some("v"));
     // A container under its new name, judged by its subcommand's entry.
-    let enc: String = fenced(t, &["obj", "encoding", "d"]).query(&mut c).unwrap();
+    let enc: String = fenced("k", t, &["obj", "encoding", "d"])
+        .query(&mut c)
+        .unwrap();
     assert_eq!(enc, "embstr");
-    let e = error(&mut c, &fenced(t, &["obj", "nosuch", "d"]));
+    let e = error_reply(&mut c, fenced("k", t, &["obj", "nosuch", "d"]));
     assert!(e.to_lowercase().contains("unknown subcommand"), "{e}");
     // Names gone from the live dictionary are unknown, as sent directly.
     for gone in [&["flushall"][..], &["object", "encoding", "d"][..]] {
-        let e = error(&mut c, &fenced(t, gone));
+        let e = error_reply(&mut c, fenced("k", t, gone));
         assert!(e.starts_with("ERR unknown command"), "{gone:?}: {e}");
     }
     // `container|sub` is no command name (COMMAND INFO would read it as one).
-    let e = error(&mut c, &fenced(t, &["obj|encoding", "d"]));
+    let e = error_reply(&mut c, fenced("k", t, &["obj|encoding", "d"]));
     assert!(e.starts_with("ERR unknown command"), "{e}");
     assert_eq!(
         common::info_field(&mut c, "fenced_refused_total") - refused,
@@ -201,9 +184,12 @@ fn a_renamed_command_is_judged_as_the_command_that_runs() {
     let _: () = redis::cmd("AUTH").arg("u").arg("x").query(&mut c).unwrap();
     let mut direct = redis::cmd("BLPOP");
     direct.arg("d").arg("w");
-    let direct = error(&mut c, &direct);
+    let direct = error_reply(&mut c, &direct);
     assert!(direct.contains("'set' command"), "{direct}");
-    assert_eq!(error(&mut c, &fenced(t, &["BLPOP", "d", "w"])), direct);
+    assert_eq!(
+        error_reply(&mut c, fenced("k", t, &["BLPOP", "d", "w"])),
+        direct
+    );
     let _: () = redis::cmd("AUTH")
         .arg("default")
         .arg("x")
@@ -275,11 +261,6 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
         String::from_utf8_lossy(&out.stderr)
     );
     lib.to_string_lossy().into_owned()
-}
-
-fn is_7_0(c: &mut redis::Connection) -> bool {
-    let v = common::info_str(c, "server", "redis_version");
-    v.starts_with("7.0.") || v.starts_with("6.")
 }
 
 /// Whether the server survives aborting a module command blocked inside `RedisModule_Call`
@@ -357,7 +338,7 @@ fn blocking_commands_are_refused_and_never_block() {
     }
     for inner in blocking {
         for token in [t, 1] {
-            let e = error(&mut c, &fenced(token, inner));
+            let e = error_reply(&mut c, fenced("k", token, inner));
             assert_eq!(e, format!("ERR {} cannot run in LOCK.FENCED", inner[0]));
         }
     }
@@ -369,7 +350,7 @@ fn blocking_commands_are_refused_and_never_block() {
         .query(&mut c)
         .unwrap();
     let started = std::time::Instant::now();
-    let e = error(&mut c, &fenced(t, &["probe.block", "k"]));
+    let e = error_reply(&mut c, fenced("k", t, &["probe.block", "k"]));
     if undone {
         assert_eq!(e, "ERR probe.block would block in LOCK.FENCED");
     } else {
@@ -385,7 +366,7 @@ fn blocking_commands_are_refused_and_never_block() {
     let script = "return redis.call('probe.block', KEYS[1])";
     let show = |r: redis::RedisResult<redis::Value>| format!("{r:?}");
     let direct = show(redis::cmd("EVAL").arg(script).arg(1).arg("k").query(&mut c));
-    let through = show(fenced(t, &["EVAL", script, "1", "k"]).query(&mut c));
+    let through = show(fenced("k", t, &["EVAL", script, "1", "k"]).query(&mut c));
     assert_eq!(through, direct);
     assert!(started.elapsed() < Duration::from_secs(5));
     let pong: String = redis::cmd("PING").query(&mut c).unwrap();
@@ -413,7 +394,7 @@ fn another_modules_commands_are_judged_by_their_own_flags_across_load_and_unload
         .unwrap();
     let unknown = |c: &mut redis::Connection| {
         for token in [t, 1] {
-            let e = error(c, &fenced(token, &["probe.write", "k"]));
+            let e = error_reply(c, fenced("k", token, &["probe.write", "k"]));
             assert!(e.starts_with("ERR unknown command"), "{e}");
         }
     };
@@ -432,25 +413,25 @@ fn another_modules_commands_are_judged_by_their_own_flags_across_load_and_unload
     };
     load(&mut c, &plain);
     if old {
-        let e = error(&mut c, &fenced(t, &["probe.write", "k"]));
+        let e = error_reply(&mut c, fenced("k", t, &["probe.write", "k"]));
         assert_eq!(e, "ERR probe.write cannot run in LOCK.FENCED");
     } else {
-        let ok: String = fenced(t, &["probe.write", "k"]).query(&mut c).unwrap();
+        let ok: String = fenced("k", t, &["probe.write", "k"]).query(&mut c).unwrap();
         assert_eq!(ok, "PROBED");
-        let e = error(&mut c, &fenced(t + 1, &["probe.write", "k"]));
+        let e = error_reply(&mut c, fenced("k", t + 1, &["probe.write", "k"]));
         assert!(e.starts_with("FENCED stale token"), "{e}");
     }
     unload(&mut c);
     unknown(&mut c);
     load(&mut c, &blocking);
     for token in [t, 1] {
-        let e = error(&mut c, &fenced(token, &["probe.write", "k"]));
+        let e = error_reply(&mut c, fenced("k", token, &["probe.write", "k"]));
         assert_eq!(e, "ERR probe.write cannot run in LOCK.FENCED");
     }
     unload(&mut c);
     load(&mut c, &plain);
     if !old {
-        let ok: String = fenced(t, &["probe.write", "k"]).query(&mut c).unwrap();
+        let ok: String = fenced("k", t, &["probe.write", "k"]).query(&mut c).unwrap();
         assert_eq!(ok, "PROBED");
     }
 }
@@ -489,7 +470,7 @@ fn a_command_renamed_to_command_never_runs_to_resolve_a_name() {
             .query(&mut c)
             .unwrap();
         for inner in [&["set", "foo", "2"][..], &["OBJECT", "ENCODING", "SET"][..]] {
-            let e = error(&mut c, &fenced(t, inner));
+            let e = error_reply(&mut c, fenced("k", t, inner));
             assert_eq!(
                 e,
                 "ERR LOCK.FENCED needs the COMMAND command, which is renamed or disabled on \
@@ -536,7 +517,7 @@ fn a_name_with_a_nul_is_never_resolved() {
             name.extend_from_slice(i.to_string().as_bytes());
             let mut cmd = redis::cmd("LOCK.FENCED");
             cmd.arg("k").arg(t + 1).arg(name).arg("get").arg("foo");
-            let e = error(&mut c, &cmd);
+            let e = error_reply(&mut c, &cmd);
             assert!(
                 e.starts_with("ERR unknown command") || e.contains("cannot run"),
                 "{base} {i}: {e}"
@@ -580,13 +561,13 @@ fn a_command_renamed_to_client_never_runs_for_a_tracked_read() {
         .query(&mut c)
         .unwrap();
     if old {
-        let e = error(&mut c, &fenced(t, &["GET", "d"]));
+        let e = error_reply(&mut c, fenced("k", t, &["GET", "d"]));
         assert_eq!(
             e,
             "ERR LOCK.FENCED reads are not tracked on this server version"
         );
     } else {
-        let d: String = fenced(t, &["GET", "d"]).query(&mut c).unwrap();
+        let d: String = fenced("k", t, &["GET", "d"]).query(&mut c).unwrap();
         assert_eq!(d, "1");
     }
     let n: i64 = redis::cmd("EXISTS")
@@ -690,7 +671,7 @@ fn a_cluster_replica_redirects_with_cluster_renamed() {
             for a in inner {
                 cmd.arg(*a);
             }
-            assert_eq!(error(&mut r, &cmd), moved, "{inner:?} {token}");
+            assert_eq!(error_reply(&mut r, &cmd), moved, "{inner:?} {token}");
         }
     }
     assert_eq!(common::info_field(&mut r, "fenced_total"), ran);
@@ -736,20 +717,20 @@ fn a_user_without_command_resolves_names_on_first_use() {
         .query(&mut n)
         .unwrap();
     // First uses, by the users without COMMAND.
-    let ok: String = fenced(t, &["sEt", "a", "x"]).query(&mut n).unwrap();
+    let ok: String = fenced("k", t, &["sEt", "a", "x"]).query(&mut n).unwrap();
     assert_eq!(ok, "OK");
-    let e = error(&mut n, &fenced(t, &["HSET", "h", "f", "v"]));
+    let e = error_reply(&mut n, fenced("k", t, &["HSET", "h", "f", "v"]));
     assert!(e.starts_with("NOPERM"), "{e}");
     assert!(e.contains("'hset'"), "{e}");
-    let e = error(&mut n, &fenced(t, &["nosuch", "x"]));
+    let e = error_reply(&mut n, fenced("k", t, &["nosuch", "x"]));
     assert!(e.starts_with("ERR unknown command"), "{e}");
-    let enc: String = fenced(t, &["object", "ENCODING", "a"])
+    let enc: String = fenced("k", t, &["object", "ENCODING", "a"])
         .query(&mut u)
         .unwrap();
     assert_eq!(enc, "embstr");
-    let e = error(&mut u, &fenced(t, &["BLPOP", "l", "0"]));
+    let e = error_reply(&mut u, fenced("k", t, &["BLPOP", "l", "0"]));
     assert_eq!(e, "ERR BLPOP cannot run in LOCK.FENCED");
-    let e = error(&mut u, &fenced(t, &["COMMAND", "INFO", "get"]));
+    let e = error_reply(&mut u, fenced("k", t, &["COMMAND", "INFO", "get"]));
     assert_eq!(e, "ERR COMMAND cannot run in LOCK.FENCED");
     let exists: i64 = redis::cmd("EXISTS").arg("h").query(&mut c).unwrap();
     assert_eq!(exists, 0);
@@ -818,7 +799,7 @@ fn huge_argument_lists_run_as_directly_and_the_server_stays_up() {
     for i in 0..100_000 {
         observe.arg(i);
     }
-    let refused = error(&mut c, &observe);
+    let refused = error_reply(&mut c, &observe);
     assert!(refused.contains("wrong number of arguments"), "{refused}");
 
     let pong: String = redis::cmd("PING").query(&mut c).expect("PING");

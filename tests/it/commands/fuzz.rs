@@ -16,6 +16,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use common::raw::encode;
 use common::reply::used_memory;
 use common::{eventually, info_field, Server};
 
@@ -98,15 +99,6 @@ fn read_reply(r: &mut impl BufRead) -> Result<Reply, String> {
         },
         _ => return Err(format!("unknown reply type {line:?}")),
     })
-}
-
-fn encode(args: &[Vec<u8>], out: &mut Vec<u8>) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
 }
 
 const LOCK_COMMANDS: &[(&str, usize)] = &[
@@ -804,7 +796,8 @@ fn drive(
             gen.commands(&mut cmds);
         }
         for cmd in &cmds {
-            encode(cmd, &mut buf);
+            let args: Vec<&[u8]> = cmd.iter().map(Vec::as_slice).collect();
+            buf.extend_from_slice(&encode(&args));
             in_multi |= cmd[0] == b"MULTI";
             multi_flags.push(in_multi);
             if cmd[0] == b"EXEC" || cmd[0] == b"DISCARD" {

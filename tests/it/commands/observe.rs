@@ -12,28 +12,11 @@ use std::time::{Duration, Instant};
 
 use common::ask::server_field;
 use common::raw::{Raw, Reply};
-use common::{attach_replica, eventually, Server};
+use common::{attach_replica, eventually, release, renew, try_acquire, Server};
 
 /// Generous bound for anything that should happen "soon".
 const SOON: Duration = Duration::from_secs(3);
 const LONG_TTL: u64 = 100_000;
-
-fn acquire(c: &mut redis::Connection, key: &str, owner: &str, ttl: u64) -> u64 {
-    redis::cmd("LOCK.ACQUIRE")
-        .arg(key)
-        .arg(owner)
-        .arg(ttl)
-        .query(c)
-        .expect("acquire")
-}
-
-fn release(c: &mut redis::Connection, key: &str, owner: &str) {
-    let _: redis::Value = redis::cmd("LOCK.RELEASE")
-        .arg(key)
-        .arg(owner)
-        .query(c)
-        .expect("release");
-}
 
 /// Sends `LOCK.OBSERVE key known timeout` on a raw connection.
 fn send_observe(raw: &mut Raw, key: &str, known: u64, timeout_ms: u64) {
@@ -87,11 +70,13 @@ fn field(reply: &Reply, name: &str) -> Reply {
         .unwrap_or_else(|| panic!("no field {name} in {reply:?}"))
 }
 
-fn token_of(reply: &Reply) -> u64 {
+/// The `token` field of a `LOCK.OBSERVE` reply.
+fn reply_token(reply: &Reply) -> u64 {
     field(reply, "token").token()
 }
 
-fn owner_of(reply: &Reply) -> Vec<u8> {
+/// The `owner` field of a `LOCK.OBSERVE` reply.
+fn reply_owner(reply: &Reply) -> Vec<u8> {
     match field(reply, "owner") {
         Reply::Bulk(b) => b,
         other => panic!("owner: {other:?}"),
@@ -120,14 +105,14 @@ fn answers_at_once_when_the_token_differs() {
     // No lock, known 5: nil at once.
     send_observe(&mut raw, "k", 5, 0);
     assert_eq!(raw.read(SOON), Reply::Nil);
-    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
     // Known 0 ("no holder") while held, and a higher token (a store that lost history): the
     // current state at once, exactly LOCK.INFO's reply.
     for known in [0, t + 1, t - 1] {
         send_observe(&mut raw, "k", known, 0);
         let reply = raw.read(SOON);
-        assert_eq!(token_of(&reply), t);
-        assert_eq!(owner_of(&reply), b"a");
+        assert_eq!(reply_token(&reply), t);
+        assert_eq!(reply_owner(&reply), b"a");
         let Reply::Array(items) = &reply else {
             unreachable!()
         };
@@ -160,7 +145,7 @@ fn arguments_are_checked() {
 fn release_wakes_with_nil_and_a_hand_off_wakes_once_with_the_final_state() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
     let mut obs = blocked_observer(&server, "k", t, 0);
     obs.assert_silent("observer before any change");
     // A waiter queues; the release hands the lock to it in the same step.
@@ -170,8 +155,12 @@ fn release_wakes_with_nil_and_a_hand_off_wakes_once_with_the_final_state() {
     release(&mut c, "k", "a");
     let tb = waiter.read(SOON).token();
     let reply = obs.read(SOON);
-    assert_eq!(owner_of(&reply), b"b", "the final state, not the free key");
-    assert_eq!(token_of(&reply), tb);
+    assert_eq!(
+        reply_owner(&reply),
+        b"b",
+        "the final state, not the free key"
+    );
+    assert_eq!(reply_token(&reply), tb);
     obs.assert_silent("woken once");
     // Observing the new holder, then its release: nil.
     let mut obs = blocked_observer(&server, "k", tb, 0);
@@ -183,7 +172,7 @@ fn release_wakes_with_nil_and_a_hand_off_wakes_once_with_the_final_state() {
 fn renewal_and_reentry_wake_nobody_and_the_timeout_answers_the_current_state() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
     let started = Instant::now();
     // 3 s: the renewal and the re-entry below reach the server before the timeout on a loaded
     // machine too.
@@ -205,7 +194,7 @@ fn renewal_and_reentry_wake_nobody_and_the_timeout_answers_the_current_state() {
         started.elapsed() >= Duration::from_millis(2950),
         "woken early"
     );
-    assert_eq!(token_of(&reply), t);
+    assert_eq!(reply_token(&reply), t);
     assert_eq!(field(&reply, "count"), Reply::Int(2));
 }
 
@@ -214,24 +203,14 @@ fn no_holder_known_zero_blocks_until_a_hold_appears() {
     let server = Server::start();
     let mut c = server.conn();
     let mut obs = blocked_observer(&server, "k", 0, 0);
-    let t = acquire(&mut c, "k", "leader", LONG_TTL);
+    let t = try_acquire(&mut c, "k", "leader", LONG_TTL).expect("acquire");
     let reply = obs.read(SOON);
-    assert_eq!(token_of(&reply), t);
-    assert_eq!(owner_of(&reply), b"leader");
+    assert_eq!(reply_token(&reply), t);
+    assert_eq!(reply_owner(&reply), b"leader");
     // A timeout with no holder: nil.
     let mut raw = Raw::connect(&server);
     send_observe(&mut raw, "other", 0, 100);
     assert_eq!(raw.read(SOON), Reply::Nil);
-}
-
-fn renew(c: &mut redis::Connection, key: &str, owner: &str, ttl: u64) {
-    let renewed: Option<i64> = redis::cmd("LOCK.RENEW")
-        .arg(key)
-        .arg(owner)
-        .arg(ttl)
-        .query(c)
-        .expect("LOCK.RENEW");
-    assert!(renewed.is_some(), "{key} renewed");
 }
 
 #[test]
@@ -240,9 +219,9 @@ fn expiry_answers_nil() {
     let mut c = server.conn();
     // Held long until the observer is blocked, then renewed to 300 ms (a loaded machine could
     // let a 300 ms lease end before the observer was seen blocked).
-    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
     let mut obs = blocked_observer(&server, "k", t, 0);
-    renew(&mut c, "k", "a", 300);
+    assert!(renew(&mut c, "k", "a", 300).is_some(), "k renewed");
     let reply = obs.read(SOON);
     assert_eq!(reply, Reply::Nil);
     // Woken by the module's timer at the expiry, not whenever Redis gets to the key.
@@ -256,10 +235,10 @@ fn expiry_is_prompt() {
     let mut c = server.conn();
     // Redis's own active expiry would take up to seconds.
     hz_1(&mut c);
-    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
     let mut obs = blocked_observer(&server, "k", t, 0);
     let set_at = Instant::now();
-    renew(&mut c, "k", "a", 400);
+    assert!(renew(&mut c, "k", "a", 400).is_some(), "k renewed");
     assert_eq!(obs.read(SOON), Reply::Nil);
     let took = set_at.elapsed();
     assert!(took < Duration::from_millis(400 + 250), "took {took:?}");
@@ -278,7 +257,7 @@ fn del_flushall_and_swapdb_end_the_hold() {
     ];
     for cmd in cases {
         let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
-        let t = acquire(&mut c, "k", "a", LONG_TTL);
+        let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
         let mut obs = blocked_observer(&server, "k", t, 0);
         // An observer takes no place in the queue.
         let info = common::lock_info(&mut c, "k").expect("held");
@@ -311,7 +290,7 @@ fn shared_keys_and_other_types_are_refused() {
     assert!(error_of(raw.read(SOON)).starts_with("WRONGTYPE"));
 
     // While blocked: DOWNGRADE makes the key shared; SET makes it another type.
-    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
     let mut obs = blocked_observer(&server, "k", t, 0);
     let _: redis::Value = redis::cmd("LOCK.DOWNGRADE")
         .arg("k")
@@ -319,7 +298,7 @@ fn shared_keys_and_other_types_are_refused() {
         .query(&mut c)
         .unwrap();
     assert_eq!(error_of(obs.read(SOON)), "ERR lock is shared");
-    let t = acquire(&mut c, "k2", "a", LONG_TTL);
+    let t = try_acquire(&mut c, "k2", "a", LONG_TTL).expect("acquire");
     let mut obs = blocked_observer(&server, "k2", t, 0);
     let _: () = redis::cmd("SET").arg("k2").arg("v").query(&mut c).unwrap();
     assert!(error_of(obs.read(SOON)).starts_with("WRONGTYPE"));
@@ -329,7 +308,7 @@ fn shared_keys_and_other_types_are_refused() {
 fn multi_answers_at_once() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
     let (reply,): (redis::Value,) = redis::pipe()
         .atomic()
         .cmd("LOCK.OBSERVE")
@@ -353,7 +332,7 @@ fn multi_answers_at_once() {
 fn client_unblock_answers_the_state_or_unblocked() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
     let mut obs = blocked_observer(&server, "k", t, 0);
     let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut c).unwrap();
     let id = observer_id(&list);
@@ -363,7 +342,7 @@ fn client_unblock_answers_the_state_or_unblocked() {
         .query(&mut c)
         .unwrap();
     assert_eq!(n, 1);
-    assert_eq!(token_of(&obs.read(SOON)), t, "answered as its timeout");
+    assert_eq!(reply_token(&obs.read(SOON)), t, "answered as its timeout");
 
     let mut obs = blocked_observer(&server, "k", t, 0);
     let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut c).unwrap();
@@ -402,7 +381,7 @@ fn read_permission_is_checked_again_before_showing_a_hold() {
         .arg("+@all")
         .query(&mut c)
         .unwrap();
-    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
     let mut obs = Raw::connect(&server);
     obs.send(&[b"AUTH", b"o", b"x"]);
     assert_eq!(obs.read(SOON), Reply::Status("OK".into()));
@@ -430,7 +409,7 @@ fn demotion_unblocks_observers() {
     let master = Server::start();
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
     let mut obs = blocked_observer(&server, "k", t, 0);
     let _: () = redis::cmd("REPLICAOF")
         .arg("127.0.0.1")
@@ -447,7 +426,7 @@ fn replica_observers_wake_on_the_stream_only() {
     attach_replica(&master, &replica);
     let mut m = master.conn();
     let mut r = replica.conn();
-    let t = acquire(&mut m, "k", "a", LONG_TTL);
+    let t = try_acquire(&mut m, "k", "a", LONG_TTL).expect("acquire");
     let _: () = redis::cmd("WAIT").arg(1).arg(2000).query(&mut m).unwrap();
     let mut obs = blocked_observer(&replica, "k", t, 0);
     // A hand-off on the master reaches the observer on the replica with the new holder.
@@ -457,8 +436,8 @@ fn replica_observers_wake_on_the_stream_only() {
     release(&mut m, "k", "a");
     let tb = waiter.read(SOON).token();
     let reply = obs.read(SOON);
-    assert_eq!(token_of(&reply), tb);
-    assert_eq!(owner_of(&reply), b"b");
+    assert_eq!(reply_token(&reply), tb);
+    assert_eq!(reply_owner(&reply), b"b");
     let mut obs = blocked_observer(&replica, "k", tb, 0);
     release(&mut m, "k", "b");
     assert_eq!(obs.read(SOON), Reply::Nil);
@@ -471,7 +450,7 @@ fn replica_observers_wake_on_the_stream_only() {
     let mut ttl = 300;
     let (mut obs, resume, left) = loop {
         let started = Instant::now();
-        let tc = acquire(&mut m, "short", "c", ttl);
+        let tc = try_acquire(&mut m, "short", "c", ttl).expect("acquire");
         let _: () = redis::cmd("WAIT").arg(1).arg(2000).query(&mut m).unwrap();
         let obs = blocked_observer(&replica, "short", tc, 0);
         master.signal("STOP");
@@ -497,7 +476,7 @@ fn replica_observers_wake_on_the_stream_only() {
 fn resp3_gets_the_map() {
     let server = Server::start();
     let mut c = server.conn_resp3();
-    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
     let reply: redis::Value = redis::cmd("LOCK.OBSERVE")
         .arg("k")
         .arg(0)
@@ -520,7 +499,7 @@ fn many_observers_are_woken_by_one_release() {
     const N: usize = 2000;
     let server = Server::with_args(&["--maxclients", "10000"]);
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
     let mut observers: Vec<Raw> = (0..N)
         .map(|_| {
             let mut raw = Raw::connect(&server);
@@ -549,7 +528,7 @@ fn many_observers_are_woken_by_one_release() {
 fn disconnected_observers_leave_nothing_behind() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
     let obs = blocked_observer(&server, "k", t, 0);
     obs.stream.shutdown(std::net::Shutdown::Both).unwrap();
     drop(obs);
@@ -610,7 +589,7 @@ fn command_metadata_and_counters() {
         assert!(docs.contains(arg), "{arg} missing: {docs}");
     }
     // INFO relock: the gauge follows blocked observers; wake-ups count changes, not timeouts.
-    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
     let mut timed = Raw::connect(&server);
     send_observe(&mut timed, "k", t, 50);
     assert!(timed.read(SOON) != Reply::Nil);
@@ -647,7 +626,7 @@ fn an_observed_key_migrated_away_answers_the_redirect() {
     let key = cluster.key_on(from.port, "observed:");
     let slot = cluster_harness::key_slot(&key).to_string();
     let mut src = from.conn();
-    let t = acquire(&mut src, &key, "a", 60_000);
+    let t = try_acquire(&mut src, &key, "a", 60_000).expect("acquire");
     let mut obs = blocked_observer(from, &key, t, 0);
     let id = |n: &Server| match cluster_cmd(n, &["MYID"]) {
         redis::Value::BulkString(b) => String::from_utf8(b).unwrap(),
@@ -685,7 +664,7 @@ fn timeouts_are_prompt_on_an_idle_server() {
     let server = Server::start();
     let mut c = server.conn();
     hz_1(&mut c);
-    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
     // A timeout too far to be kept in steps, first (found in this round: every later step was
     // counted from it, and a 100 ms timeout was never answered).
     let mut far = blocked_observer(&server, "k", t, 999_999_999_999);
@@ -693,7 +672,7 @@ fn timeouts_are_prompt_on_an_idle_server() {
         let mut raw = Raw::connect(&server);
         let started = Instant::now();
         send_observe(&mut raw, "k", t, timeout);
-        assert_eq!(token_of(&raw.read(SOON)), t);
+        assert_eq!(reply_token(&raw.read(SOON)), t);
         let took = started.elapsed();
         assert!(
             took >= Duration::from_millis(timeout) && took < Duration::from_millis(timeout + 500),

@@ -7,44 +7,24 @@ use relock_testkit::cmd;
 use std::thread;
 use std::time::Duration;
 
+use common::ask::{exists, pttl};
+use common::reply::error_reply;
 use common::{
     decode_lock_info as decode_info, int_or_nil, lock_info as info, now_ms, show, LockInfo as Info,
     Server,
 };
-use redis::{Connection, RedisError, Value};
+use redis::{Connection, Value};
 use relock_testkit::wait_out_ttl;
 
-fn int(c: &mut Connection, cmd: redis::Cmd) -> i64 {
+/// Runs a command that must reply an integer; panics with the command on anything else.
+fn query_int(c: &mut Connection, cmd: redis::Cmd) -> i64 {
     cmd.query(c)
         .unwrap_or_else(|e| panic!("{} failed: {e}", show(&cmd)))
 }
 
-/// The error a command must reply, as `CODE detail` (e.g. `ERR invalid ttl_ms`).
-fn error(c: &mut Connection, cmd: redis::Cmd) -> String {
-    match cmd.query::<Value>(c) {
-        Ok(v) => panic!("{} replied {v:?}, expected an error", show(&cmd)),
-        Err(e) => error_text(&e),
-    }
-}
-
-fn error_text(e: &RedisError) -> String {
-    match (e.code(), e.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        (Some(code), None) => code.to_string(),
-        _ => e.to_string(),
-    }
-}
-
-fn held(c: &mut Connection, key: impl redis::ToRedisArgs) -> Info {
+/// `LOCK.INFO key` of the exclusive lock that must be there.
+fn held_lock(c: &mut Connection, key: impl redis::ToRedisArgs) -> Info {
     info(c, key).expect("a lock at the key")
-}
-
-fn pttl(c: &mut Connection, key: impl redis::ToRedisArgs) -> i64 {
-    int(c, cmd!("PTTL", key))
-}
-
-fn exists(c: &mut Connection, key: impl redis::ToRedisArgs) -> i64 {
-    int(c, cmd!("EXISTS", key))
 }
 
 /// The key's Redis TTL and the lock's own ttl are one and the same: LOCK.INFO's ttl lies
@@ -53,7 +33,7 @@ fn exists(c: &mut Connection, key: impl redis::ToRedisArgs) -> i64 {
 /// two replies came 22-31 ms apart.
 fn assert_ttl_matches(c: &mut Connection, key: &[u8]) {
     let before = pttl(c, key);
-    let i = held(c, key);
+    let i = held_lock(c, key);
     let after = pttl(c, key);
     assert!(
         after - 5 <= i.ttl && i.ttl <= before + 5,
@@ -76,7 +56,7 @@ fn acquire_free_key_grants_a_new_hold() {
         token >= before * 1000,
         "token {token} below the clock floor"
     );
-    let i = held(&mut c, "k");
+    let i = held_lock(&mut c, "k");
     assert_eq!(i.owner, b"o");
     assert_eq!(i.token, token);
     assert_eq!(i.count, 1);
@@ -102,7 +82,7 @@ fn acquire_by_holder_is_idempotent_and_resets_ttl() {
     assert_eq!(again, Some(token), "re-acquire keeps the token");
     let high = pttl(&mut c, "k");
     assert!(high > 9_000 && high <= 10_000, "PTTL {high} after reset");
-    let i = held(&mut c, "k");
+    let i = held_lock(&mut c, "k");
     assert_eq!((i.token, i.count), (token, 1));
     assert_ttl_matches(&mut c, b"k");
 
@@ -115,7 +95,7 @@ fn acquire_by_holder_is_idempotent_and_resets_ttl() {
         int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 5_000)),
         Some(token)
     );
-    let i = held(&mut c, "k");
+    let i = held_lock(&mut c, "k");
     assert_eq!((i.token, i.count), (token, 2));
     assert!(i.ttl > 4_000 && i.ttl <= 5_000, "ttl {}", i.ttl);
 }
@@ -126,7 +106,7 @@ fn acquire_by_another_owner_gets_nil_and_changes_nothing() {
     let mut c = server.conn();
     let token = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 2_000)).unwrap();
     wait_out_ttl(Duration::from_millis(200));
-    let before = held(&mut c, "k");
+    let before = held_lock(&mut c, "k");
     assert_eq!(
         int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "x", 60_000)),
         None
@@ -135,7 +115,7 @@ fn acquire_by_another_owner_gets_nil_and_changes_nothing() {
         int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "x", 60_000)),
         None
     );
-    let after = held(&mut c, "k");
+    let after = held_lock(&mut c, "k");
     assert_eq!(after.owner, b"o");
     assert_eq!((after.token, after.count), (token, 1));
     assert!(
@@ -159,7 +139,7 @@ fn tokens_strictly_increase_across_keys_and_releases() {
     let t = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "a", "o", 10_000)).unwrap();
     assert!(t > last, "re-acquire after release: {t} after {last}");
     last = t;
-    assert_eq!(int(&mut c, cmd!("DEL", "a")), 1);
+    assert_eq!(query_int(&mut c, cmd!("DEL", "a")), 1);
     let t = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "a", "p", 10_000)).unwrap();
     assert!(t > last, "acquire after DEL: {t} after {last}");
     last = t;
@@ -168,7 +148,7 @@ fn tokens_strictly_increase_across_keys_and_releases() {
         int_or_nil(&mut c, cmd!("LOCK.REENTER", "d", "o", 10_000)),
         Some(1)
     );
-    assert!(held(&mut c, "d").token > last);
+    assert!(held_lock(&mut c, "d").token > last);
 }
 
 #[test]
@@ -181,12 +161,12 @@ fn reenter_counts_up_and_release_counts_down() {
             Some(n)
         );
     }
-    let i = held(&mut c, "k");
+    let i = held_lock(&mut c, "k");
     assert_eq!((i.owner.as_slice(), i.count), (&b"o"[..], 3));
     let token = i.token;
     for n in [2, 1] {
         assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "o")), Some(n));
-        let i = held(&mut c, "k");
+        let i = held_lock(&mut c, "k");
         assert_eq!(
             (i.token, i.count),
             (token, n),
@@ -208,13 +188,13 @@ fn reenter_resets_ttl_and_keeps_token() {
         int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 1_000)),
         Some(1)
     );
-    let token = held(&mut c, "k").token;
+    let token = held_lock(&mut c, "k").token;
     wait_out_ttl(Duration::from_millis(300));
     assert_eq!(
         int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 20_000)),
         Some(2)
     );
-    let i = held(&mut c, "k");
+    let i = held_lock(&mut c, "k");
     assert_eq!(i.token, token);
     assert!(i.ttl > 19_000 && i.ttl <= 20_000, "ttl {}", i.ttl);
     assert_ttl_matches(&mut c, b"k");
@@ -224,7 +204,7 @@ fn reenter_resets_ttl_and_keeps_token() {
         int_or_nil(&mut c, cmd!("LOCK.REENTER", "j", "o", 10_000)),
         Some(2)
     );
-    assert_eq!(held(&mut c, "j").token, t);
+    assert_eq!(held_lock(&mut c, "j").token, t);
 }
 
 /// `owner` takes `key` and enters it again: count 1, then 2.
@@ -244,10 +224,10 @@ fn release_by_non_owner_is_nil_and_changes_nothing() {
     let server = Server::start();
     let mut c = server.conn();
     enter_twice(&mut c, "k", "o");
-    let before = held(&mut c, "k");
+    let before = held_lock(&mut c, "k");
     assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "x")), None);
     assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "O")), None);
-    let after = held(&mut c, "k");
+    let after = held_lock(&mut c, "k");
     assert_eq!(after.owner, before.owner);
     assert_eq!((after.token, after.count), (before.token, 2));
     // Never held.
@@ -279,7 +259,7 @@ fn renew_sets_ttl_shorter_or_longer() {
     let p = pttl(&mut c, "k");
     assert!(p > 1_000 && p <= 2_000, "PTTL {p} after renew to 2 s");
     assert_ttl_matches(&mut c, b"k");
-    assert_eq!(held(&mut c, "k").count, 1);
+    assert_eq!(held_lock(&mut c, "k").count, 1);
 
     // A renew keeps a re-entered count.
     assert_eq!(
@@ -290,7 +270,7 @@ fn renew_sets_ttl_shorter_or_longer() {
         int_or_nil(&mut c, cmd!("LOCK.RENEW", "k", "o", 30_000)),
         Some(token)
     );
-    let i = held(&mut c, "k");
+    let i = held_lock(&mut c, "k");
     assert_eq!((i.token, i.count), (token, 2));
 
     // Anyone else: nil, nothing changes.
@@ -331,12 +311,12 @@ fn forcerelease_removes_any_hold_once() {
     let server = Server::start();
     let mut c = server.conn();
     enter_twice(&mut c, "k", "o");
-    let old = held(&mut c, "k").token;
-    assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "k")), 1);
+    let old = held_lock(&mut c, "k").token;
+    assert_eq!(query_int(&mut c, cmd!("LOCK.FORCERELEASE", "k")), 1);
     assert_eq!(info(&mut c, "k"), None);
     assert_eq!(exists(&mut c, "k"), 0);
-    assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "k")), 0);
-    assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "never")), 0);
+    assert_eq!(query_int(&mut c, cmd!("LOCK.FORCERELEASE", "k")), 0);
+    assert_eq!(query_int(&mut c, cmd!("LOCK.FORCERELEASE", "never")), 0);
     // The former holder no longer holds it; a new owner gets a new token.
     assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "o")), None);
     let t = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "x", 10_000)).unwrap();
@@ -387,8 +367,8 @@ fn info_is_a_map_in_resp2_and_resp3() {
     assert_eq!(raw, Value::Nil);
 
     // No TTL on the key: ttl is -1.
-    assert_eq!(int(&mut c, cmd!("PERSIST", "k")), 1);
-    assert_eq!(held(&mut c, "k").ttl, -1);
+    assert_eq!(query_int(&mut c, cmd!("PERSIST", "k")), 1);
+    assert_eq!(held_lock(&mut c, "k").ttl, -1);
     assert_eq!(pttl(&mut c, "k"), -1);
 }
 
@@ -401,13 +381,13 @@ fn reentrancy_limit_is_an_error_and_keeps_the_count() {
         .query(&mut c)
         .unwrap();
     assert_eq!(ok, "OK");
-    let i = held(&mut c, "k");
+    let i = held_lock(&mut c, "k");
     assert_eq!((i.token, i.count), (1, 4_294_967_295));
     assert_eq!(
-        error(&mut c, cmd!("LOCK.REENTER", "k", "owner", 1000)),
+        error_reply(&mut c, cmd!("LOCK.REENTER", "k", "owner", 1000)),
         "ERR reentrancy limit reached"
     );
-    let after = held(&mut c, "k");
+    let after = held_lock(&mut c, "k");
     assert_eq!((after.token, after.count), (1, 4_294_967_295));
     assert!(after.ttl > 55_000, "ttl {} must not be reset", after.ttl);
     // The hold can still be released one step.
@@ -440,8 +420,8 @@ fn pttl_always_equals_info_ttl() {
     assert_ttl_matches(&mut c, b"big");
     assert!(pttl(&mut c, "big") > 999_999_990_000);
     // A PEXPIRE on the key is the lock's ttl as well.
-    assert_eq!(int(&mut c, cmd!("PEXPIRE", "k", 3_000)), 1);
-    let i = held(&mut c, "k");
+    assert_eq!(query_int(&mut c, cmd!("PEXPIRE", "k", 3_000)), 1);
+    let i = held_lock(&mut c, "k");
     assert!(i.ttl > 2_900 && i.ttl <= 3_000, "ttl {}", i.ttl);
 }
 
@@ -453,7 +433,7 @@ fn keys_and_owners_are_binary_safe() {
     let owner: &[u8] = b"\x00o\xff\r\n\x00";
     let near: &[u8] = b"\x00o\xff\r\n"; // a prefix of owner
     let t = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", key, owner, 10_000)).unwrap();
-    let i = held(&mut c, key);
+    let i = held_lock(&mut c, key);
     assert_eq!(i.owner, owner);
     assert_eq!(i.token, t);
     assert_ttl_matches(&mut c, key);
@@ -496,7 +476,7 @@ fn keys_and_owners_are_binary_safe() {
     // Owner of only 0xff bytes.
     let ff = [0xffu8; 3];
     int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", &ff[..], &ff[..], 10_000)).unwrap();
-    assert_eq!(held(&mut c, &ff[..]).owner, ff);
+    assert_eq!(held_lock(&mut c, &ff[..]).owner, ff);
 }
 
 #[test]
@@ -507,45 +487,45 @@ fn owner_length_is_checked() {
     let long = vec![b'a'; 257];
     let empty: &[u8] = b"";
     let t = int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", &max, 10_000)).unwrap();
-    assert_eq!(held(&mut c, "k").owner, max);
+    assert_eq!(held_lock(&mut c, "k").owner, max);
     // A 257-byte owner whose first 256 bytes match the holder must not be taken for it.
     for bad in [&long[..], empty] {
         assert_eq!(
-            error(&mut c, cmd!("LOCK.ACQUIRE", "k", bad, 10_000)),
+            error_reply(&mut c, cmd!("LOCK.ACQUIRE", "k", bad, 10_000)),
             "ERR invalid owner"
         );
         assert_eq!(
-            error(&mut c, cmd!("LOCK.REENTER", "k", bad, 10_000)),
+            error_reply(&mut c, cmd!("LOCK.REENTER", "k", bad, 10_000)),
             "ERR invalid owner"
         );
         assert_eq!(
-            error(&mut c, cmd!("LOCK.RENEW", "k", bad, 10_000)),
+            error_reply(&mut c, cmd!("LOCK.RENEW", "k", bad, 10_000)),
             "ERR invalid owner"
         );
         assert_eq!(
-            error(&mut c, cmd!("LOCK.RELEASE", "k", bad)),
+            error_reply(&mut c, cmd!("LOCK.RELEASE", "k", bad)),
             "ERR invalid owner"
         );
         assert_eq!(
-            error(&mut c, cmd!("LOCK.WAIT", "k", bad, 10_000, 100)),
+            error_reply(&mut c, cmd!("LOCK.WAIT", "k", bad, 10_000, 100)),
             "ERR invalid owner"
         );
         // On a free key nothing gets created either.
         assert_eq!(
-            error(&mut c, cmd!("LOCK.ACQUIRE", "free", bad, 10_000)),
+            error_reply(&mut c, cmd!("LOCK.ACQUIRE", "free", bad, 10_000)),
             "ERR invalid owner"
         );
         assert_eq!(
-            error(&mut c, cmd!("LOCK.REENTER", "free", bad, 10_000)),
+            error_reply(&mut c, cmd!("LOCK.REENTER", "free", bad, 10_000)),
             "ERR invalid owner"
         );
         assert_eq!(
-            error(&mut c, cmd!("LOCK.WAIT", "free", bad, 10_000, 0)),
+            error_reply(&mut c, cmd!("LOCK.WAIT", "free", bad, 10_000, 0)),
             "ERR invalid owner"
         );
         assert_eq!(exists(&mut c, "free"), 0);
     }
-    let i = held(&mut c, "k");
+    let i = held_lock(&mut c, "k");
     assert_eq!((i.owner, i.token, i.count), (max.clone(), t, 1));
     // The 256-byte owner works with every command.
     assert_eq!(
@@ -585,24 +565,24 @@ fn ttl_ms_is_checked() {
     for bad in BAD_TTLS {
         for (name, key) in [("LOCK.ACQUIRE", "k"), ("LOCK.ACQUIRE", "free")] {
             assert_eq!(
-                error(&mut c, cmd!(name, key, "o", bad)),
+                error_reply(&mut c, cmd!(name, key, "o", bad)),
                 "ERR invalid ttl_ms",
                 "{name} {key} o {bad:?}"
             );
         }
         for key in ["k", "free"] {
             assert_eq!(
-                error(&mut c, cmd!("LOCK.REENTER", key, "o", bad)),
+                error_reply(&mut c, cmd!("LOCK.REENTER", key, "o", bad)),
                 "ERR invalid ttl_ms",
                 "LOCK.REENTER {key} o {bad:?}"
             );
             assert_eq!(
-                error(&mut c, cmd!("LOCK.RENEW", key, "o", bad)),
+                error_reply(&mut c, cmd!("LOCK.RENEW", key, "o", bad)),
                 "ERR invalid ttl_ms",
                 "LOCK.RENEW {key} o {bad:?}"
             );
             assert_eq!(
-                error(&mut c, cmd!("LOCK.WAIT", key, "o", bad, 100)),
+                error_reply(&mut c, cmd!("LOCK.WAIT", key, "o", bad, 100)),
                 "ERR invalid ttl_ms",
                 "LOCK.WAIT {key} o {bad:?} 100"
             );
@@ -610,7 +590,7 @@ fn ttl_ms_is_checked() {
     }
     // Nothing changed.
     assert_eq!(exists(&mut c, "free"), 0);
-    let i = held(&mut c, "k");
+    let i = held_lock(&mut c, "k");
     assert_eq!((i.token, i.count), (t, 1));
     assert!(i.ttl > 5_000 && i.ttl <= 10_000, "ttl {}", i.ttl);
     // The bounds themselves are valid.
@@ -633,7 +613,7 @@ fn wait_timeout_ms_is_checked() {
     let mut c = server.conn();
     for bad in ["-1", "abc", "1000000000001", "1.5", "+5", "01", ""] {
         assert_eq!(
-            error(&mut c, cmd!("LOCK.WAIT", "k", "o", 1_000, bad)),
+            error_reply(&mut c, cmd!("LOCK.WAIT", "k", "o", 1_000, bad)),
             "ERR invalid timeout_ms",
             "LOCK.WAIT k o 1000 {bad:?}"
         );
@@ -641,7 +621,7 @@ fn wait_timeout_ms_is_checked() {
     assert_eq!(exists(&mut c, "k"), 0);
     // 0 (no limit) and 10^12 are valid; the key is free so both reply at once.
     let a = int_or_nil(&mut c, cmd!("LOCK.WAIT", "k", "o", 10_000, 0)).expect("token");
-    let i = held(&mut c, "k");
+    let i = held_lock(&mut c, "k");
     assert_eq!((i.owner.as_slice(), i.token), (&b"o"[..], a));
     let b = int_or_nil(
         &mut c,
@@ -668,7 +648,7 @@ fn every_command_gives_wrongtype_on_a_string_and_leaves_it_alone() {
         cmd!("LOCK.WAIT", "s", "o", 1_000, 100),
     ];
     for cmd in cmds {
-        let e = error(&mut c, cmd.clone());
+        let e = error_reply(&mut c, cmd.clone());
         assert!(e.starts_with("WRONGTYPE"), "{} replied {e}", show(&cmd));
         let v: String = cmd!("GET", "s").query(&mut c).unwrap();
         assert_eq!(v, "value", "after {}", show(&cmd));
@@ -679,7 +659,7 @@ fn every_command_gives_wrongtype_on_a_string_and_leaves_it_alone() {
     assert_eq!(kind, "string");
     // And another type without a TTL.
     let _: i64 = cmd!("LPUSH", "l", "x").query(&mut c).unwrap();
-    let e = error(&mut c, cmd!("LOCK.ACQUIRE", "l", "o", 1_000));
+    let e = error_reply(&mut c, cmd!("LOCK.ACQUIRE", "l", "o", 1_000));
     assert!(e.starts_with("WRONGTYPE"), "{e}");
     assert_eq!(pttl(&mut c, "l"), -1);
 }
@@ -703,7 +683,7 @@ fn arguments_are_checked_before_the_key() {
         (cmd!("LOCK.APPLY", "s", "o", 0, 1), "ERR invalid token"),
     ];
     for (command, expected) in cases {
-        let e = error(&mut c, command.clone());
+        let e = error_reply(&mut c, command.clone());
         assert_eq!(e, expected, "{}", show(&command));
     }
     let v: String = cmd!("GET", "s").query(&mut c).unwrap();
@@ -717,16 +697,19 @@ fn counter_raises_the_token_counter_only() {
     let mut c = server.conn();
     let seed: i64 = 1 << 52;
     let _: () = cmd!("LOCK.COUNTER", seed).query(&mut c).unwrap();
-    let t = int(&mut c, cmd!("LOCK.ACQUIRE", "a", "o", 1000));
+    let t = query_int(&mut c, cmd!("LOCK.ACQUIRE", "a", "o", 1000));
     assert_eq!(t, seed + 1);
     let _: () = cmd!("LOCK.COUNTER", 5).query(&mut c).unwrap();
-    let u = int(&mut c, cmd!("LOCK.ACQUIRE", "b", "o", 1000));
+    let u = query_int(&mut c, cmd!("LOCK.ACQUIRE", "b", "o", 1000));
     assert_eq!(u, seed + 2, "a lower counter is ignored");
     for bad in ["0", "-1", "x", "9007199254740992"] {
-        let e = error(&mut c, cmd!("LOCK.COUNTER", bad));
+        let e = error_reply(&mut c, cmd!("LOCK.COUNTER", bad));
         assert_eq!(e, "ERR invalid token", "LOCK.COUNTER {bad}");
     }
-    assert_eq!(int(&mut c, cmd!("LOCK.ACQUIRE", "c", "o", 1000)), seed + 3);
+    assert_eq!(
+        query_int(&mut c, cmd!("LOCK.ACQUIRE", "c", "o", 1000)),
+        seed + 3
+    );
 }
 
 #[test]
@@ -748,7 +731,7 @@ fn wrong_arity_is_the_standard_error() {
         cmd!("LOCK.FORCERELEASE", "k", "x", "y"),
     ];
     for cmd in cases {
-        let e = error(&mut c, cmd.clone());
+        let e = error_reply(&mut c, cmd.clone());
         assert!(e.starts_with(ARITY), "{} replied {e}", show(&cmd));
     }
     // Since shared holds the acquiring commands take optional mode words (arity -4/-5), so a
@@ -760,11 +743,11 @@ fn wrong_arity_is_the_standard_error() {
         cmd!("LOCK.RELEASE", "k", "o", "x"),
         cmd!("LOCK.WAIT", "k", "o", 100, 100, 1),
     ] {
-        let e = error(&mut c, cmd.clone());
+        let e = error_reply(&mut c, cmd.clone());
         assert_eq!(e, "ERR syntax error", "{}", show(&cmd));
     }
     assert_eq!(exists(&mut c, "k"), 0, "no arity error creates the key");
-    let e = error(&mut c, cmd!("LOCK.ACQUIRE", "k", "o"));
+    let e = error_reply(&mut c, cmd!("LOCK.ACQUIRE", "k", "o"));
     assert!(e.to_lowercase().contains("'lock.acquire'"), "{e}");
 }
 
@@ -798,20 +781,24 @@ fn lock_keys_behave_like_any_other_type() {
     assert!(freq >= 0);
 
     // COPY duplicates the hold: same owner and token, and its TTL.
-    assert_eq!(int(&mut c, cmd!("COPY", "k", "k2")), 1);
-    let a = held(&mut c, "k");
-    let b = held(&mut c, "k2");
+    assert_eq!(query_int(&mut c, cmd!("COPY", "k", "k2")), 1);
+    let a = held_lock(&mut c, "k");
+    let b = held_lock(&mut c, "k2");
     assert_eq!((&b.owner, b.token, b.count), (&a.owner, t, a.count));
     assert!(b.ttl > 50_000, "copy ttl {}", b.ttl);
     assert_ttl_matches(&mut c, b"k2");
     assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k2", "o")), Some(0));
-    assert_eq!(held(&mut c, "k").token, t, "the original is independent");
+    assert_eq!(
+        held_lock(&mut c, "k").token,
+        t,
+        "the original is independent"
+    );
 
     // RENAME moves the hold.
     let _: () = cmd!("RENAME", "k", "r").query(&mut c).unwrap();
     assert_eq!(exists(&mut c, "k"), 0);
     assert_eq!(info(&mut c, "k"), None);
-    let r = held(&mut c, "r");
+    let r = held_lock(&mut c, "r");
     assert_eq!((r.owner.as_slice(), r.token, r.count), (&b"o"[..], t, 1));
     assert_ttl_matches(&mut c, b"r");
     assert_eq!(
@@ -822,9 +809,9 @@ fn lock_keys_behave_like_any_other_type() {
     assert!(fresh > t);
 
     // DEBUG RELOAD keeps everything.
-    let before = (held(&mut c, "r"), held(&mut c, "k"));
+    let before = (held_lock(&mut c, "r"), held_lock(&mut c, "k"));
     let _: () = cmd!("DEBUG", "RELOAD").query(&mut c).unwrap();
-    let after = (held(&mut c, "r"), held(&mut c, "k"));
+    let after = (held_lock(&mut c, "r"), held_lock(&mut c, "k"));
     assert_eq!(after.0.owner, before.0.owner);
     assert_eq!(after.0.token, before.0.token);
     assert_eq!(after.1.token, before.1.token);
@@ -834,10 +821,10 @@ fn lock_keys_behave_like_any_other_type() {
     assert_eq!(kind, "relock-lk");
 
     // DEL and UNLINK remove it; the lock is gone for its owner.
-    assert_eq!(int(&mut c, cmd!("DEL", "r")), 1);
+    assert_eq!(query_int(&mut c, cmd!("DEL", "r")), 1);
     assert_eq!(info(&mut c, "r"), None);
     assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "r", "o")), None);
-    assert_eq!(int(&mut c, cmd!("UNLINK", "k")), 1);
+    assert_eq!(query_int(&mut c, cmd!("UNLINK", "k")), 1);
     assert_eq!(info(&mut c, "k"), None);
     assert_eq!(
         int_or_nil(&mut c, cmd!("LOCK.RENEW", "k", "x", 1_000)),
@@ -884,15 +871,15 @@ fn holder_keeps_its_hold_while_waiters_are_queued() {
         int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "x", 10_000)),
         None
     );
-    let i = held(&mut c, "k");
+    let i = held_lock(&mut c, "k");
     assert_eq!((i.token, i.count, i.waiters), (t, 2, 1));
     // The hand-off happens only when the count reaches 0.
     assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "o")), Some(1));
-    assert_eq!(held(&mut c, "k").owner, b"o");
+    assert_eq!(held_lock(&mut c, "k").owner, b"o");
     assert_eq!(int_or_nil(&mut c, cmd!("LOCK.RELEASE", "k", "o")), Some(0));
     let granted = waiter.join().unwrap().expect("the waiter gets the lock");
     assert!(granted > t);
-    let i = held(&mut c, "k");
+    let i = held_lock(&mut c, "k");
     assert_eq!(
         (i.owner.as_slice(), i.token, i.count, i.waiters),
         (&b"w"[..], granted, 1, 0)
@@ -937,7 +924,7 @@ fn lock_state(c: &mut Connection, key: &str) -> (Value, Value, i64, Value) {
     (
         without_ttl(info),
         without_ttl(holders),
-        int(c, cmd!("PEXPIRETIME", key)),
+        query_int(c, cmd!("PEXPIRETIME", key)),
         history,
     )
 }
@@ -981,7 +968,7 @@ fn master_and_replica() -> (Server, Server) {
 
 /// The replica has everything the master wrote, and shows the same locks at `keys`.
 fn assert_replica_agrees(m: &mut Connection, r: &mut Connection, keys: &[&str], what: &str) {
-    assert_eq!(int(m, cmd!("WAIT", 1, 5000)), 1, "{what}: WAIT");
+    assert_eq!(query_int(m, cmd!("WAIT", 1, 5000)), 1, "{what}: WAIT");
     for key in keys {
         let (mi, mh, mx, _) = lock_state(m, key);
         let (ri, rh, rx, _) = lock_state(r, key);
@@ -1044,7 +1031,7 @@ fn a_step_sent_twice_changes_the_hold_once() {
         cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 2),
         n(3),
     );
-    assert_eq!(held(&mut m, "k").count, 3);
+    assert_eq!(held_lock(&mut m, "k").count, 3);
     step_then_repeat(
         &mut m,
         &mut r,
@@ -1062,12 +1049,17 @@ fn a_step_sent_twice_changes_the_hold_once() {
     // The last level hands the lock to a waiter; its repeat finds the hold gone (nil) and
     // touches nothing of the waiter's new hold.
     let mut w = master.conn();
-    let waiter = thread::spawn(move || int(&mut w, cmd!("LOCK.WAIT", "k", "w", 60_000, 10_000)));
+    let waiter =
+        thread::spawn(move || query_int(&mut w, cmd!("LOCK.WAIT", "k", "w", 60_000, 10_000)));
     assert!(
-        common::eventually(Duration::from_secs(10), || held(&mut m, "k").waiters == 1),
+        common::eventually(Duration::from_secs(10), || held_lock(&mut m, "k").waiters
+            == 1),
         "the waiter queued"
     );
-    assert_eq!(int(&mut m, cmd!("LOCK.RELEASE", "k", "o", "FROM", 1)), 0);
+    assert_eq!(
+        query_int(&mut m, cmd!("LOCK.RELEASE", "k", "o", "FROM", 1)),
+        0
+    );
     let token = waiter.join().unwrap();
     step_then_repeat_nil(
         &mut m,
@@ -1076,7 +1068,7 @@ fn a_step_sent_twice_changes_the_hold_once() {
         cmd!("LOCK.RELEASE", "k", "o", "FROM", 1),
     );
     assert_eq!(
-        (held(&mut m, "k").owner, held(&mut m, "k").token),
+        (held_lock(&mut m, "k").owner, held_lock(&mut m, "k").token),
         (b"w".to_vec(), token)
     );
 
@@ -1095,7 +1087,7 @@ fn a_step_sent_twice_changes_the_hold_once() {
             from
         )
     };
-    int(
+    query_int(
         &mut m,
         cmd!("LOCK.ACQUIRE", "s", "other", 60_000, "SHARED", "LIMIT", 3),
     );
@@ -1113,17 +1105,17 @@ fn a_step_sent_twice_changes_the_hold_once() {
     let g = ["{g}a", "{g}b"];
     for key in g {
         assert_eq!(
-            int(&mut m, cmd!("LOCK.REENTER", key, "o", 60_000, "FROM", 0)),
+            query_int(&mut m, cmd!("LOCK.REENTER", key, "o", 60_000, "FROM", 0)),
             1
         );
         assert_eq!(
-            int(&mut m, cmd!("LOCK.REENTER", key, "o", 60_000, "FROM", 1)),
+            query_int(&mut m, cmd!("LOCK.REENTER", key, "o", 60_000, "FROM", 1)),
             2
         );
     }
     let mrelease = |from: i64| cmd!("LOCK.MRELEASE", 2, g[0], g[1], "o", "FROM", from);
     step_then_repeat(&mut m, &mut r, &g, mrelease(2), n(2));
-    assert_eq!(int(&mut m, mrelease(1)), 2);
+    assert_eq!(query_int(&mut m, mrelease(1)), 2);
     // Both holds are gone: the repeat releases nothing and says so.
     step_then_repeat(&mut m, &mut r, &g, mrelease(1), n(0));
 }
@@ -1151,11 +1143,11 @@ fn a_step_from_another_count_is_an_error_that_changes_nothing() {
     let server = Server::start();
     let mut c = server.conn();
     assert_eq!(
-        int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 0)),
+        query_int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 0)),
         1
     );
     assert_eq!(
-        int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 1)),
+        query_int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 1)),
         2
     );
     let before = snapshot(&mut c, &["k"]);
@@ -1169,7 +1161,7 @@ fn a_step_from_another_count_is_an_error_that_changes_nothing() {
         (cmd!("LOCK.MRELEASE", 2, "{k}free", "k", "o", "FROM", 1), "ERR hold count is 2, not 1"),
     ];
     for (cmd, expected) in wrong {
-        assert_eq!(error(&mut c, cmd.clone()), expected, "{}", show(&cmd));
+        assert_eq!(error_reply(&mut c, cmd.clone()), expected, "{}", show(&cmd));
     }
     assert_eq!(
         snapshot(&mut c, &["k"]),
@@ -1178,18 +1170,18 @@ fn a_step_from_another_count_is_an_error_that_changes_nothing() {
     );
     // MRELEASE on a key in step and one off: nothing released on either.
     assert_eq!(
-        int(&mut c, cmd!("LOCK.REENTER", "{k}x", "o", 60_000, "FROM", 0)),
+        query_int(&mut c, cmd!("LOCK.REENTER", "{k}x", "o", 60_000, "FROM", 0)),
         1
     );
     assert_eq!(
-        error(
+        error_reply(
             &mut c,
             cmd!("LOCK.MRELEASE", 2, "{k}x", "k", "o", "FROM", 1)
         ),
         "ERR hold count is 2, not 1"
     );
     assert_eq!(
-        held(&mut c, "{k}x").count,
+        held_lock(&mut c, "{k}x").count,
         1,
         "the key in step was not released"
     );
@@ -1205,22 +1197,22 @@ fn out_of_memory_a_repeat_is_still_answered() {
     let server = Server::with_args(&["--maxmemory-policy", "noeviction"]);
     let mut c = server.conn();
     assert_eq!(
-        int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 0)),
+        query_int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 0)),
         1
     );
     assert_eq!(
-        int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 1)),
+        query_int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 1)),
         2
     );
     let _: () = cmd!("CONFIG", "SET", "maxmemory", 1).query(&mut c).unwrap();
     let before = snapshot(&mut c, &["k", "new"]);
     // The repeat of FROM 1 (the hold is at 2), and a FROM 0 now the hold is ours: answered.
     assert_eq!(
-        int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 1)),
+        query_int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 1)),
         2
     );
     assert_eq!(
-        error(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 0)),
+        error_reply(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 0)),
         "ERR hold count is 2, not 0"
     );
     // A hold that is gone: nil, as with memory.
@@ -1235,16 +1227,22 @@ fn out_of_memory_a_repeat_is_still_answered() {
         cmd!("LOCK.REENTER", "new", "o", 60_000, "FROM", 0),
         cmd!("LOCK.REENTER", "new", "o", 60_000),
     ] {
-        let e = error(&mut c, step.clone());
+        let e = error_reply(&mut c, step.clone());
         assert!(e.starts_with("OOM "), "{}: {e}", show(&step));
     }
     assert_eq!(snapshot(&mut c, &["k", "new"]), before);
     // Releases need no memory.
-    assert_eq!(int(&mut c, cmd!("LOCK.RELEASE", "k", "o", "FROM", 2)), 1);
-    assert_eq!(int(&mut c, cmd!("LOCK.RELEASE", "k", "o", "FROM", 2)), 1);
+    assert_eq!(
+        query_int(&mut c, cmd!("LOCK.RELEASE", "k", "o", "FROM", 2)),
+        1
+    );
+    assert_eq!(
+        query_int(&mut c, cmd!("LOCK.RELEASE", "k", "o", "FROM", 2)),
+        1
+    );
     let _: () = cmd!("CONFIG", "SET", "maxmemory", 0).query(&mut c).unwrap();
     assert_eq!(
-        int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 1)),
+        query_int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 1)),
         2
     );
 }
@@ -1253,7 +1251,7 @@ fn out_of_memory_a_repeat_is_still_answered() {
 fn from_counts_are_checked() {
     let server = Server::start();
     let mut c = server.conn();
-    int(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 60_000));
+    query_int(&mut c, cmd!("LOCK.ACQUIRE", "k", "o", 60_000));
     let before = snapshot(&mut c, &["k"]);
     for bad in ["-1", "x", "4294967296", "01", "1.0", ""] {
         for cmd in [
@@ -1263,7 +1261,7 @@ fn from_counts_are_checked() {
             cmd!("LOCK.MRELEASE", 1, "k", "o", "FROM", bad),
         ] {
             assert_eq!(
-                error(&mut c, cmd.clone()),
+                error_reply(&mut c, cmd.clone()),
                 "ERR invalid count",
                 "{}",
                 show(&cmd)
@@ -1276,7 +1274,7 @@ fn from_counts_are_checked() {
         cmd!("LOCK.MRELEASE", 1, "k", "o", "FROM", 0),
     ] {
         assert_eq!(
-            error(&mut c, cmd.clone()),
+            error_reply(&mut c, cmd.clone()),
             "ERR invalid count",
             "{}",
             show(&cmd)
@@ -1296,7 +1294,7 @@ fn from_counts_are_checked() {
     ];
     for cmd in syntax {
         assert_eq!(
-            error(&mut c, cmd.clone()),
+            error_reply(&mut c, cmd.clone()),
             "ERR syntax error",
             "{}",
             show(&cmd)
@@ -1304,11 +1302,11 @@ fn from_counts_are_checked() {
     }
     // The words before FROM are checked first, in their order.
     assert_eq!(
-        error(&mut c, cmd!("LOCK.REENTER", "k", "o", 0, "FROM", "x")),
+        error_reply(&mut c, cmd!("LOCK.REENTER", "k", "o", 0, "FROM", "x")),
         "ERR invalid ttl_ms"
     );
     assert_eq!(
-        error(
+        error_reply(
             &mut c,
             cmd!(
                 "LOCK.REENTER",
@@ -1325,7 +1323,7 @@ fn from_counts_are_checked() {
         "ERR invalid limit"
     );
     assert_eq!(
-        error(&mut c, cmd!("LOCK.RELEASE", "k", "", "FROM", "x")),
+        error_reply(&mut c, cmd!("LOCK.RELEASE", "k", "", "FROM", "x")),
         "ERR invalid owner"
     );
     assert_eq!(
@@ -1335,7 +1333,7 @@ fn from_counts_are_checked() {
     );
     // The largest count is a count (this hold's is another).
     assert_eq!(
-        error(
+        error_reply(
             &mut c,
             cmd!("LOCK.RELEASE", "k", "o", "FROM", 4_294_967_295u64)
         ),
@@ -1350,7 +1348,7 @@ fn an_inner_reentry_into_a_lost_hold_is_nil() {
     let server = Server::start();
     let mut c = server.conn();
     assert_eq!(
-        int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 0)),
+        query_int(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 0)),
         1
     );
     let _: i64 = cmd!("DEL", "k").query(&mut c).unwrap();
@@ -1362,13 +1360,13 @@ fn an_inner_reentry_into_a_lost_hold_is_nil() {
     assert_eq!(exists(&mut c, "k"), 0, "no fresh hold");
     assert_eq!(snapshot(&mut c, &["k"]), before);
     // Another holds it now.
-    let token = int(&mut c, cmd!("LOCK.ACQUIRE", "k", "b", 60_000));
+    let token = query_int(&mut c, cmd!("LOCK.ACQUIRE", "k", "b", 60_000));
     assert_eq!(
         int_or_nil(&mut c, cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", 2)),
         None
     );
     assert_eq!(
-        (held(&mut c, "k").owner, held(&mut c, "k").token),
+        (held_lock(&mut c, "k").owner, held_lock(&mut c, "k").token),
         (b"b".to_vec(), token)
     );
     // A shared key where the caller holds nothing any more.
@@ -1423,14 +1421,14 @@ fn a_command_resent_after_a_lost_reply_applies_once() {
     let n = Value::Int;
     let reenter = |from: i64| cmd!("LOCK.REENTER", "k", "o", 60_000, "FROM", from);
     assert_eq!(lost_then_resent(reenter(0)), n(1));
-    assert_eq!(held(&mut direct, "k").count, 1);
+    assert_eq!(held_lock(&mut direct, "k").count, 1);
     assert_eq!(lost_then_resent(reenter(1)), n(2));
-    assert_eq!(held(&mut direct, "k").count, 2);
+    assert_eq!(held_lock(&mut direct, "k").count, 2);
     assert_eq!(
         lost_then_resent(cmd!("LOCK.RELEASE", "k", "o", "FROM", 2)),
         n(1)
     );
-    assert_eq!(held(&mut direct, "k").count, 1);
+    assert_eq!(held_lock(&mut direct, "k").count, 1);
     // The last level: the hold ended once; the re-send finds it gone.
     assert_eq!(
         lost_then_resent(cmd!("LOCK.RELEASE", "k", "o", "FROM", 1)),
@@ -1440,14 +1438,14 @@ fn a_command_resent_after_a_lost_reply_applies_once() {
     // A group.
     for key in ["{g}a", "{g}b"] {
         assert_eq!(
-            int(
+            query_int(
                 &mut direct,
                 cmd!("LOCK.REENTER", key, "o", 60_000, "FROM", 0)
             ),
             1
         );
         assert_eq!(
-            int(
+            query_int(
                 &mut direct,
                 cmd!("LOCK.REENTER", key, "o", 60_000, "FROM", 1)
             ),
@@ -1456,11 +1454,11 @@ fn a_command_resent_after_a_lost_reply_applies_once() {
     }
     let mrelease = cmd!("LOCK.MRELEASE", 2, "{g}a", "{g}b", "o", "FROM", 2);
     assert_eq!(lost_then_resent(mrelease), n(2));
-    assert_eq!(held(&mut direct, "{g}a").count, 1);
-    assert_eq!(held(&mut direct, "{g}b").count, 1);
+    assert_eq!(held_lock(&mut direct, "{g}a").count, 1);
+    assert_eq!(held_lock(&mut direct, "{g}b").count, 1);
     // Without FROM a re-sent step counts twice: what a client must not do.
     assert_eq!(
-        int(&mut direct, cmd!("LOCK.REENTER", "old", "o", 60_000)),
+        query_int(&mut direct, cmd!("LOCK.REENTER", "old", "o", 60_000)),
         1
     );
     assert_eq!(
@@ -1517,10 +1515,10 @@ fn the_aof_has_each_step_once() {
             show(&step)
         );
     }
-    let before = held(&mut c, "k");
+    let before = held_lock(&mut c, "k");
     server.restart();
     let mut c = server.conn();
-    let after = held(&mut c, "k");
+    let after = held_lock(&mut c, "k");
     assert_eq!(
         (after.owner, after.token, after.count),
         (before.owner, before.token, 2)

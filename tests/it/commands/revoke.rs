@@ -25,7 +25,7 @@ const DUE: Duration = Duration::from_secs(10);
 
 /// A raw connection queued in `LOCK.WAIT key owner LONG 0 words...` as the `n`th waiter;
 /// returns it with its client id.
-fn queue(
+fn queue_with_id(
     server: &Server,
     c: &mut Connection,
     key: &str,
@@ -74,8 +74,8 @@ fn killed_in_the_same_multi(words: &[&str]) {
     let server = Server::start();
     let mut c = server.conn();
     let _: i64 = cmd!("LOCK.ACQUIRE", "k", "w", LONG).query(&mut c).unwrap();
-    let (_first, first_id) = queue(&server, &mut c, "k", "o", words, 1);
-    let (mut second, _) = queue(&server, &mut c, "k", "o", words, 2);
+    let (_first, first_id) = queue_with_id(&server, &mut c, "k", "o", words, 1);
+    let (mut second, _) = queue_with_id(&server, &mut c, "k", "o", words, 2);
     let mut p = redis::pipe();
     p.atomic()
         .cmd("LOCK.RELEASE")
@@ -128,8 +128,8 @@ fn a_socket_closed_while_the_server_is_busy_revokes_nothing_the_reacquire_was_to
     for attempt in 0..5 {
         let key = format!("k{attempt}");
         let _: i64 = cmd!("LOCK.ACQUIRE", &key, "w", LONG).query(&mut c).unwrap();
-        let (first, _) = queue(&server, &mut c, &key, "o", &[], 1);
-        let (mut second, _) = queue(&server, &mut c, &key, "o", &[], 2);
+        let (first, _) = queue_with_id(&server, &mut c, &key, "o", &[], 1);
+        let (mut second, _) = queue_with_id(&server, &mut c, &key, "o", &[], 2);
         let first_port = first.stream.local_addr().expect("local address").port();
         let granted = common::info_field(&mut c, "granted_total");
         server.signal("STOP");
@@ -172,9 +172,9 @@ fn a_hold_whose_every_answer_was_lost_is_revoked() {
     let server = Server::start();
     let mut c = server.conn();
     let _: i64 = cmd!("LOCK.ACQUIRE", "k", "w", LONG).query(&mut c).unwrap();
-    let (_first, first_id) = queue(&server, &mut c, "k", "o", &[], 1);
-    let (_second, second_id) = queue(&server, &mut c, "k", "o", &[], 2);
-    let (mut next, _) = queue(&server, &mut c, "k", "next", &[], 3);
+    let (_first, first_id) = queue_with_id(&server, &mut c, "k", "o", &[], 1);
+    let (_second, second_id) = queue_with_id(&server, &mut c, "k", "o", &[], 2);
+    let (mut next, _) = queue_with_id(&server, &mut c, "k", "next", &[], 3);
     let mut p = redis::pipe();
     p.atomic()
         .cmd("LOCK.RELEASE")

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::process::is_stopped;
 use common::raw::{Raw, Reply};
-use common::{eventually, info_field, wait_out_ttl, Server};
+use common::{eventually, info_field, release, try_acquire, wait_out_ttl, Server};
 use redis::Value;
 use relock_testkit::info_str;
 
@@ -38,7 +38,9 @@ struct Info {
     waiters: i64,
 }
 
-fn lock_info(c: &mut redis::Connection, key: &str) -> Option<Info> {
+/// `LOCK.INFO key` of an exclusive lock ([`common::lock_info`]) with a text owner and a `u64`
+/// token.
+fn exclusive_info(c: &mut redis::Connection, key: &str) -> Option<Info> {
     common::lock_info(c, key).map(|i| Info {
         owner: String::from_utf8(i.owner).expect("utf-8 owner"),
         token: i.token as u64,
@@ -49,16 +51,7 @@ fn lock_info(c: &mut redis::Connection, key: &str) -> Option<Info> {
 }
 
 fn held(c: &mut redis::Connection, key: &str) -> Info {
-    lock_info(c, key).unwrap_or_else(|| panic!("expected a lock at {key}, LOCK.INFO is nil"))
-}
-
-fn acquire(c: &mut redis::Connection, key: &str, owner: &str, ttl: u64) -> Option<u64> {
-    redis::cmd("LOCK.ACQUIRE")
-        .arg(key)
-        .arg(owner)
-        .arg(ttl)
-        .query(c)
-        .expect("LOCK.ACQUIRE")
+    exclusive_info(c, key).unwrap_or_else(|| panic!("expected a lock at {key}, LOCK.INFO is nil"))
 }
 
 fn reenter(c: &mut redis::Connection, key: &str, owner: &str, ttl: u64) -> Option<i64> {
@@ -68,14 +61,6 @@ fn reenter(c: &mut redis::Connection, key: &str, owner: &str, ttl: u64) -> Optio
         .arg(ttl)
         .query(c)
         .expect("LOCK.REENTER")
-}
-
-fn release(c: &mut redis::Connection, key: &str, owner: &str) -> Option<i64> {
-    redis::cmd("LOCK.RELEASE")
-        .arg(key)
-        .arg(owner)
-        .query(c)
-        .expect("LOCK.RELEASE")
 }
 
 fn wait_cmd(
@@ -96,14 +81,14 @@ fn wait_cmd(
 
 /// The `waiters` field of `LOCK.INFO key` (0 when there is no lock).
 fn key_waiters(c: &mut redis::Connection, key: &str) -> i64 {
-    lock_info(c, key).map_or(0, |i| i.waiters)
+    exclusive_info(c, key).map_or(0, |i| i.waiters)
 }
 
 /// Waits until `LOCK.INFO key` shows `n` waiters. It asks again at once: each question is a
 /// round trip to the server, which paces the loop (`eventually`'s 5 ms between questions made
 /// queueing the 2,000 waiters of `thousands_of_waiters_are_served_in_order` five times slower,
 /// as the waiter is rarely queued by the first question).
-fn await_waiters(c: &mut redis::Connection, key: &str, n: i64) {
+fn spin_until_waiters(c: &mut redis::Connection, key: &str, n: i64) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let now = key_waiters(c, key);
@@ -129,13 +114,13 @@ fn queue_waiter(
 ) -> Raw {
     let mut w = Raw::connect(server);
     w.send_wait(key, owner, ttl, 0);
-    await_waiters(ctl, key, position);
+    spin_until_waiters(ctl, key, position);
     w
 }
 
 /// Holder `a` takes `k`, waiter `b` queues; returns (holder token, waiter).
 fn held_with_one_waiter(server: &Server, c: &mut redis::Connection) -> (u64, Raw) {
-    let t = acquire(c, "k", "a", LONG_TTL).expect("acquire free key");
+    let t = try_acquire(c, "k", "a", LONG_TTL).expect("acquire free key");
     let w = queue_waiter(server, c, "k", "b", LONG_TTL, 1);
     assert_eq!(info_field(c, "waiters"), 1);
     (t, w)
@@ -196,7 +181,7 @@ fn immediate_grant_when_free_and_same_owner_gets_existing_token() {
 fn waiters_are_granted_in_fifo_order_with_increasing_tokens_and_own_ttl() {
     let server = Server::start();
     let mut c = server.conn();
-    let mut last = acquire(&mut c, "k", "holder", LONG_TTL).unwrap();
+    let mut last = try_acquire(&mut c, "k", "holder", LONG_TTL).unwrap();
 
     // Each waiter has its own ttl, distinct from the holder's and from each other's.
     let ttl_of = |i: usize| 20_000 + 5_000 * i as u64;
@@ -243,7 +228,7 @@ fn waiters_are_granted_in_fifo_order_with_increasing_tokens_and_own_ttl() {
         last = token;
     }
     assert_eq!(release(&mut c, "k", &owner), Some(0));
-    assert_eq!(lock_info(&mut c, "k"), None);
+    assert_eq!(exclusive_info(&mut c, "k"), None);
     assert_eq!(info_field(&mut c, "waiters"), 0);
 }
 
@@ -303,7 +288,7 @@ fn release_hands_off_only_at_count_zero_and_forcerelease_hands_off() {
 fn wait_times_out_leaves_the_queue_and_is_never_granted_later() {
     let server = Server::start();
     let mut c = server.conn();
-    acquire(&mut c, "k", "a", 1_000_000).unwrap();
+    try_acquire(&mut c, "k", "a", 1_000_000).unwrap();
     let timeouts_before = info_field(&mut c, "wait_timeouts_total");
 
     let mut b = server.conn();
@@ -328,7 +313,7 @@ fn wait_times_out_leaves_the_queue_and_is_never_granted_later() {
     // happened).
     assert_eq!(release(&mut c, "k", "a"), Some(0));
     wait_out_ttl(Duration::from_millis(100));
-    assert_eq!(lock_info(&mut c, "k"), None);
+    assert_eq!(exclusive_info(&mut c, "k"), None);
     // And the connection that timed out is usable and got nothing else.
     let pong: String = redis::cmd("PING").query(&mut b).unwrap();
     assert_eq!(pong, "PONG");
@@ -342,10 +327,10 @@ fn wait_times_out_leaves_the_queue_and_is_never_granted_later() {
 fn no_barging_past_queued_waiters() {
     let server = Server::start();
     let mut c = server.conn();
-    let t0 = acquire(&mut c, "k", "a", LONG_TTL).unwrap();
+    let t0 = try_acquire(&mut c, "k", "a", LONG_TTL).unwrap();
     let mut b = queue_waiter(&server, &mut c, "k", "b", LONG_TTL, 1);
 
-    assert_eq!(acquire(&mut c, "k", "x", LONG_TTL), None);
+    assert_eq!(try_acquire(&mut c, "k", "x", LONG_TTL), None);
     assert_eq!(reenter(&mut c, "k", "x", LONG_TTL), None);
 
     // A newcomer WAIT queues behind b.
@@ -380,7 +365,7 @@ fn no_barging_past_queued_waiters() {
     assert_eq!(held(&mut c, "k").owner, "d");
     // Once the queue is empty and the lock is free, others may take it again.
     assert_eq!(release(&mut c, "k", "d"), Some(0));
-    assert!(acquire(&mut c, "k", "x", LONG_TTL).is_some_and(|t| t > td));
+    assert!(try_acquire(&mut c, "k", "x", LONG_TTL).is_some_and(|t| t > td));
 }
 
 /// Between a `DEL` (or an expiry) and the deferred wake-up that serves the head waiter, the queue
@@ -445,7 +430,7 @@ fn wake_on_expiry() {
     let mut c = server.conn();
     // Held long until the waiter is queued, then renewed to 300 ms: a loaded machine cannot
     // let the lease end before the waiter is seen in the queue.
-    let t0 = acquire(&mut c, "k", "a", LONG_TTL).unwrap();
+    let t0 = try_acquire(&mut c, "k", "a", LONG_TTL).unwrap();
     let mut b = queue_waiter(&server, &mut c, "k", "b", LONG_TTL, 1);
     let renewed: Option<i64> = redis::cmd("LOCK.RENEW")
         .arg("k")
@@ -529,7 +514,7 @@ fn swapdb_bringing_a_held_lock_keeps_the_waiter_queued() {
     let mut c = server.conn();
     let mut c1 = server.conn();
     let _: () = redis::cmd("SELECT").arg(1).query(&mut c1).unwrap();
-    let t1 = acquire(&mut c1, "k", "z", LONG_TTL).unwrap();
+    let t1 = try_acquire(&mut c1, "k", "z", LONG_TTL).unwrap();
     let (_t0, mut b) = held_with_one_waiter(&server, &mut c);
 
     let _: () = redis::cmd("SWAPDB").arg(0).arg(1).query(&mut c).unwrap();
@@ -650,7 +635,7 @@ fn expiry_hand_off_is_prompt() {
         // The server's expiry lies between sending and receiving ACQUIRE, plus the ttl:
         // measuring from the send time overestimates the latency, never underestimates it.
         let sent = Instant::now();
-        let t0 = acquire(&mut c, &key, "a", ttl.as_millis() as u64).unwrap();
+        let t0 = try_acquire(&mut c, &key, "a", ttl.as_millis() as u64).unwrap();
         let answered = Instant::now();
         let mut b = queue_waiter(&server, &mut c, &key, "b", LONG_TTL, 1);
         let reply = b.read(SOON);
@@ -697,7 +682,7 @@ fn expiry_hand_off_is_prompt() {
 fn overwrite_with_another_type_gives_wrongtype_to_all_waiters() {
     let server = Server::start();
     let mut c = server.conn();
-    acquire(&mut c, "k", "a", LONG_TTL).unwrap();
+    try_acquire(&mut c, "k", "a", LONG_TTL).unwrap();
     let mut ws: Vec<Raw> = (0..3)
         .map(|i| queue_waiter(&server, &mut c, "k", &format!("w{i}"), LONG_TTL, i + 1))
         .collect();
@@ -726,7 +711,7 @@ fn overwrite_with_another_type_gives_wrongtype_to_all_waiters() {
 fn disconnected_waiter_is_never_granted() {
     let server = Server::start();
     let mut c = server.conn();
-    let t0 = acquire(&mut c, "k", "a", LONG_TTL).unwrap();
+    let t0 = try_acquire(&mut c, "k", "a", LONG_TTL).unwrap();
     let b = queue_waiter(&server, &mut c, "k", "b", LONG_TTL, 1);
     let mut d = queue_waiter(&server, &mut c, "k", "d", LONG_TTL, 2);
     let e = queue_waiter(&server, &mut c, "k", "e", LONG_TTL, 3);
@@ -752,7 +737,7 @@ fn disconnected_waiter_is_never_granted() {
     // have happened).
     assert_eq!(release(&mut c, "k", "d"), Some(0));
     wait_out_ttl(Duration::from_millis(100));
-    assert_eq!(lock_info(&mut c, "k"), None);
+    assert_eq!(exclusive_info(&mut c, "k"), None);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -763,7 +748,7 @@ fn disconnected_waiter_is_never_granted() {
 fn wait_inside_multi_does_not_block() {
     let server = Server::start();
     let mut c = server.conn();
-    acquire(&mut c, "k", "a", LONG_TTL).unwrap();
+    try_acquire(&mut c, "k", "a", LONG_TTL).unwrap();
     let mut x = server.conn();
     x.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
 
@@ -797,7 +782,7 @@ fn wait_inside_multi_does_not_block() {
 fn wait_inside_lua_does_not_block() {
     let server = Server::start();
     let mut c = server.conn();
-    acquire(&mut c, "k", "a", LONG_TTL).unwrap();
+    try_acquire(&mut c, "k", "a", LONG_TTL).unwrap();
     let mut x = server.conn();
     x.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
 
@@ -869,7 +854,7 @@ fn hand_off_replicates_to_replica() {
         "replica link never came up"
     );
 
-    let t0 = acquire(&mut m, "k", "a", LONG_TTL).unwrap();
+    let t0 = try_acquire(&mut m, "k", "a", LONG_TTL).unwrap();
     let mut b = queue_waiter(&master, &mut m, "k", "b", LONG_TTL, 1);
     assert_eq!(release(&mut m, "k", "a"), Some(0));
     let tb = b.read(SOON).token();
@@ -879,10 +864,10 @@ fn hand_off_replicates_to_replica() {
 
     let on_master = held(&mut m, "k");
     assert!(
-        eventually(SOON, || lock_info(&mut r, "k")
+        eventually(SOON, || exclusive_info(&mut r, "k")
             .is_some_and(|i| i.owner == "b" && i.token == tb)),
         "replica LOCK.INFO {:?}, master {on_master:?}",
-        lock_info(&mut r, "k")
+        exclusive_info(&mut r, "k")
     );
     let on_replica = held(&mut r, "k");
     assert_eq!(on_replica.count, 1);
@@ -901,7 +886,7 @@ fn hand_off_replicates_to_replica() {
 fn debug_reload_with_waiters_queued_stays_consistent() {
     let server = Server::start();
     let mut c = server.conn();
-    let t0 = acquire(&mut c, "k", "a", LONG_TTL).unwrap();
+    let t0 = try_acquire(&mut c, "k", "a", LONG_TTL).unwrap();
     let mut b = queue_waiter(&server, &mut c, "k", "b", LONG_TTL, 1);
     let mut d = queue_waiter(&server, &mut c, "k", "d", LONG_TTL, 2);
 
@@ -932,7 +917,7 @@ fn debug_reload_with_waiters_queued_stays_consistent() {
 fn flushall_with_waiters_queued_grants_the_head_waiter() {
     let server = Server::start();
     let mut c = server.conn();
-    let t0 = acquire(&mut c, "k", "a", LONG_TTL).unwrap();
+    let t0 = try_acquire(&mut c, "k", "a", LONG_TTL).unwrap();
     let mut b = queue_waiter(&server, &mut c, "k", "b", LONG_TTL, 1);
     let mut d = queue_waiter(&server, &mut c, "k", "d", LONG_TTL, 2);
     let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
@@ -958,14 +943,14 @@ fn thousands_of_waiters_are_served_in_order() {
     let server = Server::start();
     let mut c = server.conn();
     let start = Instant::now();
-    let mut last = acquire(&mut c, "k", "holder", LONG_TTL).unwrap();
+    let mut last = try_acquire(&mut c, "k", "holder", LONG_TTL).unwrap();
 
     let mut ws: Vec<Raw> = Vec::with_capacity(N);
     for i in 0..N {
         let mut w = Raw::connect(&server);
         w.send_wait("k", &format!("w{i}"), LONG_TTL, 0);
         // Certain order: each waiter is queued before the next one writes.
-        await_waiters(&mut c, "k", i as i64 + 1);
+        spin_until_waiters(&mut c, "k", i as i64 + 1);
         ws.push(w);
     }
     assert_eq!(held(&mut c, "k").waiters, N as i64);
@@ -1016,7 +1001,7 @@ fn info_counters_track_waiters_grants_and_contention() {
     assert_eq!(info_field(&mut c, "contended_total"), contended0 + 2);
 
     // Waiters on another key count too.
-    acquire(&mut c, "k2", "a", LONG_TTL).unwrap();
+    try_acquire(&mut c, "k2", "a", LONG_TTL).unwrap();
     let mut e = queue_waiter(&server, &mut c, "k2", "e", LONG_TTL, 1);
     assert_eq!(info_field(&mut c, "waiters"), 3);
     assert_eq!(info_field(&mut c, "contended_total"), contended0 + 3);
@@ -1049,11 +1034,11 @@ fn info_counters_track_waiters_grants_and_contention() {
 fn timed_out_waiter_in_the_middle_keeps_the_order() {
     let server = Server::start();
     let mut c = server.conn();
-    let t0 = acquire(&mut c, "k", "a", LONG_TTL).unwrap();
+    let t0 = try_acquire(&mut c, "k", "a", LONG_TTL).unwrap();
     let mut b = queue_waiter(&server, &mut c, "k", "b", LONG_TTL, 1);
     let mut m = Raw::connect(&server);
     m.send_wait("k", "m", LONG_TTL, 150);
-    await_waiters(&mut c, "k", 2);
+    spin_until_waiters(&mut c, "k", 2);
     let mut d = queue_waiter(&server, &mut c, "k", "d", LONG_TTL, 3);
 
     assert_eq!(m.read(SOON), Reply::Nil, "middle waiter times out");
@@ -1070,7 +1055,7 @@ fn timed_out_waiter_in_the_middle_keeps_the_order() {
 fn granted_waiters_short_ttl_expires_and_hands_off_to_the_next() {
     let server = Server::start();
     let mut c = server.conn();
-    let t0 = acquire(&mut c, "k", "a", LONG_TTL).unwrap();
+    let t0 = try_acquire(&mut c, "k", "a", LONG_TTL).unwrap();
     let mut b = queue_waiter(&server, &mut c, "k", "b", 200, 1);
     let mut d = queue_waiter(&server, &mut c, "k", "d", LONG_TTL, 2);
 
@@ -1098,7 +1083,7 @@ fn master_turned_replica_fails_waiters_with_readonly() {
     let other = Server::start();
     let server = Server::start();
     let mut c = server.conn();
-    acquire(&mut c, "k", "a", LONG_TTL).unwrap();
+    try_acquire(&mut c, "k", "a", LONG_TTL).unwrap();
     let mut b = queue_waiter(&server, &mut c, "k", "b", LONG_TTL, 1);
     let _: () = redis::cmd("REPLICAOF")
         .arg("127.0.0.1")
@@ -1135,7 +1120,7 @@ fn hand_off_emits_lock_granted_keyspace_event() {
     sub.send(&[b"SUBSCRIBE", b"__keyevent@0__:lock.granted"]);
     assert!(matches!(sub.read(SOON), Reply::Array(_)));
 
-    acquire(&mut c, "k", "a", LONG_TTL).unwrap();
+    try_acquire(&mut c, "k", "a", LONG_TTL).unwrap();
     let mut b = queue_waiter(&server, &mut c, "k", "b", LONG_TTL, 1);
     sub.assert_silent("no lock.granted before a hand-off");
     assert_eq!(release(&mut c, "k", "a"), Some(0));
@@ -1155,7 +1140,7 @@ fn hand_off_emits_lock_granted_keyspace_event() {
 fn rename_another_lock_onto_the_key_keeps_waiters_queued() {
     let server = Server::start();
     let mut c = server.conn();
-    let tz = acquire(&mut c, "other", "z", LONG_TTL).unwrap();
+    let tz = try_acquire(&mut c, "other", "z", LONG_TTL).unwrap();
     let (_t0, mut b) = held_with_one_waiter(&server, &mut c);
     let _: () = redis::cmd("RENAME")
         .arg("other")
@@ -1190,7 +1175,7 @@ fn wait_argument_errors() {
     assert!(err(&mut c, &["k", "o", "1000"]).contains("wrong number of arguments"));
     let _: () = redis::cmd("SET").arg("s").arg("v").query(&mut c).unwrap();
     assert!(err(&mut c, &["s", "o", "1000", "10"]).contains("WRONGTYPE"));
-    assert_eq!(lock_info(&mut c, "k"), None);
+    assert_eq!(exclusive_info(&mut c, "k"), None);
     assert_eq!(info_field(&mut c, "waiters"), 0);
 }
 
@@ -1202,10 +1187,10 @@ fn timers_are_stopped_when_waits_end() {
     let mut c = server.conn();
     assert_eq!(info_field(&mut c, "timers"), 0);
     // Granted by a release before its timeout: the timeout timer and the expiry timer stop.
-    acquire(&mut c, "g", "a", LONG_TTL).unwrap();
+    try_acquire(&mut c, "g", "a", LONG_TTL).unwrap();
     let mut granted = Raw::connect(&server);
     granted.send_wait("g", "b", LONG_TTL, 60_000);
-    await_waiters(&mut c, "g", 1);
+    spin_until_waiters(&mut c, "g", 1);
     assert_eq!(
         info_field(&mut c, "timers"),
         2,
@@ -1214,15 +1199,15 @@ fn timers_are_stopped_when_waits_end() {
     assert_eq!(release(&mut c, "g", "a"), Some(0));
     granted.read(SOON).token();
     // Gone before its timeout: both stop.
-    acquire(&mut c, "d", "a", LONG_TTL).unwrap();
+    try_acquire(&mut c, "d", "a", LONG_TTL).unwrap();
     let mut gone = Raw::connect(&server);
     gone.send_wait("d", "b", LONG_TTL, 60_000);
-    await_waiters(&mut c, "d", 1);
+    spin_until_waiters(&mut c, "d", 1);
     gone.stream.shutdown(Shutdown::Both).unwrap();
     drop(gone);
-    await_waiters(&mut c, "d", 0);
+    spin_until_waiters(&mut c, "d", 0);
     // Timed out: its timer fires, the expiry timer stops.
-    acquire(&mut c, "t", "a", LONG_TTL).unwrap();
+    try_acquire(&mut c, "t", "a", LONG_TTL).unwrap();
     let mut timed_out = Raw::connect(&server);
     timed_out.send_wait("t", "b", LONG_TTL, 50);
     assert_eq!(timed_out.read(SOON), Reply::Nil);
@@ -1250,7 +1235,7 @@ fn waiter_hanging_up_as_it_is_granted_does_not_keep_the_lock() {
             info_field(&mut c, "released_total"),
             info_field(&mut c, "granted_total"),
         );
-        let t0 = acquire(&mut c, &key, "a", LONG_TTL).unwrap();
+        let t0 = try_acquire(&mut c, &key, "a", LONG_TTL).unwrap();
         let b = queue_waiter(&server, &mut c, &key, "b", LONG_TTL, 1);
         let mut d = queue_waiter(&server, &mut c, &key, "d", LONG_TTL, 2);
         let mut rel = Raw::connect(&server);
@@ -1344,7 +1329,7 @@ fn wait_timeout_due_with_the_expiry_gets_one_consistent_reply() {
                 .recv_response()
                 .unwrap_or_else(|e| panic!("round {round}: no reply: {e}")),
         );
-        let info = lock_info(&mut admin, &key);
+        let info = exclusive_info(&mut admin, &key);
         let reply = reply.unwrap();
         eprintln!("round {round}: reply {reply:?}, lock {info:?}");
         // The expiry is due at 150 ms after the acquire, the timeout at 100 + 20 * round ms

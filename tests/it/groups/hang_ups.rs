@@ -9,29 +9,19 @@ use relock_testkit::cmd;
 use std::time::{Duration, Instant};
 
 use common::ask::lock_fields as info;
-use common::ask::queued;
+use common::ask::{owner_and_token, queued};
 use common::raw::client_id;
 use common::raw::token_of;
 use common::raw::wait_on;
 use common::raw::{Raw, Reply};
-use common::reply::{bytes, history_reasons, int};
+use common::reply::history_reasons;
 use common::{attach_replica, eventually, info_field, Server};
-use redis::{Connection, Value};
+use redis::Value;
 
 const LONG: i64 = 600_000;
 
 /// How long an answer that must come "at once" may take on a busy machine.
 const DUE: Duration = Duration::from_secs(10);
-
-/// The owner and token of the exclusive hold at `key`, if any.
-fn owner_of(c: &mut Connection, key: &str) -> Option<(String, i64)> {
-    info(c, key).map(|i| {
-        (
-            String::from_utf8_lossy(&bytes(&i["owner"])).into_owned(),
-            int(&i["token"]),
-        )
-    })
-}
 
 /// Found in attack round 6.
 ///
@@ -77,14 +67,14 @@ fn a_group_waiter_that_hangs_up_midway() {
     // A hangs up: it leaves b's queue at once; its hold on a lives until its ttl.
     drop(a);
     assert!(eventually(DUE, || queued(&mut c, "{g}b") == ["C"]));
-    assert_eq!(owner_of(&mut c, "{g}a"), Some(("A".into(), a_on_a)));
+    assert_eq!(owner_and_token(&mut c, "{g}a"), Some(("A".into(), a_on_a)));
     let b_on_a = token_of(&mut b, "B's wait for a, after A's ttl");
     let waited = a_took.elapsed();
     assert!(
         waited >= Duration::from_millis(4900),
         "B got a {waited:?} after A took it for 5000 ms"
     );
-    assert_eq!(owner_of(&mut c, "{g}a"), Some(("B".into(), b_on_a)));
+    assert_eq!(owner_and_token(&mut c, "{g}a"), Some(("B".into(), b_on_a)));
     assert_eq!(
         history_reasons(&mut c, "{g}a").first().map(String::as_str),
         Some("expired")
@@ -97,7 +87,7 @@ fn a_group_waiter_that_hangs_up_midway() {
     );
     let c_on_b = token_of(&mut cw, "C after h's release");
     assert!(c_on_b > h);
-    assert_eq!(owner_of(&mut c, "{g}b"), Some(("C".into(), c_on_b)));
+    assert_eq!(owner_and_token(&mut c, "{g}b"), Some(("C".into(), c_on_b)));
 
     // B goes on in order: b (after C), then c. D waits for b behind B and is killed in the
     // same MULTI as C's release, which grants B, the head: D was only queued, B's grant stays.
@@ -115,7 +105,7 @@ fn a_group_waiter_that_hangs_up_midway() {
         .arg(d_id);
     let _: Value = p.query(&mut c).unwrap();
     let b_on_b = token_of(&mut b, "B's wait for b");
-    assert_eq!(owner_of(&mut c, "{g}b"), Some(("B".into(), b_on_b)));
+    assert_eq!(owner_and_token(&mut c, "{g}b"), Some(("B".into(), b_on_b)));
     drop(d);
     b.send(&[b"LOCK.WAIT", b"{g}c", b"B", b"60000", b"0"]);
     token_of(&mut b, "B's wait for c (free)");
@@ -149,7 +139,7 @@ fn a_group_waiter_that_hangs_up_midway() {
     let _: Value = p.query(&mut c).unwrap();
     let f_on_b = token_of(&mut f, "F after E's grant was revoked");
     assert!(f_on_b > h2);
-    assert_eq!(owner_of(&mut c, "{g}b"), Some(("F".into(), f_on_b)));
+    assert_eq!(owner_and_token(&mut c, "{g}b"), Some(("F".into(), f_on_b)));
     assert_eq!(
         history_reasons(&mut c, "{g}b").first().map(String::as_str),
         Some("revoked")
@@ -211,8 +201,8 @@ fn macquire_in_a_multi_with_client_kill() {
         let list: String = cmd!("CLIENT", "LIST").query(&mut c).unwrap();
         !list.lines().any(|l| l.starts_with(&listed))
     }));
-    assert_eq!(owner_of(&mut c, "{m}x"), Some(("K".into(), tk)));
-    assert_eq!(owner_of(&mut c, "{m}y"), Some(("K".into(), tk)));
+    assert_eq!(owner_and_token(&mut c, "{m}x"), Some(("K".into(), tk)));
+    assert_eq!(owner_and_token(&mut c, "{m}y"), Some(("K".into(), tk)));
     let other: Option<Vec<i64>> = cmd!("LOCK.MACQUIRE", 2, "{m}x", "{m}y", "O", 1000)
         .query(&mut c)
         .unwrap();
@@ -242,7 +232,10 @@ fn macquire_in_a_multi_with_client_kill() {
     let (_, _, taken): (Value, i64, Option<Vec<i64>>) = p.query(&mut c).unwrap();
     let taken = taken.expect("x is free once the killed waiter left");
     assert!(taken[0] > h);
-    assert_eq!(owner_of(&mut c, "{m}x"), Some(("K2".into(), taken[0])));
+    assert_eq!(
+        owner_and_token(&mut c, "{m}x"),
+        Some(("K2".into(), taken[0]))
+    );
     assert_eq!(info_field(&mut c, "waiters"), 0);
 
     // MULTI: release x (granting the waiter), MACQUIRE (refused), kill the waiter.
@@ -272,7 +265,7 @@ fn macquire_in_a_multi_with_client_kill() {
     assert!(
         eventually(DUE, || info(&mut c, "{m}x").is_none()),
         "V's grant was not revoked: {:?}",
-        owner_of(&mut c, "{m}x")
+        owner_and_token(&mut c, "{m}x")
     );
     assert_eq!(
         history_reasons(&mut c, "{m}x").first().map(String::as_str),
@@ -281,15 +274,18 @@ fn macquire_in_a_multi_with_client_kill() {
     let retry: Vec<i64> = cmd!("LOCK.MACQUIRE", 2, "{m}x", "{m}y", "K3", 60_000)
         .query(&mut c)
         .unwrap();
-    assert_eq!(owner_of(&mut c, "{m}x"), Some(("K3".into(), retry[0])));
+    assert_eq!(
+        owner_and_token(&mut c, "{m}x"),
+        Some(("K3".into(), retry[0]))
+    );
 
     // The replica followed every step.
     let _: i64 = cmd!("WAIT", 1, 5000).query(&mut c).unwrap();
     let mut rep = replica.conn();
     for key in ["{m}x", "{m}y"] {
         assert_eq!(
-            owner_of(&mut rep, key),
-            owner_of(&mut c, key),
+            owner_and_token(&mut rep, key),
+            owner_and_token(&mut c, key),
             "{key} on the replica"
         );
     }

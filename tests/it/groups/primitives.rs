@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::ask::named_permits as holders;
-use common::ask::waiters;
+use common::ask::{lock_fields, pttl, waiters};
 use common::raw::{Raw, Reply};
 use common::reply::{error, fields, int, text};
 use common::{acquire, eventually, info_field, int_or_nil, Server};
@@ -24,10 +24,6 @@ fn macquire(c: &mut Connection, keys: &[&str], owner: &str, ttl: i64) -> Option<
         .arg(ttl)
         .query(c)
         .unwrap()
-}
-
-fn info(c: &mut Connection, key: &str) -> HashMap<String, Value> {
-    fields(&cmd!("LOCK.INFO", key).query::<Value>(c).unwrap())
 }
 
 // --- Several keys at once --------------------------------------------------------------------
@@ -80,7 +76,9 @@ fn macquire_of_a_key_with_waiters_is_nil() {
     acquire(&mut c, "q", "holder", LONG);
     let mut w = Raw::connect(&server);
     w.send_wait("q", "waiter", LONG as u64, 0);
-    assert!(eventually(DUE, || int(&info(&mut c, "q")["waiters"]) == 1));
+    assert!(eventually(DUE, || int(
+        &lock_fields(&mut c, "q").expect("a lock at the key")["waiters"]
+    ) == 1));
     assert_eq!(macquire(&mut c, &["free", "q"], "o", LONG), None);
     assert!(common::lock_info(&mut c, "free").is_none());
 }
@@ -256,7 +254,7 @@ fn permits_sum_to_at_most_the_limit() {
     assert!(take(&mut c, "a", 7).is_some());
     assert_eq!(take(&mut c, "b", 4), None, "7 + 4 > 10");
     assert!(take(&mut c, "c", 3).is_some());
-    let i = info(&mut c, "sem");
+    let i = lock_fields(&mut c, "sem").expect("a lock at the key");
     assert_eq!(
         (
             int(&i["holders"]),
@@ -281,9 +279,15 @@ fn permits_sum_to_at_most_the_limit() {
     .query(&mut c)
     .unwrap();
     assert_eq!(n, 2);
-    assert_eq!(int(&info(&mut c, "sem")["permits_free"]), 0);
+    assert_eq!(
+        int(&lock_fields(&mut c, "sem").expect("a lock at the key")["permits_free"]),
+        0
+    );
     let _: i64 = cmd!("LOCK.RELEASE", "sem", "c").query(&mut c).unwrap();
-    assert_eq!(int(&info(&mut c, "sem")["permits_free"]), 3);
+    assert_eq!(
+        int(&lock_fields(&mut c, "sem").expect("a lock at the key")["permits_free"]),
+        3
+    );
     // Errors, checked mode, limit, permits; nothing changes.
     for (cmd, wanted) in [
         (
@@ -350,14 +354,23 @@ fn permits_sum_to_at_most_the_limit() {
         let e = error(&mut c, cmd);
         assert!(e.contains(wanted), "{wanted}: {e}");
     }
-    assert_eq!(int(&info(&mut c, "sem")["permits_free"]), 3);
+    assert_eq!(
+        int(&lock_fields(&mut c, "sem").expect("a lock at the key")["permits_free"]),
+        3
+    );
     // An exclusive key has no free permits; a reader lock no limit.
     acquire(&mut c, "x", "o", LONG);
-    assert_eq!(int(&info(&mut c, "x")["permits_free"]), 0);
+    assert_eq!(
+        int(&lock_fields(&mut c, "x").expect("a lock at the key")["permits_free"]),
+        0
+    );
     let _: i64 = cmd!("LOCK.ACQUIRE", "r", "o", LONG, "SHARED")
         .query(&mut c)
         .unwrap();
-    assert_eq!(int(&info(&mut c, "r")["permits_free"]), -1);
+    assert_eq!(
+        int(&lock_fields(&mut c, "r").expect("a lock at the key")["permits_free"]),
+        -1
+    );
 }
 
 #[test]
@@ -380,7 +393,9 @@ fn a_large_request_at_the_head_is_never_starved_by_small_ones() {
     let mut args: Vec<&[u8]> = vec![b"LOCK.WAIT", b"s", b"big", b"60000", b"0"];
     args.extend(big_words.iter().map(|w| w.as_bytes()));
     big.send(&args);
-    assert!(eventually(DUE, || int(&info(&mut c, "s")["waiters"]) == 1));
+    assert!(eventually(DUE, || int(
+        &lock_fields(&mut c, "s").expect("a lock at the key")["waiters"]
+    ) == 1));
     // 4 permits are free, but the head needs 8: a request for 1 does not pass it.
     let mut small = cmd!("LOCK.ACQUIRE", "s", "small", LONG);
     small.arg(sem(1));
@@ -422,7 +437,10 @@ fn permits_survive_a_reload_and_reach_replicas() {
     assert_eq!(acked, 1);
     let mut r = replica.conn();
     assert_eq!(holders(&mut r, "s"), [("a".into(), 3)]);
-    assert_eq!(int(&info(&mut r, "s")["permits_free"]), 2);
+    assert_eq!(
+        int(&lock_fields(&mut r, "s").expect("a lock at the key")["permits_free"]),
+        2
+    );
 }
 
 // --- Downgrade -------------------------------------------------------------------------------
@@ -441,7 +459,9 @@ fn a_downgrade_grants_the_readers_at_the_head_in_the_same_step() {
     r2.send(&[b"LOCK.WAIT", b"k", b"r2", b"60000", b"0", b"SHARED"]);
     let mut w2 = Raw::connect(&server);
     w2.send(&[b"LOCK.WAIT", b"k", b"w2", b"60000", b"0"]);
-    assert!(eventually(DUE, || int(&info(&mut c, "k")["waiters"]) == 3));
+    assert!(eventually(DUE, || int(
+        &lock_fields(&mut c, "k").expect("a lock at the key")["waiters"]
+    ) == 3));
     // The downgrade and a check of the holders in one transaction: the readers are in.
     let (downgraded, list): (i64, Value) = redis::pipe()
         .atomic()
@@ -458,7 +478,7 @@ fn a_downgrade_grants_the_readers_at_the_head_in_the_same_step() {
     r1.read(DUE).token();
     r2.read(DUE).token();
     w2.assert_silent("the writer waits for every reader");
-    let i = info(&mut c, "k");
+    let i = lock_fields(&mut c, "k").expect("a lock at the key");
     assert_eq!(int(&i["limit"]), 0);
     assert!(int(&i["ttl"]) > 50_000, "the same lease");
     // Safe to retry; nil for a non-holder; INFO counts it.
@@ -547,11 +567,6 @@ fn a_promoted_replica_starts_a_grace() {
 }
 
 // --- Groups, rule by rule ----------------------------------------------------------------------
-
-/// `PTTL key` in ms (-2: no key).
-fn pttl(c: &mut Connection, key: &str) -> i64 {
-    cmd!("PTTL", key).query(c).unwrap()
-}
 
 /// `LOCK.HOLDERS key OWNER owner` as a field map, if `owner` holds `key`.
 fn holder_of(c: &mut Connection, key: &str, owner: &str) -> Option<HashMap<String, Value>> {
@@ -646,7 +661,9 @@ fn mrelease_takes_one_count_off_each_key_and_hands_on() {
     );
     let mut waiter = Raw::connect(&server);
     waiter.send_wait("b", "next", LONG as u64, 0);
-    assert!(eventually(DUE, || int(&info(&mut c, "b")["waiters"]) == 1));
+    assert!(eventually(DUE, || int(
+        &lock_fields(&mut c, "b").expect("a lock at the key")["waiters"]
+    ) == 1));
     let n: i64 = cmd!("LOCK.MRELEASE", 4, "a", "b", "c", "zz", "o")
         .query(&mut c)
         .unwrap();
@@ -707,7 +724,9 @@ fn a_waiter_whose_owner_holds_with_other_permits_at_its_turn_gets_the_error() {
         let mut args: Vec<&[u8]> = vec![b"LOCK.WAIT", b"s", owner.as_bytes(), b"60000", b"0"];
         args.extend(words.iter().map(|w| w.as_bytes()));
         r.send(&args);
-        assert!(eventually(DUE, || int(&info(c, "s")["waiters"]) == n));
+        assert!(eventually(DUE, || int(
+            &lock_fields(c, "s").expect("a lock at the key")["waiters"]
+        ) == n));
         r
     };
     let _: i64 = cmd!("LOCK.ACQUIRE", "s", "full", LONG)
@@ -733,7 +752,10 @@ fn a_waiter_whose_owner_holds_with_other_permits_at_its_turn_gets_the_error() {
         "the same permits: answered as a re-acquire, with the existing token"
     );
     assert_eq!(holders(&mut c, "s"), [("x".into(), 2), ("y".into(), 1)]);
-    assert_eq!(int(&info(&mut c, "s")["permits_free"]), 7);
+    assert_eq!(
+        int(&lock_fields(&mut c, "s").expect("a lock at the key")["permits_free"]),
+        7
+    );
 }
 
 // --- Downgrade, rule by rule -------------------------------------------------------------------
@@ -762,7 +784,7 @@ fn a_downgrade_keeps_token_ttl_and_count_and_is_safe_to_retry() {
     );
     let ttl = int(&h["ttl"]);
     assert!((15_000..=20_000).contains(&ttl), "the same lease: {ttl}");
-    let i = info(&mut c, "k");
+    let i = lock_fields(&mut c, "k").expect("a lock at the key");
     assert_eq!(text(&i["mode"]), "shared");
     assert_eq!(int(&i["limit"]), 0, "shared without a limit");
     assert!(pttl(&mut c, "k") <= 20_000, "the key's TTL is the lease");
@@ -822,7 +844,9 @@ fn a_downgrade_on_a_key_with_a_limit_is_refused_and_changes_nothing() {
         b"LIMIT",
         b"2",
     ]);
-    assert!(eventually(DUE, || int(&info(&mut c, "k")["waiters"]) == 1));
+    assert!(eventually(DUE, || int(
+        &lock_fields(&mut c, "k").expect("a lock at the key")["waiters"]
+    ) == 1));
     let e = error(&mut c, cmd!("LOCK.DOWNGRADE", "k", "w"));
     assert!(e.contains("lock has another limit (2)"), "{e}");
     let held = common::lock_info(&mut c, "k").expect("still exclusive");
@@ -860,7 +884,9 @@ fn groups_permits_and_downgrades_emit_the_documented_events() {
     );
     let mut w = Raw::connect(&server);
     w.send_wait("c", "next", LONG as u64, 0);
-    assert!(eventually(DUE, || int(&info(&mut c, "c")["waiters"]) == 1));
+    assert!(eventually(DUE, || int(
+        &lock_fields(&mut c, "c").expect("a lock at the key")["waiters"]
+    ) == 1));
     let _: i64 = cmd!("LOCK.MRELEASE", 3, "a", "b", "c", "o")
         .query(&mut c)
         .unwrap();
@@ -870,7 +896,9 @@ fn groups_permits_and_downgrades_emit_the_documented_events() {
     acquire(&mut c, "rw", "writer", LONG);
     let mut r = Raw::connect(&server);
     r.send(&[b"LOCK.WAIT", b"rw", b"reader", b"60000", b"0", b"SHARED"]);
-    assert!(eventually(DUE, || int(&info(&mut c, "rw")["waiters"]) == 1));
+    assert!(eventually(DUE, || int(
+        &lock_fields(&mut c, "rw").expect("a lock at the key")["waiters"]
+    ) == 1));
     let _: i64 = cmd!("LOCK.DOWNGRADE", "rw", "writer")
         .query(&mut c)
         .unwrap();
@@ -898,7 +926,9 @@ fn groups_permits_and_downgrades_emit_the_documented_events() {
         b"PERMITS",
         b"2",
     ]);
-    assert!(eventually(DUE, || int(&info(&mut c, "sem")["waiters"]) == 1));
+    assert!(eventually(DUE, || int(
+        &lock_fields(&mut c, "sem").expect("a lock at the key")["waiters"]
+    ) == 1));
     let _: i64 = cmd!("LOCK.RELEASE", "sem", "big").query(&mut c).unwrap();
     p.read(DUE).token();
     acquire(&mut c, "sentinel", "o", LONG);
@@ -938,7 +968,14 @@ fn restart_with_grace(server: &mut Server, grace_ms: u64) -> Instant {
 }
 
 /// A raw connection queued in `LOCK.WAIT key owner ttl 0`, once `key` has `n` waiters.
-fn queued(server: &Server, c: &mut Connection, key: &str, owner: &str, ttl: u64, n: usize) -> Raw {
+fn raw_waiter(
+    server: &Server,
+    c: &mut Connection,
+    key: &str,
+    owner: &str,
+    ttl: u64,
+    n: usize,
+) -> Raw {
     let mut r = Raw::connect(server);
     r.send_wait(key, owner, ttl, 0);
     assert!(
@@ -963,10 +1000,10 @@ fn in_the_grace_hand_offs_at_release_or_expiry_wait_for_its_end_then_go_in_order
     assert_eq!(info_field(&mut c, "restart_grace_ms"), GRACE as i64);
     // The longest ttl the grace allows: a hold granted at its end must outlive the checks that
     // the next waiter waits behind it, on a busy machine too.
-    let mut first = queued(&server, &mut c, "released", "first", GRACE, 1);
-    let mut second = queued(&server, &mut c, "released", "second", GRACE, 2);
-    let mut e1 = queued(&server, &mut c, "expires", "e1", GRACE, 1);
-    let mut e2 = queued(&server, &mut c, "expires", "e2", GRACE, 2);
+    let mut first = raw_waiter(&server, &mut c, "released", "first", GRACE, 1);
+    let mut second = raw_waiter(&server, &mut c, "released", "second", GRACE, 2);
+    let mut e1 = raw_waiter(&server, &mut c, "expires", "e1", GRACE, 1);
+    let mut e2 = raw_waiter(&server, &mut c, "expires", "e2", GRACE, 2);
     // A release ends its hold at once; a renewal to 100 ms lets the other expire soon.
     assert_eq!(
         int_or_nil(&mut c, cmd!("LOCK.RELEASE", "released", "holder")),

@@ -10,32 +10,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use cluster_harness::Cluster;
+use common::ask::owner_and_token;
+use common::try_acquire;
 
 /// A token above any wall-clock floor (~now_ms * 1000 < 2^51 until the year 2041).
 const SEED_TOKEN: u64 = 4_503_599_627_370_496; // 2^52
-
-fn acquire(c: &mut redis::Connection, key: &str, owner: &str, ttl_ms: u64) -> Option<u64> {
-    redis::cmd("LOCK.ACQUIRE")
-        .arg(key)
-        .arg(owner)
-        .arg(ttl_ms)
-        .query(c)
-        .expect("LOCK.ACQUIRE")
-}
-
-/// (owner, token) of the lock at `key`, from LOCK.INFO (RESP2 flat array).
-fn holder(c: &mut redis::Connection, key: &str) -> Option<(String, u64)> {
-    let info: Option<Vec<redis::Value>> = redis::cmd("LOCK.INFO")
-        .arg(key)
-        .query(c)
-        .expect("LOCK.INFO");
-    info.map(|f| {
-        (
-            redis::from_redis_value(&f[1]).expect("owner"),
-            redis::from_redis_value(&f[3]).expect("token"),
-        )
-    })
-}
 
 #[test]
 fn routes_by_slot_colocates_hash_tags_and_hands_off_on_every_shard() {
@@ -49,7 +28,7 @@ fn routes_by_slot_colocates_hash_tags_and_hands_off_on_every_shard() {
         let key = format!("spread:{i}");
         let master = cluster.master_of(&key);
         used.insert(master.port);
-        let token = acquire(&mut master.conn(), &key, "w", 30_000);
+        let token = try_acquire(&mut master.conn(), &key, "w", 30_000);
         assert!(token.is_some(), "{key} granted on its master");
         // Any other master answers with a redirect (the key specs route the command).
         let other = cluster.node(*masters.iter().find(|p| **p != master.port).unwrap());
@@ -76,7 +55,7 @@ fn routes_by_slot_colocates_hash_tags_and_hands_off_on_every_shard() {
     let home = cluster.master_of(tagged[0]).port;
     for k in tagged {
         assert_eq!(cluster.master_of(k).port, home, "{k} co-located");
-        assert!(acquire(&mut cluster.node(home).conn(), k, "tx", 30_000).is_some());
+        assert!(try_acquire(&mut cluster.node(home).conn(), k, "tx", 30_000).is_some());
     }
     let keys: Vec<String> = redis::cmd("COMMAND")
         .arg("GETKEYS")
@@ -96,7 +75,7 @@ fn routes_by_slot_colocates_hash_tags_and_hands_off_on_every_shard() {
             let key = cluster.key_on(port, "handoff:");
             let url = cluster.node(port).url();
             let mut holder_conn = cluster.node(port).conn();
-            let first = acquire(&mut holder_conn, &key, "holder", 30_000).expect("free");
+            let first = try_acquire(&mut holder_conn, &key, "holder", 30_000).expect("free");
             let waiter = thread::spawn(move || {
                 let mut c = redis::Client::open(url)
                     .and_then(|c| c.get_connection())
@@ -133,7 +112,8 @@ fn routes_by_slot_colocates_hash_tags_and_hands_off_on_every_shard() {
         assert!(token > first, "hand-off token {token} > {first}");
         assert!(waited >= Duration::from_millis(100), "it really waited");
         assert_eq!(
-            holder(&mut cluster.node(port).conn(), &key),
+            owner_and_token(&mut cluster.node(port).conn(), &key)
+                .map(|(owner, token)| (owner, token as u64)),
             Some(("waiter".to_string(), token))
         );
     }
@@ -161,7 +141,7 @@ fn failover_after_wait_keeps_locks_and_tokens_keep_rising() {
     for i in 0..10 {
         let key = cluster.key_on(port, &format!("fo{i}:"));
         let owner = format!("owner-{i}");
-        let token = acquire(&mut m, &key, &owner, 60_000).expect("free");
+        let token = try_acquire(&mut m, &key, &owner, 60_000).expect("free");
         assert!(token > SEED_TOKEN, "token {token} above the seed");
         held.push((key, owner, token));
     }
@@ -181,7 +161,7 @@ fn failover_after_wait_keeps_locks_and_tokens_keep_rising() {
     let mut r = replica.conn();
     for (key, owner, token) in &held {
         assert_eq!(
-            holder(&mut r, key),
+            owner_and_token(&mut r, key).map(|(owner, token)| (owner, token as u64)),
             Some((owner.clone(), *token)),
             "{key} kept its owner and token across the failover"
         );
@@ -197,7 +177,7 @@ fn failover_after_wait_keeps_locks_and_tokens_keep_rising() {
     // The promoted replica never issues a token at or below one it replicated.
     for i in 0..5 {
         let key = cluster.key_on(replica.port, &format!("after{i}:"));
-        let token = acquire(&mut r, &key, "new", 10_000).expect("free");
+        let token = try_acquire(&mut r, &key, "new", 10_000).expect("free");
         assert!(token > highest, "new token {token} > replicated {highest}");
     }
     // A released lock of the old master can be released on the new one, by its owner only.
@@ -236,7 +216,7 @@ fn waiters_of_a_key_migrated_away_are_redirected_not_granted() {
     let key = cluster.key_on(from.port, "moving:");
     let slot = cluster_harness::key_slot(&key);
     let mut src = from.conn();
-    let token = acquire(&mut src, &key, "a", 60_000).expect("free");
+    let token = try_acquire(&mut src, &key, "a", 60_000).expect("free");
     let mut waiter = Raw::connect(from);
     waiter.send_wait(&key, "b", 60_000, 0);
     assert!(
@@ -276,7 +256,7 @@ fn waiters_of_a_key_migrated_away_are_redirected_not_granted() {
     let mut dst = to.conn();
     let _: () = redis::cmd("ASKING").query(&mut dst).unwrap();
     assert_eq!(
-        holder(&mut dst, &key),
+        owner_and_token(&mut dst, &key).map(|(owner, token)| (owner, token as u64)),
         Some(("a".to_string(), token)),
         "the hold moved intact"
     );

@@ -11,6 +11,7 @@ use relock_testkit::cmd;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::load::storms::{turn_bound_us, usec_per_call};
 use cluster_harness::Cluster;
 use common::ask::job_state;
 use common::ask::lock_fields as info;
@@ -32,23 +33,12 @@ const DUE: Duration = Duration::from_secs(10);
 /// How long a ping may wait on a busy machine while the module works through a big value.
 const PING_BOUND: Duration = Duration::from_millis(250);
 
-/// The longest turn the module may start by itself (`longest_turn_us`, CPU time): as in
-/// `tests/storms.rs`, 5 ms for a release module, 40 ms for the debug build; none under
-/// `RELOCK_SERVER_WRAPPER` (valgrind).
-fn turn_bound_us() -> Option<i64> {
-    if std::env::var_os("RELOCK_SERVER_WRAPPER").is_some() {
-        return None;
-    }
-    let release = common::module_path()
-        .components()
-        .any(|part| part.as_os_str() == "release");
-    Some(if release { 5_000 } else { 40_000 })
-}
-
-fn assert_turns_bounded(c: &mut Connection, server: &str) {
+/// Asserts that no turn the module started by itself on `c`'s server took longer than
+/// [`turn_bound_us`] (40 ms for the debug build); prints the longest, named `server`.
+fn assert_server_turns_bounded(c: &mut Connection, server: &str) {
     let turn = info_field(c, "longest_turn_us");
     eprintln!("{server}: longest turn {turn} µs");
-    if let Some(bound) = turn_bound_us() {
+    if let Some(bound) = turn_bound_us(40_000) {
         assert!(
             turn <= bound,
             "{server}: a turn the module started took {turn} µs (bound {bound} µs)"
@@ -58,7 +48,7 @@ fn assert_turns_bounded(c: &mut Connection, server: &str) {
 
 /// Takes `owners` shared holds of `key` (`words` after `SHARED`), pipelined; asserts each got a
 /// token (a new hold past a millisecond's 1000th is sent again: [`pipeline`]).
-fn fill(server: &Server, key: &str, owners: &[Vec<u8>], ttl: i64, words: &[&str]) {
+fn take_shared_holds(server: &Server, key: &str, owners: &[Vec<u8>], ttl: i64, words: &[&str]) {
     let mut raw = Raw::connect(server);
     let ttl = ttl.to_string();
     let commands = owners.iter().map(|owner| {
@@ -76,7 +66,7 @@ fn fill(server: &Server, key: &str, owners: &[Vec<u8>], ttl: i64, words: &[&str]
 }
 
 /// `n` owners `{prefix}{i}` padded to `len` bytes.
-fn owners(prefix: &str, n: usize, len: usize) -> Vec<Vec<u8>> {
+fn padded_owners(prefix: &str, n: usize, len: usize) -> Vec<Vec<u8>> {
     (0..n)
         .map(|i| {
             let mut owner = format!("{prefix}{i:08}-").into_bytes();
@@ -111,13 +101,13 @@ fn migrate_big_shared_values_between_standalone_servers() {
     let target = Server::start();
     let mut src = source.conn();
     let mut dst = target.conn();
-    let readers_live = owners("r-", 60_000, 16);
-    let readers_short = owners("s-", 60_000, 16);
-    fill(&source, "readers", &readers_live, LONG, &[]);
-    fill(&source, "readers", &readers_short, 3_000, &[]);
-    let wide = owners("w-", 100_000, 256);
+    let readers_live = padded_owners("r-", 60_000, 16);
+    let readers_short = padded_owners("s-", 60_000, 16);
+    take_shared_holds(&source, "readers", &readers_live, LONG, &[]);
+    take_shared_holds(&source, "readers", &readers_short, 3_000, &[]);
+    let wide = padded_owners("w-", 100_000, 256);
     let limit = (wide.len() + 1).to_string();
-    fill(&source, "wide", &wide, LONG, &["LIMIT", &limit]);
+    take_shared_holds(&source, "wide", &wide, LONG, &["LIMIT", &limit]);
     // Nothing touches `readers` until its short leases lapsed: they are all still there.
     let lapsed = eventually(Duration::from_secs(60), || {
         info(&mut src, "readers").is_some_and(|i| int(&i["holders"]) == readers_live.len() as i64)
@@ -237,8 +227,8 @@ fn migrate_big_shared_values_between_standalone_servers() {
         info_field(&mut dst, "holds") == live
     });
     let (worst_src, worst_dst) = (source_probe.worst(), target_probe.worst());
-    let [migrate_us, restore_us] =
-        [(&mut src, "migrate"), (&mut dst, "restore")].map(|(c, name)| usec_per_call(c, name));
+    let [migrate_us, restore_us] = [(&mut src, "migrate"), (&mut dst, "restore")]
+        .map(|(c, name)| usec_per_call(c, name).unwrap_or(0.0));
     eprintln!(
         "{lapsed_at_source} lapsed leases on the source; MIGRATE took {took:?} ({migrate_us} µs in the source, {restore_us} \
          µs in the target's RESTORE); {} lapsed leases arrived; longest ping after: \
@@ -259,27 +249,8 @@ fn migrate_big_shared_values_between_standalone_servers() {
         worst_dst.within(PING_BOUND),
         "a ping on the target waited {worst_dst:?}"
     );
-    assert_turns_bounded(&mut src, "source");
-    assert_turns_bounded(&mut dst, "target");
-}
-
-/// `INFO commandstats` µs per call of `command` (0 if it did not run).
-fn usec_per_call(c: &mut Connection, command: &str) -> f64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
-    let wanted = format!("cmdstat_{command}:");
-    info.lines()
-        .find_map(|line| {
-            line.to_lowercase()
-                .strip_prefix(&wanted)
-                .map(str::to_string)
-        })
-        .and_then(|fields| {
-            fields
-                .split(',')
-                .find_map(|f| f.strip_prefix("usec_per_call=").map(str::to_string))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0.0)
+    assert_server_turns_bounded(&mut src, "source");
+    assert_server_turns_bounded(&mut dst, "target");
 }
 
 /// Found in attack round 6.
@@ -315,10 +286,16 @@ fn a_slot_migrated_atomically_with_big_shared_values() {
     let slot: u16 = cmd!("CLUSTER", "KEYSLOT", &readers)
         .query(&mut src)
         .unwrap();
-    fill(source, &readers, &owners("r-", 60_000, 16), LONG, &[]);
-    let wide_owners = owners("w-", 100_000, 256);
+    take_shared_holds(
+        source,
+        &readers,
+        &padded_owners("r-", 60_000, 16),
+        LONG,
+        &[],
+    );
+    let wide_owners = padded_owners("w-", 100_000, 256);
     let limit = (wide_owners.len() + 1).to_string();
-    fill(source, &wide, &wide_owners, LONG, &["LIMIT", &limit]);
+    take_shared_holds(source, &wide, &wide_owners, LONG, &["LIMIT", &limit]);
     let before_readers = holders(&mut src, &readers);
     let before_wide = holders(&mut src, &wide);
     let moved_max = before_readers
@@ -408,8 +385,8 @@ fn a_slot_migrated_atomically_with_big_shared_values() {
         worst_dst.within(Duration::from_secs(1)),
         "a ping on the target waited {worst_dst:?}"
     );
-    assert_turns_bounded(&mut src, "source");
-    assert_turns_bounded(&mut dst, "target");
+    assert_server_turns_bounded(&mut src, "source");
+    assert_server_turns_bounded(&mut dst, "target");
 }
 
 /// Found in attack round 6.

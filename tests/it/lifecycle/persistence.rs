@@ -9,15 +9,16 @@ use relock_testkit::cmd;
 
 use std::time::{Duration, Instant};
 
-use common::{
-    acquire, eventually, int_or_nil, lock_info as info, now_ms, LockInfo as Info, Server,
-};
+use common::ask::{exists, pttl};
+use common::rewrite_aof;
+use common::{acquire, int_or_nil, lock_info as info, now_ms, LockInfo as Info, Server};
 use redis::{Connection, Value};
 use relock_testkit::wait_out_ttl;
 
 const SEED: i64 = 1 << 52;
 
-fn ok(c: &mut Connection, cmd: redis::Cmd) {
+/// Runs a command that must reply `OK`.
+fn assert_ok(c: &mut Connection, cmd: redis::Cmd) {
     let v: Value = cmd
         .query(c)
         .unwrap_or_else(|e| panic!("command failed: {e}"));
@@ -25,14 +26,6 @@ fn ok(c: &mut Connection, cmd: redis::Cmd) {
         matches!(v, Value::Okay) || v == Value::SimpleString("OK".into()),
         "expected OK, got {v:?}"
     );
-}
-
-fn exists(c: &mut Connection, key: &[u8]) -> i64 {
-    cmd!("EXISTS", key).query(c).expect("EXISTS")
-}
-
-fn pttl(c: &mut Connection, key: &[u8]) -> i64 {
-    cmd!("PTTL", key).query(c).expect("PTTL")
 }
 
 /// A set of locks of every shape: single, re-entered, binary, long-lived, without TTL.
@@ -115,32 +108,6 @@ fn assert_pttl_matches(c: &mut Connection, fixture: &Fixture) {
     }
 }
 
-fn info_persistence(c: &mut Connection) -> String {
-    cmd!("INFO", "persistence").query(c).expect("INFO")
-}
-
-fn wait_no_rewrite(c: &mut Connection) {
-    assert!(
-        eventually(Duration::from_secs(10), || {
-            let s = info_persistence(c);
-            s.contains("aof_rewrite_in_progress:0") && s.contains("aof_rewrite_scheduled:0")
-        }),
-        "AOF rewrite did not finish:\n{}",
-        info_persistence(c)
-    );
-}
-
-fn rewrite_aof(c: &mut Connection) {
-    wait_no_rewrite(c);
-    let _: Value = cmd!("BGREWRITEAOF").query(c).expect("BGREWRITEAOF");
-    wait_no_rewrite(c);
-    let s = info_persistence(c);
-    assert!(
-        s.contains("aof_last_bgrewrite_status:ok"),
-        "rewrite failed:\n{s}"
-    );
-}
-
 fn aof_server(preamble: &str) -> Server {
     Server::with_args(&[
         "--appendonly",
@@ -160,7 +127,7 @@ fn debug_reload_keeps_locks() {
     let fixture = Fixture::create(&mut c);
     let before = fixture.snapshot(&mut c);
     let start = std::time::Instant::now();
-    ok(&mut c, cmd!("DEBUG", "RELOAD"));
+    assert_ok(&mut c, cmd!("DEBUG", "RELOAD"));
     let after = fixture.snapshot(&mut c);
     assert_survived(&before, &after, start.elapsed());
     assert_pttl_matches(&mut c, &fixture);
@@ -188,10 +155,10 @@ fn aof_loaded_during_a_write_pause_keeps_locks() {
     let before = fixture.snapshot(&mut c);
     let start = std::time::Instant::now();
     let mut pauser = server.conn();
-    ok(&mut pauser, cmd!("CLIENT", "PAUSE", 60_000, "WRITE"));
-    ok(&mut c, cmd!("DEBUG", "LOADAOF"));
+    assert_ok(&mut pauser, cmd!("CLIENT", "PAUSE", 60_000, "WRITE"));
+    assert_ok(&mut c, cmd!("DEBUG", "LOADAOF"));
     let after = fixture.snapshot(&mut c);
-    ok(&mut pauser, cmd!("CLIENT", "UNPAUSE"));
+    assert_ok(&mut pauser, cmd!("CLIENT", "UNPAUSE"));
     assert_survived(&before, &after, start.elapsed());
     assert_eq!(common::info_field(&mut c, "locks"), 5);
 }
@@ -203,7 +170,7 @@ fn rdb_restart_keeps_locks() {
     let fixture = Fixture::create(&mut c);
     let before = fixture.snapshot(&mut c);
     let start = std::time::Instant::now();
-    ok(&mut c, cmd!("SAVE"));
+    assert_ok(&mut c, cmd!("SAVE"));
     server.restart();
     let mut c = server.conn();
     let after = fixture.snapshot(&mut c);
@@ -300,7 +267,7 @@ fn expired_locks_do_not_come_back_from_rdb() {
     let mut c = server.conn();
     acquire(&mut c, b"short", b"o", 300);
     acquire(&mut c, b"long", b"o", 60_000);
-    ok(&mut c, cmd!("SAVE"));
+    assert_ok(&mut c, cmd!("SAVE"));
     // The lock expires while the server is down.
     server.kill();
     wait_out_ttl(Duration::from_millis(500));
@@ -324,7 +291,7 @@ fn expired_locks_do_not_come_back_from_debug_reload() {
     let _: () = cmd!("DEBUG", "SET-ACTIVE-EXPIRE", 0).query(&mut c).unwrap();
     acquire(&mut c, b"short", b"o", 100);
     wait_out_ttl(Duration::from_millis(300));
-    ok(&mut c, cmd!("DEBUG", "RELOAD"));
+    assert_ok(&mut c, cmd!("DEBUG", "RELOAD"));
     assert_eq!(info(&mut c, b"short"), None);
     assert_eq!(exists(&mut c, b"short"), 0);
 }
@@ -360,7 +327,7 @@ fn expired_locks_do_not_come_back_from_aof_without_preamble() {
 /// Raises the counter to 2^52, takes one token above it, then removes every lock so that no
 /// key carries the high token any more. Returns the highest token issued.
 fn seed_and_clear(c: &mut Connection) -> i64 {
-    ok(c, cmd!("LOCK.APPLY", "seed", "o", SEED, 1));
+    assert_ok(c, cmd!("LOCK.APPLY", "seed", "o", SEED, 1));
     let t = acquire(c, b"x", b"o", 60_000);
     assert!(t > SEED, "token {t} after APPLY of {SEED}");
     assert_eq!(common::info_field(c, "last_token"), t);
@@ -394,12 +361,12 @@ fn tokens_keep_rising_after_debug_reload() {
     let server = Server::start();
     let mut c = server.conn();
     let t = seed_and_clear(&mut c);
-    ok(&mut c, cmd!("DEBUG", "RELOAD"));
+    assert_ok(&mut c, cmd!("DEBUG", "RELOAD"));
     let t = assert_next_token_above(&mut c, t, "after DEBUG RELOAD with no locks");
     // And with a lock holding the highest token.
     let u = acquire(&mut c, b"kept", b"o", 60_000);
     assert!(u > t);
-    ok(&mut c, cmd!("DEBUG", "RELOAD"));
+    assert_ok(&mut c, cmd!("DEBUG", "RELOAD"));
     assert_next_token_above(&mut c, u, "after DEBUG RELOAD with a lock");
 }
 
@@ -408,7 +375,7 @@ fn tokens_keep_rising_after_rdb_restart() {
     let mut server = Server::start();
     let mut c = server.conn();
     let t = seed_and_clear(&mut c);
-    ok(&mut c, cmd!("SAVE"));
+    assert_ok(&mut c, cmd!("SAVE"));
     server.restart();
     let mut c = server.conn();
     assert_next_token_above(&mut c, t, "after RDB restart with no locks");
@@ -434,7 +401,7 @@ fn tokens_after_aof_rewrite_of_no_locks(preamble: &str) {
 fn tokens_after_releases_following_aof_rewrite(preamble: &str) {
     let mut server = aof_server(preamble);
     let mut c = server.conn();
-    ok(&mut c, cmd!("LOCK.APPLY", "seed", "o", SEED, 1));
+    assert_ok(&mut c, cmd!("LOCK.APPLY", "seed", "o", SEED, 1));
     rewrite_aof(&mut c);
     let u = acquire(&mut c, b"z", b"o", 60_000);
     assert!(u > SEED);

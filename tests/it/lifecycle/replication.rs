@@ -5,7 +5,9 @@ use relock_testkit::cmd;
 
 use std::time::Duration;
 
-use common::{acquire, eventually, int_or_nil, lock_info as info, wait_out_ttl, Server};
+use common::{
+    acquire, eventually, int_or_nil, lock_info as info, wait_out_ttl, wait_replica, Server,
+};
 use redis::{Connection, Value};
 
 const SEED: i64 = 1 << 52;
@@ -27,12 +29,6 @@ impl Pair {
 /// A master that starts a full sync at once (the default waits 5 s for more replicas).
 fn master() -> Server {
     Server::with_args(&["--repl-diskless-sync-delay", "0"])
-}
-
-/// Waits until the replica acknowledged everything the master wrote.
-fn sync(master: &mut Connection) {
-    let acked: i64 = cmd!("WAIT", 1, 5000).query(master).expect("WAIT");
-    assert_eq!(acked, 1, "replica did not acknowledge");
 }
 
 fn assert_mirrored(m: &mut Connection, r: &mut Connection, keys: &[&[u8]]) {
@@ -75,7 +71,7 @@ fn replica_mirrors_every_lock_change() {
     acquire(&mut m, bin_key, bin_owner, 30_000);
     acquire(&mut m, b"released", b"oc", 30_000);
     acquire(&mut m, b"forced", b"od", 30_000);
-    sync(&mut m);
+    wait_replica(&mut m);
     let keys: [&[u8]; 5] = [b"a", b"b", bin_key, b"released", b"forced"];
     assert_mirrored(&mut m, &mut r, &keys);
     let rb = info(&mut r, b"b").expect("b on the replica");
@@ -102,7 +98,7 @@ fn replica_mirrors_every_lock_change() {
             .unwrap(),
         1
     );
-    sync(&mut m);
+    wait_replica(&mut m);
     assert_mirrored(&mut m, &mut r, &keys);
     let ra = info(&mut r, b"a").unwrap();
     assert!(
@@ -144,7 +140,7 @@ fn replica_refuses_writes_and_answers_info() {
     let mut m = pair.master.conn();
     let mut r = pair.replica.conn();
     let t = acquire(&mut m, b"k", b"o", 60_000);
-    sync(&mut m);
+    wait_replica(&mut m);
     let writes = [
         cmd!("LOCK.ACQUIRE", "k", "o", 1_000),
         cmd!("LOCK.ACQUIRE", "new", "o", 1_000),
@@ -181,7 +177,7 @@ fn replica_sees_an_expired_lock_as_gone() {
     // reaches the replica): the replica hides the expired lock on its own.
     let _: () = cmd!("DEBUG", "SET-ACTIVE-EXPIRE", 0).query(&mut m).unwrap();
     acquire(&mut m, b"short", b"o", 2_000);
-    sync(&mut m);
+    wait_replica(&mut m);
     assert!(info(&mut r, b"short").is_some());
     // Replicas do not expire keys themselves, but must not show a logically expired one.
     assert!(
@@ -212,7 +208,7 @@ fn promoted_replica_issues_larger_tokens() {
     // A lock that stays held, with the highest token.
     let kept = acquire(&mut m, b"kept", b"o", 60_000);
     assert!(kept > high);
-    sync(&mut m);
+    wait_replica(&mut m);
 
     let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut r).unwrap();
     let t = acquire(&mut r, b"y", b"p", 60_000);
@@ -245,7 +241,7 @@ fn full_sync_copies_locks_and_the_counter() {
     );
     // The replica attaches after the fact: it gets everything through the RDB transfer.
     common::attach_replica(&master, &replica);
-    sync(&mut m);
+    wait_replica(&mut m);
     let mut r = replica.conn();
     assert_mirrored(&mut m, &mut r, &[b"held", b"x", b"seed"]);
     let held = info(&mut r, b"held").expect("held on the replica");
@@ -308,7 +304,7 @@ fn replica_attaching_to_a_lone_master_gets_every_change() {
             acquire(&mut m, &key, b"c", 60_000);
             keys.push(key);
         }
-        sync(&mut m);
+        wait_replica(&mut m);
         let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         assert_mirrored(&mut m, &mut r, &keys);
         // The replica's counter followed: promoted, it issues a larger token than any.
@@ -544,7 +540,7 @@ fn a_promoted_replica_waits_for_its_clock_to_pass_its_masters_tokens() {
     )
     .query(&mut m)
     .unwrap();
-    sync(&mut m);
+    wait_replica(&mut m);
     let mut r = replica.conn();
     assert_eq!(common::info_field(&mut r, "last_token"), masters);
     let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut r).unwrap();
@@ -608,7 +604,7 @@ fn a_promoted_replica_that_issued_above_a_lead_beyond_a_minute_keeps_issuing() {
     let start = now_ms();
     let masters = (start + LEAD_MS) * 1000;
     let _: () = cmd!("LOCK.COUNTER", masters).query(&mut m).unwrap();
-    sync(&mut m);
+    wait_replica(&mut m);
     let mut r = replica.conn();
     assert_eq!(common::info_field(&mut r, "last_token"), masters);
     let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut r).unwrap();

@@ -610,7 +610,7 @@ fn journal_says_only_moved(cluster: &Cluster, state: &SlotState) {
 }
 
 /// A waiter queued on the slot's owner; returns its connection.
-fn queue_waiter(cluster: &Cluster, slot: u16, state: &SlotState) -> Raw {
+fn queue_on_slot_owner(cluster: &Cluster, slot: u16, state: &SlotState) -> Raw {
     let owner = owner_node(cluster, slot);
     let before = common::info_field(&mut owner.conn(), "waiters");
     let mut waiter = Raw::connect(owner);
@@ -663,7 +663,7 @@ fn asm_then_failover_of_the_target_and_back_keeps_every_hold_once() {
         source.port,
         "the source still serves the slot (no automatic failover while it was filled)"
     );
-    let mut waiter = queue_waiter(&cluster, slot, &state);
+    let mut waiter = queue_on_slot_owner(&cluster, slot, &state);
     let workload = Workload::start(&state.work, source.port);
     assert!(eventually(DUE, || workload.last() > 0), "the workload runs");
 
@@ -676,7 +676,7 @@ fn asm_then_failover_of_the_target_and_back_keeps_every_hold_once() {
     }
     holds_only_on_owner(&cluster, slot, &state, &before);
     let target_replica = cluster.replica_of_master(target.port);
-    let mut waiter = queue_waiter(&cluster, slot, &state);
+    let mut waiter = queue_on_slot_owner(&cluster, slot, &state);
     cluster.failover(target_replica);
     wait_owner(&cluster, slot, target_replica.port);
     match waiter.read_within(DUE) {
@@ -687,7 +687,7 @@ fn asm_then_failover_of_the_target_and_back_keeps_every_hold_once() {
     replicas_agree(&cluster, &state);
 
     // And back to the source, whose replica then takes over.
-    let mut waiter = queue_waiter(&cluster, slot, &state);
+    let mut waiter = queue_on_slot_owner(&cluster, slot, &state);
     let id = start_import(source, slot);
     finish_import(&cluster, source, &id, slot);
     match waiter.read(DUE) {
@@ -711,7 +711,7 @@ fn asm_then_failover_of_the_target_and_back_keeps_every_hold_once() {
 
     // The waiter is served at last with a greater token.
     let owner = owner_node(&cluster, slot);
-    let mut waiter = queue_waiter(&cluster, slot, &state);
+    let mut waiter = queue_on_slot_owner(&cluster, slot, &state);
     for _ in 0..2 {
         let _: i64 = cmd!("LOCK.RELEASE", &state.lock, "owner")
             .query(&mut owner.conn())

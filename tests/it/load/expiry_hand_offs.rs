@@ -9,9 +9,9 @@ use relock_testkit::cmd;
 
 use std::time::{Duration, Instant};
 
+use super::storms::fill;
 use common::ask::owner_token as holders;
 use common::ask::waiters;
-use common::payload::{shared_fields, Format};
 use common::raw::{Raw, Reply};
 use common::reply::used_memory;
 use common::{eventually, info_field, now_ms, Server};
@@ -112,7 +112,7 @@ fn lease_storms_renames_of_other_keys_do_not_delay_an_expiry_hand_off() {
 fn fill_in_time(m: &mut Connection, key: &str, n: usize, mut budget: i64) -> i64 {
     loop {
         let end = now_ms() + budget;
-        fill(m, key, n, end);
+        fill(m, key, n, 0, end);
         let _: i64 = cmd!("WAIT", 1, 120_000).query(m).unwrap();
         if end - now_ms() > 2_000 {
             return end;
@@ -124,21 +124,6 @@ fn fill_in_time(m: &mut Connection, key: &str, n: usize, mut budget: i64) -> i64
         let _: i64 = cmd!("DEL", key).query(m).unwrap();
         budget *= 2;
     }
-}
-
-/// Puts at `key` a shared value of `n` holders `o0000000`... whose leases end at `end`, and one
-/// more (`long`) whose lease ends ten minutes later. One `RESTORE`.
-fn fill(c: &mut Connection, key: &str, n: usize, end: i64) {
-    let owners: Vec<Vec<u8>> = (0..n).map(|i| format!("o{i:07}").into_bytes()).collect();
-    let mut holders: Vec<(&[u8], u64, u64, i64)> = owners
-        .iter()
-        .enumerate()
-        .map(|(i, o)| (o.as_slice(), 1_000_000 + i as u64, 1, end))
-        .collect();
-    holders.push((b"long", 1_000_000 + n as u64, 1, end + 600_000));
-    let (format, _) = Format::of(c);
-    let payload = format.payload(2, &shared_fields(0, &holders));
-    let _: () = cmd!("RESTORE", key, 0, payload).query(c).expect("RESTORE");
 }
 
 /// Found in attack round 4 (issue 18).

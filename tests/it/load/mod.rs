@@ -6,4 +6,4 @@ mod expiry_hand_offs;
 mod observers;
 mod random_mix;
 mod stalls;
-mod storms;
+pub(crate) mod storms;

@@ -11,19 +11,11 @@ use std::time::{Duration, Instant};
 
 use common::ask::server_field;
 use common::raw::{Raw, Reply};
-use common::{eventually, info_field, Server};
+use common::reply::used_memory;
+use common::{eventually, info_field, try_acquire, Server};
 
 const DUE: Duration = Duration::from_secs(60);
 const LONG_TTL: u64 = 1_000_000;
-
-fn acquire(c: &mut redis::Connection, key: &str) -> u64 {
-    redis::cmd("LOCK.ACQUIRE")
-        .arg(key)
-        .arg("a")
-        .arg(LONG_TTL)
-        .query(c)
-        .expect("acquire")
-}
 
 fn observe(server: &Server, key: &str, known: u64) -> Raw {
     let mut raw = Raw::connect(server);
@@ -38,10 +30,6 @@ fn blocked(c: &mut redis::Connection) -> i64 {
 
 fn connected(c: &mut redis::Connection) -> i64 {
     server_field(c, "clients", "connected_clients").unwrap_or(0)
-}
-
-fn used_memory(c: &mut redis::Connection) -> i64 {
-    server_field(c, "memory", "used_memory").expect("used_memory")
 }
 
 /// `used_memory` once it stopped falling: Redis gives back the blocked-client helpers of its
@@ -71,7 +59,7 @@ fn ten_thousand_observers_are_woken_by_one_release_in_bounded_turns() {
     const N: usize = 10_000;
     let server = Server::with_args(&["--maxclients", "10100"]);
     let mut c = server.conn();
-    let t = acquire(&mut c, "k");
+    let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
     let mut observers: Vec<Raw> = (0..N).map(|_| observe(&server, "k", t)).collect();
     assert!(
         eventually(DUE, || blocked(&mut c) == N as i64),
@@ -109,7 +97,7 @@ fn observers_that_vanish_leave_nothing_behind() {
     const ROUNDS: usize = 7;
     let server = Server::with_args(&["--maxclients", "10100"]);
     let mut c = server.conn();
-    let t = acquire(&mut c, "k");
+    let t = try_acquire(&mut c, "k", "a", LONG_TTL).expect("acquire");
     let mut after_round = Vec::new();
     for round in 0..ROUNDS {
         let observers: Vec<Raw> = (0..N).map(|_| observe(&server, "k", t)).collect();
@@ -176,7 +164,7 @@ fn many_observed_keys_flushed_at_once() {
     let mut observers: Vec<Raw> = (0..N)
         .map(|i| {
             let key = format!("k{i}");
-            let t = acquire(&mut c, &key);
+            let t = try_acquire(&mut c, &key, "a", LONG_TTL).expect("acquire");
             observe(&server, &key, t)
         })
         .collect();

@@ -34,7 +34,7 @@ fn latency_ms(c: &mut Connection, name: &str) -> i64 {
 }
 
 /// The slowlog's entries as (µs, command name), newest first.
-fn slowlog(c: &mut Connection) -> Vec<(i64, String)> {
+fn slow_commands(c: &mut Connection) -> Vec<(i64, String)> {
     let v: Value = cmd!("SLOWLOG", "GET", 128).query(c).unwrap();
     let Value::Array(entries) = v else {
         return vec![];
@@ -99,7 +99,7 @@ fn stall_migrate_detection_reads_info_once_per_key() {
             .unwrap();
             assert_eq!(ok, "OK");
         }
-        let migrates: Vec<i64> = slowlog(&mut c)
+        let migrates: Vec<i64> = slow_commands(&mut c)
             .into_iter()
             .filter(|(_, name)| name == "MIGRATE")
             .map(|(us, _)| us)

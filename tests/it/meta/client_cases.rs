@@ -175,7 +175,8 @@ fn stable_client_info(s: &str) -> String {
 
 // --- the scenarios ----------------------------------------------------------------------------
 
-fn ok(c: &mut Connection, words: &[&str]) -> Value {
+/// Runs the command `words` and returns its reply; panics on an error reply.
+fn query_words(c: &mut Connection, words: &[&str]) -> Value {
     let mut cmd = redis::cmd(words[0]);
     for w in &words[1..] {
         cmd.arg(*w);
@@ -197,7 +198,7 @@ fn samples(resp: u8) -> Vec<(String, Vec<String>, Json)> {
     };
     let mut out = Vec::new();
     let mut sample = |c: &mut Connection, name: &str, words: &[&str]| {
-        let mut t = tree(&ok(c, words));
+        let mut t = tree(&query_words(c, words));
         stable.walk(words[0], &mut t);
         out.push((
             name.to_string(),
@@ -208,11 +209,11 @@ fn samples(resp: u8) -> Vec<(String, Vec<String>, Json)> {
     let due = Duration::from_secs(10);
 
     sample(&mut c, "info none", &["LOCK.INFO", "none"]);
-    ok(&mut c, &["LOCK.ACQUIRE", "k1", "alice", "60000"]);
-    ok(&mut c, &["LOCK.REENTER", "k1", "alice", "60000"]);
+    query_words(&mut c, &["LOCK.ACQUIRE", "k1", "alice", "60000"]);
+    query_words(&mut c, &["LOCK.REENTER", "k1", "alice", "60000"]);
     sample(&mut c, "info exclusive", &["LOCK.INFO", "k1"]);
     sample(&mut c, "holders exclusive", &["LOCK.HOLDERS", "k1"]);
-    ok(
+    query_words(
         &mut c,
         &[
             "LOCK.ACQUIRE",
@@ -226,23 +227,24 @@ fn samples(resp: u8) -> Vec<(String, Vec<String>, Json)> {
             "2",
         ],
     );
-    ok(
+    query_words(
         &mut c,
         &["LOCK.ACQUIRE", "k2", "r2", "60000", "SHARED", "LIMIT", "3"],
     );
     sample(&mut c, "info semaphore", &["LOCK.INFO", "k2"]);
     sample(&mut c, "holders semaphore", &["LOCK.HOLDERS", "k2"]);
-    ok(&mut c, &["LOCK.ACQUIRE", "k3", "r1", "60000", "SHARED"]);
+    query_words(&mut c, &["LOCK.ACQUIRE", "k3", "r1", "60000", "SHARED"]);
     sample(&mut c, "info read lock", &["LOCK.INFO", "k3"]);
     sample(&mut c, "holders none", &["LOCK.HOLDERS", "none"]);
 
     // The journal: a force-release by a named client, an expiry.
-    ok(&mut c, &["CLIENT", "SETNAME", "ops"]);
-    ok(&mut c, &["LOCK.ACQUIRE", "k4", "carol", "60000"]);
-    ok(&mut c, &["LOCK.FORCERELEASE", "k4"]);
-    ok(&mut c, &["LOCK.ACQUIRE", "k5", "dave", "20"]);
+    query_words(&mut c, &["CLIENT", "SETNAME", "ops"]);
+    query_words(&mut c, &["LOCK.ACQUIRE", "k4", "carol", "60000"]);
+    query_words(&mut c, &["LOCK.FORCERELEASE", "k4"]);
+    query_words(&mut c, &["LOCK.ACQUIRE", "k5", "dave", "20"]);
     assert!(
-        eventually(due, || ok(&mut c, &["LOCK.INFO", "k5"]) == Value::Nil),
+        eventually(due, || query_words(&mut c, &["LOCK.INFO", "k5"])
+            == Value::Nil),
         "k5 expired"
     );
     sample(&mut c, "history forcereleased", &["LOCK.HISTORY", "k4"]);
@@ -251,9 +253,9 @@ fn samples(resp: u8) -> Vec<(String, Vec<String>, Json)> {
     sample(&mut c, "log", &["LOCK.LOG", "2"]);
 
     // Contention: a refusal and a wait that times out on k6.
-    ok(&mut c, &["LOCK.ACQUIRE", "k6", "a", "60000"]);
-    ok(&mut c, &["LOCK.ACQUIRE", "k6", "b", "60000"]);
-    ok(&mut c, &["LOCK.WAIT", "k6", "c", "60000", "50"]);
+    query_words(&mut c, &["LOCK.ACQUIRE", "k6", "a", "60000"]);
+    query_words(&mut c, &["LOCK.ACQUIRE", "k6", "b", "60000"]);
+    query_words(&mut c, &["LOCK.WAIT", "k6", "c", "60000", "50"]);
     sample(&mut c, "stats", &["LOCK.STATS"]);
 
     // Two waiters queued behind alice on k1: one exclusive without a timeout, one shared with.
@@ -272,8 +274,8 @@ fn samples(resp: u8) -> Vec<(String, Vec<String>, Json)> {
     drop((bob, carl));
 
     // A lock made persistent (PERSIST): its ttl is -1, no expiry.
-    ok(&mut c, &["LOCK.ACQUIRE", "k7", "pat", "60000"]);
-    ok(&mut c, &["PERSIST", "k7"]);
+    query_words(&mut c, &["LOCK.ACQUIRE", "k7", "pat", "60000"]);
+    query_words(&mut c, &["PERSIST", "k7"]);
     sample(&mut c, "info persisted", &["LOCK.INFO", "k7"]);
     sample(&mut c, "holders persisted", &["LOCK.HOLDERS", "k7"]);
     out

@@ -65,7 +65,7 @@ impl Lang {
 }
 
 /// Runs `scripts/setup-examples` once per test process (it installs only what is missing).
-fn dependencies() {
+fn install_example_dependencies() {
     static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
     let result = INSTALLED.get_or_init(|| {
         let output = Command::new(repo_root().join("scripts/setup-examples"))
@@ -155,7 +155,7 @@ fn local_program(program: &str) -> std::path::PathBuf {
 }
 
 fn run(lang: Lang, name: &str, server: &Server, protocol: (&str, &str)) -> Run {
-    dependencies();
+    install_example_dependencies();
     let (program, script) = lang.command(name);
     let url = format!("{}{}", server.url(), protocol.1);
     let what = format!("`{program} {script}` ({}, REDIS_URL={url})", protocol.0);
@@ -372,7 +372,9 @@ fn wait(lang: Lang) {
     }
 }
 
-fn renew(lang: Lang) {
+/// The `renew` example in `lang`: renewals keep a lease through a job longer than its ttl, and a
+/// force-release stops the job.
+fn renew_example(lang: Lang) {
     let force_release = match lang {
         Lang::Python => "force_release",
         Lang::Node => "forceRelease",
@@ -496,7 +498,7 @@ fn python_wait() {
 
 #[test]
 fn python_renew() {
-    renew(Lang::Python);
+    renew_example(Lang::Python);
 }
 
 #[test]
@@ -563,7 +565,7 @@ fn node_wait() {
 
 #[test]
 fn node_renew() {
-    renew(Lang::Node);
+    renew_example(Lang::Node);
 }
 
 #[test]

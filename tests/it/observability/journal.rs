@@ -18,7 +18,7 @@ use redis::{Connection, Value};
 const LONG: i64 = 60_000;
 
 /// The (reason, db) of the newest `n` journal entries, newest first.
-fn log_reasons(c: &mut Connection, n: usize) -> Vec<(String, i64)> {
+fn log_reasons_and_dbs(c: &mut Connection, n: usize) -> Vec<(String, i64)> {
     entries(c, cmd!("LOCK.LOG", n))
         .iter()
         .map(|e| (text(&e["reason"]), int(&e["db"])))
@@ -110,7 +110,7 @@ fn journal_two_flushes_in_one_cron_tick_are_both_logged() {
     acquire(&mut db2, "b", "in-db2", LONG);
     let _: () = cmd!("FLUSHDB").query(&mut db1).unwrap();
     let _: () = cmd!("FLUSHDB").query(&mut db2).unwrap();
-    let log = log_reasons(&mut c, 10);
+    let log = log_reasons_and_dbs(&mut c, 10);
     let a = history(&mut db1, "a");
     assert_eq!(
         (log, a),

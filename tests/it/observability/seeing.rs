@@ -29,7 +29,7 @@ fn names(v: &Value) -> Vec<String> {
 
 /// A raw connection queued in `LOCK.WAIT key owner ttl timeout words...`; returns it with its
 /// client id once the key has `n` waiters.
-fn queue(
+fn queue_with_timeout(
     server: &Server,
     c: &mut Connection,
     key: &str,
@@ -73,8 +73,8 @@ fn waiters_lists_the_queue_in_order_with_every_field() {
     let server = Server::start();
     let mut c = server.conn();
     acquire(&mut c, "k", "holder", LONG);
-    let (_a, a_id) = queue(&server, &mut c, "k", "host-a/1/x", 0, &[], 1);
-    let (_b, b_id) = queue(&server, &mut c, "k", "host-b/2/y", 30_000, &[], 2);
+    let (_a, a_id) = queue_with_timeout(&server, &mut c, "k", "host-a/1/x", 0, &[], 1);
+    let (_b, b_id) = queue_with_timeout(&server, &mut c, "k", "host-b/2/y", 30_000, &[], 2);
     // Both have waited at least this long: `waited` must show it.
     wait_out_ttl(Duration::from_millis(50));
     for resp3 in [false, true] {
@@ -120,7 +120,7 @@ fn waiters_shows_shared_requests_with_their_limit() {
     let server = Server::start();
     let mut c = server.conn();
     acquire(&mut c, "k", "writer", LONG);
-    let _r = queue(
+    let _r = queue_with_timeout(
         &server,
         &mut c,
         "k",
@@ -129,7 +129,7 @@ fn waiters_shows_shared_requests_with_their_limit() {
         &["SHARED", "LIMIT", "3"],
         1,
     );
-    let _s = queue(&server, &mut c, "k", "writer-2", 0, &[], 2);
+    let _s = queue_with_timeout(&server, &mut c, "k", "writer-2", 0, &[], 2);
     let list = entries(&mut c, cmd!("LOCK.WAITERS", "k"));
     assert_eq!(text(&list[0]["mode"]), "shared");
     assert_eq!((int(&list[0]["limit"]), int(&list[0]["permits"])), (3, 1));
@@ -150,7 +150,15 @@ fn waiters_count_default_zero_and_errors() {
     );
     let mut held = Vec::new();
     for i in 0..103 {
-        held.push(queue(&server, &mut c, "k", &format!("w{i}"), 0, &[], i + 1));
+        held.push(queue_with_timeout(
+            &server,
+            &mut c,
+            "k",
+            &format!("w{i}"),
+            0,
+            &[],
+            i + 1,
+        ));
     }
     let default = entries(&mut c, cmd!("LOCK.WAITERS", "k"));
     assert_eq!(default.len(), 100, "default COUNT 100");
@@ -268,7 +276,7 @@ fn mrelease_and_downgrade_are_not_logged() {
         .query(&mut c)
         .unwrap();
     let _: i64 = cmd!("LOCK.REENTER", "a", "o", LONG).query(&mut c).unwrap();
-    let (mut next, _) = queue(&server, &mut c, "b", "next", 0, &[], 1);
+    let (mut next, _) = queue_with_timeout(&server, &mut c, "b", "next", 0, &[], 1);
     let n: i64 = cmd!("LOCK.MRELEASE", 3, "a", "b", "c", "o")
         .query(&mut c)
         .unwrap();
@@ -278,7 +286,7 @@ fn mrelease_and_downgrade_are_not_logged() {
     assert_eq!(n, 1);
     // An exclusive hold made shared, readers let in with it; then released by each owner.
     acquire(&mut c, "rw", "writer", LONG);
-    let (mut reader, _) = queue(&server, &mut c, "rw", "reader", 0, &["SHARED"], 1);
+    let (mut reader, _) = queue_with_timeout(&server, &mut c, "rw", "reader", 0, &["SHARED"], 1);
     let _: i64 = cmd!("LOCK.DOWNGRADE", "rw", "writer")
         .query(&mut c)
         .unwrap();
@@ -314,7 +322,7 @@ fn force_release_is_logged_with_who_did_it() {
     let server = Server::start();
     let mut c = server.conn();
     let token = acquire(&mut c, "k", "app/1/abc", LONG);
-    let (_w, _) = queue(&server, &mut c, "k", "next", 0, &[], 1);
+    let (_w, _) = queue_with_timeout(&server, &mut c, "k", "next", 0, &[], 1);
     let mut ops = server.conn();
     let _: () = cmd!("CLIENT", "SETNAME", "ops").query(&mut ops).unwrap();
     let ops_id: i64 = cmd!("CLIENT", "ID").query(&mut ops).unwrap();
@@ -713,7 +721,7 @@ fn a_grant_whose_waiter_hung_up_is_revoked_and_logged() {
     let server = Server::start();
     let mut c = server.conn();
     acquire(&mut c, "k", "w", LONG);
-    let (_gone, gone_id) = queue(&server, &mut c, "k", "hung-up", 0, &[], 1);
+    let (_gone, gone_id) = queue_with_timeout(&server, &mut c, "k", "hung-up", 0, &[], 1);
     let _: Value = redis::pipe()
         .atomic()
         .cmd("LOCK.RELEASE")
@@ -1381,7 +1389,9 @@ fn a_replica_answers_log_and_stats_and_a_promoted_one_starts_empty() {
         common::int_or_nil(&mut m, cmd!("LOCK.ACQUIRE", "k", "x", LONG)),
         None
     );
-    let _ = queue(&master, &mut m, "k", "w", 50, &[], 1).0.read(DUE);
+    let _ = queue_with_timeout(&master, &mut m, "k", "w", 50, &[], 1)
+        .0
+        .read(DUE);
     let _: i64 = cmd!("LOCK.FORCERELEASE", "k").query(&mut m).unwrap();
     acquire(&mut m, "kept", "o", LONG);
     let acked: i64 = cmd!("WAIT", 1, 5000).query(&mut m).unwrap();
@@ -1456,8 +1466,10 @@ fn statistics_and_the_journal_live_across_debug_reload() {
         common::int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "hot", "x", LONG)),
         None
     );
-    let _ = queue(&server, &mut c, "hot", "t", 100, &[], 1).0.read(DUE);
-    let (mut w, _) = queue(&server, &mut c, "hot", "w", 0, &[], 1);
+    let _ = queue_with_timeout(&server, &mut c, "hot", "t", 100, &[], 1)
+        .0
+        .read(DUE);
+    let (mut w, _) = queue_with_timeout(&server, &mut c, "hot", "w", 0, &[], 1);
     let _: i64 = cmd!("LOCK.RELEASE", "hot", "h").query(&mut c).unwrap();
     w.read(DUE).token();
     let _: i64 = cmd!("LOCK.FORCERELEASE", "hot").query(&mut c).unwrap();
@@ -1515,8 +1527,8 @@ fn waits_and_holds_are_measured_and_the_hottest_key_is_named() {
     let mut c = server.conn();
     assert_eq!(percentiles(&mut c, "wait"), [0.0; 4], "nothing yet");
     acquire(&mut c, "hot", "h", LONG);
-    let (mut w, _) = queue(&server, &mut c, "hot", "w", 0, &[], 1);
-    let (mut t, _) = queue(&server, &mut c, "hot", "t", 200, &[], 2);
+    let (mut w, _) = queue_with_timeout(&server, &mut c, "hot", "w", 0, &[], 1);
+    let (mut t, _) = queue_with_timeout(&server, &mut c, "hot", "t", 200, &[], 2);
     assert_eq!(t.read(DUE), Reply::Nil, "timed out");
     // `w` waits at least this long before it is granted.
     wait_out_ttl(Duration::from_millis(300));
@@ -1530,7 +1542,9 @@ fn waits_and_holds_are_measured_and_the_hottest_key_is_named() {
         None
     );
     acquire(&mut c, "cold", "h", LONG);
-    let _ = queue(&server, &mut c, "cold", "w", 50, &[], 1).0.read(DUE);
+    let _ = queue_with_timeout(&server, &mut c, "cold", "w", 50, &[], 1)
+        .0
+        .read(DUE);
     let p = percentiles(&mut c, "wait");
     // Two waits: ~200 ms (timed out, counted with its wait) and >= 300 ms (granted); one of
     // ~50 ms on the cold key.
@@ -1604,7 +1618,9 @@ fn stats_off_records_nothing_and_the_table_is_bounded() {
         common::int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "k", "x", LONG)),
         None
     );
-    let _ = queue(&server, &mut c, "k", "w", 50, &[], 1).0.read(DUE);
+    let _ = queue_with_timeout(&server, &mut c, "k", "w", 50, &[], 1)
+        .0
+        .read(DUE);
     assert!(entries(&mut c, cmd!("LOCK.STATS")).is_empty());
     assert_eq!(percentiles(&mut c, "wait"), [0.0; 4]);
     let _: () = cmd!("CONFIG", "SET", "relock.stats", "yes")

@@ -9,11 +9,12 @@ use relock_testkit::cmd;
 
 use std::time::{Duration, Instant};
 
+use common::ask::await_waiters;
 use common::ask::waiters;
 use common::connect;
-use common::raw::{encode, Raw, Reply};
+use common::raw::{client_id, encode, queue_behind, Raw, Reply};
 use common::settle_to_zero;
-use common::{acquire, eventually, info_field, int_or_nil, lock_info, Server};
+use common::{acquire, assert_alive, eventually, info_field, int_or_nil, lock_info, Server};
 use redis::{Connection, Value};
 use relock_testkit::wait_out_ttl;
 
@@ -21,53 +22,6 @@ const SOON: Duration = Duration::from_secs(3);
 /// How long a waiter may wait for a lock of a few seconds' TTL to expire and pass to it.
 const EXPIRY_WITHIN: Duration = Duration::from_secs(10);
 const LONG_TTL: i64 = 100_000;
-
-fn alive(server: &Server, what: &str) {
-    use std::io::{Read, Write};
-    let pong = (|| {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        s.write_all(b"PING\r\n").ok()?;
-        let mut buf = [0u8; 7];
-        s.read_exact(&mut buf).ok()?;
-        (&buf == b"+PONG\r\n").then_some(())
-    })();
-    if pong.is_none() {
-        let tail: String = server
-            .log()
-            .lines()
-            .filter(|l| l.contains("crashed") || l.contains("RM_") || l.contains("ASSERT"))
-            .take(8)
-            .collect::<Vec<_>>()
-            .join("\n");
-        panic!("{what}: the server died or froze\n--- log (excerpt) ---\n{tail}");
-    }
-}
-
-fn await_waiters(c: &mut Connection, key: &str, n: i64) {
-    assert!(
-        eventually(Duration::from_secs(10), || waiters(c, key) == n),
-        "{key} never had {n} waiters (has {})",
-        waiters(c, key)
-    );
-}
-
-/// A raw waiter queued (timeout 0) behind whatever `key` holds.
-fn queue(server: &Server, c: &mut Connection, key: &str, owner: &str, ttl: u64) -> Raw {
-    let before = waiters(c, key);
-    let mut w = Raw::connect(server);
-    w.send_wait(key, owner, ttl, 0);
-    await_waiters(c, key, before + 1);
-    w
-}
-
-fn client_id(w: &mut Raw) -> i64 {
-    w.send(&[b"CLIENT", b"ID"]);
-    match w.read(SOON) {
-        Reply::Int(id) => id,
-        other => panic!("CLIENT ID: {other:?}"),
-    }
-}
 
 fn owner_of(c: &mut Connection, key: &str) -> Option<(String, i64)> {
     lock_info(c, key).map(|i| (String::from_utf8(i.owner).unwrap(), i.token))
@@ -83,7 +37,7 @@ fn answered_or_closed(w: &mut Raw) {
 
 /// Several commands in one write, so Redis runs them in one event-loop turn, before any of the
 /// module's 0 ms timers.
-fn pipeline(w: &mut Raw, commands: &[&[&[u8]]]) {
+fn send_pipelined(w: &mut Raw, commands: &[&[&[u8]]]) {
     use std::io::Write;
     let bytes: Vec<u8> = commands.iter().flat_map(|args| encode(args)).collect();
     w.stream.write_all(&bytes).expect("write pipeline");
@@ -101,9 +55,9 @@ fn a_wait_on_a_free_key_with_a_queue_queues_behind_it() {
     let server = Server::start();
     let mut c = connect(&server);
     let t0 = acquire(&mut c, "k", "a", LONG_TTL);
-    let mut b = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
+    let mut b = queue_behind(&server, &mut c, "k", "b", LONG_TTL as u64);
     let mut x = Raw::connect(&server);
-    pipeline(
+    send_pipelined(
         &mut x,
         &[
             &[b"DEL", b"k"],
@@ -111,7 +65,7 @@ fn a_wait_on_a_free_key_with_a_queue_queues_behind_it() {
         ],
     );
     answered_or_closed(&mut x);
-    alive(&server, "DEL + LOCK.WAIT of a queued key in one turn");
+    assert_alive(&server, "DEL + LOCK.WAIT of a queued key in one turn");
     let del = x.read_within(SOON);
     assert_eq!(del, Some(Reply::Int(1)));
     let tb = b.read(SOON).token();
@@ -131,9 +85,9 @@ fn a_wait_arriving_as_the_lock_expires_queues_behind_the_head() {
     let server = Server::start();
     let mut c = connect(&server);
     let t0 = acquire(&mut c, "k", "a", LONG_TTL);
-    let mut b = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
+    let mut b = queue_behind(&server, &mut c, "k", "b", LONG_TTL as u64);
     let mut x = Raw::connect(&server);
-    pipeline(
+    send_pipelined(
         &mut x,
         &[
             &[b"PEXPIRE", b"k", b"5"],
@@ -142,7 +96,7 @@ fn a_wait_arriving_as_the_lock_expires_queues_behind_the_head() {
         ],
     );
     answered_or_closed(&mut x);
-    alive(
+    assert_alive(
         &server,
         "LOCK.WAIT on a lock that just expired, with a queue",
     );
@@ -172,7 +126,7 @@ fn a_grant_confirmed_to_its_owner_is_not_revoked_afterwards() {
     let b_id = client_id(&mut b);
     b.send_wait("k", "b", LONG_TTL as u64, 0);
     await_waiters(&mut c, "k", 1);
-    let mut d = queue(&server, &mut c, "k", "d", LONG_TTL as u64);
+    let mut d = queue_behind(&server, &mut c, "k", "d", LONG_TTL as u64);
     // One turn: the release grants b, b's connection dies before its reply, and b's owner
     // (retrying on another connection) asks again.
     let (released, killed, again, renewed): (i64, i64, Option<i64>, Option<i64>) = redis::pipe()
@@ -228,7 +182,7 @@ fn scripts_that_delete_expire_and_lock_a_queued_key() {
     let mut c = connect(&server);
     // DEL, then every LOCK.* in the same script: nobody barges past the queue.
     let t0 = acquire(&mut c, "k", "a", LONG_TTL);
-    let mut b = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
+    let mut b = queue_behind(&server, &mut c, "k", "b", LONG_TTL as u64);
     let v: Value = cmd!(
         "EVAL",
         "redis.call('DEL', KEYS[1]) \
@@ -255,8 +209,8 @@ fn scripts_that_delete_expire_and_lock_a_queued_key() {
     assert_eq!(owner_of(&mut c, "k"), Some(("b".into(), tb as i64)));
 
     // RELEASE (hands off to the head), then DEL of the new holder's key in the same script.
-    let mut d = queue(&server, &mut c, "k", "d", LONG_TTL as u64);
-    let mut e = queue(&server, &mut c, "k", "e", LONG_TTL as u64);
+    let mut d = queue_behind(&server, &mut c, "k", "d", LONG_TTL as u64);
+    let mut e = queue_behind(&server, &mut c, "k", "e", LONG_TTL as u64);
     let v: Vec<Option<i64>> = cmd!(
         "EVAL",
         "local r = redis.call('LOCK.RELEASE', KEYS[1], 'b') \
@@ -275,7 +229,7 @@ fn scripts_that_delete_expire_and_lock_a_queued_key() {
 
     // PEXPIRE to 1 ms in a script: the script's frozen clock keeps the lock for the script;
     // the hand-off follows right after it.
-    let mut f = queue(&server, &mut c, "k", "f", LONG_TTL as u64);
+    let mut f = queue_behind(&server, &mut c, "k", "f", LONG_TTL as u64);
     let v: Vec<Option<i64>> = cmd!(
         "EVAL",
         "redis.call('PEXPIRE', KEYS[1], 1) \
@@ -288,7 +242,7 @@ fn scripts_that_delete_expire_and_lock_a_queued_key() {
     .expect("EVAL");
     assert_eq!(v, vec![None]);
     assert!(f.read(SOON).token() > te);
-    alive(&server, "scripts");
+    assert_alive(&server, "scripts");
     settle_to_zero(&mut c, "after the scripts");
 }
 
@@ -297,7 +251,7 @@ fn transactions_that_delete_a_queued_key_and_lock_it() {
     let server = Server::start();
     let mut c = connect(&server);
     let t0 = acquire(&mut c, "k", "a", LONG_TTL);
-    let mut b = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
+    let mut b = queue_behind(&server, &mut c, "k", "b", LONG_TTL as u64);
     let (del, acq, wait, reenter, unlink): (i64, Option<i64>, Option<i64>, Option<i64>, i64) =
         redis::pipe()
             .atomic()
@@ -339,7 +293,7 @@ fn restore_and_copy_over_a_queued_key() {
     acquire(&mut c, "src", "o", LONG_TTL);
     let dump: Vec<u8> = cmd!("DUMP", "src").query(&mut c).expect("DUMP");
     acquire(&mut c, "k", "a", LONG_TTL);
-    let mut b = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
+    let mut b = queue_behind(&server, &mut c, "k", "b", LONG_TTL as u64);
     // RESTORE REPLACE with a 3 s TTL: another lock, still held; the waiter is served at its
     // expiry. (The TTLs here are seconds, not hundreds of ms: the steps that must come before
     // them took longer than that on a loaded machine.)
@@ -353,7 +307,7 @@ fn restore_and_copy_over_a_queued_key() {
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(owner_of(&mut c, "k"), Some(("b".into(), tb as i64)));
     // COPY REPLACE of a lock with a 2 s TTL onto the held key.
-    let mut d = queue(&server, &mut c, "k", "d", LONG_TTL as u64);
+    let mut d = queue_behind(&server, &mut c, "k", "d", LONG_TTL as u64);
     let _: i64 = cmd!("PEXPIRE", "src", 2000).query(&mut c).unwrap();
     let copied: i64 = cmd!("COPY", "src", "k", "REPLACE").query(&mut c).unwrap();
     assert_eq!(copied, 1);
@@ -361,7 +315,7 @@ fn restore_and_copy_over_a_queued_key() {
     let td = d.read(EXPIRY_WITHIN).token();
     assert!(td > tb);
     // RESTORE of a string over a queued key: WRONGTYPE.
-    let mut e = queue(&server, &mut c, "k", "e", LONG_TTL as u64);
+    let mut e = queue_behind(&server, &mut c, "k", "e", LONG_TTL as u64);
     let _: () = cmd!("SET", "s", "v").query(&mut c).unwrap();
     let sdump: Vec<u8> = cmd!("DUMP", "s").query(&mut c).unwrap();
     let _: () = cmd!("RESTORE", "k", 0, sdump.as_slice(), "REPLACE")
@@ -371,7 +325,7 @@ fn restore_and_copy_over_a_queued_key() {
         Reply::Error(m) => assert!(m.starts_with("WRONGTYPE"), "{m}"),
         other => panic!("waiter after RESTORE of a string: {other:?}"),
     }
-    alive(&server, "RESTORE/COPY");
+    assert_alive(&server, "RESTORE/COPY");
     settle_to_zero(&mut c, "after RESTORE/COPY");
 }
 
@@ -381,8 +335,8 @@ fn rename_between_two_queued_keys_and_swapdb_of_two_held_locks() {
     let mut c = connect(&server);
     let t1 = acquire(&mut c, "k1", "a", LONG_TTL);
     acquire(&mut c, "k2", "b", LONG_TTL);
-    let mut w1 = queue(&server, &mut c, "k1", "w1", LONG_TTL as u64);
-    let mut w2 = queue(&server, &mut c, "k2", "w2", LONG_TTL as u64);
+    let mut w1 = queue_behind(&server, &mut c, "k1", "w1", LONG_TTL as u64);
+    let mut w2 = queue_behind(&server, &mut c, "k2", "w2", LONG_TTL as u64);
     // k1 moves onto k2: k1's waiter gets the free k1; k2's waiter waits for a's lock, now at k2.
     let _: () = cmd!("RENAME", "k1", "k2").query(&mut c).unwrap();
     let g1 = w1.read(SOON).token();
@@ -402,7 +356,7 @@ fn rename_between_two_queued_keys_and_swapdb_of_two_held_locks() {
     acquire(&mut c, "s", "db1", 3000);
     let _: () = cmd!("SELECT", 0).query(&mut c).unwrap();
     acquire(&mut c, "s", "db0", LONG_TTL);
-    let mut w = queue(&server, &mut c, "s", "w", LONG_TTL as u64);
+    let mut w = queue_behind(&server, &mut c, "s", "w", LONG_TTL as u64);
     let _: () = cmd!("SWAPDB", 0, 1).query(&mut c).unwrap();
     assert_eq!(owner_of(&mut c, "s").map(|o| o.0), Some("db1".into()));
     let started = Instant::now();
@@ -424,11 +378,11 @@ fn a_delete_under_a_pause_in_the_same_exec_hands_off_after_the_pause() {
     let server = Server::start();
     let mut c = connect(&server);
     let t0 = acquire(&mut c, "k", "a", LONG_TTL);
-    let mut b = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
+    let mut b = queue_behind(&server, &mut c, "k", "b", LONG_TTL as u64);
     let mut x = Raw::connect(&server);
     // Taken before the pause is sent: reading EXEC's reply may take long on a busy machine.
     let started = Instant::now();
-    pipeline(
+    send_pipelined(
         &mut x,
         &[
             &[b"MULTI"],
@@ -458,7 +412,7 @@ fn a_delete_under_a_pause_in_the_same_exec_hands_off_after_the_pause() {
     assert!(tb > t0 as u64);
     assert!(started.elapsed() >= Duration::from_millis(390));
     assert_eq!(owner_of(&mut c, "k"), Some(("b".into(), tb as i64)));
-    alive(&server, "pause in EXEC");
+    assert_alive(&server, "pause in EXEC");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -530,7 +484,7 @@ fn a_storm_of_waiters_timeouts_and_hang_ups_leaves_nothing_behind() {
     let mut tokens = std::collections::HashSet::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        alive(&server, "storm");
+        assert_alive(&server, "storm");
         let mut pending = 0;
         for w in ws.iter_mut() {
             let Some(raw) = w.raw.as_mut() else { continue };
@@ -569,7 +523,7 @@ fn a_storm_of_waiters_timeouts_and_hang_ups_leaves_nothing_behind() {
             break;
         }
     }
-    alive(&server, "after the storm");
+    assert_alive(&server, "after the storm");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -711,5 +665,5 @@ fn forks_during_hand_offs_keep_the_aof_exact() {
     let after: Vec<_> = (0..K).map(|i| owner_of(&mut c, &format!("h{i}"))).collect();
     assert_eq!(before, after);
     assert!(info_field(&mut c, "last_token") >= last);
-    alive(&server, "forks during hand-offs");
+    assert_alive(&server, "forks during hand-offs");
 }

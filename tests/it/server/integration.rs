@@ -12,7 +12,8 @@ use common::{acquire, eventually, info_field, int_or_nil, show, Server};
 use redis::{Connection, Value};
 use relock_testkit::wait_out_ttl;
 
-fn error(c: &mut Connection, cmd: redis::Cmd) -> (String, String) {
+/// Runs a command that must fail; returns its error code and the error as the client shows it.
+fn error_code_and_text(c: &mut Connection, cmd: redis::Cmd) -> (String, String) {
     match cmd.query::<Value>(c) {
         Ok(v) => panic!("{} replied {v:?}, expected an error", show(&cmd)),
         Err(e) => (e.code().unwrap_or_default().to_string(), e.to_string()),
@@ -66,7 +67,7 @@ fn acl_key_patterns_apply_to_lock_commands() {
     );
     acquire(&mut admin, "other:x", "o", 10_000);
     for (name, cmd) in every_command("other:x") {
-        let (code, msg) = error(&mut c, cmd);
+        let (code, msg) = error_code_and_text(&mut c, cmd);
         assert_eq!(code, "NOPERM", "{name} on other:x: {msg}");
     }
     // Nothing changed on the forbidden key.
@@ -96,7 +97,7 @@ fn acl_read_only_key_pattern_allows_the_reads_only() {
             assert!(r.is_ok(), "{name} reads a read-only key: {r:?}");
             continue;
         }
-        let (code, msg) = error(&mut c, cmd);
+        let (code, msg) = error_code_and_text(&mut c, cmd);
         assert_eq!(code, "NOPERM", "{name} on a read-only key: {msg}");
     }
 }
@@ -147,7 +148,7 @@ fn admin_commands_are_refused_to_a_user_without_admin() {
         cmd!("LOCK.STATS", "RESET"),
     ] {
         let shown = show(&cmd);
-        let (code, msg) = error(&mut c, cmd);
+        let (code, msg) = error_code_and_text(&mut c, cmd);
         assert_eq!(
             code, "NOPERM",
             "{shown} by a user without admin on {version}: {msg}"

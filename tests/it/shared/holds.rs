@@ -12,9 +12,11 @@ use relock_testkit::cmd;
 
 use std::time::{Duration, Instant};
 
+use common::ask::{exists, pttl};
 use common::payload::{shared_fields, Field, Format};
 use common::raw::{Raw, Reply};
-use common::{eventually, info_field, now_ms, Server};
+use common::reply::{error_reply, text};
+use common::{eventually, info_field, int_or_nil, now_ms, release, renew, rewrite_aof, Server};
 use redis::{Connection, Value};
 use relock_testkit::wait_out_ttl;
 
@@ -65,48 +67,14 @@ fn with_mode(mut cmd: redis::Cmd, m: M) -> redis::Cmd {
     cmd
 }
 
-/// Runs a command that replies an integer or nil; panics on an error reply.
-fn int(c: &mut Connection, cmd: redis::Cmd) -> Option<i64> {
-    common::int_or_nil(c, cmd)
+/// `LOCK.ACQUIRE key owner ttl` in mode `m`: the token, or `None` when not granted.
+fn acquire_with(c: &mut Connection, key: &str, owner: &str, ttl: u64, m: M) -> Option<i64> {
+    int_or_nil(c, with_mode(cmd!("LOCK.ACQUIRE", key, owner, ttl), m))
 }
 
-/// Runs a command that must fail; returns the error as Redis wrote it (code and message).
-fn error_of(c: &mut Connection, cmd: redis::Cmd) -> String {
-    match cmd.query::<Value>(c) {
-        Ok(v) => panic!("{} should fail, replied {v:?}", common::show(&cmd)),
-        Err(e) => {
-            let text = match (e.code(), e.detail()) {
-                (Some(code), Some(detail)) => format!("{code} {detail}"),
-                (Some(code), None) => code.to_string(),
-                _ => e.to_string(),
-            };
-            text.trim().to_string()
-        }
-    }
-}
-
-fn acquire(c: &mut Connection, key: &str, owner: &str, ttl: u64, m: M) -> Option<i64> {
-    int(c, with_mode(cmd!("LOCK.ACQUIRE", key, owner, ttl), m))
-}
-
-fn reenter(c: &mut Connection, key: &str, owner: &str, ttl: u64, m: M) -> Option<i64> {
-    int(c, with_mode(cmd!("LOCK.REENTER", key, owner, ttl), m))
-}
-
-fn release(c: &mut Connection, key: &str, owner: &str) -> Option<i64> {
-    int(c, cmd!("LOCK.RELEASE", key, owner))
-}
-
-fn renew(c: &mut Connection, key: &str, owner: &str, ttl: u64) -> Option<i64> {
-    int(c, cmd!("LOCK.RENEW", key, owner, ttl))
-}
-
-fn pttl(c: &mut Connection, key: &str) -> i64 {
-    cmd!("PTTL", key).query(c).expect("PTTL")
-}
-
-fn exists(c: &mut Connection, key: &str) -> i64 {
-    cmd!("EXISTS", key).query(c).expect("EXISTS")
+/// `LOCK.REENTER key owner ttl` in mode `m`: what it answers, or `None`.
+fn reenter_with(c: &mut Connection, key: &str, owner: &str, ttl: u64, m: M) -> Option<i64> {
+    int_or_nil(c, with_mode(cmd!("LOCK.REENTER", key, owner, ttl), m))
 }
 
 /// Sends `LOCK.WAIT key owner ttl timeout [mode]` on a raw connection (the reply comes later).
@@ -127,7 +95,14 @@ fn send_wait(r: &mut Raw, key: &str, owner: &str, ttl: u64, timeout: u64, m: M) 
 /// `queued`, so that waiters join in the order the test sends them; or until it holds the key
 /// already: the lease it waits for may end before a loaded machine lets this look (a 300 ms
 /// lease, then 4.7 s before the first look, in a fresh make test).
-fn queue(server: &Server, c: &mut Connection, key: &str, owner: &str, m: M, queued: i64) -> Raw {
+fn queue_in_mode(
+    server: &Server,
+    c: &mut Connection,
+    key: &str,
+    owner: &str,
+    m: M,
+    queued: i64,
+) -> Raw {
     let mut r = Raw::connect(server);
     send_wait(&mut r, key, owner, LONG, 0, m);
     assert!(
@@ -154,7 +129,8 @@ fn granted_at(c: &mut Connection, key: &str, owner: Option<&str>) -> (i64, i64) 
     (before - held_for, after - held_for)
 }
 
-fn token_of(reply: Reply, what: &str) -> i64 {
+/// The token in `reply` (a raw connection's reply); panics, naming `what`, on anything else.
+fn token_in(reply: Reply, what: &str) -> i64 {
     match reply {
         Reply::Int(t) if t > 0 => t,
         other => panic!("{what}: expected a token, got {other:?}"),
@@ -186,15 +162,6 @@ fn opt_int(v: &Value, what: &str) -> Option<i64> {
     }
 }
 
-fn text(v: &Value, what: &str) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::VerbatimString { text, .. } => text.clone(),
-        other => panic!("{what}: {other:?}"),
-    }
-}
-
 fn info(c: &mut Connection, key: &str) -> Option<Info> {
     let values = common::checked_info_pairs(common::lock_info_pairs(c, key)?);
     let owner = match &values[0] {
@@ -202,16 +169,16 @@ fn info(c: &mut Connection, key: &str) -> Option<Info> {
         Value::BulkString(b) => Some(b.clone()),
         other => panic!("LOCK.INFO owner: {other:?}"),
     };
-    let int = |i: usize| opt_int(&values[i], "LOCK.INFO field");
+    let field = |i: usize| opt_int(&values[i], "LOCK.INFO field");
     Some(Info {
         owner,
-        token: int(1),
-        count: int(2),
-        ttl: int(3).expect("ttl"),
-        waiters: int(4).expect("waiters"),
-        mode: text(&values[5], "mode"),
-        holders: int(6).expect("holders"),
-        limit: int(7).expect("limit"),
+        token: field(1),
+        count: field(2),
+        ttl: field(3).expect("ttl"),
+        waiters: field(4).expect("waiters"),
+        mode: text(&values[5]),
+        holders: field(6).expect("holders"),
+        limit: field(7).expect("limit"),
     })
 }
 
@@ -249,14 +216,14 @@ fn decode_holder(entry: Value) -> Holder {
         }
         other => panic!("LOCK.HOLDERS entry: {other:?}"),
     };
-    let names: Vec<String> = pairs.iter().map(|(k, _)| text(k, "field name")).collect();
+    let names: Vec<String> = pairs.iter().map(|(k, _)| text(k)).collect();
     assert_eq!(
         names,
         ["owner", "token", "count", "ttl", "permits"],
         "holder fields"
     );
     Holder {
-        owner: text(&pairs[0].1, "owner"),
+        owner: text(&pairs[0].1),
         token: opt_int(&pairs[1].1, "token").expect("token"),
         count: opt_int(&pairs[2].1, "count").expect("count"),
         ttl: opt_int(&pairs[3].1, "ttl").expect("ttl"),
@@ -277,13 +244,14 @@ fn holders_with(c: &mut Connection, key: &str, options: &[&str]) -> Option<Vec<H
     }
 }
 
-fn holders(c: &mut Connection, key: &str) -> Option<Vec<Holder>> {
+/// Every holder of `key` (`LOCK.HOLDERS key COUNT 0`): nil, or the entries.
+fn all_holders(c: &mut Connection, key: &str) -> Option<Vec<Holder>> {
     holders_with(c, key, &["COUNT", "0"])
 }
 
 /// (owner, token, count) of every holder, in the order LOCK.HOLDERS lists them.
 fn fixed(c: &mut Connection, key: &str) -> Vec<(String, i64, i64)> {
-    holders(c, key)
+    all_holders(c, key)
         .unwrap_or_default()
         .iter()
         .map(Holder::fixed)
@@ -302,9 +270,9 @@ fn owners(c: &mut Connection, key: &str) -> Vec<String> {
 fn readers_share_a_key_and_a_writer_waits_for_all_of_them() {
     let server = Server::start();
     let mut c = server.conn();
-    let a = acquire(&mut c, "k", "a", LONG, M::S).expect("first reader");
-    let b = acquire(&mut c, "k", "b", LONG, M::S).expect("second reader");
-    let d = acquire(&mut c, "k", "d", LONG, M::S).expect("third reader");
+    let a = acquire_with(&mut c, "k", "a", LONG, M::S).expect("first reader");
+    let b = acquire_with(&mut c, "k", "b", LONG, M::S).expect("second reader");
+    let d = acquire_with(&mut c, "k", "d", LONG, M::S).expect("third reader");
     assert!(
         a < b && b < d,
         "every shared grant gets a new, larger token"
@@ -312,14 +280,14 @@ fn readers_share_a_key_and_a_writer_waits_for_all_of_them() {
     assert_eq!(owners(&mut c, "k"), ["a", "b", "d"]);
 
     // A writer is refused while any reader holds, and waits for the last of them.
-    assert_eq!(acquire(&mut c, "k", "w", LONG, M::X), None);
-    assert_eq!(reenter(&mut c, "k", "w", LONG, M::X), None);
-    let mut w = queue(&server, &mut c, "k", "w", M::X, 1);
+    assert_eq!(acquire_with(&mut c, "k", "w", LONG, M::X), None);
+    assert_eq!(reenter_with(&mut c, "k", "w", LONG, M::X), None);
+    let mut w = queue_in_mode(&server, &mut c, "k", "w", M::X, 1);
     assert_eq!(release(&mut c, "k", "a"), Some(0));
     assert_eq!(release(&mut c, "k", "b"), Some(0));
     w.assert_silent("a writer while one reader still holds");
     assert_eq!(release(&mut c, "k", "d"), Some(0));
-    let t = token_of(w.read(DUE), "writer after the last reader");
+    let t = token_in(w.read(DUE), "writer after the last reader");
     assert!(t > d);
     let i = info(&mut c, "k").unwrap();
     assert_eq!(
@@ -332,15 +300,15 @@ fn readers_share_a_key_and_a_writer_waits_for_all_of_them() {
 fn a_writer_excludes_readers_until_it_releases() {
     let server = Server::start();
     let mut c = server.conn();
-    let w = acquire(&mut c, "k", "w", LONG, M::X).unwrap();
-    assert_eq!(acquire(&mut c, "k", "r", LONG, M::S), None);
-    assert_eq!(reenter(&mut c, "k", "r", LONG, M::S), None);
-    assert_eq!(acquire(&mut c, "k", "r", LONG, M::L(3)), None);
-    let mut r1 = queue(&server, &mut c, "k", "r1", M::S, 1);
-    let mut r2 = queue(&server, &mut c, "k", "r2", M::S, 2);
+    let w = acquire_with(&mut c, "k", "w", LONG, M::X).unwrap();
+    assert_eq!(acquire_with(&mut c, "k", "r", LONG, M::S), None);
+    assert_eq!(reenter_with(&mut c, "k", "r", LONG, M::S), None);
+    assert_eq!(acquire_with(&mut c, "k", "r", LONG, M::L(3)), None);
+    let mut r1 = queue_in_mode(&server, &mut c, "k", "r1", M::S, 1);
+    let mut r2 = queue_in_mode(&server, &mut c, "k", "r2", M::S, 2);
     assert_eq!(release(&mut c, "k", "w"), Some(0));
-    let t1 = token_of(r1.read(DUE), "r1");
-    let t2 = token_of(r2.read(DUE), "r2");
+    let t1 = token_in(r1.read(DUE), "r1");
+    let t2 = token_in(r2.read(DUE), "r2");
     assert!(
         w < t1 && t1 < t2,
         "tokens rise along the batch, in queue order"
@@ -356,27 +324,27 @@ fn a_limit_admits_exactly_n_owners() {
         let key = format!("sem{n}");
         for i in 0..n {
             assert!(
-                acquire(&mut c, &key, &format!("o{i}"), LONG, M::L(n)).is_some(),
+                acquire_with(&mut c, &key, &format!("o{i}"), LONG, M::L(n)).is_some(),
                 "permit {i} of {n}"
             );
         }
         assert_eq!(
-            acquire(&mut c, &key, "extra", LONG, M::L(n)),
+            acquire_with(&mut c, &key, "extra", LONG, M::L(n)),
             None,
             "permit {n} of {n}"
         );
-        assert_eq!(reenter(&mut c, &key, "extra", LONG, M::L(n)), None);
+        assert_eq!(reenter_with(&mut c, &key, "extra", LONG, M::L(n)), None);
         let i = info(&mut c, &key).unwrap();
         assert_eq!(
             (i.mode.as_str(), i.holders, i.limit),
             ("shared", i64::from(n), i64::from(n))
         );
         // SHARED LIMIT 1 is a binary semaphore, not the exclusive mode: a writer waits too.
-        assert_eq!(acquire(&mut c, &key, "writer", LONG, M::X), None);
+        assert_eq!(acquire_with(&mut c, &key, "writer", LONG, M::X), None);
         // One permit back, one owner in.
         assert_eq!(release(&mut c, &key, "o0"), Some(0));
-        assert!(acquire(&mut c, &key, "extra", LONG, M::L(n)).is_some());
-        assert_eq!(acquire(&mut c, &key, "more", LONG, M::L(n)), None);
+        assert!(acquire_with(&mut c, &key, "extra", LONG, M::L(n)).is_some());
+        assert_eq!(acquire_with(&mut c, &key, "more", LONG, M::L(n)), None);
     }
 }
 
@@ -384,17 +352,17 @@ fn a_limit_admits_exactly_n_owners() {
 fn the_limit_counts_owners_not_reentrancy() {
     let server = Server::start();
     let mut c = server.conn();
-    assert_eq!(reenter(&mut c, "k", "a", LONG, M::L(2)), Some(1));
-    let a = acquire(&mut c, "k", "a", LONG, M::L(2)).unwrap();
-    assert_eq!(reenter(&mut c, "k", "a", LONG, M::L(2)), Some(2));
-    assert_eq!(reenter(&mut c, "k", "a", LONG, M::L(2)), Some(3));
+    assert_eq!(reenter_with(&mut c, "k", "a", LONG, M::L(2)), Some(1));
+    let a = acquire_with(&mut c, "k", "a", LONG, M::L(2)).unwrap();
+    assert_eq!(reenter_with(&mut c, "k", "a", LONG, M::L(2)), Some(2));
+    assert_eq!(reenter_with(&mut c, "k", "a", LONG, M::L(2)), Some(3));
     // Three levels of one owner take one permit: another owner still gets the second.
-    let b = acquire(&mut c, "k", "b", LONG, M::L(2)).expect("the second permit");
-    assert_eq!(acquire(&mut c, "k", "c", LONG, M::L(2)), None);
+    let b = acquire_with(&mut c, "k", "b", LONG, M::L(2)).expect("the second permit");
+    assert_eq!(acquire_with(&mut c, "k", "c", LONG, M::L(2)), None);
     // A holder re-enters past a full limit and keeps its token.
-    assert_eq!(reenter(&mut c, "k", "b", LONG, M::L(2)), Some(2));
+    assert_eq!(reenter_with(&mut c, "k", "b", LONG, M::L(2)), Some(2));
     assert_eq!(
-        acquire(&mut c, "k", "b", LONG, M::L(2)),
+        acquire_with(&mut c, "k", "b", LONG, M::L(2)),
         Some(b),
         "idempotent re-acquire"
     );
@@ -426,33 +394,33 @@ fn the_limit_counts_owners_not_reentrancy() {
 fn one_fifo_queue_across_modes_with_batch_grants() {
     let server = Server::start();
     let mut c = server.conn();
-    let w1 = acquire(&mut c, "k", "w1", LONG, M::X).unwrap();
+    let w1 = acquire_with(&mut c, "k", "w1", LONG, M::X).unwrap();
     // Queue: r1 r2 (shared) | w2 (exclusive) | r3 (shared).
-    let mut r1 = queue(&server, &mut c, "k", "r1", M::S, 1);
-    let mut r2 = queue(&server, &mut c, "k", "r2", M::S, 2);
-    let mut w2 = queue(&server, &mut c, "k", "w2", M::X, 3);
-    let mut r3 = queue(&server, &mut c, "k", "r3", M::S, 4);
+    let mut r1 = queue_in_mode(&server, &mut c, "k", "r1", M::S, 1);
+    let mut r2 = queue_in_mode(&server, &mut c, "k", "r2", M::S, 2);
+    let mut w2 = queue_in_mode(&server, &mut c, "k", "w2", M::X, 3);
+    let mut r3 = queue_in_mode(&server, &mut c, "k", "r3", M::S, 4);
 
     // The release grants the two consecutive readers in one step, and stops at the writer.
     assert_eq!(release(&mut c, "k", "w1"), Some(0));
-    let (t1, t2) = (token_of(r1.read(DUE), "r1"), token_of(r2.read(DUE), "r2"));
+    let (t1, t2) = (token_in(r1.read(DUE), "r1"), token_in(r2.read(DUE), "r2"));
     assert!(w1 < t1 && t1 < t2);
     let i = info(&mut c, "k").unwrap();
     assert_eq!((i.mode.as_str(), i.holders, i.waiters), ("shared", 2, 2));
     w2.assert_silent("w2 while readers hold");
     r3.assert_silent("r3 behind the queued writer");
     // No barging: a new reader is refused while the writer waits, even though readers hold.
-    assert_eq!(acquire(&mut c, "k", "r4", LONG, M::S), None);
-    assert_eq!(reenter(&mut c, "k", "r4", LONG, M::S), None);
+    assert_eq!(acquire_with(&mut c, "k", "r4", LONG, M::S), None);
+    assert_eq!(reenter_with(&mut c, "k", "r4", LONG, M::S), None);
 
     assert_eq!(release(&mut c, "k", "r1"), Some(0));
     w2.assert_silent("w2 while r2 holds");
     assert_eq!(release(&mut c, "k", "r2"), Some(0));
-    let tw = token_of(w2.read(DUE), "w2");
+    let tw = token_in(w2.read(DUE), "w2");
     assert!(tw > t2);
     r3.assert_silent("r3 while w2 holds");
     assert_eq!(release(&mut c, "k", "w2"), Some(0));
-    let t3 = token_of(r3.read(DUE), "r3");
+    let t3 = token_in(r3.read(DUE), "r3");
     assert!(t3 > tw);
     assert_eq!(fixed(&mut c, "k"), [("r3".into(), t3, 1)]);
 }
@@ -461,39 +429,39 @@ fn one_fifo_queue_across_modes_with_batch_grants() {
 fn a_queued_writer_blocks_later_readers_but_not_holders() {
     let server = Server::start();
     let mut c = server.conn();
-    let a = acquire(&mut c, "k", "a", LONG, M::S).unwrap();
-    let mut w = queue(&server, &mut c, "k", "w", M::X, 1);
+    let a = acquire_with(&mut c, "k", "a", LONG, M::S).unwrap();
+    let mut w = queue_in_mode(&server, &mut c, "k", "w", M::X, 1);
     // A later reader waits behind the writer...
-    assert_eq!(acquire(&mut c, "k", "late", LONG, M::S), None);
-    let mut late = queue(&server, &mut c, "k", "late", M::S, 2);
+    assert_eq!(acquire_with(&mut c, "k", "late", LONG, M::S), None);
+    let mut late = queue_in_mode(&server, &mut c, "k", "late", M::S, 2);
     // ... while the holder's own re-acquire and re-entry ignore the queue.
-    assert_eq!(acquire(&mut c, "k", "a", LONG, M::S), Some(a));
-    assert_eq!(reenter(&mut c, "k", "a", LONG, M::S), Some(2));
+    assert_eq!(acquire_with(&mut c, "k", "a", LONG, M::S), Some(a));
+    assert_eq!(reenter_with(&mut c, "k", "a", LONG, M::S), Some(2));
     assert_eq!(release(&mut c, "k", "a"), Some(1));
     w.assert_silent("the writer while a holds");
     late.assert_silent("the late reader");
     assert_eq!(release(&mut c, "k", "a"), Some(0));
-    let tw = token_of(w.read(DUE), "writer");
+    let tw = token_in(w.read(DUE), "writer");
     late.assert_silent("the late reader while the writer holds");
     assert_eq!(release(&mut c, "k", "w"), Some(0));
-    assert!(token_of(late.read(DUE), "late reader") > tw);
+    assert!(token_in(late.read(DUE), "late reader") > tw);
 }
 
 #[test]
 fn a_semaphore_grants_its_queue_as_permits_free_up() {
     let server = Server::start();
     let mut c = server.conn();
-    acquire(&mut c, "k", "a", LONG, M::L(2)).unwrap();
-    acquire(&mut c, "k", "b", LONG, M::L(2)).unwrap();
-    let mut q1 = queue(&server, &mut c, "k", "q1", M::L(2), 1);
-    let mut q2 = queue(&server, &mut c, "k", "q2", M::L(2), 2);
-    let mut q3 = queue(&server, &mut c, "k", "q3", M::L(2), 3);
+    acquire_with(&mut c, "k", "a", LONG, M::L(2)).unwrap();
+    acquire_with(&mut c, "k", "b", LONG, M::L(2)).unwrap();
+    let mut q1 = queue_in_mode(&server, &mut c, "k", "q1", M::L(2), 1);
+    let mut q2 = queue_in_mode(&server, &mut c, "k", "q2", M::L(2), 2);
+    let mut q3 = queue_in_mode(&server, &mut c, "k", "q3", M::L(2), 3);
     assert_eq!(release(&mut c, "k", "a"), Some(0));
-    token_of(q1.read(DUE), "q1");
+    token_in(q1.read(DUE), "q1");
     q2.assert_silent("q2 with both permits taken");
     // A force-release of two holders grants two waiters in one pass.
-    assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "k")), Some(2));
-    let (t2, t3) = (token_of(q2.read(DUE), "q2"), token_of(q3.read(DUE), "q3"));
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.FORCERELEASE", "k")), Some(2));
+    let (t2, t3) = (token_in(q2.read(DUE), "q2"), token_in(q3.read(DUE), "q3"));
     assert!(t2 < t3);
     assert_eq!(owners(&mut c, "k"), ["q2", "q3"]);
 }
@@ -502,14 +470,14 @@ fn a_semaphore_grants_its_queue_as_permits_free_up() {
 fn the_head_waiter_timing_out_lets_readers_behind_it_in() {
     let server = Server::start();
     let mut c = server.conn();
-    acquire(&mut c, "k", "a", LONG, M::S).unwrap();
+    acquire_with(&mut c, "k", "a", LONG, M::S).unwrap();
     let mut w = Raw::connect(&server);
     send_wait(&mut w, "k", "w", LONG, 400, M::X);
     assert!(eventually(DUE, || info(&mut c, "k").unwrap().waiters == 1));
-    let mut r = queue(&server, &mut c, "k", "r", M::S, 2);
+    let mut r = queue_in_mode(&server, &mut c, "k", "r", M::S, 2);
     assert_eq!(w.read(DUE), Reply::Nil, "the writer's wait times out");
     let gave_up = Instant::now();
-    token_of(r.read(DUE), "the reader behind the writer that gave up");
+    token_in(r.read(DUE), "the reader behind the writer that gave up");
     assert!(
         gave_up.elapsed() < Duration::from_secs(1),
         "the grant pass runs when the head leaves, not at the next release: {:?}",
@@ -522,13 +490,13 @@ fn the_head_waiter_timing_out_lets_readers_behind_it_in() {
 fn the_head_waiter_disconnecting_lets_readers_behind_it_in() {
     let server = Server::start();
     let mut c = server.conn();
-    acquire(&mut c, "k", "a", LONG, M::L(5)).unwrap();
-    let w = queue(&server, &mut c, "k", "w", M::X, 1);
-    let mut r1 = queue(&server, &mut c, "k", "r1", M::L(5), 2);
-    let mut r2 = queue(&server, &mut c, "k", "r2", M::L(5), 3);
+    acquire_with(&mut c, "k", "a", LONG, M::L(5)).unwrap();
+    let w = queue_in_mode(&server, &mut c, "k", "w", M::X, 1);
+    let mut r1 = queue_in_mode(&server, &mut c, "k", "r1", M::L(5), 2);
+    let mut r2 = queue_in_mode(&server, &mut c, "k", "r2", M::L(5), 3);
     drop(w);
-    token_of(r1.read(DUE), "r1 after the writer ahead hung up");
-    token_of(r2.read(DUE), "r2 in the same pass");
+    token_in(r1.read(DUE), "r1 after the writer ahead hung up");
+    token_in(r2.read(DUE), "r2 in the same pass");
     assert_eq!(owners(&mut c, "k"), ["a", "r1", "r2"]);
     assert_eq!(info(&mut c, "k").unwrap().waiters, 0);
 }
@@ -537,13 +505,13 @@ fn the_head_waiter_disconnecting_lets_readers_behind_it_in() {
 fn a_waiter_whose_owner_already_holds_gets_its_token_back() {
     let server = Server::start();
     let mut c = server.conn();
-    let w = acquire(&mut c, "k", "w", LONG, M::X).unwrap();
+    let w = acquire_with(&mut c, "k", "w", LONG, M::X).unwrap();
     // The same owner waits from two connections for a binary semaphore.
-    let mut first = queue(&server, &mut c, "k", "o", M::L(1), 1);
-    let mut second = queue(&server, &mut c, "k", "o", M::L(1), 2);
+    let mut first = queue_in_mode(&server, &mut c, "k", "o", M::L(1), 1);
+    let mut second = queue_in_mode(&server, &mut c, "k", "o", M::L(1), 2);
     assert_eq!(release(&mut c, "k", "w"), Some(0));
-    let t1 = token_of(first.read(DUE), "first connection");
-    let t2 = token_of(second.read(DUE), "second connection");
+    let t1 = token_in(first.read(DUE), "first connection");
+    let t2 = token_in(second.read(DUE), "second connection");
     assert!(t1 > w);
     assert_eq!(
         t2, t1,
@@ -553,7 +521,7 @@ fn a_waiter_whose_owner_already_holds_gets_its_token_back() {
     // A holder's LOCK.WAIT is an immediate re-acquire, whatever the queue.
     let mut r = Raw::connect(&server);
     send_wait(&mut r, "k", "o", LONG, 0, M::L(1));
-    assert_eq!(token_of(r.read(DUE), "holder's wait"), t1);
+    assert_eq!(token_in(r.read(DUE), "holder's wait"), t1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -564,8 +532,8 @@ fn a_waiter_whose_owner_already_holds_gets_its_token_back() {
 fn mode_and_limit_errors_change_nothing_and_are_never_queued() {
     let server = Server::start();
     let mut c = server.conn();
-    let a = acquire(&mut c, "sem", "a", LONG, M::L(2)).unwrap();
-    let x = acquire(&mut c, "ex", "x", LONG, M::X).unwrap();
+    let a = acquire_with(&mut c, "sem", "a", LONG, M::L(2)).unwrap();
+    let x = acquire_with(&mut c, "ex", "x", LONG, M::X).unwrap();
     let before = (
         fixed(&mut c, "sem"),
         info(&mut c, "sem").unwrap().limit,
@@ -585,7 +553,7 @@ fn mode_and_limit_errors_change_nothing_and_are_never_queued() {
         cmd!("LOCK.WAIT", "ex", "x", LONG, 0, "SHARED", "LIMIT", 2),
     ] {
         assert_eq!(
-            error_of(&mut c, cmd.clone()),
+            error_reply(&mut c, cmd.clone()),
             other_mode,
             "{}",
             common::show(&cmd)
@@ -600,7 +568,7 @@ fn mode_and_limit_errors_change_nothing_and_are_never_queued() {
         cmd!("LOCK.WAIT", "sem", "b", LONG, 0, "shared", "limit", 3),
     ] {
         assert_eq!(
-            error_of(&mut c, cmd.clone()),
+            error_reply(&mut c, cmd.clone()),
             other_limit,
             "{}",
             common::show(&cmd)
@@ -627,44 +595,47 @@ fn mode_and_limit_errors_change_nothing_and_are_never_queued() {
     );
     assert_eq!(info_field(&mut c, "waiters"), 0);
     // Keywords are case-insensitive: the same request, as asked, still works.
-    assert!(acquire(&mut c, "sem", "b", LONG, M::L(2)).is_some());
+    assert!(acquire_with(&mut c, "sem", "b", LONG, M::L(2)).is_some());
     assert_eq!(
-        int(
+        int_or_nil(
             &mut c,
             cmd!("LOCK.ACQUIRE", "sem", "a", LONG, "shared", "Limit", 2)
         ),
         Some(a)
     );
-    assert_eq!(int(&mut c, cmd!("LOCK.ACQUIRE", "ex", "x", LONG)), Some(x));
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.ACQUIRE", "ex", "x", LONG)),
+        Some(x)
+    );
 }
 
 #[test]
 fn the_limit_of_queued_shared_waiters_lasts_through_an_exclusive_phase() {
     let server = Server::start();
     let mut c = server.conn();
-    acquire(&mut c, "k", "x", LONG, M::X).unwrap();
-    let mut q = queue(&server, &mut c, "k", "q", M::L(2), 1);
+    acquire_with(&mut c, "k", "x", LONG, M::X).unwrap();
+    let mut q = queue_in_mode(&server, &mut c, "k", "q", M::L(2), 1);
     // The key is exclusive, but a shared waiter set the limit.
     assert_eq!(
-        error_of(
+        error_reply(
             &mut c,
             cmd!("LOCK.ACQUIRE", "k", "b", LONG, "SHARED", "LIMIT", 3)
         ),
         "ERR lock has another limit (2)"
     );
     assert_eq!(
-        error_of(&mut c, cmd!("LOCK.WAIT", "k", "b", LONG, 0, "SHARED")),
+        error_reply(&mut c, cmd!("LOCK.WAIT", "k", "b", LONG, 0, "SHARED")),
         "ERR lock has another limit (2)"
     );
     assert_eq!(info(&mut c, "k").unwrap().waiters, 1);
-    let mut q2 = queue(&server, &mut c, "k", "q2", M::L(2), 2);
+    let mut q2 = queue_in_mode(&server, &mut c, "k", "q2", M::L(2), 2);
     assert_eq!(release(&mut c, "k", "x"), Some(0));
-    token_of(q.read(DUE), "q");
-    token_of(q2.read(DUE), "q2");
+    token_in(q.read(DUE), "q");
+    token_in(q2.read(DUE), "q2");
     assert_eq!(info(&mut c, "k").unwrap().limit, 2);
     // Once no shared hold or waiter remains, the limit is gone with them.
-    assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "k")), Some(2));
-    assert!(acquire(&mut c, "k", "n", LONG, M::L(9)).is_some());
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.FORCERELEASE", "k")), Some(2));
+    assert!(acquire_with(&mut c, "k", "n", LONG, M::L(9)).is_some());
     assert_eq!(info(&mut c, "k").unwrap().limit, 9);
 }
 
@@ -697,7 +668,7 @@ fn mode_words_are_checked() {
                 cmd.arg(*w);
             }
             assert_eq!(
-                error_of(&mut c, cmd.clone()),
+                error_reply(&mut c, cmd.clone()),
                 want,
                 "{}",
                 common::show(&cmd)
@@ -706,8 +677,8 @@ fn mode_words_are_checked() {
     }
     assert_eq!(exists(&mut c, "k"), 0, "no error left a key behind");
     // The bounds themselves are accepted.
-    assert!(acquire(&mut c, "one", "o", LONG, M::L(1)).is_some());
-    assert!(acquire(&mut c, "max", "o", LONG, M::L(1_000_000)).is_some());
+    assert!(acquire_with(&mut c, "one", "o", LONG, M::L(1)).is_some());
+    assert!(acquire_with(&mut c, "max", "o", LONG, M::L(1_000_000)).is_some());
     assert_eq!(info(&mut c, "max").unwrap().limit, 1_000_000);
     // LOCK.HOLDERS options.
     for opts in [
@@ -721,7 +692,7 @@ fn mode_words_are_checked() {
             cmd.arg(*o);
         }
         assert_eq!(
-            error_of(&mut c, cmd.clone()),
+            error_reply(&mut c, cmd.clone()),
             syntax,
             "{}",
             common::show(&cmd)
@@ -729,14 +700,14 @@ fn mode_words_are_checked() {
     }
     let mut cmd = cmd!("LOCK.HOLDERS", "one", "COUNT", "-1");
     assert!(
-        error_of(&mut c, cmd.clone()).starts_with("ERR"),
+        error_reply(&mut c, cmd.clone()).starts_with("ERR"),
         "{}",
         common::show(&cmd)
     );
     cmd = cmd!("LOCK.HOLDERS", "one", "OWNER", "");
-    assert_eq!(error_of(&mut c, cmd), "ERR invalid owner");
+    assert_eq!(error_reply(&mut c, cmd), "ERR invalid owner");
     // LOCK.FORCERELEASE takes at most an owner.
-    assert!(error_of(&mut c, cmd!("LOCK.FORCERELEASE", "one", "o", "extra")).starts_with("ERR"));
+    assert!(error_reply(&mut c, cmd!("LOCK.FORCERELEASE", "one", "o", "extra")).starts_with("ERR"));
     assert_eq!(fixed(&mut c, "one").len(), 1);
 }
 
@@ -749,28 +720,37 @@ fn forcerelease_ends_one_holder_or_every_hold() {
     let server = Server::start();
     let mut c = server.conn();
     for o in ["a", "b", "d"] {
-        acquire(&mut c, "k", o, LONG, M::L(3)).unwrap();
+        acquire_with(&mut c, "k", o, LONG, M::L(3)).unwrap();
     }
-    reenter(&mut c, "k", "b", LONG, M::L(3)).unwrap();
-    let mut q = queue(&server, &mut c, "k", "q", M::L(3), 1);
+    reenter_with(&mut c, "k", "b", LONG, M::L(3)).unwrap();
+    let mut q = queue_in_mode(&server, &mut c, "k", "q", M::L(3), 1);
     assert_eq!(
-        int(&mut c, cmd!("LOCK.FORCERELEASE", "k", "nobody")),
+        int_or_nil(&mut c, cmd!("LOCK.FORCERELEASE", "k", "nobody")),
         Some(0)
     );
     // One holder, whatever its count, and the permit goes to the waiter at once.
-    assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "k", "b")), Some(1));
-    token_of(q.read(DUE), "q gets b's permit");
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.FORCERELEASE", "k", "b")),
+        Some(1)
+    );
+    token_in(q.read(DUE), "q gets b's permit");
     assert_eq!(owners(&mut c, "k"), ["a", "d", "q"]);
     assert_eq!(release(&mut c, "k", "b"), None, "b's hold is gone");
     // Every hold: the reply counts them.
-    assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "k")), Some(3));
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.FORCERELEASE", "k")), Some(3));
     assert_eq!(exists(&mut c, "k"), 0);
-    assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "k")), Some(0));
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.FORCERELEASE", "k")), Some(0));
     // An exclusive lock: 1 or 0, as before; with an owner only that owner's.
-    acquire(&mut c, "x", "x", LONG, M::X).unwrap();
-    assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "x", "y")), Some(0));
+    acquire_with(&mut c, "x", "x", LONG, M::X).unwrap();
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.FORCERELEASE", "x", "y")),
+        Some(0)
+    );
     assert_eq!(exists(&mut c, "x"), 1);
-    assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "x", "x")), Some(1));
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.FORCERELEASE", "x", "x")),
+        Some(1)
+    );
     assert_eq!(exists(&mut c, "x"), 0);
     assert_eq!(
         info_field(&mut c, "forcereleased_total"),
@@ -791,11 +771,11 @@ fn holders_lists_in_token_order_with_count_and_owner() {
     let names: Vec<String> = (0..150).map(|i| format!("o{i:03}")).collect();
     let mut tokens = Vec::new();
     for (i, o) in names.iter().enumerate() {
-        tokens.push(acquire(&mut c, "k", o, LONG - i as u64 * 100, M::S).unwrap());
+        tokens.push(acquire_with(&mut c, "k", o, LONG - i as u64 * 100, M::S).unwrap());
     }
     // Renewing and re-entering change neither the order nor the token.
     renew(&mut c, "k", "o000", 5_000).unwrap();
-    reenter(&mut c, "k", "o001", LONG, M::S).unwrap();
+    reenter_with(&mut c, "k", "o001", LONG, M::S).unwrap();
     let all = holders_with(&mut c, "k", &["COUNT", "0"]).unwrap();
     assert_eq!(all.len(), 150);
     let listed: Vec<i64> = all.iter().map(|h| h.token).collect();
@@ -830,7 +810,7 @@ fn holders_lists_in_token_order_with_count_and_owner() {
         1
     );
     // An exclusive lock has one holder.
-    let x = acquire(&mut c, "x", "x", LONG, M::X).unwrap();
+    let x = acquire_with(&mut c, "x", "x", LONG, M::X).unwrap();
     let hx = holders_with(&mut c, "x", &[]).unwrap();
     assert_eq!(
         hx.iter().map(Holder::fixed).collect::<Vec<_>>(),
@@ -840,14 +820,14 @@ fn holders_lists_in_token_order_with_count_and_owner() {
     assert_eq!(holders_with(&mut c, "x", &["OWNER", "y"]), Some(vec![]));
     // A key of another type.
     let _: () = cmd!("SET", "str", "v").query(&mut c).unwrap();
-    assert!(error_of(&mut c, cmd!("LOCK.HOLDERS", "str")).starts_with("WRONGTYPE"));
+    assert!(error_reply(&mut c, cmd!("LOCK.HOLDERS", "str")).starts_with("WRONGTYPE"));
 }
 
 #[test]
 fn holders_are_maps_under_resp3_and_flat_arrays_under_resp2() {
     let server = Server::start();
     let mut c = server.conn();
-    let t = acquire(&mut c, "k", "a", LONG, M::S).unwrap();
+    let t = acquire_with(&mut c, "k", "a", LONG, M::S).unwrap();
     let raw2: Value = cmd!("LOCK.HOLDERS", "k").query(&mut c).unwrap();
     let Value::Array(entries) = raw2 else {
         panic!("RESP2: {raw2:?}")
@@ -868,7 +848,7 @@ fn holders_are_maps_under_resp3_and_flat_arrays_under_resp2() {
         "RESP3 entry: {entries:?}"
     );
     assert_eq!(
-        holders(&mut c3, "k").unwrap()[0].fixed(),
+        all_holders(&mut c3, "k").unwrap()[0].fixed(),
         ("a".into(), t, 1)
     );
     // LOCK.INFO of a shared key under RESP3: a map of nine with nil owner, token, count.
@@ -890,8 +870,8 @@ fn holders_are_maps_under_resp3_and_flat_arrays_under_resp2() {
 fn info_has_eight_fields_for_both_modes() {
     let server = Server::start();
     let mut c = server.conn();
-    let x = acquire(&mut c, "x", "me", 30_000, M::X).unwrap();
-    reenter(&mut c, "x", "me", 30_000, M::X).unwrap();
+    let x = acquire_with(&mut c, "x", "me", 30_000, M::X).unwrap();
+    reenter_with(&mut c, "x", "me", 30_000, M::X).unwrap();
     let i = info(&mut c, "x").unwrap();
     assert_eq!(
         (
@@ -907,10 +887,10 @@ fn info_has_eight_fields_for_both_modes() {
     );
     assert!(i.ttl > 25_000 && i.ttl <= 30_000);
 
-    acquire(&mut c, "r", "a", 10_000, M::S).unwrap();
-    acquire(&mut c, "r", "b", 40_000, M::S).unwrap();
-    acquire(&mut c, "r", "d", 20_000, M::S).unwrap();
-    let _w = queue(&server, &mut c, "r", "w", M::X, 1);
+    acquire_with(&mut c, "r", "a", 10_000, M::S).unwrap();
+    acquire_with(&mut c, "r", "b", 40_000, M::S).unwrap();
+    acquire_with(&mut c, "r", "d", 20_000, M::S).unwrap();
+    let _w = queue_in_mode(&server, &mut c, "r", "w", M::X, 1);
     let i = info(&mut c, "r").unwrap();
     assert_eq!(
         (
@@ -930,7 +910,7 @@ fn info_has_eight_fields_for_both_modes() {
         i.ttl
     );
 
-    acquire(&mut c, "s", "a", 10_000, M::L(4)).unwrap();
+    acquire_with(&mut c, "s", "a", 10_000, M::L(4)).unwrap();
     let i = info(&mut c, "s").unwrap();
     assert_eq!((i.mode.as_str(), i.holders, i.limit), ("shared", 1, 4));
     assert_eq!(info_field(&mut c, "locks"), 3);
@@ -952,11 +932,11 @@ fn lazy_server() -> (Server, Connection) {
 #[test]
 fn a_lapsed_lease_hands_its_permit_on_promptly() {
     let (server, mut c) = lazy_server();
-    acquire(&mut c, "k", "long", LONG, M::L(2)).unwrap();
+    acquire_with(&mut c, "k", "long", LONG, M::L(2)).unwrap();
     let sent = now_ms();
-    acquire(&mut c, "k", "short", 300, M::L(2)).unwrap();
-    let mut q = queue(&server, &mut c, "k", "q", M::L(2), 1);
-    token_of(q.read(DUE), "q after short's lease");
+    acquire_with(&mut c, "k", "short", 300, M::L(2)).unwrap();
+    let mut q = queue_in_mode(&server, &mut c, "k", "q", M::L(2), 1);
+    token_in(q.read(DUE), "q after short's lease");
     let (granted, _) = granted_at(&mut c, "k", Some("q"));
     let late = granted - (sent + 300);
     assert!(late <= PROMPT_MS, "granted {late} ms after the lease ended");
@@ -967,11 +947,11 @@ fn a_lapsed_lease_hands_its_permit_on_promptly() {
 #[test]
 fn the_last_lapsed_reader_hands_the_key_to_a_writer_promptly() {
     let (server, mut c) = lazy_server();
-    acquire(&mut c, "k", "a", 200, M::S).unwrap();
+    acquire_with(&mut c, "k", "a", 200, M::S).unwrap();
     let sent = now_ms();
-    acquire(&mut c, "k", "b", 400, M::S).unwrap();
-    let mut w = queue(&server, &mut c, "k", "w", M::X, 1);
-    token_of(w.read(DUE), "writer after the last lease");
+    acquire_with(&mut c, "k", "b", 400, M::S).unwrap();
+    let mut w = queue_in_mode(&server, &mut c, "k", "w", M::X, 1);
+    token_in(w.read(DUE), "writer after the last lease");
     let (earliest, latest) = granted_at(&mut c, "k", None);
     let late = earliest - (sent + 400);
     assert!(
@@ -989,8 +969,8 @@ fn the_last_lapsed_reader_hands_the_key_to_a_writer_promptly() {
 #[test]
 fn lapsed_leases_are_gone_for_every_command_before_removal() {
     let (_server, mut c) = lazy_server();
-    let long = acquire(&mut c, "k", "long", LONG, M::L(2)).unwrap();
-    acquire(&mut c, "k", "gone", 100, M::L(2)).unwrap();
+    let long = acquire_with(&mut c, "k", "long", LONG, M::L(2)).unwrap();
+    acquire_with(&mut c, "k", "gone", 100, M::L(2)).unwrap();
     wait_out_ttl(Duration::from_millis(300));
     // Read-only commands first: they must hide the lapsed lease without ending it.
     let i = info(&mut c, "k").unwrap();
@@ -1004,12 +984,12 @@ fn lapsed_leases_are_gone_for_every_command_before_removal() {
     );
     assert_eq!(release(&mut c, "k", "gone"), None);
     // It takes no permit: a newcomer gets the second one.
-    assert!(acquire(&mut c, "k", "new", LONG, M::L(2)).is_some());
+    assert!(acquire_with(&mut c, "k", "new", LONG, M::L(2)).is_some());
     assert_eq!(owners(&mut c, "k"), ["long", "new"]);
     assert_eq!(renew(&mut c, "k", "long", LONG), Some(long));
     // Every lease lapsed: no lock at all, for every command.
-    acquire(&mut c, "all", "a", 100, M::S).unwrap();
-    acquire(&mut c, "all", "b", 150, M::S).unwrap();
+    acquire_with(&mut c, "all", "a", 100, M::S).unwrap();
+    acquire_with(&mut c, "all", "b", 150, M::S).unwrap();
     wait_out_ttl(Duration::from_millis(300));
     assert_eq!(info(&mut c, "all"), None);
     assert_eq!(holders_with(&mut c, "all", &[]), None);
@@ -1020,8 +1000,8 @@ fn the_key_ttl_is_the_latest_lease_end() {
     let server = Server::start();
     let mut c = server.conn();
     let near = |got: i64, want: i64| (want - 2_000..=want).contains(&got);
-    acquire(&mut c, "k", "a", 50_000, M::S).unwrap();
-    acquire(&mut c, "k", "b", 20_000, M::S).unwrap();
+    acquire_with(&mut c, "k", "a", 50_000, M::S).unwrap();
+    acquire_with(&mut c, "k", "b", 20_000, M::S).unwrap();
     assert!(near(pttl(&mut c, "k"), 50_000), "{}", pttl(&mut c, "k"));
     renew(&mut c, "k", "a", 5_000).unwrap();
     assert!(
@@ -1037,7 +1017,7 @@ fn the_key_ttl_is_the_latest_lease_end() {
         "after the latest lease's release: {}",
         pttl(&mut c, "k")
     );
-    acquire(&mut c, "k", "a", 60_000, M::S).unwrap();
+    acquire_with(&mut c, "k", "a", 60_000, M::S).unwrap();
     assert!(
         near(pttl(&mut c, "k"), 60_000),
         "an idempotent re-acquire resets the lease"
@@ -1050,11 +1030,11 @@ fn the_key_ttl_is_the_latest_lease_end() {
 fn a_shorter_pexpire_ends_every_hold_and_wakes_the_queue() {
     let server = Server::start();
     let mut c = server.conn();
-    acquire(&mut c, "k", "a", LONG, M::S).unwrap();
-    acquire(&mut c, "k", "b", LONG, M::S).unwrap();
-    let mut w = queue(&server, &mut c, "k", "w", M::X, 1);
+    acquire_with(&mut c, "k", "a", LONG, M::S).unwrap();
+    acquire_with(&mut c, "k", "b", LONG, M::S).unwrap();
+    let mut w = queue_in_mode(&server, &mut c, "k", "w", M::X, 1);
     let _: i64 = cmd!("PEXPIRE", "k", 200).query(&mut c).unwrap();
-    token_of(w.read(DUE), "the writer once the key expired");
+    token_in(w.read(DUE), "the writer once the key expired");
     assert_eq!(info(&mut c, "k").unwrap().owner.as_deref(), Some(&b"w"[..]));
 }
 
@@ -1066,8 +1046,8 @@ fn persist_extends_no_lease_and_the_key_goes_with_its_last_lease() {
         ("persisted", cmd!("PERSIST", "persisted")),
         ("pexpired", cmd!("PEXPIRE", "pexpired", 3_600_000)),
     ] {
-        acquire(&mut c, key, "a", 200, M::S).unwrap();
-        acquire(&mut c, key, "b", 300, M::S).unwrap();
+        acquire_with(&mut c, key, "a", 200, M::S).unwrap();
+        acquire_with(&mut c, key, "b", 300, M::S).unwrap();
         let _: i64 = extend.query(&mut c).unwrap();
         wait_out_ttl(Duration::from_millis(500));
         assert_eq!(info(&mut c, key), None, "{key}: no lease was extended");
@@ -1091,16 +1071,16 @@ fn a_lapsed_lease_while_the_key_lives_on_is_a_lock_expired_event() {
     let mut sub = Raw::connect(&server);
     sub.send(&[b"SUBSCRIBE", b"__keyevent@0__:lock.expired"]);
     assert!(matches!(sub.read(DUE), Reply::Array(_)));
-    acquire(&mut c, "k", "long", LONG, M::L(2)).unwrap();
-    acquire(&mut c, "k", "short", 100, M::L(2)).unwrap();
-    let _q = queue(&server, &mut c, "k", "q", M::L(2), 1);
+    acquire_with(&mut c, "k", "long", LONG, M::L(2)).unwrap();
+    acquire_with(&mut c, "k", "short", 100, M::L(2)).unwrap();
+    let _q = queue_in_mode(&server, &mut c, "k", "q", M::L(2), 1);
     match sub.read(DUE) {
         Reply::Array(items) => assert_eq!(items.last(), Some(&Reply::Bulk(b"k".to_vec()))),
         other => panic!("lock.expired: {other:?}"),
     }
     // A whole-key expiry is Redis's own `expired`, not `lock.expired`.
-    acquire(&mut c, "whole", "a", 100, M::S).unwrap();
-    let _w = queue(&server, &mut c, "whole", "w", M::X, 1);
+    acquire_with(&mut c, "whole", "a", 100, M::S).unwrap();
+    let _w = queue_in_mode(&server, &mut c, "whole", "w", M::X, 1);
     wait_out_ttl(Duration::from_millis(400));
     sub.assert_silent("lock.expired for a key that expired whole");
 }
@@ -1113,12 +1093,14 @@ fn a_lapsed_lease_while_the_key_lives_on_is_a_lock_expired_event() {
 /// token, count and absolute lease end (ms, from the ttl; compared with a tolerance).
 type Snapshot = Vec<(String, String, i64, i64, Vec<((String, i64, i64), i64)>)>;
 
-fn snapshot(c: &mut Connection, keys: &[&str]) -> Snapshot {
+/// What must survive a reload, a restart or a copy of `keys`: mode, holders, limit and each
+/// holder with its lease's end.
+fn shared_snapshot(c: &mut Connection, keys: &[&str]) -> Snapshot {
     keys.iter()
         .map(|k| {
             let i = info(c, k).unwrap_or_else(|| panic!("{k} has no lock"));
             let now = now_ms();
-            let hs = holders(c, k)
+            let hs = all_holders(c, k)
                 .unwrap()
                 .into_iter()
                 .map(|h| (h.fixed(), now + h.ttl))
@@ -1152,12 +1134,12 @@ fn assert_same(before: &Snapshot, after: &Snapshot, what: &str) {
 /// Keys of every kind: a read lock with a re-entered holder, a semaphore with a short lease
 /// (to see its timer re-armed after loading), an exclusive lock.
 fn fixture(c: &mut Connection) -> Vec<&'static str> {
-    acquire(c, "rw", "a", LONG, M::S).unwrap();
-    acquire(c, "rw", "b", LONG / 2, M::S).unwrap();
-    reenter(c, "rw", "a", LONG, M::S).unwrap();
-    acquire(c, "sem", "long", LONG, M::L(2)).unwrap();
-    acquire(c, "sem", "short", 6_000, M::L(2)).unwrap();
-    acquire(c, "x", "x", LONG, M::X).unwrap();
+    acquire_with(c, "rw", "a", LONG, M::S).unwrap();
+    acquire_with(c, "rw", "b", LONG / 2, M::S).unwrap();
+    reenter_with(c, "rw", "a", LONG, M::S).unwrap();
+    acquire_with(c, "sem", "long", LONG, M::L(2)).unwrap();
+    acquire_with(c, "sem", "short", 6_000, M::L(2)).unwrap();
+    acquire_with(c, "x", "x", LONG, M::X).unwrap();
     vec!["rw", "sem", "x"]
 }
 
@@ -1165,7 +1147,7 @@ fn fixture(c: &mut Connection) -> Vec<&'static str> {
 /// permit to a waiter (the lease timers were re-armed).
 fn assert_limits_and_timers(server: &Server, c: &mut Connection) {
     assert_eq!(
-        error_of(
+        error_reply(
             c,
             cmd!("LOCK.ACQUIRE", "sem", "z", LONG, "SHARED", "LIMIT", 3)
         ),
@@ -1176,9 +1158,9 @@ fn assert_limits_and_timers(server: &Server, c: &mut Connection) {
         let now = now_ms();
         now + holders_with(c, "sem", &["OWNER", "short"]).unwrap()[0].ttl
     };
-    let mut q = queue(server, c, "sem", "q", M::L(2), 1);
+    let mut q = queue_in_mode(server, c, "sem", "q", M::L(2), 1);
     let wait = Duration::from_millis((short_end - now_ms()).max(0) as u64) + DUE;
-    token_of(q.read(wait), "a waiter after the loaded short lease");
+    token_in(q.read(wait), "a waiter after the loaded short lease");
     let late = now_ms() - short_end;
     // Re-armed timers grant; without them nothing would (active expiry is off), and the read
     // above fails. The bound is for the machine (see LOADED_LATE_MS).
@@ -1194,9 +1176,9 @@ fn shared_holds_survive_debug_reload() {
     let server = Server::start();
     let mut c = server.conn();
     let keys = fixture(&mut c);
-    let before = snapshot(&mut c, &keys);
+    let before = shared_snapshot(&mut c, &keys);
     let _: () = cmd!("DEBUG", "RELOAD").query(&mut c).unwrap();
-    assert_same(&before, &snapshot(&mut c, &keys), "DEBUG RELOAD");
+    assert_same(&before, &shared_snapshot(&mut c, &keys), "DEBUG RELOAD");
     assert_eq!(info_field(&mut c, "holds"), 5);
     assert_limits_and_timers(&server, &mut c);
 }
@@ -1206,11 +1188,11 @@ fn shared_holds_survive_an_rdb_restart() {
     let mut server = Server::start();
     let mut c = server.conn();
     let keys = fixture(&mut c);
-    let before = snapshot(&mut c, &keys);
+    let before = shared_snapshot(&mut c, &keys);
     let _: () = cmd!("SAVE").query(&mut c).unwrap();
     server.restart();
     let mut c = server.conn();
-    assert_same(&before, &snapshot(&mut c, &keys), "RDB restart");
+    assert_same(&before, &shared_snapshot(&mut c, &keys), "RDB restart");
     assert_eq!(info_field(&mut c, "holds"), 5);
     assert_limits_and_timers(&server, &mut c);
 }
@@ -1231,19 +1213,22 @@ fn aof_restart_keeps_shared_holds(preamble: &str, rewrite: bool) {
     }
     // Changes after the rewrite reach the AOF as effects: a release, a renew, a new holder, a
     // force-release of one holder.
-    acquire(&mut c, "late", "p", LONG, M::L(3)).unwrap();
-    acquire(&mut c, "late", "q", LONG, M::L(3)).unwrap();
-    acquire(&mut c, "late", "r", LONG, M::L(3)).unwrap();
+    acquire_with(&mut c, "late", "p", LONG, M::L(3)).unwrap();
+    acquire_with(&mut c, "late", "q", LONG, M::L(3)).unwrap();
+    acquire_with(&mut c, "late", "r", LONG, M::L(3)).unwrap();
     assert_eq!(release(&mut c, "late", "p"), Some(0));
     renew(&mut c, "late", "q", LONG / 4).unwrap();
-    assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "late", "r")), Some(1));
-    reenter(&mut c, "rw", "b", LONG, M::S).unwrap();
+    assert_eq!(
+        int_or_nil(&mut c, cmd!("LOCK.FORCERELEASE", "late", "r")),
+        Some(1)
+    );
+    reenter_with(&mut c, "rw", "b", LONG, M::S).unwrap();
     keys.push("late");
-    let before = snapshot(&mut c, &keys);
+    let before = shared_snapshot(&mut c, &keys);
     server.restart();
     let mut c = server.conn();
     let what = format!("AOF restart, preamble {preamble}, rewrite {rewrite}");
-    assert_same(&before, &snapshot(&mut c, &keys), &what);
+    assert_same(&before, &shared_snapshot(&mut c, &keys), &what);
     assert_eq!(info_field(&mut c, "holds"), 6, "{what}");
     if rewrite {
         // A rewrite of the loaded state, then another restart.
@@ -1252,23 +1237,11 @@ fn aof_restart_keeps_shared_holds(preamble: &str, rewrite: bool) {
         c = server.conn();
         assert_same(
             &before,
-            &snapshot(&mut c, &keys),
+            &shared_snapshot(&mut c, &keys),
             &format!("{what}, rewritten again"),
         );
     }
     assert_limits_and_timers(&server, &mut c);
-}
-
-fn rewrite_aof(c: &mut Connection) {
-    let idle = |c: &mut Connection| {
-        let s: String = cmd!("INFO", "persistence").query(c).unwrap();
-        s.contains("aof_rewrite_in_progress:0") && s.contains("aof_rewrite_scheduled:0")
-    };
-    assert!(eventually(Duration::from_secs(20), || idle(c)));
-    let _: Value = cmd!("BGREWRITEAOF").query(c).unwrap();
-    assert!(eventually(Duration::from_secs(20), || idle(c)));
-    let s: String = cmd!("INFO", "persistence").query(c).unwrap();
-    assert!(s.contains("aof_last_bgrewrite_status:ok"), "{s}");
 }
 
 #[test]
@@ -1297,13 +1270,17 @@ fn shared_values_round_trip_through_dump_and_restore() {
             (d, pttl(&mut c, k))
         })
         .collect();
-    let before = snapshot(&mut c, &keys);
+    let before = shared_snapshot(&mut c, &keys);
     for (k, (d, ttl)) in keys.iter().zip(&dumps) {
         let _: () = cmd!("RESTORE", *k, *ttl, d, "REPLACE")
             .query(&mut c)
             .unwrap();
     }
-    assert_same(&before, &snapshot(&mut c, &keys), "DUMP/RESTORE REPLACE");
+    assert_same(
+        &before,
+        &shared_snapshot(&mut c, &keys),
+        "DUMP/RESTORE REPLACE",
+    );
     assert_eq!(info_field(&mut c, "holds"), 5);
     assert_limits_and_timers(&server, &mut c);
 }
@@ -1312,8 +1289,8 @@ fn shared_values_round_trip_through_dump_and_restore() {
 fn a_restored_shared_value_without_a_ttl_still_ends_with_its_leases() {
     let server = Server::start();
     let mut c = server.conn();
-    acquire(&mut c, "k", "a", 200, M::S).unwrap();
-    acquire(&mut c, "k", "b", 300, M::S).unwrap();
+    acquire_with(&mut c, "k", "a", 200, M::S).unwrap();
+    acquire_with(&mut c, "k", "b", 300, M::S).unwrap();
     let d: Vec<u8> = cmd!("DUMP", "k").query(&mut c).unwrap();
     let _: () = cmd!("RESTORE", "copy", 0, d).query(&mut c).unwrap();
     let ttl = pttl(&mut c, "copy");
@@ -1365,13 +1342,13 @@ fn a_version_1_payload_loads_as_an_exclusive_lock() {
         )
     );
     assert_eq!(
-        acquire(&mut c, "k", "r", LONG, M::S),
+        acquire_with(&mut c, "k", "r", LONG, M::S),
         None,
         "an exclusive lock excludes readers"
     );
     assert_eq!(release(&mut c, "k", "old"), Some(2));
     // Tokens keep rising above the loaded one.
-    assert!(acquire(&mut c, "n", "n", LONG, M::S).unwrap() > token as i64);
+    assert!(acquire_with(&mut c, "n", "n", LONG, M::S).unwrap() > token as i64);
     // Re-dumped, it is written in the current version, 4.
     let d: Vec<u8> = cmd!("DUMP", "k").query(&mut c).unwrap();
     let id = u64::from_be_bytes(d[2..10].try_into().unwrap());
@@ -1405,7 +1382,7 @@ fn corrupt_shared_payloads_are_refused_and_the_server_lives() {
             shared_fields(1_000_001, &[(b"a", t, 1, far)]),
         ),
     ];
-    acquire(&mut c, "live", "a", LONG, M::L(2)).unwrap();
+    acquire_with(&mut c, "live", "a", LONG, M::L(2)).unwrap();
     let live = fixed(&mut c, "live");
     for (what, fields) in cases {
         let payload = format.payload(2, &fields);
@@ -1432,9 +1409,9 @@ fn corrupt_shared_payloads_are_refused_and_the_server_lives() {
 fn a_limit_conflict_brought_by_rename_fails_the_waiters() {
     let server = Server::start();
     let mut c = server.conn();
-    acquire(&mut c, "k", "x", LONG, M::X).unwrap();
-    let mut q = queue(&server, &mut c, "k", "q", M::L(2), 1);
-    acquire(&mut c, "other", "y", LONG, M::L(3)).unwrap();
+    acquire_with(&mut c, "k", "x", LONG, M::X).unwrap();
+    let mut q = queue_in_mode(&server, &mut c, "k", "q", M::L(2), 1);
+    acquire_with(&mut c, "other", "y", LONG, M::L(3)).unwrap();
     let _: () = cmd!("RENAME", "other", "k").query(&mut c).unwrap();
     assert_eq!(
         q.read(DUE),
@@ -1450,19 +1427,25 @@ fn a_replica_sees_what_the_master_sees() {
     let replica = Server::start();
     let mut m = master.conn();
     // Some state before the full sync, the rest streamed as effects.
-    acquire(&mut m, "rw", "a", LONG, M::S).unwrap();
+    acquire_with(&mut m, "rw", "a", LONG, M::S).unwrap();
     common::attach_replica(&master, &replica);
     let mut r = replica.conn();
     let mut keys = fixture(&mut m);
-    acquire(&mut m, "rw", "c", LONG, M::S).unwrap();
-    reenter(&mut m, "rw", "c", LONG, M::S).unwrap();
+    acquire_with(&mut m, "rw", "c", LONG, M::S).unwrap();
+    reenter_with(&mut m, "rw", "c", LONG, M::S).unwrap();
     release(&mut m, "rw", "b").unwrap();
     renew(&mut m, "sem", "long", LONG / 3).unwrap();
-    assert_eq!(int(&mut m, cmd!("LOCK.FORCERELEASE", "rw", "c")), Some(1));
-    acquire(&mut m, "gone", "g", LONG, M::S).unwrap();
-    assert_eq!(int(&mut m, cmd!("LOCK.FORCERELEASE", "gone")), Some(1));
-    acquire(&mut m, "lapse", "keep", LONG, M::L(4)).unwrap();
-    acquire(&mut m, "lapse", "drop", 200, M::L(4)).unwrap();
+    assert_eq!(
+        int_or_nil(&mut m, cmd!("LOCK.FORCERELEASE", "rw", "c")),
+        Some(1)
+    );
+    acquire_with(&mut m, "gone", "g", LONG, M::S).unwrap();
+    assert_eq!(
+        int_or_nil(&mut m, cmd!("LOCK.FORCERELEASE", "gone")),
+        Some(1)
+    );
+    acquire_with(&mut m, "lapse", "keep", LONG, M::L(4)).unwrap();
+    acquire_with(&mut m, "lapse", "drop", 200, M::L(4)).unwrap();
     keys.push("lapse");
     let sync = |m: &mut Connection| {
         let acked: i64 = cmd!("WAIT", 1, 5000).query(m).unwrap();
@@ -1470,8 +1453,8 @@ fn a_replica_sees_what_the_master_sees() {
     };
     sync(&mut m);
     assert_same(
-        &snapshot(&mut m, &keys),
-        &snapshot(&mut r, &keys),
+        &shared_snapshot(&mut m, &keys),
+        &shared_snapshot(&mut r, &keys),
         "replica after WAIT",
     );
     assert_eq!(exists(&mut r, "gone"), 0);
@@ -1483,14 +1466,15 @@ fn a_replica_sees_what_the_master_sees() {
     renew(&mut m, "lapse", "keep", LONG).unwrap();
     sync(&mut m);
     assert_same(
-        &snapshot(&mut m, &keys),
-        &snapshot(&mut r, &keys),
+        &shared_snapshot(&mut m, &keys),
+        &shared_snapshot(&mut r, &keys),
         "replica after a lapse",
     );
     assert_eq!(info_field(&mut m, "holds"), info_field(&mut r, "holds"));
     // The replica refuses writes.
     assert!(
-        error_of(&mut r, cmd!("LOCK.ACQUIRE", "rw", "z", LONG, "SHARED")).starts_with("READONLY")
+        error_reply(&mut r, cmd!("LOCK.ACQUIRE", "rw", "z", LONG, "SHARED"))
+            .starts_with("READONLY")
     );
 }
 
@@ -1500,9 +1484,9 @@ fn whole_key_endings_end_every_hold_and_wake_the_queue() {
     let mut c = server.conn();
     for ending in ["DEL", "UNLINK", "FLUSHALL", "EXPIRE"] {
         for o in ["a", "b", "d"] {
-            acquire(&mut c, "k", o, LONG, M::S).unwrap();
+            acquire_with(&mut c, "k", o, LONG, M::S).unwrap();
         }
-        let mut w = queue(&server, &mut c, "k", "w", M::X, 1);
+        let mut w = queue_in_mode(&server, &mut c, "k", "w", M::X, 1);
         match ending {
             "FLUSHALL" => {
                 let _: () = cmd!("FLUSHALL").query(&mut c).unwrap();
@@ -1514,7 +1498,7 @@ fn whole_key_endings_end_every_hold_and_wake_the_queue() {
                 let _: i64 = cmd!(del, "k").query(&mut c).unwrap();
             }
         }
-        token_of(w.read(DUE), ending);
+        token_in(w.read(DUE), ending);
         assert_eq!(owners(&mut c, "k"), ["w"], "{ending}");
         // A flushed value may be freed in the background (Valkey 8's lazy user flush): its
         // holds count until then (docs/commands.md, `relock_holds`).
@@ -1531,9 +1515,9 @@ fn whole_key_endings_end_every_hold_and_wake_the_queue() {
 fn expired_total_counts_the_holds_of_a_key_that_expires_whole() {
     let server = Server::start();
     let mut c = server.conn();
-    acquire(&mut c, "k", "a", 200, M::S).unwrap();
-    acquire(&mut c, "k", "b", 200, M::S).unwrap();
-    acquire(&mut c, "k", "d", 200, M::S).unwrap();
+    acquire_with(&mut c, "k", "a", 200, M::S).unwrap();
+    acquire_with(&mut c, "k", "b", 200, M::S).unwrap();
+    acquire_with(&mut c, "k", "d", 200, M::S).unwrap();
     assert!(eventually(Duration::from_secs(5), || exists(&mut c, "k") == 0));
     assert_eq!(
         info_field(&mut c, "expired_total"),
@@ -1547,7 +1531,7 @@ fn expired_total_counts_the_holds_of_a_key_that_expires_whole() {
 fn inside_multi_and_scripts_a_shared_wait_does_not_block() {
     let server = Server::start();
     let mut c = server.conn();
-    let x = acquire(&mut c, "k", "x", LONG, M::X).unwrap();
+    let x = acquire_with(&mut c, "k", "x", LONG, M::X).unwrap();
     let (a, b): (Option<i64>, Option<i64>) = redis::pipe()
         .atomic()
         .cmd("LOCK.WAIT")
@@ -1585,8 +1569,8 @@ fn a_promoted_replica_ends_the_leases_it_replicated() {
     let replica = Server::start();
     common::attach_replica(&master, &replica);
     let mut m = master.conn();
-    acquire(&mut m, "k", "long", LONG, M::L(2)).unwrap();
-    acquire(&mut m, "k", "short", 1_500, M::L(2)).unwrap();
+    acquire_with(&mut m, "k", "long", LONG, M::L(2)).unwrap();
+    acquire_with(&mut m, "k", "short", 1_500, M::L(2)).unwrap();
     let acked: i64 = cmd!("WAIT", 1, 5000).query(&mut m).unwrap();
     assert_eq!(acked, 1);
     let mut r = replica.conn();
@@ -1594,8 +1578,8 @@ fn a_promoted_replica_ends_the_leases_it_replicated() {
     drop(master);
     let _: () = cmd!("DEBUG", "SET-ACTIVE-EXPIRE", 0).query(&mut r).unwrap();
     let end = now_ms() + holders_with(&mut r, "k", &["OWNER", "short"]).unwrap()[0].ttl;
-    let mut q = queue(&replica, &mut r, "k", "q", M::L(2), 1);
-    token_of(q.read(DUE), "a waiter on the promoted replica");
+    let mut q = queue_in_mode(&replica, &mut r, "k", "q", M::L(2), 1);
+    token_in(q.read(DUE), "a waiter on the promoted replica");
     let late = now_ms() - end;
     assert!(
         late <= LOADED_LATE_MS,
@@ -1622,11 +1606,11 @@ fn cluster_routes_shared_commands_by_slot_and_replicas_follow() {
         cmd!("LOCK.HOLDERS", key, "OWNER", "a"),
         cmd!("LOCK.FORCERELEASE", key, "a"),
     ] {
-        let e = error_of(&mut o, cmd.clone());
+        let e = error_reply(&mut o, cmd.clone());
         assert!(e.starts_with("MOVED"), "{}: {e}", common::show(&cmd));
     }
-    let ta = acquire(&mut m, key, "a", LONG, M::L(2)).unwrap();
-    let tb = acquire(&mut m, "{cluster}:other", "b", LONG, M::S).unwrap();
+    let ta = acquire_with(&mut m, key, "a", LONG, M::L(2)).unwrap();
+    let tb = acquire_with(&mut m, "{cluster}:other", "b", LONG, M::S).unwrap();
     assert!(tb > ta, "hash tags put both keys on one master");
     let acked: i64 = cmd!("WAIT", 1, 5000).query(&mut m).unwrap();
     assert_eq!(acked, 1);
@@ -1644,7 +1628,7 @@ fn cluster_routes_shared_commands_by_slot_and_replicas_follow() {
 fn a_shared_holder_costs_at_most_72_bytes_beyond_its_owner() {
     let server = Server::start();
     let mut c = server.conn();
-    acquire(&mut c, "k", "seed", LONG, M::S).unwrap();
+    acquire_with(&mut c, "k", "seed", LONG, M::S).unwrap();
     let used = |c: &mut Connection| -> i64 {
         let s: String = cmd!("INFO", "memory").query(c).unwrap();
         s.lines()
@@ -1711,7 +1695,7 @@ fn each_change_reaches_the_aof_as_one_effect_per_changed_holder() {
     let server = Server::with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut c = server.conn();
     for o in ["a", "b", "d"] {
-        acquire(&mut c, "k", o, LONG, M::L(3)).unwrap();
+        acquire_with(&mut c, "k", o, LONG, M::L(3)).unwrap();
     }
     let mut seen = aof_commands(&server).len();
     let mut step = |c: &mut Connection, cmd: redis::Cmd| -> Vec<Vec<String>> {
@@ -1815,9 +1799,9 @@ fn one_event_per_key_per_operation() {
         }
         names
     };
-    acquire(&mut c, "k", "w", LONG, M::X).unwrap();
+    acquire_with(&mut c, "k", "w", LONG, M::X).unwrap();
     let _waiters: Vec<Raw> = (1..=3)
-        .map(|i| queue(&server, &mut c, "k", &format!("r{i}"), M::S, i))
+        .map(|i| queue_in_mode(&server, &mut c, "k", &format!("r{i}"), M::S, i))
         .collect();
     assert_eq!(events(&mut sub), ["lock.acquired"]);
     // One release that grants a batch of three readers: one lock.granted for the key.
@@ -1825,7 +1809,7 @@ fn one_event_per_key_per_operation() {
     assert_eq!(owners(&mut c, "k").len(), 3);
     assert_eq!(events(&mut sub), ["lock.released", "lock.granted"]);
     // One force-release of three holders: one lock.forcereleased.
-    assert_eq!(int(&mut c, cmd!("LOCK.FORCERELEASE", "k")), Some(3));
+    assert_eq!(int_or_nil(&mut c, cmd!("LOCK.FORCERELEASE", "k")), Some(3));
     assert_eq!(events(&mut sub), ["lock.forcereleased"]);
 }
 
@@ -1846,7 +1830,7 @@ fn a_big_shared_key_is_freed_in_the_background() {
     };
     for (key, holders) in [("small", 10), ("big", 100)] {
         for i in 0..holders {
-            acquire(&mut c, key, &format!("o{i}"), LONG, M::S).unwrap();
+            acquire_with(&mut c, key, &format!("o{i}"), LONG, M::S).unwrap();
         }
     }
     let before = lazyfreed(&mut c);
@@ -1895,8 +1879,8 @@ fn a_shared_key_gone_leaves_no_lapse_timer() {
         let key = format!("gone-{what}");
         // Two leases ending apart (leases that end together arm no timer: the key's expiry
         // ends them).
-        assert!(acquire(&mut c, &key, "a", 3_600_000, M::S).is_some());
-        assert!(acquire(&mut c, &key, "b", 3_700_000, M::S).is_some());
+        assert!(acquire_with(&mut c, &key, "a", 3_600_000, M::S).is_some());
+        assert!(acquire_with(&mut c, &key, "b", 3_700_000, M::S).is_some());
         assert!(
             eventually(Duration::from_secs(5), || timers(&mut c) == 1),
             "{what}: armed"

@@ -12,11 +12,14 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::ask::cpu_seconds;
+use common::ask::{assert_idle, await_waiters};
 use common::ask::{queued, waiters};
 use common::raw::{encode, parse, Reply};
 use common::settle_to_zero;
-use common::{acquire, attach_replica, eventually, info_field, int_or_nil, lock_info, Server};
+use common::{
+    acquire, assert_alive, attach_replica, eventually, info_field, int_or_nil, lock_info,
+    wait_replica, Server,
+};
 use redis::Connection;
 use relock_testkit::info_str;
 use relock_testkit::wait_out_ttl;
@@ -39,52 +42,13 @@ const SEED: i64 = 1 << 52;
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-fn connect(server: &Server) -> Connection {
+/// A connection whose reads give up after 15 s (the kit's `connect` gives 10 s; these tests
+/// read through failovers and reloads).
+fn connect_15s(server: &Server) -> Connection {
     let c = server.conn();
     c.set_read_timeout(Some(Duration::from_secs(15)))
         .expect("read timeout");
     c
-}
-
-fn alive(server: &Server, what: &str) {
-    let pong = (|| {
-        let mut s = TcpStream::connect(("127.0.0.1", server.port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        s.write_all(b"PING\r\n").ok()?;
-        let mut buf = [0u8; 7];
-        s.read_exact(&mut buf).ok()?;
-        (&buf == b"+PONG\r\n").then_some(())
-    })();
-    if pong.is_none() {
-        let log = server.log();
-        let tail: Vec<&str> = log.lines().rev().take(30).collect();
-        panic!(
-            "{what}: the server died or froze\n--- log (tail) ---\n{}",
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-        );
-    }
-}
-
-fn await_waiters(c: &mut Connection, key: &str, n: i64) {
-    assert!(
-        eventually(Duration::from_secs(15), || waiters(c, key) == n),
-        "{key} never had {n} waiters (has {})",
-        waiters(c, key)
-    );
-}
-
-fn assert_idle(c: &mut Connection, what: &str) {
-    let before = cpu_seconds(c);
-    wait_out_ttl(Duration::from_secs(1)); // the idle second measured
-    let used = cpu_seconds(c) - before;
-    assert!(
-        used < 0.5,
-        "{what}: the server used {used:.2} s of CPU in 1 s while idle (spinning)"
-    );
-}
-
-fn role(c: &mut Connection) -> String {
-    info_str(c, "replication", "role")
 }
 
 /// A raw client that never panics on a closed connection: it reports what it got and whether
@@ -186,7 +150,7 @@ impl Peer {
 }
 
 /// A waiter (timeout `timeout`) queued behind whatever holds `key`.
-fn queue(
+fn queue_peer(
     server: &Server,
     c: &mut Connection,
     key: &str,
@@ -203,11 +167,6 @@ fn queue(
 
 fn is_error(r: &Reply, prefixes: &[&str]) -> bool {
     matches!(r, Reply::Error(e) if prefixes.iter().any(|p| e.starts_with(p)))
-}
-
-fn sync(m: &mut Connection) {
-    let acked: i64 = cmd!("WAIT", 1, 5000).query(m).expect("WAIT");
-    assert_eq!(acked, 1, "the replica did not acknowledge");
 }
 
 fn last_token(c: &mut Connection) -> i64 {
@@ -248,7 +207,7 @@ fn failover_answers_every_waiter_once_and_tokens_keep_rising() {
     let master = master_with(&[]);
     let replica = master_with(&[]);
     attach_replica(&master, &replica);
-    let mut m = connect(&master);
+    let mut m = connect_15s(&master);
     let _: () = cmd!("LOCK.APPLY", "seed", "o", SEED, 1)
         .query(&mut m)
         .unwrap();
@@ -258,7 +217,7 @@ fn failover_answers_every_waiter_once_and_tokens_keep_rising() {
     let short = acquire(&mut m, "short", "a", LONG_TTL);
     let mut peers = Vec::new();
     for i in 0..3 {
-        peers.push(queue(
+        peers.push(queue_peer(
             &master,
             &mut m,
             "held",
@@ -266,7 +225,7 @@ fn failover_answers_every_waiter_once_and_tokens_keep_rising() {
             LONG_TTL,
             0,
         ));
-        peers.push(queue(
+        peers.push(queue_peer(
             &master,
             &mut m,
             "short",
@@ -275,8 +234,8 @@ fn failover_answers_every_waiter_once_and_tokens_keep_rising() {
             0,
         ));
     }
-    let mut timing_out = queue(&master, &mut m, "held", "ht", LONG_TTL, 700);
-    sync(&mut m);
+    let mut timing_out = queue_peer(&master, &mut m, "held", "ht", LONG_TTL, 700);
+    wait_replica(&mut m);
     let max_before = last_token(&mut m);
     assert!(max_before >= short && short > held && held > SEED);
 
@@ -285,7 +244,7 @@ fn failover_answers_every_waiter_once_and_tokens_keep_rising() {
     let _: i64 = cmd!("LOCK.RENEW", "short", "a", 600).query(&mut m).unwrap();
     let _: () = cmd!("FAILOVER").query(&mut m).expect("FAILOVER");
     wait_out_ttl(Duration::from_millis(1500)); // `short` runs out inside the pause
-    alive(&master, "during the failover pause");
+    assert_alive(&master, "during the failover pause");
     for p in peers.iter_mut() {
         p.silent(Duration::from_millis(10), "during the failover pause");
     }
@@ -300,13 +259,17 @@ fn failover_answers_every_waiter_once_and_tokens_keep_rising() {
     );
     replica.signal("CONT");
 
-    let mut r = connect(&replica);
+    let mut r = connect_15s(&replica);
     assert!(
-        eventually(Duration::from_secs(15), || role(&mut r) == "master"
-            && role(&mut m) == "slave"),
+        eventually(Duration::from_secs(15), || info_str(
+            &mut r,
+            "replication",
+            "role"
+        ) == "master"
+            && info_str(&mut m, "replication", "role") == "slave"),
         "failover did not complete: old master {} / replica {}",
-        role(&mut m),
-        role(&mut r)
+        info_str(&mut m, "replication", "role"),
+        info_str(&mut r, "replication", "role")
     );
     for p in peers.iter_mut() {
         let reply = p.exactly_one(SOON, Duration::from_millis(200));
@@ -317,7 +280,7 @@ fn failover_answers_every_waiter_once_and_tokens_keep_rising() {
         );
     }
     settle_to_zero(&mut m, "old master after FAILOVER");
-    alive(&master, "old master after FAILOVER");
+    assert_alive(&master, "old master after FAILOVER");
 
     // The promoted replica has the held lock as granted, the short one gone, and issues only
     // larger tokens.
@@ -330,7 +293,7 @@ fn failover_answers_every_waiter_once_and_tokens_keep_rising() {
         "new master issued {fresh} <= {max_before}"
     );
     // Waiters move to the new master and are served there.
-    let mut again = queue(&replica, &mut r, "held", "h0", LONG_TTL, 0);
+    let mut again = queue_peer(&replica, &mut r, "held", "h0", LONG_TTL, 0);
     assert_eq!(
         int_or_nil(&mut r, cmd!("LOCK.RELEASE", "held", "a")),
         Some(0)
@@ -365,12 +328,12 @@ fn aborted_failover_and_shutdown_hand_off_after_the_pause() {
     let master = master_with(&["--shutdown-timeout", "20"]);
     let replica = master_with(&[]);
     attach_replica(&master, &replica);
-    let mut m = connect(&master);
+    let mut m = connect_15s(&master);
     for how in ["FAILOVER TIMEOUT", "SHUTDOWN", "FAILOVER ABORT"] {
         let key = format!("k-{}", how.replace(' ', "-"));
         let before = acquire(&mut m, &key, "a", LONG_TTL);
-        let mut w = queue(&master, &mut m, &key, "b", LONG_TTL, 0);
-        sync(&mut m);
+        let mut w = queue_peer(&master, &mut m, &key, "b", LONG_TTL, 0);
+        wait_replica(&mut m);
         replica.signal("STOP");
         let _: () = cmd!("SET", "lag", how).query(&mut m).unwrap();
         // A short lease from now, so that it runs out inside the pause however slow the setup.
@@ -394,7 +357,7 @@ fn aborted_failover_and_shutdown_hand_off_after_the_pause() {
             Duration::from_millis(10),
             &format!("{how}: during the pause"),
         );
-        alive(&master, how);
+        assert_alive(&master, how);
         match how {
             "FAILOVER TIMEOUT" => {} // ends by itself
             "FAILOVER ABORT" => {
@@ -412,12 +375,12 @@ fn aborted_failover_and_shutdown_hand_off_after_the_pause() {
         let t = w.token(Duration::from_secs(10));
         assert!(t > before, "{how}");
         w.silent(Duration::from_millis(200), &format!("{how}: second reply"));
-        assert_eq!(role(&mut m), "master", "{how}");
+        assert_eq!(info_str(&mut m, "replication", "role"), "master", "{how}");
         let info = lock_info(&mut m, &key).expect("handed off");
         assert_eq!((info.owner.as_slice(), info.token), (&b"b"[..], t), "{how}");
         replica.signal("CONT");
-        sync(&mut m);
-        let mut r = connect(&replica);
+        wait_replica(&mut m);
+        let mut r = connect_15s(&replica);
         assert_eq!(
             lock_info(&mut r, &key).map(|i| i.token),
             Some(t),
@@ -437,17 +400,17 @@ fn replicaof_during_a_pause_with_deferred_hand_offs_then_no_one() {
     let _serial = serial();
     let upstream = Server::start();
     let server = master_with(&[]);
-    let mut c = connect(&server);
+    let mut c = connect_15s(&server);
     // `exp` is held long until its waiters are queued, then renewed to 300 ms in the EXEC that
     // starts the pause: its lease ends inside the pause however slow a loaded machine makes
     // the steps before (with a 300 ms lease taken first, the queue could be granted before it
     // was seen). The pause is long enough for REPLICAOF to land inside it at load too.
     let first = acquire(&mut c, "exp", "a", LONG_TTL);
-    let mut e1 = queue(&server, &mut c, "exp", "e1", LONG_TTL, 0);
-    let mut e2 = queue(&server, &mut c, "exp", "e2", LONG_TTL, 0);
+    let mut e1 = queue_peer(&server, &mut c, "exp", "e1", LONG_TTL, 0);
+    let mut e2 = queue_peer(&server, &mut c, "exp", "e2", LONG_TTL, 0);
     acquire(&mut c, "del", "a", LONG_TTL);
-    let mut d1 = queue(&server, &mut c, "del", "d1", LONG_TTL, 0);
-    let mut d2 = queue(&server, &mut c, "del", "d2", LONG_TTL, 2000);
+    let mut d1 = queue_peer(&server, &mut c, "del", "d1", LONG_TTL, 0);
+    let mut d2 = queue_peer(&server, &mut c, "del", "d2", LONG_TTL, 2000);
     let paused_at = Instant::now();
     let () = redis::pipe()
         .atomic()
@@ -486,7 +449,7 @@ fn replicaof_during_a_pause_with_deferred_hand_offs_then_no_one() {
         matches!(r, Reply::Int(_)) || is_error(&r, &["READONLY", "UNBLOCKED", "REDIRECT"]),
         "held-back DEL: {r:?}"
     );
-    alive(&server, "after REPLICAOF during a pause");
+    assert_alive(&server, "after REPLICAOF during a pause");
     assert!(eventually(Duration::from_secs(10), || info_str(
         &mut c,
         "replication",
@@ -501,7 +464,7 @@ fn replicaof_during_a_pause_with_deferred_hand_offs_then_no_one() {
     let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut c).unwrap();
     let t = acquire(&mut c, "exp", "z", LONG_TTL);
     assert!(t > first);
-    let mut w = queue(&server, &mut c, "exp", "w", LONG_TTL, 0);
+    let mut w = queue_peer(&server, &mut c, "exp", "w", LONG_TTL, 0);
     let _: i64 = cmd!("LOCK.RENEW", "exp", "z", 300).query(&mut c).unwrap();
     assert!(w.token(SOON) > t);
     settle_to_zero(&mut c, "promoted again");
@@ -513,7 +476,7 @@ fn a_promoted_replica_expires_and_hands_off_replicated_locks() {
     let mut master = master_with(&[]);
     let replica = Server::start();
     attach_replica(&master, &replica);
-    let mut m = connect(&master);
+    let mut m = connect_15s(&master);
     let _: () = cmd!("LOCK.APPLY", "seed", "o", SEED, 1)
         .query(&mut m)
         .unwrap();
@@ -523,11 +486,11 @@ fn a_promoted_replica_expires_and_hands_off_replicated_locks() {
     let later = acquire(&mut m, "later", "a", 6000);
     let forever = acquire(&mut m, "forever", "a", LONG_TTL);
     let _: i64 = cmd!("PERSIST", "forever").query(&mut m).unwrap();
-    sync(&mut m);
+    wait_replica(&mut m);
     let max_before = last_token(&mut m);
     master.kill();
     wait_out_ttl(Duration::from_millis(400)); // `gone` ran out on the orphaned replica
-    let mut r = connect(&replica);
+    let mut r = connect_15s(&replica);
     assert_eq!(lock_info(&mut r, "gone"), None, "expired on the replica");
     let _: () = cmd!("REPLICAOF", "NO", "ONE").query(&mut r).unwrap();
     // A waiter on a lock that ran out while this was a replica gets it at once, above all
@@ -538,22 +501,22 @@ fn a_promoted_replica_expires_and_hands_off_replicated_locks() {
     assert!(tg > max_before && tg > gone);
     // A waiter on a lock that runs out later is served at its expiry.
     let started = Instant::now();
-    let mut l = queue(&replica, &mut r, "later", "l", LONG_TTL, 0);
+    let mut l = queue_peer(&replica, &mut r, "later", "l", LONG_TTL, 0);
     let tl = l.token(Duration::from_secs(10));
     assert!(tl > tg && tl > later);
     assert!(started.elapsed() < Duration::from_secs(8));
     // A lock without expiry keeps its waiter until released; its timeout still works (2 s:
     // longer than the look that it is queued).
-    let mut f = queue(&replica, &mut r, "forever", "f", LONG_TTL, 2000);
+    let mut f = queue_peer(&replica, &mut r, "forever", "f", LONG_TTL, 2000);
     assert_eq!(f.exactly_one(SOON, Duration::from_millis(100)), Reply::Nil);
-    let mut f2 = queue(&replica, &mut r, "forever", "f2", LONG_TTL, 0);
+    let mut f2 = queue_peer(&replica, &mut r, "forever", "f2", LONG_TTL, 0);
     assert_eq!(
         int_or_nil(&mut r, cmd!("LOCK.RELEASE", "forever", "a")),
         Some(0)
     );
     assert!(f2.token(SOON) > forever);
     settle_to_zero(&mut r, "promoted replica");
-    alive(&replica, "promoted replica");
+    assert_alive(&replica, "promoted replica");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -572,14 +535,14 @@ fn expect_oom(c: &mut Connection, command: redis::Cmd) {
 fn out_of_memory_under_noeviction_refuses_new_holds_and_still_hands_off() {
     let _serial = serial();
     let server = Server::with_args(&["--maxmemory-policy", "noeviction"]);
-    let mut c = connect(&server);
+    let mut c = connect_15s(&server);
     acquire(&mut c, "exp", "a", 600);
     let mut chain = Vec::new();
     for i in 0..5 {
-        chain.push(queue(&server, &mut c, "exp", &format!("c{i}"), 30, 0));
+        chain.push(queue_peer(&server, &mut c, "exp", &format!("c{i}"), 30, 0));
     }
     let held = acquire(&mut c, "held", "a", LONG_TTL);
-    let mut hw = queue(&server, &mut c, "held", "hw", LONG_TTL, 0);
+    let mut hw = queue_peer(&server, &mut c, "held", "hw", LONG_TTL, 0);
     let _: () = cmd!("CONFIG", "SET", "maxmemory", 1).query(&mut c).unwrap();
     for command in [
         cmd!("LOCK.ACQUIRE", "new", "x", 1000),
@@ -625,7 +588,7 @@ fn out_of_memory_under_noeviction_refuses_new_holds_and_still_hands_off() {
     settle_to_zero(&mut c, "OOM");
     let _: () = cmd!("CONFIG", "SET", "maxmemory", 0).query(&mut c).unwrap();
     acquire(&mut c, "new", "x", 1000);
-    alive(&server, "OOM");
+    assert_alive(&server, "OOM");
 }
 
 /// allkeys-lru evicts held locks with waiters: the waiters are served (each exactly once, FIFO
@@ -639,7 +602,7 @@ fn allkeys_lru_evicting_held_locks_serves_every_waiter_once() {
         "no warning at load:\n{}",
         server.log()
     );
-    let mut c = connect(&server);
+    let mut c = connect_15s(&server);
     let _: () = cmd!("CLIENT", "NO-EVICT", "on").query(&mut c).unwrap_or(());
     let mut peers = Vec::new();
     for k in 0..4 {
@@ -648,7 +611,7 @@ fn allkeys_lru_evicting_held_locks_serves_every_waiter_once() {
         for i in 0..5 {
             peers.push((
                 k,
-                queue(&server, &mut c, &key, &format!("w{k}-{i}"), LONG_TTL, 0),
+                queue_peer(&server, &mut c, &key, &format!("w{k}-{i}"), LONG_TTL, 0),
             ));
         }
     }
@@ -686,7 +649,7 @@ fn allkeys_lru_evicting_held_locks_serves_every_waiter_once() {
     }
     let _: () = cmd!("CONFIG", "SET", "maxmemory", 0).query(&mut c).unwrap();
     settle_to_zero(&mut c, "allkeys-lru");
-    alive(&server, "allkeys-lru");
+    assert_alive(&server, "allkeys-lru");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -762,7 +725,7 @@ fn hammer(
 fn loading_a_big_rdb_with_waiters_and_clients_hammering() {
     let _serial = serial();
     let mut server = Server::start();
-    let mut c = connect(&server);
+    let mut c = connect_15s(&server);
     let _: () = cmd!("DEBUG", "POPULATE", 150_000).query(&mut c).unwrap();
     many_locks(&mut c, "lk", 150_000, 3_600_000);
     // How long a reload takes here, to make a lock run out in the middle of one.
@@ -772,10 +735,10 @@ fn loading_a_big_rdb_with_waiters_and_clients_hammering() {
     let ttl = (reload.as_millis() as i64 / 3).max(20);
 
     let held = acquire(&mut c, "held", "a", LONG_TTL);
-    let mut hw = queue(&server, &mut c, "held", "hw", LONG_TTL, 0);
-    let mut ht = queue(&server, &mut c, "held", "ht", LONG_TTL, ttl);
+    let mut hw = queue_peer(&server, &mut c, "held", "hw", LONG_TTL, 0);
+    let mut ht = queue_peer(&server, &mut c, "held", "ht", LONG_TTL, ttl);
     let exp = acquire(&mut c, "exp", "a", ttl + 30);
-    let mut ew = queue(&server, &mut c, "exp", "ew", LONG_TTL, 0);
+    let mut ew = queue_peer(&server, &mut c, "exp", "ew", LONG_TTL, 0);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let answers = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let answered = || answers.load(std::sync::atomic::Ordering::Relaxed);
@@ -798,7 +761,7 @@ fn loading_a_big_rdb_with_waiters_and_clients_hammering() {
         odd.iter().all(|e| e.starts_with("BUSY")),
         "unexpected errors: {odd:?}"
     );
-    alive(&server, "after DEBUG RELOAD");
+    assert_alive(&server, "after DEBUG RELOAD");
     // The lock that ran out during the reload went to its waiter; the wait that ran out ended.
     let te = ew.token(SOON);
     assert!(te > exp);
@@ -833,7 +796,7 @@ fn loading_a_big_rdb_with_waiters_and_clients_hammering() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (loading, ok, odd) = h.join().unwrap();
     eprintln!("restart: hammer {loading} LOADING, {ok} answered, odd {odd:?}");
-    let mut c = connect(&server);
+    let mut c = connect_15s(&server);
     assert_eq!(lock_info(&mut c, "down"), None);
     assert!(info_field(&mut c, "locks") >= 150_000);
     let t = acquire(&mut c, "down", "b", 1000);
@@ -850,17 +813,17 @@ fn loading_a_big_rdb_with_waiters_and_clients_hammering() {
 fn busy_scripts_and_debug_sleep_delay_but_do_not_lose_hand_offs() {
     let _serial = serial();
     let server = Server::with_args(&["--busy-reply-threshold", "200"]);
-    let mut c = connect(&server);
+    let mut c = connect_15s(&server);
     // `exp` is held long until its waiter is queued; the script renews it to 300 ms, so that
     // its lease ends inside the script however slow a loaded machine makes the steps before;
     // `ht`'s 2 s timeout also ends inside the 4 s script (a 300 ms lease and a 400 ms timeout
     // had to outlast three queued waiters and a connect, and the BUSY check had to come
     // within 1.2 s).
     let t0 = acquire(&mut c, "exp", "a", LONG_TTL);
-    let mut ew = queue(&server, &mut c, "exp", "ew", LONG_TTL, 0);
+    let mut ew = queue_peer(&server, &mut c, "exp", "ew", LONG_TTL, 0);
     acquire(&mut c, "held", "a", LONG_TTL);
-    let mut ht = queue(&server, &mut c, "held", "ht", LONG_TTL, 2000);
-    let mut hw = queue(&server, &mut c, "held", "hw", LONG_TTL, 0);
+    let mut ht = queue_peer(&server, &mut c, "held", "ht", LONG_TTL, 2000);
+    let mut hw = queue_peer(&server, &mut c, "held", "hw", LONG_TTL, 0);
     // A script that keeps the server busy for 4 s, after writing.
     let busy = "redis.call('LOCK.RENEW', 'exp', 'a', 300) redis.call('SET', 'x', '1') \
                 local t = redis.call('TIME') \
@@ -934,7 +897,7 @@ fn busy_scripts_and_debug_sleep_delay_but_do_not_lose_hand_offs() {
     // DEBUG SLEEP while a lock with a waiter runs out (renewed to 200 ms in the same write as
     // the sleep, once the waiter is queued).
     acquire(&mut c, "exp2", "a", LONG_TTL);
-    let mut w2 = queue(&server, &mut c, "exp2", "w2", LONG_TTL, 0);
+    let mut w2 = queue_peer(&server, &mut c, "exp2", "w2", LONG_TTL, 0);
     let _: (i64, ()) = redis::pipe()
         .cmd("LOCK.RENEW")
         .arg("exp2")
@@ -949,7 +912,7 @@ fn busy_scripts_and_debug_sleep_delay_but_do_not_lose_hand_offs() {
     let info = lock_info(&mut c, "held").expect("hw holds");
     assert_eq!((info.owner.as_slice(), info.token), (&b"hw"[..], th));
     settle_to_zero(&mut c, "busy scripts");
-    alive(&server, "busy scripts");
+    assert_alive(&server, "busy scripts");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -960,7 +923,7 @@ fn busy_scripts_and_debug_sleep_delay_but_do_not_lose_hand_offs() {
 fn clients_that_vanish_or_misbehave() {
     let _serial = serial();
     let server = Server::start();
-    let mut c = connect(&server);
+    let mut c = connect_15s(&server);
     let _: () = cmd!("CLIENT", "NO-EVICT", "on").query(&mut c).unwrap();
     let t0 = acquire(&mut c, "k", "a", LONG_TTL);
     // Half-sent LOCK.WAIT, then gone.
@@ -1000,7 +963,7 @@ fn clients_that_vanish_or_misbehave() {
     // Client eviction (maxmemory-clients) of blocked waiters.
     let mut evictable = Vec::new();
     for i in 0..5 {
-        let mut p = queue(&server, &mut c, "k", &format!("ev{i}"), LONG_TTL, 0);
+        let mut p = queue_peer(&server, &mut c, "k", &format!("ev{i}"), LONG_TTL, 0);
         // A big query buffer makes them the clients to evict.
         p.send_bytes(&vec![b'x'; 256 << 10]);
         evictable.push(p);
@@ -1048,7 +1011,7 @@ fn clients_that_vanish_or_misbehave() {
         p.wait(b"chain", format!("c{i}").as_bytes(), 5, 0);
         chain.push(p);
     }
-    let mut spam = connect(&server);
+    let mut spam = connect_15s(&server);
     let spammer = std::thread::spawn(move || {
         for i in 0..150 {
             let mode = if i % 2 == 0 { "WRITE" } else { "ALL" };
@@ -1068,7 +1031,7 @@ fn clients_that_vanish_or_misbehave() {
     }
     spammer.join().unwrap();
     settle_to_zero(&mut c, "misbehaving clients");
-    alive(&server, "misbehaving clients");
+    assert_alive(&server, "misbehaving clients");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1079,7 +1042,7 @@ fn clients_that_vanish_or_misbehave() {
 fn a_chain_of_a_thousand_one_ms_hand_offs() {
     let _serial = serial();
     let server = Server::start();
-    let mut c = connect(&server);
+    let mut c = connect_15s(&server);
     // Held until all 1,000 are queued, then released: the chain starts on that event. (It was a
     // 300 ms lease, which ran out while 1,000 connections queued on a machine with a core kept
     // busy: the chain had ended before the count, "never had 1000 waiters (has 0)".)
@@ -1113,8 +1076,8 @@ fn extreme_ttls_timeouts_owners_and_dbs() {
     let master = master_with(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
     let replica = Server::start();
     attach_replica(&master, &replica);
-    let mut c = connect(&master);
-    let mut r = connect(&replica);
+    let mut c = connect_15s(&master);
+    let mut r = connect_15s(&replica);
     let max = 1_000_000_000_000_i64;
     // ttl 10^12 accepted, 10^12 + 1 refused; timeout likewise.
     let t = acquire(&mut c, "far", "a", max);
@@ -1128,7 +1091,7 @@ fn extreme_ttls_timeouts_owners_and_dbs() {
         let r: redis::RedisResult<redis::Value> = bad.query(&mut c);
         assert!(r.is_err(), "{}: {r:?}", common::show(&bad));
     }
-    let mut fw = queue(&master, &mut c, "far", "fw", max, max);
+    let mut fw = queue_peer(&master, &mut c, "far", "fw", max, max);
     assert_idle(&mut c, "ttl and timeout of 10^12");
     // Binary owners of 256 bytes (every byte value), handed off, replicated, persisted.
     let owner_a: Vec<u8> = (0..=255u8).collect();
@@ -1153,13 +1116,13 @@ fn extreme_ttls_timeouts_owners_and_dbs() {
     );
     let tb = bw.token(SOON);
     assert!(tb > ta);
-    sync(&mut c);
+    wait_replica(&mut c);
     assert_eq!(lock_info(&mut r, "bin").unwrap().owner, owner_b);
     // Waiters on the same key name in all 16 dbs, then FLUSHALL ASYNC with 100k locks.
     many_locks(&mut c, "bulk", 100_000, LONG_TTL);
     let mut dbs = Vec::new();
     for db in 0..16 {
-        let mut admin = connect(&master);
+        let mut admin = connect_15s(&master);
         let _: () = cmd!("SELECT", db).query(&mut admin).unwrap();
         if db > 0 {
             acquire(&mut admin, "bulk:7", "a", LONG_TTL);
@@ -1182,7 +1145,7 @@ fn extreme_ttls_timeouts_owners_and_dbs() {
         "locks after FLUSHALL ASYNC and 16 grants: {}",
         info_field(&mut c, "locks")
     );
-    sync(&mut c);
+    wait_replica(&mut c);
     // The bin-owner lock survives an AOF rewrite and restart? It was flushed; take it again.
     let tb2 = acquire(&mut c, "bin", &owner_b[..], LONG_TTL);
     let _: () = cmd!("BGREWRITEAOF").query(&mut c).unwrap();
@@ -1201,7 +1164,7 @@ fn extreme_ttls_timeouts_owners_and_dbs() {
     let mut master = master;
     drop(c);
     master.restart();
-    let mut c = connect(&master);
+    let mut c = connect_15s(&master);
     let info = lock_info(&mut c, "bin").expect("binary owner after AOF restart");
     assert_eq!((info.owner.clone(), info.token), (owner_b.clone(), tb2));
     assert!(acquire(&mut c, "after", "x", 1000) > tb2);
@@ -1219,7 +1182,7 @@ fn extreme_ttls_timeouts_owners_and_dbs() {
 fn lease_and_wait_ending_together_answer_once() {
     let _serial = serial();
     let server = Server::start();
-    let mut c = connect(&server);
+    let mut c = connect_15s(&server);
     let mut peers = Vec::new();
     for i in 0..150i64 {
         let key = format!("r{i}");
@@ -1256,12 +1219,12 @@ fn lease_and_wait_ending_together_answer_once() {
 fn waiters_vanish_and_are_killed_while_debug_reload_loads() {
     let _serial = serial();
     let server = Server::start();
-    let mut c = connect(&server);
+    let mut c = connect_15s(&server);
     let _: () = cmd!("DEBUG", "POPULATE", 300_000).query(&mut c).unwrap();
     let t0 = acquire(&mut c, "k", "a", LONG_TTL);
-    let mut hang = queue(&server, &mut c, "k", "hang", LONG_TTL, 0);
-    let mut killed = queue(&server, &mut c, "k", "killed", LONG_TTL, 0);
-    let mut stays = queue(&server, &mut c, "k", "stays", LONG_TTL, 0);
+    let mut hang = queue_peer(&server, &mut c, "k", "hang", LONG_TTL, 0);
+    let mut killed = queue_peer(&server, &mut c, "k", "killed", LONG_TTL, 0);
+    let mut stays = queue_peer(&server, &mut c, "k", "stays", LONG_TTL, 0);
     let kid = {
         let mut ids = Peer::connect(&server, "ids");
         ids.send(&[b"CLIENT", b"LIST"]);
@@ -1314,7 +1277,7 @@ fn waiters_vanish_and_are_killed_while_debug_reload_loads() {
         "CLIENT KILL: {k:?}"
     );
     let _ = info.expect(SOON);
-    alive(&server, "after DEBUG RELOAD with hang-ups");
+    assert_alive(&server, "after DEBUG RELOAD with hang-ups");
     if k == Reply::Int(1) {
         assert!(killed.next(Duration::from_millis(300)).is_none() && killed.closed);
     }
@@ -1345,16 +1308,16 @@ fn waiters_vanish_and_are_killed_while_debug_reload_loads() {
 fn debug_reload_inside_a_write_pause_defers_the_hand_off() {
     let _serial = serial();
     let server = Server::start();
-    let mut c = connect(&server);
+    let mut c = connect_15s(&server);
     let t0 = acquire(&mut c, "k", "a", 300);
-    let mut w = queue(&server, &mut c, "k", "w", LONG_TTL, 0);
+    let mut w = queue_peer(&server, &mut c, "k", "w", LONG_TTL, 0);
     let _: () = cmd!("CLIENT", "PAUSE", 1500, "WRITE")
         .query(&mut c)
         .unwrap();
     wait_out_ttl(Duration::from_millis(400)); // ran out inside the pause
     let reloaded: redis::RedisResult<()> = cmd!("DEBUG", "RELOAD").query(&mut c);
     eprintln!("DEBUG RELOAD during a pause: {reloaded:?}");
-    alive(&server, "DEBUG RELOAD during a pause");
+    assert_alive(&server, "DEBUG RELOAD during a pause");
     let t = w.token(SOON);
     assert!(t > t0);
     w.silent(Duration::from_millis(100), "second reply");
@@ -1371,23 +1334,27 @@ fn failover_there_and_back_keeps_tokens_rising() {
     let a = master_with(&[]);
     let b = master_with(&[]);
     attach_replica(&a, &b);
-    let mut ca = connect(&a);
-    let mut cb = connect(&b);
+    let mut ca = connect_15s(&a);
+    let mut cb = connect_15s(&b);
     let _: () = cmd!("LOCK.APPLY", "seed", "o", SEED, 1)
         .query(&mut ca)
         .unwrap();
     let mut last = acquire(&mut ca, "k", "a", 300);
     let (mut m, mut r, mut ms, mut rs) = (&mut ca, &mut cb, &a, &b);
     for round in 0..2 {
-        let mut w = queue(ms, m, "k", &format!("w{round}"), LONG_TTL, 0);
+        let mut w = queue_peer(ms, m, "k", &format!("w{round}"), LONG_TTL, 0);
         let keep_key = format!("keep{round}");
         acquire(m, &keep_key, "h", LONG_TTL);
-        let mut keep = queue(ms, m, &keep_key, "x", LONG_TTL, 0);
-        sync(m);
+        let mut keep = queue_peer(ms, m, &keep_key, "x", LONG_TTL, 0);
+        wait_replica(m);
         let _: () = cmd!("FAILOVER").query(m).expect("FAILOVER");
         assert!(
-            eventually(Duration::from_secs(15), || role(r) == "master"
-                && role(m) == "slave"),
+            eventually(Duration::from_secs(15), || info_str(
+                r,
+                "replication",
+                "role"
+            ) == "master"
+                && info_str(m, "replication", "role") == "slave"),
             "round {round}: failover did not complete"
         );
         for p in [&mut w, &mut keep] {

@@ -8,12 +8,12 @@ use relock_testkit::cmd;
 
 use std::time::{Duration, Instant};
 
-use common::ask::cpu_seconds;
 use common::ask::server_field;
 use common::ask::waiters;
+use common::ask::{assert_idle, await_waiters};
 use common::connect;
-use common::raw::{Raw, Reply};
-use common::{acquire, eventually, int_or_nil, lock_info, Server};
+use common::raw::{queue_behind, Raw, Reply};
+use common::{acquire, assert_alive, eventually, int_or_nil, lock_info, Server};
 use redis::Connection;
 use relock_testkit::wait_out_ttl;
 
@@ -26,30 +26,6 @@ fn raw_client_id(w: &mut Raw) -> i64 {
         Reply::Int(id) => id,
         other => panic!("CLIENT ID: {other:?}"),
     }
-}
-
-fn await_waiters(c: &mut Connection, key: &str, n: i64) {
-    assert!(
-        eventually(Duration::from_secs(10), || waiters(c, key) == n),
-        "{key} never had {n} waiters"
-    );
-}
-
-/// A raw waiter queued behind the current holder of `key`.
-fn queue(server: &Server, c: &mut Connection, key: &str, owner: &str, ttl: u64) -> Raw {
-    let before = waiters(c, key);
-    let mut w = Raw::connect(server);
-    w.send_wait(key, owner, ttl, 0);
-    await_waiters(c, key, before + 1);
-    w
-}
-
-fn alive(server: &Server) {
-    let mut c = connect(server);
-    let pong: String = cmd!("PING")
-        .query(&mut c)
-        .unwrap_or_else(|e| panic!("server died or froze: {e}\n--- log ---\n{}", server.log()));
-    assert_eq!(pong, "PONG");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -82,14 +58,14 @@ fn expiry_during_pause(mode: &str) {
     let server = Server::start();
     let mut c = connect(&server);
     let holder = acquire(&mut c, "k", "a", LONG_TTL);
-    let mut w = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
+    let mut w = queue_behind(&server, &mut c, "k", "b", LONG_TTL as u64);
     let paused_at = Instant::now();
     renew_and_pause(&mut c, "k", "a", 200, 3000, mode);
     // The lock's TTL and its expiry timer run out inside the pause: nothing may be written.
     if let Some(reply) = w.read_within(Duration::from_millis(1500)) {
         panic!("{mode} pause: waiter answered during the pause: {reply:?}");
     }
-    alive(&server);
+    assert_alive(&server, "the server");
     if mode == "WRITE" {
         // Reads still run (under ALL they wait too), and already see the lock as gone.
         assert_eq!(lock_info(&mut c, "k"), None, "{mode} pause");
@@ -105,7 +81,7 @@ fn expiry_during_pause(mode: &str) {
     let info = lock_info(&mut c, "k").expect("granted lock");
     assert_eq!(info.owner, b"b");
     assert_eq!(info.token as u64, token);
-    alive(&server);
+    assert_alive(&server, "the server");
 }
 
 #[test]
@@ -125,7 +101,7 @@ fn a_revoke_during_a_write_pause_waits_for_the_pause() {
     let server = Server::start();
     let mut c = connect(&server);
     acquire(&mut c, "k", "a", LONG_TTL);
-    let w = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
+    let w = queue_behind(&server, &mut c, "k", "b", LONG_TTL as u64);
     renew_and_pause(&mut c, "k", "a", 150, 2000, "WRITE");
     // The 150 ms lease runs out inside the pause.
     wait_out_ttl(Duration::from_millis(300));
@@ -138,14 +114,14 @@ fn a_revoke_during_a_write_pause_waits_for_the_pause() {
         "the waiter's connection is still there: {:?} clients",
         clients(&mut c)
     );
-    alive(&server);
+    assert_alive(&server, "the server");
     // The pause ends 2 s after it began.
     assert!(
         eventually(Duration::from_secs(10), || lock_info(&mut c, "k").is_none()),
         "lock still there after the pause: {:?}",
         lock_info(&mut c, "k")
     );
-    alive(&server);
+    assert_alive(&server, "the server");
 }
 
 /// A pause that starts inside `EXEC` (`MULTI; CLIENT PAUSE ms WRITE; LOCK.ACQUIRE ...; EXEC`)
@@ -167,7 +143,7 @@ fn lock_write_after_a_pause_in_the_same_exec(command: redis::Cmd) {
         .arg("WRITE")
         .add_command(command.clone());
     let replies: redis::RedisResult<Vec<redis::Value>> = pipe.query(&mut c);
-    alive(&server);
+    assert_alive(&server, "the server");
     let what = common::show(&command);
     match replies {
         Err(e) if e.code() == Some("TRYAGAIN") => {}
@@ -213,7 +189,7 @@ fn out_of_memory_refuses_new_holds_but_releases_and_hands_off() {
     let server = Server::start();
     let mut c = connect(&server);
     let holder = acquire(&mut c, "k", "a", LONG_TTL);
-    let mut w = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
+    let mut w = queue_behind(&server, &mut c, "k", "b", LONG_TTL as u64);
     let _: () = cmd!("CONFIG", "SET", "maxmemory-policy", "noeviction")
         .query(&mut c)
         .unwrap();
@@ -275,7 +251,7 @@ fn a_busy_script_delays_an_expiry_hand_off_until_it_ends() {
     // The lease is cut to 200 ms only once the waiter queued: on a busy machine a 200 ms lock
     // could expire before the waiter arrives, which then finds it free.
     acquire(&mut c, "k", "a", LONG_TTL);
-    let mut w = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
+    let mut w = queue_behind(&server, &mut c, "k", "b", LONG_TTL as u64);
     let renewed: Option<i64> = cmd!("LOCK.RENEW", "k", "a", 200).query(&mut c).unwrap();
     assert!(renewed.is_some());
     let url = server.url();
@@ -306,24 +282,13 @@ fn a_busy_script_delays_an_expiry_hand_off_until_it_ends() {
         lock_info(&mut c, "k").expect("handed off").token as u64,
         token
     );
-    alive(&server);
+    assert_alive(&server, "the server");
 }
 
 // ---------------------------------------------------------------------------------------------
 // Far-future expiries: a timer period added to the clock unchecked once overflowed into the
 // past, fired at once, re-armed in the past, and spun the event loop at 100 % forever.
 // ---------------------------------------------------------------------------------------------
-
-fn assert_idle(server: &Server, c: &mut Connection, what: &str) {
-    let before = cpu_seconds(c);
-    wait_out_ttl(Duration::from_millis(1000)); // the idle second measured
-    let used = cpu_seconds(c) - before;
-    alive(server);
-    assert!(
-        used < 0.5,
-        "{what}: the server used {used:.2} s of CPU in 1 s while idle (spinning)"
-    );
-}
 
 #[test]
 fn a_far_future_expiry_with_a_waiter_does_not_spin() {
@@ -334,7 +299,7 @@ fn a_far_future_expiry_with_a_waiter_does_not_spin() {
     // (Held long until the waiter is queued, then renewed to 300 ms in the EXEC that moves the
     // expiry: a loaded machine cannot let the 300 ms pass first.)
     acquire(&mut c, "k", "a", LONG_TTL);
-    let mut w = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
+    let mut w = queue_behind(&server, &mut c, "k", "b", LONG_TTL as u64);
     let () = redis::pipe()
         .atomic()
         .cmd("LOCK.RENEW")
@@ -349,7 +314,8 @@ fn a_far_future_expiry_with_a_waiter_does_not_spin() {
         .query(&mut c)
         .expect("LOCK.RENEW and PEXPIREAT");
     wait_out_ttl(Duration::from_millis(400)); // the timer armed at 300 ms fires and re-arms
-    assert_idle(&server, &mut c, "PEXPIREAT 2^62");
+    assert_idle(&mut c, "PEXPIREAT 2^62");
+    assert_alive(&server, "PEXPIREAT 2^62");
     // The timer still works: bring the expiry back and the waiter is served.
     let _: i64 = cmd!("PEXPIRE", "k", 50).query(&mut c).expect("PEXPIRE");
     w.read(SOON).token();
@@ -360,7 +326,7 @@ fn a_far_future_applied_lock_with_a_waiter_does_not_spin() {
     let server = Server::start();
     let mut c = connect(&server);
     acquire(&mut c, "k", "a", LONG_TTL);
-    let _w = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
+    let _w = queue_behind(&server, &mut c, "k", "b", LONG_TTL as u64);
     let () = redis::pipe()
         .atomic()
         .cmd("LOCK.RENEW")
@@ -379,7 +345,8 @@ fn a_far_future_applied_lock_with_a_waiter_does_not_spin() {
         .query(&mut c)
         .expect("LOCK.RENEW and LOCK.APPLY");
     wait_out_ttl(Duration::from_millis(400)); // the 300 ms lease's timer fires
-    assert_idle(&server, &mut c, "LOCK.APPLY PXAT 2^62");
+    assert_idle(&mut c, "LOCK.APPLY PXAT 2^62");
+    assert_alive(&server, "LOCK.APPLY PXAT 2^62");
     assert_eq!(waiters(&mut c, "k"), 1);
 }
 
@@ -396,9 +363,10 @@ fn a_wait_of_hours_does_not_spin_and_still_ends() {
     w.send_wait("k", "b", LONG_TTL as u64, 3_600_000); // an hour
     await_waiters(&mut c, "k", 1);
     acquire(&mut c, "short", "a", 200);
-    let mut s = queue(&server, &mut c, "short", "b", LONG_TTL as u64);
+    let mut s = queue_behind(&server, &mut c, "short", "b", LONG_TTL as u64);
     s.read(SOON).token(); // the short lock's timer fired; the wait's timer is the next one
-    assert_idle(&server, &mut c, "LOCK.WAIT with a one-hour timeout");
+    assert_idle(&mut c, "LOCK.WAIT with a one-hour timeout");
+    assert_alive(&server, "LOCK.WAIT with a one-hour timeout");
     assert_eq!(
         common::info_field(&mut c, "timers"),
         2,
@@ -684,7 +652,7 @@ fn the_largest_token_exhausts_the_token_space_persistently() {
     let server = Server::start();
     let mut c = connect(&server);
     acquire(&mut c, "k", "a", LONG_TTL);
-    let mut w = queue(&server, &mut c, "k", "b", LONG_TTL as u64);
+    let mut w = queue_behind(&server, &mut c, "k", "b", LONG_TTL as u64);
     let max: i64 = (1 << 53) - 1;
     let _: () = cmd!("LOCK.APPLY", "pin", "x", max, 1)
         .query(&mut c)
