@@ -15,7 +15,13 @@ use relock_testkit::workspace_root as root;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-const SUITES: [&str; 5] = ["tests", "client/tests", "lockctl/tests", "chaos/tests", "bench/tests"];
+const SUITES: [&str; 5] = [
+    "tests",
+    "client/tests",
+    "lockctl/tests",
+    "chaos/tests",
+    "bench/tests",
+];
 const KIT: &str = "crates/testkit/src";
 
 fn suite_files() -> Vec<PathBuf> {
@@ -75,13 +81,31 @@ fn no_fixed_sleep_outside_wait_out_ttl() {
 
 #[test]
 fn the_sleep_rule_finds_a_sleep() {
-    assert_eq!(sleeps("fn f() {\n    std::thread::sleep(Duration::from_millis(5));\n}\n"), [2]);
-    assert_eq!(sleeps("async fn f() {\n    tokio::time::sleep(d).await;\n}\n"), [2]);
+    assert_eq!(
+        sleeps("fn f() {\n    std::thread::sleep(Duration::from_millis(5));\n}\n"),
+        [2]
+    );
+    assert_eq!(
+        sleeps("async fn f() {\n    tokio::time::sleep(d).await;\n}\n"),
+        [2]
+    );
     assert_eq!(sleeps("    tokio::time::sleep_until(at).await;\n"), [1]);
-    assert_eq!(sleeps("use std::thread::sleep;\nfn f() { sleep (d) }\n"), [2]);
-    assert_eq!(sleeps("    sleep(d); // the work under the lock (not a wait)\n"), Vec::<usize>::new());
-    assert_eq!(sleeps("// thread::sleep(d)\nlet s = \"sleep(1)\";\n"), Vec::<usize>::new());
-    assert_eq!(sleeps("fn sleep_until(at: i64) {}\nwait_out_ttl(d);\n"), Vec::<usize>::new());
+    assert_eq!(
+        sleeps("use std::thread::sleep;\nfn f() { sleep (d) }\n"),
+        [2]
+    );
+    assert_eq!(
+        sleeps("    sleep(d); // the work under the lock (not a wait)\n"),
+        Vec::<usize>::new()
+    );
+    assert_eq!(
+        sleeps("// thread::sleep(d)\nlet s = \"sleep(1)\";\n"),
+        Vec::<usize>::new()
+    );
+    assert_eq!(
+        sleeps("fn sleep_until(at: i64) {}\nwait_out_ttl(d);\n"),
+        Vec::<usize>::new()
+    );
 }
 
 /// The functions `source` defines at its top level (not methods, not nested, not tests).
@@ -91,7 +115,14 @@ fn helpers(source: &str) -> Vec<String> {
     let mut out = Vec::new();
     for (i, line) in lines.iter().enumerate() {
         let mut rest = *line;
-        for prefix in ["pub(crate) ", "pub(super) ", "pub ", "const ", "async ", "unsafe "] {
+        for prefix in [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "const ",
+            "async ",
+            "unsafe ",
+        ] {
             rest = rest.strip_prefix(prefix).unwrap_or(rest);
         }
         let Some(rest) = rest.strip_prefix("fn ") else {
