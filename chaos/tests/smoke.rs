@@ -115,17 +115,23 @@ fn killed_runs_leave_no_test_hosts() {
         }
         assert_eq!(hosts(), 0, "{name}: test hosts left behind");
         // Nothing the run started in its hosts (servers, the store, workers) outlives it.
-        assert!(
-            eventually(Duration::from_secs(20), || !started
-                .iter()
-                .any(|p| is_running(*p as i32))),
-            "{name}: processes of the run left: {:?}",
-            started
-                .iter()
-                .filter(|p| is_running(**p as i32))
-                .collect::<Vec<_>>()
-        );
+        assert_all_exit(&started, name);
     }
+}
+
+/// Fails unless every one of `pids` has exited within 20 s, naming the ones left.
+fn assert_all_exit(pids: &[u32], run: &str) {
+    let left = || -> Vec<u32> {
+        pids.iter()
+            .copied()
+            .filter(|p| is_running(*p as i32))
+            .collect()
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || left().is_empty()),
+        "{run}: processes of the run left: {:?}",
+        left()
+    );
 }
 
 /// A process scenario's run stopped by SIGTERM kills what it started outside test hosts (its
@@ -158,16 +164,7 @@ fn a_stopped_run_leaves_no_servers() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().expect("wait");
     assert!(!status.success(), "{status}");
-    assert!(
-        eventually(Duration::from_secs(20), || !started
-            .iter()
-            .any(|p| is_running(*p as i32))),
-        "processes of the stopped run left: {:?}",
-        started
-            .iter()
-            .filter(|p| is_running(**p as i32))
-            .collect::<Vec<_>>()
-    );
+    assert_all_exit(&started, "the stopped run");
 }
 
 /// The processes whose parent is `pid`.
