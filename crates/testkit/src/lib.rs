@@ -760,6 +760,53 @@ pub fn acq(
     int_or_nil(c, cmd)
 }
 
+/// Acquires `LOCK.ACQUIRE key owner ttl [SHARED]` for each `i` in `from..=to`, in Lua scripts
+/// of up to 20,000 (fast, no round trips), `#` in `key` and `owner` standing for `i`. A new
+/// hold past a millisecond's 1000th token answers `TRYAGAIN ... 1 ms left (tokens ahead of this
+/// server's clock)` (docs/waiting-and-fencing.md: a loop in a script can reach that rate): the
+/// script stops there and the rest is sent again in the next one, as a client does. Any other
+/// error fails the test.
+pub fn acquire_many(
+    c: &mut redis::Connection,
+    key: &str,
+    owner: &str,
+    (from, to): (u64, u64),
+    ttl: u64,
+    shared: bool,
+) {
+    const SCRIPT: &str = "local to = tonumber(ARGV[4]) \
+        for i = tonumber(ARGV[3]), to do \
+          local key = string.gsub(ARGV[1], '#', tostring(i)) \
+          local owner = string.gsub(ARGV[2], '#', tostring(i)) \
+          local r \
+          if ARGV[6] == 'SHARED' then \
+            r = redis.pcall('LOCK.ACQUIRE', key, owner, ARGV[5], 'SHARED') \
+          else \
+            r = redis.pcall('LOCK.ACQUIRE', key, owner, ARGV[5]) \
+          end \
+          if type(r) == 'table' and r.err then \
+            if string.find(r.err, ', 1 ms left (tokens ahead of this server', 1, true) then \
+              return i \
+            end \
+            return r \
+          end \
+        end \
+        return to + 1";
+    let mode = if shared { "SHARED" } else { "" };
+    let mut next = from;
+    while next <= to {
+        let last = to.min(next + 19_999);
+        let reached: u64 = cmd!("EVAL", SCRIPT, 0, key, owner, next, last, ttl, mode)
+            .query(c)
+            .unwrap_or_else(|e| panic!("acquiring {key} / {owner} for {next}..={last}: {e}"));
+        assert!(
+            (next..=last + 1).contains(&reached),
+            "the script stopped at {reached}, outside {next}..={last}"
+        );
+        next = reached;
+    }
+}
+
 /// A connection whose reads give up after 10 s (a server that stopped answering fails the
 /// test instead of hanging it).
 pub fn connect(server: &Server) -> redis::Connection {

@@ -26,10 +26,7 @@ const DUE: Duration = Duration::from_secs(60);
 fn a_big_key_stays_fast_and_counted() {
     let server = Server::start();
     let mut c = server.conn();
-    let fill = "for i=1,tonumber(ARGV[1]) do redis.call('LOCK.ACQUIRE', KEYS[1], 'o'..i, ARGV[2], 'SHARED') end return 1";
-    let _: i64 = cmd!("EVAL", fill, 1, "big", 100_000, 600_000)
-        .query(&mut c)
-        .unwrap();
+    common::acquire_many(&mut c, "big", "o#", (1, 100_000), 600_000, true);
     assert_eq!(info_field(&mut c, "holds"), 100_000);
     for cmd in [
         cmd!("LOCK.RELEASE", "big", "o5"),
@@ -73,9 +70,7 @@ fn a_big_key_stays_fast_and_counted() {
     // 50k leases lapse together behind one long one; the module removes them by itself, in
     // bounded slices (tests/storms.rs checks the server stays responsive).
     acq(&mut c, "lapse", b"long", 600_000, &["SHARED"]).unwrap();
-    let _: i64 = cmd!("EVAL", fill, 1, "lapse", 50_000, 3_000)
-        .query(&mut c)
-        .unwrap();
+    common::acquire_many(&mut c, "lapse", "o#", (1, 50_000), 3_000, true);
     wait_out_ttl(Duration::from_millis(3_200));
     assert_eq!(holders(&mut c, "lapse").len(), 1);
     let t = Instant::now();

@@ -179,20 +179,6 @@ fn master_with(args: &[&str]) -> Server {
     Server::with_args(&all)
 }
 
-/// Acquires `n` locks `prefix:i` with `ttl` in one Lua script per 20 000 (fast, no round trips).
-fn many_locks(c: &mut Connection, prefix: &str, n: i64, ttl: i64) {
-    let script = "for i = tonumber(ARGV[2]), tonumber(ARGV[3]) do \
-                  redis.call('LOCK.ACQUIRE', ARGV[1] .. ':' .. i, 'o', ARGV[4]) end return 1";
-    let mut from = 0;
-    while from < n {
-        let to = (from + 20_000).min(n) - 1;
-        let _: i64 = cmd!("EVAL", script, 0, prefix, from, to, ttl)
-            .query(c)
-            .expect("EVAL many locks");
-        from = to + 1;
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // 1. FAILOVER: waiters on the master, a lock expiring during the failover's write pause (the
 // replica is stopped so the pause lasts), then the old master becoming a replica. Every waiter
@@ -727,7 +713,7 @@ fn loading_a_big_rdb_with_waiters_and_clients_hammering() {
     let mut server = Server::start();
     let mut c = connect_15s(&server);
     let _: () = cmd!("DEBUG", "POPULATE", 150_000).query(&mut c).unwrap();
-    many_locks(&mut c, "lk", 150_000, 3_600_000);
+    common::acquire_many(&mut c, "lk:#", "o", (0, 149_999), 3_600_000, false);
     // How long a reload takes here, to make a lock run out in the middle of one.
     let started = Instant::now();
     let _: () = cmd!("DEBUG", "RELOAD").query(&mut c).expect("DEBUG RELOAD");
@@ -1119,7 +1105,7 @@ fn extreme_ttls_timeouts_owners_and_dbs() {
     wait_replica(&mut c);
     assert_eq!(lock_info(&mut r, "bin").unwrap().owner, owner_b);
     // Waiters on the same key name in all 16 dbs, then FLUSHALL ASYNC with 100k locks.
-    many_locks(&mut c, "bulk", 100_000, LONG_TTL);
+    common::acquire_many(&mut c, "bulk:#", "o", (0, 99_999), LONG_TTL as u64, false);
     let mut dbs = Vec::new();
     for db in 0..16 {
         let mut admin = connect_15s(&master);

@@ -49,8 +49,7 @@ fn a_write_pause_defers_the_hand_off() {
 fn oom_refuses_new_holders_and_keeps_counts() {
     let server = Server::start();
     let mut c = server.conn();
-    let fill = "for i=1,5000 do redis.call('LOCK.ACQUIRE', KEYS[1], 'o'..i, 600000, 'SHARED') end return 1";
-    let _: i64 = cmd!("EVAL", fill, 1, "k").query(&mut c).unwrap();
+    common::acquire_many(&mut c, "k", "o#", (1, 5_000), 600_000, true);
     let used: String = cmd!("MEMORY", "STATS")
         .query::<Value>(&mut c)
         .map(|_| String::new())
