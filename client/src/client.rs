@@ -4,6 +4,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use relock_protocol::cmd::{ForceRelease, Holders, Info};
+use relock_protocol::Ask;
 use tokio::time::Instant;
 
 use crate::error::Error;
@@ -13,8 +15,9 @@ use crate::info::{parse_holders, parse_info, HolderInfo, LockInfo};
 use crate::limits::{check_ttl, clamp_wait};
 use crate::lock::Lock;
 use crate::masters::{Abandoned, Masters, NodeReport};
-use crate::mode::{check_mode, check_permits, Ask, Mode};
+use crate::mode::{check_mode, check_permits, permits_of, Mode};
 use crate::options::Options;
+use crate::wire;
 
 /// A client of one relock server (plain locking), of N independent masters (Redlock), or of
 /// one Redis Cluster ([`Relock::cluster`]).
@@ -26,6 +29,7 @@ use crate::options::Options;
 #[derive(Clone)]
 pub struct Relock {
     masters: Arc<Masters>,
+    /// The mode and permits of its acquisitions, as the wire has them.
     mode: Ask,
 }
 
@@ -46,7 +50,7 @@ impl Relock {
     pub fn with_options<S: AsRef<str>>(urls: &[S], options: Options) -> Result<Relock, Error> {
         Ok(Relock {
             masters: Arc::new(Masters::open(urls, options)?),
-            mode: Mode::Exclusive.into(),
+            mode: Ask::Exclusive,
         })
     }
 
@@ -70,7 +74,7 @@ impl Relock {
     pub fn cluster<S: AsRef<str>>(seeds: &[S], options: Options) -> Result<Relock, Error> {
         Ok(Relock {
             masters: Arc::new(Masters::open_cluster(seeds, options)?),
-            mode: Mode::Exclusive.into(),
+            mode: Ask::Exclusive,
         })
     }
 
@@ -108,7 +112,7 @@ impl Relock {
         check_mode(mode, self.masters.names().len())?;
         Ok(Relock {
             masters: self.masters.clone(),
-            mode: mode.into(),
+            mode: mode.ask(1),
         })
     }
 
@@ -135,24 +139,21 @@ impl Relock {
     /// hold: a re-entry asks with the same permits (another count is
     /// [`Error::OtherPermits`]). [`Relock::with_mode`] sets the permits back to 1.
     pub fn with_permits(&self, permits: u32) -> Result<Relock, Error> {
-        check_permits(self.mode.mode, permits)?;
+        check_permits(self.mode(), permits)?;
         Ok(Relock {
             masters: self.masters.clone(),
-            mode: Ask {
-                mode: self.mode.mode,
-                permits,
-            },
+            mode: self.mode().ask(permits),
         })
     }
 
     /// The mode this client's acquisitions hold their key in. Default: [`Mode::Exclusive`].
     pub fn mode(&self) -> Mode {
-        self.mode.mode
+        Mode::of(self.mode)
     }
 
     /// How many permits each acquisition takes ([`Relock::with_permits`]). Default: 1.
     pub fn permits(&self) -> u32 {
-        self.mode.permits
+        permits_of(self.mode)
     }
 
     /// Whether this is a cluster client ([`Relock::cluster`]).
@@ -351,7 +352,7 @@ impl Relock {
         keys: &[S],
         ttl: Duration,
     ) -> Result<LockGroup, Error> {
-        let keys = check_keys(keys, self.mode.mode)?;
+        let keys = check_keys(keys, self.mode())?;
         let ttl = check_ttl(ttl)?;
         let mut tries_left = self.masters.options().retry_count;
         loop {
@@ -389,7 +390,7 @@ impl Relock {
         ttl: Duration,
         timeout: Option<Duration>,
     ) -> Result<LockGroup, Error> {
-        let keys = check_keys(keys, self.mode.mode)?;
+        let keys = check_keys(keys, self.mode())?;
         let ttl = check_ttl(ttl)?;
         let timeout = timeout.map(clamp_wait);
         if timeout == Some(Duration::ZERO) {
@@ -472,8 +473,9 @@ impl Relock {
 
     /// `LOCK.INFO key` on every master, concurrently.
     pub async fn info(&self, key: &str) -> Vec<NodeReport<Option<LockInfo>>> {
-        let mut cmd = redis::cmd("LOCK.INFO");
-        cmd.arg(key);
+        let cmd = wire::cmd(&Info {
+            key: key.as_bytes(),
+        });
         self.masters.ask_each(key, &cmd, parse_info).await
     }
 
@@ -481,16 +483,22 @@ impl Relock {
     /// there in token (grant) order, at most `count` of them (0: all), or `None` where there is
     /// no lock. An exclusive lock has one holder; a shared one, every owner that shares it.
     pub async fn holders(&self, key: &str, count: u32) -> Vec<NodeReport<Option<Vec<HolderInfo>>>> {
-        let mut cmd = redis::cmd("LOCK.HOLDERS");
-        cmd.arg(key).arg("COUNT").arg(count);
+        let cmd = wire::cmd(&Holders {
+            key: key.as_bytes(),
+            owner: None,
+            count: Some(count),
+        });
         self.masters.ask_each(key, &cmd, parse_holders).await
     }
 
     /// `LOCK.HOLDERS key OWNER owner` on every master, concurrently: `owner`'s hold of `key`
     /// there (its token, count and time left), or `None` where it holds nothing.
     pub async fn holder(&self, key: &str, owner: &str) -> Vec<NodeReport<Option<HolderInfo>>> {
-        let mut cmd = redis::cmd("LOCK.HOLDERS");
-        cmd.arg(key).arg("OWNER").arg(owner);
+        let cmd = wire::cmd(&Holders {
+            key: key.as_bytes(),
+            owner: Some(owner.as_bytes()),
+            count: None,
+        });
         self.masters
             .ask_each(key, &cmd, |reply| {
                 Ok(parse_holders(reply)?.and_then(|h| h.into_iter().next()))
@@ -523,11 +531,10 @@ impl Relock {
         key: &str,
         owner: Option<&str>,
     ) -> Vec<NodeReport<u64>> {
-        let mut cmd = redis::cmd("LOCK.FORCERELEASE");
-        cmd.arg(key);
-        if let Some(owner) = owner {
-            cmd.arg(owner);
-        }
+        let cmd = wire::cmd(&ForceRelease {
+            key: key.as_bytes(),
+            owner: owner.map(str::as_bytes),
+        });
         self.masters
             .ask_each_once(key, &cmd, |removed: u64| Ok(removed))
             .await

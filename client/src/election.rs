@@ -14,6 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use relock_protocol::cmd::{Fenced, Info, Observe};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{Command, Relock, Reply};
@@ -25,6 +26,7 @@ use crate::lock::Lock;
 use crate::loss::Loss;
 use crate::masters::Masters;
 use crate::mode::Mode;
+use crate::wire;
 
 /// How long one `LOCK.OBSERVE` of an [`Observer`] blocks before it asks again (a timeout is
 /// not a change: the observer asks again with the same token). Bounded so that a connection
@@ -217,8 +219,9 @@ impl Relock {
     /// when the key is a shared lock; with [`Error::Node`] when the master failed.
     pub async fn leader(&self, key: &str) -> Result<Option<Leader>, Error> {
         self.check_election(key)?;
-        let mut cmd = redis::cmd("LOCK.INFO");
-        cmd.arg(key);
+        let cmd = wire::cmd(&Info {
+            key: key.as_bytes(),
+        });
         let reply = self
             .masters()
             .ask_one(key, &cmd, Resend::AfterAnyFailure)
@@ -328,16 +331,20 @@ impl Observer {
         loop {
             let reply = match self.seen {
                 None => {
-                    let mut cmd = redis::cmd("LOCK.INFO");
-                    cmd.arg(&self.key);
+                    let cmd = wire::cmd(&Info {
+                        key: self.key.as_bytes(),
+                    });
                     self.masters
                         .ask_one(&self.key, &cmd, Resend::AfterAnyFailure)
                         .await
                 }
                 Some(known) => {
                     let ms = u64::try_from(self.every.as_millis()).unwrap_or(u64::MAX);
-                    let mut cmd = redis::cmd("LOCK.OBSERVE");
-                    cmd.arg(&self.key).arg(known.unwrap_or(0)).arg(ms.max(1));
+                    let cmd = wire::cmd(&Observe {
+                        key: self.key.as_bytes(),
+                        known_token: known.unwrap_or(0),
+                        timeout_ms: ms.max(1),
+                    });
                     self.masters.blocking_one(&self.key, &cmd).await
                 }
             };
@@ -436,11 +443,11 @@ async fn fenced(
             cause: None,
         });
     };
-    let mut cmd = redis::cmd("LOCK.FENCED");
-    cmd.arg(key).arg(token);
-    for arg in command.args() {
-        cmd.arg(arg);
-    }
+    let cmd = wire::cmd(&Fenced {
+        key: key.as_bytes(),
+        token,
+        command: command.args().collect(),
+    });
     match masters.ask_one(key, &cmd, Resend::OnlyUnrun).await {
         Ok(reply) => Ok(crate::reply::reply_of(reply)),
         Err(NodeError {

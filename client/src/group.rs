@@ -13,12 +13,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{FromRedisValue, Value};
+use relock_protocol::cmd::{MAcquire, MRelease, MRenew};
 use tokio::time::Instant;
 
 use crate::error::{Error, NodeFailure};
 use crate::masters::{parts_of, BackgroundReleases, Masters};
 use crate::mode::Mode;
 use crate::round::{Released, Reply, Round, Until};
+use crate::wire;
 
 /// The most keys one group may have: the most one `LOCK.MACQUIRE` takes.
 pub const MAX_KEYS: usize = 256;
@@ -63,8 +65,9 @@ pub(crate) fn group_name(keys: &[String]) -> String {
     }
 }
 
-fn numkeys(cmd: &mut redis::Cmd, keys: &[String]) {
-    cmd.arg(keys.len()).arg(keys);
+/// A group command's keys, as relock-protocol's types take them.
+fn key_list(keys: &[String]) -> Vec<&[u8]> {
+    keys.iter().map(String::as_bytes).collect()
 }
 
 fn first_reply(replies: &[Value]) -> Result<&Value, NodeFailure> {
@@ -104,10 +107,11 @@ fn parse_released(replies: Vec<Value>) -> Reply<Released> {
 /// `LOCK.MRELEASE numkeys key... owner FROM 1`: a group's holds are a fresh owner's grants
 /// (count 1), so a release sent twice releases once.
 fn mrelease(keys: &[String], owner: &str) -> redis::Cmd {
-    let mut cmd = redis::cmd("LOCK.MRELEASE");
-    numkeys(&mut cmd, keys);
-    cmd.arg(owner).arg("FROM").arg(1);
-    cmd
+    wire::cmd(&MRelease {
+        keys: key_list(keys),
+        owner: owner.as_bytes(),
+        from: Some(1),
+    })
 }
 
 /// One round of `LOCK.MACQUIRE` of `part` under `owner`.
@@ -117,11 +121,12 @@ pub(crate) async fn take_part(
     owner: &str,
     ttl: Duration,
 ) -> Round<Vec<u64>> {
-    let mut cmd = redis::cmd("LOCK.MACQUIRE");
-    numkeys(&mut cmd, part);
-    cmd.arg(owner).arg(ttl.as_millis() as u64);
     let mut pipe = redis::pipe();
-    pipe.add_command(cmd);
+    pipe.add_command(wire::cmd(&MAcquire {
+        keys: key_list(part),
+        owner: owner.as_bytes(),
+        ttl_ms: ttl.as_millis() as u64,
+    }));
     let route = part.first().cloned().unwrap_or_default();
     masters
         .group_round(
@@ -142,11 +147,12 @@ async fn renew_part(
     owner: &str,
     ttl: Duration,
 ) -> Round<u64> {
-    let mut cmd = redis::cmd("LOCK.MRENEW");
-    numkeys(&mut cmd, part);
-    cmd.arg(owner).arg(ttl.as_millis() as u64);
     let mut pipe = redis::pipe();
-    pipe.add_command(cmd);
+    pipe.add_command(wire::cmd(&MRenew {
+        keys: key_list(part),
+        owner: owner.as_bytes(),
+        ttl_ms: ttl.as_millis() as u64,
+    }));
     let route = part.first().cloned().unwrap_or_default();
     masters
         .group_round(
@@ -637,7 +643,7 @@ impl<'a> InOrder<'a> {
             self.owner,
             self.ttl,
             remaining,
-            Mode::Exclusive.into(),
+            relock_protocol::Ask::Exclusive,
         );
         tokio::pin!(wait);
         loop {

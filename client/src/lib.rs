@@ -112,6 +112,7 @@ mod round;
 mod sentinel;
 mod tls;
 pub mod validity;
+mod wire;
 
 pub use client::{Command, Relock, Reply};
 pub use duration::parse_duration;

@@ -3,12 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use relock_protocol::Ask;
 use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::limits::check_ttl;
 use crate::masters::{Abandoned, BackgroundReleases, Landed, Masters, Write};
-use crate::mode::{Ask, Mode};
+use crate::mode::{permits_of, Mode};
 
 /// A held lock: its key, owner, the fencing token each master granted, and the instant until
 /// which it is safe to act as the holder.
@@ -56,7 +57,8 @@ impl std::fmt::Debug for Lock {
         f.debug_struct("Lock")
             .field("key", &self.key)
             .field("owner", &self.owner)
-            .field("mode", &self.mode)
+            .field("mode", &self.mode())
+            .field("permits", &self.permits())
             .field("tokens", &self.tokens)
             .field("valid_until", &self.valid_until)
             .finish()
@@ -191,13 +193,13 @@ impl Lock {
 
     /// How it is held: exclusively, or as one of several shared holders.
     pub fn mode(&self) -> Mode {
-        self.mode.mode
+        Mode::of(self.mode)
     }
 
     /// How many permits of its semaphore it holds (1 unless
     /// [`Relock::with_permits`](crate::Relock::with_permits) asked for more).
     pub fn permits(&self) -> u32 {
-        self.mode.permits
+        permits_of(self.mode)
     }
 
     /// The ttl last asked for (at acquisition or the last extend).
@@ -307,7 +309,7 @@ impl Lock {
         if !round.won() {
             return Err(round.into_renew_error(&self.key, self.ttl));
         }
-        self.mode = Mode::shared().into();
+        self.mode = Mode::shared().ask(1);
         tracing::debug!(key = %self.key, "lock downgraded");
         Ok(())
     }

@@ -6,11 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{FromRedisValue, Value};
+use relock_protocol::cmd::History;
 use tokio::sync::watch;
 
 use crate::error::NodeFailure;
 use crate::info::refused;
 use crate::reply::reply_of;
+use crate::wire;
 
 /// How many journal entries of the key one question asks for: enough for the entries a few
 /// flushes and other holders' endings add after ours, bounded so the answer stays small.
@@ -309,7 +311,10 @@ pub(crate) async fn explain(
     let asked = futures_util::future::join_all(parts.iter().map(|part| async move {
         let mut pipe = redis::pipe();
         for key in part {
-            pipe.cmd("LOCK.HISTORY").arg(key).arg(HISTORY_COUNT);
+            pipe.add_command(wire::cmd(&History {
+                key: key.as_bytes(),
+                count: Some(HISTORY_COUNT),
+            }));
         }
         pipe.cmd("TIME");
         let route = part.first().map(String::as_str).unwrap_or_default();

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::FromRedisValue;
+use relock_protocol::cmd::{Acquire, Downgrade, Holders, Info, Reenter, Release, Renew, Wait};
+use relock_protocol::Ask;
 use tokio::time::Instant;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
@@ -17,10 +19,10 @@ use crate::error::{Error, NodeFailure};
 use crate::fanout::{self, spawned};
 use crate::info::{parse_holders, parse_info};
 use crate::limits::{check_options, wait_ms};
-use crate::mode::Ask;
 use crate::node::{connection_ended, key_slot, Node};
 use crate::options::Options;
 use crate::round::{quorum, Released, Reply, Round, RoundState, Until};
+use crate::wire;
 
 /// What one master answered to an operator's query.
 #[derive(Debug)]
@@ -416,12 +418,11 @@ impl Masters {
         // What takes the step back: the count it added, or the grant (built only where it may
         // be sent: a re-entry, or a write waiting for replicas).
         let undo = (from.is_some() || acks.is_some()).then(|| {
-            let mut undo = redis::cmd("LOCK.RELEASE");
-            undo.arg(key)
-                .arg(owner)
-                .arg("FROM")
-                .arg(from.map_or(1, |c| c.saturating_add(1)));
-            undo
+            wire::cmd(&Release {
+                key: key.as_bytes(),
+                owner: owner.as_bytes(),
+                from: Some(from.map_or(1, |c| c.saturating_add(1))),
+            })
         });
         // A re-entry whose answer never came is taken back on its own connection, behind it:
         // the count it added (if it ran) comes off, and if it never ran, nothing does.
@@ -535,8 +536,11 @@ impl Masters {
         let requests: Vec<_> = (0..self.nodes.len())
             .map(|i| {
                 let from = from.and_then(|f| f.get(i).copied().flatten()).unwrap_or(1);
-                let mut cmd = redis::cmd("LOCK.RELEASE");
-                cmd.arg(key).arg(owner).arg("FROM").arg(from);
+                let cmd = wire::cmd(&Release {
+                    key: key.as_bytes(),
+                    owner: owner.as_bytes(),
+                    from: Some(from),
+                });
                 let (masters, key, behind) = (self.clone(), key.to_string(), behind.clone());
                 let skip = targets.is_some_and(|t| !t.get(i).copied().unwrap_or(false));
                 let landing = after
@@ -601,13 +605,13 @@ impl Masters {
         mode: Ask,
     ) -> Round<u64> {
         let node_timeout = self.options.node_timeout;
-        let mut cmd = redis::cmd("LOCK.WAIT");
-        cmd.arg(key)
-            .arg(owner)
-            .arg(ttl.as_millis() as u64)
-            .arg(wait_ms(remaining))
-            .arg(mode.args());
-        let cmd = &cmd;
+        let cmd = &wire::cmd(&Wait {
+            key: key.as_bytes(),
+            owner: owner.as_bytes(),
+            ttl_ms: ttl.as_millis() as u64,
+            timeout_ms: wait_ms(remaining),
+            ask: mode,
+        });
         let round = self.new_round(Until::Decided);
         let requests: Vec<_> = self
             .nodes
@@ -844,8 +848,11 @@ async fn own_count(
     owner: &str,
     timeout: Duration,
 ) -> Result<u32, NodeFailure> {
-    let mut cmd = redis::cmd("LOCK.HOLDERS");
-    cmd.arg(key).arg("OWNER").arg(owner);
+    let cmd = wire::cmd(&Holders {
+        key: key.as_bytes(),
+        owner: Some(owner.as_bytes()),
+        count: None,
+    });
     let holders = parse_holders(node.query::<redis::Value>(key, &cmd, timeout).await?)?;
     let count = holders
         .unwrap_or_default()
@@ -859,36 +866,41 @@ impl Write {
     /// The pipeline of this write of `key` by `owner`; `from` is a re-entry's count before it.
     fn pipe(self, key: &str, owner: &str, ttl_ms: u64, from: Option<u32>) -> redis::Pipeline {
         let mut pipe = redis::pipe();
+        let (key, owner) = (key.as_bytes(), owner.as_bytes());
         match self {
-            Write::Acquire(mode) => {
-                pipe.cmd("LOCK.ACQUIRE")
-                    .arg(key)
-                    .arg(owner)
-                    .arg(ttl_ms)
-                    .arg(mode.args());
+            Write::Acquire(ask) => {
+                pipe.add_command(wire::cmd(&Acquire {
+                    key,
+                    owner,
+                    ttl_ms,
+                    ask,
+                }));
             }
             Write::Renew => {
-                pipe.cmd("LOCK.RENEW").arg(key).arg(owner).arg(ttl_ms);
+                pipe.add_command(wire::cmd(&Renew { key, owner, ttl_ms }));
             }
             Write::Downgrade => {
-                pipe.cmd("LOCK.DOWNGRADE").arg(key).arg(owner);
+                pipe.add_command(wire::cmd(&Downgrade { key, owner }));
             }
-            Write::Reenter(mode) => {
+            Write::Reenter(ask) => {
                 // The token must be the one of the hold we counted into: read it in the same
                 // transaction (a shared key's LOCK.INFO names no holder: ask for ours). The
                 // count it moves from makes a repeat of the step change nothing.
-                pipe.cmd("MULTI")
-                    .cmd("LOCK.REENTER")
-                    .arg(key)
-                    .arg(owner)
-                    .arg(ttl_ms)
-                    .arg(mode.args())
-                    .arg("FROM")
-                    .arg(from.unwrap_or(0));
-                if mode.is_shared() {
-                    pipe.cmd("LOCK.HOLDERS").arg(key).arg("OWNER").arg(owner);
+                pipe.cmd("MULTI").add_command(wire::cmd(&Reenter {
+                    key,
+                    owner,
+                    ttl_ms,
+                    ask,
+                    from: Some(from.unwrap_or(0)),
+                }));
+                if is_shared(ask) {
+                    pipe.add_command(wire::cmd(&Holders {
+                        key,
+                        owner: Some(owner),
+                        count: None,
+                    }));
                 } else {
-                    pipe.cmd("LOCK.INFO").arg(key);
+                    pipe.add_command(wire::cmd(&Info { key }));
                 }
                 pipe.cmd("EXEC");
             }
@@ -919,7 +931,7 @@ impl Write {
                 if Option::<u64>::from_redis_value(count)?.is_none() {
                     return Ok(None);
                 }
-                if mode.is_shared() {
+                if is_shared(mode) {
                     let ours = parse_holders(info.clone())?.unwrap_or_default();
                     return Ok(ours.first().map(|h| h.token));
                 }
@@ -927,6 +939,11 @@ impl Write {
             }
         }
     }
+}
+
+/// Whether `ask` is a shared request.
+fn is_shared(ask: Ask) -> bool {
+    matches!(ask, Ask::Shared { .. })
 }
 
 /// `keys` (sorted) in the parts one command can take: one part, except on a Redis Cluster,

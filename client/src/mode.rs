@@ -1,6 +1,8 @@
 //! How a lock is held: by one owner (exclusive), or by several at once (shared: a read lock,
 //! or a counting semaphore with a limit).
 
+use relock_protocol::Ask;
+
 use crate::error::Error;
 
 /// The most holders a shared lock's `LIMIT` may allow (the module refuses more).
@@ -50,50 +52,33 @@ impl Mode {
         }
     }
 
-    /// The words that follow an acquiring command's arguments: none, `SHARED`, or
-    /// `SHARED LIMIT n`.
-    #[cfg(test)]
-    pub(crate) fn args(self) -> Vec<String> {
-        Ask::from(self).args()
-    }
-
-    fn words(self) -> Vec<String> {
+    /// A request of `permits` permits in this mode, as the wire has it (relock-protocol's
+    /// [`Ask`], which writes its words: no limit is limit 0, and 1 permit is not sent).
+    pub(crate) fn ask(self, permits: u32) -> Ask {
         match self {
-            Mode::Exclusive => Vec::new(),
-            Mode::Shared { limit: None } => vec!["SHARED".into()],
-            Mode::Shared { limit: Some(n) } => vec!["SHARED".into(), "LIMIT".into(), n.to_string()],
+            Mode::Exclusive => Ask::Exclusive,
+            Mode::Shared { limit } => Ask::Shared {
+                limit: limit.unwrap_or(0),
+                permits,
+            },
+        }
+    }
+
+    /// The mode `ask` holds its key in.
+    pub(crate) fn of(ask: Ask) -> Mode {
+        match ask {
+            Ask::Exclusive => Mode::Exclusive,
+            Ask::Shared { limit: 0, .. } => Mode::shared(),
+            Ask::Shared { limit, .. } => Mode::limited(limit),
         }
     }
 }
 
-/// What one acquisition asks for: a mode, and for a semaphore how many of its permits
-/// (`SHARED LIMIT n PERMITS p`; 1, the default, is not sent).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Ask {
-    pub(crate) mode: Mode,
-    pub(crate) permits: u32,
-}
-
-impl From<Mode> for Ask {
-    fn from(mode: Mode) -> Ask {
-        Ask { mode, permits: 1 }
-    }
-}
-
-impl Ask {
-    pub(crate) fn is_shared(self) -> bool {
-        self.mode.is_shared()
-    }
-
-    /// The words that follow an acquiring command's arguments: none, `SHARED`,
-    /// `SHARED LIMIT n`, or `SHARED LIMIT n PERMITS p`.
-    pub(crate) fn args(self) -> Vec<String> {
-        let mut words = self.mode.words();
-        if self.permits > 1 && self.mode.limit().is_some() {
-            words.push("PERMITS".into());
-            words.push(self.permits.to_string());
-        }
-        words
+/// How many permits `ask` takes (1 unless a semaphore's request asks for more).
+pub(crate) fn permits_of(ask: Ask) -> u32 {
+    match ask {
+        Ask::Exclusive => 1,
+        Ask::Shared { permits, .. } => permits,
     }
 }
 
@@ -137,16 +122,26 @@ pub(crate) fn check_mode(mode: Mode, masters: usize) -> Result<(), Error> {
 mod tests {
     use super::*;
 
+    /// The words a request of `permits` in `mode` sends after an acquiring command's arguments.
+    fn words(mode: Mode, permits: u32) -> Vec<String> {
+        let ask = mode.ask(permits);
+        assert_eq!((Mode::of(ask), permits_of(ask)), (mode, permits));
+        ask.words()
+            .into_iter()
+            .map(|w| String::from_utf8(w).expect("ascii"))
+            .collect()
+    }
+
     #[test]
     fn the_default_is_exclusive() {
         assert_eq!(Mode::default(), Mode::Exclusive);
-        assert!(Mode::default().args().is_empty());
+        assert!(words(Mode::default(), 1).is_empty());
     }
 
     #[test]
     fn modes_as_command_words() {
-        assert_eq!(Mode::shared().args(), ["SHARED"]);
-        assert_eq!(Mode::limited(3).args(), ["SHARED", "LIMIT", "3"]);
+        assert_eq!(words(Mode::shared(), 1), ["SHARED"]);
+        assert_eq!(words(Mode::limited(3), 1), ["SHARED", "LIMIT", "3"]);
         assert_eq!(Mode::limited(3).limit(), Some(3));
         assert!(Mode::shared().is_shared() && !Mode::Exclusive.is_shared());
     }
@@ -186,15 +181,11 @@ mod tests {
             assert!(matches!(err, Error::InvalidPermits { permits, .. } if permits == p));
             assert!(err.is_permanent());
         }
-        let ask = Ask {
-            mode: Mode::limited(10),
-            permits: 3,
-        };
-        assert_eq!(ask.args(), ["SHARED", "LIMIT", "10", "PERMITS", "3"]);
         assert_eq!(
-            Ask::from(Mode::limited(10)).args(),
-            ["SHARED", "LIMIT", "10"]
+            words(Mode::limited(10), 3),
+            ["SHARED", "LIMIT", "10", "PERMITS", "3"]
         );
+        assert_eq!(words(Mode::limited(10), 1), ["SHARED", "LIMIT", "10"]);
     }
 
     #[test]
