@@ -3,10 +3,12 @@
 
 use std::process::ExitCode;
 
-use relock_client::{Command, Relock, Reply as Value};
+use relock_client::{Relock, Reply as Value};
+use relock_protocol::args::Listing;
+use relock_protocol::cmd::{History, Log};
 use serde_json::json;
 
-use crate::ops::{self, bad_reply, json_text, ms, printable, table, utc};
+use crate::ops::{self, bad_reply, json_text, ms, printable, query, table, utc};
 use crate::output::out;
 
 /// How many characters of a key or an owner a table shows.
@@ -105,14 +107,19 @@ impl Entry {
     }
 }
 
-pub async fn show(relock: &Relock, key: Option<&str>, count: u64, json: bool) -> ExitCode {
+pub async fn show(relock: &Relock, key: Option<&str>, count: u32, json: bool) -> ExitCode {
     let reports = match key {
         Some(key) => {
-            let cmd = Command::new("LOCK.HISTORY").arg(key).arg(count);
+            let cmd = query(&History {
+                key: key.as_bytes(),
+                count: Some(count),
+            });
             relock.query_about(key, &cmd).await
         }
         None => {
-            let cmd = Command::new("LOCK.LOG").arg(count);
+            let cmd = query(&Log {
+                what: Some(Listing::First(count as usize)),
+            });
             relock.query_masters(&cmd).await
         }
     };

@@ -96,11 +96,9 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 /// Runs an operators' subcommand.
 pub async fn run(relock: Relock, cluster: bool, db: i64, command: Ops) -> ExitCode {
     match command {
-        Ops::Waiters { key, count, json } => {
-            crate::waiters::show(&relock, &key, u64::from(count), json).await
-        }
+        Ops::Waiters { key, count, json } => crate::waiters::show(&relock, &key, count, json).await,
         Ops::Log { key, count, json } => {
-            crate::log::show(&relock, key.as_deref(), u64::from(count), json).await
+            crate::log::show(&relock, key.as_deref(), count, json).await
         }
         Ops::Top {
             interval,
@@ -197,6 +195,17 @@ pub fn printable(bytes: &[u8], width: usize) -> String {
     shown
 }
 
+/// `command` as relock-client sends it: its whole argv, written by relock-protocol's type for
+/// it (the types the module parses with), so that lockctl writes no command's arguments itself.
+pub fn query<'a, C: relock_protocol::Command<'a>>(command: &C) -> relock_client::Command {
+    command
+        .args()
+        .iter()
+        .fold(relock_client::Command::new(C::NAME), |cmd, arg| {
+            cmd.arg_bytes(arg)
+        })
+}
+
 /// An error for a person, control characters escaped as [`printable`] does: what a server
 /// says may quote the key or the owner a client chose (`ERR unknown command 'LOCK.INFO', with
 /// args beginning with: '<key>'` from a server without the module), and those bytes must not
@@ -283,6 +292,16 @@ pub fn fail(why: impl std::fmt::Display) -> ExitCode {
 mod tests {
     use super::*;
     use relock_client::Reply as Value;
+
+    #[test]
+    fn a_query_is_the_protocol_types_argv() {
+        let cmd = query(&relock_protocol::cmd::Waiters {
+            key: b"k",
+            count: Some(20),
+        });
+        let argv: Vec<&[u8]> = cmd.args().collect();
+        assert_eq!(argv, [&b"LOCK.WAITERS"[..], b"k", b"COUNT", b"20"]);
+    }
 
     #[test]
     fn printable_escapes_and_cuts() {

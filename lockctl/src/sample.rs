@@ -10,10 +10,12 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use relock_client::Relock;
 use relock_client::{Command, Reply as Value};
+use relock_protocol::args::Listing;
+use relock_protocol::cmd::{Info, Stats};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::ops::{self, bad_reply, json_text};
+use crate::ops::{self, bad_reply, json_text, query};
 use crate::waiters::{self, Waiter};
 
 /// The `INFO relock` section of one master.
@@ -181,7 +183,7 @@ pub struct Ask {
     /// How many hot keys per master (0: none).
     pub keys: usize,
     /// How many waiters of each hot key (0: none).
-    pub queue: u64,
+    pub queue: u32,
     /// The db lockctl's connections use: `LOCK.INFO` is asked only of keys in it.
     pub db: i64,
 }
@@ -190,7 +192,9 @@ pub struct Ask {
 pub async fn sample(relock: &Relock, ask: Ask) -> Vec<MasterSample> {
     let start = Instant::now();
     let info_cmd = Command::new("INFO").arg("relock");
-    let stats_cmd = Command::new("LOCK.STATS").arg("COUNT").arg(ask.keys.max(1));
+    let stats_cmd = query(&Stats {
+        what: Some(Listing::First(ask.keys.max(1))),
+    });
     let (infos, stats) = if ask.keys > 0 {
         tokio::join!(
             relock.query_masters(&info_cmd),
@@ -242,11 +246,8 @@ async fn hot_keys(relock: &Relock, master: &str, list: Vec<KeyStats>, ask: Ask) 
             };
         }
         let key = stats.key.as_slice();
-        let info_cmd = Command::new("LOCK.INFO").arg_bytes(key);
-        let queue_cmd = Command::new("LOCK.WAITERS")
-            .arg_bytes(key)
-            .arg("COUNT")
-            .arg(ask.queue);
+        let info_cmd = query(&Info { key });
+        let queue_cmd = waiters::command(key, ask.queue);
         let (lock, queue) = if ask.queue > 0 {
             let (l, q) = tokio::join!(
                 relock.query_master(master, &info_cmd),

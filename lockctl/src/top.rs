@@ -22,7 +22,7 @@ use crate::sample::{sample, Ask, MasterSample, RelockInfo};
 use crate::waiters::{self, Waiter};
 
 /// How many waiters of each hot key are read (the queue pane shows the selected key's).
-const QUEUE_HEAD: u64 = 20;
+const QUEUE_HEAD: u32 = 20;
 /// How many characters of a key or an owner the view shows.
 const KEY_WIDTH: usize = 40;
 const OWNER_WIDTH: usize = 32;

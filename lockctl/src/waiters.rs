@@ -4,9 +4,10 @@ use std::process::ExitCode;
 
 use relock_client::Relock;
 use relock_client::{Command, Reply as Value};
+use relock_protocol::cmd::Waiters;
 use serde_json::json;
 
-use crate::ops::{self, bad_reply, json_text, ms, printable, table};
+use crate::ops::{self, bad_reply, json_text, ms, printable, query, table};
 use crate::output::out;
 
 /// How many characters of an owner a table shows.
@@ -30,11 +31,11 @@ pub struct Waiter {
 }
 
 /// `LOCK.WAITERS key COUNT n`.
-pub fn command(key: &str, count: u64) -> Command {
-    Command::new("LOCK.WAITERS")
-        .arg(key)
-        .arg("COUNT")
-        .arg(count)
+pub fn command(key: &[u8], count: u32) -> Command {
+    query(&Waiters {
+        key,
+        count: Some(count),
+    })
 }
 
 /// Reads a `LOCK.WAITERS` reply.
@@ -118,8 +119,10 @@ pub const HEADER: [&str; 7] = [
     "TTL",
 ];
 
-pub async fn show(relock: &Relock, key: &str, count: u64, json: bool) -> ExitCode {
-    let reports = relock.query_about(key, &command(key, count)).await;
+pub async fn show(relock: &Relock, key: &str, count: u32, json: bool) -> ExitCode {
+    let reports = relock
+        .query_about(key, &command(key.as_bytes(), count))
+        .await;
     let mut failed = false;
     let mut docs = Vec::new();
     for report in reports {
@@ -145,7 +148,7 @@ pub async fn show(relock: &Relock, key: &str, count: u64, json: bool) -> ExitCod
                     report.node,
                     queue.len(),
                     printable(key.as_bytes(), 0),
-                    if count > 0 && queue.len() as u64 == count {
+                    if count > 0 && queue.len() as u64 == u64::from(count) {
                         " (the first of them; --count 0 shows all)"
                     } else {
                         ""
