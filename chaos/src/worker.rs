@@ -10,6 +10,8 @@ use std::io::Write;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use relock_client::{Options, Relock};
+use relock_protocol::cmd::{Fenced, Release, Renew, Wait};
+use relock_protocol::{Ask, Command};
 
 use crate::store::FencedStore;
 
@@ -20,6 +22,15 @@ pub fn now_us() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+/// `command` as redis-rs sends it: its whole argv, written by relock-protocol's type for it.
+fn cmd<'a>(command: &impl Command<'a>) -> redis::Cmd {
+    let mut cmd = redis::Cmd::new();
+    for arg in command.to_args() {
+        cmd.arg(arg.as_slice());
+    }
+    cmd
 }
 
 /// The clock drift allowance of the validity, as the client computes it: 1 % of ttl + 2 ms.
@@ -223,11 +234,13 @@ fn run_wait(args: &WorkerArgs, shared: Option<u32>) {
         seq += 1;
         let owner = format!("w{}-{seq}-{:08x}", args.id, fastrand::u32(..));
         let t0 = now_us();
-        let mut wait = redis::cmd("LOCK.WAIT");
-        wait.arg(&args.key).arg(&owner).arg(ttl).arg(ttl * 2);
-        if let Some(n) = shared {
-            wait.arg("SHARED").arg("LIMIT").arg(n);
-        }
+        let wait = cmd(&Wait {
+            key: args.key.as_bytes(),
+            owner: owner.as_bytes(),
+            ttl_ms: ttl,
+            timeout_ms: ttl * 2,
+            ask: shared.map_or(Ask::Exclusive, Ask::shared),
+        });
         let granted: redis::RedisResult<Option<u64>> = wait.query(c);
         let token = match granted {
             Ok(Some(token)) => token,
@@ -243,11 +256,12 @@ fn run_wait(args: &WorkerArgs, shared: Option<u32>) {
         // LOCK.WAIT's ttl counts from the grant, which we cannot see: measure validity from a
         // renewal made now, as relock-client does.
         let tr = now_us();
-        let renewed: redis::RedisResult<Option<u64>> = redis::cmd("LOCK.RENEW")
-            .arg(&args.key)
-            .arg(&owner)
-            .arg(ttl)
-            .query(c);
+        let renewed: redis::RedisResult<Option<u64>> = cmd(&Renew {
+            key: args.key.as_bytes(),
+            owner: owner.as_bytes(),
+            ttl_ms: ttl,
+        })
+        .query(c);
         let mut valid_end_us = match renewed {
             Ok(Some(_)) => (tr + ttl * 1000).saturating_sub(drift_us(ttl)),
             _ => 0,
@@ -275,10 +289,12 @@ fn run_wait(args: &WorkerArgs, shared: Option<u32>) {
             use_register(args, seq, &g, c);
         }
         stop_holding(args, seq);
-        let released: redis::RedisResult<Option<u64>> = redis::cmd("LOCK.RELEASE")
-            .arg(&args.key)
-            .arg(&owner)
-            .query(c);
+        let released: redis::RedisResult<Option<u64>> = cmd(&Release {
+            key: args.key.as_bytes(),
+            owner: owner.as_bytes(),
+            from: None,
+        })
+        .query(c);
         if released.is_err() {
             conn = None;
         }
@@ -299,13 +315,17 @@ fn use_register(args: &WorkerArgs, seq: u64, g: &Grant, c: &mut redis::Connectio
         2..=(args.ttl_ms / 4).max(2),
     )));
     let t_inv = now_us();
-    let wrote: redis::RedisResult<redis::Value> = redis::cmd("LOCK.FENCED")
-        .arg(&args.key)
-        .arg(g.token)
-        .arg("SET")
-        .arg(crate::run::REGISTER_KEY)
-        .arg(g.token)
-        .query(c);
+    let token = g.token.to_string();
+    let wrote: redis::RedisResult<redis::Value> = cmd(&Fenced {
+        key: args.key.as_bytes(),
+        token: g.token,
+        command: vec![
+            b"SET",
+            crate::run::REGISTER_KEY.as_bytes(),
+            token.as_bytes(),
+        ],
+    })
+    .query(c);
     let mut outcome = match &wrote {
         Ok(_) => "ok",
         Err(e) if e.code() == Some("FENCED") => "fenced",
@@ -329,12 +349,12 @@ fn use_register(args: &WorkerArgs, seq: u64, g: &Grant, c: &mut redis::Connectio
         return;
     }
     let t_inv = now_us();
-    let read: redis::RedisResult<Option<u64>> = redis::cmd("LOCK.FENCED")
-        .arg(&args.key)
-        .arg(g.token)
-        .arg("GET")
-        .arg(crate::run::REGISTER_KEY)
-        .query(c);
+    let read: redis::RedisResult<Option<u64>> = cmd(&Fenced {
+        key: args.key.as_bytes(),
+        token: g.token,
+        command: vec![b"GET", crate::run::REGISTER_KEY.as_bytes()],
+    })
+    .query(c);
     if let Ok(value) = read {
         emit(format!(
             "Q\t{id}\t{seq}\t{t_inv}\t{}\t{}",
