@@ -18,6 +18,7 @@ use crate::lock::{
     args, errors, ArgError, Engine, Entry, Hold, Holder, HolderInfo, HotKey, Key, KeyStats, Mode,
     OpenError, Reply, Request, Wait, WaiterInfo, Watch,
 };
+use relock_protocol::cmd::{self as wire, Argv, Command as _};
 
 type Ctx = *mut raw::RedisModuleCtx;
 
@@ -46,14 +47,18 @@ impl<'a> Args<'a> {
         }
     }
 
-    /// The bytes of arguments `from` on.
-    fn rest(self, from: usize) -> Vec<&'a [u8]> {
-        (from..self.0.len()).map(|i| self.bytes(i)).collect()
-    }
-
     /// The raw argument `i`.
     pub fn raw(self, i: usize) -> *mut raw::RedisModuleString {
         self.0.get(i).copied().unwrap_or(std::ptr::null_mut())
+    }
+}
+
+impl<'a> Argv<'a> for Args<'a> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    fn arg(&self, i: usize) -> &'a [u8] {
+        self.bytes(i)
     }
 }
 
@@ -127,7 +132,11 @@ pub enum Answer {
 
 impl From<ArgError> for Answer {
     fn from(e: ArgError) -> Answer {
-        Answer::Error(Cow::Owned(e.to_string()))
+        match e {
+            // Redis's own text, naming the command.
+            ArgError::Arity => Answer::WrongArity,
+            e => Answer::Error(Cow::Owned(e.to_string())),
+        }
     }
 }
 
@@ -218,46 +227,14 @@ fn engine(
     }
 }
 
-/// The mode words after argument `from`; no words (the common case) costs no allocation.
-fn mode(args: Args<'_>, from: usize) -> std::result::Result<Mode, ArgError> {
-    // A mode is at most 5 words (`SHARED LIMIT n PERMITS p`): they are read into an array, so
-    // that a shared request allocates nothing for them; more words are a syntax error, as
-    // `args::mode` would find.
-    const MOST: usize = 5;
-    let n = args.0.len().saturating_sub(from);
-    if n > MOST {
-        return Err(ArgError::Syntax);
-    }
-    let mut words: [&[u8]; MOST] = [&[]; MOST];
-    for (i, word) in words.iter_mut().take(n).enumerate() {
-        *word = args.bytes(from + i);
-    }
-    args::mode(&words[..n])
-}
-
-/// `key owner ttl_ms [timeout_ms] [mode]` of an acquiring command, checked in that order (the
-/// first bad argument is the one the error names); `timeout_ms` only for `LOCK.WAIT`.
-fn request(args: Args<'_>, with_timeout: bool) -> Result<(Request<'_>, u64)> {
-    let owner = args::owner(args.bytes(2))?;
-    let ttl_ms = args::ttl_ms(args.bytes(3))?;
-    let timeout_ms = match with_timeout {
-        true => args::timeout_ms(args.bytes(4))?,
-        false => 0,
-    };
-    let mode = mode(args, 4 + usize::from(with_timeout))?;
-    Ok((
-        Request {
-            owner,
-            ttl_ms,
-            mode,
-        },
-        timeout_ms,
-    ))
-}
-
-/// `LOCK.ACQUIRE key owner ttl_ms [SHARED [LIMIT n]]`
+/// `LOCK.ACQUIRE key owner ttl_ms [SHARED [LIMIT n [PERMITS p]]]`
 pub fn acquire(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let (request, _) = request(args, false)?;
+    let c = wire::Acquire::parse(&args)?;
+    let request = Request {
+        owner: c.owner,
+        ttl_ms: c.ttl_ms,
+        mode: c.ask,
+    };
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
     Ok(engine(ctx, args, |e, h| e.acquire(h, &mut key, request)))
 }
@@ -265,38 +242,31 @@ pub fn acquire(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
 /// `LOCK.REENTER key owner ttl_ms [SHARED [LIMIT n [PERMITS p]]] [FROM c]`: arguments checked
 /// in that order.
 pub fn reenter(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let owner = args::owner(args.bytes(2))?;
-    let ttl_ms = args::ttl_ms(args.bytes(3))?;
-    let words = args.rest(4);
-    let (mode_words, from) = args::split_from(&words)?;
-    let mode = args::mode(mode_words)?;
-    let from = from.map(|c| args::from_count(c, 0)).transpose()?;
-    let request = Request {
-        owner,
-        ttl_ms,
-        mode,
-    };
+    let c = wire::Reenter::parse(&args)?;
+    let (request, from) = (
+        Request {
+            owner: c.owner,
+            ttl_ms: c.ttl_ms,
+            mode: c.ask,
+        },
+        c.from,
+    );
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
     Ok(engine(ctx, args, |e, h| {
         e.reenter(h, &mut key, request, from)
     }))
 }
 
-/// A release's optional `FROM c` (c >= 1), the words after its owner.
-fn release_from(words: &[&[u8]]) -> Result<Option<u32>> {
-    match args::split_from(words)? {
-        ([], None) => Ok(None),
-        ([], Some(c)) => Ok(Some(args::from_count(c, 1)?)),
-        _ => Err(ArgError::Syntax.into()),
-    }
-}
-
 /// `LOCK.WAIT key owner ttl_ms timeout_ms [SHARED [LIMIT n]]`
 pub fn wait(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let (request, timeout_ms) = request(args, true)?;
+    let c = wire::Wait::parse(&args)?;
     let wait = Wait {
-        request,
-        timeout_ms,
+        request: Request {
+            owner: c.owner,
+            ttl_ms: c.ttl_ms,
+            mode: c.ask,
+        },
+        timeout_ms: c.timeout_ms,
     };
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
     Ok(engine(ctx, args, |e, h| e.wait(h, &mut key, wait)))
@@ -304,8 +274,7 @@ pub fn wait(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
 
 /// `LOCK.RELEASE key owner [FROM c]`
 pub fn release(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let owner = args::owner(args.bytes(2))?;
-    let from = release_from(&args.rest(3))?;
+    let wire::Release { owner, from, .. } = wire::Release::parse(&args)?;
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
     Ok(engine(ctx, args, |e, h| {
         e.release(h, &mut key, owner, from)
@@ -314,30 +283,27 @@ pub fn release(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
 
 /// `LOCK.RENEW key owner ttl_ms`
 pub fn renew(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let owner = args::owner(args.bytes(2))?;
-    let ttl = args::ttl_ms(args.bytes(3))?;
+    let wire::Renew {
+        owner, ttl_ms: ttl, ..
+    } = wire::Renew::parse(&args)?;
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
     Ok(engine(ctx, args, |e, h| e.renew(h, &mut key, owner, ttl)))
 }
 
-/// The keys of a numkeys command, opened for writing, and the argument after them.
-fn group(ctx: Ctx, args: Args<'_>, tail: usize) -> Result<(Vec<RedisKey>, usize)> {
-    let keys = args::keys_of(&args.rest(1), tail)?;
-    let after = keys.end + 1;
-    // Arguments are checked before any key is opened (the first bad one is the error).
-    let opened = keys
-        .map(|i| RedisKey::open(ctx, args.raw(i + 1), false))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    Ok((opened, after))
+/// The `n` keys of a numkeys command (arguments 2 on, checked by its parse), opened for
+/// writing: every argument is checked before any key is opened (the first bad one is the
+/// error).
+fn group(ctx: Ctx, args: Args<'_>, n: usize) -> Result<Vec<RedisKey>> {
+    (2..2 + n)
+        .map(|i| RedisKey::open(ctx, args.raw(i), false).map_err(Answer::from))
+        .collect()
 }
 
 /// `LOCK.MACQUIRE numkeys key [key ...] owner ttl_ms`
 pub fn macquire(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    args::keys_of(&args.rest(1), 2)?;
-    let n = args.0.len();
-    let owner = args::owner(args.bytes(n - 2))?;
-    let ttl_ms = args::ttl_ms(args.bytes(n - 1))?;
-    let (mut keys, _) = group(ctx, args, 2)?;
+    let c = wire::MAcquire::parse(&args)?;
+    let (owner, ttl_ms) = (c.owner, c.ttl_ms);
+    let mut keys = group(ctx, args, c.keys.len())?;
     Ok(engine(ctx, args, |e, h| {
         e.macquire(h, &mut keys, owner, ttl_ms)
     }))
@@ -345,16 +311,9 @@ pub fn macquire(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
 
 /// `LOCK.MRELEASE numkeys key [key ...] owner [FROM c]`
 pub fn mrelease(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    // The words after the keys: `owner`, or `owner FROM c` (numkeys says where the keys end).
-    let n = args.0.len();
-    let tail = match args::parse_integer(args.bytes(1)).and_then(|k| usize::try_from(k).ok()) {
-        Some(k) if k.checked_add(5) == Some(n) => 3,
-        _ => 1,
-    };
-    args::keys_of(&args.rest(1), tail)?;
-    let owner = args::owner(args.bytes(n - tail))?;
-    let from = release_from(&args.rest(n - tail + 1))?;
-    let (mut keys, _) = group(ctx, args, tail)?;
+    let c = wire::MRelease::parse(&args)?;
+    let (owner, from) = (c.owner, c.from);
+    let mut keys = group(ctx, args, c.keys.len())?;
     Ok(engine(ctx, args, |e, h| {
         e.mrelease(h, &mut keys, owner, from)
     }))
@@ -362,11 +321,9 @@ pub fn mrelease(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
 
 /// `LOCK.MRENEW numkeys key [key ...] owner ttl_ms`
 pub fn mrenew(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    args::keys_of(&args.rest(1), 2)?;
-    let n = args.0.len();
-    let owner = args::owner(args.bytes(n - 2))?;
-    let ttl_ms = args::ttl_ms(args.bytes(n - 1))?;
-    let (mut keys, _) = group(ctx, args, 2)?;
+    let c = wire::MRenew::parse(&args)?;
+    let (owner, ttl_ms) = (c.owner, c.ttl_ms);
+    let mut keys = group(ctx, args, c.keys.len())?;
     Ok(engine(ctx, args, |e, h| {
         e.mrenew(h, &mut keys, owner, ttl_ms)
     }))
@@ -374,21 +331,22 @@ pub fn mrenew(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
 
 /// `LOCK.DOWNGRADE key owner`
 pub fn downgrade(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let owner = args::owner(args.bytes(2))?;
+    let wire::Downgrade { owner, .. } = wire::Downgrade::parse(&args)?;
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
     Ok(engine(ctx, args, |e, h| e.downgrade(h, &mut key, owner)))
 }
 
 /// `LOCK.INFO key`
 pub fn info(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
+    wire::Info::parse(&args)?;
     let key = RedisKey::open(ctx, args.raw(1), true)?;
     Ok(engine(ctx, args, |e, h| e.info(h, &key)))
 }
 
 /// `LOCK.OBSERVE key known_token timeout_ms`
 pub fn observe(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let known = args::known_token(args.bytes(2))?;
-    let timeout_ms = args::timeout_ms(args.bytes(3))?;
+    let c = wire::Observe::parse(&args)?;
+    let (known, timeout_ms) = (c.known_token, c.timeout_ms);
     let key = RedisKey::open(ctx, args.raw(1), true)?;
     let host = &mut RedisHost::for_command(ctx, args.0, clients::block_observer);
     match globals::with_engine(host, |e, h| e.observe(h, &key, known, timeout_ms)) {
@@ -399,20 +357,15 @@ pub fn observe(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
 
 /// `LOCK.HOLDERS key [OWNER owner] [COUNT n]`
 pub fn holders(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let (owner, count) = args::holders_options(&args.rest(2))?;
+    let c = wire::Holders::parse(&args)?;
+    let (owner, count) = (c.owner, c.count());
     let key = RedisKey::open(ctx, args.raw(1), true)?;
-    Ok(engine(ctx, args, |e, h| {
-        e.holders(h, &key, owner.as_deref(), count)
-    }))
+    Ok(engine(ctx, args, |e, h| e.holders(h, &key, owner, count)))
 }
 
 /// `LOCK.FORCERELEASE key [owner]`
 pub fn force_release(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let owner = match args.0.len() {
-        2 => None,
-        3 => Some(args::owner(args.bytes(2))?),
-        _ => return Err(Answer::WrongArity),
-    };
+    let wire::ForceRelease { owner, .. } = wire::ForceRelease::parse(&args)?;
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
     Ok(engine(ctx, args, |e, h| {
         e.force_release(h, &mut key, owner)
@@ -421,14 +374,14 @@ pub fn force_release(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
 
 /// `LOCK.WAITERS key [COUNT n]`
 pub fn waiters(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let count = args::waiters_options(&args.rest(2))?;
+    let count = wire::Waiters::parse(&args)?.count();
     let key = RedisKey::open(ctx, args.raw(1), true)?;
     Ok(engine(ctx, args, |e, h| e.waiters_of(h, key.id(), count)))
 }
 
 /// `LOCK.LOG [count | RESET]`
 pub fn log(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let listing = args::log_options(&args.rest(1))?;
+    let listing = wire::Log::parse(&args)?.listing();
     globals::journal_pending_flush();
     Ok(match listing {
         Listing::Reset => watch(|w| {
@@ -441,7 +394,7 @@ pub fn log(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
 
 /// `LOCK.HISTORY key [count]`
 pub fn history(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let count = args::history_count(&args.rest(2))?;
+    let count = wire::History::parse(&args)?.count();
     // The key's value now does not matter: a lock overwritten by a string has a history.
     let (db, name) = (ffi::selected_db(ctx), args.bytes(1));
     globals::journal_pending_flush();
@@ -452,7 +405,7 @@ pub fn history(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
 
 /// `LOCK.STATS [COUNT n | RESET]`
 pub fn stats(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    Ok(match args::stats_options(&args.rest(1))? {
+    Ok(match wire::Stats::parse(&args)?.listing() {
         Listing::Reset => {
             globals::configure_engine(|e| {
                 e.reset_observe_counters();
@@ -498,7 +451,7 @@ fn send_from_watch(send: impl FnOnce(&Watch)) -> Answer {
 /// receive when a shared hold ends; it is not meant for clients.
 pub fn drop_holder(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
     timed_apply(|| {
-        let owner = args::owner(args.bytes(2))?;
+        let wire::Drop { owner, .. } = wire::Drop::parse(&args)?;
         let mut key = RedisKey::open(ctx, args.raw(1), false)?;
         Ok(engine(ctx, args, |e, h| e.drop_holder(h, &mut key, owner)))
     })
@@ -520,10 +473,13 @@ pub fn apply(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
 }
 
 fn apply_now(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let owner = args::owner(args.bytes(2))?;
-    let token = args::token(args.bytes(3))?;
-    let count = args::count(args.bytes(4))?;
-    let tail = args::apply_tail(&args.rest(5))?;
+    let wire::Apply {
+        owner,
+        token,
+        count,
+        tail,
+        ..
+    } = wire::Apply::parse(&args)?;
     let mut key = RedisKey::open(ctx, args.raw(1), false)?;
     match tail.shared {
         None => {
@@ -553,7 +509,7 @@ fn apply_now(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
 /// the AOF after every rewrite, so the counter survives even an AOF without the RDB preamble
 /// (which has no aux data) when no lock is left to carry it. Not meant for clients.
 pub fn counter(ctx: Ctx, args: Args<'_>) -> Result<Answer> {
-    let token = args::token(args.bytes(1))?;
+    let wire::Counter { token } = wire::Counter::parse(&args)?;
     let answer = engine(ctx, args, |e, _| {
         e.observe_token(token);
         Reply::Ok

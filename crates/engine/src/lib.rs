@@ -49,8 +49,7 @@
 //! replies. It sets the allocator (Redis's); this crate never names one, so its tests and the
 //! fuzz targets run on the system's.
 
-pub mod args;
-pub mod bounds;
+pub use relock_protocol::{args, bounds};
 pub mod contention;
 pub mod decide;
 pub mod edit;

@@ -17,7 +17,7 @@ use super::shared::Shared;
 use super::tokens::{FLOOR_PER_MS, MAX_TOKEN as TOKEN_MASK, TOKEN_BITS};
 
 /// The highest reentrancy count; one more `LOCK.REENTER` is refused.
-pub const MAX_COUNT: u32 = u32::MAX;
+pub use relock_protocol::bounds::MAX_COUNT;
 
 /// Bytes of a hold beyond its owner when the header says what its grant time is: a header word
 /// (token, owner length, grant flags) and the count.

@@ -39,33 +39,14 @@ use std::hash::BuildHasher;
 use super::pages::{Paged, Table, EMPTY};
 use super::tokens::{MAX_TOKEN as TOKEN_MASK, TOKEN_BITS};
 
-/// The largest limit a semaphore may have.
-pub const MAX_LIMIT: u32 = 1_000_000;
+pub use relock_protocol::bounds::{MAX_HOLDERS, MAX_LEASE_END, MAX_LIMIT};
 
 /// The most bytes the owners of one key may take together (offsets into them are 32-bit). With
 /// 256-byte owners that is 16.7 million holders; RDB loading refuses a value above it.
 pub const MAX_OWNER_BYTES: usize = u32::MAX as usize;
 
-/// The most holders one key may have (with 1-byte owners, about 5 GB): a new holder past it is
-/// refused, as RDB loading refuses a value with more.
-pub const MAX_HOLDERS: usize = 100_000_000;
-
-/// How a request wants a key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// One owner at a time (the default).
-    Exclusive,
-    /// Several owners at once, each with `permits` (1 unless it asks for more, only with a
-    /// limit): their permits sum to at most `limit` unless it is 0 (no limit).
-    Shared { limit: u32, permits: u32 },
-}
-
-impl Mode {
-    /// A shared request of one permit with `limit` (0: none).
-    pub const fn shared(limit: u32) -> Mode {
-        Mode::Shared { limit, permits: 1 }
-    }
-}
+/// How a request wants a key (the words `SHARED [LIMIT n [PERMITS p]]`).
+pub use relock_protocol::Ask as Mode;
 
 /// One holder of a shared key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,10 +206,9 @@ const NIL: u32 = u32::MAX;
 /// Bits of a record's two packed words that hold a time (Unix ms, until the year 2527): the
 /// lease end and the grant time; the 20 above hold the permits (at most 10^6) and the
 /// subtree's permits.
-const TIME_BITS: u32 = 44;
+use relock_protocol::bounds::TIME_BITS;
 const TIME_MASK: u64 = (1 << TIME_BITS) - 1;
-/// The latest lease end a holder can have (the year 2527): a later one is kept as this.
-pub const MAX_LEASE_END: i64 = TIME_MASK as i64;
+const _: () = assert!(MAX_LEASE_END == TIME_MASK as i64);
 /// The most a 20-bit permit field holds.
 const PERMITS_MASK: u64 = (1 << (64 - TIME_BITS)) - 1;
 

@@ -28,12 +28,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Bits of a token: tokens stay below 2^53 so they are exact as JSON / JavaScript numbers (and
-/// the packed hold and holder records keep the owner's length in the bits above).
-pub const TOKEN_BITS: u32 = 53;
-
-/// Largest token.
-pub const MAX_TOKEN: u64 = (1 << TOKEN_BITS) - 1;
+pub use relock_protocol::bounds::{MAX_TOKEN, TOKEN_BITS};
 
 /// Tokens per wall-clock millisecond of floor. At 1000, the floor reaches `MAX_TOKEN` in the
 /// year 2255.

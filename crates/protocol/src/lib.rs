@@ -28,6 +28,13 @@
 
 #![deny(missing_docs)]
 
+pub mod args;
+pub mod bounds;
+pub mod cmd;
+
+pub use args::ArgError;
+pub use cmd::{Argv, Ask, Command};
+
 use std::fmt;
 use std::time::Duration;
 

@@ -4,9 +4,28 @@
 //! value one of them takes is a value the others take too: a master never sends what its
 //! replica refuses, and a server never holds what it cannot load back.
 
-use super::packed::MAX_COUNT;
-use super::shared::{MAX_HOLDERS, MAX_LEASE_END, MAX_LIMIT};
-use super::tokens::MAX_TOKEN;
+/// Bits of a token: tokens stay below 2^53 so they are exact as JSON / JavaScript numbers (and
+/// the engine's packed hold and holder records keep the owner's length in the bits above).
+pub const TOKEN_BITS: u32 = 53;
+
+/// Largest token.
+pub const MAX_TOKEN: u64 = (1 << TOKEN_BITS) - 1;
+
+/// Largest reentrancy count.
+pub const MAX_COUNT: u32 = u32::MAX;
+
+/// The largest limit a semaphore may have.
+pub const MAX_LIMIT: u32 = 1_000_000;
+
+/// The most holders one key may have (with 1-byte owners, about 5 GB): a new holder past it is
+/// refused, as RDB loading refuses a value with more.
+pub const MAX_HOLDERS: usize = 100_000_000;
+
+/// Bits of a holder record's packed words that hold a time (Unix ms, until the year 2527).
+pub const TIME_BITS: u32 = 44;
+
+/// The latest lease end a holder can have (the year 2527): a later one is kept as this.
+pub const MAX_LEASE_END: i64 = (1 << TIME_BITS) - 1;
 
 /// Longest owner, in bytes.
 pub const MAX_OWNER_LEN: usize = 256;

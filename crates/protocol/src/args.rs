@@ -1,8 +1,8 @@
 //! Command arguments: parsing and bounds, with the exact error each violation gets.
 
-use super::bounds;
 pub use super::bounds::MAX_OWNER_LEN;
-use super::shared::{Mode, MAX_LIMIT};
+use super::bounds::{self, MAX_LIMIT};
+use super::Ask as Mode;
 /// Longest lock lifetime: 10^12 ms (about 31.7 years).
 pub const MAX_TTL_MS: u64 = 1_000_000_000_000;
 /// Longest wait: the same bound as a lifetime. 0 means no limit.
@@ -11,19 +11,35 @@ pub const MAX_TIMEOUT_MS: u64 = MAX_TTL_MS;
 /// A bad argument. `Display` is the Redis error reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ArgError {
+    /// An owner outside 1 to 256 bytes.
     Owner,
+    /// A ttl outside 1 to 10^12 ms.
     Ttl,
+    /// A timeout outside 0 to 10^12 ms.
     Timeout,
+    /// A token outside 1 to 2^53 - 1.
     Token,
+    /// A count outside its range.
     Count,
+    /// An absolute time outside its range.
     Expiry,
+    /// A limit outside 1 to 10^6.
     Limit,
+    /// Permits outside 1 to the limit.
     Permits,
+    /// Words the command does not take.
     Syntax,
+    /// A numkeys below 1.
     NumKeys,
+    /// A numkeys above 256.
     TooManyKeys,
+    /// A numkeys above the arguments there are.
     KeysBeyondArgs,
+    /// A key twice in one group.
     DuplicateKey,
+    /// A number of arguments the command never takes (the server refuses most before the
+    /// module sees them, with its own error).
+    Arity,
 }
 
 impl std::fmt::Display for ArgError {
@@ -42,6 +58,7 @@ impl std::fmt::Display for ArgError {
             ArgError::TooManyKeys => "ERR numkeys can't be greater than 256",
             ArgError::KeysBeyondArgs => "ERR Number of keys can't be greater than number of args",
             ArgError::DuplicateKey => "ERR duplicate key",
+            ArgError::Arity => "ERR wrong number of arguments",
         })
     }
 }
@@ -182,27 +199,6 @@ pub fn mode(words: &[&[u8]]) -> Result<Mode, ArgError> {
     }
 }
 
-/// `LOCK.HOLDERS`' options after the key: `[OWNER owner] [COUNT n]`, each at most once, in
-/// any order. `COUNT` defaults to 100; 0 means all.
-pub fn holders_options(words: &[&[u8]]) -> Result<(Option<Vec<u8>>, usize), ArgError> {
-    let (mut owner_arg, mut count_arg) = (None, None);
-    let mut rest = words;
-    while let [word, value, tail @ ..] = rest {
-        if word.eq_ignore_ascii_case(b"OWNER") && owner_arg.is_none() {
-            owner_arg = Some(owner(value)?.to_vec());
-        } else if word.eq_ignore_ascii_case(b"COUNT") && count_arg.is_none() {
-            count_arg = Some(in_range(value, 0, u64::from(u32::MAX), ArgError::Count)? as usize);
-        } else {
-            return Err(ArgError::Syntax);
-        }
-        rest = tail;
-    }
-    if !rest.is_empty() {
-        return Err(ArgError::Syntax);
-    }
-    Ok((owner_arg, count_arg.unwrap_or(100)))
-}
-
 /// The most keys of one `LOCK.MACQUIRE`, `LOCK.MRELEASE` or `LOCK.MRENEW`.
 pub const MAX_KEYS: usize = 256;
 
@@ -235,59 +231,24 @@ pub fn keys_of(args: &[&[u8]], tail: usize) -> Result<std::ops::Range<usize>, Ar
 }
 
 /// A count of entries to list (0..=2^32-1).
-fn list_count(bytes: &[u8]) -> Result<usize, ArgError> {
+pub fn list_count(bytes: &[u8]) -> Result<usize, ArgError> {
     Ok(in_range(bytes, 0, u64::from(u32::MAX), ArgError::Count)? as usize)
-}
-
-/// `LOCK.WAITERS`' options after the key: `[COUNT n]` (default 100; 0 means all).
-pub fn waiters_options(words: &[&[u8]]) -> Result<usize, ArgError> {
-    match words {
-        [] => Ok(100),
-        [word, n] if word.eq_ignore_ascii_case(b"COUNT") => list_count(n),
-        _ => Err(ArgError::Syntax),
-    }
 }
 
 /// What `LOCK.LOG` and `LOCK.STATS` are asked for: the first `n` entries, or to forget them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Listing {
+    /// The first `n` (0: all).
     First(usize),
+    /// Forget them.
     Reset,
-}
-
-/// `LOCK.LOG [count | RESET]` (default 10).
-pub fn log_options(words: &[&[u8]]) -> Result<Listing, ArgError> {
-    match words {
-        [] => Ok(Listing::First(10)),
-        [word] if word.eq_ignore_ascii_case(b"RESET") => Ok(Listing::Reset),
-        [n] => Ok(Listing::First(list_count(n)?)),
-        _ => Err(ArgError::Syntax),
-    }
-}
-
-/// `LOCK.HISTORY key [count]` after the key (default 10).
-pub fn history_count(words: &[&[u8]]) -> Result<usize, ArgError> {
-    match words {
-        [] => Ok(10),
-        [n] => list_count(n),
-        _ => Err(ArgError::Syntax),
-    }
-}
-
-/// `LOCK.STATS [COUNT n | RESET]` (default 10).
-pub fn stats_options(words: &[&[u8]]) -> Result<Listing, ArgError> {
-    match words {
-        [] => Ok(Listing::First(10)),
-        [word] if word.eq_ignore_ascii_case(b"RESET") => Ok(Listing::Reset),
-        [word, n] if word.eq_ignore_ascii_case(b"COUNT") => Ok(Listing::First(list_count(n)?)),
-        _ => Err(ArgError::Syntax),
-    }
 }
 
 /// What `LOCK.APPLY` says after `key owner token count` (an effect, written by the module):
 /// `[PXAT unix_ms] [GRANTED unix_ms] [SHARED [LIMIT n [PERMITS p]]]`, in that order.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ApplyTail {
+    /// The key's expiry (a shared holder's lease end), Unix ms.
     pub expires_at: Option<i64>,
     /// When the hold was granted (0: not said, an effect from an older module).
     pub granted_at: i64,
@@ -377,30 +338,8 @@ mod tests {
         assert_eq!(k(&refs, 2), Ok(1..257));
     }
 
-    #[test]
-    fn listing_options() {
-        use super::Listing::*;
-        assert_eq!(waiters_options(&[]), Ok(100));
-        assert_eq!(waiters_options(&[b"count", b"0"]), Ok(0));
-        assert_eq!(waiters_options(&[b"COUNT", b"-1"]), Err(ArgError::Count));
-        assert_eq!(waiters_options(&[b"COUNT"]), Err(ArgError::Syntax));
-        assert_eq!(waiters_options(&[b"LIMIT", b"1"]), Err(ArgError::Syntax));
-        assert_eq!(log_options(&[]), Ok(First(10)));
-        assert_eq!(log_options(&[b"reset"]), Ok(Reset));
-        assert_eq!(log_options(&[b"5"]), Ok(First(5)));
-        assert_eq!(log_options(&[b"5x"]), Err(ArgError::Count));
-        assert_eq!(log_options(&[b"5", b"6"]), Err(ArgError::Syntax));
-        assert_eq!(history_count(&[]), Ok(10));
-        assert_eq!(history_count(&[b"4294967295"]), Ok(u32::MAX as usize));
-        assert_eq!(history_count(&[b"4294967296"]), Err(ArgError::Count));
-        assert_eq!(stats_options(&[]), Ok(First(10)));
-        assert_eq!(stats_options(&[b"RESET"]), Ok(Reset));
-        assert_eq!(stats_options(&[b"COUNT", b"3"]), Ok(First(3)));
-        assert_eq!(stats_options(&[b"3"]), Err(ArgError::Syntax));
-    }
-
     use super::*;
-    use crate::MAX_TOKEN;
+    use crate::bounds::MAX_TOKEN;
 
     #[test]
     fn apply_tail_table() {
@@ -618,25 +557,6 @@ mod tests {
         for words in wrong {
             assert_eq!(mode(words), Err(ArgError::Syntax), "{words:?}");
         }
-    }
-
-    #[test]
-    fn holders_option_words() {
-        let h = |words: &[&[u8]]| holders_options(words);
-        assert_eq!(h(&[]), Ok((None, 100)));
-        assert_eq!(h(&[b"count", b"0"]), Ok((None, 0)));
-        assert_eq!(
-            h(&[b"OWNER", b"a", b"COUNT", b"5"]),
-            Ok((Some(b"a".to_vec()), 5))
-        );
-        assert_eq!(
-            h(&[b"COUNT", b"5", b"OWNER", b"a"]),
-            Ok((Some(b"a".to_vec()), 5))
-        );
-        assert_eq!(h(&[b"COUNT", b"5", b"COUNT", b"6"]), Err(ArgError::Syntax));
-        assert_eq!(h(&[b"COUNT"]), Err(ArgError::Syntax));
-        assert_eq!(h(&[b"COUNT", b"-1"]), Err(ArgError::Count));
-        assert_eq!(h(&[b"NAME", b"x"]), Err(ArgError::Syntax));
     }
 
     #[test]
