@@ -7,7 +7,10 @@
 
 use std::io;
 
-use crate::resp::{Conn, Reply};
+use relock_protocol::cmd::{Acquire, Fenced};
+use relock_protocol::{Ask, Command};
+
+use crate::resp::{words, Conn, Reply};
 use crate::stats;
 use crate::throughput::{self, Run};
 
@@ -15,7 +18,7 @@ use crate::throughput::{self, Run};
 pub const LOCK: &str = "fbench:lock";
 const HOLDER: &str = "fbench-holder";
 /// Far longer than any measurement, so the hold never lapses during one.
-const HOLD_TTL: &str = "3600000";
+const HOLD_TTL_MS: u64 = 3_600_000;
 
 /// The inner commands measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,26 +53,31 @@ impl Inner {
     }
 }
 
-fn fenced_args(token: &str, bare: Vec<String>) -> Vec<String> {
-    let mut args = vec![
-        "LOCK.FENCED".to_string(),
-        LOCK.to_string(),
-        token.to_string(),
-    ];
-    args.extend(bare);
-    args
+fn fenced_args(token: u64, bare: Vec<String>) -> Vec<String> {
+    words(&Fenced {
+        key: LOCK.as_bytes(),
+        token,
+        command: bare.iter().map(String::as_bytes).collect(),
+    })
 }
 
 /// Takes the lock on an empty db and checks that a fenced `inner` runs with its token and is
 /// refused with a stale one. Returns the token.
-async fn hold_and_check(control: &mut Conn, inner: Inner) -> io::Result<String> {
+async fn hold_and_check(control: &mut Conn, inner: Inner) -> io::Result<u64> {
     control.ok(&["FLUSHALL", "SYNC"]).await?;
+    let hold = Acquire {
+        key: LOCK.as_bytes(),
+        owner: HOLDER.as_bytes(),
+        ttl_ms: HOLD_TTL_MS,
+        ask: Ask::Exclusive,
+    };
     let token = control
-        .ok(&["LOCK.ACQUIRE", LOCK, HOLDER, HOLD_TTL])
+        .ok(&hold.to_args())
         .await?
         .int()
+        .and_then(|t| u64::try_from(t).ok())
         .ok_or_else(|| io::Error::other("fenced: LOCK.ACQUIRE gave no token"))?;
-    let stale = fenced_args(&(token + 1).to_string(), inner.args("stale"));
+    let stale = fenced_args(token + 1, inner.args("stale"));
     match control.cmd(&stale).await? {
         Reply::Error(e) if e.starts_with("FENCED stale token") => {}
         other => {
@@ -78,8 +86,7 @@ async fn hold_and_check(control: &mut Conn, inner: Inner) -> io::Result<String> 
             )))
         }
     }
-    let token = token.to_string();
-    let probe = fenced_args(&token, inner.args("probe"));
+    let probe = fenced_args(token, inner.args("probe"));
     let reply = control.cmd(&probe).await?;
     if !inner.answered(&reply) {
         return Err(io::Error::other(format!(
@@ -111,7 +118,7 @@ pub async fn run(
     let token = hold_and_check(control, inner).await?;
     let bare = inner.args("__rand_int__");
     let command = if fenced {
-        fenced_args(&token, bare)
+        fenced_args(token, bare)
     } else {
         bare
     };
@@ -130,7 +137,7 @@ pub async fn run(
         )));
     }
     // The hold measured under is still the same one.
-    let after = fenced_args(&token, Inner::Set.args("after"));
+    let after = fenced_args(token, Inner::Set.args("after"));
     let reply = control.cmd(&after).await?;
     if !Inner::Set.answered(&reply) {
         return Err(io::Error::other(format!(

@@ -8,7 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::recipes::{channel, Scripts};
+use relock_protocol::cmd::{MAcquire, MRelease};
+use relock_protocol::Command;
+
+use crate::recipes::{channel, Lock, Scripts};
 use crate::resp::{ok, Conn};
 use crate::throughput::Load;
 
@@ -66,31 +69,39 @@ async fn run_group(
     keys: &[String],
     owner: &str,
 ) -> io::Result<()> {
-    let n = keys.len().to_string();
     match way {
         Way::Macquire => {
-            let mut args: Vec<&str> = vec!["LOCK.MACQUIRE", &n];
-            args.extend(keys.iter().map(String::as_str));
-            args.extend([owner, "60000"]);
-            conn.push(&args);
-            let mut args: Vec<&str> = vec!["LOCK.MRELEASE", &n];
-            args.extend(keys.iter().map(String::as_str));
-            args.push(owner);
-            conn.push(&args);
+            let group: Vec<&[u8]> = keys.iter().map(String::as_bytes).collect();
+            conn.push(
+                &MAcquire {
+                    keys: group.clone(),
+                    owner: owner.as_bytes(),
+                    ttl_ms: 60_000,
+                }
+                .to_args(),
+            );
+            conn.push(
+                &MRelease {
+                    keys: group,
+                    owner: owner.as_bytes(),
+                    from: None,
+                }
+                .to_args(),
+            );
             conn.flush().await?;
             ok(conn.read().await?)?;
             ok(conn.read().await?)?;
         }
         Way::Pipelined => {
             for key in keys {
-                conn.push(&["LOCK.ACQUIRE", key, owner, "60000"]);
+                Lock::Relock.push_acquire(conn, scripts, key, owner, 60_000);
             }
             conn.flush().await?;
             for _ in keys {
                 ok(conn.read().await?)?;
             }
             for key in keys {
-                conn.push(&["LOCK.RELEASE", key, owner]);
+                Lock::Relock.push_release(conn, scripts, key, owner, 60_000);
             }
             conn.flush().await?;
             for _ in keys {

@@ -20,6 +20,9 @@ use std::io;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use relock_protocol::cmd::{Acquire, Release, Wait};
+use relock_protocol::{Ask, Command};
+
 use crate::resp::{Conn, Reply};
 use crate::server::Server;
 use crate::stats;
@@ -134,7 +137,7 @@ pub type Worst = Option<(f64, usize)>;
 async fn timed_batches(
     p: &mut Conn,
     pid: u32,
-    commands: impl Iterator<Item = Vec<String>>,
+    commands: impl Iterator<Item = Vec<Vec<u8>>>,
     ok: impl Fn(&Reply) -> bool,
 ) -> io::Result<Worst> {
     let mut commands = commands.peekable();
@@ -218,13 +221,13 @@ pub async fn growth(module: &Path, n: usize) -> io::Result<GrowthResult> {
         &mut p,
         master_pid,
         (0..n).map(|i| {
-            vec![
-                "LOCK.ACQUIRE".into(),
-                "big".into(),
-                owner(i),
-                "600000".into(),
-                "SHARED".into(),
-            ]
+            Acquire {
+                key: b"big",
+                owner: owner(i).as_bytes(),
+                ttl_ms: 600_000,
+                ask: Ask::shared(0),
+            }
+            .to_args()
         }),
         |reply| matches!(reply, Reply::Int(t) if *t > 0),
     )
@@ -233,9 +236,14 @@ pub async fn growth(module: &Path, n: usize) -> io::Result<GrowthResult> {
     let release_batch_cpu_us = timed_batches(
         &mut p,
         master_pid,
-        (0..n)
-            .step_by(50)
-            .map(|i| vec!["LOCK.RELEASE".into(), "big".into(), owner(i)]),
+        (0..n).step_by(50).map(|i| {
+            Release {
+                key: b"big",
+                owner: owner(i).as_bytes(),
+                from: None,
+            }
+            .to_args()
+        }),
         |reply| *reply == Reply::Int(0),
     )
     .await?;
@@ -261,21 +269,22 @@ pub async fn big_grant(module: &Path, n: usize) -> io::Result<BigGrantResult> {
     let n = n.min(storm::MAX_STORM);
     let (master, _replica, mut c, mut r) = pair(module).await?;
     let end = storm::restore_storm(&mut c, "sem", n).await?;
-    let limit = (n + 1).to_string();
-    let permits = (n - 1).to_string();
+    let limit = storm::semaphore_limit(n);
+    let wait = |owner: &'static [u8], permits: usize| {
+        Wait {
+            key: b"sem",
+            owner,
+            ttl_ms: 600_000,
+            timeout_ms: 0,
+            ask: Ask::Shared {
+                limit,
+                permits: u32::try_from(permits).unwrap_or(u32::MAX),
+            },
+        }
+        .to_args()
+    };
     let mut waiter = Conn::connect(master.port).await?;
-    waiter.push(&[
-        "LOCK.WAIT",
-        "sem",
-        "big",
-        "600000",
-        "0",
-        "SHARED",
-        "LIMIT",
-        &limit,
-        "PERMITS",
-        &permits,
-    ]);
+    waiter.push(&wait(b"big", n - 1));
     waiter.flush().await?;
     // One more behind it, queued once the head is (one permit: it would fit at once, were it
     // not for the queue).
@@ -283,18 +292,7 @@ pub async fn big_grant(module: &Path, n: usize) -> io::Result<BigGrantResult> {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let mut behind = Conn::connect(master.port).await?;
-    behind.push(&[
-        "LOCK.WAIT",
-        "sem",
-        "small",
-        "600000",
-        "0",
-        "SHARED",
-        "LIMIT",
-        &limit,
-        "PERMITS",
-        "1",
-    ]);
+    behind.push(&wait(b"small", 1));
     behind.flush().await?;
     let reply = tokio::time::timeout(Duration::from_secs(300), waiter.read())
         .await

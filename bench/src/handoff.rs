@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use relock_protocol::cmd::Wait as LockWait;
+use relock_protocol::{Ask, Command};
 use tokio::sync::watch;
 
 use crate::recipes::{channel, Lock, Scripts};
@@ -68,13 +70,22 @@ impl Client {
         wait: Wait,
         s: &Scripts,
         key: &str,
-        ttl: &str,
+        ttl_ms: u64,
         waiting: &mut (dyn FnMut() + Send),
     ) -> io::Result<()> {
         let lock = wait.lock();
         match wait {
             Wait::Relock => {
-                self.conn.push(&["LOCK.WAIT", key, &self.owner, ttl, "0"]);
+                self.conn.push(
+                    &LockWait {
+                        key: key.as_bytes(),
+                        owner: self.owner.as_bytes(),
+                        ttl_ms,
+                        timeout_ms: 0,
+                        ask: Ask::Exclusive,
+                    }
+                    .to_args(),
+                );
                 self.conn.flush().await?;
                 waiting();
                 match ok(self.conn.read().await?)? {
@@ -86,7 +97,7 @@ impl Client {
                 let mut backoff = Duration::from_millis(1);
                 let mut first = true;
                 loop {
-                    lock.push_acquire(&mut self.conn, s, key, &self.owner, ttl);
+                    lock.push_acquire(&mut self.conn, s, key, &self.owner, ttl_ms);
                     self.conn.flush().await?;
                     if lock.won(&ok(self.conn.read().await?)?) {
                         return Ok(());
@@ -99,7 +110,7 @@ impl Client {
                 }
             }
             Wait::PubSub => {
-                lock.push_acquire(&mut self.conn, s, key, &self.owner, ttl);
+                lock.push_acquire(&mut self.conn, s, key, &self.owner, ttl_ms);
                 self.conn.flush().await?;
                 if lock.won(&ok(self.conn.read().await?)?) {
                     return Ok(());
@@ -122,7 +133,7 @@ impl Client {
                 }
                 waiting();
                 loop {
-                    lock.push_acquire(&mut self.conn, s, key, &self.owner, ttl);
+                    lock.push_acquire(&mut self.conn, s, key, &self.owner, ttl_ms);
                     self.conn.flush().await?;
                     let now = ok(self.conn.read().await?)?;
                     if lock.won(&now) {
@@ -149,10 +160,10 @@ impl Client {
         wait: Wait,
         s: &Scripts,
         key: &str,
-        ttl: &str,
+        ttl_ms: u64,
     ) -> io::Result<()> {
         wait.lock()
-            .push_release(&mut self.conn, s, key, &self.owner, ttl);
+            .push_release(&mut self.conn, s, key, &self.owner, ttl_ms);
         self.conn.flush().await?;
         ok(self.conn.read().await?)?;
         Ok(())
@@ -215,7 +226,7 @@ pub async fn contended(
     warmup: Duration,
     measure: Duration,
 ) -> io::Result<HandoffResult> {
-    const TTL: &str = "30000";
+    const TTL: u64 = 30_000;
     let key = format!("handoff:{}:{k}", wait_name(wait));
     let turns = Arc::new(Turns {
         state: Mutex::new(TurnState {
@@ -324,13 +335,8 @@ pub async fn expiry(
         let mut holder = Client::connect(port, wait).await?;
         holder.conn.ok(&["DEL", &key]).await?;
         let sent = Instant::now();
-        wait.lock().push_acquire(
-            &mut holder.conn,
-            scripts,
-            &key,
-            &holder.owner,
-            &ttl_ms.to_string(),
-        );
+        wait.lock()
+            .push_acquire(&mut holder.conn, scripts, &key, &holder.owner, ttl_ms);
         holder.conn.flush().await?;
         if !wait.lock().won(&ok(holder.conn.read().await?)?) {
             return Err(io::Error::other(
@@ -339,7 +345,7 @@ pub async fn expiry(
         }
         drop(holder);
         waiter
-            .acquire(wait, scripts, &key, "30000", &mut || {})
+            .acquire(wait, scripts, &key, 30_000, &mut || {})
             .await?;
         let end = sent + Duration::from_millis(ttl_ms);
         let now = Instant::now();
@@ -348,7 +354,7 @@ pub async fn expiry(
         } else {
             -((end - now).as_secs_f64() * 1e3)
         });
-        waiter.release(wait, scripts, &key, "30000").await?;
+        waiter.release(wait, scripts, &key, 30_000).await?;
     }
     Ok(delays)
 }

@@ -301,7 +301,7 @@ async fn run(args: Args) -> io::Result<()> {
     if want(15) {
         eprintln!("case 15: a grant over {} lapsed leases", plan.storm_holders);
         case_big_grant(&module, &plan, &mut rows).await?;
-        notes.push("Case 15: a master and its replica; one `RESTORE` puts in place a semaphore (LIMIT H+1) full with H lapsing leases and one that lives on, one `LOCK.WAIT ... SHARED LIMIT H+1 PERMITS H-1` is queued (it fits once all but one lapsed lease are removed), and one `LOCK.WAIT ... PERMITS 1` behind it. Longest turn = `longest_turn_us` of each server (the replica runs none: its `LOCK.DROP`s are its longest apply); granted = the grant received - the leases' end; in order = the waiter behind got the larger token.".into());
+        notes.push("Case 15: a master and its replica; one `RESTORE` puts in place a semaphore (LIMIT H+1) full with H lapsing leases and one that lives on, one `LOCK.WAIT ... SHARED LIMIT H+1 PERMITS H-1` is queued (it fits once all but one lapsed lease are removed), and one `LOCK.WAIT ... SHARED LIMIT H+1` of one permit behind it. Longest turn = `longest_turn_us` of each server (the replica runs none: its `LOCK.DROP`s are its longest apply); granted = the grant received - the leases' end; in order = the waiter behind got the larger token.".into());
     }
     if want(16) {
         eprintln!("case 16: observers' wake-ups");
@@ -485,7 +485,7 @@ async fn case_throughput(
     // Each approach's acquire must work before its speed means anything.
     for lock in locks {
         let key = format!("bench:probe:{lock:?}");
-        lock.push_acquire(control, scripts, &key, "probe", "1000");
+        lock.push_acquire(control, scripts, &key, "probe", 1000);
         control.flush().await?;
         resp::ok(control.read().await?)?;
     }

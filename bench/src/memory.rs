@@ -20,7 +20,7 @@ pub async fn run(
     lock: Lock,
     n: usize,
 ) -> io::Result<MemoryResult> {
-    const TTL: &str = "600000";
+    const TTL: u64 = 600_000;
     const BATCH: usize = 1000;
     conn.ok(&["FLUSHALL", "SYNC"]).await?;
     let before = used_memory(conn).await?;

@@ -9,11 +9,16 @@ use std::io;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use relock_protocol::args::Listing;
+use relock_protocol::cmd::{Acquire, Observe, Release, Stats};
+use relock_protocol::{Ask, Command};
+
 use crate::resp::{Conn, Reply};
 use crate::server::Server;
 use crate::stats;
 
-const KEY: &str = "observed";
+const KEY: &[u8] = b"observed";
+const HOLDER: &[u8] = b"holder";
 
 /// What the rounds with `n` observers measured.
 pub struct ObserveResult {
@@ -36,19 +41,42 @@ pub async fn wake_ups(module: &Path, n: usize, rounds: usize) -> io::Result<Obse
     }
     let mut hist = stats::histogram();
     let mut lasts = Vec::new();
-    control.ok(&["LOCK.STATS", "RESET"]).await?;
+    let reset = Stats {
+        what: Some(Listing::Reset),
+    };
+    control.ok(&reset.to_args()).await?;
+    let hold = Acquire {
+        key: KEY,
+        owner: HOLDER,
+        ttl_ms: 600_000,
+        ask: Ask::Exclusive,
+    }
+    .to_args();
+    // Built once, outside the span measured (the release sent to the wake-ups).
+    let release = Release {
+        key: KEY,
+        owner: HOLDER,
+        from: None,
+    }
+    .to_args();
     for round in 0..rounds {
         let token = control
-            .ok(&["LOCK.ACQUIRE", KEY, "holder", "600000"])
+            .ok(&hold)
             .await?
             .int()
-            .ok_or_else(|| io::Error::other("observe: LOCK.ACQUIRE gave no token"))?
-            .to_string();
+            .and_then(|t| u64::try_from(t).ok())
+            .ok_or_else(|| io::Error::other("observe: LOCK.ACQUIRE gave no token"))?;
+        let observe = Observe {
+            key: KEY,
+            known_token: token,
+            timeout_ms: 0,
+        }
+        .to_args();
         let mut tasks = Vec::with_capacity(n);
         for mut conn in observers.drain(..) {
-            let token = token.clone();
+            let observe = observe.clone();
             tasks.push(tokio::spawn(async move {
-                conn.push(&["LOCK.OBSERVE", KEY, &token, "0"]);
+                conn.push(&observe);
                 conn.flush().await?;
                 let reply = conn.read().await?;
                 io::Result::Ok((conn, Instant::now(), reply))
@@ -65,7 +93,7 @@ pub async fn wake_ups(module: &Path, n: usize, rounds: usize) -> io::Result<Obse
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let sent = Instant::now();
-        control.ok(&["LOCK.RELEASE", KEY, "holder"]).await?;
+        control.ok(&release).await?;
         let mut last = Duration::ZERO;
         for task in tasks {
             let (conn, at, reply) = task.await.map_err(io::Error::other)??;

@@ -3,6 +3,9 @@
 
 use std::io;
 
+use relock_protocol::cmd::{Acquire, Release};
+use relock_protocol::{Ask, Command};
+
 use crate::resp::{Conn, Reply};
 
 /// Recipe A's release: delete the key only if it still holds our owner (compare-and-delete).
@@ -56,17 +59,39 @@ pub enum Lock {
 }
 
 impl Lock {
-    pub fn push_acquire(self, c: &mut Conn, s: &Scripts, key: &str, owner: &str, ttl: &str) {
+    pub fn push_acquire(self, c: &mut Conn, s: &Scripts, key: &str, owner: &str, ttl_ms: u64) {
         match self {
-            Lock::Relock => c.push(&["LOCK.ACQUIRE", key, owner, ttl]),
-            Lock::SetNx => c.push(&["SET", key, owner, "NX", "PX", ttl]),
-            Lock::Hash => c.push(&["EVALSHA", &s.b_acquire, "1", key, ttl, owner]),
+            Lock::Relock => c.push(
+                &Acquire {
+                    key: key.as_bytes(),
+                    owner: owner.as_bytes(),
+                    ttl_ms,
+                    ask: Ask::Exclusive,
+                }
+                .to_args(),
+            ),
+            Lock::SetNx => c.push(&["SET", key, owner, "NX", "PX", &ttl_ms.to_string()]),
+            Lock::Hash => c.push(&[
+                "EVALSHA",
+                &s.b_acquire,
+                "1",
+                key,
+                &ttl_ms.to_string(),
+                owner,
+            ]),
         }
     }
 
-    pub fn push_release(self, c: &mut Conn, s: &Scripts, key: &str, owner: &str, ttl: &str) {
+    pub fn push_release(self, c: &mut Conn, s: &Scripts, key: &str, owner: &str, ttl_ms: u64) {
         match self {
-            Lock::Relock => c.push(&["LOCK.RELEASE", key, owner]),
+            Lock::Relock => c.push(
+                &Release {
+                    key: key.as_bytes(),
+                    owner: owner.as_bytes(),
+                    from: None,
+                }
+                .to_args(),
+            ),
             Lock::SetNx => c.push(&["EVALSHA", &s.a_release, "1", key, owner]),
             Lock::Hash => c.push(&[
                 "EVALSHA",
@@ -75,7 +100,7 @@ impl Lock {
                 key,
                 &channel(key),
                 "0",
-                ttl,
+                &ttl_ms.to_string(),
                 owner,
             ]),
         }

@@ -10,6 +10,8 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
+use relock_protocol::cmd::{Acquire, Release};
+use relock_protocol::{Ask, Command};
 
 use crate::resp::{Conn, Reply};
 
@@ -51,9 +53,13 @@ impl Redlock {
     /// Tries once to lock `key` for `ttl`; true when a quorum granted it with validity left.
     pub async fn lock(&mut self, key: &str, ttl: Duration) -> io::Result<bool> {
         let start = Instant::now();
-        let ttl_ms = ttl.as_millis().to_string();
-        let owner = self.owner.clone();
-        let args = ["LOCK.ACQUIRE", key, &owner, &ttl_ms];
+        let args = Acquire {
+            key: key.as_bytes(),
+            owner: self.owner.as_bytes(),
+            ttl_ms: ttl.as_millis() as u64,
+            ask: Ask::Exclusive,
+        }
+        .to_args();
         let replies = join_all(self.masters.iter_mut().map(|m| m.cmd(&args))).await;
         let won = replies
             .iter()
@@ -70,8 +76,12 @@ impl Redlock {
     }
 
     pub async fn unlock(&mut self, key: &str) -> io::Result<()> {
-        let owner = self.owner.clone();
-        let args = ["LOCK.RELEASE", key, &owner];
+        let args = Release {
+            key: key.as_bytes(),
+            owner: self.owner.as_bytes(),
+            from: None,
+        }
+        .to_args();
         let replies = join_all(self.masters.iter_mut().map(|m| m.cmd(&args))).await;
         for r in replies {
             r?;

@@ -5,8 +5,19 @@
 use std::io;
 use std::time::Duration;
 
+use relock_protocol::Command;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// A relock command's argv as text (the bench's keys and owners are): for a command line
+/// (redis-benchmark) or a message, written by relock-protocol's type for it.
+pub fn words<'a>(command: &impl Command<'a>) -> Vec<String> {
+    command
+        .to_args()
+        .into_iter()
+        .map(|w| String::from_utf8_lossy(&w).into_owned())
+        .collect()
+}
 
 /// One RESP2 reply.
 #[derive(Debug, Clone, PartialEq)]

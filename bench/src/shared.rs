@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use relock_protocol::cmd::{Acquire, Info, Release, Renew, Wait};
+use relock_protocol::{Ask, Command};
 use tokio::sync::watch;
 
 use crate::resp::{ok, Conn, Reply};
@@ -21,10 +23,48 @@ use crate::stats;
 use crate::throughput::Load;
 
 /// Long enough that no hold of a measurement ends by itself.
-const LONG_TTL: &str = "600000";
+const LONG_TTL: u64 = 600_000;
 
 fn uuid() -> String {
     uuid::Uuid::new_v4().to_string()
+}
+
+/// `LOCK.ACQUIRE key owner ttl_ms [mode words]`.
+fn acquire(key: &str, owner: &str, ttl_ms: u64, ask: Ask) -> Vec<Vec<u8>> {
+    Acquire {
+        key: key.as_bytes(),
+        owner: owner.as_bytes(),
+        ttl_ms,
+        ask,
+    }
+    .to_args()
+}
+
+/// `LOCK.WAIT key owner ttl_ms 0 [mode words]`: no timeout.
+fn wait(key: &str, owner: &str, ttl_ms: u64, ask: Ask) -> Vec<Vec<u8>> {
+    Wait {
+        key: key.as_bytes(),
+        owner: owner.as_bytes(),
+        ttl_ms,
+        timeout_ms: 0,
+        ask,
+    }
+    .to_args()
+}
+
+/// `LOCK.RELEASE key owner`.
+fn release(key: &str, owner: &str) -> Vec<Vec<u8>> {
+    Release {
+        key: key.as_bytes(),
+        owner: owner.as_bytes(),
+        from: None,
+    }
+    .to_args()
+}
+
+/// A shared request of one permit, with `limit` (a semaphore) or without (a read lock).
+fn shared_ask(limit: Option<usize>) -> Ask {
+    Ask::shared(limit.map_or(0, |l| u32::try_from(l).unwrap_or(u32::MAX)))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -39,6 +79,11 @@ pub async fn pairs(port: u16, shared: bool, load: &Load) -> io::Result<f64> {
 /// [`pairs`] on `keys` random keys (`lock:0..keys`): with few keys, some acquires find the key
 /// taken by another connection's pair and are refused (its release then answers nil).
 pub async fn pairs_on(port: u16, shared: bool, keys: u64, load: &Load) -> io::Result<f64> {
+    let ask = if shared {
+        Ask::shared(0)
+    } else {
+        Ask::Exclusive
+    };
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
@@ -55,12 +100,8 @@ pub async fn pairs_on(port: u16, shared: bool, keys: u64, load: &Load) -> io::Re
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
                     let key = format!("lock:{}", rng % keys);
-                    if shared {
-                        conn.push(&["LOCK.ACQUIRE", &key, &owner, "60000", "SHARED"]);
-                    } else {
-                        conn.push(&["LOCK.ACQUIRE", &key, &owner, "60000"]);
-                    }
-                    conn.push(&["LOCK.RELEASE", &key, &owner]);
+                    conn.push(&acquire(&key, &owner, 60_000, ask));
+                    conn.push(&release(&key, &owner));
                 }
                 conn.flush().await?;
                 for _ in 0..pairs * 2 {
@@ -89,17 +130,13 @@ pub async fn pairs_on(port: u16, shared: bool, keys: u64, load: &Load) -> io::Re
 /// given, pipelined in batches. Returns the owners.
 async fn fill(conn: &mut Conn, key: &str, n: usize, limit: Option<usize>) -> io::Result<()> {
     const BATCH: usize = 1000;
-    let limit = limit.map(|l| l.to_string());
+    let ask = shared_ask(limit);
     let mut i = 0;
     while i < n {
         let end = (i + BATCH).min(n);
         for _ in i..end {
             let owner = uuid();
-            let mut args = vec!["LOCK.ACQUIRE", key, &owner, LONG_TTL, "SHARED"];
-            if let Some(l) = &limit {
-                args.extend(["LIMIT", l.as_str()]);
-            }
-            conn.push(&args);
+            conn.push(&acquire(key, &owner, LONG_TTL, ask));
         }
         conn.flush().await?;
         for _ in i..end {
@@ -167,9 +204,16 @@ pub async fn holder_cost(
             while !stop.load(Ordering::Relaxed) {
                 let owners: Vec<String> = (0..8).map(|_| uuid()).collect();
                 for o in &owners {
-                    conn.push(&["LOCK.ACQUIRE", KEY, o, LONG_TTL, "SHARED"]);
-                    conn.push(&["LOCK.RENEW", KEY, o, "300000"]);
-                    conn.push(&["LOCK.RELEASE", KEY, o]);
+                    conn.push(&acquire(KEY, o, LONG_TTL, shared_ask(None)));
+                    conn.push(
+                        &Renew {
+                            key: KEY.as_bytes(),
+                            owner: o.as_bytes(),
+                            ttl_ms: 300_000,
+                        }
+                        .to_args(),
+                    );
+                    conn.push(&release(KEY, o));
                 }
                 conn.flush().await?;
                 for _ in 0..owners.len() {
@@ -198,7 +242,12 @@ pub async fn holder_cost(
         release_us: usec_per_call(control, "lock.release").await?,
         triples_per_s: n as f64 / elapsed.as_secs_f64(),
     };
-    let left = control.ok(&["LOCK.INFO", KEY]).await?;
+    let left = control
+        .ok(&Info {
+            key: KEY.as_bytes(),
+        }
+        .to_args())
+        .await?;
     if let Reply::Array(items) = &left {
         let holders_left = items.get(13).and_then(Reply::int);
         if holders_left != Some(holders as i64) {
@@ -222,7 +271,7 @@ pub async fn lease_expiry(
     trials: usize,
 ) -> io::Result<Vec<f64>> {
     const KEY: &str = "shared:expiry";
-    let limit = holders.to_string();
+    let ask = shared_ask(Some(holders));
     control.ok(&["FLUSHALL", "SYNC"]).await?;
     fill(control, KEY, holders - 1, Some(holders)).await?;
     let mut short = Conn::connect(port).await?;
@@ -231,27 +280,13 @@ pub async fn lease_expiry(
     for _ in 0..trials {
         let (s, w) = (uuid(), uuid());
         let sent = Instant::now();
-        let ttl = ttl_ms.to_string();
-        let reply = short
-            .ok(&["LOCK.ACQUIRE", KEY, &s, &ttl, "SHARED", "LIMIT", &limit])
-            .await?;
+        let reply = short.ok(&acquire(KEY, &s, ttl_ms, ask)).await?;
         if !matches!(reply, Reply::Int(_)) {
             return Err(io::Error::other(
                 "lease expiry: the short lease was refused",
             ));
         }
-        let reply = waiter
-            .ok(&[
-                "LOCK.WAIT",
-                KEY,
-                &w,
-                LONG_TTL,
-                "0",
-                "SHARED",
-                "LIMIT",
-                &limit,
-            ])
-            .await?;
+        let reply = waiter.ok(&wait(KEY, &w, LONG_TTL, ask)).await?;
         if !matches!(reply, Reply::Int(_)) {
             return Err(io::Error::other(format!(
                 "lease expiry: LOCK.WAIT replied {reply:?}"
@@ -267,7 +302,7 @@ pub async fn lease_expiry(
                 "lease expiry: granted before the lease ended",
             ));
         });
-        waiter.ok(&["LOCK.RELEASE", KEY, &w]).await?;
+        waiter.ok(&release(KEY, &w)).await?;
     }
     control.ok(&["FLUSHALL", "SYNC"]).await?;
     Ok(delays)
@@ -329,11 +364,12 @@ pub async fn rw_handoff(
         tasks.push(tokio::spawn(async move {
             let owner = uuid();
             loop {
-                if writer {
-                    conn.push(&["LOCK.WAIT", KEY, &owner, "30000", "0"]);
+                let ask = if writer {
+                    Ask::Exclusive
                 } else {
-                    conn.push(&["LOCK.WAIT", KEY, &owner, "30000", "0", "SHARED"]);
-                }
+                    shared_ask(None)
+                };
+                conn.push(&wait(KEY, &owner, 30_000, ask));
                 conn.flush().await?;
                 let reply = ok(conn.read().await?)?;
                 if !matches!(reply, Reply::Int(_)) {
@@ -364,7 +400,7 @@ pub async fn rw_handoff(
                         st.last_writer_release = Some(sent);
                     }
                 }
-                conn.push(&["LOCK.RELEASE", KEY, &owner]);
+                conn.push(&release(KEY, &owner));
                 conn.flush().await?;
                 ok(conn.read().await?)?;
             }
@@ -445,7 +481,7 @@ async fn redisson_try(conn: &mut Conn, sha: &str, owner: &str) -> io::Result<Rep
         SEM_CHANNEL,
         owner,
         &now,
-        SEM_LEASE,
+        &SEM_LEASE_MS.to_string(),
     ])
     .await
 }
@@ -453,7 +489,7 @@ async fn redisson_try(conn: &mut Conn, sha: &str, owner: &str) -> io::Result<Rep
 const SEM_KEY: &str = "sem";
 const SEM_ZSET: &str = "sem:timeout";
 const SEM_CHANNEL: &str = "redisson_sc:{sem}";
-const SEM_LEASE: &str = "30000";
+const SEM_LEASE_MS: u64 = 30_000;
 
 fn now_ms() -> String {
     SystemTime::now()
@@ -479,7 +515,7 @@ pub async fn semaphore(
     const KEY: &str = SEM_KEY;
     const ZSET: &str = SEM_ZSET;
     const CHANNEL: &str = SEM_CHANNEL;
-    const LEASE: &str = SEM_LEASE;
+    const LEASE_MS: u64 = SEM_LEASE_MS;
     control.ok(&["FLUSHALL", "SYNC"]).await?;
     let acquire_sha = control.ok(&["SCRIPT", "LOAD", SEM_ACQUIRE]).await?.text();
     let release_sha = control.ok(&["SCRIPT", "LOAD", SEM_RELEASE]).await?.text();
@@ -487,7 +523,7 @@ pub async fn semaphore(
         // Redisson's trySetPermits.
         control.ok(&["SET", KEY, &limit.to_string()]).await?;
     }
-    let limit = limit.to_string();
+    let ask = shared_ask(Some(limit));
     let state = Arc::new(Mutex::new(SemState {
         releases: VecDeque::new(),
         latency: stats::histogram(),
@@ -503,8 +539,7 @@ pub async fn semaphore(
             Semaphore::Relock => None,
         };
         let (state, granted, recording) = (state.clone(), granted.clone(), recording.clone());
-        let (acquire_sha, release_sha, limit) =
-            (acquire_sha.clone(), release_sha.clone(), limit.clone());
+        let (acquire_sha, release_sha) = (acquire_sha.clone(), release_sha.clone());
         tasks.push(tokio::spawn(async move {
             let owner = uuid();
             loop {
@@ -545,18 +580,7 @@ pub async fn semaphore(
                         }
                     }
                     _ => {
-                        let reply = conn
-                            .ok(&[
-                                "LOCK.WAIT",
-                                KEY,
-                                &owner,
-                                LEASE,
-                                "0",
-                                "SHARED",
-                                "LIMIT",
-                                &limit,
-                            ])
-                            .await?;
+                        let reply = conn.ok(&wait(KEY, &owner, LEASE_MS, ask)).await?;
                         if !matches!(reply, Reply::Int(_)) {
                             return Err(io::Error::other(format!("LOCK.WAIT replied {reply:?}")));
                         }
@@ -581,7 +605,7 @@ pub async fn semaphore(
                 };
                 match how {
                     Semaphore::Relock => {
-                        conn.push(&["LOCK.RELEASE", KEY, &owner]);
+                        conn.push(&release(KEY, &owner));
                     }
                     Semaphore::Redisson => {
                         conn.push(&["EVALSHA", &release_sha, "3", KEY, ZSET, CHANNEL, &owner]);

@@ -12,6 +12,9 @@ use std::io;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use relock_protocol::cmd::{Acquire, Wait};
+use relock_protocol::{Ask, Command};
+
 use crate::resp::{Conn, Reply};
 use crate::server::Server;
 use crate::stats;
@@ -38,6 +41,12 @@ pub fn unix_ms() -> f64 {
 /// Leases that may end in a storm: a semaphore's limit is at most 10^6, and one lease lives on.
 pub const MAX_STORM: usize = 999_999;
 
+/// The limit of the semaphore of a storm of `n` leases (at most [`MAX_STORM`]): room for them
+/// and the one that lives on.
+pub fn semaphore_limit(n: usize) -> u32 {
+    u32::try_from(n + 1).unwrap_or(u32::MAX)
+}
+
 /// One storm of `n` lease ends (at most [`MAX_STORM`]) on a server of its own.
 pub async fn lease_storm(module: &Path, n: usize) -> io::Result<StormResult> {
     const KEY: &str = "storm";
@@ -45,19 +54,17 @@ pub async fn lease_storm(module: &Path, n: usize) -> io::Result<StormResult> {
     let server = Server::start(module).map_err(io::Error::other)?;
     let mut control = Conn::connect(server.port).await?;
     let end = restore_storm(&mut control, KEY, n).await?;
-    let limit = n + 1;
-    let limit_arg = limit.to_string();
     let mut waiter = Conn::connect(server.port).await?;
-    waiter.push(&[
-        "LOCK.WAIT",
-        KEY,
-        "waiter",
-        "600000",
-        "0",
-        "SHARED",
-        "LIMIT",
-        &limit_arg,
-    ]);
+    waiter.push(
+        &Wait {
+            key: KEY.as_bytes(),
+            owner: b"waiter",
+            ttl_ms: 600_000,
+            timeout_ms: 0,
+            ask: Ask::shared(semaphore_limit(n)),
+        }
+        .to_args(),
+    );
     waiter.flush().await?;
     while stats::info_field(&mut control, "relock", "relock_waiters").await? != "1" {
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -108,13 +115,13 @@ pub async fn lease_storm(module: &Path, n: usize) -> io::Result<StormResult> {
 /// when the `n` end (Unix ms).
 pub async fn restore_storm(control: &mut Conn, key: &str, n: usize) -> io::Result<i64> {
     let format = Format::of(control).await?;
-    let limit = n + 1;
+    let limit = u64::from(semaphore_limit(n));
     // Leases end far enough out to build and restore the value (well under 1 s per million in a
     // release build); a slower machine builds it again with twice the time.
     let mut lead_ms = 1_000 + (n / 1_000) as i64;
     loop {
         let end = unix_ms() as i64 + lead_ms;
-        let payload = format.shared(limit as u64, n, end);
+        let payload = format.shared(limit, n, end);
         let reply = control
             .cmd(&[b"RESTORE".as_slice(), key.as_bytes(), b"0", &payload])
             .await?;
@@ -153,8 +160,13 @@ const KIND_SHARED: u64 = 1;
 impl Format {
     /// Learns the format from a `DUMP` of a throw-away lock.
     async fn of(c: &mut Conn) -> io::Result<Format> {
-        c.ok(&["LOCK.ACQUIRE", "storm:sample", "o", "100000"])
-            .await?;
+        let sample = Acquire {
+            key: b"storm:sample",
+            owner: b"o",
+            ttl_ms: 100_000,
+            ask: Ask::Exclusive,
+        };
+        c.ok(&sample.to_args()).await?;
         let dump = match c.ok(&["DUMP", "storm:sample"]).await? {
             Reply::Bulk(b) => b,
             other => return Err(io::Error::other(format!("DUMP of a lock: {other:?}"))),

@@ -9,8 +9,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use relock_protocol::cmd::Acquire;
+use relock_protocol::Ask;
+
 use crate::recipes::{Lock, Scripts};
-use crate::resp::{ok, Conn, Reply};
+use crate::resp::{ok, words, Conn, Reply};
 use crate::stats;
 
 /// The owner of every lock [`hold_all`] takes; no measured client uses it, so theirs are refused.
@@ -18,7 +21,7 @@ use crate::stats;
 /// (owners of different lengths would be told apart by their length alone).
 const HOLDER: &str = "0b7e5a9c-2d4f-4e81-a3c6-9f1b2d3e4c5a";
 /// The refused keys' lifetime: far longer than one measurement, so none frees up during it.
-const HOLDER_TTL: &str = "600000";
+const HOLDER_TTL: u64 = 600_000;
 /// The owner of redis-benchmark's acquires.
 const OWNER: &str = "6f1c2a4e-3b8d-4f5a-9c7e-1d2b3a4c5d6e";
 
@@ -65,7 +68,7 @@ pub async fn hold_all(
             }
         }
     }
-    lock.push_acquire(conn, scripts, &refused_key(0), OWNER, "60000");
+    lock.push_acquire(conn, scripts, &refused_key(0), OWNER, 60_000);
     conn.flush().await?;
     let probe = ok(conn.read().await?)?;
     if !lock.refused(&probe) {
@@ -134,7 +137,7 @@ async fn drive(
     done: &AtomicU64,
     stop: &AtomicBool,
 ) -> io::Result<()> {
-    const TTL: &str = "60000";
+    const TTL: u64 = 60_000;
     let owner = uuid::Uuid::new_v4().to_string();
     let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut key = String::with_capacity(20);
@@ -223,14 +226,17 @@ pub async fn redis_benchmark(
     keyspace: usize,
 ) -> io::Result<Option<Run>> {
     const KEY: &str = "lock:__rand_int__";
+    let text = |words: &[&str]| words.iter().map(|w| w.to_string()).collect();
     let command: Vec<String> = match lock {
-        Lock::Relock => vec!["LOCK.ACQUIRE", KEY, OWNER, "60000"],
-        Lock::SetNx => vec!["SET", KEY, OWNER, "NX", "PX", "60000"],
-        Lock::Hash => vec!["EVALSHA", &scripts.b_acquire, "1", KEY, "60000", OWNER],
-    }
-    .into_iter()
-    .map(String::from)
-    .collect();
+        Lock::Relock => words(&Acquire {
+            key: KEY.as_bytes(),
+            owner: OWNER.as_bytes(),
+            ttl_ms: 60_000,
+            ask: Ask::Exclusive,
+        }),
+        Lock::SetNx => text(&["SET", KEY, OWNER, "NX", "PX", "60000"]),
+        Lock::Hash => text(&["EVALSHA", &scripts.b_acquire, "1", KEY, "60000", OWNER]),
+    };
     redis_benchmark_cpu(port, control, &command, pipeline, requests, keyspace).await
 }
 
