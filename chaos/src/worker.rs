@@ -102,7 +102,15 @@ impl WorkerArgs {
                 "wait" => Mode::Wait,
                 "client" => Mode::Client,
                 "elect" => Mode::Elect,
-                other => Mode::Shared(other.strip_prefix("shared:")?.parse().ok()?),
+                // A semaphore's limit is 1 or more (`shared:0` would be read as no limit at
+                // all, where the module refuses `LIMIT 0`).
+                other => Mode::Shared(
+                    other
+                        .strip_prefix("shared:")?
+                        .parse()
+                        .ok()
+                        .filter(|n| *n >= 1)?,
+                ),
             },
             urls_file: urls_file.clone(),
             store: store.clone(),
@@ -502,4 +510,29 @@ fn run_client(args: &WorkerArgs) {
             let _ = lock.release().await;
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(mode: &str) -> Vec<String> {
+        ["1", mode, "urls", "store", "k", "1000", "2000", "0", "0"]
+            .map(String::from)
+            .to_vec()
+    }
+
+    /// Found by the attack on the protocol (2026-12-04): `shared:0` became a read lock with no
+    /// limit, where the worker used to send `LIMIT 0` and be refused; a limit is 1 or more.
+    #[test]
+    fn a_semaphore_worker_needs_a_limit_of_one_or_more() {
+        assert!(WorkerArgs::from_args(&args("shared:0")).is_none());
+        assert!(WorkerArgs::from_args(&args("shared:x")).is_none());
+        let w = WorkerArgs::from_args(&args("shared:2")).expect("a limit of 2");
+        assert!(matches!(w.mode, Mode::Shared(2)));
+        assert_eq!(
+            WorkerArgs::from_args(&w.to_args()[1..]).map(|w| w.id),
+            Some(1)
+        );
+    }
 }

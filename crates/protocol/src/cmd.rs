@@ -1,8 +1,10 @@
 //! One type per command: its arguments as the module reads them ([`Command::parse`], checked
-//! in the order the module checks them, so the first bad argument is the one the error names)
-//! and as a caller sends them ([`Command::to_args`]). The module parses every client command
-//! with these types, and every Rust caller writes its commands with them: a command's wire shape
-//! is written here once. `parse(to_args(x)) == x` for every valid `x` (a property test).
+//! in the order the module checks them, so the first bad argument is the one the error names;
+//! [`Fenced`] aside, whose inner command the module judges before its token) and as a caller
+//! sends them ([`Command::to_args`]). The module parses every client command with these types,
+//! and every Rust caller writes its commands with them: a command's wire shape is written here
+//! once. `parse(to_args(x)) == x` for every valid `x`, and an invalid `x` is written as words
+//! the parse (and so the module) refuses, never as another valid command (property tests).
 //!
 //! Arguments are borrowed: parsing allocates nothing but a group command's key list.
 
@@ -49,11 +51,16 @@ impl Ask {
     }
 
     /// Its words: none, `SHARED`, `SHARED LIMIT n`, or `SHARED LIMIT n PERMITS p` (permits 1
-    /// is not said).
+    /// is not said). Permits other than 1 without a limit are written as `SHARED LIMIT 0
+    /// PERMITS p`, which the module refuses (`ERR invalid limit`): dropping them would ask for
+    /// another hold than the one meant.
     pub fn words(self) -> Vec<Vec<u8>> {
         match self {
             Ask::Exclusive => Vec::new(),
-            Ask::Shared { limit: 0, .. } => vec![b"SHARED".to_vec()],
+            Ask::Shared {
+                limit: 0,
+                permits: 1,
+            } => vec![b"SHARED".to_vec()],
             Ask::Shared { limit, permits: 1 } => {
                 vec![b"SHARED".to_vec(), b"LIMIT".to_vec(), num(limit)]
             }
@@ -781,7 +788,8 @@ impl<'a> Command<'a> for Apply<'a> {
         if let Some(at) = self.tail.expires_at {
             a.extend([b"PXAT".to_vec(), num(at)]);
         }
-        if self.tail.granted_at > 0 {
+        // 0 is "not said"; any other value is written, so a bad one is refused, not dropped.
+        if self.tail.granted_at != 0 {
             a.extend([b"GRANTED".to_vec(), num(self.tail.granted_at)]);
         }
         if let Some((limit, permits)) = self.tail.shared {
@@ -950,6 +958,49 @@ mod tests {
             round_trip!(Apply { key: &key, owner: &owner, token, count, tail });
         }
 
+        /// Any field values at all, in or out of bounds: the words written parse back to the
+        /// same value, or are refused; never read as another command.
+        #[test]
+        fn unchecked_values_are_written_faithfully_or_refused(
+            key in bytes(4), owner in proptest::collection::vec(any::<u8>(), 0..=300),
+            ttl_ms in prop_oneof![ttl(), any::<u64>()],
+            timeout_ms in prop_oneof![0..=args::MAX_TIMEOUT_MS, any::<u64>()],
+            limit in prop_oneof![Just(0u32), 1..=MAX_LIMIT, any::<u32>()],
+            permits in prop_oneof![Just(0u32), Just(1u32), 1..=MAX_LIMIT, any::<u32>()],
+            shared in any::<bool>(), from in proptest::option::of(any::<u32>()),
+            token in prop_oneof![1..=MAX_TOKEN, any::<u64>()], count in any::<u32>(),
+            at in prop_oneof![1..=crate::bounds::MAX_EXPIRY_MS, any::<i64>()],
+            granted_at in prop_oneof![0..=crate::bounds::MAX_TIME_MS, any::<i64>()],
+            expires in any::<bool>(),
+        ) {
+            let ask = if shared { Ask::Shared { limit, permits } } else { Ask::Exclusive };
+            let (key, owner) = (key.as_slice(), owner.as_slice());
+            macro_rules! faithful {
+                ($t:ident $body:tt) => {{
+                    let x = $t $body;
+                    let argv = x.to_args();
+                    let words: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+                    match $t::parse(words.as_slice()) {
+                        Ok(back) => prop_assert_eq!(back, x),
+                        Err(_) => {}
+                    }
+                }};
+            }
+            faithful!(Acquire { key, owner, ttl_ms, ask });
+            faithful!(Wait { key, owner, ttl_ms, timeout_ms, ask });
+            faithful!(Reenter { key, owner, ttl_ms, ask, from });
+            faithful!(Release { key, owner, from });
+            faithful!(Renew { key, owner, ttl_ms });
+            faithful!(Observe { key, known_token: token, timeout_ms });
+            faithful!(Counter { token });
+            let tail = ApplyTail {
+                expires_at: expires.then_some(at),
+                granted_at,
+                shared: shared.then_some((limit, permits)),
+            };
+            faithful!(Apply { key, owner, token, count, tail });
+        }
+
         /// Whatever the words, parsing answers (an error or a value) and never panics; a
         /// value writes back words that parse to it again.
         #[test]
@@ -1076,6 +1127,17 @@ mod tests {
             }),
             "SHARED LIMIT 3 PERMITS 2"
         );
+        // Found by the attack on the protocol (2026-12-04): permits without a limit were
+        // dropped, so the words asked for one permit; they are said, and refused.
+        let unlimited = Ask::Shared {
+            limit: 0,
+            permits: 5,
+        };
+        assert_eq!(w(unlimited), "SHARED LIMIT 0 PERMITS 5");
+        let words: &[&[u8]] = &[
+            b"A", b"k", b"o", b"1", b"SHARED", b"LIMIT", b"0", b"PERMITS", b"5",
+        ];
+        assert_eq!(parse::<Acquire>(words), Err(ArgError::Limit));
         let argv = Release {
             key: b"k",
             owner: b"o",
