@@ -1,4 +1,7 @@
-//! The replies of relock's read commands, decoded once.
+//! relock's wire, without I/O: each command's arguments ([`cmd`]: one type per `LOCK.*`
+//! command, [`Command::parse`] as the module reads an argv, [`Command::to_args`] as a caller
+//! writes one; [`args`] and [`bounds`] for each argument), and the replies of its read
+//! commands, decoded once.
 //!
 //! A caller turns its Redis library's reply value into a [`Reply`] (relock-client does it for
 //! redis-rs) and asks one decoder per reply: [`LockInfo::decode`] (`LOCK.INFO`),
