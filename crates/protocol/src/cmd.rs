@@ -309,28 +309,38 @@ impl<'a> Command<'a> for Renew<'a> {
     }
 }
 
-/// `LOCK.DOWNGRADE key owner`
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Downgrade<'a> {
-    /// The lock's key.
-    pub key: &'a [u8],
-    /// Whose exclusive hold becomes shared.
-    pub owner: &'a [u8],
+/// `LOCK.DOWNGRADE` and `LOCK.DROP` have one shape (`key owner`): one definition, two names.
+macro_rules! key_and_owner {
+    ($(#[$doc:meta])* $name:ident, $wire:literal, $owner:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct $name<'a> {
+            /// The lock's key.
+            pub key: &'a [u8],
+            #[doc = $owner]
+            pub owner: &'a [u8],
+        }
+
+        impl<'a> Command<'a> for $name<'a> {
+            const NAME: &'static str = $wire;
+            fn parse<A: Argv<'a> + ?Sized>(argv: &A) -> Result<Self, ArgError> {
+                arity(argv, 3, 3)?;
+                Ok($name {
+                    key: argv.arg(1),
+                    owner: args::owner(argv.arg(2))?,
+                })
+            }
+            fn args(&self) -> Vec<Vec<u8>> {
+                vec![self.key.to_vec(), self.owner.to_vec()]
+            }
+        }
+    };
 }
 
-impl<'a> Command<'a> for Downgrade<'a> {
-    const NAME: &'static str = "LOCK.DOWNGRADE";
-    fn parse<A: Argv<'a> + ?Sized>(argv: &A) -> Result<Self, ArgError> {
-        arity(argv, 3, 3)?;
-        Ok(Downgrade {
-            key: argv.arg(1),
-            owner: args::owner(argv.arg(2))?,
-        })
-    }
-    fn args(&self) -> Vec<Vec<u8>> {
-        vec![self.key.to_vec(), self.owner.to_vec()]
-    }
-}
+key_and_owner!(
+    /// `LOCK.DOWNGRADE key owner`
+    Downgrade, "LOCK.DOWNGRADE", "Whose exclusive hold becomes shared."
+);
 
 /// `LOCK.INFO key`
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -615,10 +625,13 @@ impl<'a> Command<'a> for Stats {
 
 /// The keys of a group command (`numkeys key [key ...]`, then `tail` more arguments), checked
 /// as Redis checks its own numkeys commands; no key twice.
+/// The words' own buffer becomes the key list (no second copy in the module's thread).
 fn group_keys<'a, A: Argv<'a> + ?Sized>(argv: &A, tail: usize) -> Result<Vec<&'a [u8]>, ArgError> {
-    let words = rest(argv, 1);
+    let mut words = rest(argv, 1);
     let keys = args::keys_of(&words, tail)?;
-    Ok(words[keys].to_vec())
+    words.truncate(keys.end);
+    words.drain(..keys.start);
+    Ok(words)
 }
 
 fn with_keys(keys: &[&[u8]], more: impl IntoIterator<Item = Vec<u8>>) -> Vec<Vec<u8>> {
@@ -628,33 +641,44 @@ fn with_keys(keys: &[&[u8]], more: impl IntoIterator<Item = Vec<u8>>) -> Vec<Vec
     a
 }
 
-/// `LOCK.MACQUIRE numkeys key [key ...] owner ttl_ms`
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MAcquire<'a> {
-    /// The group's keys (1 to 256, none twice).
-    pub keys: Vec<&'a [u8]>,
-    /// Who asks.
-    pub owner: &'a [u8],
-    /// The holds' lifetime.
-    pub ttl_ms: u64,
+/// `LOCK.MACQUIRE` and `LOCK.MRENEW` have one shape (`numkeys key [key ...] owner ttl_ms`):
+/// one definition, two names.
+macro_rules! group_with_ttl {
+    ($(#[$doc:meta])* $name:ident, $wire:literal, $owner:literal, $ttl:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub struct $name<'a> {
+            /// The group's keys (1 to 256, none twice).
+            pub keys: Vec<&'a [u8]>,
+            #[doc = $owner]
+            pub owner: &'a [u8],
+            #[doc = $ttl]
+            pub ttl_ms: u64,
+        }
+
+        impl<'a> Command<'a> for $name<'a> {
+            const NAME: &'static str = $wire;
+            fn parse<A: Argv<'a> + ?Sized>(argv: &A) -> Result<Self, ArgError> {
+                arity(argv, 5, usize::MAX)?;
+                let keys = group_keys(argv, 2)?;
+                let n = argv.count();
+                Ok($name {
+                    keys,
+                    owner: args::owner(argv.arg(n - 2))?,
+                    ttl_ms: args::ttl_ms(argv.arg(n - 1))?,
+                })
+            }
+            fn args(&self) -> Vec<Vec<u8>> {
+                with_keys(&self.keys, [self.owner.to_vec(), num(self.ttl_ms)])
+            }
+        }
+    };
 }
 
-impl<'a> Command<'a> for MAcquire<'a> {
-    const NAME: &'static str = "LOCK.MACQUIRE";
-    fn parse<A: Argv<'a> + ?Sized>(argv: &A) -> Result<Self, ArgError> {
-        arity(argv, 5, usize::MAX)?;
-        let keys = group_keys(argv, 2)?;
-        let n = argv.count();
-        Ok(MAcquire {
-            keys,
-            owner: args::owner(argv.arg(n - 2))?,
-            ttl_ms: args::ttl_ms(argv.arg(n - 1))?,
-        })
-    }
-    fn args(&self) -> Vec<Vec<u8>> {
-        with_keys(&self.keys, [self.owner.to_vec(), num(self.ttl_ms)])
-    }
-}
+group_with_ttl!(
+    /// `LOCK.MACQUIRE numkeys key [key ...] owner ttl_ms`
+    MAcquire, "LOCK.MACQUIRE", "Who asks.", "The holds' lifetime."
+);
 
 /// `LOCK.MRELEASE numkeys key [key ...] owner [FROM c]`
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -690,33 +714,10 @@ impl<'a> Command<'a> for MRelease<'a> {
     }
 }
 
-/// `LOCK.MRENEW numkeys key [key ...] owner ttl_ms`
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MRenew<'a> {
-    /// The group's keys (1 to 256, none twice).
-    pub keys: Vec<&'a [u8]>,
-    /// Whose holds.
-    pub owner: &'a [u8],
-    /// Their new lifetime, from now.
-    pub ttl_ms: u64,
-}
-
-impl<'a> Command<'a> for MRenew<'a> {
-    const NAME: &'static str = "LOCK.MRENEW";
-    fn parse<A: Argv<'a> + ?Sized>(argv: &A) -> Result<Self, ArgError> {
-        arity(argv, 5, usize::MAX)?;
-        let keys = group_keys(argv, 2)?;
-        let n = argv.count();
-        Ok(MRenew {
-            keys,
-            owner: args::owner(argv.arg(n - 2))?,
-            ttl_ms: args::ttl_ms(argv.arg(n - 1))?,
-        })
-    }
-    fn args(&self) -> Vec<Vec<u8>> {
-        with_keys(&self.keys, [self.owner.to_vec(), num(self.ttl_ms)])
-    }
-}
+group_with_ttl!(
+    /// `LOCK.MRENEW numkeys key [key ...] owner ttl_ms`
+    MRenew, "LOCK.MRENEW", "Whose holds.", "Their new lifetime, from now."
+);
 
 /// `LOCK.FENCED key token command [arg ...]`: runs `command` only while `token` is the key's
 /// current hold's. The module checks the token after judging the inner command (an inner
@@ -799,28 +800,10 @@ impl<'a> Command<'a> for Apply<'a> {
     }
 }
 
-/// `LOCK.DROP key owner`: one shared holder removed (an effect; not for clients).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Drop<'a> {
-    /// The lock's key.
-    pub key: &'a [u8],
-    /// The holder.
-    pub owner: &'a [u8],
-}
-
-impl<'a> Command<'a> for Drop<'a> {
-    const NAME: &'static str = "LOCK.DROP";
-    fn parse<A: Argv<'a> + ?Sized>(argv: &A) -> Result<Self, ArgError> {
-        arity(argv, 3, 3)?;
-        Ok(Drop {
-            key: argv.arg(1),
-            owner: args::owner(argv.arg(2))?,
-        })
-    }
-    fn args(&self) -> Vec<Vec<u8>> {
-        vec![self.key.to_vec(), self.owner.to_vec()]
-    }
-}
+key_and_owner!(
+    /// `LOCK.DROP key owner`: one shared holder removed (an effect; not for clients).
+    Drop, "LOCK.DROP", "The holder."
+);
 
 /// `LOCK.COUNTER token`: the token counter raised to at least `token` (an effect; not for
 /// clients).
