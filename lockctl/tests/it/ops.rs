@@ -238,18 +238,18 @@ fn log_and_waiters_survive_huge_and_hostile_names() {
         .arg(10_000)
         .query(&mut server.conn())
         .expect("CONFIG SET");
-    let mut pipe = redis::pipe();
+    // Taken, then forced out (a resent acquire comes after its own force otherwise).
+    let (mut taken, mut forced) = (Vec::new(), Vec::new());
     for i in 0..3000 {
-        pipe.cmd("LOCK.ACQUIRE")
-            .arg(format!("many:{i}"))
-            .arg("o")
-            .arg(60_000)
-            .ignore();
-        pipe.cmd("LOCK.FORCERELEASE")
-            .arg(format!("many:{i}"))
-            .ignore();
+        let mut acquire = redis::cmd("LOCK.ACQUIRE");
+        acquire.arg(format!("many:{i}")).arg("o").arg(60_000);
+        taken.push(acquire);
+        let mut force = redis::cmd("LOCK.FORCERELEASE");
+        force.arg(format!("many:{i}"));
+        forced.push(force);
     }
-    let () = pipe.query(&mut server.conn()).expect("pipeline");
+    common::pipeline_holds(&mut server.conn(), &taken);
+    common::pipeline_holds(&mut server.conn(), &forced);
 
     let started = Instant::now();
     // The node timeout: a loaded machine may take longer than the operators' 2 s to send
@@ -1518,16 +1518,18 @@ fn json_of_failing(cmd: &mut Command) -> Json {
 #[test]
 fn info_of_a_lock_with_100000_holders_lists_the_first_of_them() {
     let server = Server::start();
-    let mut pipe = redis::pipe();
-    for i in 0..100_000 {
-        pipe.cmd("LOCK.ACQUIRE")
-            .arg("crowded")
-            .arg(format!("holder-{i:06}-\x1b[2J"))
-            .arg(600_000)
-            .arg("SHARED")
-            .ignore();
-    }
-    let () = pipe.query(&mut server.conn()).expect("pipeline");
+    let fill: Vec<redis::Cmd> = (0..100_000)
+        .map(|i| {
+            let mut acquire = redis::cmd("LOCK.ACQUIRE");
+            acquire
+                .arg("crowded")
+                .arg(format!("holder-{i:06}-\x1b[2J"))
+                .arg(600_000)
+                .arg("SHARED");
+            acquire
+        })
+        .collect();
+    common::pipeline_holds(&mut server.conn(), &fill);
 
     let out = lockctl(&[&server])
         .args(["info", "crowded"])

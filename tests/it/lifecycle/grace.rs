@@ -108,3 +108,41 @@ fn grace_a_reload_and_a_flush_in_the_grace_keep_its_end_and_its_queue() {
     let token = reply.token() as i64;
     assert_eq!(common::lock_info(&mut c, "k").map(|i| i.token), Some(token));
 }
+
+/// Bulk fills in the tests go through `testkit::pipeline_holds`: a pipeline of new holds can
+/// outrun the 1000 tokens a millisecond (a 100,000-acquire fill in `make test` met `TRYAGAIN
+/// ... 1 ms left (tokens ahead of this server's clock)` on Valkey 9.1.2, 2026-12-04), and the
+/// kit sends those again. Here the counter is put 300 ms ahead of the clock, so every new hold
+/// of the pipeline is refused at first: all are granted in the end, above the counter, and a
+/// renewal in the same pipeline (no new token) is answered with its token.
+#[test]
+fn a_bulk_fill_rides_out_tokens_ahead_of_the_clock() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let _: i64 = cmd!("LOCK.ACQUIRE", "kept", "o", 600_000)
+        .query(&mut c)
+        .unwrap();
+    let ahead = (common::now_ms() + 300) * 1000;
+    let _: () = cmd!("LOCK.COUNTER", ahead).query(&mut c).unwrap();
+    let refused = error(&mut c, cmd!("LOCK.ACQUIRE", "probe", "o", 600_000));
+    assert!(
+        refused.contains("tokens ahead of this server's clock"),
+        "{refused}"
+    );
+    let mut fill: Vec<redis::Cmd> = (0..50)
+        .map(|i| cmd!("LOCK.ACQUIRE", format!("k{i}"), "o", 600_000))
+        .collect();
+    fill.push(cmd!("LOCK.RENEW", "kept", "o", 600_000));
+    let replies = common::pipeline_holds(&mut c, &fill);
+    for (i, reply) in replies[..50].iter().enumerate() {
+        assert!(
+            matches!(reply, Value::Int(t) if *t > ahead),
+            "k{i}: {reply:?}, not a token above {ahead}"
+        );
+    }
+    assert!(
+        matches!(replies[50], Value::Int(_)),
+        "the renewal: {:?}",
+        replies[50]
+    );
+}

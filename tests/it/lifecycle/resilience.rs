@@ -334,16 +334,18 @@ fn fill_slot(cluster: &Cluster, source: &Server, readers: usize, filler: usize) 
     let _: i64 = cmd!("LOCK.REENTER", &state.lock, "owner", 120_000)
         .query(&mut src)
         .unwrap();
-    let mut pipe = redis::pipe();
-    for i in 0..readers {
-        pipe.cmd("LOCK.ACQUIRE")
-            .arg(&state.readers)
-            .arg(format!("r{i}"))
-            .arg(120_000)
-            .arg("SHARED")
-            .ignore();
-    }
-    let _: () = pipe.query(&mut src).unwrap();
+    let fill: Vec<redis::Cmd> = (0..readers)
+        .map(|i| {
+            cmd!(
+                "LOCK.ACQUIRE",
+                &state.readers,
+                format!("r{i}"),
+                120_000,
+                "SHARED"
+            )
+        })
+        .collect();
+    common::pipeline_holds(&mut src, &fill);
     let _: i64 = cmd!("LOCK.ACQUIRE", &state.readers, "lapsing", 1_500, "SHARED")
         .query(&mut src)
         .unwrap();

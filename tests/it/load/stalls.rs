@@ -76,12 +76,12 @@ fn stall_migrate_detection_reads_info_once_per_key() {
     let strings: Vec<String> = (0..n).map(|i| format!("s{i}")).collect();
     let mut best = (i64::MAX, i64::MAX);
     for _round in 0..3 {
-        let mut p = redis::pipe();
+        let mut fill = Vec::new();
         for (l, s) in locks.iter().zip(&strings) {
-            p.cmd("LOCK.ACQUIRE").arg(l).arg("o").arg(LONG).ignore();
-            p.cmd("SET").arg(s).arg("v").ignore();
+            fill.push(cmd!("LOCK.ACQUIRE", l, "o", LONG));
+            fill.push(cmd!("SET", s, "v"));
         }
-        let _: () = p.query(&mut c).unwrap();
+        common::pipeline_holds(&mut c, &fill);
         config_set(&mut c, "slowlog-log-slower-than", 0);
         let _: () = cmd!("SLOWLOG", "RESET").query(&mut c).unwrap();
         for keys in [&locks, &strings] {

@@ -1639,16 +1639,10 @@ fn a_shared_holder_costs_at_most_72_bytes_beyond_its_owner() {
     const HOLDERS: i64 = 20_000;
     const OWNER_LEN: i64 = 36; // a UUID
     let before = used(&mut c);
-    let mut pipe = redis::pipe();
-    for i in 1..=HOLDERS {
-        pipe.cmd("LOCK.ACQUIRE")
-            .arg("k")
-            .arg(format!("{i:036}"))
-            .arg(LONG)
-            .arg("SHARED")
-            .ignore();
-    }
-    let _: () = pipe.query(&mut c).unwrap();
+    let fill: Vec<redis::Cmd> = (1..=HOLDERS)
+        .map(|i| cmd!("LOCK.ACQUIRE", "k", format!("{i:036}"), LONG, "SHARED"))
+        .collect();
+    common::pipeline_holds(&mut c, &fill);
     assert_eq!(info(&mut c, "k").unwrap().holders, HOLDERS + 1);
     let per_holder = (used(&mut c) - before) / HOLDERS;
     assert!(

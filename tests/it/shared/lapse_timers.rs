@@ -167,23 +167,13 @@ fn many_loaded_keys_get_their_lapse_timers_in_bounded_turns() {
     let keys: i64 = 5_000;
     let mut server = Server::start();
     let mut c = server.conn();
-    let mut pipe = redis::pipe();
+    let mut fill = Vec::new();
     for i in 0..keys {
         let key = format!("k{i}");
-        pipe.cmd("LOCK.ACQUIRE")
-            .arg(&key)
-            .arg("short")
-            .arg(SHORT_MANY_MS)
-            .arg("SHARED")
-            .ignore();
-        pipe.cmd("LOCK.ACQUIRE")
-            .arg(&key)
-            .arg("long")
-            .arg(600_000)
-            .arg("SHARED")
-            .ignore();
+        fill.push(cmd!("LOCK.ACQUIRE", &key, "short", SHORT_MANY_MS, "SHARED"));
+        fill.push(cmd!("LOCK.ACQUIRE", &key, "long", 600_000, "SHARED"));
     }
-    let _: () = pipe.query(&mut c).unwrap();
+    common::pipeline_holds(&mut c, &fill);
     let end = now_ms() + SHORT_MANY_MS;
     let _: () = cmd!("SAVE").query(&mut c).unwrap();
     server.restart();
