@@ -807,58 +807,6 @@ pub fn acquire_many(
     }
 }
 
-/// Whether `reply` is the answer a new hold gets while the token counter is ahead of the
-/// server's clock: `TRYAGAIN relock restart grace, <ms> ms left (tokens ahead of this server's
-/// clock)`; past a millisecond's 1000th token it is `1 ms left`.
-fn tokens_ahead(reply: &redis::Value) -> bool {
-    match reply {
-        redis::Value::ServerError(e) => redis::RedisError::from(e.clone())
-            .to_string()
-            .contains(" ms left (tokens ahead of this server's clock)"),
-        _ => false,
-    }
-}
-
-/// Sends `cmds` as one pipeline and returns their replies in order. A pipeline of new holds
-/// reaches the 1000 tokens a millisecond a server issues (docs/waiting-and-fencing.md: 20,000
-/// pipelined acquires got 878 `TRYAGAIN ... 1 ms left` answers from a release build): the
-/// commands answered so (tokens ahead of the clock, for any lead) are sent again, as a client
-/// does, until each has another answer or 60 s have passed. Any other error reply fails the
-/// test, as a plain `query` would.
-pub fn pipeline_holds(c: &mut redis::Connection, cmds: &[redis::Cmd]) -> Vec<redis::Value> {
-    use redis::ConnectionLike;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut replies: Vec<Option<redis::Value>> = vec![None; cmds.len()];
-    let mut pending: Vec<usize> = (0..cmds.len()).collect();
-    while !pending.is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "{} commands still answered tokens ahead after 60 s",
-            pending.len()
-        );
-        let mut pipe = redis::pipe();
-        for &i in &pending {
-            pipe.add_command(cmds[i].clone());
-        }
-        let got = c
-            .req_packed_commands(&pipe.get_packed_pipeline(), 0, pending.len())
-            .unwrap_or_else(|e| panic!("a pipeline of {} commands: {e}", pending.len()));
-        assert_eq!(got.len(), pending.len(), "one reply per command");
-        let mut again = Vec::new();
-        for (i, reply) in pending.into_iter().zip(got) {
-            if tokens_ahead(&reply) {
-                again.push(i);
-            } else if let redis::Value::ServerError(e) = &reply {
-                panic!("command {i} of the pipeline answered {e:?}");
-            } else {
-                replies[i] = Some(reply);
-            }
-        }
-        pending = again;
-    }
-    replies.into_iter().map(Option::unwrap).collect()
-}
-
 /// A connection whose reads give up after 10 s (a server that stopped answering fails the
 /// test instead of hanging it).
 pub fn connect(server: &Server) -> redis::Connection {

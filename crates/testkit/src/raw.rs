@@ -261,7 +261,10 @@ pub fn queue_behind(
 /// Sends `commands` down one connection in pipelined batches and checks every reply. A new
 /// hold past a millisecond's 1000th answers `TRYAGAIN ... 1 ms left (tokens ahead of this
 /// server's clock)` (docs/waiting-and-fencing.md: a release build reaches that rate from a
-/// pipeline, and so may a debug one on a server that caches its clock per event-loop turn): such a command is sent again after its batch, as a client does.
+/// pipeline, and so may a debug one on a server that caches its clock per event-loop turn),
+/// and a counter raised ahead of the clock answers it with more ms left: such a command is
+/// sent again after its batch, as a client does, for up to 60 s. Every bulk fill of the suites
+/// goes through here (`words` turns a redis-rs command into its words).
 pub fn pipeline(
     raw: &mut Raw,
     commands: impl Iterator<Item = Vec<Vec<u8>>>,
@@ -270,7 +273,18 @@ pub fn pipeline(
     const BATCH: usize = 20_000;
     let mut commands = commands.peekable();
     let mut again: Vec<Vec<Vec<u8>>> = Vec::new();
+    let mut refused_since: Option<Instant> = None;
     while commands.peek().is_some() || !again.is_empty() {
+        if again.is_empty() {
+            refused_since = None;
+        } else {
+            let since = *refused_since.get_or_insert_with(Instant::now);
+            assert!(
+                since.elapsed() < PIPELINE_REPLY_DUE,
+                "{} commands answered tokens ahead of the clock for 60 s",
+                again.len()
+            );
+        }
         let batch: Vec<Vec<Vec<u8>>> = if again.is_empty() {
             commands.by_ref().take(BATCH).collect()
         } else {
@@ -297,5 +311,15 @@ pub fn pipeline(
 /// Whether `reply` is the refusal of a new hold past a millisecond's 1000th token, to be sent
 /// again (the ms left is at most 1: anything longer is a real grace and fails the check).
 pub fn token_floor_wait(reply: &Reply) -> bool {
-    matches!(reply, Reply::Error(e) if e.starts_with("TRYAGAIN") && e.contains(", 1 ms left (tokens ahead of this server's clock)"))
+    matches!(reply, Reply::Error(e) if e.starts_with("TRYAGAIN") && e.contains(" ms left (tokens ahead of this server's clock)"))
+}
+
+/// The words of a redis-rs command, for [`pipeline`].
+pub fn words(cmd: &redis::Cmd) -> Vec<Vec<u8>> {
+    cmd.args_iter()
+        .map(|arg| match arg {
+            redis::Arg::Simple(bytes) => bytes.to_vec(),
+            redis::Arg::Cursor => b"0".to_vec(),
+        })
+        .collect()
 }

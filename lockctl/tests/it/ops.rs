@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use cluster_harness::Cluster;
 use common::{eventually, Server};
 use relock_testkit::ask::waiters;
+use relock_testkit::raw::{pipeline, words, Raw, Reply};
 use serde_json::Value as Json;
 use support::{lockctl, lockctl_at, stdout, Spawned};
 
@@ -248,8 +249,10 @@ fn log_and_waiters_survive_huge_and_hostile_names() {
         force.arg(format!("many:{i}"));
         forced.push(force);
     }
-    common::pipeline_holds(&mut server.conn(), &taken);
-    common::pipeline_holds(&mut server.conn(), &forced);
+    let ok = |r: &Reply| matches!(r, Reply::Int(_));
+    let mut raw = Raw::connect(&server);
+    pipeline(&mut raw, taken.iter().map(words), ok);
+    pipeline(&mut raw, forced.iter().map(words), ok);
 
     let started = Instant::now();
     // The node timeout: a loaded machine may take longer than the operators' 2 s to send
@@ -1529,7 +1532,8 @@ fn info_of_a_lock_with_100000_holders_lists_the_first_of_them() {
             acquire
         })
         .collect();
-    common::pipeline_holds(&mut server.conn(), &fill);
+    let ok = |r: &Reply| matches!(r, Reply::Int(_));
+    pipeline(&mut Raw::connect(&server), fill.iter().map(words), ok);
 
     let out = lockctl(&[&server])
         .args(["info", "crowded"])
