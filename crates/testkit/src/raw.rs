@@ -264,7 +264,7 @@ pub fn queue_behind(
 /// pipeline, and so may a debug one on a server that caches its clock per event-loop turn),
 /// and a counter raised ahead of the clock answers it with more ms left: such a command is
 /// sent again after its batch, as a client does, for up to 60 s. Every bulk fill of the suites
-/// goes through here (`words` turns a redis-rs command into its words).
+/// goes through here ([`pipeline_cmds`] for redis-rs commands).
 pub fn pipeline(
     raw: &mut Raw,
     commands: impl Iterator<Item = Vec<Vec<u8>>>,
@@ -308,10 +308,17 @@ pub fn pipeline(
     }
 }
 
-/// Whether `reply` is the refusal of a new hold past a millisecond's 1000th token, to be sent
-/// again (the ms left is at most 1: anything longer is a real grace and fails the check).
+/// Whether `reply` refuses a new hold because the token counter is ahead of the server's clock
+/// (`TRYAGAIN ... N ms left (tokens ahead of this server's clock)`, whatever N): a pipeline past
+/// a millisecond's 1000th token, or a counter raised ahead of the clock. Such a command is sent
+/// again; a restart grace's own `TRYAGAIN` (no "tokens ahead") is not, and fails the check.
 pub fn token_floor_wait(reply: &Reply) -> bool {
     matches!(reply, Reply::Error(e) if e.starts_with("TRYAGAIN") && e.contains(" ms left (tokens ahead of this server's clock)"))
+}
+
+/// [`pipeline`] for commands built with redis-rs: how the suites' bulk fills are written.
+pub fn pipeline_cmds(raw: &mut Raw, commands: &[redis::Cmd], ok: impl Fn(&Reply) -> bool) {
+    pipeline(raw, commands.iter().map(words), ok)
 }
 
 /// The words of a redis-rs command, for [`pipeline`].

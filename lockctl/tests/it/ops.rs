@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use cluster_harness::Cluster;
 use common::{eventually, Server};
 use relock_testkit::ask::waiters;
-use relock_testkit::raw::{pipeline, words, Raw, Reply};
+use relock_testkit::raw::{pipeline_cmds, Raw, Reply};
 use serde_json::Value as Json;
 use support::{lockctl, lockctl_at, stdout, Spawned};
 
@@ -251,8 +251,8 @@ fn log_and_waiters_survive_huge_and_hostile_names() {
     }
     let ok = |r: &Reply| matches!(r, Reply::Int(_));
     let mut raw = Raw::connect(&server);
-    pipeline(&mut raw, taken.iter().map(words), ok);
-    pipeline(&mut raw, forced.iter().map(words), ok);
+    pipeline_cmds(&mut raw, &taken, ok);
+    pipeline_cmds(&mut raw, &forced, ok);
 
     let started = Instant::now();
     // The node timeout: a loaded machine may take longer than the operators' 2 s to send
@@ -1533,7 +1533,7 @@ fn info_of_a_lock_with_100000_holders_lists_the_first_of_them() {
         })
         .collect();
     let ok = |r: &Reply| matches!(r, Reply::Int(_));
-    pipeline(&mut Raw::connect(&server), fill.iter().map(words), ok);
+    pipeline_cmds(&mut Raw::connect(&server), &fill, ok);
 
     let out = lockctl(&[&server])
         .args(["info", "crowded"])

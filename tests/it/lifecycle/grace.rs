@@ -134,9 +134,7 @@ fn a_bulk_fill_rides_out_tokens_ahead_of_the_clock() {
         .collect();
     fill.push(cmd!("LOCK.RENEW", "kept", "o", 600_000));
     let mut raw = Raw::connect(&server);
-    common::raw::pipeline(&mut raw, fill.iter().map(common::raw::words), |r| {
-        matches!(r, Reply::Int(_))
-    });
+    common::raw::pipeline_cmds(&mut raw, &fill, |r| matches!(r, Reply::Int(_)));
     let mut tokens = Vec::new();
     for i in 0..50 {
         let token: i64 = cmd!("LOCK.RENEW", format!("k{i}"), "o", 600_000)

@@ -346,11 +346,7 @@ fn fill_slot(cluster: &Cluster, source: &Server, readers: usize, filler: usize) 
         })
         .collect();
     let ok = |r: &Reply| matches!(r, Reply::Int(_));
-    common::raw::pipeline(
-        &mut Raw::connect(source),
-        fill.iter().map(common::raw::words),
-        ok,
-    );
+    common::raw::pipeline_cmds(&mut Raw::connect(source), &fill, ok);
     let _: i64 = cmd!("LOCK.ACQUIRE", &state.readers, "lapsing", 1_500, "SHARED")
         .query(&mut src)
         .unwrap();

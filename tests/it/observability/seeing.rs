@@ -1666,9 +1666,7 @@ fn stats_and_info_stay_cheap_with_many_keys_and_waiters() {
         .map(|i| cmd!("LOCK.ACQUIRE", format!("k{i}"), "h", LONG))
         .collect();
     let mut raw = Raw::connect(&server);
-    pipeline(&mut raw, fill.iter().map(common::raw::words), |r| {
-        matches!(r, Reply::Int(_))
-    });
+    common::raw::pipeline_cmds(&mut raw, &fill, |r| matches!(r, Reply::Int(_)));
     let mut waiting = Vec::with_capacity(10_000);
     for i in 0..10_000 {
         let mut r = Raw::connect(&server);

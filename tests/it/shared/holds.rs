@@ -1643,11 +1643,7 @@ fn a_shared_holder_costs_at_most_72_bytes_beyond_its_owner() {
         .map(|i| cmd!("LOCK.ACQUIRE", "k", format!("{i:036}"), LONG, "SHARED"))
         .collect();
     let ok = |r: &Reply| matches!(r, Reply::Int(_));
-    common::raw::pipeline(
-        &mut Raw::connect(&server),
-        fill.iter().map(common::raw::words),
-        ok,
-    );
+    common::raw::pipeline_cmds(&mut Raw::connect(&server), &fill, ok);
     assert_eq!(info(&mut c, "k").unwrap().holders, HOLDERS + 1);
     let per_holder = (used(&mut c) - before) / HOLDERS;
     assert!(

@@ -175,7 +175,7 @@ fn many_loaded_keys_get_their_lapse_timers_in_bounded_turns() {
     }
     let ok = |r: &common::raw::Reply| matches!(r, common::raw::Reply::Int(_));
     let mut raw = common::raw::Raw::connect(&server);
-    common::raw::pipeline(&mut raw, fill.iter().map(common::raw::words), ok);
+    common::raw::pipeline_cmds(&mut raw, &fill, ok);
     let end = now_ms() + SHORT_MANY_MS;
     let _: () = cmd!("SAVE").query(&mut c).unwrap();
     server.restart();
