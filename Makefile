@@ -29,7 +29,7 @@ cluster-stop: ## Stop the cluster that make cluster started
 
 test: setup ## Build everything; then, side by side: every test on Redis 7.0, the client packages, the module's suites on Redis 8.2 and 8.6, Valkey 8.1 and 9.1 (the shipped build), and test-dist
 	$(CARGO) build --workspace --all-targets
-	$(CARGO) build --profile dist -p relock
+	@scripts/dist --build-only
 	@MAKE="$(MAKE)" scripts/test-all
 
 bench: setup-base ## Run the benchmark; writes target/bench/results.md and a chart
