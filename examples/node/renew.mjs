@@ -1,7 +1,7 @@
 // Renewal: a job that runs longer than its lock's ttl keeps the lock, and learns of its loss.
 //
-// First a 2.5 s job under a 1.2 s lease: the package renews the hold in the background every
-// ttl/3 (400 ms), so the job keeps its lock, and its token, to the end; `using` releases it when
+// First a 6 s job under a 3 s lease: the package renews the hold in the background every
+// ttl/3 (1 s), so the job keeps its lock, and its token, to the end; `using` releases it when
 // the job returns. Then the same job again, but an operator breaks the lock (LOCK.FORCERELEASE)
 // 500 ms in: the next renewal is refused and `hold.signal` is aborted with a LockLostError that
 // says why. The job hands the signal to what it awaits, so it stops at once instead of carrying
@@ -14,8 +14,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 import Redis from "ioredis";
 import { LockLostError, Relock } from "relock";
 
-const TTL = 1_200;
-const JOB = 2_500;
+const TTL = 3_000;
+const JOB = 6_000;
 const STEPS = 25;
 
 /**

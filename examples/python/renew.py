@@ -1,7 +1,7 @@
 """Renewal: a job that runs longer than its lock's ttl keeps the lock, and learns of its loss.
 
-First a 2.5 s job under a 1.2 s lease: the package renews the hold in the background every
-ttl/3 (400 ms), so the job keeps its lock, and its token, to the end; the lock is released when
+First a 6 s job under a 3 s lease: the package renews the hold in the background every
+ttl/3 (1 s), so the job keeps its lock, and its token, to the end; the lock is released when
 the `with` block ends. Then the same job again, but an operator breaks the lock
 (LOCK.FORCERELEASE) 500 ms in: the next renewal is refused, the hold is marked lost with the
 reason, and the job, which calls `hold.check()` between its steps, stops with LockLost instead
@@ -22,8 +22,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".de
 import redis  # noqa: E402
 import relock  # noqa: E402
 
-TTL = 1.2
-JOB = 2.5
+TTL = 3.0
+JOB = 6.0
 STEPS = 25
 
 
