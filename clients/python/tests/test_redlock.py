@@ -79,11 +79,12 @@ def test_a_paused_master_costs_a_round_its_deadline_and_no_more(servers3: list[S
     """Clients without a socket_timeout (redis-py's default): a stopped master still accepts
     connections (its kernel does) but never answers the handshake. Each round gives it
     node_timeout, connecting included, and no thread of the client stays stuck on it, so
-    round after round the two others carry on. node_timeout is 0.5 s, not the default 0.1 s:
-    at a load average of 14 a live master's release sometimes answered after 0.1 s, and the
-    release, confirmed by one master of three, said False (seen once in `make test`); a round
-    is still bounded by two deadlines, far under the 2 s asserted."""
-    locks = relock.Relock([connect(s) for s in servers3], node_timeout=0.5)
+    round after round the two others carry on. node_timeout is 1 s, not the default 0.1 s: at
+    a load average of 14 a live master's release answered after 0.1 s (seen once in `make
+    test`), and after 0.5 s with a core busy on a slow machine (run K, 2026-12-04), and the
+    release, confirmed by one master of three, said False; a round is bounded by two deadlines
+    (the acquire's and the release's wait for the paused master), under the 3.5 s asserted."""
+    locks = relock.Relock([connect(s) for s in servers3], node_timeout=1.0)
 
     def connected() -> bool:  # a connection open to every master (a loaded machine may take a while)
         try:
@@ -101,12 +102,10 @@ def test_a_paused_master_costs_a_round_its_deadline_and_no_more(servers3: list[S
             if h is not None:
                 granted += 1
                 assert set(h.tokens) == set(locks.servers[:2]), i
-                # Not asserted True: at a load of 10+ a live master's confirmation can come after
-                # node_timeout (run K, 2026-12-04); the lease then ends by its ttl. What is
-                # asserted is that the release returns, and within the round's bound below.
-                within(10, h.release)
-            # A release waits for every master: the paused one costs it node_timeout.
-            assert time.monotonic() - started < 2.0, (i, time.monotonic() - started)
+                assert within(10, h.release), i
+            # An acquire and a release each wait for every master: the paused one costs each
+            # node_timeout.
+            assert time.monotonic() - started < 3.5, (i, time.monotonic() - started)
         # Each round needs both others within 0.1 s, which a loaded machine sometimes misses;
         # a client with threads stuck on the paused master would grant none after round 13.
         assert granted >= 20, granted
@@ -124,8 +123,8 @@ def test_aio_a_paused_master_costs_a_round_its_deadline_and_no_more(servers3: li
 
     async def main() -> None:
         clients = [aconnect(s) for s in servers3]
-        # node_timeout 0.5 s, as the sync test's (a loaded machine's late release).
-        locks = relock.aio.Relock(clients, node_timeout=0.5)
+        # node_timeout 1 s, as the sync test's (a loaded machine's late release).
+        locks = relock.aio.Relock(clients, node_timeout=1.0)
         async def warm() -> bool:
             with contextlib.suppress(relock.ServerError):
                 return await locks.info_each("warm") == [None] * 3
@@ -142,9 +141,8 @@ def test_aio_a_paused_master_costs_a_round_its_deadline_and_no_more(servers3: li
                 if h is not None:
                     granted += 1
                     assert set(h.tokens) == set(locks.servers[:2]), i
-                    # Not asserted True: as in the sync test above.
-                    await asyncio.wait_for(h.release(), 10)
-                assert time.monotonic() - started < 2.0, (i, time.monotonic() - started)
+                    assert await asyncio.wait_for(h.release(), 10), i
+                assert time.monotonic() - started < 3.5, (i, time.monotonic() - started)
             # Each round needs both others within 0.1 s, which a loaded machine sometimes misses.
             assert granted >= 20, granted
         finally:
