@@ -27,6 +27,10 @@ cluster: module ## Start a local 3-master/3-replica cluster with the module on 1
 cluster-stop: ## Stop the cluster that make cluster started
 	@scripts/cluster stop
 
+# make test builds from scratch once (CI's clean clone): without incremental compilation, which
+# only pays off on the next edit. Every cargo it runs has the same setting, so none of them
+# rebuilds (cargo treats a change of CARGO_INCREMENTAL as a change of profile).
+test: export CARGO_INCREMENTAL := 0
 test: setup ## Build everything; then, side by side: every test on Redis 7.0, the client packages, the module's suites on Redis 8.2 and 8.6, Valkey 8.1 and 9.1 (the shipped build), and test-dist
 	$(CARGO) build --workspace --all-targets
 	@scripts/dist --build-only
