@@ -18,8 +18,9 @@ use relock_client::Relock;
 
 use crate::output::{out, say};
 
-/// The node timeout of the operators' subcommands unless `--node-timeout` says: a journal
-/// of thousands of entries with keys of a megabyte takes more than a lock's 100ms to send.
+/// The node timeout of the operators' subcommands (and of `info` and `force-release`) unless
+/// `--node-timeout` says: a journal of thousands of entries with keys of a megabyte takes more
+/// than a lock's 100ms to send.
 pub const NODE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The operators' subcommands, flattened into lockctl's own.

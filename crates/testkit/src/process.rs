@@ -22,6 +22,16 @@ pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// How a program ended and everything it wrote, for an assertion's message.
+pub fn shown(out: &Output) -> String {
+    format!(
+        "{}\n--- stdout ---\n{}--- stderr ---\n{}",
+        out.status,
+        stdout(out),
+        stderr(out)
+    )
+}
+
 /// A child process killed (and reaped) when dropped, so that a failing test leaves nothing
 /// running (lockctl's command dies with it).
 pub struct Spawned(Option<Child>);

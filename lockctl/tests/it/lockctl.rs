@@ -11,7 +11,7 @@ use common::{eventually, Server};
 use relock_testkit::ask::info_text as info;
 use support::pty::Pty;
 use support::{
-    acquire_as, is_running, lockctl, lockctl_at, send, stderr, stdout, Counter, Spawned,
+    acquire_as, is_running, lockctl, lockctl_at, send, shown, stderr, stdout, Counter, Spawned,
 };
 
 const KEY: &str = "deploy";
@@ -317,7 +317,7 @@ fn info_and_force_release_for_operators() {
     let token = acquire_as(&server, KEY, "stuck-worker", 60_000).expect("granted");
 
     let out = run_lockctl(lockctl(&[&server]).args(["info", KEY]));
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{}", shown(&out));
     let text = stdout(&out);
     assert!(text.contains("owner=stuck-worker"), "{text}");
     assert!(text.contains(&format!("token={token}")), "{text}");
@@ -327,13 +327,45 @@ fn info_and_force_release_for_operators() {
     );
 
     let out = run_lockctl(lockctl(&[&server]).args(["force-release", KEY]));
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains("released"));
+    assert!(out.status.success(), "{}", shown(&out));
+    assert!(stdout(&out).contains("released"), "{}", shown(&out));
     assert_eq!(lock_owner(&server), None);
 
     let out = run_lockctl(lockctl(&[&server]).args(["info", KEY]));
-    assert!(out.status.success());
-    assert!(stdout(&out).contains("not locked"));
+    assert!(out.status.success(), "{}", shown(&out));
+    assert!(stdout(&out).contains("not locked"), "{}", shown(&out));
+}
+
+/// **`info` and `force-release` on a slow master.** Found in a fresh `make test` with a core
+/// busy (2026-12-04, run O, a load of 30 to 50 on 2 cores): `force-release` got the lock
+/// round's 100 ms node timeout, the server's answer came later, and the operator's command
+/// failed (`error: no reply`). An operator's command has the operators' 2 s, as `waiters`,
+/// `log` and `top` do. Staged with a proxy that delays every chunk 300 ms (a round trip of
+/// 600 ms): both succeed by default; with `--node-timeout 100ms` (the old default) `info`
+/// fails and says which master.
+#[test]
+fn info_and_force_release_wait_for_a_slow_master() {
+    let server = Server::start();
+    acquire_as(&server, KEY, "stuck-worker", 60_000).expect("granted");
+    let proxy = support::proxy::Proxy::start(server.port);
+    proxy.delay(Duration::from_millis(300));
+
+    let out = run_lockctl(lockctl_at(&proxy.url()).args(["--node-timeout", "100ms", "info", KEY]));
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    assert!(stdout(&out).contains("error"), "{}", shown(&out));
+
+    let out = run_lockctl(lockctl_at(&proxy.url()).args(["info", KEY]));
+    assert!(out.status.success(), "{}", shown(&out));
+    assert!(
+        stdout(&out).contains("owner=stuck-worker"),
+        "{}",
+        shown(&out)
+    );
+
+    let out = run_lockctl(lockctl_at(&proxy.url()).args(["force-release", KEY]));
+    assert!(out.status.success(), "{}", shown(&out));
+    assert!(stdout(&out).contains("released"), "{}", shown(&out));
+    assert_eq!(lock_owner(&server), None);
 }
 
 /// A command that outlives `--ttl` keeps the lock, renewed every ttl / 3, with nobody else
