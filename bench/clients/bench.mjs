@@ -46,16 +46,28 @@ async function handoff(make) {
   const lat = [];
   let released = null;
   let left = handoffs;
-  const worker = async () => {
+  let holder = null; // the worker whose body ran last
+  let stepping = []; // workers waiting for another to take the lock
+  const worker = async (_, me) => {
     while (left > 0) {
+      // A hand-off passes the lock to another worker: one that has just released steps aside
+      // until another took it, so a lock that lets its releaser take it straight back (every
+      // polling peer) is measured on its hand-offs, not on re-acquisitions by the same worker.
+      while (holder === me && left > 0) await new Promise((res) => stepping.push(res));
+      if (left <= 0) break;
       await using(key, async () => {
         const now = performance.now();
         if (released !== null) lat.push(now - released);
         left--;
+        holder = me;
+        const wake = stepping;
+        stepping = [];
+        for (const res of wake) res();
         await new Promise((res) => setTimeout(res, 1));
         released = performance.now();
       });
     }
+    for (const res of stepping.splice(0)) res();
   };
   await Promise.all(Array.from({ length: 10 }, worker));
   lat.sort((a, b) => a - b);

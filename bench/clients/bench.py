@@ -44,17 +44,27 @@ def handoff(make):
     cm = make()
     key = f"bench:handoff:{time.monotonic_ns()}"
     lat = []
-    state = {"released": None, "left": handoffs}
-    guard = threading.Lock()
+    state = {"released": None, "left": handoffs, "holder": None}
+    guard = threading.Condition()
 
-    def worker():
+    def worker(me):
         while True:
+            with guard:
+                # A hand-off passes the lock to another worker: one that has just released
+                # steps aside until another took it, so a lock that lets its releaser take it
+                # straight back (every polling peer) is measured on its hand-offs, not on
+                # re-acquisitions by the same worker.
+                guard.wait_for(lambda: state["holder"] != me or state["left"] <= 0)
+                if state["left"] <= 0:
+                    return
             with cm(key):
                 now = time.perf_counter()
                 with guard:
                     if state["released"] is not None:
                         lat.append(now - state["released"])
                     state["left"] -= 1
+                    state["holder"] = me
+                    guard.notify_all()
                     done = state["left"] <= 0
                 time.sleep(0.001)  # a little work under the lock
                 with guard:
@@ -65,7 +75,7 @@ def handoff(make):
                 if state["left"] <= 0:
                     return
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(10)]
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(10)]
     for t in threads:
         t.start()
     for t in threads:

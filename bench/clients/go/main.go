@@ -157,12 +157,21 @@ func handoff(use using, handoffs int) (p50, p99 float64, n int, err error) {
 		released time.Time
 		left     = handoffs
 		firstErr error
+		holder   = -1 // the worker whose body ran last
 	)
+	taken := sync.NewCond(&mu)
 	var wg sync.WaitGroup
-	for range 10 {
+	for me := range 10 {
 		wg.Go(func() {
 			for {
 				mu.Lock()
+				// A hand-off passes the lock to another worker: one that has just released
+				// steps aside until another took it, so a lock that lets its releaser take it
+				// straight back (every polling peer) is measured on its hand-offs, not on
+				// re-acquisitions by the same worker.
+				for holder == me && left > 0 && firstErr == nil {
+					taken.Wait()
+				}
 				stop := left <= 0 || firstErr != nil
 				mu.Unlock()
 				if stop {
@@ -175,6 +184,8 @@ func handoff(use using, handoffs int) (p50, p99 float64, n int, err error) {
 						lat = append(lat, float64(now.Sub(released))/float64(time.Millisecond))
 					}
 					left--
+					holder = me
+					taken.Broadcast()
 					mu.Unlock()
 					time.Sleep(time.Millisecond) // a little work under the lock
 					mu.Lock()
@@ -186,6 +197,7 @@ func handoff(use using, handoffs int) (p50, p99 float64, n int, err error) {
 					if firstErr == nil {
 						firstErr = e
 					}
+					taken.Broadcast()
 					mu.Unlock()
 					return
 				}

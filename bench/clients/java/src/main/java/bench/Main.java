@@ -9,6 +9,8 @@ import dev.relock.Hold;
 import dev.relock.LockOptions;
 import dev.relock.Relock;
 import dev.relock.jedis.RelockJedis;
+import java.lang.management.CompilationMXBean;
+import java.lang.management.ManagementFactory;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collections;
@@ -60,10 +62,7 @@ public final class Main {
         }
         for (int i = 0; i < peers.size(); i++) {
             Peer p = peers.get(i);
-            // A warm-up run of each peer's contended path first (its waits, wake-ups and
-            // connections are not the uncontended ones above), not measured: the JIT compiles
-            // it here, not during the measured hand-offs, whose p99 is their 1 % slowest.
-            handoff(p.use(), Math.max(100, handoffs / 5));
+            warmUp(p.use());
             double[] lat = handoff(p.use(), handoffs);
             p.done().close();
             Collections.sort(ops.get(i));
@@ -121,6 +120,25 @@ public final class Main {
         return peers;
     }
 
+    /**
+     * Runs a peer's contended path (its waits, wake-ups and connections are not the
+     * uncontended ones) unmeasured, in chunks of 500 hand-offs, until a chunk runs with the JIT
+     * all but idle (under 5 ms of compiling), at most 30 chunks. A fixed 100 hand-offs was too
+     * few: C2 compiled the waiting path for its first 7,000 or so, and while a compiler thread
+     * ran for tens of ms, a waiter woken on its core waited for the next scheduler tick (2.7-4 ms
+     * hand-offs, the p99 of a 300 hand-off run). Every peer gets the same rule.
+     */
+    static void warmUp(Using use) throws Exception {
+        CompilationMXBean jit = ManagementFactory.getCompilationMXBean();
+        for (int chunk = 0; chunk < 30; chunk++) {
+            long before = jit.getTotalCompilationTime();
+            handoff(use, 500);
+            if (chunk > 0 && jit.getTotalCompilationTime() - before < 5) {
+                return;
+            }
+        }
+    }
+
     static double uncontended(Using use, double seconds) throws Exception {
         long n = 0;
         long start = System.nanoTime();
@@ -138,12 +156,25 @@ public final class Main {
         List<Double> lat = new ArrayList<>();
         long[] released = {0};
         int[] left = {handoffs};
+        int[] holder = {-1}; // the worker whose body ran last
         Throwable[] first = {null};
         List<Thread> threads = new ArrayList<>();
         for (int t = 0; t < 10; t++) {
+            int me = t;
             Thread th = new Thread(() -> {
                 while (true) {
                     synchronized (mu) {
+                        // A hand-off passes the lock to another worker: one that has just
+                        // released steps aside until another took it, so a lock that lets its
+                        // releaser take it straight back (Redisson's RLock, a spin lock) is
+                        // measured on its hand-offs, not on re-acquisitions by the same worker.
+                        while (holder[0] == me && left[0] > 0 && first[0] == null) {
+                            try {
+                                mu.wait();
+                            } catch (InterruptedException e) {
+                                return;
+                            }
+                        }
                         if (left[0] <= 0 || first[0] != null) {
                             return;
                         }
@@ -156,6 +187,8 @@ public final class Main {
                                     lat.add((now - released[0]) / 1e6);
                                 }
                                 left[0]--;
+                                holder[0] = me;
+                                mu.notifyAll();
                             }
                             try {
                                 Thread.sleep(1); // a little work under the lock
@@ -171,6 +204,7 @@ public final class Main {
                             if (first[0] == null) {
                                 first[0] = e;
                             }
+                            mu.notifyAll();
                         }
                         return;
                     }
