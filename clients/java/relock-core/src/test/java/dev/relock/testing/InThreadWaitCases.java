@@ -196,6 +196,9 @@ public abstract class InThreadWaitCases<S extends RedisServer> {
                     throw e;
                 }
             }
+            // A pause before the next try: a read that failed at once (a refused connect) must
+            // not spin against a server that is already behind.
+            java.util.concurrent.locks.LockSupport.parkNanos(TimeUnit.MILLISECONDS.toNanos(10));
         }
     }
 
