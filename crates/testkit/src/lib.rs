@@ -874,6 +874,40 @@ pub fn rewrite_aof(c: &mut redis::Connection) {
     );
 }
 
+/// Every command of the server's incremental AOF files so far (the multi-part AOF of Redis 7+
+/// and Valkey), in order, as words (a non-bulk item as its debug text).
+pub fn aof_commands(server: &Server) -> Vec<Vec<String>> {
+    use raw::{parse, Reply};
+    let dir = server.dir().join("appendonlydir");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("appendonlydir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let bytes = std::fs::read(&f).expect("an AOF file");
+        let mut at = 0;
+        while let Some((reply, used)) = parse(&bytes[at..]) {
+            at += used;
+            if let Reply::Array(items) = reply {
+                out.push(
+                    items
+                        .into_iter()
+                        .map(|i| match i {
+                            Reply::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+                            other => format!("{other:?}"),
+                        })
+                        .collect(),
+                );
+            }
+        }
+    }
+    out
+}
+
 /// Waits (at most 10 s) until `INFO relock` counts no waiter and no timer.
 pub fn settle_to_zero(c: &mut redis::Connection, what: &str) {
     assert!(

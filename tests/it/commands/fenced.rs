@@ -1,8 +1,9 @@
 //! `LOCK.FENCED` end to end: the token's check (exclusive and shared holds, stale and invalid
 //! tokens), which inner commands it refuses (before the token), replies passed through (errors,
-//! RESP3), key specs and getkeys, ACL as the caller, scripts and MULTI, replication of the inner
-//! command's effects only, re-entry (the inner command changing the lock key itself), the 7.0
-//! tracking refusal, and the counters.
+//! RESP3), key specs and getkeys, ACL as the caller, scripts and MULTI, replication and the AOF
+//! of the inner command's effects only (a lapse at the check is Redis's own expiry), re-entry
+//! (the inner command changing the lock key itself), the 7.0 tracking refusal, `SLOWLOG`,
+//! `MONITOR` and the counters.
 use relock_testkit as common;
 
 use std::time::Duration;
@@ -922,4 +923,212 @@ fn out_of_memory_is_the_inner_commands_own() {
         .query(&mut c)
         .unwrap();
     assert_eq!(get(&mut c, "e"), None);
+}
+
+/// The AOF, like a replica, gets what the inner command propagates when run directly
+/// (`EXPIRE` as `PEXPIREAT`, `SPOP` as `SREM`, a script as its writes), never `LOCK.FENCED`;
+/// a restart from it brings the same data back.
+#[test]
+fn the_aof_gets_the_inner_effects_never_lock_fenced() {
+    let mut server = Server::with_args(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        "no",
+    ]);
+    let mut c = server.conn();
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let _: () = redis::cmd("SADD")
+        .arg("s")
+        .arg("x")
+        .arg("y")
+        .query(&mut c)
+        .unwrap();
+    for inner in [
+        &["SET", "d", "1"][..],
+        &["INCR", "d"],
+        &["EXPIRE", "d", "1000"],
+        &["SPOP", "s"],
+        &[
+            "EVAL",
+            "redis.call('set', KEYS[1], 'w'); return 1",
+            "1",
+            "e",
+        ],
+    ] {
+        let _: redis::Value = fenced("k", t, inner).query(&mut c).unwrap();
+    }
+    let names: Vec<String> = common::aof_commands(&server)
+        .iter()
+        .map(|w| w[0].to_uppercase())
+        .collect();
+    for absent in ["LOCK.FENCED", "EXPIRE", "SPOP", "EVAL"] {
+        assert!(!names.iter().any(|n| n == absent), "{absent} in {names:?}");
+    }
+    for present in ["SET", "INCR", "PEXPIREAT", "SREM"] {
+        assert!(names.iter().any(|n| n == present), "no {present} in {names:?}");
+    }
+    let data = |c: &mut redis::Connection| -> redis::Value {
+        redis::cmd("DEBUG")
+            .arg("DIGEST-VALUE")
+            .arg("d")
+            .arg("e")
+            .arg("s")
+            .query(c)
+            .unwrap()
+    };
+    let before = data(&mut c);
+    drop(c);
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(data(&mut c), before, "the data after a restart from the AOF");
+    assert_eq!(get(&mut c, "e").as_deref(), Some("w"));
+}
+
+/// A lock that lapses at the moment of the check (the server was busy and no timer ran): the
+/// check changes nothing itself. Opening the key is Redis's own lazy expiry (its `DEL` goes to
+/// the AOF and the replicas as for any read of an expired key), the check answers `current
+/// none`, nothing runs, and the waiter is granted in the module's next step, as after any
+/// expiry (its own effect after the `DEL`). Sent as one pipeline, so no timer runs between the
+/// lapse and the check, however slow this test's own thread is.
+#[test]
+fn a_lock_lapsing_at_the_check_is_redis_own_expiry_and_nothing_runs() {
+    let server = Server::with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut c = server.conn();
+    let ta = acquire(&mut c, "k", "a", LONG_TTL);
+    let mut w = queued_waiter(&server, &mut c);
+    let before = common::aof_commands(&server).len();
+    let mut raw = Raw::connect(&server);
+    let ta_text = ta.to_string();
+    let mut bytes = common::raw::encode(&[b"LOCK.RENEW", b"k", b"a", b"50"]);
+    bytes.extend(common::raw::encode(&[b"DEBUG", b"SLEEP", b"0.2"]));
+    bytes.extend(common::raw::encode(&[
+        b"LOCK.FENCED",
+        b"k",
+        ta_text.as_bytes(),
+        b"SET",
+        b"d",
+        b"1",
+    ]));
+    std::io::Write::write_all(&mut raw.stream, &bytes).expect("write the pipeline");
+    assert!(matches!(raw.read(SOON), Reply::Int(_)), "a's renewal");
+    assert_eq!(raw.read(SOON), Reply::Status("OK".into()), "the sleep");
+    assert_eq!(
+        raw.read(SOON),
+        Reply::Error(format!("FENCED stale token {ta}, current none")),
+        "the check sees the lapse"
+    );
+    let tb = w.read(SOON).token();
+    assert!(tb > ta as u64, "b is granted after the lapse");
+    assert_eq!(get(&mut c, "d"), None, "nothing ran");
+    let aof: Vec<String> = common::aof_commands(&server)[before..]
+        .iter()
+        .map(|w| w.join(" "))
+        .filter(|w| !w.starts_with("SELECT") && w != "MULTI" && w != "EXEC")
+        .collect();
+    // The first words of each; Redis propagates a lazy expiry as `UNLINK` under
+    // `lazyfree-lazy-expire` (some servers' default).
+    let shape: Vec<String> = aof
+        .iter()
+        .map(|w| w.split(' ').take(3).collect::<Vec<_>>().join(" "))
+        .map(|w| w.replace("UNLINK", "DEL"))
+        .collect();
+    assert_eq!(
+        shape,
+        ["LOCK.APPLY k a", "DEL k", "LOCK.APPLY k b"],
+        "the renewal, Redis's expiry, the hand-off; no SET, no LOCK.FENCED: {aof:?}"
+    );
+}
+
+/// `SLOWLOG` shows the inner command beside `LOCK.FENCED`, as for a command run directly.
+#[test]
+fn slowlog_shows_the_inner_command_beside_lock_fenced() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("SLOWLOG").arg("RESET").query(&mut c).unwrap();
+    let _: () = fenced("k", t, &["SET", "d", "1"]).query(&mut c).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(-1)
+        .query(&mut c)
+        .unwrap();
+    let log: redis::Value = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(16)
+        .query(&mut c)
+        .unwrap();
+    let entries: Vec<String> = match &log {
+        redis::Value::Array(items) => items
+            .iter()
+            .filter_map(|e| match e {
+                redis::Value::Array(f) => match f.get(3) {
+                    Some(redis::Value::Array(w)) => Some(
+                        w.iter()
+                            .map(|w| match w {
+                                redis::Value::BulkString(b) => {
+                                    String::from_utf8_lossy(b).into_owned()
+                                }
+                                other => format!("{other:?}"),
+                            })
+                            .collect::<Vec<_>>()
+                            .join(" "),
+                    ),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect(),
+        other => panic!("SLOWLOG GET: {other:?}"),
+    };
+    let fenced_line = format!("LOCK.FENCED k {t} SET d 1");
+    assert!(
+        entries.iter().any(|e| e.eq_ignore_ascii_case(&fenced_line)),
+        "{entries:?}"
+    );
+    assert!(
+        entries.iter().any(|e| e.eq_ignore_ascii_case("SET d 1")),
+        "{entries:?}"
+    );
+}
+
+/// `MONITOR` shows the inner command beside `LOCK.FENCED`, as for a command run directly.
+#[test]
+fn monitor_shows_the_inner_command_beside_lock_fenced() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let t = acquire(&mut c, "k", "a", LONG_TTL);
+    let mut monitor = Raw::connect(&server);
+    monitor.send(&[b"MONITOR"]);
+    assert_eq!(monitor.read(SOON), Reply::Status("OK".into()));
+    let _: () = fenced("k", t, &["SET", "d", "1"]).query(&mut c).unwrap();
+    // A command after it marks the end of what the monitor must have shown.
+    let _: () = redis::cmd("SET").arg("sentinel").arg("1").query(&mut c).unwrap();
+    let mut lines = Vec::new();
+    while !lines.iter().any(|l: &String| l.contains("\"sentinel\"")) {
+        match monitor.read(SOON) {
+            Reply::Status(line) => lines.push(line),
+            other => panic!("MONITOR sent {other:?} after {lines:?}"),
+        }
+    }
+    let shown = |words: &str| lines.iter().any(|l| l.to_uppercase().contains(words));
+    assert!(
+        shown(&format!("\"LOCK.FENCED\" \"K\" \"{t}\" \"SET\" \"D\" \"1\"")),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.to_uppercase().ends_with("\"SET\" \"D\" \"1\"") && !l.contains("LOCK.")),
+        "{lines:?}"
+    );
 }

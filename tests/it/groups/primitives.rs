@@ -179,7 +179,7 @@ fn a_group_reaches_the_aof_as_one_transaction_and_replicas_get_it() {
         let held = common::lock_info(&mut r, key).expect("on the replica");
         assert_eq!((held.owner.as_slice(), held.token), (&b"o"[..], tokens[0]));
     }
-    let aof = aof_words(&server);
+    let aof = common::aof_commands(&server);
     let applies: Vec<usize> = aof
         .iter()
         .enumerate()
@@ -197,37 +197,6 @@ fn a_group_reaches_the_aof_as_one_transaction_and_replicas_get_it() {
     assert_eq!(aof[applies[2] + 1][0], "EXEC", "{aof:?}");
 }
 
-/// Every command of the incremental AOF files, as words.
-fn aof_words(server: &Server) -> Vec<Vec<String>> {
-    let dir = server.dir().join("appendonlydir");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("appendonlydir")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
-        .collect();
-    files.sort();
-    let mut out = Vec::new();
-    for f in files {
-        let bytes = std::fs::read(&f).unwrap();
-        let mut at = 0;
-        while let Some((reply, used)) = common::raw::parse(&bytes[at..]) {
-            at += used;
-            if let Reply::Array(items) = reply {
-                out.push(
-                    items
-                        .into_iter()
-                        .map(|i| match i {
-                            Reply::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
-                            other => format!("{other:?}"),
-                        })
-                        .collect(),
-                );
-            }
-        }
-    }
-    out
-}
 
 // --- Several permits at once --------------------------------------------------------------------
 

@@ -1653,37 +1653,6 @@ fn a_shared_holder_costs_at_most_72_bytes_beyond_its_owner() {
     );
 }
 
-/// The commands in the server's AOF increment files so far (Redis 7 multi-part AOF).
-fn aof_commands(server: &Server) -> Vec<Vec<String>> {
-    let dir = server.dir().join("appendonlydir");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("appendonlydir")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
-        .collect();
-    files.sort();
-    let mut out = Vec::new();
-    for f in files {
-        let bytes = std::fs::read(&f).unwrap();
-        let mut at = 0;
-        while let Some((reply, used)) = common::raw::parse(&bytes[at..]) {
-            at += used;
-            if let Reply::Array(items) = reply {
-                out.push(
-                    items
-                        .into_iter()
-                        .map(|i| match i {
-                            Reply::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
-                            other => format!("{other:?}"),
-                        })
-                        .collect(),
-                );
-            }
-        }
-    }
-    out
-}
 
 #[test]
 fn each_change_reaches_the_aof_as_one_effect_per_changed_holder() {
@@ -1692,10 +1661,10 @@ fn each_change_reaches_the_aof_as_one_effect_per_changed_holder() {
     for o in ["a", "b", "d"] {
         acquire_with(&mut c, "k", o, LONG, M::L(3)).unwrap();
     }
-    let mut seen = aof_commands(&server).len();
+    let mut seen = common::aof_commands(&server).len();
     let mut step = |c: &mut Connection, cmd: redis::Cmd| -> Vec<Vec<String>> {
         let _: Value = cmd.query(c).unwrap();
-        let all = aof_commands(&server);
+        let all = common::aof_commands(&server);
         let new: Vec<Vec<String>> = all[seen..]
             .iter()
             .filter(|cmd| cmd[0] != "MULTI" && cmd[0] != "EXEC" && cmd[0] != "SELECT")
