@@ -167,7 +167,9 @@ fn macquire_arguments_and_errors_change_nothing() {
 
 #[test]
 fn a_group_reaches_the_aof_as_one_transaction_and_replicas_get_it() {
-    let server = Server::with_args(&["--appendonly", "yes"]);
+    // `always`: with `everysec` the AOF write may wait up to 2 s behind a background fsync
+    // while replies go out, and the file read below could miss the group.
+    let server = Server::with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
     let replica = Server::start();
     common::attach_replica(&server, &replica);
     let mut c = server.conn();
@@ -196,7 +198,6 @@ fn a_group_reaches_the_aof_as_one_transaction_and_replicas_get_it() {
     assert_eq!(before[0], "MULTI", "{aof:?}");
     assert_eq!(aof[applies[2] + 1][0], "EXEC", "{aof:?}");
 }
-
 
 // --- Several permits at once --------------------------------------------------------------------
 

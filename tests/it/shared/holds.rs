@@ -1653,7 +1653,6 @@ fn a_shared_holder_costs_at_most_72_bytes_beyond_its_owner() {
     );
 }
 
-
 #[test]
 fn each_change_reaches_the_aof_as_one_effect_per_changed_holder() {
     let server = Server::with_args(&["--appendonly", "yes", "--appendfsync", "always"]);
