@@ -462,3 +462,159 @@ func TestWaitConnectionsKept(t *testing.T) {
 		return strings.Count(admin.ClientList(bg()).Val(), "\n") == 1
 	})
 }
+
+// A Mutex's Extend in flight when its validity runs out (found by the attack round of
+// 2026-12-05): the hold's timer declared the loss and gave the key back (LOCK.RELEASE FROM 1)
+// while the renewal was unanswered; the servers applied the renewal, then the give-back, and
+// Extend answered (true, nil) with Until seconds ahead while another owner took the lock at
+// once. Now the loss and a renewal's success are one step each under the hold's lock: either
+// the renewal moved the validity first (no loss) or it finds the hold ended and says so.
+// The pause makes the renewal answer after the validity's end in most iterations; whatever
+// the timing, Extend's success and another owner's grant must not both happen.
+func TestExtendRacingTheEndOfValidityNeverLeavesTwoHolders(t *testing.T) {
+	s := startServer(t)
+	rdb := s.client(t)
+	c := New(rdb, NodeTimeout(time.Second))
+	t.Cleanup(func() { _ = c.Close() })
+	other := New(rdb)
+	t.Cleanup(func() { _ = other.Close() })
+	for i := 0; i < 3; i++ {
+		key := fmt.Sprintf("extend-race-%d", i)
+		m := c.NewMutex(key, TTL(6*time.Second))
+		if err := m.Lock(); err != nil {
+			t.Fatal(err)
+		}
+		// Pause the server from 35 ms before the validity's end for 50 ms, and extend: the
+		// renewal is answered after the hold's timer declared the loss, in most iterations.
+		lostAt := m.Until().Add(-lossLead(6 * time.Second))
+		time.Sleep(time.Until(lostAt.Add(-15 * time.Millisecond)))
+		if err := rdb.Do(bg(), "CLIENT", "PAUSE", 50, "ALL").Err(); err != nil {
+			t.Fatal(err)
+		}
+		ok, err := m.Extend()
+		time.Sleep(50 * time.Millisecond)
+		valid, verr := m.Valid()
+		h2, terr := other.Acquire(bg(), key, TTL(6*time.Second))
+		if ok && err == nil && terr == nil {
+			t.Errorf("iteration %d: Extend answered (true, nil), Until in %v, Valid (%v, %v), and another owner holds the lock (token %d)",
+				i, time.Until(m.Until()).Round(time.Millisecond), valid, verr, h2.Token())
+		}
+		if !ok && !errors.Is(err, ErrLockLost) {
+			t.Errorf("iteration %d: Extend failed without saying the mutex was lost: %v", i, err)
+		}
+		if h2 != nil {
+			_ = h2.Release(bg())
+		}
+	}
+}
+
+// Options that used to be taken as something else (attack round of 2026-12-05): Limit(0) gave
+// an unlimited shared lock (every acquire granted), Permits(0) one permit, and a negative
+// RetryDelay panicked on the first retry (in Observe, on relock's own goroutine: the process
+// died). Each is refused before any server is asked.
+func TestOptionsThatMeantSomethingElseAreRefused(t *testing.T) {
+	s := startServer(t)
+	c, rdb := locksOn(t, s)
+	for name, opts := range map[string][]Option{
+		"Limit(0)":            {Limit(0)},
+		"Limit(3) Permits(0)": {Limit(3), Permits(0)},
+		"Permits(0)":          {Permits(0)},
+	} {
+		h, err := c.Acquire(bg(), "opt-zero", opts...)
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v (hold %v), want ErrInvalid", name, err, h)
+		}
+	}
+	if n, _ := rdb.Exists(bg(), "opt-zero").Result(); n != 0 {
+		t.Errorf("a refused option reached the server: the key exists")
+	}
+	neg := New(rdb, RetryDelay(-time.Millisecond))
+	t.Cleanup(func() { _ = neg.Close() })
+	if _, err := neg.Acquire(bg(), "opt-neg", Wait(time.Second)); !errors.Is(err, ErrInvalid) {
+		t.Errorf("RetryDelay(-1ms): %v, want ErrInvalid", err)
+	}
+	ctx, cancel := context.WithTimeout(bg(), 5*time.Second)
+	defer cancel()
+	var seen []Observation
+	for o := range neg.Observe(ctx, "opt-neg") {
+		seen = append(seen, o)
+	}
+	if len(seen) != 1 || !errors.Is(seen[0].Err, ErrInvalid) {
+		t.Errorf("Observe with RetryDelay(-1ms): %+v, want one ErrInvalid then the end", seen)
+	}
+}
+
+// redsync's Unlock answers false for a mutex that holds nothing; relock's said true (a Hold's
+// second Release is nil) for a second Unlock, and for an Unlock after a failed TryLock while
+// another owner held the lock (attack round of 2026-12-05).
+func TestMutexUnlockOfNothingAnswersFalse(t *testing.T) {
+	s := startServer(t)
+	c, _ := locksOn(t, s)
+	m := c.NewMutex("mutex-unlock", TTL(5*time.Second))
+	if err := m.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := m.Unlock(); !ok || err != nil {
+		t.Fatalf("first Unlock: (%v, %v)", ok, err)
+	}
+	if ok, err := m.Unlock(); ok || !errors.Is(err, ErrReleased) {
+		t.Errorf("second Unlock: (%v, %v), want (false, ErrReleased)", ok, err)
+	}
+	o := c.NewMutex("mutex-unlock", TTL(5*time.Second))
+	if err := o.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.TryLock(); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("TryLock while another holds: %v", err)
+	}
+	if ok, err := m.Unlock(); ok || err == nil {
+		t.Errorf("Unlock after a failed TryLock: (%v, %v), want false with an error", ok, err)
+	}
+	if valid, err := o.Valid(); !valid || err != nil {
+		t.Errorf("the holder is no longer valid: (%v, %v)", valid, err)
+	}
+	if ok, err := o.Unlock(); !ok || err != nil {
+		t.Errorf("the holder's Unlock: (%v, %v)", ok, err)
+	}
+}
+
+// A wait bounded by its context's deadline ends with that deadline as the cause
+// (errors.Is(err, context.DeadlineExceeded)), as the docs say. In a third of the runs it did not
+// (attack round of 2026-12-05): the connection's deadline, or the server's wait timeout in whole
+// milliseconds, ended the wait a moment before the context's timer, and the error said "held by
+// another owner" or "no quorum".
+func TestAWaitEndedByTheContextsDeadlineSaysSo(t *testing.T) {
+	s := startServer(t)
+	c, _ := locksOn(t, s)
+	h := mustAcquire(t, c, "ctx-cause-a", TTL(30*time.Second))
+	defer func() { _ = h.Release(bg()) }()
+	l, err := c.Campaign(bg(), "ctx-cause-e", "a", TTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Resign(bg()) }()
+	for i := 0; i < 6; i++ {
+		within := time.Duration(150+i*7) * time.Millisecond
+		for what, try := range map[string]func(ctx context.Context) error{
+			"Acquire": func(ctx context.Context) error {
+				_, err := c.Acquire(ctx, "ctx-cause-a", Wait(10*time.Second))
+				return err
+			},
+			"Campaign": func(ctx context.Context) error {
+				_, err := c.Campaign(ctx, "ctx-cause-e", "b")
+				return err
+			},
+			"AcquireAll": func(ctx context.Context) error {
+				_, err := c.AcquireAll(ctx, []string{"ctx-cause-a", "ctx-cause-b"}, Wait(10*time.Second))
+				return err
+			},
+		} {
+			ctx, cancel := context.WithTimeout(bg(), within)
+			err := try(ctx)
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrNotAcquired) {
+				t.Errorf("%s within %v: %v, want ErrNotAcquired caused by the context's deadline", what, within, err)
+			}
+		}
+	}
+}

@@ -264,8 +264,8 @@ func (n *node) follow(ctx context.Context, from *redis.Options, addr string, ask
 	} else {
 		_ = wc.Close()
 	}
-	if err != nil && ctx.Err() != nil {
-		return nil, 0, nil, fmt.Errorf("%w (%s)", ctx.Err(), err), at
+	if cerr := ctxErr(ctx); err != nil && cerr != nil {
+		return nil, 0, nil, fmt.Errorf("%w (%s)", cerr, err), at
 	}
 	return v, acked, ackErr, err, at
 }
@@ -441,8 +441,8 @@ func (n *node) blockingAcked(ctx context.Context, key string, bound time.Duratio
 	} else {
 		_ = wc.Close()
 	}
-	if err != nil && ctx.Err() != nil {
-		return nil, 0, nil, fmt.Errorf("%w (%s)", ctx.Err(), err), at
+	if cerr := ctxErr(ctx); err != nil && cerr != nil {
+		return nil, 0, nil, fmt.Errorf("%w (%s)", cerr, err), at
 	}
 	if n.cluster != nil {
 		if addr, ask, ok := redirection(err); ok {
@@ -575,6 +575,10 @@ func newClient(rdbs []redis.UniversalClient, opts []ClientOption) *Client {
 	}
 	if c.nodeTimeout < time.Millisecond {
 		c.err = invalid("node timeout %v is below 1 ms", c.nodeTimeout)
+	}
+	if c.retryDelay < 0 {
+		// Refused here: the retries' jitter would panic on it, in Observe's own goroutine.
+		c.err = invalid("retry delay %v is negative (0 retries at once)", c.retryDelay)
 	}
 	if c.acks.replicas < 0 || c.acks.replicas > 0 && c.acks.timeout < time.Millisecond {
 		c.err = invalid("replica acknowledgements %d within %v: give 0 (off) or more replicas, within 1 ms or more", c.acks.replicas, c.acks.timeout)
@@ -951,6 +955,8 @@ type options struct {
 	shared  bool
 	limit   int
 	permits int
+	// Whether Limit / Permits were given: Limit(0) and Permits(0) are errors, not "none".
+	limitGiven, permitsGiven bool
 }
 
 func makeOptions(opts []Option) options {
@@ -974,13 +980,22 @@ func Shared() Option { return func(o *options) { o.shared = true } }
 
 // Limit makes the key a counting semaphore of n permits (implies Shared; one server or a
 // cluster only).
-func Limit(n int) Option { return func(o *options) { o.shared, o.limit = true, n } }
+func Limit(n int) Option {
+	return func(o *options) { o.shared, o.limit, o.limitGiven = true, n, true }
+}
 
 // Permits takes p permits of a semaphore at once (with Limit).
-func Permits(p int) Option { return func(o *options) { o.permits = p } }
+func Permits(p int) Option { return func(o *options) { o.permits, o.permitsGiven = p, true } }
 
 // deadline of a wait: the Wait option and ctx's deadline, whichever is first; limited false
 // when neither bounds it.
+// ctxBinds: the deadline waitDeadline gave is ctx's own (a wait that ends there ends by the
+// context).
+func ctxBinds(ctx context.Context, deadline time.Time) bool {
+	cd, ok := ctx.Deadline()
+	return ok && cd.Equal(deadline)
+}
+
 func waitDeadline(ctx context.Context, wait time.Duration, start time.Time) (time.Time, bool) {
 	var d time.Time
 	limited := false
@@ -1008,6 +1023,14 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 	ttlMS, err := checkTTL(o.ttl)
 	if err != nil {
 		return nil, err
+	}
+	if o.limitGiven && o.limit == 0 {
+		// Not "no limit": a semaphore of 0 permits was asked for (Shared() is the unlimited
+		// shared lock).
+		return nil, invalid("invalid limit 0 (must be 1 to %d)", MaxLimit)
+	}
+	if o.permitsGiven && o.permits == 0 {
+		return nil, invalid("invalid permits 0 (must be 1 to the limit)")
 	}
 	if err := checkMode(o.limit, o.permits, c.masters()); err != nil {
 		return nil, err
@@ -1086,6 +1109,11 @@ func (c *Client) acquire(ctx context.Context, key string, autoRenew bool, opts .
 			if ended && e.Kind == ErrNotAcquired {
 				e.Cause = uc.cause()
 				e.Msg = fmt.Sprintf("lock %q: not acquired: %v", key, e.Cause)
+			} else if e.Kind == ErrNotAcquired && !tryOnly && ctxBinds(ctx, deadline) {
+				// The wait's timeout was ctx's deadline, and the server's (whole
+				// milliseconds) ended it a moment before the context's timer did.
+				e.Cause = context.DeadlineExceeded
+				e.Msg = fmt.Sprintf("lock %q: not acquired: %v", key, e.Cause)
 			}
 			return nil, e
 		}
@@ -1125,13 +1153,10 @@ func (u *closable) current() context.Context {
 // errClosed; nil while neither ended.
 func (u *closable) cause() error {
 	if u.merged != nil {
-		if u.merged.Err() == nil {
-			return nil
-		}
-		return context.Cause(u.merged)
+		return ctxCause(u.merged)
 	}
-	if u.base.Err() != nil {
-		return context.Cause(u.base)
+	if err := ctxCause(u.base); err != nil {
+		return err
 	}
 	if u.c.closing.Err() != nil {
 		return errClosed

@@ -68,7 +68,33 @@ func lossLead(ttl time.Duration) time.Duration {
 	return min(ttl/20, 20*time.Millisecond)
 }
 
+// ctxErr is ctx's error, or context.DeadlineExceeded once its deadline has passed while its
+// timer has not fired yet: a socket deadline set from it fires first as often as not, and the
+// failure is then the context's, not the server's (attack round of 2026-12-05: a wait cut by
+// its context's deadline said "no quorum" or "held by another owner" in a third of the runs).
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// ctxCause is context.Cause(ctx), with ctxErr's reading of a deadline that has passed.
+func ctxCause(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return ctxErr(ctx)
+}
+
+// jitter is a delay between d/2 and 3d/2 (0 for d <= 0, which newClient refuses anyway).
 func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
 	return d/2 + time.Duration(mrand.Int64N(int64(d)+1))
 }
 

@@ -114,10 +114,14 @@ func (c *Client) Campaign(ctx context.Context, key, value string, opts ...Option
 			return &Leadership{Hold: h, value: proclaimed(owner)}, nil
 		}
 		c.releaseFailed(key, owner, time.Duration(ttlMS)*time.Millisecond, rnd)
-		passed := limited && !time.Now().Before(deadline) || ctx.Err() != nil
+		passed := limited && !time.Now().Before(deadline) || ctxErr(ctx) != nil
 		if e := rnd.afterFailed(key, ttlMS, max(o.wait, 0), passed, limited); e != nil {
-			if ctx.Err() != nil {
-				e.Cause = context.Cause(ctx)
+			if cause := ctxCause(ctx); cause != nil {
+				e.Cause = cause
+			} else if e.Kind == ErrNotAcquired && ctxBinds(ctx, deadline) {
+				// The campaign's wait ended at ctx's deadline, by the server's timeout (whole
+				// milliseconds) a moment before the context's timer.
+				e.Cause = context.DeadlineExceeded
 			}
 			return nil, e
 		}

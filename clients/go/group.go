@@ -103,9 +103,9 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, opts ...Option) 
 		if rnd.permanentlyFailed() {
 			return nil, rnd.permanentError(group[0])
 		}
-		if o.wait == 0 || limited && !time.Now().Before(deadline) || ctx.Err() != nil {
+		if o.wait == 0 || limited && !time.Now().Before(deadline) || ctxErr(ctx) != nil {
 			e := rnd.acquireError(name, ttlMS, max(o.wait, 0))
-			e.Cause = context.Cause(ctx)
+			e.Cause = ctxCause(ctx)
 			return nil, e
 		}
 		if len(c.nodes) == 1 && !rnd.someFailed() {
@@ -152,9 +152,9 @@ func (c *Client) waitEach(ctx context.Context, group []string, owner string, ttl
 	for _, key := range waitOrder(group) {
 		for {
 			remaining := time.Until(deadline)
-			if limited && remaining <= 0 || ctx.Err() != nil {
+			if limited && remaining <= 0 || ctxErr(ctx) != nil {
 				giveBack(taken)
-				return nil, &Error{Kind: ErrNotAcquired, Key: group[0], Retryable: true, Cause: context.Cause(ctx),
+				return nil, &Error{Kind: ErrNotAcquired, Key: group[0], Retryable: true, Cause: ctxCause(ctx),
 					Msg: fmt.Sprintf("locks %q: not all acquired in time", group)}
 			}
 			piece, pieceLimited := remaining, limited

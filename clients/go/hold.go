@@ -153,7 +153,7 @@ func (h *Hold) expireIfPast() {
 	past := h.err == nil && !time.Now().Before(h.lostAt())
 	h.mu.Unlock()
 	if past {
-		h.lose(h.expiryReason(), nil)
+		h.expire()
 	}
 }
 
@@ -230,8 +230,14 @@ func (h *Hold) expiryReason() string {
 // end ends the hold on the client's side: Done closed, Context cancelled; false if it had
 // ended already.
 func (h *Hold) end(err error) bool {
+	return h.endIf(err, nil)
+}
+
+// endIf is end, only if `still` (nil: always) holds when looked at under h.mu, in the same
+// step as the end.
+func (h *Hold) endIf(err error, still func() bool) bool {
 	h.mu.Lock()
-	if h.err != nil {
+	if h.err != nil || (still != nil && !still()) {
 		h.mu.Unlock()
 		return false
 	}
@@ -262,6 +268,20 @@ func (h *Hold) end(err error) bool {
 // lose ends the hold as lost and gives it back in the background where servers still have it.
 func (h *Hold) lose(reason string, loss *LossReason) {
 	if h.end(h.lostError(reason, loss)) {
+		h.c.releaseLate(h.TTL(), fixed(h.releaseArgs()...), nil)
+	}
+}
+
+// expire loses the hold because its validity ran out, unless a renewal moved the validity
+// since it was looked at: the check and the end are one step under h.mu, so a renewal
+// answering at that moment either extends the hold before it ends (and the hold lives on), or
+// finds it ended and says so (renew). Before, the two interleaved: an Extend whose round was
+// applied just before the late give-back answered true for a hold the client had already
+// given back, and another owner could take the lock at once (attack round of 2026-12-05).
+func (h *Hold) expire() {
+	reason := h.expiryReason()
+	past := func() bool { return !time.Now().Before(h.lostAt()) }
+	if h.endIf(h.lostError(reason, nil), past) {
 		h.c.releaseLate(h.TTL(), fixed(h.releaseArgs()...), nil)
 	}
 }
@@ -339,7 +359,7 @@ func (h *Hold) tick() {
 	}
 	h.mu.Unlock()
 	if !time.Now().Before(lostAt) {
-		h.lose(h.expiryReason(), nil)
+		h.expire()
 		return
 	}
 	if busy {
@@ -384,6 +404,13 @@ func (h *Hold) renew(ctx context.Context, ttlMS int64) (bool, error) {
 	rnd := h.c.round(ctx, h.renewArgs(ttlMS), ro)
 	if valid, ok := rnd.validFor(ttlMS); ok {
 		h.mu.Lock()
+		if err := h.err; err != nil {
+			// The hold ended while the round ran (its validity ran out and it is being given
+			// back, or it was released): a renewal the servers applied before that give-back
+			// does not revive it.
+			h.mu.Unlock()
+			return false, err
+		}
 		h.validUntil = rnd.started.Add(valid)
 		h.lastFailure = ""
 		h.mu.Unlock()

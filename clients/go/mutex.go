@@ -21,6 +21,8 @@ type Mutex struct {
 	hold  *Hold
 	value string
 	until time.Time
+	// The hold an Unlock answered true for: a second Unlock of it answers false.
+	unlocked *Hold
 }
 
 // NewMutex is a Mutex on key name (redsync's rs.NewMutex).
@@ -84,7 +86,8 @@ func (m *Mutex) current() *Hold {
 }
 
 // Unlock releases the mutex: true when released (redsync's answer); false with an error
-// saying why otherwise.
+// saying why otherwise: among them a mutex unlocked already, or lost (redsync's
+// ErrLockAlreadyExpired), whose error is ErrReleased or ErrLockLost.
 func (m *Mutex) Unlock() (bool, error) { return m.UnlockContext(context.Background()) }
 
 // UnlockContext releases the mutex.
@@ -93,8 +96,21 @@ func (m *Mutex) UnlockContext(ctx context.Context) (bool, error) {
 	if h == nil {
 		return false, &Error{Kind: ErrLockLost, Key: m.name, Msg: "mutex " + m.name + " is not locked"}
 	}
-	err := h.Release(ctx)
-	return err == nil, err
+	// Unlocked before (a Hold's second Release is nil, a Mutex's second Unlock is not: redsync
+	// answers false), or lost: this value releases nothing.
+	if err := h.Err(); err != nil {
+		return false, err
+	}
+	if err := h.Release(ctx); err != nil {
+		return false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.unlocked == h {
+		return false, h.Err() // another Unlock of the same hold answered true
+	}
+	m.unlocked = h
+	return true, nil
 }
 
 // Extend renews the mutex for its ttl: true when extended.
