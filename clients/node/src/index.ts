@@ -1862,7 +1862,15 @@ export class Hold {
     const rnd = await this.client.round(this.renewArgs(ms), { accept: (r) => this.allHeld(r), write: {} });
     const until = rnd.validUntil(ms);
     if (until !== null) {
-      if (this.released || this.ended) return true;
+      if (this.ended) {
+        // Lost while the round ran (its validity ran out and it is being given back): the
+        // servers' renewal, applied before that give-back, does not revive it. Before, this
+        // answered true, and renew() resolved for a hold given back (the Go client's
+        // Mutex.Extend did the same in the attack round of 2026-12-05).
+        if (explicit) throw this.ended;
+        return false;
+      }
+      if (this.released) return true;
       if (core.now() >= this.lostAt()) return false;
       if (seq < this.renewApplied) return true; // a newer renewal's reply is in already
       this.renewApplied = seq;

@@ -8,6 +8,7 @@ import { monitorEventLoopDelay } from "node:perf_hooks";
 import process from "node:process";
 
 import { connect, relock, closeAll, withServer, withServers, lost, infoField, held, restart, waitOutTtl } from "./helpers.mjs";
+import { eventually } from "./servers.mjs";
 
 const require = createRequire(import.meta.url);
 const { Relock, LockLostError } = require("../dist/index.js");
@@ -319,4 +320,29 @@ test("a vanished server ends a group within its validity", () =>
     assert.equal(g.lossCause, undefined);
     assert.match(g.reason, /validity ran out/);
     assert.equal(await g.release(), false);
+  }));
+
+// A renewal the servers applied, answered after the hold was lost (its validity ran out and the
+// give-back is under way), resolved renew() for a hold given back: the Go client's
+// Mutex.Extend did that in the attack round of 2026-12-05, and renewOnce had the same step. The
+// loss is made to land during the round by wrapping the client's round.
+test("a renewal answered after the loss does not revive the hold", () =>
+  withServer(async (s) => {
+    const r = connect(s);
+    const locks = new Relock(r);
+    const hold = await locks.acquire("k", { ttl: 30_000 });
+    assert.ok(hold);
+    const real = locks.round;
+    locks.round = async (...args) => {
+      const rnd = await real.apply(locks, args);
+      hold.lose("lost while the renewal ran (the test's)");
+      return rnd;
+    };
+    try {
+      await assert.rejects(hold.renew(), (e) => e instanceof LockLostError && /lost while the renewal ran/.test(e.message));
+    } finally {
+      locks.round = real;
+    }
+    assert.equal(hold.lost, true);
+    assert.ok(await eventually(async () => (await r.call("LOCK.INFO", "k")) === null, 10_000), "the lost hold was not given back");
   }));

@@ -56,6 +56,53 @@ def test_manual_renew_changes_the_ttl(server: Server) -> None:
         assert info is not None and info.ttl > 50 and h.ttl == 60
 
 
+# A renewal the servers applied, answered after the hold was lost (its validity ran out and
+# the give-back is under way), answered as a success and moved the validity on: the Go
+# client's Mutex.Extend did that in the attack round of 2026-12-05, and the step here had the
+# same shape. The loss is made to land during the round by wrapping the client's round.
+def test_a_renewal_answered_after_the_loss_does_not_revive_the_hold(server: Server) -> None:
+    locks = relock.Relock(connect(server))
+    with locks.lock("k", ttl=30) as h:
+        real = locks._round
+
+        def round_then_lost(*args: object, **kwargs: object) -> object:
+            rnd = real(*args, **kwargs)  # type: ignore[arg-type]
+            h._lose("lost while the renewal ran (the test's)")
+            return rnd
+
+        locks._round = round_then_lost  # type: ignore[method-assign,assignment]
+        try:
+            with pytest.raises(relock.LockLost, match="lost while the renewal ran"):
+                h.renew()
+        finally:
+            locks._round = real  # type: ignore[method-assign]
+        assert h.lost.is_set()
+        assert eventually(lambda: locks.info("k") is None), "the lost hold is given back"
+
+
+def test_aio_a_renewal_answered_after_the_loss_does_not_revive_the_hold(server: Server) -> None:
+    async def main() -> None:
+        locks = relock.aio.Relock(aconnect(server))
+        async with locks.lock("k", ttl=30) as h:
+            real = locks._round
+
+            async def round_then_lost(*args: object, **kwargs: object) -> object:
+                rnd = await real(*args, **kwargs)  # type: ignore[arg-type]
+                h._lose("lost while the renewal ran (the test's)")
+                return rnd
+
+            locks._round = round_then_lost  # type: ignore[method-assign,assignment]
+            try:
+                with pytest.raises(relock.LockLost, match="lost while the renewal ran"):
+                    await h.renew()
+            finally:
+                locks._round = real  # type: ignore[method-assign]
+            assert h.lost.is_set()
+
+    asyncio.run(main())
+    assert eventually(lambda: relock.Relock(connect(server)).info("k") is None), "given back"
+
+
 # From test_sync.py (the sync client: the behaviour cases of relock-client).
 def test_shared_holds_and_writers(server: Server, protocol: str) -> None:
     locks = relock.Relock(connect(server, protocol))

@@ -1818,7 +1818,7 @@ class Hold:
         with self._renew_lock:
             self._renew_locked(ttl_ms, ttl_s, background)
 
-    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin ebf70caa5896:
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 6b2bae6e3430:
     # the renewal thread's round (background=True) schedules the next one itself and renew() raises
     # from inside; asyncio's returns a verdict to its loop
     def _renew_locked(self, ttl_ms: int, ttl_s: float, background: bool) -> None:
@@ -1836,10 +1836,16 @@ class Hold:
             with self._state:
                 if self._released:
                     return
-                self.ttl = ttl_s
-                self.valid_until = until
-                self._next = now + max(ttl_s / 3, 0.001)
-                self._last_failure = None
+                # Lost while the round ran (its validity ran out, and it is being given back):
+                # the servers' renewal, applied before that give-back, does not revive it.
+                kept = not threading.Event.is_set(self.lost) and time.monotonic() < self._lost_at()
+                if kept:
+                    self.ttl = ttl_s
+                    self.valid_until = until
+                    self._next = now + max(ttl_s / 3, 0.001)
+                    self._last_failure = None
+            if not kept:
+                self.check()  # raises LockLost, declaring the loss if nobody did yet
             return
         if rnd.bad_ttl() and not background:
             # The servers refused the ttl and changed nothing: the hold is still ours.

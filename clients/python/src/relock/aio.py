@@ -1463,6 +1463,9 @@ class Hold:
         until = rnd.valid_until(ttl_s)
         if until is not None:
             if not self._released:
+                # Lost while the round ran (its validity ran out and it is being given back):
+                # the servers' renewal, applied before that give-back, does not revive it.
+                self.check()
                 self.ttl = ttl_s
                 self.valid_until = until
                 self._last_failure = None

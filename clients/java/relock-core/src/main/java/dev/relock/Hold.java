@@ -193,7 +193,23 @@ public final class Hold implements AutoCloseable {
             past = ended == null && System.nanoTime() - lostAtLocked() >= 0;
         }
         if (past) {
-            lose(expiryReason(), null);
+            expire();
+        }
+    }
+
+    /**
+     * Loses the hold because its validity ran out, unless a renewal moved the validity since it
+     * was looked at: the check and the end are one step under {@code mu}, so a renewal answering
+     * at that moment either extends the hold first or finds it ended and says so
+     * ({@link #renewOnce}). The Go client's Mutex.Extend answered true for a hold being given
+     * back when the two interleaved (attack round of 2026-12-05); this hold had the same steps.
+     */
+    private void expire() {
+        String reason = expiryReason();
+        LockLostException lost = new LockLostException(key, "lock \"" + key + "\" was lost: " + reason,
+            new LossReason("", null, reason, null), c.servers());
+        if (endIf(lost, () -> System.nanoTime() - lostAtLocked() >= 0)) {
+            c.releaseLate(ttlMs, key, Relock.fixed(releaseArgs()), null);
         }
     }
 
@@ -275,7 +291,7 @@ public final class Hold implements AutoCloseable {
             }
         }
         if (System.nanoTime() - lostAt >= 0) {
-            lose(expiryReason(), null);
+            expire();
             return;
         }
         if (busy) {
@@ -326,10 +342,17 @@ public final class Hold implements AutoCloseable {
             long valid = rnd.validUs(ttlMs);
             if (valid >= 0) {
                 synchronized (mu) {
-                    validUntilNanos = rnd.startedNanos + valid * 1000;
-                    lastFailure = null;
+                    if (ended == null) {
+                        validUntilNanos = rnd.startedNanos + valid * 1000;
+                        lastFailure = null;
+                        return true;
+                    }
                 }
-                return true;
+                // Ended while the round ran (its validity ran out and it is being given back, or
+                // it was released): the servers' renewal, applied before that give-back, does not
+                // revive it.
+                check();
+                return false;
             }
             if (rnd.badTtl()) {
                 throw new RelockException(RelockException.Kind.SERVER, key, "lock \"" + key + "\": renewal to a ttl of " + ttlMs
@@ -367,8 +390,13 @@ public final class Hold implements AutoCloseable {
 
     /** Ends the hold on the client's side; false if it had ended already. */
     private boolean end(RuntimeException why) {
+        return endIf(why, null);
+    }
+
+    /** {@link #end}, only if {@code still} (null: always) holds when looked at under {@code mu}. */
+    private boolean endIf(RuntimeException why, java.util.function.BooleanSupplier still) {
         synchronized (mu) {
-            if (ended != null) {
+            if (ended != null || (still != null && !still.getAsBoolean())) {
                 return false;
             }
             ended = why;

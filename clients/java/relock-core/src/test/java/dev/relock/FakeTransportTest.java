@@ -152,6 +152,30 @@ class FakeTransportTest {
     }
 
     /**
+     * A renewal the servers applied, answered after the hold was lost (its validity ran out and
+     * the give-back is under way), answered as a success and moved the validity on: the Go
+     * client's Mutex.Extend did that in the attack round of 2026-12-05, and renewOnce had the
+     * same step. Here the loss lands while LOCK.RENEW is being answered.
+     */
+    @Test
+    void aRenewalAnsweredAfterTheLossDoesNotReviveTheHold() {
+        java.util.concurrent.atomic.AtomicReference<Hold> held = new java.util.concurrent.atomic.AtomicReference<>();
+        Fake f = new Fake("s", a -> {
+            if (a[0].equals("LOCK.RENEW") && held.get() != null) {
+                held.get().lose("lost while the renewal ran (the test's)", null);
+            }
+            return grants(a);
+        });
+        try (Relock locks = Relock.create(f)) {
+            Hold h = locks.acquire("k", LockOptions.ttl(Duration.ofSeconds(30)));
+            held.set(h);
+            LockLostException e = assertThrows(LockLostException.class, h::renew);
+            assertTrue(e.getMessage().contains("lost while the renewal ran"), e.getMessage());
+            assertThrows(LockLostException.class, h::check);
+        }
+    }
+
+    /**
      * LOCK.FORCERELEASE run again after its reply was lost removes a hold taken since: sent
      * once, and its lost reply is MAY_HAVE_RUN, not retryable (it was a retryable SERVER
      * error: a caller retrying did just that).
