@@ -618,3 +618,48 @@ func TestAWaitEndedByTheContextsDeadlineSaysSo(t *testing.T) {
 		}
 	}
 }
+
+// A section's exit that timed out (CLIENT PAUSE WRITE) is given back in the background and
+// repeated once more 100 ms after it was answered. A section entered before that repeat asks
+// FROM the same count, so the repeat took the new section's count back (2 -> 1) and a nested
+// Reenter inside it then failed with "hold count is 1, not 2" (attack round of 2026-12-05; no
+// second owner: the count never reached 0). An entry now waits for the hold's late exits.
+func TestALateExitsRepeatNeverTakesTheNextSectionsCount(t *testing.T) {
+	s := startServer(t)
+	c, rdb := locksOn(t, s)
+	h := mustAcquire(t, c, "late-exit", TTL(10*time.Second))
+	defer func() { _ = h.Release(bg()) }()
+	count := func() int64 {
+		v, err := rdb.Do(bg(), "LOCK.INFO", "late-exit").Result()
+		if err != nil {
+			return -1
+		}
+		return toInt(asMap(v)["count"], -1)
+	}
+	// The section's exit is sent while writes are paused: unanswered within the node
+	// timeout, so it is given back late.
+	if err := h.Reenter(bg(), func(context.Context) error {
+		return rdb.Do(bg(), "CLIENT", "PAUSE", 250, "WRITE").Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the first section's count given back", func() bool { return count() == 1 })
+	var inside, later int64
+	var nested error
+	if err := h.Reenter(bg(), func(ctx context.Context) error {
+		inside = count()
+		// Past the late exit's repeat (100 ms after its answer) had it not been waited for.
+		time.Sleep(250 * time.Millisecond)
+		later = count()
+		nested = h.Reenter(ctx, func(context.Context) error { return nil })
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if inside != 2 || later != 2 || nested != nil {
+		t.Errorf("the second section's count: %d entering, %d 250 ms later; a nested section: %v", inside, later, nested)
+	}
+	if n := count(); n != 1 {
+		t.Errorf("the count after the sections: %d, want 1", n)
+	}
+}

@@ -846,6 +846,12 @@ func (c *Client) roundEach(ctx context.Context, rnd *round, args []any, o roundO
 // or ttl from now passed; then once more 100 ms later (a grant still under way when a round
 // was decided lands before it).
 func (c *Client) releaseLate(ttl time.Duration, argsOf func(i int) []any, targets []bool) {
+	c.releaseLateThen(ttl, argsOf, targets, nil)
+}
+
+// releaseLateThen is releaseLate, calling done (if not nil) when the background job ends,
+// its repeat included, however it ends.
+func (c *Client) releaseLateThen(ttl time.Duration, argsOf func(i int) []any, targets []bool, done func()) {
 	if targets == nil {
 		targets = make([]bool, len(c.nodes))
 		for i := range targets {
@@ -853,6 +859,9 @@ func (c *Client) releaseLate(ttl time.Duration, argsOf func(i int) []any, target
 		}
 	}
 	c.track(func() {
+		if done != nil {
+			defer done()
+		}
 		until := time.Now().Add(ttl + c.nodeTimeout)
 		left := slices.Clone(targets)
 		delay := 20 * time.Millisecond

@@ -62,6 +62,12 @@ type Hold struct {
 	// count is the reentrancy count the servers hold (1 + the sections entered), under it.
 	stepping sync.Mutex
 	count    int64
+	// lateExits: closed when no section's exit of this hold is being given back in the
+	// background (nil: none ever was). A late exit is repeated once more 100 ms after it was
+	// answered; a section entered before that (FROM c, the same c) would have its count taken
+	// back by the repeat, so an entry waits for it (under stepping, with h.mu for the field).
+	lateExits chan struct{}
+	lateN     int
 }
 
 // newHold is a hold granted; args are the acquisition's LOCK.ACQUIRE or LOCK.WAIT arguments
@@ -586,6 +592,24 @@ func (h *Hold) enter(ctx context.Context) error {
 	if err := h.Err(); err != nil {
 		return err
 	}
+	// A section's exit still being given back (and repeated) in the background carries the
+	// count this entry would ask FROM: entered now, the repeat would take the new section's
+	// count back (attack round of 2026-12-05). Bounded: a late exit ends within its ttl and
+	// node timeout, plus its repeat.
+	h.mu.Lock()
+	late := h.lateExits
+	h.mu.Unlock()
+	if late != nil {
+		select {
+		case <-late:
+		case <-ctx.Done():
+			return &Error{Kind: ErrNotAcquired, Key: h.key, Retryable: true, Cause: context.Cause(ctx),
+				Msg: fmt.Sprintf("lock %q: the nested section was not entered: a section's exit was still being given back when the context ended; still held", h.key)}
+		}
+		if err := h.Err(); err != nil {
+			return err
+		}
+	}
 	c := h.count
 	h.mu.Lock()
 	args := append(append([]any{"LOCK.REENTER", h.key, h.owner, h.ttlMS}, h.mode...), "FROM", c)
@@ -641,7 +665,27 @@ func (h *Hold) exit() {
 	}
 	rnd := h.c.round(context.Background(), nil, roundOpts{untilAll: true, argsOf: step})
 	if un := rnd.unanswered(); slices.Contains(un, true) {
-		h.c.releaseLate(h.TTL(), step, un)
+		h.c.releaseLateThen(h.TTL(), step, un, h.lateExit())
+	}
+}
+
+// lateExit counts a section's exit given back in the background until the returned function
+// runs (when that background job ends, its repeat included); enter waits for none to be left.
+// Under stepping.
+func (h *Hold) lateExit() func() {
+	h.mu.Lock()
+	if h.lateN == 0 {
+		h.lateExits = make(chan struct{})
+	}
+	h.lateN++
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.lateN--
+		if h.lateN == 0 {
+			close(h.lateExits)
+		}
 	}
 }
 
