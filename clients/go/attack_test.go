@@ -663,3 +663,28 @@ func TestALateExitsRepeatNeverTakesTheNextSectionsCount(t *testing.T) {
 		t.Errorf("the count after the sections: %d, want 1", n)
 	}
 }
+
+// Do whose fn ignores its context after the lock was lost (and another owner took it) returned
+// nil: the loss Release reported was dropped, and the caller never heard that fn's work may
+// have overlapped another holder's (attack round of 2026-12-05). A candidate value with a byte
+// that is not UTF-8 was cut to "" instead of at the limit.
+func TestDoReportsALossFnIgnoredAndValuesAreCutAtTheLimit(t *testing.T) {
+	s := startServer(t)
+	c, rdb := locksOn(t, s)
+	err := c.Do(bg(), "do-lost", func(ctx context.Context) error {
+		if err := rdb.Do(bg(), "LOCK.FORCERELEASE", "do-lost").Err(); err != nil {
+			return err
+		}
+		<-ctx.Done() // the loss is seen (a renewal answered nil) ...
+		return nil   // ... and ignored
+	}, TTL(600*time.Millisecond))
+	if !errors.Is(err, ErrLockLost) {
+		t.Errorf("Do after a loss fn ignored: %v, want ErrLockLost", err)
+	}
+	if got := cutUTF8("ab\xffcd", 4); got != "ab\xffc" {
+		t.Errorf("cutUTF8 of a value with a byte that is not UTF-8: %q", got)
+	}
+	if got := cutUTF8("aé", 2); got != "a" {
+		t.Errorf("cutUTF8 inside a rune: %q", got)
+	}
+}

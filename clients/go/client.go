@@ -1213,13 +1213,22 @@ func (c *Client) waitRound(ctx context.Context, key, owner string, ttlMS int64, 
 // moment the hold is known lost (context.Cause is then an *Error of kind ErrLockLost: with
 // the reason when relock knew it at that moment; when a renewal was answered nil, at once,
 // without waiting for the servers' journals, and its Loss is nil), and releases it however fn
-// returns. It returns fn's error, or the acquisition's.
-func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
+// returns. It returns fn's error, or the acquisition's; when fn returned nil but the lock was
+// lost while it ran, the loss (ErrLockLost): its work may have overlapped another holder's.
+func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) (err error) {
 	h, err := c.Acquire(ctx, key, opts...)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = h.Release(context.WithoutCancel(ctx)) }()
+	defer func() {
+		rerr := h.Release(context.WithoutCancel(ctx))
+		if err == nil && errors.Is(rerr, ErrLockLost) {
+			// fn returned nil, but the lock was lost while it ran (its context was cancelled
+			// with the loss, and fn did not stop): what it did may have overlapped another
+			// holder's work, which the caller must hear (attack round of 2026-12-05).
+			err = rerr
+		}
+	}()
 	fctx, done := h.derive(ctx)
 	defer done()
 	return fn(fctx)

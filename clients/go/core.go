@@ -196,11 +196,12 @@ func cutUTF8(s string, room int) string {
 	if len(s) <= room {
 		return s
 	}
-	s = s[:room]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
+	// Cut before the rune the limit falls in (at most 3 bytes back); bytes that are not UTF-8
+	// are cut where the limit is (before, a value with one invalid byte was cut to "").
+	for back := 0; back < utf8.UTFMax-1 && room > 0 && !utf8.RuneStart(s[room]); back++ {
+		room--
 	}
-	return s
+	return s[:room]
 }
 
 // --- failures --------------------------------------------------------------------------
