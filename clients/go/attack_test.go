@@ -629,13 +629,7 @@ func TestALateExitsRepeatNeverTakesTheNextSectionsCount(t *testing.T) {
 	c, rdb := locksOn(t, s)
 	h := mustAcquire(t, c, "late-exit", TTL(10*time.Second))
 	defer func() { _ = h.Release(bg()) }()
-	count := func() int64 {
-		v, err := rdb.Do(bg(), "LOCK.INFO", "late-exit").Result()
-		if err != nil {
-			return -1
-		}
-		return toInt(asMap(v)["count"], -1)
-	}
+	count := func() int64 { return holdCount(t, c, "late-exit") }
 	// The section's exit is sent while writes are paused: unanswered within the node
 	// timeout, so it is given back late.
 	if err := h.Reenter(bg(), func(context.Context) error {
@@ -644,11 +638,47 @@ func TestALateExitsRepeatNeverTakesTheNextSectionsCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "the first section's count given back", func() bool { return count() == 1 })
+	nextSectionKeepsItsCount(t, h, count)
+}
+
+// An entry that timed out (CLIENT PAUSE WRITE) is taken back, the take-back paused too and so
+// given back in the background, repeated 100 ms after it was answered: FROM 2, as the next
+// section's count. The entry waits for it as for a late exit (a review after the attack).
+func TestALateEntryTakeBacksRepeatNeverTakesTheNextSectionsCount(t *testing.T) {
+	s := startServer(t)
+	c, rdb := locksOn(t, s)
+	h := mustAcquire(t, c, "late-back", TTL(10*time.Second))
+	defer func() { _ = h.Release(bg()) }()
+	count := func() int64 { return holdCount(t, c, "late-back") }
+	if err := rdb.Do(bg(), "CLIENT", "PAUSE", 300, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Reenter(bg(), func(context.Context) error {
+		t.Error("a section entered while writes were paused past the node timeout")
+		return nil
+	}); err == nil {
+		t.Fatal("the paused entry succeeded")
+	}
+	// A write of our own is answered once the pause ended, after the paused entry and its
+	// take-back (postponed clients run in the order they came).
+	if err := rdb.Do(bg(), "SET", "late-back:after-pause", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("the entry was not taken back: count %d", n)
+	}
+	nextSectionKeepsItsCount(t, h, count)
+}
+
+// nextSectionKeepsItsCount enters a section at once, and checks its count (2) on entering and
+// 250 ms later (past the repeat of a late step, had it not been waited for), a section nested
+// in it, and the count after (1).
+func nextSectionKeepsItsCount(t *testing.T, h *Hold, count func() int64) {
+	t.Helper()
 	var inside, later int64
 	var nested error
 	if err := h.Reenter(bg(), func(ctx context.Context) error {
 		inside = count()
-		// Past the late exit's repeat (100 ms after its answer) had it not been waited for.
 		time.Sleep(250 * time.Millisecond)
 		later = count()
 		nested = h.Reenter(ctx, func(context.Context) error { return nil })
@@ -657,7 +687,7 @@ func TestALateExitsRepeatNeverTakesTheNextSectionsCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	if inside != 2 || later != 2 || nested != nil {
-		t.Errorf("the second section's count: %d entering, %d 250 ms later; a nested section: %v", inside, later, nested)
+		t.Errorf("the next section's count: %d entering, %d 250 ms later; a nested section: %v", inside, later, nested)
 	}
 	if n := count(); n != 1 {
 		t.Errorf("the count after the sections: %d, want 1", n)

@@ -62,10 +62,11 @@ type Hold struct {
 	// count is the reentrancy count the servers hold (1 + the sections entered), under it.
 	stepping sync.Mutex
 	count    int64
-	// lateExits: closed when no section's exit of this hold is being given back in the
-	// background (nil: none ever was). A late exit is repeated once more 100 ms after it was
-	// answered; a section entered before that (FROM c, the same c) would have its count taken
-	// back by the repeat, so an entry waits for it (under stepping, with h.mu for the field).
+	// lateExits: closed when no step of this hold's count (a section's exit, an entry taken
+	// back) is being given back in the background (nil: none ever was). A late step is
+	// repeated once more 100 ms after it was answered; a section entered before that (FROM c,
+	// the same c) would have its count taken back by the repeat, so an entry waits for it
+	// (under stepping, with h.mu for the field).
 	lateExits chan struct{}
 	lateN     int
 }
@@ -633,7 +634,8 @@ func (h *Hold) enter(ctx context.Context) error {
 	back := fixed("LOCK.RELEASE", h.key, h.owner, "FROM", c+1)
 	brnd := h.c.round(context.WithoutCancel(ctx), nil, roundOpts{untilAll: true, argsOf: back})
 	if un := brnd.unanswered(); slices.Contains(un, true) {
-		h.c.releaseLate(h.TTL(), back, un)
+		// A late take-back is a step of the count as a late exit is: the next entry waits.
+		h.c.releaseLateThen(h.TTL(), back, un, h.lateExit())
 	}
 	if rnd.renewLost() && rnd.refused() > 0 {
 		loss := h.c.explainLoss(h.Keys(), h.owner, h.since)

@@ -1663,6 +1663,11 @@ export class Hold {
   private counts: number[];
   /** The count-changing steps (LOCK.REENTER, LOCK.RELEASE), one at a time, in order. */
   private steps: Promise<unknown> = Promise.resolve();
+  /**
+   * Steps of the count still being given back in the background (a section's exit the servers
+   * did not answer while the hold waited): a section's entry waits for them (`settleSteps`).
+   */
+  private lateSteps = new Set<Promise<unknown>>();
   /** Renewals, one at a time, in order: a reply never lands after a later renewal's. */
   private renewals: Promise<unknown> = Promise.resolve();
   /** Renewals sent, and the last one whose reply was applied (a late reply is never applied after a newer one). */
@@ -1998,7 +2003,7 @@ export class Hold {
     this.check();
     const ttl = core.checkTtl(this.ttl);
     const rnd = await this.inOrder("steps", async () => {
-      this.check();
+      await this.settleSteps();
       const from = [...this.counts];
       const entry = (i: number): Array<string | number> => ["LOCK.REENTER", this.key, this.owner, ttl, ...this.mode, "FROM", Math.max(1, from[i] ?? 1)];
       this.leaseEnd = Math.max(this.leaseEnd, core.now() + ttl + this.client.writeTimeout);
@@ -2049,7 +2054,28 @@ export class Hold {
     // While the hold lasts: the body after it must see the count the server has.
     const until = (): number => (this.ended || this.released ? core.now() : this.leaseEnd);
     const left = await this.client.giveBack(args(0), targets, Math.min(until(), core.now() + Math.max(this.ttl / 3, this.client.writeTimeout * 4)), args, onReply);
-    if (left.some(Boolean)) this.client.track(this.client.giveBack(args(0), left, this.leaseEnd, args, onReply));
+    if (left.some(Boolean)) {
+      const late = this.client.giveBack(args(0), left, this.leaseEnd, args, onReply);
+      this.client.track(late);
+      const settled = late.catch(() => undefined);
+      this.lateSteps.add(settled);
+      void settled.finally(() => this.lateSteps.delete(settled));
+    }
+  }
+
+  /**
+   * In the step order, before a section's entry: waits while a step of the count is still
+   * being given back in the background. Its FROM is the count the client knows when it is
+   * sent, and an entry asks FROM that same count: landing after the entry, the give-back took
+   * the new section's level (the section was told one count too many, or refused). Bounded:
+   * a give-back ends with the lease; a hold lost meanwhile throws (`check`).
+   */
+  private async settleSteps(): Promise<void> {
+    while (this.lateSteps.size) {
+      this.check();
+      await Promise.race([pause(10), ...this.lateSteps]);
+    }
+    this.check();
   }
 }
 

@@ -104,6 +104,7 @@ GENERATED: list[tuple[str, str]] = [
     ("Hold", "_refused_words"),
     ("Hold", "_lose_with_history"),
     ("Hold", "release"),
+    ("Hold", "_settle_steps"),
     ("Hold", "_take_back"),
     ("Hold", "_fence"),
     ("GroupHold", "__init__"),

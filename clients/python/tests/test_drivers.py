@@ -496,6 +496,59 @@ def test_nested_sections_count_up_and_down_with_from(server: Server) -> None:
     assert info(server, "k") is None
 
 
+@pytest.mark.parametrize("flavour", ["sync", "aio"])
+def test_a_late_exits_repeat_never_takes_the_next_sections_count(server: Server, proxy: LossProxy, flavour: str) -> None:
+    """A section's exit whose reply was lost (the connection reset after the server ran it)
+    is given back in the background, and sent once more 100 ms after it was answered:
+    ``LOCK.RELEASE ... FROM 2``. A section entered at once asked FROM 1 too (count 2 again),
+    so that repeat took the new section's count back (2 -> 1) and a section nested in it was
+    refused ("hold count is 1, not 2"; found in the Go client by an attack, then here). Must
+    hold: the next section keeps its count however long it runs, and nests."""
+
+    def count() -> int:
+        return int((info(server, "k") or {}).get("count", -1))
+
+    seen: dict[str, Any] = {}
+    if flavour == "sync":
+        locks = relock.Relock(redis.Redis(port=proxy.port), node_timeout=1.0)
+        hold = locks.acquire("k", ttl=20)
+        assert hold is not None
+        proxy.arm(b"LOCK.RELEASE")
+        with hold.reenter():
+            pass
+        assert proxy.hit.is_set(), "the section's exit went by without losing its reply"
+        with hold.reenter() as n:
+            seen["entered"], seen["inside"] = n, count()
+            # Past the late exit's repeat (100 ms after its answer), had it not been waited for.
+            wait_out_ttl(0.3, during=lambda: seen.update(later=min(seen.get("later", 9), count())))
+            with hold.reenter() as m:
+                seen["nested"] = m
+        seen["after"] = count()
+        hold.release()
+    else:
+
+        async def main() -> None:
+            al = relock.aio.Relock(aredis.Redis(port=proxy.port), node_timeout=1.0)
+            h = await al.acquire("k", ttl=20)
+            assert h is not None
+            proxy.arm(b"LOCK.RELEASE")
+            async with h.reenter():
+                pass
+            assert proxy.hit.is_set(), "the section's exit went by without losing its reply"
+            async with h.reenter() as n:
+                seen["entered"], seen["inside"] = n, count()
+                await wait_out_ttl_async(0.3, during=lambda: seen.update(later=min(seen.get("later", 9), count())))
+                async with h.reenter() as m:
+                    seen["nested"] = m
+            seen["after"] = count()
+            await h.release()
+            await al.aclose()
+
+        asyncio.run(main())
+    assert seen == {"entered": 2, "inside": 2, "later": 2, "nested": 3, "after": 1}, seen
+    assert eventually(lambda: info(server, "k") is None, 3)
+
+
 def test_noperm_ends_at_once_sync_and_aio(server: Server) -> None:
     """A user whose ACL does not cover the key: NOPERM is permanent, never retried."""
     direct(server).execute_command("ACL", "SETUSER", "narrow", "on", ">pw", "~mine:*", "+@all")

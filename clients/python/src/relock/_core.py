@@ -7,6 +7,7 @@ error.rs) rule for rule."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import numbers
 import os
@@ -1309,6 +1310,18 @@ def undo_grant(args: Sequence[Any], reply: Any) -> list[Any]:
         after = int(args[-1]) + 1 if len(args) > 5 and str(args[-2]).upper() == "FROM" else int(reply)
         return ["LOCK.RELEASE", args[1], args[2], "FROM", after]
     return ["LOCK.RELEASE", args[1], args[2], "FROM", 1]
+
+
+def count_step(args: Sequence[Any]) -> tuple[str, str] | None:
+    """``(key, owner)`` when ``args`` is a step of a hold's count given back in the background
+    (``LOCK.RELEASE key owner FROM c``, c >= 2: a section's exit, a re-entry taken back): a
+    section entered before it ended (the give-back is sent once more a little later) would
+    ask FROM the same count and have it taken back by it; None for a whole hold (FROM 1)."""
+    if len(args) == 5 and str(args[0]).upper() == "LOCK.RELEASE" and str(args[3]).upper() == "FROM":
+        with contextlib.suppress(ValueError, TypeError):
+            if int(args[4]) >= 2:
+                return str(args[1]), str(args[2])
+    return None
 
 
 def connected_replicas(role: Any) -> int | None:

@@ -786,7 +786,7 @@ class Relock:
     Every hold has an owner of its own, so threads sharing one ``Relock`` exclude each other.
     """
 
-    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 18e5d191b20a:
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin e5f8dcda5081:
     # worker pools and the renewal thread (_make_pools, _Renewer) instead of tasks and a WeakSet of
     # holds
     def __init__(
@@ -821,6 +821,10 @@ class Relock:
         self.retry_delay = core.check_pause("retry_delay", retry_delay)
         self.max_partial_hold = core.check_pause("max_partial_hold", max_partial_hold)
         self._renewer = _Renewer()
+        # (key, owner) -> the steps of that hold's count being given back in the background,
+        # under _late_lock (the background workers end them).
+        self._late_steps: dict[tuple[str, str], int] = {}
+        self._late_lock = threading.Lock()
         self._make_pools()
         _clients.add(self)
 
@@ -1407,7 +1411,7 @@ class Relock:
         if any(later):
             self._release_late(key, owner, later, ttl=ttl)
 
-    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin eed6b761eb5d:
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin dc9369da8c50:
     # submits to the background workers; asyncio spawns a task
     def _release_late(
         self, key: str, owner: str, targets: list[bool] | None, args: list[Any] | None = None, ttl: float | None = None
@@ -1421,11 +1425,23 @@ class Relock:
         grant)."""
         release = args or ["LOCK.RELEASE", key, owner, "FROM", 1]
         until = time.monotonic() + (core.DEFAULT_TTL if ttl is None else ttl)
+        # A step of a hold's count: its next section's entry waits for it (Hold._settle_steps).
+        step = core.count_step(release)
+        if step is not None:
+            with self._late_lock:
+                self._late_steps[step] = self._late_steps.get(step, 0) + 1
 
         def later() -> None:
-            self._give_back_until(release, targets, until)
-            time.sleep(0.1)
-            self._give_back_until(release, targets, until)
+            try:
+                self._give_back_until(release, targets, until)
+                time.sleep(0.1)
+                self._give_back_until(release, targets, until)
+            finally:
+                if step is not None:
+                    with self._late_lock:
+                        self._late_steps[step] -= 1
+                        if not self._late_steps[step]:
+                            del self._late_steps[step]
 
         self._background.submit(later)
 
@@ -2024,7 +2040,7 @@ class Hold:
             servers=rnd.servers(lambda f: not f.refused),
         )
 
-    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 74538435d201:
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin e9e771fd0a1e:
     # the step in runs in the calling thread under the step lock (an interrupt taken back in place);
     # asyncio runs it in a task of its own that a cancellation never cuts
     @contextlib.contextmanager
@@ -2039,7 +2055,7 @@ class Hold:
         ttl_ms = core.check_ttl(self.ttl)
         c = self._client
         with self._step:
-            self.check()
+            self._settle_steps()
             n = self._count
             undo = ["LOCK.RELEASE", self.key, self.owner, "FROM", n + 1]
             try:
@@ -2072,6 +2088,19 @@ class Hold:
         finally:
             if self._pid == os.getpid():
                 self._step_out(agreed)
+
+    # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
+    def _settle_steps(self) -> None:
+        """Under the step, before a section's entry: waits while a step of this hold's count
+        is being given back in the background (a section's exit or a re-entry whose reply was
+        lost). Such a give-back is sent once more 100 ms after it was answered, FROM the count
+        it moved from; an entry asks FROM that same count, and would have its count taken
+        back by it (a nested section then refused). Bounded: a give-back ends within the ttl,
+        and a hold lost meanwhile raises (``check``)."""
+        while (self.key, self.owner) in self._client._late_steps:
+            self.check()
+            time.sleep(0.01)
+        self.check()
 
     # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
     def _take_back(self, undo: list[Any], targets: list[bool]) -> None:

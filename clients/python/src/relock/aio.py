@@ -590,6 +590,8 @@ class Relock:
         self.retry_delay = core.check_pause("retry_delay", retry_delay)
         self.max_partial_hold = core.check_pause("max_partial_hold", max_partial_hold)
         self._background: set[asyncio.Task[Any]] = set()
+        # (key, owner) -> the steps of that hold's count being given back in the background.
+        self._late_steps: dict[tuple[str, str], int] = {}
         self._holds: weakref.WeakSet[Hold] = weakref.WeakSet()
         _clients.add(self)
 
@@ -873,14 +875,29 @@ class Relock:
         ``args``: the release, when not ``LOCK.RELEASE key owner FROM 1`` (a fresh grant)."""
         release = args or ["LOCK.RELEASE", key, owner, "FROM", 1]
         until = time.monotonic() + (core.DEFAULT_TTL if ttl is None else ttl)
+        # A step of a hold's count: its next section's entry waits for it (Hold._settle_steps).
+        step = core.count_step(release)
+        if step is not None:
+            self._late_steps[step] = self._late_steps.get(step, 0) + 1
+
+        def settled() -> None:
+            if step is not None:
+                self._late_steps[step] -= 1
+                if not self._late_steps[step]:
+                    del self._late_steps[step]
 
         async def later() -> None:
-            await self._give_back_until(release, targets, until)
-            await asyncio.sleep(0.1)
-            await self._give_back_until(release, targets, until)
+            try:
+                await self._give_back_until(release, targets, until)
+                await asyncio.sleep(0.1)
+                await self._give_back_until(release, targets, until)
+            finally:
+                settled()
 
-        with contextlib.suppress(RuntimeError):
+        try:
             self._spawn(later())
+        except RuntimeError:  # no event loop running: nothing is given back
+            settled()
 
     async def _give_back_until(self, release: list[Any], targets: list[bool] | None, until: float) -> None:
         left = [True] * len(self._servers) if targets is None else list(targets)
@@ -1657,7 +1674,7 @@ class Hold:
         agreed; whatever may have run where it failed is taken back before the step ends."""
         c = self._client
         async with self._step:
-            self.check()
+            await self._settle_steps()
             n = self._count
             undo = ["LOCK.RELEASE", self.key, self.owner, "FROM", n + 1]
             try:
@@ -1686,6 +1703,18 @@ class Hold:
             await self._take_back(undo, [u and not g for g, u in zip(rnd.agreed_by(), rnd.unanswered())])
             self._count = n + 1
             return rnd, rnd.agreed_by()
+
+    async def _settle_steps(self) -> None:
+        """Under the step, before a section's entry: waits while a step of this hold's count
+        is being given back in the background (a section's exit or a re-entry whose reply was
+        lost). Such a give-back is sent once more 100 ms after it was answered, FROM the count
+        it moved from; an entry asks FROM that same count, and would have its count taken
+        back by it (a nested section then refused). Bounded: a give-back ends within the ttl,
+        and a hold lost meanwhile raises (``check``)."""
+        while (self.key, self.owner) in self._client._late_steps:
+            self.check()
+            await asyncio.sleep(0.01)
+        self.check()
 
     async def _take_back(self, undo: list[Any], targets: list[bool]) -> None:
         """Under the step: ``undo`` (LOCK.RELEASE FROM count + 1) on ``targets``, and in the

@@ -42,6 +42,8 @@ public final class Hold implements AutoCloseable {
     /** orders the count-changing steps; count is the reentrancy count the servers hold. */
     final ReentrantLock stepping = new ReentrantLock();
     long count = 1;
+    /** Steps of the count being given back in the background ({@link #lateStep}), under mu. */
+    private int lateSteps;
     private final ReentrantLock renewing = new ReentrantLock();
     /** The thread a {@link RelockLock} hold belongs to (null for other holds): see {@link #tick}. */
     private volatile Thread heldBy;
@@ -493,7 +495,7 @@ public final class Hold implements AutoCloseable {
         }
         stepping.lock();
         try {
-            check();
+            settleSteps();
             long from = count;
             List<Object> args = new ArrayList<>(List.of("LOCK.REENTER", key, owner, ttlMs));
             synchronized (mu) {
@@ -511,7 +513,7 @@ public final class Hold implements AutoCloseable {
             IntFunction<Object[]> back = Relock.fixed("LOCK.RELEASE", key, owner, "FROM", from + 1);
             boolean[] un = c.round(null, new Relock.RoundOpts(key).all().withArgs(back)).unanswered();
             if (Relock.any(un)) {
-                c.releaseLate(ttlMs, key, back, un);
+                c.releaseLate(ttlMs, key, back, un, lateStep());
             }
             if (rnd.renewLost() && rnd.refused() > 0) {
                 knownLost("LOCK.REENTER answered nil");
@@ -548,10 +550,58 @@ public final class Hold implements AutoCloseable {
             }
             boolean[] un = c.round(null, new Relock.RoundOpts(key).all().withArgs(step)).unanswered();
             if (Relock.any(un)) {
-                c.releaseLate(ttlMs, key, step, un);
+                c.releaseLate(ttlMs, key, step, un, lateStep());
             }
         } finally {
             stepping.unlock();
+        }
+    }
+
+    /**
+     * Counts a step of the count (a section's exit, an entry taken back) given back in the
+     * background until the returned hook runs (when that job ended, its repeat 100 ms later
+     * included); a section's entry waits for none to be left (settleSteps).
+     */
+    private Runnable lateStep() {
+        synchronized (mu) {
+            lateSteps++;
+        }
+        return () -> {
+            synchronized (mu) {
+                lateSteps--;
+                mu.notifyAll();
+            }
+        };
+    }
+
+    /**
+     * Under stepping, before a section's entry: waits while a step of the count is being given
+     * back in the background. That give-back is sent once more 100 ms after it was answered,
+     * FROM the count it moved from, and an entry asks FROM that same count: the repeat would
+     * take the new section's count back (a nested section then refused; the attack on the Go
+     * client of 2026-12-05). Bounded: a give-back ends within the ttl and its repeat; a hold
+     * lost meanwhile throws (check). An interrupt is kept, not acted on, as Lock.lock does.
+     */
+    private void settleSteps() {
+        boolean interrupted = false;
+        try {
+            while (true) {
+                check();
+                synchronized (mu) {
+                    if (lateSteps == 0) {
+                        return;
+                    }
+                    try {
+                        mu.wait(10);
+                    } catch (InterruptedException e) {
+                        interrupted = true;
+                    }
+                }
+            }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
         }
     }
 

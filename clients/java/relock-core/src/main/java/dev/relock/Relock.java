@@ -572,6 +572,11 @@ public final class Relock implements AutoCloseable {
      * passed; then once more 100 ms later (a grant still under way lands before it).
      */
     void releaseLate(long ttlMs, String key, IntFunction<Object[]> argsOf, boolean[] targets) {
+        releaseLate(ttlMs, key, argsOf, targets, null);
+    }
+
+    /** releaseLate, running done (if not null) when the background job ends, however it ends. */
+    void releaseLate(long ttlMs, String key, IntFunction<Object[]> argsOf, boolean[] targets, Runnable done) {
         boolean[] all = new boolean[nodes.length];
         java.util.Arrays.fill(all, true);
         boolean[] left = targets == null ? all : targets.clone();
@@ -599,6 +604,9 @@ public final class Relock implements AutoCloseable {
                 }
             } finally {
                 background.decrementAndGet();
+                if (done != null) {
+                    done.run();
+                }
             }
         });
     }

@@ -176,6 +176,79 @@ class FakeTransportTest {
     }
 
     /**
+     * A section's exit whose reply was lost is given back in the background, and sent once more
+     * 100 ms after it was answered (LOCK.RELEASE ... FROM 2). A section entered at once asked
+     * FROM 1 too (count 2 again), so that repeat took the new section's count back and a
+     * section nested in it was refused (the Go client's attack round of 2026-12-05). The fake
+     * keeps the hold count as the module does (FROM c: applied at c, a repeat at c - 1).
+     */
+    @Test
+    void aLateExitsRepeatNeverTakesTheNextSectionsCount() throws Exception {
+        long[] count = {0};
+        boolean[] loseNextExit = {false};
+        Fake f = new Fake("s", a -> {
+            synchronized (count) {
+                String cmd = String.valueOf(a[0]);
+                long from = a.length > 4 && "FROM".equals(a[a.length - 2]) ? ((Number) a[a.length - 1]).longValue() : 1;
+                switch (cmd) {
+                    case "LOCK.ACQUIRE", "LOCK.WAIT":
+                        count[0] = 1;
+                        return 7L;
+                    case "LOCK.RENEW":
+                        return 1L;
+                    case "LOCK.REENTER":
+                        if (count[0] != from) {
+                            return new ReplyError("ERR hold count is " + count[0] + ", not " + from);
+                        }
+                        return ++count[0];
+                    case "LOCK.RELEASE":
+                        if (count[0] == from) {
+                            count[0]--;
+                            if (from == 2 && loseNextExit[0]) {
+                                loseNextExit[0] = false;
+                                return lost(); // applied, its reply lost
+                            }
+                            return count[0];
+                        }
+                        if (count[0] == from - 1) {
+                            return count[0]; // a repeat: changes nothing
+                        }
+                        return new ReplyError("ERR hold count is " + count[0] + ", not " + from);
+                    default:
+                        return null;
+                }
+            }
+        });
+        try (Relock locks = Relock.create(f)) {
+            java.util.concurrent.locks.Lock lock = locks.lock("k");
+            lock.lock();
+            lock.lock();
+            loseNextExit[0] = true;
+            lock.unlock(); // the exit: applied, its reply lost, given back in the background
+            assertFalse(loseNextExit[0], "the exit went by without losing its reply");
+            long inside;
+            long later;
+            lock.lock(); // the next section, at once
+            try {
+                synchronized (count) {
+                    inside = count[0];
+                }
+                Thread.sleep(300); // past the late exit's repeat, had it not been waited for
+                synchronized (count) {
+                    later = count[0];
+                }
+                lock.lock(); // nested
+                lock.unlock();
+            } finally {
+                lock.unlock();
+            }
+            assertEquals(List.of(2L, 2L, 1L), List.of(inside, later, count[0]), "the count entering, 300 ms later, after");
+            lock.unlock();
+            assertEquals(0L, count[0]);
+        }
+    }
+
+    /**
      * LOCK.FORCERELEASE run again after its reply was lost removes a hold taken since: sent
      * once, and its lost reply is MAY_HAVE_RUN, not retryable (it was a retryable SERVER
      * error: a caller retrying did just that).
