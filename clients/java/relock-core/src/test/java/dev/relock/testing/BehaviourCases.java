@@ -306,7 +306,8 @@ public abstract class BehaviourCases<S extends RedisServer> {
             l.lock();
         }, "ends-holding");
         t.start();
-        t.join();
+        t.join(30_000);
+        assertFalse(t.isAlive(), "the thread's lock() never returned");
         assertEquals(2, locks.holders(k, 0).get(0).count(), "held twice by the ended thread");
         // Given back at the next renewal (a third of the ttl); renewed, it would be held for ever.
         eventually(ofSeconds(10), () -> locks.info(k).isEmpty());

@@ -19,6 +19,7 @@ import io.lettuce.core.protocol.CommandArgs;
 import io.lettuce.core.protocol.ProtocolKeyword;
 import io.lettuce.core.resource.ClientResources;
 import io.lettuce.core.resource.DefaultClientResources;
+import io.lettuce.core.resource.Transports;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayDeque;
@@ -56,7 +57,15 @@ public final class LettuceTransport implements Transport {
     private static final long CONNECT_FLOOR_MS = 1000;
     private static volatile ClientResources shared;
 
-    /** Event loops of relock's own, shared by the transports made without the application's. */
+    /**
+     * Event loops of relock's own, shared by the transports made without the application's,
+     * for the life of the process (daemon threads). relock keeps a reference to their event
+     * loop group of its own: Lettuce counts a group's users and shuts it down when the count
+     * falls to 0 (the last transport closed), and a client that allocated it meanwhile (one
+     * transport closed while another opened: the release is not atomic with an allocation)
+     * kept a group that was being shut down, so that every connect it made failed with "event
+     * executor terminated" for ever (and lock() waited for ever: seen in the Java suite).
+     */
     static ClientResources sharedResources() {
         ClientResources r = shared;
         if (r == null) {
@@ -64,6 +73,7 @@ public final class LettuceTransport implements Transport {
                 r = shared;
                 if (r == null) {
                     r = DefaultClientResources.builder().ioThreadPoolSize(2).computationThreadPoolSize(2).build();
+                    r.eventLoopGroupProvider().allocate(Transports.eventLoopGroupClass());
                     shared = r;
                 }
             }

@@ -101,6 +101,39 @@ class RelockLettuceTest extends BehaviourCases<RedisServer> {
         }
     }
 
+    /**
+     * Lettuce shuts an event loop group down when its count of users falls to 0 (the last
+     * client closed), and a client allocating it meanwhile (one Relock closed while another
+     * opened) kept a group being shut down: every connect failed with "event executor
+     * terminated", and lock() waited for ever (the Java suite hung once, 2026-12-05). relock
+     * keeps a reference of its own to the event loops it shares: closing every transport
+     * leaves them running.
+     */
+    @Test
+    void closingEveryTransportLeavesTheSharedEventLoopsRunning() throws Exception {
+        io.lettuce.core.resource.EventLoopGroupProvider provider = LettuceTransport.sharedResources().eventLoopGroupProvider();
+        Class<? extends io.netty.channel.EventLoopGroup> type = io.lettuce.core.resource.Transports.eventLoopGroupClass();
+        io.netty.channel.EventLoopGroup group = provider.allocate(type);
+        provider.release(group, 0, 2, TimeUnit.SECONDS).get(5, TimeUnit.SECONDS);
+        for (int i = 0; i < 3; i++) {
+            try (Relock r = RelockLettuce.create(srv.uri())) {
+                r.acquire(k, ttl(10_000)).release();
+            }
+        }
+        locks.close(); // the test's own client too (closing it twice is harmless)
+        Thread.sleep(2500); // marked: the closed clients' event loops released (their 2 s bound)
+        assertFalse(group.isShuttingDown(), "the shared event loops were shut down with the last transport");
+        io.netty.channel.EventLoopGroup again = provider.allocate(type);
+        try {
+            assertTrue(again == group, "a new transport is handed the same running event loops");
+        } finally {
+            provider.release(again, 0, 2, TimeUnit.SECONDS);
+        }
+        try (Relock r = RelockLettuce.create(srv.uri())) {
+            r.acquire(k, ttl(10_000)).release();
+        }
+    }
+
     @Test
     void aBlockingCallOnAKilledConnectionIsNeverSentAgain() throws Exception {
         // Lettuce's auto-reconnect would reconnect and re-send the queued BLPOP, which would
