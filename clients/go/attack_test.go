@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -716,5 +717,45 @@ func TestDoReportsALossFnIgnoredAndValuesAreCutAtTheLimit(t *testing.T) {
 	}
 	if got := cutUTF8("aé", 2); got != "a" {
 		t.Errorf("cutUTF8 inside a rune: %q", got)
+	}
+}
+
+// Redlock over three masters, one down (nothing listens on its port): every section's exit is
+// unanswered there and given back in the background until the ttl. An entry that waited for
+// that give-back to end waited the ttl out (6 s for ttl 5 s: the attack on the late-step
+// rule, 2026-12-05); one master down is what Redlock is for. Three sections, each with a
+// nested one, take far less than one ttl, with the count right on the two live masters.
+func TestARedlockMasterThatIsDownDoesNotHoldUpEachSection(t *testing.T) {
+	s1, s2 := startServer(t), startServer(t)
+	down := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", freePort(t))})
+	t.Cleanup(func() { _ = down.Close() })
+	c := NewRedlock([]redis.UniversalClient{s1.client(t), s2.client(t), down}, NodeTimeout(100*time.Millisecond))
+	t.Cleanup(func() { _ = c.Close() })
+	a, b := New(s1.client(t)), New(s2.client(t))
+	h := mustAcquire(t, c, "down", TTL(5*time.Second))
+	start := time.Now()
+	var seen []int64
+	for range 3 {
+		if err := h.Reenter(bg(), func(ctx context.Context) error {
+			return h.Reenter(ctx, func(context.Context) error {
+				seen = append(seen, holdCount(t, a, "down"), holdCount(t, b, "down"))
+				return nil
+			})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	took := time.Since(start)
+	if err := h.Release(bg()); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(seen, []int64{3, 3, 3, 3, 3, 3}) {
+		t.Errorf("the live masters' counts inside the nested sections: %v", seen)
+	}
+	if took >= 5*time.Second {
+		t.Errorf("three sections took %v with one master down (ttl 5 s)", took)
+	}
+	if n, m := holdCount(t, a, "down"), holdCount(t, b, "down"); n != 0 || m != 0 {
+		t.Errorf("left held after the release: %d, %d", n, m)
 	}
 }

@@ -849,8 +849,11 @@ func (c *Client) releaseLate(ttl time.Duration, argsOf func(i int) []any, target
 	c.releaseLateThen(ttl, argsOf, targets, nil)
 }
 
-// releaseLateThen is releaseLate, calling done (if not nil) when the background job ends,
-// its repeat included, however it ends.
+// releaseLateThen is releaseLate, calling done (if not nil) once: when the background job
+// ends, its repeat included, however it ends; or, with several masters, as soon as its first
+// try left a master unanswered (one that is down: a section's entry waiting on done must not
+// wait the ttl out for it; a Redlock hold goes on without it, and a count that master gets
+// wrong is outvoted). With one server the entry needs that server anyway: it waits.
 func (c *Client) releaseLateThen(ttl time.Duration, argsOf func(i int) []any, targets []bool, done func()) {
 	if targets == nil {
 		targets = make([]bool, len(c.nodes))
@@ -858,18 +861,25 @@ func (c *Client) releaseLateThen(ttl time.Duration, argsOf func(i int) []any, ta
 			targets[i] = true
 		}
 	}
-	c.track(func() {
+	var once sync.Once
+	settled := func() {
 		if done != nil {
-			defer done()
+			once.Do(done)
 		}
+	}
+	c.track(func() {
+		defer settled()
 		until := time.Now().Add(ttl + c.nodeTimeout)
 		left := slices.Clone(targets)
 		delay := 20 * time.Millisecond
-		for slices.Contains(left, true) {
+		for first := true; slices.Contains(left, true); first = false {
 			rnd := c.round(c.bgCtx, nil, roundOpts{targets: left, untilAll: true, argsOf: argsOf})
 			un := rnd.unanswered()
 			for i := range left {
 				left[i] = left[i] && un[i]
+			}
+			if first && len(c.nodes) > 1 && slices.Contains(left, true) {
+				settled()
 			}
 			if !slices.Contains(left, true) || time.Now().After(until) {
 				break

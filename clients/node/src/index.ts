@@ -1225,6 +1225,7 @@ export class Relock {
     argsOf?: (i: number) => ReadonlyArray<string | number>,
     onReply?: (i: number, reply: unknown, failure: Failure | undefined) => void,
     again = false,
+    afterFirst?: (left: boolean[]) => void,
   ): Promise<boolean[]> {
     let left = [...targets];
     let delay = 20;
@@ -1236,6 +1237,7 @@ export class Relock {
       if (onReply) for (const [i, f] of rnd.failures) if (left[i]) onReply(i, null, f.refused ? undefined : f);
       const unanswered = rnd.unanswered();
       left = left.map((t, i) => t && !!unanswered[i]);
+      if (tries === 1) afterFirst?.(left);
       if (!left.some(Boolean) || core.now() >= until) break;
       await pause(Math.min(delay, Math.max(0, until - core.now())));
       delay = Math.min(delay * 2, 1000);
@@ -2051,13 +2053,23 @@ export class Hold {
       if (failure) return;
       this.counts[i] = reply === null || reply === undefined ? 0 : Number(reply);
     };
-    // While the hold lasts: the body after it must see the count the server has.
-    const until = (): number => (this.ended || this.released ? core.now() : this.leaseEnd);
+    // While the hold lasts: the body after it must see the count the server has. With several
+    // masters, one try: a master that is down would hold up every step for ttl/3 (a Redlock
+    // hold goes on without it, and a count it gets wrong is outvoted); it is asked again in
+    // the background.
+    const until = (): number => (this.ended || this.released || this.client.servers.length > 1 ? core.now() : this.leaseEnd);
     const left = await this.client.giveBack(args(0), targets, Math.min(until(), core.now() + Math.max(this.ttl / 3, this.client.writeTimeout * 4)), args, onReply);
     if (left.some(Boolean)) {
-      const late = this.client.giveBack(args(0), left, this.leaseEnd, args, onReply);
+      // With several masters, a first try that leaves one unanswered (down: a Redlock hold goes
+      // on without it, and a count it gets wrong is outvoted) no longer holds up the next entry,
+      // which would otherwise wait for it until the lease ends. With one server the entry
+      // needs that server anyway: it waits.
+      let down: () => void = () => undefined;
+      const unanswered = new Promise<void>((res) => (down = res));
+      const afterFirst = this.client.servers.length > 1 ? (l: boolean[]) => l.some(Boolean) && down() : undefined;
+      const late = this.client.giveBack(args(0), left, this.leaseEnd, args, onReply, false, afterFirst);
       this.client.track(late);
-      const settled = late.catch(() => undefined);
+      const settled = Promise.race([late.catch(() => undefined), unanswered]);
       this.lateSteps.add(settled);
       void settled.finally(() => this.lateSteps.delete(settled));
     }

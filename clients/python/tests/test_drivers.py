@@ -19,7 +19,7 @@ import redis.asyncio as aredis
 import relock
 import relock.aio
 from helpers import direct, eventually, info, kill_relock_connections, until, wait_out_ttl, wait_out_ttl_async, waiters
-from servers import LossProxy, Server
+from servers import LossProxy, Server, free_port
 
 
 # --- 1. a re-sent release -------------------------------------------------------------------
@@ -547,6 +547,54 @@ def test_a_late_exits_repeat_never_takes_the_next_sections_count(server: Server,
         asyncio.run(main())
     assert seen == {"entered": 2, "inside": 2, "later": 2, "nested": 3, "after": 1}, seen
     assert eventually(lambda: info(server, "k") is None, 3)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "aio"])
+def test_a_redlock_master_that_is_down_does_not_hold_up_each_section(servers3: list[Server], flavour: str) -> None:
+    """Redlock over three masters, one of them down (nothing listens on its port): every
+    section's exit and entry goes unanswered there and is given back in the background, for
+    up to the ttl. An entry that waited for those give-backs to end waited about the ttl each
+    time (5.6-6 s with ttl 5 s: found by the attack on the late-step rule, 2026-12-05); one
+    master down is what Redlock is for. Must hold: three sections, each with a nested one,
+    take far less than one ttl, and the hold's count is right on the two live masters."""
+    ports = [servers3[0].port, servers3[1].port, free_port()]
+    ttl = 5.0
+
+    def counts() -> list[int]:
+        return [int((info(s, "k") or {}).get("count", -1)) for s in servers3[:2]]
+
+    seen: list[tuple[int, int, list[int]]] = []
+    started = time.monotonic()
+    if flavour == "sync":
+        locks = relock.Relock([redis.Redis(port=p) for p in ports], node_timeout=0.1)
+        hold = locks.acquire("k", ttl=ttl)
+        assert hold is not None
+        for _ in range(3):
+            with hold.reenter() as n:
+                with hold.reenter() as m:
+                    seen.append((n, m, counts()))
+        took = time.monotonic() - started
+        hold.release()
+        locks.close()
+    else:
+
+        async def main() -> float:
+            al = relock.aio.Relock([aredis.Redis(port=p) for p in ports], node_timeout=0.1)
+            h = await al.acquire("k", ttl=ttl)
+            assert h is not None
+            for _ in range(3):
+                async with h.reenter() as n:
+                    async with h.reenter() as m:
+                        seen.append((n, m, counts()))
+            took = time.monotonic() - started
+            await h.release()
+            await al.aclose()
+            return took
+
+        took = asyncio.run(main())
+    assert seen == [(2, 3, [3, 3])] * 3, seen
+    assert took < ttl, f"three sections took {took:.2f} s with one master down (ttl {ttl} s)"
+    assert all(info(s, "k") is None for s in servers3[:2])
 
 
 def test_noperm_ends_at_once_sync_and_aio(server: Server) -> None:

@@ -1411,7 +1411,7 @@ class Relock:
         if any(later):
             self._release_late(key, owner, later, ttl=ttl)
 
-    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin dc9369da8c50:
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin 84235581bc21:
     # submits to the background workers; asyncio spawns a task
     def _release_late(
         self, key: str, owner: str, targets: list[bool] | None, args: list[Any] | None = None, ttl: float | None = None
@@ -1425,33 +1425,54 @@ class Relock:
         grant)."""
         release = args or ["LOCK.RELEASE", key, owner, "FROM", 1]
         until = time.monotonic() + (core.DEFAULT_TTL if ttl is None else ttl)
-        # A step of a hold's count: its next section's entry waits for it (Hold._settle_steps).
+        # A step of a hold's count: its next section's entry waits for it (Hold._settle_steps)
+        # until it is done, repeat included; or, with several masters, when its first try left
+        # one unanswered (down: a Redlock hold goes on without it, and a count it gets wrong
+        # is outvoted), until that first try ended, so that it does not hold up every entry
+        # for the ttl. With one server the entry needs that server anyway: it waits.
         step = core.count_step(release)
         if step is not None:
             with self._late_lock:
                 self._late_steps[step] = self._late_steps.get(step, 0) + 1
+        pending = [step is not None]
+
+        def settled() -> None:
+            with self._late_lock:
+                if step is not None and pending[0]:
+                    pending[0] = False
+                    self._late_steps[step] -= 1
+                    if not self._late_steps[step]:
+                        del self._late_steps[step]
 
         def later() -> None:
             try:
-                self._give_back_until(release, targets, until)
+                self._give_back_until(release, targets, until, settled if len(self._servers) > 1 else None)
                 time.sleep(0.1)
                 self._give_back_until(release, targets, until)
             finally:
-                if step is not None:
-                    with self._late_lock:
-                        self._late_steps[step] -= 1
-                        if not self._late_steps[step]:
-                            del self._late_steps[step]
+                settled()
 
-        self._background.submit(later)
+        try:
+            self._background.submit(later)
+        except BaseException:  # not submitted (the interpreter finalizing): nothing is given back
+            settled()
+            raise
 
     # generated from aio.py by scripts/gen_sync.py: edit it there, then run the script
-    def _give_back_until(self, release: list[Any], targets: list[bool] | None, until: float) -> None:
+    def _give_back_until(
+        self, release: list[Any], targets: list[bool] | None, until: float, unanswered: Callable[[], None] | None = None
+    ) -> None:
+        """``release`` on ``targets`` until each answered or ``until`` passed; ``unanswered``
+        is called when the first try left a server without an answer."""
         left = [True] * len(self._servers) if targets is None else list(targets)
         pause = 0.02
+        first = True
         while any(left):
             rnd = self._round(release, targets=left, until_all=True, background=True)
             left = [a and u for a, u in zip(left, rnd.unanswered())]
+            if first and any(left) and unanswered is not None:
+                unanswered()
+            first = False
             if not any(left) or time.monotonic() + pause >= until:
                 return
             time.sleep(pause)

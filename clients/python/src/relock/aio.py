@@ -875,20 +875,26 @@ class Relock:
         ``args``: the release, when not ``LOCK.RELEASE key owner FROM 1`` (a fresh grant)."""
         release = args or ["LOCK.RELEASE", key, owner, "FROM", 1]
         until = time.monotonic() + (core.DEFAULT_TTL if ttl is None else ttl)
-        # A step of a hold's count: its next section's entry waits for it (Hold._settle_steps).
+        # A step of a hold's count: its next section's entry waits for it (Hold._settle_steps)
+        # until it is done, repeat included; or, with several masters, when its first try left
+        # one unanswered (down: a Redlock hold goes on without it, and a count it gets wrong
+        # is outvoted), until that first try ended, so that it does not hold up every entry
+        # for the ttl. With one server the entry needs that server anyway: it waits.
         step = core.count_step(release)
         if step is not None:
             self._late_steps[step] = self._late_steps.get(step, 0) + 1
+        pending = [step is not None]
 
         def settled() -> None:
-            if step is not None:
+            if step is not None and pending[0]:
+                pending[0] = False
                 self._late_steps[step] -= 1
                 if not self._late_steps[step]:
                     del self._late_steps[step]
 
         async def later() -> None:
             try:
-                await self._give_back_until(release, targets, until)
+                await self._give_back_until(release, targets, until, settled if len(self._servers) > 1 else None)
                 await asyncio.sleep(0.1)
                 await self._give_back_until(release, targets, until)
             finally:
@@ -899,12 +905,20 @@ class Relock:
         except RuntimeError:  # no event loop running: nothing is given back
             settled()
 
-    async def _give_back_until(self, release: list[Any], targets: list[bool] | None, until: float) -> None:
+    async def _give_back_until(
+        self, release: list[Any], targets: list[bool] | None, until: float, unanswered: Callable[[], None] | None = None
+    ) -> None:
+        """``release`` on ``targets`` until each answered or ``until`` passed; ``unanswered``
+        is called when the first try left a server without an answer."""
         left = [True] * len(self._servers) if targets is None else list(targets)
         pause = 0.02
+        first = True
         while any(left):
             rnd = await self._round(release, targets=left, until_all=True, background=True)
             left = [a and u for a, u in zip(left, rnd.unanswered())]
+            if first and any(left) and unanswered is not None:
+                unanswered()
+            first = False
             if not any(left) or time.monotonic() + pause >= until:
                 return
             await asyncio.sleep(pause)

@@ -560,7 +560,8 @@ public final class Hold implements AutoCloseable {
     /**
      * Counts a step of the count (a section's exit, an entry taken back) given back in the
      * background until the returned hook runs (when that job ended, its repeat 100 ms later
-     * included); a section's entry waits for none to be left (settleSteps).
+     * included, or when its first try left a server that is down unanswered); a section's
+     * entry waits for none to be left (settleSteps).
      */
     private Runnable lateStep() {
         synchronized (mu) {
@@ -579,7 +580,7 @@ public final class Hold implements AutoCloseable {
      * back in the background. That give-back is sent once more 100 ms after it was answered,
      * FROM the count it moved from, and an entry asks FROM that same count: the repeat would
      * take the new section's count back (a nested section then refused; the attack on the Go
-     * client of 2026-12-05). Bounded: a give-back ends within the ttl and its repeat; a hold
+     * client of 2026-12-05). Bounded: about a round and the repeat, a round with a server down; a hold
      * lost meanwhile throws (check). An interrupt is kept, not acted on, as Lock.lock does.
      */
     private void settleSteps() {

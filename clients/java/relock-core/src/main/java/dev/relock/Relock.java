@@ -575,23 +575,40 @@ public final class Relock implements AutoCloseable {
         releaseLate(ttlMs, key, argsOf, targets, null);
     }
 
-    /** releaseLate, running done (if not null) when the background job ends, however it ends. */
+    /**
+     * releaseLate, running done (if not null) once: when the background job ends, however it
+     * ends, or, with several masters, as soon as its first try left a master unanswered (one
+     * that is down: a section's entry waiting on done must not wait the ttl out for it; a
+     * Redlock hold goes on without it, and a count that master gets wrong is outvoted). With
+     * one server the entry needs that server anyway: it waits.
+     */
     void releaseLate(long ttlMs, String key, IntFunction<Object[]> argsOf, boolean[] targets, Runnable done) {
         boolean[] all = new boolean[nodes.length];
         java.util.Arrays.fill(all, true);
         boolean[] left = targets == null ? all : targets.clone();
         boolean[] first = left.clone();
+        java.util.concurrent.atomic.AtomicBoolean pending = new java.util.concurrent.atomic.AtomicBoolean(done != null);
+        Runnable settled = () -> {
+            if (pending.getAndSet(false)) {
+                done.run();
+            }
+        };
         background.incrementAndGet();
         IO.execute(() -> {
             try {
                 long until = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ttlMs + nodeTimeoutMs);
                 long delay = 20;
+                boolean firstTry = true;
                 while (any(left)) {
                     Round r = round(null, new RoundOpts(key).all().on(left.clone()).withArgs(argsOf));
                     boolean[] un = r.unanswered();
                     for (int i = 0; i < left.length; i++) {
                         left[i] = left[i] && un[i];
                     }
+                    if (firstTry && nodes.length > 1 && any(left)) {
+                        settled.run();
+                    }
+                    firstTry = false;
                     if (!any(left) || System.nanoTime() > until || stopBackground) {
                         break;
                     }
@@ -604,9 +621,7 @@ public final class Relock implements AutoCloseable {
                 }
             } finally {
                 background.decrementAndGet();
-                if (done != null) {
-                    done.run();
-                }
+                settled.run();
             }
         });
     }

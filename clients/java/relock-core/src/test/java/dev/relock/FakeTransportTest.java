@@ -182,69 +182,113 @@ class FakeTransportTest {
      * section nested in it was refused (the Go client's attack round of 2026-12-05). The fake
      * keeps the hold count as the module does (FROM c: applied at c, a repeat at c - 1).
      */
+    /** A server's hold count as the module keeps it: FROM c applies at c, a repeat at c - 1. */
+    static final class Counting implements Function<Object[], Object> {
+        long count;
+        /** the next exit (LOCK.RELEASE FROM 2) is applied and its reply lost. */
+        boolean loseNextExit;
+
+        @Override
+        public synchronized Object apply(Object[] a) {
+            String cmd = String.valueOf(a[0]);
+            long from = a.length > 4 && "FROM".equals(a[a.length - 2]) ? ((Number) a[a.length - 1]).longValue() : 1;
+            switch (cmd) {
+                case "LOCK.ACQUIRE", "LOCK.WAIT":
+                    count = 1;
+                    return 7L;
+                case "LOCK.RENEW":
+                    return 1L;
+                case "LOCK.REENTER":
+                    if (count != from) {
+                        return new ReplyError("ERR hold count is " + count + ", not " + from);
+                    }
+                    return ++count;
+                case "LOCK.RELEASE":
+                    if (count == from) {
+                        count--;
+                        if (from == 2 && loseNextExit) {
+                            loseNextExit = false;
+                            return lost(); // applied, its reply lost
+                        }
+                        return count;
+                    }
+                    if (count == from - 1) {
+                        return count; // a repeat: changes nothing
+                    }
+                    return new ReplyError("ERR hold count is " + count + ", not " + from);
+                default:
+                    return null;
+            }
+        }
+
+        synchronized long count() {
+            return count;
+        }
+    }
+
     @Test
     void aLateExitsRepeatNeverTakesTheNextSectionsCount() throws Exception {
-        long[] count = {0};
-        boolean[] loseNextExit = {false};
-        Fake f = new Fake("s", a -> {
-            synchronized (count) {
-                String cmd = String.valueOf(a[0]);
-                long from = a.length > 4 && "FROM".equals(a[a.length - 2]) ? ((Number) a[a.length - 1]).longValue() : 1;
-                switch (cmd) {
-                    case "LOCK.ACQUIRE", "LOCK.WAIT":
-                        count[0] = 1;
-                        return 7L;
-                    case "LOCK.RENEW":
-                        return 1L;
-                    case "LOCK.REENTER":
-                        if (count[0] != from) {
-                            return new ReplyError("ERR hold count is " + count[0] + ", not " + from);
-                        }
-                        return ++count[0];
-                    case "LOCK.RELEASE":
-                        if (count[0] == from) {
-                            count[0]--;
-                            if (from == 2 && loseNextExit[0]) {
-                                loseNextExit[0] = false;
-                                return lost(); // applied, its reply lost
-                            }
-                            return count[0];
-                        }
-                        if (count[0] == from - 1) {
-                            return count[0]; // a repeat: changes nothing
-                        }
-                        return new ReplyError("ERR hold count is " + count[0] + ", not " + from);
-                    default:
-                        return null;
-                }
-            }
-        });
+        Counting server = new Counting();
+        Fake f = new Fake("s", server);
         try (Relock locks = Relock.create(f)) {
             java.util.concurrent.locks.Lock lock = locks.lock("k");
             lock.lock();
             lock.lock();
-            loseNextExit[0] = true;
+            synchronized (server) {
+                server.loseNextExit = true;
+            }
             lock.unlock(); // the exit: applied, its reply lost, given back in the background
-            assertFalse(loseNextExit[0], "the exit went by without losing its reply");
+            synchronized (server) {
+                assertFalse(server.loseNextExit, "the exit went by without losing its reply");
+            }
             long inside;
             long later;
             lock.lock(); // the next section, at once
             try {
-                synchronized (count) {
-                    inside = count[0];
-                }
-                Thread.sleep(300); // past the late exit's repeat, had it not been waited for
-                synchronized (count) {
-                    later = count[0];
-                }
+                inside = server.count();
+                Thread.sleep(300); // marked: past the late exit's repeat, had it not been waited for
+                later = server.count();
                 lock.lock(); // nested
                 lock.unlock();
             } finally {
                 lock.unlock();
             }
-            assertEquals(List.of(2L, 2L, 1L), List.of(inside, later, count[0]), "the count entering, 300 ms later, after");
+            assertEquals(List.of(2L, 2L, 1L), List.of(inside, later, server.count()), "the count entering, 300 ms later, after");
             lock.unlock();
-            assertEquals(0L, count[0]);
+            assertEquals(0L, server.count());
+        }
+    }
+
+    /**
+     * Redlock over three masters, one down: every section's steps go unanswered there and are
+     * given back in the background until the ttl. An entry that waited for those give-backs to
+     * end waited the ttl out (15 s for ttl 5 s: the attack on the late-step rule, 2026-12-05);
+     * one master down is what Redlock is for. Three sections, each with a nested one, take far
+     * less than one ttl, with the count right on the two live masters.
+     */
+    @Test
+    void aRedlockMasterThatIsDownDoesNotHoldUpEachSection() throws Exception {
+        Counting a = new Counting();
+        Counting b = new Counting();
+        Fake down = new Fake("c", x -> lost());
+        try (Relock locks = Relock.redlock(List.of(new Fake("a", a), new Fake("b", b), down))) {
+            java.util.concurrent.locks.Lock lock = locks.lock("k", Duration.ofSeconds(5));
+            lock.lock();
+            long t0 = System.nanoTime();
+            List<Long> seen = new ArrayList<>();
+            for (int i = 0; i < 3; i++) {
+                lock.lock();
+                lock.lock();
+                seen.add(a.count());
+                seen.add(b.count());
+                lock.unlock();
+                lock.unlock();
+            }
+            long tookMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+            assertEquals(List.of(3L, 3L, 3L, 3L, 3L, 3L), seen, "the live masters' counts inside the nested sections");
+            assertTrue(tookMs < 5000, "three sections took " + tookMs + " ms with one master down (ttl 5 s)");
+            lock.unlock();
+            assertEquals(List.of(0L, 0L), List.of(a.count(), b.count()));
         }
     }
 
