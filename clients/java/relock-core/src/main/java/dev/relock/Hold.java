@@ -489,13 +489,13 @@ public final class Hold implements AutoCloseable {
      * Takes the reentrancy count up by one on the servers (LOCK.REENTER ... FROM c). An entry
      * without a quorum is taken back wherever it may have run.
      */
-    void enter() {
+    void enter(long waitNanos) {
         if (group != null) {
             throw RelockException.invalid("a group cannot be reentered");
         }
         stepping.lock();
         try {
-            settleSteps();
+            settleSteps(waitNanos);
             long from = count;
             List<Object> args = new ArrayList<>(List.of("LOCK.REENTER", key, owner, ttlMs));
             synchronized (mu) {
@@ -583,8 +583,9 @@ public final class Hold implements AutoCloseable {
      * client of 2026-12-05). Bounded: about a round and the repeat, a round with a server down; a hold
      * lost meanwhile throws (check). An interrupt is kept, not acted on, as Lock.lock does.
      */
-    private void settleSteps() {
+    private void settleSteps(long waitNanos) {
         boolean interrupted = false;
+        long start = System.nanoTime();
         try {
             while (true) {
                 check();
@@ -592,8 +593,13 @@ public final class Hold implements AutoCloseable {
                     if (lateSteps == 0) {
                         return;
                     }
+                    long left = waitNanos - (System.nanoTime() - start);
+                    if (left <= 0) {
+                        throw new NotAcquiredException(key, "lock \"" + key + "\": the nested section was not entered: a step of"
+                            + " its count is still being given back to a server that has not answered it; still held", List.of(), null);
+                    }
                     try {
-                        mu.wait(10);
+                        mu.wait(Math.max(1, Math.min(10, TimeUnit.NANOSECONDS.toMillis(left))));
                     } catch (InterruptedException e) {
                         interrupted = true;
                     }

@@ -66,12 +66,20 @@ public final class RelockLock implements Lock {
      * that and keeps the thread's count: the outer section's unlock() is still owed.
      */
     private boolean reenter() {
+        return reenter(Long.MAX_VALUE);
+    }
+
+    /**
+     * reenter, waiting at most waitNanos for a step of the hold's count still being given back
+     * (tryLock() does not wait: {@link NotAcquiredException}, retryable, the hold kept).
+     */
+    private boolean reenter(long waitNanos) {
         Entry e = holds.get(Thread.currentThread());
         if (e == null) {
             return false;
         }
         e.hold.check();
-        e.hold.enter();
+        e.hold.enter(waitNanos);
         e.count++;
         return true;
     }
@@ -135,8 +143,18 @@ public final class RelockLock implements Lock {
         if (Thread.interrupted()) {
             throw new InterruptedException();
         }
-        if (reenter()) {
-            return;
+        try {
+            if (reenter()) {
+                return;
+            }
+        } catch (NotAcquiredException e) {
+            // Interrupted while the entry waited or was asked: the interrupt is what ended it.
+            if (Thread.interrupted()) {
+                InterruptedException ie = new InterruptedException();
+                ie.initCause(e);
+                throw ie;
+            }
+            throw e;
         }
         while (!take(options.waitForever())) {
             if (Thread.interrupted()) {
@@ -147,7 +165,7 @@ public final class RelockLock implements Lock {
 
     @Override
     public boolean tryLock() {
-        return reenter() || take(options.waitAtMost(Duration.ZERO));
+        return reenter(0) || take(options.waitAtMost(Duration.ZERO));
     }
 
     @Override
@@ -155,7 +173,7 @@ public final class RelockLock implements Lock {
         if (Thread.interrupted()) {
             throw new InterruptedException();
         }
-        if (reenter()) {
+        if (reenter(Math.max(0, unit.toNanos(time)))) {
             return true;
         }
         boolean got = take(options.waitAtMost(Duration.ofNanos(Math.max(0, unit.toNanos(time)))));

@@ -187,9 +187,23 @@ class FakeTransportTest {
         long count;
         /** the next exit (LOCK.RELEASE FROM 2) is applied and its reply lost. */
         boolean loseNextExit;
+        /** while not null, every LOCK.RELEASE after a lost exit waits for it (a server that stalls). */
+        volatile CountDownLatch stall;
 
         @Override
-        public synchronized Object apply(Object[] a) {
+        public Object apply(Object[] a) {
+            CountDownLatch st = stall;
+            if (st != null && "LOCK.RELEASE".equals(a[0]) && !loseNextExit) {
+                try {
+                    st.await(10, TimeUnit.SECONDS);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+            return step(a);
+        }
+
+        private synchronized Object step(Object[] a) {
             String cmd = String.valueOf(a[0]);
             long from = a.length > 4 && "FROM".equals(a[a.length - 2]) ? ((Number) a[a.length - 1]).longValue() : 1;
             switch (cmd) {
@@ -254,6 +268,41 @@ class FakeTransportTest {
                 lock.unlock();
             }
             assertEquals(List.of(2L, 2L, 1L), List.of(inside, later, server.count()), "the count entering, 300 ms later, after");
+            lock.unlock();
+            assertEquals(0L, server.count());
+        }
+    }
+
+    /**
+     * tryLock() does not wait: a nested tryLock() while a section's exit is still being given
+     * back to a server that stalls throws NotAcquiredException at once (retryable, the hold
+     * kept) instead of waiting for the give-back (the attack on the late-step rule measured
+     * 8 s); lock() waits for it and enters.
+     */
+    @Test
+    void aNestedTryLockDoesNotWaitForALateStep() throws Exception {
+        Counting server = new Counting();
+        Fake f = new Fake("s", server);
+        try (Relock locks = Relock.create(f)) {
+            RelockLock lock = locks.lock("k");
+            lock.lock();
+            lock.lock();
+            CountDownLatch stall = new CountDownLatch(1);
+            synchronized (server) {
+                server.loseNextExit = true;
+            }
+            server.stall = stall;
+            lock.unlock(); // applied, its reply lost; the give-back stalls
+            long t0 = System.nanoTime();
+            NotAcquiredException e = assertThrows(NotAcquiredException.class, lock::tryLock);
+            assertTrue(e.retryable(), e.getMessage());
+            assertTrue(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0) < 5000, "tryLock() waited for the give-back");
+            assertEquals(1, lock.getHoldCount());
+            server.stall = null;
+            stall.countDown();
+            lock.lock();
+            assertEquals(2, server.count());
+            lock.unlock();
             lock.unlock();
             assertEquals(0L, server.count());
         }
