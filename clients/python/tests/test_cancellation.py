@@ -13,7 +13,7 @@ import redis.asyncio as aredis
 
 import relock
 import relock.aio
-from helpers import aconnect, connect, eventually, holding, info, until, waiters, yield_to_loop
+from helpers import aconnect, connect, direct, eventually, holding, info, until, waiters, yield_to_loop
 from servers import LossProxy, Server
 
 
@@ -50,6 +50,46 @@ def test_aio_a_section_cancelled_while_its_exit_waits_for_the_step_still_steps_o
         with contextlib.suppress(asyncio.CancelledError):
             await ta
         await tb
+        assert await hold.release()
+        assert await until(lambda: info(server, "k") is None, 3), info(server, "k")
+        await locks.aclose()
+
+    asyncio.run(main())
+
+
+def test_aio_a_section_cancelled_before_its_entry_was_sent_never_enters(server: Server, proxy: LossProxy) -> None:
+    """A reenter cancelled while it waits for the step (another task's entry under way) or for
+    late steps kept its step-in task, which entered later anyway (LOCK.REENTER sent, then
+    stepped out), and a section queued meanwhile was told that stray count (found by the attack
+    on the late-step rule, 2026-12-05). Must hold: an entry not yet sent when its caller was
+    cancelled is never sent."""
+
+    async def main() -> None:
+        locks = relock.aio.Relock(aredis.Redis(port=proxy.port), node_timeout=2.0)
+        hold = await locks.acquire("k", ttl=20)
+        assert hold is not None
+        reenters = lambda: int(direct(server).info("commandstats").get("cmdstat_LOCK.REENTER", {}).get("calls", 0))  # noqa: E731
+        before = reenters()
+        proxy.arm(b"LOCK.REENTER", delay=0.5)
+        entered = asyncio.Event()
+        leave = asyncio.Event()
+
+        async def a() -> None:
+            async with hold.reenter() as n:
+                assert n == 2
+                entered.set()
+                await leave.wait()
+
+        ta = asyncio.create_task(a())
+        assert await until(proxy.hit.is_set, 5)  # a has the step, its reply delayed
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(hold.reenter().__aenter__(), 0.1)  # waits for the step: cut
+        await entered.wait()
+        await locks.settle()  # the cut entry's task has ended, whatever it did
+        assert reenters() - before == 1, "the cut section's entry was sent after its caller left"
+        assert int((info(server, "k") or {})["count"]) == 2
+        leave.set()
+        await ta
         assert await hold.release()
         assert await until(lambda: info(server, "k") is None, 3), info(server, "k")
         await locks.aclose()

@@ -2061,7 +2061,7 @@ class Hold:
             servers=rnd.servers(lambda f: not f.refused),
         )
 
-    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin e9e771fd0a1e:
+    # by hand, beside aio.py's (scripts/gen_sync.py BY_HAND), pin df668cafc5be:
     # the step in runs in the calling thread under the step lock (an interrupt taken back in place);
     # asyncio runs it in a task of its own that a cancellation never cuts
     @contextlib.contextmanager

@@ -1662,10 +1662,12 @@ class Hold:
         # The step in runs in a task of its own, as the step out: a cancel cuts only this
         # wait, never the step (which keeps its place in the order of steps), and a step in
         # that went through after all is stepped out again, in order.
-        task = c._spawn(self._step_in(ttl_ms))
+        gone = asyncio.Event()  # the caller was cancelled: an entry not yet sent is never sent
+        task = c._spawn(self._step_in(ttl_ms, gone))
         try:
             rnd, agreed = await asyncio.shield(task)
         except asyncio.CancelledError:
+            gone.set()
 
             def stepped_in(t: asyncio.Task[tuple[Round[Any], list[bool]]]) -> None:
                 if not t.cancelled() and t.exception() is None:
@@ -1683,12 +1685,17 @@ class Hold:
                 # this wait, never the step, which keeps its place in the order of steps.
                 await asyncio.shield(c._spawn(self._step_out(agreed)))
 
-    async def _step_in(self, ttl_ms: int) -> tuple[Round[Any], list[bool]]:
+    async def _step_in(self, ttl_ms: int, gone: asyncio.Event) -> tuple[Round[Any], list[bool]]:
         """A nested section's entry (LOCK.REENTER FROM count): the round and the servers that
-        agreed; whatever may have run where it failed is taken back before the step ends."""
+        agreed; whatever may have run where it failed is taken back before the step ends.
+        ``gone``: its caller was cancelled while it waited for the step or for late steps
+        (``_settle_steps``): it is not sent then. Sent later, it entered a section nobody
+        runs, and a section queued meanwhile was told its count (attack of 2026-12-05)."""
         c = self._client
         async with self._step:
             await self._settle_steps()
+            if gone.is_set():
+                raise asyncio.CancelledError("the section's caller was cancelled before its entry was sent")
             n = self._count
             undo = ["LOCK.RELEASE", self.key, self.owner, "FROM", n + 1]
             try:
